@@ -1,0 +1,5 @@
+import sys
+
+from linen2nnx.cli import main
+
+sys.exit(main())

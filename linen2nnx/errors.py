@@ -1,0 +1,19 @@
+"""The one error type every stage raises for bad input.
+
+The CLI turns an ``L2NError`` into a message naming the file / path / key and exit code 2, so
+user-facing failures never surface as tracebacks.
+"""
+
+from __future__ import annotations
+
+
+class L2NError(Exception):
+    """Bad input or an unrecoverable condition: exit code 2 at the CLI."""
+
+
+class SpecError(L2NError):
+    """A model pair spec cannot be loaded or is malformed."""
+
+
+class ConversionError(L2NError):
+    """A checkpoint cannot be mapped onto the target model; the message lists every bad path."""

@@ -1,0 +1,44 @@
+"""Atomic writes: a file or folder is either the old version or the complete new one, never partial."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from linen2nnx.errors import L2NError
+
+
+def atomic_write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
+    """Write ``text`` to ``path`` through a temp file in the same folder and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding=encoding, newline="") as f:
+            f.write(text)
+        if path.exists():
+            shutil.copymode(path, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_dir(dst: Path, fill: Callable[[Path], None], overwrite: bool = False) -> None:
+    """Build a folder with ``fill(tmp_dir)`` next to ``dst`` and move it into place only when complete."""
+    dst = Path(dst).absolute()
+    if dst.exists() and not overwrite:
+        raise L2NError(f"{dst}: already exists (pass --force to replace it)")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".partial", dir=dst.parent))
+    try:
+        fill(tmp / "payload")
+        if dst.exists():
+            old = tmp / "old"
+            os.replace(dst, old)
+        os.replace(tmp / "payload", dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,101 @@
+"""The built-in layer table: one row per Linen layer, the single source of every per-layer fact.
+
+The codemod reads it to rewrite constructors and calls, the name map reads it to know which
+children are built-ins, and the checkpoint converter reads ``param_renames`` for their parameter
+trees. Facts come from ``shared/reference/nnx_mapping.md`` section 1 (flax 0.12.8).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Mapping
+from functools import cache
+
+LINEN = "flax.linen"
+NNX = "flax.nnx"
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerRule:
+    linen: str
+    """Class name in ``flax.linen``."""
+    nnx: str
+    """Class name in ``flax.nnx``."""
+    in_arg: str | None = "in_features"
+    """NNX constructor argument (emitted first, positionally) that takes the input feature size."""
+    positional: tuple[str, ...] = ()
+    """Linen arguments emitted positionally after ``in_arg``, in this order."""
+    out_arg: str | None = None
+    """Linen argument that gives the output feature size; ``None`` means the layer keeps it."""
+    rename_args: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Linen constructor keyword -> NNX constructor keyword where they differ."""
+    unsupported_args: frozenset[str] = frozenset()
+    """Linen arguments with no NNX equivalent: a ``manual`` finding when given."""
+    call_args: frozenset[str] = frozenset()
+    """Constructor arguments NNX also takes at call time; moved there when they use call-time values."""
+    param_renames: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Linen parameter / child name -> NNX name inside this layer (identity when absent)."""
+    nnx_only_state: tuple[str, ...] = ()
+    """NNX state subtrees that have no Linen counterpart (kept from the NNX init)."""
+
+    @property
+    def linen_qualname(self) -> str:
+        return f"{LINEN}.{self.linen}"
+
+    @property
+    def nnx_qualname(self) -> str:
+        return f"{NNX}.{self.nnx}"
+
+    def linen_arg_order(self) -> tuple[str, ...]:
+        """Positional order of the Linen constructor (its dataclass fields), read from flax itself."""
+        return _linen_arg_order(self.linen)
+
+    def nnx_arg(self, linen_arg: str) -> str:
+        return self.rename_args.get(linen_arg, linen_arg)
+
+
+@cache
+def _linen_arg_order(name: str) -> tuple[str, ...]:
+    import flax.linen as nn
+
+    params = inspect.signature(getattr(nn, name)).parameters
+    return tuple(p for p in params if p not in ("parent", "name"))
+
+
+_NORM_UNSUPPORTED = frozenset({"force_float32_reductions"})
+
+LAYER_RULES: tuple[LayerRule, ...] = (
+    LayerRule("Dense", "Linear", positional=("features",), out_arg="features",
+              rename_args={"features": "out_features"},
+              unsupported_args=frozenset({"dot_general_cls"})),
+    LayerRule("Conv", "Conv", positional=("features", "kernel_size"), out_arg="features",
+              rename_args={"features": "out_features"},
+              unsupported_args=frozenset({"conv_general_dilated_cls"})),
+    LayerRule("ConvTranspose", "ConvTranspose", positional=("features", "kernel_size"), out_arg="features",
+              rename_args={"features": "out_features"}),
+    LayerRule("Embed", "Embed", in_arg=None, positional=("num_embeddings", "features"), out_arg="features"),
+    LayerRule("LayerNorm", "LayerNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
+    LayerRule("RMSNorm", "RMSNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
+    LayerRule("GroupNorm", "GroupNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
+    LayerRule("BatchNorm", "BatchNorm", in_arg="num_features",
+              call_args=frozenset({"use_running_average"}), unsupported_args=_NORM_UNSUPPORTED),
+    LayerRule("Dropout", "Dropout", in_arg=None, positional=("rate",),
+              call_args=frozenset({"deterministic"}), nnx_only_state=("rngs",)),
+)
+
+LAYERS_BY_LINEN: Mapping[str, LayerRule] = {r.linen_qualname: r for r in LAYER_RULES}
+LAYERS_BY_NNX: Mapping[str, LayerRule] = {r.nnx_qualname: r for r in LAYER_RULES}
+
+
+def layer_rule(linen_qualname: str) -> LayerRule | None:
+    """The rule for a fully qualified Linen class name (``flax.linen.Dense``), if it is a built-in."""
+    return LAYERS_BY_LINEN.get(linen_qualname)
+
+
+@cache
+def nnx_ctor_params(nnx_name: str) -> frozenset[str]:
+    """Parameter names of an NNX layer's ``__init__`` (read from flax; checks every emitted kwarg)."""
+    from flax import nnx
+
+    return frozenset(inspect.signature(getattr(nnx, nnx_name).__init__).parameters) - {"self"}

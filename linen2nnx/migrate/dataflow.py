@@ -1,0 +1,175 @@
+"""Static dataflow of feature sizes through a ``__call__`` body.
+
+NNX layers need their input feature size at construction; Linen infers it from the first input.
+This pass follows each value through layers, shape-preserving functions and flattens to tell, for
+every layer application, where its input's last axis comes from:
+
+- ``expr``     the output size of an earlier layer, as source text (``self.hidden``);
+- ``input``    a positional input of the method (becomes a constructor argument);
+- ``flatten``  a reshape to ``(..., -1)`` of a known value (solved with a trace);
+- ``unknown``  anything else (solved with a trace, or a manual finding).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import libcst as cst
+
+from linen2nnx.migrate.linen_api import feature_preserving_functions
+
+
+@dataclasses.dataclass(frozen=True)
+class Feat:
+    kind: str  # expr | input | flatten | unknown
+    expr: str = ""
+    input_name: str = ""
+    base: Feat | None = None
+    reason: str = ""
+
+    @staticmethod
+    def unknown(reason: str) -> Feat:
+        return Feat("unknown", reason=reason)
+
+
+@dataclasses.dataclass
+class LayerInfo:
+    """What the flow needs to know about one layer application."""
+
+    key: str  # NNX attribute of the layer
+    out_expr: str | None  # source of its output feature size; None: same as its input
+
+
+@dataclasses.dataclass
+class LayerUse:
+    key: str
+    feat: Feat
+    node: cst.CSTNode
+
+
+SHAPE_KEEPING_METHODS = frozenset({"astype", "clip", "squeeze"})
+
+
+class FeatureFlow:
+    """Abstract interpretation of one method body over :class:`Feat` values."""
+
+    def __init__(
+        self,
+        params: Sequence[str],
+        layer_of: Callable[[cst.Call], LayerInfo | None],
+        qualnames_of: Callable[[cst.CSTNode], set[str]],
+    ) -> None:
+        self.env: dict[str, Feat] = {p: Feat("input", input_name=p) for p in params}
+        self.layer_of = layer_of
+        self.qualnames_of = qualnames_of
+        self.uses: list[LayerUse] = []
+
+    # ---- statements --------------------------------------------------------------------------
+    def run(self, body: Sequence[Any]) -> None:
+        for stmt in body:
+            self.statement(stmt)
+
+    def statement(self, stmt: Any) -> None:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                self.small_statement(small)
+        elif isinstance(stmt, cst.If):
+            before = dict(self.env)
+            self.run(stmt.body.body)
+            after_then = self.env
+            self.env = dict(before)
+            if stmt.orelse is not None:
+                self.statement(stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else stmt.orelse)
+            self.env = _merge(after_then, self.env)
+        elif isinstance(stmt, cst.IndentedBlock):
+            self.run(stmt.body)
+        elif isinstance(stmt, (cst.For, cst.While, cst.With, cst.Try)):
+            self.expr_of(getattr(stmt, "iter", None) or getattr(stmt, "test", None))
+            self.run(stmt.body.body)
+        # nested defs / classes do not change the method's dataflow
+
+    def small_statement(self, small: cst.BaseSmallStatement) -> None:
+        if isinstance(small, cst.Assign):
+            value = self.expr_of(small.value)
+            for target in small.targets:
+                self.bind(target.target, value)
+        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+            self.bind(small.target, self.expr_of(small.value))
+        elif isinstance(small, cst.AugAssign):
+            self.expr_of(small.value)
+        elif isinstance(small, (cst.Expr, cst.Return)) and small.value is not None:
+            self.expr_of(small.value)
+
+    def bind(self, target: cst.BaseExpression, value: Feat) -> None:
+        if isinstance(target, cst.Name):
+            self.env[target.value] = value
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for el in target.elements:
+                self.bind(el.value, Feat.unknown("tuple unpacking"))
+
+    # ---- expressions -------------------------------------------------------------------------
+    def expr_of(self, node: cst.BaseExpression | None) -> Feat:
+        if node is None:
+            return Feat.unknown("no value")
+        if isinstance(node, cst.Name):
+            return self.env.get(node.value, Feat.unknown(f"name {node.value!r}"))
+        if isinstance(node, cst.Call):
+            return self.call(node)
+        if isinstance(node, cst.BinaryOperation):
+            left, right = self.expr_of(node.left), self.expr_of(node.right)
+            return left if left.kind != "unknown" else right
+        if isinstance(node, cst.UnaryOperation):
+            return self.expr_of(node.expression)
+        if isinstance(node, (cst.Tuple, cst.List)):
+            for el in node.elements:
+                self.expr_of(el.value)
+            return Feat.unknown("tuple")
+        if isinstance(node, cst.IfExp):
+            a, b = self.expr_of(node.body), self.expr_of(node.orelse)
+            return a if a == b else Feat.unknown("conditional expression")
+        return Feat.unknown(type(node).__name__)
+
+    def call(self, node: cst.Call) -> Feat:
+        arg_feats = [self.expr_of(a.value) for a in node.args]
+        if isinstance(node.func, cst.Call):  # nn.Dense(...)(x): visit the constructor's args too
+            for a in node.func.args:
+                self.expr_of(a.value)
+        layer = self.layer_of(node)
+        first = arg_feats[0] if arg_feats else Feat.unknown("no input")
+        if layer is not None:
+            self.uses.append(LayerUse(layer.key, first, node))
+            return first if layer.out_expr is None else Feat("expr", expr=layer.out_expr)
+        if self.qualnames_of(node.func) & feature_preserving_functions():
+            return first
+        if isinstance(node.func, cst.Attribute):
+            method = node.func.attr.value
+            receiver = self.expr_of(node.func.value)
+            if method in SHAPE_KEEPING_METHODS:
+                return receiver
+            if method == "reshape":
+                return _reshape(receiver, node)
+        if self.qualnames_of(node.func) & {"jax.numpy.reshape"} and node.args:
+            return _reshape(first, cst.Call(func=node.func, args=node.args[1:]))
+        return Feat.unknown("call")
+
+
+def _reshape(receiver: Feat, node: cst.Call) -> Feat:
+    args = node.args
+    last = None
+    if len(args) == 1 and isinstance(args[0].value, (cst.Tuple, cst.List)) and args[0].value.elements:
+        last = args[0].value.elements[-1].value
+    elif args:
+        last = args[-1].value
+    if isinstance(last, cst.UnaryOperation) and isinstance(last.expression, cst.Integer) and last.expression.value == "1":
+        return Feat("flatten", base=receiver)
+    return Feat.unknown("reshape")
+
+
+def _merge(a: dict[str, Feat], b: dict[str, Feat]) -> dict[str, Feat]:
+    out = {}
+    for k in a.keys() | b.keys():
+        va, vb = a.get(k), b.get(k)
+        out[k] = va if va == vb else Feat.unknown("differs between branches")
+    return out

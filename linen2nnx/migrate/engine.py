@@ -1,0 +1,247 @@
+"""The migration engine: file discovery, one codemod pass per file, modes and safe writing.
+
+Each file is processed independently (``-j N`` spreads them over processes); a file that fails
+(syntax error, undecodable bytes, unwritable output, internal error) gets an ``error`` finding,
+is left untouched, and never stops the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+
+from linen2nnx.errors import L2NError
+from linen2nnx.io_utils import atomic_write_text
+from linen2nnx.migrate.findings import Finding, Severity
+from linen2nnx.migrate.trace import Trace
+from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
+from linen2nnx.namemap import NameMap
+
+SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", "build", "dist", ".tox", ".mypy_cache", "node_modules"})
+
+
+class Mode(str, enum.Enum):
+    DIFF = "diff"  # print a unified diff, change nothing
+    CHECK = "check"  # change nothing; exit 1 if anything would change
+    WRITE = "write"  # rewrite files in place (atomically)
+    OUT_DIR = "out-dir"  # write the migrated tree under another folder
+
+
+@dataclasses.dataclass
+class FileResult:
+    path: Path
+    rel: str
+    source: str | None
+    output: str | None
+    findings: list[Finding]
+    name_map: NameMap
+    skipped: bool = False  # pre-filter: never imports flax.linen
+    target: Path | None = None  # where the output was written
+
+    @property
+    def failed(self) -> bool:
+        return any(f.severity is Severity.ERROR for f in self.findings)
+
+    @property
+    def changed(self) -> bool:
+        return self.output is not None and self.source is not None and self.output != self.source
+
+    def diff(self) -> str:
+        if not self.changed:
+            return ""
+        assert self.source is not None and self.output is not None
+        return "".join(difflib.unified_diff(self.source.splitlines(True), self.output.splitlines(True),
+                                            f"a/{self.rel}", f"b/{self.rel}"))
+
+
+@dataclasses.dataclass
+class MigrationResult:
+    files: list[FileResult]
+    name_map: NameMap
+    mode: Mode
+    written: list[Path] = dataclasses.field(default_factory=list)
+    extra_outputs: list[Path] = dataclasses.field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for r in self.files for f in r.findings]
+
+    def counts(self) -> Counter[str]:
+        return Counter(f.severity.value for f in self.findings)
+
+    def exit_code(self) -> int:
+        counts = self.counts()
+        if counts[Severity.ERROR.value]:
+            return 2
+        if counts[Severity.MANUAL.value]:
+            return 1
+        if self.mode in (Mode.DIFF, Mode.CHECK) and any(r.changed for r in self.files):
+            return 1
+        return 0
+
+
+def discover(paths: Sequence[str | Path], exclude: Sequence[str] = ()) -> list[tuple[Path, Path]]:
+    """``(file, root)`` for every ``.py`` file under ``paths``.
+
+    ``root`` anchors relative output paths: the folder itself for one folder, a file's folder for
+    one file, and the deepest common folder of all inputs otherwise (so outputs never collide).
+    """
+    out: list[tuple[Path, Path]] = []
+    anchors = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise L2NError(f"{p}: no such file or directory")
+        anchors.append(p.resolve().parent if p.is_file() else p.resolve())
+    root = Path(os.path.commonpath(anchors)) if anchors else Path.cwd()
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            out.append((p, root))
+            continue
+        for dirpath, dirnames, filenames in os.walk(p):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    f = Path(dirpath) / name
+                    if not any(f.match(pattern) for pattern in exclude):
+                        out.append((f, root))
+    return out
+
+
+def module_name_for(path: Path) -> str:
+    """The dotted name Python would import ``path`` under: climb while folders are packages."""
+    path = path.resolve()
+    parts = [] if path.stem == "__init__" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file() and folder.name.isidentifier():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
+
+
+def mentions_linen(source: str) -> bool:
+    """Cheap pre-filter: a file that never says ``linen`` has nothing to migrate."""
+    return "linen" in source
+
+
+def migrate_source(source: str, path: str, module_name: str = "", trace: Trace | None = None) -> FileResult:
+    """Migrate one file's text. Never raises for bad input: failures become ``error`` findings."""
+    from linen2nnx.migrate.module_rewrite import MigrateModules
+
+    file_path = Path(path)
+    if not mentions_linen(source):
+        return FileResult(file_path, path, source, source, [], NameMap(), skipped=True)
+    try:
+        tree = cst.parse_module(source)
+    except cst.ParserSyntaxError as e:
+        finding = Finding("L2N-IO-001", Severity.ERROR, path, e.raw_line, e.raw_column + 1,
+                          f"syntax error: {e.message}", "fix the syntax; the file was left untouched")
+        return FileResult(file_path, path, source, None, [finding], NameMap())
+    command = MigrateModules(CodemodContext(filename=path, full_module_name=module_name or None),
+                             path=path, module_name=module_name, trace=trace)
+    try:
+        output = command.transform_module(tree).code
+    except Exception as e:  # an internal bug must not take the other files down
+        finding = Finding("L2N-IO-004", Severity.ERROR, path, 1, 1, f"internal error: {type(e).__name__}: {e}",
+                          "please report this file; it was left untouched")
+        return FileResult(file_path, path, source, None, [finding], NameMap())
+    findings = sorted(command.findings, key=lambda f: (f.line, f.col, f.rule))
+    return FileResult(file_path, path, source, output, findings, command.name_map)
+
+
+def _migrate_file(args: tuple[Path, str, str, Trace | None]) -> FileResult:
+    path, rel, module_name, trace = args
+    try:
+        source = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        finding = Finding("L2N-IO-002", Severity.ERROR, rel, 1, 1, f"cannot decode as UTF-8 at byte {e.start}",
+                          "re-encode the file as UTF-8; it was left untouched")
+        return FileResult(path, rel, None, None, [finding], NameMap())
+    except OSError as e:
+        finding = Finding("L2N-IO-002", Severity.ERROR, rel, 1, 1, f"cannot read: {e.strerror}", "")
+        return FileResult(path, rel, None, None, [finding], NameMap())
+    result = migrate_source(source, rel, module_name, trace)
+    result.path = path
+    return result
+
+
+def migrate_paths(
+    paths: Sequence[str | Path],
+    mode: Mode = Mode.DIFF,
+    *,
+    out_dir: str | Path | None = None,
+    trace: Trace | None = None,
+    jobs: int = 1,
+    exclude: Sequence[str] = (),
+    name_map_path: str | Path | None = None,
+    on_file: Callable[[FileResult], None] | None = None,
+) -> MigrationResult:
+    """Migrate every Python file under ``paths`` according to ``mode``."""
+    if mode is Mode.OUT_DIR and out_dir is None:
+        raise L2NError("--out-dir needs a folder")
+    files = discover(paths, exclude)
+    work = [(f, _display(f), module_name_for(f), trace) for f, _ in files]
+    results = list(_run(work, jobs, on_file))
+    name_map = NameMap()
+    for r in results:
+        name_map.merge(r.name_map)
+    result = MigrationResult(results, name_map, mode)
+    if mode is Mode.WRITE:
+        for r in results:
+            if r.changed and not r.failed:
+                _write(r, r.path, result)
+    elif mode is Mode.OUT_DIR:
+        assert out_dir is not None
+        out_root = Path(out_dir)
+        for (f, root), r in zip(files, results):
+            if r.output is not None and not r.failed:
+                _write(r, out_root / f.resolve().relative_to(root), result)
+    if mode in (Mode.WRITE, Mode.OUT_DIR) and name_map.classes:
+        target = Path(name_map_path) if name_map_path else (
+            Path(out_dir) / NAME_MAP_FILENAME if mode is Mode.OUT_DIR else Path(NAME_MAP_FILENAME))
+        name_map.save(target)
+        result.extra_outputs.append(target)
+    return result
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _run(work: list, jobs: int, on_file: Callable[[FileResult], None] | None) -> Iterable[FileResult]:
+    if jobs > 1 and len(work) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for r in pool.map(_migrate_file, work, chunksize=max(1, len(work) // (jobs * 8))):
+                if on_file:
+                    on_file(r)
+                yield r
+    else:
+        for item in work:
+            r = _migrate_file(item)
+            if on_file:
+                on_file(r)
+            yield r
+
+
+def _write(r: FileResult, target: Path, result: MigrationResult) -> None:
+    assert r.output is not None
+    try:
+        atomic_write_text(target, r.output)
+        result.written.append(target)
+        r.target = target
+    except OSError as e:
+        r.findings.append(Finding("L2N-IO-003", Severity.ERROR, r.rel, 1, 1,
+                                  f"cannot write {target}: {e.strerror or e}", "nothing was written for this file"))

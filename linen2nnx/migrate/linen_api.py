@@ -1,0 +1,65 @@
+"""Facts about the flax.linen namespace that the codemod reads, derived from flax itself.
+
+Rather than a hand-kept list, the functions that ``flax.nnx`` re-exports *as the same object*
+(activations, pooling, initializers, ...) are found by identity, so a flax upgrade keeps it right.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+LINEN_PREFIXES = ("flax.linen.", "flax.linen")
+
+# Functions that keep the feature (last) axis of their first argument.
+_NOT_FEATURE_PRESERVING = frozenset({"one_hot", "dot_product_attention", "dot_product_attention_weights",
+                                     "make_attention_mask", "make_causal_mask", "combine_masks", "pool",
+                                     "glu", "logsumexp"})
+
+
+@cache
+def shared_functions() -> frozenset[str]:
+    """Names ``n`` with ``flax.nnx.n is flax.linen.n`` that are plain functions (not classes)."""
+    import inspect
+
+    import flax.linen as nn
+    from flax import nnx
+
+    out = set()
+    for name in dir(nn):
+        if name.startswith("_"):
+            continue
+        obj = getattr(nn, name)
+        if getattr(nnx, name, None) is obj and not inspect.isclass(obj) and callable(obj):
+            out.add(name)
+    return frozenset(out)
+
+
+@cache
+def feature_preserving_functions() -> frozenset[str]:
+    """Qualified names of functions whose output keeps the input's last-axis size."""
+    import jax
+    import flax.linen as nn
+
+    jax_nn = {id(getattr(jax.nn, n)) for n in dir(jax.nn) if not n.startswith("_")}
+    names = set()
+    for name in dir(nn):
+        obj = getattr(nn, name, None)
+        if name in _NOT_FEATURE_PRESERVING or obj is None or isinstance(obj, type):
+            continue
+        if id(obj) in jax_nn or getattr(obj, "__module__", "") in ("flax.linen.pooling", "flax.linen.activation"):
+            names.add(f"flax.linen.{name}")
+    for name in dir(jax.nn):
+        if not name.startswith("_") and name not in _NOT_FEATURE_PRESERVING:
+            names.add(f"jax.nn.{name}")
+    for name in ("tanh", "exp", "log", "sin", "cos", "abs", "square", "sqrt", "negative", "maximum", "minimum",
+                 "where", "clip", "asarray", "array", "sign", "floor", "round"):
+        names.add(f"jax.numpy.{name}")
+    names.update({"flax.linen.max_pool", "flax.linen.avg_pool", "flax.linen.min_pool"})
+    return frozenset(names)
+
+
+def linen_local_name(qualname: str) -> str | None:
+    """``flax.linen.Dense`` -> ``Dense`` (also ``flax.linen.linear.Dense``); None outside flax.linen."""
+    if not qualname.startswith("flax.linen."):
+        return None
+    return qualname.rsplit(".", 1)[-1]

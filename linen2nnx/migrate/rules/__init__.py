@@ -1,0 +1,45 @@
+"""Rule catalogue: stable ids, one-line summaries and fix applicability, as data.
+
+Ids never change meaning once published; ``docs/rules.md`` is generated from this table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from linen2nnx.migrate.findings import Severity
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: Severity
+    summary: str
+
+
+RULES: dict[str, Rule] = {
+    r.id: r
+    for r in (
+        Rule("L2N-MOD-001", Severity.CONVERTED, "Linen module class rewritten as an nnx.Module with __init__(..., *, rngs)."),
+        Rule("L2N-MOD-002", Severity.CONVERTED, "setup() body moved into __init__."),
+        Rule("L2N-MOD-003", Severity.CONVERTED, "@nn.compact submodules hoisted into __init__ under their Linen auto-names."),
+        Rule("L2N-MOD-004", Severity.MANUAL, "Submodule construction the codemod cannot hoist (loop, branch, call-time value)."),
+        Rule("L2N-LAYER-001", Severity.CONVERTED, "Built-in Linen layer replaced by its NNX counterpart."),
+        Rule("L2N-LAYER-002", Severity.MANUAL, "Layer argument with no NNX equivalent."),
+        Rule("L2N-LAYER-003", Severity.CONVERTED, "Mode argument (deterministic / use_running_average) moved to call time."),
+        Rule("L2N-SHAPE-001", Severity.CONVERTED, "Input feature size taken from the trace of the example batch."),
+        Rule("L2N-SHAPE-002", Severity.CONVERTED, "New constructor argument for the module's input feature size."),
+        Rule("L2N-SHAPE-003", Severity.MANUAL, "Input feature size unknown: a required constructor argument was added."),
+        Rule("L2N-SHAPE-004", Severity.UNSAFE, "Input feature size is a traced literal that no config expression explains."),
+        Rule("L2N-API-001", Severity.CONVERTED, "flax.linen function re-pointed to the identical flax.nnx function."),
+        Rule("L2N-API-002", Severity.MANUAL, "Linen API with no automatic conversion yet."),
+        Rule("L2N-IO-001", Severity.ERROR, "File could not be parsed (syntax error); left untouched."),
+        Rule("L2N-IO-002", Severity.ERROR, "File could not be decoded as text; left untouched."),
+        Rule("L2N-IO-003", Severity.ERROR, "Output could not be written; nothing partial was left."),
+        Rule("L2N-IO-004", Severity.ERROR, "Internal error while migrating this file; left untouched."),
+    )
+}
+
+
+def rule(rule_id: str) -> Rule:
+    return RULES[rule_id]

@@ -1,0 +1,85 @@
+"""Write a model pair spec next to migrated output, so convert / check run with no glue code.
+
+Written when ``migrate --trace SPEC --out-dir DIR`` migrated the traced model's class: the spec
+pairs the Linen side named by SPEC with the migrated class, filling the constructor arguments the
+migration added (input feature sizes) from the example batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from linen2nnx.errors import L2NError
+from linen2nnx.io_utils import atomic_write_text
+from linen2nnx.migrate.engine import MigrationResult
+from linen2nnx.migrate.trace import Trace
+from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
+
+SPEC_FILENAME = "linen2nnx_spec.py"
+
+TEMPLATE = '''"""Model pair spec written by `linen2nnx migrate --trace`: {root} (Linen) and its migrated NNX twin.
+
+Use it with every stage, e.g. `linen2nnx check --spec {spec_name}:pair --ckpt LINEN_CKPT`.
+Edit freely: it is ordinary Python.
+"""
+
+from pathlib import Path
+
+from linen2nnx.errors import SpecError
+from linen2nnx.spec import ModelPair, import_file, linen_ctor_kwargs, load_linen_side
+
+HERE = Path(__file__).resolve().parent
+LINEN_SPEC = {linen_spec!r}
+MIGRATED_FILE = HERE / {migrated!r}
+NNX_CLASS = {nnx_class!r}
+# constructor arguments the migration added -> index of the positional input whose last axis they are
+INPUT_FEATURE_ARGS = {input_args!r}
+UNRESOLVED_ARGS = {unresolved!r}
+
+
+def pair() -> ModelPair:
+    if UNRESOLVED_ARGS:
+        raise SpecError(f"{{__file__}}: give values for {{UNRESOLVED_ARGS}} (see the migration report)")
+    linen = load_linen_side(LINEN_SPEC)
+    nnx_class = getattr(import_file(MIGRATED_FILE), NNX_CLASS)
+    args, _ = linen.call_args(train=False)
+    kwargs = linen_ctor_kwargs(linen.model)
+    kwargs.update({{name: int(args[index].shape[-1]) for name, index in INPUT_FEATURE_ARGS.items()}})
+    return ModelPair(
+        linen=linen,
+        nnx_factory=lambda rngs: nnx_class(**kwargs, rngs=rngs),
+        name_map=HERE / {name_map!r},
+        source=str(Path(__file__)),
+    )
+'''
+
+
+def write_pair_spec(out_dir: Path, trace: Trace, result: MigrationResult) -> Path:
+    key = result.name_map.find_class(trace.root_class, trace.root_module)
+    if key is None:
+        raise L2NError(f"--trace: class {trace.root_class} of {trace.spec_ref} was not migrated by this run")
+    entry = result.name_map.classes[key]
+    file_result = next((r for r in result.files if r.rel == entry.file), None)
+    if file_result is None or file_result.target is None:
+        raise L2NError(f"--trace: the migrated {entry.file} was not written")
+    input_args = {a: int(how.split(":")[1]) for a, how in entry.new_args.items() if how.startswith("input:")}
+    unresolved = sorted(a for a, how in entry.new_args.items() if not how.startswith("input:"))
+    linen_spec = trace.spec_ref
+    target_part, sep, func = linen_spec.rpartition(":")
+    probe = target_part if sep else linen_spec
+    if probe.endswith(".py") or Path(probe).is_file():
+        linen_spec = str(Path(probe).resolve()) + (f":{func}" if sep else "")
+    spec_path = Path(out_dir) / SPEC_FILENAME
+    text = TEMPLATE.format(
+        root=trace.root_class,
+        spec_name=SPEC_FILENAME,
+        linen_spec=linen_spec,
+        migrated=str(file_result.target.resolve().relative_to(Path(out_dir).resolve())),
+        nnx_class=trace.root_class,
+        input_args=input_args,
+        unresolved=unresolved,
+        name_map=NAME_MAP_FILENAME,
+    )
+    atomic_write_text(spec_path, text)
+    result.extra_outputs.append(spec_path)
+    return spec_path

@@ -1,0 +1,178 @@
+"""The name map (``linen2nnx-map.json``): how Linen state paths become NNX state paths.
+
+``migrate`` writes it, ``checkpoint_convert`` and ``equivalence`` read it. It is per class so it
+composes along the module tree for any config: a Linen path is walked from the root class, each
+child name is looked up in its class entry, and built-in layers hand over to the layer table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from linen2nnx.errors import L2NError
+from linen2nnx.layers import LAYERS_BY_LINEN
+
+FORMAT = "linen2nnx-map"
+VERSION = 1
+FILENAME = "linen2nnx-map.json"
+
+PathT = tuple[Any, ...]
+
+
+@dataclasses.dataclass
+class Child:
+    attr: str
+    """NNX attribute name."""
+    linen_class: str
+    """``flax.linen.Dense`` for built-ins, else the class key of a migrated class (its qualname)."""
+    container: str | None = None
+    """``list`` / ``dict`` when a ``setup()`` list or dict became ``nnx.List`` / ``nnx.Dict``."""
+
+
+@dataclasses.dataclass
+class ClassEntry:
+    name: str
+    module: str = ""
+    file: str = ""
+    children: dict[str, Child] = dataclasses.field(default_factory=dict)
+    variables: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    """collection -> {Linen variable name -> NNX attribute}."""
+    new_args: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Constructor arguments the NNX class gained -> how their value is obtained."""
+
+
+@dataclasses.dataclass
+class NameMap:
+    classes: dict[str, ClassEntry] = dataclasses.field(default_factory=dict)
+
+    # ---- (de)serialisation --------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "classes": {
+                k: {
+                    "module": c.module,
+                    "file": c.file,
+                    "children": {n: _drop_none(dataclasses.asdict(ch)) for n, ch in c.children.items()},
+                    "variables": c.variables,
+                    "new_args": c.new_args,
+                }
+                for k, c in sorted(self.classes.items())
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], origin: str = "<name map>") -> NameMap:
+        if data.get("format") != FORMAT or data.get("version") != VERSION:
+            raise L2NError(f"{origin}: not a {FORMAT} v{VERSION} file")
+        classes = {}
+        for key, c in data.get("classes", {}).items():
+            classes[key] = ClassEntry(
+                name=key,
+                module=c.get("module", ""),
+                file=c.get("file", ""),
+                children={n: Child(**ch) for n, ch in c.get("children", {}).items()},
+                variables={k: dict(v) for k, v in c.get("variables", {}).items()},
+                new_args=dict(c.get("new_args", {})),
+            )
+        return cls(classes)
+
+    def save(self, path: str | Path) -> None:
+        from linen2nnx.io_utils import atomic_write_text
+
+        atomic_write_text(Path(path), json.dumps(self.to_json(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> NameMap:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError as e:
+            raise L2NError(f"{path}: name map not found") from e
+        except (OSError, json.JSONDecodeError) as e:
+            raise L2NError(f"{path}: unreadable name map: {e}") from e
+        return cls.from_json(data, origin=str(path))
+
+    def merge(self, other: NameMap) -> None:
+        self.classes.update(other.classes)
+
+    # ---- lookup -------------------------------------------------------------------------------
+    def find_class(self, qualname: str, module: str | None = None) -> str | None:
+        """The class key for a Linen class; ``module`` disambiguates same-named classes."""
+        if qualname in self.classes:
+            return qualname
+        hits = [k for k, c in self.classes.items() if k.rsplit(".", 1)[-1] == qualname]
+        if module is not None and len(hits) > 1:
+            hits = [k for k in hits if self.classes[k].module == module] or hits
+        return hits[0] if len(hits) == 1 else None
+
+    def to_nnx_path(self, root: str, collection: str, path: PathT) -> PathT:
+        """Map one Linen variable path (below its collection) to the NNX state path.
+
+        Raises ``KeyError`` naming the first path element the map cannot place.
+        """
+        out: list[Any] = []
+        cls = root
+        i = 0
+        while i < len(path):
+            key = str(path[i])
+            rule = LAYERS_BY_LINEN.get(cls)
+            if rule is not None:
+                out.append(rule.param_renames.get(key, key))
+                out.extend(path[i + 1:])
+                return tuple(out)
+            entry = self.classes.get(cls)
+            if entry is None:  # not migrated by us (e.g. hand-written): names are kept
+                out.extend(path[i:])
+                return tuple(out)
+            if key in entry.children and entry.children[key].container is None:
+                child = entry.children[key]
+                out.append(child.attr)
+                cls = child.linen_class
+                i += 1
+                continue
+            container_hit = _container_lookup(entry, key)
+            if container_hit is not None:
+                child, index = container_hit
+                out.extend([child.attr, index])
+                cls = child.linen_class
+                i += 1
+                continue
+            attr = entry.variables.get(collection, {}).get(key)
+            if attr is not None:
+                out.append(attr)
+                out.extend(path[i + 1:])
+                return tuple(out)
+            raise KeyError(f"{'/'.join(map(str, path[: i + 1]))}: not in the name map for class {cls}")
+        return tuple(out)
+
+
+def _container_lookup(entry: ClassEntry, key: str) -> tuple[Child, Any] | None:
+    for name, child in entry.children.items():
+        if child.container is None or not key.startswith(name + "_"):
+            continue
+        suffix = key[len(name) + 1:]
+        if child.container == "list" and re.fullmatch(r"\d+", suffix):
+            return child, int(suffix)
+        if child.container == "dict":
+            return child, suffix
+    return None
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def flatten(tree: Mapping[str, Any], prefix: PathT = ()) -> Iterable[tuple[PathT, Any]]:
+    """Flatten a nested mapping into ``(path, leaf)`` pairs (mappings are inner nodes)."""
+    for k, v in tree.items():
+        if isinstance(v, Mapping):
+            yield from flatten(v, (*prefix, k))
+        else:
+            yield (*prefix, k), v

@@ -1,0 +1,164 @@
+"""The model pair spec: the one way users point ``convert``, ``check`` and ``train`` at models.
+
+A spec reference is ``package.module:function`` or ``path/to/file.py[:function]`` (default function
+``pair``). The function takes no arguments and returns either
+
+- a :class:`LinenSide` (enough for ``migrate --trace``), or
+- a :class:`ModelPair` (the Linen side plus a factory for the NNX twin and the name map).
+
+Both sides are called the same way: ``inputs(batch)`` gives ``(args, kwargs)`` and the mode keyword
+arguments (``train_kwargs`` / ``eval_kwargs``) are added on top, because ``migrate`` keeps the
+``__call__`` signature of every module it rewrites.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from linen2nnx.errors import SpecError
+
+DEFAULT_FUNCTION = "pair"
+
+
+def _default_inputs(batch: Any) -> tuple[tuple, dict]:
+    return (batch["x"],), {}
+
+
+@dataclasses.dataclass
+class LinenSide:
+    """Everything needed to run the Linen original: module, example batch, loss and modes."""
+
+    model: Any  # flax.linen.Module (unbound)
+    batch: Mapping[str, Any]
+    loss: Callable[[Any, Mapping[str, Any]], Any]  # (outputs, batch) -> scalar
+    inputs: Callable[[Mapping[str, Any]], tuple[tuple, dict]] = _default_inputs
+    train_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {"train": True})
+    eval_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {"train": False})
+    mutable: tuple[str, ...] = ()  # collections a train-mode apply updates, e.g. ("batch_stats",)
+    rng_streams: tuple[str, ...] = ("params", "dropout")
+    optimizer: Any = None  # optax.GradientTransformation
+    seed: int = 0
+    name: str = ""
+
+    def call_args(self, train: bool) -> tuple[tuple, dict]:
+        args, kwargs = self.inputs(self.batch)
+        mode = self.train_kwargs if train else self.eval_kwargs
+        return tuple(args), {**kwargs, **mode}
+
+    def init_rngs(self, seed: int | None = None) -> dict[str, Any]:
+        import jax
+
+        keys = jax.random.split(jax.random.key(self.seed if seed is None else seed), len(self.rng_streams))
+        return dict(zip(self.rng_streams, keys))
+
+    def init_variables(self, seed: int | None = None) -> dict[str, Any]:
+        """``model.init`` on the example batch in eval mode (the usual Linen init)."""
+        args, kwargs = self.call_args(train=False)
+        return self.model.init(self.init_rngs(seed), *args, **kwargs)
+
+
+@dataclasses.dataclass
+class ModelPair:
+    """A Linen model and its NNX twin, plus the name map that relates their state trees."""
+
+    linen: LinenSide
+    nnx_factory: Callable[[Any], Any]  # (nnx.Rngs) -> nnx.Module
+    name_map: Path | None = None
+    source: str = ""  # the spec reference it was loaded from, for messages
+
+    def make_nnx(self, seed: int = 0) -> Any:
+        from flax import nnx
+
+        return self.nnx_factory(nnx.Rngs(*(), **{s: seed + i for i, s in enumerate(self.linen.rng_streams)}))
+
+
+def linen_ctor_kwargs(module: Any) -> dict[str, Any]:
+    """The dataclass fields a Linen module was constructed with (its config), minus parent/name.
+
+    ``migrate`` keeps every dataclass field as a constructor argument of the NNX class, so these
+    kwargs construct the NNX twin too.
+    """
+    return {
+        f.name: getattr(module, f.name)
+        for f in dataclasses.fields(module)
+        if f.init and f.name not in ("parent", "name")
+    }
+
+
+def import_file(path: str | Path, name: str | None = None) -> Any:
+    """Import a Python file as a uniquely named module (its folder goes on ``sys.path``)."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise SpecError(f"{path}: no such file")
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    name = name or f"_linen2nnx_{path.stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SpecError(f"{path}: cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[name]
+        raise SpecError(f"{path}: import failed: {type(e).__name__}: {e}") from e
+    return module
+
+
+def _split_ref(ref: str) -> tuple[str, str]:
+    target, sep, func = ref.rpartition(":")
+    if not sep or "/" in func or func.endswith(".py"):
+        return ref, DEFAULT_FUNCTION
+    return target, func or DEFAULT_FUNCTION
+
+
+def load_spec_object(ref: str) -> Any:
+    """Resolve a spec reference and call its function; returns what the function returned."""
+    target, func_name = _split_ref(ref)
+    if target.endswith(".py") or "/" in target or Path(target).is_file():
+        module = import_file(target)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except Exception as e:
+            raise SpecError(f"spec {ref!r}: cannot import {target!r}: {type(e).__name__}: {e}") from e
+    func = getattr(module, func_name, None)
+    if func is None or not callable(func):
+        raise SpecError(f"spec {ref!r}: {target} has no function {func_name!r}")
+    try:
+        obj = func()
+    except Exception as e:
+        raise SpecError(f"spec {ref!r}: {func_name}() failed: {type(e).__name__}: {e}") from e
+    if isinstance(obj, ModelPair) and not obj.source:
+        obj.source = ref
+    return obj
+
+
+def load_linen_side(ref: str) -> LinenSide:
+    obj = load_spec_object(ref)
+    if isinstance(obj, ModelPair):
+        return obj.linen
+    if isinstance(obj, LinenSide):
+        return obj
+    raise SpecError(f"spec {ref!r}: expected a LinenSide or ModelPair, got {type(obj).__name__}")
+
+
+def load_pair(ref: str) -> ModelPair:
+    obj = load_spec_object(ref)
+    if not isinstance(obj, ModelPair):
+        raise SpecError(
+            f"spec {ref!r}: expected a ModelPair (Linen model + NNX factory), got {type(obj).__name__}; "
+            "a LinenSide alone is enough for `migrate --trace`, not for convert/check"
+        )
+    return obj
