@@ -7,6 +7,7 @@ is left untouched, and never stops the others.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import enum
@@ -144,8 +145,13 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
     try:
         tree = cst.parse_module(source)
     except cst.ParserSyntaxError as e:
-        finding = Finding("L2N-IO-001", Severity.ERROR, path, e.raw_line, e.raw_column + 1,
-                          f"syntax error: {e.message}", "fix the syntax; the file was left untouched")
+        line, col, message = e.raw_line, e.raw_column + 1, e.message
+        try:  # CPython's own parser names the real culprit (an unclosed bracket, ...)
+            compile(source, path, "exec", flags=ast.PyCF_ONLY_AST)
+        except SyntaxError as py_error:
+            line, col, message = py_error.lineno or line, py_error.offset or col, py_error.msg
+        finding = Finding("L2N-IO-001", Severity.ERROR, path, line, col,
+                          f"syntax error: {message}", "fix the syntax; the file was left untouched")
         return FileResult(file_path, path, source, None, [finding], NameMap())
     command = MigrateModules(CodemodContext(filename=path, full_module_name=module_name or None),
                              path=path, module_name=module_name, trace=trace)

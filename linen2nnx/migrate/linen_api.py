@@ -1,6 +1,6 @@
 """Facts about the flax.linen namespace that the codemod reads, derived from flax itself.
 
-Rather than a hand-kept list, the functions that ``flax.nnx`` re-exports *as the same object*
+Rather than a hand-kept list, the names that ``flax.nnx`` re-exports *as the same object*
 (activations, pooling, initializers, ...) are found by identity, so a flax upgrade keeps it right.
 """
 
@@ -14,24 +14,6 @@ LINEN_PREFIXES = ("flax.linen.", "flax.linen")
 _NOT_FEATURE_PRESERVING = frozenset({"one_hot", "dot_product_attention", "dot_product_attention_weights",
                                      "make_attention_mask", "make_causal_mask", "combine_masks", "pool",
                                      "glu", "logsumexp"})
-
-
-@cache
-def shared_functions() -> frozenset[str]:
-    """Names ``n`` with ``flax.nnx.n is flax.linen.n`` that are plain functions (not classes)."""
-    import inspect
-
-    import flax.linen as nn
-    from flax import nnx
-
-    out = set()
-    for name in dir(nn):
-        if name.startswith("_"):
-            continue
-        obj = getattr(nn, name)
-        if getattr(nnx, name, None) is obj and not inspect.isclass(obj) and callable(obj):
-            out.add(name)
-    return frozenset(out)
 
 
 @cache
@@ -63,3 +45,23 @@ def linen_local_name(qualname: str) -> str | None:
     if not qualname.startswith("flax.linen."):
         return None
     return qualname.rsplit(".", 1)[-1]
+
+
+@cache
+def same_in_nnx(dotted: str) -> bool:
+    """True when ``flax.linen.<dotted>`` and ``flax.nnx.<dotted>`` are the very same object.
+
+    Such a reference (``nn.relu``, ``nn.initializers.ones``) can be re-pointed to ``nnx`` with no
+    behaviour change; classes are excluded because Linen and NNX layers differ.
+    """
+    import inspect
+
+    import flax.linen as nn
+    from flax import nnx
+
+    a, b = nn, nnx
+    for part in dotted.split("."):
+        if not (hasattr(a, part) and hasattr(b, part)):
+            return False
+        a, b = getattr(a, part), getattr(b, part)
+    return a is b and not inspect.isclass(a) and not inspect.ismodule(a)

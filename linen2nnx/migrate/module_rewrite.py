@@ -29,7 +29,7 @@ from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameP
 from linen2nnx.layers import LayerRule, layer_rule, nnx_ctor_params
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo
 from linen2nnx.migrate.findings import Finding, Severity
-from linen2nnx.migrate.linen_api import shared_functions
+from linen2nnx.migrate.linen_api import same_in_nnx
 from linen2nnx.migrate.rules import RULES
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import Child, ClassEntry, NameMap
@@ -466,12 +466,14 @@ class MigrateModules(VisitorBasedCodemodCommand):
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         names = self.qualnames(original)
         linen = {q for q in names if q.startswith("flax.linen.")}
-        if linen and original not in self._handled:
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        outermost = not (isinstance(parent, cst.Attribute) and parent.value is original)
+        if linen and original not in self._handled and outermost:
             short = next(iter(linen)).removeprefix("flax.linen.")
-            if short in shared_functions() and isinstance(original.value, cst.Name):
+            if same_in_nnx(short) and _root_name(original) is not None:
                 self.uses_nnx = True
                 self._handled.add(original)
-                return updated.with_changes(value=cst.Name("nnx"))
+                return _repoint_root(updated, "nnx")
             if not (names & (LINEN_MODULE | LINEN_COMPACT)):
                 self._handled.add(original)
                 self.report("L2N-API-002", original, f"flax.linen.{short} has no automatic conversion yet",
@@ -479,7 +481,6 @@ class MigrateModules(VisitorBasedCodemodCommand):
         plan = self._current()
         if (plan is not None and isinstance(original.value, cst.Name) and original.value.value == "self"
                 and original.attr.value in LINEN_SELF_API):
-            parent = self.get_metadata(ParentNodeProvider, original, None)
             if not (isinstance(parent, cst.Assign) or original.attr.value in {f.name for f in plan.fields}):
                 self.report("L2N-API-002", original, f"self.{original.attr.value} is Linen Module API with no "
                             "automatic conversion yet", "see reference: variables and collections")
@@ -526,6 +527,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
         if plan.setup is not None:
             self.report("L2N-MOD-002", plan.setup, f"{plan.name}.setup() moved into __init__")
         init = self._build_init(plan, setup_body)
+        if init_index > 0:
+            init = init.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         body.insert(init_index, init)
         self.report("L2N-MOD-001", original, f"{plan.name} -> nnx.Module")
         self._record_name_map(plan)
@@ -544,7 +547,6 @@ class MigrateModules(VisitorBasedCodemodCommand):
         header = one_line if len(one_line) <= 96 else many_lines
         fn = cst.parse_statement(header)
         assert isinstance(fn, cst.FunctionDef)
-        fn = fn.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         stmts: list[cst.BaseStatement] = [cst.parse_statement(f"self.{f.name} = {f.name}\n") for f in plan.fields]
         for stmt in setup_body:
             stmts.append(self._containerize(plan, stmt))
@@ -660,3 +662,17 @@ def _uses_locals(node: cst.CSTNode, local_names: set[str]) -> bool:
 def _is_docstring(stmt: cst.BaseStatement) -> bool:
     return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
             and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, cst.SimpleString))
+
+
+def _root_name(node: cst.BaseExpression) -> cst.Name | None:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node if isinstance(node, cst.Name) else None
+
+
+def _repoint_root(node: cst.Attribute, alias: str) -> cst.Attribute:
+    """``nn.initializers.ones`` -> ``nnx.initializers.ones``: swap only the root name."""
+    if isinstance(node.value, cst.Name):
+        return node.with_changes(value=cst.Name(alias))
+    assert isinstance(node.value, cst.Attribute)
+    return node.with_changes(value=_repoint_root(node.value, alias))
