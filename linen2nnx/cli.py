@@ -11,14 +11,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console
-
 from linen2nnx import __version__
 from linen2nnx.errors import L2NError
+from linen2nnx.reports.console import make_console
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
-err_console = Console(stderr=True, highlight=False)
+err_console = make_console()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,16 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
 
 
-def _load_name_map(path: str | None, pair=None):
-    from linen2nnx.namemap import NameMap
-
-    if path:
-        return NameMap.load(path)
-    if pair is not None and pair.name_map is not None:
-        return NameMap.load(pair.name_map)
-    return None
-
-
 def cmd_migrate(args: argparse.Namespace) -> int:
     from linen2nnx.migrate.engine import Mode, migrate_paths
     from linen2nnx.reports.migration import render_json, render_text
@@ -128,17 +117,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from linen2nnx.spec import load_pair
 
     pair = load_pair(args.spec)
-    name_map = _load_name_map(args.map, pair)
-    report = convert(args.src, args.dst, pair, name_map, force=args.force)
-    from linen2nnx.reports.console import print_conversion
+    report = convert(args.src, args.dst, pair, args.map, force=args.force)
+    from linen2nnx.reports.console import render_conversion
 
-    print_conversion(report)
+    render_conversion(report, console=err_console)
     if args.json:
-        import json
+        from linen2nnx.reports.json_report import write_json
 
-        from linen2nnx.io_utils import atomic_write_text
-
-        atomic_write_text(Path(args.json), json.dumps(report.to_json(), indent=2) + "\n")
+        write_json(report, args.json)
     return EXIT_OK
 
 
@@ -147,16 +133,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     from linen2nnx.spec import load_pair
 
     pair = load_pair(args.spec)
-    name_map = _load_name_map(args.map, pair)
-    result = check(pair, args.ckpt, args.nnx_ckpt, name_map=name_map)
-    from linen2nnx.reports.console import print_parity
+    result = check(pair, args.ckpt, args.nnx_ckpt, name_map=args.map)
+    from linen2nnx.reports.console import render_parity
 
-    print_parity(result)
+    render_parity(result, console=err_console)
     if args.json:
-        from linen2nnx.io_utils import atomic_write_text
-        from linen2nnx.reports.json_report import parity_to_json_text
+        from linen2nnx.reports.json_report import write_json
 
-        atomic_write_text(Path(args.json), parity_to_json_text(result))
+        write_json(result, args.json)
     return EXIT_OK if result.passed else EXIT_FINDINGS
 
 

@@ -19,8 +19,8 @@ _NOT_FEATURE_PRESERVING = frozenset({"one_hot", "dot_product_attention", "dot_pr
 @cache
 def feature_preserving_functions() -> frozenset[str]:
     """Qualified names of functions whose output keeps the input's last-axis size."""
-    import jax
     import flax.linen as nn
+    import jax
 
     jax_nn = {id(getattr(jax.nn, n)) for n in dir(jax.nn) if not n.startswith("_")}
     names = set()

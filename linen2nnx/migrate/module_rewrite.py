@@ -268,8 +268,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
             def _leave_loop(self, node: cst.CSTNode) -> None:
                 self.loop_depth -= 1
 
-            visit_For = visit_While = visit_ListComp = visit_GeneratorExp = visit_Lambda = _enter_loop  # noqa: N815
-            leave_For = leave_While = leave_ListComp = leave_GeneratorExp = leave_Lambda = _leave_loop  # noqa: N815
+            visit_For = visit_While = visit_ListComp = visit_GeneratorExp = visit_Lambda = _enter_loop
+            leave_For = leave_While = leave_ListComp = leave_GeneratorExp = leave_Lambda = _leave_loop
 
             def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
                 return node is fn

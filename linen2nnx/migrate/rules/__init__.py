@@ -43,3 +43,20 @@ RULES: dict[str, Rule] = {
 
 def rule(rule_id: str) -> Rule:
     return RULES[rule_id]
+
+
+def render_rules_markdown() -> str:
+    """``docs/rules.md``, generated from :data:`RULES` (``python -m linen2nnx.migrate.rules``)."""
+    lines = [
+        "# Migration rules",
+        "",
+        "Generated from `linen2nnx/migrate/rules/__init__.py` by `python -m linen2nnx.migrate.rules`; do not edit.",
+        "",
+        "Severity: `converted` (rewritten, behaviour preserved), `unsafe` (rewritten under a stated assumption),",
+        "`manual` (not rewritten; an inline `# TODO(linen2nnx): RULE` marks the spot), `error` (file untouched).",
+        "",
+        "| id | severity | what it means |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{r.id}` | {r.severity.value} | {r.summary} |" for r in RULES.values()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,198 @@
+"""The conversion pipeline: read -> map -> validate -> assemble -> write.
+
+``convert`` is the CLI's entry point (disk to disk); ``convert_state`` does the same in memory and
+is how the equivalence stage gets its NNX twin, so the weights ``check`` compares are exactly the
+weights ``convert`` would write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from linen2nnx.checkpoint_convert.mapping import (
+    Leaf,
+    Match,
+    PathT,
+    Problem,
+    map_structurally,
+    map_with_name_map,
+)
+from linen2nnx.checkpoint_convert.read import LinenCheckpoint, read_linen_checkpoint
+from linen2nnx.checkpoint_convert.report import ConversionReport, KeptLeaf, MappedLeaf
+from linen2nnx.checkpoint_convert.validate import (
+    Target,
+    abstract_target,
+    dtype_name,
+    raise_problems,
+    validate,
+)
+from linen2nnx.checkpoint_convert.write import write_nnx_checkpoint
+from linen2nnx.errors import L2NError
+from linen2nnx.namemap import NameMap
+
+
+@dataclasses.dataclass
+class Plan:
+    """A validated mapping: every target slot is either filled by one Linen leaf or kept from init."""
+
+    target: Target
+    matches: list[Match]
+    kept: list[Any]  # list[Slot]
+    strategy: str
+    checkpoint: LinenCheckpoint
+
+
+@dataclasses.dataclass
+class Converted:
+    """The converted NNX state (plus optimizer state when asked for) and its report."""
+
+    graphdef: Any
+    state: Any
+    report: ConversionReport
+    optimizer_state: Any = None
+
+    def model(self) -> Any:
+        from flax import nnx
+
+        return nnx.merge(self.graphdef, self.state)
+
+
+def resolve_name_map(pair: Any, name_map: NameMap | str | Path | None) -> NameMap | None:
+    """An explicit map wins; else the pair's ``name_map`` file if it names one."""
+    if isinstance(name_map, NameMap):
+        return name_map
+    if name_map is not None:
+        return NameMap.load(name_map)
+    if getattr(pair, "name_map", None):
+        return NameMap.load(pair.name_map)
+    return None
+
+
+def root_class(pair: Any, name_map: NameMap | None) -> str | None:
+    """The name-map key of the pair's Linen root class, if the map knows it."""
+    if name_map is None:
+        return None
+    cls = type(pair.linen.model)
+    return name_map.find_class(cls.__qualname__, cls.__module__)
+
+
+def plan_conversion(ckpt: LinenCheckpoint, pair: Any, name_map: NameMap | str | Path | None = None) -> Plan:
+    """Map and validate without touching weights; raises ConversionError naming every problem."""
+    nmap = resolve_name_map(pair, name_map)
+    target = abstract_target(pair.make_nnx)
+    leaves = [Leaf(coll, path, tuple(getattr(a, "shape", ())), getattr(a, "dtype", None))
+              for coll, path, a in ckpt.leaves()]
+    root = root_class(pair, nmap)
+    problems: list[Problem]
+    if root is not None:
+        matches, problems = map_with_name_map(leaves, nmap, root)  # type: ignore[arg-type]
+        strategy = f"name map (root {root})"
+    else:
+        matches, problems = map_structurally(leaves, target.slots)
+        strategy = "structural" if nmap is None else (
+            f"structural ({type(pair.linen.model).__qualname__} not in the name map)")
+    good, kept, problems = validate(leaves, matches, problems, target, ckpt.collections)
+    raise_problems(problems, ckpt.source, target.name)
+    return Plan(target, good, kept, strategy, ckpt)
+
+
+def convert_tree(linen_tree: Any, pair: Any, name_map: NameMap | str | Path | None = None, *,
+                 optimizer: bool | None = None) -> Converted:
+    """Convert a Linen checkpoint (path or tree) into an NNX state, validated, in memory.
+
+    ``optimizer``: convert ``opt_state`` + ``step`` into an ``nnx.Optimizer`` state too. ``None``
+    means "when the pair has an optimizer and the checkpoint has an opt_state".
+    """
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    ckpt = read_linen_checkpoint(linen_tree)
+    timings["read"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    plan = plan_conversion(ckpt, pair, name_map)
+    timings["plan"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    arrays = {(coll, path): a for coll, path, a in ckpt.leaves()}
+    flat_abstract = dict(nnx.to_flat_state(plan.target.abstract_state))
+    filled: dict[PathT, Any] = {}
+    mapped: list[MappedLeaf] = []
+    for m in plan.matches:
+        var = flat_abstract[m.nnx_path]
+        filled[m.nnx_path] = var.replace(value=jnp.asarray(arrays[(m.leaf.collection, m.leaf.path)]))
+        slot = plan.target.slots[m.nnx_path]
+        mapped.append(MappedLeaf(m.leaf.collection, m.leaf.path, m.nnx_path, slot.type_name,
+                                 tuple(slot.shape), dtype_name(slot.dtype), m.how))
+    kept_paths = {s.path for s in plan.kept}
+    if kept_paths:
+        # Only the kept state leaves the jitted init, so XLA drops the (unused) param initialisers.
+        fresh = jax.jit(lambda: nnx.state(pair.make_nnx(), lambda path, _: tuple(path) in kept_paths))()
+        for path, var in nnx.to_flat_state(fresh):
+            filled[tuple(path)] = var
+    state = nnx.from_flat_state([(p, filled[p]) for p in plan.target.slots])
+    timings["assemble"] = time.perf_counter() - t0
+
+    report = ConversionReport(
+        source=ckpt.source, target=plan.target.name, strategy=plan.strategy,
+        mapped=sorted(mapped, key=lambda m: m.linen),
+        kept_from_init=[KeptLeaf(s.path, s.type_name, tuple(s.shape), dtype_name(s.dtype)) for s in plan.kept],
+        ignored=dict(ckpt.ignored), unboxed=list(ckpt.unboxed), source_format=ckpt.format, step=ckpt.step,
+        timings=timings,
+    )
+    opt_state = None
+    tx = getattr(pair.linen, "optimizer", None)
+    if optimizer is None:
+        optimizer = tx is not None and ckpt.opt_state is not None
+    if optimizer:
+        if tx is None or ckpt.opt_state is None:
+            missing = "the pair has no optimizer" if tx is None else f"{ckpt.source} has no opt_state"
+            raise L2NError(f"cannot convert the optimizer state: {missing}")
+        from linen2nnx.checkpoint_convert.optimizer import convert_opt_state
+
+        t0 = time.perf_counter()
+        opt_state, report.optimizer = convert_opt_state(
+            ckpt.opt_state, ckpt.step, report.param_table(), pair.make_nnx, tx, ckpt.source)
+        timings["optimizer"] = time.perf_counter() - t0
+    return Converted(plan.target.graphdef, state, report, opt_state)
+
+
+def convert_state(linen_tree: Any, pair: Any, name_map: NameMap | str | Path | None = None) -> tuple[Any, ConversionReport]:
+    """In-memory conversion: ``(NNX model with the Linen weights loaded, report)``.
+
+    The equivalence stage uses this so that parity is checked on converter output, never on a
+    re-initialised model.
+    """
+    converted = convert_tree(linen_tree, pair, name_map, optimizer=False)
+    return converted.model(), converted.report
+
+
+def convert(src: Any, dst: str | Path, pair: Any, name_map: NameMap | str | Path | None = None, *,
+            force: bool = False, optimizer: bool | None = None) -> ConversionReport:
+    """Convert the Linen checkpoint ``src`` into an NNX checkpoint directory ``dst``.
+
+    Everything is validated against ``pair.make_nnx()`` before anything is written; on any problem
+    a ConversionError lists every bad path and ``dst`` is left untouched. ``dst`` is replaced only
+    with ``force``.
+    """
+    dst = Path(dst).expanduser().absolute()
+    if dst.exists() and not force:
+        raise L2NError(f"{dst}: already exists (pass --force to replace it)")
+    if isinstance(src, (str, Path)):
+        s = Path(src).expanduser().absolute()
+        if s == dst or dst in s.parents or s in dst.parents:
+            raise L2NError(f"{dst}: the destination must not contain or be inside the source {s}")
+    converted = convert_tree(src, pair, name_map, optimizer=optimizer)
+    report = converted.report
+    report.destination = str(dst)
+    t0 = time.perf_counter()
+    write_nnx_checkpoint(dst, converted.state, report.to_json(), optimizer_state=converted.optimizer_state,
+                         force=force)
+    report.timings["write"] = time.perf_counter() - t0
+    return report

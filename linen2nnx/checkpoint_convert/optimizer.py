@@ -1,0 +1,94 @@
+"""Convert a Linen ``TrainState.opt_state`` + ``step`` into an ``nnx.Optimizer`` state.
+
+It is the same optax structure on both sides (reference §6.2): Orbax restores the Linen tuple as a
+list with ``None`` for ``EmptyState`` (msgpack: a dict with ``'0'``, ``'1'`` … keys), NNX keeps it
+as ``opt_state/0/...`` with leafless states gone, and ``mu`` / ``nu`` mirror the param tree, so
+their paths get the same rename as the params. ``step`` becomes the NNX ``uint32`` counter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from linen2nnx.checkpoint_convert.mapping import PathT, Problem, join, map_opt_state_path
+from linen2nnx.checkpoint_convert.report import MappedLeaf
+from linen2nnx.checkpoint_convert.validate import dtype_name, raise_problems
+
+
+def abstract_optimizer(make_nnx: Any, tx: Any) -> tuple[Any, Any]:
+    """``(graphdef, abstract state)`` of ``nnx.Optimizer(make_nnx(), tx, wrt=nnx.Param)``."""
+    from flax import nnx
+
+    abstract = nnx.eval_shape(lambda: nnx.Optimizer(make_nnx(), tx, wrt=nnx.Param))
+    return nnx.graphdef(abstract), nnx.state(abstract)
+
+
+def convert_opt_state(opt_state: Any, step: int | None, param_table: Mapping[PathT, PathT], make_nnx: Any,
+                      tx: Any, source: str) -> tuple[Any, list[MappedLeaf]]:
+    """Fill the abstract NNX optimizer state from the Linen one; ConversionError lists every problem."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    _, abstract = abstract_optimizer(make_nnx, tx)
+    slots = {tuple(p): v for p, v in nnx.to_flat_state(abstract)}
+    by_str = {tuple(map(str, p)): p for p in slots}
+    table = {tuple(map(str, k)): v for k, v in param_table.items()}
+    filled: dict[PathT, Any] = {}
+    mapped: list[MappedLeaf] = []
+    problems: list[Problem] = []
+    for lpath, leaf in _flatten(opt_state):
+        leaf = leaf if hasattr(leaf, "dtype") else np.asarray(leaf)
+        npath = ("opt_state", *map_opt_state_path(lpath, table))
+        hit = by_str.get(tuple(map(str, npath)))
+        lname = join(("opt_state", *lpath))
+        if hit is None:
+            problems.append(Problem("no NNX home", lname, join(npath), "the NNX optimizer has no such state"))
+            continue
+        want = slots[hit].get_value()
+        if tuple(want.shape) != tuple(np.shape(leaf)) or np.dtype(want.dtype) != np.dtype(leaf.dtype):
+            problems.append(Problem("shape/dtype mismatch", lname, join(hit),
+                                    f"expected {tuple(want.shape)} {dtype_name(want.dtype)}, "
+                                    f"got {tuple(np.shape(leaf))} {dtype_name(leaf.dtype)}"))
+            continue
+        filled[hit] = jnp.asarray(leaf)
+        mapped.append(MappedLeaf("opt_state", lpath, hit, type(slots[hit]).__name__, tuple(want.shape),
+                                 dtype_name(want.dtype), "optax"))
+    step_path = by_str.get(("step",))
+    if step_path is not None and step is not None:
+        want = slots[step_path].get_value()
+        filled[step_path] = jnp.asarray(step, dtype=want.dtype)  # Linen int32 -> NNX uint32
+        mapped.append(MappedLeaf("step", (), step_path, type(slots[step_path]).__name__, (),
+                                 dtype_name(want.dtype), "cast"))
+    for path in sorted(slots, key=join):
+        if path not in filled:
+            problems.append(Problem("not filled", None, join(path), "no Linen optimizer leaf maps to it"))
+    raise_problems(problems, f"{source} (opt_state)", "nnx.Optimizer")
+    state = nnx.from_flat_state([(p, slots[p].replace(value=filled[p])) for p in slots])
+    return state, mapped
+
+
+def restore_optimizer(model: Any, tx: Any, state: Any) -> Any:
+    """An ``nnx.Optimizer`` over ``model`` carrying a converted (or restored) optimizer state."""
+    from flax import nnx
+
+    opt = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    nnx.update(opt, state)
+    return opt
+
+
+def _flatten(tree: Any, prefix: PathT = ()) -> list[tuple[PathT, Any]]:
+    out: list[tuple[PathT, Any]] = []
+    if tree is None:
+        return out
+    if isinstance(tree, Mapping):
+        for k, v in tree.items():
+            out += _flatten(v, (*prefix, k))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            out += _flatten(v, (*prefix, i))
+    else:
+        out.append((prefix, tree))
+    return out

@@ -1,0 +1,139 @@
+"""Check a mapping against the target NNX model before a single byte is written.
+
+The target is built abstractly (``nnx.eval_shape``), so validation allocates no weights. Rules:
+every ``Param`` / ``BatchStat`` slot (and every ``Cache`` slot when the checkpoint has a ``cache``
+collection) is filled exactly once, with the same shape and dtype; every Linen leaf has a home of
+the right Variable type. Everything else in the NNX state (``RngKey`` / ``RngCount`` under
+``rngs``, see reference §1.1) is kept from a fresh init. All problems are collected and raised
+together as one :class:`~linen2nnx.errors.ConversionError`, because fixing them one run at a time is
+slow and ``nnx.replace_by_pure_dict`` would silently accept most of them (reference §0 #8).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from linen2nnx.checkpoint_convert.mapping import Leaf, Match, PathT, Problem, Slot, join, variable_type
+from linen2nnx.errors import ConversionError, L2NError
+
+#: Collections whose NNX slots must all be filled even when the checkpoint lacks the collection.
+ALWAYS_REQUIRED = ("params", "batch_stats")
+
+
+@dataclasses.dataclass
+class Target:
+    """The abstract NNX model: its graphdef, abstract state and flat slot table."""
+
+    graphdef: Any
+    abstract_state: Any
+    slots: dict[PathT, Slot]
+    name: str
+
+
+def abstract_target(make_nnx: Any, name: str = "") -> Target:
+    """Build the target model with ``nnx.eval_shape`` (shapes only) and list its state leaves."""
+    from flax import nnx
+
+    try:
+        abstract = nnx.eval_shape(make_nnx)
+    except Exception as e:
+        raise L2NError(f"cannot build the target NNX model{f' {name}' if name else ''}: "
+                       f"{type(e).__name__}: {e}") from e
+    graphdef, state = nnx.split(abstract)
+    slots: dict[PathT, Slot] = {}
+    for path, var in nnx.to_flat_state(state):
+        value = var.get_value() if isinstance(var, nnx.Variable) else var
+        vtype = type(var) if isinstance(var, nnx.Variable) else object
+        slots[tuple(path)] = Slot(tuple(path), vtype, tuple(getattr(value, "shape", ())),
+                                  getattr(value, "dtype", None))
+    return Target(graphdef, state, slots, name or type(abstract).__name__)
+
+
+def required_types(collections: Iterable[str]) -> tuple[type, ...]:
+    """Variable types whose every slot must come from the checkpoint."""
+    return tuple(variable_type(c) for c in sorted({*ALWAYS_REQUIRED, *collections}))
+
+
+def validate(leaves: list[Leaf], matches: list[Match], problems: list[Problem], target: Target,
+             collections: Iterable[str]) -> tuple[list[Match], list[Slot], list[Problem]]:
+    """Return (good matches, slots kept from init, all problems) — nothing is raised here."""
+    problems = list(problems)
+    named = {n for p in problems if p.linen for n in p.linen.split(", ")}
+    named_nnx = {n for p in problems if p.nnx for n in p.nnx.split(", ")}
+    matched = {m.leaf for m in matches}
+    by_slot: dict[PathT, list[Match]] = defaultdict(list)
+    good: list[Match] = []
+    for m in matches:
+        slot = target.slots.get(m.nnx_path)
+        leaf = m.leaf
+        nnx_name = join(m.nnx_path)
+        if slot is None:
+            problems.append(Problem("no NNX home", leaf.name, nnx_name,
+                                    f"the target model has no state at this path (got {_fmt(leaf)})"))
+            continue
+        want = variable_type(leaf.collection)
+        if not issubclass(slot.var_type, want):
+            problems.append(Problem("type mismatch", leaf.name, nnx_name,
+                                    f"expected a {want.__name__} slot, the target has a {slot.type_name}"))
+            continue
+        by_slot[m.nnx_path].append(m)
+        if tuple(slot.shape) != tuple(leaf.shape):
+            problems.append(Problem("shape mismatch", leaf.name, nnx_name,
+                                    f"expected {_fmt(slot)}, got {_fmt(leaf)}"))
+        elif np.dtype(slot.dtype) != np.dtype(leaf.dtype):
+            problems.append(Problem("dtype mismatch", leaf.name, nnx_name,
+                                    f"expected {_fmt(slot)}, got {_fmt(leaf)}"))
+        else:
+            good.append(m)
+    for path, ms in sorted(by_slot.items(), key=lambda kv: join(kv[0])):
+        if len(ms) > 1:
+            problems.append(Problem("filled twice", ", ".join(m.leaf.name for m in ms), join(path),
+                                    f"{len(ms)} Linen leaves map to one NNX slot"))
+    dup = {p for p, ms in by_slot.items() if len(ms) > 1}
+    good = [m for m in good if m.nnx_path not in dup]
+    for leaf in leaves:
+        if leaf not in matched and leaf.name not in named:
+            problems.append(Problem("no NNX home", leaf.name, None,
+                                    f"no NNX slot of type {variable_type(leaf.collection).__name__} "
+                                    f"matches this path (got {_fmt(leaf)})"))
+    required = required_types(collections)
+    kept: list[Slot] = []
+    for path, slot in sorted(target.slots.items(), key=lambda kv: join(kv[0])):
+        if path in by_slot:
+            continue
+        if not issubclass(slot.var_type, required):
+            kept.append(slot)
+        elif join(path) not in named_nnx:
+            problems.append(Problem("not filled", None, join(path),
+                                    f"no Linen leaf maps to this {slot.type_name} {_fmt(slot)}"))
+    return good, kept, problems
+
+
+def raise_problems(problems: list[Problem], source: str, target: str) -> None:
+    """One ConversionError that names every problem, sorted so the message is stable."""
+    if not problems:
+        return
+    lines = sorted({str(p) for p in problems})
+    raise ConversionError(
+        f"cannot convert {source} into {target}: {len(lines)} problem(s), nothing written\n"
+        + "\n".join(f"  - {line}" for line in lines)
+    )
+
+
+def _fmt(x: Slot | Leaf) -> str:
+    return f"{tuple(x.shape)} {dtype_name(x.dtype)}"
+
+
+def dtype_name(dtype: Any) -> str:
+    """``float32`` for numpy dtypes, the jax spelling for the rest (``key<fry>``)."""
+    if dtype is None:
+        return "?"
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype)

@@ -1,0 +1,96 @@
+"""Write a converted NNX checkpoint atomically, and load it back the standard NNX way.
+
+Layout of ``dst`` (one directory, nothing written beside it)::
+
+    dst/                          Orbax StandardCheckpointer payload of nnx.state(model) (full state)
+    dst/linen2nnx-conversion.json the conversion report (Orbax ignores unknown entries)
+    dst/optimizer/                only when optax state was converted: payload of nnx.state(optimizer)
+
+The model payload restores with the plain recipe (reference §8), so no linen2nnx code is needed
+to use it::
+
+    graphdef, abstract = nnx.split(nnx.eval_shape(make_model))
+    model = nnx.merge(graphdef, ocp.StandardCheckpointer().restore(dst, abstract))
+
+The directory is built in a temp sibling and moved into place only when complete
+(:func:`linen2nnx.io_utils.atomic_write_dir`): a failed or interrupted run leaves no ``dst``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from linen2nnx.errors import L2NError
+from linen2nnx.io_utils import atomic_write_dir
+
+REPORT_FILENAME = "linen2nnx-conversion.json"
+OPTIMIZER_DIR = "optimizer"
+
+
+def write_nnx_checkpoint(dst: str | Path, state: Any, report: dict[str, Any] | None = None, *,
+                         optimizer_state: Any = None, force: bool = False) -> Path:
+    """Save ``state`` (an ``nnx.State``) to ``dst`` with Orbax, plus the JSON report; all or nothing."""
+    import orbax.checkpoint as ocp
+
+    dst = Path(dst).expanduser().absolute()
+    if dst.exists() and not dst.is_dir():
+        raise L2NError(f"{dst}: exists and is not a directory")
+
+    def fill(tmp: Path) -> None:
+        with ocp.StandardCheckpointer() as ckptr:
+            ckptr.save(tmp, state)
+            ckptr.wait_until_finished()
+            if optimizer_state is not None:
+                ckptr.save(tmp / OPTIMIZER_DIR, optimizer_state)
+                ckptr.wait_until_finished()
+        if report is not None:
+            (tmp / REPORT_FILENAME).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+    atomic_write_dir(dst, fill, overwrite=force)
+    return dst
+
+
+def load_nnx_checkpoint(path: str | Path, pair: Any) -> Any:
+    """Restore a converted checkpoint onto ``pair.make_nnx()``'s structure; returns the NNX module.
+
+    Uses the standard recipe only (abstract model + ``StandardCheckpointer.restore``), which is the
+    point: a converted checkpoint must not need linen2nnx to be loaded.
+    """
+    import orbax.checkpoint as ocp
+    from flax import nnx
+
+    path = Path(path).expanduser().absolute()
+    if not (path / "_METADATA").exists():
+        what = "not found" if not path.exists() else "not an Orbax checkpoint directory (no _METADATA)"
+        raise L2NError(f"{path}: NNX checkpoint {what}")
+    abstract_model = nnx.eval_shape(pair.make_nnx)
+    graphdef, abstract = nnx.split(abstract_model)
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            state = ckptr.restore(path, abstract)
+    except Exception as e:
+        raise L2NError(f"{path}: cannot restore onto {type(abstract_model).__name__}: {type(e).__name__}: {e}") from e
+    return nnx.merge(graphdef, state)
+
+
+def load_optimizer_state(path: str | Path, abstract_optimizer_state: Any) -> Any:
+    """Restore ``dst/optimizer`` onto ``nnx.state(nnx.eval_shape(lambda: nnx.Optimizer(...)))``."""
+    import orbax.checkpoint as ocp
+
+    opt_path = Path(path).expanduser().absolute() / OPTIMIZER_DIR
+    if not (opt_path / "_METADATA").exists():
+        raise L2NError(f"{opt_path}: no converted optimizer state")
+    with ocp.StandardCheckpointer() as ckptr:
+        return ckptr.restore(opt_path, abstract_optimizer_state)
+
+
+def read_report(path: str | Path) -> dict[str, Any]:
+    """The conversion report stored in a converted checkpoint."""
+    p = Path(path) / REPORT_FILENAME
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise L2NError(f"{p}: no conversion report") from e
+

@@ -1,0 +1,348 @@
+"""checkpoint_convert: Linen TrainState checkpoints -> validated, atomic NNX checkpoints.
+
+The Linen checkpoints are tiny TrainStates trained for two steps (fixtures/twins/zoo_twins.py), so
+params, batch statistics and adam moments all differ from any init.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from flax import nnx, serialization
+
+from linen2nnx.checkpoint_convert import (
+    REPORT_FILENAME,
+    convert,
+    convert_state,
+    convert_tree,
+    load_nnx_checkpoint,
+    load_optimizer_state,
+    read_linen_checkpoint,
+    restore_optimizer,
+)
+from linen2nnx.checkpoint_convert.mapping import normalise
+from linen2nnx.checkpoint_convert.optimizer import abstract_optimizer
+from linen2nnx.errors import ConversionError, L2NError
+from linen2nnx.spec import LinenSide, ModelPair, import_file, load_pair
+
+TWINS_FILE = Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py"
+twins = import_file(TWINS_FILE)
+
+
+def tol(ref) -> float:
+    return 1e-5 * (1.0 + float(np.max(np.abs(ref))))
+
+
+def assert_close(ref, got, what=""):
+    ref, got = np.asarray(ref), np.asarray(got)
+    assert ref.shape == got.shape, what
+    assert np.max(np.abs(ref - got)) <= tol(ref), what
+
+
+def flat(tree) -> dict[str, np.ndarray]:
+    from flax.traverse_util import flatten_dict
+
+    return {"/".join(map(str, k)): np.asarray(v) for k, v in flatten_dict(tree).items()}
+
+
+def nnx_flat(model, filt=...) -> dict[str, np.ndarray]:
+    return {"/".join(map(str, p)): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(nnx.state(model, filt))}
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("linen")
+    return {kind: twins.save_orbax(twins.trained_state(kind), root / kind) for kind in ("mlp", "cnn")}
+
+
+@pytest.fixture(scope="module")
+def cnn_converted(ckpts, tmp_path_factory):
+    dst = tmp_path_factory.mktemp("nnx") / "cnn"
+    report = convert(ckpts["cnn"], dst, twins.cnn_pair(), twins.cnn_name_map())
+    return dst, report
+
+
+# ---- the happy path ----------------------------------------------------------------------------
+def test_cnn_checkpoint_restores_with_standard_recipe_and_gives_forward_parity(cnn_converted):
+    dst, report = cnn_converted
+    pair = twins.cnn_pair()
+    state = twins.trained_state("cnn")
+    # the plain NNX recipe, no linen2nnx code involved
+    graphdef, abstract = nnx.split(nnx.eval_shape(pair.make_nnx))
+    with ocp.StandardCheckpointer() as ckptr:
+        model = nnx.merge(graphdef, ckptr.restore(dst, abstract))
+    args, kwargs = pair.linen.call_args(train=False)
+    ref = pair.linen.model.apply({"params": state.params, "batch_stats": state.batch_stats}, *args, **kwargs)
+    assert_close(ref, model(*args, **kwargs), "eval forward")
+    # trained values, not an init: BatchNorm statistics moved away from (0, 1)
+    got = nnx_flat(model, nnx.BatchStat)
+    for lpath, arr in flat(state.batch_stats).items():
+        nnx_path = lpath.replace("BatchNorm_", "batch_norm_")
+        np.testing.assert_array_equal(got[nnx_path], arr)
+    assert not np.allclose(got["batch_norm_0/mean"], 0.0)
+    assert report.strategy == "name map (root CNN)"
+    assert {m.how for m in report.mapped} == {"name map"}
+    assert len(report.mapped) == 16 and report.step == 2
+
+
+def test_converted_checkpoint_layout_and_report(cnn_converted):
+    dst, _ = cnn_converted
+    assert (dst / "_METADATA").exists() and (dst / REPORT_FILENAME).exists()
+    assert sorted(p.name for p in dst.parent.iterdir()) == ["cnn"]  # no temp siblings left
+    data = json.loads((dst / REPORT_FILENAME).read_text())
+    assert data["schema"] == "linen2nnx-conversion/1"
+    rows = {r["linen"]: r for r in data["mapped"]}
+    assert rows["params/Conv_0/kernel"]["nnx"] == "conv_0/kernel"
+    assert rows["params/Conv_0/kernel"]["shape"] == [3, 3, 1, 4]
+    assert rows["batch_stats/BatchNorm_1/var"] == {
+        "linen": "batch_stats/BatchNorm_1/var", "nnx": "batch_norm_1/var", "type": "BatchStat",
+        "shape": [8], "dtype": "float32", "how": "name map"}
+    kept = {r["nnx"]: r["type"] for r in data["kept_from_init"]}
+    assert kept == {"dropout_0/rngs/count": "RngCount", "dropout_0/rngs/key": "RngKey"}
+    assert data["ignored"] == {}
+    # the optimizer state travelled too, because the pair has an optimizer
+    assert (dst / "optimizer" / "_METADATA").exists()
+    assert any(r["nnx"] == "opt_state/0/mu/dense_0/kernel" for r in data["optimizer"])
+
+
+def test_load_nnx_checkpoint_round_trip(cnn_converted):
+    dst, _ = cnn_converted
+    pair = twins.cnn_pair()
+    model = load_nnx_checkpoint(dst, pair)
+    again, _ = convert_state(twins.trained_state("cnn"), pair, twins.cnn_name_map())
+    a, b = nnx_flat(model, nnx.Any(nnx.Param, nnx.BatchStat)), nnx_flat(again, nnx.Any(nnx.Param, nnx.BatchStat))
+    assert a.keys() == b.keys() and len(a) == 16
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    # RNG state kept from a fresh init of the same pair: dropout still works after loading
+    fresh = pair.make_nnx()
+    np.testing.assert_array_equal(jax.random.key_data(model.dropout_0.rngs.key[...]),
+                                  jax.random.key_data(fresh.dropout_0.rngs.key[...]))
+
+
+def test_optimizer_state_converts_and_next_step_matches_linen(ckpts, tmp_path):
+    pair = twins.mlp_pair()
+    state = twins.trained_state("mlp")
+    report = convert(ckpts["mlp"], tmp_path / "mlp", pair, twins.mlp_name_map())
+    assert report.optimizer and report.step == 2
+    model = load_nnx_checkpoint(tmp_path / "mlp", pair)
+    _, abstract = abstract_optimizer(pair.make_nnx, pair.linen.optimizer)
+    opt = restore_optimizer(model, pair.linen.optimizer, load_optimizer_state(tmp_path / "mlp", abstract))
+    assert int(opt.step[...]) == 2 and opt.step[...].dtype == jnp.uint32
+    np.testing.assert_array_equal(opt.opt_state[0].mu["dense1"]["kernel"][...], state.opt_state[0].mu["dense1"]["kernel"])
+    # one more (eval-mode) step on both sides gives the same params
+    args, kwargs = pair.linen.call_args(train=False)
+    loss = pair.linen.loss
+
+    @jax.jit
+    def linen_step(st):
+        grads = jax.grad(lambda p: loss(pair.linen.model.apply({"params": p}, *args, **kwargs), pair.linen.batch))
+        return st.apply_gradients(grads=grads(st.params)).params
+
+    @nnx.jit
+    def nnx_step(model, opt):
+        opt.update(model, nnx.grad(lambda m: loss(m(*args, **kwargs), pair.linen.batch))(model))
+
+    lnext = linen_step(state)
+    nnx_step(model, opt)
+    for path, ref in flat(lnext).items():
+        assert_close(ref, nnx_flat(model, nnx.Param)[path], path)
+
+
+# ---- sources -----------------------------------------------------------------------------------
+def test_msgpack_and_in_memory_sources_agree_with_orbax(ckpts, tmp_path):
+    state = twins.trained_state("cnn")
+    msgpack = tmp_path / "cnn.msgpack"
+    msgpack.write_bytes(serialization.to_bytes(state))
+    from_disk = read_linen_checkpoint(ckpts["cnn"])
+    from_msgpack = read_linen_checkpoint(msgpack)
+    from_object = read_linen_checkpoint(state)
+    assert (from_disk.format, from_msgpack.format) == ("orbax", "msgpack")
+    assert from_disk.step == from_msgpack.step == from_object.step == 2
+    for other in (from_msgpack, from_object):
+        a, b = flat(from_disk.collections), flat(other.collections)
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+    _, report = convert_state(msgpack, twins.cnn_pair(), twins.cnn_name_map())
+    assert report.source_format == "msgpack" and len(report.mapped) == 16
+
+
+def test_bare_variables_with_partitioning_boxes_are_unboxed():
+    pair = twins.mlp_pair()
+    variables = pair.linen.init_variables()
+    params = jax.tree.map(lambda x: x, variables["params"])
+    params["dense1"]["kernel"] = nn.LogicallyPartitioned(params["dense1"]["kernel"], ("embed", "mlp"))
+    params["head"]["kernel"] = {"value": params["head"]["kernel"]}  # how Orbax/msgpack restore a box
+    model, report = convert_state({"params": params}, pair, twins.mlp_name_map())
+    assert sorted(report.unboxed) == ["params/dense1/kernel", "params/head/kernel"]
+    np.testing.assert_array_equal(model.head.kernel[...], variables["params"]["head"]["kernel"])
+    np.testing.assert_array_equal(model.dense1.kernel[...], variables["params"]["dense1"]["kernel"])
+
+
+def test_missing_or_unreadable_checkpoint_is_a_named_l2n_error(tmp_path):
+    pair = twins.mlp_pair()
+    missing = tmp_path / "nope"
+    with pytest.raises(L2NError, match=r"nope: checkpoint not found"):
+        convert(missing, tmp_path / "out", pair)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(L2NError, match=r"empty: not an Orbax checkpoint directory"):
+        convert_state(tmp_path / "empty", pair)
+    (tmp_path / "junk.msgpack").write_bytes(b"\x00not msgpack at all")
+    with pytest.raises(L2NError, match=r"junk.msgpack"):
+        convert_state(tmp_path / "junk.msgpack", pair)
+    with pytest.raises(L2NError, match=r"expected a top-level 'params'"):
+        convert_state({"weights": {}}, pair)
+    assert not (tmp_path / "out").exists()
+
+
+# ---- refusing bad targets ----------------------------------------------------------------------
+def test_mismatched_target_names_every_path_and_writes_nothing(ckpts, tmp_path):
+    dst = tmp_path / "wide"
+    with pytest.raises(ConversionError) as err:
+        convert(ckpts["mlp"], dst, twins.mlp_wide_pair(), twins.mlp_name_map())
+    msg = str(err.value)
+    for linen, nnx_path, want, got in [
+        ("params/dense1/kernel", "dense1/kernel", (4, 16), (4, 8)),
+        ("params/dense1/bias", "dense1/bias", (16,), (8,)),
+        ("params/dense2/kernel", "dense2/kernel", (16, 16), (8, 8)),
+        ("params/dense2/bias", "dense2/bias", (16,), (8,)),
+        ("params/head/kernel", "head/kernel", (16, 3), (8, 3)),
+    ]:
+        assert f"shape mismatch: Linen {linen} -> NNX {nnx_path}: expected {want} float32, got {got} float32" in msg
+    assert "5 problem(s), nothing written" in msg
+    assert "head/bias" not in msg  # (3,) fits
+    assert not dst.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_missing_bias_in_target_is_refused(ckpts, tmp_path):
+    with pytest.raises(ConversionError, match=r"no NNX home: Linen params/head/bias -> NNX head/bias"):
+        convert(ckpts["mlp"], tmp_path / "nobias", twins.mlp_no_head_bias_pair(), twins.mlp_name_map())
+    assert not (tmp_path / "nobias").exists()
+
+
+def test_existing_destination_needs_force(ckpts, tmp_path):
+    dst = tmp_path / "out"
+    dst.mkdir()
+    (dst / "keep.txt").write_text("old")
+    with pytest.raises(L2NError, match="already exists"):
+        convert(ckpts["mlp"], dst, twins.mlp_pair())
+    assert (dst / "keep.txt").exists()
+    report = convert(ckpts["mlp"], dst, twins.mlp_pair(), force=True)
+    assert not (dst / "keep.txt").exists() and (dst / "_METADATA").exists()
+    assert report.destination == str(dst.absolute())
+    with pytest.raises(L2NError, match="must not contain or be inside the source"):
+        convert(ckpts["mlp"], ckpts["mlp"], twins.mlp_pair(), force=True)
+
+
+# ---- structural matching (no name map) ---------------------------------------------------------
+def test_structural_matching_mlp_identical_names():
+    pair = twins.mlp_pair()
+    model, report = convert_state(twins.trained_state("mlp"), pair)
+    assert report.strategy == "structural"
+    assert {m.how for m in report.mapped} == {"identical"} and len(report.mapped) == 6
+    args, kwargs = pair.linen.call_args(False)
+    ref = pair.linen.model.apply({"params": twins.trained_state("mlp").params}, *args, **kwargs)
+    assert_close(ref, model(*args, **kwargs))
+
+
+def test_structural_matching_cnn_normalised_names():
+    converted = convert_tree(twins.trained_state("cnn"), twins.cnn_pair(), optimizer=False)
+    how = {m.linen: (m.nnx, m.how) for m in converted.report.mapped}
+    assert how["params/BatchNorm_0/scale"] == ("batch_norm_0/scale", "normalised")
+    assert how["batch_stats/BatchNorm_1/mean"] == ("batch_norm_1/mean", "normalised")
+    assert how["params/Dense_1/kernel"] == ("dense_1/kernel", "normalised")
+
+
+class LinenStack(nn.Module):
+    def setup(self):
+        self.layers = [nn.Dense(3), nn.Dense(2)]
+
+    def __call__(self, x):
+        return self.layers[1](nn.relu(self.layers[0](x)))
+
+
+class NNXStack(nnx.Module):
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.layers = nnx.List([nnx.Linear(2, 3, rngs=rngs), nnx.Linear(3, 2, rngs=rngs)])
+
+    def __call__(self, x):
+        return self.layers[1](nnx.relu(self.layers[0](x)))
+
+
+def _pair(linen_model, factory) -> ModelPair:
+    side = LinenSide(model=linen_model, batch={"x": jnp.ones((2, 2))}, loss=lambda out, b: out.sum(),
+                     train_kwargs={}, eval_kwargs={})
+    return ModelPair(linen=side, nnx_factory=factory)
+
+
+def test_structural_setup_list_becomes_int_keys():
+    pair = _pair(LinenStack(), lambda rngs: NNXStack(rngs=rngs))
+    variables = pair.linen.init_variables()
+    model, report = convert_state(variables, pair)
+    assert {m.linen: m.nnx_path for m in report.mapped}["params/layers_1/kernel"] == ("layers", 1, "kernel")
+    assert_close(pair.linen.model.apply(variables, jnp.ones((2, 2))), model(jnp.ones((2, 2))))
+
+
+class TwoDense(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(2)(x) + nn.Dense(2, name="dense_0")(x)  # auto-name Dense_0 + explicit dense_0
+
+
+class NNXTwoDense(nnx.Module):
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.dense_0 = nnx.Linear(2, 2, rngs=rngs)
+        self.dense_1 = nnx.Linear(2, 2, rngs=rngs)
+
+
+class OneDense(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(2)(x)
+
+
+class NNXTwoHomes(nnx.Module):
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.Dense_0 = nnx.Linear(2, 2, rngs=rngs)
+        self.dense_0 = nnx.Linear(2, 2, rngs=rngs)
+
+
+def test_structural_matching_refuses_ambiguity():
+    # two Linen leaves (Dense_0, dense_0) fit one NNX slot
+    pair = _pair(TwoDense(), lambda rngs: NNXTwoDense(rngs=rngs))
+    with pytest.raises(ConversionError, match=r"ambiguous: Linen params/Dense_0/kernel, params/dense_0/kernel"):
+        convert_state(pair.linen.init_variables(), pair)
+    # one Linen leaf (Dense_0) fits two NNX slots (Dense_0, dense_0)
+    pair = _pair(OneDense(), lambda rngs: NNXTwoHomes(rngs=rngs))
+    with pytest.raises(ConversionError, match=r"ambiguous: Linen params/Dense_0/kernel -> NNX Dense_0/kernel, dense_0/kernel"):
+        convert_state(pair.linen.init_variables(), pair)
+
+
+def test_normalise():
+    assert normalise(("Dense_0", "kernel")) == normalise(("dense_0", "kernel")) == ("dense", "0", "kernel")
+    assert normalise(("layers_3",)) == normalise(("layers", 3)) == ("layers", "3")
+    assert normalise(("nested_1_0",)) == ("nested", "1", "0")
+    assert normalise(("BatchNorm_2",)) == normalise(("batch_norm_2",))
+    assert normalise(("_0",)) == ("0",)
+
+
+def test_pair_spec_file_loads():
+    pair = load_pair(f"{TWINS_FILE}:cnn_pair")
+    assert isinstance(pair, ModelPair) and type(pair.make_nnx()).__name__ == "CNN"
+
+
+def test_target_that_cannot_be_built_is_a_named_l2n_error():
+    def broken(rngs):
+        raise TypeError("MLP.__init__() missing 1 required keyword-only argument: 'in_features'")
+
+    pair = ModelPair(linen=twins.mlp_linen(), nnx_factory=broken)
+    with pytest.raises(L2NError, match=r"cannot build the target NNX model: TypeError: .*in_features"):
+        convert_state(twins.trained_state("mlp"), pair)

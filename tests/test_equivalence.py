@@ -1,0 +1,120 @@
+"""equivalence.check on the zoo twins: parity holds for faithful twins, fails (naming the leaf) for
+broken ones. Reports are rendered from the same results."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from linen2nnx.checkpoint_convert import convert
+from linen2nnx.equivalence import ParityResult, check, compare_leaf
+from linen2nnx.errors import ConversionError
+from linen2nnx.reports.console import render_conversion, render_parity
+from linen2nnx.reports.json_report import parity_json, write_json
+from linen2nnx.spec import import_file
+
+twins = import_file(Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py")
+
+CNN_PARAMS = {f"{layer}/{p}" for layer in ("conv_0", "conv_1", "dense_0", "dense_1") for p in ("kernel", "bias")} | {
+    f"batch_norm_{i}/{p}" for i in (0, 1) for p in ("scale", "bias")}
+CNN_STATS = {f"batch_norm_{i}/{s}" for i in (0, 1) for s in ("mean", "var")}
+
+
+@pytest.fixture(scope="module")
+def cnn_ckpt(tmp_path_factory) -> Path:
+    return twins.save_orbax(twins.trained_state("cnn"), tmp_path_factory.mktemp("linen") / "cnn")
+
+
+@pytest.fixture(scope="module")
+def cnn_result(cnn_ckpt) -> ParityResult:
+    return check(twins.cnn_pair(), cnn_ckpt, name_map=twins.cnn_name_map())
+
+
+def _paths(result: ParityResult, check_name: str) -> set[str]:
+    return {lf.path for lf in result.leaves if lf.check == check_name}
+
+
+def test_cnn_parity_from_trained_checkpoint(cnn_result):
+    r = cnn_result
+    assert r.passed, [(lf.check, lf.path, lf.max_abs, lf.note) for lf in r.failures]
+    assert set(r.by_check()) == {"forward/eval", "forward/train", "loss/eval", "loss/train", "grad", "batch_stats"}
+    assert _paths(r, "grad") == CNN_PARAMS
+    assert _paths(r, "batch_stats") == CNN_STATS
+    for lf in r.leaves:
+        assert lf.max_abs <= 1e-5 * (1 + lf.ref_max)
+        assert lf.cosine > 0.999999 or lf.ref_max == 0
+    # the train-mode forward really used batch statistics (it differs from eval mode)
+    assert r.worst("forward/train").ref_max > 0
+    assert r.timings["linen"] > 0 and r.timings["nnx"] > 0
+
+
+def test_cnn_parity_against_converted_nnx_checkpoint(cnn_ckpt, tmp_path):
+    pair = twins.cnn_pair()
+    report = convert(cnn_ckpt, tmp_path / "nnx", pair, twins.cnn_name_map())
+    r = check(pair, cnn_ckpt, tmp_path / "nnx", name_map=twins.cnn_name_map())
+    assert r.passed and r.nnx_source == str(tmp_path / "nnx")
+    out = io.StringIO()
+    render_conversion(report, Console(file=out, width=200))
+    assert "params/BatchNorm_0/scale" in out.getvalue() and "kept from init" in out.getvalue()
+
+
+def test_mlp_parity_from_init_without_name_map():
+    r = check(twins.mlp_pair())  # init variables, structural matching, dropout rate 0.5 disabled in train mode
+    assert r.passed
+    assert _paths(r, "grad") == {f"{lay}/{p}" for lay in ("dense1", "dense2", "head") for p in ("kernel", "bias")}
+    assert "batch_stats" not in r.by_check()
+
+
+def test_wrong_batchnorm_epsilon_fails_and_names_the_leaves(cnn_ckpt):
+    r = check(twins.cnn_eps_pair(), cnn_ckpt, name_map=twins.cnn_name_map())
+    assert not r.passed
+    failed = {(lf.check, lf.path) for lf in r.failures}
+    assert {("forward/eval", "out"), ("forward/train", "out"), ("loss/train", "loss")} <= failed
+    assert ("grad", "conv_0/kernel") in failed
+    # the first BatchNorm's running statistics do not depend on epsilon; the second's see its output
+    stats = {lf.path: lf.passed for lf in r.leaves if lf.check == "batch_stats"}
+    assert stats == {"batch_norm_0/mean": True, "batch_norm_0/var": True,
+                     "batch_norm_1/mean": False, "batch_norm_1/var": False}
+
+
+def test_wrong_batchnorm_momentum_fails_only_the_running_stats(cnn_ckpt):
+    r = check(twins.cnn_momentum_pair(), cnn_ckpt, name_map=twins.cnn_name_map())
+    assert not r.passed
+    assert {lf.path for lf in r.failures} == CNN_STATS
+    assert {lf.check for lf in r.failures} == {"batch_stats"}
+
+
+def test_twin_without_a_linen_param_cannot_be_checked():
+    with pytest.raises(ConversionError, match=r"params/head/bias"):
+        check(twins.mlp_no_head_bias_pair(), name_map=twins.mlp_name_map())
+
+
+def test_parity_json_and_console(cnn_result, tmp_path):
+    data = json.loads(parity_json(cnn_result))
+    assert data["schema"] == "linen2nnx-parity/1" and data["passed"] is True
+    assert data["checks"]["grad"] == {"passed": True, "leaves": 12, "failed": 0, "max_abs": data["checks"]["grad"]["max_abs"]}
+    assert {lf["check"] for lf in data["leaves"]} == set(data["checks"])
+    assert json.loads(write_json(cnn_result, tmp_path / "parity.json").read_text()) == data
+    out = io.StringIO()
+    render_parity(cnn_result, Console(file=out, width=200), all_leaves=True)
+    text = out.getvalue()
+    assert "batch_norm_1/var" in text and "PASS" in text
+
+
+def test_compare_leaf_tolerance_and_edge_cases():
+    ref = np.array([1.0, -2.0, 0.0])
+    ok = compare_leaf("x", "p", ref, ref + 2.9e-5, 1e-5)  # tol = 1e-5 * (1 + 2) = 3e-5
+    bad = compare_leaf("x", "p", ref, ref + 3.1e-5, 1e-5)
+    assert ok.passed and not bad.passed and math.isclose(ok.tol, 3e-5)
+    assert compare_leaf("x", "p", [np.nan, 1.0], [np.nan, 1.0], 1e-5).passed
+    assert not compare_leaf("x", "p", [np.nan, 1.0], [0.0, 1.0], 1e-5).passed
+    shape = compare_leaf("x", "p", np.zeros(3), np.zeros(4), 1e-5)
+    assert not shape.passed and "shape differs" in shape.note
+    assert compare_leaf("x", "p", [0.0], [0.0], 1e-5).cosine == 1.0
+    assert json.dumps(shape.to_json(), allow_nan=False)  # inf spelled as a string
