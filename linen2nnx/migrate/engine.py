@@ -135,8 +135,24 @@ def mentions_linen(source: str) -> bool:
     return "linen" in source
 
 
-def migrate_source(source: str, path: str, module_name: str = "", trace: Trace | None = None) -> FileResult:
-    """Migrate one file's text. Never raises for bad input: failures become ``error`` findings."""
+def rule_selector(select: Sequence[str] | None = None, ignore: Sequence[str] | None = None) -> Callable[[str], bool]:
+    """ruff-style selection: a rule is on when it matches a ``select`` prefix (all if none) and no ``ignore`` prefix."""
+    chosen, dropped = tuple(select or ()), tuple(ignore or ())
+
+    def enabled(rule_id: str) -> bool:
+        return (not chosen or rule_id.startswith(chosen)) and not rule_id.startswith(dropped)
+
+    return enabled
+
+
+def migrate_source(source: str, path: str, module_name: str = "", trace: Trace | None = None, *,
+                   select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
+                   unsafe_fixes: bool = False) -> FileResult:
+    """Migrate one file's text. Never raises for bad input: failures become ``error`` findings.
+
+    ``select`` / ``ignore`` are rule-id prefixes (``L2N-SHAPE``); ``unsafe_fixes`` applies fixes that
+    rest on a stated assumption (e.g. a traced literal size) instead of leaving them manual.
+    """
     from linen2nnx.migrate.module_rewrite import MigrateModules
 
     file_path = Path(path)
@@ -154,7 +170,8 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
                           f"syntax error: {message}", "fix the syntax; the file was left untouched")
         return FileResult(file_path, path, source, None, [finding], NameMap())
     command = MigrateModules(CodemodContext(filename=path, full_module_name=module_name or None),
-                             path=path, module_name=module_name, trace=trace)
+                             path=path, module_name=module_name, trace=trace,
+                             rule_enabled=rule_selector(select, ignore), unsafe_fixes=unsafe_fixes)
     try:
         output = command.transform_module(tree).code
     except Exception as e:  # an internal bug must not take the other files down

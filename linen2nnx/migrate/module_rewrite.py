@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -90,11 +91,14 @@ class MigrateModules(VisitorBasedCodemodCommand):
     DESCRIPTION = "Rewrite Flax Linen modules as idiomatic Flax NNX modules."
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
-    def __init__(self, context: CodemodContext, *, path: str, module_name: str, trace: Trace | None = None):
+    def __init__(self, context: CodemodContext, *, path: str, module_name: str, trace: Trace | None = None,
+                 rule_enabled: Callable[[str], bool] = lambda rule_id: True, unsafe_fixes: bool = False):
         super().__init__(context)
         self.path = path
         self.module_name = module_name
         self.trace = trace
+        self.rule_enabled = rule_enabled
+        self.unsafe_fixes = unsafe_fixes
         self.findings: list[Finding] = []
         self.name_map = NameMap()
         self.plans: dict[cst.ClassDef, ClassPlan] = {}
@@ -117,6 +121,12 @@ class MigrateModules(VisitorBasedCodemodCommand):
         return cst.Module([]).code_for_node(node)
 
     def report(self, rule_id: str, node: cst.CSTNode, message: str, hint: str = "") -> None:
+        """Record a finding; a ``manual`` one also marks its statement with an inline TODO.
+
+        A rule switched off with ``--ignore`` / ``select`` neither reports nor marks.
+        """
+        if not self.rule_enabled(rule_id):
+            return
         pos = self.get_metadata(PositionProvider, node, None)
         line, col = (pos.start.line, pos.start.column + 1) if pos else (0, 0)
         severity = RULES[rule_id].severity
@@ -403,7 +413,7 @@ class MigrateModules(VisitorBasedCodemodCommand):
                             f"{base} (traced: {sizes[0]})",
                             "the factor holds for the traced input resolution only")
                 return f"{factor} * {base}"
-        if len(sizes) == 1:
+        if len(sizes) == 1 and self.unsafe_fixes:
             self.report("L2N-SHAPE-004", node, f"input feature size of {plan.name}.{site.attr} is the traced literal "
                         f"{sizes[0]}", "replace it with an expression of the config if it can vary")
             return str(sizes[0])
