@@ -40,6 +40,7 @@ class LayerInfo:
 
     key: str  # NNX attribute of the layer
     out_expr: str | None  # source of its output feature size; None: same as its input
+    out_unknown: bool = False  # the output size cannot be told statically
 
 
 @dataclasses.dataclass
@@ -47,6 +48,7 @@ class LayerUse:
     key: str
     feat: Feat
     node: cst.CSTNode
+    iteration: int = 0  # 0: first (or only) pass; 1: a later iteration of an enclosing loop
 
 
 SHAPE_KEEPING_METHODS = frozenset({"astype", "clip", "squeeze"})
@@ -65,6 +67,8 @@ class FeatureFlow:
         self.layer_of = layer_of
         self.qualnames_of = qualnames_of
         self.uses: list[LayerUse] = []
+        self.returns: list[Feat] = []
+        self.iteration = 0
 
     # ---- statements --------------------------------------------------------------------------
     def run(self, body: Sequence[Any]) -> None:
@@ -85,8 +89,18 @@ class FeatureFlow:
             self.env = _merge(after_then, self.env)
         elif isinstance(stmt, cst.IndentedBlock):
             self.run(stmt.body)
-        elif isinstance(stmt, (cst.For, cst.While, cst.With, cst.Try)):
-            self.expr_of(getattr(stmt, "iter", None) or getattr(stmt, "test", None))
+        elif isinstance(stmt, (cst.For, cst.While)):
+            # Two passes: the first iteration sees the values from before the loop, later ones
+            # see the previous iteration's; layers inside record both.
+            self.expr_of(stmt.iter if isinstance(stmt, cst.For) else stmt.test)
+            if isinstance(stmt, cst.For):
+                self.bind(stmt.target, Feat.unknown("loop variable"))
+            outer = self.iteration
+            self.run(stmt.body.body)
+            self.iteration = 1
+            self.run(stmt.body.body)
+            self.iteration = outer
+        elif isinstance(stmt, (cst.With, cst.Try)):
             self.run(stmt.body.body)
         # nested defs / classes do not change the method's dataflow
 
@@ -99,7 +113,9 @@ class FeatureFlow:
             self.bind(small.target, self.expr_of(small.value))
         elif isinstance(small, cst.AugAssign):
             self.expr_of(small.value)
-        elif isinstance(small, (cst.Expr, cst.Return)) and small.value is not None:
+        elif isinstance(small, cst.Return) and small.value is not None:
+            self.returns.append(self.expr_of(small.value))
+        elif isinstance(small, cst.Expr):
             self.expr_of(small.value)
 
     def bind(self, target: cst.BaseExpression, value: Feat) -> None:
@@ -139,7 +155,9 @@ class FeatureFlow:
         layer = self.layer_of(node)
         first = arg_feats[0] if arg_feats else Feat.unknown("no input")
         if layer is not None:
-            self.uses.append(LayerUse(layer.key, first, node))
+            self.uses.append(LayerUse(layer.key, first, node, self.iteration))
+            if layer.out_unknown:
+                return Feat.unknown(f"output of {layer.key}")
             return first if layer.out_expr is None else Feat("expr", expr=layer.out_expr)
         if self.qualnames_of(node.func) & feature_preserving_functions():
             return first

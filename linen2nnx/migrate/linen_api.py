@@ -65,3 +65,18 @@ def same_in_nnx(dotted: str) -> bool:
             return False
         a, b = getattr(a, part), getattr(b, part)
     return a is b and not inspect.isclass(a) and not inspect.ismodule(a)
+
+
+# flax.linen names whose flax.nnx namesake is a *different* object with the same behaviour; each pair
+# is checked numerically by tests/test_linen_api.py, so a flax upgrade that breaks one is caught.
+EQUIVALENT_IN_NNX = frozenset({
+    "make_attention_mask",
+    "make_causal_mask",
+    "combine_masks",
+    "initializers.zeros_init",
+    "initializers.ones_init",
+})
+
+
+def equivalent_in_nnx(dotted: str) -> bool:
+    return dotted in EQUIVALENT_IN_NNX

@@ -1,13 +1,16 @@
 """The module codemod: Linen ``nn.Module`` classes -> ``nnx.Module`` classes.
 
 One pass per file. For each Linen module class, :meth:`MigrateModules.visit_ClassDef` plans the
-rewrite on the original tree (fields, ``setup`` submodules, ``@nn.compact`` submodules, the
-feature-size dataflow); the ``leave_*`` methods then apply the plan bottom-up:
+rewrite on the original tree (fields, ``setup`` submodules, ``@nn.compact`` submodules, parameters,
+the feature-size dataflow); the ``leave_*`` methods then apply the plan bottom-up:
 
 - dataclass fields become ``__init__`` parameters (kept in order, with defaults and annotations);
-- ``setup()`` statements move into ``__init__``; ``@nn.compact`` layer constructions are hoisted
-  there under attributes named after the Linen auto-names (``Dense_0`` -> ``dense_0``);
+- ``setup()`` statements move into ``__init__``; ``@nn.compact`` submodules (built-in layers and
+  the file's own Linen classes) are hoisted there under attributes named after the Linen
+  auto-names (``Dense_0`` -> ``dense_0``); ones built in a ``for ... in range(n)`` loop become an
+  ``nnx.List``; locals that only restate config (``cfg = self.config``) are replayed in ``__init__``;
 - built-in layers become their NNX counterparts with ``in_features`` and ``rngs=rngs``;
+- ``self.param`` / ``self.variable`` become ``nnx.Param`` / typed Variables created in ``__init__``;
 - mode arguments that use call-time values (``deterministic=not train``) move to the call;
 - ``nn.relu`` and friends are re-pointed to the identical ``nnx`` functions.
 
@@ -17,7 +20,6 @@ Anything left that still needs Linen is a ``manual`` finding with an inline TODO
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -28,9 +30,23 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from linen2nnx.layers import LayerRule, layer_rule, nnx_ctor_params
+from linen2nnx.migrate.cst_utils import (
+    NOT_LOCAL,
+    assigned_names,
+    code,
+    is_docstring,
+    kwarg,
+    names_in,
+    repoint_root,
+    root_name,
+    self_attr,
+    snake_case,
+    strip_commas,
+    substitute_self_fields,
+)
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo
 from linen2nnx.migrate.findings import Finding, Severity
-from linen2nnx.migrate.linen_api import same_in_nnx
+from linen2nnx.migrate.linen_api import equivalent_in_nnx, same_in_nnx
 from linen2nnx.migrate.rules import RULES
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import Child, ClassEntry, NameMap
@@ -44,14 +60,8 @@ LINEN_SELF_API = frozenset({
     "put_variable", "get_variable", "has_rng", "scope", "variables", "bind", "unbind", "apply", "init",
     "init_with_output", "perturb", "lazy_init", "path",
 })
-NOT_LOCAL = frozenset({"self", "True", "False", "None"})
-
-
-def snake_case(name: str) -> str:
-    """``BatchNorm_0`` -> ``batch_norm_0``; ``Dense_1`` -> ``dense_1``."""
-    s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
-    s = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", s)
-    return s.lower()
+# Linen collection -> NNX Variable type (the registry of nnx.variablelib, verified in the reference).
+COLLECTION_TYPES = {"params": "Param", "batch_stats": "BatchStat", "cache": "Cache", "intermediates": "Intermediate"}
 
 
 @dataclasses.dataclass
@@ -62,29 +72,50 @@ class Field:
 
 
 @dataclasses.dataclass
-class LayerSite:
-    """One built-in layer construction that becomes an NNX layer."""
+class LoopInfo:
+    var: str  # loop variable
+    range_src: str  # the iterable, e.g. ``range(self.num_layers)``
 
-    attr: str  # NNX attribute
-    linen_name: str  # Linen child name (auto-name or explicit)
-    rule: LayerRule
-    ctor: cst.Call  # original constructor call
-    args: dict[str, cst.Arg]  # Linen argument name -> original Arg
+
+@dataclasses.dataclass
+class Site:
+    """One submodule or variable construction that moves into (or stays in) ``__init__``."""
+
+    kind: str  # layer | module | param | variable
+    attr: str  # NNX attribute (``layers[0]`` for setup list items)
+    linen_name: str  # Linen child / variable name (a container prefix for loop-built lists)
+    ctor: cst.Call  # original construction call
     hoisted: bool  # True for @nn.compact (the call site becomes ``self.attr``)
+    rule: LayerRule | None = None
+    user: ClassPlan | None = None
+    args: dict[str, cst.Arg] = dataclasses.field(default_factory=dict)  # Linen argument name -> original Arg
     in_expr: str | None = None
+    user_in: dict[str, str] = dataclasses.field(default_factory=dict)  # new ctor arg of the user class -> expr
     moved_args: tuple[str, ...] = ()  # Linen args moved to call time
     container: str | None = None
+    loop: LoopInfo | None = None
+    collection: str = "params"
+    var_type: str = "Param"
 
 
 @dataclasses.dataclass
 class ClassPlan:
     name: str
     fields: list[Field]
-    sites: dict[cst.Call, LayerSite] = dataclasses.field(default_factory=dict)
+    sites: dict[cst.Call, Site] = dataclasses.field(default_factory=dict)
     new_args: dict[str, str] = dataclasses.field(default_factory=dict)  # kw-only arg -> how obtained
     setup: cst.FunctionDef | None = None
-    hoisted_order: list[LayerSite] = dataclasses.field(default_factory=list)
-    containers: dict[str, list[LayerSite]] = dataclasses.field(default_factory=dict)
+    hoisted_order: list[Site] = dataclasses.field(default_factory=list)
+    containers: dict[str, list[Site]] = dataclasses.field(default_factory=dict)
+    pure_locals: dict[str, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)
+    needed_locals: list[str] = dataclasses.field(default_factory=list)
+    setup_vars: dict[str, str] = dataclasses.field(default_factory=dict)  # setup attr -> param | variable
+    out: Feat | None = None  # feature size of ``__call__``'s result
+    first_input: str = "x"
+
+    @property
+    def field_names(self) -> list[str]:
+        return [f.name for f in self.fields]
 
 
 class MigrateModules(VisitorBasedCodemodCommand):
@@ -108,6 +139,7 @@ class MigrateModules(VisitorBasedCodemodCommand):
         self._handled: set[cst.CSTNode] = set()
         self._moved: dict[cst.Call, list[cst.Arg]] = {}
         self._built: dict[cst.Call, cst.BaseExpression] = {}
+        self._pure_updated: dict[cst.CSTNode, cst.BaseStatement] = {}
         self.uses_nnx = False
 
     # ---- helpers -----------------------------------------------------------------------------
@@ -116,9 +148,6 @@ class MigrateModules(VisitorBasedCodemodCommand):
             return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
         except KeyError:
             return set()
-
-    def code(self, node: cst.CSTNode) -> str:
-        return cst.Module([]).code_for_node(node)
 
     def report(self, rule_id: str, node: cst.CSTNode, message: str, hint: str = "") -> None:
         """Record a finding; a ``manual`` one also marks its statement with an inline TODO.
@@ -152,6 +181,17 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 if rule is not None:
                     return rule
         return None
+
+    def user_class_of(self, node: cst.BaseExpression) -> ClassPlan | None:
+        """A Linen module class of this file (already planned) that ``node`` names."""
+        if isinstance(node, cst.Name):
+            return self.linen_classes.get(node.value)
+        return None
+
+    @staticmethod
+    def self_call(node: cst.Call) -> str | None:
+        """``self.param(...)`` -> ``"param"``."""
+        return self_attr(node.func)
 
     # ---- imports are never rewritten in place ------------------------------------------------
     def visit_Import(self, node: cst.Import) -> bool:
@@ -187,13 +227,13 @@ class MigrateModules(VisitorBasedCodemodCommand):
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:
                     if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
-                        if "ClassVar" in self.code(small.annotation.annotation):
+                        if "ClassVar" in code(small.annotation.annotation):
                             continue
                         fields = [f for f in fields if f.name != small.target.value]
                         fields.append(self._field(small))
         plan = ClassPlan(name=node.name.value, fields=fields)
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
-        counters: dict[str, int] = {}
+        counters: dict[str, int | None] = {}
         for fn in methods:
             if fn.name.value == "setup":
                 plan.setup = fn
@@ -204,6 +244,7 @@ class MigrateModules(VisitorBasedCodemodCommand):
             if fn.name.value != "setup":
                 self._run_flow(plan, fn)
         self._resolve_unused(plan)
+        self._collect_needed_locals(plan)
         return plan
 
     def _field(self, small: cst.AnnAssign) -> Field:
@@ -213,15 +254,14 @@ class MigrateModules(VisitorBasedCodemodCommand):
             if isinstance(value, cst.Call) and self.qualnames(value.func) & {"dataclasses.field"}:
                 kw = {a.keyword.value: a.value for a in value.args if a.keyword is not None}
                 if "default" in kw:
-                    default = self.code(kw["default"])
+                    default = code(kw["default"])
                 elif "default_factory" in kw:
-                    default = f"{self.code(kw['default_factory'])}()"
+                    default = f"{code(kw['default_factory'])}()"
             else:
-                default = self.code(value)
-        return Field(small.target.value, self.code(small.annotation.annotation), default)
+                default = code(value)
+        return Field(small.target.value, code(small.annotation.annotation), default)
 
-    def _bind_args(self, rule: LayerRule, call: cst.Call) -> tuple[dict[str, cst.Arg], cst.Arg | None]:
-        order = rule.linen_arg_order()
+    def _bind_args(self, order: tuple[str, ...] | list[str], call: cst.Call) -> tuple[dict[str, cst.Arg], cst.Arg | None]:
         bound: dict[str, cst.Arg] = {}
         name_arg = None
         positional = [a for a in call.args if a.keyword is None and not a.star]
@@ -236,6 +276,12 @@ class MigrateModules(VisitorBasedCodemodCommand):
                     bound[arg.keyword.value] = arg
         return bound, name_arg
 
+    def _arg_order(self, site_rule: LayerRule | None, user: ClassPlan | None) -> tuple[str, ...]:
+        if site_rule is not None:
+            return site_rule.linen_arg_order()
+        assert user is not None
+        return tuple(user.field_names)
+
     def _plan_setup(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
         for stmt in fn.body.body:
             if not isinstance(stmt, cst.SimpleStatementLine):
@@ -243,95 +289,249 @@ class MigrateModules(VisitorBasedCodemodCommand):
             for small in stmt.body:
                 if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
                     continue
-                target = small.targets[0].target
-                if not (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
-                        and target.value.value == "self"):
+                attr = self_attr(small.targets[0].target)
+                if attr is None:
                     continue
-                attr = target.attr.value
                 value = small.value
-                if isinstance(value, cst.Call) and (rule := self.layer_rule_of(value.func)):
-                    self._add_site(plan, value, rule, attr=attr, linen_name=attr, hoisted=False)
+                if isinstance(value, cst.Call) and (self.layer_rule_of(value.func) or self.user_class_of(value.func)):
+                    self._add_site(plan, value, attr=attr, linen_name=attr, hoisted=False)
+                elif isinstance(value, cst.Call) and self.self_call(value) in ("param", "variable"):
+                    site = self._add_variable_site(plan, value, hoisted=False, local_names=set(), attr=attr)
+                    if site is not None:
+                        plan.setup_vars[attr] = site.kind
                 elif isinstance(value, (cst.List, cst.Tuple)) and value.elements and all(
-                    isinstance(e.value, cst.Call) and self.layer_rule_of(e.value.func) for e in value.elements
+                    isinstance(e.value, cst.Call) and (self.layer_rule_of(e.value.func) or self.user_class_of(e.value.func))
+                    for e in value.elements
                 ):
                     sites = []
                     for i, e in enumerate(value.elements):
-                        call = e.value
-                        site = self._add_site(plan, call, self.layer_rule_of(call.func), attr=f"{attr}[{i}]",
-                                              linen_name=f"{attr}_{i}", hoisted=False)
+                        site = self._add_site(plan, e.value, attr=f"{attr}[{i}]", linen_name=f"{attr}_{i}",
+                                              hoisted=False)
                         site.container = "list"
                         sites.append(site)
                     plan.containers[attr] = sites
 
-    def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int]) -> None:
-        local_names = _local_names(fn)
+    def _pure_locals(self, fn: cst.FunctionDef) -> dict[str, cst.SimpleStatementLine]:
+        """Top-level ``name = expr`` bound once, whose value uses only config (``self.*``), globals
+        and earlier such names: they can be replayed in ``__init__``."""
+        counts = assigned_names(fn)
+        params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)}
+        pure: dict[str, cst.SimpleStatementLine] = {}
+        for stmt in fn.body.body:
+            if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
+                continue
+            target = stmt.body[0].targets[0].target
+            value = stmt.body[0].value
+            if not isinstance(target, cst.Name) or counts.get(target.value) != 1 or target.value in params:
+                continue
+            used = names_in(value) - NOT_LOCAL
+            if any(n in counts and n not in pure for n in used):
+                continue
+            if self._has_side_effects(value):
+                continue
+            pure[target.value] = stmt
+        return pure
+
+    def _has_side_effects(self, value: cst.BaseExpression) -> bool:
+        command = self
+        found = False
+
+        class V(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> None:
+                nonlocal found
+                if (command.self_call(node) or command.layer_rule_of(node.func) or command.user_class_of(node.func)
+                        or isinstance(node.func, cst.Call)):
+                    found = True
+
+        value.visit(V())
+        return found
+
+    def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
+        counts = assigned_names(fn)
+        plan.pure_locals = self._pure_locals(fn)
+        local_names = set(counts) - set(plan.pure_locals)
         command = self
 
         class Collect(cst.CSTVisitor):
             def __init__(self) -> None:
-                self.loop_depth = 0
+                self.blocked = 0  # inside a construct we cannot hoist out of
+                self.loops: list[LoopInfo] = []
 
-            def _enter_loop(self, node: cst.CSTNode) -> bool:
-                self.loop_depth += 1
+            def _block(self, node: cst.CSTNode) -> bool:
+                self.blocked += 1
                 return True
 
-            def _leave_loop(self, node: cst.CSTNode) -> None:
-                self.loop_depth -= 1
+            def _unblock(self, node: cst.CSTNode) -> None:
+                self.blocked -= 1
 
-            visit_For = visit_While = visit_ListComp = visit_GeneratorExp = visit_Lambda = _enter_loop
-            leave_For = leave_While = leave_ListComp = leave_GeneratorExp = leave_Lambda = _leave_loop
+            visit_While = visit_ListComp = visit_GeneratorExp = visit_Lambda = visit_DictComp = _block
+            leave_While = leave_ListComp = leave_GeneratorExp = leave_Lambda = leave_DictComp = _unblock
+
+            def visit_For(self, node: cst.For) -> bool:
+                loop = _range_loop(node, local_names)
+                if loop is None or self.loops or self.blocked:
+                    self.blocked += 1
+                    self.loops.append(LoopInfo("", ""))
+                else:
+                    self.loops.append(loop)
+                return True
+
+            def leave_For(self, node: cst.For) -> None:
+                if not self.loops.pop().var:
+                    self.blocked -= 1
 
             def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
                 return node is fn
 
             def visit_Call(self, node: cst.Call) -> None:
                 rule = command.layer_rule_of(node.func)
-                if rule is None:
+                user = None if rule is not None else command.user_class_of(node.func)
+                variable = command.self_call(node) in ("param", "variable")
+                if rule is None and user is None and not variable:
                     return
-                if self.loop_depth:
-                    command.report("L2N-MOD-004", node, f"nn.{rule.linen} created in a loop or comprehension "
-                                   "inside @nn.compact is not hoisted yet",
-                                   "create the layers in __init__ (an nnx.List) and index them in the loop")
+                what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{command.self_call(node)}")
+                if self.blocked:
+                    command.report("L2N-MOD-004", node, f"{what} created inside a while loop, comprehension, lambda "
+                                   "or nested loop in @nn.compact is not hoisted yet",
+                                   "create it in __init__ (an nnx.List for several) and index it at the call")
                     return
-                bound, name_arg = command._bind_args(rule, node)
-                if name_arg is not None and isinstance(name_arg.value, cst.SimpleString):
-                    linen_name = name_arg.value.evaluated_value
-                    attr = linen_name if linen_name.isidentifier() else snake_case(linen_name)
-                else:
-                    n = counters.get(rule.linen, 0)
-                    counters[rule.linen] = n + 1
-                    linen_name = f"{rule.linen}_{n}"
-                    attr = snake_case(linen_name)
-                site = command._add_site(plan, node, rule, attr=attr, linen_name=linen_name, hoisted=True)
-                moved = []
-                for arg_name, arg in bound.items():
-                    if _uses_locals(arg.value, local_names):
-                        if arg_name in rule.call_args:
-                            moved.append(arg_name)
-                        else:
-                            command.report("L2N-MOD-004", arg, f"argument {arg_name}= of nn.{rule.linen} uses a "
-                                           "call-time value and cannot move to __init__",
-                                           "compute it from constructor arguments / config")
-                site.moved_args = tuple(moved)
-                if moved:
-                    command.report("L2N-LAYER-003", node, f"{', '.join(moved)} of nn.{rule.linen} moved to the call "
-                                   f"of self.{attr}")
-                plan.hoisted_order.append(site)
+                loop = self.loops[-1] if self.loops else None
+                if variable:
+                    if loop is not None:
+                        command.report("L2N-MOD-004", node, f"{what} inside a loop is not hoisted yet",
+                                       "create the variables in __init__")
+                        return
+                    command._add_variable_site(plan, node, hoisted=True, local_names=local_names)
+                    return
+                command._plan_compact_child(plan, node, rule, user, loop, counters, local_names)
 
         fn.visit(Collect())
 
-    def _add_site(self, plan: ClassPlan, call: cst.Call, rule: LayerRule, *, attr: str, linen_name: str,
-                  hoisted: bool) -> LayerSite:
-        bound, _ = self._bind_args(rule, call)
-        site = LayerSite(attr=attr, linen_name=linen_name, rule=rule, ctor=call, args=bound, hoisted=hoisted)
+    def _plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
+                            loop: LoopInfo | None, counters: dict[str, int | None], local_names: set[str]) -> None:
+        what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
+        class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
+        bound, name_arg = self._bind_args(self._arg_order(rule, user), node)
+        container = None
+        if name_arg is not None:
+            name_value = name_arg.value
+            if isinstance(name_value, cst.SimpleString) and loop is None:
+                linen_name = name_value.evaluated_value
+                attr = linen_name if linen_name.isidentifier() else snake_case(linen_name)
+            elif loop is not None and (prefix := _loop_name_prefix(name_value, loop.var)) is not None:
+                linen_name, attr, container = prefix, snake_case(prefix), "list"
+            else:
+                self.report("L2N-MOD-004", name_arg, f"{what}(name=...) is not a literal the codemod can follow",
+                            "use a string literal, or f'prefix_{i}' inside `for i in range(n)`")
+                return
+        else:
+            n = counters.get(class_name, 0)
+            if n is None:
+                self.report("L2N-MOD-004", node, f"auto-named {what} after a loop that built {class_name}s: its "
+                            "Linen name depends on the loop length", "give it an explicit name=")
+                return
+            if loop is not None:
+                if n:
+                    self.report("L2N-MOD-004", node, f"auto-named {what} built in a loop after other {class_name}s",
+                                "give the loop's modules name=f'prefix_{i}'")
+                    return
+                counters[class_name] = None
+                linen_name, attr, container = class_name, snake_case(class_name), "list"
+            else:
+                counters[class_name] = n + 1
+                linen_name = f"{class_name}_{n}"
+                attr = snake_case(linen_name)
+        if any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
+            attr = f"{attr}_"
+        site = self._add_site(plan, node, attr=attr, linen_name=linen_name, hoisted=True)
+        site.container, site.loop = container, loop
+        loop_names = {loop.var} if loop else set()
+        moved = []
+        for arg_name, arg in bound.items():
+            uses = (names_in(arg.value) - NOT_LOCAL) & (local_names - loop_names)
+            if uses:
+                if rule is not None and arg_name in rule.call_args:
+                    moved.append(arg_name)
+                else:
+                    self.report("L2N-MOD-004", arg, f"argument {arg_name}= of {what} uses the call-time value "
+                                f"{', '.join(sorted(uses))} and cannot move to __init__",
+                                "compute it from constructor arguments / config")
+        site.moved_args = tuple(moved)
+        if moved:
+            self.report("L2N-LAYER-003", node, f"{', '.join(moved)} of {what} moved to the call of self.{attr}")
+        plan.hoisted_order.append(site)
+
+    def _add_site(self, plan: ClassPlan, call: cst.Call, *, attr: str, linen_name: str, hoisted: bool) -> Site:
+        rule = self.layer_rule_of(call.func)
+        user = None if rule else self.user_class_of(call.func)
+        bound, _ = self._bind_args(self._arg_order(rule, user), call)
+        site = Site(kind="layer" if rule else "module", attr=attr, linen_name=linen_name, ctor=call,
+                    hoisted=hoisted, rule=rule, user=user, args=bound)
         plan.sites[call] = site
         self._handled.add(call.func)
-        for arg_name, arg in bound.items():
-            nnx_name = rule.nnx_arg(arg_name)
-            if arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
-                self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
-                            "equivalent", f"see the nnx.{rule.nnx} signature; drop or re-express it")
+        if rule is not None:
+            for arg_name, arg in bound.items():
+                nnx_name = rule.nnx_arg(arg_name)
+                if arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
+                    self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
+                                "equivalent", f"see the nnx.{rule.nnx} signature; drop or re-express it")
         return site
+
+    def _add_variable_site(self, plan: ClassPlan, call: cst.Call, *, hoisted: bool, local_names: set[str],
+                           attr: str | None = None) -> Site | None:
+        """``self.param(name, init, *args)`` / ``self.variable(col, name, init, *args)``."""
+        kind = self.self_call(call)
+        self._handled.add(call)  # reported here either way: no generic "Linen API" finding on top
+        args = [a for a in call.args if a.keyword is None]
+        need = 2 if kind == "param" else 3
+        literal = [a.value for a in args[: need - 1]]
+        if (len(args) < need or any(a.star for a in call.args)
+                or not all(isinstance(v, cst.SimpleString) for v in literal)):
+            self.report("L2N-API-002", call, f"self.{kind}(...) with non-literal names or keyword-only arguments",
+                        "create the nnx.Variable in __init__ by hand")
+            return None
+        collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
+        name = literal[-1].evaluated_value  # type: ignore[union-attr]
+        var_type = COLLECTION_TYPES.get(collection)
+        if var_type is None:
+            self.report("L2N-API-002", call, f"self.variable in the custom collection {collection!r}",
+                        "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name")
+            return None
+        if any(a.keyword is not None for a in call.args):
+            self.report("L2N-API-002", call, f"self.{kind}(...) keyword arguments are not converted yet",
+                        "create the nnx.Variable in __init__ by hand")
+            return None
+        uses = set().union(*(names_in(a.value) for a in args)) - NOT_LOCAL & local_names
+        if uses:
+            self.report("L2N-MOD-004", call, f"self.{kind}({name!r}, ...) uses the call-time value "
+                        f"{', '.join(sorted(uses))} and cannot move to __init__",
+                        "derive its shape from constructor arguments, or use --trace")
+            return None
+        if collection == "cache" and hoisted:
+            self.report("L2N-API-002", call, "a Linen decode cache created at call time", "use NNX's init_cache pattern")
+            return None
+        attr = attr or (name if name.isidentifier() else snake_case(name))
+        if attr in plan.field_names:
+            attr = f"{attr}_"
+        site = Site(kind="param" if kind == "param" else "variable", attr=attr, linen_name=name, ctor=call,
+                    hoisted=hoisted, collection=collection, var_type=var_type)
+        plan.sites[call] = site
+        if hoisted:
+            plan.hoisted_order.append(site)
+        return site
+
+    def _collect_needed_locals(self, plan: ClassPlan) -> None:
+        """Pure locals the hoisted constructors refer to (transitively), in source order."""
+        needed: set[str] = set()
+        todo = [n for s in plan.hoisted_order for n in names_in(s.ctor) if n in plan.pure_locals]
+        while todo:
+            name = todo.pop()
+            if name in needed:
+                continue
+            needed.add(name)
+            todo.extend(n for n in names_in(plan.pure_locals[name]) if n in plan.pure_locals)
+        plan.needed_locals = [n for n in plan.pure_locals if n in needed]
 
     # ---- feature-size dataflow ---------------------------------------------------------------
     def _run_flow(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
@@ -340,32 +540,79 @@ class MigrateModules(VisitorBasedCodemodCommand):
             params = params[1:]
         if not params:
             return
-        setup_attrs = {s.attr: s for s in plan.sites.values() if not s.hoisted and s.container is None}
+        setup_attrs = {s.attr: s for s in plan.sites.values() if not s.hoisted and s.container is None
+                       and s.kind in ("layer", "module")}
 
         def layer_of(call: cst.Call) -> LayerInfo | None:
             func = call.func
             site = None
             if isinstance(func, cst.Call) and func in plan.sites:
                 site = plan.sites[func]
-            elif (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
-                  and func.value.value == "self" and func.attr.value in setup_attrs):
-                site = setup_attrs[func.attr.value]
-            if site is None:
+            elif self_attr(func) in setup_attrs:
+                site = setup_attrs[self_attr(func)]
+            if site is None or site.kind not in ("layer", "module"):
                 return None
-            out = site.args.get(site.rule.out_arg) if site.rule.out_arg else None
-            return LayerInfo(site.attr, self.code(out.value) if out is not None else None)
+            return self._layer_info(site)
 
         flow = FeatureFlow(params, layer_of, self.qualnames)
         flow.run(fn.body.body)
-        sites_by_attr = {s.attr: s for s in plan.sites.values()}
+        if fn.name.value == "__call__":
+            plan.first_input = params[0]
+            plan.out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
+        by_site: dict[str, dict[int, Feat]] = {}
+        nodes: dict[str, cst.CSTNode] = {}
         for use in flow.uses:
-            site = sites_by_attr[use.key]
-            if site.rule.in_arg is None or site.in_expr is not None:
+            by_site.setdefault(use.key, {}).setdefault(use.iteration, use.feat)
+            nodes.setdefault(use.key, use.node)
+        sites_by_attr = {s.attr: s for s in plan.sites.values()}
+        for key, feats in by_site.items():
+            site = sites_by_attr[key]
+            if site.in_expr is not None or site.user_in:
                 continue
-            site.in_expr = self._resolve_in(plan, site, use.feat, params, use.node)
+            self._resolve_site_inputs(plan, site, feats, params, nodes[key])
 
-    def _resolve_in(self, plan: ClassPlan, site: LayerSite, feat: Feat, params: list[str],
-                    node: cst.CSTNode) -> str:
+    def _layer_info(self, site: Site) -> LayerInfo:
+        if site.kind == "layer":
+            assert site.rule is not None
+            out = site.args.get(site.rule.out_arg) if site.rule.out_arg else None
+            return LayerInfo(site.attr, code(out.value) if out is not None else None)
+        user = site.user
+        assert user is not None
+        if user.out is None or user.out.kind not in ("expr", "input"):
+            return LayerInfo(site.attr, None, out_unknown=True)
+        if user.out.kind == "input":
+            return LayerInfo(site.attr, None, out_unknown=user.out.input_name != user.first_input)
+        fields = {name: code(arg.value) for name, arg in site.args.items()}
+        for f in user.fields:
+            if f.name not in fields and f.default is not None:
+                fields[f.name] = f.default
+        out = substitute_self_fields(user.out.expr, fields)
+        return LayerInfo(site.attr, out, out_unknown=out is None)
+
+    def _resolve_site_inputs(self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str],
+                             node: cst.CSTNode) -> None:
+        if site.kind == "layer":
+            assert site.rule is not None
+            if site.rule.in_arg is not None:
+                site.in_expr = self._loop_expr(plan, site, feats, params, node)
+        elif site.kind == "module":
+            assert site.user is not None
+            for arg, how in site.user.new_args.items():
+                if how == "input:0":  # the size of the first input, which is what the flow follows
+                    site.user_in[arg] = self._loop_expr(plan, site, feats, params, node)
+                else:
+                    site.user_in[arg] = self._required_arg(plan, site, f"{arg} of {site.user.name}", node)
+
+    def _loop_expr(self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str],
+                   node: cst.CSTNode) -> str:
+        first = self._resolve_in(plan, site, feats[0], params, node)
+        later = feats.get(1)
+        if site.loop is None or later is None or later == feats[0]:
+            return first
+        rest = self._resolve_in(plan, site, later, params, node)
+        return first if rest == first else f"{first} if {site.loop.var} == 0 else {rest}"
+
+    def _resolve_in(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode) -> str:
         if feat.kind == "expr":
             return feat.expr
         if feat.kind == "input":
@@ -378,16 +625,18 @@ class MigrateModules(VisitorBasedCodemodCommand):
         traced = self._from_trace(plan, site, feat, node)
         if traced is not None:
             return traced
+        why = "a flatten" if feat.kind == "flatten" else feat.reason or "an unknown value"
+        return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} (from {why})", node)
+
+    def _required_arg(self, plan: ClassPlan, site: Site, what: str, node: cst.CSTNode) -> str:
         arg = f"{site.attr}_in_features".replace("[", "_").replace("]", "")
         plan.new_args[arg] = "unresolved"
-        why = "a flatten" if feat.kind == "flatten" else feat.reason or "an unknown value"
-        self.report("L2N-SHAPE-003", node, f"input feature size of {plan.name}.{site.attr} comes from {why}; "
-                    f"required constructor argument {arg} added",
+        self.report("L2N-SHAPE-003", node, f"{what} is unknown statically; required constructor argument {arg} added",
                     "run `linen2nnx migrate --trace SPEC` or pass the size explicitly")
         return arg
 
-    def _from_trace(self, plan: ClassPlan, site: LayerSite, feat: Feat, node: cst.CSTNode) -> str | None:
-        if self.trace is None:
+    def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
+        if self.trace is None or site.loop is not None:
             return None
         shapes = self.trace.shapes_for(plan.name, site.linen_name)
         sizes = sorted({s[-1] for s in shapes if s})
@@ -421,34 +670,69 @@ class MigrateModules(VisitorBasedCodemodCommand):
 
     def _resolve_unused(self, plan: ClassPlan) -> None:
         for site in plan.sites.values():
-            if site.rule.in_arg is not None and site.in_expr is None:
+            if site.kind == "layer" and site.rule.in_arg is not None and site.in_expr is None:  # type: ignore[union-attr]
                 site.in_expr = self._resolve_in(plan, site, Feat.unknown("a layer the dataflow never saw applied"),
                                                 ["x"], site.ctor)
+            elif site.kind == "module" and site.user and site.user.new_args and not site.user_in:
+                for arg in site.user.new_args:
+                    site.user_in[arg] = self._required_arg(plan, site, f"{arg} of {site.user.name}", site.ctor)
 
     # ---- rewriting ---------------------------------------------------------------------------
     def _current(self) -> ClassPlan | None:
         return self._class_stack[-1] if self._class_stack else None
 
-    def _nnx_ctor(self, site: LayerSite, updated: cst.Call) -> cst.Call:
+    def _nnx_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
         rule = site.rule
-        upd_bound, _ = self._bind_args(rule, updated)
+        assert rule is not None
+        upd_bound, _ = self._bind_args(rule.linen_arg_order(), updated)
         args: list[cst.Arg] = []
         if rule.in_arg is not None:
             args.append(cst.Arg(cst.parse_expression(site.in_expr or "None")))
         for name in rule.positional:
             if name in upd_bound:
-                args.append(upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT,
-                                                         comma=cst.MaybeSentinel.DEFAULT))
+                args.append(upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT))
         for name, arg in upd_bound.items():
-            if name in rule.positional or name in site.moved_args:
-                continue
-            args.append(cst.Arg(arg.value, keyword=cst.Name(rule.nnx_arg(name)),
-                                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-        args.append(cst.Arg(cst.Name("rngs"), keyword=cst.Name("rngs"),
-                            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-        args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
+            if name not in rule.positional and name not in site.moved_args:
+                args.append(kwarg(rule.nnx_arg(name), arg.value))
+        args.append(kwarg("rngs", cst.Name("rngs")))
         self.uses_nnx = True
-        return cst.Call(func=cst.parse_expression(f"nnx.{rule.nnx}"), args=args)
+        return cst.Call(func=cst.parse_expression(f"nnx.{rule.nnx}"), args=strip_commas(args))
+
+    def _user_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
+        args = [a for a in updated.args if not (a.keyword is not None and a.keyword.value == "name")]
+        args += [kwarg(name, cst.parse_expression(expr)) for name, expr in site.user_in.items()]
+        args.append(kwarg("rngs", cst.Name("rngs")))
+        return updated.with_changes(args=strip_commas(args))
+
+    def _variable_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
+        args = [a for a in updated.args if a.keyword is None]
+        if site.kind == "param":
+            init, rest = args[1], args[2:]
+            value = cst.Call(init.value, strip_commas([cst.Arg(cst.parse_expression("rngs.params()")), *rest]))
+        else:
+            init, rest = args[2], args[3:]
+            value = cst.Call(init.value, strip_commas(list(rest)))
+        self.uses_nnx = True
+        return cst.Call(cst.parse_expression(f"nnx.{site.var_type}"), [cst.Arg(value)])
+
+    def _build(self, site: Site, updated: cst.Call) -> cst.BaseExpression:
+        if site.kind == "layer":
+            built = self._nnx_ctor(site, updated)
+        elif site.kind == "module":
+            built = self._user_ctor(site, updated)
+        else:
+            built = self._variable_ctor(site, updated)
+        if site.loop is not None:
+            comp = cst.parse_expression(f"[None for {site.loop.var} in {site.loop.range_src}]")
+            assert isinstance(comp, cst.ListComp)
+            built = cst.Call(cst.parse_expression("nnx.List"), [cst.Arg(comp.with_changes(elt=built))])
+        return built
+
+    def _call_site(self, site: Site) -> cst.BaseExpression:
+        ref = f"self.{site.attr}[{site.loop.var}]" if site.loop is not None else f"self.{site.attr}"
+        if site.kind == "param":
+            ref += "[...]"
+        return cst.parse_expression(ref)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         plan = self._current()
@@ -457,20 +741,24 @@ class MigrateModules(VisitorBasedCodemodCommand):
         site = plan.sites.get(original)
         if site is not None:
             self._handled.add(original.func)
-            self.report("L2N-LAYER-001", original, f"nn.{site.rule.linen} -> nnx.{site.rule.nnx} ({site.attr})")
-            built = self._nnx_ctor(site, updated)
+            if site.kind == "layer":
+                self.report("L2N-LAYER-001", original, f"nn.{site.rule.linen} -> nnx.{site.rule.nnx} ({site.attr})")  # type: ignore[union-attr]
+            elif site.kind in ("param", "variable"):
+                self.report("L2N-VAR-001", original, f"self.{site.kind}({site.linen_name!r}) -> "
+                            f"nnx.{site.var_type} self.{site.attr} created in __init__")
+            built = self._build(site, updated)
             if not site.hoisted:
                 return built
             self._built[original] = built
-            upd_bound, _ = self._bind_args(site.rule, updated)
-            self._moved[original] = [upd_bound[a] for a in site.moved_args if a in upd_bound]
-            return cst.parse_expression(f"self.{site.attr}")
+            if site.rule is not None:
+                upd_bound, _ = self._bind_args(site.rule.linen_arg_order(), updated)
+                self._moved[original] = [upd_bound[a] for a in site.moved_args if a in upd_bound]
+            return self._call_site(site)
         if isinstance(original.func, cst.Call) and original.func in self._moved:
             moved = self._moved.pop(original.func)
             if moved:
-                tail = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in moved]
-                args = [*(a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in updated.args), *tail]
-                return updated.with_changes(args=args)
+                args = [*updated.args, *(kwarg(a.keyword.value, a.value) if a.keyword else a for a in moved)]
+                return updated.with_changes(args=strip_commas(args))
         return updated
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
@@ -480,21 +768,47 @@ class MigrateModules(VisitorBasedCodemodCommand):
         outermost = not (isinstance(parent, cst.Attribute) and parent.value is original)
         if linen and original not in self._handled and outermost:
             short = next(iter(linen)).removeprefix("flax.linen.")
-            if same_in_nnx(short) and _root_name(original) is not None:
+            if (same_in_nnx(short) or equivalent_in_nnx(short)) and root_name(original) is not None:
                 self.uses_nnx = True
                 self._handled.add(original)
-                return _repoint_root(updated, "nnx")
+                return repoint_root(updated, "nnx")
             if not (names & (LINEN_MODULE | LINEN_COMPACT)):
                 self._handled.add(original)
                 self.report("L2N-API-002", original, f"flax.linen.{short} has no automatic conversion yet",
                             "rewrite by hand with the NNX API (see docs/rules.md)")
         plan = self._current()
-        if (plan is not None and isinstance(original.value, cst.Name) and original.value.value == "self"
-                and original.attr.value in LINEN_SELF_API):
-            if not (isinstance(parent, cst.Assign) or original.attr.value in {f.name for f in plan.fields}):
-                self.report("L2N-API-002", original, f"self.{original.attr.value} is Linen Module API with no "
-                            "automatic conversion yet", "see reference: variables and collections")
+        attr = self_attr(original)
+        if plan is not None and attr is not None:
+            is_call = isinstance(parent, cst.Call) and parent.func is original
+            if attr in LINEN_SELF_API and attr not in plan.field_names and is_call and not self._in_handled_call(parent):
+                self.report("L2N-API-002", original, f"self.{attr} is Linen Module API with no automatic conversion "
+                            "yet", "see reference: variables and collections")
+            # Linen setup() variables read as arrays (params) or through ``.value``; NNX reads both as v[...]
+            kind = plan.setup_vars.get(attr)
+            dotted_value = isinstance(parent, cst.Attribute) and parent.value is original and parent.attr.value == "value"
+            if kind == "param" and not dotted_value and not self._is_store(original, parent):
+                return cst.parse_expression(f"self.{attr}[...]")
+        if plan is not None and original.attr.value == "value" and plan.setup_vars.get(self_attr(original.value) or ""):
+            if not self._in_setup(original):
+                return cst.Subscript(updated.value, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
         return updated
+
+    def _in_setup(self, node: cst.CSTNode) -> bool:
+        fn = self._enclosing_function(node)
+        return fn is not None and fn.name.value == "setup"
+
+    def _in_handled_call(self, call: cst.CSTNode) -> bool:
+        plan = self._current()
+        return call in self._handled or (plan is not None and call in plan.sites)
+
+    def _is_store(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
+        return isinstance(parent, cst.AssignTarget) or self._in_setup(node)
+
+    def _enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        cur: cst.CSTNode | None = node
+        while cur is not None and not isinstance(cur, cst.FunctionDef):
+            cur = self.get_metadata(ParentNodeProvider, cur, None)
+        return cur
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         if self._current() is None:
@@ -516,7 +830,7 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 bases.append(u.with_changes(value=cst.parse_expression("nnx.Module")))
             else:
                 bases.append(u)
-        field_names = {f.name for f in plan.fields}
+        field_names = set(plan.field_names)
         body: list[cst.BaseStatement] = []
         setup_body: list[cst.BaseStatement] = []
         init_index = None
@@ -533,7 +847,7 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 continue
             body.append(stmt)
         if init_index is None:
-            init_index = 1 if body and _is_docstring(body[0]) else 0
+            init_index = 1 if body and is_docstring(body[0]) else 0
         if plan.setup is not None:
             self.report("L2N-MOD-002", plan.setup, f"{plan.name}.setup() moved into __init__")
         init = self._build_init(plan, setup_body)
@@ -560,6 +874,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
         stmts: list[cst.BaseStatement] = [cst.parse_statement(f"self.{f.name} = {f.name}\n") for f in plan.fields]
         for stmt in setup_body:
             stmts.append(self._containerize(plan, stmt))
+        for name in plan.needed_locals:
+            stmts.append(self._pure_updated.get(plan.pure_locals[name], plan.pure_locals[name]))
         for site in plan.hoisted_order:
             built = self._built.get(site.ctor)
             if built is None:
@@ -576,26 +892,39 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 and isinstance(stmt.body[0], cst.Assign)):
             return stmt
         assign = stmt.body[0]
-        target = assign.targets[0].target
-        if (isinstance(target, cst.Attribute) and target.attr.value in plan.containers
-                and isinstance(assign.value, (cst.List, cst.Tuple))):
+        attr = self_attr(assign.targets[0].target)
+        if attr in plan.containers and isinstance(assign.value, (cst.List, cst.Tuple)):
             value = cst.Call(cst.parse_expression("nnx.List"), [cst.Arg(cst.List(assign.value.elements))])
             return stmt.with_changes(body=[assign.with_changes(value=value)])
         return stmt
 
     def _record_name_map(self, plan: ClassPlan) -> None:
-        key = f"{self.module_name}.{plan.name}" if self.module_name else plan.name
+        key = self._class_key(plan.name)
         entry = ClassEntry(name=key, module=self.module_name, file=self.path, new_args=dict(plan.new_args))
         for site in plan.sites.values():
+            if site.kind in ("param", "variable"):
+                entry.variables.setdefault(site.collection, {})[site.linen_name] = site.attr
+                continue
+            linen_class = site.rule.linen_qualname if site.rule else self._class_key(site.user.name)  # type: ignore[union-attr]
             if site.container is None:
-                entry.children[site.linen_name] = Child(attr=site.attr, linen_class=site.rule.linen_qualname)
+                entry.children[site.linen_name] = Child(attr=site.attr, linen_class=linen_class)
+            elif site.loop is not None:
+                entry.children[site.linen_name] = Child(attr=site.attr, linen_class=linen_class, container="list")
         for attr, sites in plan.containers.items():
-            entry.children[attr] = Child(attr=attr, linen_class=sites[0].rule.linen_qualname, container="list")
+            first = sites[0]
+            linen_class = first.rule.linen_qualname if first.rule else self._class_key(first.user.name)  # type: ignore[union-attr]
+            entry.children[attr] = Child(attr=attr, linen_class=linen_class, container="list")
         self.name_map.classes[key] = entry
 
-    # ---- markers -----------------------------------------------------------------------------
+    def _class_key(self, name: str) -> str:
+        return f"{self.module_name}.{name}" if self.module_name else name
+
+    # ---- markers and replayed statements -------------------------------------------------------
     def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
         updated = super().on_leave(original_node, updated_node)
+        plan = self._current()
+        if plan is not None and original_node in plan.pure_locals.values():
+            self._pure_updated[original_node] = updated
         notes = self._markers.pop(original_node, None)
         if notes and isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             existing = {line.comment.value for line in updated.leading_lines if line.comment is not None}
@@ -612,6 +941,31 @@ class MigrateModules(VisitorBasedCodemodCommand):
         return updated
 
 
+def _range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
+    """``for i in range(<config expr>)`` -> LoopInfo; anything else -> None."""
+    it = node.iter
+    if not (isinstance(node.target, cst.Name) and isinstance(it, cst.Call) and isinstance(it.func, cst.Name)
+            and it.func.value == "range" and 1 <= len(it.args) <= 2):
+        return None
+    if (names_in(it) - {"range"} - NOT_LOCAL) & local_names:
+        return None
+    return LoopInfo(node.target.value, code(it))
+
+
+def _loop_name_prefix(value: cst.BaseExpression, var: str) -> str | None:
+    """``f"block_{i}"`` inside ``for i in ...`` -> ``"block"``."""
+    if not isinstance(value, cst.FormattedString) or len(value.parts) != 2:
+        return None
+    text, expr = value.parts
+    if not (isinstance(text, cst.FormattedStringText) and isinstance(expr, cst.FormattedStringExpression)):
+        return None
+    if not (text.value.endswith("_") and isinstance(expr.expression, cst.Name) and expr.expression.value == var
+            and expr.conversion is None and expr.format_spec is None):
+        return None
+    prefix = text.value[:-1]
+    return prefix if prefix.isidentifier() else None
+
+
 def _linen_aliases(module: cst.Module) -> list[tuple[str, str | None, str | None]]:
     """The ways this file imports flax.linen, as RemoveImportsVisitor arguments."""
     out = []
@@ -621,68 +975,13 @@ def _linen_aliases(module: cst.Module) -> list[tuple[str, str | None, str | None
         for small in stmt.body:
             if isinstance(small, cst.Import):
                 for alias in small.names:
-                    name = cst.Module([]).code_for_node(alias.name)
-                    if name == "flax.linen":
+                    if code(alias.name) == "flax.linen":
                         asname = alias.asname.name.value if alias.asname else None
                         out.append(("flax.linen", None, asname))
             elif isinstance(small, cst.ImportFrom) and small.module is not None and not isinstance(small.names, cst.ImportStar):
-                mod = cst.Module([]).code_for_node(small.module)
+                mod = code(small.module)
                 for alias in small.names:
                     asname = alias.asname.name.value if alias.asname else None
                     if mod == "flax" and alias.name.value == "linen":
                         out.append(("flax", "linen", asname))
     return out
-
-
-def _local_names(fn: cst.FunctionDef) -> set[str]:
-    names = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)}
-
-    class Targets(cst.CSTVisitor):
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            for n in _names_in(node.target):
-                names.add(n)
-
-        def visit_For(self, node: cst.For) -> None:
-            names.update(_names_in(node.target))
-
-    fn.body.visit(Targets())
-    names.discard("self")
-    return names
-
-
-def _names_in(node: cst.CSTNode) -> set[str]:
-    found: set[str] = set()
-
-    class V(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.add(n.value)
-
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)
-            return False
-
-    node.visit(V())
-    return found
-
-
-def _uses_locals(node: cst.CSTNode, local_names: set[str]) -> bool:
-    return bool((_names_in(node) - NOT_LOCAL) & local_names)
-
-
-def _is_docstring(stmt: cst.BaseStatement) -> bool:
-    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-            and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, cst.SimpleString))
-
-
-def _root_name(node: cst.BaseExpression) -> cst.Name | None:
-    while isinstance(node, cst.Attribute):
-        node = node.value
-    return node if isinstance(node, cst.Name) else None
-
-
-def _repoint_root(node: cst.Attribute, alias: str) -> cst.Attribute:
-    """``nn.initializers.ones`` -> ``nnx.initializers.ones``: swap only the root name."""
-    if isinstance(node.value, cst.Name):
-        return node.with_changes(value=cst.Name(alias))
-    assert isinstance(node.value, cst.Attribute)
-    return node.with_changes(value=_repoint_root(node.value, alias))

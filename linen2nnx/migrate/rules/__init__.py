@@ -31,6 +31,7 @@ RULES: dict[str, Rule] = {
         Rule("L2N-SHAPE-002", Severity.CONVERTED, "New constructor argument for the module's input feature size."),
         Rule("L2N-SHAPE-003", Severity.MANUAL, "Input feature size unknown: a required constructor argument was added."),
         Rule("L2N-SHAPE-004", Severity.UNSAFE, "Input feature size is a traced literal that no config expression explains."),
+        Rule("L2N-VAR-001", Severity.CONVERTED, "self.param / self.variable -> an nnx Variable created in __init__."),
         Rule("L2N-API-001", Severity.CONVERTED, "flax.linen function re-pointed to the identical flax.nnx function."),
         Rule("L2N-API-002", Severity.MANUAL, "Linen API with no automatic conversion yet."),
         Rule("L2N-IO-001", Severity.ERROR, "File could not be parsed (syntax error); left untouched."),

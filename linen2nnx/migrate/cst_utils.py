@@ -1,0 +1,144 @@
+"""Small libcst helpers shared by the codemod (no Linen knowledge here)."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+_EMPTY = cst.Module([])
+NOT_LOCAL = frozenset({"self", "True", "False", "None"})
+
+
+def code(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+def snake_case(name: str) -> str:
+    """``BatchNorm_0`` -> ``batch_norm_0``; ``Dense_1`` -> ``dense_1``; ``MLPBlock`` -> ``mlp_block``."""
+    s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
+    s = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", s)
+    return s.lower()
+
+
+def names_in(node: cst.CSTNode) -> set[str]:
+    """Free-looking names used in ``node`` (attribute names and keywords excluded)."""
+    found: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.add(n.value)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)
+            return False
+
+        def visit_Arg(self, n: cst.Arg) -> bool:
+            n.value.visit(self)
+            return False
+
+    node.visit(V())
+    return found
+
+
+def assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
+    """How many times each local name of ``fn`` is bound (parameters count once)."""
+    counts: dict[str, int] = {}
+    for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params):
+        counts[p.name.value] = counts.get(p.name.value, 0) + 1
+    for star in (fn.params.star_arg, fn.params.star_kwarg):
+        if isinstance(star, cst.Param):
+            counts[star.name.value] = counts.get(star.name.value, 0) + 1
+
+    class Targets(cst.CSTVisitor):
+        def _bind(self, target: cst.CSTNode) -> None:
+            for n in names_in(target):
+                counts[n] = counts.get(n, 0) + 1
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self._bind(node.target)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self._bind(node.target)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self._bind(node.target)
+
+        def visit_For(self, node: cst.For) -> None:
+            self._bind(node.target)
+
+        def visit_CompFor(self, node: cst.CompFor) -> None:
+            self._bind(node.target)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            counts[node.name.value] = counts.get(node.name.value, 0) + 1
+            return node is fn
+
+    fn.visit(Targets())
+    counts.pop("self", None)
+    return counts
+
+
+def is_docstring(stmt: cst.BaseStatement) -> bool:
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, cst.SimpleString))
+
+
+def root_name(node: cst.BaseExpression) -> cst.Name | None:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node if isinstance(node, cst.Name) else None
+
+
+def repoint_root(node: cst.Attribute, alias: str) -> cst.Attribute:
+    """``nn.initializers.ones`` -> ``nnx.initializers.ones``: swap only the root name."""
+    if isinstance(node.value, cst.Name):
+        return node.with_changes(value=cst.Name(alias))
+    assert isinstance(node.value, cst.Attribute)
+    return node.with_changes(value=repoint_root(node.value, alias))
+
+
+def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(value, keyword=cst.Name(name),
+                   equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+
+
+def strip_commas(args: list[cst.Arg]) -> list[cst.Arg]:
+    return [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
+
+
+def self_attr(node: cst.CSTNode) -> str | None:
+    """``self.x`` -> ``"x"``."""
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return node.attr.value
+    return None
+
+
+def needs_parens(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, (cst.BinaryOperation, cst.BooleanOperation, cst.UnaryOperation, cst.IfExp,
+                             cst.Lambda, cst.Comparison))
+
+
+def substitute_self_fields(expr_src: str, fields: dict[str, str]) -> str | None:
+    """Rewrite ``self.<field>`` in ``expr_src`` with the caller's argument text; None if another ``self`` use remains."""
+    tree = cst.parse_expression(expr_src)
+    missing = False
+
+    class Sub(cst.CSTTransformer):
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+            nonlocal missing
+            name = self_attr(original)
+            if name is None:
+                return updated
+            if name not in fields:
+                missing = True
+                return updated
+            value = cst.parse_expression(fields[name])
+            if needs_parens(value):
+                value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            return value
+
+    out = tree.visit(Sub())
+    if missing or "self" in names_in(out):
+        return None
+    return code(out)
