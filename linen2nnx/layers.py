@@ -38,6 +38,19 @@ class LayerRule:
     """Linen parameter / child name -> NNX name inside this layer (identity when absent)."""
     nnx_only_state: tuple[str, ...] = ()
     """NNX state subtrees that have no Linen counterpart (kept from the NNX init)."""
+    in_index: int = 0
+    """Position of ``in_arg`` among the NNX positional arguments."""
+    extra_kwargs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """NNX keyword -> source, emitted when the Linen code does not give that argument (differing defaults)."""
+    only_values: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Linen arguments converted only for these literal source values; others are a ``manual`` finding."""
+    call_renames: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Call-time keyword renames (Linen -> NNX)."""
+    unsupported_call_args: frozenset[str] = frozenset()
+    """Call-time keywords with no NNX equivalent: a ``manual`` finding when given."""
+    call_keywords: tuple[str, ...] = ()
+    """Linen call signature; when set, positional call arguments after the first become these keywords
+    (``SelfAttention(x, mask)``: NNX's second positional is ``inputs_k``)."""
 
     @property
     def linen_qualname(self) -> str:
@@ -82,6 +95,22 @@ LAYER_RULES: tuple[LayerRule, ...] = (
               call_args=frozenset({"use_running_average"}), unsupported_args=_NORM_UNSUPPORTED),
     LayerRule("Dropout", "Dropout", in_arg=None, positional=("rate",),
               call_args=frozenset({"deterministic"}), nnx_only_state=("rngs",)),
+    LayerRule("DenseGeneral", "LinearGeneral", positional=("features",), out_arg="features",
+              rename_args={"features": "out_features"}, only_values={"axis": ("-1",)},
+              unsupported_args=frozenset({"batch_dims", "dot_general_cls"})),
+    *(
+        LayerRule(name, "MultiHeadAttention", in_index=1, positional=("num_heads",), out_arg="out_features",
+                  extra_kwargs={"decode": "False"}, only_values={"decode": ("False",)},
+                  call_args=frozenset({"deterministic"}), call_renames={"inputs_kv": "inputs_k"},
+                  unsupported_call_args=frozenset({"dropout_rng"}), call_keywords=call_keywords,
+                  unsupported_args=frozenset({"force_fp32_for_softmax", "qk_attn_weights_einsum_cls",
+                                              "attn_weights_value_einsum_cls"}),
+                  nnx_only_state=("rngs",))
+        for name, call_keywords in (
+            ("MultiHeadDotProductAttention", ()),
+            ("SelfAttention", ("inputs_q", "mask", "deterministic", "dropout_rng", "sow_weights")),
+        )
+    ),
 )
 
 LAYERS_BY_LINEN: Mapping[str, LayerRule] = {r.linen_qualname: r for r in LAYER_RULES}

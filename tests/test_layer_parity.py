@@ -28,6 +28,12 @@ CASES = {
     "BatchNorm": ("nn.BatchNorm(use_running_average=not train, momentum=0.8)(x)", (4, 6), "float32",
                   ("batch_stats",)),
     "Dropout": ("nn.Dense(3)(nn.Dropout(0.5, deterministic=not train)(x))", (2, 4), "float32", ()),
+    "DenseGeneral": ("nn.DenseGeneral((2, 3))(nn.DenseGeneral(5, axis=-1)(x))", (2, 4), "float32", ()),
+    "MultiHeadDotProductAttention": (
+        "nn.MultiHeadDotProductAttention(2, qkv_features=8, dropout_rate=0.3, broadcast_dropout=False)"
+        "(x, inputs_kv=x * 2, deterministic=not train)", (2, 5, 6), "float32", ()),
+    "SelfAttention": ("nn.SelfAttention(num_heads=2, out_features=4)(x, nn.make_causal_mask(x[..., 0]))",
+                      (2, 5, 6), "float32", ()),
 }
 
 TEMPLATE = """import flax.linen as nn

@@ -476,6 +476,10 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 if arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
                     self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
                                 "equivalent", f"see the nnx.{rule.nnx} signature; drop or re-express it")
+                elif arg_name in rule.only_values and code(arg.value) not in rule.only_values[arg_name]:
+                    self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
+                                f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
+                                f"rewrite this nnx.{rule.nnx} by hand")
         return site
 
     def _add_variable_site(self, plan: ClassPlan, call: cst.Call, *, hoisted: bool, local_names: set[str],
@@ -575,7 +579,14 @@ class MigrateModules(VisitorBasedCodemodCommand):
         if site.kind == "layer":
             assert site.rule is not None
             out = site.args.get(site.rule.out_arg) if site.rule.out_arg else None
-            return LayerInfo(site.attr, code(out.value) if out is not None else None)
+            if out is None:
+                return LayerInfo(site.attr, None)
+            value = out.value
+            if isinstance(value, (cst.Tuple, cst.List)):  # features=(heads, head_dim): last axis is head_dim
+                if not value.elements:
+                    return LayerInfo(site.attr, None, out_unknown=True)
+                value = value.elements[-1].value
+            return LayerInfo(site.attr, code(value))
         user = site.user
         assert user is not None
         if user.out is None or user.out.kind not in ("expr", "input"):
@@ -685,15 +696,15 @@ class MigrateModules(VisitorBasedCodemodCommand):
         rule = site.rule
         assert rule is not None
         upd_bound, _ = self._bind_args(rule.linen_arg_order(), updated)
-        args: list[cst.Arg] = []
+        args: list[cst.Arg] = [upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+                               for name in rule.positional if name in upd_bound]
         if rule.in_arg is not None:
-            args.append(cst.Arg(cst.parse_expression(site.in_expr or "None")))
-        for name in rule.positional:
-            if name in upd_bound:
-                args.append(upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT))
+            args.insert(rule.in_index, cst.Arg(cst.parse_expression(site.in_expr or "None")))
         for name, arg in upd_bound.items():
             if name not in rule.positional and name not in site.moved_args:
                 args.append(kwarg(rule.nnx_arg(name), arg.value))
+        given = {rule.nnx_arg(name) for name in upd_bound}
+        args += [kwarg(k, cst.parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
         args.append(kwarg("rngs", cst.Name("rngs")))
         self.uses_nnx = True
         return cst.Call(func=cst.parse_expression(f"nnx.{rule.nnx}"), args=strip_commas(args))
@@ -754,12 +765,34 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 upd_bound, _ = self._bind_args(site.rule.linen_arg_order(), updated)
                 self._moved[original] = [upd_bound[a] for a in site.moved_args if a in upd_bound]
             return self._call_site(site)
-        if isinstance(original.func, cst.Call) and original.func in self._moved:
-            moved = self._moved.pop(original.func)
-            if moved:
-                args = [*updated.args, *(kwarg(a.keyword.value, a.value) if a.keyword else a for a in moved)]
-                return updated.with_changes(args=strip_commas(args))
-        return updated
+        applied = None
+        if isinstance(original.func, cst.Call) and original.func in plan.sites:
+            applied = plan.sites[original.func]  # nn.Layer(...)(x) in @nn.compact
+        elif self_attr(original.func) is not None and not self._in_setup(original):
+            applied = next((s for s in plan.sites.values() if s.attr == self_attr(original.func) and not s.hoisted
+                            and s.rule is not None), None)  # self.layer(x) of a setup() layer
+        if applied is None or applied.rule is None:
+            return updated
+        return self._rewrite_layer_call(applied, original, updated)
+
+    def _rewrite_layer_call(self, site: Site, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """Apply the call-time differences of a layer: moved mode args, renamed / unsupported keywords."""
+        rule = site.rule
+        assert rule is not None
+        args = list(updated.args)
+        for o in original.args:
+            if o.keyword is not None and o.keyword.value in rule.unsupported_call_args:
+                self.report("L2N-LAYER-002", o, f"{o.keyword.value}= of nn.{rule.linen}.__call__ has no "
+                            f"nnx.{rule.nnx} equivalent", "NNX layers draw randomness from their own rngs")
+        args = [a.with_changes(keyword=cst.Name(rule.call_renames[a.keyword.value]))
+                if a.keyword is not None and a.keyword.value in rule.call_renames else a for a in args]
+        if rule.call_keywords:
+            positional = [a for a in args if a.keyword is None and not a.star]
+            args = positional[:1] + [kwarg(rule.call_keywords[i], a.value) for i, a in enumerate(positional) if i
+                                     ] + [a for a in args if a.keyword is not None or a.star]
+        moved = self._moved.pop(site.ctor, [])
+        args += [kwarg(a.keyword.value, a.value) if a.keyword else a for a in moved]
+        return updated.with_changes(args=strip_commas(args))
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         names = self.qualnames(original)
