@@ -33,7 +33,9 @@ CASES = {
     "setup_param": ("Affine", {"features": 4}, (2, 4)),
     "setup_mlp": ("MLP", {"hidden": 6}, (2, 4)),
     "inheritance": ("Wider", {"width": 3}, (2, 5)),
+    "compact_tied": ("Tied", {"vocab": 11, "dim": 4}, (2, 5)),
 }
+INT_INPUTS = {"compact_tied"}
 
 
 def _perturb(variables, seed=0):
@@ -52,11 +54,12 @@ def test_migrated_fixture_has_parity(case, tmp_path):
     (tmp_path / "nnx_src.py").write_text(result.output)
     linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls_name)
     nnx_cls = getattr(import_file(tmp_path / "nnx_src.py"), cls_name)
-    x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 11, shape) if case in INT_INPUTS else rng.normal(size=shape).astype(np.float32)
     side = LinenSide(model=linen_cls(**ctor), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
                      train_kwargs={}, eval_kwargs={})
     entry = result.name_map.classes[f"{case}.{cls_name}"]
-    extra = {name: shape[-1] for name, how in entry.new_args.items() if how == "input:0"}
+    extra = {name: x.shape[-1] for name, how in entry.new_args.items() if how == "input:0"}
     assert set(extra) == set(entry.new_args), entry.new_args
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)

@@ -112,6 +112,8 @@ class ClassPlan:
     setup_vars: dict[str, str] = dataclasses.field(default_factory=dict)  # setup attr -> param | variable
     out: Feat | None = None  # feature size of ``__call__``'s result
     first_input: str = "x"
+    local_sites: dict[str, Site] = dataclasses.field(default_factory=dict)  # compact local bound to a submodule
+    uses_rngs: bool = False  # make_rng is used: the module keeps ``self.rngs``
 
     @property
     def field_names(self) -> list[str]:
@@ -140,6 +142,7 @@ class MigrateModules(VisitorBasedCodemodCommand):
         self._moved: dict[cst.Call, list[cst.Arg]] = {}
         self._built: dict[cst.Call, cst.BaseExpression] = {}
         self._pure_updated: dict[cst.CSTNode, cst.BaseStatement] = {}
+        self._pending_api: dict[cst.CSTNode, cst.Attribute] = {}
         self.uses_nnx = False
 
     # ---- helpers -----------------------------------------------------------------------------
@@ -407,6 +410,12 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 command._plan_compact_child(plan, node, rule, user, loop, counters, local_names)
 
         fn.visit(Collect())
+        for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
+            if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
+                target, value = stmt.body[0].targets[0].target, stmt.body[0].value
+                if isinstance(target, cst.Name) and counts.get(target.value) == 1 and value in plan.sites:
+                    plan.local_sites[target.value] = plan.sites[value]
 
     def _plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
                             loop: LoopInfo | None, counters: dict[str, int | None], local_names: set[str]) -> None:
@@ -554,6 +563,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 site = plan.sites[func]
             elif self_attr(func) in setup_attrs:
                 site = setup_attrs[self_attr(func)]
+            elif isinstance(func, cst.Name) and func.value in plan.local_sites:
+                site = plan.local_sites[func.value]
             if site is None or site.kind not in ("layer", "module"):
                 return None
             return self._layer_info(site)
@@ -749,6 +760,14 @@ class MigrateModules(VisitorBasedCodemodCommand):
         plan = self._current()
         if plan is None:
             return updated
+        result = self._leave_call(plan, original, updated)
+        api = self._pending_api.pop(original, None)
+        if api is not None and original not in self._handled and original not in plan.sites:
+            self.report("L2N-API-002", api, f"self.{api.attr.value} is Linen Module API with no automatic "
+                        "conversion yet", "see reference: variables and collections")
+        return result
+
+    def _leave_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         site = plan.sites.get(original)
         if site is not None:
             self._handled.add(original.func)
@@ -765,15 +784,55 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 upd_bound, _ = self._bind_args(site.rule.linen_arg_order(), updated)
                 self._moved[original] = [upd_bound[a] for a in site.moved_args if a in upd_bound]
             return self._call_site(site)
+        sow = self._rewrite_self_api(plan, original, updated)
+        if sow is not None:
+            return sow
         applied = None
         if isinstance(original.func, cst.Call) and original.func in plan.sites:
             applied = plan.sites[original.func]  # nn.Layer(...)(x) in @nn.compact
+        elif isinstance(original.func, cst.Name) and original.func.value in plan.local_sites:
+            applied = plan.local_sites[original.func.value]  # layer = nn.Layer(...); layer(x)
         elif self_attr(original.func) is not None and not self._in_setup(original):
             applied = next((s for s in plan.sites.values() if s.attr == self_attr(original.func) and not s.hoisted
                             and s.rule is not None), None)  # self.layer(x) of a setup() layer
         if applied is None or applied.rule is None:
             return updated
         return self._rewrite_layer_call(applied, original, updated)
+
+    def _rewrite_self_api(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+        """``self.sow`` / ``self.make_rng`` / ``self.is_initializing`` -> their NNX spelling."""
+        api = self.self_call(original)
+        if api is None or api in plan.field_names:
+            return None
+        if api == "sow" and original.args and isinstance(original.args[0].value, cst.SimpleString):
+            collection = original.args[0].value.evaluated_value
+            var_type = COLLECTION_TYPES.get(collection)
+            self._handled.add(original)
+            if var_type is None:
+                self.report("L2N-API-002", original, f"self.sow into the custom collection {collection!r}",
+                            "define a registered nnx.Variable subclass and sow into it")
+                return updated
+            self.report("L2N-VAR-002", original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)")
+            self.uses_nnx = True
+            first = updated.args[0].with_changes(value=cst.parse_expression(f"nnx.{var_type}"))
+            return updated.with_changes(args=[first, *updated.args[1:]])
+        if api == "make_rng" and len(original.args) == 1 and isinstance(original.args[0].value, cst.SimpleString):
+            stream = original.args[0].value.evaluated_value
+            self._handled.add(original)
+            plan.uses_rngs = True
+            self.report("L2N-VAR-003", original, f"self.make_rng({stream!r}) -> a draw from the module's nnx.Rngs")
+            ref = f"self.rngs.{stream}()" if stream.isidentifier() else f"self.rngs[{stream!r}]()"
+            return cst.parse_expression(ref)
+        if api == "is_initializing" and not original.args:
+            self._handled.add(original)
+            if not self.unsafe_fixes:
+                self.report("L2N-API-002", original, "self.is_initializing() has no NNX meaning (__init__ is the "
+                            "initialisation)", "move the init-only branch into __init__, or pass --unsafe-fixes")
+                return updated
+            self.report("L2N-API-003", original, "self.is_initializing() -> False (NNX calls never initialise)",
+                        "init-only work now happens in __init__")
+            return cst.Name("False")
+        return None
 
     def _rewrite_layer_call(self, site: Site, original: cst.Call, updated: cst.Call) -> cst.Call:
         """Apply the call-time differences of a layer: moved mode args, renamed / unsupported keywords."""
@@ -790,7 +849,7 @@ class MigrateModules(VisitorBasedCodemodCommand):
             positional = [a for a in args if a.keyword is None and not a.star]
             args = positional[:1] + [kwarg(rule.call_keywords[i], a.value) for i, a in enumerate(positional) if i
                                      ] + [a for a in args if a.keyword is not None or a.star]
-        moved = self._moved.pop(site.ctor, [])
+        moved = self._moved.get(site.ctor, [])
         args += [kwarg(a.keyword.value, a.value) if a.keyword else a for a in moved]
         return updated.with_changes(args=strip_commas(args))
 
@@ -804,6 +863,7 @@ class MigrateModules(VisitorBasedCodemodCommand):
             if (same_in_nnx(short) or equivalent_in_nnx(short)) and root_name(original) is not None:
                 self.uses_nnx = True
                 self._handled.add(original)
+                self.report("L2N-API-001", original, f"nn.{short} -> nnx.{short}")
                 return repoint_root(updated, "nnx")
             if not (names & (LINEN_MODULE | LINEN_COMPACT)):
                 self._handled.add(original)
@@ -813,9 +873,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
         attr = self_attr(original)
         if plan is not None and attr is not None:
             is_call = isinstance(parent, cst.Call) and parent.func is original
-            if attr in LINEN_SELF_API and attr not in plan.field_names and is_call and not self._in_handled_call(parent):
-                self.report("L2N-API-002", original, f"self.{attr} is Linen Module API with no automatic conversion "
-                            "yet", "see reference: variables and collections")
+            if attr in LINEN_SELF_API and attr not in plan.field_names and is_call:
+                self._pending_api[parent] = original  # reported in leave_Call unless a rule converts the call
             # Linen setup() variables read as arrays (params) or through ``.value``; NNX reads both as v[...]
             kind = plan.setup_vars.get(attr)
             dotted_value = isinstance(parent, cst.Attribute) and parent.value is original and parent.attr.value == "value"
@@ -829,10 +888,6 @@ class MigrateModules(VisitorBasedCodemodCommand):
     def _in_setup(self, node: cst.CSTNode) -> bool:
         fn = self._enclosing_function(node)
         return fn is not None and fn.name.value == "setup"
-
-    def _in_handled_call(self, call: cst.CSTNode) -> bool:
-        plan = self._current()
-        return call in self._handled or (plan is not None and call in plan.sites)
 
     def _is_store(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
         return isinstance(parent, cst.AssignTarget) or self._in_setup(node)
@@ -905,6 +960,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
         fn = cst.parse_statement(header)
         assert isinstance(fn, cst.FunctionDef)
         stmts: list[cst.BaseStatement] = [cst.parse_statement(f"self.{f.name} = {f.name}\n") for f in plan.fields]
+        if plan.uses_rngs:
+            stmts.append(cst.parse_statement("self.rngs = rngs.fork()\n"))
         for stmt in setup_body:
             stmts.append(self._containerize(plan, stmt))
         for name in plan.needed_locals:
