@@ -1,0 +1,43 @@
+"""The flax.linen names the codemod re-points to flax.nnx must behave identically there."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from linen2nnx.migrate.linen_api import EQUIVALENT_IN_NNX, same_in_nnx
+
+
+def _resolve(root, dotted):
+    for part in dotted.split("."):
+        root = getattr(root, part)
+    return root
+
+
+q = jnp.array([[1, 2, 0, 3]])
+SAMPLES = {
+    "make_attention_mask": lambda f: f(q > 0, q > 0),
+    "make_causal_mask": lambda f: f(q),
+    "combine_masks": lambda f: f(jnp.ones((1, 1, 4, 4), bool), jnp.tril(jnp.ones((1, 1, 4, 4), bool))),
+    "initializers.zeros_init": lambda f: f()(jax.random.key(0), (2, 3)),
+    "initializers.ones_init": lambda f: f()(jax.random.key(0), (2, 3)),
+}
+
+
+def test_every_equivalence_has_a_sample():
+    assert set(SAMPLES) == set(EQUIVALENT_IN_NNX)
+
+
+@pytest.mark.parametrize("name", sorted(EQUIVALENT_IN_NNX))
+def test_equivalent_names_compute_the_same(name):
+    a = SAMPLES[name](_resolve(nn, name))
+    b = SAMPLES[name](_resolve(nnx, name))
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert a.dtype == b.dtype
+
+
+def test_identity_check_accepts_shared_functions_and_rejects_layers():
+    assert same_in_nnx("relu") and same_in_nnx("initializers.lecun_normal")
+    assert not same_in_nnx("Dense") and not same_in_nnx("initializers")
