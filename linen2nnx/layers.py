@@ -48,6 +48,13 @@ class LayerRule:
     """Call-time keyword renames (Linen -> NNX)."""
     unsupported_call_args: frozenset[str] = frozenset()
     """Call-time keywords with no NNX equivalent: a ``manual`` finding when given."""
+    nested: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Constructor arguments that take a module (``RNN(cell)``) -> the NNX attribute holding it."""
+    varargs_list: str | None = None
+    """Linen list argument that NNX takes as ``*args`` (``Sequential(layers)``); element i lives at ``<it>/i``."""
+    out_from: str | None = None
+    """Where the output size comes from when not ``out_arg``: a nested argument name, ``last`` element, or
+    ``unknown``."""
     call_keywords: tuple[str, ...] = ()
     """Linen call signature; when set, positional call arguments after the first become these keywords
     (``SelfAttention(x, mask)``: NNX's second positional is ``inputs_k``)."""
@@ -95,6 +102,23 @@ LAYER_RULES: tuple[LayerRule, ...] = (
               call_args=frozenset({"use_running_average"}), unsupported_args=_NORM_UNSUPPORTED),
     LayerRule("Dropout", "Dropout", in_arg=None, positional=("rate",),
               call_args=frozenset({"deterministic"}), nnx_only_state=("rngs",)),
+    *(
+        LayerRule(linen, nnx_name, positional=("features",), out_arg="features",
+                  rename_args={"features": "hidden_features"}, param_renames=renames)
+        for linen, nnx_name, renames in (
+            ("LSTMCell", "LSTMCell", {"if": "if_"}),
+            # Same equations as LSTMCell; Linen keeps the per-gate layout, so the unfused NNX cell is exact.
+            ("OptimizedLSTMCell", "LSTMCell", {"if": "if_"}),
+            ("SimpleCell", "SimpleCell", {"i": "dense_i", "h": "dense_h"}),
+        )
+    ),
+    LayerRule("RNN", "RNN", in_arg=None, positional=("cell",), nested={"cell": "cell"}, out_from="cell",
+              unsupported_args=frozenset({"variable_axes", "variable_broadcast", "variable_carry", "split_rngs"}),
+              nnx_only_state=("rngs",)),
+    LayerRule("Bidirectional", "Bidirectional", in_arg=None, positional=("forward_rnn", "backward_rnn"),
+              nested={"forward_rnn": "forward_rnn", "backward_rnn": "backward_rnn"}, out_from="unknown",
+              nnx_only_state=("rngs",)),
+    LayerRule("Sequential", "Sequential", in_arg=None, varargs_list="layers", out_from="last"),
     LayerRule("DenseGeneral", "LinearGeneral", positional=("features",), out_arg="features",
               rename_args={"features": "out_features"}, only_values={"axis": ("-1",)},
               unsupported_args=frozenset({"batch_dims", "dot_general_cls"})),

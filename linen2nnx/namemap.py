@@ -124,7 +124,11 @@ class NameMap:
             key = str(path[i])
             rule = LAYERS_BY_LINEN.get(cls)
             if rule is not None:
-                out.append(rule.param_renames.get(key, key))
+                index = re.fullmatch(rf"{rule.varargs_list}_(\d+)", key) if rule.varargs_list else None
+                if index:  # Sequential's layers_2 -> layers/2 (then the element's own names)
+                    out.extend([rule.varargs_list, int(index.group(1))])
+                else:
+                    out.append(rule.param_renames.get(key, key))
                 out.extend(path[i + 1:])
                 return tuple(out)
             entry = self.classes.get(cls)
@@ -133,7 +137,7 @@ class NameMap:
                 return tuple(out)
             if key in entry.children and entry.children[key].container is None:
                 child = entry.children[key]
-                out.append(child.attr)
+                out.extend(_attr_path(child.attr))
                 cls = child.linen_class
                 i += 1
                 continue
@@ -151,6 +155,11 @@ class NameMap:
                 return tuple(out)
             raise KeyError(f"{'/'.join(map(str, path[: i + 1]))}: not in the name map for class {cls}")
         return tuple(out)
+
+
+def _attr_path(attr: str) -> list[Any]:
+    """``rnn_0/cell`` -> ``['rnn_0', 'cell']``; ``seq/layers/0`` -> ``['seq', 'layers', 0]``."""
+    return [int(p) if p.isdigit() else p for p in attr.split("/")]
 
 
 def _container_lookup(entry: ClassEntry, key: str) -> tuple[Child, Any] | None:

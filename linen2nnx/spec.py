@@ -76,7 +76,9 @@ class ModelPair:
     def make_nnx(self, seed: int = 0) -> Any:
         from flax import nnx
 
-        return self.nnx_factory(nnx.Rngs(*(), **{s: seed + i for i, s in enumerate(self.linen.rng_streams)}))
+        # a `default` stream too: NNX layers draw from streams Linen never names (RNN's `carry`, ...)
+        streams = {s: seed + i + 1 for i, s in enumerate(self.linen.rng_streams)}
+        return self.nnx_factory(nnx.Rngs(seed, **streams))
 
 
 def linen_ctor_kwargs(module: Any) -> dict[str, Any]:

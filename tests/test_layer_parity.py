@@ -32,6 +32,13 @@ CASES = {
     "MultiHeadDotProductAttention": (
         "nn.MultiHeadDotProductAttention(2, qkv_features=8, dropout_rate=0.3, broadcast_dropout=False)"
         "(x, inputs_kv=x * 2, deterministic=not train)", (2, 5, 6), "float32", ()),
+    "LSTMCell": ("nn.RNN(nn.LSTMCell(5))(x)", (2, 6, 3), "float32", ()),
+    "OptimizedLSTMCell": ("nn.RNN(nn.OptimizedLSTMCell(5), reverse=True, keep_order=True)(x)", (2, 6, 3), "float32", ()),
+    "SimpleCell": ("nn.RNN(nn.SimpleCell(4))(x)", (2, 6, 3), "float32", ()),
+    "RNN": ("nn.Dense(2)(nn.RNN(nn.LSTMCell(4), name='encoder')(nn.Dense(3)(x)))", (2, 6, 3), "float32", ()),
+    "Bidirectional": ("nn.Bidirectional(nn.RNN(nn.SimpleCell(3)), nn.RNN(nn.LSTMCell(3)))(x)", (2, 6, 3),
+                      "float32", ()),
+    "Sequential": ("nn.Sequential([nn.Dense(4), nn.relu, nn.Dense(2)])(nn.Dense(3)(x))", (2, 5), "float32", ()),
     "SelfAttention": ("nn.SelfAttention(num_heads=2, out_features=4)(x, nn.make_causal_mask(x[..., 0]))",
                       (2, 5, 6), "float32", ()),
 }

@@ -96,6 +96,10 @@ class Site:
     loop: LoopInfo | None = None
     collection: str = "params"
     var_type: str = "Param"
+    parent: Site | None = None  # the layer whose constructor argument this one is (RNN(cell), Sequential)
+    nested: list[Site] = dataclasses.field(default_factory=list)
+    nested_arg: str = ""  # the parent's Linen argument holding this one ("cell", or "layers" + index)
+    element: int = -1  # index in the parent's list argument (Sequential)
 
 
 @dataclasses.dataclass
@@ -407,6 +411,10 @@ class MigrateModules(VisitorBasedCodemodCommand):
                         return
                     command._add_variable_site(plan, node, hoisted=True, local_names=local_names)
                     return
+                nesting = command._nesting(plan, node) if rule is not None else None
+                if nesting is not None:
+                    command._plan_nested(plan, node, rule, nesting, counters)
+                    return
                 command._plan_compact_child(plan, node, rule, user, loop, counters, local_names)
 
         fn.visit(Collect())
@@ -416,6 +424,43 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 target, value = stmt.body[0].targets[0].target, stmt.body[0].value
                 if isinstance(target, cst.Name) and counts.get(target.value) == 1 and value in plan.sites:
                     plan.local_sites[target.value] = plan.sites[value]
+
+    def _nesting(self, plan: ClassPlan, node: cst.Call) -> tuple[Site, str, int] | None:
+        """(outer layer site, its argument, list index) when ``node`` is built as a layer argument."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        index = -1
+        if isinstance(parent, cst.Element):
+            container = self.get_metadata(ParentNodeProvider, parent, None)
+            if not isinstance(container, (cst.List, cst.Tuple)):
+                return None
+            index = [e.value for e in container.elements].index(node)
+            parent = self.get_metadata(ParentNodeProvider, container, None)
+        if not isinstance(parent, cst.Arg):
+            return None
+        call = self.get_metadata(ParentNodeProvider, parent, None)
+        outer = plan.sites.get(call) if isinstance(call, cst.Call) else None
+        if outer is None or outer.rule is None:
+            return None
+        arg_name = next((name for name, arg in outer.args.items() if arg is parent), None)
+        if arg_name is None:
+            return None
+        if index < 0 and arg_name in outer.rule.nested:
+            return outer, arg_name, -1
+        if index >= 0 and arg_name == outer.rule.varargs_list:
+            return outer, arg_name, index
+        return None
+
+    def _plan_nested(self, plan: ClassPlan, node: cst.Call, rule: LayerRule, nesting: tuple[Site, str, int],
+                     counters: dict[str, int | None]) -> None:
+        """A layer built as another layer's argument: built in place, named in the parent's scope by Linen."""
+        outer, arg_name, index = nesting
+        subpath = f"{rule and outer.rule.varargs_list}/{index}" if index >= 0 else outer.rule.nested[arg_name]  # type: ignore[union-attr]
+        n = counters.get(rule.linen, 0) or 0
+        counters[rule.linen] = n + 1
+        site = self._add_site(plan, node, attr=f"{outer.attr}/{subpath}", linen_name=f"{rule.linen}_{n}",
+                              hoisted=False)
+        site.parent, site.nested_arg, site.element = outer, arg_name, index
+        outer.nested.append(site)
 
     def _plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
                             loop: LoopInfo | None, counters: dict[str, int | None], local_names: set[str]) -> None:
@@ -482,6 +527,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
         if rule is not None:
             for arg_name, arg in bound.items():
                 nnx_name = rule.nnx_arg(arg_name)
+                if arg_name == rule.varargs_list:
+                    continue
                 if arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
                     self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
                                 "equivalent", f"see the nnx.{rule.nnx} signature; drop or re-express it")
@@ -587,6 +634,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
             self._resolve_site_inputs(plan, site, feats, params, nodes[key])
 
     def _layer_info(self, site: Site) -> LayerInfo:
+        if site.kind == "layer" and site.rule is not None and site.rule.out_from is not None:
+            return self._nested_out(site)
         if site.kind == "layer":
             assert site.rule is not None
             out = site.args.get(site.rule.out_arg) if site.rule.out_arg else None
@@ -611,12 +660,47 @@ class MigrateModules(VisitorBasedCodemodCommand):
         out = substitute_self_fields(user.out.expr, fields)
         return LayerInfo(site.attr, out, out_unknown=out is None)
 
+    def _nested_out(self, site: Site) -> LayerInfo:
+        rule = site.rule
+        assert rule is not None
+        if rule.out_from == "last":
+            elements = sorted((n for n in site.nested if n.element >= 0), key=lambda n: n.element)
+            if not elements:
+                return LayerInfo(site.attr, None, out_unknown=True)
+            info = self._layer_info(elements[-1])
+            return LayerInfo(site.attr, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
+        inner = next((n for n in site.nested if n.nested_arg == rule.out_from), None)
+        if inner is None:
+            return LayerInfo(site.attr, None, out_unknown=True)
+        info = self._layer_info(inner)
+        return LayerInfo(site.attr, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
+
+    def _propagate_nested(self, site: Site, in_expr: str) -> None:
+        """Give the layers built inside ``site`` their input sizes: RNN cells see the RNN's input;
+        Sequential elements see the previous element's output."""
+        current = in_expr
+        for inner in sorted(site.nested, key=lambda n: n.element):
+            if inner.rule is not None and inner.rule.in_arg is not None and inner.in_expr is None:
+                inner.in_expr = current
+            self._propagate_nested(inner, current)
+            if inner.element >= 0:
+                info = self._layer_info(inner)
+                if info.out_unknown:
+                    break
+                current = info.out_expr or current
+
+    def _needs_input(self, site: Site) -> bool:
+        return (site.rule is not None and site.rule.in_arg is not None) or any(self._needs_input(n) for n in site.nested)
+
     def _resolve_site_inputs(self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str],
                              node: cst.CSTNode) -> None:
         if site.kind == "layer":
             assert site.rule is not None
-            if site.rule.in_arg is not None:
-                site.in_expr = self._loop_expr(plan, site, feats, params, node)
+            if self._needs_input(site):
+                expr = self._loop_expr(plan, site, feats, params, node)
+                if site.rule.in_arg is not None:
+                    site.in_expr = expr
+                self._propagate_nested(site, expr)
         elif site.kind == "module":
             assert site.user is not None
             for arg, how in site.user.new_args.items():
@@ -692,12 +776,21 @@ class MigrateModules(VisitorBasedCodemodCommand):
 
     def _resolve_unused(self, plan: ClassPlan) -> None:
         for site in plan.sites.values():
-            if site.kind == "layer" and site.rule.in_arg is not None and site.in_expr is None:  # type: ignore[union-attr]
-                site.in_expr = self._resolve_in(plan, site, Feat.unknown("a layer the dataflow never saw applied"),
-                                                ["x"], site.ctor)
+            if site.parent is not None:
+                continue
+            if site.kind == "layer" and self._needs_input(site) and site.in_expr is None and not self._resolved(site):
+                expr = self._resolve_in(plan, site, Feat.unknown("a layer the dataflow never saw applied"),
+                                        ["x"], site.ctor)
+                if site.rule.in_arg is not None:  # type: ignore[union-attr]
+                    site.in_expr = expr
+                self._propagate_nested(site, expr)
             elif site.kind == "module" and site.user and site.user.new_args and not site.user_in:
                 for arg in site.user.new_args:
                     site.user_in[arg] = self._required_arg(plan, site, f"{arg} of {site.user.name}", site.ctor)
+
+    def _resolved(self, site: Site) -> bool:
+        return all(self._resolved(n) for n in site.nested) and (
+            site.rule is None or site.rule.in_arg is None or site.in_expr is not None)
 
     # ---- rewriting ---------------------------------------------------------------------------
     def _current(self) -> ClassPlan | None:
@@ -709,14 +802,21 @@ class MigrateModules(VisitorBasedCodemodCommand):
         upd_bound, _ = self._bind_args(rule.linen_arg_order(), updated)
         args: list[cst.Arg] = [upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
                                for name in rule.positional if name in upd_bound]
+        if rule.varargs_list and rule.varargs_list in upd_bound:
+            value = upd_bound[rule.varargs_list].value
+            if isinstance(value, (cst.List, cst.Tuple)):
+                args += [cst.Arg(e.value) for e in value.elements]
+            else:
+                args.append(cst.Arg(value, star="*"))
         if rule.in_arg is not None:
             args.insert(rule.in_index, cst.Arg(cst.parse_expression(site.in_expr or "None")))
         for name, arg in upd_bound.items():
-            if name not in rule.positional and name not in site.moved_args:
+            if name not in rule.positional and name not in site.moved_args and name != rule.varargs_list:
                 args.append(kwarg(rule.nnx_arg(name), arg.value))
         given = {rule.nnx_arg(name) for name in upd_bound}
         args += [kwarg(k, cst.parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
-        args.append(kwarg("rngs", cst.Name("rngs")))
+        if "rngs" in nnx_ctor_params(rule.nnx):
+            args.append(kwarg("rngs", cst.Name("rngs")))
         self.uses_nnx = True
         return cst.Call(func=cst.parse_expression(f"nnx.{rule.nnx}"), args=strip_commas(args))
 
@@ -996,6 +1096,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 entry.variables.setdefault(site.collection, {})[site.linen_name] = site.attr
                 continue
             linen_class = site.rule.linen_qualname if site.rule else self._class_key(site.user.name)  # type: ignore[union-attr]
+            if site.parent is not None and not self._root_site(site).hoisted:
+                continue  # inside a setup() layer: Linen names it under that layer (rules map it)
             if site.container is None:
                 entry.children[site.linen_name] = Child(attr=site.attr, linen_class=linen_class)
             elif site.loop is not None:
@@ -1005,6 +1107,12 @@ class MigrateModules(VisitorBasedCodemodCommand):
             linen_class = first.rule.linen_qualname if first.rule else self._class_key(first.user.name)  # type: ignore[union-attr]
             entry.children[attr] = Child(attr=attr, linen_class=linen_class, container="list")
         self.name_map.classes[key] = entry
+
+    @staticmethod
+    def _root_site(site: Site) -> Site:
+        while site.parent is not None:
+            site = site.parent
+        return site
 
     def _class_key(self, name: str) -> str:
         return f"{self.module_name}.{name}" if self.module_name else name
