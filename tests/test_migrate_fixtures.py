@@ -21,6 +21,7 @@ EXPECTED_MANUAL = {
     "not_flax": set(),
     "setup_list": {"L2N-SHAPE-003"},  # layers applied in a loop over a list: sizes unknown statically
     "setup_mlp": set(),
+    "setup_conditional": set(),  # a submodule under `if`, a helper method the dataflow follows
     "setup_param": set(),
 }
 

@@ -34,6 +34,7 @@ CASES = {
     "setup_mlp": ("MLP", {"hidden": 6}, (2, 4)),
     "inheritance": ("Wider", {"width": 3}, (2, 5)),
     "compact_tied": ("Tied", {"vocab": 11, "dim": 4}, (2, 5)),
+    "setup_conditional": ("Head", {"classes": 3}, (2, 5)),
 }
 INT_INPUTS = {"compact_tied"}
 

@@ -62,7 +62,9 @@ class FeatureFlow:
         params: Sequence[str],
         layer_of: Callable[[cst.Call], LayerInfo | None],
         qualnames_of: Callable[[cst.CSTNode], set[str]],
+        method_of: Callable[[cst.Call, Feat], Feat | None] = lambda call, first: None,
     ) -> None:
+        self.method_of = method_of
         self.env: dict[str, Feat] = {p: Feat("input", input_name=p) for p in params}
         self.layer_of = layer_of
         self.qualnames_of = qualnames_of
@@ -161,6 +163,9 @@ class FeatureFlow:
             return first if layer.out_expr is None else Feat("expr", expr=layer.out_expr)
         if self.qualnames_of(node.func) & feature_preserving_functions():
             return first
+        through_method = self.method_of(node, first)
+        if through_method is not None:
+            return through_method
         if isinstance(node.func, cst.Attribute):
             method = node.func.attr.value
             receiver = self.expr_of(node.func.value)

@@ -118,6 +118,7 @@ class ClassPlan:
     first_input: str = "x"
     local_sites: dict[str, Site] = dataclasses.field(default_factory=dict)  # compact local bound to a submodule
     uses_rngs: bool = False  # make_rng is used: the module keeps ``self.rngs``
+    method_out: dict[str, Feat] = dataclasses.field(default_factory=dict)  # method -> feature size of its result
 
     @property
     def field_names(self) -> list[str]:
@@ -247,7 +248,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 self._plan_setup(plan, fn)
             elif any(self.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators):
                 self._plan_compact(plan, fn, counters)
-        for fn in methods:
+        # helper methods first, so __call__ can follow values through self.method(x)
+        for fn in sorted(methods, key=lambda f: f.name.value == "__call__"):
             if fn.name.value != "setup":
                 self._run_flow(plan, fn)
         self._resolve_unused(plan)
@@ -290,7 +292,18 @@ class MigrateModules(VisitorBasedCodemodCommand):
         return tuple(user.field_names)
 
     def _plan_setup(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
-        for stmt in fn.body.body:
+        self._plan_setup_block(plan, fn.body.body)
+
+    def _plan_setup_block(self, plan: ClassPlan, body: Any) -> None:
+        """setup() statements, including those under ``if`` (conditional submodules keep their condition)."""
+        for stmt in body:
+            if isinstance(stmt, cst.If):
+                self._plan_setup_block(plan, stmt.body.body)
+                orelse = stmt.orelse
+                while orelse is not None:
+                    self._plan_setup_block(plan, orelse.body.body)
+                    orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+                continue
             if not isinstance(stmt, cst.SimpleStatementLine):
                 continue
             for small in stmt.body:
@@ -616,11 +629,20 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 return None
             return self._layer_info(site)
 
-        flow = FeatureFlow(params, layer_of, self.qualnames)
+        def method_of(call: cst.Call, first: Feat) -> Feat | None:
+            out = plan.method_out.get(self_attr(call.func) or "")
+            if out is None:
+                return None
+            return first if out.kind == "input" else out  # "input": the method keeps its input's size
+
+        flow = FeatureFlow(params, layer_of, self.qualnames, method_of)
         flow.run(fn.body.body)
+        out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
+        if out is not None and (out.kind == "expr" or (out.kind == "input" and out.input_name == params[0])):
+            plan.method_out[fn.name.value] = out
         if fn.name.value == "__call__":
             plan.first_input = params[0]
-            plan.out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
+            plan.out = out
         by_site: dict[str, dict[int, Feat]] = {}
         nodes: dict[str, cst.CSTNode] = {}
         for use in flow.uses:
