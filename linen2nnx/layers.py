@@ -55,6 +55,8 @@ class LayerRule:
     out_from: str | None = None
     """Where the output size comes from when not ``out_arg``: a nested argument name, ``last`` element, or
     ``unknown``."""
+    manual_reason: str = ""
+    """Set when no NNX layer is exact: every use is a ``manual`` finding with this reason (never a near miss)."""
     call_keywords: tuple[str, ...] = ()
     """Linen call signature; when set, positional call arguments after the first become these keywords
     (``SelfAttention(x, mask)``: NNX's second positional is ``inputs_k``)."""
@@ -112,6 +114,12 @@ LAYER_RULES: tuple[LayerRule, ...] = (
             ("SimpleCell", "SimpleCell", {"i": "dense_i", "h": "dense_h"}),
         )
     ),
+    LayerRule("GRUCell", "GRUCell", positional=("features",), out_arg="features",
+              rename_args={"features": "hidden_features"},
+              manual_reason="nnx.GRUCell has no `hn` bias (Linen: n = tanh(W_in x + b_in + r*(W_hn h + b_hn))), so a "
+                            "trained Linen GRU cannot be converted exactly; keep a custom cell with Linen's layout"),
+    LayerRule("Einsum", "Einsum", in_arg=None, positional=("einsum_str", "shape"),
+              rename_args={"shape": "kernel_shape"}),
     LayerRule("RNN", "RNN", in_arg=None, positional=("cell",), nested={"cell": "cell"}, out_from="cell",
               unsupported_args=frozenset({"variable_axes", "variable_broadcast", "variable_carry", "split_rngs"}),
               nnx_only_state=("rngs",)),

@@ -39,6 +39,7 @@ CASES = {
     "Bidirectional": ("nn.Bidirectional(nn.RNN(nn.SimpleCell(3)), nn.RNN(nn.LSTMCell(3)))(x)", (2, 6, 3),
                       "float32", ()),
     "Sequential": ("nn.Sequential([nn.Dense(4), nn.relu, nn.Dense(2)])(nn.Dense(3)(x))", (2, 5), "float32", ()),
+    "Einsum": ("nn.Einsum((4, 3, 2), 'bi,ijk->bjk')(x)", (2, 4), "float32", ()),
     "SelfAttention": ("nn.SelfAttention(num_heads=2, out_features=4)(x, nn.make_causal_mask(x[..., 0]))",
                       (2, 5, 6), "float32", ()),
 }
@@ -53,8 +54,20 @@ class Layer(nn.Module):
 """
 
 
+# Layers no NNX layer reproduces exactly: migrating them must give a manual finding, never a near miss.
+MANUAL = {"GRUCell": "nn.RNN(nn.GRUCell(3))(x)"}
+
+
 def test_every_table_layer_has_a_case():
-    assert set(CASES) == {r.linen for r in LAYER_RULES}
+    assert set(CASES) | set(MANUAL) == {r.linen for r in LAYER_RULES}
+
+
+@pytest.mark.parametrize("layer", sorted(MANUAL))
+def test_inexact_layer_is_a_manual_finding(layer):
+    result = migrate_source(TEMPLATE.format(expr=MANUAL[layer]), "layer.py")
+    manual = [f for f in result.findings if f.severity is Severity.MANUAL]
+    assert [f.rule for f in manual] == ["L2N-LAYER-002"] and f"nn.{layer}" in manual[0].message
+    assert "# TODO(linen2nnx): L2N-LAYER-002" in result.output
 
 
 def _perturb(variables, seed=0):

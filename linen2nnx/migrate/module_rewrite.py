@@ -537,6 +537,12 @@ class MigrateModules(VisitorBasedCodemodCommand):
                     hoisted=hoisted, rule=rule, user=user, args=bound)
         plan.sites[call] = site
         self._handled.add(call.func)
+        if rule is not None and rule.manual_reason:
+            self.report("L2N-LAYER-002", call, f"nn.{rule.linen}: {rule.manual_reason}",
+                        "see docs/rules.md and the reference's layer table")
+        if rule is not None and rule.linen == "Einsum" and einsum_bias_shape(bound) is None:
+            self.report("L2N-LAYER-002", call, "nn.Einsum bias shape cannot be derived statically (needs literal "
+                        "shape and einsum_str without '...')", "give nnx.Einsum its bias_shape by hand")
         if rule is not None:
             for arg_name, arg in bound.items():
                 nnx_name = rule.nnx_arg(arg_name)
@@ -835,6 +841,12 @@ class MigrateModules(VisitorBasedCodemodCommand):
         for name, arg in upd_bound.items():
             if name not in rule.positional and name not in site.moved_args and name != rule.varargs_list:
                 args.append(kwarg(rule.nnx_arg(name), arg.value))
+        if rule.linen == "Einsum":
+            bias = einsum_bias_shape(upd_bound)
+            use_bias = upd_bound.get("use_bias")
+            args = [a for a in args if not (a.keyword is not None and a.keyword.value == "use_bias")]
+            if bias is not None and (use_bias is None or code(use_bias.value) != "False"):
+                args.insert(2, cst.Arg(cst.parse_expression(bias)))
         given = {rule.nnx_arg(name) for name in upd_bound}
         args += [kwarg(k, cst.parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
         if "rngs" in nnx_ctor_params(rule.nnx):
@@ -1205,3 +1217,23 @@ def _linen_aliases(module: cst.Module) -> list[tuple[str, str | None, str | None
                     if mod == "flax" and alias.name.value == "linen":
                         out.append(("flax", "linen", asname))
     return out
+
+
+def einsum_bias_shape(bound: dict[str, cst.Arg]) -> str | None:
+    """Linen Einsum's inferred bias shape, as source: the kernel dims that survive into the result
+    (``flax.linen.Einsum._get_bias_shape``), when ``shape`` and ``einsum_str`` are literals."""
+    shape, eq = bound.get("shape"), bound.get("einsum_str")
+    if shape is None or eq is None or not isinstance(eq.value, cst.SimpleString):
+        return None
+    if not isinstance(shape.value, (cst.Tuple, cst.List)):
+        return None
+    text = eq.value.evaluated_value.replace(" ", "")
+    if "..." in text or "->" not in text or text.count(",") != 1:
+        return None
+    operands, result = text.split("->")
+    rhs = operands.split(",")[1]
+    dims = [code(e.value) for e in shape.value.elements]
+    if len(dims) != len(rhs):
+        return None
+    kept = [dims[rhs.index(c)] for c in result if c in rhs]
+    return f"({', '.join(kept)}{',' if len(kept) == 1 else ''})"
