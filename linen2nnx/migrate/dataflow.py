@@ -7,6 +7,7 @@ every layer application, where its input's last axis comes from:
 - ``expr``     the output size of an earlier layer, as source text (``self.hidden``);
 - ``input``    a positional input of the method (becomes a constructor argument);
 - ``flatten``  a reshape to ``(..., -1)`` of a known value (solved with a trace);
+- ``sliced``   an indexed value (``x[:, 0]``), whose last axis may or may not survive (trace);
 - ``unknown``  anything else (solved with a trace, or a manual finding).
 """
 
@@ -144,6 +145,8 @@ class FeatureFlow:
             for el in node.elements:
                 self.expr_of(el.value)
             return Feat.unknown("tuple")
+        if isinstance(node, cst.Subscript):  # x[:, 0] keeps the last axis unless it indexes it: the trace decides
+            return Feat("sliced", base=self.expr_of(node.value))
         if isinstance(node, cst.IfExp):
             a, b = self.expr_of(node.body), self.expr_of(node.orelse)
             return a if a == b else Feat.unknown("conditional expression")

@@ -100,6 +100,9 @@ class Site:
     nested: list[Site] = dataclasses.field(default_factory=list)
     nested_arg: str = ""  # the parent's Linen argument holding this one ("cell", or "layers" + index)
     element: int = -1  # index in the parent's list argument (Sequential)
+    shape_refs: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # arg -> locals used as `v.shape[-1]`
+    arg_sources: dict[str, str] = dataclasses.field(default_factory=dict)  # arg -> source resolved by the dataflow
+    view_kwargs: dict[str, str] = dataclasses.field(default_factory=dict)  # mode kwargs applied with nnx.view
 
 
 @dataclasses.dataclass
@@ -468,12 +471,34 @@ class MigrateModules(VisitorBasedCodemodCommand):
         """A layer built as another layer's argument: built in place, named in the parent's scope by Linen."""
         outer, arg_name, index = nesting
         subpath = f"{rule and outer.rule.varargs_list}/{index}" if index >= 0 else outer.rule.nested[arg_name]  # type: ignore[union-attr]
-        n = counters.get(rule.linen, 0) or 0
-        counters[rule.linen] = n + 1
-        site = self._add_site(plan, node, attr=f"{outer.attr}/{subpath}", linen_name=f"{rule.linen}_{n}",
-                              hoisted=False)
+        _, name_arg = self._bind_args(rule.linen_arg_order(), node)
+        if name_arg is not None and isinstance(name_arg.value, cst.SimpleString):
+            linen_name = name_arg.value.evaluated_value  # explicit names consume no counter
+        else:
+            n = counters.get(rule.linen, 0) or 0
+            counters[rule.linen] = n + 1
+            linen_name = f"{rule.linen}_{n}"
+        site = self._add_site(plan, node, attr=f"{outer.attr}/{subpath}", linen_name=linen_name, hoisted=False)
         site.parent, site.nested_arg, site.element = outer, arg_name, index
         outer.nested.append(site)
+        root = self._root_site(site)
+        local_names = set(assigned_names(self._enclosing_function(node))) - set(plan.pure_locals)
+        moved = []
+        for name, arg in site.args.items():
+            uses = (names_in(arg.value) - NOT_LOCAL) & local_names
+            if not uses or name in rule.nested or name == rule.varargs_list:
+                continue
+            value = code(arg.value)
+            if name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:
+                root.view_kwargs[name] = value  # the call becomes nnx.view(layer, deterministic=...)(x)
+                moved.append(name)
+            else:
+                self.report("L2N-MOD-004", arg, f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
+                            f"uses the call-time value {', '.join(sorted(uses))}", "build this layer by hand")
+        site.moved_args = tuple(moved)
+        if moved:
+            self.report("L2N-LAYER-003", node, f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
+                        f"self.{root.attr} through nnx.view")
 
     def _plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
                             loop: LoopInfo | None, counters: dict[str, int | None], local_names: set[str]) -> None:
@@ -516,10 +541,15 @@ class MigrateModules(VisitorBasedCodemodCommand):
         loop_names = {loop.var} if loop else set()
         moved = []
         for arg_name, arg in bound.items():
+            if rule is not None and (arg_name in rule.nested or arg_name == rule.varargs_list):
+                continue  # layers built in this argument are checked on their own
             uses = (names_in(arg.value) - NOT_LOCAL) & (local_names - loop_names)
             if uses:
+                shape_locals = _shape_last_refs(arg.value, uses)
                 if rule is not None and arg_name in rule.call_args:
                     moved.append(arg_name)
+                elif shape_locals is not None:
+                    site.shape_refs[arg_name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
                 else:
                     self.report("L2N-MOD-004", arg, f"argument {arg_name}= of {what} uses the call-time value "
                                 f"{', '.join(sorted(uses))} and cannot move to __init__",
@@ -633,6 +663,9 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 site = plan.local_sites[func.value]
             if site is None or site.kind not in ("layer", "module"):
                 return None
+            for arg_name, refs in site.shape_refs.items():
+                if arg_name not in site.arg_sources:
+                    self._resolve_shape_arg(plan, site, arg_name, refs, flow, params)
             return self._layer_info(site)
 
         def method_of(call: cst.Call, first: Feat) -> Feat | None:
@@ -661,6 +694,20 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 continue
             self._resolve_site_inputs(plan, site, feats, params, nodes[key])
 
+    def _resolve_shape_arg(self, plan: ClassPlan, site: Site, arg_name: str, refs: list[str], flow: FeatureFlow,
+                           params: list[str]) -> None:
+        """``nn.Dense(x.shape[-1])``: replace each ``v.shape[-1]`` with v's size as the dataflow knows it."""
+        replacements = {}
+        for name in refs:
+            feat = flow.env.get(name, Feat.unknown(name))
+            if feat.kind not in ("expr", "input"):
+                self.report("L2N-MOD-004", site.args[arg_name], f"argument {arg_name}= uses {name}.shape[-1], whose "
+                            "size the dataflow cannot tell", "compute it from constructor arguments / config")
+                site.arg_sources[arg_name] = code(site.args[arg_name].value)
+                return
+            replacements[name] = self._resolve_in(plan, site, feat, params, site.ctor)
+        site.arg_sources[arg_name] = _replace_shape_last(site.args[arg_name].value, replacements)
+
     def _layer_info(self, site: Site) -> LayerInfo:
         if site.kind == "layer" and site.rule is not None and site.rule.out_from is not None:
             return self._nested_out(site)
@@ -669,6 +716,9 @@ class MigrateModules(VisitorBasedCodemodCommand):
             out = site.args.get(site.rule.out_arg) if site.rule.out_arg else None
             if out is None:
                 return LayerInfo(site.attr, None)
+            if site.rule.out_arg in site.shape_refs:
+                resolved = site.arg_sources.get(site.rule.out_arg)
+                return LayerInfo(site.attr, resolved, out_unknown=resolved is None)
             value = out.value
             if isinstance(value, (cst.Tuple, cst.List)):  # features=(heads, head_dim): last axis is head_dim
                 if not value.elements:
@@ -759,7 +809,7 @@ class MigrateModules(VisitorBasedCodemodCommand):
         traced = self._from_trace(plan, site, feat, node)
         if traced is not None:
             return traced
-        why = "a flatten" if feat.kind == "flatten" else feat.reason or "an unknown value"
+        why = {"flatten": "a flatten", "sliced": "an indexed value"}.get(feat.kind, feat.reason or "an unknown value")
         return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} (from {why})", node)
 
     def _required_arg(self, plan: ClassPlan, site: Site, what: str, node: cst.CSTNode) -> str:
@@ -777,7 +827,7 @@ class MigrateModules(VisitorBasedCodemodCommand):
         if not sizes:
             return None
         configs = self.trace.instances.get(plan.name, [])
-        if feat.kind == "flatten" and feat.base is not None and feat.base.kind == "expr" and configs:
+        if feat.kind in ("flatten", "sliced") and feat.base is not None and feat.base.kind == "expr" and configs:
             base = feat.base.expr
             factors = set()
             for shape, cfg in zip(shapes, configs):
@@ -790,7 +840,11 @@ class MigrateModules(VisitorBasedCodemodCommand):
                     factors = set()
                     break
                 factors.add(shape[-1] // base_value)
-            if len(factors) == 1:
+            if factors == {1}:
+                self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {base} "
+                            f"(traced: {sizes[0]})")
+                return base
+            if len(factors) == 1 and feat.kind == "flatten":
                 factor = factors.pop()
                 self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {factor} * "
                             f"{base} (traced: {sizes[0]})",
@@ -828,6 +882,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
         rule = site.rule
         assert rule is not None
         upd_bound, _ = self._bind_args(rule.linen_arg_order(), updated)
+        for name, source in site.arg_sources.items():
+            upd_bound[name] = upd_bound[name].with_changes(value=cst.parse_expression(source))
         args: list[cst.Arg] = [upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
                                for name in rule.positional if name in upd_bound]
         if rule.varargs_list and rule.varargs_list in upd_bound:
@@ -985,7 +1041,12 @@ class MigrateModules(VisitorBasedCodemodCommand):
                                      ] + [a for a in args if a.keyword is not None or a.star]
         moved = self._moved.get(site.ctor, [])
         args += [kwarg(a.keyword.value, a.value) if a.keyword else a for a in moved]
-        return updated.with_changes(args=strip_commas(args))
+        func = updated.func
+        if site.view_kwargs:
+            self.uses_nnx = True
+            view = [cst.Arg(func), *(kwarg(k, cst.parse_expression(v)) for k, v in site.view_kwargs.items())]
+            func = cst.Call(cst.parse_expression("nnx.view"), strip_commas(view))
+        return updated.with_changes(func=func, args=strip_commas(args))
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         names = self.qualnames(original)
@@ -1237,3 +1298,53 @@ def einsum_bias_shape(bound: dict[str, cst.Arg]) -> str | None:
         return None
     kept = [dims[rhs.index(c)] for c in result if c in rhs]
     return f"({', '.join(kept)}{',' if len(kept) == 1 else ''})"
+
+
+def _is_shape_last(node: cst.CSTNode) -> str | None:
+    """``v.shape[-1]`` -> ``"v"``."""
+    if (isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
+            and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape"
+            and isinstance(node.value.value, cst.Name)):
+        index = node.slice[0].slice.value
+        if (isinstance(index, cst.UnaryOperation) and isinstance(index.operator, cst.Minus)
+                and isinstance(index.expression, cst.Integer) and index.expression.value == "1"):
+            return node.value.value.value
+    return None
+
+
+def _shape_last_refs(value: cst.BaseExpression, uses: set[str]) -> list[str] | None:
+    """The locals of ``uses`` when each appears only as ``v.shape[-1]`` in ``value``; else None."""
+    found: list[str] = []
+    other = False
+
+    class V(cst.CSTVisitor):
+        def visit_Subscript(self, node: cst.Subscript) -> bool:
+            name = _is_shape_last(node)
+            if name is not None:
+                found.append(name)
+                return False
+            return True
+
+        def visit_Name(self, node: cst.Name) -> None:
+            nonlocal other
+            if node.value in uses:
+                other = True
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+    value.visit(V())
+    return None if other or not found else sorted(set(found))
+
+
+def _replace_shape_last(value: cst.BaseExpression, sizes: dict[str, str]) -> str:
+    class T(cst.CSTTransformer):
+        def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
+            name = _is_shape_last(original)
+            if name is None or name not in sizes:
+                return updated
+            return cst.parse_expression(f"({sizes[name]})" if not sizes[name].isidentifier() and
+                                        not sizes[name].replace(".", "").isidentifier() else sizes[name])
+
+    return code(value.visit(T()))
