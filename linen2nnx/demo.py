@@ -23,7 +23,7 @@ from linen2nnx.io_utils import atomic_write_text
 from linen2nnx.reports.console import make_console
 
 # Zoo models whose whole chain runs today; the others need the lifted-transform rules.
-DEMO_MODELS = ("cnn", "mlp")
+DEMO_MODELS = ("cnn", "mlp", "encoder")
 
 console = make_console()
 

@@ -16,7 +16,7 @@ from linen2nnx.migrate.spec_writer import write_pair_spec
 from linen2nnx.migrate.trace import trace_linen
 from linen2nnx.spec import load_linen_side, load_pair
 
-MODELS = ("mlp", "cnn")
+MODELS = ("mlp", "cnn", "encoder")
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -45,7 +45,7 @@ def test_migrated_zoo_model_has_parity(migrated):
         expected.add("batch_stats")  # running stats after a train-mode step
     assert expected <= set(checks)
     assert result.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in result.failures]
-    n_params = {"mlp": 6, "cnn": 12}[name]
+    n_params = {"mlp": 6, "cnn": 12, "encoder": 40}[name]
     assert len(checks["grad"]) == n_params
     for leaf in result.leaves:
         assert leaf.max_abs <= 1e-5 * (1 + leaf.ref_max)
