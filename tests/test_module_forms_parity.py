@@ -35,6 +35,7 @@ CASES = {
     "inheritance": ("Wider", {"width": 3}, (2, 5)),
     "compact_tied": ("Tied", {"vocab": 11, "dim": 4}, (2, 5)),
     "setup_conditional": ("Head", {"classes": 3}, (2, 5)),
+    "tuple_helpers": ("AutoEncoder", {"latents": 3}, (2, 5)),
 }
 INT_INPUTS = {"compact_tied"}
 

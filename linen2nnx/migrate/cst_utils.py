@@ -120,7 +120,8 @@ def needs_parens(expr: cst.BaseExpression) -> bool:
 
 
 def substitute_self_fields(expr_src: str, fields: dict[str, str]) -> str | None:
-    """Rewrite ``self.<field>`` in ``expr_src`` with the caller's argument text; None if another ``self`` use remains."""
+    """Rewrite ``self.<field>`` in ``expr_src`` with the caller's argument text; None if the expression uses
+    anything of the callee's ``self`` that is not a given field."""
     tree = cst.parse_expression(expr_src)
     missing = False
 
@@ -139,6 +140,4 @@ def substitute_self_fields(expr_src: str, fields: dict[str, str]) -> str | None:
             return value
 
     out = tree.visit(Sub())
-    if missing or "self" in names_in(out):
-        return None
-    return code(out)
+    return None if missing else code(out)

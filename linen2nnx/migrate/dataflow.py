@@ -29,6 +29,7 @@ class Feat:
     input_name: str = ""
     base: Feat | None = None
     reason: str = ""
+    elements: tuple[Feat, ...] = ()  # kind "tuple": one Feat per element
 
     @staticmethod
     def unknown(reason: str) -> Feat:
@@ -42,6 +43,7 @@ class LayerInfo:
     key: str  # NNX attribute of the layer
     out_expr: str | None  # source of its output feature size; None: same as its input
     out_unknown: bool = False  # the output size cannot be told statically
+    out_fn: Callable[[Feat], Feat] | None = None  # the output as a function of the first input (wins if set)
 
 
 @dataclasses.dataclass
@@ -63,7 +65,7 @@ class FeatureFlow:
         params: Sequence[str],
         layer_of: Callable[[cst.Call], LayerInfo | None],
         qualnames_of: Callable[[cst.CSTNode], set[str]],
-        method_of: Callable[[cst.Call, Feat], Feat | None] = lambda call, first: None,
+        method_of: Callable[[cst.Call, list[Feat]], Feat | None] = lambda call, args: None,
     ) -> None:
         self.method_of = method_of
         self.env: dict[str, Feat] = {p: Feat("input", input_name=p) for p in params}
@@ -125,8 +127,9 @@ class FeatureFlow:
         if isinstance(target, cst.Name):
             self.env[target.value] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
-            for el in target.elements:
-                self.bind(el.value, Feat.unknown("tuple unpacking"))
+            parts = value.elements if value.kind == "tuple" and len(value.elements) == len(target.elements) else ()
+            for i, el in enumerate(target.elements):
+                self.bind(el.value, parts[i] if parts else Feat.unknown("tuple unpacking"))
 
     # ---- expressions -------------------------------------------------------------------------
     def expr_of(self, node: cst.BaseExpression | None) -> Feat:
@@ -142,9 +145,7 @@ class FeatureFlow:
         if isinstance(node, cst.UnaryOperation):
             return self.expr_of(node.expression)
         if isinstance(node, (cst.Tuple, cst.List)):
-            for el in node.elements:
-                self.expr_of(el.value)
-            return Feat.unknown("tuple")
+            return Feat("tuple", elements=tuple(self.expr_of(el.value) for el in node.elements))
         if isinstance(node, cst.Subscript):  # x[:, 0] keeps the last axis unless it indexes it: the trace decides
             return Feat("sliced", base=self.expr_of(node.value))
         if isinstance(node, cst.IfExp):
@@ -161,12 +162,14 @@ class FeatureFlow:
         first = arg_feats[0] if arg_feats else Feat.unknown("no input")
         if layer is not None:
             self.uses.append(LayerUse(layer.key, first, node, self.iteration))
+            if layer.out_fn is not None:
+                return layer.out_fn(first)
             if layer.out_unknown:
                 return Feat.unknown(f"output of {layer.key}")
             return first if layer.out_expr is None else Feat("expr", expr=layer.out_expr)
         if self.qualnames_of(node.func) & feature_preserving_functions():
             return first
-        through_method = self.method_of(node, first)
+        through_method = self.method_of(node, arg_feats)
         if through_method is not None:
             return through_method
         if isinstance(node.func, cst.Attribute):
@@ -199,3 +202,15 @@ def _merge(a: dict[str, Feat], b: dict[str, Feat]) -> dict[str, Feat]:
         va, vb = a.get(k), b.get(k)
         out[k] = va if va == vb else Feat.unknown("differs between branches")
     return out
+
+
+def transfer(out: Feat, params: list[str], args: list[Feat]) -> Feat:
+    """A callee's result ``out`` (in terms of its own ``params``) seen at a call with argument values ``args``."""
+    if out.kind == "input":
+        i = params.index(out.input_name) if out.input_name in params else -1
+        return args[i] if 0 <= i < len(args) else Feat.unknown(f"argument {out.input_name}")
+    if out.kind == "tuple":
+        return Feat("tuple", elements=tuple(transfer(e, params, args) for e in out.elements))
+    if out.kind == "expr":
+        return out
+    return Feat.unknown("callee result")

@@ -44,7 +44,7 @@ from linen2nnx.migrate.cst_utils import (
     strip_commas,
     substitute_self_fields,
 )
-from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo
+from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.linen_api import equivalent_in_nnx, same_in_nnx
 from linen2nnx.migrate.rules import RULES
@@ -121,7 +121,7 @@ class ClassPlan:
     first_input: str = "x"
     local_sites: dict[str, Site] = dataclasses.field(default_factory=dict)  # compact local bound to a submodule
     uses_rngs: bool = False  # make_rng is used: the module keeps ``self.rngs``
-    method_out: dict[str, Feat] = dataclasses.field(default_factory=dict)  # method -> feature size of its result
+    method_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(default_factory=dict)  # method -> (params, result)
 
     @property
     def field_names(self) -> list[str]:
@@ -151,6 +151,9 @@ class MigrateModules(VisitorBasedCodemodCommand):
         self._built: dict[cst.Call, cst.BaseExpression] = {}
         self._pure_updated: dict[cst.CSTNode, cst.BaseStatement] = {}
         self._pending_api: dict[cst.CSTNode, cst.Attribute] = {}
+        self._flow_method: str | None = None
+        self._methods: dict[str, list[cst.FunctionDef]] = {}
+        self.function_out: dict[str, tuple[list[str], Feat]] = {}  # module-level helper -> (params, result)
         self.uses_nnx = False
 
     # ---- helpers -----------------------------------------------------------------------------
@@ -204,6 +207,17 @@ class MigrateModules(VisitorBasedCodemodCommand):
         """``self.param(...)`` -> ``"param"``."""
         return self_attr(node.func)
 
+    def visit_Module(self, node: cst.Module) -> None:
+        """Module-level helpers (``def reparameterize(mean, ...): return mean + ...``): what size they return."""
+        for stmt in node.body:
+            if isinstance(stmt, cst.FunctionDef):
+                params = [p.name.value for p in stmt.params.params]
+                flow = FeatureFlow(params, lambda call: None, self.qualnames)
+                flow.run(stmt.body.body)
+                if flow.returns and all(r == flow.returns[0] for r in flow.returns):
+                    if "self" not in flow.returns[0].expr:
+                        self.function_out[stmt.name.value] = (params, flow.returns[0])
+
     # ---- imports are never rewritten in place ------------------------------------------------
     def visit_Import(self, node: cst.Import) -> bool:
         return False
@@ -244,6 +258,7 @@ class MigrateModules(VisitorBasedCodemodCommand):
                         fields.append(self._field(small))
         plan = ClassPlan(name=node.name.value, fields=fields)
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
+        self._methods[plan.name] = methods
         counters: dict[str, int | None] = {}
         for fn in methods:
             if fn.name.value == "setup":
@@ -251,10 +266,14 @@ class MigrateModules(VisitorBasedCodemodCommand):
                 self._plan_setup(plan, fn)
             elif any(self.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators):
                 self._plan_compact(plan, fn, counters)
-        # helper methods first, so __call__ can follow values through self.method(x)
-        for fn in sorted(methods, key=lambda f: f.name.value == "__call__"):
-            if fn.name.value != "setup":
-                self._run_flow(plan, fn)
+        # 1. helper methods' results (so __call__ can follow values through self.method(x)); 2. __call__ sizes
+        # its layers (its inputs may become constructor arguments); 3. other methods fill in what is left.
+        others = [fn for fn in methods if fn.name.value not in ("setup", "__call__")]
+        calls = [fn for fn in methods if fn.name.value == "__call__"]
+        for fn in others:
+            self._run_flow(plan, fn, resolve=False)
+        for fn in [*calls, *others]:
+            self._run_flow(plan, fn, resolve=True)
         self._resolve_unused(plan)
         self._collect_needed_locals(plan)
         return plan
@@ -643,12 +662,13 @@ class MigrateModules(VisitorBasedCodemodCommand):
         plan.needed_locals = [n for n in plan.pure_locals if n in needed]
 
     # ---- feature-size dataflow ---------------------------------------------------------------
-    def _run_flow(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
+    def _run_flow(self, plan: ClassPlan, fn: cst.FunctionDef, resolve: bool) -> None:
         params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
         if params and params[0] == "self":
             params = params[1:]
         if not params:
             return
+        self._flow_method = fn.name.value
         setup_attrs = {s.attr: s for s in plan.sites.values() if not s.hoisted and s.container is None
                        and s.kind in ("layer", "module")}
 
@@ -664,24 +684,43 @@ class MigrateModules(VisitorBasedCodemodCommand):
             if site is None or site.kind not in ("layer", "module"):
                 return None
             for arg_name, refs in site.shape_refs.items():
-                if arg_name not in site.arg_sources:
+                if resolve and arg_name not in site.arg_sources:
                     self._resolve_shape_arg(plan, site, arg_name, refs, flow, params)
             return self._layer_info(site)
 
-        def method_of(call: cst.Call, first: Feat) -> Feat | None:
-            out = plan.method_out.get(self_attr(call.func) or "")
-            if out is None:
-                return None
-            return first if out.kind == "input" else out  # "input": the method keeps its input's size
+        methods = {m.name.value: m for m in self._methods.get(plan.name, [])}
+        depth = [0]
+
+        def method_of(call: cst.Call, args: list[Feat]) -> Feat | None:
+            name = self_attr(call.func)
+            callee = methods.get(name or "")
+            if callee is not None and depth[0] < 3 and name not in ("__call__", "setup"):
+                # inline the helper with the caller's values, so layers it applies are sized in context
+                callee_params = [p.name.value for p in callee.params.params][1:]
+                sub = FeatureFlow(callee_params, layer_of, self.qualnames, method_of)
+                sub.env.update(zip(callee_params, args))
+                sub.iteration = flow.iteration
+                depth[0] += 1
+                sub.run(callee.body.body)
+                depth[0] -= 1
+                flow.uses.extend(sub.uses)
+                returns = sub.returns
+                return returns[0] if returns and all(r == returns[0] for r in returns) else Feat.unknown(name or "")
+            known = plan.method_out.get(name or "")
+            if known is None and isinstance(call.func, cst.Name):
+                known = self.function_out.get(call.func.value)
+            return None if known is None else transfer(known[1], known[0], args)
 
         flow = FeatureFlow(params, layer_of, self.qualnames, method_of)
         flow.run(fn.body.body)
         out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
-        if out is not None and (out.kind == "expr" or (out.kind == "input" and out.input_name == params[0])):
-            plan.method_out[fn.name.value] = out
+        if out is not None:
+            plan.method_out[fn.name.value] = (params, out)
         if fn.name.value == "__call__":
             plan.first_input = params[0]
             plan.out = out
+        if not resolve:
+            return
         by_site: dict[str, dict[int, Feat]] = {}
         nodes: dict[str, cst.CSTNode] = {}
         for use in flow.uses:
@@ -727,16 +766,27 @@ class MigrateModules(VisitorBasedCodemodCommand):
             return LayerInfo(site.attr, code(value))
         user = site.user
         assert user is not None
-        if user.out is None or user.out.kind not in ("expr", "input"):
+        if user.out is None:
             return LayerInfo(site.attr, None, out_unknown=True)
-        if user.out.kind == "input":
-            return LayerInfo(site.attr, None, out_unknown=user.out.input_name != user.first_input)
         fields = {name: code(arg.value) for name, arg in site.args.items()}
         for f in user.fields:
             if f.name not in fields and f.default is not None:
                 fields[f.name] = f.default
-        out = substitute_self_fields(user.out.expr, fields)
-        return LayerInfo(site.attr, out, out_unknown=out is None)
+
+        def seen_by_caller(feat: Feat, first: Feat) -> Feat:
+            """The submodule's result in the caller's terms: its input is the caller's value, its config
+            expressions use the caller's constructor arguments."""
+            if feat.kind == "input":
+                return first if feat.input_name == user.first_input else Feat.unknown("submodule argument")
+            if feat.kind == "expr":
+                expr = substitute_self_fields(feat.expr, fields)
+                return Feat("expr", expr=expr) if expr is not None else Feat.unknown("submodule config")
+            if feat.kind == "tuple":
+                return Feat("tuple", elements=tuple(seen_by_caller(e, first) for e in feat.elements))
+            return Feat.unknown(f"output of {site.attr}")
+
+        out = user.out
+        return LayerInfo(site.attr, None, out_fn=lambda first: seen_by_caller(out, first))
 
     def _nested_out(self, site: Site) -> LayerInfo:
         rule = site.rule
@@ -799,6 +849,9 @@ class MigrateModules(VisitorBasedCodemodCommand):
     def _resolve_in(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode) -> str:
         if feat.kind == "expr":
             return feat.expr
+        if feat.kind == "input" and self._flow_method != "__call__":
+            # only __call__'s inputs are the module's inputs; a helper method's argument may be anything
+            feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self._flow_method}")
         if feat.kind == "input":
             arg = "in_features" if feat.input_name == params[0] else f"{feat.input_name}_features"
             if arg not in plan.new_args:
