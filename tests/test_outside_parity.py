@@ -1,0 +1,74 @@
+"""Outside code: bench/outside_parity.py migrates Flax's own Linen MNIST CNN and proves parity.
+
+The Flax sources are not part of this repository: the test uses an extracted sdist under
+/tmp/flaxsrc when there is one, else downloads the installed version's sdist with pip into a temp
+dir, and is skipped when neither works (no network).
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCAL_SDIST = Path("/tmp/flaxsrc")
+
+
+@pytest.fixture(scope="module")
+def harness():
+    spec = importlib.util.spec_from_file_location("bench_outside_parity", ROOT / "bench" / "outside_parity.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses need the module registered
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def flax_src(harness, tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("flax-sdist")
+    reasons = []
+    if LOCAL_SDIST.exists():
+        try:
+            return harness.resolve_flax_src(LOCAL_SDIST, scratch)
+        except harness.SourceUnavailable as e:
+            reasons.append(str(e))
+    else:
+        reasons.append(f"{LOCAL_SDIST} does not exist")
+    try:
+        return harness.download_flax_sdist(scratch, timeout=120)
+    except harness.SourceUnavailable as e:
+        reasons.append(str(e))
+    pytest.skip("Flax sdist (with examples/) neither at /tmp/flaxsrc nor downloadable: " + "; ".join(reasons))
+
+
+def test_flax_mnist_cnn_migrates_to_parity(harness, flax_src, tmp_path):
+    (report,) = harness.run_models(["mnist"], flax_src, tmp_path)
+    assert not report.error, report.error_trace
+    assert report.migrate_exit == 0, report.findings
+    assert report.manual_rules == []
+    assert report.passed, (report.worst, report.worst_max_abs, report.worst_tol)
+    # forward eval/train, loss eval/train, and a gradient for each of the 8 params (2 Conv + 2 Dense)
+    assert report.leaves == 12 and report.failed_leaves == 0
+    assert report.worst_max_abs <= report.worst_tol
+    assert (tmp_path / "mnist" / "nnx" / "linen2nnx_spec.py").is_file()
+
+
+def test_flax_vae_migrates_to_parity(harness, flax_src, tmp_path):
+    """Tuple results, a module-level helper, a second method reusing the decoder: sized from __call__."""
+    (report,) = harness.run_models(["vae"], flax_src, tmp_path)
+    assert not report.error, report.error_trace
+    assert report.migrate_exit == 0 and report.manual_rules == []
+    assert report.passed and report.failed_leaves == 0, (report.worst, report.worst_max_abs, report.worst_tol)
+
+
+def test_a_failing_stage_is_reported_not_raised(harness, tmp_path):
+    def broken(src, work):
+        raise FileNotFoundError("no such example")
+
+    case = harness.Case("broken", "Broken", broken, "")
+    report = harness.run_model(case, tmp_path, tmp_path)
+    assert report.passed is None and not report.ok
+    assert report.error == "prepare: FileNotFoundError: no such example"
+    table = harness.render_table([report], "t")
+    assert table.row_count == 1
