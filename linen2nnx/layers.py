@@ -103,7 +103,8 @@ LAYER_RULES: tuple[LayerRule, ...] = (
     LayerRule("BatchNorm", "BatchNorm", in_arg="num_features",
               call_args=frozenset({"use_running_average"}), unsupported_args=_NORM_UNSUPPORTED),
     LayerRule("Dropout", "Dropout", in_arg=None, positional=("rate",),
-              call_args=frozenset({"deterministic"}), nnx_only_state=("rngs",)),
+              call_args=frozenset({"deterministic"}), nnx_only_state=("rngs",),
+              call_keywords=("inputs", "deterministic", "rng"), unsupported_call_args=frozenset({"rng"})),
     *(
         LayerRule(linen, nnx_name, positional=("features",), out_arg="features",
                   rename_args={"features": "hidden_features"}, param_renames=renames)

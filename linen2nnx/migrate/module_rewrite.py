@@ -257,6 +257,9 @@ class MigrateModules(VisitorBasedCodemodCommand):
                         fields = [f for f in fields if f.name != small.target.value]
                         fields.append(self._field(small))
         plan = ClassPlan(name=node.name.value, fields=fields)
+        if "rngs" in plan.field_names:
+            self.report("L2N-MOD-004", node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
+                        "for the nnx.Rngs", "rename the field before migrating")
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
         self._methods[plan.name] = methods
         counters: dict[str, int | None] = {}
@@ -854,6 +857,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
             feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self._flow_method}")
         if feat.kind == "input":
             arg = "in_features" if feat.input_name == params[0] else f"{feat.input_name}_features"
+            while arg in plan.field_names:  # a config field may already be called in_features
+                arg += "_"
             if arg not in plan.new_args:
                 plan.new_args[arg] = f"input:{params.index(feat.input_name)}"
                 self.report("L2N-SHAPE-002", node, f"{plan.name} gains constructor argument {arg}: the last-axis "
@@ -866,7 +871,9 @@ class MigrateModules(VisitorBasedCodemodCommand):
         return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} (from {why})", node)
 
     def _required_arg(self, plan: ClassPlan, site: Site, what: str, node: cst.CSTNode) -> str:
-        arg = f"{site.attr}_in_features".replace("[", "_").replace("]", "")
+        arg = f"{site.attr}_in_features".replace("[", "_").replace("]", "").replace("/", "_")
+        while arg in plan.field_names:
+            arg += "_"
         plan.new_args[arg] = "unresolved"
         self.report("L2N-SHAPE-003", node, f"{what} is unknown statically; required constructor argument {arg} added",
                     "run `linen2nnx migrate --trace SPEC` or pass the size explicitly")
@@ -1190,6 +1197,9 @@ class MigrateModules(VisitorBasedCodemodCommand):
         if init_index > 0:
             init = init.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         body.insert(init_index, init)
+        following = body[init_index + 1] if init_index + 1 < len(body) else None
+        if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not following.leading_lines:
+            body[init_index + 1] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         self.report("L2N-MOD-001", original, f"{plan.name} -> nnx.Module")
         self._record_name_map(plan)
         return updated.with_changes(bases=bases, body=updated.body.with_changes(body=body))
@@ -1201,7 +1211,8 @@ class MigrateModules(VisitorBasedCodemodCommand):
             params.append(f"{f.name}: {f.annotation}{default}")
         params.append("*")
         params.extend(f"{a}: int" for a in plan.new_args)
-        params.append("rngs: nnx.Rngs")
+        if "rngs" not in plan.field_names:
+            params.append("rngs: nnx.Rngs")
         one_line = f"def __init__({', '.join(params)}):\n    pass\n"
         many_lines = "def __init__(\n" + "".join(f"    {p},\n" for p in params) + "):\n    pass\n"
         header = one_line if len(one_line) <= 96 else many_lines
