@@ -110,3 +110,314 @@ def test_jobs_gives_the_same_result(tree, tmp_path):
     for f in a.rglob("*"):
         if f.is_file():
             assert f.read_bytes() == (b / f.relative_to(a)).read_bytes()
+
+
+# ---- rule selection and fix safety --------------------------------------------------------------------
+@pytest.fixture
+def cnn(tmp_path):
+    src = tmp_path / "cnn"
+    src.mkdir()
+    shutil.copy(FIXTURES / "compact_cnn_in.py", src / "cnn.py")
+    return src
+
+
+def _report(tmp_path, argv):
+    report = tmp_path / "r.json"
+    code = main(["migrate", *argv, "--report", str(report), "--format", "json", "--isolated"])
+    return code, json.loads(report.read_text())
+
+
+def test_ignore_drops_the_finding_and_its_marker(cnn, tmp_path):
+    out = tmp_path / "out"
+    _, before = _report(tmp_path, [str(cnn), "--out-dir", str(tmp_path / "before")])
+    assert "L2N-SHAPE-003" in before["by_rule"]  # the fixture has one: the test means something
+    assert "# TODO(linen2nnx): L2N-SHAPE-003" in (tmp_path / "before" / "cnn.py").read_text()
+    _, after = _report(tmp_path, [str(cnn), "--out-dir", str(out), "--ignore", "L2N-SHAPE-003"])
+    assert "L2N-SHAPE-003" not in after["by_rule"]
+    assert not any(f["rule"] == "L2N-SHAPE-003" for f in after["findings"])
+    assert "TODO(linen2nnx): L2N-SHAPE-003" not in (out / "cnn.py").read_text()
+
+
+def test_select_keeps_only_matching_prefixes(cnn, tmp_path):
+    _, data = _report(tmp_path, [str(cnn), "--check", "--select", "L2N-MOD,L2N-LAYER-001"])
+    assert data["by_rule"] and all(r.startswith(("L2N-MOD", "L2N-LAYER-001")) for r in data["by_rule"])
+
+
+@pytest.mark.parametrize("flag", ["--select", "--ignore"])
+def test_unknown_rule_prefix_is_a_usage_error(cnn, capsys, flag):
+    assert main(["migrate", str(cnn), "--check", flag, "L2N-SHAPE-03X"]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "L2N-SHAPE-03X" in err and "matches no rule" in err
+
+
+def test_unsafe_fixes_and_selection_reach_migrate_source(cnn, monkeypatch):
+    from linen2nnx.migrate import engine
+
+    seen = []
+    real = engine.migrate_source
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "migrate_source", spy)
+    main(["migrate", str(cnn), "--check", "--isolated", "--unsafe-fixes", "--select", "L2N-MOD", "--ignore", "L2N-MOD-004"])
+    assert seen == [{"select": ("L2N-MOD",), "ignore": ("L2N-MOD-004",), "unsafe_fixes": True}]
+
+
+# ---- config ------------------------------------------------------------------------------------------
+def _pyproject(root: Path, body: str) -> Path:
+    p = root / "pyproject.toml"
+    p.write_text("[project]\nname = 'x'\n\n[tool.linen2nnx]\n" + body)
+    return p
+
+
+def test_config_is_read_from_the_nearest_pyproject(cnn, tmp_path):
+    _pyproject(tmp_path, 'ignore = ["L2N-SHAPE-003"]\nexclude = ["skipped"]\n')
+    (cnn / "skipped").mkdir()
+    shutil.copy(FIXTURES / "setup_mlp_in.py", cnn / "skipped" / "mlp.py")
+    report = tmp_path / "r.json"
+    main(["migrate", str(cnn), "--check", "--report", str(report), "--format", "json"])
+    data = json.loads(report.read_text())
+    assert len(data["files"]) == 1 and data["files"][0]["path"].endswith("cnn.py")
+    assert "L2N-SHAPE-003" not in data["by_rule"]
+    # flags override the config: --ignore replaces its ignore list, --exclude its exclude list
+    main(["migrate", str(cnn), "--check", "--report", str(report), "--format", "json", "--ignore", "L2N-MOD-004",
+          "--exclude", "nothing"])
+    data = json.loads(report.read_text())
+    assert "L2N-SHAPE-003" in data["by_rule"] and len(data["files"]) == 2
+
+
+def test_config_include_and_unsafe_fixes_and_jobs(tmp_path):
+    from linen2nnx.migrate.config import load_config
+
+    _pyproject(tmp_path, 'include = ["*.py", "*.pyw"]\nselect = ["L2N-MOD"]\nunsafe-fixes = true\njobs = 0\n')
+    (tmp_path / "sub").mkdir()
+    cfg = load_config(tmp_path / "sub")
+    assert cfg.source == tmp_path / "pyproject.toml"
+    assert cfg.include == ("*.py", "*.pyw") and cfg.select == ("L2N-MOD",)
+    assert cfg.unsafe_fixes is True and cfg.jobs == 0
+
+
+def test_pyproject_without_our_table_is_skipped(tmp_path):
+    from linen2nnx.migrate.config import MigrateConfig, load_config
+
+    outer = tmp_path / "outer"
+    inner = outer / "inner"
+    inner.mkdir(parents=True)
+    _pyproject(outer, 'ignore = ["L2N-API"]\n')
+    (inner / "pyproject.toml").write_text("[project]\nname = 'inner'\n")
+    assert load_config(inner).ignore == ("L2N-API",)
+    assert load_config(tmp_path) == MigrateConfig()
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ('selec = ["L2N-MOD"]\n', "unknown key 'selec' (did you mean 'select'?)"),
+    ('select = "L2N-MOD"\n', "select: expected a list of strings"),
+    ('ignore = ["L2N-NOPE"]\n', "ignore: 'L2N-NOPE' matches no rule"),
+    ('unsafe-fixes = "yes"\n', "unsafe-fixes: expected true or false"),
+    ("jobs = -1\n", "jobs: expected a whole number >= 0"),
+    ("jobs = [\n", "not valid TOML"),
+])
+def test_bad_config_names_file_and_key(tmp_path, cnn, capsys, body, named):
+    pyproject = _pyproject(tmp_path, body)
+    assert main(["migrate", str(cnn), "--check"]) == 2
+    err = capsys.readouterr().err.replace("\n", "")
+    assert str(pyproject) in err and named in err
+
+
+def test_explicit_config_and_isolated(tmp_path, cnn, capsys):
+    bad = _pyproject(tmp_path, "nope = 1\n")
+    good = tmp_path / "l2n.toml"
+    good.write_text('ignore = ["L2N-SHAPE-003"]\n')
+    assert main(["migrate", str(cnn), "--check", "--isolated"]) == 1
+    report = tmp_path / "r.json"
+    code = main(["migrate", str(cnn), "--check", "--config", str(good), "--report", str(report), "--format", "json"])
+    data = json.loads(report.read_text())
+    assert code == 1 and "L2N-SHAPE-003" not in data["by_rule"]
+    assert main(["migrate", str(cnn), "--check", "--config", str(bad)]) == 2
+    assert "unknown key 'nope'" in capsys.readouterr().err
+
+
+# ---- jobs --------------------------------------------------------------------------------------------
+def test_jobs_zero_means_one_per_cpu():
+    from linen2nnx.errors import L2NError
+    from linen2nnx.migrate.engine import resolve_jobs
+
+    assert resolve_jobs(0) == (os.cpu_count() or 1)
+    assert resolve_jobs(None) == 1 and resolve_jobs(3) == 3
+    with pytest.raises(L2NError, match="--jobs must be >= 0"):
+        resolve_jobs(-2)
+
+
+def test_parallel_results_keep_discovery_order(tmp_path):
+    from linen2nnx.migrate.engine import Mode, migrate_paths
+
+    src = tmp_path / "many"
+    for i in range(9):
+        (src / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
+        shutil.copy(FIXTURES / ("setup_mlp_in.py" if i % 2 else "not_flax_in.py"), src / f"d{i % 3}" / f"m{i}.py")
+    seen = []
+    serial = migrate_paths([src], Mode.CHECK, jobs=1)
+    parallel = migrate_paths([src], Mode.CHECK, jobs=0, on_file=lambda r: seen.append(r.rel))
+    assert [r.rel for r in parallel.files] == [r.rel for r in serial.files] == seen
+    assert [r.rel for r in serial.files] == sorted(r.rel for r in serial.files)
+    assert [r.output for r in parallel.files] == [r.output for r in serial.files]
+    assert [r.findings for r in parallel.files] == [r.findings for r in serial.files]
+
+
+# ---- stdin / stdout ----------------------------------------------------------------------------------
+def _stdin(monkeypatch, data: bytes) -> None:
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+def test_stdin_to_stdout(monkeypatch, capsys):
+    _stdin(monkeypatch, (FIXTURES / "setup_mlp_in.py").read_bytes())
+    assert main(["migrate", "-", "--isolated", "--stdin-filename", "pkg/mlp.py"]) == 0
+    out, err = capsys.readouterr()
+    assert out == (FIXTURES / "setup_mlp_out.py").read_text()
+    assert "Converted 1 of 1 files" in err
+
+
+def test_stdin_findings_go_to_stderr_under_the_given_name(monkeypatch, capsys):
+    _stdin(monkeypatch, (FIXTURES / "compact_cnn_in.py").read_bytes())
+    assert main(["migrate", "-", "--isolated", "--stdin-filename", "models/cnn.py"]) == 1  # a manual finding
+    out, err = capsys.readouterr()
+    assert "class CNN(nnx.Module):" in out and "# TODO(linen2nnx): L2N-SHAPE-003" in out
+    assert "models/cnn.py:" in err and "L2N-SHAPE-003 [manual]" in err
+
+
+def test_stdin_syntax_error_echoes_the_input(monkeypatch, capsys):
+    bad = b"import flax.linen as nn\nclass X(nn.Module:\n"
+    _stdin(monkeypatch, bad)
+    assert main(["migrate", "-", "--isolated"]) == 2
+    out, err = capsys.readouterr()
+    assert out == bad.decode() and "-:2:" in err and "L2N-IO-001" in err
+
+
+def test_stdin_check_and_diff(monkeypatch, capsys):
+    _stdin(monkeypatch, (FIXTURES / "setup_mlp_in.py").read_bytes())
+    assert main(["migrate", "-", "--check", "--isolated"]) == 1
+    assert capsys.readouterr().out == ""
+    _stdin(monkeypatch, (FIXTURES / "setup_mlp_in.py").read_bytes())
+    assert main(["migrate", "-", "--diff", "--isolated"]) == 1
+    assert "+class MLP(nnx.Module):" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["-", "--write"], ["-", "--out-dir", "x"], ["-", "src"], ["src", "--stdin-filename", "a.py"],
+                                  ["-", "--report", "-"]])
+def test_stdin_usage_errors(monkeypatch, capsys, tmp_path, argv):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "src").mkdir()
+    _stdin(monkeypatch, b"")
+    assert main(["migrate", *argv]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+# ---- report formats ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["json", "sarif", "markdown", "text"])
+def test_report_to_stdout_in_each_format(cnn, capsys, fmt):
+    assert main(["migrate", str(cnn), "--isolated", "--report", "-", "--format", fmt]) == 1
+    out, err = capsys.readouterr()
+    assert "--- a/" not in out  # --report - turns the default diff into a check
+    if fmt == "json":
+        data = json.loads(out)
+        assert data["schema"] == "linen2nnx-migration/1" and data["by_rule"]["L2N-SHAPE-003"] == 1
+    elif fmt == "sarif":
+        data = json.loads(out)
+        assert data["version"] == "2.1.0" and data["runs"][0]["results"]
+    elif fmt == "markdown":
+        assert out.startswith("## linen2nnx migration report") and "<details>" in out
+    else:
+        assert out.startswith("Converted 1 of 1 files") and "L2N-SHAPE-003" in out
+        assert "Converted" not in err  # not printed twice
+    if fmt != "text":
+        assert "Converted 1 of 1 files" in err
+
+
+def test_report_file_in_sarif_and_markdown(cnn, tmp_path):
+    for fmt, name in (("sarif", "r.sarif"), ("markdown", "r.md")):
+        assert main(["migrate", str(cnn), "--check", "--isolated", "--report", str(tmp_path / name), "--format", fmt]) == 1
+    assert json.loads((tmp_path / "r.sarif").read_text())["runs"][0]["tool"]["driver"]["name"] == "linen2nnx"
+    assert "| `L2N-SHAPE-003` | manual | 1 |" in (tmp_path / "r.md").read_text()
+
+
+def test_report_dash_with_explicit_diff_is_a_usage_error(cnn, capsys):
+    assert main(["migrate", str(cnn), "--diff", "--report", "-"]) == 2
+    assert "--report -" in capsys.readouterr().err
+
+
+# ---- progress ----------------------------------------------------------------------------------------
+@pytest.fixture
+def terminal(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from linen2nnx import cli
+
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "err_console", Console(file=buf, force_terminal=True, width=100))
+    return buf
+
+
+def _many(root: Path, n: int) -> Path:
+    root.mkdir()
+    for i in range(n):
+        shutil.copy(FIXTURES / "not_flax_in.py", root / f"f{i:02d}.py")
+    return root
+
+
+def test_progress_bar_on_a_terminal_for_long_runs(tmp_path, terminal):
+    assert main(["migrate", str(_many(tmp_path / "big", 21)), "--check", "--isolated"]) == 0
+    assert "migrating" in terminal.getvalue()
+
+
+def test_no_progress_for_short_runs_or_when_asked(tmp_path, terminal):
+    assert main(["migrate", str(_many(tmp_path / "small", 20)), "--check", "--isolated"]) == 0
+    assert main(["migrate", str(_many(tmp_path / "big", 25)), "--check", "--isolated", "--no-progress"]) == 0
+    assert "migrating" not in terminal.getvalue()
+
+
+def test_no_progress_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    assert main(["migrate", str(_many(tmp_path / "big", 25)), "--check", "--isolated"]) == 0
+    assert "migrating" not in capsys.readouterr().err
+
+
+# ---- pre-commit --------------------------------------------------------------------------------------
+def test_pre_commit_hook_definition():
+    import yaml
+
+    hooks = yaml.safe_load((Path(__file__).resolve().parents[1] / ".pre-commit-hooks.yaml").read_text())
+    hook = next(h for h in hooks if h["id"] == "linen2nnx-migrate")
+    assert hook["entry"] == "linen2nnx migrate --check"
+    assert hook["language"] == "python" and hook["types"] == ["python"]
+
+
+def test_pre_commit_style_file_arguments_honour_config_exclude(tmp_path, cnn, monkeypatch):
+    _pyproject(tmp_path, 'exclude = ["cnn.py"]\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["migrate", "--check", str(cnn / "cnn.py")]) == 0  # excluded even when named
+
+
+def test_stdin_file_excluded_by_config_is_echoed(monkeypatch, capsys, tmp_path):
+    _pyproject(tmp_path, 'exclude = ["legacy/*"]\n')
+    src = (FIXTURES / "setup_mlp_in.py").read_bytes()
+    _stdin(monkeypatch, src)
+    assert main(["migrate", "-", "--stdin-filename", str(tmp_path / "legacy" / "m.py")]) == 0
+    assert capsys.readouterr().out == src.decode()
+
+
+def test_stdin_undecodable_bytes_are_echoed(monkeypatch, capsys):
+    import io
+    import sys
+
+    _stdin(monkeypatch, b"import flax.linen as nn\n\xe9\n")
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="utf-8"))
+    assert main(["migrate", "-", "--isolated", "-q"]) == 2
+    sys.stdout.flush()
+    assert raw.getvalue() == b"import flax.linen as nn\n\xe9\n"

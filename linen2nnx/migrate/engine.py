@@ -11,11 +11,14 @@ import ast
 import dataclasses
 import difflib
 import enum
+import multiprocessing
 import os
+import sys
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -35,6 +38,7 @@ class Mode(str, enum.Enum):
     CHECK = "check"  # change nothing; exit 1 if anything would change
     WRITE = "write"  # rewrite files in place (atomically)
     OUT_DIR = "out-dir"  # write the migrated tree under another folder
+    STDOUT = "stdout"  # source read from stdin, migrated source written to stdout
 
 
 @dataclasses.dataclass
@@ -90,32 +94,71 @@ class MigrationResult:
         return 0
 
 
-def discover(paths: Sequence[str | Path], exclude: Sequence[str] = ()) -> list[tuple[Path, Path]]:
-    """``(file, root)`` for every ``.py`` file under ``paths``.
+def _matches(path: PurePath, patterns: Sequence[str]) -> bool:
+    """``PurePath.match`` (globs matched from the right: ``tests/*.py``, ``*_pb2.py``, ``build``)."""
+    return any(path.match(pattern) for pattern in patterns)
+
+
+def is_excluded(path: Path, exclude: Sequence[str], base: Path | None) -> bool:
+    """A path is excluded when it, or any folder above it (up to ``base``), matches a glob."""
+    if not exclude:
+        return False
+    resolved = path.resolve()
+    candidates: list[PurePath] = [path, resolved]
+    if base is not None:
+        try:
+            rel = resolved.relative_to(base.resolve())
+        except ValueError:
+            pass
+        else:
+            candidates += [PurePath(*rel.parts[:i]) for i in range(1, len(rel.parts) + 1)]
+    return any(_matches(c, exclude) for c in candidates)
+
+
+def discover(paths: Sequence[str | Path], exclude: Sequence[str] = (), include: Sequence[str] = ("*.py",),
+             base: str | Path | None = None) -> list[tuple[Path, Path]]:
+    """``(file, root)`` for every file under ``paths`` that matches ``include`` and no ``exclude`` glob.
+
+    Globs follow ``PurePath.match`` (matched from the right); a folder that matches ``exclude`` is
+    skipped whole, and ``exclude`` also applies to files named directly (so a pre-commit hook that
+    passes file names honours it). ``base`` (the config's folder) anchors relative matching. Files
+    named directly need not match ``include``. The result is sorted and deterministic.
 
     ``root`` anchors relative output paths: the folder itself for one folder, a file's folder for
     one file, and the deepest common folder of all inputs otherwise (so outputs never collide).
     """
     out: list[tuple[Path, Path]] = []
     anchors = []
+    base_path = Path(base) if base is not None else None
     for raw in paths:
         p = Path(raw)
         if not p.exists():
             raise L2NError(f"{p}: no such file or directory")
         anchors.append(p.resolve().parent if p.is_file() else p.resolve())
     root = Path(os.path.commonpath(anchors)) if anchors else Path.cwd()
+    seen: set[Path] = set()
+
+    def add(f: Path) -> None:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            out.append((f, root))
+
     for raw in paths:
         p = Path(raw)
         if p.is_file():
-            out.append((p, root))
+            if not is_excluded(p, exclude, base_path):
+                add(p)
             continue
         for dirpath, dirnames, filenames in os.walk(p):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+            here = Path(dirpath)
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
+                                 and not is_excluded(here / d, exclude, base_path))
             for name in sorted(filenames):
-                if name.endswith(".py"):
-                    f = Path(dirpath) / name
-                    if not any(f.match(pattern) for pattern in exclude):
-                        out.append((f, root))
+                f = here / name
+                if _matches(PurePath(name), include) or _matches(f, include):
+                    if not is_excluded(f, exclude, base_path):
+                        add(f)
     return out
 
 
@@ -182,8 +225,22 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
     return FileResult(file_path, path, source, output, findings, command.name_map)
 
 
-def _migrate_file(args: tuple[Path, str, str, Trace | None]) -> FileResult:
-    path, rel, module_name, trace = args
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """What every file of one run shares; sent to each worker process once, not once per file."""
+
+    trace: Trace | None = None
+    select: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
+    unsafe_fixes: bool = False
+
+
+_WORKER_OPTIONS = _Options()
+
+
+def _migrate_file(args: tuple[Path, str, str], options: _Options | None = None) -> FileResult:
+    path, rel, module_name = args
+    options = options or _WORKER_OPTIONS
     try:
         source = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
@@ -193,9 +250,19 @@ def _migrate_file(args: tuple[Path, str, str, Trace | None]) -> FileResult:
     except OSError as e:
         finding = Finding("L2N-IO-002", Severity.ERROR, rel, 1, 1, f"cannot read: {e.strerror}", "")
         return FileResult(path, rel, None, None, [finding], NameMap())
-    result = migrate_source(source, rel, module_name, trace)
+    result = migrate_source(source, rel, module_name, options.trace, select=options.select,
+                            ignore=options.ignore, unsafe_fixes=options.unsafe_fixes)
     result.path = path
     return result
+
+
+def resolve_jobs(jobs: int | None) -> int:
+    """``None`` -> 1; ``0`` -> one per CPU; a negative count is a usage error."""
+    if jobs is None:
+        return 1
+    if jobs < 0:
+        raise L2NError(f"--jobs must be >= 0 (0 = one per CPU), got {jobs}")
+    return jobs or os.cpu_count() or 1
 
 
 def migrate_paths(
@@ -204,17 +271,33 @@ def migrate_paths(
     *,
     out_dir: str | Path | None = None,
     trace: Trace | None = None,
-    jobs: int = 1,
+    jobs: int | None = 1,
     exclude: Sequence[str] = (),
+    include: Sequence[str] = ("*.py",),
+    base: str | Path | None = None,
+    select: Sequence[str] | None = None,
+    ignore: Sequence[str] | None = None,
+    unsafe_fixes: bool = False,
     name_map_path: str | Path | None = None,
+    on_start: Callable[[int], None] | None = None,
     on_file: Callable[[FileResult], None] | None = None,
 ) -> MigrationResult:
-    """Migrate every Python file under ``paths`` according to ``mode``."""
+    """Migrate every Python file under ``paths`` according to ``mode``.
+
+    ``select`` / ``ignore`` / ``unsafe_fixes`` are passed to :func:`migrate_source` for each file;
+    ``include`` / ``exclude`` / ``base`` go to :func:`discover`. ``jobs=0`` means one process per
+    CPU. ``on_start(total)`` is called once discovery is done and ``on_file(result)`` once per file,
+    in discovery order (results are always in that order, whatever ``jobs`` is).
+    """
     if mode is Mode.OUT_DIR and out_dir is None:
         raise L2NError("--out-dir needs a folder")
-    files = discover(paths, exclude)
-    work = [(f, _display(f), module_name_for(f), trace) for f, _ in files]
-    results = list(_run(work, jobs, on_file))
+    jobs = resolve_jobs(jobs)
+    files = discover(paths, exclude, include, base)
+    if on_start:
+        on_start(len(files))
+    options = _Options(trace, tuple(select) if select is not None else None, tuple(ignore or ()), unsafe_fixes)
+    work = [(f, _display(f), module_name_for(f)) for f, _ in files]
+    results = list(_run(work, jobs, on_file, options))
     name_map = NameMap()
     for r in results:
         name_map.merge(r.name_map)
@@ -244,16 +327,63 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def _run(work: list, jobs: int, on_file: Callable[[FileResult], None] | None) -> Iterable[FileResult]:
+def _warm_up() -> None:
+    """Import the codemod and fill the caches it reads from flax (signatures, same-object tables).
+
+    Run in the parent before forking workers, so that each worker starts with them instead of
+    importing flax and libcst.matchers itself; or, where workers are not forked, in each worker once.
+    """
+    try:
+        from linen2nnx.layers import LAYER_RULES, nnx_ctor_params
+        from linen2nnx.migrate import linen_api, module_rewrite  # noqa: F401
+
+        linen_api.feature_preserving_functions()
+        for layer in LAYER_RULES:
+            layer.linen_arg_order()
+            nnx_ctor_params(layer.nnx)
+    except Exception:  # only an optimisation: the codemod fills them itself if anything moved
+        pass
+
+
+def _init_worker(options: _Options, warm: bool) -> None:
+    global _WORKER_OPTIONS
+    _WORKER_OPTIONS = options
+    if warm:
+        _warm_up()
+
+
+def _jax_started() -> bool:
+    """True once a JAX backend runs (e.g. after ``--trace``): its native threads make ``fork`` unsafe."""
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(getattr(bridge, "_backends", None))
+
+
+def _pool_context() -> tuple[multiprocessing.context.BaseContext, bool]:
+    """``fork`` where it is safe and cheap (Linux, no threads, no JAX backend yet): workers inherit the
+    warm parent. Elsewhere ``spawn``, and each worker warms itself up once."""
+    if sys.platform == "linux" and threading.active_count() == 1 and not _jax_started():
+        return multiprocessing.get_context("fork"), True
+    return multiprocessing.get_context("spawn"), False
+
+
+def _run(work: list, jobs: int, on_file: Callable[[FileResult], None] | None,
+         options: _Options) -> Iterable[FileResult]:
     if jobs > 1 and len(work) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for r in pool.map(_migrate_file, work, chunksize=max(1, len(work) // (jobs * 8))):
+        context, forked = _pool_context()
+        if forked:
+            _warm_up()
+        workers = min(jobs, len(work))
+        # a few chunks per worker: little IPC, and the slowest chunk cannot hold the run up for long
+        chunksize = max(1, len(work) // (workers * 8))
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
+                                 initargs=(options, not forked)) as pool:
+            for r in pool.map(_migrate_file, work, chunksize=chunksize):  # results in input order
                 if on_file:
                     on_file(r)
                 yield r
     else:
         for item in work:
-            r = _migrate_file(item)
+            r = _migrate_file(item, options)
             if on_file:
                 on_file(r)
             yield r

@@ -1,0 +1,327 @@
+"""How fast is ``migrate`` next to the floor it sits on?
+
+Generates a corpus of varied Linen files (setup() and @nn.compact modules with Dense / Conv /
+LayerNorm / Dropout / BatchNorm / Embed, activations, several classes a file, import aliases, some
+files with no flax at all) into a temp folder, then in ONE run measures
+
+(a) the libcst floor: ``libcst.parse_module(src).code`` (parse + code generation round trip) for
+    every file, over a ProcessPoolExecutor with the same ``--jobs``;
+(b) ``migrate_paths(..., Mode.CHECK, jobs=N)`` over the same files;
+
+and prints both wall times and the ratio migrate / floor (goal: <= 1.5).
+
+    python bench/migrate_speed.py                      # 2,000 files, one process
+    python bench/migrate_speed.py --files 2000 --jobs 2
+    python bench/migrate_speed.py --files 300 --profile prof.txt   # + where the codemod spends its time
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+GOAL = 1.5
+
+# ---- corpus -----------------------------------------------------------------------------------------
+IMPORTS = [
+    ("import flax.linen as nn", "nn"),
+    ("from flax import linen as nn", "nn"),
+    ("from flax import linen", "linen"),
+    ("import flax.linen as fnn", "fnn"),
+]
+ACTS = ["relu", "gelu", "tanh", "silu", "sigmoid", "elu", "softplus", "leaky_relu"]
+HEADER = '''"""{doc}"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+{imp}
+
+Dtype = Any
+'''
+
+
+def _mlp_setup(rng: random.Random, nn: str, name: str) -> str:
+    depth = rng.randint(1, 4)
+    act = rng.choice(ACTS)
+    lines = [f"class {name}({nn}.Module):", f'    """A setup()-style MLP with {depth} hidden layers."""', "",
+             f"    hidden: int = {rng.choice([32, 64, 128, 256])}", f"    out: int = {rng.choice([2, 10, 100])}",
+             f"    rate: float = {rng.choice([0.0, 0.1, 0.2]):.1f}", "", "    def setup(self):"]
+    for i in range(depth):
+        lines.append(f"        self.fc{i} = {nn}.Dense(self.hidden)")
+    if rng.random() < 0.5:
+        lines.append(f"        self.norm = {nn}.LayerNorm()")
+    lines.append(f"        self.drop = {nn}.Dropout(self.rate)")
+    lines.append(f"        self.head = {nn}.Dense(features=self.out, use_bias={rng.choice(['True', 'False'])})")
+    lines += ["", "    def __call__(self, x, train: bool = False):"]
+    for i in range(depth):
+        lines.append(f"        x = {nn}.{act}(self.fc{i}(x))")
+    if "self.norm" in "\n".join(lines):
+        lines.append("        x = self.norm(x)")
+    lines += ["        x = self.drop(x, deterministic=not train)", "        return self.head(x)"]
+    return "\n".join(lines)
+
+
+def _cnn_compact(rng: random.Random, nn: str, name: str) -> str:
+    act = rng.choice(ACTS)
+    convs = rng.randint(1, 3)
+    lines = [f"class {name}({nn}.Module):", '    """A compact CNN."""', "",
+             f"    num_classes: int = {rng.choice([10, 100, 1000])}", "    dtype: Dtype = jnp.float32", "",
+             f"    @{nn}.compact", "    def __call__(self, x, train: bool = True):"]
+    for i in range(convs):
+        feats = 2 ** (4 + i)
+        lines.append(f"        x = {nn}.Conv({feats}, kernel_size=(3, 3), dtype=self.dtype)(x)")
+        if rng.random() < 0.6:
+            lines.append(f"        x = {nn}.BatchNorm(use_running_average=not train, momentum=0.9)(x)")
+        lines.append(f"        x = {nn}.{act}(x)")
+        if rng.random() < 0.5:
+            lines.append(f"        x = {nn}.avg_pool(x, window_shape=(2, 2), strides=(2, 2))")
+    if rng.random() < 0.5:
+        lines.append("        x = jnp.mean(x, axis=(1, 2))")
+    else:
+        lines.append("        x = x.reshape((x.shape[0], -1))")
+    lines.append(f"        x = {nn}.Dense({rng.choice([64, 128, 256])})(x)")
+    lines.append(f"        x = {nn}.Dropout(rate=0.1, deterministic=not train)(x)")
+    lines.append(f"        return {nn}.Dense(self.num_classes, name='head')(x)")
+    return "\n".join(lines)
+
+
+def _embed_compact(rng: random.Random, nn: str, name: str) -> str:
+    lines = [f"class {name}({nn}.Module):", '    """Token embedding, a norm and a projection."""', "",
+             f"    vocab_size: int = {rng.choice([256, 1000, 32000])}", f"    features: int = {rng.choice([64, 128])}", "",
+             f"    @{nn}.compact", "    def __call__(self, tokens):",
+             f"        x = {nn}.Embed(self.vocab_size, self.features)(tokens)",
+             f"        x = {nn}.LayerNorm(epsilon=1e-6)(x)",
+             f"        x = {nn}.Dense(self.features * 4)(x)",
+             f"        x = {nn}.{rng.choice(ACTS)}(x)",
+             f"        return {nn}.Dense(self.features)(x)"]
+    return "\n".join(lines)
+
+
+def _block_setup(rng: random.Random, nn: str, name: str) -> str:
+    lines = [f"class {name}({nn}.Module):", '    """A residual block built in setup()."""', "",
+             "    features: int", "    dropout_rate: float = 0.1", "", "    def setup(self):",
+             f"        self.ln = {nn}.LayerNorm()", f"        self.up = {nn}.Dense(self.features * 2)",
+             f"        self.down = {nn}.Dense(self.features)", f"        self.drop = {nn}.Dropout(self.dropout_rate)", "",
+             "    def __call__(self, x, *, deterministic: bool = True):",
+             "        y = self.ln(x)", f"        y = {nn}.{rng.choice(ACTS)}(self.up(y))",
+             "        y = self.drop(self.down(y), deterministic=deterministic)", "        return x + y"]
+    return "\n".join(lines)
+
+
+def _param_module(rng: random.Random, nn: str, name: str) -> str:
+    lines = [f"class {name}({nn}.Module):", '    """Owns a raw parameter (a manual migration)."""', "",
+             "    features: int = 8", "", f"    @{nn}.compact", "    def __call__(self, x):",
+             f"        scale = self.param('scale', {nn}.initializers.ones, (self.features,))",
+             f"        return {nn}.Dense(self.features)(x) * scale"]
+    return "\n".join(lines)
+
+
+def _helpers(rng: random.Random) -> str:
+    out = []
+    for i in range(rng.randint(1, 5)):
+        out.append(f'''def helper_{i}(x, scale: float = {rng.random():.3f}):
+    """Plain JAX helper #{i}: scaled, clipped and normalised."""
+    y = jnp.clip(x * scale, -1.0, 1.0)
+    z = jnp.sum(y ** 2, axis=-1, keepdims=True)
+    return y / jnp.sqrt(z + 1e-6)''')
+    return "\n\n\n".join(out)
+
+
+def _plain_file(rng: random.Random, i: int) -> str:
+    body = [f'"""Utility module {i}: no flax here."""', "", "import os", "import re", "from pathlib import Path", ""]
+    for k in range(rng.randint(3, 12)):
+        body.append(f'''
+def util_{k}(text: str, n: int = {rng.randint(1, 9)}) -> list[str]:
+    """Split, filter and pad (#{k})."""
+    parts = [p for p in re.split(r"\\s+", text) if p]
+    while len(parts) < n:
+        parts.append(os.sep)
+    return [str(Path(p)) for p in parts]
+''')
+    return "\n".join(body) + "\n"
+
+
+TEMPLATES = [_mlp_setup, _cnn_compact, _embed_compact, _block_setup, _param_module]
+
+
+def make_file(i: int, seed: int = 0) -> str:
+    rng = random.Random(seed * 1_000_003 + i)
+    if rng.random() < 0.1:
+        return _plain_file(rng, i)
+    imp, nn = rng.choice(IMPORTS)
+    parts = [HEADER.format(doc=f"Generated Linen models, file {i}.", imp=imp)]
+    parts.append(_helpers(rng))
+    for k in range(rng.randint(2, 5)):
+        parts.append(rng.choice(TEMPLATES)(rng, nn, f"Model{i}_{k}"))
+    return "\n\n\n".join(parts) + "\n"
+
+
+def make_corpus(root: Path, files: int, seed: int = 0) -> list[Path]:
+    """``files`` generated files under ``root`` (20 a package folder)."""
+    paths = []
+    for i in range(files):
+        folder = root / f"pkg{i // 20:03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        p = folder / f"models_{i:05d}.py"
+        p.write_text(make_file(i, seed))
+        paths.append(p)
+    return paths
+
+
+# ---- the floor --------------------------------------------------------------------------------------
+def _roundtrip(path: Path) -> int:
+    import libcst
+
+    src = path.read_text()
+    return len(libcst.parse_module(src).code)
+
+
+def _metadata_roundtrip(path: Path) -> int:
+    """What any codemod that resolves names through imports pays before doing anything: parse, the
+    metadata such a codemod needs (qualified names, positions), one no-op transform, code-gen."""
+    import libcst
+    from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+
+    wrapper = MetadataWrapper(libcst.parse_module(path.read_text()), unsafe_skip_copy=True)
+    wrapper.resolve_many([QualifiedNameProvider, PositionProvider])
+    return len(wrapper.module.visit(libcst.CSTTransformer()).code)
+
+
+def floor_time(paths: list[Path], jobs: int, fn=_roundtrip) -> float:
+    """Wall time of ``fn`` (parse + code-gen) over every file, with the engine's process setup
+    (fork, chunks)."""
+    # imported before forking, as the engine does with the codemod
+    import libcst.metadata  # noqa: F401
+
+    t = time.perf_counter()
+    if jobs > 1:
+        context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
+        chunksize = max(1, len(paths) // (jobs * 8))
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            total = sum(pool.map(fn, paths, chunksize=chunksize))
+    else:
+        total = sum(fn(p) for p in paths)
+    assert total > 0
+    return time.perf_counter() - t
+
+
+def migrate_time(root: Path, jobs: int) -> tuple[float, object]:
+    from linen2nnx.migrate.engine import Mode, migrate_paths
+
+    t = time.perf_counter()
+    result = migrate_paths([root], Mode.CHECK, jobs=jobs)
+    return time.perf_counter() - t, result
+
+
+def profile_migrate(root: Path, out: Path, limit: int = 40) -> str:
+    """cProfile of a one-process migrate of the corpus; the top of the cumulative and own-time lists."""
+    import cProfile
+    import io
+    import pstats
+
+    from linen2nnx.migrate.engine import Mode, migrate_paths
+
+    prof = cProfile.Profile()
+    prof.enable()
+    migrate_paths([root], Mode.CHECK, jobs=1)
+    prof.disable()
+    buf = io.StringIO()
+    stats = pstats.Stats(prof, stream=buf)
+    stats.sort_stats("cumulative").print_stats(limit)
+    stats.sort_stats("tottime").print_stats(limit)
+    out.write_text(buf.getvalue())
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", type=int, default=2000, help="corpus size (default: 2000)")
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="processes for both sides; 0 = one per CPU (default: 1)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=1, help="measure each side this many times, keep the best")
+    ap.add_argument("--keep", metavar="DIR", help="write the corpus to DIR (kept) instead of a temp folder")
+    ap.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
+    ap.add_argument("--profile", metavar="FILE", help="also cProfile a one-process migrate; stats to FILE")
+    ap.add_argument("--metadata-floor", action="store_true",
+                    help="also time parse + QualifiedName/Position metadata + no-op transform + code-gen "
+                         "(the floor of any import-resolving libcst codemod), for context")
+    args = ap.parse_args(argv)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False, width=None if Console().is_terminal else 120)
+    jobs = args.jobs or os.cpu_count() or 1
+    tmp = None
+    if args.keep:
+        root = Path(args.keep)
+        if root.exists():
+            shutil.rmtree(root)
+    else:
+        tmp = tempfile.mkdtemp(prefix="l2n-speed-")
+        root = Path(tmp) / "corpus"
+    try:
+        t = time.perf_counter()
+        paths = make_corpus(root, args.files, args.seed)
+        nbytes = sum(p.stat().st_size for p in paths)
+        lines = sum(p.read_text().count("\n") for p in paths)
+        console.print(f"corpus: {len(paths)} files, {lines} lines, {nbytes / 1e6:.1f} MB in {root} "
+                      f"({time.perf_counter() - t:.1f}s to generate)")
+        floor = min(floor_time(paths, jobs) for _ in range(max(1, args.repeat)))
+        meta = (min(floor_time(paths, jobs, _metadata_roundtrip) for _ in range(max(1, args.repeat)))
+                if args.metadata_floor else None)
+        runs = [migrate_time(root, jobs) for _ in range(max(1, args.repeat))]
+        migrate, result = min(runs, key=lambda r: r[0])
+        ratio = migrate / floor
+        counts = result.counts()  # type: ignore[attr-defined]
+        changed = sum(r.changed for r in result.files)  # type: ignore[attr-defined]
+        skipped = sum(r.skipped for r in result.files)  # type: ignore[attr-defined]
+
+        table = Table(title=f"migrate vs libcst floor — {len(paths)} files, jobs={jobs}, cpus={os.cpu_count()}",
+                      title_justify="left")
+        for col in ("measure", "wall s", "files/s", "ms/file"):
+            table.add_column(col, justify="left" if col == "measure" else "right")
+        for name, secs in (("libcst floor (parse + codegen)", floor), ("migrate_paths(CHECK)", migrate)):
+            table.add_row(name, f"{secs:.2f}", f"{len(paths) / secs:.0f}", f"{1000 * secs / len(paths):.2f}")
+        verdict = "[green]within goal[/]" if ratio <= GOAL else "[red]above goal[/]"
+        if meta is not None:
+            table.add_row("libcst metadata floor (context)", f"{meta:.2f}", f"{len(paths) / meta:.0f}",
+                          f"{1000 * meta / len(paths):.2f}")
+        table.add_row("ratio migrate / floor", f"{ratio:.2f}", "", f"goal <= {GOAL} ({verdict})")
+        if meta is not None:
+            table.add_row("ratio migrate / metadata floor", f"{migrate / meta:.2f}", "", "")
+        console.print(table)
+        console.print(f"migrate: {changed} changed, {skipped} skipped by the pre-filter; findings "
+                      + ", ".join(f"{k} {counts[k]}" for k in ("error", "manual", "unsafe", "converted")))
+        numbers = {"files": len(paths), "lines": lines, "bytes": nbytes, "jobs": jobs, "cpus": os.cpu_count(),
+                   "floor_s": floor, "metadata_floor_s": meta, "migrate_s": migrate, "ratio": ratio, "goal": GOAL, "changed": changed,
+                   "skipped": skipped, "findings": dict(counts)}
+        if args.json:
+            Path(args.json).write_text(json.dumps(numbers, indent=2) + "\n")
+        if args.profile:
+            text = profile_migrate(root, Path(args.profile))
+            console.print(f"profile written to {args.profile}")
+            console.print(text[:4000], markup=False)
+        return 0
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.exit(main())

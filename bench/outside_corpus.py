@@ -1,0 +1,316 @@
+"""How well does ``migrate`` do on Linen code we did not write?
+
+Copies a Linen source tree (e.g. the ``examples/`` of the Flax sdist) into a temp folder, migrates
+it into another temp folder, and prints a table per file and in total:
+
+- **parsed**: the output parses with ``ast.parse``;
+- **idempotent**: migrating the output again changes nothing;
+- **classes**: module classes that subclass a Linen ``Module`` in the input (directly, or through
+  another such class of the tree);
+- **converted**: of those, classes the codemod rewrote (an ``L2N-MOD-001`` finding on the class);
+- **clean**: converted classes with no ``manual`` / ``error`` finding inside the class's line range
+  of the INPUT file (findings carry input line numbers);
+- findings by severity and by rule.
+
+It is a measurement, not a gate: it exits 0 (``--min-clean-pct P`` makes it exit 1 below P%).
+Nothing is ever written outside the temp folders.
+
+    python bench/outside_corpus.py /tmp/flaxsrc/flax-0.12.8/examples --jobs 2 --json outside.json
+    python bench/outside_corpus.py --download      # pip-downloads the installed flax's sdist first
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+LINEN_MODULE = {"flax.linen.Module", "flax.linen.module.Module"}
+BLOCKING = ("manual", "error")
+
+
+# ---- Linen module classes of the input, by static resolution of imports -----------------------------
+@dataclasses.dataclass
+class ClassInfo:
+    name: str
+    qualname: str  # module.Class
+    start: int  # first line (decorators included)
+    line: int  # the line of the ``class`` keyword
+    end: int
+    bases: list[str]  # resolved dotted names of the bases
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else None
+    if isinstance(node, ast.Subscript):  # Generic[...]-style bases
+        return _dotted(node.value)
+    return None
+
+
+def _module_name(rel: Path) -> str:
+    parts = list(rel.with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _aliases(tree: ast.Module, module: str, is_package: bool) -> dict[str, str]:
+    """Local name -> dotted name it stands for, from every import in the file (any depth)."""
+    out: dict[str, str] = {}
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    out[a.asname] = a.name
+                else:
+                    out[a.name.split(".")[0]] = a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".") if package else []
+                anchor = anchor[: len(anchor) - (node.level - 1)] if node.level > 1 else anchor
+                base = ".".join([*anchor, *([base] if base else [])])
+            for a in node.names:
+                if a.name != "*":
+                    out[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+    return out
+
+
+def _resolve(dotted: str, aliases: dict[str, str]) -> str:
+    head, _, rest = dotted.partition(".")
+    if head in aliases:
+        return aliases[head] + (f".{rest}" if rest else "")
+    return dotted
+
+
+def classes_of(source: str, rel: Path) -> list[ClassInfo]:
+    """Every class of a file with its line range and resolved bases (syntax errors: none)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    module = _module_name(rel)
+    aliases = _aliases(tree, module, rel.name == "__init__.py")
+    local = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            bases = []
+            for b in node.bases:
+                d = _dotted(b)
+                if d is None:
+                    continue
+                bases.append(f"{module}.{d}" if d in local and d not in aliases else _resolve(d, aliases))
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            out.append(ClassInfo(node.name, f"{module}.{node.name}", start, node.lineno, node.end_lineno or node.lineno,
+                                 bases))
+    return out
+
+
+def linen_classes(by_file: dict[str, list[ClassInfo]]) -> dict[str, list[ClassInfo]]:
+    """The classes that subclass a Linen Module, through any chain of classes of the tree."""
+    linen: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for infos in by_file.values():
+            for c in infos:
+                if c.qualname not in linen and any(b in LINEN_MODULE or b in linen for b in c.bases):
+                    linen.add(c.qualname)
+                    changed = True
+    return {f: [c for c in infos if c.qualname in linen] for f, infos in by_file.items()}
+
+
+# ---- the measurement --------------------------------------------------------------------------------
+@dataclasses.dataclass
+class FileRow:
+    path: str
+    parsed: bool
+    idempotent: bool
+    classes: int
+    converted: int
+    clean: int
+    severities: Counter
+    rules: Counter
+    skipped: bool
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "parsed": self.parsed, "idempotent": self.idempotent, "classes": self.classes,
+                "converted": self.converted, "clean": self.clean, "skipped": self.skipped,
+                "findings": dict(self.severities), "by_rule": dict(sorted(self.rules.items()))}
+
+
+def measure(src: Path, jobs: int = 1) -> tuple[list[FileRow], dict]:
+    from linen2nnx.migrate.engine import Mode, migrate_paths
+
+    with tempfile.TemporaryDirectory(prefix="l2n-outside-") as tmp:
+        tree = Path(tmp) / "in"
+        shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", ".git", "*.pyc"))
+        out = Path(tmp) / "out"
+        first = migrate_paths([tree], Mode.OUT_DIR, out_dir=out, jobs=jobs, name_map_path=Path(tmp) / "map.json")
+        by_rel = {Path(r.path).resolve().relative_to(tree.resolve()): r for r in first.files}
+        # idempotency: migrate the migrated tree again, change nothing, and look for changes
+        again = {}
+        if out.exists():
+            second = migrate_paths([out], Mode.CHECK, jobs=jobs)
+            again = {Path(r.path).resolve().relative_to(out.resolve()): r for r in second.files}
+        sources = {rel: (r.source or "") for rel, r in by_rel.items()}
+        found = linen_classes({str(rel): classes_of(s, rel) for rel, s in sources.items()})
+        rows = []
+        for rel, r in sorted(by_rel.items(), key=lambda kv: str(kv[0])):
+            parsed = False
+            if r.output is not None and not r.failed:
+                try:
+                    ast.parse(r.output)
+                    parsed = True
+                except SyntaxError:
+                    parsed = False
+            redo = again.get(rel)
+            idempotent = parsed and redo is not None and not redo.changed and not redo.failed
+            classes = found.get(str(rel), [])
+            converted = clean = 0
+            for c in classes:
+                inside = [f for f in r.findings if c.start <= f.line <= c.end]
+                if not any(f.rule == "L2N-MOD-001" and c.start <= f.line <= c.line for f in inside):
+                    continue
+                converted += 1
+                if not any(f.severity.value in BLOCKING for f in inside):
+                    clean += 1
+            rows.append(FileRow(str(rel), parsed, idempotent, len(classes), converted, clean,
+                                Counter(f.severity.value for f in r.findings), Counter(f.rule for f in r.findings),
+                                r.skipped))
+    total = {
+        "files": len(rows),
+        "parsed": sum(r.parsed for r in rows),
+        "idempotent": sum(r.idempotent for r in rows),
+        "classes": sum(r.classes for r in rows),
+        "converted": sum(r.converted for r in rows),
+        "clean": sum(r.clean for r in rows),
+        "findings": dict(sum((r.severities for r in rows), Counter())),
+        "by_rule": dict(sorted(sum((r.rules for r in rows), Counter()).items())),
+    }
+    total["clean_pct"] = 100.0 * total["clean"] / total["classes"] if total["classes"] else 100.0
+    total["converted_pct"] = 100.0 * total["converted"] / total["classes"] if total["classes"] else 100.0
+    return rows, total
+
+
+def _severity_cell(c: Counter) -> str:
+    return " ".join(f"{k[0]}{c[k]}" for k in ("error", "manual", "unsafe", "converted") if c[k]) or "-"
+
+
+def render(rows: list[FileRow], total: dict, title: str, all_files: bool = False) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    probe = Console()
+    console = Console(highlight=False, width=None if probe.is_terminal else 200)
+    table = Table(title=title, title_justify="left", caption="findings: e=error m=manual u=unsafe c=converted",
+                  show_footer=True)
+    pct = f"{total['clean_pct']:.1f}%"
+    shown = [r for r in rows if all_files or not r.skipped or r.classes or not r.parsed]
+    cols = [
+        ("file", f"TOTAL ({total['files']} files)"),
+        ("parsed", f"{total['parsed']}/{total['files']}"),
+        ("idempotent", f"{total['idempotent']}/{total['files']}"),
+        ("classes", str(total["classes"])),
+        ("converted", f"{total['converted']} ({total['converted_pct']:.1f}%)"),
+        ("clean", f"{total['clean']} ({pct})"),
+        ("findings", _severity_cell(Counter(total["findings"]))),
+        ("top rules", ""),
+    ]
+    for name, footer in cols:
+        table.add_column(name, footer=footer, justify="left" if name in ("file", "findings", "top rules") else "right",
+                         no_wrap=name != "top rules")
+    for r in shown:
+        top = ", ".join(f"{k.removeprefix('L2N-')}×{n}" for k, n in r.rules.most_common(3))
+        table.add_row(r.path, "yes" if r.parsed else "[red]NO[/]", "yes" if r.idempotent else "[red]NO[/]",
+                      str(r.classes), str(r.converted), str(r.clean), _severity_cell(r.severities), top)
+    console.print(table)
+    if len(shown) < len(rows):
+        console.print(f"({len(rows) - len(shown)} files without Linen were copied unchanged; --all-files lists them)")
+    rules = Table(title="findings by rule (all files)", title_justify="left")
+    for name in ("rule", "severity", "findings"):
+        rules.add_column(name, justify="right" if name == "findings" else "left")
+    from linen2nnx.migrate.rules import RULES
+
+    for rule_id, n in sorted(total["by_rule"].items(), key=lambda kv: (-kv[1], kv[0])):
+        rules.add_row(rule_id, RULES[rule_id].severity.value if rule_id in RULES else "?", str(n))
+    console.print(rules)
+    console.print(f"TOTAL: {total['files']} files, {total['parsed']} parse, {total['idempotent']} idempotent; "
+                  f"{total['classes']} Linen module classes, {total['converted']} converted, "
+                  f"{total['clean']} converted with no manual finding = {pct}")
+
+
+def download_examples(dest: Path) -> Path:
+    """``pip download`` the installed flax's sdist into ``dest`` and return its ``examples/``."""
+    from importlib.metadata import version
+
+    flax_version = version("flax")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", f"flax=={flax_version}",
+           "-d", str(dest)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"pip download failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    archives = sorted(dest.glob("flax-*.tar.gz"))
+    if not archives:
+        raise SystemExit(f"pip download left no flax-*.tar.gz in {dest}")
+    with tarfile.open(archives[0]) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:  # pragma: no cover - Python without extraction filters
+            tar.extractall(dest)
+    found = sorted(dest.glob("flax-*/examples"))
+    if not found:
+        raise SystemExit(f"no examples/ folder in {archives[0].name}")
+    return found[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", nargs="?", metavar="DIR", help="a Linen source tree (read only; copied first)")
+    ap.add_argument("--download", action="store_true",
+                    help="without DIR: pip-download the installed flax's sdist and use its examples/")
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="processes; 0 = one per CPU (default: 1)")
+    ap.add_argument("--json", metavar="FILE", help="also write per-file rows and totals as JSON")
+    ap.add_argument("--min-clean-pct", type=float, metavar="P", help="exit 1 when fewer than P%% of classes are clean")
+    ap.add_argument("--all-files", action="store_true", help="list files without Linen too")
+    args = ap.parse_args(argv)
+    jobs = args.jobs or os.cpu_count() or 1
+
+    with tempfile.TemporaryDirectory(prefix="l2n-sdist-") as dl:
+        if args.dir:
+            src = Path(args.dir)
+            if not src.is_dir():
+                ap.error(f"{src}: not a folder")
+        elif args.download:
+            src = download_examples(Path(dl))
+        else:
+            ap.error("give DIR or --download")
+        rows, total = measure(src, jobs)
+        render(rows, total, f"linen2nnx migrate on {src} (jobs={jobs})", all_files=args.all_files)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"source": str(src), "total": total,
+                                               "files": [r.to_json() for r in rows]}, indent=2) + "\n")
+    if args.min_clean_pct is not None and total["clean_pct"] < args.min_clean_pct:
+        print(f"clean {total['clean_pct']:.1f}% < --min-clean-pct {args.min_clean_pct:g}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The bench scripts run end to end at tiny sizes and report what they claim to measure."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures" / "migrate"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses need the module registered
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def speed():
+    return _load("migrate_speed")
+
+
+@pytest.fixture(scope="module")
+def outside():
+    return _load("outside_corpus")
+
+
+# ---- migrate_speed ----------------------------------------------------------------------------------
+def test_generated_corpus_is_varied_valid_linen(speed, tmp_path):
+    paths = speed.make_corpus(tmp_path, 60)
+    sources = [p.read_text() for p in paths]
+    for s in sources:
+        ast.parse(s)
+    flax = [s for s in sources if "linen" in s]
+    assert 0 < len(sources) - len(flax) < len(sources) // 3  # some files with no flax at all
+    joined = "\n".join(flax)
+    for layer in ("Dense(", "Conv(", "LayerNorm(", "Dropout(", "BatchNorm(", "Embed("):
+        assert layer in joined
+    assert "def setup(self):" in joined and ".compact" in joined
+    assert any(s.count("(nn.Module)") + s.count("(linen.Module)") + s.count("(fnn.Module)") >= 2 for s in flax)
+    assert speed.make_file(7) == speed.make_file(7)  # deterministic
+
+
+def test_migrate_speed_runs_and_reports_the_ratio(speed, tmp_path, capsys):
+    out = tmp_path / "speed.json"
+    assert speed.main(["--files", "16", "--json", str(out)]) == 0
+    numbers = json.loads(out.read_text())
+    assert numbers["files"] == 16 and numbers["floor_s"] > 0 and numbers["migrate_s"] > 0
+    assert numbers["ratio"] == pytest.approx(numbers["migrate_s"] / numbers["floor_s"])
+    assert numbers["findings"].get("error", 0) == 0 and numbers["changed"] > 0
+    text = capsys.readouterr().out
+    assert "ratio migrate / floor" in text and "libcst floor" in text
+
+
+# ---- outside_corpus ---------------------------------------------------------------------------------
+@pytest.fixture
+def tree(tmp_path):
+    src = tmp_path / "proj"
+    (src / "models").mkdir(parents=True)
+    shutil.copy(FIXTURES / "compact_cnn_in.py", src / "models" / "cnn.py")
+    shutil.copy(FIXTURES / "setup_mlp_in.py", src / "mlp.py")
+    return src
+
+
+def test_outside_corpus_measures_a_tree(outside, tree, tmp_path, capsys):
+    before = {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()}
+    report = tmp_path / "outside.json"
+    assert outside.main([str(tree), "--json", str(report)]) == 0
+    assert {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()} == before  # the input is read only
+    data = json.loads(report.read_text())
+    total = data["total"]
+    assert total["files"] == 2 and total["parsed"] == 2 and total["idempotent"] == 2
+    assert total["classes"] == 2 and total["converted"] == 2
+    rows = {r["path"]: r for r in data["files"]}
+    assert set(rows) == {"mlp.py", "models/cnn.py"}
+    for r in rows.values():  # clean iff no manual / error finding in the file (one class per file here)
+        assert r["clean"] == (0 if r["findings"].get("manual") or r["findings"].get("error") else 1)
+    assert total["clean"] == sum(r["clean"] for r in rows.values())
+    assert total["clean_pct"] == pytest.approx(100 * total["clean"] / 2)
+    assert sum(total["by_rule"].values()) == sum(sum(r["by_rule"].values()) for r in rows.values())
+    out = capsys.readouterr().out
+    assert "TOTAL" in out and f"{total['clean_pct']:.1f}%" in out
+
+
+def test_outside_corpus_min_clean_pct_gate(outside, tree, capsys):
+    assert outside.main([str(tree), "--min-clean-pct", "0"]) == 0
+    assert outside.main([str(tree), "--min-clean-pct", "101"]) == 1
+    assert "--min-clean-pct" in capsys.readouterr().err
+
+
+def test_outside_corpus_needs_a_dir_or_download(outside):
+    with pytest.raises(SystemExit) as e:
+        outside.main([])
+    assert e.value.code == 2
+
+
+def test_linen_classes_resolve_imports_and_inheritance(outside):
+    a = (
+        "import flax\nfrom flax import linen as nn\nfrom flax.linen import Module as M\n"
+        "class A(nn.Module):\n    pass\n"
+        "@some.decorator\nclass B(M):\n    x: int = 1\n"
+        "class C(flax.linen.Module):\n    pass\n"
+        "class NotLinen(object):\n    pass\n"
+        "def f():\n    class Inner(A):\n        pass\n"
+    )
+    b = "from .a import A\nfrom pkg import a\nclass D(A):\n    pass\nclass E(a.B):\n    pass\nclass F:\n    pass\n"
+    by_file = {"pkg/a.py": outside.classes_of(a, Path("pkg/a.py")), "pkg/b.py": outside.classes_of(b, Path("pkg/b.py"))}
+    found = outside.linen_classes(by_file)
+    assert [c.name for c in found["pkg/a.py"]] == ["A", "B", "C", "Inner"]
+    assert [c.name for c in found["pkg/b.py"]] == ["D", "E"]
+    b_info = next(c for c in found["pkg/a.py"] if c.name == "B")
+    assert (b_info.start, b_info.line, b_info.end) == (6, 7, 8)
