@@ -26,8 +26,7 @@ from typing import Any
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from linen2nnx.layers import LayerRule, layer_rule, nnx_ctor_params
 from linen2nnx.migrate.cst_utils import (
@@ -46,6 +45,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.findings import Finding, Severity
+from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_import
 from linen2nnx.migrate.linen_api import equivalent_in_nnx, same_in_nnx
 from linen2nnx.migrate.rules import RULES
 from linen2nnx.migrate.trace import Trace
@@ -1292,10 +1292,15 @@ class MigrateModules(VisitorBasedCodemodCommand):
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         if self.uses_nnx:
-            AddImportsVisitor.add_needed_import(self.context, "flax", "nnx")
-            for alias in _linen_aliases(original):
-                RemoveImportsVisitor.remove_unused_import(self.context, *alias)
+            updated = drop_unused_linen_imports(ensure_nnx_import(updated))
         return updated
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        """One pass over a freshly parsed tree (no defensive copy, no extra import passes)."""
+        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+        with self.resolve(wrapper):
+            self.context = dataclasses.replace(self.context, wrapper=wrapper)
+            return wrapper.module.visit(self)
 
 
 def _range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
@@ -1321,27 +1326,6 @@ def _loop_name_prefix(value: cst.BaseExpression, var: str) -> str | None:
         return None
     prefix = text.value[:-1]
     return prefix if prefix.isidentifier() else None
-
-
-def _linen_aliases(module: cst.Module) -> list[tuple[str, str | None, str | None]]:
-    """The ways this file imports flax.linen, as RemoveImportsVisitor arguments."""
-    out = []
-    for stmt in module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for small in stmt.body:
-            if isinstance(small, cst.Import):
-                for alias in small.names:
-                    if code(alias.name) == "flax.linen":
-                        asname = alias.asname.name.value if alias.asname else None
-                        out.append(("flax.linen", None, asname))
-            elif isinstance(small, cst.ImportFrom) and small.module is not None and not isinstance(small.names, cst.ImportStar):
-                mod = code(small.module)
-                for alias in small.names:
-                    asname = alias.asname.name.value if alias.asname else None
-                    if mod == "flax" and alias.name.value == "linen":
-                        out.append(("flax", "linen", asname))
-    return out
 
 
 def einsum_bias_shape(bound: dict[str, cst.Arg]) -> str | None:

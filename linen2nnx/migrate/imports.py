@@ -1,0 +1,80 @@
+"""Import edits for migrated files, done directly on the module (no extra libcst passes).
+
+libcst's ``AddImportsVisitor`` / ``RemoveImportsVisitor`` each re-walk and re-resolve the whole file;
+two targeted edits of the top-level import block are all a migration needs.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import code, names_in
+
+NNX_IMPORT = "from flax import nnx\n"
+
+
+def _is_import_line(stmt: cst.BaseStatement) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+
+
+def _imports_nnx(stmt: cst.BaseStatement) -> bool:
+    if not _is_import_line(stmt):
+        return False
+    for small in stmt.body:  # type: ignore[attr-defined]
+        if isinstance(small, cst.ImportFrom) and small.module is not None and code(small.module) == "flax" \
+                and not isinstance(small.names, cst.ImportStar):
+            if any(a.name.value == "nnx" and a.asname is None for a in small.names):
+                return True
+        if isinstance(small, cst.Import):
+            if any(code(a.name) == "flax.nnx" and a.asname is not None and code(a.asname.name) == "nnx"
+                   for a in small.names):
+                return True
+    return False
+
+
+def ensure_nnx_import(module: cst.Module) -> cst.Module:
+    """Add ``from flax import nnx`` after the last top-level import (after the docstring if none)."""
+    body = list(module.body)
+    if any(_imports_nnx(s) for s in body):
+        return module
+    last_import = max((i for i, s in enumerate(body) if _is_import_line(s)), default=-1)
+    if last_import < 0 and body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(
+            body[0].body[0], cst.Expr) and isinstance(body[0].body[0].value, cst.SimpleString):
+        last_import = 0
+    body.insert(last_import + 1, cst.parse_statement(NNX_IMPORT))
+    return module.with_changes(body=body)
+
+
+def drop_unused_linen_imports(module: cst.Module) -> cst.Module:
+    """Remove ``import flax.linen as nn`` / ``from flax import linen [as nn]`` once nothing uses the alias."""
+    used: set[str] = set()
+    for stmt in module.body:
+        if not _is_import_line(stmt):
+            used |= names_in(stmt)
+    body = []
+    for stmt in module.body:
+        if _is_import_line(stmt):
+            smalls = [s for s in (_without_unused_linen(small, used) for small in stmt.body) if s is not None]
+            if not smalls:
+                continue
+            smalls[-1] = smalls[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            stmt = stmt.with_changes(body=smalls)
+        body.append(stmt)
+    return module.with_changes(body=body)
+
+
+def _without_unused_linen(small: cst.BaseSmallStatement, used: set[str]) -> cst.BaseSmallStatement | None:
+    if isinstance(small, cst.Import):
+        keep = [a for a in small.names
+                if not (code(a.name) == "flax.linen" and a.asname is not None and code(a.asname.name) not in used)]
+    elif (isinstance(small, cst.ImportFrom) and small.module is not None and code(small.module) == "flax"
+          and not isinstance(small.names, cst.ImportStar)):
+        keep = [a for a in small.names
+                if not (a.name.value == "linen" and code(a.asname.name if a.asname else a.name) not in used)]
+    else:
+        return small
+    if not keep:
+        return None
+    keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return small.with_changes(names=keep)
