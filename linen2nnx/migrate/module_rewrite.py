@@ -25,7 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import libcst as cst
-from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod import Codemod, CodemodContext
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from linen2nnx.layers import LayerRule, layer_rule, nnx_ctor_params
@@ -128,7 +128,7 @@ class ClassPlan:
         return [f.name for f in self.fields]
 
 
-class MigrateModules(VisitorBasedCodemodCommand):
+class MigrateModules(Codemod, cst.CSTTransformer):
     DESCRIPTION = "Rewrite Flax Linen modules as idiomatic Flax NNX modules."
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
@@ -1294,6 +1294,9 @@ class MigrateModules(VisitorBasedCodemodCommand):
         if self.uses_nnx:
             updated = drop_unused_linen_imports(ensure_nnx_import(updated))
         return updated
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        return tree.visit(self)
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         """One pass over a freshly parsed tree (no defensive copy, no extra import passes)."""
