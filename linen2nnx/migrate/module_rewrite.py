@@ -151,6 +151,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         self._built: dict[cst.Call, cst.BaseExpression] = {}
         self._pure_updated: dict[cst.CSTNode, cst.BaseStatement] = {}
         self._pending_api: dict[cst.CSTNode, cst.Attribute] = {}
+        self._init_markers: dict[cst.Call, list[str]] = {}
         self._flow_method: str | None = None
         self._methods: dict[str, list[cst.FunctionDef]] = {}
         self.function_out: dict[str, tuple[list[str], Feat]] = {}  # module-level helper -> (params, result)
@@ -175,9 +176,25 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         severity = RULES[rule_id].severity
         self.findings.append(Finding(rule_id, severity, self.path, line, col, message, hint))
         if severity is Severity.MANUAL:
+            marker = f"{MARKER} {rule_id} {message}"
+            hoisted = self._hoisted_ctor_of(node)
+            if hoisted is not None:  # the code moves into __init__: so does its marker
+                self._init_markers.setdefault(hoisted, []).append(marker)
+                return
             stmt = self._statement_of(node)
             if stmt is not None:
-                self._markers.setdefault(stmt, []).append(f"{MARKER} {rule_id} {message}")
+                self._markers.setdefault(stmt, []).append(marker)
+
+    def _hoisted_ctor_of(self, node: cst.CSTNode) -> cst.Call | None:
+        plan = self._current() if self._class_stack else None
+        cur: cst.CSTNode | None = node
+        while plan is not None and cur is not None and not isinstance(cur, (cst.SimpleStatementLine,
+                                                                              cst.BaseCompoundStatement)):
+            site = plan.sites.get(cur) if isinstance(cur, cst.Call) else None
+            if site is not None and site.hoisted:
+                return cur
+            cur = self.get_metadata(ParentNodeProvider, cur, None)
+        return None
 
     def _statement_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
         cur: cst.CSTNode | None = node
@@ -281,18 +298,20 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         self._collect_needed_locals(plan)
         return plan
 
-    def _field(self, small: cst.AnnAssign) -> Field:
+    def _field(self, small: cst.AnnAssign, rewritten: cst.AnnAssign | None = None) -> Field:
+        """A dataclass field; its default's text is taken from ``rewritten`` when given."""
         default = None
         if small.value is not None:
             value = small.value
             if isinstance(value, cst.Call) and self.qualnames(value.func) & {"dataclasses.field"}:
-                kw = {a.keyword.value: a.value for a in value.args if a.keyword is not None}
+                source = rewritten.value if rewritten is not None and isinstance(rewritten.value, cst.Call) else value
+                kw = {a.keyword.value: a.value for a in source.args if a.keyword is not None}
                 if "default" in kw:
                     default = code(kw["default"])
                 elif "default_factory" in kw:
                     default = f"{code(kw['default_factory'])}()"
             else:
-                default = code(value)
+                default = code(rewritten.value if rewritten is not None and rewritten.value is not None else value)
         return Field(small.target.value, code(small.annotation.annotation), default)
 
     def _bind_args(self, order: tuple[str, ...] | list[str], call: cst.Call) -> tuple[dict[str, cst.Arg], cst.Arg | None]:
@@ -1174,14 +1193,21 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             else:
                 bases.append(u)
         field_names = set(plan.field_names)
+        by_name = {f.name: f for f in plan.fields}
         body: list[cst.BaseStatement] = []
         setup_body: list[cst.BaseStatement] = []
+        field_markers: list[cst.EmptyLine] = []
         init_index = None
-        for stmt in updated.body.body:
+        for orig_stmt, stmt in zip(original.body.body, updated.body.body):
             if isinstance(stmt, cst.SimpleStatementLine) and all(
                 isinstance(s, cst.AnnAssign) and isinstance(s.target, cst.Name) and s.target.value in field_names
                 for s in stmt.body
             ):
+                # defaults as rewritten (nn.relu -> nnx.relu), and their TODO markers, move into __init__
+                for orig_small, small in zip(orig_stmt.body, stmt.body):  # type: ignore[attr-defined]
+                    by_name[small.target.value].default = self._field(orig_small, small).default
+                field_markers += [line for line in stmt.leading_lines
+                                  if line.comment is not None and line.comment.value.startswith(MARKER)]
                 init_index = len(body) if init_index is None else init_index
                 continue
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "setup":
@@ -1194,8 +1220,8 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         if plan.setup is not None:
             self.report("L2N-MOD-002", plan.setup, f"{plan.name}.setup() moved into __init__")
         init = self._build_init(plan, setup_body)
-        if init_index > 0:
-            init = init.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+        init = init.with_changes(leading_lines=[*([cst.EmptyLine(indent=False)] if init_index > 0 else []),
+                                                *field_markers])
         body.insert(init_index, init)
         following = body[init_index + 1] if init_index + 1 < len(body) else None
         if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not following.leading_lines:
@@ -1229,8 +1255,10 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             built = self._built.get(site.ctor)
             if built is None:
                 continue
+            markers = [cst.EmptyLine(comment=cst.Comment(m)) for m in dict.fromkeys(self._init_markers.get(site.ctor, []))]
             stmts.append(cst.SimpleStatementLine([cst.Assign(
-                targets=[cst.AssignTarget(cst.parse_expression(f"self.{site.attr}"))], value=built)]))
+                targets=[cst.AssignTarget(cst.parse_expression(f"self.{site.attr}"))], value=built)],
+                leading_lines=markers))
         if not stmts:
             stmts.append(cst.parse_statement("pass\n"))
         return fn.with_changes(body=fn.body.with_changes(body=stmts))
