@@ -12,6 +12,7 @@ CASES = sorted(p.name.removesuffix("_in.py") for p in FIXTURES.glob("*_in.py"))
 # Manual findings each case must report (and no others): a silent conversion is a bug.
 EXPECTED_MANUAL = {
     "compact_cnn": {"L2N-SHAPE-003"},  # Dense after a flatten, no trace
+    "compact_dense": set(),  # self.param shaped by x.shape[-1], a param under a config `if`, from-imports
     "compact_loop": set(),  # loop-built submodules, a user submodule, a config local replayed in __init__
     "compact_param": set(),
     "compact_tied": set(),  # local-bound embed reused by .attend, a dropout called later, a sown metric

@@ -36,7 +36,10 @@ CASES = {
     "compact_tied": ("Tied", {"vocab": 11, "dim": 4}, (2, 5)),
     "setup_conditional": ("Head", {"classes": 3}, (2, 5)),
     "tuple_helpers": ("AutoEncoder", {"latents": 3}, (2, 5)),
+    "compact_dense": ("MyDense", {"features": 3}, (2, 5)),
+    "compact_dense_nobias": ("MyDense", {"features": 3, "use_bias": False}, (2, 5)),
 }
+SOURCES = {"compact_dense_nobias": "compact_dense"}
 INT_INPUTS = {"compact_tied"}
 
 
@@ -50,8 +53,9 @@ def _perturb(variables, seed=0):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_migrated_fixture_has_parity(case, tmp_path):
     cls_name, ctor, shape = CASES[case]
-    src = (FIXTURES / f"{case}_in.py").read_text()
-    result = migrate_source(src, f"{case}.py", module_name=case)
+    source = SOURCES.get(case, case)
+    src = (FIXTURES / f"{source}_in.py").read_text()
+    result = migrate_source(src, f"{source}.py", module_name=source)
     (tmp_path / "linen_src.py").write_text(src)
     (tmp_path / "nnx_src.py").write_text(result.output)
     linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls_name)
@@ -60,7 +64,7 @@ def test_migrated_fixture_has_parity(case, tmp_path):
     x = rng.integers(0, 11, shape) if case in INT_INPUTS else rng.normal(size=shape).astype(np.float32)
     side = LinenSide(model=linen_cls(**ctor), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
                      train_kwargs={}, eval_kwargs={})
-    entry = result.name_map.classes[f"{case}.{cls_name}"]
+    entry = result.name_map.classes[f"{source}.{cls_name}"]
     extra = {name: x.shape[-1] for name, how in entry.new_args.items() if how == "input:0"}
     assert set(extra) == set(entry.new_args), entry.new_args
     map_path = tmp_path / "map.json"

@@ -90,14 +90,6 @@ def root_name(node: cst.BaseExpression) -> cst.Name | None:
     return node if isinstance(node, cst.Name) else None
 
 
-def repoint_root(node: cst.Attribute, alias: str) -> cst.Attribute:
-    """``nn.initializers.ones`` -> ``nnx.initializers.ones``: swap only the root name."""
-    if isinstance(node.value, cst.Name):
-        return node.with_changes(value=cst.Name(alias))
-    assert isinstance(node.value, cst.Attribute)
-    return node.with_changes(value=repoint_root(node.value, alias))
-
-
 def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
     return cst.Arg(value, keyword=cst.Name(name),
                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))

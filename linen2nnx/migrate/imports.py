@@ -47,7 +47,8 @@ def ensure_nnx_import(module: cst.Module) -> cst.Module:
 
 
 def drop_unused_linen_imports(module: cst.Module) -> cst.Module:
-    """Remove ``import flax.linen as nn`` / ``from flax import linen [as nn]`` once nothing uses the alias."""
+    """Remove ``import flax.linen as nn`` / ``from flax import linen [as nn]`` / ``from flax.linen import X``
+    once nothing uses the name."""
     used: set[str] = set()
     for stmt in module.body:
         if not _is_import_line(stmt):
@@ -72,6 +73,9 @@ def _without_unused_linen(small: cst.BaseSmallStatement, used: set[str]) -> cst.
           and not isinstance(small.names, cst.ImportStar)):
         keep = [a for a in small.names
                 if not (a.name.value == "linen" and code(a.asname.name if a.asname else a.name) not in used)]
+    elif (isinstance(small, cst.ImportFrom) and small.module is not None
+          and code(small.module).startswith("flax.linen") and not isinstance(small.names, cst.ImportStar)):
+        keep = [a for a in small.names if code(a.asname.name if a.asname else a.name) in used]
     else:
         return small
     if not keep:

@@ -36,7 +36,6 @@ from linen2nnx.migrate.cst_utils import (
     is_docstring,
     kwarg,
     names_in,
-    repoint_root,
     root_name,
     self_attr,
     snake_case,
@@ -103,6 +102,7 @@ class Site:
     shape_refs: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # arg -> locals used as `v.shape[-1]`
     arg_sources: dict[str, str] = dataclasses.field(default_factory=dict)  # arg -> source resolved by the dataflow
     view_kwargs: dict[str, str] = dataclasses.field(default_factory=dict)  # mode kwargs applied with nnx.view
+    conditions: list[str] = dataclasses.field(default_factory=list)  # config tests of enclosing `if`s
 
 
 @dataclasses.dataclass
@@ -461,18 +461,26 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                                    "create it in __init__ (an nnx.List for several) and index it at the call")
                     return
                 loop = self.loops[-1] if self.loops else None
+                conditions = command._conditions_of(node, fn, local_names)
+                if conditions is None:
+                    command.report("L2N-MOD-004", node, f"{what} is created under a condition on a call-time value",
+                                   "create it in __init__ and decide at call time whether to use it")
+                    return
+                before = len(plan.hoisted_order)
                 if variable:
                     if loop is not None:
                         command.report("L2N-MOD-004", node, f"{what} inside a loop is not hoisted yet",
                                        "create the variables in __init__")
                         return
                     command._add_variable_site(plan, node, hoisted=True, local_names=local_names)
-                    return
-                nesting = command._nesting(plan, node) if rule is not None else None
-                if nesting is not None:
-                    command._plan_nested(plan, node, rule, nesting, counters)
-                    return
-                command._plan_compact_child(plan, node, rule, user, loop, counters, local_names)
+                else:
+                    nesting = command._nesting(plan, node) if rule is not None else None
+                    if nesting is not None:
+                        command._plan_nested(plan, node, rule, nesting, counters)
+                        return
+                    command._plan_compact_child(plan, node, rule, user, loop, counters, local_names)
+                for site in plan.hoisted_order[before:]:
+                    site.conditions = conditions
 
         fn.visit(Collect())
         for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
@@ -481,6 +489,23 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                 target, value = stmt.body[0].targets[0].target, stmt.body[0].value
                 if isinstance(target, cst.Name) and counts.get(target.value) == 1 and value in plan.sites:
                     plan.local_sites[target.value] = plan.sites[value]
+
+    def _conditions_of(self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str]) -> list[str] | None:
+        """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches); None when a test
+        uses a call-time value, so the construction cannot be decided in __init__."""
+        conditions: list[str] = []
+        prev, cur = node, self.get_metadata(ParentNodeProvider, node, None)
+        while cur is not None and cur is not fn:
+            if isinstance(cur, cst.If):
+                if (names_in(cur.test) - NOT_LOCAL) & local_names:
+                    return None
+                test = code(cur.test)
+                if prev is cur.body:
+                    conditions.insert(0, test)
+                elif prev is cur.orelse:
+                    conditions.insert(0, f"not ({test})")
+            prev, cur = cur, self.get_metadata(ParentNodeProvider, cur, None)
+        return conditions
 
     def _nesting(self, plan: ClassPlan, node: cst.Call) -> tuple[Site, str, int] | None:
         """(outer layer site, its argument, list index) when ``node`` is built as a layer argument."""
@@ -652,12 +677,17 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             self.report("L2N-API-002", call, f"self.{kind}(...) keyword arguments are not converted yet",
                         "create the nnx.Variable in __init__ by hand")
             return None
-        uses = set().union(*(names_in(a.value) for a in args)) - NOT_LOCAL & local_names
-        if uses:
-            self.report("L2N-MOD-004", call, f"self.{kind}({name!r}, ...) uses the call-time value "
-                        f"{', '.join(sorted(uses))} and cannot move to __init__",
-                        "derive its shape from constructor arguments, or use --trace")
-            return None
+        shape_refs: dict[str, list[str]] = {}
+        for i, a in enumerate(args):
+            uses = (names_in(a.value) - NOT_LOCAL) & local_names
+            refs = _shape_last_refs(a.value, uses) if uses else None
+            if uses and refs is None:
+                self.report("L2N-MOD-004", call, f"self.{kind}({name!r}, ...) uses the call-time value "
+                            f"{', '.join(sorted(uses))} and cannot move to __init__",
+                            "derive its shape from constructor arguments, or use --trace")
+                return None
+            if refs:
+                shape_refs[str(i)] = refs  # (x.shape[-1], features): the dataflow knows x's size
         if collection == "cache" and hoisted:
             self.report("L2N-API-002", call, "a Linen decode cache created at call time", "use NNX's init_cache pattern")
             return None
@@ -665,7 +695,8 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         if attr in plan.field_names:
             attr = f"{attr}_"
         site = Site(kind="param" if kind == "param" else "variable", attr=attr, linen_name=name, ctor=call,
-                    hoisted=hoisted, collection=collection, var_type=var_type)
+                    hoisted=hoisted, collection=collection, var_type=var_type, shape_refs=shape_refs)
+        site.args = {str(i): a for i, a in enumerate(args)}
         plan.sites[call] = site
         if hoisted:
             plan.hoisted_order.append(site)
@@ -696,6 +727,12 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
         def layer_of(call: cst.Call) -> LayerInfo | None:
             func = call.func
+            variable = plan.sites.get(call)
+            if variable is not None and variable.kind in ("param", "variable"):
+                for arg_name, refs in variable.shape_refs.items():
+                    if resolve and arg_name not in variable.arg_sources:
+                        self._resolve_shape_arg(plan, variable, arg_name, refs, flow, params)
+                return None
             site = None
             if isinstance(func, cst.Call) and func in plan.sites:
                 site = plan.sites[func]
@@ -997,6 +1034,8 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
     def _variable_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
         args = [a for a in updated.args if a.keyword is None]
+        args = [a.with_changes(value=cst.parse_expression(site.arg_sources[str(i)])) if str(i) in site.arg_sources
+                else a for i, a in enumerate(args)]
         if site.kind == "param":
             init, rest = args[1], args[2:]
             value = cst.Call(init.value, strip_commas([cst.Arg(cst.parse_expression("rngs.params()")), *rest]))
@@ -1138,7 +1177,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                 self.uses_nnx = True
                 self._handled.add(original)
                 self.report("L2N-API-001", original, f"nn.{short} -> nnx.{short}")
-                return repoint_root(updated, "nnx")
+                return cst.parse_expression(f"nnx.{short}")  # whatever the import spelling was
             if not (names & (LINEN_MODULE | LINEN_COMPACT)):
                 self._handled.add(original)
                 self.report("L2N-API-002", original, f"flax.linen.{short} has no automatic conversion yet",
@@ -1256,9 +1295,15 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             if built is None:
                 continue
             markers = [cst.EmptyLine(comment=cst.Comment(m)) for m in dict.fromkeys(self._init_markers.get(site.ctor, []))]
-            stmts.append(cst.SimpleStatementLine([cst.Assign(
-                targets=[cst.AssignTarget(cst.parse_expression(f"self.{site.attr}"))], value=built)],
-                leading_lines=markers))
+            assign = cst.SimpleStatementLine([cst.Assign(
+                targets=[cst.AssignTarget(cst.parse_expression(f"self.{site.attr}"))], value=built)])
+            if site.conditions:  # created only when Linen would create it; absent -> None
+                test = " and ".join(f"({c})" if len(site.conditions) > 1 else c for c in site.conditions)
+                block = cst.parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
+                assert isinstance(block, cst.If)
+                stmts.append(block.with_changes(body=block.body.with_changes(body=[assign]), leading_lines=markers))
+            else:
+                stmts.append(assign.with_changes(leading_lines=markers))
         if not stmts:
             stmts.append(cst.parse_statement("pass\n"))
         return fn.with_changes(body=fn.body.with_changes(body=stmts))
