@@ -1296,14 +1296,15 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                 continue
             markers = [cst.EmptyLine(comment=cst.Comment(m)) for m in dict.fromkeys(self._init_markers.get(site.ctor, []))]
             assign = cst.SimpleStatementLine([cst.Assign(
-                targets=[cst.AssignTarget(cst.parse_expression(f"self.{site.attr}"))], value=built)])
+                targets=[cst.AssignTarget(cst.parse_expression(f"self.{site.attr}"))], value=built)],
+                leading_lines=markers)  # on the statement holding the code, as a second run would place them
             if site.conditions:  # created only when Linen would create it; absent -> None
                 test = " and ".join(f"({c})" if len(site.conditions) > 1 else c for c in site.conditions)
                 block = cst.parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
                 assert isinstance(block, cst.If)
-                stmts.append(block.with_changes(body=block.body.with_changes(body=[assign]), leading_lines=markers))
+                stmts.append(block.with_changes(body=block.body.with_changes(body=[assign])))
             else:
-                stmts.append(assign.with_changes(leading_lines=markers))
+                stmts.append(assign)
         if not stmts:
             stmts.append(cst.parse_statement("pass\n"))
         return fn.with_changes(body=fn.body.with_changes(body=stmts))
