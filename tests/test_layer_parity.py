@@ -4,14 +4,12 @@ Weights are perturbed away from their init values so a swapped or dropped leaf c
 ones/zeros initialisers.
 """
 
-import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from linen2nnx.equivalence import check
+from linen2nnx.equivalence import check, perturbed
 from linen2nnx.layers import LAYER_RULES
 from linen2nnx.migrate import Severity, migrate_source
 from linen2nnx.spec import LinenSide, ModelPair, import_file
@@ -70,16 +68,6 @@ def test_inexact_layer_is_a_manual_finding(layer):
     assert "# TODO(linen2nnx): L2N-LAYER-002" in result.output
 
 
-def _perturb(variables, seed=0):
-    leaves, treedef = jax.tree.flatten(variables)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    noisy = [x + 0.3 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
-    out = jax.tree.unflatten(treedef, noisy)
-    if "batch_stats" in out:  # keep variances positive
-        out["batch_stats"] = jax.tree.map(jnp.abs, out["batch_stats"])
-    return out
-
-
 @pytest.mark.parametrize("layer", sorted(CASES))
 def test_layer_parity(layer, tmp_path):
     expr, shape, dtype, mutable = CASES[layer]
@@ -100,7 +88,7 @@ def test_layer_parity(layer, tmp_path):
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)
     pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_cls(**kwargs, rngs=rngs), name_map=map_path)
-    variables = _perturb(dataclasses.replace(side).init_variables())
+    variables = perturbed(side.init_variables())
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert {"forward/eval", "forward/train", "grad"} <= set(parity.by_check())

@@ -39,7 +39,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from linen_gen import GenFile, linen_files
 
-from linen2nnx.equivalence import check
+from linen2nnx.equivalence import check, perturbed
 from linen2nnx.migrate import Severity, migrate_source
 from linen2nnx.spec import LinenSide, ModelPair, import_file
 
@@ -159,11 +159,7 @@ def _init_perturbed(side: LinenSide, seed: int = 0):
     stay positive."""
     args, kwargs = side.call_args(train=False)
     variables = jax.jit(lambda rngs, args: side.model.init(rngs, *args, **kwargs))(side.init_rngs(), args)
-    rng = np.random.default_rng(seed)
-    out = jax.tree.map(lambda x: np.asarray(x) + 0.3 * rng.standard_normal(x.shape).astype(x.dtype), variables)
-    if "batch_stats" in out:
-        out["batch_stats"] = jax.tree.map(np.abs, out["batch_stats"])
-    return jax.device_put(out)
+    return perturbed(variables, seed)
 
 
 def _loss(out, batch):

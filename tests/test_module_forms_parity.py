@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from linen2nnx.equivalence import check
+from linen2nnx.equivalence import check, perturbed
 from linen2nnx.migrate import migrate_source
 from linen2nnx.spec import LinenSide, ModelPair, import_file
 
@@ -43,13 +43,6 @@ SOURCES = {"compact_dense_nobias": "compact_dense"}
 INT_INPUTS = {"compact_tied"}
 
 
-def _perturb(variables, seed=0):
-    leaves, treedef = jax.tree.flatten(variables)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    return jax.tree.unflatten(treedef, [x + 0.3 * jax.random.normal(k, x.shape, x.dtype)
-                                        for x, k in zip(leaves, keys)])
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_migrated_fixture_has_parity(case, tmp_path):
     cls_name, ctor, shape = CASES[case]
@@ -70,7 +63,7 @@ def test_migrated_fixture_has_parity(case, tmp_path):
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)
     pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_cls(**ctor, **extra, rngs=rngs), name_map=map_path)
-    variables = _perturb(side.init_variables())
+    variables = perturbed(side.init_variables())
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))

@@ -10,6 +10,7 @@ Example::
 from linen2nnx.equivalence.build import Sides, build_sides, linen_dropout_off, nnx_dropout_off
 from linen2nnx.equivalence.check import check, run_checks
 from linen2nnx.equivalence.compare import SCHEMA, LeafResult, ParityResult, compare_leaf, compare_trees
+from linen2nnx.equivalence.perturb import perturbed
 
 __all__ = [
     "SCHEMA",
@@ -22,5 +23,6 @@ __all__ = [
     "compare_trees",
     "linen_dropout_off",
     "nnx_dropout_off",
+    "perturbed",
     "run_checks",
 ]

@@ -1,0 +1,26 @@
+"""Weights moved away from their initial values, so a parity check cannot pass by accident.
+
+Freshly initialised biases are zeros and norm scales ones: a converter that swapped two of them, or
+dropped one, would still give identical outputs. Every check on an init-only model should first
+perturb the weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+
+def perturbed(variables: Any, seed: int = 0, scale: float = 0.3) -> Any:
+    """``variables`` plus ``scale``·N(0, 1) noise on every leaf (numpy: no XLA compiles).
+
+    BatchNorm running variances (``batch_stats/.../var``) stay positive.
+    """
+    rng = np.random.default_rng(seed)
+    out = jax.tree.map(lambda x: np.asarray(x) + scale * rng.standard_normal(np.shape(x)).astype(np.asarray(x).dtype),
+                       variables)
+    if isinstance(out, dict) and "batch_stats" in out:
+        out["batch_stats"] = jax.tree.map(np.abs, out["batch_stats"])
+    return jax.device_put(out)
