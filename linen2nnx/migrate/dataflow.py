@@ -66,8 +66,10 @@ class FeatureFlow:
         layer_of: Callable[[cst.Call], LayerInfo | None],
         qualnames_of: Callable[[cst.CSTNode], set[str]],
         method_of: Callable[[cst.Call, list[Feat]], Feat | None] = lambda call, args: None,
+        on_assign: Callable[[cst.Assign], None] = lambda assign: None,
     ) -> None:
         self.method_of = method_of
+        self.on_assign = on_assign
         self.env: dict[str, Feat] = {p: Feat("input", input_name=p) for p in params}
         self.layer_of = layer_of
         self.qualnames_of = qualnames_of
@@ -111,6 +113,7 @@ class FeatureFlow:
 
     def small_statement(self, small: cst.BaseSmallStatement) -> None:
         if isinstance(small, cst.Assign):
+            self.on_assign(small)
             value = self.expr_of(small.value)
             for target in small.targets:
                 self.bind(target.target, value)

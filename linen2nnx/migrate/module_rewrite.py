@@ -60,6 +60,9 @@ LINEN_SELF_API = frozenset({
     "init_with_output", "perturb", "lazy_init", "path",
 })
 # Linen collection -> NNX Variable type (the registry of nnx.variablelib, verified in the reference).
+# placeholder site for sizes resolved outside any layer (a replayed local)
+_NO_SITE: Any = None
+MERGE_PARAM = frozenset({"merge_param", "module.merge_param"})
 COLLECTION_TYPES = {"params": "Param", "batch_stats": "BatchStat", "cache": "Cache", "intermediates": "Intermediate"}
 
 
@@ -115,6 +118,8 @@ class ClassPlan:
     hoisted_order: list[Site] = dataclasses.field(default_factory=list)
     containers: dict[str, list[Site]] = dataclasses.field(default_factory=dict)
     pure_locals: dict[str, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)
+    shape_locals: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # local -> vars read as v.shape[-1]
+    shape_local_sizes: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # local -> {v: size}
     needed_locals: list[str] = dataclasses.field(default_factory=list)
     setup_vars: dict[str, str] = dataclasses.field(default_factory=dict)  # setup attr -> param | variable
     out: Feat | None = None  # feature size of ``__call__``'s result
@@ -375,7 +380,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                         sites.append(site)
                     plan.containers[attr] = sites
 
-    def _pure_locals(self, fn: cst.FunctionDef) -> dict[str, cst.SimpleStatementLine]:
+    def _pure_locals(self, plan: ClassPlan, fn: cst.FunctionDef) -> dict[str, cst.SimpleStatementLine]:
         """Top-level ``name = expr`` bound once, whose value uses only config (``self.*``), globals
         and earlier such names: they can be replayed in ``__init__``."""
         counts = assigned_names(fn)
@@ -390,11 +395,15 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             if not isinstance(target, cst.Name) or counts.get(target.value) != 1 or target.value in params:
                 continue
             used = names_in(value) - NOT_LOCAL
-            if any(n in counts and n not in pure for n in used):
+            call_time = {n for n in used if n in counts and n not in pure}
+            refs = _shape_last_refs(value, call_time) if call_time else None
+            if call_time and refs is None:
                 continue
             if self._has_side_effects(value):
                 continue
             pure[target.value] = stmt
+            if refs:  # `d = x.shape[-1] if ... else ...`: replayed with x's size once the dataflow knows it
+                plan.shape_locals[target.value] = refs
         return pure
 
     def _has_side_effects(self, value: cst.BaseExpression) -> bool:
@@ -413,7 +422,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
     def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
         counts = assigned_names(fn)
-        plan.pure_locals = self._pure_locals(fn)
+        plan.pure_locals = self._pure_locals(plan, fn)
         local_names = set(counts) - set(plan.pure_locals)
         command = self
 
@@ -770,7 +779,20 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                 known = self.function_out.get(call.func.value)
             return None if known is None else transfer(known[1], known[0], args)
 
-        flow = FeatureFlow(params, layer_of, self.qualnames, method_of)
+        def on_assign(assign: cst.Assign) -> None:
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            name = target.value if isinstance(target, cst.Name) else None
+            if (resolve and name in plan.shape_locals and name not in plan.shape_local_sizes
+                    and plan.pure_locals.get(name) is not None and assign in plan.pure_locals[name].body):
+                sizes = {}
+                for var in plan.shape_locals[name]:
+                    feat = flow.env.get(var, Feat.unknown(var))
+                    if feat.kind not in ("expr", "input"):
+                        return
+                    sizes[var] = self._resolve_in(plan, _NO_SITE, feat, params, assign)
+                plan.shape_local_sizes[name] = sizes
+
+        flow = FeatureFlow(params, layer_of, self.qualnames, method_of, on_assign)
         flow.run(fn.body.body)
         out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
         if out is not None:
@@ -1065,6 +1087,9 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         return cst.parse_expression(ref)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        merged = self._merge_param(original, updated)
+        if merged is not None:
+            return merged
         plan = self._current()
         if plan is None:
             return updated
@@ -1106,6 +1131,20 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         if applied is None or applied.rule is None:
             return updated
         return self._rewrite_layer_call(applied, original, updated)
+
+    def _merge_param(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+        """``nn.merge_param('x', self.x, x)`` -> ``x if x is not None else self.x`` (NNX layers' own idiom:
+        the call-time value wins; Linen's error for giving both, or neither, is not kept)."""
+        if not any(q.removeprefix("flax.linen.") in MERGE_PARAM for q in self.qualnames(original.func)):
+            return None
+        args = updated.args
+        if len(args) != 3 or any(a.keyword is not None or a.star for a in args):
+            self.report("L2N-API-002", original, "merge_param with unusual arguments", "rewrite by hand")
+            return None
+        self.report("L2N-API-004", original, "merge_param -> `call_value if call_value is not None else attribute`")
+        attribute, call_value = args[1].value, args[2].value
+        test = cst.Comparison(call_value, [cst.ComparisonTarget(cst.IsNot(), cst.Name("None"))])
+        return cst.IfExp(test=test, body=call_value, orelse=attribute)
 
     def _rewrite_self_api(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``self.sow`` / ``self.make_rng`` / ``self.is_initializing`` -> their NNX spelling."""
@@ -1178,7 +1217,10 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                 self._handled.add(original)
                 self.report("L2N-API-001", original, f"nn.{short} -> nnx.{short}")
                 return cst.parse_expression(f"nnx.{short}")  # whatever the import spelling was
-            if not (names & (LINEN_MODULE | LINEN_COMPACT)):
+            is_callee = isinstance(parent, cst.Call) and parent.func is original
+            if short in MERGE_PARAM and is_callee:
+                pass  # rewritten with its call in leave_Call
+            elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
                 self._handled.add(original)
                 self.report("L2N-API-002", original, f"flax.linen.{short} has no automatic conversion yet",
                             "rewrite by hand with the NNX API (see docs/rules.md)")
@@ -1289,7 +1331,16 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         for stmt in setup_body:
             stmts.append(self._containerize(plan, stmt))
         for name in plan.needed_locals:
-            stmts.append(self._pure_updated.get(plan.pure_locals[name], plan.pure_locals[name]))
+            stmt = self._pure_updated.get(plan.pure_locals[name], plan.pure_locals[name])
+            if name in plan.shape_locals:
+                sizes = plan.shape_local_sizes.get(name)
+                if sizes is None:
+                    self.report("L2N-MOD-004", plan.pure_locals[name], f"`{name}` reads an input size the dataflow "
+                                "cannot tell", "compute it from constructor arguments / config")
+                    continue
+                value = stmt.body[0].value  # type: ignore[attr-defined]
+                stmt = cst.parse_statement(f"{name} = {_replace_shape_last(value, sizes)}\n")
+            stmts.append(stmt)
         for site in plan.hoisted_order:
             built = self._built.get(site.ctor)
             if built is None:
