@@ -74,10 +74,20 @@ class ModelPair:
     source: str = ""  # the spec reference it was loaded from, for messages
 
     def make_nnx(self, seed: int = 0) -> Any:
+        """Build the NNX twin.
+
+        Without an active mesh, eager sharding is switched off for the construction: Linen builds
+        logically partitioned weights anywhere (the names are only metadata), while NNX refuses to
+        create a Variable with sharding names outside a mesh.
+        """
+        import jax
         from flax import nnx
 
         # a `default` stream too: NNX layers draw from streams Linen never names (RNN's `carry`, ...)
         streams = {s: seed + i + 1 for i, s in enumerate(self.linen.rng_streams)}
+        if jax.sharding.get_abstract_mesh().empty:
+            with nnx.use_eager_sharding(False):
+                return self.nnx_factory(nnx.Rngs(seed, **streams))
         return self.nnx_factory(nnx.Rngs(seed, **streams))
 
 

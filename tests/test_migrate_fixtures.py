@@ -15,6 +15,7 @@ EXPECTED_MANUAL = {
     "compact_dense": set(),  # self.param shaped by x.shape[-1], a param under a config `if`, from-imports
     "compact_loop": set(),  # loop-built submodules, a user submodule, a config local replayed in __init__
     "compact_param": set(),
+    "compact_partitioned": set(),  # nn.with_logical_partitioning -> nnx.with_partitioning
     "compact_shape_local": set(),  # `out = x.shape[-1] if ... else ...` replayed in __init__, merge_param
     "compact_tied": set(),  # local-bound embed reused by .attend, a dropout called later, a sown metric
     "import_alias": set(),

@@ -144,7 +144,9 @@ class FeatureFlow:
             return self.call(node)
         if isinstance(node, cst.BinaryOperation):
             left, right = self.expr_of(node.left), self.expr_of(node.right)
-            return left if left.kind != "unknown" else right
+            if isinstance(node.operator, cst.MatrixMultiply):  # x @ w: the last axis is w's
+                return Feat.unknown("a matrix product")
+            return left if left.kind != "unknown" else right  # elementwise: broadcasting keeps it
         if isinstance(node, cst.UnaryOperation):
             return self.expr_of(node.expression)
         if isinstance(node, (cst.Tuple, cst.List)):

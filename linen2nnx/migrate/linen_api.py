@@ -80,3 +80,13 @@ EQUIVALENT_IN_NNX = frozenset({
 
 def equivalent_in_nnx(dotted: str) -> bool:
     return dotted in EQUIVALENT_IN_NNX
+
+
+# flax.linen names whose NNX counterpart has another name but the same role; the rename is exact
+# for what the codemod emits (an initializer wrapper carrying sharding names as metadata).
+RENAMED_IN_NNX = {
+    "with_logical_partitioning": "with_partitioning",  # logical vs mesh names: decided by active rules
+    "with_partitioning": "with_partitioning",
+    "spmd.with_logical_partitioning": "with_partitioning",
+    "partitioning.with_partitioning": "with_partitioning",
+}

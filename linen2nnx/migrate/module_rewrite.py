@@ -45,7 +45,7 @@ from linen2nnx.migrate.cst_utils import (
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_import
-from linen2nnx.migrate.linen_api import equivalent_in_nnx, same_in_nnx
+from linen2nnx.migrate.linen_api import RENAMED_IN_NNX, equivalent_in_nnx, same_in_nnx
 from linen2nnx.migrate.rules import RULES
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import Child, ClassEntry, NameMap
@@ -1218,6 +1218,12 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                 self.report("L2N-API-001", original, f"nn.{short} -> nnx.{short}")
                 return cst.parse_expression(f"nnx.{short}")  # whatever the import spelling was
             is_callee = isinstance(parent, cst.Call) and parent.func is original
+            if short in RENAMED_IN_NNX and root_name(original) is not None:
+                self.uses_nnx = True
+                self._handled.add(original)
+                self.report("L2N-PART-001", original, f"nn.{short} -> nnx.{RENAMED_IN_NNX[short]} (sharding names "
+                            "become Variable metadata)")
+                return cst.parse_expression(f"nnx.{RENAMED_IN_NNX[short]}")
             if short in MERGE_PARAM and is_callee:
                 pass  # rewritten with its call in leave_Call
             elif not (names & (LINEN_MODULE | LINEN_COMPACT)):

@@ -36,6 +36,7 @@ RULES: dict[str, Rule] = {
         Rule("L2N-VAR-003", Severity.CONVERTED, "self.make_rng(stream) -> a draw from the module's own nnx.Rngs."),
         Rule("L2N-API-003", Severity.UNSAFE, "self.is_initializing() -> False (applied with --unsafe-fixes)."),
         Rule("L2N-API-004", Severity.CONVERTED, "nn.merge_param(name, attr, arg) -> arg if arg is not None else attr."),
+        Rule("L2N-PART-001", Severity.CONVERTED, "nn.with_logical_partitioning / nn.with_partitioning -> nnx.with_partitioning."),
         Rule("L2N-API-001", Severity.CONVERTED, "flax.linen function re-pointed to the identical flax.nnx function."),
         Rule("L2N-API-002", Severity.MANUAL, "Linen API with no automatic conversion yet."),
         Rule("L2N-IO-001", Severity.ERROR, "File could not be parsed (syntax error); left untouched."),
