@@ -472,6 +472,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                 loop = self.loops[-1] if self.loops else None
                 conditions = command._conditions_of(node, fn, local_names)
                 if conditions is None:
+                    command._handled.add(node)  # this finding says it all
                     command.report("L2N-MOD-004", node, f"{what} is created under a condition on a call-time value",
                                    "create it in __init__ and decide at call time whether to use it")
                     return
