@@ -56,3 +56,22 @@ class M(nn.Module):
     shape = [f for f in result.findings if f.rule == "L2N-SHAPE-003"]
     assert shape and "matrix product" in shape[0].message
     assert "nnx.Linear(dense_0_in_features, 2" in result.output
+
+
+def test_logical_constraint_is_kept_and_still_runs():
+    src = '''import flax.linen as nn
+
+
+class C(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.with_logical_constraint(x, ("batch", "embed"))
+        return nn.Dense(3)(x)
+'''
+    result = migrate_source(src, "c.py")
+    assert not [f for f in result.findings if f.severity in (Severity.MANUAL, Severity.ERROR)]
+    assert "import flax.linen as nn" in result.output and "nn.with_logical_constraint(x" in result.output
+    namespace: dict = {}
+    exec(compile(result.output, "c.py", "exec"), namespace)
+    model = namespace["C"](in_features=4, rngs=nnx.Rngs(0))
+    assert model(jnp.ones((2, 4))).shape == (2, 3)  # no mesh: the constraint is a no-op, as in Linen

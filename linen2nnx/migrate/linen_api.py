@@ -36,7 +36,9 @@ def feature_preserving_functions() -> frozenset[str]:
     for name in ("tanh", "exp", "log", "sin", "cos", "abs", "square", "sqrt", "negative", "maximum", "minimum",
                  "where", "clip", "asarray", "array", "sign", "floor", "round"):
         names.add(f"jax.numpy.{name}")
-    names.update({"flax.linen.max_pool", "flax.linen.avg_pool", "flax.linen.min_pool"})
+    names.update({"flax.linen.max_pool", "flax.linen.avg_pool", "flax.linen.min_pool",
+                  "flax.linen.with_logical_constraint", "flax.linen.spmd.with_logical_constraint",
+                  "jax.lax.with_sharding_constraint"})
     return frozenset(names)
 
 
@@ -90,3 +92,8 @@ RENAMED_IN_NNX = {
     "spmd.with_logical_partitioning": "with_partitioning",
     "partitioning.with_partitioning": "with_partitioning",
 }
+
+
+# Pure flax.linen functions with no NNX counterpart that stay correct in NNX code: they hold no module
+# state (with_logical_constraint reads the same global axis rules as nnx.logical_axis_rules).
+KEPT_LINEN_FUNCTIONS = frozenset({"with_logical_constraint", "spmd.with_logical_constraint"})

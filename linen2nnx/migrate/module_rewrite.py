@@ -45,7 +45,7 @@ from linen2nnx.migrate.cst_utils import (
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_import
-from linen2nnx.migrate.linen_api import RENAMED_IN_NNX, equivalent_in_nnx, same_in_nnx
+from linen2nnx.migrate.linen_api import KEPT_LINEN_FUNCTIONS, RENAMED_IN_NNX, equivalent_in_nnx, same_in_nnx
 from linen2nnx.migrate.rules import RULES
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import Child, ClassEntry, NameMap
@@ -1227,6 +1227,9 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                 return cst.parse_expression(f"nnx.{RENAMED_IN_NNX[short]}")
             if short in MERGE_PARAM and is_callee:
                 pass  # rewritten with its call in leave_Call
+            elif short in KEPT_LINEN_FUNCTIONS:
+                self._handled.add(original)
+                self.report("L2N-API-005", original, f"nn.{short} kept: a pure function NNX code can call as is")
             elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
                 self._handled.add(original)
                 self.report("L2N-API-002", original, f"flax.linen.{short} has no automatic conversion yet",

@@ -37,6 +37,7 @@ RULES: dict[str, Rule] = {
         Rule("L2N-API-003", Severity.UNSAFE, "self.is_initializing() -> False (applied with --unsafe-fixes)."),
         Rule("L2N-API-004", Severity.CONVERTED, "nn.merge_param(name, attr, arg) -> arg if arg is not None else attr."),
         Rule("L2N-PART-001", Severity.CONVERTED, "nn.with_logical_partitioning / nn.with_partitioning -> nnx.with_partitioning."),
+        Rule("L2N-API-005", Severity.CONVERTED, "Pure flax.linen function with no NNX counterpart kept (e.g. with_logical_constraint)."),
         Rule("L2N-API-001", Severity.CONVERTED, "flax.linen function re-pointed to the identical flax.nnx function."),
         Rule("L2N-API-002", Severity.MANUAL, "Linen API with no automatic conversion yet."),
         Rule("L2N-IO-001", Severity.ERROR, "File could not be parsed (syntax error); left untouched."),
