@@ -60,8 +60,6 @@ LINEN_SELF_API = frozenset({
     "init_with_output", "perturb", "lazy_init", "path",
 })
 # Linen collection -> NNX Variable type (the registry of nnx.variablelib, verified in the reference).
-# placeholder site for sizes resolved outside any layer (a replayed local)
-_NO_SITE: Any = None
 MERGE_PARAM = frozenset({"merge_param", "module.merge_param"})
 COLLECTION_TYPES = {"params": "Param", "batch_stats": "BatchStat", "cache": "Cache", "intermediates": "Intermediate"}
 
@@ -787,10 +785,10 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                     and plan.pure_locals.get(name) is not None and assign in plan.pure_locals[name].body):
                 sizes = {}
                 for var in plan.shape_locals[name]:
-                    feat = flow.env.get(var, Feat.unknown(var))
-                    if feat.kind not in ("expr", "input"):
+                    size = self._static_size(plan, flow.env.get(var, Feat.unknown(var)), params, assign)
+                    if size is None:
                         return
-                    sizes[var] = self._resolve_in(plan, _NO_SITE, feat, params, assign)
+                    sizes[var] = size
                 plan.shape_local_sizes[name] = sizes
 
         flow = FeatureFlow(params, layer_of, self.qualnames, method_of, on_assign)
@@ -928,21 +926,28 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         rest = self._resolve_in(plan, site, later, params, node)
         return first if rest == first else f"{first} if {site.loop.var} == 0 else {rest}"
 
-    def _resolve_in(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode) -> str:
+    def _static_size(self, plan: ClassPlan, feat: Feat, params: list[str], node: cst.CSTNode) -> str | None:
+        """A size known without a trace: a config expression, or a ``__call__`` input's last axis (which
+        becomes a constructor argument). None otherwise."""
         if feat.kind == "expr":
             return feat.expr
-        if feat.kind == "input" and self._flow_method != "__call__":
-            # only __call__'s inputs are the module's inputs; a helper method's argument may be anything
-            feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self._flow_method}")
+        if feat.kind != "input" or self._flow_method != "__call__":
+            return None  # only __call__'s inputs are the module's inputs; a helper's argument may be anything
+        arg = "in_features" if feat.input_name == params[0] else f"{feat.input_name}_features"
+        while arg in plan.field_names:  # a config field may already be called in_features
+            arg += "_"
+        if arg not in plan.new_args:
+            plan.new_args[arg] = f"input:{params.index(feat.input_name)}"
+            self.report("L2N-SHAPE-002", node, f"{plan.name} gains constructor argument {arg}: the last-axis "
+                        f"size of `{feat.input_name}`", f"pass {arg}=x.shape[-1] where {plan.name} is built")
+        return arg
+
+    def _resolve_in(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode) -> str:
+        static = self._static_size(plan, feat, params, node)
+        if static is not None:
+            return static
         if feat.kind == "input":
-            arg = "in_features" if feat.input_name == params[0] else f"{feat.input_name}_features"
-            while arg in plan.field_names:  # a config field may already be called in_features
-                arg += "_"
-            if arg not in plan.new_args:
-                plan.new_args[arg] = f"input:{params.index(feat.input_name)}"
-                self.report("L2N-SHAPE-002", node, f"{plan.name} gains constructor argument {arg}: the last-axis "
-                            f"size of `{feat.input_name}`", f"pass {arg}=x.shape[-1] where {plan.name} is built")
-            return arg
+            feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self._flow_method}")
         traced = self._from_trace(plan, site, feat, node)
         if traced is not None:
             return traced
