@@ -1,0 +1,187 @@
+"""Emitting NNX code: layer constructors, ``__init__``, and the name-map entry of a class.
+
+Mixed into :class:`~linen2nnx.migrate.module_rewrite.MigrateModules`; works on the rewritten nodes.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.layers import nnx_ctor_params
+from linen2nnx.migrate.cst_utils import (
+    code,
+    kwarg,
+    self_attr,
+    strip_commas,
+)
+from linen2nnx.migrate.sites import (
+    ClassPlan,
+    Site,
+    einsum_bias_shape,
+    replace_shape_last,
+)
+from linen2nnx.namemap import Child, ClassEntry
+
+
+class EmitMixin:
+    """Builds the NNX constructors and the ``__init__`` of a planned class."""
+
+    def _nnx_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
+        rule = site.rule
+        assert rule is not None
+        upd_bound, _ = self._bind_args(rule.linen_arg_order(), updated)
+        for name, source in site.arg_sources.items():
+            upd_bound[name] = upd_bound[name].with_changes(value=cst.parse_expression(source))
+        args: list[cst.Arg] = [upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+                               for name in rule.positional if name in upd_bound]
+        if rule.varargs_list and rule.varargs_list in upd_bound:
+            value = upd_bound[rule.varargs_list].value
+            if isinstance(value, (cst.List, cst.Tuple)):
+                args += [cst.Arg(e.value) for e in value.elements]
+            else:
+                args.append(cst.Arg(value, star="*"))
+        if rule.in_arg is not None:
+            args.insert(rule.in_index, cst.Arg(cst.parse_expression(site.in_expr or "None")))
+        for name, arg in upd_bound.items():
+            if name not in rule.positional and name not in site.moved_args and name != rule.varargs_list:
+                args.append(kwarg(rule.nnx_arg(name), arg.value))
+        if rule.linen == "Einsum":
+            bias = einsum_bias_shape(upd_bound)
+            use_bias = upd_bound.get("use_bias")
+            args = [a for a in args if not (a.keyword is not None and a.keyword.value == "use_bias")]
+            if bias is not None and (use_bias is None or code(use_bias.value) != "False"):
+                args.insert(2, cst.Arg(cst.parse_expression(bias)))
+        given = {rule.nnx_arg(name) for name in upd_bound}
+        args += [kwarg(k, cst.parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
+        if "rngs" in nnx_ctor_params(rule.nnx):
+            args.append(kwarg("rngs", cst.Name("rngs")))
+        self.uses_nnx = True
+        return cst.Call(func=cst.parse_expression(f"nnx.{rule.nnx}"), args=strip_commas(args))
+
+    def _user_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
+        args = [a for a in updated.args if not (a.keyword is not None and a.keyword.value == "name")]
+        args += [kwarg(name, cst.parse_expression(expr)) for name, expr in site.user_in.items()]
+        args.append(kwarg("rngs", cst.Name("rngs")))
+        return updated.with_changes(args=strip_commas(args))
+
+    def _variable_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
+        args = [a for a in updated.args if a.keyword is None]
+        args = [a.with_changes(value=cst.parse_expression(site.arg_sources[str(i)])) if str(i) in site.arg_sources
+                else a for i, a in enumerate(args)]
+        if site.kind == "param":
+            init, rest = args[1], args[2:]
+            value = cst.Call(init.value, strip_commas([cst.Arg(cst.parse_expression("rngs.params()")), *rest]))
+        else:
+            init, rest = args[2], args[3:]
+            value = cst.Call(init.value, strip_commas(list(rest)))
+        self.uses_nnx = True
+        return cst.Call(cst.parse_expression(f"nnx.{site.var_type}"), [cst.Arg(value)])
+
+    def _build(self, site: Site, updated: cst.Call) -> cst.BaseExpression:
+        if site.kind == "layer":
+            built = self._nnx_ctor(site, updated)
+        elif site.kind == "module":
+            built = self._user_ctor(site, updated)
+        else:
+            built = self._variable_ctor(site, updated)
+        if site.loop is not None:
+            comp = cst.parse_expression(f"[None for {site.loop.var} in {site.loop.range_src}]")
+            assert isinstance(comp, cst.ListComp)
+            built = cst.Call(cst.parse_expression("nnx.List"), [cst.Arg(comp.with_changes(elt=built))])
+        return built
+
+    def _call_site(self, site: Site) -> cst.BaseExpression:
+        ref = f"self.{site.attr}[{site.loop.var}]" if site.loop is not None else f"self.{site.attr}"
+        if site.kind == "param":
+            ref += "[...]"
+        return cst.parse_expression(ref)
+
+    def _build_init(self, plan: ClassPlan, setup_body: list[cst.BaseStatement]) -> cst.FunctionDef:
+        params = ["self"]
+        for f in plan.fields:
+            default = f" = {f.default}" if f.default is not None else ""
+            params.append(f"{f.name}: {f.annotation}{default}")
+        params.append("*")
+        params.extend(f"{a}: int" for a in plan.new_args)
+        if "rngs" not in plan.field_names:
+            params.append("rngs: nnx.Rngs")
+        one_line = f"def __init__({', '.join(params)}):\n    pass\n"
+        many_lines = "def __init__(\n" + "".join(f"    {p},\n" for p in params) + "):\n    pass\n"
+        header = one_line if len(one_line) <= 96 else many_lines
+        fn = cst.parse_statement(header)
+        assert isinstance(fn, cst.FunctionDef)
+        stmts: list[cst.BaseStatement] = [cst.parse_statement(f"self.{f.name} = {f.name}\n") for f in plan.fields]
+        if plan.uses_rngs:
+            stmts.append(cst.parse_statement("self.rngs = rngs.fork()\n"))
+        for stmt in setup_body:
+            stmts.append(self._containerize(plan, stmt))
+        for name in plan.needed_locals:
+            stmt = self._pure_updated.get(plan.pure_locals[name], plan.pure_locals[name])
+            if name in plan.shape_locals:
+                sizes = plan.shape_local_sizes.get(name)
+                if sizes is None:
+                    self.report("L2N-MOD-004", plan.pure_locals[name], f"`{name}` reads an input size the dataflow "
+                                "cannot tell", "compute it from constructor arguments / config")
+                    continue
+                value = stmt.body[0].value  # type: ignore[attr-defined]
+                stmt = cst.parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")
+            stmts.append(stmt)
+        for site in plan.hoisted_order:
+            built = self._built.get(site.ctor)
+            if built is None:
+                continue
+            markers = [cst.EmptyLine(comment=cst.Comment(m)) for m in dict.fromkeys(self._init_markers.get(site.ctor, []))]
+            assign = cst.SimpleStatementLine([cst.Assign(
+                targets=[cst.AssignTarget(cst.parse_expression(f"self.{site.attr}"))], value=built)],
+                leading_lines=markers)  # on the statement holding the code, as a second run would place them
+            if site.conditions:  # created only when Linen would create it; absent -> None
+                test = " and ".join(f"({c})" if len(site.conditions) > 1 else c for c in site.conditions)
+                block = cst.parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
+                assert isinstance(block, cst.If)
+                stmts.append(block.with_changes(body=block.body.with_changes(body=[assign])))
+            else:
+                stmts.append(assign)
+        if not stmts:
+            stmts.append(cst.parse_statement("pass\n"))
+        return fn.with_changes(body=fn.body.with_changes(body=stmts))
+
+    def _containerize(self, plan: ClassPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
+        """``self.layers = [..layers..]`` in setup -> ``nnx.List([...])`` (a plain list is rejected by NNX)."""
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                and isinstance(stmt.body[0], cst.Assign)):
+            return stmt
+        assign = stmt.body[0]
+        attr = self_attr(assign.targets[0].target)
+        if attr in plan.containers and isinstance(assign.value, (cst.List, cst.Tuple)):
+            value = cst.Call(cst.parse_expression("nnx.List"), [cst.Arg(cst.List(assign.value.elements))])
+            return stmt.with_changes(body=[assign.with_changes(value=value)])
+        return stmt
+
+    def _record_name_map(self, plan: ClassPlan) -> None:
+        key = self._class_key(plan.name)
+        entry = ClassEntry(name=key, module=self.module_name, file=self.path, new_args=dict(plan.new_args))
+        for site in plan.sites.values():
+            if site.kind in ("param", "variable"):
+                entry.variables.setdefault(site.collection, {})[site.linen_name] = site.attr
+                continue
+            linen_class = site.rule.linen_qualname if site.rule else self._class_key(site.user.name)  # type: ignore[union-attr]
+            if site.parent is not None and not self._root_site(site).hoisted:
+                continue  # inside a setup() layer: Linen names it under that layer (rules map it)
+            if site.container is None:
+                entry.children[site.linen_name] = Child(attr=site.attr, linen_class=linen_class)
+            elif site.loop is not None:
+                entry.children[site.linen_name] = Child(attr=site.attr, linen_class=linen_class, container="list")
+        for attr, sites in plan.containers.items():
+            first = sites[0]
+            linen_class = first.rule.linen_qualname if first.rule else self._class_key(first.user.name)  # type: ignore[union-attr]
+            entry.children[attr] = Child(attr=attr, linen_class=linen_class, container="list")
+        self.name_map.classes[key] = entry
+
+    @staticmethod
+    def _root_site(site: Site) -> Site:
+        while site.parent is not None:
+            site = site.parent
+        return site
+
+    def _class_key(self, name: str) -> str:
+        return f"{self.module_name}.{name}" if self.module_name else name

@@ -1,0 +1,506 @@
+"""Planning a Linen class: what becomes a field, a submodule, a variable, and where it is built.
+
+Mixed into :class:`~linen2nnx.migrate.module_rewrite.MigrateModules`, which supplies ``report``,
+``qualnames`` and the libcst metadata; this part reads the original tree only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import libcst as cst
+from libcst.metadata import ParentNodeProvider
+
+from linen2nnx.layers import LayerRule, nnx_ctor_params
+from linen2nnx.migrate.cst_utils import (
+    NOT_LOCAL,
+    assigned_names,
+    code,
+    names_in,
+    self_attr,
+    snake_case,
+)
+from linen2nnx.migrate.sites import (
+    COLLECTION_TYPES,
+    LINEN_COMPACT,
+    LINEN_MODULE,
+    ClassPlan,
+    Field,
+    LoopInfo,
+    Site,
+    einsum_bias_shape,
+    loop_name_prefix,
+    range_loop,
+    shape_last_refs,
+)
+
+
+class PlanningMixin:
+    """Plans one Linen module class on the original tree (no rewriting here)."""
+
+    def is_linen_module(self, node: cst.ClassDef) -> bool:
+        for base in node.bases:
+            if self.qualnames(base.value) & LINEN_MODULE:
+                return True
+            if isinstance(base.value, cst.Name) and base.value.value in self.linen_classes:
+                return True
+        return False
+
+    def plan_class(self, node: cst.ClassDef) -> ClassPlan:
+        fields: list[Field] = []
+        for base in node.bases:  # same-file Linen base classes contribute their fields first
+            if isinstance(base.value, cst.Name) and base.value.value in self.linen_classes:
+                fields.extend(self.linen_classes[base.value.value].fields)
+        for stmt in node.body.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                        if "ClassVar" in code(small.annotation.annotation):
+                            continue
+                        fields = [f for f in fields if f.name != small.target.value]
+                        fields.append(self._field(small))
+        plan = ClassPlan(name=node.name.value, fields=fields)
+        if "rngs" in plan.field_names:
+            self.report("L2N-MOD-004", node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
+                        "for the nnx.Rngs", "rename the field before migrating")
+        methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
+        self._methods[plan.name] = methods
+        counters: dict[str, int | None] = {}
+        for fn in methods:
+            if fn.name.value == "setup":
+                plan.setup = fn
+                self._plan_setup(plan, fn)
+            elif any(self.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators):
+                self._plan_compact(plan, fn, counters)
+        # 1. helper methods' results (so __call__ can follow values through self.method(x)); 2. __call__ sizes
+        # its layers (its inputs may become constructor arguments); 3. other methods fill in what is left.
+        others = [fn for fn in methods if fn.name.value not in ("setup", "__call__")]
+        calls = [fn for fn in methods if fn.name.value == "__call__"]
+        for fn in others:
+            self._run_flow(plan, fn, resolve=False)
+        for fn in [*calls, *others]:
+            self._run_flow(plan, fn, resolve=True)
+        self._resolve_unused(plan)
+        self._collect_needed_locals(plan)
+        return plan
+
+    def _field(self, small: cst.AnnAssign, rewritten: cst.AnnAssign | None = None) -> Field:
+        """A dataclass field; its default's text is taken from ``rewritten`` when given."""
+        default = None
+        if small.value is not None:
+            value = small.value
+            if isinstance(value, cst.Call) and self.qualnames(value.func) & {"dataclasses.field"}:
+                source = rewritten.value if rewritten is not None and isinstance(rewritten.value, cst.Call) else value
+                kw = {a.keyword.value: a.value for a in source.args if a.keyword is not None}
+                if "default" in kw:
+                    default = code(kw["default"])
+                elif "default_factory" in kw:
+                    default = f"{code(kw['default_factory'])}()"
+            else:
+                default = code(rewritten.value if rewritten is not None and rewritten.value is not None else value)
+        return Field(small.target.value, code(small.annotation.annotation), default)
+
+    def _bind_args(self, order: tuple[str, ...] | list[str], call: cst.Call) -> tuple[dict[str, cst.Arg], cst.Arg | None]:
+        bound: dict[str, cst.Arg] = {}
+        name_arg = None
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        for i, arg in enumerate(positional):
+            if i < len(order):
+                bound[order[i]] = arg
+        for arg in call.args:
+            if arg.keyword is not None:
+                if arg.keyword.value == "name":
+                    name_arg = arg
+                else:
+                    bound[arg.keyword.value] = arg
+        return bound, name_arg
+
+    def _arg_order(self, site_rule: LayerRule | None, user: ClassPlan | None) -> tuple[str, ...]:
+        if site_rule is not None:
+            return site_rule.linen_arg_order()
+        assert user is not None
+        return tuple(user.field_names)
+
+    def _plan_setup(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
+        self._plan_setup_block(plan, fn.body.body)
+
+    def _plan_setup_block(self, plan: ClassPlan, body: Any) -> None:
+        """setup() statements, including those under ``if`` (conditional submodules keep their condition)."""
+        for stmt in body:
+            if isinstance(stmt, cst.If):
+                self._plan_setup_block(plan, stmt.body.body)
+                orelse = stmt.orelse
+                while orelse is not None:
+                    self._plan_setup_block(plan, orelse.body.body)
+                    orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+                continue
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+                    continue
+                attr = self_attr(small.targets[0].target)
+                if attr is None:
+                    continue
+                value = small.value
+                if isinstance(value, cst.Call) and (self.layer_rule_of(value.func) or self.user_class_of(value.func)):
+                    self._add_site(plan, value, attr=attr, linen_name=attr, hoisted=False)
+                elif isinstance(value, cst.Call) and self.self_call(value) in ("param", "variable"):
+                    site = self._add_variable_site(plan, value, hoisted=False, local_names=set(), attr=attr)
+                    if site is not None:
+                        plan.setup_vars[attr] = site.kind
+                elif isinstance(value, (cst.List, cst.Tuple)) and value.elements and all(
+                    isinstance(e.value, cst.Call) and (self.layer_rule_of(e.value.func) or self.user_class_of(e.value.func))
+                    for e in value.elements
+                ):
+                    sites = []
+                    for i, e in enumerate(value.elements):
+                        site = self._add_site(plan, e.value, attr=f"{attr}[{i}]", linen_name=f"{attr}_{i}",
+                                              hoisted=False)
+                        site.container = "list"
+                        sites.append(site)
+                    plan.containers[attr] = sites
+
+    def _pure_locals(self, plan: ClassPlan, fn: cst.FunctionDef) -> dict[str, cst.SimpleStatementLine]:
+        """Top-level ``name = expr`` bound once, whose value uses only config (``self.*``), globals
+        and earlier such names: they can be replayed in ``__init__``."""
+        counts = assigned_names(fn)
+        params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)}
+        pure: dict[str, cst.SimpleStatementLine] = {}
+        for stmt in fn.body.body:
+            if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
+                continue
+            target = stmt.body[0].targets[0].target
+            value = stmt.body[0].value
+            if not isinstance(target, cst.Name) or counts.get(target.value) != 1 or target.value in params:
+                continue
+            used = names_in(value) - NOT_LOCAL
+            call_time = {n for n in used if n in counts and n not in pure}
+            refs = shape_last_refs(value, call_time) if call_time else None
+            if call_time and refs is None:
+                continue
+            if self._has_side_effects(value):
+                continue
+            pure[target.value] = stmt
+            if refs:  # `d = x.shape[-1] if ... else ...`: replayed with x's size once the dataflow knows it
+                plan.shape_locals[target.value] = refs
+        return pure
+
+    def _has_side_effects(self, value: cst.BaseExpression) -> bool:
+        command = self
+        found = False
+
+        class V(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> None:
+                nonlocal found
+                if (command.self_call(node) or command.layer_rule_of(node.func) or command.user_class_of(node.func)
+                        or isinstance(node.func, cst.Call)):
+                    found = True
+
+        value.visit(V())
+        return found
+
+    def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
+        counts = assigned_names(fn)
+        plan.pure_locals = self._pure_locals(plan, fn)
+        local_names = set(counts) - set(plan.pure_locals)
+        command = self
+
+        class Collect(cst.CSTVisitor):
+            def __init__(self) -> None:
+                self.blocked = 0  # inside a construct we cannot hoist out of
+                self.loops: list[LoopInfo] = []
+
+            def _block(self, node: cst.CSTNode) -> bool:
+                self.blocked += 1
+                return True
+
+            def _unblock(self, node: cst.CSTNode) -> None:
+                self.blocked -= 1
+
+            visit_While = visit_ListComp = visit_GeneratorExp = visit_Lambda = visit_DictComp = _block
+            leave_While = leave_ListComp = leave_GeneratorExp = leave_Lambda = leave_DictComp = _unblock
+
+            def visit_For(self, node: cst.For) -> bool:
+                loop = range_loop(node, local_names)
+                if loop is None or self.loops or self.blocked:
+                    self.blocked += 1
+                    self.loops.append(LoopInfo("", ""))
+                else:
+                    self.loops.append(loop)
+                return True
+
+            def leave_For(self, node: cst.For) -> None:
+                if not self.loops.pop().var:
+                    self.blocked -= 1
+
+            def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+                return node is fn
+
+            def visit_Call(self, node: cst.Call) -> None:
+                rule = command.layer_rule_of(node.func)
+                user = None if rule is not None else command.user_class_of(node.func)
+                variable = command.self_call(node) in ("param", "variable")
+                if rule is None and user is None and not variable:
+                    return
+                what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{command.self_call(node)}")
+                if self.blocked:
+                    command.report("L2N-MOD-004", node, f"{what} created inside a while loop, comprehension, lambda "
+                                   "or nested loop in @nn.compact is not hoisted yet",
+                                   "create it in __init__ (an nnx.List for several) and index it at the call")
+                    return
+                loop = self.loops[-1] if self.loops else None
+                conditions = command._conditions_of(node, fn, local_names)
+                if conditions is None:
+                    command._handled.add(node)  # this finding says it all
+                    command.report("L2N-MOD-004", node, f"{what} is created under a condition on a call-time value",
+                                   "create it in __init__ and decide at call time whether to use it")
+                    return
+                before = len(plan.hoisted_order)
+                if variable:
+                    if loop is not None:
+                        command.report("L2N-MOD-004", node, f"{what} inside a loop is not hoisted yet",
+                                       "create the variables in __init__")
+                        return
+                    command._add_variable_site(plan, node, hoisted=True, local_names=local_names)
+                else:
+                    nesting = command._nesting(plan, node) if rule is not None else None
+                    if nesting is not None:
+                        command._plan_nested(plan, node, rule, nesting, counters)
+                        return
+                    command._plan_compact_child(plan, node, rule, user, loop, counters, local_names)
+                for site in plan.hoisted_order[before:]:
+                    site.conditions = conditions
+
+        fn.visit(Collect())
+        for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
+            if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
+                target, value = stmt.body[0].targets[0].target, stmt.body[0].value
+                if isinstance(target, cst.Name) and counts.get(target.value) == 1 and value in plan.sites:
+                    plan.local_sites[target.value] = plan.sites[value]
+
+    def _conditions_of(self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str]) -> list[str] | None:
+        """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches); None when a test
+        uses a call-time value, so the construction cannot be decided in __init__."""
+        conditions: list[str] = []
+        prev, cur = node, self.get_metadata(ParentNodeProvider, node, None)
+        while cur is not None and cur is not fn:
+            if isinstance(cur, cst.If):
+                if (names_in(cur.test) - NOT_LOCAL) & local_names:
+                    return None
+                test = code(cur.test)
+                if prev is cur.body:
+                    conditions.insert(0, test)
+                elif prev is cur.orelse:
+                    conditions.insert(0, f"not ({test})")
+            prev, cur = cur, self.get_metadata(ParentNodeProvider, cur, None)
+        return conditions
+
+    def _nesting(self, plan: ClassPlan, node: cst.Call) -> tuple[Site, str, int] | None:
+        """(outer layer site, its argument, list index) when ``node`` is built as a layer argument."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        index = -1
+        if isinstance(parent, cst.Element):
+            container = self.get_metadata(ParentNodeProvider, parent, None)
+            if not isinstance(container, (cst.List, cst.Tuple)):
+                return None
+            index = [e.value for e in container.elements].index(node)
+            parent = self.get_metadata(ParentNodeProvider, container, None)
+        if not isinstance(parent, cst.Arg):
+            return None
+        call = self.get_metadata(ParentNodeProvider, parent, None)
+        outer = plan.sites.get(call) if isinstance(call, cst.Call) else None
+        if outer is None or outer.rule is None:
+            return None
+        arg_name = next((name for name, arg in outer.args.items() if arg is parent), None)
+        if arg_name is None:
+            return None
+        if index < 0 and arg_name in outer.rule.nested:
+            return outer, arg_name, -1
+        if index >= 0 and arg_name == outer.rule.varargs_list:
+            return outer, arg_name, index
+        return None
+
+    def _plan_nested(self, plan: ClassPlan, node: cst.Call, rule: LayerRule, nesting: tuple[Site, str, int],
+                     counters: dict[str, int | None]) -> None:
+        """A layer built as another layer's argument: built in place, named in the parent's scope by Linen."""
+        outer, arg_name, index = nesting
+        subpath = f"{rule and outer.rule.varargs_list}/{index}" if index >= 0 else outer.rule.nested[arg_name]  # type: ignore[union-attr]
+        _, name_arg = self._bind_args(rule.linen_arg_order(), node)
+        if name_arg is not None and isinstance(name_arg.value, cst.SimpleString):
+            linen_name = name_arg.value.evaluated_value  # explicit names consume no counter
+        else:
+            n = counters.get(rule.linen, 0) or 0
+            counters[rule.linen] = n + 1
+            linen_name = f"{rule.linen}_{n}"
+        site = self._add_site(plan, node, attr=f"{outer.attr}/{subpath}", linen_name=linen_name, hoisted=False)
+        site.parent, site.nested_arg, site.element = outer, arg_name, index
+        outer.nested.append(site)
+        root = self._root_site(site)
+        local_names = set(assigned_names(self._enclosing_function(node))) - set(plan.pure_locals)
+        moved = []
+        for name, arg in site.args.items():
+            uses = (names_in(arg.value) - NOT_LOCAL) & local_names
+            if not uses or name in rule.nested or name == rule.varargs_list:
+                continue
+            value = code(arg.value)
+            if name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:
+                root.view_kwargs[name] = value  # the call becomes nnx.view(layer, deterministic=...)(x)
+                moved.append(name)
+            else:
+                self.report("L2N-MOD-004", arg, f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
+                            f"uses the call-time value {', '.join(sorted(uses))}", "build this layer by hand")
+        site.moved_args = tuple(moved)
+        if moved:
+            self.report("L2N-LAYER-003", node, f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
+                        f"self.{root.attr} through nnx.view")
+
+    def _plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
+                            loop: LoopInfo | None, counters: dict[str, int | None], local_names: set[str]) -> None:
+        what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
+        class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
+        bound, name_arg = self._bind_args(self._arg_order(rule, user), node)
+        container = None
+        if name_arg is not None:
+            name_value = name_arg.value
+            if isinstance(name_value, cst.SimpleString) and loop is None:
+                linen_name = name_value.evaluated_value
+                attr = linen_name if linen_name.isidentifier() else snake_case(linen_name)
+            elif loop is not None and (prefix := loop_name_prefix(name_value, loop.var)) is not None:
+                linen_name, attr, container = prefix, snake_case(prefix), "list"
+            else:
+                self.report("L2N-MOD-004", name_arg, f"{what}(name=...) is not a literal the codemod can follow",
+                            "use a string literal, or f'prefix_{i}' inside `for i in range(n)`")
+                return
+        else:
+            n = counters.get(class_name, 0)
+            if n is None:
+                self.report("L2N-MOD-004", node, f"auto-named {what} after a loop that built {class_name}s: its "
+                            "Linen name depends on the loop length", "give it an explicit name=")
+                return
+            if loop is not None:
+                if n:
+                    self.report("L2N-MOD-004", node, f"auto-named {what} built in a loop after other {class_name}s",
+                                "give the loop's modules name=f'prefix_{i}'")
+                    return
+                counters[class_name] = None
+                linen_name, attr, container = class_name, snake_case(class_name), "list"
+            else:
+                counters[class_name] = n + 1
+                linen_name = f"{class_name}_{n}"
+                attr = snake_case(linen_name)
+        if any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
+            attr = f"{attr}_"
+        site = self._add_site(plan, node, attr=attr, linen_name=linen_name, hoisted=True)
+        site.container, site.loop = container, loop
+        loop_names = {loop.var} if loop else set()
+        moved = []
+        for arg_name, arg in bound.items():
+            if rule is not None and (arg_name in rule.nested or arg_name == rule.varargs_list):
+                continue  # layers built in this argument are checked on their own
+            uses = (names_in(arg.value) - NOT_LOCAL) & (local_names - loop_names)
+            if uses:
+                shape_locals = shape_last_refs(arg.value, uses)
+                if rule is not None and arg_name in rule.call_args:
+                    moved.append(arg_name)
+                elif shape_locals is not None:
+                    site.shape_refs[arg_name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
+                else:
+                    self.report("L2N-MOD-004", arg, f"argument {arg_name}= of {what} uses the call-time value "
+                                f"{', '.join(sorted(uses))} and cannot move to __init__",
+                                "compute it from constructor arguments / config")
+        site.moved_args = tuple(moved)
+        if moved:
+            self.report("L2N-LAYER-003", node, f"{', '.join(moved)} of {what} moved to the call of self.{attr}")
+        plan.hoisted_order.append(site)
+
+    def _add_site(self, plan: ClassPlan, call: cst.Call, *, attr: str, linen_name: str, hoisted: bool) -> Site:
+        rule = self.layer_rule_of(call.func)
+        user = None if rule else self.user_class_of(call.func)
+        bound, _ = self._bind_args(self._arg_order(rule, user), call)
+        site = Site(kind="layer" if rule else "module", attr=attr, linen_name=linen_name, ctor=call,
+                    hoisted=hoisted, rule=rule, user=user, args=bound)
+        plan.sites[call] = site
+        self._handled.add(call.func)
+        if rule is not None and rule.manual_reason:
+            self.report("L2N-LAYER-002", call, f"nn.{rule.linen}: {rule.manual_reason}",
+                        "see docs/rules.md and the reference's layer table")
+        if rule is not None and rule.linen == "Einsum" and einsum_bias_shape(bound) is None:
+            self.report("L2N-LAYER-002", call, "nn.Einsum bias shape cannot be derived statically (needs literal "
+                        "shape and einsum_str without '...')", "give nnx.Einsum its bias_shape by hand")
+        if rule is not None:
+            for arg_name, arg in bound.items():
+                nnx_name = rule.nnx_arg(arg_name)
+                if arg_name == rule.varargs_list:
+                    continue
+                if arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
+                    self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
+                                "equivalent", f"see the nnx.{rule.nnx} signature; drop or re-express it")
+                elif arg_name in rule.only_values and code(arg.value) not in rule.only_values[arg_name]:
+                    self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
+                                f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
+                                f"rewrite this nnx.{rule.nnx} by hand")
+        return site
+
+    def _add_variable_site(self, plan: ClassPlan, call: cst.Call, *, hoisted: bool, local_names: set[str],
+                           attr: str | None = None) -> Site | None:
+        """``self.param(name, init, *args)`` / ``self.variable(col, name, init, *args)``."""
+        kind = self.self_call(call)
+        self._handled.add(call)  # reported here either way: no generic "Linen API" finding on top
+        args = [a for a in call.args if a.keyword is None]
+        need = 2 if kind == "param" else 3
+        literal = [a.value for a in args[: need - 1]]
+        if (len(args) < need or any(a.star for a in call.args)
+                or not all(isinstance(v, cst.SimpleString) for v in literal)):
+            self.report("L2N-API-002", call, f"self.{kind}(...) with non-literal names or keyword-only arguments",
+                        "create the nnx.Variable in __init__ by hand")
+            return None
+        collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
+        name = literal[-1].evaluated_value  # type: ignore[union-attr]
+        var_type = COLLECTION_TYPES.get(collection)
+        if var_type is None:
+            self.report("L2N-API-002", call, f"self.variable in the custom collection {collection!r}",
+                        "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name")
+            return None
+        if any(a.keyword is not None for a in call.args):
+            self.report("L2N-API-002", call, f"self.{kind}(...) keyword arguments are not converted yet",
+                        "create the nnx.Variable in __init__ by hand")
+            return None
+        shape_refs: dict[str, list[str]] = {}
+        for i, a in enumerate(args):
+            uses = (names_in(a.value) - NOT_LOCAL) & local_names
+            refs = shape_last_refs(a.value, uses) if uses else None
+            if uses and refs is None:
+                self.report("L2N-MOD-004", call, f"self.{kind}({name!r}, ...) uses the call-time value "
+                            f"{', '.join(sorted(uses))} and cannot move to __init__",
+                            "derive its shape from constructor arguments, or use --trace")
+                return None
+            if refs:
+                shape_refs[str(i)] = refs  # (x.shape[-1], features): the dataflow knows x's size
+        if collection == "cache" and hoisted:
+            self.report("L2N-API-002", call, "a Linen decode cache created at call time", "use NNX's init_cache pattern")
+            return None
+        attr = attr or (name if name.isidentifier() else snake_case(name))
+        if attr in plan.field_names:
+            attr = f"{attr}_"
+        site = Site(kind="param" if kind == "param" else "variable", attr=attr, linen_name=name, ctor=call,
+                    hoisted=hoisted, collection=collection, var_type=var_type, shape_refs=shape_refs)
+        site.args = {str(i): a for i, a in enumerate(args)}
+        plan.sites[call] = site
+        if hoisted:
+            plan.hoisted_order.append(site)
+        return site
+
+    def _collect_needed_locals(self, plan: ClassPlan) -> None:
+        """Pure locals the hoisted constructors refer to (transitively), in source order."""
+        needed: set[str] = set()
+        todo = [n for s in plan.hoisted_order for n in names_in(s.ctor) if n in plan.pure_locals]
+        while todo:
+            name = todo.pop()
+            if name in needed:
+                continue
+            needed.add(name)
+            todo.extend(n for n in names_in(plan.pure_locals[name]) if n in plan.pure_locals)
+        plan.needed_locals = [n for n in plan.pure_locals if n in needed]

@@ -1,0 +1,188 @@
+"""The data of a planned rewrite: fields, sites (what moves into ``__init__``) and class plans,
+plus the Linen facts the planner keys on and small syntax helpers it shares."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+
+from linen2nnx.layers import LayerRule
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
+from linen2nnx.migrate.dataflow import Feat
+
+LINEN_MODULE = frozenset({"flax.linen.Module", "flax.linen.module.Module"})
+LINEN_COMPACT = frozenset({"flax.linen.compact", "flax.linen.module.compact"})
+MARKER = "# TODO(linen2nnx):"
+# Linen-only Module API: a call on ``self`` to any of these has no NNX meaning yet.
+LINEN_SELF_API = frozenset({
+    "param", "variable", "sow", "make_rng", "is_initializing", "is_mutable_collection", "has_variable",
+    "put_variable", "get_variable", "has_rng", "scope", "variables", "bind", "unbind", "apply", "init",
+    "init_with_output", "perturb", "lazy_init", "path",
+})
+MERGE_PARAM = frozenset({"merge_param", "module.merge_param"})
+# Linen collection -> NNX Variable type (the registry of nnx.variablelib, verified in the reference).
+COLLECTION_TYPES = {"params": "Param", "batch_stats": "BatchStat", "cache": "Cache", "intermediates": "Intermediate"}
+
+
+@dataclasses.dataclass
+class Field:
+    name: str
+    annotation: str
+    default: str | None
+
+
+@dataclasses.dataclass
+class LoopInfo:
+    var: str  # loop variable
+    range_src: str  # the iterable, e.g. ``range(self.num_layers)``
+
+
+@dataclasses.dataclass
+class Site:
+    """One submodule or variable construction that moves into (or stays in) ``__init__``."""
+
+    kind: str  # layer | module | param | variable
+    attr: str  # NNX attribute (``layers[0]`` for setup list items)
+    linen_name: str  # Linen child / variable name (a container prefix for loop-built lists)
+    ctor: cst.Call  # original construction call
+    hoisted: bool  # True for @nn.compact (the call site becomes ``self.attr``)
+    rule: LayerRule | None = None
+    user: ClassPlan | None = None
+    args: dict[str, cst.Arg] = dataclasses.field(default_factory=dict)  # Linen argument name -> original Arg
+    in_expr: str | None = None
+    user_in: dict[str, str] = dataclasses.field(default_factory=dict)  # new ctor arg of the user class -> expr
+    moved_args: tuple[str, ...] = ()  # Linen args moved to call time
+    container: str | None = None
+    loop: LoopInfo | None = None
+    collection: str = "params"
+    var_type: str = "Param"
+    parent: Site | None = None  # the layer whose constructor argument this one is (RNN(cell), Sequential)
+    nested: list[Site] = dataclasses.field(default_factory=list)
+    nested_arg: str = ""  # the parent's Linen argument holding this one ("cell", or "layers" + index)
+    element: int = -1  # index in the parent's list argument (Sequential)
+    shape_refs: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # arg -> locals used as `v.shape[-1]`
+    arg_sources: dict[str, str] = dataclasses.field(default_factory=dict)  # arg -> source resolved by the dataflow
+    view_kwargs: dict[str, str] = dataclasses.field(default_factory=dict)  # mode kwargs applied with nnx.view
+    conditions: list[str] = dataclasses.field(default_factory=list)  # config tests of enclosing `if`s
+
+
+@dataclasses.dataclass
+class ClassPlan:
+    name: str
+    fields: list[Field]
+    sites: dict[cst.Call, Site] = dataclasses.field(default_factory=dict)
+    new_args: dict[str, str] = dataclasses.field(default_factory=dict)  # kw-only arg -> how obtained
+    setup: cst.FunctionDef | None = None
+    hoisted_order: list[Site] = dataclasses.field(default_factory=list)
+    containers: dict[str, list[Site]] = dataclasses.field(default_factory=dict)
+    pure_locals: dict[str, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)
+    shape_locals: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # local -> vars read as v.shape[-1]
+    shape_local_sizes: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # local -> {v: size}
+    needed_locals: list[str] = dataclasses.field(default_factory=list)
+    setup_vars: dict[str, str] = dataclasses.field(default_factory=dict)  # setup attr -> param | variable
+    out: Feat | None = None  # feature size of ``__call__``'s result
+    first_input: str = "x"
+    local_sites: dict[str, Site] = dataclasses.field(default_factory=dict)  # compact local bound to a submodule
+    uses_rngs: bool = False  # make_rng is used: the module keeps ``self.rngs``
+    method_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(default_factory=dict)  # method -> (params, result)
+
+    @property
+    def field_names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+
+def range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
+    """``for i in range(<config expr>)`` -> LoopInfo; anything else -> None."""
+    it = node.iter
+    if not (isinstance(node.target, cst.Name) and isinstance(it, cst.Call) and isinstance(it.func, cst.Name)
+            and it.func.value == "range" and 1 <= len(it.args) <= 2):
+        return None
+    if (names_in(it) - {"range"} - NOT_LOCAL) & local_names:
+        return None
+    return LoopInfo(node.target.value, code(it))
+
+
+def loop_name_prefix(value: cst.BaseExpression, var: str) -> str | None:
+    """``f"block_{i}"`` inside ``for i in ...`` -> ``"block"``."""
+    if not isinstance(value, cst.FormattedString) or len(value.parts) != 2:
+        return None
+    text, expr = value.parts
+    if not (isinstance(text, cst.FormattedStringText) and isinstance(expr, cst.FormattedStringExpression)):
+        return None
+    if not (text.value.endswith("_") and isinstance(expr.expression, cst.Name) and expr.expression.value == var
+            and expr.conversion is None and expr.format_spec is None):
+        return None
+    prefix = text.value[:-1]
+    return prefix if prefix.isidentifier() else None
+
+
+def einsum_bias_shape(bound: dict[str, cst.Arg]) -> str | None:
+    """Linen Einsum's inferred bias shape, as source: the kernel dims that survive into the result
+    (``flax.linen.Einsum._get_bias_shape``), when ``shape`` and ``einsum_str`` are literals."""
+    shape, eq = bound.get("shape"), bound.get("einsum_str")
+    if shape is None or eq is None or not isinstance(eq.value, cst.SimpleString):
+        return None
+    if not isinstance(shape.value, (cst.Tuple, cst.List)):
+        return None
+    text = eq.value.evaluated_value.replace(" ", "")
+    if "..." in text or "->" not in text or text.count(",") != 1:
+        return None
+    operands, result = text.split("->")
+    rhs = operands.split(",")[1]
+    dims = [code(e.value) for e in shape.value.elements]
+    if len(dims) != len(rhs):
+        return None
+    kept = [dims[rhs.index(c)] for c in result if c in rhs]
+    return f"({', '.join(kept)}{',' if len(kept) == 1 else ''})"
+
+
+def is_shape_last(node: cst.CSTNode) -> str | None:
+    """``v.shape[-1]`` -> ``"v"``."""
+    if (isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
+            and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape"
+            and isinstance(node.value.value, cst.Name)):
+        index = node.slice[0].slice.value
+        if (isinstance(index, cst.UnaryOperation) and isinstance(index.operator, cst.Minus)
+                and isinstance(index.expression, cst.Integer) and index.expression.value == "1"):
+            return node.value.value.value
+    return None
+
+
+def shape_last_refs(value: cst.BaseExpression, uses: set[str]) -> list[str] | None:
+    """The locals of ``uses`` when each appears only as ``v.shape[-1]`` in ``value``; else None."""
+    found: list[str] = []
+    other = False
+
+    class V(cst.CSTVisitor):
+        def visit_Subscript(self, node: cst.Subscript) -> bool:
+            name = is_shape_last(node)
+            if name is not None:
+                found.append(name)
+                return False
+            return True
+
+        def visit_Name(self, node: cst.Name) -> None:
+            nonlocal other
+            if node.value in uses:
+                other = True
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+    value.visit(V())
+    return None if other or not found else sorted(set(found))
+
+
+def replace_shape_last(value: cst.BaseExpression, sizes: dict[str, str]) -> str:
+    class T(cst.CSTTransformer):
+        def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
+            name = is_shape_last(original)
+            if name is None or name not in sizes:
+                return updated
+            return cst.parse_expression(f"({sizes[name]})" if not sizes[name].isidentifier() and
+                                        not sizes[name].replace(".", "").isidentifier() else sizes[name])
+
+    return code(value.visit(T()))
+

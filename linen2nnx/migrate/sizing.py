@@ -1,0 +1,323 @@
+"""Sizing: the input feature size of every layer, from static dataflow, the trace, or a new argument.
+
+Mixed into :class:`~linen2nnx.migrate.module_rewrite.MigrateModules`. The order of evidence is the
+contract of the ``migrate`` docs: static dataflow, then the trace, then a required constructor
+argument with a ``manual`` finding -- never a guessed number.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import (
+    code,
+    self_attr,
+    substitute_self_fields,
+)
+from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
+from linen2nnx.migrate.sites import (
+    ClassPlan,
+    Site,
+    replace_shape_last,
+)
+
+
+class SizingMixin:
+    """Resolves ``in_features`` (and other input-derived sizes) for the sites of a plan."""
+
+    def _run_flow(self, plan: ClassPlan, fn: cst.FunctionDef, resolve: bool) -> None:
+        params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
+        if params and params[0] == "self":
+            params = params[1:]
+        if not params:
+            return
+        self._flow_method = fn.name.value
+        setup_attrs = {s.attr: s for s in plan.sites.values() if not s.hoisted and s.container is None
+                       and s.kind in ("layer", "module")}
+
+        def layer_of(call: cst.Call) -> LayerInfo | None:
+            func = call.func
+            variable = plan.sites.get(call)
+            if variable is not None and variable.kind in ("param", "variable"):
+                for arg_name, refs in variable.shape_refs.items():
+                    if resolve and arg_name not in variable.arg_sources:
+                        self._resolve_shape_arg(plan, variable, arg_name, refs, flow, params)
+                return None
+            site = None
+            if isinstance(func, cst.Call) and func in plan.sites:
+                site = plan.sites[func]
+            elif self_attr(func) in setup_attrs:
+                site = setup_attrs[self_attr(func)]
+            elif isinstance(func, cst.Name) and func.value in plan.local_sites:
+                site = plan.local_sites[func.value]
+            if site is None or site.kind not in ("layer", "module"):
+                return None
+            for arg_name, refs in site.shape_refs.items():
+                if resolve and arg_name not in site.arg_sources:
+                    self._resolve_shape_arg(plan, site, arg_name, refs, flow, params)
+            return self._layer_info(site)
+
+        methods = {m.name.value: m for m in self._methods.get(plan.name, [])}
+        depth = [0]
+
+        def method_of(call: cst.Call, args: list[Feat]) -> Feat | None:
+            name = self_attr(call.func)
+            callee = methods.get(name or "")
+            if callee is not None and depth[0] < 3 and name not in ("__call__", "setup"):
+                # inline the helper with the caller's values, so layers it applies are sized in context
+                callee_params = [p.name.value for p in callee.params.params][1:]
+                sub = FeatureFlow(callee_params, layer_of, self.qualnames, method_of)
+                sub.env.update(zip(callee_params, args))
+                sub.iteration = flow.iteration
+                depth[0] += 1
+                sub.run(callee.body.body)
+                depth[0] -= 1
+                flow.uses.extend(sub.uses)
+                returns = sub.returns
+                return returns[0] if returns and all(r == returns[0] for r in returns) else Feat.unknown(name or "")
+            known = plan.method_out.get(name or "")
+            if known is None and isinstance(call.func, cst.Name):
+                known = self.function_out.get(call.func.value)
+            return None if known is None else transfer(known[1], known[0], args)
+
+        def on_assign(assign: cst.Assign) -> None:
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            name = target.value if isinstance(target, cst.Name) else None
+            if (resolve and name in plan.shape_locals and name not in plan.shape_local_sizes
+                    and plan.pure_locals.get(name) is not None and assign in plan.pure_locals[name].body):
+                sizes = {}
+                for var in plan.shape_locals[name]:
+                    size = self._static_size(plan, flow.env.get(var, Feat.unknown(var)), params, assign)
+                    if size is None:
+                        return
+                    sizes[var] = size
+                plan.shape_local_sizes[name] = sizes
+
+        flow = FeatureFlow(params, layer_of, self.qualnames, method_of, on_assign)
+        flow.run(fn.body.body)
+        out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
+        if out is not None:
+            plan.method_out[fn.name.value] = (params, out)
+        if fn.name.value == "__call__":
+            plan.first_input = params[0]
+            plan.out = out
+        if not resolve:
+            return
+        by_site: dict[str, dict[int, Feat]] = {}
+        nodes: dict[str, cst.CSTNode] = {}
+        for use in flow.uses:
+            by_site.setdefault(use.key, {}).setdefault(use.iteration, use.feat)
+            nodes.setdefault(use.key, use.node)
+        sites_by_attr = {s.attr: s for s in plan.sites.values()}
+        for key, feats in by_site.items():
+            site = sites_by_attr[key]
+            if site.in_expr is not None or site.user_in:
+                continue
+            self._resolve_site_inputs(plan, site, feats, params, nodes[key])
+
+    def _resolve_shape_arg(self, plan: ClassPlan, site: Site, arg_name: str, refs: list[str], flow: FeatureFlow,
+                           params: list[str]) -> None:
+        """``nn.Dense(x.shape[-1])``: replace each ``v.shape[-1]`` with v's size as the dataflow knows it."""
+        replacements = {}
+        for name in refs:
+            feat = flow.env.get(name, Feat.unknown(name))
+            if feat.kind not in ("expr", "input"):
+                self.report("L2N-MOD-004", site.args[arg_name], f"argument {arg_name}= uses {name}.shape[-1], whose "
+                            "size the dataflow cannot tell", "compute it from constructor arguments / config")
+                site.arg_sources[arg_name] = code(site.args[arg_name].value)
+                return
+            replacements[name] = self._resolve_in(plan, site, feat, params, site.ctor)
+        site.arg_sources[arg_name] = replace_shape_last(site.args[arg_name].value, replacements)
+
+    def _layer_info(self, site: Site) -> LayerInfo:
+        if site.kind == "layer" and site.rule is not None and site.rule.out_from is not None:
+            return self._nested_out(site)
+        if site.kind == "layer":
+            assert site.rule is not None
+            out = site.args.get(site.rule.out_arg) if site.rule.out_arg else None
+            if out is None:
+                return LayerInfo(site.attr, None)
+            if site.rule.out_arg in site.shape_refs:
+                resolved = site.arg_sources.get(site.rule.out_arg)
+                return LayerInfo(site.attr, resolved, out_unknown=resolved is None)
+            value = out.value
+            if isinstance(value, (cst.Tuple, cst.List)):  # features=(heads, head_dim): last axis is head_dim
+                if not value.elements:
+                    return LayerInfo(site.attr, None, out_unknown=True)
+                value = value.elements[-1].value
+            return LayerInfo(site.attr, code(value))
+        user = site.user
+        assert user is not None
+        if user.out is None:
+            return LayerInfo(site.attr, None, out_unknown=True)
+        fields = {name: code(arg.value) for name, arg in site.args.items()}
+        for f in user.fields:
+            if f.name not in fields and f.default is not None:
+                fields[f.name] = f.default
+
+        def seen_by_caller(feat: Feat, first: Feat) -> Feat:
+            """The submodule's result in the caller's terms: its input is the caller's value, its config
+            expressions use the caller's constructor arguments."""
+            if feat.kind == "input":
+                return first if feat.input_name == user.first_input else Feat.unknown("submodule argument")
+            if feat.kind == "expr":
+                expr = substitute_self_fields(feat.expr, fields)
+                return Feat("expr", expr=expr) if expr is not None else Feat.unknown("submodule config")
+            if feat.kind == "tuple":
+                return Feat("tuple", elements=tuple(seen_by_caller(e, first) for e in feat.elements))
+            return Feat.unknown(f"output of {site.attr}")
+
+        out = user.out
+        return LayerInfo(site.attr, None, out_fn=lambda first: seen_by_caller(out, first))
+
+    def _nested_out(self, site: Site) -> LayerInfo:
+        rule = site.rule
+        assert rule is not None
+        if rule.out_from == "last":
+            elements = sorted((n for n in site.nested if n.element >= 0), key=lambda n: n.element)
+            if not elements:
+                return LayerInfo(site.attr, None, out_unknown=True)
+            info = self._layer_info(elements[-1])
+            return LayerInfo(site.attr, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
+        inner = next((n for n in site.nested if n.nested_arg == rule.out_from), None)
+        if inner is None:
+            return LayerInfo(site.attr, None, out_unknown=True)
+        info = self._layer_info(inner)
+        return LayerInfo(site.attr, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
+
+    def _propagate_nested(self, site: Site, in_expr: str) -> None:
+        """Give the layers built inside ``site`` their input sizes: RNN cells see the RNN's input;
+        Sequential elements see the previous element's output."""
+        current = in_expr
+        for inner in sorted(site.nested, key=lambda n: n.element):
+            if inner.rule is not None and inner.rule.in_arg is not None and inner.in_expr is None:
+                inner.in_expr = current
+            self._propagate_nested(inner, current)
+            if inner.element >= 0:
+                info = self._layer_info(inner)
+                if info.out_unknown:
+                    break
+                current = info.out_expr or current
+
+    def _needs_input(self, site: Site) -> bool:
+        return (site.rule is not None and site.rule.in_arg is not None) or any(self._needs_input(n) for n in site.nested)
+
+    def _resolve_site_inputs(self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str],
+                             node: cst.CSTNode) -> None:
+        if site.kind == "layer":
+            assert site.rule is not None
+            if self._needs_input(site):
+                expr = self._loop_expr(plan, site, feats, params, node)
+                if site.rule.in_arg is not None:
+                    site.in_expr = expr
+                self._propagate_nested(site, expr)
+        elif site.kind == "module":
+            assert site.user is not None
+            for arg, how in site.user.new_args.items():
+                if how == "input:0":  # the size of the first input, which is what the flow follows
+                    site.user_in[arg] = self._loop_expr(plan, site, feats, params, node)
+                else:
+                    site.user_in[arg] = self._required_arg(plan, site, f"{arg} of {site.user.name}", node)
+
+    def _loop_expr(self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str],
+                   node: cst.CSTNode) -> str:
+        first = self._resolve_in(plan, site, feats[0], params, node)
+        later = feats.get(1)
+        if site.loop is None or later is None or later == feats[0]:
+            return first
+        rest = self._resolve_in(plan, site, later, params, node)
+        return first if rest == first else f"{first} if {site.loop.var} == 0 else {rest}"
+
+    def _static_size(self, plan: ClassPlan, feat: Feat, params: list[str], node: cst.CSTNode) -> str | None:
+        """A size known without a trace: a config expression, or a ``__call__`` input's last axis (which
+        becomes a constructor argument). None otherwise."""
+        if feat.kind == "expr":
+            return feat.expr
+        if feat.kind != "input" or self._flow_method != "__call__":
+            return None  # only __call__'s inputs are the module's inputs; a helper's argument may be anything
+        arg = "in_features" if feat.input_name == params[0] else f"{feat.input_name}_features"
+        while arg in plan.field_names:  # a config field may already be called in_features
+            arg += "_"
+        if arg not in plan.new_args:
+            plan.new_args[arg] = f"input:{params.index(feat.input_name)}"
+            self.report("L2N-SHAPE-002", node, f"{plan.name} gains constructor argument {arg}: the last-axis "
+                        f"size of `{feat.input_name}`", f"pass {arg}=x.shape[-1] where {plan.name} is built")
+        return arg
+
+    def _resolve_in(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode) -> str:
+        static = self._static_size(plan, feat, params, node)
+        if static is not None:
+            return static
+        if feat.kind == "input":
+            feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self._flow_method}")
+        traced = self._from_trace(plan, site, feat, node)
+        if traced is not None:
+            return traced
+        why = {"flatten": "a flatten", "sliced": "an indexed value"}.get(feat.kind, feat.reason or "an unknown value")
+        return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} (from {why})", node)
+
+    def _required_arg(self, plan: ClassPlan, site: Site, what: str, node: cst.CSTNode) -> str:
+        arg = f"{site.attr}_in_features".replace("[", "_").replace("]", "").replace("/", "_")
+        while arg in plan.field_names:
+            arg += "_"
+        plan.new_args[arg] = "unresolved"
+        self.report("L2N-SHAPE-003", node, f"{what} is unknown statically; required constructor argument {arg} added",
+                    "run `linen2nnx migrate --trace SPEC` or pass the size explicitly")
+        return arg
+
+    def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
+        if self.trace is None or site.loop is not None:
+            return None
+        shapes = self.trace.shapes_for(plan.name, site.linen_name)
+        sizes = sorted({s[-1] for s in shapes if s})
+        if not sizes:
+            return None
+        configs = self.trace.instances.get(plan.name, [])
+        if feat.kind in ("flatten", "sliced") and feat.base is not None and feat.base.kind == "expr" and configs:
+            base = feat.base.expr
+            factors = set()
+            for shape, cfg in zip(shapes, configs):
+                try:
+                    base_value = eval(base, {}, {"self": SimpleNamespace(**cfg)})  # config expression
+                except Exception:
+                    factors = set()
+                    break
+                if not isinstance(base_value, int) or base_value <= 0 or shape[-1] % base_value:
+                    factors = set()
+                    break
+                factors.add(shape[-1] // base_value)
+            if factors == {1}:
+                self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {base} "
+                            f"(traced: {sizes[0]})")
+                return base
+            if len(factors) == 1 and feat.kind == "flatten":
+                factor = factors.pop()
+                self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {factor} * "
+                            f"{base} (traced: {sizes[0]})",
+                            "the factor holds for the traced input resolution only")
+                return f"{factor} * {base}"
+        if len(sizes) == 1 and self.unsafe_fixes:
+            self.report("L2N-SHAPE-004", node, f"input feature size of {plan.name}.{site.attr} is the traced literal "
+                        f"{sizes[0]}", "replace it with an expression of the config if it can vary")
+            return str(sizes[0])
+        return None
+
+    def _resolve_unused(self, plan: ClassPlan) -> None:
+        for site in plan.sites.values():
+            if site.parent is not None:
+                continue
+            if site.kind == "layer" and self._needs_input(site) and site.in_expr is None and not self._resolved(site):
+                expr = self._resolve_in(plan, site, Feat.unknown("a layer the dataflow never saw applied"),
+                                        ["x"], site.ctor)
+                if site.rule.in_arg is not None:  # type: ignore[union-attr]
+                    site.in_expr = expr
+                self._propagate_nested(site, expr)
+            elif site.kind == "module" and site.user and site.user.new_args and not site.user_in:
+                for arg in site.user.new_args:
+                    site.user_in[arg] = self._required_arg(plan, site, f"{arg} of {site.user.name}", site.ctor)
+
+    def _resolved(self, site: Site) -> bool:
+        return all(self._resolved(n) for n in site.nested) and (
+            site.rule is None or site.rule.in_arg is None or site.in_expr is not None)
