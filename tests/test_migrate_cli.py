@@ -162,7 +162,7 @@ def test_unsafe_fixes_and_selection_reach_migrate_source(cnn, monkeypatch):
 
     monkeypatch.setattr(engine, "migrate_source", spy)
     main(["migrate", str(cnn), "--check", "--isolated", "--unsafe-fixes", "--select", "L2N-MOD", "--ignore", "L2N-MOD-004"])
-    assert seen == [{"select": ("L2N-MOD",), "ignore": ("L2N-MOD-004",), "unsafe_fixes": True}]
+    assert seen == [{"select": ("L2N-MOD",), "ignore": ("L2N-MOD-004",), "unsafe_fixes": True, "external": {}}]
 
 
 # ---- config ------------------------------------------------------------------------------------------

@@ -164,7 +164,7 @@ class EmitMixin:
             if site.kind in ("param", "variable"):
                 entry.variables.setdefault(site.collection, {})[site.linen_name] = site.attr
                 continue
-            linen_class = site.rule.linen_qualname if site.rule else self._class_key(site.user.name)  # type: ignore[union-attr]
+            linen_class = site.rule.linen_qualname if site.rule else (site.user.key or self._class_key(site.user.name))  # type: ignore[union-attr]
             if site.parent is not None and not self._root_site(site).hoisted:
                 continue  # inside a setup() layer: Linen names it under that layer (rules map it)
             if site.container is None:
@@ -173,7 +173,7 @@ class EmitMixin:
                 entry.children[site.linen_name] = Child(attr=site.attr, linen_class=linen_class, container="list")
         for attr, sites in plan.containers.items():
             first = sites[0]
-            linen_class = first.rule.linen_qualname if first.rule else self._class_key(first.user.name)  # type: ignore[union-attr]
+            linen_class = first.rule.linen_qualname if first.rule else (first.user.key or self._class_key(first.user.name))  # type: ignore[union-attr]
             entry.children[attr] = Child(attr=attr, linen_class=linen_class, container="list")
         self.name_map.classes[key] = entry
 

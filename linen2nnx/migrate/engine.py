@@ -16,9 +16,10 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path, PurePath
+from typing import Any
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -51,6 +52,7 @@ class FileResult:
     name_map: NameMap
     skipped: bool = False  # pre-filter: never imports flax.linen
     target: Path | None = None  # where the output was written
+    summaries: dict[str, Any] = dataclasses.field(default_factory=dict)  # class key -> ClassSummary
 
     @property
     def failed(self) -> bool:
@@ -190,11 +192,13 @@ def rule_selector(select: Sequence[str] | None = None, ignore: Sequence[str] | N
 
 def migrate_source(source: str, path: str, module_name: str = "", trace: Trace | None = None, *,
                    select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
-                   unsafe_fixes: bool = False) -> FileResult:
+                   unsafe_fixes: bool = False, external: Mapping[str, Any] | None = None) -> FileResult:
     """Migrate one file's text. Never raises for bad input: failures become ``error`` findings.
 
     ``select`` / ``ignore`` are rule-id prefixes (``L2N-SHAPE``); ``unsafe_fixes`` applies fixes that
     rest on a stated assumption (e.g. a traced literal size) instead of leaving them manual.
+    ``external`` holds the summaries of Linen classes other files of the run define (see
+    :func:`migrate_paths`), so submodules and base classes imported from them are migrated too.
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
 
@@ -214,7 +218,8 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
         return FileResult(file_path, path, source, None, [finding], NameMap())
     command = MigrateModules(CodemodContext(filename=path, full_module_name=module_name or None),
                              path=path, module_name=module_name, trace=trace,
-                             rule_enabled=rule_selector(select, ignore), unsafe_fixes=unsafe_fixes)
+                             rule_enabled=rule_selector(select, ignore), unsafe_fixes=unsafe_fixes,
+                             external=external)
     try:
         output = command.transform_module(tree).code
     except Exception as e:  # an internal bug must not take the other files down
@@ -222,7 +227,7 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
                           "please report this file; it was left untouched")
         return FileResult(file_path, path, source, None, [finding], NameMap())
     findings = sorted(command.findings, key=lambda f: (f.line, f.col, f.rule))
-    return FileResult(file_path, path, source, output, findings, command.name_map)
+    return FileResult(file_path, path, source, output, findings, command.name_map, summaries=command.summaries)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,8 +243,8 @@ class _Options:
 _WORKER_OPTIONS = _Options()
 
 
-def _migrate_file(args: tuple[Path, str, str], options: _Options | None = None) -> FileResult:
-    path, rel, module_name = args
+def _migrate_file(args: tuple[Path, str, str, Mapping[str, Any]], options: _Options | None = None) -> FileResult:
+    path, rel, module_name, external = args
     options = options or _WORKER_OPTIONS
     try:
         source = path.read_bytes().decode("utf-8")
@@ -251,7 +256,7 @@ def _migrate_file(args: tuple[Path, str, str], options: _Options | None = None) 
         finding = Finding("L2N-IO-002", Severity.ERROR, rel, 1, 1, f"cannot read: {e.strerror}", "")
         return FileResult(path, rel, None, None, [finding], NameMap())
     result = migrate_source(source, rel, module_name, options.trace, select=options.select,
-                            ignore=options.ignore, unsafe_fixes=options.unsafe_fixes)
+                            ignore=options.ignore, unsafe_fixes=options.unsafe_fixes, external=external)
     result.path = path
     return result
 
@@ -366,8 +371,59 @@ def _pool_context() -> tuple[multiprocessing.context.BaseContext, bool]:
     return multiprocessing.get_context("spawn"), False
 
 
+def import_levels(work: list[tuple[Path, str, str]]) -> list[list[int]]:
+    """Group files so that each comes after the files of the run it imports (cross-file pre-pass order).
+
+    Imports are read with ``ast`` (cheap); a cycle or an unparsable file just lands in the last level.
+    """
+    by_module = {module: i for i, (_, _, module) in enumerate(work) if module}
+    deps: list[set[int]] = []
+    for path, _, module in work:
+        wanted: set[str] = set()
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError, OSError):
+            tree = None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Import):
+                wanted.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    package = module.split(".")[: -node.level] if module else []
+                    base = ".".join([*package, *([base] if base else [])])
+                wanted.add(base)
+                wanted.update(f"{base}.{a.name}" for a in node.names)
+        deps.append({by_module[m] for m in wanted if m in by_module} - {len(deps)})
+    levels: list[list[int]] = []
+    done: set[int] = set()
+    remaining = list(range(len(work)))
+    while remaining:
+        ready = [i for i in remaining if deps[i] <= done] or remaining  # a cycle: take the rest together
+        levels.append(ready)
+        done.update(ready)
+        remaining = [i for i in remaining if i not in done]
+    return levels
+
+
 def _run(work: list, jobs: int, on_file: Callable[[FileResult], None] | None,
          options: _Options) -> Iterable[FileResult]:
+    """Migrate level by level (see :func:`import_levels`), each file seeing the classes of the files
+    it imports; results come back in discovery order."""
+    results: dict[int, FileResult] = {}
+    external: dict[str, Any] = {}
+    for level in import_levels(work):
+        items = [(*work[i], dict(external)) for i in level]
+        for i, r in zip(level, _run_level(items, jobs, options)):
+            results[i] = r
+            if on_file:
+                on_file(r)
+        for i in level:
+            external.update(results[i].summaries)
+    return [results[i] for i in range(len(work))]
+
+
+def _run_level(work: list, jobs: int, options: _Options) -> Iterable[FileResult]:
     if jobs > 1 and len(work) > 1:
         context, forked = _pool_context()
         if forked:
@@ -377,16 +433,10 @@ def _run(work: list, jobs: int, on_file: Callable[[FileResult], None] | None,
         chunksize = max(1, len(work) // (workers * 8))
         with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
                                  initargs=(options, not forked)) as pool:
-            for r in pool.map(_migrate_file, work, chunksize=chunksize):  # results in input order
-                if on_file:
-                    on_file(r)
-                yield r
+            yield from pool.map(_migrate_file, work, chunksize=chunksize)  # results in input order
     else:
         for item in work:
-            r = _migrate_file(item, options)
-            if on_file:
-                on_file(r)
-            yield r
+            yield _migrate_file(item, options)
 
 
 def _write(r: FileResult, target: Path, result: MigrationResult) -> None:

@@ -61,6 +61,8 @@ def drop_unused_linen_imports(module: cst.Module) -> cst.Module:
                 continue
             smalls[-1] = smalls[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
             stmt = stmt.with_changes(body=smalls)
+        if not body and not module.header:
+            stmt = stmt.with_changes(leading_lines=[line for line in stmt.leading_lines if line.comment is not None])
         body.append(stmt)
     return module.with_changes(body=body)
 

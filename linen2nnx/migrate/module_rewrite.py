@@ -20,7 +20,7 @@ Anything left that still needs Linen is a ``manual`` finding with an inline TODO
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import libcst as cst
@@ -50,6 +50,7 @@ from linen2nnx.migrate.sites import (
     MARKER,
     MERGE_PARAM,
     ClassPlan,
+    ClassSummary,
     Site,
 )
 from linen2nnx.migrate.sizing import SizingMixin
@@ -62,8 +63,11 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
     def __init__(self, context: CodemodContext, *, path: str, module_name: str, trace: Trace | None = None,
-                 rule_enabled: Callable[[str], bool] = lambda rule_id: True, unsafe_fixes: bool = False):
+                 rule_enabled: Callable[[str], bool] = lambda rule_id: True, unsafe_fixes: bool = False,
+                 external: Mapping[str, ClassSummary] | None = None):
         super().__init__(context)
+        self.external = dict(external or {})  # Linen classes migrated from other files of the run
+        self.summaries: dict[str, ClassSummary] = {}
         self.path = path
         self.module_name = module_name
         self.trace = trace
@@ -143,10 +147,25 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return None
 
     def user_class_of(self, node: cst.BaseExpression) -> ClassPlan | None:
-        """A Linen module class of this file (already planned) that ``node`` names."""
-        if isinstance(node, cst.Name):
-            return self.linen_classes.get(node.value)
+        """A Linen module class that ``node`` names: one of this file (already planned), or one another
+        file of the run defines (through its import)."""
+        if isinstance(node, cst.Name) and node.value in self.linen_classes:
+            return self.linen_classes[node.value]
+        if not isinstance(node, (cst.Name, cst.Attribute)) or not self.external:
+            return None
+        for q in self.qualnames(node):
+            summary = self.external.get(self._absolute(q))
+            if summary is not None:
+                return summary.as_plan()
         return None
+
+    def _absolute(self, qualname: str) -> str:
+        """``.blocks.Block`` (a relative import) -> ``pkg.blocks.Block`` for a file of package ``pkg``."""
+        if not qualname.startswith("."):
+            return qualname
+        dots = len(qualname) - len(qualname.lstrip("."))
+        package = self.module_name.split(".")[: -dots] if self.module_name else []
+        return ".".join([*package, qualname.lstrip(".")])
 
     @staticmethod
     def self_call(node: cst.Call) -> str | None:
@@ -178,8 +197,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             self._class_stack.append(None)
             return
         plan = self.plan_class(node)
+        plan.key = self._class_key(plan.name)
         self.plans[node] = plan
         self.linen_classes[plan.name] = plan
+        self.summaries[plan.key] = plan.summary()
         self._class_stack.append(plan)
 
 

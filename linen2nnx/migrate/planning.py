@@ -39,18 +39,15 @@ class PlanningMixin:
     """Plans one Linen module class on the original tree (no rewriting here)."""
 
     def is_linen_module(self, node: cst.ClassDef) -> bool:
-        for base in node.bases:
-            if self.qualnames(base.value) & LINEN_MODULE:
-                return True
-            if isinstance(base.value, cst.Name) and base.value.value in self.linen_classes:
-                return True
-        return False
+        return any(self.qualnames(base.value) & LINEN_MODULE or self.user_class_of(base.value) is not None
+                   for base in node.bases)
 
     def plan_class(self, node: cst.ClassDef) -> ClassPlan:
         fields: list[Field] = []
-        for base in node.bases:  # same-file Linen base classes contribute their fields first
-            if isinstance(base.value, cst.Name) and base.value.value in self.linen_classes:
-                fields.extend(self.linen_classes[base.value.value].fields)
+        for base in node.bases:  # Linen base classes (this file's or another's) contribute their fields first
+            base_plan = self.user_class_of(base.value)
+            if base_plan is not None:
+                fields.extend(base_plan.fields)
         for stmt in node.body.body:
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:

@@ -87,9 +87,31 @@ class ClassPlan:
     uses_rngs: bool = False  # make_rng is used: the module keeps ``self.rngs``
     method_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(default_factory=dict)  # method -> (params, result)
 
+    key: str = ""  # name-map key (module.Class)
+
     @property
     def field_names(self) -> list[str]:
         return [f.name for f in self.fields]
+
+    def summary(self) -> ClassSummary:
+        return ClassSummary(self.key, self.name, list(self.fields), dict(self.new_args), self.out, self.first_input)
+
+
+@dataclasses.dataclass
+class ClassSummary:
+    """What other files need to know about a migrated class (picklable: no syntax trees)."""
+
+    key: str
+    name: str
+    fields: list[Field]
+    new_args: dict[str, str]
+    out: Feat | None
+    first_input: str
+
+    def as_plan(self) -> ClassPlan:
+        """A plan stand-in for a class planned in another file (only its interface is used)."""
+        return ClassPlan(name=self.name, fields=list(self.fields), new_args=dict(self.new_args), out=self.out,
+                         first_input=self.first_input, key=self.key)
 
 
 def range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
