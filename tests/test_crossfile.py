@@ -57,3 +57,18 @@ def test_crossfile_package_reaches_parity(tmp_path):
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
     assert len(parity.by_check()["grad"]) == 14  # dense_0 + 2 blocks x 2 Dense + head (Dense, LayerNorm)
+
+
+def test_classes_from_outside_the_run_are_flagged(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURE, src)
+    result = migrate_paths([src / "pkg" / "model.py"], Mode.DIFF)  # blocks.py is not part of this run
+    manual = [f for f in result.findings if f.rule == "L2N-MOD-006"]
+    assert [f.message.split(" ")[0] for f in manual] == ["Tower"]  # its base Head is unknown
+    assert "# TODO(linen2nnx): L2N-MOD-006" in result.files[0].output
+
+    (src / "pkg" / "model.py").write_text(
+        "import flax.linen as nn\n\nfrom pkg.blocks import Block\n\n\nclass Stack(nn.Module):\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return Block(hidden=4)(x)\n")
+    result = migrate_paths([src / "pkg" / "model.py"], Mode.DIFF)
+    assert [f.message.split("(")[0] for f in result.findings if f.rule == "L2N-MOD-006"] == ["Block"]

@@ -29,6 +29,7 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvide
 
 from linen2nnx.layers import LayerRule, layer_rule
 from linen2nnx.migrate.cst_utils import (
+    code,
     is_docstring,
     kwarg,
     root_name,
@@ -194,6 +195,11 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if not self.is_linen_module(node):
+            if any(self.qualnames(d.decorator) & LINEN_COMPACT for m in node.body.body
+                   if isinstance(m, cst.FunctionDef) for d in m.decorators):
+                bases = ", ".join(code(b.value) for b in node.bases) or "object"
+                self.report("L2N-MOD-006", node, f"{node.name.value} uses @nn.compact but its base ({bases}) is "
+                            "not a Linen class of this run", "migrate the file that defines the base in the same run")
             self._class_stack.append(None)
             return
         plan = self.plan_class(node)

@@ -240,6 +240,7 @@ class PlanningMixin:
                 user = None if rule is not None else command.user_class_of(node.func)
                 variable = command.self_call(node) in ("param", "variable")
                 if rule is None and user is None and not variable:
+                    command._flag_unknown_submodule(node)
                     return
                 what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{command.self_call(node)}")
                 if self.blocked:
@@ -277,6 +278,23 @@ class PlanningMixin:
                 target, value = stmt.body[0].targets[0].target, stmt.body[0].value
                 if isinstance(target, cst.Name) and counts.get(target.value) == 1 and value in plan.sites:
                     plan.local_sites[target.value] = plan.sites[value]
+
+    def _flag_unknown_submodule(self, node: cst.Call) -> None:
+        """``Foo(...)(x)`` in @nn.compact with ``Foo`` neither a built-in layer nor a Linen class of the run:
+        most likely a Linen submodule defined elsewhere, which would stay unconverted. Say so."""
+        ctor = node.func
+        if not isinstance(ctor, cst.Call) or not isinstance(ctor.func, (cst.Name, cst.Attribute)):
+            return
+        if self.layer_rule_of(ctor.func) or self.user_class_of(ctor.func):
+            return  # a known layer / class: planned on its own
+        name = ctor.func.value if isinstance(ctor.func, cst.Name) else ctor.func.attr.value
+        if not name[:1].isupper() or self.self_call(ctor) is not None:
+            return
+        qualnames = self.qualnames(ctor.func)
+        if any(q.startswith(("jax.", "jnp.", "numpy.", "functools.")) for q in qualnames):
+            return
+        self.report("L2N-MOD-006", ctor, f"{name}(...)(...) looks like a Linen submodule that is not part of this "
+                    "run", "migrate the file that defines it in the same run, or convert it by hand")
 
     def _conditions_of(self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str]) -> list[str] | None:
         """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches); None when a test

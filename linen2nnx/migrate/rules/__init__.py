@@ -24,6 +24,7 @@ RULES: dict[str, Rule] = {
         Rule("L2N-MOD-002", Severity.CONVERTED, "setup() body moved into __init__."),
         Rule("L2N-MOD-003", Severity.CONVERTED, "@nn.compact submodules hoisted into __init__ under their Linen auto-names."),
         Rule("L2N-MOD-004", Severity.MANUAL, "Submodule construction the codemod cannot hoist (loop, branch, call-time value)."),
+        Rule("L2N-MOD-006", Severity.MANUAL, "A submodule class the run does not define (e.g. a Linen class from an unmigrated file)."),
         Rule("L2N-LAYER-001", Severity.CONVERTED, "Built-in Linen layer replaced by its NNX counterpart."),
         Rule("L2N-LAYER-002", Severity.MANUAL, "Layer argument with no NNX equivalent."),
         Rule("L2N-LAYER-003", Severity.CONVERTED, "Mode argument (deterministic / use_running_average) moved to call time."),
