@@ -18,6 +18,7 @@ EXPECTED_MANUAL = {
     "compact_partitioned": set(),  # nn.with_logical_partitioning -> nnx.with_partitioning
     "compact_shape_local": set(),  # `out = x.shape[-1] if ... else ...` replayed in __init__, merge_param
     "compact_tied": set(),  # local-bound embed reused by .attend, a dropout called later, a sown metric
+    "field_kinds": set(),  # kw_only required field after a defaulted one; init=False field
     "import_alias": set(),
     "inheritance": set(),
     "manual_api": {"L2N-API-002"},  # custom collection, make_rng: not converted yet

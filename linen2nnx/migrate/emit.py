@@ -98,10 +98,15 @@ class EmitMixin:
 
     def _build_init(self, plan: ClassPlan, setup_body: list[cst.BaseStatement]) -> cst.FunctionDef:
         params = ["self"]
-        for f in plan.fields:
+        keyword_only = False
+        for f in (f for f in plan.fields if f.init):
+            if f.default is None and not keyword_only and any(" = " in p for p in params[1:]):
+                params.append("*")  # Linen's kw_only fields: a required field after defaulted ones
+                keyword_only = True
             default = f" = {f.default}" if f.default is not None else ""
             params.append(f"{f.name}: {f.annotation}{default}")
-        params.append("*")
+        if not keyword_only:
+            params.append("*")
         params.extend(f"{a}: int" for a in plan.new_args)
         if "rngs" not in plan.field_names:
             params.append("rngs: nnx.Rngs")
@@ -110,7 +115,10 @@ class EmitMixin:
         header = one_line if len(one_line) <= 96 else many_lines
         fn = cst.parse_statement(header)
         assert isinstance(fn, cst.FunctionDef)
-        stmts: list[cst.BaseStatement] = [cst.parse_statement(f"self.{f.name} = {f.name}\n") for f in plan.fields]
+        stmts: list[cst.BaseStatement] = [
+            cst.parse_statement(f"self.{f.name} = {f.name if f.init else f.default}\n")
+            for f in plan.fields if f.init or f.default is not None  # init=False: its default, set here
+        ]
         if plan.uses_rngs:
             stmts.append(cst.parse_statement("self.rngs = rngs.fork()\n"))
         for stmt in setup_body:

@@ -84,6 +84,7 @@ class PlanningMixin:
     def _field(self, small: cst.AnnAssign, rewritten: cst.AnnAssign | None = None) -> Field:
         """A dataclass field; its default's text is taken from ``rewritten`` when given."""
         default = None
+        init = True
         if small.value is not None:
             value = small.value
             if isinstance(value, cst.Call) and self.qualnames(value.func) & {"dataclasses.field"}:
@@ -93,9 +94,10 @@ class PlanningMixin:
                     default = code(kw["default"])
                 elif "default_factory" in kw:
                     default = f"{code(kw['default_factory'])}()"
+                init = not (isinstance(kw.get("init"), cst.Name) and kw["init"].value == "False")
             else:
                 default = code(rewritten.value if rewritten is not None and rewritten.value is not None else value)
-        return Field(small.target.value, code(small.annotation.annotation), default)
+        return Field(small.target.value, code(small.annotation.annotation), default, init)
 
     def _bind_args(self, order: tuple[str, ...] | list[str], call: cst.Call) -> tuple[dict[str, cst.Arg], cst.Arg | None]:
         bound: dict[str, cst.Arg] = {}

@@ -30,6 +30,7 @@ class Field:
     name: str
     annotation: str
     default: str | None
+    init: bool = True  # dataclasses.field(init=False): set inside the class, not a constructor argument
 
 
 @dataclasses.dataclass
