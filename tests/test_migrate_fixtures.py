@@ -16,6 +16,7 @@ EXPECTED_MANUAL = {
     "compact_loop": set(),  # loop-built submodules, a user submodule, a config local replayed in __init__
     "compact_param": set(),
     "compact_partitioned": set(),  # nn.with_logical_partitioning -> nnx.with_partitioning
+    "compact_seq_loop": set(),  # loops over a config list (-> enumerate) and range() with per-layer widths
     "compact_shape_local": set(),  # `out = x.shape[-1] if ... else ...` replayed in __init__, merge_param
     "compact_tied": set(),  # local-bound embed reused by .attend, a dropout called later, a sown metric
     "field_kinds": set(),  # kw_only required field after a defaulted one; init=False field

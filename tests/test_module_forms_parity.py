@@ -38,6 +38,7 @@ CASES = {
     "tuple_helpers": ("AutoEncoder", {"latents": 3}, (2, 5)),
     "compact_dense": ("MyDense", {"features": 3}, (2, 5)),
     "field_kinds": ("Head", {"classes": 3}, (2, 5)),
+    "compact_seq_loop": ("MLP", {}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
     "compact_dense_nobias": ("MyDense", {"features": 3, "use_bias": False}, (2, 5)),
 }

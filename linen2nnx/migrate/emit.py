@@ -85,13 +85,13 @@ class EmitMixin:
         else:
             built = self._variable_ctor(site, updated)
         if site.loop is not None:
-            comp = cst.parse_expression(f"[None for {site.loop.var} in {site.loop.range_src}]")
+            comp = cst.parse_expression(f"[None for {site.loop.target_src} in {site.loop.iter_src}]")
             assert isinstance(comp, cst.ListComp)
             built = cst.Call(cst.parse_expression("nnx.List"), [cst.Arg(comp.with_changes(elt=built))])
         return built
 
     def _call_site(self, site: Site) -> cst.BaseExpression:
-        ref = f"self.{site.attr}[{site.loop.var}]" if site.loop is not None else f"self.{site.attr}"
+        ref = f"self.{site.attr}[{site.loop.position}]" if site.loop is not None else f"self.{site.attr}"
         if site.kind == "param":
             ref += "[...]"
         return cst.parse_expression(ref)

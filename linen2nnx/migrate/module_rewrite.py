@@ -85,6 +85,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._built: dict[cst.Call, cst.BaseExpression] = {}
         self._pure_updated: dict[cst.CSTNode, cst.BaseStatement] = {}
         self._pending_api: dict[cst.CSTNode, cst.Attribute] = {}
+        self._indexed_loops: dict[cst.For, Any] = {}
         self._init_markers: dict[cst.Call, list[str]] = {}
         self._flow_method: str | None = None
         self._methods: dict[str, list[cst.FunctionDef]] = {}
@@ -393,6 +394,13 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         while cur is not None and not isinstance(cur, cst.FunctionDef):
             cur = self.get_metadata(ParentNodeProvider, cur, None)
         return cur
+
+    def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
+        loop = self._indexed_loops.get(original)
+        if loop is None:
+            return updated
+        target = cst.parse_expression(loop.target_src)
+        return updated.with_changes(target=target, iter=cst.parse_expression(loop.iter_src))
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         if self._current() is None:

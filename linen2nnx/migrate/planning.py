@@ -412,6 +412,8 @@ class PlanningMixin:
             attr = f"{attr}_"
         site = self._add_site(plan, node, attr=attr, linen_name=linen_name, hoisted=True)
         site.container, site.loop = container, loop
+        if loop is not None and loop.index:
+            self._indexed_loops[loop.node] = loop  # `for v in seq` becomes `for v_index, v in enumerate(seq)`
         loop_names = {loop.var} if loop else set()
         moved = []
         for arg_name, arg in bound.items():

@@ -4,6 +4,7 @@ plus the Linen facts the planner keys on and small syntax helpers it shares."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import libcst as cst
 
@@ -37,6 +38,25 @@ class Field:
 class LoopInfo:
     var: str  # loop variable
     range_src: str  # the iterable, e.g. ``range(self.num_layers)``
+    index: str = ""  # for ``for v in <config list>``: the index the loop is rewritten to count with
+    node: Any = None  # the For statement (rewritten to ``enumerate`` when ``index`` is set)
+
+    @property
+    def target_src(self) -> str:
+        return f"{self.index}, {self.var}" if self.index else self.var
+
+    @property
+    def iter_src(self) -> str:
+        return f"enumerate({self.range_src})" if self.index else self.range_src
+
+    @property
+    def position(self) -> str:
+        """The element's index in the loop."""
+        return self.index or self.var
+
+    def previous(self) -> str:
+        """The loop variable's value one iteration earlier."""
+        return f"{self.range_src}[{self.index} - 1]" if self.index else f"({self.var} - 1)"
 
 
 @dataclasses.dataclass
@@ -116,14 +136,18 @@ class ClassSummary:
 
 
 def range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
-    """``for i in range(<config expr>)`` -> LoopInfo; anything else -> None."""
+    """``for i in range(<config expr>)`` or ``for v in <config sequence>`` -> LoopInfo; else None."""
     it = node.iter
-    if not (isinstance(node.target, cst.Name) and isinstance(it, cst.Call) and isinstance(it.func, cst.Name)
-            and it.func.value == "range" and 1 <= len(it.args) <= 2):
+    if not isinstance(node.target, cst.Name) or (names_in(it) - {"range"} - NOT_LOCAL) & local_names:
         return None
-    if (names_in(it) - {"range"} - NOT_LOCAL) & local_names:
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range":
+        if 1 <= len(it.args) <= 2 and not any(a.keyword for a in it.args):
+            return LoopInfo(node.target.value, code(it), node=node)
         return None
-    return LoopInfo(node.target.value, code(it))
+    if isinstance(it, cst.Call):
+        return None  # enumerate(...), zip(...): not followed yet
+    index = f"{node.target.value}_index"
+    return LoopInfo(node.target.value, code(it), index=index, node=node)
 
 
 def loop_name_prefix(value: cst.BaseExpression, var: str) -> str | None:
@@ -209,3 +233,18 @@ def replace_shape_last(value: cst.BaseExpression, sizes: dict[str, str]) -> str:
 
     return code(value.visit(T()))
 
+
+
+def replace_name(expr_src: str, name: str, replacement: str) -> str:
+    """``widths[i]`` with ``i`` -> ``(i - 1)`` gives ``widths[(i - 1)]`` (names only, not attributes)."""
+    if name not in names_in(cst.parse_expression(expr_src)):
+        return expr_src
+
+    class T(cst.CSTTransformer):
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+            return cst.parse_expression(replacement) if original.value == name else updated
+
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+            return updated.with_changes(attr=original.attr)  # `cfg.i` keeps its attribute name
+
+    return code(cst.parse_expression(expr_src).visit(T()))

@@ -20,6 +20,7 @@ from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
+    replace_name,
     replace_shape_last,
 )
 
@@ -228,7 +229,8 @@ class SizingMixin:
         if site.loop is None or later is None or later == feats[0]:
             return first
         rest = self._resolve_in(plan, site, later, params, node)
-        return first if rest == first else f"{first} if {site.loop.var} == 0 else {rest}"
+        rest = replace_name(rest, site.loop.var, site.loop.previous())  # the previous element fed this one
+        return first if rest == first else f"{first} if {site.loop.position} == 0 else {rest}"
 
     def _static_size(self, plan: ClassPlan, feat: Feat, params: list[str], node: cst.CSTNode) -> str | None:
         """A size known without a trace: a config expression, or a ``__call__`` input's last axis (which
