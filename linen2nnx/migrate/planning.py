@@ -20,6 +20,7 @@ from linen2nnx.migrate.cst_utils import (
     self_attr,
     snake_case,
 )
+from linen2nnx.migrate.linen_api import feature_preserving_functions
 from linen2nnx.migrate.sites import (
     COLLECTION_TYPES,
     LINEN_COMPACT,
@@ -57,6 +58,11 @@ class PlanningMixin:
                         fields = [f for f in fields if f.name != small.target.value]
                         fields.append(self._field(small))
         plan = ClassPlan(name=node.name.value, fields=fields)
+        for stmt in node.body.body:  # `act: Callable = nn.relu`: calling self.act keeps the feature size
+            for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if (isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None
+                        and self.qualnames(small.value) & feature_preserving_functions()):
+                    plan.activation_fields.add(small.target.value)
         if "rngs" in plan.field_names:
             self.report("L2N-MOD-004", node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
                         "for the nnx.Rngs", "rename the field before migrating")

@@ -109,6 +109,7 @@ class ClassPlan:
     method_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(default_factory=dict)  # method -> (params, result)
 
     key: str = ""  # name-map key (module.Class)
+    activation_fields: set[str] = dataclasses.field(default_factory=set)  # fields defaulting to nn.relu & co.
 
     @property
     def field_names(self) -> list[str]:

@@ -65,6 +65,8 @@ class SizingMixin:
 
         def method_of(call: cst.Call, args: list[Feat]) -> Feat | None:
             name = self_attr(call.func)
+            if name in plan.activation_fields and args:
+                return args[0]
             callee = methods.get(name or "")
             if callee is not None and depth[0] < 3 and name not in ("__call__", "setup"):
                 # inline the helper with the caller's values, so layers it applies are sized in context
