@@ -133,3 +133,18 @@ def substitute_self_fields(expr_src: str, fields: dict[str, str]) -> str | None:
 
     out = tree.visit(Sub())
     return None if missing else code(out)
+
+
+def replace_name(expr_src: str, name: str, replacement: str) -> str:
+    """``widths[i]`` with ``i`` -> ``(i - 1)`` gives ``widths[(i - 1)]`` (names only, not attributes)."""
+    if name not in names_in(cst.parse_expression(expr_src)):
+        return expr_src
+
+    class T(cst.CSTTransformer):
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+            return cst.parse_expression(replacement) if original.value == name else updated
+
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+            return updated.with_changes(attr=original.attr)  # `cfg.i` keeps its attribute name
+
+    return code(cst.parse_expression(expr_src).visit(T()))

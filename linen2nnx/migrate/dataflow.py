@@ -19,6 +19,7 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_utils import code, names_in, replace_name
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 
 
@@ -115,18 +116,16 @@ class FeatureFlow:
 
     def _leave_loop(self, stmt: cst.For) -> None:
         """After ``for v in seq``, a size written with ``v`` means the last element's: ``seq[-1]``."""
-        from linen2nnx.migrate.sites import replace_name
-
         var = stmt.target.value  # type: ignore[attr-defined]
         it = stmt.iter
         if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range":
-            last = f"({_code(it.args[-1].value)} - 1)" if len(it.args) in (1, 2) else None
+            last = f"({code(it.args[-1].value)} - 1)" if len(it.args) in (1, 2) else None
         elif isinstance(it, cst.Call):
             last = None
         else:
-            last = f"{_code(it)}[-1]"
+            last = f"{code(it)}[-1]"
         for name, feat in list(self.env.items()):
-            if feat.kind == "expr" and var in _names(feat.expr):
+            if feat.kind == "expr" and var in names_in(cst.parse_expression(feat.expr)):
                 self.env[name] = Feat("expr", expr=replace_name(feat.expr, var, last)) if last else \
                     Feat.unknown(f"a size that depends on the loop variable {var}")
 
@@ -239,12 +238,3 @@ def transfer(out: Feat, params: list[str], args: list[Feat]) -> Feat:
         return out
     return Feat.unknown("callee result")
 
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
-def _names(expr_src: str) -> set[str]:
-    from linen2nnx.migrate.cst_utils import names_in
-
-    return names_in(cst.parse_expression(expr_src))

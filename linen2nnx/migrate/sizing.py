@@ -13,6 +13,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_utils import (
     code,
+    replace_name,
     self_attr,
     substitute_self_fields,
 )
@@ -20,7 +21,6 @@ from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
-    replace_name,
     replace_shape_last,
 )
 
