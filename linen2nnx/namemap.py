@@ -179,9 +179,10 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def flatten(tree: Mapping[str, Any], prefix: PathT = ()) -> Iterable[tuple[PathT, Any]]:
-    """Flatten a nested mapping into ``(path, leaf)`` pairs (mappings are inner nodes)."""
+    """Flatten a nested mapping into ``(path, leaf)`` pairs (mappings are inner nodes; ``None`` leaves,
+    e.g. an Orbax-restored empty state, are skipped)."""
     for k, v in tree.items():
         if isinstance(v, Mapping):
             yield from flatten(v, (*prefix, k))
-        else:
+        elif v is not None:
             yield (*prefix, k), v

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from linen2nnx.errors import L2NError
+from linen2nnx.namemap import flatten
 
 PathT = tuple[Any, ...]
 
@@ -66,7 +67,7 @@ class LinenCheckpoint:
         """``(collection, path, array)`` for every variable leaf, in a stable order."""
         out = []
         for coll in sorted(self.collections):
-            for path, leaf in _flatten(self.collections[coll]):
+            for path, leaf in flatten(self.collections[coll]):
                 out.append((coll, path, leaf))
         return out
 
@@ -236,12 +237,3 @@ def _as_int(value: Any) -> int | None:
     except (TypeError, ValueError):
         return None
 
-
-def _flatten(tree: Mapping[str, Any], prefix: PathT = ()) -> list[tuple[PathT, Any]]:
-    out: list[tuple[PathT, Any]] = []
-    for k, v in tree.items():
-        if isinstance(v, Mapping):
-            out.extend(_flatten(v, (*prefix, k)))
-        elif v is not None:
-            out.append(((*prefix, k), v))
-    return out
