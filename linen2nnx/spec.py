@@ -13,6 +13,7 @@ arguments (``train_kwargs`` / ``eval_kwargs``) are added on top, because ``migra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -85,10 +86,9 @@ class ModelPair:
 
         # a `default` stream too: NNX layers draw from streams Linen never names (RNN's `carry`, ...)
         streams = {s: seed + i + 1 for i, s in enumerate(self.linen.rng_streams)}
-        if jax.sharding.get_abstract_mesh().empty:
-            with nnx.use_eager_sharding(False):
-                return self.nnx_factory(nnx.Rngs(seed, **streams))
-        return self.nnx_factory(nnx.Rngs(seed, **streams))
+        no_mesh = jax.sharding.get_abstract_mesh().empty
+        with nnx.use_eager_sharding(False) if no_mesh else contextlib.nullcontext():
+            return self.nnx_factory(nnx.Rngs(seed, **streams))
 
 
 def linen_ctor_kwargs(module: Any) -> dict[str, Any]:
