@@ -32,6 +32,9 @@ class Child:
     """``flax.linen.Dense`` for built-ins, else the class key of a migrated class (its qualname)."""
     container: str | None = None
     """``list`` / ``dict`` when a ``setup()`` list or dict became ``nnx.List`` / ``nnx.Dict``."""
+    stack: str | None = None
+    """The stack axis (source) of a module built under ``nn.scan`` / ``nn.vmap``: the same on both
+    sides, so its state converts by name; recorded so readers know the leaves carry a layer axis."""
 
 
 @dataclasses.dataclass
@@ -164,6 +167,7 @@ def _attr_path(attr: str) -> list[Any]:
 
 def _container_lookup(entry: ClassEntry, key: str) -> tuple[Child, Any] | None:
     for name, child in entry.children.items():
+        name = name.removesuffix("_{i}")  # a list sharing its prefix with another child (`layers` stack)
         if child.container is None or not key.startswith(name + "_"):
             continue
         suffix = key[len(name) + 1:]

@@ -28,7 +28,19 @@ EXPECTED_MANUAL = {
     "setup_mlp": set(),
     "setup_conditional": set(),  # a submodule under `if`, a helper method the dataflow follows
     "setup_param": set(),
+    "transform_scan_layers": set(),  # nn.remat inside nn.scan, or an unrolled remat loop: one `layers` attribute
+    "transform_scan_time": set(),  # a cell scanned over time (params broadcast), the carry sized by jnp.zeros
+    "transform_vmap": set(),  # an nn.vmap ensemble of a built-in layer
+    "transform_unsupported": {"L2N-XFORM-002"},  # variable_carry: reported, left as is
+    "factory_method": set(),  # helper methods returning layers: one submodule per call, the helper removed
+    "lazy_cache": set(),  # a cache created on the first call; has_variable -> hasattr
+    "input_shape": set(),  # a kernel sized from several input axes: an inputs_shape argument
     "tuple_helpers": set(),  # tuple results, a module-level helper, a second method reusing a submodule
+    "train_state": set(),  # TrainState + jitted init + dropout rngs -> nnx.Optimizer on the split (graphdef, state)
+    "train_batch_stats": set(),  # mutable batch_stats, replace, `new = old.apply_gradients(...)`, a local state read
+    "train_apply": set(),  # init / apply without a TrainState: rngs dict, method=, an inline init
+    "train_manual": {"L2N-TRAIN-008", "L2N-TRAIN-009"},  # custom TrainState field, apply on unknown params
+    "train_init_size": {"L2N-SHAPE-003", "L2N-TRAIN-010"},  # a constructor size init cannot give
 }
 
 

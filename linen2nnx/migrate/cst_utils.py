@@ -148,3 +148,57 @@ def replace_name(expr_src: str, name: str, replacement: str) -> str:
             return updated.with_changes(attr=original.attr)  # `cfg.i` keeps its attribute name
 
     return code(cst.parse_expression(expr_src).visit(T()))
+
+
+def comprehension_names(node: cst.CSTNode) -> set[str]:
+    """Names bound by comprehensions inside ``node`` (``ax`` in ``tuple(x.shape[ax] for ax in axes)``)."""
+    found: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_CompFor(self, n: cst.CompFor) -> None:
+            found.update(names_in(n.target))
+
+    node.visit(V())
+    return found
+
+
+def assigned_in(node: cst.CSTNode) -> set[str]:
+    """Names an assignment-like statement (or any block) binds."""
+    found: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
+            found.update(names_in(n.target))
+
+        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
+            found.update(names_in(n.target))
+
+        def visit_AugAssign(self, n: cst.AugAssign) -> None:
+            found.update(names_in(n.target))
+
+        def visit_For(self, n: cst.For) -> None:
+            found.update(names_in(n.target))
+
+    node.visit(V())
+    return found
+
+
+def only_shape_uses(node: cst.CSTNode, name: str) -> bool:
+    """``name`` appears in ``node`` only as ``name.shape`` or ``name.ndim``."""
+    ok = True
+
+    class V(cst.CSTVisitor):
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            if isinstance(n.value, cst.Name) and n.value.value == name:
+                nonlocal ok
+                ok = ok and n.attr.value in ("shape", "ndim")
+                return False
+            return True
+
+        def visit_Name(self, n: cst.Name) -> None:
+            nonlocal ok
+            if n.value == name:
+                ok = False
+
+    node.visit(V())
+    return ok

@@ -53,8 +53,11 @@ class LayerUse:
     feat: Feat
     node: cst.CSTNode
     iteration: int = 0  # 0: first (or only) pass; 1: a later iteration of an enclosing loop
+    args: tuple[Feat, ...] = ()  # every positional input (a module may size itself by its second one)
 
 
+ARRAY_CONSTRUCTORS = frozenset({"jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full",
+                                "numpy.zeros", "numpy.ones"})
 SHAPE_KEEPING_METHODS = frozenset({"astype", "clip", "squeeze"})
 
 
@@ -173,6 +176,10 @@ class FeatureFlow:
             return Feat("sliced", base=self.expr_of(node.value))
         if isinstance(node, cst.IfExp):
             a, b = self.expr_of(node.body), self.expr_of(node.orelse)
+            for tup, plain in ((a, b), (b, a)):
+                # `(y, None) if scanned else y`: a layer body that serves nn.scan (carry, out) or a loop
+                if tup.kind == "tuple" and tup.elements and tup.elements[0] == plain:
+                    return plain
             return a if a == b else Feat.unknown("conditional expression")
         return Feat.unknown(type(node).__name__)
 
@@ -184,7 +191,7 @@ class FeatureFlow:
         layer = self.layer_of(node)
         first = arg_feats[0] if arg_feats else Feat.unknown("no input")
         if layer is not None:
-            self.uses.append(LayerUse(layer.key, first, node, self.iteration))
+            self.uses.append(LayerUse(layer.key, first, node, self.iteration, tuple(arg_feats)))
             if layer.out_fn is not None:
                 return layer.out_fn(first)
             if layer.out_unknown:
@@ -202,6 +209,13 @@ class FeatureFlow:
                 return receiver
             if method == "reshape":
                 return _reshape(receiver, node)
+        if (self.qualnames_of(node.func) & ARRAY_CONSTRUCTORS and node.args
+                and isinstance(node.args[0].value, (cst.Tuple, cst.List)) and node.args[0].value.elements):
+            last = node.args[0].value.elements[-1].value  # jnp.zeros((batch, self.hidden)): a carry
+            if names_in(last) <= {"self"} and not isinstance(last, cst.Name):
+                return Feat("expr", expr=code(last))
+            if isinstance(last, cst.Integer):
+                return Feat("expr", expr=code(last))
         if self.qualnames_of(node.func) & {"jax.numpy.reshape"} and node.args:
             return _reshape(first, cst.Call(func=node.func, args=node.args[1:]))
         return Feat.unknown("call")

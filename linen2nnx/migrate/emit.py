@@ -14,6 +14,8 @@ from linen2nnx.migrate.cst_utils import (
     self_attr,
     strip_commas,
 )
+from linen2nnx.migrate.factories import call_site_ctor
+from linen2nnx.migrate.lifted import lifted_ctor, param_axis
 from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
@@ -59,6 +61,8 @@ class EmitMixin:
         return cst.Call(func=cst.parse_expression(f"nnx.{rule.nnx}"), args=strip_commas(args))
 
     def _user_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
+        if site.lifted is not None:  # nn.scan(Block, ...)(cfg): the class itself, lifted in _build
+            updated = updated.with_changes(func=cst.parse_expression(code(site.lifted.base)))
         args = [a for a in updated.args if not (a.keyword is not None and a.keyword.value == "name")]
         args += [kwarg(name, cst.parse_expression(expr)) for name, expr in site.user_in.items()]
         args.append(kwarg("rngs", cst.Name("rngs")))
@@ -84,11 +88,22 @@ class EmitMixin:
             built = self._user_ctor(site, updated)
         else:
             built = self._variable_ctor(site, updated)
+        if site.lifted is not None:
+            built = cst.parse_expression(lifted_ctor(site.lifted, code(built)))
         if site.loop is not None:
             comp = cst.parse_expression(f"[None for {site.loop.target_src} in {site.loop.iter_src}]")
             assert isinstance(comp, cst.ListComp)
             built = cst.Call(cst.parse_expression("nnx.List"), [cst.Arg(comp.with_changes(elt=built))])
         return built
+
+    def _build_factory(self, site: Site) -> cst.BaseExpression | None:
+        """The constructor a factory-method call stands for, from the rewritten helper and call."""
+        call = self._factory_calls.get(site.ctor)
+        if call is None:
+            return None
+        ctor = self._factory_updated.get(site.factory.ctor, site.factory.ctor)
+        built = call_site_ctor(site.factory, call, ctor)
+        return None if built is None else self._build(site, built)
 
     def _call_site(self, site: Site) -> cst.BaseExpression:
         ref = f"self.{site.attr}[{site.loop.position}]" if site.loop is not None else f"self.{site.attr}"
@@ -107,7 +122,8 @@ class EmitMixin:
             params.append(f"{f.name}: {f.annotation}{default}")
         if not keyword_only:
             params.append("*")
-        params.extend(f"{a}: int" for a in plan.new_args)
+        params.extend(f"{a}: tuple[int, ...]" if how == "input_shape:0" else f"{a}: int"
+                      for a, how in plan.new_args.items())
         if "rngs" not in plan.field_names:
             params.append("rngs: nnx.Rngs")
         one_line = f"def __init__({', '.join(params)}):\n    pass\n"
@@ -123,6 +139,11 @@ class EmitMixin:
             stmts.append(cst.parse_statement("self.rngs = rngs.fork()\n"))
         for stmt in setup_body:
             stmts.append(self._containerize(plan, stmt))
+        shape_arg = next((a for a, how in plan.new_args.items() if how == "input_shape:0"), None)
+        if shape_arg is not None:  # the input the parameter shapes read: a stand-in of the same shape
+            stmts.append(cst.parse_statement(
+                f"{plan.shape_input} = jax.ShapeDtypeStruct(tuple({shape_arg}), jax.numpy.float32)\n"))
+            self.needs_jax_import = True
         for name in plan.needed_locals:
             stmt = self._pure_updated.get(plan.pure_locals[name], plan.pure_locals[name])
             if name in plan.shape_locals:
@@ -134,19 +155,25 @@ class EmitMixin:
                 value = stmt.body[0].value  # type: ignore[attr-defined]
                 stmt = cst.parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")
             stmts.append(stmt)
+        emitted_if: dict[str, int] = {}
         for site in plan.hoisted_order:
-            built = self._built.get(site.ctor)
+            built = self._build_factory(site) if site.factory is not None else self._built.get(site.ctor)
             if built is None:
                 continue
             markers = [cst.EmptyLine(comment=cst.Comment(m)) for m in dict.fromkeys(self._init_markers.get(site.ctor, []))]
             assign = cst.SimpleStatementLine([cst.Assign(
                 targets=[cst.AssignTarget(cst.parse_expression(f"self.{site.attr}"))], value=built)],
                 leading_lines=markers)  # on the statement holding the code, as a second run would place them
-            if site.conditions:  # created only when Linen would create it; absent -> None
+            if site.exclusive_with is not None and site.exclusive_with.attr in emitted_if:
+                index = emitted_if[site.exclusive_with.attr]  # the other branch of the same switch
+                block = stmts[index]
+                stmts[index] = block.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=[assign])))
+            elif site.conditions:  # created only when Linen would create it; absent -> None
                 test = " and ".join(f"({c})" if len(site.conditions) > 1 else c for c in site.conditions)
                 block = cst.parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
                 assert isinstance(block, cst.If)
                 stmts.append(block.with_changes(body=block.body.with_changes(body=[assign])))
+                emitted_if[site.attr] = len(stmts) - 1
             else:
                 stmts.append(assign)
         if not stmts:
@@ -175,10 +202,15 @@ class EmitMixin:
             linen_class = site.rule.linen_qualname if site.rule else (site.user.key or self._class_key(site.user.name))  # type: ignore[union-attr]
             if site.parent is not None and not self._root_site(site).hoisted:
                 continue  # inside a setup() layer: Linen names it under that layer (rules map it)
+            stacked = site.lifted.stacked if site.lifted is not None else None
             if site.container is None:
-                entry.children[site.linen_name] = Child(attr=site.attr, linen_class=linen_class)
+                entry.children[site.linen_name] = Child(attr=site.attr, linen_class=linen_class,
+                                                        stack=param_axis(stacked) if stacked else None)
             elif site.loop is not None:
-                entry.children[site.linen_name] = Child(attr=site.attr, linen_class=linen_class, container="list")
+                child_key = site.linen_name if site.linen_name not in entry.children else f"{site.linen_name}_{{i}}"
+                entry.children[child_key] = Child(attr=site.attr, linen_class=linen_class, container="list")
+        for var in plan.lazy_vars.values():
+            entry.variables.setdefault(var.collection, {})[var.name] = var.attr
         for attr, sites in plan.containers.items():
             first = sites[0]
             linen_class = first.rule.linen_qualname if first.rule else (first.user.key or self._class_key(first.user.name))  # type: ignore[union-attr]

@@ -32,6 +32,7 @@ from linen2nnx.migrate.cst_utils import (
     code,
     is_docstring,
     kwarg,
+    names_in,
     root_name,
     self_attr,
     strip_commas,
@@ -40,6 +41,16 @@ from linen2nnx.migrate.dataflow import Feat, FeatureFlow
 from linen2nnx.migrate.emit import EmitMixin
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_import
+from linen2nnx.migrate.lazy_vars import creation
+from linen2nnx.migrate.lifted import (
+    LINEN_MARKERS,
+    TRANSFORMS,
+    Lift,
+    LiftChain,
+    LiftError,
+    lifted_call,
+    validate,
+)
 from linen2nnx.migrate.linen_api import KEPT_LINEN_FUNCTIONS, RENAMED_IN_NNX, equivalent_in_nnx, same_in_nnx
 from linen2nnx.migrate.planning import PlanningMixin
 from linen2nnx.migrate.rules import RULES
@@ -91,6 +102,14 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._methods: dict[str, list[cst.FunctionDef]] = {}
         self.function_out: dict[str, tuple[list[str], Feat]] = {}  # module-level helper -> (params, result)
         self.uses_nnx = False
+        self.needs_jax_import = False  # an emitted jax.ShapeDtypeStruct stand-in
+        self._lift_aliases: dict[str, cst.Call] = {}  # BlockLayer = nn.remat(Block, ...)
+        self._alias_stmts: dict[str, cst.SimpleStatementLine] = {}
+        self._alias_use: dict[str, bool] = {}  # alias -> every use converted
+        self._factory_ctors: set[cst.Call] = set()  # `return nn.Dense(...)` of layer factory methods
+        self._factory_updated: dict[cst.Call, cst.Call] = {}  # ... as rewritten (nn.* -> nnx.* inside)
+        self._factory_calls: dict[cst.Call, cst.Call] = {}  # a factory call site -> its rewritten call
+        self._stmt_prefix: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # lazily created variables
 
     # ---- helpers -----------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> set[str]:
@@ -139,6 +158,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
     def layer_rule_of(self, node: cst.BaseExpression) -> LayerRule | None:
         """The built-in layer a constructor reference names (``nn.Dense``, ``linen.linear.Dense``, ...)."""
+        chain = self.lift_chain(node)
+        if chain is not None:
+            node = chain.base
         if not isinstance(node, (cst.Name, cst.Attribute)):
             return None
         for q in self.qualnames(node):
@@ -151,6 +173,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     def user_class_of(self, node: cst.BaseExpression) -> ClassPlan | None:
         """A Linen module class that ``node`` names: one of this file (already planned), or one another
         file of the run defines (through its import)."""
+        chain = self.lift_chain(node)
+        if chain is not None:
+            node = chain.base
         if isinstance(node, cst.Name) and node.value in self.linen_classes:
             return self.linen_classes[node.value]
         if not isinstance(node, (cst.Name, cst.Attribute)) or not self.external:
@@ -169,6 +194,77 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         package = self.module_name.split(".")[: -dots] if self.module_name else []
         return ".".join([*package, qualname.lstrip(".")])
 
+    # ---- lifted transforms (nn.scan / nn.remat / nn.vmap of a class) ----------------------------
+    def transform_kind(self, func: cst.BaseExpression) -> str | None:
+        for q in self.qualnames(func):
+            if q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in TRANSFORMS:
+                return TRANSFORMS[q.rsplit(".", 1)[-1]]
+        return None
+
+    def is_broadcast(self, node: cst.BaseExpression) -> bool:
+        return any(q.startswith("flax.linen.") and q.endswith(".broadcast") for q in self.qualnames(node))
+
+    def lift_chain(self, node: cst.BaseExpression) -> LiftChain | None:
+        """``nn.scan(nn.remat(Block), ...)`` or an alias of one -> the chain; None for anything else."""
+        lifts: list[Lift] = []
+        seen: set[str] = set()
+        while True:
+            if isinstance(node, cst.Name) and node.value in self._lift_aliases and node.value not in seen:
+                seen.add(node.value)
+                node = self._lift_aliases[node.value]
+                continue
+            if isinstance(node, cst.Call) and node.args and node.args[0].keyword is None and not node.args[0].star:
+                kind = self.transform_kind(node.func)
+                if kind is not None and all(a.keyword is not None for a in node.args[1:]):
+                    lifts.append(Lift(kind, {a.keyword.value: a.value for a in node.args[1:]}, node))  # type: ignore[union-attr]
+                    node = node.args[0].value
+                    continue
+            break
+        return LiftChain(lifts, node) if lifts else None
+
+    def collect_lift_aliases(self, body: Any) -> None:
+        """Top-level ``Name = nn.remat(Class, ...)`` statements of a block (a method or the module)."""
+        for stmt in body:
+            if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
+                continue
+            target, value = stmt.body[0].targets[0].target, stmt.body[0].value
+            if isinstance(target, cst.Name) and isinstance(value, cst.Call) and self.transform_kind(value.func):
+                self._lift_aliases[target.value] = value
+                self._alias_stmts[target.value] = stmt
+
+    def check_lifted(self, node: cst.Call) -> LiftChain | bool | None:
+        """The chain of a lifted constructor call ``node``: validated (False + a finding when not
+        converted) and its Linen transform names marked as consumed."""
+        chain = self.lift_chain(node.func)
+        if chain is None:
+            return None
+        aliases = [n for n in names_in(node.func) if n in self._lift_aliases]
+        try:
+            validate(chain, self.is_broadcast)
+        except LiftError as err:
+            for alias in aliases:
+                self._alias_use[alias] = False
+            self.report("L2N-XFORM-002", node, str(err), "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
+                        "(reference §4)")
+            for lift in chain.lifts:
+                self._handled.add(lift.node.func)
+            return False
+        for alias in aliases:
+            self._alias_use.setdefault(alias, True)
+        command = self
+
+        class Mark(cst.CSTVisitor):
+            def visit_Attribute(self, attr: cst.Attribute) -> None:
+                if any(q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in LINEN_MARKERS
+                       for q in command.qualnames(attr)):
+                    command._handled.add(attr)
+
+        for lift in chain.lifts:
+            lift.node.visit(Mark())
+        self._handled.add(chain.base)  # nn.Dense in nn.vmap(nn.Dense, ...): built as nnx.Linear
+        return chain
+
     @staticmethod
     def self_call(node: cst.Call) -> str | None:
         """``self.param(...)`` -> ``"param"``."""
@@ -176,6 +272,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
     def visit_Module(self, node: cst.Module) -> None:
         """Module-level helpers (``def reparameterize(mean, ...): return mean + ...``): what size they return."""
+        self.collect_lift_aliases(node.body)
         for stmt in node.body:
             if isinstance(stmt, cst.FunctionDef):
                 params = [p.name.value for p in stmt.params.params]
@@ -234,7 +331,21 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return result
 
     def _leave_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if original in self._factory_ctors:
+            self._factory_updated[original] = updated
+            return updated
+        lazy = plan.lazy_vars.get(original)
+        if lazy is not None:
+            args = list(updated.args)
+            self._stmt_prefix.setdefault(lazy.statement, []).append(creation(lazy, args[2].value, args[3:]))
+            self.uses_nnx = True
+            self.report("L2N-VAR-004", original, f"self.variable({lazy.collection!r}, {lazy.name!r}) -> "
+                        f"nnx.{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does")
+            return cst.parse_expression(f"self.{lazy.attr}")
         site = plan.sites.get(original)
+        if site is not None and site.factory is not None:  # built in __init__ once the helper is rewritten
+            self._factory_calls[original] = updated
+            return self._call_site(site)
         if site is not None:
             self._handled.add(original.func)
             if site.kind == "layer":
@@ -261,9 +372,21 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         elif self_attr(original.func) is not None and not self._in_setup(original):
             applied = next((s for s in plan.sites.values() if s.attr == self_attr(original.func) and not s.hoisted
                             and s.rule is not None), None)  # self.layer(x) of a setup() layer
-        if applied is None or applied.rule is None:
+        if applied is None:
             return updated
-        return self._rewrite_layer_call(applied, original, updated)
+        call = updated if applied.rule is None else self._rewrite_layer_call(applied, original, updated)
+        if applied.lifted is not None:
+            try:
+                source = lifted_call(applied.lifted, code(call.func), list(call.args), self.is_broadcast)
+            except LiftError as err:
+                self.report("L2N-XFORM-002", original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand")
+                return call
+            self.uses_nnx = True
+            kinds = " + ".join(f"nn.{lift.kind}" for lift in applied.lifted.lifts)
+            self.report("L2N-XFORM-001", original, f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the "
+                        f"call of self.{applied.attr}")
+            return cst.parse_expression(source)
+        return call
 
     def _merge_param(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``nn.merge_param('x', self.x, x)`` -> ``x if x is not None else self.x`` (NNX layers' own idiom:
@@ -303,6 +426,15 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             self.report("L2N-VAR-003", original, f"self.make_rng({stream!r}) -> a draw from the module's nnx.Rngs")
             ref = f"self.rngs.{stream}()" if stream.isidentifier() else f"self.rngs[{stream!r}]()"
             return cst.parse_expression(ref)
+        if api in ("has_variable", "get_variable") and len(original.args) == 2 and all(
+                isinstance(a.value, cst.SimpleString) and a.keyword is None for a in original.args):
+            collection, name = (a.value.evaluated_value for a in original.args)  # type: ignore[union-attr]
+            attr = self._variable_attr(plan, collection, name)
+            if attr is None:
+                return None
+            self._handled.add(original)
+            self.report("L2N-VAR-004", original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
+            return cst.parse_expression(f"hasattr(self, {attr!r})" if api == "has_variable" else f"self.{attr}[...]")
         if api == "is_initializing" and not original.args:
             self._handled.add(original)
             if not self.unsafe_fixes:
@@ -312,6 +444,17 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             self.report("L2N-API-003", original, "self.is_initializing() -> False (NNX calls never initialise)",
                         "init-only work now happens in __init__")
             return cst.Name("False")
+        return None
+
+    @staticmethod
+    def _variable_attr(plan: ClassPlan, collection: str, name: str) -> str | None:
+        """The NNX attribute of a Linen variable of this class (created in __init__ or lazily)."""
+        for var in plan.lazy_vars.values():
+            if (var.collection, var.name) == (collection, name):
+                return var.attr
+        for site in plan.sites.values():
+            if site.kind in ("param", "variable") and (site.collection, site.linen_name) == (collection, name):
+                return site.attr
         return None
 
     def _rewrite_layer_call(self, site: Site, original: cst.Call, updated: cst.Call) -> cst.Call:
@@ -362,6 +505,11 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             elif short in KEPT_LINEN_FUNCTIONS:
                 self._handled.add(original)
                 self.report("L2N-API-005", original, f"nn.{short} kept: a pure function NNX code can call as is")
+            elif short in TRANSFORMS:
+                self._handled.add(original)
+                self.report("L2N-XFORM-002", original, f"nn.{short} of something other than a Linen module class of "
+                            "this run is not converted", "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
+                            "(reference §4)")
             elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
                 self._handled.add(original)
                 self.report("L2N-API-002", original, f"flax.linen.{short} has no automatic conversion yet",
@@ -377,10 +525,23 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             dotted_value = isinstance(parent, cst.Attribute) and parent.value is original and parent.attr.value == "value"
             if kind == "param" and not dotted_value and not self._is_store(original, parent):
                 return cst.parse_expression(f"self.{attr}[...]")
+        if (plan is not None and original.attr.value == "value" and isinstance(original.value, cst.Name)
+                and original.value.value in self._lazy_locals(plan)):
+            return cst.Subscript(updated.value, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
         if plan is not None and original.attr.value == "value" and plan.setup_vars.get(self_attr(original.value) or ""):
             if not self._in_setup(original):
                 return cst.Subscript(updated.value, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
         return updated
+
+    @staticmethod
+    def _lazy_locals(plan: ClassPlan) -> set[str]:
+        """Locals bound to lazily created variables (``cached_key = self.variable(...)``)."""
+        out = set()
+        for var in plan.lazy_vars.values():
+            small = var.statement.body[0]
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                out.add(small.targets[0].target.value)
+        return out
 
     def _in_setup(self, node: cst.CSTNode) -> bool:
         fn = self._enclosing_function(node)
@@ -440,6 +601,12 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                                   if line.comment is not None and line.comment.value.startswith(MARKER)]
                 init_index = len(body) if init_index is None else init_index
                 continue
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value in plan.factories and not any(
+                    f"self.{stmt.name.value}" in code(other) for other in updated.body.body
+                    if other is not stmt and isinstance(other, cst.FunctionDef)):
+                self.report("L2N-MOD-003", orig_stmt, f"{plan.name}.{stmt.name.value}(): each call became a "
+                            "submodule built in __init__; the helper is removed")
+                continue
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "setup":
                 setup_body = list(stmt.body.body)
                 init_index = len(body) if init_index is None else init_index
@@ -467,10 +634,23 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         plan = self._current()
         if plan is not None and original_node in plan.pure_locals.values():
             self._pure_updated[original_node] = updated
+        if isinstance(original_node, cst.SimpleStatementLine):
+            alias = next((n for n, st in self._alias_stmts.items() if st is original_node), None)
+            if alias is not None and self._alias_use.get(alias):
+                return cst.RemoveFromParent()
+        prefix = self._stmt_prefix.pop(original_node, None)
+        if prefix and isinstance(updated, cst.SimpleStatementLine):
+            return cst.FlattenSentinel([*prefix, self._with_markers(original_node, updated)])
+        return self._with_markers(original_node, updated)
+
+    def _with_markers(self, original_node: cst.CSTNode, updated: Any) -> Any:
         notes = self._markers.pop(original_node, None)
         if notes and isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             existing = {line.comment.value for line in updated.leading_lines if line.comment is not None}
-            extra = [cst.EmptyLine(comment=cst.Comment(n)) for n in dict.fromkeys(notes) if n not in existing]
+            # one marker per rule and statement: a second run must not add another wording of it
+            marked = {" ".join(c.split()[:3]) for c in existing if c.startswith(MARKER)}
+            extra = [cst.EmptyLine(comment=cst.Comment(n)) for n in dict.fromkeys(notes)
+                     if n not in existing and " ".join(n.split()[:3]) not in marked]
             if extra:
                 updated = updated.with_changes(leading_lines=[*updated.leading_lines, *extra])
         return updated
@@ -478,6 +658,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         if self.uses_nnx:
             updated = drop_unused_linen_imports(ensure_nnx_import(updated))
+        if self.needs_jax_import and "jax" not in {a.evaluated_alias or a.evaluated_name for s in updated.body
+                                                   if isinstance(s, cst.SimpleStatementLine) for i in s.body
+                                                   if isinstance(i, cst.Import) for a in i.names}:
+            updated = updated.with_changes(body=[cst.parse_statement("import jax\n"), *updated.body])
         return updated
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:

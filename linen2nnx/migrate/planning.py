@@ -14,12 +14,17 @@ from libcst.metadata import ParentNodeProvider
 from linen2nnx.layers import LayerRule, nnx_ctor_params
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
+    assigned_in,
     assigned_names,
     code,
+    comprehension_names,
     names_in,
+    only_shape_uses,
     self_attr,
     snake_case,
 )
+from linen2nnx.migrate.factories import call_site_ctor, find_factory
+from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 from linen2nnx.migrate.sites import (
     COLLECTION_TYPES,
@@ -68,6 +73,15 @@ class PlanningMixin:
                         "for the nnx.Rngs", "rename the field before migrating")
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
         self._methods[plan.name] = methods
+        for fn in methods:  # helpers that return a layer: each call is a submodule (see factories.py)
+            if fn.name.value in ("__call__", "setup"):
+                continue
+            factory = find_factory(fn, lambda f: bool(self.layer_rule_of(f) or self.user_class_of(f)),
+                                   lambda v: not self._has_side_effects(v))
+            if factory is not None:
+                plan.factories[factory.name] = factory
+                self._handled.add(factory.ctor.func)  # built at the call sites, never reported here
+                self._factory_ctors.add(factory.ctor)
         counters: dict[str, int | None] = {}
         for fn in methods:
             if fn.name.value == "setup":
@@ -180,10 +194,19 @@ class PlanningMixin:
             value = stmt.body[0].value
             if not isinstance(target, cst.Name) or counts.get(target.value) != 1 or target.value in params:
                 continue
-            used = names_in(value) - NOT_LOCAL
+            if target.value in self._lift_aliases:
+                continue  # a transformed class: applied at the call, never replayed
+            used = names_in(value) - NOT_LOCAL - comprehension_names(value)
             call_time = {n for n in used if n in counts and n not in pure}
             refs = shape_last_refs(value, call_time) if call_time else None
             if call_time and refs is None:
+                first = fn.params.params[1].name.value if len(fn.params.params) > 1 else None
+                if (first is None or call_time != {first} or not only_shape_uses(value, first)
+                        or not self._shape_kept_until(fn, stmt, first) or self._has_side_effects(value)):
+                    continue
+                plan.input_shape_locals.add(target.value)  # `kernel_shape = tuple(x.shape[a] for a in axes)`
+                plan.shape_input = first
+                pure[target.value] = stmt
                 continue
             if self._has_side_effects(value):
                 continue
@@ -191,6 +214,30 @@ class PlanningMixin:
             if refs:  # `d = x.shape[-1] if ... else ...`: replayed with x's size once the dataflow knows it
                 plan.shape_locals[target.value] = refs
         return pure
+
+    def _shape_kept_until(self, fn: cst.FunctionDef, stop: cst.BaseStatement, name: str) -> bool:
+        """Every rebinding of ``name`` before ``stop`` keeps its shape (``x = jnp.asarray(x, dtype)``,
+        ``x = x.astype(...)``), so ``x.shape`` there is the input's shape."""
+        for stmt in fn.body.body:
+            if stmt is stop:
+                return True
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                if name in assigned_in(stmt):
+                    return False
+                continue
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and name in assigned_in(small):
+                    value = small.value
+                    keeps = isinstance(value, cst.Call) and (
+                        (self.qualnames(value.func) & {"jax.numpy.asarray", "jax.numpy.array", "numpy.asarray"}
+                         and value.args and code(value.args[0].value) == name)
+                        or (isinstance(value.func, cst.Attribute) and value.func.attr.value == "astype"
+                            and code(value.func.value) == name))
+                    if not keeps or len(small.targets) != 1:
+                        return False
+                elif isinstance(small, (cst.AugAssign, cst.AnnAssign)) and name in assigned_in(small):
+                    return False
+        return True
 
     def _has_side_effects(self, value: cst.BaseExpression) -> bool:
         command = self
@@ -207,6 +254,7 @@ class PlanningMixin:
         return found
 
     def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
+        self.collect_lift_aliases(fn.body.body)
         counts = assigned_names(fn)
         plan.pure_locals = self._pure_locals(plan, fn)
         local_names = set(counts) - set(plan.pure_locals)
@@ -244,9 +292,17 @@ class PlanningMixin:
                 return node is fn
 
             def visit_Call(self, node: cst.Call) -> None:
-                rule = command.layer_rule_of(node.func)
-                user = None if rule is not None else command.user_class_of(node.func)
-                variable = command.self_call(node) in ("param", "variable")
+                target = node  # the constructor call: written here, or returned by a factory method
+                factory = plan.factories.get(command.self_call(node) or "")
+                if factory is not None:
+                    target = call_site_ctor(factory, node)
+                    if target is None:
+                        command.report("L2N-MOD-004", node, f"self.{factory.name}(...) arguments do not bind to its "
+                                       "parameters", "call it with its parameters, or build the layer by hand")
+                        return
+                rule = command.layer_rule_of(target.func)
+                user = None if rule is not None else command.user_class_of(target.func)
+                variable = factory is None and command.self_call(node) in ("param", "variable")
                 if rule is None and user is None and not variable:
                     command._flag_unknown_submodule(node)
                     return
@@ -258,10 +314,15 @@ class PlanningMixin:
                     return
                 loop = self.loops[-1] if self.loops else None
                 conditions = command._conditions_of(node, fn, local_names)
+                if variable and command._plan_lazy_variable(plan, node, conditions, local_names):
+                    return
                 if conditions is None:
                     command._handled.add(node)  # this finding says it all
                     command.report("L2N-MOD-004", node, f"{what} is created under a condition on a call-time value",
                                    "create it in __init__ and decide at call time whether to use it")
+                    return
+                lifted = None if variable else command.check_lifted(target)
+                if lifted is False:
                     return
                 before = len(plan.hoisted_order)
                 if variable:
@@ -275,17 +336,63 @@ class PlanningMixin:
                     if nesting is not None:
                         command._plan_nested(plan, node, rule, nesting, counters)
                         return
-                    command._plan_compact_child(plan, node, rule, user, loop, counters, local_names)
+                    command._plan_compact_child(plan, target, rule, user, loop, counters, local_names)
+                    if factory is not None and plan.sites.get(target) is not None:
+                        site = plan.sites.pop(target)  # keyed by the call of the helper, which is what the
+                        site.ctor, site.factory = node, factory  # rewrite meets; built from the helper later
+                        plan.sites[node] = site
                 for site in plan.hoisted_order[before:]:
                     site.conditions = conditions
 
         fn.visit(Collect())
+        self._share_exclusive_attrs(plan)
         for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
             if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
                     and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
                 target, value = stmt.body[0].targets[0].target, stmt.body[0].value
                 if isinstance(target, cst.Name) and counts.get(target.value) == 1 and value in plan.sites:
                     plan.local_sites[target.value] = plan.sites[value]
+
+    def _plan_lazy_variable(self, plan: ClassPlan, node: cst.Call, conditions: list[str] | None,
+                            local_names: set[str]) -> bool:
+        """``self.variable`` of a non-param collection that Linen creates on the init call (under a
+        call-time condition, or sized by call-time values, or a decode cache): created on the first
+        call in NNX too (see lazy_vars.py). True when planned so."""
+        if self.self_call(node) != "variable":
+            return False
+        args = [a for a in node.args if a.keyword is None and not a.star]
+        if len(args) < 3 or len(args) != len(node.args) or not all(
+                isinstance(a.value, cst.SimpleString) for a in args[:2]):
+            return False
+        collection, name = args[0].value.evaluated_value, args[1].value.evaluated_value  # type: ignore[union-attr]
+        var_type = COLLECTION_TYPES.get(collection)
+        call_time = any((names_in(a.value) - NOT_LOCAL) & local_names for a in args[2:])
+        if var_type is None or collection == "params" or not (conditions is None or call_time or collection == "cache"):
+            return False
+        statement = self._statement_of(node)
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        attr = name if name.isidentifier() else snake_case(name)
+        taken = set(plan.field_names) | {s.attr for s in plan.sites.values()} | {v.attr for v in plan.lazy_vars.values()}
+        while attr in taken:
+            attr += "_"
+        self._handled.add(node)
+        plan.lazy_vars[node] = LazyVar(collection, name, attr, var_type, statement)
+        return True
+
+    @staticmethod
+    def _share_exclusive_attrs(plan: ClassPlan) -> None:
+        """``if cfg.scan: layers = <stack>`` / ``else: layers_i = ...``: one attribute for both (the
+        MaxText ``scan_layers`` switch), built by an if / else in ``__init__``."""
+        by_attr = {s.attr: s for s in plan.hoisted_order}
+        for site in plan.hoisted_order:
+            other = by_attr.get(site.attr[:-1]) if site.attr.endswith("_") else None
+            if other is None or other.exclusive_with is not None or len(site.conditions) != 1:
+                continue
+            if other.conditions == [f"not ({site.conditions[0]})"] or site.conditions == [
+                    f"not ({other.conditions[0]})" if other.conditions else ""]:
+                site.attr = other.attr
+                site.exclusive_with = other
 
     def _flag_unknown_submodule(self, node: cst.Call) -> None:
         """``Foo(...)(x)`` in @nn.compact with ``Foo`` neither a built-in layer nor a Linen class of the run:
@@ -446,7 +553,7 @@ class PlanningMixin:
         user = None if rule else self.user_class_of(call.func)
         bound, _ = self._bind_args(self._arg_order(rule, user), call)
         site = Site(kind="layer" if rule else "module", attr=attr, linen_name=linen_name, ctor=call,
-                    hoisted=hoisted, rule=rule, user=user, args=bound)
+                    hoisted=hoisted, rule=rule, user=user, args=bound, lifted=self.lift_chain(call.func))
         plan.sites[call] = site
         self._handled.add(call.func)
         if rule is not None and rule.manual_reason:
@@ -529,3 +636,12 @@ class PlanningMixin:
             needed.add(name)
             todo.extend(n for n in names_in(plan.pure_locals[name]) if n in plan.pure_locals)
         plan.needed_locals = [n for n in plan.pure_locals if n in needed]
+        if needed & plan.input_shape_locals:
+            arg = f"{plan.shape_input}_shape"
+            while arg in plan.field_names:
+                arg += "_"
+            plan.new_args[arg] = "input_shape:0"
+            self.report("L2N-SHAPE-002", plan.pure_locals[next(n for n in plan.needed_locals
+                                                                 if n in plan.input_shape_locals)],
+                        f"{plan.name} gains constructor argument {arg}: the shape of `{plan.shape_input}`, which its "
+                        "parameter shapes read", f"pass {arg}=x.shape where {plan.name} is built")

@@ -86,6 +86,14 @@ class Site:
     arg_sources: dict[str, str] = dataclasses.field(default_factory=dict)  # arg -> source resolved by the dataflow
     view_kwargs: dict[str, str] = dataclasses.field(default_factory=dict)  # mode kwargs applied with nnx.view
     conditions: list[str] = dataclasses.field(default_factory=list)  # config tests of enclosing `if`s
+    lifted: Any = None  # a migrate.lifted.LiftChain: built / applied under nn.scan, nn.remat, nn.vmap
+    exclusive_with: Site | None = None  # same attribute, built under the opposite config condition
+    factory: Any = None  # migrate.factories.Factory when built by a helper method (`self.dense(...)`)
+
+    @property
+    def flow_key(self) -> str:
+        """The site's key in the dataflow (two exclusive sites share an attribute, not a key)."""
+        return self.attr + ("#else" if self.exclusive_with is not None else "")
 
 
 @dataclasses.dataclass
@@ -110,6 +118,10 @@ class ClassPlan:
 
     key: str = ""  # name-map key (module.Class)
     activation_fields: set[str] = dataclasses.field(default_factory=set)  # fields defaulting to nn.relu & co.
+    factories: dict[str, Any] = dataclasses.field(default_factory=dict)  # helper method -> factories.Factory
+    lazy_vars: dict[cst.Call, Any] = dataclasses.field(default_factory=dict)  # self.variable -> lazy_vars.LazyVar
+    input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
+    shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
 
     @property
     def field_names(self) -> list[str]:

@@ -7,6 +7,7 @@ argument with a ``manual`` finding -- never a guessed number.
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import libcst as cst
@@ -109,16 +110,18 @@ class SizingMixin:
         if not resolve:
             return
         by_site: dict[str, dict[int, Feat]] = {}
+        all_args: dict[str, tuple[Feat, ...]] = {}
         nodes: dict[str, cst.CSTNode] = {}
         for use in flow.uses:
             by_site.setdefault(use.key, {}).setdefault(use.iteration, use.feat)
+            all_args.setdefault(use.key, use.args)
             nodes.setdefault(use.key, use.node)
-        sites_by_attr = {s.attr: s for s in plan.sites.values()}
+        sites_by_attr = {s.flow_key: s for s in plan.sites.values()}
         for key, feats in by_site.items():
             site = sites_by_attr[key]
             if site.in_expr is not None or site.user_in:
                 continue
-            self._resolve_site_inputs(plan, site, feats, params, nodes[key])
+            self._resolve_site_inputs(plan, site, feats, params, nodes[key], all_args.get(key, ()))
 
     def _resolve_shape_arg(self, plan: ClassPlan, site: Site, arg_name: str, refs: list[str], flow: FeatureFlow,
                            params: list[str]) -> None:
@@ -135,26 +138,32 @@ class SizingMixin:
         site.arg_sources[arg_name] = replace_shape_last(site.args[arg_name].value, replacements)
 
     def _layer_info(self, site: Site) -> LayerInfo:
+        if site.lifted is not None and site.lifted.of("scan") is not None:
+            # a scan's carry keeps its shape from layer to layer; the stacked outputs are not followed
+            return LayerInfo(site.flow_key, None, out_fn=lambda first: Feat("tuple", elements=(
+                first, Feat.unknown("scan outputs"))))
+        if site.lifted is not None and site.lifted.of("vmap") is not None:
+            return LayerInfo(site.flow_key, None, out_unknown=True)
         if site.kind == "layer" and site.rule is not None and site.rule.out_from is not None:
             return self._nested_out(site)
         if site.kind == "layer":
             assert site.rule is not None
             out = site.args.get(site.rule.out_arg) if site.rule.out_arg else None
             if out is None:
-                return LayerInfo(site.attr, None)
+                return LayerInfo(site.flow_key, None)
             if site.rule.out_arg in site.shape_refs:
                 resolved = site.arg_sources.get(site.rule.out_arg)
-                return LayerInfo(site.attr, resolved, out_unknown=resolved is None)
+                return LayerInfo(site.flow_key, resolved, out_unknown=resolved is None)
             value = out.value
             if isinstance(value, (cst.Tuple, cst.List)):  # features=(heads, head_dim): last axis is head_dim
                 if not value.elements:
-                    return LayerInfo(site.attr, None, out_unknown=True)
+                    return LayerInfo(site.flow_key, None, out_unknown=True)
                 value = value.elements[-1].value
-            return LayerInfo(site.attr, code(value))
+            return LayerInfo(site.flow_key, code(value))
         user = site.user
         assert user is not None
         if user.out is None:
-            return LayerInfo(site.attr, None, out_unknown=True)
+            return LayerInfo(site.flow_key, None, out_unknown=True)
         fields = {name: code(arg.value) for name, arg in site.args.items()}
         for f in user.fields:
             if f.name not in fields and f.default is not None:
@@ -173,7 +182,7 @@ class SizingMixin:
             return Feat.unknown(f"output of {site.attr}")
 
         out = user.out
-        return LayerInfo(site.attr, None, out_fn=lambda first: seen_by_caller(out, first))
+        return LayerInfo(site.flow_key, None, out_fn=lambda first: seen_by_caller(out, first))
 
     def _nested_out(self, site: Site) -> LayerInfo:
         rule = site.rule
@@ -181,14 +190,14 @@ class SizingMixin:
         if rule.out_from == "last":
             elements = sorted((n for n in site.nested if n.element >= 0), key=lambda n: n.element)
             if not elements:
-                return LayerInfo(site.attr, None, out_unknown=True)
+                return LayerInfo(site.flow_key, None, out_unknown=True)
             info = self._layer_info(elements[-1])
-            return LayerInfo(site.attr, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
+            return LayerInfo(site.flow_key, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
         inner = next((n for n in site.nested if n.nested_arg == rule.out_from), None)
         if inner is None:
-            return LayerInfo(site.attr, None, out_unknown=True)
+            return LayerInfo(site.flow_key, None, out_unknown=True)
         info = self._layer_info(inner)
-        return LayerInfo(site.attr, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
+        return LayerInfo(site.flow_key, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
 
     def _propagate_nested(self, site: Site, in_expr: str) -> None:
         """Give the layers built inside ``site`` their input sizes: RNN cells see the RNN's input;
@@ -208,7 +217,7 @@ class SizingMixin:
         return (site.rule is not None and site.rule.in_arg is not None) or any(self._needs_input(n) for n in site.nested)
 
     def _resolve_site_inputs(self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str],
-                             node: cst.CSTNode) -> None:
+                             node: cst.CSTNode, args: tuple[Feat, ...] = ()) -> None:
         if site.kind == "layer":
             assert site.rule is not None
             if self._needs_input(site):
@@ -219,8 +228,15 @@ class SizingMixin:
         elif site.kind == "module":
             assert site.user is not None
             for arg, how in site.user.new_args.items():
-                if how == "input:0":  # the size of the first input, which is what the flow follows
+                index = int(how.split(":")[1]) if how.startswith("input:") else -1
+                if index == 0:  # the size of the first input, which is what the flow follows
                     site.user_in[arg] = self._loop_expr(plan, site, feats, params, node)
+                elif how == "input_shape:0":
+                    site.user_in[arg] = self._input_shape(plan, site, arg, node)
+                elif 0 < index < len(args) and site.loop is None:
+                    # another input (a cell's `x` beside its carry; under nn.scan, a per-step slice whose
+                    # last axis is the scanned input's)
+                    site.user_in[arg] = self._resolve_in(plan, site, args[index], params, node)
                 else:
                     site.user_in[arg] = self._required_arg(plan, site, f"{arg} of {site.user.name}", node)
 
@@ -302,11 +318,71 @@ class SizingMixin:
                             f"{base} (traced: {sizes[0]})",
                             "the factor holds for the traced input resolution only")
                 return f"{factor} * {base}"
+        matched = self._match_config(sizes, configs, plan)
+        if len(matched) == 1:
+            self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {matched[0]} "
+                        f"(traced: {sizes[0]}; the only config value that matches)")
+            return matched[0]
+        if len(matched) > 1:
+            self.report("L2N-SHAPE-003", node, f"input feature size of {plan.name}.{site.attr} is ambiguous: the "
+                        f"traced {sizes[0]} equals {', '.join(matched)}",
+                        "pass the size explicitly, or trace with a config where these differ")
         if len(sizes) == 1 and self.unsafe_fixes:
             self.report("L2N-SHAPE-004", node, f"input feature size of {plan.name}.{site.attr} is the traced literal "
                         f"{sizes[0]}", "replace it with an expression of the config if it can vary")
             return str(sizes[0])
         return None
+
+    def _input_shape(self, plan: ClassPlan, site: Site, arg: str, node: cst.CSTNode) -> str:
+        """The input shape a module sizes its parameters from, as config expressions: from the trace,
+        the axes its parameter shapes read (each matched to one config value) and 1 for the others
+        (batch, length: never read, so any size builds the same parameters)."""
+        key = (plan.name, site.linen_name)
+        read = self.trace.dims_read.get(key) if self.trace is not None else None
+        shapes = sorted(set(self.trace.shapes_for(*key))) if self.trace is not None else []
+        what = f"{arg} of {site.user.name if site.user else site.attr} ({plan.name}.{site.attr})"
+        if read is None or len(shapes) != 1:
+            return self._required_arg(plan, site, what, node)
+        shape = shapes[0]
+        configs = self.trace.instances.get(plan.name, [])  # type: ignore[union-attr]
+        source = " ".join(code(m) for m in self._methods.get(plan.name, []))
+        dims = []
+        for axis, size in enumerate(shape):
+            if axis - len(shape) not in read:
+                dims.append("1")
+                continue
+            matched = self._match_config([size], configs, plan)
+            named = [m for m in matched if "." + m.rsplit(".", 1)[-1] in source]
+            if len(matched) == 1 or len(named) == 1:
+                dims.append(matched[0] if len(matched) == 1 else named[0])
+            else:
+                return self._required_arg(plan, site, f"{what}: axis {axis} (traced {size}) matches "
+                                          f"{', '.join(matched) or 'no config value'}", node)
+        expr = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+        self.report("L2N-SHAPE-001", node, f"{what} = {expr} (traced {shape}; axes not read are 1)")
+        return expr
+
+    @staticmethod
+    def _match_config(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list[str]:
+        """Config expressions (``self.hidden``, ``self.config.emb_dim``) equal to the traced size in
+        every traced instance of the class; the caller decides what one / several matches mean."""
+        if len(sizes) != 1 or not configs:
+            return []
+        fields = set(plan.field_names)
+        values: dict[str, set] = {}
+        for cfg in configs:
+            for name, value in cfg.items():
+                if name not in fields:
+                    continue
+                if isinstance(value, int) and not isinstance(value, bool):
+                    values.setdefault(f"self.{name}", set()).add(value)
+                elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+                    for f in dataclasses.fields(value):
+                        inner = getattr(value, f.name, None)
+                        if isinstance(inner, int) and not isinstance(inner, bool):
+                            values.setdefault(f"self.{name}.{f.name}", set()).add(inner)
+        return sorted(expr for expr, seen in values.items()
+                      if seen == {sizes[0]})
 
     def _resolve_unused(self, plan: ClassPlan) -> None:
         for site in plan.sites.values():

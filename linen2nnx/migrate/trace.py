@@ -25,6 +25,9 @@ class Trace:
     root_inputs: list[tuple[int, ...]]
     """Shapes of the root module's positional inputs."""
     spec_ref: str = ""
+    dims_read: dict[tuple[str, str], tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    """(parent class, child name) -> the axes of the child's first input (negative, from the end) that
+    its parameter shapes depend on; only for classes that size a parameter from ``x.shape``."""
 
     def shapes_for(self, class_qualname: str, child: str) -> list[tuple[int, ...]]:
         return self.child_inputs.get((class_qualname, child), [])
@@ -38,18 +41,33 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
     instances: dict[str, list[dict[str, Any]]] = defaultdict(list)
     seen: set[int] = set()
 
+    calling: list[Any] = []  # modules whose __call__ is running, outermost first
+    probes: dict[tuple[str, str], tuple[Any, tuple, dict]] = {}
+
     def interceptor(next_fun, args, kwargs, context):
         module = context.module
         if context.method_name == "__call__":
             parent = module.parent
+            if not isinstance(parent, nn.Module):
+                # inside a lifted transform (nn.scan, nn.remat, ...) the parent is a Scope: the module
+                # that applies the transform is the innermost one still running
+                parent = calling[-1] if calling else None
             if isinstance(parent, nn.Module) and args and hasattr(args[0], "shape"):
-                child_inputs[(type(parent).__qualname__, module.name)].append(tuple(args[0].shape))
+                key = (type(parent).__qualname__, module.name)
+                child_inputs[key].append(tuple(args[0].shape))
+                if key not in probes and _sizes_params_from_shape(type(module)):
+                    probes[key] = (module.clone(parent=None, name=None), _abstract(args), _abstract(kwargs))
             if id(module) not in seen:
                 seen.add(id(module))
                 try:
                     instances[type(module).__qualname__].append(linen_ctor_kwargs(module))
                 except TypeError:
                     pass
+            calling.append(module)
+            try:
+                return next_fun(*args, **kwargs)
+            finally:
+                calling.pop()
         return next_fun(*args, **kwargs)
 
     args, kwargs = side.call_args(train=False)
@@ -60,6 +78,7 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
 
     jax.eval_shape(init)
     model_type = type(side.model)
+    dims_read = {key: _dims_read(*probe) for key, probe in probes.items()}
     return Trace(
         child_inputs=dict(child_inputs),
         instances=dict(instances),
@@ -67,4 +86,56 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
         root_module=model_type.__module__,
         root_inputs=[tuple(a.shape) for a in args if hasattr(a, "shape")],
         spec_ref=spec_ref,
+        dims_read={k: v for k, v in dims_read.items() if v is not None},
     )
+
+
+def _sizes_params_from_shape(cls: type) -> bool:
+    """Does the class create a param in a method that reads an input's ``.shape`` (cheap source test)?"""
+    import inspect
+
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return False
+    return "self.param(" in source and ".shape" in source
+
+
+def _abstract(tree: Any) -> Any:
+    import jax
+
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape") else a, tree)
+
+
+def _dims_read(module: Any, args: tuple, kwargs: dict) -> tuple[int, ...] | None:
+    """The input axes whose size changes a parameter shape: init once as traced, then once per axis
+    with that axis one longer (abstractly; nothing is computed)."""
+    import jax
+
+    def param_shapes(first: Any) -> Any:
+        # arrays travel as eval_shape arguments, everything else (flags, None) stays a Python value
+        leaves, treedef = jax.tree.flatten((first, args[1:], kwargs), is_leaf=lambda x: x is None)
+        arrays = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.ShapeDtypeStruct)]
+
+        def run(*values: Any) -> Any:
+            filled = list(leaves)
+            for i, value in zip(arrays, values):
+                filled[i] = value
+            f, rest, kw = jax.tree.unflatten(treedef, filled)
+            return module.init(jax.random.key(0), f, *rest, **kw)
+
+        out = jax.eval_shape(run, *[leaves[i] for i in arrays])
+        return jax.tree.map(lambda a: a.shape, out.get("params", {}))
+
+    try:
+        base = param_shapes(args[0])
+        rank = len(args[0].shape)
+        read = []
+        for axis in range(rank):
+            shape = list(args[0].shape)
+            shape[axis] += 1
+            if param_shapes(jax.ShapeDtypeStruct(tuple(shape), args[0].dtype)) != base:
+                read.append(axis - rank)
+        return tuple(read)
+    except Exception:  # a module that cannot run on its own (needs its parent's scope): no evidence
+        return None

@@ -1,0 +1,156 @@
+"""Layer factory methods: ``def dense(self, features, name): return nn.DenseGeneral(features, ..., name=name)``.
+
+MaxText-style Linen code builds submodules through small helper methods called from ``@nn.compact``
+(``self.dense(cfg.mlp_dim, ('embed', 'mlp'), 'wi_0')(x)``). Each call is one submodule, named by the
+``name=`` it passes. The codemod treats every such call as if the returned constructor had been
+written at the call site (parameters replaced by the call's arguments), hoists it into ``__init__``
+like any other, and drops the helper once no call is left (in NNX it would build an unnamed, unowned
+module at every call).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import code, is_docstring
+
+
+@dataclasses.dataclass
+class Factory:
+    """A helper method whose body is pure locals and ``return <layer or module constructor>``."""
+
+    name: str
+    params: list[str]
+    defaults: dict[str, cst.BaseExpression]
+    local_values: dict[str, cst.BaseExpression]  # `cfg = self.config` -> {"cfg": <self.config>}
+    ctor: cst.Call
+
+    def bind(self, call: cst.Call) -> dict[str, cst.BaseExpression] | None:
+        """Parameter -> the call's argument expression (defaults filled in); None when it does not bind."""
+        bound: dict[str, cst.BaseExpression] = {}
+        positional = [a for a in call.args if a.keyword is None]
+        if any(a.star for a in call.args) or len(positional) > len(self.params):
+            return None
+        for param, arg in zip(self.params, positional):
+            bound[param] = arg.value
+        for arg in call.args:
+            if arg.keyword is not None:
+                if arg.keyword.value not in self.params or arg.keyword.value in bound:
+                    return None
+                bound[arg.keyword.value] = arg.value
+        for param in self.params:
+            if param not in bound:
+                if param not in self.defaults:
+                    return None
+                bound[param] = self.defaults[param]
+        return bound
+
+
+def find_factory(fn: cst.FunctionDef, is_constructor: Callable[[cst.BaseExpression], bool],
+                 is_pure: Callable[[cst.BaseExpression], bool]) -> Factory | None:
+    """``fn`` as a :class:`Factory`, or None when its body does anything else."""
+    if fn.decorators or fn.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or fn.params.star_kwarg:
+        return None
+    params = [p for p in (*fn.params.params, *fn.params.kwonly_params)]
+    if not params or params[0].name.value != "self":
+        return None
+    body = [s for s in fn.body.body if not is_docstring(s)]
+    if not body:
+        return None
+    *pre, last = body
+    if not (isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1
+            and isinstance(last.body[0], cst.Return) and isinstance(last.body[0].value, cst.Call)):
+        return None
+    ctor = last.body[0].value
+    if not is_constructor(ctor.func):
+        return None
+    local_values: dict[str, cst.BaseExpression] = {}
+    for stmt in pre:
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1
+                and isinstance(stmt.body[0].targets[0].target, cst.Name) and is_pure(stmt.body[0].value)):
+            return None
+        local_values[stmt.body[0].targets[0].target.value] = stmt.body[0].value
+    return Factory(
+        name=fn.name.value,
+        params=[p.name.value for p in params[1:]],
+        defaults={p.name.value: p.default for p in params[1:] if p.default is not None},
+        local_values=local_values,
+        ctor=ctor,
+    )
+
+
+def substitute(expr: cst.BaseExpression, values: Mapping[str, str]) -> cst.BaseExpression:
+    """Replace free names of ``expr`` by source expressions (keywords and attribute names kept)."""
+
+    class T(cst.CSTTransformer):
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+            if original.value in values:
+                value = cst.parse_expression(values[original.value])
+                negative_literal = isinstance(value, cst.UnaryOperation) and isinstance(
+                    value.expression, (cst.Integer, cst.Float))
+                return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if isinstance(
+                    value, LOOSE) and not negative_literal else value
+            return updated
+
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+            return updated.with_changes(attr=original.attr)
+
+        def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+            return updated.with_changes(keyword=original.keyword)
+
+        def leave_Lambda(self, original: cst.Lambda, updated: cst.Lambda) -> cst.Lambda:
+            return updated.with_changes(params=original.params)
+
+        def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
+            decided = _literal_is_none(updated.test)  # `cfg.x if None is None else None` -> `cfg.x`
+            if decided is None:
+                return updated
+            return updated.body if decided else updated.orelse
+
+    return cst.parse_expression(code(expr.visit(T())))
+
+
+def _literal_is_none(test: cst.BaseExpression) -> bool | None:
+    """The value of ``<literal> is None`` / ``<literal> is not None``; None when not that form."""
+    while isinstance(test, cst.BaseExpression) and test.lpar and len(test.lpar) == 1:
+        test = test.with_changes(lpar=[], rpar=[])
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return None
+    target = test.comparisons[0]
+    literal = (cst.Integer, cst.Float, cst.SimpleString)
+    left = test.left
+    left_none = isinstance(left, cst.Name) and left.value == "None"
+    if not (left_none or isinstance(left, literal) or (isinstance(left, cst.Name) and left.value in ("True", "False"))):
+        return None
+    if not (isinstance(target.comparator, cst.Name) and target.comparator.value == "None"):
+        return None
+    if isinstance(target.operator, cst.Is):
+        return left_none
+    if isinstance(target.operator, cst.IsNot):
+        return not left_none
+    return None
+
+
+LOOSE = (cst.BinaryOperation, cst.BooleanOperation, cst.Comparison, cst.UnaryOperation, cst.IfExp, cst.Lambda,
+         cst.NamedExpr)
+"""Expressions that need parentheses when they replace a name inside a larger expression."""
+
+
+def call_site_ctor(factory: Factory, call: cst.Call, ctor: cst.Call | None = None) -> cst.Call | None:
+    """The constructor ``call`` of ``factory`` stands for: ``ctor`` (default: the factory's own) with
+    the parameters replaced by the call's arguments and the helper's locals by their values."""
+    bound = factory.bind(call)
+    if bound is None:
+        return None
+    values = {name: code(value) for name, value in bound.items()}
+    for name, value in factory.local_values.items():  # in order: a local may use an earlier one
+        if name not in values:
+            values[name] = code(substitute(value, values))
+    source = ctor if ctor is not None else factory.ctor
+    result = substitute(source, values)
+    assert isinstance(result, cst.Call)
+    return result.with_changes(func=source.func)  # the original node: its qualified name is known

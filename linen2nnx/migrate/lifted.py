@@ -1,0 +1,238 @@
+"""Lifted transforms applied to module classes: ``nn.scan``, ``nn.remat`` / ``nn.checkpoint``, ``nn.vmap``.
+
+Linen wraps a module *class* (``nn.scan(Block, ...)(cfg, name="layers")(x, ...)``, or an alias
+``BlockLayer = nn.remat(Block, ...)`` used later). NNX splits the same thing in two:
+
+- **construction** (``__init__``): a stacked layer (``variable_axes={'params': 0}``) is built by
+  ``nnx.vmap`` over forked rngs, so the stack sits on the axis the Linen checkpoint uses and weight
+  conversion is a rename; ``metadata_params={nn.PARTITION_NAME: 'layers'}`` becomes the mode-proof
+  ``nnx.transform_metadata(..., partition='layers')`` (the ``transform_metadata=`` keyword is ignored
+  outside graph mode, reference §4.3). A broadcast module (``variable_broadcast='params'``) and a
+  remat-only module are built as the plain class;
+- **application** (the call site): ``nnx.scan`` / ``nnx.vmap`` / ``nnx.remat`` of a small lambda that
+  takes the module as an argument (so its Variables follow the transform) and closes over the
+  broadcast inputs (``nn.broadcast``), Python flags and keyword arguments. Closing over them also
+  replaces Linen's ``static_argnums`` (which counts ``self`` as argument 0). The scan body returns
+  the Linen body's own ``(carry, ys)``, never the Params of the stack.
+
+Anything outside this (``variable_carry``, ``data_transform``, ``methods=``, non-literal axes)
+is a ``manual`` finding; nothing is emitted half-converted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import code
+
+TRANSFORMS = {"scan": "scan", "remat": "remat", "checkpoint": "remat", "vmap": "vmap"}
+"""Linen transform name -> the kind handled here (``nn.checkpoint`` is ``nn.remat``)."""
+LINEN_MARKERS = frozenset({"broadcast", "PARTITION_NAME", *TRANSFORMS})
+"""``flax.linen`` names consumed by a converted transform (no 'no conversion' finding for them)."""
+
+SUPPORTED_KWARGS = {
+    "scan": {"variable_axes", "variable_broadcast", "split_rngs", "in_axes", "out_axes", "length", "reverse",
+             "unroll", "metadata_params"},
+    "remat": {"policy", "prevent_cse", "static_argnums", "concrete"},
+    "vmap": {"variable_axes", "split_rngs", "in_axes", "out_axes", "axis_size", "axis_name", "metadata_params"},
+}
+
+
+@dataclasses.dataclass
+class Lift:
+    """One transform of a chain: its kind and its (original) keyword arguments."""
+
+    kind: str  # scan | remat | vmap
+    kwargs: dict[str, cst.BaseExpression]
+    node: cst.Call
+
+
+@dataclasses.dataclass
+class LiftChain:
+    """``nn.scan(nn.remat(Block, ...), ...)``: the transforms, outermost first, and the class they wrap."""
+
+    lifts: list[Lift]
+    base: cst.BaseExpression
+
+    def of(self, kind: str) -> Lift | None:
+        return next((lift for lift in self.lifts if lift.kind == kind), None)
+
+    @property
+    def stacked(self) -> Lift | None:
+        """The scan / vmap whose params get a stack axis (``variable_axes={'params': axis}``)."""
+        for lift in self.lifts:
+            if lift.kind in ("scan", "vmap") and param_axis(lift) is not None:
+                return lift
+        return None
+
+
+class LiftError(ValueError):
+    """A transform form that is not converted; the message says what and why."""
+
+
+def literal_dict(node: cst.BaseExpression | None) -> dict[str, cst.BaseExpression]:
+    """``{'params': 0, 'cache': 0}`` -> ``{'params': <0>, ...}``; anything else raises LiftError."""
+    if node is None:
+        return {}
+    if not isinstance(node, cst.Dict):
+        raise LiftError(f"`{code(node)}` is not a dict literal")
+    out = {}
+    for el in node.elements:
+        if not isinstance(el, cst.DictElement):
+            raise LiftError(f"`{code(node)}` unpacks another dict")
+        key = el.key
+        if isinstance(key, cst.SimpleString):
+            out[key.evaluated_value] = el.value
+        elif isinstance(key, cst.Attribute) and key.attr.value == "PARTITION_NAME":
+            out["PARTITION_NAME"] = el.value
+        else:
+            raise LiftError(f"key `{code(key)}` is not a literal")
+    return out
+
+
+def param_axis(lift: Lift) -> str | None:
+    """The stack axis of the params (source), or None when they are broadcast / not stacked."""
+    axes = literal_dict(lift.kwargs.get("variable_axes"))
+    value = axes.get("params")
+    if value is None or (isinstance(value, cst.Name) and value.value == "None"):
+        return None
+    return code(value)
+
+
+def partition_name(lift: Lift) -> str | None:
+    meta = literal_dict(lift.kwargs.get("metadata_params"))
+    value = meta.get("PARTITION_NAME")
+    return None if value is None else code(value)
+
+
+def validate(chain: LiftChain, is_broadcast: callable) -> None:
+    """Raise LiftError for what the emitters below do not cover."""
+    for lift in chain.lifts:
+        extra = set(lift.kwargs) - SUPPORTED_KWARGS[lift.kind]
+        if extra:
+            raise LiftError(f"nn.{lift.kind}({', '.join(sorted(extra))}=...) is not converted")
+        if lift.kind in ("scan", "vmap"):
+            literal_dict(lift.kwargs.get("variable_axes"))
+            literal_dict(lift.kwargs.get("split_rngs"))
+            literal_dict(lift.kwargs.get("metadata_params"))
+            axes = in_axes_list(lift.kwargs.get("in_axes"), is_broadcast)
+            if axes is None:
+                raise LiftError(f"in_axes={code(lift.kwargs['in_axes'])} is not a literal")
+        if lift.kind == "scan":
+            broadcast = lift.kwargs.get("variable_broadcast")
+            stacked = param_axis(lift) is not None
+            if not stacked and broadcast is None:
+                raise LiftError("nn.scan neither stacks nor broadcasts 'params'")
+            if stacked and "length" not in lift.kwargs:
+                raise LiftError("nn.scan over a stack of layers without length=")
+        if lift.kind == "vmap" and param_axis(lift) is not None and "axis_size" not in lift.kwargs:
+            raise LiftError("nn.vmap with stacked params needs axis_size=")
+    kinds = [lift.kind for lift in chain.lifts]
+    if kinds.count("scan") + kinds.count("vmap") > 1:
+        raise LiftError("nested nn.scan / nn.vmap are not converted yet")
+
+
+def in_axes_list(node: cst.BaseExpression | None, is_broadcast: callable) -> list[str] | str | None:
+    """Linen ``in_axes`` -> one source per input (``'None'`` for ``nn.broadcast``), a single axis
+    applying to all inputs, or None when it is not a literal."""
+    if node is None:
+        return "0"
+    if isinstance(node, cst.Name) and node.value == "None":
+        return "None"
+    if isinstance(node, cst.Integer) or (isinstance(node, cst.UnaryOperation) and isinstance(node.expression, cst.Integer)):
+        return code(node)
+    if is_broadcast(node):
+        return "None"
+    if isinstance(node, cst.Tuple):
+        out = []
+        for el in node.elements:
+            if is_broadcast(el.value):
+                out.append("None")
+            elif isinstance(el.value, (cst.Integer, cst.UnaryOperation)):
+                out.append(code(el.value))
+            else:
+                return None
+        return out
+    return None
+
+
+def lifted_ctor(chain: LiftChain, ctor: str) -> str:
+    """The construction of a lifted module in ``__init__`` (``ctor`` builds one, using ``rngs``)."""
+    lift = chain.stacked
+    if lift is None:
+        return ctor
+    axis = param_axis(lift) or "0"
+    length = code(lift.kwargs["length"] if lift.kind == "scan" else lift.kwargs["axis_size"])
+    body = f"lambda rngs: {ctor}"
+    partition = partition_name(lift)
+    if partition is not None:
+        body = f"nnx.transform_metadata({body}, in_axes=0, out_axes={axis}, partition={partition})"
+    return f"nnx.vmap({body}, in_axes=0, out_axes={axis})(rngs.split({length}))"
+
+
+def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broadcast: callable) -> str:
+    """The application of a lifted module: ``module_ref(*args)`` under the chain's NNX transforms."""
+    positional = [code(a.value) for a in args if a.keyword is None and not a.star]
+    rest = [code(a) for a in args if a.keyword is not None or a.star]
+    for a in args:
+        if a.star:
+            raise LiftError("*args / **kwargs at the call of a lifted module")
+    remat = chain.of("remat")
+    remat_kwargs = ""
+    if remat is not None:
+        remat_kwargs = "".join(f", {k}={code(v)}" for k, v in remat.kwargs.items() if k in ("policy", "prevent_cse"))
+    scan, vmap = chain.of("scan"), chain.of("vmap")
+
+    def call(params: list[str], call_args: list[str]) -> str:
+        return f"lambda {', '.join(params)}: _layer({', '.join([*call_args, *rest])})"
+
+    if scan is not None:
+        if not positional:
+            raise LiftError("a scanned module called without a carry")
+        axes = in_axes_list(scan.kwargs.get("in_axes"), is_broadcast)
+        xs = positional[1:]
+        per_x = axes if isinstance(axes, list) else [axes] * len(xs)
+        if len(per_x) != len(xs):
+            raise LiftError(f"in_axes has {len(per_x)} entries for {len(xs)} scanned inputs")
+        params, call_args, passed, nnx_axes = ["_carry", "_layer"], ["_carry"], [positional[0], module_ref], []
+        module_axis = param_axis(scan) or "None"
+        for i, (x, axis) in enumerate(zip(xs, per_x)):
+            if axis == "None":
+                call_args.append(x)  # broadcast: closed over
+            else:
+                params.append(f"_x{i}")
+                call_args.append(f"_x{i}")
+                passed.append(x)
+                nnx_axes.append(axis)
+        body = call(params, call_args)
+        if remat is not None:
+            body = f"nnx.remat({body}{remat_kwargs})"
+        out_axes = code(scan.kwargs["out_axes"]) if "out_axes" in scan.kwargs else "0"
+        extra = "".join(f", {k}={code(scan.kwargs[k])}" for k in ("length", "reverse", "unroll") if k in scan.kwargs)
+        in_axes = ", ".join(["nnx.Carry", module_axis, *nnx_axes])
+        return (f"nnx.scan({body}, in_axes=({in_axes}), out_axes=(nnx.Carry, {out_axes}){extra})"
+                f"({', '.join(passed)})")
+    if vmap is not None:
+        axes = in_axes_list(vmap.kwargs.get("in_axes"), is_broadcast)
+        per_x = axes if isinstance(axes, list) else [axes] * len(positional)
+        if len(per_x) != len(positional):
+            raise LiftError(f"in_axes has {len(per_x)} entries for {len(positional)} inputs")
+        params, call_args, passed, nnx_axes = ["_layer"], [], [module_ref], [param_axis(vmap) or "None"]
+        for i, (x, axis) in enumerate(zip(positional, per_x)):
+            if axis == "None":
+                call_args.append(x)
+            else:
+                params.append(f"_x{i}")
+                call_args.append(f"_x{i}")
+                passed.append(x)
+                nnx_axes.append(axis)
+        body = call(params, call_args)
+        if remat is not None:
+            body = f"nnx.remat({body}{remat_kwargs})"
+        out_axes = code(vmap.kwargs["out_axes"]) if "out_axes" in vmap.kwargs else "0"
+        extra = f", axis_name={code(vmap.kwargs['axis_name'])}" if "axis_name" in vmap.kwargs else ""
+        return f"nnx.vmap({body}, in_axes=({', '.join(nnx_axes)},), out_axes={out_axes}{extra})({', '.join(passed)})"
+    assert remat is not None
+    return f"nnx.remat({call(['_layer'], positional)}{remat_kwargs})({module_ref})"
