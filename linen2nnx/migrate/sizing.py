@@ -14,6 +14,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_utils import (
     code,
+    names_in,
     replace_name,
     self_attr,
     substitute_self_fields,
@@ -175,6 +176,11 @@ class SizingMixin:
             if feat.kind == "input":
                 return first if feat.input_name == user.first_input else Feat.unknown("submodule argument")
             if feat.kind == "expr":
+                own_args = names_in(cst.parse_expression(feat.expr)) & set(user.new_args)
+                if own_args:  # the submodule's own new argument: the caller's input size, or unknown
+                    if feat.expr in own_args and user.new_args[feat.expr] == "input:0":
+                        return first
+                    return Feat.unknown("submodule argument")
                 expr = substitute_self_fields(feat.expr, fields)
                 return Feat("expr", expr=expr) if expr is not None else Feat.unknown("submodule config")
             if feat.kind == "tuple":
