@@ -47,6 +47,9 @@ class ClassEntry:
     """collection -> {Linen variable name -> NNX attribute}."""
     new_args: dict[str, str] = dataclasses.field(default_factory=dict)
     """Constructor arguments the NNX class gained -> how their value is obtained."""
+    bridge: str | None = None
+    """Attribute of the ``nnx.bridge.ToNNX`` holding the Linen original (a class kept as Linen): its
+    state sits under that attribute with the Linen names unchanged."""
 
 
 @dataclasses.dataclass
@@ -65,6 +68,7 @@ class NameMap:
                     "children": {n: _drop_none(dataclasses.asdict(ch)) for n, ch in c.children.items()},
                     "variables": c.variables,
                     "new_args": c.new_args,
+                    **({"bridge": c.bridge} if c.bridge else {}),
                 }
                 for k, c in sorted(self.classes.items())
             },
@@ -83,6 +87,7 @@ class NameMap:
                 children={n: Child(**ch) for n, ch in c.get("children", {}).items()},
                 variables={k: dict(v) for k, v in c.get("variables", {}).items()},
                 new_args=dict(c.get("new_args", {})),
+                bridge=c.get("bridge"),
             )
         return cls(classes)
 
@@ -135,6 +140,10 @@ class NameMap:
                 out.extend(path[i + 1:])
                 return tuple(out)
             entry = self.classes.get(cls)
+            if entry is not None and entry.bridge:  # kept as Linen behind nnx.bridge.ToNNX
+                out.append(entry.bridge)
+                out.extend(path[i:])
+                return tuple(out)
             if entry is None:  # not migrated by us (e.g. hand-written): names are kept
                 out.extend(path[i:])
                 return tuple(out)

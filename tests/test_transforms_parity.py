@@ -108,3 +108,24 @@ def test_lazy_cache_follows_the_linen_decode_protocol(tmp_path):
         np.testing.assert_allclose(model(x, decode=True), want, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(model.total[...], cache["cache"]["total"], rtol=1e-6)
     assert int(model.steps[...]) == int(cache["cache"]["steps"]) == 3
+
+
+def test_bridge_fallback_runs_and_converts(tmp_path):
+    """A class kept as Linen behind nnx.bridge.ToNNX: its parent is NNX, its weights convert through
+    the name map (``tied/linen/Dense_0/...``) and the model computes what Linen computes."""
+    linen_mod, nnx_mod, result, map_path = build("bridge_fallback", tmp_path)
+    assert result.name_map.classes["bridge_fallback.Tied"].bridge == "linen"
+    x = np.random.default_rng(6).normal(size=(2, 5)).astype(np.float32)
+
+    def make(rngs):
+        model = nnx_mod.Model(in_features=5, rngs=rngs)
+        nnx.bridge.lazy_init(model, x)  # the bridged class creates its variables on a first call
+        return model
+
+    side = LinenSide(model=linen_mod.Model(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
+                     train_kwargs={}, eval_kwargs={})
+    variables = perturbed(side.init_variables())
+    parity = check(ModelPair(linen=side, nnx_factory=make, name_map=map_path), variables)
+    forward = [lf for lf in parity.leaves if lf.check in ("forward/train", "loss/train", "grad")]
+    assert forward and all(lf.passed for lf in forward), [(lf.check, lf.path, lf.max_abs) for lf in forward]
+    assert {lf.path for lf in parity.by_check()["grad"]} >= {"tied/linen/Dense_0/kernel", "inp/kernel"}

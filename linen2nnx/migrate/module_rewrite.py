@@ -28,6 +28,14 @@ from libcst.codemod import Codemod, CodemodContext
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from linen2nnx.layers import LayerRule, layer_rule
+from linen2nnx.migrate.bridge import (
+    BLOCKING_RULES,
+    BRIDGE_ATTR,
+    bridge_wrapper,
+    can_bridge,
+    linen_name,
+    mutable_collections,
+)
 from linen2nnx.migrate.cst_utils import (
     code,
     is_docstring,
@@ -67,7 +75,7 @@ from linen2nnx.migrate.sites import (
 )
 from linen2nnx.migrate.sizing import SizingMixin
 from linen2nnx.migrate.trace import Trace
-from linen2nnx.namemap import NameMap
+from linen2nnx.namemap import ClassEntry, NameMap
 
 
 class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTransformer):
@@ -103,6 +111,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self.function_out: dict[str, tuple[list[str], Feat]] = {}  # module-level helper -> (params, result)
         self.uses_nnx = False
         self.needs_jax_import = False  # an emitted jax.ShapeDtypeStruct stand-in
+        self._planning = False
+        self._pending_blocking: list[str] = []  # blocking findings of the class being planned
+        self._module_classes: set[str] = set()
+        self._placed_markers: dict[cst.CSTNode, list[str]] = {}
         self._lift_aliases: dict[str, cst.Call] = {}  # BlockLayer = nn.remat(Block, ...)
         self._alias_stmts: dict[str, cst.SimpleStatementLine] = {}
         self._alias_use: dict[str, bool] = {}  # alias -> every use converted
@@ -129,6 +141,11 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         line, col = (pos.start.line, pos.start.column + 1) if pos else (0, 0)
         severity = RULES[rule_id].severity
         self.findings.append(Finding(rule_id, severity, self.path, line, col, message, hint))
+        if rule_id in BLOCKING_RULES:
+            if self._planning:
+                self._pending_blocking.append(rule_id)
+            elif self._class_stack and self._class_stack[-1] is not None:
+                self._class_stack[-1].blocking.append(rule_id)
         if severity is Severity.MANUAL:
             marker = f"{MARKER} {rule_id} {message}"
             hoisted = self._hoisted_ctor_of(node)
@@ -273,6 +290,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     def visit_Module(self, node: cst.Module) -> None:
         """Module-level helpers (``def reparameterize(mean, ...): return mean + ...``): what size they return."""
         self.collect_lift_aliases(node.body)
+        self._module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
         for stmt in node.body:
             if isinstance(stmt, cst.FunctionDef):
                 params = [p.name.value for p in stmt.params.params]
@@ -300,7 +318,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                             "not a Linen class of this run", "migrate the file that defines the base in the same run")
             self._class_stack.append(None)
             return
+        self._planning, self._pending_blocking = True, []
         plan = self.plan_class(node)
+        self._planning = False
+        plan.blocking = self._pending_blocking
         plan.key = self._class_key(plan.name)
         self.plans[node] = plan
         self.linen_classes[plan.name] = plan
@@ -577,6 +598,14 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if plan is None:
             return updated
         self.uses_nnx = True
+        if plan.name.endswith("Linen") and plan.name.removesuffix("Linen") in self._module_classes:
+            return self._keep_linen(plan, original, original.name.value)  # bridged by an earlier run
+        others = (set(self.linen_classes) | self._module_classes) - {plan.name}
+        if plan.blocking and can_bridge(plan, any(self.user_class_of(b.value) for b in original.bases)) and not (
+                names_in(original.body) & others):
+            batch_norm = any(site.rule is not None and site.rule.linen == "BatchNorm" for site in plan.sites.values())
+            wrapper = bridge_wrapper(plan, mutable_collections(original, batch_norm)).with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
+            return cst.FlattenSentinel([self._keep_linen(plan, original, linen_name(plan.name)), wrapper])
         bases = []
         for o, u in zip(original.bases, updated.bases):
             if self.qualnames(o.value) & LINEN_MODULE:
@@ -628,6 +657,32 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return updated.with_changes(bases=bases, body=updated.body.with_changes(body=body))
 
 
+    def _keep_linen(self, plan: ClassPlan, original: cst.ClassDef, name: str) -> cst.ClassDef:
+        """The Linen original, renamed, for the nnx.bridge fallback (see bridge.py)."""
+        rules = ", ".join(sorted(set(plan.blocking))) or "see the markers"
+        wrapper = plan.name.removesuffix("Linen") if name == plan.name else plan.name
+        self.report("L2N-MOD-007", original, f"{wrapper} kept as Linen ({name}) behind nnx.bridge.ToNNX: {rules} "
+                    "block its rewrite", "fix the findings, then migrate again")
+        entry = ClassEntry(name=self._class_key(wrapper), module=self.module_name, file=self.path,
+                           new_args=dict(plan.new_args), bridge=BRIDGE_ATTR)
+        self.name_map.classes[entry.name] = entry
+        marker = f"{MARKER} L2N-MOD-007 {wrapper} kept as Linen behind nnx.bridge.ToNNX ({rules})"
+        lines = [line for line in original.leading_lines
+                 if not (line.comment is not None and line.comment.value.startswith(f"{MARKER} L2N-MOD-007"))]
+        placed = self._placed_markers
+
+        class Mark(cst.CSTTransformer):  # the findings' markers, on the Linen statements they concern
+            def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
+                notes = placed.get(original_node)
+                if notes and isinstance(updated_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                    existing = {ln.comment.value for ln in updated_node.leading_lines if ln.comment is not None}
+                    extra = [cst.EmptyLine(comment=cst.Comment(n)) for n in dict.fromkeys(notes) if n not in existing]
+                    return updated_node.with_changes(leading_lines=[*updated_node.leading_lines, *extra])
+                return updated_node
+
+        kept = original.visit(Mark())
+        return kept.with_changes(name=cst.Name(name), leading_lines=[*lines, cst.EmptyLine(comment=cst.Comment(marker))])
+
     # ---- markers and replayed statements -------------------------------------------------------
     def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
         updated = super().on_leave(original_node, updated_node)
@@ -645,6 +700,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
     def _with_markers(self, original_node: cst.CSTNode, updated: Any) -> Any:
         notes = self._markers.pop(original_node, None)
+        if notes:
+            self._placed_markers[original_node] = notes  # kept for a class that falls back to the bridge
         if notes and isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             existing = {line.comment.value for line in updated.leading_lines if line.comment is not None}
             # one marker per rule and statement: a second run must not add another wording of it

@@ -122,6 +122,7 @@ class ClassPlan:
     lazy_vars: dict[cst.Call, Any] = dataclasses.field(default_factory=dict)  # self.variable -> lazy_vars.LazyVar
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
+    blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
 
     @property
     def field_names(self) -> list[str]:

@@ -34,7 +34,11 @@ MIGRATED_FILE = HERE / {migrated!r}
 NNX_CLASS = {nnx_class!r}
 # constructor arguments the migration added -> index of the positional input whose last axis they are
 INPUT_FEATURE_ARGS = {input_args!r}
+# ... and those whose value is that input's whole shape (parameters sized from several input axes)
+INPUT_SHAPE_ARGS = {shape_args!r}
 UNRESOLVED_ARGS = {unresolved!r}
+# classes kept as Linen behind nnx.bridge.ToNNX create their variables on a first call
+LAZY_INIT = {lazy_init!r}
 
 
 def pair() -> ModelPair:
@@ -45,9 +49,20 @@ def pair() -> ModelPair:
     args, _ = linen.call_args(train=False)
     kwargs = linen_ctor_kwargs(linen.model)
     kwargs.update({{name: int(args[index].shape[-1]) for name, index in INPUT_FEATURE_ARGS.items()}})
+    kwargs.update({{name: tuple(args[index].shape) for name, index in INPUT_SHAPE_ARGS.items()}})
+
+    def build(rngs):
+        model = nnx_class(**kwargs, rngs=rngs)
+        if LAZY_INIT:
+            from flax import nnx
+
+            call_args, call_kwargs = linen.call_args(train=False)
+            nnx.bridge.lazy_init(model, *call_args, **call_kwargs)
+        return model
+
     return ModelPair(
         linen=linen,
-        nnx_factory=lambda rngs: nnx_class(**kwargs, rngs=rngs),
+        nnx_factory=build,
         name_map=HERE / {name_map!r},
         source=str(Path(__file__)),
     )
@@ -63,7 +78,8 @@ def write_pair_spec(out_dir: Path, trace: Trace, result: MigrationResult) -> Pat
     if file_result is None or file_result.target is None:
         raise L2NError(f"--trace: the migrated {entry.file} was not written")
     input_args = {a: int(how.split(":")[1]) for a, how in entry.new_args.items() if how.startswith("input:")}
-    unresolved = sorted(a for a, how in entry.new_args.items() if not how.startswith("input:"))
+    shape_args = {a: int(how.split(":")[1]) for a, how in entry.new_args.items() if how.startswith("input_shape:")}
+    unresolved = sorted(a for a, how in entry.new_args.items() if not how.startswith(("input:", "input_shape:")))
     linen_spec = trace.spec_ref
     target_part, sep, func = linen_spec.rpartition(":")
     probe = target_part if sep else linen_spec
@@ -78,6 +94,8 @@ def write_pair_spec(out_dir: Path, trace: Trace, result: MigrationResult) -> Pat
         nnx_class=trace.root_class,
         input_args=input_args,
         unresolved=unresolved,
+        shape_args=shape_args,
+        lazy_init=any(c.bridge for c in result.name_map.classes.values()),
         name_map=NAME_MAP_FILENAME,
     )
     atomic_write_text(spec_path, text)

@@ -1,0 +1,86 @@
+"""The fallback for a class the codemod cannot rewrite: keep it Linen and run it through ``nnx.bridge``.
+
+A half-rewritten class (an ``nnx.Module`` that still calls ``self.scope`` or ``nn.scan``) would not
+even construct. Instead the Linen original is kept verbatim as ``<Name>Linen`` and ``<Name>``
+becomes a small NNX module around ``nnx.bridge.ToNNX``, so the file runs and every caller keeps
+working while the ``manual`` findings are fixed by hand::
+
+    class Block(nnx.Module):
+        def __init__(self, features: int, *, rngs: nnx.Rngs):
+            self.linen = nnx.bridge.ToNNX(BlockLinen(features=features), rngs=rngs)
+
+        def __call__(self, *args, **kwargs):
+            return self.linen(*args, **kwargs)
+
+Its variables appear on the first call (``nnx.bridge.lazy_init(model, *inputs)``, which the written
+pair spec does), under ``linen/<Linen path>`` (reference §7): the name map records the prefix, so
+checkpoints still convert by name.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate.sites import ClassPlan
+
+BRIDGE_ATTR = "linen"
+BLOCKING_RULES = frozenset({"L2N-MOD-004", "L2N-API-002", "L2N-LAYER-002", "L2N-XFORM-002", "L2N-MOD-006"})
+"""Manual findings after which the rewritten class would not run (a missing size, SHAPE-003, only
+asks for a constructor argument)."""
+
+
+def linen_name(name: str) -> str:
+    return f"{name}Linen"
+
+
+def bridge_wrapper(plan: ClassPlan, collections: list[str]) -> cst.ClassDef:
+    """``class <Name>(nnx.Module)`` holding ``ToNNX(<Name>Linen(<fields>))``; arguments other
+    classes were told the migrated class takes (new input sizes) are accepted and unused."""
+    params = ["self"]
+    keyword_only = False
+    for f in (f for f in plan.fields if f.init):
+        if f.default is None and not keyword_only and any(" = " in p for p in params[1:]):
+            params.append("*")
+            keyword_only = True
+        params.append(f"{f.name}: {f.annotation}" + (f" = {f.default}" if f.default is not None else ""))
+    if not keyword_only:
+        params.append("*")
+    params += [f"{arg}: object = None" for arg in plan.new_args]
+    params.append("rngs: nnx.Rngs")
+    fields = ", ".join(f"{f.name}={f.name}" for f in plan.fields if f.init)
+    source = (
+        f"class {plan.name}(nnx.Module):\n"
+        f'    """{plan.name} still runs as Linen ({linen_name(plan.name)}) through nnx.bridge.ToNNX; see the '
+        'TODO(linen2nnx) markers."""\n\n'
+        f"    def __init__({', '.join(params)}):\n"
+        f"        self.{BRIDGE_ATTR} = nnx.bridge.ToNNX({linen_name(plan.name)}({fields}), rngs=rngs)\n\n"
+        "    def __call__(self, *args, **kwargs):\n"
+        + (f"        return self.{BRIDGE_ATTR}(*args, mutable={collections!r}, **kwargs)  # updated in place\n"
+           if collections else f"        return self.{BRIDGE_ATTR}(*args, **kwargs)\n")
+    )
+    node = cst.parse_statement(source)
+    assert isinstance(node, cst.ClassDef)
+    return node
+
+
+def can_bridge(plan: ClassPlan, has_user_base: bool) -> bool:
+    """A class whose Linen body uses other classes of the run cannot stay Linen: those are NNX now."""
+    return not has_user_base and not any(s.kind == "module" for s in plan.sites.values())
+
+
+def mutable_collections(cls: cst.ClassDef, uses_batch_norm: bool) -> list[str]:
+    """Collections the Linen class writes at call time (``self.variable('counters', ...)``,
+    BatchNorm statistics): the wrapper applies it with them mutable, as NNX updates state in place."""
+    found = {"batch_stats"} if uses_batch_norm else set()
+
+    class V(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
+                    and func.attr.value == "variable" and node.args
+                    and isinstance(node.args[0].value, cst.SimpleString)):
+                found.add(node.args[0].value.evaluated_value)
+
+    cls.visit(V())
+    found.discard("params")
+    return sorted(found)
