@@ -31,7 +31,8 @@ EXPECTED_MANUAL = {
     "setup_param": set(),
     "transform_scan_layers": set(),  # nn.remat inside nn.scan, or an unrolled remat loop: one `layers` attribute
     "transform_scan_time": set(),  # a cell scanned over time (params broadcast), the carry sized by jnp.zeros
-    "transform_vmap": set(),  # an nn.vmap ensemble of a built-in layer
+    "transform_vmap": set(),
+    "transform_functions": {"L2N-XFORM-002"},  # remat / broadcast scan of functions converted; a stacked one not  # an nn.vmap ensemble of a built-in layer
     "transform_unsupported": {"L2N-XFORM-002"},  # (uses the run's Counter: cannot stay Linen, so no bridge)  # variable_carry: reported, left as is
     "factory_method": set(),  # helper methods returning layers: one submodule per call, the helper removed
     "lazy_cache": set(),  # a cache created on the first call; has_variable -> hasattr

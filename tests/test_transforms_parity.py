@@ -129,3 +129,20 @@ def test_bridge_fallback_runs_and_converts(tmp_path):
     forward = [lf for lf in parity.leaves if lf.check in ("forward/train", "loss/train", "grad")]
     assert forward and all(lf.passed for lf in forward), [(lf.check, lf.path, lf.max_abs) for lf in forward]
     assert {lf.path for lf in parity.by_check()["grad"]} >= {"tied/linen/Dense_0/kernel", "inp/kernel"}
+
+
+def test_transforms_of_functions(tmp_path):
+    """nn.remat(fn) / nn.scan(fn) of functions that take a module: the same functions under nnx.remat /
+    nnx.scan (the module broadcast in front of the carry) compute the same values and gradients."""
+    linen_mod, nnx_mod, _, map_path = build("transform_functions", tmp_path)
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(2, 4)).astype(np.float32)
+    xs = rng.normal(size=(2, 5, 4)).astype(np.float32)
+    side = LinenSide(model=linen_mod.Pipeline(), batch={"x": x, "xs": xs}, loss=lambda out, batch: jnp.mean(out ** 2),
+                     inputs=lambda batch: ((batch["x"], batch["xs"]), {}), train_kwargs={}, eval_kwargs={})
+    variables = perturbed(side.init_variables())
+    parity = check(ModelPair(linen=side, nnx_factory=lambda rngs: nnx_mod.Pipeline(rngs=rngs), name_map=map_path),
+                   variables)
+    core = [lf for lf in parity.leaves if lf.check in ("forward/eval", "forward/train", "grad")]
+    assert core and all(lf.passed for lf in core), [(lf.check, lf.path, lf.max_abs) for lf in core if not lf.passed]
+    assert [lf.path for lf in parity.by_check()["grad"]] == ["block/w"]

@@ -56,6 +56,7 @@ from linen2nnx.migrate.lifted import (
     Lift,
     LiftChain,
     LiftError,
+    in_axes_list,
     lifted_call,
     validate,
 )
@@ -115,6 +116,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._pending_blocking: list[str] = []  # blocking findings of the class being planned
         self._module_classes: set[str] = set()
         self._placed_markers: dict[cst.CSTNode, list[str]] = {}
+        self._module_functions: dict[str, cst.FunctionDef] = {}
         self._lift_aliases: dict[str, cst.Call] = {}  # BlockLayer = nn.remat(Block, ...)
         self._alias_stmts: dict[str, cst.SimpleStatementLine] = {}
         self._alias_use: dict[str, bool] = {}  # alias -> every use converted
@@ -213,6 +215,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
     # ---- lifted transforms (nn.scan / nn.remat / nn.vmap of a class) ----------------------------
     def transform_kind(self, func: cst.BaseExpression) -> str | None:
+        if not isinstance(func, (cst.Name, cst.Attribute)):
+            return None  # `nn.scan(...)(...)` applies a transform, it is not one
         for q in self.qualnames(func):
             if q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in TRANSFORMS:
                 return TRANSFORMS[q.rsplit(".", 1)[-1]]
@@ -269,16 +273,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             return False
         for alias in aliases:
             self._alias_use.setdefault(alias, True)
-        command = self
-
-        class Mark(cst.CSTVisitor):
-            def visit_Attribute(self, attr: cst.Attribute) -> None:
-                if any(q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in LINEN_MARKERS
-                       for q in command.qualnames(attr)):
-                    command._handled.add(attr)
-
         for lift in chain.lifts:
-            lift.node.visit(Mark())
+            self._mark_transform_names(lift.node)
         self._handled.add(chain.base)  # nn.Dense in nn.vmap(nn.Dense, ...): built as nnx.Linear
         return chain
 
@@ -291,6 +287,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         """Module-level helpers (``def reparameterize(mean, ...): return mean + ...``): what size they return."""
         self.collect_lift_aliases(node.body)
         self._module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
+        self._module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
         for stmt in node.body:
             if isinstance(stmt, cst.FunctionDef):
                 params = [p.name.value for p in stmt.params.params]
@@ -337,10 +334,99 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return self._class_stack[-1] if self._class_stack else None
 
 
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._function_lift_kind(node) is not None:  # its nn.broadcast & co. are consumed by the rewrite
+            self._mark_transform_names(node)
+
+    def _function_lift_kind(self, node: cst.Call) -> str | None:
+        """``nn.remat(fn, ...)`` / ``nn.scan(fn, ...)`` of a plain function (the MaxText pipeline style)
+        rather than of a module class."""
+        kind = self.transform_kind(node.func)
+        if kind is None or not node.args or node.args[0].keyword is not None or node.args[0].star:
+            return None
+        target = node.args[0].value
+        if self.layer_rule_of(target) or self.user_class_of(target):
+            return None
+        return kind
+
+    def _mark_transform_names(self, node: cst.CSTNode) -> None:
+        command = self
+
+        class Mark(cst.CSTVisitor):
+            def visit_Attribute(self, attr: cst.Attribute) -> None:
+                if any(q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in LINEN_MARKERS
+                       for q in command.qualnames(attr)):
+                    command._handled.add(attr)
+
+        node.visit(Mark())
+
+    def _function_transform(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+        """A lifted transform of a function that takes a module: NNX transforms take modules as
+        arguments too, so ``nn.remat`` is a rename and ``nn.scan`` becomes ``nnx.scan`` with the module's
+        axis (``None``: params broadcast) in front of the carry."""
+        kind = self._function_lift_kind(original)
+        if kind is None:
+            return None
+        fn = code(updated.args[0].value)
+        kwargs = {a.keyword.value: a for a in updated.args[1:] if a.keyword is not None}
+        orig_kwargs = {a.keyword.value: a.value for a in original.args[1:] if a.keyword is not None}
+
+        def manual(why: str) -> cst.BaseExpression:
+            self.report("L2N-XFORM-002", original, f"nn.{kind}({fn}, ...): {why}",
+                        "rewrite with the nnx transform by hand (reference §4)")
+            return updated
+
+        if len(kwargs) != len(updated.args) - 1:
+            return manual("positional transform arguments are not converted")
+        self.uses_nnx = True
+        if kind == "remat":
+            extra = set(kwargs) - {"policy", "prevent_cse", "static_argnums", "concrete"}
+            if extra:
+                return manual(f"{', '.join(sorted(extra))}= not converted")
+            args = [a for name, a in kwargs.items() if name != "concrete"]
+            self.report("L2N-XFORM-001", original, f"nn.remat({fn}) -> nnx.remat({fn}) (it takes the module as an "
+                        "argument, as the Linen function does)" + ("; concrete= dropped (no NNX equivalent)"
+                                                                  if "concrete" in kwargs else ""))
+            return updated.with_changes(func=cst.parse_expression("nnx.remat"),
+                                        args=strip_commas([updated.args[0], *args]))
+        if kind != "scan":
+            return manual("only nn.remat and nn.scan of functions are converted")
+        extra = set(kwargs) - {"variable_axes", "variable_broadcast", "split_rngs", "in_axes", "out_axes", "length",
+                               "reverse", "unroll"}
+        if extra:
+            return manual(f"{', '.join(sorted(extra))}= not converted")
+        broadcast = orig_kwargs.get("variable_broadcast")
+        broadcasts_params = broadcast is not None and ("params" in code(broadcast) or code(broadcast) == "True")
+        axes = orig_kwargs.get("variable_axes")
+        if not broadcasts_params:
+            return manual("the scanned function creates per-step (stacked) params; build the stack with nnx.vmap "
+                          "and scan over it (as for nn.scan of a class)")
+        if axes is not None and code(axes) not in ("{}", "None"):
+            return manual("variable_axes besides broadcast params are not converted for functions")
+        func_def = self._module_functions.get(fn)
+        if func_def is None:
+            return manual("the function is not defined in this file, so its inputs cannot be counted")
+        n_xs = len(func_def.params.params) - 2
+        per_x = in_axes_list(orig_kwargs.get("in_axes"), self.is_broadcast)
+        if per_x is None or n_xs < 0:
+            return manual("in_axes is not a literal")
+        per_x = per_x if isinstance(per_x, list) else [per_x] * n_xs
+        if len(per_x) != n_xs:
+            return manual(f"in_axes has {len(per_x)} entries for {n_xs} scanned inputs")
+        out_axes = code(orig_kwargs["out_axes"]) if "out_axes" in orig_kwargs else "0"
+        rest = "".join(f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs)
+        self.report("L2N-XFORM-001", original, f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) "
+                    "before the carry")
+        return cst.parse_expression(f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
+                                    f"out_axes=(nnx.Carry, {out_axes}){rest})")
+
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         merged = self._merge_param(original, updated)
         if merged is not None:
             return merged
+        lifted_fn = self._function_transform(original, updated)
+        if lifted_fn is not None:
+            return lifted_fn
         plan = self._current()
         if plan is None:
             return updated
