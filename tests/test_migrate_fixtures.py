@@ -32,6 +32,7 @@ EXPECTED_MANUAL = {
     "transform_scan_layers": set(),  # nn.remat inside nn.scan, or an unrolled remat loop: one `layers` attribute
     "transform_scan_time": set(),  # a cell scanned over time (params broadcast), the carry sized by jnp.zeros
     "transform_vmap": set(),
+    "partitioning_api": set(),  # axis_rules / get_partition_spec renamed, unbox helper calls simplified
     "transform_functions": {"L2N-XFORM-002"},  # remat / broadcast scan of functions converted; a stacked one not  # an nn.vmap ensemble of a built-in layer
     "transform_unsupported": {"L2N-XFORM-002"},  # (uses the run's Counter: cannot stay Linen, so no bridge)  # variable_carry: reported, left as is
     "factory_method": set(),  # helper methods returning layers: one submodule per call, the helper removed

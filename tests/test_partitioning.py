@@ -75,3 +75,47 @@ class C(nn.Module):
     exec(compile(result.output, "c.py", "exec"), namespace)
     model = namespace["C"](in_features=4, rngs=nnx.Rngs(0))
     assert model(jnp.ones((2, 4))).shape == (2, 3)  # no mesh: the constraint is a no-op, as in Linen
+
+
+PARTITION_API = Path(__file__).parent / "fixtures" / "migrate" / "partitioning_api_out.py"
+
+_SHARDING_SCRIPT = r'''
+import json, sys
+import jax
+import flax.linen as nn
+from flax import nnx
+from linen2nnx.spec import import_file
+
+migrated = import_file(sys.argv[1])
+mesh = jax.make_mesh((2, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+rules = (("embed", "data"), ("mlp", "model"))
+init = nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "mlp"))
+linen_vars = jax.eval_shape(lambda: nn.Dense(8, kernel_init=init).init(jax.random.key(0), jax.numpy.ones((2, 4))))
+with nnx.use_eager_sharding(False):
+    model = nnx.Linear(4, 8, kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), ("embed", "mlp")),
+                       rngs=nnx.Rngs(0))
+_, nnx_shardings = migrated.shardings(nnx.state(model, nnx.Param), mesh, rules)
+with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    linen_shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(linen_vars), mesh, rules)
+print(json.dumps({"linen": str(linen_shardings["params"]["kernel"].spec),
+                  "nnx": str(nnx_shardings["kernel"].get_value().spec),
+                  "unboxed": migrated.plain(5) == (5, 5)}))
+'''
+
+
+def test_migrated_partitioning_api_gives_linen_shardings(tmp_path):
+    """The migrated lm1b-style helpers (nnx.get_partition_spec, nnx.logical_axis_rules, the kept
+    nn.logical_to_mesh_sharding) give the NNX state the mesh shardings Linen gives its boxes."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "shardings.py"
+    script.write_text(_SHARDING_SCRIPT)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, str(script), str(PARTITION_API)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"linen": "P('data', 'model')", "nnx": "P('data', 'model')", "unboxed": True}

@@ -96,4 +96,23 @@ RENAMED_IN_NNX = {
 
 # Pure flax.linen functions with no NNX counterpart that stay correct in NNX code: they hold no module
 # state (with_logical_constraint reads the same global axis rules as nnx.logical_axis_rules).
-KEPT_LINEN_FUNCTIONS = frozenset({"with_logical_constraint", "spmd.with_logical_constraint"})
+# logical_to_mesh_sharding maps a tree of PartitionSpecs (nnx.get_partition_spec's State included, checked
+# by tests/test_partitioning.py) to NamedShardings, exactly like `nnx.get_named_sharding` under the rules.
+KEPT_LINEN_FUNCTIONS = frozenset({"with_logical_constraint", "spmd.with_logical_constraint", "logical_to_mesh_sharding",
+                                  "spmd.logical_to_mesh_sharding", "partitioning.logical_to_mesh_sharding"})
+
+
+# Partitioning API whose NNX counterpart takes NNX values: logical axis rules are one and the same
+# context in both; partition specs are read from nnx.State Variables' sharding metadata.
+PARTITION_API_IN_NNX = {
+    "partitioning.axis_rules": "logical_axis_rules",
+    "spmd.logical_axis_rules": "logical_axis_rules",
+    "get_partition_spec": "get_partition_spec",
+    "spmd.get_partition_spec": "get_partition_spec",
+    "partitioning.get_partition_spec": "get_partition_spec",
+}
+
+# Linen metadata boxes: NNX keeps sharding names on the Variable, its values are never boxed.
+BOX_TYPES = frozenset({"LogicallyPartitioned", "Partitioned", "spmd.LogicallyPartitioned", "meta.Partitioned",
+                       "partitioning.LogicallyPartitioned", "partitioning.Partitioned"})
+UNBOX_FUNCTIONS = frozenset({"unbox", "meta.unbox"})

@@ -60,7 +60,15 @@ from linen2nnx.migrate.lifted import (
     lifted_call,
     validate,
 )
-from linen2nnx.migrate.linen_api import KEPT_LINEN_FUNCTIONS, RENAMED_IN_NNX, equivalent_in_nnx, same_in_nnx
+from linen2nnx.migrate.linen_api import (
+    BOX_TYPES,
+    KEPT_LINEN_FUNCTIONS,
+    PARTITION_API_IN_NNX,
+    RENAMED_IN_NNX,
+    UNBOX_FUNCTIONS,
+    equivalent_in_nnx,
+    same_in_nnx,
+)
 from linen2nnx.migrate.planning import PlanningMixin
 from linen2nnx.migrate.rules import RULES
 from linen2nnx.migrate.sites import (
@@ -117,6 +125,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._module_classes: set[str] = set()
         self._placed_markers: dict[cst.CSTNode, list[str]] = {}
         self._module_functions: dict[str, cst.FunctionDef] = {}
+        self._unbox_helpers: set[str] = set()  # functions that only strip Linen metadata boxes
         self._lift_aliases: dict[str, cst.Call] = {}  # BlockLayer = nn.remat(Block, ...)
         self._alias_stmts: dict[str, cst.SimpleStatementLine] = {}
         self._alias_use: dict[str, bool] = {}  # alias -> every use converted
@@ -288,6 +297,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self.collect_lift_aliases(node.body)
         self._module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
         self._module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
+        self._unbox_helpers = {name for name, fn in self._module_functions.items() if self._is_unbox_helper(fn)}
         for stmt in node.body:
             if isinstance(stmt, cst.FunctionDef):
                 params = [p.name.value for p in stmt.params.params]
@@ -334,7 +344,22 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return self._class_stack[-1] if self._class_stack else None
 
 
+    def _unboxed(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+        """``unbox_helper(state)`` / ``nn.unbox(tree)`` -> ``state``: nothing to unbox in NNX."""
+        func = original.func
+        helper = isinstance(func, cst.Name) and func.value in self._unbox_helpers
+        linen_unbox = any(q.removeprefix("flax.linen.") in UNBOX_FUNCTIONS for q in self.qualnames(func)
+                          if q.startswith("flax.linen."))
+        if not (helper or linen_unbox) or len(updated.args) != 1 or updated.args[0].keyword or updated.args[0].star:
+            return None
+        self._handled.add(func)
+        self.report("L2N-PART-004", original, f"{code(func)}(x) -> x: NNX values carry no metadata boxes")
+        return updated.args[0].value
+
     def visit_Call(self, node: cst.Call) -> None:
+        if any(q.removeprefix("flax.linen.") in UNBOX_FUNCTIONS for q in self.qualnames(node.func)
+               if q.startswith("flax.linen.")):
+            self._handled.add(node.func)  # nn.unbox(x): the call is rewritten to x
         if self._function_lift_kind(node) is not None:  # its nn.broadcast & co. are consumed by the rewrite
             self._mark_transform_names(node)
 
@@ -420,10 +445,41 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return cst.parse_expression(f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
                                     f"out_axes=(nnx.Carry, {out_axes}){rest})")
 
+    def _is_unbox_helper(self, fn: cst.FunctionDef) -> bool:
+        """A one-argument function whose body unboxes Linen partition metadata (MaxText's
+        ``remove_logically_partition``, lm1b's ``unbox_logicallypartioned_trainstate``); the boxes'
+        names (marked handled here) need no other finding."""
+        params = fn.params.params
+        if len(params) != 1 or fn.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or fn.params.kwonly_params:
+            return False
+        boxes: list[cst.Attribute] = []
+        unboxes = False
+        command = self
+
+        class V(cst.CSTVisitor):
+            def visit_Attribute(self, node: cst.Attribute) -> None:
+                nonlocal unboxes
+                short = {q.removeprefix("flax.linen.") for q in command.qualnames(node) if q.startswith("flax.linen.")}
+                if short & BOX_TYPES:
+                    boxes.append(node)
+                if node.attr.value == "unbox" or short & UNBOX_FUNCTIONS:
+                    unboxes = True
+
+        fn.visit(V())
+        if boxes and unboxes:
+            self._handled.update(boxes)
+            self.report("L2N-PART-004", fn, f"{fn.name.value}() only unboxes Linen partition metadata: removable "
+                        "(NNX values are never boxed); its calls become their argument")
+            return True
+        return False
+
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         merged = self._merge_param(original, updated)
         if merged is not None:
             return merged
+        unboxed = self._unboxed(original, updated)
+        if unboxed is not None:
+            return unboxed
         lifted_fn = self._function_transform(original, updated)
         if lifted_fn is not None:
             return lifted_fn
@@ -607,6 +663,12 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 self.report("L2N-PART-001", original, f"nn.{short} -> nnx.{RENAMED_IN_NNX[short]} (sharding names "
                             "become Variable metadata)")
                 return cst.parse_expression(f"nnx.{RENAMED_IN_NNX[short]}")
+            if short in PARTITION_API_IN_NNX and root_name(original) is not None:
+                self.uses_nnx = True
+                self._handled.add(original)
+                self.report("L2N-PART-002", original, f"nn.{short} -> nnx.{PARTITION_API_IN_NNX[short]} (rules are "
+                            "the same context; specs come from nnx.State metadata)")
+                return cst.parse_expression(f"nnx.{PARTITION_API_IN_NNX[short]}")
             if short in MERGE_PARAM and is_callee:
                 pass  # rewritten with its call in leave_Call
             elif short in KEPT_LINEN_FUNCTIONS:

@@ -42,6 +42,8 @@ RULES: dict[str, Rule] = {
         Rule("L2N-PART-001", Severity.CONVERTED, "nn.with_logical_partitioning / nn.with_partitioning -> nnx.with_partitioning."),
         Rule("L2N-XFORM-001", Severity.CONVERTED, "nn.scan / nn.remat / nn.vmap of a module class -> nnx.vmap-built stack + nnx.scan / nnx.remat / nnx.vmap at the call."),
         Rule("L2N-XFORM-002", Severity.MANUAL, "Lifted transform form that is not converted (variable_carry, nested scans, non-literal axes, ...)."),
+        Rule("L2N-PART-002", Severity.CONVERTED, "nn.logical_axis_rules / partitioning.axis_rules / nn.get_partition_spec -> the nnx functions (same rules context; specs from nnx.State)."),
+        Rule("L2N-PART-004", Severity.CONVERTED, "A helper that only unboxes LogicallyPartitioned / Partitioned is removable; its calls become their argument."),
         Rule("L2N-API-005", Severity.CONVERTED, "Pure flax.linen function with no NNX counterpart kept (e.g. with_logical_constraint)."),
         Rule("L2N-API-001", Severity.CONVERTED, "flax.linen function re-pointed to the identical flax.nnx function."),
         Rule("L2N-API-002", Severity.MANUAL, "Linen API with no automatic conversion yet."),
