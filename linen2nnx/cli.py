@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rich.markup import escape
+
 from linen2nnx import __version__
 from linen2nnx.errors import L2NError
 from linen2nnx.reports.console import make_console
@@ -77,19 +79,54 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="replace an existing DST")
     c.add_argument("--json", metavar="FILE", help="write the conversion report as JSON")
 
-    k = sub.add_parser("check", help="prove the NNX model matches the Linen original")
-    k.add_argument("--spec", required=True, help="model pair spec")
+    k = sub.add_parser("check", help="prove the NNX model matches the Linen original",
+                       description="Run both models on the same weights and compare every output, loss, "
+                                   "gradient and state leaf. Exit 0: parity; 1: parity fails; 2: error.")
+    k.add_argument("spec", nargs="?", metavar="SPEC", help="model pair spec (module:function or file.py[:function])")
+    k.add_argument("--spec", dest="spec_option", metavar="SPEC", help="the model pair spec, as an option")
     k.add_argument("--ckpt", help="Linen checkpoint (default: a fresh Linen init)")
     k.add_argument("--nnx-ckpt", help="converted NNX checkpoint (default: convert --ckpt in memory)")
     k.add_argument("--map", metavar="FILE", help="name map (default: the spec's)")
-    k.add_argument("--json", metavar="FILE", help="write the parity report as JSON")
+    k.add_argument("--steps", type=_non_negative_int, metavar="N",
+                   help="also train both sides side by side for N optimizer steps")
+    k.add_argument("--mesh", type=_mesh, metavar="AXIS=SIZE,...",
+                   help="run sharded on a device mesh, e.g. data=2,fsdp=2,tensor=2")
+    k.add_argument("--tolerance", action="append", type=_tolerance, metavar="PATTERN=VALUE",
+                   help="base tolerance for the leaves whose CHECK:PATH (or PATH) matches the glob PATTERN, "
+                        "e.g. 'grad:*=1e-4' (repeatable; the first matching pattern applies)")
+    k.add_argument("--json", metavar="FILE",
+                   help="write the parity report as JSON (schema linen2nnx-parity/N); '-' for any one report "
+                        "writes it to standard output")
+    k.add_argument("--markdown", metavar="FILE", help="write the report as Markdown ('-': standard output)")
+    k.add_argument("--junit", metavar="FILE", help="write the report as JUnit XML, one test per check")
+    k.add_argument("--html", metavar="FILE",
+                   help="write a self-contained HTML report with plots (needs matplotlib: linen2nnx[html])")
+    k.add_argument("--github-summary", action=argparse.BooleanOptionalAction, default=None,
+                   help="append the Markdown report to $GITHUB_STEP_SUMMARY (default: on inside GitHub Actions)")
+    k.add_argument("--all-leaves", action="store_true", help="list every leaf on the console, not only failures")
+    k.add_argument("--traceback", action="store_true", help="show the traceback of an error in the models")
 
     d = sub.add_parser("demo", help="train a zoo model in Linen, migrate, convert and check it end to end")
     d.add_argument("--model", default="cnn", help="zoo model (default: cnn)")
     d.add_argument("--out", default="linen2nnx-demo", help="output folder (default: ./linen2nnx-demo)")
     d.add_argument("--steps", type=int, default=50, help="Linen training steps (default: 50)")
     d.add_argument("--force", action="store_true", help="replace an existing output folder")
+    d.add_argument("--mesh", type=_demo_mesh, metavar="AXIS=SIZE,...",
+                   help="train and check sharded on a device mesh, e.g. data=2,fsdp=2,tensor=2, under the model's "
+                        "logical axis rules; adds a PartitionSpec comparison of every parameter. When this process "
+                        "has fewer devices than the mesh needs, the demo reruns itself with "
+                        "XLA_FLAGS=--xla_force_host_platform_device_count=N JAX_PLATFORMS=cpu (N fake CPU devices)")
     return parser
+
+
+def _demo_mesh(text: str) -> dict[str, int]:
+    """``demo --mesh``: :func:`linen2nnx.equivalence.mesh.parse_mesh`, its error as a usage error (exit 2)."""
+    from linen2nnx.equivalence.mesh import MeshError, parse_mesh
+
+    try:
+        return parse_mesh(text)
+    except MeshError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(_COMMANDS[args.command](args))
     except L2NError as e:
-        err_console.print(f"[bold red]error:[/] {e}", markup=True, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", markup=True, soft_wrap=True)
         return EXIT_ERROR
     except KeyboardInterrupt:
         err_console.print("interrupted")
@@ -285,26 +322,181 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_check(args: argparse.Namespace) -> int:
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def _mesh(text: str) -> dict[str, int]:
+    """``check --mesh data=2,fsdp=2,tensor=2`` -> ``{"data": 2, "fsdp": 2, "tensor": 2}`` (axis order kept),
+    parsed by :func:`linen2nnx.equivalence.mesh.parse_mesh`; a malformed mesh is a usage error (exit 2)."""
+    from linen2nnx.equivalence.mesh import MeshError, parse_mesh
+
+    try:
+        return parse_mesh(text)
+    except MeshError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _tolerance(text: str) -> tuple[str, float]:
+    """``grad:*=1e-4`` -> ``("grad:*", 1e-4)``; the value follows the last ``=`` (a pattern may hold one)."""
+    import math
+
+    pattern, eq, value = text.rpartition("=")
+    if not eq or not pattern.strip():
+        raise argparse.ArgumentTypeError(f"expected PATTERN=VALUE like 'grad:*=1e-4', got {text!r}")
+    try:
+        tol = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"tolerance for {pattern!r}: {value!r} is not a number") from None
+    if not math.isfinite(tol) or tol < 0:
+        raise argparse.ArgumentTypeError(f"tolerance for {pattern!r} must be a finite number >= 0, got {value!r}")
+    return pattern.strip(), tol
+
+
+def _check_spec(args: argparse.Namespace) -> str:
+    if args.spec and args.spec_option and args.spec != args.spec_option:
+        raise L2NError(f"two different specs given: {args.spec!r} and --spec {args.spec_option!r}")
+    spec = args.spec or args.spec_option
+    if not spec:
+        raise L2NError("check needs a model pair spec: linen2nnx check SPEC (module:function or file.py[:function])")
+    return spec
+
+
+def _check_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments for ``equivalence.check``: only those the user set, so the CLI works with
+    a ``check`` that predates an option; one it does not take is a named error, not a TypeError."""
+    import inspect
+
+    from linen2nnx.equivalence import check
+
+    # --tolerance entries are the tolerance table's per-pattern overrides (a later duplicate replaces
+    # the value but keeps the pattern's first position, so the order the user gave decides matching)
+    options = {"steps": args.steps, "mesh": args.mesh,
+               "tolerances": {"overrides": dict(args.tolerance)} if args.tolerance else None}
+    options = {k: v for k, v in options.items() if v is not None}
+    params = inspect.signature(check).parameters
+    flags = {"steps": "--steps", "mesh": "--mesh", "tolerances": "--tolerance"}
+    missing = [flags[k] for k in options if k not in params]
+    if missing and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        raise L2NError(f"{', '.join(missing)}: not supported by this version of linen2nnx.equivalence.check")
+    return options
+
+
+def _github_summary_path(args: argparse.Namespace) -> Path | None:
+    """Where to append the Markdown report: ``$GITHUB_STEP_SUMMARY`` when asked, or by default inside
+    GitHub Actions (``GITHUB_ACTIONS=true``); ``--no-github-summary`` switches it off."""
+    import os
+
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if args.github_summary is None:
+        return Path(target) if target and os.environ.get("GITHUB_ACTIONS") == "true" else None
+    if args.github_summary and not target:
+        raise L2NError("--github-summary: $GITHUB_STEP_SUMMARY is not set (it is set inside GitHub Actions jobs)")
+    return Path(target) if args.github_summary else None
+
+
+def _named_build_errors(pair, spec: str):
+    """The same pair, whose NNX factory turns an exception into a named error: "the NNX model
+    failed to build", wherever inside ``check`` the twin is constructed (no extra build is made)."""
+    import dataclasses
+
+    factory = pair.nnx_factory
+
+    def build(rngs):
+        try:
+            return factory(rngs)
+        except L2NError:
+            raise
+        except Exception as e:
+            raise L2NError(f"spec {spec!r}: the NNX model failed to build: {type(e).__name__}: {e}") from e
+
+    return dataclasses.replace(pair, nnx_factory=build)
+
+
+def _run_check(args: argparse.Namespace, spec: str, options: dict):
     from linen2nnx.equivalence import check
     from linen2nnx.spec import load_pair
 
-    pair = load_pair(args.spec)
-    result = check(pair, args.ckpt, args.nnx_ckpt, name_map=args.map)
+    pair = load_pair(spec)
+    if args.traceback:
+        return check(pair, args.ckpt, args.nnx_ckpt, name_map=args.map, **options)
+    try:
+        return check(_named_build_errors(pair, spec), args.ckpt, args.nnx_ckpt, name_map=args.map, **options)
+    except L2NError:
+        raise
+    except Exception as e:  # a model that raises while running: an error (exit 2), not a parity verdict
+        raise L2NError(f"spec {spec!r}: check could not run the models: {type(e).__name__}: {e} "
+                       "(--traceback shows where)") from e
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run the parity check, print it, write every requested report atomically; exit 0 / 1 / 2."""
+    spec = _check_spec(args)
+    to_stdout = [flag for flag in ("json", "markdown", "junit", "html") if getattr(args, flag) == "-"]
+    if len(to_stdout) > 1:
+        raise L2NError(f"only one report can go to standard output, got '-' for {', '.join('--' + f for f in to_stdout)}")
+    options = _check_options(args)
+    summary_path = _github_summary_path(args)
+    if args.html:
+        from linen2nnx.reports.plots import require_matplotlib
+
+        require_matplotlib()  # fail in a second, not after the whole check
+    result = _run_check(args, spec, options)
+
+    from linen2nnx.io_utils import atomic_write_text
+    from linen2nnx.reports import parity_data
     from linen2nnx.reports.console import render_parity
+    from linen2nnx.reports.json_report import dumps
 
-    render_parity(result, console=err_console)
+    data = parity_data.parity_dict(result)
+    render_parity(data, console=err_console, all_leaves=args.all_leaves)
+    outputs: list[tuple[str, str]] = []
     if args.json:
-        from linen2nnx.reports.json_report import write_json
+        outputs.append((args.json, dumps(data)))
+    if args.markdown or summary_path:
+        from linen2nnx.reports.parity_markdown import render_parity_markdown
 
-        write_json(result, args.json)
-    return EXIT_OK if result.passed else EXIT_FINDINGS
+        markdown = render_parity_markdown(data)
+        if args.markdown:
+            outputs.append((args.markdown, markdown))
+    if args.junit:
+        from linen2nnx.reports.junit import render_junit
+
+        outputs.append((args.junit, render_junit(data)))
+    if args.html:
+        from linen2nnx.reports.html_report import render_parity_html
+
+        outputs.append((args.html, render_parity_html(data)))
+    for target, text in outputs:
+        if target == "-":
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            try:
+                atomic_write_text(Path(target), text)
+            except OSError as e:
+                raise L2NError(f"{target}: cannot write the report: {e.strerror or e}") from e
+            err_console.print(f"wrote {target}", markup=False, soft_wrap=True)
+    if summary_path is not None:
+        try:
+            with open(summary_path, "a", encoding="utf-8") as f:  # one append: other steps share the file
+                f.write(markdown + "\n")
+        except OSError as e:
+            raise L2NError(f"$GITHUB_STEP_SUMMARY ({summary_path}): cannot append: {e.strerror or e}") from e
+        err_console.print(f"appended the Markdown report to {summary_path}", markup=False, soft_wrap=True)
+    return EXIT_OK if data.get("passed") else EXIT_FINDINGS
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from linen2nnx.demo import run_demo
 
-    return run_demo(args.model, Path(args.out), steps=args.steps, force=args.force)
+    return run_demo(args.model, Path(args.out), steps=args.steps, force=args.force, mesh=args.mesh)
 
 
 _COMMANDS = {"migrate": cmd_migrate, "convert": cmd_convert, "check": cmd_check, "demo": cmd_demo}

@@ -7,13 +7,25 @@
 4. check parity (forward, loss, gradients, BatchNorm stats) and write the JSON report;
 
 then print a summary and the commands that rerun each stage by hand (also in ``OUT/README.md``).
+
+With ``mesh={"data": 2, "fsdp": 2, "tensor": 2}`` (``--mesh data=2,fsdp=2,tensor=2``) the Linen
+training runs under that mesh and the model's logical axis rules, and the parity check runs sharded
+on it, adding a ``partition_spec`` comparison of every parameter. A process only sees the devices
+it started with, so when this one has fewer than the mesh needs, the demo runs itself again in a
+child process with ``XLA_FLAGS=--xla_force_host_platform_device_count=N JAX_PLATFORMS=cpu`` (N fake
+CPU devices) and returns the child's exit code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
 import shutil
+import subprocess
+import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.table import Table
@@ -22,15 +34,27 @@ from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
 from linen2nnx.reports.console import make_console
 
-# Zoo models whose whole chain runs today; the others need the lifted-transform rules.
-DEMO_MODELS = ("cnn", "mlp", "encoder")
+# Zoo models whose whole chain runs today (the decoder since migrate converts nn.scan / nn.remat).
+DEMO_MODELS = ("cnn", "mlp", "encoder", "decoder")
 
 console = make_console()
 
+# Set in the child the demo starts for a mesh, so a child that still lacks devices fails instead of looping.
+_CHILD_ENV = "LINEN2NNX_DEMO_MESH_CHILD"
 
-def run_demo(model: str, out: Path, *, steps: int = 50, force: bool = False) -> int:
+
+def run_demo(model: str, out: Path, *, steps: int = 50, force: bool = False,
+             mesh: Mapping[str, int] | None = None) -> int:
+    """Run the whole chain on zoo ``model`` into ``out``; 0 if parity holds, 1 if not.
+
+    ``mesh``: axis name -> size; run the Linen training and the parity check sharded on it.
+    """
     from linen2nnx import zoo
 
+    if mesh is not None:
+        child = _rerun_with_host_devices(model, out, steps, force, dict(mesh))
+        if child is not None:
+            return child
     if model not in DEMO_MODELS:
         known = ", ".join(DEMO_MODELS)
         raise L2NError(f"--model {model!r}: the demo runs {known} (the other zoo models need lifted-transform "
@@ -45,10 +69,13 @@ def run_demo(model: str, out: Path, *, steps: int = 50, force: bool = False) -> 
     train_mod = zoo.load_train_module(model)
     spec_ref = zoo.spec_ref(model)
 
-    with _stage("train (Linen)", timings):
-        state, losses = train_mod.train("tiny", steps=steps, seed=0)
-        linen_ckpt = out / "linen_ckpt"
-        train_mod.save_checkpoint(state, linen_ckpt)
+    with _stage("train (Linen)" + (f" on mesh {_fmt_mesh(mesh)}" if mesh else ""), timings):
+        from linen2nnx.spec import load_linen_side
+
+        with _mesh_scope(load_linen_side(spec_ref), mesh):
+            state, losses = train_mod.train("tiny", steps=steps, seed=0)
+            linen_ckpt = out / "linen_ckpt"
+            train_mod.save_checkpoint(state, linen_ckpt)
     console.print(f"  loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps; checkpoint {linen_ckpt}")
 
     nnx_dir = out / "nnx"
@@ -78,19 +105,70 @@ def run_demo(model: str, out: Path, *, steps: int = 50, force: bool = False) -> 
         conversion = convert(linen_ckpt, nnx_ckpt, pair)
     console.print(f"  {conversion.summary()} -> {nnx_ckpt}")
 
-    with _stage("check", timings):
-        from linen2nnx.equivalence import check
+    with _stage("check" + (f" (sharded on {_fmt_mesh(mesh)})" if mesh else ""), timings):
         from linen2nnx.reports.json_report import write_json
 
-        result = check(pair, linen_ckpt, nnx_ckpt)
+        result = _check(pair, linen_ckpt, nnx_ckpt, mesh)
         write_json(result, out / "parity.json")
 
     from linen2nnx.reports.console import render_parity
 
     render_parity(result, console=console)
     _summary(model, out, timings, result.passed)
-    _write_readme(out, model, spec_ref, zoo.model_source(model), spec_path, linen_ckpt, nnx_ckpt)
+    _write_readme(out, model, spec_ref, zoo.model_source(model), spec_path, linen_ckpt, nnx_ckpt, mesh)
     return 0 if result.passed else 1
+
+
+def _fmt_mesh(mesh: Mapping[str, int] | None) -> str:
+    from linen2nnx.equivalence.mesh import format_mesh
+
+    return format_mesh(mesh or {})
+
+
+def _mesh_scope(side: object, mesh: Mapping[str, int] | None) -> contextlib.AbstractContextManager:
+    if not mesh:
+        return contextlib.nullcontext()
+    from linen2nnx.equivalence.mesh import mesh_scope
+
+    return mesh_scope(side, mesh)
+
+
+def _check(pair: object, linen_ckpt: Path, nnx_ckpt: Path, mesh: Mapping[str, int] | None) -> object:
+    """``check``, sharded when ``mesh`` is given: through ``check(mesh=)`` where that exists, else
+    the equivalence stage's mesh runner (same comparisons plus ``partition_spec``)."""
+    import inspect
+
+    from linen2nnx.equivalence import check
+
+    if not mesh:
+        return check(pair, linen_ckpt, nnx_ckpt)
+    if "mesh" in inspect.signature(check).parameters:
+        return check(pair, linen_ckpt, nnx_ckpt, mesh=dict(mesh))
+    from linen2nnx.equivalence.mesh import check_on_mesh
+
+    return check_on_mesh(pair, mesh, linen_ckpt, nnx_ckpt)
+
+
+def _rerun_with_host_devices(model: str, out: Path, steps: int, force: bool, mesh: dict[str, int]) -> int | None:
+    """``None`` if this process has the devices ``mesh`` needs; else the exit code of the demo rerun
+    in a child process that has them (as fake CPU devices)."""
+    import jax
+
+    from linen2nnx.equivalence.mesh import MeshError, device_count_needed, format_mesh, host_device_env
+
+    needed = device_count_needed(mesh)
+    have = jax.device_count()
+    if have >= needed:
+        return None
+    if os.environ.get(_CHILD_ENV):
+        raise MeshError(f"--mesh {format_mesh(mesh)} needs {needed} devices; even with XLA_FLAGS set this process "
+                        f"has {have}")
+    console.print(f"[dim]--mesh {format_mesh(mesh)} needs {needed} devices, this process has {have}: rerunning the "
+                  f"demo with {needed} host CPU devices[/]")
+    argv = [sys.executable, "-m", "linen2nnx", "demo", "--model", model, "--out", str(out), "--steps", str(steps),
+            "--mesh", format_mesh(mesh), *(["--force"] if force else [])]
+    env = {**host_device_env(needed), _CHILD_ENV: "1"}
+    return subprocess.run(argv, env=env, check=False).returncode
 
 
 class _stage:
@@ -120,8 +198,15 @@ def _summary(model: str, out: Path, timings: dict[str, float], passed: bool) -> 
 
 
 def _write_readme(out: Path, model: str, spec_ref: str, source: Path, spec_path: Path, linen_ckpt: Path,
-                  nnx_ckpt: Path) -> None:
+                  nnx_ckpt: Path, mesh: Mapping[str, int] | None = None) -> None:
     q = shlex.quote
+    env, mesh_opt = "", ""
+    if mesh:
+        from linen2nnx.equivalence.mesh import device_count_needed
+
+        # the Linen checkpoint was saved sharded over that many devices: Orbax restores it only there
+        env = f"XLA_FLAGS=--xla_force_host_platform_device_count={device_count_needed(mesh)} JAX_PLATFORMS=cpu "
+        mesh_opt = f" --mesh {_fmt_mesh(mesh)}"
     text = f"""# linen2nnx demo output: zoo `{model}`
 
 | path | what |
@@ -136,8 +221,8 @@ Rerun each stage by hand:
 
 ```bash
 linen2nnx migrate {q(str(source))} --out-dir {q(str(out / 'nnx'))} --trace {spec_ref}
-linen2nnx convert {q(str(linen_ckpt))} {q(str(nnx_ckpt))} --spec {q(str(spec_path))} --force
-linen2nnx check --spec {q(str(spec_path))} --ckpt {q(str(linen_ckpt))} --nnx-ckpt {q(str(nnx_ckpt))} --json {q(str(out / 'parity.json'))}
+{env}linen2nnx convert {q(str(linen_ckpt))} {q(str(nnx_ckpt))} --spec {q(str(spec_path))} --force
+{env}linen2nnx check --spec {q(str(spec_path))} --ckpt {q(str(linen_ckpt))} --nnx-ckpt {q(str(nnx_ckpt))}{mesh_opt} --json {q(str(out / 'parity.json'))}
 ```
 """
     atomic_write_text(out / "README.md", text)

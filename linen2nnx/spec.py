@@ -47,6 +47,16 @@ class LinenSide:
     optimizer: Any = None  # optax.GradientTransformation
     seed: int = 0
     name: str = ""
+    # Sharded runs (``check``/``demo --mesh``): Linen's logical axis rules (logical name -> mesh axes),
+    # the mesh axis names they are written for, and the mesh axes the example batch's leading
+    # dimension is split over (axes missing from the mesh are skipped).
+    logical_axis_rules: tuple[tuple[str, Any], ...] = ()
+    mesh_axes: tuple[str, ...] = ()
+    batch_axes: tuple[str, ...] = ("data", "fsdp")
+    # A longer batch for sequence models (same structure as ``batch``, longer sequence axis):
+    # ``check`` also compares the eval forward on it (``forward/long``), because position-dependent
+    # slips (a RoPE base, a positional table) grow with the position and short inputs hide them.
+    long_batch: Mapping[str, Any] | None = None
 
     def call_args(self, train: bool) -> tuple[tuple, dict]:
         args, kwargs = self.inputs(self.batch)

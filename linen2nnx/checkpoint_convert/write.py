@@ -65,8 +65,15 @@ def load_nnx_checkpoint(path: str | Path, pair: Any) -> Any:
     if not (path / "_METADATA").exists():
         what = "not found" if not path.exists() else "not an Orbax checkpoint directory (no _METADATA)"
         raise L2NError(f"{path}: NNX checkpoint {what}")
+    import jax
+
     abstract_model = nnx.eval_shape(pair.make_nnx)
     graphdef, abstract = nnx.split(abstract_model)
+    mesh = jax.sharding.get_mesh()
+    if not mesh.empty:  # sharded restore, as nnx.get_abstract_model does: under jax.set_mesh the abstract
+        # leaves carry AbstractMesh shardings, which Orbax cannot restore onto
+        abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
+                                nnx.get_named_sharding(abstract, mesh))
     try:
         with ocp.StandardCheckpointer() as ckptr:
             state = ckptr.restore(path, abstract)

@@ -201,9 +201,10 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
     :func:`migrate_paths`), so submodules and base classes imported from them are migrated too.
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
+    from linen2nnx.migrate.train_loop import mentions_training, migrate_training
 
     file_path = Path(path)
-    if not mentions_linen(source):
+    if not mentions_linen(source) and not mentions_training(source):
         return FileResult(file_path, path, source, source, [], NameMap(), skipped=True)
     try:
         tree = cst.parse_module(source)
@@ -222,11 +223,14 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
                              external=external)
     try:
         output = command.transform_module(tree).code
+        output, train_findings = migrate_training(  # training code: after the modules it uses
+            output, source, path=path, module_name=module_name, local=command.summaries,
+            external=external or {}, rule_enabled=rule_selector(select, ignore))
     except Exception as e:  # an internal bug must not take the other files down
         finding = Finding("L2N-IO-004", Severity.ERROR, path, 1, 1, f"internal error: {type(e).__name__}: {e}",
                           "please report this file; it was left untouched")
         return FileResult(file_path, path, source, None, [finding], NameMap())
-    findings = sorted(command.findings, key=lambda f: (f.line, f.col, f.rule))
+    findings = sorted([*command.findings, *train_findings], key=lambda f: (f.line, f.col, f.rule))
     return FileResult(file_path, path, source, output, findings, command.name_map, summaries=command.summaries)
 
 

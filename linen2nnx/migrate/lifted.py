@@ -172,8 +172,15 @@ def lifted_ctor(chain: LiftChain, ctor: str) -> str:
     return f"nnx.vmap({body}, in_axes=0, out_axes={axis})(rngs.split({length}))"
 
 
-def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broadcast: callable) -> str:
-    """The application of a lifted module: ``module_ref(*args)`` under the chain's NNX transforms."""
+def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broadcast: callable,
+                creates_state: bool = False) -> str:
+    """The application of a lifted module: ``module_ref(*args)`` under the chain's NNX transforms.
+
+    ``graph_updates=False`` (unless the module creates variables at call time, e.g. a decode cache,
+    which only graph updates carry out of the transform) keeps NNX from writing the whole layer stack
+    back out of ``nnx.scan`` / ``nnx.remat``: the Params copy that costs memory (reference §4.3).
+    Sown values still reach ``nnx.capture``.
+    """
     positional = [code(a.value) for a in args if a.keyword is None and not a.star]
     rest = [code(a) for a in args if a.keyword is not None or a.star]
     for a in args:
@@ -181,8 +188,10 @@ def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broad
             raise LiftError("*args / **kwargs at the call of a lifted module")
     remat = chain.of("remat")
     remat_kwargs = ""
+    updates = "" if creates_state else ", graph_updates=False"
     if remat is not None:
         remat_kwargs = "".join(f", {k}={code(v)}" for k, v in remat.kwargs.items() if k in ("policy", "prevent_cse"))
+        remat_kwargs += updates
     scan, vmap = chain.of("scan"), chain.of("vmap")
 
     def call(params: list[str], call_args: list[str]) -> str:
@@ -211,6 +220,7 @@ def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broad
             body = f"nnx.remat({body}{remat_kwargs})"
         out_axes = code(scan.kwargs["out_axes"]) if "out_axes" in scan.kwargs else "0"
         extra = "".join(f", {k}={code(scan.kwargs[k])}" for k in ("length", "reverse", "unroll") if k in scan.kwargs)
+        extra += updates
         in_axes = ", ".join(["nnx.Carry", module_axis, *nnx_axes])
         return (f"nnx.scan({body}, in_axes=({in_axes}), out_axes=(nnx.Carry, {out_axes}){extra})"
                 f"({', '.join(passed)})")

@@ -99,6 +99,8 @@ class PlanningMixin:
             self._run_flow(plan, fn, resolve=True)
         self._resolve_unused(plan)
         self._collect_needed_locals(plan)
+        plan.creates_state = bool(plan.lazy_vars) or any(
+            s.user is not None and s.user.creates_state for s in plan.sites.values())
         return plan
 
     def _field(self, small: cst.AnnAssign, rewritten: cst.AnnAssign | None = None) -> Field:

@@ -123,13 +123,15 @@ class ClassPlan:
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
+    creates_state: bool = False  # it, or a submodule, creates variables at call time (lazy caches)
 
     @property
     def field_names(self) -> list[str]:
         return [f.name for f in self.fields]
 
     def summary(self) -> ClassSummary:
-        return ClassSummary(self.key, self.name, list(self.fields), dict(self.new_args), self.out, self.first_input)
+        return ClassSummary(self.key, self.name, list(self.fields), dict(self.new_args), self.out, self.first_input,
+                            self.creates_state)
 
 
 @dataclasses.dataclass
@@ -142,11 +144,12 @@ class ClassSummary:
     new_args: dict[str, str]
     out: Feat | None
     first_input: str
+    creates_state: bool = False
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
         return ClassPlan(name=self.name, fields=list(self.fields), new_args=dict(self.new_args), out=self.out,
-                         first_input=self.first_input, key=self.key)
+                         first_input=self.first_input, key=self.key, creates_state=self.creates_state)
 
 
 def range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:

@@ -1,4 +1,4 @@
-"""Stable JSON for CI: ``schema`` first (``linen2nnx-parity/1`` / ``linen2nnx-conversion/1``),
+"""Stable JSON for CI: ``schema`` first (``linen2nnx-parity/N`` / ``linen2nnx-conversion/1``),
 leaves in a fixed order, non-finite numbers spelled as strings so the output is standard JSON.
 """
 
@@ -12,21 +12,22 @@ from linen2nnx.io_utils import atomic_write_text
 
 
 def parity_json(result: Any) -> str:
-    """A ``ParityResult`` as JSON text (``schema: linen2nnx-parity/1``)."""
-    return _dumps(result.to_json())
+    """A ``ParityResult`` as JSON text (``schema: linen2nnx-parity/N``, see docs/schemas/)."""
+    return dumps(result.to_json())
 
 
 def conversion_json(report: Any) -> str:
     """A ``ConversionReport`` as JSON text (``schema: linen2nnx-conversion/1``)."""
-    return _dumps(report.to_json())
+    return dumps(report.to_json())
 
 
 def write_json(obj: Any, path: str | Path) -> Path:
     """Write a result or report (anything with ``to_json()``) atomically; returns the path."""
     path = Path(path)
-    atomic_write_text(path, _dumps(obj.to_json()))
+    atomic_write_text(path, dumps(obj.to_json()))
     return path
 
 
-def _dumps(data: dict[str, Any]) -> str:
+def dumps(data: dict[str, Any]) -> str:
+    """A JSON dict as stable, standard JSON text (no NaN literals; non-finite values are strings)."""
     return json.dumps(data, indent=2, allow_nan=False) + "\n"

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
 
+from linen2nnx.reports.markdown_text import md_cell as _md_cell
+
 if TYPE_CHECKING:
     from linen2nnx.migrate.engine import FileResult, MigrationResult
     from linen2nnx.migrate.findings import Finding
@@ -152,24 +154,6 @@ def render_sarif(result: MigrationResult) -> str:
 
 
 # ---- Markdown --------------------------------------------------------------------------------------
-def _md_text(text: str) -> str:
-    out = text.replace("\\", "\\\\").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    for ch in "*_[]`":
-        out = out.replace(ch, "\\" + ch)
-    return out
-
-
-def _md_cell(text: str) -> str:
-    """Text safe inside a GitHub table cell: one line, no pipes, no raw HTML, no stray emphasis
-    (``__init__`` stays ``__init__``); balanced ```code``` spans are kept as code."""
-    text = text.replace("\r", " ").replace("\n", " ")
-    parts = text.split("`")
-    if len(parts) % 2 == 0:  # unbalanced backticks: all of it is plain text
-        parts = [text]
-    out = [_md_text(p) if i % 2 == 0 else f"`{p}`" for i, p in enumerate(parts)]
-    return "".join(out).replace("|", "\\|")
-
-
 def _file_counts(r: FileResult) -> str:
     counts = Counter(f.severity.value for f in r.findings)
     parts = [f"{counts[s]} {s}" for s in SEVERITIES if counts[s]]

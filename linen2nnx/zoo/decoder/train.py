@@ -263,4 +263,13 @@ def spec(config: str = "tiny") -> LinenSide:
         inputs=_inputs,
         optimizer=make_optimizer(cfg["learning_rate"]),
         name="decoder",
+        logical_axis_rules=LOGICAL_AXIS_RULES,
+        mesh_axes=MESH_AXES,
+        long_batch=long_batch(config),
     )
+
+
+def long_batch(config: str = "tiny", factor: int = 4) -> dict[str, np.ndarray]:
+    """Two sequences ``factor`` times longer than training's: ``check`` runs the eval forward on them."""
+    cfg = _config(config)
+    return _sample(np.random.default_rng(1), cfg["model"].vocab_size, factor * cfg["seq_len"], 2)

@@ -1,0 +1,295 @@
+"""What the values of Linen training code are, found statically: the data the training codemod keys on.
+
+Linen training code passes four kinds of values around, and each one changes meaning in NNX:
+
+- ``module``: a Linen module instance built outside any module (``model = MLP(hidden=32)``). It is only
+  configuration until ``init``; in NNX it becomes ``functools.partial(MLP, hidden=32)``, a constructor
+  that still waits for its ``rngs`` (and the input sizes ``init`` knows).
+- ``vars``: what ``model.init(...)`` returns. In NNX, constructing the module *is* its initialisation,
+  so this value becomes the NNX module itself.
+- ``coll``: ``variables['params']`` (or another collection) of such a value: ``nnx.state(model, Type)``.
+- ``ts``: a ``flax.training.train_state.TrainState`` (or a subclass): in NNX the split pair
+  ``nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))``.
+
+Names are followed through libcst's scope analysis (closures included), calls through the functions of
+the file that return such values (``make_model``, ``create_train_state``, a jitted ``init``). The
+analysis is flow-insensitive and conservative: a name bound to values of different kinds has none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+
+import libcst as cst
+from libcst._metadata_dependent import LazyValue
+from libcst.metadata import Access, Assignment, ParentNodeProvider, QualifiedNameProvider, ScopeProvider
+
+from linen2nnx.migrate.sites import ClassSummary
+
+TRAIN_STATE = frozenset({"flax.training.train_state.TrainState"})
+JIT = frozenset({"jax.jit", "jax.api.jit", "jax._src.api.jit"})
+MODULE_BASES = frozenset({"flax.linen.Module", "flax.linen.module.Module", "flax.nnx.Module",
+                          "flax.nnx.module.Module"})
+# train-state attributes whose use marks an unannotated function parameter as a TrainState
+STATE_METHODS = frozenset({"apply_fn", "apply_gradients"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Val:
+    kind: str  # module | vars | coll | ts
+    summary: ClassSummary | None = None  # module / vars / coll: the migrated class
+    holder: Assignment | None = None  # coll: the binding of the name that holds the model
+    collection: str = ""  # coll: the Linen collection
+
+
+class ValueAnalysis:
+    """Answers "what is this expression?" for the training codemod (see the module docstring)."""
+
+    def __init__(self, wrapper: cst.MetadataWrapper, local: Mapping[str, ClassSummary],
+                 external: Mapping[str, ClassSummary], module_name: str):
+        self.module = wrapper.module
+        self.parents = wrapper.resolve(ParentNodeProvider)
+        self.qualified = wrapper.resolve(QualifiedNameProvider)
+        self.scopes = wrapper.resolve(ScopeProvider)
+        self.module_name = module_name
+        self.classes = dict(external)
+        self.local_classes = {s.name: s for s in local.values()}  # this file's classes, by name
+        self.access: dict[cst.CSTNode, Access] = {}
+        for scope in {s for s in self.scopes.values() if s is not None}:
+            for access in scope.accesses:
+                self.access[access.node] = access
+        self.ts_classes: dict[str, list[str]] = {}  # local TrainState class / alias -> its extra fields
+        self._find_train_state_classes()
+        self._memo: dict[cst.CSTNode, Val | None] = {}
+        self._busy: set[cst.CSTNode] = set()
+
+    # ---- names -------------------------------------------------------------------------------
+    def qualnames(self, node: cst.CSTNode) -> set[str]:
+        found = self.qualified.get(node, set())
+        if isinstance(found, LazyValue):  # the provider computes qualified names on first use
+            found = found()
+        return {q.name for q in found}
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(node)
+
+    def absolute(self, qualname: str) -> str:
+        """``.model.MLP`` (a relative import) -> ``pkg.model.MLP`` for a file of package ``pkg``."""
+        if not qualname.startswith("."):
+            return qualname
+        dots = len(qualname) - len(qualname.lstrip("."))
+        package = self.module_name.split(".")[: -dots] if self.module_name else []
+        return ".".join([*package, qualname.lstrip(".")])
+
+    def user_class(self, node: cst.BaseExpression) -> ClassSummary | None:
+        """The migrated Linen class ``node`` names (this file's, or one another file of the run defines)."""
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            return None
+        for q in self.qualnames(node):
+            if q in self.local_classes:
+                return self.local_classes[q]
+            summary = self.classes.get(self.absolute(q))
+            if summary is not None:
+                return summary
+        return None
+
+    def is_ts_class(self, node: cst.BaseExpression) -> bool:
+        return bool(self.qualnames(node) & (TRAIN_STATE | set(self.ts_classes)))
+
+    def ts_fields(self, node: cst.BaseExpression) -> list[str]:
+        return next((self.ts_classes[q] for q in self.qualnames(node) if q in self.ts_classes), [])
+
+    def _find_train_state_classes(self) -> None:
+        """``class TrainState(train_state.TrainState): batch_stats: Any`` and ``TS = train_state.TrainState``."""
+        changed = True
+        while changed:  # a subclass of a subclass
+            changed = False
+            for stmt in self.module.body:
+                if isinstance(stmt, cst.ClassDef) and stmt.name.value not in self.ts_classes:
+                    base = next((b.value for b in stmt.bases if self.is_ts_class(b.value)), None)
+                    if base is not None:
+                        fields = [s.target.value for line in stmt.body.body if isinstance(line, cst.SimpleStatementLine)
+                                  for s in line.body if isinstance(s, cst.AnnAssign) and isinstance(s.target, cst.Name)]
+                        self.ts_classes[stmt.name.value] = [*self.ts_fields(base), *fields]
+                        changed = True
+                elif isinstance(stmt, cst.SimpleStatementLine):
+                    for small in stmt.body:
+                        if (isinstance(small, cst.Assign) and len(small.targets) == 1
+                                and isinstance(small.targets[0].target, cst.Name)
+                                and small.targets[0].target.value not in self.ts_classes
+                                and self.is_ts_class(small.value)):
+                            self.ts_classes[small.targets[0].target.value] = self.ts_fields(small.value)
+                            changed = True
+
+    def in_module_class(self, node: cst.CSTNode) -> bool:
+        """Inside a (migrated) module class: that code belongs to the module codemod."""
+        cur = self.parent(node)
+        while cur is not None:
+            if isinstance(cur, cst.ClassDef):
+                if cur.name.value in self.local_classes or any(
+                        self.qualnames(b.value) & MODULE_BASES for b in cur.bases):
+                    return True
+            cur = self.parent(cur)
+        return False
+
+    # ---- bindings ----------------------------------------------------------------------------
+    def referents(self, name: cst.Name) -> list[Assignment]:
+        access = self.access.get(name)
+        if access is None:
+            return []
+        return [r for r in access.referents if isinstance(r, Assignment)]
+
+    def binding_value(self, assignment: Assignment) -> cst.BaseExpression | None:
+        """The expression a ``name = value`` / ``name: T = value`` binding assigns (None for other bindings)."""
+        node = assignment.node
+        target_parent = self.parent(node)
+        if isinstance(target_parent, cst.AssignTarget):
+            stmt = self.parent(target_parent)
+            if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and stmt.targets[0].target is node:
+                return stmt.value
+        if isinstance(target_parent, cst.AnnAssign) and target_parent.target is node:
+            return target_parent.value
+        return None
+
+    def function_of(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
+        """The file's function a call target names, through ``jax.jit(f, ...)``."""
+        if isinstance(func, cst.Call) and self.qualnames(func.func) & JIT and func.args \
+                and func.args[0].keyword is None and not func.args[0].star:
+            return self.function_of(func.args[0].value)
+        if not isinstance(func, cst.Name):
+            return None
+        found = [r.node for r in self.referents(func)]
+        if len(found) == 1 and isinstance(found[0], cst.FunctionDef):
+            return found[0]
+        return None
+
+    def returns(self, fn: cst.FunctionDef) -> Iterator[cst.Return]:
+        """``fn``'s own return statements (not those of nested functions, lambdas or classes)."""
+        found: list[cst.Return] = []
+
+        class V(cst.CSTVisitor):
+            def visit_Return(self, node: cst.Return) -> None:
+                found.append(node)
+
+            def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+                return node is fn
+
+            def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+                return False
+
+            def visit_Lambda(self, node: cst.Lambda) -> bool:
+                return False
+
+        fn.visit(V())
+        return iter(found)
+
+    # ---- values ------------------------------------------------------------------------------
+    def value_of(self, node: cst.BaseExpression | None) -> Val | None:
+        if node is None:
+            return None
+        if node in self._memo:
+            return self._memo[node]
+        if node in self._busy:
+            return None  # recursion through a cycle of bindings: no kind
+        self._busy.add(node)
+        try:
+            value = self._value_of(node)
+        finally:
+            self._busy.discard(node)
+        self._memo[node] = value
+        return value
+
+    def _value_of(self, node: cst.BaseExpression) -> Val | None:
+        if isinstance(node, cst.Call):
+            summary = self.user_class(node.func)
+            if summary is not None:
+                return Val("module", summary)
+            if isinstance(node.func, cst.Attribute):
+                if node.func.attr.value == "init":
+                    receiver = self.value_of(node.func.value)
+                    if receiver is not None and receiver.kind == "module":
+                        return Val("vars", receiver.summary)
+                if node.func.attr.value == "create" and self.is_ts_class(node.func.value):
+                    return Val("ts")
+            fn = self.function_of(node.func)
+            return self.returned(fn) if fn is not None else None
+        if isinstance(node, cst.Name):
+            values = [self.bound(a) for a in self.referents(node)]
+            if values and all(v is not None and v == values[0] for v in values):
+                return values[0]
+            return None
+        if isinstance(node, cst.Subscript):
+            key = string_index(node)
+            base = self.value_of(node.value)
+            if key is None or base is None or base.kind != "vars":
+                return None
+            holder = self.referents(node.value) if isinstance(node.value, cst.Name) else []
+            return Val("coll", base.summary, holder[0] if len(holder) == 1 else None, key)
+        if isinstance(node, cst.BooleanOperation):  # ``model or make_model(config)``
+            sides = [v for v in (self.value_of(node.left), self.value_of(node.right)) if v is not None]
+            return sides[0] if sides and all(v == sides[0] for v in sides) else None
+        return None
+
+    def returned(self, fn: cst.FunctionDef) -> Val | None:
+        values = [self.value_of(r.value) for r in self.returns(fn)]
+        if values and all(v is not None and v == values[0] for v in values):
+            return values[0]
+        return None
+
+    def bound(self, assignment: Assignment) -> Val | None:
+        node = assignment.node
+        if isinstance(node, cst.Param):
+            return self.param_value(node, assignment)
+        return self.value_of(self.binding_value(assignment))
+
+    def param_value(self, param: cst.Param, assignment: Assignment) -> Val | None:
+        """A parameter annotated with a migrated Linen class or a TrainState class, or one the function
+        uses as a TrainState (``state.apply_fn``, ``state.apply_gradients``)."""
+        if param.annotation is not None:
+            for part in annotation_parts(param.annotation.annotation):
+                summary = self.user_class(part)
+                if summary is not None:
+                    return Val("module", summary)
+                if self.is_ts_class(part):
+                    return Val("ts")
+        for access in assignment.references:
+            attr = self.parent(access.node)
+            if isinstance(attr, cst.Attribute) and attr.value is access.node and attr.attr.value in STATE_METHODS:
+                return Val("ts")
+        return None
+
+    def uses(self, assignment: Assignment) -> list[cst.Name]:
+        return [a.node for a in assignment.references if isinstance(a.node, cst.Name)]
+
+    def walk(self, predicate: Callable[[cst.CSTNode], bool]) -> list[cst.CSTNode]:
+        found: list[cst.CSTNode] = []
+
+        class V(cst.CSTVisitor):
+            def on_visit(self, node: cst.CSTNode) -> bool:
+                if predicate(node):
+                    found.append(node)
+                return True
+
+        self.module.visit(V())
+        return found
+
+
+def string_index(node: cst.Subscript) -> str | None:
+    """``x['params']`` -> ``'params'``."""
+    if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        value = node.slice[0].slice.value
+        if isinstance(value, cst.SimpleString):
+            evaluated = value.evaluated_value
+            return evaluated if isinstance(evaluated, str) else None
+    return None
+
+
+def annotation_parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """``Model | None`` / ``Optional[Model]`` / ``Model`` -> the candidate class references."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):
+        return [*annotation_parts(node.left), *annotation_parts(node.right)]
+    if isinstance(node, cst.Subscript) and isinstance(node.value, (cst.Name, cst.Attribute)) \
+            and getattr(node.value, "attr", node.value).value in ("Optional", "Union"):  # type: ignore[union-attr]
+        return [p for e in node.slice if isinstance(e.slice, cst.Index) for p in annotation_parts(e.slice.value)]
+    return [node]
