@@ -31,6 +31,7 @@ class LazyVar:
     attr: str  # NNX attribute
     var_type: str  # nnx.<var_type>
     statement: cst.SimpleStatementLine  # the statement the creation is hoisted in front of
+    when: str = "True"  # the call-time condition it is created under, in terms of the method's parameters
 
 
 def initial_value(init: cst.BaseExpression, args: list[cst.Arg]) -> str:
@@ -48,3 +49,13 @@ def creation(var: LazyVar, init: cst.BaseExpression, args: list[cst.Arg]) -> cst
     )
     assert isinstance(block, cst.If)
     return block
+
+
+def either(conditions: list[str]) -> str | None:
+    """``a or b`` of conditions ("True" absorbs the rest); None for none."""
+    unique = list(dict.fromkeys(conditions))
+    if not unique:
+        return None
+    if "True" in unique:
+        return "True"
+    return " or ".join(f"({c})" if len(unique) > 1 else c for c in unique)

@@ -173,13 +173,14 @@ def lifted_ctor(chain: LiftChain, ctor: str) -> str:
 
 
 def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broadcast: callable,
-                creates_state: bool = False) -> str:
+                state_when: str | None = None) -> str:
     """The application of a lifted module: ``module_ref(*args)`` under the chain's NNX transforms.
 
-    ``graph_updates=False`` (unless the module creates variables at call time, e.g. a decode cache,
-    which only graph updates carry out of the transform) keeps NNX from writing the whole layer stack
-    back out of ``nnx.scan`` / ``nnx.remat``: the Params copy that costs memory (reference §4.3).
-    Sown values still reach ``nnx.capture``.
+    ``graph_updates=False`` keeps NNX from writing the whole layer stack back out of ``nnx.scan`` /
+    ``nnx.remat``: the Params copy that costs memory (reference §4.3); sown values still reach
+    ``nnx.capture``. Only a call that creates variables (a decode cache's first call) needs graph
+    updates to carry them out: ``state_when`` is that condition in the caller's terms (``decode``),
+    "True" when it cannot be told, None when the module never creates any.
     """
     positional = [code(a.value) for a in args if a.keyword is None and not a.star]
     rest = [code(a) for a in args if a.keyword is not None or a.star]
@@ -188,7 +189,7 @@ def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broad
             raise LiftError("*args / **kwargs at the call of a lifted module")
     remat = chain.of("remat")
     remat_kwargs = ""
-    updates = "" if creates_state else ", graph_updates=False"
+    updates = {None: ", graph_updates=False", "True": ""}.get(state_when, f", graph_updates=bool({state_when})")
     if remat is not None:
         remat_kwargs = "".join(f", {k}={code(v)}" for k, v in remat.kwargs.items() if k in ("policy", "prevent_cse"))
         remat_kwargs += updates

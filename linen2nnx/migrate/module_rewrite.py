@@ -541,7 +541,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if applied.lifted is not None:
             try:
                 source = lifted_call(applied.lifted, code(call.func), list(call.args), self.is_broadcast,
-                                     creates_state=applied.user is not None and applied.user.creates_state)
+                                     state_when=applied.state_when)
             except LiftError as err:
                 self.report("L2N-XFORM-002", original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand")
                 return call

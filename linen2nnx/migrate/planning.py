@@ -23,8 +23,8 @@ from linen2nnx.migrate.cst_utils import (
     self_attr,
     snake_case,
 )
-from linen2nnx.migrate.factories import call_site_ctor, find_factory
-from linen2nnx.migrate.lazy_vars import LazyVar
+from linen2nnx.migrate.factories import call_site_ctor, find_factory, substitute
+from linen2nnx.migrate.lazy_vars import LazyVar, either
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 from linen2nnx.migrate.sites import (
     COLLECTION_TYPES,
@@ -99,8 +99,10 @@ class PlanningMixin:
             self._run_flow(plan, fn, resolve=True)
         self._resolve_unused(plan)
         self._collect_needed_locals(plan)
-        plan.creates_state = bool(plan.lazy_vars) or any(
-            s.user is not None and s.user.creates_state for s in plan.sites.values())
+        for site in plan.sites.values():
+            site.state_when = self._site_state_when(plan, site)
+        plan.state_when = either([v.when for v in plan.lazy_vars.values()]
+                                 + [s.state_when for s in plan.sites.values() if s.state_when is not None])
         return plan
 
     def _field(self, small: cst.AnnAssign, rewritten: cst.AnnAssign | None = None) -> Field:
@@ -379,8 +381,58 @@ class PlanningMixin:
         while attr in taken:
             attr += "_"
         self._handled.add(node)
-        plan.lazy_vars[node] = LazyVar(collection, name, attr, var_type, statement)
+        plan.lazy_vars[node] = LazyVar(collection, name, attr, var_type, statement, self._call_time_when(node))
         return True
+
+    def _call_time_when(self, node: cst.CSTNode) -> str:
+        """The ``if`` tests around ``node`` in its method, when they only read the method's parameters
+        and config (``decode``, ``not self.deterministic``); "True" otherwise."""
+        fn = self._enclosing_function(node)
+        if fn is None:
+            return "True"
+        params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)} - {"self"}
+        tests: list[str] = []
+        prev, cur = node, self.get_metadata(ParentNodeProvider, node, None)
+        while cur is not None and cur is not fn:
+            if isinstance(cur, cst.If):
+                if (names_in(cur.test) - NOT_LOCAL - {"self"}) - params:
+                    return "True"
+                if prev is cur.body:
+                    tests.insert(0, code(cur.test))
+                elif prev is cur.orelse:
+                    tests.insert(0, f"not ({code(cur.test)})")
+            prev, cur = cur, self.get_metadata(ParentNodeProvider, cur, None)
+        if not tests:
+            return "True"
+        return " and ".join(f"({t})" if len(tests) > 1 else t for t in tests)
+
+    def _site_state_when(self, plan: ClassPlan, site: Site) -> str | None:
+        """When applying ``site`` creates variables, in this class's terms: the submodule's condition
+        with its parameters replaced by the call's arguments (the parent call of a compact ctor)."""
+        when = site.user.state_when if site.user is not None else None
+        if when is None or when == "True":
+            return when
+        app = self.get_metadata(ParentNodeProvider, site.ctor, None)
+        callee = next((m for m in self._methods.get(site.user.name, []) if m.name.value == "__call__"), None)
+        if not (isinstance(app, cst.Call) and app.func is site.ctor) or callee is None:
+            return "True"
+        params = [p for p in (*callee.params.params, *callee.params.kwonly_params)][1:]
+        positional = [a for a in app.args if a.keyword is None]
+        if any(a.star for a in app.args) or len(positional) > len(params):
+            return "True"
+        values = {p.name.value: code(a.value) for p, a in zip(params, positional)}
+        values.update({a.keyword.value: code(a.value) for a in app.args if a.keyword is not None})
+        for p in params:
+            if p.name.value not in values:
+                if p.default is None:
+                    return "True"
+                values[p.name.value] = code(p.default)
+        caller = self._enclosing_function(app)
+        mine = {p.name.value for p in (*caller.params.params, *caller.params.kwonly_params)} if caller else set()
+        result = code(substitute(cst.parse_expression(when), values))
+        ok = names_in(cst.parse_expression(result)) - NOT_LOCAL - {"self"} <= mine | set(plan.pure_locals)
+        return result if ok else "True"
+
 
     @staticmethod
     def _share_exclusive_attrs(plan: ClassPlan) -> None:

@@ -89,6 +89,7 @@ class Site:
     lifted: Any = None  # a migrate.lifted.LiftChain: built / applied under nn.scan, nn.remat, nn.vmap
     exclusive_with: Site | None = None  # same attribute, built under the opposite config condition
     factory: Any = None  # migrate.factories.Factory when built by a helper method (`self.dense(...)`)
+    state_when: str | None = None  # when its call creates variables, in the caller's terms (None: never)
 
     @property
     def flow_key(self) -> str:
@@ -123,7 +124,8 @@ class ClassPlan:
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
-    creates_state: bool = False  # it, or a submodule, creates variables at call time (lazy caches)
+    state_when: str | None = None  # when it (or a submodule) creates variables at call time, in terms of
+    # its __call__ parameters ("True": possibly always); None: never (see lazy_vars.py)
 
     @property
     def field_names(self) -> list[str]:
@@ -131,7 +133,7 @@ class ClassPlan:
 
     def summary(self) -> ClassSummary:
         return ClassSummary(self.key, self.name, list(self.fields), dict(self.new_args), self.out, self.first_input,
-                            self.creates_state)
+                            self.state_when)
 
 
 @dataclasses.dataclass
@@ -144,12 +146,12 @@ class ClassSummary:
     new_args: dict[str, str]
     out: Feat | None
     first_input: str
-    creates_state: bool = False
+    state_when: str | None = None
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
         return ClassPlan(name=self.name, fields=list(self.fields), new_args=dict(self.new_args), out=self.out,
-                         first_input=self.first_input, key=self.key, creates_state=self.creates_state)
+                         first_input=self.first_input, key=self.key, state_when=self.state_when)
 
 
 def range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
