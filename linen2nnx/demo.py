@@ -35,7 +35,7 @@ from linen2nnx.io_utils import atomic_write_text
 from linen2nnx.reports.console import make_console
 
 # Zoo models whose whole chain runs today (the decoder since migrate converts nn.scan / nn.remat).
-DEMO_MODELS = ("cnn", "mlp", "encoder", "decoder")
+DEMO_MODELS = ("cnn", "mlp", "encoder", "decoder", "rnn")
 
 console = make_console()
 
@@ -57,8 +57,7 @@ def run_demo(model: str, out: Path, *, steps: int = 50, force: bool = False,
             return child
     if model not in DEMO_MODELS:
         known = ", ".join(DEMO_MODELS)
-        raise L2NError(f"--model {model!r}: the demo runs {known} (the other zoo models need lifted-transform "
-                       "support in migrate)")
+        raise L2NError(f"--model {model!r}: the demo runs the zoo models {known}")
     out = Path(out)
     if out.exists():
         if not force:
