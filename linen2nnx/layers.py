@@ -57,6 +57,13 @@ class LayerRule:
     ``unknown``."""
     manual_reason: str = ""
     """Set when no NNX layer is exact: every use is a ``manual`` finding with this reason (never a near miss)."""
+    init_call_cache: str | None = None
+    """Constructor flag (``decode``) under which Linen creates a cache on the init call, a call that
+    does not decode. NNX needs ``init_cache(shape, dtype)`` first: the call site does that on the
+    first call and runs it without decoding, so every later call sees Linen's cache (reference §1)."""
+    out_attr: str | None = None
+    """NNX attribute of a built layer that holds its output feature size: read from a layer a caller
+    hands in (``self.shared_embedding``) where the class builds this layer in the other branch."""
     call_keywords: tuple[str, ...] = ()
     """Linen call signature; when set, positional call arguments after the first become these keywords
     (``SelfAttention(x, mask)``: NNX's second positional is ``inputs_k``)."""
@@ -88,7 +95,7 @@ def _linen_arg_order(name: str) -> tuple[str, ...]:
 _NORM_UNSUPPORTED = frozenset({"force_float32_reductions"})
 
 LAYER_RULES: tuple[LayerRule, ...] = (
-    LayerRule("Dense", "Linear", positional=("features",), out_arg="features",
+    LayerRule("Dense", "Linear", positional=("features",), out_arg="features", out_attr="out_features",
               rename_args={"features": "out_features"},
               unsupported_args=frozenset({"dot_general_cls"})),
     LayerRule("Conv", "Conv", positional=("features", "kernel_size"), out_arg="features",
@@ -96,7 +103,8 @@ LAYER_RULES: tuple[LayerRule, ...] = (
               unsupported_args=frozenset({"conv_general_dilated_cls"})),
     LayerRule("ConvTranspose", "ConvTranspose", positional=("features", "kernel_size"), out_arg="features",
               rename_args={"features": "out_features"}),
-    LayerRule("Embed", "Embed", in_arg=None, positional=("num_embeddings", "features"), out_arg="features"),
+    LayerRule("Embed", "Embed", in_arg=None, positional=("num_embeddings", "features"), out_arg="features",
+              out_attr="features"),
     LayerRule("LayerNorm", "LayerNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
     LayerRule("RMSNorm", "RMSNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
     LayerRule("GroupNorm", "GroupNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
@@ -133,7 +141,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
               unsupported_args=frozenset({"batch_dims", "dot_general_cls"})),
     *(
         LayerRule(name, "MultiHeadAttention", in_index=1, positional=("num_heads",), out_arg="out_features",
-                  extra_kwargs={"decode": "False"}, only_values={"decode": ("False",)},
+                  extra_kwargs={"decode": "False"}, init_call_cache="decode",
                   call_args=frozenset({"deterministic"}), call_renames={"inputs_kv": "inputs_k"},
                   unsupported_call_args=frozenset({"dropout_rng"}), call_keywords=call_keywords,
                   unsupported_args=frozenset({"force_fp32_for_softmax", "qk_attn_weights_einsum_cls",

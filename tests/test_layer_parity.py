@@ -64,7 +64,9 @@ def test_every_table_layer_has_a_case():
 def test_inexact_layer_is_a_manual_finding(layer):
     result = migrate_source(TEMPLATE.format(expr=MANUAL[layer]), "layer.py")
     manual = [f for f in result.findings if f.severity is Severity.MANUAL]
-    assert [f.rule for f in manual] == ["L2N-LAYER-002"] and f"nn.{layer}" in manual[0].message
+    # the finding blocks the rewrite: the class stays Linen behind nnx.bridge.ToNNX (L2N-MOD-007)
+    layer_findings = [f for f in manual if f.rule == "L2N-LAYER-002"]
+    assert sorted(f.rule for f in manual) == ["L2N-LAYER-002", "L2N-MOD-007"] and f"nn.{layer}" in layer_findings[0].message
     assert "# TODO(linen2nnx): L2N-LAYER-002" in result.output
 
 

@@ -18,6 +18,7 @@ EXPECTED_MANUAL = {
     "compact_partitioned": set(),  # nn.with_logical_partitioning -> nnx.with_partitioning
     "compact_seq_loop": set(),  # loops over a config list (-> enumerate) and range() with per-layer widths
     "compact_shape_local": set(),  # `out = x.shape[-1] if ... else ...` replayed in __init__, merge_param
+    "compact_branch_layer": set(),  # a layer local bound per `if` branch: own nn.Embed or a shared one
     "compact_tied": set(),  # local-bound embed reused by .attend, a dropout called later, a sown metric
     "field_kinds": set(),  # kw_only required field after a defaulted one; init=False field
     "import_alias": set(),
@@ -37,6 +38,7 @@ EXPECTED_MANUAL = {
     "transform_unsupported": {"L2N-XFORM-002"},  # (uses the run's Counter: cannot stay Linen, so no bridge)  # variable_carry: reported, left as is
     "factory_method": set(),  # helper methods returning layers: one submodule per call, the helper removed
     "lazy_cache": set(),  # a cache created on the first call; has_variable -> hasattr
+    "attention_decode": set(),  # MHA(decode=cfg.decode): init_cache on the first call, as Linen's init call
     "input_shape": set(),  # a kernel sized from several input axes: an inputs_shape argument
     "tuple_helpers": set(),  # tuple results, a module-level helper, a second method reusing a submodule
     "train_state": set(),  # TrainState + jitted init + dropout rngs -> nnx.Optimizer on the split (graphdef, state)
@@ -82,3 +84,19 @@ def test_findings_are_located():
     shape = [f for f in result.findings if f.rule == "L2N-SHAPE-003"]
     assert [(f.path, f.line) for f in shape] == [("cnn.py", 13)]
     assert shape[0].format_text().startswith("cnn.py:13:13: L2N-SHAPE-003 [manual]")
+
+
+def test_kept_linen_class_markers_are_not_reworded_by_a_second_run():
+    """A second run sees the kept class as ``<Name>Linen``: its findings name that class, but the
+    statement already carries a marker of the same rule, so nothing is added."""
+    src = (
+        "import jax.numpy as jnp\nfrom flax import linen as nn\n\n\n"
+        "class Head(nn.Module):\n"
+        "    @nn.compact\n"
+        "    def __call__(self, x):\n"
+        "        kernel = self.get_variable('params', 'k')\n"
+        "        return nn.Dense(3)(jnp.mean(x, axis=1)) + kernel\n"
+    )
+    once = migrate_source(src, "x.py").output
+    assert "class HeadLinen(nn.Module)" in once and once.count("L2N-SHAPE-003") == 1
+    assert migrate_source(once, "x.py").output == once

@@ -236,7 +236,8 @@ class A(nn.Module):
         return nn.Dense(self.rngs)(x)
 """
     result = _migrate(src)
-    assert [f.rule for f in result.findings if f.severity.value == "manual"] == ["L2N-MOD-004"]
+    # blocked: the class stays Linen behind nnx.bridge.ToNNX (L2N-MOD-007) rather than half-rewritten
+    assert sorted(f.rule for f in result.findings if f.severity.value == "manual") == ["L2N-MOD-004", "L2N-MOD-007"]
 
 
 def test_positional_dropout_mode_becomes_a_keyword():

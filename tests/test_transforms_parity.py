@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from linen2nnx.checkpoint_convert.api import convert_state
 from linen2nnx.equivalence import check, perturbed
 from linen2nnx.migrate import migrate_source
 from linen2nnx.spec import LinenSide, ModelPair, import_file
@@ -146,3 +147,59 @@ def test_transforms_of_functions(tmp_path):
     core = [lf for lf in parity.leaves if lf.check in ("forward/eval", "forward/train", "grad")]
     assert core and all(lf.passed for lf in core), [(lf.check, lf.path, lf.max_abs) for lf in core if not lf.passed]
     assert [lf.path for lf in parity.by_check()["grad"]] == ["block/w"]
+
+
+def test_layer_local_bound_per_branch(tmp_path):
+    """``embed = nn.Embed(...)`` or ``embed = self.shared`` (an embedding the parent shares): the layers
+    after it are sized by whichever embedding the branch uses, and the model computes what Linen does."""
+    linen_mod, nnx_mod, _, map_path = build("compact_branch_layer", tmp_path)
+    cfg = linen_mod.Config(share=False)
+    tokens = np.random.default_rng(8).integers(0, cfg.vocab, (2, 5))
+    assert_parity(linen_mod.Model(cfg), lambda rngs: nnx_mod.Model(cfg, rngs=rngs), tokens, map_path)
+    # the shared branch: one Embed object in two places (NNX lists it once, under its first path), so
+    # the weights are copied by hand here
+    cfg = linen_mod.Config(share=True)
+    linen_model = linen_mod.Model(cfg)
+    params = perturbed(linen_model.init(jax.random.key(0), tokens))["params"]
+    model = nnx_mod.Model(cfg, rngs=nnx.Rngs(0))
+    assert model.encoder.shared is model.shared and model.encoder.embed_0 is None
+    model.shared.embedding[...] = params["shared"]["embedding"]
+    for name in ("layer_norm_0", "dense_0"):
+        linen_name = {"layer_norm_0": "LayerNorm_0", "dense_0": "Dense_0"}[name]
+        for leaf, value in params["encoder"][linen_name].items():
+            getattr(getattr(model.encoder, name), leaf)[...] = value
+    np.testing.assert_allclose(model(tokens), linen_model.apply({"params": params}, tokens), rtol=1e-5, atol=1e-6)
+
+
+def test_attention_decode_cache_follows_the_linen_init_call(tmp_path):
+    """MHA(decode=cfg.decode): the plain model has parity; with decode on, the first call creates the
+    cache without decoding (Linen's init call) and then each one-token step matches Linen's."""
+    linen_mod, nnx_mod, _, map_path = build("attention_decode", tmp_path)
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(2, 4, 6)).astype(np.float32)
+    cfg = linen_mod.Config()
+    assert_parity(linen_mod.Block(cfg), lambda rngs: nnx_mod.Block(cfg, in_features=6, rngs=rngs), x, map_path)
+
+    cfg = linen_mod.Config(decode=True)
+    linen_model = linen_mod.Block(cfg)
+    variables = linen_model.init(jax.random.key(0), x)
+    params = perturbed({"params": variables["params"]})["params"]
+    side = LinenSide(model=linen_model, batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
+                     train_kwargs={}, eval_kwargs={})
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_mod.Block(cfg, in_features=6, rngs=rngs),
+                     name_map=map_path)
+    model, _ = convert_state({"params": params}, pair, map_path)
+    attn = model.multi_head_dot_product_attention_0
+    assert attn.cached_key is None
+    first = model(x)  # the init-like call: creates the cache, attends over the whole input
+    want, _ = linen_model.apply({"params": params}, x, mutable=["cache"])  # Linen's init-like call
+    np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-6)
+    assert attn.cached_key[...].shape == variables["cache"]["MultiHeadDotProductAttention_0"]["cached_key"].shape
+    cache = variables["cache"]
+    for t in range(x.shape[1]):
+        step = x[:, t:t + 1]
+        want, mutated = linen_model.apply({"params": params, "cache": cache}, step, mutable=["cache"])
+        cache = mutated["cache"]
+        np.testing.assert_allclose(model(step), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(attn.cached_value[...], cache["MultiHeadDotProductAttention_0"]["cached_value"],
+                               rtol=1e-5, atol=1e-6)

@@ -33,9 +33,10 @@ def linen_name(name: str) -> str:
     return f"{name}Linen"
 
 
-def bridge_wrapper(plan: ClassPlan, collections: list[str]) -> cst.ClassDef:
+def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.EmptyLine]) -> cst.ClassDef:
     """``class <Name>(nnx.Module)`` holding ``ToNNX(<Name>Linen(<fields>))``; arguments other
-    classes were told the migrated class takes (new input sizes) are accepted and unused."""
+    classes were told the migrated class takes (new input sizes) are accepted and unused. The
+    fields' ``markers`` go on its ``__init__``, where a second run would put them."""
     params = ["self"]
     keyword_only = False
     for f in (f for f in plan.fields if f.init):
@@ -60,7 +61,11 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str]) -> cst.ClassDef:
     )
     node = cst.parse_statement(source)
     assert isinstance(node, cst.ClassDef)
-    return node
+    body = list(node.body.body)
+    init = body[1]
+    assert isinstance(init, cst.FunctionDef)
+    body[1] = init.with_changes(leading_lines=[*init.leading_lines, *markers])
+    return node.with_changes(body=node.body.with_changes(body=body))
 
 
 def can_bridge(plan: ClassPlan, has_user_base: bool) -> bool:

@@ -81,6 +81,7 @@ from linen2nnx.migrate.sites import (
     ClassPlan,
     ClassSummary,
     Site,
+    with_new_markers,
 )
 from linen2nnx.migrate.sizing import SizingMixin
 from linen2nnx.migrate.trace import Trace
@@ -638,12 +639,67 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                                      ] + [a for a in args if a.keyword is not None or a.star]
         moved = self._moved.get(site.ctor, [])
         args += [kwarg(a.keyword.value, a.value) if a.keyword else a for a in moved]
+        flag = site.args.get(rule.init_call_cache) if rule.init_call_cache else None
+        if flag is not None and code(flag.value) != "False":
+            args.append(self._init_call_cache(site, original, updated, code(self._built_arg(site, flag))))
         func = updated.func
         if site.view_kwargs:
             self.uses_nnx = True
             view = [cst.Arg(func), *(kwarg(k, cst.parse_expression(v)) for k, v in site.view_kwargs.items())]
             func = cst.Call(cst.parse_expression("nnx.view"), strip_commas(view))
         return updated.with_changes(func=func, args=strip_commas(args))
+
+    def _built_arg(self, site: Site, arg: cst.Arg) -> cst.BaseExpression:
+        """A constructor argument as rewritten (``nn.x`` -> ``nnx.x``), for reuse at the call site."""
+        built = self._built.get(site.ctor)
+        if built is not None and site.rule is not None:
+            bound, _ = self._bind_args(site.rule.linen_arg_order(), built)
+            name = next((n for n, a in site.args.items() if a is arg), None)
+            if name is not None and name in bound:
+                return bound[name].value
+        return arg.value
+
+    def _init_call_cache(self, site: Site, original: cst.Call, updated: cst.Call, flag: str) -> cst.Arg:
+        """Linen's init-call cache protocol at an NNX call site (see ``LayerRule.init_call_cache``):
+
+            fresh = decode and self.attn.cached_key is None  # Linen creates the cache on the init call
+            if fresh:
+                self.attn.init_cache(x.shape, dtype=...)     # the key's shape and dtype, as Linen's
+            y = self.attn(x, ..., decode=decode and not fresh)
+        """
+        assert site.rule is not None
+        fresh = f"{site.attr}_fresh_cache"
+        keyed = {a.keyword.value: a.value for a in updated.args if a.keyword is not None}
+        positional = [a.value for a in updated.args if a.keyword is None and not a.star]
+        kv = keyed.get("inputs_kv", keyed.get("inputs_k", positional[1] if len(positional) > 1 else None))
+        shape_of = code(kv if kv is not None else positional[0] if positional else keyed["inputs_q"])
+        flag, shape_of = (src if src.replace(".", "").replace("_", "").isalnum() else f"({src})"
+                          for src in (flag, shape_of))  # parentheses only where needed
+        dtype = site.args.get("dtype")
+        if dtype is not None:
+            dtype_src = code(self._built_arg(site, dtype))
+        else:  # Linen's key is promote_dtype(input, param): its param_dtype defaults to float32
+            param = site.args.get("param_dtype")
+            self.needs_jax_import = True
+            dtype_src = (f"jax.numpy.promote_types({shape_of}.dtype, "
+                         f"{code(self._built_arg(site, param)) if param is not None else 'jax.numpy.float32'})")
+        statement = self._enclosing_statement(original)
+        prefix = cst.parse_module(
+            f"{fresh} = {flag} and self.{site.attr}.cached_key is None  # Linen creates the cache on the init "
+            "call, which does not decode\n"
+            f"if {fresh}:\n"
+            f"    self.{site.attr}.init_cache({shape_of}.shape, dtype={dtype_src})\n").body
+        self._stmt_prefix.setdefault(statement, []).extend(prefix)
+        self.report("L2N-LAYER-001", original, f"nn.{site.rule.linen}(decode={flag}): the first decode call creates "
+                    f"the cache with self.{site.attr}.init_cache and does not decode, as Linen's init call")
+        return kwarg("decode", cst.parse_expression(f"{flag} and not {fresh}"))
+
+    def _enclosing_statement(self, node: cst.CSTNode) -> cst.CSTNode:
+        cur: cst.CSTNode | None = node
+        while cur is not None and not isinstance(cur, cst.SimpleStatementLine):
+            cur = self.get_metadata(ParentNodeProvider, cur, None)
+        assert cur is not None
+        return cur
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         names = self.qualnames(original)
@@ -753,7 +809,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if plan.blocking and can_bridge(plan, any(self.user_class_of(b.value) for b in original.bases)) and not (
                 names_in(original.body) & others):
             batch_norm = any(site.rule is not None and site.rule.linen == "BatchNorm" for site in plan.sites.values())
-            wrapper = bridge_wrapper(plan, mutable_collections(original, batch_norm)).with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
+            # the wrapper's defaults as a second run would write them (nn.relu -> nnx.relu), with their markers
+            field_markers = self._rewritten_field_defaults(plan, original, updated)
+            wrapper = bridge_wrapper(plan, mutable_collections(original, batch_norm), field_markers)
+            wrapper = wrapper.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
             return cst.FlattenSentinel([self._keep_linen(plan, original, linen_name(plan.name)), wrapper])
         bases = []
         for o, u in zip(original.bases, updated.bases):
@@ -761,22 +820,12 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 bases.append(u.with_changes(value=cst.parse_expression("nnx.Module")))
             else:
                 bases.append(u)
-        field_names = set(plan.field_names)
-        by_name = {f.name: f for f in plan.fields}
         body: list[cst.BaseStatement] = []
         setup_body: list[cst.BaseStatement] = []
-        field_markers: list[cst.EmptyLine] = []
+        field_markers = self._rewritten_field_defaults(plan, original, updated)
         init_index = None
         for orig_stmt, stmt in zip(original.body.body, updated.body.body):
-            if isinstance(stmt, cst.SimpleStatementLine) and all(
-                isinstance(s, cst.AnnAssign) and isinstance(s.target, cst.Name) and s.target.value in field_names
-                for s in stmt.body
-            ):
-                # defaults as rewritten (nn.relu -> nnx.relu), and their TODO markers, move into __init__
-                for orig_small, small in zip(orig_stmt.body, stmt.body):  # type: ignore[attr-defined]
-                    by_name[small.target.value].default = self._field(orig_small, small).default
-                field_markers += [line for line in stmt.leading_lines
-                                  if line.comment is not None and line.comment.value.startswith(MARKER)]
+            if self._is_field_line(plan, stmt):
                 init_index = len(body) if init_index is None else init_index
                 continue
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value in plan.factories and not any(
@@ -806,6 +855,27 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return updated.with_changes(bases=bases, body=updated.body.with_changes(body=body))
 
 
+    @staticmethod
+    def _is_field_line(plan: ClassPlan, stmt: cst.BaseStatement) -> bool:
+        field_names = set(plan.field_names)
+        return isinstance(stmt, cst.SimpleStatementLine) and all(
+            isinstance(s, cst.AnnAssign) and isinstance(s.target, cst.Name) and s.target.value in field_names
+            for s in stmt.body)
+
+    def _rewritten_field_defaults(self, plan: ClassPlan, original: cst.ClassDef,
+                                  updated: cst.ClassDef) -> list[cst.EmptyLine]:
+        """Point ``plan.fields`` at the defaults as rewritten (``nn.relu`` -> ``nnx.relu``) and return
+        the fields' TODO markers: both move into ``__init__`` (or the bridge wrapper's)."""
+        by_name = {f.name: f for f in plan.fields}
+        markers: list[cst.EmptyLine] = []
+        for orig_stmt, stmt in zip(original.body.body, updated.body.body):
+            if self._is_field_line(plan, stmt):
+                for orig_small, small in zip(orig_stmt.body, stmt.body):  # type: ignore[attr-defined]
+                    by_name[small.target.value].default = self._field(orig_small, small).default
+                markers += [line for line in stmt.leading_lines
+                            if line.comment is not None and line.comment.value.startswith(MARKER)]
+        return markers
+
     def _keep_linen(self, plan: ClassPlan, original: cst.ClassDef, name: str) -> cst.ClassDef:
         """The Linen original, renamed, for the nnx.bridge fallback (see bridge.py)."""
         rules = ", ".join(sorted(set(plan.blocking))) or "see the markers"
@@ -824,9 +894,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
                 notes = placed.get(original_node)
                 if notes and isinstance(updated_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-                    existing = {ln.comment.value for ln in updated_node.leading_lines if ln.comment is not None}
-                    extra = [cst.EmptyLine(comment=cst.Comment(n)) for n in dict.fromkeys(notes) if n not in existing]
-                    return updated_node.with_changes(leading_lines=[*updated_node.leading_lines, *extra])
+                    return with_new_markers(updated_node, notes)
                 return updated_node
 
         kept = original.visit(Mark())
@@ -852,13 +920,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if notes:
             self._placed_markers[original_node] = notes  # kept for a class that falls back to the bridge
         if notes and isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            existing = {line.comment.value for line in updated.leading_lines if line.comment is not None}
-            # one marker per rule and statement: a second run must not add another wording of it
-            marked = {" ".join(c.split()[:3]) for c in existing if c.startswith(MARKER)}
-            extra = [cst.EmptyLine(comment=cst.Comment(n)) for n in dict.fromkeys(notes)
-                     if n not in existing and " ".join(n.split()[:3]) not in marked]
-            if extra:
-                updated = updated.with_changes(leading_lines=[*updated.leading_lines, *extra])
+            updated = with_new_markers(updated, notes)
         return updated
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:

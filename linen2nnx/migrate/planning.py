@@ -30,6 +30,7 @@ from linen2nnx.migrate.sites import (
     COLLECTION_TYPES,
     LINEN_COMPACT,
     LINEN_MODULE,
+    BranchLocal,
     ClassPlan,
     Field,
     LoopInfo,
@@ -356,6 +357,32 @@ class PlanningMixin:
                 target, value = stmt.body[0].targets[0].target, stmt.body[0].value
                 if isinstance(target, cst.Name) and counts.get(target.value) == 1 and value in plan.sites:
                     plan.local_sites[target.value] = plan.sites[value]
+            elif isinstance(stmt, cst.If):
+                self._plan_branch_local(plan, stmt, counts)
+
+    def _plan_branch_local(self, plan: ClassPlan, stmt: cst.If, counts: dict[str, int]) -> None:
+        """``if t: v = nn.Embed(...)`` ``else: v = self.field`` (either order): see :class:`BranchLocal`."""
+        if not isinstance(stmt.orelse, cst.Else):
+            return
+
+        def single(block: cst.BaseSuite) -> tuple[str, cst.BaseExpression] | None:
+            body = block.body if isinstance(block, cst.IndentedBlock) else []
+            if (len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and len(body[0].body) == 1
+                    and isinstance(body[0].body[0], cst.Assign) and len(body[0].body[0].targets) == 1
+                    and isinstance(body[0].body[0].targets[0].target, cst.Name)):
+                return body[0].body[0].targets[0].target.value, body[0].body[0].value
+            return None
+
+        then, orelse = single(stmt.body), single(stmt.orelse.body)
+        if then is None or orelse is None or then[0] != orelse[0] or counts.get(then[0]) != 2:
+            return
+        test = code(stmt.test)
+        for (own, other), own_test in ((( then[1], orelse[1]), test), ((orelse[1], then[1]), f"not ({test})")):
+            site = plan.sites.get(own) if isinstance(own, cst.Call) else None
+            field = self_attr(other)
+            if (site is not None and site.kind == "layer" and site.rule is not None and site.rule.out_attr
+                    and site.rule.out_arg in site.args and field in plan.field_names):
+                plan.branch_sites[then[0]] = BranchLocal(site, own_test, f"self.{field}")
 
     def _plan_lazy_variable(self, plan: ClassPlan, node: cst.Call, conditions: list[str] | None,
                             local_names: set[str]) -> bool:

@@ -4,7 +4,7 @@ plus the Linen facts the planner keys on and small syntax helpers it shares."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypeVar
 
 import libcst as cst
 
@@ -15,6 +15,20 @@ from linen2nnx.migrate.dataflow import Feat
 LINEN_MODULE = frozenset({"flax.linen.Module", "flax.linen.module.Module"})
 LINEN_COMPACT = frozenset({"flax.linen.compact", "flax.linen.module.compact"})
 MARKER = "# TODO(linen2nnx):"
+
+
+_Stmt = TypeVar("_Stmt", cst.SimpleStatementLine, cst.BaseCompoundStatement)
+
+
+def with_new_markers(stmt: _Stmt, notes: list[str]) -> _Stmt:
+    """``stmt`` with the TODO markers in ``notes`` it does not carry yet: one marker per rule and
+    statement, so a second run (whose message may name the kept ``<Name>Linen`` class, or a size it
+    now knows) never adds another wording of a marker that is already there."""
+    existing = {line.comment.value for line in stmt.leading_lines if line.comment is not None}
+    marked = {" ".join(c.split()[:3]) for c in existing if c.startswith(MARKER)}
+    extra = [cst.EmptyLine(comment=cst.Comment(n)) for n in dict.fromkeys(notes)
+             if n not in existing and " ".join(n.split()[:3]) not in marked]
+    return stmt.with_changes(leading_lines=[*stmt.leading_lines, *extra]) if extra else stmt
 # Linen-only Module API: a call on ``self`` to any of these has no NNX meaning yet.
 LINEN_SELF_API = frozenset({
     "param", "variable", "sow", "make_rng", "is_initializing", "is_mutable_collection", "has_variable",
@@ -97,6 +111,18 @@ class Site:
         return self.attr + ("#else" if self.exclusive_with is not None else "")
 
 
+@dataclasses.dataclass(frozen=True)
+class BranchLocal:
+    """``if test: emb = nn.Embed(...)`` / ``else: emb = self.shared``: a local that is the class's own
+    layer in one branch and a module handed in by the caller in the other. Its output size is the
+    built layer's in one branch and the handed-in layer's ``out_attr`` in the other, chosen by the
+    same test in ``__init__`` (an AttributeError there, never a wrong size, if that layer lacks it)."""
+
+    site: Site
+    test: str  # the `if` test, true when the class's own layer is used
+    other: str  # the handed-in module (``self.shared``)
+
+
 @dataclasses.dataclass
 class ClassPlan:
     name: str
@@ -114,6 +140,7 @@ class ClassPlan:
     out: Feat | None = None  # feature size of ``__call__``'s result
     first_input: str = "x"
     local_sites: dict[str, Site] = dataclasses.field(default_factory=dict)  # compact local bound to a submodule
+    branch_sites: dict[str, BranchLocal] = dataclasses.field(default_factory=dict)  # local bound per `if` branch
     uses_rngs: bool = False  # make_rng is used: the module keeps ``self.rngs``
     method_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(default_factory=dict)  # method -> (params, result)
 

@@ -55,12 +55,20 @@ class SizingMixin:
                 site = setup_attrs[self_attr(func)]
             elif isinstance(func, cst.Name) and func.value in plan.local_sites:
                 site = plan.local_sites[func.value]
+            branch = plan.branch_sites.get(func.value) if isinstance(func, cst.Name) else None
+            if branch is not None:
+                site = branch.site
             if site is None or site.kind not in ("layer", "module"):
                 return None
             for arg_name, refs in site.shape_refs.items():
                 if resolve and arg_name not in site.arg_sources:
                     self._resolve_shape_arg(plan, site, arg_name, refs, flow, params)
-            return self._layer_info(site)
+            info = self._layer_info(site)
+            if branch is not None and info.out_expr is not None and not info.out_unknown:
+                assert site.rule is not None and site.rule.out_attr is not None
+                info = dataclasses.replace(info, out_expr=f"({info.out_expr} if {branch.test} else "
+                                           f"{branch.other}.{site.rule.out_attr})")
+            return info
 
         methods = {m.name.value: m for m in self._methods.get(plan.name, [])}
         depth = [0]
