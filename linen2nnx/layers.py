@@ -67,6 +67,11 @@ class LayerRule:
     call_keywords: tuple[str, ...] = ()
     """Linen call signature; when set, positional call arguments after the first become these keywords
     (``SelfAttention(x, mask)``: NNX's second positional is ``inputs_k``)."""
+    input_index: int = 0
+    """Positional call argument whose last axis is the input feature size (cells are called ``(carry, x)``)."""
+    carry_init: bool = False
+    """An RNN cell: Linen ``initialize_carry(rng, input_shape)`` is NNX ``initialize_carry(input_shape, rngs)``
+    on the built cell (same ``features``, ``carry_init`` and ``param_dtype`` give the same carry)."""
 
     @property
     def linen_qualname(self) -> str:
@@ -115,7 +120,8 @@ LAYER_RULES: tuple[LayerRule, ...] = (
               call_keywords=("inputs", "deterministic", "rng"), unsupported_call_args=frozenset({"rng"})),
     *(
         LayerRule(linen, nnx_name, positional=("features",), out_arg="features",
-                  rename_args={"features": "hidden_features"}, param_renames=renames)
+                  rename_args={"features": "hidden_features"}, param_renames=renames, input_index=1,
+                  carry_init=True)
         for linen, nnx_name, renames in (
             ("LSTMCell", "LSTMCell", {"if": "if_"}),
             # Same equations as LSTMCell; Linen keeps the per-gate layout, so the unfused NNX cell is exact.
@@ -124,7 +130,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         )
     ),
     LayerRule("GRUCell", "GRUCell", positional=("features",), out_arg="features",
-              rename_args={"features": "hidden_features"},
+              rename_args={"features": "hidden_features"}, input_index=1,
               manual_reason="nnx.GRUCell has no `hn` bias (Linen: n = tanh(W_in x + b_in + r*(W_hn h + b_hn))), so a "
                             "trained Linen GRU cannot be converted exactly; keep a custom cell with Linen's layout"),
     LayerRule("Einsum", "Einsum", in_arg=None, positional=("einsum_str", "shape"),

@@ -41,8 +41,13 @@ CASES = {
     "compact_seq_loop": ("MLP", {}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
     "compact_dense_nobias": ("MyDense", {"features": 3, "use_bias": False}, (2, 5)),
+    "compact_loop_tail": ("MLP", {}, (2, 5)),
+    "compact_loop_tail_short": ("MLP", {"widths": (3,), "depth": 1}, (2, 5)),
+    "compact_matmul": ("Proj", {}, (2, 5)),
+    "compact_matmul_setup": ("SetupProj", {}, (2, 5)),
 }
-SOURCES = {"compact_dense_nobias": "compact_dense"}
+SOURCES = {"compact_dense_nobias": "compact_dense", "compact_loop_tail_short": "compact_loop_tail",
+           "compact_matmul_setup": "compact_matmul"}
 INT_INPUTS = {"compact_tied"}
 
 

@@ -203,3 +203,12 @@ def test_attention_decode_cache_follows_the_linen_init_call(tmp_path):
         np.testing.assert_allclose(model(step), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(attn.cached_value[...], cache["MultiHeadDotProductAttention_0"]["cached_value"],
                                rtol=1e-5, atol=1e-6)
+
+
+def test_scan_decorated_method_with_carry_from_a_detached_cell(tmp_path):
+    linen_mod, nnx_mod, result, map_path = build("transform_scan_method", tmp_path)
+    x = np.random.default_rng(7).normal(size=(2, 6, 3)).astype(np.float32)
+    assert_parity(linen_mod.BiEncoder(), lambda rngs: nnx_mod.BiEncoder(in_features=3, rngs=rngs), x, map_path)
+    assert any(f.rule == "L2N-XFORM-001" and "ScannedLSTM.__call__" in f.message for f in result.findings)
+    manual = [f for f in result.findings if f.severity.value == "manual"]
+    assert manual and all("Noisy" in f.message for f in manual)  # per-step dropout keys stay manual

@@ -9,6 +9,11 @@ every layer application, where its input's last axis comes from:
 - ``flatten``  a reshape to ``(..., -1)`` of a known value (solved with a trace);
 - ``sliced``   an indexed value (``x[:, 0]``), whose last axis may or may not survive (trace);
 - ``unknown``  anything else (solved with a trace, or a manual finding).
+
+A parameter the class creates with a literal shape (``self.param('w', init, (d, self.features))``)
+also carries its rank, so a contraction against it (``x @ w``, ``jnp.dot(x, w)``,
+``lax.dot_general(x, w, dims)``) knows its result's last axis: ``w``'s last free axis. A right-hand
+side of unknown rank leaves the result unknown (a vector contracts the last axis away).
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ from linen2nnx.migrate.linen_api import feature_preserving_functions
 
 @dataclasses.dataclass(frozen=True)
 class Feat:
-    kind: str  # expr | input | flatten | unknown
+    kind: str  # expr | input | flatten | sliced | tuple | choice | unknown
     expr: str = ""
     input_name: str = ""
     base: Feat | None = None
     reason: str = ""
     elements: tuple[Feat, ...] = ()  # kind "tuple": one Feat per element
+    rank: int = 0  # number of axes when known (a parameter of literal shape); 0: unknown
 
     @staticmethod
     def unknown(reason: str) -> Feat:
@@ -45,6 +51,7 @@ class LayerInfo:
     out_expr: str | None  # source of its output feature size; None: same as its input
     out_unknown: bool = False  # the output size cannot be told statically
     out_fn: Callable[[Feat], Feat] | None = None  # the output as a function of the first input (wins if set)
+    input_index: int = 0  # the positional argument whose last axis the layer reads (a cell's x)
 
 
 @dataclasses.dataclass
@@ -59,6 +66,12 @@ class LayerUse:
 ARRAY_CONSTRUCTORS = frozenset({"jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full",
                                 "numpy.zeros", "numpy.ones"})
 SHAPE_KEEPING_METHODS = frozenset({"astype", "clip", "squeeze"})
+SHAPE_KEEPING_FUNCTIONS = frozenset({"jax.numpy.flip", "jax.numpy.roll", "jax.lax.stop_gradient"})
+"""``f(x, ...)`` whose result has ``x``'s shape (whatever the other arguments)."""
+MATMUL_FUNCTIONS = frozenset({"jax.numpy.dot", "jax.numpy.matmul", "numpy.dot", "numpy.matmul"})
+"""``f(x, w)`` contracting x's last axis with w's second-to-last (for a w of rank >= 2), as ``x @ w``."""
+DOT_GENERAL_FUNCTIONS = frozenset({"jax.lax.dot_general"})
+"""``f(x, w, dimension_numbers)``: the result's last axis is w's last free (uncontracted, unbatched) one."""
 
 
 class FeatureFlow:
@@ -71,8 +84,10 @@ class FeatureFlow:
         qualnames_of: Callable[[cst.CSTNode], set[str]],
         method_of: Callable[[cst.Call, list[Feat]], Feat | None] = lambda call, args: None,
         on_assign: Callable[[cst.Assign], None] = lambda assign: None,
+        value_of: Callable[[cst.BaseExpression, dict[str, Feat]], Feat | None] = lambda node, env: None,
     ) -> None:
         self.method_of = method_of
+        self.value_of = value_of  # a parameter of the class (its creation, or its setup() attribute)
         self.on_assign = on_assign
         self.env: dict[str, Feat] = {p: Feat("input", input_name=p) for p in params}
         self.layer_of = layer_of
@@ -104,6 +119,7 @@ class FeatureFlow:
             # Two passes: the first iteration sees the values from before the loop, later ones
             # see the previous iteration's; layers inside record both.
             self.expr_of(stmt.iter if isinstance(stmt, cst.For) else stmt.test)
+            before = dict(self.env)
             if isinstance(stmt, cst.For):
                 self.bind(stmt.target, Feat.unknown("loop variable"))
             outer = self.iteration
@@ -112,25 +128,37 @@ class FeatureFlow:
             self.run(stmt.body.body)
             self.iteration = outer
             if isinstance(stmt, cst.For) and isinstance(stmt.target, cst.Name):
-                self._leave_loop(stmt)
+                self._leave_loop(stmt, before)
         elif isinstance(stmt, (cst.With, cst.Try)):
             self.run(stmt.body.body)
         # nested defs / classes do not change the method's dataflow
 
-    def _leave_loop(self, stmt: cst.For) -> None:
-        """After ``for v in seq``, a size written with ``v`` means the last element's: ``seq[-1]``."""
+    def _leave_loop(self, stmt: cst.For, before: dict[str, Feat]) -> None:
+        """After ``for v in seq``, a size written with ``v`` means the last element's: ``seq[-1]`` -- or,
+        when the loop may not run, the size from before it (kind ``choice``: ``elements`` are the
+        two, ``expr`` the test that the loop ran)."""
         var = stmt.target.value  # type: ignore[attr-defined]
         it = stmt.iter
         if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range":
-            last = f"({code(it.args[-1].value)} - 1)" if len(it.args) in (1, 2) else None
+            bounds = [code(a.value) for a in it.args]
+            last = f"({bounds[-1]} - 1)" if len(bounds) in (1, 2) else None
+            ran = f"{bounds[0]} > 0" if len(bounds) == 1 else f"{bounds[1]} > {bounds[0]}" if len(bounds) == 2 else ""
         elif isinstance(it, cst.Call):
-            last = None
+            last, ran = None, ""
         else:
-            last = f"{code(it)}[-1]"
+            last, ran = f"{code(it)}[-1]", f"len({code(it)}) > 0"
         for name, feat in list(self.env.items()):
             if feat.kind == "expr" and var in names_in(cst.parse_expression(feat.expr)):
-                self.env[name] = Feat("expr", expr=replace_name(feat.expr, var, last)) if last else \
-                    Feat.unknown(f"a size that depends on the loop variable {var}")
+                if not last:
+                    self.env[name] = Feat.unknown(f"a size that depends on the loop variable {var}")
+                    continue
+                after = Feat("expr", expr=replace_name(feat.expr, var, last))
+                previous = before.get(name)
+                if previous is None or previous == after:
+                    self.env[name] = after  # only bound by the loop: used after it, the loop ran
+                else:
+                    self.env[name] = Feat("choice", expr=ran, elements=(after, previous),
+                                          reason=f"a size that depends on whether the loop over {var} ran")
 
     def small_statement(self, small: cst.BaseSmallStatement) -> None:
         if isinstance(small, cst.Assign):
@@ -166,12 +194,15 @@ class FeatureFlow:
         if isinstance(node, cst.BinaryOperation):
             left, right = self.expr_of(node.left), self.expr_of(node.right)
             if isinstance(node.operator, cst.MatrixMultiply):  # x @ w: the last axis is w's
-                return Feat.unknown("a matrix product")
+                return _contracted(right, -2)
             return left if left.kind != "unknown" else right  # elementwise: broadcasting keeps it
         if isinstance(node, cst.UnaryOperation):
             return self.expr_of(node.expression)
         if isinstance(node, (cst.Tuple, cst.List)):
             return Feat("tuple", elements=tuple(self.expr_of(el.value) for el in node.elements))
+        if isinstance(node, cst.Attribute):
+            known = self.value_of(node, self.env)
+            return known if known is not None else Feat.unknown("Attribute")
         if isinstance(node, cst.Subscript):  # x[:, 0] keeps the last axis unless it indexes it: the trace decides
             return Feat("sliced", base=self.expr_of(node.value))
         if isinstance(node, cst.IfExp):
@@ -191,14 +222,26 @@ class FeatureFlow:
         layer = self.layer_of(node)
         first = arg_feats[0] if arg_feats else Feat.unknown("no input")
         if layer is not None:
-            self.uses.append(LayerUse(layer.key, first, node, self.iteration, tuple(arg_feats)))
+            read = arg_feats[layer.input_index] if layer.input_index < len(arg_feats) else Feat.unknown("no input")
+            self.uses.append(LayerUse(layer.key, read, node, self.iteration, tuple(arg_feats)))
             if layer.out_fn is not None:
                 return layer.out_fn(first)
             if layer.out_unknown:
                 return Feat.unknown(f"output of {layer.key}")
             return first if layer.out_expr is None else Feat("expr", expr=layer.out_expr)
-        if self.qualnames_of(node.func) & feature_preserving_functions():
+        known = self.value_of(node, self.env)
+        if known is not None:
+            return known
+        qualnames = self.qualnames_of(node.func)
+        if qualnames & feature_preserving_functions() or qualnames & SHAPE_KEEPING_FUNCTIONS:
             return first
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        if qualnames & MATMUL_FUNCTIONS and len(positional) == 2 == len(node.args):
+            return _contracted(arg_feats[1], -2)
+        if qualnames & DOT_GENERAL_FUNCTIONS and len(arg_feats) >= 2:
+            dims = positional[2].value if len(positional) > 2 else next(
+                (a.value for a in node.args if a.keyword is not None and a.keyword.value == "dimension_numbers"), None)
+            return _contracted(arg_feats[1], *_rhs_axes(dims))
         through_method = self.method_of(node, arg_feats)
         if through_method is not None:
             return through_method
@@ -219,6 +262,46 @@ class FeatureFlow:
         if self.qualnames_of(node.func) & {"jax.numpy.reshape"} and node.args:
             return _reshape(first, cst.Call(func=node.func, args=node.args[1:]))
         return Feat.unknown("call")
+
+
+def _contracted(rhs: Feat, *gone: int | None) -> Feat:
+    """The result of contracting something with ``rhs`` over (and batching along) the axes ``gone``
+    of ``rhs``: its last axis is ``rhs``'s last one if that survives; unknown when the rank of
+    ``rhs`` or the axes are not known."""
+    if rhs.rank == 1:
+        return Feat.unknown("a contraction with a vector")
+    if rhs.rank < 2 or rhs.kind not in ("expr", "input") or None in gone:
+        return Feat.unknown("a contraction with a value of unknown rank")
+    if (rhs.rank - 1) in {g % rhs.rank for g in gone if -rhs.rank <= g < rhs.rank}:  # type: ignore[operator]
+        return Feat.unknown("a contraction over the last axis")
+    return dataclasses.replace(rhs, rank=0)
+
+
+def _rhs_axes(dims: cst.BaseExpression | None) -> tuple[int | None, ...]:
+    """The rhs contracting and batch axes of a literal ``((lc, rc), (lb, rb))``; ``(None,)`` otherwise."""
+
+    def ints(node: cst.BaseExpression) -> list[int] | None:
+        if not isinstance(node, (cst.Tuple, cst.List)):
+            return None
+        out = []
+        for el in node.elements:
+            value = el.value
+            sign = -1 if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) else 1
+            value = value.expression if isinstance(value, cst.UnaryOperation) else value
+            if not isinstance(value, cst.Integer):
+                return None
+            out.append(sign * int(value.value))
+        return out
+
+    if not (isinstance(dims, (cst.Tuple, cst.List)) and len(dims.elements) == 2):
+        return (None,)
+    pairs = [el.value for el in dims.elements]
+    if not all(isinstance(p, (cst.Tuple, cst.List)) and len(p.elements) == 2 for p in pairs):
+        return (None,)
+    rc, rb = ints(pairs[0].elements[1].value), ints(pairs[1].elements[1].value)  # type: ignore[union-attr]
+    if rc is None or rb is None:
+        return (None,)
+    return (*rc, *rb)
 
 
 def _reshape(receiver: Feat, node: cst.Call) -> Feat:

@@ -107,6 +107,8 @@ class EmitMixin:
 
     def _call_site(self, site: Site) -> cst.BaseExpression:
         ref = f"self.{site.attr}[{site.loop.position}]" if site.loop is not None else f"self.{site.attr}"
+        if site.tail_of is not None:
+            ref = f"self.{site.attr}[{site.list_index}]"
         if site.kind == "param":
             ref += "[...]"
         return cst.parse_expression(ref)
@@ -161,9 +163,13 @@ class EmitMixin:
             if built is None:
                 continue
             markers = [cst.EmptyLine(comment=cst.Comment(m)) for m in dict.fromkeys(self._init_markers.get(site.ctor, []))]
-            assign = cst.SimpleStatementLine([cst.Assign(
-                targets=[cst.AssignTarget(cst.parse_expression(f"self.{site.attr}"))], value=built)],
-                leading_lines=markers)  # on the statement holding the code, as a second run would place them
+            if site.tail_of is not None:  # the element after the loop's: Linen's {Class}_{loop length}
+                statement = cst.Expr(cst.Call(cst.parse_expression(f"self.{site.attr}.append"), [cst.Arg(built)]))
+            else:
+                statement = cst.Assign(targets=[cst.AssignTarget(cst.parse_expression(f"self.{site.attr}"))],
+                                       value=built)
+            # the markers go on the statement holding the code, as a second run would place them
+            assign = cst.SimpleStatementLine([statement], leading_lines=markers)
             if site.exclusive_with is not None and site.exclusive_with.attr in emitted_if:
                 index = emitted_if[site.exclusive_with.attr]  # the other branch of the same switch
                 block = stmts[index]

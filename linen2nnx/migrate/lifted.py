@@ -247,3 +247,75 @@ def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broad
         return f"nnx.vmap({body}, in_axes=({', '.join(nnx_axes)},), out_axes={out_axes}{extra})({', '.join(passed)})"
     assert remat is not None
     return f"nnx.remat({call(['_layer'], positional)}{remat_kwargs})({module_ref})"
+
+
+# ---- nn.scan as a method decorator -----------------------------------------------------------------
+SCAN_DECORATORS = frozenset({"flax.linen.scan", "flax.linen.transforms.scan"})
+"""``@functools.partial(<one of these>, ...)`` on a method scans the method's body over its inputs."""
+METHOD_SCAN_KWARGS = frozenset({"variable_broadcast", "variable_axes", "split_rngs", "in_axes", "out_axes",
+                                "length", "reverse", "unroll"})
+
+
+@dataclasses.dataclass
+class MethodScan:
+    """``@functools.partial(nn.scan, variable_broadcast='params', in_axes=1, out_axes=1)`` on
+    ``def __call__(self, carry, x)``: in NNX the body stays a plain method (``step``) and the
+    decorated name applies ``nnx.scan`` to it, with the module broadcast (``None``) in front of
+    the carry -- the same params at every step, as ``variable_broadcast='params'`` says."""
+
+    step: str  # the name the body keeps
+    in_axes: list[str]  # one per scanned input (``None`` for nn.broadcast)
+    out_axes: str
+    extra: str  # length / reverse / unroll, as keyword source
+
+
+def method_scan(kwargs: dict[str, cst.BaseExpression], fn: cst.FunctionDef, taken: set[str],
+                is_broadcast: callable) -> MethodScan:
+    """Validate a scanned method; LiftError says what is not converted and why."""
+    extra = set(kwargs) - METHOD_SCAN_KWARGS
+    if extra:
+        raise LiftError(f"nn.scan({', '.join(sorted(extra))}=...) on a method is not converted")
+    broadcast = kwargs.get("variable_broadcast")
+    names = {code(broadcast)} if broadcast is not None else set()
+    if isinstance(broadcast, (cst.List, cst.Tuple)):
+        names = {code(e.value) for e in broadcast.elements}
+    if not names or not names <= {"'params'", '"params"', "True"}:
+        raise LiftError("nn.scan on a method converts only variable_broadcast='params' (shared weights)")
+    if literal_dict(kwargs.get("variable_axes")):
+        raise LiftError("nn.scan on a method with variable_axes (per-step variables) is not converted")
+    for name, value in literal_dict(kwargs.get("split_rngs")).items():
+        if code(value) != "False" and name != "params":
+            raise LiftError(f"split_rngs={{{name!r}: {code(value)}}}: per-step random streams are not converted")
+    params = fn.params
+    if (params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or params.star_kwarg or params.kwonly_params
+            or params.posonly_params or any(p.default is not None for p in params.params) or len(params.params) < 2):
+        raise LiftError("a scanned method takes (self, carry, *xs) positionally")
+    xs = len(params.params) - 2
+    axes = in_axes_list(kwargs.get("in_axes"), is_broadcast)
+    if axes is None:
+        raise LiftError("in_axes is not a literal")
+    per_x = axes if isinstance(axes, list) else [axes] * xs
+    if len(per_x) != xs:
+        raise LiftError(f"in_axes has {len(per_x)} entries for {xs} scanned inputs")
+    if any(a.startswith("-") for a in per_x):
+        raise LiftError("a negative in_axes may scan the feature axis, which the layers' sizes read")
+    out = kwargs.get("out_axes")
+    out_axes = "0" if out is None else code(out)
+    if not out_axes.isdigit():
+        raise LiftError(f"out_axes={out_axes} is not a non-negative literal")
+    step = f"_{fn.name.value.strip('_')}_step"
+    while step in taken:
+        step += "_"
+    rest = "".join(f", {k}={code(kwargs[k])}" for k in ("length", "reverse", "unroll") if k in kwargs)
+    return MethodScan(step, per_x, out_axes, rest)
+
+
+def method_scan_call(scan: MethodScan, fn: cst.FunctionDef, state_when: str | None) -> str:
+    """The body of the decorated method: ``nnx.scan`` of its step, the module broadcast first.
+    ``graph_updates=False`` as for scans of classes (see :func:`lifted_call`)."""
+    carry, *xs = [p.name.value for p in fn.params.params[1:]]
+    updates = {None: ", graph_updates=False", "True": ""}.get(state_when, f", graph_updates=bool({state_when})")
+    args = ", ".join([carry, *xs])
+    in_axes = ", ".join(["None", "nnx.Carry", *scan.in_axes])
+    return (f"nnx.scan(lambda _module, {args}: _module.{scan.step}({args}), in_axes=({in_axes}), "
+            f"out_axes=(nnx.Carry, {scan.out_axes}){scan.extra}{updates})(self, {args})")

@@ -52,12 +52,14 @@ from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_impo
 from linen2nnx.migrate.lazy_vars import creation
 from linen2nnx.migrate.lifted import (
     LINEN_MARKERS,
+    SCAN_DECORATORS,
     TRANSFORMS,
     Lift,
     LiftChain,
     LiftError,
     in_axes_list,
     lifted_call,
+    method_scan_call,
     validate,
 )
 from linen2nnx.migrate.linen_api import (
@@ -134,6 +136,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._factory_updated: dict[cst.Call, cst.Call] = {}  # ... as rewritten (nn.* -> nnx.* inside)
         self._factory_calls: dict[cst.Call, cst.Call] = {}  # a factory call site -> its rewritten call
         self._stmt_prefix: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # lazily created variables
+        self._step_methods: dict[str, cst.FunctionDef] = {}  # scanned method -> its body as a step method
 
     # ---- helpers -----------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> set[str]:
@@ -300,7 +303,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
         self._unbox_helpers = {name for name, fn in self._module_functions.items() if self._is_unbox_helper(fn)}
         for stmt in node.body:
-            if isinstance(stmt, cst.FunctionDef):
+            # a decorator may change what the function returns; jax.jit and a bare jax.vmap (axis 0 in and
+            # out) keep the last axis of a result whose last axis is an argument's
+            if isinstance(stmt, cst.FunctionDef) and all(self.qualnames(d.decorator) & {"jax.jit", "jax.vmap"}
+                                                         for d in stmt.decorators):
                 params = [p.name.value for p in stmt.params.params]
                 flow = FeatureFlow(params, lambda call: None, self.qualnames)
                 flow.run(stmt.body.body)
@@ -506,6 +512,13 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             self.report("L2N-VAR-004", original, f"self.variable({lazy.collection!r}, {lazy.name!r}) -> "
                         f"nnx.{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does")
             return cst.parse_expression(f"self.{lazy.attr}")
+        cell = plan.carry_inits.get(original)
+        if cell is not None:  # the detached Linen cell's carry is the built cell's
+            rng, shape = (code(a.value) for a in updated.args)
+            self.uses_nnx = True
+            self.report("L2N-LAYER-001", original, f"nn.{cell.rule.linen}(..., parent=None).initialize_carry(rng, "  # type: ignore[union-attr]
+                        f"shape) -> self.{cell.attr}.initialize_carry(shape, rngs=...)")
+            return cst.parse_expression(f"self.{cell.attr}.initialize_carry({shape}, rngs=nnx.Rngs(carry={rng}))")
         site = plan.sites.get(original)
         if site is not None and site.factory is not None:  # built in __init__ once the helper is rewritten
             self._factory_calls[original] = updated
@@ -790,13 +803,36 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return updated.with_changes(target=target, iter=cst.parse_expression(loop.iter_src))
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        if self._current() is None:
+        plan = self._current()
+        if plan is None:
             return updated
         keep = [u for o, u in zip(original.decorators, updated.decorators)
                 if not (self.qualnames(o.decorator) & LINEN_COMPACT)]
         if len(keep) != len(updated.decorators):
             self.report("L2N-MOD-003", original, f"@nn.compact {original.name.value}: submodules hoisted into __init__")
-        return updated.with_changes(decorators=keep)
+        scan = plan.scanned_methods.get(original.name.value)
+        if scan is None or self._enclosing_class_plan(original) is not plan:
+            return updated.with_changes(decorators=keep)
+        keep = [u for o, u in zip(original.decorators, updated.decorators)
+                if not (self.qualnames(o.decorator) & LINEN_COMPACT) and not self._is_scan_decorator(o.decorator)]
+        self._step_methods[original.name.value] = updated.with_changes(
+            name=cst.Name(scan.step), decorators=keep, leading_lines=[cst.EmptyLine(indent=False)])
+        when = plan.state_when if plan.state_when in (None, "True") or original.name.value == "__call__" else "True"
+        self.uses_nnx = True
+        self.report("L2N-XFORM-001", original, f"nn.scan on {plan.name}.{original.name.value} -> nnx.scan of "
+                    f"{scan.step} with the module broadcast")
+        call = cst.parse_statement(f"return {method_scan_call(scan, original, when)}\n")
+        return updated.with_changes(decorators=keep, body=cst.IndentedBlock(body=[call]))
+
+    def _is_scan_decorator(self, node: cst.BaseExpression) -> bool:
+        return (isinstance(node, cst.Call) and bool(node.args) and node.args[0].keyword is None
+                and bool(self.qualnames(node.args[0].value) & SCAN_DECORATORS))
+
+    def _enclosing_class_plan(self, node: cst.CSTNode) -> ClassPlan | None:
+        """The plan of the class ``node`` is a method of (not of a function nested in one)."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        block = self.get_metadata(ParentNodeProvider, parent, None) if parent is not None else None
+        return self.plans.get(block) if isinstance(block, cst.ClassDef) else None
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         plan = self._class_stack.pop()
@@ -839,6 +875,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 init_index = len(body) if init_index is None else init_index
                 continue
             body.append(stmt)
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value in plan.scanned_methods:
+                body.append(self._step_methods.pop(stmt.name.value))  # the scanned body, right after its scan
         if init_index is None:
             init_index = 1 if body and is_docstring(body[0]) else 0
         if plan.setup is not None:

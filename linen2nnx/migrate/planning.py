@@ -25,6 +25,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.factories import call_site_ctor, find_factory, substitute
 from linen2nnx.migrate.lazy_vars import LazyVar, either
+from linen2nnx.migrate.lifted import SCAN_DECORATORS, LiftError, method_scan
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 from linen2nnx.migrate.sites import (
     COLLECTION_TYPES,
@@ -83,6 +84,8 @@ class PlanningMixin:
                 plan.factories[factory.name] = factory
                 self._handled.add(factory.ctor.func)  # built at the call sites, never reported here
                 self._factory_ctors.add(factory.ctor)
+        for fn in methods:
+            self._plan_method_scan(plan, fn, {m.name.value for m in methods})
         counters: dict[str, int | None] = {}
         for fn in methods:
             if fn.name.value == "setup":
@@ -99,12 +102,71 @@ class PlanningMixin:
         for fn in [*calls, *others]:
             self._run_flow(plan, fn, resolve=True)
         self._resolve_unused(plan)
+        for fn in methods:
+            self._plan_carry_inits(plan, fn)
         self._collect_needed_locals(plan)
         for site in plan.sites.values():
             site.state_when = self._site_state_when(plan, site)
         plan.state_when = either([v.when for v in plan.lazy_vars.values()]
                                  + [s.state_when for s in plan.sites.values() if s.state_when is not None])
         return plan
+
+    def _plan_method_scan(self, plan: ClassPlan, fn: cst.FunctionDef, taken: set[str]) -> None:
+        """``@functools.partial(nn.scan, ...)`` on a method (see :class:`~.lifted.MethodScan`)."""
+        for d in fn.decorators:
+            call = d.decorator
+            if not (isinstance(call, cst.Call) and self.qualnames(call.func) & {"functools.partial"} and call.args
+                    and call.args[0].keyword is None and self.qualnames(call.args[0].value) & SCAN_DECORATORS):
+                continue
+            self._mark_transform_names(call)
+            try:
+                if any(a.keyword is None for a in call.args[1:]):
+                    raise LiftError("positional nn.scan arguments are not converted")
+                kwargs = {a.keyword.value: a.value for a in call.args[1:]}  # type: ignore[union-attr]
+                plan.scanned_methods[fn.name.value] = method_scan(kwargs, fn, taken, self.is_broadcast)
+            except LiftError as err:
+                self.report("L2N-XFORM-002", call, f"{plan.name}.{fn.name.value}: {err}",
+                            "rewrite with nnx.scan over a step method by hand (reference §4.1)")
+
+    def _plan_carry_inits(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
+        """``nn.OptimizedLSTMCell(h, parent=None).initialize_carry(rng, shape)``: a detached cell built
+        only for its carry. It is the class's own cell's carry when that cell has the same arguments
+        (and the default, zero ``carry_init``: NNX draws keys differently); else a finding."""
+        command = self
+
+        class V(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> None:
+                func = node.func
+                if not (isinstance(func, cst.Attribute) and func.attr.value == "initialize_carry"
+                        and isinstance(func.value, cst.Call)):
+                    return
+                ctor = func.value
+                rule = command.layer_rule_of(ctor.func)
+                if rule is None or not rule.carry_init or ctor in plan.sites:
+                    return
+                command._handled.update({ctor.func, func})
+                args = {k: code(a.value) for k, a in command._bind_args(rule.linen_arg_order(), ctor)[0].items()}
+                parent = args.pop("parent", None)
+                same = [s for s in plan.sites.values() if s.rule is rule and s.kind == "layer"
+                        and {k: code(a.value) for k, a in s.args.items()} == args]
+                positional = [a for a in node.args if a.keyword is None and not a.star]
+                why = ""
+                if parent != "None":
+                    why = "a cell bound to this module (no parent=None) would be a submodule"
+                elif "carry_init" in args:
+                    why = "its carry_init draws from the key, which NNX splits differently"
+                elif len(same) != 1:
+                    why = (f"no nn.{rule.linen} of this class has the same arguments" if not same
+                           else f"{len(same)} nn.{rule.linen}s of this class have the same arguments")
+                elif len(positional) != 2 or len(node.args) != 2:
+                    why = "initialize_carry is not called as (rng, input_shape)"
+                if why:
+                    command.report("L2N-API-002", node, f"nn.{rule.linen}(...).initialize_carry: {why}",
+                                   f"call initialize_carry(input_shape, rngs=...) on an nnx.{rule.nnx} by hand")
+                    return
+                plan.carry_inits[node] = same[0]
+
+        fn.visit(V())
 
     def _field(self, small: cst.AnnAssign, rewritten: cst.AnnAssign | None = None) -> Field:
         """A dataclass field; its default's text is taken from ``rewritten`` when given."""
@@ -341,7 +403,7 @@ class PlanningMixin:
                     if nesting is not None:
                         command._plan_nested(plan, node, rule, nesting, counters)
                         return
-                    command._plan_compact_child(plan, target, rule, user, loop, counters, local_names)
+                    command._plan_compact_child(plan, target, rule, user, loop, counters, local_names, conditions)
                     if factory is not None and plan.sites.get(target) is not None:
                         site = plan.sites.pop(target)  # keyed by the call of the helper, which is what the
                         site.ctor, site.factory = node, factory  # rewrite meets; built from the helper later
@@ -569,7 +631,8 @@ class PlanningMixin:
                         f"self.{root.attr} through nnx.view")
 
     def _plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
-                            loop: LoopInfo | None, counters: dict[str, int | None], local_names: set[str]) -> None:
+                            loop: LoopInfo | None, counters: dict[str, int | None], local_names: set[str],
+                            conditions: list[str] | None = None) -> None:
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
         class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
         bound, name_arg = self._bind_args(self._arg_order(rule, user), node)
@@ -587,6 +650,21 @@ class PlanningMixin:
                 return
         else:
             n = counters.get(class_name, 0)
+            if n is None and loop is None:
+                tail_of = self._loop_list(plan, class_name)
+                if tail_of is None or conditions:
+                    self._handled.add(node.func)  # this finding says it all
+                    self.report("L2N-MOD-004", node, f"auto-named {what} after a loop that built {class_name}s"
+                                + (" under a condition" if tail_of is not None else "") + ": its Linen name "
+                                "depends on the loop length", "give it an explicit name=")
+                    return
+                # Linen names it {class_name}_{loop length}: the next element of the loop's nnx.List
+                site = self._add_site(plan, node, attr=tail_of.attr, linen_name=class_name, hoisted=True)
+                site.container, site.tail_of = "list", tail_of
+                tail_of.tail.append(site)
+                self._plan_args_at_call(plan, site, rule, what, bound, local_names, set())
+                plan.hoisted_order.append(site)
+                return
             if n is None:
                 self.report("L2N-MOD-004", node, f"auto-named {what} after a loop that built {class_name}s: its "
                             "Linen name depends on the loop length", "give it an explicit name=")
@@ -608,7 +686,20 @@ class PlanningMixin:
         site.container, site.loop = container, loop
         if loop is not None and loop.index:
             self._indexed_loops[loop.node] = loop  # `for v in seq` becomes `for v_index, v in enumerate(seq)`
-        loop_names = {loop.var} if loop else set()
+        self._plan_args_at_call(plan, site, rule, what, bound, local_names, {loop.var} if loop else set())
+        plan.hoisted_order.append(site)
+
+    @staticmethod
+    def _loop_list(plan: ClassPlan, class_name: str) -> Site | None:
+        """The unconditional nnx.List a loop built of auto-named ``class_name``s (Linen ``Dense_{i}``)."""
+        return next((s for s in plan.hoisted_order if s.loop is not None and s.container == "list"
+                     and s.linen_name == class_name and not s.conditions and s.exclusive_with is None
+                     and s.tail_of is None), None)
+
+    def _plan_args_at_call(self, plan: ClassPlan, site: Site, rule: LayerRule | None, what: str,
+                           bound: dict[str, cst.Arg], local_names: set[str], loop_names: set[str]) -> None:
+        """Constructor arguments that read call-time values: mode flags move to the call, ``x.shape[-1]``
+        waits for the dataflow, anything else is a finding."""
         moved = []
         for arg_name, arg in bound.items():
             if rule is not None and (arg_name in rule.nested or arg_name == rule.varargs_list):
@@ -626,8 +717,8 @@ class PlanningMixin:
                                 "compute it from constructor arguments / config")
         site.moved_args = tuple(moved)
         if moved:
-            self.report("L2N-LAYER-003", node, f"{', '.join(moved)} of {what} moved to the call of self.{attr}")
-        plan.hoisted_order.append(site)
+            self.report("L2N-LAYER-003", site.ctor, f"{', '.join(moved)} of {what} moved to the call of "
+                        f"self.{site.attr}")
 
     def _add_site(self, plan: ClassPlan, call: cst.Call, *, attr: str, linen_name: str, hoisted: bool) -> Site:
         rule = self.layer_rule_of(call.func)

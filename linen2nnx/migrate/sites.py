@@ -104,11 +104,23 @@ class Site:
     exclusive_with: Site | None = None  # same attribute, built under the opposite config condition
     factory: Any = None  # migrate.factories.Factory when built by a helper method (`self.dense(...)`)
     state_when: str | None = None  # when its call creates variables, in the caller's terms (None: never)
+    tail_of: Site | None = None  # the loop-built list this auto-named layer after the loop extends
+    tail: list[Site] = dataclasses.field(default_factory=list)  # of a loop-built list: those extensions
 
     @property
     def flow_key(self) -> str:
-        """The site's key in the dataflow (two exclusive sites share an attribute, not a key)."""
+        """The site's key in the dataflow (two exclusive sites share an attribute, not a key; the
+        layers appended to a loop-built list share its attribute)."""
+        if self.tail_of is not None:
+            return f"{self.attr}#tail{self.tail_of.tail.index(self)}"
         return self.attr + ("#else" if self.exclusive_with is not None else "")
+
+    @property
+    def list_index(self) -> str:
+        """Where an extension of a loop-built list sits in it: counted from the end, since the loop's
+        length is only known at run time."""
+        assert self.tail_of is not None
+        return str(self.tail_of.tail.index(self) - len(self.tail_of.tail))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +163,8 @@ class ClassPlan:
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
+    scanned_methods: dict[str, Any] = dataclasses.field(default_factory=dict)  # method -> lifted.MethodScan
+    carry_inits: dict[cst.Call, Site] = dataclasses.field(default_factory=dict)  # Linen cell.initialize_carry
     state_when: str | None = None  # when it (or a submodule) creates variables at call time, in terms of
     # its __call__ parameters ("True": possibly always); None: never (see lazy_vars.py)
 

@@ -13,6 +13,8 @@ from types import SimpleNamespace
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import (
+    NOT_LOCAL,
+    assigned_names,
     code,
     names_in,
     replace_name,
@@ -23,6 +25,7 @@ from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
+    is_shape_last,
     replace_shape_last,
 )
 
@@ -64,6 +67,8 @@ class SizingMixin:
                 if resolve and arg_name not in site.arg_sources:
                     self._resolve_shape_arg(plan, site, arg_name, refs, flow, params)
             info = self._layer_info(site)
+            if site.rule is not None and site.rule.input_index:
+                info = dataclasses.replace(info, input_index=site.rule.input_index)
             if branch is not None and info.out_expr is not None and not info.out_unknown:
                 assert site.rule is not None and site.rule.out_attr is not None
                 info = dataclasses.replace(info, out_expr=f"({info.out_expr} if {branch.test} else "
@@ -72,6 +77,34 @@ class SizingMixin:
 
         methods = {m.name.value: m for m in self._methods.get(plan.name, [])}
         depth = [0]
+        setup_locals = set(assigned_names(plan.setup)) if plan.setup is not None else set()
+
+        def value_of(node: cst.BaseExpression, env: dict[str, Feat]) -> Feat | None:
+            """A parameter of the class, as its last axis and rank (see dataflow.py)."""
+            if isinstance(node, cst.Call):
+                site = plan.sites.get(node)
+                owner = self._enclosing_function(node) if site is not None else None
+                local = set(assigned_names(owner)) if owner is not None else set()
+            else:
+                attr = self_attr(node)
+                site = next((s for s in plan.sites.values() if s.attr == attr and not s.hoisted), None)
+                local = setup_locals
+            if site is None or site.kind != "param":
+                return None
+            shape = site.args.get("2")  # self.param(name, init, shape, ...): initializers take the shape first
+            if shape is None or not isinstance(shape.value, (cst.Tuple, cst.List)) or not shape.value.elements:
+                return None
+            last = shape.value.elements[-1].value
+            ref = is_shape_last(last)
+            if ref is not None:
+                feat = env.get(ref) if site.hoisted else None
+                if feat is None or feat.kind not in ("expr", "input"):
+                    return None
+            elif (names_in(last) - NOT_LOCAL) & local:
+                return None  # a size held in a local: not an expression of the config
+            else:
+                feat = Feat("expr", expr=code(last))
+            return dataclasses.replace(feat, rank=len(shape.value.elements))
 
         def method_of(call: cst.Call, args: list[Feat]) -> Feat | None:
             name = self_attr(call.func)
@@ -81,7 +114,7 @@ class SizingMixin:
             if callee is not None and depth[0] < 3 and name not in ("__call__", "setup"):
                 # inline the helper with the caller's values, so layers it applies are sized in context
                 callee_params = [p.name.value for p in callee.params.params][1:]
-                sub = FeatureFlow(callee_params, layer_of, self.qualnames, method_of)
+                sub = FeatureFlow(callee_params, layer_of, self.qualnames, method_of, value_of=value_of)
                 sub.env.update(zip(callee_params, args))
                 sub.iteration = flow.iteration
                 depth[0] += 1
@@ -108,9 +141,14 @@ class SizingMixin:
                     sizes[var] = size
                 plan.shape_local_sizes[name] = sizes
 
-        flow = FeatureFlow(params, layer_of, self.qualnames, method_of, on_assign)
+        flow = FeatureFlow(params, layer_of, self.qualnames, method_of, on_assign, value_of)
         flow.run(fn.body.body)
         out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
+        scan = plan.scanned_methods.get(fn.name.value)
+        if scan is not None and out is not None:  # scanned: (carry, ys), with ys stacked on out_axes
+            parts = out.elements if out.kind == "tuple" and len(out.elements) == 2 else ()
+            out = Feat("tuple", elements=(parts[0], parts[1] if scan.out_axes == "0" else Feat.unknown(
+                "stacked scan outputs"))) if parts else Feat.unknown("scan outputs")
         if out is not None:
             plan.method_out[fn.name.value] = (params, out)
         if fn.name.value == "__call__":
@@ -269,6 +307,11 @@ class SizingMixin:
         becomes a constructor argument). None otherwise."""
         if feat.kind == "expr":
             return feat.expr
+        if feat.kind == "choice":  # after a loop: its last layer's size if it ran, else the earlier one
+            ran, skipped = (self._static_size(plan, f, params, node) for f in feat.elements)
+            if ran is None or skipped is None:
+                return None
+            return ran if ran == skipped else f"({ran} if {feat.expr} else {skipped})"
         if feat.kind != "input" or self._flow_method != "__call__":
             return None  # only __call__'s inputs are the module's inputs; a helper's argument may be anything
         arg = "in_features" if feat.input_name == params[0] else f"{feat.input_name}_features"
@@ -293,7 +336,8 @@ class SizingMixin:
         return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} (from {why})", node)
 
     def _required_arg(self, plan: ClassPlan, site: Site, what: str, node: cst.CSTNode) -> str:
-        arg = f"{site.attr}_in_features".replace("[", "_").replace("]", "").replace("/", "_")
+        label = site.attr if site.tail_of is None else f"{site.attr}_last{site.list_index.lstrip('-')}"
+        arg = f"{label}_in_features".replace("[", "_").replace("]", "").replace("/", "_")
         while arg in plan.field_names:
             arg += "_"
         plan.new_args[arg] = "unresolved"
@@ -302,8 +346,8 @@ class SizingMixin:
         return arg
 
     def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
-        if self.trace is None or site.loop is not None:
-            return None
+        if self.trace is None or site.loop is not None or site.tail_of is not None:
+            return None  # the trace knows one Linen name; these sizes change with the loop's length
         shapes = self.trace.shapes_for(plan.name, site.linen_name)
         sizes = sorted({s[-1] for s in shapes if s})
         if not sizes:
