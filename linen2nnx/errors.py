@@ -17,3 +17,7 @@ class SpecError(L2NError):
 
 class ConversionError(L2NError):
     """A checkpoint cannot be mapped onto the target model; the message lists every bad path."""
+
+
+class ModelBuildError(L2NError):
+    """A model of a pair (Linen init or the NNX constructor) fails to build or to run its example batch."""

@@ -118,3 +118,41 @@ def test_linen_classes_resolve_imports_and_inheritance(outside):
     assert [c.name for c in found["pkg/b.py"]] == ["D", "E"]
     b_info = next(c for c in found["pkg/a.py"] if c.name == "B")
     assert (b_info.start, b_info.line, b_info.end) == (6, 7, 8)
+
+
+# ---- memory_decoder ---------------------------------------------------------------------------------
+def test_memory_decoder_reports_the_nnx_over_linen_ratio(tmp_path, capsys, monkeypatch):
+    memory = _load("memory_decoder")
+    out = tmp_path / "memory.json"
+    assert memory.main(["--config", "tiny", "--nnx", "twin", "--json", str(out)]) == 0
+    numbers = json.loads(out.read_text())
+    assert numbers["nnx_side"] == "twin" and "nnx_decoder_twin.py" in numbers["nnx_side_why"]
+    linen, nnx = numbers["linen"]["temp_size_in_bytes"], numbers["nnx"]["temp_size_in_bytes"]
+    assert linen > 0 and nnx > 0
+    assert numbers["temp_ratio"] == pytest.approx(nnx / linen)
+    assert numbers["temp_ratio"] <= 1.05  # the twin's scan body returns no Params: no second copy of the stack
+    # both steps take the same state: params + optimizer state (+ the batch)
+    assert numbers["nnx"]["argument_size_in_bytes"] == pytest.approx(numbers["linen"]["argument_size_in_bytes"], rel=0.01)
+    text = capsys.readouterr().out
+    assert "NNX side: twin" in text and "ratio NNX / Linen (temp)" in text
+    monkeypatch.setattr(memory, "measure", lambda config, nnx_side: {**numbers, "temp_ratio": 1.2})
+    assert memory.main(["--config", "tiny", "--max-ratio", "1.05"]) == 1  # the gate, without compiling again
+    assert "ABOVE GOAL" in capsys.readouterr().out
+
+
+# ---- check_overhead ---------------------------------------------------------------------------------
+def test_check_overhead_reports_check_over_floor(tmp_path, capsys, monkeypatch):
+    bench = _load("check_overhead")
+    out = tmp_path / "overhead.json"
+    assert bench.main(["--model", "mlp", "--json", str(out)]) == 0  # the decoder is the goal; mlp is quick
+    numbers = json.loads(out.read_text())
+    assert numbers["passed"] is True and numbers["floor_s"] > 0 and numbers["check_s"] > 0
+    assert numbers["ratio"] == pytest.approx(numbers["check_s"] / numbers["floor_s"])
+    assert {"build", "linen", "nnx", "precision"} <= set(numbers["check_timings_s"])
+    text = capsys.readouterr().out
+    assert "NNX side: migrated by `linen2nnx migrate --trace`" in text and "ratio check / floor" in text
+    pair, why = bench.zoo_pair("decoder", "tiny", tmp_path, force_twin=True)  # builds nothing yet
+    assert "hand-written twin tests/fixtures/nnx_twins/decoder.py (--twin)" == why and pair.linen.name == "decoder"
+    monkeypatch.setattr(bench, "measure", lambda *a: {**numbers, "ratio": 2.5})
+    assert bench.main(["--max-ratio", "2.0"]) == 1  # the gate, without compiling again
+    assert "exceeds --max-ratio 2.0" in capsys.readouterr().err

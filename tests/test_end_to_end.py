@@ -61,7 +61,7 @@ def test_convert_then_check_through_the_cli(migrated, capsys):
     assert main(["check", "--spec", str(spec_path), "--ckpt", str(linen_ckpt), "--nnx-ckpt", str(nnx_ckpt),
                  "--json", str(report)]) == 0
     data = json.loads(report.read_text())
-    assert data["schema"] == "linen2nnx-parity/1" and data["passed"] is True
+    assert data["schema"] == "linen2nnx-parity/2" and data["passed"] is True
 
 
 def test_convert_against_mismatched_model_names_every_path(migrated, tmp_path, capsys):

@@ -43,7 +43,8 @@ def _paths(result: ParityResult, check_name: str) -> set[str]:
 def test_cnn_parity_from_trained_checkpoint(cnn_result):
     r = cnn_result
     assert r.passed, [(lf.check, lf.path, lf.max_abs, lf.note) for lf in r.failures]
-    assert set(r.by_check()) == {"forward/eval", "forward/train", "loss/eval", "loss/train", "grad", "batch_stats"}
+    assert set(r.by_check()) == {"forward/eval", "forward/train", "loss/eval", "loss/train", "grad", "batch_stats",
+                                 "precision"}
     assert _paths(r, "grad") == CNN_PARAMS
     assert _paths(r, "batch_stats") == CNN_STATS
     for lf in r.leaves:
@@ -97,7 +98,7 @@ def test_twin_without_a_linen_param_cannot_be_checked():
 
 def test_parity_json_and_console(cnn_result, tmp_path):
     data = json.loads(parity_json(cnn_result))
-    assert data["schema"] == "linen2nnx-parity/1" and data["passed"] is True
+    assert data["schema"] == "linen2nnx-parity/2" and data["passed"] is True
     assert data["checks"]["grad"] == {"passed": True, "leaves": 12, "failed": 0, "max_abs": data["checks"]["grad"]["max_abs"]}
     assert {lf["check"] for lf in data["leaves"]} == set(data["checks"])
     assert json.loads(write_json(cnn_result, tmp_path / "parity.json").read_text()) == data

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,9 @@ from linen2nnx.checkpoint_convert import (
     load_nnx_checkpoint,
     read_linen_checkpoint,
 )
+from linen2nnx.equivalence.jitting import fast_jit, maybe_jit, memoized
+from linen2nnx.equivalence.sown import call_capturing, flat_sown, quiet_sow
+from linen2nnx.errors import L2NError, ModelBuildError
 from linen2nnx.namemap import NameMap
 
 
@@ -56,12 +60,28 @@ def build_sides(pair: Any, linen_ckpt: Any = None, nnx_ckpt: str | Path | None =
     wrote); the in-memory conversion still runs to validate the mapping and to give the path table
     used for gradients and batch statistics.
     """
-    ckpt = read_linen_checkpoint(pair.linen.init_variables() if linen_ckpt is None else linen_ckpt)
     if linen_ckpt is None:
+        try:
+            init = linen_init_variables(pair.linen)
+        except Exception as e:
+            raise ModelBuildError(f"cannot build the Linen model {_name(pair)} on its example batch: "
+                                  f"{type(e).__name__}: {e}") from e
+        ckpt = read_linen_checkpoint(init)
         ckpt.source = "init_variables()"
-    converted = convert_tree(ckpt, pair, name_map, optimizer=False)
+    else:
+        ckpt = read_linen_checkpoint(linen_ckpt)
+    try:
+        converted = convert_tree(ckpt, pair, name_map, optimizer=False)
+    except L2NError as e:
+        if isinstance(e.__cause__, Exception) and str(e).startswith("cannot build the target NNX model"):
+            raise ModelBuildError(str(e)) from e.__cause__
+        raise
     model = load_nnx_checkpoint(nnx_ckpt, pair) if nnx_ckpt is not None else converted.model()
     return Sides(ckpt.variables(), model, converted.report, ckpt)
+
+
+def _name(pair: Any) -> str:
+    return pair.linen.name or type(pair.linen.model).__name__
 
 
 # ---- dropout off -------------------------------------------------------------------------------
@@ -115,14 +135,21 @@ class Inputs:
 
     @classmethod
     def of(cls, pair: Any, train: bool) -> Inputs:
+        """From a ModelPair (or a LinenSide) and a mode."""
         import jax
         import numpy as np
 
-        args, kwargs = pair.linen.call_args(train)
-        leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs), pair.linen.batch))
+        side = getattr(pair, "linen", pair)
+        args, kwargs = side.call_args(train)
+        leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs), side.batch))
         is_array = [isinstance(x, (jax.Array, np.ndarray)) for x in leaves]
         return cls([x for x, a in zip(leaves, is_array) if a], [None if a else x for x, a in zip(leaves, is_array)],
                    is_array, treedef)
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What a traced function depends on besides the array shapes (hashable if the statics are)."""
+        return (self._treedef, tuple(self._static), tuple(self._is_array))
 
     def rebuild(self, dynamic: list[Any]) -> tuple[tuple, dict, Any]:
         """``(args, kwargs, batch)`` from the (traced) dynamic leaves."""
@@ -130,49 +157,77 @@ class Inputs:
         return self._treedef.unflatten([next(it) if a else s for a, s in zip(self._is_array, self._static)])
 
 
-def linen_fns(pair: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-    """``(eval_fn, train_fn)`` for the Linen side, jitted, inputs bound.
+def with_batch(pair: Any, batch: Any) -> Any:
+    """A copy of ``pair`` whose Linen side uses ``batch`` as its example batch (``pair`` is untouched)."""
+    return dataclasses.replace(pair, linen=dataclasses.replace(pair.linen, batch=batch))
 
-    ``eval_fn(variables) -> (outputs, loss)``;
-    ``train_fn(variables) -> (outputs, loss, grads, updated collections)`` (dropout off).
-    """
-    import jax
 
-    side = pair.linen
+def linen_init_variables(side: Any) -> Any:
+    """``side.init_variables()`` (eval-mode ``model.init`` on the example batch), jitted and reused."""
+    ins = Inputs.of(side, False)
     model = side.model
-    mutable = list(side.mutable) if side.mutable else False
+
+    def build() -> Any:
+        def init(rngs: Any, dynamic: list[Any]) -> Any:
+            args, kwargs, _ = ins.rebuild(dynamic)
+            return model.init(rngs, *args, **kwargs)
+        return fast_jit(init)
+
+    return memoized(("init", model, ins.key), build)(side.init_rngs(), ins.dynamic)
+
+
+def linen_fns(pair: Any, jit: bool = True) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """``(eval_fn, train_fn)`` for the Linen side, inputs bound; jitted unless ``jit=False``.
+
+    ``eval_fn(variables) -> (outputs, loss, sown intermediates)``;
+    ``train_fn(variables) -> (outputs, loss, grads, updated collections)`` (dropout off).
+    The jitted pair is reused by later checks of the same Linen model on inputs of the same structure.
+    """
+    side = pair.linen
     rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
     ins_e, ins_t = Inputs.of(pair, False), Inputs.of(pair, True)
+    build = functools.partial(_linen_compile, side.model, side.loss, tuple(side.mutable), ins_e, ins_t, jit)
+    if jit:
+        eval_c, train_c = memoized(("fns", side.model, side.loss, tuple(side.mutable), ins_e.key, ins_t.key), build)
+    else:
+        eval_c, train_c = build()
+    return (lambda variables: eval_c(variables, rngs, ins_e.dynamic),
+            lambda variables: train_c(variables, rngs, ins_t.dynamic))
 
-    @jax.jit
-    def eval_jit(variables: Any, dynamic: list[Any]) -> Any:
+
+def _linen_compile(model: Any, loss: Any, mutable_colls: tuple[str, ...], ins_e: Inputs, ins_t: Inputs,
+                   jit: bool) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    import jax
+
+    mutable = list(mutable_colls) if mutable_colls else False
+
+    def eval_fn(variables: Any, rngs: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_e.rebuild(dynamic)
-        out = model.apply(variables, *args, **kwargs, rngs=rngs)
-        return out, side.loss(out, batch)
+        out, sown = model.apply(variables, *args, **kwargs, rngs=rngs, mutable=["intermediates"])
+        return out, loss(out, batch), sown.get("intermediates", {})
 
-    @jax.jit
-    def train_jit(variables: Any, dynamic: list[Any]) -> Any:
+    def train_fn(variables: Any, rngs: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_t.rebuild(dynamic)
 
         def f(params: Any) -> Any:
             with linen_dropout_off():
                 res = model.apply({**variables, "params": params}, *args, **kwargs, mutable=mutable, rngs=rngs)
             out, updates = res if mutable else (res, {})
-            return side.loss(out, batch), (out, updates)
+            return loss(out, batch), (out, updates)
 
-        (loss, (out, updates)), grads = jax.value_and_grad(f, has_aux=True)(variables["params"])
-        return out, loss, grads, updates
+        (value, (out, updates)), grads = jax.value_and_grad(f, has_aux=True)(variables["params"])
+        return out, value, grads, updates
 
-    return (lambda variables: eval_jit(variables, ins_e.dynamic),
-            lambda variables: train_jit(variables, ins_t.dynamic))
+    return maybe_jit(eval_fn, jit), maybe_jit(train_fn, jit)
 
 
-def nnx_fns(pair: Any, model: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """``(eval_fn, train_fn)`` for the NNX side (split/merge + ``jax.jit``), model and inputs bound.
 
-    ``eval_fn() -> (outputs, loss)`` runs ``model`` as is;
+    ``eval_fn() -> (outputs, loss, sown values)`` runs ``model`` as is under ``nnx.capture``;
     ``train_fn() -> (outputs, loss, grads, non-param state after the call)`` runs the dropout-free
-    clone; grads and state come back as ``{'a/b': array}`` dicts. ``model`` is never mutated.
+    clone; grads, state and sown values come back as ``{'a/b': array}`` dicts. ``model`` is never
+    mutated.
     """
     import jax
     from flax import nnx
@@ -182,20 +237,20 @@ def nnx_fns(pair: Any, model: Any) -> tuple[Callable[[], Any], Callable[[], Any]
     gdef_eval, state_eval = nnx.split(model)
     gdef_train, params, rest = nnx.split(nnx_dropout_off(model), nnx.Param, ...)
 
-    @jax.jit
-    def eval_jit(state: Any, dynamic: list[Any]) -> Any:
+    def eval_fn(state: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_e.rebuild(dynamic)
-        out = nnx.merge(gdef_eval, state)(*args, **kwargs)
-        return out, side.loss(out, batch)
+        out, sown = call_capturing(nnx.merge(gdef_eval, state, copy=True),
+                                   lambda: nnx.merge(gdef_eval, state, copy=True), args, kwargs)
+        return out, side.loss(out, batch), flat_sown(sown)
 
-    @jax.jit
-    def train_jit(p0: Any, r0: Any, dynamic: list[Any]) -> Any:
+    def train_fn(p0: Any, r0: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_t.rebuild(dynamic)
 
         def f(p: Any) -> Any:
             # copy=True: fresh Variables at this trace level, so BatchNorm may update its stats
             m = nnx.merge(gdef_train, p, r0, copy=True)
-            out = m(*args, **kwargs)
+            with quiet_sow():
+                out = m(*args, **kwargs)
             after = {_flat_key(k): v.get_value() for k, v in nnx.to_flat_state(nnx.state(m, nnx.Not(nnx.Param)))
                      if not isinstance(v, nnx.RngState)}
             return side.loss(out, batch), (out, after)
@@ -204,5 +259,6 @@ def nnx_fns(pair: Any, model: Any) -> tuple[Callable[[], Any], Callable[[], Any]
         flat_grads = {_flat_key(k): v.get_value() for k, v in nnx.to_flat_state(grads)}
         return out, loss, flat_grads, after
 
-    return (lambda: eval_jit(state_eval, ins_e.dynamic),
-            lambda: train_jit(params, rest, ins_t.dynamic))
+    eval_c, train_c = maybe_jit(eval_fn, jit), maybe_jit(train_fn, jit)
+    return (lambda: eval_c(state_eval, ins_e.dynamic),
+            lambda: train_c(params, rest, ins_t.dynamic))

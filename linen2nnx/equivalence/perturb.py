@@ -24,3 +24,11 @@ def perturbed(variables: Any, seed: int = 0, scale: float = 0.3) -> Any:
     if isinstance(out, dict) and "batch_stats" in out:
         out["batch_stats"] = jax.tree.map(np.abs, out["batch_stats"])
     return jax.device_put(out)
+
+
+def perturbed_init(pair: Any, seed: int = 0, scale: float = 0.3) -> Any:
+    """The pair's Linen init variables (jitted init) with :func:`perturbed` noise: a checkpoint
+    stand-in whose biases and norm scales are no longer zeros and ones."""
+    from linen2nnx.equivalence.build import linen_init_variables
+
+    return perturbed(linen_init_variables(pair.linen), seed, scale)

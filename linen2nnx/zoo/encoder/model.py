@@ -36,7 +36,8 @@ class EncoderBlock(nn.Module):
         h = nn.Dropout(rate=self.dropout_rate)(h, deterministic=not train)
         x = nn.LayerNorm(epsilon=1e-12, dtype=self.dtype, name="attention_norm")(x + h)
 
-        h = nn.Dense(self.mlp_dim, dtype=self.dtype, name="intermediate")(x)
+        # full-precision matmuls: on TPU / GPU the default is a bfloat16 / TF32 pass
+        h = nn.Dense(self.mlp_dim, dtype=self.dtype, precision=jax.lax.Precision.HIGHEST, name="intermediate")(x)
         h = nn.gelu(h)
         h = nn.Dense(x.shape[-1], dtype=self.dtype, name="output")(h)
         h = nn.Dropout(rate=self.dropout_rate)(h, deterministic=not train)

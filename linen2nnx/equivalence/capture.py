@@ -1,0 +1,209 @@
+"""Run one forward pass and record every submodule call's inputs and outputs, on either side.
+
+- Linen: an ``nn.intercept_methods`` interceptor sees every ``__call__`` with the module's scope
+  path (``layers/self_attention/query``), lifted transforms included.
+- NNX: every module class in the model gets a temporary ``__call__`` wrapper; each module instance
+  is tagged with its path (found with ``nnx.iter_modules``) as a plain static attribute, so the tag
+  survives the split / merge that ``nnx.scan`` / ``nnx.vmap`` / ``nnx.remat`` do to the module.
+
+The forward runs eagerly, but a module called inside a lifted transform (a scan over layers or
+time, ``remat``) only sees tracers: its values leave the trace through ``jax.debug.callback``, once
+per iteration, so a scanned module records one invocation per layer / time step. A body that is
+traced more than once leaves records without values, which are dropped. ``order`` is the order in
+which calls *finish* (post-order): a child always comes before its parent, which is what "the
+first module whose output differs while its inputs agree" needs to name the innermost culprit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import numpy as np
+
+PathT = tuple[str, ...]
+TAG = "_linen2nnx_path"
+#: hook(path, kind, has_params, fn, args, kwargs) -> fn(*args, **kwargs), with whatever it records.
+Hook = Callable[[PathT, str, bool, Callable[..., Any], tuple, dict], Any]
+
+
+@dataclasses.dataclass
+class Call:
+    """One module call site; ``inputs`` / ``outputs`` hold one list of arrays per invocation."""
+
+    path: PathT
+    kind: str
+    order: int
+    has_params: bool = False
+    inputs: list[list[np.ndarray]] = dataclasses.field(default_factory=list)
+    outputs: list[list[np.ndarray]] = dataclasses.field(default_factory=list)
+    error: str = ""
+
+    def add(self, ins: Any, outs: Any) -> None:
+        self.inputs.append([np.asarray(v) for v in ins])
+        self.outputs.append([np.asarray(v) for v in outs])
+
+    @property
+    def recorded(self) -> bool:
+        return bool(self.outputs) or bool(self.error)
+
+
+def array_leaves(tree: Any) -> list[Any]:
+    """The array leaves of call arguments / outputs (NNX modules and RNG streams are skipped)."""
+    from flax import nnx
+
+    leaves = jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, (nnx.Module, nnx.Rngs)))
+    return [x for x in leaves if isinstance(x, (jax.Array, np.ndarray))]
+
+
+class Recorder:
+    """Collects :class:`Call` records; ``hook`` is what the Linen / NNX patches call."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self._pending: list[Call] = []
+
+    def hook(self, path: PathT, kind: str, has_params: bool, fn: Callable[..., Any], args: tuple,
+             kwargs: dict) -> Any:
+        ins = array_leaves((args, kwargs))
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as e:
+            call = Call(path, kind, len(self.calls), has_params, error=f"{type(e).__name__}: {e}")
+            call.inputs.append([np.asarray(v) for v in ins if not isinstance(v, jax.core.Tracer)])
+            self.calls.append(call)
+            raise
+        call = Call(path, kind, len(self.calls), has_params)
+        self.calls.append(call)
+        outs = array_leaves(out)
+        values = [*ins, *outs]
+        if any(isinstance(v, jax.core.Tracer) for v in values):
+            n_in = len(ins)
+            jax.debug.callback(lambda *v: call.add(v[:n_in], v[n_in:]), *values)
+        else:
+            call.add(ins, outs)
+        return out
+
+    def finished(self) -> list[Call]:
+        """The calls that recorded values (waits for pending callbacks)."""
+        jax.effects_barrier()
+        return [c for c in self.calls if c.recorded]
+
+
+# ---- Linen ---------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def linen_hooked(hook: Hook) -> Iterator[None]:
+    """Route every Linen ``__call__`` through ``hook`` (at trace time, lifted transforms included)."""
+    import flax.linen as nn
+
+    def interceptor(next_fun: Callable[..., Any], args: tuple, kwargs: dict, context: Any) -> Any:
+        if context.method_name != "__call__":
+            return next_fun(*args, **kwargs)
+        module = context.module
+        return hook(tuple(map(str, module.path)), type(module).__name__, False, next_fun, args, kwargs)
+
+    with nn.intercept_methods(interceptor):
+        yield
+
+
+# ---- NNX -----------------------------------------------------------------------------------------
+def tag_modules(model: Any) -> None:
+    """Write each module's path onto it (a static attribute, kept through split / merge)."""
+    from flax import nnx
+
+    for path, module in nnx.iter_modules(model):
+        setattr(module, TAG, "/".join(map(str, path)))
+
+
+def _has_params(module: Any) -> bool:
+    from flax import nnx
+
+    return any(isinstance(v, nnx.Param) for v in vars(module).values())
+
+
+@contextlib.contextmanager
+def nnx_hooked(model: Any, hook: Hook) -> Iterator[None]:
+    """Route ``__call__`` of every module class in ``model`` through ``hook``; restored on exit.
+
+    ``model`` must have been tagged with :func:`tag_modules` (untagged instances, e.g. modules of
+    another model called meanwhile, run unhooked). A ``super().__call__`` chain on one instance
+    is recorded once.
+    """
+    from flax import nnx
+
+    classes = {type(m) for _, m in nnx.iter_modules(model)}
+    active: list[Any] = []
+    saved: list[tuple[type, Any]] = []
+
+    def wrap(orig: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(orig)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            tag = getattr(self, TAG, None)
+            if tag is None or (active and active[-1] is self):
+                return orig(self, *args, **kwargs)
+            active.append(self)
+            try:
+                path = tuple(tag.split("/")) if tag else ()
+                return hook(path, type(self).__name__, _has_params(self), functools.partial(orig, self),
+                            args, kwargs)
+            finally:
+                active.pop()
+        return wrapper
+
+    try:
+        for cls in classes:
+            saved.append((cls, cls.__dict__.get("__call__")))
+            cls.__call__ = wrap(cls.__call__)
+        yield
+    finally:
+        for cls, orig in reversed(saved):
+            if orig is None:
+                del cls.__call__
+            else:
+                cls.__call__ = orig
+
+
+# ---- one forward pass per side -------------------------------------------------------------------
+def capture_linen(pair: Any, variables: Any, train: bool) -> tuple[list[Call], str]:
+    """Eager Linen forward on ``pair.linen.batch`` with every call recorded; ``(calls, error)``.
+
+    Train mode runs with dropout off and the pair's mutable collections, like :mod:`.build`.
+    """
+    from linen2nnx.equivalence.build import linen_dropout_off
+
+    side = pair.linen
+    args, kwargs = side.call_args(train)
+    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
+    mutable = list(side.mutable) if train and side.mutable else False
+    rec = Recorder()
+    error = ""
+    with linen_hooked(rec.hook), linen_dropout_off() if train else contextlib.nullcontext():
+        try:
+            side.model.apply(variables, *args, **kwargs, rngs=rngs, mutable=mutable)
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+    return rec.finished(), error
+
+
+def capture_nnx(pair: Any, model: Any, train: bool) -> tuple[list[Call], str]:
+    """Eager NNX forward (on a clone; dropout off in train mode) with every call recorded."""
+    from flax import nnx
+
+    from linen2nnx.equivalence.build import nnx_dropout_off
+    from linen2nnx.equivalence.sown import quiet_sow
+
+    clone = nnx_dropout_off(model) if train else nnx.clone(model)
+    tag_modules(clone)
+    args, kwargs = pair.linen.call_args(train)
+    rec = Recorder()
+    error = ""
+    with nnx_hooked(clone, rec.hook), quiet_sow():
+        try:
+            clone(*args, **kwargs)
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+    return rec.finished(), error

@@ -1,0 +1,142 @@
+"""Matmul precision and accumulation dtype, module by module, read from the traced programs.
+
+``precision=jax.lax.Precision.HIGHEST`` dropped in a migration changes nothing on CPU (XLA:CPU
+computes every float32 dot in full float32) but a lot on a TPU / GPU, where DEFAULT means bfloat16
+passes or TF32. Comparing numbers on CPU cannot catch it, so this check compares the programs: both
+eval forwards are traced to jaxprs with every module call wrapped in a ``jax.named_scope`` naming
+the module, and each ``dot_general`` / ``conv_general_dilated`` is attributed to the innermost
+module scope around it (sub-jaxprs of scans, remat and jit included). For each NNX module the
+multiset of ``(primitive, precision, preferred_element_type)`` must equal the Linen module's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+
+from linen2nnx.equivalence.capture import PathT, linen_hooked, nnx_hooked, tag_modules
+from linen2nnx.equivalence.compare import LeafResult, missing
+from linen2nnx.equivalence.modmap import ModuleMap, join
+from linen2nnx.equivalence.sown import quiet_sow
+
+CHECK = "precision"
+DOT_PRIMITIVES = ("dot_general", "conv_general_dilated", "ragged_dot_general")
+_SCOPE = "l2n<"
+_SCOPE_RE = re.compile(r"l2n<([^>]*)>")
+
+
+def _scope_hook(path: PathT, kind: str, has_params: bool, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    with jax.named_scope(_SCOPE + "|".join(path) + ">"):
+        return fn(*args, **kwargs)
+
+
+def _precision_name(p: Any) -> str:
+    if p is None:
+        return "DEFAULT"
+    if isinstance(p, (tuple, list)):
+        names = [_precision_name(x) for x in p]
+        return names[0] if len(set(names)) == 1 else ",".join(names)
+    return getattr(p, "name", str(p))
+
+
+def _sub_jaxprs(params: dict[str, Any]) -> Iterator[Any]:
+    from jax.extend import core as jcore
+
+    for value in params.values():
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(v, jcore.ClosedJaxpr):
+                yield v.jaxpr
+            elif isinstance(v, jcore.Jaxpr):
+                yield v
+
+
+def module_dots(jaxpr: Any) -> dict[PathT, list[str]]:
+    """``{module path: ['dot_general(precision=HIGHEST, preferred=None)', ...]}`` for a traced program."""
+    out: dict[PathT, list[str]] = defaultdict(list)
+
+    def walk(jx: Any, prefix: str) -> None:
+        for eqn in jx.eqns:
+            stack = f"{prefix}/{eqn.source_info.name_stack}"
+            if eqn.primitive.name in DOT_PRIMITIVES:
+                scopes = _SCOPE_RE.findall(stack)
+                path = tuple(scopes[-1].split("|")) if scopes and scopes[-1] else ()
+                pet = eqn.params.get("preferred_element_type")
+                if pet is not None and all(getattr(v.aval, "dtype", None) == pet for v in eqn.invars[:2]):
+                    pet = None  # accumulating float32 operands in float32 is the default, spelled or not
+                out[path].append(f"{eqn.primitive.name}(precision={_precision_name(eqn.params.get('precision'))}, "
+                                 f"preferred={getattr(pet, 'name', pet)})")
+            for sub in _sub_jaxprs(eqn.params):
+                walk(sub, stack)
+
+    walk(jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr, "")
+    return dict(out)
+
+
+def linen_dots(pair: Any, variables: Any) -> dict[PathT, list[str]]:
+    """Dots of the Linen eval forward by Linen module path (shapes only: nothing runs)."""
+    side = pair.linen
+    args, kwargs = side.call_args(False)
+    with linen_hooked(_scope_hook):
+        jaxpr = jax.make_jaxpr(lambda v: side.model.apply(v, *args, **kwargs))(variables)
+    return module_dots(jaxpr)
+
+
+def nnx_dots(pair: Any, model: Any) -> dict[PathT, list[str]]:
+    """Dots of the NNX eval forward by NNX module path (on a tagged clone; nothing runs)."""
+    from flax import nnx
+
+    clone = nnx.clone(model)
+    tag_modules(clone)
+    gdef, state = nnx.split(clone)
+    args, kwargs = pair.linen.call_args(False)
+    with nnx_hooked(clone, _scope_hook), quiet_sow():
+        jaxpr = jax.make_jaxpr(lambda s: nnx.merge(gdef, s)(*args, **kwargs))(state)
+    return module_dots(jaxpr)
+
+
+def precision_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafResult]:
+    """One ``precision`` leaf per NNX module whose dots can be compared with its Linen module's.
+
+    The *set* of dot signatures is compared (not their number: Linen's ``OptimizedLSTMCell`` runs
+    one fused dot where ``nnx.LSTMCell`` runs eight). A module compares its own dots when both sides
+    run some; when only one side does (a fused computation on one side, children's dots on the
+    other), that side's own dots meet the other side's whole subtree; a module with no dots of its
+    own on either side gives no leaf, so a precision slip fails the module it is in, not its parents.
+    A Linen module the module map cannot place gives its dots to its nearest mapped ancestor.
+    """
+    linen_own: dict[str, Counter[str]] = defaultdict(Counter)
+    for lpath, dots in linen_dots(pair, sides.linen_variables).items():
+        target = module_map.owner(lpath)
+        linen_own[join(target) if target is not None else "linen:" + join(lpath)].update(dots)
+    nnx_own: dict[str, Counter[str]] = {join(p): Counter(d) for p, d in nnx_dots(pair, sides.nnx_model).items()}
+    results = []
+    for path in sorted(set(linen_own) | set(nnx_own)):
+        mine_l, mine_n = set(linen_own.get(path, ())), set(nnx_own.get(path, ()))
+        if mine_l and mine_n:
+            ref, got = mine_l, mine_n
+        elif mine_l:
+            ref, got = mine_l, _subtree(nnx_own, path)
+        else:
+            ref, got = _subtree(linen_own, path), mine_n
+        if not ref or not got:
+            continue  # the other side runs no dot here at all: a structural difference the numbers judge
+        n = sum(linen_own.get(path, Counter()).values()) or sum(nnx_own.get(path, Counter()).values())
+        if ref == got:
+            results.append(LeafResult(CHECK, path, (n,), 0.0, 0.0, 0.0, 1.0, 0.0, True, _fmt(ref)))
+        else:
+            results.append(missing(CHECK, path, (n,), f"Linen {_fmt(ref)}; NNX {_fmt(got)}"))
+    return results
+
+
+def _subtree(own: dict[str, Counter[str]], path: str) -> set[str]:
+    """Every signature of ``path`` and the modules below it."""
+    prefix = path + "/" if path else ""
+    return {sig for p, dots in own.items() if p == path or p.startswith(prefix) for sig in dots}
+
+
+def _fmt(signatures: set[str]) -> str:
+    return ", ".join(sorted(signatures))

@@ -1,0 +1,96 @@
+"""Sown values: Linen ``intermediates`` (``mutable=['intermediates']``) vs NNX ``nnx.Intermediate``.
+
+flax 0.12 collects NNX sown values with ``nnx.capture(model, nnx.Intermediate)(...)`` (``sow``
+outside ``capture`` is deprecated); both sides store the default-reduced value as a tuple, so a
+Linen leaf ``layers/self_attention/attention_entropy/0`` (the module path, the sow name, the tuple
+index) meets the NNX leaf at the module's NNX path with the same name and index. Sown values are
+what auxiliary losses and metrics are built from, so a sow lost in migration is a real bug even
+though no output changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from linen2nnx.equivalence.modmap import ModuleMap, join
+
+CHECK = "intermediates"
+
+
+def linen_sown_to_nnx(tree: Mapping[str, Any], module_map: ModuleMap) -> dict[str, Any]:
+    """Flatten a Linen ``intermediates`` tree and move each leaf under its module's NNX path.
+
+    The module is the longest prefix of the leaf path (without the sow name) that the module map
+    places; a leaf whose module cannot be placed keeps its Linen path prefixed with ``linen:`` so
+    it shows up as missing on the NNX side instead of disappearing.
+    """
+    import jax
+
+    out: dict[str, Any] = {}
+    for key_path, leaf in jax.tree_util.tree_flatten_with_path(_plain(tree))[0]:
+        path = tuple(_key(k) for k in key_path)
+        # the sow name and anything after it (tuple index) stay as they are
+        owner = None
+        for cut in range(len(path) - 1, -1, -1):
+            owner = module_map(path[:cut])
+            if owner is not None:
+                out[join((*owner, *path[cut:]))] = leaf
+                break
+        if owner is None:
+            out["linen:" + join((CHECK, *path))] = leaf
+    return out
+
+
+def _key(k: Any) -> str:
+    for attr in ("key", "idx", "name"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def _plain(tree: Any) -> Any:
+    if isinstance(tree, Mapping):
+        return {str(k): _plain(v) for k, v in tree.items()}
+    return tree
+
+
+@contextlib.contextmanager
+def quiet_sow() -> Iterator[None]:
+    """Silence flax's warning for ``sow`` outside ``nnx.capture``: train-mode runs call the model
+    plainly (sown values are compared in eval mode, under ``capture``)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*sow\(\)' outside of 'nnx.capture", category=DeprecationWarning)
+        yield
+
+
+def flat_sown(state: Any) -> dict[str, Any]:
+    """``nnx.capture``'s Intermediate state as ``{'a/b/name/0': array}`` (tuple entries indexed)."""
+    import jax
+    from flax import nnx
+
+    pure = nnx.to_pure_dict(state)
+    leaves = jax.tree_util.tree_flatten_with_path(pure)[0]
+    return {"/".join(_key(k) for k in path): v for path, v in leaves}
+
+
+def call_capturing(model: Any, fresh: Callable[[], Any], args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    """``model(*args, **kwargs)`` and its sown ``nnx.Intermediate`` values.
+
+    ``nnx.capture`` is the flax 0.12 API, but it stores a ``__captures__`` attribute on every module,
+    which ``nnx.view`` of an ``nnx.Sequential`` cannot clone (its int and str keys do not sort).
+    Then the call is repeated on ``fresh()`` without it: ``sow`` outside ``capture`` (deprecated,
+    silenced here) stores the same tuples as ``Intermediate`` attributes, read back with ``nnx.state``.
+    """
+    from flax import nnx
+
+    try:
+        return nnx.capture(model, nnx.Intermediate)(*args, **kwargs)
+    except TypeError:
+        model = fresh()
+        with quiet_sow():
+            out = model(*args, **kwargs)
+        return out, nnx.state(model, nnx.Intermediate)
