@@ -38,7 +38,9 @@ def migrated(request, tmp_path_factory):
 
 def test_migrated_zoo_model_has_parity(migrated):
     name, _, spec_path, linen_ckpt = migrated
-    result = check(load_pair(str(spec_path)), linen_ckpt)
+    result = check(load_pair(str(spec_path)), linen_ckpt, steps=20)
+    assert result.training is not None and result.training.steps == 20 and result.training.passed
+    assert max(abs(a - b) / abs(a) for a, b in zip(result.training.linen_loss, result.training.nnx_loss)) <= 1e-5
     checks = result.by_check()
     expected = {"forward/eval", "forward/train", "loss/eval", "loss/train", "grad"}
     if name == "cnn":

@@ -38,7 +38,7 @@ EXPECTED_MANUAL = {
     # @functools.partial(nn.scan, ...) on a method -> nnx.scan of a step method; per-step dropout keys kept Linen
     "transform_scan_method": {"L2N-XFORM-002", "L2N-MOD-007"},
     "transform_vmap": set(),
-    "partitioning_api": set(),  # axis_rules / get_partition_spec renamed, unbox helper calls simplified
+    "partitioning_api": {"L2N-PART-003"},  # axis_rules renamed, unbox calls simplified, get_partition_spec flagged
     "transform_functions": {"L2N-XFORM-002"},  # remat / broadcast scan of functions converted; a stacked one not  # an nn.vmap ensemble of a built-in layer
     "transform_unsupported": {"L2N-XFORM-002"},  # (uses the run's Counter: cannot stay Linen, so no bridge)  # variable_carry: reported, left as is
     "factory_method": set(),  # helper methods returning layers: one submodule per call, the helper removed

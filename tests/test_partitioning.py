@@ -96,7 +96,9 @@ linen_vars = jax.eval_shape(lambda: nn.Dense(8, kernel_init=init).init(jax.rando
 with nnx.use_eager_sharding(False):
     model = nnx.Linear(4, 8, kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), ("embed", "mlp")),
                        rngs=nnx.Rngs(0))
-_, nnx_shardings = migrated.shardings(nnx.state(model, nnx.Param), mesh, rules)
+with nnx.logical_axis_rules(()):  # the recipe of the L2N-PART-003 hint: logical names, as Linen gives
+    nnx_specs = nnx.get_partition_spec(nnx.state(model, nnx.Param))
+nnx_shardings = migrated.shardings(nnx_specs, mesh, rules)
 with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     linen_shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(linen_vars), mesh, rules)
 print(json.dumps({"linen": str(linen_shardings["params"]["kernel"].spec),
@@ -106,8 +108,9 @@ print(json.dumps({"linen": str(linen_shardings["params"]["kernel"].spec),
 
 
 def test_migrated_partitioning_api_gives_linen_shardings(tmp_path):
-    """The migrated lm1b-style helpers (nnx.get_partition_spec, nnx.logical_axis_rules, the kept
-    nn.logical_to_mesh_sharding) give the NNX state the mesh shardings Linen gives its boxes."""
+    """The migrated lm1b-style helpers (nnx.logical_axis_rules, the kept nn.logical_to_mesh_sharding),
+    fed the NNX state's logical specs as the L2N-PART-003 hint says, give the mesh shardings Linen
+    gives its boxes."""
     import json
     import os
     import subprocess

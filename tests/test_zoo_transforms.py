@@ -100,3 +100,14 @@ def test_decoder_kv_cache_decoding_matches_linen(decoder, scan_layers):
     key = stacked["layers"]["self_attention"]["cached_key"] if scan_layers else stacked["layers"][0][
         "self_attention"]["cached_key"]
     assert key.shape == ((2, 2, 6, 2, 16) if scan_layers else (2, 6, 2, 16))
+
+
+@pytest.mark.parametrize("model", ["decoder", "rnn"])
+def test_twenty_training_steps_match(model, request):
+    """Linen and the migrated model trained side by side from the same converted weights: losses,
+    params and optimizer state agree step by step (fp32, loss rel <= 1e-5)."""
+    name, module, map_path, _ = request.getfixturevalue(model)
+    result = check(pair_for(name, module, map_path), steps=20, divergence=False, long_batch=False)
+    training = result.training
+    assert training is not None and training.steps == 20 and training.passed, result.failure_table()
+    assert max(abs(a - b) / abs(a) for a, b in zip(training.linen_loss, training.nnx_loss)) <= 1e-5

@@ -98,8 +98,12 @@ RENAMED_IN_NNX = {
 # state (with_logical_constraint reads the same global axis rules as nnx.logical_axis_rules).
 # logical_to_mesh_sharding maps a tree of PartitionSpecs (nnx.get_partition_spec's State included, checked
 # by tests/test_partitioning.py) to NamedShardings, exactly like `nnx.get_named_sharding` under the rules.
+# get_logical_axis_rules / partitioning.get_axis_rules are flax.core.spmd.get_logical_axis_rules itself: they
+# read the very rules context nnx.logical_axis_rules sets (NNX has no reader of its own).
 KEPT_LINEN_FUNCTIONS = frozenset({"with_logical_constraint", "spmd.with_logical_constraint", "logical_to_mesh_sharding",
-                                  "spmd.logical_to_mesh_sharding", "partitioning.logical_to_mesh_sharding"})
+                                  "spmd.logical_to_mesh_sharding", "partitioning.logical_to_mesh_sharding",
+                                  "get_logical_axis_rules", "spmd.get_logical_axis_rules",
+                                  "partitioning.get_axis_rules"})
 
 
 # Partitioning API whose NNX counterpart takes NNX values: logical axis rules are one and the same
@@ -107,10 +111,13 @@ KEPT_LINEN_FUNCTIONS = frozenset({"with_logical_constraint", "spmd.with_logical_
 PARTITION_API_IN_NNX = {
     "partitioning.axis_rules": "logical_axis_rules",
     "spmd.logical_axis_rules": "logical_axis_rules",
-    "get_partition_spec": "get_partition_spec",
-    "spmd.get_partition_spec": "get_partition_spec",
-    "partitioning.get_partition_spec": "get_partition_spec",
 }
+
+# nn.get_partition_spec returns *logical* names whatever rules are active; nnx.get_partition_spec maps
+# them through the active rules, so a rename would map them twice in `logical_to_mesh_sharding(...)`
+# under `axis_rules` (silently replicated weights): a manual finding with the exact recipe instead.
+PARTITION_SPEC_FUNCTIONS = frozenset({"get_partition_spec", "spmd.get_partition_spec",
+                                      "partitioning.get_partition_spec"})
 
 # Linen metadata boxes: NNX keeps sharding names on the Variable, its values are never boxed.
 BOX_TYPES = frozenset({"LogicallyPartitioned", "Partitioned", "spmd.LogicallyPartitioned", "meta.Partitioned",

@@ -66,6 +66,7 @@ from linen2nnx.migrate.linen_api import (
     BOX_TYPES,
     KEPT_LINEN_FUNCTIONS,
     PARTITION_API_IN_NNX,
+    PARTITION_SPEC_FUNCTIONS,
     RENAMED_IN_NNX,
     UNBOX_FUNCTIONS,
     equivalent_in_nnx,
@@ -739,6 +740,18 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 self.report("L2N-PART-002", original, f"nn.{short} -> nnx.{PARTITION_API_IN_NNX[short]} (rules are "
                             "the same context; specs come from nnx.State metadata)")
                 return cst.parse_expression(f"nnx.{PARTITION_API_IN_NNX[short]}")
+            if short in PARTITION_SPEC_FUNCTIONS:
+                self._handled.add(original)
+                if self._under_axis_rules(original):  # here NNX's would map the names through the rules
+                    self.report("L2N-PART-003", original, f"nn.{short} inside axis rules: Linen's returns logical "
+                                "names, nnx.get_partition_spec applies the active rules",
+                                "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
+                                "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings")
+                    return updated
+                self.uses_nnx = True
+                self.report("L2N-PART-002", original, f"nn.{short} -> nnx.get_partition_spec (the same logical names "
+                            "when no axis rules are active; training code reads them with the rules cleared)")
+                return cst.parse_expression("nnx.get_partition_spec")
             if short in MERGE_PARAM and is_callee:
                 pass  # rewritten with its call in leave_Call
             elif short in KEPT_LINEN_FUNCTIONS:
@@ -781,6 +794,15 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
                 out.add(small.targets[0].target.value)
         return out
+
+    def _under_axis_rules(self, node: cst.CSTNode) -> bool:
+        """Lexically inside ``with ...axis_rules(...)`` / ``logical_axis_rules(...)``."""
+        cur = self.get_metadata(ParentNodeProvider, node, None)
+        while cur is not None:
+            if isinstance(cur, cst.With) and any("axis_rules" in code(item.item) for item in cur.items):
+                return True
+            cur = self.get_metadata(ParentNodeProvider, cur, None)
+        return False
 
     def _in_setup(self, node: cst.CSTNode) -> bool:
         fn = self._enclosing_function(node)

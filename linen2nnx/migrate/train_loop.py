@@ -19,14 +19,32 @@ shapes it emits (each verified against the Linen numerics, see ``tests/test_trai
 - ``state.apply_fn({'params': params, ...}, x, rngs={'dropout': k}, mutable=['batch_stats'])`` -> a copy
   of the model with those params (``nnx.merge(nnx.graphdef(model), params, nnx.state(model,
   nnx.Not(nnx.Param)), copy=True)``, so a ``jax.value_and_grad`` over the params State stays a pure
-  function), ``nnx.reseed(copy, dropout=k)``, and ``(copy(x), {'batch_stats': nnx.state(copy,
-  nnx.BatchStat)})`` for the mutable collections.
+  function), ``nnx.reseed(copy, dropout=k, policy="match_shape")`` (layers stacked by ``nnx.vmap`` hold one
+  key per layer; the new key is split to match, as Linen's ``split_rngs`` gives each layer its own), and
+  ``(copy(x), {'batch_stats': nnx.state(copy, nnx.BatchStat)})`` for the mutable collections.
 - ``state = state.apply_gradients(grads=g)`` -> ``optimizer.update(model, g)`` (in place); ``state =
   state.replace(batch_stats=b)`` -> ``nnx.update(model, b)``; later uses of ``state`` read the re-split
   ``(state[0], nnx.state((model, optimizer)))``. ``new = state.apply_gradients(...)`` works the same way
   when the old state is never read again (NNX updates in place, Linen made a copy).
 - a train state held in a local (``state = create_train_state(...)``, rebound by a train step in a loop)
   is merged right before each statement that reads a field of it.
+
+The MaxText recipes (see :mod:`linen2nnx.migrate.train_sharding` for why each is exact):
+
+- ``model.init(...)`` whose call Linen makes with the class's call-time state condition true (a decode
+  cache under ``if decode:``) -> the construction, then that call: NNX creates such state on the call.
+- ``jax.eval_shape(functools.partial(model.init, decode=True), key, x)`` -> ``jax.eval_shape(init_model,
+  key, x)`` with a local ``def init_model(rng, *args)`` that builds the NNX model (and makes that call):
+  the abstract model stands for Linen's abstract variables (``[...]['cache']`` -> ``nnx.state(..., nnx.Cache)``).
+- ``model.apply({'params': p, 'cache': c}, x, decode=True, mutable=['cache'])`` with ``p`` / ``c`` passed
+  in (``decode_step(model, params, cache, tokens)``, ``model`` static) -> ``applied = nnx.eval_shape(lambda:
+  model(rngs=...))``, ``nnx.update(applied, p, c)``, ``applied(x, decode=True)``, ``{'cache':
+  nnx.state(applied, nnx.Cache)}``: the States go into an abstract instance, no weights are initialised.
+- ``nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh, rules)`` with the active rules ->
+  ``nnx.get_named_sharding(abstract, mesh)``; other partition specs of training values are read under
+  ``nnx.logical_axis_rules(())`` (Linen's are logical names whatever rules are active).
+- in a file that deals in sharding, each NNX model is built under ``nnx.use_eager_sharding(<a mesh is
+  active>)``: sharded as it is created under ``jax.set_mesh``, metadata only without a mesh.
 
 A train state changes representation for the whole file, so the conversion is all or nothing: if any
 training construct of the file has no safe conversion, nothing of the training code is rewritten and
@@ -47,7 +65,17 @@ from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.imports import ensure_nnx_import
 from linen2nnx.migrate.rules import RULES
 from linen2nnx.migrate.sites import COLLECTION_TYPES, MARKER, ClassSummary
-from linen2nnx.migrate.train_values import Val, ValueAnalysis, string_index
+from linen2nnx.migrate.train_sharding import (
+    EAGER_GUARD,
+    LOGICAL_TO_MESH,
+    NO_RULES,
+    PARTITION_SPEC,
+    RULES_READERS,
+    decide,
+    literal,
+    uses_sharding,
+)
+from linen2nnx.migrate.train_values import InitFunction, Val, ValueAnalysis, string_index
 
 # keyword arguments of ``init`` that only pick the call-time mode: they create no variables
 MODE_KWARGS = frozenset({"train", "training", "is_training", "deterministic", "use_running_average"})
@@ -55,8 +83,10 @@ MODE_KWARGS = frozenset({"train", "training", "is_training", "deterministic", "u
 MUTABLE_TYPES = {c: t for c, t in COLLECTION_TYPES.items() if c in ("batch_stats", "cache")}
 # the NNX variable type of each Linen collection a train state or a variables dict may hold
 STATE_TYPES = {c: t for c, t in COLLECTION_TYPES.items() if c != "intermediates"}
-BLOCKING = frozenset({"L2N-TRAIN-008", "L2N-TRAIN-009"})
-_HINTS = ("train_state", ".init(", ".apply(", "apply_fn", "apply_gradients")
+BLOCKING = frozenset({"L2N-TRAIN-008", "L2N-TRAIN-009", "L2N-TRAIN-015"})
+# init keywords that change what Linen initialises: no NNX construction reproduces them
+INIT_ONLY_KWARGS = ("method", "mutable", "capture_intermediates")
+_HINTS = ("train_state", ".init(", ".init,", ".init)", ".apply(", "apply_fn", "apply_gradients")
 _FILE_HINT = "the file's training code is left in its Linen form"
 
 
@@ -106,13 +136,17 @@ class Owner:
 class TrainPlanner:
     """Finds the training constructs of one file and plans their rewrite (or why it cannot be done)."""
 
-    def __init__(self, wrapper: MetadataWrapper, values: ValueAnalysis):
+    def __init__(self, wrapper: MetadataWrapper, values: ValueAnalysis, sharding: bool = False):
         self.values = values
+        self.sharding = sharding  # the file deals in sharding: NNX models are built under the eager guard
         self.wrapper = wrapper
         self.edits: dict[cst.CSTNode, Edit] = {}
         self.replace_stmt: dict[cst.CSTNode, Callable[[cst.CSTNode], list[cst.BaseStatement]]] = {}
         self.prelude: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
         self.split_tuple: set[cst.CSTNode] = set()  # `out, updates = <mutable apply>`: one statement each
+        self.wrap: dict[cst.CSTNode, list[str]] = {}  # statement -> context managers it now runs under
+        self.after: dict[cst.CSTNode, list[str]] = {}  # statement -> statements that follow it
+        self.handled: set[cst.CSTNode] = set()  # `model.init` attributes a rewrite of their call consumed
         self.notes: list[Note] = []
         self.uses_partial = False
         self.reserved: dict[cst.CSTNode, set[str]] = {}  # function -> names this pass introduced
@@ -205,6 +239,13 @@ class TrainPlanner:
         if values.user_class(call.func) is not None and not self._is_init_receiver(call):
             self._partial(call)
             return
+        init = values.eval_shape_init(call)
+        if init is not None:
+            self._eval_shape_init(call, init)
+            return
+        if values.qualnames(call.func) & PARTITION_SPEC:
+            self._partition_spec(call)
+            return
         if not isinstance(call.func, cst.Attribute):
             return
         attr = call.func.attr.value
@@ -228,7 +269,7 @@ class TrainPlanner:
 
     def _attribute(self, node: cst.Attribute) -> None:
         """``model.init`` / ``model.apply`` used as a value (``jax.jit(model.init)``): no call to rewrite."""
-        if node.attr.value not in ("init", "apply"):
+        if node.attr.value not in ("init", "apply") or node in self.handled:
             return
         parent = self.parent(node)
         if isinstance(parent, cst.Call) and parent.func is node:
@@ -249,6 +290,8 @@ class TrainPlanner:
             return
         if isinstance(parent, (cst.Return, cst.Assign, cst.AnnAssign)) and parent.value is node:
             return
+        if STATE_TYPES.get(self._partition_spec_key(node) or ""):
+            return  # nn.get_partition_spec(variables)['params']: the specs of one collection
         if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
             call = self.parent(parent)
             if isinstance(call, cst.Call) and call.args and call.args[0] is parent and isinstance(
@@ -293,7 +336,7 @@ class TrainPlanner:
         positional = [i for i, a in enumerate(call.args) if a.keyword is None]
         keywords = {a.keyword.value: i for i, a in enumerate(call.args) if a.keyword is not None}
         for name in keywords:
-            if name in ("method", "mutable", "capture_intermediates"):
+            if name in INIT_ONLY_KWARGS:
                 self.block("L2N-TRAIN-009", call, f"init keyword {name}= changes what Linen initialises",
                            "construct the NNX module by hand")
                 return
@@ -312,8 +355,26 @@ class TrainPlanner:
             else:
                 self.note("L2N-TRAIN-010", call, f"{summary.name} needs constructor argument {arg}, which init's "
                           "inputs do not give", f"pass {arg}=... where the module is built (see L2N-SHAPE-003)")
+        call_kwargs = {k: call.args[i].value for k, i in keywords.items() if k != "rngs"}
+        creates = self._creates_state(call, summary, call_kwargs)
+        if creates is None:
+            return
+        stmt = self.insertable(call)
+        if creates:  # Linen's init call created call-time state: the NNX model makes that call once
+            target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
+            args = [call.args[i] for i in inputs] + [call.args[i] for k, i in keywords.items() if k != "rngs"]
+            if stmt is None or not isinstance(target, cst.Name) or not all(_pure_or_literal(a.value) for a in args):
+                self.block("L2N-TRAIN-015", call, f"`{code(call.func)}(...)` creates {summary.name}'s call-time state "
+                           "(e.g. a decode cache), which NNX creates on the first such call; the init is not a "
+                           "`name = ...` statement of plain arguments to repeat that call after", "bind the init to "
+                           "a name: `variables = model.init(...)`")
+                return
+            self.after.setdefault(stmt, []).append(f"{target.value}({', '.join(code(_bare(a)) for a in args)})")
+        if self.sharding and stmt is not None:
+            self._eager(stmt, call, summary.name)
         self.note("L2N-TRAIN-002", call, f"{code(call.func)}(...) -> constructing the NNX {summary.name} "
-                  "(construction is initialisation)")
+                  "(construction is initialisation)" + (", then the call that creates its call-time state" if creates
+                                                        else ""))
         direct = isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Call) \
             and self.values.user_class(call.func.value.func) is not None
         streams = sorted(self.streams)
@@ -329,6 +390,237 @@ class TrainPlanner:
             return with_args(cst.Call(ctor), new)
 
         self.edits[call] = Edit(build)
+
+    def _eager(self, stmt: cst.CSTNode, node: cst.CSTNode, name: str) -> None:
+        """Build under ``nnx.use_eager_sharding(<a mesh is active>)``: partition metadata would otherwise
+        raise with no mesh, where Linen's boxes stay metadata."""
+        guards = self.wrap.setdefault(stmt, [])
+        if EAGER_GUARD not in guards:
+            guards.append(EAGER_GUARD)
+        self.note("L2N-TRAIN-014", node, f"the NNX {name} is built with eager sharding only under a mesh (Linen's "
+                  "partition boxes are metadata until a mesh and rules make them shardings)")
+
+    def _creates_state(self, node: cst.CSTNode, summary: ClassSummary | None,
+                       kwargs: Mapping[str, cst.BaseExpression]) -> bool | None:
+        """Does the Linen init at ``node`` (called with ``kwargs``) create call-time state that the
+        program reads? None (and blocked) when that cannot be decided."""
+        when = summary.state_when if summary is not None else None
+        if when is None:
+            return False
+        known = {}
+        for key, value in kwargs.items():
+            ok, evaluated = literal(code(value))
+            if ok:
+                known[key] = evaluated
+        decided = decide(when, known)
+        if decided is not None:
+            return decided
+        reads = self._collections_read(node)
+        if reads is not None and reads <= {"params"}:
+            return False  # only the params are read: whatever the call would create is never seen
+        self.block("L2N-TRAIN-015", node, f"whether this init creates {summary.name}'s call-time state "  # type: ignore[union-attr]
+                   f"(when `{when}`) depends on arguments it does not pass as literals", "pass them as literal "
+                   "keywords (e.g. decode=True), or build the NNX model and make that call by hand")
+        return None
+
+    def _collections_read(self, node: cst.CSTNode) -> set[str] | None:
+        """The collections the program reads from the variables ``node`` evaluates to (directly, or through
+        the one name they are bound to); None when they may be used any other way."""
+        parent = self.parent(node)
+        if isinstance(parent, cst.Subscript) and parent.value is node:
+            key = string_index(parent)
+            return {key} if key is not None else None
+        if not (isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1
+                and isinstance(parent.targets[0].target, cst.Name)):
+            return None
+        assignment = self.values.assignment_of(parent.targets[0].target)
+        if assignment is None:
+            return None
+        reads: set[str] = set()
+        for use in self.values.uses(assignment):
+            use_parent = self.parent(use)
+            key = string_index(use_parent) if isinstance(use_parent, cst.Subscript) and use_parent.value is use \
+                else self._partition_spec_key(use)
+            if key is None:
+                return None
+            reads.add(key)
+        return reads
+
+    def _partition_spec_key(self, node: cst.CSTNode) -> str | None:
+        """``nnx.get_partition_spec(<node>)['params']`` -> ``'params'``."""
+        arg = self.parent(node)
+        spec = self.parent(arg) if isinstance(arg, cst.Arg) and arg.keyword is None and not arg.star else None
+        if not (isinstance(spec, cst.Call) and len(spec.args) == 1 and self.values.qualnames(spec.func) & PARTITION_SPEC):
+            return None
+        sub = self.parent(spec)
+        return string_index(sub) if isinstance(sub, cst.Subscript) and sub.value is spec else None
+
+    # ---- R11: init as a function value under jax.eval_shape -----------------------------------------
+    def _eval_shape_init(self, call: cst.Call, init: InitFunction) -> None:
+        """``jax.eval_shape(functools.partial(model.init, k=v), rng, *inputs)`` -> ``jax.eval_shape(f, rng,
+        *inputs)`` with ``f`` building the NNX model (and making the call that creates its call-time
+        state): the abstract model, whose ``nnx.state`` / partition specs stand for Linen's variables."""
+        self.handled.add(init.attr)
+        summary = init.summary
+        name = code(init.partial if init.partial is not None else init.attr)
+        kwargs: dict[str, cst.BaseExpression] = {}
+        for arg in (init.partial.args[1:] if init.partial is not None else ()):
+            if arg.keyword is None or arg.star or arg.keyword.value in (*INIT_ONLY_KWARGS, "rngs"):
+                self.block("L2N-TRAIN-009", arg, f"`{name}` with an argument the NNX constructor cannot take",
+                           "build the NNX model in a function of (rng, *inputs) by hand")
+                return
+            kwargs[arg.keyword.value] = arg.value
+        rest = call.args[1:]
+        if not rest or any(a.keyword is not None or a.star for a in rest) or isinstance(rest[0].value, cst.Dict):
+            self.block("L2N-TRAIN-009", call, f"`jax.eval_shape({name}, ...)` without a single PRNG key and "
+                       "positional inputs", "pass jax.eval_shape a key and the example inputs")
+            return
+        creates = self._creates_state(call, summary, kwargs)
+        if creates is None or summary is None:
+            return
+        fn = self.function_of(call)
+        rng, args = self.fresh(fn, "rng"), self.fresh(fn, "args")
+        sizes: list[str] = []
+        for arg, how in summary.new_args.items():
+            if how.startswith("input:"):
+                sizes.append(f"{arg}={args}[{int(how.split(':')[1])}].shape[-1]")
+            else:
+                self.note("L2N-TRAIN-010", call, f"{summary.name} needs constructor argument {arg}, which init's "
+                          "inputs do not give", f"pass {arg}=... where the module is built (see L2N-SHAPE-003)")
+        rngs = code(rngs_expr(cst.Name(rng), sorted(self.streams)))
+        guarded = self.sharding
+        stmt = self.insertable(call) if creates or guarded else None
+        if (creates or guarded) and stmt is None:
+            self.block("L2N-TRAIN-008", call, f"`jax.eval_shape({name}, ...)` inside an expression the codemod cannot "
+                       "put a function definition before", "bind its result to a name in a plain statement")
+            return
+        def_name = self.fresh(fn, "init_model") if stmt is not None else ""
+        var = self.fresh(fn, "nnx_model") if creates else ""
+        self.note("L2N-TRAIN-011", call, f"jax.eval_shape({name}, ...) -> jax.eval_shape of a function that builds "
+                  f"the NNX {summary.name}" + (" and makes the call that creates its call-time state" if creates
+                                               else "") + ": the abstract model")
+        if guarded:
+            self.note("L2N-TRAIN-014", call, f"the NNX {summary.name} is built with eager sharding only under a mesh "
+                      "(Linen's partition boxes are metadata until a mesh and rules make them shardings)")
+
+        def ctor(updated: cst.CSTNode) -> str:
+            attr = updated.args[0].value if init.partial is not None else updated  # type: ignore[attr-defined]
+            receiver = attr.value  # type: ignore[attr-defined]
+            text = code(receiver)
+            if needs_parens(receiver) or isinstance(receiver, (cst.Await, cst.Yield, cst.NamedExpr)):
+                text = f"({text})"
+            return f"{text}({', '.join([*sizes, f'rngs={rngs}'])})"
+
+        def call_kwargs(updated: cst.CSTNode) -> str:
+            given = updated.args[1:] if init.partial is not None else []  # type: ignore[attr-defined]
+            return "".join(f", {a.keyword.value}={code(a.value)}" for a in given)
+
+        def before(updated: cst.CSTNode) -> list[cst.BaseStatement]:
+            built = ctor(updated)
+            if creates:
+                body = f"{var} = {built}\n"
+                body = f"with {EAGER_GUARD}:\n    {body}" if guarded else body
+                body += f"{var}(*{args}{call_kwargs(updated)})\nreturn {var}\n"
+            else:
+                body = f"with {EAGER_GUARD}:\n    return {built}\n" if guarded else f"return {built}\n"
+            text = f"def {def_name}({rng}, *{args}):\n" + "".join(f"    {line}\n" for line in body.splitlines())
+            return [cst.parse_statement(text)]
+
+        def build(updated: cst.CSTNode) -> cst.CSTNode:
+            if stmt is not None:
+                return cst.Name(def_name)
+            return cst.parse_expression(f"lambda {rng}, *{args}: {ctor(updated)}")
+
+        target = init.partial if init.partial is not None else init.attr
+        self.edits[target] = Edit(build, before if stmt is not None else None, stmt)
+
+    # ---- R13: partition specs and shardings of training values ---------------------------------------
+    def _partition_spec(self, call: cst.Call) -> None:
+        """``nnx.get_partition_spec(x)`` (the module codemod's spelling of ``nn.get_partition_spec``) where
+        Linen read logical names: see :mod:`linen2nnx.migrate.train_sharding`."""
+        if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            return
+        arg = call.args[0].value
+        holder = self.parent(call)
+        outer = self.parent(holder) if isinstance(holder, cst.Arg) and holder.keyword is None else None
+        if isinstance(outer, cst.Call) and outer.args and outer.args[0] is holder \
+                and self.values.qualnames(outer.func) & LOGICAL_TO_MESH:
+            mesh = self._argument(outer, 1, "mesh")
+            rules = self._argument(outer, 2, "rules")
+            if mesh is not None and rules is not None and self._active_rules(rules) and len(outer.args) == 3:
+                self.note("L2N-TRAIN-013", outer, f"{code(outer.func)}({code(call)}, {code(mesh)}, <the active rules>) "
+                          f"-> nnx.get_named_sharding({code(arg)}, {code(mesh)})")
+
+                def named(updated: cst.CSTNode) -> cst.CSTNode:
+                    spec_arg = updated.args[0].value.args[0].value  # type: ignore[attr-defined]
+                    mesh_arg = next(a.value for i, a in enumerate(updated.args)  # type: ignore[attr-defined]
+                                    if (a.keyword is None and i == 1) or (a.keyword and a.keyword.value == "mesh"))
+                    return cst.parse_expression(f"nnx.get_named_sharding({code(spec_arg)}, {code(mesh_arg)})")
+
+                self.edits[outer] = Edit(named)
+                return
+            self._logical_specs(call, f"`{code(outer.func)}` maps the specs of {code(arg)} through its own rules")
+            return
+        value = self.values.value_of(arg)
+        if value is None or value.kind not in ("vars", "coll", "ts"):
+            return  # not a value of the training code: the module codemod's conversion stands
+        if value.kind == "vars":
+            key = string_index(holder) if isinstance(holder, cst.Subscript) and holder.value is call else None
+            var_type = STATE_TYPES.get(key or "")
+            if var_type is None:
+                return  # the variables used whole: reported where they are used
+            self.edits[holder] = Edit(lambda updated, t=var_type: cst.parse_expression(  # type: ignore[misc]
+                f"nnx.get_partition_spec(nnx.state({code(updated.value.args[0].value)}, nnx.{t}))"))  # type: ignore[attr-defined]
+        self._logical_specs(call, f"the partition specs of {code(arg)}")
+
+    def _logical_specs(self, call: cst.Call, what: str) -> None:
+        """Run ``call``'s statement under ``nnx.logical_axis_rules(())``, so that the specs are the logical
+        names Linen's ``get_partition_spec`` returns, whatever rules the caller made active."""
+        stmt = self.insertable(call)
+        if stmt is None:
+            self.block("L2N-TRAIN-008", call, f"{what}: Linen's are logical names whatever rules are active, "
+                       "nnx.get_partition_spec applies the active ones", f"read them under `with {NO_RULES}:`")
+            return
+        guards = self.wrap.setdefault(stmt, [])
+        if NO_RULES not in guards:
+            guards.insert(0, NO_RULES)
+        self.note("L2N-TRAIN-013", call, f"{what}: read under `with {NO_RULES}:` (Linen's partition specs are "
+                  "the logical names whatever rules are active)")
+
+    @staticmethod
+    def _argument(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
+        """Argument ``index`` / ``keyword=`` of ``call`` (None where a ``*args`` hides it)."""
+        for i, arg in enumerate(call.args):
+            if arg.star:
+                return None
+            if (arg.keyword is None and i == index) or (arg.keyword is not None and arg.keyword.value == keyword):
+                return arg.value
+        return None
+
+    def _active_rules(self, node: cst.BaseExpression) -> bool:
+        """``nn.get_logical_axis_rules()``, or the one name bound to it (``mesh, rules = ..., ...`` too)."""
+        if isinstance(node, cst.Name):
+            refs = self.values.referents(node)
+            if len(refs) != 1:
+                return False
+            bound = self.values.binding_value(refs[0]) or self._unpacked(refs[0].node)
+            if bound is None or self.function_of(bound) is not self.function_of(node):
+                return False
+            node = bound
+        return isinstance(node, cst.Call) and not node.args and bool(self.values.qualnames(node.func) & RULES_READERS)
+
+    def _unpacked(self, target: cst.CSTNode) -> cst.BaseExpression | None:
+        """``a, b = x, y``: the ``y`` that the target ``b`` is bound to."""
+        element = self.parent(target)
+        pattern = self.parent(element) if isinstance(element, cst.Element) else None
+        assign_target = self.parent(pattern) if isinstance(pattern, cst.Tuple) else None
+        assign = self.parent(assign_target) if isinstance(assign_target, cst.AssignTarget) else None
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.value, cst.Tuple)
+                and len(assign.value.elements) == len(pattern.elements)):  # type: ignore[union-attr]
+            return None
+        index = next(i for i, e in enumerate(pattern.elements) if e is element)  # type: ignore[union-attr]
+        value = assign.value.elements[index]
+        return None if isinstance(value, cst.StarredElement) else value.value
 
     def _subscript(self, node: cst.Subscript) -> None:
         value = self.values.value_of(node)
@@ -390,7 +682,9 @@ class TrainPlanner:
 
     # ---- R5: apply ---------------------------------------------------------------------------------
     def _module_apply(self, call: cst.Call, receiver: Val) -> None:
-        """``model.apply(variables, x)`` where the variables come from a model initialised in scope."""
+        """``model.apply(variables, x)`` where the variables come from a model initialised in scope, or
+        are passed in (``decode_step(model, params, cache, tokens)``): then, in NNX, the States of those
+        collections, put into an abstract instance of the model (see :meth:`_apply`)."""
         hint = "keep the NNX model from construction and call it (nnx.merge it with the params to apply)"
         if not call.args or call.args[0].keyword is not None or call.args[0].star:
             self.block("L2N-TRAIN-009", call, "apply without a variables argument", hint)
@@ -406,6 +700,11 @@ class TrainPlanner:
         held = self.values.value_of(params) if params is not None else None
         if held is None or held.kind != "coll" or held.holder is None or scope is None \
                 or held.holder not in scope[held.holder.name]:
+            given = [self.values.value_of(e.value) for e in entries or ()]
+            if params is not None and all(v is None or (v.kind == "coll" and v.collection == e.key)
+                                          for v, e in zip(given, entries or ())):
+                self._apply(call, "", lambda key, value: False, receiver.summary, constructor=True)
+                return
             self.block("L2N-TRAIN-009", call, f"`{code(call.func)}(...)` with params that do not come from a model "
                        "initialised in scope", hint)
             return
@@ -431,9 +730,14 @@ class TrainPlanner:
         return None
 
     def _apply(self, call: cst.Call, model: str, own: Callable[[str, cst.BaseExpression], bool],
-               summary: ClassSummary | None = None) -> bool:
+               summary: ClassSummary | None = None, constructor: bool = False) -> bool:
         """Plan ``<apply>(variables, *args, rngs=, mutable=, method=, **kw)`` -> a call of ``model`` or of a
-        copy of it holding the overriding collections. Returns False (and blocks) when it cannot."""
+        copy of it holding the overriding collections. Returns False (and blocks) when it cannot.
+
+        ``constructor``: ``call`` is ``module.apply`` on a module value (an NNX constructor) with no model
+        in scope; the collections given are NNX States, put with ``nnx.update`` into the abstract model
+        ``nnx.eval_shape`` builds (no weights are initialised only to be overwritten). ``nnx.update`` also
+        adds Variables the constructor does not make, such as a decode cache (created at call time)."""
         hint = "call the NNX model directly (nnx.merge a copy with the params it should use)"
         name = code(call.func)
         entries = self._variables_dict(call.args[0].value) if call.args and call.args[0].keyword is None \
@@ -484,7 +788,21 @@ class TrainPlanner:
             elif key in ("capture_intermediates",):
                 self.block("L2N-TRAIN-008", arg, f"{key}=", "use nnx.capture(model, nnx.Intermediate)")
                 return False
-        copy = bool(overrides or streams or mutable)
+        if constructor and entries is None:
+            self.block("L2N-TRAIN-009", call, f"`{name}(...)` with a variables argument that is not a dict literal",
+                       hint)
+            return False
+        sizes: list[tuple[str, int]] = []
+        if constructor and summary is not None:
+            inputs = [i for i, a in enumerate(call.args) if i > 0 and a.keyword is None]
+            for arg, how in summary.new_args.items():
+                index = int(how.split(":")[1]) if how.startswith("input:") else -1
+                if 0 <= index < len(inputs):
+                    sizes.append((arg, inputs[index]))
+                else:
+                    self.note("L2N-TRAIN-010", call, f"{summary.name} needs constructor argument {arg}, which the "
+                              "apply's inputs do not give", f"pass {arg}=... where the module is built")
+        copy = bool(overrides or streams or mutable or constructor)
         stmt = self.insertable(call) if copy else None
         if copy and stmt is None:
             self.block("L2N-TRAIN-008", call, f"`{name}(...)` inside an expression the codemod cannot put a merge "
@@ -492,13 +810,31 @@ class TrainPlanner:
             return False
         fn = self.function_of(call)
         applied = self.fresh(fn, "applied") if copy else model
-        self.note("L2N-TRAIN-005", call, f"{name}(...) -> a call of the NNX model"
-                  + (" (a copy holding the given " + ", ".join(str(e.key) for e, _ in overrides) + ")" if overrides else ""))
+        if constructor:
+            self.note("L2N-TRAIN-012", call, f"{name}(...) -> the abstract NNX {summary.name if summary else 'model'} "
+                      "(nnx.eval_shape) updated with the given " + ", ".join(str(e.key) for e, _ in overrides)
+                      + " States, then called")
+            if self.sharding:
+                self.note("L2N-TRAIN-014", call, "the abstract model is built with eager sharding only under a mesh")
+        else:
+            self.note("L2N-TRAIN-005", call, f"{name}(...) -> a call of the NNX model" + (
+                " (a copy holding the given " + ", ".join(str(e.key) for e, _ in overrides) + ")" if overrides else ""))
 
         def before(updated: cst.CSTNode) -> list[cst.BaseStatement]:
             assert isinstance(updated, cst.Call)
             lines = []
-            if overrides:
+            if constructor:
+                assert isinstance(updated.func, cst.Attribute)
+                receiver = code(updated.func.value)
+                if needs_parens(updated.func.value):
+                    receiver = f"({receiver})"
+                rngs = code(rngs_expr(cst.Integer("0"), sorted(self.streams)))
+                ctor_args = [f"{arg}={code(last_axis(updated.args[i].value))}" for arg, i in sizes]
+                abstract = f"{applied} = nnx.eval_shape(lambda: {receiver}({', '.join([*ctor_args, f'rngs={rngs}'])}))"
+                lines.append(f"with {EAGER_GUARD}:\n    {abstract}" if self.sharding else abstract)
+                given = [e.source(updated.args[0].value) for e, _ in overrides]
+                lines.append(f"nnx.update({applied}, {', '.join(code(g) for g in given)})")
+            elif overrides:
                 given = [e.source(updated.args[0].value) for e, _ in overrides]
                 types = [f"nnx.{t}" for _, t in overrides]
                 rest = types[0] if len(types) == 1 else f"nnx.Any({', '.join(types)})"
@@ -509,7 +845,7 @@ class TrainPlanner:
             if streams:
                 rngs = next(a.value for a in updated.args if a.keyword is not None and a.keyword.value == "rngs")
                 keys = ", ".join(f"{e.key}={code(e.source(rngs))}" for e in streams)
-                lines.append(f"nnx.reseed({applied}, {keys})")
+                lines.append(f'nnx.reseed({applied}, {keys}, policy="match_shape")')
             return [cst.parse_statement(line + "\n") for line in lines]
 
         def build(updated: cst.CSTNode) -> cst.CSTNode:
@@ -870,6 +1206,10 @@ def _pure(node: cst.BaseExpression) -> bool:
     return False
 
 
+def _bare(arg: cst.Arg) -> cst.Arg:
+    return arg.with_changes(comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=cst.SimpleWhitespace(""))
+
+
 def _pure_or_literal(node: cst.BaseExpression) -> bool:
     return isinstance(node, (cst.Integer, cst.SimpleString)) or _pure(node) or (
         isinstance(node, cst.BinaryOperation) and _pure_or_literal(node.left) and _pure_or_literal(node.right))
@@ -943,13 +1283,30 @@ class TrainRewriter(cst.CSTTransformer):
         body = replace(updated) if replace is not None else [updated]  # type: ignore[list-item]
         if original in plan.split_tuple:
             body = split_pair(body[0])  # type: ignore[arg-type]
+        if plan.wrap.get(original):
+            body = [wrap_in(body, plan.wrap[original])]
+        body += [cst.parse_statement(line + "\n") for line in plan.after.get(original, [])]
         if not out:
             return cst.FlattenSentinel(body) if len(body) != 1 else body[0]
         # the statement's comments and blank lines now lead the inserted ones
         out[0] = out[0].with_changes(leading_lines=body[0].leading_lines)
         body[0] = body[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)] if isinstance(
-            body[0], (cst.FunctionDef, cst.ClassDef)) else [])
+            body[0], (cst.FunctionDef, cst.ClassDef)) or isinstance(out[-1], cst.FunctionDef) else [])
+        block = plan.parent(original)
+        first = isinstance(block, (cst.IndentedBlock, cst.Module)) and block.body and block.body[0] is original
+        if isinstance(out[0], cst.FunctionDef) and not first and not (
+                out[0].leading_lines and out[0].leading_lines[0].comment is None):  # a blank line before a def
+            out[0] = out[0].with_changes(leading_lines=[cst.EmptyLine(indent=False), *out[0].leading_lines])
         return cst.FlattenSentinel([*out, *body])
+
+
+def wrap_in(body: list[cst.BaseStatement], managers: list[str]) -> cst.With:
+    """``with <managers>:`` around ``body``; the first statement's comments and blank lines lead the block."""
+    items = [cst.WithItem(cst.parse_expression(m), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+             for m in managers]
+    items[-1] = items[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    inner = [body[0].with_changes(leading_lines=[]), *body[1:]]
+    return cst.With(items, cst.IndentedBlock(inner), leading_lines=body[0].leading_lines)  # type: ignore[arg-type]
 
 
 def split_pair(stmt: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
@@ -980,7 +1337,7 @@ def migrate_training(code_text: str, original: str, *, path: str, module_name: s
     wrapper = MetadataWrapper(cst.parse_module(code_text), unsafe_skip_copy=True)
     positions = wrapper.resolve(PositionProvider)
     values = ValueAnalysis(wrapper, local, external, module_name)
-    planner = TrainPlanner(wrapper, values)
+    planner = TrainPlanner(wrapper, values, sharding=uses_sharding(original))
     planner.run()
     blocked = planner.blocked
     notes = [n for n in planner.notes if n.rule in BLOCKING] if blocked else planner.notes
@@ -997,13 +1354,16 @@ def migrate_training(code_text: str, original: str, *, path: str, module_name: s
             stmt = planner.statement_of(n.node)
             if stmt is not None:
                 markers.setdefault(stmt, []).append(f"{MARKER} {n.rule} {n.message}")
-    if not blocked and not planner.edits and not planner.replace_stmt and not markers:
+    rewrites = planner.edits or planner.replace_stmt or planner.wrap or planner.after
+    if not blocked and not rewrites and not markers:
         return code_text, findings
     module = wrapper.module.visit(TrainRewriter(planner, markers, apply_edits=not blocked))
-    if not blocked and (planner.edits or planner.replace_stmt):
+    if not blocked and rewrites:
         module = ensure_nnx_import(module)
         if planner.uses_partial:
             module = ensure_import(module, "functools")
+        if "jax.sharding.get_abstract_mesh()" in module.code:
+            module = ensure_import(module, "jax")
         module = drop_unused_train_state_import(module)
     return module.code, findings
 

@@ -11,6 +11,10 @@ Linen training code passes four kinds of values around, and each one changes mea
 - ``ts``: a ``flax.training.train_state.TrainState`` (or a subclass): in NNX the split pair
   ``nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))``.
 
+``model.init`` is also passed around as a function, MaxText style: ``jax.eval_shape(functools.partial(
+model.init, decode=True), key, tokens)`` gives the abstract variables (shapes only, for partition specs or
+an empty decode cache). Such an ``eval_shape`` is a ``vars`` value too: in NNX, the abstract model.
+
 Names are followed through libcst's scope analysis (closures included), calls through the functions of
 the file that return such values (``make_model``, ``create_train_state``, a jitted ``init``). The
 analysis is flow-insensitive and conservative: a name bound to values of different kinds has none.
@@ -29,10 +33,21 @@ from linen2nnx.migrate.sites import ClassSummary
 
 TRAIN_STATE = frozenset({"flax.training.train_state.TrainState"})
 JIT = frozenset({"jax.jit", "jax.api.jit", "jax._src.api.jit"})
+EVAL_SHAPE = frozenset({"jax.eval_shape", "jax.api.eval_shape", "jax._src.api.eval_shape"})
+PARTIAL = frozenset({"functools.partial"})
 MODULE_BASES = frozenset({"flax.linen.Module", "flax.linen.module.Module", "flax.nnx.Module",
                           "flax.nnx.module.Module"})
 # train-state attributes whose use marks an unannotated function parameter as a TrainState
 STATE_METHODS = frozenset({"apply_fn", "apply_gradients"})
+
+
+@dataclasses.dataclass(frozen=True)
+class InitFunction:
+    """``model.init`` or ``functools.partial(model.init, k=v, ...)`` used as a function value."""
+
+    attr: cst.Attribute  # the ``model.init`` attribute
+    partial: cst.Call | None  # the ``functools.partial(...)`` call around it, if any
+    summary: ClassSummary | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +179,34 @@ class ValueAnalysis:
             return found[0]
         return None
 
+    def init_function(self, node: cst.BaseExpression) -> InitFunction | None:
+        """``model.init`` / ``functools.partial(model.init, ...)`` of a Linen module value (no other form)."""
+        partial = None
+        if isinstance(node, cst.Call) and self.qualnames(node.func) & PARTIAL and node.args \
+                and node.args[0].keyword is None and not node.args[0].star:
+            partial, node = node, node.args[0].value
+        if not (isinstance(node, cst.Attribute) and node.attr.value == "init"):
+            return None
+        receiver = self.value_of(node.value)
+        if receiver is None or receiver.kind != "module":
+            return None
+        return InitFunction(node, partial, receiver.summary)
+
+    def eval_shape_init(self, node: cst.CSTNode) -> InitFunction | None:
+        """``jax.eval_shape(<init function>, rng, *inputs)`` -> that init function."""
+        if not (isinstance(node, cst.Call) and self.qualnames(node.func) & EVAL_SHAPE and node.args
+                and node.args[0].keyword is None and not node.args[0].star):
+            return None
+        return self.init_function(node.args[0].value)
+
+    def assignment_of(self, target: cst.Name) -> Assignment | None:
+        """The binding a ``name = ...`` target creates."""
+        scope = self.scopes.get(target)
+        if scope is None:
+            return None
+        return next((a for a in scope.assignments[target.value]
+                     if isinstance(a, Assignment) and a.node is target), None)
+
     def returns(self, fn: cst.FunctionDef) -> Iterator[cst.Return]:
         """``fn``'s own return statements (not those of nested functions, lambdas or classes)."""
         found: list[cst.Return] = []
@@ -212,6 +255,9 @@ class ValueAnalysis:
                         return Val("vars", receiver.summary)
                 if node.func.attr.value == "create" and self.is_ts_class(node.func.value):
                     return Val("ts")
+            init = self.eval_shape_init(node)
+            if init is not None:
+                return Val("vars", init.summary)
             fn = self.function_of(node.func)
             return self.returned(fn) if fn is not None else None
         if isinstance(node, cst.Name):
