@@ -38,7 +38,11 @@ def migrated(request, tmp_path_factory):
 
 def test_migrated_zoo_model_has_parity(migrated):
     name, _, spec_path, linen_ckpt = migrated
-    result = check(load_pair(str(spec_path)), linen_ckpt, steps=20)
+    # An attention key bias has a zero gradient in exact arithmetic (softmax ignores a per-query constant):
+    # Adam normalises the float noise of both sides into lr-sized, unrelated steps, so that one parameter
+    # drifts apart while every loss and every other leaf agrees. Its budget is widened, by name.
+    result = check(load_pair(str(spec_path)), linen_ckpt, steps=20,
+                   tolerances={"overrides": {"train/*:*/key/bias": 1e-2}})
     assert result.training is not None and result.training.steps == 20 and result.training.passed
     assert max(abs(a - b) / abs(a) for a, b in zip(result.training.linen_loss, result.training.nnx_loss)) <= 1e-5
     checks = result.by_check()
@@ -50,7 +54,8 @@ def test_migrated_zoo_model_has_parity(migrated):
     n_params = {"mlp": 6, "cnn": 12, "encoder": 40}[name]
     assert len(checks["grad"]) == n_params
     for leaf in result.leaves:
-        assert leaf.max_abs <= 1e-5 * (1 + leaf.ref_max)
+        if leaf.check.startswith(("forward", "loss", "grad", "batch_stats")):
+            assert leaf.max_abs <= 1e-5 * (1 + leaf.ref_max)
 
 
 def test_convert_then_check_through_the_cli(migrated, capsys):
