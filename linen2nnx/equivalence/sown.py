@@ -82,6 +82,7 @@ def call_capturing(model: Any, fresh: Callable[[], Any], args: tuple, kwargs: di
 
     ``nnx.capture`` is the flax 0.12 API, but it stores a ``__captures__`` attribute on every module,
     which ``nnx.view`` of an ``nnx.Sequential`` cannot clone (its int and str keys do not sort).
+    Nor can it name the collections of an ``nnx.bridge.ToNNX`` (a class the codemod kept as Linen).
     Then the call is repeated on ``fresh()`` without it: ``sow`` outside ``capture`` (deprecated,
     silenced here) stores the same tuples as ``Intermediate`` attributes, read back with ``nnx.state``.
     """
@@ -89,7 +90,8 @@ def call_capturing(model: Any, fresh: Callable[[], Any], args: tuple, kwargs: di
 
     try:
         return nnx.capture(model, nnx.Intermediate)(*args, **kwargs)
-    except TypeError:
+    except (TypeError, ValueError):  # also nnx.bridge.ToNNX (a class kept as Linen), whose collections
+        # capture cannot name; a genuine error of the model raises again from the plain call below
         model = fresh()
         with quiet_sow():
             out = model(*args, **kwargs)

@@ -866,7 +866,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         others = (set(self.linen_classes) | self._module_classes) - {plan.name}
         if plan.blocking and can_bridge(plan, any(self.user_class_of(b.value) for b in original.bases)) and not (
                 names_in(original.body) & others):
-            batch_norm = any(site.rule is not None and site.rule.linen == "BatchNorm" for site in plan.sites.values())
+            batch_norm = any(site.rule is not None and site.rule.linen == "BatchNorm" for site in plan.sites.values()
+                             ) or "BatchNorm" in code(original)  # also through partial(nn.BatchNorm, ...)
             # the wrapper's defaults as a second run would write them (nn.relu -> nnx.relu), with their markers
             field_markers = self._rewritten_field_defaults(plan, original, updated)
             wrapper = bridge_wrapper(plan, mutable_collections(original, batch_norm), field_markers)
