@@ -259,6 +259,7 @@ def decoder() -> dict[str, Any]:
         if pair is not None:
             result = check_on_mesh(pair, MESH, variables)
             out["migrated"] = {"passed": result.passed, "leaves": leaves_json(result.leaves)}
+            out["layouts"] = _other_layouts(Path(tmp) / "decoder")
             return out
     out["migrated"] = {"manual": manual}
     sys.path.insert(0, str(ROOT / "bench"))
@@ -267,6 +268,28 @@ def decoder() -> dict[str, Any]:
     cfg = side.model.config
     result = check_on_mesh(ModelPair(linen=side, nnx_factory=lambda rngs: make_twin(cfg, rngs)), MESH, variables)
     out["twin"] = {"passed": result.passed, "leaves": leaves_json(result.leaves)}
+    return out
+
+
+def _other_layouts(migrated_dir: Path) -> dict[str, Any]:
+    """The same migrated source, the three other decoder layouts (the source is config-independent:
+    scan_layers and remat_policy stay runtime switches), each sharded on the mesh."""
+    import dataclasses
+
+    from linen2nnx.spec import import_file, linen_ctor_kwargs, load_linen_side
+
+    module = import_file(migrated_dir / "model.py")
+    out = {}
+    for scan_layers, policy in ((True, "minimal"), (False, "full"), (False, "minimal")):
+        side = load_linen_side("linen2nnx.zoo.decoder.train:spec")
+        side.model = type(side.model)(dataclasses.replace(side.model.config, scan_layers=scan_layers,
+                                                          remat_policy=policy))
+        kwargs = linen_ctor_kwargs(side.model)
+        pair = ModelPair(linen=side, nnx_factory=lambda rngs, kw=kwargs: module.Decoder(**kw, rngs=rngs),
+                         name_map=migrated_dir / "linen2nnx-map.json")
+        variables = perturbed(strip_boxes(side.init_variables()), scale=0.05)
+        result = check_on_mesh(pair, MESH, variables)
+        out[f"scan={scan_layers},remat={policy}"] = {"passed": result.passed, "leaves": leaves_json(result.leaves)}
     return out
 
 

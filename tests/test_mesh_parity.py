@@ -166,6 +166,11 @@ def test_migrated_decoder_sharded_parity(decoder_report):
                     f"{len(migrated['manual'])} manual finding(s), e.g. {migrated['manual'][0]}")
     assert migrated["passed"]
     assert_parity(migrated["leaves"], DECODER_PARAMS)
+    layouts = decoder_report["layouts"]  # scan off (layers_0, layers_1) and the minimal remat policy too
+    assert set(layouts) == {"scan=True,remat=minimal", "scan=False,remat=full", "scan=False,remat=minimal"}
+    for name, report in layouts.items():
+        assert report["passed"], name
+        assert_parity(report["leaves"], DECODER_PARAMS if name.startswith("scan=True") else 21)
 
 
 def test_decoder_twin_sharded_parity(decoder_report):
