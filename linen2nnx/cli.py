@@ -111,22 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="linen2nnx-demo", help="output folder (default: ./linen2nnx-demo)")
     d.add_argument("--steps", type=int, default=50, help="Linen training steps (default: 50)")
     d.add_argument("--force", action="store_true", help="replace an existing output folder")
-    d.add_argument("--mesh", type=_demo_mesh, metavar="AXIS=SIZE,...",
+    d.add_argument("--mesh", type=_mesh, metavar="AXIS=SIZE,...",
                    help="train and check sharded on a device mesh, e.g. data=2,fsdp=2,tensor=2, under the model's "
                         "logical axis rules; adds a PartitionSpec comparison of every parameter. When this process "
                         "has fewer devices than the mesh needs, the demo reruns itself with "
                         "XLA_FLAGS=--xla_force_host_platform_device_count=N JAX_PLATFORMS=cpu (N fake CPU devices)")
     return parser
-
-
-def _demo_mesh(text: str) -> dict[str, int]:
-    """``demo --mesh``: :func:`linen2nnx.equivalence.mesh.parse_mesh`, its error as a usage error (exit 2)."""
-    from linen2nnx.equivalence.mesh import MeshError, parse_mesh
-
-    try:
-        return parse_mesh(text)
-    except MeshError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -333,7 +323,7 @@ def _non_negative_int(text: str) -> int:
 
 
 def _mesh(text: str) -> dict[str, int]:
-    """``check --mesh data=2,fsdp=2,tensor=2`` -> ``{"data": 2, "fsdp": 2, "tensor": 2}`` (axis order kept),
+    """``--mesh data=2,fsdp=2,tensor=2`` (check, demo) -> ``{"data": 2, "fsdp": 2, "tensor": 2}`` (order kept),
     parsed by :func:`linen2nnx.equivalence.mesh.parse_mesh`; a malformed mesh is a usage error (exit 2)."""
     from linen2nnx.equivalence.mesh import MeshError, parse_mesh
 

@@ -202,3 +202,12 @@ def only_shape_uses(node: cst.CSTNode, name: str) -> bool:
 
     node.visit(V())
     return ok
+
+
+def absolute_qualname(qualname: str, module_name: str) -> str:
+    """``.blocks.Block`` (a relative import) -> ``pkg.blocks.Block`` for a file of package ``pkg``."""
+    if not qualname.startswith("."):
+        return qualname
+    dots = len(qualname) - len(qualname.lstrip("."))
+    package = module_name.split(".")[: -dots] if module_name else []
+    return ".".join([*package, qualname.lstrip(".")])

@@ -206,17 +206,10 @@ def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broad
         per_x = axes if isinstance(axes, list) else [axes] * len(xs)
         if len(per_x) != len(xs):
             raise LiftError(f"in_axes has {len(per_x)} entries for {len(xs)} scanned inputs")
-        params, call_args, passed, nnx_axes = ["_carry", "_layer"], ["_carry"], [positional[0], module_ref], []
+        params, call_args, passed, nnx_axes = _map_inputs(xs, per_x)
         module_axis = param_axis(scan) or "None"
-        for i, (x, axis) in enumerate(zip(xs, per_x)):
-            if axis == "None":
-                call_args.append(x)  # broadcast: closed over
-            else:
-                params.append(f"_x{i}")
-                call_args.append(f"_x{i}")
-                passed.append(x)
-                nnx_axes.append(axis)
-        body = call(params, call_args)
+        body = call(["_carry", "_layer", *params], ["_carry", *call_args])
+        passed = [positional[0], module_ref, *passed]
         if remat is not None:
             body = f"nnx.remat({body}{remat_kwargs})"
         out_axes = code(scan.kwargs["out_axes"]) if "out_axes" in scan.kwargs else "0"
@@ -230,16 +223,9 @@ def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broad
         per_x = axes if isinstance(axes, list) else [axes] * len(positional)
         if len(per_x) != len(positional):
             raise LiftError(f"in_axes has {len(per_x)} entries for {len(positional)} inputs")
-        params, call_args, passed, nnx_axes = ["_layer"], [], [module_ref], [param_axis(vmap) or "None"]
-        for i, (x, axis) in enumerate(zip(positional, per_x)):
-            if axis == "None":
-                call_args.append(x)
-            else:
-                params.append(f"_x{i}")
-                call_args.append(f"_x{i}")
-                passed.append(x)
-                nnx_axes.append(axis)
-        body = call(params, call_args)
+        params, call_args, passed, nnx_axes = _map_inputs(positional, per_x)
+        body = call(["_layer", *params], call_args)
+        passed, nnx_axes = [module_ref, *passed], [param_axis(vmap) or "None", *nnx_axes]
         if remat is not None:
             body = f"nnx.remat({body}{remat_kwargs})"
         out_axes = code(vmap.kwargs["out_axes"]) if "out_axes" in vmap.kwargs else "0"
@@ -319,3 +305,19 @@ def method_scan_call(scan: MethodScan, fn: cst.FunctionDef, state_when: str | No
     in_axes = ", ".join(["None", "nnx.Carry", *scan.in_axes])
     return (f"nnx.scan(lambda _module, {args}: _module.{scan.step}({args}), in_axes=({in_axes}), "
             f"out_axes=(nnx.Carry, {scan.out_axes}){scan.extra}{updates})(self, {args})")
+
+
+def _map_inputs(xs: list[str], axes: list[str]) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Split a call's inputs for an NNX transform: a broadcast one (axis ``None``) is closed over by
+    the lambda, a mapped one becomes its parameter ``_x{i}``. Returns (lambda parameters, the inner
+    call's arguments, the values passed to the transform, their axes)."""
+    params, call_args, passed, nnx_axes = [], [], [], []
+    for i, (x, axis) in enumerate(zip(xs, axes)):
+        if axis == "None":
+            call_args.append(x)
+        else:
+            params.append(f"_x{i}")
+            call_args.append(f"_x{i}")
+            passed.append(x)
+            nnx_axes.append(axis)
+    return params, call_args, passed, nnx_axes

@@ -37,6 +37,7 @@ from linen2nnx.migrate.bridge import (
     mutable_collections,
 )
 from linen2nnx.migrate.cst_utils import (
+    absolute_qualname,
     code,
     is_docstring,
     kwarg,
@@ -220,12 +221,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return None
 
     def _absolute(self, qualname: str) -> str:
-        """``.blocks.Block`` (a relative import) -> ``pkg.blocks.Block`` for a file of package ``pkg``."""
-        if not qualname.startswith("."):
-            return qualname
-        dots = len(qualname) - len(qualname.lstrip("."))
-        package = self.module_name.split(".")[: -dots] if self.module_name else []
-        return ".".join([*package, qualname.lstrip(".")])
+        return absolute_qualname(qualname, self.module_name)
 
     # ---- lifted transforms (nn.scan / nn.remat / nn.vmap of a class) ----------------------------
     def transform_kind(self, func: cst.BaseExpression) -> str | None:
@@ -722,24 +718,16 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         outermost = not (isinstance(parent, cst.Attribute) and parent.value is original)
         if linen and original not in self._handled and outermost:
             short = next(iter(linen)).removeprefix("flax.linen.")
-            if (same_in_nnx(short) or equivalent_in_nnx(short)) and root_name(original) is not None:
-                self.uses_nnx = True
-                self._handled.add(original)
-                self.report("L2N-API-001", original, f"nn.{short} -> nnx.{short}")
-                return cst.parse_expression(f"nnx.{short}")  # whatever the import spelling was
+            rooted = root_name(original) is not None
+            if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
+                return self._repoint(original, short, short, "L2N-API-001", "")
             is_callee = isinstance(parent, cst.Call) and parent.func is original
-            if short in RENAMED_IN_NNX and root_name(original) is not None:
-                self.uses_nnx = True
-                self._handled.add(original)
-                self.report("L2N-PART-001", original, f"nn.{short} -> nnx.{RENAMED_IN_NNX[short]} (sharding names "
-                            "become Variable metadata)")
-                return cst.parse_expression(f"nnx.{RENAMED_IN_NNX[short]}")
-            if short in PARTITION_API_IN_NNX and root_name(original) is not None:
-                self.uses_nnx = True
-                self._handled.add(original)
-                self.report("L2N-PART-002", original, f"nn.{short} -> nnx.{PARTITION_API_IN_NNX[short]} (rules are "
-                            "the same context; specs come from nnx.State metadata)")
-                return cst.parse_expression(f"nnx.{PARTITION_API_IN_NNX[short]}")
+            if short in RENAMED_IN_NNX and rooted:
+                return self._repoint(original, short, RENAMED_IN_NNX[short], "L2N-PART-001",
+                                     " (sharding names become Variable metadata)")
+            if short in PARTITION_API_IN_NNX and rooted:
+                return self._repoint(original, short, PARTITION_API_IN_NNX[short], "L2N-PART-002",
+                                     " (rules are the same context; specs come from nnx.State metadata)")
             if short in PARTITION_SPEC_FUNCTIONS:
                 self._handled.add(original)
                 if self._under_axis_rules(original):  # here NNX's would map the names through the rules
@@ -748,10 +736,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                                 "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
                                 "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings")
                     return updated
-                self.uses_nnx = True
-                self.report("L2N-PART-002", original, f"nn.{short} -> nnx.get_partition_spec (the same logical names "
-                            "when no axis rules are active; training code reads them with the rules cleared)")
-                return cst.parse_expression("nnx.get_partition_spec")
+                return self._repoint(original, short, "get_partition_spec", "L2N-PART-002",
+                                     " (the same logical names when no axis rules are active; training code reads "
+                                     "them with the rules cleared)")
             if short in MERGE_PARAM and is_callee:
                 pass  # rewritten with its call in leave_Call
             elif short in KEPT_LINEN_FUNCTIONS:
@@ -794,6 +781,13 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
                 out.add(small.targets[0].target.value)
         return out
+
+    def _repoint(self, original: cst.Attribute, short: str, target: str, rule_id: str, why: str) -> cst.BaseExpression:
+        """``nn.<short>`` (whatever the import spelling) -> ``nnx.<target>``, reported under ``rule_id``."""
+        self.uses_nnx = True
+        self._handled.add(original)
+        self.report(rule_id, original, f"nn.{short} -> nnx.{target}{why}")
+        return cst.parse_expression(f"nnx.{target}")
 
     def _under_axis_rules(self, node: cst.CSTNode) -> bool:
         """Lexically inside ``with ...axis_rules(...)`` / ``logical_axis_rules(...)``."""

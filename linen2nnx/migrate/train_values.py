@@ -29,6 +29,7 @@ import libcst as cst
 from libcst._metadata_dependent import LazyValue
 from libcst.metadata import Access, Assignment, ParentNodeProvider, QualifiedNameProvider, ScopeProvider
 
+from linen2nnx.migrate.cst_utils import absolute_qualname
 from linen2nnx.migrate.sites import ClassSummary
 
 TRAIN_STATE = frozenset({"flax.training.train_state.TrainState"})
@@ -90,12 +91,7 @@ class ValueAnalysis:
         return self.parents.get(node)
 
     def absolute(self, qualname: str) -> str:
-        """``.model.MLP`` (a relative import) -> ``pkg.model.MLP`` for a file of package ``pkg``."""
-        if not qualname.startswith("."):
-            return qualname
-        dots = len(qualname) - len(qualname.lstrip("."))
-        package = self.module_name.split(".")[: -dots] if self.module_name else []
-        return ".".join([*package, qualname.lstrip(".")])
+        return absolute_qualname(qualname, self.module_name)
 
     def user_class(self, node: cst.BaseExpression) -> ClassSummary | None:
         """The migrated Linen class ``node`` names (this file's, or one another file of the run defines)."""
