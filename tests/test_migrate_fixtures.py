@@ -27,7 +27,9 @@ EXPECTED_MANUAL = {
     "import_alias": set(),
     "inheritance": set(),
     "bridge_fallback": {"L2N-API-002", "L2N-MOD-007"},  # Linen scope API: kept as Linen, the parent is NNX
-    "manual_api": {"L2N-API-002", "L2N-MOD-007"},  # custom collection: kept as Linen behind nnx.bridge.ToNNX
+    "manual_api": {"L2N-API-002", "L2N-MOD-007"},
+    # self.conv(...)(x) with `conv: ModuleDef`: both classes kept as Linen; the bridged parent builds BlockLinen
+    "factory_field": {"L2N-MOD-008", "L2N-API-002", "L2N-MOD-007", "L2N-SHAPE-003"},  # custom collection: kept as Linen behind nnx.bridge.ToNNX
     "not_flax": set(),
     "setup_list": {"L2N-SHAPE-003"},  # layers applied in a loop over a list: sizes unknown statically
     "setup_mlp": set(),

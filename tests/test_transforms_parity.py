@@ -132,6 +132,29 @@ def test_bridge_fallback_runs_and_converts(tmp_path):
     assert {lf.path for lf in parity.by_check()["grad"]} >= {"tied/linen/Dense_0/kernel", "inp/kernel"}
 
 
+def test_factory_fields_stay_linen_and_run(tmp_path):
+    """``self.conv(...)(x)`` with ``conv: ModuleDef`` (the imagenet ResNet pattern) is never
+    rewritten into an NNX class that would build a module per call: both classes stay Linen behind
+    the bridge, the wrapper hands the kept-Linen parent the Linen block class, and the model
+    computes what Linen computes (forward and gradients)."""
+    linen_mod, nnx_mod, result, map_path = build("factory_field", tmp_path)
+    assert {k for k, c in result.name_map.classes.items() if c.bridge} == {"factory_field.Block", "factory_field.Net"}
+    assert nnx_mod.Block.linen_class is nnx_mod.BlockLinen
+    x = np.random.default_rng(8).normal(size=(2, 6, 6, 3)).astype(np.float32)
+
+    def make(rngs):
+        model = nnx_mod.SmallNet(rngs=rngs)
+        nnx.bridge.lazy_init(model, x)
+        return model
+
+    side = LinenSide(model=linen_mod.SmallNet(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
+                     train_kwargs={}, eval_kwargs={})
+    variables = perturbed(side.init_variables())
+    parity = check(ModelPair(linen=side, nnx_factory=make, name_map=map_path), variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    assert {lf.path for lf in parity.by_check()["grad"]} >= {"linen/Dense_0/kernel", "linen/Block_0/proj/kernel"}
+
+
 def test_transforms_of_functions(tmp_path):
     """nn.remat(fn) / nn.scan(fn) of functions that take a module: the same functions under nnx.remat /
     nnx.scan (the module broadcast in front of the carry) compute the same values and gradients."""

@@ -112,11 +112,16 @@ def linen_hooked(hook: Hook) -> Iterator[None]:
 
 # ---- NNX -----------------------------------------------------------------------------------------
 def tag_modules(model: Any) -> None:
-    """Write each module's path onto it (a static attribute, kept through split / merge)."""
+    """Write each module's path onto it (a static attribute, kept through split / merge).
+
+    A ``nnx.bridge.ToNNX`` module is left untagged: it hands every attribute of its own to the
+    Linen module as a variable, and a string there stops the call. Its Linen submodules are not
+    NNX modules anyway, so its work is counted under the nearest tagged module above it."""
     from flax import nnx
 
     for path, module in nnx.iter_modules(model):
-        setattr(module, TAG, "/".join(map(str, path)))
+        if not isinstance(module, nnx.bridge.ToNNX):
+            setattr(module, TAG, "/".join(map(str, path)))
 
 
 def _has_params(module: Any) -> bool:

@@ -24,13 +24,30 @@ import libcst as cst
 from linen2nnx.migrate.sites import ClassPlan
 
 BRIDGE_ATTR = "linen"
-BLOCKING_RULES = frozenset({"L2N-MOD-004", "L2N-API-002", "L2N-LAYER-002", "L2N-XFORM-002", "L2N-MOD-006"})
+BLOCKING_RULES = frozenset({"L2N-MOD-004", "L2N-API-002", "L2N-LAYER-002", "L2N-XFORM-002", "L2N-MOD-006",
+                            "L2N-MOD-008"})
 """Manual findings after which the rewritten class would not run (a missing size, SHAPE-003, only
 asks for a constructor argument)."""
 
 
+LINEN_CLASS_ATTR = "linen_class"
+"""Class attribute of a wrapper naming its Linen class: a kept-Linen caller handed the wrapper
+(``partial(ResNet, block_cls=ResNetBlock)`` with both bridged) builds the Linen class instead."""
+
+_CLASS_HINTS = ("Module", "ModuleDef", "Callable", "Any", "type", "Type")
+
+
 def linen_name(name: str) -> str:
     return f"{name}Linen"
+
+
+def _may_hold_class(annotation: str | None) -> bool:
+    """A field that may be handed a module class (``block_cls: ModuleDef``), not a plain size or flag."""
+    return not annotation or any(hint in annotation for hint in _CLASS_HINTS)
+
+
+def _linen_value(name: str) -> str:
+    return f"getattr({name}, {LINEN_CLASS_ATTR!r}, {name})"
 
 
 def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.EmptyLine]) -> cst.ClassDef:
@@ -48,11 +65,13 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
         params.append("*")
     params += [f"{arg}: object = None" for arg in plan.new_args]
     params.append("rngs: nnx.Rngs")
-    fields = ", ".join(f"{f.name}={f.name}" for f in plan.fields if f.init)
+    fields = ", ".join(f"{f.name}={_linen_value(f.name)}" if _may_hold_class(f.annotation) else f"{f.name}={f.name}"
+                       for f in plan.fields if f.init)
     source = (
         f"class {plan.name}(nnx.Module):\n"
         f'    """{plan.name} still runs as Linen ({linen_name(plan.name)}) through nnx.bridge.ToNNX; see the '
         'TODO(linen2nnx) markers."""\n\n'
+        f"    {LINEN_CLASS_ATTR} = {linen_name(plan.name)}\n\n"
         f"    def __init__({', '.join(params)}):\n"
         f"        self.{BRIDGE_ATTR} = nnx.bridge.ToNNX({linen_name(plan.name)}({fields}), rngs=rngs)\n\n"
         "    def __call__(self, *args, **kwargs):\n"
@@ -62,10 +81,17 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
     node = cst.parse_statement(source)
     assert isinstance(node, cst.ClassDef)
     body = list(node.body.body)
-    init = body[1]
+    init = body[2]
     assert isinstance(init, cst.FunctionDef)
-    body[1] = init.with_changes(leading_lines=[*init.leading_lines, *markers])
+    body[2] = init.with_changes(leading_lines=[*init.leading_lines, *markers])
     return node.with_changes(body=node.body.with_changes(body=body))
+
+
+def linen_class_name(name: str) -> cst.BaseStatement:
+    """``<Name>Linen.__name__ = "<Name>"``: Linen auto-names a submodule after its class
+    (``Block_0``), so the kept class must keep its name or every checkpoint path under it moves."""
+    line = cst.parse_statement(f'{linen_name(name)}.__name__ = "{name}"  # keeps Linen\'s auto-names ({name}_0, ...)\n')
+    return line.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
 
 
 def can_bridge(plan: ClassPlan, has_user_base: bool) -> bool:

@@ -32,6 +32,7 @@ from linen2nnx.migrate.bridge import (
     BLOCKING_RULES,
     BRIDGE_ATTR,
     bridge_wrapper,
+    linen_class_name,
     can_bridge,
     linen_name,
     mutable_collections,
@@ -866,7 +867,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             field_markers = self._rewritten_field_defaults(plan, original, updated)
             wrapper = bridge_wrapper(plan, mutable_collections(original, batch_norm), field_markers)
             wrapper = wrapper.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
-            return cst.FlattenSentinel([self._keep_linen(plan, original, linen_name(plan.name)), wrapper])
+            return cst.FlattenSentinel([self._keep_linen(plan, original, linen_name(plan.name)),
+                                        linen_class_name(plan.name), wrapper])
         bases = []
         for o, u in zip(original.bases, updated.bases):
             if self.qualnames(o.value) & LINEN_MODULE:

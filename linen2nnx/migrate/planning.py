@@ -371,7 +371,7 @@ class PlanningMixin:
                 user = None if rule is not None else command.user_class_of(target.func)
                 variable = factory is None and command.self_call(node) in ("param", "variable")
                 if rule is None and user is None and not variable:
-                    command._flag_unknown_submodule(node)
+                    command._flag_unknown_submodule(node, plan)
                     return
                 what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{command.self_call(node)}")
                 if self.blocked:
@@ -537,14 +537,26 @@ class PlanningMixin:
                 site.attr = other.attr
                 site.exclusive_with = other
 
-    def _flag_unknown_submodule(self, node: cst.Call) -> None:
+    def _flag_unknown_submodule(self, node: cst.Call, plan: ClassPlan) -> None:
         """``Foo(...)(x)`` in @nn.compact with ``Foo`` neither a built-in layer nor a Linen class of the run:
-        most likely a Linen submodule defined elsewhere, which would stay unconverted. Say so."""
+        most likely a Linen submodule defined elsewhere, which would stay unconverted. Say so.
+
+        ``self.conv(...)(x)`` with ``conv`` a field is a submodule built by a factory the caller passes
+        in (``conv: ModuleDef = nn.Conv``, big_vision / imagenet style). Left as it is, the NNX class
+        would build a fresh module on every call (or call a Linen class outside any scope): a silent
+        failure, so it is reported, and blocks the rewrite."""
         ctor = node.func
         if not isinstance(ctor, cst.Call) or not isinstance(ctor.func, (cst.Name, cst.Attribute)):
             return
         if self.layer_rule_of(ctor.func) or self.user_class_of(ctor.func):
             return  # a known layer / class: planned on its own
+        factory_field = self_attr(ctor.func)
+        if factory_field in plan.field_names and factory_field not in plan.factories:
+            self.report("L2N-MOD-008", ctor, f"self.{factory_field}(...)(...) builds a submodule from the "
+                        f"module-factory field {factory_field!r} at call time",
+                        f"build it in __init__: self.<name> = {factory_field}(in_features, ..., rngs=rngs), "
+                        "with an NNX layer class passed in")
+            return
         name = ctor.func.value if isinstance(ctor.func, cst.Name) else ctor.func.attr.value
         if not name[:1].isupper() or self.self_call(ctor) is not None:
             return
