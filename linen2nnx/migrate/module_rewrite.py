@@ -32,8 +32,8 @@ from linen2nnx.migrate.bridge import (
     BLOCKING_RULES,
     BRIDGE_ATTR,
     bridge_wrapper,
-    linen_class_name,
     can_bridge,
+    linen_class_name,
     linen_name,
     mutable_collections,
 )
