@@ -70,6 +70,7 @@ SHAPE_KEEPING_FUNCTIONS = frozenset({"jax.numpy.flip", "jax.numpy.roll", "jax.la
 """``f(x, ...)`` whose result has ``x``'s shape (whatever the other arguments)."""
 MATMUL_FUNCTIONS = frozenset({"jax.numpy.dot", "jax.numpy.matmul", "numpy.dot", "numpy.matmul"})
 """``f(x, w)`` contracting x's last axis with w's second-to-last (for a w of rank >= 2), as ``x @ w``."""
+CONCATENATE_FUNCTIONS = frozenset({"jax.numpy.concatenate", "numpy.concatenate"})
 DOT_GENERAL_FUNCTIONS = frozenset({"jax.lax.dot_general"})
 """``f(x, w, dimension_numbers)``: the result's last axis is w's last free (uncontracted, unbatched) one."""
 
@@ -261,7 +262,32 @@ class FeatureFlow:
                 return Feat("expr", expr=code(last))
         if self.qualnames_of(node.func) & {"jax.numpy.reshape"} and node.args:
             return _reshape(first, cst.Call(func=node.func, args=node.args[1:]))
+        if qualnames & CONCATENATE_FUNCTIONS and positional:
+            axis = positional[1].value if len(positional) > 1 else next(
+                (a.value for a in node.args if a.keyword is not None and a.keyword.value == "axis"), None)
+            return _concatenated(first, axis)
         return Feat.unknown("call")
+
+
+def _concatenated(parts: Feat, axis: cst.BaseExpression | None) -> Feat:
+    """``jnp.concatenate([a, b], -1)``: the feature sizes add up (``2 * (h)`` for equal parts); along
+    any other literal axis the last axis is the parts' common one."""
+    if parts.kind != "tuple" or not parts.elements:
+        return Feat.unknown("a concatenation of an unknown sequence")
+    last = isinstance(axis, cst.UnaryOperation) and isinstance(axis.operator, cst.Minus) and (
+        isinstance(axis.expression, cst.Integer) and axis.expression.value == "1")
+    if not last:
+        if isinstance(axis, cst.Integer) or axis is None:  # a leading axis (the default is 0)
+            same = parts.elements[0]
+            return same if all(e == same for e in parts.elements) else Feat.unknown("a concatenation of unequal parts")
+        return Feat.unknown("a concatenation along an unknown axis")
+    if any(e.kind != "expr" for e in parts.elements):
+        return Feat.unknown("a concatenation of parts of unknown size")
+    exprs = [e.expr if e.expr.isidentifier() or e.expr.replace(".", "").isalnum() else f"({e.expr})"
+             for e in parts.elements]
+    if len(set(exprs)) == 1:
+        return Feat("expr", expr=f"{len(exprs)} * {exprs[0]}")
+    return Feat("expr", expr=" + ".join(exprs))
 
 
 def _contracted(rhs: Feat, *gone: int | None) -> Feat:
