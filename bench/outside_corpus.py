@@ -32,10 +32,14 @@ import sys
 import tarfile
 import tempfile
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-LINEN_MODULE = {"flax.linen.Module", "flax.linen.module.Module"}
+LINEN_MODULE = {"flax.linen.Module", "flax.linen.module.Module", "flax.linen.RNNCellBase",
+                "flax.linen.recurrent.RNNCellBase"}
 BLOCKING = ("manual", "error")
+TRACES = Path(__file__).resolve().parent / "outside_traces"
 
 
 # ---- Linen module classes of the input, by static resolution of imports -----------------------------
@@ -154,58 +158,114 @@ class FileRow:
                 "findings": dict(self.severities), "by_rule": dict(sorted(self.rules.items()))}
 
 
-def measure(src: Path, jobs: int = 1) -> tuple[list[FileRow], dict]:
+def _file_rows(tree: Path, out: Path, first: Any, jobs: int) -> dict[Path, FileRow]:
+    """One row per input file of a migrate run over ``tree`` written to ``out``; idempotency is
+    checked by migrating ``out`` again (with no trace: a migrated file must be a fixed point)."""
     from linen2nnx.migrate.engine import Mode, migrate_paths
 
+    by_rel = {Path(r.path).resolve().relative_to(tree.resolve()): r for r in first.files}
+    again = {}
+    if out.exists():
+        second = migrate_paths([out], Mode.CHECK, jobs=jobs)
+        again = {Path(r.path).resolve().relative_to(out.resolve()): r for r in second.files}
+    sources = {rel: (r.source or "") for rel, r in by_rel.items()}
+    found = linen_classes({str(rel): classes_of(s, rel) for rel, s in sources.items()})
+    rows = {}
+    for rel, r in by_rel.items():
+        parsed = False
+        if r.output is not None and not r.failed:
+            try:
+                ast.parse(r.output)
+                parsed = True
+            except SyntaxError:
+                parsed = False
+        redo = again.get(rel)
+        idempotent = parsed and redo is not None and not redo.changed and not redo.failed
+        classes = found.get(str(rel), [])
+        converted = clean = 0
+        for c in classes:
+            inside = [f for f in r.findings if c.start <= f.line <= c.end]
+            if not any(f.rule == "L2N-MOD-001" and c.start <= f.line <= c.line for f in inside):
+                continue
+            converted += 1
+            if not any(f.severity.value in BLOCKING for f in inside):
+                clean += 1
+        rows[rel] = FileRow(str(rel), parsed, idempotent, len(classes), converted, clean,
+                            Counter(f.severity.value for f in r.findings), Counter(f.rule for f in r.findings),
+                            r.skipped)
+    return rows
+
+
+def measure(src: Path, jobs: int = 1, traces: Sequence[TraceSpec] = ()) -> tuple[list[FileRow], dict]:
+    """Migrate the copied tree; then each folder a trace spec covers again, with its trace, and
+    those folders' rows replace the untraced ones (``traced`` in the total says which)."""
+    from linen2nnx.migrate.engine import Mode, migrate_paths
+
+    traced_folders = []
     with tempfile.TemporaryDirectory(prefix="l2n-outside-") as tmp:
         tree = Path(tmp) / "in"
         shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", ".git", "*.pyc"))
         out = Path(tmp) / "out"
         first = migrate_paths([tree], Mode.OUT_DIR, out_dir=out, jobs=jobs, name_map_path=Path(tmp) / "map.json")
-        by_rel = {Path(r.path).resolve().relative_to(tree.resolve()): r for r in first.files}
-        # idempotency: migrate the migrated tree again, change nothing, and look for changes
-        again = {}
-        if out.exists():
-            second = migrate_paths([out], Mode.CHECK, jobs=jobs)
-            again = {Path(r.path).resolve().relative_to(out.resolve()): r for r in second.files}
-        sources = {rel: (r.source or "") for rel, r in by_rel.items()}
-        found = linen_classes({str(rel): classes_of(s, rel) for rel, s in sources.items()})
-        rows = []
-        for rel, r in sorted(by_rel.items(), key=lambda kv: str(kv[0])):
-            parsed = False
-            if r.output is not None and not r.failed:
-                try:
-                    ast.parse(r.output)
-                    parsed = True
-                except SyntaxError:
-                    parsed = False
-            redo = again.get(rel)
-            idempotent = parsed and redo is not None and not redo.changed and not redo.failed
-            classes = found.get(str(rel), [])
-            converted = clean = 0
-            for c in classes:
-                inside = [f for f in r.findings if c.start <= f.line <= c.end]
-                if not any(f.rule == "L2N-MOD-001" and c.start <= f.line <= c.line for f in inside):
-                    continue
-                converted += 1
-                if not any(f.severity.value in BLOCKING for f in inside):
-                    clean += 1
-            rows.append(FileRow(str(rel), parsed, idempotent, len(classes), converted, clean,
-                                Counter(f.severity.value for f in r.findings), Counter(f.rule for f in r.findings),
-                                r.skipped))
+        rows = _file_rows(tree, out, first, jobs)
+        for spec in traces:
+            example = tree / spec.example
+            if not example.is_file():
+                continue
+            folder = example.parent
+            traced_out = Path(tmp) / "traced" / folder.relative_to(tree)
+            try:
+                trace = spec.trace(example)
+            except Exception as e:  # the example does not run here: its untraced rows stand
+                print(f"trace spec {spec.path.name} failed, {spec.example} stays untraced: {e}", file=sys.stderr)
+                continue
+            result = migrate_paths([folder], Mode.OUT_DIR, out_dir=traced_out, jobs=jobs, trace=trace,
+                                   name_map_path=traced_out.parent / f"{folder.name}-map.json")
+            for rel, row in _file_rows(folder, traced_out, result, jobs).items():
+                rows[folder.relative_to(tree) / rel] = dataclasses.replace(row, path=str(folder.relative_to(tree) / rel))
+            traced_folders.append(f"{spec.example} ({spec.path.name})")
+    rows_list = [rows[rel] for rel in sorted(rows, key=str)]
     total = {
-        "files": len(rows),
-        "parsed": sum(r.parsed for r in rows),
-        "idempotent": sum(r.idempotent for r in rows),
-        "classes": sum(r.classes for r in rows),
-        "converted": sum(r.converted for r in rows),
-        "clean": sum(r.clean for r in rows),
-        "findings": dict(sum((r.severities for r in rows), Counter())),
-        "by_rule": dict(sorted(sum((r.rules for r in rows), Counter()).items())),
+        "files": len(rows_list),
+        "parsed": sum(r.parsed for r in rows_list),
+        "idempotent": sum(r.idempotent for r in rows_list),
+        "classes": sum(r.classes for r in rows_list),
+        "converted": sum(r.converted for r in rows_list),
+        "clean": sum(r.clean for r in rows_list),
+        "findings": dict(sum((r.severities for r in rows_list), Counter())),
+        "by_rule": dict(sorted(sum((r.rules for r in rows_list), Counter()).items())),
+        "traced": traced_folders,
     }
     total["clean_pct"] = 100.0 * total["clean"] / total["classes"] if total["classes"] else 100.0
     total["converted_pct"] = 100.0 * total["converted"] / total["classes"] if total["classes"] else 100.0
-    return rows, total
+    return rows_list, total
+
+
+# ---- trace specs: our own example batches for models whose sizes depend on the input ----------------
+@dataclasses.dataclass
+class TraceSpec:
+    path: Path
+    example: str  # the example file it builds a model of, relative to the tree (``ppo/models.py``)
+
+    def trace(self, example: Path) -> Any:
+        """Run the spec's ``linen_side(example)`` on the copied example and trace it."""
+        from linen2nnx.migrate.trace import trace_linen
+        from linen2nnx.spec import import_file
+
+        module = import_file(self.path)
+        return trace_linen(module.linen_side(example), spec_ref=str(self.path))
+
+
+def load_trace_specs(folder: Path) -> list[TraceSpec]:
+    """Every ``*.py`` in ``folder`` that names its example (``EXAMPLE = "ppo/models.py"``)."""
+    specs = []
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["EXAMPLE"]
+                    and isinstance(node.value, ast.Constant)):
+                specs.append(TraceSpec(path, node.value.value))
+    return specs
 
 
 def _severity_cell(c: Counter) -> str:
@@ -250,6 +310,8 @@ def render(rows: list[FileRow], total: dict, title: str, all_files: bool = False
     for rule_id, n in sorted(total["by_rule"].items(), key=lambda kv: (-kv[1], kv[0])):
         rules.add_row(rule_id, RULES[rule_id].severity.value if rule_id in RULES else "?", str(n))
     console.print(rules)
+    if total.get("traced"):
+        console.print("traced with `--trace` (own example batches): " + ", ".join(total["traced"]))
     console.print(f"TOTAL: {total['files']} files, {total['parsed']} parse, {total['idempotent']} idempotent; "
                   f"{total['classes']} Linen module classes, {total['converted']} converted, "
                   f"{total['clean']} converted with no manual finding = {pct}")
@@ -288,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="FILE", help="also write per-file rows and totals as JSON")
     ap.add_argument("--min-clean-pct", type=float, metavar="P", help="exit 1 when fewer than P%% of classes are clean")
     ap.add_argument("--all-files", action="store_true", help="list files without Linen too")
+    ap.add_argument("--traces", metavar="DIR", default=str(TRACES),
+                    help="trace specs (EXAMPLE = 'folder/file.py' + linen_side(example)): each covered folder is "
+                         "migrated again with `--trace` (default: bench/outside_traces)")
+    ap.add_argument("--no-traces", action="store_true", help="migrate everything without a trace")
     args = ap.parse_args(argv)
     jobs = args.jobs or os.cpu_count() or 1
 
@@ -300,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
             src = download_examples(Path(dl))
         else:
             ap.error("give DIR or --download")
-        rows, total = measure(src, jobs)
+        traces = [] if args.no_traces else load_trace_specs(Path(args.traces))
+        rows, total = measure(src, jobs, traces)
         render(rows, total, f"linen2nnx migrate on {src} (jobs={jobs})", all_files=args.all_files)
     if args.json:
         Path(args.json).write_text(json.dumps({"source": str(src), "total": total,

@@ -37,6 +37,9 @@ class Feat:
     reason: str = ""
     elements: tuple[Feat, ...] = ()  # kind "tuple": one Feat per element
     rank: int = 0  # number of axes when known (a parameter of literal shape); 0: unknown
+    candidate: Feat | None = None
+    """For an unknown size: what it is if an assumption no source text proves holds (the right operand
+    of ``x @ y`` has rank >= 2); only a trace that shows the same sizes confirms it."""
 
     @staticmethod
     def unknown(reason: str) -> Feat:
@@ -281,13 +284,15 @@ def _concatenated(parts: Feat, axis: cst.BaseExpression | None) -> Feat:
             same = parts.elements[0]
             return same if all(e == same for e in parts.elements) else Feat.unknown("a concatenation of unequal parts")
         return Feat.unknown("a concatenation along an unknown axis")
-    if any(e.kind != "expr" for e in parts.elements):
+    known = [e if e.kind == "expr" else e.candidate for e in parts.elements]
+    if any(k is None or k.kind != "expr" for k in known):
         return Feat.unknown("a concatenation of parts of unknown size")
-    exprs = [e.expr if e.expr.isidentifier() or e.expr.replace(".", "").isalnum() else f"({e.expr})"
-             for e in parts.elements]
-    if len(set(exprs)) == 1:
-        return Feat("expr", expr=f"{len(exprs)} * {exprs[0]}")
-    return Feat("expr", expr=" + ".join(exprs))
+    exprs = [k.expr if k.expr.isidentifier() or k.expr.replace(".", "").isalnum() else f"({k.expr})"
+             for k in known]  # type: ignore[union-attr]
+    total = Feat("expr", expr=f"{len(exprs)} * {exprs[0]}" if len(set(exprs)) == 1 else " + ".join(exprs))
+    if any(e.kind != "expr" for e in parts.elements):  # some part's size is itself only a candidate
+        return Feat("unknown", reason="a concatenation of parts of unconfirmed size", candidate=total)
+    return total
 
 
 def _contracted(rhs: Feat, *gone: int | None) -> Feat:
@@ -296,6 +301,9 @@ def _contracted(rhs: Feat, *gone: int | None) -> Feat:
     ``rhs`` or the axes are not known."""
     if rhs.rank == 1:
         return Feat.unknown("a contraction with a vector")
+    if rhs.kind in ("expr", "input") and rhs.rank == 0 and gone == (-2,):
+        # `x @ y`: y's last axis survives whenever y has rank >= 2; a trace can tell
+        return Feat("unknown", reason="a contraction with a value of unknown rank", candidate=rhs)
     if rhs.rank < 2 or rhs.kind not in ("expr", "input") or None in gone:
         return Feat.unknown("a contraction with a value of unknown rank")
     if (rhs.rank - 1) in {g % rhs.rank for g in gone if -rhs.rank <= g < rhs.rank}:  # type: ignore[operator]

@@ -147,8 +147,11 @@ class SizingMixin:
         scan = plan.scanned_methods.get(fn.name.value)
         if scan is not None and out is not None:  # scanned: (carry, ys), with ys stacked on out_axes
             parts = out.elements if out.kind == "tuple" and len(out.elements) == 2 else ()
-            out = Feat("tuple", elements=(parts[0], parts[1] if scan.out_axes == "0" else Feat.unknown(
-                "stacked scan outputs"))) if parts else Feat.unknown("scan outputs")
+            # stacked on a leading axis the outputs keep their last one; on any other axis they do too
+            # unless that axis is past the per-step rank, which only a trace can rule out
+            out = Feat("tuple", elements=(parts[0], parts[1] if scan.out_axes == "0" else Feat(
+                "unknown", reason="outputs stacked on axis " + scan.out_axes, candidate=parts[1]))
+            ) if parts else Feat.unknown("scan outputs")
         if out is not None:
             plan.method_out[fn.name.value] = (params, out)
         if fn.name.value == "__call__":
@@ -206,6 +209,10 @@ class SizingMixin:
                 if not value.elements:
                     return LayerInfo(site.flow_key, None, out_unknown=True)
                 value = value.elements[-1].value
+            if site.rule.carry_init:  # a cell: (carry, y), y of `features` (the carry is not followed)
+                y = Feat("expr", expr=code(value))
+                return LayerInfo(site.flow_key, code(value), out_fn=lambda first: Feat(
+                    "tuple", elements=(Feat.unknown("a cell's carry"), y)))
             return LayerInfo(site.flow_key, code(value))
         user = site.user
         assert user is not None
@@ -231,6 +238,10 @@ class SizingMixin:
                 return Feat("expr", expr=expr) if expr is not None else Feat.unknown("submodule config")
             if feat.kind == "tuple":
                 return Feat("tuple", elements=tuple(seen_by_caller(e, first) for e in feat.elements))
+            if feat.kind == "unknown" and feat.candidate is not None:
+                seen = seen_by_caller(feat.candidate, first)
+                return Feat("unknown", reason=f"output of {site.attr}",
+                            candidate=seen if seen.kind in ("expr", "input") else seen.candidate)
             return Feat.unknown(f"output of {site.attr}")
 
         out = user.out
@@ -329,6 +340,9 @@ class SizingMixin:
             return static
         if feat.kind == "input":
             feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self._flow_method}")
+        confirmed = self._confirmed_candidate(plan, site, feat, params, node)
+        if confirmed is not None:
+            return confirmed
         traced = self._from_trace(plan, site, feat, node)
         if traced is not None:
             return traced
@@ -344,6 +358,37 @@ class SizingMixin:
         self.report("L2N-SHAPE-003", node, f"{what} is unknown statically; required constructor argument {arg} added",
                     "run `linen2nnx migrate --trace SPEC` or pass the size explicitly")
         return arg
+
+    def _confirmed_candidate(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str],
+                             node: cst.CSTNode) -> str | None:
+        """An unknown size with a candidate (``x @ y``: y's last axis if y has rank >= 2) is taken only
+        when the trace shows the site reading exactly the candidate's size in every traced call."""
+        candidate = feat.candidate
+        if self.trace is None or candidate is None or site.loop is not None or site.tail_of is not None:
+            return None
+        sizes = {s[-1] for s in self.trace.shapes_for(plan.name, site.linen_name) if s}
+        if len(sizes) != 1:
+            return None
+        if candidate.kind == "input" and self._flow_method == "__call__" and candidate.input_name in params:
+            index = params.index(candidate.input_name)
+            seen = {call[index][-1] for call in self.trace.own_inputs.get(plan.name, [])
+                    if index < len(call) and call[index]}
+        elif candidate.kind == "expr":
+            seen = set()
+            for cfg in self.trace.instances.get(plan.name, []):
+                try:
+                    seen.add(eval(candidate.expr, {}, {"self": SimpleNamespace(**cfg)}))  # a config expression
+                except Exception:
+                    return None
+        else:
+            return None
+        if seen != sizes:
+            return None
+        size = self._static_size(plan, candidate, params, node)
+        if size is not None:
+            self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {size} (traced: "
+                        f"{sizes.pop()}, which confirms {feat.reason} as its last axis)")
+        return size
 
     def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
         if self.trace is None or site.loop is not None or site.tail_of is not None:

@@ -29,6 +29,10 @@ class Trace:
     """(parent class, child name) -> the axes of the child's first input (negative, from the end) that
     its parameter shapes depend on; only for classes that size a parameter from ``x.shape``."""
 
+    own_inputs: dict[str, list[tuple[tuple[int, ...] | None, ...]]] = dataclasses.field(default_factory=dict)
+    """class qualname -> the shapes of its ``__call__``'s positional arguments (None: not an array),
+    one tuple per call: what a size the dataflow could only guess at (``x @ y``) is checked against."""
+
     def shapes_for(self, class_qualname: str, child: str) -> list[tuple[int, ...]]:
         return self.child_inputs.get((class_qualname, child), [])
 
@@ -39,6 +43,7 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
 
     child_inputs: dict[tuple[str, str], list[tuple[int, ...]]] = defaultdict(list)
     instances: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    own_inputs: dict[str, list[tuple[tuple[int, ...] | None, ...]]] = defaultdict(list)
     seen: set[int] = set()
 
     calling: list[Any] = []  # modules whose __call__ is running, outermost first
@@ -47,6 +52,8 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
     def interceptor(next_fun, args, kwargs, context):
         module = context.module
         if context.method_name == "__call__":
+            own_inputs[type(module).__qualname__].append(
+                tuple(tuple(a.shape) if hasattr(a, "shape") else None for a in args))
             parent = module.parent
             if not isinstance(parent, nn.Module):
                 # inside a lifted transform (nn.scan, nn.remat, ...) the parent is a Scope: the module
@@ -87,6 +94,7 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
         root_inputs=[tuple(a.shape) for a in args if hasattr(a, "shape")],
         spec_ref=spec_ref,
         dims_read={k: v for k, v in dims_read.items() if v is not None},
+        own_inputs=dict(own_inputs),
     )
 
 

@@ -1,0 +1,50 @@
+"""Sizes the dataflow can only guess at are never guessed: without a trace they are manual
+findings; a trace that shows exactly the candidate's size confirms it, and the result has parity."""
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from linen2nnx.equivalence import check, perturbed
+from linen2nnx.migrate import Severity, migrate_source
+from linen2nnx.migrate.trace import trace_linen
+from linen2nnx.spec import LinenSide, ModelPair, import_file
+
+SOURCE = Path(__file__).parent / "fixtures" / "traced" / "pooled_birnn.py"
+
+
+def _side(module) -> LinenSide:
+    x = np.random.default_rng(3).normal(size=(2, 6, 4)).astype(np.float32)
+    return LinenSide(model=module.Classifier(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
+                     train_kwargs={}, eval_kwargs={})
+
+
+def test_unconfirmed_sizes_stay_manual():
+    result = migrate_source(SOURCE.read_text(), "pooled_birnn.py", module_name="pooled_birnn")
+    manual = {(f.rule, f.message.split(" (")[0]) for f in result.findings if f.severity is Severity.MANUAL}
+    assert ("L2N-SHAPE-003", "input feature size of Pool.dense_1") in manual
+    assert ("L2N-SHAPE-003", "input feature size of Classifier.pool") in manual
+
+
+def test_trace_confirms_candidates_and_the_result_has_parity(tmp_path):
+    (tmp_path / "linen_src.py").write_text(SOURCE.read_text())
+    linen_mod = import_file(tmp_path / "linen_src.py")
+    side = _side(linen_mod)
+    trace = trace_linen(side)
+    result = migrate_source(SOURCE.read_text(), "pooled_birnn.py", module_name="pooled_birnn", trace=trace)
+    assert not [f for f in result.findings if f.severity is Severity.MANUAL], result.findings
+    confirmed = [f.message for f in result.findings if f.rule == "L2N-SHAPE-001" and "confirms" in f.message]
+    assert any(m.startswith("input feature size of Pool.dense_1 = in_features") for m in confirmed), confirmed
+    assert any(m.startswith("input feature size of Classifier.pool = 2 * self.hidden") for m in confirmed), confirmed
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    nnx_mod = import_file(tmp_path / "nnx_src.py")
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_mod.Classifier(in_features=4, rngs=rngs),
+                     name_map=map_path)
+    variables = perturbed(side.init_variables())
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))
