@@ -90,6 +90,35 @@ def test_outside_corpus_measures_a_tree(outside, tree, tmp_path, capsys):
     assert "TOTAL" in out and f"{total['clean_pct']:.1f}%" in out
 
 
+def test_outside_corpus_reruns_traced_examples(outside, tree, tmp_path, capsys):
+    """A trace spec of ours (EXAMPLE + linen_side(example)) migrates its example's folder again with
+    the trace: the Dense after the CNN's flatten gets its size, so the class becomes clean; a spec
+    whose example fails to run leaves that folder's untraced row standing."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "cnn.py").write_text(
+        "import numpy as np\n"
+        "from linen2nnx.spec import LinenSide, import_file\n"
+        "EXAMPLE = 'models/cnn.py'\n"
+        "def linen_side(example):\n"
+        "    module = import_file(example)\n"
+        "    x = np.zeros((2, 8, 8, 1), np.float32)\n"
+        "    return LinenSide(model=module.CNN(), batch={'x': x}, loss=lambda o, b: o.sum())\n")
+    (specs / "broken.py").write_text("EXAMPLE = 'mlp.py'\ndef linen_side(example):\n    raise RuntimeError('no')\n")
+    report = tmp_path / "outside.json"
+    assert outside.main([str(tree), "--no-traces", "--json", str(report)]) == 0
+    untraced = {r["path"]: r for r in json.loads(report.read_text())["files"]}
+    assert untraced["models/cnn.py"]["clean"] == 0
+    assert outside.main([str(tree), "--traces", str(specs), "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    rows = {r["path"]: r for r in data["files"]}
+    assert rows["models/cnn.py"]["clean"] == 1 and rows["models/cnn.py"]["idempotent"]
+    assert "L2N-SHAPE-001" in rows["models/cnn.py"]["by_rule"]
+    assert rows["mlp.py"] == untraced["mlp.py"]
+    assert data["total"]["traced"] == ["models/cnn.py (cnn.py)"]
+    assert "broken.py failed" in capsys.readouterr().err
+
+
 def test_outside_corpus_min_clean_pct_gate(outside, tree, capsys):
     assert outside.main([str(tree), "--min-clean-pct", "0"]) == 0
     assert outside.main([str(tree), "--min-clean-pct", "101"]) == 1
