@@ -717,9 +717,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         linen = {q for q in names if q.startswith("flax.linen.")}
         parent = self.get_metadata(ParentNodeProvider, original, None)
         outermost = not (isinstance(parent, cst.Attribute) and parent.value is original)
-        if linen and original not in self._handled and outermost:
+        rooted = root_name(original) is not None  # `nn.Dense(1)(x).squeeze` is a method of a result, not API
+        if linen and rooted and original not in self._handled and outermost:
             short = next(iter(linen)).removeprefix("flax.linen.")
-            rooted = root_name(original) is not None
             if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
                 return self._repoint(original, short, short, "L2N-API-001", "")
             is_callee = isinstance(parent, cst.Call) and parent.func is original
