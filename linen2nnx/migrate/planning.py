@@ -412,6 +412,7 @@ class PlanningMixin:
                     site.conditions = conditions
 
         fn.visit(Collect())
+        self._flag_class_values(plan, fn)
         self._share_exclusive_attrs(plan)
         for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
             if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
@@ -536,6 +537,32 @@ class PlanningMixin:
                     f"not ({other.conditions[0]})" if other.conditions else ""]:
                 site.attr = other.attr
                 site.exclusive_with = other
+
+    def _flag_class_values(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
+        """A Linen class of the run used as a value in @nn.compact (``Attn = vmap(Block, ...)``,
+        ``partial(Dense, ...)``) builds its module at call time, which no hoisting covers: left alone
+        the NNX class would build a fresh (NNX) module on every call. Built-in layers used so are
+        L2N-API-002 already; lifted transforms of a class are planned as sites."""
+        command = self
+        callees = {site.ctor.func for site in plan.sites.values() if isinstance(site.ctor, cst.Call)}
+
+        class Values(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> None:
+                if command.transform_kind(node.func) is not None:  # nn.scan(Cell, ...): a site, or XFORM-002
+                    callees.update(a.value for a in node.args)
+
+            def visit_Attribute(self, node: cst.Attribute) -> bool:
+                return False  # `self.Foo`, `mod.Foo`: not a bare class name of this file
+
+            def visit_Name(self, node: cst.Name) -> None:
+                if node in callees or node.value not in command.linen_classes:
+                    return
+                command.report("L2N-MOD-004", node, f"{node.value} is used as a value in @nn.compact: a module "
+                               "built from it at call time cannot be hoisted into __init__",
+                               "build the module in __init__ (an nnx transform of the class for vmap / scan)")
+
+        for stmt in fn.body.body:
+            stmt.visit(Values())
 
     def _flag_unknown_submodule(self, node: cst.Call, plan: ClassPlan) -> None:
         """``Foo(...)(x)`` in @nn.compact with ``Foo`` neither a built-in layer nor a Linen class of the run:
