@@ -37,6 +37,13 @@ The models and what is compared:
   ``pmean`` is the identity, so during this model's stages both Linen's and NNX's BatchNorm statistics
   ignore ``axis_name`` (see :func:`single_device_batch_axis`). Both sides are treated the same way.
 
+- ``sst2``: ``examples/sst2/models.py`` ``TextClassifier`` (embedding 6, hidden 5, vocabulary 11,
+  3 classes, dropout rates 0), two padded token sequences: word embedding, a bidirectional LSTM
+  scanned on axis 1 and joined by a concatenation, attention pooling ``weights @ x``; the sizes
+  the dataflow can only guess at are confirmed by the trace of this batch.
+- ``ppo``: ``examples/ppo/models.py`` ``ActorCritic(num_outputs=6)`` on two stacks of four 84x84
+  frames: the Dense after the flatten reads ``49 * 64`` features, a factor the trace gives.
+
 Weights are perturbed away from init before the check (``x + 0.5*std(x)*N(0,1)``, or ``0.1*N(0,1)``
 for constant leaves such as biases and BatchNorm scales; running variances are multiplied by
 ``exp(0.3*N(0,1))`` so they stay positive), so zero biases and unit scales cannot hide a mistake.
@@ -67,7 +74,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-MODELS = ("mnist", "vae", "imagenet")
+MODELS = ("mnist", "vae", "imagenet", "sst2", "ppo")
 TOL_FACTOR = 1e-5
 
 
@@ -305,6 +312,28 @@ def linen_side():
                      mutable=("batch_stats",), name="imagenet/_ResNet1")
 '''
 
+SST2_SPEC = '''
+def linen_side():
+    module = import_file(MODEL_FILE)
+    model = module.TextClassifier(embedding_size=6, hidden_size=5, vocab_size=11, output_size=3,
+                                  dropout_rate=0.0, word_dropout_rate=0.0)
+    batch = {{"ids": np.array([[2, 3, 4, 5, 6, 7, 8], [2, 9, 10, 3, 0, 0, 0]], np.int32),
+              "lengths": np.array([7, 4], np.int32)}}
+    return LinenSide(model=model, batch=batch, loss=mean_square,
+                     inputs=lambda b: ((b["ids"], b["lengths"]), {{}}),
+                     train_kwargs={{"deterministic": False}}, eval_kwargs={{"deterministic": True}},
+                     name="sst2/TextClassifier")
+'''
+
+PPO_SPEC = '''
+def linen_side():
+    module = import_file(MODEL_FILE)
+    x = np.random.default_rng(0).integers(0, 255, size=(2, 84, 84, 4)).astype(np.float32)
+    return LinenSide(model=module.ActorCritic(num_outputs=6), batch={{"x": x}},
+                     loss=lambda out, batch: mean_square(out[0], batch) + mean_square(out[1], batch),
+                     train_kwargs={{}}, eval_kwargs={{}}, name="ppo/ActorCritic")
+'''
+
 
 @dataclasses.dataclass
 class Prepared:
@@ -361,6 +390,14 @@ def prepare_imagenet(src: Path, work: Path) -> Prepared:
     return Prepared(_copy_example(src, "imagenet", work) / "models.py", "examples/imagenet/models.py")
 
 
+def prepare_sst2(src: Path, work: Path) -> Prepared:
+    return Prepared(_copy_example(src, "sst2", work) / "models.py", "examples/sst2/models.py")
+
+
+def prepare_ppo(src: Path, work: Path) -> Prepared:
+    return Prepared(_copy_example(src, "ppo", work) / "models.py", "examples/ppo/models.py")
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     name: str
@@ -374,6 +411,8 @@ CASES = {
     "mnist": Case("mnist", "MNIST CNN", prepare_mnist, MNIST_SPEC),
     "vae": Case("vae", "VAE", prepare_vae, VAE_SPEC),
     "imagenet": Case("imagenet", "ImageNet ResNet", prepare_imagenet, IMAGENET_SPEC, single_device_batch_axis),
+    "sst2": Case("sst2", "SST-2 text classifier", prepare_sst2, SST2_SPEC),
+    "ppo": Case("ppo", "PPO actor-critic", prepare_ppo, PPO_SPEC),
 }
 
 

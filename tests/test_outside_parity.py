@@ -1,4 +1,4 @@
-"""Outside code: bench/outside_parity.py migrates Flax's own Linen MNIST CNN and proves parity.
+"""Outside code: bench/outside_parity.py migrates Flax's own Linen examples and proves parity.
 
 The Flax sources are not part of this repository: the test uses an extracted sdist under
 /tmp/flaxsrc when there is one, else downloads the installed version's sdist with pip into a temp
@@ -60,6 +60,17 @@ def test_flax_vae_migrates_to_parity(harness, flax_src, tmp_path):
     (report,) = harness.run_models(["vae"], flax_src, tmp_path)
     assert not report.error, report.error_trace
     assert report.migrate_exit == 0 and report.manual_rules == []
+    assert report.passed and report.failed_leaves == 0, (report.worst, report.worst_max_abs, report.worst_tol)
+
+
+@pytest.mark.parametrize("model", ["sst2", "ppo"])
+def test_flax_traced_examples_migrate_to_parity(harness, flax_src, tmp_path, model):
+    """Sizes only the example batch decides: sst2's attention pooling ``weights @ x`` and its
+    bidirectional LSTM scanned on axis 1 (trace-confirmed candidates), ppo's Dense after a flatten
+    of 84x84 frames (a traced factor). No manual finding, every leaf at parity."""
+    (report,) = harness.run_models([model], flax_src, tmp_path)
+    assert not report.error, report.error_trace
+    assert report.migrate_exit == 0 and report.manual_rules == [], report.findings
     assert report.passed and report.failed_leaves == 0, (report.worst, report.worst_max_abs, report.worst_tol)
 
 
