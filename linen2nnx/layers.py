@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 
 LINEN = "flax.linen"
@@ -50,6 +50,9 @@ class LayerRule:
     """Call-time keywords with no NNX equivalent: a ``manual`` finding when given."""
     nested: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Constructor arguments that take a module (``RNN(cell)``) -> the NNX attribute holding it."""
+    nested_input: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """Nested argument -> which positional argument of the module built there receives this layer's
+    input (``nn.RNN`` calls ``cell(carry, x)``: 1); 0 when absent."""
     varargs_list: str | None = None
     """Linen list argument that NNX takes as ``*args`` (``Sequential(layers)``); element i lives at ``<it>/i``."""
     out_from: str | None = None
@@ -67,6 +70,9 @@ class LayerRule:
     call_keywords: tuple[str, ...] = ()
     """Linen call signature; when set, positional call arguments after the first become these keywords
     (``SelfAttention(x, mask)``: NNX's second positional is ``inputs_k``)."""
+    dropped_when: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Linen arguments the NNX layer already honours when their literal value passes the named check
+    of :data:`ARG_CHECKS` (dropped, with a note); any other value is a ``manual`` finding."""
     input_index: int = 0
     """Positional call argument whose last axis is the input feature size (cells are called ``(carry, x)``)."""
     carry_init: bool = False
@@ -136,7 +142,9 @@ LAYER_RULES: tuple[LayerRule, ...] = (
     LayerRule("Einsum", "Einsum", in_arg=None, positional=("einsum_str", "shape"),
               rename_args={"shape": "kernel_shape"}),
     LayerRule("RNN", "RNN", in_arg=None, positional=("cell",), nested={"cell": "cell"}, out_from="cell",
-              unsupported_args=frozenset({"variable_axes", "variable_broadcast", "variable_carry", "split_rngs"}),
+              nested_input={"cell": 1},
+              unsupported_args=frozenset({"variable_axes", "variable_broadcast", "variable_carry"}),
+              dropped_when={"split_rngs": "fresh_keys_per_step"},
               nnx_only_state=("rngs",)),
     LayerRule("Bidirectional", "Bidirectional", in_arg=None, positional=("forward_rnn", "backward_rnn"),
               nested={"forward_rnn": "forward_rnn", "backward_rnn": "backward_rnn"}, out_from="unknown",
@@ -159,6 +167,32 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         )
     ),
 )
+
+def _fresh_keys_per_step(source: str) -> bool:
+    """``split_rngs={'params': False, 'dropout': True}``: one params key for every step and a fresh key
+    per step for each other stream, which is what ``nnx.RNN`` does with the streams its cell draws
+    from (the keys themselves differ from Linen's: random draws are not bit-identical)."""
+    import ast
+
+    try:
+        value = ast.literal_eval(source)
+    except (ValueError, SyntaxError):
+        return False
+    return (isinstance(value, dict) and value.get("params", False) is False
+            and all(v is True for k, v in value.items() if k != "params"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgCheck:
+    passes: Callable[[str], bool]  # the argument's source -> the NNX layer already does this
+    note: str  # why dropping it is right, for the finding
+
+
+ARG_CHECKS: Mapping[str, ArgCheck] = {
+    "fresh_keys_per_step": ArgCheck(_fresh_keys_per_step, "one params key, a fresh key per step for every other "
+                                    "stream the cell draws from, as nnx.RNN does (the draws differ from Linen's)"),
+}
+"""Named checks of ``LayerRule.dropped_when`` (the table stays data)."""
 
 LAYERS_BY_LINEN: Mapping[str, LayerRule] = {r.linen_qualname: r for r in LAYER_RULES}
 LAYERS_BY_NNX: Mapping[str, LayerRule] = {r.nnx_qualname: r for r in LAYER_RULES}

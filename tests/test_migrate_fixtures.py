@@ -27,7 +27,8 @@ EXPECTED_MANUAL = {
     "import_alias": set(),
     "inheritance": set(),
     "bridge_fallback": {"L2N-API-002", "L2N-MOD-007"},
-    "class_value": {"L2N-MOD-004"},  # partial(Head, ...) handed to a helper in @nn.compact: built at call time  # Linen scope API: kept as Linen, the parent is NNX
+    "class_value": {"L2N-MOD-004"},
+    "custom_cell": set(),  # nn.RNNCellBase subclass in nn.RNN(split_rngs={'params': False, 'dropout': True})  # partial(Head, ...) handed to a helper in @nn.compact: built at call time  # Linen scope API: kept as Linen, the parent is NNX
     "manual_api": {"L2N-API-002", "L2N-MOD-007"},
     # self.conv(...)(x) with `conv: ModuleDef`: both classes kept as Linen; the bridged parent builds BlockLinen
     "factory_field": {"L2N-MOD-008", "L2N-API-002", "L2N-MOD-007", "L2N-SHAPE-003"},  # custom collection: kept as Linen behind nnx.bridge.ToNNX

@@ -45,6 +45,7 @@ CASES = {
     "compact_loop_tail_short": ("MLP", {"widths": (3,), "depth": 1}, (2, 5)),
     "compact_matmul": ("Proj", {}, (2, 5)),
     "compact_matmul_setup": ("SetupProj", {}, (2, 5)),
+    "custom_cell": ("Encoder", {}, (2, 6, 3)),  # an nn.RNNCellBase subclass inside nn.RNN
 }
 SOURCES = {"compact_dense_nobias": "compact_dense", "compact_loop_tail_short": "compact_loop_tail",
            "compact_matmul_setup": "compact_matmul"}

@@ -45,7 +45,8 @@ class EmitMixin:
         if rule.in_arg is not None:
             args.insert(rule.in_index, cst.Arg(cst.parse_expression(site.in_expr or "None")))
         for name, arg in upd_bound.items():
-            if name not in rule.positional and name not in site.moved_args and name != rule.varargs_list:
+            if (name not in rule.positional and name not in site.moved_args and name not in site.dropped_args
+                    and name != rule.varargs_list):
                 args.append(kwarg(rule.nnx_arg(name), arg.value))
         if rule.linen == "Einsum":
             bias = einsum_bias_shape(upd_bound)

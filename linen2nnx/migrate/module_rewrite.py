@@ -37,6 +37,7 @@ from linen2nnx.migrate.bridge import (
     linen_name,
     mutable_collections,
 )
+from linen2nnx.migrate.cells import CARRY_METHOD, nnx_initialize_carry
 from linen2nnx.migrate.cst_utils import (
     absolute_qualname,
     code,
@@ -78,6 +79,7 @@ from linen2nnx.migrate.planning import PlanningMixin
 from linen2nnx.migrate.rules import RULES
 from linen2nnx.migrate.sites import (
     COLLECTION_TYPES,
+    LINEN_BASES,
     LINEN_COMPACT,
     LINEN_MODULE,
     LINEN_SELF_API,
@@ -870,9 +872,12 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             return cst.FlattenSentinel([self._keep_linen(plan, original, linen_name(plan.name)),
                                         linen_class_name(plan.name), wrapper])
         bases = []
+        is_cell = False
         for o, u in zip(original.bases, updated.bases):
-            if self.qualnames(o.value) & LINEN_MODULE:
-                bases.append(u.with_changes(value=cst.parse_expression("nnx.Module")))
+            linen_base = sorted(self.qualnames(o.value) & LINEN_MODULE)
+            if linen_base:
+                bases.append(u.with_changes(value=cst.parse_expression(LINEN_BASES[linen_base[0]])))
+                is_cell = LINEN_BASES[linen_base[0]] == "nnx.RNNCellBase"
             else:
                 bases.append(u)
         body: list[cst.BaseStatement] = []
@@ -893,6 +898,16 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 setup_body = list(stmt.body.body)
                 init_index = len(body) if init_index is None else init_index
                 continue
+            if is_cell and isinstance(stmt, cst.FunctionDef) and stmt.name.value == CARRY_METHOD:
+                reordered = nnx_initialize_carry(stmt)
+                if reordered is None:
+                    self.report("L2N-API-002", orig_stmt, f"{plan.name}.{CARRY_METHOD}(rng, shape) uses its key: "
+                                f"nnx.RNN calls {CARRY_METHOD}(input_shape, rngs)",
+                                "take `rngs` (an nnx.Rngs or None) and draw the key from it")
+                else:
+                    self.report("L2N-API-006", orig_stmt, f"{plan.name}.{CARRY_METHOD}(rng, input_shape) -> "
+                                f"{CARRY_METHOD}(input_shape, rngs=None), as nnx.RNN calls it")
+                    stmt = reordered
             body.append(stmt)
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value in plan.scanned_methods:
                 body.append(self._step_methods.pop(stmt.name.value))  # the scanned body, right after its scan

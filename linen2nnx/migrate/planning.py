@@ -11,7 +11,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import ParentNodeProvider
 
-from linen2nnx.layers import LayerRule, nnx_ctor_params
+from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_in,
@@ -399,9 +399,9 @@ class PlanningMixin:
                         return
                     command._add_variable_site(plan, node, hoisted=True, local_names=local_names)
                 else:
-                    nesting = command._nesting(plan, node) if rule is not None else None
+                    nesting = command._nesting(plan, node) if factory is None else None
                     if nesting is not None:
-                        command._plan_nested(plan, node, rule, nesting, counters)
+                        command._plan_nested(plan, node, rule, nesting, counters, user)
                         return
                     command._plan_compact_child(plan, target, rule, user, loop, counters, local_names, conditions)
                     if factory is not None and plan.sites.get(target) is not None:
@@ -635,18 +635,20 @@ class PlanningMixin:
             return outer, arg_name, index
         return None
 
-    def _plan_nested(self, plan: ClassPlan, node: cst.Call, rule: LayerRule, nesting: tuple[Site, str, int],
-                     counters: dict[str, int | None]) -> None:
-        """A layer built as another layer's argument: built in place, named in the parent's scope by Linen."""
+    def _plan_nested(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, nesting: tuple[Site, str, int],
+                     counters: dict[str, int | None], user: ClassPlan | None = None) -> None:
+        """A layer (or a Linen class of the run, e.g. a custom cell in ``nn.RNN``) built as another
+        layer's argument: built in place, named in the parent's scope by Linen."""
         outer, arg_name, index = nesting
-        subpath = f"{rule and outer.rule.varargs_list}/{index}" if index >= 0 else outer.rule.nested[arg_name]  # type: ignore[union-attr]
-        _, name_arg = self._bind_args(rule.linen_arg_order(), node)
+        subpath = f"{outer.rule.varargs_list}/{index}" if index >= 0 else outer.rule.nested[arg_name]  # type: ignore[union-attr]
+        class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
+        _, name_arg = self._bind_args(self._arg_order(rule, user), node)
         if name_arg is not None and isinstance(name_arg.value, cst.SimpleString):
             linen_name = name_arg.value.evaluated_value  # explicit names consume no counter
         else:
-            n = counters.get(rule.linen, 0) or 0
-            counters[rule.linen] = n + 1
-            linen_name = f"{rule.linen}_{n}"
+            n = counters.get(class_name, 0) or 0
+            counters[class_name] = n + 1
+            linen_name = f"{class_name}_{n}"
         site = self._add_site(plan, node, attr=f"{outer.attr}/{subpath}", linen_name=linen_name, hoisted=False)
         site.parent, site.nested_arg, site.element = outer, arg_name, index
         outer.nested.append(site)
@@ -655,17 +657,20 @@ class PlanningMixin:
         moved = []
         for name, arg in site.args.items():
             uses = (names_in(arg.value) - NOT_LOCAL) & local_names
-            if not uses or name in rule.nested or name == rule.varargs_list:
+            if not uses or (rule is not None and (name in rule.nested or name == rule.varargs_list)):
                 continue
             value = code(arg.value)
-            if name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:
+            if rule is None:
+                self.report("L2N-MOD-004", arg, f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
+                            f"uses the call-time value {', '.join(sorted(uses))}", "build this module by hand")
+            elif name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:
                 root.view_kwargs[name] = value  # the call becomes nnx.view(layer, deterministic=...)(x)
                 moved.append(name)
             else:
                 self.report("L2N-MOD-004", arg, f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
                             f"uses the call-time value {', '.join(sorted(uses))}", "build this layer by hand")
         site.moved_args = tuple(moved)
-        if moved:
+        if moved and rule is not None:
             self.report("L2N-LAYER-003", node, f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
                         f"self.{root.attr} through nnx.view")
 
@@ -778,7 +783,15 @@ class PlanningMixin:
                 nnx_name = rule.nnx_arg(arg_name)
                 if arg_name == rule.varargs_list:
                     continue
-                if arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
+                if arg_name in rule.dropped_when:
+                    check = ARG_CHECKS[rule.dropped_when[arg_name]]
+                    if check.passes(code(arg.value)):
+                        site.dropped_args += (arg_name,)
+                        self.report("L2N-LAYER-001", arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}")
+                    else:
+                        self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no "
+                                    f"nnx.{rule.nnx} equivalent", f"see the nnx.{rule.nnx} signature; re-express it")
+                elif arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
                     self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
                                 "equivalent", f"see the nnx.{rule.nnx} signature; drop or re-express it")
                 elif arg_name in rule.only_values and code(arg.value) not in rule.only_values[arg_name]:

@@ -12,7 +12,14 @@ from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
 from linen2nnx.migrate.dataflow import Feat
 
-LINEN_MODULE = frozenset({"flax.linen.Module", "flax.linen.module.Module"})
+LINEN_BASES = {
+    "flax.linen.Module": "nnx.Module",
+    "flax.linen.module.Module": "nnx.Module",
+    "flax.linen.RNNCellBase": "nnx.RNNCellBase",  # a custom cell: nnx.RNN takes it as its own cells
+    "flax.linen.recurrent.RNNCellBase": "nnx.RNNCellBase",
+}
+"""Linen base classes a module class may derive from -> the NNX base that replaces it."""
+LINEN_MODULE = frozenset(LINEN_BASES)
 LINEN_COMPACT = frozenset({"flax.linen.compact", "flax.linen.module.compact"})
 MARKER = "# TODO(linen2nnx):"
 
@@ -88,6 +95,7 @@ class Site:
     in_expr: str | None = None
     user_in: dict[str, str] = dataclasses.field(default_factory=dict)  # new ctor arg of the user class -> expr
     moved_args: tuple[str, ...] = ()  # Linen args moved to call time
+    dropped_args: tuple[str, ...] = ()  # Linen args the NNX layer already honours (LayerRule.dropped_when)
     container: str | None = None
     loop: LoopInfo | None = None
     collection: str = "params"

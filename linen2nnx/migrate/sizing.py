@@ -260,6 +260,15 @@ class SizingMixin:
         if inner is None:
             return LayerInfo(site.flow_key, None, out_unknown=True)
         info = self._layer_info(inner)
+        if inner.kind == "module" and info.out_fn is not None:  # a cell of the run: (carry, y) -> y
+            cell_out = info.out_fn
+
+            def y_of(first: Feat) -> Feat:
+                out = cell_out(first)
+                return out.elements[1] if out.kind == "tuple" and len(out.elements) == 2 else Feat.unknown(
+                    f"output of {inner.attr}")
+
+            return LayerInfo(site.flow_key, None, out_fn=y_of)
         return LayerInfo(site.flow_key, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
 
     def _propagate_nested(self, site: Site, in_expr: str) -> None:
@@ -269,6 +278,11 @@ class SizingMixin:
         for inner in sorted(site.nested, key=lambda n: n.element):
             if inner.rule is not None and inner.rule.in_arg is not None and inner.in_expr is None:
                 inner.in_expr = current
+            if inner.kind == "module" and inner.user is not None:  # a class of the run: its input-sized args
+                fed = f"input:{site.rule.nested_input.get(inner.nested_arg, 0)}" if site.rule else "input:0"
+                for arg, how in inner.user.new_args.items():
+                    if how == fed and arg not in inner.user_in:
+                        inner.user_in[arg] = current
             self._propagate_nested(inner, current)
             if inner.element >= 0:
                 info = self._layer_info(inner)
@@ -277,6 +291,8 @@ class SizingMixin:
                 current = info.out_expr or current
 
     def _needs_input(self, site: Site) -> bool:
+        if site.parent is not None and site.kind == "module" and site.user is not None:  # nested class of the run
+            return any(how.startswith("input:") for how in site.user.new_args.values())
         return (site.rule is not None and site.rule.in_arg is not None) or any(self._needs_input(n) for n in site.nested)
 
     def _resolve_site_inputs(self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str],

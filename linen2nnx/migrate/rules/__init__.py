@@ -46,6 +46,7 @@ RULES: dict[str, Rule] = {
         Rule("L2N-PART-002", Severity.CONVERTED, "nn.logical_axis_rules / partitioning.axis_rules / nn.get_partition_spec (outside axis rules) -> the nnx functions."),
         Rule("L2N-PART-003", Severity.MANUAL, "nn.get_partition_spec inside axis rules: Linen's ignores them, NNX's applies them; the hint gives the recipe."),
         Rule("L2N-PART-004", Severity.CONVERTED, "A helper that only unboxes LogicallyPartitioned / Partitioned is removable; its calls become their argument."),
+        Rule("L2N-API-006", Severity.CONVERTED, "A custom RNN cell's initialize_carry(rng, input_shape) -> initialize_carry(input_shape, rngs=None), as nnx.RNN calls it."),
         Rule("L2N-API-005", Severity.CONVERTED, "Pure flax.linen function with no NNX counterpart kept (e.g. with_logical_constraint)."),
         Rule("L2N-API-001", Severity.CONVERTED, "flax.linen function re-pointed to the identical flax.nnx function."),
         Rule("L2N-API-002", Severity.MANUAL, "Linen API with no automatic conversion yet."),
