@@ -74,7 +74,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-MODELS = ("mnist", "vae", "imagenet", "sst2", "ppo")
+MODELS = ("mnist", "vae", "imagenet", "sst2", "ppo", "seq2seq")
 TOL_FACTOR = 1e-5
 
 
@@ -334,6 +334,18 @@ def linen_side():
                      train_kwargs={{}}, eval_kwargs={{}}, name="ppo/ActorCritic")
 '''
 
+SEQ2SEQ_SPEC = '''
+def linen_side():
+    module = import_file(MODEL_FILE)
+    rng = np.random.default_rng(0)
+    one_hot = np.eye(5, dtype=np.float32)
+    batch = {{"encoder": one_hot[rng.integers(0, 5, size=(2, 4))], "decoder": one_hot[rng.integers(0, 5, size=(2, 3))]}}
+    return LinenSide(model=module.Seq2seq(teacher_force=True, hidden_size=6, vocab_size=5), batch=batch,
+                     loss=lambda out, batch: mean_square(out[0], batch),
+                     inputs=lambda b: ((b["encoder"], b["decoder"]), {{}}), train_kwargs={{}}, eval_kwargs={{}},
+                     rng_streams=("params", "lstm"), name="seq2seq/Seq2seq")
+'''
+
 
 @dataclasses.dataclass
 class Prepared:
@@ -394,6 +406,10 @@ def prepare_sst2(src: Path, work: Path) -> Prepared:
     return Prepared(_copy_example(src, "sst2", work) / "models.py", "examples/sst2/models.py")
 
 
+def prepare_seq2seq(src: Path, work: Path) -> Prepared:
+    return Prepared(_copy_example(src, "seq2seq", work) / "models.py", "examples/seq2seq/models.py")
+
+
 def prepare_ppo(src: Path, work: Path) -> Prepared:
     return Prepared(_copy_example(src, "ppo", work) / "models.py", "examples/ppo/models.py")
 
@@ -413,6 +429,7 @@ CASES = {
     "imagenet": Case("imagenet", "ImageNet ResNet", prepare_imagenet, IMAGENET_SPEC, single_device_batch_axis),
     "sst2": Case("sst2", "SST-2 text classifier", prepare_sst2, SST2_SPEC),
     "ppo": Case("ppo", "PPO actor-critic", prepare_ppo, PPO_SPEC),
+    "seq2seq": Case("seq2seq", "seq2seq LSTM", prepare_seq2seq, SEQ2SEQ_SPEC),
 }
 
 

@@ -48,3 +48,40 @@ def test_trace_confirms_candidates_and_the_result_has_parity(tmp_path):
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))
+
+
+TAGGER = Path(__file__).parent / "fixtures" / "traced" / "feedback_tagger.py"
+
+
+def test_a_cell_carry_keeps_its_shape_and_config_tests_choose_sizes(tmp_path):
+    """No trace needed: the guess fed back through the carry is ``classes`` wide (one_hot), and the
+    ``if not self.feed_input`` branch becomes a choice in __init__. Both settings reach parity."""
+    result = migrate_source(TAGGER.read_text(), "feedback_tagger.py", module_name="feedback_tagger")
+    assert not [f for f in result.findings if f.severity is Severity.MANUAL], result.findings
+    assert "nnx.LSTMCell((self.classes if not self.feed_input else x_features), self.features" in result.output
+    (tmp_path / "linen_src.py").write_text(TAGGER.read_text())
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_mod, nnx_mod = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    xs = np.random.default_rng(4).normal(size=(2, 5, 3)).astype(np.float32)
+    for feed_input in (True, False):
+        side = LinenSide(model=linen_mod.Tagger(feed_input=feed_input), batch={"x": xs},
+                         loss=lambda out, batch: jnp.mean(out ** 2), train_kwargs={}, eval_kwargs={})
+        pair = ModelPair(linen=side, name_map=map_path, nnx_factory=lambda rngs, f=feed_input: nnx_mod.Tagger(
+            feed_input=f, in_features=3, rngs=rngs))
+        parity = check(pair, perturbed(side.init_variables()))
+        assert parity.passed, (feed_input, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures])
+
+
+def test_a_traced_carry_wider_than_features_is_manual(tmp_path):
+    (tmp_path / "linen_src.py").write_text(TAGGER.read_text())
+    linen_mod = import_file(tmp_path / "linen_src.py")
+    xs = np.zeros((2, 5, 3), np.float32)
+    for width, flagged in ((6, False), (8, True)):
+        side = LinenSide(model=linen_mod.Tagger(carry_width=width), batch={"x": xs}, loss=lambda o, b: o.sum(),
+                         train_kwargs={}, eval_kwargs={})
+        result = migrate_source(TAGGER.read_text(), "feedback_tagger.py", module_name="feedback_tagger",
+                                trace=trace_linen(side))
+        hidden = [f for f in result.findings if f.rule == "L2N-SHAPE-003" and "takes it from its carry" in f.message]
+        assert bool(hidden) == flagged, (width, result.findings)

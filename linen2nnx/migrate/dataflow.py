@@ -73,6 +73,7 @@ SHAPE_KEEPING_FUNCTIONS = frozenset({"jax.numpy.flip", "jax.numpy.roll", "jax.la
 """``f(x, ...)`` whose result has ``x``'s shape (whatever the other arguments)."""
 MATMUL_FUNCTIONS = frozenset({"jax.numpy.dot", "jax.numpy.matmul", "numpy.dot", "numpy.matmul"})
 """``f(x, w)`` contracting x's last axis with w's second-to-last (for a w of rank >= 2), as ``x @ w``."""
+ONE_HOT_FUNCTIONS = frozenset({"jax.nn.one_hot", "flax.linen.one_hot"})
 CONCATENATE_FUNCTIONS = frozenset({"jax.numpy.concatenate", "numpy.concatenate"})
 DOT_GENERAL_FUNCTIONS = frozenset({"jax.lax.dot_general"})
 """``f(x, w, dimension_numbers)``: the result's last axis is w's last free (uncontracted, unbatched) one."""
@@ -116,7 +117,9 @@ class FeatureFlow:
             self.env = dict(before)
             if stmt.orelse is not None:
                 self.statement(stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else stmt.orelse)
-            self.env = _merge(after_then, self.env)
+            # a test of the config alone (`if not self.teacher_force:`) is decided in __init__ too
+            config_test = code(stmt.test) if names_in(stmt.test) <= {"self"} else None
+            self.env = _merge(after_then, self.env, config_test)
         elif isinstance(stmt, cst.IndentedBlock):
             self.run(stmt.body)
         elif isinstance(stmt, (cst.For, cst.While)):
@@ -265,6 +268,9 @@ class FeatureFlow:
                 return Feat("expr", expr=code(last))
         if self.qualnames_of(node.func) & {"jax.numpy.reshape"} and node.args:
             return _reshape(first, cst.Call(func=node.func, args=node.args[1:]))
+        if qualnames & ONE_HOT_FUNCTIONS and len(positional) >= 2:  # one_hot(x, n): n classes on the last axis
+            return Feat("expr", expr=code(positional[1].value)) if names_in(positional[1].value) <= {"self"} else (
+                Feat.unknown("one_hot of a call-time size"))
         if qualnames & CONCATENATE_FUNCTIONS and positional:
             axis = positional[1].value if len(positional) > 1 else next(
                 (a.value for a in node.args if a.keyword is not None and a.keyword.value == "axis"), None)
@@ -350,11 +356,21 @@ def _reshape(receiver: Feat, node: cst.Call) -> Feat:
     return Feat.unknown("reshape")
 
 
-def _merge(a: dict[str, Feat], b: dict[str, Feat]) -> dict[str, Feat]:
+SIZED = ("expr", "input")
+
+
+def _merge(a: dict[str, Feat], b: dict[str, Feat], config_test: str | None = None) -> dict[str, Feat]:
+    """Values after an ``if`` (``a``: the then branch). Where they differ: a ``choice`` on a config
+    test when both sides are sized, else unknown."""
     out = {}
     for k in a.keys() | b.keys():
         va, vb = a.get(k), b.get(k)
-        out[k] = va if va == vb else Feat.unknown("differs between branches")
+        if va == vb:
+            out[k] = va
+        elif config_test is not None and va is not None and vb is not None and va.kind in SIZED and vb.kind in SIZED:
+            out[k] = Feat("choice", expr=config_test, elements=(va, vb))
+        else:
+            out[k] = Feat.unknown("differs between branches")
     return out
 
 

@@ -65,6 +65,14 @@ class EmitMixin:
         if site.lifted is not None:  # nn.scan(Block, ...)(cfg): the class itself, lifted in _build
             updated = updated.with_changes(func=cst.parse_expression(code(site.lifted.base)))
         args = [a for a in updated.args if not (a.keyword is not None and a.keyword.value == "name")]
+        if site.arg_sources:  # `Cell(x.shape[-1])`: the size the dataflow resolved
+            assert site.user is not None
+            bound, _ = self._bind_args(site.user.field_names, updated)
+            resolved = {id(bound[name]): source for name, source in site.arg_sources.items() if name in bound}
+            args = [a.with_changes(value=cst.parse_expression(resolved[id(a)])) if id(a) in resolved else a
+                    for a in args]
+        if args:  # what follows the last argument (a newline before `)`) would split the new keywords
+            args[-1] = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
         args += [kwarg(name, cst.parse_expression(expr)) for name, expr in site.user_in.items()]
         args.append(kwarg("rngs", cst.Name("rngs")))
         return updated.with_changes(args=strip_commas(args))

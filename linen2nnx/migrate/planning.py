@@ -29,6 +29,7 @@ from linen2nnx.migrate.lifted import SCAN_DECORATORS, LiftError, method_scan
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 from linen2nnx.migrate.sites import (
     COLLECTION_TYPES,
+    LINEN_BASES,
     LINEN_COMPACT,
     LINEN_MODULE,
     BranchLocal,
@@ -65,6 +66,9 @@ class PlanningMixin:
                         fields = [f for f in fields if f.name != small.target.value]
                         fields.append(self._field(small))
         plan = ClassPlan(name=node.name.value, fields=fields)
+        plan.is_cell = any(LINEN_BASES.get(q) == "nnx.RNNCellBase" for base in node.bases
+                           for q in self.qualnames(base.value)) or any(
+            getattr(self.user_class_of(base.value), "is_cell", False) for base in node.bases)
         for stmt in node.body.body:  # `act: Callable = nn.relu`: calling self.act keeps the feature size
             for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
                 if (isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None
@@ -660,7 +664,10 @@ class PlanningMixin:
             if not uses or (rule is not None and (name in rule.nested or name == rule.varargs_list)):
                 continue
             value = code(arg.value)
-            if rule is None:
+            shape_locals = shape_last_refs(arg.value, uses)
+            if shape_locals is not None and not (rule is not None and name in rule.call_args):
+                site.shape_refs[name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
+            elif rule is None:
                 self.report("L2N-MOD-004", arg, f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
                             f"uses the call-time value {', '.join(sorted(uses))}", "build this module by hand")
             elif name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:

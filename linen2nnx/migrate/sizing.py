@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import SimpleNamespace
+from typing import Any
 
 import libcst as cst
 
@@ -43,12 +44,14 @@ class SizingMixin:
         setup_attrs = {s.attr: s for s in plan.sites.values() if not s.hoisted and s.container is None
                        and s.kind in ("layer", "module")}
 
+        probing = [False]  # a first pass over a step function (see _carry_fixpoint): no side effects
+
         def layer_of(call: cst.Call) -> LayerInfo | None:
             func = call.func
             variable = plan.sites.get(call)
             if variable is not None and variable.kind in ("param", "variable"):
                 for arg_name, refs in variable.shape_refs.items():
-                    if resolve and arg_name not in variable.arg_sources:
+                    if resolve and not probing[0] and arg_name not in variable.arg_sources:
                         self._resolve_shape_arg(plan, variable, arg_name, refs, flow, params)
                 return None
             site = None
@@ -63,9 +66,10 @@ class SizingMixin:
                 site = branch.site
             if site is None or site.kind not in ("layer", "module"):
                 return None
-            for arg_name, refs in site.shape_refs.items():
-                if resolve and arg_name not in site.arg_sources:
-                    self._resolve_shape_arg(plan, site, arg_name, refs, flow, params)
+            for built in (site, *self._nested_sites(site)):  # nn.RNN(Cell(x.shape[-1])): the cell's too
+                for arg_name, refs in built.shape_refs.items():
+                    if resolve and not probing[0] and arg_name not in built.arg_sources:
+                        self._resolve_shape_arg(plan, built, arg_name, refs, flow, params)
             info = self._layer_info(site)
             if site.rule is not None and site.rule.input_index:
                 info = dataclasses.replace(info, input_index=site.rule.input_index)
@@ -120,7 +124,8 @@ class SizingMixin:
                 depth[0] += 1
                 sub.run(callee.body.body)
                 depth[0] -= 1
-                flow.uses.extend(sub.uses)
+                if not probing[0]:
+                    flow.uses.extend(sub.uses)
                 returns = sub.returns
                 return returns[0] if returns and all(r == returns[0] for r in returns) else Feat.unknown(name or "")
             known = plan.method_out.get(name or "")
@@ -142,6 +147,8 @@ class SizingMixin:
                 plan.shape_local_sizes[name] = sizes
 
         flow = FeatureFlow(params, layer_of, self.qualnames, method_of, on_assign, value_of)
+        if len(params) >= 2 and ((plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods):
+            flow.env[params[0]] = self._carry_fixpoint(fn, params, layer_of, method_of, value_of, probing)
         flow.run(fn.body.body)
         out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
         scan = plan.scanned_methods.get(fn.name.value)
@@ -172,6 +179,46 @@ class SizingMixin:
             if site.in_expr is not None or site.user_in:
                 continue
             self._resolve_site_inputs(plan, site, feats, params, nodes[key], all_args.get(key, ()))
+
+    @classmethod
+    def _nested_sites(cls, site: Site) -> list[Site]:
+        return [deep for inner in site.nested for deep in (inner, *cls._nested_sites(inner))]
+
+    def _check_traced_carry(self, plan: ClassPlan, site: Site, node: cst.CSTNode) -> None:
+        """A Linen cell's hidden size is its carry's last axis (``h.shape[-1]``), not ``features``: the
+        two differ when a caller hands in a carry of another width (seq2seq's decoder starts from the
+        encoder's state). A trace that shows such a carry makes the NNX cell's size a manual finding."""
+        if self.trace is None or site.rule is None or site.rule.out_arg not in site.args:
+            return
+        carried = {sizes[-1] for sizes in self.trace.carries.get((plan.name, site.linen_name), []) if sizes}
+        features = code(site.args[site.rule.out_arg].value)
+        declared = set()
+        for cfg in self.trace.instances.get(plan.name, []):
+            try:
+                declared.add(eval(features, {}, {"self": SimpleNamespace(**cfg)}))  # a config expression
+            except Exception:
+                return
+        if carried and declared and carried != declared:
+            self.report("L2N-SHAPE-003", node, f"hidden size of {plan.name}.{site.attr}: Linen's nn.{site.rule.linen} "
+                        f"takes it from its carry (traced {sorted(carried)}), not from {features} (traced "
+                        f"{sorted(declared)})", f"give nnx.{site.rule.nnx} the carry's width as hidden_features")
+
+    def _carry_fixpoint(self, fn: cst.FunctionDef, params: list[str], layer_of: Any, method_of: Any,
+                        value_of: Any, probing: list[bool]) -> Feat:
+        """A step function's carry (a cell's, or a scanned method's) has the same shape on every step:
+        what a first pass sees it return is what it receives (``lstm_state, last_prediction = carry``
+        -> ``last_prediction`` is as wide as the prediction it returns). Unknown parts stay unknown."""
+        probe = FeatureFlow(params, layer_of, self.qualnames, method_of, value_of=value_of)
+        probing[0] = True  # the callbacks record nothing and resolve nothing meanwhile
+        try:
+            probe.run(fn.body.body)
+        finally:
+            probing[0] = False
+        outs = probe.returns
+        if not outs or any(o != outs[0] for o in outs) or outs[0].kind != "tuple" or len(outs[0].elements) != 2:
+            return Feat("input", input_name=params[0])
+        carry = outs[0].elements[0]
+        return carry if carry.kind == "tuple" or carry.kind == "expr" else Feat("input", input_name=params[0])
 
     def _resolve_shape_arg(self, plan: ClassPlan, site: Site, arg_name: str, refs: list[str], flow: FeatureFlow,
                            params: list[str]) -> None:
@@ -299,6 +346,8 @@ class SizingMixin:
                              node: cst.CSTNode, args: tuple[Feat, ...] = ()) -> None:
         if site.kind == "layer":
             assert site.rule is not None
+            if site.rule.carry_init:
+                self._check_traced_carry(plan, site, node)
             if self._needs_input(site):
                 expr = self._loop_expr(plan, site, feats, params, node)
                 if site.rule.in_arg is not None:

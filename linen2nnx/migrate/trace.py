@@ -33,6 +33,10 @@ class Trace:
     """class qualname -> the shapes of its ``__call__``'s positional arguments (None: not an array),
     one tuple per call: what a size the dataflow could only guess at (``x @ y``) is checked against."""
 
+    carries: dict[tuple[str, str], list[tuple[int, ...]]] = dataclasses.field(default_factory=dict)
+    """(parent class, child name) -> the last-axis sizes of the leaves of a child's first argument when
+    it is a tuple (an RNN cell's carry), one tuple per call: Linen cells take their hidden size from it."""
+
     def shapes_for(self, class_qualname: str, child: str) -> list[tuple[int, ...]]:
         return self.child_inputs.get((class_qualname, child), [])
 
@@ -44,6 +48,7 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
     child_inputs: dict[tuple[str, str], list[tuple[int, ...]]] = defaultdict(list)
     instances: dict[str, list[dict[str, Any]]] = defaultdict(list)
     own_inputs: dict[str, list[tuple[tuple[int, ...] | None, ...]]] = defaultdict(list)
+    carries: dict[tuple[str, str], list[tuple[int, ...]]] = defaultdict(list)
     seen: set[int] = set()
 
     calling: list[Any] = []  # modules whose __call__ is running, outermost first
@@ -59,6 +64,10 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
                 # inside a lifted transform (nn.scan, nn.remat, ...) the parent is a Scope: the module
                 # that applies the transform is the innermost one still running
                 parent = calling[-1] if calling else None
+            if isinstance(parent, nn.Module) and args and isinstance(args[0], (tuple, list)):
+                leaves = jax.tree.leaves(args[0])
+                if leaves and all(hasattr(leaf, "shape") and leaf.shape for leaf in leaves):
+                    carries[(type(parent).__qualname__, module.name)].append(tuple(leaf.shape[-1] for leaf in leaves))
             if isinstance(parent, nn.Module) and args and hasattr(args[0], "shape"):
                 key = (type(parent).__qualname__, module.name)
                 child_inputs[key].append(tuple(args[0].shape))
@@ -95,6 +104,7 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
         spec_ref=spec_ref,
         dims_read={k: v for k, v in dims_read.items() if v is not None},
         own_inputs=dict(own_inputs),
+        carries=dict(carries),
     )
 
 
