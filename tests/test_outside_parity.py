@@ -63,11 +63,12 @@ def test_flax_vae_migrates_to_parity(harness, flax_src, tmp_path):
     assert report.passed and report.failed_leaves == 0, (report.worst, report.worst_max_abs, report.worst_tol)
 
 
-@pytest.mark.parametrize("model", ["sst2", "ppo"])
+@pytest.mark.parametrize("model", ["sst2", "ppo", "seq2seq"])
 def test_flax_traced_examples_migrate_to_parity(harness, flax_src, tmp_path, model):
     """Sizes only the example batch decides: sst2's attention pooling ``weights @ x`` and its
     bidirectional LSTM scanned on axis 1 (trace-confirmed candidates), ppo's Dense after a flatten
-    of 84x84 frames (a traced factor). No manual finding, every leaf at parity."""
+    of 84x84 frames (a traced factor), seq2seq's custom cell whose LSTM is as wide as the encoder's
+    carry. No manual finding, every compared leaf at parity."""
     (report,) = harness.run_models([model], flax_src, tmp_path)
     assert not report.error, report.error_trace
     assert report.migrate_exit == 0 and report.manual_rules == [], report.findings

@@ -74,14 +74,26 @@ def test_a_cell_carry_keeps_its_shape_and_config_tests_choose_sizes(tmp_path):
         assert parity.passed, (feed_input, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures])
 
 
-def test_a_traced_carry_wider_than_features_is_manual(tmp_path):
+def test_a_traced_carry_wider_than_features_sizes_the_cell(tmp_path):
+    """Linen's LSTMCell reads its hidden size from the carry: the trace shows 8 where ``features``
+    says 6, so the cell takes the carry's width, as a constructor argument its caller fills from its
+    own config (``carry_width``), and the result has parity."""
     (tmp_path / "linen_src.py").write_text(TAGGER.read_text())
     linen_mod = import_file(tmp_path / "linen_src.py")
-    xs = np.zeros((2, 5, 3), np.float32)
-    for width, flagged in ((6, False), (8, True)):
-        side = LinenSide(model=linen_mod.Tagger(carry_width=width), batch={"x": xs}, loss=lambda o, b: o.sum(),
-                         train_kwargs={}, eval_kwargs={})
-        result = migrate_source(TAGGER.read_text(), "feedback_tagger.py", module_name="feedback_tagger",
-                                trace=trace_linen(side))
-        hidden = [f for f in result.findings if f.rule == "L2N-SHAPE-003" and "takes it from its carry" in f.message]
-        assert bool(hidden) == flagged, (width, result.findings)
+    xs = np.random.default_rng(5).normal(size=(2, 5, 3)).astype(np.float32)
+    side = LinenSide(model=linen_mod.Tagger(carry_width=8), batch={"x": xs},
+                     loss=lambda out, batch: jnp.mean(out ** 2), train_kwargs={}, eval_kwargs={})
+    result = migrate_source(TAGGER.read_text(), "feedback_tagger.py", module_name="feedback_tagger",
+                            trace=trace_linen(side))
+    assert not [f for f in result.findings if f.severity is Severity.MANUAL], result.findings
+    assert "nnx.LSTMCell((self.classes if not self.feed_input else x_features), lstm_cell_0_hidden_features" in (
+        result.output)
+    assert "lstm_cell_0_hidden_features=self.carry_width" in result.output
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    nnx_mod = import_file(tmp_path / "nnx_src.py")
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(linen=side, name_map=map_path,
+                     nnx_factory=lambda rngs: nnx_mod.Tagger(carry_width=8, in_features=3, rngs=rngs))
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]

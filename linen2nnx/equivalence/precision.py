@@ -80,8 +80,9 @@ def linen_dots(pair: Any, variables: Any) -> dict[PathT, list[str]]:
     """Dots of the Linen eval forward by Linen module path (shapes only: nothing runs)."""
     side = pair.linen
     args, kwargs = side.call_args(False)
+    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}  # a model that draws (make_rng) at eval
     with linen_hooked(_scope_hook):
-        jaxpr = jax.make_jaxpr(lambda v: side.model.apply(v, *args, **kwargs))(variables)
+        jaxpr = jax.make_jaxpr(lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs))(variables)
     return module_dots(jaxpr)
 
 

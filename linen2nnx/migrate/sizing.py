@@ -146,6 +146,10 @@ class SizingMixin:
                     sizes[var] = size
                 plan.shape_local_sizes[name] = sizes
 
+        if resolve:  # before the flow: a cell sized from its carry changes what follows it
+            for site in list(plan.sites.values()):
+                if site.kind == "layer" and site.rule is not None and site.rule.carry_init:
+                    self._check_traced_carry(plan, site, site.ctor)
         flow = FeatureFlow(params, layer_of, self.qualnames, method_of, on_assign, value_of)
         if len(params) >= 2 and ((plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods):
             flow.env[params[0]] = self._carry_fixpoint(fn, params, layer_of, method_of, value_of, probing)
@@ -184,11 +188,23 @@ class SizingMixin:
     def _nested_sites(cls, site: Site) -> list[Site]:
         return [deep for inner in site.nested for deep in (inner, *cls._nested_sites(inner))]
 
+    def _traced_arg(self, plan: ClassPlan, site: Site, arg: str, how: str, node: cst.CSTNode) -> str:
+        """A submodule's argument its own config could not express (``traced:6``): the caller's config
+        expression with that traced value, when exactly one matches."""
+        matched = self._match_config([int(how.split(":")[1])], self.trace.instances.get(plan.name, [])
+                                     if self.trace is not None else [], plan)
+        if len(matched) == 1:
+            self.report("L2N-SHAPE-001", node, f"{arg} of {site.user.name if site.user else site.attr} = "
+                        f"{matched[0]} (traced: {how.split(':')[1]}; the only config value that matches)")
+            return matched[0]
+        return self._required_arg(plan, site, f"{arg} of {site.user.name if site.user else site.attr}", node)
+
     def _check_traced_carry(self, plan: ClassPlan, site: Site, node: cst.CSTNode) -> None:
         """A Linen cell's hidden size is its carry's last axis (``h.shape[-1]``), not ``features``: the
         two differ when a caller hands in a carry of another width (seq2seq's decoder starts from the
         encoder's state). A trace that shows such a carry makes the NNX cell's size a manual finding."""
-        if self.trace is None or site.rule is None or site.rule.out_arg not in site.args:
+        if (self.trace is None or site.rule is None or site.rule.out_arg not in site.args
+                or site.rule.out_arg in site.arg_sources):
             return
         carried = {sizes[-1] for sizes in self.trace.carries.get((plan.name, site.linen_name), []) if sizes}
         features = code(site.args[site.rule.out_arg].value)
@@ -198,10 +214,22 @@ class SizingMixin:
                 declared.add(eval(features, {}, {"self": SimpleNamespace(**cfg)}))  # a config expression
             except Exception:
                 return
-        if carried and declared and carried != declared:
+        if not carried or not declared or carried == declared:
+            return
+        matched = self._match_config(sorted(carried), self.trace.instances.get(plan.name, []), plan)
+        if len(matched) == 1:
+            size = matched[0]
+        elif len(carried) == 1:  # not this class's config: a constructor argument its caller fills
+            size = f"{site.attr}_hidden_features".replace("/", "_")
+            plan.new_args[size] = f"traced:{carried.pop()}"
+        else:
             self.report("L2N-SHAPE-003", node, f"hidden size of {plan.name}.{site.attr}: Linen's nn.{site.rule.linen} "
                         f"takes it from its carry (traced {sorted(carried)}), not from {features} (traced "
                         f"{sorted(declared)})", f"give nnx.{site.rule.nnx} the carry's width as hidden_features")
+            return
+        site.arg_sources[site.rule.out_arg] = size
+        self.report("L2N-SHAPE-001", node, f"hidden size of {plan.name}.{site.attr} = {size}: Linen's "
+                    f"nn.{site.rule.linen} takes it from its carry (traced), not from {features}")
 
     def _carry_fixpoint(self, fn: cst.FunctionDef, params: list[str], layer_of: Any, method_of: Any,
                         value_of: Any, probing: list[bool]) -> Feat:
@@ -252,6 +280,8 @@ class SizingMixin:
                 resolved = site.arg_sources.get(site.rule.out_arg)
                 return LayerInfo(site.flow_key, resolved, out_unknown=resolved is None)
             value = out.value
+            if site.rule.out_arg in site.arg_sources:  # a size resolved for it (a cell's traced carry width)
+                value = cst.parse_expression(site.arg_sources[site.rule.out_arg])
             if isinstance(value, (cst.Tuple, cst.List)):  # features=(heads, head_dim): last axis is head_dim
                 if not value.elements:
                     return LayerInfo(site.flow_key, None, out_unknown=True)
@@ -346,13 +376,15 @@ class SizingMixin:
                              node: cst.CSTNode, args: tuple[Feat, ...] = ()) -> None:
         if site.kind == "layer":
             assert site.rule is not None
-            if site.rule.carry_init:
-                self._check_traced_carry(plan, site, node)
             if self._needs_input(site):
                 expr = self._loop_expr(plan, site, feats, params, node)
                 if site.rule.in_arg is not None:
                     site.in_expr = expr
                 self._propagate_nested(site, expr)
+            for inner in self._nested_sites(site):  # e.g. a cell of the run's traced hidden size
+                for arg, how in (inner.user.new_args.items() if inner.user is not None else ()):
+                    if how.startswith("traced:") and arg not in inner.user_in:
+                        inner.user_in[arg] = self._traced_arg(plan, inner, arg, how, node)
         elif site.kind == "module":
             assert site.user is not None
             for arg, how in site.user.new_args.items():
@@ -365,6 +397,8 @@ class SizingMixin:
                     # another input (a cell's `x` beside its carry; under nn.scan, a per-step slice whose
                     # last axis is the scanned input's)
                     site.user_in[arg] = self._resolve_in(plan, site, args[index], params, node)
+                elif how.startswith("traced:"):
+                    site.user_in[arg] = self._traced_arg(plan, site, arg, how, node)
                 else:
                     site.user_in[arg] = self._required_arg(plan, site, f"{arg} of {site.user.name}", node)
 
