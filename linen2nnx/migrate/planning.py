@@ -589,6 +589,11 @@ class PlanningMixin:
                         "with an NNX layer class passed in")
             return
         name = ctor.func.value if isinstance(ctor.func, cst.Name) else ctor.func.attr.value
+        if isinstance(ctor.func, cst.Name) and self._bound_to_partial(ctor, name):
+            # `QKVDense = partial(Dense, ...)` then `QKVDense(name='q')(x)`: a module built through a local
+            self.report("L2N-MOD-004", ctor, f"{name}(...)(...) builds a submodule through the local {name}, "
+                        "which the codemod does not follow", "build the module in __init__ with its class")
+            return
         if not name[:1].isupper() or self.self_call(ctor) is not None:
             return
         qualnames = self.qualnames(ctor.func)
@@ -596,6 +601,25 @@ class PlanningMixin:
             return
         self.report("L2N-MOD-006", ctor, f"{name}(...)(...) looks like a Linen submodule that is not part of this "
                     "run", "migrate the file that defines it in the same run, or convert it by hand")
+
+    def _bound_to_partial(self, node: cst.CSTNode, name: str) -> bool:
+        """Is ``name`` a local of the function around ``node`` assigned a ``functools.partial(...)``?"""
+        owner = self._enclosing_function(node)
+        if owner is None:
+            return False
+        command = self
+        found = False
+
+        class Assigns(cst.CSTVisitor):
+            def visit_Assign(self, assign: cst.Assign) -> None:
+                nonlocal found
+                if (any(isinstance(t.target, cst.Name) and t.target.value == name for t in assign.targets)
+                        and isinstance(assign.value, cst.Call)
+                        and command.qualnames(assign.value.func) & {"functools.partial"}):
+                    found = True
+
+        owner.body.visit(Assigns())
+        return found
 
     def _conditions_of(self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str]) -> list[str] | None:
         """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches); None when a test
