@@ -6,6 +6,8 @@ import re
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children
+
 _EMPTY = cst.Module([])
 NOT_LOCAL = frozenset({"self", "True", "False", "None"})
 
@@ -24,20 +26,16 @@ def snake_case(name: str) -> str:
 def names_in(node: cst.CSTNode) -> set[str]:
     """Free-looking names used in ``node`` (attribute names and keywords excluded)."""
     found: set[str] = set()
-
-    class V(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.add(n.value)
-
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)
-            return False
-
-        def visit_Arg(self, n: cst.Arg) -> bool:
-            n.value.visit(self)
-            return False
-
-    node.visit(V())
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        kind = type(n)
+        if kind is cst.Name:
+            found.add(n.value)  # type: ignore[attr-defined]
+        elif kind is cst.Attribute or kind is cst.Arg:
+            stack.append(n.value)  # type: ignore[attr-defined]
+        else:
+            stack.extend(syntax_children(n))
     return found
 
 
@@ -50,7 +48,7 @@ def assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
         if isinstance(star, cst.Param):
             counts[star.name.value] = counts.get(star.name.value, 0) + 1
 
-    class Targets(cst.CSTVisitor):
+    class Targets(FastVisitor):
         def _bind(self, target: cst.CSTNode) -> None:
             for n in names_in(target):
                 counts[n] = counts.get(n, 0) + 1
@@ -74,7 +72,7 @@ def assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
             counts[node.name.value] = counts.get(node.name.value, 0) + 1
             return node is fn
 
-    fn.visit(Targets())
+    Targets().walk(fn)
     counts.pop("self", None)
     return counts
 
@@ -154,11 +152,11 @@ def comprehension_names(node: cst.CSTNode) -> set[str]:
     """Names bound by comprehensions inside ``node`` (``ax`` in ``tuple(x.shape[ax] for ax in axes)``)."""
     found: set[str] = set()
 
-    class V(cst.CSTVisitor):
+    class V(FastVisitor):
         def visit_CompFor(self, n: cst.CompFor) -> None:
             found.update(names_in(n.target))
 
-    node.visit(V())
+    V().walk(node)
     return found
 
 
@@ -166,7 +164,7 @@ def assigned_in(node: cst.CSTNode) -> set[str]:
     """Names an assignment-like statement (or any block) binds."""
     found: set[str] = set()
 
-    class V(cst.CSTVisitor):
+    class V(FastVisitor):
         def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
             found.update(names_in(n.target))
 
@@ -179,7 +177,7 @@ def assigned_in(node: cst.CSTNode) -> set[str]:
         def visit_For(self, n: cst.For) -> None:
             found.update(names_in(n.target))
 
-    node.visit(V())
+    V().walk(node)
     return found
 
 
@@ -187,7 +185,7 @@ def only_shape_uses(node: cst.CSTNode, name: str) -> bool:
     """``name`` appears in ``node`` only as ``name.shape`` or ``name.ndim``."""
     ok = True
 
-    class V(cst.CSTVisitor):
+    class V(FastVisitor):
         def visit_Attribute(self, n: cst.Attribute) -> bool:
             if isinstance(n.value, cst.Name) and n.value.value == name:
                 nonlocal ok
@@ -200,7 +198,7 @@ def only_shape_uses(node: cst.CSTNode, name: str) -> bool:
             if n.value == name:
                 ok = False
 
-    node.visit(V())
+    V().walk(node)
     return ok
 
 

@@ -25,7 +25,6 @@ from typing import Any
 
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from linen2nnx.layers import LayerRule, layer_rule
 from linen2nnx.migrate.bridge import (
@@ -38,6 +37,7 @@ from linen2nnx.migrate.bridge import (
     mutable_collections,
 )
 from linen2nnx.migrate.cells import CARRY_METHOD, nnx_initialize_carry
+from linen2nnx.migrate.cst_meta import FastVisitor, parent_map, start_positions
 from linen2nnx.migrate.cst_utils import (
     absolute_qualname,
     code,
@@ -75,6 +75,7 @@ from linen2nnx.migrate.linen_api import (
     equivalent_in_nnx,
     same_in_nnx,
 )
+from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.planning import PlanningMixin
 from linen2nnx.migrate.rules import RULES
 from linen2nnx.migrate.sites import (
@@ -97,7 +98,6 @@ from linen2nnx.namemap import ClassEntry, NameMap
 
 class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTransformer):
     DESCRIPTION = "Rewrite Flax Linen modules as idiomatic Flax NNX modules."
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
     def __init__(self, context: CodemodContext, *, path: str, module_name: str, trace: Trace | None = None,
                  rule_enabled: Callable[[str], bool] = lambda rule_id: True, unsafe_fixes: bool = False,
@@ -142,13 +142,25 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._factory_calls: dict[cst.Call, cst.Call] = {}  # a factory call site -> its rewritten call
         self._stmt_prefix: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # lazily created variables
         self._step_methods: dict[str, cst.FunctionDef] = {}  # scanned method -> its body as a step method
+        # the tree being migrated and what is known of it (see transform_module, qualnames, parent_of)
+        self._module = cst.Module([])
+        self._names: NameResolver | None = None
+        self._parents: dict[cst.CSTNode, cst.CSTNode] | None = None
+        self._unplaced: list[tuple[int, cst.CSTNode]] = []  # (index in findings, node): positions to fill in
 
     # ---- helpers -----------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> set[str]:
-        try:
-            return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
-        except KeyError:
-            return set()
+        """What ``node`` of the original tree may name (``nn.Dense`` -> ``{"flax.linen.Dense"}``); see
+        :mod:`~linen2nnx.migrate.names`. Empty for a node the codemod built."""
+        if self._names is None:
+            self._names = NameResolver(self._module)
+        return set(self._names.qualnames(node))
+
+    def parent_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The parent of ``node`` in the original tree; None for its root or a node the codemod built."""
+        if self._parents is None:
+            self._parents = parent_map(self._module)
+        return self._parents.get(node)
 
     def report(self, rule_id: str, node: cst.CSTNode, message: str, hint: str = "") -> None:
         """Record a finding; a ``manual`` one also marks its statement with an inline TODO.
@@ -157,10 +169,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         """
         if not self.rule_enabled(rule_id):
             return
-        pos = self.get_metadata(PositionProvider, node, None)
-        line, col = (pos.start.line, pos.start.column + 1) if pos else (0, 0)
         severity = RULES[rule_id].severity
-        self.findings.append(Finding(rule_id, severity, self.path, line, col, message, hint))
+        self._unplaced.append((len(self.findings), node))  # its line and column: see _place_findings
+        self.findings.append(Finding(rule_id, severity, self.path, 0, 0, message, hint))
         if rule_id in BLOCKING_RULES:
             if self._planning:
                 self._pending_blocking.append(rule_id)
@@ -184,13 +195,13 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             site = plan.sites.get(cur) if isinstance(cur, cst.Call) else None
             if site is not None and site.hoisted:
                 return cur
-            cur = self.get_metadata(ParentNodeProvider, cur, None)
+            cur = self.parent_of(cur)
         return None
 
     def _statement_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
         cur: cst.CSTNode | None = node
         while cur is not None and not isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            cur = self.get_metadata(ParentNodeProvider, cur, None)
+            cur = self.parent_of(cur)
         return cur
 
     def layer_rule_of(self, node: cst.BaseExpression) -> LayerRule | None:
@@ -384,13 +395,13 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     def _mark_transform_names(self, node: cst.CSTNode) -> None:
         command = self
 
-        class Mark(cst.CSTVisitor):
+        class Mark(FastVisitor):
             def visit_Attribute(self, attr: cst.Attribute) -> None:
                 if any(q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in LINEN_MARKERS
                        for q in command.qualnames(attr)):
                     command._handled.add(attr)
 
-        node.visit(Mark())
+        Mark().walk(node)
 
     def _function_transform(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """A lifted transform of a function that takes a module: NNX transforms take modules as
@@ -463,7 +474,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         unboxes = False
         command = self
 
-        class V(cst.CSTVisitor):
+        class V(FastVisitor):
             def visit_Attribute(self, node: cst.Attribute) -> None:
                 nonlocal unboxes
                 short = {q.removeprefix("flax.linen.") for q in command.qualnames(node) if q.startswith("flax.linen.")}
@@ -472,7 +483,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 if node.attr.value == "unbox" or short & UNBOX_FUNCTIONS:
                     unboxes = True
 
-        fn.visit(V())
+        V().walk(fn)
         if boxes and unboxes:
             self._handled.update(boxes)
             self.report("L2N-PART-004", fn, f"{fn.name.value}() only unboxes Linen partition metadata: removable "
@@ -710,14 +721,14 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     def _enclosing_statement(self, node: cst.CSTNode) -> cst.CSTNode:
         cur: cst.CSTNode | None = node
         while cur is not None and not isinstance(cur, cst.SimpleStatementLine):
-            cur = self.get_metadata(ParentNodeProvider, cur, None)
+            cur = self.parent_of(cur)
         assert cur is not None
         return cur
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         names = self.qualnames(original)
         linen = {q for q in names if q.startswith("flax.linen.")}
-        parent = self.get_metadata(ParentNodeProvider, original, None)
+        parent = self.parent_of(original)
         outermost = not (isinstance(parent, cst.Attribute) and parent.value is original)
         rooted = root_name(original) is not None  # `nn.Dense(1)(x).squeeze` is a method of a result, not API
         if linen and rooted and original not in self._handled and outermost:
@@ -794,11 +805,11 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
     def _under_axis_rules(self, node: cst.CSTNode) -> bool:
         """Lexically inside ``with ...axis_rules(...)`` / ``logical_axis_rules(...)``."""
-        cur = self.get_metadata(ParentNodeProvider, node, None)
+        cur = self.parent_of(node)
         while cur is not None:
             if isinstance(cur, cst.With) and any("axis_rules" in code(item.item) for item in cur.items):
                 return True
-            cur = self.get_metadata(ParentNodeProvider, cur, None)
+            cur = self.parent_of(cur)
         return False
 
     def _in_setup(self, node: cst.CSTNode) -> bool:
@@ -811,7 +822,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     def _enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         cur: cst.CSTNode | None = node
         while cur is not None and not isinstance(cur, cst.FunctionDef):
-            cur = self.get_metadata(ParentNodeProvider, cur, None)
+            cur = self.parent_of(cur)
         return cur
 
     def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
@@ -849,8 +860,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
     def _enclosing_class_plan(self, node: cst.CSTNode) -> ClassPlan | None:
         """The plan of the class ``node`` is a method of (not of a function nested in one)."""
-        parent = self.get_metadata(ParentNodeProvider, node, None)
-        block = self.get_metadata(ParentNodeProvider, parent, None) if parent is not None else None
+        parent = self.parent_of(node)
+        block = self.parent_of(parent) if parent is not None else None
         return self.plans.get(block) if isinstance(block, cst.ClassDef) else None
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
@@ -975,6 +986,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     # ---- markers and replayed statements -------------------------------------------------------
     def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
         updated = super().on_leave(original_node, updated_node)
+        if not isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return updated  # what follows only concerns statements (the keys of the dicts it reads)
         plan = self._current()
         if plan is not None and original_node in plan.pure_locals.values():
             self._pure_updated[original_node] = updated
@@ -1008,10 +1021,21 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return tree.visit(self)
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
-        """One pass over a freshly parsed tree (no defensive copy, no extra import passes)."""
-        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        with self.resolve(wrapper):
-            self.context = dataclasses.replace(self.context, wrapper=wrapper)
-            return wrapper.module.visit(self)
+        """One pass over a freshly parsed tree (no defensive copy, no extra import passes, no libcst
+        metadata: names, parents and positions come from the cheaper helpers above)."""
+        self._module, self._names, self._parents = tree, None, None
+        migrated = tree.visit(self)
+        self._place_findings()
+        return migrated
+
+    def _place_findings(self) -> None:
+        """Give the findings the (line, column) of their nodes in the original source, all in one code
+        generation pass; a node the codemod built has none (0, 0)."""
+        positions = start_positions(self._module, {node for _, node in self._unplaced})
+        for index, node in self._unplaced:
+            if node in positions:
+                line, column = positions[node]
+                self.findings[index] = dataclasses.replace(self.findings[index], line=line, col=column + 1)
+        self._unplaced = []
 
 

@@ -1,7 +1,7 @@
 """Planning a Linen class: what becomes a field, a submodule, a variable, and where it is built.
 
 Mixed into :class:`~linen2nnx.migrate.module_rewrite.MigrateModules`, which supplies ``report``,
-``qualnames`` and the libcst metadata; this part reads the original tree only.
+``qualnames`` and ``parent_of``; this part reads the original tree only.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import libcst as cst
-from libcst.metadata import ParentNodeProvider
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
+from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_in,
@@ -138,7 +138,7 @@ class PlanningMixin:
         (and the default, zero ``carry_init``: NNX draws keys differently); else a finding."""
         command = self
 
-        class V(cst.CSTVisitor):
+        class V(FastVisitor):
             def visit_Call(self, node: cst.Call) -> None:
                 func = node.func
                 if not (isinstance(func, cst.Attribute) and func.attr.value == "initialize_carry"
@@ -170,7 +170,7 @@ class PlanningMixin:
                     return
                 plan.carry_inits[node] = same[0]
 
-        fn.visit(V())
+        V().walk(fn)
 
     def _field(self, small: cst.AnnAssign, rewritten: cst.AnnAssign | None = None) -> Field:
         """A dataclass field; its default's text is taken from ``rewritten`` when given."""
@@ -314,14 +314,14 @@ class PlanningMixin:
         command = self
         found = False
 
-        class V(cst.CSTVisitor):
+        class V(FastVisitor):
             def visit_Call(self, node: cst.Call) -> None:
                 nonlocal found
                 if (command.self_call(node) or command.layer_rule_of(node.func) or command.user_class_of(node.func)
                         or isinstance(node.func, cst.Call)):
                     found = True
 
-        value.visit(V())
+        V().walk(value)
         return found
 
     def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
@@ -331,7 +331,7 @@ class PlanningMixin:
         local_names = set(counts) - set(plan.pure_locals)
         command = self
 
-        class Collect(cst.CSTVisitor):
+        class Collect(FastVisitor):
             def __init__(self) -> None:
                 self.blocked = 0  # inside a construct we cannot hoist out of
                 self.loops: list[LoopInfo] = []
@@ -415,7 +415,7 @@ class PlanningMixin:
                 for site in plan.hoisted_order[before:]:
                     site.conditions = conditions
 
-        fn.visit(Collect())
+        Collect().walk(fn)
         self._flag_class_values(plan, fn)
         self._share_exclusive_attrs(plan)
         for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
@@ -486,7 +486,7 @@ class PlanningMixin:
             return "True"
         params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)} - {"self"}
         tests: list[str] = []
-        prev, cur = node, self.get_metadata(ParentNodeProvider, node, None)
+        prev, cur = node, self.parent_of(node)
         while cur is not None and cur is not fn:
             if isinstance(cur, cst.If):
                 if (names_in(cur.test) - NOT_LOCAL - {"self"}) - params:
@@ -495,7 +495,7 @@ class PlanningMixin:
                     tests.insert(0, code(cur.test))
                 elif prev is cur.orelse:
                     tests.insert(0, f"not ({code(cur.test)})")
-            prev, cur = cur, self.get_metadata(ParentNodeProvider, cur, None)
+            prev, cur = cur, self.parent_of(cur)
         if not tests:
             return "True"
         return " and ".join(f"({t})" if len(tests) > 1 else t for t in tests)
@@ -506,7 +506,7 @@ class PlanningMixin:
         when = site.user.state_when if site.user is not None else None
         if when is None or when == "True":
             return when
-        app = self.get_metadata(ParentNodeProvider, site.ctor, None)
+        app = self.parent_of(site.ctor)
         callee = next((m for m in self._methods.get(site.user.name, []) if m.name.value == "__call__"), None)
         if not (isinstance(app, cst.Call) and app.func is site.ctor) or callee is None:
             return "True"
@@ -550,7 +550,7 @@ class PlanningMixin:
         command = self
         callees = {site.ctor.func for site in plan.sites.values() if isinstance(site.ctor, cst.Call)}
 
-        class Values(cst.CSTVisitor):
+        class Values(FastVisitor):
             def visit_Call(self, node: cst.Call) -> None:
                 if command.transform_kind(node.func) is not None:  # nn.scan(Cell, ...): a site, or XFORM-002
                     callees.update(a.value for a in node.args)
@@ -566,7 +566,7 @@ class PlanningMixin:
                                "build the module in __init__ (an nnx transform of the class for vmap / scan)")
 
         for stmt in fn.body.body:
-            stmt.visit(Values())
+            Values().walk(stmt)
 
     def _flag_unknown_submodule(self, node: cst.Call, plan: ClassPlan) -> None:
         """``Foo(...)(x)`` in @nn.compact with ``Foo`` neither a built-in layer nor a Linen class of the run:
@@ -610,7 +610,7 @@ class PlanningMixin:
         command = self
         found = False
 
-        class Assigns(cst.CSTVisitor):
+        class Assigns(FastVisitor):
             def visit_Assign(self, assign: cst.Assign) -> None:
                 nonlocal found
                 if (any(isinstance(t.target, cst.Name) and t.target.value == name for t in assign.targets)
@@ -618,14 +618,14 @@ class PlanningMixin:
                         and command.qualnames(assign.value.func) & {"functools.partial"}):
                     found = True
 
-        owner.body.visit(Assigns())
+        Assigns().walk(owner.body)
         return found
 
     def _conditions_of(self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str]) -> list[str] | None:
         """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches); None when a test
         uses a call-time value, so the construction cannot be decided in __init__."""
         conditions: list[str] = []
-        prev, cur = node, self.get_metadata(ParentNodeProvider, node, None)
+        prev, cur = node, self.parent_of(node)
         while cur is not None and cur is not fn:
             if isinstance(cur, cst.If):
                 if (names_in(cur.test) - NOT_LOCAL) & local_names:
@@ -635,22 +635,22 @@ class PlanningMixin:
                     conditions.insert(0, test)
                 elif prev is cur.orelse:
                     conditions.insert(0, f"not ({test})")
-            prev, cur = cur, self.get_metadata(ParentNodeProvider, cur, None)
+            prev, cur = cur, self.parent_of(cur)
         return conditions
 
     def _nesting(self, plan: ClassPlan, node: cst.Call) -> tuple[Site, str, int] | None:
         """(outer layer site, its argument, list index) when ``node`` is built as a layer argument."""
-        parent = self.get_metadata(ParentNodeProvider, node, None)
+        parent = self.parent_of(node)
         index = -1
         if isinstance(parent, cst.Element):
-            container = self.get_metadata(ParentNodeProvider, parent, None)
+            container = self.parent_of(parent)
             if not isinstance(container, (cst.List, cst.Tuple)):
                 return None
             index = [e.value for e in container.elements].index(node)
-            parent = self.get_metadata(ParentNodeProvider, container, None)
+            parent = self.parent_of(container)
         if not isinstance(parent, cst.Arg):
             return None
-        call = self.get_metadata(ParentNodeProvider, parent, None)
+        call = self.parent_of(parent)
         outer = plan.sites.get(call) if isinstance(call, cst.Call) else None
         if outer is None or outer.rule is None:
             return None

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import libcst as cst
 
 from linen2nnx.layers import LayerRule
+from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
 from linen2nnx.migrate.dataflow import Feat
 
@@ -270,7 +271,7 @@ def shape_last_refs(value: cst.BaseExpression, uses: set[str]) -> list[str] | No
     found: list[str] = []
     other = False
 
-    class V(cst.CSTVisitor):
+    class V(FastVisitor):
         def visit_Subscript(self, node: cst.Subscript) -> bool:
             name = is_shape_last(node)
             if name is not None:
@@ -284,10 +285,10 @@ def shape_last_refs(value: cst.BaseExpression, uses: set[str]) -> list[str] | No
                 other = True
 
         def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
+            self.walk(node.value)
             return False
 
-    value.visit(V())
+    V().walk(value)
     return None if other or not found else sorted(set(found))
 
 

@@ -1,0 +1,141 @@
+"""The codemod's cheap stand-ins for libcst metadata give libcst's answers.
+
+``names.NameResolver`` against ``QualifiedNameProvider``, ``cst_meta.parent_map`` against
+``ParentNodeProvider``, ``cst_meta.start_positions`` against ``PositionProvider`` and
+``cst_meta.FastVisitor`` against ``cst.CSTVisitor``: on every node of the migration fixtures' inputs,
+of a few of this package's modules and of a snippet written to hit libcst's scoping rules (also with
+``\r\n`` line ends).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
+
+from linen2nnx.migrate.cst_meta import FastVisitor, parent_map, start_positions
+from linen2nnx.migrate.names import NameResolver
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCOPING = '''
+import flax.linen
+import jax.numpy as jnp, numpy as np
+from flax import linen as nn, struct
+from functools import partial
+from . import sibling
+from ..pkg.blocks import Block as B
+
+nn_alias = nn
+Dense = nn.Dense
+
+
+class Model(nn.Module):
+    act = nn.relu
+    partial = None
+
+    @nn.compact
+    def __call__(self, x, nn=None, act=act):
+        y = flax.linen.Dense(3)(x)
+        f = partial(jnp.sum, axis=0)
+        z = [nn.relu(v) for v in x if v]
+        try:
+            pass
+        except ValueError as err:
+            raise RuntimeError() from err
+        if (w := np.ones(3)) is not None:
+            print(w)
+        g = lambda q, nn=nn: nn.gelu(q)
+        return B(y, f, z, g, sibling.thing, Dense, nn_alias.Dense, act, self.act, super().__init__)
+
+
+def outer():
+    global Dense
+    Dense = 1
+    shadow = partial
+    partial = 2
+    jnp = jnp
+
+    def inner():
+        nonlocal shadow
+        shadow = nn.Dense
+        return shadow
+
+    return inner, {k: v for k, v in enumerate(Dense)}, (x[0].y for x in range(3))
+
+
+x = nn.Dense if True else nn.Conv
+del x
+for i, (a, *b) in enumerate([]):
+    a.b[i] = b
+with open("f") as (fh, gh):
+    print(fh.read(), gh)
+'''
+
+
+def _sources() -> list[tuple[str, str]]:
+    files = [*sorted((ROOT / "tests" / "fixtures" / "migrate").glob("*_in.py")),
+             *(ROOT / "linen2nnx" / "migrate" / name for name in ("module_rewrite.py", "planning.py", "names.py"))]
+    return [("SCOPING", SCOPING), ("CRLF", SCOPING.replace("\n", "\r\n"))] + [
+        (str(f.relative_to(ROOT)), f.read_text()) for f in files]
+
+
+SOURCES = _sources()
+
+
+@pytest.fixture(params=SOURCES, ids=[name for name, _ in SOURCES], scope="module")
+def wrapper(request: pytest.FixtureRequest) -> MetadataWrapper:
+    return MetadataWrapper(cst.parse_module(request.param[1]), unsafe_skip_copy=True)
+
+
+def test_qualified_names(wrapper: MetadataWrapper) -> None:
+    resolver = NameResolver(wrapper.module)
+    for node, names in wrapper.resolve(QualifiedNameProvider).items():
+        if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+            continue  # string annotations: not parsed (see names.py)
+        names = names() if callable(names) else names
+        assert resolver.qualnames(node) == {q.name for q in names}, cst.Module([]).code_for_node(node)
+
+
+def test_parents(wrapper: MetadataWrapper) -> None:
+    expected = wrapper.resolve(ParentNodeProvider)
+    parents = parent_map(wrapper.module)
+    assert parents.keys() == expected.keys()
+    assert all(parents[node] is parent for node, parent in expected.items())
+
+
+def test_start_positions(wrapper: MetadataWrapper) -> None:
+    expected = wrapper.resolve(PositionProvider)
+    nodes = list(expected)
+    for wanted in (nodes, nodes[::37]):
+        starts = start_positions(wrapper.module, wanted)
+        assert starts == {node: (expected[node].start.line, expected[node].start.column) for node in wanted}
+    assert start_positions(wrapper.module, [cst.Name("elsewhere")]) == {}
+
+
+def test_fast_visitor_order(wrapper: MetadataWrapper) -> None:
+    events: list[tuple[str, cst.CSTNode]] = []
+
+    class Libcst(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            events.append(("visit", node))
+            return True
+
+        def on_leave(self, node: cst.CSTNode) -> None:
+            events.append(("leave", node))
+
+    class Fast(FastVisitor):
+        def walk(self, node: cst.CSTNode) -> None:
+            fast.append(("visit", node))
+            super().walk(node)
+            fast.append(("leave", node))
+
+    fast: list[tuple[str, cst.CSTNode]] = []
+    wrapper.module.visit(Libcst())
+    Fast().walk(wrapper.module)
+    seen = {id(node) for _, node in fast}
+    assert [(e, id(n)) for e, n in events if id(n) in seen] == [(e, id(n)) for e, n in fast]
+    skipped = {type(n).__name__ for _, n in events if id(n) not in seen}
+    assert not skipped & {"Name", "Attribute", "Call", "Arg", "Param", "SimpleStatementLine", "Expr"}
