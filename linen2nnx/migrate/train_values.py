@@ -78,6 +78,7 @@ class ValueAnalysis:
         self.ts_classes: dict[str, list[str]] = {}  # local TrainState class / alias -> its extra fields
         self._find_train_state_classes()
         self._memo: dict[cst.CSTNode, Val | None] = {}
+        self._names_in_order: dict[cst.CSTNode, int] | None = None
         self._busy: set[cst.CSTNode] = set()
 
     # ---- names -------------------------------------------------------------------------------
@@ -302,7 +303,23 @@ class ValueAnalysis:
         return None
 
     def uses(self, assignment: Assignment) -> list[cst.Name]:
-        return [a.node for a in assignment.references if isinstance(a.node, cst.Name)]
+        """The reads of ``assignment`` in source order (libcst keeps them in a set, whose order changes
+        from run to run: findings placed by the first read would move)."""
+        names = [a.node for a in assignment.references if isinstance(a.node, cst.Name)]
+        order = self._name_order()
+        return sorted(names, key=lambda n: order.get(n, len(order)))
+
+    def _name_order(self) -> dict[cst.CSTNode, int]:
+        if self._names_in_order is None:
+            found: dict[cst.CSTNode, int] = {}
+
+            class V(cst.CSTVisitor):
+                def visit_Name(self, node: cst.Name) -> None:
+                    found[node] = len(found)
+
+            self.module.visit(V())
+            self._names_in_order = found
+        return self._names_in_order
 
     def walk(self, predicate: Callable[[cst.CSTNode], bool]) -> list[cst.CSTNode]:
         found: list[cst.CSTNode] = []
