@@ -28,6 +28,7 @@ EXPECTED_MANUAL = {
     "inheritance": set(),
     "bridge_fallback": {"L2N-API-002", "L2N-MOD-007"},
     "class_value": {"L2N-MOD-004"},
+    "partial_local": set(),  # local partials of a layer and of a class of the run, each use a submodule; name="if" -> self.if_
     "custom_cell": set(),  # nn.RNNCellBase subclass in nn.RNN(split_rngs={'params': False, 'dropout': True})  # partial(Head, ...) handed to a helper in @nn.compact: built at call time  # Linen scope API: kept as Linen, the parent is NNX
     "manual_api": {"L2N-API-002", "L2N-MOD-007"},
     # self.conv(...)(x) with `conv: ModuleDef`: both classes kept as Linen; the bridged parent builds BlockLinen

@@ -46,6 +46,7 @@ CASES = {
     "compact_matmul": ("Proj", {}, (2, 5)),
     "compact_matmul_setup": ("SetupProj", {}, (2, 5)),
     "custom_cell": ("Encoder", {}, (2, 6, 3)),  # an nn.RNNCellBase subclass inside nn.RNN
+    "partial_local": ("Gate", {}, (2, 5)),  # dense = partial(nn.Dense, ...); dense(name=...)(x)
 }
 SOURCES = {"compact_dense_nobias": "compact_dense", "compact_loop_tail_short": "compact_loop_tail",
            "compact_matmul_setup": "compact_matmul"}

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code, is_docstring
+from linen2nnx.migrate.cst_utils import code, is_docstring, strip_commas
 
 
 @dataclasses.dataclass
@@ -47,6 +47,45 @@ class Factory:
                     return None
                 bound[param] = self.defaults[param]
         return bound
+
+
+@dataclasses.dataclass
+class PartialLocal:
+    """``dense = partial(nn.Dense, use_bias=False)`` in ``@nn.compact``: each ``dense(name='q')(x)``
+    builds one submodule, as if ``nn.Dense(use_bias=False, name='q')`` were written there."""
+
+    name: str
+    statement: cst.SimpleStatementLine  # dropped once every use is a submodule built in __init__
+    partial: cst.Call  # the ``partial(...)`` call itself
+    ctor: cst.Call  # ``Class(<the partial's other arguments>)`` (nodes of the original tree)
+    uses: int  # reads of the local in the method
+
+    def merged(self, call: cst.Call, ctor: cst.Call | None = None) -> cst.Call:
+        """The constructor ``call`` stands for: the partial's arguments, then the call's (its keywords
+        win, as with functools.partial). ``ctor``: the partial's constructor as rewritten."""
+        base = ctor if ctor is not None else self.ctor
+        given = {a.keyword.value for a in call.args if a.keyword is not None}
+        args = [*(a for a in base.args if a.keyword is None and not a.star),
+                *(a for a in call.args if a.keyword is None and not a.star),
+                *(a for a in base.args if a.keyword is not None and a.keyword.value not in given),
+                *(a for a in call.args if a.keyword is not None)]
+        return base.with_changes(args=args if ctor is None else strip_commas(args))
+
+
+def find_partial_local(stmt: cst.BaseStatement, is_constructor: Callable[[cst.BaseExpression], bool],
+                       is_partial: Callable[[cst.BaseExpression], bool], reads: Mapping[str, int],
+                       assigned: Mapping[str, int]) -> PartialLocal | None:
+    """``name = partial(<layer or class of the run>, ...)`` assigned once: a :class:`PartialLocal`."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
+            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+        return None
+    name, value = stmt.body[0].targets[0].target.value, stmt.body[0].value
+    if not (isinstance(value, cst.Call) and is_partial(value.func) and value.args and value.args[0].keyword is None
+            and not value.args[0].star and is_constructor(value.args[0].value) and assigned.get(name) == 1
+            and not any(a.star for a in value.args)):
+        return None
+    ctor = cst.Call(func=value.args[0].value, args=list(value.args[1:]))
+    return PartialLocal(name, stmt, value, ctor, reads.get(name, 0))
 
 
 def find_factory(fn: cst.FunctionDef, is_constructor: Callable[[cst.BaseExpression], bool],
@@ -140,9 +179,12 @@ LOOSE = (cst.BinaryOperation, cst.BooleanOperation, cst.Comparison, cst.UnaryOpe
 """Expressions that need parentheses when they replace a name inside a larger expression."""
 
 
-def call_site_ctor(factory: Factory, call: cst.Call, ctor: cst.Call | None = None) -> cst.Call | None:
+def call_site_ctor(factory: Factory | PartialLocal, call: cst.Call, ctor: cst.Call | None = None) -> cst.Call | None:
     """The constructor ``call`` of ``factory`` stands for: ``ctor`` (default: the factory's own) with
-    the parameters replaced by the call's arguments and the helper's locals by their values."""
+    the parameters replaced by the call's arguments and the helper's locals by their values (for a
+    partial: its arguments, then the call's)."""
+    if isinstance(factory, PartialLocal):
+        return factory.merged(call, ctor)
     bound = factory.bind(call)
     if bound is None:
         return None

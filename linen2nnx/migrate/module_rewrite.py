@@ -138,6 +138,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._alias_stmts: dict[str, cst.SimpleStatementLine] = {}
         self._alias_use: dict[str, bool] = {}  # alias -> every use converted
         self._factory_ctors: set[cst.Call] = set()  # `return nn.Dense(...)` of layer factory methods
+        self._partial_calls: dict[cst.Call, Any] = {}  # `partial(nn.Dense, ...)` of converted partial locals
+        self._dropped_statements: set[cst.CSTNode] = set()  # their assignments, gone from the method
         self._factory_updated: dict[cst.Call, cst.Call] = {}  # ... as rewritten (nn.* -> nnx.* inside)
         self._factory_calls: dict[cst.Call, cst.Call] = {}  # a factory call site -> its rewritten call
         self._stmt_prefix: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # lazily created variables
@@ -514,6 +516,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     def _leave_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if original in self._factory_ctors:
             self._factory_updated[original] = updated
+        local = self._partial_calls.get(original)
+        if local is not None:  # the constructor each use stands for, as rewritten
+            self._factory_updated[local.ctor] = cst.Call(func=updated.args[0].value, args=list(updated.args[1:]))
             return updated
         lazy = plan.lazy_vars.get(original)
         if lazy is not None:
@@ -988,6 +993,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         updated = super().on_leave(original_node, updated_node)
         if not isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             return updated  # what follows only concerns statements (the keys of the dicts it reads)
+        if original_node in self._dropped_statements:  # `dense = partial(nn.Dense, ...)`: built in __init__
+            return cst.RemoveFromParent()
         plan = self._current()
         if plan is not None and original_node in plan.pure_locals.values():
             self._pure_updated[original_node] = updated

@@ -6,6 +6,7 @@ Mixed into :class:`~linen2nnx.migrate.module_rewrite.MigrateModules`, which supp
 
 from __future__ import annotations
 
+import keyword
 from typing import Any
 
 import libcst as cst
@@ -23,7 +24,13 @@ from linen2nnx.migrate.cst_utils import (
     self_attr,
     snake_case,
 )
-from linen2nnx.migrate.factories import call_site_ctor, find_factory, substitute
+from linen2nnx.migrate.factories import (
+    PartialLocal,
+    call_site_ctor,
+    find_factory,
+    find_partial_local,
+    substitute,
+)
 from linen2nnx.migrate.lazy_vars import LazyVar, either
 from linen2nnx.migrate.lifted import SCAN_DECORATORS, LiftError, method_scan
 from linen2nnx.migrate.linen_api import feature_preserving_functions
@@ -330,6 +337,9 @@ class PlanningMixin:
         plan.pure_locals = self._pure_locals(plan, fn)
         local_names = set(counts) - set(plan.pure_locals)
         command = self
+        partials = self._partial_locals(fn, counts)
+        for name in partials:  # built at each use, never replayed in __init__ as a config local
+            plan.pure_locals.pop(name, None)
 
         class Collect(FastVisitor):
             def __init__(self) -> None:
@@ -364,7 +374,9 @@ class PlanningMixin:
 
             def visit_Call(self, node: cst.Call) -> None:
                 target = node  # the constructor call: written here, or returned by a factory method
-                factory = plan.factories.get(command.self_call(node) or "")
+                factory: Any = plan.factories.get(command.self_call(node) or "")
+                if factory is None and isinstance(node.func, cst.Name):
+                    factory = partials.get(node.func.value)  # `dense = partial(nn.Dense, ...)`; `dense(...)(x)`
                 if factory is not None:
                     target = call_site_ctor(factory, node)
                     if target is None:
@@ -375,7 +387,9 @@ class PlanningMixin:
                 user = None if rule is not None else command.user_class_of(target.func)
                 variable = factory is None and command.self_call(node) in ("param", "variable")
                 if rule is None and user is None and not variable:
-                    command._flag_unknown_submodule(node, plan)
+                    if not (isinstance(node.func, cst.Call) and isinstance(node.func.func, cst.Name)
+                            and node.func.func.value in partials):  # `dense(...)(x)`: planned at `dense(...)`
+                        command._flag_unknown_submodule(node, plan)
                     return
                 what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{command.self_call(node)}")
                 if self.blocked:
@@ -416,6 +430,13 @@ class PlanningMixin:
                     site.conditions = conditions
 
         Collect().walk(fn)
+        for local in partials.values():
+            built = sum(1 for site in plan.sites.values() if site.factory is local)
+            if built and built == local.uses:  # every use is a submodule built in __init__: drop the local
+                self._handled.add(local.ctor.func)
+                self._partial_calls[local.partial] = local
+                self._dropped_statements.add(local.statement)
+                plan.partial_classes.add(local.ctor.func)
         self._flag_class_values(plan, fn)
         self._share_exclusive_attrs(plan)
         for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
@@ -549,6 +570,7 @@ class PlanningMixin:
         L2N-API-002 already; lifted transforms of a class are planned as sites."""
         command = self
         callees = {site.ctor.func for site in plan.sites.values() if isinstance(site.ctor, cst.Call)}
+        callees |= plan.partial_classes  # `partial(Dense, ...)` whose every use is built in __init__
 
         class Values(FastVisitor):
             def visit_Call(self, node: cst.Call) -> None:
@@ -601,6 +623,24 @@ class PlanningMixin:
             return
         self.report("L2N-MOD-006", ctor, f"{name}(...)(...) looks like a Linen submodule that is not part of this "
                     "run", "migrate the file that defines it in the same run, or convert it by hand")
+
+    def _partial_locals(self, fn: cst.FunctionDef, assigned: dict[str, int]) -> dict[str, PartialLocal]:
+        """The method's ``name = partial(<layer or class of the run>, ...)`` locals (see factories.py)."""
+        reads: dict[str, int] = {}
+
+        class Names(FastVisitor):
+            def visit_Name(self, node: cst.Name) -> None:
+                reads[node.value] = reads.get(node.value, 0) + 1
+
+        Names().walk(fn.body)
+        reads = {name: n - assigned.get(name, 0) for name, n in reads.items()}
+        found = {}
+        for stmt in fn.body.body:
+            local = find_partial_local(stmt, lambda f: bool(self.layer_rule_of(f) or self.user_class_of(f)),
+                                       lambda f: bool(self.qualnames(f) & {"functools.partial"}), reads, assigned)
+            if local is not None:
+                found[local.name] = local
+        return found
 
     def _bound_to_partial(self, node: cst.CSTNode, name: str) -> bool:
         """Is ``name`` a local of the function around ``node`` assigned a ``functools.partial(...)``?"""
@@ -717,6 +757,8 @@ class PlanningMixin:
             if isinstance(name_value, cst.SimpleString) and loop is None:
                 linen_name = name_value.evaluated_value
                 attr = linen_name if linen_name.isidentifier() else snake_case(linen_name)
+                if keyword.iskeyword(attr):  # name='if' (Flax's own LSTMCell): self.if_
+                    attr += "_"
             elif loop is not None and (prefix := loop_name_prefix(name_value, loop.var)) is not None:
                 linen_name, attr, container = prefix, snake_case(prefix), "list"
             else:

@@ -176,6 +176,7 @@ class ClassPlan:
     carry_inits: dict[cst.Call, Site] = dataclasses.field(default_factory=dict)  # Linen cell.initialize_carry
     state_when: str | None = None  # when it (or a submodule) creates variables at call time, in terms of
     # its __call__ parameters ("True": possibly always); None: never (see lazy_vars.py)
+    partial_classes: set[Any] = dataclasses.field(default_factory=set)  # classes of converted partial locals
     is_cell: bool = False  # an nn.RNNCellBase subclass: __call__(carry, x) returns a carry of the same shape
 
     @property
