@@ -888,12 +888,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             return cst.FlattenSentinel([self._keep_linen(plan, original, linen_name(plan.name)),
                                         linen_class_name(plan.name), wrapper])
         bases = []
-        is_cell = False
         for o, u in zip(original.bases, updated.bases):
             linen_base = sorted(self.qualnames(o.value) & LINEN_MODULE)
             if linen_base:
                 bases.append(u.with_changes(value=cst.parse_expression(LINEN_BASES[linen_base[0]])))
-                is_cell = LINEN_BASES[linen_base[0]] == "nnx.RNNCellBase"
             else:
                 bases.append(u)
         body: list[cst.BaseStatement] = []
@@ -914,7 +912,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 setup_body = list(stmt.body.body)
                 init_index = len(body) if init_index is None else init_index
                 continue
-            if is_cell and isinstance(stmt, cst.FunctionDef) and stmt.name.value == CARRY_METHOD:
+            if plan.is_cell and isinstance(stmt, cst.FunctionDef) and stmt.name.value == CARRY_METHOD:
                 reordered = nnx_initialize_carry(stmt)
                 if reordered is None:
                     self.report("L2N-API-002", orig_stmt, f"{plan.name}.{CARRY_METHOD}(rng, shape) uses its key: "

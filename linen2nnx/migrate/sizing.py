@@ -184,6 +184,15 @@ class SizingMixin:
                 continue
             self._resolve_site_inputs(plan, site, feats, params, nodes[key], all_args.get(key, ()))
 
+    @staticmethod
+    def _config_values(expr: str, configs: list[dict]) -> list[Any] | None:
+        """``expr`` (a config expression of ``self``) in each traced instance; None when it does not
+        evaluate in one of them."""
+        try:
+            return [eval(expr, {}, {"self": SimpleNamespace(**cfg)}) for cfg in configs]
+        except Exception:
+            return None
+
     @classmethod
     def _nested_sites(cls, site: Site) -> list[Site]:
         return [deep for inner in site.nested for deep in (inner, *cls._nested_sites(inner))]
@@ -208,12 +217,10 @@ class SizingMixin:
             return
         carried = {sizes[-1] for sizes in self.trace.carries.get((plan.name, site.linen_name), []) if sizes}
         features = code(site.args[site.rule.out_arg].value)
-        declared = set()
-        for cfg in self.trace.instances.get(plan.name, []):
-            try:
-                declared.add(eval(features, {}, {"self": SimpleNamespace(**cfg)}))  # a config expression
-            except Exception:
-                return
+        values = self._config_values(features, self.trace.instances.get(plan.name, []))
+        if values is None:
+            return
+        declared = set(values)
         if not carried or not declared or carried == declared:
             return
         matched = self._match_config(sorted(carried), self.trace.instances.get(plan.name, []), plan)
@@ -246,7 +253,7 @@ class SizingMixin:
         if not outs or any(o != outs[0] for o in outs) or outs[0].kind != "tuple" or len(outs[0].elements) != 2:
             return Feat("input", input_name=params[0])
         carry = outs[0].elements[0]
-        return carry if carry.kind == "tuple" or carry.kind == "expr" else Feat("input", input_name=params[0])
+        return carry if carry.kind in ("tuple", "expr") else Feat("input", input_name=params[0])
 
     def _resolve_shape_arg(self, plan: ClassPlan, site: Site, arg_name: str, refs: list[str], flow: FeatureFlow,
                            params: list[str]) -> None:
@@ -473,12 +480,10 @@ class SizingMixin:
             seen = {call[index][-1] for call in self.trace.own_inputs.get(plan.name, [])
                     if index < len(call) and call[index]}
         elif candidate.kind == "expr":
-            seen = set()
-            for cfg in self.trace.instances.get(plan.name, []):
-                try:
-                    seen.add(eval(candidate.expr, {}, {"self": SimpleNamespace(**cfg)}))  # a config expression
-                except Exception:
-                    return None
+            values = self._config_values(candidate.expr, self.trace.instances.get(plan.name, []))
+            if values is None:
+                return None
+            seen = set(values)
         else:
             return None
         if seen != sizes:
@@ -500,12 +505,7 @@ class SizingMixin:
         if feat.kind in ("flatten", "sliced") and feat.base is not None and feat.base.kind == "expr" and configs:
             base = feat.base.expr
             factors = set()
-            for shape, cfg in zip(shapes, configs):
-                try:
-                    base_value = eval(base, {}, {"self": SimpleNamespace(**cfg)})  # config expression
-                except Exception:
-                    factors = set()
-                    break
+            for shape, base_value in zip(shapes, self._config_values(base, configs) or []):
                 if not isinstance(base_value, int) or base_value <= 0 or shape[-1] % base_value:
                     factors = set()
                     break
