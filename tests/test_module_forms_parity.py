@@ -47,6 +47,7 @@ CASES = {
     "compact_matmul_setup": ("SetupProj", {}, (2, 5)),
     "custom_cell": ("Encoder", {}, (2, 6, 3)),  # an nn.RNNCellBase subclass inside nn.RNN
     "partial_local": ("Gate", {}, (2, 5)),  # dense = partial(nn.Dense, ...); dense(name=...)(x)
+    "factory_field_block": ("Net", {}, (2, 8, 8, 3)),  # self.conv(...)(x) of conv: ModuleDef; a shortcut
 }
 SOURCES = {"compact_dense_nobias": "compact_dense", "compact_loop_tail_short": "compact_loop_tail",
            "compact_matmul_setup": "compact_matmul"}

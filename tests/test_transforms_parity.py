@@ -132,27 +132,44 @@ def test_bridge_fallback_runs_and_converts(tmp_path):
     assert {lf.path for lf in parity.by_check()["grad"]} >= {"tied/linen/Dense_0/kernel", "inp/kernel"}
 
 
-def test_factory_fields_stay_linen_and_run(tmp_path):
-    """``self.conv(...)(x)`` with ``conv: ModuleDef`` (the imagenet ResNet pattern) is never
-    rewritten into an NNX class that would build a module per call: both classes stay Linen behind
-    the bridge, the wrapper hands the kept-Linen parent the Linen block class, and the model
-    computes what Linen computes (forward and gradients)."""
+def test_factory_fields_are_built_in_init(tmp_path):
+    """``self.conv(...)(x)`` with ``conv: ModuleDef`` (the imagenet ResNet pattern), bound by the caller
+    through local partials and a module-level ``partial(Net, block_cls=Block)``: every class becomes
+    NNX and computes what Linen computes (forward and gradients) with the converted weights."""
     linen_mod, nnx_mod, result, map_path = build("factory_field", tmp_path)
-    assert {k for k, c in result.name_map.classes.items() if c.bridge} == {"factory_field.Block", "factory_field.Net"}
-    assert nnx_mod.Block.linen_class is nnx_mod.BlockLinen
+    assert not any(c.bridge for c in result.name_map.classes.values())
+    x = np.random.default_rng(8).normal(size=(2, 6, 6, 3)).astype(np.float32)
+    side = LinenSide(model=linen_mod.SmallNet(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
+                     train_kwargs={}, eval_kwargs={})
+    variables = perturbed(side.init_variables())
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_mod.SmallNet(in_features=3, dense_0_in_features=4,
+                                                                           rngs=rngs), name_map=map_path)
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    assert {lf.path for lf in parity.by_check()["grad"]} >= {"dense_0/kernel", "block_0/proj/kernel",
+                                                              "block_0/conv_0/kernel"}
+
+
+def test_a_class_kept_as_linen_builds_linen_copies(tmp_path):
+    """A class kept as Linen (blocks in a nested loop) whose factory field builds a converted class:
+    the wrapper hands it the Linen copy (``Block.linen_class``), and the model computes what Linen
+    computes under the original names."""
+    linen_mod, nnx_mod, result, map_path = build("factory_field_bridged", tmp_path)
+    assert {k for k, c in result.name_map.classes.items() if c.bridge} == {"factory_field_bridged.Tower"}
+    assert nnx_mod.Block.linen_class is nnx_mod.BlockLinen and nnx_mod.BlockLinen.__name__ == "Block"
     x = np.random.default_rng(8).normal(size=(2, 6, 6, 3)).astype(np.float32)
 
     def make(rngs):
-        model = nnx_mod.SmallNet(rngs=rngs)
+        model = nnx_mod.SmallTower(rngs=rngs)
         nnx.bridge.lazy_init(model, x)
         return model
 
-    side = LinenSide(model=linen_mod.SmallNet(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
+    side = LinenSide(model=linen_mod.SmallTower(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
                      train_kwargs={}, eval_kwargs={})
     variables = perturbed(side.init_variables())
     parity = check(ModelPair(linen=side, nnx_factory=make, name_map=map_path), variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
-    assert {lf.path for lf in parity.by_check()["grad"]} >= {"linen/Dense_0/kernel", "linen/Block_0/proj/kernel"}
+    assert {lf.path for lf in parity.by_check()["grad"]} >= {"linen/Block_2/Conv_0/kernel"}
 
 
 def test_transforms_of_functions(tmp_path):

@@ -75,6 +75,8 @@ MATMUL_FUNCTIONS = frozenset({"jax.numpy.dot", "jax.numpy.matmul", "numpy.dot", 
 """``f(x, w)`` contracting x's last axis with w's second-to-last (for a w of rank >= 2), as ``x @ w``."""
 ONE_HOT_FUNCTIONS = frozenset({"jax.nn.one_hot", "flax.linen.one_hot"})
 CONCATENATE_FUNCTIONS = frozenset({"jax.numpy.concatenate", "numpy.concatenate"})
+REDUCTIONS = frozenset({"mean", "sum", "max", "min", "prod", "var", "std", "median", "nanmean", "nansum"})
+"""Reductions (``jnp.mean(x, axis=...)`` / ``x.mean(axis=...)``): the last axis survives unless reduced."""
 DOT_GENERAL_FUNCTIONS = frozenset({"jax.lax.dot_general"})
 """``f(x, w, dimension_numbers)``: the result's last axis is w's last free (uncontracted, unbatched) one."""
 
@@ -100,6 +102,7 @@ class FeatureFlow:
         self.uses: list[LayerUse] = []
         self.returns: list[Feat] = []
         self.iteration = 0
+        self.at_if: dict[cst.If, dict[str, Feat]] = {}  # the values each `if` test sees (first pass)
 
     # ---- statements --------------------------------------------------------------------------
     def run(self, body: Sequence[Any]) -> None:
@@ -112,6 +115,7 @@ class FeatureFlow:
                 self.small_statement(small)
         elif isinstance(stmt, cst.If):
             before = dict(self.env)
+            self.at_if.setdefault(stmt, before)  # what the test sees (a shape test is decided from it)
             self.run(stmt.body.body)
             after_then = self.env
             self.env = dict(before)
@@ -249,6 +253,13 @@ class FeatureFlow:
             dims = positional[2].value if len(positional) > 2 else next(
                 (a.value for a in node.args if a.keyword is not None and a.keyword.value == "dimension_numbers"), None)
             return _contracted(arg_feats[1], *_rhs_axes(dims))
+        reduced = next((q.rsplit(".", 1)[1] for q in qualnames
+                        if q.rsplit(".", 1)[0] in ("jax.numpy", "numpy") and q.rsplit(".", 1)[1] in REDUCTIONS), None)
+        if reduced is not None and positional:
+            return _reduced(first, positional[1:], node.args)
+        if (isinstance(node.func, cst.Attribute) and node.func.attr.value in REDUCTIONS
+                and not any(q.startswith(("jax.", "numpy.", "flax.")) for q in qualnames)):
+            return _reduced(self.expr_of(node.func.value), positional, node.args)
         through_method = self.method_of(node, arg_feats)
         if through_method is not None:
             return through_method
@@ -299,6 +310,34 @@ def _concatenated(parts: Feat, axis: cst.BaseExpression | None) -> Feat:
     if any(e.kind != "expr" for e in parts.elements):  # some part's size is itself only a candidate
         return Feat("unknown", reason="a concatenation of parts of unconfirmed size", candidate=total)
     return total
+
+
+def _reduced(value: Feat, positional: Sequence[cst.Arg], args: Sequence[cst.Arg]) -> Feat:
+    """``mean(x, axis=...)``: ``x``'s last axis unless it is reduced. Leading axes given as
+    non-negative numbers leave it only when ``x`` has more axes, which a trace confirms."""
+    keywords = {a.keyword.value: a.value for a in args if a.keyword is not None}
+    keepdims = keywords.get("keepdims")
+    if keepdims is not None and isinstance(keepdims, cst.Name) and keepdims.value == "True":
+        return value
+    axis = positional[0].value if positional else keywords.get("axis")
+    if axis is None or (isinstance(axis, cst.Name) and axis.value == "None"):
+        return Feat.unknown("a reduction over every axis")
+    items = [e.value for e in axis.elements] if isinstance(axis, (cst.Tuple, cst.List)) else [axis]
+    axes = []
+    for item in items:
+        negative = isinstance(item, cst.UnaryOperation) and isinstance(item.operator, cst.Minus)
+        number = item.expression if negative else item  # type: ignore[attr-defined]
+        if not isinstance(number, cst.Integer):
+            return Feat.unknown("a reduction over axes the source does not spell out")
+        axes.append(-int(number.value) if negative else int(number.value))
+    if -1 in axes or value.kind not in ("expr", "input"):
+        return Feat.unknown("a reduction over the last axis" if -1 in axes else "a reduction of an unknown size")
+    if all(a < 0 for a in axes):
+        return value
+    if value.rank:
+        return value if value.rank - 1 not in {a % value.rank for a in axes} else Feat.unknown(
+            "a reduction over the last axis")
+    return Feat("unknown", reason="a reduction over leading axes of a value of unknown rank", candidate=value)
 
 
 def _contracted(rhs: Feat, *gone: int | None) -> Feat:

@@ -15,6 +15,7 @@ from linen2nnx.migrate.cst_utils import (
     strip_commas,
 )
 from linen2nnx.migrate.factories import call_site_ctor
+from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.lifted import lifted_ctor, param_axis
 from linen2nnx.migrate.sites import (
     ClassPlan,
@@ -110,6 +111,13 @@ class EmitMixin:
         call = self._factory_calls.get(site.ctor)
         if call is None:
             return None
+        if isinstance(site.factory, FieldFactory):  # `self.conv(...)`: the field builds it, given the sizes
+            built = self._build(site, site.factory.merged(call))
+            assert isinstance(built, cst.Call)
+            given = {a.keyword.value for a in call.args if a.keyword is not None}
+            extra = set(site.rule.extra_kwargs) - given if site.rule is not None else set()
+            args = [a for a in built.args if a.keyword is None or a.keyword.value not in extra]
+            return built.with_changes(func=cst.parse_expression(f"self.{site.factory.name}"), args=strip_commas(args))
         ctor = self._factory_updated.get(site.factory.ctor, site.factory.ctor)
         built = call_site_ctor(site.factory, call, ctor)
         return None if built is None else self._build(site, built)
@@ -186,8 +194,20 @@ class EmitMixin:
             elif site.conditions:  # created only when Linen would create it; absent -> None
                 test = " and ".join(f"({c})" if len(site.conditions) > 1 else c for c in site.conditions)
                 block = cst.parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
-                assert isinstance(block, cst.If)
-                stmts.append(block.with_changes(body=block.body.with_changes(body=[assign])))
+                assert isinstance(block, cst.If) and isinstance(block.orelse, cst.Else)
+                last = stmts[-1] if stmts else None
+                if (isinstance(last, cst.If) and code(last.test) == code(block.test) and isinstance(last.orelse, cst.Else)
+                        and all(code(s).endswith("= None\n") for s in last.orelse.body.body)):
+                    block = last  # the same test as the statement before: one if / else for both
+                    stmts.pop()
+                    assign_else = block.orelse.body.body  # type: ignore[union-attr]
+                    block = block.with_changes(
+                        body=block.body.with_changes(body=[*block.body.body, assign]),
+                        orelse=block.orelse.with_changes(body=block.orelse.body.with_changes(  # type: ignore[union-attr]
+                            body=[*assign_else, cst.parse_statement(f"self.{site.attr} = None\n")])))
+                else:
+                    block = block.with_changes(body=block.body.with_changes(body=[assign]))
+                stmts.append(block)
                 emitted_if[site.attr] = len(stmts) - 1
             else:
                 stmts.append(assign)

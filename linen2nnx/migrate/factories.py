@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import libcst as cst
 
@@ -179,11 +180,11 @@ LOOSE = (cst.BinaryOperation, cst.BooleanOperation, cst.Comparison, cst.UnaryOpe
 """Expressions that need parentheses when they replace a name inside a larger expression."""
 
 
-def call_site_ctor(factory: Factory | PartialLocal, call: cst.Call, ctor: cst.Call | None = None) -> cst.Call | None:
+def call_site_ctor(factory: Any, call: cst.Call, ctor: cst.Call | None = None) -> cst.Call | None:
     """The constructor ``call`` of ``factory`` stands for: ``ctor`` (default: the factory's own) with
     the parameters replaced by the call's arguments and the helper's locals by their values (for a
     partial: its arguments, then the call's)."""
-    if isinstance(factory, PartialLocal):
+    if not isinstance(factory, Factory):  # a partial local, or a module-factory field
         return factory.merged(call, ctor)
     bound = factory.bind(call)
     if bound is None:

@@ -50,6 +50,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow
 from linen2nnx.migrate.emit import EmitMixin
+from linen2nnx.migrate.factory_fields import FieldBindings, FieldFactory
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_import
 from linen2nnx.migrate.lazy_vars import creation
@@ -144,6 +145,11 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._factory_calls: dict[cst.Call, cst.Call] = {}  # a factory call site -> its rewritten call
         self._stmt_prefix: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # lazily created variables
         self._step_methods: dict[str, cst.FunctionDef] = {}  # scanned method -> its body as a step method
+        self._module_lines: set[str] = set()  # module-level assignments (when a Linen copy may be among them)
+        self._converted: dict[str, cst.ClassDef] = {}  # classes rewritten as NNX: name -> the Linen original
+        self._copied: set[str] = set()  # ... of which a Linen copy was kept for a bridged class
+        self._field_bindings: FieldBindings | None = None  # what callers bind to module-factory fields
+        self._binding_values: dict[cst.CSTNode, LayerRule] = {}  # `nn.Conv` bound to a converted factory field
         # the tree being migrated and what is known of it (see transform_module, qualnames, parent_of)
         self._module = cst.Module([])
         self._names: NameResolver | None = None
@@ -236,6 +242,19 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 return summary.as_plan()
         return None
 
+    def field_factory(self, plan: ClassPlan, field: str) -> FieldFactory | None:
+        """``plan``'s field ``field`` as a module factory whose callers' bindings agree (factory_fields.py)."""
+        if field not in plan.field_names or field in plan.factories:
+            return None
+        return self.field_bindings.factory(plan.name, field)
+
+    @property
+    def field_bindings(self) -> FieldBindings:
+        if self._field_bindings is None:
+            self._field_bindings = FieldBindings(self._module, self.is_linen_module, self.qualnames,
+                                                 self.layer_rule_of)
+        return self._field_bindings
+
     def _absolute(self, qualname: str) -> str:
         return absolute_qualname(qualname, self.module_name)
 
@@ -315,6 +334,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
         self._module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
         self._unbox_helpers = {name for name, fn in self._module_functions.items() if self._is_unbox_helper(fn)}
+        self._field_bindings = None  # built on first use (see field_factory)
+        self._module_lines = {code(s).strip() for s in node.body if isinstance(s, cst.SimpleStatementLine)
+                              and isinstance(s.body[0], cst.Assign) and isinstance(s.body[0].targets[0].target, cst.Attribute)
+                              and s.body[0].targets[0].target.attr.value == "linen_class"}
         for stmt in node.body:
             # a decorator may change what the function returns; jax.jit and a bare jax.vmap (axis 0 in and
             # out) keep the last axis of a result whose last axis is an argument's
@@ -736,6 +759,12 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         parent = self.parent_of(original)
         outermost = not (isinstance(parent, cst.Attribute) and parent.value is original)
         rooted = root_name(original) is not None  # `nn.Dense(1)(x).squeeze` is a method of a result, not API
+        holder = self._current()
+        if original in self._binding_values and not (holder is not None and holder.blocking):
+            # `conv: ModuleDef = nn.Conv` bound to a converted factory field (a class kept as Linen keeps it)
+            rule = self._binding_values[original]
+            return self._repoint(original, rule.linen, rule.nnx, "L2N-LAYER-001",
+                                 " (a layer class a module-factory field builds)")
         if linen and rooted and original not in self._handled and outermost:
             short = next(iter(linen)).removeprefix("flax.linen.")
             if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
@@ -875,6 +904,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             return updated
         self.uses_nnx = True
         if plan.name.endswith("Linen") and plan.name.removesuffix("Linen") in self._module_classes:
+            if f"{plan.name.removesuffix('Linen')}.linen_class = {plan.name}" in self._module_lines:
+                return original  # the Linen copy an earlier run kept for a class kept as Linen
             return self._keep_linen(plan, original, original.name.value)  # bridged by an earlier run
         others = (set(self.linen_classes) | self._module_classes) - {plan.name}
         if plan.blocking and can_bridge(plan, any(self.user_class_of(b.value) for b in original.bases)) and not (
@@ -885,7 +916,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             field_markers = self._rewritten_field_defaults(plan, original, updated)
             wrapper = bridge_wrapper(plan, mutable_collections(original, batch_norm), field_markers)
             wrapper = wrapper.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
-            return cst.FlattenSentinel([self._keep_linen(plan, original, linen_name(plan.name)),
+            return cst.FlattenSentinel([*self._linen_copies(plan), self._keep_linen(plan, original, linen_name(plan.name)),
                                         linen_class_name(plan.name), wrapper])
         bases = []
         for o, u in zip(original.bases, updated.bases):
@@ -937,9 +968,30 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not following.leading_lines:
             body[init_index + 1] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         self.report("L2N-MOD-001", original, f"{plan.name} -> nnx.Module")
+        self._converted[plan.name] = original
         self._record_name_map(plan)
         return updated.with_changes(bases=bases, body=updated.body.with_changes(body=body))
 
+
+    def _linen_copies(self, plan: ClassPlan) -> list[cst.BaseStatement]:
+        """Linen copies of the NNX classes a class kept as Linen builds through its factory fields
+        (``block_cls=ResNetBlock``): the kept class runs Linen code only, so it gets ``ResNetBlockLinen``
+        (named ``ResNetBlock`` for Linen's auto-names) through ``ResNetBlock.linen_class``."""
+        out: list[cst.BaseStatement] = []
+        others = set(self.linen_classes) | self._module_classes
+        for f in plan.fields:
+            for base in self.field_bindings.bases(plan.name, f.name):
+                original = self._converted.get(base.name) if base.kind == "user" else None
+                if original is None or base.name in self._copied or names_in(original.body) & (others - {base.name}):
+                    continue
+                self._copied.add(base.name)
+                note = cst.EmptyLine(comment=cst.Comment(f"# The Linen original of {base.name}, for {plan.name}Linen, "
+                                                         "which is kept as Linen"))
+                out.append(original.with_changes(name=cst.Name(linen_name(base.name)),
+                                                 leading_lines=[cst.EmptyLine(indent=False)] * 2 + [note]))
+                out.append(linen_class_name(base.name))
+                out.append(cst.parse_statement(f"{base.name}.linen_class = {linen_name(base.name)}\n"))
+        return out
 
     @staticmethod
     def _is_field_line(plan: ClassPlan, stmt: cst.BaseStatement) -> bool:

@@ -31,9 +31,20 @@ from linen2nnx.migrate.factories import (
     find_partial_local,
     substitute,
 )
+from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.lazy_vars import LazyVar, either
 from linen2nnx.migrate.lifted import SCAN_DECORATORS, LiftError, method_scan
 from linen2nnx.migrate.linen_api import feature_preserving_functions
+from linen2nnx.migrate.shape_tests import (
+    POOLING,
+    SPATIAL_ARGS_UNDECIDED,
+    SPATIAL_LAYERS,
+    ShapeTest,
+    calls_in,
+    parse_shape_test,
+    restated,
+    strided,
+)
 from linen2nnx.migrate.sites import (
     COLLECTION_TYPES,
     LINEN_BASES,
@@ -81,6 +92,9 @@ class PlanningMixin:
                 if (isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None
                         and self.qualnames(small.value) & feature_preserving_functions()):
                     plan.activation_fields.add(small.target.value)
+        for f in plan.fields:  # `act: Callable` with no default: what the callers bind it to
+            if f.default is None and self.field_bindings.preserves_features(plan.name, f.name):
+                plan.activation_fields.add(f.name)
         if "rngs" in plan.field_names:
             self.report("L2N-MOD-004", node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
                         "for the nnx.Rngs", "rename the field before migrating")
@@ -113,6 +127,7 @@ class PlanningMixin:
         for fn in [*calls, *others]:
             self._run_flow(plan, fn, resolve=True)
         self._resolve_unused(plan)
+        self._restate_shape_tests(plan)
         for fn in methods:
             self._plan_carry_inits(plan, fn)
         self._collect_needed_locals(plan)
@@ -338,8 +353,8 @@ class PlanningMixin:
         local_names = set(counts) - set(plan.pure_locals)
         command = self
         partials = self._partial_locals(fn, counts)
-        for name in partials:  # built at each use, never replayed in __init__ as a config local
-            plan.pure_locals.pop(name, None)
+        replayable = {name: plan.pure_locals.pop(name) for name in partials if name in plan.pure_locals}
+        # ^ built at each use, never replayed in __init__ as a config local -- unless also used otherwise
 
         class Collect(FastVisitor):
             def __init__(self) -> None:
@@ -377,6 +392,8 @@ class PlanningMixin:
                 factory: Any = plan.factories.get(command.self_call(node) or "")
                 if factory is None and isinstance(node.func, cst.Name):
                     factory = partials.get(node.func.value)  # `dense = partial(nn.Dense, ...)`; `dense(...)(x)`
+                if factory is None and command.self_call(node) is not None and command.applied(node):
+                    factory = command.field_factory(plan, command.self_call(node))  # `self.conv(...)(x)`
                 if factory is not None:
                     target = call_site_ctor(factory, node)
                     if target is None:
@@ -385,6 +402,8 @@ class PlanningMixin:
                         return
                 rule = command.layer_rule_of(target.func)
                 user = None if rule is not None else command.user_class_of(target.func)
+                if user is None and isinstance(factory, FieldFactory) and factory.classes:
+                    user = command.linen_classes.get(factory.classes[0])  # `Block` of a kept `BlockLinen`
                 variable = factory is None and command.self_call(node) in ("param", "variable")
                 if rule is None and user is None and not variable:
                     if not (isinstance(node.func, cst.Call) and isinstance(node.func.func, cst.Name)
@@ -398,7 +417,7 @@ class PlanningMixin:
                                    "create it in __init__ (an nnx.List for several) and index it at the call")
                     return
                 loop = self.loops[-1] if self.loops else None
-                conditions = command._conditions_of(node, fn, local_names)
+                conditions = command._conditions_of(node, fn, local_names, None if variable else plan)
                 if variable and command._plan_lazy_variable(plan, node, conditions, local_names):
                     return
                 if conditions is None:
@@ -421,7 +440,13 @@ class PlanningMixin:
                     if nesting is not None:
                         command._plan_nested(plan, node, rule, nesting, counters, user)
                         return
+                    handled = target.func in command._handled
                     command._plan_compact_child(plan, target, rule, user, loop, counters, local_names, conditions)
+                    if isinstance(factory, FieldFactory):
+                        if not handled:
+                            command._handled.discard(target.func)  # the field's default / a binding
+                        if factory.rule is not None:  # `nn.Conv` bound to it becomes `nnx.Conv` where written
+                            command._binding_values.update(dict.fromkeys(factory.values, factory.rule))
                     if factory is not None and plan.sites.get(target) is not None:
                         site = plan.sites.pop(target)  # keyed by the call of the helper, which is what the
                         site.ctor, site.factory = node, factory  # rewrite meets; built from the helper later
@@ -437,6 +462,8 @@ class PlanningMixin:
                 self._partial_calls[local.partial] = local
                 self._dropped_statements.add(local.statement)
                 plan.partial_classes.add(local.ctor.func)
+            elif local.name in replayable:  # also handed on (`block(norm=norm)`): a config local of __init__
+                plan.pure_locals[local.name] = replayable[local.name]
         self._flag_class_values(plan, fn)
         self._share_exclusive_attrs(plan)
         for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
@@ -604,6 +631,8 @@ class PlanningMixin:
         if self.layer_rule_of(ctor.func) or self.user_class_of(ctor.func):
             return  # a known layer / class: planned on its own
         factory_field = self_attr(ctor.func)
+        if factory_field is not None and self.field_factory(plan, factory_field) is not None:
+            return  # built from a module-factory field whose bindings the codemod follows: planned there
         if factory_field in plan.field_names and factory_field not in plan.factories:
             self.report("L2N-MOD-008", ctor, f"self.{factory_field}(...)(...) builds a submodule from the "
                         f"module-factory field {factory_field!r} at call time",
@@ -623,6 +652,11 @@ class PlanningMixin:
             return
         self.report("L2N-MOD-006", ctor, f"{name}(...)(...) looks like a Linen submodule that is not part of this "
                     "run", "migrate the file that defines it in the same run, or convert it by hand")
+
+    def applied(self, node: cst.Call) -> bool:
+        """Is ``node`` immediately called (``node(...)``): a module built and applied in place?"""
+        parent = self.parent_of(node)
+        return isinstance(parent, cst.Call) and parent.func is node
 
     def _partial_locals(self, fn: cst.FunctionDef, assigned: dict[str, int]) -> dict[str, PartialLocal]:
         """The method's ``name = partial(<layer or class of the run>, ...)`` locals (see factories.py)."""
@@ -661,22 +695,88 @@ class PlanningMixin:
         Assigns().walk(owner.body)
         return found
 
-    def _conditions_of(self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str]) -> list[str] | None:
+    def _conditions_of(self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str],
+                       plan: ClassPlan | None = None) -> list[str] | None:
         """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches); None when a test
-        uses a call-time value, so the construction cannot be decided in __init__."""
+        uses a call-time value, so the construction cannot be decided in __init__ -- but for a shape
+        test (``if residual.shape != y.shape``), restated once the dataflow has run (shape_tests.py)."""
         conditions: list[str] = []
         prev, cur = node, self.parent_of(node)
         while cur is not None and cur is not fn:
             if isinstance(cur, cst.If):
                 if (names_in(cur.test) - NOT_LOCAL) & local_names:
-                    return None
-                test = code(cur.test)
+                    shape = None if plan is None else self._shape_test(plan, cur, fn)
+                    if shape is None:
+                        return None
+                    test = shape.token
+                else:
+                    test = code(cur.test)
                 if prev is cur.body:
                     conditions.insert(0, test)
                 elif prev is cur.orelse:
                     conditions.insert(0, f"not ({test})")
             prev, cur = cur, self.parent_of(cur)
         return conditions
+
+    def _shape_test(self, plan: ClassPlan, node: cst.If, fn: cst.FunctionDef) -> ShapeTest | None:
+        for test, _ in plan.shape_tests.values():
+            if test.node is node:
+                return test
+        test = parse_shape_test(node.test, node, len(plan.shape_tests))
+        if test is not None:
+            plan.shape_tests[test.token] = (test, fn)
+        return test
+
+    def _restate_shape_tests(self, plan: ClassPlan) -> None:
+        """Each shape test in ``__init__`` terms (see shape_tests.py), or a manual finding on what it builds."""
+        for token, (test, fn) in plan.shape_tests.items():
+            under = [s for s in plan.hoisted_order if any(token in c for c in s.conditions)]
+            text = self._restated(plan, test, fn, under)
+            for site in under:
+                if text is None:
+                    self._handled.add(site.ctor)
+                    self.report("L2N-MOD-004", site.ctor, f"{site.attr} is built under `{code(test.node.test)}`, "
+                                "which the codemod cannot restate from constructor arguments",
+                                "create it in __init__ under a test of the config, and keep the call's test")
+                    continue
+                site.conditions = [c.replace(token, text) for c in site.conditions]
+
+    def _restated(self, plan: ClassPlan, test: ShapeTest, fn: cst.FunctionDef, under: list[Site]) -> str | None:
+        seen = plan.if_envs.get(test.node)
+        if seen is None or not under:
+            return None
+        env, params = seen
+        feats = [env.get(test.a), env.get(test.b)]
+        if any(f is None for f in feats):
+            return None
+        self._flow_method = fn.name.value
+        widths = [self._static_size(plan, f, params, test.node) for f in feats]  # type: ignore[arg-type]
+        if None in widths:
+            return None
+        if any(self.qualnames(c.func) & POOLING for c in calls_in(fn)):
+            return None
+        strides = []
+        first = plan.hoisted_order.index(under[0])
+        for site in plan.hoisted_order[:first]:
+            rule = site.rule
+            if rule is None or rule.linen not in SPATIAL_LAYERS:
+                continue
+            given = dict(site.args)
+            if isinstance(site.factory, FieldFactory):
+                if set(site.factory.partial_keywords) & {"strides", "padding", *SPATIAL_ARGS_UNDECIDED}:
+                    return None
+            if any(a in given for a in SPATIAL_ARGS_UNDECIDED):
+                return None
+            padding = given.get("padding")
+            if padding is not None and code(padding.value).strip("'\"") != "SAME":
+                return None
+            if "strides" in given:
+                kernel = given.get("kernel_size")
+                moved = strided(given["strides"].value, kernel.value if kernel else None)
+                if moved is None:
+                    return None
+                strides.append(moved)
+        return restated(test, widths[0], widths[1], strides)  # type: ignore[arg-type]
 
     def _nesting(self, plan: ClassPlan, node: cst.Call) -> tuple[Site, str, int] | None:
         """(outer layer site, its argument, list index) when ``node`` is built as a layer argument."""
@@ -925,7 +1025,10 @@ class PlanningMixin:
     def _collect_needed_locals(self, plan: ClassPlan) -> None:
         """Pure locals the hoisted constructors refer to (transitively), in source order."""
         needed: set[str] = set()
-        todo = [n for s in plan.hoisted_order for n in names_in(s.ctor) if n in plan.pure_locals]
+        # a partial local's use (`dense(name='q')`) is built from the partial's arguments, not the local
+        ctors = [cst.Call(func=cst.Name("_"), args=s.ctor.args) if isinstance(s.factory, PartialLocal) else s.ctor
+                 for s in plan.hoisted_order]
+        todo = [n for ctor in ctors for n in names_in(ctor) if n in plan.pure_locals]
         while todo:
             name = todo.pop()
             if name in needed:

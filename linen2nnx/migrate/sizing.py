@@ -154,6 +154,8 @@ class SizingMixin:
         if len(params) >= 2 and ((plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods):
             flow.env[params[0]] = self._carry_fixpoint(fn, params, layer_of, method_of, value_of, probing)
         flow.run(fn.body.body)
+        if resolve:
+            plan.if_envs.update({node: (env, params) for node, env in flow.at_if.items()})
         out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
         scan = plan.scanned_methods.get(fn.name.value)
         if scan is not None and out is not None:  # scanned: (carry, ys), with ys stacked on out_axes

@@ -26,7 +26,7 @@ RULES: dict[str, Rule] = {
         Rule("L2N-MOD-004", Severity.MANUAL, "Submodule construction the codemod cannot hoist (loop, branch, call-time value)."),
         Rule("L2N-MOD-006", Severity.MANUAL, "A submodule class the run does not define (e.g. a Linen class from an unmigrated file)."),
         Rule("L2N-MOD-007", Severity.MANUAL, "Class kept as Linen (<Name>Linen) behind nnx.bridge.ToNNX: it runs, but blocking findings stop its rewrite."),
-        Rule("L2N-MOD-008", Severity.MANUAL, "Submodule built at call time by a module-factory field (`self.conv(...)(x)`, `conv: ModuleDef`)."),
+        Rule("L2N-MOD-008", Severity.MANUAL, "Submodule built at call time by a module-factory field (`self.conv(...)(x)`, `conv: ModuleDef`) whose bindings the codemod cannot follow to one kind of layer."),
         Rule("L2N-LAYER-001", Severity.CONVERTED, "Built-in Linen layer replaced by its NNX counterpart."),
         Rule("L2N-LAYER-002", Severity.MANUAL, "Layer argument with no NNX equivalent."),
         Rule("L2N-LAYER-003", Severity.CONVERTED, "Mode argument (deterministic / use_running_average) moved to call time."),

@@ -1,0 +1,81 @@
+"""Submodules built under a shape test: ``if residual.shape != y.shape: residual = conv_proj(residual)``.
+
+ResNet blocks project the shortcut only when the main path changed the shape. Linen decides that at
+the first call; NNX builds its modules in ``__init__``, so the test has to be restated there in terms
+of the constructor's arguments. Two arrays of the main path differ in shape when their last axes
+differ (the dataflow knows both) or when a convolution on the way strides (its ``strides`` argument).
+Anything else that could change the other axes (padding other than ``'SAME'``, dilation, pooling, a
+reshape) makes the test undecidable here: the construction stays a manual finding. The call keeps
+Linen's own test, so the NNX module takes the same branch whenever its ``__init__`` built the same
+modules; when they disagree the call fails loudly instead of computing something else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_utils import code
+
+SPATIAL_LAYERS = frozenset({"Conv", "ConvTranspose"})
+SPATIAL_ARGS_UNDECIDED = ("input_dilation", "kernel_dilation")
+POOLING = frozenset({"flax.linen.max_pool", "flax.linen.avg_pool", "flax.linen.min_pool", "flax.linen.pool",
+                     "flax.linen.pooling.max_pool", "flax.linen.pooling.avg_pool", "flax.linen.pooling.min_pool",
+                     "flax.linen.pooling.pool", "jax.numpy.reshape"})
+
+
+@dataclasses.dataclass
+class ShapeTest:
+    """``a.shape != b.shape`` (``equal``: ``==``) of two locals, as an ``if`` test."""
+
+    token: str  # stands for the test in the sites' conditions until it is restated
+    node: cst.If
+    a: str
+    b: str
+    equal: bool
+
+
+def parse_shape_test(test: cst.BaseExpression, node: cst.If, index: int) -> ShapeTest | None:
+    """``x.shape != y.shape`` / ``x.shape == y.shape`` with ``x``, ``y`` names, else None."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, (cst.NotEqual, cst.Equal))):
+        return None
+    sides = [test.left, test.comparisons[0].comparator]
+    names = []
+    for side in sides:
+        if not (isinstance(side, cst.Attribute) and side.attr.value == "shape" and isinstance(side.value, cst.Name)):
+            return None
+        names.append(side.value.value)
+    return ShapeTest(f"__shape_test_{index}__", node, names[0], names[1],
+                     isinstance(test.comparisons[0].operator, cst.Equal))
+
+
+def strided(strides: cst.BaseExpression, kernel_size: cst.BaseExpression | None) -> str | None:
+    """A test that ``strides`` (an argument of a convolution with this ``kernel_size``) is not all ones."""
+    if isinstance(strides, cst.Integer) or (isinstance(strides, cst.Name) and strides.value == "None"):
+        return "False" if code(strides) in ("1", "None") else "True"
+    if isinstance(kernel_size, (cst.Tuple, cst.List)):
+        ones = "(" + ", ".join("1" for _ in kernel_size.elements) + ("," if len(kernel_size.elements) == 1 else "") + ")"
+        return f"{code(strides)} not in (None, 1, {ones})"
+    return None
+
+
+def restated(test: ShapeTest, width_a: str, width_b: str, stride_tests: list[str]) -> str:
+    """The ``__init__`` form of ``test``: the widths, then every stride on the way."""
+    if "True" in stride_tests:
+        return "False" if test.equal else "True"
+    text = " or ".join([f"{width_a} != {width_b}", *(t for t in stride_tests if t != "False")])
+    return f"not ({text})" if test.equal else text
+
+
+def calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class Calls(FastVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    Calls().walk(node)
+    return found
