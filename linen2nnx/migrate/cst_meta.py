@@ -185,3 +185,15 @@ def _line_columns(tokens: list[str], indices: list[int]) -> list[tuple[int, int]
         done = stop
         out[k] = (line, column)
     return out
+
+
+def calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    """Every call under ``node``, in source order."""
+    found: list[cst.Call] = []
+
+    class Calls(FastVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    Calls().walk(node)
+    return found

@@ -12,7 +12,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_in,
@@ -40,7 +40,6 @@ from linen2nnx.migrate.shape_tests import (
     SPATIAL_ARGS_UNDECIDED,
     SPATIAL_LAYERS,
     ShapeTest,
-    calls_in,
     parse_shape_test,
     restated,
     strided,
@@ -92,8 +91,9 @@ class PlanningMixin:
                 if (isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None
                         and self.qualnames(small.value) & feature_preserving_functions()):
                     plan.activation_fields.add(small.target.value)
-        for f in plan.fields:  # `act: Callable` with no default: what the callers bind it to
-            if f.default is None and self.field_bindings.preserves_features(plan.name, f.name):
+        called = {self.self_call(c) for c in calls_in(node.body)} - {None}
+        for f in plan.fields:  # `act: Callable` with no default, called: what the callers bind it to
+            if f.default is None and f.name in called and self.field_bindings.preserves_features(plan.name, f.name):
                 plan.activation_fields.add(f.name)
         if "rngs" in plan.field_names:
             self.report("L2N-MOD-004", node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
@@ -719,17 +719,17 @@ class PlanningMixin:
         return conditions
 
     def _shape_test(self, plan: ClassPlan, node: cst.If, fn: cst.FunctionDef) -> ShapeTest | None:
-        for test, _ in plan.shape_tests.values():
-            if test.node is node:
-                return test
-        test = parse_shape_test(node.test, node, len(plan.shape_tests))
-        if test is not None:
-            plan.shape_tests[test.token] = (test, fn)
-        return test
+        if node not in plan.shape_tests:
+            test = parse_shape_test(node.test, node, len(plan.shape_tests))
+            if test is None:
+                return None
+            plan.shape_tests[node] = (test, fn)
+        return plan.shape_tests[node][0]
 
     def _restate_shape_tests(self, plan: ClassPlan) -> None:
         """Each shape test in ``__init__`` terms (see shape_tests.py), or a manual finding on what it builds."""
-        for token, (test, fn) in plan.shape_tests.items():
+        for test, fn in plan.shape_tests.values():
+            token = test.token
             under = [s for s in plan.hoisted_order if any(token in c for c in s.conditions)]
             text = self._restated(plan, test, fn, under)
             for site in under:

@@ -16,7 +16,6 @@ import dataclasses
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import code
 
 SPATIAL_LAYERS = frozenset({"Conv", "ConvTranspose"})
@@ -69,13 +68,3 @@ def restated(test: ShapeTest, width_a: str, width_b: str, stride_tests: list[str
     text = " or ".join([f"{width_a} != {width_b}", *(t for t in stride_tests if t != "False")])
     return f"not ({text})" if test.equal else text
 
-
-def calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
-
-    class Calls(FastVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    Calls().walk(node)
-    return found

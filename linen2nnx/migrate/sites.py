@@ -177,7 +177,7 @@ class ClassPlan:
     state_when: str | None = None  # when it (or a submodule) creates variables at call time, in terms of
     # its __call__ parameters ("True": possibly always); None: never (see lazy_vars.py)
     partial_classes: set[Any] = dataclasses.field(default_factory=set)  # classes of converted partial locals
-    shape_tests: dict[str, Any] = dataclasses.field(default_factory=dict)  # token -> (ShapeTest, method)
+    shape_tests: dict[Any, Any] = dataclasses.field(default_factory=dict)  # `if` -> (ShapeTest, method)
     if_envs: dict[Any, Any] = dataclasses.field(default_factory=dict)  # `if` -> (values its test sees, params)
     is_cell: bool = False  # an nn.RNNCellBase subclass: __call__(carry, x) returns a carry of the same shape
 
