@@ -114,6 +114,40 @@ def linen_ctor_kwargs(module: Any) -> dict[str, Any]:
     }
 
 
+def nnx_ctor_kwargs(module: Any, nnx_module: Any) -> dict[str, Any]:
+    """:func:`linen_ctor_kwargs`, with each value as the NNX constructor takes it (see
+    :func:`nnx_config_value`)."""
+    return {name: nnx_config_value(value, nnx_module) for name, value in linen_ctor_kwargs(module).items()}
+
+
+def nnx_config_value(value: Any, nnx_module: Any) -> Any:
+    """A Linen config value in NNX terms: a class the migration converted (``block_cls=ResNetBlock``)
+    becomes the NNX class of the same name in ``nnx_module``; a Flax Linen layer (``conv=nn.Conv``)
+    its NNX layer; a ``functools.partial`` of either keeps its arguments (Linen keyword names
+    renamed as the layer table says). Anything else is passed as is."""
+    import functools
+
+    from flax import linen, nnx
+
+    from linen2nnx.layers import layer_rule
+
+    if isinstance(value, functools.partial):
+        func = nnx_config_value(value.func, nnx_module)
+        if func is value.func:
+            return value
+        rule = layer_rule(f"flax.linen.{value.func.__name__}") if value.func.__module__.startswith("flax.linen") else None
+        keywords = {rule.nnx_arg(k) if rule else k: v for k, v in value.keywords.items()}
+        return functools.partial(func, *value.args, **keywords)
+    if isinstance(value, type) and issubclass(value, linen.Module):
+        if value.__module__.startswith("flax.linen"):
+            rule = layer_rule(f"flax.linen.{value.__name__}")
+            return getattr(nnx, rule.nnx) if rule is not None else value
+        twin = getattr(nnx_module, value.__name__, None)
+        if isinstance(twin, type) and issubclass(twin, nnx.Module):
+            return twin
+    return value
+
+
 def import_file(path: str | Path, name: str | None = None) -> Any:
     """Import a Python file as a uniquely named module (its folder goes on ``sys.path``)."""
     path = Path(path).resolve()

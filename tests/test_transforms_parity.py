@@ -150,8 +150,34 @@ def test_factory_fields_are_built_in_init(tmp_path):
                                                               "block_0/conv_0/kernel"}
 
 
+@pytest.mark.parametrize("model", ["PlainNet", "WideNet"])
+def test_blocks_built_in_nested_loops(tmp_path, model):
+    """The imagenet ResNet stage/block pattern: blocks built through ``block_cls`` in nested loops (one
+    nnx.List, appended by the same loops in __init__), sized from the previous block's
+    ``out_features`` (the two classes differ), a stem built through ``partial(self.conv, ...)``, and a
+    BatchNorm partial whose call-time ``use_running_average`` reaches the blocks through nnx.view:
+    forward (train and eval), every gradient and the updated batch statistics match Linen's."""
+    linen_mod, nnx_mod, result, map_path = build("factory_field_stages", tmp_path)
+    assert not any(c.bridge for c in result.name_map.classes.values())
+    assert not [f for f in result.findings if f.severity.value == "manual"]
+    x = np.random.default_rng(8).normal(size=(2, 8, 8, 3)).astype(np.float32)
+    side = LinenSide(model=getattr(linen_mod, model)(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
+                     mutable=("batch_stats",))
+    variables = perturbed(side.init_variables())
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: getattr(nnx_mod, model)(in_features=3, rngs=rngs),
+                     name_map=map_path)
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    grads = {lf.path for lf in parity.by_check()["grad"]}
+    assert len(grads) == len(jax.tree.leaves(variables["params"]))
+    projections = {"PlainNet": {"block/1/proj/kernel"}, "WideNet": {"block/0/proj/kernel", "block/2/proj/kernel"}}
+    assert {"block/2/conv_0/kernel", "dense_0/kernel", "stem/kernel", *projections[model]} <= grads, grads
+    assert not {p for p in grads if "proj" in p} - projections[model]
+    assert {lf.path for lf in parity.by_check()["batch_stats"]} >= {"block/2/batch_norm_0/mean", "stem_norm/var"}
+
+
 def test_a_class_kept_as_linen_builds_linen_copies(tmp_path):
-    """A class kept as Linen (blocks in a nested loop) whose factory field builds a converted class:
+    """A class kept as Linen (blocks in a while loop) whose factory field builds a converted class:
     the wrapper hands it the Linen copy (``Block.linen_class``), and the model computes what Linen
     computes under the original names."""
     linen_mod, nnx_mod, result, map_path = build("factory_field_bridged", tmp_path)

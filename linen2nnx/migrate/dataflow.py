@@ -37,6 +37,7 @@ class Feat:
     reason: str = ""
     elements: tuple[Feat, ...] = ()  # kind "tuple": one Feat per element
     rank: int = 0  # number of axes when known (a parameter of literal shape); 0: unknown
+    reduced: tuple[int, ...] = ()  # for a candidate of a reduction: the axes reduced (a trace's rank confirms)
     candidate: Feat | None = None
     """For an unknown size: what it is if an assumption no source text proves holds (the right operand
     of ``x @ y`` has rank >= 2); only a trace that shows the same sizes confirms it."""
@@ -337,7 +338,8 @@ def _reduced(value: Feat, positional: Sequence[cst.Arg], args: Sequence[cst.Arg]
     if value.rank:
         return value if value.rank - 1 not in {a % value.rank for a in axes} else Feat.unknown(
             "a reduction over the last axis")
-    return Feat("unknown", reason="a reduction over leading axes of a value of unknown rank", candidate=value)
+    return Feat("unknown", reason="a reduction over leading axes of a value of unknown rank", candidate=value,
+                reduced=tuple(axes))
 
 
 def _contracted(rhs: Feat, *gone: int | None) -> Feat:

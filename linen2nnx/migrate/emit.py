@@ -11,16 +11,19 @@ from linen2nnx.layers import nnx_ctor_params
 from linen2nnx.migrate.cst_utils import (
     code,
     kwarg,
+    names_in,
     self_attr,
     strip_commas,
 )
 from linen2nnx.migrate.factories import call_site_ctor
-from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.lifted import lifted_ctor, param_axis
 from linen2nnx.migrate.sites import (
     ClassPlan,
+    LoopNest,
     Site,
     einsum_bias_shape,
+    nest_fors,
     replace_shape_last,
 )
 from linen2nnx.namemap import Child, ClassEntry
@@ -112,9 +115,12 @@ class EmitMixin:
         if call is None:
             return None
         if isinstance(site.factory, FieldFactory):  # `self.conv(...)`: the field builds it, given the sizes
-            built = self._build(site, site.factory.merged(call))
+            local = site.factory.local if isinstance(site.factory, FieldPartial) else None
+            ctor = self._factory_updated.get(local.ctor) if local is not None else None
+            merged = site.factory.merged(call, ctor)
+            built = self._build(site, merged)
             assert isinstance(built, cst.Call)
-            given = {a.keyword.value for a in call.args if a.keyword is not None}
+            given = {a.keyword.value for a in merged.args if a.keyword is not None}
             extra = set(site.rule.extra_kwargs) - given if site.rule is not None else set()
             args = [a for a in built.args if a.keyword is None or a.keyword.value not in extra]
             return built.with_changes(func=cst.parse_expression(f"self.{site.factory.name}"), args=strip_commas(args))
@@ -123,6 +129,8 @@ class EmitMixin:
         return None if built is None else self._build(site, built)
 
     def _call_site(self, site: Site) -> cst.BaseExpression:
+        if site.nest is not None:  # the next element of the list the replayed loops built
+            return cst.parse_expression(f"next({site.nest.iterator(site)})")
         ref = f"self.{site.attr}[{site.loop.position}]" if site.loop is not None else f"self.{site.attr}"
         if site.tail_of is not None:
             ref = f"self.{site.attr}[{site.list_index}]"
@@ -165,6 +173,11 @@ class EmitMixin:
             self.needs_jax_import = True
         for name in plan.needed_locals:
             stmt = self._pure_updated.get(plan.pure_locals[name], plan.pure_locals[name])
+            if name in plan.mode_partials:  # its call-time flags are given where its layers are called
+                value = stmt.body[0].value  # type: ignore[attr-defined]
+                kept = [a for a in value.args if a.keyword is None or a.keyword.value not in plan.mode_partials[name]]
+                stmt = stmt.with_changes(body=[stmt.body[0].with_changes(  # type: ignore[attr-defined]
+                    value=value.with_changes(args=strip_commas(kept)))])
             if name in plan.shape_locals:
                 sizes = plan.shape_local_sizes.get(name)
                 if sizes is None:
@@ -175,7 +188,13 @@ class EmitMixin:
                 stmt = cst.parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")
             stmts.append(stmt)
         emitted_if: dict[str, int] = {}
+        emitted_nests: set[int] = set()
         for site in plan.hoisted_order:
+            if site.nest is not None:
+                if id(site.nest) not in emitted_nests:
+                    emitted_nests.add(id(site.nest))
+                    stmts.extend(self._nest_init(site.nest))
+                continue
             built = self._build_factory(site) if site.factory is not None else self._built.get(site.ctor)
             if built is None:
                 continue
@@ -215,6 +234,50 @@ class EmitMixin:
             stmts.append(cst.parse_statement("pass\n"))
         return fn.with_changes(body=fn.body.with_changes(body=stmts))
 
+    def _nest_init(self, nest: LoopNest) -> list[cst.BaseStatement]:
+        """The nest's lists, then its loops replayed with what the constructors read: each line that
+        built submodules becomes ``self.<list>.append(<NNX constructor>)``, in the same order."""
+        appends: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
+        read: set[str] = set()
+        for site in nest.sites:
+            built = self._build_factory(site) if site.factory is not None else self._built.get(site.ctor)
+            if built is None:
+                continue
+            read |= names_in(built)
+            line = cst.SimpleStatementLine([cst.Expr(cst.Call(cst.parse_expression(f"self.{site.attr}.append"),
+                                                              [cst.Arg(built)]))])
+            appends.setdefault(nest.statements[id(site)], []).append(line)
+        for f in nest_fors(nest.outer):
+            read |= names_in(f.iter)
+        needed: set[cst.CSTNode] = set()
+        for name, stmt in reversed(list(nest.local_stmts.items())):  # a local may read an earlier one
+            if name in read:
+                needed.add(stmt)
+                read |= names_in(stmt.body[0].value)  # type: ignore[attr-defined]
+
+        def replay(loop: cst.For) -> cst.For | None:
+            body: list[cst.BaseStatement] = []
+            builds = False
+            for stmt in loop.body.body:
+                if isinstance(stmt, cst.For):
+                    inner = replay(stmt)
+                    if inner is not None:
+                        body.append(inner)
+                        builds = True
+                elif stmt in needed:
+                    body.append(stmt.with_changes(leading_lines=[]))
+                elif stmt in appends:
+                    body.extend(appends[stmt])
+                    builds = True
+            if not builds:
+                return None
+            return loop.with_changes(body=cst.IndentedBlock(body=body), leading_lines=[])
+
+        loops = replay(nest.outer)
+        lists = [cst.parse_statement(f"self.{site.attr} = nnx.List()\n") for site in nest.sites]
+        self.uses_nnx = True
+        return [*lists, *([loops] if loops is not None else [])]
+
     def _containerize(self, plan: ClassPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
         """``self.layers = [..layers..]`` in setup -> ``nnx.List([...])`` (a plain list is rejected by NNX)."""
         if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
@@ -244,6 +307,11 @@ class EmitMixin:
             elif site.loop is not None:
                 child_key = site.linen_name if site.linen_name not in entry.children else f"{site.linen_name}_{{i}}"
                 entry.children[child_key] = Child(attr=site.attr, linen_class=linen_class, container="list")
+            elif site.nest is not None:  # Linen counts on across the loops: {Class}_{k} is element k
+                classes = site.factory.classes if isinstance(site.factory, FieldFactory) and site.factory.classes else ()
+                for name in classes or (site.linen_name,):
+                    key_of = linen_class if not classes else self._class_key(name)
+                    entry.children[name] = Child(attr=site.attr, linen_class=key_of, container="list")
         for var in plan.lazy_vars.values():
             entry.variables.setdefault(var.collection, {})[var.name] = var.attr
         for attr, sites in plan.containers.items():

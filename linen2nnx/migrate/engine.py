@@ -227,6 +227,8 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
             output, source, path=path, module_name=module_name, local=command.summaries,
             external=external or {}, rule_enabled=rule_selector(select, ignore))
     except Exception as e:  # an internal bug must not take the other files down
+        if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
+            raise
         finding = Finding("L2N-IO-004", Severity.ERROR, path, 1, 1, f"internal error: {type(e).__name__}: {e}",
                           "please report this file; it was left untouched")
         return FileResult(file_path, path, source, None, [finding], NameMap())

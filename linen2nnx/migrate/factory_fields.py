@@ -28,6 +28,7 @@ import libcst as cst
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.factories import PartialLocal
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 
 
@@ -62,6 +63,18 @@ class FieldFactory:
     def merged(self, call: cst.Call, ctor: cst.Call | None = None) -> cst.Call:
         """The constructor ``self.<name>(args)`` stands for, as if the built class were written there."""
         return cst.Call(func=self.base, args=list(call.args))
+
+
+@dataclasses.dataclass
+class FieldPartial(FieldFactory):
+    """``conv = partial(self.conv, use_bias=False)`` in @nn.compact, then ``conv(...)(x)``: each use
+    builds one submodule through the field, with the partial's arguments first (as functools.partial)."""
+
+    local: PartialLocal | None = None
+
+    def merged(self, call: cst.Call, ctor: cst.Call | None = None) -> cst.Call:
+        assert self.local is not None
+        return super().merged(self.local.merged(call, ctor))
 
 
 @dataclasses.dataclass

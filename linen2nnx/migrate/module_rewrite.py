@@ -149,6 +149,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._converted: dict[str, cst.ClassDef] = {}  # classes rewritten as NNX: name -> the Linen original
         self._copied: set[str] = set()  # ... of which a Linen copy was kept for a bridged class
         self._field_bindings: FieldBindings | None = None  # what callers bind to module-factory fields
+        self._out_features: dict[str, str] = {}  # class -> its output size, set as self.out_features (sizing.py)
         self._binding_values: dict[cst.CSTNode, LayerRule] = {}  # `nn.Conv` bound to a converted factory field
         # the tree being migrated and what is known of it (see transform_module, qualnames, parent_of)
         self._module = cst.Module([])
@@ -561,6 +562,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         site = plan.sites.get(original)
         if site is not None and site.factory is not None:  # built in __init__ once the helper is rewritten
             self._factory_calls[original] = updated
+            self._moved[original] = [kwarg(a, site.args[a].value) for a in site.moved_args if a in site.args]
             return self._call_site(site)
         if site is not None:
             self._handled.add(original.func)
@@ -591,6 +593,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if applied is None:
             return updated
         call = updated if applied.rule is None else self._rewrite_layer_call(applied, original, updated)
+        if applied.rule is None and applied.view_kwargs:  # mode flags of the layers it builds with a handed partial
+            self.uses_nnx = True
+            view = [cst.Arg(call.func), *(kwarg(k, cst.parse_expression(v)) for k, v in applied.view_kwargs.items())]
+            call = call.with_changes(func=cst.Call(cst.parse_expression("nnx.view"), strip_commas(view)))
         if applied.lifted is not None:
             try:
                 source = lifted_call(applied.lifted, code(call.func), list(call.args), self.is_broadcast,
@@ -1053,7 +1059,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             if alias is not None and self._alias_use.get(alias):
                 return cst.RemoveFromParent()
         prefix = self._stmt_prefix.pop(original_node, None)
-        if prefix and isinstance(updated, cst.SimpleStatementLine):
+        if prefix and isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             return cst.FlattenSentinel([*prefix, self._with_markers(original_node, updated)])
         return self._with_markers(original_node, updated)
 
@@ -1066,6 +1072,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return updated
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        if self._out_features:
+            updated = updated.with_changes(body=[self._with_out_features(s) for s in updated.body])
         if self.uses_nnx:
             updated = drop_unused_linen_imports(ensure_nnx_import(updated))
         if self.needs_jax_import and "jax" not in {a.evaluated_alias or a.evaluated_name for s in updated.body
@@ -1073,6 +1081,22 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                                                    if isinstance(i, cst.Import) for a in i.names}:
             updated = updated.with_changes(body=[cst.parse_statement("import jax\n"), *updated.body])
         return updated
+
+    def _with_out_features(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
+        """A converted class whose output size a caller reads (a loop nest, a factory field bound to
+        several classes) ends its ``__init__`` with ``self.out_features = ...``, as NNX layers have."""
+        if not isinstance(stmt, cst.ClassDef) or stmt.name.value not in self._out_features:
+            return stmt
+        expr = self._out_features[stmt.name.value]
+        body = list(stmt.body.body)
+        for i, member in enumerate(body):
+            if isinstance(member, cst.FunctionDef) and member.name.value == "__init__":
+                if expr == "self.out_features":
+                    return stmt
+                line = cst.parse_statement(f"self.out_features = {expr}  # the output size, read by the modules that build it\n")
+                body[i] = member.with_changes(body=member.body.with_changes(body=[*member.body.body, line]))
+                return stmt.with_changes(body=stmt.body.with_changes(body=body))
+        return stmt
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         return tree.visit(self)

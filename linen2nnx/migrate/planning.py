@@ -6,6 +6,7 @@ Mixed into :class:`~linen2nnx.migrate.module_rewrite.MigrateModules`, which supp
 
 from __future__ import annotations
 
+import dataclasses
 import keyword
 from typing import Any
 
@@ -31,7 +32,7 @@ from linen2nnx.migrate.factories import (
     find_partial_local,
     substitute,
 )
-from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.lazy_vars import LazyVar, either
 from linen2nnx.migrate.lifted import SCAN_DECORATORS, LiftError, method_scan
 from linen2nnx.migrate.linen_api import feature_preserving_functions
@@ -53,9 +54,11 @@ from linen2nnx.migrate.sites import (
     ClassPlan,
     Field,
     LoopInfo,
+    LoopNest,
     Site,
     einsum_bias_shape,
     loop_name_prefix,
+    nest_fors,
     range_loop,
     shape_last_refs,
 )
@@ -291,6 +294,11 @@ class PlanningMixin:
                 continue  # a transformed class: applied at the call, never replayed
             used = names_in(value) - NOT_LOCAL - comprehension_names(value)
             call_time = {n for n in used if n in counts and n not in pure}
+            mode = self._mode_partial(value, call_time | params) if call_time or used & params else None
+            if mode:  # `norm = partial(nn.BatchNorm, use_running_average=not train)`: the flag moves to calls
+                plan.mode_partials[target.value] = mode
+                pure[target.value] = stmt
+                continue
             refs = shape_last_refs(value, call_time) if call_time else None
             if call_time and refs is None:
                 first = fn.params.params[1].name.value if len(fn.params.params) > 1 else None
@@ -307,6 +315,62 @@ class PlanningMixin:
             if refs:  # `d = x.shape[-1] if ... else ...`: replayed with x's size once the dataflow knows it
                 plan.shape_locals[target.value] = refs
         return pure
+
+    def _mode_partial(self, value: cst.BaseExpression, call_time: set[str]) -> dict[str, str] | None:
+        """``partial(nn.BatchNorm, use_running_average=not train, ...)`` whose only call-time reads are
+        mode flags NNX takes at the call: ``{flag: source}``; None otherwise."""
+        if not (isinstance(value, cst.Call) and self.qualnames(value.func) & {"functools.partial"} and value.args
+                and value.args[0].keyword is None and not any(a.star for a in value.args)):
+            return None
+        rule = self.layer_rule_of(value.args[0].value)
+        if rule is None:
+            return None
+        mode = {}
+        for arg in value.args[1:]:
+            if (names_in(arg.value) - NOT_LOCAL) & call_time:
+                if arg.keyword is None or arg.keyword.value not in rule.call_args or self._has_side_effects(arg.value):
+                    return None
+                mode[arg.keyword.value] = code(arg.value)
+        return mode or None
+
+    def _view_handed_modes(self, plan: ClassPlan) -> None:
+        """A mode partial handed to a submodule (``block_cls(..., norm=norm)``) sets the flag of the layers
+        the submodule builds with it: the call becomes ``nnx.view(block, use_running_average=...)(x)``
+        -- when every such layer of the submodule's class is built through that field."""
+        for site in plan.hoisted_order:
+            if site.kind != "module" or not plan.mode_partials:
+                continue
+            classes = site.factory.classes if isinstance(site.factory, FieldFactory) else (site.user.name,)  # type: ignore[union-attr]
+            for name, arg in site.args.items():
+                local = arg.value.value if isinstance(arg.value, cst.Name) else None
+                mode = plan.mode_partials.get(local or "")
+                if mode is None:
+                    continue
+                users = [self.linen_classes.get(c) for c in classes]
+                if any(u is None or not self._built_only_through(u, name) for u in users):
+                    self.report("L2N-MOD-004", arg, f"{local} sets {', '.join(mode)} at call time and is handed to "
+                                f"{site.attr}, whose class builds such layers otherwise too",
+                                "pass the flag to the submodule's call by hand")
+                    continue
+                for flag, source in mode.items():
+                    if site.view_kwargs.get(flag, source) != source:
+                        self.report("L2N-MOD-004", arg, f"two values of {flag} handed to {site.attr}",
+                                    "pass the flags to the submodule's call by hand")
+                    site.view_kwargs[flag] = source
+                self.report("L2N-LAYER-003", arg, f"{', '.join(mode)} of {local} applied at the call of "
+                            f"{site.attr} through nnx.view")
+
+    @staticmethod
+    def _built_only_through(user: ClassPlan, field: str) -> bool:
+        """Is every layer with a call-time mode flag that ``user`` builds built through ``self.<field>``?"""
+        for site in user.sites.values():
+            if site.rule is not None and site.rule.call_args:
+                if not (isinstance(site.factory, FieldFactory) and site.factory.name == field):
+                    return False
+            elif site.kind == "module" and site.user is not None and any(
+                    s.rule is not None and s.rule.call_args for s in site.user.sites.values()):
+                return False
+        return True
 
     def _shape_kept_until(self, fn: cst.FunctionDef, stop: cst.BaseStatement, name: str) -> bool:
         """Every rebinding of ``name`` before ``stop`` keeps its shape (``x = jnp.asarray(x, dtype)``,
@@ -352,7 +416,7 @@ class PlanningMixin:
         plan.pure_locals = self._pure_locals(plan, fn)
         local_names = set(counts) - set(plan.pure_locals)
         command = self
-        partials = self._partial_locals(fn, counts)
+        partials = self._partial_locals(plan, fn, counts)
         replayable = {name: plan.pure_locals.pop(name) for name in partials if name in plan.pure_locals}
         # ^ built at each use, never replayed in __init__ as a config local -- unless also used otherwise
 
@@ -360,6 +424,7 @@ class PlanningMixin:
             def __init__(self) -> None:
                 self.blocked = 0  # inside a construct we cannot hoist out of
                 self.loops: list[LoopInfo] = []
+                self.nest: list[tuple[set[str], dict[str, cst.SimpleStatementLine]]] = []  # per enclosing `for`
 
             def _block(self, node: cst.CSTNode) -> bool:
                 self.blocked += 1
@@ -373,16 +438,31 @@ class PlanningMixin:
 
             def visit_For(self, node: cst.For) -> bool:
                 loop = range_loop(node, local_names)
-                if loop is None or self.loops or self.blocked:
+                outer = set().union(*(names for names, _ in self.nest))
+                nestable = None if self.blocked else command._nest_loop(node, local_names - outer, counts, plan)
+                if nestable is None:
                     self.blocked += 1
                     self.loops.append(LoopInfo("", ""))
                 else:
-                    self.loops.append(loop)
+                    self.loops.append(loop if loop is not None and not self.loops else LoopInfo("", "", node=node))
+                    self.nest.append(nestable)
                 return True
 
             def leave_For(self, node: cst.For) -> None:
-                if not self.loops.pop().var:
+                loop = self.loops.pop()
+                if loop.node is None:
                     self.blocked -= 1
+                else:
+                    self.nest.pop()
+
+            def nest_site(self, node: cst.Call, args: list[cst.BaseExpression]) -> bool:
+                """Built inside loops that only a replayed nest expresses (see sites.LoopNest)?"""
+                if not self.loops:
+                    return False
+                if len(self.loops) > 1 or not self.loops[0].var:
+                    return True
+                body_locals = set().union(*(stmts for _, stmts in self.nest))
+                return any(names_in(a) & body_locals for a in args)  # `for i in range(n): f = 2 * i`
 
             def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
                 return node is fn
@@ -413,10 +493,11 @@ class PlanningMixin:
                 what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{command.self_call(node)}")
                 if self.blocked:
                     command.report("L2N-MOD-004", node, f"{what} created inside a while loop, comprehension, lambda "
-                                   "or nested loop in @nn.compact is not hoisted yet",
+                                   "or loop over call-time values in @nn.compact is not hoisted yet",
                                    "create it in __init__ (an nnx.List for several) and index it at the call")
                     return
-                loop = self.loops[-1] if self.loops else None
+                in_nest = self.nest_site(node, [a.value for a in (*target.args, *node.args)])
+                loop = None if in_nest else self.loops[-1] if self.loops else None
                 conditions = command._conditions_of(node, fn, local_names, None if variable else plan)
                 if variable and command._plan_lazy_variable(plan, node, conditions, local_names):
                     return
@@ -429,6 +510,10 @@ class PlanningMixin:
                 if lifted is False:
                     return
                 before = len(plan.hoisted_order)
+                if in_nest and (variable or lifted is not None or command._nesting(plan, node) is not None):
+                    command.report("L2N-MOD-004", node, f"{what} inside nested loops (or a loop body with locals) "
+                                   "is not hoisted yet", "create it in __init__ (an nnx.List for several)")
+                    return
                 if variable:
                     if loop is not None:
                         command.report("L2N-MOD-004", node, f"{what} inside a loop is not hoisted yet",
@@ -441,7 +526,11 @@ class PlanningMixin:
                         command._plan_nested(plan, node, rule, nesting, counters, user)
                         return
                     handled = target.func in command._handled
-                    command._plan_compact_child(plan, target, rule, user, loop, counters, local_names, conditions)
+                    if in_nest:
+                        command._plan_nest_child(plan, target, node, rule, user, factory, self.nest, counters,
+                                                 local_names, conditions)
+                    else:
+                        command._plan_compact_child(plan, target, rule, user, loop, counters, local_names, conditions)
                     if isinstance(factory, FieldFactory):
                         if not handled:
                             command._handled.discard(target.func)  # the field's default / a binding
@@ -455,8 +544,10 @@ class PlanningMixin:
                     site.conditions = conditions
 
         Collect().walk(fn)
-        for local in partials.values():
-            built = sum(1 for site in plan.sites.values() if site.factory is local)
+        for factory in partials.values():
+            local = factory.local if isinstance(factory, FieldPartial) else factory
+            assert local is not None
+            built = sum(1 for site in plan.sites.values() if site.factory is factory)
             if built and built == local.uses:  # every use is a submodule built in __init__: drop the local
                 self._handled.add(local.ctor.func)
                 self._partial_calls[local.partial] = local
@@ -464,7 +555,10 @@ class PlanningMixin:
                 plan.partial_classes.add(local.ctor.func)
             elif local.name in replayable:  # also handed on (`block(norm=norm)`): a config local of __init__
                 plan.pure_locals[local.name] = replayable[local.name]
+            if built and isinstance(factory, FieldPartial):
+                self._partial_calls[local.partial] = local  # its uses are built from the rewritten partial
         self._flag_class_values(plan, fn)
+        self._view_handed_modes(plan)
         self._share_exclusive_attrs(plan)
         for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
             if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
@@ -658,8 +752,10 @@ class PlanningMixin:
         parent = self.parent_of(node)
         return isinstance(parent, cst.Call) and parent.func is node
 
-    def _partial_locals(self, fn: cst.FunctionDef, assigned: dict[str, int]) -> dict[str, PartialLocal]:
-        """The method's ``name = partial(<layer or class of the run>, ...)`` locals (see factories.py)."""
+    def _partial_locals(self, plan: ClassPlan, fn: cst.FunctionDef,
+                        assigned: dict[str, int]) -> dict[str, PartialLocal | FieldPartial]:
+        """The method's ``name = partial(<layer or class of the run>, ...)`` locals (see factories.py),
+        and partials of a module-factory field (``conv = partial(self.conv, use_bias=False)``)."""
         reads: dict[str, int] = {}
 
         class Names(FastVisitor):
@@ -670,11 +766,21 @@ class PlanningMixin:
         reads = {name: n - assigned.get(name, 0) for name, n in reads.items()}
         found = {}
         for stmt in fn.body.body:
-            local = find_partial_local(stmt, lambda f: bool(self.layer_rule_of(f) or self.user_class_of(f)),
+            local = find_partial_local(stmt, lambda f: bool(self.layer_rule_of(f) or self.user_class_of(f)
+                                                            or self._factory_field_of(plan, f)),
                                        lambda f: bool(self.qualnames(f) & {"functools.partial"}), reads, assigned)
-            if local is not None:
+            field = self._factory_field_of(plan, local.ctor.func) if local is not None else None
+            if field is not None:
+                found[local.name] = FieldPartial(**{f.name: getattr(field, f.name) for f in dataclasses.fields(field)},
+                                                 local=local)
+            elif local is not None:
                 found[local.name] = local
         return found
+
+    def _factory_field_of(self, plan: ClassPlan, func: cst.BaseExpression) -> FieldFactory | None:
+        """``self.conv`` naming a module-factory field of ``plan`` whose bindings agree."""
+        field = self_attr(func)
+        return self.field_factory(plan, field) if field is not None else None
 
     def _bound_to_partial(self, node: cst.CSTNode, name: str) -> bool:
         """Is ``name`` a local of the function around ``node`` assigned a ``functools.partial(...)``?"""
@@ -906,6 +1012,79 @@ class PlanningMixin:
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, {loop.var} if loop else set())
         plan.hoisted_order.append(site)
 
+    def _nest_loop(self, node: cst.For, call_time: set[str], counts: dict[str, int],
+                   plan: ClassPlan) -> tuple[set[str], dict[str, cst.SimpleStatementLine]] | None:
+        """A ``for`` __init__ can replay (see sites.LoopNest): its iterable reads no call-time value
+        (``call_time``: the method's locals but the enclosing loops' own). Returns its targets and the
+        body's locals that read only the config, the loops' names and earlier such locals."""
+        targets = names_in(node.target)
+        if not isinstance(node.target, (cst.Name, cst.Tuple)) or node.orelse is not None or node.asynchronous:
+            return None
+        if (names_in(node.iter) - NOT_LOCAL) & call_time or self._has_side_effects(node.iter):
+            return None
+        names, stmts = set(targets), {}
+        for stmt in node.body.body:
+            if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1
+                    and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+                continue
+            name, value = stmt.body[0].targets[0].target.value, stmt.body[0].value
+            if counts.get(name) != 1 or self._has_side_effects(value):
+                continue
+            if not (names_in(value) - NOT_LOCAL) & (call_time - names):
+                names.add(name)
+                stmts[name] = stmt
+        return names, stmts
+
+    def _plan_nest_child(self, plan: ClassPlan, target: cst.Call, node: cst.Call, rule: LayerRule | None,
+                         user: ClassPlan | None, factory: Any, loops: list[tuple[set[str], dict[str, Any]]],
+                         counters: dict[str, int | None], local_names: set[str], conditions: list[str]) -> None:
+        """A submodule built inside a loop nest (see sites.LoopNest): auto-named, unconditional, on a
+        line of the loops' own bodies."""
+        what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
+        names = factory.linen_names if isinstance(factory, FieldFactory) else (rule.linen if rule else user.name,)  # type: ignore[union-attr]
+        bound, name_arg = self._bind_args(self._arg_order(rule, user), target)
+        statement = self._enclosing_statement(node)
+        outer = statement
+        depth = 0
+        while outer is not None and not (isinstance(outer, cst.For) and depth == len(loops)):
+            outer = self.parent_of(outer)
+            if isinstance(outer, cst.For):
+                depth += 1
+            elif not isinstance(outer, (cst.IndentedBlock, cst.For)):
+                break
+        why = None
+        if not isinstance(outer, cst.For):
+            why = "on a line the loops do not hold directly (inside an if / with)"
+        elif conditions:
+            why = "under a condition"
+        elif name_arg is not None:
+            why = "with name=: Linen names it once per iteration"
+        elif any(counters.get(n, 0) != 0 for n in names):
+            why = f"after other {names[0]}s: its Linen names depend on theirs"
+        if why is not None:
+            self._handled.add(target.func)
+            self.report("L2N-MOD-004", node, f"{what} built inside nested loops {why} is not hoisted yet",
+                        "build the modules in __init__ (an nnx.List) and index it at the call")
+            return
+        counters.update(dict.fromkeys(names, None))
+        assert isinstance(outer, cst.For)
+        nest = plan.nests.get(outer)
+        if nest is None:
+            nest = plan.nests[outer] = LoopNest(outer, set().union(*(n for n, _ in loops)),
+                                                {k: v for _, stmts in loops for k, v in stmts.items()})
+        attr = snake_case(names[0]) if len(names) == 1 else _list_attr(factory.name)
+        while any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
+            attr = f"{attr}_"
+        site = self._add_site(plan, target, attr=attr, linen_name=names[0], hoisted=True)
+        site.container, site.nest = "list", nest
+        nest.sites.append(site)
+        self._stmt_prefix.setdefault(outer, []).append(cst.parse_statement(
+            f"{nest.iterator(site)} = iter(self.{attr})\n"))  # what the loops take the next element of
+        nest.statements[id(site)] = statement
+        self._plan_args_at_call(plan, site, rule, what, bound, local_names, nest.names)
+        plan.hoisted_order.append(site)
+
     @staticmethod
     def _loop_list(plan: ClassPlan, class_name: str) -> Site | None:
         """The unconditional nnx.List a loop built of auto-named ``class_name``s (Linen ``Dense_{i}``)."""
@@ -1026,8 +1205,11 @@ class PlanningMixin:
         """Pure locals the hoisted constructors refer to (transitively), in source order."""
         needed: set[str] = set()
         # a partial local's use (`dense(name='q')`) is built from the partial's arguments, not the local
-        ctors = [cst.Call(func=cst.Name("_"), args=s.ctor.args) if isinstance(s.factory, PartialLocal) else s.ctor
-                 for s in plan.hoisted_order]
+        ctors = [cst.Tuple([cst.Element(a.value) for a in (*partial_of(s.factory).partial.args[1:], *s.ctor.args)])
+                 if partial_of(s.factory) is not None else s.ctor for s in plan.hoisted_order]
+        for nest in plan.nests.values():  # the loops' iterables and body locals read config locals too
+            ctors += [f.iter for f in nest_fors(nest.outer)]
+            ctors += [stmt.body[0].value for stmt in nest.local_stmts.values()]  # type: ignore[attr-defined]
         todo = [n for ctor in ctors for n in names_in(ctor) if n in plan.pure_locals]
         while todo:
             name = todo.pop()
@@ -1045,3 +1227,17 @@ class PlanningMixin:
                                                                  if n in plan.input_shape_locals)],
                         f"{plan.name} gains constructor argument {arg}: the shape of `{plan.shape_input}`, which its "
                         "parameter shapes read", f"pass {arg}=x.shape where {plan.name} is built")
+
+
+def partial_of(factory: Any) -> PartialLocal | None:
+    """The ``name = partial(...)`` local a site's factory is (directly, or of a factory field)."""
+    return factory.local if isinstance(factory, FieldPartial) else factory if isinstance(factory, PartialLocal) else None
+
+
+def _list_attr(field: str) -> str:
+    """The nnx.List attribute for what a factory field bound to several classes builds in a loop
+    (``block_cls`` -> ``block``): Linen names the elements after whichever class it is."""
+    for suffix in ("_cls", "_class", "_def", "_module", "_factory"):
+        if field.endswith(suffix) and len(field) > len(suffix):
+            return field.removesuffix(suffix)
+    return f"{field}_modules"

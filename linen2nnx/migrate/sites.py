@@ -82,6 +82,25 @@ class LoopInfo:
 
 
 @dataclasses.dataclass
+class LoopNest:
+    """Submodules built inside loops the list comprehension of a single ``for`` cannot express: nested
+    loops (``for i, n in enumerate(self.stages): for j in range(n):``), or loop bodies with locals the
+    constructors read (``strides = (2, 2) if j == 0 else (1, 1)``). Linen names them on from its
+    counters (``Block_0`` .. ``Block_{n-1}`` across the whole nest); each becomes an nnx.List that
+    ``__init__`` appends to by replaying the same loops, and the call takes the list's next element."""
+
+    outer: cst.For
+    names: set[str]  # loop targets and the loop bodies' locals the constructors may read
+    local_stmts: dict[str, cst.SimpleStatementLine]  # body local -> its assignment (replayed in __init__)
+    sites: list[Site] = dataclasses.field(default_factory=list)
+    statements: dict[int, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)  # id(site) -> its line
+
+    def iterator(self, site: Site) -> str:
+        """The ``__call__`` local that walks the site's list (``block_iter = iter(self.block)``)."""
+        return f"{site.attr}_iter"
+
+
+@dataclasses.dataclass
 class Site:
     """One submodule or variable construction that moves into (or stays in) ``__init__``."""
 
@@ -115,6 +134,7 @@ class Site:
     state_when: str | None = None  # when its call creates variables, in the caller's terms (None: never)
     tail_of: Site | None = None  # the loop-built list this auto-named layer after the loop extends
     tail: list[Site] = dataclasses.field(default_factory=list)  # of a loop-built list: those extensions
+    nest: LoopNest | None = None  # built in nested loops (or a loop body with locals): see LoopNest
 
     @property
     def flow_key(self) -> str:
@@ -180,6 +200,8 @@ class ClassPlan:
     shape_tests: dict[Any, Any] = dataclasses.field(default_factory=dict)  # `if` -> (ShapeTest, method)
     if_envs: dict[Any, Any] = dataclasses.field(default_factory=dict)  # `if` -> (values its test sees, params)
     is_cell: bool = False  # an nn.RNNCellBase subclass: __call__(carry, x) returns a carry of the same shape
+    nests: dict[Any, LoopNest] = dataclasses.field(default_factory=dict)  # outermost `for` -> its LoopNest
+    mode_partials: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # local -> {flag: source}
 
     @property
     def field_names(self) -> list[str]:
@@ -221,6 +243,21 @@ def range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
         return None  # enumerate(...), zip(...): not followed yet
     index = f"{node.target.value}_index"
     return LoopInfo(node.target.value, code(it), index=index, node=node)
+
+
+def nest_fors(outer: cst.For) -> list[cst.For]:
+    """``outer`` and every ``for`` loop inside it (not inside nested functions), outermost first."""
+    found: list[cst.For] = []
+
+    class Fors(FastVisitor):
+        def visit_For(self, node: cst.For) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+    Fors().walk(outer)
+    return found
 
 
 def loop_name_prefix(value: cst.BaseExpression, var: str) -> str | None:

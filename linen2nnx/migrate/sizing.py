@@ -23,6 +23,7 @@ from linen2nnx.migrate.cst_utils import (
     substitute_self_fields,
 )
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
+from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
@@ -272,6 +273,58 @@ class SizingMixin:
         site.arg_sources[arg_name] = replace_shape_last(site.args[arg_name].value, replacements)
 
     def _layer_info(self, site: Site) -> LayerInfo:
+        """What the flow needs of one application of ``site``. A factory field bound to several classes
+        gives what they agree on; a submodule of a loop nest whose output size reads the loops' names
+        gives the built element's own attribute (``self.block[-1].out_features``), which __init__ reads
+        right after appending it -- or unknown when the class has none."""
+        classes = site.factory.classes if isinstance(site.factory, FieldFactory) else ()
+        if len(classes) < 2 and site.nest is None:
+            return self._single_layer_info(site)
+        plans = [self.linen_classes.get(c) for c in classes]
+        infos = [self._single_layer_info(site if p is site.user else dataclasses.replace(site, user=p))
+                 for p in plans if p is not None] if len(classes) > 1 else [self._single_layer_info(site)]
+        if len(infos) < max(len(classes), 1):
+            return LayerInfo(site.flow_key, None, out_unknown=True)
+        ref = f"self.{site.attr}[-1]" if site.nest is not None else f"self.{site.attr}"
+        loop_names = site.nest.names if site.nest is not None else set()
+
+        def out(first: Feat) -> Feat:
+            feats = [info.out_fn(first) if info.out_fn is not None else Feat.unknown(f"output of {site.attr}")
+                     if info.out_unknown else first if info.out_expr is None else Feat("expr", expr=info.out_expr)
+                     for info in infos]
+            same = all(f == feats[0] for f in feats)
+            if same and not (feats[0].kind == "expr" and names_in(cst.parse_expression(feats[0].expr)) & loop_names):
+                return feats[0]
+            if all(f == first for f in feats):
+                return first
+            attr = self._out_attribute(site, plans if classes else [site.user])
+            return Feat("expr", expr=f"{ref}.{attr}") if attr else Feat.unknown(f"output of {site.attr}")
+
+        return LayerInfo(site.flow_key, None, out_fn=out, input_index=infos[0].input_index)
+
+    def _out_attribute(self, site: Site, users: list[ClassPlan | None]) -> str | None:
+        """The attribute holding the built module's output size: the NNX layer's own (``out_features``),
+        or ``out_features`` set at the end of the ``__init__`` of each class of this file it may be."""
+        if site.rule is not None:
+            return site.rule.out_attr if site.rule.out_attr else "out_features" if site.rule.nnx in (
+                "Conv", "ConvTranspose") else None
+        outs: dict[str, str] = {}
+        for user in users:
+            if user is None or user.name not in self._converted or user.out is None:
+                return None
+            if user.out.kind == "expr":
+                outs[user.name] = user.out.expr
+            elif user.out.kind == "input" and user.new_args.get("in_features") == "input:0":
+                outs[user.name] = "in_features"
+            else:
+                return None
+            if "out_features" in user.field_names and outs[user.name] != "self.out_features":
+                return None
+        for name, expr in outs.items():
+            self._out_features[name] = expr
+        return "out_features"
+
+    def _single_layer_info(self, site: Site) -> LayerInfo:
         if site.lifted is not None and site.lifted.of("scan") is not None:
             # a scan's carry keeps its shape from layer to layer; the stacked outputs are not followed
             return LayerInfo(site.flow_key, None, out_fn=lambda first: Feat("tuple", elements=(
@@ -415,6 +468,12 @@ class SizingMixin:
                    node: cst.CSTNode) -> str:
         first = self._resolve_in(plan, site, feats[0], params, node)
         later = feats.get(1)
+        if site.nest is not None and later is not None and later != feats[0]:
+            rest = self._resolve_in(plan, site, later, params, node)
+            if names_in(cst.parse_expression(rest)) & site.nest.names:  # another iteration's size
+                return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} after the "
+                                          "first element (it reads the loops' names)", node)
+            return first if rest == first else f"{first} if len(self.{site.attr}) == 0 else {rest}"
         if site.loop is None or later is None or later == feats[0]:
             return first
         rest = self._resolve_in(plan, site, later, params, node)
@@ -474,9 +533,19 @@ class SizingMixin:
         candidate = feat.candidate
         if self.trace is None or candidate is None or site.loop is not None or site.tail_of is not None:
             return None
-        sizes = {s[-1] for s in self.trace.shapes_for(plan.name, site.linen_name) if s}
+        shapes = [s for s in self.trace.shapes_for(plan.name, site.linen_name) if s]
+        sizes = {s[-1] for s in shapes}
         if len(sizes) != 1:
             return None
+        if feat.reduced:  # `jnp.mean(x, axis=(1, 2))` read as is: x had len(axes) more axes than the site's input
+            ranks = {len(s) + len(feat.reduced) for s in shapes}
+            if len(ranks) != 1 or not all(-rank <= a < rank - 1 and a != -1 for a in feat.reduced for rank in ranks):
+                return None
+            size = self._static_size(plan, candidate, params, node)
+            if size is not None:
+                self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {size} (traced: "
+                            f"the reduced value has rank {ranks.pop()}, so axes {list(feat.reduced)} leave its last)")
+            return size
         if candidate.kind == "input" and self._flow_method == "__call__" and candidate.input_name in params:
             index = params.index(candidate.input_name)
             seen = {call[index][-1] for call in self.trace.own_inputs.get(plan.name, [])

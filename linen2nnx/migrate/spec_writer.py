@@ -26,7 +26,7 @@ Edit freely: it is ordinary Python.
 from pathlib import Path
 
 from linen2nnx.errors import SpecError
-from linen2nnx.spec import ModelPair, import_file, linen_ctor_kwargs, load_linen_side
+from linen2nnx.spec import ModelPair, import_file, load_linen_side, nnx_ctor_kwargs
 
 HERE = Path(__file__).resolve().parent
 LINEN_SPEC = {linen_spec!r}
@@ -45,9 +45,10 @@ def pair() -> ModelPair:
     if UNRESOLVED_ARGS:
         raise SpecError(f"{{__file__}}: give values for {{UNRESOLVED_ARGS}} (see the migration report)")
     linen = load_linen_side(LINEN_SPEC)
-    nnx_class = getattr(import_file(MIGRATED_FILE), NNX_CLASS)
+    nnx_module = import_file(MIGRATED_FILE)
+    nnx_class = getattr(nnx_module, NNX_CLASS)
     args, _ = linen.call_args(train=False)
-    kwargs = linen_ctor_kwargs(linen.model)
+    kwargs = nnx_ctor_kwargs(linen.model, nnx_module)  # Linen classes in the config: their NNX twins
     kwargs.update({{name: int(args[index].shape[-1]) for name, index in INPUT_FEATURE_ARGS.items()}})
     kwargs.update({{name: tuple(args[index].shape) for name, index in INPUT_SHAPE_ARGS.items()}})
 
