@@ -35,6 +35,7 @@ EXPECTED_MANUAL = {
     # self.conv(...)(x) with `conv: ModuleDef`: both classes kept as Linen; the bridged parent builds BlockLinen
     "factory_field": {"L2N-SHAPE-003"},  # factory fields bound by callers; a mean over axes (1, 2) needs a trace
     "factory_field_bridged": {"L2N-MOD-004", "L2N-MOD-007"},  # a kept-Linen class gets Linen copies of what it builds
+    "flatten_input": set(),  # a flatten of the input: the input's shape becomes a constructor argument
     "factory_field_stages": set(),  # blocks of several classes built in nested loops; a mode partial via nnx.view
     "not_flax": set(),
     "setup_list": {"L2N-SHAPE-003"},  # layers applied in a loop over a list: sizes unknown statically

@@ -48,8 +48,10 @@ CASES = {
     "custom_cell": ("Encoder", {}, (2, 6, 3)),  # an nn.RNNCellBase subclass inside nn.RNN
     "partial_local": ("Gate", {}, (2, 5)),  # dense = partial(nn.Dense, ...); dense(name=...)(x)
     "factory_field_block": ("Net", {}, (2, 8, 8, 3)),  # self.conv(...)(x) of conv: ModuleDef; a shortcut
+    "flatten_input": ("Classifier", {}, (2, 4, 4, 3)),  # x.reshape((x.shape[0], -1)) of the input
+    "flatten_input_steps": ("PerStep", {}, (2, 3, 4, 5)),  # two leading axes kept
 }
-SOURCES = {"compact_dense_nobias": "compact_dense", "compact_loop_tail_short": "compact_loop_tail",
+SOURCES = {"flatten_input_steps": "flatten_input", "compact_dense_nobias": "compact_dense", "compact_loop_tail_short": "compact_loop_tail",
            "compact_matmul_setup": "compact_matmul"}
 INT_INPUTS = {"compact_tied"}
 
@@ -70,6 +72,7 @@ def test_migrated_fixture_has_parity(case, tmp_path):
                      train_kwargs={}, eval_kwargs={})
     entry = result.name_map.classes[f"{source}.{cls_name}"]
     extra = {name: x.shape[-1] for name, how in entry.new_args.items() if how == "input:0"}
+    extra.update({name: x.shape for name, how in entry.new_args.items() if how == "input_shape:0"})
     assert set(extra) == set(entry.new_args), entry.new_args
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)

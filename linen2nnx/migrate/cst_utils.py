@@ -209,3 +209,68 @@ def absolute_qualname(qualname: str, module_name: str) -> str:
     dots = len(qualname) - len(qualname.lstrip("."))
     package = module_name.split(".")[: -dots] if module_name else []
     return ".".join([*package, qualname.lstrip(".")])
+
+
+def without_dead_locals(fn: cst.FunctionDef, candidates: set[str]) -> cst.FunctionDef:
+    """``fn`` without the ``name = value`` lines of ``candidates`` (locals bound once, with no side
+    effects, that moved into ``__init__``) that nothing in ``fn`` reads any more; a line that is the
+    only one of its block stays."""
+    while candidates:
+        counts: dict[str, int] = {}
+        stack: list[cst.CSTNode] = [fn.body]
+        while stack:  # as names_in, counting: attribute names and keywords are not reads
+            n = stack.pop()
+            if type(n) is cst.Name:
+                counts[n.value] = counts.get(n.value, 0) + 1  # type: ignore[attr-defined]
+            elif type(n) is cst.Attribute or type(n) is cst.Arg:
+                stack.append(n.value)  # type: ignore[attr-defined]
+            else:
+                stack.extend(syntax_children(n))
+        dead = {name for name in candidates if counts.get(name, 0) == 1}  # the assignment's own target
+        if not dead:
+            return fn
+
+        class Drop(cst.CSTTransformer):
+            def __init__(self, dead: set[str]) -> None:
+                super().__init__()
+                self.dead = dead
+
+            def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+                kept: list[cst.BaseStatement] = []
+                comments: list[cst.EmptyLine] = []  # a dropped line's comments go to the next line
+                dropped = False
+                for stmt in updated.body:
+                    if _assigns_one_of(stmt, self.dead) and len(updated.body) > 1:
+                        comments += [line for line in stmt.leading_lines if line.comment is not None]  # type: ignore[attr-defined]
+                        dropped = True
+                        continue
+                    lines = list(stmt.leading_lines)  # type: ignore[attr-defined]
+                    if dropped and not kept:  # now the block's first line: no blank line above it
+                        lines = [line for line in lines if line.comment is not None]
+                    if comments or lines != list(stmt.leading_lines):  # type: ignore[attr-defined]
+                        stmt = stmt.with_changes(leading_lines=[*comments, *lines])  # type: ignore[attr-defined]
+                        comments = []
+                    kept.append(stmt)
+                return updated.with_changes(body=kept) if kept else updated
+
+        fn = fn.visit(Drop(dead))  # type: ignore[assignment]
+        candidates = candidates - dead
+    return fn
+
+
+def _assigns_one_of(stmt: cst.BaseStatement, names: set[str]) -> bool:
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
+            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)
+            and stmt.body[0].targets[0].target.value in names)
+
+
+def without_keywords(call: cst.Call, names: set[str]) -> cst.Call:
+    """``call`` without its keyword arguments ``names``, every other argument laid out as written (the
+    last one kept takes the dropped last one's comma, so a trailing comma and its newline stay)."""
+    args = list(call.args)
+    kept = [a for a in args if a.keyword is None or a.keyword.value not in names]
+    if len(kept) == len(args):
+        return call
+    if kept and args[-1] is not kept[-1]:
+        kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
+    return call.with_changes(args=kept)

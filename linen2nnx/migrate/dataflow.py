@@ -37,6 +37,7 @@ class Feat:
     reason: str = ""
     elements: tuple[Feat, ...] = ()  # kind "tuple": one Feat per element
     rank: int = 0  # number of axes when known (a parameter of literal shape); 0: unknown
+    leading: int = 0  # for a flatten: the leading axes it provably keeps (``x.reshape(x.shape[0], -1)``: 1)
     reduced: tuple[int, ...] = ()  # for a candidate of a reduction: the axes reduced (a trace's rank confirms)
     candidate: Feat | None = None
     """For an unknown size: what it is if an assumption no source text proves holds (the right operand
@@ -93,7 +94,9 @@ class FeatureFlow:
         method_of: Callable[[cst.Call, list[Feat]], Feat | None] = lambda call, args: None,
         on_assign: Callable[[cst.Assign], None] = lambda assign: None,
         value_of: Callable[[cst.BaseExpression, dict[str, Feat]], Feat | None] = lambda node, env: None,
+        after_loop: Callable[[cst.For, dict[str, Feat], dict[str, Feat]], None] = lambda loop, before, env: None,
     ) -> None:
+        self.after_loop = after_loop  # (loop, values before it, values after it): may rewrite the latter
         self.method_of = method_of
         self.value_of = value_of  # a parameter of the class (its creation, or its setup() attribute)
         self.on_assign = on_assign
@@ -141,6 +144,8 @@ class FeatureFlow:
             self.iteration = outer
             if isinstance(stmt, cst.For) and isinstance(stmt.target, cst.Name):
                 self._leave_loop(stmt, before)
+            if isinstance(stmt, cst.For):
+                self.after_loop(stmt, before, self.env)
         elif isinstance(stmt, (cst.With, cst.Try)):
             self.run(stmt.body.body)
         # nested defs / classes do not change the method's dataflow
@@ -264,13 +269,15 @@ class FeatureFlow:
         through_method = self.method_of(node, arg_feats)
         if through_method is not None:
             return through_method
+        if qualnames & {"jax.numpy.reshape", "numpy.reshape"} and node.args:  # a function, not x.reshape
+            return _reshape(first, cst.Call(func=node.func, args=node.args[1:]), node.args[0].value)
         if isinstance(node.func, cst.Attribute):
             method = node.func.attr.value
             receiver = self.expr_of(node.func.value)
             if method in SHAPE_KEEPING_METHODS:
                 return receiver
             if method == "reshape":
-                return _reshape(receiver, node)
+                return _reshape(receiver, node, node.func.value)
         if (self.qualnames_of(node.func) & ARRAY_CONSTRUCTORS and node.args
                 and isinstance(node.args[0].value, (cst.Tuple, cst.List)) and node.args[0].value.elements):
             last = node.args[0].value.elements[-1].value  # jnp.zeros((batch, self.hidden)): a carry
@@ -278,8 +285,6 @@ class FeatureFlow:
                 return Feat("expr", expr=code(last))
             if isinstance(last, cst.Integer):
                 return Feat("expr", expr=code(last))
-        if self.qualnames_of(node.func) & {"jax.numpy.reshape"} and node.args:
-            return _reshape(first, cst.Call(func=node.func, args=node.args[1:]))
         if qualnames & ONE_HOT_FUNCTIONS and len(positional) >= 2:  # one_hot(x, n): n classes on the last axis
             return Feat("expr", expr=code(positional[1].value)) if names_in(positional[1].value) <= {"self"} else (
                 Feat.unknown("one_hot of a call-time size"))
@@ -331,7 +336,7 @@ def _reduced(value: Feat, positional: Sequence[cst.Arg], args: Sequence[cst.Arg]
         if not isinstance(number, cst.Integer):
             return Feat.unknown("a reduction over axes the source does not spell out")
         axes.append(-int(number.value) if negative else int(number.value))
-    if -1 in axes or value.kind not in ("expr", "input"):
+    if -1 in axes or value.kind not in ("expr", "input", "choice"):
         return Feat.unknown("a reduction over the last axis" if -1 in axes else "a reduction of an unknown size")
     if all(a < 0 for a in axes):
         return value
@@ -385,15 +390,21 @@ def _rhs_axes(dims: cst.BaseExpression | None) -> tuple[int | None, ...]:
     return (*rc, *rb)
 
 
-def _reshape(receiver: Feat, node: cst.Call) -> Feat:
+def _reshape(receiver: Feat, node: cst.Call, value: cst.BaseExpression) -> Feat:
+    """``value.reshape(..., -1)``: a flatten. When the axes before ``-1`` are ``value.shape[0]``,
+    ``value.shape[1]``, ... in order, it keeps that many leading axes and flattens the rest."""
     args = node.args
-    last = None
+    dims: list[cst.BaseExpression] = []
     if len(args) == 1 and isinstance(args[0].value, (cst.Tuple, cst.List)) and args[0].value.elements:
-        last = args[0].value.elements[-1].value
+        dims = [e.value for e in args[0].value.elements]
     elif args:
-        last = args[-1].value
+        dims = [a.value for a in args]
+    last = dims[-1] if dims else None
     if isinstance(last, cst.UnaryOperation) and isinstance(last.expression, cst.Integer) and last.expression.value == "1":
-        return Feat("flatten", base=receiver)
+        source = code(value)
+        kept = [code(d).replace(" ", "") for d in dims[:-1]]
+        leading = len(kept) if kept == [f"{source}.shape[{i}]" for i in range(len(kept))] else 0
+        return Feat("flatten", base=receiver, leading=leading)
     return Feat.unknown("reshape")
 
 

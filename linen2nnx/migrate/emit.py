@@ -14,6 +14,7 @@ from linen2nnx.migrate.cst_utils import (
     names_in,
     self_attr,
     strip_commas,
+    without_keywords,
 )
 from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
@@ -149,7 +150,7 @@ class EmitMixin:
             params.append(f"{f.name}: {f.annotation}{default}")
         if not keyword_only:
             params.append("*")
-        params.extend(f"{a}: tuple[int, ...]" if how == "input_shape:0" else f"{a}: int"
+        params.extend(f"{a}: tuple[int, ...]" if how.startswith("input_shape:") else f"{a}: int"
                       for a, how in plan.new_args.items())
         if "rngs" not in plan.field_names:
             params.append("rngs: nnx.Rngs")
@@ -167,7 +168,7 @@ class EmitMixin:
         for stmt in setup_body:
             stmts.append(self._containerize(plan, stmt))
         shape_arg = next((a for a, how in plan.new_args.items() if how == "input_shape:0"), None)
-        if shape_arg is not None:  # the input the parameter shapes read: a stand-in of the same shape
+        if shape_arg is not None and plan.input_shape_locals:  # the input parameter shapes read: a stand-in
             stmts.append(cst.parse_statement(
                 f"{plan.shape_input} = jax.ShapeDtypeStruct(tuple({shape_arg}), jax.numpy.float32)\n"))
             self.needs_jax_import = True
@@ -175,9 +176,8 @@ class EmitMixin:
             stmt = self._pure_updated.get(plan.pure_locals[name], plan.pure_locals[name])
             if name in plan.mode_partials:  # its call-time flags are given where its layers are called
                 value = stmt.body[0].value  # type: ignore[attr-defined]
-                kept = [a for a in value.args if a.keyword is None or a.keyword.value not in plan.mode_partials[name]]
                 stmt = stmt.with_changes(body=[stmt.body[0].with_changes(  # type: ignore[attr-defined]
-                    value=value.with_changes(args=strip_commas(kept)))])
+                    value=without_keywords(value, set(plan.mode_partials[name])))])
             if name in plan.shape_locals:
                 sizes = plan.shape_local_sizes.get(name)
                 if sizes is None:

@@ -46,6 +46,26 @@ def ensure_nnx_import(module: cst.Module) -> cst.Module:
     return module.with_changes(body=body)
 
 
+def ensure_plain_import(module: cst.Module, name: str) -> cst.Module:
+    """Add ``import <name>`` (a standard-library module) before the first top-level import, unless the
+    module already binds ``name`` with an ``import``."""
+    body = list(module.body)
+    if any(isinstance(small, cst.Import) and any((a.evaluated_alias or a.evaluated_name) == name for a in small.names)
+           for stmt in body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body):
+        return module
+    first = next((i for i, s in enumerate(body) if _is_import_line(s)), None)
+    if first is None:
+        docstring = bool(body) and isinstance(body[0], cst.SimpleStatementLine) and isinstance(
+            body[0].body[0], cst.Expr) and isinstance(body[0].body[0].value, cst.SimpleString)
+        first = 1 if docstring else 0
+    line = cst.parse_statement(f"import {name}\n")
+    if first < len(body) and _is_import_line(body[first]):  # take over the blank lines / comments above
+        line = line.with_changes(leading_lines=body[first].leading_lines)  # type: ignore[union-attr]
+        body[first] = body[first].with_changes(leading_lines=[cst.EmptyLine()])  # standard library first
+    body.insert(first, line)
+    return module.with_changes(body=body)
+
+
 def drop_unused_linen_imports(module: cst.Module) -> cst.Module:
     """Remove ``import flax.linen as nn`` / ``from flax import linen [as nn]`` / ``from flax.linen import X``
     once nothing uses the name."""

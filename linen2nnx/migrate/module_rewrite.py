@@ -47,12 +47,13 @@ from linen2nnx.migrate.cst_utils import (
     root_name,
     self_attr,
     strip_commas,
+    without_dead_locals,
 )
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow
 from linen2nnx.migrate.emit import EmitMixin
 from linen2nnx.migrate.factory_fields import FieldBindings, FieldFactory
 from linen2nnx.migrate.findings import Finding, Severity
-from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_import
+from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_import, ensure_plain_import
 from linen2nnx.migrate.lazy_vars import creation
 from linen2nnx.migrate.lifted import (
     LINEN_MARKERS,
@@ -129,6 +130,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self.function_out: dict[str, tuple[list[str], Feat]] = {}  # module-level helper -> (params, result)
         self.uses_nnx = False
         self.needs_jax_import = False  # an emitted jax.ShapeDtypeStruct stand-in
+        self.needs_math_import = False  # an emitted math.prod of an input shape
         self._planning = False
         self._pending_blocking: list[str] = []  # blocking findings of the class being planned
         self._module_classes: set[str] = set()
@@ -876,6 +878,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         plan = self._current()
         if plan is None:
             return updated
+        if self._enclosing_class_plan(original) is plan:
+            updated = without_dead_locals(updated, set(plan.needed_locals) | {
+                name for nest in plan.nests.values() for name in nest.local_stmts})
         keep = [u for o, u in zip(original.decorators, updated.decorators)
                 if not (self.qualnames(o.decorator) & LINEN_COMPACT)]
         if len(keep) != len(updated.decorators):
@@ -1080,6 +1085,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                                                    if isinstance(s, cst.SimpleStatementLine) for i in s.body
                                                    if isinstance(i, cst.Import) for a in i.names}:
             updated = updated.with_changes(body=[cst.parse_statement("import jax\n"), *updated.body])
+        if self.needs_math_import:
+            updated = ensure_plain_import(updated, "math")
         return updated
 
     def _with_out_features(self, stmt: cst.BaseStatement) -> cst.BaseStatement:

@@ -151,7 +151,19 @@ class SizingMixin:
             for site in list(plan.sites.values()):
                 if site.kind == "layer" and site.rule is not None and site.rule.carry_init:
                     self._check_traced_carry(plan, site, site.ctor)
-        flow = FeatureFlow(params, layer_of, self.qualnames, method_of, on_assign, value_of)
+        def after_loop(loop: cst.For, before: dict[str, Feat], env: dict[str, Feat]) -> None:
+            """After a loop nest, a size read from its last element (``self.block[-1].out_features``)
+            holds only if the loops built one: else it is the size from before them."""
+            nest = plan.nests.get(loop)
+            for site in nest.sites if nest is not None else ():
+                last = f"self.{site.attr}[-1]."
+                for name, feat in list(env.items()):
+                    previous = before.get(name)
+                    if feat.kind == "expr" and feat.expr.startswith(last) and previous is not None and previous != feat:
+                        env[name] = Feat("choice", expr=f"len(self.{site.attr}) > 0", elements=(feat, previous),
+                                         reason=f"a size that depends on whether the loops built a {site.attr}")
+
+        flow = FeatureFlow(params, layer_of, self.qualnames, method_of, on_assign, value_of, after_loop)
         if len(params) >= 2 and ((plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods):
             flow.env[params[0]] = self._carry_fixpoint(fn, params, layer_of, method_of, value_of, probing)
         flow.run(fn.body.body)
@@ -507,6 +519,9 @@ class SizingMixin:
             return static
         if feat.kind == "input":
             feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self._flow_method}")
+        flat = self._flat_input(plan, feat, params, node)
+        if flat is not None:
+            return flat
         confirmed = self._confirmed_candidate(plan, site, feat, params, node)
         if confirmed is not None:
             return confirmed
@@ -515,6 +530,27 @@ class SizingMixin:
             return traced
         why = {"flatten": "a flatten", "sliced": "an indexed value"}.get(feat.kind, feat.reason or "an unknown value")
         return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} (from {why})", node)
+
+    def _flat_input(self, plan: ClassPlan, feat: Feat, params: list[str], node: cst.CSTNode) -> str | None:
+        """``x.reshape(x.shape[0], -1)`` of a ``__call__`` input: the product of its other axes, from a
+        new constructor argument holding the input's shape (``math.prod(x_shape[1:])``)."""
+        base = feat.base
+        if not (feat.kind == "flatten" and feat.leading and base is not None and base.kind == "input"
+                and self._flow_method == "__call__" and base.input_name in params):
+            return None
+        arg = f"{base.input_name}_shape"
+        while arg in plan.field_names:
+            arg += "_"
+        how = f"input_shape:{params.index(base.input_name)}"
+        if plan.new_args.get(arg, how) != how:
+            return None
+        if arg not in plan.new_args:
+            plan.new_args[arg] = how
+            self.report("L2N-SHAPE-002", node, f"{plan.name} gains constructor argument {arg}: the shape of "
+                        f"`{base.input_name}`, whose axes after the first {feat.leading} a layer reads flattened",
+                        f"pass {arg}={base.input_name}.shape where {plan.name} is built")
+        self.needs_math_import = True
+        return f"math.prod({arg}[{feat.leading}:])"
 
     def _required_arg(self, plan: ClassPlan, site: Site, what: str, node: cst.CSTNode) -> str:
         label = site.attr if site.tail_of is None else f"{site.attr}_last{site.list_index.lstrip('-')}"

@@ -345,13 +345,13 @@ class TrainPlanner:
             self.block("L2N-TRAIN-009", call, "init without rngs", "pass the PRNG key")
             return
         inputs = [i for i in positional if i != rng_index]  # the rest only run __call__: nothing to build
-        sizes: dict[str, int] = {}
+        sizes: dict[str, tuple[int, str]] = {}
         for arg, how in summary.new_args.items():
-            index = int(how.split(":")[1]) if how.startswith("input:") else -1
+            index = input_index(how)
             if 0 <= index < len(inputs):
-                sizes[arg] = inputs[index]
+                sizes[arg] = (inputs[index], how)
             elif index == 0 and summary.first_input in keywords:
-                sizes[arg] = keywords[summary.first_input]
+                sizes[arg] = (keywords[summary.first_input], how)
             else:
                 self.note("L2N-TRAIN-010", call, f"{summary.name} needs constructor argument {arg}, which init's "
                           "inputs do not give", f"pass {arg}=... where the module is built (see L2N-SHAPE-003)")
@@ -381,7 +381,7 @@ class TrainPlanner:
 
         def build(updated: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
-            new = [kwarg(arg, last_axis(updated.args[i].value)) for arg, i in sizes.items()]
+            new = [kwarg(arg, input_size(updated.args[i].value, how)) for arg, (i, how) in sizes.items()]
             new.append(kwarg("rngs", rngs_expr(updated.args[rng_index].value, streams)))
             ctor = updated.func.value
             if direct:
@@ -482,8 +482,8 @@ class TrainPlanner:
         rng, args = self.fresh(fn, "rng"), self.fresh(fn, "args")
         sizes: list[str] = []
         for arg, how in summary.new_args.items():
-            if how.startswith("input:"):
-                sizes.append(f"{arg}={args}[{int(how.split(':')[1])}].shape[-1]")
+            if input_index(how) >= 0:
+                sizes.append(f"{arg}={args}[{input_index(how)}].shape{'' if how.startswith('input_shape:') else '[-1]'}")
             else:
                 self.note("L2N-TRAIN-010", call, f"{summary.name} needs constructor argument {arg}, which init's "
                           "inputs do not give", f"pass {arg}=... where the module is built (see L2N-SHAPE-003)")
@@ -792,13 +792,13 @@ class TrainPlanner:
             self.block("L2N-TRAIN-009", call, f"`{name}(...)` with a variables argument that is not a dict literal",
                        hint)
             return False
-        sizes: list[tuple[str, int]] = []
+        sizes: list[tuple[str, int, str]] = []
         if constructor and summary is not None:
             inputs = [i for i, a in enumerate(call.args) if i > 0 and a.keyword is None]
             for arg, how in summary.new_args.items():
-                index = int(how.split(":")[1]) if how.startswith("input:") else -1
+                index = input_index(how)
                 if 0 <= index < len(inputs):
-                    sizes.append((arg, inputs[index]))
+                    sizes.append((arg, inputs[index], how))
                 else:
                     self.note("L2N-TRAIN-010", call, f"{summary.name} needs constructor argument {arg}, which the "
                               "apply's inputs do not give", f"pass {arg}=... where the module is built")
@@ -829,7 +829,7 @@ class TrainPlanner:
                 if needs_parens(updated.func.value):
                     receiver = f"({receiver})"
                 rngs = code(rngs_expr(cst.Integer("0"), sorted(self.streams)))
-                ctor_args = [f"{arg}={code(last_axis(updated.args[i].value))}" for arg, i in sizes]
+                ctor_args = [f"{arg}={code(input_size(updated.args[i].value, how))}" for arg, i, how in sizes]
                 abstract = f"{applied} = nnx.eval_shape(lambda: {receiver}({', '.join([*ctor_args, f'rngs={rngs}'])}))"
                 lines.append(f"with {EAGER_GUARD}:\n    {abstract}" if self.sharding else abstract)
                 given = [e.source(updated.args[0].value) for e, _ in overrides]
@@ -1182,6 +1182,21 @@ def method_name(node: cst.BaseExpression) -> str | None:
     if isinstance(node, cst.Attribute):
         return node.attr.value
     return None
+
+
+def input_index(how: str) -> int:
+    """The positional input a new constructor argument comes from (``input:0``, ``input_shape:0``); -1
+    for one no input gives."""
+    return int(how.split(":")[1]) if how.startswith(("input:", "input_shape:")) else -1
+
+
+def input_size(node: cst.BaseExpression, how: str) -> cst.BaseExpression:
+    """What a new constructor argument takes from the input ``node``: its shape, or its last axis."""
+    if not how.startswith("input_shape:"):
+        return last_axis(node)
+    if needs_parens(node) or isinstance(node, (cst.Await, cst.Yield, cst.NamedExpr)):
+        node = node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.parse_expression(f"{code(node)}.shape")
 
 
 def last_axis(node: cst.BaseExpression) -> cst.BaseExpression:
