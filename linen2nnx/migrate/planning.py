@@ -1088,7 +1088,7 @@ class PlanningMixin:
     @staticmethod
     def _loop_list(plan: ClassPlan, class_name: str) -> Site | None:
         """The unconditional nnx.List a loop built of auto-named ``class_name``s (Linen ``Dense_{i}``)."""
-        return next((s for s in plan.hoisted_order if s.loop is not None and s.container == "list"
+        return next((s for s in plan.hoisted_order if (s.loop is not None or s.nest is not None) and s.container == "list"
                      and s.linen_name == class_name and not s.conditions and s.exclusive_with is None
                      and s.tail_of is None), None)
 
