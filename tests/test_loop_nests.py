@@ -155,3 +155,28 @@ def test_a_mode_partial_handed_to_a_class_with_its_own_batchnorm_stays_manual():
         ''')
     assert any(f.startswith("L2N-MOD-004") and "whose class builds such layers otherwise too" in f
                for f in findings), findings
+
+
+def test_a_mode_partial_handed_to_a_class_that_may_build_none_does_not_require_one():
+    """The block builds its BatchNorm only under a config test: nnx.view must not fail on a block that
+    has none (Linen would simply not use the flag)."""
+    _, result = migrated('''
+        class Block(nn.Module):
+            norm: Any
+            normed: bool = True
+
+            @nn.compact
+            def __call__(self, x):
+                if self.normed:
+                    x = self.norm()(x)
+                return x
+
+
+        class Net(nn.Module):
+            @nn.compact
+            def __call__(self, x, train: bool = True):
+                norm = partial(nn.BatchNorm, use_running_average=not train)
+                return Block(norm=norm, normed=False)(x)
+        ''')
+    assert "nnx.view(self.block_0, use_running_average=not train, raise_if_not_found=False)(x)" in result.output
+    assert not [f for f in result.findings if f.severity.value == "manual"]

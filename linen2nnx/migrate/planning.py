@@ -347,7 +347,8 @@ class PlanningMixin:
                 if mode is None:
                     continue
                 users = [self.linen_classes.get(c) for c in classes]
-                if any(u is None or not self._built_only_through(u, name) for u in users):
+                built = [self._built_only_through(u, name) if u is not None else None for u in users]
+                if any(b is None for b in built):
                     self.report("L2N-MOD-004", arg, f"{local} sets {', '.join(mode)} at call time and is handed to "
                                 f"{site.attr}, whose class builds such layers otherwise too",
                                 "pass the flag to the submodule's call by hand")
@@ -357,20 +358,25 @@ class PlanningMixin:
                         self.report("L2N-MOD-004", arg, f"two values of {flag} handed to {site.attr}",
                                     "pass the flags to the submodule's call by hand")
                     site.view_kwargs[flag] = source
+                if not all(built):  # a class may build none of them (all conditional): no flag to set is fine
+                    site.view_kwargs["raise_if_not_found"] = "False"
                 self.report("L2N-LAYER-003", arg, f"{', '.join(mode)} of {local} applied at the call of "
                             f"{site.attr} through nnx.view")
 
     @staticmethod
-    def _built_only_through(user: ClassPlan, field: str) -> bool:
-        """Is every layer with a call-time mode flag that ``user`` builds built through ``self.<field>``?"""
+    def _built_only_through(user: ClassPlan, field: str) -> bool | None:
+        """Is every layer with a call-time mode flag that ``user`` builds built through ``self.<field>``?
+        None if not; else whether one of them is built unconditionally (nnx.view finds a flag to set)."""
+        unconditional = False
         for site in user.sites.values():
             if site.rule is not None and site.rule.call_args:
                 if not (isinstance(site.factory, FieldFactory) and site.factory.name == field):
-                    return False
+                    return None
+                unconditional |= not site.conditions and site.exclusive_with is None
             elif site.kind == "module" and site.user is not None and any(
                     s.rule is not None and s.rule.call_args for s in site.user.sites.values()):
-                return False
-        return True
+                return None
+        return unconditional
 
     def _shape_kept_until(self, fn: cst.FunctionDef, stop: cst.BaseStatement, name: str) -> bool:
         """Every rebinding of ``name`` before ``stop`` keeps its shape (``x = jnp.asarray(x, dtype)``,
