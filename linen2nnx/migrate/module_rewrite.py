@@ -113,6 +113,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self.rule_enabled = rule_enabled
         self.unsafe_fixes = unsafe_fixes
         self.findings: list[Finding] = []
+        self._reported: set[tuple[cst.CSTNode, str, str]] = set()
         self.name_map = NameMap()
         self.plans: dict[cst.ClassDef, ClassPlan] = {}
         self.linen_classes: dict[str, ClassPlan] = {}
@@ -180,6 +181,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         """
         if not self.rule_enabled(rule_id):
             return
+        if (node, rule_id, message) in self._reported:  # the same node met again (a partial's argument, per use)
+            return
+        self._reported.add((node, rule_id, message))
         severity = RULES[rule_id].severity
         self._unplaced.append((len(self.findings), node))  # its line and column: see _place_findings
         self.findings.append(Finding(rule_id, severity, self.path, 0, 0, message, hint))
