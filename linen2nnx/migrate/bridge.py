@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_utils import parse_statement  # memoised
 from linen2nnx.migrate.sites import ClassPlan
 
 BRIDGE_ATTR = "linen"
@@ -78,7 +79,7 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
         + (f"        return self.{BRIDGE_ATTR}(*args, mutable={collections!r}, **kwargs)  # updated in place\n"
            if collections else f"        return self.{BRIDGE_ATTR}(*args, **kwargs)\n")
     )
-    node = cst.parse_statement(source)
+    node = parse_statement(source)
     assert isinstance(node, cst.ClassDef)
     body = list(node.body.body)
     init = body[2]
@@ -90,7 +91,7 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
 def linen_class_name(name: str) -> cst.BaseStatement:
     """``<Name>Linen.__name__ = "<Name>"``: Linen auto-names a submodule after its class
     (``Block_0``), so the kept class must keep its name or every checkpoint path under it moves."""
-    line = cst.parse_statement(f'{linen_name(name)}.__name__ = "{name}"  # keeps Linen\'s auto-names ({name}_0, ...)\n')
+    line = parse_statement(f'{linen_name(name)}.__name__ = "{name}"  # keeps Linen\'s auto-names ({name}_0, ...)\n')
     return line.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
 
 

@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children
+from linen2nnx.migrate.cst_meta import FastVisitor, code_of, syntax_children
 
 _EMPTY = cst.Module([])
 NOT_LOCAL = frozenset({"self", "True", "False", "None"})
 
 
 def code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
+    return code_of(node, _EMPTY)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_expression(source: str) -> cst.BaseExpression:
+    return cst.parse_expression(source)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_statement(source: str) -> cst.BaseStatement:
+    return cst.parse_statement(source)
+
+
+def parse_expression(source: str) -> cst.BaseExpression:
+    """``cst.parse_expression``, memoised: the codemod builds the same snippets (``nnx.Linear``,
+    ``self.dense_0``) over and over. The same node may then sit at several places of the output tree,
+    which is safe because libcst nodes are immutable and the codemod's identity-keyed maps only hold
+    nodes of the original tree; a pass that keys metadata by node on the output must re-parse it (the
+    training pass does)."""
+    return _parsed_expression(source)
+
+
+def parse_statement(source: str) -> cst.BaseStatement:
+    """``cst.parse_statement``, memoised as :func:`parse_expression`."""
+    return _parsed_statement(source)
 
 
 def snake_case(name: str) -> str:
@@ -112,7 +137,7 @@ def needs_parens(expr: cst.BaseExpression) -> bool:
 def substitute_self_fields(expr_src: str, fields: dict[str, str]) -> str | None:
     """Rewrite ``self.<field>`` in ``expr_src`` with the caller's argument text; None if the expression uses
     anything of the callee's ``self`` that is not a given field."""
-    tree = cst.parse_expression(expr_src)
+    tree = parse_expression(expr_src)
     missing = False
 
     class Sub(cst.CSTTransformer):
@@ -124,7 +149,7 @@ def substitute_self_fields(expr_src: str, fields: dict[str, str]) -> str | None:
             if name not in fields:
                 missing = True
                 return updated
-            value = cst.parse_expression(fields[name])
+            value = parse_expression(fields[name])
             if needs_parens(value):
                 value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
             return value
@@ -135,17 +160,17 @@ def substitute_self_fields(expr_src: str, fields: dict[str, str]) -> str | None:
 
 def replace_name(expr_src: str, name: str, replacement: str) -> str:
     """``widths[i]`` with ``i`` -> ``(i - 1)`` gives ``widths[(i - 1)]`` (names only, not attributes)."""
-    if name not in names_in(cst.parse_expression(expr_src)):
+    if name not in names_in(parse_expression(expr_src)):
         return expr_src
 
     class T(cst.CSTTransformer):
         def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-            return cst.parse_expression(replacement) if original.value == name else updated
+            return parse_expression(replacement) if original.value == name else updated
 
         def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
             return updated.with_changes(attr=original.attr)  # `cfg.i` keeps its attribute name
 
-    return code(cst.parse_expression(expr_src).visit(T()))
+    return code(parse_expression(expr_src).visit(T()))
 
 
 def comprehension_names(node: cst.CSTNode) -> set[str]:

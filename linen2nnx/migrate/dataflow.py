@@ -24,7 +24,12 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code, names_in, replace_name
+from linen2nnx.migrate.cst_utils import (
+    code,
+    names_in,
+    parse_expression,  # memoised
+    replace_name,
+)
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 
 
@@ -165,7 +170,7 @@ class FeatureFlow:
         else:
             last, ran = f"{code(it)}[-1]", f"len({code(it)}) > 0"
         for name, feat in list(self.env.items()):
-            if feat.kind == "expr" and var in names_in(cst.parse_expression(feat.expr)):
+            if feat.kind == "expr" and var in names_in(parse_expression(feat.expr)):
                 if not last:
                     self.env[name] = Feat.unknown(f"a size that depends on the loop variable {var}")
                     continue

@@ -8,10 +8,12 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.layers import nnx_ctor_params
-from linen2nnx.migrate.cst_utils import (
+from linen2nnx.migrate.cst_utils import (  # memoised
     code,
     kwarg,
     names_in,
+    parse_expression,
+    parse_statement,
     self_attr,
     strip_commas,
     without_keywords,
@@ -38,7 +40,7 @@ class EmitMixin:
         assert rule is not None
         upd_bound, _ = self._bind_args(rule.linen_arg_order(), updated)
         for name, source in site.arg_sources.items():
-            upd_bound[name] = upd_bound[name].with_changes(value=cst.parse_expression(source))
+            upd_bound[name] = upd_bound[name].with_changes(value=parse_expression(source))
         args: list[cst.Arg] = [upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
                                for name in rule.positional if name in upd_bound]
         if rule.varargs_list and rule.varargs_list in upd_bound:
@@ -48,7 +50,7 @@ class EmitMixin:
             else:
                 args.append(cst.Arg(value, star="*"))
         if rule.in_arg is not None:
-            args.insert(rule.in_index, cst.Arg(cst.parse_expression(site.in_expr or "None")))
+            args.insert(rule.in_index, cst.Arg(parse_expression(site.in_expr or "None")))
         for name, arg in upd_bound.items():
             if (name not in rule.positional and name not in site.moved_args and name not in site.dropped_args
                     and name != rule.varargs_list):
@@ -58,42 +60,42 @@ class EmitMixin:
             use_bias = upd_bound.get("use_bias")
             args = [a for a in args if not (a.keyword is not None and a.keyword.value == "use_bias")]
             if bias is not None and (use_bias is None or code(use_bias.value) != "False"):
-                args.insert(2, cst.Arg(cst.parse_expression(bias)))
+                args.insert(2, cst.Arg(parse_expression(bias)))
         given = {rule.nnx_arg(name) for name in upd_bound}
-        args += [kwarg(k, cst.parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
+        args += [kwarg(k, parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
         if "rngs" in nnx_ctor_params(rule.nnx):
             args.append(kwarg("rngs", cst.Name("rngs")))
         self.uses_nnx = True
-        return cst.Call(func=cst.parse_expression(f"nnx.{rule.nnx}"), args=strip_commas(args))
+        return cst.Call(func=parse_expression(f"nnx.{rule.nnx}"), args=strip_commas(args))
 
     def _user_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
         if site.lifted is not None:  # nn.scan(Block, ...)(cfg): the class itself, lifted in _build
-            updated = updated.with_changes(func=cst.parse_expression(code(site.lifted.base)))
+            updated = updated.with_changes(func=parse_expression(code(site.lifted.base)))
         args = [a for a in updated.args if not (a.keyword is not None and a.keyword.value == "name")]
         if site.arg_sources:  # `Cell(x.shape[-1])`: the size the dataflow resolved
             assert site.user is not None
             bound, _ = self._bind_args(site.user.field_names, updated)
             resolved = {id(bound[name]): source for name, source in site.arg_sources.items() if name in bound}
-            args = [a.with_changes(value=cst.parse_expression(resolved[id(a)])) if id(a) in resolved else a
+            args = [a.with_changes(value=parse_expression(resolved[id(a)])) if id(a) in resolved else a
                     for a in args]
         if args:  # what follows the last argument (a newline before `)`) would split the new keywords
             args[-1] = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
-        args += [kwarg(name, cst.parse_expression(expr)) for name, expr in site.user_in.items()]
+        args += [kwarg(name, parse_expression(expr)) for name, expr in site.user_in.items()]
         args.append(kwarg("rngs", cst.Name("rngs")))
         return updated.with_changes(args=strip_commas(args))
 
     def _variable_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
         args = [a for a in updated.args if a.keyword is None]
-        args = [a.with_changes(value=cst.parse_expression(site.arg_sources[str(i)])) if str(i) in site.arg_sources
+        args = [a.with_changes(value=parse_expression(site.arg_sources[str(i)])) if str(i) in site.arg_sources
                 else a for i, a in enumerate(args)]
         if site.kind == "param":
             init, rest = args[1], args[2:]
-            value = cst.Call(init.value, strip_commas([cst.Arg(cst.parse_expression("rngs.params()")), *rest]))
+            value = cst.Call(init.value, strip_commas([cst.Arg(parse_expression("rngs.params()")), *rest]))
         else:
             init, rest = args[2], args[3:]
             value = cst.Call(init.value, strip_commas(list(rest)))
         self.uses_nnx = True
-        return cst.Call(cst.parse_expression(f"nnx.{site.var_type}"), [cst.Arg(value)])
+        return cst.Call(parse_expression(f"nnx.{site.var_type}"), [cst.Arg(value)])
 
     def _build(self, site: Site, updated: cst.Call) -> cst.BaseExpression:
         if site.kind == "layer":
@@ -103,11 +105,11 @@ class EmitMixin:
         else:
             built = self._variable_ctor(site, updated)
         if site.lifted is not None:
-            built = cst.parse_expression(lifted_ctor(site.lifted, code(built)))
+            built = parse_expression(lifted_ctor(site.lifted, code(built)))
         if site.loop is not None:
-            comp = cst.parse_expression(f"[None for {site.loop.target_src} in {site.loop.iter_src}]")
+            comp = parse_expression(f"[None for {site.loop.target_src} in {site.loop.iter_src}]")
             assert isinstance(comp, cst.ListComp)
-            built = cst.Call(cst.parse_expression("nnx.List"), [cst.Arg(comp.with_changes(elt=built))])
+            built = cst.Call(parse_expression("nnx.List"), [cst.Arg(comp.with_changes(elt=built))])
         return built
 
     def _build_factory(self, site: Site) -> cst.BaseExpression | None:
@@ -124,20 +126,20 @@ class EmitMixin:
             given = {a.keyword.value for a in merged.args if a.keyword is not None}
             extra = set(site.rule.extra_kwargs) - given if site.rule is not None else set()
             args = [a for a in built.args if a.keyword is None or a.keyword.value not in extra]
-            return built.with_changes(func=cst.parse_expression(f"self.{site.factory.name}"), args=strip_commas(args))
+            return built.with_changes(func=parse_expression(f"self.{site.factory.name}"), args=strip_commas(args))
         ctor = self._factory_updated.get(site.factory.ctor, site.factory.ctor)
         built = call_site_ctor(site.factory, call, ctor)
         return None if built is None else self._build(site, built)
 
     def _call_site(self, site: Site) -> cst.BaseExpression:
         if site.nest is not None:  # the next element of the list the replayed loops built
-            return cst.parse_expression(f"next({site.nest.iterator(site)})")
+            return parse_expression(f"next({site.nest.iterator(site)})")
         ref = f"self.{site.attr}[{site.loop.position}]" if site.loop is not None else f"self.{site.attr}"
         if site.tail_of is not None:
             ref = f"self.{site.attr}[{site.list_index}]"
         if site.kind == "param":
             ref += "[...]"
-        return cst.parse_expression(ref)
+        return parse_expression(ref)
 
     def _build_init(self, plan: ClassPlan, setup_body: list[cst.BaseStatement]) -> cst.FunctionDef:
         params = ["self"]
@@ -157,19 +159,19 @@ class EmitMixin:
         one_line = f"def __init__({', '.join(params)}):\n    pass\n"
         many_lines = "def __init__(\n" + "".join(f"    {p},\n" for p in params) + "):\n    pass\n"
         header = one_line if len(one_line) <= 96 else many_lines
-        fn = cst.parse_statement(header)
+        fn = parse_statement(header)
         assert isinstance(fn, cst.FunctionDef)
         stmts: list[cst.BaseStatement] = [
-            cst.parse_statement(f"self.{f.name} = {f.name if f.init else f.default}\n")
+            parse_statement(f"self.{f.name} = {f.name if f.init else f.default}\n")
             for f in plan.fields if f.init or f.default is not None  # init=False: its default, set here
         ]
         if plan.uses_rngs:
-            stmts.append(cst.parse_statement("self.rngs = rngs.fork()\n"))
+            stmts.append(parse_statement("self.rngs = rngs.fork()\n"))
         for stmt in setup_body:
             stmts.append(self._containerize(plan, stmt))
         shape_arg = next((a for a, how in plan.new_args.items() if how == "input_shape:0"), None)
         if shape_arg is not None and plan.input_shape_locals:  # the input parameter shapes read: a stand-in
-            stmts.append(cst.parse_statement(
+            stmts.append(parse_statement(
                 f"{plan.shape_input} = jax.ShapeDtypeStruct(tuple({shape_arg}), jax.numpy.float32)\n"))
             self.needs_jax_import = True
         for name in plan.needed_locals:
@@ -185,7 +187,7 @@ class EmitMixin:
                                 "cannot tell", "compute it from constructor arguments / config")
                     continue
                 value = stmt.body[0].value  # type: ignore[attr-defined]
-                stmt = cst.parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")
+                stmt = parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")
             stmts.append(stmt)
         emitted_if: dict[str, int] = {}
         emitted_nests: set[int] = set()
@@ -200,9 +202,9 @@ class EmitMixin:
                 continue
             markers = [cst.EmptyLine(comment=cst.Comment(m)) for m in dict.fromkeys(self._init_markers.get(site.ctor, []))]
             if site.tail_of is not None:  # the element after the loop's: Linen's {Class}_{loop length}
-                statement = cst.Expr(cst.Call(cst.parse_expression(f"self.{site.attr}.append"), [cst.Arg(built)]))
+                statement = cst.Expr(cst.Call(parse_expression(f"self.{site.attr}.append"), [cst.Arg(built)]))
             else:
-                statement = cst.Assign(targets=[cst.AssignTarget(cst.parse_expression(f"self.{site.attr}"))],
+                statement = cst.Assign(targets=[cst.AssignTarget(parse_expression(f"self.{site.attr}"))],
                                        value=built)
             # the markers go on the statement holding the code, as a second run would place them
             assign = cst.SimpleStatementLine([statement], leading_lines=markers)
@@ -212,7 +214,7 @@ class EmitMixin:
                 stmts[index] = block.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=[assign])))
             elif site.conditions:  # created only when Linen would create it; absent -> None
                 test = " and ".join(f"({c})" if len(site.conditions) > 1 else c for c in site.conditions)
-                block = cst.parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
+                block = parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
                 assert isinstance(block, cst.If) and isinstance(block.orelse, cst.Else)
                 last = stmts[-1] if stmts else None
                 if (isinstance(last, cst.If) and code(last.test) == code(block.test) and isinstance(last.orelse, cst.Else)
@@ -223,7 +225,7 @@ class EmitMixin:
                     block = block.with_changes(
                         body=block.body.with_changes(body=[*block.body.body, assign]),
                         orelse=block.orelse.with_changes(body=block.orelse.body.with_changes(  # type: ignore[union-attr]
-                            body=[*assign_else, cst.parse_statement(f"self.{site.attr} = None\n")])))
+                            body=[*assign_else, parse_statement(f"self.{site.attr} = None\n")])))
                 else:
                     block = block.with_changes(body=block.body.with_changes(body=[assign]))
                 stmts.append(block)
@@ -231,7 +233,7 @@ class EmitMixin:
             else:
                 stmts.append(assign)
         if not stmts:
-            stmts.append(cst.parse_statement("pass\n"))
+            stmts.append(parse_statement("pass\n"))
         return fn.with_changes(body=fn.body.with_changes(body=stmts))
 
     def _nest_init(self, nest: LoopNest) -> list[cst.BaseStatement]:
@@ -244,7 +246,7 @@ class EmitMixin:
             if built is None:
                 continue
             read |= names_in(built)
-            line = cst.SimpleStatementLine([cst.Expr(cst.Call(cst.parse_expression(f"self.{site.attr}.append"),
+            line = cst.SimpleStatementLine([cst.Expr(cst.Call(parse_expression(f"self.{site.attr}.append"),
                                                               [cst.Arg(built)]))])
             appends.setdefault(nest.statements[id(site)], []).append(line)
         for f in nest_fors(nest.outer):
@@ -274,7 +276,7 @@ class EmitMixin:
             return loop.with_changes(body=cst.IndentedBlock(body=body), leading_lines=[])
 
         loops = replay(nest.outer)
-        lists = [cst.parse_statement(f"self.{site.attr} = nnx.List()\n") for site in nest.sites]
+        lists = [parse_statement(f"self.{site.attr} = nnx.List()\n") for site in nest.sites]
         self.uses_nnx = True
         return [*lists, *([loops] if loops is not None else [])]
 
@@ -286,7 +288,7 @@ class EmitMixin:
         assign = stmt.body[0]
         attr = self_attr(assign.targets[0].target)
         if attr in plan.containers and isinstance(assign.value, (cst.List, cst.Tuple)):
-            value = cst.Call(cst.parse_expression("nnx.List"), [cst.Arg(cst.List(assign.value.elements))])
+            value = cst.Call(parse_expression("nnx.List"), [cst.Arg(cst.List(assign.value.elements))])
             return stmt.with_changes(body=[assign.with_changes(value=value)])
         return stmt
 

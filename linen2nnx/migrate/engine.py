@@ -13,6 +13,7 @@ import difflib
 import enum
 import multiprocessing
 import os
+import re
 import sys
 import threading
 from collections import Counter
@@ -26,6 +27,7 @@ from libcst.codemod import CodemodContext
 
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
+from linen2nnx.migrate.cst_meta import code_of
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
@@ -222,7 +224,7 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
                              rule_enabled=rule_selector(select, ignore), unsafe_fixes=unsafe_fixes,
                              external=external)
     try:
-        output = command.transform_module(tree).code
+        output = code_of(command.transform_module(tree))  # = .code, without libcst's per-node context managers
         output, train_findings = migrate_training(  # training code: after the modules it uses
             output, source, path=path, module_name=module_name, local=command.summaries,
             external=external or {}, rule_enabled=rule_selector(select, ignore))
@@ -383,11 +385,15 @@ def import_levels(work: list[tuple[Path, str, str]]) -> list[list[int]]:
     Imports are read with ``ast`` (cheap); a cycle or an unparsable file just lands in the last level.
     """
     by_module = {module: i for i, (_, _, module) in enumerate(work) if module}
+    last_parts = {module.rsplit(".", 1)[-1].encode() for module in by_module}
     deps: list[set[int]] = []
     for path, _, module in work:
         wanted: set[str] = set()
         try:
-            tree = ast.parse(path.read_bytes())
+            data = path.read_bytes()
+            # an import of a module of the run names its last part, or is relative (`from .. import x`):
+            # a file with neither (most of them) has no dependency to find, and needs no parse
+            tree = ast.parse(data) if _may_import(data, last_parts) else None
         except (SyntaxError, ValueError, OSError):
             tree = None
         for node in ast.walk(tree) if tree is not None else ():
@@ -410,6 +416,19 @@ def import_levels(work: list[tuple[Path, str, str]]) -> list[list[int]]:
         done.update(ready)
         remaining = [i for i in remaining if i not in done]
     return levels
+
+
+_WORD = re.compile(rb"\w+")
+_RELATIVE_IMPORT = re.compile(rb"\bfrom[\s\\]*\.")
+
+
+def _may_import(data: bytes, last_parts: set[bytes]) -> bool:
+    """Cheap test for :func:`import_levels`: False only when ``data`` cannot import a module of the run."""
+    if not last_parts:
+        return False
+    if not data.isascii() or _RELATIVE_IMPORT.search(data):
+        return True
+    return not last_parts.isdisjoint(_WORD.findall(data))
 
 
 def _run(work: list, jobs: int, on_file: Callable[[FileResult], None] | None,

@@ -16,7 +16,12 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code, is_docstring, strip_commas
+from linen2nnx.migrate.cst_utils import (
+    code,
+    is_docstring,
+    parse_expression,  # memoised
+    strip_commas,
+)
 
 
 @dataclasses.dataclass
@@ -129,7 +134,7 @@ def substitute(expr: cst.BaseExpression, values: Mapping[str, str]) -> cst.BaseE
     class T(cst.CSTTransformer):
         def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
             if original.value in values:
-                value = cst.parse_expression(values[original.value])
+                value = parse_expression(values[original.value])
                 negative_literal = isinstance(value, cst.UnaryOperation) and isinstance(
                     value.expression, (cst.Integer, cst.Float))
                 return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if isinstance(
@@ -151,7 +156,7 @@ def substitute(expr: cst.BaseExpression, values: Mapping[str, str]) -> cst.BaseE
                 return updated
             return updated.body if decided else updated.orelse
 
-    return cst.parse_expression(code(expr.visit(T())))
+    return parse_expression(code(expr.visit(T())))
 
 
 def _literal_is_none(test: cst.BaseExpression) -> bool | None:

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code, names_in
+from linen2nnx.migrate.cst_utils import (
+    code,
+    names_in,
+    parse_statement,  # memoised
+)
 
 NNX_IMPORT = "from flax import nnx\n"
 
@@ -42,7 +46,7 @@ def ensure_nnx_import(module: cst.Module) -> cst.Module:
     if last_import < 0 and body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(
             body[0].body[0], cst.Expr) and isinstance(body[0].body[0].value, cst.SimpleString):
         last_import = 0
-    body.insert(last_import + 1, cst.parse_statement(NNX_IMPORT))
+    body.insert(last_import + 1, parse_statement(NNX_IMPORT))
     return module.with_changes(body=body)
 
 
@@ -58,7 +62,7 @@ def ensure_plain_import(module: cst.Module, name: str) -> cst.Module:
         docstring = bool(body) and isinstance(body[0], cst.SimpleStatementLine) and isinstance(
             body[0].body[0], cst.Expr) and isinstance(body[0].body[0].value, cst.SimpleString)
         first = 1 if docstring else 0
-    line = cst.parse_statement(f"import {name}\n")
+    line = parse_statement(f"import {name}\n")
     if first < len(body) and _is_import_line(body[first]):  # take over the blank lines / comments above
         line = line.with_changes(leading_lines=body[first].leading_lines)  # type: ignore[union-attr]
         body[first] = body[first].with_changes(leading_lines=[cst.EmptyLine()])  # standard library first

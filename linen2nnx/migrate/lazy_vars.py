@@ -21,7 +21,10 @@ import dataclasses
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.cst_utils import (
+    code,
+    parse_statement,  # memoised
+)
 
 
 @dataclasses.dataclass
@@ -43,7 +46,7 @@ def initial_value(init: cst.BaseExpression, args: list[cst.Arg]) -> str:
 
 def creation(var: LazyVar, init: cst.BaseExpression, args: list[cst.Arg]) -> cst.If:
     """The ``if not hasattr(...)`` block that creates ``var`` on the first call."""
-    block = cst.parse_statement(
+    block = parse_statement(
         f"if not hasattr(self, {var.attr!r}):\n"
         f"    self.{var.attr} = nnx.{var.var_type}({initial_value(init, args)})\n"
     )

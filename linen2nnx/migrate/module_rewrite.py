@@ -37,13 +37,15 @@ from linen2nnx.migrate.bridge import (
     mutable_collections,
 )
 from linen2nnx.migrate.cells import CARRY_METHOD, nnx_initialize_carry
-from linen2nnx.migrate.cst_meta import FastVisitor, parent_map, start_positions
-from linen2nnx.migrate.cst_utils import (
+from linen2nnx.migrate.cst_meta import FastVisitor, start_positions, syntax_parent_map
+from linen2nnx.migrate.cst_utils import (  # memoised
     absolute_qualname,
     code,
     is_docstring,
     kwarg,
     names_in,
+    parse_expression,
+    parse_statement,
     root_name,
     self_attr,
     strip_commas,
@@ -171,7 +173,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     def parent_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The parent of ``node`` in the original tree; None for its root or a node the codemod built."""
         if self._parents is None:
-            self._parents = parent_map(self._module)
+            self._parents = syntax_parent_map(self._module)
         return self._parents.get(node)
 
     def report(self, rule_id: str, node: cst.CSTNode, message: str, hint: str = "") -> None:
@@ -462,7 +464,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             self.report("L2N-XFORM-001", original, f"nn.remat({fn}) -> nnx.remat({fn}) (it takes the module as an "
                         "argument, as the Linen function does)" + ("; concrete= dropped (no NNX equivalent)"
                                                                   if "concrete" in kwargs else ""))
-            return updated.with_changes(func=cst.parse_expression("nnx.remat"),
+            return updated.with_changes(func=parse_expression("nnx.remat"),
                                         args=strip_commas([updated.args[0], *args]))
         if kind != "scan":
             return manual("only nn.remat and nn.scan of functions are converted")
@@ -492,7 +494,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         rest = "".join(f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs)
         self.report("L2N-XFORM-001", original, f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) "
                     "before the carry")
-        return cst.parse_expression(f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
+        return parse_expression(f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
                                     f"out_axes=(nnx.Carry, {out_axes}){rest})")
 
     def _is_unbox_helper(self, fn: cst.FunctionDef) -> bool:
@@ -557,14 +559,14 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             self.uses_nnx = True
             self.report("L2N-VAR-004", original, f"self.variable({lazy.collection!r}, {lazy.name!r}) -> "
                         f"nnx.{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does")
-            return cst.parse_expression(f"self.{lazy.attr}")
+            return parse_expression(f"self.{lazy.attr}")
         cell = plan.carry_inits.get(original)
         if cell is not None:  # the detached Linen cell's carry is the built cell's
             rng, shape = (code(a.value) for a in updated.args)
             self.uses_nnx = True
             self.report("L2N-LAYER-001", original, f"nn.{cell.rule.linen}(..., parent=None).initialize_carry(rng, "  # type: ignore[union-attr]
                         f"shape) -> self.{cell.attr}.initialize_carry(shape, rngs=...)")
-            return cst.parse_expression(f"self.{cell.attr}.initialize_carry({shape}, rngs=nnx.Rngs(carry={rng}))")
+            return parse_expression(f"self.{cell.attr}.initialize_carry({shape}, rngs=nnx.Rngs(carry={rng}))")
         site = plan.sites.get(original)
         if site is not None and site.factory is not None:  # built in __init__ once the helper is rewritten
             self._factory_calls[original] = updated
@@ -601,8 +603,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         call = updated if applied.rule is None else self._rewrite_layer_call(applied, original, updated)
         if applied.rule is None and applied.view_kwargs:  # mode flags of the layers it builds with a handed partial
             self.uses_nnx = True
-            view = [cst.Arg(call.func), *(kwarg(k, cst.parse_expression(v)) for k, v in applied.view_kwargs.items())]
-            call = call.with_changes(func=cst.Call(cst.parse_expression("nnx.view"), strip_commas(view)))
+            view = [cst.Arg(call.func), *(kwarg(k, parse_expression(v)) for k, v in applied.view_kwargs.items())]
+            call = call.with_changes(func=cst.Call(parse_expression("nnx.view"), strip_commas(view)))
         if applied.lifted is not None:
             try:
                 source = lifted_call(applied.lifted, code(call.func), list(call.args), self.is_broadcast,
@@ -614,7 +616,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             kinds = " + ".join(f"nn.{lift.kind}" for lift in applied.lifted.lifts)
             self.report("L2N-XFORM-001", original, f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the "
                         f"call of self.{applied.attr}")
-            return cst.parse_expression(source)
+            return parse_expression(source)
         return call
 
     def _merge_param(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
@@ -646,7 +648,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 return updated
             self.report("L2N-VAR-002", original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)")
             self.uses_nnx = True
-            first = updated.args[0].with_changes(value=cst.parse_expression(f"nnx.{var_type}"))
+            first = updated.args[0].with_changes(value=parse_expression(f"nnx.{var_type}"))
             return updated.with_changes(args=[first, *updated.args[1:]])
         if api == "make_rng" and len(original.args) == 1 and isinstance(original.args[0].value, cst.SimpleString):
             stream = original.args[0].value.evaluated_value
@@ -654,7 +656,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             plan.uses_rngs = True
             self.report("L2N-VAR-003", original, f"self.make_rng({stream!r}) -> a draw from the module's nnx.Rngs")
             ref = f"self.rngs.{stream}()" if stream.isidentifier() else f"self.rngs[{stream!r}]()"
-            return cst.parse_expression(ref)
+            return parse_expression(ref)
         if api in ("has_variable", "get_variable") and len(original.args) == 2 and all(
                 isinstance(a.value, cst.SimpleString) and a.keyword is None for a in original.args):
             collection, name = (a.value.evaluated_value for a in original.args)  # type: ignore[union-attr]
@@ -663,7 +665,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 return None
             self._handled.add(original)
             self.report("L2N-VAR-004", original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
-            return cst.parse_expression(f"hasattr(self, {attr!r})" if api == "has_variable" else f"self.{attr}[...]")
+            return parse_expression(f"hasattr(self, {attr!r})" if api == "has_variable" else f"self.{attr}[...]")
         if api == "is_initializing" and not original.args:
             self._handled.add(original)
             if not self.unsafe_fixes:
@@ -709,8 +711,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         func = updated.func
         if site.view_kwargs:
             self.uses_nnx = True
-            view = [cst.Arg(func), *(kwarg(k, cst.parse_expression(v)) for k, v in site.view_kwargs.items())]
-            func = cst.Call(cst.parse_expression("nnx.view"), strip_commas(view))
+            view = [cst.Arg(func), *(kwarg(k, parse_expression(v)) for k, v in site.view_kwargs.items())]
+            func = cst.Call(parse_expression("nnx.view"), strip_commas(view))
         return updated.with_changes(func=func, args=strip_commas(args))
 
     def _built_arg(self, site: Site, arg: cst.Arg) -> cst.BaseExpression:
@@ -756,7 +758,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._stmt_prefix.setdefault(statement, []).extend(prefix)
         self.report("L2N-LAYER-001", original, f"nn.{site.rule.linen}(decode={flag}): the first decode call creates "
                     f"the cache with self.{site.attr}.init_cache and does not decode, as Linen's init call")
-        return kwarg("decode", cst.parse_expression(f"{flag} and not {fresh}"))
+        return kwarg("decode", parse_expression(f"{flag} and not {fresh}"))
 
     def _enclosing_statement(self, node: cst.CSTNode) -> cst.CSTNode:
         cur: cst.CSTNode | None = node
@@ -823,7 +825,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             kind = plan.setup_vars.get(attr)
             dotted_value = isinstance(parent, cst.Attribute) and parent.value is original and parent.attr.value == "value"
             if kind == "param" and not dotted_value and not self._is_store(original, parent):
-                return cst.parse_expression(f"self.{attr}[...]")
+                return parse_expression(f"self.{attr}[...]")
         if (plan is not None and original.attr.value == "value" and isinstance(original.value, cst.Name)
                 and original.value.value in self._lazy_locals(plan)):
             return cst.Subscript(updated.value, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
@@ -847,7 +849,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self.uses_nnx = True
         self._handled.add(original)
         self.report(rule_id, original, f"nn.{short} -> nnx.{target}{why}")
-        return cst.parse_expression(f"nnx.{target}")
+        return parse_expression(f"nnx.{target}")
 
     def _under_axis_rules(self, node: cst.CSTNode) -> bool:
         """Lexically inside ``with ...axis_rules(...)`` / ``logical_axis_rules(...)``."""
@@ -875,8 +877,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         loop = self._indexed_loops.get(original)
         if loop is None:
             return updated
-        target = cst.parse_expression(loop.target_src)
-        return updated.with_changes(target=target, iter=cst.parse_expression(loop.iter_src))
+        target = parse_expression(loop.target_src)
+        return updated.with_changes(target=target, iter=parse_expression(loop.iter_src))
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         plan = self._current()
@@ -900,7 +902,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self.uses_nnx = True
         self.report("L2N-XFORM-001", original, f"nn.scan on {plan.name}.{original.name.value} -> nnx.scan of "
                     f"{scan.step} with the module broadcast")
-        call = cst.parse_statement(f"return {method_scan_call(scan, original, when)}\n")
+        call = parse_statement(f"return {method_scan_call(scan, original, when)}\n")
         return updated.with_changes(decorators=keep, body=cst.IndentedBlock(body=[call]))
 
     def _is_scan_decorator(self, node: cst.BaseExpression) -> bool:
@@ -937,7 +939,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         for o, u in zip(original.bases, updated.bases):
             linen_base = sorted(self.qualnames(o.value) & LINEN_MODULE)
             if linen_base:
-                bases.append(u.with_changes(value=cst.parse_expression(LINEN_BASES[linen_base[0]])))
+                bases.append(u.with_changes(value=parse_expression(LINEN_BASES[linen_base[0]])))
             else:
                 bases.append(u)
         body: list[cst.BaseStatement] = []
@@ -1005,7 +1007,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 out.append(original.with_changes(name=cst.Name(linen_name(base.name)),
                                                  leading_lines=[cst.EmptyLine(indent=False)] * 2 + [note]))
                 out.append(linen_class_name(base.name))
-                out.append(cst.parse_statement(f"{base.name}.linen_class = {linen_name(base.name)}\n"))
+                out.append(parse_statement(f"{base.name}.linen_class = {linen_name(base.name)}\n"))
         return out
 
     @staticmethod
@@ -1053,10 +1055,25 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         kept = original.visit(Mark())
         return kept.with_changes(name=cst.Name(name), leading_lines=[*lines, cst.EmptyLine(comment=cst.Comment(marker))])
 
+    # ---- visitor dispatch fast paths -----------------------------------------------------------
+    # no visit_<Type>_<field> / leave_<Type>_<field> handlers exist: skip libcst's per-field getattr
+    def on_visit_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        return None
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        return None
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if type(node) in _LEXICAL_TYPES:  # never rewritten: keep the node (and its children) as parsed
+            return False
+        return super().on_visit(node)
+
     # ---- markers and replayed statements -------------------------------------------------------
     def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
+        if type(original_node) in _LEXICAL_TYPES:
+            return updated_node
         updated = super().on_leave(original_node, updated_node)
-        if not isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        if not _IS_STATEMENT[type(original_node)]:
             return updated  # what follows only concerns statements (the keys of the dicts it reads)
         if original_node in self._dropped_statements:  # `dense = partial(nn.Dense, ...)`: built in __init__
             return cst.RemoveFromParent()
@@ -1088,7 +1105,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if self.needs_jax_import and "jax" not in {a.evaluated_alias or a.evaluated_name for s in updated.body
                                                    if isinstance(s, cst.SimpleStatementLine) for i in s.body
                                                    if isinstance(i, cst.Import) for a in i.names}:
-            updated = updated.with_changes(body=[cst.parse_statement("import jax\n"), *updated.body])
+            updated = updated.with_changes(body=[parse_statement("import jax\n"), *updated.body])
         if self.needs_math_import:
             updated = ensure_plain_import(updated, "math")
         return updated
@@ -1104,7 +1121,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             if isinstance(member, cst.FunctionDef) and member.name.value == "__init__":
                 if expr == "self.out_features":
                     return stmt
-                line = cst.parse_statement(f"self.out_features = {expr}  # the output size, read by the modules that build it\n")
+                line = parse_statement(f"self.out_features = {expr}  # the output size, read by the modules that build it\n")
                 body[i] = member.with_changes(body=member.body.with_changes(body=[*member.body.body, line]))
                 return stmt.with_changes(body=stmt.body.with_changes(body=body))
         return stmt
@@ -1131,3 +1148,30 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         self._unplaced = []
 
 
+
+
+def _lexical_types() -> frozenset[type]:
+    """Whitespace, comments, punctuation and operators: node types the codemod has no handler for and
+    that hold no statement or expression, so visiting them can change nothing."""
+    bases = (cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp)
+    ops = {t for t in vars(cst).values() if isinstance(t, type) and issubclass(t, bases) and t not in bases}
+    return frozenset({cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.Newline, cst.TrailingWhitespace,
+                      cst.EmptyLine, cst.Comment, cst.Comma, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual,
+                      cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
+                      cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.ImportStar, cst.Asynchronous, cst.ParamSlash,
+                      cst.ParamStar, *ops})
+
+
+_LEXICAL_TYPES = _lexical_types()
+
+
+class _IsStatement(dict):
+    """type -> whether it is a statement (``SimpleStatementLine`` / ``BaseCompoundStatement``): a dict
+    lookup instead of an ABC ``isinstance`` for each of the ~2,000 nodes of a file."""
+
+    def __missing__(self, kind: type) -> bool:
+        self[kind] = found = issubclass(kind, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+        return found
+
+
+_IS_STATEMENT = _IsStatement()

@@ -42,6 +42,9 @@ _ASSIGNMENT_LIKE = (cst.AnnAssign, cst.AsName, cst.Assign, cst.AugAssign, cst.Cl
                     cst.TypeVar, cst.TypeAlias, cst.TypeVarTuple, cst.ParamSpec)
 # the nodes get_full_name_for_node names: the only ones with a qualified name
 _NAMED = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.FunctionDef, cst.ClassDef, cst.Decorator)
+# as sets of exact types (none of these classes has subclasses): cheaper than an ABC isinstance
+_ASSIGNMENT_TYPES = frozenset(_ASSIGNMENT_LIKE)
+_NAMED_TYPES = frozenset(_NAMED)
 
 
 # ---- scopes and bindings (libcst.metadata.scope_provider, reduced to what names need) ---------------
@@ -209,9 +212,10 @@ class _Walk:
             handler(self, node, store)
         else:
             self.children(node, store)
-        if isinstance(node, _NAMED):
+        kind = type(node)
+        if kind in _NAMED_TYPES:
             self.scope_of[node] = self.scope
-        if isinstance(node, _ASSIGNMENT_LIKE):
+        if kind in _ASSIGNMENT_TYPES:
             self.scope.count += 1
 
     def children(self, node: cst.CSTNode, store: bool = False) -> None:

@@ -14,7 +14,7 @@ import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
-from linen2nnx.migrate.cst_utils import (
+from linen2nnx.migrate.cst_utils import (  # memoised
     NOT_LOCAL,
     assigned_in,
     assigned_names,
@@ -22,6 +22,8 @@ from linen2nnx.migrate.cst_utils import (
     comprehension_names,
     names_in,
     only_shape_uses,
+    parse_expression,
+    parse_statement,
     self_attr,
     snake_case,
 )
@@ -671,8 +673,8 @@ class PlanningMixin:
                 values[p.name.value] = code(p.default)
         caller = self._enclosing_function(app)
         mine = {p.name.value for p in (*caller.params.params, *caller.params.kwonly_params)} if caller else set()
-        result = code(substitute(cst.parse_expression(when), values))
-        ok = names_in(cst.parse_expression(result)) - NOT_LOCAL - {"self"} <= mine | set(plan.pure_locals)
+        result = code(substitute(parse_expression(when), values))
+        ok = names_in(parse_expression(result)) - NOT_LOCAL - {"self"} <= mine | set(plan.pure_locals)
         return result if ok else "True"
 
 
@@ -1085,7 +1087,7 @@ class PlanningMixin:
         site = self._add_site(plan, target, attr=attr, linen_name=names[0], hoisted=True)
         site.container, site.nest = "list", nest
         nest.sites.append(site)
-        self._stmt_prefix.setdefault(outer, []).append(cst.parse_statement(
+        self._stmt_prefix.setdefault(outer, []).append(parse_statement(
             f"{nest.iterator(site)} = iter(self.{attr})\n"))  # what the loops take the next element of
         nest.statements[id(site)] = statement
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, nest.names)

@@ -10,7 +10,12 @@ import libcst as cst
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
+from linen2nnx.migrate.cst_utils import (
+    NOT_LOCAL,
+    code,
+    names_in,
+    parse_expression,  # memoised
+)
 from linen2nnx.migrate.dataflow import Feat
 
 LINEN_BASES = {
@@ -338,7 +343,7 @@ def replace_shape_last(value: cst.BaseExpression, sizes: dict[str, str]) -> str:
             name = is_shape_last(original)
             if name is None or name not in sizes:
                 return updated
-            return cst.parse_expression(f"({sizes[name]})" if not sizes[name].isidentifier() and
+            return parse_expression(f"({sizes[name]})" if not sizes[name].isidentifier() and
                                         not sizes[name].replace(".", "").isidentifier() else sizes[name])
 
     return code(value.visit(T()))

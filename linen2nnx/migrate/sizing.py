@@ -18,6 +18,7 @@ from linen2nnx.migrate.cst_utils import (
     assigned_names,
     code,
     names_in,
+    parse_expression,  # memoised
     replace_name,
     self_attr,
     substitute_self_fields,
@@ -305,7 +306,7 @@ class SizingMixin:
                      if info.out_unknown else first if info.out_expr is None else Feat("expr", expr=info.out_expr)
                      for info in infos]
             same = all(f == feats[0] for f in feats)
-            if same and not (feats[0].kind == "expr" and names_in(cst.parse_expression(feats[0].expr)) & loop_names):
+            if same and not (feats[0].kind == "expr" and names_in(parse_expression(feats[0].expr)) & loop_names):
                 return feats[0]
             if all(f == first for f in feats):
                 return first
@@ -355,7 +356,7 @@ class SizingMixin:
                 return LayerInfo(site.flow_key, resolved, out_unknown=resolved is None)
             value = out.value
             if site.rule.out_arg in site.arg_sources:  # a size resolved for it (a cell's traced carry width)
-                value = cst.parse_expression(site.arg_sources[site.rule.out_arg])
+                value = parse_expression(site.arg_sources[site.rule.out_arg])
             if isinstance(value, (cst.Tuple, cst.List)):  # features=(heads, head_dim): last axis is head_dim
                 if not value.elements:
                     return LayerInfo(site.flow_key, None, out_unknown=True)
@@ -380,7 +381,7 @@ class SizingMixin:
             if feat.kind == "input":
                 return first if feat.input_name == user.first_input else Feat.unknown("submodule argument")
             if feat.kind == "expr":
-                own_args = names_in(cst.parse_expression(feat.expr)) & set(user.new_args)
+                own_args = names_in(parse_expression(feat.expr)) & set(user.new_args)
                 if own_args:  # the submodule's own new argument: the caller's input size, or unknown
                     if feat.expr in own_args and user.new_args[feat.expr] == "input:0":
                         return first
@@ -482,7 +483,7 @@ class SizingMixin:
         later = feats.get(1)
         if site.nest is not None and later is not None and later != feats[0]:
             rest = self._resolve_in(plan, site, later, params, node)
-            if names_in(cst.parse_expression(rest)) & site.nest.names:  # another iteration's size
+            if names_in(parse_expression(rest)) & site.nest.names:  # another iteration's size
                 return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} after the "
                                           "first element (it reads the loops' names)", node)
             return first if rest == first else f"{first} if len(self.{site.attr}) == 0 else {rest}"

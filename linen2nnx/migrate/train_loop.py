@@ -60,6 +60,7 @@ from collections.abc import Callable, Mapping
 import libcst as cst
 from libcst.metadata import Assignment, FunctionScope, MetadataWrapper, PositionProvider
 
+from linen2nnx.migrate.cst_meta import code_of
 from linen2nnx.migrate.cst_utils import code, is_docstring, kwarg, names_in, needs_parens
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.imports import ensure_nnx_import
@@ -1377,10 +1378,10 @@ def migrate_training(code_text: str, original: str, *, path: str, module_name: s
         module = ensure_nnx_import(module)
         if planner.uses_partial:
             module = ensure_import(module, "functools")
-        if "jax.sharding.get_abstract_mesh()" in module.code:
+        if "jax.sharding.get_abstract_mesh()" in code_of(module):
             module = ensure_import(module, "jax")
         module = drop_unused_train_state_import(module)
-    return module.code, findings
+    return code_of(module), findings
 
 
 def line_map(new: str, old: str) -> Callable[[int], int]:

@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterator, Mapping
 
 import libcst as cst
 from libcst._metadata_dependent import LazyValue
-from libcst.metadata import Access, Assignment, ParentNodeProvider, QualifiedNameProvider, ScopeProvider
+from libcst.metadata import Access, Assignment, QualifiedNameProvider, ScopeProvider
 
+from linen2nnx.migrate.cst_meta import parent_map
 from linen2nnx.migrate.cst_utils import absolute_qualname
 from linen2nnx.migrate.sites import ClassSummary
 
@@ -65,7 +66,7 @@ class ValueAnalysis:
     def __init__(self, wrapper: cst.MetadataWrapper, local: Mapping[str, ClassSummary],
                  external: Mapping[str, ClassSummary], module_name: str):
         self.module = wrapper.module
-        self.parents = wrapper.resolve(ParentNodeProvider)
+        self.parents = parent_map(wrapper.module)  # = ParentNodeProvider's, without its visitor pass
         self.qualified = wrapper.resolve(QualifiedNameProvider)
         self.scopes = wrapper.resolve(ScopeProvider)
         self.module_name = module_name
