@@ -5,6 +5,8 @@ Mixed into :class:`~linen2nnx.migrate.module_rewrite.MigrateModules`; works on t
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import libcst as cst
 
 from linen2nnx.layers import nnx_ctor_params
@@ -112,8 +114,9 @@ class EmitMixin:
             built = cst.Call(parse_expression("nnx.List"), [cst.Arg(comp.with_changes(elt=built))])
         return built
 
-    def _build_factory(self, site: Site) -> cst.BaseExpression | None:
-        """The constructor a factory-method call stands for, from the rewritten helper and call."""
+    def _build_factory(self, site: Site, replayed: Collection[str] = ()) -> cst.BaseExpression | None:
+        """The constructor a factory-method call stands for, from the rewritten helper and call
+        (``replayed``: the locals ``__init__`` replays, which it may call instead)."""
         call = self._factory_calls.get(site.ctor)
         if call is None:
             return None
@@ -126,7 +129,15 @@ class EmitMixin:
             given = {a.keyword.value for a in merged.args if a.keyword is not None}
             extra = set(site.rule.extra_kwargs) - given if site.rule is not None else set()
             args = [a for a in built.args if a.keyword is None or a.keyword.value not in extra]
-            return built.with_changes(func=parse_expression(f"self.{site.factory.name}"), args=strip_commas(args))
+            func = f"self.{site.factory.name}"
+            if local is not None and local.name in replayed and all(a.keyword for a in local.partial.args[1:]):
+                # `conv(in_features, ...)`: the replayed local gives the partial's own keywords
+                own = {a.keyword.value for a in call.args if a.keyword is not None}
+                rule = site.rule
+                implied = {rule.nnx_arg(k) if rule else k for k in
+                           (a.keyword.value for a in local.partial.args[1:]) if k not in own}  # type: ignore[union-attr]
+                args, func = [a for a in args if a.keyword is None or a.keyword.value not in implied], local.name
+            return built.with_changes(func=parse_expression(func), args=strip_commas(args))
         ctor = self._factory_updated.get(site.factory.ctor, site.factory.ctor)
         built = call_site_ctor(site.factory, call, ctor)
         return None if built is None else self._build(site, built)
@@ -195,9 +206,10 @@ class EmitMixin:
             if site.nest is not None:
                 if id(site.nest) not in emitted_nests:
                     emitted_nests.add(id(site.nest))
-                    stmts.extend(self._nest_init(site.nest))
+                    stmts.extend(self._nest_init(site.nest, plan.needed_locals))
                 continue
-            built = self._build_factory(site) if site.factory is not None else self._built.get(site.ctor)
+            built = self._build_factory(site, plan.needed_locals) if site.factory is not None else self._built.get(
+                site.ctor)
             if built is None:
                 continue
             markers = [cst.EmptyLine(comment=cst.Comment(m)) for m in dict.fromkeys(self._init_markers.get(site.ctor, []))]
@@ -236,13 +248,13 @@ class EmitMixin:
             stmts.append(parse_statement("pass\n"))
         return fn.with_changes(body=fn.body.with_changes(body=stmts))
 
-    def _nest_init(self, nest: LoopNest) -> list[cst.BaseStatement]:
+    def _nest_init(self, nest: LoopNest, replayed: Collection[str]) -> list[cst.BaseStatement]:
         """The nest's lists, then its loops replayed with what the constructors read: each line that
         built submodules becomes ``self.<list>.append(<NNX constructor>)``, in the same order."""
         appends: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
         read: set[str] = set()
         for site in nest.sites:
-            built = self._build_factory(site) if site.factory is not None else self._built.get(site.ctor)
+            built = self._build_factory(site, replayed) if site.factory is not None else self._built.get(site.ctor)
             if built is None:
                 continue
             read |= names_in(built)
