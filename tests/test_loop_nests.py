@@ -180,3 +180,22 @@ def test_a_mode_partial_handed_to_a_class_that_may_build_none_does_not_require_o
         ''')
     assert "nnx.view(self.block_0, use_running_average=not train, raise_if_not_found=False)(x)" in result.output
     assert not [f for f in result.findings if f.severity.value == "manual"]
+
+
+def test_two_classes_in_one_nest_share_the_replayed_loops(tmp_path):
+    """A Dense then a LayerNorm per step: one replay of the loops appends to both lists in call order,
+    so each LayerNorm is sized by the Dense built just before it."""
+    out = parity(tmp_path, '''
+        class Stack(nn.Module):
+            groups: tuple = (1, 2)
+
+            @nn.compact
+            def __call__(self, x):
+                for g, n in enumerate(self.groups):
+                    for _ in range(n):
+                        x = nn.LayerNorm()(nn.Dense(4 * (g + 1))(x))
+                return x
+        ''', "Stack", (2, 3))
+    init = out.split("def __call__")[0]
+    assert init.count("for g, n in enumerate(self.groups):") == 1
+    assert "self.layer_norm.append(nnx.LayerNorm(self.dense[-1].out_features, rngs=rngs))" in init

@@ -253,7 +253,8 @@ class EmitMixin:
         built submodules becomes ``self.<list>.append(<NNX constructor>)``, in the same order."""
         appends: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
         read: set[str] = set()
-        for site in nest.sites:
+        in_order = sorted(nest.sites, key=lambda s: nest.applied.get(id(s), len(nest.applied)))
+        for site in in_order:
             built = self._build_factory(site, replayed) if site.factory is not None else self._built.get(site.ctor)
             if built is None:
                 continue
@@ -288,7 +289,7 @@ class EmitMixin:
             return loop.with_changes(body=cst.IndentedBlock(body=body), leading_lines=[])
 
         loops = replay(nest.outer)
-        lists = [parse_statement(f"self.{site.attr} = nnx.List()\n") for site in nest.sites]
+        lists = [parse_statement(f"self.{site.attr} = nnx.List()\n") for site in in_order]
         self.uses_nnx = True
         return [*lists, *([loops] if loops is not None else [])]
 

@@ -99,6 +99,8 @@ class LoopNest:
     local_stmts: dict[str, cst.SimpleStatementLine]  # body local -> its assignment (replayed in __init__)
     sites: list[Site] = dataclasses.field(default_factory=list)
     statements: dict[int, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)  # id(site) -> its line
+    applied: dict[int, int] = dataclasses.field(default_factory=dict)  # id(site) -> when the dataflow applies it
+    # first (``norm(dense(x))`` builds the Dense first: the LayerNorm's size reads ``self.dense[-1]``)
 
     def iterator(self, site: Site) -> str:
         """The ``__call__`` local that walks the site's list (``block_iter = iter(self.block)``)."""

@@ -194,6 +194,10 @@ class SizingMixin:
             all_args.setdefault(use.key, use.args)
             nodes.setdefault(use.key, use.node)
         sites_by_attr = {s.flow_key: s for s in plan.sites.values()}
+        for index, use in enumerate(flow.uses):  # the order a loop nest's lines build their modules in
+            applied = sites_by_attr.get(use.key)
+            if applied is not None and applied.nest is not None:
+                applied.nest.applied.setdefault(id(applied), index)
         for key, feats in by_site.items():
             site = sites_by_attr[key]
             if site.in_expr is not None or site.user_in:
