@@ -199,3 +199,21 @@ def test_two_classes_in_one_nest_share_the_replayed_loops(tmp_path):
     init = out.split("def __call__")[0]
     assert init.count("for g, n in enumerate(self.groups):") == 1
     assert "self.layer_norm.append(nnx.LayerNorm(self.dense[-1].out_features, rngs=rngs))" in init
+
+
+def test_a_partial_local_builds_inside_a_nest(tmp_path):
+    """``dense = partial(nn.Dense, use_bias=False)`` used in the loops: each use is an element of the
+    list, built from the partial's arguments."""
+    out = parity(tmp_path, '''
+        class Partials(nn.Module):
+            rows: tuple = (2, 1)
+
+            @nn.compact
+            def __call__(self, x):
+                dense = partial(nn.Dense, use_bias=False)
+                for i, n in enumerate(self.rows):
+                    for j in range(n):
+                        x = jnp.tanh(dense(5 - j)(x))
+                return x
+        ''', "Partials", (2, 3))
+    assert "self.dense.append(nnx.Linear(" in out and "use_bias=False" in out
