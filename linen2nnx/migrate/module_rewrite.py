@@ -884,9 +884,11 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         plan = self._current()
         if plan is None:
             return updated
-        if self._enclosing_class_plan(original) is plan:
-            updated = without_dead_locals(updated, set(plan.needed_locals) | {
-                name for nest in plan.nests.values() for name in nest.local_stmts})
+        replayed = {name: plan.pure_locals[name] for name in plan.needed_locals}
+        replayed.update((name, stmt) for nest in plan.nests.values() for name, stmt in nest.local_stmts.items())
+        mine = {name for name, stmt in replayed.items() if self._enclosing_function(stmt) is original}
+        if mine:  # the method whose lines __init__ replays: those it no longer reads go
+            updated = without_dead_locals(updated, mine)
         keep = [u for o, u in zip(original.decorators, updated.decorators)
                 if not (self.qualnames(o.decorator) & LINEN_COMPACT)]
         if len(keep) != len(updated.decorators):
