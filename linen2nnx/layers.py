@@ -66,7 +66,8 @@ class LayerRule:
     first call and runs it without decoding, so every later call sees Linen's cache (reference §1)."""
     out_attr: str | None = None
     """NNX attribute of a built layer that holds its output feature size: read from a layer a caller
-    hands in (``self.shared_embedding``) where the class builds this layer in the other branch."""
+    hands in (``self.shared_embedding``) where the class builds this layer in the other branch, and
+    from the last element a loop nest built (``self.conv[-1].out_features``)."""
     call_keywords: tuple[str, ...] = ()
     """Linen call signature; when set, positional call arguments after the first become these keywords
     (``SelfAttention(x, mask)``: NNX's second positional is ``inputs_k``)."""
@@ -110,10 +111,10 @@ LAYER_RULES: tuple[LayerRule, ...] = (
               rename_args={"features": "out_features"},
               unsupported_args=frozenset({"dot_general_cls"})),
     LayerRule("Conv", "Conv", positional=("features", "kernel_size"), out_arg="features",
-              rename_args={"features": "out_features"},
+              rename_args={"features": "out_features"}, out_attr="out_features",
               unsupported_args=frozenset({"conv_general_dilated_cls"})),
     LayerRule("ConvTranspose", "ConvTranspose", positional=("features", "kernel_size"), out_arg="features",
-              rename_args={"features": "out_features"}),
+              rename_args={"features": "out_features"}, out_attr="out_features"),
     LayerRule("Embed", "Embed", in_arg=None, positional=("num_embeddings", "features"), out_arg="features",
               out_attr="features"),
     LayerRule("LayerNorm", "LayerNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),

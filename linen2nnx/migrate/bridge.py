@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import parse_statement  # memoised
+from linen2nnx.migrate.cst_utils import parse_statement
 from linen2nnx.migrate.sites import ClassPlan
 
 BRIDGE_ATTR = "linen"

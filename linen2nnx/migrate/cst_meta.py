@@ -18,7 +18,7 @@ visit rebuilds every node it passes, which costs ten times what reading the fiel
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from functools import cache
 
 import libcst as cst
@@ -130,21 +130,7 @@ class FastVisitor:
 def syntax_parent_map(root: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
     """:func:`parent_map` for the syntax nodes only (whitespace, comments and punctuation, see
     :func:`syntax_fields`, left out): all the module codemod asks about, for a third of the walk."""
-    parents: dict[cst.CSTNode, cst.CSTNode] = {}
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        for name in syntax_fields(type(node)):
-            value = getattr(node, name)
-            if _IS_NODE[type(value)]:
-                parents[value] = node
-                stack.append(value)
-            elif isinstance(value, (tuple, list)):
-                for child in value:
-                    if _IS_NODE[type(child)]:
-                        parents[child] = node
-                        stack.append(child)
-    return parents
+    return _parents(root, syntax_fields)
 
 
 class _NoPosition:
@@ -204,12 +190,17 @@ class _RecordStart:
 
 def parent_map(root: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
     """Every node under ``root`` -> its parent (``root`` itself has none)."""
+    return _parents(root, _fields)
+
+
+def _parents(root: cst.CSTNode, fields: Callable[[type], Collection[str]]) -> dict[cst.CSTNode, cst.CSTNode]:
+    """Each node reached through ``fields`` of its parent -> that parent."""
     parents: dict[cst.CSTNode, cst.CSTNode] = {}
     stack = [root]
     is_node = _IS_NODE
     while stack:
         node = stack.pop()
-        for name in _fields(type(node)):
+        for name in fields(type(node)):
             value = getattr(node, name)
             if is_node[type(value)]:
                 parents[value] = node

@@ -50,18 +50,23 @@ def snake_case(name: str) -> str:
 
 def names_in(node: cst.CSTNode) -> set[str]:
     """Free-looking names used in ``node`` (attribute names and keywords excluded)."""
-    found: set[str] = set()
+    return set(name_counts(node))
+
+
+def name_counts(node: cst.CSTNode) -> dict[str, int]:
+    """How often each name of :func:`names_in` occurs in ``node``."""
+    counts: dict[str, int] = {}
     stack = [node]
     while stack:
         n = stack.pop()
         kind = type(n)
         if kind is cst.Name:
-            found.add(n.value)  # type: ignore[attr-defined]
+            counts[n.value] = counts.get(n.value, 0) + 1  # type: ignore[attr-defined]
         elif kind is cst.Attribute or kind is cst.Arg:
             stack.append(n.value)  # type: ignore[attr-defined]
         else:
             stack.extend(syntax_children(n))
-    return found
+    return counts
 
 
 def assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
@@ -241,16 +246,7 @@ def without_dead_locals(fn: cst.FunctionDef, candidates: set[str]) -> cst.Functi
     effects, that moved into ``__init__``) that nothing in ``fn`` reads any more; a line that is the
     only one of its block stays."""
     while candidates:
-        counts: dict[str, int] = {}
-        stack: list[cst.CSTNode] = [fn.body]
-        while stack:  # as names_in, counting: attribute names and keywords are not reads
-            n = stack.pop()
-            if type(n) is cst.Name:
-                counts[n.value] = counts.get(n.value, 0) + 1  # type: ignore[attr-defined]
-            elif type(n) is cst.Attribute or type(n) is cst.Arg:
-                stack.append(n.value)  # type: ignore[attr-defined]
-            else:
-                stack.extend(syntax_children(n))
+        counts = name_counts(fn.body)
         dead = {name for name in candidates if counts.get(name, 0) == 1}  # the assignment's own target
         if not dead:
             return fn
@@ -265,7 +261,8 @@ def without_dead_locals(fn: cst.FunctionDef, candidates: set[str]) -> cst.Functi
                 comments: list[cst.EmptyLine] = []  # a dropped line's comments go to the next line
                 dropped = False
                 for stmt in updated.body:
-                    if _assigns_one_of(stmt, self.dead) and len(updated.body) > 1:
+                    assigned = single_assign(stmt)
+                    if assigned is not None and assigned[0] in self.dead and len(updated.body) > 1:
                         comments += [line for line in stmt.leading_lines if line.comment is not None]  # type: ignore[attr-defined]
                         dropped = True
                         continue
@@ -283,10 +280,12 @@ def without_dead_locals(fn: cst.FunctionDef, candidates: set[str]) -> cst.Functi
     return fn
 
 
-def _assigns_one_of(stmt: cst.BaseStatement, names: set[str]) -> bool:
-    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
-            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)
-            and stmt.body[0].targets[0].target.value in names)
+def single_assign(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
+    """``name = value`` on a line of its own -> ``(name, value)``; None for any other statement."""
+    if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
+            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+        return stmt.body[0].targets[0].target.value, stmt.body[0].value
+    return None
 
 
 def without_keywords(call: cst.Call, names: set[str]) -> cst.Call:

@@ -27,7 +27,7 @@ import libcst as cst
 from linen2nnx.migrate.cst_utils import (
     code,
     names_in,
-    parse_expression,  # memoised
+    parse_expression,
     replace_name,
 )
 from linen2nnx.migrate.linen_api import feature_preserving_functions

@@ -10,7 +10,7 @@ from collections.abc import Collection
 import libcst as cst
 
 from linen2nnx.layers import nnx_ctor_params
-from linen2nnx.migrate.cst_utils import (  # memoised
+from linen2nnx.migrate.cst_utils import (
     code,
     kwarg,
     names_in,

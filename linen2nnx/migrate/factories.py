@@ -19,7 +19,7 @@ import libcst as cst
 from linen2nnx.migrate.cst_utils import (
     code,
     is_docstring,
-    parse_expression,  # memoised
+    parse_expression,
     strip_commas,
 )
 

@@ -28,6 +28,7 @@ import libcst as cst
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_utils import single_assign
 from linen2nnx.migrate.factories import PartialLocal
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 
@@ -110,7 +111,7 @@ class FieldBindings:
             self.fields[cls.name.value] = names
         self._aliases: dict[str, tuple[str, cst.Call]] = {}  # `ResNet18 = partial(ResNet, ...)` -> (class, call)
         for stmt in tree.body:
-            assign = _single_assign(stmt)
+            assign = single_assign(stmt)
             if assign is not None and isinstance(assign[1], cst.Call) and self._is_partial(assign[1].func):
                 target = self._class_named(assign[1].args[0].value) if assign[1].args else None
                 if target is not None:
@@ -282,13 +283,6 @@ class FieldBindings:
 def _self_attr(node: cst.BaseExpression) -> str | None:
     if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
         return node.attr.value
-    return None
-
-
-def _single_assign(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
-    if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
-            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
-        return stmt.body[0].targets[0].target.value, stmt.body[0].value
     return None
 
 

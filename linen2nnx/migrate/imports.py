@@ -11,7 +11,7 @@ import libcst as cst
 from linen2nnx.migrate.cst_utils import (
     code,
     names_in,
-    parse_statement,  # memoised
+    parse_statement,
 )
 
 NNX_IMPORT = "from flax import nnx\n"

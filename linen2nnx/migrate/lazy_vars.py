@@ -23,7 +23,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_utils import (
     code,
-    parse_statement,  # memoised
+    parse_statement,
 )
 
 

@@ -38,7 +38,7 @@ from linen2nnx.migrate.bridge import (
 )
 from linen2nnx.migrate.cells import CARRY_METHOD, nnx_initialize_carry
 from linen2nnx.migrate.cst_meta import FastVisitor, start_positions, syntax_parent_map
-from linen2nnx.migrate.cst_utils import (  # memoised
+from linen2nnx.migrate.cst_utils import (
     absolute_qualname,
     code,
     is_docstring,
@@ -884,11 +884,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         plan = self._current()
         if plan is None:
             return updated
-        replayed = {name: plan.pure_locals[name] for name in plan.needed_locals}
-        replayed.update((name, stmt) for nest in plan.nests.values() for name, stmt in nest.local_stmts.items())
-        mine = {name for name, stmt in replayed.items() if self._enclosing_function(stmt) is original}
-        if mine:  # the method whose lines __init__ replays: those it no longer reads go
-            updated = without_dead_locals(updated, mine)
+        if original is plan.compact:  # lines __init__ replays that the method no longer reads go
+            updated = without_dead_locals(updated, {*plan.needed_locals, *(
+                name for nest in plan.nests.values() for name in nest.local_stmts)})
         keep = [u for o, u in zip(original.decorators, updated.decorators)
                 if not (self.qualnames(o.decorator) & LINEN_COMPACT)]
         if len(keep) != len(updated.decorators):

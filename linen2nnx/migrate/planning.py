@@ -14,7 +14,7 @@ import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
-from linen2nnx.migrate.cst_utils import (  # memoised
+from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_in,
     assigned_names,
@@ -25,6 +25,7 @@ from linen2nnx.migrate.cst_utils import (  # memoised
     parse_expression,
     parse_statement,
     self_attr,
+    single_assign,
     snake_case,
 )
 from linen2nnx.migrate.factories import (
@@ -339,8 +340,10 @@ class PlanningMixin:
         """A mode partial handed to a submodule (``block_cls(..., norm=norm)``) sets the flag of the layers
         the submodule builds with it: the call becomes ``nnx.view(block, use_running_average=...)(x)``
         -- when every such layer of the submodule's class is built through that field."""
+        if not plan.mode_partials:
+            return
         for site in plan.hoisted_order:
-            if site.kind != "module" or not plan.mode_partials:
+            if site.kind != "module":
                 continue
             classes = site.factory.classes if isinstance(site.factory, FieldFactory) else (site.user.name,)  # type: ignore[union-attr]
             for name, arg in site.args.items():
@@ -421,6 +424,7 @@ class PlanningMixin:
     def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
         self.collect_lift_aliases(fn.body.body)
         counts = assigned_names(fn)
+        plan.compact = fn
         plan.pure_locals = self._pure_locals(plan, fn)
         local_names = set(counts) - set(plan.pure_locals)
         command = self
@@ -1032,11 +1036,10 @@ class PlanningMixin:
             return None
         names, stmts = set(targets), {}
         for stmt in node.body.body:
-            if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-                    and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1
-                    and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+            assigned = single_assign(stmt)
+            if assigned is None:
                 continue
-            name, value = stmt.body[0].targets[0].target.value, stmt.body[0].value
+            name, value = assigned
             if counts.get(name) != 1 or self._has_side_effects(value):
                 continue
             if not (names_in(value) - NOT_LOCAL) & (call_time - names):

@@ -14,7 +14,7 @@ from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     code,
     names_in,
-    parse_expression,  # memoised
+    parse_expression,
 )
 from linen2nnx.migrate.dataflow import Feat
 
@@ -178,6 +178,7 @@ class ClassPlan:
     sites: dict[cst.Call, Site] = dataclasses.field(default_factory=dict)
     new_args: dict[str, str] = dataclasses.field(default_factory=dict)  # kw-only arg -> how obtained
     setup: cst.FunctionDef | None = None
+    compact: cst.FunctionDef | None = None  # the @nn.compact method (its pure locals are replayed in __init__)
     hoisted_order: list[Site] = dataclasses.field(default_factory=list)
     containers: dict[str, list[Site]] = dataclasses.field(default_factory=dict)
     pure_locals: dict[str, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)

@@ -18,7 +18,7 @@ from linen2nnx.migrate.cst_utils import (
     assigned_names,
     code,
     names_in,
-    parse_expression,  # memoised
+    parse_expression,
     replace_name,
     self_attr,
     substitute_self_fields,
@@ -323,8 +323,7 @@ class SizingMixin:
         """The attribute holding the built module's output size: the NNX layer's own (``out_features``),
         or ``out_features`` set at the end of the ``__init__`` of each class of this file it may be."""
         if site.rule is not None:
-            return site.rule.out_attr if site.rule.out_attr else "out_features" if site.rule.nnx in (
-                "Conv", "ConvTranspose") else None
+            return site.rule.out_attr
         outs: dict[str, str] = {}
         for user in users:
             if user is None or user.name not in self._converted or user.out is None:
@@ -582,28 +581,26 @@ class SizingMixin:
             ranks = {len(s) + len(feat.reduced) for s in shapes}
             if len(ranks) != 1 or not all(-rank <= a < rank - 1 and a != -1 for a in feat.reduced for rank in ranks):
                 return None
-            size = self._static_size(plan, candidate, params, node)
-            if size is not None:
-                self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {size} (traced: "
-                            f"the reduced value has rank {ranks.pop()}, so axes {list(feat.reduced)} leave its last)")
-            return size
-        if candidate.kind == "input" and self._flow_method == "__call__" and candidate.input_name in params:
-            index = params.index(candidate.input_name)
-            seen = {call[index][-1] for call in self.trace.own_inputs.get(plan.name, [])
-                    if index < len(call) and call[index]}
-        elif candidate.kind == "expr":
-            values = self._config_values(candidate.expr, self.trace.instances.get(plan.name, []))
-            if values is None:
-                return None
-            seen = set(values)
+            evidence = f"the reduced value has rank {ranks.pop()}, so axes {list(feat.reduced)} leave its last"
         else:
-            return None
-        if seen != sizes:
-            return None
+            if candidate.kind == "input" and self._flow_method == "__call__" and candidate.input_name in params:
+                index = params.index(candidate.input_name)
+                seen = {call[index][-1] for call in self.trace.own_inputs.get(plan.name, [])
+                        if index < len(call) and call[index]}
+            elif candidate.kind == "expr":
+                values = self._config_values(candidate.expr, self.trace.instances.get(plan.name, []))
+                if values is None:
+                    return None
+                seen = set(values)
+            else:
+                return None
+            if seen != sizes:
+                return None
+            evidence = f"{sizes.pop()}, which confirms {feat.reason} as its last axis"
         size = self._static_size(plan, candidate, params, node)
         if size is not None:
             self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {size} (traced: "
-                        f"{sizes.pop()}, which confirms {feat.reason} as its last axis)")
+                        f"{evidence})")
         return size
 
     def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
