@@ -245,7 +245,8 @@ def _migrate_stdin(args: argparse.Namespace, settings: dict, trace):
         migrate_source,
         module_name_for,
     )
-    from linen2nnx.migrate.findings import Finding, Severity
+    from linen2nnx.migrate.findings import Finding
+    from linen2nnx.migrate.rules import IO_002
     from linen2nnx.namemap import NameMap
 
     name = args.stdin_filename or "-"
@@ -254,7 +255,7 @@ def _migrate_stdin(args: argparse.Namespace, settings: dict, trace):
     try:
         source = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        finding = Finding("L2N-IO-002", Severity.ERROR, name, 1, 1, f"cannot decode as UTF-8 at byte {e.start}",
+        finding = Finding.of(IO_002, name, 1, 1, f"cannot decode as UTF-8 at byte {e.start}",
                           "re-encode the file as UTF-8; it was left untouched")
         if mode is Mode.STDOUT:
             sys.stdout.buffer.write(data)

@@ -25,10 +25,6 @@ from linen2nnx.migrate.cst_utils import parse_statement
 from linen2nnx.migrate.sites import ClassPlan
 
 BRIDGE_ATTR = "linen"
-BLOCKING_RULES = frozenset({"L2N-MOD-004", "L2N-API-002", "L2N-LAYER-002", "L2N-XFORM-002", "L2N-MOD-006",
-                            "L2N-MOD-008"})
-"""Manual findings after which the rewritten class would not run (a missing size, SHAPE-003, only
-asks for a constructor argument)."""
 
 
 LINEN_CLASS_ATTR = "linen_class"

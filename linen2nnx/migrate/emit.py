@@ -23,6 +23,9 @@ from linen2nnx.migrate.cst_utils import (
 from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.lifted import lifted_ctor, param_axis
+from linen2nnx.migrate.rules import (
+    MOD_004,
+)
 from linen2nnx.migrate.sites import (
     ClassPlan,
     LoopNest,
@@ -194,7 +197,7 @@ class EmitMixin:
             if name in plan.shape_locals:
                 sizes = plan.shape_local_sizes.get(name)
                 if sizes is None:
-                    self.report("L2N-MOD-004", plan.pure_locals[name], f"`{name}` reads an input size the dataflow "
+                    self.report(MOD_004, plan.pure_locals[name], f"`{name}` reads an input size the dataflow "
                                 "cannot tell", "compute it from constructor arguments / config")
                     continue
                 value = stmt.body[0].value  # type: ignore[attr-defined]

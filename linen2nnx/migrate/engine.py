@@ -29,6 +29,7 @@ from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
 from linen2nnx.migrate.cst_meta import code_of
 from linen2nnx.migrate.findings import Finding, Severity
+from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
@@ -216,7 +217,7 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
             compile(source, path, "exec", flags=ast.PyCF_ONLY_AST)
         except SyntaxError as py_error:
             line, col, message = py_error.lineno or line, py_error.offset or col, py_error.msg
-        finding = Finding("L2N-IO-001", Severity.ERROR, path, line, col,
+        finding = Finding.of(IO_001, path, line, col,
                           f"syntax error: {message}", "fix the syntax; the file was left untouched")
         return FileResult(file_path, path, source, None, [finding], NameMap())
     command = MigrateModules(CodemodContext(filename=path, full_module_name=module_name or None),
@@ -231,7 +232,7 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise
-        finding = Finding("L2N-IO-004", Severity.ERROR, path, 1, 1, f"internal error: {type(e).__name__}: {e}",
+        finding = Finding.of(IO_004, path, 1, 1, f"internal error: {type(e).__name__}: {e}",
                           "please report this file; it was left untouched")
         return FileResult(file_path, path, source, None, [finding], NameMap())
     findings = sorted([*command.findings, *train_findings], key=lambda f: (f.line, f.col, f.rule))
@@ -257,11 +258,11 @@ def _migrate_file(args: tuple[Path, str, str, Mapping[str, Any]], options: _Opti
     try:
         source = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
-        finding = Finding("L2N-IO-002", Severity.ERROR, rel, 1, 1, f"cannot decode as UTF-8 at byte {e.start}",
+        finding = Finding.of(IO_002, rel, 1, 1, f"cannot decode as UTF-8 at byte {e.start}",
                           "re-encode the file as UTF-8; it was left untouched")
         return FileResult(path, rel, None, None, [finding], NameMap())
     except OSError as e:
-        finding = Finding("L2N-IO-002", Severity.ERROR, rel, 1, 1, f"cannot read: {e.strerror}", "")
+        finding = Finding.of(IO_002, rel, 1, 1, f"cannot read: {e.strerror}", "")
         return FileResult(path, rel, None, None, [finding], NameMap())
     result = migrate_source(source, rel, module_name, options.trace, select=options.select,
                             ignore=options.ignore, unsafe_fixes=options.unsafe_fixes, external=external)
@@ -471,5 +472,5 @@ def _write(r: FileResult, target: Path, result: MigrationResult) -> None:
         result.written.append(target)
         r.target = target
     except OSError as e:
-        r.findings.append(Finding("L2N-IO-003", Severity.ERROR, r.rel, 1, 1,
+        r.findings.append(Finding.of(IO_003, r.rel, 1, 1,
                                   f"cannot write {target}: {e.strerror or e}", "nothing was written for this file"))

@@ -28,6 +28,11 @@ class Finding:
     message: str
     hint: str = ""
 
+    @classmethod
+    def of(cls, rule: Any, path: str, line: int, col: int, message: str, hint: str = "") -> Finding:
+        """A finding of ``rule`` (a :class:`~linen2nnx.migrate.rules.Rule`), with the rule's severity."""
+        return cls(rule.id, rule.severity, path, line, col, message, hint)
+
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["severity"] = self.severity.value

@@ -28,7 +28,6 @@ from libcst.codemod import Codemod, CodemodContext
 
 from linen2nnx.layers import LayerRule, layer_rule
 from linen2nnx.migrate.bridge import (
-    BLOCKING_RULES,
     BRIDGE_ATTR,
     bridge_wrapper,
     can_bridge,
@@ -81,7 +80,32 @@ from linen2nnx.migrate.linen_api import (
 )
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.planning import PlanningMixin
-from linen2nnx.migrate.rules import RULES
+from linen2nnx.migrate.rules import (
+    API_001,
+    API_002,
+    API_003,
+    API_004,
+    API_005,
+    API_006,
+    LAYER_001,
+    LAYER_002,
+    MOD_001,
+    MOD_002,
+    MOD_003,
+    MOD_006,
+    MOD_007,
+    PART_001,
+    PART_002,
+    PART_003,
+    PART_004,
+    VAR_001,
+    VAR_002,
+    VAR_003,
+    VAR_004,
+    XFORM_001,
+    XFORM_002,
+)
+from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import (
     COLLECTION_TYPES,
     LINEN_BASES,
@@ -176,20 +200,21 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             self._parents = syntax_parent_map(self._module)
         return self._parents.get(node)
 
-    def report(self, rule_id: str, node: cst.CSTNode, message: str, hint: str = "") -> None:
+    def report(self, rule: Rule, node: cst.CSTNode, message: str, hint: str = "") -> None:
         """Record a finding; a ``manual`` one also marks its statement with an inline TODO.
 
         A rule switched off with ``--ignore`` / ``select`` neither reports nor marks.
         """
+        rule_id = rule.id
         if not self.rule_enabled(rule_id):
             return
         if (node, rule_id, message) in self._reported:  # the same node met again (a partial's argument, per use)
             return
         self._reported.add((node, rule_id, message))
-        severity = RULES[rule_id].severity
+        severity = rule.severity
         self._unplaced.append((len(self.findings), node))  # its line and column: see _place_findings
         self.findings.append(Finding(rule_id, severity, self.path, 0, 0, message, hint))
-        if rule_id in BLOCKING_RULES:
+        if rule.blocks_rewrite:
             if self._planning:
                 self._pending_blocking.append(rule_id)
             elif self._class_stack and self._class_stack[-1] is not None:
@@ -320,7 +345,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         except LiftError as err:
             for alias in aliases:
                 self._alias_use[alias] = False
-            self.report("L2N-XFORM-002", node, str(err), "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
+            self.report(XFORM_002, node, str(err), "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
                         "(reference §4)")
             for lift in chain.lifts:
                 self._handled.add(lift.node.func)
@@ -373,7 +398,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             if any(self.qualnames(d.decorator) & LINEN_COMPACT for m in node.body.body
                    if isinstance(m, cst.FunctionDef) for d in m.decorators):
                 bases = ", ".join(code(b.value) for b in node.bases) or "object"
-                self.report("L2N-MOD-006", node, f"{node.name.value} uses @nn.compact but its base ({bases}) is "
+                self.report(MOD_006, node, f"{node.name.value} uses @nn.compact but its base ({bases}) is "
                             "not a Linen class of this run", "migrate the file that defines the base in the same run")
             self._class_stack.append(None)
             return
@@ -405,7 +430,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if not (helper or linen_unbox) or len(updated.args) != 1 or updated.args[0].keyword or updated.args[0].star:
             return None
         self._handled.add(func)
-        self.report("L2N-PART-004", original, f"{code(func)}(x) -> x: NNX values carry no metadata boxes")
+        self.report(PART_004, original, f"{code(func)}(x) -> x: NNX values carry no metadata boxes")
         return updated.args[0].value
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -449,7 +474,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         orig_kwargs = {a.keyword.value: a.value for a in original.args[1:] if a.keyword is not None}
 
         def manual(why: str) -> cst.BaseExpression:
-            self.report("L2N-XFORM-002", original, f"nn.{kind}({fn}, ...): {why}",
+            self.report(XFORM_002, original, f"nn.{kind}({fn}, ...): {why}",
                         "rewrite with the nnx transform by hand (reference §4)")
             return updated
 
@@ -461,7 +486,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             if extra:
                 return manual(f"{', '.join(sorted(extra))}= not converted")
             args = [a for name, a in kwargs.items() if name != "concrete"]
-            self.report("L2N-XFORM-001", original, f"nn.remat({fn}) -> nnx.remat({fn}) (it takes the module as an "
+            self.report(XFORM_001, original, f"nn.remat({fn}) -> nnx.remat({fn}) (it takes the module as an "
                         "argument, as the Linen function does)" + ("; concrete= dropped (no NNX equivalent)"
                                                                   if "concrete" in kwargs else ""))
             return updated.with_changes(func=parse_expression("nnx.remat"),
@@ -492,7 +517,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             return manual(f"in_axes has {len(per_x)} entries for {n_xs} scanned inputs")
         out_axes = code(orig_kwargs["out_axes"]) if "out_axes" in orig_kwargs else "0"
         rest = "".join(f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs)
-        self.report("L2N-XFORM-001", original, f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) "
+        self.report(XFORM_001, original, f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) "
                     "before the carry")
         return parse_expression(f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
                                     f"out_axes=(nnx.Carry, {out_axes}){rest})")
@@ -520,7 +545,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         V().walk(fn)
         if boxes and unboxes:
             self._handled.update(boxes)
-            self.report("L2N-PART-004", fn, f"{fn.name.value}() only unboxes Linen partition metadata: removable "
+            self.report(PART_004, fn, f"{fn.name.value}() only unboxes Linen partition metadata: removable "
                         "(NNX values are never boxed); its calls become their argument")
             return True
         return False
@@ -541,7 +566,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         result = self._leave_call(plan, original, updated)
         api = self._pending_api.pop(original, None)
         if api is not None and original not in self._handled and original not in plan.sites:
-            self.report("L2N-API-002", api, f"self.{api.attr.value} is Linen Module API with no automatic "
+            self.report(API_002, api, f"self.{api.attr.value} is Linen Module API with no automatic "
                         "conversion yet", "see reference: variables and collections")
         return result
 
@@ -557,14 +582,14 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             args = list(updated.args)
             self._stmt_prefix.setdefault(lazy.statement, []).append(creation(lazy, args[2].value, args[3:]))
             self.uses_nnx = True
-            self.report("L2N-VAR-004", original, f"self.variable({lazy.collection!r}, {lazy.name!r}) -> "
+            self.report(VAR_004, original, f"self.variable({lazy.collection!r}, {lazy.name!r}) -> "
                         f"nnx.{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does")
             return parse_expression(f"self.{lazy.attr}")
         cell = plan.carry_inits.get(original)
         if cell is not None:  # the detached Linen cell's carry is the built cell's
             rng, shape = (code(a.value) for a in updated.args)
             self.uses_nnx = True
-            self.report("L2N-LAYER-001", original, f"nn.{cell.rule.linen}(..., parent=None).initialize_carry(rng, "  # type: ignore[union-attr]
+            self.report(LAYER_001, original, f"nn.{cell.rule.linen}(..., parent=None).initialize_carry(rng, "  # type: ignore[union-attr]
                         f"shape) -> self.{cell.attr}.initialize_carry(shape, rngs=...)")
             return parse_expression(f"self.{cell.attr}.initialize_carry({shape}, rngs=nnx.Rngs(carry={rng}))")
         site = plan.sites.get(original)
@@ -575,9 +600,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if site is not None:
             self._handled.add(original.func)
             if site.kind == "layer":
-                self.report("L2N-LAYER-001", original, f"nn.{site.rule.linen} -> nnx.{site.rule.nnx} ({site.attr})")  # type: ignore[union-attr]
+                self.report(LAYER_001, original, f"nn.{site.rule.linen} -> nnx.{site.rule.nnx} ({site.attr})")  # type: ignore[union-attr]
             elif site.kind in ("param", "variable"):
-                self.report("L2N-VAR-001", original, f"self.{site.kind}({site.linen_name!r}) -> "
+                self.report(VAR_001, original, f"self.{site.kind}({site.linen_name!r}) -> "
                             f"nnx.{site.var_type} self.{site.attr} created in __init__")
             built = self._build(site, updated)
             if not site.hoisted:
@@ -610,11 +635,11 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 source = lifted_call(applied.lifted, code(call.func), list(call.args), self.is_broadcast,
                                      state_when=applied.state_when)
             except LiftError as err:
-                self.report("L2N-XFORM-002", original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand")
+                self.report(XFORM_002, original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand")
                 return call
             self.uses_nnx = True
             kinds = " + ".join(f"nn.{lift.kind}" for lift in applied.lifted.lifts)
-            self.report("L2N-XFORM-001", original, f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the "
+            self.report(XFORM_001, original, f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the "
                         f"call of self.{applied.attr}")
             return parse_expression(source)
         return call
@@ -626,9 +651,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             return None
         args = updated.args
         if len(args) != 3 or any(a.keyword is not None or a.star for a in args):
-            self.report("L2N-API-002", original, "merge_param with unusual arguments", "rewrite by hand")
+            self.report(API_002, original, "merge_param with unusual arguments", "rewrite by hand")
             return None
-        self.report("L2N-API-004", original, "merge_param -> `call_value if call_value is not None else attribute`")
+        self.report(API_004, original, "merge_param -> `call_value if call_value is not None else attribute`")
         attribute, call_value = args[1].value, args[2].value
         test = cst.Comparison(call_value, [cst.ComparisonTarget(cst.IsNot(), cst.Name("None"))])
         return cst.IfExp(test=test, body=call_value, orelse=attribute)
@@ -643,10 +668,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             var_type = COLLECTION_TYPES.get(collection)
             self._handled.add(original)
             if var_type is None:
-                self.report("L2N-API-002", original, f"self.sow into the custom collection {collection!r}",
+                self.report(API_002, original, f"self.sow into the custom collection {collection!r}",
                             "define a registered nnx.Variable subclass and sow into it")
                 return updated
-            self.report("L2N-VAR-002", original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)")
+            self.report(VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)")
             self.uses_nnx = True
             first = updated.args[0].with_changes(value=parse_expression(f"nnx.{var_type}"))
             return updated.with_changes(args=[first, *updated.args[1:]])
@@ -654,7 +679,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             stream = original.args[0].value.evaluated_value
             self._handled.add(original)
             plan.uses_rngs = True
-            self.report("L2N-VAR-003", original, f"self.make_rng({stream!r}) -> a draw from the module's nnx.Rngs")
+            self.report(VAR_003, original, f"self.make_rng({stream!r}) -> a draw from the module's nnx.Rngs")
             ref = f"self.rngs.{stream}()" if stream.isidentifier() else f"self.rngs[{stream!r}]()"
             return parse_expression(ref)
         if api in ("has_variable", "get_variable") and len(original.args) == 2 and all(
@@ -664,15 +689,15 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             if attr is None:
                 return None
             self._handled.add(original)
-            self.report("L2N-VAR-004", original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
+            self.report(VAR_004, original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
             return parse_expression(f"hasattr(self, {attr!r})" if api == "has_variable" else f"self.{attr}[...]")
         if api == "is_initializing" and not original.args:
             self._handled.add(original)
             if not self.unsafe_fixes:
-                self.report("L2N-API-002", original, "self.is_initializing() has no NNX meaning (__init__ is the "
+                self.report(API_002, original, "self.is_initializing() has no NNX meaning (__init__ is the "
                             "initialisation)", "move the init-only branch into __init__, or pass --unsafe-fixes")
                 return updated
-            self.report("L2N-API-003", original, "self.is_initializing() -> False (NNX calls never initialise)",
+            self.report(API_003, original, "self.is_initializing() -> False (NNX calls never initialise)",
                         "init-only work now happens in __init__")
             return cst.Name("False")
         return None
@@ -695,7 +720,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         args = list(updated.args)
         for o in original.args:
             if o.keyword is not None and o.keyword.value in rule.unsupported_call_args:
-                self.report("L2N-LAYER-002", o, f"{o.keyword.value}= of nn.{rule.linen}.__call__ has no "
+                self.report(LAYER_002, o, f"{o.keyword.value}= of nn.{rule.linen}.__call__ has no "
                             f"nnx.{rule.nnx} equivalent", "NNX layers draw randomness from their own rngs")
         args = [a.with_changes(keyword=cst.Name(rule.call_renames[a.keyword.value]))
                 if a.keyword is not None and a.keyword.value in rule.call_renames else a for a in args]
@@ -756,7 +781,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             f"if {fresh}:\n"
             f"    self.{site.attr}.init_cache({shape_of}.shape, dtype={dtype_src})\n").body
         self._stmt_prefix.setdefault(statement, []).extend(prefix)
-        self.report("L2N-LAYER-001", original, f"nn.{site.rule.linen}(decode={flag}): the first decode call creates "
+        self.report(LAYER_001, original, f"nn.{site.rule.linen}(decode={flag}): the first decode call creates "
                     f"the cache with self.{site.attr}.init_cache and does not decode, as Linen's init call")
         return kwarg("decode", parse_expression(f"{flag} and not {fresh}"))
 
@@ -777,43 +802,43 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if original in self._binding_values and not (holder is not None and holder.blocking):
             # `conv: ModuleDef = nn.Conv` bound to a converted factory field (a class kept as Linen keeps it)
             rule = self._binding_values[original]
-            return self._repoint(original, rule.linen, rule.nnx, "L2N-LAYER-001",
+            return self._repoint(original, rule.linen, rule.nnx, LAYER_001,
                                  " (a layer class a module-factory field builds)")
         if linen and rooted and original not in self._handled and outermost:
             short = next(iter(linen)).removeprefix("flax.linen.")
             if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
-                return self._repoint(original, short, short, "L2N-API-001", "")
+                return self._repoint(original, short, short, API_001, "")
             is_callee = isinstance(parent, cst.Call) and parent.func is original
             if short in RENAMED_IN_NNX and rooted:
-                return self._repoint(original, short, RENAMED_IN_NNX[short], "L2N-PART-001",
+                return self._repoint(original, short, RENAMED_IN_NNX[short], PART_001,
                                      " (sharding names become Variable metadata)")
             if short in PARTITION_API_IN_NNX and rooted:
-                return self._repoint(original, short, PARTITION_API_IN_NNX[short], "L2N-PART-002",
+                return self._repoint(original, short, PARTITION_API_IN_NNX[short], PART_002,
                                      " (rules are the same context; specs come from nnx.State metadata)")
             if short in PARTITION_SPEC_FUNCTIONS:
                 self._handled.add(original)
                 if self._under_axis_rules(original):  # here NNX's would map the names through the rules
-                    self.report("L2N-PART-003", original, f"nn.{short} inside axis rules: Linen's returns logical "
+                    self.report(PART_003, original, f"nn.{short} inside axis rules: Linen's returns logical "
                                 "names, nnx.get_partition_spec applies the active rules",
                                 "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
                                 "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings")
                     return updated
-                return self._repoint(original, short, "get_partition_spec", "L2N-PART-002",
+                return self._repoint(original, short, "get_partition_spec", PART_002,
                                      " (the same logical names when no axis rules are active; training code reads "
                                      "them with the rules cleared)")
             if short in MERGE_PARAM and is_callee:
                 pass  # rewritten with its call in leave_Call
             elif short in KEPT_LINEN_FUNCTIONS:
                 self._handled.add(original)
-                self.report("L2N-API-005", original, f"nn.{short} kept: a pure function NNX code can call as is")
+                self.report(API_005, original, f"nn.{short} kept: a pure function NNX code can call as is")
             elif short in TRANSFORMS:
                 self._handled.add(original)
-                self.report("L2N-XFORM-002", original, f"nn.{short} of something other than a Linen module class of "
+                self.report(XFORM_002, original, f"nn.{short} of something other than a Linen module class of "
                             "this run is not converted", "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
                             "(reference §4)")
             elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
                 self._handled.add(original)
-                self.report("L2N-API-002", original, f"flax.linen.{short} has no automatic conversion yet",
+                self.report(API_002, original, f"flax.linen.{short} has no automatic conversion yet",
                             "rewrite by hand with the NNX API (see docs/rules.md)")
         plan = self._current()
         attr = self_attr(original)
@@ -844,11 +869,11 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 out.add(small.targets[0].target.value)
         return out
 
-    def _repoint(self, original: cst.Attribute, short: str, target: str, rule_id: str, why: str) -> cst.BaseExpression:
-        """``nn.<short>`` (whatever the import spelling) -> ``nnx.<target>``, reported under ``rule_id``."""
+    def _repoint(self, original: cst.Attribute, short: str, target: str, rule: Rule, why: str) -> cst.BaseExpression:
+        """``nn.<short>`` (whatever the import spelling) -> ``nnx.<target>``, reported under ``rule``."""
         self.uses_nnx = True
         self._handled.add(original)
-        self.report(rule_id, original, f"nn.{short} -> nnx.{target}{why}")
+        self.report(rule, original, f"nn.{short} -> nnx.{target}{why}")
         return parse_expression(f"nnx.{target}")
 
     def _under_axis_rules(self, node: cst.CSTNode) -> bool:
@@ -890,7 +915,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         keep = [u for o, u in zip(original.decorators, updated.decorators)
                 if not (self.qualnames(o.decorator) & LINEN_COMPACT)]
         if len(keep) != len(updated.decorators):
-            self.report("L2N-MOD-003", original, f"@nn.compact {original.name.value}: submodules hoisted into __init__")
+            self.report(MOD_003, original, f"@nn.compact {original.name.value}: submodules hoisted into __init__")
         scan = plan.scanned_methods.get(original.name.value)
         if scan is None or self._enclosing_class_plan(original) is not plan:
             return updated.with_changes(decorators=keep)
@@ -900,7 +925,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             name=cst.Name(scan.step), decorators=keep, leading_lines=[cst.EmptyLine(indent=False)])
         when = plan.state_when if plan.state_when in (None, "True") or original.name.value == "__call__" else "True"
         self.uses_nnx = True
-        self.report("L2N-XFORM-001", original, f"nn.scan on {plan.name}.{original.name.value} -> nnx.scan of "
+        self.report(XFORM_001, original, f"nn.scan on {plan.name}.{original.name.value} -> nnx.scan of "
                     f"{scan.step} with the module broadcast")
         call = parse_statement(f"return {method_scan_call(scan, original, when)}\n")
         return updated.with_changes(decorators=keep, body=cst.IndentedBlock(body=[call]))
@@ -953,7 +978,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value in plan.factories and not any(
                     f"self.{stmt.name.value}" in code(other) for other in updated.body.body
                     if other is not stmt and isinstance(other, cst.FunctionDef)):
-                self.report("L2N-MOD-003", orig_stmt, f"{plan.name}.{stmt.name.value}(): each call became a "
+                self.report(MOD_003, orig_stmt, f"{plan.name}.{stmt.name.value}(): each call became a "
                             "submodule built in __init__; the helper is removed")
                 continue
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "setup":
@@ -963,11 +988,11 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             if plan.is_cell and isinstance(stmt, cst.FunctionDef) and stmt.name.value == CARRY_METHOD:
                 reordered = nnx_initialize_carry(stmt)
                 if reordered is None:
-                    self.report("L2N-API-002", orig_stmt, f"{plan.name}.{CARRY_METHOD}(rng, shape) uses its key: "
+                    self.report(API_002, orig_stmt, f"{plan.name}.{CARRY_METHOD}(rng, shape) uses its key: "
                                 f"nnx.RNN calls {CARRY_METHOD}(input_shape, rngs)",
                                 "take `rngs` (an nnx.Rngs or None) and draw the key from it")
                 else:
-                    self.report("L2N-API-006", orig_stmt, f"{plan.name}.{CARRY_METHOD}(rng, input_shape) -> "
+                    self.report(API_006, orig_stmt, f"{plan.name}.{CARRY_METHOD}(rng, input_shape) -> "
                                 f"{CARRY_METHOD}(input_shape, rngs=None), as nnx.RNN calls it")
                     stmt = reordered
             body.append(stmt)
@@ -976,7 +1001,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if init_index is None:
             init_index = 1 if body and is_docstring(body[0]) else 0
         if plan.setup is not None:
-            self.report("L2N-MOD-002", plan.setup, f"{plan.name}.setup() moved into __init__")
+            self.report(MOD_002, plan.setup, f"{plan.name}.setup() moved into __init__")
         init = self._build_init(plan, setup_body)
         init = init.with_changes(leading_lines=[*([cst.EmptyLine(indent=False)] if init_index > 0 else []),
                                                 *field_markers])
@@ -984,7 +1009,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         following = body[init_index + 1] if init_index + 1 < len(body) else None
         if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not following.leading_lines:
             body[init_index + 1] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
-        self.report("L2N-MOD-001", original, f"{plan.name} -> nnx.Module")
+        self.report(MOD_001, original, f"{plan.name} -> nnx.Module")
         self._converted[plan.name] = original
         self._record_name_map(plan)
         return updated.with_changes(bases=bases, body=updated.body.with_changes(body=body))
@@ -1035,14 +1060,14 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         """The Linen original, renamed, for the nnx.bridge fallback (see bridge.py)."""
         rules = ", ".join(sorted(set(plan.blocking))) or "see the markers"
         wrapper = plan.name.removesuffix("Linen") if name == plan.name else plan.name
-        self.report("L2N-MOD-007", original, f"{wrapper} kept as Linen ({name}) behind nnx.bridge.ToNNX: {rules} "
+        self.report(MOD_007, original, f"{wrapper} kept as Linen ({name}) behind nnx.bridge.ToNNX: {rules} "
                     "block its rewrite", "fix the findings, then migrate again")
         entry = ClassEntry(name=self._class_key(wrapper), module=self.module_name, file=self.path,
                            new_args=dict(plan.new_args), bridge=BRIDGE_ATTR)
         self.name_map.classes[entry.name] = entry
-        marker = f"{MARKER} L2N-MOD-007 {wrapper} kept as Linen behind nnx.bridge.ToNNX ({rules})"
+        marker = f"{MARKER} {MOD_007.id} {wrapper} kept as Linen behind nnx.bridge.ToNNX ({rules})"
         lines = [line for line in original.leading_lines
-                 if not (line.comment is not None and line.comment.value.startswith(f"{MARKER} L2N-MOD-007"))]
+                 if not (line.comment is not None and line.comment.value.startswith(f"{MARKER} {MOD_007.id}"))]
         placed = self._placed_markers
 
         class Mark(cst.CSTTransformer):  # the findings' markers, on the Linen statements they concern

@@ -39,6 +39,17 @@ from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.lazy_vars import LazyVar, either
 from linen2nnx.migrate.lifted import SCAN_DECORATORS, LiftError, method_scan
 from linen2nnx.migrate.linen_api import feature_preserving_functions
+from linen2nnx.migrate.rules import (
+    API_002,
+    LAYER_001,
+    LAYER_002,
+    LAYER_003,
+    MOD_004,
+    MOD_006,
+    MOD_008,
+    SHAPE_002,
+    XFORM_002,
+)
 from linen2nnx.migrate.shape_tests import (
     POOLING,
     SPATIAL_ARGS_UNDECIDED,
@@ -102,7 +113,7 @@ class PlanningMixin:
             if f.default is None and f.name in called and self.field_bindings.preserves_features(plan.name, f.name):
                 plan.activation_fields.add(f.name)
         if "rngs" in plan.field_names:
-            self.report("L2N-MOD-004", node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
+            self.report(MOD_004, node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
                         "for the nnx.Rngs", "rename the field before migrating")
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
         self._methods[plan.name] = methods
@@ -157,7 +168,7 @@ class PlanningMixin:
                 kwargs = {a.keyword.value: a.value for a in call.args[1:]}  # type: ignore[union-attr]
                 plan.scanned_methods[fn.name.value] = method_scan(kwargs, fn, taken, self.is_broadcast)
             except LiftError as err:
-                self.report("L2N-XFORM-002", call, f"{plan.name}.{fn.name.value}: {err}",
+                self.report(XFORM_002, call, f"{plan.name}.{fn.name.value}: {err}",
                             "rewrite with nnx.scan over a step method by hand (reference §4.1)")
 
     def _plan_carry_inits(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
@@ -193,7 +204,7 @@ class PlanningMixin:
                 elif len(positional) != 2 or len(node.args) != 2:
                     why = "initialize_carry is not called as (rng, input_shape)"
                 if why:
-                    command.report("L2N-API-002", node, f"nn.{rule.linen}(...).initialize_carry: {why}",
+                    command.report(API_002, node, f"nn.{rule.linen}(...).initialize_carry: {why}",
                                    f"call initialize_carry(input_shape, rngs=...) on an nnx.{rule.nnx} by hand")
                     return
                 plan.carry_inits[node] = same[0]
@@ -354,18 +365,18 @@ class PlanningMixin:
                 users = [self.linen_classes.get(c) for c in classes]
                 built = [self._built_only_through(u, name) if u is not None else None for u in users]
                 if any(b is None for b in built):
-                    self.report("L2N-MOD-004", arg, f"{local} sets {', '.join(mode)} at call time and is handed to "
+                    self.report(MOD_004, arg, f"{local} sets {', '.join(mode)} at call time and is handed to "
                                 f"{site.attr}, whose class builds such layers otherwise too",
                                 "pass the flag to the submodule's call by hand")
                     continue
                 for flag, source in mode.items():
                     if site.view_kwargs.get(flag, source) != source:
-                        self.report("L2N-MOD-004", arg, f"two values of {flag} handed to {site.attr}",
+                        self.report(MOD_004, arg, f"two values of {flag} handed to {site.attr}",
                                     "pass the flags to the submodule's call by hand")
                     site.view_kwargs[flag] = source
                 if not all(built):  # a class may build none of them (all conditional): no flag to set is fine
                     site.view_kwargs["raise_if_not_found"] = "False"
-                self.report("L2N-LAYER-003", arg, f"{', '.join(mode)} of {local} applied at the call of "
+                self.report(LAYER_003, arg, f"{', '.join(mode)} of {local} applied at the call of "
                             f"{site.attr} through nnx.view")
 
     @staticmethod
@@ -489,7 +500,7 @@ class PlanningMixin:
                 if factory is not None:
                     target = call_site_ctor(factory, node)
                     if target is None:
-                        command.report("L2N-MOD-004", node, f"self.{factory.name}(...) arguments do not bind to its "
+                        command.report(MOD_004, node, f"self.{factory.name}(...) arguments do not bind to its "
                                        "parameters", "call it with its parameters, or build the layer by hand")
                         return
                 rule = command.layer_rule_of(target.func)
@@ -504,7 +515,7 @@ class PlanningMixin:
                     return
                 what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{command.self_call(node)}")
                 if self.blocked:
-                    command.report("L2N-MOD-004", node, f"{what} created inside a while loop, comprehension, lambda "
+                    command.report(MOD_004, node, f"{what} created inside a while loop, comprehension, lambda "
                                    "or loop over call-time values in @nn.compact is not hoisted yet",
                                    "create it in __init__ (an nnx.List for several) and index it at the call")
                     return
@@ -515,7 +526,7 @@ class PlanningMixin:
                     return
                 if conditions is None:
                     command._handled.add(node)  # this finding says it all
-                    command.report("L2N-MOD-004", node, f"{what} is created under a condition on a call-time value",
+                    command.report(MOD_004, node, f"{what} is created under a condition on a call-time value",
                                    "create it in __init__ and decide at call time whether to use it")
                     return
                 lifted = None if variable else command.check_lifted(target)
@@ -523,12 +534,12 @@ class PlanningMixin:
                     return
                 before = len(plan.hoisted_order)
                 if in_nest and (variable or lifted is not None or command._nesting(plan, node) is not None):
-                    command.report("L2N-MOD-004", node, f"{what} inside nested loops (or a loop body with locals) "
+                    command.report(MOD_004, node, f"{what} inside nested loops (or a loop body with locals) "
                                    "is not hoisted yet", "create it in __init__ (an nnx.List for several)")
                     return
                 if variable:
                     if loop is not None:
-                        command.report("L2N-MOD-004", node, f"{what} inside a loop is not hoisted yet",
+                        command.report(MOD_004, node, f"{what} inside a loop is not hoisted yet",
                                        "create the variables in __init__")
                         return
                     command._add_variable_site(plan, node, hoisted=True, local_names=local_names)
@@ -716,7 +727,7 @@ class PlanningMixin:
             def visit_Name(self, node: cst.Name) -> None:
                 if node in callees or node.value not in command.linen_classes:
                     return
-                command.report("L2N-MOD-004", node, f"{node.value} is used as a value in @nn.compact: a module "
+                command.report(MOD_004, node, f"{node.value} is used as a value in @nn.compact: a module "
                                "built from it at call time cannot be hoisted into __init__",
                                "build the module in __init__ (an nnx transform of the class for vmap / scan)")
 
@@ -740,7 +751,7 @@ class PlanningMixin:
         if factory_field is not None and self.field_factory(plan, factory_field) is not None:
             return  # built from a module-factory field whose bindings the codemod follows: planned there
         if factory_field in plan.field_names and factory_field not in plan.factories:
-            self.report("L2N-MOD-008", ctor, f"self.{factory_field}(...)(...) builds a submodule from the "
+            self.report(MOD_008, ctor, f"self.{factory_field}(...)(...) builds a submodule from the "
                         f"module-factory field {factory_field!r} at call time",
                         f"build it in __init__: self.<name> = {factory_field}(in_features, ..., rngs=rngs), "
                         "with an NNX layer class passed in")
@@ -748,7 +759,7 @@ class PlanningMixin:
         name = ctor.func.value if isinstance(ctor.func, cst.Name) else ctor.func.attr.value
         if isinstance(ctor.func, cst.Name) and self._bound_to_partial(ctor, name):
             # `QKVDense = partial(Dense, ...)` then `QKVDense(name='q')(x)`: a module built through a local
-            self.report("L2N-MOD-004", ctor, f"{name}(...)(...) builds a submodule through the local {name}, "
+            self.report(MOD_004, ctor, f"{name}(...)(...) builds a submodule through the local {name}, "
                         "which the codemod does not follow", "build the module in __init__ with its class")
             return
         if not name[:1].isupper() or self.self_call(ctor) is not None:
@@ -756,7 +767,7 @@ class PlanningMixin:
         qualnames = self.qualnames(ctor.func)
         if any(q.startswith(("jax.", "jnp.", "numpy.", "functools.")) for q in qualnames):
             return
-        self.report("L2N-MOD-006", ctor, f"{name}(...)(...) looks like a Linen submodule that is not part of this "
+        self.report(MOD_006, ctor, f"{name}(...)(...) looks like a Linen submodule that is not part of this "
                     "run", "migrate the file that defines it in the same run, or convert it by hand")
 
     def applied(self, node: cst.Call) -> bool:
@@ -853,7 +864,7 @@ class PlanningMixin:
             for site in under:
                 if text is None:
                     self._handled.add(site.ctor)
-                    self.report("L2N-MOD-004", site.ctor, f"{site.attr} is built under `{code(test.node.test)}`, "
+                    self.report(MOD_004, site.ctor, f"{site.attr} is built under `{code(test.node.test)}`, "
                                 "which the codemod cannot restate from constructor arguments",
                                 "create it in __init__ under a test of the config, and keep the call's test")
                     continue
@@ -950,17 +961,17 @@ class PlanningMixin:
             if shape_locals is not None and not (rule is not None and name in rule.call_args):
                 site.shape_refs[name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
             elif rule is None:
-                self.report("L2N-MOD-004", arg, f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
+                self.report(MOD_004, arg, f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
                             f"uses the call-time value {', '.join(sorted(uses))}", "build this module by hand")
             elif name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:
                 root.view_kwargs[name] = value  # the call becomes nnx.view(layer, deterministic=...)(x)
                 moved.append(name)
             else:
-                self.report("L2N-MOD-004", arg, f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
+                self.report(MOD_004, arg, f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
                             f"uses the call-time value {', '.join(sorted(uses))}", "build this layer by hand")
         site.moved_args = tuple(moved)
         if moved and rule is not None:
-            self.report("L2N-LAYER-003", node, f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
+            self.report(LAYER_003, node, f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
                         f"self.{root.attr} through nnx.view")
 
     def _plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
@@ -980,7 +991,7 @@ class PlanningMixin:
             elif loop is not None and (prefix := loop_name_prefix(name_value, loop.var)) is not None:
                 linen_name, attr, container = prefix, snake_case(prefix), "list"
             else:
-                self.report("L2N-MOD-004", name_arg, f"{what}(name=...) is not a literal the codemod can follow",
+                self.report(MOD_004, name_arg, f"{what}(name=...) is not a literal the codemod can follow",
                             "use a string literal, or f'prefix_{i}' inside `for i in range(n)`")
                 return
         else:
@@ -989,7 +1000,7 @@ class PlanningMixin:
                 tail_of = self._loop_list(plan, class_name)
                 if tail_of is None or conditions:
                     self._handled.add(node.func)  # this finding says it all
-                    self.report("L2N-MOD-004", node, f"auto-named {what} after a loop that built {class_name}s"
+                    self.report(MOD_004, node, f"auto-named {what} after a loop that built {class_name}s"
                                 + (" under a condition" if tail_of is not None else "") + ": its Linen name "
                                 "depends on the loop length", "give it an explicit name=")
                     return
@@ -1001,12 +1012,12 @@ class PlanningMixin:
                 plan.hoisted_order.append(site)
                 return
             if n is None:
-                self.report("L2N-MOD-004", node, f"auto-named {what} after a loop that built {class_name}s: its "
+                self.report(MOD_004, node, f"auto-named {what} after a loop that built {class_name}s: its "
                             "Linen name depends on the loop length", "give it an explicit name=")
                 return
             if loop is not None:
                 if n:
-                    self.report("L2N-MOD-004", node, f"auto-named {what} built in a loop after other {class_name}s",
+                    self.report(MOD_004, node, f"auto-named {what} built in a loop after other {class_name}s",
                                 "give the loop's modules name=f'prefix_{i}'")
                     return
                 counters[class_name] = None
@@ -1075,7 +1086,7 @@ class PlanningMixin:
             why = f"after other {names[0]}s: its Linen names depend on theirs"
         if why is not None:
             self._handled.add(target.func)
-            self.report("L2N-MOD-004", node, f"{what} built inside nested loops {why} is not hoisted yet",
+            self.report(MOD_004, node, f"{what} built inside nested loops {why} is not hoisted yet",
                         "build the modules in __init__ (an nnx.List) and index it at the call")
             return
         counters.update(dict.fromkeys(names, None))
@@ -1119,12 +1130,12 @@ class PlanningMixin:
                 elif shape_locals is not None:
                     site.shape_refs[arg_name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
                 else:
-                    self.report("L2N-MOD-004", arg, f"argument {arg_name}= of {what} uses the call-time value "
+                    self.report(MOD_004, arg, f"argument {arg_name}= of {what} uses the call-time value "
                                 f"{', '.join(sorted(uses))} and cannot move to __init__",
                                 "compute it from constructor arguments / config")
         site.moved_args = tuple(moved)
         if moved:
-            self.report("L2N-LAYER-003", site.ctor, f"{', '.join(moved)} of {what} moved to the call of "
+            self.report(LAYER_003, site.ctor, f"{', '.join(moved)} of {what} moved to the call of "
                         f"self.{site.attr}")
 
     def _add_site(self, plan: ClassPlan, call: cst.Call, *, attr: str, linen_name: str, hoisted: bool) -> Site:
@@ -1136,10 +1147,10 @@ class PlanningMixin:
         plan.sites[call] = site
         self._handled.add(call.func)
         if rule is not None and rule.manual_reason:
-            self.report("L2N-LAYER-002", call, f"nn.{rule.linen}: {rule.manual_reason}",
+            self.report(LAYER_002, call, f"nn.{rule.linen}: {rule.manual_reason}",
                         "see docs/rules.md and the reference's layer table")
         if rule is not None and rule.linen == "Einsum" and einsum_bias_shape(bound) is None:
-            self.report("L2N-LAYER-002", call, "nn.Einsum bias shape cannot be derived statically (needs literal "
+            self.report(LAYER_002, call, "nn.Einsum bias shape cannot be derived statically (needs literal "
                         "shape and einsum_str without '...')", "give nnx.Einsum its bias_shape by hand")
         if rule is not None:
             for arg_name, arg in bound.items():
@@ -1150,15 +1161,15 @@ class PlanningMixin:
                     check = ARG_CHECKS[rule.dropped_when[arg_name]]
                     if check.passes(code(arg.value)):
                         site.dropped_args += (arg_name,)
-                        self.report("L2N-LAYER-001", arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}")
+                        self.report(LAYER_001, arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}")
                     else:
-                        self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no "
+                        self.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no "
                                     f"nnx.{rule.nnx} equivalent", f"see the nnx.{rule.nnx} signature; re-express it")
                 elif arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
-                    self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
+                    self.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
                                 "equivalent", f"see the nnx.{rule.nnx} signature; drop or re-express it")
                 elif arg_name in rule.only_values and code(arg.value) not in rule.only_values[arg_name]:
-                    self.report("L2N-LAYER-002", arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
+                    self.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
                                 f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
                                 f"rewrite this nnx.{rule.nnx} by hand")
         return site
@@ -1173,18 +1184,18 @@ class PlanningMixin:
         literal = [a.value for a in args[: need - 1]]
         if (len(args) < need or any(a.star for a in call.args)
                 or not all(isinstance(v, cst.SimpleString) for v in literal)):
-            self.report("L2N-API-002", call, f"self.{kind}(...) with non-literal names or keyword-only arguments",
+            self.report(API_002, call, f"self.{kind}(...) with non-literal names or keyword-only arguments",
                         "create the nnx.Variable in __init__ by hand")
             return None
         collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
         name = literal[-1].evaluated_value  # type: ignore[union-attr]
         var_type = COLLECTION_TYPES.get(collection)
         if var_type is None:
-            self.report("L2N-API-002", call, f"self.variable in the custom collection {collection!r}",
+            self.report(API_002, call, f"self.variable in the custom collection {collection!r}",
                         "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name")
             return None
         if any(a.keyword is not None for a in call.args):
-            self.report("L2N-API-002", call, f"self.{kind}(...) keyword arguments are not converted yet",
+            self.report(API_002, call, f"self.{kind}(...) keyword arguments are not converted yet",
                         "create the nnx.Variable in __init__ by hand")
             return None
         shape_refs: dict[str, list[str]] = {}
@@ -1192,14 +1203,14 @@ class PlanningMixin:
             uses = (names_in(a.value) - NOT_LOCAL) & local_names
             refs = shape_last_refs(a.value, uses) if uses else None
             if uses and refs is None:
-                self.report("L2N-MOD-004", call, f"self.{kind}({name!r}, ...) uses the call-time value "
+                self.report(MOD_004, call, f"self.{kind}({name!r}, ...) uses the call-time value "
                             f"{', '.join(sorted(uses))} and cannot move to __init__",
                             "derive its shape from constructor arguments, or use --trace")
                 return None
             if refs:
                 shape_refs[str(i)] = refs  # (x.shape[-1], features): the dataflow knows x's size
         if collection == "cache" and hoisted:
-            self.report("L2N-API-002", call, "a Linen decode cache created at call time", "use NNX's init_cache pattern")
+            self.report(API_002, call, "a Linen decode cache created at call time", "use NNX's init_cache pattern")
             return None
         attr = attr or (name if name.isidentifier() else snake_case(name))
         if attr in plan.field_names:
@@ -1234,7 +1245,7 @@ class PlanningMixin:
             while arg in plan.field_names:
                 arg += "_"
             plan.new_args[arg] = "input_shape:0"
-            self.report("L2N-SHAPE-002", plan.pure_locals[next(n for n in plan.needed_locals
+            self.report(SHAPE_002, plan.pure_locals[next(n for n in plan.needed_locals
                                                                  if n in plan.input_shape_locals)],
                         f"{plan.name} gains constructor argument {arg}: the shape of `{plan.shape_input}`, which its "
                         "parameter shapes read", f"pass {arg}=x.shape where {plan.name} is built")

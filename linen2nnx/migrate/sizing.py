@@ -25,6 +25,13 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.rules import (
+    MOD_004,
+    SHAPE_001,
+    SHAPE_002,
+    SHAPE_003,
+    SHAPE_004,
+)
 from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
@@ -223,7 +230,7 @@ class SizingMixin:
         matched = self._match_config([int(how.split(":")[1])], self.trace.instances.get(plan.name, [])
                                      if self.trace is not None else [], plan)
         if len(matched) == 1:
-            self.report("L2N-SHAPE-001", node, f"{arg} of {site.user.name if site.user else site.attr} = "
+            self.report(SHAPE_001, node, f"{arg} of {site.user.name if site.user else site.attr} = "
                         f"{matched[0]} (traced: {how.split(':')[1]}; the only config value that matches)")
             return matched[0]
         return self._required_arg(plan, site, f"{arg} of {site.user.name if site.user else site.attr}", node)
@@ -250,12 +257,12 @@ class SizingMixin:
             size = f"{site.attr}_hidden_features".replace("/", "_")
             plan.new_args[size] = f"traced:{carried.pop()}"
         else:
-            self.report("L2N-SHAPE-003", node, f"hidden size of {plan.name}.{site.attr}: Linen's nn.{site.rule.linen} "
+            self.report(SHAPE_003, node, f"hidden size of {plan.name}.{site.attr}: Linen's nn.{site.rule.linen} "
                         f"takes it from its carry (traced {sorted(carried)}), not from {features} (traced "
                         f"{sorted(declared)})", f"give nnx.{site.rule.nnx} the carry's width as hidden_features")
             return
         site.arg_sources[site.rule.out_arg] = size
-        self.report("L2N-SHAPE-001", node, f"hidden size of {plan.name}.{site.attr} = {size}: Linen's "
+        self.report(SHAPE_001, node, f"hidden size of {plan.name}.{site.attr} = {size}: Linen's "
                     f"nn.{site.rule.linen} takes it from its carry (traced), not from {features}")
 
     def _carry_fixpoint(self, fn: cst.FunctionDef, params: list[str], layer_of: Any, method_of: Any,
@@ -282,7 +289,7 @@ class SizingMixin:
         for name in refs:
             feat = flow.env.get(name, Feat.unknown(name))
             if feat.kind not in ("expr", "input"):
-                self.report("L2N-MOD-004", site.args[arg_name], f"argument {arg_name}= uses {name}.shape[-1], whose "
+                self.report(MOD_004, site.args[arg_name], f"argument {arg_name}= uses {name}.shape[-1], whose "
                             "size the dataflow cannot tell", "compute it from constructor arguments / config")
                 site.arg_sources[arg_name] = code(site.args[arg_name].value)
                 return
@@ -513,7 +520,7 @@ class SizingMixin:
             arg += "_"
         if arg not in plan.new_args:
             plan.new_args[arg] = f"input:{params.index(feat.input_name)}"
-            self.report("L2N-SHAPE-002", node, f"{plan.name} gains constructor argument {arg}: the last-axis "
+            self.report(SHAPE_002, node, f"{plan.name} gains constructor argument {arg}: the last-axis "
                         f"size of `{feat.input_name}`", f"pass {arg}=x.shape[-1] where {plan.name} is built")
         return arg
 
@@ -550,7 +557,7 @@ class SizingMixin:
             return None
         if arg not in plan.new_args:
             plan.new_args[arg] = how
-            self.report("L2N-SHAPE-002", node, f"{plan.name} gains constructor argument {arg}: the shape of "
+            self.report(SHAPE_002, node, f"{plan.name} gains constructor argument {arg}: the shape of "
                         f"`{base.input_name}`, whose axes after the first {feat.leading} a layer reads flattened",
                         f"pass {arg}={base.input_name}.shape where {plan.name} is built")
         self.needs_math_import = True
@@ -562,7 +569,7 @@ class SizingMixin:
         while arg in plan.field_names:
             arg += "_"
         plan.new_args[arg] = "unresolved"
-        self.report("L2N-SHAPE-003", node, f"{what} is unknown statically; required constructor argument {arg} added",
+        self.report(SHAPE_003, node, f"{what} is unknown statically; required constructor argument {arg} added",
                     "run `linen2nnx migrate --trace SPEC` or pass the size explicitly")
         return arg
 
@@ -599,7 +606,7 @@ class SizingMixin:
             evidence = f"{sizes.pop()}, which confirms {feat.reason} as its last axis"
         size = self._static_size(plan, candidate, params, node)
         if size is not None:
-            self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {size} (traced: "
+            self.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {size} (traced: "
                         f"{evidence})")
         return size
 
@@ -620,26 +627,26 @@ class SizingMixin:
                     break
                 factors.add(shape[-1] // base_value)
             if factors == {1}:
-                self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {base} "
+                self.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {base} "
                             f"(traced: {sizes[0]})")
                 return base
             if len(factors) == 1 and feat.kind == "flatten":
                 factor = factors.pop()
-                self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {factor} * "
+                self.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {factor} * "
                             f"{base} (traced: {sizes[0]})",
                             "the factor holds for the traced input resolution only")
                 return f"{factor} * {base}"
         matched = self._match_config(sizes, configs, plan)
         if len(matched) == 1:
-            self.report("L2N-SHAPE-001", node, f"input feature size of {plan.name}.{site.attr} = {matched[0]} "
+            self.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {matched[0]} "
                         f"(traced: {sizes[0]}; the only config value that matches)")
             return matched[0]
         if len(matched) > 1:
-            self.report("L2N-SHAPE-003", node, f"input feature size of {plan.name}.{site.attr} is ambiguous: the "
+            self.report(SHAPE_003, node, f"input feature size of {plan.name}.{site.attr} is ambiguous: the "
                         f"traced {sizes[0]} equals {', '.join(matched)}",
                         "pass the size explicitly, or trace with a config where these differ")
         if len(sizes) == 1 and self.unsafe_fixes:
-            self.report("L2N-SHAPE-004", node, f"input feature size of {plan.name}.{site.attr} is the traced literal "
+            self.report(SHAPE_004, node, f"input feature size of {plan.name}.{site.attr} is the traced literal "
                         f"{sizes[0]}", "replace it with an expression of the config if it can vary")
             return str(sizes[0])
         return None
@@ -670,7 +677,7 @@ class SizingMixin:
                 return self._required_arg(plan, site, f"{what}: axis {axis} (traced {size}) matches "
                                           f"{', '.join(matched) or 'no config value'}", node)
         expr = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-        self.report("L2N-SHAPE-001", node, f"{what} = {expr} (traced {shape}; axes not read are 1)")
+        self.report(SHAPE_001, node, f"{what} = {expr} (traced {shape}; axes not read are 1)")
         return expr
 
     @staticmethod

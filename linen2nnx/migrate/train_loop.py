@@ -64,7 +64,25 @@ from linen2nnx.migrate.cst_meta import code_of
 from linen2nnx.migrate.cst_utils import code, is_docstring, kwarg, names_in, needs_parens
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.imports import ensure_nnx_import
-from linen2nnx.migrate.rules import RULES
+from linen2nnx.migrate.rules import training as training_rules
+from linen2nnx.migrate.rules.base import Rule
+from linen2nnx.migrate.rules.training import (
+    TRAIN_001,
+    TRAIN_002,
+    TRAIN_003,
+    TRAIN_004,
+    TRAIN_005,
+    TRAIN_006,
+    TRAIN_007,
+    TRAIN_008,
+    TRAIN_009,
+    TRAIN_010,
+    TRAIN_011,
+    TRAIN_012,
+    TRAIN_013,
+    TRAIN_014,
+    TRAIN_015,
+)
 from linen2nnx.migrate.sites import COLLECTION_TYPES, MARKER, ClassSummary
 from linen2nnx.migrate.train_sharding import (
     EAGER_GUARD,
@@ -84,7 +102,7 @@ MODE_KWARGS = frozenset({"train", "training", "is_training", "deterministic", "u
 MUTABLE_TYPES = {c: t for c, t in COLLECTION_TYPES.items() if c in ("batch_stats", "cache")}
 # the NNX variable type of each Linen collection a train state or a variables dict may hold
 STATE_TYPES = {c: t for c, t in COLLECTION_TYPES.items() if c != "intermediates"}
-BLOCKING = frozenset({"L2N-TRAIN-008", "L2N-TRAIN-009", "L2N-TRAIN-015"})
+BLOCKING = tuple(r for r in training_rules.RULES if r.blocks_rewrite)
 # init keywords that change what Linen initialises: no NNX construction reproduces them
 INIT_ONLY_KWARGS = ("method", "mutable", "capture_intermediates")
 _HINTS = ("train_state", ".init(", ".init,", ".init)", ".apply(", "apply_fn", "apply_gradients")
@@ -107,7 +125,7 @@ class Edit:
 
 @dataclasses.dataclass
 class Note:
-    rule: str
+    rule: Rule
     node: cst.CSTNode
     message: str
     hint: str = ""
@@ -157,15 +175,15 @@ class TrainPlanner:
         self._local_owner: dict[cst.CSTNode | None, Owner] = {}
 
     # ---- reporting -----------------------------------------------------------------------------
-    def note(self, rule: str, node: cst.CSTNode, message: str, hint: str = "") -> None:
+    def note(self, rule: Rule, node: cst.CSTNode, message: str, hint: str = "") -> None:
         self.notes.append(Note(rule, node, message, hint))
 
-    def block(self, rule: str, node: cst.CSTNode, message: str, hint: str) -> None:
+    def block(self, rule: Rule, node: cst.CSTNode, message: str, hint: str) -> None:
         self.note(rule, node, f"{message}; {_FILE_HINT}", hint)
 
     @property
     def blocked(self) -> bool:
-        return any(n.rule in BLOCKING for n in self.notes)
+        return any(n.rule.blocks_rewrite for n in self.notes)
 
     # ---- helpers ---------------------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -257,7 +275,7 @@ class TrainPlanner:
             self._module_apply(call, receiver)
         elif attr == "apply" and call.args and isinstance(call.args[0].value, cst.Dict) \
                 and "params" in {k for k, _ in dict_items(call.args[0].value)}:
-            self.block("L2N-TRAIN-009", call, f"`{code(call.func)}({{'params': ...}}, ...)`: a Linen apply on a "
+            self.block(TRAIN_009, call, f"`{code(call.func)}({{'params': ...}}, ...)`: a Linen apply on a "
                        "model this run does not migrate", "migrate the file that defines the model in the same "
                        "run, or call the NNX model directly")
         elif attr == "create" and values.is_ts_class(call.func.value):
@@ -277,7 +295,7 @@ class TrainPlanner:
             return
         receiver = self.values.value_of(node.value)
         if receiver is not None and receiver.kind == "module" and not self._is_create_apply_fn(node):
-            self.block("L2N-TRAIN-009", node, f"`{code(node)}` used as a value", "call it directly: NNX builds the "
+            self.block(TRAIN_009, node, f"`{code(node)}` used as a value", "call it directly: NNX builds the "
                        "module instead of init, and calls the module instead of apply")
 
     def _variables_use(self, node: cst.BaseExpression) -> None:
@@ -298,7 +316,7 @@ class TrainPlanner:
             if isinstance(call, cst.Call) and call.args and call.args[0] is parent and isinstance(
                     call.func, cst.Attribute) and call.func.attr.value in ("apply", "apply_fn"):
                 return
-        self.block("L2N-TRAIN-008", node, f"the variables `{code(node)}` of an initialised model used as a whole "
+        self.block(TRAIN_008, node, f"the variables `{code(node)}` of an initialised model used as a whole "
                    "(in NNX they are the model itself)", "use nnx.state(model, nnx.Param) / nnx.split(model)")
 
     def _is_create_apply_fn(self, node: cst.CSTNode) -> bool:
@@ -309,7 +327,7 @@ class TrainPlanner:
     def _partial(self, call: cst.Call) -> None:
         self.uses_partial = self.uses_partial or bool(call.args)
         name = code(call.func)
-        self.note("L2N-TRAIN-001", call, f"{name}(...) built outside a module -> functools.partial({name}, ...): "
+        self.note(TRAIN_001, call, f"{name}(...) built outside a module -> functools.partial({name}, ...): "
                   "the NNX constructor also needs rngs and input sizes, which init supplies")
 
         def build(updated: cst.CSTNode) -> cst.CSTNode:
@@ -327,23 +345,23 @@ class TrainPlanner:
         parent = self.parent(call)
         if not ((isinstance(parent, cst.Subscript) and parent.value is call and string_index(parent) is not None)
                 or (isinstance(parent, (cst.Return, cst.Assign, cst.AnnAssign)) and parent.value is call)):
-            self.block("L2N-TRAIN-008", call, f"`{code(call.func)}(...)` used as a whole (in NNX it builds the model)",
+            self.block(TRAIN_008, call, f"`{code(call.func)}(...)` used as a whole (in NNX it builds the model)",
                        "bind the model to a name, then use nnx.state(model, nnx.Param)")
             return
         if any(a.star for a in call.args):
-            self.block("L2N-TRAIN-009", call, f"`{code(call.func)}(*...)`: the example inputs are not visible",
+            self.block(TRAIN_009, call, f"`{code(call.func)}(*...)`: the example inputs are not visible",
                        "pass the rngs and example inputs explicitly")
             return
         positional = [i for i, a in enumerate(call.args) if a.keyword is None]
         keywords = {a.keyword.value: i for i, a in enumerate(call.args) if a.keyword is not None}
         for name in keywords:
             if name in INIT_ONLY_KWARGS:
-                self.block("L2N-TRAIN-009", call, f"init keyword {name}= changes what Linen initialises",
+                self.block(TRAIN_009, call, f"init keyword {name}= changes what Linen initialises",
                            "construct the NNX module by hand")
                 return
         rng_index = keywords.get("rngs", positional[0] if positional else None)
         if rng_index is None:
-            self.block("L2N-TRAIN-009", call, "init without rngs", "pass the PRNG key")
+            self.block(TRAIN_009, call, "init without rngs", "pass the PRNG key")
             return
         inputs = [i for i in positional if i != rng_index]  # the rest only run __call__: nothing to build
         sizes: dict[str, tuple[int, str]] = {}
@@ -354,7 +372,7 @@ class TrainPlanner:
             elif index == 0 and summary.first_input in keywords:
                 sizes[arg] = (keywords[summary.first_input], how)
             else:
-                self.note("L2N-TRAIN-010", call, f"{summary.name} needs constructor argument {arg}, which init's "
+                self.note(TRAIN_010, call, f"{summary.name} needs constructor argument {arg}, which init's "
                           "inputs do not give", f"pass {arg}=... where the module is built (see L2N-SHAPE-003)")
         call_kwargs = {k: call.args[i].value for k, i in keywords.items() if k != "rngs"}
         creates = self._creates_state(call, summary, call_kwargs)
@@ -365,7 +383,7 @@ class TrainPlanner:
             target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
             args = [call.args[i] for i in inputs] + [call.args[i] for k, i in keywords.items() if k != "rngs"]
             if stmt is None or not isinstance(target, cst.Name) or not all(_pure_or_literal(a.value) for a in args):
-                self.block("L2N-TRAIN-015", call, f"`{code(call.func)}(...)` creates {summary.name}'s call-time state "
+                self.block(TRAIN_015, call, f"`{code(call.func)}(...)` creates {summary.name}'s call-time state "
                            "(e.g. a decode cache), which NNX creates on the first such call; the init is not a "
                            "`name = ...` statement of plain arguments to repeat that call after", "bind the init to "
                            "a name: `variables = model.init(...)`")
@@ -373,7 +391,7 @@ class TrainPlanner:
             self.after.setdefault(stmt, []).append(f"{target.value}({', '.join(code(_bare(a)) for a in args)})")
         if self.sharding and stmt is not None:
             self._eager(stmt, call, summary.name)
-        self.note("L2N-TRAIN-002", call, f"{code(call.func)}(...) -> constructing the NNX {summary.name} "
+        self.note(TRAIN_002, call, f"{code(call.func)}(...) -> constructing the NNX {summary.name} "
                   "(construction is initialisation)" + (", then the call that creates its call-time state" if creates
                                                         else ""))
         direct = isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Call) \
@@ -398,7 +416,7 @@ class TrainPlanner:
         guards = self.wrap.setdefault(stmt, [])
         if EAGER_GUARD not in guards:
             guards.append(EAGER_GUARD)
-        self.note("L2N-TRAIN-014", node, f"the NNX {name} is built with eager sharding only under a mesh (Linen's "
+        self.note(TRAIN_014, node, f"the NNX {name} is built with eager sharding only under a mesh (Linen's "
                   "partition boxes are metadata until a mesh and rules make them shardings)")
 
     def _creates_state(self, node: cst.CSTNode, summary: ClassSummary | None,
@@ -419,7 +437,7 @@ class TrainPlanner:
         reads = self._collections_read(node)
         if reads is not None and reads <= {"params"}:
             return False  # only the params are read: whatever the call would create is never seen
-        self.block("L2N-TRAIN-015", node, f"whether this init creates {summary.name}'s call-time state "  # type: ignore[union-attr]
+        self.block(TRAIN_015, node, f"whether this init creates {summary.name}'s call-time state "  # type: ignore[union-attr]
                    f"(when `{when}`) depends on arguments it does not pass as literals", "pass them as literal "
                    "keywords (e.g. decode=True), or build the NNX model and make that call by hand")
         return None
@@ -467,13 +485,13 @@ class TrainPlanner:
         kwargs: dict[str, cst.BaseExpression] = {}
         for arg in (init.partial.args[1:] if init.partial is not None else ()):
             if arg.keyword is None or arg.star or arg.keyword.value in (*INIT_ONLY_KWARGS, "rngs"):
-                self.block("L2N-TRAIN-009", arg, f"`{name}` with an argument the NNX constructor cannot take",
+                self.block(TRAIN_009, arg, f"`{name}` with an argument the NNX constructor cannot take",
                            "build the NNX model in a function of (rng, *inputs) by hand")
                 return
             kwargs[arg.keyword.value] = arg.value
         rest = call.args[1:]
         if not rest or any(a.keyword is not None or a.star for a in rest) or isinstance(rest[0].value, cst.Dict):
-            self.block("L2N-TRAIN-009", call, f"`jax.eval_shape({name}, ...)` without a single PRNG key and "
+            self.block(TRAIN_009, call, f"`jax.eval_shape({name}, ...)` without a single PRNG key and "
                        "positional inputs", "pass jax.eval_shape a key and the example inputs")
             return
         creates = self._creates_state(call, summary, kwargs)
@@ -486,22 +504,22 @@ class TrainPlanner:
             if input_index(how) >= 0:
                 sizes.append(f"{arg}={args}[{input_index(how)}].shape{'' if how.startswith('input_shape:') else '[-1]'}")
             else:
-                self.note("L2N-TRAIN-010", call, f"{summary.name} needs constructor argument {arg}, which init's "
+                self.note(TRAIN_010, call, f"{summary.name} needs constructor argument {arg}, which init's "
                           "inputs do not give", f"pass {arg}=... where the module is built (see L2N-SHAPE-003)")
         rngs = code(rngs_expr(cst.Name(rng), sorted(self.streams)))
         guarded = self.sharding
         stmt = self.insertable(call) if creates or guarded else None
         if (creates or guarded) and stmt is None:
-            self.block("L2N-TRAIN-008", call, f"`jax.eval_shape({name}, ...)` inside an expression the codemod cannot "
+            self.block(TRAIN_008, call, f"`jax.eval_shape({name}, ...)` inside an expression the codemod cannot "
                        "put a function definition before", "bind its result to a name in a plain statement")
             return
         def_name = self.fresh(fn, "init_model") if stmt is not None else ""
         var = self.fresh(fn, "nnx_model") if creates else ""
-        self.note("L2N-TRAIN-011", call, f"jax.eval_shape({name}, ...) -> jax.eval_shape of a function that builds "
+        self.note(TRAIN_011, call, f"jax.eval_shape({name}, ...) -> jax.eval_shape of a function that builds "
                   f"the NNX {summary.name}" + (" and makes the call that creates its call-time state" if creates
                                                else "") + ": the abstract model")
         if guarded:
-            self.note("L2N-TRAIN-014", call, f"the NNX {summary.name} is built with eager sharding only under a mesh "
+            self.note(TRAIN_014, call, f"the NNX {summary.name} is built with eager sharding only under a mesh "
                       "(Linen's partition boxes are metadata until a mesh and rules make them shardings)")
 
         def ctor(updated: cst.CSTNode) -> str:
@@ -549,7 +567,7 @@ class TrainPlanner:
             mesh = self._argument(outer, 1, "mesh")
             rules = self._argument(outer, 2, "rules")
             if mesh is not None and rules is not None and self._active_rules(rules) and len(outer.args) == 3:
-                self.note("L2N-TRAIN-013", outer, f"{code(outer.func)}({code(call)}, {code(mesh)}, <the active rules>) "
+                self.note(TRAIN_013, outer, f"{code(outer.func)}({code(call)}, {code(mesh)}, <the active rules>) "
                           f"-> nnx.get_named_sharding({code(arg)}, {code(mesh)})")
 
                 def named(updated: cst.CSTNode) -> cst.CSTNode:
@@ -579,13 +597,13 @@ class TrainPlanner:
         names Linen's ``get_partition_spec`` returns, whatever rules the caller made active."""
         stmt = self.insertable(call)
         if stmt is None:
-            self.block("L2N-TRAIN-008", call, f"{what}: Linen's are logical names whatever rules are active, "
+            self.block(TRAIN_008, call, f"{what}: Linen's are logical names whatever rules are active, "
                        "nnx.get_partition_spec applies the active ones", f"read them under `with {NO_RULES}:`")
             return
         guards = self.wrap.setdefault(stmt, [])
         if NO_RULES not in guards:
             guards.insert(0, NO_RULES)
-        self.note("L2N-TRAIN-013", call, f"{what}: read under `with {NO_RULES}:` (Linen's partition specs are "
+        self.note(TRAIN_013, call, f"{what}: read under `with {NO_RULES}:` (Linen's partition specs are "
                   "the logical names whatever rules are active)")
 
     @staticmethod
@@ -629,10 +647,10 @@ class TrainPlanner:
             return
         var_type = STATE_TYPES.get(value.collection)
         if var_type is None:
-            self.block("L2N-TRAIN-008", node, f"collection {value.collection!r} of an initialised model",
+            self.block(TRAIN_008, node, f"collection {value.collection!r} of an initialised model",
                        "collect it with nnx.capture / a custom nnx.Variable type")
             return
-        self.note("L2N-TRAIN-003", node, f"variables[{value.collection!r}] -> nnx.state(model, nnx.{var_type})")
+        self.note(TRAIN_003, node, f"variables[{value.collection!r}] -> nnx.state(model, nnx.{var_type})")
         self.edits[node] = Edit(lambda updated: cst.parse_expression(
             f"nnx.state({code(updated.value)}, nnx.{var_type})"))  # type: ignore[attr-defined]
 
@@ -641,17 +659,17 @@ class TrainPlanner:
         hint = "build the model, then nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))"
         args = {a.keyword.value: a for a in call.args if a.keyword is not None}
         if any(a.keyword is None for a in call.args) or not {"params", "tx"} <= set(args):
-            self.block("L2N-TRAIN-008", call, "TrainState.create without params= and tx= keywords", hint)
+            self.block(TRAIN_008, call, "TrainState.create without params= and tx= keywords", hint)
             return
         params = self.values.value_of(args["params"].value)
         if params is None or params.kind != "coll" or params.collection != "params" or params.holder is None:
-            self.block("L2N-TRAIN-008", call, "TrainState.create(params=...) whose params do not come from a model "
+            self.block(TRAIN_008, call, "TrainState.create(params=...) whose params do not come from a model "
                        "this run migrates, initialised in scope", hint)
             return
         holder = params.holder
         scope = self.values.scopes.get(call)
         if scope is None or holder not in scope[holder.name]:
-            self.block("L2N-TRAIN-008", call, f"the model `{holder.name}` is not visible where its TrainState is "
+            self.block(TRAIN_008, call, f"the model `{holder.name}` is not visible where its TrainState is "
                        "created", hint)
             return
         fields = self.values.ts_fields(call.func.value)  # type: ignore[attr-defined]
@@ -660,17 +678,17 @@ class TrainPlanner:
                 continue
             if name == "apply_fn":
                 if not (isinstance(arg.value, cst.Attribute) and arg.value.attr.value == "apply"):
-                    self.block("L2N-TRAIN-008", arg, "TrainState.create(apply_fn=...) that is not a module's apply",
+                    self.block(TRAIN_008, arg, "TrainState.create(apply_fn=...) that is not a module's apply",
                                "call the NNX model (or a function of it) in the train step")
                     return
                 continue
             value = self.values.value_of(arg.value)
             if not (name in fields and name in STATE_TYPES and value is not None and value.kind == "coll"
                     and value.holder is holder and value.collection == name):
-                self.block("L2N-TRAIN-008", arg, f"TrainState field {name}= has no NNX counterpart here",
+                self.block(TRAIN_008, arg, f"TrainState field {name}= has no NNX counterpart here",
                            "keep it next to the (graphdef, state) pair by hand")
                 return
-        self.note("L2N-TRAIN-004", call, "TrainState.create(...) -> nnx.split((model, nnx.Optimizer(model, tx, "
+        self.note(TRAIN_004, call, "TrainState.create(...) -> nnx.split((model, nnx.Optimizer(model, tx, "
                   "wrt=nnx.Param))): the train state is the (graphdef, state) pair")
         model = holder.name
 
@@ -688,7 +706,7 @@ class TrainPlanner:
         collections, put into an abstract instance of the model (see :meth:`_apply`)."""
         hint = "keep the NNX model from construction and call it (nnx.merge it with the params to apply)"
         if not call.args or call.args[0].keyword is not None or call.args[0].star:
-            self.block("L2N-TRAIN-009", call, "apply without a variables argument", hint)
+            self.block(TRAIN_009, call, "apply without a variables argument", hint)
             return
         first = call.args[0].value
         whole = self.values.value_of(first)
@@ -706,7 +724,7 @@ class TrainPlanner:
                                           for v, e in zip(given, entries or ())):
                 self._apply(call, "", lambda key, value: False, receiver.summary, constructor=True)
                 return
-            self.block("L2N-TRAIN-009", call, f"`{code(call.func)}(...)` with params that do not come from a model "
+            self.block(TRAIN_009, call, f"`{code(call.func)}(...)` with params that do not come from a model "
                        "initialised in scope", hint)
             return
         holder = held.holder
@@ -745,52 +763,52 @@ class TrainPlanner:
             and not call.args[0].star else None
         if entries is None and not (call.args and isinstance(call.args[0].value, cst.Name)
                                     and self.values.value_of(call.args[0].value) is not None):
-            self.block("L2N-TRAIN-008", call, f"`{name}(...)` with a variables argument that is not a dict literal",
+            self.block(TRAIN_008, call, f"`{name}(...)` with a variables argument that is not a dict literal",
                        hint)
             return False
         overrides: list[tuple[Entry, str]] = []  # (dict entry, variable type)
         for entry in entries or ():
             var_type = STATE_TYPES.get(entry.key or "")
             if var_type is None or entry.key is None:
-                self.block("L2N-TRAIN-008", call, f"`{name}(...)` with collection {entry.key!r}", hint)
+                self.block(TRAIN_008, call, f"`{name}(...)` with collection {entry.key!r}", hint)
                 return False
             if not own(entry.key, entry.value):
                 overrides.append((entry, var_type))
         if entries is not None and "params" not in {e.key for e in entries}:
-            self.block("L2N-TRAIN-008", call, f"`{name}(...)` without params", hint)
+            self.block(TRAIN_008, call, f"`{name}(...)` without params", hint)
             return False
         streams: list[Entry] = []
         mutable: list[str] = []
         method = "__call__"
         for arg in call.args[1:]:
             if arg.star == "**":
-                self.block("L2N-TRAIN-008", call, f"`{name}(..., **kwargs)` may hold rngs / mutable", hint)
+                self.block(TRAIN_008, call, f"`{name}(..., **kwargs)` may hold rngs / mutable", hint)
                 return False
             key = arg.keyword.value if arg.keyword is not None else None
             if key == "rngs":
                 items = self._variables_dict(arg.value)
                 if items is None or not all(e.key and e.key.isidentifier() for e in items):
-                    self.block("L2N-TRAIN-008", arg, "rngs= that is not a dict literal of stream names",
+                    self.block(TRAIN_008, arg, "rngs= that is not a dict literal of stream names",
                                "nnx.reseed(model, <stream>=key) before the call")
                     return False
                 streams = items
             elif key == "mutable":
                 cols = mutable_collections(arg.value)
                 if cols is None or any(c not in MUTABLE_TYPES for c in cols):
-                    self.block("L2N-TRAIN-008", arg, f"mutable={code(arg.value)}", "NNX updates state in place; read "
+                    self.block(TRAIN_008, arg, f"mutable={code(arg.value)}", "NNX updates state in place; read "
                                "it back with nnx.state(model, <VariableType>)")
                     return False
                 mutable = cols
             elif key == "method":
                 method = method_name(arg.value) or ""
                 if not method:
-                    self.block("L2N-TRAIN-008", arg, f"method={code(arg.value)}", "call that method of the NNX model")
+                    self.block(TRAIN_008, arg, f"method={code(arg.value)}", "call that method of the NNX model")
                     return False
             elif key in ("capture_intermediates",):
-                self.block("L2N-TRAIN-008", arg, f"{key}=", "use nnx.capture(model, nnx.Intermediate)")
+                self.block(TRAIN_008, arg, f"{key}=", "use nnx.capture(model, nnx.Intermediate)")
                 return False
         if constructor and entries is None:
-            self.block("L2N-TRAIN-009", call, f"`{name}(...)` with a variables argument that is not a dict literal",
+            self.block(TRAIN_009, call, f"`{name}(...)` with a variables argument that is not a dict literal",
                        hint)
             return False
         sizes: list[tuple[str, int, str]] = []
@@ -801,24 +819,24 @@ class TrainPlanner:
                 if 0 <= index < len(inputs):
                     sizes.append((arg, inputs[index], how))
                 else:
-                    self.note("L2N-TRAIN-010", call, f"{summary.name} needs constructor argument {arg}, which the "
+                    self.note(TRAIN_010, call, f"{summary.name} needs constructor argument {arg}, which the "
                               "apply's inputs do not give", f"pass {arg}=... where the module is built")
         copy = bool(overrides or streams or mutable or constructor)
         stmt = self.insertable(call) if copy else None
         if copy and stmt is None:
-            self.block("L2N-TRAIN-008", call, f"`{name}(...)` inside an expression the codemod cannot put a merge "
+            self.block(TRAIN_008, call, f"`{name}(...)` inside an expression the codemod cannot put a merge "
                        "before (lambda, comprehension, compound statement header)", hint)
             return False
         fn = self.function_of(call)
         applied = self.fresh(fn, "applied") if copy else model
         if constructor:
-            self.note("L2N-TRAIN-012", call, f"{name}(...) -> the abstract NNX {summary.name if summary else 'model'} "
+            self.note(TRAIN_012, call, f"{name}(...) -> the abstract NNX {summary.name if summary else 'model'} "
                       "(nnx.eval_shape) updated with the given " + ", ".join(str(e.key) for e, _ in overrides)
                       + " States, then called")
             if self.sharding:
-                self.note("L2N-TRAIN-014", call, "the abstract model is built with eager sharding only under a mesh")
+                self.note(TRAIN_014, call, "the abstract model is built with eager sharding only under a mesh")
         else:
-            self.note("L2N-TRAIN-005", call, f"{name}(...) -> a call of the NNX model" + (
+            self.note(TRAIN_005, call, f"{name}(...) -> a call of the NNX model" + (
                 " (a copy holding the given " + ", ".join(str(e.key) for e, _ in overrides) + ")" if overrides else ""))
 
         def before(updated: cst.CSTNode) -> list[cst.BaseStatement]:
@@ -902,7 +920,7 @@ class TrainPlanner:
             stmt = self.insertable(attr)
             readable = field in ("params", "step", "tx") or field in STATE_TYPES
             if stmt is None or (field != "apply_fn" if is_call else not readable):
-                self.block("L2N-TRAIN-008", attr, f"`{code(attr)}` of a train state held in a local variable",
+                self.block(TRAIN_008, attr, f"`{code(attr)}` of a train state held in a local variable",
                            "read it after `model, optimizer = nnx.merge(*state)`")
                 return
             reads.setdefault(stmt, []).append(attr)
@@ -961,12 +979,12 @@ class TrainPlanner:
         if not attribute_uses:
             return
         if foreign is not None:
-            self.block("L2N-TRAIN-008", foreign.node, f"train state `{foreign.name}` reassigned by something other "
+            self.block(TRAIN_008, foreign.node, f"train state `{foreign.name}` reassigned by something other "
                        "than apply_gradients / replace", "read its fields after `model, optimizer = nnx.merge(*state)`")
             return
         body = fn.body
         if not isinstance(body, cst.IndentedBlock):
-            self.block("L2N-TRAIN-008", fn, f"{fn.name.value} is a one-line function", "give it an indented body")
+            self.block(TRAIN_008, fn, f"{fn.name.value} is a one-line function", "give it an indented body")
             return
         for stmt, call in rebinding.items():
             if not self._linear_update(stmt, call, fn, accesses):
@@ -984,7 +1002,7 @@ class TrainPlanner:
             elif field in ("apply_gradients", "replace") and is_call:
                 stmt = self.statement_of(call)  # type: ignore[arg-type]
                 if rebinding.get(stmt) is not call and not self._returned_update(call, stmt):  # type: ignore[arg-type]
-                    self.block("L2N-TRAIN-008", call, f"`{use.value}.{field}(...)` outside `name = ...` / "
+                    self.block(TRAIN_008, call, f"`{use.value}.{field}(...)` outside `name = ...` / "
                                "`return ...`", "apply the update with optimizer.update(model, grads) by hand")
                     return
                 if stmt not in rebinding:
@@ -992,7 +1010,7 @@ class TrainPlanner:
             elif not is_call and self._field_read(attr, owner):
                 pass
             else:
-                self.block("L2N-TRAIN-008", attr, f"train-state field `{field}` has no NNX counterpart",
+                self.block(TRAIN_008, attr, f"train-state field `{field}` has no NNX counterpart",
                            "use the model / optimizer merged from the split state")
                 return
         for stmt, call in rebinding.items():
@@ -1014,7 +1032,7 @@ class TrainPlanner:
             targets = owner.model
         merge = f"nnx.merge(*{param.name})" + ("[0]" if targets == owner.model else "")
         self.prelude.setdefault(first, []).insert(0, cst.parse_statement(f"{targets} = {merge}\n"))
-        self.note("L2N-TRAIN-007", fn, f"{fn.name.value}: train state `{param.name}` read through "
+        self.note(TRAIN_007, fn, f"{fn.name.value}: train state `{param.name}` read through "
                   f"`{targets} = nnx.merge(*{param.name})`")
 
     def _update_target(self, use: cst.Name) -> str | None:
@@ -1041,14 +1059,14 @@ class TrainPlanner:
         cur = self.parent(stmt)
         while cur is not None and cur is not fn:
             if isinstance(cur, (cst.For, cst.While)):
-                self.block("L2N-TRAIN-008", call, f"`{target.value} = {receiver.value}.{call.func.attr.value}(...)` "  # type: ignore[attr-defined]
+                self.block(TRAIN_008, call, f"`{target.value} = {receiver.value}.{call.func.attr.value}(...)` "  # type: ignore[attr-defined]
                            "inside a loop (NNX updates the state in place)", f"rebind `{receiver.value}` itself")
                 return False
             cur = self.parent(cur)
         end = self.positions[stmt].end.line
         for use in accesses:
             if use.value == receiver.value and use is not receiver and self.positions[use].start.line > end:
-                self.block("L2N-TRAIN-008", use, f"`{receiver.value}` read after `{target.value} = "
+                self.block(TRAIN_008, use, f"`{receiver.value}` read after `{target.value} = "
                            f"{receiver.value}.{call.func.attr.value}(...)` (NNX updates the state in place)",  # type: ignore[attr-defined]
                            "keep what you need from the old state before the update")
                 return False
@@ -1088,15 +1106,15 @@ class TrainPlanner:
                 effects.append(("nnx.update({model}, {value})", i))
             else:
                 what = f"{key}=" if key else "a positional argument"
-                self.block("L2N-TRAIN-008", arg, f"{owner.param}.{field}({what}...) has no NNX counterpart",
+                self.block(TRAIN_008, arg, f"{owner.param}.{field}({what}...) has no NNX counterpart",
                            "update the model / optimizer by hand")
                 return False
         if field == "apply_gradients" and not any(t.startswith("{optimizer}") for t, _ in effects):
-            self.block("L2N-TRAIN-008", call, "apply_gradients without grads=", "optimizer.update(model, grads)")
+            self.block(TRAIN_008, call, "apply_gradients without grads=", "optimizer.update(model, grads)")
             return False
         returned = self._returned_update(call, stmt)
         resplit = f"({owner.param}[0], nnx.state(({owner.model}, {owner.optimizer})))"
-        self.note("L2N-TRAIN-006", call, f"{owner.param}.{field}(...) -> "
+        self.note(TRAIN_006, call, f"{owner.param}.{field}(...) -> "
                   + ("optimizer.update(model, grads)" if field == "apply_gradients" else "nnx.update(model, ...)"))
 
         def replace(updated: cst.CSTNode) -> list[cst.BaseStatement]:
@@ -1129,7 +1147,7 @@ class TrainPlanner:
         if self._is_target(attr) or isinstance(self.parent(attr), (cst.AugAssign, cst.Del)):
             return False
         extra = " (an unsigned uint32, where Linen's is int32)" if field == "step" else ""
-        self.note("L2N-TRAIN-007", attr, f"{owner.param}.{field} -> {expr}{extra}")
+        self.note(TRAIN_007, attr, f"{owner.param}.{field} -> {expr}{extra}")
         self.edits[attr] = Edit(lambda updated, e=expr: cst.parse_expression(e))
         return True
 
@@ -1344,7 +1362,7 @@ def migrate_training(code_text: str, original: str, *, path: str, module_name: s
                      rule_enabled: Callable[[str], bool]) -> tuple[str, list[Finding]]:
     """Rewrite the training code of one file (the module codemod's output). Findings carry the line
     numbers of ``original`` (the input of the whole migration)."""
-    if not mentions_training(code_text) or not any(rule_enabled(r) for r in RULES if r.startswith("L2N-TRAIN")):
+    if not mentions_training(code_text) or not any(rule_enabled(r.id) for r in training_rules.RULES):
         return code_text, []
     if "nnx" in original and "linen" not in original:
         return code_text, []  # NNX code already (flax.training's TrainState works with NNX states too)
@@ -1356,20 +1374,20 @@ def migrate_training(code_text: str, original: str, *, path: str, module_name: s
     planner = TrainPlanner(wrapper, values, sharding=uses_sharding(original))
     planner.run()
     blocked = planner.blocked
-    notes = [n for n in planner.notes if n.rule in BLOCKING] if blocked else planner.notes
-    notes = [n for n in notes if rule_enabled(n.rule)]
+    notes = [n for n in planner.notes if n.rule.blocks_rewrite] if blocked else planner.notes
+    notes = [n for n in notes if rule_enabled(n.rule.id)]
     to_input = line_map(code_text, original)
     findings: list[Finding] = []
     markers: dict[cst.CSTNode, list[str]] = {}
     for n in notes:
         pos = positions.get(n.node)
         line, col = (to_input(pos.start.line), pos.start.column + 1) if pos else (1, 1)
-        severity = RULES[n.rule].severity
-        findings.append(Finding(n.rule, severity, path, line, col, n.message, n.hint))
+        severity = n.rule.severity
+        findings.append(Finding(n.rule.id, severity, path, line, col, n.message, n.hint))
         if severity is Severity.MANUAL:
             stmt = planner.statement_of(n.node)
             if stmt is not None:
-                markers.setdefault(stmt, []).append(f"{MARKER} {n.rule} {n.message}")
+                markers.setdefault(stmt, []).append(f"{MARKER} {n.rule.id} {n.message}")
     rewrites = planner.edits or planner.replace_stmt or planner.wrap or planner.after
     if not blocked and not rewrites and not markers:
         return code_text, findings
