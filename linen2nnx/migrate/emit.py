@@ -70,7 +70,7 @@ class EmitMixin:
         args += [kwarg(k, parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
         if "rngs" in nnx_ctor_params(rule.nnx):
             args.append(kwarg("rngs", cst.Name("rngs")))
-        self.uses_nnx = True
+        self.state.uses_nnx = True
         return cst.Call(func=parse_expression(f"nnx.{rule.nnx}"), args=strip_commas(args))
 
     def _user_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
@@ -99,7 +99,7 @@ class EmitMixin:
         else:
             init, rest = args[2], args[3:]
             value = cst.Call(init.value, strip_commas(list(rest)))
-        self.uses_nnx = True
+        self.state.uses_nnx = True
         return cst.Call(parse_expression(f"nnx.{site.var_type}"), [cst.Arg(value)])
 
     def _build(self, site: Site, updated: cst.Call) -> cst.BaseExpression:
@@ -120,12 +120,12 @@ class EmitMixin:
     def _build_factory(self, site: Site, replayed: Collection[str] = ()) -> cst.BaseExpression | None:
         """The constructor a factory-method call stands for, from the rewritten helper and call
         (``replayed``: the locals ``__init__`` replays, which it may call instead)."""
-        call = self._factory_calls.get(site.ctor)
+        call = self.state.factory_calls.get(site.ctor)
         if call is None:
             return None
         if isinstance(site.factory, FieldFactory):  # `self.conv(...)`: the field builds it, given the sizes
             local = site.factory.local if isinstance(site.factory, FieldPartial) else None
-            ctor = self._factory_updated.get(local.ctor) if local is not None else None
+            ctor = self.state.factory_updated.get(local.ctor) if local is not None else None
             merged = site.factory.merged(call, ctor)
             built = self._build(site, merged)
             assert isinstance(built, cst.Call)
@@ -141,7 +141,7 @@ class EmitMixin:
                            (a.keyword.value for a in local.partial.args[1:]) if k not in own}  # type: ignore[union-attr]
                 args, func = [a for a in args if a.keyword is None or a.keyword.value not in implied], local.name
             return built.with_changes(func=parse_expression(func), args=strip_commas(args))
-        ctor = self._factory_updated.get(site.factory.ctor, site.factory.ctor)
+        ctor = self.state.factory_updated.get(site.factory.ctor, site.factory.ctor)
         built = call_site_ctor(site.factory, call, ctor)
         return None if built is None else self._build(site, built)
 
@@ -187,9 +187,9 @@ class EmitMixin:
         if shape_arg is not None and plan.input_shape_locals:  # the input parameter shapes read: a stand-in
             stmts.append(parse_statement(
                 f"{plan.shape_input} = jax.ShapeDtypeStruct(tuple({shape_arg}), jax.numpy.float32)\n"))
-            self.needs_jax_import = True
+            self.state.needs_jax_import = True
         for name in plan.needed_locals:
-            stmt = self._pure_updated.get(plan.pure_locals[name], plan.pure_locals[name])
+            stmt = self.state.pure_updated.get(plan.pure_locals[name], plan.pure_locals[name])
             if name in plan.mode_partials:  # its call-time flags are given where its layers are called
                 value = stmt.body[0].value  # type: ignore[attr-defined]
                 stmt = stmt.with_changes(body=[stmt.body[0].with_changes(  # type: ignore[attr-defined]
@@ -211,11 +211,11 @@ class EmitMixin:
                     emitted_nests.add(id(site.nest))
                     stmts.extend(self._nest_init(site.nest, plan.needed_locals))
                 continue
-            built = self._build_factory(site, plan.needed_locals) if site.factory is not None else self._built.get(
+            built = self._build_factory(site, plan.needed_locals) if site.factory is not None else self.state.built.get(
                 site.ctor)
             if built is None:
                 continue
-            markers = [cst.EmptyLine(comment=cst.Comment(m)) for m in dict.fromkeys(self._init_markers.get(site.ctor, []))]
+            markers = [cst.EmptyLine(comment=cst.Comment(m)) for m in dict.fromkeys(self.state.init_markers.get(site.ctor, []))]
             if site.tail_of is not None:  # the element after the loop's: Linen's {Class}_{loop length}
                 statement = cst.Expr(cst.Call(parse_expression(f"self.{site.attr}.append"), [cst.Arg(built)]))
             else:
@@ -258,7 +258,7 @@ class EmitMixin:
         read: set[str] = set()
         in_order = sorted(nest.sites, key=lambda s: nest.applied.get(id(s), len(nest.applied)))
         for site in in_order:
-            built = self._build_factory(site, replayed) if site.factory is not None else self._built.get(site.ctor)
+            built = self._build_factory(site, replayed) if site.factory is not None else self.state.built.get(site.ctor)
             if built is None:
                 continue
             read |= names_in(built)
@@ -293,7 +293,7 @@ class EmitMixin:
 
         loops = replay(nest.outer)
         lists = [parse_statement(f"self.{site.attr} = nnx.List()\n") for site in in_order]
-        self.uses_nnx = True
+        self.state.uses_nnx = True
         return [*lists, *([loops] if loops is not None else [])]
 
     def _containerize(self, plan: ClassPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
@@ -310,7 +310,7 @@ class EmitMixin:
 
     def _record_name_map(self, plan: ClassPlan) -> None:
         key = self._class_key(plan.name)
-        entry = ClassEntry(name=key, module=self.module_name, file=self.path, new_args=dict(plan.new_args))
+        entry = ClassEntry(name=key, module=self.state.module_name, file=self.state.path, new_args=dict(plan.new_args))
         for site in plan.sites.values():
             if site.kind in ("param", "variable"):
                 entry.variables.setdefault(site.collection, {})[site.linen_name] = site.attr
@@ -336,7 +336,7 @@ class EmitMixin:
             first = sites[0]
             linen_class = first.rule.linen_qualname if first.rule else (first.user.key or self._class_key(first.user.name))  # type: ignore[union-attr]
             entry.children[attr] = Child(attr=attr, linen_class=linen_class, container="list")
-        self.name_map.classes[key] = entry
+        self.state.name_map.classes[key] = entry
 
     @staticmethod
     def _root_site(site: Site) -> Site:
@@ -345,4 +345,4 @@ class EmitMixin:
         return site
 
     def _class_key(self, name: str) -> str:
-        return f"{self.module_name}.{name}" if self.module_name else name
+        return f"{self.state.module_name}.{name}" if self.state.module_name else name

@@ -50,9 +50,10 @@ from linen2nnx.migrate.cst_utils import (
     strip_commas,
     without_dead_locals,
 )
-from linen2nnx.migrate.dataflow import Feat, FeatureFlow
+from linen2nnx.migrate.dataflow import FeatureFlow
 from linen2nnx.migrate.emit import EmitMixin
 from linen2nnx.migrate.factory_fields import FieldBindings, FieldFactory
+from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_import, ensure_plain_import
 from linen2nnx.migrate.lazy_vars import creation
@@ -131,74 +132,34 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                  rule_enabled: Callable[[str], bool] = lambda rule_id: True, unsafe_fixes: bool = False,
                  external: Mapping[str, ClassSummary] | None = None):
         super().__init__(context)
-        self.external = dict(external or {})  # Linen classes migrated from other files of the run
-        self.summaries: dict[str, ClassSummary] = {}
-        self.path = path
-        self.module_name = module_name
-        self.trace = trace
-        self.rule_enabled = rule_enabled
-        self.unsafe_fixes = unsafe_fixes
-        self.findings: list[Finding] = []
-        self._reported: set[tuple[cst.CSTNode, str, str]] = set()
-        self.name_map = NameMap()
-        self.plans: dict[cst.ClassDef, ClassPlan] = {}
-        self.linen_classes: dict[str, ClassPlan] = {}
-        self._class_stack: list[ClassPlan | None] = []
-        self._markers: dict[cst.CSTNode, list[str]] = {}
-        self._handled: set[cst.CSTNode] = set()
-        self._moved: dict[cst.Call, list[cst.Arg]] = {}
-        self._built: dict[cst.Call, cst.BaseExpression] = {}
-        self._pure_updated: dict[cst.CSTNode, cst.BaseStatement] = {}
-        self._pending_api: dict[cst.CSTNode, cst.Attribute] = {}
-        self._indexed_loops: dict[cst.For, Any] = {}
-        self._init_markers: dict[cst.Call, list[str]] = {}
-        self._flow_method: str | None = None
-        self._methods: dict[str, list[cst.FunctionDef]] = {}
-        self.function_out: dict[str, tuple[list[str], Feat]] = {}  # module-level helper -> (params, result)
-        self.uses_nnx = False
-        self.needs_jax_import = False  # an emitted jax.ShapeDtypeStruct stand-in
-        self.needs_math_import = False  # an emitted math.prod of an input shape
-        self._planning = False
-        self._pending_blocking: list[str] = []  # blocking findings of the class being planned
-        self._module_classes: set[str] = set()
-        self._placed_markers: dict[cst.CSTNode, list[str]] = {}
-        self._module_functions: dict[str, cst.FunctionDef] = {}
-        self._unbox_helpers: set[str] = set()  # functions that only strip Linen metadata boxes
-        self._lift_aliases: dict[str, cst.Call] = {}  # BlockLayer = nn.remat(Block, ...)
-        self._alias_stmts: dict[str, cst.SimpleStatementLine] = {}
-        self._alias_use: dict[str, bool] = {}  # alias -> every use converted
-        self._factory_ctors: set[cst.Call] = set()  # `return nn.Dense(...)` of layer factory methods
-        self._partial_calls: dict[cst.Call, Any] = {}  # `partial(nn.Dense, ...)` of converted partial locals
-        self._dropped_statements: set[cst.CSTNode] = set()  # their assignments, gone from the method
-        self._factory_updated: dict[cst.Call, cst.Call] = {}  # ... as rewritten (nn.* -> nnx.* inside)
-        self._factory_calls: dict[cst.Call, cst.Call] = {}  # a factory call site -> its rewritten call
-        self._stmt_prefix: dict[cst.CSTNode, list[cst.BaseStatement]] = {}  # lazily created variables
-        self._step_methods: dict[str, cst.FunctionDef] = {}  # scanned method -> its body as a step method
-        self._module_lines: set[str] = set()  # module-level assignments (when a Linen copy may be among them)
-        self._converted: dict[str, cst.ClassDef] = {}  # classes rewritten as NNX: name -> the Linen original
-        self._copied: set[str] = set()  # ... of which a Linen copy was kept for a bridged class
-        self._field_bindings: FieldBindings | None = None  # what callers bind to module-factory fields
-        self._out_features: dict[str, str] = {}  # class -> its output size, set as self.out_features (sizing.py)
-        self._binding_values: dict[cst.CSTNode, LayerRule] = {}  # `nn.Conv` bound to a converted factory field
-        # the tree being migrated and what is known of it (see transform_module, qualnames, parent_of)
-        self._module = cst.Module([])
-        self._names: NameResolver | None = None
-        self._parents: dict[cst.CSTNode, cst.CSTNode] | None = None
-        self._unplaced: list[tuple[int, cst.CSTNode]] = []  # (index in findings, node): positions to fill in
+        self.state = FileState.of(path=path, module_name=module_name, trace=trace, rule_enabled=rule_enabled,
+                                  unsafe_fixes=unsafe_fixes, external=external)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.state.findings
+
+    @property
+    def summaries(self) -> dict[str, ClassSummary]:
+        return self.state.summaries
+
+    @property
+    def name_map(self) -> NameMap:
+        return self.state.name_map
 
     # ---- helpers -----------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> set[str]:
         """What ``node`` of the original tree may name (``nn.Dense`` -> ``{"flax.linen.Dense"}``); see
         :mod:`~linen2nnx.migrate.names`. Empty for a node the codemod built."""
-        if self._names is None:
-            self._names = NameResolver(self._module)
-        return set(self._names.qualnames(node))
+        if self.state.resolver is None:
+            self.state.resolver = NameResolver(self.state.tree)
+        return set(self.state.resolver.qualnames(node))
 
     def parent_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The parent of ``node`` in the original tree; None for its root or a node the codemod built."""
-        if self._parents is None:
-            self._parents = syntax_parent_map(self._module)
-        return self._parents.get(node)
+        if self.state.parents is None:
+            self.state.parents = syntax_parent_map(self.state.tree)
+        return self.state.parents.get(node)
 
     def report(self, rule: Rule, node: cst.CSTNode, message: str, hint: str = "") -> None:
         """Record a finding; a ``manual`` one also marks its statement with an inline TODO.
@@ -206,31 +167,31 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         A rule switched off with ``--ignore`` / ``select`` neither reports nor marks.
         """
         rule_id = rule.id
-        if not self.rule_enabled(rule_id):
+        if not self.state.rule_enabled(rule_id):
             return
-        if (node, rule_id, message) in self._reported:  # the same node met again (a partial's argument, per use)
+        if (node, rule_id, message) in self.state.reported:  # the same node met again (a partial's argument, per use)
             return
-        self._reported.add((node, rule_id, message))
+        self.state.reported.add((node, rule_id, message))
         severity = rule.severity
-        self._unplaced.append((len(self.findings), node))  # its line and column: see _place_findings
-        self.findings.append(Finding(rule_id, severity, self.path, 0, 0, message, hint))
+        self.state.unplaced.append((len(self.state.findings), node))  # its line and column: see _place_findings
+        self.state.findings.append(Finding(rule_id, severity, self.state.path, 0, 0, message, hint))
         if rule.blocks_rewrite:
-            if self._planning:
-                self._pending_blocking.append(rule_id)
-            elif self._class_stack and self._class_stack[-1] is not None:
-                self._class_stack[-1].blocking.append(rule_id)
+            if self.state.planning:
+                self.state.pending_blocking.append(rule_id)
+            elif self.state.class_stack and self.state.class_stack[-1] is not None:
+                self.state.class_stack[-1].blocking.append(rule_id)
         if severity is Severity.MANUAL:
             marker = f"{MARKER} {rule_id} {message}"
             hoisted = self._hoisted_ctor_of(node)
             if hoisted is not None:  # the code moves into __init__: so does its marker
-                self._init_markers.setdefault(hoisted, []).append(marker)
+                self.state.init_markers.setdefault(hoisted, []).append(marker)
                 return
             stmt = self._statement_of(node)
             if stmt is not None:
-                self._markers.setdefault(stmt, []).append(marker)
+                self.state.markers.setdefault(stmt, []).append(marker)
 
     def _hoisted_ctor_of(self, node: cst.CSTNode) -> cst.Call | None:
-        plan = self._current() if self._class_stack else None
+        plan = self._current() if self.state.class_stack else None
         cur: cst.CSTNode | None = node
         while plan is not None and cur is not None and not isinstance(cur, (cst.SimpleStatementLine,
                                                                               cst.BaseCompoundStatement)):
@@ -266,12 +227,12 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         chain = self.lift_chain(node)
         if chain is not None:
             node = chain.base
-        if isinstance(node, cst.Name) and node.value in self.linen_classes:
-            return self.linen_classes[node.value]
-        if not isinstance(node, (cst.Name, cst.Attribute)) or not self.external:
+        if isinstance(node, cst.Name) and node.value in self.state.linen_classes:
+            return self.state.linen_classes[node.value]
+        if not isinstance(node, (cst.Name, cst.Attribute)) or not self.state.external:
             return None
         for q in self.qualnames(node):
-            summary = self.external.get(self._absolute(q))
+            summary = self.state.external.get(self._absolute(q))
             if summary is not None:
                 return summary.as_plan()
         return None
@@ -284,13 +245,13 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
     @property
     def field_bindings(self) -> FieldBindings:
-        if self._field_bindings is None:
-            self._field_bindings = FieldBindings(self._module, self.is_linen_module, self.qualnames,
+        if self.state.bindings is None:
+            self.state.bindings = FieldBindings(self.state.tree, self.is_linen_module, self.qualnames,
                                                  self.layer_rule_of)
-        return self._field_bindings
+        return self.state.bindings
 
     def _absolute(self, qualname: str) -> str:
-        return absolute_qualname(qualname, self.module_name)
+        return absolute_qualname(qualname, self.state.module_name)
 
     # ---- lifted transforms (nn.scan / nn.remat / nn.vmap of a class) ----------------------------
     def transform_kind(self, func: cst.BaseExpression) -> str | None:
@@ -309,9 +270,9 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         lifts: list[Lift] = []
         seen: set[str] = set()
         while True:
-            if isinstance(node, cst.Name) and node.value in self._lift_aliases and node.value not in seen:
+            if isinstance(node, cst.Name) and node.value in self.state.lift_aliases and node.value not in seen:
                 seen.add(node.value)
-                node = self._lift_aliases[node.value]
+                node = self.state.lift_aliases[node.value]
                 continue
             if isinstance(node, cst.Call) and node.args and node.args[0].keyword is None and not node.args[0].star:
                 kind = self.transform_kind(node.func)
@@ -330,8 +291,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 continue
             target, value = stmt.body[0].targets[0].target, stmt.body[0].value
             if isinstance(target, cst.Name) and isinstance(value, cst.Call) and self.transform_kind(value.func):
-                self._lift_aliases[target.value] = value
-                self._alias_stmts[target.value] = stmt
+                self.state.lift_aliases[target.value] = value
+                self.state.alias_stmts[target.value] = stmt
 
     def check_lifted(self, node: cst.Call) -> LiftChain | bool | None:
         """The chain of a lifted constructor call ``node``: validated (False + a finding when not
@@ -339,22 +300,22 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         chain = self.lift_chain(node.func)
         if chain is None:
             return None
-        aliases = [n for n in names_in(node.func) if n in self._lift_aliases]
+        aliases = [n for n in names_in(node.func) if n in self.state.lift_aliases]
         try:
             validate(chain, self.is_broadcast)
         except LiftError as err:
             for alias in aliases:
-                self._alias_use[alias] = False
+                self.state.alias_use[alias] = False
             self.report(XFORM_002, node, str(err), "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
                         "(reference §4)")
             for lift in chain.lifts:
-                self._handled.add(lift.node.func)
+                self.state.handled.add(lift.node.func)
             return False
         for alias in aliases:
-            self._alias_use.setdefault(alias, True)
+            self.state.alias_use.setdefault(alias, True)
         for lift in chain.lifts:
             self._mark_transform_names(lift.node)
-        self._handled.add(chain.base)  # nn.Dense in nn.vmap(nn.Dense, ...): built as nnx.Linear
+        self.state.handled.add(chain.base)  # nn.Dense in nn.vmap(nn.Dense, ...): built as nnx.Linear
         return chain
 
     @staticmethod
@@ -365,11 +326,11 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     def visit_Module(self, node: cst.Module) -> None:
         """Module-level helpers (``def reparameterize(mean, ...): return mean + ...``): what size they return."""
         self.collect_lift_aliases(node.body)
-        self._module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
-        self._module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
-        self._unbox_helpers = {name for name, fn in self._module_functions.items() if self._is_unbox_helper(fn)}
-        self._field_bindings = None  # built on first use (see field_factory)
-        self._module_lines = {code(s).strip() for s in node.body if isinstance(s, cst.SimpleStatementLine)
+        self.state.module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
+        self.state.module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
+        self.state.unbox_helpers = {name for name, fn in self.state.module_functions.items() if self._is_unbox_helper(fn)}
+        self.state.bindings = None  # built on first use (see field_factory)
+        self.state.module_lines = {code(s).strip() for s in node.body if isinstance(s, cst.SimpleStatementLine)
                               and isinstance(s.body[0], cst.Assign) and isinstance(s.body[0].targets[0].target, cst.Attribute)
                               and s.body[0].targets[0].target.attr.value == "linen_class"}
         for stmt in node.body:
@@ -382,7 +343,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 flow.run(stmt.body.body)
                 if flow.returns and all(r == flow.returns[0] for r in flow.returns):
                     if "self" not in flow.returns[0].expr:
-                        self.function_out[stmt.name.value] = (params, flow.returns[0])
+                        self.state.function_out[stmt.name.value] = (params, flow.returns[0])
 
     # ---- imports are never rewritten in place ------------------------------------------------
     def visit_Import(self, node: cst.Import) -> bool:
@@ -400,17 +361,17 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 bases = ", ".join(code(b.value) for b in node.bases) or "object"
                 self.report(MOD_006, node, f"{node.name.value} uses @nn.compact but its base ({bases}) is "
                             "not a Linen class of this run", "migrate the file that defines the base in the same run")
-            self._class_stack.append(None)
+            self.state.class_stack.append(None)
             return
-        self._planning, self._pending_blocking = True, []
+        self.state.planning, self.state.pending_blocking = True, []
         plan = self.plan_class(node)
-        self._planning = False
-        plan.blocking = self._pending_blocking
+        self.state.planning = False
+        plan.blocking = self.state.pending_blocking
         plan.key = self._class_key(plan.name)
-        self.plans[node] = plan
-        self.linen_classes[plan.name] = plan
-        self.summaries[plan.key] = plan.summary()
-        self._class_stack.append(plan)
+        self.state.plans[node] = plan
+        self.state.linen_classes[plan.name] = plan
+        self.state.summaries[plan.key] = plan.summary()
+        self.state.class_stack.append(plan)
 
 
     # ---- feature-size dataflow ---------------------------------------------------------------
@@ -418,25 +379,25 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
     # ---- rewriting ---------------------------------------------------------------------------
     def _current(self) -> ClassPlan | None:
-        return self._class_stack[-1] if self._class_stack else None
+        return self.state.class_stack[-1] if self.state.class_stack else None
 
 
     def _unboxed(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``unbox_helper(state)`` / ``nn.unbox(tree)`` -> ``state``: nothing to unbox in NNX."""
         func = original.func
-        helper = isinstance(func, cst.Name) and func.value in self._unbox_helpers
+        helper = isinstance(func, cst.Name) and func.value in self.state.unbox_helpers
         linen_unbox = any(q.removeprefix("flax.linen.") in UNBOX_FUNCTIONS for q in self.qualnames(func)
                           if q.startswith("flax.linen."))
         if not (helper or linen_unbox) or len(updated.args) != 1 or updated.args[0].keyword or updated.args[0].star:
             return None
-        self._handled.add(func)
+        self.state.handled.add(func)
         self.report(PART_004, original, f"{code(func)}(x) -> x: NNX values carry no metadata boxes")
         return updated.args[0].value
 
     def visit_Call(self, node: cst.Call) -> None:
         if any(q.removeprefix("flax.linen.") in UNBOX_FUNCTIONS for q in self.qualnames(node.func)
                if q.startswith("flax.linen.")):
-            self._handled.add(node.func)  # nn.unbox(x): the call is rewritten to x
+            self.state.handled.add(node.func)  # nn.unbox(x): the call is rewritten to x
         if self._function_lift_kind(node) is not None:  # its nn.broadcast & co. are consumed by the rewrite
             self._mark_transform_names(node)
 
@@ -458,7 +419,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             def visit_Attribute(self, attr: cst.Attribute) -> None:
                 if any(q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in LINEN_MARKERS
                        for q in command.qualnames(attr)):
-                    command._handled.add(attr)
+                    command.state.handled.add(attr)
 
         Mark().walk(node)
 
@@ -480,7 +441,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
         if len(kwargs) != len(updated.args) - 1:
             return manual("positional transform arguments are not converted")
-        self.uses_nnx = True
+        self.state.uses_nnx = True
         if kind == "remat":
             extra = set(kwargs) - {"policy", "prevent_cse", "static_argnums", "concrete"}
             if extra:
@@ -505,7 +466,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                           "and scan over it (as for nn.scan of a class)")
         if axes is not None and code(axes) not in ("{}", "None"):
             return manual("variable_axes besides broadcast params are not converted for functions")
-        func_def = self._module_functions.get(fn)
+        func_def = self.state.module_functions.get(fn)
         if func_def is None:
             return manual("the function is not defined in this file, so its inputs cannot be counted")
         n_xs = len(func_def.params.params) - 2
@@ -544,7 +505,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
         V().walk(fn)
         if boxes and unboxes:
-            self._handled.update(boxes)
+            self.state.handled.update(boxes)
             self.report(PART_004, fn, f"{fn.name.value}() only unboxes Linen partition metadata: removable "
                         "(NNX values are never boxed); its calls become their argument")
             return True
@@ -564,41 +525,41 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if plan is None:
             return updated
         result = self._leave_call(plan, original, updated)
-        api = self._pending_api.pop(original, None)
-        if api is not None and original not in self._handled and original not in plan.sites:
+        api = self.state.pending_api.pop(original, None)
+        if api is not None and original not in self.state.handled and original not in plan.sites:
             self.report(API_002, api, f"self.{api.attr.value} is Linen Module API with no automatic "
                         "conversion yet", "see reference: variables and collections")
         return result
 
     def _leave_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if original in self._factory_ctors:
-            self._factory_updated[original] = updated
-        local = self._partial_calls.get(original)
+        if original in self.state.factory_ctors:
+            self.state.factory_updated[original] = updated
+        local = self.state.partial_calls.get(original)
         if local is not None:  # the constructor each use stands for, as rewritten
-            self._factory_updated[local.ctor] = cst.Call(func=updated.args[0].value, args=list(updated.args[1:]))
+            self.state.factory_updated[local.ctor] = cst.Call(func=updated.args[0].value, args=list(updated.args[1:]))
             return updated
         lazy = plan.lazy_vars.get(original)
         if lazy is not None:
             args = list(updated.args)
-            self._stmt_prefix.setdefault(lazy.statement, []).append(creation(lazy, args[2].value, args[3:]))
-            self.uses_nnx = True
+            self.state.stmt_prefix.setdefault(lazy.statement, []).append(creation(lazy, args[2].value, args[3:]))
+            self.state.uses_nnx = True
             self.report(VAR_004, original, f"self.variable({lazy.collection!r}, {lazy.name!r}) -> "
                         f"nnx.{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does")
             return parse_expression(f"self.{lazy.attr}")
         cell = plan.carry_inits.get(original)
         if cell is not None:  # the detached Linen cell's carry is the built cell's
             rng, shape = (code(a.value) for a in updated.args)
-            self.uses_nnx = True
+            self.state.uses_nnx = True
             self.report(LAYER_001, original, f"nn.{cell.rule.linen}(..., parent=None).initialize_carry(rng, "  # type: ignore[union-attr]
                         f"shape) -> self.{cell.attr}.initialize_carry(shape, rngs=...)")
             return parse_expression(f"self.{cell.attr}.initialize_carry({shape}, rngs=nnx.Rngs(carry={rng}))")
         site = plan.sites.get(original)
         if site is not None and site.factory is not None:  # built in __init__ once the helper is rewritten
-            self._factory_calls[original] = updated
-            self._moved[original] = [kwarg(a, site.args[a].value) for a in site.moved_args if a in site.args]
+            self.state.factory_calls[original] = updated
+            self.state.moved[original] = [kwarg(a, site.args[a].value) for a in site.moved_args if a in site.args]
             return self._call_site(site)
         if site is not None:
-            self._handled.add(original.func)
+            self.state.handled.add(original.func)
             if site.kind == "layer":
                 self.report(LAYER_001, original, f"nn.{site.rule.linen} -> nnx.{site.rule.nnx} ({site.attr})")  # type: ignore[union-attr]
             elif site.kind in ("param", "variable"):
@@ -607,10 +568,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             built = self._build(site, updated)
             if not site.hoisted:
                 return built
-            self._built[original] = built
+            self.state.built[original] = built
             if site.rule is not None:
                 upd_bound, _ = self._bind_args(site.rule.linen_arg_order(), updated)
-                self._moved[original] = [upd_bound[a] for a in site.moved_args if a in upd_bound]
+                self.state.moved[original] = [upd_bound[a] for a in site.moved_args if a in upd_bound]
             return self._call_site(site)
         sow = self._rewrite_self_api(plan, original, updated)
         if sow is not None:
@@ -627,7 +588,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             return updated
         call = updated if applied.rule is None else self._rewrite_layer_call(applied, original, updated)
         if applied.rule is None and applied.view_kwargs:  # mode flags of the layers it builds with a handed partial
-            self.uses_nnx = True
+            self.state.uses_nnx = True
             view = [cst.Arg(call.func), *(kwarg(k, parse_expression(v)) for k, v in applied.view_kwargs.items())]
             call = call.with_changes(func=cst.Call(parse_expression("nnx.view"), strip_commas(view)))
         if applied.lifted is not None:
@@ -637,7 +598,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             except LiftError as err:
                 self.report(XFORM_002, original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand")
                 return call
-            self.uses_nnx = True
+            self.state.uses_nnx = True
             kinds = " + ".join(f"nn.{lift.kind}" for lift in applied.lifted.lifts)
             self.report(XFORM_001, original, f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the "
                         f"call of self.{applied.attr}")
@@ -666,18 +627,18 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if api == "sow" and original.args and isinstance(original.args[0].value, cst.SimpleString):
             collection = original.args[0].value.evaluated_value
             var_type = COLLECTION_TYPES.get(collection)
-            self._handled.add(original)
+            self.state.handled.add(original)
             if var_type is None:
                 self.report(API_002, original, f"self.sow into the custom collection {collection!r}",
                             "define a registered nnx.Variable subclass and sow into it")
                 return updated
             self.report(VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)")
-            self.uses_nnx = True
+            self.state.uses_nnx = True
             first = updated.args[0].with_changes(value=parse_expression(f"nnx.{var_type}"))
             return updated.with_changes(args=[first, *updated.args[1:]])
         if api == "make_rng" and len(original.args) == 1 and isinstance(original.args[0].value, cst.SimpleString):
             stream = original.args[0].value.evaluated_value
-            self._handled.add(original)
+            self.state.handled.add(original)
             plan.uses_rngs = True
             self.report(VAR_003, original, f"self.make_rng({stream!r}) -> a draw from the module's nnx.Rngs")
             ref = f"self.rngs.{stream}()" if stream.isidentifier() else f"self.rngs[{stream!r}]()"
@@ -688,12 +649,12 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             attr = self._variable_attr(plan, collection, name)
             if attr is None:
                 return None
-            self._handled.add(original)
+            self.state.handled.add(original)
             self.report(VAR_004, original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
             return parse_expression(f"hasattr(self, {attr!r})" if api == "has_variable" else f"self.{attr}[...]")
         if api == "is_initializing" and not original.args:
-            self._handled.add(original)
-            if not self.unsafe_fixes:
+            self.state.handled.add(original)
+            if not self.state.unsafe_fixes:
                 self.report(API_002, original, "self.is_initializing() has no NNX meaning (__init__ is the "
                             "initialisation)", "move the init-only branch into __init__, or pass --unsafe-fixes")
                 return updated
@@ -728,21 +689,21 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             positional = [a for a in args if a.keyword is None and not a.star]
             args = positional[:1] + [kwarg(rule.call_keywords[i], a.value) for i, a in enumerate(positional) if i
                                      ] + [a for a in args if a.keyword is not None or a.star]
-        moved = self._moved.get(site.ctor, [])
+        moved = self.state.moved.get(site.ctor, [])
         args += [kwarg(a.keyword.value, a.value) if a.keyword else a for a in moved]
         flag = site.args.get(rule.init_call_cache) if rule.init_call_cache else None
         if flag is not None and code(flag.value) != "False":
             args.append(self._init_call_cache(site, original, updated, code(self._built_arg(site, flag))))
         func = updated.func
         if site.view_kwargs:
-            self.uses_nnx = True
+            self.state.uses_nnx = True
             view = [cst.Arg(func), *(kwarg(k, parse_expression(v)) for k, v in site.view_kwargs.items())]
             func = cst.Call(parse_expression("nnx.view"), strip_commas(view))
         return updated.with_changes(func=func, args=strip_commas(args))
 
     def _built_arg(self, site: Site, arg: cst.Arg) -> cst.BaseExpression:
         """A constructor argument as rewritten (``nn.x`` -> ``nnx.x``), for reuse at the call site."""
-        built = self._built.get(site.ctor)
+        built = self.state.built.get(site.ctor)
         if built is not None and site.rule is not None:
             bound, _ = self._bind_args(site.rule.linen_arg_order(), built)
             name = next((n for n, a in site.args.items() if a is arg), None)
@@ -771,7 +732,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             dtype_src = code(self._built_arg(site, dtype))
         else:  # Linen's key is promote_dtype(input, param): its param_dtype defaults to float32
             param = site.args.get("param_dtype")
-            self.needs_jax_import = True
+            self.state.needs_jax_import = True
             dtype_src = (f"jax.numpy.promote_types({shape_of}.dtype, "
                          f"{code(self._built_arg(site, param)) if param is not None else 'jax.numpy.float32'})")
         statement = self._enclosing_statement(original)
@@ -780,7 +741,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             "call, which does not decode\n"
             f"if {fresh}:\n"
             f"    self.{site.attr}.init_cache({shape_of}.shape, dtype={dtype_src})\n").body
-        self._stmt_prefix.setdefault(statement, []).extend(prefix)
+        self.state.stmt_prefix.setdefault(statement, []).extend(prefix)
         self.report(LAYER_001, original, f"nn.{site.rule.linen}(decode={flag}): the first decode call creates "
                     f"the cache with self.{site.attr}.init_cache and does not decode, as Linen's init call")
         return kwarg("decode", parse_expression(f"{flag} and not {fresh}"))
@@ -799,12 +760,12 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         outermost = not (isinstance(parent, cst.Attribute) and parent.value is original)
         rooted = root_name(original) is not None  # `nn.Dense(1)(x).squeeze` is a method of a result, not API
         holder = self._current()
-        if original in self._binding_values and not (holder is not None and holder.blocking):
+        if original in self.state.binding_values and not (holder is not None and holder.blocking):
             # `conv: ModuleDef = nn.Conv` bound to a converted factory field (a class kept as Linen keeps it)
-            rule = self._binding_values[original]
+            rule = self.state.binding_values[original]
             return self._repoint(original, rule.linen, rule.nnx, LAYER_001,
                                  " (a layer class a module-factory field builds)")
-        if linen and rooted and original not in self._handled and outermost:
+        if linen and rooted and original not in self.state.handled and outermost:
             short = next(iter(linen)).removeprefix("flax.linen.")
             if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
                 return self._repoint(original, short, short, API_001, "")
@@ -816,7 +777,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                 return self._repoint(original, short, PARTITION_API_IN_NNX[short], PART_002,
                                      " (rules are the same context; specs come from nnx.State metadata)")
             if short in PARTITION_SPEC_FUNCTIONS:
-                self._handled.add(original)
+                self.state.handled.add(original)
                 if self._under_axis_rules(original):  # here NNX's would map the names through the rules
                     self.report(PART_003, original, f"nn.{short} inside axis rules: Linen's returns logical "
                                 "names, nnx.get_partition_spec applies the active rules",
@@ -829,15 +790,15 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             if short in MERGE_PARAM and is_callee:
                 pass  # rewritten with its call in leave_Call
             elif short in KEPT_LINEN_FUNCTIONS:
-                self._handled.add(original)
+                self.state.handled.add(original)
                 self.report(API_005, original, f"nn.{short} kept: a pure function NNX code can call as is")
             elif short in TRANSFORMS:
-                self._handled.add(original)
+                self.state.handled.add(original)
                 self.report(XFORM_002, original, f"nn.{short} of something other than a Linen module class of "
                             "this run is not converted", "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
                             "(reference §4)")
             elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
-                self._handled.add(original)
+                self.state.handled.add(original)
                 self.report(API_002, original, f"flax.linen.{short} has no automatic conversion yet",
                             "rewrite by hand with the NNX API (see docs/rules.md)")
         plan = self._current()
@@ -845,7 +806,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if plan is not None and attr is not None:
             is_call = isinstance(parent, cst.Call) and parent.func is original
             if attr in LINEN_SELF_API and attr not in plan.field_names and is_call:
-                self._pending_api[parent] = original  # reported in leave_Call unless a rule converts the call
+                self.state.pending_api[parent] = original  # reported in leave_Call unless a rule converts the call
             # Linen setup() variables read as arrays (params) or through ``.value``; NNX reads both as v[...]
             kind = plan.setup_vars.get(attr)
             dotted_value = isinstance(parent, cst.Attribute) and parent.value is original and parent.attr.value == "value"
@@ -871,8 +832,8 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
 
     def _repoint(self, original: cst.Attribute, short: str, target: str, rule: Rule, why: str) -> cst.BaseExpression:
         """``nn.<short>`` (whatever the import spelling) -> ``nnx.<target>``, reported under ``rule``."""
-        self.uses_nnx = True
-        self._handled.add(original)
+        self.state.uses_nnx = True
+        self.state.handled.add(original)
         self.report(rule, original, f"nn.{short} -> nnx.{target}{why}")
         return parse_expression(f"nnx.{target}")
 
@@ -899,7 +860,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         return cur
 
     def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
-        loop = self._indexed_loops.get(original)
+        loop = self.state.indexed_loops.get(original)
         if loop is None:
             return updated
         target = parse_expression(loop.target_src)
@@ -921,10 +882,10 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
             return updated.with_changes(decorators=keep)
         keep = [u for o, u in zip(original.decorators, updated.decorators)
                 if not (self.qualnames(o.decorator) & LINEN_COMPACT) and not self._is_scan_decorator(o.decorator)]
-        self._step_methods[original.name.value] = updated.with_changes(
+        self.state.step_methods[original.name.value] = updated.with_changes(
             name=cst.Name(scan.step), decorators=keep, leading_lines=[cst.EmptyLine(indent=False)])
         when = plan.state_when if plan.state_when in (None, "True") or original.name.value == "__call__" else "True"
-        self.uses_nnx = True
+        self.state.uses_nnx = True
         self.report(XFORM_001, original, f"nn.scan on {plan.name}.{original.name.value} -> nnx.scan of "
                     f"{scan.step} with the module broadcast")
         call = parse_statement(f"return {method_scan_call(scan, original, when)}\n")
@@ -938,18 +899,18 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         """The plan of the class ``node`` is a method of (not of a function nested in one)."""
         parent = self.parent_of(node)
         block = self.parent_of(parent) if parent is not None else None
-        return self.plans.get(block) if isinstance(block, cst.ClassDef) else None
+        return self.state.plans.get(block) if isinstance(block, cst.ClassDef) else None
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
-        plan = self._class_stack.pop()
+        plan = self.state.class_stack.pop()
         if plan is None:
             return updated
-        self.uses_nnx = True
-        if plan.name.endswith("Linen") and plan.name.removesuffix("Linen") in self._module_classes:
-            if f"{plan.name.removesuffix('Linen')}.linen_class = {plan.name}" in self._module_lines:
+        self.state.uses_nnx = True
+        if plan.name.endswith("Linen") and plan.name.removesuffix("Linen") in self.state.module_classes:
+            if f"{plan.name.removesuffix('Linen')}.linen_class = {plan.name}" in self.state.module_lines:
                 return original  # the Linen copy an earlier run kept for a class kept as Linen
             return self._keep_linen(plan, original, original.name.value)  # bridged by an earlier run
-        others = (set(self.linen_classes) | self._module_classes) - {plan.name}
+        others = (set(self.state.linen_classes) | self.state.module_classes) - {plan.name}
         if plan.blocking and can_bridge(plan, any(self.user_class_of(b.value) for b in original.bases)) and not (
                 names_in(original.body) & others):
             batch_norm = any(site.rule is not None and site.rule.linen == "BatchNorm" for site in plan.sites.values()
@@ -997,7 +958,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
                     stmt = reordered
             body.append(stmt)
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value in plan.scanned_methods:
-                body.append(self._step_methods.pop(stmt.name.value))  # the scanned body, right after its scan
+                body.append(self.state.step_methods.pop(stmt.name.value))  # the scanned body, right after its scan
         if init_index is None:
             init_index = 1 if body and is_docstring(body[0]) else 0
         if plan.setup is not None:
@@ -1010,7 +971,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not following.leading_lines:
             body[init_index + 1] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         self.report(MOD_001, original, f"{plan.name} -> nnx.Module")
-        self._converted[plan.name] = original
+        self.state.converted[plan.name] = original
         self._record_name_map(plan)
         return updated.with_changes(bases=bases, body=updated.body.with_changes(body=body))
 
@@ -1020,13 +981,13 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         (``block_cls=ResNetBlock``): the kept class runs Linen code only, so it gets ``ResNetBlockLinen``
         (named ``ResNetBlock`` for Linen's auto-names) through ``ResNetBlock.linen_class``."""
         out: list[cst.BaseStatement] = []
-        others = set(self.linen_classes) | self._module_classes
+        others = set(self.state.linen_classes) | self.state.module_classes
         for f in plan.fields:
             for base in self.field_bindings.bases(plan.name, f.name):
-                original = self._converted.get(base.name) if base.kind == "user" else None
-                if original is None or base.name in self._copied or names_in(original.body) & (others - {base.name}):
+                original = self.state.converted.get(base.name) if base.kind == "user" else None
+                if original is None or base.name in self.state.copied or names_in(original.body) & (others - {base.name}):
                     continue
-                self._copied.add(base.name)
+                self.state.copied.add(base.name)
                 note = cst.EmptyLine(comment=cst.Comment(f"# The Linen original of {base.name}, for {plan.name}Linen, "
                                                          "which is kept as Linen"))
                 out.append(original.with_changes(name=cst.Name(linen_name(base.name)),
@@ -1062,13 +1023,13 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         wrapper = plan.name.removesuffix("Linen") if name == plan.name else plan.name
         self.report(MOD_007, original, f"{wrapper} kept as Linen ({name}) behind nnx.bridge.ToNNX: {rules} "
                     "block its rewrite", "fix the findings, then migrate again")
-        entry = ClassEntry(name=self._class_key(wrapper), module=self.module_name, file=self.path,
+        entry = ClassEntry(name=self._class_key(wrapper), module=self.state.module_name, file=self.state.path,
                            new_args=dict(plan.new_args), bridge=BRIDGE_ATTR)
-        self.name_map.classes[entry.name] = entry
+        self.state.name_map.classes[entry.name] = entry
         marker = f"{MARKER} {MOD_007.id} {wrapper} kept as Linen behind nnx.bridge.ToNNX ({rules})"
         lines = [line for line in original.leading_lines
                  if not (line.comment is not None and line.comment.value.startswith(f"{MARKER} {MOD_007.id}"))]
-        placed = self._placed_markers
+        placed = self.state.placed_markers
 
         class Mark(cst.CSTTransformer):  # the findings' markers, on the Linen statements they concern
             def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
@@ -1100,47 +1061,47 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
         updated = super().on_leave(original_node, updated_node)
         if not _IS_STATEMENT[type(original_node)]:
             return updated  # what follows only concerns statements (the keys of the dicts it reads)
-        if original_node in self._dropped_statements:  # `dense = partial(nn.Dense, ...)`: built in __init__
+        if original_node in self.state.dropped_statements:  # `dense = partial(nn.Dense, ...)`: built in __init__
             return cst.RemoveFromParent()
         plan = self._current()
         if plan is not None and original_node in plan.pure_locals.values():
-            self._pure_updated[original_node] = updated
+            self.state.pure_updated[original_node] = updated
         if isinstance(original_node, cst.SimpleStatementLine):
-            alias = next((n for n, st in self._alias_stmts.items() if st is original_node), None)
-            if alias is not None and self._alias_use.get(alias):
+            alias = next((n for n, st in self.state.alias_stmts.items() if st is original_node), None)
+            if alias is not None and self.state.alias_use.get(alias):
                 return cst.RemoveFromParent()
-        prefix = self._stmt_prefix.pop(original_node, None)
+        prefix = self.state.stmt_prefix.pop(original_node, None)
         if prefix and isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             return cst.FlattenSentinel([*prefix, self._with_markers(original_node, updated)])
         return self._with_markers(original_node, updated)
 
     def _with_markers(self, original_node: cst.CSTNode, updated: Any) -> Any:
-        notes = self._markers.pop(original_node, None)
+        notes = self.state.markers.pop(original_node, None)
         if notes:
-            self._placed_markers[original_node] = notes  # kept for a class that falls back to the bridge
+            self.state.placed_markers[original_node] = notes  # kept for a class that falls back to the bridge
         if notes and isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             updated = with_new_markers(updated, notes)
         return updated
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
-        if self._out_features:
+        if self.state.out_features:
             updated = updated.with_changes(body=[self._with_out_features(s) for s in updated.body])
-        if self.uses_nnx:
+        if self.state.uses_nnx:
             updated = drop_unused_linen_imports(ensure_nnx_import(updated))
-        if self.needs_jax_import and "jax" not in {a.evaluated_alias or a.evaluated_name for s in updated.body
+        if self.state.needs_jax_import and "jax" not in {a.evaluated_alias or a.evaluated_name for s in updated.body
                                                    if isinstance(s, cst.SimpleStatementLine) for i in s.body
                                                    if isinstance(i, cst.Import) for a in i.names}:
             updated = updated.with_changes(body=[parse_statement("import jax\n"), *updated.body])
-        if self.needs_math_import:
+        if self.state.needs_math_import:
             updated = ensure_plain_import(updated, "math")
         return updated
 
     def _with_out_features(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
         """A converted class whose output size a caller reads (a loop nest, a factory field bound to
         several classes) ends its ``__init__`` with ``self.out_features = ...``, as NNX layers have."""
-        if not isinstance(stmt, cst.ClassDef) or stmt.name.value not in self._out_features:
+        if not isinstance(stmt, cst.ClassDef) or stmt.name.value not in self.state.out_features:
             return stmt
-        expr = self._out_features[stmt.name.value]
+        expr = self.state.out_features[stmt.name.value]
         body = list(stmt.body.body)
         for i, member in enumerate(body):
             if isinstance(member, cst.FunctionDef) and member.name.value == "__init__":
@@ -1157,7 +1118,7 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     def transform_module(self, tree: cst.Module) -> cst.Module:
         """One pass over a freshly parsed tree (no defensive copy, no extra import passes, no libcst
         metadata: names, parents and positions come from the cheaper helpers above)."""
-        self._module, self._names, self._parents = tree, None, None
+        self.state.tree, self.state.resolver, self.state.parents = tree, None, None
         migrated = tree.visit(self)
         self._place_findings()
         return migrated
@@ -1165,12 +1126,12 @@ class MigrateModules(PlanningMixin, SizingMixin, EmitMixin, Codemod, cst.CSTTran
     def _place_findings(self) -> None:
         """Give the findings the (line, column) of their nodes in the original source, all in one code
         generation pass; a node the codemod built has none (0, 0)."""
-        positions = start_positions(self._module, {node for _, node in self._unplaced})
-        for index, node in self._unplaced:
+        positions = start_positions(self.state.tree, {node for _, node in self.state.unplaced})
+        for index, node in self.state.unplaced:
             if node in positions:
                 line, column = positions[node]
-                self.findings[index] = dataclasses.replace(self.findings[index], line=line, col=column + 1)
-        self._unplaced = []
+                self.state.findings[index] = dataclasses.replace(self.state.findings[index], line=line, col=column + 1)
+        self.state.unplaced = []
 
 
 

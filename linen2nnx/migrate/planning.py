@@ -116,7 +116,7 @@ class PlanningMixin:
             self.report(MOD_004, node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
                         "for the nnx.Rngs", "rename the field before migrating")
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
-        self._methods[plan.name] = methods
+        self.state.methods[plan.name] = methods
         for fn in methods:  # helpers that return a layer: each call is a submodule (see factories.py)
             if fn.name.value in ("__call__", "setup"):
                 continue
@@ -124,8 +124,8 @@ class PlanningMixin:
                                    lambda v: not self._has_side_effects(v))
             if factory is not None:
                 plan.factories[factory.name] = factory
-                self._handled.add(factory.ctor.func)  # built at the call sites, never reported here
-                self._factory_ctors.add(factory.ctor)
+                self.state.handled.add(factory.ctor.func)  # built at the call sites, never reported here
+                self.state.factory_ctors.add(factory.ctor)
         for fn in methods:
             self._plan_method_scan(plan, fn, {m.name.value for m in methods})
         counters: dict[str, int | None] = {}
@@ -187,7 +187,7 @@ class PlanningMixin:
                 rule = command.layer_rule_of(ctor.func)
                 if rule is None or not rule.carry_init or ctor in plan.sites:
                     return
-                command._handled.update({ctor.func, func})
+                command.state.handled.update({ctor.func, func})
                 args = {k: code(a.value) for k, a in command._bind_args(rule.linen_arg_order(), ctor)[0].items()}
                 parent = args.pop("parent", None)
                 same = [s for s in plan.sites.values() if s.rule is rule and s.kind == "layer"
@@ -304,7 +304,7 @@ class PlanningMixin:
             value = stmt.body[0].value
             if not isinstance(target, cst.Name) or counts.get(target.value) != 1 or target.value in params:
                 continue
-            if target.value in self._lift_aliases:
+            if target.value in self.state.lift_aliases:
                 continue  # a transformed class: applied at the call, never replayed
             used = names_in(value) - NOT_LOCAL - comprehension_names(value)
             call_time = {n for n in used if n in counts and n not in pure}
@@ -362,7 +362,7 @@ class PlanningMixin:
                 mode = plan.mode_partials.get(local or "")
                 if mode is None:
                     continue
-                users = [self.linen_classes.get(c) for c in classes]
+                users = [self.state.linen_classes.get(c) for c in classes]
                 built = [self._built_only_through(u, name) if u is not None else None for u in users]
                 if any(b is None for b in built):
                     self.report(MOD_004, arg, f"{local} sets {', '.join(mode)} at call time and is handed to "
@@ -506,7 +506,7 @@ class PlanningMixin:
                 rule = command.layer_rule_of(target.func)
                 user = None if rule is not None else command.user_class_of(target.func)
                 if user is None and isinstance(factory, FieldFactory) and factory.classes:
-                    user = command.linen_classes.get(factory.classes[0])  # `Block` of a kept `BlockLinen`
+                    user = command.state.linen_classes.get(factory.classes[0])  # `Block` of a kept `BlockLinen`
                 variable = factory is None and command.self_call(node) in ("param", "variable")
                 if rule is None and user is None and not variable:
                     if not (isinstance(node.func, cst.Call) and isinstance(node.func.func, cst.Name)
@@ -525,7 +525,7 @@ class PlanningMixin:
                 if variable and command._plan_lazy_variable(plan, node, conditions, local_names):
                     return
                 if conditions is None:
-                    command._handled.add(node)  # this finding says it all
+                    command.state.handled.add(node)  # this finding says it all
                     command.report(MOD_004, node, f"{what} is created under a condition on a call-time value",
                                    "create it in __init__ and decide at call time whether to use it")
                     return
@@ -548,7 +548,7 @@ class PlanningMixin:
                     if nesting is not None:
                         command._plan_nested(plan, node, rule, nesting, counters, user)
                         return
-                    handled = target.func in command._handled
+                    handled = target.func in command.state.handled
                     if in_nest:
                         command._plan_nest_child(plan, target, node, rule, user, factory, self.nest, counters,
                                                  local_names, conditions)
@@ -556,9 +556,9 @@ class PlanningMixin:
                         command._plan_compact_child(plan, target, rule, user, loop, counters, local_names, conditions)
                     if isinstance(factory, FieldFactory):
                         if not handled:
-                            command._handled.discard(target.func)  # the field's default / a binding
+                            command.state.handled.discard(target.func)  # the field's default / a binding
                         if factory.rule is not None:  # `nn.Conv` bound to it becomes `nnx.Conv` where written
-                            command._binding_values.update(dict.fromkeys(factory.values, factory.rule))
+                            command.state.binding_values.update(dict.fromkeys(factory.values, factory.rule))
                     if factory is not None and plan.sites.get(target) is not None:
                         site = plan.sites.pop(target)  # keyed by the call of the helper, which is what the
                         site.ctor, site.factory = node, factory  # rewrite meets; built from the helper later
@@ -572,14 +572,14 @@ class PlanningMixin:
             assert local is not None
             built = sum(1 for site in plan.sites.values() if site.factory is factory)
             if built and built == local.uses:  # every use is a submodule built in __init__: drop the local
-                self._handled.add(local.ctor.func)
-                self._partial_calls[local.partial] = local
-                self._dropped_statements.add(local.statement)
+                self.state.handled.add(local.ctor.func)
+                self.state.partial_calls[local.partial] = local
+                self.state.dropped_statements.add(local.statement)
                 plan.partial_classes.add(local.ctor.func)
             elif local.name in replayable:  # also handed on (`block(norm=norm)`): a config local of __init__
                 plan.pure_locals[local.name] = replayable[local.name]
             if built and isinstance(factory, FieldPartial):
-                self._partial_calls[local.partial] = local  # its uses are built from the rewritten partial
+                self.state.partial_calls[local.partial] = local  # its uses are built from the rewritten partial
         self._flag_class_values(plan, fn)
         self._view_handed_modes(plan)
         self._share_exclusive_attrs(plan)
@@ -639,7 +639,7 @@ class PlanningMixin:
         taken = set(plan.field_names) | {s.attr for s in plan.sites.values()} | {v.attr for v in plan.lazy_vars.values()}
         while attr in taken:
             attr += "_"
-        self._handled.add(node)
+        self.state.handled.add(node)
         plan.lazy_vars[node] = LazyVar(collection, name, attr, var_type, statement, self._call_time_when(node))
         return True
 
@@ -672,7 +672,7 @@ class PlanningMixin:
         if when is None or when == "True":
             return when
         app = self.parent_of(site.ctor)
-        callee = next((m for m in self._methods.get(site.user.name, []) if m.name.value == "__call__"), None)
+        callee = next((m for m in self.state.methods.get(site.user.name, []) if m.name.value == "__call__"), None)
         if not (isinstance(app, cst.Call) and app.func is site.ctor) or callee is None:
             return "True"
         params = [p for p in (*callee.params.params, *callee.params.kwonly_params)][1:]
@@ -725,7 +725,7 @@ class PlanningMixin:
                 return False  # `self.Foo`, `mod.Foo`: not a bare class name of this file
 
             def visit_Name(self, node: cst.Name) -> None:
-                if node in callees or node.value not in command.linen_classes:
+                if node in callees or node.value not in command.state.linen_classes:
                     return
                 command.report(MOD_004, node, f"{node.value} is used as a value in @nn.compact: a module "
                                "built from it at call time cannot be hoisted into __init__",
@@ -863,7 +863,7 @@ class PlanningMixin:
             text = self._restated(plan, test, fn, under)
             for site in under:
                 if text is None:
-                    self._handled.add(site.ctor)
+                    self.state.handled.add(site.ctor)
                     self.report(MOD_004, site.ctor, f"{site.attr} is built under `{code(test.node.test)}`, "
                                 "which the codemod cannot restate from constructor arguments",
                                 "create it in __init__ under a test of the config, and keep the call's test")
@@ -878,7 +878,7 @@ class PlanningMixin:
         feats = [env.get(test.a), env.get(test.b)]
         if any(f is None for f in feats):
             return None
-        self._flow_method = fn.name.value
+        self.state.flow_method = fn.name.value
         widths = [self._static_size(plan, f, params, test.node) for f in feats]  # type: ignore[arg-type]
         if None in widths:
             return None
@@ -999,7 +999,7 @@ class PlanningMixin:
             if n is None and loop is None:
                 tail_of = self._loop_list(plan, class_name)
                 if tail_of is None or conditions:
-                    self._handled.add(node.func)  # this finding says it all
+                    self.state.handled.add(node.func)  # this finding says it all
                     self.report(MOD_004, node, f"auto-named {what} after a loop that built {class_name}s"
                                 + (" under a condition" if tail_of is not None else "") + ": its Linen name "
                                 "depends on the loop length", "give it an explicit name=")
@@ -1031,7 +1031,7 @@ class PlanningMixin:
         site = self._add_site(plan, node, attr=attr, linen_name=linen_name, hoisted=True)
         site.container, site.loop = container, loop
         if loop is not None and loop.index:
-            self._indexed_loops[loop.node] = loop  # `for v in seq` becomes `for v_index, v in enumerate(seq)`
+            self.state.indexed_loops[loop.node] = loop  # `for v in seq` becomes `for v_index, v in enumerate(seq)`
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, {loop.var} if loop else set())
         plan.hoisted_order.append(site)
 
@@ -1085,7 +1085,7 @@ class PlanningMixin:
         elif any(counters.get(n, 0) != 0 for n in names):
             why = f"after other {names[0]}s: its Linen names depend on theirs"
         if why is not None:
-            self._handled.add(target.func)
+            self.state.handled.add(target.func)
             self.report(MOD_004, node, f"{what} built inside nested loops {why} is not hoisted yet",
                         "build the modules in __init__ (an nnx.List) and index it at the call")
             return
@@ -1101,7 +1101,7 @@ class PlanningMixin:
         site = self._add_site(plan, target, attr=attr, linen_name=names[0], hoisted=True)
         site.container, site.nest = "list", nest
         nest.sites.append(site)
-        self._stmt_prefix.setdefault(outer, []).append(parse_statement(
+        self.state.stmt_prefix.setdefault(outer, []).append(parse_statement(
             f"{nest.iterator(site)} = iter(self.{attr})\n"))  # what the loops take the next element of
         nest.statements[id(site)] = statement
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, nest.names)
@@ -1145,7 +1145,7 @@ class PlanningMixin:
         site = Site(kind="layer" if rule else "module", attr=attr, linen_name=linen_name, ctor=call,
                     hoisted=hoisted, rule=rule, user=user, args=bound, lifted=self.lift_chain(call.func))
         plan.sites[call] = site
-        self._handled.add(call.func)
+        self.state.handled.add(call.func)
         if rule is not None and rule.manual_reason:
             self.report(LAYER_002, call, f"nn.{rule.linen}: {rule.manual_reason}",
                         "see docs/rules.md and the reference's layer table")
@@ -1178,7 +1178,7 @@ class PlanningMixin:
                            attr: str | None = None) -> Site | None:
         """``self.param(name, init, *args)`` / ``self.variable(col, name, init, *args)``."""
         kind = self.self_call(call)
-        self._handled.add(call)  # reported here either way: no generic "Linen API" finding on top
+        self.state.handled.add(call)  # reported here either way: no generic "Linen API" finding on top
         args = [a for a in call.args if a.keyword is None]
         need = 2 if kind == "param" else 3
         literal = [a.value for a in args[: need - 1]]

@@ -49,7 +49,7 @@ class SizingMixin:
             params = params[1:]
         if not params:
             return
-        self._flow_method = fn.name.value
+        self.state.flow_method = fn.name.value
         setup_attrs = {s.attr: s for s in plan.sites.values() if not s.hoisted and s.container is None
                        and s.kind in ("layer", "module")}
 
@@ -88,7 +88,7 @@ class SizingMixin:
                                            f"{branch.other}.{site.rule.out_attr})")
             return info
 
-        methods = {m.name.value: m for m in self._methods.get(plan.name, [])}
+        methods = {m.name.value: m for m in self.state.methods.get(plan.name, [])}
         depth = [0]
         setup_locals = set(assigned_names(plan.setup)) if plan.setup is not None else set()
 
@@ -139,7 +139,7 @@ class SizingMixin:
                 return returns[0] if returns and all(r == returns[0] for r in returns) else Feat.unknown(name or "")
             known = plan.method_out.get(name or "")
             if known is None and isinstance(call.func, cst.Name):
-                known = self.function_out.get(call.func.value)
+                known = self.state.function_out.get(call.func.value)
             return None if known is None else transfer(known[1], known[0], args)
 
         def on_assign(assign: cst.Assign) -> None:
@@ -227,8 +227,8 @@ class SizingMixin:
     def _traced_arg(self, plan: ClassPlan, site: Site, arg: str, how: str, node: cst.CSTNode) -> str:
         """A submodule's argument its own config could not express (``traced:6``): the caller's config
         expression with that traced value, when exactly one matches."""
-        matched = self._match_config([int(how.split(":")[1])], self.trace.instances.get(plan.name, [])
-                                     if self.trace is not None else [], plan)
+        matched = self._match_config([int(how.split(":")[1])], self.state.trace.instances.get(plan.name, [])
+                                     if self.state.trace is not None else [], plan)
         if len(matched) == 1:
             self.report(SHAPE_001, node, f"{arg} of {site.user.name if site.user else site.attr} = "
                         f"{matched[0]} (traced: {how.split(':')[1]}; the only config value that matches)")
@@ -239,18 +239,18 @@ class SizingMixin:
         """A Linen cell's hidden size is its carry's last axis (``h.shape[-1]``), not ``features``: the
         two differ when a caller hands in a carry of another width (seq2seq's decoder starts from the
         encoder's state). A trace that shows such a carry makes the NNX cell's size a manual finding."""
-        if (self.trace is None or site.rule is None or site.rule.out_arg not in site.args
+        if (self.state.trace is None or site.rule is None or site.rule.out_arg not in site.args
                 or site.rule.out_arg in site.arg_sources):
             return
-        carried = {sizes[-1] for sizes in self.trace.carries.get((plan.name, site.linen_name), []) if sizes}
+        carried = {sizes[-1] for sizes in self.state.trace.carries.get((plan.name, site.linen_name), []) if sizes}
         features = code(site.args[site.rule.out_arg].value)
-        values = self._config_values(features, self.trace.instances.get(plan.name, []))
+        values = self._config_values(features, self.state.trace.instances.get(plan.name, []))
         if values is None:
             return
         declared = set(values)
         if not carried or not declared or carried == declared:
             return
-        matched = self._match_config(sorted(carried), self.trace.instances.get(plan.name, []), plan)
+        matched = self._match_config(sorted(carried), self.state.trace.instances.get(plan.name, []), plan)
         if len(matched) == 1:
             size = matched[0]
         elif len(carried) == 1:  # not this class's config: a constructor argument its caller fills
@@ -304,7 +304,7 @@ class SizingMixin:
         classes = site.factory.classes if isinstance(site.factory, FieldFactory) else ()
         if len(classes) < 2 and site.nest is None:
             return self._single_layer_info(site)
-        plans = [self.linen_classes.get(c) for c in classes]
+        plans = [self.state.linen_classes.get(c) for c in classes]
         infos = [self._single_layer_info(site if p is site.user else dataclasses.replace(site, user=p))
                  for p in plans if p is not None] if len(classes) > 1 else [self._single_layer_info(site)]
         if len(infos) < max(len(classes), 1):
@@ -333,7 +333,7 @@ class SizingMixin:
             return site.rule.out_attr
         outs: dict[str, str] = {}
         for user in users:
-            if user is None or user.name not in self._converted or user.out is None:
+            if user is None or user.name not in self.state.converted or user.out is None:
                 return None
             if user.out.kind == "expr":
                 outs[user.name] = user.out.expr
@@ -344,7 +344,7 @@ class SizingMixin:
             if "out_features" in user.field_names and outs[user.name] != "self.out_features":
                 return None
         for name, expr in outs.items():
-            self._out_features[name] = expr
+            self.state.out_features[name] = expr
         return "out_features"
 
     def _single_layer_info(self, site: Site) -> LayerInfo:
@@ -513,7 +513,7 @@ class SizingMixin:
             if ran is None or skipped is None:
                 return None
             return ran if ran == skipped else f"({ran} if {feat.expr} else {skipped})"
-        if feat.kind != "input" or self._flow_method != "__call__":
+        if feat.kind != "input" or self.state.flow_method != "__call__":
             return None  # only __call__'s inputs are the module's inputs; a helper's argument may be anything
         arg = "in_features" if feat.input_name == params[0] else f"{feat.input_name}_features"
         while arg in plan.field_names:  # a config field may already be called in_features
@@ -529,7 +529,7 @@ class SizingMixin:
         if static is not None:
             return static
         if feat.kind == "input":
-            feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self._flow_method}")
+            feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self.state.flow_method}")
         flat = self._flat_input(plan, feat, params, node)
         if flat is not None:
             return flat
@@ -547,7 +547,7 @@ class SizingMixin:
         new constructor argument holding the input's shape (``math.prod(x_shape[1:])``)."""
         base = feat.base
         if not (feat.kind == "flatten" and feat.leading and base is not None and base.kind == "input"
-                and self._flow_method == "__call__" and base.input_name in params):
+                and self.state.flow_method == "__call__" and base.input_name in params):
             return None
         arg = f"{base.input_name}_shape"
         while arg in plan.field_names:
@@ -560,7 +560,7 @@ class SizingMixin:
             self.report(SHAPE_002, node, f"{plan.name} gains constructor argument {arg}: the shape of "
                         f"`{base.input_name}`, whose axes after the first {feat.leading} a layer reads flattened",
                         f"pass {arg}={base.input_name}.shape where {plan.name} is built")
-        self.needs_math_import = True
+        self.state.needs_math_import = True
         return f"math.prod({arg}[{feat.leading}:])"
 
     def _required_arg(self, plan: ClassPlan, site: Site, what: str, node: cst.CSTNode) -> str:
@@ -578,9 +578,9 @@ class SizingMixin:
         """An unknown size with a candidate (``x @ y``: y's last axis if y has rank >= 2) is taken only
         when the trace shows the site reading exactly the candidate's size in every traced call."""
         candidate = feat.candidate
-        if self.trace is None or candidate is None or site.loop is not None or site.tail_of is not None:
+        if self.state.trace is None or candidate is None or site.loop is not None or site.tail_of is not None:
             return None
-        shapes = [s for s in self.trace.shapes_for(plan.name, site.linen_name) if s]
+        shapes = [s for s in self.state.trace.shapes_for(plan.name, site.linen_name) if s]
         sizes = {s[-1] for s in shapes}
         if len(sizes) != 1:
             return None
@@ -590,12 +590,12 @@ class SizingMixin:
                 return None
             evidence = f"the reduced value has rank {ranks.pop()}, so axes {list(feat.reduced)} leave its last"
         else:
-            if candidate.kind == "input" and self._flow_method == "__call__" and candidate.input_name in params:
+            if candidate.kind == "input" and self.state.flow_method == "__call__" and candidate.input_name in params:
                 index = params.index(candidate.input_name)
-                seen = {call[index][-1] for call in self.trace.own_inputs.get(plan.name, [])
+                seen = {call[index][-1] for call in self.state.trace.own_inputs.get(plan.name, [])
                         if index < len(call) and call[index]}
             elif candidate.kind == "expr":
-                values = self._config_values(candidate.expr, self.trace.instances.get(plan.name, []))
+                values = self._config_values(candidate.expr, self.state.trace.instances.get(plan.name, []))
                 if values is None:
                     return None
                 seen = set(values)
@@ -611,13 +611,13 @@ class SizingMixin:
         return size
 
     def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
-        if self.trace is None or site.loop is not None or site.tail_of is not None:
+        if self.state.trace is None or site.loop is not None or site.tail_of is not None:
             return None  # the trace knows one Linen name; these sizes change with the loop's length
-        shapes = self.trace.shapes_for(plan.name, site.linen_name)
+        shapes = self.state.trace.shapes_for(plan.name, site.linen_name)
         sizes = sorted({s[-1] for s in shapes if s})
         if not sizes:
             return None
-        configs = self.trace.instances.get(plan.name, [])
+        configs = self.state.trace.instances.get(plan.name, [])
         if feat.kind in ("flatten", "sliced") and feat.base is not None and feat.base.kind == "expr" and configs:
             base = feat.base.expr
             factors = set()
@@ -645,7 +645,7 @@ class SizingMixin:
             self.report(SHAPE_003, node, f"input feature size of {plan.name}.{site.attr} is ambiguous: the "
                         f"traced {sizes[0]} equals {', '.join(matched)}",
                         "pass the size explicitly, or trace with a config where these differ")
-        if len(sizes) == 1 and self.unsafe_fixes:
+        if len(sizes) == 1 and self.state.unsafe_fixes:
             self.report(SHAPE_004, node, f"input feature size of {plan.name}.{site.attr} is the traced literal "
                         f"{sizes[0]}", "replace it with an expression of the config if it can vary")
             return str(sizes[0])
@@ -656,14 +656,14 @@ class SizingMixin:
         the axes its parameter shapes read (each matched to one config value) and 1 for the others
         (batch, length: never read, so any size builds the same parameters)."""
         key = (plan.name, site.linen_name)
-        read = self.trace.dims_read.get(key) if self.trace is not None else None
-        shapes = sorted(set(self.trace.shapes_for(*key))) if self.trace is not None else []
+        read = self.state.trace.dims_read.get(key) if self.state.trace is not None else None
+        shapes = sorted(set(self.state.trace.shapes_for(*key))) if self.state.trace is not None else []
         what = f"{arg} of {site.user.name if site.user else site.attr} ({plan.name}.{site.attr})"
         if read is None or len(shapes) != 1:
             return self._required_arg(plan, site, what, node)
         shape = shapes[0]
-        configs = self.trace.instances.get(plan.name, [])  # type: ignore[union-attr]
-        source = " ".join(code(m) for m in self._methods.get(plan.name, []))
+        configs = self.state.trace.instances.get(plan.name, [])  # type: ignore[union-attr]
+        source = " ".join(code(m) for m in self.state.methods.get(plan.name, []))
         dims = []
         for axis, size in enumerate(shape):
             if axis - len(shape) not in read:
