@@ -298,3 +298,21 @@ def without_keywords(call: cst.Call, names: set[str]) -> cst.Call:
     if kept and args[-1] is not kept[-1]:
         kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
     return call.with_changes(args=kept)
+
+
+def bind_args(order: tuple[str, ...] | list[str], call: cst.Call) -> tuple[dict[str, cst.Arg], cst.Arg | None]:
+    """A call's arguments by parameter name (positional ones named after ``order``), and its ``name=``
+    argument apart: Linen's auto-name, which NNX has no parameter for."""
+    bound: dict[str, cst.Arg] = {}
+    name_arg = None
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    for i, arg in enumerate(positional):
+        if i < len(order):
+            bound[order[i]] = arg
+    for arg in call.args:
+        if arg.keyword is not None:
+            if arg.keyword.value == "name":
+                name_arg = arg
+            else:
+                bound[arg.keyword.value] = arg
+    return bound, name_arg

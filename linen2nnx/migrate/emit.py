@@ -1,6 +1,6 @@
-"""Emitting NNX code: layer constructors, ``__init__``, and the name-map entry of a class.
+"""Emitting NNX code from a plan: layer constructors, ``__init__``, and the name-map entry of a class.
 
-Mixed into :class:`~linen2nnx.migrate.module_rewrite.MigrateModules`; works on the rewritten nodes.
+Part of the *rewrite* step; :class:`Emitter` works on the rewritten nodes the rewriters hand it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from collections.abc import Collection
 import libcst as cst
 
 from linen2nnx.layers import nnx_ctor_params
+from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
+    bind_args,
     code,
     kwarg,
     names_in,
@@ -20,9 +22,14 @@ from linen2nnx.migrate.cst_utils import (
     strip_commas,
     without_keywords,
 )
-from linen2nnx.migrate.factories import call_site_ctor
+from linen2nnx.migrate.factories import (
+    call_site_ctor,
+)
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
-from linen2nnx.migrate.lifted import lifted_ctor, param_axis
+from linen2nnx.migrate.lifted import (
+    lifted_ctor,
+    param_axis,
+)
 from linen2nnx.migrate.rules import (
     MOD_004,
 )
@@ -33,17 +40,22 @@ from linen2nnx.migrate.sites import (
     einsum_bias_shape,
     nest_fors,
     replace_shape_last,
+    root_site,
 )
 from linen2nnx.namemap import Child, ClassEntry
 
 
-class EmitMixin:
+class Emitter:
     """Builds the NNX constructors and the ``__init__`` of a planned class."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.state = ctx.state
 
     def _nnx_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
         rule = site.rule
         assert rule is not None
-        upd_bound, _ = self._bind_args(rule.linen_arg_order(), updated)
+        upd_bound, _ = bind_args(rule.linen_arg_order(), updated)
         for name, source in site.arg_sources.items():
             upd_bound[name] = upd_bound[name].with_changes(value=parse_expression(source))
         args: list[cst.Arg] = [upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
@@ -79,7 +91,7 @@ class EmitMixin:
         args = [a for a in updated.args if not (a.keyword is not None and a.keyword.value == "name")]
         if site.arg_sources:  # `Cell(x.shape[-1])`: the size the dataflow resolved
             assert site.user is not None
-            bound, _ = self._bind_args(site.user.field_names, updated)
+            bound, _ = bind_args(site.user.field_names, updated)
             resolved = {id(bound[name]): source for name, source in site.arg_sources.items() if name in bound}
             args = [a.with_changes(value=parse_expression(resolved[id(a)])) if id(a) in resolved else a
                     for a in args]
@@ -102,7 +114,7 @@ class EmitMixin:
         self.state.uses_nnx = True
         return cst.Call(parse_expression(f"nnx.{site.var_type}"), [cst.Arg(value)])
 
-    def _build(self, site: Site, updated: cst.Call) -> cst.BaseExpression:
+    def build(self, site: Site, updated: cst.Call) -> cst.BaseExpression:
         if site.kind == "layer":
             built = self._nnx_ctor(site, updated)
         elif site.kind == "module":
@@ -127,7 +139,7 @@ class EmitMixin:
             local = site.factory.local if isinstance(site.factory, FieldPartial) else None
             ctor = self.state.factory_updated.get(local.ctor) if local is not None else None
             merged = site.factory.merged(call, ctor)
-            built = self._build(site, merged)
+            built = self.build(site, merged)
             assert isinstance(built, cst.Call)
             given = {a.keyword.value for a in merged.args if a.keyword is not None}
             extra = set(site.rule.extra_kwargs) - given if site.rule is not None else set()
@@ -143,9 +155,9 @@ class EmitMixin:
             return built.with_changes(func=parse_expression(func), args=strip_commas(args))
         ctor = self.state.factory_updated.get(site.factory.ctor, site.factory.ctor)
         built = call_site_ctor(site.factory, call, ctor)
-        return None if built is None else self._build(site, built)
+        return None if built is None else self.build(site, built)
 
-    def _call_site(self, site: Site) -> cst.BaseExpression:
+    def call_site(self, site: Site) -> cst.BaseExpression:
         if site.nest is not None:  # the next element of the list the replayed loops built
             return parse_expression(f"next({site.nest.iterator(site)})")
         ref = f"self.{site.attr}[{site.loop.position}]" if site.loop is not None else f"self.{site.attr}"
@@ -155,7 +167,7 @@ class EmitMixin:
             ref += "[...]"
         return parse_expression(ref)
 
-    def _build_init(self, plan: ClassPlan, setup_body: list[cst.BaseStatement]) -> cst.FunctionDef:
+    def build_init(self, plan: ClassPlan, setup_body: list[cst.BaseStatement]) -> cst.FunctionDef:
         params = ["self"]
         keyword_only = False
         for f in (f for f in plan.fields if f.init):
@@ -197,7 +209,7 @@ class EmitMixin:
             if name in plan.shape_locals:
                 sizes = plan.shape_local_sizes.get(name)
                 if sizes is None:
-                    self.report(MOD_004, plan.pure_locals[name], f"`{name}` reads an input size the dataflow "
+                    self.ctx.report(MOD_004, plan.pure_locals[name], f"`{name}` reads an input size the dataflow "
                                 "cannot tell", "compute it from constructor arguments / config")
                     continue
                 value = stmt.body[0].value  # type: ignore[attr-defined]
@@ -308,15 +320,15 @@ class EmitMixin:
             return stmt.with_changes(body=[assign.with_changes(value=value)])
         return stmt
 
-    def _record_name_map(self, plan: ClassPlan) -> None:
-        key = self._class_key(plan.name)
+    def record_name_map(self, plan: ClassPlan) -> None:
+        key = self.ctx.class_key(plan.name)
         entry = ClassEntry(name=key, module=self.state.module_name, file=self.state.path, new_args=dict(plan.new_args))
         for site in plan.sites.values():
             if site.kind in ("param", "variable"):
                 entry.variables.setdefault(site.collection, {})[site.linen_name] = site.attr
                 continue
-            linen_class = site.rule.linen_qualname if site.rule else (site.user.key or self._class_key(site.user.name))  # type: ignore[union-attr]
-            if site.parent is not None and not self._root_site(site).hoisted:
+            linen_class = site.rule.linen_qualname if site.rule else (site.user.key or self.ctx.class_key(site.user.name))  # type: ignore[union-attr]
+            if site.parent is not None and not root_site(site).hoisted:
                 continue  # inside a setup() layer: Linen names it under that layer (rules map it)
             stacked = site.lifted.stacked if site.lifted is not None else None
             if site.container is None:
@@ -328,21 +340,12 @@ class EmitMixin:
             elif site.nest is not None:  # Linen counts on across the loops: {Class}_{k} is element k
                 classes = site.factory.classes if isinstance(site.factory, FieldFactory) and site.factory.classes else ()
                 for name in classes or (site.linen_name,):
-                    key_of = linen_class if not classes else self._class_key(name)
+                    key_of = linen_class if not classes else self.ctx.class_key(name)
                     entry.children[name] = Child(attr=site.attr, linen_class=key_of, container="list")
         for var in plan.lazy_vars.values():
             entry.variables.setdefault(var.collection, {})[var.name] = var.attr
         for attr, sites in plan.containers.items():
             first = sites[0]
-            linen_class = first.rule.linen_qualname if first.rule else (first.user.key or self._class_key(first.user.name))  # type: ignore[union-attr]
+            linen_class = first.rule.linen_qualname if first.rule else (first.user.key or self.ctx.class_key(first.user.name))  # type: ignore[union-attr]
             entry.children[attr] = Child(attr=attr, linen_class=linen_class, container="list")
         self.state.name_map.classes[key] = entry
-
-    @staticmethod
-    def _root_site(site: Site) -> Site:
-        while site.parent is not None:
-            site = site.parent
-        return site
-
-    def _class_key(self, name: str) -> str:
-        return f"{self.state.module_name}.{name}" if self.state.module_name else name

@@ -1,7 +1,8 @@
-"""Planning a Linen class: what becomes a field, a submodule, a variable, and where it is built.
+"""The *analyse* part of the module pass: a :class:`ClassPlan` for each Linen class.
 
-Mixed into :class:`~linen2nnx.migrate.module_rewrite.MigrateModules`, which supplies ``report``,
-``qualnames`` and ``parent_of``; this part reads the original tree only.
+:class:`ClassPlanner` reads the original tree only: what becomes a field, a submodule, a variable,
+and where it is built. It asks the :class:`~linen2nnx.migrate.sizing.Sizer` for feature sizes and
+the :class:`~linen2nnx.migrate.context.FileContext` for names and findings.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
+from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_in,
     assigned_names,
+    bind_args,
     code,
     comprehension_names,
     names_in,
@@ -37,8 +40,14 @@ from linen2nnx.migrate.factories import (
 )
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.lazy_vars import LazyVar, either
-from linen2nnx.migrate.lifted import SCAN_DECORATORS, LiftError, method_scan
-from linen2nnx.migrate.linen_api import feature_preserving_functions
+from linen2nnx.migrate.lifted import (
+    SCAN_DECORATORS,
+    LiftError,
+    method_scan,
+)
+from linen2nnx.migrate.linen_api import (
+    feature_preserving_functions,
+)
 from linen2nnx.migrate.rules import (
     API_002,
     LAYER_001,
@@ -63,7 +72,6 @@ from linen2nnx.migrate.sites import (
     COLLECTION_TYPES,
     LINEN_BASES,
     LINEN_COMPACT,
-    LINEN_MODULE,
     BranchLocal,
     ClassPlan,
     Field,
@@ -74,21 +82,44 @@ from linen2nnx.migrate.sites import (
     loop_name_prefix,
     nest_fors,
     range_loop,
+    root_site,
     shape_last_refs,
 )
+from linen2nnx.migrate.sizing import Sizer
 
 
-class PlanningMixin:
+class ClassPlanner:
     """Plans one Linen module class on the original tree (no rewriting here)."""
 
-    def is_linen_module(self, node: cst.ClassDef) -> bool:
-        return any(self.qualnames(base.value) & LINEN_MODULE or self.user_class_of(base.value) is not None
-                   for base in node.bases)
+    def __init__(self, ctx: FileContext, sizer: Sizer) -> None:
+        self.ctx = ctx
+        self.state = ctx.state
+        self.sizer = sizer
+
+    def plan_module_class(self, node: cst.ClassDef) -> ClassPlan | None:
+        """Plan ``node`` if it is a Linen module class and record the plan (and its summary for the
+        files that import it); None for any other class."""
+        if not self.ctx.is_linen_module(node):
+            if any(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for m in node.body.body
+                   if isinstance(m, cst.FunctionDef) for d in m.decorators):
+                bases = ", ".join(code(b.value) for b in node.bases) or "object"
+                self.ctx.report(MOD_006, node, f"{node.name.value} uses @nn.compact but its base ({bases}) is "
+                            "not a Linen class of this run", "migrate the file that defines the base in the same run")
+            return None
+        self.state.planning, self.state.pending_blocking = True, []
+        plan = self.plan_class(node)
+        self.state.planning = False
+        plan.blocking = self.state.pending_blocking
+        plan.key = self.ctx.class_key(plan.name)
+        self.state.plans[node] = plan
+        self.state.linen_classes[plan.name] = plan
+        self.state.summaries[plan.key] = plan.summary()
+        return plan
 
     def plan_class(self, node: cst.ClassDef) -> ClassPlan:
         fields: list[Field] = []
         for base in node.bases:  # Linen base classes (this file's or another's) contribute their fields first
-            base_plan = self.user_class_of(base.value)
+            base_plan = self.ctx.user_class_of(base.value)
             if base_plan is not None:
                 fields.extend(base_plan.fields)
         for stmt in node.body.body:
@@ -98,29 +129,29 @@ class PlanningMixin:
                         if "ClassVar" in code(small.annotation.annotation):
                             continue
                         fields = [f for f in fields if f.name != small.target.value]
-                        fields.append(self._field(small))
+                        fields.append(self.ctx.dataclass_field(small))
         plan = ClassPlan(name=node.name.value, fields=fields)
         plan.is_cell = any(LINEN_BASES.get(q) == "nnx.RNNCellBase" for base in node.bases
-                           for q in self.qualnames(base.value)) or any(
-            getattr(self.user_class_of(base.value), "is_cell", False) for base in node.bases)
+                           for q in self.ctx.qualnames(base.value)) or any(
+            getattr(self.ctx.user_class_of(base.value), "is_cell", False) for base in node.bases)
         for stmt in node.body.body:  # `act: Callable = nn.relu`: calling self.act keeps the feature size
             for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
                 if (isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None
-                        and self.qualnames(small.value) & feature_preserving_functions()):
+                        and self.ctx.qualnames(small.value) & feature_preserving_functions()):
                     plan.activation_fields.add(small.target.value)
-        called = {self.self_call(c) for c in calls_in(node.body)} - {None}
+        called = {self.ctx.self_call(c) for c in calls_in(node.body)} - {None}
         for f in plan.fields:  # `act: Callable` with no default, called: what the callers bind it to
-            if f.default is None and f.name in called and self.field_bindings.preserves_features(plan.name, f.name):
+            if f.default is None and f.name in called and self.ctx.field_bindings.preserves_features(plan.name, f.name):
                 plan.activation_fields.add(f.name)
         if "rngs" in plan.field_names:
-            self.report(MOD_004, node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
+            self.ctx.report(MOD_004, node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
                         "for the nnx.Rngs", "rename the field before migrating")
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
         self.state.methods[plan.name] = methods
         for fn in methods:  # helpers that return a layer: each call is a submodule (see factories.py)
             if fn.name.value in ("__call__", "setup"):
                 continue
-            factory = find_factory(fn, lambda f: bool(self.layer_rule_of(f) or self.user_class_of(f)),
+            factory = find_factory(fn, lambda f: bool(self.ctx.layer_rule_of(f) or self.ctx.user_class_of(f)),
                                    lambda v: not self._has_side_effects(v))
             if factory is not None:
                 plan.factories[factory.name] = factory
@@ -133,17 +164,17 @@ class PlanningMixin:
             if fn.name.value == "setup":
                 plan.setup = fn
                 self._plan_setup(plan, fn)
-            elif any(self.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators):
+            elif any(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators):
                 self._plan_compact(plan, fn, counters)
         # 1. helper methods' results (so __call__ can follow values through self.method(x)); 2. __call__ sizes
         # its layers (its inputs may become constructor arguments); 3. other methods fill in what is left.
         others = [fn for fn in methods if fn.name.value not in ("setup", "__call__")]
         calls = [fn for fn in methods if fn.name.value == "__call__"]
         for fn in others:
-            self._run_flow(plan, fn, resolve=False)
+            self.sizer.run_flow(plan, fn, resolve=False)
         for fn in [*calls, *others]:
-            self._run_flow(plan, fn, resolve=True)
-        self._resolve_unused(plan)
+            self.sizer.run_flow(plan, fn, resolve=True)
+        self.sizer.resolve_unused(plan)
         self._restate_shape_tests(plan)
         for fn in methods:
             self._plan_carry_inits(plan, fn)
@@ -158,17 +189,17 @@ class PlanningMixin:
         """``@functools.partial(nn.scan, ...)`` on a method (see :class:`~.lifted.MethodScan`)."""
         for d in fn.decorators:
             call = d.decorator
-            if not (isinstance(call, cst.Call) and self.qualnames(call.func) & {"functools.partial"} and call.args
-                    and call.args[0].keyword is None and self.qualnames(call.args[0].value) & SCAN_DECORATORS):
+            if not (isinstance(call, cst.Call) and self.ctx.qualnames(call.func) & {"functools.partial"} and call.args
+                    and call.args[0].keyword is None and self.ctx.qualnames(call.args[0].value) & SCAN_DECORATORS):
                 continue
-            self._mark_transform_names(call)
+            self.ctx.mark_transform_names(call)
             try:
                 if any(a.keyword is None for a in call.args[1:]):
                     raise LiftError("positional nn.scan arguments are not converted")
                 kwargs = {a.keyword.value: a.value for a in call.args[1:]}  # type: ignore[union-attr]
-                plan.scanned_methods[fn.name.value] = method_scan(kwargs, fn, taken, self.is_broadcast)
+                plan.scanned_methods[fn.name.value] = method_scan(kwargs, fn, taken, self.ctx.is_broadcast)
             except LiftError as err:
-                self.report(XFORM_002, call, f"{plan.name}.{fn.name.value}: {err}",
+                self.ctx.report(XFORM_002, call, f"{plan.name}.{fn.name.value}: {err}",
                             "rewrite with nnx.scan over a step method by hand (reference §4.1)")
 
     def _plan_carry_inits(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
@@ -184,11 +215,11 @@ class PlanningMixin:
                         and isinstance(func.value, cst.Call)):
                     return
                 ctor = func.value
-                rule = command.layer_rule_of(ctor.func)
+                rule = command.ctx.layer_rule_of(ctor.func)
                 if rule is None or not rule.carry_init or ctor in plan.sites:
                     return
                 command.state.handled.update({ctor.func, func})
-                args = {k: code(a.value) for k, a in command._bind_args(rule.linen_arg_order(), ctor)[0].items()}
+                args = {k: code(a.value) for k, a in bind_args(rule.linen_arg_order(), ctor)[0].items()}
                 parent = args.pop("parent", None)
                 same = [s for s in plan.sites.values() if s.rule is rule and s.kind == "layer"
                         and {k: code(a.value) for k, a in s.args.items()} == args]
@@ -204,45 +235,12 @@ class PlanningMixin:
                 elif len(positional) != 2 or len(node.args) != 2:
                     why = "initialize_carry is not called as (rng, input_shape)"
                 if why:
-                    command.report(API_002, node, f"nn.{rule.linen}(...).initialize_carry: {why}",
+                    command.ctx.report(API_002, node, f"nn.{rule.linen}(...).initialize_carry: {why}",
                                    f"call initialize_carry(input_shape, rngs=...) on an nnx.{rule.nnx} by hand")
                     return
                 plan.carry_inits[node] = same[0]
 
         V().walk(fn)
-
-    def _field(self, small: cst.AnnAssign, rewritten: cst.AnnAssign | None = None) -> Field:
-        """A dataclass field; its default's text is taken from ``rewritten`` when given."""
-        default = None
-        init = True
-        if small.value is not None:
-            value = small.value
-            if isinstance(value, cst.Call) and self.qualnames(value.func) & {"dataclasses.field"}:
-                source = rewritten.value if rewritten is not None and isinstance(rewritten.value, cst.Call) else value
-                kw = {a.keyword.value: a.value for a in source.args if a.keyword is not None}
-                if "default" in kw:
-                    default = code(kw["default"])
-                elif "default_factory" in kw:
-                    default = f"{code(kw['default_factory'])}()"
-                init = not (isinstance(kw.get("init"), cst.Name) and kw["init"].value == "False")
-            else:
-                default = code(rewritten.value if rewritten is not None and rewritten.value is not None else value)
-        return Field(small.target.value, code(small.annotation.annotation), default, init)
-
-    def _bind_args(self, order: tuple[str, ...] | list[str], call: cst.Call) -> tuple[dict[str, cst.Arg], cst.Arg | None]:
-        bound: dict[str, cst.Arg] = {}
-        name_arg = None
-        positional = [a for a in call.args if a.keyword is None and not a.star]
-        for i, arg in enumerate(positional):
-            if i < len(order):
-                bound[order[i]] = arg
-        for arg in call.args:
-            if arg.keyword is not None:
-                if arg.keyword.value == "name":
-                    name_arg = arg
-                else:
-                    bound[arg.keyword.value] = arg
-        return bound, name_arg
 
     def _arg_order(self, site_rule: LayerRule | None, user: ClassPlan | None) -> tuple[str, ...]:
         if site_rule is not None:
@@ -272,14 +270,14 @@ class PlanningMixin:
                 if attr is None:
                     continue
                 value = small.value
-                if isinstance(value, cst.Call) and (self.layer_rule_of(value.func) or self.user_class_of(value.func)):
+                if isinstance(value, cst.Call) and (self.ctx.layer_rule_of(value.func) or self.ctx.user_class_of(value.func)):
                     self._add_site(plan, value, attr=attr, linen_name=attr, hoisted=False)
-                elif isinstance(value, cst.Call) and self.self_call(value) in ("param", "variable"):
+                elif isinstance(value, cst.Call) and self.ctx.self_call(value) in ("param", "variable"):
                     site = self._add_variable_site(plan, value, hoisted=False, local_names=set(), attr=attr)
                     if site is not None:
                         plan.setup_vars[attr] = site.kind
                 elif isinstance(value, (cst.List, cst.Tuple)) and value.elements and all(
-                    isinstance(e.value, cst.Call) and (self.layer_rule_of(e.value.func) or self.user_class_of(e.value.func))
+                    isinstance(e.value, cst.Call) and (self.ctx.layer_rule_of(e.value.func) or self.ctx.user_class_of(e.value.func))
                     for e in value.elements
                 ):
                     sites = []
@@ -333,10 +331,10 @@ class PlanningMixin:
     def _mode_partial(self, value: cst.BaseExpression, call_time: set[str]) -> dict[str, str] | None:
         """``partial(nn.BatchNorm, use_running_average=not train, ...)`` whose only call-time reads are
         mode flags NNX takes at the call: ``{flag: source}``; None otherwise."""
-        if not (isinstance(value, cst.Call) and self.qualnames(value.func) & {"functools.partial"} and value.args
+        if not (isinstance(value, cst.Call) and self.ctx.qualnames(value.func) & {"functools.partial"} and value.args
                 and value.args[0].keyword is None and not any(a.star for a in value.args)):
             return None
-        rule = self.layer_rule_of(value.args[0].value)
+        rule = self.ctx.layer_rule_of(value.args[0].value)
         if rule is None:
             return None
         mode = {}
@@ -365,18 +363,18 @@ class PlanningMixin:
                 users = [self.state.linen_classes.get(c) for c in classes]
                 built = [self._built_only_through(u, name) if u is not None else None for u in users]
                 if any(b is None for b in built):
-                    self.report(MOD_004, arg, f"{local} sets {', '.join(mode)} at call time and is handed to "
+                    self.ctx.report(MOD_004, arg, f"{local} sets {', '.join(mode)} at call time and is handed to "
                                 f"{site.attr}, whose class builds such layers otherwise too",
                                 "pass the flag to the submodule's call by hand")
                     continue
                 for flag, source in mode.items():
                     if site.view_kwargs.get(flag, source) != source:
-                        self.report(MOD_004, arg, f"two values of {flag} handed to {site.attr}",
+                        self.ctx.report(MOD_004, arg, f"two values of {flag} handed to {site.attr}",
                                     "pass the flags to the submodule's call by hand")
                     site.view_kwargs[flag] = source
                 if not all(built):  # a class may build none of them (all conditional): no flag to set is fine
                     site.view_kwargs["raise_if_not_found"] = "False"
-                self.report(LAYER_003, arg, f"{', '.join(mode)} of {local} applied at the call of "
+                self.ctx.report(LAYER_003, arg, f"{', '.join(mode)} of {local} applied at the call of "
                             f"{site.attr} through nnx.view")
 
     @staticmethod
@@ -408,7 +406,7 @@ class PlanningMixin:
                 if isinstance(small, cst.Assign) and name in assigned_in(small):
                     value = small.value
                     keeps = isinstance(value, cst.Call) and (
-                        (self.qualnames(value.func) & {"jax.numpy.asarray", "jax.numpy.array", "numpy.asarray"}
+                        (self.ctx.qualnames(value.func) & {"jax.numpy.asarray", "jax.numpy.array", "numpy.asarray"}
                          and value.args and code(value.args[0].value) == name)
                         or (isinstance(value.func, cst.Attribute) and value.func.attr.value == "astype"
                             and code(value.func.value) == name))
@@ -425,7 +423,7 @@ class PlanningMixin:
         class V(FastVisitor):
             def visit_Call(self, node: cst.Call) -> None:
                 nonlocal found
-                if (command.self_call(node) or command.layer_rule_of(node.func) or command.user_class_of(node.func)
+                if (command.ctx.self_call(node) or command.ctx.layer_rule_of(node.func) or command.ctx.user_class_of(node.func)
                         or isinstance(node.func, cst.Call)):
                     found = True
 
@@ -433,7 +431,7 @@ class PlanningMixin:
         return found
 
     def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
-        self.collect_lift_aliases(fn.body.body)
+        self.ctx.collect_lift_aliases(fn.body.body)
         counts = assigned_names(fn)
         plan.compact = fn
         plan.pure_locals = self._pure_locals(plan, fn)
@@ -492,30 +490,30 @@ class PlanningMixin:
 
             def visit_Call(self, node: cst.Call) -> None:
                 target = node  # the constructor call: written here, or returned by a factory method
-                factory: Any = plan.factories.get(command.self_call(node) or "")
+                factory: Any = plan.factories.get(command.ctx.self_call(node) or "")
                 if factory is None and isinstance(node.func, cst.Name):
                     factory = partials.get(node.func.value)  # `dense = partial(nn.Dense, ...)`; `dense(...)(x)`
-                if factory is None and command.self_call(node) is not None and command.applied(node):
-                    factory = command.field_factory(plan, command.self_call(node))  # `self.conv(...)(x)`
+                if factory is None and command.ctx.self_call(node) is not None and command.applied(node):
+                    factory = command.ctx.field_factory(plan, command.ctx.self_call(node))  # `self.conv(...)(x)`
                 if factory is not None:
                     target = call_site_ctor(factory, node)
                     if target is None:
-                        command.report(MOD_004, node, f"self.{factory.name}(...) arguments do not bind to its "
+                        command.ctx.report(MOD_004, node, f"self.{factory.name}(...) arguments do not bind to its "
                                        "parameters", "call it with its parameters, or build the layer by hand")
                         return
-                rule = command.layer_rule_of(target.func)
-                user = None if rule is not None else command.user_class_of(target.func)
+                rule = command.ctx.layer_rule_of(target.func)
+                user = None if rule is not None else command.ctx.user_class_of(target.func)
                 if user is None and isinstance(factory, FieldFactory) and factory.classes:
                     user = command.state.linen_classes.get(factory.classes[0])  # `Block` of a kept `BlockLinen`
-                variable = factory is None and command.self_call(node) in ("param", "variable")
+                variable = factory is None and command.ctx.self_call(node) in ("param", "variable")
                 if rule is None and user is None and not variable:
                     if not (isinstance(node.func, cst.Call) and isinstance(node.func.func, cst.Name)
                             and node.func.func.value in partials):  # `dense(...)(x)`: planned at `dense(...)`
                         command._flag_unknown_submodule(node, plan)
                     return
-                what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{command.self_call(node)}")
+                what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{command.ctx.self_call(node)}")
                 if self.blocked:
-                    command.report(MOD_004, node, f"{what} created inside a while loop, comprehension, lambda "
+                    command.ctx.report(MOD_004, node, f"{what} created inside a while loop, comprehension, lambda "
                                    "or loop over call-time values in @nn.compact is not hoisted yet",
                                    "create it in __init__ (an nnx.List for several) and index it at the call")
                     return
@@ -526,20 +524,20 @@ class PlanningMixin:
                     return
                 if conditions is None:
                     command.state.handled.add(node)  # this finding says it all
-                    command.report(MOD_004, node, f"{what} is created under a condition on a call-time value",
+                    command.ctx.report(MOD_004, node, f"{what} is created under a condition on a call-time value",
                                    "create it in __init__ and decide at call time whether to use it")
                     return
-                lifted = None if variable else command.check_lifted(target)
+                lifted = None if variable else command.ctx.check_lifted(target)
                 if lifted is False:
                     return
                 before = len(plan.hoisted_order)
                 if in_nest and (variable or lifted is not None or command._nesting(plan, node) is not None):
-                    command.report(MOD_004, node, f"{what} inside nested loops (or a loop body with locals) "
+                    command.ctx.report(MOD_004, node, f"{what} inside nested loops (or a loop body with locals) "
                                    "is not hoisted yet", "create it in __init__ (an nnx.List for several)")
                     return
                 if variable:
                     if loop is not None:
-                        command.report(MOD_004, node, f"{what} inside a loop is not hoisted yet",
+                        command.ctx.report(MOD_004, node, f"{what} inside a loop is not hoisted yet",
                                        "create the variables in __init__")
                         return
                     command._add_variable_site(plan, node, hoisted=True, local_names=local_names)
@@ -621,7 +619,7 @@ class PlanningMixin:
         """``self.variable`` of a non-param collection that Linen creates on the init call (under a
         call-time condition, or sized by call-time values, or a decode cache): created on the first
         call in NNX too (see lazy_vars.py). True when planned so."""
-        if self.self_call(node) != "variable":
+        if self.ctx.self_call(node) != "variable":
             return False
         args = [a for a in node.args if a.keyword is None and not a.star]
         if len(args) < 3 or len(args) != len(node.args) or not all(
@@ -632,7 +630,7 @@ class PlanningMixin:
         call_time = any((names_in(a.value) - NOT_LOCAL) & local_names for a in args[2:])
         if var_type is None or collection == "params" or not (conditions is None or call_time or collection == "cache"):
             return False
-        statement = self._statement_of(node)
+        statement = self.ctx.statement_of(node)
         if not isinstance(statement, cst.SimpleStatementLine):
             return False
         attr = name if name.isidentifier() else snake_case(name)
@@ -646,12 +644,12 @@ class PlanningMixin:
     def _call_time_when(self, node: cst.CSTNode) -> str:
         """The ``if`` tests around ``node`` in its method, when they only read the method's parameters
         and config (``decode``, ``not self.deterministic``); "True" otherwise."""
-        fn = self._enclosing_function(node)
+        fn = self.ctx.enclosing_function(node)
         if fn is None:
             return "True"
         params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)} - {"self"}
         tests: list[str] = []
-        prev, cur = node, self.parent_of(node)
+        prev, cur = node, self.ctx.parent_of(node)
         while cur is not None and cur is not fn:
             if isinstance(cur, cst.If):
                 if (names_in(cur.test) - NOT_LOCAL - {"self"}) - params:
@@ -660,7 +658,7 @@ class PlanningMixin:
                     tests.insert(0, code(cur.test))
                 elif prev is cur.orelse:
                     tests.insert(0, f"not ({code(cur.test)})")
-            prev, cur = cur, self.parent_of(cur)
+            prev, cur = cur, self.ctx.parent_of(cur)
         if not tests:
             return "True"
         return " and ".join(f"({t})" if len(tests) > 1 else t for t in tests)
@@ -671,7 +669,7 @@ class PlanningMixin:
         when = site.user.state_when if site.user is not None else None
         if when is None or when == "True":
             return when
-        app = self.parent_of(site.ctor)
+        app = self.ctx.parent_of(site.ctor)
         callee = next((m for m in self.state.methods.get(site.user.name, []) if m.name.value == "__call__"), None)
         if not (isinstance(app, cst.Call) and app.func is site.ctor) or callee is None:
             return "True"
@@ -686,12 +684,11 @@ class PlanningMixin:
                 if p.default is None:
                     return "True"
                 values[p.name.value] = code(p.default)
-        caller = self._enclosing_function(app)
+        caller = self.ctx.enclosing_function(app)
         mine = {p.name.value for p in (*caller.params.params, *caller.params.kwonly_params)} if caller else set()
         result = code(substitute(parse_expression(when), values))
         ok = names_in(parse_expression(result)) - NOT_LOCAL - {"self"} <= mine | set(plan.pure_locals)
         return result if ok else "True"
-
 
     @staticmethod
     def _share_exclusive_attrs(plan: ClassPlan) -> None:
@@ -718,7 +715,7 @@ class PlanningMixin:
 
         class Values(FastVisitor):
             def visit_Call(self, node: cst.Call) -> None:
-                if command.transform_kind(node.func) is not None:  # nn.scan(Cell, ...): a site, or XFORM-002
+                if command.ctx.transform_kind(node.func) is not None:  # nn.scan(Cell, ...): a site, or XFORM-002
                     callees.update(a.value for a in node.args)
 
             def visit_Attribute(self, node: cst.Attribute) -> bool:
@@ -727,7 +724,7 @@ class PlanningMixin:
             def visit_Name(self, node: cst.Name) -> None:
                 if node in callees or node.value not in command.state.linen_classes:
                     return
-                command.report(MOD_004, node, f"{node.value} is used as a value in @nn.compact: a module "
+                command.ctx.report(MOD_004, node, f"{node.value} is used as a value in @nn.compact: a module "
                                "built from it at call time cannot be hoisted into __init__",
                                "build the module in __init__ (an nnx transform of the class for vmap / scan)")
 
@@ -745,13 +742,13 @@ class PlanningMixin:
         ctor = node.func
         if not isinstance(ctor, cst.Call) or not isinstance(ctor.func, (cst.Name, cst.Attribute)):
             return
-        if self.layer_rule_of(ctor.func) or self.user_class_of(ctor.func):
+        if self.ctx.layer_rule_of(ctor.func) or self.ctx.user_class_of(ctor.func):
             return  # a known layer / class: planned on its own
         factory_field = self_attr(ctor.func)
-        if factory_field is not None and self.field_factory(plan, factory_field) is not None:
+        if factory_field is not None and self.ctx.field_factory(plan, factory_field) is not None:
             return  # built from a module-factory field whose bindings the codemod follows: planned there
         if factory_field in plan.field_names and factory_field not in plan.factories:
-            self.report(MOD_008, ctor, f"self.{factory_field}(...)(...) builds a submodule from the "
+            self.ctx.report(MOD_008, ctor, f"self.{factory_field}(...)(...) builds a submodule from the "
                         f"module-factory field {factory_field!r} at call time",
                         f"build it in __init__: self.<name> = {factory_field}(in_features, ..., rngs=rngs), "
                         "with an NNX layer class passed in")
@@ -759,20 +756,20 @@ class PlanningMixin:
         name = ctor.func.value if isinstance(ctor.func, cst.Name) else ctor.func.attr.value
         if isinstance(ctor.func, cst.Name) and self._bound_to_partial(ctor, name):
             # `QKVDense = partial(Dense, ...)` then `QKVDense(name='q')(x)`: a module built through a local
-            self.report(MOD_004, ctor, f"{name}(...)(...) builds a submodule through the local {name}, "
+            self.ctx.report(MOD_004, ctor, f"{name}(...)(...) builds a submodule through the local {name}, "
                         "which the codemod does not follow", "build the module in __init__ with its class")
             return
-        if not name[:1].isupper() or self.self_call(ctor) is not None:
+        if not name[:1].isupper() or self.ctx.self_call(ctor) is not None:
             return
-        qualnames = self.qualnames(ctor.func)
+        qualnames = self.ctx.qualnames(ctor.func)
         if any(q.startswith(("jax.", "jnp.", "numpy.", "functools.")) for q in qualnames):
             return
-        self.report(MOD_006, ctor, f"{name}(...)(...) looks like a Linen submodule that is not part of this "
+        self.ctx.report(MOD_006, ctor, f"{name}(...)(...) looks like a Linen submodule that is not part of this "
                     "run", "migrate the file that defines it in the same run, or convert it by hand")
 
     def applied(self, node: cst.Call) -> bool:
         """Is ``node`` immediately called (``node(...)``): a module built and applied in place?"""
-        parent = self.parent_of(node)
+        parent = self.ctx.parent_of(node)
         return isinstance(parent, cst.Call) and parent.func is node
 
     def _partial_locals(self, plan: ClassPlan, fn: cst.FunctionDef,
@@ -789,9 +786,9 @@ class PlanningMixin:
         reads = {name: n - assigned.get(name, 0) for name, n in reads.items()}
         found = {}
         for stmt in fn.body.body:
-            local = find_partial_local(stmt, lambda f: bool(self.layer_rule_of(f) or self.user_class_of(f)
+            local = find_partial_local(stmt, lambda f: bool(self.ctx.layer_rule_of(f) or self.ctx.user_class_of(f)
                                                             or self._factory_field_of(plan, f)),
-                                       lambda f: bool(self.qualnames(f) & {"functools.partial"}), reads, assigned)
+                                       lambda f: bool(self.ctx.qualnames(f) & {"functools.partial"}), reads, assigned)
             field = self._factory_field_of(plan, local.ctor.func) if local is not None else None
             if field is not None:
                 found[local.name] = FieldPartial(**{f.name: getattr(field, f.name) for f in dataclasses.fields(field)},
@@ -803,11 +800,11 @@ class PlanningMixin:
     def _factory_field_of(self, plan: ClassPlan, func: cst.BaseExpression) -> FieldFactory | None:
         """``self.conv`` naming a module-factory field of ``plan`` whose bindings agree."""
         field = self_attr(func)
-        return self.field_factory(plan, field) if field is not None else None
+        return self.ctx.field_factory(plan, field) if field is not None else None
 
     def _bound_to_partial(self, node: cst.CSTNode, name: str) -> bool:
         """Is ``name`` a local of the function around ``node`` assigned a ``functools.partial(...)``?"""
-        owner = self._enclosing_function(node)
+        owner = self.ctx.enclosing_function(node)
         if owner is None:
             return False
         command = self
@@ -818,7 +815,7 @@ class PlanningMixin:
                 nonlocal found
                 if (any(isinstance(t.target, cst.Name) and t.target.value == name for t in assign.targets)
                         and isinstance(assign.value, cst.Call)
-                        and command.qualnames(assign.value.func) & {"functools.partial"}):
+                        and command.ctx.qualnames(assign.value.func) & {"functools.partial"}):
                     found = True
 
         Assigns().walk(owner.body)
@@ -830,7 +827,7 @@ class PlanningMixin:
         uses a call-time value, so the construction cannot be decided in __init__ -- but for a shape
         test (``if residual.shape != y.shape``), restated once the dataflow has run (shape_tests.py)."""
         conditions: list[str] = []
-        prev, cur = node, self.parent_of(node)
+        prev, cur = node, self.ctx.parent_of(node)
         while cur is not None and cur is not fn:
             if isinstance(cur, cst.If):
                 if (names_in(cur.test) - NOT_LOCAL) & local_names:
@@ -844,7 +841,7 @@ class PlanningMixin:
                     conditions.insert(0, test)
                 elif prev is cur.orelse:
                     conditions.insert(0, f"not ({test})")
-            prev, cur = cur, self.parent_of(cur)
+            prev, cur = cur, self.ctx.parent_of(cur)
         return conditions
 
     def _shape_test(self, plan: ClassPlan, node: cst.If, fn: cst.FunctionDef) -> ShapeTest | None:
@@ -864,7 +861,7 @@ class PlanningMixin:
             for site in under:
                 if text is None:
                     self.state.handled.add(site.ctor)
-                    self.report(MOD_004, site.ctor, f"{site.attr} is built under `{code(test.node.test)}`, "
+                    self.ctx.report(MOD_004, site.ctor, f"{site.attr} is built under `{code(test.node.test)}`, "
                                 "which the codemod cannot restate from constructor arguments",
                                 "create it in __init__ under a test of the config, and keep the call's test")
                     continue
@@ -879,10 +876,10 @@ class PlanningMixin:
         if any(f is None for f in feats):
             return None
         self.state.flow_method = fn.name.value
-        widths = [self._static_size(plan, f, params, test.node) for f in feats]  # type: ignore[arg-type]
+        widths = [self.sizer.static_size(plan, f, params, test.node) for f in feats]  # type: ignore[arg-type]
         if None in widths:
             return None
-        if any(self.qualnames(c.func) & POOLING for c in calls_in(fn)):
+        if any(self.ctx.qualnames(c.func) & POOLING for c in calls_in(fn)):
             return None
         strides = []
         first = plan.hoisted_order.index(under[0])
@@ -909,17 +906,17 @@ class PlanningMixin:
 
     def _nesting(self, plan: ClassPlan, node: cst.Call) -> tuple[Site, str, int] | None:
         """(outer layer site, its argument, list index) when ``node`` is built as a layer argument."""
-        parent = self.parent_of(node)
+        parent = self.ctx.parent_of(node)
         index = -1
         if isinstance(parent, cst.Element):
-            container = self.parent_of(parent)
+            container = self.ctx.parent_of(parent)
             if not isinstance(container, (cst.List, cst.Tuple)):
                 return None
             index = [e.value for e in container.elements].index(node)
-            parent = self.parent_of(container)
+            parent = self.ctx.parent_of(container)
         if not isinstance(parent, cst.Arg):
             return None
-        call = self.parent_of(parent)
+        call = self.ctx.parent_of(parent)
         outer = plan.sites.get(call) if isinstance(call, cst.Call) else None
         if outer is None or outer.rule is None:
             return None
@@ -939,7 +936,7 @@ class PlanningMixin:
         outer, arg_name, index = nesting
         subpath = f"{outer.rule.varargs_list}/{index}" if index >= 0 else outer.rule.nested[arg_name]  # type: ignore[union-attr]
         class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
-        _, name_arg = self._bind_args(self._arg_order(rule, user), node)
+        _, name_arg = bind_args(self._arg_order(rule, user), node)
         if name_arg is not None and isinstance(name_arg.value, cst.SimpleString):
             linen_name = name_arg.value.evaluated_value  # explicit names consume no counter
         else:
@@ -949,8 +946,8 @@ class PlanningMixin:
         site = self._add_site(plan, node, attr=f"{outer.attr}/{subpath}", linen_name=linen_name, hoisted=False)
         site.parent, site.nested_arg, site.element = outer, arg_name, index
         outer.nested.append(site)
-        root = self._root_site(site)
-        local_names = set(assigned_names(self._enclosing_function(node))) - set(plan.pure_locals)
+        root = root_site(site)
+        local_names = set(assigned_names(self.ctx.enclosing_function(node))) - set(plan.pure_locals)
         moved = []
         for name, arg in site.args.items():
             uses = (names_in(arg.value) - NOT_LOCAL) & local_names
@@ -961,17 +958,17 @@ class PlanningMixin:
             if shape_locals is not None and not (rule is not None and name in rule.call_args):
                 site.shape_refs[name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
             elif rule is None:
-                self.report(MOD_004, arg, f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
+                self.ctx.report(MOD_004, arg, f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
                             f"uses the call-time value {', '.join(sorted(uses))}", "build this module by hand")
             elif name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:
                 root.view_kwargs[name] = value  # the call becomes nnx.view(layer, deterministic=...)(x)
                 moved.append(name)
             else:
-                self.report(MOD_004, arg, f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
+                self.ctx.report(MOD_004, arg, f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
                             f"uses the call-time value {', '.join(sorted(uses))}", "build this layer by hand")
         site.moved_args = tuple(moved)
         if moved and rule is not None:
-            self.report(LAYER_003, node, f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
+            self.ctx.report(LAYER_003, node, f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
                         f"self.{root.attr} through nnx.view")
 
     def _plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
@@ -979,7 +976,7 @@ class PlanningMixin:
                             conditions: list[str] | None = None) -> None:
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
         class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
-        bound, name_arg = self._bind_args(self._arg_order(rule, user), node)
+        bound, name_arg = bind_args(self._arg_order(rule, user), node)
         container = None
         if name_arg is not None:
             name_value = name_arg.value
@@ -991,7 +988,7 @@ class PlanningMixin:
             elif loop is not None and (prefix := loop_name_prefix(name_value, loop.var)) is not None:
                 linen_name, attr, container = prefix, snake_case(prefix), "list"
             else:
-                self.report(MOD_004, name_arg, f"{what}(name=...) is not a literal the codemod can follow",
+                self.ctx.report(MOD_004, name_arg, f"{what}(name=...) is not a literal the codemod can follow",
                             "use a string literal, or f'prefix_{i}' inside `for i in range(n)`")
                 return
         else:
@@ -1000,7 +997,7 @@ class PlanningMixin:
                 tail_of = self._loop_list(plan, class_name)
                 if tail_of is None or conditions:
                     self.state.handled.add(node.func)  # this finding says it all
-                    self.report(MOD_004, node, f"auto-named {what} after a loop that built {class_name}s"
+                    self.ctx.report(MOD_004, node, f"auto-named {what} after a loop that built {class_name}s"
                                 + (" under a condition" if tail_of is not None else "") + ": its Linen name "
                                 "depends on the loop length", "give it an explicit name=")
                     return
@@ -1012,12 +1009,12 @@ class PlanningMixin:
                 plan.hoisted_order.append(site)
                 return
             if n is None:
-                self.report(MOD_004, node, f"auto-named {what} after a loop that built {class_name}s: its "
+                self.ctx.report(MOD_004, node, f"auto-named {what} after a loop that built {class_name}s: its "
                             "Linen name depends on the loop length", "give it an explicit name=")
                 return
             if loop is not None:
                 if n:
-                    self.report(MOD_004, node, f"auto-named {what} built in a loop after other {class_name}s",
+                    self.ctx.report(MOD_004, node, f"auto-named {what} built in a loop after other {class_name}s",
                                 "give the loop's modules name=f'prefix_{i}'")
                     return
                 counters[class_name] = None
@@ -1065,12 +1062,12 @@ class PlanningMixin:
         line of the loops' own bodies."""
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
         names = factory.linen_names if isinstance(factory, FieldFactory) else (rule.linen if rule else user.name,)  # type: ignore[union-attr]
-        bound, name_arg = self._bind_args(self._arg_order(rule, user), target)
-        statement = self._enclosing_statement(node)
+        bound, name_arg = bind_args(self._arg_order(rule, user), target)
+        statement = self.ctx.enclosing_statement(node)
         outer = statement
         depth = 0
         while outer is not None and not (isinstance(outer, cst.For) and depth == len(loops)):
-            outer = self.parent_of(outer)
+            outer = self.ctx.parent_of(outer)
             if isinstance(outer, cst.For):
                 depth += 1
             elif not isinstance(outer, (cst.IndentedBlock, cst.For)):
@@ -1086,7 +1083,7 @@ class PlanningMixin:
             why = f"after other {names[0]}s: its Linen names depend on theirs"
         if why is not None:
             self.state.handled.add(target.func)
-            self.report(MOD_004, node, f"{what} built inside nested loops {why} is not hoisted yet",
+            self.ctx.report(MOD_004, node, f"{what} built inside nested loops {why} is not hoisted yet",
                         "build the modules in __init__ (an nnx.List) and index it at the call")
             return
         counters.update(dict.fromkeys(names, None))
@@ -1130,27 +1127,27 @@ class PlanningMixin:
                 elif shape_locals is not None:
                     site.shape_refs[arg_name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
                 else:
-                    self.report(MOD_004, arg, f"argument {arg_name}= of {what} uses the call-time value "
+                    self.ctx.report(MOD_004, arg, f"argument {arg_name}= of {what} uses the call-time value "
                                 f"{', '.join(sorted(uses))} and cannot move to __init__",
                                 "compute it from constructor arguments / config")
         site.moved_args = tuple(moved)
         if moved:
-            self.report(LAYER_003, site.ctor, f"{', '.join(moved)} of {what} moved to the call of "
+            self.ctx.report(LAYER_003, site.ctor, f"{', '.join(moved)} of {what} moved to the call of "
                         f"self.{site.attr}")
 
     def _add_site(self, plan: ClassPlan, call: cst.Call, *, attr: str, linen_name: str, hoisted: bool) -> Site:
-        rule = self.layer_rule_of(call.func)
-        user = None if rule else self.user_class_of(call.func)
-        bound, _ = self._bind_args(self._arg_order(rule, user), call)
+        rule = self.ctx.layer_rule_of(call.func)
+        user = None if rule else self.ctx.user_class_of(call.func)
+        bound, _ = bind_args(self._arg_order(rule, user), call)
         site = Site(kind="layer" if rule else "module", attr=attr, linen_name=linen_name, ctor=call,
-                    hoisted=hoisted, rule=rule, user=user, args=bound, lifted=self.lift_chain(call.func))
+                    hoisted=hoisted, rule=rule, user=user, args=bound, lifted=self.ctx.lift_chain(call.func))
         plan.sites[call] = site
         self.state.handled.add(call.func)
         if rule is not None and rule.manual_reason:
-            self.report(LAYER_002, call, f"nn.{rule.linen}: {rule.manual_reason}",
+            self.ctx.report(LAYER_002, call, f"nn.{rule.linen}: {rule.manual_reason}",
                         "see docs/rules.md and the reference's layer table")
         if rule is not None and rule.linen == "Einsum" and einsum_bias_shape(bound) is None:
-            self.report(LAYER_002, call, "nn.Einsum bias shape cannot be derived statically (needs literal "
+            self.ctx.report(LAYER_002, call, "nn.Einsum bias shape cannot be derived statically (needs literal "
                         "shape and einsum_str without '...')", "give nnx.Einsum its bias_shape by hand")
         if rule is not None:
             for arg_name, arg in bound.items():
@@ -1161,15 +1158,15 @@ class PlanningMixin:
                     check = ARG_CHECKS[rule.dropped_when[arg_name]]
                     if check.passes(code(arg.value)):
                         site.dropped_args += (arg_name,)
-                        self.report(LAYER_001, arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}")
+                        self.ctx.report(LAYER_001, arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}")
                     else:
-                        self.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no "
+                        self.ctx.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no "
                                     f"nnx.{rule.nnx} equivalent", f"see the nnx.{rule.nnx} signature; re-express it")
                 elif arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
-                    self.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
+                    self.ctx.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
                                 "equivalent", f"see the nnx.{rule.nnx} signature; drop or re-express it")
                 elif arg_name in rule.only_values and code(arg.value) not in rule.only_values[arg_name]:
-                    self.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
+                    self.ctx.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
                                 f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
                                 f"rewrite this nnx.{rule.nnx} by hand")
         return site
@@ -1177,25 +1174,25 @@ class PlanningMixin:
     def _add_variable_site(self, plan: ClassPlan, call: cst.Call, *, hoisted: bool, local_names: set[str],
                            attr: str | None = None) -> Site | None:
         """``self.param(name, init, *args)`` / ``self.variable(col, name, init, *args)``."""
-        kind = self.self_call(call)
+        kind = self.ctx.self_call(call)
         self.state.handled.add(call)  # reported here either way: no generic "Linen API" finding on top
         args = [a for a in call.args if a.keyword is None]
         need = 2 if kind == "param" else 3
         literal = [a.value for a in args[: need - 1]]
         if (len(args) < need or any(a.star for a in call.args)
                 or not all(isinstance(v, cst.SimpleString) for v in literal)):
-            self.report(API_002, call, f"self.{kind}(...) with non-literal names or keyword-only arguments",
+            self.ctx.report(API_002, call, f"self.{kind}(...) with non-literal names or keyword-only arguments",
                         "create the nnx.Variable in __init__ by hand")
             return None
         collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
         name = literal[-1].evaluated_value  # type: ignore[union-attr]
         var_type = COLLECTION_TYPES.get(collection)
         if var_type is None:
-            self.report(API_002, call, f"self.variable in the custom collection {collection!r}",
+            self.ctx.report(API_002, call, f"self.variable in the custom collection {collection!r}",
                         "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name")
             return None
         if any(a.keyword is not None for a in call.args):
-            self.report(API_002, call, f"self.{kind}(...) keyword arguments are not converted yet",
+            self.ctx.report(API_002, call, f"self.{kind}(...) keyword arguments are not converted yet",
                         "create the nnx.Variable in __init__ by hand")
             return None
         shape_refs: dict[str, list[str]] = {}
@@ -1203,14 +1200,14 @@ class PlanningMixin:
             uses = (names_in(a.value) - NOT_LOCAL) & local_names
             refs = shape_last_refs(a.value, uses) if uses else None
             if uses and refs is None:
-                self.report(MOD_004, call, f"self.{kind}({name!r}, ...) uses the call-time value "
+                self.ctx.report(MOD_004, call, f"self.{kind}({name!r}, ...) uses the call-time value "
                             f"{', '.join(sorted(uses))} and cannot move to __init__",
                             "derive its shape from constructor arguments, or use --trace")
                 return None
             if refs:
                 shape_refs[str(i)] = refs  # (x.shape[-1], features): the dataflow knows x's size
         if collection == "cache" and hoisted:
-            self.report(API_002, call, "a Linen decode cache created at call time", "use NNX's init_cache pattern")
+            self.ctx.report(API_002, call, "a Linen decode cache created at call time", "use NNX's init_cache pattern")
             return None
         attr = attr or (name if name.isidentifier() else snake_case(name))
         if attr in plan.field_names:
@@ -1245,7 +1242,7 @@ class PlanningMixin:
             while arg in plan.field_names:
                 arg += "_"
             plan.new_args[arg] = "input_shape:0"
-            self.report(SHAPE_002, plan.pure_locals[next(n for n in plan.needed_locals
+            self.ctx.report(SHAPE_002, plan.pure_locals[next(n for n in plan.needed_locals
                                                                  if n in plan.input_shape_locals)],
                         f"{plan.name} gains constructor argument {arg}: the shape of `{plan.shape_input}`, which its "
                         "parameter shapes read", f"pass {arg}=x.shape where {plan.name} is built")

@@ -352,3 +352,8 @@ def replace_shape_last(value: cst.BaseExpression, sizes: dict[str, str]) -> str:
     return code(value.visit(T()))
 
 
+def root_site(site: Site) -> Site:
+    """The outermost site a nested site is built inside (itself when not nested)."""
+    while site.parent is not None:
+        site = site.parent
+    return site

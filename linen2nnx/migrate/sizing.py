@@ -1,6 +1,6 @@
 """Sizing: the input feature size of every layer, from static dataflow, the trace, or a new argument.
 
-Mixed into :class:`~linen2nnx.migrate.module_rewrite.MigrateModules`. The order of evidence is the
+Part of the *analyse* step: :class:`Sizer` fills in the sites of a plan. The order of evidence is the
 contract of the ``migrate`` docs: static dataflow, then the trace, then a required constructor
 argument with a ``manual`` finding -- never a guessed number.
 """
@@ -13,6 +13,7 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_names,
@@ -40,10 +41,14 @@ from linen2nnx.migrate.sites import (
 )
 
 
-class SizingMixin:
+class Sizer:
     """Resolves ``in_features`` (and other input-derived sizes) for the sites of a plan."""
 
-    def _run_flow(self, plan: ClassPlan, fn: cst.FunctionDef, resolve: bool) -> None:
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.state = ctx.state
+
+    def run_flow(self, plan: ClassPlan, fn: cst.FunctionDef, resolve: bool) -> None:
         params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
         if params and params[0] == "self":
             params = params[1:]
@@ -96,7 +101,7 @@ class SizingMixin:
             """A parameter of the class, as its last axis and rank (see dataflow.py)."""
             if isinstance(node, cst.Call):
                 site = plan.sites.get(node)
-                owner = self._enclosing_function(node) if site is not None else None
+                owner = self.ctx.enclosing_function(node) if site is not None else None
                 local = set(assigned_names(owner)) if owner is not None else set()
             else:
                 attr = self_attr(node)
@@ -127,7 +132,7 @@ class SizingMixin:
             if callee is not None and depth[0] < 3 and name not in ("__call__", "setup"):
                 # inline the helper with the caller's values, so layers it applies are sized in context
                 callee_params = [p.name.value for p in callee.params.params][1:]
-                sub = FeatureFlow(callee_params, layer_of, self.qualnames, method_of, value_of=value_of)
+                sub = FeatureFlow(callee_params, layer_of, self.ctx.qualnames, method_of, value_of=value_of)
                 sub.env.update(zip(callee_params, args))
                 sub.iteration = flow.iteration
                 depth[0] += 1
@@ -149,7 +154,7 @@ class SizingMixin:
                     and plan.pure_locals.get(name) is not None and assign in plan.pure_locals[name].body):
                 sizes = {}
                 for var in plan.shape_locals[name]:
-                    size = self._static_size(plan, flow.env.get(var, Feat.unknown(var)), params, assign)
+                    size = self.static_size(plan, flow.env.get(var, Feat.unknown(var)), params, assign)
                     if size is None:
                         return
                     sizes[var] = size
@@ -171,7 +176,7 @@ class SizingMixin:
                         env[name] = Feat("choice", expr=f"len(self.{site.attr}) > 0", elements=(feat, previous),
                                          reason=f"a size that depends on whether the loops built a {site.attr}")
 
-        flow = FeatureFlow(params, layer_of, self.qualnames, method_of, on_assign, value_of, after_loop)
+        flow = FeatureFlow(params, layer_of, self.ctx.qualnames, method_of, on_assign, value_of, after_loop)
         if len(params) >= 2 and ((plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods):
             flow.env[params[0]] = self._carry_fixpoint(fn, params, layer_of, method_of, value_of, probing)
         flow.run(fn.body.body)
@@ -230,7 +235,7 @@ class SizingMixin:
         matched = self._match_config([int(how.split(":")[1])], self.state.trace.instances.get(plan.name, [])
                                      if self.state.trace is not None else [], plan)
         if len(matched) == 1:
-            self.report(SHAPE_001, node, f"{arg} of {site.user.name if site.user else site.attr} = "
+            self.ctx.report(SHAPE_001, node, f"{arg} of {site.user.name if site.user else site.attr} = "
                         f"{matched[0]} (traced: {how.split(':')[1]}; the only config value that matches)")
             return matched[0]
         return self._required_arg(plan, site, f"{arg} of {site.user.name if site.user else site.attr}", node)
@@ -257,12 +262,12 @@ class SizingMixin:
             size = f"{site.attr}_hidden_features".replace("/", "_")
             plan.new_args[size] = f"traced:{carried.pop()}"
         else:
-            self.report(SHAPE_003, node, f"hidden size of {plan.name}.{site.attr}: Linen's nn.{site.rule.linen} "
+            self.ctx.report(SHAPE_003, node, f"hidden size of {plan.name}.{site.attr}: Linen's nn.{site.rule.linen} "
                         f"takes it from its carry (traced {sorted(carried)}), not from {features} (traced "
                         f"{sorted(declared)})", f"give nnx.{site.rule.nnx} the carry's width as hidden_features")
             return
         site.arg_sources[site.rule.out_arg] = size
-        self.report(SHAPE_001, node, f"hidden size of {plan.name}.{site.attr} = {size}: Linen's "
+        self.ctx.report(SHAPE_001, node, f"hidden size of {plan.name}.{site.attr} = {size}: Linen's "
                     f"nn.{site.rule.linen} takes it from its carry (traced), not from {features}")
 
     def _carry_fixpoint(self, fn: cst.FunctionDef, params: list[str], layer_of: Any, method_of: Any,
@@ -270,7 +275,7 @@ class SizingMixin:
         """A step function's carry (a cell's, or a scanned method's) has the same shape on every step:
         what a first pass sees it return is what it receives (``lstm_state, last_prediction = carry``
         -> ``last_prediction`` is as wide as the prediction it returns). Unknown parts stay unknown."""
-        probe = FeatureFlow(params, layer_of, self.qualnames, method_of, value_of=value_of)
+        probe = FeatureFlow(params, layer_of, self.ctx.qualnames, method_of, value_of=value_of)
         probing[0] = True  # the callbacks record nothing and resolve nothing meanwhile
         try:
             probe.run(fn.body.body)
@@ -289,7 +294,7 @@ class SizingMixin:
         for name in refs:
             feat = flow.env.get(name, Feat.unknown(name))
             if feat.kind not in ("expr", "input"):
-                self.report(MOD_004, site.args[arg_name], f"argument {arg_name}= uses {name}.shape[-1], whose "
+                self.ctx.report(MOD_004, site.args[arg_name], f"argument {arg_name}= uses {name}.shape[-1], whose "
                             "size the dataflow cannot tell", "compute it from constructor arguments / config")
                 site.arg_sources[arg_name] = code(site.args[arg_name].value)
                 return
@@ -503,13 +508,13 @@ class SizingMixin:
         rest = replace_name(rest, site.loop.var, site.loop.previous())  # the previous element fed this one
         return first if rest == first else f"{first} if {site.loop.position} == 0 else {rest}"
 
-    def _static_size(self, plan: ClassPlan, feat: Feat, params: list[str], node: cst.CSTNode) -> str | None:
+    def static_size(self, plan: ClassPlan, feat: Feat, params: list[str], node: cst.CSTNode) -> str | None:
         """A size known without a trace: a config expression, or a ``__call__`` input's last axis (which
         becomes a constructor argument). None otherwise."""
         if feat.kind == "expr":
             return feat.expr
         if feat.kind == "choice":  # after a loop: its last layer's size if it ran, else the earlier one
-            ran, skipped = (self._static_size(plan, f, params, node) for f in feat.elements)
+            ran, skipped = (self.static_size(plan, f, params, node) for f in feat.elements)
             if ran is None or skipped is None:
                 return None
             return ran if ran == skipped else f"({ran} if {feat.expr} else {skipped})"
@@ -520,12 +525,12 @@ class SizingMixin:
             arg += "_"
         if arg not in plan.new_args:
             plan.new_args[arg] = f"input:{params.index(feat.input_name)}"
-            self.report(SHAPE_002, node, f"{plan.name} gains constructor argument {arg}: the last-axis "
+            self.ctx.report(SHAPE_002, node, f"{plan.name} gains constructor argument {arg}: the last-axis "
                         f"size of `{feat.input_name}`", f"pass {arg}=x.shape[-1] where {plan.name} is built")
         return arg
 
     def _resolve_in(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode) -> str:
-        static = self._static_size(plan, feat, params, node)
+        static = self.static_size(plan, feat, params, node)
         if static is not None:
             return static
         if feat.kind == "input":
@@ -557,7 +562,7 @@ class SizingMixin:
             return None
         if arg not in plan.new_args:
             plan.new_args[arg] = how
-            self.report(SHAPE_002, node, f"{plan.name} gains constructor argument {arg}: the shape of "
+            self.ctx.report(SHAPE_002, node, f"{plan.name} gains constructor argument {arg}: the shape of "
                         f"`{base.input_name}`, whose axes after the first {feat.leading} a layer reads flattened",
                         f"pass {arg}={base.input_name}.shape where {plan.name} is built")
         self.state.needs_math_import = True
@@ -569,7 +574,7 @@ class SizingMixin:
         while arg in plan.field_names:
             arg += "_"
         plan.new_args[arg] = "unresolved"
-        self.report(SHAPE_003, node, f"{what} is unknown statically; required constructor argument {arg} added",
+        self.ctx.report(SHAPE_003, node, f"{what} is unknown statically; required constructor argument {arg} added",
                     "run `linen2nnx migrate --trace SPEC` or pass the size explicitly")
         return arg
 
@@ -604,9 +609,9 @@ class SizingMixin:
             if seen != sizes:
                 return None
             evidence = f"{sizes.pop()}, which confirms {feat.reason} as its last axis"
-        size = self._static_size(plan, candidate, params, node)
+        size = self.static_size(plan, candidate, params, node)
         if size is not None:
-            self.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {size} (traced: "
+            self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {size} (traced: "
                         f"{evidence})")
         return size
 
@@ -627,26 +632,26 @@ class SizingMixin:
                     break
                 factors.add(shape[-1] // base_value)
             if factors == {1}:
-                self.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {base} "
+                self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {base} "
                             f"(traced: {sizes[0]})")
                 return base
             if len(factors) == 1 and feat.kind == "flatten":
                 factor = factors.pop()
-                self.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {factor} * "
+                self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {factor} * "
                             f"{base} (traced: {sizes[0]})",
                             "the factor holds for the traced input resolution only")
                 return f"{factor} * {base}"
         matched = self._match_config(sizes, configs, plan)
         if len(matched) == 1:
-            self.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {matched[0]} "
+            self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {matched[0]} "
                         f"(traced: {sizes[0]}; the only config value that matches)")
             return matched[0]
         if len(matched) > 1:
-            self.report(SHAPE_003, node, f"input feature size of {plan.name}.{site.attr} is ambiguous: the "
+            self.ctx.report(SHAPE_003, node, f"input feature size of {plan.name}.{site.attr} is ambiguous: the "
                         f"traced {sizes[0]} equals {', '.join(matched)}",
                         "pass the size explicitly, or trace with a config where these differ")
         if len(sizes) == 1 and self.state.unsafe_fixes:
-            self.report(SHAPE_004, node, f"input feature size of {plan.name}.{site.attr} is the traced literal "
+            self.ctx.report(SHAPE_004, node, f"input feature size of {plan.name}.{site.attr} is the traced literal "
                         f"{sizes[0]}", "replace it with an expression of the config if it can vary")
             return str(sizes[0])
         return None
@@ -677,7 +682,7 @@ class SizingMixin:
                 return self._required_arg(plan, site, f"{what}: axis {axis} (traced {size}) matches "
                                           f"{', '.join(matched) or 'no config value'}", node)
         expr = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-        self.report(SHAPE_001, node, f"{what} = {expr} (traced {shape}; axes not read are 1)")
+        self.ctx.report(SHAPE_001, node, f"{what} = {expr} (traced {shape}; axes not read are 1)")
         return expr
 
     @staticmethod
@@ -702,7 +707,7 @@ class SizingMixin:
         return sorted(expr for expr, seen in values.items()
                       if seen == {sizes[0]})
 
-    def _resolve_unused(self, plan: ClassPlan) -> None:
+    def resolve_unused(self, plan: ClassPlan) -> None:
         for site in plan.sites.values():
             if site.parent is not None:
                 continue

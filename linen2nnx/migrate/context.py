@@ -1,0 +1,356 @@
+"""The *resolve* part of the module pass: what a node of the original tree names, where it sits,
+and the findings sink.
+
+:class:`FileContext` answers questions about the original tree (qualified names, parents, the Linen
+layer or class a reference names, lifted-transform chains) and records findings with their TODO
+markers. The planner, sizer, emitter and rewriters all receive the same instance; it owns no
+rewriting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import libcst as cst
+
+from linen2nnx.layers import LayerRule, layer_rule
+from linen2nnx.migrate.cst_meta import FastVisitor, start_positions, syntax_parent_map
+from linen2nnx.migrate.cst_utils import (
+    absolute_qualname,
+    code,
+    names_in,
+    self_attr,
+)
+from linen2nnx.migrate.dataflow import FeatureFlow
+from linen2nnx.migrate.factory_fields import FieldBindings, FieldFactory
+from linen2nnx.migrate.file_state import FileState
+from linen2nnx.migrate.findings import Finding, Severity
+from linen2nnx.migrate.lifted import (
+    LINEN_MARKERS,
+    TRANSFORMS,
+    Lift,
+    LiftChain,
+    LiftError,
+    validate,
+)
+from linen2nnx.migrate.linen_api import (
+    BOX_TYPES,
+    UNBOX_FUNCTIONS,
+)
+from linen2nnx.migrate.names import NameResolver
+from linen2nnx.migrate.rules import (
+    PART_004,
+    XFORM_002,
+)
+from linen2nnx.migrate.rules.base import Rule
+from linen2nnx.migrate.sites import (
+    LINEN_MODULE,
+    MARKER,
+    ClassPlan,
+    Field,
+)
+
+
+class FileContext:
+    """Names, parents, lift chains and findings of one file, over its :class:`FileState`."""
+
+    def __init__(self, state: FileState) -> None:
+        self.state = state
+
+    def qualnames(self, node: cst.CSTNode) -> set[str]:
+        """What ``node`` of the original tree may name (``nn.Dense`` -> ``{"flax.linen.Dense"}``); see
+        :mod:`~linen2nnx.migrate.names`. Empty for a node the codemod built."""
+        if self.state.resolver is None:
+            self.state.resolver = NameResolver(self.state.tree)
+        return set(self.state.resolver.qualnames(node))
+
+    def parent_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The parent of ``node`` in the original tree; None for its root or a node the codemod built."""
+        if self.state.parents is None:
+            self.state.parents = syntax_parent_map(self.state.tree)
+        return self.state.parents.get(node)
+
+    def report(self, rule: Rule, node: cst.CSTNode, message: str, hint: str = "") -> None:
+        """Record a finding; a ``manual`` one also marks its statement with an inline TODO.
+
+        A rule switched off with ``--ignore`` / ``select`` neither reports nor marks.
+        """
+        rule_id = rule.id
+        if not self.state.rule_enabled(rule_id):
+            return
+        if (node, rule_id, message) in self.state.reported:  # the same node met again (a partial's argument, per use)
+            return
+        self.state.reported.add((node, rule_id, message))
+        severity = rule.severity
+        self.state.unplaced.append((len(self.state.findings), node))  # its line and column: see _place_findings
+        self.state.findings.append(Finding(rule_id, severity, self.state.path, 0, 0, message, hint))
+        if rule.blocks_rewrite:
+            if self.state.planning:
+                self.state.pending_blocking.append(rule_id)
+            elif self.state.class_stack and self.state.class_stack[-1] is not None:
+                self.state.class_stack[-1].blocking.append(rule_id)
+        if severity is Severity.MANUAL:
+            marker = f"{MARKER} {rule_id} {message}"
+            hoisted = self._hoisted_ctor_of(node)
+            if hoisted is not None:  # the code moves into __init__: so does its marker
+                self.state.init_markers.setdefault(hoisted, []).append(marker)
+                return
+            stmt = self.statement_of(node)
+            if stmt is not None:
+                self.state.markers.setdefault(stmt, []).append(marker)
+
+    def _hoisted_ctor_of(self, node: cst.CSTNode) -> cst.Call | None:
+        plan = self.current_plan() if self.state.class_stack else None
+        cur: cst.CSTNode | None = node
+        while plan is not None and cur is not None and not isinstance(cur, (cst.SimpleStatementLine,
+                                                                              cst.BaseCompoundStatement)):
+            site = plan.sites.get(cur) if isinstance(cur, cst.Call) else None
+            if site is not None and site.hoisted:
+                return cur
+            cur = self.parent_of(cur)
+        return None
+
+    def statement_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        cur: cst.CSTNode | None = node
+        while cur is not None and not isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            cur = self.parent_of(cur)
+        return cur
+
+    def layer_rule_of(self, node: cst.BaseExpression) -> LayerRule | None:
+        """The built-in layer a constructor reference names (``nn.Dense``, ``linen.linear.Dense``, ...)."""
+        chain = self.lift_chain(node)
+        if chain is not None:
+            node = chain.base
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            return None
+        for q in self.qualnames(node):
+            if q.startswith("flax.linen."):
+                rule = layer_rule(q) or layer_rule("flax.linen." + q.rsplit(".", 1)[-1])
+                if rule is not None:
+                    return rule
+        return None
+
+    def user_class_of(self, node: cst.BaseExpression) -> ClassPlan | None:
+        """A Linen module class that ``node`` names: one of this file (already planned), or one another
+        file of the run defines (through its import)."""
+        chain = self.lift_chain(node)
+        if chain is not None:
+            node = chain.base
+        if isinstance(node, cst.Name) and node.value in self.state.linen_classes:
+            return self.state.linen_classes[node.value]
+        if not isinstance(node, (cst.Name, cst.Attribute)) or not self.state.external:
+            return None
+        for q in self.qualnames(node):
+            summary = self.state.external.get(self._absolute(q))
+            if summary is not None:
+                return summary.as_plan()
+        return None
+
+    def field_factory(self, plan: ClassPlan, field: str) -> FieldFactory | None:
+        """``plan``'s field ``field`` as a module factory whose callers' bindings agree (factory_fields.py)."""
+        if field not in plan.field_names or field in plan.factories:
+            return None
+        return self.field_bindings.factory(plan.name, field)
+
+    @property
+    def field_bindings(self) -> FieldBindings:
+        if self.state.bindings is None:
+            self.state.bindings = FieldBindings(self.state.tree, self.is_linen_module, self.qualnames,
+                                                 self.layer_rule_of)
+        return self.state.bindings
+
+    def _absolute(self, qualname: str) -> str:
+        return absolute_qualname(qualname, self.state.module_name)
+
+    def transform_kind(self, func: cst.BaseExpression) -> str | None:
+        if not isinstance(func, (cst.Name, cst.Attribute)):
+            return None  # `nn.scan(...)(...)` applies a transform, it is not one
+        for q in self.qualnames(func):
+            if q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in TRANSFORMS:
+                return TRANSFORMS[q.rsplit(".", 1)[-1]]
+        return None
+
+    def is_broadcast(self, node: cst.BaseExpression) -> bool:
+        return any(q.startswith("flax.linen.") and q.endswith(".broadcast") for q in self.qualnames(node))
+
+    def lift_chain(self, node: cst.BaseExpression) -> LiftChain | None:
+        """``nn.scan(nn.remat(Block), ...)`` or an alias of one -> the chain; None for anything else."""
+        lifts: list[Lift] = []
+        seen: set[str] = set()
+        while True:
+            if isinstance(node, cst.Name) and node.value in self.state.lift_aliases and node.value not in seen:
+                seen.add(node.value)
+                node = self.state.lift_aliases[node.value]
+                continue
+            if isinstance(node, cst.Call) and node.args and node.args[0].keyword is None and not node.args[0].star:
+                kind = self.transform_kind(node.func)
+                if kind is not None and all(a.keyword is not None for a in node.args[1:]):
+                    lifts.append(Lift(kind, {a.keyword.value: a.value for a in node.args[1:]}, node))  # type: ignore[union-attr]
+                    node = node.args[0].value
+                    continue
+            break
+        return LiftChain(lifts, node) if lifts else None
+
+    def collect_lift_aliases(self, body: Any) -> None:
+        """Top-level ``Name = nn.remat(Class, ...)`` statements of a block (a method or the module)."""
+        for stmt in body:
+            if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
+                continue
+            target, value = stmt.body[0].targets[0].target, stmt.body[0].value
+            if isinstance(target, cst.Name) and isinstance(value, cst.Call) and self.transform_kind(value.func):
+                self.state.lift_aliases[target.value] = value
+                self.state.alias_stmts[target.value] = stmt
+
+    def check_lifted(self, node: cst.Call) -> LiftChain | bool | None:
+        """The chain of a lifted constructor call ``node``: validated (False + a finding when not
+        converted) and its Linen transform names marked as consumed."""
+        chain = self.lift_chain(node.func)
+        if chain is None:
+            return None
+        aliases = [n for n in names_in(node.func) if n in self.state.lift_aliases]
+        try:
+            validate(chain, self.is_broadcast)
+        except LiftError as err:
+            for alias in aliases:
+                self.state.alias_use[alias] = False
+            self.report(XFORM_002, node, str(err), "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
+                        "(reference §4)")
+            for lift in chain.lifts:
+                self.state.handled.add(lift.node.func)
+            return False
+        for alias in aliases:
+            self.state.alias_use.setdefault(alias, True)
+        for lift in chain.lifts:
+            self.mark_transform_names(lift.node)
+        self.state.handled.add(chain.base)  # nn.Dense in nn.vmap(nn.Dense, ...): built as nnx.Linear
+        return chain
+
+    @staticmethod
+    def self_call(node: cst.Call) -> str | None:
+        """``self.param(...)`` -> ``"param"``."""
+        return self_attr(node.func)
+
+    def current_plan(self) -> ClassPlan | None:
+        return self.state.class_stack[-1] if self.state.class_stack else None
+
+    def mark_transform_names(self, node: cst.CSTNode) -> None:
+        command = self
+
+        class Mark(FastVisitor):
+            def visit_Attribute(self, attr: cst.Attribute) -> None:
+                if any(q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in LINEN_MARKERS
+                       for q in command.qualnames(attr)):
+                    command.state.handled.add(attr)
+
+        Mark().walk(node)
+
+    def is_unbox_helper(self, fn: cst.FunctionDef) -> bool:
+        """A one-argument function whose body unboxes Linen partition metadata (MaxText's
+        ``remove_logically_partition``, lm1b's ``unbox_logicallypartioned_trainstate``); the boxes'
+        names (marked handled here) need no other finding."""
+        params = fn.params.params
+        if len(params) != 1 or fn.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or fn.params.kwonly_params:
+            return False
+        boxes: list[cst.Attribute] = []
+        unboxes = False
+        command = self
+
+        class V(FastVisitor):
+            def visit_Attribute(self, node: cst.Attribute) -> None:
+                nonlocal unboxes
+                short = {q.removeprefix("flax.linen.") for q in command.qualnames(node) if q.startswith("flax.linen.")}
+                if short & BOX_TYPES:
+                    boxes.append(node)
+                if node.attr.value == "unbox" or short & UNBOX_FUNCTIONS:
+                    unboxes = True
+
+        V().walk(fn)
+        if boxes and unboxes:
+            self.state.handled.update(boxes)
+            self.report(PART_004, fn, f"{fn.name.value}() only unboxes Linen partition metadata: removable "
+                        "(NNX values are never boxed); its calls become their argument")
+            return True
+        return False
+
+    def enclosing_statement(self, node: cst.CSTNode) -> cst.CSTNode:
+        cur: cst.CSTNode | None = node
+        while cur is not None and not isinstance(cur, cst.SimpleStatementLine):
+            cur = self.parent_of(cur)
+        assert cur is not None
+        return cur
+
+    def in_setup(self, node: cst.CSTNode) -> bool:
+        fn = self.enclosing_function(node)
+        return fn is not None and fn.name.value == "setup"
+
+    def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        cur: cst.CSTNode | None = node
+        while cur is not None and not isinstance(cur, cst.FunctionDef):
+            cur = self.parent_of(cur)
+        return cur
+
+    def enclosing_class_plan(self, node: cst.CSTNode) -> ClassPlan | None:
+        """The plan of the class ``node`` is a method of (not of a function nested in one)."""
+        parent = self.parent_of(node)
+        block = self.parent_of(parent) if parent is not None else None
+        return self.state.plans.get(block) if isinstance(block, cst.ClassDef) else None
+
+    def place_findings(self) -> None:
+        """Give the findings the (line, column) of their nodes in the original source, all in one code
+        generation pass; a node the codemod built has none (0, 0)."""
+        positions = start_positions(self.state.tree, {node for _, node in self.state.unplaced})
+        for index, node in self.state.unplaced:
+            if node in positions:
+                line, column = positions[node]
+                self.state.findings[index] = dataclasses.replace(self.state.findings[index], line=line, col=column + 1)
+        self.state.unplaced = []
+
+    def is_linen_module(self, node: cst.ClassDef) -> bool:
+        return any(self.qualnames(base.value) & LINEN_MODULE or self.user_class_of(base.value) is not None
+                   for base in node.bases)
+
+    def dataclass_field(self, small: cst.AnnAssign, rewritten: cst.AnnAssign | None = None) -> Field:
+        """A dataclass field; its default's text is taken from ``rewritten`` when given."""
+        default = None
+        init = True
+        if small.value is not None:
+            value = small.value
+            if isinstance(value, cst.Call) and self.qualnames(value.func) & {"dataclasses.field"}:
+                source = rewritten.value if rewritten is not None and isinstance(rewritten.value, cst.Call) else value
+                kw = {a.keyword.value: a.value for a in source.args if a.keyword is not None}
+                if "default" in kw:
+                    default = code(kw["default"])
+                elif "default_factory" in kw:
+                    default = f"{code(kw['default_factory'])}()"
+                init = not (isinstance(kw.get("init"), cst.Name) and kw["init"].value == "False")
+            else:
+                default = code(rewritten.value if rewritten is not None and rewritten.value is not None else value)
+        return Field(small.target.value, code(small.annotation.annotation), default, init)
+
+    def class_key(self, name: str) -> str:
+        return f"{self.state.module_name}.{name}" if self.state.module_name else name
+
+    def resolve_module(self, node: cst.Module) -> None:
+        """The module-level facts (lift aliases, classes, functions, unboxing helpers, the sizes module-level
+        helpers return: ``def reparameterize(mean, ...): return mean + ...``), before any class is planned."""
+        self.collect_lift_aliases(node.body)
+        self.state.module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
+        self.state.module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
+        self.state.unbox_helpers = {name for name, fn in self.state.module_functions.items() if self.is_unbox_helper(fn)}
+        self.state.bindings = None  # built on first use (see field_factory)
+        self.state.module_lines = {code(s).strip() for s in node.body if isinstance(s, cst.SimpleStatementLine)
+                              and isinstance(s.body[0], cst.Assign) and isinstance(s.body[0].targets[0].target, cst.Attribute)
+                              and s.body[0].targets[0].target.attr.value == "linen_class"}
+        for stmt in node.body:
+            # a decorator may change what the function returns; jax.jit and a bare jax.vmap (axis 0 in and
+            # out) keep the last axis of a result whose last axis is an argument's
+            if isinstance(stmt, cst.FunctionDef) and all(self.qualnames(d.decorator) & {"jax.jit", "jax.vmap"}
+                                                         for d in stmt.decorators):
+                params = [p.name.value for p in stmt.params.params]
+                flow = FeatureFlow(params, lambda call: None, self.qualnames)
+                flow.run(stmt.body.body)
+                if flow.returns and all(r == flow.returns[0] for r in flow.returns):
+                    if "self" not in flow.returns[0].expr:
+                        self.state.function_out[stmt.name.value] = (params, flow.returns[0])

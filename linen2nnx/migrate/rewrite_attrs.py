@@ -1,0 +1,148 @@
+"""Rewriting attributes (``leave_Attribute``): ``nn.<name>`` re-pointed to ``nnx.<name>`` (or reported),
+and Linen variable reads (``self.kernel``, ``v.value``) as NNX ``[...]`` reads.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.cst_utils import (
+    code,
+    parse_expression,
+    root_name,
+    self_attr,
+)
+from linen2nnx.migrate.lifted import (
+    TRANSFORMS,
+)
+from linen2nnx.migrate.linen_api import (
+    KEPT_LINEN_FUNCTIONS,
+    PARTITION_API_IN_NNX,
+    PARTITION_SPEC_FUNCTIONS,
+    RENAMED_IN_NNX,
+    equivalent_in_nnx,
+    same_in_nnx,
+)
+from linen2nnx.migrate.rules import (
+    API_001,
+    API_002,
+    API_005,
+    LAYER_001,
+    PART_001,
+    PART_002,
+    PART_003,
+    XFORM_002,
+)
+from linen2nnx.migrate.rules.base import Rule
+from linen2nnx.migrate.sites import (
+    LINEN_COMPACT,
+    LINEN_MODULE,
+    LINEN_SELF_API,
+    MERGE_PARAM,
+    ClassPlan,
+)
+
+
+class AttributeRewriter:
+    """Rewrites one attribute of a Linen class or of module-level code."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.state = ctx.state
+
+    def leave_attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        names = self.ctx.qualnames(original)
+        linen = {q for q in names if q.startswith("flax.linen.")}
+        parent = self.ctx.parent_of(original)
+        outermost = not (isinstance(parent, cst.Attribute) and parent.value is original)
+        rooted = root_name(original) is not None  # `nn.Dense(1)(x).squeeze` is a method of a result, not API
+        holder = self.ctx.current_plan()
+        if original in self.state.binding_values and not (holder is not None and holder.blocking):
+            # `conv: ModuleDef = nn.Conv` bound to a converted factory field (a class kept as Linen keeps it)
+            rule = self.state.binding_values[original]
+            return self._repoint(original, rule.linen, rule.nnx, LAYER_001,
+                                 " (a layer class a module-factory field builds)")
+        if linen and rooted and original not in self.state.handled and outermost:
+            short = next(iter(linen)).removeprefix("flax.linen.")
+            if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
+                return self._repoint(original, short, short, API_001, "")
+            is_callee = isinstance(parent, cst.Call) and parent.func is original
+            if short in RENAMED_IN_NNX and rooted:
+                return self._repoint(original, short, RENAMED_IN_NNX[short], PART_001,
+                                     " (sharding names become Variable metadata)")
+            if short in PARTITION_API_IN_NNX and rooted:
+                return self._repoint(original, short, PARTITION_API_IN_NNX[short], PART_002,
+                                     " (rules are the same context; specs come from nnx.State metadata)")
+            if short in PARTITION_SPEC_FUNCTIONS:
+                self.state.handled.add(original)
+                if self._under_axis_rules(original):  # here NNX's would map the names through the rules
+                    self.ctx.report(PART_003, original, f"nn.{short} inside axis rules: Linen's returns logical "
+                                "names, nnx.get_partition_spec applies the active rules",
+                                "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
+                                "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings")
+                    return updated
+                return self._repoint(original, short, "get_partition_spec", PART_002,
+                                     " (the same logical names when no axis rules are active; training code reads "
+                                     "them with the rules cleared)")
+            if short in MERGE_PARAM and is_callee:
+                pass  # rewritten with its call in leave_Call
+            elif short in KEPT_LINEN_FUNCTIONS:
+                self.state.handled.add(original)
+                self.ctx.report(API_005, original, f"nn.{short} kept: a pure function NNX code can call as is")
+            elif short in TRANSFORMS:
+                self.state.handled.add(original)
+                self.ctx.report(XFORM_002, original, f"nn.{short} of something other than a Linen module class of "
+                            "this run is not converted", "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
+                            "(reference §4)")
+            elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
+                self.state.handled.add(original)
+                self.ctx.report(API_002, original, f"flax.linen.{short} has no automatic conversion yet",
+                            "rewrite by hand with the NNX API (see docs/rules.md)")
+        plan = self.ctx.current_plan()
+        attr = self_attr(original)
+        if plan is not None and attr is not None:
+            is_call = isinstance(parent, cst.Call) and parent.func is original
+            if attr in LINEN_SELF_API and attr not in plan.field_names and is_call:
+                self.state.pending_api[parent] = original  # reported in leave_Call unless a rule converts the call
+            # Linen setup() variables read as arrays (params) or through ``.value``; NNX reads both as v[...]
+            kind = plan.setup_vars.get(attr)
+            dotted_value = isinstance(parent, cst.Attribute) and parent.value is original and parent.attr.value == "value"
+            if kind == "param" and not dotted_value and not self._is_store(original, parent):
+                return parse_expression(f"self.{attr}[...]")
+        if (plan is not None and original.attr.value == "value" and isinstance(original.value, cst.Name)
+                and original.value.value in self._lazy_locals(plan)):
+            return cst.Subscript(updated.value, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
+        if plan is not None and original.attr.value == "value" and plan.setup_vars.get(self_attr(original.value) or ""):
+            if not self.ctx.in_setup(original):
+                return cst.Subscript(updated.value, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
+        return updated
+
+    @staticmethod
+    def _lazy_locals(plan: ClassPlan) -> set[str]:
+        """Locals bound to lazily created variables (``cached_key = self.variable(...)``)."""
+        out = set()
+        for var in plan.lazy_vars.values():
+            small = var.statement.body[0]
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                out.add(small.targets[0].target.value)
+        return out
+
+    def _repoint(self, original: cst.Attribute, short: str, target: str, rule: Rule, why: str) -> cst.BaseExpression:
+        """``nn.<short>`` (whatever the import spelling) -> ``nnx.<target>``, reported under ``rule``."""
+        self.state.uses_nnx = True
+        self.state.handled.add(original)
+        self.ctx.report(rule, original, f"nn.{short} -> nnx.{target}{why}")
+        return parse_expression(f"nnx.{target}")
+
+    def _under_axis_rules(self, node: cst.CSTNode) -> bool:
+        """Lexically inside ``with ...axis_rules(...)`` / ``logical_axis_rules(...)``."""
+        cur = self.ctx.parent_of(node)
+        while cur is not None:
+            if isinstance(cur, cst.With) and any("axis_rules" in code(item.item) for item in cur.items):
+                return True
+            cur = self.ctx.parent_of(cur)
+        return False
+
+    def _is_store(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
+        return isinstance(parent, cst.AssignTarget) or self.ctx.in_setup(node)
