@@ -204,7 +204,7 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
     :func:`migrate_paths`), so submodules and base classes imported from them are migrated too.
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
-    from linen2nnx.migrate.train_loop import mentions_training, migrate_training
+    from linen2nnx.migrate.training import mentions_training, migrate_training
 
     file_path = Path(path)
     if not mentions_linen(source) and not mentions_training(source):

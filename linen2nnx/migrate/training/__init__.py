@@ -1,0 +1,34 @@
+"""The training pass: Linen ``init`` / ``apply`` / ``TrainState`` code -> the NNX split/merge fast path.
+
+Runs after the module pass, on its output, over the code *outside* module classes. The NNX shapes it
+emits are each verified against the Linen numerics (``tests/test_train_loop_migration.py``); the
+module that handles a construct says what it becomes and why. A train state changes representation for
+the whole file, so the conversion is all or nothing: if any training construct of the file has no safe
+conversion, nothing of the training code is rewritten and each such construct gets a ``manual`` finding
+with an inline TODO marker.
+
+Modules, in the order the data flows:
+
+- :mod:`.driver` -- the entry point (:func:`migrate_training`): parse, analyse, plan, report, rewrite.
+- :mod:`.values` -- :class:`ValueAnalysis`: what each expression is (a Linen module value, the variables
+  ``init`` returned, a collection of them, a train state), through names, closures and the file's
+  functions. Built on libcst's scope and qualified-name analysis.
+- :mod:`.planner` -- :class:`TrainPlanner`: the plan (notes, edits, statements to add) and the tree
+  helpers the handlers share; :mod:`.exprs` the pure expression helpers.
+- :mod:`.dispatch` -- one walk over the tree routes each node to its construct's handler:
+  :mod:`.init` (module values, ``model.init``), :mod:`.eval_shape` (``jax.eval_shape`` of an init),
+  :mod:`.state_reads` (``variables['params']``), :mod:`.apply` (``apply`` / ``apply_fn``),
+  :mod:`.train_state` (``TrainState.create``, fields, ``apply_gradients`` / ``replace``),
+  :mod:`.sharding` (partition specs; eager sharding and call-time state facts). Handlers are functions
+  ``(plan, node, ...)`` that only read the analysis and write the plan.
+- :mod:`.rewrite` -- :class:`TrainRewriter` applies the plan bottom-up, then the import edits.
+
+Full tree walks per file that mentions training code: the parse; libcst's metadata resolution
+(positions, scopes and qualified names: three); the parent map; the planning walk; the name order (on
+the first use of a name's reads); and, when something is rewritten, the rewrite and two code
+generations (the import check and the output).
+"""
+
+from linen2nnx.migrate.training.driver import mentions_training, migrate_training
+
+__all__ = ["mentions_training", "migrate_training"]

@@ -1,0 +1,89 @@
+"""The training pass of one file: parse, analyse, plan, report, rewrite.
+
+Runs after the module pass, on its output; findings carry the line numbers of the original input.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from linen2nnx.migrate.cst_meta import code_of
+from linen2nnx.migrate.findings import Finding, Severity
+from linen2nnx.migrate.rules import training as training_rules
+from linen2nnx.migrate.sites import MARKER, ClassSummary
+from linen2nnx.migrate.training.dispatch import plan_file
+from linen2nnx.migrate.training.planner import TrainPlanner
+from linen2nnx.migrate.training.rewrite import TrainRewriter, finish_imports
+from linen2nnx.migrate.training.sharding import uses_sharding
+from linen2nnx.migrate.training.values import ValueAnalysis
+
+BLOCKING = tuple(r for r in training_rules.RULES if r.blocks_rewrite)
+_HINTS = ("train_state", ".init(", ".init,", ".init)", ".apply(", "apply_fn", "apply_gradients")
+
+Markers = dict[cst.CSTNode, list[str]]  # statement -> the TODO markers of its manual findings
+
+
+def mentions_training(source: str) -> bool:
+    """Cheap pre-filter: only files that look like Linen training code are parsed again."""
+    return any(h in source for h in _HINTS)
+
+
+def migrate_training(code_text: str, original: str, *, path: str, module_name: str,
+                     local: Mapping[str, ClassSummary], external: Mapping[str, ClassSummary],
+                     rule_enabled: Callable[[str], bool]) -> tuple[str, list[Finding]]:
+    """Rewrite the training code of one file (the module codemod's output). Findings carry the line
+    numbers of ``original`` (the input of the whole migration)."""
+    if not mentions_training(code_text) or not any(rule_enabled(r.id) for r in training_rules.RULES):
+        return code_text, []
+    if "nnx" in original and "linen" not in original:
+        return code_text, []  # NNX code already (flax.training's TrainState works with NNX states too)
+    if any(f"{MARKER} {rule}" in original for rule in BLOCKING):
+        return code_text, []  # left to a person by an earlier run: its markers say why (delete them to retry)
+    wrapper = MetadataWrapper(cst.parse_module(code_text), unsafe_skip_copy=True)
+    values = ValueAnalysis(wrapper, local, external, module_name)
+    planner = TrainPlanner(wrapper, values, sharding=uses_sharding(original))
+    plan_file(planner)
+    blocked = planner.blocked
+    findings, markers = _report(planner, path, line_map(code_text, original), rule_enabled)
+    rewrites = planner.edits or planner.replace_stmt or planner.wrap or planner.after
+    if not blocked and not rewrites and not markers:
+        return code_text, findings
+    module = wrapper.module.visit(TrainRewriter(planner, markers, apply_edits=not blocked))
+    if not blocked and rewrites:
+        module = finish_imports(module, planner)
+    return code_of(module), findings
+
+
+def _report(planner: TrainPlanner, path: str, to_input: Callable[[int], int],
+            rule_enabled: Callable[[str], bool]) -> tuple[list[Finding], Markers]:
+    """The findings of the enabled rules (only the blocking ones when the rewrite is blocked), and the
+    TODO markers of the manual ones."""
+    notes = [n for n in planner.notes if n.rule.blocks_rewrite] if planner.blocked else planner.notes
+    notes = [n for n in notes if rule_enabled(n.rule.id)]
+    findings: list[Finding] = []
+    markers: Markers = {}
+    for n in notes:
+        pos = planner.positions.get(n.node)
+        line, col = (to_input(pos.start.line), pos.start.column + 1) if pos else (1, 1)
+        severity = n.rule.severity
+        findings.append(Finding(n.rule.id, severity, path, line, col, n.message, n.hint))
+        if severity is Severity.MANUAL:
+            stmt = planner.statement_of(n.node)
+            if stmt is not None:
+                markers.setdefault(stmt, []).append(f"{MARKER} {n.rule.id} {n.message}")
+    return findings, markers
+
+
+def line_map(new: str, old: str) -> Callable[[int], int]:
+    """Map 1-based line numbers of ``new`` back to ``old`` (unchanged lines exactly; a changed block to
+    the start of the block it replaced)."""
+    a, b = old.splitlines(), new.splitlines()
+    table: dict[int, int] = {}
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        for j in range(j1, j2):
+            table[j + 1] = (i1 + (j - j1) if tag == "equal" else min(i1 + (j - j1), max(i2 - 1, i1))) + 1
+    return lambda line: table.get(line, line)
