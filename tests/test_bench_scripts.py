@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixture_paths import fixture
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).parent / "fixtures" / "migrate"
 
 
 def _load(name: str):
@@ -65,8 +65,8 @@ def test_migrate_speed_runs_and_reports_the_ratio(speed, tmp_path, capsys):
 def tree(tmp_path):
     src = tmp_path / "proj"
     (src / "models").mkdir(parents=True)
-    shutil.copy(FIXTURES / "compact_cnn_in.py", src / "models" / "cnn.py")
-    shutil.copy(FIXTURES / "setup_mlp_in.py", src / "mlp.py")
+    shutil.copy(fixture("compact_cnn_in.py"), src / "models" / "cnn.py")
+    shutil.copy(fixture("setup_mlp_in.py"), src / "mlp.py")
     return src
 
 

@@ -76,7 +76,7 @@ with open("f") as (fh, gh):
 
 
 def _sources() -> list[tuple[str, str]]:
-    files = [*sorted((ROOT / "tests" / "fixtures" / "migrate").glob("*_in.py")),
+    files = [*sorted((ROOT / "tests" / "fixtures" / "migrate").glob("*/*_in.py")),
              *(ROOT / "linen2nnx" / "migrate" / name for name in ("module_rewrite.py", "planning.py", "names.py"))]
     return [("SCOPING", SCOPING), ("CRLF", SCOPING.replace("\n", "\r\n"))] + [
         (str(f.relative_to(ROOT)), f.read_text()) for f in files]

@@ -6,19 +6,18 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fixture_paths import fixture
 
 from linen2nnx.cli import main
-
-FIXTURES = Path(__file__).parent / "fixtures" / "migrate"
 
 
 @pytest.fixture
 def tree(tmp_path):
     src = tmp_path / "src"
     (src / "pkg").mkdir(parents=True)
-    shutil.copy(FIXTURES / "setup_mlp_in.py", src / "pkg" / "mlp.py")
-    shutil.copy(FIXTURES / "import_alias_in.py", src / "norms.py")
-    shutil.copy(FIXTURES / "not_flax_in.py", src / "util.py")
+    shutil.copy(fixture("setup_mlp_in.py"), src / "pkg" / "mlp.py")
+    shutil.copy(fixture("import_alias_in.py"), src / "norms.py")
+    shutil.copy(fixture("not_flax_in.py"), src / "util.py")
     return src
 
 
@@ -27,7 +26,7 @@ def test_out_dir_writes_tree_map_and_report(tree, tmp_path, capsys):
     report = tmp_path / "report.json"
     code = main(["migrate", str(tree), "--out-dir", str(out), "--report", str(report), "--format", "json"])
     assert code == 0
-    assert (out / "pkg" / "mlp.py").read_text() == (FIXTURES / "setup_mlp_out.py").read_text()
+    assert (out / "pkg" / "mlp.py").read_text() == fixture("setup_mlp_out.py").read_text()
     assert (out / "util.py").read_text() == (tree / "util.py").read_text()  # unchanged files are copied
     name_map = json.loads((out / "linen2nnx-map.json").read_text())
     mlp = next(v for k, v in name_map["classes"].items() if k.endswith("MLP"))
@@ -50,7 +49,7 @@ def test_diff_and_check_change_nothing(tree, capsys):
 def test_write_in_place_then_check_is_clean(tree, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["migrate", "--write", str(tree)]) == 0
-    assert (tree / "pkg" / "mlp.py").read_text() == (FIXTURES / "setup_mlp_out.py").read_text()
+    assert (tree / "pkg" / "mlp.py").read_text() == fixture("setup_mlp_out.py").read_text()
     assert (tmp_path / "linen2nnx-map.json").is_file()
     assert main(["migrate", "--check", str(tree)]) == 0  # idempotent: nothing left to change
 
@@ -65,7 +64,7 @@ def test_syntax_error_is_named_and_others_still_migrate(tree, tmp_path, capsys):
     assert "broken.py:2:" in err and "L2N-IO-001" in err
     assert bad.read_bytes() == before
     assert not (out / "broken.py").exists()
-    assert (out / "pkg" / "mlp.py").read_text() == (FIXTURES / "setup_mlp_out.py").read_text()
+    assert (out / "pkg" / "mlp.py").read_text() == fixture("setup_mlp_out.py").read_text()
 
 
 def test_syntax_error_with_write_leaves_file_untouched(tree, tmp_path, monkeypatch):
@@ -94,7 +93,7 @@ def test_unwritable_output_is_named(tree, tmp_path, capsys):
     assert main(["migrate", str(tree), "--out-dir", str(out)]) == 2
     err = capsys.readouterr().err
     assert "L2N-IO-003" in err and "mlp.py" in err
-    assert (out / "norms.py").read_text() == (FIXTURES / "import_alias_out.py").read_text()
+    assert (out / "norms.py").read_text() == fixture("import_alias_out.py").read_text()
     assert not list(out.rglob("*.tmp"))
 
 
@@ -117,7 +116,7 @@ def test_jobs_gives_the_same_result(tree, tmp_path):
 def cnn(tmp_path):
     src = tmp_path / "cnn"
     src.mkdir()
-    shutil.copy(FIXTURES / "compact_cnn_in.py", src / "cnn.py")
+    shutil.copy(fixture("compact_cnn_in.py"), src / "cnn.py")
     return src
 
 
@@ -175,7 +174,7 @@ def _pyproject(root: Path, body: str) -> Path:
 def test_config_is_read_from_the_nearest_pyproject(cnn, tmp_path):
     _pyproject(tmp_path, 'ignore = ["L2N-SHAPE-003"]\nexclude = ["skipped"]\n')
     (cnn / "skipped").mkdir()
-    shutil.copy(FIXTURES / "setup_mlp_in.py", cnn / "skipped" / "mlp.py")
+    shutil.copy(fixture("setup_mlp_in.py"), cnn / "skipped" / "mlp.py")
     report = tmp_path / "r.json"
     main(["migrate", str(cnn), "--check", "--report", str(report), "--format", "json"])
     data = json.loads(report.read_text())
@@ -256,7 +255,7 @@ def test_parallel_results_keep_discovery_order(tmp_path):
     src = tmp_path / "many"
     for i in range(9):
         (src / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
-        shutil.copy(FIXTURES / ("setup_mlp_in.py" if i % 2 else "not_flax_in.py"), src / f"d{i % 3}" / f"m{i}.py")
+        shutil.copy(fixture("setup_mlp_in.py" if i % 2 else "not_flax_in.py"), src / f"d{i % 3}" / f"m{i}.py")
     seen = []
     serial = migrate_paths([src], Mode.CHECK, jobs=1)
     parallel = migrate_paths([src], Mode.CHECK, jobs=0, on_file=lambda r: seen.append(r.rel))
@@ -275,15 +274,15 @@ def _stdin(monkeypatch, data: bytes) -> None:
 
 
 def test_stdin_to_stdout(monkeypatch, capsys):
-    _stdin(monkeypatch, (FIXTURES / "setup_mlp_in.py").read_bytes())
+    _stdin(monkeypatch, fixture("setup_mlp_in.py").read_bytes())
     assert main(["migrate", "-", "--isolated", "--stdin-filename", "pkg/mlp.py"]) == 0
     out, err = capsys.readouterr()
-    assert out == (FIXTURES / "setup_mlp_out.py").read_text()
+    assert out == fixture("setup_mlp_out.py").read_text()
     assert "Converted 1 of 1 files" in err
 
 
 def test_stdin_findings_go_to_stderr_under_the_given_name(monkeypatch, capsys):
-    _stdin(monkeypatch, (FIXTURES / "compact_cnn_in.py").read_bytes())
+    _stdin(monkeypatch, fixture("compact_cnn_in.py").read_bytes())
     assert main(["migrate", "-", "--isolated", "--stdin-filename", "models/cnn.py"]) == 1  # a manual finding
     out, err = capsys.readouterr()
     assert "class CNN(nnx.Module):" in out and "# TODO(linen2nnx): L2N-SHAPE-003" in out
@@ -299,10 +298,10 @@ def test_stdin_syntax_error_echoes_the_input(monkeypatch, capsys):
 
 
 def test_stdin_check_and_diff(monkeypatch, capsys):
-    _stdin(monkeypatch, (FIXTURES / "setup_mlp_in.py").read_bytes())
+    _stdin(monkeypatch, fixture("setup_mlp_in.py").read_bytes())
     assert main(["migrate", "-", "--check", "--isolated"]) == 1
     assert capsys.readouterr().out == ""
-    _stdin(monkeypatch, (FIXTURES / "setup_mlp_in.py").read_bytes())
+    _stdin(monkeypatch, fixture("setup_mlp_in.py").read_bytes())
     assert main(["migrate", "-", "--diff", "--isolated"]) == 1
     assert "+class MLP(nnx.Module):" in capsys.readouterr().out
 
@@ -367,7 +366,7 @@ def terminal(monkeypatch):
 def _many(root: Path, n: int) -> Path:
     root.mkdir()
     for i in range(n):
-        shutil.copy(FIXTURES / "not_flax_in.py", root / f"f{i:02d}.py")
+        shutil.copy(fixture("not_flax_in.py"), root / f"f{i:02d}.py")
     return root
 
 
@@ -405,7 +404,7 @@ def test_pre_commit_style_file_arguments_honour_config_exclude(tmp_path, cnn, mo
 
 def test_stdin_file_excluded_by_config_is_echoed(monkeypatch, capsys, tmp_path):
     _pyproject(tmp_path, 'exclude = ["legacy/*"]\n')
-    src = (FIXTURES / "setup_mlp_in.py").read_bytes()
+    src = fixture("setup_mlp_in.py").read_bytes()
     _stdin(monkeypatch, src)
     assert main(["migrate", "-", "--stdin-filename", str(tmp_path / "legacy" / "m.py")]) == 0
     assert capsys.readouterr().out == src.decode()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixture_paths import fixture
 
 from linen2nnx.migrate.engine import FileResult, MigrationResult, Mode, migrate_source
 from linen2nnx.migrate.findings import Finding, Severity
@@ -34,12 +35,10 @@ from linen2nnx.reports.migration import (
     to_sarif,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "migrate"
-
 
 @pytest.fixture(scope="module")
 def result() -> MigrationResult:
-    files = [migrate_source((FIXTURES / name).read_text(), f"src/{name}") for name in
+    files = [migrate_source(fixture(name).read_text(), f"src/{name}") for name in
              ("compact_cnn_in.py", "setup_mlp_in.py", "not_flax_in.py")]
     broken = migrate_source("import flax.linen as nn\nclass X(nn.Module:\n", "src/broken file.py")
     odd = FileResult(Path("src/odd.py"), "src/odd.py", "x", "y", [

@@ -5,18 +5,17 @@ file) must compute the same function with the converted (perturbed) weights.
 """
 
 import dataclasses
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fixture_paths import all_cases, fixture
+from migrate_fixtures import case_trace
 
 from linen2nnx.equivalence import check, perturbed
 from linen2nnx.migrate import migrate_source
 from linen2nnx.spec import LinenSide, ModelPair, import_file
-
-FIXTURES = Path(__file__).parent / "fixtures" / "migrate"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,18 +49,24 @@ CASES = {
     "factory_field_block": ("Net", {}, (2, 8, 8, 3)),  # self.conv(...)(x) of conv: ModuleDef; a shortcut
     "flatten_input": ("Classifier", {}, (2, 4, 4, 3)),  # x.reshape((x.shape[0], -1)) of the input
     "flatten_input_steps": ("PerStep", {}, (2, 3, 4, 5)),  # two leading axes kept
+    "import_alias": ("Norms", {"features": 4}, (2, 5)),  # `from flax import linen`: linen.Dense, ...
+    "traced_flatten": ("Classifier", {}, (2, 8, 8, 3)),  # a flatten's size from the trace: 16 * channels
+    "traced_literal": ("Spectral", {}, (2, 10)),  # --unsafe-fixes: the traced literal 6
+    "is_initializing": ("Probe", {}, (2, 5)),  # --unsafe-fixes: self.is_initializing() -> False
 }
 SOURCES = {"flatten_input_steps": "flatten_input", "compact_dense_nobias": "compact_dense", "compact_loop_tail_short": "compact_loop_tail",
            "compact_matmul_setup": "compact_matmul"}
-INT_INPUTS = {"compact_tied"}
+INT_INPUTS = {"compact_tied", "import_alias"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_migrated_fixture_has_parity(case, tmp_path):
     cls_name, ctor, shape = CASES[case]
     source = SOURCES.get(case, case)
-    src = (FIXTURES / f"{source}_in.py").read_text()
-    result = migrate_source(src, f"{source}.py", module_name=source)
+    src = fixture(f"{source}_in.py").read_text()
+    fx = all_cases()[source]  # with the trace and options its header names
+    result = migrate_source(src, f"{source}.py", module_name=source, trace=case_trace(fx),
+                            unsafe_fixes="unsafe-fixes" in fx.options())
     (tmp_path / "linen_src.py").write_text(src)
     (tmp_path / "nnx_src.py").write_text(result.output)
     linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls_name)

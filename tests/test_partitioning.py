@@ -1,19 +1,18 @@
 """Logical partitioning survives migration: same values, and every NNX parameter carries the
 sharding names of its Linen counterpart."""
 
-from pathlib import Path
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from fixture_paths import fixture
 from flax import nnx
 
 from linen2nnx.equivalence import check, perturbed
 from linen2nnx.migrate import Severity, migrate_source
 from linen2nnx.spec import LinenSide, ModelPair, import_file
 
-FIXTURE = Path(__file__).parent / "fixtures" / "migrate" / "compact_partitioned_in.py"
+FIXTURE = fixture("compact_partitioned_in.py")
 
 
 def test_partition_names_and_values_carry_over(tmp_path):
@@ -79,7 +78,7 @@ class C(nn.Module):
     assert model(jnp.ones((2, 4))).shape == (2, 3)  # no mesh: the constraint is a no-op, as in Linen
 
 
-PARTITION_API = Path(__file__).parent / "fixtures" / "migrate" / "partitioning_api_out.py"
+PARTITION_API = fixture("partitioning_api_out.py")
 
 _SHARDING_SCRIPT = r'''
 import json, sys

@@ -4,7 +4,7 @@ decoder's loop also runs on an 8-device mesh (sharded init, train steps, KV-cach
 process, against the Linen loop on the same mesh.
 
 Also: what outside-style training code gets (findings, not crashes), where findings point, and the
-pass's switches. The in/out fixtures of each rule are in ``tests/fixtures/migrate/train_*``.
+pass's switches. The in/out fixtures of each rule are in ``tests/fixtures/migrate/L2N-TRAIN-*/train_*``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from fixture_paths import fixture
 
 from linen2nnx import zoo
 from linen2nnx.equivalence.mesh import host_device_env
@@ -172,13 +173,12 @@ def test_migrated_decoder_loop_on_a_mesh_matches_linen(migrated, tmp_path):
 
 
 # ---- the fixtures run: the Linen input and its migrated output train to the same numbers ---------------
-FIXTURES = Path(__file__).parent / "fixtures" / "migrate"
 
 
 def _load(case: str, side: str):
     from linen2nnx.spec import import_file
 
-    return import_file(FIXTURES / f"{case}_{side}.py", f"_train_fixture_{case}_{side}")
+    return import_file(fixture(f"{case}_{side}.py"), f"_train_fixture_{case}_{side}")
 
 
 def test_train_state_fixture_runs_like_linen():
@@ -252,7 +252,7 @@ def test_apply_fixture_builds_the_same_parameters():
 
 
 def test_findings_point_at_the_input_lines():
-    src = (FIXTURES / "train_state_in.py").read_text()
+    src = fixture("train_state_in.py").read_text()
     result = migrate_source(src, "train.py")
     lines = src.splitlines()
     by_rule = {f.rule: f for f in result.findings if f.rule.startswith("L2N-TRAIN")}
@@ -262,7 +262,7 @@ def test_findings_point_at_the_input_lines():
 
 
 def test_ignored_training_rules_leave_the_training_code_alone():
-    src = (FIXTURES / "train_state_in.py").read_text()
+    src = fixture("train_state_in.py").read_text()
     result = migrate_source(src, "train.py", ignore=["L2N-TRAIN"])
     assert "state.apply_fn(" in result.output and "class MLP(nnx.Module)" in result.output
     assert not [f for f in result.findings if f.rule.startswith("L2N-TRAIN")]
@@ -272,7 +272,7 @@ def test_a_train_file_that_never_says_linen_is_migrated_with_its_model(tmp_path)
     pkg = tmp_path / "proj"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "net.py").write_text((FIXTURES / "train_state_in.py").read_text().split("\n\ndef make_model")[0] + "\n")
+    (pkg / "net.py").write_text(fixture("train_state_in.py").read_text().split("\n\ndef make_model")[0] + "\n")
     (pkg / "loop.py").write_text(textwrap.dedent("""
         import jax
         import optax

@@ -1,6 +1,6 @@
 """Numeric parity of migrated lifted transforms, factory methods, lazy caches and input-shape kernels.
 
-The NNX side is the golden output of the codemod fixture (``tests/fixtures/migrate/<case>_out.py``,
+The NNX side is the golden output of the codemod fixture (``tests/fixtures/migrate/<RULE-ID>/<case>_out.py``,
 itself checked to be what ``migrate`` writes); weights travel through the converter and the name
 map, perturbed so that no init value can hide a wrong mapping.
 """
@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fixture_paths import fixture
 from flax import nnx
 
 from linen2nnx.checkpoint_convert.api import convert_state
@@ -18,13 +19,11 @@ from linen2nnx.equivalence import check, perturbed
 from linen2nnx.migrate import migrate_source
 from linen2nnx.spec import LinenSide, ModelPair, import_file
 
-FIXTURES = Path(__file__).parent / "fixtures" / "migrate"
-
 
 def build(case: str, tmp_path: Path):
-    src = (FIXTURES / f"{case}_in.py").read_text()
+    src = fixture(f"{case}_in.py").read_text()
     result = migrate_source(src, f"{case}.py", module_name=case)
-    assert result.output == (FIXTURES / f"{case}_out.py").read_text()
+    assert result.output == fixture(f"{case}_out.py").read_text()
     (tmp_path / "linen_src.py").write_text(src)
     (tmp_path / "nnx_src.py").write_text(result.output)
     map_path = tmp_path / "map.json"

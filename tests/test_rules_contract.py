@@ -1,0 +1,135 @@
+"""The rule catalogue and the codemod fixtures agree: every rule is shown by a fixture, every fixture
+says what it shows, and every runnable fixture is checked numerically.
+
+A rule nobody can trigger is dead documentation; a finding a fixture does not declare is a change
+nobody reviewed. Fixtures live under the rule they are mainly about (tests/fixture_paths.py).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from fixture_paths import FIXTURES, NO_FINDINGS_DIR, all_cases
+from migrate_fixtures import migrate_case
+
+from linen2nnx.migrate import migrate_source
+from linen2nnx.migrate.rules import RULES
+
+TESTS = Path(__file__).parent
+
+# Rules no text fixture can show, each with the test that triggers it. A syntax error would make the
+# fixture input fail the repo's lint and has no output to compare; the others need bytes, a file
+# system or a bug.
+EXEMPT = {
+    "L2N-IO-001": "test_migrate_cli.py::test_syntax_error_is_named_and_others_still_migrate",
+    "L2N-IO-002": "test_migrate_cli.py::test_undecodable_file_is_named",
+    "L2N-IO-003": "test_migrate_cli.py::test_unwritable_output_is_named",
+    "L2N-IO-004": "test_rules_contract.py::test_an_internal_error_is_reported_and_the_file_left_alone",
+}
+
+# Test files whose numeric parity tests run fixtures: a case counts as covered when one of them names it.
+PARITY_TESTS = ("test_module_forms_parity.py", "test_transforms_parity.py", "test_layer_parity.py",
+                "test_training_parity.py", "test_train_loop_migration.py", "test_partitioning.py")
+
+# Fixture cases with no numeric parity test, and why none can be written.
+NOT_RUNNABLE = {
+    "manual_api": "manual findings: Linen scope APIs a person converts",
+    "gru_cell": "manual finding: nnx.GRUCell computes another function than nn.GRUCell",
+    "class_value": "manual finding: a module built at call time is left to a person",
+    "external_block": "imports a package that is not part of the run (vision_blocks)",
+    "factory_field_unbound": "manual finding: no caller says which layer the factory field builds",
+    "compact_cnn": "manual finding: the Dense size after a flatten is a constructor argument a person fills",
+    "setup_list": "manual finding: layer sizes applied in a loop are left to a person",
+    "train_manual": "manual findings: the training code stays Linen",
+    "train_init_size": "manual findings: init cannot give a constructor size; the training code stays Linen",
+    "init_decode_flag": "manual finding: the training code stays Linen",
+    "transform_unsupported": "manual finding: variable_carry is left as it is",
+    "not_flax": "no Flax model: the file is left byte-for-byte",
+}
+
+
+def _findings(case: str) -> set[str]:
+    return {f.rule for f in migrate_case(all_cases()[case]).findings}
+
+
+@pytest.fixture(scope="module")
+def actual() -> dict[str, set[str]]:
+    """The rule ids each fixture case gives now."""
+    return {name: _findings(name) for name in all_cases()}
+
+
+def test_every_folder_is_a_rule_and_holds_its_rule(actual):
+    for name, case in all_cases().items():
+        if case.folder == NO_FINDINGS_DIR:
+            assert actual[name] == set() == case.declared(), name
+            continue
+        assert case.folder in RULES, f"{case.folder}: not a rule id"
+        assert case.folder in actual[name] and case.folder in case.declared(), (name, actual[name])
+
+
+def test_no_fixture_gives_a_finding_it_does_not_declare(actual):
+    undeclared = {name: sorted(actual[name] - case.declared()) for name, case in all_cases().items()}
+    assert not {name: rules for name, rules in undeclared.items() if rules}
+
+
+def test_every_rule_is_shown_by_a_fixture_or_exempt(actual):
+    declared = {rule for case in all_cases().values() for rule in case.declared()}
+    given = {rule for rules in actual.values() for rule in rules}
+    shown = declared & given
+    assert not set(EXEMPT) & shown, "an exempt rule now has a fixture: drop its exemption"
+    assert sorted(set(RULES) - shown - set(EXEMPT)) == []
+    assert set(EXEMPT) <= set(RULES)
+
+
+@pytest.mark.parametrize("rule", sorted(EXEMPT))
+def test_exempt_rules_name_a_test_that_triggers_them(rule):
+    file, _, test = EXEMPT[rule].partition("::")
+    source = (TESTS / file).read_text()
+    tree = ast.parse(source)
+    body = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == test)
+    assert rule in ast.get_source_segment(source, body)
+
+
+def test_an_internal_error_is_reported_and_the_file_left_alone(monkeypatch):
+    """A bug in the codemod becomes an error finding for that file, never a crash or a partial file."""
+    import linen2nnx.migrate.engine as engine
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.delenv("LINEN2NNX_RAISE", raising=False)
+    monkeypatch.setattr(engine, "code_of", broken)
+    src = "import flax.linen as nn\n\n\nclass A(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n" \
+          "        return nn.Dense(2)(x)\n"
+    result = migrate_source(src, "a.py")
+    assert result.output is None
+    assert [(f.rule, f.severity.value) for f in result.findings] == [("L2N-IO-004", "error")]
+    assert "RuntimeError: boom" in result.findings[0].message
+
+
+def _named_in_parity_tests() -> set[str]:
+    """Every string constant of the parity test files: case names (``"compact_loop"``) or fixture file
+    names (``"compact_partitioned_in.py"``)."""
+    names = set()
+    for file in PARITY_TESTS:
+        for node in ast.walk(ast.parse((TESTS / file).read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.add(node.value.removesuffix(".py").removesuffix("_in").removesuffix("_out"))
+    return names
+
+
+def test_every_runnable_fixture_has_a_parity_test():
+    named = _named_in_parity_tests()
+    cases = set(all_cases())
+    assert sorted(cases - named - set(NOT_RUNNABLE)) == [], "add a parity test or a NOT_RUNNABLE reason"
+    assert sorted(set(NOT_RUNNABLE) & named) == [], "has a parity test now: drop it from NOT_RUNNABLE"
+    assert set(NOT_RUNNABLE) <= cases
+
+
+def test_fixtures_are_only_pairs_in_rule_folders():
+    stray = [p.relative_to(FIXTURES) for p in FIXTURES.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+             and not (p.parent.parent == FIXTURES and p.name.endswith(("_in.py", "_out.py")))]
+    assert stray == []
+    assert all(case.output.is_file() for case in all_cases().values())
