@@ -224,9 +224,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         finally:
             progress.stop()
         if trace is not None and mode is Mode.OUT_DIR:
+            from linen2nnx.migrate.engine import rule_selector
             from linen2nnx.migrate.spec_writer import write_pair_spec
+            from linen2nnx.migrate.verify_build import check_spec_builds
 
-            write_pair_spec(Path(args.out_dir), trace, result)
+            spec_path = write_pair_spec(Path(args.out_dir), trace, result)
+            # exit 0 means the output builds and runs: a failure is an L2N-VERIFY-010 finding
+            check_spec_builds(spec_path, trace, result, rule_selector(settings["select"], settings["ignore"]))
         if mode is Mode.DIFF:
             for r in result.files:
                 if r.changed:

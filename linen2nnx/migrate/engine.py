@@ -205,6 +205,7 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training, migrate_training
+    from linen2nnx.migrate.verify import verify_output
 
     file_path = Path(path)
     if not mentions_linen(source) and not mentions_training(source):
@@ -229,13 +230,16 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
         output, train_findings = migrate_training(  # training code: after the modules it uses
             output, source, path=path, module_name=module_name, local=command.summaries,
             external=external or {}, rule_enabled=rule_selector(select, ignore))
+        # the verifier: Linen left in a class the output calls NNX becomes a located manual finding
+        output, verify_findings = verify_output(output, source, path=path, module_name=module_name,
+                                                external=external or {}, rule_enabled=rule_selector(select, ignore))
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise
         finding = Finding.of(IO_004, path, 1, 1, f"internal error: {type(e).__name__}: {e}",
                           "please report this file; it was left untouched")
         return FileResult(file_path, path, source, None, [finding], NameMap())
-    findings = sorted([*command.findings, *train_findings], key=lambda f: (f.line, f.col, f.rule))
+    findings = sorted([*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule))
     return FileResult(file_path, path, source, output, findings, command.name_map, summaries=command.summaries)
 
 

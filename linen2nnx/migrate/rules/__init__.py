@@ -7,20 +7,21 @@ linen2nnx.migrate.rules import MOD_004``) and never spells an id.
 
 from __future__ import annotations
 
-from linen2nnx.migrate.rules import api, io, modules, training
+from linen2nnx.migrate.rules import api, io, modules, training, verify
 from linen2nnx.migrate.rules.api import *  # noqa: F403
 from linen2nnx.migrate.rules.base import Fix, Rule
 from linen2nnx.migrate.rules.io import *  # noqa: F403
 from linen2nnx.migrate.rules.modules import *  # noqa: F403
 from linen2nnx.migrate.rules.training import *  # noqa: F403
+from linen2nnx.migrate.rules.verify import *  # noqa: F403
 
-RULES: dict[str, Rule] = {r.id: r for family in (modules, api, training, io) for r in family.RULES}
+RULES: dict[str, Rule] = {r.id: r for family in (modules, api, training, verify, io) for r in family.RULES}
 """Every rule by id, in the order the docs list them."""
 
 BLOCKING_IDS: frozenset[str] = frozenset(r.id for r in RULES.values() if r.blocks_rewrite)
 
 __all__ = ["BLOCKING_IDS", "RULES", "Fix", "Rule", "render_rules_markdown", "rule",
-           *(name for family in (modules, api, training, io) for name in vars(family)
+           *(name for family in (modules, api, training, verify, io) for name in vars(family)
              if isinstance(getattr(family, name), Rule))]
 
 

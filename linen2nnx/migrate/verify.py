@@ -1,0 +1,367 @@
+"""The verifier: the migrated output read once more, so that a class the output calls NNX holds no Linen.
+
+The rewrite can leave Linen inside a class it turned into an ``nnx.Module`` (a submodule list built
+by a comprehension, a tied embedding read through ``.variables`` and applied with ``.apply``, a class
+of the run still built with ``name=``). Such code neither builds nor computes the same thing, yet it
+used to get no finding: the worst outcome, a silent one. The verifier parses the final output
+(read-only, one walk), checks every class the output defines as NNX (it subclasses ``nnx.Module``,
+or another NNX class of the file or of the run; a class kept as Linen behind ``nnx.bridge.ToNNX`` is
+Linen and is not checked), and reports each leftover as a ``manual`` ``L2N-VERIFY-*`` finding with
+an inline marker, located at the *input*'s line. It never rewrites code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_meta import code_of, start_positions, syntax_children
+from linen2nnx.migrate.cst_utils import absolute_qualname, code
+from linen2nnx.migrate.findings import Finding
+from linen2nnx.migrate.names import NameResolver
+from linen2nnx.migrate.rules import verify as verify_rules
+from linen2nnx.migrate.rules.base import Rule
+from linen2nnx.migrate.sites import MARKER, ClassSummary, with_new_markers
+from linen2nnx.migrate.training.driver import line_map
+from linen2nnx.migrate.verify_names import (
+    LINEN_SELF_ONLY,
+    VARIABLE_METHODS,
+    Signature,
+    flax_class_kind,
+    is_pure_linen,
+    signature_of,
+)
+
+_Stmt = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+
+
+def verify_output(output: str, original: str, *, path: str, module_name: str,
+                  external: Mapping[str, ClassSummary], rule_enabled: Callable[[str], bool]) -> tuple[str, list[Finding]]:
+    """``output`` with an inline marker on each leftover of Linen in its NNX classes, and the findings
+    (with the lines of ``original``, the input of the whole migration)."""
+    if "nnx" not in output or not any(rule_enabled(r.id) for r in verify_rules.RULES):
+        return output, []
+    module = cst.parse_module(output)
+    verifier = _Verifier(module, module_name, external)
+    verifier.run()
+    notes = [n for n in verifier.notes if rule_enabled(n[0].id)]
+    if not notes:
+        return output, []
+    positions = start_positions(module, [node for _, node, _, _ in notes])
+    to_input = line_map(output, original)
+    findings: list[Finding] = []
+    markers: dict[cst.CSTNode, list[str]] = {}
+    for rule, node, stmt, message in notes:
+        line, col = positions.get(node, (1, 0))
+        findings.append(Finding.of(rule, path, to_input(line), col + 1, message))
+        markers.setdefault(stmt, []).append(f"{MARKER} {rule.id} {message}")
+    marked = module.visit(_Marker(markers))
+    return code_of(marked), findings
+
+
+class _Marker(cst.CSTTransformer):
+    """Adds the markers to their statements (none twice: see :func:`with_new_markers`)."""
+
+    def __init__(self, markers: Mapping[cst.CSTNode, list[str]]) -> None:
+        super().__init__()
+        self.markers = markers
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
+        notes = self.markers.get(original_node)
+        if notes and isinstance(updated_node, _Stmt):
+            return with_new_markers(updated_node, notes)
+        return updated_node
+
+
+class _Verifier:
+    """One walk over the module; ``notes`` collects ``(rule, node, statement, message)``."""
+
+    def __init__(self, module: cst.Module, module_name: str, external: Mapping[str, ClassSummary]) -> None:
+        self.module = module
+        self.module_name = module_name
+        self.external = external
+        self.names = NameResolver(module)
+        self.nnx_classes: dict[str, cst.ClassDef] = {}  # NNX classes of this file, by name
+        self.linen_classes: set[str] = set()  # Linen classes of this file (kept ones included)
+        self.defs = {c.name.value: c for c in _top_classes(module)}
+        self._signatures: dict[str, Signature | None] = {}
+        self.notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
+        self._class: cst.ClassDef | None = None  # the NNX class being checked
+        self._own: set[str] = set()  # names the NNX class (and its NNX bases of the file) define on self
+
+    def run(self) -> None:
+        self._walk(self.module, None)
+
+    def _report(self, rule: Rule, node: cst.CSTNode, stmt: cst.CSTNode | None, message: str) -> None:
+        """A leftover on ``stmt``, unless another rule already marked the statement: that leftover is
+        reported already (the verifier is there for the silent ones)."""
+        if stmt is not None and not _marked_by_another_rule(stmt):
+            self.notes.append((rule, node, stmt, message))
+
+    # ---- the walk --------------------------------------------------------------------------------
+    def _walk(self, node: cst.CSTNode, stmt: cst.CSTNode | None) -> None:
+        if isinstance(node, _Stmt):
+            stmt = node
+        if isinstance(node, cst.ClassDef):
+            self._enter_class(node, stmt)
+            return
+        if self._class is not None:
+            if isinstance(node, cst.Call):
+                if self._check_call(node, stmt):
+                    return  # a bridge call: the Linen module it wraps is meant to be there
+            elif isinstance(node, cst.Attribute):
+                self._check_attribute(node, stmt)
+            elif isinstance(node, (cst.Assign, cst.AnnAssign)):
+                self._check_container(node, stmt)
+            elif isinstance(node, cst.Decorator):
+                self._check_linen_reference(node.decorator, node, stmt)
+        for child in syntax_children(node):
+            self._walk(child, stmt)
+
+    def _enter_class(self, node: cst.ClassDef, stmt: cst.CSTNode | None) -> None:
+        kind = self._class_kind(node)
+        name = node.name.value
+        outer, outer_own = self._class, self._own
+        if kind == "nnx":
+            self.nnx_classes[name] = node
+            self._class, self._own = node, self._self_names(node)
+        else:
+            if kind == "linen":
+                self.linen_classes.add(name)
+            self._class, self._own = None, set()
+        for child in syntax_children(node.body):
+            self._walk(child, stmt)
+        self._class, self._own = outer, outer_own
+
+    def _class_kind(self, node: cst.ClassDef) -> str | None:
+        """``"nnx"``, ``"linen"`` or None, from the bases (of flax, of this file, of the run)."""
+        for base in node.bases:
+            if base.keyword is not None:
+                continue
+            value = base.value
+            if isinstance(value, cst.Name) and value.value in self.nnx_classes:
+                return "nnx"
+            if isinstance(value, cst.Name) and value.value in self.linen_classes:
+                return "linen"
+            for q in self.names.qualnames(value):
+                kind = flax_class_kind(q)
+                if kind is not None:
+                    return kind
+                if self._external(q) is not None:
+                    return "nnx"  # the run migrated it: in its file's output it is an NNX class
+        return None
+
+    def _external(self, qualname: str) -> ClassSummary | None:
+        return self.external.get(absolute_qualname(qualname, self.module_name)) if self.external else None
+
+    def _self_names(self, node: cst.ClassDef) -> set[str]:
+        """Names the class (and its NNX bases of this file) defines: methods, class attributes, and
+        everything assigned to ``self.<name>`` (an NNX class may well call its own attribute ``scope``)."""
+        names: set[str] = set()
+        todo = [node]
+        while todo:
+            cls = todo.pop()
+            names |= _defined_names(cls)
+            todo += [self.defs[b.value.value] for b in cls.bases if isinstance(b.value, cst.Name)
+                     and b.value.value in self.defs and self.defs[b.value.value] is not cls]
+        return names
+
+    # ---- the checks ------------------------------------------------------------------------------
+    def _check_call(self, call: cst.Call, stmt: cst.CSTNode | None) -> bool:
+        """Checks ``call``; True when it is a bridge call, whose arguments are not checked."""
+        func = call.func
+        qualnames = self.names.qualnames(func) if isinstance(func, (cst.Name, cst.Attribute)) else set()
+        if any(q.startswith("flax.nnx.bridge.") for q in qualnames):
+            return True
+        assert self._class is not None
+        owner = self._class.name.value
+        linen_q = next((q for q in qualnames if flax_class_kind(q) == "linen"), None)
+        if isinstance(func, cst.Name) and func.value in self.linen_classes:
+            linen_q = func.value
+        if linen_q is not None:
+            self._report(verify_rules.VERIFY_001, call, stmt,
+                         f"{code(func)}(...) is a Linen module ({linen_q}) constructed inside NNX class {owner}"
+                         f"{_linen_args(call)}: build its NNX counterpart with rngs=rngs")
+            return False
+        if isinstance(func, cst.Attribute) and func.attr.value in VARIABLE_METHODS and _self_chain(func.value):
+            if not (isinstance(func.value, cst.Name) and func.attr.value in self._own):
+                self._report(verify_rules.VERIFY_003, call, stmt,
+                             f"{code(func)}(...) is Linen API (NNX modules are called directly, their "
+                             "variables are attributes)")
+            return False
+        self._check_linen_reference(func, call, stmt)
+        self._check_signature(call, qualnames, stmt)
+        return False
+
+    def _check_linen_reference(self, func: cst.BaseExpression, node: cst.CSTNode, stmt: cst.CSTNode | None) -> None:
+        """``nn.<name>(...)`` (or a decorator) that is not a pure function of flax.linen."""
+        if not isinstance(func, (cst.Name, cst.Attribute)):
+            return
+        for q in self.names.qualnames(func):
+            if q.startswith("flax.linen.") and flax_class_kind(q) is None and not is_pure_linen(q):
+                self._report(verify_rules.VERIFY_005, node, stmt,
+                             f"{code(func)} ({q}) is Linen API, not a pure function; it has no place in an "
+                             "NNX class")
+                return
+
+    def _check_signature(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
+        func = call.func
+        if isinstance(func, cst.Name) and func.value in self.defs:
+            signature = self._signature(func.value)
+        else:
+            summary = next((s for q in qualnames if (s := self._external(q)) is not None), None)
+            signature = Signature.of_summary(summary) if summary is not None else None
+        if signature is None:
+            return
+        problem = signature.problem(call)
+        if problem:
+            self._report(verify_rules.VERIFY_002, call, stmt, f"{code(func)}(...) {problem}")
+
+    def _signature(self, name: str) -> Signature | None:
+        """The ``__init__`` signature of an NNX class of this file (inherited from its bases of the file)."""
+        if name not in self._signatures:
+            self._signatures[name] = None  # a cycle of bases: no signature
+            cls = self.defs[name]
+            found: Signature | None = None
+            if self._class_kind_by_name(name) == "nnx" and not cls.decorators:
+                found = signature_of(cls)
+                if found is None:  # no __init__ of its own: its first base of the file has it
+                    base = next((b.value.value for b in cls.bases if isinstance(b.value, cst.Name)
+                                 and b.value.value in self.defs), None)
+                    found = self._signature(base) if base is not None else None
+            self._signatures[name] = found
+        return self._signatures[name]
+
+    def _class_kind_by_name(self, name: str) -> str | None:
+        if name in self.nnx_classes:
+            return "nnx"
+        return self._class_kind(self.defs[name])
+
+    def _check_container(self, node: cst.Assign | cst.AnnAssign, stmt: cst.CSTNode | None) -> None:
+        """``self.x = [Block(..., rngs=rngs) for ...]``: modules in a plain container attribute."""
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        target = next((t for t in targets if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name)
+                       and t.value.value == "self"), None)
+        if target is None or node.value is None:
+            return
+        kind = _container_kind(node.value)
+        if kind is None or not any(self._builds_module(e) for e in _container_items(node.value)):
+            return
+        wrapper = "nnx.Dict" if kind == "dict" else "nnx.List"
+        self._report(verify_rules.VERIFY_006, node.value, stmt,
+                     f"{code(target)} holds NNX modules in a plain {kind}: wrap it in {wrapper}(...)")
+
+    def _builds_module(self, node: cst.BaseExpression) -> bool:
+        """A call that constructs an NNX module (a class of flax.nnx, of this file or of the run, or any
+        call given ``rngs=``)."""
+        if not isinstance(node, cst.Call):
+            return False
+        if any(a.keyword is not None and a.keyword.value == "rngs" for a in node.args):
+            return True
+        func = node.func
+        if isinstance(func, cst.Name) and func.value in self.defs:
+            return self._class_kind_by_name(func.value) == "nnx"
+        if not isinstance(func, (cst.Name, cst.Attribute)):
+            return False
+        return any(flax_class_kind(q) == "nnx" or self._external(q) is not None for q in self.names.qualnames(func))
+
+    def _check_attribute(self, node: cst.Attribute, stmt: cst.CSTNode | None) -> None:
+        attr = node.attr.value
+        if attr == "variables" and _self_chain(node.value):
+            if not (isinstance(node.value, cst.Name) and attr in self._own):
+                self._report(verify_rules.VERIFY_003, node, stmt,
+                             f"{code(node)} is Linen API: an NNX module holds its variables as attributes "
+                             "(nnx.state(module) gives them all)")
+        elif attr in LINEN_SELF_ONLY and isinstance(node.value, cst.Name) and node.value.value == "self":
+            if attr not in self._own:
+                self._report(verify_rules.VERIFY_004, node, stmt,
+                             f"self.{attr} is Linen Module API with no meaning in an NNX class")
+
+
+def _marked_by_another_rule(stmt: cst.CSTNode) -> bool:
+    lines = getattr(stmt, "leading_lines", ())
+    return any(line.comment is not None and line.comment.value.startswith(MARKER)
+               and not line.comment.value.startswith(f"{MARKER} L2N-VERIFY") for line in lines)
+
+
+def _top_classes(module: cst.Module) -> list[cst.ClassDef]:
+    return [s for s in module.body if isinstance(s, cst.ClassDef)]
+
+
+_CONTAINERS = {cst.List: "list", cst.ListComp: "list", cst.Tuple: "tuple", cst.Dict: "dict", cst.DictComp: "dict"}
+
+
+def _container_kind(node: cst.BaseExpression) -> str | None:
+    """``"list"`` / ``"tuple"`` / ``"dict"`` for a container display, a comprehension or ``list(...)``."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("list", "tuple", "dict"):
+        return node.func.value if len(node.args) == 1 else None
+    return _CONTAINERS.get(type(node))
+
+
+def _container_items(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The element expressions of a container (a comprehension's element, a dict's values)."""
+    if isinstance(node, cst.Call):
+        node = node.args[0].value
+    if isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        return [node.elt]
+    if isinstance(node, cst.DictComp):
+        return [node.value]
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return [e.value for e in node.elements]
+    if isinstance(node, cst.Dict):
+        return [e.value for e in node.elements if isinstance(e, cst.DictElement)]
+    return []
+
+
+def _self_chain(node: cst.BaseExpression) -> bool:
+    """``self``, ``self.a``, ``self.a[i].b``: an expression rooted at ``self`` through attributes and subscripts."""
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        node = node.value
+    return isinstance(node, cst.Name) and node.value == "self"
+
+
+def _linen_args(call: cst.Call) -> str:
+    kw = {a.keyword.value for a in call.args if a.keyword is not None}
+    said = []
+    if "name" in kw:
+        said.append("with name=")
+    if "rngs" not in kw:
+        said.append("without rngs=")
+    return f" ({', '.join(said)})" if said else ""
+
+
+def _defined_names(cls: cst.ClassDef) -> set[str]:
+    names: set[str] = set()
+    for stmt in cls.body.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            names.add(stmt.name.value)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else (
+                    [small.target] if isinstance(small, cst.AnnAssign) else [])
+                names.update(t.value for t in targets if isinstance(t, cst.Name))
+    names.update(_self_assigned(cls))
+    return names
+
+
+def _self_assigned(cls: cst.ClassDef) -> set[str]:
+    """``<name>`` of every ``self.<name> = ...`` (or ``setattr(self, '<name>', ...)``) in the class."""
+    found: set[str] = set()
+
+    def walk(node: cst.CSTNode) -> None:
+        targets: list[cst.CSTNode] = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+            targets = [node.target]
+        for t in targets:
+            for el in ([e.value for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) else [t]):
+                if isinstance(el, cst.Attribute) and isinstance(el.value, cst.Name) and el.value.value == "self":
+                    found.add(el.attr.value)
+        for child in syntax_children(node):
+            walk(child)
+
+    walk(cls.body)
+    return found

@@ -1,0 +1,149 @@
+"""What the verifier knows about names: which flax names are Linen or NNX classes, which flax.linen
+functions are pure (fine in NNX code), and the constructor signatures of the run's NNX classes.
+
+Kept apart from the walk (``verify.py``) because these are facts, decided by explicit tables and by
+flax itself, not by the shape of the code being checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from functools import cache
+from typing import Any
+
+import libcst as cst
+
+from linen2nnx.migrate.linen_api import KEPT_LINEN_FUNCTIONS, equivalent_in_nnx, same_in_nnx
+from linen2nnx.migrate.sites import ClassSummary
+
+LINEN_SELF_ONLY = frozenset({
+    "param", "variable", "scope", "make_rng", "put_variable", "get_variable", "has_variable", "has_rng",
+    "is_initializing", "is_mutable_collection",
+})
+"""``self.<name>`` Linen Module API with no NNX meaning (``sow`` and ``perturb`` exist in NNX too)."""
+
+VARIABLE_METHODS = frozenset({"apply", "init", "init_with_output"})
+"""``<module>.<name>(...)``: Linen's functional entry points; an NNX module is called directly."""
+
+PURE_LINEN = frozenset({
+    # attention and masks: functions of their arguments (the NNX namesakes are other objects)
+    "dot_product_attention", "dot_product_attention_weights", "attention.dot_product_attention",
+    "attention.dot_product_attention_weights", "make_attention_mask", "make_causal_mask", "combine_masks",
+    "attention.make_attention_mask", "attention.make_causal_mask", "attention.combine_masks",
+    # dtype helpers
+    "dtypes.promote_dtype", "dtypes.canonicalize_dtype", "linear.promote_dtype", "linear.canonicalize_dtype",
+    # logical sharding: read the global axis rules NNX shares with Linen
+    "logical_to_mesh_axes", "spmd.logical_to_mesh_axes", "partitioning.logical_to_mesh_axes",
+    "partitioning.with_sharding_constraint", "spmd.with_sharding_constraint",
+    # decorators that only mark a method for Linen, harmless on a plain method
+    "nowrap", "module.nowrap",
+})
+"""flax.linen functions that hold no module state and are not re-exported by flax.nnx as the same
+object (those are pure by :func:`same_in_nnx`); any other flax.linen call left in an NNX class is Linen."""
+
+
+@cache
+def _flax_object(qualname: str) -> Any:
+    """The object ``flax.linen.<...>`` / ``flax.nnx.<...>`` names, or None."""
+    import importlib
+
+    for root in ("flax.linen", "flax.nnx"):
+        if qualname == root or qualname.startswith(root + "."):
+            obj: Any = importlib.import_module(root)
+            for part in qualname[len(root) + 1:].split(".") if qualname != root else ():
+                obj = getattr(obj, part, None)
+                if obj is None:
+                    return None
+            return obj
+    return None
+
+
+@cache
+def flax_class_kind(qualname: str) -> str | None:
+    """``"linen"`` for a flax.linen Module class, ``"nnx"`` for a flax.nnx one, else None."""
+    obj = _flax_object(qualname)
+    if not inspect.isclass(obj):
+        return None
+    import flax.linen as nn
+    from flax import nnx
+
+    if issubclass(obj, nn.Module):
+        return "linen"
+    if issubclass(obj, nnx.Module):
+        return "nnx"
+    return None
+
+
+@cache
+def is_pure_linen(qualname: str) -> bool:
+    """True for a flax.linen function that is fine in NNX code: shared with flax.nnx (the very object),
+    an equivalent or kept function of :mod:`linen_api`, or one of :data:`PURE_LINEN`."""
+    local = qualname.removeprefix("flax.linen.")
+    last = local.rsplit(".", 1)[-1]
+    for name in dict.fromkeys((local, last)):
+        if name != local and _flax_object(f"flax.linen.{name}") is not _flax_object(qualname):
+            continue  # `flax.linen.x.f` is `flax.linen.f` only when they are the same object
+        if same_in_nnx(name) or equivalent_in_nnx(name) or name in KEPT_LINEN_FUNCTIONS or name in PURE_LINEN:
+            return True
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """What a constructor accepts: enough to tell a call that misses an argument or passes a Linen one."""
+
+    positional: tuple[str, ...]  # positional-or-keyword parameters, in order
+    required: frozenset[str]  # parameters without a default
+    keywords: frozenset[str]  # every name a keyword argument may use
+    var_positional: bool = False
+    var_keyword: bool = False
+    linen_only: frozenset[str] = frozenset()  # keywords that are wrong even where **kwargs takes anything
+
+    @classmethod
+    def of_summary(cls, summary: ClassSummary) -> Signature:
+        """A class another file of the run migrated: only its Linen-only keywords are known wrong
+        (whether it was converted or bridged, its NNX constructor takes neither ``name`` nor ``parent``)."""
+        fields = {f.name for f in summary.fields}
+        return cls((), frozenset(), frozenset(), True, True, frozenset({"name", "parent"} - fields))
+
+    def problem(self, call: cst.Call) -> str:
+        """What is wrong with ``call`` (empty when nothing is known to be)."""
+        if any(a.star == "**" for a in call.args):
+            return ""
+        keywords = [a.keyword.value for a in call.args if a.keyword is not None]
+        positional = [a for a in call.args if a.keyword is None]
+        problems = []
+        wrong = [k for k in keywords if k in self.linen_only or (not self.var_keyword and k not in self.keywords)]
+        if wrong:
+            problems.append(f"passes {', '.join(f'{k}=' for k in wrong)}, which its __init__ does not take")
+        if not any(a.star == "*" for a in positional):
+            if not self.var_positional and len(positional) > len(self.positional):
+                problems.append(f"passes {len(positional)} positional arguments, its __init__ takes "
+                                f"{len(self.positional)}")
+            given = {*self.positional[:len(positional)], *keywords}
+            missing = sorted(self.required - given, key=self._order)
+            if missing:
+                problems.append(f"misses {', '.join(missing)}, which its __init__ requires")
+        return "; ".join(problems)
+
+    def _order(self, name: str) -> tuple[int, str]:
+        return (self.positional.index(name) if name in self.positional else len(self.positional), name)
+
+
+def signature_of(cls: cst.ClassDef) -> Signature | None:
+    """The signature of ``cls.__init__`` (without ``self``); None when the class defines none."""
+    init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+    if init is None or init.decorators:
+        return None
+    params = init.params
+    positional = [p for p in [*params.posonly_params, *params.params]][1:]  # less self
+    required = {p.name.value for p in [*positional, *params.kwonly_params] if p.default is None}
+    keyword_names = [p.name.value for p in [*params.params, *params.kwonly_params]]
+    return Signature(
+        positional=tuple(p.name.value for p in positional),
+        required=frozenset(required),
+        keywords=frozenset(keyword_names) - {"self"},
+        var_positional=isinstance(params.star_arg, cst.Param),
+        var_keyword=params.star_kwarg is not None,
+    )

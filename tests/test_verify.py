@@ -1,0 +1,182 @@
+"""The verifier: Linen left in a class the output calls NNX is a located manual finding with a marker;
+``migrate --trace --out-dir`` builds what it wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from linen2nnx import cli, zoo
+from linen2nnx.migrate import Severity, migrate_source
+from linen2nnx.migrate.sites import MARKER
+from linen2nnx.migrate.verify import verify_output
+
+FIXTURES = Path(__file__).parent / "fixtures" / "migrate"
+
+# (rule, line, col) of every verifier finding each case gives, in the input's coordinates
+EXPECTED = {
+    # a submodule list built by a comprehension in setup(), each block given Linen's name=
+    "L2N-VERIFY-002/setup_comprehension": [("L2N-VERIFY-006", 20, 23), ("L2N-VERIFY-002", 20, 24)],
+    # a tied embedding read through self.transformer.variables[...] and applied with .apply
+    "L2N-VERIFY-003/tied_embedding": [("L2N-VERIFY-003", 28, 13), ("L2N-VERIFY-003", 29, 16)],
+    # a class of the run built with name= in a dict comprehension (the Linen Dense of the next line is
+    # marked by L2N-API-002 already: no second finding)
+    "L2N-VERIFY-006/named_heads": [("L2N-VERIFY-006", 22, 22), ("L2N-VERIFY-002", 22, 36)],
+    # a dropout key drawn through self.scope
+    "L2N-VERIFY-004/scope_rng": [("L2N-VERIFY-004", 18, 41)],
+    # a class migrated by hand half-way: @nn.compact left on its __call__ (the Linen LayerNorm is marked
+    # by L2N-API-002 already)
+    "L2N-VERIFY-005/half_migrated": [("L2N-VERIFY-005", 14, 5)],
+}
+
+
+def _migrate(case: str, **kwargs):
+    src = (FIXTURES / f"{case}_in.py").read_text()
+    return src, migrate_source(src, f"{case.split('/')[1]}_in.py", **kwargs)
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_verifier_findings_are_located_and_marked(case):
+    src, result = _migrate(case)
+    assert result.output == (FIXTURES / f"{case}_out.py").read_text()
+    header = src.splitlines()[0].removeprefix("# findings: ").split(", ")
+    assert header == sorted({f.rule for f in result.findings})
+    found = [(f.rule, f.line, f.col) for f in result.findings if f.rule.startswith("L2N-VERIFY")]
+    assert found == EXPECTED[case]
+    assert all(f.severity is Severity.MANUAL for f in result.findings if f.rule.startswith("L2N-VERIFY"))
+    out_lines = result.output.splitlines()
+    for f in result.findings:
+        if f.rule.startswith("L2N-VERIFY"):
+            marker = f"{MARKER} {f.rule} {f.message}"
+            assert sum(line.strip() == marker for line in out_lines) == 1, marker
+    compile(result.output, case, "exec")
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_second_run_changes_nothing(case):
+    _, first = _migrate(case)
+    second = migrate_source(first.output, f"{case}_out.py")
+    assert second.output == first.output
+    assert sorted(f.rule for f in second.findings if f.rule.startswith("L2N-VERIFY")) == sorted(
+        rule for rule, _, _ in EXPECTED[case])
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_ignore_switches_the_verifier_off(case):
+    _, checked = _migrate(case)
+    _, ignored = _migrate(case, ignore=["L2N-VERIFY"])
+    assert not [f for f in ignored.findings if f.rule.startswith("L2N-VERIFY")]
+    assert f"{MARKER} L2N-VERIFY" not in ignored.output
+    without_markers = "".join(line for line in checked.output.splitlines(True)
+                              if not line.strip().startswith(f"{MARKER} L2N-VERIFY"))
+    assert ignored.output == without_markers
+
+
+CLEAN_NNX = '''
+import flax.linen as nn
+from flax import nnx
+
+
+class Block(nnx.Module):
+    def __init__(self, features: int, *, rngs: nnx.Rngs):
+        self.dense = nnx.Linear(features, features, kernel_init=nn.initializers.lecun_normal(), rngs=rngs)
+        self.rngs = rngs
+
+    def __call__(self, x):
+        x = nn.with_logical_constraint(nn.gelu(self.dense(x)), ("batch", "embed"))
+        return nnx.Dropout(0.1, rngs=self.rngs)(x, deterministic=True)
+
+
+class Stack(nnx.Module):
+    def __init__(self, n: int, *, rngs: nnx.Rngs):
+        self.layers = nnx.List([Block(4, rngs=rngs) for _ in range(n)])
+        self.variables = {"note": 1}  # an attribute of its own that happens to be called `variables`
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x + self.variables["note"]
+
+
+class HeadLinen(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(2)(x) + self.param("b", nn.initializers.zeros, (2,))
+
+
+class Head(nnx.Module):
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.linen = nnx.bridge.ToNNX(HeadLinen(), rngs=rngs)
+'''
+
+
+def _verify(source: str):
+    return verify_output(source, source, path="f.py", module_name="f", external={}, rule_enabled=lambda _: True)
+
+
+def test_clean_nnx_code_and_kept_linen_classes_get_no_finding():
+    assert _verify(CLEAN_NNX) == (CLEAN_NNX, [])
+
+
+LEFTOVERS = '''
+import flax.linen as nn
+from flax import nnx
+
+
+class Inner(nnx.Module):
+    def __init__(self, features: int, *, rngs: nnx.Rngs):
+        self.features = features
+
+
+class Model(nnx.Module):
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.inner = Inner(4, 5, rngs=rngs)
+        self.norm = nn.LayerNorm()
+        self.w = self.param("w", nn.initializers.zeros, (3,))
+
+    @nn.compact
+    def __call__(self, x):
+        y = nn.remat(lambda m, v: v)(self, x)
+        return self.inner.init(None, y)
+'''
+
+
+def test_each_leftover_of_linen_is_reported():
+    output, findings = _verify(LEFTOVERS)
+    found = [(f.rule, f.line) for f in findings]
+    assert found == [("L2N-VERIFY-002", 13), ("L2N-VERIFY-001", 14), ("L2N-VERIFY-004", 15),
+                     ("L2N-VERIFY-005", 17), ("L2N-VERIFY-005", 19), ("L2N-VERIFY-003", 20)]
+    messages = {f.rule: f.message for f in findings}
+    assert output.count(f"{MARKER} L2N-VERIFY") == len(findings)
+    assert "passes 2 positional arguments, its __init__ takes 1" in messages["L2N-VERIFY-002"]
+    assert "(without rngs=)" in messages["L2N-VERIFY-001"]
+
+
+# ---- migrate --trace --out-dir builds what it wrote ----------------------------------------------
+def _traced_migrate(tmp_path: Path, capsys) -> tuple[int, str]:
+    code = cli.main(["migrate", str(zoo.model_source("mlp")), "--trace", zoo.spec_ref("mlp"),
+                     "--out-dir", str(tmp_path / "out"), "--report", str(tmp_path / "report.txt")])
+    return code, (tmp_path / "report.txt").read_text() if (tmp_path / "report.txt").exists() else ""
+
+
+def test_trace_builds_the_written_model(tmp_path, capsys):
+    code, report = _traced_migrate(tmp_path, capsys)
+    assert code == 0, report
+    assert "L2N-VERIFY-010" not in report
+    assert (tmp_path / "out" / "linen2nnx_spec.py").is_file()
+
+
+def test_trace_reports_a_model_that_does_not_build(tmp_path, capsys, monkeypatch):
+    from linen2nnx.spec import ModelPair
+
+    def broken(self, seed=0):
+        raise RuntimeError("the migrated model raised")
+
+    monkeypatch.setattr(ModelPair, "make_nnx", broken)
+    code, report = _traced_migrate(tmp_path, capsys)
+    assert code == 1
+    source = zoo.model_source("mlp").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if text.startswith("class MLP("))
+    assert f"model.py:{line}:1: L2N-VERIFY-010 [manual] MLP does not build and run from linen2nnx_spec.py: " \
+           "RuntimeError: the migrated model raised" in report
