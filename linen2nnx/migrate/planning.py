@@ -14,6 +14,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
+from linen2nnx.migrate.compact_collect import CompactCollector
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import (
@@ -33,7 +34,6 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.factories import (
     PartialLocal,
-    call_site_ctor,
     find_factory,
     find_partial_local,
     substitute,
@@ -81,7 +81,6 @@ from linen2nnx.migrate.sites import (
     einsum_bias_shape,
     loop_name_prefix,
     nest_fors,
-    range_loop,
     root_site,
     shape_last_refs,
 )
@@ -273,7 +272,7 @@ class ClassPlanner:
                 if isinstance(value, cst.Call) and (self.ctx.layer_rule_of(value.func) or self.ctx.user_class_of(value.func)):
                     self._add_site(plan, value, attr=attr, linen_name=attr, hoisted=False)
                 elif isinstance(value, cst.Call) and self.ctx.self_call(value) in ("param", "variable"):
-                    site = self._add_variable_site(plan, value, hoisted=False, local_names=set(), attr=attr)
+                    site = self.add_variable_site(plan, value, hoisted=False, local_names=set(), attr=attr)
                     if site is not None:
                         plan.setup_vars[attr] = site.kind
                 elif isinstance(value, (cst.List, cst.Tuple)) and value.elements and all(
@@ -436,135 +435,11 @@ class ClassPlanner:
         plan.compact = fn
         plan.pure_locals = self._pure_locals(plan, fn)
         local_names = set(counts) - set(plan.pure_locals)
-        command = self
         partials = self._partial_locals(plan, fn, counts)
         replayable = {name: plan.pure_locals.pop(name) for name in partials if name in plan.pure_locals}
         # ^ built at each use, never replayed in __init__ as a config local -- unless also used otherwise
 
-        class Collect(FastVisitor):
-            def __init__(self) -> None:
-                self.blocked = 0  # inside a construct we cannot hoist out of
-                self.loops: list[LoopInfo] = []
-                self.nest: list[tuple[set[str], dict[str, cst.SimpleStatementLine]]] = []  # per enclosing `for`
-
-            def _block(self, node: cst.CSTNode) -> bool:
-                self.blocked += 1
-                return True
-
-            def _unblock(self, node: cst.CSTNode) -> None:
-                self.blocked -= 1
-
-            visit_While = visit_ListComp = visit_GeneratorExp = visit_Lambda = visit_DictComp = _block
-            leave_While = leave_ListComp = leave_GeneratorExp = leave_Lambda = leave_DictComp = _unblock
-
-            def visit_For(self, node: cst.For) -> bool:
-                loop = range_loop(node, local_names)
-                outer = set().union(*(names for names, _ in self.nest))
-                nestable = None if self.blocked else command._nest_loop(node, local_names - outer, counts, plan)
-                if nestable is None:
-                    self.blocked += 1
-                    self.loops.append(LoopInfo("", ""))
-                else:
-                    self.loops.append(loop if loop is not None and not self.loops else LoopInfo("", "", node=node))
-                    self.nest.append(nestable)
-                return True
-
-            def leave_For(self, node: cst.For) -> None:
-                loop = self.loops.pop()
-                if loop.node is None:
-                    self.blocked -= 1
-                else:
-                    self.nest.pop()
-
-            def nest_site(self, node: cst.Call, args: list[cst.BaseExpression]) -> bool:
-                """Built inside loops that only a replayed nest expresses (see sites.LoopNest)?"""
-                if not self.loops:
-                    return False
-                if len(self.loops) > 1 or not self.loops[0].var:
-                    return True
-                body_locals = set().union(*(stmts for _, stmts in self.nest))
-                return any(names_in(a) & body_locals for a in args)  # `for i in range(n): f = 2 * i`
-
-            def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-                return node is fn
-
-            def visit_Call(self, node: cst.Call) -> None:
-                target = node  # the constructor call: written here, or returned by a factory method
-                factory: Any = plan.factories.get(command.ctx.self_call(node) or "")
-                if factory is None and isinstance(node.func, cst.Name):
-                    factory = partials.get(node.func.value)  # `dense = partial(nn.Dense, ...)`; `dense(...)(x)`
-                if factory is None and command.ctx.self_call(node) is not None and command.applied(node):
-                    factory = command.ctx.field_factory(plan, command.ctx.self_call(node))  # `self.conv(...)(x)`
-                if factory is not None:
-                    target = call_site_ctor(factory, node)
-                    if target is None:
-                        command.ctx.report(MOD_004, node, f"self.{factory.name}(...) arguments do not bind to its "
-                                       "parameters", "call it with its parameters, or build the layer by hand")
-                        return
-                rule = command.ctx.layer_rule_of(target.func)
-                user = None if rule is not None else command.ctx.user_class_of(target.func)
-                if user is None and isinstance(factory, FieldFactory) and factory.classes:
-                    user = command.state.linen_classes.get(factory.classes[0])  # `Block` of a kept `BlockLinen`
-                variable = factory is None and command.ctx.self_call(node) in ("param", "variable")
-                if rule is None and user is None and not variable:
-                    if not (isinstance(node.func, cst.Call) and isinstance(node.func.func, cst.Name)
-                            and node.func.func.value in partials):  # `dense(...)(x)`: planned at `dense(...)`
-                        command._flag_unknown_submodule(node, plan)
-                    return
-                what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{command.ctx.self_call(node)}")
-                if self.blocked:
-                    command.ctx.report(MOD_004, node, f"{what} created inside a while loop, comprehension, lambda "
-                                   "or loop over call-time values in @nn.compact is not hoisted yet",
-                                   "create it in __init__ (an nnx.List for several) and index it at the call")
-                    return
-                in_nest = self.nest_site(node, [a.value for a in (*target.args, *node.args)])
-                loop = None if in_nest else self.loops[-1] if self.loops else None
-                conditions = command._conditions_of(node, fn, local_names, None if variable else plan)
-                if variable and command._plan_lazy_variable(plan, node, conditions, local_names):
-                    return
-                if conditions is None:
-                    command.state.handled.add(node)  # this finding says it all
-                    command.ctx.report(MOD_004, node, f"{what} is created under a condition on a call-time value",
-                                   "create it in __init__ and decide at call time whether to use it")
-                    return
-                lifted = None if variable else command.ctx.check_lifted(target)
-                if lifted is False:
-                    return
-                before = len(plan.hoisted_order)
-                if in_nest and (variable or lifted is not None or command._nesting(plan, node) is not None):
-                    command.ctx.report(MOD_004, node, f"{what} inside nested loops (or a loop body with locals) "
-                                   "is not hoisted yet", "create it in __init__ (an nnx.List for several)")
-                    return
-                if variable:
-                    if loop is not None:
-                        command.ctx.report(MOD_004, node, f"{what} inside a loop is not hoisted yet",
-                                       "create the variables in __init__")
-                        return
-                    command._add_variable_site(plan, node, hoisted=True, local_names=local_names)
-                else:
-                    nesting = command._nesting(plan, node) if factory is None else None
-                    if nesting is not None:
-                        command._plan_nested(plan, node, rule, nesting, counters, user)
-                        return
-                    handled = target.func in command.state.handled
-                    if in_nest:
-                        command._plan_nest_child(plan, target, node, rule, user, factory, self.nest, counters,
-                                                 local_names, conditions)
-                    else:
-                        command._plan_compact_child(plan, target, rule, user, loop, counters, local_names, conditions)
-                    if isinstance(factory, FieldFactory):
-                        if not handled:
-                            command.state.handled.discard(target.func)  # the field's default / a binding
-                        if factory.rule is not None:  # `nn.Conv` bound to it becomes `nnx.Conv` where written
-                            command.state.binding_values.update(dict.fromkeys(factory.values, factory.rule))
-                    if factory is not None and plan.sites.get(target) is not None:
-                        site = plan.sites.pop(target)  # keyed by the call of the helper, which is what the
-                        site.ctor, site.factory = node, factory  # rewrite meets; built from the helper later
-                        plan.sites[node] = site
-                for site in plan.hoisted_order[before:]:
-                    site.conditions = conditions
-
-        Collect().walk(fn)
+        CompactCollector(self, plan, fn, counts, local_names, partials, counters).walk(fn)
         for factory in partials.values():
             local = factory.local if isinstance(factory, FieldPartial) else factory
             assert local is not None
@@ -614,7 +489,7 @@ class ClassPlanner:
                     and site.rule.out_arg in site.args and field in plan.field_names):
                 plan.branch_sites[then[0]] = BranchLocal(site, own_test, f"self.{field}")
 
-    def _plan_lazy_variable(self, plan: ClassPlan, node: cst.Call, conditions: list[str] | None,
+    def plan_lazy_variable(self, plan: ClassPlan, node: cst.Call, conditions: list[str] | None,
                             local_names: set[str]) -> bool:
         """``self.variable`` of a non-param collection that Linen creates on the init call (under a
         call-time condition, or sized by call-time values, or a decode cache): created on the first
@@ -731,7 +606,7 @@ class ClassPlanner:
         for stmt in fn.body.body:
             Values().walk(stmt)
 
-    def _flag_unknown_submodule(self, node: cst.Call, plan: ClassPlan) -> None:
+    def flag_unknown_submodule(self, node: cst.Call, plan: ClassPlan) -> None:
         """``Foo(...)(x)`` in @nn.compact with ``Foo`` neither a built-in layer nor a Linen class of the run:
         most likely a Linen submodule defined elsewhere, which would stay unconverted. Say so.
 
@@ -821,7 +696,7 @@ class ClassPlanner:
         Assigns().walk(owner.body)
         return found
 
-    def _conditions_of(self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str],
+    def conditions_of(self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str],
                        plan: ClassPlan | None = None) -> list[str] | None:
         """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches); None when a test
         uses a call-time value, so the construction cannot be decided in __init__ -- but for a shape
@@ -904,7 +779,7 @@ class ClassPlanner:
                 strides.append(moved)
         return restated(test, widths[0], widths[1], strides)  # type: ignore[arg-type]
 
-    def _nesting(self, plan: ClassPlan, node: cst.Call) -> tuple[Site, str, int] | None:
+    def nesting(self, plan: ClassPlan, node: cst.Call) -> tuple[Site, str, int] | None:
         """(outer layer site, its argument, list index) when ``node`` is built as a layer argument."""
         parent = self.ctx.parent_of(node)
         index = -1
@@ -929,7 +804,7 @@ class ClassPlanner:
             return outer, arg_name, index
         return None
 
-    def _plan_nested(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, nesting: tuple[Site, str, int],
+    def plan_nested(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, nesting: tuple[Site, str, int],
                      counters: dict[str, int | None], user: ClassPlan | None = None) -> None:
         """A layer (or a Linen class of the run, e.g. a custom cell in ``nn.RNN``) built as another
         layer's argument: built in place, named in the parent's scope by Linen."""
@@ -971,7 +846,7 @@ class ClassPlanner:
             self.ctx.report(LAYER_003, node, f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
                         f"self.{root.attr} through nnx.view")
 
-    def _plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
+    def plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
                             loop: LoopInfo | None, counters: dict[str, int | None], local_names: set[str],
                             conditions: list[str] | None = None) -> None:
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
@@ -1032,7 +907,7 @@ class ClassPlanner:
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, {loop.var} if loop else set())
         plan.hoisted_order.append(site)
 
-    def _nest_loop(self, node: cst.For, call_time: set[str], counts: dict[str, int],
+    def nest_loop(self, node: cst.For, call_time: set[str], counts: dict[str, int],
                    plan: ClassPlan) -> tuple[set[str], dict[str, cst.SimpleStatementLine]] | None:
         """A ``for`` __init__ can replay (see sites.LoopNest): its iterable reads no call-time value
         (``call_time``: the method's locals but the enclosing loops' own). Returns its targets and the
@@ -1055,7 +930,7 @@ class ClassPlanner:
                 stmts[name] = stmt
         return names, stmts
 
-    def _plan_nest_child(self, plan: ClassPlan, target: cst.Call, node: cst.Call, rule: LayerRule | None,
+    def plan_nest_child(self, plan: ClassPlan, target: cst.Call, node: cst.Call, rule: LayerRule | None,
                          user: ClassPlan | None, factory: Any, loops: list[tuple[set[str], dict[str, Any]]],
                          counters: dict[str, int | None], local_names: set[str], conditions: list[str]) -> None:
         """A submodule built inside a loop nest (see sites.LoopNest): auto-named, unconditional, on a
@@ -1171,7 +1046,7 @@ class ClassPlanner:
                                 f"rewrite this nnx.{rule.nnx} by hand")
         return site
 
-    def _add_variable_site(self, plan: ClassPlan, call: cst.Call, *, hoisted: bool, local_names: set[str],
+    def add_variable_site(self, plan: ClassPlan, call: cst.Call, *, hoisted: bool, local_names: set[str],
                            attr: str | None = None) -> Site | None:
         """``self.param(name, init, *args)`` / ``self.variable(col, name, init, *args)``."""
         kind = self.ctx.self_call(call)

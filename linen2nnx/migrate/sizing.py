@@ -15,17 +15,15 @@ import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
-    NOT_LOCAL,
-    assigned_names,
     code,
     names_in,
     parse_expression,
     replace_name,
-    self_attr,
     substitute_self_fields,
 )
-from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
+from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo
 from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import (
     MOD_004,
     SHAPE_001,
@@ -36,7 +34,6 @@ from linen2nnx.migrate.rules import (
 from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
-    is_shape_last,
     replace_shape_last,
 )
 
@@ -49,172 +46,15 @@ class Sizer:
         self.state = ctx.state
 
     def run_flow(self, plan: ClassPlan, fn: cst.FunctionDef, resolve: bool) -> None:
+        """Run the feature-size dataflow over ``fn`` (see :class:`MethodFlow`); with ``resolve``, size
+        the sites it applies, else only record what the method returns."""
         params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
         if params and params[0] == "self":
             params = params[1:]
         if not params:
             return
         self.state.flow_method = fn.name.value
-        setup_attrs = {s.attr: s for s in plan.sites.values() if not s.hoisted and s.container is None
-                       and s.kind in ("layer", "module")}
-
-        probing = [False]  # a first pass over a step function (see _carry_fixpoint): no side effects
-
-        def layer_of(call: cst.Call) -> LayerInfo | None:
-            func = call.func
-            variable = plan.sites.get(call)
-            if variable is not None and variable.kind in ("param", "variable"):
-                for arg_name, refs in variable.shape_refs.items():
-                    if resolve and not probing[0] and arg_name not in variable.arg_sources:
-                        self._resolve_shape_arg(plan, variable, arg_name, refs, flow, params)
-                return None
-            site = None
-            if isinstance(func, cst.Call) and func in plan.sites:
-                site = plan.sites[func]
-            elif self_attr(func) in setup_attrs:
-                site = setup_attrs[self_attr(func)]
-            elif isinstance(func, cst.Name) and func.value in plan.local_sites:
-                site = plan.local_sites[func.value]
-            branch = plan.branch_sites.get(func.value) if isinstance(func, cst.Name) else None
-            if branch is not None:
-                site = branch.site
-            if site is None or site.kind not in ("layer", "module"):
-                return None
-            for built in (site, *self._nested_sites(site)):  # nn.RNN(Cell(x.shape[-1])): the cell's too
-                for arg_name, refs in built.shape_refs.items():
-                    if resolve and not probing[0] and arg_name not in built.arg_sources:
-                        self._resolve_shape_arg(plan, built, arg_name, refs, flow, params)
-            info = self._layer_info(site)
-            if site.rule is not None and site.rule.input_index:
-                info = dataclasses.replace(info, input_index=site.rule.input_index)
-            if branch is not None and info.out_expr is not None and not info.out_unknown:
-                assert site.rule is not None and site.rule.out_attr is not None
-                info = dataclasses.replace(info, out_expr=f"({info.out_expr} if {branch.test} else "
-                                           f"{branch.other}.{site.rule.out_attr})")
-            return info
-
-        methods = {m.name.value: m for m in self.state.methods.get(plan.name, [])}
-        depth = [0]
-        setup_locals = set(assigned_names(plan.setup)) if plan.setup is not None else set()
-
-        def value_of(node: cst.BaseExpression, env: dict[str, Feat]) -> Feat | None:
-            """A parameter of the class, as its last axis and rank (see dataflow.py)."""
-            if isinstance(node, cst.Call):
-                site = plan.sites.get(node)
-                owner = self.ctx.enclosing_function(node) if site is not None else None
-                local = set(assigned_names(owner)) if owner is not None else set()
-            else:
-                attr = self_attr(node)
-                site = next((s for s in plan.sites.values() if s.attr == attr and not s.hoisted), None)
-                local = setup_locals
-            if site is None or site.kind != "param":
-                return None
-            shape = site.args.get("2")  # self.param(name, init, shape, ...): initializers take the shape first
-            if shape is None or not isinstance(shape.value, (cst.Tuple, cst.List)) or not shape.value.elements:
-                return None
-            last = shape.value.elements[-1].value
-            ref = is_shape_last(last)
-            if ref is not None:
-                feat = env.get(ref) if site.hoisted else None
-                if feat is None or feat.kind not in ("expr", "input"):
-                    return None
-            elif (names_in(last) - NOT_LOCAL) & local:
-                return None  # a size held in a local: not an expression of the config
-            else:
-                feat = Feat("expr", expr=code(last))
-            return dataclasses.replace(feat, rank=len(shape.value.elements))
-
-        def method_of(call: cst.Call, args: list[Feat]) -> Feat | None:
-            name = self_attr(call.func)
-            if name in plan.activation_fields and args:
-                return args[0]
-            callee = methods.get(name or "")
-            if callee is not None and depth[0] < 3 and name not in ("__call__", "setup"):
-                # inline the helper with the caller's values, so layers it applies are sized in context
-                callee_params = [p.name.value for p in callee.params.params][1:]
-                sub = FeatureFlow(callee_params, layer_of, self.ctx.qualnames, method_of, value_of=value_of)
-                sub.env.update(zip(callee_params, args))
-                sub.iteration = flow.iteration
-                depth[0] += 1
-                sub.run(callee.body.body)
-                depth[0] -= 1
-                if not probing[0]:
-                    flow.uses.extend(sub.uses)
-                returns = sub.returns
-                return returns[0] if returns and all(r == returns[0] for r in returns) else Feat.unknown(name or "")
-            known = plan.method_out.get(name or "")
-            if known is None and isinstance(call.func, cst.Name):
-                known = self.state.function_out.get(call.func.value)
-            return None if known is None else transfer(known[1], known[0], args)
-
-        def on_assign(assign: cst.Assign) -> None:
-            target = assign.targets[0].target if len(assign.targets) == 1 else None
-            name = target.value if isinstance(target, cst.Name) else None
-            if (resolve and name in plan.shape_locals and name not in plan.shape_local_sizes
-                    and plan.pure_locals.get(name) is not None and assign in plan.pure_locals[name].body):
-                sizes = {}
-                for var in plan.shape_locals[name]:
-                    size = self.static_size(plan, flow.env.get(var, Feat.unknown(var)), params, assign)
-                    if size is None:
-                        return
-                    sizes[var] = size
-                plan.shape_local_sizes[name] = sizes
-
-        if resolve:  # before the flow: a cell sized from its carry changes what follows it
-            for site in list(plan.sites.values()):
-                if site.kind == "layer" and site.rule is not None and site.rule.carry_init:
-                    self._check_traced_carry(plan, site, site.ctor)
-        def after_loop(loop: cst.For, before: dict[str, Feat], env: dict[str, Feat]) -> None:
-            """After a loop nest, a size read from its last element (``self.block[-1].out_features``)
-            holds only if the loops built one: else it is the size from before them."""
-            nest = plan.nests.get(loop)
-            for site in nest.sites if nest is not None else ():
-                last = f"self.{site.attr}[-1]."
-                for name, feat in list(env.items()):
-                    previous = before.get(name)
-                    if feat.kind == "expr" and feat.expr.startswith(last) and previous is not None and previous != feat:
-                        env[name] = Feat("choice", expr=f"len(self.{site.attr}) > 0", elements=(feat, previous),
-                                         reason=f"a size that depends on whether the loops built a {site.attr}")
-
-        flow = FeatureFlow(params, layer_of, self.ctx.qualnames, method_of, on_assign, value_of, after_loop)
-        if len(params) >= 2 and ((plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods):
-            flow.env[params[0]] = self._carry_fixpoint(fn, params, layer_of, method_of, value_of, probing)
-        flow.run(fn.body.body)
-        if resolve:
-            plan.if_envs.update({node: (env, params) for node, env in flow.at_if.items()})
-        out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
-        scan = plan.scanned_methods.get(fn.name.value)
-        if scan is not None and out is not None:  # scanned: (carry, ys), with ys stacked on out_axes
-            parts = out.elements if out.kind == "tuple" and len(out.elements) == 2 else ()
-            # stacked on a leading axis the outputs keep their last one; on any other axis they do too
-            # unless that axis is past the per-step rank, which only a trace can rule out
-            out = Feat("tuple", elements=(parts[0], parts[1] if scan.out_axes == "0" else Feat(
-                "unknown", reason="outputs stacked on axis " + scan.out_axes, candidate=parts[1]))
-            ) if parts else Feat.unknown("scan outputs")
-        if out is not None:
-            plan.method_out[fn.name.value] = (params, out)
-        if fn.name.value == "__call__":
-            plan.first_input = params[0]
-            plan.out = out
-        if not resolve:
-            return
-        by_site: dict[str, dict[int, Feat]] = {}
-        all_args: dict[str, tuple[Feat, ...]] = {}
-        nodes: dict[str, cst.CSTNode] = {}
-        for use in flow.uses:
-            by_site.setdefault(use.key, {}).setdefault(use.iteration, use.feat)
-            all_args.setdefault(use.key, use.args)
-            nodes.setdefault(use.key, use.node)
-        sites_by_attr = {s.flow_key: s for s in plan.sites.values()}
-        for index, use in enumerate(flow.uses):  # the order a loop nest's lines build their modules in
-            applied = sites_by_attr.get(use.key)
-            if applied is not None and applied.nest is not None:
-                applied.nest.applied.setdefault(id(applied), index)
-        for key, feats in by_site.items():
-            site = sites_by_attr[key]
-            if site.in_expr is not None or site.user_in:
-                continue
-            self._resolve_site_inputs(plan, site, feats, params, nodes[key], all_args.get(key, ()))
+        MethodFlow(self, plan, fn, params, resolve).run()
 
     @staticmethod
     def _config_values(expr: str, configs: list[dict]) -> list[Any] | None:
@@ -226,8 +66,8 @@ class Sizer:
             return None
 
     @classmethod
-    def _nested_sites(cls, site: Site) -> list[Site]:
-        return [deep for inner in site.nested for deep in (inner, *cls._nested_sites(inner))]
+    def nested_sites(cls, site: Site) -> list[Site]:
+        return [deep for inner in site.nested for deep in (inner, *cls.nested_sites(inner))]
 
     def _traced_arg(self, plan: ClassPlan, site: Site, arg: str, how: str, node: cst.CSTNode) -> str:
         """A submodule's argument its own config could not express (``traced:6``): the caller's config
@@ -240,7 +80,7 @@ class Sizer:
             return matched[0]
         return self._required_arg(plan, site, f"{arg} of {site.user.name if site.user else site.attr}", node)
 
-    def _check_traced_carry(self, plan: ClassPlan, site: Site, node: cst.CSTNode) -> None:
+    def check_traced_carry(self, plan: ClassPlan, site: Site, node: cst.CSTNode) -> None:
         """A Linen cell's hidden size is its carry's last axis (``h.shape[-1]``), not ``features``: the
         two differ when a caller hands in a carry of another width (seq2seq's decoder starts from the
         encoder's state). A trace that shows such a carry makes the NNX cell's size a manual finding."""
@@ -270,24 +110,7 @@ class Sizer:
         self.ctx.report(SHAPE_001, node, f"hidden size of {plan.name}.{site.attr} = {size}: Linen's "
                     f"nn.{site.rule.linen} takes it from its carry (traced), not from {features}")
 
-    def _carry_fixpoint(self, fn: cst.FunctionDef, params: list[str], layer_of: Any, method_of: Any,
-                        value_of: Any, probing: list[bool]) -> Feat:
-        """A step function's carry (a cell's, or a scanned method's) has the same shape on every step:
-        what a first pass sees it return is what it receives (``lstm_state, last_prediction = carry``
-        -> ``last_prediction`` is as wide as the prediction it returns). Unknown parts stay unknown."""
-        probe = FeatureFlow(params, layer_of, self.ctx.qualnames, method_of, value_of=value_of)
-        probing[0] = True  # the callbacks record nothing and resolve nothing meanwhile
-        try:
-            probe.run(fn.body.body)
-        finally:
-            probing[0] = False
-        outs = probe.returns
-        if not outs or any(o != outs[0] for o in outs) or outs[0].kind != "tuple" or len(outs[0].elements) != 2:
-            return Feat("input", input_name=params[0])
-        carry = outs[0].elements[0]
-        return carry if carry.kind in ("tuple", "expr") else Feat("input", input_name=params[0])
-
-    def _resolve_shape_arg(self, plan: ClassPlan, site: Site, arg_name: str, refs: list[str], flow: FeatureFlow,
+    def resolve_shape_arg(self, plan: ClassPlan, site: Site, arg_name: str, refs: list[str], flow: FeatureFlow,
                            params: list[str]) -> None:
         """``nn.Dense(x.shape[-1])``: replace each ``v.shape[-1]`` with v's size as the dataflow knows it."""
         replacements = {}
@@ -301,7 +124,7 @@ class Sizer:
             replacements[name] = self._resolve_in(plan, site, feat, params, site.ctor)
         site.arg_sources[arg_name] = replace_shape_last(site.args[arg_name].value, replacements)
 
-    def _layer_info(self, site: Site) -> LayerInfo:
+    def layer_info(self, site: Site) -> LayerInfo:
         """What the flow needs of one application of ``site``. A factory field bound to several classes
         gives what they agree on; a submodule of a loop nest whose output size reads the loops' names
         gives the built element's own attribute (``self.block[-1].out_features``), which __init__ reads
@@ -421,12 +244,12 @@ class Sizer:
             elements = sorted((n for n in site.nested if n.element >= 0), key=lambda n: n.element)
             if not elements:
                 return LayerInfo(site.flow_key, None, out_unknown=True)
-            info = self._layer_info(elements[-1])
+            info = self.layer_info(elements[-1])
             return LayerInfo(site.flow_key, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
         inner = next((n for n in site.nested if n.nested_arg == rule.out_from), None)
         if inner is None:
             return LayerInfo(site.flow_key, None, out_unknown=True)
-        info = self._layer_info(inner)
+        info = self.layer_info(inner)
         if inner.kind == "module" and info.out_fn is not None:  # a cell of the run: (carry, y) -> y
             cell_out = info.out_fn
 
@@ -452,7 +275,7 @@ class Sizer:
                         inner.user_in[arg] = current
             self._propagate_nested(inner, current)
             if inner.element >= 0:
-                info = self._layer_info(inner)
+                info = self.layer_info(inner)
                 if info.out_unknown:
                     break
                 current = info.out_expr or current
@@ -462,7 +285,7 @@ class Sizer:
             return any(how.startswith("input:") for how in site.user.new_args.values())
         return (site.rule is not None and site.rule.in_arg is not None) or any(self._needs_input(n) for n in site.nested)
 
-    def _resolve_site_inputs(self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str],
+    def resolve_site_inputs(self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str],
                              node: cst.CSTNode, args: tuple[Feat, ...] = ()) -> None:
         if site.kind == "layer":
             assert site.rule is not None
@@ -471,7 +294,7 @@ class Sizer:
                 if site.rule.in_arg is not None:
                     site.in_expr = expr
                 self._propagate_nested(site, expr)
-            for inner in self._nested_sites(site):  # e.g. a cell of the run's traced hidden size
+            for inner in self.nested_sites(site):  # e.g. a cell of the run's traced hidden size
                 for arg, how in (inner.user.new_args.items() if inner.user is not None else ()):
                     if how.startswith("traced:") and arg not in inner.user_in:
                         inner.user_in[arg] = self._traced_arg(plan, inner, arg, how, node)

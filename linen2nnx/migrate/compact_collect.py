@@ -1,0 +1,179 @@
+"""Walking an ``@nn.compact`` method: which calls build submodules or variables, and where.
+
+:class:`CompactCollector` is the read-only walk behind ``ClassPlanner._plan_compact``. It tracks the
+constructs a submodule cannot be hoisted out of (``while``, comprehensions, lambdas, loops over
+call-time values) and the loop nests a replayed ``for`` expresses, and hands each constructor call
+to the planner, which records a :class:`~linen2nnx.migrate.sites.Site` on the plan.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import libcst as cst
+
+from linen2nnx.layers import LayerRule
+from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_utils import names_in
+from linen2nnx.migrate.factories import call_site_ctor
+from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.rules import MOD_004
+from linen2nnx.migrate.sites import ClassPlan, LoopInfo, range_loop
+
+if TYPE_CHECKING:
+    from linen2nnx.migrate.planning import ClassPlanner
+
+
+class CompactCollector(FastVisitor):
+    """Plans the submodules and variables one ``@nn.compact`` method creates."""
+
+    def __init__(self, planner: ClassPlanner, plan: ClassPlan, fn: cst.FunctionDef, counts: dict[str, int],
+                 local_names: set[str], partials: dict[str, Any], counters: dict[str, int | None]) -> None:
+        self.planner = planner
+        self.ctx = planner.ctx
+        self.state = planner.state
+        self.plan = plan  # the class being planned
+        self.fn = fn  # the compact method
+        self.counts = counts  # local name -> how many times the method assigns it
+        self.local_names = local_names  # its locals that __init__ does not replay
+        self.partials = partials  # `dense = partial(nn.Dense, ...)` locals built at each use
+        self.counters = counters  # Linen auto-name counters (`Dense_0`, `Dense_1`, ...)
+        self.blocked = 0  # inside a construct we cannot hoist out of
+        self.loops: list[LoopInfo] = []
+        self.nest: list[tuple[set[str], dict[str, cst.SimpleStatementLine]]] = []  # per enclosing `for`
+
+    def _block(self, node: cst.CSTNode) -> bool:
+        self.blocked += 1
+        return True
+
+    def _unblock(self, node: cst.CSTNode) -> None:
+        self.blocked -= 1
+
+    visit_While = visit_ListComp = visit_GeneratorExp = visit_Lambda = visit_DictComp = _block
+    leave_While = leave_ListComp = leave_GeneratorExp = leave_Lambda = leave_DictComp = _unblock
+
+    def visit_For(self, node: cst.For) -> bool:
+        loop = range_loop(node, self.local_names)
+        outer = set().union(*(names for names, _ in self.nest))
+        nestable = None if self.blocked else self.planner.nest_loop(node, self.local_names - outer, self.counts,
+                                                                    self.plan)
+        if nestable is None:
+            self.blocked += 1
+            self.loops.append(LoopInfo("", ""))
+        else:
+            self.loops.append(loop if loop is not None and not self.loops else LoopInfo("", "", node=node))
+            self.nest.append(nestable)
+        return True
+
+    def leave_For(self, node: cst.For) -> None:
+        loop = self.loops.pop()
+        if loop.node is None:
+            self.blocked -= 1
+        else:
+            self.nest.pop()
+
+    def nest_site(self, node: cst.Call, args: list[cst.BaseExpression]) -> bool:
+        """Built inside loops that only a replayed nest expresses (see sites.LoopNest)?"""
+        if not self.loops:
+            return False
+        if len(self.loops) > 1 or not self.loops[0].var:
+            return True
+        body_locals = set().union(*(stmts for _, stmts in self.nest))
+        return any(names_in(a) & body_locals for a in args)  # `for i in range(n): f = 2 * i`
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.fn
+
+    def visit_Call(self, node: cst.Call) -> None:
+        found = self._constructor(node)
+        if found is None:
+            return
+        factory, target = found
+        plan, ctx = self.plan, self.ctx
+        rule = ctx.layer_rule_of(target.func)
+        user = None if rule is not None else ctx.user_class_of(target.func)
+        if user is None and isinstance(factory, FieldFactory) and factory.classes:
+            user = self.state.linen_classes.get(factory.classes[0])  # `Block` of a kept `BlockLinen`
+        variable = factory is None and ctx.self_call(node) in ("param", "variable")
+        if rule is None and user is None and not variable:
+            if not (isinstance(node.func, cst.Call) and isinstance(node.func.func, cst.Name)
+                    and node.func.func.value in self.partials):  # `dense(...)(x)`: planned at `dense(...)`
+                self.planner.flag_unknown_submodule(node, plan)
+            return
+        what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{ctx.self_call(node)}")
+        if self.blocked:
+            ctx.report(MOD_004, node, f"{what} created inside a while loop, comprehension, lambda "
+                       "or loop over call-time values in @nn.compact is not hoisted yet",
+                       "create it in __init__ (an nnx.List for several) and index it at the call")
+            return
+        in_nest = self.nest_site(node, [a.value for a in (*target.args, *node.args)])
+        loop = None if in_nest else self.loops[-1] if self.loops else None
+        conditions = self.planner.conditions_of(node, self.fn, self.local_names, None if variable else plan)
+        if variable and self.planner.plan_lazy_variable(plan, node, conditions, self.local_names):
+            return
+        if conditions is None:
+            self.state.handled.add(node)  # this finding says it all
+            ctx.report(MOD_004, node, f"{what} is created under a condition on a call-time value",
+                       "create it in __init__ and decide at call time whether to use it")
+            return
+        lifted = None if variable else ctx.check_lifted(target)
+        if lifted is False:
+            return
+        before = len(plan.hoisted_order)
+        if in_nest and (variable or lifted is not None or self.planner.nesting(plan, node) is not None):
+            ctx.report(MOD_004, node, f"{what} inside nested loops (or a loop body with locals) "
+                       "is not hoisted yet", "create it in __init__ (an nnx.List for several)")
+            return
+        if variable:
+            if loop is not None:
+                ctx.report(MOD_004, node, f"{what} inside a loop is not hoisted yet", "create the variables in __init__")
+                return
+            self.planner.add_variable_site(plan, node, hoisted=True, local_names=self.local_names)
+        elif not self._plan_submodule(node, target, factory, rule, user, in_nest, loop, conditions):
+            return
+        for site in plan.hoisted_order[before:]:
+            site.conditions = conditions
+
+    def _constructor(self, node: cst.Call) -> tuple[Any, cst.Call] | None:
+        """(the factory, the constructor call) ``node`` builds through: written here (no factory), returned
+        by a factory method, or built by a partial local or a module-factory field; None once reported."""
+        ctx, plan = self.ctx, self.plan
+        factory: Any = plan.factories.get(ctx.self_call(node) or "")
+        if factory is None and isinstance(node.func, cst.Name):
+            factory = self.partials.get(node.func.value)  # `dense = partial(nn.Dense, ...)`; `dense(...)(x)`
+        if factory is None and ctx.self_call(node) is not None and self.planner.applied(node):
+            factory = ctx.field_factory(plan, ctx.self_call(node))  # `self.conv(...)(x)`
+        if factory is None:
+            return None, node
+        target = call_site_ctor(factory, node)
+        if target is None:
+            ctx.report(MOD_004, node, f"self.{factory.name}(...) arguments do not bind to its "
+                       "parameters", "call it with its parameters, or build the layer by hand")
+            return None
+        return factory, target
+
+    def _plan_submodule(self, node: cst.Call, target: cst.Call, factory: Any, rule: LayerRule | None,
+                        user: ClassPlan | None, in_nest: bool, loop: LoopInfo | None, conditions: Any) -> bool:
+        """Plan a submodule ``node`` builds; False when it was planned as a nested layer (whose sites
+        keep their own conditions)."""
+        plan, planner = self.plan, self.planner
+        nesting = planner.nesting(plan, node) if factory is None else None
+        if nesting is not None:
+            planner.plan_nested(plan, node, rule, nesting, self.counters, user)
+            return False
+        handled = target.func in self.state.handled
+        if in_nest:
+            planner.plan_nest_child(plan, target, node, rule, user, factory, self.nest, self.counters,
+                                    self.local_names, conditions)
+        else:
+            planner.plan_compact_child(plan, target, rule, user, loop, self.counters, self.local_names, conditions)
+        if isinstance(factory, FieldFactory):
+            if not handled:
+                self.state.handled.discard(target.func)  # the field's default / a binding
+            if factory.rule is not None:  # `nn.Conv` bound to it becomes `nnx.Conv` where written
+                self.state.binding_values.update(dict.fromkeys(factory.values, factory.rule))
+        if factory is not None and plan.sites.get(target) is not None:
+            site = plan.sites.pop(target)  # keyed by the call of the helper, which is what the
+            site.ctor, site.factory = node, factory  # rewrite meets; built from the helper later
+            plan.sites[node] = site
+        return True

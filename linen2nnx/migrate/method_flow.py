@@ -1,0 +1,232 @@
+"""The feature-size dataflow over one method of a planned class, and what its result means for the plan.
+
+:class:`MethodFlow` holds the callbacks a :class:`~linen2nnx.migrate.dataflow.FeatureFlow` asks while
+it walks a method -- what a call applies (``layer_of``), what a ``self.param`` holds (``value_of``),
+what a helper method returns (``method_of``), which replayed shape locals get a static size
+(``on_assign``), what a loop nest leaves behind (``after_loop``) -- and then records the method's
+output on the plan and sizes the sites it applied (through the :class:`~linen2nnx.migrate.sizing.Sizer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_names, code, names_in, self_attr
+from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
+from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
+
+if TYPE_CHECKING:
+    from linen2nnx.migrate.sizing import Sizer
+
+
+class MethodFlow:
+    """One run of the dataflow over ``fn`` of ``plan``; ``resolve`` also sizes the sites it applies."""
+
+    def __init__(self, sizer: Sizer, plan: ClassPlan, fn: cst.FunctionDef, params: list[str],
+                 resolve: bool) -> None:
+        self.sizer = sizer
+        self.ctx = sizer.ctx
+        self.state = sizer.state
+        self.plan = plan
+        self.fn = fn
+        self.params = params  # the method's parameters, less self
+        self.resolve = resolve
+        self.setup_attrs = {s.attr: s for s in plan.sites.values() if not s.hoisted and s.container is None
+                            and s.kind in ("layer", "module")}  # setup() submodules, applied as self.<attr>
+        self.methods = {m.name.value: m for m in self.state.methods.get(plan.name, [])}  # helpers to inline
+        self.setup_locals = set(assigned_names(plan.setup)) if plan.setup is not None else set()
+        self.probing = False  # a first pass over a step function (see carry_fixpoint): no side effects
+        self.depth = 0  # helper methods inlined around the current call (at most 3 deep)
+        self.flow: FeatureFlow  # the flow over fn, set by run()
+
+    def run(self) -> None:
+        plan, fn, params = self.plan, self.fn, self.params
+        if self.resolve:  # before the flow: a cell sized from its carry changes what follows it
+            for site in list(plan.sites.values()):
+                if site.kind == "layer" and site.rule is not None and site.rule.carry_init:
+                    self.sizer.check_traced_carry(plan, site, site.ctor)
+        self.flow = flow = FeatureFlow(params, self.layer_of, self.ctx.qualnames, self.method_of, self.on_assign,
+                                       self.value_of, self.after_loop)
+        if len(params) >= 2 and ((plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods):
+            flow.env[params[0]] = self.carry_fixpoint()
+        flow.run(fn.body.body)
+        if self.resolve:
+            plan.if_envs.update({node: (env, params) for node, env in flow.at_if.items()})
+        self._record_out()
+        if self.resolve:
+            self._size_uses()
+
+    def _record_out(self) -> None:
+        """What the method returns (as the plan's ``out`` for ``__call__``)."""
+        flow, plan, fn = self.flow, self.plan, self.fn
+        out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
+        scan = plan.scanned_methods.get(fn.name.value)
+        if scan is not None and out is not None:  # scanned: (carry, ys), with ys stacked on out_axes
+            parts = out.elements if out.kind == "tuple" and len(out.elements) == 2 else ()
+            # stacked on a leading axis the outputs keep their last one; on any other axis they do too
+            # unless that axis is past the per-step rank, which only a trace can rule out
+            out = Feat("tuple", elements=(parts[0], parts[1] if scan.out_axes == "0" else Feat(
+                "unknown", reason="outputs stacked on axis " + scan.out_axes, candidate=parts[1]))
+            ) if parts else Feat.unknown("scan outputs")
+        if out is not None:
+            plan.method_out[fn.name.value] = (self.params, out)
+        if fn.name.value == "__call__":
+            plan.first_input = self.params[0]
+            plan.out = out
+
+    def _size_uses(self) -> None:
+        """Size each site from the inputs the flow saw it applied to (per loop iteration)."""
+        plan = self.plan
+        by_site: dict[str, dict[int, Feat]] = {}
+        all_args: dict[str, tuple[Feat, ...]] = {}
+        nodes: dict[str, cst.CSTNode] = {}
+        for use in self.flow.uses:
+            by_site.setdefault(use.key, {}).setdefault(use.iteration, use.feat)
+            all_args.setdefault(use.key, use.args)
+            nodes.setdefault(use.key, use.node)
+        sites_by_attr = {s.flow_key: s for s in plan.sites.values()}
+        for index, use in enumerate(self.flow.uses):  # the order a loop nest's lines build their modules in
+            applied = sites_by_attr.get(use.key)
+            if applied is not None and applied.nest is not None:
+                applied.nest.applied.setdefault(id(applied), index)
+        for key, feats in by_site.items():
+            site = sites_by_attr[key]
+            if site.in_expr is not None or site.user_in:
+                continue
+            self.sizer.resolve_site_inputs(plan, site, feats, self.params, nodes[key], all_args.get(key, ()))
+
+    def carry_fixpoint(self) -> Feat:
+        """A step function's carry (a cell's, or a scanned method's) has the same shape on every step:
+        what a first pass sees it return is what it receives (``lstm_state, last_prediction = carry``
+        -> ``last_prediction`` is as wide as the prediction it returns). Unknown parts stay unknown."""
+        params = self.params
+        probe = FeatureFlow(params, self.layer_of, self.ctx.qualnames, self.method_of, value_of=self.value_of)
+        self.probing = True  # the callbacks record nothing and resolve nothing meanwhile
+        try:
+            probe.run(self.fn.body.body)
+        finally:
+            self.probing = False
+        outs = probe.returns
+        if not outs or any(o != outs[0] for o in outs) or outs[0].kind != "tuple" or len(outs[0].elements) != 2:
+            return Feat("input", input_name=params[0])
+        carry = outs[0].elements[0]
+        return carry if carry.kind in ("tuple", "expr") else Feat("input", input_name=params[0])
+
+    def _resolve_shapes(self, site: Site) -> None:
+        """Resolve the shape arguments of ``site`` that read an input's shape (not while probing)."""
+        for arg_name, refs in site.shape_refs.items():
+            if self.resolve and not self.probing and arg_name not in site.arg_sources:
+                self.sizer.resolve_shape_arg(self.plan, site, arg_name, refs, self.flow, self.params)
+
+    def layer_of(self, call: cst.Call) -> LayerInfo | None:
+        """The layer ``call`` applies (a site of the plan, a setup() submodule, a local or branch site)."""
+        plan, func = self.plan, call.func
+        variable = plan.sites.get(call)
+        if variable is not None and variable.kind in ("param", "variable"):
+            self._resolve_shapes(variable)
+            return None
+        site = None
+        if isinstance(func, cst.Call) and func in plan.sites:
+            site = plan.sites[func]
+        elif self_attr(func) in self.setup_attrs:
+            site = self.setup_attrs[self_attr(func)]
+        elif isinstance(func, cst.Name) and func.value in plan.local_sites:
+            site = plan.local_sites[func.value]
+        branch = plan.branch_sites.get(func.value) if isinstance(func, cst.Name) else None
+        if branch is not None:
+            site = branch.site
+        if site is None or site.kind not in ("layer", "module"):
+            return None
+        for built in (site, *self.sizer.nested_sites(site)):  # nn.RNN(Cell(x.shape[-1])): the cell's too
+            self._resolve_shapes(built)
+        info = self.sizer.layer_info(site)
+        if site.rule is not None and site.rule.input_index:
+            info = dataclasses.replace(info, input_index=site.rule.input_index)
+        if branch is not None and info.out_expr is not None and not info.out_unknown:
+            assert site.rule is not None and site.rule.out_attr is not None
+            info = dataclasses.replace(info, out_expr=f"({info.out_expr} if {branch.test} else "
+                                       f"{branch.other}.{site.rule.out_attr})")
+        return info
+
+    def value_of(self, node: cst.BaseExpression, env: dict[str, Feat]) -> Feat | None:
+        """A parameter of the class, as its last axis and rank (see dataflow.py)."""
+        plan = self.plan
+        if isinstance(node, cst.Call):
+            site = plan.sites.get(node)
+            owner = self.ctx.enclosing_function(node) if site is not None else None
+            local = set(assigned_names(owner)) if owner is not None else set()
+        else:
+            attr = self_attr(node)
+            site = next((s for s in plan.sites.values() if s.attr == attr and not s.hoisted), None)
+            local = self.setup_locals
+        if site is None or site.kind != "param":
+            return None
+        shape = site.args.get("2")  # self.param(name, init, shape, ...): initializers take the shape first
+        if shape is None or not isinstance(shape.value, (cst.Tuple, cst.List)) or not shape.value.elements:
+            return None
+        last = shape.value.elements[-1].value
+        ref = is_shape_last(last)
+        if ref is not None:
+            feat = env.get(ref) if site.hoisted else None
+            if feat is None or feat.kind not in ("expr", "input"):
+                return None
+        elif (names_in(last) - NOT_LOCAL) & local:
+            return None  # a size held in a local: not an expression of the config
+        else:
+            feat = Feat("expr", expr=code(last))
+        return dataclasses.replace(feat, rank=len(shape.value.elements))
+
+    def method_of(self, call: cst.Call, args: list[Feat]) -> Feat | None:
+        """What ``self.helper(...)`` (inlined with the caller's values) or a module-level function returns."""
+        plan = self.plan
+        name = self_attr(call.func)
+        if name in plan.activation_fields and args:
+            return args[0]
+        callee = self.methods.get(name or "")
+        if callee is not None and self.depth < 3 and name not in ("__call__", "setup"):
+            # inline the helper with the caller's values, so layers it applies are sized in context
+            callee_params = [p.name.value for p in callee.params.params][1:]
+            sub = FeatureFlow(callee_params, self.layer_of, self.ctx.qualnames, self.method_of, value_of=self.value_of)
+            sub.env.update(zip(callee_params, args))
+            sub.iteration = self.flow.iteration
+            self.depth += 1
+            sub.run(callee.body.body)
+            self.depth -= 1
+            if not self.probing:
+                self.flow.uses.extend(sub.uses)
+            returns = sub.returns
+            return returns[0] if returns and all(r == returns[0] for r in returns) else Feat.unknown(name or "")
+        known = plan.method_out.get(name or "")
+        if known is None and isinstance(call.func, cst.Name):
+            known = self.state.function_out.get(call.func.value)
+        return None if known is None else transfer(known[1], known[0], args)
+
+    def on_assign(self, assign: cst.Assign) -> None:
+        """A replayed shape local (``n = x.shape[-1]``) gets the static size of what it reads."""
+        plan = self.plan
+        target = assign.targets[0].target if len(assign.targets) == 1 else None
+        name = target.value if isinstance(target, cst.Name) else None
+        if (self.resolve and name in plan.shape_locals and name not in plan.shape_local_sizes
+                and plan.pure_locals.get(name) is not None and assign in plan.pure_locals[name].body):
+            sizes = {}
+            for var in plan.shape_locals[name]:
+                size = self.sizer.static_size(plan, self.flow.env.get(var, Feat.unknown(var)), self.params, assign)
+                if size is None:
+                    return
+                sizes[var] = size
+            plan.shape_local_sizes[name] = sizes
+
+    def after_loop(self, loop: cst.For, before: dict[str, Feat], env: dict[str, Feat]) -> None:
+        """After a loop nest, a size read from its last element (``self.block[-1].out_features``)
+        holds only if the loops built one: else it is the size from before them."""
+        nest = self.plan.nests.get(loop)
+        for site in nest.sites if nest is not None else ():
+            last = f"self.{site.attr}[-1]."
+            for name, feat in list(env.items()):
+                previous = before.get(name)
+                if feat.kind == "expr" and feat.expr.startswith(last) and previous is not None and previous != feat:
+                    env[name] = Feat("choice", expr=f"len(self.{site.attr}) > 0", elements=(feat, previous),
+                                     reason=f"a size that depends on whether the loops built a {site.attr}")
