@@ -12,7 +12,7 @@ Modules, in the order the data flows:
 - :mod:`.driver` -- the entry point (:func:`migrate_training`): parse, analyse, plan, report, rewrite.
 - :mod:`.values` -- :class:`ValueAnalysis`: what each expression is (a Linen module value, the variables
   ``init`` returned, a collection of them, a train state), through names, closures and the file's
-  functions. Built on libcst's scope and qualified-name analysis.
+  functions. Built on libcst's scope analysis and the module pass's name resolver.
 - :mod:`.planner` -- :class:`TrainPlanner`: the plan (notes, edits, statements to add) and the tree
   helpers the handlers share; :mod:`.exprs` the pure expression helpers.
 - :mod:`.dispatch` -- one walk over the tree routes each node to its construct's handler:
@@ -23,10 +23,14 @@ Modules, in the order the data flows:
   ``(plan, node, ...)`` that only read the analysis and write the plan.
 - :mod:`.rewrite` -- :class:`TrainRewriter` applies the plan bottom-up, then the import edits.
 
-Full tree walks per file that mentions training code: the parse; libcst's metadata resolution
-(positions, scopes and qualified names: three); the parent map; the planning walk; the name order (on
-the first use of a name's reads); and, when something is rewritten, the rewrite and two code
-generations (the import check and the output).
+Full tree walks per file that mentions training code (the module pass's output, parsed once more):
+the parse; libcst's scope analysis (the only metadata resolved up front: bindings, reads, closures);
+the module pass's name resolver for qualified names (:mod:`linen2nnx.migrate.names`); one index walk
+(:meth:`ValueAnalysis._index`: the parent map, the nodes to plan, the order of reads); one code
+generation for the positions of the findings, if any. Only when something is rewritten or marked:
+the rewrite, the name count of the import clean-up, and two code generations (the import check and
+the output). libcst's positions (with ends) are resolved only for ``new = old.apply_gradients(...)``.
+Functions are walked on their own for their names (once each) and their return statements.
 """
 
 from linen2nnx.migrate.training.driver import mentions_training, migrate_training

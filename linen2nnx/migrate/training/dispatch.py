@@ -22,13 +22,11 @@ from linen2nnx.migrate.training.sharding import PARTITION_SPEC, plan_partition_s
 from linen2nnx.migrate.training.state_reads import plan_subscript, plan_variables_use
 from linen2nnx.migrate.training.train_state import plan_binding, plan_create
 
-_KINDS = (cst.Call, cst.Subscript, cst.Attribute, cst.Name)
-
 
 def plan_file(plan: TrainPlanner) -> None:
     """Fill ``plan`` with the notes and edits of every training construct of the file."""
     values = plan.values
-    nodes = values.walk(lambda n: isinstance(n, _KINDS))
+    nodes = values.nodes
     plan.streams = streams(plan, [n for n in nodes if isinstance(n, cst.Call)])
     for node in nodes:
         if values.in_module_class(node):

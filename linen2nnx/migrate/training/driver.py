@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from linen2nnx.migrate.cst_meta import code_of
+from linen2nnx.migrate.cst_meta import code_of, start_positions
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.rules import training as training_rules
 from linen2nnx.migrate.sites import MARKER, ClassSummary
@@ -48,7 +48,7 @@ def migrate_training(code_text: str, original: str, *, path: str, module_name: s
     planner = TrainPlanner(wrapper, values, sharding=uses_sharding(original))
     plan_file(planner)
     blocked = planner.blocked
-    findings, markers = _report(planner, path, line_map(code_text, original), rule_enabled)
+    findings, markers = _report(planner, wrapper.module, path, line_map(code_text, original), rule_enabled)
     rewrites = planner.edits or planner.replace_stmt or planner.wrap or planner.after
     if not blocked and not rewrites and not markers:
         return code_text, findings
@@ -58,7 +58,7 @@ def migrate_training(code_text: str, original: str, *, path: str, module_name: s
     return code_of(module), findings
 
 
-def _report(planner: TrainPlanner, path: str, to_input: Callable[[int], int],
+def _report(planner: TrainPlanner, module: cst.Module, path: str, to_input: Callable[[int], int],
             rule_enabled: Callable[[str], bool]) -> tuple[list[Finding], Markers]:
     """The findings of the enabled rules (only the blocking ones when the rewrite is blocked), and the
     TODO markers of the manual ones."""
@@ -66,9 +66,10 @@ def _report(planner: TrainPlanner, path: str, to_input: Callable[[int], int],
     notes = [n for n in notes if rule_enabled(n.rule.id)]
     findings: list[Finding] = []
     markers: Markers = {}
+    starts = start_positions(module, {n.node for n in notes})
     for n in notes:
-        pos = planner.positions.get(n.node)
-        line, col = (to_input(pos.start.line), pos.start.column + 1) if pos else (1, 1)
+        pos = starts.get(n.node)
+        line, col = (to_input(pos[0]), pos[1] + 1) if pos else (1, 1)
         severity = n.rule.severity
         findings.append(Finding(n.rule.id, severity, path, line, col, n.message, n.hint))
         if severity is Severity.MANUAL:

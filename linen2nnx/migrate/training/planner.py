@@ -11,10 +11,11 @@ what makes the pass all or nothing: a blocking note anywhere drops every edit of
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from linen2nnx.migrate.cst_utils import names_in
 from linen2nnx.migrate.rules.base import Rule
@@ -85,11 +86,17 @@ class TrainPlanner:
         self.notes: list[Note] = []
         self.uses_partial = False
         self.streams: set[str] = {"dropout"}  # RNG streams the file's apply calls seed (set before planning)
-        self.positions = wrapper.resolve(PositionProvider)
+        self._wrapper = wrapper
         self.locals_done: set[tuple[object, str]] = set()  # (scope, name) of train-state locals planned
         self.local_owner: dict[cst.CSTNode | None, Owner] = {}
         self._reserved: dict[cst.CSTNode, set[str]] = {}  # function -> names this pass introduced
         self._taken: dict[cst.CSTNode, set[str]] = {}  # function -> names it uses (the tree does not change)
+
+    @functools.cached_property
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        """libcst's positions (start and end) of every node: resolved only when an update's order
+        against later reads must be checked (findings take their starts from one cheap code generation)."""
+        return self._wrapper.resolve(PositionProvider)
 
     # ---- reporting -----------------------------------------------------------------------------
     def note(self, rule: Rule, node: cst.CSTNode, message: str, hint: str = "") -> None:

@@ -23,14 +23,14 @@ analysis is flow-insensitive and conservative: a name bound to values of differe
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import libcst as cst
-from libcst._metadata_dependent import LazyValue
-from libcst.metadata import Access, Assignment, QualifiedNameProvider, ScopeProvider
+from libcst.metadata import Access, Assignment, ScopeProvider
 
-from linen2nnx.migrate.cst_meta import parent_map
+from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children
 from linen2nnx.migrate.cst_utils import absolute_qualname
+from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.sites import ClassSummary
 
 TRAIN_STATE = frozenset({"flax.training.train_state.TrainState"})
@@ -39,6 +39,8 @@ EVAL_SHAPE = frozenset({"jax.eval_shape", "jax.api.eval_shape", "jax._src.api.ev
 PARTIAL = frozenset({"functools.partial"})
 MODULE_BASES = frozenset({"flax.linen.Module", "flax.linen.module.Module", "flax.nnx.Module",
                           "flax.nnx.module.Module"})
+# the node types the planning dispatches on (exact types: none has subclasses)
+_PLANNED = frozenset({cst.Call, cst.Subscript, cst.Attribute, cst.Name})
 # train-state attributes whose use marks an unannotated function parameter as a TrainState
 STATE_METHODS = frozenset({"apply_fn", "apply_gradients"})
 
@@ -66,8 +68,10 @@ class ValueAnalysis:
     def __init__(self, wrapper: cst.MetadataWrapper, local: Mapping[str, ClassSummary],
                  external: Mapping[str, ClassSummary], module_name: str):
         self.module = wrapper.module
-        self.parents = parent_map(wrapper.module)  # = ParentNodeProvider's, without its visitor pass
-        self.qualified = wrapper.resolve(QualifiedNameProvider)
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}  # of the syntax nodes (= ParentNodeProvider's)
+        self.nodes: list[cst.CSTNode] = []  # the calls, subscripts, attributes and names, in visit order
+        self._index()
+        self.names = NameResolver(wrapper.module)  # the module pass's resolver: libcst's qualified names
         self.scopes = wrapper.resolve(ScopeProvider)
         self.module_name = module_name
         self.classes = dict(external)
@@ -79,15 +83,13 @@ class ValueAnalysis:
         self.ts_classes: dict[str, list[str]] = {}  # local TrainState class / alias -> its extra fields
         self._find_train_state_classes()
         self._memo: dict[cst.CSTNode, Val | None] = {}
-        self._names_in_order: dict[cst.CSTNode, int] | None = None
+        self._name_order: dict[cst.CSTNode, int] | None = None
         self._busy: set[cst.CSTNode] = set()
 
     # ---- names -------------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> set[str]:
-        found = self.qualified.get(node, set())
-        if isinstance(found, LazyValue):  # the provider computes qualified names on first use
-            found = found()
-        return {q.name for q in found}
+        """What ``node`` may name (``nn.Dense`` -> ``flax.linen.Dense``); the caller must not change it."""
+        return self.names.qualnames(node)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
@@ -209,7 +211,7 @@ class ValueAnalysis:
         """``fn``'s own return statements (not those of nested functions, lambdas or classes)."""
         found: list[cst.Return] = []
 
-        class V(cst.CSTVisitor):
+        class V(FastVisitor):
             def visit_Return(self, node: cst.Return) -> None:
                 found.append(node)
 
@@ -222,7 +224,7 @@ class ValueAnalysis:
             def visit_Lambda(self, node: cst.Lambda) -> bool:
                 return False
 
-        fn.visit(V())
+        V().walk(fn)
         return iter(found)
 
     # ---- values ------------------------------------------------------------------------------
@@ -307,32 +309,24 @@ class ValueAnalysis:
         """The reads of ``assignment`` in source order (libcst keeps them in a set, whose order changes
         from run to run: findings placed by the first read would move)."""
         names = [a.node for a in assignment.references if isinstance(a.node, cst.Name)]
-        order = self._name_order()
+        if self._name_order is None:
+            self._name_order = {n: i for i, n in enumerate(n for n in self.nodes if type(n) is cst.Name)}
+        order = self._name_order
         return sorted(names, key=lambda n: order.get(n, len(order)))
 
-    def _name_order(self) -> dict[cst.CSTNode, int]:
-        if self._names_in_order is None:
-            found: dict[cst.CSTNode, int] = {}
-
-            class V(cst.CSTVisitor):
-                def visit_Name(self, node: cst.Name) -> None:
-                    found[node] = len(found)
-
-            self.module.visit(V())
-            self._names_in_order = found
-        return self._names_in_order
-
-    def walk(self, predicate: Callable[[cst.CSTNode], bool]) -> list[cst.CSTNode]:
-        found: list[cst.CSTNode] = []
-
-        class V(cst.CSTVisitor):
-            def on_visit(self, node: cst.CSTNode) -> bool:
-                if predicate(node):
-                    found.append(node)
-                return True
-
-        self.module.visit(V())
-        return found
+    def _index(self) -> None:
+        """One walk over the file's syntax nodes (libcst's visit order: pre-order) for the parent map and
+        the nodes the planning looks at; the order of the names in it sorts the reads of a binding."""
+        parents, nodes, kinds = self.parents, self.nodes, _PLANNED
+        stack: list[cst.CSTNode] = [self.module]
+        while stack:
+            node = stack.pop()
+            if type(node) in kinds:
+                nodes.append(node)
+            children = syntax_children(node)
+            for child in children:
+                parents[child] = node
+            stack.extend(reversed(children))
 
 
 def string_index(node: cst.Subscript) -> str | None:
