@@ -34,6 +34,17 @@ ROOT = Path(__file__).resolve().parents[1]
 TWINS = ROOT / "tests" / "fixtures" / "nnx_twins"
 
 
+def _mutations() -> Any:
+    """The sibling script ``bench/mutations.py`` (its ``migrate_zoo``), loaded by path."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_mutations", Path(__file__).with_name("mutations.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses need the module registered
+    spec.loader.exec_module(module)
+    return module
+
+
 def zoo_pair(model: str, config: str, work: Path, force_twin: bool = False) -> tuple[Any, str]:
     """``(ModelPair, description of the NNX side)`` for a zoo model in ``config``."""
     from linen2nnx import zoo
@@ -43,9 +54,7 @@ def zoo_pair(model: str, config: str, work: Path, force_twin: bool = False) -> t
     twin_file = TWINS / f"{model}.py"
     reason = "--twin"
     if not force_twin or not twin_file.exists():
-        from linen2nnx.equivalence.mutations import migrate_zoo
-
-        spec_path, manual = migrate_zoo(model, work / f"{model}-migrated")
+        spec_path, manual = _mutations().migrate_zoo(model, work / f"{model}-migrated")
         if not manual:
             spec = import_file(spec_path)  # written for the traced config; rebuilt here for `config`
             cls = getattr(import_file(spec.MIGRATED_FILE), spec.NNX_CLASS)

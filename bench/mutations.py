@@ -1,13 +1,16 @@
 """Mutation testing of ``check``: inject a typical migration bug into migrated code, expect a
 failed check *and* the right culprit module.
 
+    python bench/mutations.py [--only NAME ...] [--twins DIR] [--out DIR]
+
+Repository tooling, not part of the installed package: it reads the hand-written twins under
+``tests/fixtures`` and is run by ``tests/test_mutations.py``.
+
 Each :class:`Mutation` is a text edit of the NNX source of one zoo model. The source is what
 ``migrate --trace`` writes for that model when its migration has no ``manual`` finding; otherwise a
 hand-written NNX twin stands in (``tests/fixtures/nnx_twins/<model>.py``, with ``pair()``), until
 the codemod handles the model. A mutation is *detected* when ``check`` fails, *localised* when
 ``result.divergence.culprit`` names one of the modules the bug was put in (NNX path).
-
-Run ``python -m linen2nnx.equivalence.mutations`` for the detection table.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 from linen2nnx.errors import L2NError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TWINS = REPO / "tests" / "fixtures" / "nnx_twins"
 
 
@@ -124,6 +127,12 @@ MUTATIONS: tuple[Mutation, ...] = (
              _sub(r"^[ \t]*self\.sow\(nnx\.Intermediate,\s*[\"']attention_entropy[\"'][^\n]*\n", "",
                   flags=re.MULTILINE),
              ("layers/self_attention",), ("intermediates",)),
+    Mutation("dropout_rate", "Dropout rate 0.1 -> 0.5 (dropout is off in every compared forward)", "encoder",
+             _sub(r"(self\.dropout_0\s*=\s*nnx\.Dropout\()self\.dropout_rate", r"\g<1>0.5"),
+             ("layer/0/dropout_0",), ("config",)),
+    Mutation("scan_reverse", "layer stack scanned in reverse (Linen scans forward)", "decoder",
+             _sub(r"in_axes=\(nnx\.Carry,\s*0\)", "reverse=True, in_axes=(nnx.Carry, 0)"),
+             ("layers",), ("forward",)),
     Mutation("bn_momentum", "BatchNorm momentum 0.9 -> 0.99", "cnn",
              _sub(r"(self\.batch_norm_0\s*=\s*nnx\.BatchNorm\([^\n]*?momentum=)0\.9\b", r"\g<1>0.99"),
              ("batch_norm_0",), ("batch_stats",)),
@@ -220,7 +229,7 @@ def _yes(x: bool) -> str:
 
 def run_mutation(base: Base, mutation: Mutation, root: Path, **check_kwargs: Any) -> Row:
     """Apply ``mutation`` to ``base``, run ``check`` and judge detection and localisation."""
-    from linen2nnx.equivalence.check import check
+    from linen2nnx.equivalence import check
     from linen2nnx.equivalence.perturb import perturbed_init
 
     t0 = time.perf_counter()
@@ -253,7 +262,7 @@ def render(rows: Sequence[Row]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m linen2nnx.equivalence.mutations", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python bench/mutations.py", description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", help="mutation names to run (default: all)")
     parser.add_argument("--twins", type=Path, default=DEFAULT_TWINS, help="folder of hand-written NNX twins")
     parser.add_argument("--out", type=Path, help="work folder (default: a temporary one)")

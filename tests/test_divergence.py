@@ -70,14 +70,16 @@ class RaisingHead(nnx.Linear):
 
 
 class Stack(nnx.Module):
-    def __init__(self, rngs, head=nnx.Linear, **block):
+    def __init__(self, rngs, head=nnx.Linear, reverse=False, **block):
         self.embed = nnx.Linear(3, D, rngs=rngs)
         self.blocks = nnx.vmap(lambda r: Block(r, **block))(rngs.split(LAYERS))
         self.head = head(D, 2, rngs=rngs)
+        self.reverse = reverse
 
     def __call__(self, x, train: bool = False):
         x = self.embed(x)
-        x = nnx.scan(lambda c, blk: blk(c), in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)(x, self.blocks)
+        x = nnx.scan(lambda c, blk: blk(c), in_axes=(nnx.Carry, 0), out_axes=nnx.Carry, reverse=self.reverse)(
+            x, self.blocks)
         return self.head(x)
 
 
@@ -125,6 +127,39 @@ def test_bug_in_a_parent_s_own_code_names_the_parent(weights):
     assert c.nnx_path == "blocks" and c.inputs_agree
     up, down = (next(m for m in r.divergence.modules if m.nnx_path == p) for p in ("blocks/up", "blocks/down"))
     assert up.first_bad_call == down.first_bad_call == 1  # layer 0's children agree: the residual is the block's
+
+
+def test_a_stack_scanned_in_reverse_is_blamed_on_the_stack_not_its_first_layer(weights):
+    """Linen scans forward; NNX ``reverse=True`` runs layer 2 first. Layer 0's ``up`` sees the same
+    input on both sides but reads another weight slice: the weights count among its inputs, so it
+    is not the culprit; the stack, whose inputs (and weights: none of its own) agree, is."""
+    r = _check(weights, reverse=True)
+    assert not r.passed
+    c = r.divergence.culprit
+    assert (c.nnx_path, c.inputs_agree, c.first_bad_call) == ("blocks", True, 0)
+    assert "read another layer's weights" in c.note and "reverse=" in c.note
+    up = next(m for m in r.divergence.modules if m.nnx_path == "blocks/up")
+    weights_in = next(lf for lf in up.inputs if lf.path == "weights")
+    assert not up.inputs_agree and up.first_bad_call == 0 and not weights_in.passed
+    assert "NNX invocation 0 reads the weights of Linen invocation 2" in weights_in.note
+    assert all(lf.passed for lf in up.inputs if lf.path != "weights")  # the activation going in agrees
+
+
+def test_weights_agree_however_they_are_laid_out():
+    """The weights a call reads are compared as sorted values: a transposed kernel still agrees."""
+    from linen2nnx.equivalence.capture import Call
+    from linen2nnx.equivalence.divergence import compare_weights
+    from linen2nnx.equivalence.tolerances import Tolerances
+
+    k = jax.random.normal(jax.random.key(0), (3, 4))
+    lin, nx = Call(("d",), "Dense", 0), Call(("d",), "Linear", 0)
+    lin.add([], [], [k, jnp.ones(4)])
+    nx.add([], [], [jnp.ones(4), k.T])
+    (leaf,), note = compare_weights(lin, nx, 0, Tolerances.coerce(None), 0)
+    assert leaf.passed and note == ""
+    nx.weights[0] = nx.weights[0] * 2
+    (leaf,), note = compare_weights(lin, nx, 0, Tolerances.coerce(None), 0)
+    assert not leaf.passed and note == "" and leaf.note == "the module reads other weights"
 
 
 def test_dropped_sow_fails_only_the_sown_values_and_names_the_module(weights):

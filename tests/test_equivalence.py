@@ -44,7 +44,8 @@ def test_cnn_parity_from_trained_checkpoint(cnn_result):
     r = cnn_result
     assert r.passed, [(lf.check, lf.path, lf.max_abs, lf.note) for lf in r.failures]
     assert set(r.by_check()) == {"forward/eval", "forward/train", "loss/eval", "loss/train", "grad", "batch_stats",
-                                 "precision"}
+                                 "precision", "config"}
+    assert any("momentum: Linen 0.9, NNX 0.9" in lf.note for lf in r.by_check()["config"])  # the twin's BatchNorm
     assert _paths(r, "grad") == CNN_PARAMS
     assert _paths(r, "batch_stats") == CNN_STATS
     for lf in r.leaves:
@@ -84,11 +85,13 @@ def test_wrong_batchnorm_epsilon_fails_and_names_the_leaves(cnn_ckpt):
                      "batch_norm_1/mean": False, "batch_norm_1/var": False}
 
 
-def test_wrong_batchnorm_momentum_fails_only_the_running_stats(cnn_ckpt):
+def test_wrong_batchnorm_momentum_fails_only_the_running_stats_and_the_setting(cnn_ckpt):
     r = check(twins.cnn_momentum_pair(), cnn_ckpt, name_map=twins.cnn_name_map())
     assert not r.passed
-    assert {lf.path for lf in r.failures} == CNN_STATS
-    assert {lf.check for lf in r.failures} == {"batch_stats"}
+    assert {lf.path for lf in r.failures if lf.check == "batch_stats"} == CNN_STATS
+    assert {lf.check for lf in r.failures} == {"batch_stats", "config"}
+    config = {lf.path: lf.note for lf in r.failures if lf.check == "config"}
+    assert set(config) == {"batch_norm_0", "batch_norm_1"} and all("momentum: Linen" in n for n in config.values())
 
 
 def test_twin_without_a_linen_param_cannot_be_checked():

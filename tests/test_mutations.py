@@ -3,20 +3,37 @@ model must fail the check and be localised to the module it was put in.
 
 Each model is migrated once (``migrate --trace``), in its own test; a model whose migration still
 has manual findings is replaced by its hand-written twin (``tests/fixtures/nnx_twins/``), which is
-then checked unmutated with the same perturbed weights first.
+then checked unmutated with the same perturbed weights first. The mutation table is
+``bench/mutations.py``.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
-from linen2nnx.equivalence import check, mutations
-from linen2nnx.equivalence.mutations import MUTATIONS, Base, NotApplicable, prepare, render, run_mutation
+from linen2nnx.equivalence import check
 from linen2nnx.equivalence.perturb import perturbed_init
 
+ROOT = Path(__file__).resolve().parents[1]
 TWINS = Path(__file__).parent / "fixtures" / "nnx_twins"
+
+
+def _load_mutations():
+    """``bench/mutations.py``: repository tooling (it reads ``tests/fixtures``), not package code."""
+    spec = importlib.util.spec_from_file_location("bench_mutations", ROOT / "bench" / "mutations.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses need the module registered
+    spec.loader.exec_module(module)
+    return module
+
+
+mutations = _load_mutations()
+MUTATIONS, Base, NotApplicable = mutations.MUTATIONS, mutations.Base, mutations.NotApplicable
+prepare, render, run_mutation = mutations.prepare, mutations.render, mutations.run_mutation
 
 
 MODELS = sorted({m.model for m in MUTATIONS})

@@ -64,5 +64,7 @@ def test_wrong_momentum_shows_up_in_the_trained_statistics_only():
     assert t.linen_loss == pytest.approx(t.nnx_loss, rel=1e-5)  # train-mode losses use batch statistics
     assert t.param_leaves_failed == 0 and t.opt_state_leaves_failed == 0
     failed = {(lf.check, lf.path) for lf in r.failures}
-    assert ("train/state", "batch_norm_0/mean") in failed and all(c in ("batch_stats", "train/state") for c, _ in failed)
+    assert ("train/state", "batch_norm_0/mean") in failed
+    assert all(c in ("batch_stats", "train/state", "config") for c, _ in failed)
+    assert {p for c, p in failed if c == "config"} == {"batch_norm_0", "batch_norm_1"}  # the momentum setting itself
     assert "worst at step" in next(lf.note for lf in r.failures if lf.check == "train/state")

@@ -12,6 +12,12 @@ per iteration, so a scanned module records one invocation per layer / time step.
 traced more than once leaves records without values, which are dropped. ``order`` is the order in
 which calls *finish* (post-order): a child always comes before its parent, which is what "the
 first module whose output differs while its inputs agree" needs to name the innermost culprit.
+
+The parameters a call reads (the module's own, not its children's) are recorded with its inputs:
+inside a scan over layers they are the slice of this iteration, so a stack run in another order
+than Linen's shows as a call reading another layer's weights, not as a module computing wrongly.
+They are kept as a sorted vector of all their values, which does not depend on how either side
+names, shapes or lays them out.
 """
 
 from __future__ import annotations
@@ -42,14 +48,46 @@ class Call:
     inputs: list[list[np.ndarray]] = dataclasses.field(default_factory=list)
     outputs: list[list[np.ndarray]] = dataclasses.field(default_factory=list)
     error: str = ""
+    weights: list[np.ndarray | None] = dataclasses.field(default_factory=list)
+    """Per invocation, the sorted values of the parameters the module itself reads (``None``: none)."""
 
-    def add(self, ins: Any, outs: Any) -> None:
+    def add(self, ins: Any, outs: Any, weights: Any = ()) -> None:
         self.inputs.append([np.asarray(v) for v in ins])
         self.outputs.append([np.asarray(v) for v in outs])
+        self.weights.append(fingerprint(weights))
 
     @property
     def recorded(self) -> bool:
         return bool(self.outputs) or bool(self.error)
+
+
+def fingerprint(weights: Any) -> np.ndarray | None:
+    """All values of a call's parameters, sorted (float32): equal for the same weights however
+    they are named, shaped or transposed; ``None`` for a module without parameters of its own."""
+    flat = [np.asarray(w, dtype=np.float32).ravel() for w in weights]
+    return np.sort(np.concatenate(flat)) if flat else None
+
+
+def own_weights(module: Any) -> list[Any]:
+    """The parameter arrays a module holds itself (children's excluded), on either side, by name.
+
+    Linen: the direct leaves of the bound module's ``params``; NNX: its ``nnx.Param`` attributes.
+    Inside a lifted transform these are the traced slices of the current iteration."""
+    if module is None:
+        return []
+    from flax import nnx
+
+    if isinstance(module, nnx.Module):
+        items = [(k, v.get_value()) for k, v in vars(module).items() if isinstance(v, nnx.Param)]
+    else:
+        from flax.core import meta
+
+        try:
+            params = module.variables.get("params", {})
+        except Exception:  # an unbound module: nothing to read
+            return []
+        items = [(k, meta.unbox(v)) for k, v in params.items() if not hasattr(v, "items")]
+    return [v for _, v in sorted(items, key=lambda kv: str(kv[0])) if isinstance(v, (jax.Array, np.ndarray))]
 
 
 def array_leaves(tree: Any) -> list[Any]:
@@ -70,6 +108,7 @@ class Recorder:
     def hook(self, path: PathT, kind: str, has_params: bool, fn: Callable[..., Any], args: tuple,
              kwargs: dict) -> Any:
         ins = array_leaves((args, kwargs))
+        ws = own_weights(bound_module(fn))
         try:
             out = fn(*args, **kwargs)
         except Exception as e:
@@ -80,12 +119,12 @@ class Recorder:
         call = Call(path, kind, len(self.calls), has_params)
         self.calls.append(call)
         outs = array_leaves(out)
-        values = [*ins, *outs]
+        values = [*ins, *outs, *ws]
         if any(isinstance(v, jax.core.Tracer) for v in values):
-            n_in = len(ins)
-            jax.debug.callback(lambda *v: call.add(v[:n_in], v[n_in:]), *values)
+            n_in, n_out = len(ins), len(ins) + len(outs)
+            jax.debug.callback(lambda *v: call.add(v[:n_in], v[n_in:n_out], v[n_out:]), *values)
         else:
-            call.add(ins, outs)
+            call.add(ins, outs, ws)
         return out
 
     def finished(self) -> list[Call]:
@@ -95,6 +134,16 @@ class Recorder:
 
 
 # ---- Linen ---------------------------------------------------------------------------------------
+class _LinenCall:
+    """``next_fun`` of a Linen interceptor, with the bound module it runs on (for :func:`bound_module`)."""
+
+    def __init__(self, fn: Callable[..., Any], module: Any) -> None:
+        self.fn, self.module = fn, module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
 @contextlib.contextmanager
 def linen_hooked(hook: Hook) -> Iterator[None]:
     """Route every Linen ``__call__`` through ``hook`` (at trace time, lifted transforms included)."""
@@ -104,7 +153,8 @@ def linen_hooked(hook: Hook) -> Iterator[None]:
         if context.method_name != "__call__":
             return next_fun(*args, **kwargs)
         module = context.module
-        return hook(tuple(map(str, module.path)), type(module).__name__, False, next_fun, args, kwargs)
+        return hook(tuple(map(str, module.path)), type(module).__name__, False, _LinenCall(next_fun, module),
+                    args, kwargs)
 
     with nn.intercept_methods(interceptor):
         yield
@@ -170,6 +220,17 @@ def nnx_hooked(model: Any, hook: Hook) -> Iterator[None]:
                 del cls.__call__
             else:
                 cls.__call__ = orig
+
+
+def bound_module(fn: Callable[..., Any]) -> Any:
+    """The module instance a hooked call runs on, else ``None``: the bound Linen module, or the NNX
+    instance (``fn`` is ``partial(orig, self)``).
+
+    This is the instance really called: an ``nnx.view`` of a module, with its attributes changed
+    for this call, is not the instance ``nnx.iter_modules`` lists; inside a scan it holds the slice."""
+    if isinstance(fn, _LinenCall):
+        return fn.module
+    return fn.args[0] if isinstance(fn, functools.partial) and fn.args else None
 
 
 # ---- one forward pass per side -------------------------------------------------------------------

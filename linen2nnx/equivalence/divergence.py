@@ -10,8 +10,9 @@ anything upstream, made the difference. A parent whose children all agree but wh
 not is named itself (the bug is in its own glue code).
 
 Some bugs change no activation at all: a dropped matmul ``precision`` (invisible on CPU), a sown
-value that is not sown any more, a BatchNorm momentum. Then the culprit is the module owning the
-first failing ``precision`` / ``intermediates`` / ``batch_stats`` / ``grad`` leaf, in execution order.
+value that is not sown any more, a BatchNorm momentum, a dropout rate. Then the culprit is the module
+owning the first failing ``config`` / ``precision`` / ``intermediates`` / ``batch_stats`` / ``grad`` leaf,
+in execution order.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from linen2nnx.equivalence.tolerances import Tolerances
 
 CHECK = "divergence"
 #: state checks that can localise a bug no activation shows, most specific first
-STATE_CHECKS = ("precision", "intermediates", "batch_stats", "grad")
+STATE_CHECKS = ("config", "precision", "intermediates", "batch_stats", "grad")
+#: state checks whose leaves name their module outright: one owner needs no replay
+OWNED_CHECKS = STATE_CHECKS[:4]
 
 
 @dataclasses.dataclass
@@ -107,8 +110,35 @@ def _compare_values(prefix: str, ref: list[Any], got: list[Any], tols: Tolerance
     return out
 
 
+def _weights_at(call: Call, i: int) -> Any:
+    return call.weights[i] if i < len(call.weights) else None
+
+
+def compare_weights(lin: Call, nnx_call: Call, i: int, tols: Tolerances, depth: int) -> tuple[list[LeafResult], str]:
+    """The parameters invocation ``i`` reads on both sides, as one ``weights`` input leaf.
+
+    Compared as sorted values (:func:`.capture.fingerprint`), so a renamed or transposed kernel
+    still agrees; two modules holding different amounts of parameters are not compared. When they
+    differ and NNX reads what another Linen invocation reads, the note says which: a stack scanned
+    in another order than Linen's (``reverse=``, a permuted stack), not this module, is at fault."""
+    ref, got = _weights_at(lin, i), _weights_at(nnx_call, i)
+    if ref is None or got is None or ref.shape != got.shape:
+        return [], ""
+    leaf = compare_leaf(CHECK, "weights", ref, got, tols, depth=depth)
+    if leaf.passed:
+        return [leaf], ""
+    same = [j for j in range(len(lin.weights)) if j != i and _weights_at(lin, j) is not None
+            and _weights_at(lin, j).shape == got.shape
+            and compare_leaf(CHECK, "weights", _weights_at(lin, j), got, tols, depth=depth).passed]
+    note = (f"NNX invocation {i} reads the weights of Linen invocation {same[0]}: the stack runs in another order"
+            if same else "")
+    return [dataclasses.replace(leaf, note=note or "the module reads other weights")], note
+
+
 def compare_calls(lin: Call, nnx_call: Call, order: int, depth: int, tols: Tolerances) -> ModuleDiff:
-    """Compare two aligned calls invocation by invocation; the first differing one decides."""
+    """Compare two aligned calls invocation by invocation; the first differing one decides.
+
+    The weights each invocation reads count among its inputs (see :func:`compare_weights`)."""
     n = min(len(lin.outputs), len(nnx_call.outputs))
     note = ""
     if len(lin.outputs) != len(nnx_call.outputs) and not nnx_call.error:
@@ -117,9 +147,12 @@ def compare_calls(lin: Call, nnx_call: Call, order: int, depth: int, tols: Toler
     for i in range(n):
         outs = _compare_values("out", lin.outputs[i], nnx_call.outputs[i], tols, depth + i, True)
         ins = _compare_values("in", lin.inputs[i], nnx_call.inputs[i], tols, depth + i, False)
+        weights, slice_note = compare_weights(lin, nnx_call, i, tols, depth + i)
+        ins += weights
         margin = max((lf.margin for lf in outs), default=0.0)
         if any(not lf.passed for lf in outs):
             worst = (margin, ins, outs, i)
+            note = note or slice_note
             break
         if margin > worst[0]:
             worst = (margin, ins, outs, None)
@@ -164,6 +197,20 @@ def align(linen_calls: list[Call], nnx_calls: list[Call], module_map: ModuleMap,
 
 
 # ---- the culprit ---------------------------------------------------------------------------------
+def stack_order_note(culprit: ModuleDiff, diffs: list[ModuleDiff]) -> str:
+    """Why a stack is blamed rather than a layer in it: the modules inside whose invocation reads the
+    weights of another Linen invocation (a scan run in reverse or over a permuted stack)."""
+    prefix = culprit.nnx_path + "/" if culprit.nnx_path else ""
+    inside = [d for d in diffs if d.nnx_path.startswith(prefix) and d.nnx_path != culprit.nnx_path
+              and any(lf.path == "weights" and not lf.passed and lf.note.startswith("NNX invocation")
+                      for lf in d.inputs)]
+    if not inside:
+        return ""
+    first = inside[0]
+    return (f"{len(inside)} module(s) inside read another layer's weights (first: {first.nnx_path}: "
+            f"{first.note}); look at how the stack is scanned (reverse=, the order of the stacked layers)")
+
+
 def _state_culprit(failed: list[LeafResult], diffs: list[ModuleDiff], nnx_modules: set[str]) -> ModuleDiff | None:
     """The module owning the first failing state leaf (precision, sown value, stats, gradient)."""
     order = {}
@@ -228,7 +275,7 @@ def localise(pair: Any, sides: Any, failed: list[LeafResult], module_map: Module
 
     tols = Tolerances.coerce(tolerances)
     nnx_modules = {join(p) for p in nnx_module_paths(sides.nnx_model)}
-    if all(_base(lf.check) in STATE_CHECKS[:3] for lf in failed):
+    if all(_base(lf.check) in OWNED_CHECKS for lf in failed):
         owners = {_owner(lf.path, nnx_modules) for lf in failed}
         if len(owners) == 1:
             culprit = _state_culprit(failed, [], nnx_modules)
@@ -247,6 +294,8 @@ def localise(pair: Any, sides: Any, failed: list[LeafResult], module_map: Module
     for d in diffs:
         d.check = mode
     culprit = next((d for d in diffs if not d.passed and d.inputs_agree), None)
+    if culprit is not None:
+        culprit.note = "; ".join(x for x in (culprit.note, stack_order_note(culprit, diffs)) if x)
     note = "; ".join(x for x in (f"Linen raised {linen_error}" if linen_error else "",
                                  f"NNX raised {nnx_error}" if nnx_error else "") if x)
     if culprit is None:

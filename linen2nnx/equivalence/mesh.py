@@ -427,7 +427,7 @@ def check_on_mesh(pair: Any, shape: Mapping[str, int] | Any, linen_ckpt: Any = N
     import time
 
     from linen2nnx.equivalence.build import build_sides
-    from linen2nnx.equivalence.check import run_checks
+    from linen2nnx.equivalence.comparisons import run_checks
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()

@@ -122,7 +122,7 @@ def training_parity(pair: Any, sides: Any, steps: int, *, tx: Any = None, tolera
     from flax import nnx
 
     from linen2nnx.equivalence.build import Inputs, linen_dropout_off, nnx_dropout_off, with_batch
-    from linen2nnx.equivalence.check import to_nnx_paths
+    from linen2nnx.equivalence.comparisons import to_nnx_paths
     from linen2nnx.equivalence.jitting import fast_jit
     from linen2nnx.equivalence.sown import quiet_sow
 
