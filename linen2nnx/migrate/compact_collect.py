@@ -21,13 +21,13 @@ from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, range_loop
 
 if TYPE_CHECKING:
-    from linen2nnx.migrate.planning import ClassPlanner
+    from linen2nnx.migrate.site_planning import SitePlanner
 
 
 class CompactCollector(FastVisitor):
     """Plans the submodules and variables one ``@nn.compact`` method creates."""
 
-    def __init__(self, planner: ClassPlanner, plan: ClassPlan, fn: cst.FunctionDef, counts: dict[str, int],
+    def __init__(self, planner: SitePlanner, plan: ClassPlan, fn: cst.FunctionDef, counts: dict[str, int],
                  local_names: set[str], partials: dict[str, Any], counters: dict[str, int | None]) -> None:
         self.planner = planner
         self.ctx = planner.ctx

@@ -41,6 +41,7 @@ from linen2nnx.migrate.planning import ClassPlanner
 from linen2nnx.migrate.rewrite_attrs import AttributeRewriter
 from linen2nnx.migrate.rewrite_calls import CallRewriter
 from linen2nnx.migrate.rewrite_classes import ClassRewriter
+from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
     ClassSummary,
     with_new_markers,
@@ -61,7 +62,8 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                                   unsafe_fixes=unsafe_fixes, external=external)
         self.ctx = FileContext(self.state)  # resolve: names, parents, lift chains, findings
         self.sizer = Sizer(self.ctx)  # feature sizes of a plan's sites
-        self.planner = ClassPlanner(self.ctx, self.sizer)  # analyse: one ClassPlan per Linen class
+        self.site_planner = SitePlanner(self.ctx, self.sizer)  # analyse: the sites of a plan
+        self.planner = ClassPlanner(self.ctx, self.sizer, self.site_planner)  # analyse: one ClassPlan per class
         self.emitter = Emitter(self.ctx)  # NNX constructors and __init__ from a plan
         self.calls = CallRewriter(self.ctx, self.emitter)  # rewrite: calls
         self.attrs = AttributeRewriter(self.ctx)  # rewrite: nn.* names and self.<variable> reads
