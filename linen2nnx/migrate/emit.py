@@ -168,6 +168,31 @@ class Emitter:
         return parse_expression(ref)
 
     def build_init(self, plan: ClassPlan, setup_body: list[cst.BaseStatement]) -> cst.FunctionDef:
+        """``__init__`` of a planned class: its fields, the ``setup()`` body, the replayed locals and the
+        hoisted submodules and variables, in Linen's creation order."""
+        fn = self._init_header(plan)
+        stmts: list[cst.BaseStatement] = [
+            parse_statement(f"self.{f.name} = {f.name if f.init else f.default}\n")
+            for f in plan.fields if f.init or f.default is not None  # init=False: its default, set here
+        ]
+        if plan.uses_rngs:
+            stmts.append(parse_statement("self.rngs = rngs.fork()\n"))
+        for stmt in setup_body:
+            stmts.append(self._containerize(plan, stmt))
+        shape_arg = next((a for a, how in plan.new_args.items() if how == "input_shape:0"), None)
+        if shape_arg is not None and plan.input_shape_locals:  # the input parameter shapes read: a stand-in
+            stmts.append(parse_statement(
+                f"{plan.shape_input} = jax.ShapeDtypeStruct(tuple({shape_arg}), jax.numpy.float32)\n"))
+            self.state.needs_jax_import = True
+        stmts.extend(self._replayed_locals(plan))
+        self._hoisted(plan, stmts)
+        if not stmts:
+            stmts.append(parse_statement("pass\n"))
+        return fn.with_changes(body=fn.body.with_changes(body=stmts))
+
+    @staticmethod
+    def _init_header(plan: ClassPlan) -> cst.FunctionDef:
+        """``def __init__(self, <fields>, *, <new size arguments>, rngs: nnx.Rngs): pass``."""
         params = ["self"]
         keyword_only = False
         for f in (f for f in plan.fields if f.init):
@@ -187,19 +212,12 @@ class Emitter:
         header = one_line if len(one_line) <= 96 else many_lines
         fn = parse_statement(header)
         assert isinstance(fn, cst.FunctionDef)
-        stmts: list[cst.BaseStatement] = [
-            parse_statement(f"self.{f.name} = {f.name if f.init else f.default}\n")
-            for f in plan.fields if f.init or f.default is not None  # init=False: its default, set here
-        ]
-        if plan.uses_rngs:
-            stmts.append(parse_statement("self.rngs = rngs.fork()\n"))
-        for stmt in setup_body:
-            stmts.append(self._containerize(plan, stmt))
-        shape_arg = next((a for a, how in plan.new_args.items() if how == "input_shape:0"), None)
-        if shape_arg is not None and plan.input_shape_locals:  # the input parameter shapes read: a stand-in
-            stmts.append(parse_statement(
-                f"{plan.shape_input} = jax.ShapeDtypeStruct(tuple({shape_arg}), jax.numpy.float32)\n"))
-            self.state.needs_jax_import = True
+        return fn
+
+    def _replayed_locals(self, plan: ClassPlan) -> list[cst.BaseStatement]:
+        """The config locals ``__init__`` replays (``cfg = self.config``), as rewritten; a shape local
+        reads its static sizes."""
+        stmts: list[cst.BaseStatement] = []
         for name in plan.needed_locals:
             stmt = self.state.pure_updated.get(plan.pure_locals[name], plan.pure_locals[name])
             if name in plan.mode_partials:  # its call-time flags are given where its layers are called
@@ -215,6 +233,10 @@ class Emitter:
                 value = stmt.body[0].value  # type: ignore[attr-defined]
                 stmt = parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")
             stmts.append(stmt)
+        return stmts
+
+    def _hoisted(self, plan: ClassPlan, stmts: list[cst.BaseStatement]) -> None:
+        """Append the hoisted submodules and variables (loop nests, conditional ones) to ``stmts``."""
         emitted_if: dict[str, int] = {}
         emitted_nests: set[int] = set()
         for site in plan.hoisted_order:
@@ -240,28 +262,31 @@ class Emitter:
                 block = stmts[index]
                 stmts[index] = block.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=[assign])))
             elif site.conditions:  # created only when Linen would create it; absent -> None
-                test = " and ".join(f"({c})" if len(site.conditions) > 1 else c for c in site.conditions)
-                block = parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
-                assert isinstance(block, cst.If) and isinstance(block.orelse, cst.Else)
-                last = stmts[-1] if stmts else None
-                if (isinstance(last, cst.If) and code(last.test) == code(block.test) and isinstance(last.orelse, cst.Else)
-                        and all(code(s).endswith("= None\n") for s in last.orelse.body.body)):
-                    block = last  # the same test as the statement before: one if / else for both
-                    stmts.pop()
-                    assign_else = block.orelse.body.body  # type: ignore[union-attr]
-                    block = block.with_changes(
-                        body=block.body.with_changes(body=[*block.body.body, assign]),
-                        orelse=block.orelse.with_changes(body=block.orelse.body.with_changes(  # type: ignore[union-attr]
-                            body=[*assign_else, parse_statement(f"self.{site.attr} = None\n")])))
-                else:
-                    block = block.with_changes(body=block.body.with_changes(body=[assign]))
-                stmts.append(block)
+                self._conditional(site, assign, stmts)
                 emitted_if[site.attr] = len(stmts) - 1
             else:
                 stmts.append(assign)
-        if not stmts:
-            stmts.append(parse_statement("pass\n"))
-        return fn.with_changes(body=fn.body.with_changes(body=stmts))
+
+    @staticmethod
+    def _conditional(site: Site, assign: cst.SimpleStatementLine, stmts: list[cst.BaseStatement]) -> None:
+        """``if <conditions>: <assign> else: self.<attr> = None``, merged with the statement before when
+        it tests the same."""
+        test = " and ".join(f"({c})" if len(site.conditions) > 1 else c for c in site.conditions)
+        block = parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
+        assert isinstance(block, cst.If) and isinstance(block.orelse, cst.Else)
+        last = stmts[-1] if stmts else None
+        if (isinstance(last, cst.If) and code(last.test) == code(block.test) and isinstance(last.orelse, cst.Else)
+                and all(code(s).endswith("= None\n") for s in last.orelse.body.body)):
+            block = last  # the same test as the statement before: one if / else for both
+            stmts.pop()
+            assign_else = block.orelse.body.body  # type: ignore[union-attr]
+            block = block.with_changes(
+                body=block.body.with_changes(body=[*block.body.body, assign]),
+                orelse=block.orelse.with_changes(body=block.orelse.body.with_changes(  # type: ignore[union-attr]
+                    body=[*assign_else, parse_statement(f"self.{site.attr} = None\n")])))
+        else:
+            block = block.with_changes(body=block.body.with_changes(body=[assign]))
+        stmts.append(block)
 
     def _nest_init(self, nest: LoopNest, replayed: Collection[str]) -> list[cst.BaseStatement]:
         """The nest's lists, then its loops replayed with what the constructors read: each line that

@@ -96,6 +96,27 @@ class ClassPlanner:
         return plan
 
     def plan_class(self, node: cst.ClassDef) -> ClassPlan:
+        """The plan of Linen class ``node``: fields, factories, scans, ``setup`` and ``@nn.compact`` sites,
+        then the feature sizes of every site and what ``__init__`` replays."""
+        plan = ClassPlan(name=node.name.value, fields=self._fields(node))
+        self._plan_field_kinds(plan, node)
+        methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
+        self.state.methods[plan.name] = methods
+        self._plan_factories(plan, methods)
+        for fn in methods:
+            self._plan_method_scan(plan, fn, {m.name.value for m in methods})
+        counters: dict[str, int | None] = {}
+        for fn in methods:
+            if fn.name.value == "setup":
+                plan.setup = fn
+                self._plan_setup(plan, fn)
+            elif any(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators):
+                self._plan_compact(plan, fn, counters)
+        self._size_and_finish(plan, methods)
+        return plan
+
+    def _fields(self, node: cst.ClassDef) -> list[Field]:
+        """The dataclass fields of ``node``, after those of its Linen base classes."""
         fields: list[Field] = []
         for base in node.bases:  # Linen base classes (this file's or another's) contribute their fields first
             base_plan = self.ctx.user_class_of(base.value)
@@ -109,7 +130,10 @@ class ClassPlanner:
                             continue
                         fields = [f for f in fields if f.name != small.target.value]
                         fields.append(self.ctx.dataclass_field(small))
-        plan = ClassPlan(name=node.name.value, fields=fields)
+        return fields
+
+    def _plan_field_kinds(self, plan: ClassPlan, node: cst.ClassDef) -> None:
+        """Whether the class is an RNN cell; which fields are activations (keep the feature size)."""
         plan.is_cell = any(LINEN_BASES.get(q) == "nnx.RNNCellBase" for base in node.bases
                            for q in self.ctx.qualnames(base.value)) or any(
             getattr(self.ctx.user_class_of(base.value), "is_cell", False) for base in node.bases)
@@ -125,9 +149,10 @@ class ClassPlanner:
         if "rngs" in plan.field_names:
             self.ctx.report(MOD_004, node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
                         "for the nnx.Rngs", "rename the field before migrating")
-        methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
-        self.state.methods[plan.name] = methods
-        for fn in methods:  # helpers that return a layer: each call is a submodule (see factories.py)
+
+    def _plan_factories(self, plan: ClassPlan, methods: list[cst.FunctionDef]) -> None:
+        """Helper methods that return a layer: each call is a submodule (see factories.py)."""
+        for fn in methods:
             if fn.name.value in ("__call__", "setup"):
                 continue
             factory = find_factory(fn, lambda f: bool(self.ctx.layer_rule_of(f) or self.ctx.user_class_of(f)),
@@ -136,15 +161,9 @@ class ClassPlanner:
                 plan.factories[factory.name] = factory
                 self.state.handled.add(factory.ctor.func)  # built at the call sites, never reported here
                 self.state.factory_ctors.add(factory.ctor)
-        for fn in methods:
-            self._plan_method_scan(plan, fn, {m.name.value for m in methods})
-        counters: dict[str, int | None] = {}
-        for fn in methods:
-            if fn.name.value == "setup":
-                plan.setup = fn
-                self._plan_setup(plan, fn)
-            elif any(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators):
-                self._plan_compact(plan, fn, counters)
+
+    def _size_and_finish(self, plan: ClassPlan, methods: list[cst.FunctionDef]) -> None:
+        """Size every site (see the order below), then what __init__ replays and when state exists."""
         # 1. helper methods' results (so __call__ can follow values through self.method(x)); 2. __call__ sizes
         # its layers (its inputs may become constructor arguments); 3. other methods fill in what is left.
         others = [fn for fn in methods if fn.name.value not in ("setup", "__call__")]
@@ -162,7 +181,6 @@ class ClassPlanner:
             site.state_when = self._site_state_when(plan, site)
         plan.state_when = either([v.when for v in plan.lazy_vars.values()]
                                  + [s.state_when for s in plan.sites.values() if s.state_when is not None])
-        return plan
 
     def _plan_method_scan(self, plan: ClassPlan, fn: cst.FunctionDef, taken: set[str]) -> None:
         """``@functools.partial(nn.scan, ...)`` on a method (see :class:`~.lifted.MethodScan`)."""

@@ -52,6 +52,7 @@ class AttributeRewriter:
         self.state = ctx.state
 
     def leave_attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        """``nn.<name>`` re-pointed or reported; a Linen variable read as an NNX one; else as it is."""
         names = self.ctx.qualnames(original)
         linen = {q for q in names if q.startswith("flax.linen.")}
         parent = self.ctx.parent_of(original)
@@ -64,41 +65,56 @@ class AttributeRewriter:
             return self._repoint(original, rule.linen, rule.nnx, LAYER_001,
                                  " (a layer class a module-factory field builds)")
         if linen and rooted and original not in self.state.handled and outermost:
-            short = next(iter(linen)).removeprefix("flax.linen.")
-            if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
-                return self._repoint(original, short, short, API_001, "")
-            is_callee = isinstance(parent, cst.Call) and parent.func is original
-            if short in RENAMED_IN_NNX and rooted:
-                return self._repoint(original, short, RENAMED_IN_NNX[short], PART_001,
-                                     " (sharding names become Variable metadata)")
-            if short in PARTITION_API_IN_NNX and rooted:
-                return self._repoint(original, short, PARTITION_API_IN_NNX[short], PART_002,
-                                     " (rules are the same context; specs come from nnx.State metadata)")
-            if short in PARTITION_SPEC_FUNCTIONS:
-                self.state.handled.add(original)
-                if self._under_axis_rules(original):  # here NNX's would map the names through the rules
-                    self.ctx.report(PART_003, original, f"nn.{short} inside axis rules: Linen's returns logical "
-                                "names, nnx.get_partition_spec applies the active rules",
-                                "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
-                                "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings")
-                    return updated
-                return self._repoint(original, short, "get_partition_spec", PART_002,
-                                     " (the same logical names when no axis rules are active; training code reads "
-                                     "them with the rules cleared)")
-            if short in MERGE_PARAM and is_callee:
-                pass  # rewritten with its call in leave_Call
-            elif short in KEPT_LINEN_FUNCTIONS:
-                self.state.handled.add(original)
-                self.ctx.report(API_005, original, f"nn.{short} kept: a pure function NNX code can call as is")
-            elif short in TRANSFORMS:
-                self.state.handled.add(original)
-                self.ctx.report(XFORM_002, original, f"nn.{short} of something other than a Linen module class of "
-                            "this run is not converted", "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
-                            "(reference §4)")
-            elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
-                self.state.handled.add(original)
-                self.ctx.report(API_002, original, f"flax.linen.{short} has no automatic conversion yet",
-                            "rewrite by hand with the NNX API (see docs/rules.md)")
+            repointed = self._linen_name(original, updated, names, next(iter(linen)).removeprefix("flax.linen."),
+                                         parent, rooted)
+            if repointed is not None:
+                return repointed
+        return self._variable_read(original, updated, parent)
+
+    def _linen_name(self, original: cst.Attribute, updated: cst.Attribute, names: set[str], short: str,
+                    parent: cst.CSTNode | None, rooted: bool) -> cst.BaseExpression | None:
+        """``nn.<short>``: re-pointed to ``nnx`` (the same or a renamed function), kept, or reported;
+        None when the name stays as it is."""
+        if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
+            return self._repoint(original, short, short, API_001, "")
+        is_callee = isinstance(parent, cst.Call) and parent.func is original
+        if short in RENAMED_IN_NNX and rooted:
+            return self._repoint(original, short, RENAMED_IN_NNX[short], PART_001,
+                                 " (sharding names become Variable metadata)")
+        if short in PARTITION_API_IN_NNX and rooted:
+            return self._repoint(original, short, PARTITION_API_IN_NNX[short], PART_002,
+                                 " (rules are the same context; specs come from nnx.State metadata)")
+        if short in PARTITION_SPEC_FUNCTIONS:
+            self.state.handled.add(original)
+            if self._under_axis_rules(original):  # here NNX's would map the names through the rules
+                self.ctx.report(PART_003, original, f"nn.{short} inside axis rules: Linen's returns logical "
+                            "names, nnx.get_partition_spec applies the active rules",
+                            "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
+                            "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings")
+                return updated
+            return self._repoint(original, short, "get_partition_spec", PART_002,
+                                 " (the same logical names when no axis rules are active; training code reads "
+                                 "them with the rules cleared)")
+        if short in MERGE_PARAM and is_callee:
+            pass  # rewritten with its call in leave_Call
+        elif short in KEPT_LINEN_FUNCTIONS:
+            self.state.handled.add(original)
+            self.ctx.report(API_005, original, f"nn.{short} kept: a pure function NNX code can call as is")
+        elif short in TRANSFORMS:
+            self.state.handled.add(original)
+            self.ctx.report(XFORM_002, original, f"nn.{short} of something other than a Linen module class of "
+                        "this run is not converted", "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
+                        "(reference §4)")
+        elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
+            self.state.handled.add(original)
+            self.ctx.report(API_002, original, f"flax.linen.{short} has no automatic conversion yet",
+                        "rewrite by hand with the NNX API (see docs/rules.md)")
+        return None
+
+    def _variable_read(self, original: cst.Attribute, updated: cst.Attribute,
+                       parent: cst.CSTNode | None) -> cst.BaseExpression:
+        """``self.kernel`` / ``v.value`` of a Linen variable -> ``self.kernel[...]`` / ``v[...]``; a
+        ``self.<Linen API>(...)`` call is noted for leave_Call."""
         plan = self.ctx.current_plan()
         attr = self_attr(original)
         if plan is not None and attr is not None:

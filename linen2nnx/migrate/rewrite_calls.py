@@ -162,6 +162,8 @@ class CallRewriter:
         return result
 
     def _leave_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """A call inside a planned class: a partial's or factory's constructor, a lazily created variable,
+        a detached cell's carry, a site, a ``self.<api>`` call, or the application of a layer."""
         if original in self.state.factory_ctors:
             self.state.factory_updated[original] = updated
         local = self.state.partial_calls.get(original)
@@ -189,23 +191,32 @@ class CallRewriter:
             self.state.moved[original] = [kwarg(a, site.args[a].value) for a in site.moved_args if a in site.args]
             return self.emitter.call_site(site)
         if site is not None:
-            self.state.handled.add(original.func)
-            if site.kind == "layer":
-                self.ctx.report(LAYER_001, original, f"nn.{site.rule.linen} -> nnx.{site.rule.nnx} ({site.attr})")  # type: ignore[union-attr]
-            elif site.kind in ("param", "variable"):
-                self.ctx.report(VAR_001, original, f"self.{site.kind}({site.linen_name!r}) -> "
-                            f"nnx.{site.var_type} self.{site.attr} created in __init__")
-            built = self.emitter.build(site, updated)
-            if not site.hoisted:
-                return built
-            self.state.built[original] = built
-            if site.rule is not None:
-                upd_bound, _ = bind_args(site.rule.linen_arg_order(), updated)
-                self.state.moved[original] = [upd_bound[a] for a in site.moved_args if a in upd_bound]
-            return self.emitter.call_site(site)
+            return self._site_call(site, original, updated)
         sow = self._rewrite_self_api(plan, original, updated)
         if sow is not None:
             return sow
+        return self._applied_call(plan, original, updated)
+
+    def _site_call(self, site: Site, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """A constructor the plan has a site for: built in place, or in ``__init__`` (its call site then
+        reads the attribute)."""
+        self.state.handled.add(original.func)
+        if site.kind == "layer":
+            self.ctx.report(LAYER_001, original, f"nn.{site.rule.linen} -> nnx.{site.rule.nnx} ({site.attr})")  # type: ignore[union-attr]
+        elif site.kind in ("param", "variable"):
+            self.ctx.report(VAR_001, original, f"self.{site.kind}({site.linen_name!r}) -> "
+                        f"nnx.{site.var_type} self.{site.attr} created in __init__")
+        built = self.emitter.build(site, updated)
+        if not site.hoisted:
+            return built
+        self.state.built[original] = built
+        if site.rule is not None:
+            upd_bound, _ = bind_args(site.rule.linen_arg_order(), updated)
+            self.state.moved[original] = [upd_bound[a] for a in site.moved_args if a in upd_bound]
+        return self.emitter.call_site(site)
+
+    def _applied_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``layer(x)`` of a planned layer: its call-time arguments, mode flags and lifted transforms."""
         applied = None
         if isinstance(original.func, cst.Call) and original.func in plan.sites:
             applied = plan.sites[original.func]  # nn.Layer(...)(x) in @nn.compact

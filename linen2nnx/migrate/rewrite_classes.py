@@ -89,7 +89,9 @@ class ClassRewriter:
         return (isinstance(node, cst.Call) and bool(node.args) and node.args[0].keyword is None
                 and bool(self.ctx.qualnames(node.args[0].value) & SCAN_DECORATORS))
 
-    def leave_class(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+    def leave_class(self, original: cst.ClassDef, updated: cst.ClassDef) -> Any:
+        """The NNX class of a planned Linen class (or the Linen one behind ``nnx.bridge`` when findings
+        block its rewrite); any other class as it is."""
         plan = self.state.class_stack.pop()
         if plan is None:
             return updated
@@ -101,14 +103,40 @@ class ClassRewriter:
         others = (set(self.state.linen_classes) | self.state.module_classes) - {plan.name}
         if plan.blocking and can_bridge(plan, any(self.ctx.user_class_of(b.value) for b in original.bases)) and not (
                 names_in(original.body) & others):
-            batch_norm = any(site.rule is not None and site.rule.linen == "BatchNorm" for site in plan.sites.values()
-                             ) or "BatchNorm" in code(original)  # also through partial(nn.BatchNorm, ...)
-            # the wrapper's defaults as a second run would write them (nn.relu -> nnx.relu), with their markers
-            field_markers = self._rewritten_field_defaults(plan, original, updated)
-            wrapper = bridge_wrapper(plan, mutable_collections(original, batch_norm), field_markers)
-            wrapper = wrapper.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
-            return cst.FlattenSentinel([*self._linen_copies(plan), self._keep_linen(plan, original, linen_name(plan.name)),
-                                        linen_class_name(plan.name), wrapper])
+            return self._bridged(plan, original, updated)
+        bases = self._nnx_bases(original, updated)
+        field_markers = self._rewritten_field_defaults(plan, original, updated)
+        body, setup_body, init_index = self._nnx_body(plan, original, updated)
+        if init_index is None:
+            init_index = 1 if body and is_docstring(body[0]) else 0
+        if plan.setup is not None:
+            self.ctx.report(MOD_002, plan.setup, f"{plan.name}.setup() moved into __init__")
+        init = self.emitter.build_init(plan, setup_body)
+        init = init.with_changes(leading_lines=[*([cst.EmptyLine(indent=False)] if init_index > 0 else []),
+                                                *field_markers])
+        body.insert(init_index, init)
+        following = body[init_index + 1] if init_index + 1 < len(body) else None
+        if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not following.leading_lines:
+            body[init_index + 1] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+        self.ctx.report(MOD_001, original, f"{plan.name} -> nnx.Module")
+        self.state.converted[plan.name] = original
+        self.emitter.record_name_map(plan)
+        return updated.with_changes(bases=bases, body=updated.body.with_changes(body=body))
+
+    def _bridged(self, plan: ClassPlan, original: cst.ClassDef, updated: cst.ClassDef) -> cst.FlattenSentinel:
+        """The Linen class renamed ``<Name>Linen``, and an NNX ``<Name>`` that wraps it with
+        ``nnx.bridge.ToNNX`` (after the Linen copies of the classes it builds through factory fields)."""
+        batch_norm = any(site.rule is not None and site.rule.linen == "BatchNorm" for site in plan.sites.values()
+                         ) or "BatchNorm" in code(original)  # also through partial(nn.BatchNorm, ...)
+        # the wrapper's defaults as a second run would write them (nn.relu -> nnx.relu), with their markers
+        field_markers = self._rewritten_field_defaults(plan, original, updated)
+        wrapper = bridge_wrapper(plan, mutable_collections(original, batch_norm), field_markers)
+        wrapper = wrapper.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
+        return cst.FlattenSentinel([*self._linen_copies(plan), self._keep_linen(plan, original, linen_name(plan.name)),
+                                    linen_class_name(plan.name), wrapper])
+
+    def _nnx_bases(self, original: cst.ClassDef, updated: cst.ClassDef) -> list[cst.Arg]:
+        """The class's bases, with Linen's ``nn.Module`` as ``nnx.Module``."""
         bases = []
         for o, u in zip(original.bases, updated.bases):
             linen_base = sorted(self.ctx.qualnames(o.value) & LINEN_MODULE)
@@ -116,9 +144,14 @@ class ClassRewriter:
                 bases.append(u.with_changes(value=parse_expression(LINEN_BASES[linen_base[0]])))
             else:
                 bases.append(u)
+        return bases
+
+    def _nnx_body(self, plan: ClassPlan, original: cst.ClassDef,
+                  updated: cst.ClassDef) -> tuple[list[cst.BaseStatement], list[cst.BaseStatement], int | None]:
+        """The class body less its fields, ``setup()`` and removed factory helpers (with the step method
+        of a scanned one after it); the ``setup()`` body; where ``__init__`` goes (None: first)."""
         body: list[cst.BaseStatement] = []
         setup_body: list[cst.BaseStatement] = []
-        field_markers = self._rewritten_field_defaults(plan, original, updated)
         init_index = None
         for orig_stmt, stmt in zip(original.body.body, updated.body.body):
             if self._is_field_line(plan, stmt):
@@ -147,21 +180,7 @@ class ClassRewriter:
             body.append(stmt)
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value in plan.scanned_methods:
                 body.append(self.state.step_methods.pop(stmt.name.value))  # the scanned body, right after its scan
-        if init_index is None:
-            init_index = 1 if body and is_docstring(body[0]) else 0
-        if plan.setup is not None:
-            self.ctx.report(MOD_002, plan.setup, f"{plan.name}.setup() moved into __init__")
-        init = self.emitter.build_init(plan, setup_body)
-        init = init.with_changes(leading_lines=[*([cst.EmptyLine(indent=False)] if init_index > 0 else []),
-                                                *field_markers])
-        body.insert(init_index, init)
-        following = body[init_index + 1] if init_index + 1 < len(body) else None
-        if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not following.leading_lines:
-            body[init_index + 1] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
-        self.ctx.report(MOD_001, original, f"{plan.name} -> nnx.Module")
-        self.state.converted[plan.name] = original
-        self.emitter.record_name_map(plan)
-        return updated.with_changes(bases=bases, body=updated.body.with_changes(body=body))
+        return body, setup_body, init_index
 
     def _linen_copies(self, plan: ClassPlan) -> list[cst.BaseStatement]:
         """Linen copies of the NNX classes a class kept as Linen builds through its factory fields
