@@ -96,10 +96,12 @@ def pure(node: cst.BaseExpression) -> bool:
 
 
 def bare(arg: cst.Arg) -> cst.Arg:
+    """``arg`` without its comma and trailing whitespace (to be spelled on its own)."""
     return arg.with_changes(comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=cst.SimpleWhitespace(""))
 
 
 def pure_or_literal(node: cst.BaseExpression) -> bool:
+    """:func:`pure`, a number or string literal, or a binary operation of those."""
     return isinstance(node, (cst.Integer, cst.SimpleString)) or pure(node) or (
         isinstance(node, cst.BinaryOperation) and pure_or_literal(node.left) and pure_or_literal(node.right))
 

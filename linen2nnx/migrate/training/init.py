@@ -54,6 +54,7 @@ def plan_attribute(plan: TrainPlanner, node: cst.Attribute) -> None:
 
 
 def is_create_apply_fn(plan: TrainPlanner, node: cst.CSTNode) -> bool:
+    """``TrainState.create(apply_fn=model.apply)``: the train-state handler rewrites it."""
     arg = plan.parent(node)
     return isinstance(arg, cst.Arg) and arg.keyword is not None and arg.keyword.value == "apply_fn"
 

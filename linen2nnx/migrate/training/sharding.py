@@ -47,6 +47,7 @@ PARTITION_SPEC = frozenset({"flax.nnx.get_partition_spec", "flax.nnx.spmd.get_pa
 
 
 def uses_sharding(source: str) -> bool:
+    """The file deals in sharding (see ``SHARDING_HINTS``)."""
     return any(h in source for h in SHARDING_HINTS)
 
 

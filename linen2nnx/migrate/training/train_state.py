@@ -29,6 +29,8 @@ from linen2nnx.migrate.training.values import ValueAnalysis
 
 
 def plan_create(plan: TrainPlanner, call: cst.Call) -> None:
+    """``TrainState.create(apply_fn=model.apply, params=variables['params'], tx=tx)`` -> ``nnx.split((model,
+    nnx.Optimizer(model, tx, wrt=nnx.Param)))``; blocked where a field has no NNX counterpart."""
     hint = "build the model, then nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))"
     args = {a.keyword.value: a for a in call.args if a.keyword is not None}
     if any(a.keyword is None for a in call.args) or not {"params", "tx"} <= set(args):
@@ -74,6 +76,8 @@ def plan_create(plan: TrainPlanner, call: cst.Call) -> None:
 
 
 def plan_binding(plan: TrainPlanner, assignment: Assignment, scope: object) -> None:
+    """A binding of a train state: a parameter (its function reads it through a merge prelude) or a
+    local (merged before each statement that reads it)."""
     node = assignment.node
     if isinstance(node, cst.Param):
         value = plan.values.param_value(node, assignment)
@@ -307,11 +311,14 @@ def rebinding_statement(plan: TrainPlanner, target: cst.CSTNode, names: set[str]
 
 
 def returned_update(call: cst.Call, stmt: cst.CSTNode | None) -> bool:
+    """``return state.apply_gradients(...)``: the update is the whole return statement."""
     return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(
         stmt.body[0], cst.Return) and stmt.body[0].value is call
 
 
 def plan_rebind(plan: TrainPlanner, stmt: cst.CSTNode, call: cst.Call, owner: Owner) -> bool:
+    """``state = state.apply_gradients(grads=g)`` / ``.replace(...)`` -> the in-place NNX updates (and
+    the re-split state where the update is returned). False (and blocked) for an argument with no counterpart."""
     field = call.func.attr.value  # type: ignore[attr-defined]
     effects: list[tuple[str, int]] = []  # (statement template, index of the argument it uses)
     for i, arg in enumerate(call.args):
@@ -351,6 +358,8 @@ def plan_rebind(plan: TrainPlanner, stmt: cst.CSTNode, call: cst.Call, owner: Ow
 
 
 def field_read(plan: TrainPlanner, attr: cst.Attribute, owner: Owner) -> bool:
+    """``state.params`` / ``.batch_stats`` / ``.step`` / ``.tx`` read -> the merged model's or optimizer's;
+    False for another field, or one that is assigned or deleted."""
     field = attr.attr.value
     if field == "params":
         expr = f"nnx.state({owner.model}, nnx.Param)"
