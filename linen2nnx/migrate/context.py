@@ -21,6 +21,7 @@ from linen2nnx.migrate.cst_utils import (
     code,
     names_in,
     self_attr,
+    single_assign,
 )
 from linen2nnx.migrate.dataflow import FeatureFlow
 from linen2nnx.migrate.factory_fields import FieldBindings, FieldFactory
@@ -195,13 +196,13 @@ class FileContext:
     def collect_lift_aliases(self, body: Any) -> None:
         """Top-level ``Name = nn.remat(Class, ...)`` statements of a block (a method or the module)."""
         for stmt in body:
-            if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-                    and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
+            assign = single_assign(stmt)
+            if assign is None:
                 continue
-            target, value = stmt.body[0].targets[0].target, stmt.body[0].value
-            if isinstance(target, cst.Name) and isinstance(value, cst.Call) and self.transform_kind(value.func):
-                self.state.lift_aliases[target.value] = value
-                self.state.alias_stmts[target.value] = stmt
+            name, value = assign
+            if isinstance(value, cst.Call) and self.transform_kind(value.func):
+                self.state.lift_aliases[name] = value
+                self.state.alias_stmts[name] = stmt
 
     def check_lifted(self, node: cst.Call) -> LiftChain | bool | None:
         """The chain of a lifted constructor call ``node``: validated (False + a finding when not

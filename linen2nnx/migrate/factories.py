@@ -20,6 +20,7 @@ from linen2nnx.migrate.cst_utils import (
     code,
     is_docstring,
     parse_expression,
+    single_assign,
     strip_commas,
 )
 
@@ -82,10 +83,10 @@ def find_partial_local(stmt: cst.BaseStatement, is_constructor: Callable[[cst.Ba
                        is_partial: Callable[[cst.BaseExpression], bool], reads: Mapping[str, int],
                        assigned: Mapping[str, int]) -> PartialLocal | None:
     """``name = partial(<layer or class of the run>, ...)`` assigned once: a :class:`PartialLocal`."""
-    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
-            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+    assign = single_assign(stmt)
+    if assign is None:
         return None
-    name, value = stmt.body[0].targets[0].target.value, stmt.body[0].value
+    name, value = assign
     if not (isinstance(value, cst.Call) and is_partial(value.func) and value.args and value.args[0].keyword is None
             and not value.args[0].star and is_constructor(value.args[0].value) and assigned.get(name) == 1
             and not any(a.star for a in value.args)):
@@ -114,11 +115,10 @@ def find_factory(fn: cst.FunctionDef, is_constructor: Callable[[cst.BaseExpressi
         return None
     local_values: dict[str, cst.BaseExpression] = {}
     for stmt in pre:
-        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-                and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1
-                and isinstance(stmt.body[0].targets[0].target, cst.Name) and is_pure(stmt.body[0].value)):
+        assign = single_assign(stmt)
+        if assign is None or not is_pure(assign[1]):
             return None
-        local_values[stmt.body[0].targets[0].target.value] = stmt.body[0].value
+        local_values[assign[0]] = assign[1]
     return Factory(
         name=fn.name.value,
         params=[p.name.value for p in params[1:]],

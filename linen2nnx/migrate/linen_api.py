@@ -42,13 +42,6 @@ def feature_preserving_functions() -> frozenset[str]:
     return frozenset(names)
 
 
-def linen_local_name(qualname: str) -> str | None:
-    """``flax.linen.Dense`` -> ``Dense`` (also ``flax.linen.linear.Dense``); None outside flax.linen."""
-    if not qualname.startswith("flax.linen."):
-        return None
-    return qualname.rsplit(".", 1)[-1]
-
-
 @cache
 def same_in_nnx(dotted: str) -> bool:
     """True when ``flax.linen.<dotted>`` and ``flax.nnx.<dotted>`` are the very same object.

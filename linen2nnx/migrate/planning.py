@@ -27,6 +27,7 @@ from linen2nnx.migrate.cst_utils import (
     only_shape_uses,
     parse_expression,
     self_attr,
+    single_assign,
 )
 from linen2nnx.migrate.factories import (
     PartialLocal,
@@ -286,21 +287,20 @@ class ClassPlanner:
         params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)}
         pure: dict[str, cst.SimpleStatementLine] = {}
         for stmt in fn.body.body:
-            if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-                    and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
+            assign = single_assign(stmt)
+            if assign is None:
                 continue
-            target = stmt.body[0].targets[0].target
-            value = stmt.body[0].value
-            if not isinstance(target, cst.Name) or counts.get(target.value) != 1 or target.value in params:
+            name, value = assign
+            if counts.get(name) != 1 or name in params:
                 continue
-            if target.value in self.state.lift_aliases:
+            if name in self.state.lift_aliases:
                 continue  # a transformed class: applied at the call, never replayed
             used = names_in(value) - NOT_LOCAL - comprehension_names(value)
             call_time = {n for n in used if n in counts and n not in pure}
             mode = self._mode_partial(value, call_time | params) if call_time or used & params else None
             if mode:  # `norm = partial(nn.BatchNorm, use_running_average=not train)`: the flag moves to calls
-                plan.mode_partials[target.value] = mode
-                pure[target.value] = stmt
+                plan.mode_partials[name] = mode
+                pure[name] = stmt
                 continue
             refs = shape_last_refs(value, call_time) if call_time else None
             if call_time and refs is None:
@@ -308,15 +308,15 @@ class ClassPlanner:
                 if (first is None or call_time != {first} or not only_shape_uses(value, first)
                         or not self._shape_kept_until(fn, stmt, first) or self.site_planner.has_side_effects(value)):
                     continue
-                plan.input_shape_locals.add(target.value)  # `kernel_shape = tuple(x.shape[a] for a in axes)`
+                plan.input_shape_locals.add(name)  # `kernel_shape = tuple(x.shape[a] for a in axes)`
                 plan.shape_input = first
-                pure[target.value] = stmt
+                pure[name] = stmt
                 continue
             if self.site_planner.has_side_effects(value):
                 continue
-            pure[target.value] = stmt
+            pure[name] = stmt
             if refs:  # `d = x.shape[-1] if ... else ...`: replayed with x's size once the dataflow knows it
-                plan.shape_locals[target.value] = refs
+                plan.shape_locals[name] = refs
         return pure
 
     def _mode_partial(self, value: cst.BaseExpression, call_time: set[str]) -> dict[str, str] | None:
@@ -435,11 +435,11 @@ class ClassPlanner:
         self._view_handed_modes(plan)
         self._share_exclusive_attrs(plan)
         for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
-            if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-                    and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
-                target, value = stmt.body[0].targets[0].target, stmt.body[0].value
-                if isinstance(target, cst.Name) and counts.get(target.value) == 1 and value in plan.sites:
-                    plan.local_sites[target.value] = plan.sites[value]
+            assign = single_assign(stmt)
+            if assign is not None:
+                name, value = assign
+                if counts.get(name) == 1 and value in plan.sites:
+                    plan.local_sites[name] = plan.sites[value]
             elif isinstance(stmt, cst.If):
                 self._plan_branch_local(plan, stmt, counts)
 
@@ -450,11 +450,7 @@ class ClassPlanner:
 
         def single(block: cst.BaseSuite) -> tuple[str, cst.BaseExpression] | None:
             body = block.body if isinstance(block, cst.IndentedBlock) else []
-            if (len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and len(body[0].body) == 1
-                    and isinstance(body[0].body[0], cst.Assign) and len(body[0].body[0].targets) == 1
-                    and isinstance(body[0].body[0].targets[0].target, cst.Name)):
-                return body[0].body[0].targets[0].target.value, body[0].body[0].value
-            return None
+            return single_assign(body[0]) if len(body) == 1 else None
 
         then, orelse = single(stmt.body), single(stmt.orelse.body)
         if then is None or orelse is None or then[0] != orelse[0] or counts.get(then[0]) != 2:
