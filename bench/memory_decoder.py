@@ -120,7 +120,7 @@ def linen_memory(config: str) -> dict[str, int]:
 
 
 def nnx_memory(config: str, factory: Any) -> dict[str, int]:
-    """The NNX train step (split/merge + ``jax.jit``, reference §6.1) compiled for the zoo batch."""
+    """The NNX train step (split/merge + ``jax.jit``, docs/nnx_facts.md#the-train-step) compiled for the zoo batch."""
     import jax
     import jax.numpy as jnp
     from flax import nnx

@@ -7,7 +7,7 @@ transforms, so it doubles as the target for that work:
 - every attribute has its Linen name, so the Linen checkpoint converts by pure renaming (no name
   map): ``layers/self_attention/query/kernel`` etc., stacked on axis 0 like ``nn.scan``'s;
 - the layer stack is built by ``nnx.vmap`` over ``nnx.transform_metadata(partition='layers')``
-  (the mode-proof spelling, reference §4.1), so every stacked ``out_sharding`` starts with
+  (the mode-proof spelling, docs/nnx_facts.md#partition-names-on-a-stack), so every stacked ``out_sharding`` starts with
   ``'layers'`` exactly like Linen's ``metadata_params={nn.PARTITION_NAME: 'layers'}``;
 - the forward is ``nnx.scan`` over ``nnx.remat`` with the Linen remat policy, in the mode that
   only carries *changed* Variables out of the loop (``graph_updates=False``): the body never

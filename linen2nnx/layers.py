@@ -2,7 +2,7 @@
 
 The codemod reads it to rewrite constructors and calls, the name map reads it to know which
 children are built-ins, and the checkpoint converter reads ``param_renames`` for their parameter
-trees. Facts come from ``shared/reference/nnx_mapping.md`` section 1 (flax 0.12.8).
+trees. Facts are those of ``docs/nnx_facts.md#layers-and-parameter-layouts`` (flax 0.12.8).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class LayerRule:
     init_call_cache: str | None = None
     """Constructor flag (``decode``) under which Linen creates a cache on the init call, a call that
     does not decode. NNX needs ``init_cache(shape, dtype)`` first: the call site does that on the
-    first call and runs it without decoding, so every later call sees Linen's cache (reference §1)."""
+    first call and runs it without decoding, so every later call sees Linen's cache (docs/nnx_facts.md#attention-decode-cache)."""
     out_attr: str | None = None
     """NNX attribute of a built layer that holds its output feature size: read from a layer a caller
     hands in (``self.shared_embedding``) where the class builds this layer in the other branch, and

@@ -10,7 +10,7 @@ Two strategies:
 
 Matching is done per collection against NNX slots of the matching Variable type, so a
 ``batch_stats`` leaf can never land in a ``Param``. The optax state is mapped with the same table:
-``mu`` / ``nu`` mirror the param tree (reference §6.2), see :func:`map_opt_state_path`.
+``mu`` / ``nu`` mirror the param tree (docs/nnx_facts.md#optimizer-state-layout), see :func:`map_opt_state_path`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Convert a Linen ``TrainState.opt_state`` + ``step`` into an ``nnx.Optimizer`` state.
 
-It is the same optax structure on both sides (reference §6.2): Orbax restores the Linen tuple as a
+It is the same optax structure on both sides (docs/nnx_facts.md#optimizer-state-layout): Orbax restores the Linen tuple as a
 list with ``None`` for ``EmptyState`` (msgpack: a dict with ``'0'``, ``'1'`` … keys), NNX keeps it
 as ``opt_state/0/...`` with leafless states gone, and ``mu`` / ``nu`` mirror the param tree, so
 their paths get the same rename as the params. ``step`` becomes the NNX ``uint32`` counter.

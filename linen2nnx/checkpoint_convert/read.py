@@ -12,7 +12,7 @@ Accepted inputs:
 Everything is restored *without a target*: the point of conversion is that the Linen code that
 would give the target may no longer exist. Partitioning boxes (``LogicallyPartitioned`` /
 ``Partitioned``) are stripped here, because Orbax and msgpack restore them as ``{'value': array}``
-dicts and the NNX side keeps sharding as Variable metadata instead (reference §8). A restored
+dicts and the NNX side keeps sharding as Variable metadata instead (docs/nnx_facts.md#linen-checkpoints-restored-without-a-target). A restored
 dict is taken for a box only when it is ``{'value': array}`` plus box metadata keys; a module whose
 *only* variable is literally named ``value`` looks the same, and then fails validation loudly
 (its leaf lands one level up) rather than converting wrongly.
@@ -30,6 +30,7 @@ import numpy as np
 
 from linen2nnx.errors import L2NError
 from linen2nnx.namemap import flatten
+from linen2nnx.trees import plain_dicts
 
 PathT = tuple[Any, ...]
 
@@ -185,11 +186,7 @@ def _to_state_dict(obj: Any, source: str) -> Any:
 
 def _plain(tree: Any) -> Any:
     """FrozenDicts and other mappings -> dicts with str keys; boxes and leaves kept as they are."""
-    if isinstance(tree, Mapping):
-        return {str(k): _plain(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)) and not _is_box(tree):
-        return [_plain(v) for v in tree]
-    return tree
+    return plain_dicts(tree, str_keys=True, sequence_of=lambda x: not _is_box(x))
 
 
 def _is_box(x: Any) -> bool:

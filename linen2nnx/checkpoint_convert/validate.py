@@ -4,9 +4,9 @@ The target is built abstractly (``nnx.eval_shape``), so validation allocates no 
 every ``Param`` / ``BatchStat`` slot (and every ``Cache`` slot when the checkpoint has a ``cache``
 collection) is filled exactly once, with the same shape and dtype; every Linen leaf has a home of
 the right Variable type. Everything else in the NNX state (``RngKey`` / ``RngCount`` under
-``rngs``, see reference §1.1) is kept from a fresh init. All problems are collected and raised
+``rngs``, see docs/nnx_facts.md#seeds-dropout-and-rng-state) is kept from a fresh init. All problems are collected and raised
 together as one :class:`~linen2nnx.errors.ConversionError`, because fixing them one run at a time is
-slow and ``nnx.replace_by_pure_dict`` would silently accept most of them (reference §0 #8).
+slow and ``nnx.replace_by_pure_dict`` would silently accept most of them (docs/nnx_facts.md#replace_by_pure_dict-checks-neither-shapes-nor-coverage).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from linen2nnx import trees
 from linen2nnx.checkpoint_convert.mapping import Leaf, Match, PathT, Problem, Slot, join, variable_type
 from linen2nnx.errors import ConversionError, L2NError
 
@@ -130,10 +131,5 @@ def _fmt(x: Slot | Leaf) -> str:
 
 
 def dtype_name(dtype: Any) -> str:
-    """``float32`` for numpy dtypes, the jax spelling for the rest (``key<fry>``)."""
-    if dtype is None:
-        return "?"
-    try:
-        return np.dtype(dtype).name
-    except TypeError:
-        return str(dtype)
+    """``float32`` for numpy dtypes, the jax spelling for the rest (``key<fry>``), ``?`` when unknown."""
+    return trees.dtype_name(dtype, missing="?")

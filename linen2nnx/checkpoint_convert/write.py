@@ -6,7 +6,7 @@ Layout of ``dst`` (one directory, nothing written beside it)::
     dst/linen2nnx-conversion.json the conversion report (Orbax ignores unknown entries)
     dst/optimizer/                only when optax state was converted: payload of nnx.state(optimizer)
 
-The model payload restores with the plain recipe (reference §8), so no linen2nnx code is needed
+The model payload restores with the plain recipe (docs/nnx_facts.md#restoring-an-nnx-checkpoint), so no linen2nnx code is needed
 to use it::
 
     graphdef, abstract = nnx.split(nnx.eval_shape(make_model))

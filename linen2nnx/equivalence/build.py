@@ -5,7 +5,7 @@ Weights always travel through the converter (``checkpoint_convert``), never thro
 a parity check that re-initialised the NNX side would prove nothing about the conversion.
 
 Dropout is disabled in train mode on *both* sides so that BatchNorm still uses batch statistics
-but nothing is random (Linen and NNX derive dropout masks differently, reference §1.1):
+but nothing is random (Linen and NNX derive dropout masks differently, docs/nnx_facts.md#seeds-dropout-and-rng-state):
 
 - Linen: an ``nn.intercept_methods`` interceptor returns the input of every ``nn.Dropout`` call and
   forces ``deterministic=True`` on attention modules (their dropout is internal);

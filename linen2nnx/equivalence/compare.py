@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from linen2nnx.equivalence.metrics import cosine, logit_metrics, norm_ratio
-from linen2nnx.equivalence.tolerances import Tolerances, dtype_name, less_precise
+from linen2nnx.equivalence.tolerances import Tolerances, less_precise
+from linen2nnx.trees import dtype_name
 
 SCHEMA = "linen2nnx-parity/2"
 

@@ -26,6 +26,7 @@ from linen2nnx.equivalence.modmap import ModuleMap, nnx_module_paths
 from linen2nnx.equivalence.tolerances import Tolerances
 from linen2nnx.errors import L2NError, ModelBuildError
 from linen2nnx.namemap import NameMap
+from linen2nnx.trees import plain_dicts
 
 JitMode = bool | str
 
@@ -174,18 +175,13 @@ def to_nnx_paths(sides: Sides, collection: str, tree: Any) -> dict[str, Any]:
 
     table = {tuple(map(str, k)): v for k, v in sides.report.param_table(collection).items()}
     out: dict[str, Any] = {}
-    for path, leaf in flatten_dict(_plain(tree)).items():
+    for path, leaf in flatten_dict(plain_dicts(tree)).items():
         key = tuple(map(str, path))
         nnx_path = table.get(key)
         name = "/".join(map(str, nnx_path)) if nnx_path is not None else "linen:" + "/".join((collection, *key))
         out[name] = leaf
     return out
 
-
-def _plain(tree: Any) -> Any:
-    if isinstance(tree, Mapping):
-        return {k: _plain(v) for k, v in tree.items()}
-    return tree
 
 
 def _variable_type(collection: str) -> type:

@@ -4,9 +4,9 @@ A migration that keeps every value but loses a sharding name still breaks a real
 weight replicated on every chip, or split on the wrong axis). So under ``--mesh`` the check
 
 1. builds a mesh of ``AxisType.Auto`` axes (GSPMD style: Linen's ``nn.with_logical_partitioning``
-   unboxing fails on ``Explicit`` axes, reference §0 #7) and activates it with ``jax.set_mesh``
+   unboxing fails on ``Explicit`` axes, docs/nnx_facts.md#auto-not-explicit-mesh-axes) and activates it with ``jax.set_mesh``
    together with the pair's logical axis rules (``nn.logical_axis_rules``, which *is*
-   ``nnx.logical_axis_rules``, reference §5), with NNX eager sharding on;
+   ``nnx.logical_axis_rules``, docs/nnx_facts.md#one-metadata-mechanism), with NNX eager sharding on;
 2. places the Linen variables per their ``LogicallyPartitioned`` boxes
    (``nn.get_partition_spec`` -> ``nn.logical_to_mesh_sharding``) and the NNX state per its
    ``out_sharding`` metadata (``nnx.get_named_sharding``), and splits the example batch over the
@@ -36,6 +36,7 @@ from typing import Any
 
 from linen2nnx.equivalence.compare import LeafResult, ParityResult, missing
 from linen2nnx.errors import L2NError
+from linen2nnx.trees import plain_dicts
 
 CHECK_NAME = "partition_spec"
 _AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -102,7 +103,7 @@ def make_mesh(shape: Mapping[str, int] | Any) -> Any:
     """A ``jax.sharding.Mesh`` with ``AxisType.Auto`` axes over the first ``prod(shape)`` devices.
 
     Auto, not jax 0.10's default Explicit: Linen's partitioned params are unboxed with
-    ``with_sharding_constraint``, which asserts on Explicit axes (reference §0 #7). A ``Mesh``
+    ``with_sharding_constraint``, which asserts on Explicit axes (docs/nnx_facts.md#auto-not-explicit-mesh-axes). A ``Mesh``
     passes through unchanged.
     """
     import jax
@@ -199,13 +200,8 @@ def _flat(tree: Any) -> dict[tuple[str, ...], Any]:
     from flax.traverse_util import flatten_dict
 
     tree = unfreeze(tree) if hasattr(tree, "unfreeze") else tree
-    return {tuple(map(str, k)): v for k, v in flatten_dict(_plain(tree)).items()}
+    return {tuple(map(str, k)): v for k, v in flatten_dict(plain_dicts(tree)).items()}
 
-
-def _plain(tree: Any) -> Any:
-    if isinstance(tree, Mapping):
-        return {k: _plain(v) for k, v in tree.items()}
-    return tree
 
 
 def strip_boxes(tree: Any) -> Any:
@@ -370,7 +366,7 @@ def partition_spec_leaves(pair: Any, nnx_model: Any, param_table: Mapping[tuple[
     to the array rank; a leaf passes iff they are equal. An NNX ``out_sharding`` whose length is
     not the array rank fails even when the padded specs agree: it is the signature of a stacked
     layer built without ``nnx.transform_metadata(partition=...)`` (the ``layers`` axis missing,
-    reference §5), which breaks restoring under any rules that shard that axis.
+    docs/nnx_facts.md#partition-names-on-a-stack), which breaks restoring under any rules that shard that axis.
     """
     import flax.linen as nn
 

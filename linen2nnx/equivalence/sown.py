@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from linen2nnx.equivalence.modmap import ModuleMap, join
+from linen2nnx.trees import plain_dicts
 
 CHECK = "intermediates"
 
@@ -29,7 +30,7 @@ def linen_sown_to_nnx(tree: Mapping[str, Any], module_map: ModuleMap) -> dict[st
     import jax
 
     out: dict[str, Any] = {}
-    for key_path, leaf in jax.tree_util.tree_flatten_with_path(_plain(tree))[0]:
+    for key_path, leaf in jax.tree_util.tree_flatten_with_path(plain_dicts(tree, str_keys=True))[0]:
         path = tuple(_key(k) for k in key_path)
         # the sow name and anything after it (tuple index) stay as they are
         owner = None
@@ -49,11 +50,6 @@ def _key(k: Any) -> str:
             return str(getattr(k, attr))
     return str(k)
 
-
-def _plain(tree: Any) -> Any:
-    if isinstance(tree, Mapping):
-        return {str(k): _plain(v) for k, v in tree.items()}
-    return tree
 
 
 @contextlib.contextmanager

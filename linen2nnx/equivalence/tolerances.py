@@ -35,14 +35,6 @@ DEFAULT_DEPTH_EXPONENT = 0.5
 FORMULA = "tol = base[dtype] * (1 + max|ref|) * (1 + depth) ** depth_exponent"
 
 
-def dtype_name(dtype: Any) -> str:
-    """``'float32'``, ``'bfloat16'`` … for numpy / jax dtypes (and ``''`` for None)."""
-    if dtype is None:
-        return ""
-    try:
-        return np.dtype(dtype).name
-    except TypeError:
-        return str(dtype)
 
 
 @dataclasses.dataclass(frozen=True)

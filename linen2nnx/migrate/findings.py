@@ -1,6 +1,6 @@
 """Findings: one record per thing the migration did, could only do unsafely, or could not do.
 
-The record shape is the report contract of ``docs/design.md``: rule, severity, path, line, col,
+The record shape is the report contract of ``docs/migrate.md#reports`` (JSON ``findings``): rule, severity, path, line, col,
 message, hint. Renderers live in :mod:`linen2nnx.reports`.
 """
 
