@@ -36,7 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="linen2nnx", description="Move Flax Linen code and checkpoints to Flax NNX, with evidence.")
     parser.add_argument("--version", action="version", version=f"linen2nnx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_migrate(sub)
+    _add_convert(sub)
+    _add_check(sub)
+    _add_demo(sub)
+    return parser
 
+
+def _add_migrate(sub: argparse._SubParsersAction) -> None:
     m = sub.add_parser("migrate", help="rewrite Linen source as NNX source (+ name map + report)",
                        description="Rewrite Linen source as NNX source. Defaults come from [tool.linen2nnx] in "
                                    "the nearest pyproject.toml; flags override them.")
@@ -71,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("-q", "--quiet", action="store_true", help="print no summary on stderr")
     m.add_argument("-v", "--verbose", action="store_true", help="list converted items too")
 
+
+def _add_convert(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("convert", help="convert a Linen checkpoint into an NNX checkpoint")
     c.add_argument("src", help="Linen checkpoint (Orbax folder or msgpack file)")
     c.add_argument("dst", help="NNX checkpoint folder to create")
@@ -79,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="replace an existing DST")
     c.add_argument("--json", metavar="FILE", help="write the conversion report as JSON")
 
+
+def _add_check(sub: argparse._SubParsersAction) -> None:
     k = sub.add_parser("check", help="prove the NNX model matches the Linen original",
                        description="Run both models on the same weights and compare every output, loss, "
                                    "gradient and state leaf. Exit 0: parity; 1: parity fails; 2: error.")
@@ -106,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--all-leaves", action="store_true", help="list every leaf on the console, not only failures")
     k.add_argument("--traceback", action="store_true", help="show the traceback of an error in the models")
 
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("demo", help="train a zoo model in Linen, migrate, convert and check it end to end")
     d.add_argument("--model", default="cnn", help="zoo model (default: cnn)")
     d.add_argument("--out", default="linen2nnx-demo", help="output folder (default: ./linen2nnx-demo)")
@@ -116,7 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "logical axis rules; adds a PartitionSpec comparison of every parameter. When this process "
                         "has fewer devices than the mesh needs, the demo reruns itself with "
                         "XLA_FLAGS=--xla_force_host_platform_device_count=N JAX_PLATFORMS=cpu (N fake CPU devices)")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -58,42 +58,11 @@ def run_demo(model: str, out: Path, *, steps: int = 50, force: bool = False,
     if model not in DEMO_MODELS:
         known = ", ".join(DEMO_MODELS)
         raise L2NError(f"--model {model!r}: the demo runs the zoo models {known}")
-    out = Path(out)
-    if out.exists():
-        if not force:
-            raise L2NError(f"{out}: already exists (pass --force to replace it)")
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out = _fresh_folder(Path(out), force)
     timings: dict[str, float] = {}
-    train_mod = zoo.load_train_module(model)
     spec_ref = zoo.spec_ref(model)
-
-    with _stage("train (Linen)" + (f" on mesh {_fmt_mesh(mesh)}" if mesh else ""), timings):
-        from linen2nnx.spec import load_linen_side
-
-        with _mesh_scope(load_linen_side(spec_ref), mesh):
-            state, losses = train_mod.train("tiny", steps=steps, seed=0)
-            linen_ckpt = out / "linen_ckpt"
-            train_mod.save_checkpoint(state, linen_ckpt)
-    console.print(f"  loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps; checkpoint {linen_ckpt}")
-
-    nnx_dir = out / "nnx"
-    with _stage("migrate", timings):
-        from linen2nnx.migrate.engine import Mode, migrate_paths
-        from linen2nnx.migrate.spec_writer import write_pair_spec
-        from linen2nnx.migrate.trace import trace_linen
-        from linen2nnx.reports.migration import render_json, render_text, summary_line
-        from linen2nnx.spec import load_linen_side
-
-        trace = trace_linen(load_linen_side(spec_ref), spec_ref=spec_ref)
-        migration = migrate_paths([zoo.model_source(model)], Mode.OUT_DIR, out_dir=nnx_dir, trace=trace)
-        spec_path = write_pair_spec(nnx_dir, trace, migration)
-        atomic_write_text(out / "migration-report.json", render_json(migration))
-        atomic_write_text(out / "migration-report.txt", render_text(migration, verbose=True))
-    console.print(f"  {summary_line(migration)}")
-    if migration.exit_code() != 0:
-        console.print(render_text(migration), markup=False)
-        raise L2NError(f"migration of the zoo {model} left findings; see {out / 'migration-report.txt'}")
+    linen_ckpt = _train_stage(model, out, spec_ref, steps, mesh, timings)
+    spec_path = _migrate_stage(model, out, spec_ref, timings)
 
     nnx_ckpt = out / "nnx_ckpt"
     with _stage("convert", timings):
@@ -116,6 +85,55 @@ def run_demo(model: str, out: Path, *, steps: int = 50, force: bool = False,
     _summary(model, out, timings, result.passed)
     _write_readme(out, model, spec_ref, zoo.model_source(model), spec_path, linen_ckpt, nnx_ckpt, mesh)
     return 0 if result.passed else 1
+
+
+def _fresh_folder(out: Path, force: bool) -> Path:
+    """``out``, created empty; an existing one is replaced only with ``force``."""
+    if out.exists():
+        if not force:
+            raise L2NError(f"{out}: already exists (pass --force to replace it)")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    return out
+
+
+def _train_stage(model: str, out: Path, spec_ref: str, steps: int, mesh: Mapping[str, int] | None,
+                 timings: dict[str, float]) -> Path:
+    """Train the zoo model in Linen (on ``mesh`` if given) and save its checkpoint; its path."""
+    from linen2nnx import zoo
+    from linen2nnx.spec import load_linen_side
+
+    train_mod = zoo.load_train_module(model)
+    with _stage("train (Linen)" + (f" on mesh {_fmt_mesh(mesh)}" if mesh else ""), timings):
+        with _mesh_scope(load_linen_side(spec_ref), mesh):
+            state, losses = train_mod.train("tiny", steps=steps, seed=0)
+            linen_ckpt = out / "linen_ckpt"
+            train_mod.save_checkpoint(state, linen_ckpt)
+    console.print(f"  loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps; checkpoint {linen_ckpt}")
+    return linen_ckpt
+
+
+def _migrate_stage(model: str, out: Path, spec_ref: str, timings: dict[str, float]) -> Path:
+    """Migrate the zoo model's source with a trace into ``out/nnx``; the pair spec it wrote."""
+    from linen2nnx import zoo
+    from linen2nnx.migrate.engine import Mode, migrate_paths
+    from linen2nnx.migrate.spec_writer import write_pair_spec
+    from linen2nnx.migrate.trace import trace_linen
+    from linen2nnx.reports.migration import render_json, render_text, summary_line
+    from linen2nnx.spec import load_linen_side
+
+    nnx_dir = out / "nnx"
+    with _stage("migrate", timings):
+        trace = trace_linen(load_linen_side(spec_ref), spec_ref=spec_ref)
+        migration = migrate_paths([zoo.model_source(model)], Mode.OUT_DIR, out_dir=nnx_dir, trace=trace)
+        spec_path = write_pair_spec(nnx_dir, trace, migration)
+        atomic_write_text(out / "migration-report.json", render_json(migration))
+        atomic_write_text(out / "migration-report.txt", render_text(migration, verbose=True))
+    console.print(f"  {summary_line(migration)}")
+    if migration.exit_code() != 0:
+        console.print(render_text(migration), markup=False)
+        raise L2NError(f"migration of the zoo {model} left findings; see {out / 'migration-report.txt'}")
+    return spec_path
 
 
 def _fmt_mesh(mesh: Mapping[str, int] | None) -> str:

@@ -117,89 +117,26 @@ def training_parity(pair: Any, sides: Any, steps: int, *, tx: Any = None, tolera
     ``batches``: one batch per step (default: the pair's example batch every step).
     ``sides``: what :func:`~linen2nnx.equivalence.build.build_sides` returned (neither side is mutated).
     """
-    import jax
-    import optax
-    from flax import nnx
-
-    from linen2nnx.equivalence.build import Inputs, linen_dropout_off, nnx_dropout_off, with_batch
-    from linen2nnx.equivalence.comparisons import to_nnx_paths
-    from linen2nnx.equivalence.jitting import fast_jit
-    from linen2nnx.equivalence.sown import quiet_sow
-
     tols = Tolerances.coerce(tolerances)
-    if tx is not None:
-        tx_name = _tx_name(tx)
-    elif pair.linen.optimizer is not None:
-        tx, tx_name = pair.linen.optimizer, "the pair's optimizer"
-    else:
-        tx, tx_name = _default_tx(), "optax.adam(1e-3)"
-    side = pair.linen
-    model = side.model
-    mutable = list(side.mutable) if side.mutable else False
-    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
-    batch_list = list(batches) if batches is not None else [side.batch] * steps
-    if len(batch_list) < steps:
-        batch_list = (batch_list * (steps // max(1, len(batch_list)) + 1))[:steps]
-    ins = [Inputs.of(with_batch(pair, b), True) for b in batch_list[:steps]]
-
-    # ---- Linen
+    tx, tx_name = _choose_tx(pair, tx)
+    ins = _step_inputs(pair, batches, steps)
     variables = dict(sides.linen_variables)
     l_params = variables.pop("params")
     l_rest = variables
     l_opt = tx.init(l_params)
-
-    @fast_jit
-    def linen_step(params: Any, rest: Any, opt_state: Any, dynamic: list[Any]) -> Any:
-        args, kwargs, batch = ins[0].rebuild(dynamic)  # every batch has the same structure
-
-        def f(p: Any) -> Any:
-            with linen_dropout_off():
-                res = model.apply({**rest, "params": p}, *args, **kwargs, mutable=mutable, rngs=rngs)
-            out, updates = res if mutable else (res, {})
-            return side.loss(out, batch), updates
-
-        (loss, updates), grads = jax.value_and_grad(f, has_aux=True)(params)
-        upd, opt_state = tx.update(grads, opt_state, params)
-        return loss, optax.apply_updates(params, upd), {**rest, **updates}, opt_state
-
-    # ---- NNX
-    n_model = nnx_dropout_off(sides.nnx_model)
-    n_opt = nnx.Optimizer(n_model, tx, wrt=nnx.Param)
-    gdef, n_state = nnx.split((n_model, n_opt))
-
-    @fast_jit
-    def nnx_step(state: Any, dynamic: list[Any]) -> Any:
-        args, kwargs, batch = ins[0].rebuild(dynamic)
-        m, o = nnx.merge(gdef, state)
-        with quiet_sow():
-            loss, grads = nnx.value_and_grad(lambda mm: side.loss(mm(*args, **kwargs), batch))(m)
-        o.update(m, grads)
-        # values sown outside nnx.capture become new attributes: keep the state's structure fixed
-        return loss, nnx.state((m, o), nnx.Not(nnx.Intermediate))
-
+    linen_step = _linen_step(pair, tx, ins[0])
+    nnx_step, n_state = _nnx_step(pair, sides, tx, ins[0])
     worst = _Worst()
     linen_loss: list[float] = []
     nnx_loss: list[float] = []
-    table = sides.report.param_table("params")
     for step in range(steps):
         dyn = ins[step].dynamic
         l_loss, l_params, l_rest, l_opt = linen_step(l_params, l_rest, l_opt, dyn)
         n_loss, n_state = nnx_step(n_state, dyn)
         linen_loss.append(float(l_loss))
         nnx_loss.append(float(n_loss))
-        d = depth * (step + 1)
-        leaves = [compare_leaf("train/loss", f"step {step}", l_loss, n_loss, tols, depth=d)]
-        m_state, o_state = n_state[0], n_state[1]
-        flat_model = {"/".join(map(str, p)): v for p, v in nnx.to_flat_state(m_state)}
-        flat_params = {p: v.get_value() for p, v in flat_model.items() if isinstance(v, nnx.Param)}
-        leaves += compare_trees("train/params", to_nnx_paths(sides, "params", l_params), flat_params, tols, depth=d)
-        for coll in sorted(side.mutable):
-            ref = to_nnx_paths(sides, coll, l_rest.get(coll, {}))
-            got = {p: flat_model[p].get_value() for p in ref if p in flat_model}
-            leaves += compare_trees("train/state", ref, got, tols, depth=d)
-        flat_opt = {"/".join(map(str, p)): v.get_value() for p, v in nnx.to_flat_state(o_state)
-                    if p and p[0] == "opt_state"}
-        leaves += compare_trees("train/opt_state", linen_opt_state_flat(l_opt, table), flat_opt, tols, depth=d)
+        leaves = [compare_leaf("train/loss", f"step {step}", l_loss, n_loss, tols, depth=depth * (step + 1))]
+        leaves += _state_leaves(pair, sides, (l_params, l_rest, l_opt), n_state, tols, depth * (step + 1))
         worst.add(leaves, step)
     all_leaves = worst.leaves()
     rel = [abs(a - b) / max(abs(a), 1e-12) for a, b in zip(linen_loss, nnx_loss)]
@@ -212,6 +149,104 @@ def training_parity(pair: Any, sides: Any, steps: int, *, tx: Any = None, tolera
         opt_state_leaves_failed=sum(not lf.passed for lf in all_leaves if lf.check == "train/opt_state"),
         leaves=all_leaves, optimizer=tx_name,
     )
+
+
+def _choose_tx(pair: Any, tx: Any) -> tuple[Any, str]:
+    """The optimizer both sides train with, and how the report names it."""
+    if tx is not None:
+        return tx, _tx_name(tx)
+    if pair.linen.optimizer is not None:
+        return pair.linen.optimizer, "the pair's optimizer"
+    return _default_tx(), "optax.adam(1e-3)"
+
+
+def _step_inputs(pair: Any, batches: Iterable[Mapping[str, Any]] | None, steps: int) -> list[Any]:
+    """One train-mode :class:`~linen2nnx.equivalence.build.Inputs` per step (batches cycled if short)."""
+    from linen2nnx.equivalence.build import Inputs, with_batch
+
+    batch_list = list(batches) if batches is not None else [pair.linen.batch] * steps
+    if len(batch_list) < steps:
+        batch_list = (batch_list * (steps // max(1, len(batch_list)) + 1))[:steps]
+    return [Inputs.of(with_batch(pair, b), True) for b in batch_list[:steps]]
+
+
+def _linen_step(pair: Any, tx: Any, first: Any) -> Any:
+    """The jitted Linen train step ``(params, rest, opt_state, dynamic) -> (loss, params, rest, opt_state)``."""
+    import jax
+    import optax
+
+    from linen2nnx.equivalence.build import linen_dropout_off
+    from linen2nnx.equivalence.jitting import fast_jit
+
+    side = pair.linen
+    model = side.model
+    mutable = list(side.mutable) if side.mutable else False
+    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
+
+    @fast_jit
+    def linen_step(params: Any, rest: Any, opt_state: Any, dynamic: list[Any]) -> Any:
+        args, kwargs, batch = first.rebuild(dynamic)  # every batch has the same structure
+
+        def f(p: Any) -> Any:
+            with linen_dropout_off():
+                res = model.apply({**rest, "params": p}, *args, **kwargs, mutable=mutable, rngs=rngs)
+            out, updates = res if mutable else (res, {})
+            return side.loss(out, batch), updates
+
+        (loss, updates), grads = jax.value_and_grad(f, has_aux=True)(params)
+        upd, opt_state = tx.update(grads, opt_state, params)
+        return loss, optax.apply_updates(params, upd), {**rest, **updates}, opt_state
+
+    return linen_step
+
+
+def _nnx_step(pair: Any, sides: Any, tx: Any, first: Any) -> tuple[Any, Any]:
+    """The jitted NNX train step over the split ``(model, optimizer)`` state, and that first state."""
+    from flax import nnx
+
+    from linen2nnx.equivalence.build import nnx_dropout_off
+    from linen2nnx.equivalence.jitting import fast_jit
+    from linen2nnx.equivalence.sown import quiet_sow
+
+    side = pair.linen
+    n_model = nnx_dropout_off(sides.nnx_model)
+    n_opt = nnx.Optimizer(n_model, tx, wrt=nnx.Param)
+    gdef, n_state = nnx.split((n_model, n_opt))
+
+    @fast_jit
+    def nnx_step(state: Any, dynamic: list[Any]) -> Any:
+        args, kwargs, batch = first.rebuild(dynamic)
+        m, o = nnx.merge(gdef, state)
+        with quiet_sow():
+            loss, grads = nnx.value_and_grad(lambda mm: side.loss(mm(*args, **kwargs), batch))(m)
+        o.update(m, grads)
+        # values sown outside nnx.capture become new attributes: keep the state's structure fixed
+        return loss, nnx.state((m, o), nnx.Not(nnx.Intermediate))
+
+    return nnx_step, n_state
+
+
+def _state_leaves(pair: Any, sides: Any, linen: tuple[Any, Any, Any], n_state: Any, tols: Tolerances,
+                  depth: int) -> list[LeafResult]:
+    """Params, mutable collections and optimizer state of both sides after a step, leaf by leaf."""
+    from flax import nnx
+
+    from linen2nnx.equivalence.comparisons import to_nnx_paths
+
+    l_params, l_rest, l_opt = linen
+    m_state, o_state = n_state[0], n_state[1]
+    flat_model = {"/".join(map(str, p)): v for p, v in nnx.to_flat_state(m_state)}
+    flat_params = {p: v.get_value() for p, v in flat_model.items() if isinstance(v, nnx.Param)}
+    leaves = compare_trees("train/params", to_nnx_paths(sides, "params", l_params), flat_params, tols, depth=depth)
+    for coll in sorted(pair.linen.mutable):
+        ref = to_nnx_paths(sides, coll, l_rest.get(coll, {}))
+        got = {p: flat_model[p].get_value() for p in ref if p in flat_model}
+        leaves += compare_trees("train/state", ref, got, tols, depth=depth)
+    flat_opt = {"/".join(map(str, p)): v.get_value() for p, v in nnx.to_flat_state(o_state)
+                if p and p[0] == "opt_state"}
+    table = sides.report.param_table("params")
+    leaves += compare_trees("train/opt_state", linen_opt_state_flat(l_opt, table), flat_opt, tols, depth=depth)
+    return leaves
 
 
 def _tx_name(tx: Any) -> str:
