@@ -228,7 +228,7 @@ class Emitter:
                 sizes = plan.shape_local_sizes.get(name)
                 if sizes is None:
                     self.ctx.report(MOD_004, plan.pure_locals[name], f"`{name}` reads an input size the dataflow "
-                                "cannot tell", "compute it from constructor arguments / config")
+                                    "cannot tell", "compute it from constructor arguments / config")
                     continue
                 value = stmt.body[0].value  # type: ignore[attr-defined]
                 stmt = parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")

@@ -84,7 +84,7 @@ class ClassPlanner:
                    if isinstance(m, cst.FunctionDef) for d in m.decorators):
                 bases = ", ".join(code(b.value) for b in node.bases) or "object"
                 self.ctx.report(MOD_006, node, f"{node.name.value} uses @nn.compact but its base ({bases}) is "
-                            "not a Linen class of this run", "migrate the file that defines the base in the same run")
+                                "not a Linen class of this run", "migrate the file that defines the base in the same run")
             return None
         self.state.planning, self.state.pending_blocking = True, []
         plan = self.plan_class(node)
@@ -149,7 +149,7 @@ class ClassPlanner:
                 plan.activation_fields.add(f.name)
         if "rngs" in plan.field_names:
             self.ctx.report(MOD_004, node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
-                        "for the nnx.Rngs", "rename the field before migrating")
+                            "for the nnx.Rngs", "rename the field before migrating")
 
     def _plan_factories(self, plan: ClassPlan, methods: list[cst.FunctionDef]) -> None:
         """Helper methods that return a layer: each call is a submodule (see factories.py)."""
@@ -198,7 +198,7 @@ class ClassPlanner:
                 plan.scanned_methods[fn.name.value] = method_scan(kwargs, fn, taken, self.ctx.is_broadcast)
             except LiftError as err:
                 self.ctx.report(XFORM_002, call, f"{plan.name}.{fn.name.value}: {err}",
-                            "rewrite with nnx.scan over a step method by hand (reference §4.1)")
+                                "rewrite with nnx.scan over a step method by hand (reference §4.1)")
 
     def _plan_carry_inits(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
         """``nn.OptimizedLSTMCell(h, parent=None).initialize_carry(rng, shape)``: a detached cell built
@@ -234,7 +234,7 @@ class ClassPlanner:
                     why = "initialize_carry is not called as (rng, input_shape)"
                 if why:
                     command.ctx.report(API_002, node, f"nn.{rule.linen}(...).initialize_carry: {why}",
-                                   f"call initialize_carry(input_shape, rngs=...) on an nnx.{rule.nnx} by hand")
+                                       f"call initialize_carry(input_shape, rngs=...) on an nnx.{rule.nnx} by hand")
                     return
                 plan.carry_inits[node] = same[0]
 
@@ -355,18 +355,18 @@ class ClassPlanner:
                 built = [self._built_only_through(u, name) if u is not None else None for u in users]
                 if any(b is None for b in built):
                     self.ctx.report(MOD_004, arg, f"{local} sets {', '.join(mode)} at call time and is handed to "
-                                f"{site.attr}, whose class builds such layers otherwise too",
-                                "pass the flag to the submodule's call by hand")
+                                    f"{site.attr}, whose class builds such layers otherwise too",
+                                    "pass the flag to the submodule's call by hand")
                     continue
                 for flag, source in mode.items():
                     if site.view_kwargs.get(flag, source) != source:
                         self.ctx.report(MOD_004, arg, f"two values of {flag} handed to {site.attr}",
-                                    "pass the flags to the submodule's call by hand")
+                                        "pass the flags to the submodule's call by hand")
                     site.view_kwargs[flag] = source
                 if not all(built):  # a class may build none of them (all conditional): no flag to set is fine
                     site.view_kwargs["raise_if_not_found"] = "False"
                 self.ctx.report(LAYER_003, arg, f"{', '.join(mode)} of {local} applied at the call of "
-                            f"{site.attr} through nnx.view")
+                                f"{site.attr} through nnx.view")
 
     @staticmethod
     def _built_only_through(user: ClassPlan, field: str) -> bool | None:
@@ -525,8 +525,8 @@ class ClassPlanner:
                 if node in callees or node.value not in command.state.linen_classes:
                     return
                 command.ctx.report(MOD_004, node, f"{node.value} is used as a value in @nn.compact: a module "
-                               "built from it at call time cannot be hoisted into __init__",
-                               "build the module in __init__ (an nnx transform of the class for vmap / scan)")
+                                   "built from it at call time cannot be hoisted into __init__",
+                                   "build the module in __init__ (an nnx transform of the class for vmap / scan)")
 
         for stmt in fn.body.body:
             Values().walk(stmt)

@@ -88,9 +88,9 @@ class AttributeRewriter:
             self.state.handled.add(original)
             if self._under_axis_rules(original):  # here NNX's would map the names through the rules
                 self.ctx.report(PART_003, original, f"nn.{short} inside axis rules: Linen's returns logical "
-                            "names, nnx.get_partition_spec applies the active rules",
-                            "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
-                            "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings")
+                                "names, nnx.get_partition_spec applies the active rules",
+                                "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
+                                "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings")
                 return updated
             return self._repoint(original, short, "get_partition_spec", PART_002,
                                  " (the same logical names when no axis rules are active; training code reads "
@@ -103,12 +103,12 @@ class AttributeRewriter:
         elif short in TRANSFORMS:
             self.state.handled.add(original)
             self.ctx.report(XFORM_002, original, f"nn.{short} of something other than a Linen module class of "
-                        "this run is not converted", "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
-                        "(reference §4)")
+                            "this run is not converted", "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
+                            "(reference §4)")
         elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
             self.state.handled.add(original)
             self.ctx.report(API_002, original, f"flax.linen.{short} has no automatic conversion yet",
-                        "rewrite by hand with the NNX API (see docs/rules.md)")
+                            "rewrite by hand with the NNX API (see docs/rules.md)")
         return None
 
     def _variable_read(self, original: cst.Attribute, updated: cst.Attribute,

@@ -94,7 +94,7 @@ class CallRewriter:
 
         def manual(why: str) -> cst.BaseExpression:
             self.ctx.report(XFORM_002, original, f"nn.{kind}({fn}, ...): {why}",
-                        "rewrite with the nnx transform by hand (reference §4)")
+                            "rewrite with the nnx transform by hand (reference §4)")
             return updated
 
         if len(kwargs) != len(updated.args) - 1:
@@ -106,7 +106,7 @@ class CallRewriter:
                 return manual(f"{', '.join(sorted(extra))}= not converted")
             args = [a for name, a in kwargs.items() if name != "concrete"]
             self.ctx.report(XFORM_001, original, f"nn.remat({fn}) -> nnx.remat({fn}) (it takes the module as an "
-                        "argument, as the Linen function does)" + ("; concrete= dropped (no NNX equivalent)"
+                            "argument, as the Linen function does)" + ("; concrete= dropped (no NNX equivalent)"
                                                                   if "concrete" in kwargs else ""))
             return updated.with_changes(func=parse_expression("nnx.remat"),
                                         args=strip_commas([updated.args[0], *args]))
@@ -137,7 +137,7 @@ class CallRewriter:
         out_axes = code(orig_kwargs["out_axes"]) if "out_axes" in orig_kwargs else "0"
         rest = "".join(f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs)
         self.ctx.report(XFORM_001, original, f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) "
-                    "before the carry")
+                        "before the carry")
         return parse_expression(f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
                                     f"out_axes=(nnx.Carry, {out_axes}){rest})")
 
@@ -158,7 +158,7 @@ class CallRewriter:
         api = self.state.pending_api.pop(original, None)
         if api is not None and original not in self.state.handled and original not in plan.sites:
             self.ctx.report(API_002, api, f"self.{api.attr.value} is Linen Module API with no automatic "
-                        "conversion yet", "see reference: variables and collections")
+                            "conversion yet", "see reference: variables and collections")
         return result
 
     def _leave_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -176,14 +176,14 @@ class CallRewriter:
             self.state.stmt_prefix.setdefault(lazy.statement, []).append(creation(lazy, args[2].value, args[3:]))
             self.state.uses_nnx = True
             self.ctx.report(VAR_004, original, f"self.variable({lazy.collection!r}, {lazy.name!r}) -> "
-                        f"nnx.{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does")
+                            f"nnx.{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does")
             return parse_expression(f"self.{lazy.attr}")
         cell = plan.carry_inits.get(original)
         if cell is not None:  # the detached Linen cell's carry is the built cell's
             rng, shape = (code(a.value) for a in updated.args)
             self.state.uses_nnx = True
             self.ctx.report(LAYER_001, original, f"nn.{cell.rule.linen}(..., parent=None).initialize_carry(rng, "  # type: ignore[union-attr]
-                        f"shape) -> self.{cell.attr}.initialize_carry(shape, rngs=...)")
+                            f"shape) -> self.{cell.attr}.initialize_carry(shape, rngs=...)")
             return parse_expression(f"self.{cell.attr}.initialize_carry({shape}, rngs=nnx.Rngs(carry={rng}))")
         site = plan.sites.get(original)
         if site is not None and site.factory is not None:  # built in __init__ once the helper is rewritten
@@ -205,7 +205,7 @@ class CallRewriter:
             self.ctx.report(LAYER_001, original, f"nn.{site.rule.linen} -> nnx.{site.rule.nnx} ({site.attr})")  # type: ignore[union-attr]
         elif site.kind in ("param", "variable"):
             self.ctx.report(VAR_001, original, f"self.{site.kind}({site.linen_name!r}) -> "
-                        f"nnx.{site.var_type} self.{site.attr} created in __init__")
+                            f"nnx.{site.var_type} self.{site.attr} created in __init__")
         built = self.emitter.build(site, updated)
         if not site.hoisted:
             return built
@@ -242,7 +242,7 @@ class CallRewriter:
             self.state.uses_nnx = True
             kinds = " + ".join(f"nn.{lift.kind}" for lift in applied.lifted.lifts)
             self.ctx.report(XFORM_001, original, f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the "
-                        f"call of self.{applied.attr}")
+                            f"call of self.{applied.attr}")
             return parse_expression(source)
         return call
 
@@ -271,7 +271,7 @@ class CallRewriter:
             self.state.handled.add(original)
             if var_type is None:
                 self.ctx.report(API_002, original, f"self.sow into the custom collection {collection!r}",
-                            "define a registered nnx.Variable subclass and sow into it")
+                                "define a registered nnx.Variable subclass and sow into it")
                 return updated
             self.ctx.report(VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)")
             self.state.uses_nnx = True
@@ -297,10 +297,10 @@ class CallRewriter:
             self.state.handled.add(original)
             if not self.state.unsafe_fixes:
                 self.ctx.report(API_002, original, "self.is_initializing() has no NNX meaning (__init__ is the "
-                            "initialisation)", "move the init-only branch into __init__, or pass --unsafe-fixes")
+                                "initialisation)", "move the init-only branch into __init__, or pass --unsafe-fixes")
                 return updated
             self.ctx.report(API_003, original, "self.is_initializing() -> False (NNX calls never initialise)",
-                        "init-only work now happens in __init__")
+                            "init-only work now happens in __init__")
             return cst.Name("False")
         return None
 
@@ -323,7 +323,7 @@ class CallRewriter:
         for o in original.args:
             if o.keyword is not None and o.keyword.value in rule.unsupported_call_args:
                 self.ctx.report(LAYER_002, o, f"{o.keyword.value}= of nn.{rule.linen}.__call__ has no "
-                            f"nnx.{rule.nnx} equivalent", "NNX layers draw randomness from their own rngs")
+                                f"nnx.{rule.nnx} equivalent", "NNX layers draw randomness from their own rngs")
         args = [a.with_changes(keyword=cst.Name(rule.call_renames[a.keyword.value]))
                 if a.keyword is not None and a.keyword.value in rule.call_renames else a for a in args]
         if rule.call_keywords:
@@ -384,5 +384,5 @@ class CallRewriter:
             f"    self.{site.attr}.init_cache({shape_of}.shape, dtype={dtype_src})\n").body
         self.state.stmt_prefix.setdefault(statement, []).extend(prefix)
         self.ctx.report(LAYER_001, original, f"nn.{site.rule.linen}(decode={flag}): the first decode call creates "
-                    f"the cache with self.{site.attr}.init_cache and does not decode, as Linen's init call")
+                        f"the cache with self.{site.attr}.init_cache and does not decode, as Linen's init call")
         return kwarg("decode", parse_expression(f"{flag} and not {fresh}"))

@@ -81,7 +81,7 @@ class ClassRewriter:
         when = plan.state_when if plan.state_when in (None, "True") or original.name.value == "__call__" else "True"
         self.state.uses_nnx = True
         self.ctx.report(XFORM_001, original, f"nn.scan on {plan.name}.{original.name.value} -> nnx.scan of "
-                    f"{scan.step} with the module broadcast")
+                        f"{scan.step} with the module broadcast")
         call = parse_statement(f"return {method_scan_call(scan, original, when)}\n")
         return updated.with_changes(decorators=keep, body=cst.IndentedBlock(body=[call]))
 
@@ -161,7 +161,7 @@ class ClassRewriter:
                     f"self.{stmt.name.value}" in code(other) for other in updated.body.body
                     if other is not stmt and isinstance(other, cst.FunctionDef)):
                 self.ctx.report(MOD_003, orig_stmt, f"{plan.name}.{stmt.name.value}(): each call became a "
-                            "submodule built in __init__; the helper is removed")
+                                "submodule built in __init__; the helper is removed")
                 continue
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "setup":
                 setup_body = list(stmt.body.body)
@@ -171,11 +171,11 @@ class ClassRewriter:
                 reordered = nnx_initialize_carry(stmt)
                 if reordered is None:
                     self.ctx.report(API_002, orig_stmt, f"{plan.name}.{CARRY_METHOD}(rng, shape) uses its key: "
-                                f"nnx.RNN calls {CARRY_METHOD}(input_shape, rngs)",
-                                "take `rngs` (an nnx.Rngs or None) and draw the key from it")
+                                    f"nnx.RNN calls {CARRY_METHOD}(input_shape, rngs)",
+                                    "take `rngs` (an nnx.Rngs or None) and draw the key from it")
                 else:
                     self.ctx.report(API_006, orig_stmt, f"{plan.name}.{CARRY_METHOD}(rng, input_shape) -> "
-                                f"{CARRY_METHOD}(input_shape, rngs=None), as nnx.RNN calls it")
+                                    f"{CARRY_METHOD}(input_shape, rngs=None), as nnx.RNN calls it")
                     stmt = reordered
             body.append(stmt)
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value in plan.scanned_methods:
@@ -228,7 +228,7 @@ class ClassRewriter:
         rules = ", ".join(sorted(set(plan.blocking))) or "see the markers"
         wrapper = plan.name.removesuffix("Linen") if name == plan.name else plan.name
         self.ctx.report(MOD_007, original, f"{wrapper} kept as Linen ({name}) behind nnx.bridge.ToNNX: {rules} "
-                    "block its rewrite", "fix the findings, then migrate again")
+                        "block its rewrite", "fix the findings, then migrate again")
         entry = ClassEntry(name=self.ctx.class_key(wrapper), module=self.state.module_name, file=self.state.path,
                            new_args=dict(plan.new_args), bridge=BRIDGE_ATTR)
         self.state.name_map.classes[entry.name] = entry

@@ -158,15 +158,15 @@ class SitePlanner:
             return  # built from a module-factory field whose bindings the codemod follows: planned there
         if factory_field in plan.field_names and factory_field not in plan.factories:
             self.ctx.report(MOD_008, ctor, f"self.{factory_field}(...)(...) builds a submodule from the "
-                        f"module-factory field {factory_field!r} at call time",
-                        f"build it in __init__: self.<name> = {factory_field}(in_features, ..., rngs=rngs), "
-                        "with an NNX layer class passed in")
+                            f"module-factory field {factory_field!r} at call time",
+                            f"build it in __init__: self.<name> = {factory_field}(in_features, ..., rngs=rngs), "
+                            "with an NNX layer class passed in")
             return
         name = ctor.func.value if isinstance(ctor.func, cst.Name) else ctor.func.attr.value
         if isinstance(ctor.func, cst.Name) and self._bound_to_partial(ctor, name):
             # `QKVDense = partial(Dense, ...)` then `QKVDense(name='q')(x)`: a module built through a local
             self.ctx.report(MOD_004, ctor, f"{name}(...)(...) builds a submodule through the local {name}, "
-                        "which the codemod does not follow", "build the module in __init__ with its class")
+                            "which the codemod does not follow", "build the module in __init__ with its class")
             return
         if not name[:1].isupper() or self.ctx.self_call(ctor) is not None:
             return
@@ -174,7 +174,7 @@ class SitePlanner:
         if any(q.startswith(("jax.", "jnp.", "numpy.", "functools.")) for q in qualnames):
             return
         self.ctx.report(MOD_006, ctor, f"{name}(...)(...) looks like a Linen submodule that is not part of this "
-                    "run", "migrate the file that defines it in the same run, or convert it by hand")
+                        "run", "migrate the file that defines it in the same run, or convert it by hand")
 
     def applied(self, node: cst.Call) -> bool:
         """Is ``node`` immediately called (``node(...)``): a module built and applied in place?"""
@@ -241,8 +241,8 @@ class SitePlanner:
                 if text is None:
                     self.state.handled.add(site.ctor)
                     self.ctx.report(MOD_004, site.ctor, f"{site.attr} is built under `{code(test.node.test)}`, "
-                                "which the codemod cannot restate from constructor arguments",
-                                "create it in __init__ under a test of the config, and keep the call's test")
+                                    "which the codemod cannot restate from constructor arguments",
+                                    "create it in __init__ under a test of the config, and keep the call's test")
                     continue
                 site.conditions = [c.replace(token, text) for c in site.conditions]
 
@@ -338,17 +338,17 @@ class SitePlanner:
                 site.shape_refs[name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
             elif rule is None:
                 self.ctx.report(MOD_004, arg, f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
-                            f"uses the call-time value {', '.join(sorted(uses))}", "build this module by hand")
+                                f"uses the call-time value {', '.join(sorted(uses))}", "build this module by hand")
             elif name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:
                 root.view_kwargs[name] = value  # the call becomes nnx.view(layer, deterministic=...)(x)
                 moved.append(name)
             else:
                 self.ctx.report(MOD_004, arg, f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
-                            f"uses the call-time value {', '.join(sorted(uses))}", "build this layer by hand")
+                                f"uses the call-time value {', '.join(sorted(uses))}", "build this layer by hand")
         site.moved_args = tuple(moved)
         if moved and rule is not None:
             self.ctx.report(LAYER_003, node, f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
-                        f"self.{root.attr} through nnx.view")
+                            f"self.{root.attr} through nnx.view")
 
     def plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
                             loop: LoopInfo | None, counters: dict[str, int | None], local_names: set[str],
@@ -368,7 +368,7 @@ class SitePlanner:
                 linen_name, attr, container = prefix, snake_case(prefix), "list"
             else:
                 self.ctx.report(MOD_004, name_arg, f"{what}(name=...) is not a literal the codemod can follow",
-                            "use a string literal, or f'prefix_{i}' inside `for i in range(n)`")
+                                "use a string literal, or f'prefix_{i}' inside `for i in range(n)`")
                 return
         else:
             n = counters.get(class_name, 0)
@@ -377,8 +377,8 @@ class SitePlanner:
                 if tail_of is None or conditions:
                     self.state.handled.add(node.func)  # this finding says it all
                     self.ctx.report(MOD_004, node, f"auto-named {what} after a loop that built {class_name}s"
-                                + (" under a condition" if tail_of is not None else "") + ": its Linen name "
-                                "depends on the loop length", "give it an explicit name=")
+                                    + (" under a condition" if tail_of is not None else "") + ": its Linen name "
+                                    "depends on the loop length", "give it an explicit name=")
                     return
                 # Linen names it {class_name}_{loop length}: the next element of the loop's nnx.List
                 site = self.add_site(plan, node, attr=tail_of.attr, linen_name=class_name, hoisted=True)
@@ -389,12 +389,12 @@ class SitePlanner:
                 return
             if n is None:
                 self.ctx.report(MOD_004, node, f"auto-named {what} after a loop that built {class_name}s: its "
-                            "Linen name depends on the loop length", "give it an explicit name=")
+                                "Linen name depends on the loop length", "give it an explicit name=")
                 return
             if loop is not None:
                 if n:
                     self.ctx.report(MOD_004, node, f"auto-named {what} built in a loop after other {class_name}s",
-                                "give the loop's modules name=f'prefix_{i}'")
+                                    "give the loop's modules name=f'prefix_{i}'")
                     return
                 counters[class_name] = None
                 linen_name, attr, container = class_name, snake_case(class_name), "list"
@@ -463,7 +463,7 @@ class SitePlanner:
         if why is not None:
             self.state.handled.add(target.func)
             self.ctx.report(MOD_004, node, f"{what} built inside nested loops {why} is not hoisted yet",
-                        "build the modules in __init__ (an nnx.List) and index it at the call")
+                            "build the modules in __init__ (an nnx.List) and index it at the call")
             return
         counters.update(dict.fromkeys(names, None))
         assert isinstance(outer, cst.For)
@@ -507,12 +507,12 @@ class SitePlanner:
                     site.shape_refs[arg_name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
                 else:
                     self.ctx.report(MOD_004, arg, f"argument {arg_name}= of {what} uses the call-time value "
-                                f"{', '.join(sorted(uses))} and cannot move to __init__",
-                                "compute it from constructor arguments / config")
+                                    f"{', '.join(sorted(uses))} and cannot move to __init__",
+                                    "compute it from constructor arguments / config")
         site.moved_args = tuple(moved)
         if moved:
             self.ctx.report(LAYER_003, site.ctor, f"{', '.join(moved)} of {what} moved to the call of "
-                        f"self.{site.attr}")
+                            f"self.{site.attr}")
 
     def add_site(self, plan: ClassPlan, call: cst.Call, *, attr: str, linen_name: str, hoisted: bool) -> Site:
         rule = self.ctx.layer_rule_of(call.func)
@@ -524,10 +524,10 @@ class SitePlanner:
         self.state.handled.add(call.func)
         if rule is not None and rule.manual_reason:
             self.ctx.report(LAYER_002, call, f"nn.{rule.linen}: {rule.manual_reason}",
-                        "see docs/rules.md and the reference's layer table")
+                            "see docs/rules.md and the reference's layer table")
         if rule is not None and rule.linen == "Einsum" and einsum_bias_shape(bound) is None:
             self.ctx.report(LAYER_002, call, "nn.Einsum bias shape cannot be derived statically (needs literal "
-                        "shape and einsum_str without '...')", "give nnx.Einsum its bias_shape by hand")
+                            "shape and einsum_str without '...')", "give nnx.Einsum its bias_shape by hand")
         if rule is not None:
             for arg_name, arg in bound.items():
                 nnx_name = rule.nnx_arg(arg_name)
@@ -540,14 +540,14 @@ class SitePlanner:
                         self.ctx.report(LAYER_001, arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}")
                     else:
                         self.ctx.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no "
-                                    f"nnx.{rule.nnx} equivalent", f"see the nnx.{rule.nnx} signature; re-express it")
+                                        f"nnx.{rule.nnx} equivalent", f"see the nnx.{rule.nnx} signature; re-express it")
                 elif arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
                     self.ctx.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
-                                "equivalent", f"see the nnx.{rule.nnx} signature; drop or re-express it")
+                                    "equivalent", f"see the nnx.{rule.nnx} signature; drop or re-express it")
                 elif arg_name in rule.only_values and code(arg.value) not in rule.only_values[arg_name]:
                     self.ctx.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
-                                f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
-                                f"rewrite this nnx.{rule.nnx} by hand")
+                                    f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
+                                    f"rewrite this nnx.{rule.nnx} by hand")
         return site
 
     def add_variable_site(self, plan: ClassPlan, call: cst.Call, *, hoisted: bool, local_names: set[str],
@@ -561,18 +561,18 @@ class SitePlanner:
         if (len(args) < need or any(a.star for a in call.args)
                 or not all(isinstance(v, cst.SimpleString) for v in literal)):
             self.ctx.report(API_002, call, f"self.{kind}(...) with non-literal names or keyword-only arguments",
-                        "create the nnx.Variable in __init__ by hand")
+                            "create the nnx.Variable in __init__ by hand")
             return None
         collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
         name = literal[-1].evaluated_value  # type: ignore[union-attr]
         var_type = COLLECTION_TYPES.get(collection)
         if var_type is None:
             self.ctx.report(API_002, call, f"self.variable in the custom collection {collection!r}",
-                        "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name")
+                            "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name")
             return None
         if any(a.keyword is not None for a in call.args):
             self.ctx.report(API_002, call, f"self.{kind}(...) keyword arguments are not converted yet",
-                        "create the nnx.Variable in __init__ by hand")
+                            "create the nnx.Variable in __init__ by hand")
             return None
         shape_refs: dict[str, list[str]] = {}
         for i, a in enumerate(args):
@@ -580,8 +580,8 @@ class SitePlanner:
             refs = shape_last_refs(a.value, uses) if uses else None
             if uses and refs is None:
                 self.ctx.report(MOD_004, call, f"self.{kind}({name!r}, ...) uses the call-time value "
-                            f"{', '.join(sorted(uses))} and cannot move to __init__",
-                            "derive its shape from constructor arguments, or use --trace")
+                                f"{', '.join(sorted(uses))} and cannot move to __init__",
+                                "derive its shape from constructor arguments, or use --trace")
                 return None
             if refs:
                 shape_refs[str(i)] = refs  # (x.shape[-1], features): the dataflow knows x's size

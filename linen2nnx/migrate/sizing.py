@@ -76,7 +76,7 @@ class Sizer:
                                      if self.state.trace is not None else [], plan)
         if len(matched) == 1:
             self.ctx.report(SHAPE_001, node, f"{arg} of {site.user.name if site.user else site.attr} = "
-                        f"{matched[0]} (traced: {how.split(':')[1]}; the only config value that matches)")
+                            f"{matched[0]} (traced: {how.split(':')[1]}; the only config value that matches)")
             return matched[0]
         return self._required_arg(plan, site, f"{arg} of {site.user.name if site.user else site.attr}", node)
 
@@ -103,12 +103,12 @@ class Sizer:
             plan.new_args[size] = f"traced:{carried.pop()}"
         else:
             self.ctx.report(SHAPE_003, node, f"hidden size of {plan.name}.{site.attr}: Linen's nn.{site.rule.linen} "
-                        f"takes it from its carry (traced {sorted(carried)}), not from {features} (traced "
-                        f"{sorted(declared)})", f"give nnx.{site.rule.nnx} the carry's width as hidden_features")
+                            f"takes it from its carry (traced {sorted(carried)}), not from {features} (traced "
+                            f"{sorted(declared)})", f"give nnx.{site.rule.nnx} the carry's width as hidden_features")
             return
         site.arg_sources[site.rule.out_arg] = size
         self.ctx.report(SHAPE_001, node, f"hidden size of {plan.name}.{site.attr} = {size}: Linen's "
-                    f"nn.{site.rule.linen} takes it from its carry (traced), not from {features}")
+                        f"nn.{site.rule.linen} takes it from its carry (traced), not from {features}")
 
     def resolve_shape_arg(self, plan: ClassPlan, site: Site, arg_name: str, refs: list[str], flow: FeatureFlow,
                            params: list[str]) -> None:
@@ -118,7 +118,7 @@ class Sizer:
             feat = flow.env.get(name, Feat.unknown(name))
             if feat.kind not in ("expr", "input"):
                 self.ctx.report(MOD_004, site.args[arg_name], f"argument {arg_name}= uses {name}.shape[-1], whose "
-                            "size the dataflow cannot tell", "compute it from constructor arguments / config")
+                                "size the dataflow cannot tell", "compute it from constructor arguments / config")
                 site.arg_sources[arg_name] = code(site.args[arg_name].value)
                 return
             replacements[name] = self._resolve_in(plan, site, feat, params, site.ctor)
@@ -349,7 +349,7 @@ class Sizer:
         if arg not in plan.new_args:
             plan.new_args[arg] = f"input:{params.index(feat.input_name)}"
             self.ctx.report(SHAPE_002, node, f"{plan.name} gains constructor argument {arg}: the last-axis "
-                        f"size of `{feat.input_name}`", f"pass {arg}=x.shape[-1] where {plan.name} is built")
+                            f"size of `{feat.input_name}`", f"pass {arg}=x.shape[-1] where {plan.name} is built")
         return arg
 
     def _resolve_in(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode) -> str:
@@ -386,8 +386,8 @@ class Sizer:
         if arg not in plan.new_args:
             plan.new_args[arg] = how
             self.ctx.report(SHAPE_002, node, f"{plan.name} gains constructor argument {arg}: the shape of "
-                        f"`{base.input_name}`, whose axes after the first {feat.leading} a layer reads flattened",
-                        f"pass {arg}={base.input_name}.shape where {plan.name} is built")
+                            f"`{base.input_name}`, whose axes after the first {feat.leading} a layer reads flattened",
+                            f"pass {arg}={base.input_name}.shape where {plan.name} is built")
         self.state.needs_math_import = True
         return f"math.prod({arg}[{feat.leading}:])"
 
@@ -398,7 +398,7 @@ class Sizer:
             arg += "_"
         plan.new_args[arg] = "unresolved"
         self.ctx.report(SHAPE_003, node, f"{what} is unknown statically; required constructor argument {arg} added",
-                    "run `linen2nnx migrate --trace SPEC` or pass the size explicitly")
+                        "run `linen2nnx migrate --trace SPEC` or pass the size explicitly")
         return arg
 
     def _confirmed_candidate(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str],
@@ -435,7 +435,7 @@ class Sizer:
         size = self.static_size(plan, candidate, params, node)
         if size is not None:
             self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {size} (traced: "
-                        f"{evidence})")
+                            f"{evidence})")
         return size
 
     def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
@@ -456,26 +456,26 @@ class Sizer:
                 factors.add(shape[-1] // base_value)
             if factors == {1}:
                 self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {base} "
-                            f"(traced: {sizes[0]})")
+                                f"(traced: {sizes[0]})")
                 return base
             if len(factors) == 1 and feat.kind == "flatten":
                 factor = factors.pop()
                 self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {factor} * "
-                            f"{base} (traced: {sizes[0]})",
-                            "the factor holds for the traced input resolution only")
+                                f"{base} (traced: {sizes[0]})",
+                                "the factor holds for the traced input resolution only")
                 return f"{factor} * {base}"
         matched = self._match_config(sizes, configs, plan)
         if len(matched) == 1:
             self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {matched[0]} "
-                        f"(traced: {sizes[0]}; the only config value that matches)")
+                            f"(traced: {sizes[0]}; the only config value that matches)")
             return matched[0]
         if len(matched) > 1:
             self.ctx.report(SHAPE_003, node, f"input feature size of {plan.name}.{site.attr} is ambiguous: the "
-                        f"traced {sizes[0]} equals {', '.join(matched)}",
-                        "pass the size explicitly, or trace with a config where these differ")
+                            f"traced {sizes[0]} equals {', '.join(matched)}",
+                            "pass the size explicitly, or trace with a config where these differ")
         if len(sizes) == 1 and self.state.unsafe_fixes:
             self.ctx.report(SHAPE_004, node, f"input feature size of {plan.name}.{site.attr} is the traced literal "
-                        f"{sizes[0]}", "replace it with an expression of the config if it can vary")
+                            f"{sizes[0]}", "replace it with an expression of the config if it can vary")
             return str(sizes[0])
         return None
 
