@@ -226,13 +226,16 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
                              rule_enabled=rule_selector(select, ignore), unsafe_fixes=unsafe_fixes,
                              external=external)
     try:
-        output = code_of(command.transform_module(tree))  # = .code, without libcst's per-node context managers
+        out_tree = command.transform_module(tree)
+        module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
         output, train_findings = migrate_training(  # training code: after the modules it uses
-            output, source, path=path, module_name=module_name, local=command.summaries,
+            module_output, source, path=path, module_name=module_name, local=command.summaries,
             external=external or {}, rule_enabled=rule_selector(select, ignore))
         # the verifier: Linen left in a class the output calls NNX becomes a located manual finding
+        # (it reads the module pass's tree when the training pass changed nothing: no parse)
         output, verify_findings = verify_output(output, source, path=path, module_name=module_name,
-                                                external=external or {}, rule_enabled=rule_selector(select, ignore))
+                                                external=external or {}, rule_enabled=rule_selector(select, ignore),
+                                                tree=out_tree if output is module_output else None)
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise

@@ -37,16 +37,36 @@ from linen2nnx.migrate.verify_names import (
 _Stmt = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
 
+class _IsStatement(dict):
+    """``type -> bool``: is a node of this type a statement (filled on first sight of each type)."""
+
+    def __missing__(self, kind: type) -> bool:
+        value = self[kind] = issubclass(kind, _Stmt)
+        return value
+
+
+_IS_STATEMENT = _IsStatement()
+
+
 def verify_output(output: str, original: str, *, path: str, module_name: str,
-                  external: Mapping[str, ClassSummary], rule_enabled: Callable[[str], bool]) -> tuple[str, list[Finding]]:
+                  external: Mapping[str, ClassSummary], rule_enabled: Callable[[str], bool],
+                  tree: cst.Module | None = None) -> tuple[str, list[Finding]]:
     """``output`` with an inline marker on each leftover of Linen in its NNX classes, and the findings
-    (with the lines of ``original``, the input of the whole migration)."""
+    (with the lines of ``original``, the input of the whole migration).
+
+    ``tree``: a tree whose code is ``output`` (the module pass's own), read instead of parsing
+    ``output`` again. Such a tree may hold one memoised node at two places, so when it shows a
+    leftover the output is parsed after all: positions and markers need one node per place.
+    """
     if "nnx" not in output or not any(rule_enabled(r.id) for r in verify_rules.RULES):
         return output, []
+    notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
+    if tree is not None:
+        notes = _leftovers(tree, module_name, external, rule_enabled)
+        if not notes:
+            return output, []
     module = cst.parse_module(output)
-    verifier = _Verifier(module, module_name, external)
-    verifier.run()
-    notes = [n for n in verifier.notes if rule_enabled(n[0].id)]
+    notes = _leftovers(module, module_name, external, rule_enabled)
     if not notes:
         return output, []
     positions = start_positions(module, [node for _, node, _, _ in notes])
@@ -59,6 +79,13 @@ def verify_output(output: str, original: str, *, path: str, module_name: str,
         markers.setdefault(stmt, []).append(f"{MARKER} {rule.id} {message}")
     marked = module.visit(_Marker(markers))
     return code_of(marked), findings
+
+
+def _leftovers(module: cst.Module, module_name: str, external: Mapping[str, ClassSummary],
+               rule_enabled: Callable[[str], bool]) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
+    verifier = _Verifier(module, module_name, external)
+    verifier.run()
+    return [n for n in verifier.notes if rule_enabled(n[0].id)]
 
 
 class _Marker(cst.CSTTransformer):
@@ -89,7 +116,7 @@ class _Verifier:
         self._signatures: dict[str, Signature | None] = {}
         self.notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
         self._class: cst.ClassDef | None = None  # the NNX class being checked
-        self._own: set[str] = set()  # names the NNX class (and its NNX bases of the file) define on self
+        self._own: dict[cst.ClassDef, set[str]] = {}  # NNX class -> the names it (and its bases) define
 
     def run(self) -> None:
         self._walk(self.module, None)
@@ -102,38 +129,47 @@ class _Verifier:
 
     # ---- the walk --------------------------------------------------------------------------------
     def _walk(self, node: cst.CSTNode, stmt: cst.CSTNode | None) -> None:
-        if isinstance(node, _Stmt):
+        kind = type(node)  # node types by dict lookups: libcst's abstract bases make isinstance slow
+        if _IS_STATEMENT[kind]:
             stmt = node
-        if isinstance(node, cst.ClassDef):
-            self._enter_class(node, stmt)
+        if kind is cst.ClassDef:
+            self._enter_class(node, stmt)  # type: ignore[arg-type]
             return
         if self._class is not None:
-            if isinstance(node, cst.Call):
-                if self._check_call(node, stmt):
+            if kind is cst.Call:
+                if self._check_call(node, stmt):  # type: ignore[arg-type]
                     return  # a bridge call: the Linen module it wraps is meant to be there
-            elif isinstance(node, cst.Attribute):
-                self._check_attribute(node, stmt)
-            elif isinstance(node, (cst.Assign, cst.AnnAssign)):
-                self._check_container(node, stmt)
-            elif isinstance(node, cst.Decorator):
-                self._check_linen_reference(node.decorator, node, stmt)
+            elif kind is cst.Attribute:
+                self._check_attribute(node, stmt)  # type: ignore[arg-type]
+            elif kind is cst.Assign or kind is cst.AnnAssign:
+                self._check_container(node, stmt)  # type: ignore[arg-type]
+            elif kind is cst.Decorator:
+                self._check_linen_reference(node.decorator, node, stmt)  # type: ignore[attr-defined]
         for child in syntax_children(node):
             self._walk(child, stmt)
 
     def _enter_class(self, node: cst.ClassDef, stmt: cst.CSTNode | None) -> None:
         kind = self._class_kind(node)
         name = node.name.value
-        outer, outer_own = self._class, self._own
+        outer = self._class
         if kind == "nnx":
             self.nnx_classes[name] = node
-            self._class, self._own = node, self._self_names(node)
+            self._class = node
         else:
             if kind == "linen":
                 self.linen_classes.add(name)
-            self._class, self._own = None, set()
+            self._class = None
         for child in syntax_children(node.body):
             self._walk(child, stmt)
-        self._class, self._own = outer, outer_own
+        self._class = outer
+
+    def _own_names(self) -> set[str]:
+        """What the NNX class being checked defines on ``self`` (found on first need: most classes never ask)."""
+        if self._class is None:
+            return set()
+        if self._class not in self._own:
+            self._own[self._class] = self._self_names(self._class)
+        return self._own[self._class]
 
     def _class_kind(self, node: cst.ClassDef) -> str | None:
         """``"nnx"``, ``"linen"`` or None, from the bases (of flax, of this file, of the run)."""
@@ -186,7 +222,7 @@ class _Verifier:
                          f"{_linen_args(call)}: build its NNX counterpart with rngs=rngs")
             return False
         if isinstance(func, cst.Attribute) and func.attr.value in VARIABLE_METHODS and _self_chain(func.value):
-            if not (isinstance(func.value, cst.Name) and func.attr.value in self._own):
+            if not (isinstance(func.value, cst.Name) and func.attr.value in self._own_names()):
                 self._report(verify_rules.VERIFY_003, call, stmt,
                              f"{code(func)}(...) is Linen API (NNX modules are called directly, their "
                              "variables are attributes)")
@@ -270,12 +306,12 @@ class _Verifier:
     def _check_attribute(self, node: cst.Attribute, stmt: cst.CSTNode | None) -> None:
         attr = node.attr.value
         if attr == "variables" and _self_chain(node.value):
-            if not (isinstance(node.value, cst.Name) and attr in self._own):
+            if not (isinstance(node.value, cst.Name) and attr in self._own_names()):
                 self._report(verify_rules.VERIFY_003, node, stmt,
                              f"{code(node)} is Linen API: an NNX module holds its variables as attributes "
                              "(nnx.state(module) gives them all)")
         elif attr in LINEN_SELF_ONLY and isinstance(node.value, cst.Name) and node.value.value == "self":
-            if attr not in self._own:
+            if attr not in self._own_names():
                 self._report(verify_rules.VERIFY_004, node, stmt,
                              f"self.{attr} is Linen Module API with no meaning in an NNX class")
 
