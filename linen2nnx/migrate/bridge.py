@@ -13,7 +13,7 @@ working while the ``manual`` findings are fixed by hand::
             return self.linen(*args, **kwargs)
 
 Its variables appear on the first call (``nnx.bridge.lazy_init(model, *inputs)``, which the written
-pair spec does), under ``linen/<Linen path>`` (reference §7): the name map records the prefix, so
+pair spec does), under ``linen/<Linen path>`` (docs/nnx_facts.md#the-bridge): the name map records the prefix, so
 checkpoints still convert by name.
 """
 

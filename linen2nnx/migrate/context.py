@@ -217,7 +217,7 @@ class FileContext:
             for alias in aliases:
                 self.state.alias_use[alias] = False
             self.report(XFORM_002, node, str(err), "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
-                        "(reference §4)")
+                        "(see docs/nnx_facts.md, Lifted transforms)")
             for lift in chain.lifts:
                 self.state.handled.add(lift.node.func)
             return False

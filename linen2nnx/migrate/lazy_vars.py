@@ -10,7 +10,7 @@ module may gain a Variable on any eager call, so the same protocol holds one to 
     cached_key = self.cached_key
 
 ``self.has_variable('cache', 'cached_key')`` becomes ``hasattr(self, 'cached_key')`` and
-``self.get_variable(...)`` reads ``self.cached_key[...]``. Reference §4.1: under ``nnx.scan`` a
+``self.get_variable(...)`` reads ``self.cached_key[...]``. As docs/nnx_facts.md#variables-created-inside-a-scan notes: under ``nnx.scan`` a
 Variable created in the body comes out stacked, like Linen's ``variable_axes={'cache': 0}``.
 Parameters are never created this way: an optimizer must see every Param after ``__init__``.
 """

@@ -7,7 +7,7 @@ Linen wraps a module *class* (``nn.scan(Block, ...)(cfg, name="layers")(x, ...)`
   ``nnx.vmap`` over forked rngs, so the stack sits on the axis the Linen checkpoint uses and weight
   conversion is a rename; ``metadata_params={nn.PARTITION_NAME: 'layers'}`` becomes the mode-proof
   ``nnx.transform_metadata(..., partition='layers')`` (the ``transform_metadata=`` keyword is ignored
-  outside graph mode, reference §4.3). A broadcast module (``variable_broadcast='params'``) and a
+  outside graph mode, docs/nnx_facts.md#graph-mode-tree-mode-and-graph-updates). A broadcast module (``variable_broadcast='params'``) and a
   remat-only module are built as the plain class;
 - **application** (the call site): ``nnx.scan`` / ``nnx.vmap`` / ``nnx.remat`` of a small lambda that
   takes the module as an argument (so its Variables follow the transform) and closes over the
@@ -177,7 +177,7 @@ def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broad
     """The application of a lifted module: ``module_ref(*args)`` under the chain's NNX transforms.
 
     ``graph_updates=False`` keeps NNX from writing the whole layer stack back out of ``nnx.scan`` /
-    ``nnx.remat``: the Params copy that costs memory (reference §4.3); sown values still reach
+    ``nnx.remat``: the Params copy that costs memory (docs/nnx_facts.md#graph-updates-and-the-stack-copy); sown values still reach
     ``nnx.capture``. Only a call that creates variables (a decode cache's first call) needs graph
     updates to carry them out: ``state_when`` is that condition in the caller's terms (``decode``),
     "True" when it cannot be told, None when the module never creates any.

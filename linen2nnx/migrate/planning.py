@@ -198,7 +198,7 @@ class ClassPlanner:
                 plan.scanned_methods[fn.name.value] = method_scan(kwargs, fn, taken, self.ctx.is_broadcast)
             except LiftError as err:
                 self.ctx.report(XFORM_002, call, f"{plan.name}.{fn.name.value}: {err}",
-                                "rewrite with nnx.scan over a step method by hand (reference §4.1)")
+                                "rewrite with nnx.scan over a step method by hand (see docs/nnx_facts.md, Lifted transforms)")
 
     def _plan_carry_inits(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
         """``nn.OptimizedLSTMCell(h, parent=None).initialize_carry(rng, shape)``: a detached cell built

@@ -104,7 +104,7 @@ class AttributeRewriter:
             self.state.handled.add(original)
             self.ctx.report(XFORM_002, original, f"nn.{short} of something other than a Linen module class of "
                             "this run is not converted", "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
-                            "(reference §4)")
+                            "(see docs/nnx_facts.md, Lifted transforms)")
         elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
             self.state.handled.add(original)
             self.ctx.report(API_002, original, f"flax.linen.{short} has no automatic conversion yet",

@@ -94,7 +94,7 @@ class CallRewriter:
 
         def manual(why: str) -> cst.BaseExpression:
             self.ctx.report(XFORM_002, original, f"nn.{kind}({fn}, ...): {why}",
-                            "rewrite with the nnx transform by hand (reference §4)")
+                            "rewrite with the nnx transform by hand (see docs/nnx_facts.md, Lifted transforms)")
             return updated
 
         if len(kwargs) != len(updated.args) - 1:
