@@ -59,10 +59,16 @@ def zoo_pair(model: str, config: str, work: Path, force_twin: bool = False) -> t
             spec = import_file(spec_path)  # written for the traced config; rebuilt here for `config`
             cls = getattr(import_file(spec.MIGRATED_FILE), spec.NNX_CLASS)
             args, _ = linen.call_args(False)
-            kwargs = {**linen_ctor_kwargs(linen.model),
-                      **{name: int(args[i].shape[-1]) for name, i in spec.INPUT_FEATURE_ARGS.items()}}
-            return (ModelPair(linen, lambda rngs: cls(**kwargs, rngs=rngs), spec_path.parent / "linen2nnx-map.json"),
-                    "migrated by `linen2nnx migrate --trace`")
+            kwargs = {
+                **linen_ctor_kwargs(linen.model),
+                **{name: int(args[i].shape[-1]) for name, i in spec.INPUT_FEATURE_ARGS.items()},
+            }
+            return (
+                ModelPair(
+                    linen, lambda rngs: cls(**kwargs, rngs=rngs), spec_path.parent / "linen2nnx-map.json"
+                ),
+                "migrated by `linen2nnx migrate --trace`",
+            )
         reason = f"its migration left {len(manual)} manual finding(s)"
         if not twin_file.exists():
             raise SystemExit(f"{model}: {reason} and there is no hand-written twin {twin_file}")
@@ -70,8 +76,10 @@ def zoo_pair(model: str, config: str, work: Path, force_twin: bool = False) -> t
     if model != "decoder":
         raise SystemExit("--twin is wired for the decoder only (its twin takes the zoo DecoderConfig)")
     cfg = linen.model.config
-    return (ModelPair(linen, lambda rngs: twin.Decoder(cfg, rngs=rngs)),
-            f"hand-written twin {twin_file.relative_to(ROOT)} ({reason})")
+    return (
+        ModelPair(linen, lambda rngs: twin.Decoder(cfg, rngs=rngs)),
+        f"hand-written twin {twin_file.relative_to(ROOT)} ({reason})",
+    )
 
 
 def floor_seconds(pair: Any, weights: Any, compiler_options: dict[str, Any] | None = None) -> float:
@@ -121,30 +129,46 @@ def measure(model: str = "decoder", config: str = "tiny", force_twin: bool = Fal
         t0 = time.perf_counter()
         result = check(pair, weights)
         check_s = time.perf_counter() - t0
-    return {"model": model, "config": config, "nnx_side": nnx_side, "floor_s": floor, "check_s": check_s,
-            "ratio": check_s / floor, "floor_same_options_s": floor_same, "ratio_same_options": check_s / floor_same,
-            "passed": result.passed,
-            "check_timings_s": {k: round(v, 3) for k, v in result.timings.items()}}
+    return {
+        "model": model,
+        "config": config,
+        "nnx_side": nnx_side,
+        "floor_s": floor,
+        "check_s": check_s,
+        "ratio": check_s / floor,
+        "floor_same_options_s": floor_same,
+        "ratio_same_options": check_s / floor_same,
+        "passed": result.passed,
+        "check_timings_s": {k: round(v, 3) for k, v in result.timings.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="decoder", help="zoo model (default: decoder, the goal's model)")
     parser.add_argument("--config", default="tiny", help="zoo config (tiny | bench)")
-    parser.add_argument("--twin", action="store_true",
-                        help="decoder: use the hand-written NNX twin even if the migration is clean")
+    parser.add_argument(
+        "--twin",
+        action="store_true",
+        help="decoder: use the hand-written NNX twin even if the migration is clean",
+    )
     parser.add_argument("--json", type=Path, help="also write the numbers as JSON")
     parser.add_argument("--max-ratio", type=float, help="exit 1 if check / floor exceeds this")
     args = parser.parse_args(argv)
     numbers = measure(args.model, args.config, args.twin)
     print(f"{args.model} ({args.config}), NNX side: {numbers['nnx_side']}")
     print(f"  floor: jitted fwd+bwd, Linen + NNX (cold)  {numbers['floor_s']:8.2f} s")
-    print(f"  check: linen2nnx.equivalence.check         {numbers['check_s']:8.2f} s  "
-          f"({'PASS' if numbers['passed'] else 'FAIL'}; "
-          + ", ".join(f"{k} {v:.2f}s" for k, v in numbers["check_timings_s"].items()) + ")")
+    print(
+        f"  check: linen2nnx.equivalence.check         {numbers['check_s']:8.2f} s  "
+        f"({'PASS' if numbers['passed'] else 'FAIL'}; "
+        + ", ".join(f"{k} {v:.2f}s" for k, v in numbers["check_timings_s"].items())
+        + ")"
+    )
     print(f"  ratio check / floor: {numbers['ratio']:.2f} (goal <= 2.0)")
-    print(f"  (floor compiled with check's XLA options {numbers['floor_same_options_s']:.2f} s: "
-          f"ratio {numbers['ratio_same_options']:.2f})")
+    print(
+        f"  (floor compiled with check's XLA options {numbers['floor_same_options_s']:.2f} s: "
+        f"ratio {numbers['ratio_same_options']:.2f})"
+    )
     if args.json:
         args.json.write_text(json.dumps(numbers, indent=2) + "\n")
     if not numbers["passed"]:

@@ -36,8 +36,13 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-FIELDS = ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
-          "generated_code_size_in_bytes")
+FIELDS = (
+    "temp_size_in_bytes",
+    "argument_size_in_bytes",
+    "output_size_in_bytes",
+    "alias_size_in_bytes",
+    "generated_code_size_in_bytes",
+)
 
 
 @dataclasses.dataclass
@@ -65,10 +70,14 @@ def migrated_decoder(config: str, workdir: Path) -> tuple[Any | None, str]:
     manual = [f for f in result.findings if f.severity in (Severity.MANUAL, Severity.ERROR)]
     if manual:
         rules = sorted({f.rule for f in manual})
-        return None, (f"`linen2nnx migrate` on linen2nnx/zoo/decoder/model.py still reports {len(manual)} manual "
-                      f"finding(s) ({', '.join(rules)})")
+        return None, (
+            f"`linen2nnx migrate` on linen2nnx/zoo/decoder/model.py still reports {len(manual)} manual "
+            f"finding(s) ({', '.join(rules)})"
+        )
     spec_path = write_pair_spec(workdir / "nnx", trace, result)
-    return load_pair(str(spec_path)).make_nnx, "migrated by `linen2nnx migrate --trace` with no manual finding"
+    return load_pair(
+        str(spec_path)
+    ).make_nnx, "migrated by `linen2nnx migrate --trace` with no manual finding"
 
 
 def bench_side() -> Any:
@@ -157,8 +166,16 @@ def measure(config: str = "bench", nnx_side: str = "auto") -> dict[str, Any]:
         linen = linen_memory(config)
         nnx_stats = nnx_memory(config, side.factory)
     ratio = nnx_stats["temp_size_in_bytes"] / max(linen["temp_size_in_bytes"], 1)
-    return {"config": config, "nnx_side": side.kind, "nnx_side_why": side.why, "linen": linen, "nnx": nnx_stats,
-            "temp_ratio": ratio, "goal": 1.05, "seconds": time.perf_counter() - t0}
+    return {
+        "config": config,
+        "nnx_side": side.kind,
+        "nnx_side_why": side.why,
+        "linen": linen,
+        "nnx": nnx_stats,
+        "temp_ratio": ratio,
+        "goal": 1.05,
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def _mib(n: int) -> str:
@@ -166,14 +183,24 @@ def _mib(n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", default="bench", choices=("tiny", "bench"), help="zoo decoder config")
-    parser.add_argument("--nnx", default="auto", choices=("auto", "migrated", "twin"),
-                        help="which NNX decoder to measure (default: migrated if clean, else the twin)")
+    parser.add_argument(
+        "--nnx",
+        default="auto",
+        choices=("auto", "migrated", "twin"),
+        help="which NNX decoder to measure (default: migrated if clean, else the twin)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
-    parser.add_argument("--max-ratio", type=float, default=None, metavar="R",
-                        help="exit 1 if the NNX/Linen temp-memory ratio exceeds R")
+    parser.add_argument(
+        "--max-ratio",
+        type=float,
+        default=None,
+        metavar="R",
+        help="exit 1 if the NNX/Linen temp-memory ratio exceeds R",
+    )
     args = parser.parse_args(argv)
     try:
         numbers = measure(args.config, args.nnx)
@@ -190,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(numbers, indent=2) + "\n")
     if args.max_ratio is not None and numbers["temp_ratio"] > args.max_ratio:
-        print(f"--max-ratio {args.max_ratio}: the ratio {numbers['temp_ratio']:.4f} is above it", file=sys.stderr)
+        print(
+            f"--max-ratio {args.max_ratio}: the ratio {numbers['temp_ratio']:.4f} is above it",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

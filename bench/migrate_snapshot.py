@@ -81,7 +81,9 @@ def snapshot_fixtures(out: Path) -> tuple[int, int, str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="folder to write the snapshot to (replaced)")
-    ap.add_argument("--corpus", action="append", type=Path, default=[], help="a Linen source tree (repeatable)")
+    ap.add_argument(
+        "--corpus", action="append", type=Path, default=[], help="a Linen source tree (repeatable)"
+    )
     ap.add_argument("--generated", type=int, default=300, help="generated files (default: 300; 0 = none)")
     args = ap.parse_args(argv)
     if args.out.exists():

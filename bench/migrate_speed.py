@@ -57,15 +57,24 @@ Dtype = Any
 def _mlp_setup(rng: random.Random, nn: str, name: str) -> str:
     depth = rng.randint(1, 4)
     act = rng.choice(ACTS)
-    lines = [f"class {name}({nn}.Module):", f'    """A setup()-style MLP with {depth} hidden layers."""', "",
-             f"    hidden: int = {rng.choice([32, 64, 128, 256])}", f"    out: int = {rng.choice([2, 10, 100])}",
-             f"    rate: float = {rng.choice([0.0, 0.1, 0.2]):.1f}", "", "    def setup(self):"]
+    lines = [
+        f"class {name}({nn}.Module):",
+        f'    """A setup()-style MLP with {depth} hidden layers."""',
+        "",
+        f"    hidden: int = {rng.choice([32, 64, 128, 256])}",
+        f"    out: int = {rng.choice([2, 10, 100])}",
+        f"    rate: float = {rng.choice([0.0, 0.1, 0.2]):.1f}",
+        "",
+        "    def setup(self):",
+    ]
     for i in range(depth):
         lines.append(f"        self.fc{i} = {nn}.Dense(self.hidden)")
     if rng.random() < 0.5:
         lines.append(f"        self.norm = {nn}.LayerNorm()")
     lines.append(f"        self.drop = {nn}.Dropout(self.rate)")
-    lines.append(f"        self.head = {nn}.Dense(features=self.out, use_bias={rng.choice(['True', 'False'])})")
+    lines.append(
+        f"        self.head = {nn}.Dense(features=self.out, use_bias={rng.choice(['True', 'False'])})"
+    )
     lines += ["", "    def __call__(self, x, train: bool = False):"]
     for i in range(depth):
         lines.append(f"        x = {nn}.{act}(self.fc{i}(x))")
@@ -78,9 +87,16 @@ def _mlp_setup(rng: random.Random, nn: str, name: str) -> str:
 def _cnn_compact(rng: random.Random, nn: str, name: str) -> str:
     act = rng.choice(ACTS)
     convs = rng.randint(1, 3)
-    lines = [f"class {name}({nn}.Module):", '    """A compact CNN."""', "",
-             f"    num_classes: int = {rng.choice([10, 100, 1000])}", "    dtype: Dtype = jnp.float32", "",
-             f"    @{nn}.compact", "    def __call__(self, x, train: bool = True):"]
+    lines = [
+        f"class {name}({nn}.Module):",
+        '    """A compact CNN."""',
+        "",
+        f"    num_classes: int = {rng.choice([10, 100, 1000])}",
+        "    dtype: Dtype = jnp.float32",
+        "",
+        f"    @{nn}.compact",
+        "    def __call__(self, x, train: bool = True):",
+    ]
     for i in range(convs):
         feats = 2 ** (4 + i)
         lines.append(f"        x = {nn}.Conv({feats}, kernel_size=(3, 3), dtype=self.dtype)(x)")
@@ -100,33 +116,59 @@ def _cnn_compact(rng: random.Random, nn: str, name: str) -> str:
 
 
 def _embed_compact(rng: random.Random, nn: str, name: str) -> str:
-    lines = [f"class {name}({nn}.Module):", '    """Token embedding, a norm and a projection."""', "",
-             f"    vocab_size: int = {rng.choice([256, 1000, 32000])}", f"    features: int = {rng.choice([64, 128])}", "",
-             f"    @{nn}.compact", "    def __call__(self, tokens):",
-             f"        x = {nn}.Embed(self.vocab_size, self.features)(tokens)",
-             f"        x = {nn}.LayerNorm(epsilon=1e-6)(x)",
-             f"        x = {nn}.Dense(self.features * 4)(x)",
-             f"        x = {nn}.{rng.choice(ACTS)}(x)",
-             f"        return {nn}.Dense(self.features)(x)"]
+    lines = [
+        f"class {name}({nn}.Module):",
+        '    """Token embedding, a norm and a projection."""',
+        "",
+        f"    vocab_size: int = {rng.choice([256, 1000, 32000])}",
+        f"    features: int = {rng.choice([64, 128])}",
+        "",
+        f"    @{nn}.compact",
+        "    def __call__(self, tokens):",
+        f"        x = {nn}.Embed(self.vocab_size, self.features)(tokens)",
+        f"        x = {nn}.LayerNorm(epsilon=1e-6)(x)",
+        f"        x = {nn}.Dense(self.features * 4)(x)",
+        f"        x = {nn}.{rng.choice(ACTS)}(x)",
+        f"        return {nn}.Dense(self.features)(x)",
+    ]
     return "\n".join(lines)
 
 
 def _block_setup(rng: random.Random, nn: str, name: str) -> str:
-    lines = [f"class {name}({nn}.Module):", '    """A residual block built in setup()."""', "",
-             "    features: int", "    dropout_rate: float = 0.1", "", "    def setup(self):",
-             f"        self.ln = {nn}.LayerNorm()", f"        self.up = {nn}.Dense(self.features * 2)",
-             f"        self.down = {nn}.Dense(self.features)", f"        self.drop = {nn}.Dropout(self.dropout_rate)", "",
-             "    def __call__(self, x, *, deterministic: bool = True):",
-             "        y = self.ln(x)", f"        y = {nn}.{rng.choice(ACTS)}(self.up(y))",
-             "        y = self.drop(self.down(y), deterministic=deterministic)", "        return x + y"]
+    lines = [
+        f"class {name}({nn}.Module):",
+        '    """A residual block built in setup()."""',
+        "",
+        "    features: int",
+        "    dropout_rate: float = 0.1",
+        "",
+        "    def setup(self):",
+        f"        self.ln = {nn}.LayerNorm()",
+        f"        self.up = {nn}.Dense(self.features * 2)",
+        f"        self.down = {nn}.Dense(self.features)",
+        f"        self.drop = {nn}.Dropout(self.dropout_rate)",
+        "",
+        "    def __call__(self, x, *, deterministic: bool = True):",
+        "        y = self.ln(x)",
+        f"        y = {nn}.{rng.choice(ACTS)}(self.up(y))",
+        "        y = self.drop(self.down(y), deterministic=deterministic)",
+        "        return x + y",
+    ]
     return "\n".join(lines)
 
 
 def _param_module(rng: random.Random, nn: str, name: str) -> str:
-    lines = [f"class {name}({nn}.Module):", '    """Owns a raw parameter (a manual migration)."""', "",
-             "    features: int = 8", "", f"    @{nn}.compact", "    def __call__(self, x):",
-             f"        scale = self.param('scale', {nn}.initializers.ones, (self.features,))",
-             f"        return {nn}.Dense(self.features)(x) * scale"]
+    lines = [
+        f"class {name}({nn}.Module):",
+        '    """Owns a raw parameter (a manual migration)."""',
+        "",
+        "    features: int = 8",
+        "",
+        f"    @{nn}.compact",
+        "    def __call__(self, x):",
+        f"        scale = self.param('scale', {nn}.initializers.ones, (self.features,))",
+        f"        return {nn}.Dense(self.features)(x) * scale",
+    ]
     return "\n".join(lines)
 
 
@@ -142,7 +184,14 @@ def _helpers(rng: random.Random) -> str:
 
 
 def _plain_file(rng: random.Random, i: int) -> str:
-    body = [f'"""Utility module {i}: no flax here."""', "", "import os", "import re", "from pathlib import Path", ""]
+    body = [
+        f'"""Utility module {i}: no flax here."""',
+        "",
+        "import os",
+        "import re",
+        "from pathlib import Path",
+        "",
+    ]
     for k in range(rng.randint(3, 12)):
         body.append(f'''
 def util_{k}(text: str, n: int = {rng.randint(1, 9)}) -> list[str]:
@@ -248,17 +297,24 @@ def profile_migrate(root: Path, out: Path, limit: int = 40) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--files", type=int, default=2000, help="corpus size (default: 2000)")
-    ap.add_argument("-j", "--jobs", type=int, default=1, help="processes for both sides; 0 = one per CPU (default: 1)")
+    ap.add_argument(
+        "-j", "--jobs", type=int, default=1, help="processes for both sides; 0 = one per CPU (default: 1)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=1, help="measure each side this many times, keep the best")
     ap.add_argument("--keep", metavar="DIR", help="write the corpus to DIR (kept) instead of a temp folder")
     ap.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
     ap.add_argument("--profile", metavar="FILE", help="also cProfile a one-process migrate; stats to FILE")
-    ap.add_argument("--metadata-floor", action="store_true",
-                    help="also time parse + QualifiedName/Position metadata + no-op transform + code-gen "
-                         "(the floor of any import-resolving libcst codemod), for context")
+    ap.add_argument(
+        "--metadata-floor",
+        action="store_true",
+        help="also time parse + QualifiedName/Position metadata + no-op transform + code-gen "
+        "(the floor of any import-resolving libcst codemod), for context",
+    )
     args = ap.parse_args(argv)
 
     from rich.console import Console
@@ -279,11 +335,16 @@ def main(argv: list[str] | None = None) -> int:
         paths = make_corpus(root, args.files, args.seed)
         nbytes = sum(p.stat().st_size for p in paths)
         lines = sum(p.read_text().count("\n") for p in paths)
-        console.print(f"corpus: {len(paths)} files, {lines} lines, {nbytes / 1e6:.1f} MB in {root} "
-                      f"({time.perf_counter() - t:.1f}s to generate)")
+        console.print(
+            f"corpus: {len(paths)} files, {lines} lines, {nbytes / 1e6:.1f} MB in {root} "
+            f"({time.perf_counter() - t:.1f}s to generate)"
+        )
         floor = min(floor_time(paths, jobs) for _ in range(max(1, args.repeat)))
-        meta = (min(floor_time(paths, jobs, _metadata_roundtrip) for _ in range(max(1, args.repeat)))
-                if args.metadata_floor else None)
+        meta = (
+            min(floor_time(paths, jobs, _metadata_roundtrip) for _ in range(max(1, args.repeat)))
+            if args.metadata_floor
+            else None
+        )
         runs = [migrate_time(root, jobs) for _ in range(max(1, args.repeat))]
         migrate, result = min(runs, key=lambda r: r[0])
         ratio = migrate / floor
@@ -291,25 +352,45 @@ def main(argv: list[str] | None = None) -> int:
         changed = sum(r.changed for r in result.files)  # type: ignore[attr-defined]
         skipped = sum(r.skipped for r in result.files)  # type: ignore[attr-defined]
 
-        table = Table(title=f"migrate vs libcst floor — {len(paths)} files, jobs={jobs}, cpus={os.cpu_count()}",
-                      title_justify="left")
+        table = Table(
+            title=f"migrate vs libcst floor — {len(paths)} files, jobs={jobs}, cpus={os.cpu_count()}",
+            title_justify="left",
+        )
         for col in ("measure", "wall s", "files/s", "ms/file"):
             table.add_column(col, justify="left" if col == "measure" else "right")
         for name, secs in (("libcst floor (parse + codegen)", floor), ("migrate_paths(CHECK)", migrate)):
             table.add_row(name, f"{secs:.2f}", f"{len(paths) / secs:.0f}", f"{1000 * secs / len(paths):.2f}")
         verdict = "[green]within goal[/]" if ratio <= GOAL else "[red]above goal[/]"
         if meta is not None:
-            table.add_row("libcst metadata floor (context)", f"{meta:.2f}", f"{len(paths) / meta:.0f}",
-                          f"{1000 * meta / len(paths):.2f}")
+            table.add_row(
+                "libcst metadata floor (context)",
+                f"{meta:.2f}",
+                f"{len(paths) / meta:.0f}",
+                f"{1000 * meta / len(paths):.2f}",
+            )
         table.add_row("ratio migrate / floor", f"{ratio:.2f}", "", f"goal <= {GOAL} ({verdict})")
         if meta is not None:
             table.add_row("ratio migrate / metadata floor", f"{migrate / meta:.2f}", "", "")
         console.print(table)
-        console.print(f"migrate: {changed} changed, {skipped} skipped by the pre-filter; findings "
-                      + ", ".join(f"{k} {counts[k]}" for k in ("error", "manual", "unsafe", "converted")))
-        numbers = {"files": len(paths), "lines": lines, "bytes": nbytes, "jobs": jobs, "cpus": os.cpu_count(),
-                   "floor_s": floor, "metadata_floor_s": meta, "migrate_s": migrate, "ratio": ratio, "goal": GOAL, "changed": changed,
-                   "skipped": skipped, "findings": dict(counts)}
+        console.print(
+            f"migrate: {changed} changed, {skipped} skipped by the pre-filter; findings "
+            + ", ".join(f"{k} {counts[k]}" for k in ("error", "manual", "unsafe", "converted"))
+        )
+        numbers = {
+            "files": len(paths),
+            "lines": lines,
+            "bytes": nbytes,
+            "jobs": jobs,
+            "cpus": os.cpu_count(),
+            "floor_s": floor,
+            "metadata_floor_s": meta,
+            "migrate_s": migrate,
+            "ratio": ratio,
+            "goal": GOAL,
+            "changed": changed,
+            "skipped": skipped,
+            "findings": dict(counts),
+        }
         if args.json:
             Path(args.json).write_text(json.dumps(numbers, indent=2) + "\n")
         if args.profile:

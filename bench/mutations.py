@@ -42,6 +42,7 @@ def _sub(pattern: str, repl: str, *, count: int = 1, flags: int = 0) -> Callable
         if n == 0:
             raise NotApplicable(f"pattern {pattern!r} not found")
         return out
+
     return edit
 
 
@@ -51,6 +52,7 @@ def _replace_ctor(attr: str, ctor: str, new: str, class_src: str) -> Callable[[s
 
     def edit(src: str) -> str:
         return sub(src) + "\n\n" + class_src.strip() + "\n"
+
     return edit
 
 
@@ -59,6 +61,7 @@ def _all_ctors(ctor: str, new: str, class_src: str) -> Callable[[str], str]:
 
     def edit(src: str) -> str:
         return sub(src) + "\n\n" + class_src.strip() + "\n"
+
     return edit
 
 
@@ -67,6 +70,7 @@ def _chain(*edits: Callable[[str], str]) -> Callable[[str], str]:
         for e in edits:
             src = e(src)
         return src
+
     return edit
 
 
@@ -107,35 +111,93 @@ class Mutation:
 
 
 MUTATIONS: tuple[Mutation, ...] = (
-    Mutation("norm_epsilon", "LayerNorm epsilon 1e-12 -> 1e-3", "encoder",
-             _sub(r"(self\.attention_norm\s*=\s*nnx\.LayerNorm\([^\n]*?epsilon=)1e-12", r"\g<1>1e-3"),
-             ("layer/0/attention_norm",), ("forward", "grad")),
-    Mutation("dropped_precision", "precision=HIGHEST dropped from a Dense", "encoder",
-             _sub(r",\s*precision=jax\.lax\.Precision\.HIGHEST", ""), ("layer/0/intermediate",), ("precision",)),
-    Mutation("missing_bias", "bias never added in the head", "mlp",
-             _replace_ctor("head", "nnx.Linear", "_BiasDropped", _BIAS_DROPPED), ("head",), ("forward",)),
-    Mutation("lstm_gate_order", "LSTM input/forget gates swapped", "rnn",
-             _all_ctors("nnx.LSTMCell", "_GateSwappedLSTMCell", _GATES_SWAPPED), ("lstm/cell",), ("forward",)),
-    Mutation("scan_axis", "time scan over axis 0 instead of 1", "rnn",
-             _chain(_sub(r"(in_axes=\(nnx\.Carry,\s*None,\s*)1\)", r"\g<1>0)"),
-                    _sub(r"(out_axes=\(nnx\.Carry,\s*)1\)", r"\g<1>0)")),
-             ("", "gru"), ("forward",)),
-    Mutation("rope_base", "RoPE base 10_000 -> 500_000", "decoder",
-             _sub(r"max_timescale=cfg\.rope_max_timescale", "max_timescale=500_000"),
-             ("layers/self_attention/rotary",), ("forward",)),
-    Mutation("dropped_sow", "sown attention-entropy aux value dropped", "decoder",
-             _sub(r"^[ \t]*self\.sow\(nnx\.Intermediate,\s*[\"']attention_entropy[\"'][^\n]*\n", "",
-                  flags=re.MULTILINE),
-             ("layers/self_attention",), ("intermediates",)),
-    Mutation("dropout_rate", "Dropout rate 0.1 -> 0.5 (dropout is off in every compared forward)", "encoder",
-             _sub(r"(self\.dropout_0\s*=\s*nnx\.Dropout\()self\.dropout_rate", r"\g<1>0.5"),
-             ("layer/0/dropout_0",), ("config",)),
-    Mutation("scan_reverse", "layer stack scanned in reverse (Linen scans forward)", "decoder",
-             _sub(r"in_axes=\(nnx\.Carry,\s*0\)", "reverse=True, in_axes=(nnx.Carry, 0)"),
-             ("layers",), ("forward",)),
-    Mutation("bn_momentum", "BatchNorm momentum 0.9 -> 0.99", "cnn",
-             _sub(r"(self\.batch_norm_0\s*=\s*nnx\.BatchNorm\([^\n]*?momentum=)0\.9\b", r"\g<1>0.99"),
-             ("batch_norm_0",), ("batch_stats",)),
+    Mutation(
+        "norm_epsilon",
+        "LayerNorm epsilon 1e-12 -> 1e-3",
+        "encoder",
+        _sub(r"(self\.attention_norm\s*=\s*nnx\.LayerNorm\([^\n]*?epsilon=)1e-12", r"\g<1>1e-3"),
+        ("layer/0/attention_norm",),
+        ("forward", "grad"),
+    ),
+    Mutation(
+        "dropped_precision",
+        "precision=HIGHEST dropped from a Dense",
+        "encoder",
+        _sub(r",\s*precision=jax\.lax\.Precision\.HIGHEST", ""),
+        ("layer/0/intermediate",),
+        ("precision",),
+    ),
+    Mutation(
+        "missing_bias",
+        "bias never added in the head",
+        "mlp",
+        _replace_ctor("head", "nnx.Linear", "_BiasDropped", _BIAS_DROPPED),
+        ("head",),
+        ("forward",),
+    ),
+    Mutation(
+        "lstm_gate_order",
+        "LSTM input/forget gates swapped",
+        "rnn",
+        _all_ctors("nnx.LSTMCell", "_GateSwappedLSTMCell", _GATES_SWAPPED),
+        ("lstm/cell",),
+        ("forward",),
+    ),
+    Mutation(
+        "scan_axis",
+        "time scan over axis 0 instead of 1",
+        "rnn",
+        _chain(
+            _sub(r"(in_axes=\(nnx\.Carry,\s*None,\s*)1\)", r"\g<1>0)"),
+            _sub(r"(out_axes=\(nnx\.Carry,\s*)1\)", r"\g<1>0)"),
+        ),
+        ("", "gru"),
+        ("forward",),
+    ),
+    Mutation(
+        "rope_base",
+        "RoPE base 10_000 -> 500_000",
+        "decoder",
+        _sub(r"max_timescale=cfg\.rope_max_timescale", "max_timescale=500_000"),
+        ("layers/self_attention/rotary",),
+        ("forward",),
+    ),
+    Mutation(
+        "dropped_sow",
+        "sown attention-entropy aux value dropped",
+        "decoder",
+        _sub(
+            r"^[ \t]*self\.sow\(nnx\.Intermediate,\s*[\"']attention_entropy[\"'][^\n]*\n",
+            "",
+            flags=re.MULTILINE,
+        ),
+        ("layers/self_attention",),
+        ("intermediates",),
+    ),
+    Mutation(
+        "dropout_rate",
+        "Dropout rate 0.1 -> 0.5 (dropout is off in every compared forward)",
+        "encoder",
+        _sub(r"(self\.dropout_0\s*=\s*nnx\.Dropout\()self\.dropout_rate", r"\g<1>0.5"),
+        ("layer/0/dropout_0",),
+        ("config",),
+    ),
+    Mutation(
+        "scan_reverse",
+        "layer stack scanned in reverse (Linen scans forward)",
+        "decoder",
+        _sub(r"in_axes=\(nnx\.Carry,\s*0\)", "reverse=True, in_axes=(nnx.Carry, 0)"),
+        ("layers",),
+        ("forward",),
+    ),
+    Mutation(
+        "bn_momentum",
+        "BatchNorm momentum 0.9 -> 0.99",
+        "cnn",
+        _sub(r"(self\.batch_norm_0\s*=\s*nnx\.BatchNorm\([^\n]*?momentum=)0\.9\b", r"\g<1>0.99"),
+        ("batch_norm_0",),
+        ("batch_stats",),
+    ),
 )
 
 
@@ -184,8 +246,9 @@ def prepare(model: str, root: Path, twins: Path | None = DEFAULT_TWINS) -> Base:
         return Base(model, "migrated", out, "model.py", spec.name)
     twin = (twins / f"{model}.py") if twins is not None else None
     if twin is None or not twin.is_file():
-        raise L2NError(f"{model}: migration left {len(manual)} manual finding(s) and there is no NNX twin "
-                       f"{twin}")
+        raise L2NError(
+            f"{model}: migration left {len(manual)} manual finding(s) and there is no NNX twin {twin}"
+        )
     twin_dir = root / f"{model}-twin"
     twin_dir.mkdir(parents=True, exist_ok=True)
     for f in twins.glob(f"{model}*"):
@@ -218,9 +281,16 @@ class Row:
     result: Any = None
 
     def as_tuple(self) -> tuple[str, ...]:
-        return (self.bug, self.model, self.source, _yes(self.detected), _yes(self.localised),
-                f"{self.culprit or '(root)'} [{self.culprit_check}]" if self.detected else "",
-                ", ".join(self.failed_checks), f"{self.seconds:.1f}s")
+        return (
+            self.bug,
+            self.model,
+            self.source,
+            _yes(self.detected),
+            _yes(self.localised),
+            f"{self.culprit or '(root)'} [{self.culprit_check}]" if self.detected else "",
+            ", ".join(self.failed_checks),
+            f"{self.seconds:.1f}s",
+        )
 
 
 def _yes(x: bool) -> str:
@@ -240,10 +310,16 @@ def run_mutation(base: Base, mutation: Mutation, root: Path, **check_kwargs: Any
     culprit = result.divergence.culprit if result.divergence is not None else None
     failed = sorted({lf.check for lf in result.failures})
     return Row(
-        bug=mutation.bug, model=mutation.model, source=base.source, detected=not result.passed,
+        bug=mutation.bug,
+        model=mutation.model,
+        source=base.source,
+        detected=not result.passed,
         localised=culprit is not None and culprit.nnx_path in mutation.culprits,
-        culprit=culprit.nnx_path if culprit else "", culprit_check=culprit.check if culprit else "",
-        failed_checks=failed, seconds=time.perf_counter() - t0, result=result,
+        culprit=culprit.nnx_path if culprit else "",
+        culprit_check=culprit.check if culprit else "",
+        failed_checks=failed,
+        seconds=time.perf_counter() - t0,
+        result=result,
     )
 
 
@@ -257,7 +333,9 @@ def render(rows: Sequence[Row]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
     n = len(rows)
-    lines.append(f"detected {sum(r.detected for r in rows)}/{n}, localised {sum(r.localised for r in rows)}/{n}")
+    lines.append(
+        f"detected {sum(r.detected for r in rows)}/{n}, localised {sum(r.localised for r in rows)}/{n}"
+    )
     return "\n".join(lines)
 
 

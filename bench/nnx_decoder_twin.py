@@ -42,8 +42,16 @@ def _tuple(x: Any) -> tuple:
 class RMSNorm(nnx.Module):
     """Linen ``RMSNorm``: normalise in float32, scale by a learned per-feature ``scale``."""
 
-    def __init__(self, features: int, *, epsilon: float = 1e-6, dtype: Any = jnp.float32,
-                 param_dtype: Any = jnp.float32, kernel_axes: tuple[str, ...] = ("norm",), rngs: nnx.Rngs):
+    def __init__(
+        self,
+        features: int,
+        *,
+        epsilon: float = 1e-6,
+        dtype: Any = jnp.float32,
+        param_dtype: Any = jnp.float32,
+        kernel_axes: tuple[str, ...] = ("norm",),
+        rngs: nnx.Rngs,
+    ):
         self.epsilon, self.dtype = epsilon, dtype
         self.scale = nnx.Param(jnp.ones((features,), param_dtype), out_sharding=kernel_axes)
 
@@ -54,8 +62,9 @@ class RMSNorm(nnx.Module):
         return y * jnp.asarray(self.scale[...], self.dtype)
 
 
-def rotary(inputs: Array, position: Array, embedding_dims: int, min_timescale: int = 1,
-           max_timescale: int = 10_000) -> Array:
+def rotary(
+    inputs: Array, position: Array, embedding_dims: int, min_timescale: int = 1, max_timescale: int = 10_000
+) -> Array:
     """Linen ``RotaryEmbedding`` (it has no state, so a function)."""
     half = embedding_dims // 2
     fraction = 2 * jnp.arange(0, half) / embedding_dims
@@ -63,20 +72,34 @@ def rotary(inputs: Array, position: Array, embedding_dims: int, min_timescale: i
     sinusoid = position[:, :, jnp.newaxis, jnp.newaxis] / timescale
     sin, cos = jnp.sin(sinusoid), jnp.cos(sinusoid)
     first_half, second_half = jnp.split(inputs, 2, axis=-1)
-    return jnp.concatenate([first_half * cos - second_half * sin, second_half * cos + first_half * sin],
-                           axis=-1).astype(inputs.dtype)
+    return jnp.concatenate(
+        [first_half * cos - second_half * sin, second_half * cos + first_half * sin], axis=-1
+    ).astype(inputs.dtype)
 
 
 class DenseGeneral(nnx.Module):
     """The zoo's N-d ``DenseGeneral``: kernel ``in_shape + features`` created in its final shape,
     contracting the last ``len(in_shape)`` input axes."""
 
-    def __init__(self, in_shape: tuple[int, ...], features: int | tuple[int, ...], *, kernel_axes: tuple[str, ...],
-                 dtype: Any = jnp.float32, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        in_shape: tuple[int, ...],
+        features: int | tuple[int, ...],
+        *,
+        kernel_axes: tuple[str, ...],
+        dtype: Any = jnp.float32,
+        param_dtype: Any = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
         features = _tuple(features)
         self.n_in, self.dtype = len(in_shape), dtype
-        kernel = nd_dense_init()(rngs.params(), (*in_shape, *features), param_dtype, tuple(range(self.n_in)),
-                                 tuple(range(self.n_in, self.n_in + len(features))))
+        kernel = nd_dense_init()(
+            rngs.params(),
+            (*in_shape, *features),
+            param_dtype,
+            tuple(range(self.n_in)),
+            tuple(range(self.n_in, self.n_in + len(features))),
+        )
         self.kernel = nnx.Param(kernel, out_sharding=kernel_axes)
 
     def __call__(self, inputs: Array) -> Array:
@@ -86,10 +109,16 @@ class DenseGeneral(nnx.Module):
         return jax.lax.dot_general(inputs, kernel, ((axis, tuple(range(self.n_in))), ((), ())))
 
 
-def _dense_general(in_shape: tuple[int, ...], features: int | tuple[int, ...], kernel_axes: tuple[str, ...],
-                   cfg: DecoderConfig, rngs: nnx.Rngs) -> DenseGeneral:
-    return DenseGeneral(in_shape, features, kernel_axes=kernel_axes, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                        rngs=rngs)
+def _dense_general(
+    in_shape: tuple[int, ...],
+    features: int | tuple[int, ...],
+    kernel_axes: tuple[str, ...],
+    cfg: DecoderConfig,
+    rngs: nnx.Rngs,
+) -> DenseGeneral:
+    return DenseGeneral(
+        in_shape, features, kernel_axes=kernel_axes, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
+    )
 
 
 class Attention(nnx.Module):
@@ -126,10 +155,19 @@ class Attention(nnx.Module):
         return self.out(out)
 
 
-def _linear(n_in: int, n_out: int, axes: tuple[str, str], dtype: Any, cfg: DecoderConfig, rngs: nnx.Rngs) -> nnx.Linear:
+def _linear(
+    n_in: int, n_out: int, axes: tuple[str, str], dtype: Any, cfg: DecoderConfig, rngs: nnx.Rngs
+) -> nnx.Linear:
     """Linen ``nn.DenseGeneral(features, use_bias=False)`` over the last axis == ``nnx.Linear`` (same kernel)."""
-    return nnx.Linear(n_in, n_out, use_bias=False, dtype=dtype, param_dtype=cfg.param_dtype,
-                      kernel_init=nnx.with_partitioning(kernel_init(), axes), rngs=rngs)
+    return nnx.Linear(
+        n_in,
+        n_out,
+        use_bias=False,
+        dtype=dtype,
+        param_dtype=cfg.param_dtype,
+        kernel_init=nnx.with_partitioning(kernel_init(), axes),
+        rngs=rngs,
+    )
 
 
 class MlpBlock(nnx.Module):
@@ -154,7 +192,9 @@ class DecoderLayer(nnx.Module):
 
     def __init__(self, config: DecoderConfig, *, rngs: nnx.Rngs):
         cfg = config
-        norm = dict(epsilon=cfg.normalization_layer_epsilon, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
+        norm = dict(
+            epsilon=cfg.normalization_layer_epsilon, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
+        )
         self.pre_self_attention_norm = RMSNorm(cfg.emb_dim, **norm)
         self.self_attention = Attention(cfg, rngs=rngs)
         self.post_self_attention_norm = RMSNorm(cfg.emb_dim, **norm)
@@ -178,10 +218,16 @@ class Decoder(nnx.Module):
     def __init__(self, config: DecoderConfig, *, rngs: nnx.Rngs):
         cfg = self.config = config
         self.token_embedder = nnx.Embed(
-            cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-            embedding_init=nnx.with_partitioning(nnx.initializers.normal(stddev=1.0), ("vocab", "embed")), rngs=rngs)
+            cfg.vocab_size,
+            cfg.emb_dim,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            embedding_init=nnx.with_partitioning(nnx.initializers.normal(stddev=1.0), ("vocab", "embed")),
+            rngs=rngs,
+        )
         self.dropout = nnx.Dropout(cfg.dropout_rate, broadcast_dims=(-2,), rngs=rngs)
         if cfg.scan_layers:
+
             @nnx.split_rngs(splits=cfg.num_layers)
             @nnx.vmap(in_axes=(0,), out_axes=0)
             @nnx.transform_metadata(in_axes=0, out_axes=0, partition="layers")
@@ -192,13 +238,19 @@ class Decoder(nnx.Module):
         else:
             for i in range(cfg.num_layers):  # Linen's layers_0, layers_1, ...
                 setattr(self, f"layers_{i}", DecoderLayer(cfg, rngs=rngs))
-        self.decoder_norm = RMSNorm(cfg.emb_dim, epsilon=cfg.normalization_layer_epsilon, dtype=cfg.dtype,
-                                    param_dtype=cfg.param_dtype, rngs=rngs)
+        self.decoder_norm = RMSNorm(
+            cfg.emb_dim,
+            epsilon=cfg.normalization_layer_epsilon,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            rngs=rngs,
+        )
         self.final_dropout = nnx.Dropout(cfg.dropout_rate, broadcast_dims=(-2,), rngs=rngs)
         self.logits_dense = _linear(cfg.emb_dim, cfg.vocab_size, ("embed", "vocab"), jnp.float32, cfg, rngs)
 
-    def __call__(self, tokens: Array, positions: Array | None = None, *, train: bool = False,
-                 decode: bool = False) -> Array:
+    def __call__(
+        self, tokens: Array, positions: Array | None = None, *, train: bool = False, decode: bool = False
+    ) -> Array:
         if decode:
             raise NotImplementedError("the NNX decoder twin has no KV cache (decode=True)")
         cfg = self.config
@@ -211,17 +263,24 @@ class Decoder(nnx.Module):
         def block(layer: DecoderLayer, y: Array) -> Array:
             return layer(y, positions, deterministic)
 
-        block = nnx.remat(block, prevent_cse=not cfg.scan_layers, policy=remat_policy(cfg.remat_policy),
-                          graph_updates=False)
+        block = nnx.remat(
+            block, prevent_cse=not cfg.scan_layers, policy=remat_policy(cfg.remat_policy), graph_updates=False
+        )
         if cfg.scan_layers:
-            y = nnx.scan(lambda y, layer: block(layer, y), in_axes=(nnx.Carry, 0), out_axes=nnx.Carry,
-                         graph_updates=False)(y, self.layers)
+            y = nnx.scan(
+                lambda y, layer: block(layer, y),
+                in_axes=(nnx.Carry, 0),
+                out_axes=nnx.Carry,
+                graph_updates=False,
+            )(y, self.layers)
         else:
             for i in range(cfg.num_layers):
                 y = block(getattr(self, f"layers_{i}"), y)
         y = self.final_dropout(self.decoder_norm(y), deterministic=deterministic)
         logits = self.logits_dense(y)
-        return nn.with_logical_constraint(logits, ("activation_batch", "activation_length", "activation_vocab"))
+        return nn.with_logical_constraint(
+            logits, ("activation_batch", "activation_length", "activation_vocab")
+        )
 
 
 def make_twin(config: DecoderConfig, rngs: nnx.Rngs) -> Decoder:

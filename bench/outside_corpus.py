@@ -36,8 +36,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-LINEN_MODULE = {"flax.linen.Module", "flax.linen.module.Module", "flax.linen.RNNCellBase",
-                "flax.linen.recurrent.RNNCellBase"}
+LINEN_MODULE = {
+    "flax.linen.Module",
+    "flax.linen.module.Module",
+    "flax.linen.RNNCellBase",
+    "flax.linen.recurrent.RNNCellBase",
+}
 BLOCKING = ("manual", "error")
 TRACES = Path(__file__).resolve().parent / "outside_traces"
 
@@ -120,8 +124,16 @@ def classes_of(source: str, rel: Path) -> list[ClassInfo]:
                     continue
                 bases.append(f"{module}.{d}" if d in local and d not in aliases else _resolve(d, aliases))
             start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            out.append(ClassInfo(node.name, f"{module}.{node.name}", start, node.lineno, node.end_lineno or node.lineno,
-                                 bases))
+            out.append(
+                ClassInfo(
+                    node.name,
+                    f"{module}.{node.name}",
+                    start,
+                    node.lineno,
+                    node.end_lineno or node.lineno,
+                    bases,
+                )
+            )
     return out
 
 
@@ -153,9 +165,17 @@ class FileRow:
     skipped: bool
 
     def to_json(self) -> dict:
-        return {"path": self.path, "parsed": self.parsed, "idempotent": self.idempotent, "classes": self.classes,
-                "converted": self.converted, "clean": self.clean, "skipped": self.skipped,
-                "findings": dict(self.severities), "by_rule": dict(sorted(self.rules.items()))}
+        return {
+            "path": self.path,
+            "parsed": self.parsed,
+            "idempotent": self.idempotent,
+            "classes": self.classes,
+            "converted": self.converted,
+            "clean": self.clean,
+            "skipped": self.skipped,
+            "findings": dict(self.severities),
+            "by_rule": dict(sorted(self.rules.items())),
+        }
 
 
 def _file_rows(tree: Path, out: Path, first: Any, jobs: int) -> dict[Path, FileRow]:
@@ -190,9 +210,17 @@ def _file_rows(tree: Path, out: Path, first: Any, jobs: int) -> dict[Path, FileR
             converted += 1
             if not any(f.severity.value in BLOCKING for f in inside):
                 clean += 1
-        rows[rel] = FileRow(str(rel), parsed, idempotent, len(classes), converted, clean,
-                            Counter(f.severity.value for f in r.findings), Counter(f.rule for f in r.findings),
-                            r.skipped)
+        rows[rel] = FileRow(
+            str(rel),
+            parsed,
+            idempotent,
+            len(classes),
+            converted,
+            clean,
+            Counter(f.severity.value for f in r.findings),
+            Counter(f.rule for f in r.findings),
+            r.skipped,
+        )
     return rows
 
 
@@ -206,7 +234,9 @@ def measure(src: Path, jobs: int = 1, traces: Sequence[TraceSpec] = ()) -> tuple
         tree = Path(tmp) / "in"
         shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", ".git", "*.pyc"))
         out = Path(tmp) / "out"
-        first = migrate_paths([tree], Mode.OUT_DIR, out_dir=out, jobs=jobs, name_map_path=Path(tmp) / "map.json")
+        first = migrate_paths(
+            [tree], Mode.OUT_DIR, out_dir=out, jobs=jobs, name_map_path=Path(tmp) / "map.json"
+        )
         rows = _file_rows(tree, out, first, jobs)
         for spec in traces:
             example = tree / spec.example
@@ -217,12 +247,22 @@ def measure(src: Path, jobs: int = 1, traces: Sequence[TraceSpec] = ()) -> tuple
             try:
                 trace = spec.trace(example)
             except Exception as e:  # the example does not run here: its untraced rows stand
-                print(f"trace spec {spec.path.name} failed, {spec.example} stays untraced: {e}", file=sys.stderr)
+                print(
+                    f"trace spec {spec.path.name} failed, {spec.example} stays untraced: {e}", file=sys.stderr
+                )
                 continue
-            result = migrate_paths([folder], Mode.OUT_DIR, out_dir=traced_out, jobs=jobs, trace=trace,
-                                   name_map_path=traced_out.parent / f"{folder.name}-map.json")
+            result = migrate_paths(
+                [folder],
+                Mode.OUT_DIR,
+                out_dir=traced_out,
+                jobs=jobs,
+                trace=trace,
+                name_map_path=traced_out.parent / f"{folder.name}-map.json",
+            )
             for rel, row in _file_rows(folder, traced_out, result, jobs).items():
-                rows[folder.relative_to(tree) / rel] = dataclasses.replace(row, path=str(folder.relative_to(tree) / rel))
+                rows[folder.relative_to(tree) / rel] = dataclasses.replace(
+                    row, path=str(folder.relative_to(tree) / rel)
+                )
             traced_folders.append(f"{spec.example} ({spec.path.name})")
     rows_list = [rows[rel] for rel in sorted(rows, key=str)]
     total = {
@@ -262,8 +302,11 @@ def load_trace_specs(folder: Path) -> list[TraceSpec]:
     for path in sorted(folder.glob("*.py")):
         tree = ast.parse(path.read_text())
         for node in tree.body:
-            if (isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["EXAMPLE"]
-                    and isinstance(node.value, ast.Constant)):
+            if (
+                isinstance(node, ast.Assign)
+                and [ast.unparse(t) for t in node.targets] == ["EXAMPLE"]
+                and isinstance(node.value, ast.Constant)
+            ):
                 specs.append(TraceSpec(path, node.value.value))
     return specs
 
@@ -278,8 +321,12 @@ def render(rows: list[FileRow], total: dict, title: str, all_files: bool = False
 
     probe = Console()
     console = Console(highlight=False, width=None if probe.is_terminal else 200)
-    table = Table(title=title, title_justify="left", caption="findings: e=error m=manual u=unsafe c=converted",
-                  show_footer=True)
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption="findings: e=error m=manual u=unsafe c=converted",
+        show_footer=True,
+    )
     pct = f"{total['clean_pct']:.1f}%"
     shown = [r for r in rows if all_files or not r.skipped or r.classes or not r.parsed]
     cols = [
@@ -293,15 +340,29 @@ def render(rows: list[FileRow], total: dict, title: str, all_files: bool = False
         ("top rules", ""),
     ]
     for name, footer in cols:
-        table.add_column(name, footer=footer, justify="left" if name in ("file", "findings", "top rules") else "right",
-                         no_wrap=name != "top rules")
+        table.add_column(
+            name,
+            footer=footer,
+            justify="left" if name in ("file", "findings", "top rules") else "right",
+            no_wrap=name != "top rules",
+        )
     for r in shown:
         top = ", ".join(f"{k.removeprefix('L2N-')}×{n}" for k, n in r.rules.most_common(3))
-        table.add_row(r.path, "yes" if r.parsed else "[red]NO[/]", "yes" if r.idempotent else "[red]NO[/]",
-                      str(r.classes), str(r.converted), str(r.clean), _severity_cell(r.severities), top)
+        table.add_row(
+            r.path,
+            "yes" if r.parsed else "[red]NO[/]",
+            "yes" if r.idempotent else "[red]NO[/]",
+            str(r.classes),
+            str(r.converted),
+            str(r.clean),
+            _severity_cell(r.severities),
+            top,
+        )
     console.print(table)
     if len(shown) < len(rows):
-        console.print(f"({len(rows) - len(shown)} files without Linen were copied unchanged; --all-files lists them)")
+        console.print(
+            f"({len(rows) - len(shown)} files without Linen were copied unchanged; --all-files lists them)"
+        )
     rules = Table(title="findings by rule (all files)", title_justify="left")
     for name in ("rule", "severity", "findings"):
         rules.add_column(name, justify="right" if name == "findings" else "left")
@@ -312,9 +373,11 @@ def render(rows: list[FileRow], total: dict, title: str, all_files: bool = False
     console.print(rules)
     if total.get("traced"):
         console.print("traced with `--trace` (own example batches): " + ", ".join(total["traced"]))
-    console.print(f"TOTAL: {total['files']} files, {total['parsed']} parse, {total['idempotent']} idempotent; "
-                  f"{total['classes']} Linen module classes, {total['converted']} converted, "
-                  f"{total['clean']} converted with no manual finding = {pct}")
+    console.print(
+        f"TOTAL: {total['files']} files, {total['parsed']} parse, {total['idempotent']} idempotent; "
+        f"{total['classes']} Linen module classes, {total['converted']} converted, "
+        f"{total['clean']} converted with no manual finding = {pct}"
+    )
 
 
 def download_examples(dest: Path) -> Path:
@@ -322,8 +385,18 @@ def download_examples(dest: Path) -> Path:
     from importlib.metadata import version
 
     flax_version = version("flax")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", f"flax=={flax_version}",
-           "-d", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        f"flax=={flax_version}",
+        "-d",
+        str(dest),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"pip download failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -344,15 +417,24 @@ def download_examples(dest: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", nargs="?", metavar="DIR", help="a Linen source tree (read only; copied first)")
-    ap.add_argument("--download", action="store_true",
-                    help="without DIR: pip-download the installed flax's sdist and use its examples/")
+    ap.add_argument(
+        "--download",
+        action="store_true",
+        help="without DIR: pip-download the installed flax's sdist and use its examples/",
+    )
     ap.add_argument("-j", "--jobs", type=int, default=1, help="processes; 0 = one per CPU (default: 1)")
     ap.add_argument("--json", metavar="FILE", help="also write per-file rows and totals as JSON")
-    ap.add_argument("--min-clean-pct", type=float, metavar="P", help="exit 1 when fewer than P%% of classes are clean")
+    ap.add_argument(
+        "--min-clean-pct", type=float, metavar="P", help="exit 1 when fewer than P%% of classes are clean"
+    )
     ap.add_argument("--all-files", action="store_true", help="list files without Linen too")
-    ap.add_argument("--traces", metavar="DIR", default=str(TRACES),
-                    help="trace specs (EXAMPLE = 'folder/file.py' + linen_side(example)): each covered folder is "
-                         "migrated again with `--trace` (default: bench/outside_traces)")
+    ap.add_argument(
+        "--traces",
+        metavar="DIR",
+        default=str(TRACES),
+        help="trace specs (EXAMPLE = 'folder/file.py' + linen_side(example)): each covered folder is "
+        "migrated again with `--trace` (default: bench/outside_traces)",
+    )
     ap.add_argument("--no-traces", action="store_true", help="migrate everything without a trace")
     args = ap.parse_args(argv)
     jobs = args.jobs or os.cpu_count() or 1
@@ -370,8 +452,10 @@ def main(argv: list[str] | None = None) -> int:
         rows, total = measure(src, jobs, traces)
         render(rows, total, f"linen2nnx migrate on {src} (jobs={jobs})", all_files=args.all_files)
     if args.json:
-        Path(args.json).write_text(json.dumps({"source": str(src), "total": total,
-                                               "files": [r.to_json() for r in rows]}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"source": str(src), "total": total, "files": [r.to_json() for r in rows]}, indent=2)
+            + "\n"
+        )
     if args.min_clean_pct is not None and total["clean_pct"] < args.min_clean_pct:
         print(f"clean {total['clean_pct']:.1f}% < --min-clean-pct {args.min_clean_pct:g}", file=sys.stderr)
         return 1

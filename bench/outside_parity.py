@@ -128,8 +128,20 @@ def download_flax_sdist(dest: Path, version: str | None = None, timeout: float =
     version = version or installed_flax_version()
     dl = dest / "download"
     dl.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-           "--disable-pip-version-check", "-q", f"flax=={version}", "-d", str(dl)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "-q",
+        f"flax=={version}",
+        "-d",
+        str(dl),
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -159,7 +171,9 @@ def resolve_flax_src(arg: str | Path, scratch: Path) -> Path:
         tars = sorted(p.glob(f"flax-{version}.tar.gz")) or sorted(p.glob("flax-*.tar.gz"))
         if len(tars) == 1:
             return extract_sdist(tars[0], scratch / "src")
-    raise SourceUnavailable(f"{p}: not a Flax sdist (no examples/ folder, no single flax-*/ folder or tarball)")
+    raise SourceUnavailable(
+        f"{p}: not a Flax sdist (no examples/ folder, no single flax-*/ folder or tarball)"
+    )
 
 
 def find_flax_src(flax_src: str | Path | None, scratch: Path) -> Path:
@@ -290,15 +304,15 @@ def mean_square(outputs, batch):
 
 '''
 
-MNIST_SPEC = '''
+MNIST_SPEC = """
 def linen_side():
     module = import_file(MODEL_FILE)
     x = np.random.default_rng(0).normal(size=(4, 28, 28, 1)).astype(np.float32)
     return LinenSide(model=module.CNN(), batch={{"x": x}}, loss=mean_square,
                      train_kwargs={{}}, eval_kwargs={{}}, name="mnist/CNN")
-'''
+"""
 
-VAE_SPEC = '''
+VAE_SPEC = """
 def linen_side():
     module = import_file(MODEL_FILE)
     x = np.random.default_rng(0).uniform(size=(4, 784)).astype(np.float32)
@@ -306,9 +320,9 @@ def linen_side():
     return LinenSide(model=module.VAE(latents=20), batch={{"x": x, "z_rng": z_rng}}, loss=mean_square,
                      inputs=lambda batch: ((batch["x"], batch["z_rng"]), {{}}),
                      train_kwargs={{}}, eval_kwargs={{}}, name="vae/VAE")
-'''
+"""
 
-IMAGENET_SPEC = '''
+IMAGENET_SPEC = """
 def linen_side():
     module = import_file(MODEL_FILE)
     x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype(np.float32)
@@ -316,9 +330,9 @@ def linen_side():
     return LinenSide(model=model, batch={{"x": x}}, loss=mean_square,
                      train_kwargs={{"train": True}}, eval_kwargs={{"train": False}},
                      mutable=("batch_stats",), name="imagenet/_ResNet1")
-'''
+"""
 
-SST2_SPEC = '''
+SST2_SPEC = """
 def linen_side():
     module = import_file(MODEL_FILE)
     model = module.TextClassifier(embedding_size=6, hidden_size=5, vocab_size=11, output_size=3,
@@ -329,18 +343,18 @@ def linen_side():
                      inputs=lambda b: ((b["ids"], b["lengths"]), {{}}),
                      train_kwargs={{"deterministic": False}}, eval_kwargs={{"deterministic": True}},
                      name="sst2/TextClassifier")
-'''
+"""
 
-PPO_SPEC = '''
+PPO_SPEC = """
 def linen_side():
     module = import_file(MODEL_FILE)
     x = np.random.default_rng(0).integers(0, 255, size=(2, 84, 84, 4)).astype(np.float32)
     return LinenSide(model=module.ActorCritic(num_outputs=6), batch={{"x": x}},
                      loss=lambda out, batch: mean_square(out[0], batch) + mean_square(out[1], batch),
                      train_kwargs={{}}, eval_kwargs={{}}, name="ppo/ActorCritic")
-'''
+"""
 
-SEQ2SEQ_SPEC = '''
+SEQ2SEQ_SPEC = """
 def linen_side():
     module = import_file(MODEL_FILE)
     rng = np.random.default_rng(0)
@@ -350,7 +364,7 @@ def linen_side():
                      loss=lambda out, batch: mean_square(out[0], batch),
                      inputs=lambda b: ((b["encoder"], b["decoder"]), {{}}), train_kwargs={{}}, eval_kwargs={{}},
                      rng_streams=("params", "lstm"), name="seq2seq/Seq2seq")
-'''
+"""
 
 
 @dataclasses.dataclass
@@ -362,7 +376,9 @@ class Prepared:
 
 def _copy_example(src: Path, folder: str, work: Path) -> Path:
     dst = work / "linen" / folder
-    shutil.copytree(src / "examples" / folder, dst, ignore=shutil.ignore_patterns("*.png", "*.ipynb", "results"))
+    shutil.copytree(
+        src / "examples" / folder, dst, ignore=shutil.ignore_patterns("*.png", "*.ipynb", "results")
+    )
     return dst
 
 
@@ -393,8 +409,10 @@ def prepare_mnist(src: Path, work: Path) -> Prepared:
     cell = _markdown_cell_with(docs, "class CNN(nn.Module)")
     folder = work / "linen" / "mnist"
     folder.mkdir(parents=True)
-    header = ('"""The Linen MNIST CNN, extracted at run time from the code cell of the Flax sdist\'s '
-              'docs/quick_start.md."""\n\n')
+    header = (
+        '"""The Linen MNIST CNN, extracted at run time from the code cell of the Flax sdist\'s '
+        'docs/quick_start.md."""\n\n'
+    )
     (folder / "cnn.py").write_text(header + cell)
     note = "examples/mnist/train.py is NNX in this sdist; Linen CNN taken from docs/quick_start.md"
     return Prepared(folder / "cnn.py", "docs/quick_start.md (CNN cell)", [note])
@@ -433,7 +451,9 @@ class Case:
 CASES = {
     "mnist": Case("mnist", "MNIST CNN", prepare_mnist, MNIST_SPEC),
     "vae": Case("vae", "VAE", prepare_vae, VAE_SPEC),
-    "imagenet": Case("imagenet", "ImageNet ResNet", prepare_imagenet, IMAGENET_SPEC, single_device_batch_axis),
+    "imagenet": Case(
+        "imagenet", "ImageNet ResNet", prepare_imagenet, IMAGENET_SPEC, single_device_batch_axis
+    ),
     "sst2": Case("sst2", "SST-2 text classifier", prepare_sst2, SST2_SPEC),
     "ppo": Case("ppo", "PPO actor-critic", prepare_ppo, PPO_SPEC),
     "seq2seq": Case("seq2seq", "seq2seq LSTM", prepare_seq2seq, SEQ2SEQ_SPEC, random_outputs=("out[1]",)),
@@ -539,8 +559,9 @@ def run_model(case: Case, src: Path, work: Path, unsafe_fixes: bool = False) -> 
             prepared = case.prepare(src, work)
             report.source, report.notes = prepared.source, list(prepared.notes)
             spec_path = work / "linen_spec.py"
-            spec_path.write_text(SPEC_HEADER.format(title=case.title, model_file=str(prepared.model_file))
-                                 + case.spec.format())
+            spec_path.write_text(
+                SPEC_HEADER.format(title=case.title, model_file=str(prepared.model_file)) + case.spec.format()
+            )
             spec_ref = f"{spec_path}:linen_side"
             enter("trace")
             side = load_linen_side(spec_ref)
@@ -548,8 +569,9 @@ def run_model(case: Case, src: Path, work: Path, unsafe_fixes: bool = False) -> 
             enter("migrate")
             out_dir = work / "nnx"
             report.out_dir = str(out_dir)
-            result = migrate_paths([prepared.model_file], Mode.OUT_DIR, out_dir=out_dir, trace=trace,
-                                   unsafe_fixes=unsafe_fixes)
+            result = migrate_paths(
+                [prepared.model_file], Mode.OUT_DIR, out_dir=out_dir, trace=trace, unsafe_fixes=unsafe_fixes
+            )
             report.migrate_exit = result.exit_code()
             flagged = [f for f in result.findings if f.severity in (Severity.MANUAL, Severity.ERROR)]
             report.findings = [f.format_text() for f in flagged]
@@ -560,9 +582,14 @@ def run_model(case: Case, src: Path, work: Path, unsafe_fixes: bool = False) -> 
             enter("check")
             overrides = {f"forward/*:{glob.escape(leaf)}": float("inf") for leaf in case.random_outputs}
             if overrides:
-                report.notes.append(f"not compared (sampled with each side's own keys): {', '.join(case.random_outputs)}")
-            parity = check(pair, perturb(init_variables(side)),
-                           tolerances={"base": {"float32": TOL_FACTOR, "float64": TOL_FACTOR}, "overrides": overrides})
+                report.notes.append(
+                    f"not compared (sampled with each side's own keys): {', '.join(case.random_outputs)}"
+                )
+            parity = check(
+                pair,
+                perturb(init_variables(side)),
+                tolerances={"base": {"float32": TOL_FACTOR, "float64": TOL_FACTOR}, "overrides": overrides},
+            )
             enter("done")
             report.passed = parity.passed
             uncompared = [lf for lf in parity.leaves if lf.tol == float("inf")]  # random_outputs
@@ -582,8 +609,9 @@ def run_model(case: Case, src: Path, work: Path, unsafe_fixes: bool = False) -> 
     return report
 
 
-def run_models(names: list[str] | tuple[str, ...], src: Path, work: Path,
-               unsafe_fixes: bool = False) -> list[ModelReport]:
+def run_models(
+    names: list[str] | tuple[str, ...], src: Path, work: Path, unsafe_fixes: bool = False
+) -> list[ModelReport]:
     reports = []
     for name in names:
         model_work = work / name
@@ -601,13 +629,23 @@ def render_table(reports: list[ModelReport], title: str) -> Any:
     from rich.table import Table
 
     table = Table(title=title, show_lines=True)
-    for col in ("model", "source", "migrate exit", "manual findings", "parity", "worst leaf", "max|Δ| / tol",
-                "first error"):
+    for col in (
+        "model",
+        "source",
+        "migrate exit",
+        "manual findings",
+        "parity",
+        "worst leaf",
+        "max|Δ| / tol",
+        "first error",
+    ):
         table.add_column(col, overflow="fold")
     for r in reports:
         rules = ", ".join(r.manual_rules)
         manual = f"{sum('[manual]' in f for f in r.findings)}" + (f" ({rules})" if rules else "")
-        verdict = ("[green]PASS[/]" if r.passed else "[red]FAIL[/]") if r.passed is not None else "[yellow]—[/]"
+        verdict = (
+            ("[green]PASS[/]" if r.passed else "[red]FAIL[/]") if r.passed is not None else "[yellow]—[/]"
+        )
         if r.passed is not None:
             verdict += f"\n{r.leaves - r.failed_leaves}/{r.leaves} leaves"
         ratio = "-"
@@ -616,22 +654,39 @@ def render_table(reports: list[ModelReport], title: str) -> Any:
         worst = r.worst or "-"
         if r.worst_max_abs == 0.0 and r.passed:
             worst = f"none: all {r.leaves} leaves bit-identical\n(first: {r.worst})"
-        table.add_row(r.model, r.source, "-" if r.migrate_exit is None else str(r.migrate_exit), manual, verdict,
-                      worst, ratio, r.error or "-")
+        table.add_row(
+            r.model,
+            r.source,
+            "-" if r.migrate_exit is None else str(r.migrate_exit),
+            manual,
+            verdict,
+            worst,
+            ratio,
+            r.error or "-",
+        )
     return table
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--flax-src", help="extracted Flax sdist (or a folder holding one, or the .tar.gz); "
-                                           "default: pip download the installed version's sdist")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--flax-src",
+        help="extracted Flax sdist (or a folder holding one, or the .tar.gz); "
+        "default: pip download the installed version's sdist",
+    )
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {MODELS}")
     parser.add_argument("--json", type=Path, help="write the per-model results here")
     parser.add_argument("--keep", type=Path, help="work in this folder (kept) instead of a temp dir")
-    parser.add_argument("--require-pass", action="store_true", help="exit 1 unless every model reaches parity")
-    parser.add_argument("--unsafe-fixes", action="store_true",
-                        help="migrate with unsafe fixes (e.g. traced literal feature sizes); off by default")
+    parser.add_argument(
+        "--require-pass", action="store_true", help="exit 1 unless every model reaches parity"
+    )
+    parser.add_argument(
+        "--unsafe-fixes",
+        action="store_true",
+        help="migrate with unsafe fixes (e.g. traced literal feature sizes); off by default",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="print findings and tracebacks")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.models.split(",") if n.strip()]
@@ -665,8 +720,12 @@ def main(argv: list[str] | None = None) -> int:
                 if r.error_trace:
                     console.print(r.error_trace, markup=False, highlight=False)
         if args.json:
-            payload = {"flax": installed_flax_version(), "flax_src": str(src), "tol_factor": TOL_FACTOR,
-                       "models": [r.to_json() for r in reports]}
+            payload = {
+                "flax": installed_flax_version(),
+                "flax_src": str(src),
+                "tol_factor": TOL_FACTOR,
+                "models": [r.to_json() for r in reports],
+            }
             args.json.write_text(json.dumps(payload, indent=2) + "\n")
     failed = [r.model for r in reports if not r.ok]
     return 1 if args.require_pass and failed else 0

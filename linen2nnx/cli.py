@@ -33,7 +33,9 @@ def _csv(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="linen2nnx", description="Move Flax Linen code and checkpoints to Flax NNX, with evidence.")
+    parser = _Parser(
+        prog="linen2nnx", description="Move Flax Linen code and checkpoints to Flax NNX, with evidence."
+    )
     parser.add_argument("--version", action="version", version=f"linen2nnx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_migrate(sub)
@@ -44,36 +46,88 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_migrate(sub: argparse._SubParsersAction) -> None:
-    m = sub.add_parser("migrate", help="rewrite Linen source as NNX source (+ name map + report)",
-                       description="Rewrite Linen source as NNX source. Defaults come from [tool.linen2nnx] in "
-                                   "the nearest pyproject.toml; flags override them.")
-    m.add_argument("paths", nargs="+", metavar="PATH",
-                   help="files or folders to migrate; '-' reads one file from stdin and writes it to stdout")
+    m = sub.add_parser(
+        "migrate",
+        help="rewrite Linen source as NNX source (+ name map + report)",
+        description="Rewrite Linen source as NNX source. Defaults come from [tool.linen2nnx] in "
+        "the nearest pyproject.toml; flags override them.",
+    )
+    m.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="files or folders to migrate; '-' reads one file from stdin and writes it to stdout",
+    )
     mode = m.add_mutually_exclusive_group()
-    mode.add_argument("--diff", action="store_const", dest="mode", const="diff", help="print a diff (default)")
-    mode.add_argument("--check", action="store_const", dest="mode", const="check",
-                      help="change nothing; exit 1 if any file would change")
-    mode.add_argument("--write", action="store_const", dest="mode", const="write", help="rewrite files in place")
+    mode.add_argument(
+        "--diff", action="store_const", dest="mode", const="diff", help="print a diff (default)"
+    )
+    mode.add_argument(
+        "--check",
+        action="store_const",
+        dest="mode",
+        const="check",
+        help="change nothing; exit 1 if any file would change",
+    )
+    mode.add_argument(
+        "--write", action="store_const", dest="mode", const="write", help="rewrite files in place"
+    )
     mode.add_argument("--out-dir", metavar="DIR", help="write the migrated tree under DIR")
-    m.add_argument("--report", metavar="FILE", help="write the findings report to FILE ('-': standard output)")
+    m.add_argument(
+        "--report", metavar="FILE", help="write the findings report to FILE ('-': standard output)"
+    )
     m.add_argument("--format", choices=FORMATS, default="text", help="report format (default: text)")
-    m.add_argument("--select", metavar="PREFIX,...", type=_csv,
-                   help="only these rule-id prefixes, comma-separated (e.g. L2N-MOD,L2N-LAYER-001)")
-    m.add_argument("--ignore", metavar="PREFIX,...", type=_csv,
-                   help="switch off these rule-id prefixes, comma-separated (their TODO markers too)")
-    m.add_argument("--unsafe-fixes", action=argparse.BooleanOptionalAction, default=None,
-                   help="apply fixes that rest on a stated assumption instead of leaving them manual")
-    m.add_argument("--trace", metavar="SPEC", help="trace the Linen model of SPEC to resolve input feature sizes")
+    m.add_argument(
+        "--select",
+        metavar="PREFIX,...",
+        type=_csv,
+        help="only these rule-id prefixes, comma-separated (e.g. L2N-MOD,L2N-LAYER-001)",
+    )
+    m.add_argument(
+        "--ignore",
+        metavar="PREFIX,...",
+        type=_csv,
+        help="switch off these rule-id prefixes, comma-separated (their TODO markers too)",
+    )
+    m.add_argument(
+        "--unsafe-fixes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="apply fixes that rest on a stated assumption instead of leaving them manual",
+    )
+    m.add_argument(
+        "--trace", metavar="SPEC", help="trace the Linen model of SPEC to resolve input feature sizes"
+    )
     m.add_argument("--map", metavar="FILE", help="where to write the name map (default: next to the output)")
-    m.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
-                   help="worker processes; 0 = one per CPU (default: 1, or `jobs` from the config)")
-    m.add_argument("--exclude", action="append", default=None, metavar="GLOB",
-                   help="skip files or folders matching GLOB (replaces the config's exclude; repeatable)")
-    m.add_argument("--extend-exclude", action="append", default=[], metavar="GLOB",
-                   help="skip GLOB in addition to the config's exclude (repeatable)")
-    m.add_argument("--config", metavar="FILE", help="read [tool.linen2nnx] from FILE instead of searching for it")
+    m.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes; 0 = one per CPU (default: 1, or `jobs` from the config)",
+    )
+    m.add_argument(
+        "--exclude",
+        action="append",
+        default=None,
+        metavar="GLOB",
+        help="skip files or folders matching GLOB (replaces the config's exclude; repeatable)",
+    )
+    m.add_argument(
+        "--extend-exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="skip GLOB in addition to the config's exclude (repeatable)",
+    )
+    m.add_argument(
+        "--config", metavar="FILE", help="read [tool.linen2nnx] from FILE instead of searching for it"
+    )
     m.add_argument("--isolated", action="store_true", help="ignore every configuration file")
-    m.add_argument("--stdin-filename", metavar="NAME", help="the file name to report for source read from stdin")
+    m.add_argument(
+        "--stdin-filename", metavar="NAME", help="the file name to report for source read from stdin"
+    )
     m.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     m.add_argument("-q", "--quiet", action="store_true", help="print no summary on stderr")
     m.add_argument("-v", "--verbose", action="store_true", help="list converted items too")
@@ -90,31 +144,61 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_check(sub: argparse._SubParsersAction) -> None:
-    k = sub.add_parser("check", help="prove the NNX model matches the Linen original",
-                       description="Run both models on the same weights and compare every output, loss, "
-                                   "gradient and state leaf. Exit 0: parity; 1: parity fails; 2: error.")
-    k.add_argument("spec", nargs="?", metavar="SPEC", help="model pair spec (module:function or file.py[:function])")
+    k = sub.add_parser(
+        "check",
+        help="prove the NNX model matches the Linen original",
+        description="Run both models on the same weights and compare every output, loss, "
+        "gradient and state leaf. Exit 0: parity; 1: parity fails; 2: error.",
+    )
+    k.add_argument(
+        "spec", nargs="?", metavar="SPEC", help="model pair spec (module:function or file.py[:function])"
+    )
     k.add_argument("--spec", dest="spec_option", metavar="SPEC", help="the model pair spec, as an option")
     k.add_argument("--ckpt", help="Linen checkpoint (default: a fresh Linen init)")
     k.add_argument("--nnx-ckpt", help="converted NNX checkpoint (default: convert --ckpt in memory)")
     k.add_argument("--map", metavar="FILE", help="name map (default: the spec's)")
-    k.add_argument("--steps", type=_non_negative_int, metavar="N",
-                   help="also train both sides side by side for N optimizer steps")
-    k.add_argument("--mesh", type=_mesh, metavar="AXIS=SIZE,...",
-                   help="run sharded on a device mesh, e.g. data=2,fsdp=2,tensor=2")
-    k.add_argument("--tolerance", action="append", type=_tolerance, metavar="PATTERN=VALUE",
-                   help="base tolerance for the leaves whose CHECK:PATH (or PATH) matches the glob PATTERN, "
-                        "e.g. 'grad:*=1e-4' (repeatable; the first matching pattern applies)")
-    k.add_argument("--json", metavar="FILE",
-                   help="write the parity report as JSON (schema linen2nnx-parity/N); '-' for any one report "
-                        "writes it to standard output")
+    k.add_argument(
+        "--steps",
+        type=_non_negative_int,
+        metavar="N",
+        help="also train both sides side by side for N optimizer steps",
+    )
+    k.add_argument(
+        "--mesh",
+        type=_mesh,
+        metavar="AXIS=SIZE,...",
+        help="run sharded on a device mesh, e.g. data=2,fsdp=2,tensor=2",
+    )
+    k.add_argument(
+        "--tolerance",
+        action="append",
+        type=_tolerance,
+        metavar="PATTERN=VALUE",
+        help="base tolerance for the leaves whose CHECK:PATH (or PATH) matches the glob PATTERN, "
+        "e.g. 'grad:*=1e-4' (repeatable; the first matching pattern applies)",
+    )
+    k.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write the parity report as JSON (schema linen2nnx-parity/N); '-' for any one report "
+        "writes it to standard output",
+    )
     k.add_argument("--markdown", metavar="FILE", help="write the report as Markdown ('-': standard output)")
     k.add_argument("--junit", metavar="FILE", help="write the report as JUnit XML, one test per check")
-    k.add_argument("--html", metavar="FILE",
-                   help="write a self-contained HTML report with plots (needs matplotlib: linen2nnx[html])")
-    k.add_argument("--github-summary", action=argparse.BooleanOptionalAction, default=None,
-                   help="append the Markdown report to $GITHUB_STEP_SUMMARY (default: on inside GitHub Actions)")
-    k.add_argument("--all-leaves", action="store_true", help="list every leaf on the console, not only failures")
+    k.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write a self-contained HTML report with plots (needs matplotlib: linen2nnx[html])",
+    )
+    k.add_argument(
+        "--github-summary",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="append the Markdown report to $GITHUB_STEP_SUMMARY (default: on inside GitHub Actions)",
+    )
+    k.add_argument(
+        "--all-leaves", action="store_true", help="list every leaf on the console, not only failures"
+    )
     k.add_argument("--traceback", action="store_true", help="show the traceback of an error in the models")
 
 
@@ -124,11 +208,15 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--out", default="linen2nnx-demo", help="output folder (default: ./linen2nnx-demo)")
     d.add_argument("--steps", type=int, default=50, help="Linen training steps (default: 50)")
     d.add_argument("--force", action="store_true", help="replace an existing output folder")
-    d.add_argument("--mesh", type=_mesh, metavar="AXIS=SIZE,...",
-                   help="train and check sharded on a device mesh, e.g. data=2,fsdp=2,tensor=2, under the model's "
-                        "logical axis rules; adds a PartitionSpec comparison of every parameter. When this process "
-                        "has fewer devices than the mesh needs, the demo reruns itself with "
-                        "XLA_FLAGS=--xla_force_host_platform_device_count=N JAX_PLATFORMS=cpu (N fake CPU devices)")
+    d.add_argument(
+        "--mesh",
+        type=_mesh,
+        metavar="AXIS=SIZE,...",
+        help="train and check sharded on a device mesh, e.g. data=2,fsdp=2,tensor=2, under the model's "
+        "logical axis rules; adds a PartitionSpec comparison of every parameter. When this process "
+        "has fewer devices than the mesh needs, the demo reruns itself with "
+        "XLA_FLAGS=--xla_force_host_platform_device_count=N JAX_PLATFORMS=cpu (N fake CPU devices)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,8 +247,15 @@ class _MigrateProgress:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.progress = Progress(TextColumn("migrating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                 TextColumn("{task.description}"), console=err_console, transient=True)
+        self.progress = Progress(
+            TextColumn("migrating"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.description}"),
+            console=err_console,
+            transient=True,
+        )
         self.progress.start()
         self.task = self.progress.add_task("", total=total)
 
@@ -184,7 +279,9 @@ def _migrate_settings(args: argparse.Namespace, stdin: bool):
     elif args.config:
         cfg = load_config(config_file=args.config)
     else:
-        start = (Path(args.stdin_filename).parent if args.stdin_filename else None) if stdin else args.paths[0]
+        start = (
+            (Path(args.stdin_filename).parent if args.stdin_filename else None) if stdin else args.paths[0]
+        )
         cfg = load_config(start)
     if args.select is not None:
         check_rule_prefixes(args.select, "--select")
@@ -208,13 +305,18 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if stdin and len(args.paths) > 1:
         raise L2NError("'-' (stdin) cannot be combined with other paths")
     if stdin and (args.out_dir or args.mode == "write"):
-        raise L2NError("'-' reads stdin and writes the result to stdout; it cannot be combined with --write or --out-dir")
+        raise L2NError(
+            "'-' reads stdin and writes the result to stdout; it cannot be combined with --write or --out-dir"
+        )
     if args.stdin_filename and not stdin:
         raise L2NError("--stdin-filename needs '-' as the PATH")
     report_to_stdout = args.report == "-"
     if report_to_stdout and (args.mode == "diff" or (stdin and args.mode is None)):
-        raise L2NError("--report - writes the report to stdout, which already carries the "
-                       + ("migrated source" if args.mode is None else "diff") + "; use --check or --report FILE")
+        raise L2NError(
+            "--report - writes the report to stdout, which already carries the "
+            + ("migrated source" if args.mode is None else "diff")
+            + "; use --check or --report FILE"
+        )
     settings = _migrate_settings(args, stdin)
 
     trace = None
@@ -231,8 +333,16 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         mode = Mode.OUT_DIR if args.out_dir else Mode(args.mode or ("check" if report_to_stdout else "diff"))
         progress = _MigrateProgress(err_console.is_terminal and not args.no_progress and not args.quiet)
         try:
-            result = migrate_paths(args.paths, mode, out_dir=args.out_dir, trace=trace, name_map_path=args.map,
-                                   on_start=progress.start, on_file=progress.file, **settings)
+            result = migrate_paths(
+                args.paths,
+                mode,
+                out_dir=args.out_dir,
+                trace=trace,
+                name_map_path=args.map,
+                on_start=progress.start,
+                on_file=progress.file,
+                **settings,
+            )
         finally:
             progress.stop()
         if trace is not None and mode is Mode.OUT_DIR:
@@ -271,18 +381,33 @@ def _migrate_stdin(args: argparse.Namespace, settings: dict, trace):
     try:
         source = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        finding = Finding.of(IO_002, name, 1, 1, f"cannot decode as UTF-8 at byte {e.start}",
-                          "re-encode the file as UTF-8; it was left untouched")
+        finding = Finding.of(
+            IO_002,
+            name,
+            1,
+            1,
+            f"cannot decode as UTF-8 at byte {e.start}",
+            "re-encode the file as UTF-8; it was left untouched",
+        )
         if mode is Mode.STDOUT:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
-        return MigrationResult([FileResult(Path(name), name, None, None, [finding], NameMap())], NameMap(), mode)
+        return MigrationResult(
+            [FileResult(Path(name), name, None, None, [finding], NameMap())], NameMap(), mode
+        )
     if args.stdin_filename and is_excluded(Path(name), settings["exclude"], settings["base"]):
         file_result = FileResult(Path(name), name, source, source, [], NameMap(), skipped=True)
     else:
         module_name = module_name_for(Path(name)) if args.stdin_filename else ""
-        file_result = migrate_source(source, name, module_name, trace, select=settings["select"],
-                                     ignore=settings["ignore"], unsafe_fixes=settings["unsafe_fixes"])
+        file_result = migrate_source(
+            source,
+            name,
+            module_name,
+            trace,
+            select=settings["select"],
+            ignore=settings["ignore"],
+            unsafe_fixes=settings["unsafe_fixes"],
+        )
     result = MigrationResult([file_result], file_result.name_map, mode)
     if mode is Mode.STDOUT:
         sys.stdout.write(file_result.output if file_result.output is not None else source)
@@ -362,7 +487,9 @@ def _tolerance(text: str) -> tuple[str, float]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"tolerance for {pattern!r}: {value!r} is not a number") from None
     if not math.isfinite(tol) or tol < 0:
-        raise argparse.ArgumentTypeError(f"tolerance for {pattern!r} must be a finite number >= 0, got {value!r}")
+        raise argparse.ArgumentTypeError(
+            f"tolerance for {pattern!r} must be a finite number >= 0, got {value!r}"
+        )
     return pattern.strip(), tol
 
 
@@ -371,7 +498,9 @@ def _check_spec(args: argparse.Namespace) -> str:
         raise L2NError(f"two different specs given: {args.spec!r} and --spec {args.spec_option!r}")
     spec = args.spec or args.spec_option
     if not spec:
-        raise L2NError("check needs a model pair spec: linen2nnx check SPEC (module:function or file.py[:function])")
+        raise L2NError(
+            "check needs a model pair spec: linen2nnx check SPEC (module:function or file.py[:function])"
+        )
     return spec
 
 
@@ -384,8 +513,11 @@ def _check_options(args: argparse.Namespace) -> dict:
 
     # --tolerance entries are the tolerance table's per-pattern overrides (a later duplicate replaces
     # the value but keeps the pattern's first position, so the order the user gave decides matching)
-    options = {"steps": args.steps, "mesh": args.mesh,
-               "tolerances": {"overrides": dict(args.tolerance)} if args.tolerance else None}
+    options = {
+        "steps": args.steps,
+        "mesh": args.mesh,
+        "tolerances": {"overrides": dict(args.tolerance)} if args.tolerance else None,
+    }
     options = {k: v for k, v in options.items() if v is not None}
     params = inspect.signature(check).parameters
     flags = {"steps": "--steps", "mesh": "--mesh", "tolerances": "--tolerance"}
@@ -404,7 +536,9 @@ def _github_summary_path(args: argparse.Namespace) -> Path | None:
     if args.github_summary is None:
         return Path(target) if target and os.environ.get("GITHUB_ACTIONS") == "true" else None
     if args.github_summary and not target:
-        raise L2NError("--github-summary: $GITHUB_STEP_SUMMARY is not set (it is set inside GitHub Actions jobs)")
+        raise L2NError(
+            "--github-summary: $GITHUB_STEP_SUMMARY is not set (it is set inside GitHub Actions jobs)"
+        )
     return Path(target) if args.github_summary else None
 
 
@@ -438,8 +572,10 @@ def _run_check(args: argparse.Namespace, spec: str, options: dict):
     except L2NError:
         raise
     except Exception as e:  # a model that raises while running: an error (exit 2), not a parity verdict
-        raise L2NError(f"spec {spec!r}: check could not run the models: {type(e).__name__}: {e} "
-                       "(--traceback shows where)") from e
+        raise L2NError(
+            f"spec {spec!r}: check could not run the models: {type(e).__name__}: {e} "
+            "(--traceback shows where)"
+        ) from e
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -447,7 +583,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     spec = _check_spec(args)
     to_stdout = [flag for flag in ("json", "markdown", "junit", "html") if getattr(args, flag) == "-"]
     if len(to_stdout) > 1:
-        raise L2NError(f"only one report can go to standard output, got '-' for {', '.join('--' + f for f in to_stdout)}")
+        raise L2NError(
+            f"only one report can go to standard output, got '-' for {', '.join('--' + f for f in to_stdout)}"
+        )
     options = _check_options(args)
     summary_path = _github_summary_path(args)
     if args.html:

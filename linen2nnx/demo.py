@@ -43,8 +43,9 @@ console = make_console()
 _CHILD_ENV = "LINEN2NNX_DEMO_MESH_CHILD"
 
 
-def run_demo(model: str, out: Path, *, steps: int = 50, force: bool = False,
-             mesh: Mapping[str, int] | None = None) -> int:
+def run_demo(
+    model: str, out: Path, *, steps: int = 50, force: bool = False, mesh: Mapping[str, int] | None = None
+) -> int:
     """Run the whole chain on zoo ``model`` into ``out``; 0 if parity holds, 1 if not.
 
     ``mesh``: axis name -> size; run the Linen training and the parity check sharded on it.
@@ -97,8 +98,14 @@ def _fresh_folder(out: Path, force: bool) -> Path:
     return out
 
 
-def _train_stage(model: str, out: Path, spec_ref: str, steps: int, mesh: Mapping[str, int] | None,
-                 timings: dict[str, float]) -> Path:
+def _train_stage(
+    model: str,
+    out: Path,
+    spec_ref: str,
+    steps: int,
+    mesh: Mapping[str, int] | None,
+    timings: dict[str, float],
+) -> Path:
     """Train the zoo model in Linen (on ``mesh`` if given) and save its checkpoint; its path."""
     from linen2nnx import zoo
     from linen2nnx.spec import load_linen_side
@@ -109,7 +116,9 @@ def _train_stage(model: str, out: Path, spec_ref: str, steps: int, mesh: Mapping
             state, losses = train_mod.train("tiny", steps=steps, seed=0)
             linen_ckpt = out / "linen_ckpt"
             train_mod.save_checkpoint(state, linen_ckpt)
-    console.print(f"  loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps; checkpoint {linen_ckpt}")
+    console.print(
+        f"  loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps; checkpoint {linen_ckpt}"
+    )
     return linen_ckpt
 
 
@@ -166,7 +175,9 @@ def _check(pair: object, linen_ckpt: Path, nnx_ckpt: Path, mesh: Mapping[str, in
     return check_on_mesh(pair, mesh, linen_ckpt, nnx_ckpt)
 
 
-def _rerun_with_host_devices(model: str, out: Path, steps: int, force: bool, mesh: dict[str, int]) -> int | None:
+def _rerun_with_host_devices(
+    model: str, out: Path, steps: int, force: bool, mesh: dict[str, int]
+) -> int | None:
     """``None`` if this process has the devices ``mesh`` needs; else the exit code of the demo rerun
     in a child process that has them (as fake CPU devices)."""
     import jax
@@ -178,12 +189,29 @@ def _rerun_with_host_devices(model: str, out: Path, steps: int, force: bool, mes
     if have >= needed:
         return None
     if os.environ.get(_CHILD_ENV):
-        raise MeshError(f"--mesh {format_mesh(mesh)} needs {needed} devices; even with XLA_FLAGS set this process "
-                        f"has {have}")
-    console.print(f"[dim]--mesh {format_mesh(mesh)} needs {needed} devices, this process has {have}: rerunning the "
-                  f"demo with {needed} host CPU devices[/]")
-    argv = [sys.executable, "-m", "linen2nnx", "demo", "--model", model, "--out", str(out), "--steps", str(steps),
-            "--mesh", format_mesh(mesh), *(["--force"] if force else [])]
+        raise MeshError(
+            f"--mesh {format_mesh(mesh)} needs {needed} devices; even with XLA_FLAGS set this process "
+            f"has {have}"
+        )
+    console.print(
+        f"[dim]--mesh {format_mesh(mesh)} needs {needed} devices, this process has {have}: rerunning the "
+        f"demo with {needed} host CPU devices[/]"
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "linen2nnx",
+        "demo",
+        "--model",
+        model,
+        "--out",
+        str(out),
+        "--steps",
+        str(steps),
+        "--mesh",
+        format_mesh(mesh),
+        *(["--force"] if force else []),
+    ]
     env = {**host_device_env(needed), _CHILD_ENV: "1"}
     return subprocess.run(argv, env=env, check=False).returncode
 
@@ -214,15 +242,25 @@ def _summary(model: str, out: Path, timings: dict[str, float], passed: bool) -> 
     console.print(f"{verdict} — artefacts in {out} (see {out / 'README.md'} to rerun each stage)")
 
 
-def _write_readme(out: Path, model: str, spec_ref: str, source: Path, spec_path: Path, linen_ckpt: Path,
-                  nnx_ckpt: Path, mesh: Mapping[str, int] | None = None) -> None:
+def _write_readme(
+    out: Path,
+    model: str,
+    spec_ref: str,
+    source: Path,
+    spec_path: Path,
+    linen_ckpt: Path,
+    nnx_ckpt: Path,
+    mesh: Mapping[str, int] | None = None,
+) -> None:
     q = shlex.quote
     env, mesh_opt = "", ""
     if mesh:
         from linen2nnx.equivalence.mesh import device_count_needed
 
         # the Linen checkpoint was saved sharded over that many devices: Orbax restores it only there
-        env = f"XLA_FLAGS=--xla_force_host_platform_device_count={device_count_needed(mesh)} JAX_PLATFORMS=cpu "
+        env = (
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={device_count_needed(mesh)} JAX_PLATFORMS=cpu "
+        )
         mesh_opt = f" --mesh {_fmt_mesh(mesh)}"
     text = f"""# linen2nnx demo output: zoo `{model}`
 
@@ -237,9 +275,9 @@ def _write_readme(out: Path, model: str, spec_ref: str, source: Path, spec_path:
 Rerun each stage by hand:
 
 ```bash
-linen2nnx migrate {q(str(source))} --out-dir {q(str(out / 'nnx'))} --trace {spec_ref}
+linen2nnx migrate {q(str(source))} --out-dir {q(str(out / "nnx"))} --trace {spec_ref}
 {env}linen2nnx convert {q(str(linen_ckpt))} {q(str(nnx_ckpt))} --spec {q(str(spec_path))} --force
-{env}linen2nnx check --spec {q(str(spec_path))} --ckpt {q(str(linen_ckpt))} --nnx-ckpt {q(str(nnx_ckpt))}{mesh_opt} --json {q(str(out / 'parity.json'))}
+{env}linen2nnx check --spec {q(str(spec_path))} --ckpt {q(str(linen_ckpt))} --nnx-ckpt {q(str(nnx_ckpt))}{mesh_opt} --json {q(str(out / "parity.json"))}
 ```
 """
     atomic_write_text(out / "README.md", text)

@@ -107,28 +107,71 @@ def _linen_arg_order(name: str) -> tuple[str, ...]:
 _NORM_UNSUPPORTED = frozenset({"force_float32_reductions"})
 
 LAYER_RULES: tuple[LayerRule, ...] = (
-    LayerRule("Dense", "Linear", positional=("features",), out_arg="features", out_attr="out_features",
-              rename_args={"features": "out_features"},
-              unsupported_args=frozenset({"dot_general_cls"})),
-    LayerRule("Conv", "Conv", positional=("features", "kernel_size"), out_arg="features",
-              rename_args={"features": "out_features"}, out_attr="out_features",
-              unsupported_args=frozenset({"conv_general_dilated_cls"})),
-    LayerRule("ConvTranspose", "ConvTranspose", positional=("features", "kernel_size"), out_arg="features",
-              rename_args={"features": "out_features"}, out_attr="out_features"),
-    LayerRule("Embed", "Embed", in_arg=None, positional=("num_embeddings", "features"), out_arg="features",
-              out_attr="features"),
+    LayerRule(
+        "Dense",
+        "Linear",
+        positional=("features",),
+        out_arg="features",
+        out_attr="out_features",
+        rename_args={"features": "out_features"},
+        unsupported_args=frozenset({"dot_general_cls"}),
+    ),
+    LayerRule(
+        "Conv",
+        "Conv",
+        positional=("features", "kernel_size"),
+        out_arg="features",
+        rename_args={"features": "out_features"},
+        out_attr="out_features",
+        unsupported_args=frozenset({"conv_general_dilated_cls"}),
+    ),
+    LayerRule(
+        "ConvTranspose",
+        "ConvTranspose",
+        positional=("features", "kernel_size"),
+        out_arg="features",
+        rename_args={"features": "out_features"},
+        out_attr="out_features",
+    ),
+    LayerRule(
+        "Embed",
+        "Embed",
+        in_arg=None,
+        positional=("num_embeddings", "features"),
+        out_arg="features",
+        out_attr="features",
+    ),
     LayerRule("LayerNorm", "LayerNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
     LayerRule("RMSNorm", "RMSNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
     LayerRule("GroupNorm", "GroupNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
-    LayerRule("BatchNorm", "BatchNorm", in_arg="num_features",
-              call_args=frozenset({"use_running_average"}), unsupported_args=_NORM_UNSUPPORTED),
-    LayerRule("Dropout", "Dropout", in_arg=None, positional=("rate",),
-              call_args=frozenset({"deterministic"}), nnx_only_state=("rngs",),
-              call_keywords=("inputs", "deterministic", "rng"), unsupported_call_args=frozenset({"rng"})),
+    LayerRule(
+        "BatchNorm",
+        "BatchNorm",
+        in_arg="num_features",
+        call_args=frozenset({"use_running_average"}),
+        unsupported_args=_NORM_UNSUPPORTED,
+    ),
+    LayerRule(
+        "Dropout",
+        "Dropout",
+        in_arg=None,
+        positional=("rate",),
+        call_args=frozenset({"deterministic"}),
+        nnx_only_state=("rngs",),
+        call_keywords=("inputs", "deterministic", "rng"),
+        unsupported_call_args=frozenset({"rng"}),
+    ),
     *(
-        LayerRule(linen, nnx_name, positional=("features",), out_arg="features",
-                  rename_args={"features": "hidden_features"}, param_renames=renames, input_index=1,
-                  carry_init=True)
+        LayerRule(
+            linen,
+            nnx_name,
+            positional=("features",),
+            out_arg="features",
+            rename_args={"features": "hidden_features"},
+            param_renames=renames,
+            input_index=1,
+            carry_init=True,
+        )
         for linen, nnx_name, renames in (
             ("LSTMCell", "LSTMCell", {"if": "if_"}),
             # Same equations as LSTMCell; Linen keeps the per-gate layout, so the unfused NNX cell is exact.
@@ -136,38 +179,79 @@ LAYER_RULES: tuple[LayerRule, ...] = (
             ("SimpleCell", "SimpleCell", {"i": "dense_i", "h": "dense_h"}),
         )
     ),
-    LayerRule("GRUCell", "GRUCell", positional=("features",), out_arg="features",
-              rename_args={"features": "hidden_features"}, input_index=1,
-              manual_reason="nnx.GRUCell has no `hn` bias (Linen: n = tanh(W_in x + b_in + r*(W_hn h + b_hn))), so a "
-                            "trained Linen GRU cannot be converted exactly; keep a custom cell with Linen's layout"),
-    LayerRule("Einsum", "Einsum", in_arg=None, positional=("einsum_str", "shape"),
-              rename_args={"shape": "kernel_shape"}),
-    LayerRule("RNN", "RNN", in_arg=None, positional=("cell",), nested={"cell": "cell"}, out_from="cell",
-              nested_input={"cell": 1},
-              unsupported_args=frozenset({"variable_axes", "variable_broadcast", "variable_carry"}),
-              dropped_when={"split_rngs": "fresh_keys_per_step"},
-              nnx_only_state=("rngs",)),
-    LayerRule("Bidirectional", "Bidirectional", in_arg=None, positional=("forward_rnn", "backward_rnn"),
-              nested={"forward_rnn": "forward_rnn", "backward_rnn": "backward_rnn"}, out_from="unknown",
-              nnx_only_state=("rngs",)),
+    LayerRule(
+        "GRUCell",
+        "GRUCell",
+        positional=("features",),
+        out_arg="features",
+        rename_args={"features": "hidden_features"},
+        input_index=1,
+        manual_reason="nnx.GRUCell has no `hn` bias (Linen: n = tanh(W_in x + b_in + r*(W_hn h + b_hn))), so a "
+        "trained Linen GRU cannot be converted exactly; keep a custom cell with Linen's layout",
+    ),
+    LayerRule(
+        "Einsum",
+        "Einsum",
+        in_arg=None,
+        positional=("einsum_str", "shape"),
+        rename_args={"shape": "kernel_shape"},
+    ),
+    LayerRule(
+        "RNN",
+        "RNN",
+        in_arg=None,
+        positional=("cell",),
+        nested={"cell": "cell"},
+        out_from="cell",
+        nested_input={"cell": 1},
+        unsupported_args=frozenset({"variable_axes", "variable_broadcast", "variable_carry"}),
+        dropped_when={"split_rngs": "fresh_keys_per_step"},
+        nnx_only_state=("rngs",),
+    ),
+    LayerRule(
+        "Bidirectional",
+        "Bidirectional",
+        in_arg=None,
+        positional=("forward_rnn", "backward_rnn"),
+        nested={"forward_rnn": "forward_rnn", "backward_rnn": "backward_rnn"},
+        out_from="unknown",
+        nnx_only_state=("rngs",),
+    ),
     LayerRule("Sequential", "Sequential", in_arg=None, varargs_list="layers", out_from="last"),
-    LayerRule("DenseGeneral", "LinearGeneral", positional=("features",), out_arg="features",
-              rename_args={"features": "out_features"}, only_values={"axis": ("-1",)},
-              unsupported_args=frozenset({"batch_dims", "dot_general_cls"})),
+    LayerRule(
+        "DenseGeneral",
+        "LinearGeneral",
+        positional=("features",),
+        out_arg="features",
+        rename_args={"features": "out_features"},
+        only_values={"axis": ("-1",)},
+        unsupported_args=frozenset({"batch_dims", "dot_general_cls"}),
+    ),
     *(
-        LayerRule(name, "MultiHeadAttention", in_index=1, positional=("num_heads",), out_arg="out_features",
-                  extra_kwargs={"decode": "False"}, init_call_cache="decode",
-                  call_args=frozenset({"deterministic"}), call_renames={"inputs_kv": "inputs_k"},
-                  unsupported_call_args=frozenset({"dropout_rng"}), call_keywords=call_keywords,
-                  unsupported_args=frozenset({"force_fp32_for_softmax", "qk_attn_weights_einsum_cls",
-                                              "attn_weights_value_einsum_cls"}),
-                  nnx_only_state=("rngs",))
+        LayerRule(
+            name,
+            "MultiHeadAttention",
+            in_index=1,
+            positional=("num_heads",),
+            out_arg="out_features",
+            extra_kwargs={"decode": "False"},
+            init_call_cache="decode",
+            call_args=frozenset({"deterministic"}),
+            call_renames={"inputs_kv": "inputs_k"},
+            unsupported_call_args=frozenset({"dropout_rng"}),
+            call_keywords=call_keywords,
+            unsupported_args=frozenset(
+                {"force_fp32_for_softmax", "qk_attn_weights_einsum_cls", "attn_weights_value_einsum_cls"}
+            ),
+            nnx_only_state=("rngs",),
+        )
         for name, call_keywords in (
             ("MultiHeadDotProductAttention", ()),
             ("SelfAttention", ("inputs_q", "mask", "deterministic", "dropout_rng", "sow_weights")),
         )
     ),
 )
+
 
 def _fresh_keys_per_step(source: str) -> bool:
     """``split_rngs={'params': False, 'dropout': True}``: one params key for every step and a fresh key
@@ -179,8 +263,11 @@ def _fresh_keys_per_step(source: str) -> bool:
         value = ast.literal_eval(source)
     except (ValueError, SyntaxError):
         return False
-    return (isinstance(value, dict) and value.get("params", False) is False
-            and all(v is True for k, v in value.items() if k != "params"))
+    return (
+        isinstance(value, dict)
+        and value.get("params", False) is False
+        and all(v is True for k, v in value.items() if k != "params")
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,8 +277,11 @@ class ArgCheck:
 
 
 ARG_CHECKS: Mapping[str, ArgCheck] = {
-    "fresh_keys_per_step": ArgCheck(_fresh_keys_per_step, "one params key, a fresh key per step for every other "
-                                    "stream the cell draws from, as nnx.RNN does (the draws differ from Linen's)"),
+    "fresh_keys_per_step": ArgCheck(
+        _fresh_keys_per_step,
+        "one params key, a fresh key per step for every other "
+        "stream the cell draws from, as nnx.RNN does (the draws differ from Linen's)",
+    ),
 }
 """Named checks of ``LayerRule.dropped_when`` (the table stays data)."""
 

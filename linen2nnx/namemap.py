@@ -137,7 +137,7 @@ class NameMap:
                     out.extend([rule.varargs_list, int(index.group(1))])
                 else:
                     out.append(rule.param_renames.get(key, key))
-                out.extend(path[i + 1:])
+                out.extend(path[i + 1 :])
                 return tuple(out)
             entry = self.classes.get(cls)
             if entry is not None and entry.bridge:  # kept as Linen behind nnx.bridge.ToNNX
@@ -163,7 +163,7 @@ class NameMap:
             attr = entry.variables.get(collection, {}).get(key)
             if attr is not None:
                 out.append(attr)
-                out.extend(path[i + 1:])
+                out.extend(path[i + 1 :])
                 return tuple(out)
             raise KeyError(f"{'/'.join(map(str, path[: i + 1]))}: not in the name map for class {cls}")
         return tuple(out)
@@ -179,7 +179,7 @@ def _container_lookup(entry: ClassEntry, key: str) -> tuple[Child, Any] | None:
         name = name.removesuffix("_{i}")  # a list sharing its prefix with another child (`layers` stack)
         if child.container is None or not key.startswith(name + "_"):
             continue
-        suffix = key[len(name) + 1:]
+        suffix = key[len(name) + 1 :]
         if child.container == "list" and re.fullmatch(r"\d+", suffix):
             return child, int(suffix)
         if child.container == "dict":

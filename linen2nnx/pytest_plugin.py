@@ -35,14 +35,20 @@ _RESULTS = pytest.StashKey[list]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("linen2nnx", "Linen vs NNX parity")
-    group.addoption("--linen2nnx-json", metavar="DIR", default=None,
-                    help="write each linen2nnx_parity result as JSON into DIR")
+    group.addoption(
+        "--linen2nnx-json",
+        metavar="DIR",
+        default=None,
+        help="write each linen2nnx_parity result as JSON into DIR",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"{MARKER}(spec=None, **check_kwargs): default arguments of the linen2nnx_parity fixture "
-                   "(spec: a ModelPair spec reference; the rest go to linen2nnx.equivalence.check)")
+        "markers",
+        f"{MARKER}(spec=None, **check_kwargs): default arguments of the linen2nnx_parity fixture "
+        "(spec: a ModelPair spec reference; the rest go to linen2nnx.equivalence.check)",
+    )
     config.stash[_RESULTS] = []
 
 
@@ -67,8 +73,9 @@ def linen2nnx_parity(request: pytest.FixtureRequest) -> Callable[..., Any]:
         spec = options.pop("spec", None)
         pair = pair if pair is not None else spec
         if pair is None:
-            raise pytest.UsageError("linen2nnx_parity: give a pair / spec reference, or "
-                                    f"@pytest.mark.{MARKER}(spec=...)")
+            raise pytest.UsageError(
+                f"linen2nnx_parity: give a pair / spec reference, or @pytest.mark.{MARKER}(spec=...)"
+            )
         linen_ckpt = linen_ckpt if linen_ckpt is not None else options.pop("linen_ckpt", None)
         nnx_ckpt = nnx_ckpt if nnx_ckpt is not None else options.pop("nnx_ckpt", None)
         result = check(pair, linen_ckpt, nnx_ckpt, **options)
@@ -83,8 +90,9 @@ def linen2nnx_parity(request: pytest.FixtureRequest) -> Callable[..., Any]:
 
 def _record(request: pytest.FixtureRequest, result: Any, n: int) -> None:
     config = request.config
-    config.stash[_RESULTS].append((request.node.nodeid, result.passed, result.model, len(result.leaves),
-                                   len(result.failures)))
+    config.stash[_RESULTS].append(
+        (request.node.nodeid, result.passed, result.model, len(result.leaves), len(result.failures))
+    )
     out_dir = config.getoption("--linen2nnx-json")
     if out_dir:
         from linen2nnx.reports.json_report import write_json
@@ -101,4 +109,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("linen2nnx parity")
     for nodeid, passed, model, leaves, failed in runs:
         verdict = "PASS" if passed else "FAIL"
-        terminalreporter.write_line(f"{verdict} {model or 'model'}: {leaves} leaves, {failed} failed ({nodeid})")
+        terminalreporter.write_line(
+            f"{verdict} {model or 'model'}: {leaves} leaves, {failed} failed ({nodeid})"
+        )

@@ -135,7 +135,11 @@ def nnx_config_value(value: Any, nnx_module: Any) -> Any:
         func = nnx_config_value(value.func, nnx_module)
         if func is value.func:
             return value
-        rule = layer_rule(f"flax.linen.{value.func.__name__}") if value.func.__module__.startswith("flax.linen") else None
+        rule = (
+            layer_rule(f"flax.linen.{value.func.__name__}")
+            if value.func.__module__.startswith("flax.linen")
+            else None
+        )
         keywords = {rule.nnx_arg(k) if rule else k: v for k, v in value.keywords.items()}
         return functools.partial(func, *value.args, **keywords)
     if isinstance(value, type) and issubclass(value, linen.Module):

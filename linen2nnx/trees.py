@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 
-def plain_dicts(tree: Any, *, str_keys: bool = False,
-                sequence_of: Callable[[Any], bool] | None = None) -> Any:
+def plain_dicts(
+    tree: Any, *, str_keys: bool = False, sequence_of: Callable[[Any], bool] | None = None
+) -> Any:
     """Every mapping in ``tree`` (FrozenDicts, Orbax's dicts, ...) as a plain ``dict``.
 
     Flax's ``flatten_dict`` and JAX's path flattening treat other mappings as leaves or as other
@@ -18,8 +19,10 @@ def plain_dicts(tree: Any, *, str_keys: bool = False,
     where ``sequence_of`` says they are containers (a Linen partition box is a tuple-like leaf).
     """
     if isinstance(tree, Mapping):
-        return {(str(k) if str_keys else k): plain_dicts(v, str_keys=str_keys, sequence_of=sequence_of)
-                for k, v in tree.items()}
+        return {
+            (str(k) if str_keys else k): plain_dicts(v, str_keys=str_keys, sequence_of=sequence_of)
+            for k, v in tree.items()
+        }
     if sequence_of is not None and isinstance(tree, (list, tuple)) and sequence_of(tree):
         return [plain_dicts(v, str_keys=str_keys, sequence_of=sequence_of) for v in tree]
     return tree

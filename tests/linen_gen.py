@@ -50,8 +50,24 @@ INT_FIELDS = ("hidden", "width", "features", "dim", "channels", "mid", "out_dim"
 FLOAT_FIELDS = ("rate", "drop_rate", "p_drop")
 CLASS_NAMES = ("MLP", "Block", "Net", "Encoder", "Tower", "Stem", "Head")
 # explicit compact names (fields are added per class)
-EXPLICIT_NAMES = ("head", "proj", "stem", "norm", "Mixer", "last", "bn", "drop", "conv", "pre_norm",
-                  "dense_0", "dense_1", "conv_0", "layer_norm_0", "batch_norm_0", "dropout_0")
+EXPLICIT_NAMES = (
+    "head",
+    "proj",
+    "stem",
+    "norm",
+    "Mixer",
+    "last",
+    "bn",
+    "drop",
+    "conv",
+    "pre_norm",
+    "dense_0",
+    "dense_1",
+    "conv_0",
+    "layer_norm_0",
+    "batch_norm_0",
+    "dropout_0",
+)
 SETUP_ATTRS = ("fc", "proj", "norm", "drop", "bn", "conv", "head", "ln", "gn", "up", "mix")
 RATES = ("0.1", "0.25", "0.5")
 # Codemod bug (pinned in test_migrate_properties.py): a positional ``deterministic`` at a Dropout call
@@ -63,10 +79,20 @@ MODES = (
     ("train: bool = False", "train", "not train", {"train": True}, {"train": False}),
     ("train=False", "train", "not train", {"train": True}, {"train": False}),
     ("*, train: bool = False", "train", "not train", {"train": True}, {"train": False}),
-    ("deterministic: bool = True", "deterministic", "deterministic",
-     {"deterministic": False}, {"deterministic": True}),
-    ("*, deterministic: bool = True", "deterministic", "deterministic",
-     {"deterministic": False}, {"deterministic": True}),
+    (
+        "deterministic: bool = True",
+        "deterministic",
+        "deterministic",
+        {"deterministic": False},
+        {"deterministic": True},
+    ),
+    (
+        "*, deterministic: bool = True",
+        "deterministic",
+        "deterministic",
+        {"deterministic": False},
+        {"deterministic": True},
+    ),
 )
 
 
@@ -241,8 +267,11 @@ def _class(draw, name: str, prefix: str, earlier: list[GenClass]) -> GenClass:
                     feat = inner.in_features
                 cut = draw(st.integers(0, len(inner.fields)))
                 ctor = [repr(f.value) for f in inner.fields[:cut]]
-                ctor += [f"{k}={v!r}" for k, v in inner.ctor_kwargs.items()
-                         if k not in {f.name for f in inner.fields[:cut]}]
+                ctor += [
+                    f"{k}={v!r}"
+                    for k, v in inner.ctor_kwargs.items()
+                    if k not in {f.name for f in inner.fields[:cut]}
+                ]
                 op = Op(inner.name, ctor=ctor, sub=inner.name)
                 if inner.mode_name is not None:
                     value = _mode_value(inner.mode_name, mode[1])
@@ -301,14 +330,19 @@ def _class(draw, name: str, prefix: str, earlier: list[GenClass]) -> GenClass:
             else:
                 op.call.append(draw(st.sampled_from([mode_kw, mode_expr])))
         elif kind == "Dropout":
-            rate = f"self.{draw(st.sampled_from(float_fields)).name}" if float_fields and draw(
-                st.booleans()) else draw(st.sampled_from(RATES))
+            rate = (
+                f"self.{draw(st.sampled_from(float_fields)).name}"
+                if float_fields and draw(st.booleans())
+                else draw(st.sampled_from(RATES))
+            )
             op.ctor = _args([rate], [], draw, ["rate"])
             mode_kw = f"deterministic={mode_expr}"
             if style == "compact" and draw(st.booleans()):
                 op.ctor.append(mode_kw)
             else:
-                op.call.append(draw(st.sampled_from([mode_kw, mode_expr] if POSITIONAL_DROPOUT_MODE else [mode_kw])))
+                op.call.append(
+                    draw(st.sampled_from([mode_kw, mode_expr] if POSITIONAL_DROPOUT_MODE else [mode_kw]))
+                )
         if draw(st.integers(0, 2)) == 0:
             op.act = draw(st.sampled_from(ACTIVATIONS))
         if kind != "Sub" and (feat, sp) == (feat_before, sp_before) and draw(st.integers(0, 3)) == 0:
@@ -395,11 +429,23 @@ def _class(draw, name: str, prefix: str, earlier: list[GenClass]) -> GenClass:
     lines += [f"        {b}" for b in body]
 
     return GenClass(
-        name=name, style=style, source="\n".join(lines) + "\n", rank=rank, in_features=in_features,
-        spatial=spatial, batch=batch, ctor_kwargs=ctor_kwargs, train_kwargs=dict(train_kwargs),
-        eval_kwargs=dict(eval_kwargs), mutable=("batch_stats",) if mutable else (),
-        layers=tuple(layers), fields=fields, out_features=feat, out_spatial=sp,
-        mode_name=mode[1] if use_mode else None, mode_kwonly=mode[0].startswith("*"),
+        name=name,
+        style=style,
+        source="\n".join(lines) + "\n",
+        rank=rank,
+        in_features=in_features,
+        spatial=spatial,
+        batch=batch,
+        ctor_kwargs=ctor_kwargs,
+        train_kwargs=dict(train_kwargs),
+        eval_kwargs=dict(eval_kwargs),
+        mutable=("batch_stats",) if mutable else (),
+        layers=tuple(layers),
+        fields=fields,
+        out_features=feat,
+        out_spatial=sp,
+        mode_name=mode[1] if use_mode else None,
+        mode_kwonly=mode[0].startswith("*"),
     )
 
 

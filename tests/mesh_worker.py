@@ -16,7 +16,9 @@ import os
 import sys
 
 if __name__ == "__main__":  # before jax is imported anywhere
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+    flags = [
+        f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f
+    ]
     os.environ["XLA_FLAGS"] = " ".join([*flags, "--xla_force_host_platform_device_count=8"])
     os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # XLA's SPMD remat warnings are noise here
@@ -68,9 +70,15 @@ class LBlock(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, _: Any) -> tuple[jax.Array, None]:
         y = nn.LayerNorm(scale_init=WL(ONES, ("norm",)), bias_init=WL(ZEROS, ("norm",)), name="ln")(x)
-        y = nn.Dense(self.h, kernel_init=WL(LECUN, ("embed", "mlp")), bias_init=WL(ZEROS, ("mlp",)), name="up")(y)
-        y = nn.with_logical_constraint(nn.gelu(y), ("activation_batch", "activation_length", "activation_mlp"))
-        y = nn.Dense(self.d, kernel_init=WL(LECUN, ("mlp", "embed")), bias_init=WL(ZEROS, ("embed",)), name="down")(y)
+        y = nn.Dense(
+            self.h, kernel_init=WL(LECUN, ("embed", "mlp")), bias_init=WL(ZEROS, ("mlp",)), name="up"
+        )(y)
+        y = nn.with_logical_constraint(
+            nn.gelu(y), ("activation_batch", "activation_length", "activation_mlp")
+        )
+        y = nn.Dense(
+            self.d, kernel_init=WL(LECUN, ("mlp", "embed")), bias_init=WL(ZEROS, ("embed",)), name="down"
+        )(y)
         return x + y, None
 
 
@@ -79,10 +87,17 @@ class LModel(nn.Module):
 
     @nn.compact
     def __call__(self, tokens: jax.Array) -> jax.Array:
-        x = nn.Embed(VOCAB, D, embedding_init=WL(nn.initializers.normal(1.0), ("vocab", "embed")), name="embed")(tokens)
+        x = nn.Embed(
+            VOCAB, D, embedding_init=WL(nn.initializers.normal(1.0), ("vocab", "embed")), name="embed"
+        )(tokens)
         x = nn.with_logical_constraint(x, ACT)
-        stack = nn.scan(LBlock, variable_axes={"params": 0}, split_rngs={"params": True}, length=LAYERS,
-                        metadata_params={nn.PARTITION_NAME: "layers"})
+        stack = nn.scan(
+            LBlock,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            length=LAYERS,
+            metadata_params={nn.PARTITION_NAME: "layers"},
+        )
         x, _ = stack(D, H, name="blocks")(x, None)
         x = x * self.param("final_scale", WL(ONES, ("norm",)), (D,))
         return nn.Dense(VOCAB, kernel_init=WL(LECUN, ("embed", "vocab")), use_bias=False, name="head")(x)
@@ -92,21 +107,26 @@ class NBlock(nnx.Module):
     def __init__(self, d: int, h: int, *, up_axes: tuple[str, str] = ("embed", "mlp"), rngs: nnx.Rngs):
         self.ln = nnx.LayerNorm(d, scale_init=WN(ONES, ("norm",)), bias_init=WN(ZEROS, ("norm",)), rngs=rngs)
         self.up = nnx.Linear(d, h, kernel_init=WN(LECUN, up_axes), bias_init=WN(ZEROS, ("mlp",)), rngs=rngs)
-        self.down = nnx.Linear(h, d, kernel_init=WN(LECUN, ("mlp", "embed")), bias_init=WN(ZEROS, ("embed",)),
-                               rngs=rngs)
+        self.down = nnx.Linear(
+            h, d, kernel_init=WN(LECUN, ("mlp", "embed")), bias_init=WN(ZEROS, ("embed",)), rngs=rngs
+        )
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = nn.with_logical_constraint(nnx.gelu(self.up(self.ln(x))),
-                                       ("activation_batch", "activation_length", "activation_mlp"))
+        y = nn.with_logical_constraint(
+            nnx.gelu(self.up(self.ln(x))), ("activation_batch", "activation_length", "activation_mlp")
+        )
         return x + self.down(y)
 
 
 class NModel(nnx.Module):
     """The twin. ``up_axes`` and ``layers_axis=False`` make the deliberately wrong variants."""
 
-    def __init__(self, *, up_axes: tuple[str, str] = ("embed", "mlp"), layers_axis: bool = True, rngs: nnx.Rngs):
-        self.embed = nnx.Embed(VOCAB, D, embedding_init=WN(nnx.initializers.normal(1.0), ("vocab", "embed")),
-                               rngs=rngs)
+    def __init__(
+        self, *, up_axes: tuple[str, str] = ("embed", "mlp"), layers_axis: bool = True, rngs: nnx.Rngs
+    ):
+        self.embed = nnx.Embed(
+            VOCAB, D, embedding_init=WN(nnx.initializers.normal(1.0), ("vocab", "embed")), rngs=rngs
+        )
 
         def block(rngs: nnx.Rngs) -> NBlock:
             return NBlock(D, H, up_axes=up_axes, rngs=rngs)
@@ -125,9 +145,16 @@ class NModel(nnx.Module):
 
 def handwritten_pair(**twin: Any) -> ModelPair:
     tokens = np.random.default_rng(0).integers(0, VOCAB, (BATCH, LENGTH)).astype(np.int32)
-    side = LinenSide(model=LModel(), batch={"x": tokens}, loss=lambda out, batch: jnp.mean(out ** 2),
-                     train_kwargs={}, eval_kwargs={}, logical_axis_rules=LOGICAL_AXIS_RULES, mesh_axes=MESH_AXES,
-                     name="handwritten")
+    side = LinenSide(
+        model=LModel(),
+        batch={"x": tokens},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+        logical_axis_rules=LOGICAL_AXIS_RULES,
+        mesh_axes=MESH_AXES,
+        name="handwritten",
+    )
     return ModelPair(linen=side, nnx_factory=lambda rngs: NModel(rngs=rngs, **twin))
 
 
@@ -137,8 +164,17 @@ def _num(x: float) -> float | str:
 
 
 def leaves_json(leaves: list[Any]) -> list[dict[str, Any]]:
-    return [{"check": lf.check, "path": lf.path, "passed": bool(lf.passed), "max_abs": _num(lf.max_abs),
-             "ref_max": _num(lf.ref_max), "note": lf.note} for lf in leaves]
+    return [
+        {
+            "check": lf.check,
+            "path": lf.path,
+            "passed": bool(lf.passed),
+            "max_abs": _num(lf.max_abs),
+            "ref_max": _num(lf.ref_max),
+            "note": lf.note,
+        }
+        for lf in leaves
+    ]
 
 
 def spec_of(x: Any) -> list[Any]:
@@ -164,17 +200,22 @@ def handwritten() -> dict[str, Any]:
     nnx_kernel = sides.nnx_model.blocks.up.kernel[...]
     out["placement"] = {
         "batch": spec_of(sharded.linen.batch["x"]),
-        "linen/blocks/up/kernel": spec_of(lin_kernel), "nnx/blocks/up/kernel": spec_of(nnx_kernel),
+        "linen/blocks/up/kernel": spec_of(lin_kernel),
+        "nnx/blocks/up/kernel": spec_of(nnx_kernel),
         "linen/embed/embedding": spec_of(sides.linen_variables["params"]["embed"]["embedding"]),
         "nnx/embed/embedding": spec_of(sides.nnx_model.embed.embedding[...]),
         "devices": _devices(nnx_kernel),
     }
-    for name, twin in (("wrong_name", {"up_axes": ("mlp", "embed")}), ("no_layers_axis", {"layers_axis": False})):
+    for name, twin in (
+        ("wrong_name", {"up_axes": ("mlp", "embed")}),
+        ("no_layers_axis", {"layers_axis": False}),
+    ):
         bad = handwritten_pair(**twin)
         bad_sides = build_sides(bad, variables)
         with mesh_scope(bad, MESH):
-            out[name] = leaves_json(partition_spec_leaves(bad, bad_sides.nnx_model,
-                                                          bad_sides.report.param_table("params")))
+            out[name] = leaves_json(
+                partition_spec_leaves(bad, bad_sides.nnx_model, bad_sides.report.param_table("params"))
+            )
     # a name the rules do not know: Linen replicates that axis, NNX takes it for a mesh axis
     unknown = handwritten_pair(up_axes=("embed", "hidden"))
     unknown_sides = build_sides(unknown, variables)
@@ -216,8 +257,11 @@ def zoo_models() -> dict[str, Any]:
                 out[model] = {"manual": manual}
                 continue
             result = check_on_mesh(pair, MESH, perturbed(strip_boxes(pair.linen.init_variables())))
-            out[model] = {"passed": result.passed, "leaves": leaves_json(result.leaves),
-                          "seconds": time.perf_counter() - t0}
+            out[model] = {
+                "passed": result.passed,
+                "leaves": leaves_json(result.leaves),
+                "seconds": time.perf_counter() - t0,
+            }
     return out
 
 
@@ -266,7 +310,9 @@ def decoder() -> dict[str, Any]:
     from nnx_decoder_twin import make_twin
 
     cfg = side.model.config
-    result = check_on_mesh(ModelPair(linen=side, nnx_factory=lambda rngs: make_twin(cfg, rngs)), MESH, variables)
+    result = check_on_mesh(
+        ModelPair(linen=side, nnx_factory=lambda rngs: make_twin(cfg, rngs)), MESH, variables
+    )
     out["twin"] = {"passed": result.passed, "leaves": leaves_json(result.leaves)}
     return out
 
@@ -282,14 +328,21 @@ def _other_layouts(migrated_dir: Path) -> dict[str, Any]:
     out = {}
     for scan_layers, policy in ((True, "minimal"), (False, "full"), (False, "minimal")):
         side = load_linen_side("linen2nnx.zoo.decoder.train:spec")
-        side.model = type(side.model)(dataclasses.replace(side.model.config, scan_layers=scan_layers,
-                                                          remat_policy=policy))
+        side.model = type(side.model)(
+            dataclasses.replace(side.model.config, scan_layers=scan_layers, remat_policy=policy)
+        )
         kwargs = linen_ctor_kwargs(side.model)
-        pair = ModelPair(linen=side, nnx_factory=lambda rngs, kw=kwargs: module.Decoder(**kw, rngs=rngs),
-                         name_map=migrated_dir / "linen2nnx-map.json")
+        pair = ModelPair(
+            linen=side,
+            nnx_factory=lambda rngs, kw=kwargs: module.Decoder(**kw, rngs=rngs),
+            name_map=migrated_dir / "linen2nnx-map.json",
+        )
         variables = perturbed(strip_boxes(side.init_variables()), scale=0.05)
         result = check_on_mesh(pair, MESH, variables)
-        out[f"scan={scan_layers},remat={policy}"] = {"passed": result.passed, "leaves": leaves_json(result.leaves)}
+        out[f"scan={scan_layers},remat={policy}"] = {
+            "passed": result.passed,
+            "leaves": leaves_json(result.leaves),
+        }
     return out
 
 

@@ -29,16 +29,22 @@ def case_trace(case: Case) -> Trace | None:
 
     cls_name, shape = case.trace()
     module = import_file(case.input, f"_fixture_trace_{case.name}")
-    side = LinenSide(model=getattr(module, cls_name)(), batch={"x": jnp.zeros(shape)},
-                     loss=lambda out, batch: jnp.mean(out ** 2), train_kwargs={}, eval_kwargs={})
+    side = LinenSide(
+        model=getattr(module, cls_name)(),
+        batch={"x": jnp.zeros(shape)},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
     return trace_linen(side)
 
 
 def migrate_case(case: Case, source: str | None = None) -> FileResult:
     """Migrate a case's input (or ``source``) with the options and trace its header names."""
     text = case.input.read_text() if source is None else source
-    return migrate_source(text, case.input.name, trace=case_trace(case),
-                          unsafe_fixes="unsafe-fixes" in case.options())
+    return migrate_source(
+        text, case.input.name, trace=case_trace(case), unsafe_fixes="unsafe-fixes" in case.options()
+    )
 
 
 def write_header(case: Case) -> None:

@@ -45,7 +45,9 @@ def test_generated_corpus_is_varied_valid_linen(speed, tmp_path):
     for layer in ("Dense(", "Conv(", "LayerNorm(", "Dropout(", "BatchNorm(", "Embed("):
         assert layer in joined
     assert "def setup(self):" in joined and ".compact" in joined
-    assert any(s.count("(nn.Module)") + s.count("(linen.Module)") + s.count("(fnn.Module)") >= 2 for s in flax)
+    assert any(
+        s.count("(nn.Module)") + s.count("(linen.Module)") + s.count("(fnn.Module)") >= 2 for s in flax
+    )
     assert speed.make_file(7) == speed.make_file(7)  # deterministic
 
 
@@ -103,8 +105,11 @@ def test_outside_corpus_reruns_traced_examples(outside, tree, tmp_path, capsys):
         "def linen_side(example):\n"
         "    module = import_file(example)\n"
         "    x = np.zeros((2, 8, 8, 1), np.float32)\n"
-        "    return LinenSide(model=module.CNN(), batch={'x': x}, loss=lambda o, b: o.sum())\n")
-    (specs / "broken.py").write_text("EXAMPLE = 'mlp.py'\ndef linen_side(example):\n    raise RuntimeError('no')\n")
+        "    return LinenSide(model=module.CNN(), batch={'x': x}, loss=lambda o, b: o.sum())\n"
+    )
+    (specs / "broken.py").write_text(
+        "EXAMPLE = 'mlp.py'\ndef linen_side(example):\n    raise RuntimeError('no')\n"
+    )
     report = tmp_path / "outside.json"
     assert outside.main([str(tree), "--no-traces", "--json", str(report)]) == 0
     untraced = {r["path"]: r for r in json.loads(report.read_text())["files"]}
@@ -141,7 +146,10 @@ def test_linen_classes_resolve_imports_and_inheritance(outside):
         "def f():\n    class Inner(A):\n        pass\n"
     )
     b = "from .a import A\nfrom pkg import a\nclass D(A):\n    pass\nclass E(a.B):\n    pass\nclass F:\n    pass\n"
-    by_file = {"pkg/a.py": outside.classes_of(a, Path("pkg/a.py")), "pkg/b.py": outside.classes_of(b, Path("pkg/b.py"))}
+    by_file = {
+        "pkg/a.py": outside.classes_of(a, Path("pkg/a.py")),
+        "pkg/b.py": outside.classes_of(b, Path("pkg/b.py")),
+    }
     found = outside.linen_classes(by_file)
     assert [c.name for c in found["pkg/a.py"]] == ["A", "B", "C", "Inner"]
     assert [c.name for c in found["pkg/b.py"]] == ["D", "E"]
@@ -159,9 +167,13 @@ def test_memory_decoder_reports_the_nnx_over_linen_ratio(tmp_path, capsys, monke
     linen, nnx = numbers["linen"]["temp_size_in_bytes"], numbers["nnx"]["temp_size_in_bytes"]
     assert linen > 0 and nnx > 0
     assert numbers["temp_ratio"] == pytest.approx(nnx / linen)
-    assert numbers["temp_ratio"] <= 1.05  # the twin's scan body returns no Params: no second copy of the stack
+    assert (
+        numbers["temp_ratio"] <= 1.05
+    )  # the twin's scan body returns no Params: no second copy of the stack
     # both steps take the same state: params + optimizer state (+ the batch)
-    assert numbers["nnx"]["argument_size_in_bytes"] == pytest.approx(numbers["linen"]["argument_size_in_bytes"], rel=0.01)
+    assert numbers["nnx"]["argument_size_in_bytes"] == pytest.approx(
+        numbers["linen"]["argument_size_in_bytes"], rel=0.01
+    )
     text = capsys.readouterr().out
     assert "NNX side: twin" in text and "ratio NNX / Linen (temp)" in text
     monkeypatch.setattr(memory, "measure", lambda config, nnx_side: {**numbers, "temp_ratio": 1.2})
@@ -181,7 +193,10 @@ def test_check_overhead_reports_check_over_floor(tmp_path, capsys, monkeypatch):
     text = capsys.readouterr().out
     assert "NNX side: migrated by `linen2nnx migrate --trace`" in text and "ratio check / floor" in text
     pair, why = bench.zoo_pair("decoder", "tiny", tmp_path, force_twin=True)  # builds nothing yet
-    assert "hand-written twin tests/fixtures/nnx_twins/decoder.py (--twin)" == why and pair.linen.name == "decoder"
+    assert (
+        "hand-written twin tests/fixtures/nnx_twins/decoder.py (--twin)" == why
+        and pair.linen.name == "decoder"
+    )
     monkeypatch.setattr(bench, "measure", lambda *a: {**numbers, "ratio": 2.5})
     assert bench.main(["--max-ratio", "2.0"]) == 1  # the gate, without compiling again
     assert "exceeds --max-ratio 2.0" in capsys.readouterr().err

@@ -50,8 +50,20 @@ def test_parity_writes_every_report_and_exits_0(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     out = tmp_path / "reports"
-    code = main(["check", MLP, "--json", str(out / "parity.json"), "--markdown", "-",
-                 "--junit", str(out / "junit.xml"), "--html", str(out / "parity.html")])
+    code = main(
+        [
+            "check",
+            MLP,
+            "--json",
+            str(out / "parity.json"),
+            "--markdown",
+            "-",
+            "--junit",
+            str(out / "junit.xml"),
+            "--html",
+            str(out / "parity.html"),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     data = json.loads((out / "parity.json").read_text())
@@ -60,7 +72,9 @@ def test_parity_writes_every_report_and_exits_0(tmp_path, capsys, monkeypatch):
     assert captured.out.startswith("## ✅ linen2nnx parity: PASS — mlp")  # --markdown -
     assert summary.read_text() == "earlier step\n" + captured.out + "\n"  # appended inside GitHub Actions
     root = _junit(out / "junit.xml")
-    assert root.get("failures") == "0" and {c.get("name") for c in root.iter("testcase")} >= set(data["checks"])
+    assert root.get("failures") == "0" and {c.get("name") for c in root.iter("testcase")} >= set(
+        data["checks"]
+    )
     page = (out / "parity.html").read_text()
     assert '<header class="pass">' in page and "<svg" in page
     assert "parity: mlp — PASS" in captured.err and f"wrote {out / 'junit.xml'}" in captured.err
@@ -94,8 +108,20 @@ def test_parity_failure_exits_1_with_failing_reports(tmp_path, capsys, monkeypat
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    code = main(["check", "--spec", str(spec), "--json", str(tmp_path / "p.json"),
-                 "--markdown", str(tmp_path / "p.md"), "--junit", str(tmp_path / "j.xml"), "--no-github-summary"])
+    code = main(
+        [
+            "check",
+            "--spec",
+            str(spec),
+            "--json",
+            str(tmp_path / "p.json"),
+            "--markdown",
+            str(tmp_path / "p.md"),
+            "--junit",
+            str(tmp_path / "j.xml"),
+            "--no-github-summary",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1, err
     data = json.loads((tmp_path / "p.json").read_text())
@@ -140,11 +166,14 @@ def test_model_that_fails_to_build_is_a_named_error(tmp_path, capsys):
     assert not report.exists()
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("{tmp}/no_such_spec.py", "no_such_spec.py: no such file"),
-    ("{tmp}/syntax_error.py", "syntax_error.py: import failed: SyntaxError"),
-    (f"{TWINS}:no_such_function", "has no function 'no_such_function'"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("{tmp}/no_such_spec.py", "no_such_spec.py: no such file"),
+        ("{tmp}/syntax_error.py", "syntax_error.py: import failed: SyntaxError"),
+        (f"{TWINS}:no_such_function", "has no function 'no_such_function'"),
+    ],
+)
 def test_broken_spec_is_a_named_error(tmp_path, capsys, spec, message):
     (tmp_path / "syntax_error.py").write_text("def pair(:\n")
     assert main(["check", spec.format(tmp=tmp_path), "--junit", str(tmp_path / "j.xml")]) == 2
@@ -154,8 +183,22 @@ def test_broken_spec_is_a_named_error(tmp_path, capsys, spec, message):
 
 def test_missing_checkpoint_exits_2_from_the_real_command(tmp_path):
     """Through a real process: the exit code CI sees."""
-    proc = subprocess.run([sys.executable, "-m", "linen2nnx", "check", MLP, "--ckpt", str(tmp_path / "gone"),
-                           "--json", str(tmp_path / "p.json")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "linen2nnx",
+            "check",
+            MLP,
+            "--ckpt",
+            str(tmp_path / "gone"),
+            "--json",
+            str(tmp_path / "p.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     assert f"{tmp_path / 'gone'}: checkpoint not found" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "p.json").exists()
@@ -191,16 +234,19 @@ def test_mesh_and_tolerance_parsing():
     assert _tolerance("out['a=b']=0") == ("out['a=b']", 0.0)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--mesh", "data=two"], "is not an integer"),
-    (["--mesh", "data=2,data=4"], "given twice"),
-    (["--mesh", "data=0"], "must be >= 1"),
-    (["--mesh", "2"], "AXIS=SIZE"),
-    (["--tolerance", "grad"], "PATTERN=VALUE"),
-    (["--tolerance", "grad=-1"], ">= 0"),
-    (["--tolerance", "grad=nan"], "finite"),
-    (["--steps", "-3"], "0 or more"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--mesh", "data=two"], "is not an integer"),
+        (["--mesh", "data=2,data=4"], "given twice"),
+        (["--mesh", "data=0"], "must be >= 1"),
+        (["--mesh", "2"], "AXIS=SIZE"),
+        (["--tolerance", "grad"], "PATTERN=VALUE"),
+        (["--tolerance", "grad=-1"], ">= 0"),
+        (["--tolerance", "grad=nan"], "finite"),
+        (["--steps", "-3"], "0 or more"),
+    ],
+)
 def test_bad_options_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["check", MLP, *argv])
@@ -217,35 +263,105 @@ class _Result:
 
 
 def _v2(passed: bool) -> dict[str, Any]:
-    leaf = {"check": "forward/eval", "path": "out", "shape": [4, 3], "dtype": "float32", "max_abs": 0.0 if passed else 1.0,
-            "max_rel": 0.0, "mean_abs": 0.0, "cosine": 1.0, "tol": 1e-5, "passed": passed, "note": "", "extra": {}}
-    return {"schema": "linen2nnx-parity/2", "passed": passed, "model": "mlp", "linen_source": "init_variables()",
-            "nnx_source": "converted in memory", "tolerances": {"default": 1e-5},
-            "checks": {"forward/eval": {"passed": passed, "leaves": 1, "failed": int(not passed),
-                                        "max_abs": leaf["max_abs"]}},
-            "leaves": [leaf], "divergence": None,
-            "training": {"steps": 2, "linen_loss": [1.0, 0.5], "nnx_loss": [1.0, 0.5], "max_rel_loss": 0.0,
-                         "passed": True, "param_leaves_failed": 0, "opt_state_leaves_failed": 0},
-            "timings_s": {}}
+    leaf = {
+        "check": "forward/eval",
+        "path": "out",
+        "shape": [4, 3],
+        "dtype": "float32",
+        "max_abs": 0.0 if passed else 1.0,
+        "max_rel": 0.0,
+        "mean_abs": 0.0,
+        "cosine": 1.0,
+        "tol": 1e-5,
+        "passed": passed,
+        "note": "",
+        "extra": {},
+    }
+    return {
+        "schema": "linen2nnx-parity/2",
+        "passed": passed,
+        "model": "mlp",
+        "linen_source": "init_variables()",
+        "nnx_source": "converted in memory",
+        "tolerances": {"default": 1e-5},
+        "checks": {
+            "forward/eval": {
+                "passed": passed,
+                "leaves": 1,
+                "failed": int(not passed),
+                "max_abs": leaf["max_abs"],
+            }
+        },
+        "leaves": [leaf],
+        "divergence": None,
+        "training": {
+            "steps": 2,
+            "linen_loss": [1.0, 0.5],
+            "nnx_loss": [1.0, 0.5],
+            "max_rel_loss": 0.0,
+            "passed": True,
+            "param_leaves_failed": 0,
+            "opt_state_leaves_failed": 0,
+        },
+        "timings_s": {},
+    }
 
 
 def test_options_reach_check_only_when_set(monkeypatch, tmp_path, capsys):
     calls: list[dict[str, Any]] = []
 
-    def fake_check(pair, linen_ckpt=None, nnx_ckpt=None, *, name_map=None, steps=10, mesh=None, tolerances=None):
-        calls.append({"linen_ckpt": linen_ckpt, "nnx_ckpt": nnx_ckpt, "name_map": name_map, "steps": steps,
-                      "mesh": mesh, "tolerances": tolerances})
+    def fake_check(
+        pair, linen_ckpt=None, nnx_ckpt=None, *, name_map=None, steps=10, mesh=None, tolerances=None
+    ):
+        calls.append(
+            {
+                "linen_ckpt": linen_ckpt,
+                "nnx_ckpt": nnx_ckpt,
+                "name_map": name_map,
+                "steps": steps,
+                "mesh": mesh,
+                "tolerances": tolerances,
+            }
+        )
         return _Result(_v2(passed=len(calls) == 1))
 
     monkeypatch.setattr(linen2nnx.equivalence, "check", fake_check)
-    assert main(["check", MLP, "--steps", "3", "--mesh", "data=2,fsdp=2,tensor=2", "--tolerance", "grad:*=1e-4",
-                 "--tolerance", "*=2e-5", "--tolerance", "grad:*=3e-4", "--map", "m.json",
-                 "--html", str(tmp_path / "r.html")]) == 0
-    assert calls[0] == {"linen_ckpt": None, "nnx_ckpt": None, "name_map": "m.json", "steps": 3,
-                        "mesh": {"data": 2, "fsdp": 2, "tensor": 2}, "tolerances": {"overrides": {"grad:*": 3e-4, "*": 2e-5}}}
+    assert (
+        main(
+            [
+                "check",
+                MLP,
+                "--steps",
+                "3",
+                "--mesh",
+                "data=2,fsdp=2,tensor=2",
+                "--tolerance",
+                "grad:*=1e-4",
+                "--tolerance",
+                "*=2e-5",
+                "--tolerance",
+                "grad:*=3e-4",
+                "--map",
+                "m.json",
+                "--html",
+                str(tmp_path / "r.html"),
+            ]
+        )
+        == 0
+    )
+    assert calls[0] == {
+        "linen_ckpt": None,
+        "nnx_ckpt": None,
+        "name_map": "m.json",
+        "steps": 3,
+        "mesh": {"data": 2, "fsdp": 2, "tensor": 2},
+        "tolerances": {"overrides": {"grad:*": 3e-4, "*": 2e-5}},
+    }
     assert 'id="loss-curves"' in (tmp_path / "r.html").read_text()  # the /2 training run is drawn
     assert main(["check", MLP, "--junit", str(tmp_path / "j.xml")]) == 1  # a failing /2 result
-    assert calls[1]["steps"] == 10 and calls[1]["mesh"] is None and calls[1]["tolerances"] is None  # defaults kept
+    assert (
+        calls[1]["steps"] == 10 and calls[1]["mesh"] is None and calls[1]["tolerances"] is None
+    )  # defaults kept
     assert _junit(tmp_path / "j.xml").find(".//testcase[@name='forward/eval']/failure") is not None
     assert "training: 2 steps pass" in capsys.readouterr().err
 
@@ -276,7 +392,9 @@ def test_models_that_raise_while_running_are_an_error_not_a_verdict(monkeypatch,
     monkeypatch.setattr(linen2nnx.equivalence, "check", crashing)
     assert main(["check", MLP]) == 2
     err = capsys.readouterr().err
-    assert "check could not run the models: FloatingPointError: nan in dense_1" in err and "--traceback" in err
+    assert (
+        "check could not run the models: FloatingPointError: nan in dense_1" in err and "--traceback" in err
+    )
     with pytest.raises(FloatingPointError):
         main(["check", MLP, "--traceback"])
 

@@ -53,7 +53,9 @@ def flat(tree) -> dict[str, np.ndarray]:
 
 
 def nnx_flat(model, filt=...) -> dict[str, np.ndarray]:
-    return {"/".join(map(str, p)): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(nnx.state(model, filt))}
+    return {
+        "/".join(map(str, p)): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(nnx.state(model, filt))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +104,13 @@ def test_converted_checkpoint_layout_and_report(cnn_converted):
     assert rows["params/Conv_0/kernel"]["nnx"] == "conv_0/kernel"
     assert rows["params/Conv_0/kernel"]["shape"] == [3, 3, 1, 4]
     assert rows["batch_stats/BatchNorm_1/var"] == {
-        "linen": "batch_stats/BatchNorm_1/var", "nnx": "batch_norm_1/var", "type": "BatchStat",
-        "shape": [8], "dtype": "float32", "how": "name map"}
+        "linen": "batch_stats/BatchNorm_1/var",
+        "nnx": "batch_norm_1/var",
+        "type": "BatchStat",
+        "shape": [8],
+        "dtype": "float32",
+        "how": "name map",
+    }
     kept = {r["nnx"]: r["type"] for r in data["kept_from_init"]}
     assert kept == {"dropout_0/rngs/count": "RngCount", "dropout_0/rngs/key": "RngKey"}
     assert data["ignored"] == {}
@@ -117,14 +124,18 @@ def test_load_nnx_checkpoint_round_trip(cnn_converted):
     pair = twins.cnn_pair()
     model = load_nnx_checkpoint(dst, pair)
     again, _ = convert_state(twins.trained_state("cnn"), pair, twins.cnn_name_map())
-    a, b = nnx_flat(model, nnx.Any(nnx.Param, nnx.BatchStat)), nnx_flat(again, nnx.Any(nnx.Param, nnx.BatchStat))
+    a, b = (
+        nnx_flat(model, nnx.Any(nnx.Param, nnx.BatchStat)),
+        nnx_flat(again, nnx.Any(nnx.Param, nnx.BatchStat)),
+    )
     assert a.keys() == b.keys() and len(a) == 16
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
     # RNG state kept from a fresh init of the same pair: dropout still works after loading
     fresh = pair.make_nnx()
-    np.testing.assert_array_equal(jax.random.key_data(model.dropout_0.rngs.key[...]),
-                                  jax.random.key_data(fresh.dropout_0.rngs.key[...]))
+    np.testing.assert_array_equal(
+        jax.random.key_data(model.dropout_0.rngs.key[...]), jax.random.key_data(fresh.dropout_0.rngs.key[...])
+    )
 
 
 def test_optimizer_state_converts_and_next_step_matches_linen(ckpts, tmp_path):
@@ -136,14 +147,18 @@ def test_optimizer_state_converts_and_next_step_matches_linen(ckpts, tmp_path):
     _, abstract = abstract_optimizer(pair.make_nnx, pair.linen.optimizer)
     opt = restore_optimizer(model, pair.linen.optimizer, load_optimizer_state(tmp_path / "mlp", abstract))
     assert int(opt.step[...]) == 2 and opt.step[...].dtype == jnp.uint32
-    np.testing.assert_array_equal(opt.opt_state[0].mu["dense1"]["kernel"][...], state.opt_state[0].mu["dense1"]["kernel"])
+    np.testing.assert_array_equal(
+        opt.opt_state[0].mu["dense1"]["kernel"][...], state.opt_state[0].mu["dense1"]["kernel"]
+    )
     # one more (eval-mode) step on both sides gives the same params
     args, kwargs = pair.linen.call_args(train=False)
     loss = pair.linen.loss
 
     @jax.jit
     def linen_step(st):
-        grads = jax.grad(lambda p: loss(pair.linen.model.apply({"params": p}, *args, **kwargs), pair.linen.batch))
+        grads = jax.grad(
+            lambda p: loss(pair.linen.model.apply({"params": p}, *args, **kwargs), pair.linen.batch)
+        )
         return st.apply_gradients(grads=grads(st.params)).params
 
     @nnx.jit
@@ -216,7 +231,10 @@ def test_mismatched_target_names_every_path_and_writes_nothing(ckpts, tmp_path):
         ("params/dense2/bias", "dense2/bias", (16,), (8,)),
         ("params/head/kernel", "head/kernel", (16, 3), (8, 3)),
     ]:
-        assert f"shape mismatch: Linen {linen} -> NNX {nnx_path}: expected {want} float32, got {got} float32" in msg
+        assert (
+            f"shape mismatch: Linen {linen} -> NNX {nnx_path}: expected {want} float32, got {got} float32"
+            in msg
+        )
     assert "5 problem(s), nothing written" in msg
     assert "head/bias" not in msg  # (3,) fits
     assert not dst.exists() and list(tmp_path.iterdir()) == []
@@ -278,8 +296,13 @@ class NNXStack(nnx.Module):
 
 
 def _pair(linen_model, factory) -> ModelPair:
-    side = LinenSide(model=linen_model, batch={"x": jnp.ones((2, 2))}, loss=lambda out, b: out.sum(),
-                     train_kwargs={}, eval_kwargs={})
+    side = LinenSide(
+        model=linen_model,
+        batch={"x": jnp.ones((2, 2))},
+        loss=lambda out, b: out.sum(),
+        train_kwargs={},
+        eval_kwargs={},
+    )
     return ModelPair(linen=side, nnx_factory=factory)
 
 
@@ -318,11 +341,15 @@ class NNXTwoHomes(nnx.Module):
 def test_structural_matching_refuses_ambiguity():
     # two Linen leaves (Dense_0, dense_0) fit one NNX slot
     pair = _pair(TwoDense(), lambda rngs: NNXTwoDense(rngs=rngs))
-    with pytest.raises(ConversionError, match=r"ambiguous: Linen params/Dense_0/kernel, params/dense_0/kernel"):
+    with pytest.raises(
+        ConversionError, match=r"ambiguous: Linen params/Dense_0/kernel, params/dense_0/kernel"
+    ):
         convert_state(pair.linen.init_variables(), pair)
     # one Linen leaf (Dense_0) fits two NNX slots (Dense_0, dense_0)
     pair = _pair(OneDense(), lambda rngs: NNXTwoHomes(rngs=rngs))
-    with pytest.raises(ConversionError, match=r"ambiguous: Linen params/Dense_0/kernel -> NNX Dense_0/kernel, dense_0/kernel"):
+    with pytest.raises(
+        ConversionError, match=r"ambiguous: Linen params/Dense_0/kernel -> NNX Dense_0/kernel, dense_0/kernel"
+    ):
         convert_state(pair.linen.init_variables(), pair)
 
 

@@ -48,12 +48,20 @@ def test_crossfile_package_reaches_parity(tmp_path):
 
     linen_tower = _import_tower(src)
     x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
-    side = LinenSide(model=linen_tower(classes=3), batch={"x": x}, loss=lambda o, b: jnp.mean(o**2),
-                     train_kwargs={}, eval_kwargs={})
+    side = LinenSide(
+        model=linen_tower(classes=3),
+        batch={"x": x},
+        loss=lambda o, b: jnp.mean(o**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
     variables = perturbed(side.init_variables())
     nnx_tower = _import_tower(out)
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_tower(classes=3, in_features=5, rngs=rngs),
-                     name_map=out / "linen2nnx-map.json")
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_tower(classes=3, in_features=5, rngs=rngs),
+        name_map=out / "linen2nnx-map.json",
+    )
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
     assert len(parity.by_check()["grad"]) == 14  # dense_0 + 2 blocks x 2 Dense + head (Dense, LayerNorm)
@@ -69,6 +77,7 @@ def test_classes_from_outside_the_run_are_flagged(tmp_path):
 
     (src / "pkg" / "model.py").write_text(
         "import flax.linen as nn\n\nfrom pkg.blocks import Block\n\n\nclass Stack(nn.Module):\n"
-        "    @nn.compact\n    def __call__(self, x):\n        return Block(hidden=4)(x)\n")
+        "    @nn.compact\n    def __call__(self, x):\n        return Block(hidden=4)(x)\n"
+    )
     result = migrate_paths([src / "pkg" / "model.py"], Mode.DIFF)
     assert [f.message.split("(")[0] for f in result.findings if f.rule == "L2N-MOD-006"] == ["Block"]

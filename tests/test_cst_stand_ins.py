@@ -20,7 +20,7 @@ from linen2nnx.migrate.names import NameResolver
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SCOPING = '''
+SCOPING = """
 import flax.linen
 import jax.numpy as jnp, numpy as np
 from flax import linen as nn, struct
@@ -72,14 +72,17 @@ for i, (a, *b) in enumerate([]):
     a.b[i] = b
 with open("f") as (fh, gh):
     print(fh.read(), gh)
-'''
+"""
 
 
 def _sources() -> list[tuple[str, str]]:
-    files = [*sorted((ROOT / "tests" / "fixtures" / "migrate").glob("*/*_in.py")),
-             *(ROOT / "linen2nnx" / "migrate" / name for name in ("module_rewrite.py", "planning.py", "names.py"))]
+    files = [
+        *sorted((ROOT / "tests" / "fixtures" / "migrate").glob("*/*_in.py")),
+        *(ROOT / "linen2nnx" / "migrate" / name for name in ("module_rewrite.py", "planning.py", "names.py")),
+    ]
     return [("SCOPING", SCOPING), ("CRLF", SCOPING.replace("\n", "\r\n"))] + [
-        (str(f.relative_to(ROOT)), f.read_text()) for f in files]
+        (str(f.relative_to(ROOT)), f.read_text()) for f in files
+    ]
 
 
 SOURCES = _sources()

@@ -36,8 +36,12 @@ class LStack(nn.Module):
     @nn.compact
     def __call__(self, x, train: bool = False):
         x = nn.Dense(D, name="embed")(x)
-        blocks = nn.scan(LBlock, variable_axes={"params": 0, "intermediates": 0}, split_rngs={"params": True},
-                         length=LAYERS)
+        blocks = nn.scan(
+            LBlock,
+            variable_axes={"params": 0, "intermediates": 0},
+            split_rngs={"params": True},
+            length=LAYERS,
+        )
         x, _ = blocks(name="blocks")(x, None)
         return nn.Dense(2, name="head")(x)
 
@@ -79,15 +83,20 @@ class Stack(nnx.Module):
     def __call__(self, x, train: bool = False):
         x = self.embed(x)
         x = nnx.scan(lambda c, blk: blk(c), in_axes=(nnx.Carry, 0), out_axes=nnx.Carry, reverse=self.reverse)(
-            x, self.blocks)
+            x, self.blocks
+        )
         return self.head(x)
 
 
 def _pair(**twin) -> ModelPair:
     kx, ky = jax.random.split(jax.random.key(7))
     batch = {"x": jax.random.normal(kx, (5, 3)), "y": jax.random.randint(ky, (5,), 0, 2)}
-    linen = LinenSide(model=LStack(), batch=batch, name="stack",
-                      loss=lambda out, b: optax.softmax_cross_entropy_with_integer_labels(out, b["y"]).mean())
+    linen = LinenSide(
+        model=LStack(),
+        batch=batch,
+        name="stack",
+        loss=lambda out, b: optax.softmax_cross_entropy_with_integer_labels(out, b["y"]).mean(),
+    )
     return ModelPair(linen=linen, nnx_factory=lambda rngs: Stack(rngs, **twin))
 
 
@@ -125,8 +134,12 @@ def test_bug_in_a_parent_s_own_code_names_the_parent(weights):
     r = _check(weights, residual=False)
     c = r.divergence.culprit
     assert c.nnx_path == "blocks" and c.inputs_agree
-    up, down = (next(m for m in r.divergence.modules if m.nnx_path == p) for p in ("blocks/up", "blocks/down"))
-    assert up.first_bad_call == down.first_bad_call == 1  # layer 0's children agree: the residual is the block's
+    up, down = (
+        next(m for m in r.divergence.modules if m.nnx_path == p) for p in ("blocks/up", "blocks/down")
+    )
+    assert (
+        up.first_bad_call == down.first_bad_call == 1
+    )  # layer 0's children agree: the residual is the block's
 
 
 def test_a_stack_scanned_in_reverse_is_blamed_on_the_stack_not_its_first_layer(weights):
@@ -179,10 +192,23 @@ def test_a_twin_that_raises_is_a_failed_leaf_and_the_raising_module_is_named(wei
 
 
 def test_module_map_sources():
-    table = {("pooler", "kernel"): ("classifier", "layers", 0, "kernel"), ("Dense_0", "bias"): ("dense_0", "bias"),
-             ("LSTMCell_0", "if", "kernel"): ("lstm", "cell", "if_", "kernel")}
-    modules = [(), ("classifier",), ("classifier", "layers", 0), ("dense_0",), ("lstm",), ("lstm", "cell"),
-               ("lstm", "cell", "if_"), ("rotary",), ("norm_a",), ("norm_b",)]
+    table = {
+        ("pooler", "kernel"): ("classifier", "layers", 0, "kernel"),
+        ("Dense_0", "bias"): ("dense_0", "bias"),
+        ("LSTMCell_0", "if", "kernel"): ("lstm", "cell", "if_", "kernel"),
+    }
+    modules = [
+        (),
+        ("classifier",),
+        ("classifier", "layers", 0),
+        ("dense_0",),
+        ("lstm",),
+        ("lstm", "cell"),
+        ("lstm", "cell", "if_"),
+        ("rotary",),
+        ("norm_a",),
+        ("norm_b",),
+    ]
     m = ModuleMap(table, modules)
     assert m(("pooler",)) == ("classifier", "layers", "0")  # from the converter's leaf table
     assert m(("Dense_0",)) == ("dense_0",)

@@ -41,10 +41,16 @@ def test_migrated_zoo_model_has_parity(migrated):
     # An attention key bias has a zero gradient in exact arithmetic (softmax ignores a per-query constant):
     # Adam normalises the float noise of both sides into lr-sized, unrelated steps, so that one parameter
     # drifts apart while every loss and every other leaf agrees. Its budget is widened, by name.
-    result = check(load_pair(str(spec_path)), linen_ckpt, steps=20,
-                   tolerances={"overrides": {"train/*:*/key/bias": 1e-2}})
+    result = check(
+        load_pair(str(spec_path)),
+        linen_ckpt,
+        steps=20,
+        tolerances={"overrides": {"train/*:*/key/bias": 1e-2}},
+    )
     assert result.training is not None and result.training.steps == 20 and result.training.passed
-    assert max(abs(a - b) / abs(a) for a, b in zip(result.training.linen_loss, result.training.nnx_loss)) <= 1e-5
+    assert (
+        max(abs(a - b) / abs(a) for a, b in zip(result.training.linen_loss, result.training.nnx_loss)) <= 1e-5
+    )
     checks = result.by_check()
     expected = {"forward/eval", "forward/train", "loss/eval", "loss/train", "grad"}
     if name == "cnn":
@@ -62,11 +68,27 @@ def test_convert_then_check_through_the_cli(migrated, capsys):
     _, root, spec_path, linen_ckpt = migrated
     nnx_ckpt = root / "nnx_ckpt_cli"
     assert main(["convert", str(linen_ckpt), str(nnx_ckpt), "--spec", str(spec_path)]) == 0
-    assert main(["convert", str(linen_ckpt), str(nnx_ckpt), "--spec", str(spec_path)]) == 2  # no silent overwrite
+    assert (
+        main(["convert", str(linen_ckpt), str(nnx_ckpt), "--spec", str(spec_path)]) == 2
+    )  # no silent overwrite
     assert "already exists" in capsys.readouterr().err
     report = root / "parity.json"
-    assert main(["check", "--spec", str(spec_path), "--ckpt", str(linen_ckpt), "--nnx-ckpt", str(nnx_ckpt),
-                 "--json", str(report)]) == 0
+    assert (
+        main(
+            [
+                "check",
+                "--spec",
+                str(spec_path),
+                "--ckpt",
+                str(linen_ckpt),
+                "--nnx-ckpt",
+                str(nnx_ckpt),
+                "--json",
+                str(report),
+            ]
+        )
+        == 0
+    )
     data = json.loads(report.read_text())
     assert data["schema"] == "linen2nnx-parity/2" and data["passed"] is True
 
@@ -76,7 +98,8 @@ def test_convert_against_mismatched_model_names_every_path(migrated, tmp_path, c
     if name != "cnn":
         pytest.skip("one mismatch case is enough")
     wrong = tmp_path / "wrong_spec.py"
-    wrong.write_text(textwrap.dedent(f"""
+    wrong.write_text(
+        textwrap.dedent(f"""
         import dataclasses
         from linen2nnx.spec import import_file, linen_ctor_kwargs, load_pair
 
@@ -86,7 +109,8 @@ def test_convert_against_mismatched_model_names_every_path(migrated, tmp_path, c
             kwargs = linen_ctor_kwargs(good.linen.model)
             kwargs.update(hidden=kwargs["hidden"] * 2, in_features=1)  # every hidden-sized leaf changes shape
             return dataclasses.replace(good, nnx_factory=lambda rngs: cls(**kwargs, rngs=rngs))
-        """))
+        """)
+    )
     dst = tmp_path / "nnx_ckpt"
     assert main(["convert", str(linen_ckpt), str(dst), "--spec", str(wrong)]) == 2
     err = capsys.readouterr().err
@@ -106,7 +130,15 @@ def test_demo_runs_to_parity(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--model", "mlp", "--out", str(out), "--steps", "5"]) == 0
     assert "PARITY PASS" in capsys.readouterr().err
-    for artefact in ("linen_ckpt", "nnx/model.py", "nnx/linen2nnx-map.json", "nnx/linen2nnx_spec.py", "nnx_ckpt",
-                     "parity.json", "migration-report.json", "README.md"):
+    for artefact in (
+        "linen_ckpt",
+        "nnx/model.py",
+        "nnx/linen2nnx-map.json",
+        "nnx/linen2nnx_spec.py",
+        "nnx_ckpt",
+        "parity.json",
+        "migration-report.json",
+        "README.md",
+    ):
         assert (out / artefact).exists(), artefact
     assert main(["demo", "--model", "mlp", "--out", str(out)]) == 2  # refuses to clobber

@@ -21,8 +21,9 @@ from linen2nnx.spec import import_file
 
 twins = import_file(Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py")
 
-CNN_PARAMS = {f"{layer}/{p}" for layer in ("conv_0", "conv_1", "dense_0", "dense_1") for p in ("kernel", "bias")} | {
-    f"batch_norm_{i}/{p}" for i in (0, 1) for p in ("scale", "bias")}
+CNN_PARAMS = {
+    f"{layer}/{p}" for layer in ("conv_0", "conv_1", "dense_0", "dense_1") for p in ("kernel", "bias")
+} | {f"batch_norm_{i}/{p}" for i in (0, 1) for p in ("scale", "bias")}
 CNN_STATS = {f"batch_norm_{i}/{s}" for i in (0, 1) for s in ("mean", "var")}
 
 
@@ -43,9 +44,19 @@ def _paths(result: ParityResult, check_name: str) -> set[str]:
 def test_cnn_parity_from_trained_checkpoint(cnn_result):
     r = cnn_result
     assert r.passed, [(lf.check, lf.path, lf.max_abs, lf.note) for lf in r.failures]
-    assert set(r.by_check()) == {"forward/eval", "forward/train", "loss/eval", "loss/train", "grad", "batch_stats",
-                                 "precision", "config"}
-    assert any("momentum: Linen 0.9, NNX 0.9" in lf.note for lf in r.by_check()["config"])  # the twin's BatchNorm
+    assert set(r.by_check()) == {
+        "forward/eval",
+        "forward/train",
+        "loss/eval",
+        "loss/train",
+        "grad",
+        "batch_stats",
+        "precision",
+        "config",
+    }
+    assert any(
+        "momentum: Linen 0.9, NNX 0.9" in lf.note for lf in r.by_check()["config"]
+    )  # the twin's BatchNorm
     assert _paths(r, "grad") == CNN_PARAMS
     assert _paths(r, "batch_stats") == CNN_STATS
     for lf in r.leaves:
@@ -67,9 +78,13 @@ def test_cnn_parity_against_converted_nnx_checkpoint(cnn_ckpt, tmp_path):
 
 
 def test_mlp_parity_from_init_without_name_map():
-    r = check(twins.mlp_pair())  # init variables, structural matching, dropout rate 0.5 disabled in train mode
+    r = check(
+        twins.mlp_pair()
+    )  # init variables, structural matching, dropout rate 0.5 disabled in train mode
     assert r.passed
-    assert _paths(r, "grad") == {f"{lay}/{p}" for lay in ("dense1", "dense2", "head") for p in ("kernel", "bias")}
+    assert _paths(r, "grad") == {
+        f"{lay}/{p}" for lay in ("dense1", "dense2", "head") for p in ("kernel", "bias")
+    }
     assert "batch_stats" not in r.by_check()
 
 
@@ -81,8 +96,12 @@ def test_wrong_batchnorm_epsilon_fails_and_names_the_leaves(cnn_ckpt):
     assert ("grad", "conv_0/kernel") in failed
     # the first BatchNorm's running statistics do not depend on epsilon; the second's see its output
     stats = {lf.path: lf.passed for lf in r.leaves if lf.check == "batch_stats"}
-    assert stats == {"batch_norm_0/mean": True, "batch_norm_0/var": True,
-                     "batch_norm_1/mean": False, "batch_norm_1/var": False}
+    assert stats == {
+        "batch_norm_0/mean": True,
+        "batch_norm_0/var": True,
+        "batch_norm_1/mean": False,
+        "batch_norm_1/var": False,
+    }
 
 
 def test_wrong_batchnorm_momentum_fails_only_the_running_stats_and_the_setting(cnn_ckpt):
@@ -91,7 +110,9 @@ def test_wrong_batchnorm_momentum_fails_only_the_running_stats_and_the_setting(c
     assert {lf.path for lf in r.failures if lf.check == "batch_stats"} == CNN_STATS
     assert {lf.check for lf in r.failures} == {"batch_stats", "config"}
     config = {lf.path: lf.note for lf in r.failures if lf.check == "config"}
-    assert set(config) == {"batch_norm_0", "batch_norm_1"} and all("momentum: Linen" in n for n in config.values())
+    assert set(config) == {"batch_norm_0", "batch_norm_1"} and all(
+        "momentum: Linen" in n for n in config.values()
+    )
 
 
 def test_twin_without_a_linen_param_cannot_be_checked():
@@ -102,7 +123,12 @@ def test_twin_without_a_linen_param_cannot_be_checked():
 def test_parity_json_and_console(cnn_result, tmp_path):
     data = json.loads(parity_json(cnn_result))
     assert data["schema"] == "linen2nnx-parity/2" and data["passed"] is True
-    assert data["checks"]["grad"] == {"passed": True, "leaves": 12, "failed": 0, "max_abs": data["checks"]["grad"]["max_abs"]}
+    assert data["checks"]["grad"] == {
+        "passed": True,
+        "leaves": 12,
+        "failed": 0,
+        "max_abs": data["checks"]["grad"]["max_abs"],
+    }
     assert {lf["check"] for lf in data["leaves"]} == set(data["checks"])
     assert json.loads(write_json(cnn_result, tmp_path / "parity.json").read_text()) == data
     out = io.StringIO()

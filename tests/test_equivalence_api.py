@@ -22,13 +22,38 @@ from linen2nnx.errors import L2NError, ModelBuildError, SpecError
 from linen2nnx.spec import import_file
 
 ROOT = Path(__file__).resolve().parents[1]
-check_module = importlib.import_module("linen2nnx.equivalence.check")  # the module; the package exports the function
+check_module = importlib.import_module(
+    "linen2nnx.equivalence.check"
+)  # the module; the package exports the function
 twins = import_file(Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py")
 
-LEAF_KEYS = {"check", "path", "shape", "dtype", "max_abs", "max_rel", "mean_abs", "cosine", "tol", "passed", "note",
-             "extra"}
-TOP_KEYS = {"schema", "passed", "model", "linen_source", "nnx_source", "tolerances", "checks", "leaves", "divergence",
-            "training", "timings_s"}
+LEAF_KEYS = {
+    "check",
+    "path",
+    "shape",
+    "dtype",
+    "max_abs",
+    "max_rel",
+    "mean_abs",
+    "cosine",
+    "tol",
+    "passed",
+    "note",
+    "extra",
+}
+TOP_KEYS = {
+    "schema",
+    "passed",
+    "model",
+    "linen_source",
+    "nnx_source",
+    "tolerances",
+    "checks",
+    "leaves",
+    "divergence",
+    "training",
+    "timings_s",
+}
 
 
 def _validate(data: dict) -> None:
@@ -86,8 +111,12 @@ def test_tolerance_table_defaults_overrides_and_depth():
     assert t.tol("x", "p", "int32", 5.0) == 0.0  # integers must match exactly
     o = Tolerances.coerce({"overrides": {"grad:*/embedding": 1e-3, "*/bias": 1e-4}, "depth_exponent": 1.0})
     assert o.tol("grad", "embed/embedding", "float32", 0.0) == pytest.approx(1e-3)
-    assert o.tol("forward/eval", "embed/embedding", "float32", 0.0) == pytest.approx(1e-5)  # check-scoped pattern
-    assert o.tol("loss", "x/bias", "float32", 0.0, depth=3) == pytest.approx(4e-4)  # path-only pattern, linear depth
+    assert o.tol("forward/eval", "embed/embedding", "float32", 0.0) == pytest.approx(
+        1e-5
+    )  # check-scoped pattern
+    assert o.tol("loss", "x/bias", "float32", 0.0, depth=3) == pytest.approx(
+        4e-4
+    )  # path-only pattern, linear depth
     assert Tolerances.coerce(1e-3).tol("x", "p", "float32", 0.0) == pytest.approx(1e-3)  # the old atol_factor
     with pytest.raises(TypeError):
         Tolerances.coerce("tight")
@@ -132,7 +161,11 @@ def test_failed_check_names_the_culprit_and_assert_parity_prints_it(eps_result, 
     data = json.loads(json.dumps(r.to_json(), allow_nan=False))
     _validate(data)
     assert data["divergence"]["culprit"]["nnx_path"] == "batch_norm_0"
-    assert data["divergence"]["modules"][1] == {**data["divergence"]["modules"][1], "order": 1, "passed": False}
+    assert data["divergence"]["modules"][1] == {
+        **data["divergence"]["modules"][1],
+        "order": 1,
+        "passed": False,
+    }
     table = r.failure_table()
     assert "forward/eval" in table and "batch_norm_1/mean" in table and "NNX batch_norm_0" in table
     seen = {}
@@ -144,7 +177,11 @@ def test_failed_check_names_the_culprit_and_assert_parity_prints_it(eps_result, 
     monkeypatch.setattr(check_module, "check", fake_check)
     with pytest.raises(AssertionError, match=r"first divergence .*batch_norm_0") as e:
         assert_parity("spec:pair", name_map="map.json", steps=2)
-    assert "parity FAILED for cnn" in str(e.value) and seen == {"pair": "spec:pair", "name_map": "map.json", "steps": 2}
+    assert "parity FAILED for cnn" in str(e.value) and seen == {
+        "pair": "spec:pair",
+        "name_map": "map.json",
+        "steps": 2,
+    }
     monkeypatch.setattr(check_module, "check", lambda *a, **k: dataclasses.replace(eps_result, passed=True))
     assert assert_parity("spec:pair").model == "cnn"
 
@@ -187,7 +224,9 @@ def test_mesh_uses_the_mesh_module(monkeypatch):
 
     def partition_spec_leaves(pair, model, table):
         calls.append(("specs", len(table)))
-        return [equivalence.LeafResult("partition_spec", "dense1/kernel", (4, 8), 0.0, 0.0, 0.0, 1.0, 0.0, True)]
+        return [
+            equivalence.LeafResult("partition_spec", "dense1/kernel", (4, 8), 0.0, 0.0, 0.0, 1.0, 0.0, True)
+        ]
 
     fake = types.SimpleNamespace(mesh_scope=mesh_scope, partition_spec_leaves=partition_spec_leaves)
     monkeypatch.setattr(equivalence, "mesh", fake, raising=False)
@@ -228,11 +267,14 @@ r = check(pair, mesh={{"data": 2, "fsdp": 2, "tensor": 2}})
 print(json.dumps(r.to_json()))
 """
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert data["passed"] is False and data["divergence"]["culprit"]["nnx_path"] == ""  # the root's own activation
+    assert (
+        data["passed"] is False and data["divergence"]["culprit"]["nnx_path"] == ""
+    )  # the root's own activation
     modules = {m["nnx_path"]: m for m in data["divergence"]["modules"]}
     assert modules["dense1"]["passed"] and not modules["dense2"]["passed"]  # dense2 gets relu(.), not gelu(.)
     assert modules["dense1"]["order"] < modules["dense2"]["order"] < modules[""]["order"]

@@ -21,7 +21,7 @@ def _targets(node: ast.AST, modules: set[str]) -> set[str]:
     if isinstance(node, ast.Import):
         for alias in node.names:
             if alias.name.startswith(PACKAGE + "."):
-                out.add(alias.name[len(PACKAGE) + 1:].split(".")[0])
+                out.add(alias.name[len(PACKAGE) + 1 :].split(".")[0])
     elif isinstance(node, ast.ImportFrom):
         base = node.module or ""
         if node.level:  # relative: ``from .compare import x`` / ``from . import mesh``
@@ -30,7 +30,7 @@ def _targets(node: ast.AST, modules: set[str]) -> set[str]:
             for alias in node.names:
                 out.add(alias.name if alias.name in modules else "__init__")
         elif base.startswith(PACKAGE + "."):
-            out.add(base[len(PACKAGE) + 1:].split(".")[0])
+            out.add(base[len(PACKAGE) + 1 :].split(".")[0])
     return out & (modules | {"__init__"})
 
 

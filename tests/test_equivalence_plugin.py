@@ -18,7 +18,8 @@ def _plugin_args() -> list[str]:
 
 
 def test_fixture_and_marker_in_a_users_suite(pytester, tmp_path):
-    pytester.makepyfile(test_port=f"""
+    pytester.makepyfile(
+        test_port=f"""
         import dataclasses
 
         import pytest
@@ -47,7 +48,8 @@ def test_fixture_and_marker_in_a_users_suite(pytester, tmp_path):
 
         def test_no_pair(linen2nnx_parity):
             linen2nnx_parity()
-    """)
+    """
+    )
     out = tmp_path / "parity-json"
     result = pytester.runpytest_inprocess(*_plugin_args(), "-p", "no:benchmark", "--linen2nnx-json", str(out))
     result.assert_outcomes(passed=1, failed=2)
@@ -55,13 +57,20 @@ def test_fixture_and_marker_in_a_users_suite(pytester, tmp_path):
     assert "parity FAILED for mlp" in text and "first divergence (forward/eval" in text
     assert "training parity over 1 steps" in text  # the marker's steps=1 reached check
     assert "give a pair / spec reference" in text
-    result.stdout.fnmatch_lines(["*linen2nnx parity*", "PASS mlp: * leaves, 0 failed (test_port.py::test_faithful_port)",
-                                 "FAIL mlp: * leaves, * failed (test_port.py::test_broken_port)"])
+    result.stdout.fnmatch_lines(
+        [
+            "*linen2nnx parity*",
+            "PASS mlp: * leaves, 0 failed (test_port.py::test_faithful_port)",
+            "FAIL mlp: * leaves, * failed (test_port.py::test_broken_port)",
+        ]
+    )
     files = sorted(p.name for p in out.iterdir())
     assert files == ["test_port.py_test_broken_port.json", "test_port.py_test_faithful_port.json"]
     broken = json.loads((out / files[0]).read_text())
     assert broken["schema"] == "linen2nnx-parity/2" and broken["passed"] is False
-    assert broken["divergence"]["culprit"]["nnx_path"] == "" and broken["training"]["steps"] == 1  # the root's own code
+    assert (
+        broken["divergence"]["culprit"]["nnx_path"] == "" and broken["training"]["steps"] == 1
+    )  # the root's own code
 
 
 def test_marker_is_registered(pytester):

@@ -7,7 +7,7 @@ import pytest
 
 from linen2nnx.migrate import migrate_source
 
-BLOCK = '''
+BLOCK = """
 from functools import partial
 from typing import Any
 
@@ -28,7 +28,7 @@ class Block(nn.Module):
             x = self.conv(self.features, (1, 1), self.strides, name="proj")(x)
         return x + y
 
-'''
+"""
 
 
 def manual_rules(source: str) -> set[str]:
@@ -43,7 +43,9 @@ def migrate(source: str) -> str:
 @pytest.mark.parametrize("binding", ["nn.Conv", "partial(nn.Conv, use_bias=False)"])
 def test_a_field_bound_to_one_layer_is_built_in_init(binding):
     out = migrate(BLOCK.format(padding="") + f"Net = partial(Block, 4, {binding})\n")
-    assert "self.conv_0 = self.conv(in_features, self.features, (3, 3), strides=self.strides, rngs=rngs)" in out
+    assert (
+        "self.conv_0 = self.conv(in_features, self.features, (3, 3), strides=self.strides, rngs=rngs)" in out
+    )
     assert "if in_features != self.features or self.strides not in (None, 1, (1, 1)):" in out
     assert "nnx.Conv" in out.strip().splitlines()[-1] and "nn.Conv" not in out
 
@@ -53,7 +55,9 @@ def test_a_field_with_no_binding_stays_manual():
 
 
 def test_a_field_bound_to_two_different_layers_stays_manual():
-    src = BLOCK.format(padding="") + "A = partial(Block, 4, nn.Conv)\nB = partial(Block, 4, nn.ConvTranspose)\n"
+    src = (
+        BLOCK.format(padding="") + "A = partial(Block, 4, nn.Conv)\nB = partial(Block, 4, nn.ConvTranspose)\n"
+    )
     assert "L2N-MOD-008" in manual_rules(src)
 
 
@@ -80,7 +84,7 @@ def test_a_partial_that_strides_leaves_the_shape_test_manual():
 
 
 def test_an_activation_field_bound_by_the_caller_keeps_the_size():
-    src = '''
+    src = """
     from typing import Callable
     from flax import linen as nn
 
@@ -95,5 +99,5 @@ def test_an_activation_field_bound_by_the_caller_keeps_the_size():
         @nn.compact
         def __call__(self, x):
             return Block(act=nn.relu)(x)
-    '''
+    """
     assert "self.dense_0 = nnx.Linear(5, 3, rngs=rngs)" in migrate(src)

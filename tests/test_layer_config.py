@@ -45,8 +45,9 @@ class Net(nnx.Module):
 
 def _pair(**twin) -> ModelPair:
     batch = {"x": jax.random.normal(jax.random.key(3), (6, 3))}
-    linen = LinenSide(model=LNet(), batch=batch, name="net", mutable=("batch_stats",),
-                      loss=lambda out, b: jnp.mean(out ** 2))
+    linen = LinenSide(
+        model=LNet(), batch=batch, name="net", mutable=("batch_stats",), loss=lambda out, b: jnp.mean(out**2)
+    )
     return ModelPair(linen=linen, nnx_factory=lambda rngs: Net(rngs, **twin))
 
 
@@ -74,7 +75,9 @@ def test_a_changed_dropout_rate_fails_config_alone_and_names_the_module():
     assert not r.passed
     assert {lf.check for lf in r.failures} == {"config"}  # every number agrees: dropout is off
     (bad,) = r.failures
-    assert bad.path == "drop" and "Linen drop / NNX drop" in bad.note and "rate: Linen 0.1, NNX 0.5" in bad.note
+    assert (
+        bad.path == "drop" and "Linen drop / NNX drop" in bad.note and "rate: Linen 0.1, NNX 0.5" in bad.note
+    )
     assert (r.divergence.culprit.nnx_path, r.divergence.culprit.check) == ("drop", "config")
     assert "rate: Linen 0.1, NNX 0.5" in r.failure_table()
     data = r.to_json()
@@ -99,8 +102,11 @@ def test_momentum_epsilon_and_a_dropped_call_flag_fail():
 def test_the_name_table_and_unset_settings():
     assert ("rate", "rate") in FIELDS["Dropout"] and ("momentum", "momentum") in FIELDS["BatchNorm"]
     pairs = FIELDS["GroupNorm"]
-    agree, differ = compare_settings(pairs, {"epsilon": 1e-6, "num_groups": 32, "group_size": None},
-                                     {"epsilon": 1e-6, "num_groups": 32, "group_size": 2})
+    agree, differ = compare_settings(
+        pairs,
+        {"epsilon": 1e-6, "num_groups": 32, "group_size": None},
+        {"epsilon": 1e-6, "num_groups": 32, "group_size": 2},
+    )
     assert differ == [] and len(agree) == 2  # Linen leaves group_size to be derived: not compared
     agree, differ = compare_settings((("rate", "p"),), {"rate": 0.1}, {"p": 0.2})
     assert differ == ["rate (NNX p): Linen 0.1, NNX 0.2"]

@@ -4,7 +4,6 @@ Weights are perturbed away from their init values so a swapped or dropped leaf c
 ones/zeros initialisers.
 """
 
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -23,23 +22,49 @@ CASES = {
     "LayerNorm": ("nn.LayerNorm(epsilon=1e-3)(nn.Dense(6)(x))", (2, 4), "float32", ()),
     "RMSNorm": ("nn.RMSNorm()(nn.Dense(6)(x))", (2, 4), "float32", ()),
     "GroupNorm": ("nn.GroupNorm(num_groups=2)(x)", (2, 3, 4), "float32", ()),
-    "BatchNorm": ("nn.BatchNorm(use_running_average=not train, momentum=0.8)(x)", (4, 6), "float32",
-                  ("batch_stats",)),
+    "BatchNorm": (
+        "nn.BatchNorm(use_running_average=not train, momentum=0.8)(x)",
+        (4, 6),
+        "float32",
+        ("batch_stats",),
+    ),
     "Dropout": ("nn.Dense(3)(nn.Dropout(0.5, deterministic=not train)(x))", (2, 4), "float32", ()),
     "DenseGeneral": ("nn.DenseGeneral((2, 3))(nn.DenseGeneral(5, axis=-1)(x))", (2, 4), "float32", ()),
     "MultiHeadDotProductAttention": (
         "nn.MultiHeadDotProductAttention(2, qkv_features=8, dropout_rate=0.3, broadcast_dropout=False)"
-        "(x, inputs_kv=x * 2, deterministic=not train)", (2, 5, 6), "float32", ()),
+        "(x, inputs_kv=x * 2, deterministic=not train)",
+        (2, 5, 6),
+        "float32",
+        (),
+    ),
     "LSTMCell": ("nn.RNN(nn.LSTMCell(5))(x)", (2, 6, 3), "float32", ()),
-    "OptimizedLSTMCell": ("nn.RNN(nn.OptimizedLSTMCell(5), reverse=True, keep_order=True)(x)", (2, 6, 3), "float32", ()),
+    "OptimizedLSTMCell": (
+        "nn.RNN(nn.OptimizedLSTMCell(5), reverse=True, keep_order=True)(x)",
+        (2, 6, 3),
+        "float32",
+        (),
+    ),
     "SimpleCell": ("nn.RNN(nn.SimpleCell(4))(x)", (2, 6, 3), "float32", ()),
     "RNN": ("nn.Dense(2)(nn.RNN(nn.LSTMCell(4), name='encoder')(nn.Dense(3)(x)))", (2, 6, 3), "float32", ()),
-    "Bidirectional": ("nn.Bidirectional(nn.RNN(nn.SimpleCell(3)), nn.RNN(nn.LSTMCell(3)))(x)", (2, 6, 3),
-                      "float32", ()),
-    "Sequential": ("nn.Sequential([nn.Dense(4), nn.relu, nn.Dense(2)])(nn.Dense(3)(x))", (2, 5), "float32", ()),
+    "Bidirectional": (
+        "nn.Bidirectional(nn.RNN(nn.SimpleCell(3)), nn.RNN(nn.LSTMCell(3)))(x)",
+        (2, 6, 3),
+        "float32",
+        (),
+    ),
+    "Sequential": (
+        "nn.Sequential([nn.Dense(4), nn.relu, nn.Dense(2)])(nn.Dense(3)(x))",
+        (2, 5),
+        "float32",
+        (),
+    ),
     "Einsum": ("nn.Einsum((4, 3, 2), 'bi,ijk->bjk')(x)", (2, 4), "float32", ()),
-    "SelfAttention": ("nn.SelfAttention(num_heads=2, out_features=4)(x, nn.make_causal_mask(x[..., 0]))",
-                      (2, 5, 6), "float32", ()),
+    "SelfAttention": (
+        "nn.SelfAttention(num_heads=2, out_features=4)(x, nn.make_causal_mask(x[..., 0]))",
+        (2, 5, 6),
+        "float32",
+        (),
+    ),
 }
 
 TEMPLATE = """import flax.linen as nn
@@ -66,7 +91,10 @@ def test_inexact_layer_is_a_manual_finding(layer):
     manual = [f for f in result.findings if f.severity is Severity.MANUAL]
     # the finding blocks the rewrite: the class stays Linen behind nnx.bridge.ToNNX (L2N-MOD-007)
     layer_findings = [f for f in manual if f.rule == "L2N-LAYER-002"]
-    assert sorted(f.rule for f in manual) == ["L2N-LAYER-002", "L2N-MOD-007"] and f"nn.{layer}" in layer_findings[0].message
+    assert (
+        sorted(f.rule for f in manual) == ["L2N-LAYER-002", "L2N-MOD-007"]
+        and f"nn.{layer}" in layer_findings[0].message
+    )
     assert "# TODO(linen2nnx): L2N-LAYER-002" in result.output
 
 
@@ -83,8 +111,12 @@ def test_layer_parity(layer, tmp_path):
     nnx_cls = import_file(tmp_path / "nnx_layer.py").Layer
     rng = np.random.default_rng(0)
     x = rng.integers(0, 11, shape).astype(dtype) if dtype == "int32" else rng.normal(size=shape).astype(dtype)
-    side = LinenSide(model=linen_cls(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out.astype(jnp.float32) ** 2),
-                     mutable=mutable)
+    side = LinenSide(
+        model=linen_cls(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out.astype(jnp.float32) ** 2),
+        mutable=mutable,
+    )
     new_args = next(iter(result.name_map.classes.values())).new_args
     kwargs = {name: x.shape[-1] for name in new_args}
     map_path = tmp_path / "map.json"

@@ -12,13 +12,13 @@ from linen2nnx.equivalence import check, perturbed
 from linen2nnx.migrate import migrate_source
 from linen2nnx.spec import LinenSide, ModelPair, import_file
 
-HEADER = '''
+HEADER = """
 from functools import partial
 from typing import Any
 
 import jax.numpy as jnp
 from flax import linen as nn
-'''
+"""
 
 
 def migrated(body: str):
@@ -40,12 +40,20 @@ def parity(tmp_path, body: str, cls: str, shape: tuple[int, ...], **ctor):
     linen_cls = getattr(import_file(tmp_path / "linen_m.py"), cls)
     nnx_cls = getattr(import_file(tmp_path / "nnx_m.py"), cls)
     x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
-    side = LinenSide(model=linen_cls(**ctor), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
-                     train_kwargs={}, eval_kwargs={})
+    side = LinenSide(
+        model=linen_cls(**ctor),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_cls(**ctor, in_features=shape[-1], rngs=rngs),
-                     name_map=map_path)
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_cls(**ctor, in_features=shape[-1], rngs=rngs),
+        name_map=map_path,
+    )
     variables = perturbed(side.init_variables())
     report = check(pair, variables)
     assert report.passed, [(lf.check, lf.path, lf.max_abs) for lf in report.failures]
@@ -56,7 +64,9 @@ def parity(tmp_path, body: str, cls: str, shape: tuple[int, ...], **ctor):
 def test_layers_in_nested_loops_read_the_previous_elements_size(tmp_path):
     """The width reads both loop variables: each Dense after the first is sized by the one before it
     (``self.dense[-1].out_features``), and the Dense after the loops by the last one built."""
-    out = parity(tmp_path, '''
+    out = parity(
+        tmp_path,
+        """
         class Grid(nn.Module):
             rows: tuple = (2, 1)
 
@@ -66,7 +76,10 @@ def test_layers_in_nested_loops_read_the_previous_elements_size(tmp_path):
                     for j in range(n):
                         x = nn.relu(nn.Dense(3 + i + j)(x))
                 return nn.Dense(2)(x)
-        ''', "Grid", (2, 5))
+        """,
+        "Grid",
+        (2, 5),
+    )
     assert "in_features if len(self.dense) == 0 else self.dense[-1].out_features" in out
     assert "(self.dense[-1].out_features if len(self.dense) > 0 else in_features)" in out
     assert "x = nnx.relu(next(dense_iter)(x))" in out
@@ -75,7 +88,9 @@ def test_layers_in_nested_loops_read_the_previous_elements_size(tmp_path):
 def test_a_loop_body_local_is_replayed(tmp_path):
     """One loop, but its body computes the width: the loop is replayed with that line in __init__, and
     the line leaves __call__, which no longer reads it."""
-    out = parity(tmp_path, '''
+    out = parity(
+        tmp_path,
+        """
         class Widening(nn.Module):
             depth: int = 3
 
@@ -85,13 +100,19 @@ def test_a_loop_body_local_is_replayed(tmp_path):
                     width = 2 ** (i + 1)
                     x = nn.Dense(width)(x)
                 return x
-        ''', "Widening", (2, 3))
+        """,
+        "Widening",
+        (2, 3),
+    )
     init, call = out.split("def __call__")
     assert "width = 2 ** (i + 1)" in init and "width" not in call
 
 
-@pytest.mark.parametrize("body, why", [
-    ('''
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        (
+            """
         class Named(nn.Module):
             @nn.compact
             def __call__(self, x):
@@ -99,8 +120,11 @@ def test_a_loop_body_local_is_replayed(tmp_path):
                     for j in range(2):
                         x = nn.Dense(3, name=f"dense_{i}")(x)
                 return x
-     ''', "with name="),
-    ('''
+     """,
+            "with name=",
+        ),
+        (
+            """
         class Conditional(nn.Module):
             @nn.compact
             def __call__(self, x):
@@ -109,8 +133,11 @@ def test_a_loop_body_local_is_replayed(tmp_path):
                         if i == j:
                             x = nn.Dense(3)(x)
                 return x
-     ''', "under a condition"),
-    ('''
+     """,
+            "under a condition",
+        ),
+        (
+            """
         class AfterOthers(nn.Module):
             @nn.compact
             def __call__(self, x):
@@ -119,8 +146,11 @@ def test_a_loop_body_local_is_replayed(tmp_path):
                     for j in range(2):
                         x = nn.Dense(3)(x)
                 return x
-     ''', "after other Denses"),
-    ('''
+     """,
+            "after other Denses",
+        ),
+        (
+            """
         class OverInputs(nn.Module):
             @nn.compact
             def __call__(self, x):
@@ -128,8 +158,11 @@ def test_a_loop_body_local_is_replayed(tmp_path):
                     for j in range(2):
                         x = nn.Dense(3)(x)
                 return x
-     ''', "loop over call-time values"),
-])
+     """,
+            "loop over call-time values",
+        ),
+    ],
+)
 def test_what_a_nest_cannot_express_stays_manual(body, why):
     findings = manual(body)
     assert any(f.startswith("L2N-MOD-004") and why in f for f in findings), findings
@@ -137,7 +170,7 @@ def test_what_a_nest_cannot_express_stays_manual(body, why):
 
 def test_a_mode_partial_handed_to_a_class_with_its_own_batchnorm_stays_manual():
     """nnx.view would also set the flag of the BatchNorm the block builds by itself, which Linen fixes."""
-    findings = manual('''
+    findings = manual("""
         class Block(nn.Module):
             norm: Any
 
@@ -152,15 +185,16 @@ def test_a_mode_partial_handed_to_a_class_with_its_own_batchnorm_stays_manual():
             def __call__(self, x, train: bool = True):
                 norm = partial(nn.BatchNorm, use_running_average=not train)
                 return Block(norm=norm)(x)
-        ''')
-    assert any(f.startswith("L2N-MOD-004") and "whose class builds such layers otherwise too" in f
-               for f in findings), findings
+        """)
+    assert any(
+        f.startswith("L2N-MOD-004") and "whose class builds such layers otherwise too" in f for f in findings
+    ), findings
 
 
 def test_a_mode_partial_handed_to_a_class_that_may_build_none_does_not_require_one():
     """The block builds its BatchNorm only under a config test: nnx.view must not fail on a block that
     has none (Linen would simply not use the flag)."""
-    _, result = migrated('''
+    _, result = migrated("""
         class Block(nn.Module):
             norm: Any
             normed: bool = True
@@ -177,15 +211,19 @@ def test_a_mode_partial_handed_to_a_class_that_may_build_none_does_not_require_o
             def __call__(self, x, train: bool = True):
                 norm = partial(nn.BatchNorm, use_running_average=not train)
                 return Block(norm=norm, normed=False)(x)
-        ''')
-    assert "nnx.view(self.block_0, use_running_average=not train, raise_if_not_found=False)(x)" in result.output
+        """)
+    assert (
+        "nnx.view(self.block_0, use_running_average=not train, raise_if_not_found=False)(x)" in result.output
+    )
     assert not [f for f in result.findings if f.severity.value == "manual"]
 
 
 def test_two_classes_in_one_nest_share_the_replayed_loops(tmp_path):
     """A Dense then a LayerNorm per step: one replay of the loops appends to both lists in call order,
     so each LayerNorm is sized by the Dense built just before it."""
-    out = parity(tmp_path, '''
+    out = parity(
+        tmp_path,
+        """
         class Stack(nn.Module):
             groups: tuple = (1, 2)
 
@@ -195,7 +233,10 @@ def test_two_classes_in_one_nest_share_the_replayed_loops(tmp_path):
                     for _ in range(n):
                         x = nn.LayerNorm()(nn.Dense(4 * (g + 1))(x))
                 return x
-        ''', "Stack", (2, 3))
+        """,
+        "Stack",
+        (2, 3),
+    )
     init = out.split("def __call__")[0]
     assert init.count("for g, n in enumerate(self.groups):") == 1
     assert "self.layer_norm.append(nnx.LayerNorm(self.dense[-1].out_features, rngs=rngs))" in init
@@ -204,7 +245,9 @@ def test_two_classes_in_one_nest_share_the_replayed_loops(tmp_path):
 def test_a_partial_local_builds_inside_a_nest(tmp_path):
     """``dense = partial(nn.Dense, use_bias=False)`` used in the loops: each use is an element of the
     list, built from the partial's arguments."""
-    out = parity(tmp_path, '''
+    out = parity(
+        tmp_path,
+        """
         class Partials(nn.Module):
             rows: tuple = (2, 1)
 
@@ -215,5 +258,8 @@ def test_a_partial_local_builds_inside_a_nest(tmp_path):
                     for j in range(n):
                         x = jnp.tanh(dense(5 - j)(x))
                 return x
-        ''', "Partials", (2, 3))
+        """,
+        "Partials",
+        (2, 3),
+    )
     assert "self.dense.append(nnx.Linear(" in out and "use_bias=False" in out

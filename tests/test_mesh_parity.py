@@ -31,8 +31,12 @@ from linen2nnx.equivalence.mesh import (
 
 WORKER = Path(__file__).with_name("mesh_worker.py")
 TOL = 1e-5
-HANDWRITTEN_PARAMS = {"embed/embedding", "final_scale", "head/kernel", *(
-    f"blocks/{p}" for p in ("ln/scale", "ln/bias", "up/kernel", "up/bias", "down/kernel", "down/bias"))}
+HANDWRITTEN_PARAMS = {
+    "embed/embedding",
+    "final_scale",
+    "head/kernel",
+    *(f"blocks/{p}" for p in ("ln/scale", "ln/bias", "up/kernel", "up/bias", "down/kernel", "down/bias")),
+}
 DECODER_PARAMS = 12
 
 
@@ -50,8 +54,13 @@ def run_worker(scenario: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     with open(root / f"mesh_worker_{scenario}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not out.exists():
-            proc = subprocess.run([sys.executable, str(WORKER), scenario, str(out)], env=host_device_env(8),
-                                  capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(
+                [sys.executable, str(WORKER), scenario, str(out)],
+                env=host_device_env(8),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             if proc.returncode != 0:
                 out.unlink(missing_ok=True)
                 pytest.fail(f"mesh worker {scenario!r} failed:\n{proc.stderr[-4000:]}")
@@ -86,9 +95,15 @@ def test_parse_mesh_keeps_order_and_names_every_mistake():
     assert parse_mesh("data=2, fsdp=2,tensor=2") == {"data": 2, "fsdp": 2, "tensor": 2}
     assert list(parse_mesh("tensor=4,data=2")) == ["tensor", "data"]
     assert format_mesh(parse_mesh("data=2,fsdp=1")) == "data=2,fsdp=1"
-    for text, words in [("", "AXIS=SIZE"), ("data=2,", "AXIS=SIZE"), ("data", "no '='"),
-                        ("data=two", "'two'"), ("data=0", ">= 1"), ("data=2,data=2", "twice"),
-                        ("2x=2", "identifier")]:
+    for text, words in [
+        ("", "AXIS=SIZE"),
+        ("data=2,", "AXIS=SIZE"),
+        ("data", "no '='"),
+        ("data=two", "'two'"),
+        ("data=0", ">= 1"),
+        ("data=2,data=2", "twice"),
+        ("2x=2", "identifier"),
+    ]:
         with pytest.raises(MeshError, match=words):
             parse_mesh(text)
 
@@ -123,7 +138,9 @@ def test_handwritten_pair_sharded_parity_and_wrong_specs_caught(small_report):
     assert_parity(report["leaves"], len(HANDWRITTEN_PARAMS))
     specs = {lf["path"]: lf["note"] for lf in report["leaves"] if lf["check"] == "partition_spec"}
     assert set(specs) == HANDWRITTEN_PARAMS
-    assert "Linen P(None, 'fsdp', 'tensor') (logical P('layers', 'embed', 'mlp'))" in specs["blocks/up/kernel"]
+    assert (
+        "Linen P(None, 'fsdp', 'tensor') (logical P('layers', 'embed', 'mlp'))" in specs["blocks/up/kernel"]
+    )
     assert "out_sharding ('layers', 'embed', 'mlp')" in specs["blocks/up/kernel"]
     # ... and it really ran sharded: weights split as their names say, the batch over data x fsdp
     where = report["placement"]
@@ -133,7 +150,10 @@ def test_handwritten_pair_sharded_parity_and_wrong_specs_caught(small_report):
     # (b) a wrong NNX sharding name is caught on exactly that leaf, naming both specs
     wrong = [lf for lf in report["wrong_name"] if not lf["passed"]]
     assert [lf["path"] for lf in wrong] == ["blocks/up/kernel"]
-    assert "Linen P(None, 'fsdp', 'tensor')" in wrong[0]["note"] and "NNX P(None, 'tensor', 'fsdp')" in wrong[0]["note"]
+    assert (
+        "Linen P(None, 'fsdp', 'tensor')" in wrong[0]["note"]
+        and "NNX P(None, 'tensor', 'fsdp')" in wrong[0]["note"]
+    )
     # a stack built without nnx.transform_metadata(partition='layers') loses the layers axis on every leaf
     no_layers = {lf["path"]: lf["note"] for lf in report["no_layers_axis"] if not lf["passed"]}
     assert set(no_layers) == {p for p in HANDWRITTEN_PARAMS if p.startswith("blocks/")}
@@ -162,8 +182,10 @@ def test_linen_decoder_trains_sharded(decoder_report):
 def test_migrated_decoder_sharded_parity(decoder_report):
     migrated = decoder_report["migrated"]
     if "manual" in migrated:
-        pytest.skip(f"`linen2nnx migrate --trace` on linen2nnx/zoo/decoder/model.py still reports "
-                    f"{len(migrated['manual'])} manual finding(s), e.g. {migrated['manual'][0]}")
+        pytest.skip(
+            f"`linen2nnx migrate --trace` on linen2nnx/zoo/decoder/model.py still reports "
+            f"{len(migrated['manual'])} manual finding(s), e.g. {migrated['manual'][0]}"
+        )
     assert migrated["passed"]
     assert_parity(migrated["leaves"], DECODER_PARAMS)
     layouts = decoder_report["layouts"]  # scan off (layers_0, layers_1) and the minimal remat policy too
@@ -185,7 +207,12 @@ def test_demo_with_a_mesh_reruns_itself_with_host_devices(tmp_path, capfd):
     from linen2nnx.cli import main
 
     out = tmp_path / "demo"
-    assert main(["demo", "--model", "mlp", "--out", str(out), "--steps", "3", "--mesh", "data=2,fsdp=2,tensor=2"]) == 0
+    assert (
+        main(
+            ["demo", "--model", "mlp", "--out", str(out), "--steps", "3", "--mesh", "data=2,fsdp=2,tensor=2"]
+        )
+        == 0
+    )
     text = "".join(capfd.readouterr())
     if jax.device_count() < 8:
         assert "rerunning the demo with 8 host CPU devices" in text

@@ -160,8 +160,22 @@ def test_unsafe_fixes_and_selection_reach_migrate_source(cnn, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(engine, "migrate_source", spy)
-    main(["migrate", str(cnn), "--check", "--isolated", "--unsafe-fixes", "--select", "L2N-MOD", "--ignore", "L2N-MOD-004"])
-    assert seen == [{"select": ("L2N-MOD",), "ignore": ("L2N-MOD-004",), "unsafe_fixes": True, "external": {}}]
+    main(
+        [
+            "migrate",
+            str(cnn),
+            "--check",
+            "--isolated",
+            "--unsafe-fixes",
+            "--select",
+            "L2N-MOD",
+            "--ignore",
+            "L2N-MOD-004",
+        ]
+    )
+    assert seen == [
+        {"select": ("L2N-MOD",), "ignore": ("L2N-MOD-004",), "unsafe_fixes": True, "external": {}}
+    ]
 
 
 # ---- config ------------------------------------------------------------------------------------------
@@ -181,8 +195,21 @@ def test_config_is_read_from_the_nearest_pyproject(cnn, tmp_path):
     assert len(data["files"]) == 1 and data["files"][0]["path"].endswith("cnn.py")
     assert "L2N-SHAPE-003" not in data["by_rule"]
     # flags override the config: --ignore replaces its ignore list, --exclude its exclude list
-    main(["migrate", str(cnn), "--check", "--report", str(report), "--format", "json", "--ignore", "L2N-MOD-004",
-          "--exclude", "nothing"])
+    main(
+        [
+            "migrate",
+            str(cnn),
+            "--check",
+            "--report",
+            str(report),
+            "--format",
+            "json",
+            "--ignore",
+            "L2N-MOD-004",
+            "--exclude",
+            "nothing",
+        ]
+    )
     data = json.loads(report.read_text())
     assert "L2N-SHAPE-003" in data["by_rule"] and len(data["files"]) == 2
 
@@ -210,14 +237,17 @@ def test_pyproject_without_our_table_is_skipped(tmp_path):
     assert load_config(tmp_path) == MigrateConfig()
 
 
-@pytest.mark.parametrize(("body", "named"), [
-    ('selec = ["L2N-MOD"]\n', "unknown key 'selec' (did you mean 'select'?)"),
-    ('select = "L2N-MOD"\n', "select: expected a list of strings"),
-    ('ignore = ["L2N-NOPE"]\n', "ignore: 'L2N-NOPE' matches no rule"),
-    ('unsafe-fixes = "yes"\n', "unsafe-fixes: expected true or false"),
-    ("jobs = -1\n", "jobs: expected a whole number >= 0"),
-    ("jobs = [\n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ('selec = ["L2N-MOD"]\n', "unknown key 'selec' (did you mean 'select'?)"),
+        ('select = "L2N-MOD"\n', "select: expected a list of strings"),
+        ('ignore = ["L2N-NOPE"]\n', "ignore: 'L2N-NOPE' matches no rule"),
+        ('unsafe-fixes = "yes"\n', "unsafe-fixes: expected true or false"),
+        ("jobs = -1\n", "jobs: expected a whole number >= 0"),
+        ("jobs = [\n", "not valid TOML"),
+    ],
+)
 def test_bad_config_names_file_and_key(tmp_path, cnn, capsys, body, named):
     pyproject = _pyproject(tmp_path, body)
     assert main(["migrate", str(cnn), "--check"]) == 2
@@ -231,7 +261,9 @@ def test_explicit_config_and_isolated(tmp_path, cnn, capsys):
     good.write_text('ignore = ["L2N-SHAPE-003"]\n')
     assert main(["migrate", str(cnn), "--check", "--isolated"]) == 1
     report = tmp_path / "r.json"
-    code = main(["migrate", str(cnn), "--check", "--config", str(good), "--report", str(report), "--format", "json"])
+    code = main(
+        ["migrate", str(cnn), "--check", "--config", str(good), "--report", str(report), "--format", "json"]
+    )
     data = json.loads(report.read_text())
     assert code == 1 and "L2N-SHAPE-003" not in data["by_rule"]
     assert main(["migrate", str(cnn), "--check", "--config", str(bad)]) == 2
@@ -306,8 +338,16 @@ def test_stdin_check_and_diff(monkeypatch, capsys):
     assert "+class MLP(nnx.Module):" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["-", "--write"], ["-", "--out-dir", "x"], ["-", "src"], ["src", "--stdin-filename", "a.py"],
-                                  ["-", "--report", "-"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-", "--write"],
+        ["-", "--out-dir", "x"],
+        ["-", "src"],
+        ["src", "--stdin-filename", "a.py"],
+        ["-", "--report", "-"],
+    ],
+)
 def test_stdin_usage_errors(monkeypatch, capsys, tmp_path, argv):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "src").mkdir()
@@ -339,7 +379,21 @@ def test_report_to_stdout_in_each_format(cnn, capsys, fmt):
 
 def test_report_file_in_sarif_and_markdown(cnn, tmp_path):
     for fmt, name in (("sarif", "r.sarif"), ("markdown", "r.md")):
-        assert main(["migrate", str(cnn), "--check", "--isolated", "--report", str(tmp_path / name), "--format", fmt]) == 1
+        assert (
+            main(
+                [
+                    "migrate",
+                    str(cnn),
+                    "--check",
+                    "--isolated",
+                    "--report",
+                    str(tmp_path / name),
+                    "--format",
+                    fmt,
+                ]
+            )
+            == 1
+        )
     assert json.loads((tmp_path / "r.sarif").read_text())["runs"][0]["tool"]["driver"]["name"] == "linen2nnx"
     assert "| `L2N-SHAPE-003` | manual | 1 |" in (tmp_path / "r.md").read_text()
 

@@ -44,8 +44,13 @@ from linen2nnx.migrate import Severity, migrate_source
 from linen2nnx.spec import LinenSide, ModelPair, import_file
 
 SEED = 20_260_129
-COMMON = dict(deadline=None, database=None, derandomize=False, print_blob=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+COMMON = dict(
+    deadline=None,
+    database=None,
+    derandomize=False,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 STATIC = settings(max_examples=30, **COMMON)
 NUMERIC = settings(max_examples=8, **COMMON)
 BAD = (Severity.MANUAL, Severity.ERROR)
@@ -58,8 +63,11 @@ def _migrate(source: str):
 
 
 def _explain(gen: GenFile, result) -> str:
-    findings = "\n".join(f"  {f.rule} {f.severity.value} {f.line}: {f.message}" for f in result.findings
-                         if f.severity is not Severity.CONVERTED)
+    findings = "\n".join(
+        f"  {f.rule} {f.severity.value} {f.line}: {f.message}"
+        for f in result.findings
+        if f.severity is not Severity.CONVERTED
+    )
     return f"--- input\n{gen.source}\n--- output\n{result.output}\n--- findings\n{findings}"
 
 
@@ -101,12 +109,18 @@ def test_migration_is_idempotent(gen):
 def _imports_linen(tree: ast.Module) -> list[int]:
     lines = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(a.name == "flax.linen" or a.name.startswith("flax.linen.")
-                                                for a in node.names):
+        if isinstance(node, ast.Import) and any(
+            a.name == "flax.linen" or a.name.startswith("flax.linen.") for a in node.names
+        ):
             lines.append(node.lineno)
-        elif isinstance(node, ast.ImportFrom) and node.module is not None and (
-            node.module == "flax.linen" or node.module.startswith("flax.linen.")
-            or (node.module == "flax" and any(a.name == "linen" for a in node.names))
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module is not None
+            and (
+                node.module == "flax.linen"
+                or node.module.startswith("flax.linen.")
+                or (node.module == "flax" and any(a.name == "linen" for a in node.names))
+            )
         ):
             lines.append(node.lineno)
     return lines
@@ -183,14 +197,23 @@ def test_numeric_parity(gen):
             imported = [linen_mod.__name__, nnx_mod.__name__]
             linen_cls, nnx_cls = getattr(linen_mod, root.name), getattr(nnx_mod, root.name)
             x = np.random.default_rng(0).normal(size=root.input_shape).astype("float32")
-            side = LinenSide(model=linen_cls(**root.ctor_kwargs), batch={"x": x}, loss=_loss,
-                             train_kwargs=root.train_kwargs, eval_kwargs=root.eval_kwargs, mutable=root.mutable)
+            side = LinenSide(
+                model=linen_cls(**root.ctor_kwargs),
+                batch={"x": x},
+                loss=_loss,
+                train_kwargs=root.train_kwargs,
+                eval_kwargs=root.eval_kwargs,
+                mutable=root.mutable,
+            )
             entry = result.name_map.classes[result.name_map.find_class(root.name, MODULE)]
             new_args = {name: x.shape[-1] for name in entry.new_args}
             map_path = Path(tmp) / "map.json"
             result.name_map.save(map_path)
-            pair = ModelPair(linen=side, name_map=map_path,
-                             nnx_factory=lambda rngs: nnx_cls(**root.ctor_kwargs, **new_args, rngs=rngs))
+            pair = ModelPair(
+                linen=side,
+                name_map=map_path,
+                nnx_factory=lambda rngs: nnx_cls(**root.ctor_kwargs, **new_args, rngs=rngs),
+            )
             variables = _init_perturbed(side)
             parity = check(pair, variables)
         finally:
@@ -237,7 +260,10 @@ class A(nn.Module):
 """
     result = _migrate(src)
     # blocked: the class stays Linen behind nnx.bridge.ToNNX (L2N-MOD-007) rather than half-rewritten
-    assert sorted(f.rule for f in result.findings if f.severity.value == "manual") == ["L2N-MOD-004", "L2N-MOD-007"]
+    assert sorted(f.rule for f in result.findings if f.severity.value == "manual") == [
+        "L2N-MOD-004",
+        "L2N-MOD-007",
+    ]
 
 
 def test_positional_dropout_mode_becomes_a_keyword():

@@ -38,13 +38,30 @@ from linen2nnx.reports.migration import (
 
 @pytest.fixture(scope="module")
 def result() -> MigrationResult:
-    files = [migrate_source(fixture(name).read_text(), f"src/{name}") for name in
-             ("compact_cnn_in.py", "setup_mlp_in.py", "not_flax_in.py")]
+    files = [
+        migrate_source(fixture(name).read_text(), f"src/{name}")
+        for name in ("compact_cnn_in.py", "setup_mlp_in.py", "not_flax_in.py")
+    ]
     broken = migrate_source("import flax.linen as nn\nclass X(nn.Module:\n", "src/broken file.py")
-    odd = FileResult(Path("src/odd.py"), "src/odd.py", "x", "y", [
-        Finding("L2N-API-002", Severity.MANUAL, "src/odd.py", 0, 0, "a | pipe, <b>html</b>, __init__ and `a|b`", "h_1"),
-        Finding("L2N-SHAPE-004", Severity.UNSAFE, "src/odd.py", 3, 2, "assumed", ""),
-    ], NameMap())
+    odd = FileResult(
+        Path("src/odd.py"),
+        "src/odd.py",
+        "x",
+        "y",
+        [
+            Finding(
+                "L2N-API-002",
+                Severity.MANUAL,
+                "src/odd.py",
+                0,
+                0,
+                "a | pipe, <b>html</b>, __init__ and `a|b`",
+                "h_1",
+            ),
+            Finding("L2N-SHAPE-004", Severity.UNSAFE, "src/odd.py", 3, 2, "assumed", ""),
+        ],
+        NameMap(),
+    )
     return MigrationResult([*files, broken, odd], NameMap(), Mode.CHECK)
 
 
@@ -62,12 +79,31 @@ def test_json_schema_is_stable_and_counts_by_rule(result):
 
 
 # ---- SARIF -------------------------------------------------------------------------------------------
-_LOCATION = {"type": "object", "required": ["physicalLocation"], "properties": {"physicalLocation": {
-    "type": "object", "required": ["artifactLocation", "region"], "properties": {
-        "artifactLocation": {"type": "object", "required": ["uri"], "properties": {"uri": {"type": "string"}}},
-        "region": {"type": "object", "required": ["startLine", "startColumn"], "properties": {
-            "startLine": {"type": "integer", "minimum": 1}, "startColumn": {"type": "integer", "minimum": 1}}},
-    }}}}
+_LOCATION = {
+    "type": "object",
+    "required": ["physicalLocation"],
+    "properties": {
+        "physicalLocation": {
+            "type": "object",
+            "required": ["artifactLocation", "region"],
+            "properties": {
+                "artifactLocation": {
+                    "type": "object",
+                    "required": ["uri"],
+                    "properties": {"uri": {"type": "string"}},
+                },
+                "region": {
+                    "type": "object",
+                    "required": ["startLine", "startColumn"],
+                    "properties": {
+                        "startLine": {"type": "integer", "minimum": 1},
+                        "startColumn": {"type": "integer", "minimum": 1},
+                    },
+                },
+            },
+        }
+    },
+}
 _LEVEL = {"enum": ["none", "note", "warning", "error"]}
 MINIMAL_SARIF_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -75,34 +111,78 @@ MINIMAL_SARIF_SCHEMA: dict[str, Any] = {
     "properties": {
         "$schema": {"type": "string"},
         "version": {"const": "2.1.0"},
-        "runs": {"type": "array", "minItems": 1, "maxItems": 1, "items": {
-            "type": "object",
-            "required": ["tool", "results"],
-            "properties": {
-                "tool": {"type": "object", "required": ["driver"], "properties": {"driver": {
-                    "type": "object", "required": ["name", "rules"], "properties": {
-                        "name": {"type": "string"},
-                        "rules": {"type": "array", "items": {
-                            "type": "object", "required": ["id", "shortDescription", "defaultConfiguration"],
+        "runs": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["tool", "results"],
+                "properties": {
+                    "tool": {
+                        "type": "object",
+                        "required": ["driver"],
+                        "properties": {
+                            "driver": {
+                                "type": "object",
+                                "required": ["name", "rules"],
+                                "properties": {
+                                    "name": {"type": "string"},
+                                    "rules": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "required": ["id", "shortDescription", "defaultConfiguration"],
+                                            "properties": {
+                                                "id": {"type": "string"},
+                                                "shortDescription": {
+                                                    "type": "object",
+                                                    "required": ["text"],
+                                                    "properties": {"text": {"type": "string"}},
+                                                },
+                                                "defaultConfiguration": {
+                                                    "type": "object",
+                                                    "required": ["level"],
+                                                    "properties": {"level": _LEVEL},
+                                                },
+                                            },
+                                        },
+                                    },
+                                },
+                            }
+                        },
+                    },
+                    "results": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["ruleId", "level", "message", "locations"],
                             "properties": {
-                                "id": {"type": "string"},
-                                "shortDescription": {"type": "object", "required": ["text"],
-                                                     "properties": {"text": {"type": "string"}}},
-                                "defaultConfiguration": {"type": "object", "required": ["level"],
-                                                         "properties": {"level": _LEVEL}},
-                            }}},
-                    }}}},
-                "results": {"type": "array", "items": {
-                    "type": "object", "required": ["ruleId", "level", "message", "locations"],
-                    "properties": {
-                        "ruleId": {"type": "string"},
-                        "ruleIndex": {"type": "integer", "minimum": 0},
-                        "level": _LEVEL,
-                        "kind": {"enum": ["notApplicable", "pass", "fail", "review", "open", "informational"]},
-                        "message": {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}},
-                        "locations": {"type": "array", "minItems": 1, "items": _LOCATION},
-                    }}},
-            }}},
+                                "ruleId": {"type": "string"},
+                                "ruleIndex": {"type": "integer", "minimum": 0},
+                                "level": _LEVEL,
+                                "kind": {
+                                    "enum": [
+                                        "notApplicable",
+                                        "pass",
+                                        "fail",
+                                        "review",
+                                        "open",
+                                        "informational",
+                                    ]
+                                },
+                                "message": {
+                                    "type": "object",
+                                    "required": ["text"],
+                                    "properties": {"text": {"type": "string"}},
+                                },
+                                "locations": {"type": "array", "minItems": 1, "items": _LOCATION},
+                            },
+                        },
+                    },
+                },
+            },
+        },
     },
 }
 
@@ -217,8 +297,12 @@ def test_markdown_cells_are_escaped(result):
 
 def test_markdown_truncates_long_files():
     findings = [Finding("L2N-API-002", Severity.MANUAL, "m.py", i, 1, f"m{i}") for i in range(1, 8)]
-    md = render_markdown(MigrationResult([FileResult(Path("m.py"), "m.py", "a", "b", findings, NameMap())],
-                                         NameMap(), Mode.CHECK), max_rows_per_file=5)
+    md = render_markdown(
+        MigrationResult(
+            [FileResult(Path("m.py"), "m.py", "a", "b", findings, NameMap())], NameMap(), Mode.CHECK
+        ),
+        max_rows_per_file=5,
+    )
     assert "| 5:1 |" in md and "| 6:1 |" not in md and "… and 2 more" in md
 
 

@@ -54,8 +54,12 @@ CASES = {
     "traced_literal": ("Spectral", {}, (2, 10)),  # --unsafe-fixes: the traced literal 6
     "is_initializing": ("Probe", {}, (2, 5)),  # --unsafe-fixes: self.is_initializing() -> False
 }
-SOURCES = {"flatten_input_steps": "flatten_input", "compact_dense_nobias": "compact_dense", "compact_loop_tail_short": "compact_loop_tail",
-           "compact_matmul_setup": "compact_matmul"}
+SOURCES = {
+    "flatten_input_steps": "flatten_input",
+    "compact_dense_nobias": "compact_dense",
+    "compact_loop_tail_short": "compact_loop_tail",
+    "compact_matmul_setup": "compact_matmul",
+}
 INT_INPUTS = {"compact_tied", "import_alias"}
 
 
@@ -65,23 +69,35 @@ def test_migrated_fixture_has_parity(case, tmp_path):
     source = SOURCES.get(case, case)
     src = fixture(f"{source}_in.py").read_text()
     fx = all_cases()[source]  # with the trace and options its header names
-    result = migrate_source(src, f"{source}.py", module_name=source, trace=case_trace(fx),
-                            unsafe_fixes="unsafe-fixes" in fx.options())
+    result = migrate_source(
+        src,
+        f"{source}.py",
+        module_name=source,
+        trace=case_trace(fx),
+        unsafe_fixes="unsafe-fixes" in fx.options(),
+    )
     (tmp_path / "linen_src.py").write_text(src)
     (tmp_path / "nnx_src.py").write_text(result.output)
     linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls_name)
     nnx_cls = getattr(import_file(tmp_path / "nnx_src.py"), cls_name)
     rng = np.random.default_rng(0)
     x = rng.integers(0, 11, shape) if case in INT_INPUTS else rng.normal(size=shape).astype(np.float32)
-    side = LinenSide(model=linen_cls(**ctor), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
-                     train_kwargs={}, eval_kwargs={})
+    side = LinenSide(
+        model=linen_cls(**ctor),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
     entry = result.name_map.classes[f"{source}.{cls_name}"]
     extra = {name: x.shape[-1] for name, how in entry.new_args.items() if how == "input:0"}
     extra.update({name: x.shape for name, how in entry.new_args.items() if how == "input_shape:0"})
     assert set(extra) == set(entry.new_args), entry.new_args
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_cls(**ctor, **extra, rngs=rngs), name_map=map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(**ctor, **extra, rngs=rngs), name_map=map_path
+    )
     variables = perturbed(side.init_variables())
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]

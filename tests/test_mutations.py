@@ -58,13 +58,17 @@ def test_mutations_are_detected_and_localised(model, tmp_path):
     rows = []
     for mutation in (m for m in MUTATIONS if m.model == model):
         # the long batch is what the RoPE slip needs; the other bugs show on the example batch
-        row = run_mutation(base, mutation, tmp_path, long_batch=None if mutation.name == "rope_base" else False)
+        row = run_mutation(
+            base, mutation, tmp_path, long_batch=None if mutation.name == "rope_base" else False
+        )
         rows.append(row)
         culprit = row.result.divergence.culprit if row.result.divergence else None
         assert row.detected, f"{mutation.name}: check passed on the mutated {model}"
-        assert row.localised, (f"{mutation.name}: culprit {culprit and culprit.nnx_path!r} "
-                               f"({culprit and culprit.check}), expected one of {mutation.culprits}\n"
-                               + row.result.failure_table())
+        assert row.localised, (
+            f"{mutation.name}: culprit {culprit and culprit.nnx_path!r} "
+            f"({culprit and culprit.check}), expected one of {mutation.culprits}\n"
+            + row.result.failure_table()
+        )
         assert any(c.startswith(mutation.how) for c in row.failed_checks), (mutation.name, row.failed_checks)
         if mutation.name == "rope_base":  # the spec's 4x longer batch: the slip grows with the position
             short, long = row.result.worst("forward/eval"), row.result.worst("forward/long")
@@ -77,7 +81,9 @@ def test_mutations_are_detected_and_localised(model, tmp_path):
 
 def test_twin_stands_in_when_the_migration_has_manual_findings(monkeypatch, tmp_path):
     def with_a_finding(model, out_dir):
-        return out_dir / "linen2nnx_spec.py", ["model.py:1:1: L2N-TEST [manual] pretend the codemod could not"]
+        return out_dir / "linen2nnx_spec.py", [
+            "model.py:1:1: L2N-TEST [manual] pretend the codemod could not"
+        ]
 
     monkeypatch.setattr(mutations, "migrate_zoo", with_a_finding)
     base = _base("rnn", tmp_path)

@@ -17,7 +17,9 @@ LOCAL_SDIST = Path("/tmp/flaxsrc")
 
 @pytest.fixture(scope="module")
 def harness():
-    spec = importlib.util.spec_from_file_location("bench_outside_parity", ROOT / "bench" / "outside_parity.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_outside_parity", ROOT / "bench" / "outside_parity.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses need the module registered
     spec.loader.exec_module(module)

@@ -41,11 +41,30 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 
 # ---- inputs --------------------------------------------------------------------------------------
-def _leaf(check: str, path: str, max_abs: Any, tol: Any, passed: bool, note: str = "",
-          extra: dict | None = None, shape: tuple = (4, 3)) -> dict[str, Any]:
-    return {"check": check, "path": path, "shape": list(shape), "dtype": "float32", "max_abs": max_abs,
-            "max_rel": 0.0 if max_abs == 0 else 1e-3, "mean_abs": 0.0 if max_abs == 0 else 1e-4,
-            "cosine": 1.0, "tol": tol, "passed": passed, "note": note, "extra": extra or {}}
+def _leaf(
+    check: str,
+    path: str,
+    max_abs: Any,
+    tol: Any,
+    passed: bool,
+    note: str = "",
+    extra: dict | None = None,
+    shape: tuple = (4, 3),
+) -> dict[str, Any]:
+    return {
+        "check": check,
+        "path": path,
+        "shape": list(shape),
+        "dtype": "float32",
+        "max_abs": max_abs,
+        "max_rel": 0.0 if max_abs == 0 else 1e-3,
+        "mean_abs": 0.0 if max_abs == 0 else 1e-4,
+        "cosine": 1.0,
+        "tol": tol,
+        "passed": passed,
+        "note": note,
+        "extra": extra or {},
+    }
 
 
 def _checks(leaves: list[dict]) -> dict[str, dict]:
@@ -55,48 +74,113 @@ def _checks(leaves: list[dict]) -> dict[str, dict]:
         c["leaves"] += 1
         c["failed"] += not lf["passed"]
         c["passed"] = c["failed"] == 0
-        c["max_abs"] = lf["max_abs"] if lf["max_abs"] == "inf" or c["max_abs"] == "inf" else max(c["max_abs"], lf["max_abs"])
+        c["max_abs"] = (
+            lf["max_abs"]
+            if lf["max_abs"] == "inf" or c["max_abs"] == "inf"
+            else max(c["max_abs"], lf["max_abs"])
+        )
     return dict(sorted(out.items()))
 
 
 def _tolerances(overrides: dict | None = None) -> dict[str, Any]:
-    return {"formula": "tol = base[dtype] * (1 + max|ref|) * (1 + depth) ** depth_exponent",
-            "base": {"bfloat16": 2e-2, "float32": 1e-5}, "depth_exponent": 0.5, "overrides": overrides or {}}
+    return {
+        "formula": "tol = base[dtype] * (1 + max|ref|) * (1 + depth) ** depth_exponent",
+        "base": {"bfloat16": 2e-2, "float32": 1e-5},
+        "depth_exponent": 0.5,
+        "overrides": overrides or {},
+    }
 
 
 def passing_v2() -> dict[str, Any]:
     """A clean run with a training phase whose loss curves coincide exactly."""
-    leaves = [_leaf("forward/eval", "out['logits']", 0.0, 2e-5, True, extra={"kl_max": 0.0, "top1": 1.0}),
-              _leaf("grad", "dense1/kernel", 1e-8, 1.1e-5, True), _leaf("grad", "dense1/bias", 0.0, 1.1e-5, True),
-              _leaf("loss/eval", "loss", 2e-7, 2.2e-5, True, shape=())]
+    leaves = [
+        _leaf("forward/eval", "out['logits']", 0.0, 2e-5, True, extra={"kl_max": 0.0, "top1": 1.0}),
+        _leaf("grad", "dense1/kernel", 1e-8, 1.1e-5, True),
+        _leaf("grad", "dense1/bias", 0.0, 1.1e-5, True),
+        _leaf("loss/eval", "loss", 2e-7, 2.2e-5, True, shape=()),
+    ]
     loss = [2.3 - 0.15 * i for i in range(8)]
-    return {"schema": "linen2nnx-parity/2", "passed": True, "model": "mlp", "linen_source": "runs/linen_ckpt",
-            "nnx_source": "converted in memory", "tolerances": _tolerances(), "checks": _checks(leaves),
-            "leaves": leaves, "divergence": None,
-            "training": {"steps": 8, "linen_loss": loss, "nnx_loss": list(loss), "max_rel_loss": 0.0, "passed": True,
-                         "param_leaves_failed": 0, "opt_state_leaves_failed": 0},
-            "timings_s": {"build": 0.5, "linen": 1.25, "nnx": 1.5}}
+    return {
+        "schema": "linen2nnx-parity/2",
+        "passed": True,
+        "model": "mlp",
+        "linen_source": "runs/linen_ckpt",
+        "nnx_source": "converted in memory",
+        "tolerances": _tolerances(),
+        "checks": _checks(leaves),
+        "leaves": leaves,
+        "divergence": None,
+        "training": {
+            "steps": 8,
+            "linen_loss": loss,
+            "nnx_loss": list(loss),
+            "max_rel_loss": 0.0,
+            "passed": True,
+            "param_leaves_failed": 0,
+            "opt_state_leaves_failed": 0,
+        },
+        "timings_s": {"build": 0.5, "linen": 1.25, "nnx": 1.5},
+    }
 
 
 def failing_v2() -> dict[str, Any]:
     """Logits drift from ``dense_1`` on; a gradient leaf is missing; training diverges to nan."""
-    leaves = [_leaf("forward/eval", "out['logits']", 3e-2, 2e-5, False, extra={"kl_max": 1e-3, "top1": 0.75}),
-              _leaf("forward/eval", "out['aux']", 0.0, 2e-5, True),
-              _leaf("grad", "dense_0/kernel", 1e-7, 1.1e-5, True),
-              _leaf("grad", "head/bias", "inf", 0.0, False, note="missing on the NNX side | <b>x</b> __init__"),
-              _leaf("train/params", "head/kernel", 2e-3, 3e-5, False, note="worst at step 4")]
-    modules = [{"linen_path": "Dense_0", "nnx_path": "dense_0", "order": 0, "max_abs": 0.0, "tol": 1e-5, "passed": True},
-               {"linen_path": "Dense_1", "nnx_path": "dense_1", "order": 1, "max_abs": 3e-2, "tol": 2e-5,
-                "passed": False}]
-    return {"schema": "linen2nnx-parity/2", "passed": False, "model": "mlp", "linen_source": "runs/linen_ckpt",
-            "nnx_source": "runs/nnx_ckpt", "tolerances": _tolerances(overrides={"grad:*": 1e-4}),
-            "checks": _checks(leaves), "leaves": leaves,
-            "divergence": {"culprit": {"linen_path": "Dense_1", "nnx_path": "dense_1", "check": "forward/eval",
-                                       "max_abs": 3e-2, "tol": 2e-5}, "inputs_agree": True, "modules": modules},
-            "training": {"steps": 5, "linen_loss": [2.3, 2.0, 1.7, 1.5, 1.4],
-                         "nnx_loss": [2.3, 2.01, 1.75, 1.6, "nan"], "max_rel_loss": "nan", "passed": False,
-                         "param_leaves_failed": 3, "opt_state_leaves_failed": 6},
-            "timings_s": {"build": 0.5}}
+    leaves = [
+        _leaf("forward/eval", "out['logits']", 3e-2, 2e-5, False, extra={"kl_max": 1e-3, "top1": 0.75}),
+        _leaf("forward/eval", "out['aux']", 0.0, 2e-5, True),
+        _leaf("grad", "dense_0/kernel", 1e-7, 1.1e-5, True),
+        _leaf("grad", "head/bias", "inf", 0.0, False, note="missing on the NNX side | <b>x</b> __init__"),
+        _leaf("train/params", "head/kernel", 2e-3, 3e-5, False, note="worst at step 4"),
+    ]
+    modules = [
+        {
+            "linen_path": "Dense_0",
+            "nnx_path": "dense_0",
+            "order": 0,
+            "max_abs": 0.0,
+            "tol": 1e-5,
+            "passed": True,
+        },
+        {
+            "linen_path": "Dense_1",
+            "nnx_path": "dense_1",
+            "order": 1,
+            "max_abs": 3e-2,
+            "tol": 2e-5,
+            "passed": False,
+        },
+    ]
+    return {
+        "schema": "linen2nnx-parity/2",
+        "passed": False,
+        "model": "mlp",
+        "linen_source": "runs/linen_ckpt",
+        "nnx_source": "runs/nnx_ckpt",
+        "tolerances": _tolerances(overrides={"grad:*": 1e-4}),
+        "checks": _checks(leaves),
+        "leaves": leaves,
+        "divergence": {
+            "culprit": {
+                "linen_path": "Dense_1",
+                "nnx_path": "dense_1",
+                "check": "forward/eval",
+                "max_abs": 3e-2,
+                "tol": 2e-5,
+            },
+            "inputs_agree": True,
+            "modules": modules,
+        },
+        "training": {
+            "steps": 5,
+            "linen_loss": [2.3, 2.0, 1.7, 1.5, 1.4],
+            "nnx_loss": [2.3, 2.01, 1.75, 1.6, "nan"],
+            "max_rel_loss": "nan",
+            "passed": False,
+            "param_leaves_failed": 3,
+            "opt_state_leaves_failed": 6,
+        },
+        "timings_s": {"build": 0.5},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +222,7 @@ def _set(path: str, value: Any):
             del target[last]
         else:
             target[int(last) if last.isdigit() else last] = value
+
     return mutate
 
 
@@ -184,7 +269,9 @@ def test_markdown_names_the_verdict_failures_culprit_and_training():
     assert "kl\\_max=0.001, top1=0.75" in failing
     # a note with a pipe, HTML and dunder names cannot break the table or inject markup
     assert "missing on the NNX side \\| &lt;b&gt;x&lt;/b&gt; \\_\\_init\\_\\_" in failing
-    assert all(line.count("|") - line.count("\\|") == 12 for line in failing.splitlines() if line.startswith("| `"))
+    assert all(
+        line.count("|") - line.count("\\|") == 12 for line in failing.splitlines() if line.startswith("| `")
+    )
     assert "First module whose output differs: `Dense_1` (Linen) → `dense_1` (NNX)" in md
     assert "max|Δ| 0.03 > tol 2e-05" in md and "Inputs agree: yes" in md
     assert "### Training (5 steps): ❌ **FAIL**" in md
@@ -198,7 +285,9 @@ def test_markdown_of_a_clean_run_is_short_and_green():
     assert md.startswith("## ✅ linen2nnx parity: PASS — mlp")
     assert "Failing leaves" not in md and "### Divergence" not in md and "❌" not in md
     assert "### Training (8 steps): ✅ pass" in md
-    assert "<details>\n<summary><code>grad</code>: 2 leaves, 0 failed</summary>" in md  # passing checks collapse
+    assert (
+        "<details>\n<summary><code>grad</code>: 2 leaves, 0 failed</summary>" in md
+    )  # passing checks collapse
 
 
 def test_markdown_caps_rows_and_counts_the_rest():
@@ -230,11 +319,16 @@ def test_junit_suites_cases_and_failures(junit_schema):
     grad = cases["grad"].find("failure")
     assert grad.get("type") == "ParityFailure"
     assert "1 of 2 leaves over tolerance; first: head/bias" in grad.get("message")
-    assert "head/bias" in grad.text and "dense_0/kernel" not in grad.text  # only failing leaves in the failure
+    assert (
+        "head/bias" in grad.text and "dense_0/kernel" not in grad.text
+    )  # only failing leaves in the failure
     assert "dense_0/kernel" in cases["grad"].find("system-out").text  # every leaf in the output
     assert "kl_max=0.001" in cases["forward/eval"].find("failure").text
     div = cases["divergence"].find("failure").get("message")
-    assert div.startswith("first divergent module: Dense_1 (Linen) -> dense_1 (NNX)") and "inputs agree: yes" in div
+    assert (
+        div.startswith("first divergent module: Dense_1 (Linen) -> dense_1 (NNX)")
+        and "inputs agree: yes" in div
+    )
     assert "step 5: linen 1.4 nnx nan" in cases["training"].find("failure").text
     assert cases["forward/eval"].get("classname") == "linen2nnx.mlp.forward"
     props = {p.get("name"): p.get("value") for p in suites["grad"].iter("property")}
@@ -267,15 +361,18 @@ def test_junit_strips_characters_xml_cannot_carry(junit_schema):
     assert "bad\ufffdbyte\ufffd[31m" in ET.fromstring(xml).find(".//testcase[@name='grad']/failure").text
 
 
-@pytest.mark.parametrize("bad", [
-    '<testsuites><testsuite tests="1"><testcase name="x"/></testsuite></testsuites>',  # suite without name
-    '<testsuites><testsuite name="s" tests="1"><testcase classname="c"/></testsuite></testsuites>',  # case w/o name
-    '<testsuites><testsuite name="s" tests="1"><failure/></testsuite></testsuites>',  # failure outside a case
-    '<testsuites><testsuite name="s" tests="-1"/></testsuites>',  # negative count
-    '<testsuites><testsuite name="s" tests="1" time="nan"/></testsuites>',  # time not a number
-    '<testsuites><testsuite name="s" tests="1"><testcase name="x"><system-out/><failure/></testcase>'
-    "</testsuite></testsuites>",  # outcome after output
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '<testsuites><testsuite tests="1"><testcase name="x"/></testsuite></testsuites>',  # suite without name
+        '<testsuites><testsuite name="s" tests="1"><testcase classname="c"/></testsuite></testsuites>',  # case w/o name
+        '<testsuites><testsuite name="s" tests="1"><failure/></testsuite></testsuites>',  # failure outside a case
+        '<testsuites><testsuite name="s" tests="-1"/></testsuites>',  # negative count
+        '<testsuites><testsuite name="s" tests="1" time="nan"/></testsuites>',  # time not a number
+        '<testsuites><testsuite name="s" tests="1"><testcase name="x"><system-out/><failure/></testcase>'
+        "</testsuite></testsuites>",  # outcome after output
+    ],
+)
 def test_junit_schema_rejects_malformed_reports(junit_schema, bad):
     assert not junit_schema.is_valid(bad)
 
@@ -287,8 +384,10 @@ def _assert_self_contained(page: str) -> None:
         assert needle not in page, needle
     assert not re.search(r"url\((?!#)", page)  # only references to ids inside the page
     # the only URLs are XML namespace names inside the inline SVG, which nothing fetches
-    assert set(re.findall(r"https?://[^\s\"'<>)]+", page)) <= {"http://www.w3.org/2000/svg",
-                                                               "http://www.w3.org/1999/xlink"}
+    assert set(re.findall(r"https?://[^\s\"'<>)]+", page)) <= {
+        "http://www.w3.org/2000/svg",
+        "http://www.w3.org/1999/xlink",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -319,7 +418,9 @@ def test_html_error_plot_is_log_scale_with_a_tolerance_line(failing_page):
     leaves = failing_page.split('<figure id="leaf-errors">', 1)[1].split("</figure>", 1)[0]
     labels = re.findall(r"<!-- (.*?) -->", leaves)
     assert "tolerance" in labels and any(label.startswith("max|Δ| (log scale") for label in labels)
-    assert any(re.fullmatch(r"\$\\mathdefault\{10\^\{.*\}\}\$", label) for label in labels)  # 10^k tick labels
+    assert any(
+        re.fullmatch(r"\$\\mathdefault\{10\^\{.*\}\}\$", label) for label in labels
+    )  # 10^k tick labels
     assert "grad: head/bias" in labels and "forward/eval: out['logits']" in labels
     assert LINEN_COLOR.lower() not in leaves.lower() and NNX_COLOR.lower() not in leaves.lower()
 
@@ -360,11 +461,24 @@ def _screenshot(page: str, tmp: Path) -> Any:
     tmp.mkdir(parents=True, exist_ok=True)
     html_path, png = tmp / "report.html", tmp / "shot.png"
     html_path.write_text(page, encoding="utf-8")
-    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp / 'profile'}", f"--screenshot={png}", "--window-size=1200,2000",
-           html_path.as_uri()]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp)})
+    cmd = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp / 'profile'}",
+        f"--screenshot={png}",
+        "--window-size=1200,2000",
+        html_path.as_uri(),
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp)}
+    )
     assert png.exists(), proc.stderr[-2000:]
     pixels = imread(png)  # float RGB(A) in [0, 1]
     assert pixels.shape[:2] == (2000, 1200)
@@ -372,7 +486,7 @@ def _screenshot(page: str, tmp: Path) -> Any:
 
 
 def _count(pixels: Any, hex_color: str, slack: int = 8) -> int:
-    rgb = [int(hex_color[i:i + 2], 16) for i in (1, 3, 5)]
+    rgb = [int(hex_color[i : i + 2], 16) for i in (1, 3, 5)]
     near = abs(pixels - rgb).max(axis=-1) <= slack
     return int(near.sum())
 
@@ -411,21 +525,43 @@ def test_console_shows_new_metrics_culprit_and_training():
     assert "max|Δ| 0.03 > tol 2e-05" in text and "inputs agree: yes" in text
     assert "training: 5 steps FAIL; final loss Linen 1.4, NNX nan" in text
     assert "failed leaves: params 3, opt_state 6" in text
-    assert "base: bfloat16=0.02, float32=1e-05; depth_exponent=0.5; overrides: grad:*=0.0001" in " ".join(text.split())
+    assert "base: bfloat16=0.02, float32=1e-05; depth_exponent=0.5; overrides: grad:*=0.0001" in " ".join(
+        text.split()
+    )
     assert "dense_0/kernel" in _console_text(failing_v2(), all_leaves=True)
 
 
 def test_a_version_1_result_still_validates_and_renders(junit_schema):
     """Archived ``/1`` reports (no dtype, training or divergence; one ``atol_factor``) still render."""
-    leaf = {"check": "grad", "path": "dense/kernel", "shape": [4, 3], "max_abs": 1.0, "max_rel": 0.5, "ref_max": 2.0,
-            "cosine": 0.9, "tol": 3e-5, "passed": False, "note": ""}
-    data = {"schema": "linen2nnx-parity/1", "passed": False, "model": "cnn", "linen_source": "ckpt",
-            "nnx_source": "converted in memory", "atol_factor": 1e-5,
-            "checks": {"grad": {"passed": False, "leaves": 1, "failed": 1, "max_abs": 1.0}}, "leaves": [leaf],
-            "timings_s": {"build": 0.1}}
+    leaf = {
+        "check": "grad",
+        "path": "dense/kernel",
+        "shape": [4, 3],
+        "max_abs": 1.0,
+        "max_rel": 0.5,
+        "ref_max": 2.0,
+        "cosine": 0.9,
+        "tol": 3e-5,
+        "passed": False,
+        "note": "",
+    }
+    data = {
+        "schema": "linen2nnx-parity/1",
+        "passed": False,
+        "model": "cnn",
+        "linen_source": "ckpt",
+        "nnx_source": "converted in memory",
+        "atol_factor": 1e-5,
+        "checks": {"grad": {"passed": False, "leaves": 1, "failed": 1, "max_abs": 1.0}},
+        "leaves": [leaf],
+        "timings_s": {"build": 0.1},
+    }
     jsonschema.Draft202012Validator(schema_for(data)).validate(data)
     assert "tolerance: max\\|Δ\\| ≤ 1e-05·(1 + max\\|ref\\|)" in render_parity_markdown(data)
-    assert "| `dense/kernel` | (4, 3) |  | 1 | 3e-05 | 0.5 | — | 0.9 |  | ❌ **FAIL** |" in render_parity_markdown(data)
+    assert (
+        "| `dense/kernel` | (4, 3) |  | 1 | 3e-05 | 0.5 | — | 0.9 |  | ❌ **FAIL** |"
+        in render_parity_markdown(data)
+    )
     junit_schema.validate(render_junit(data))
     assert "max|Δ| ≤ 1e-05·(1 + max|ref|)" in _console_text(data)
     assert "Parity FAIL — cnn" in render_parity_html(data)

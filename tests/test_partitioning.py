@@ -24,12 +24,18 @@ def test_partition_names_and_values_carry_over(tmp_path):
     linen_cls = import_file(tmp_path / "linen_proj.py").Proj
     nnx_cls = import_file(tmp_path / "nnx_proj.py").Proj
     x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
-    side = LinenSide(model=linen_cls(features=3), batch={"x": x}, loss=lambda out, b: jnp.mean(out**2),
-                     train_kwargs={}, eval_kwargs={})
+    side = LinenSide(
+        model=linen_cls(features=3),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_cls(features=3, in_features=5, rngs=rngs),
-                     name_map=map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(features=3, in_features=5, rngs=rngs), name_map=map_path
+    )
     variables = side.init_variables()
     parity = check(pair, perturbed(variables))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
@@ -38,13 +44,17 @@ def test_partition_names_and_values_carry_over(tmp_path):
     model = pair.make_nnx()  # no mesh: built with eager sharding off, names kept as metadata
     nnx_specs = nnx.get_partition_spec(nnx.state(model, nnx.Param))
     assert nnx_specs["scale"].get_value() == linen_specs["scale"] == jax.sharding.PartitionSpec("embed")
-    assert nnx_specs["dense_0"]["kernel"].get_value() == linen_specs["Dense_0"]["kernel"] == jax.sharding.PartitionSpec("embed", "mlp")
+    assert (
+        nnx_specs["dense_0"]["kernel"].get_value()
+        == linen_specs["Dense_0"]["kernel"]
+        == jax.sharding.PartitionSpec("embed", "mlp")
+    )
 
 
 def test_matrix_product_size_is_never_guessed():
     """``x @ w`` with a parameter of literal shape has w's last axis; with a value of unknown rank
     (which may be a vector, contracting the last axis away) it stays unknown."""
-    src = '''import flax.linen as nn
+    src = """import flax.linen as nn
 
 
 class M(nn.Module):
@@ -52,7 +62,7 @@ class M(nn.Module):
     def __call__(self, x, y):
         w = self.param("w", nn.initializers.ones_init(), (x.shape[-1], 7))
         return nn.Dense(2)(x @ w) + nn.Dense(2)(x @ y)
-'''
+"""
     result = migrate_source(src, "m.py")
     shape = [f for f in result.findings if f.rule == "L2N-SHAPE-003"]
     assert len(shape) == 1 and "unknown rank" in shape[0].message
@@ -60,7 +70,7 @@ class M(nn.Module):
 
 
 def test_logical_constraint_is_kept_and_still_runs():
-    src = '''import flax.linen as nn
+    src = """import flax.linen as nn
 
 
 class C(nn.Module):
@@ -68,7 +78,7 @@ class C(nn.Module):
     def __call__(self, x):
         x = nn.with_logical_constraint(x, ("batch", "embed"))
         return nn.Dense(3)(x)
-'''
+"""
     result = migrate_source(src, "c.py")
     assert not [f for f in result.findings if f.severity in (Severity.MANUAL, Severity.ERROR)]
     assert "import flax.linen as nn" in result.output and "nn.with_logical_constraint(x" in result.output
@@ -80,7 +90,7 @@ class C(nn.Module):
 
 PARTITION_API = fixture("partitioning_api_out.py")
 
-_SHARDING_SCRIPT = r'''
+_SHARDING_SCRIPT = r"""
 import json, sys
 import jax
 import flax.linen as nn
@@ -103,7 +113,7 @@ with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
 print(json.dumps({"linen": str(linen_shardings["params"]["kernel"].spec),
                   "nnx": str(nnx_shardings["kernel"].get_value().spec),
                   "unboxed": migrated.plain(5) == (5, 5)}))
-'''
+"""
 
 
 def test_migrated_partitioning_api_gives_linen_shardings(tmp_path):
@@ -118,8 +128,13 @@ def test_migrated_partitioning_api_gives_linen_shardings(tmp_path):
     script = tmp_path / "shardings.py"
     script.write_text(_SHARDING_SCRIPT)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run([sys.executable, str(script), str(PARTITION_API)], env=env, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(script), str(PARTITION_API)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"linen": "P('data', 'model')", "nnx": "P('data', 'model')", "unboxed": True}

@@ -34,8 +34,14 @@ EXEMPT = {
 }
 
 # Test files whose numeric parity tests run fixtures: a case counts as covered when one of them names it.
-PARITY_TESTS = ("test_module_forms_parity.py", "test_transforms_parity.py", "test_layer_parity.py",
-                "test_training_parity.py", "test_train_loop_migration.py", "test_partitioning.py")
+PARITY_TESTS = (
+    "test_module_forms_parity.py",
+    "test_transforms_parity.py",
+    "test_layer_parity.py",
+    "test_training_parity.py",
+    "test_train_loop_migration.py",
+    "test_partitioning.py",
+)
 
 # Fixture cases with no numeric parity test, and why none can be written.
 NOT_RUNNABLE = {
@@ -51,8 +57,10 @@ NOT_RUNNABLE = {
     "init_decode_flag": "manual finding: the training code stays Linen",
     "transform_unsupported": "manual finding: variable_carry is left as it is",
     "not_flax": "no Flax model: the file is left byte-for-byte",
-    **dict.fromkeys(("setup_comprehension", "tied_embedding", "named_heads", "scope_rng", "half_migrated"),
-                    "manual findings of the verifier: the output does not build (that is what they show)"),
+    **dict.fromkeys(
+        ("setup_comprehension", "tied_embedding", "named_heads", "scope_rng", "half_migrated"),
+        "manual findings of the verifier: the output does not build (that is what they show)",
+    ),
 }
 
 
@@ -107,8 +115,10 @@ def test_an_internal_error_is_reported_and_the_file_left_alone(monkeypatch):
 
     monkeypatch.delenv("LINEN2NNX_RAISE", raising=False)
     monkeypatch.setattr(engine, "code_of", broken)
-    src = "import flax.linen as nn\n\n\nclass A(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n" \
-          "        return nn.Dense(2)(x)\n"
+    src = (
+        "import flax.linen as nn\n\n\nclass A(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
+        "        return nn.Dense(2)(x)\n"
+    )
     result = migrate_source(src, "a.py")
     assert result.output is None
     assert [(f.rule, f.severity.value) for f in result.findings] == [("L2N-IO-004", "error")]
@@ -135,7 +145,12 @@ def test_every_runnable_fixture_has_a_parity_test():
 
 
 def test_fixtures_are_only_pairs_in_rule_folders():
-    stray = [p.relative_to(FIXTURES) for p in FIXTURES.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-             and not (p.parent.parent == FIXTURES and p.name.endswith(("_in.py", "_out.py")))]
+    stray = [
+        p.relative_to(FIXTURES)
+        for p in FIXTURES.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and not (p.parent.parent == FIXTURES and p.name.endswith(("_in.py", "_out.py")))
+    ]
     assert stray == []
     assert all(case.output.is_file() for case in all_cases().values())

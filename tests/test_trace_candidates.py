@@ -17,8 +17,13 @@ SOURCE = Path(__file__).parent / "fixtures" / "traced" / "pooled_birnn.py"
 
 def _side(module) -> LinenSide:
     x = np.random.default_rng(3).normal(size=(2, 6, 4)).astype(np.float32)
-    return LinenSide(model=module.Classifier(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
-                     train_kwargs={}, eval_kwargs={})
+    return LinenSide(
+        model=module.Classifier(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
 
 
 def test_unconfirmed_sizes_stay_manual():
@@ -37,13 +42,16 @@ def test_trace_confirms_candidates_and_the_result_has_parity(tmp_path):
     assert not [f for f in result.findings if f.severity is Severity.MANUAL], result.findings
     confirmed = [f.message for f in result.findings if f.rule == "L2N-SHAPE-001" and "confirms" in f.message]
     assert any(m.startswith("input feature size of Pool.dense_1 = in_features") for m in confirmed), confirmed
-    assert any(m.startswith("input feature size of Classifier.pool = 2 * self.hidden") for m in confirmed), confirmed
+    assert any(m.startswith("input feature size of Classifier.pool = 2 * self.hidden") for m in confirmed), (
+        confirmed
+    )
     (tmp_path / "nnx_src.py").write_text(result.output)
     nnx_mod = import_file(tmp_path / "nnx_src.py")
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_mod.Classifier(in_features=4, rngs=rngs),
-                     name_map=map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_mod.Classifier(in_features=4, rngs=rngs), name_map=map_path
+    )
     variables = perturbed(side.init_variables())
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
@@ -58,7 +66,9 @@ def test_a_cell_carry_keeps_its_shape_and_config_tests_choose_sizes(tmp_path):
     ``if not self.feed_input`` branch becomes a choice in __init__. Both settings reach parity."""
     result = migrate_source(TAGGER.read_text(), "feedback_tagger.py", module_name="feedback_tagger")
     assert not [f for f in result.findings if f.severity is Severity.MANUAL], result.findings
-    assert "nnx.LSTMCell((self.classes if not self.feed_input else x_features), self.features" in result.output
+    assert (
+        "nnx.LSTMCell((self.classes if not self.feed_input else x_features), self.features" in result.output
+    )
     (tmp_path / "linen_src.py").write_text(TAGGER.read_text())
     (tmp_path / "nnx_src.py").write_text(result.output)
     linen_mod, nnx_mod = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
@@ -66,10 +76,18 @@ def test_a_cell_carry_keeps_its_shape_and_config_tests_choose_sizes(tmp_path):
     result.name_map.save(map_path)
     xs = np.random.default_rng(4).normal(size=(2, 5, 3)).astype(np.float32)
     for feed_input in (True, False):
-        side = LinenSide(model=linen_mod.Tagger(feed_input=feed_input), batch={"x": xs},
-                         loss=lambda out, batch: jnp.mean(out ** 2), train_kwargs={}, eval_kwargs={})
-        pair = ModelPair(linen=side, name_map=map_path, nnx_factory=lambda rngs, f=feed_input: nnx_mod.Tagger(
-            feed_input=f, in_features=3, rngs=rngs))
+        side = LinenSide(
+            model=linen_mod.Tagger(feed_input=feed_input),
+            batch={"x": xs},
+            loss=lambda out, batch: jnp.mean(out**2),
+            train_kwargs={},
+            eval_kwargs={},
+        )
+        pair = ModelPair(
+            linen=side,
+            name_map=map_path,
+            nnx_factory=lambda rngs, f=feed_input: nnx_mod.Tagger(feed_input=f, in_features=3, rngs=rngs),
+        )
         parity = check(pair, perturbed(side.init_variables()))
         assert parity.passed, (feed_input, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures])
 
@@ -81,19 +99,30 @@ def test_a_traced_carry_wider_than_features_sizes_the_cell(tmp_path):
     (tmp_path / "linen_src.py").write_text(TAGGER.read_text())
     linen_mod = import_file(tmp_path / "linen_src.py")
     xs = np.random.default_rng(5).normal(size=(2, 5, 3)).astype(np.float32)
-    side = LinenSide(model=linen_mod.Tagger(carry_width=8), batch={"x": xs},
-                     loss=lambda out, batch: jnp.mean(out ** 2), train_kwargs={}, eval_kwargs={})
-    result = migrate_source(TAGGER.read_text(), "feedback_tagger.py", module_name="feedback_tagger",
-                            trace=trace_linen(side))
+    side = LinenSide(
+        model=linen_mod.Tagger(carry_width=8),
+        batch={"x": xs},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    result = migrate_source(
+        TAGGER.read_text(), "feedback_tagger.py", module_name="feedback_tagger", trace=trace_linen(side)
+    )
     assert not [f for f in result.findings if f.severity is Severity.MANUAL], result.findings
-    assert "nnx.LSTMCell((self.classes if not self.feed_input else x_features), lstm_cell_0_hidden_features" in (
-        result.output)
+    assert (
+        "nnx.LSTMCell((self.classes if not self.feed_input else x_features), lstm_cell_0_hidden_features"
+        in (result.output)
+    )
     assert "lstm_cell_0_hidden_features=self.carry_width" in result.output
     (tmp_path / "nnx_src.py").write_text(result.output)
     nnx_mod = import_file(tmp_path / "nnx_src.py")
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)
-    pair = ModelPair(linen=side, name_map=map_path,
-                     nnx_factory=lambda rngs: nnx_mod.Tagger(carry_width=8, in_features=3, rngs=rngs))
+    pair = ModelPair(
+        linen=side,
+        name_map=map_path,
+        nnx_factory=lambda rngs: nnx_mod.Tagger(carry_width=8, in_features=3, rngs=rngs),
+    )
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]

@@ -67,8 +67,13 @@ def migrated(tmp_path_factory):
 
 
 def _manual(result) -> list[str]:
-    return sorted({f"{f.rule} ({Path(f.path).name}:{f.line})" for f in result.findings
-                   if f.severity in (Severity.MANUAL, Severity.ERROR)})
+    return sorted(
+        {
+            f"{f.rule} ({Path(f.path).name}:{f.line})"
+            for f in result.findings
+            if f.severity in (Severity.MANUAL, Severity.ERROR)
+        }
+    )
 
 
 def _import(out: Path):
@@ -152,18 +157,27 @@ def test_migrated_decoder_loop_on_a_mesh_matches_linen(migrated, tmp_path):
     assert not _manual(result)
     spec = write_pair_spec(out, trace, result)
     report = tmp_path / "mesh.json"
-    proc = subprocess.run([sys.executable, str(WORKER), str(out), str(spec), str(report)], env=host_device_env(8),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), str(out), str(spec), str(report)],
+        env=host_device_env(8),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = json.loads(report.read_text())
-    print(f"decoder on a mesh: linen {r['linen_losses']}\ndecoder on a mesh: nnx   {r['nnx_losses']}\n{r['timings']}")
+    print(
+        f"decoder on a mesh: linen {r['linen_losses']}\ndecoder on a mesh: nnx   {r['nnx_losses']}\n{r['timings']}"
+    )
     assert r["devices"] == 8 and r["mesh"] == {"data": 2, "fsdp": 2, "tensor": 2}
     np.testing.assert_allclose(r["nnx_losses"], r["linen_losses"], rtol=RTOL, atol=0)
     linen_specs = r["linen_param_specs"]
     assert linen_specs["layers/mlp/wi_0/kernel"] == "(None, 'fsdp', 'tensor')"  # the mesh really shards
     assert r["nnx_param_specs"] == linen_specs  # as created (eager sharding) ...
     assert r["nnx_param_specs_after"] == linen_specs  # ... and after the steps
-    assert {k.removeprefix("opt_state/"): v for k, v in r["nnx_optimizer_specs"].items()} == r["linen_optimizer_specs"]
+    assert {k.removeprefix("opt_state/"): v for k, v in r["nnx_optimizer_specs"].items()} == r[
+        "linen_optimizer_specs"
+    ]
     assert r["nnx_logical_specs"] == r["linen_logical_specs"]
     assert r["nnx_logical_specs"]["layers/mlp/wi_0/kernel"] == "('layers', 'embed', 'mlp')"
     for where, d in r["decoded"].items():
@@ -272,8 +286,11 @@ def test_a_train_file_that_never_says_linen_is_migrated_with_its_model(tmp_path)
     pkg = tmp_path / "proj"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "net.py").write_text(fixture("train_state_in.py").read_text().split("\n\ndef make_model")[0] + "\n")
-    (pkg / "loop.py").write_text(textwrap.dedent("""
+    (pkg / "net.py").write_text(
+        fixture("train_state_in.py").read_text().split("\n\ndef make_model")[0] + "\n"
+    )
+    (pkg / "loop.py").write_text(
+        textwrap.dedent("""
         import jax
         import optax
         from flax.training import train_state
@@ -285,16 +302,19 @@ def test_a_train_file_that_never_says_linen_is_migrated_with_its_model(tmp_path)
             model = MLP(hidden=4)
             variables = model.init(jax.random.key(0), x)
             return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=optax.sgd(0.1))
-        """))
+        """)
+    )
     result = migrate_paths([pkg], Mode.DIFF)
     loop = next(r for r in result.files if r.path.name == "loop.py")
-    assert not loop.skipped and "nnx.split((variables, nnx.Optimizer(variables, optax.sgd(0.1), wrt=nnx.Param)))" \
-        in loop.output
+    assert (
+        not loop.skipped
+        and "nnx.split((variables, nnx.Optimizer(variables, optax.sgd(0.1), wrt=nnx.Param)))" in loop.output
+    )
     assert "train_state" not in loop.output  # the import went with its last use
 
 
 # ---- outside-style code: sensible manual findings, never a crash or a half conversion -----------------
-_MODEL = '''
+_MODEL = """
 import jax
 import optax
 from flax import linen as nn
@@ -305,40 +325,55 @@ class Net(nn.Module):
     @nn.compact
     def __call__(self, x):
         return nn.Dense(2)(x)
-'''
+"""
 
 OUTSIDE = {
     # the pre-update state is read after the update: NNX updates in place
-    "old_state_read": ('''
+    "old_state_read": (
+        """
 @jax.jit
 def step(state, grads):
     new_state = state.apply_gradients(grads=grads)
     changed = jax.tree_util.tree_map(lambda a, b: a - b, new_state.params, state.params)
     return new_state, changed
-''', {"L2N-TRAIN-008"}),
+""",
+        {"L2N-TRAIN-008"},
+    ),
     # a renamed update inside a loop would re-apply to the original state each turn in Linen
-    "update_in_loop": ('''
+    "update_in_loop": (
+        """
 def steps(state, grads_list):
     for grads in grads_list:
         new_state = state.apply_gradients(grads=grads)
     return new_state.params
-''', {"L2N-TRAIN-008"}),
+""",
+        {"L2N-TRAIN-008"},
+    ),
     # apply through a model of another file this run does not migrate
-    "unknown_model": ('''
+    "unknown_model": (
+        """
 def predict(model, params, x):
     return model.apply({"params": params}, x)
-''', {"L2N-TRAIN-009"}),
+""",
+        {"L2N-TRAIN-009"},
+    ),
     # the whole variables dict serialised: in NNX it is the model
-    "variables_whole": ('''
+    "variables_whole": (
+        """
 def shapes(x):
     variables = Net().init(jax.random.key(0), x)
     return jax.tree_util.tree_map(lambda v: v.shape, variables)
-''', {"L2N-TRAIN-008"}),
+""",
+        {"L2N-TRAIN-008"},
+    ),
     # opt_state has another layout in nnx.Optimizer
-    "opt_state": ('''
+    "opt_state": (
+        """
 def count(state):
     return state.opt_state[0].count + state.apply_fn({"params": state.params}, 1.0)
-''', {"L2N-TRAIN-008"}),
+""",
+        {"L2N-TRAIN-008"},
+    ),
 }
 
 
@@ -359,7 +394,7 @@ def test_outside_style_code_is_left_with_findings(case):
 
 
 # ---- call-time state (a decode cache) that Linen's init creates --------------------------------------
-_CACHED = '''
+_CACHED = """
 import functools
 
 import jax
@@ -375,7 +410,7 @@ class Counter(nn.Module):
             seen = self.variable("cache", "seen", jnp.zeros, y.shape, y.dtype)
             seen.value = seen.value + y
         return y
-'''
+"""
 
 
 def _run(source: str, name: str):
@@ -387,7 +422,9 @@ def _run(source: str, name: str):
 def test_an_init_that_creates_a_cache_makes_that_call():
     """``model.init(key, x, decode=True)``: Linen's init call creates (and fills) the cache; the NNX
     model gets the same cache from one call after its construction."""
-    src = _CACHED + '''
+    src = (
+        _CACHED
+        + """
 
 def cache_after_init(x):
     model = Counter()
@@ -397,7 +434,8 @@ def cache_after_init(x):
 
 def cache_shapes(x):
     return jax.eval_shape(functools.partial(Counter().init, decode=True), jax.random.key(0), x)["cache"]
-'''
+"""
+    )
     result = migrate_source(src, "cached.py")
     assert not [f for f in result.findings if f.severity is not Severity.CONVERTED]
     assert "variables(x, decode=True)" in result.output
@@ -412,15 +450,15 @@ def cache_shapes(x):
 
 MANUAL_INIT = {
     # decode= is not a literal: whether Linen's init made the cache depends on a run-time value
-    "flag_unknown": '''
+    "flag_unknown": """
 def cache(x, flag):
     return jax.eval_shape(functools.partial(Counter().init, decode=flag), jax.random.key(0), x)["cache"]
-''',
+""",
     # the cache is made, but the init is returned, so there is no statement to repeat the call after
-    "returned_init": '''
+    "returned_init": """
 def variables(x):
     return Counter().init(jax.random.key(0), x, decode=True)
-''',
+""",
 }
 
 
@@ -436,13 +474,18 @@ def test_undecidable_call_time_state_is_left_to_a_person(case):
 
 def test_params_only_reads_need_no_call():
     """An init whose call-time state is undecided, but of which only the params are read: construction only."""
-    src = _CACHED + '''
+    src = (
+        _CACHED
+        + """
 
 def n_params(x, flag):
     variables = Counter().init(jax.random.key(0), x, decode=flag)
     return sum(p.size for p in jax.tree_util.tree_leaves(variables["params"]))
-'''
+"""
+    )
     result = migrate_source(src, "params_only.py")
     assert not [f for f in result.findings if f.severity is not Severity.CONVERTED]
     x = np.ones((2, 4), np.float32)
-    assert _run(result.output, "params_only_nnx")["n_params"](x, True) == _run(src, "params_only")["n_params"](x, True)
+    assert _run(result.output, "params_only_nnx")["n_params"](x, True) == _run(src, "params_only")[
+        "n_params"
+    ](x, True)

@@ -19,8 +19,13 @@ twins = import_file(Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py
 
 def _batches(n: int) -> list[dict]:
     keys = jax.random.split(jax.random.key(11), n)
-    return [{"x": jax.random.normal(k, (twins.BATCH, twins.MLP_IN)),
-             "y": jax.random.randint(k, (twins.BATCH,), 0, twins.N_CLASSES)} for k in keys]
+    return [
+        {
+            "x": jax.random.normal(k, (twins.BATCH, twins.MLP_IN)),
+            "y": jax.random.randint(k, (twins.BATCH,), 0, twins.N_CLASSES),
+        }
+        for k in keys
+    ]
 
 
 def test_adam_steps_match_step_by_step():
@@ -32,16 +37,27 @@ def test_adam_steps_match_step_by_step():
     assert len(set(t.linen_loss)) == 3  # different batches, moving params: a real run, not one step repeated
     paths = {(lf.check, lf.path) for lf in t.leaves}
     assert ("train/opt_state", "opt_state/0/mu/dense1/kernel") in paths
-    assert ("train/opt_state", "opt_state/0/nu/head/bias") in paths and ("train/opt_state", "opt_state/0/count") in paths
-    assert {p for c, p in paths if c == "train/params"} == {f"{m}/{w}" for m in ("dense1", "dense2", "head")
-                                                            for w in ("kernel", "bias")}
+    assert ("train/opt_state", "opt_state/0/nu/head/bias") in paths and (
+        "train/opt_state",
+        "opt_state/0/count",
+    ) in paths
+    assert {p for c, p in paths if c == "train/params"} == {
+        f"{m}/{w}" for m in ("dense1", "dense2", "head") for w in ("kernel", "bias")
+    }
     full = json.loads(json.dumps(r.to_json(), allow_nan=False))
     schema = Path(__file__).resolve().parents[1] / "docs" / "schemas" / "parity.v2.json"
     if schema.exists():
         jsonschema.validate(full, json.loads(schema.read_text()))
     data = full["training"]
-    assert set(data) == {"steps", "linen_loss", "nnx_loss", "max_rel_loss", "passed", "param_leaves_failed",
-                         "opt_state_leaves_failed"}
+    assert set(data) == {
+        "steps",
+        "linen_loss",
+        "nnx_loss",
+        "max_rel_loss",
+        "passed",
+        "param_leaves_failed",
+        "opt_state_leaves_failed",
+    }
     assert data["passed"] is True and data["param_leaves_failed"] == data["opt_state_leaves_failed"] == 0
 
 
@@ -50,8 +66,12 @@ def test_gradient_accumulation_with_multisteps():
     r = check(twins.mlp_pair(), steps=4, train_tx=tx, batches=_batches(4))
     assert r.passed, r.failure_table()
     opt_paths = {lf.path for lf in r.training.leaves if lf.check == "train/opt_state"}
-    assert {"opt_state/mini_step", "opt_state/gradient_step", "opt_state/acc_grads/dense1/kernel",
-            "opt_state/inner_opt_state/0/mu/head/bias"} <= opt_paths
+    assert {
+        "opt_state/mini_step",
+        "opt_state/gradient_step",
+        "opt_state/acc_grads/dense1/kernel",
+        "opt_state/inner_opt_state/0/mu/head/bias",
+    } <= opt_paths
     assert r.training.optimizer == "optax.MultiSteps"
 
 
@@ -59,12 +79,16 @@ def test_wrong_momentum_shows_up_in_the_trained_statistics_only():
     r = check(twins.cnn_momentum_pair(), name_map=twins.cnn_name_map(), steps=2, divergence=False)
     t = r.training
     assert {lf.path for lf in t.leaves if lf.check == "train/state"} == {
-        f"batch_norm_{i}/{s}" for i in (0, 1) for s in ("mean", "var")}
+        f"batch_norm_{i}/{s}" for i in (0, 1) for s in ("mean", "var")
+    }
     assert not t.passed and not r.passed
     assert t.linen_loss == pytest.approx(t.nnx_loss, rel=1e-5)  # train-mode losses use batch statistics
     assert t.param_leaves_failed == 0 and t.opt_state_leaves_failed == 0
     failed = {(lf.check, lf.path) for lf in r.failures}
     assert ("train/state", "batch_norm_0/mean") in failed
     assert all(c in ("batch_stats", "train/state", "config") for c, _ in failed)
-    assert {p for c, p in failed if c == "config"} == {"batch_norm_0", "batch_norm_1"}  # the momentum setting itself
+    assert {p for c, p in failed if c == "config"} == {
+        "batch_norm_0",
+        "batch_norm_1",
+    }  # the momentum setting itself
     assert "worst at step" in next(lf.note for lf in r.failures if lf.check == "train/state")

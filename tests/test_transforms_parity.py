@@ -32,8 +32,13 @@ def build(case: str, tmp_path: Path):
 
 
 def assert_parity(linen_model, nnx_factory, x, map_path, *, train_kwargs=None, eval_kwargs=None):
-    side = LinenSide(model=linen_model, batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
-                     train_kwargs=train_kwargs or {}, eval_kwargs=eval_kwargs or {})
+    side = LinenSide(
+        model=linen_model,
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs=train_kwargs or {},
+        eval_kwargs=eval_kwargs or {},
+    )
     variables = perturbed(side.init_variables())
     parity = check(ModelPair(linen=side, nnx_factory=nnx_factory, name_map=map_path), variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol, lf.note) for lf in parity.failures]
@@ -46,8 +51,14 @@ def test_scan_over_layers_with_remat(tmp_path, scan_layers):
     linen_mod, nnx_mod, result, map_path = build("transform_scan_layers", tmp_path)
     cfg = linen_mod.StackConfig(scan_layers=scan_layers)
     x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
-    assert_parity(linen_mod.Stack(cfg), lambda rngs: nnx_mod.Stack(cfg, in_features=5, rngs=rngs), x, map_path,
-                  train_kwargs={"train": True}, eval_kwargs={"train": False})
+    assert_parity(
+        linen_mod.Stack(cfg),
+        lambda rngs: nnx_mod.Stack(cfg, in_features=5, rngs=rngs),
+        x,
+        map_path,
+        train_kwargs={"train": True},
+        eval_kwargs={"train": False},
+    )
     if scan_layers:  # the stack keeps Linen's layer axis and its partition name
         with nnx.use_eager_sharding(False):
             model = nnx_mod.Stack(cfg, in_features=5, rngs=nnx.Rngs(0))
@@ -76,16 +87,26 @@ def test_factory_methods(tmp_path):
     linen_mod, nnx_mod, _, map_path = build("factory_method", tmp_path)
     cfg = linen_mod.MlpConfig()
     x = np.random.default_rng(3).normal(size=(2, 5)).astype(np.float32)
-    parity = assert_parity(linen_mod.Mlp(cfg), lambda rngs: nnx_mod.Mlp(cfg, in_features=5, rngs=rngs), x, map_path)
-    assert {leaf.path for leaf in parity.by_check()["grad"]} == {"wi_0/kernel", "wi_1/kernel", "wi_1/bias", "wo/kernel"}
+    parity = assert_parity(
+        linen_mod.Mlp(cfg), lambda rngs: nnx_mod.Mlp(cfg, in_features=5, rngs=rngs), x, map_path
+    )
+    assert {leaf.path for leaf in parity.by_check()["grad"]} == {
+        "wi_0/kernel",
+        "wi_1/kernel",
+        "wi_1/bias",
+        "wo/kernel",
+    }
 
 
 def test_input_shape_kernel(tmp_path):
     linen_mod, nnx_mod, _, map_path = build("input_shape", tmp_path)
     x = np.random.default_rng(4).normal(size=(2, 4, 3, 5)).astype(np.float32)
-    assert_parity(linen_mod.DenseGeneral(features=(2, 6), axis=(-2, -1)),
-                  lambda rngs: nnx_mod.DenseGeneral(features=(2, 6), axis=(-2, -1), inputs_shape=x.shape, rngs=rngs),
-                  x, map_path)
+    assert_parity(
+        linen_mod.DenseGeneral(features=(2, 6), axis=(-2, -1)),
+        lambda rngs: nnx_mod.DenseGeneral(features=(2, 6), axis=(-2, -1), inputs_shape=x.shape, rngs=rngs),
+        x,
+        map_path,
+    )
 
 
 def test_lazy_cache_follows_the_linen_decode_protocol(tmp_path):
@@ -103,7 +124,9 @@ def test_lazy_cache_follows_the_linen_decode_protocol(tmp_path):
     assert model.total[...].shape == (4,) and int(model.steps[...]) == 0
     cache = {"cache": jax.tree.map(jnp.zeros_like, variables["cache"])}
     for x in xs[1:]:
-        want, mutated = linen_model.apply({"params": variables["params"], **cache}, x, decode=True, mutable=["cache"])
+        want, mutated = linen_model.apply(
+            {"params": variables["params"], **cache}, x, decode=True, mutable=["cache"]
+        )
         cache = mutated
         np.testing.assert_allclose(model(x, decode=True), want, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(model.total[...], cache["cache"]["total"], rtol=1e-6)
@@ -122,8 +145,13 @@ def test_bridge_fallback_runs_and_converts(tmp_path):
         nnx.bridge.lazy_init(model, x)  # the bridged class creates its variables on a first call
         return model
 
-    side = LinenSide(model=linen_mod.Model(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
-                     train_kwargs={}, eval_kwargs={})
+    side = LinenSide(
+        model=linen_mod.Model(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
     variables = perturbed(side.init_variables())
     parity = check(ModelPair(linen=side, nnx_factory=make, name_map=map_path), variables)
     forward = [lf for lf in parity.leaves if lf.check in ("forward/train", "loss/train", "grad")]
@@ -138,15 +166,26 @@ def test_factory_fields_are_built_in_init(tmp_path):
     linen_mod, nnx_mod, result, map_path = build("factory_field", tmp_path)
     assert not any(c.bridge for c in result.name_map.classes.values())
     x = np.random.default_rng(8).normal(size=(2, 6, 6, 3)).astype(np.float32)
-    side = LinenSide(model=linen_mod.SmallNet(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
-                     train_kwargs={}, eval_kwargs={})
+    side = LinenSide(
+        model=linen_mod.SmallNet(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
     variables = perturbed(side.init_variables())
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_mod.SmallNet(in_features=3, dense_0_in_features=4,
-                                                                           rngs=rngs), name_map=map_path)
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_mod.SmallNet(in_features=3, dense_0_in_features=4, rngs=rngs),
+        name_map=map_path,
+    )
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
-    assert {lf.path for lf in parity.by_check()["grad"]} >= {"dense_0/kernel", "block_0/proj/kernel",
-                                                              "block_0/conv_0/kernel"}
+    assert {lf.path for lf in parity.by_check()["grad"]} >= {
+        "dense_0/kernel",
+        "block_0/proj/kernel",
+        "block_0/conv_0/kernel",
+    }
 
 
 @pytest.mark.parametrize("model", ["PlainNet", "WideNet"])
@@ -160,19 +199,32 @@ def test_blocks_built_in_nested_loops(tmp_path, model):
     assert not any(c.bridge for c in result.name_map.classes.values())
     assert not [f for f in result.findings if f.severity.value == "manual"]
     x = np.random.default_rng(8).normal(size=(2, 8, 8, 3)).astype(np.float32)
-    side = LinenSide(model=getattr(linen_mod, model)(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
-                     mutable=("batch_stats",))
+    side = LinenSide(
+        model=getattr(linen_mod, model)(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        mutable=("batch_stats",),
+    )
     variables = perturbed(side.init_variables())
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: getattr(nnx_mod, model)(in_features=3, rngs=rngs),
-                     name_map=map_path)
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: getattr(nnx_mod, model)(in_features=3, rngs=rngs),
+        name_map=map_path,
+    )
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
     grads = {lf.path for lf in parity.by_check()["grad"]}
     assert len(grads) == len(jax.tree.leaves(variables["params"]))
-    projections = {"PlainNet": {"block/1/proj/kernel"}, "WideNet": {"block/0/proj/kernel", "block/2/proj/kernel"}}
+    projections = {
+        "PlainNet": {"block/1/proj/kernel"},
+        "WideNet": {"block/0/proj/kernel", "block/2/proj/kernel"},
+    }
     assert {"block/2/conv_0/kernel", "dense_0/kernel", "stem/kernel", *projections[model]} <= grads, grads
     assert not {p for p in grads if "proj" in p} - projections[model]
-    assert {lf.path for lf in parity.by_check()["batch_stats"]} >= {"block/2/batch_norm_0/mean", "stem_norm/var"}
+    assert {lf.path for lf in parity.by_check()["batch_stats"]} >= {
+        "block/2/batch_norm_0/mean",
+        "stem_norm/var",
+    }
 
 
 def test_a_class_kept_as_linen_builds_linen_copies(tmp_path):
@@ -189,8 +241,13 @@ def test_a_class_kept_as_linen_builds_linen_copies(tmp_path):
         nnx.bridge.lazy_init(model, x)
         return model
 
-    side = LinenSide(model=linen_mod.SmallTower(), batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
-                     train_kwargs={}, eval_kwargs={})
+    side = LinenSide(
+        model=linen_mod.SmallTower(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
     variables = perturbed(side.init_variables())
     parity = check(ModelPair(linen=side, nnx_factory=make, name_map=map_path), variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
@@ -204,13 +261,23 @@ def test_transforms_of_functions(tmp_path):
     rng = np.random.default_rng(7)
     x = rng.normal(size=(2, 4)).astype(np.float32)
     xs = rng.normal(size=(2, 5, 4)).astype(np.float32)
-    side = LinenSide(model=linen_mod.Pipeline(), batch={"x": x, "xs": xs}, loss=lambda out, batch: jnp.mean(out ** 2),
-                     inputs=lambda batch: ((batch["x"], batch["xs"]), {}), train_kwargs={}, eval_kwargs={})
+    side = LinenSide(
+        model=linen_mod.Pipeline(),
+        batch={"x": x, "xs": xs},
+        loss=lambda out, batch: jnp.mean(out**2),
+        inputs=lambda batch: ((batch["x"], batch["xs"]), {}),
+        train_kwargs={},
+        eval_kwargs={},
+    )
     variables = perturbed(side.init_variables())
-    parity = check(ModelPair(linen=side, nnx_factory=lambda rngs: nnx_mod.Pipeline(rngs=rngs), name_map=map_path),
-                   variables)
+    parity = check(
+        ModelPair(linen=side, nnx_factory=lambda rngs: nnx_mod.Pipeline(rngs=rngs), name_map=map_path),
+        variables,
+    )
     core = [lf for lf in parity.leaves if lf.check in ("forward/eval", "forward/train", "grad")]
-    assert core and all(lf.passed for lf in core), [(lf.check, lf.path, lf.max_abs) for lf in core if not lf.passed]
+    assert core and all(lf.passed for lf in core), [
+        (lf.check, lf.path, lf.max_abs) for lf in core if not lf.passed
+    ]
     assert [lf.path for lf in parity.by_check()["grad"]] == ["block/w"]
 
 
@@ -233,7 +300,9 @@ def test_layer_local_bound_per_branch(tmp_path):
         linen_name = {"layer_norm_0": "LayerNorm_0", "dense_0": "Dense_0"}[name]
         for leaf, value in params["encoder"][linen_name].items():
             getattr(getattr(model.encoder, name), leaf)[...] = value
-    np.testing.assert_allclose(model(tokens), linen_model.apply({"params": params}, tokens), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        model(tokens), linen_model.apply({"params": params}, tokens), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_attention_decode_cache_follows_the_linen_init_call(tmp_path):
@@ -243,37 +312,50 @@ def test_attention_decode_cache_follows_the_linen_init_call(tmp_path):
     rng = np.random.default_rng(9)
     x = rng.normal(size=(2, 4, 6)).astype(np.float32)
     cfg = linen_mod.Config()
-    assert_parity(linen_mod.Block(cfg), lambda rngs: nnx_mod.Block(cfg, in_features=6, rngs=rngs), x, map_path)
+    assert_parity(
+        linen_mod.Block(cfg), lambda rngs: nnx_mod.Block(cfg, in_features=6, rngs=rngs), x, map_path
+    )
 
     cfg = linen_mod.Config(decode=True)
     linen_model = linen_mod.Block(cfg)
     variables = linen_model.init(jax.random.key(0), x)
     params = perturbed({"params": variables["params"]})["params"]
-    side = LinenSide(model=linen_model, batch={"x": x}, loss=lambda out, batch: jnp.mean(out ** 2),
-                     train_kwargs={}, eval_kwargs={})
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_mod.Block(cfg, in_features=6, rngs=rngs),
-                     name_map=map_path)
+    side = LinenSide(
+        model=linen_model,
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_mod.Block(cfg, in_features=6, rngs=rngs), name_map=map_path
+    )
     model, _ = convert_state({"params": params}, pair, map_path)
     attn = model.multi_head_dot_product_attention_0
     assert attn.cached_key is None
     first = model(x)  # the init-like call: creates the cache, attends over the whole input
     want, _ = linen_model.apply({"params": params}, x, mutable=["cache"])  # Linen's init-like call
     np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-6)
-    assert attn.cached_key[...].shape == variables["cache"]["MultiHeadDotProductAttention_0"]["cached_key"].shape
+    assert (
+        attn.cached_key[...].shape == variables["cache"]["MultiHeadDotProductAttention_0"]["cached_key"].shape
+    )
     cache = variables["cache"]
     for t in range(x.shape[1]):
-        step = x[:, t:t + 1]
+        step = x[:, t : t + 1]
         want, mutated = linen_model.apply({"params": params, "cache": cache}, step, mutable=["cache"])
         cache = mutated["cache"]
         np.testing.assert_allclose(model(step), want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(attn.cached_value[...], cache["MultiHeadDotProductAttention_0"]["cached_value"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        attn.cached_value[...], cache["MultiHeadDotProductAttention_0"]["cached_value"], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_scan_decorated_method_with_carry_from_a_detached_cell(tmp_path):
     linen_mod, nnx_mod, result, map_path = build("transform_scan_method", tmp_path)
     x = np.random.default_rng(7).normal(size=(2, 6, 3)).astype(np.float32)
-    assert_parity(linen_mod.BiEncoder(), lambda rngs: nnx_mod.BiEncoder(in_features=3, rngs=rngs), x, map_path)
+    assert_parity(
+        linen_mod.BiEncoder(), lambda rngs: nnx_mod.BiEncoder(in_features=3, rngs=rngs), x, map_path
+    )
     assert any(f.rule == "L2N-XFORM-001" and "ScannedLSTM.__call__" in f.message for f in result.findings)
     manual = [f for f in result.findings if f.severity.value == "manual"]
     assert manual and all("Noisy" in f.message for f in manual)  # per-step dropout keys stay manual

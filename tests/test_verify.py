@@ -59,7 +59,8 @@ def test_second_run_changes_nothing(case):
     second = migrate_source(first.output, f"{case}_out.py")
     assert second.output == first.output
     assert sorted(f.rule for f in second.findings if f.rule.startswith("L2N-VERIFY")) == sorted(
-        rule for rule, _, _ in EXPECTED[case])
+        rule for rule, _, _ in EXPECTED[case]
+    )
 
 
 @pytest.mark.parametrize("case", sorted(EXPECTED))
@@ -68,12 +69,15 @@ def test_ignore_switches_the_verifier_off(case):
     _, ignored = _migrate(case, ignore=["L2N-VERIFY"])
     assert not [f for f in ignored.findings if f.rule.startswith("L2N-VERIFY")]
     assert f"{MARKER} L2N-VERIFY" not in ignored.output
-    without_markers = "".join(line for line in checked.output.splitlines(True)
-                              if not line.strip().startswith(f"{MARKER} L2N-VERIFY"))
+    without_markers = "".join(
+        line
+        for line in checked.output.splitlines(True)
+        if not line.strip().startswith(f"{MARKER} L2N-VERIFY")
+    )
     assert ignored.output == without_markers
 
 
-CLEAN_NNX = '''
+CLEAN_NNX = """
 import flax.linen as nn
 from flax import nnx
 
@@ -108,18 +112,20 @@ class HeadLinen(nn.Module):
 class Head(nnx.Module):
     def __init__(self, *, rngs: nnx.Rngs):
         self.linen = nnx.bridge.ToNNX(HeadLinen(), rngs=rngs)
-'''
+"""
 
 
 def _verify(source: str):
-    return verify_output(source, source, path="f.py", module_name="f", external={}, rule_enabled=lambda _: True)
+    return verify_output(
+        source, source, path="f.py", module_name="f", external={}, rule_enabled=lambda _: True
+    )
 
 
 def test_clean_nnx_code_and_kept_linen_classes_get_no_finding():
     assert _verify(CLEAN_NNX) == (CLEAN_NNX, [])
 
 
-LEFTOVERS = '''
+LEFTOVERS = """
 import flax.linen as nn
 from flax import nnx
 
@@ -139,14 +145,20 @@ class Model(nnx.Module):
     def __call__(self, x):
         y = nn.remat(lambda m, v: v)(self, x)
         return self.inner.init(None, y)
-'''
+"""
 
 
 def test_each_leftover_of_linen_is_reported():
     output, findings = _verify(LEFTOVERS)
     found = [(f.rule, f.line) for f in findings]
-    assert found == [("L2N-VERIFY-002", 13), ("L2N-VERIFY-001", 14), ("L2N-VERIFY-004", 15),
-                     ("L2N-VERIFY-005", 17), ("L2N-VERIFY-005", 19), ("L2N-VERIFY-003", 20)]
+    assert found == [
+        ("L2N-VERIFY-002", 13),
+        ("L2N-VERIFY-001", 14),
+        ("L2N-VERIFY-004", 15),
+        ("L2N-VERIFY-005", 17),
+        ("L2N-VERIFY-005", 19),
+        ("L2N-VERIFY-003", 20),
+    ]
     messages = {f.rule: f.message for f in findings}
     assert output.count(f"{MARKER} L2N-VERIFY") == len(findings)
     assert "passes 2 positional arguments, its __init__ takes 1" in messages["L2N-VERIFY-002"]
@@ -155,8 +167,18 @@ def test_each_leftover_of_linen_is_reported():
 
 # ---- migrate --trace --out-dir builds what it wrote ----------------------------------------------
 def _traced_migrate(tmp_path: Path, capsys) -> tuple[int, str]:
-    code = cli.main(["migrate", str(zoo.model_source("mlp")), "--trace", zoo.spec_ref("mlp"),
-                     "--out-dir", str(tmp_path / "out"), "--report", str(tmp_path / "report.txt")])
+    code = cli.main(
+        [
+            "migrate",
+            str(zoo.model_source("mlp")),
+            "--trace",
+            zoo.spec_ref("mlp"),
+            "--out-dir",
+            str(tmp_path / "out"),
+            "--report",
+            str(tmp_path / "report.txt"),
+        ]
+    )
     return code, (tmp_path / "report.txt").read_text() if (tmp_path / "report.txt").exists() else ""
 
 
@@ -178,5 +200,7 @@ def test_trace_reports_a_model_that_does_not_build(tmp_path, capsys, monkeypatch
     assert code == 1
     source = zoo.model_source("mlp").read_text().splitlines()
     line = next(i for i, text in enumerate(source, 1) if text.startswith("class MLP("))
-    assert f"model.py:{line}:1: L2N-VERIFY-010 [manual] MLP does not build and run from linen2nnx_spec.py: " \
-           "RuntimeError: the migrated model raised" in report
+    assert (
+        f"model.py:{line}:1: L2N-VERIFY-010 [manual] MLP does not build and run from linen2nnx_spec.py: "
+        "RuntimeError: the migrated model raised" in report
+    )

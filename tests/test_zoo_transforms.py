@@ -50,7 +50,9 @@ def pair_for(name, module, map_path, **config_changes):
     nnx_class = getattr(module, type(side.model).__name__)
     kwargs = linen_ctor_kwargs(side.model)
     extra = {"in_features": side.batch["x"].shape[-1]} if name == "rnn" else {}
-    return ModelPair(linen=side, nnx_factory=lambda rngs: nnx_class(**kwargs, **extra, rngs=rngs), name_map=map_path)
+    return ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_class(**kwargs, **extra, rngs=rngs), name_map=map_path
+    )
 
 
 @pytest.mark.parametrize("model", ["decoder", "rnn"])
@@ -87,18 +89,25 @@ def test_decoder_kv_cache_decoding_matches_linen(decoder, scan_layers):
     cache = jax.tree.map(jnp.zeros_like, linen_model.init(jax.random.key(0), tokens, decode=True)["cache"])
     want = []
     for t in range(tokens.shape[1]):
-        out, mutated = linen_model.apply({"params": sides.linen_variables["params"], "cache": cache},
-                                         tokens[:, t:t + 1], decode=True, mutable=["cache"])
+        out, mutated = linen_model.apply(
+            {"params": sides.linen_variables["params"], "cache": cache},
+            tokens[:, t : t + 1],
+            decode=True,
+            mutable=["cache"],
+        )
         cache = mutated["cache"]
         want.append(out)
     model(tokens, decode=True)  # Linen's init call with decode=True: creates the cache
     for _, var in nnx.to_flat_state(nnx.state(model, nnx.Cache)):
         var[...] = jnp.zeros_like(var[...])
-    got = [model(tokens[:, t:t + 1], decode=True) for t in range(tokens.shape[1])]
+    got = [model(tokens[:, t : t + 1], decode=True) for t in range(tokens.shape[1])]
     assert jnp.abs(jnp.concatenate(got, 1) - jnp.concatenate(want, 1)).max() <= 1e-5
     stacked = nnx.state(model, nnx.Cache)
-    key = stacked["layers"]["self_attention"]["cached_key"] if scan_layers else stacked["layers"][0][
-        "self_attention"]["cached_key"]
+    key = (
+        stacked["layers"]["self_attention"]["cached_key"]
+        if scan_layers
+        else stacked["layers"][0]["self_attention"]["cached_key"]
+    )
     assert key.shape == ((2, 2, 6, 2, 16) if scan_layers else (2, 6, 2, 16))
 
 

@@ -19,7 +19,9 @@ import os
 import sys
 
 if __name__ == "__main__":  # before jax is imported anywhere
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+    flags = [
+        f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f
+    ]
     # both loops compile under the same flags; with LLVM's optimisations off XLA compiles ~3x faster here
     flags += ["--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true"]
     os.environ["XLA_FLAGS"] = " ".join([*flags, "--xla_force_host_platform_device_count=8"])
@@ -78,11 +80,18 @@ def main(package: Path, spec_path: str, out: Path) -> None:
         graphdef, nnx_state = nnx_train.create_train_state("tiny", seed=0)
         timings["init"] = time.perf_counter() - t0
         model, optimizer = nnx.merge(graphdef, nnx_state)
-        initial = {"/".join(map(str, p)): _spec(v.get_value()) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
-        optimizer_specs = {"/".join(map(str, p)): _spec(v.get_value())
-                           for p, v in nnx.to_flat_state(nnx.state(optimizer)) if v.get_value().ndim}
-        converted = convert_tree({"params": linen_state.params}, pair, package / "linen2nnx-map.json",
-                                 optimizer=False).model()
+        initial = {
+            "/".join(map(str, p)): _spec(v.get_value())
+            for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
+        }
+        optimizer_specs = {
+            "/".join(map(str, p)): _spec(v.get_value())
+            for p, v in nnx.to_flat_state(nnx.state(optimizer))
+            if v.get_value().ndim
+        }
+        converted = convert_tree(
+            {"params": linen_state.params}, pair, package / "linen2nnx-map.json", optimizer=False
+        ).model()
         weights = dict(nnx.to_flat_state(nnx.state(converted, nnx.Param)))
         for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):  # same values, the NNX sharding kept
             var.set_value(jax.device_put(weights[path].get_value(), var.get_value().sharding))
@@ -97,14 +106,26 @@ def main(package: Path, spec_path: str, out: Path) -> None:
             nnx_losses.append(float(metrics["loss"]))
         timings["steps"] = time.perf_counter() - t0
         model, optimizer = nnx.merge(*state)
-        trained = {"/".join(map(str, p)): _spec(v.get_value()) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
-        nnx_logical = {"/".join(map(str, p)): _names(v.get_value())
-                       for p, v in nnx.to_flat_state(nnx_train.param_partition_specs("tiny"))}
+        trained = {
+            "/".join(map(str, p)): _spec(v.get_value())
+            for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
+        }
+        nnx_logical = {
+            "/".join(map(str, p)): _names(v.get_value())
+            for p, v in nnx.to_flat_state(nnx_train.param_partition_specs("tiny"))
+        }
         linen_logical = {"/".join(p): _names(s) for p, s in _flat(linen_train.param_partition_specs("tiny"))}
-        decoded = {"mesh": _decode(linen_train, nnx_train, linen_state.params, nnx.state(model, nnx.Param), batches)}
+        decoded = {
+            "mesh": _decode(linen_train, nnx_train, linen_state.params, nnx.state(model, nnx.Param), batches)
+        }
     t0 = time.perf_counter()
-    decoded["no_mesh"] = _decode(linen_train, nnx_train, jax.device_get(linen_state.params),
-                                 jax.device_get(nnx.state(model, nnx.Param)), batches)
+    decoded["no_mesh"] = _decode(
+        linen_train,
+        nnx_train,
+        jax.device_get(linen_state.params),
+        jax.device_get(nnx.state(model, nnx.Param)),
+        batches,
+    )
     timings["decode_no_mesh"] = time.perf_counter() - t0
 
     def linen_specs(tree) -> dict[str, str]:
@@ -148,8 +169,11 @@ def _decode(linen_train, nnx_train, linen_params, nnx_params, batches) -> dict:
     nnx_tokens = nnx_train.greedy_generate(nnx_train.make_model(), nnx_params, prompt, 4)
     linen_model, nnx_model = linen_train.make_model(), nnx_train.make_model()
     linen_logits, linen_cache = linen_train.decode_step(
-        linen_model, linen_params, linen_train.init_cache(linen_model, 2, 8), prompt)
-    nnx_logits, nnx_cache = nnx_train.decode_step(nnx_model, nnx_params, nnx_train.init_cache(nnx_model, 2, 8), prompt)
+        linen_model, linen_params, linen_train.init_cache(linen_model, 2, 8), prompt
+    )
+    nnx_logits, nnx_cache = nnx_train.decode_step(
+        nnx_model, nnx_params, nnx_train.init_cache(nnx_model, 2, 8), prompt
+    )
     return {
         "linen_tokens": np.asarray(linen_tokens).tolist(),
         "nnx_tokens": np.asarray(nnx_tokens).tolist(),

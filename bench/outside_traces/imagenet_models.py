@@ -15,6 +15,12 @@ EXAMPLE = "imagenet/models.py"
 def linen_side(example: Path) -> LinenSide:
     models = import_file(example)
     images = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype(np.float32)
-    return LinenSide(model=models._ResNet1(num_classes=10, num_filters=8), batch={"x": images},
-                     loss=lambda out, batch: (out ** 2).mean(), train_kwargs={"train": False},
-                     eval_kwargs={"train": False}, mutable=("batch_stats",), name="imagenet/ResNet")
+    return LinenSide(
+        model=models._ResNet1(num_classes=10, num_filters=8),
+        batch={"x": images},
+        loss=lambda out, batch: (out**2).mean(),
+        train_kwargs={"train": False},
+        eval_kwargs={"train": False},
+        mutable=("batch_stats",),
+        name="imagenet/ResNet",
+    )

@@ -14,5 +14,11 @@ EXAMPLE = "ppo/models.py"
 def linen_side(example: Path) -> LinenSide:
     models = import_file(example)
     frames = np.random.default_rng(0).integers(0, 255, size=(2, 84, 84, 4)).astype(np.float32)
-    return LinenSide(model=models.ActorCritic(num_outputs=6), batch={"x": frames},
-                     loss=lambda out, batch: out[1].sum(), train_kwargs={}, eval_kwargs={}, name="ppo/ActorCritic")
+    return LinenSide(
+        model=models.ActorCritic(num_outputs=6),
+        batch={"x": frames},
+        loss=lambda out, batch: out[1].sum(),
+        train_kwargs={},
+        eval_kwargs={},
+        name="ppo/ActorCritic",
+    )

@@ -83,8 +83,10 @@ def plan_conversion(ckpt: LinenCheckpoint, pair: Any, name_map: NameMap | str | 
     """Map and validate without touching weights; raises ConversionError naming every problem."""
     nmap = resolve_name_map(pair, name_map)
     target = abstract_target(pair.make_nnx)
-    leaves = [Leaf(coll, path, tuple(getattr(a, "shape", ())), getattr(a, "dtype", None))
-              for coll, path, a in ckpt.leaves()]
+    leaves = [
+        Leaf(coll, path, tuple(getattr(a, "shape", ())), getattr(a, "dtype", None))
+        for coll, path, a in ckpt.leaves()
+    ]
     root = root_class(pair, nmap)
     problems: list[Problem]
     if root is not None:
@@ -92,15 +94,19 @@ def plan_conversion(ckpt: LinenCheckpoint, pair: Any, name_map: NameMap | str | 
         strategy = f"name map (root {root})"
     else:
         matches, problems = map_structurally(leaves, target.slots)
-        strategy = "structural" if nmap is None else (
-            f"structural ({type(pair.linen.model).__qualname__} not in the name map)")
+        strategy = (
+            "structural"
+            if nmap is None
+            else (f"structural ({type(pair.linen.model).__qualname__} not in the name map)")
+        )
     good, kept, problems = validate(leaves, matches, problems, target, ckpt.collections)
     raise_problems(problems, ckpt.source, target.name)
     return Plan(target, good, kept, strategy, ckpt)
 
 
-def convert_tree(linen_tree: Any, pair: Any, name_map: NameMap | str | Path | None = None, *,
-                 optimizer: bool | None = None) -> Converted:
+def convert_tree(
+    linen_tree: Any, pair: Any, name_map: NameMap | str | Path | None = None, *, optimizer: bool | None = None
+) -> Converted:
     """Convert a Linen checkpoint (path or tree) into an NNX state, validated, in memory.
 
     ``optimizer``: convert ``opt_state`` + ``step`` into an ``nnx.Optimizer`` state too. ``None``
@@ -128,8 +134,17 @@ def convert_tree(linen_tree: Any, pair: Any, name_map: NameMap | str | Path | No
         var = flat_abstract[m.nnx_path]
         filled[m.nnx_path] = var.replace(value=jnp.asarray(arrays[(m.leaf.collection, m.leaf.path)]))
         slot = plan.target.slots[m.nnx_path]
-        mapped.append(MappedLeaf(m.leaf.collection, m.leaf.path, m.nnx_path, slot.type_name,
-                                 tuple(slot.shape), dtype_name(slot.dtype), m.how))
+        mapped.append(
+            MappedLeaf(
+                m.leaf.collection,
+                m.leaf.path,
+                m.nnx_path,
+                slot.type_name,
+                tuple(slot.shape),
+                dtype_name(slot.dtype),
+                m.how,
+            )
+        )
     kept_paths = {s.path for s in plan.kept}
     if kept_paths:
         # Only the kept state leaves the jitted init, so XLA drops the (unused) param initialisers.
@@ -140,10 +155,17 @@ def convert_tree(linen_tree: Any, pair: Any, name_map: NameMap | str | Path | No
     timings["assemble"] = time.perf_counter() - t0
 
     report = ConversionReport(
-        source=ckpt.source, target=plan.target.name, strategy=plan.strategy,
+        source=ckpt.source,
+        target=plan.target.name,
+        strategy=plan.strategy,
         mapped=sorted(mapped, key=lambda m: m.linen),
-        kept_from_init=[KeptLeaf(s.path, s.type_name, tuple(s.shape), dtype_name(s.dtype)) for s in plan.kept],
-        ignored=dict(ckpt.ignored), unboxed=list(ckpt.unboxed), source_format=ckpt.format, step=ckpt.step,
+        kept_from_init=[
+            KeptLeaf(s.path, s.type_name, tuple(s.shape), dtype_name(s.dtype)) for s in plan.kept
+        ],
+        ignored=dict(ckpt.ignored),
+        unboxed=list(ckpt.unboxed),
+        source_format=ckpt.format,
+        step=ckpt.step,
         timings=timings,
     )
     opt_state = None
@@ -158,12 +180,15 @@ def convert_tree(linen_tree: Any, pair: Any, name_map: NameMap | str | Path | No
 
         t0 = time.perf_counter()
         opt_state, report.optimizer = convert_opt_state(
-            ckpt.opt_state, ckpt.step, report.param_table(), pair.make_nnx, tx, ckpt.source)
+            ckpt.opt_state, ckpt.step, report.param_table(), pair.make_nnx, tx, ckpt.source
+        )
         timings["optimizer"] = time.perf_counter() - t0
     return Converted(plan.target.graphdef, state, report, opt_state)
 
 
-def convert_state(linen_tree: Any, pair: Any, name_map: NameMap | str | Path | None = None) -> tuple[Any, ConversionReport]:
+def convert_state(
+    linen_tree: Any, pair: Any, name_map: NameMap | str | Path | None = None
+) -> tuple[Any, ConversionReport]:
     """In-memory conversion: ``(NNX model with the Linen weights loaded, report)``.
 
     The equivalence stage uses this so that parity is checked on converter output, never on a
@@ -173,8 +198,15 @@ def convert_state(linen_tree: Any, pair: Any, name_map: NameMap | str | Path | N
     return converted.model(), converted.report
 
 
-def convert(src: Any, dst: str | Path, pair: Any, name_map: NameMap | str | Path | None = None, *,
-            force: bool = False, optimizer: bool | None = None) -> ConversionReport:
+def convert(
+    src: Any,
+    dst: str | Path,
+    pair: Any,
+    name_map: NameMap | str | Path | None = None,
+    *,
+    force: bool = False,
+    optimizer: bool | None = None,
+) -> ConversionReport:
     """Convert the Linen checkpoint ``src`` into an NNX checkpoint directory ``dst``.
 
     Everything is validated against ``pair.make_nnx()`` before anything is written; on any problem
@@ -192,7 +224,8 @@ def convert(src: Any, dst: str | Path, pair: Any, name_map: NameMap | str | Path
     report = converted.report
     report.destination = str(dst)
     t0 = time.perf_counter()
-    write_nnx_checkpoint(dst, converted.state, report.to_json(), optimizer_state=converted.optimizer_state,
-                         force=force)
+    write_nnx_checkpoint(
+        dst, converted.state, report.to_json(), optimizer_state=converted.optimizer_state, force=force
+    )
     report.timings["write"] = time.perf_counter() - t0
     return report

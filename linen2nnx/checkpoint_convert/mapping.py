@@ -80,7 +80,9 @@ class Problem:
     detail: str
 
     def __str__(self) -> str:
-        where = " -> ".join(p for p in (self.linen and f"Linen {self.linen}", self.nnx and f"NNX {self.nnx}") if p)
+        where = " -> ".join(
+            p for p in (self.linen and f"Linen {self.linen}", self.nnx and f"NNX {self.nnx}") if p
+        )
         return f"{self.kind}: {where}: {self.detail}"
 
 
@@ -155,11 +157,15 @@ def _match_collection(leaves: list[Leaf], slots: Mapping[PathT, Slot]) -> tuple[
             continue  # no home: reported by validation
         rivals = [leaf.name for leaf in group] + claimed.get(key, [])
         if len(group) > 1 or len(cands) > 1 or claimed.get(key):
-            problems.append(Problem(
-                "ambiguous", ", ".join(rivals), ", ".join(join(p) for p in cands),
-                f"{len(rivals)} Linen leaf(s) and {len(cands)} NNX slot(s) have the same normalised path "
-                f"{join(key)!r}; pass a name map to say which goes where",
-            ))
+            problems.append(
+                Problem(
+                    "ambiguous",
+                    ", ".join(rivals),
+                    ", ".join(join(p) for p in cands),
+                    f"{len(rivals)} Linen leaf(s) and {len(cands)} NNX slot(s) have the same normalised path "
+                    f"{join(key)!r}; pass a name map to say which goes where",
+                )
+            )
             continue
         if free:
             matches.append(Match(group[0], free[0], NORMALISED))
@@ -168,11 +174,15 @@ def _match_collection(leaves: list[Leaf], slots: Mapping[PathT, Slot]) -> tuple[
     for key, cands in sorted(slot_groups.items(), key=lambda kv: join(kv[0])):
         empty = [p for p in cands if p not in taken]
         if empty and claimed.get(key) and key not in leaf_groups:
-            problems.append(Problem(
-                "ambiguous", ", ".join(claimed[key]), ", ".join(join(p) for p in cands),
-                f"{len(cands)} NNX slots have the normalised path {join(key)!r} of one Linen leaf; "
-                "pass a name map to say which goes where",
-            ))
+            problems.append(
+                Problem(
+                    "ambiguous",
+                    ", ".join(claimed[key]),
+                    ", ".join(join(p) for p in cands),
+                    f"{len(cands)} NNX slots have the normalised path {join(key)!r} of one Linen leaf; "
+                    "pass a name map to say which goes where",
+                )
+            )
     return matches, problems
 
 

@@ -26,8 +26,9 @@ def abstract_optimizer(make_nnx: Any, tx: Any) -> tuple[Any, Any]:
     return nnx.graphdef(abstract), nnx.state(abstract)
 
 
-def convert_opt_state(opt_state: Any, step: int | None, param_table: Mapping[PathT, PathT], make_nnx: Any,
-                      tx: Any, source: str) -> tuple[Any, list[MappedLeaf]]:
+def convert_opt_state(
+    opt_state: Any, step: int | None, param_table: Mapping[PathT, PathT], make_nnx: Any, tx: Any, source: str
+) -> tuple[Any, list[MappedLeaf]]:
     """Fill the abstract NNX optimizer state from the Linen one; ConversionError lists every problem."""
     import jax.numpy as jnp
     from flax import nnx
@@ -49,19 +50,37 @@ def convert_opt_state(opt_state: Any, step: int | None, param_table: Mapping[Pat
             continue
         want = slots[hit].get_value()
         if tuple(want.shape) != tuple(np.shape(leaf)) or np.dtype(want.dtype) != np.dtype(leaf.dtype):
-            problems.append(Problem("shape/dtype mismatch", lname, join(hit),
-                                    f"expected {tuple(want.shape)} {dtype_name(want.dtype)}, "
-                                    f"got {tuple(np.shape(leaf))} {dtype_name(leaf.dtype)}"))
+            problems.append(
+                Problem(
+                    "shape/dtype mismatch",
+                    lname,
+                    join(hit),
+                    f"expected {tuple(want.shape)} {dtype_name(want.dtype)}, "
+                    f"got {tuple(np.shape(leaf))} {dtype_name(leaf.dtype)}",
+                )
+            )
             continue
         filled[hit] = jnp.asarray(leaf)
-        mapped.append(MappedLeaf("opt_state", lpath, hit, type(slots[hit]).__name__, tuple(want.shape),
-                                 dtype_name(want.dtype), "optax"))
+        mapped.append(
+            MappedLeaf(
+                "opt_state",
+                lpath,
+                hit,
+                type(slots[hit]).__name__,
+                tuple(want.shape),
+                dtype_name(want.dtype),
+                "optax",
+            )
+        )
     step_path = by_str.get(("step",))
     if step_path is not None and step is not None:
         want = slots[step_path].get_value()
         filled[step_path] = jnp.asarray(step, dtype=want.dtype)  # Linen int32 -> NNX uint32
-        mapped.append(MappedLeaf("step", (), step_path, type(slots[step_path]).__name__, (),
-                                 dtype_name(want.dtype), "cast"))
+        mapped.append(
+            MappedLeaf(
+                "step", (), step_path, type(slots[step_path]).__name__, (), dtype_name(want.dtype), "cast"
+            )
+        )
     for path in sorted(slots, key=join):
         if path not in filled:
             problems.append(Problem("not filled", None, join(path), "no Linen optimizer leaf maps to it"))

@@ -150,8 +150,9 @@ def _orbax_item_dir(path: Path) -> Path:
     """The directory that holds the Orbax payload: ``path`` itself, or a CheckpointManager step/item."""
     if (path / "_METADATA").exists() or (path / "_CHECKPOINT_METADATA").exists():
         return path
-    steps = sorted((p for p in path.iterdir() if p.is_dir() and re.fullmatch(r"\d+", p.name)),
-                   key=lambda p: int(p.name))
+    steps = sorted(
+        (p for p in path.iterdir() if p.is_dir() and re.fullmatch(r"\d+", p.name)), key=lambda p: int(p.name)
+    )
     if steps:  # a CheckpointManager root: newest step
         step_dir = steps[-1]
         if (step_dir / "_METADATA").exists():
@@ -233,4 +234,3 @@ def _as_int(value: Any) -> int | None:
         return int(np.asarray(value))
     except (TypeError, ValueError):
         return None
-

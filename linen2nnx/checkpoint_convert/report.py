@@ -73,14 +73,23 @@ class ConversionReport:
 
     def summary(self) -> str:
         n_opt = f", {len(self.optimizer)} optimizer leaves" if self.optimizer else ""
-        return (f"converted {len(self.mapped)} leaves ({self.strategy}){n_opt}, "
-                f"kept {len(self.kept_from_init)} from init, ignored {len(self.ignored)}")
+        return (
+            f"converted {len(self.mapped)} leaves ({self.strategy}){n_opt}, "
+            f"kept {len(self.kept_from_init)} from init, ignored {len(self.ignored)}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """A stable, JSON-ready dict (paths as ``a/b/0`` strings, shapes as lists)."""
+
         def leaf(m: MappedLeaf) -> dict[str, Any]:
-            return {"linen": m.linen, "nnx": m.nnx, "type": m.var_type, "shape": list(m.shape),
-                    "dtype": m.dtype, "how": m.how}
+            return {
+                "linen": m.linen,
+                "nnx": m.nnx,
+                "type": m.var_type,
+                "shape": list(m.shape),
+                "dtype": m.dtype,
+                "how": m.how,
+            }
 
         return {
             "schema": SCHEMA,
@@ -91,8 +100,10 @@ class ConversionReport:
             "strategy": self.strategy,
             "step": self.step,
             "mapped": [leaf(m) for m in self.mapped],
-            "kept_from_init": [{"nnx": k.nnx, "type": k.var_type, "shape": list(k.shape), "dtype": k.dtype}
-                               for k in self.kept_from_init],
+            "kept_from_init": [
+                {"nnx": k.nnx, "type": k.var_type, "shape": list(k.shape), "dtype": k.dtype}
+                for k in self.kept_from_init
+            ],
             "optimizer": None if self.optimizer is None else [leaf(m) for m in self.optimizer],
             "ignored": dict(sorted(self.ignored.items())),
             "unboxed": list(self.unboxed),

@@ -43,15 +43,17 @@ def abstract_target(make_nnx: Any, name: str = "") -> Target:
     try:
         abstract = nnx.eval_shape(make_nnx)
     except Exception as e:
-        raise L2NError(f"cannot build the target NNX model{f' {name}' if name else ''}: "
-                       f"{type(e).__name__}: {e}") from e
+        raise L2NError(
+            f"cannot build the target NNX model{f' {name}' if name else ''}: {type(e).__name__}: {e}"
+        ) from e
     graphdef, state = nnx.split(abstract)
     slots: dict[PathT, Slot] = {}
     for path, var in nnx.to_flat_state(state):
         value = var.get_value() if isinstance(var, nnx.Variable) else var
         vtype = type(var) if isinstance(var, nnx.Variable) else object
-        slots[tuple(path)] = Slot(tuple(path), vtype, tuple(getattr(value, "shape", ())),
-                                  getattr(value, "dtype", None))
+        slots[tuple(path)] = Slot(
+            tuple(path), vtype, tuple(getattr(value, "shape", ())), getattr(value, "dtype", None)
+        )
     return Target(graphdef, state, slots, name or type(abstract).__name__)
 
 
@@ -60,8 +62,13 @@ def required_types(collections: Iterable[str]) -> tuple[type, ...]:
     return tuple(variable_type(c) for c in sorted({*ALWAYS_REQUIRED, *collections}))
 
 
-def validate(leaves: list[Leaf], matches: list[Match], problems: list[Problem], target: Target,
-             collections: Iterable[str]) -> tuple[list[Match], list[Slot], list[Problem]]:
+def validate(
+    leaves: list[Leaf],
+    matches: list[Match],
+    problems: list[Problem],
+    target: Target,
+    collections: Iterable[str],
+) -> tuple[list[Match], list[Slot], list[Problem]]:
     """Return (good matches, slots kept from init, all problems) — nothing is raised here."""
     problems = list(problems)
     named = {n for p in problems if p.linen for n in p.linen.split(", ")}
@@ -74,34 +81,60 @@ def validate(leaves: list[Leaf], matches: list[Match], problems: list[Problem], 
         leaf = m.leaf
         nnx_name = join(m.nnx_path)
         if slot is None:
-            problems.append(Problem("no NNX home", leaf.name, nnx_name,
-                                    f"the target model has no state at this path (got {_fmt(leaf)})"))
+            problems.append(
+                Problem(
+                    "no NNX home",
+                    leaf.name,
+                    nnx_name,
+                    f"the target model has no state at this path (got {_fmt(leaf)})",
+                )
+            )
             continue
         want = variable_type(leaf.collection)
         if not issubclass(slot.var_type, want):
-            problems.append(Problem("type mismatch", leaf.name, nnx_name,
-                                    f"expected a {want.__name__} slot, the target has a {slot.type_name}"))
+            problems.append(
+                Problem(
+                    "type mismatch",
+                    leaf.name,
+                    nnx_name,
+                    f"expected a {want.__name__} slot, the target has a {slot.type_name}",
+                )
+            )
             continue
         by_slot[m.nnx_path].append(m)
         if tuple(slot.shape) != tuple(leaf.shape):
-            problems.append(Problem("shape mismatch", leaf.name, nnx_name,
-                                    f"expected {_fmt(slot)}, got {_fmt(leaf)}"))
+            problems.append(
+                Problem("shape mismatch", leaf.name, nnx_name, f"expected {_fmt(slot)}, got {_fmt(leaf)}")
+            )
         elif np.dtype(slot.dtype) != np.dtype(leaf.dtype):
-            problems.append(Problem("dtype mismatch", leaf.name, nnx_name,
-                                    f"expected {_fmt(slot)}, got {_fmt(leaf)}"))
+            problems.append(
+                Problem("dtype mismatch", leaf.name, nnx_name, f"expected {_fmt(slot)}, got {_fmt(leaf)}")
+            )
         else:
             good.append(m)
     for path, ms in sorted(by_slot.items(), key=lambda kv: join(kv[0])):
         if len(ms) > 1:
-            problems.append(Problem("filled twice", ", ".join(m.leaf.name for m in ms), join(path),
-                                    f"{len(ms)} Linen leaves map to one NNX slot"))
+            problems.append(
+                Problem(
+                    "filled twice",
+                    ", ".join(m.leaf.name for m in ms),
+                    join(path),
+                    f"{len(ms)} Linen leaves map to one NNX slot",
+                )
+            )
     dup = {p for p, ms in by_slot.items() if len(ms) > 1}
     good = [m for m in good if m.nnx_path not in dup]
     for leaf in leaves:
         if leaf not in matched and leaf.name not in named:
-            problems.append(Problem("no NNX home", leaf.name, None,
-                                    f"no NNX slot of type {variable_type(leaf.collection).__name__} "
-                                    f"matches this path (got {_fmt(leaf)})"))
+            problems.append(
+                Problem(
+                    "no NNX home",
+                    leaf.name,
+                    None,
+                    f"no NNX slot of type {variable_type(leaf.collection).__name__} "
+                    f"matches this path (got {_fmt(leaf)})",
+                )
+            )
     required = required_types(collections)
     kept: list[Slot] = []
     for path, slot in sorted(target.slots.items(), key=lambda kv: join(kv[0])):
@@ -110,8 +143,14 @@ def validate(leaves: list[Leaf], matches: list[Match], problems: list[Problem], 
         if not issubclass(slot.var_type, required):
             kept.append(slot)
         elif join(path) not in named_nnx:
-            problems.append(Problem("not filled", None, join(path),
-                                    f"no Linen leaf maps to this {slot.type_name} {_fmt(slot)}"))
+            problems.append(
+                Problem(
+                    "not filled",
+                    None,
+                    join(path),
+                    f"no Linen leaf maps to this {slot.type_name} {_fmt(slot)}",
+                )
+            )
     return good, kept, problems
 
 

@@ -29,8 +29,14 @@ REPORT_FILENAME = "linen2nnx-conversion.json"
 OPTIMIZER_DIR = "optimizer"
 
 
-def write_nnx_checkpoint(dst: str | Path, state: Any, report: dict[str, Any] | None = None, *,
-                         optimizer_state: Any = None, force: bool = False) -> Path:
+def write_nnx_checkpoint(
+    dst: str | Path,
+    state: Any,
+    report: dict[str, Any] | None = None,
+    *,
+    optimizer_state: Any = None,
+    force: bool = False,
+) -> Path:
     """Save ``state`` (an ``nnx.State``) to ``dst`` with Orbax, plus the JSON report; all or nothing."""
     import orbax.checkpoint as ocp
 
@@ -72,13 +78,18 @@ def load_nnx_checkpoint(path: str | Path, pair: Any) -> Any:
     mesh = jax.sharding.get_mesh()
     if not mesh.empty:  # sharded restore, as nnx.get_abstract_model does: under jax.set_mesh the abstract
         # leaves carry AbstractMesh shardings, which Orbax cannot restore onto
-        abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
-                                nnx.get_named_sharding(abstract, mesh))
+        abstract = jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+            abstract,
+            nnx.get_named_sharding(abstract, mesh),
+        )
     try:
         with ocp.StandardCheckpointer() as ckptr:
             state = ckptr.restore(path, abstract)
     except Exception as e:
-        raise L2NError(f"{path}: cannot restore onto {type(abstract_model).__name__}: {type(e).__name__}: {e}") from e
+        raise L2NError(
+            f"{path}: cannot restore onto {type(abstract_model).__name__}: {type(e).__name__}: {e}"
+        ) from e
     return nnx.merge(graphdef, state)
 
 
@@ -100,4 +111,3 @@ def read_report(path: str | Path) -> dict[str, Any]:
         return json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError as e:
         raise L2NError(f"{p}: no conversion report") from e
-

@@ -52,8 +52,12 @@ class Sides:
     checkpoint: LinenCheckpoint
 
 
-def build_sides(pair: Any, linen_ckpt: Any = None, nnx_ckpt: str | Path | None = None,
-                name_map: NameMap | str | Path | None = None) -> Sides:
+def build_sides(
+    pair: Any,
+    linen_ckpt: Any = None,
+    nnx_ckpt: str | Path | None = None,
+    name_map: NameMap | str | Path | None = None,
+) -> Sides:
     """Linen variables (checkpoint or ``init_variables``) and the NNX twin holding converted weights.
 
     With ``nnx_ckpt`` the twin is loaded from that converted checkpoint (checking what ``convert``
@@ -64,8 +68,9 @@ def build_sides(pair: Any, linen_ckpt: Any = None, nnx_ckpt: str | Path | None =
         try:
             init = linen_init_variables(pair.linen)
         except Exception as e:
-            raise ModelBuildError(f"cannot build the Linen model {_name(pair)} on its example batch: "
-                                  f"{type(e).__name__}: {e}") from e
+            raise ModelBuildError(
+                f"cannot build the Linen model {_name(pair)} on its example batch: {type(e).__name__}: {e}"
+            ) from e
         ckpt = read_linen_checkpoint(init)
         ckpt.source = "init_variables()"
     else:
@@ -143,8 +148,12 @@ class Inputs:
         args, kwargs = side.call_args(train)
         leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs), side.batch))
         is_array = [isinstance(x, (jax.Array, np.ndarray)) for x in leaves]
-        return cls([x for x, a in zip(leaves, is_array) if a], [None if a else x for x, a in zip(leaves, is_array)],
-                   is_array, treedef)
+        return cls(
+            [x for x, a in zip(leaves, is_array) if a],
+            [None if a else x for x, a in zip(leaves, is_array)],
+            is_array,
+            treedef,
+        )
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -171,6 +180,7 @@ def linen_init_variables(side: Any) -> Any:
         def init(rngs: Any, dynamic: list[Any]) -> Any:
             args, kwargs, _ = ins.rebuild(dynamic)
             return model.init(rngs, *args, **kwargs)
+
         return fast_jit(init)
 
     return memoized(("init", model, ins.key), build)(side.init_rngs(), ins.dynamic)
@@ -188,15 +198,20 @@ def linen_fns(pair: Any, jit: bool = True) -> tuple[Callable[[Any], Any], Callab
     ins_e, ins_t = Inputs.of(pair, False), Inputs.of(pair, True)
     build = functools.partial(_linen_compile, side.model, side.loss, tuple(side.mutable), ins_e, ins_t, jit)
     if jit:
-        eval_c, train_c = memoized(("fns", side.model, side.loss, tuple(side.mutable), ins_e.key, ins_t.key), build)
+        eval_c, train_c = memoized(
+            ("fns", side.model, side.loss, tuple(side.mutable), ins_e.key, ins_t.key), build
+        )
     else:
         eval_c, train_c = build()
-    return (lambda variables: eval_c(variables, rngs, ins_e.dynamic),
-            lambda variables: train_c(variables, rngs, ins_t.dynamic))
+    return (
+        lambda variables: eval_c(variables, rngs, ins_e.dynamic),
+        lambda variables: train_c(variables, rngs, ins_t.dynamic),
+    )
 
 
-def _linen_compile(model: Any, loss: Any, mutable_colls: tuple[str, ...], ins_e: Inputs, ins_t: Inputs,
-                   jit: bool) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def _linen_compile(
+    model: Any, loss: Any, mutable_colls: tuple[str, ...], ins_e: Inputs, ins_t: Inputs, jit: bool
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
     import jax
 
     mutable = list(mutable_colls) if mutable_colls else False
@@ -211,7 +226,9 @@ def _linen_compile(model: Any, loss: Any, mutable_colls: tuple[str, ...], ins_e:
 
         def f(params: Any) -> Any:
             with linen_dropout_off():
-                res = model.apply({**variables, "params": params}, *args, **kwargs, mutable=mutable, rngs=rngs)
+                res = model.apply(
+                    {**variables, "params": params}, *args, **kwargs, mutable=mutable, rngs=rngs
+                )
             out, updates = res if mutable else (res, {})
             return loss(out, batch), (out, updates)
 
@@ -239,8 +256,12 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
 
     def eval_fn(state: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_e.rebuild(dynamic)
-        out, sown = call_capturing(nnx.merge(gdef_eval, state, copy=True),
-                                   lambda: nnx.merge(gdef_eval, state, copy=True), args, kwargs)
+        out, sown = call_capturing(
+            nnx.merge(gdef_eval, state, copy=True),
+            lambda: nnx.merge(gdef_eval, state, copy=True),
+            args,
+            kwargs,
+        )
         return out, side.loss(out, batch), flat_sown(sown)
 
     def train_fn(p0: Any, r0: Any, dynamic: list[Any]) -> Any:
@@ -251,8 +272,11 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
             m = nnx.merge(gdef_train, p, r0, copy=True)
             with quiet_sow():
                 out = m(*args, **kwargs)
-            after = {_flat_key(k): v.get_value() for k, v in nnx.to_flat_state(nnx.state(m, nnx.Not(nnx.Param)))
-                     if not isinstance(v, nnx.RngState)}
+            after = {
+                _flat_key(k): v.get_value()
+                for k, v in nnx.to_flat_state(nnx.state(m, nnx.Not(nnx.Param)))
+                if not isinstance(v, nnx.RngState)
+            }
             return side.loss(out, batch), (out, after)
 
         (loss, (out, after)), grads = jax.value_and_grad(f, has_aux=True)(p0)
@@ -260,5 +284,4 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
         return out, loss, flat_grads, after
 
     eval_c, train_c = maybe_jit(eval_fn, jit), maybe_jit(train_fn, jit)
-    return (lambda: eval_c(state_eval, ins_e.dynamic),
-            lambda: train_c(params, rest, ins_t.dynamic))
+    return (lambda: eval_c(state_eval, ins_e.dynamic), lambda: train_c(params, rest, ins_t.dynamic))

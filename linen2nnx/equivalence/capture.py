@@ -105,8 +105,9 @@ class Recorder:
         self.calls: list[Call] = []
         self._pending: list[Call] = []
 
-    def hook(self, path: PathT, kind: str, has_params: bool, fn: Callable[..., Any], args: tuple,
-             kwargs: dict) -> Any:
+    def hook(
+        self, path: PathT, kind: str, has_params: bool, fn: Callable[..., Any], args: tuple, kwargs: dict
+    ) -> Any:
         ins = array_leaves((args, kwargs))
         ws = own_weights(bound_module(fn))
         try:
@@ -153,8 +154,14 @@ def linen_hooked(hook: Hook) -> Iterator[None]:
         if context.method_name != "__call__":
             return next_fun(*args, **kwargs)
         module = context.module
-        return hook(tuple(map(str, module.path)), type(module).__name__, False, _LinenCall(next_fun, module),
-                    args, kwargs)
+        return hook(
+            tuple(map(str, module.path)),
+            type(module).__name__,
+            False,
+            _LinenCall(next_fun, module),
+            args,
+            kwargs,
+        )
 
     with nn.intercept_methods(interceptor):
         yield
@@ -203,10 +210,12 @@ def nnx_hooked(model: Any, hook: Hook) -> Iterator[None]:
             active.append(self)
             try:
                 path = tuple(tag.split("/")) if tag else ()
-                return hook(path, type(self).__name__, _has_params(self), functools.partial(orig, self),
-                            args, kwargs)
+                return hook(
+                    path, type(self).__name__, _has_params(self), functools.partial(orig, self), args, kwargs
+                )
             finally:
                 active.pop()
+
         return wrapper
 
     try:

@@ -62,12 +62,22 @@ __all__ = [
 ]
 
 
-def check(pair: Any, linen_ckpt: Any = None, nnx_ckpt: str | Path | None = None, *,
-          name_map: NameMap | str | Path | None = None, steps: int = 0,
-          tolerances: Tolerances | float | Mapping[str, Any] | None = None, mesh: Mapping[str, int] | None = None,
-          divergence: bool = True, jit: JitMode = True, batches: Iterable[Mapping[str, Any]] | None = None,
-          train_tx: Any = None, long_batch: Mapping[str, Any] | bool | None = None,
-          atol_factor: float | None = None) -> ParityResult:
+def check(
+    pair: Any,
+    linen_ckpt: Any = None,
+    nnx_ckpt: str | Path | None = None,
+    *,
+    name_map: NameMap | str | Path | None = None,
+    steps: int = 0,
+    tolerances: Tolerances | float | Mapping[str, Any] | None = None,
+    mesh: Mapping[str, int] | None = None,
+    divergence: bool = True,
+    jit: JitMode = True,
+    batches: Iterable[Mapping[str, Any]] | None = None,
+    train_tx: Any = None,
+    long_batch: Mapping[str, Any] | bool | None = None,
+    atol_factor: float | None = None,
+) -> ParityResult:
     """Run every parity check for ``pair``; see the module docstring for what is compared.
 
     ``pair``: a :class:`~linen2nnx.spec.ModelPair` or a spec reference (``"pkg.mod:pair"``).
@@ -103,13 +113,22 @@ def check(pair: Any, linen_ckpt: Any = None, nnx_ckpt: str | Path | None = None,
         leaves = run_checks(pair, sides, tols, timings, jit=jit, module_map=module_map, long_batch=long_batch)
         if mesh_mod is not None:
             t0 = time.perf_counter()
-            leaves += mesh_mod.partition_spec_leaves(pair, sides.nnx_model, sides.report.param_table("params"))
+            leaves += mesh_mod.partition_spec_leaves(
+                pair, sides.nnx_model, sides.report.param_table("params")
+            )
             timings["partition_spec"] = time.perf_counter() - t0
         training = None
         if steps > 0:
             t0 = time.perf_counter()
-            training = training_parity(pair, sides, steps, tx=train_tx, tolerances=tols, batches=batches,
-                                       depth=model_depth(sides.nnx_model))
+            training = training_parity(
+                pair,
+                sides,
+                steps,
+                tx=train_tx,
+                tolerances=tols,
+                batches=batches,
+                depth=model_depth(sides.nnx_model),
+            )
             leaves += training.leaves
             timings["training"] = time.perf_counter() - t0
         passed = bool(leaves) and all(lf.passed for lf in leaves) and (training is None or training.passed)
@@ -119,15 +138,22 @@ def check(pair: Any, linen_ckpt: Any = None, nnx_ckpt: str | Path | None = None,
             div = _localise(pair, sides, [lf for lf in leaves if not lf.passed], module_map, tols)
             timings["divergence"] = time.perf_counter() - t0
     return ParityResult(
-        leaves=leaves, passed=passed, atol_factor=tols.fp32, tolerances=tols,
-        model=pair.linen.name or type(pair.linen.model).__name__, linen_source=sides.checkpoint.source,
-        nnx_source=str(nnx_ckpt) if nnx_ckpt is not None else "converted in memory", timings=timings,
-        divergence=div, training=training,
+        leaves=leaves,
+        passed=passed,
+        atol_factor=tols.fp32,
+        tolerances=tols,
+        model=pair.linen.name or type(pair.linen.model).__name__,
+        linen_source=sides.checkpoint.source,
+        nnx_source=str(nnx_ckpt) if nnx_ckpt is not None else "converted in memory",
+        timings=timings,
+        divergence=div,
+        training=training,
     )
 
 
-def assert_parity(pair: Any, linen_ckpt: Any = None, nnx_ckpt: str | Path | None = None, **kwargs: Any
-                  ) -> ParityResult:
+def assert_parity(
+    pair: Any, linen_ckpt: Any = None, nnx_ckpt: str | Path | None = None, **kwargs: Any
+) -> ParityResult:
     """``check(...)``, raising ``AssertionError`` with a table of the failing leaves (and the culprit
     module) when parity does not hold; returns the result otherwise. For test suites."""
     result = check(pair, linen_ckpt, nnx_ckpt, **kwargs)
@@ -145,8 +171,10 @@ def resolve_pair(pair: Any) -> Any:
         return load_pair(str(pair))
     linen = getattr(pair, "linen", None)
     if not isinstance(linen, LinenSide) or not callable(getattr(pair, "nnx_factory", None)):
-        raise SpecError(f"check: expected a ModelPair (Linen side + NNX factory) or a spec reference, "
-                        f"got {type(pair).__name__}")
+        raise SpecError(
+            f"check: expected a ModelPair (Linen side + NNX factory) or a spec reference, "
+            f"got {type(pair).__name__}"
+        )
     return pair
 
 
@@ -166,19 +194,23 @@ def mesh_module() -> Any:
     try:
         from linen2nnx.equivalence import mesh as mesh_mod
     except ImportError as e:
-        raise L2NError(f"check(mesh=...): sharded parity needs linen2nnx.equivalence.mesh, which cannot be "
-                       f"imported ({e})") from e
+        raise L2NError(
+            f"check(mesh=...): sharded parity needs linen2nnx.equivalence.mesh, which cannot be "
+            f"imported ({e})"
+        ) from e
     lacking = [name for name in ("mesh_scope", "partition_spec_leaves") if not hasattr(mesh_mod, name)]
     if lacking:
         raise L2NError(f"check(mesh=...): linen2nnx.equivalence.mesh lacks {', '.join(lacking)}")
     return mesh_mod
 
 
-def _localise(pair: Any, sides: Sides, failed: list[LeafResult], module_map: ModuleMap, tols: Tolerances) -> Any:
+def _localise(
+    pair: Any, sides: Sides, failed: list[LeafResult], module_map: ModuleMap, tols: Tolerances
+) -> Any:
     """:func:`.divergence.localise`, never letting a localisation problem hide the verdict."""
     try:
         return localise(pair, sides, failed, module_map, tols)
     except Exception as e:
-        return Divergence(mode="", modules=[], culprit=None, note=f"localisation failed: {type(e).__name__}: {e}")
-
-
+        return Divergence(
+            mode="", modules=[], culprit=None, note=f"localisation failed: {type(e).__name__}: {e}"
+        )

@@ -56,15 +56,31 @@ class LeafResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "check": self.check, "path": self.path, "shape": [int(s) for s in self.shape], "dtype": self.dtype,
-            "max_abs": json_num(self.max_abs), "max_rel": json_num(self.max_rel), "mean_abs": json_num(self.mean_abs),
-            "cosine": json_num(self.cosine), "tol": json_num(self.tol), "passed": bool(self.passed), "note": self.note,
+            "check": self.check,
+            "path": self.path,
+            "shape": [int(s) for s in self.shape],
+            "dtype": self.dtype,
+            "max_abs": json_num(self.max_abs),
+            "max_rel": json_num(self.max_rel),
+            "mean_abs": json_num(self.mean_abs),
+            "cosine": json_num(self.cosine),
+            "tol": json_num(self.tol),
+            "passed": bool(self.passed),
+            "note": self.note,
             "extra": {k: json_num(v) for k, v in sorted(self.extra.items())},
         }
 
 
-def compare_leaf(check: str, path: str, ref: Any, got: Any, tolerances: Tolerances | float | None = None, *,
-                 depth: int = 0, kind: str | None = None) -> LeafResult:
+def compare_leaf(
+    check: str,
+    path: str,
+    ref: Any,
+    got: Any,
+    tolerances: Tolerances | float | None = None,
+    *,
+    depth: int = 0,
+    kind: str | None = None,
+) -> LeafResult:
     """Compare one NNX leaf (``got``) against its Linen reference (``ref``).
 
     ``kind``: ``"logits"`` adds KL / top-k metrics, ``"grad"`` the norm ratio.
@@ -76,12 +92,15 @@ def compare_leaf(check: str, path: str, ref: Any, got: Any, tolerances: Toleranc
     ref_dtype, got_dtype = ref_dtype or dtype_name(ref.dtype), got_dtype or dtype_name(got.dtype)
     dtype = less_precise(ref_dtype, got_dtype)
     if ref.shape != got.shape:
-        return missing(check, path, ref.shape, f"shape differs: Linen {ref.shape}, NNX {got.shape}", dtype=dtype)
+        return missing(
+            check, path, ref.shape, f"shape differs: Linen {ref.shape}, NNX {got.shape}", dtype=dtype
+        )
     r = ref.astype(np.float64)
     g = got.astype(np.float64)
     finite = np.isfinite(r) & np.isfinite(g)
-    same_nonfinite = bool(np.array_equal(finite, np.isfinite(r))
-                          and np.array_equal(r[~finite], g[~finite], equal_nan=True))
+    same_nonfinite = bool(
+        np.array_equal(finite, np.isfinite(r)) and np.array_equal(r[~finite], g[~finite], equal_nan=True)
+    )
     diff = np.abs(g[finite] - r[finite])
     ref_max = float(np.max(np.abs(r[finite]))) if diff.size else 0.0
     max_abs = float(np.max(diff)) if diff.size else 0.0
@@ -99,13 +118,32 @@ def compare_leaf(check: str, path: str, ref: Any, got: Any, tolerances: Toleranc
     passed = bool(max_abs <= tol)
     if ref_dtype != got_dtype:
         note, passed = f"dtype differs: Linen {ref_dtype}, NNX {got_dtype}", False
-    return LeafResult(check, path, tuple(ref.shape), max_abs, max_rel, ref_max, cosine(r, g), tol, passed, note,
-                      dtype, mean_abs, extra)
+    return LeafResult(
+        check,
+        path,
+        tuple(ref.shape),
+        max_abs,
+        max_rel,
+        ref_max,
+        cosine(r, g),
+        tol,
+        passed,
+        note,
+        dtype,
+        mean_abs,
+        extra,
+    )
 
 
-def compare_trees(check: str, ref: Mapping[str, Any], got: Mapping[str, Any],
-                  tolerances: Tolerances | float | None = None, *, depth: int = 0,
-                  kind: str | None = None) -> list[LeafResult]:
+def compare_trees(
+    check: str,
+    ref: Mapping[str, Any],
+    got: Mapping[str, Any],
+    tolerances: Tolerances | float | None = None,
+    *,
+    depth: int = 0,
+    kind: str | None = None,
+) -> list[LeafResult]:
     """Compare two ``{path: array}`` dicts; a path on one side only is a failed leaf."""
     out = []
     for path in sorted(set(ref) | set(got)):
@@ -120,7 +158,9 @@ def compare_trees(check: str, ref: Mapping[str, Any], got: Mapping[str, Any],
 
 def missing(check: str, path: str, shape: tuple[int, ...], note: str, *, dtype: str = "") -> LeafResult:
     """A leaf that failed without numbers (absent on one side, shape mismatch, a side that raised)."""
-    return LeafResult(check, path, tuple(shape), math.inf, math.inf, 0.0, 0.0, 0.0, False, note, dtype, math.inf)
+    return LeafResult(
+        check, path, tuple(shape), math.inf, math.inf, 0.0, 0.0, 0.0, False, note, dtype, math.inf
+    )
 
 
 @dataclasses.dataclass
@@ -160,10 +200,22 @@ class ParityResult:
         """A plain-text table of the failing leaves (and the culprit module), for assertion messages."""
         rows = [("check", "path", "shape", "dtype", "max|Δ|", "tol", "cosine", "note")]
         for lf in sorted(self.failures, key=lambda lf: (lf.check, lf.path))[:limit]:
-            rows.append((lf.check, lf.path, str(tuple(lf.shape)), lf.dtype, f"{lf.max_abs:.3g}", f"{lf.tol:.3g}",
-                         f"{lf.cosine:.6f}", lf.note))
+            rows.append(
+                (
+                    lf.check,
+                    lf.path,
+                    str(tuple(lf.shape)),
+                    lf.dtype,
+                    f"{lf.max_abs:.3g}",
+                    f"{lf.tol:.3g}",
+                    f"{lf.cosine:.6f}",
+                    lf.note,
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-        lines = [f"parity FAILED for {self.model or 'model'}: {len(self.failures)} of {len(self.leaves)} leaves"]
+        lines = [
+            f"parity FAILED for {self.model or 'model'}: {len(self.failures)} of {len(self.leaves)} leaves"
+        ]
         lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
         if len(self.failures) > limit:
             lines.append(f"  ... and {len(self.failures) - limit} more")
@@ -176,9 +228,12 @@ class ParityResult:
     def to_json(self) -> dict[str, Any]:
         """Stable JSON (``schema: linen2nnx-parity/2``, documented in docs/equivalence.md)."""
         checks = {
-            name: {"passed": all(lf.passed for lf in leaves), "leaves": len(leaves),
-                   "failed": sum(not lf.passed for lf in leaves),
-                   "max_abs": json_num(max((lf.max_abs for lf in leaves), default=0.0))}
+            name: {
+                "passed": all(lf.passed for lf in leaves),
+                "leaves": len(leaves),
+                "failed": sum(not lf.passed for lf in leaves),
+                "max_abs": json_num(max((lf.max_abs for lf in leaves), default=0.0)),
+            }
             for name, leaves in sorted(self.by_check().items())
         }
         tolerances = self.tolerances or Tolerances.coerce(self.atol_factor)

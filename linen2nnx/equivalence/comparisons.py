@@ -49,10 +49,16 @@ def model_depth(model: Any) -> int:
 
 
 # ---- the comparisons -----------------------------------------------------------------------------
-def run_checks(pair: Any, sides: Sides, tolerances: Tolerances | float | None = None,
-               timings: dict[str, float] | None = None, *, jit: JitMode = True,
-               module_map: ModuleMap | None = None,
-               long_batch: Mapping[str, Any] | bool | None = None) -> list[LeafResult]:
+def run_checks(
+    pair: Any,
+    sides: Sides,
+    tolerances: Tolerances | float | None = None,
+    timings: dict[str, float] | None = None,
+    *,
+    jit: JitMode = True,
+    module_map: ModuleMap | None = None,
+    long_batch: Mapping[str, Any] | bool | None = None,
+) -> list[LeafResult]:
     """Run both sides (jitted and / or eagerly) and compare everything; see the module docstring."""
     tols = Tolerances.coerce(tolerances)
     timings = {} if timings is None else timings
@@ -72,13 +78,17 @@ def run_checks(pair: Any, sides: Sides, tolerances: Tolerances | float | None = 
 
         results += precision_leaves(pair, sides, module_map)
     except Exception as e:  # tracing the NNX side failed: the forward checks already report it
-        results.append(missing("precision", "", (), f"could not trace for precision: {type(e).__name__}: {e}"))
+        results.append(
+            missing("precision", "", (), f"could not trace for precision: {type(e).__name__}: {e}")
+        )
     timings["precision"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     try:
         results += config_leaves(pair, sides, module_map)
     except Exception as e:  # tracing failed: the forward checks already report why
-        results.append(missing("config", "", (), f"could not trace for layer settings: {type(e).__name__}: {e}"))
+        results.append(
+            missing("config", "", (), f"could not trace for layer settings: {type(e).__name__}: {e}")
+        )
     timings["config"] = time.perf_counter() - t0
     return results
 
@@ -89,12 +99,22 @@ def _linen(pair: Any, fn: Any, *args: Any) -> Any:
     except L2NError:
         raise
     except Exception as e:
-        raise ModelBuildError(f"the Linen model {pair.linen.name or type(pair.linen.model).__name__} fails on "
-                              f"its example batch: {type(e).__name__}: {e}") from e
+        raise ModelBuildError(
+            f"the Linen model {pair.linen.name or type(pair.linen.model).__name__} fails on "
+            f"its example batch: {type(e).__name__}: {e}"
+        ) from e
 
 
-def _run_pair(pair: Any, sides: Sides, tols: Tolerances, timings: dict[str, float], jitted: bool, suffix: str,
-              depth: int, module_map: ModuleMap) -> list[LeafResult]:
+def _run_pair(
+    pair: Any,
+    sides: Sides,
+    tols: Tolerances,
+    timings: dict[str, float],
+    jitted: bool,
+    suffix: str,
+    depth: int,
+    module_map: ModuleMap,
+) -> list[LeafResult]:
     from linen2nnx.equivalence.sown import linen_sown_to_nnx
 
     t0 = time.perf_counter()
@@ -110,7 +130,10 @@ def _run_pair(pair: Any, sides: Sides, tols: Tolerances, timings: dict[str, floa
         n_out_e, n_loss_e, n_sown = jax.block_until_ready(n_eval())
     except Exception as e:
         note = f"NNX side raised {type(e).__name__}: {e}"
-        results += [missing("forward/eval" + suffix, "out", (), note), missing("loss/eval" + suffix, "loss", (), note)]
+        results += [
+            missing("forward/eval" + suffix, "out", (), note),
+            missing("loss/eval" + suffix, "loss", (), note),
+        ]
     else:
         results += compare_outputs("forward/eval" + suffix, l_out_e, n_out_e, tols, depth)
         results.append(compare_leaf("loss/eval" + suffix, "loss", l_loss_e, n_loss_e, tols, depth=depth))
@@ -121,13 +144,17 @@ def _run_pair(pair: Any, sides: Sides, tols: Tolerances, timings: dict[str, floa
         n_out_t, n_loss_t, n_grads, n_after = jax.block_until_ready(n_train())
     except Exception as e:
         note = f"NNX side raised {type(e).__name__}: {e}"
-        results += [missing("forward/train" + suffix, "out", (), note), missing("loss/train" + suffix, "loss", (), note),
-                    missing("grad" + suffix, "", (), note)]
+        results += [
+            missing("forward/train" + suffix, "out", (), note),
+            missing("loss/train" + suffix, "loss", (), note),
+            missing("grad" + suffix, "", (), note),
+        ]
     else:
         results += compare_outputs("forward/train" + suffix, l_out_t, n_out_t, tols, depth)
         results.append(compare_leaf("loss/train" + suffix, "loss", l_loss_t, n_loss_t, tols, depth=depth))
-        results += compare_trees("grad" + suffix, to_nnx_paths(sides, "params", l_grads), n_grads, tols,
-                                 depth=depth, kind=GRAD)
+        results += compare_trees(
+            "grad" + suffix, to_nnx_paths(sides, "params", l_grads), n_grads, tols, depth=depth, kind=GRAD
+        )
         for coll in sorted(pair.linen.mutable):
             ref = to_nnx_paths(sides, coll, l_updates.get(coll, {}))
             wanted = _paths_of_type(sides, _variable_type(coll))
@@ -137,8 +164,9 @@ def _run_pair(pair: Any, sides: Sides, tols: Tolerances, timings: dict[str, floa
     return results
 
 
-def _run_eval_only(pair: Any, sides: Sides, tols: Tolerances, timings: dict[str, float], depth: int,
-                   name: str) -> list[LeafResult]:
+def _run_eval_only(
+    pair: Any, sides: Sides, tols: Tolerances, timings: dict[str, float], depth: int, name: str
+) -> list[LeafResult]:
     """Eval-mode forward and loss on another batch (the long one): ``forward/<name>``, ``loss/<name>``."""
     t0 = time.perf_counter()
     l_out, l_loss, _ = _linen(pair, linen_fns(pair)[0], sides.linen_variables)
@@ -149,20 +177,25 @@ def _run_eval_only(pair: Any, sides: Sides, tols: Tolerances, timings: dict[str,
         return [missing(f"forward/{name}", "out", (), note), missing(f"loss/{name}", "loss", (), note)]
     finally:
         timings[name] = time.perf_counter() - t0
-    return [*compare_outputs(f"forward/{name}", l_out, n_out, tols, depth),
-            compare_leaf(f"loss/{name}", "loss", l_loss, n_loss, tols, depth=depth)]
+    return [
+        *compare_outputs(f"forward/{name}", l_out, n_out, tols, depth),
+        compare_leaf(f"loss/{name}", "loss", l_loss, n_loss, tols, depth=depth),
+    ]
 
 
-def compare_outputs(check_name: str, ref: Any, got: Any, tolerances: Tolerances | float | None = None,
-                    depth: int = 0) -> list[LeafResult]:
+def compare_outputs(
+    check_name: str, ref: Any, got: Any, tolerances: Tolerances | float | None = None, depth: int = 0
+) -> list[LeafResult]:
     """Compare two output pytrees leaf by leaf (paths like ``out[0]['logits']``), as logits."""
     ref_leaves = jax.tree_util.tree_flatten_with_path(ref)[0]
     got_leaves, got_def = jax.tree_util.tree_flatten_with_path(got)
     ref_def = jax.tree_util.tree_structure(ref)
     if ref_def != got_def:
         return [missing(check_name, "out", (), f"output structure differs: Linen {ref_def}, NNX {got_def}")]
-    return [compare_leaf(check_name, "out" + jax.tree_util.keystr(rp), r, g, tolerances, depth=depth, kind=LOGITS)
-            for (rp, r), (_, g) in zip(ref_leaves, got_leaves)]
+    return [
+        compare_leaf(check_name, "out" + jax.tree_util.keystr(rp), r, g, tolerances, depth=depth, kind=LOGITS)
+        for (rp, r), (_, g) in zip(ref_leaves, got_leaves)
+    ]
 
 
 def to_nnx_paths(sides: Sides, collection: str, tree: Any) -> dict[str, Any]:
@@ -178,10 +211,11 @@ def to_nnx_paths(sides: Sides, collection: str, tree: Any) -> dict[str, Any]:
     for path, leaf in flatten_dict(plain_dicts(tree)).items():
         key = tuple(map(str, path))
         nnx_path = table.get(key)
-        name = "/".join(map(str, nnx_path)) if nnx_path is not None else "linen:" + "/".join((collection, *key))
+        name = (
+            "/".join(map(str, nnx_path)) if nnx_path is not None else "linen:" + "/".join((collection, *key))
+        )
         out[name] = leaf
     return out
-
 
 
 def _variable_type(collection: str) -> type:
@@ -193,6 +227,8 @@ def _variable_type(collection: str) -> type:
 def _paths_of_type(sides: Sides, var_type: type) -> set[str]:
     from flax import nnx
 
-    return {"/".join(map(str, p)) for p, v in nnx.to_flat_state(nnx.state(sides.nnx_model))
-            if isinstance(v, var_type)}
-
+    return {
+        "/".join(map(str, p))
+        for p, v in nnx.to_flat_state(nnx.state(sides.nnx_model))
+        if isinstance(v, var_type)
+    }

@@ -55,8 +55,14 @@ class ModuleDiff:
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"linen_path": self.linen_path, "nnx_path": self.nnx_path, "order": self.order,
-                "max_abs": json_num(self.max_abs), "tol": json_num(self.tol), "passed": bool(self.passed)}
+        return {
+            "linen_path": self.linen_path,
+            "nnx_path": self.nnx_path,
+            "order": self.order,
+            "max_abs": json_num(self.max_abs),
+            "tol": json_num(self.tol),
+            "passed": bool(self.passed),
+        }
 
 
 @dataclasses.dataclass
@@ -76,9 +82,22 @@ class Divergence:
 
     def to_json(self) -> dict[str, Any]:
         c = self.culprit
-        culprit = None if c is None else {"linen_path": c.linen_path, "nnx_path": c.nnx_path, "check": c.check,
-                                          "max_abs": json_num(c.max_abs), "tol": json_num(c.tol)}
-        return {"culprit": culprit, "inputs_agree": self.inputs_agree, "modules": [m.to_json() for m in self.modules]}
+        culprit = (
+            None
+            if c is None
+            else {
+                "linen_path": c.linen_path,
+                "nnx_path": c.nnx_path,
+                "check": c.check,
+                "max_abs": json_num(c.max_abs),
+                "tol": json_num(c.tol),
+            }
+        )
+        return {
+            "culprit": culprit,
+            "inputs_agree": self.inputs_agree,
+            "modules": [m.to_json() for m in self.modules],
+        }
 
     def summary(self) -> str:
         """The culprit and its input / output diff table, as text."""
@@ -87,24 +106,32 @@ class Divergence:
             return f"first divergence ({self.mode}): not localised{'; ' + self.note if self.note else ''}"
         where = f"Linen {c.linen_path or '(root)'} / NNX {c.nnx_path or '(root)'}"
         call = f", invocation {c.first_bad_call}" if c.first_bad_call else ""
-        lines = [f"first divergence ({self.mode}, {c.check}): {c.kind} at {where}{call}; "
-                 f"inputs {'agree' if c.inputs_agree else 'differ'}" + (f"; {c.note}" if c.note else "")]
+        lines = [
+            f"first divergence ({self.mode}, {c.check}): {c.kind} at {where}{call}; "
+            f"inputs {'agree' if c.inputs_agree else 'differ'}" + (f"; {c.note}" if c.note else "")
+        ]
         for label, leaves in (("in ", c.inputs), ("out", c.outputs)):
             for lf in leaves:
-                lines.append(f"    {label} {lf.path:<40} {lf.shape!s:<16} max|Δ| {lf.max_abs:.3g}  tol {lf.tol:.3g}"
-                             f"  {'ok' if lf.passed else 'DIFFERS'} {lf.note}")
+                lines.append(
+                    f"    {label} {lf.path:<40} {lf.shape!s:<16} max|Δ| {lf.max_abs:.3g}  tol {lf.tol:.3g}"
+                    f"  {'ok' if lf.passed else 'DIFFERS'} {lf.note}"
+                )
         return "\n".join(lines)
 
 
 # ---- aligning and comparing calls ----------------------------------------------------------------
-def _compare_values(prefix: str, ref: list[Any], got: list[Any], tols: Tolerances, depth: int,
-                    structural: bool) -> list[LeafResult]:
+def _compare_values(
+    prefix: str, ref: list[Any], got: list[Any], tols: Tolerances, depth: int, structural: bool
+) -> list[LeafResult]:
     """Leafwise comparison of one invocation's inputs or outputs.
 
     Outputs must have the same number of leaves (``structural``); inputs are compared over the
     leaves both sides pass, since call signatures may differ by mode flags and the like.
     """
-    out = [compare_leaf(CHECK, f"{prefix}[{i}]", r, g, tols, depth=depth) for i, (r, g) in enumerate(zip(ref, got))]
+    out = [
+        compare_leaf(CHECK, f"{prefix}[{i}]", r, g, tols, depth=depth)
+        for i, (r, g) in enumerate(zip(ref, got))
+    ]
     if structural and len(ref) != len(got):
         out.append(missing(CHECK, prefix, (), f"Linen gives {len(ref)} arrays, NNX {len(got)}"))
     return out
@@ -114,7 +141,9 @@ def _weights_at(call: Call, i: int) -> Any:
     return call.weights[i] if i < len(call.weights) else None
 
 
-def compare_weights(lin: Call, nnx_call: Call, i: int, tols: Tolerances, depth: int) -> tuple[list[LeafResult], str]:
+def compare_weights(
+    lin: Call, nnx_call: Call, i: int, tols: Tolerances, depth: int
+) -> tuple[list[LeafResult], str]:
     """The parameters invocation ``i`` reads on both sides, as one ``weights`` input leaf.
 
     Compared as sorted values (:func:`.capture.fingerprint`), so a renamed or transposed kernel
@@ -127,11 +156,19 @@ def compare_weights(lin: Call, nnx_call: Call, i: int, tols: Tolerances, depth: 
     leaf = compare_leaf(CHECK, "weights", ref, got, tols, depth=depth)
     if leaf.passed:
         return [leaf], ""
-    same = [j for j in range(len(lin.weights)) if j != i and _weights_at(lin, j) is not None
-            and _weights_at(lin, j).shape == got.shape
-            and compare_leaf(CHECK, "weights", _weights_at(lin, j), got, tols, depth=depth).passed]
-    note = (f"NNX invocation {i} reads the weights of Linen invocation {same[0]}: the stack runs in another order"
-            if same else "")
+    same = [
+        j
+        for j in range(len(lin.weights))
+        if j != i
+        and _weights_at(lin, j) is not None
+        and _weights_at(lin, j).shape == got.shape
+        and compare_leaf(CHECK, "weights", _weights_at(lin, j), got, tols, depth=depth).passed
+    ]
+    note = (
+        f"NNX invocation {i} reads the weights of Linen invocation {same[0]}: the stack runs in another order"
+        if same
+        else ""
+    )
     return [dataclasses.replace(leaf, note=note or "the module reads other weights")], note
 
 
@@ -159,8 +196,14 @@ def compare_calls(lin: Call, nnx_call: Call, order: int, depth: int, tols: Toler
     _, ins, outs, bad = worst
     if nnx_call.error and bad is None:
         i = len(nnx_call.outputs)
-        ins = _compare_values("in", lin.inputs[i] if i < len(lin.inputs) else [],
-                              nnx_call.inputs[0] if nnx_call.inputs else [], tols, depth + i, False)
+        ins = _compare_values(
+            "in",
+            lin.inputs[i] if i < len(lin.inputs) else [],
+            nnx_call.inputs[0] if nnx_call.inputs else [],
+            tols,
+            depth + i,
+            False,
+        )
         outs = [missing(CHECK, "out", (), f"NNX raised {nnx_call.error}")]
         bad, note = i, f"NNX raised {nnx_call.error}"
     elif note and bad is None:
@@ -170,14 +213,25 @@ def compare_calls(lin: Call, nnx_call: Call, order: int, depth: int, tols: Toler
     failing = [lf for lf in outs if not lf.passed]
     top = max(failing or outs, key=lambda lf: lf.margin, default=None)
     return ModuleDiff(
-        linen_path=join(lin.path), nnx_path=join(nnx_call.path), order=order, kind=lin.kind, calls=n,
-        max_abs=top.max_abs if top else 0.0, tol=top.tol if top else 0.0, passed=not failing,
-        inputs_agree=inputs_agree, first_bad_call=bad, inputs=ins, outputs=outs, note=note,
+        linen_path=join(lin.path),
+        nnx_path=join(nnx_call.path),
+        order=order,
+        kind=lin.kind,
+        calls=n,
+        max_abs=top.max_abs if top else 0.0,
+        tol=top.tol if top else 0.0,
+        passed=not failing,
+        inputs_agree=inputs_agree,
+        first_bad_call=bad,
+        inputs=ins,
+        outputs=outs,
+        note=note,
     )
 
 
-def align(linen_calls: list[Call], nnx_calls: list[Call], module_map: ModuleMap, tols: Tolerances
-          ) -> tuple[list[ModuleDiff], list[str]]:
+def align(
+    linen_calls: list[Call], nnx_calls: list[Call], module_map: ModuleMap, tols: Tolerances
+) -> tuple[list[ModuleDiff], list[str]]:
     """Pair the k-th Linen call of each module with the k-th NNX call of its counterpart."""
     queues: dict[tuple[str, ...], deque[Call]] = defaultdict(deque)
     for c in sorted(nnx_calls, key=lambda c: c.order):
@@ -201,17 +255,27 @@ def stack_order_note(culprit: ModuleDiff, diffs: list[ModuleDiff]) -> str:
     """Why a stack is blamed rather than a layer in it: the modules inside whose invocation reads the
     weights of another Linen invocation (a scan run in reverse or over a permuted stack)."""
     prefix = culprit.nnx_path + "/" if culprit.nnx_path else ""
-    inside = [d for d in diffs if d.nnx_path.startswith(prefix) and d.nnx_path != culprit.nnx_path
-              and any(lf.path == "weights" and not lf.passed and lf.note.startswith("NNX invocation")
-                      for lf in d.inputs)]
+    inside = [
+        d
+        for d in diffs
+        if d.nnx_path.startswith(prefix)
+        and d.nnx_path != culprit.nnx_path
+        and any(
+            lf.path == "weights" and not lf.passed and lf.note.startswith("NNX invocation") for lf in d.inputs
+        )
+    ]
     if not inside:
         return ""
     first = inside[0]
-    return (f"{len(inside)} module(s) inside read another layer's weights (first: {first.nnx_path}: "
-            f"{first.note}); look at how the stack is scanned (reverse=, the order of the stacked layers)")
+    return (
+        f"{len(inside)} module(s) inside read another layer's weights (first: {first.nnx_path}: "
+        f"{first.note}); look at how the stack is scanned (reverse=, the order of the stacked layers)"
+    )
 
 
-def _state_culprit(failed: list[LeafResult], diffs: list[ModuleDiff], nnx_modules: set[str]) -> ModuleDiff | None:
+def _state_culprit(
+    failed: list[LeafResult], diffs: list[ModuleDiff], nnx_modules: set[str]
+) -> ModuleDiff | None:
     """The module owning the first failing state leaf (precision, sown value, stats, gradient)."""
     order = {}
     linen_of = {}
@@ -227,9 +291,20 @@ def _state_culprit(failed: list[LeafResult], diffs: list[ModuleDiff], nnx_module
             owner = _owner(lf.path, nnx_modules)
             owned.append((order.get(owner, math.inf), owner, lf))
         _, owner, lf = min(owned, key=lambda t: (t[0], t[1]))
-        return ModuleDiff(linen_path=linen_of.get(owner, ""), nnx_path=owner, order=int(order.get(owner, -1)),
-                          kind="", calls=0, max_abs=lf.max_abs, tol=lf.tol, passed=False, inputs_agree=True,
-                          outputs=[lf], check=lf.check, note=lf.note)
+        return ModuleDiff(
+            linen_path=linen_of.get(owner, ""),
+            nnx_path=owner,
+            order=int(order.get(owner, -1)),
+            kind="",
+            calls=0,
+            max_abs=lf.max_abs,
+            tol=lf.tol,
+            passed=False,
+            inputs_agree=True,
+            outputs=[lf],
+            check=lf.check,
+            note=lf.note,
+        )
     return None
 
 
@@ -262,8 +337,13 @@ def mode_for(failed: list[LeafResult]) -> tuple[str, bool, bool]:
     return "forward/eval", False, False
 
 
-def localise(pair: Any, sides: Any, failed: list[LeafResult], module_map: ModuleMap,
-             tolerances: Tolerances | None = None) -> Divergence:
+def localise(
+    pair: Any,
+    sides: Any,
+    failed: list[LeafResult],
+    module_map: ModuleMap,
+    tolerances: Tolerances | None = None,
+) -> Divergence:
     """Replay the failing mode on both sides, align the calls and name the culprit.
 
     When only state checks failed and all their leaves belong to one module, that module is the
@@ -282,8 +362,12 @@ def localise(pair: Any, sides: Any, failed: list[LeafResult], module_map: Module
             if culprit is not None:
                 linen = module_map.linen_of(tuple(culprit.nnx_path.split("/")) if culprit.nnx_path else ())
                 culprit.linen_path = join(linen) if linen is not None else ""
-                return Divergence(mode=culprit.check, modules=[], culprit=culprit,
-                                  note="only state checks failed, all in one module: not replayed")
+                return Divergence(
+                    mode=culprit.check,
+                    modules=[],
+                    culprit=culprit,
+                    note="only state checks failed, all in one module: not replayed",
+                )
     mode, train, long = mode_for(failed)
     run_pair = pair
     if long and getattr(pair.linen, "long_batch", None) is not None:
@@ -296,8 +380,14 @@ def localise(pair: Any, sides: Any, failed: list[LeafResult], module_map: Module
     culprit = next((d for d in diffs if not d.passed and d.inputs_agree), None)
     if culprit is not None:
         culprit.note = "; ".join(x for x in (culprit.note, stack_order_note(culprit, diffs)) if x)
-    note = "; ".join(x for x in (f"Linen raised {linen_error}" if linen_error else "",
-                                 f"NNX raised {nnx_error}" if nnx_error else "") if x)
+    note = "; ".join(
+        x
+        for x in (
+            f"Linen raised {linen_error}" if linen_error else "",
+            f"NNX raised {nnx_error}" if nnx_error else "",
+        )
+        if x
+    )
     if culprit is None:
         culprit = _state_culprit(failed, diffs, nnx_modules)
     if culprit is None:

@@ -31,15 +31,28 @@ from linen2nnx.equivalence.sown import quiet_sow
 
 CHECK = "config"
 
-_ATTENTION = (("num_heads", "num_heads"), ("dropout_rate", "dropout_rate"),
-              ("broadcast_dropout", "broadcast_dropout"), ("deterministic", "deterministic"),
-              ("decode", "decode"), ("normalize_qk", "normalize_qk"))
+_ATTENTION = (
+    ("num_heads", "num_heads"),
+    ("dropout_rate", "dropout_rate"),
+    ("broadcast_dropout", "broadcast_dropout"),
+    ("deterministic", "deterministic"),
+    ("decode", "decode"),
+    ("normalize_qk", "normalize_qk"),
+)
 #: Linen class (or a base class) name -> ``(Linen field, NNX attribute)`` pairs to compare.
 FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "Dropout": (("rate", "rate"), ("broadcast_dims", "broadcast_dims"), ("deterministic", "deterministic"),
-                ("rng_collection", "rng_collection")),
-    "BatchNorm": (("momentum", "momentum"), ("epsilon", "epsilon"), ("use_running_average", "use_running_average"),
-                  ("axis_name", "axis_name")),
+    "Dropout": (
+        ("rate", "rate"),
+        ("broadcast_dims", "broadcast_dims"),
+        ("deterministic", "deterministic"),
+        ("rng_collection", "rng_collection"),
+    ),
+    "BatchNorm": (
+        ("momentum", "momentum"),
+        ("epsilon", "epsilon"),
+        ("use_running_average", "use_running_average"),
+        ("axis_name", "axis_name"),
+    ),
     "LayerNorm": (("epsilon", "epsilon"), ("use_bias", "use_bias"), ("use_scale", "use_scale")),
     "RMSNorm": (("epsilon", "epsilon"), ("use_scale", "use_scale")),
     "GroupNorm": (("epsilon", "epsilon"), ("num_groups", "num_groups"), ("group_size", "group_size")),
@@ -88,15 +101,30 @@ def _plain(value: Any) -> Any:
     """Tuples for sequences, Python scalars for numpy / jax scalars (a traced flag stays as is)."""
     if isinstance(value, (list, tuple)):
         return tuple(_plain(v) for v in value)
-    if hasattr(value, "item") and getattr(value, "shape", None) == () and not isinstance(value, jax.core.Tracer):
+    if (
+        hasattr(value, "item")
+        and getattr(value, "shape", None) == ()
+        and not isinstance(value, jax.core.Tracer)
+    ):
         return value.item()
     return value
 
 
-def _record(seen: Seen, path: PathT, module: Any, pairs: tuple[tuple[str, str], ...], side: int, args: tuple,
-            kwargs: dict) -> None:
+def _record(
+    seen: Seen,
+    path: PathT,
+    module: Any,
+    pairs: tuple[tuple[str, str], ...],
+    side: int,
+    args: tuple,
+    kwargs: dict,
+) -> None:
     if pairs and path not in seen:
-        seen[path] = (type(module).__name__, pairs, settings(module, tuple(p[side] for p in pairs), args, kwargs))
+        seen[path] = (
+            type(module).__name__,
+            pairs,
+            settings(module, tuple(p[side] for p in pairs), args, kwargs),
+        )
 
 
 # ---- one traced forward per side and mode ----------------------------------------------------------
@@ -159,8 +187,9 @@ def _same(a: Any, b: Any) -> bool:
         return _plain(list(a)) == _plain(list(b))
 
 
-def compare_settings(pairs: tuple[tuple[str, str], ...], linen: dict[str, Any], nnx_: dict[str, Any],
-                     mode: str = "") -> tuple[list[str], list[str]]:
+def compare_settings(
+    pairs: tuple[tuple[str, str], ...], linen: dict[str, Any], nnx_: dict[str, Any], mode: str = ""
+) -> tuple[list[str], list[str]]:
     """``(agreeing, differing)`` descriptions of one module's settings in one mode (named for the
     settings a call may override)."""
     agree, differ = [], []
@@ -189,8 +218,9 @@ def config_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafResu
                 continue  # not placed, or not called on the NNX side: the numbers judge it
             agree, differ = compare_settings(pairs, values, nnx_seen[target][2], mode)
             npath = join(target)
-            where, ok, bad = by_module.setdefault(npath, (f"{cls} Linen {join(lpath) or '(root)'} / NNX "
-                                                         f"{npath or '(root)'}", [], []))
+            where, ok, bad = by_module.setdefault(
+                npath, (f"{cls} Linen {join(lpath) or '(root)'} / NNX {npath or '(root)'}", [], [])
+            )
             ok += [a for a in agree if a not in ok]
             bad += [d for d in differ if d not in bad]
     out = []
@@ -198,5 +228,9 @@ def config_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafResu
         if bad:
             out.append(missing(CHECK, npath, (), f"{where}: " + "; ".join(bad)))
         elif ok:
-            out.append(LeafResult(CHECK, npath, (len(ok),), 0.0, 0.0, 0.0, 1.0, 0.0, True, f"{where}: " + "; ".join(ok)))
+            out.append(
+                LeafResult(
+                    CHECK, npath, (len(ok),), 0.0, 0.0, 0.0, 1.0, 0.0, True, f"{where}: " + "; ".join(ok)
+                )
+            )
     return out

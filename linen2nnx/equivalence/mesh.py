@@ -56,7 +56,9 @@ def parse_mesh(text: str) -> dict[str, int]:
     """
     items = [part.strip() for part in text.split(",")]
     if not text.strip() or not all(items):
-        raise MeshError(f"--mesh {text!r}: expected comma-separated AXIS=SIZE items, e.g. data=2,fsdp=2,tensor=2")
+        raise MeshError(
+            f"--mesh {text!r}: expected comma-separated AXIS=SIZE items, e.g. data=2,fsdp=2,tensor=2"
+        )
     shape: dict[str, int] = {}
     for item in items:
         name, sep, size = (s.strip() for s in item.partition("="))
@@ -122,8 +124,9 @@ def make_mesh(shape: Mapping[str, int] | Any) -> Any:
             f"({devices[0].platform}); on a CPU host set XLA_FLAGS={_DEVICE_FLAG}={n} (and JAX_PLATFORMS=cpu) "
             "in the environment before jax is imported"
         )
-    return jax.make_mesh(tuple(shape.values()), tuple(shape), axis_types=(AxisType.Auto,) * len(shape),
-                         devices=devices[:n])
+    return jax.make_mesh(
+        tuple(shape.values()), tuple(shape), axis_types=(AxisType.Auto,) * len(shape), devices=devices[:n]
+    )
 
 
 # ---- rules and scope -----------------------------------------------------------------------------
@@ -155,12 +158,16 @@ def check_rules_fit(pair: Any, mesh: Any) -> None:
     for ax, logical in _rule_mesh_axes(logical_rules(pair)).items():
         if ax not in names:
             hint = f"; its rules are written for axes {', '.join(declared)}" if declared else ""
-            raise MeshError(f"the logical axis rules of {what} map {logical!r} to mesh axis {ax!r}, which the mesh "
-                            f"{format_mesh(dict(mesh.shape))} does not have{hint} (give each a size; 1 is fine)")
+            raise MeshError(
+                f"the logical axis rules of {what} map {logical!r} to mesh axis {ax!r}, which the mesh "
+                f"{format_mesh(dict(mesh.shape))} does not have{hint} (give each a size; 1 is fine)"
+            )
     absent = [ax for ax in declared if ax not in names]
     if absent:
-        raise MeshError(f"{what} is written for mesh axes {', '.join(declared)}; the mesh "
-                        f"{format_mesh(dict(mesh.shape))} lacks {', '.join(absent)} (give each a size; 1 is fine)")
+        raise MeshError(
+            f"{what} is written for mesh axes {', '.join(declared)}; the mesh "
+            f"{format_mesh(dict(mesh.shape))} lacks {', '.join(absent)} (give each a size; 1 is fine)"
+        )
 
 
 @contextlib.contextmanager
@@ -203,7 +210,6 @@ def _flat(tree: Any) -> dict[tuple[str, ...], Any]:
     return {tuple(map(str, k)): v for k, v in flatten_dict(plain_dicts(tree)).items()}
 
 
-
 def strip_boxes(tree: Any) -> Any:
     """``tree`` with every Linen partition box replaced by its raw value.
 
@@ -213,8 +219,11 @@ def strip_boxes(tree: Any) -> Any:
     import jax
     from flax.core import meta
 
-    return jax.tree.map(lambda x: x.value if isinstance(x, meta.AxisMetadata) else x, tree,
-                        is_leaf=lambda x: isinstance(x, meta.AxisMetadata))
+    return jax.tree.map(
+        lambda x: x.value if isinstance(x, meta.AxisMetadata) else x,
+        tree,
+        is_leaf=lambda x: isinstance(x, meta.AxisMetadata),
+    )
 
 
 def linen_logical_specs(pair: Any) -> dict[tuple[str, ...], tuple[Any, tuple[int, ...]]]:
@@ -249,7 +258,9 @@ def shard_linen_variables(pair: Any, variables: Any, mesh: Any = None) -> dict[s
     placed = {}
     for key, leaf in _flat(strip_boxes(variables)).items():
         spec = logical.get(key, PartitionSpec())
-        mesh_spec = _fit(nn.logical_to_mesh_axes(spec, rules) if rules else spec, len(getattr(leaf, "shape", ())))
+        mesh_spec = _fit(
+            nn.logical_to_mesh_axes(spec, rules) if rules else spec, len(getattr(leaf, "shape", ()))
+        )
         placed[key] = _place(leaf, mesh, mesh_spec, f"Linen {'/'.join(key)} (logical {_fmt(spec)})")
     return unflatten_dict(placed)
 
@@ -262,8 +273,10 @@ def _place(value: Any, mesh: Any, spec: Any, what: str) -> Any:
     try:
         return jax.device_put(value, NamedSharding(mesh, spec))
     except Exception as e:
-        raise MeshError(f"{what}, shape {tuple(getattr(value, 'shape', ()))}, cannot be placed as {_fmt(spec)} on "
-                        f"the mesh {format_mesh(dict(mesh.shape))}: {type(e).__name__}: {e}") from e
+        raise MeshError(
+            f"{what}, shape {tuple(getattr(value, 'shape', ()))}, cannot be placed as {_fmt(spec)} on "
+            f"the mesh {format_mesh(dict(mesh.shape))}: {type(e).__name__}: {e}"
+        ) from e
 
 
 def shard_nnx_model(model: Any, mesh: Any = None) -> Any:
@@ -352,12 +365,17 @@ def nnx_param_specs(model: Any) -> dict[str, tuple[Any, Any, tuple[int, ...]]]:
     specs = dict(nnx.to_flat_state(nnx.get_partition_spec(nnx.state(model, nnx.Param))))
     for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         names = var.get_metadata().get("out_sharding")
-        out["/".join(map(str, path))] = (names, specs[path].get_value(), tuple(getattr(var.get_value(), "shape", ())))
+        out["/".join(map(str, path))] = (
+            names,
+            specs[path].get_value(),
+            tuple(getattr(var.get_value(), "shape", ())),
+        )
     return out
 
 
-def partition_spec_leaves(pair: Any, nnx_model: Any, param_table: Mapping[tuple[Any, ...], tuple[Any, ...]]
-                          ) -> list[LeafResult]:
+def partition_spec_leaves(
+    pair: Any, nnx_model: Any, param_table: Mapping[tuple[Any, ...], tuple[Any, ...]]
+) -> list[LeafResult]:
     """One ``partition_spec`` :class:`LeafResult` per parameter: Linen vs NNX mesh PartitionSpec.
 
     ``param_table`` is the converter's Linen ``params`` path -> NNX path table
@@ -381,8 +399,14 @@ def partition_spec_leaves(pair: Any, nnx_model: Any, param_table: Mapping[tuple[
         lname = "/".join(lpath)
         nnx_path = table.get(lpath)
         if nnx_path is None or nnx_path not in nnx_specs:
-            results.append(missing(CHECK_NAME, nnx_path or f"linen:params/{lname}", shape,
-                                   f"Linen params/{lname} {_fmt(logical)} has no NNX counterpart"))
+            results.append(
+                missing(
+                    CHECK_NAME,
+                    nnx_path or f"linen:params/{lname}",
+                    shape,
+                    f"Linen params/{lname} {_fmt(logical)} has no NNX counterpart",
+                )
+            )
             continue
         seen.add(nnx_path)
         names, nnx_mesh, nnx_shape = nnx_specs[nnx_path]
@@ -390,12 +414,26 @@ def partition_spec_leaves(pair: Any, nnx_model: Any, param_table: Mapping[tuple[
         got = _fit(nnx_mesh, len(nnx_shape))
         rank_ok = names is None or not names or len(tuple(names)) == len(nnx_shape)
         passed = lin_mesh == got and rank_ok
-        note = (f"Linen {_fmt(lin_mesh)} (logical {_fmt(logical)}) vs NNX {_fmt(got)} "
-                f"(out_sharding {tuple(names) if names else None})")
+        note = (
+            f"Linen {_fmt(lin_mesh)} (logical {_fmt(logical)}) vs NNX {_fmt(got)} "
+            f"(out_sharding {tuple(names) if names else None})"
+        )
         if not rank_ok:
             note += f"; out_sharding has {len(tuple(names))} names for a rank-{len(nnx_shape)} array"
-        results.append(LeafResult(CHECK_NAME, nnx_path, shape, 0.0 if passed else math.inf,
-                                  0.0 if passed else math.inf, 0.0, 1.0 if passed else 0.0, 0.0, passed, note))
+        results.append(
+            LeafResult(
+                CHECK_NAME,
+                nnx_path,
+                shape,
+                0.0 if passed else math.inf,
+                0.0 if passed else math.inf,
+                0.0,
+                1.0 if passed else 0.0,
+                0.0,
+                passed,
+                note,
+            )
+        )
     for nnx_path in sorted(set(nnx_specs) - seen):
         names, spec, shape = nnx_specs[nnx_path]
         results.append(missing(CHECK_NAME, nnx_path, shape, f"NNX {_fmt(spec)} has no Linen counterpart"))
@@ -410,8 +448,15 @@ def place_sides(pair: Any, sides: Any, mesh: Any = None) -> Any:
     return sides
 
 
-def check_on_mesh(pair: Any, shape: Mapping[str, int] | Any, linen_ckpt: Any = None, nnx_ckpt: Any = None, *,
-                  name_map: Any = None, atol_factor: float = 1e-5) -> ParityResult:
+def check_on_mesh(
+    pair: Any,
+    shape: Mapping[str, int] | Any,
+    linen_ckpt: Any = None,
+    nnx_ckpt: Any = None,
+    *,
+    name_map: Any = None,
+    atol_factor: float = 1e-5,
+) -> ParityResult:
     """``check``'s comparisons run sharded on a mesh, plus one ``partition_spec`` leaf per parameter.
 
     Both sides are built (checkpoints read, weights converted) with no mesh active, as ``check``
@@ -437,7 +482,11 @@ def check_on_mesh(pair: Any, shape: Mapping[str, int] | Any, linen_ckpt: Any = N
         leaves += partition_spec_leaves(pair, sides.nnx_model, sides.report.param_table("params"))
         timings["partition_spec"] = time.perf_counter() - t0
     return ParityResult(
-        leaves=leaves, passed=all(lf.passed for lf in leaves) and bool(leaves), atol_factor=atol_factor,
-        model=pair.linen.name or type(pair.linen.model).__name__, linen_source=sides.checkpoint.source,
-        nnx_source=str(nnx_ckpt) if nnx_ckpt is not None else "converted in memory", timings=timings,
+        leaves=leaves,
+        passed=all(lf.passed for lf in leaves) and bool(leaves),
+        atol_factor=atol_factor,
+        model=pair.linen.name or type(pair.linen.model).__name__,
+        linen_source=sides.checkpoint.source,
+        nnx_source=str(nnx_ckpt) if nnx_ckpt is not None else "converted in memory",
+        timings=timings,
     )

@@ -32,8 +32,13 @@ def _s(path: Iterable[Any]) -> PathT:
 class ModuleMap:
     """Maps a Linen module path (tuple of names) to the NNX module path, or ``None``."""
 
-    def __init__(self, leaf_table: Mapping[tuple[Any, ...], tuple[Any, ...]], nnx_modules: Iterable[tuple[Any, ...]],
-                 name_map: Any = None, root: str | None = None) -> None:
+    def __init__(
+        self,
+        leaf_table: Mapping[tuple[Any, ...], tuple[Any, ...]],
+        nnx_modules: Iterable[tuple[Any, ...]],
+        name_map: Any = None,
+        root: str | None = None,
+    ) -> None:
         self._modules = {_s(p) for p in nnx_modules}
         self._table = {_s(k): _s(v) for k, v in leaf_table.items()}
         self._name_map, self._root = name_map, root

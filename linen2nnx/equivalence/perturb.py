@@ -19,8 +19,10 @@ def perturbed(variables: Any, seed: int = 0, scale: float = 0.3) -> Any:
     BatchNorm running variances (``batch_stats/.../var``) stay positive.
     """
     rng = np.random.default_rng(seed)
-    out = jax.tree.map(lambda x: np.asarray(x) + scale * rng.standard_normal(np.shape(x)).astype(np.asarray(x).dtype),
-                       variables)
+    out = jax.tree.map(
+        lambda x: np.asarray(x) + scale * rng.standard_normal(np.shape(x)).astype(np.asarray(x).dtype),
+        variables,
+    )
     if isinstance(out, dict) and "batch_stats" in out:
         out["batch_stats"] = jax.tree.map(np.abs, out["batch_stats"])
     return jax.device_put(out)

@@ -29,7 +29,9 @@ _SCOPE = "l2n<"
 _SCOPE_RE = re.compile(r"l2n<([^>]*)>")
 
 
-def _scope_hook(path: PathT, kind: str, has_params: bool, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+def _scope_hook(
+    path: PathT, kind: str, has_params: bool, fn: Callable[..., Any], args: tuple, kwargs: dict
+) -> Any:
     with jax.named_scope(_SCOPE + "|".join(path) + ">"):
         return fn(*args, **kwargs)
 
@@ -67,8 +69,10 @@ def module_dots(jaxpr: Any) -> dict[PathT, list[str]]:
                 pet = eqn.params.get("preferred_element_type")
                 if pet is not None and all(getattr(v.aval, "dtype", None) == pet for v in eqn.invars[:2]):
                     pet = None  # accumulating float32 operands in float32 is the default, spelled or not
-                out[path].append(f"{eqn.primitive.name}(precision={_precision_name(eqn.params.get('precision'))}, "
-                                 f"preferred={getattr(pet, 'name', pet)})")
+                out[path].append(
+                    f"{eqn.primitive.name}(precision={_precision_name(eqn.params.get('precision'))}, "
+                    f"preferred={getattr(pet, 'name', pet)})"
+                )
             for sub in _sub_jaxprs(eqn.params):
                 walk(sub, stack)
 
@@ -80,7 +84,9 @@ def linen_dots(pair: Any, variables: Any) -> dict[PathT, list[str]]:
     """Dots of the Linen eval forward by Linen module path (shapes only: nothing runs)."""
     side = pair.linen
     args, kwargs = side.call_args(False)
-    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}  # a model that draws (make_rng) at eval
+    rngs = {
+        k: v for k, v in side.init_rngs().items() if k != "params"
+    }  # a model that draws (make_rng) at eval
     with linen_hooked(_scope_hook):
         jaxpr = jax.make_jaxpr(lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs))(variables)
     return module_dots(jaxpr)
@@ -113,7 +119,9 @@ def precision_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafR
     for lpath, dots in linen_dots(pair, sides.linen_variables).items():
         target = module_map.owner(lpath)
         linen_own[join(target) if target is not None else "linen:" + join(lpath)].update(dots)
-    nnx_own: dict[str, Counter[str]] = {join(p): Counter(d) for p, d in nnx_dots(pair, sides.nnx_model).items()}
+    nnx_own: dict[str, Counter[str]] = {
+        join(p): Counter(d) for p, d in nnx_dots(pair, sides.nnx_model).items()
+    }
     results = []
     for path in sorted(set(linen_own) | set(nnx_own)):
         mine_l, mine_n = set(linen_own.get(path, ())), set(nnx_own.get(path, ()))

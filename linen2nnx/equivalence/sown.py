@@ -51,7 +51,6 @@ def _key(k: Any) -> str:
     return str(k)
 
 
-
 @contextlib.contextmanager
 def quiet_sow() -> Iterator[None]:
     """Silence flax's warning for ``sow`` outside ``nnx.capture``: train-mode runs call the model
@@ -59,7 +58,9 @@ def quiet_sow() -> Iterator[None]:
     import warnings
 
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*sow\(\)' outside of 'nnx.capture", category=DeprecationWarning)
+        warnings.filterwarnings(
+            "ignore", message=r".*sow\(\)' outside of 'nnx.capture", category=DeprecationWarning
+        )
         yield
 
 

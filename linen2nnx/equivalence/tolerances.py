@@ -35,8 +35,6 @@ DEFAULT_DEPTH_EXPONENT = 0.5
 FORMULA = "tol = base[dtype] * (1 + max|ref|) * (1 + depth) ** depth_exponent"
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class Tolerances:
     """The tolerance table; ``Tolerances()`` is the documented default."""
@@ -99,8 +97,10 @@ class Tolerances:
 
 def less_precise(a: str, b: str) -> str:
     """Of two dtype names, the one with the larger default base (what a comparison is limited by)."""
+
     def rank(name: str) -> float:
         if name in DEFAULT_BASE:
             return DEFAULT_BASE[name]
         return -math.inf
+
     return a if rank(a) >= rank(b) else b

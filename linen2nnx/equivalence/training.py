@@ -46,15 +46,22 @@ class TrainingResult:
     optimizer: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"steps": self.steps, "linen_loss": [json_num(x) for x in self.linen_loss],
-                "nnx_loss": [json_num(x) for x in self.nnx_loss], "max_rel_loss": json_num(self.max_rel_loss),
-                "passed": bool(self.passed), "param_leaves_failed": self.param_leaves_failed,
-                "opt_state_leaves_failed": self.opt_state_leaves_failed}
+        return {
+            "steps": self.steps,
+            "linen_loss": [json_num(x) for x in self.linen_loss],
+            "nnx_loss": [json_num(x) for x in self.nnx_loss],
+            "max_rel_loss": json_num(self.max_rel_loss),
+            "passed": bool(self.passed),
+            "param_leaves_failed": self.param_leaves_failed,
+            "opt_state_leaves_failed": self.opt_state_leaves_failed,
+        }
 
     def summary(self) -> str:
-        return (f"training parity over {self.steps} steps ({self.optimizer}): "
-                f"{'PASS' if self.passed else 'FAIL'}; max rel loss diff {self.max_rel_loss:.3g}; "
-                f"{self.param_leaves_failed} param and {self.opt_state_leaves_failed} optimizer-state leaves failed")
+        return (
+            f"training parity over {self.steps} steps ({self.optimizer}): "
+            f"{'PASS' if self.passed else 'FAIL'}; max rel loss diff {self.max_rel_loss:.3g}; "
+            f"{self.param_leaves_failed} param and {self.opt_state_leaves_failed} optimizer-state leaves failed"
+        )
 
 
 def _default_tx() -> Any:
@@ -76,7 +83,9 @@ def _flatten(tree: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], A
     return out
 
 
-def linen_opt_state_flat(opt_state: Any, param_table: Mapping[tuple[str, ...], tuple[Any, ...]]) -> dict[str, Any]:
+def linen_opt_state_flat(
+    opt_state: Any, param_table: Mapping[tuple[str, ...], tuple[Any, ...]]
+) -> dict[str, Any]:
     """A live optax state as ``{'opt_state/0/mu/<nnx param path>': array}`` (NNX's own paths)."""
     from flax import serialization
 
@@ -110,8 +119,16 @@ class _Worst:
         return out
 
 
-def training_parity(pair: Any, sides: Any, steps: int, *, tx: Any = None, tolerances: Any = None,
-                    batches: Iterable[Mapping[str, Any]] | None = None, depth: int = 0) -> TrainingResult:
+def training_parity(
+    pair: Any,
+    sides: Any,
+    steps: int,
+    *,
+    tx: Any = None,
+    tolerances: Any = None,
+    batches: Iterable[Mapping[str, Any]] | None = None,
+    depth: int = 0,
+) -> TrainingResult:
     """Train both sides ``steps`` steps on the same batches and compare after every step.
 
     ``batches``: one batch per step (default: the pair's example batch every step).
@@ -142,12 +159,15 @@ def training_parity(pair: Any, sides: Any, steps: int, *, tx: Any = None, tolera
     rel = [abs(a - b) / max(abs(a), 1e-12) for a, b in zip(linen_loss, nnx_loss)]
     failed = [lf for lf in all_leaves if not lf.passed]
     return TrainingResult(
-        steps=steps, linen_loss=linen_loss, nnx_loss=nnx_loss,
+        steps=steps,
+        linen_loss=linen_loss,
+        nnx_loss=nnx_loss,
         max_rel_loss=float(np.max(rel)) if rel else 0.0,
         passed=not failed and steps > 0,
         param_leaves_failed=sum(not lf.passed for lf in all_leaves if lf.check == "train/params"),
         opt_state_leaves_failed=sum(not lf.passed for lf in all_leaves if lf.check == "train/opt_state"),
-        leaves=all_leaves, optimizer=tx_name,
+        leaves=all_leaves,
+        optimizer=tx_name,
     )
 
 
@@ -226,8 +246,9 @@ def _nnx_step(pair: Any, sides: Any, tx: Any, first: Any) -> tuple[Any, Any]:
     return nnx_step, n_state
 
 
-def _state_leaves(pair: Any, sides: Any, linen: tuple[Any, Any, Any], n_state: Any, tols: Tolerances,
-                  depth: int) -> list[LeafResult]:
+def _state_leaves(
+    pair: Any, sides: Any, linen: tuple[Any, Any, Any], n_state: Any, tols: Tolerances, depth: int
+) -> list[LeafResult]:
     """Params, mutable collections and optimizer state of both sides after a step, leaf by leaf."""
     from flax import nnx
 
@@ -237,15 +258,22 @@ def _state_leaves(pair: Any, sides: Any, linen: tuple[Any, Any, Any], n_state: A
     m_state, o_state = n_state[0], n_state[1]
     flat_model = {"/".join(map(str, p)): v for p, v in nnx.to_flat_state(m_state)}
     flat_params = {p: v.get_value() for p, v in flat_model.items() if isinstance(v, nnx.Param)}
-    leaves = compare_trees("train/params", to_nnx_paths(sides, "params", l_params), flat_params, tols, depth=depth)
+    leaves = compare_trees(
+        "train/params", to_nnx_paths(sides, "params", l_params), flat_params, tols, depth=depth
+    )
     for coll in sorted(pair.linen.mutable):
         ref = to_nnx_paths(sides, coll, l_rest.get(coll, {}))
         got = {p: flat_model[p].get_value() for p in ref if p in flat_model}
         leaves += compare_trees("train/state", ref, got, tols, depth=depth)
-    flat_opt = {"/".join(map(str, p)): v.get_value() for p, v in nnx.to_flat_state(o_state)
-                if p and p[0] == "opt_state"}
+    flat_opt = {
+        "/".join(map(str, p)): v.get_value()
+        for p, v in nnx.to_flat_state(o_state)
+        if p and p[0] == "opt_state"
+    }
     table = sides.report.param_table("params")
-    leaves += compare_trees("train/opt_state", linen_opt_state_flat(l_opt, table), flat_opt, tols, depth=depth)
+    leaves += compare_trees(
+        "train/opt_state", linen_opt_state_flat(l_opt, table), flat_opt, tols, depth=depth
+    )
     return leaves
 
 

@@ -62,8 +62,11 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
         params.append("*")
     params += [f"{arg}: object = None" for arg in plan.new_args]
     params.append("rngs: nnx.Rngs")
-    fields = ", ".join(f"{f.name}={_linen_value(f.name)}" if _may_hold_class(f.annotation) else f"{f.name}={f.name}"
-                       for f in plan.fields if f.init)
+    fields = ", ".join(
+        f"{f.name}={_linen_value(f.name)}" if _may_hold_class(f.annotation) else f"{f.name}={f.name}"
+        for f in plan.fields
+        if f.init
+    )
     source = (
         f"class {plan.name}(nnx.Module):\n"
         f'    """{plan.name} still runs as Linen ({linen_name(plan.name)}) through nnx.bridge.ToNNX; see the '
@@ -72,8 +75,11 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
         f"    def __init__({', '.join(params)}):\n"
         f"        self.{BRIDGE_ATTR} = nnx.bridge.ToNNX({linen_name(plan.name)}({fields}), rngs=rngs)\n\n"
         "    def __call__(self, *args, **kwargs):\n"
-        + (f"        return self.{BRIDGE_ATTR}(*args, mutable={collections!r}, **kwargs)  # updated in place\n"
-           if collections else f"        return self.{BRIDGE_ATTR}(*args, **kwargs)\n")
+        + (
+            f"        return self.{BRIDGE_ATTR}(*args, mutable={collections!r}, **kwargs)  # updated in place\n"
+            if collections
+            else f"        return self.{BRIDGE_ATTR}(*args, **kwargs)\n"
+        )
     )
     node = parse_statement(source)
     assert isinstance(node, cst.ClassDef)
@@ -87,7 +93,9 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
 def linen_class_name(name: str) -> cst.BaseStatement:
     """``<Name>Linen.__name__ = "<Name>"``: Linen auto-names a submodule after its class
     (``Block_0``), so the kept class must keep its name or every checkpoint path under it moves."""
-    line = parse_statement(f'{linen_name(name)}.__name__ = "{name}"  # keeps Linen\'s auto-names ({name}_0, ...)\n')
+    line = parse_statement(
+        f'{linen_name(name)}.__name__ = "{name}"  # keeps Linen\'s auto-names ({name}_0, ...)\n'
+    )
     return line.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
 
 
@@ -104,9 +112,14 @@ def mutable_collections(cls: cst.ClassDef, uses_batch_norm: bool) -> list[str]:
     class V(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
             func = node.func
-            if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
-                    and func.attr.value == "variable" and node.args
-                    and isinstance(node.args[0].value, cst.SimpleString)):
+            if (
+                isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Name)
+                and func.value.value == "self"
+                and func.attr.value == "variable"
+                and node.args
+                and isinstance(node.args[0].value, cst.SimpleString)
+            ):
                 found.add(node.args[0].value.evaluated_value)
 
     cls.visit(V())

@@ -27,8 +27,16 @@ if TYPE_CHECKING:
 class CompactCollector(FastVisitor):
     """Plans the submodules and variables one ``@nn.compact`` method creates."""
 
-    def __init__(self, planner: SitePlanner, plan: ClassPlan, fn: cst.FunctionDef, counts: dict[str, int],
-                 local_names: set[str], partials: dict[str, Any], counters: dict[str, int | None]) -> None:
+    def __init__(
+        self,
+        planner: SitePlanner,
+        plan: ClassPlan,
+        fn: cst.FunctionDef,
+        counts: dict[str, int],
+        local_names: set[str],
+        partials: dict[str, Any],
+        counters: dict[str, int | None],
+    ) -> None:
         self.planner = planner
         self.ctx = planner.ctx
         self.state = planner.state
@@ -55,8 +63,11 @@ class CompactCollector(FastVisitor):
     def visit_For(self, node: cst.For) -> bool:
         loop = range_loop(node, self.local_names)
         outer = set().union(*(names for names, _ in self.nest))
-        nestable = None if self.blocked else self.planner.nest_loop(node, self.local_names - outer, self.counts,
-                                                                    self.plan)
+        nestable = (
+            None
+            if self.blocked
+            else self.planner.nest_loop(node, self.local_names - outer, self.counts, self.plan)
+        )
         if nestable is None:
             self.blocked += 1
             self.loops.append(LoopInfo("", ""))
@@ -96,15 +107,22 @@ class CompactCollector(FastVisitor):
             user = self.state.linen_classes.get(factory.classes[0])  # `Block` of a kept `BlockLinen`
         variable = factory is None and ctx.self_call(node) in ("param", "variable")
         if rule is None and user is None and not variable:
-            if not (isinstance(node.func, cst.Call) and isinstance(node.func.func, cst.Name)
-                    and node.func.func.value in self.partials):  # `dense(...)(x)`: planned at `dense(...)`
+            if not (
+                isinstance(node.func, cst.Call)
+                and isinstance(node.func.func, cst.Name)
+                and node.func.func.value in self.partials
+            ):  # `dense(...)(x)`: planned at `dense(...)`
                 self.planner.flag_unknown_submodule(node, plan)
             return
         what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{ctx.self_call(node)}")
         if self.blocked:
-            ctx.report(MOD_004, node, f"{what} created inside a while loop, comprehension, lambda "
-                       "or loop over call-time values in @nn.compact is not hoisted yet",
-                       "create it in __init__ (an nnx.List for several) and index it at the call")
+            ctx.report(
+                MOD_004,
+                node,
+                f"{what} created inside a while loop, comprehension, lambda "
+                "or loop over call-time values in @nn.compact is not hoisted yet",
+                "create it in __init__ (an nnx.List for several) and index it at the call",
+            )
             return
         in_nest = self.nest_site(node, [a.value for a in (*target.args, *node.args)])
         loop = None if in_nest else self.loops[-1] if self.loops else None
@@ -113,20 +131,33 @@ class CompactCollector(FastVisitor):
             return
         if conditions is None:
             self.state.handled.add(node)  # this finding says it all
-            ctx.report(MOD_004, node, f"{what} is created under a condition on a call-time value",
-                       "create it in __init__ and decide at call time whether to use it")
+            ctx.report(
+                MOD_004,
+                node,
+                f"{what} is created under a condition on a call-time value",
+                "create it in __init__ and decide at call time whether to use it",
+            )
             return
         lifted = None if variable else ctx.check_lifted(target)
         if lifted is False:
             return
         before = len(plan.hoisted_order)
         if in_nest and (variable or lifted is not None or self.planner.nesting(plan, node) is not None):
-            ctx.report(MOD_004, node, f"{what} inside nested loops (or a loop body with locals) "
-                       "is not hoisted yet", "create it in __init__ (an nnx.List for several)")
+            ctx.report(
+                MOD_004,
+                node,
+                f"{what} inside nested loops (or a loop body with locals) is not hoisted yet",
+                "create it in __init__ (an nnx.List for several)",
+            )
             return
         if variable:
             if loop is not None:
-                ctx.report(MOD_004, node, f"{what} inside a loop is not hoisted yet", "create the variables in __init__")
+                ctx.report(
+                    MOD_004,
+                    node,
+                    f"{what} inside a loop is not hoisted yet",
+                    "create the variables in __init__",
+                )
                 return
             self.planner.add_variable_site(plan, node, hoisted=True, local_names=self.local_names)
         elif not self._plan_submodule(node, target, factory, rule, user, in_nest, loop, conditions):
@@ -147,13 +178,26 @@ class CompactCollector(FastVisitor):
             return None, node
         target = call_site_ctor(factory, node)
         if target is None:
-            ctx.report(MOD_004, node, f"self.{factory.name}(...) arguments do not bind to its "
-                       "parameters", "call it with its parameters, or build the layer by hand")
+            ctx.report(
+                MOD_004,
+                node,
+                f"self.{factory.name}(...) arguments do not bind to its parameters",
+                "call it with its parameters, or build the layer by hand",
+            )
             return None
         return factory, target
 
-    def _plan_submodule(self, node: cst.Call, target: cst.Call, factory: Any, rule: LayerRule | None,
-                        user: ClassPlan | None, in_nest: bool, loop: LoopInfo | None, conditions: Any) -> bool:
+    def _plan_submodule(
+        self,
+        node: cst.Call,
+        target: cst.Call,
+        factory: Any,
+        rule: LayerRule | None,
+        user: ClassPlan | None,
+        in_nest: bool,
+        loop: LoopInfo | None,
+        conditions: Any,
+    ) -> bool:
         """Plan a submodule ``node`` builds; False when it was planned as a nested layer (whose sites
         keep their own conditions)."""
         plan, planner = self.plan, self.planner
@@ -163,10 +207,22 @@ class CompactCollector(FastVisitor):
             return False
         handled = target.func in self.state.handled
         if in_nest:
-            planner.plan_nest_child(plan, target, node, rule, user, factory, self.nest, self.counters,
-                                    self.local_names, conditions)
+            planner.plan_nest_child(
+                plan,
+                target,
+                node,
+                rule,
+                user,
+                factory,
+                self.nest,
+                self.counters,
+                self.local_names,
+                conditions,
+            )
         else:
-            planner.plan_compact_child(plan, target, rule, user, loop, self.counters, self.local_names, conditions)
+            planner.plan_compact_child(
+                plan, target, rule, user, loop, self.counters, self.local_names, conditions
+            )
         if isinstance(factory, FieldFactory):
             if not handled:
                 self.state.handled.discard(target.func)  # the field's default / a binding

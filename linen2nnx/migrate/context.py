@@ -80,11 +80,17 @@ class FileContext:
         rule_id = rule.id
         if not self.state.rule_enabled(rule_id):
             return
-        if (node, rule_id, message) in self.state.reported:  # the same node met again (a partial's argument, per use)
+        if (
+            node,
+            rule_id,
+            message,
+        ) in self.state.reported:  # the same node met again (a partial's argument, per use)
             return
         self.state.reported.add((node, rule_id, message))
         severity = rule.severity
-        self.state.unplaced.append((len(self.state.findings), node))  # its line and column: see _place_findings
+        self.state.unplaced.append(
+            (len(self.state.findings), node)
+        )  # its line and column: see _place_findings
         self.state.findings.append(Finding(rule_id, severity, self.state.path, 0, 0, message, hint))
         if rule.blocks_rewrite:
             if self.state.planning:
@@ -104,8 +110,11 @@ class FileContext:
     def _hoisted_ctor_of(self, node: cst.CSTNode) -> cst.Call | None:
         plan = self.current_plan() if self.state.class_stack else None
         cur: cst.CSTNode | None = node
-        while plan is not None and cur is not None and not isinstance(cur, (cst.SimpleStatementLine,
-                                                                              cst.BaseCompoundStatement)):
+        while (
+            plan is not None
+            and cur is not None
+            and not isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+        ):
             site = plan.sites.get(cur) if isinstance(cur, cst.Call) else None
             if site is not None and site.hoisted:
                 return cur
@@ -157,8 +166,9 @@ class FileContext:
     @property
     def field_bindings(self) -> FieldBindings:
         if self.state.bindings is None:
-            self.state.bindings = FieldBindings(self.state.tree, self.is_linen_module, self.qualnames,
-                                                 self.layer_rule_of)
+            self.state.bindings = FieldBindings(
+                self.state.tree, self.is_linen_module, self.qualnames, self.layer_rule_of
+            )
         return self.state.bindings
 
     def _absolute(self, qualname: str) -> str:
@@ -180,11 +190,20 @@ class FileContext:
         lifts: list[Lift] = []
         seen: set[str] = set()
         while True:
-            if isinstance(node, cst.Name) and node.value in self.state.lift_aliases and node.value not in seen:
+            if (
+                isinstance(node, cst.Name)
+                and node.value in self.state.lift_aliases
+                and node.value not in seen
+            ):
                 seen.add(node.value)
                 node = self.state.lift_aliases[node.value]
                 continue
-            if isinstance(node, cst.Call) and node.args and node.args[0].keyword is None and not node.args[0].star:
+            if (
+                isinstance(node, cst.Call)
+                and node.args
+                and node.args[0].keyword is None
+                and not node.args[0].star
+            ):
                 kind = self.transform_kind(node.func)
                 if kind is not None and all(a.keyword is not None for a in node.args[1:]):
                     lifts.append(Lift(kind, {a.keyword.value: a.value for a in node.args[1:]}, node))  # type: ignore[union-attr]
@@ -216,8 +235,13 @@ class FileContext:
         except LiftError as err:
             for alias in aliases:
                 self.state.alias_use[alias] = False
-            self.report(XFORM_002, node, str(err), "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
-                        "(see docs/nnx_facts.md, Lifted transforms)")
+            self.report(
+                XFORM_002,
+                node,
+                str(err),
+                "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
+                "(see docs/nnx_facts.md, Lifted transforms)",
+            )
             for lift in chain.lifts:
                 self.state.handled.add(lift.node.func)
             return False
@@ -241,8 +265,10 @@ class FileContext:
 
         class Mark(FastVisitor):
             def visit_Attribute(self, attr: cst.Attribute) -> None:
-                if any(q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in LINEN_MARKERS
-                       for q in command.qualnames(attr)):
+                if any(
+                    q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in LINEN_MARKERS
+                    for q in command.qualnames(attr)
+                ):
                     command.state.handled.add(attr)
 
         Mark().walk(node)
@@ -252,7 +278,11 @@ class FileContext:
         ``remove_logically_partition``, lm1b's ``unbox_logicallypartioned_trainstate``); the boxes'
         names (marked handled here) need no other finding."""
         params = fn.params.params
-        if len(params) != 1 or fn.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or fn.params.kwonly_params:
+        if (
+            len(params) != 1
+            or fn.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT)
+            or fn.params.kwonly_params
+        ):
             return False
         boxes: list[cst.Attribute] = []
         unboxes = False
@@ -261,7 +291,11 @@ class FileContext:
         class V(FastVisitor):
             def visit_Attribute(self, node: cst.Attribute) -> None:
                 nonlocal unboxes
-                short = {q.removeprefix("flax.linen.") for q in command.qualnames(node) if q.startswith("flax.linen.")}
+                short = {
+                    q.removeprefix("flax.linen.")
+                    for q in command.qualnames(node)
+                    if q.startswith("flax.linen.")
+                }
                 if short & BOX_TYPES:
                     boxes.append(node)
                 if node.attr.value == "unbox" or short & UNBOX_FUNCTIONS:
@@ -270,8 +304,12 @@ class FileContext:
         V().walk(fn)
         if boxes and unboxes:
             self.state.handled.update(boxes)
-            self.report(PART_004, fn, f"{fn.name.value}() only unboxes Linen partition metadata: removable "
-                        "(NNX values are never boxed); its calls become their argument")
+            self.report(
+                PART_004,
+                fn,
+                f"{fn.name.value}() only unboxes Linen partition metadata: removable "
+                "(NNX values are never boxed); its calls become their argument",
+            )
             return True
         return False
 
@@ -305,12 +343,16 @@ class FileContext:
         for index, node in self.state.unplaced:
             if node in positions:
                 line, column = positions[node]
-                self.state.findings[index] = dataclasses.replace(self.state.findings[index], line=line, col=column + 1)
+                self.state.findings[index] = dataclasses.replace(
+                    self.state.findings[index], line=line, col=column + 1
+                )
         self.state.unplaced = []
 
     def is_linen_module(self, node: cst.ClassDef) -> bool:
-        return any(self.qualnames(base.value) & LINEN_MODULE or self.user_class_of(base.value) is not None
-                   for base in node.bases)
+        return any(
+            self.qualnames(base.value) & LINEN_MODULE or self.user_class_of(base.value) is not None
+            for base in node.bases
+        )
 
     def dataclass_field(self, small: cst.AnnAssign, rewritten: cst.AnnAssign | None = None) -> Field:
         """A dataclass field; its default's text is taken from ``rewritten`` when given."""
@@ -319,7 +361,11 @@ class FileContext:
         if small.value is not None:
             value = small.value
             if isinstance(value, cst.Call) and self.qualnames(value.func) & {"dataclasses.field"}:
-                source = rewritten.value if rewritten is not None and isinstance(rewritten.value, cst.Call) else value
+                source = (
+                    rewritten.value
+                    if rewritten is not None and isinstance(rewritten.value, cst.Call)
+                    else value
+                )
                 kw = {a.keyword.value: a.value for a in source.args if a.keyword is not None}
                 if "default" in kw:
                     default = code(kw["default"])
@@ -327,7 +373,9 @@ class FileContext:
                     default = f"{code(kw['default_factory'])}()"
                 init = not (isinstance(kw.get("init"), cst.Name) and kw["init"].value == "False")
             else:
-                default = code(rewritten.value if rewritten is not None and rewritten.value is not None else value)
+                default = code(
+                    rewritten.value if rewritten is not None and rewritten.value is not None else value
+                )
         return Field(small.target.value, code(small.annotation.annotation), default, init)
 
     def class_key(self, name: str) -> str:
@@ -339,16 +387,24 @@ class FileContext:
         self.collect_lift_aliases(node.body)
         self.state.module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
         self.state.module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
-        self.state.unbox_helpers = {name for name, fn in self.state.module_functions.items() if self.is_unbox_helper(fn)}
+        self.state.unbox_helpers = {
+            name for name, fn in self.state.module_functions.items() if self.is_unbox_helper(fn)
+        }
         self.state.bindings = None  # built on first use (see field_factory)
-        self.state.module_lines = {code(s).strip() for s in node.body if isinstance(s, cst.SimpleStatementLine)
-                              and isinstance(s.body[0], cst.Assign) and isinstance(s.body[0].targets[0].target, cst.Attribute)
-                              and s.body[0].targets[0].target.attr.value == "linen_class"}
+        self.state.module_lines = {
+            code(s).strip()
+            for s in node.body
+            if isinstance(s, cst.SimpleStatementLine)
+            and isinstance(s.body[0], cst.Assign)
+            and isinstance(s.body[0].targets[0].target, cst.Attribute)
+            and s.body[0].targets[0].target.attr.value == "linen_class"
+        }
         for stmt in node.body:
             # a decorator may change what the function returns; jax.jit and a bare jax.vmap (axis 0 in and
             # out) keep the last axis of a result whose last axis is an argument's
-            if isinstance(stmt, cst.FunctionDef) and all(self.qualnames(d.decorator) & {"jax.jit", "jax.vmap"}
-                                                         for d in stmt.decorators):
+            if isinstance(stmt, cst.FunctionDef) and all(
+                self.qualnames(d.decorator) & {"jax.jit", "jax.vmap"} for d in stmt.decorators
+            ):
                 params = [p.name.value for p in stmt.params.params]
                 flow = FeatureFlow(params, lambda call: None, self.qualnames)
                 flow.run(stmt.body.body)

@@ -32,10 +32,32 @@ def _fields(node_type: type) -> tuple[str, ...]:
 
 
 # children that are only punctuation, whitespace or comments
-_LEXICAL_FIELDS = frozenset({"lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators", "header",
-                             "footer", "newline", "trailing_whitespace", "equal", "colon", "dot", "operator",
-                             "lbracket", "rbracket", "lbrace", "rbrace", "asynchronous", "first_colon",
-                             "second_colon", "posonly_ind"})
+_LEXICAL_FIELDS = frozenset(
+    {
+        "lpar",
+        "rpar",
+        "comma",
+        "semicolon",
+        "leading_lines",
+        "lines_after_decorators",
+        "header",
+        "footer",
+        "newline",
+        "trailing_whitespace",
+        "equal",
+        "colon",
+        "dot",
+        "operator",
+        "lbracket",
+        "rbracket",
+        "lbrace",
+        "rbrace",
+        "asynchronous",
+        "first_colon",
+        "second_colon",
+        "posonly_ind",
+    }
+)
 # node types whose children libcst visits in another order than their fields'
 _VISIT_ORDER: dict[type, tuple[str, ...]] = {
     cst.FunctionDef: ("decorators", "name", "type_parameters", "params", "returns", "body"),
@@ -57,8 +79,9 @@ def syntax_fields(node_type: type) -> tuple[str, ...]:
     in the order libcst visits them."""
     if node_type in _VISIT_ORDER:
         return _VISIT_ORDER[node_type]
-    return tuple(name for name in _fields(node_type) if name not in _LEXICAL_FIELDS
-                 and "whitespace" not in name)
+    return tuple(
+        name for name in _fields(node_type) if name not in _LEXICAL_FIELDS and "whitespace" not in name
+    )
 
 
 class _IsNode(dict):
@@ -96,7 +119,9 @@ class FastVisitor:
     """
 
     def walk(self, node: cst.CSTNode) -> None:
-        if type(self).walk is not FastVisitor.walk:  # a subclass that hooks walk() sees it called for each node
+        if (
+            type(self).walk is not FastVisitor.walk
+        ):  # a subclass that hooks walk() sees it called for each node
             self._walk_each(node)
             return
         handlers: dict[type, tuple] = {}  # node type -> (visit_<Type>, leave_<Type>), looked up once a walk
@@ -106,7 +131,10 @@ class FastVisitor:
             found = handlers.get(kind)
             if found is None:
                 name = kind.__name__
-                found = handlers[kind] = (getattr(self, "visit_" + name, None), getattr(self, "leave_" + name, None))
+                found = handlers[kind] = (
+                    getattr(self, "visit_" + name, None),
+                    getattr(self, "leave_" + name, None),
+                )
             visit, leave = found
             if visit is None or visit(node) is not False:
                 for child in syntax_children(node):
@@ -154,8 +182,9 @@ class _PlainCodegen(CodegenState):
     """``CodegenState`` as libcst's ``Module.code`` uses it (which records no position), minus the
     per-node generator context manager: the same tokens, faster."""
 
-    def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
-                                  end_node: cst.CSTNode | None = None) -> _NoPosition:
+    def record_syntactic_position(
+        self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None
+    ) -> _NoPosition:
         return _NO_POSITION
 
 
@@ -184,7 +213,9 @@ class _RecordStart:
     def __exit__(self, exc_type: object, *exc: object) -> bool:
         if exc_type is None:
             state = self.state
-            state.syntactic[self.node] = state.start_of(self.start_node) if self.start_node is not None else self.start
+            state.syntactic[self.node] = (
+                state.start_of(self.start_node) if self.start_node is not None else self.start
+            )
         return False
 
 
@@ -226,8 +257,9 @@ class _StartRecorder(CodegenState):
         if node in self.wanted and node not in self.starts:
             self.starts[node] = len(self.tokens)
 
-    def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
-                                  end_node: cst.CSTNode | None = None) -> _RecordStart | _NoPosition:
+    def record_syntactic_position(
+        self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None
+    ) -> _RecordStart | _NoPosition:
         if node in self.wanted:
             return _RecordStart(self, node, start_node)
         return _NO_POSITION
@@ -251,8 +283,11 @@ def start_positions(module: cst.Module, nodes: Collection[cst.CSTNode]) -> dict[
     start of each of ``nodes`` that is part of ``module``."""
     if not nodes:
         return {}
-    state = _StartRecorder(default_indent=module.default_indent, default_newline=module.default_newline,
-                           wanted=_wanted_with_start_nodes(nodes))
+    state = _StartRecorder(
+        default_indent=module.default_indent,
+        default_newline=module.default_newline,
+        wanted=_wanted_with_start_nodes(nodes),
+    )
     module._codegen(state)
     index_of = {node: state.start_of(node) for node in nodes if node in state.starts}
     return dict(zip(index_of, _line_columns(state.tokens, list(index_of.values()))))

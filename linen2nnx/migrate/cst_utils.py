@@ -108,8 +108,12 @@ def assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
 
 
 def is_docstring(stmt: cst.BaseStatement) -> bool:
-    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-            and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, cst.SimpleString))
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, cst.SimpleString)
+    )
 
 
 def root_name(node: cst.BaseExpression) -> cst.Name | None:
@@ -119,8 +123,11 @@ def root_name(node: cst.BaseExpression) -> cst.Name | None:
 
 
 def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(value, keyword=cst.Name(name),
-                   equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+    return cst.Arg(
+        value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+    )
 
 
 def strip_commas(args: list[cst.Arg]) -> list[cst.Arg]:
@@ -135,8 +142,17 @@ def self_attr(node: cst.CSTNode) -> str | None:
 
 
 def needs_parens(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, (cst.BinaryOperation, cst.BooleanOperation, cst.UnaryOperation, cst.IfExp,
-                             cst.Lambda, cst.Comparison))
+    return isinstance(
+        expr,
+        (
+            cst.BinaryOperation,
+            cst.BooleanOperation,
+            cst.UnaryOperation,
+            cst.IfExp,
+            cst.Lambda,
+            cst.Comparison,
+        ),
+    )
 
 
 def substitute_self_fields(expr_src: str, fields: dict[str, str]) -> str | None:
@@ -237,7 +253,7 @@ def absolute_qualname(qualname: str, module_name: str) -> str:
     if not qualname.startswith("."):
         return qualname
     dots = len(qualname) - len(qualname.lstrip("."))
-    package = module_name.split(".")[: -dots] if module_name else []
+    package = module_name.split(".")[:-dots] if module_name else []
     return ".".join([*package, qualname.lstrip(".")])
 
 
@@ -256,7 +272,9 @@ def without_dead_locals(fn: cst.FunctionDef, candidates: set[str]) -> cst.Functi
                 super().__init__()
                 self.dead = dead
 
-            def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+            def leave_IndentedBlock(
+                self, original: cst.IndentedBlock, updated: cst.IndentedBlock
+            ) -> cst.IndentedBlock:
                 kept: list[cst.BaseStatement] = []
                 comments: list[cst.EmptyLine] = []  # a dropped line's comments go to the next line
                 dropped = False
@@ -282,8 +300,13 @@ def without_dead_locals(fn: cst.FunctionDef, candidates: set[str]) -> cst.Functi
 
 def single_assign(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
     """``name = value`` on a line of its own -> ``(name, value)``; None for any other statement."""
-    if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
-            and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+    if (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Assign)
+        and len(stmt.body[0].targets) == 1
+        and isinstance(stmt.body[0].targets[0].target, cst.Name)
+    ):
         return stmt.body[0].targets[0].target.value, stmt.body[0].value
     return None
 
@@ -300,7 +323,9 @@ def without_keywords(call: cst.Call, names: set[str]) -> cst.Call:
     return call.with_changes(args=kept)
 
 
-def bind_args(order: tuple[str, ...] | list[str], call: cst.Call) -> tuple[dict[str, cst.Arg], cst.Arg | None]:
+def bind_args(
+    order: tuple[str, ...] | list[str], call: cst.Call
+) -> tuple[dict[str, cst.Arg], cst.Arg | None]:
     """A call's arguments by parameter name (positional ones named after ``order``), and its ``name=``
     argument apart: Linen's auto-name, which NNX has no parameter for."""
     bound: dict[str, cst.Arg] = {}

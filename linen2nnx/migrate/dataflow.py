@@ -43,7 +43,9 @@ class Feat:
     elements: tuple[Feat, ...] = ()  # kind "tuple": one Feat per element
     rank: int = 0  # number of axes when known (a parameter of literal shape); 0: unknown
     leading: int = 0  # for a flatten: the leading axes it provably keeps (``x.reshape(x.shape[0], -1)``: 1)
-    reduced: tuple[int, ...] = ()  # for a candidate of a reduction: the axes reduced (a trace's rank confirms)
+    reduced: tuple[
+        int, ...
+    ] = ()  # for a candidate of a reduction: the axes reduced (a trace's rank confirms)
     candidate: Feat | None = None
     """For an unknown size: what it is if an assumption no source text proves holds (the right operand
     of ``x @ y`` has rank >= 2); only a trace that shows the same sizes confirms it."""
@@ -73,8 +75,9 @@ class LayerUse:
     args: tuple[Feat, ...] = ()  # every positional input (a module may size itself by its second one)
 
 
-ARRAY_CONSTRUCTORS = frozenset({"jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full",
-                                "numpy.zeros", "numpy.ones"})
+ARRAY_CONSTRUCTORS = frozenset(
+    {"jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full", "numpy.zeros", "numpy.ones"}
+)
 SHAPE_KEEPING_METHODS = frozenset({"astype", "clip", "squeeze"})
 SHAPE_KEEPING_FUNCTIONS = frozenset({"jax.numpy.flip", "jax.numpy.roll", "jax.lax.stop_gradient"})
 """``f(x, ...)`` whose result has ``x``'s shape (whatever the other arguments)."""
@@ -99,7 +102,9 @@ class FeatureFlow:
         method_of: Callable[[cst.Call, list[Feat]], Feat | None] = lambda call, args: None,
         on_assign: Callable[[cst.Assign], None] = lambda assign: None,
         value_of: Callable[[cst.BaseExpression, dict[str, Feat]], Feat | None] = lambda node, env: None,
-        after_loop: Callable[[cst.For, dict[str, Feat], dict[str, Feat]], None] = lambda loop, before, env: None,
+        after_loop: Callable[[cst.For, dict[str, Feat], dict[str, Feat]], None] = lambda loop, before, env: (
+            None
+        ),
     ) -> None:
         self.after_loop = after_loop  # (loop, values before it, values after it): may rewrite the latter
         self.method_of = method_of
@@ -164,7 +169,13 @@ class FeatureFlow:
         if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range":
             bounds = [code(a.value) for a in it.args]
             last = f"({bounds[-1]} - 1)" if len(bounds) in (1, 2) else None
-            ran = f"{bounds[0]} > 0" if len(bounds) == 1 else f"{bounds[1]} > {bounds[0]}" if len(bounds) == 2 else ""
+            ran = (
+                f"{bounds[0]} > 0"
+                if len(bounds) == 1
+                else f"{bounds[1]} > {bounds[0]}"
+                if len(bounds) == 2
+                else ""
+            )
         elif isinstance(it, cst.Call):
             last, ran = None, ""
         else:
@@ -179,8 +190,12 @@ class FeatureFlow:
                 if previous is None or previous == after:
                     self.env[name] = after  # only bound by the loop: used after it, the loop ran
                 else:
-                    self.env[name] = Feat("choice", expr=ran, elements=(after, previous),
-                                          reason=f"a size that depends on whether the loop over {var} ran")
+                    self.env[name] = Feat(
+                        "choice",
+                        expr=ran,
+                        elements=(after, previous),
+                        reason=f"a size that depends on whether the loop over {var} ran",
+                    )
 
     def small_statement(self, small: cst.BaseSmallStatement) -> None:
         if isinstance(small, cst.Assign):
@@ -201,7 +216,11 @@ class FeatureFlow:
         if isinstance(target, cst.Name):
             self.env[target.value] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
-            parts = value.elements if value.kind == "tuple" and len(value.elements) == len(target.elements) else ()
+            parts = (
+                value.elements
+                if value.kind == "tuple" and len(value.elements) == len(target.elements)
+                else ()
+            )
             for i, el in enumerate(target.elements):
                 self.bind(el.value, parts[i] if parts else Feat.unknown("tuple unpacking"))
 
@@ -225,7 +244,9 @@ class FeatureFlow:
         if isinstance(node, cst.Attribute):
             known = self.value_of(node, self.env)
             return known if known is not None else Feat.unknown("Attribute")
-        if isinstance(node, cst.Subscript):  # x[:, 0] keeps the last axis unless it indexes it: the trace decides
+        if isinstance(
+            node, cst.Subscript
+        ):  # x[:, 0] keeps the last axis unless it indexes it: the trace decides
             return Feat("sliced", base=self.expr_of(node.value))
         if isinstance(node, cst.IfExp):
             a, b = self.expr_of(node.body), self.expr_of(node.orelse)
@@ -244,7 +265,11 @@ class FeatureFlow:
         layer = self.layer_of(node)
         first = arg_feats[0] if arg_feats else Feat.unknown("no input")
         if layer is not None:
-            read = arg_feats[layer.input_index] if layer.input_index < len(arg_feats) else Feat.unknown("no input")
+            read = (
+                arg_feats[layer.input_index]
+                if layer.input_index < len(arg_feats)
+                else Feat.unknown("no input")
+            )
             self.uses.append(LayerUse(layer.key, read, node, self.iteration, tuple(arg_feats)))
             if layer.out_fn is not None:
                 return layer.out_fn(first)
@@ -261,15 +286,34 @@ class FeatureFlow:
         if qualnames & MATMUL_FUNCTIONS and len(positional) == 2 == len(node.args):
             return _contracted(arg_feats[1], -2)
         if qualnames & DOT_GENERAL_FUNCTIONS and len(arg_feats) >= 2:
-            dims = positional[2].value if len(positional) > 2 else next(
-                (a.value for a in node.args if a.keyword is not None and a.keyword.value == "dimension_numbers"), None)
+            dims = (
+                positional[2].value
+                if len(positional) > 2
+                else next(
+                    (
+                        a.value
+                        for a in node.args
+                        if a.keyword is not None and a.keyword.value == "dimension_numbers"
+                    ),
+                    None,
+                )
+            )
             return _contracted(arg_feats[1], *_rhs_axes(dims))
-        reduced = next((q.rsplit(".", 1)[1] for q in qualnames
-                        if q.rsplit(".", 1)[0] in ("jax.numpy", "numpy") and q.rsplit(".", 1)[1] in REDUCTIONS), None)
+        reduced = next(
+            (
+                q.rsplit(".", 1)[1]
+                for q in qualnames
+                if q.rsplit(".", 1)[0] in ("jax.numpy", "numpy") and q.rsplit(".", 1)[1] in REDUCTIONS
+            ),
+            None,
+        )
         if reduced is not None and positional:
             return _reduced(first, positional[1:], node.args)
-        if (isinstance(node.func, cst.Attribute) and node.func.attr.value in REDUCTIONS
-                and not any(q.startswith(("jax.", "numpy.", "flax.")) for q in qualnames)):
+        if (
+            isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in REDUCTIONS
+            and not any(q.startswith(("jax.", "numpy.", "flax.")) for q in qualnames)
+        ):
             return _reduced(self.expr_of(node.func.value), positional, node.args)
         through_method = self.method_of(node, arg_feats)
         if through_method is not None:
@@ -283,19 +327,33 @@ class FeatureFlow:
                 return receiver
             if method == "reshape":
                 return _reshape(receiver, node, node.func.value)
-        if (self.qualnames_of(node.func) & ARRAY_CONSTRUCTORS and node.args
-                and isinstance(node.args[0].value, (cst.Tuple, cst.List)) and node.args[0].value.elements):
+        if (
+            self.qualnames_of(node.func) & ARRAY_CONSTRUCTORS
+            and node.args
+            and isinstance(node.args[0].value, (cst.Tuple, cst.List))
+            and node.args[0].value.elements
+        ):
             last = node.args[0].value.elements[-1].value  # jnp.zeros((batch, self.hidden)): a carry
             if names_in(last) <= {"self"} and not isinstance(last, cst.Name):
                 return Feat("expr", expr=code(last))
             if isinstance(last, cst.Integer):
                 return Feat("expr", expr=code(last))
-        if qualnames & ONE_HOT_FUNCTIONS and len(positional) >= 2:  # one_hot(x, n): n classes on the last axis
-            return Feat("expr", expr=code(positional[1].value)) if names_in(positional[1].value) <= {"self"} else (
-                Feat.unknown("one_hot of a call-time size"))
+        if (
+            qualnames & ONE_HOT_FUNCTIONS and len(positional) >= 2
+        ):  # one_hot(x, n): n classes on the last axis
+            return (
+                Feat("expr", expr=code(positional[1].value))
+                if names_in(positional[1].value) <= {"self"}
+                else (Feat.unknown("one_hot of a call-time size"))
+            )
         if qualnames & CONCATENATE_FUNCTIONS and positional:
-            axis = positional[1].value if len(positional) > 1 else next(
-                (a.value for a in node.args if a.keyword is not None and a.keyword.value == "axis"), None)
+            axis = (
+                positional[1].value
+                if len(positional) > 1
+                else next(
+                    (a.value for a in node.args if a.keyword is not None and a.keyword.value == "axis"), None
+                )
+            )
             return _concatenated(first, axis)
         return Feat.unknown("call")
 
@@ -305,18 +363,26 @@ def _concatenated(parts: Feat, axis: cst.BaseExpression | None) -> Feat:
     any other literal axis the last axis is the parts' common one."""
     if parts.kind != "tuple" or not parts.elements:
         return Feat.unknown("a concatenation of an unknown sequence")
-    last = isinstance(axis, cst.UnaryOperation) and isinstance(axis.operator, cst.Minus) and (
-        isinstance(axis.expression, cst.Integer) and axis.expression.value == "1")
+    last = (
+        isinstance(axis, cst.UnaryOperation)
+        and isinstance(axis.operator, cst.Minus)
+        and (isinstance(axis.expression, cst.Integer) and axis.expression.value == "1")
+    )
     if not last:
         if isinstance(axis, cst.Integer) or axis is None:  # a leading axis (the default is 0)
             same = parts.elements[0]
-            return same if all(e == same for e in parts.elements) else Feat.unknown("a concatenation of unequal parts")
+            return (
+                same
+                if all(e == same for e in parts.elements)
+                else Feat.unknown("a concatenation of unequal parts")
+            )
         return Feat.unknown("a concatenation along an unknown axis")
     known = [e if e.kind == "expr" else e.candidate for e in parts.elements]
     if any(k is None or k.kind != "expr" for k in known):
         return Feat.unknown("a concatenation of parts of unknown size")
-    exprs = [k.expr if k.expr.isidentifier() or k.expr.replace(".", "").isalnum() else f"({k.expr})"
-             for k in known]  # type: ignore[union-attr]
+    exprs = [
+        k.expr if k.expr.isidentifier() or k.expr.replace(".", "").isalnum() else f"({k.expr})" for k in known
+    ]  # type: ignore[union-attr]
     total = Feat("expr", expr=f"{len(exprs)} * {exprs[0]}" if len(set(exprs)) == 1 else " + ".join(exprs))
     if any(e.kind != "expr" for e in parts.elements):  # some part's size is itself only a candidate
         return Feat("unknown", reason="a concatenation of parts of unconfirmed size", candidate=total)
@@ -342,14 +408,23 @@ def _reduced(value: Feat, positional: Sequence[cst.Arg], args: Sequence[cst.Arg]
             return Feat.unknown("a reduction over axes the source does not spell out")
         axes.append(-int(number.value) if negative else int(number.value))
     if -1 in axes or value.kind not in ("expr", "input", "choice"):
-        return Feat.unknown("a reduction over the last axis" if -1 in axes else "a reduction of an unknown size")
+        return Feat.unknown(
+            "a reduction over the last axis" if -1 in axes else "a reduction of an unknown size"
+        )
     if all(a < 0 for a in axes):
         return value
     if value.rank:
-        return value if value.rank - 1 not in {a % value.rank for a in axes} else Feat.unknown(
-            "a reduction over the last axis")
-    return Feat("unknown", reason="a reduction over leading axes of a value of unknown rank", candidate=value,
-                reduced=tuple(axes))
+        return (
+            value
+            if value.rank - 1 not in {a % value.rank for a in axes}
+            else Feat.unknown("a reduction over the last axis")
+        )
+    return Feat(
+        "unknown",
+        reason="a reduction over leading axes of a value of unknown rank",
+        candidate=value,
+        reduced=tuple(axes),
+    )
 
 
 def _contracted(rhs: Feat, *gone: int | None) -> Feat:
@@ -377,7 +452,9 @@ def _rhs_axes(dims: cst.BaseExpression | None) -> tuple[int | None, ...]:
         out = []
         for el in node.elements:
             value = el.value
-            sign = -1 if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) else 1
+            sign = (
+                -1 if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) else 1
+            )
             value = value.expression if isinstance(value, cst.UnaryOperation) else value
             if not isinstance(value, cst.Integer):
                 return None
@@ -405,7 +482,11 @@ def _reshape(receiver: Feat, node: cst.Call, value: cst.BaseExpression) -> Feat:
     elif args:
         dims = [a.value for a in args]
     last = dims[-1] if dims else None
-    if isinstance(last, cst.UnaryOperation) and isinstance(last.expression, cst.Integer) and last.expression.value == "1":
+    if (
+        isinstance(last, cst.UnaryOperation)
+        and isinstance(last.expression, cst.Integer)
+        and last.expression.value == "1"
+    ):
         source = code(value)
         kept = [code(d).replace(" ", "") for d in dims[:-1]]
         leading = len(kept) if kept == [f"{source}.shape[{i}]" for i in range(len(kept))] else 0
@@ -424,7 +505,13 @@ def _merge(a: dict[str, Feat], b: dict[str, Feat], config_test: str | None = Non
         va, vb = a.get(k), b.get(k)
         if va == vb:
             out[k] = va
-        elif config_test is not None and va is not None and vb is not None and va.kind in SIZED and vb.kind in SIZED:
+        elif (
+            config_test is not None
+            and va is not None
+            and vb is not None
+            and va.kind in SIZED
+            and vb.kind in SIZED
+        ):
             out[k] = Feat("choice", expr=config_test, elements=(va, vb))
         else:
             out[k] = Feat.unknown("differs between branches")
@@ -441,4 +528,3 @@ def transfer(out: Feat, params: list[str], args: list[Feat]) -> Feat:
     if out.kind == "expr":
         return out
     return Feat.unknown("callee result")
-

@@ -58,8 +58,11 @@ class Emitter:
         upd_bound, _ = bind_args(rule.linen_arg_order(), updated)
         for name, source in site.arg_sources.items():
             upd_bound[name] = upd_bound[name].with_changes(value=parse_expression(source))
-        args: list[cst.Arg] = [upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
-                               for name in rule.positional if name in upd_bound]
+        args: list[cst.Arg] = [
+            upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+            for name in rule.positional
+            if name in upd_bound
+        ]
         if rule.varargs_list and rule.varargs_list in upd_bound:
             value = upd_bound[rule.varargs_list].value
             if isinstance(value, (cst.List, cst.Tuple)):
@@ -69,8 +72,12 @@ class Emitter:
         if rule.in_arg is not None:
             args.insert(rule.in_index, cst.Arg(parse_expression(site.in_expr or "None")))
         for name, arg in upd_bound.items():
-            if (name not in rule.positional and name not in site.moved_args and name not in site.dropped_args
-                    and name != rule.varargs_list):
+            if (
+                name not in rule.positional
+                and name not in site.moved_args
+                and name not in site.dropped_args
+                and name != rule.varargs_list
+            ):
                 args.append(kwarg(rule.nnx_arg(name), arg.value))
         if rule.linen == "Einsum":
             bias = einsum_bias_shape(upd_bound)
@@ -93,8 +100,10 @@ class Emitter:
             assert site.user is not None
             bound, _ = bind_args(site.user.field_names, updated)
             resolved = {id(bound[name]): source for name, source in site.arg_sources.items() if name in bound}
-            args = [a.with_changes(value=parse_expression(resolved[id(a)])) if id(a) in resolved else a
-                    for a in args]
+            args = [
+                a.with_changes(value=parse_expression(resolved[id(a)])) if id(a) in resolved else a
+                for a in args
+            ]
         if args:  # what follows the last argument (a newline before `)`) would split the new keywords
             args[-1] = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
         args += [kwarg(name, parse_expression(expr)) for name, expr in site.user_in.items()]
@@ -103,8 +112,12 @@ class Emitter:
 
     def _variable_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
         args = [a for a in updated.args if a.keyword is None]
-        args = [a.with_changes(value=parse_expression(site.arg_sources[str(i)])) if str(i) in site.arg_sources
-                else a for i, a in enumerate(args)]
+        args = [
+            a.with_changes(value=parse_expression(site.arg_sources[str(i)]))
+            if str(i) in site.arg_sources
+            else a
+            for i, a in enumerate(args)
+        ]
         if site.kind == "param":
             init, rest = args[1], args[2:]
             value = cst.Call(init.value, strip_commas([cst.Arg(parse_expression("rngs.params()")), *rest]))
@@ -145,13 +158,23 @@ class Emitter:
             extra = set(site.rule.extra_kwargs) - given if site.rule is not None else set()
             args = [a for a in built.args if a.keyword is None or a.keyword.value not in extra]
             func = f"self.{site.factory.name}"
-            if local is not None and local.name in replayed and all(a.keyword for a in local.partial.args[1:]):
+            if (
+                local is not None
+                and local.name in replayed
+                and all(a.keyword for a in local.partial.args[1:])
+            ):
                 # `conv(in_features, ...)`: the replayed local gives the partial's own keywords
                 own = {a.keyword.value for a in call.args if a.keyword is not None}
                 rule = site.rule
-                implied = {rule.nnx_arg(k) if rule else k for k in
-                           (a.keyword.value for a in local.partial.args[1:]) if k not in own}  # type: ignore[union-attr]
-                args, func = [a for a in args if a.keyword is None or a.keyword.value not in implied], local.name
+                implied = {
+                    rule.nnx_arg(k) if rule else k
+                    for k in (a.keyword.value for a in local.partial.args[1:])
+                    if k not in own
+                }  # type: ignore[union-attr]
+                args, func = (
+                    [a for a in args if a.keyword is None or a.keyword.value not in implied],
+                    local.name,
+                )
             return built.with_changes(func=parse_expression(func), args=strip_commas(args))
         ctor = self.state.factory_updated.get(site.factory.ctor, site.factory.ctor)
         built = call_site_ctor(site.factory, call, ctor)
@@ -173,7 +196,8 @@ class Emitter:
         fn = self._init_header(plan)
         stmts: list[cst.BaseStatement] = [
             parse_statement(f"self.{f.name} = {f.name if f.init else f.default}\n")
-            for f in plan.fields if f.init or f.default is not None  # init=False: its default, set here
+            for f in plan.fields
+            if f.init or f.default is not None  # init=False: its default, set here
         ]
         if plan.uses_rngs:
             stmts.append(parse_statement("self.rngs = rngs.fork()\n"))
@@ -181,8 +205,11 @@ class Emitter:
             stmts.append(self._containerize(plan, stmt))
         shape_arg = next((a for a, how in plan.new_args.items() if how == "input_shape:0"), None)
         if shape_arg is not None and plan.input_shape_locals:  # the input parameter shapes read: a stand-in
-            stmts.append(parse_statement(
-                f"{plan.shape_input} = jax.ShapeDtypeStruct(tuple({shape_arg}), jax.numpy.float32)\n"))
+            stmts.append(
+                parse_statement(
+                    f"{plan.shape_input} = jax.ShapeDtypeStruct(tuple({shape_arg}), jax.numpy.float32)\n"
+                )
+            )
             self.state.needs_jax_import = True
         stmts.extend(self._replayed_locals(plan))
         self._hoisted(plan, stmts)
@@ -203,8 +230,10 @@ class Emitter:
             params.append(f"{f.name}: {f.annotation}{default}")
         if not keyword_only:
             params.append("*")
-        params.extend(f"{a}: tuple[int, ...]" if how.startswith("input_shape:") else f"{a}: int"
-                      for a, how in plan.new_args.items())
+        params.extend(
+            f"{a}: tuple[int, ...]" if how.startswith("input_shape:") else f"{a}: int"
+            for a, how in plan.new_args.items()
+        )
         if "rngs" not in plan.field_names:
             params.append("rngs: nnx.Rngs")
         one_line = f"def __init__({', '.join(params)}):\n    pass\n"
@@ -222,13 +251,22 @@ class Emitter:
             stmt = self.state.pure_updated.get(plan.pure_locals[name], plan.pure_locals[name])
             if name in plan.mode_partials:  # its call-time flags are given where its layers are called
                 value = stmt.body[0].value  # type: ignore[attr-defined]
-                stmt = stmt.with_changes(body=[stmt.body[0].with_changes(  # type: ignore[attr-defined]
-                    value=without_keywords(value, set(plan.mode_partials[name])))])
+                stmt = stmt.with_changes(
+                    body=[
+                        stmt.body[0].with_changes(  # type: ignore[attr-defined]
+                            value=without_keywords(value, set(plan.mode_partials[name]))
+                        )
+                    ]
+                )
             if name in plan.shape_locals:
                 sizes = plan.shape_local_sizes.get(name)
                 if sizes is None:
-                    self.ctx.report(MOD_004, plan.pure_locals[name], f"`{name}` reads an input size the dataflow "
-                                    "cannot tell", "compute it from constructor arguments / config")
+                    self.ctx.report(
+                        MOD_004,
+                        plan.pure_locals[name],
+                        f"`{name}` reads an input size the dataflow cannot tell",
+                        "compute it from constructor arguments / config",
+                    )
                     continue
                 value = stmt.body[0].value  # type: ignore[attr-defined]
                 stmt = parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")
@@ -245,16 +283,23 @@ class Emitter:
                     emitted_nests.add(id(site.nest))
                     stmts.extend(self._nest_init(site.nest, plan.needed_locals))
                 continue
-            built = self._build_factory(site, plan.needed_locals) if site.factory is not None else self.state.built.get(
-                site.ctor)
+            built = (
+                self._build_factory(site, plan.needed_locals)
+                if site.factory is not None
+                else self.state.built.get(site.ctor)
+            )
             if built is None:
                 continue
-            markers = [cst.EmptyLine(comment=cst.Comment(m)) for m in dict.fromkeys(self.state.init_markers.get(site.ctor, []))]
+            markers = [
+                cst.EmptyLine(comment=cst.Comment(m))
+                for m in dict.fromkeys(self.state.init_markers.get(site.ctor, []))
+            ]
             if site.tail_of is not None:  # the element after the loop's: Linen's {Class}_{loop length}
                 statement = cst.Expr(cst.Call(parse_expression(f"self.{site.attr}.append"), [cst.Arg(built)]))
             else:
-                statement = cst.Assign(targets=[cst.AssignTarget(parse_expression(f"self.{site.attr}"))],
-                                       value=built)
+                statement = cst.Assign(
+                    targets=[cst.AssignTarget(parse_expression(f"self.{site.attr}"))], value=built
+                )
             # the markers go on the statement holding the code, as a second run would place them
             assign = cst.SimpleStatementLine([statement], leading_lines=markers)
             if site.exclusive_with is not None and site.exclusive_with.attr in emitted_if:
@@ -275,15 +320,23 @@ class Emitter:
         block = parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
         assert isinstance(block, cst.If) and isinstance(block.orelse, cst.Else)
         last = stmts[-1] if stmts else None
-        if (isinstance(last, cst.If) and code(last.test) == code(block.test) and isinstance(last.orelse, cst.Else)
-                and all(code(s).endswith("= None\n") for s in last.orelse.body.body)):
+        if (
+            isinstance(last, cst.If)
+            and code(last.test) == code(block.test)
+            and isinstance(last.orelse, cst.Else)
+            and all(code(s).endswith("= None\n") for s in last.orelse.body.body)
+        ):
             block = last  # the same test as the statement before: one if / else for both
             stmts.pop()
             assign_else = block.orelse.body.body  # type: ignore[union-attr]
             block = block.with_changes(
                 body=block.body.with_changes(body=[*block.body.body, assign]),
-                orelse=block.orelse.with_changes(body=block.orelse.body.with_changes(  # type: ignore[union-attr]
-                    body=[*assign_else, parse_statement(f"self.{site.attr} = None\n")])))
+                orelse=block.orelse.with_changes(
+                    body=block.orelse.body.with_changes(  # type: ignore[union-attr]
+                        body=[*assign_else, parse_statement(f"self.{site.attr} = None\n")]
+                    )
+                ),
+            )
         else:
             block = block.with_changes(body=block.body.with_changes(body=[assign]))
         stmts.append(block)
@@ -295,12 +348,17 @@ class Emitter:
         read: set[str] = set()
         in_order = sorted(nest.sites, key=lambda s: nest.applied.get(id(s), len(nest.applied)))
         for site in in_order:
-            built = self._build_factory(site, replayed) if site.factory is not None else self.state.built.get(site.ctor)
+            built = (
+                self._build_factory(site, replayed)
+                if site.factory is not None
+                else self.state.built.get(site.ctor)
+            )
             if built is None:
                 continue
             read |= names_in(built)
-            line = cst.SimpleStatementLine([cst.Expr(cst.Call(parse_expression(f"self.{site.attr}.append"),
-                                                              [cst.Arg(built)]))])
+            line = cst.SimpleStatementLine(
+                [cst.Expr(cst.Call(parse_expression(f"self.{site.attr}.append"), [cst.Arg(built)]))]
+            )
             appends.setdefault(nest.statements[id(site)], []).append(line)
         for f in nest_fors(nest.outer):
             read |= names_in(f.iter)
@@ -335,8 +393,11 @@ class Emitter:
 
     def _containerize(self, plan: ClassPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
         """``self.layers = [..layers..]`` in setup -> ``nnx.List([...])`` (a plain list is rejected by NNX)."""
-        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-                and isinstance(stmt.body[0], cst.Assign)):
+        if not (
+            isinstance(stmt, cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Assign)
+        ):
             return stmt
         assign = stmt.body[0]
         attr = self_attr(assign.targets[0].target)
@@ -347,23 +408,36 @@ class Emitter:
 
     def record_name_map(self, plan: ClassPlan) -> None:
         key = self.ctx.class_key(plan.name)
-        entry = ClassEntry(name=key, module=self.state.module_name, file=self.state.path, new_args=dict(plan.new_args))
+        entry = ClassEntry(
+            name=key, module=self.state.module_name, file=self.state.path, new_args=dict(plan.new_args)
+        )
         for site in plan.sites.values():
             if site.kind in ("param", "variable"):
                 entry.variables.setdefault(site.collection, {})[site.linen_name] = site.attr
                 continue
-            linen_class = site.rule.linen_qualname if site.rule else (site.user.key or self.ctx.class_key(site.user.name))  # type: ignore[union-attr]
+            linen_class = (
+                site.rule.linen_qualname
+                if site.rule
+                else (site.user.key or self.ctx.class_key(site.user.name))
+            )  # type: ignore[union-attr]
             if site.parent is not None and not root_site(site).hoisted:
                 continue  # inside a setup() layer: Linen names it under that layer (rules map it)
             stacked = site.lifted.stacked if site.lifted is not None else None
             if site.container is None:
-                entry.children[site.linen_name] = Child(attr=site.attr, linen_class=linen_class,
-                                                        stack=param_axis(stacked) if stacked else None)
+                entry.children[site.linen_name] = Child(
+                    attr=site.attr, linen_class=linen_class, stack=param_axis(stacked) if stacked else None
+                )
             elif site.loop is not None:
-                child_key = site.linen_name if site.linen_name not in entry.children else f"{site.linen_name}_{{i}}"
+                child_key = (
+                    site.linen_name if site.linen_name not in entry.children else f"{site.linen_name}_{{i}}"
+                )
                 entry.children[child_key] = Child(attr=site.attr, linen_class=linen_class, container="list")
             elif site.nest is not None:  # Linen counts on across the loops: {Class}_{k} is element k
-                classes = site.factory.classes if isinstance(site.factory, FieldFactory) and site.factory.classes else ()
+                classes = (
+                    site.factory.classes
+                    if isinstance(site.factory, FieldFactory) and site.factory.classes
+                    else ()
+                )
                 for name in classes or (site.linen_name,):
                     key_of = linen_class if not classes else self.ctx.class_key(name)
                     entry.children[name] = Child(attr=site.attr, linen_class=key_of, container="list")
@@ -371,6 +445,10 @@ class Emitter:
             entry.variables.setdefault(var.collection, {})[var.name] = var.attr
         for attr, sites in plan.containers.items():
             first = sites[0]
-            linen_class = first.rule.linen_qualname if first.rule else (first.user.key or self.ctx.class_key(first.user.name))  # type: ignore[union-attr]
+            linen_class = (
+                first.rule.linen_qualname
+                if first.rule
+                else (first.user.key or self.ctx.class_key(first.user.name))
+            )  # type: ignore[union-attr]
             entry.children[attr] = Child(attr=attr, linen_class=linen_class, container="list")
         self.state.name_map.classes[key] = entry

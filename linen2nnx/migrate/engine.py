@@ -34,7 +34,9 @@ from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
 
-SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", "build", "dist", ".tox", ".mypy_cache", "node_modules"})
+SKIP_DIRS = frozenset(
+    {".git", "__pycache__", ".venv", "venv", "build", "dist", ".tox", ".mypy_cache", "node_modules"}
+)
 
 
 class Mode(str, enum.Enum):
@@ -69,8 +71,11 @@ class FileResult:
         if not self.changed:
             return ""
         assert self.source is not None and self.output is not None
-        return "".join(difflib.unified_diff(self.source.splitlines(True), self.output.splitlines(True),
-                                            f"a/{self.rel}", f"b/{self.rel}"))
+        return "".join(
+            difflib.unified_diff(
+                self.source.splitlines(True), self.output.splitlines(True), f"a/{self.rel}", f"b/{self.rel}"
+            )
+        )
 
 
 @dataclasses.dataclass
@@ -120,8 +125,12 @@ def is_excluded(path: Path, exclude: Sequence[str], base: Path | None) -> bool:
     return any(_matches(c, exclude) for c in candidates)
 
 
-def discover(paths: Sequence[str | Path], exclude: Sequence[str] = (), include: Sequence[str] = ("*.py",),
-             base: str | Path | None = None) -> list[tuple[Path, Path]]:
+def discover(
+    paths: Sequence[str | Path],
+    exclude: Sequence[str] = (),
+    include: Sequence[str] = ("*.py",),
+    base: str | Path | None = None,
+) -> list[tuple[Path, Path]]:
     """``(file, root)`` for every file under ``paths`` that matches ``include`` and no ``exclude`` glob.
 
     Globs follow ``PurePath.match`` (matched from the right); a folder that matches ``exclude`` is
@@ -157,8 +166,13 @@ def discover(paths: Sequence[str | Path], exclude: Sequence[str] = (), include: 
             continue
         for dirpath, dirnames, filenames in os.walk(p):
             here = Path(dirpath)
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
-                                 and not is_excluded(here / d, exclude, base_path))
+            dirnames[:] = sorted(
+                d
+                for d in dirnames
+                if d not in SKIP_DIRS
+                and not d.startswith(".")
+                and not is_excluded(here / d, exclude, base_path)
+            )
             for name in sorted(filenames):
                 f = here / name
                 if _matches(PurePath(name), include) or _matches(f, include):
@@ -183,7 +197,9 @@ def mentions_linen(source: str) -> bool:
     return "linen" in source
 
 
-def rule_selector(select: Sequence[str] | None = None, ignore: Sequence[str] | None = None) -> Callable[[str], bool]:
+def rule_selector(
+    select: Sequence[str] | None = None, ignore: Sequence[str] | None = None
+) -> Callable[[str], bool]:
     """ruff-style selection: a rule is on when it matches a ``select`` prefix (all if none) and no ``ignore`` prefix."""
     chosen, dropped = tuple(select or ()), tuple(ignore or ())
 
@@ -193,9 +209,17 @@ def rule_selector(select: Sequence[str] | None = None, ignore: Sequence[str] | N
     return enabled
 
 
-def migrate_source(source: str, path: str, module_name: str = "", trace: Trace | None = None, *,
-                   select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
-                   unsafe_fixes: bool = False, external: Mapping[str, Any] | None = None) -> FileResult:
+def migrate_source(
+    source: str,
+    path: str,
+    module_name: str = "",
+    trace: Trace | None = None,
+    *,
+    select: Sequence[str] | None = None,
+    ignore: Sequence[str] | None = None,
+    unsafe_fixes: bool = False,
+    external: Mapping[str, Any] | None = None,
+) -> FileResult:
     """Migrate one file's text. Never raises for bad input: failures become ``error`` findings.
 
     ``select`` / ``ignore`` are rule-id prefixes (``L2N-SHAPE``); ``unsafe_fixes`` applies fixes that
@@ -218,32 +242,60 @@ def migrate_source(source: str, path: str, module_name: str = "", trace: Trace |
             compile(source, path, "exec", flags=ast.PyCF_ONLY_AST)
         except SyntaxError as py_error:
             line, col, message = py_error.lineno or line, py_error.offset or col, py_error.msg
-        finding = Finding.of(IO_001, path, line, col,
-                          f"syntax error: {message}", "fix the syntax; the file was left untouched")
+        finding = Finding.of(
+            IO_001, path, line, col, f"syntax error: {message}", "fix the syntax; the file was left untouched"
+        )
         return FileResult(file_path, path, source, None, [finding], NameMap())
-    command = MigrateModules(CodemodContext(filename=path, full_module_name=module_name or None),
-                             path=path, module_name=module_name, trace=trace,
-                             rule_enabled=rule_selector(select, ignore), unsafe_fixes=unsafe_fixes,
-                             external=external)
+    command = MigrateModules(
+        CodemodContext(filename=path, full_module_name=module_name or None),
+        path=path,
+        module_name=module_name,
+        trace=trace,
+        rule_enabled=rule_selector(select, ignore),
+        unsafe_fixes=unsafe_fixes,
+        external=external,
+    )
     try:
         out_tree = command.transform_module(tree)
         module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
         output, train_findings = migrate_training(  # training code: after the modules it uses
-            module_output, source, path=path, module_name=module_name, local=command.summaries,
-            external=external or {}, rule_enabled=rule_selector(select, ignore))
+            module_output,
+            source,
+            path=path,
+            module_name=module_name,
+            local=command.summaries,
+            external=external or {},
+            rule_enabled=rule_selector(select, ignore),
+        )
         # the verifier: Linen left in a class the output calls NNX becomes a located manual finding
         # (it reads the module pass's tree when the training pass changed nothing: no parse)
-        output, verify_findings = verify_output(output, source, path=path, module_name=module_name,
-                                                external=external or {}, rule_enabled=rule_selector(select, ignore),
-                                                tree=out_tree if output is module_output else None)
+        output, verify_findings = verify_output(
+            output,
+            source,
+            path=path,
+            module_name=module_name,
+            external=external or {},
+            rule_enabled=rule_selector(select, ignore),
+            tree=out_tree if output is module_output else None,
+        )
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise
-        finding = Finding.of(IO_004, path, 1, 1, f"internal error: {type(e).__name__}: {e}",
-                          "please report this file; it was left untouched")
+        finding = Finding.of(
+            IO_004,
+            path,
+            1,
+            1,
+            f"internal error: {type(e).__name__}: {e}",
+            "please report this file; it was left untouched",
+        )
         return FileResult(file_path, path, source, None, [finding], NameMap())
-    findings = sorted([*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule))
-    return FileResult(file_path, path, source, output, findings, command.name_map, summaries=command.summaries)
+    findings = sorted(
+        [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
+    )
+    return FileResult(
+        file_path, path, source, output, findings, command.name_map, summaries=command.summaries
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,20 +311,36 @@ class _Options:
 _WORKER_OPTIONS = _Options()
 
 
-def _migrate_file(args: tuple[Path, str, str, Mapping[str, Any]], options: _Options | None = None) -> FileResult:
+def _migrate_file(
+    args: tuple[Path, str, str, Mapping[str, Any]], options: _Options | None = None
+) -> FileResult:
     path, rel, module_name, external = args
     options = options or _WORKER_OPTIONS
     try:
         source = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
-        finding = Finding.of(IO_002, rel, 1, 1, f"cannot decode as UTF-8 at byte {e.start}",
-                          "re-encode the file as UTF-8; it was left untouched")
+        finding = Finding.of(
+            IO_002,
+            rel,
+            1,
+            1,
+            f"cannot decode as UTF-8 at byte {e.start}",
+            "re-encode the file as UTF-8; it was left untouched",
+        )
         return FileResult(path, rel, None, None, [finding], NameMap())
     except OSError as e:
         finding = Finding.of(IO_002, rel, 1, 1, f"cannot read: {e.strerror}", "")
         return FileResult(path, rel, None, None, [finding], NameMap())
-    result = migrate_source(source, rel, module_name, options.trace, select=options.select,
-                            ignore=options.ignore, unsafe_fixes=options.unsafe_fixes, external=external)
+    result = migrate_source(
+        source,
+        rel,
+        module_name,
+        options.trace,
+        select=options.select,
+        ignore=options.ignore,
+        unsafe_fixes=options.unsafe_fixes,
+        external=external,
+    )
     result.path = path
     return result
 
@@ -316,7 +384,9 @@ def migrate_paths(
     files = discover(paths, exclude, include, base)
     if on_start:
         on_start(len(files))
-    options = _Options(trace, tuple(select) if select is not None else None, tuple(ignore or ()), unsafe_fixes)
+    options = _Options(
+        trace, tuple(select) if select is not None else None, tuple(ignore or ()), unsafe_fixes
+    )
     work = [(f, _display(f), module_name_for(f)) for f, _ in files]
     results = list(_run(work, jobs, on_file, options))
     name_map = NameMap()
@@ -334,8 +404,11 @@ def migrate_paths(
             if r.output is not None and not r.failed:
                 _write(r, out_root / f.resolve().relative_to(root), result)
     if mode in (Mode.WRITE, Mode.OUT_DIR) and name_map.classes:
-        target = Path(name_map_path) if name_map_path else (
-            Path(out_dir) / NAME_MAP_FILENAME if mode is Mode.OUT_DIR else Path(NAME_MAP_FILENAME))
+        target = (
+            Path(name_map_path)
+            if name_map_path
+            else (Path(out_dir) / NAME_MAP_FILENAME if mode is Mode.OUT_DIR else Path(NAME_MAP_FILENAME))
+        )
         name_map.save(target)
         result.extra_outputs.append(target)
     return result
@@ -439,8 +512,9 @@ def _may_import(data: bytes, last_parts: set[bytes]) -> bool:
     return not last_parts.isdisjoint(_WORD.findall(data))
 
 
-def _run(work: list, jobs: int, on_file: Callable[[FileResult], None] | None,
-         options: _Options) -> Iterable[FileResult]:
+def _run(
+    work: list, jobs: int, on_file: Callable[[FileResult], None] | None, options: _Options
+) -> Iterable[FileResult]:
     """Migrate level by level (see :func:`import_levels`), each file seeing the classes of the files
     it imports; results come back in discovery order."""
     results: dict[int, FileResult] = {}
@@ -464,8 +538,9 @@ def _run_level(work: list, jobs: int, options: _Options) -> Iterable[FileResult]
         workers = min(jobs, len(work))
         # a few chunks per worker: little IPC, and the slowest chunk cannot hold the run up for long
         chunksize = max(1, len(work) // (workers * 8))
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                                 initargs=(options, not forked)) as pool:
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(options, not forked)
+        ) as pool:
             yield from pool.map(_migrate_file, work, chunksize=chunksize)  # results in input order
     else:
         for item in work:
@@ -479,5 +554,13 @@ def _write(r: FileResult, target: Path, result: MigrationResult) -> None:
         result.written.append(target)
         r.target = target
     except OSError as e:
-        r.findings.append(Finding.of(IO_003, r.rel, 1, 1,
-                                  f"cannot write {target}: {e.strerror or e}", "nothing was written for this file"))
+        r.findings.append(
+            Finding.of(
+                IO_003,
+                r.rel,
+                1,
+                1,
+                f"cannot write {target}: {e.strerror or e}",
+                "nothing was written for this file",
+            )
+        )

@@ -72,31 +72,47 @@ class PartialLocal:
         win, as with functools.partial). ``ctor``: the partial's constructor as rewritten."""
         base = ctor if ctor is not None else self.ctor
         given = {a.keyword.value for a in call.args if a.keyword is not None}
-        args = [*(a for a in base.args if a.keyword is None and not a.star),
-                *(a for a in call.args if a.keyword is None and not a.star),
-                *(a for a in base.args if a.keyword is not None and a.keyword.value not in given),
-                *(a for a in call.args if a.keyword is not None)]
+        args = [
+            *(a for a in base.args if a.keyword is None and not a.star),
+            *(a for a in call.args if a.keyword is None and not a.star),
+            *(a for a in base.args if a.keyword is not None and a.keyword.value not in given),
+            *(a for a in call.args if a.keyword is not None),
+        ]
         return base.with_changes(args=args if ctor is None else strip_commas(args))
 
 
-def find_partial_local(stmt: cst.BaseStatement, is_constructor: Callable[[cst.BaseExpression], bool],
-                       is_partial: Callable[[cst.BaseExpression], bool], reads: Mapping[str, int],
-                       assigned: Mapping[str, int]) -> PartialLocal | None:
+def find_partial_local(
+    stmt: cst.BaseStatement,
+    is_constructor: Callable[[cst.BaseExpression], bool],
+    is_partial: Callable[[cst.BaseExpression], bool],
+    reads: Mapping[str, int],
+    assigned: Mapping[str, int],
+) -> PartialLocal | None:
     """``name = partial(<layer or class of the run>, ...)`` assigned once: a :class:`PartialLocal`."""
     assign = single_assign(stmt)
     if assign is None:
         return None
     name, value = assign
-    if not (isinstance(value, cst.Call) and is_partial(value.func) and value.args and value.args[0].keyword is None
-            and not value.args[0].star and is_constructor(value.args[0].value) and assigned.get(name) == 1
-            and not any(a.star for a in value.args)):
+    if not (
+        isinstance(value, cst.Call)
+        and is_partial(value.func)
+        and value.args
+        and value.args[0].keyword is None
+        and not value.args[0].star
+        and is_constructor(value.args[0].value)
+        and assigned.get(name) == 1
+        and not any(a.star for a in value.args)
+    ):
         return None
     ctor = cst.Call(func=value.args[0].value, args=list(value.args[1:]))
     return PartialLocal(name, stmt, value, ctor, reads.get(name, 0))
 
 
-def find_factory(fn: cst.FunctionDef, is_constructor: Callable[[cst.BaseExpression], bool],
-                 is_pure: Callable[[cst.BaseExpression], bool]) -> Factory | None:
+def find_factory(
+    fn: cst.FunctionDef,
+    is_constructor: Callable[[cst.BaseExpression], bool],
+    is_pure: Callable[[cst.BaseExpression], bool],
+) -> Factory | None:
     """``fn`` as a :class:`Factory`, or None when its body does anything else."""
     if fn.decorators or fn.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or fn.params.star_kwarg:
         return None
@@ -107,8 +123,12 @@ def find_factory(fn: cst.FunctionDef, is_constructor: Callable[[cst.BaseExpressi
     if not body:
         return None
     *pre, last = body
-    if not (isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1
-            and isinstance(last.body[0], cst.Return) and isinstance(last.body[0].value, cst.Call)):
+    if not (
+        isinstance(last, cst.SimpleStatementLine)
+        and len(last.body) == 1
+        and isinstance(last.body[0], cst.Return)
+        and isinstance(last.body[0].value, cst.Call)
+    ):
         return None
     ctor = last.body[0].value
     if not is_constructor(ctor.func):
@@ -136,9 +156,13 @@ def substitute(expr: cst.BaseExpression, values: Mapping[str, str]) -> cst.BaseE
             if original.value in values:
                 value = parse_expression(values[original.value])
                 negative_literal = isinstance(value, cst.UnaryOperation) and isinstance(
-                    value.expression, (cst.Integer, cst.Float))
-                return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if isinstance(
-                    value, LOOSE) and not negative_literal else value
+                    value.expression, (cst.Integer, cst.Float)
+                )
+                return (
+                    value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                    if isinstance(value, LOOSE) and not negative_literal
+                    else value
+                )
             return updated
 
         def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
@@ -169,7 +193,11 @@ def _literal_is_none(test: cst.BaseExpression) -> bool | None:
     literal = (cst.Integer, cst.Float, cst.SimpleString)
     left = test.left
     left_none = isinstance(left, cst.Name) and left.value == "None"
-    if not (left_none or isinstance(left, literal) or (isinstance(left, cst.Name) and left.value in ("True", "False"))):
+    if not (
+        left_none
+        or isinstance(left, literal)
+        or (isinstance(left, cst.Name) and left.value in ("True", "False"))
+    ):
         return None
     if not (isinstance(target.comparator, cst.Name) and target.comparator.value == "None"):
         return None
@@ -180,8 +208,15 @@ def _literal_is_none(test: cst.BaseExpression) -> bool | None:
     return None
 
 
-LOOSE = (cst.BinaryOperation, cst.BooleanOperation, cst.Comparison, cst.UnaryOperation, cst.IfExp, cst.Lambda,
-         cst.NamedExpr)
+LOOSE = (
+    cst.BinaryOperation,
+    cst.BooleanOperation,
+    cst.Comparison,
+    cst.UnaryOperation,
+    cst.IfExp,
+    cst.Lambda,
+    cst.NamedExpr,
+)
 """Expressions that need parentheses when they replace a name inside a larger expression."""
 
 

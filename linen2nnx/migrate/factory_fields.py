@@ -41,8 +41,12 @@ class Base:
 
     kind: str
     name: str = ""  # layer's Linen name / class name / qualified name
-    node: cst.BaseExpression | None = dataclasses.field(default=None, compare=False)  # an original node naming it
-    keywords: frozenset[str] = frozenset()  # given by the partials on the way (``partial(nn.Conv, strides=2)``)
+    node: cst.BaseExpression | None = dataclasses.field(
+        default=None, compare=False
+    )  # an original node naming it
+    keywords: frozenset[str] = (
+        frozenset()
+    )  # given by the partials on the way (``partial(nn.Conv, strides=2)``)
 
 
 @dataclasses.dataclass
@@ -88,9 +92,13 @@ class _Binding:
 class FieldBindings:
     """Bindings of every (class, field) of one file (see the module docstring)."""
 
-    def __init__(self, tree: cst.Module, is_linen_class: Callable[[cst.ClassDef], bool],
-                 qualnames: Callable[[cst.CSTNode], set[str]],
-                 layer_rule_of: Callable[[cst.BaseExpression], LayerRule | None]) -> None:
+    def __init__(
+        self,
+        tree: cst.Module,
+        is_linen_class: Callable[[cst.ClassDef], bool],
+        qualnames: Callable[[cst.CSTNode], set[str]],
+        layer_rule_of: Callable[[cst.BaseExpression], LayerRule | None],
+    ) -> None:
         self._qualnames = qualnames
         self._rule_of = layer_rule_of
         self.fields: dict[str, list[str]] = {}
@@ -109,7 +117,9 @@ class FieldBindings:
                         if small.value is not None:
                             self._defaults[(cls.name.value, name)] = small.value
             self.fields[cls.name.value] = names
-        self._aliases: dict[str, tuple[str, cst.Call]] = {}  # `ResNet18 = partial(ResNet, ...)` -> (class, call)
+        self._aliases: dict[
+            str, tuple[str, cst.Call]
+        ] = {}  # `ResNet18 = partial(ResNet, ...)` -> (class, call)
         for stmt in tree.body:
             assign = single_assign(stmt)
             if assign is not None and isinstance(assign[1], cst.Call) and self._is_partial(assign[1].func):
@@ -153,7 +163,11 @@ class FieldBindings:
 
             def visit_Call(self, node: cst.Call) -> None:
                 owner, fn = self.stack[-1] if self.stack else (None, None)
-                if self.classes and isinstance(node.func, cst.Name) and node.func.value == f"{self.classes[-1]}Linen":
+                if (
+                    self.classes
+                    and isinstance(node.func, cst.Name)
+                    and node.func.value == f"{self.classes[-1]}Linen"
+                ):
                     return  # the bridge wrapper of a class kept as Linen hands its own arguments on
                 pending.append((node, owner, fn))
 
@@ -198,8 +212,11 @@ class FieldBindings:
                 for index, arg in enumerate(positional, start=offset):
                     if index < len(order) and order[index] == field:
                         found.append(_Binding(arg.value, owner, fn))
-                found.extend(_Binding(a.value, owner, fn) for a in args
-                             if a.keyword is not None and a.keyword.value == field)
+                found.extend(
+                    _Binding(a.value, owner, fn)
+                    for a in args
+                    if a.keyword is not None and a.keyword.value == field
+                )
         return found
 
     # ---- resolution -------------------------------------------------------------------------------
@@ -219,8 +236,9 @@ class FieldBindings:
         self._memo[key] = tuple(out)
         return self._memo[key]
 
-    def _resolve(self, value: cst.BaseExpression, owner: str | None, fn: cst.FunctionDef | None,
-                 depth: int) -> list[Base]:
+    def _resolve(
+        self, value: cst.BaseExpression, owner: str | None, fn: cst.FunctionDef | None, depth: int
+    ) -> list[Base]:
         if depth > 8:
             return [Base("unknown")]
         rule = self._rule_of(value)
@@ -237,8 +255,10 @@ class FieldBindings:
             return [Base("linen", linen[0], value)]
         if isinstance(value, cst.Call) and self._is_partial(value.func) and value.args:
             given = frozenset(a.keyword.value for a in value.args if a.keyword is not None)
-            return [dataclasses.replace(b, keywords=b.keywords | given)
-                    for b in self._resolve(value.args[0].value, owner, fn, depth + 1)]
+            return [
+                dataclasses.replace(b, keywords=b.keywords | given)
+                for b in self._resolve(value.args[0].value, owner, fn, depth + 1)
+            ]
         if isinstance(value, cst.Name) and fn is not None:
             assigned = [v for name, v in _assignments(fn) if name == value.value]
             if len(assigned) == 1:
@@ -261,11 +281,22 @@ class FieldBindings:
         kinds = {b.kind for b in bases}
         given = frozenset().union(*(b.keywords for b in bases))
         if kinds == {"rule"} and len({b.name for b in bases}) == 1:
-            return FieldFactory(field, self._rule_of(bases[0].node), (), bases[0].node,  # type: ignore[arg-type]
-                                tuple(b.node for b in bases if b.kind == "rule"), given)
+            return FieldFactory(
+                field,
+                self._rule_of(bases[0].node),
+                (),
+                bases[0].node,  # type: ignore[arg-type]
+                tuple(b.node for b in bases if b.kind == "rule"),
+                given,
+            )
         if kinds == {"user"}:
-            return FieldFactory(field, None, tuple(dict.fromkeys(b.name for b in bases)), bases[0].node,
-                                partial_keywords=given)  # type: ignore[arg-type]
+            return FieldFactory(
+                field,
+                None,
+                tuple(dict.fromkeys(b.name for b in bases)),
+                bases[0].node,
+                partial_keywords=given,
+            )  # type: ignore[arg-type]
         return None
 
     # ---- small helpers ----------------------------------------------------------------------------

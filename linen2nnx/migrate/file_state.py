@@ -39,7 +39,9 @@ class FileState:
 
     # ---- outputs (read by engine.migrate_source) ------------------------------------------------
     findings: list[Finding] = dataclasses.field(default_factory=list)
-    summaries: dict[str, ClassSummary] = dataclasses.field(default_factory=dict)  # this file's classes, by key
+    summaries: dict[str, ClassSummary] = dataclasses.field(
+        default_factory=dict
+    )  # this file's classes, by key
     name_map: NameMap = dataclasses.field(default_factory=NameMap)  # Linen -> NNX names (emitter, bridge)
     uses_nnx: bool = False  # the output needs `from flax import nnx`
     needs_jax_import: bool = False  # an emitted jax.ShapeDtypeStruct / jax.numpy stand-in
@@ -56,50 +58,98 @@ class FileState:
     unplaced: list[tuple[int, cst.CSTNode]] = dataclasses.field(default_factory=list)  # (finding index, node)
     markers: dict[cst.CSTNode, list[str]] = dataclasses.field(default_factory=dict)  # statement -> TODO lines
     init_markers: dict[cst.Call, list[str]] = dataclasses.field(default_factory=dict)  # hoisted ctor -> TODOs
-    placed_markers: dict[cst.CSTNode, list[str]] = dataclasses.field(default_factory=dict)  # for bridged classes
+    placed_markers: dict[cst.CSTNode, list[str]] = dataclasses.field(
+        default_factory=dict
+    )  # for bridged classes
     planning: bool = False  # a class is being planned: blocking findings go to pending_blocking
     pending_blocking: list[str] = dataclasses.field(default_factory=list)  # ... of the class being planned
-    class_stack: list[ClassPlan | None] = dataclasses.field(default_factory=list)  # enclosing classes (None: not Linen)
+    class_stack: list[ClassPlan | None] = dataclasses.field(
+        default_factory=list
+    )  # enclosing classes (None: not Linen)
 
     # ---- module-level facts (resolved in visit_Module) ----------------------------------------
     module_classes: set[str] = dataclasses.field(default_factory=set)  # names of the file's classes
     module_functions: dict[str, cst.FunctionDef] = dataclasses.field(default_factory=dict)
-    unbox_helpers: set[str] = dataclasses.field(default_factory=set)  # functions that only strip metadata boxes
-    lift_aliases: dict[str, cst.Call] = dataclasses.field(default_factory=dict)  # BlockLayer = nn.remat(Block)
-    alias_stmts: dict[str, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)  # ... their lines
+    unbox_helpers: set[str] = dataclasses.field(
+        default_factory=set
+    )  # functions that only strip metadata boxes
+    lift_aliases: dict[str, cst.Call] = dataclasses.field(
+        default_factory=dict
+    )  # BlockLayer = nn.remat(Block)
+    alias_stmts: dict[str, cst.SimpleStatementLine] = dataclasses.field(
+        default_factory=dict
+    )  # ... their lines
     alias_use: dict[str, bool] = dataclasses.field(default_factory=dict)  # alias -> every use converted
     module_lines: set[str] = dataclasses.field(default_factory=set)  # `X.linen_class = XLinen` lines
-    function_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(default_factory=dict)  # helper -> size
+    function_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(
+        default_factory=dict
+    )  # helper -> size
 
     # ---- plans (planner; read by sizer, emitter, transformer) ---------------------------------
     plans: dict[cst.ClassDef, ClassPlan] = dataclasses.field(default_factory=dict)
     linen_classes: dict[str, ClassPlan] = dataclasses.field(default_factory=dict)  # planned so far, by name
-    methods: dict[str, list[cst.FunctionDef]] = dataclasses.field(default_factory=dict)  # class -> its methods
+    methods: dict[str, list[cst.FunctionDef]] = dataclasses.field(
+        default_factory=dict
+    )  # class -> its methods
     flow_method: str | None = None  # the method the sizer's dataflow runs over now
 
     # ---- planning results keyed by original node (planner -> transformer) ---------------------
     handled: set[cst.CSTNode] = dataclasses.field(default_factory=set)  # Linen names a rewrite consumes
     indexed_loops: dict[cst.For, Any] = dataclasses.field(default_factory=dict)  # `for v in seq` -> enumerate
-    factory_ctors: set[cst.Call] = dataclasses.field(default_factory=set)  # `return nn.Dense(...)` of factories
+    factory_ctors: set[cst.Call] = dataclasses.field(
+        default_factory=set
+    )  # `return nn.Dense(...)` of factories
     partial_calls: dict[cst.Call, Any] = dataclasses.field(default_factory=dict)  # `partial(nn.Dense, ...)`
     dropped_statements: set[cst.CSTNode] = dataclasses.field(default_factory=set)  # ... their assignments
     binding_values: dict[cst.CSTNode, LayerRule] = dataclasses.field(default_factory=dict)  # `nn.Conv` bound
-    stmt_prefix: dict[cst.CSTNode, list[cst.BaseStatement]] = dataclasses.field(default_factory=dict)  # added lines
+    stmt_prefix: dict[cst.CSTNode, list[cst.BaseStatement]] = dataclasses.field(
+        default_factory=dict
+    )  # added lines
 
     # ---- rewrite results keyed by original node (transformer -> emitter) ----------------------
-    moved: dict[cst.Call, list[cst.Arg]] = dataclasses.field(default_factory=dict)  # ctor args moved to the call
-    built: dict[cst.Call, cst.BaseExpression] = dataclasses.field(default_factory=dict)  # hoisted ctor, as built
-    pure_updated: dict[cst.CSTNode, cst.BaseStatement] = dataclasses.field(default_factory=dict)  # replayed lines
+    moved: dict[cst.Call, list[cst.Arg]] = dataclasses.field(
+        default_factory=dict
+    )  # ctor args moved to the call
+    built: dict[cst.Call, cst.BaseExpression] = dataclasses.field(
+        default_factory=dict
+    )  # hoisted ctor, as built
+    pure_updated: dict[cst.CSTNode, cst.BaseStatement] = dataclasses.field(
+        default_factory=dict
+    )  # replayed lines
     pending_api: dict[cst.CSTNode, cst.Attribute] = dataclasses.field(default_factory=dict)  # self.<api>(...)
-    factory_updated: dict[cst.Call, cst.Call] = dataclasses.field(default_factory=dict)  # factory ctor, rewritten
-    factory_calls: dict[cst.Call, cst.Call] = dataclasses.field(default_factory=dict)  # factory call, rewritten
-    step_methods: dict[str, cst.FunctionDef] = dataclasses.field(default_factory=dict)  # scanned method's step
-    converted: dict[str, cst.ClassDef] = dataclasses.field(default_factory=dict)  # NNX classes: their originals
+    factory_updated: dict[cst.Call, cst.Call] = dataclasses.field(
+        default_factory=dict
+    )  # factory ctor, rewritten
+    factory_calls: dict[cst.Call, cst.Call] = dataclasses.field(
+        default_factory=dict
+    )  # factory call, rewritten
+    step_methods: dict[str, cst.FunctionDef] = dataclasses.field(
+        default_factory=dict
+    )  # scanned method's step
+    converted: dict[str, cst.ClassDef] = dataclasses.field(
+        default_factory=dict
+    )  # NNX classes: their originals
     copied: set[str] = dataclasses.field(default_factory=set)  # ... of which a Linen copy was kept
-    out_features: dict[str, str] = dataclasses.field(default_factory=dict)  # class -> `self.out_features = ...`
+    out_features: dict[str, str] = dataclasses.field(
+        default_factory=dict
+    )  # class -> `self.out_features = ...`
 
     @classmethod
-    def of(cls, *, path: str, module_name: str, trace: Trace | None, rule_enabled: Callable[[str], bool],
-           unsafe_fixes: bool, external: Mapping[str, ClassSummary] | None) -> FileState:
-        return cls(path=path, module_name=module_name, trace=trace, rule_enabled=rule_enabled,
-                   unsafe_fixes=unsafe_fixes, external=dict(external or {}))
+    def of(
+        cls,
+        *,
+        path: str,
+        module_name: str,
+        trace: Trace | None,
+        rule_enabled: Callable[[str], bool],
+        unsafe_fixes: bool,
+        external: Mapping[str, ClassSummary] | None,
+    ) -> FileState:
+        return cls(
+            path=path,
+            module_name=module_name,
+            trace=trace,
+            rule_enabled=rule_enabled,
+            unsafe_fixes=unsafe_fixes,
+            external=dict(external or {}),
+        )

@@ -19,20 +19,27 @@ NNX_IMPORT = "from flax import nnx\n"
 
 def _is_import_line(stmt: cst.BaseStatement) -> bool:
     return isinstance(stmt, cst.SimpleStatementLine) and all(
-        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+    )
 
 
 def _imports_nnx(stmt: cst.BaseStatement) -> bool:
     if not _is_import_line(stmt):
         return False
     for small in stmt.body:  # type: ignore[attr-defined]
-        if isinstance(small, cst.ImportFrom) and small.module is not None and code(small.module) == "flax" \
-                and not isinstance(small.names, cst.ImportStar):
+        if (
+            isinstance(small, cst.ImportFrom)
+            and small.module is not None
+            and code(small.module) == "flax"
+            and not isinstance(small.names, cst.ImportStar)
+        ):
             if any(a.name.value == "nnx" and a.asname is None for a in small.names):
                 return True
         if isinstance(small, cst.Import):
-            if any(code(a.name) == "flax.nnx" and a.asname is not None and code(a.asname.name) == "nnx"
-                   for a in small.names):
+            if any(
+                code(a.name) == "flax.nnx" and a.asname is not None and code(a.asname.name) == "nnx"
+                for a in small.names
+            ):
                 return True
     return False
 
@@ -43,8 +50,13 @@ def ensure_nnx_import(module: cst.Module) -> cst.Module:
     if any(_imports_nnx(s) for s in body):
         return module
     last_import = max((i for i, s in enumerate(body) if _is_import_line(s)), default=-1)
-    if last_import < 0 and body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(
-            body[0].body[0], cst.Expr) and isinstance(body[0].body[0].value, cst.SimpleString):
+    if (
+        last_import < 0
+        and body
+        and isinstance(body[0], cst.SimpleStatementLine)
+        and isinstance(body[0].body[0], cst.Expr)
+        and isinstance(body[0].body[0].value, cst.SimpleString)
+    ):
         last_import = 0
     body.insert(last_import + 1, parse_statement(NNX_IMPORT))
     return module.with_changes(body=body)
@@ -54,13 +66,22 @@ def ensure_plain_import(module: cst.Module, name: str) -> cst.Module:
     """Add ``import <name>`` (a standard-library module) before the first top-level import, unless the
     module already binds ``name`` with an ``import``."""
     body = list(module.body)
-    if any(isinstance(small, cst.Import) and any((a.evaluated_alias or a.evaluated_name) == name for a in small.names)
-           for stmt in body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body):
+    if any(
+        isinstance(small, cst.Import)
+        and any((a.evaluated_alias or a.evaluated_name) == name for a in small.names)
+        for stmt in body
+        if isinstance(stmt, cst.SimpleStatementLine)
+        for small in stmt.body
+    ):
         return module
     first = next((i for i, s in enumerate(body) if _is_import_line(s)), None)
     if first is None:
-        docstring = bool(body) and isinstance(body[0], cst.SimpleStatementLine) and isinstance(
-            body[0].body[0], cst.Expr) and isinstance(body[0].body[0].value, cst.SimpleString)
+        docstring = (
+            bool(body)
+            and isinstance(body[0], cst.SimpleStatementLine)
+            and isinstance(body[0].body[0], cst.Expr)
+            and isinstance(body[0].body[0].value, cst.SimpleString)
+        )
         first = 1 if docstring else 0
     line = parse_statement(f"import {name}\n")
     if first < len(body) and _is_import_line(body[first]):  # take over the blank lines / comments above
@@ -86,21 +107,37 @@ def drop_unused_linen_imports(module: cst.Module) -> cst.Module:
             smalls[-1] = smalls[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
             stmt = stmt.with_changes(body=smalls)
         if not body and not module.header:
-            stmt = stmt.with_changes(leading_lines=[line for line in stmt.leading_lines if line.comment is not None])
+            stmt = stmt.with_changes(
+                leading_lines=[line for line in stmt.leading_lines if line.comment is not None]
+            )
         body.append(stmt)
     return module.with_changes(body=body)
 
 
 def _without_unused_linen(small: cst.BaseSmallStatement, used: set[str]) -> cst.BaseSmallStatement | None:
     if isinstance(small, cst.Import):
-        keep = [a for a in small.names
-                if not (code(a.name) == "flax.linen" and a.asname is not None and code(a.asname.name) not in used)]
-    elif (isinstance(small, cst.ImportFrom) and small.module is not None and code(small.module) == "flax"
-          and not isinstance(small.names, cst.ImportStar)):
-        keep = [a for a in small.names
-                if not (a.name.value == "linen" and code(a.asname.name if a.asname else a.name) not in used)]
-    elif (isinstance(small, cst.ImportFrom) and small.module is not None
-          and code(small.module).startswith("flax.linen") and not isinstance(small.names, cst.ImportStar)):
+        keep = [
+            a
+            for a in small.names
+            if not (code(a.name) == "flax.linen" and a.asname is not None and code(a.asname.name) not in used)
+        ]
+    elif (
+        isinstance(small, cst.ImportFrom)
+        and small.module is not None
+        and code(small.module) == "flax"
+        and not isinstance(small.names, cst.ImportStar)
+    ):
+        keep = [
+            a
+            for a in small.names
+            if not (a.name.value == "linen" and code(a.asname.name if a.asname else a.name) not in used)
+        ]
+    elif (
+        isinstance(small, cst.ImportFrom)
+        and small.module is not None
+        and code(small.module).startswith("flax.linen")
+        and not isinstance(small.names, cst.ImportStar)
+    ):
         keep = [a for a in small.names if code(a.asname.name if a.asname else a.name) in used]
     else:
         return small

@@ -33,10 +33,27 @@ LINEN_MARKERS = frozenset({"broadcast", "PARTITION_NAME", *TRANSFORMS})
 """``flax.linen`` names consumed by a converted transform (no 'no conversion' finding for them)."""
 
 SUPPORTED_KWARGS = {
-    "scan": {"variable_axes", "variable_broadcast", "split_rngs", "in_axes", "out_axes", "length", "reverse",
-             "unroll", "metadata_params"},
+    "scan": {
+        "variable_axes",
+        "variable_broadcast",
+        "split_rngs",
+        "in_axes",
+        "out_axes",
+        "length",
+        "reverse",
+        "unroll",
+        "metadata_params",
+    },
     "remat": {"policy", "prevent_cse", "static_argnums", "concrete"},
-    "vmap": {"variable_axes", "split_rngs", "in_axes", "out_axes", "axis_size", "axis_name", "metadata_params"},
+    "vmap": {
+        "variable_axes",
+        "split_rngs",
+        "in_axes",
+        "out_axes",
+        "axis_size",
+        "axis_name",
+        "metadata_params",
+    },
 }
 
 
@@ -141,7 +158,9 @@ def in_axes_list(node: cst.BaseExpression | None, is_broadcast: callable) -> lis
         return "0"
     if isinstance(node, cst.Name) and node.value == "None":
         return "None"
-    if isinstance(node, cst.Integer) or (isinstance(node, cst.UnaryOperation) and isinstance(node.expression, cst.Integer)):
+    if isinstance(node, cst.Integer) or (
+        isinstance(node, cst.UnaryOperation) and isinstance(node.expression, cst.Integer)
+    ):
         return code(node)
     if is_broadcast(node):
         return "None"
@@ -172,8 +191,13 @@ def lifted_ctor(chain: LiftChain, ctor: str) -> str:
     return f"nnx.vmap({body}, in_axes=0, out_axes={axis})(rngs.split({length}))"
 
 
-def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broadcast: callable,
-                state_when: str | None = None) -> str:
+def lifted_call(
+    chain: LiftChain,
+    module_ref: str,
+    args: list[cst.Arg],
+    is_broadcast: callable,
+    state_when: str | None = None,
+) -> str:
     """The application of a lifted module: ``module_ref(*args)`` under the chain's NNX transforms.
 
     ``graph_updates=False`` keeps NNX from writing the whole layer stack back out of ``nnx.scan`` /
@@ -189,9 +213,13 @@ def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broad
             raise LiftError("*args / **kwargs at the call of a lifted module")
     remat = chain.of("remat")
     remat_kwargs = ""
-    updates = {None: ", graph_updates=False", "True": ""}.get(state_when, f", graph_updates=bool({state_when})")
+    updates = {None: ", graph_updates=False", "True": ""}.get(
+        state_when, f", graph_updates=bool({state_when})"
+    )
     if remat is not None:
-        remat_kwargs = "".join(f", {k}={code(v)}" for k, v in remat.kwargs.items() if k in ("policy", "prevent_cse"))
+        remat_kwargs = "".join(
+            f", {k}={code(v)}" for k, v in remat.kwargs.items() if k in ("policy", "prevent_cse")
+        )
         remat_kwargs += updates
     scan, vmap = chain.of("scan"), chain.of("vmap")
 
@@ -213,11 +241,15 @@ def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broad
         if remat is not None:
             body = f"nnx.remat({body}{remat_kwargs})"
         out_axes = code(scan.kwargs["out_axes"]) if "out_axes" in scan.kwargs else "0"
-        extra = "".join(f", {k}={code(scan.kwargs[k])}" for k in ("length", "reverse", "unroll") if k in scan.kwargs)
+        extra = "".join(
+            f", {k}={code(scan.kwargs[k])}" for k in ("length", "reverse", "unroll") if k in scan.kwargs
+        )
         extra += updates
         in_axes = ", ".join(["nnx.Carry", module_axis, *nnx_axes])
-        return (f"nnx.scan({body}, in_axes=({in_axes}), out_axes=(nnx.Carry, {out_axes}){extra})"
-                f"({', '.join(passed)})")
+        return (
+            f"nnx.scan({body}, in_axes=({in_axes}), out_axes=(nnx.Carry, {out_axes}){extra})"
+            f"({', '.join(passed)})"
+        )
     if vmap is not None:
         axes = in_axes_list(vmap.kwargs.get("in_axes"), is_broadcast)
         per_x = axes if isinstance(axes, list) else [axes] * len(positional)
@@ -238,8 +270,18 @@ def lifted_call(chain: LiftChain, module_ref: str, args: list[cst.Arg], is_broad
 # ---- nn.scan as a method decorator -----------------------------------------------------------------
 SCAN_DECORATORS = frozenset({"flax.linen.scan", "flax.linen.transforms.scan"})
 """``@functools.partial(<one of these>, ...)`` on a method scans the method's body over its inputs."""
-METHOD_SCAN_KWARGS = frozenset({"variable_broadcast", "variable_axes", "split_rngs", "in_axes", "out_axes",
-                                "length", "reverse", "unroll"})
+METHOD_SCAN_KWARGS = frozenset(
+    {
+        "variable_broadcast",
+        "variable_axes",
+        "split_rngs",
+        "in_axes",
+        "out_axes",
+        "length",
+        "reverse",
+        "unroll",
+    }
+)
 
 
 @dataclasses.dataclass
@@ -255,8 +297,9 @@ class MethodScan:
     extra: str  # length / reverse / unroll, as keyword source
 
 
-def method_scan(kwargs: dict[str, cst.BaseExpression], fn: cst.FunctionDef, taken: set[str],
-                is_broadcast: callable) -> MethodScan:
+def method_scan(
+    kwargs: dict[str, cst.BaseExpression], fn: cst.FunctionDef, taken: set[str], is_broadcast: callable
+) -> MethodScan:
     """Validate a scanned method; LiftError says what is not converted and why."""
     extra = set(kwargs) - METHOD_SCAN_KWARGS
     if extra:
@@ -271,10 +314,18 @@ def method_scan(kwargs: dict[str, cst.BaseExpression], fn: cst.FunctionDef, take
         raise LiftError("nn.scan on a method with variable_axes (per-step variables) is not converted")
     for name, value in literal_dict(kwargs.get("split_rngs")).items():
         if code(value) != "False" and name != "params":
-            raise LiftError(f"split_rngs={{{name!r}: {code(value)}}}: per-step random streams are not converted")
+            raise LiftError(
+                f"split_rngs={{{name!r}: {code(value)}}}: per-step random streams are not converted"
+            )
     params = fn.params
-    if (params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or params.star_kwarg or params.kwonly_params
-            or params.posonly_params or any(p.default is not None for p in params.params) or len(params.params) < 2):
+    if (
+        params.star_arg not in (None, cst.MaybeSentinel.DEFAULT)
+        or params.star_kwarg
+        or params.kwonly_params
+        or params.posonly_params
+        or any(p.default is not None for p in params.params)
+        or len(params.params) < 2
+    ):
         raise LiftError("a scanned method takes (self, carry, *xs) positionally")
     xs = len(params.params) - 2
     axes = in_axes_list(kwargs.get("in_axes"), is_broadcast)
@@ -300,11 +351,15 @@ def method_scan_call(scan: MethodScan, fn: cst.FunctionDef, state_when: str | No
     """The body of the decorated method: ``nnx.scan`` of its step, the module broadcast first.
     ``graph_updates=False`` as for scans of classes (see :func:`lifted_call`)."""
     carry, *xs = [p.name.value for p in fn.params.params[1:]]
-    updates = {None: ", graph_updates=False", "True": ""}.get(state_when, f", graph_updates=bool({state_when})")
+    updates = {None: ", graph_updates=False", "True": ""}.get(
+        state_when, f", graph_updates=bool({state_when})"
+    )
     args = ", ".join([carry, *xs])
     in_axes = ", ".join(["None", "nnx.Carry", *scan.in_axes])
-    return (f"nnx.scan(lambda _module, {args}: _module.{scan.step}({args}), in_axes=({in_axes}), "
-            f"out_axes=(nnx.Carry, {scan.out_axes}){scan.extra}{updates})(self, {args})")
+    return (
+        f"nnx.scan(lambda _module, {args}: _module.{scan.step}({args}), in_axes=({in_axes}), "
+        f"out_axes=(nnx.Carry, {scan.out_axes}){scan.extra}{updates})(self, {args})"
+    )
 
 
 def _map_inputs(xs: list[str], axes: list[str]) -> tuple[list[str], list[str], list[str], list[str]]:

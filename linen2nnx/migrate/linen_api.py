@@ -11,9 +11,19 @@ from functools import cache
 LINEN_PREFIXES = ("flax.linen.", "flax.linen")
 
 # Functions that keep the feature (last) axis of their first argument.
-_NOT_FEATURE_PRESERVING = frozenset({"one_hot", "dot_product_attention", "dot_product_attention_weights",
-                                     "make_attention_mask", "make_causal_mask", "combine_masks", "pool",
-                                     "glu", "logsumexp"})
+_NOT_FEATURE_PRESERVING = frozenset(
+    {
+        "one_hot",
+        "dot_product_attention",
+        "dot_product_attention_weights",
+        "make_attention_mask",
+        "make_causal_mask",
+        "combine_masks",
+        "pool",
+        "glu",
+        "logsumexp",
+    }
+)
 
 
 @cache
@@ -28,17 +38,45 @@ def feature_preserving_functions() -> frozenset[str]:
         obj = getattr(nn, name, None)
         if name in _NOT_FEATURE_PRESERVING or obj is None or isinstance(obj, type):
             continue
-        if id(obj) in jax_nn or getattr(obj, "__module__", "") in ("flax.linen.pooling", "flax.linen.activation"):
+        if id(obj) in jax_nn or getattr(obj, "__module__", "") in (
+            "flax.linen.pooling",
+            "flax.linen.activation",
+        ):
             names.add(f"flax.linen.{name}")
     for name in dir(jax.nn):
         if not name.startswith("_") and name not in _NOT_FEATURE_PRESERVING:
             names.add(f"jax.nn.{name}")
-    for name in ("tanh", "exp", "log", "sin", "cos", "abs", "square", "sqrt", "negative", "maximum", "minimum",
-                 "where", "clip", "asarray", "array", "sign", "floor", "round"):
+    for name in (
+        "tanh",
+        "exp",
+        "log",
+        "sin",
+        "cos",
+        "abs",
+        "square",
+        "sqrt",
+        "negative",
+        "maximum",
+        "minimum",
+        "where",
+        "clip",
+        "asarray",
+        "array",
+        "sign",
+        "floor",
+        "round",
+    ):
         names.add(f"jax.numpy.{name}")
-    names.update({"flax.linen.max_pool", "flax.linen.avg_pool", "flax.linen.min_pool",
-                  "flax.linen.with_logical_constraint", "flax.linen.spmd.with_logical_constraint",
-                  "jax.lax.with_sharding_constraint"})
+    names.update(
+        {
+            "flax.linen.max_pool",
+            "flax.linen.avg_pool",
+            "flax.linen.min_pool",
+            "flax.linen.with_logical_constraint",
+            "flax.linen.spmd.with_logical_constraint",
+            "jax.lax.with_sharding_constraint",
+        }
+    )
     return frozenset(names)
 
 
@@ -64,13 +102,15 @@ def same_in_nnx(dotted: str) -> bool:
 
 # flax.linen names whose flax.nnx namesake is a *different* object with the same behaviour; each pair
 # is checked numerically by tests/test_linen_api.py, so a flax upgrade that breaks one is caught.
-EQUIVALENT_IN_NNX = frozenset({
-    "make_attention_mask",
-    "make_causal_mask",
-    "combine_masks",
-    "initializers.zeros_init",
-    "initializers.ones_init",
-})
+EQUIVALENT_IN_NNX = frozenset(
+    {
+        "make_attention_mask",
+        "make_causal_mask",
+        "combine_masks",
+        "initializers.zeros_init",
+        "initializers.ones_init",
+    }
+)
 
 
 def equivalent_in_nnx(dotted: str) -> bool:
@@ -93,10 +133,18 @@ RENAMED_IN_NNX = {
 # by tests/test_partitioning.py) to NamedShardings, exactly like `nnx.get_named_sharding` under the rules.
 # get_logical_axis_rules / partitioning.get_axis_rules are flax.core.spmd.get_logical_axis_rules itself: they
 # read the very rules context nnx.logical_axis_rules sets (NNX has no reader of its own).
-KEPT_LINEN_FUNCTIONS = frozenset({"with_logical_constraint", "spmd.with_logical_constraint", "logical_to_mesh_sharding",
-                                  "spmd.logical_to_mesh_sharding", "partitioning.logical_to_mesh_sharding",
-                                  "get_logical_axis_rules", "spmd.get_logical_axis_rules",
-                                  "partitioning.get_axis_rules"})
+KEPT_LINEN_FUNCTIONS = frozenset(
+    {
+        "with_logical_constraint",
+        "spmd.with_logical_constraint",
+        "logical_to_mesh_sharding",
+        "spmd.logical_to_mesh_sharding",
+        "partitioning.logical_to_mesh_sharding",
+        "get_logical_axis_rules",
+        "spmd.get_logical_axis_rules",
+        "partitioning.get_axis_rules",
+    }
+)
 
 
 # Partitioning API whose NNX counterpart takes NNX values: logical axis rules are one and the same
@@ -109,10 +157,19 @@ PARTITION_API_IN_NNX = {
 # nn.get_partition_spec returns *logical* names whatever rules are active; nnx.get_partition_spec maps
 # them through the active rules, so a rename would map them twice in `logical_to_mesh_sharding(...)`
 # under `axis_rules` (silently replicated weights): a manual finding with the exact recipe instead.
-PARTITION_SPEC_FUNCTIONS = frozenset({"get_partition_spec", "spmd.get_partition_spec",
-                                      "partitioning.get_partition_spec"})
+PARTITION_SPEC_FUNCTIONS = frozenset(
+    {"get_partition_spec", "spmd.get_partition_spec", "partitioning.get_partition_spec"}
+)
 
 # Linen metadata boxes: NNX keeps sharding names on the Variable, its values are never boxed.
-BOX_TYPES = frozenset({"LogicallyPartitioned", "Partitioned", "spmd.LogicallyPartitioned", "meta.Partitioned",
-                       "partitioning.LogicallyPartitioned", "partitioning.Partitioned"})
+BOX_TYPES = frozenset(
+    {
+        "LogicallyPartitioned",
+        "Partitioned",
+        "spmd.LogicallyPartitioned",
+        "meta.Partitioned",
+        "partitioning.LogicallyPartitioned",
+        "partitioning.Partitioned",
+    }
+)
 UNBOX_FUNCTIONS = frozenset({"unbox", "meta.unbox"})

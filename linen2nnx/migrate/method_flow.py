@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 class MethodFlow:
     """One run of the dataflow over ``fn`` of ``plan``; ``resolve`` also sizes the sites it applies."""
 
-    def __init__(self, sizer: Sizer, plan: ClassPlan, fn: cst.FunctionDef, params: list[str],
-                 resolve: bool) -> None:
+    def __init__(
+        self, sizer: Sizer, plan: ClassPlan, fn: cst.FunctionDef, params: list[str], resolve: bool
+    ) -> None:
         self.sizer = sizer
         self.ctx = sizer.ctx
         self.state = sizer.state
@@ -34,8 +35,11 @@ class MethodFlow:
         self.fn = fn
         self.params = params  # the method's parameters, less self
         self.resolve = resolve
-        self.setup_attrs = {s.attr: s for s in plan.sites.values() if not s.hoisted and s.container is None
-                            and s.kind in ("layer", "module")}  # setup() submodules, applied as self.<attr>
+        self.setup_attrs = {
+            s.attr: s
+            for s in plan.sites.values()
+            if not s.hoisted and s.container is None and s.kind in ("layer", "module")
+        }  # setup() submodules, applied as self.<attr>
         self.methods = {m.name.value: m for m in self.state.methods.get(plan.name, [])}  # helpers to inline
         self.setup_locals = set(assigned_names(plan.setup)) if plan.setup is not None else set()
         self.probing = False  # a first pass over a step function (see carry_fixpoint): no side effects
@@ -48,9 +52,18 @@ class MethodFlow:
             for site in list(plan.sites.values()):
                 if site.kind == "layer" and site.rule is not None and site.rule.carry_init:
                     self.sizer.check_traced_carry(plan, site, site.ctor)
-        self.flow = flow = FeatureFlow(params, self.layer_of, self.ctx.qualnames, self.method_of, self.on_assign,
-                                       self.value_of, self.after_loop)
-        if len(params) >= 2 and ((plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods):
+        self.flow = flow = FeatureFlow(
+            params,
+            self.layer_of,
+            self.ctx.qualnames,
+            self.method_of,
+            self.on_assign,
+            self.value_of,
+            self.after_loop,
+        )
+        if len(params) >= 2 and (
+            (plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods
+        ):
             flow.env[params[0]] = self.carry_fixpoint()
         flow.run(fn.body.body)
         if self.resolve:
@@ -68,9 +81,21 @@ class MethodFlow:
             parts = out.elements if out.kind == "tuple" and len(out.elements) == 2 else ()
             # stacked on a leading axis the outputs keep their last one; on any other axis they do too
             # unless that axis is past the per-step rank, which only a trace can rule out
-            out = Feat("tuple", elements=(parts[0], parts[1] if scan.out_axes == "0" else Feat(
-                "unknown", reason="outputs stacked on axis " + scan.out_axes, candidate=parts[1]))
-            ) if parts else Feat.unknown("scan outputs")
+            out = (
+                Feat(
+                    "tuple",
+                    elements=(
+                        parts[0],
+                        parts[1]
+                        if scan.out_axes == "0"
+                        else Feat(
+                            "unknown", reason="outputs stacked on axis " + scan.out_axes, candidate=parts[1]
+                        ),
+                    ),
+                )
+                if parts
+                else Feat.unknown("scan outputs")
+            )
         if out is not None:
             plan.method_out[fn.name.value] = (self.params, out)
         if fn.name.value == "__call__":
@@ -110,7 +135,12 @@ class MethodFlow:
         finally:
             self.probing = False
         outs = probe.returns
-        if not outs or any(o != outs[0] for o in outs) or outs[0].kind != "tuple" or len(outs[0].elements) != 2:
+        if (
+            not outs
+            or any(o != outs[0] for o in outs)
+            or outs[0].kind != "tuple"
+            or len(outs[0].elements) != 2
+        ):
             return Feat("input", input_name=params[0])
         carry = outs[0].elements[0]
         return carry if carry.kind in ("tuple", "expr") else Feat("input", input_name=params[0])
@@ -147,8 +177,9 @@ class MethodFlow:
             info = dataclasses.replace(info, input_index=site.rule.input_index)
         if branch is not None and info.out_expr is not None and not info.out_unknown:
             assert site.rule is not None and site.rule.out_attr is not None
-            info = dataclasses.replace(info, out_expr=f"({info.out_expr} if {branch.test} else "
-                                       f"{branch.other}.{site.rule.out_attr})")
+            info = dataclasses.replace(
+                info, out_expr=f"({info.out_expr} if {branch.test} else {branch.other}.{site.rule.out_attr})"
+            )
         return info
 
     def value_of(self, node: cst.BaseExpression, env: dict[str, Feat]) -> Feat | None:
@@ -189,7 +220,9 @@ class MethodFlow:
         if callee is not None and self.depth < 3 and name not in ("__call__", "setup"):
             # inline the helper with the caller's values, so layers it applies are sized in context
             callee_params = [p.name.value for p in callee.params.params][1:]
-            sub = FeatureFlow(callee_params, self.layer_of, self.ctx.qualnames, self.method_of, value_of=self.value_of)
+            sub = FeatureFlow(
+                callee_params, self.layer_of, self.ctx.qualnames, self.method_of, value_of=self.value_of
+            )
             sub.env.update(zip(callee_params, args))
             sub.iteration = self.flow.iteration
             self.depth += 1
@@ -198,7 +231,9 @@ class MethodFlow:
             if not self.probing:
                 self.flow.uses.extend(sub.uses)
             returns = sub.returns
-            return returns[0] if returns and all(r == returns[0] for r in returns) else Feat.unknown(name or "")
+            return (
+                returns[0] if returns and all(r == returns[0] for r in returns) else Feat.unknown(name or "")
+            )
         known = plan.method_out.get(name or "")
         if known is None and isinstance(call.func, cst.Name):
             known = self.state.function_out.get(call.func.value)
@@ -209,11 +244,18 @@ class MethodFlow:
         plan = self.plan
         target = assign.targets[0].target if len(assign.targets) == 1 else None
         name = target.value if isinstance(target, cst.Name) else None
-        if (self.resolve and name in plan.shape_locals and name not in plan.shape_local_sizes
-                and plan.pure_locals.get(name) is not None and assign in plan.pure_locals[name].body):
+        if (
+            self.resolve
+            and name in plan.shape_locals
+            and name not in plan.shape_local_sizes
+            and plan.pure_locals.get(name) is not None
+            and assign in plan.pure_locals[name].body
+        ):
             sizes = {}
             for var in plan.shape_locals[name]:
-                size = self.sizer.static_size(plan, self.flow.env.get(var, Feat.unknown(var)), self.params, assign)
+                size = self.sizer.static_size(
+                    plan, self.flow.env.get(var, Feat.unknown(var)), self.params, assign
+                )
                 if size is None:
                     return
                 sizes[var] = size
@@ -227,6 +269,15 @@ class MethodFlow:
             last = f"self.{site.attr}[-1]."
             for name, feat in list(env.items()):
                 previous = before.get(name)
-                if feat.kind == "expr" and feat.expr.startswith(last) and previous is not None and previous != feat:
-                    env[name] = Feat("choice", expr=f"len(self.{site.attr}) > 0", elements=(feat, previous),
-                                     reason=f"a size that depends on whether the loops built a {site.attr}")
+                if (
+                    feat.kind == "expr"
+                    and feat.expr.startswith(last)
+                    and previous is not None
+                    and previous != feat
+                ):
+                    env[name] = Feat(
+                        "choice",
+                        expr=f"len(self.{site.attr}) > 0",
+                        elements=(feat, previous),
+                        reason=f"a size that depends on whether the loops built a {site.attr}",
+                    )

@@ -80,16 +80,32 @@ from linen2nnx.namemap import NameMap
 class MigrateModules(Codemod, cst.CSTTransformer):
     DESCRIPTION = "Rewrite Flax Linen modules as idiomatic Flax NNX modules."
 
-    def __init__(self, context: CodemodContext, *, path: str, module_name: str, trace: Trace | None = None,
-                 rule_enabled: Callable[[str], bool] = lambda rule_id: True, unsafe_fixes: bool = False,
-                 external: Mapping[str, ClassSummary] | None = None):
+    def __init__(
+        self,
+        context: CodemodContext,
+        *,
+        path: str,
+        module_name: str,
+        trace: Trace | None = None,
+        rule_enabled: Callable[[str], bool] = lambda rule_id: True,
+        unsafe_fixes: bool = False,
+        external: Mapping[str, ClassSummary] | None = None,
+    ):
         super().__init__(context)
-        self.state = FileState.of(path=path, module_name=module_name, trace=trace, rule_enabled=rule_enabled,
-                                  unsafe_fixes=unsafe_fixes, external=external)
+        self.state = FileState.of(
+            path=path,
+            module_name=module_name,
+            trace=trace,
+            rule_enabled=rule_enabled,
+            unsafe_fixes=unsafe_fixes,
+            external=external,
+        )
         self.ctx = FileContext(self.state)  # resolve: names, parents, lift chains, findings
         self.sizer = Sizer(self.ctx)  # feature sizes of a plan's sites
         self.site_planner = SitePlanner(self.ctx, self.sizer)  # analyse: the sites of a plan
-        self.planner = ClassPlanner(self.ctx, self.sizer, self.site_planner)  # analyse: one ClassPlan per class
+        self.planner = ClassPlanner(
+            self.ctx, self.sizer, self.site_planner
+        )  # analyse: one ClassPlan per class
         self.emitter = Emitter(self.ctx)  # NNX constructors and __init__ from a plan
         self.calls = CallRewriter(self.ctx, self.emitter)  # rewrite: calls
         self.attrs = AttributeRewriter(self.ctx)  # rewrite: nn.* names and self.<variable> reads
@@ -120,10 +136,15 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         self.state.class_stack.append(self.planner.plan_module_class(node))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if any(q.removeprefix("flax.linen.") in UNBOX_FUNCTIONS for q in self.ctx.qualnames(node.func)
-               if q.startswith("flax.linen.")):
+        if any(
+            q.removeprefix("flax.linen.") in UNBOX_FUNCTIONS
+            for q in self.ctx.qualnames(node.func)
+            if q.startswith("flax.linen.")
+        ):
             self.state.handled.add(node.func)  # nn.unbox(x): the call is rewritten to x
-        if self.calls.function_lift_kind(node) is not None:  # its nn.broadcast & co. are consumed by the rewrite
+        if (
+            self.calls.function_lift_kind(node) is not None
+        ):  # its nn.broadcast & co. are consumed by the rewrite
             self.ctx.mark_transform_names(node)
 
     # ---- rewriting: dispatch to the rewriters ------------------------------------------------
@@ -164,7 +185,9 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         updated = super().on_leave(original_node, updated_node)
         if not _IS_STATEMENT[type(original_node)]:
             return updated  # what follows only concerns statements (the keys of the dicts it reads)
-        if original_node in self.state.dropped_statements:  # `dense = partial(nn.Dense, ...)`: built in __init__
+        if (
+            original_node in self.state.dropped_statements
+        ):  # `dense = partial(nn.Dense, ...)`: built in __init__
             return cst.RemoveFromParent()
         plan = self.ctx.current_plan()
         if plan is not None and original_node in plan.pure_locals.values():
@@ -191,9 +214,14 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             updated = updated.with_changes(body=[self.classes.with_out_features(s) for s in updated.body])
         if self.state.uses_nnx:
             updated = drop_unused_linen_imports(ensure_nnx_import(updated))
-        if self.state.needs_jax_import and "jax" not in {a.evaluated_alias or a.evaluated_name for s in updated.body
-                                                   if isinstance(s, cst.SimpleStatementLine) for i in s.body
-                                                   if isinstance(i, cst.Import) for a in i.names}:
+        if self.state.needs_jax_import and "jax" not in {
+            a.evaluated_alias or a.evaluated_name
+            for s in updated.body
+            if isinstance(s, cst.SimpleStatementLine)
+            for i in s.body
+            if isinstance(i, cst.Import)
+            for a in i.names
+        }:
             updated = updated.with_changes(body=[parse_statement("import jax\n"), *updated.body])
         if self.state.needs_math_import:
             updated = ensure_plain_import(updated, "math")
@@ -216,11 +244,32 @@ def _lexical_types() -> frozenset[type]:
     that hold no statement or expression, so visiting them can change nothing."""
     bases = (cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp)
     ops = {t for t in vars(cst).values() if isinstance(t, type) and issubclass(t, bases) and t not in bases}
-    return frozenset({cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.Newline, cst.TrailingWhitespace,
-                      cst.EmptyLine, cst.Comment, cst.Comma, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual,
-                      cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
-                      cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.ImportStar, cst.Asynchronous, cst.ParamSlash,
-                      cst.ParamStar, *ops})
+    return frozenset(
+        {
+            cst.SimpleWhitespace,
+            cst.ParenthesizedWhitespace,
+            cst.Newline,
+            cst.TrailingWhitespace,
+            cst.EmptyLine,
+            cst.Comment,
+            cst.Comma,
+            cst.Dot,
+            cst.Colon,
+            cst.Semicolon,
+            cst.AssignEqual,
+            cst.LeftParen,
+            cst.RightParen,
+            cst.LeftSquareBracket,
+            cst.RightSquareBracket,
+            cst.LeftCurlyBrace,
+            cst.RightCurlyBrace,
+            cst.ImportStar,
+            cst.Asynchronous,
+            cst.ParamSlash,
+            cst.ParamStar,
+            *ops,
+        }
+    )
 
 
 _LEXICAL_TYPES = _lexical_types()

@@ -37,9 +37,26 @@ from linen2nnx.migrate.cst_meta import syntax_children
 
 # nodes after which libcst's scope pass counts one more assignment in the current scope (reads are
 # ordered against bindings by that count)
-_ASSIGNMENT_LIKE = (cst.AnnAssign, cst.AsName, cst.Assign, cst.AugAssign, cst.ClassDef, cst.CompFor, cst.FunctionDef,
-                    cst.Global, cst.Import, cst.ImportFrom, cst.NamedExpr, cst.Nonlocal, cst.Parameters, cst.WithItem,
-                    cst.TypeVar, cst.TypeAlias, cst.TypeVarTuple, cst.ParamSpec)
+_ASSIGNMENT_LIKE = (
+    cst.AnnAssign,
+    cst.AsName,
+    cst.Assign,
+    cst.AugAssign,
+    cst.ClassDef,
+    cst.CompFor,
+    cst.FunctionDef,
+    cst.Global,
+    cst.Import,
+    cst.ImportFrom,
+    cst.NamedExpr,
+    cst.Nonlocal,
+    cst.Parameters,
+    cst.WithItem,
+    cst.TypeVar,
+    cst.TypeAlias,
+    cst.TypeVarTuple,
+    cst.ParamSpec,
+)
 # the nodes get_full_name_for_node names: the only ones with a qualified name
 _NAMED = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.FunctionDef, cst.ClassDef, cst.Decorator)
 # as sets of exact types (none of these classes has subclasses): cheaper than an ABC isinstance
@@ -61,7 +78,9 @@ class _Scope:
         if kind in ("builtins", "global"):
             self.prefix = ""
         else:
-            last = {"function": [name, "<locals>"], "class": [name], "comprehension": ["<comprehension>"]}[kind]
+            last = {"function": [name, "<locals>"], "class": [name], "comprehension": ["<comprehension>"]}[
+                kind
+            ]
             self.prefix = ".".join(p for p in (self.parent.prefix, *last) if p)
 
     def visible_parent(self, first: _Scope | None = None) -> _Scope:
@@ -294,10 +313,13 @@ class _Walk:
     def global_(self, node: cst.Global | cst.Nonlocal, store: bool) -> None:
         for item in node.names:
             if self.scope.kind != "global":
-                self.scope.redirects[item.name.value] = (self.scope.globals if isinstance(node, cst.Global)
-                                                         else self.scope.parent)
+                self.scope.redirects[item.name.value] = (
+                    self.scope.globals if isinstance(node, cst.Global) else self.scope.parent
+                )
 
-    def comprehension(self, node: cst.ListComp | cst.SetComp | cst.DictComp | cst.GeneratorExp, store: bool) -> None:
+    def comprehension(
+        self, node: cst.ListComp | cst.SetComp | cst.DictComp | cst.GeneratorExp, store: bool
+    ) -> None:
         for_in = node.for_in
         self.visit(for_in.iter)  # the first iterable is read outside
         outer, self.scope = self.scope, _Scope("comprehension", self.scope)
@@ -338,9 +360,15 @@ class _Walk:
             if child is not None:
                 self.visit(child)
 
-    def type_name(self, node: cst.TypeAlias | cst.TypeVar | cst.TypeVarTuple | cst.ParamSpec, store: bool) -> None:
+    def type_name(
+        self, node: cst.TypeAlias | cst.TypeVar | cst.TypeVarTuple | cst.ParamSpec, store: bool
+    ) -> None:
         self.scope.bind(_Binding(node.name.value, node))
-        for child in (getattr(node, "type_parameters", None), getattr(node, "bound", None), getattr(node, "value", None)):
+        for child in (
+            getattr(node, "type_parameters", None),
+            getattr(node, "bound", None),
+            getattr(node, "value", None),
+        ):
             if child is not None:
                 self.visit(child)
 
@@ -353,14 +381,35 @@ class _Walk:
 
 
 _HANDLERS = {
-    cst.Name: _Walk.name, cst.Attribute: _Walk.attribute, cst.Call: _Walk.call, cst.Import: _Walk.import_,
-    cst.ImportFrom: _Walk.import_, cst.FunctionDef: _Walk.function, cst.Lambda: _Walk.lambda_, cst.Param: _Walk.param,
-    cst.Arg: _Walk.arg, cst.ClassDef: _Walk.class_, cst.Global: _Walk.global_, cst.Nonlocal: _Walk.global_,
-    cst.ListComp: _Walk.comprehension, cst.SetComp: _Walk.comprehension, cst.DictComp: _Walk.comprehension,
-    cst.GeneratorExp: _Walk.comprehension, cst.CompFor: _Walk.comp_for, cst.For: _Walk.for_,
-    cst.Assign: _Walk.targets, cst.AnnAssign: _Walk.target, cst.AugAssign: _Walk.target, cst.NamedExpr: _Walk.target,
-    cst.AsName: _Walk.as_name, cst.TypeAlias: _Walk.type_name, cst.TypeVar: _Walk.type_name,
-    cst.TypeVarTuple: _Walk.type_name, cst.ParamSpec: _Walk.type_name, cst.Subscript: _Walk.loaded, cst.Del: _Walk.loaded,
+    cst.Name: _Walk.name,
+    cst.Attribute: _Walk.attribute,
+    cst.Call: _Walk.call,
+    cst.Import: _Walk.import_,
+    cst.ImportFrom: _Walk.import_,
+    cst.FunctionDef: _Walk.function,
+    cst.Lambda: _Walk.lambda_,
+    cst.Param: _Walk.param,
+    cst.Arg: _Walk.arg,
+    cst.ClassDef: _Walk.class_,
+    cst.Global: _Walk.global_,
+    cst.Nonlocal: _Walk.global_,
+    cst.ListComp: _Walk.comprehension,
+    cst.SetComp: _Walk.comprehension,
+    cst.DictComp: _Walk.comprehension,
+    cst.GeneratorExp: _Walk.comprehension,
+    cst.CompFor: _Walk.comp_for,
+    cst.For: _Walk.for_,
+    cst.Assign: _Walk.targets,
+    cst.AnnAssign: _Walk.target,
+    cst.AugAssign: _Walk.target,
+    cst.NamedExpr: _Walk.target,
+    cst.AsName: _Walk.as_name,
+    cst.TypeAlias: _Walk.type_name,
+    cst.TypeVar: _Walk.type_name,
+    cst.TypeVarTuple: _Walk.type_name,
+    cst.ParamSpec: _Walk.type_name,
+    cst.Subscript: _Walk.loaded,
+    cst.Del: _Walk.loaded,
 }
 
 

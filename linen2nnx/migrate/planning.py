@@ -80,11 +80,20 @@ class ClassPlanner:
         """Plan ``node`` if it is a Linen module class and record the plan (and its summary for the
         files that import it); None for any other class."""
         if not self.ctx.is_linen_module(node):
-            if any(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for m in node.body.body
-                   if isinstance(m, cst.FunctionDef) for d in m.decorators):
+            if any(
+                self.ctx.qualnames(d.decorator) & LINEN_COMPACT
+                for m in node.body.body
+                if isinstance(m, cst.FunctionDef)
+                for d in m.decorators
+            ):
                 bases = ", ".join(code(b.value) for b in node.bases) or "object"
-                self.ctx.report(MOD_006, node, f"{node.name.value} uses @nn.compact but its base ({bases}) is "
-                                "not a Linen class of this run", "migrate the file that defines the base in the same run")
+                self.ctx.report(
+                    MOD_006,
+                    node,
+                    f"{node.name.value} uses @nn.compact but its base ({bases}) is "
+                    "not a Linen class of this run",
+                    "migrate the file that defines the base in the same run",
+                )
             return None
         self.state.planning, self.state.pending_blocking = True, []
         plan = self.plan_class(node)
@@ -135,29 +144,46 @@ class ClassPlanner:
 
     def _plan_field_kinds(self, plan: ClassPlan, node: cst.ClassDef) -> None:
         """Whether the class is an RNN cell; which fields are activations (keep the feature size)."""
-        plan.is_cell = any(LINEN_BASES.get(q) == "nnx.RNNCellBase" for base in node.bases
-                           for q in self.ctx.qualnames(base.value)) or any(
-            getattr(self.ctx.user_class_of(base.value), "is_cell", False) for base in node.bases)
+        plan.is_cell = any(
+            LINEN_BASES.get(q) == "nnx.RNNCellBase"
+            for base in node.bases
+            for q in self.ctx.qualnames(base.value)
+        ) or any(getattr(self.ctx.user_class_of(base.value), "is_cell", False) for base in node.bases)
         for stmt in node.body.body:  # `act: Callable = nn.relu`: calling self.act keeps the feature size
             for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
-                if (isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None
-                        and self.ctx.qualnames(small.value) & feature_preserving_functions()):
+                if (
+                    isinstance(small, cst.AnnAssign)
+                    and isinstance(small.target, cst.Name)
+                    and small.value is not None
+                    and self.ctx.qualnames(small.value) & feature_preserving_functions()
+                ):
                     plan.activation_fields.add(small.target.value)
         called = {self.ctx.self_call(c) for c in calls_in(node.body)} - {None}
         for f in plan.fields:  # `act: Callable` with no default, called: what the callers bind it to
-            if f.default is None and f.name in called and self.ctx.field_bindings.preserves_features(plan.name, f.name):
+            if (
+                f.default is None
+                and f.name in called
+                and self.ctx.field_bindings.preserves_features(plan.name, f.name)
+            ):
                 plan.activation_fields.add(f.name)
         if "rngs" in plan.field_names:
-            self.ctx.report(MOD_004, node, f"{plan.name} has a field named `rngs`, which NNX constructors reserve "
-                            "for the nnx.Rngs", "rename the field before migrating")
+            self.ctx.report(
+                MOD_004,
+                node,
+                f"{plan.name} has a field named `rngs`, which NNX constructors reserve for the nnx.Rngs",
+                "rename the field before migrating",
+            )
 
     def _plan_factories(self, plan: ClassPlan, methods: list[cst.FunctionDef]) -> None:
         """Helper methods that return a layer: each call is a submodule (see factories.py)."""
         for fn in methods:
             if fn.name.value in ("__call__", "setup"):
                 continue
-            factory = find_factory(fn, lambda f: bool(self.ctx.layer_rule_of(f) or self.ctx.user_class_of(f)),
-                                   lambda v: not self.site_planner.has_side_effects(v))
+            factory = find_factory(
+                fn,
+                lambda f: bool(self.ctx.layer_rule_of(f) or self.ctx.user_class_of(f)),
+                lambda v: not self.site_planner.has_side_effects(v),
+            )
             if factory is not None:
                 plan.factories[factory.name] = factory
                 self.state.handled.add(factory.ctor.func)  # built at the call sites, never reported here
@@ -180,15 +206,22 @@ class ClassPlanner:
         self._collect_needed_locals(plan)
         for site in plan.sites.values():
             site.state_when = self._site_state_when(plan, site)
-        plan.state_when = either([v.when for v in plan.lazy_vars.values()]
-                                 + [s.state_when for s in plan.sites.values() if s.state_when is not None])
+        plan.state_when = either(
+            [v.when for v in plan.lazy_vars.values()]
+            + [s.state_when for s in plan.sites.values() if s.state_when is not None]
+        )
 
     def _plan_method_scan(self, plan: ClassPlan, fn: cst.FunctionDef, taken: set[str]) -> None:
         """``@functools.partial(nn.scan, ...)`` on a method (see :class:`~.lifted.MethodScan`)."""
         for d in fn.decorators:
             call = d.decorator
-            if not (isinstance(call, cst.Call) and self.ctx.qualnames(call.func) & {"functools.partial"} and call.args
-                    and call.args[0].keyword is None and self.ctx.qualnames(call.args[0].value) & SCAN_DECORATORS):
+            if not (
+                isinstance(call, cst.Call)
+                and self.ctx.qualnames(call.func) & {"functools.partial"}
+                and call.args
+                and call.args[0].keyword is None
+                and self.ctx.qualnames(call.args[0].value) & SCAN_DECORATORS
+            ):
                 continue
             self.ctx.mark_transform_names(call)
             try:
@@ -197,8 +230,12 @@ class ClassPlanner:
                 kwargs = {a.keyword.value: a.value for a in call.args[1:]}  # type: ignore[union-attr]
                 plan.scanned_methods[fn.name.value] = method_scan(kwargs, fn, taken, self.ctx.is_broadcast)
             except LiftError as err:
-                self.ctx.report(XFORM_002, call, f"{plan.name}.{fn.name.value}: {err}",
-                                "rewrite with nnx.scan over a step method by hand (see docs/nnx_facts.md, Lifted transforms)")
+                self.ctx.report(
+                    XFORM_002,
+                    call,
+                    f"{plan.name}.{fn.name.value}: {err}",
+                    "rewrite with nnx.scan over a step method by hand (see docs/nnx_facts.md, Lifted transforms)",
+                )
 
     def _plan_carry_inits(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
         """``nn.OptimizedLSTMCell(h, parent=None).initialize_carry(rng, shape)``: a detached cell built
@@ -209,8 +246,11 @@ class ClassPlanner:
         class V(FastVisitor):
             def visit_Call(self, node: cst.Call) -> None:
                 func = node.func
-                if not (isinstance(func, cst.Attribute) and func.attr.value == "initialize_carry"
-                        and isinstance(func.value, cst.Call)):
+                if not (
+                    isinstance(func, cst.Attribute)
+                    and func.attr.value == "initialize_carry"
+                    and isinstance(func.value, cst.Call)
+                ):
                     return
                 ctor = func.value
                 rule = command.ctx.layer_rule_of(ctor.func)
@@ -219,8 +259,13 @@ class ClassPlanner:
                 command.state.handled.update({ctor.func, func})
                 args = {k: code(a.value) for k, a in bind_args(rule.linen_arg_order(), ctor)[0].items()}
                 parent = args.pop("parent", None)
-                same = [s for s in plan.sites.values() if s.rule is rule and s.kind == "layer"
-                        and {k: code(a.value) for k, a in s.args.items()} == args]
+                same = [
+                    s
+                    for s in plan.sites.values()
+                    if s.rule is rule
+                    and s.kind == "layer"
+                    and {k: code(a.value) for k, a in s.args.items()} == args
+                ]
                 positional = [a for a in node.args if a.keyword is None and not a.star]
                 why = ""
                 if parent != "None":
@@ -228,13 +273,20 @@ class ClassPlanner:
                 elif "carry_init" in args:
                     why = "its carry_init draws from the key, which NNX splits differently"
                 elif len(same) != 1:
-                    why = (f"no nn.{rule.linen} of this class has the same arguments" if not same
-                           else f"{len(same)} nn.{rule.linen}s of this class have the same arguments")
+                    why = (
+                        f"no nn.{rule.linen} of this class has the same arguments"
+                        if not same
+                        else f"{len(same)} nn.{rule.linen}s of this class have the same arguments"
+                    )
                 elif len(positional) != 2 or len(node.args) != 2:
                     why = "initialize_carry is not called as (rng, input_shape)"
                 if why:
-                    command.ctx.report(API_002, node, f"nn.{rule.linen}(...).initialize_carry: {why}",
-                                       f"call initialize_carry(input_shape, rngs=...) on an nnx.{rule.nnx} by hand")
+                    command.ctx.report(
+                        API_002,
+                        node,
+                        f"nn.{rule.linen}(...).initialize_carry: {why}",
+                        f"call initialize_carry(input_shape, rngs=...) on an nnx.{rule.nnx} by hand",
+                    )
                     return
                 plan.carry_inits[node] = same[0]
 
@@ -262,20 +314,30 @@ class ClassPlanner:
                 if attr is None:
                     continue
                 value = small.value
-                if isinstance(value, cst.Call) and (self.ctx.layer_rule_of(value.func) or self.ctx.user_class_of(value.func)):
+                if isinstance(value, cst.Call) and (
+                    self.ctx.layer_rule_of(value.func) or self.ctx.user_class_of(value.func)
+                ):
                     self.site_planner.add_site(plan, value, attr=attr, linen_name=attr, hoisted=False)
                 elif isinstance(value, cst.Call) and self.ctx.self_call(value) in ("param", "variable"):
-                    site = self.site_planner.add_variable_site(plan, value, hoisted=False, local_names=set(), attr=attr)
+                    site = self.site_planner.add_variable_site(
+                        plan, value, hoisted=False, local_names=set(), attr=attr
+                    )
                     if site is not None:
                         plan.setup_vars[attr] = site.kind
-                elif isinstance(value, (cst.List, cst.Tuple)) and value.elements and all(
-                    isinstance(e.value, cst.Call) and (self.ctx.layer_rule_of(e.value.func) or self.ctx.user_class_of(e.value.func))
-                    for e in value.elements
+                elif (
+                    isinstance(value, (cst.List, cst.Tuple))
+                    and value.elements
+                    and all(
+                        isinstance(e.value, cst.Call)
+                        and (self.ctx.layer_rule_of(e.value.func) or self.ctx.user_class_of(e.value.func))
+                        for e in value.elements
+                    )
                 ):
                     sites = []
                     for i, e in enumerate(value.elements):
-                        site = self.site_planner.add_site(plan, e.value, attr=f"{attr}[{i}]", linen_name=f"{attr}_{i}",
-                                              hoisted=False)
+                        site = self.site_planner.add_site(
+                            plan, e.value, attr=f"{attr}[{i}]", linen_name=f"{attr}_{i}", hoisted=False
+                        )
                         site.container = "list"
                         sites.append(site)
                     plan.containers[attr] = sites
@@ -284,7 +346,9 @@ class ClassPlanner:
         """Top-level ``name = expr`` bound once, whose value uses only config (``self.*``), globals
         and earlier such names: they can be replayed in ``__init__``."""
         counts = assigned_names(fn)
-        params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)}
+        params = {
+            p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)
+        }
         pure: dict[str, cst.SimpleStatementLine] = {}
         for stmt in fn.body.body:
             assign = single_assign(stmt)
@@ -305,8 +369,13 @@ class ClassPlanner:
             refs = shape_last_refs(value, call_time) if call_time else None
             if call_time and refs is None:
                 first = fn.params.params[1].name.value if len(fn.params.params) > 1 else None
-                if (first is None or call_time != {first} or not only_shape_uses(value, first)
-                        or not self._shape_kept_until(fn, stmt, first) or self.site_planner.has_side_effects(value)):
+                if (
+                    first is None
+                    or call_time != {first}
+                    or not only_shape_uses(value, first)
+                    or not self._shape_kept_until(fn, stmt, first)
+                    or self.site_planner.has_side_effects(value)
+                ):
                     continue
                 plan.input_shape_locals.add(name)  # `kernel_shape = tuple(x.shape[a] for a in axes)`
                 plan.shape_input = first
@@ -322,8 +391,13 @@ class ClassPlanner:
     def _mode_partial(self, value: cst.BaseExpression, call_time: set[str]) -> dict[str, str] | None:
         """``partial(nn.BatchNorm, use_running_average=not train, ...)`` whose only call-time reads are
         mode flags NNX takes at the call: ``{flag: source}``; None otherwise."""
-        if not (isinstance(value, cst.Call) and self.ctx.qualnames(value.func) & {"functools.partial"} and value.args
-                and value.args[0].keyword is None and not any(a.star for a in value.args)):
+        if not (
+            isinstance(value, cst.Call)
+            and self.ctx.qualnames(value.func) & {"functools.partial"}
+            and value.args
+            and value.args[0].keyword is None
+            and not any(a.star for a in value.args)
+        ):
             return None
         rule = self.ctx.layer_rule_of(value.args[0].value)
         if rule is None:
@@ -331,7 +405,11 @@ class ClassPlanner:
         mode = {}
         for arg in value.args[1:]:
             if (names_in(arg.value) - NOT_LOCAL) & call_time:
-                if arg.keyword is None or arg.keyword.value not in rule.call_args or self.site_planner.has_side_effects(arg.value):
+                if (
+                    arg.keyword is None
+                    or arg.keyword.value not in rule.call_args
+                    or self.site_planner.has_side_effects(arg.value)
+                ):
                     return None
                 mode[arg.keyword.value] = code(arg.value)
         return mode or None
@@ -354,19 +432,30 @@ class ClassPlanner:
                 users = [self.state.linen_classes.get(c) for c in classes]
                 built = [self._built_only_through(u, name) if u is not None else None for u in users]
                 if any(b is None for b in built):
-                    self.ctx.report(MOD_004, arg, f"{local} sets {', '.join(mode)} at call time and is handed to "
-                                    f"{site.attr}, whose class builds such layers otherwise too",
-                                    "pass the flag to the submodule's call by hand")
+                    self.ctx.report(
+                        MOD_004,
+                        arg,
+                        f"{local} sets {', '.join(mode)} at call time and is handed to "
+                        f"{site.attr}, whose class builds such layers otherwise too",
+                        "pass the flag to the submodule's call by hand",
+                    )
                     continue
                 for flag, source in mode.items():
                     if site.view_kwargs.get(flag, source) != source:
-                        self.ctx.report(MOD_004, arg, f"two values of {flag} handed to {site.attr}",
-                                        "pass the flags to the submodule's call by hand")
+                        self.ctx.report(
+                            MOD_004,
+                            arg,
+                            f"two values of {flag} handed to {site.attr}",
+                            "pass the flags to the submodule's call by hand",
+                        )
                     site.view_kwargs[flag] = source
                 if not all(built):  # a class may build none of them (all conditional): no flag to set is fine
                     site.view_kwargs["raise_if_not_found"] = "False"
-                self.ctx.report(LAYER_003, arg, f"{', '.join(mode)} of {local} applied at the call of "
-                                f"{site.attr} through nnx.view")
+                self.ctx.report(
+                    LAYER_003,
+                    arg,
+                    f"{', '.join(mode)} of {local} applied at the call of {site.attr} through nnx.view",
+                )
 
     @staticmethod
     def _built_only_through(user: ClassPlan, field: str) -> bool | None:
@@ -378,8 +467,11 @@ class ClassPlanner:
                 if not (isinstance(site.factory, FieldFactory) and site.factory.name == field):
                     return None
                 unconditional |= not site.conditions and site.exclusive_with is None
-            elif site.kind == "module" and site.user is not None and any(
-                    s.rule is not None and s.rule.call_args for s in site.user.sites.values()):
+            elif (
+                site.kind == "module"
+                and site.user is not None
+                and any(s.rule is not None and s.rule.call_args for s in site.user.sites.values())
+            ):
                 return None
         return unconditional
 
@@ -397,10 +489,18 @@ class ClassPlanner:
                 if isinstance(small, cst.Assign) and name in assigned_in(small):
                     value = small.value
                     keeps = isinstance(value, cst.Call) and (
-                        (self.ctx.qualnames(value.func) & {"jax.numpy.asarray", "jax.numpy.array", "numpy.asarray"}
-                         and value.args and code(value.args[0].value) == name)
-                        or (isinstance(value.func, cst.Attribute) and value.func.attr.value == "astype"
-                            and code(value.func.value) == name))
+                        (
+                            self.ctx.qualnames(value.func)
+                            & {"jax.numpy.asarray", "jax.numpy.array", "numpy.asarray"}
+                            and value.args
+                            and code(value.args[0].value) == name
+                        )
+                        or (
+                            isinstance(value.func, cst.Attribute)
+                            and value.func.attr.value == "astype"
+                            and code(value.func.value) == name
+                        )
+                    )
                     if not keeps or len(small.targets) != 1:
                         return False
                 elif isinstance(small, (cst.AugAssign, cst.AnnAssign)) and name in assigned_in(small):
@@ -430,7 +530,9 @@ class ClassPlanner:
             elif local.name in replayable:  # also handed on (`block(norm=norm)`): a config local of __init__
                 plan.pure_locals[local.name] = replayable[local.name]
             if built and isinstance(factory, FieldPartial):
-                self.state.partial_calls[local.partial] = local  # its uses are built from the rewritten partial
+                self.state.partial_calls[local.partial] = (
+                    local  # its uses are built from the rewritten partial
+                )
         self._flag_class_values(plan, fn)
         self._view_handed_modes(plan)
         self._share_exclusive_attrs(plan)
@@ -456,11 +558,17 @@ class ClassPlanner:
         if then is None or orelse is None or then[0] != orelse[0] or counts.get(then[0]) != 2:
             return
         test = code(stmt.test)
-        for (own, other), own_test in ((( then[1], orelse[1]), test), ((orelse[1], then[1]), f"not ({test})")):
+        for (own, other), own_test in (((then[1], orelse[1]), test), ((orelse[1], then[1]), f"not ({test})")):
             site = plan.sites.get(own) if isinstance(own, cst.Call) else None
             field = self_attr(other)
-            if (site is not None and site.kind == "layer" and site.rule is not None and site.rule.out_attr
-                    and site.rule.out_arg in site.args and field in plan.field_names):
+            if (
+                site is not None
+                and site.kind == "layer"
+                and site.rule is not None
+                and site.rule.out_attr
+                and site.rule.out_arg in site.args
+                and field in plan.field_names
+            ):
                 plan.branch_sites[then[0]] = BranchLocal(site, own_test, f"self.{field}")
 
     def _site_state_when(self, plan: ClassPlan, site: Site) -> str | None:
@@ -470,7 +578,9 @@ class ClassPlanner:
         if when is None or when == "True":
             return when
         app = self.ctx.parent_of(site.ctor)
-        callee = next((m for m in self.state.methods.get(site.user.name, []) if m.name.value == "__call__"), None)
+        callee = next(
+            (m for m in self.state.methods.get(site.user.name, []) if m.name.value == "__call__"), None
+        )
         if not (isinstance(app, cst.Call) and app.func is site.ctor) or callee is None:
             return "True"
         params = [p for p in (*callee.params.params, *callee.params.kwonly_params)][1:]
@@ -485,7 +595,9 @@ class ClassPlanner:
                     return "True"
                 values[p.name.value] = code(p.default)
         caller = self.ctx.enclosing_function(app)
-        mine = {p.name.value for p in (*caller.params.params, *caller.params.kwonly_params)} if caller else set()
+        mine = (
+            {p.name.value for p in (*caller.params.params, *caller.params.kwonly_params)} if caller else set()
+        )
         result = code(substitute(parse_expression(when), values))
         ok = names_in(parse_expression(result)) - NOT_LOCAL - {"self"} <= mine | set(plan.pure_locals)
         return result if ok else "True"
@@ -500,7 +612,8 @@ class ClassPlanner:
             if other is None or other.exclusive_with is not None or len(site.conditions) != 1:
                 continue
             if other.conditions == [f"not ({site.conditions[0]})"] or site.conditions == [
-                    f"not ({other.conditions[0]})" if other.conditions else ""]:
+                f"not ({other.conditions[0]})" if other.conditions else ""
+            ]:
                 site.attr = other.attr
                 site.exclusive_with = other
 
@@ -515,7 +628,9 @@ class ClassPlanner:
 
         class Values(FastVisitor):
             def visit_Call(self, node: cst.Call) -> None:
-                if command.ctx.transform_kind(node.func) is not None:  # nn.scan(Cell, ...): a site, or XFORM-002
+                if (
+                    command.ctx.transform_kind(node.func) is not None
+                ):  # nn.scan(Cell, ...): a site, or XFORM-002
                     callees.update(a.value for a in node.args)
 
             def visit_Attribute(self, node: cst.Attribute) -> bool:
@@ -524,15 +639,20 @@ class ClassPlanner:
             def visit_Name(self, node: cst.Name) -> None:
                 if node in callees or node.value not in command.state.linen_classes:
                     return
-                command.ctx.report(MOD_004, node, f"{node.value} is used as a value in @nn.compact: a module "
-                                   "built from it at call time cannot be hoisted into __init__",
-                                   "build the module in __init__ (an nnx transform of the class for vmap / scan)")
+                command.ctx.report(
+                    MOD_004,
+                    node,
+                    f"{node.value} is used as a value in @nn.compact: a module "
+                    "built from it at call time cannot be hoisted into __init__",
+                    "build the module in __init__ (an nnx transform of the class for vmap / scan)",
+                )
 
         for stmt in fn.body.body:
             Values().walk(stmt)
 
-    def _partial_locals(self, plan: ClassPlan, fn: cst.FunctionDef,
-                        assigned: dict[str, int]) -> dict[str, PartialLocal | FieldPartial]:
+    def _partial_locals(
+        self, plan: ClassPlan, fn: cst.FunctionDef, assigned: dict[str, int]
+    ) -> dict[str, PartialLocal | FieldPartial]:
         """The method's ``name = partial(<layer or class of the run>, ...)`` locals (see factories.py),
         and partials of a module-factory field (``conv = partial(self.conv, use_bias=False)``)."""
         reads: dict[str, int] = {}
@@ -545,13 +665,20 @@ class ClassPlanner:
         reads = {name: n - assigned.get(name, 0) for name, n in reads.items()}
         found = {}
         for stmt in fn.body.body:
-            local = find_partial_local(stmt, lambda f: bool(self.ctx.layer_rule_of(f) or self.ctx.user_class_of(f)
-                                                            or self._factory_field_of(plan, f)),
-                                       lambda f: bool(self.ctx.qualnames(f) & {"functools.partial"}), reads, assigned)
+            local = find_partial_local(
+                stmt,
+                lambda f: bool(
+                    self.ctx.layer_rule_of(f) or self.ctx.user_class_of(f) or self._factory_field_of(plan, f)
+                ),
+                lambda f: bool(self.ctx.qualnames(f) & {"functools.partial"}),
+                reads,
+                assigned,
+            )
             field = self._factory_field_of(plan, local.ctor.func) if local is not None else None
             if field is not None:
-                found[local.name] = FieldPartial(**{f.name: getattr(field, f.name) for f in dataclasses.fields(field)},
-                                                 local=local)
+                found[local.name] = FieldPartial(
+                    **{f.name: getattr(field, f.name) for f in dataclasses.fields(field)}, local=local
+                )
             elif local is not None:
                 found[local.name] = local
         return found
@@ -565,8 +692,12 @@ class ClassPlanner:
         """Pure locals the hoisted constructors refer to (transitively), in source order."""
         needed: set[str] = set()
         # a partial local's use (`dense(name='q')`) is built from the partial's arguments, not the local
-        ctors = [cst.Tuple([cst.Element(a.value) for a in (*partial_of(s.factory).partial.args[1:], *s.ctor.args)])
-                 if partial_of(s.factory) is not None else s.ctor for s in plan.hoisted_order]
+        ctors = [
+            cst.Tuple([cst.Element(a.value) for a in (*partial_of(s.factory).partial.args[1:], *s.ctor.args)])
+            if partial_of(s.factory) is not None
+            else s.ctor
+            for s in plan.hoisted_order
+        ]
         for nest in plan.nests.values():  # the loops' iterables and body locals read config locals too
             ctors += [f.iter for f in nest_fors(nest.outer)]
             ctors += [stmt.body[0].value for stmt in nest.local_stmts.values()]  # type: ignore[attr-defined]
@@ -583,12 +714,21 @@ class ClassPlanner:
             while arg in plan.field_names:
                 arg += "_"
             plan.new_args[arg] = "input_shape:0"
-            self.ctx.report(SHAPE_002, plan.pure_locals[next(n for n in plan.needed_locals
-                                                                 if n in plan.input_shape_locals)],
-                        f"{plan.name} gains constructor argument {arg}: the shape of `{plan.shape_input}`, which its "
-                        "parameter shapes read", f"pass {arg}=x.shape where {plan.name} is built")
+            self.ctx.report(
+                SHAPE_002,
+                plan.pure_locals[next(n for n in plan.needed_locals if n in plan.input_shape_locals)],
+                f"{plan.name} gains constructor argument {arg}: the shape of `{plan.shape_input}`, which its "
+                "parameter shapes read",
+                f"pass {arg}=x.shape where {plan.name} is built",
+            )
 
 
 def partial_of(factory: Any) -> PartialLocal | None:
     """The ``name = partial(...)`` local a site's factory is (directly, or of a factory field)."""
-    return factory.local if isinstance(factory, FieldPartial) else factory if isinstance(factory, PartialLocal) else None
+    return (
+        factory.local
+        if isinstance(factory, FieldPartial)
+        else factory
+        if isinstance(factory, PartialLocal)
+        else None
+    )

@@ -62,39 +62,63 @@ class AttributeRewriter:
         if original in self.state.binding_values and not (holder is not None and holder.blocking):
             # `conv: ModuleDef = nn.Conv` bound to a converted factory field (a class kept as Linen keeps it)
             rule = self.state.binding_values[original]
-            return self._repoint(original, rule.linen, rule.nnx, LAYER_001,
-                                 " (a layer class a module-factory field builds)")
+            return self._repoint(
+                original, rule.linen, rule.nnx, LAYER_001, " (a layer class a module-factory field builds)"
+            )
         if linen and rooted and original not in self.state.handled and outermost:
-            repointed = self._linen_name(original, updated, names, next(iter(linen)).removeprefix("flax.linen."),
-                                         parent, rooted)
+            repointed = self._linen_name(
+                original, updated, names, next(iter(linen)).removeprefix("flax.linen."), parent, rooted
+            )
             if repointed is not None:
                 return repointed
         return self._variable_read(original, updated, parent)
 
-    def _linen_name(self, original: cst.Attribute, updated: cst.Attribute, names: set[str], short: str,
-                    parent: cst.CSTNode | None, rooted: bool) -> cst.BaseExpression | None:
+    def _linen_name(
+        self,
+        original: cst.Attribute,
+        updated: cst.Attribute,
+        names: set[str],
+        short: str,
+        parent: cst.CSTNode | None,
+        rooted: bool,
+    ) -> cst.BaseExpression | None:
         """``nn.<short>``: re-pointed to ``nnx`` (the same or a renamed function), kept, or reported;
         None when the name stays as it is."""
         if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
             return self._repoint(original, short, short, API_001, "")
         is_callee = isinstance(parent, cst.Call) and parent.func is original
         if short in RENAMED_IN_NNX and rooted:
-            return self._repoint(original, short, RENAMED_IN_NNX[short], PART_001,
-                                 " (sharding names become Variable metadata)")
+            return self._repoint(
+                original, short, RENAMED_IN_NNX[short], PART_001, " (sharding names become Variable metadata)"
+            )
         if short in PARTITION_API_IN_NNX and rooted:
-            return self._repoint(original, short, PARTITION_API_IN_NNX[short], PART_002,
-                                 " (rules are the same context; specs come from nnx.State metadata)")
+            return self._repoint(
+                original,
+                short,
+                PARTITION_API_IN_NNX[short],
+                PART_002,
+                " (rules are the same context; specs come from nnx.State metadata)",
+            )
         if short in PARTITION_SPEC_FUNCTIONS:
             self.state.handled.add(original)
             if self._under_axis_rules(original):  # here NNX's would map the names through the rules
-                self.ctx.report(PART_003, original, f"nn.{short} inside axis rules: Linen's returns logical "
-                                "names, nnx.get_partition_spec applies the active rules",
-                                "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
-                                "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings")
+                self.ctx.report(
+                    PART_003,
+                    original,
+                    f"nn.{short} inside axis rules: Linen's returns logical "
+                    "names, nnx.get_partition_spec applies the active rules",
+                    "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
+                    "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings",
+                )
                 return updated
-            return self._repoint(original, short, "get_partition_spec", PART_002,
-                                 " (the same logical names when no axis rules are active; training code reads "
-                                 "them with the rules cleared)")
+            return self._repoint(
+                original,
+                short,
+                "get_partition_spec",
+                PART_002,
+                " (the same logical names when no axis rules are active; training code reads "
+                "them with the rules cleared)",
+            )
         if short in MERGE_PARAM and is_callee:
             pass  # rewritten with its call in leave_Call
         elif short in KEPT_LINEN_FUNCTIONS:
@@ -102,17 +126,26 @@ class AttributeRewriter:
             self.ctx.report(API_005, original, f"nn.{short} kept: a pure function NNX code can call as is")
         elif short in TRANSFORMS:
             self.state.handled.add(original)
-            self.ctx.report(XFORM_002, original, f"nn.{short} of something other than a Linen module class of "
-                            "this run is not converted", "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
-                            "(see docs/nnx_facts.md, Lifted transforms)")
+            self.ctx.report(
+                XFORM_002,
+                original,
+                f"nn.{short} of something other than a Linen module class of this run is not converted",
+                "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
+                "(see docs/nnx_facts.md, Lifted transforms)",
+            )
         elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
             self.state.handled.add(original)
-            self.ctx.report(API_002, original, f"flax.linen.{short} has no automatic conversion yet",
-                            "rewrite by hand with the NNX API (see docs/rules.md)")
+            self.ctx.report(
+                API_002,
+                original,
+                f"flax.linen.{short} has no automatic conversion yet",
+                "rewrite by hand with the NNX API (see docs/rules.md)",
+            )
         return None
 
-    def _variable_read(self, original: cst.Attribute, updated: cst.Attribute,
-                       parent: cst.CSTNode | None) -> cst.BaseExpression:
+    def _variable_read(
+        self, original: cst.Attribute, updated: cst.Attribute, parent: cst.CSTNode | None
+    ) -> cst.BaseExpression:
         """``self.kernel`` / ``v.value`` of a Linen variable -> ``self.kernel[...]`` / ``v[...]``; a
         ``self.<Linen API>(...)`` call is noted for leave_Call."""
         plan = self.ctx.current_plan()
@@ -120,16 +153,30 @@ class AttributeRewriter:
         if plan is not None and attr is not None:
             is_call = isinstance(parent, cst.Call) and parent.func is original
             if attr in LINEN_SELF_API and attr not in plan.field_names and is_call:
-                self.state.pending_api[parent] = original  # reported in leave_Call unless a rule converts the call
+                self.state.pending_api[parent] = (
+                    original  # reported in leave_Call unless a rule converts the call
+                )
             # Linen setup() variables read as arrays (params) or through ``.value``; NNX reads both as v[...]
             kind = plan.setup_vars.get(attr)
-            dotted_value = isinstance(parent, cst.Attribute) and parent.value is original and parent.attr.value == "value"
+            dotted_value = (
+                isinstance(parent, cst.Attribute)
+                and parent.value is original
+                and parent.attr.value == "value"
+            )
             if kind == "param" and not dotted_value and not self._is_store(original, parent):
                 return parse_expression(f"self.{attr}[...]")
-        if (plan is not None and original.attr.value == "value" and isinstance(original.value, cst.Name)
-                and original.value.value in self._lazy_locals(plan)):
+        if (
+            plan is not None
+            and original.attr.value == "value"
+            and isinstance(original.value, cst.Name)
+            and original.value.value in self._lazy_locals(plan)
+        ):
             return cst.Subscript(updated.value, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
-        if plan is not None and original.attr.value == "value" and plan.setup_vars.get(self_attr(original.value) or ""):
+        if (
+            plan is not None
+            and original.attr.value == "value"
+            and plan.setup_vars.get(self_attr(original.value) or "")
+        ):
             if not self.ctx.in_setup(original):
                 return cst.Subscript(updated.value, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
         return updated
@@ -140,11 +187,17 @@ class AttributeRewriter:
         out = set()
         for var in plan.lazy_vars.values():
             small = var.statement.body[0]
-            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+            if (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+            ):
                 out.add(small.targets[0].target.value)
         return out
 
-    def _repoint(self, original: cst.Attribute, short: str, target: str, rule: Rule, why: str) -> cst.BaseExpression:
+    def _repoint(
+        self, original: cst.Attribute, short: str, target: str, rule: Rule, why: str
+    ) -> cst.BaseExpression:
         """``nn.<short>`` (whatever the import spelling) -> ``nnx.<target>``, reported under ``rule``."""
         self.state.uses_nnx = True
         self.state.handled.add(original)

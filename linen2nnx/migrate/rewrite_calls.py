@@ -62,9 +62,17 @@ class CallRewriter:
         """``unbox_helper(state)`` / ``nn.unbox(tree)`` -> ``state``: nothing to unbox in NNX."""
         func = original.func
         helper = isinstance(func, cst.Name) and func.value in self.state.unbox_helpers
-        linen_unbox = any(q.removeprefix("flax.linen.") in UNBOX_FUNCTIONS for q in self.ctx.qualnames(func)
-                          if q.startswith("flax.linen."))
-        if not (helper or linen_unbox) or len(updated.args) != 1 or updated.args[0].keyword or updated.args[0].star:
+        linen_unbox = any(
+            q.removeprefix("flax.linen.") in UNBOX_FUNCTIONS
+            for q in self.ctx.qualnames(func)
+            if q.startswith("flax.linen.")
+        )
+        if (
+            not (helper or linen_unbox)
+            or len(updated.args) != 1
+            or updated.args[0].keyword
+            or updated.args[0].star
+        ):
             return None
         self.state.handled.add(func)
         self.ctx.report(PART_004, original, f"{code(func)}(x) -> x: NNX values carry no metadata boxes")
@@ -93,8 +101,12 @@ class CallRewriter:
         orig_kwargs = {a.keyword.value: a.value for a in original.args[1:] if a.keyword is not None}
 
         def manual(why: str) -> cst.BaseExpression:
-            self.ctx.report(XFORM_002, original, f"nn.{kind}({fn}, ...): {why}",
-                            "rewrite with the nnx transform by hand (see docs/nnx_facts.md, Lifted transforms)")
+            self.ctx.report(
+                XFORM_002,
+                original,
+                f"nn.{kind}({fn}, ...): {why}",
+                "rewrite with the nnx transform by hand (see docs/nnx_facts.md, Lifted transforms)",
+            )
             return updated
 
         if len(kwargs) != len(updated.args) - 1:
@@ -105,23 +117,40 @@ class CallRewriter:
             if extra:
                 return manual(f"{', '.join(sorted(extra))}= not converted")
             args = [a for name, a in kwargs.items() if name != "concrete"]
-            self.ctx.report(XFORM_001, original, f"nn.remat({fn}) -> nnx.remat({fn}) (it takes the module as an "
-                            "argument, as the Linen function does)" + ("; concrete= dropped (no NNX equivalent)"
-                                                                  if "concrete" in kwargs else ""))
-            return updated.with_changes(func=parse_expression("nnx.remat"),
-                                        args=strip_commas([updated.args[0], *args]))
+            self.ctx.report(
+                XFORM_001,
+                original,
+                f"nn.remat({fn}) -> nnx.remat({fn}) (it takes the module as an "
+                "argument, as the Linen function does)"
+                + ("; concrete= dropped (no NNX equivalent)" if "concrete" in kwargs else ""),
+            )
+            return updated.with_changes(
+                func=parse_expression("nnx.remat"), args=strip_commas([updated.args[0], *args])
+            )
         if kind != "scan":
             return manual("only nn.remat and nn.scan of functions are converted")
-        extra = set(kwargs) - {"variable_axes", "variable_broadcast", "split_rngs", "in_axes", "out_axes", "length",
-                               "reverse", "unroll"}
+        extra = set(kwargs) - {
+            "variable_axes",
+            "variable_broadcast",
+            "split_rngs",
+            "in_axes",
+            "out_axes",
+            "length",
+            "reverse",
+            "unroll",
+        }
         if extra:
             return manual(f"{', '.join(sorted(extra))}= not converted")
         broadcast = orig_kwargs.get("variable_broadcast")
-        broadcasts_params = broadcast is not None and ("params" in code(broadcast) or code(broadcast) == "True")
+        broadcasts_params = broadcast is not None and (
+            "params" in code(broadcast) or code(broadcast) == "True"
+        )
         axes = orig_kwargs.get("variable_axes")
         if not broadcasts_params:
-            return manual("the scanned function creates per-step (stacked) params; build the stack with nnx.vmap "
-                          "and scan over it (as for nn.scan of a class)")
+            return manual(
+                "the scanned function creates per-step (stacked) params; build the stack with nnx.vmap "
+                "and scan over it (as for nn.scan of a class)"
+            )
         if axes is not None and code(axes) not in ("{}", "None"):
             return manual("variable_axes besides broadcast params are not converted for functions")
         func_def = self.state.module_functions.get(fn)
@@ -135,11 +164,18 @@ class CallRewriter:
         if len(per_x) != n_xs:
             return manual(f"in_axes has {len(per_x)} entries for {n_xs} scanned inputs")
         out_axes = code(orig_kwargs["out_axes"]) if "out_axes" in orig_kwargs else "0"
-        rest = "".join(f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs)
-        self.ctx.report(XFORM_001, original, f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) "
-                        "before the carry")
-        return parse_expression(f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
-                                    f"out_axes=(nnx.Carry, {out_axes}){rest})")
+        rest = "".join(
+            f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs
+        )
+        self.ctx.report(
+            XFORM_001,
+            original,
+            f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) before the carry",
+        )
+        return parse_expression(
+            f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
+            f"out_axes=(nnx.Carry, {out_axes}){rest})"
+        )
 
     def leave_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         merged = self._merge_param(original, updated)
@@ -157,8 +193,12 @@ class CallRewriter:
         result = self._leave_call(plan, original, updated)
         api = self.state.pending_api.pop(original, None)
         if api is not None and original not in self.state.handled and original not in plan.sites:
-            self.ctx.report(API_002, api, f"self.{api.attr.value} is Linen Module API with no automatic "
-                            "conversion yet", "see reference: variables and collections")
+            self.ctx.report(
+                API_002,
+                api,
+                f"self.{api.attr.value} is Linen Module API with no automatic conversion yet",
+                "see reference: variables and collections",
+            )
         return result
 
     def _leave_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -168,27 +208,41 @@ class CallRewriter:
             self.state.factory_updated[original] = updated
         local = self.state.partial_calls.get(original)
         if local is not None:  # the constructor each use stands for, as rewritten
-            self.state.factory_updated[local.ctor] = cst.Call(func=updated.args[0].value, args=list(updated.args[1:]))
+            self.state.factory_updated[local.ctor] = cst.Call(
+                func=updated.args[0].value, args=list(updated.args[1:])
+            )
             return updated
         lazy = plan.lazy_vars.get(original)
         if lazy is not None:
             args = list(updated.args)
-            self.state.stmt_prefix.setdefault(lazy.statement, []).append(creation(lazy, args[2].value, args[3:]))
+            self.state.stmt_prefix.setdefault(lazy.statement, []).append(
+                creation(lazy, args[2].value, args[3:])
+            )
             self.state.uses_nnx = True
-            self.ctx.report(VAR_004, original, f"self.variable({lazy.collection!r}, {lazy.name!r}) -> "
-                            f"nnx.{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does")
+            self.ctx.report(
+                VAR_004,
+                original,
+                f"self.variable({lazy.collection!r}, {lazy.name!r}) -> "
+                f"nnx.{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does",
+            )
             return parse_expression(f"self.{lazy.attr}")
         cell = plan.carry_inits.get(original)
         if cell is not None:  # the detached Linen cell's carry is the built cell's
             rng, shape = (code(a.value) for a in updated.args)
             self.state.uses_nnx = True
-            self.ctx.report(LAYER_001, original, f"nn.{cell.rule.linen}(..., parent=None).initialize_carry(rng, "  # type: ignore[union-attr]
-                            f"shape) -> self.{cell.attr}.initialize_carry(shape, rngs=...)")
+            self.ctx.report(
+                LAYER_001,
+                original,
+                f"nn.{cell.rule.linen}(..., parent=None).initialize_carry(rng, "  # type: ignore[union-attr]
+                f"shape) -> self.{cell.attr}.initialize_carry(shape, rngs=...)",
+            )
             return parse_expression(f"self.{cell.attr}.initialize_carry({shape}, rngs=nnx.Rngs(carry={rng}))")
         site = plan.sites.get(original)
         if site is not None and site.factory is not None:  # built in __init__ once the helper is rewritten
             self.state.factory_calls[original] = updated
-            self.state.moved[original] = [kwarg(a, site.args[a].value) for a in site.moved_args if a in site.args]
+            self.state.moved[original] = [
+                kwarg(a, site.args[a].value) for a in site.moved_args if a in site.args
+            ]
             return self.emitter.call_site(site)
         if site is not None:
             return self._site_call(site, original, updated)
@@ -204,8 +258,12 @@ class CallRewriter:
         if site.kind == "layer":
             self.ctx.report(LAYER_001, original, f"nn.{site.rule.linen} -> nnx.{site.rule.nnx} ({site.attr})")  # type: ignore[union-attr]
         elif site.kind in ("param", "variable"):
-            self.ctx.report(VAR_001, original, f"self.{site.kind}({site.linen_name!r}) -> "
-                            f"nnx.{site.var_type} self.{site.attr} created in __init__")
+            self.ctx.report(
+                VAR_001,
+                original,
+                f"self.{site.kind}({site.linen_name!r}) -> "
+                f"nnx.{site.var_type} self.{site.attr} created in __init__",
+            )
         built = self.emitter.build(site, updated)
         if not site.hoisted:
             return built
@@ -223,26 +281,48 @@ class CallRewriter:
         elif isinstance(original.func, cst.Name) and original.func.value in plan.local_sites:
             applied = plan.local_sites[original.func.value]  # layer = nn.Layer(...); layer(x)
         elif self_attr(original.func) is not None and not self.ctx.in_setup(original):
-            applied = next((s for s in plan.sites.values() if s.attr == self_attr(original.func) and not s.hoisted
-                            and s.rule is not None), None)  # self.layer(x) of a setup() layer
+            applied = next(
+                (
+                    s
+                    for s in plan.sites.values()
+                    if s.attr == self_attr(original.func) and not s.hoisted and s.rule is not None
+                ),
+                None,
+            )  # self.layer(x) of a setup() layer
         if applied is None:
             return updated
         call = updated if applied.rule is None else self._rewrite_layer_call(applied, original, updated)
-        if applied.rule is None and applied.view_kwargs:  # mode flags of the layers it builds with a handed partial
+        if (
+            applied.rule is None and applied.view_kwargs
+        ):  # mode flags of the layers it builds with a handed partial
             self.state.uses_nnx = True
-            view = [cst.Arg(call.func), *(kwarg(k, parse_expression(v)) for k, v in applied.view_kwargs.items())]
+            view = [
+                cst.Arg(call.func),
+                *(kwarg(k, parse_expression(v)) for k, v in applied.view_kwargs.items()),
+            ]
             call = call.with_changes(func=cst.Call(parse_expression("nnx.view"), strip_commas(view)))
         if applied.lifted is not None:
             try:
-                source = lifted_call(applied.lifted, code(call.func), list(call.args), self.ctx.is_broadcast,
-                                     state_when=applied.state_when)
+                source = lifted_call(
+                    applied.lifted,
+                    code(call.func),
+                    list(call.args),
+                    self.ctx.is_broadcast,
+                    state_when=applied.state_when,
+                )
             except LiftError as err:
-                self.ctx.report(XFORM_002, original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand")
+                self.ctx.report(
+                    XFORM_002, original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand"
+                )
                 return call
             self.state.uses_nnx = True
             kinds = " + ".join(f"nn.{lift.kind}" for lift in applied.lifted.lifts)
-            self.ctx.report(XFORM_001, original, f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the "
-                            f"call of self.{applied.attr}")
+            self.ctx.report(
+                XFORM_001,
+                original,
+                f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the "
+                f"call of self.{applied.attr}",
+            )
             return parse_expression(source)
         return call
 
@@ -255,12 +335,16 @@ class CallRewriter:
         if len(args) != 3 or any(a.keyword is not None or a.star for a in args):
             self.ctx.report(API_002, original, "merge_param with unusual arguments", "rewrite by hand")
             return None
-        self.ctx.report(API_004, original, "merge_param -> `call_value if call_value is not None else attribute`")
+        self.ctx.report(
+            API_004, original, "merge_param -> `call_value if call_value is not None else attribute`"
+        )
         attribute, call_value = args[1].value, args[2].value
         test = cst.Comparison(call_value, [cst.ComparisonTarget(cst.IsNot(), cst.Name("None"))])
         return cst.IfExp(test=test, body=call_value, orelse=attribute)
 
-    def _rewrite_self_api(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+    def _rewrite_self_api(
+        self, plan: ClassPlan, original: cst.Call, updated: cst.Call
+    ) -> cst.BaseExpression | None:
         """``self.sow`` / ``self.make_rng`` / ``self.is_initializing`` -> their NNX spelling."""
         api = self.ctx.self_call(original)
         if api is None or api in plan.field_names:
@@ -270,37 +354,62 @@ class CallRewriter:
             var_type = COLLECTION_TYPES.get(collection)
             self.state.handled.add(original)
             if var_type is None:
-                self.ctx.report(API_002, original, f"self.sow into the custom collection {collection!r}",
-                                "define a registered nnx.Variable subclass and sow into it")
+                self.ctx.report(
+                    API_002,
+                    original,
+                    f"self.sow into the custom collection {collection!r}",
+                    "define a registered nnx.Variable subclass and sow into it",
+                )
                 return updated
-            self.ctx.report(VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)")
+            self.ctx.report(
+                VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)"
+            )
             self.state.uses_nnx = True
             first = updated.args[0].with_changes(value=parse_expression(f"nnx.{var_type}"))
             return updated.with_changes(args=[first, *updated.args[1:]])
-        if api == "make_rng" and len(original.args) == 1 and isinstance(original.args[0].value, cst.SimpleString):
+        if (
+            api == "make_rng"
+            and len(original.args) == 1
+            and isinstance(original.args[0].value, cst.SimpleString)
+        ):
             stream = original.args[0].value.evaluated_value
             self.state.handled.add(original)
             plan.uses_rngs = True
-            self.ctx.report(VAR_003, original, f"self.make_rng({stream!r}) -> a draw from the module's nnx.Rngs")
+            self.ctx.report(
+                VAR_003, original, f"self.make_rng({stream!r}) -> a draw from the module's nnx.Rngs"
+            )
             ref = f"self.rngs.{stream}()" if stream.isidentifier() else f"self.rngs[{stream!r}]()"
             return parse_expression(ref)
-        if api in ("has_variable", "get_variable") and len(original.args) == 2 and all(
-                isinstance(a.value, cst.SimpleString) and a.keyword is None for a in original.args):
+        if (
+            api in ("has_variable", "get_variable")
+            and len(original.args) == 2
+            and all(isinstance(a.value, cst.SimpleString) and a.keyword is None for a in original.args)
+        ):
             collection, name = (a.value.evaluated_value for a in original.args)  # type: ignore[union-attr]
             attr = self._variable_attr(plan, collection, name)
             if attr is None:
                 return None
             self.state.handled.add(original)
             self.ctx.report(VAR_004, original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
-            return parse_expression(f"hasattr(self, {attr!r})" if api == "has_variable" else f"self.{attr}[...]")
+            return parse_expression(
+                f"hasattr(self, {attr!r})" if api == "has_variable" else f"self.{attr}[...]"
+            )
         if api == "is_initializing" and not original.args:
             self.state.handled.add(original)
             if not self.state.unsafe_fixes:
-                self.ctx.report(API_002, original, "self.is_initializing() has no NNX meaning (__init__ is the "
-                                "initialisation)", "move the init-only branch into __init__, or pass --unsafe-fixes")
+                self.ctx.report(
+                    API_002,
+                    original,
+                    "self.is_initializing() has no NNX meaning (__init__ is the initialisation)",
+                    "move the init-only branch into __init__, or pass --unsafe-fixes",
+                )
                 return updated
-            self.ctx.report(API_003, original, "self.is_initializing() -> False (NNX calls never initialise)",
-                            "init-only work now happens in __init__")
+            self.ctx.report(
+                API_003,
+                original,
+                "self.is_initializing() -> False (NNX calls never initialise)",
+                "init-only work now happens in __init__",
+            )
             return cst.Name("False")
         return None
 
@@ -311,7 +420,10 @@ class CallRewriter:
             if (var.collection, var.name) == (collection, name):
                 return var.attr
         for site in plan.sites.values():
-            if site.kind in ("param", "variable") and (site.collection, site.linen_name) == (collection, name):
+            if site.kind in ("param", "variable") and (site.collection, site.linen_name) == (
+                collection,
+                name,
+            ):
                 return site.attr
         return None
 
@@ -322,14 +434,25 @@ class CallRewriter:
         args = list(updated.args)
         for o in original.args:
             if o.keyword is not None and o.keyword.value in rule.unsupported_call_args:
-                self.ctx.report(LAYER_002, o, f"{o.keyword.value}= of nn.{rule.linen}.__call__ has no "
-                                f"nnx.{rule.nnx} equivalent", "NNX layers draw randomness from their own rngs")
-        args = [a.with_changes(keyword=cst.Name(rule.call_renames[a.keyword.value]))
-                if a.keyword is not None and a.keyword.value in rule.call_renames else a for a in args]
+                self.ctx.report(
+                    LAYER_002,
+                    o,
+                    f"{o.keyword.value}= of nn.{rule.linen}.__call__ has no nnx.{rule.nnx} equivalent",
+                    "NNX layers draw randomness from their own rngs",
+                )
+        args = [
+            a.with_changes(keyword=cst.Name(rule.call_renames[a.keyword.value]))
+            if a.keyword is not None and a.keyword.value in rule.call_renames
+            else a
+            for a in args
+        ]
         if rule.call_keywords:
             positional = [a for a in args if a.keyword is None and not a.star]
-            args = positional[:1] + [kwarg(rule.call_keywords[i], a.value) for i, a in enumerate(positional) if i
-                                     ] + [a for a in args if a.keyword is not None or a.star]
+            args = (
+                positional[:1]
+                + [kwarg(rule.call_keywords[i], a.value) for i, a in enumerate(positional) if i]
+                + [a for a in args if a.keyword is not None or a.star]
+            )
         moved = self.state.moved.get(site.ctor, [])
         args += [kwarg(a.keyword.value, a.value) if a.keyword else a for a in moved]
         flag = site.args.get(rule.init_call_cache) if rule.init_call_cache else None
@@ -355,10 +478,10 @@ class CallRewriter:
     def _init_call_cache(self, site: Site, original: cst.Call, updated: cst.Call, flag: str) -> cst.Arg:
         """Linen's init-call cache protocol at an NNX call site (see ``LayerRule.init_call_cache``):
 
-            fresh = decode and self.attn.cached_key is None  # Linen creates the cache on the init call
-            if fresh:
-                self.attn.init_cache(x.shape, dtype=...)     # the key's shape and dtype, as Linen's
-            y = self.attn(x, ..., decode=decode and not fresh)
+        fresh = decode and self.attn.cached_key is None  # Linen creates the cache on the init call
+        if fresh:
+            self.attn.init_cache(x.shape, dtype=...)     # the key's shape and dtype, as Linen's
+        y = self.attn(x, ..., decode=decode and not fresh)
         """
         assert site.rule is not None
         fresh = f"{site.attr}_fresh_cache"
@@ -366,23 +489,31 @@ class CallRewriter:
         positional = [a.value for a in updated.args if a.keyword is None and not a.star]
         kv = keyed.get("inputs_kv", keyed.get("inputs_k", positional[1] if len(positional) > 1 else None))
         shape_of = code(kv if kv is not None else positional[0] if positional else keyed["inputs_q"])
-        flag, shape_of = (src if src.replace(".", "").replace("_", "").isalnum() else f"({src})"
-                          for src in (flag, shape_of))  # parentheses only where needed
+        flag, shape_of = (
+            src if src.replace(".", "").replace("_", "").isalnum() else f"({src})" for src in (flag, shape_of)
+        )  # parentheses only where needed
         dtype = site.args.get("dtype")
         if dtype is not None:
             dtype_src = code(self._built_arg(site, dtype))
         else:  # Linen's key is promote_dtype(input, param): its param_dtype defaults to float32
             param = site.args.get("param_dtype")
             self.state.needs_jax_import = True
-            dtype_src = (f"jax.numpy.promote_types({shape_of}.dtype, "
-                         f"{code(self._built_arg(site, param)) if param is not None else 'jax.numpy.float32'})")
+            dtype_src = (
+                f"jax.numpy.promote_types({shape_of}.dtype, "
+                f"{code(self._built_arg(site, param)) if param is not None else 'jax.numpy.float32'})"
+            )
         statement = self.ctx.enclosing_statement(original)
         prefix = cst.parse_module(
             f"{fresh} = {flag} and self.{site.attr}.cached_key is None  # Linen creates the cache on the init "
             "call, which does not decode\n"
             f"if {fresh}:\n"
-            f"    self.{site.attr}.init_cache({shape_of}.shape, dtype={dtype_src})\n").body
+            f"    self.{site.attr}.init_cache({shape_of}.shape, dtype={dtype_src})\n"
+        ).body
         self.state.stmt_prefix.setdefault(statement, []).extend(prefix)
-        self.ctx.report(LAYER_001, original, f"nn.{site.rule.linen}(decode={flag}): the first decode call creates "
-                        f"the cache with self.{site.attr}.init_cache and does not decode, as Linen's init call")
+        self.ctx.report(
+            LAYER_001,
+            original,
+            f"nn.{site.rule.linen}(decode={flag}): the first decode call creates "
+            f"the cache with self.{site.attr}.init_cache and does not decode, as Linen's init call",
+        )
         return kwarg("decode", parse_expression(f"{flag} and not {fresh}"))

@@ -65,29 +65,53 @@ class ClassRewriter:
         if plan is None:
             return updated
         if original is plan.compact:  # lines __init__ replays that the method no longer reads go
-            updated = without_dead_locals(updated, {*plan.needed_locals, *(
-                name for nest in plan.nests.values() for name in nest.local_stmts)})
-        keep = [u for o, u in zip(original.decorators, updated.decorators)
-                if not (self.ctx.qualnames(o.decorator) & LINEN_COMPACT)]
+            updated = without_dead_locals(
+                updated,
+                {*plan.needed_locals, *(name for nest in plan.nests.values() for name in nest.local_stmts)},
+            )
+        keep = [
+            u
+            for o, u in zip(original.decorators, updated.decorators)
+            if not (self.ctx.qualnames(o.decorator) & LINEN_COMPACT)
+        ]
         if len(keep) != len(updated.decorators):
-            self.ctx.report(MOD_003, original, f"@nn.compact {original.name.value}: submodules hoisted into __init__")
+            self.ctx.report(
+                MOD_003, original, f"@nn.compact {original.name.value}: submodules hoisted into __init__"
+            )
         scan = plan.scanned_methods.get(original.name.value)
         if scan is None or self.ctx.enclosing_class_plan(original) is not plan:
             return updated.with_changes(decorators=keep)
-        keep = [u for o, u in zip(original.decorators, updated.decorators)
-                if not (self.ctx.qualnames(o.decorator) & LINEN_COMPACT) and not self._is_scan_decorator(o.decorator)]
+        keep = [
+            u
+            for o, u in zip(original.decorators, updated.decorators)
+            if not (self.ctx.qualnames(o.decorator) & LINEN_COMPACT)
+            and not self._is_scan_decorator(o.decorator)
+        ]
         self.state.step_methods[original.name.value] = updated.with_changes(
-            name=cst.Name(scan.step), decorators=keep, leading_lines=[cst.EmptyLine(indent=False)])
-        when = plan.state_when if plan.state_when in (None, "True") or original.name.value == "__call__" else "True"
+            name=cst.Name(scan.step), decorators=keep, leading_lines=[cst.EmptyLine(indent=False)]
+        )
+        when = (
+            plan.state_when
+            if plan.state_when in (None, "True") or original.name.value == "__call__"
+            else "True"
+        )
         self.state.uses_nnx = True
-        self.ctx.report(XFORM_001, original, f"nn.scan on {plan.name}.{original.name.value} -> nnx.scan of "
-                        f"{scan.step} with the module broadcast")
+        self.ctx.report(
+            XFORM_001,
+            original,
+            f"nn.scan on {plan.name}.{original.name.value} -> nnx.scan of "
+            f"{scan.step} with the module broadcast",
+        )
         call = parse_statement(f"return {method_scan_call(scan, original, when)}\n")
         return updated.with_changes(decorators=keep, body=cst.IndentedBlock(body=[call]))
 
     def _is_scan_decorator(self, node: cst.BaseExpression) -> bool:
-        return (isinstance(node, cst.Call) and bool(node.args) and node.args[0].keyword is None
-                and bool(self.ctx.qualnames(node.args[0].value) & SCAN_DECORATORS))
+        return (
+            isinstance(node, cst.Call)
+            and bool(node.args)
+            and node.args[0].keyword is None
+            and bool(self.ctx.qualnames(node.args[0].value) & SCAN_DECORATORS)
+        )
 
     def leave_class(self, original: cst.ClassDef, updated: cst.ClassDef) -> Any:
         """The NNX class of a planned Linen class (or the Linen one behind ``nnx.bridge`` when findings
@@ -101,8 +125,11 @@ class ClassRewriter:
                 return original  # the Linen copy an earlier run kept for a class kept as Linen
             return self._keep_linen(plan, original, original.name.value)  # bridged by an earlier run
         others = (set(self.state.linen_classes) | self.state.module_classes) - {plan.name}
-        if plan.blocking and can_bridge(plan, any(self.ctx.user_class_of(b.value) for b in original.bases)) and not (
-                names_in(original.body) & others):
+        if (
+            plan.blocking
+            and can_bridge(plan, any(self.ctx.user_class_of(b.value) for b in original.bases))
+            and not (names_in(original.body) & others)
+        ):
             return self._bridged(plan, original, updated)
         bases = self._nnx_bases(original, updated)
         field_markers = self._rewritten_field_defaults(plan, original, updated)
@@ -112,8 +139,9 @@ class ClassRewriter:
         if plan.setup is not None:
             self.ctx.report(MOD_002, plan.setup, f"{plan.name}.setup() moved into __init__")
         init = self.emitter.build_init(plan, setup_body)
-        init = init.with_changes(leading_lines=[*([cst.EmptyLine(indent=False)] if init_index > 0 else []),
-                                                *field_markers])
+        init = init.with_changes(
+            leading_lines=[*([cst.EmptyLine(indent=False)] if init_index > 0 else []), *field_markers]
+        )
         body.insert(init_index, init)
         following = body[init_index + 1] if init_index + 1 < len(body) else None
         if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not following.leading_lines:
@@ -126,14 +154,21 @@ class ClassRewriter:
     def _bridged(self, plan: ClassPlan, original: cst.ClassDef, updated: cst.ClassDef) -> cst.FlattenSentinel:
         """The Linen class renamed ``<Name>Linen``, and an NNX ``<Name>`` that wraps it with
         ``nnx.bridge.ToNNX`` (after the Linen copies of the classes it builds through factory fields)."""
-        batch_norm = any(site.rule is not None and site.rule.linen == "BatchNorm" for site in plan.sites.values()
-                         ) or "BatchNorm" in code(original)  # also through partial(nn.BatchNorm, ...)
+        batch_norm = any(
+            site.rule is not None and site.rule.linen == "BatchNorm" for site in plan.sites.values()
+        ) or "BatchNorm" in code(original)  # also through partial(nn.BatchNorm, ...)
         # the wrapper's defaults as a second run would write them (nn.relu -> nnx.relu), with their markers
         field_markers = self._rewritten_field_defaults(plan, original, updated)
         wrapper = bridge_wrapper(plan, mutable_collections(original, batch_norm), field_markers)
         wrapper = wrapper.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
-        return cst.FlattenSentinel([*self._linen_copies(plan), self._keep_linen(plan, original, linen_name(plan.name)),
-                                    linen_class_name(plan.name), wrapper])
+        return cst.FlattenSentinel(
+            [
+                *self._linen_copies(plan),
+                self._keep_linen(plan, original, linen_name(plan.name)),
+                linen_class_name(plan.name),
+                wrapper,
+            ]
+        )
 
     def _nnx_bases(self, original: cst.ClassDef, updated: cst.ClassDef) -> list[cst.Arg]:
         """The class's bases, with Linen's ``nn.Module`` as ``nnx.Module``."""
@@ -146,8 +181,9 @@ class ClassRewriter:
                 bases.append(u)
         return bases
 
-    def _nnx_body(self, plan: ClassPlan, original: cst.ClassDef,
-                  updated: cst.ClassDef) -> tuple[list[cst.BaseStatement], list[cst.BaseStatement], int | None]:
+    def _nnx_body(
+        self, plan: ClassPlan, original: cst.ClassDef, updated: cst.ClassDef
+    ) -> tuple[list[cst.BaseStatement], list[cst.BaseStatement], int | None]:
         """The class body less its fields, ``setup()`` and removed factory helpers (with the step method
         of a scanned one after it); the ``setup()`` body; where ``__init__`` goes (None: first)."""
         body: list[cst.BaseStatement] = []
@@ -157,11 +193,21 @@ class ClassRewriter:
             if self._is_field_line(plan, stmt):
                 init_index = len(body) if init_index is None else init_index
                 continue
-            if isinstance(stmt, cst.FunctionDef) and stmt.name.value in plan.factories and not any(
-                    f"self.{stmt.name.value}" in code(other) for other in updated.body.body
-                    if other is not stmt and isinstance(other, cst.FunctionDef)):
-                self.ctx.report(MOD_003, orig_stmt, f"{plan.name}.{stmt.name.value}(): each call became a "
-                                "submodule built in __init__; the helper is removed")
+            if (
+                isinstance(stmt, cst.FunctionDef)
+                and stmt.name.value in plan.factories
+                and not any(
+                    f"self.{stmt.name.value}" in code(other)
+                    for other in updated.body.body
+                    if other is not stmt and isinstance(other, cst.FunctionDef)
+                )
+            ):
+                self.ctx.report(
+                    MOD_003,
+                    orig_stmt,
+                    f"{plan.name}.{stmt.name.value}(): each call became a "
+                    "submodule built in __init__; the helper is removed",
+                )
                 continue
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "setup":
                 setup_body = list(stmt.body.body)
@@ -170,16 +216,26 @@ class ClassRewriter:
             if plan.is_cell and isinstance(stmt, cst.FunctionDef) and stmt.name.value == CARRY_METHOD:
                 reordered = nnx_initialize_carry(stmt)
                 if reordered is None:
-                    self.ctx.report(API_002, orig_stmt, f"{plan.name}.{CARRY_METHOD}(rng, shape) uses its key: "
-                                    f"nnx.RNN calls {CARRY_METHOD}(input_shape, rngs)",
-                                    "take `rngs` (an nnx.Rngs or None) and draw the key from it")
+                    self.ctx.report(
+                        API_002,
+                        orig_stmt,
+                        f"{plan.name}.{CARRY_METHOD}(rng, shape) uses its key: "
+                        f"nnx.RNN calls {CARRY_METHOD}(input_shape, rngs)",
+                        "take `rngs` (an nnx.Rngs or None) and draw the key from it",
+                    )
                 else:
-                    self.ctx.report(API_006, orig_stmt, f"{plan.name}.{CARRY_METHOD}(rng, input_shape) -> "
-                                    f"{CARRY_METHOD}(input_shape, rngs=None), as nnx.RNN calls it")
+                    self.ctx.report(
+                        API_006,
+                        orig_stmt,
+                        f"{plan.name}.{CARRY_METHOD}(rng, input_shape) -> "
+                        f"{CARRY_METHOD}(input_shape, rngs=None), as nnx.RNN calls it",
+                    )
                     stmt = reordered
             body.append(stmt)
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value in plan.scanned_methods:
-                body.append(self.state.step_methods.pop(stmt.name.value))  # the scanned body, right after its scan
+                body.append(
+                    self.state.step_methods.pop(stmt.name.value)
+                )  # the scanned body, right after its scan
         return body, setup_body, init_index
 
     def _linen_copies(self, plan: ClassPlan) -> list[cst.BaseStatement]:
@@ -191,13 +247,24 @@ class ClassRewriter:
         for f in plan.fields:
             for base in self.ctx.field_bindings.bases(plan.name, f.name):
                 original = self.state.converted.get(base.name) if base.kind == "user" else None
-                if original is None or base.name in self.state.copied or names_in(original.body) & (others - {base.name}):
+                if (
+                    original is None
+                    or base.name in self.state.copied
+                    or names_in(original.body) & (others - {base.name})
+                ):
                     continue
                 self.state.copied.add(base.name)
-                note = cst.EmptyLine(comment=cst.Comment(f"# The Linen original of {base.name}, for {plan.name}Linen, "
-                                                         "which is kept as Linen"))
-                out.append(original.with_changes(name=cst.Name(linen_name(base.name)),
-                                                 leading_lines=[cst.EmptyLine(indent=False)] * 2 + [note]))
+                note = cst.EmptyLine(
+                    comment=cst.Comment(
+                        f"# The Linen original of {base.name}, for {plan.name}Linen, which is kept as Linen"
+                    )
+                )
+                out.append(
+                    original.with_changes(
+                        name=cst.Name(linen_name(base.name)),
+                        leading_lines=[cst.EmptyLine(indent=False)] * 2 + [note],
+                    )
+                )
                 out.append(linen_class_name(base.name))
                 out.append(parse_statement(f"{base.name}.linen_class = {linen_name(base.name)}\n"))
         return out
@@ -207,10 +274,12 @@ class ClassRewriter:
         field_names = set(plan.field_names)
         return isinstance(stmt, cst.SimpleStatementLine) and all(
             isinstance(s, cst.AnnAssign) and isinstance(s.target, cst.Name) and s.target.value in field_names
-            for s in stmt.body)
+            for s in stmt.body
+        )
 
-    def _rewritten_field_defaults(self, plan: ClassPlan, original: cst.ClassDef,
-                                  updated: cst.ClassDef) -> list[cst.EmptyLine]:
+    def _rewritten_field_defaults(
+        self, plan: ClassPlan, original: cst.ClassDef, updated: cst.ClassDef
+    ) -> list[cst.EmptyLine]:
         """Point ``plan.fields`` at the defaults as rewritten (``nn.relu`` -> ``nnx.relu``) and return
         the fields' TODO markers: both move into ``__init__`` (or the bridge wrapper's)."""
         by_name = {f.name: f for f in plan.fields}
@@ -219,22 +288,37 @@ class ClassRewriter:
             if self._is_field_line(plan, stmt):
                 for orig_small, small in zip(orig_stmt.body, stmt.body):  # type: ignore[attr-defined]
                     by_name[small.target.value].default = self.ctx.dataclass_field(orig_small, small).default
-                markers += [line for line in stmt.leading_lines
-                            if line.comment is not None and line.comment.value.startswith(MARKER)]
+                markers += [
+                    line
+                    for line in stmt.leading_lines
+                    if line.comment is not None and line.comment.value.startswith(MARKER)
+                ]
         return markers
 
     def _keep_linen(self, plan: ClassPlan, original: cst.ClassDef, name: str) -> cst.ClassDef:
         """The Linen original, renamed, for the nnx.bridge fallback (see bridge.py)."""
         rules = ", ".join(sorted(set(plan.blocking))) or "see the markers"
         wrapper = plan.name.removesuffix("Linen") if name == plan.name else plan.name
-        self.ctx.report(MOD_007, original, f"{wrapper} kept as Linen ({name}) behind nnx.bridge.ToNNX: {rules} "
-                        "block its rewrite", "fix the findings, then migrate again")
-        entry = ClassEntry(name=self.ctx.class_key(wrapper), module=self.state.module_name, file=self.state.path,
-                           new_args=dict(plan.new_args), bridge=BRIDGE_ATTR)
+        self.ctx.report(
+            MOD_007,
+            original,
+            f"{wrapper} kept as Linen ({name}) behind nnx.bridge.ToNNX: {rules} block its rewrite",
+            "fix the findings, then migrate again",
+        )
+        entry = ClassEntry(
+            name=self.ctx.class_key(wrapper),
+            module=self.state.module_name,
+            file=self.state.path,
+            new_args=dict(plan.new_args),
+            bridge=BRIDGE_ATTR,
+        )
         self.state.name_map.classes[entry.name] = entry
         marker = f"{MARKER} {MOD_007.id} {wrapper} kept as Linen behind nnx.bridge.ToNNX ({rules})"
-        lines = [line for line in original.leading_lines
-                 if not (line.comment is not None and line.comment.value.startswith(f"{MARKER} {MOD_007.id}"))]
+        lines = [
+            line
+            for line in original.leading_lines
+            if not (line.comment is not None and line.comment.value.startswith(f"{MARKER} {MOD_007.id}"))
+        ]
         placed = self.state.placed_markers
 
         class Mark(cst.CSTTransformer):  # the findings' markers, on the Linen statements they concern
@@ -245,7 +329,9 @@ class ClassRewriter:
                 return updated_node
 
         kept = original.visit(Mark())
-        return kept.with_changes(name=cst.Name(name), leading_lines=[*lines, cst.EmptyLine(comment=cst.Comment(marker))])
+        return kept.with_changes(
+            name=cst.Name(name), leading_lines=[*lines, cst.EmptyLine(comment=cst.Comment(marker))]
+        )
 
     def with_out_features(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
         """A converted class whose output size a caller reads (a loop nest, a factory field bound to
@@ -258,7 +344,9 @@ class ClassRewriter:
             if isinstance(member, cst.FunctionDef) and member.name.value == "__init__":
                 if expr == "self.out_features":
                     return stmt
-                line = parse_statement(f"self.out_features = {expr}  # the output size, read by the modules that build it\n")
+                line = parse_statement(
+                    f"self.out_features = {expr}  # the output size, read by the modules that build it\n"
+                )
                 body[i] = member.with_changes(body=member.body.with_changes(body=[*member.body.body, line]))
                 return stmt.with_changes(body=stmt.body.with_changes(body=body))
         return stmt

@@ -20,9 +20,19 @@ from linen2nnx.migrate.cst_utils import code
 
 SPATIAL_LAYERS = frozenset({"Conv", "ConvTranspose"})
 SPATIAL_ARGS_UNDECIDED = ("input_dilation", "kernel_dilation")
-POOLING = frozenset({"flax.linen.max_pool", "flax.linen.avg_pool", "flax.linen.min_pool", "flax.linen.pool",
-                     "flax.linen.pooling.max_pool", "flax.linen.pooling.avg_pool", "flax.linen.pooling.min_pool",
-                     "flax.linen.pooling.pool", "jax.numpy.reshape"})
+POOLING = frozenset(
+    {
+        "flax.linen.max_pool",
+        "flax.linen.avg_pool",
+        "flax.linen.min_pool",
+        "flax.linen.pool",
+        "flax.linen.pooling.max_pool",
+        "flax.linen.pooling.avg_pool",
+        "flax.linen.pooling.min_pool",
+        "flax.linen.pooling.pool",
+        "jax.numpy.reshape",
+    }
+)
 
 
 @dataclasses.dataclass
@@ -38,17 +48,29 @@ class ShapeTest:
 
 def parse_shape_test(test: cst.BaseExpression, node: cst.If, index: int) -> ShapeTest | None:
     """``x.shape != y.shape`` / ``x.shape == y.shape`` with ``x``, ``y`` names, else None."""
-    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
-            and isinstance(test.comparisons[0].operator, (cst.NotEqual, cst.Equal))):
+    if not (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, (cst.NotEqual, cst.Equal))
+    ):
         return None
     sides = [test.left, test.comparisons[0].comparator]
     names = []
     for side in sides:
-        if not (isinstance(side, cst.Attribute) and side.attr.value == "shape" and isinstance(side.value, cst.Name)):
+        if not (
+            isinstance(side, cst.Attribute)
+            and side.attr.value == "shape"
+            and isinstance(side.value, cst.Name)
+        ):
             return None
         names.append(side.value.value)
-    return ShapeTest(f"__shape_test_{index}__", node, names[0], names[1],
-                     isinstance(test.comparisons[0].operator, cst.Equal))
+    return ShapeTest(
+        f"__shape_test_{index}__",
+        node,
+        names[0],
+        names[1],
+        isinstance(test.comparisons[0].operator, cst.Equal),
+    )
 
 
 def strided(strides: cst.BaseExpression, kernel_size: cst.BaseExpression | None) -> str | None:
@@ -56,7 +78,12 @@ def strided(strides: cst.BaseExpression, kernel_size: cst.BaseExpression | None)
     if isinstance(strides, cst.Integer) or (isinstance(strides, cst.Name) and strides.value == "None"):
         return "False" if code(strides) in ("1", "None") else "True"
     if isinstance(kernel_size, (cst.Tuple, cst.List)):
-        ones = "(" + ", ".join("1" for _ in kernel_size.elements) + ("," if len(kernel_size.elements) == 1 else "") + ")"
+        ones = (
+            "("
+            + ", ".join("1" for _ in kernel_size.elements)
+            + ("," if len(kernel_size.elements) == 1 else "")
+            + ")"
+        )
         return f"{code(strides)} not in (None, 1, {ones})"
     return None
 
@@ -67,4 +94,3 @@ def restated(test: ShapeTest, width_a: str, width_b: str, stride_tests: list[str
         return "False" if test.equal else "True"
     text = " or ".join([f"{width_a} != {width_b}", *(t for t in stride_tests if t != "False")])
     return f"not ({text})" if test.equal else text
-

@@ -84,38 +84,56 @@ class SitePlanner:
         class V(FastVisitor):
             def visit_Call(self, node: cst.Call) -> None:
                 nonlocal found
-                if (command.ctx.self_call(node) or command.ctx.layer_rule_of(node.func) or command.ctx.user_class_of(node.func)
-                        or isinstance(node.func, cst.Call)):
+                if (
+                    command.ctx.self_call(node)
+                    or command.ctx.layer_rule_of(node.func)
+                    or command.ctx.user_class_of(node.func)
+                    or isinstance(node.func, cst.Call)
+                ):
                     found = True
 
         V().walk(value)
         return found
 
-    def plan_lazy_variable(self, plan: ClassPlan, node: cst.Call, conditions: list[str] | None,
-                            local_names: set[str]) -> bool:
+    def plan_lazy_variable(
+        self, plan: ClassPlan, node: cst.Call, conditions: list[str] | None, local_names: set[str]
+    ) -> bool:
         """``self.variable`` of a non-param collection that Linen creates on the init call (under a
         call-time condition, or sized by call-time values, or a decode cache): created on the first
         call in NNX too (see lazy_vars.py). True when planned so."""
         if self.ctx.self_call(node) != "variable":
             return False
         args = [a for a in node.args if a.keyword is None and not a.star]
-        if len(args) < 3 or len(args) != len(node.args) or not all(
-                isinstance(a.value, cst.SimpleString) for a in args[:2]):
+        if (
+            len(args) < 3
+            or len(args) != len(node.args)
+            or not all(isinstance(a.value, cst.SimpleString) for a in args[:2])
+        ):
             return False
         collection, name = args[0].value.evaluated_value, args[1].value.evaluated_value  # type: ignore[union-attr]
         var_type = COLLECTION_TYPES.get(collection)
         call_time = any((names_in(a.value) - NOT_LOCAL) & local_names for a in args[2:])
-        if var_type is None or collection == "params" or not (conditions is None or call_time or collection == "cache"):
+        if (
+            var_type is None
+            or collection == "params"
+            or not (conditions is None or call_time or collection == "cache")
+        ):
             return False
         statement = self.ctx.statement_of(node)
         if not isinstance(statement, cst.SimpleStatementLine):
             return False
         attr = name if name.isidentifier() else snake_case(name)
-        taken = set(plan.field_names) | {s.attr for s in plan.sites.values()} | {v.attr for v in plan.lazy_vars.values()}
+        taken = (
+            set(plan.field_names)
+            | {s.attr for s in plan.sites.values()}
+            | {v.attr for v in plan.lazy_vars.values()}
+        )
         while attr in taken:
             attr += "_"
         self.state.handled.add(node)
-        plan.lazy_vars[node] = LazyVar(collection, name, attr, var_type, statement, self._call_time_when(node))
+        plan.lazy_vars[node] = LazyVar(
+            collection, name, attr, var_type, statement, self._call_time_when(node)
+        )
         return True
 
     def _call_time_when(self, node: cst.CSTNode) -> str:
@@ -157,24 +175,37 @@ class SitePlanner:
         if factory_field is not None and self.ctx.field_factory(plan, factory_field) is not None:
             return  # built from a module-factory field whose bindings the codemod follows: planned there
         if factory_field in plan.field_names and factory_field not in plan.factories:
-            self.ctx.report(MOD_008, ctor, f"self.{factory_field}(...)(...) builds a submodule from the "
-                            f"module-factory field {factory_field!r} at call time",
-                            f"build it in __init__: self.<name> = {factory_field}(in_features, ..., rngs=rngs), "
-                            "with an NNX layer class passed in")
+            self.ctx.report(
+                MOD_008,
+                ctor,
+                f"self.{factory_field}(...)(...) builds a submodule from the "
+                f"module-factory field {factory_field!r} at call time",
+                f"build it in __init__: self.<name> = {factory_field}(in_features, ..., rngs=rngs), "
+                "with an NNX layer class passed in",
+            )
             return
         name = ctor.func.value if isinstance(ctor.func, cst.Name) else ctor.func.attr.value
         if isinstance(ctor.func, cst.Name) and self._bound_to_partial(ctor, name):
             # `QKVDense = partial(Dense, ...)` then `QKVDense(name='q')(x)`: a module built through a local
-            self.ctx.report(MOD_004, ctor, f"{name}(...)(...) builds a submodule through the local {name}, "
-                            "which the codemod does not follow", "build the module in __init__ with its class")
+            self.ctx.report(
+                MOD_004,
+                ctor,
+                f"{name}(...)(...) builds a submodule through the local {name}, "
+                "which the codemod does not follow",
+                "build the module in __init__ with its class",
+            )
             return
         if not name[:1].isupper() or self.ctx.self_call(ctor) is not None:
             return
         qualnames = self.ctx.qualnames(ctor.func)
         if any(q.startswith(("jax.", "jnp.", "numpy.", "functools.")) for q in qualnames):
             return
-        self.ctx.report(MOD_006, ctor, f"{name}(...)(...) looks like a Linen submodule that is not part of this "
-                        "run", "migrate the file that defines it in the same run, or convert it by hand")
+        self.ctx.report(
+            MOD_006,
+            ctor,
+            f"{name}(...)(...) looks like a Linen submodule that is not part of this run",
+            "migrate the file that defines it in the same run, or convert it by hand",
+        )
 
     def applied(self, node: cst.Call) -> bool:
         """Is ``node`` immediately called (``node(...)``): a module built and applied in place?"""
@@ -192,16 +223,19 @@ class SitePlanner:
         class Assigns(FastVisitor):
             def visit_Assign(self, assign: cst.Assign) -> None:
                 nonlocal found
-                if (any(isinstance(t.target, cst.Name) and t.target.value == name for t in assign.targets)
-                        and isinstance(assign.value, cst.Call)
-                        and command.ctx.qualnames(assign.value.func) & {"functools.partial"}):
+                if (
+                    any(isinstance(t.target, cst.Name) and t.target.value == name for t in assign.targets)
+                    and isinstance(assign.value, cst.Call)
+                    and command.ctx.qualnames(assign.value.func) & {"functools.partial"}
+                ):
                     found = True
 
         Assigns().walk(owner.body)
         return found
 
-    def conditions_of(self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str],
-                       plan: ClassPlan | None = None) -> list[str] | None:
+    def conditions_of(
+        self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str], plan: ClassPlan | None = None
+    ) -> list[str] | None:
         """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches); None when a test
         uses a call-time value, so the construction cannot be decided in __init__ -- but for a shape
         test (``if residual.shape != y.shape``), restated once the dataflow has run (shape_tests.py)."""
@@ -240,13 +274,19 @@ class SitePlanner:
             for site in under:
                 if text is None:
                     self.state.handled.add(site.ctor)
-                    self.ctx.report(MOD_004, site.ctor, f"{site.attr} is built under `{code(test.node.test)}`, "
-                                    "which the codemod cannot restate from constructor arguments",
-                                    "create it in __init__ under a test of the config, and keep the call's test")
+                    self.ctx.report(
+                        MOD_004,
+                        site.ctor,
+                        f"{site.attr} is built under `{code(test.node.test)}`, "
+                        "which the codemod cannot restate from constructor arguments",
+                        "create it in __init__ under a test of the config, and keep the call's test",
+                    )
                     continue
                 site.conditions = [c.replace(token, text) for c in site.conditions]
 
-    def _restated(self, plan: ClassPlan, test: ShapeTest, fn: cst.FunctionDef, under: list[Site]) -> str | None:
+    def _restated(
+        self, plan: ClassPlan, test: ShapeTest, fn: cst.FunctionDef, under: list[Site]
+    ) -> str | None:
         seen = plan.if_envs.get(test.node)
         if seen is None or not under:
             return None
@@ -308,8 +348,15 @@ class SitePlanner:
             return outer, arg_name, index
         return None
 
-    def plan_nested(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, nesting: tuple[Site, str, int],
-                     counters: dict[str, int | None], user: ClassPlan | None = None) -> None:
+    def plan_nested(
+        self,
+        plan: ClassPlan,
+        node: cst.Call,
+        rule: LayerRule | None,
+        nesting: tuple[Site, str, int],
+        counters: dict[str, int | None],
+        user: ClassPlan | None = None,
+    ) -> None:
         """A layer (or a Linen class of the run, e.g. a custom cell in ``nn.RNN``) built as another
         layer's argument: built in place, named in the parent's scope by Linen."""
         outer, arg_name, index = nesting
@@ -337,22 +384,44 @@ class SitePlanner:
             if shape_locals is not None and not (rule is not None and name in rule.call_args):
                 site.shape_refs[name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
             elif rule is None:
-                self.ctx.report(MOD_004, arg, f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
-                                f"uses the call-time value {', '.join(sorted(uses))}", "build this module by hand")
+                self.ctx.report(
+                    MOD_004,
+                    arg,
+                    f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
+                    f"uses the call-time value {', '.join(sorted(uses))}",
+                    "build this module by hand",
+                )
             elif name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:
                 root.view_kwargs[name] = value  # the call becomes nnx.view(layer, deterministic=...)(x)
                 moved.append(name)
             else:
-                self.ctx.report(MOD_004, arg, f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
-                                f"uses the call-time value {', '.join(sorted(uses))}", "build this layer by hand")
+                self.ctx.report(
+                    MOD_004,
+                    arg,
+                    f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
+                    f"uses the call-time value {', '.join(sorted(uses))}",
+                    "build this layer by hand",
+                )
         site.moved_args = tuple(moved)
         if moved and rule is not None:
-            self.ctx.report(LAYER_003, node, f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
-                            f"self.{root.attr} through nnx.view")
+            self.ctx.report(
+                LAYER_003,
+                node,
+                f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
+                f"self.{root.attr} through nnx.view",
+            )
 
-    def plan_compact_child(self, plan: ClassPlan, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None,
-                            loop: LoopInfo | None, counters: dict[str, int | None], local_names: set[str],
-                            conditions: list[str] | None = None) -> None:
+    def plan_compact_child(
+        self,
+        plan: ClassPlan,
+        node: cst.Call,
+        rule: LayerRule | None,
+        user: ClassPlan | None,
+        loop: LoopInfo | None,
+        counters: dict[str, int | None],
+        local_names: set[str],
+        conditions: list[str] | None = None,
+    ) -> None:
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
         class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
         bound, name_arg = bind_args(self._arg_order(rule, user), node)
@@ -367,8 +436,12 @@ class SitePlanner:
             elif loop is not None and (prefix := loop_name_prefix(name_value, loop.var)) is not None:
                 linen_name, attr, container = prefix, snake_case(prefix), "list"
             else:
-                self.ctx.report(MOD_004, name_arg, f"{what}(name=...) is not a literal the codemod can follow",
-                                "use a string literal, or f'prefix_{i}' inside `for i in range(n)`")
+                self.ctx.report(
+                    MOD_004,
+                    name_arg,
+                    f"{what}(name=...) is not a literal the codemod can follow",
+                    "use a string literal, or f'prefix_{i}' inside `for i in range(n)`",
+                )
                 return
         else:
             n = counters.get(class_name, 0)
@@ -376,9 +449,15 @@ class SitePlanner:
                 tail_of = self._loop_list(plan, class_name)
                 if tail_of is None or conditions:
                     self.state.handled.add(node.func)  # this finding says it all
-                    self.ctx.report(MOD_004, node, f"auto-named {what} after a loop that built {class_name}s"
-                                    + (" under a condition" if tail_of is not None else "") + ": its Linen name "
-                                    "depends on the loop length", "give it an explicit name=")
+                    self.ctx.report(
+                        MOD_004,
+                        node,
+                        f"auto-named {what} after a loop that built {class_name}s"
+                        + (" under a condition" if tail_of is not None else "")
+                        + ": its Linen name "
+                        "depends on the loop length",
+                        "give it an explicit name=",
+                    )
                     return
                 # Linen names it {class_name}_{loop length}: the next element of the loop's nnx.List
                 site = self.add_site(plan, node, attr=tail_of.attr, linen_name=class_name, hoisted=True)
@@ -388,13 +467,22 @@ class SitePlanner:
                 plan.hoisted_order.append(site)
                 return
             if n is None:
-                self.ctx.report(MOD_004, node, f"auto-named {what} after a loop that built {class_name}s: its "
-                                "Linen name depends on the loop length", "give it an explicit name=")
+                self.ctx.report(
+                    MOD_004,
+                    node,
+                    f"auto-named {what} after a loop that built {class_name}s: its "
+                    "Linen name depends on the loop length",
+                    "give it an explicit name=",
+                )
                 return
             if loop is not None:
                 if n:
-                    self.ctx.report(MOD_004, node, f"auto-named {what} built in a loop after other {class_name}s",
-                                    "give the loop's modules name=f'prefix_{i}'")
+                    self.ctx.report(
+                        MOD_004,
+                        node,
+                        f"auto-named {what} built in a loop after other {class_name}s",
+                        "give the loop's modules name=f'prefix_{i}'",
+                    )
                     return
                 counters[class_name] = None
                 linen_name, attr, container = class_name, snake_case(class_name), "list"
@@ -407,12 +495,15 @@ class SitePlanner:
         site = self.add_site(plan, node, attr=attr, linen_name=linen_name, hoisted=True)
         site.container, site.loop = container, loop
         if loop is not None and loop.index:
-            self.state.indexed_loops[loop.node] = loop  # `for v in seq` becomes `for v_index, v in enumerate(seq)`
+            self.state.indexed_loops[loop.node] = (
+                loop  # `for v in seq` becomes `for v_index, v in enumerate(seq)`
+            )
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, {loop.var} if loop else set())
         plan.hoisted_order.append(site)
 
-    def nest_loop(self, node: cst.For, call_time: set[str], counts: dict[str, int],
-                   plan: ClassPlan) -> tuple[set[str], dict[str, cst.SimpleStatementLine]] | None:
+    def nest_loop(
+        self, node: cst.For, call_time: set[str], counts: dict[str, int], plan: ClassPlan
+    ) -> tuple[set[str], dict[str, cst.SimpleStatementLine]] | None:
         """A ``for`` __init__ can replay (see sites.LoopNest): its iterable reads no call-time value
         (``call_time``: the method's locals but the enclosing loops' own). Returns its targets and the
         body's locals that read only the config, the loops' names and earlier such locals."""
@@ -434,13 +525,25 @@ class SitePlanner:
                 stmts[name] = stmt
         return names, stmts
 
-    def plan_nest_child(self, plan: ClassPlan, target: cst.Call, node: cst.Call, rule: LayerRule | None,
-                         user: ClassPlan | None, factory: Any, loops: list[tuple[set[str], dict[str, Any]]],
-                         counters: dict[str, int | None], local_names: set[str], conditions: list[str]) -> None:
+    def plan_nest_child(
+        self,
+        plan: ClassPlan,
+        target: cst.Call,
+        node: cst.Call,
+        rule: LayerRule | None,
+        user: ClassPlan | None,
+        factory: Any,
+        loops: list[tuple[set[str], dict[str, Any]]],
+        counters: dict[str, int | None],
+        local_names: set[str],
+        conditions: list[str],
+    ) -> None:
         """A submodule built inside a loop nest (see sites.LoopNest): auto-named, unconditional, on a
         line of the loops' own bodies."""
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
-        names = factory.linen_names if isinstance(factory, FieldFactory) else (rule.linen if rule else user.name,)  # type: ignore[union-attr]
+        names = (
+            factory.linen_names if isinstance(factory, FieldFactory) else (rule.linen if rule else user.name,)
+        )  # type: ignore[union-attr]
         bound, name_arg = bind_args(self._arg_order(rule, user), target)
         statement = self.ctx.enclosing_statement(node)
         outer = statement
@@ -462,23 +565,31 @@ class SitePlanner:
             why = f"after other {names[0]}s: its Linen names depend on theirs"
         if why is not None:
             self.state.handled.add(target.func)
-            self.ctx.report(MOD_004, node, f"{what} built inside nested loops {why} is not hoisted yet",
-                            "build the modules in __init__ (an nnx.List) and index it at the call")
+            self.ctx.report(
+                MOD_004,
+                node,
+                f"{what} built inside nested loops {why} is not hoisted yet",
+                "build the modules in __init__ (an nnx.List) and index it at the call",
+            )
             return
         counters.update(dict.fromkeys(names, None))
         assert isinstance(outer, cst.For)
         nest = plan.nests.get(outer)
         if nest is None:
-            nest = plan.nests[outer] = LoopNest(outer, set().union(*(n for n, _ in loops)),
-                                                {k: v for _, stmts in loops for k, v in stmts.items()})
+            nest = plan.nests[outer] = LoopNest(
+                outer,
+                set().union(*(n for n, _ in loops)),
+                {k: v for _, stmts in loops for k, v in stmts.items()},
+            )
         attr = snake_case(names[0]) if len(names) == 1 else _list_attr(factory.name)
         while any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
             attr = f"{attr}_"
         site = self.add_site(plan, target, attr=attr, linen_name=names[0], hoisted=True)
         site.container, site.nest = "list", nest
         nest.sites.append(site)
-        self.state.stmt_prefix.setdefault(outer, []).append(parse_statement(
-            f"{nest.iterator(site)} = iter(self.{attr})\n"))  # what the loops take the next element of
+        self.state.stmt_prefix.setdefault(outer, []).append(
+            parse_statement(f"{nest.iterator(site)} = iter(self.{attr})\n")
+        )  # what the loops take the next element of
         nest.statements[id(site)] = statement
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, nest.names)
         plan.hoisted_order.append(site)
@@ -486,12 +597,30 @@ class SitePlanner:
     @staticmethod
     def _loop_list(plan: ClassPlan, class_name: str) -> Site | None:
         """The unconditional nnx.List a loop built of auto-named ``class_name``s (Linen ``Dense_{i}``)."""
-        return next((s for s in plan.hoisted_order if (s.loop is not None or s.nest is not None) and s.container == "list"
-                     and s.linen_name == class_name and not s.conditions and s.exclusive_with is None
-                     and s.tail_of is None), None)
+        return next(
+            (
+                s
+                for s in plan.hoisted_order
+                if (s.loop is not None or s.nest is not None)
+                and s.container == "list"
+                and s.linen_name == class_name
+                and not s.conditions
+                and s.exclusive_with is None
+                and s.tail_of is None
+            ),
+            None,
+        )
 
-    def _plan_args_at_call(self, plan: ClassPlan, site: Site, rule: LayerRule | None, what: str,
-                           bound: dict[str, cst.Arg], local_names: set[str], loop_names: set[str]) -> None:
+    def _plan_args_at_call(
+        self,
+        plan: ClassPlan,
+        site: Site,
+        rule: LayerRule | None,
+        what: str,
+        bound: dict[str, cst.Arg],
+        local_names: set[str],
+        loop_names: set[str],
+    ) -> None:
         """Constructor arguments that read call-time values: mode flags move to the call, ``x.shape[-1]``
         waits for the dataflow, anything else is a finding."""
         moved = []
@@ -506,28 +635,51 @@ class SitePlanner:
                 elif shape_locals is not None:
                     site.shape_refs[arg_name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
                 else:
-                    self.ctx.report(MOD_004, arg, f"argument {arg_name}= of {what} uses the call-time value "
-                                    f"{', '.join(sorted(uses))} and cannot move to __init__",
-                                    "compute it from constructor arguments / config")
+                    self.ctx.report(
+                        MOD_004,
+                        arg,
+                        f"argument {arg_name}= of {what} uses the call-time value "
+                        f"{', '.join(sorted(uses))} and cannot move to __init__",
+                        "compute it from constructor arguments / config",
+                    )
         site.moved_args = tuple(moved)
         if moved:
-            self.ctx.report(LAYER_003, site.ctor, f"{', '.join(moved)} of {what} moved to the call of "
-                            f"self.{site.attr}")
+            self.ctx.report(
+                LAYER_003, site.ctor, f"{', '.join(moved)} of {what} moved to the call of self.{site.attr}"
+            )
 
     def add_site(self, plan: ClassPlan, call: cst.Call, *, attr: str, linen_name: str, hoisted: bool) -> Site:
         rule = self.ctx.layer_rule_of(call.func)
         user = None if rule else self.ctx.user_class_of(call.func)
         bound, _ = bind_args(self._arg_order(rule, user), call)
-        site = Site(kind="layer" if rule else "module", attr=attr, linen_name=linen_name, ctor=call,
-                    hoisted=hoisted, rule=rule, user=user, args=bound, lifted=self.ctx.lift_chain(call.func))
+        site = Site(
+            kind="layer" if rule else "module",
+            attr=attr,
+            linen_name=linen_name,
+            ctor=call,
+            hoisted=hoisted,
+            rule=rule,
+            user=user,
+            args=bound,
+            lifted=self.ctx.lift_chain(call.func),
+        )
         plan.sites[call] = site
         self.state.handled.add(call.func)
         if rule is not None and rule.manual_reason:
-            self.ctx.report(LAYER_002, call, f"nn.{rule.linen}: {rule.manual_reason}",
-                            "see docs/rules.md and the reference's layer table")
+            self.ctx.report(
+                LAYER_002,
+                call,
+                f"nn.{rule.linen}: {rule.manual_reason}",
+                "see docs/rules.md and the reference's layer table",
+            )
         if rule is not None and rule.linen == "Einsum" and einsum_bias_shape(bound) is None:
-            self.ctx.report(LAYER_002, call, "nn.Einsum bias shape cannot be derived statically (needs literal "
-                            "shape and einsum_str without '...')", "give nnx.Einsum its bias_shape by hand")
+            self.ctx.report(
+                LAYER_002,
+                call,
+                "nn.Einsum bias shape cannot be derived statically (needs literal "
+                "shape and einsum_str without '...')",
+                "give nnx.Einsum its bias_shape by hand",
+            )
         if rule is not None:
             for arg_name, arg in bound.items():
                 nnx_name = rule.nnx_arg(arg_name)
@@ -537,62 +689,112 @@ class SitePlanner:
                     check = ARG_CHECKS[rule.dropped_when[arg_name]]
                     if check.passes(code(arg.value)):
                         site.dropped_args += (arg_name,)
-                        self.ctx.report(LAYER_001, arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}")
+                        self.ctx.report(
+                            LAYER_001, arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}"
+                        )
                     else:
-                        self.ctx.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no "
-                                        f"nnx.{rule.nnx} equivalent", f"see the nnx.{rule.nnx} signature; re-express it")
+                        self.ctx.report(
+                            LAYER_002,
+                            arg,
+                            f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no nnx.{rule.nnx} equivalent",
+                            f"see the nnx.{rule.nnx} signature; re-express it",
+                        )
                 elif arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
-                    self.ctx.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} "
-                                    "equivalent", f"see the nnx.{rule.nnx} signature; drop or re-express it")
+                    self.ctx.report(
+                        LAYER_002,
+                        arg,
+                        f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} equivalent",
+                        f"see the nnx.{rule.nnx} signature; drop or re-express it",
+                    )
                 elif arg_name in rule.only_values and code(arg.value) not in rule.only_values[arg_name]:
-                    self.ctx.report(LAYER_002, arg, f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
-                                    f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
-                                    f"rewrite this nnx.{rule.nnx} by hand")
+                    self.ctx.report(
+                        LAYER_002,
+                        arg,
+                        f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
+                        f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
+                        f"rewrite this nnx.{rule.nnx} by hand",
+                    )
         return site
 
-    def add_variable_site(self, plan: ClassPlan, call: cst.Call, *, hoisted: bool, local_names: set[str],
-                           attr: str | None = None) -> Site | None:
+    def add_variable_site(
+        self,
+        plan: ClassPlan,
+        call: cst.Call,
+        *,
+        hoisted: bool,
+        local_names: set[str],
+        attr: str | None = None,
+    ) -> Site | None:
         """``self.param(name, init, *args)`` / ``self.variable(col, name, init, *args)``."""
         kind = self.ctx.self_call(call)
         self.state.handled.add(call)  # reported here either way: no generic "Linen API" finding on top
         args = [a for a in call.args if a.keyword is None]
         need = 2 if kind == "param" else 3
         literal = [a.value for a in args[: need - 1]]
-        if (len(args) < need or any(a.star for a in call.args)
-                or not all(isinstance(v, cst.SimpleString) for v in literal)):
-            self.ctx.report(API_002, call, f"self.{kind}(...) with non-literal names or keyword-only arguments",
-                            "create the nnx.Variable in __init__ by hand")
+        if (
+            len(args) < need
+            or any(a.star for a in call.args)
+            or not all(isinstance(v, cst.SimpleString) for v in literal)
+        ):
+            self.ctx.report(
+                API_002,
+                call,
+                f"self.{kind}(...) with non-literal names or keyword-only arguments",
+                "create the nnx.Variable in __init__ by hand",
+            )
             return None
         collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
         name = literal[-1].evaluated_value  # type: ignore[union-attr]
         var_type = COLLECTION_TYPES.get(collection)
         if var_type is None:
-            self.ctx.report(API_002, call, f"self.variable in the custom collection {collection!r}",
-                            "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name")
+            self.ctx.report(
+                API_002,
+                call,
+                f"self.variable in the custom collection {collection!r}",
+                "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name",
+            )
             return None
         if any(a.keyword is not None for a in call.args):
-            self.ctx.report(API_002, call, f"self.{kind}(...) keyword arguments are not converted yet",
-                            "create the nnx.Variable in __init__ by hand")
+            self.ctx.report(
+                API_002,
+                call,
+                f"self.{kind}(...) keyword arguments are not converted yet",
+                "create the nnx.Variable in __init__ by hand",
+            )
             return None
         shape_refs: dict[str, list[str]] = {}
         for i, a in enumerate(args):
             uses = (names_in(a.value) - NOT_LOCAL) & local_names
             refs = shape_last_refs(a.value, uses) if uses else None
             if uses and refs is None:
-                self.ctx.report(MOD_004, call, f"self.{kind}({name!r}, ...) uses the call-time value "
-                                f"{', '.join(sorted(uses))} and cannot move to __init__",
-                                "derive its shape from constructor arguments, or use --trace")
+                self.ctx.report(
+                    MOD_004,
+                    call,
+                    f"self.{kind}({name!r}, ...) uses the call-time value "
+                    f"{', '.join(sorted(uses))} and cannot move to __init__",
+                    "derive its shape from constructor arguments, or use --trace",
+                )
                 return None
             if refs:
                 shape_refs[str(i)] = refs  # (x.shape[-1], features): the dataflow knows x's size
         if collection == "cache" and hoisted:
-            self.ctx.report(API_002, call, "a Linen decode cache created at call time", "use NNX's init_cache pattern")
+            self.ctx.report(
+                API_002, call, "a Linen decode cache created at call time", "use NNX's init_cache pattern"
+            )
             return None
         attr = attr or (name if name.isidentifier() else snake_case(name))
         if attr in plan.field_names:
             attr = f"{attr}_"
-        site = Site(kind="param" if kind == "param" else "variable", attr=attr, linen_name=name, ctor=call,
-                    hoisted=hoisted, collection=collection, var_type=var_type, shape_refs=shape_refs)
+        site = Site(
+            kind="param" if kind == "param" else "variable",
+            attr=attr,
+            linen_name=name,
+            ctor=call,
+            hoisted=hoisted,
+            collection=collection,
+            var_type=var_type,
+            shape_refs=shape_refs,
+        )
         site.args = {str(i): a for i, a in enumerate(args)}
         plan.sites[call] = site
         if hoisted:

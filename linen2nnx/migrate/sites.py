@@ -39,18 +39,47 @@ def with_new_markers(stmt: _Stmt, notes: list[str]) -> _Stmt:
     now knows) never adds another wording of a marker that is already there."""
     existing = {line.comment.value for line in stmt.leading_lines if line.comment is not None}
     marked = {" ".join(c.split()[:3]) for c in existing if c.startswith(MARKER)}
-    extra = [cst.EmptyLine(comment=cst.Comment(n)) for n in dict.fromkeys(notes)
-             if n not in existing and " ".join(n.split()[:3]) not in marked]
+    extra = [
+        cst.EmptyLine(comment=cst.Comment(n))
+        for n in dict.fromkeys(notes)
+        if n not in existing and " ".join(n.split()[:3]) not in marked
+    ]
     return stmt.with_changes(leading_lines=[*stmt.leading_lines, *extra]) if extra else stmt
+
+
 # Linen-only Module API: a call on ``self`` to any of these has no NNX meaning yet.
-LINEN_SELF_API = frozenset({
-    "param", "variable", "sow", "make_rng", "is_initializing", "is_mutable_collection", "has_variable",
-    "put_variable", "get_variable", "has_rng", "scope", "variables", "bind", "unbind", "apply", "init",
-    "init_with_output", "perturb", "lazy_init", "path",
-})
+LINEN_SELF_API = frozenset(
+    {
+        "param",
+        "variable",
+        "sow",
+        "make_rng",
+        "is_initializing",
+        "is_mutable_collection",
+        "has_variable",
+        "put_variable",
+        "get_variable",
+        "has_rng",
+        "scope",
+        "variables",
+        "bind",
+        "unbind",
+        "apply",
+        "init",
+        "init_with_output",
+        "perturb",
+        "lazy_init",
+        "path",
+    }
+)
 MERGE_PARAM = frozenset({"merge_param", "module.merge_param"})
 # Linen collection -> NNX Variable type (the registry of nnx.variablelib, verified in the reference).
-COLLECTION_TYPES = {"params": "Param", "batch_stats": "BatchStat", "cache": "Cache", "intermediates": "Intermediate"}
+COLLECTION_TYPES = {
+    "params": "Param",
+    "batch_stats": "BatchStat",
+    "cache": "Cache",
+    "intermediates": "Intermediate",
+}
 
 
 @dataclasses.dataclass
@@ -98,8 +127,12 @@ class LoopNest:
     names: set[str]  # loop targets and the loop bodies' locals the constructors may read
     local_stmts: dict[str, cst.SimpleStatementLine]  # body local -> its assignment (replayed in __init__)
     sites: list[Site] = dataclasses.field(default_factory=list)
-    statements: dict[int, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)  # id(site) -> its line
-    applied: dict[int, int] = dataclasses.field(default_factory=dict)  # id(site) -> when the dataflow applies it
+    statements: dict[int, cst.SimpleStatementLine] = dataclasses.field(
+        default_factory=dict
+    )  # id(site) -> its line
+    applied: dict[int, int] = dataclasses.field(
+        default_factory=dict
+    )  # id(site) -> when the dataflow applies it
     # first (``norm(dense(x))`` builds the Dense first: the LayerNorm's size reads ``self.dense[-1]``)
 
     def iterator(self, site: Site) -> str:
@@ -120,7 +153,9 @@ class Site:
     user: ClassPlan | None = None
     args: dict[str, cst.Arg] = dataclasses.field(default_factory=dict)  # Linen argument name -> original Arg
     in_expr: str | None = None
-    user_in: dict[str, str] = dataclasses.field(default_factory=dict)  # new ctor arg of the user class -> expr
+    user_in: dict[str, str] = dataclasses.field(
+        default_factory=dict
+    )  # new ctor arg of the user class -> expr
     moved_args: tuple[str, ...] = ()  # Linen args moved to call time
     dropped_args: tuple[str, ...] = ()  # Linen args the NNX layer already honours (LayerRule.dropped_when)
     container: str | None = None
@@ -131,8 +166,12 @@ class Site:
     nested: list[Site] = dataclasses.field(default_factory=list)
     nested_arg: str = ""  # the parent's Linen argument holding this one ("cell", or "layers" + index)
     element: int = -1  # index in the parent's list argument (Sequential)
-    shape_refs: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # arg -> locals used as `v.shape[-1]`
-    arg_sources: dict[str, str] = dataclasses.field(default_factory=dict)  # arg -> source resolved by the dataflow
+    shape_refs: dict[str, list[str]] = dataclasses.field(
+        default_factory=dict
+    )  # arg -> locals used as `v.shape[-1]`
+    arg_sources: dict[str, str] = dataclasses.field(
+        default_factory=dict
+    )  # arg -> source resolved by the dataflow
     view_kwargs: dict[str, str] = dataclasses.field(default_factory=dict)  # mode kwargs applied with nnx.view
     conditions: list[str] = dataclasses.field(default_factory=list)  # config tests of enclosing `if`s
     lifted: Any = None  # a migrate.lifted.LiftChain: built / applied under nn.scan, nn.remat, nn.vmap
@@ -178,25 +217,39 @@ class ClassPlan:
     sites: dict[cst.Call, Site] = dataclasses.field(default_factory=dict)
     new_args: dict[str, str] = dataclasses.field(default_factory=dict)  # kw-only arg -> how obtained
     setup: cst.FunctionDef | None = None
-    compact: cst.FunctionDef | None = None  # the @nn.compact method (its pure locals are replayed in __init__)
+    compact: cst.FunctionDef | None = (
+        None  # the @nn.compact method (its pure locals are replayed in __init__)
+    )
     hoisted_order: list[Site] = dataclasses.field(default_factory=list)
     containers: dict[str, list[Site]] = dataclasses.field(default_factory=dict)
     pure_locals: dict[str, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)
-    shape_locals: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # local -> vars read as v.shape[-1]
-    shape_local_sizes: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # local -> {v: size}
+    shape_locals: dict[str, list[str]] = dataclasses.field(
+        default_factory=dict
+    )  # local -> vars read as v.shape[-1]
+    shape_local_sizes: dict[str, dict[str, str]] = dataclasses.field(
+        default_factory=dict
+    )  # local -> {v: size}
     needed_locals: list[str] = dataclasses.field(default_factory=list)
     setup_vars: dict[str, str] = dataclasses.field(default_factory=dict)  # setup attr -> param | variable
     out: Feat | None = None  # feature size of ``__call__``'s result
     first_input: str = "x"
-    local_sites: dict[str, Site] = dataclasses.field(default_factory=dict)  # compact local bound to a submodule
-    branch_sites: dict[str, BranchLocal] = dataclasses.field(default_factory=dict)  # local bound per `if` branch
+    local_sites: dict[str, Site] = dataclasses.field(
+        default_factory=dict
+    )  # compact local bound to a submodule
+    branch_sites: dict[str, BranchLocal] = dataclasses.field(
+        default_factory=dict
+    )  # local bound per `if` branch
     uses_rngs: bool = False  # make_rng is used: the module keeps ``self.rngs``
-    method_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(default_factory=dict)  # method -> (params, result)
+    method_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(
+        default_factory=dict
+    )  # method -> (params, result)
 
     key: str = ""  # name-map key (module.Class)
     activation_fields: set[str] = dataclasses.field(default_factory=set)  # fields defaulting to nn.relu & co.
     factories: dict[str, Any] = dataclasses.field(default_factory=dict)  # helper method -> factories.Factory
-    lazy_vars: dict[cst.Call, Any] = dataclasses.field(default_factory=dict)  # self.variable -> lazy_vars.LazyVar
+    lazy_vars: dict[cst.Call, Any] = dataclasses.field(
+        default_factory=dict
+    )  # self.variable -> lazy_vars.LazyVar
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
@@ -206,18 +259,29 @@ class ClassPlan:
     # its __call__ parameters ("True": possibly always); None: never (see lazy_vars.py)
     partial_classes: set[Any] = dataclasses.field(default_factory=set)  # classes of converted partial locals
     shape_tests: dict[Any, Any] = dataclasses.field(default_factory=dict)  # `if` -> (ShapeTest, method)
-    if_envs: dict[Any, Any] = dataclasses.field(default_factory=dict)  # `if` -> (values its test sees, params)
+    if_envs: dict[Any, Any] = dataclasses.field(
+        default_factory=dict
+    )  # `if` -> (values its test sees, params)
     is_cell: bool = False  # an nn.RNNCellBase subclass: __call__(carry, x) returns a carry of the same shape
     nests: dict[Any, LoopNest] = dataclasses.field(default_factory=dict)  # outermost `for` -> its LoopNest
-    mode_partials: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # local -> {flag: source}
+    mode_partials: dict[str, dict[str, str]] = dataclasses.field(
+        default_factory=dict
+    )  # local -> {flag: source}
 
     @property
     def field_names(self) -> list[str]:
         return [f.name for f in self.fields]
 
     def summary(self) -> ClassSummary:
-        return ClassSummary(self.key, self.name, list(self.fields), dict(self.new_args), self.out, self.first_input,
-                            self.state_when)
+        return ClassSummary(
+            self.key,
+            self.name,
+            list(self.fields),
+            dict(self.new_args),
+            self.out,
+            self.first_input,
+            self.state_when,
+        )
 
 
 @dataclasses.dataclass
@@ -234,8 +298,15 @@ class ClassSummary:
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
-        return ClassPlan(name=self.name, fields=list(self.fields), new_args=dict(self.new_args), out=self.out,
-                         first_input=self.first_input, key=self.key, state_when=self.state_when)
+        return ClassPlan(
+            name=self.name,
+            fields=list(self.fields),
+            new_args=dict(self.new_args),
+            out=self.out,
+            first_input=self.first_input,
+            key=self.key,
+            state_when=self.state_when,
+        )
 
 
 def range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
@@ -275,8 +346,13 @@ def loop_name_prefix(value: cst.BaseExpression, var: str) -> str | None:
     text, expr = value.parts
     if not (isinstance(text, cst.FormattedStringText) and isinstance(expr, cst.FormattedStringExpression)):
         return None
-    if not (text.value.endswith("_") and isinstance(expr.expression, cst.Name) and expr.expression.value == var
-            and expr.conversion is None and expr.format_spec is None):
+    if not (
+        text.value.endswith("_")
+        and isinstance(expr.expression, cst.Name)
+        and expr.expression.value == var
+        and expr.conversion is None
+        and expr.format_spec is None
+    ):
         return None
     prefix = text.value[:-1]
     return prefix if prefix.isidentifier() else None
@@ -304,12 +380,21 @@ def einsum_bias_shape(bound: dict[str, cst.Arg]) -> str | None:
 
 def is_shape_last(node: cst.CSTNode) -> str | None:
     """``v.shape[-1]`` -> ``"v"``."""
-    if (isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
-            and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape"
-            and isinstance(node.value.value, cst.Name)):
+    if (
+        isinstance(node, cst.Subscript)
+        and len(node.slice) == 1
+        and isinstance(node.slice[0].slice, cst.Index)
+        and isinstance(node.value, cst.Attribute)
+        and node.value.attr.value == "shape"
+        and isinstance(node.value.value, cst.Name)
+    ):
         index = node.slice[0].slice.value
-        if (isinstance(index, cst.UnaryOperation) and isinstance(index.operator, cst.Minus)
-                and isinstance(index.expression, cst.Integer) and index.expression.value == "1"):
+        if (
+            isinstance(index, cst.UnaryOperation)
+            and isinstance(index.operator, cst.Minus)
+            and isinstance(index.expression, cst.Integer)
+            and index.expression.value == "1"
+        ):
             return node.value.value.value
     return None
 
@@ -346,8 +431,11 @@ def replace_shape_last(value: cst.BaseExpression, sizes: dict[str, str]) -> str:
             name = is_shape_last(original)
             if name is None or name not in sizes:
                 return updated
-            return parse_expression(f"({sizes[name]})" if not sizes[name].isidentifier() and
-                                        not sizes[name].replace(".", "").isidentifier() else sizes[name])
+            return parse_expression(
+                f"({sizes[name]})"
+                if not sizes[name].isidentifier() and not sizes[name].replace(".", "").isidentifier()
+                else sizes[name]
+            )
 
     return code(value.visit(T()))
 

@@ -72,11 +72,18 @@ class Sizer:
     def _traced_arg(self, plan: ClassPlan, site: Site, arg: str, how: str, node: cst.CSTNode) -> str:
         """A submodule's argument its own config could not express (``traced:6``): the caller's config
         expression with that traced value, when exactly one matches."""
-        matched = self._match_config([int(how.split(":")[1])], self.state.trace.instances.get(plan.name, [])
-                                     if self.state.trace is not None else [], plan)
+        matched = self._match_config(
+            [int(how.split(":")[1])],
+            self.state.trace.instances.get(plan.name, []) if self.state.trace is not None else [],
+            plan,
+        )
         if len(matched) == 1:
-            self.ctx.report(SHAPE_001, node, f"{arg} of {site.user.name if site.user else site.attr} = "
-                            f"{matched[0]} (traced: {how.split(':')[1]}; the only config value that matches)")
+            self.ctx.report(
+                SHAPE_001,
+                node,
+                f"{arg} of {site.user.name if site.user else site.attr} = "
+                f"{matched[0]} (traced: {how.split(':')[1]}; the only config value that matches)",
+            )
             return matched[0]
         return self._required_arg(plan, site, f"{arg} of {site.user.name if site.user else site.attr}", node)
 
@@ -84,10 +91,16 @@ class Sizer:
         """A Linen cell's hidden size is its carry's last axis (``h.shape[-1]``), not ``features``: the
         two differ when a caller hands in a carry of another width (seq2seq's decoder starts from the
         encoder's state). A trace that shows such a carry makes the NNX cell's size a manual finding."""
-        if (self.state.trace is None or site.rule is None or site.rule.out_arg not in site.args
-                or site.rule.out_arg in site.arg_sources):
+        if (
+            self.state.trace is None
+            or site.rule is None
+            or site.rule.out_arg not in site.args
+            or site.rule.out_arg in site.arg_sources
+        ):
             return
-        carried = {sizes[-1] for sizes in self.state.trace.carries.get((plan.name, site.linen_name), []) if sizes}
+        carried = {
+            sizes[-1] for sizes in self.state.trace.carries.get((plan.name, site.linen_name), []) if sizes
+        }
         features = code(site.args[site.rule.out_arg].value)
         values = self._config_values(features, self.state.trace.instances.get(plan.name, []))
         if values is None:
@@ -102,23 +115,43 @@ class Sizer:
             size = f"{site.attr}_hidden_features".replace("/", "_")
             plan.new_args[size] = f"traced:{carried.pop()}"
         else:
-            self.ctx.report(SHAPE_003, node, f"hidden size of {plan.name}.{site.attr}: Linen's nn.{site.rule.linen} "
-                            f"takes it from its carry (traced {sorted(carried)}), not from {features} (traced "
-                            f"{sorted(declared)})", f"give nnx.{site.rule.nnx} the carry's width as hidden_features")
+            self.ctx.report(
+                SHAPE_003,
+                node,
+                f"hidden size of {plan.name}.{site.attr}: Linen's nn.{site.rule.linen} "
+                f"takes it from its carry (traced {sorted(carried)}), not from {features} (traced "
+                f"{sorted(declared)})",
+                f"give nnx.{site.rule.nnx} the carry's width as hidden_features",
+            )
             return
         site.arg_sources[site.rule.out_arg] = size
-        self.ctx.report(SHAPE_001, node, f"hidden size of {plan.name}.{site.attr} = {size}: Linen's "
-                        f"nn.{site.rule.linen} takes it from its carry (traced), not from {features}")
+        self.ctx.report(
+            SHAPE_001,
+            node,
+            f"hidden size of {plan.name}.{site.attr} = {size}: Linen's "
+            f"nn.{site.rule.linen} takes it from its carry (traced), not from {features}",
+        )
 
-    def resolve_shape_arg(self, plan: ClassPlan, site: Site, arg_name: str, refs: list[str], flow: FeatureFlow,
-                           params: list[str]) -> None:
+    def resolve_shape_arg(
+        self,
+        plan: ClassPlan,
+        site: Site,
+        arg_name: str,
+        refs: list[str],
+        flow: FeatureFlow,
+        params: list[str],
+    ) -> None:
         """``nn.Dense(x.shape[-1])``: replace each ``v.shape[-1]`` with v's size as the dataflow knows it."""
         replacements = {}
         for name in refs:
             feat = flow.env.get(name, Feat.unknown(name))
             if feat.kind not in ("expr", "input"):
-                self.ctx.report(MOD_004, site.args[arg_name], f"argument {arg_name}= uses {name}.shape[-1], whose "
-                                "size the dataflow cannot tell", "compute it from constructor arguments / config")
+                self.ctx.report(
+                    MOD_004,
+                    site.args[arg_name],
+                    f"argument {arg_name}= uses {name}.shape[-1], whose size the dataflow cannot tell",
+                    "compute it from constructor arguments / config",
+                )
                 site.arg_sources[arg_name] = code(site.args[arg_name].value)
                 return
             replacements[name] = self._resolve_in(plan, site, feat, params, site.ctor)
@@ -133,19 +166,35 @@ class Sizer:
         if len(classes) < 2 and site.nest is None:
             return self._single_layer_info(site)
         plans = [self.state.linen_classes.get(c) for c in classes]
-        infos = [self._single_layer_info(site if p is site.user else dataclasses.replace(site, user=p))
-                 for p in plans if p is not None] if len(classes) > 1 else [self._single_layer_info(site)]
+        infos = (
+            [
+                self._single_layer_info(site if p is site.user else dataclasses.replace(site, user=p))
+                for p in plans
+                if p is not None
+            ]
+            if len(classes) > 1
+            else [self._single_layer_info(site)]
+        )
         if len(infos) < max(len(classes), 1):
             return LayerInfo(site.flow_key, None, out_unknown=True)
         ref = f"self.{site.attr}[-1]" if site.nest is not None else f"self.{site.attr}"
         loop_names = site.nest.names if site.nest is not None else set()
 
         def out(first: Feat) -> Feat:
-            feats = [info.out_fn(first) if info.out_fn is not None else Feat.unknown(f"output of {site.attr}")
-                     if info.out_unknown else first if info.out_expr is None else Feat("expr", expr=info.out_expr)
-                     for info in infos]
+            feats = [
+                info.out_fn(first)
+                if info.out_fn is not None
+                else Feat.unknown(f"output of {site.attr}")
+                if info.out_unknown
+                else first
+                if info.out_expr is None
+                else Feat("expr", expr=info.out_expr)
+                for info in infos
+            ]
             same = all(f == feats[0] for f in feats)
-            if same and not (feats[0].kind == "expr" and names_in(parse_expression(feats[0].expr)) & loop_names):
+            if same and not (
+                feats[0].kind == "expr" and names_in(parse_expression(feats[0].expr)) & loop_names
+            ):
                 return feats[0]
             if all(f == first for f in feats):
                 return first
@@ -178,8 +227,11 @@ class Sizer:
     def _single_layer_info(self, site: Site) -> LayerInfo:
         if site.lifted is not None and site.lifted.of("scan") is not None:
             # a scan's carry keeps its shape from layer to layer; the stacked outputs are not followed
-            return LayerInfo(site.flow_key, None, out_fn=lambda first: Feat("tuple", elements=(
-                first, Feat.unknown("scan outputs"))))
+            return LayerInfo(
+                site.flow_key,
+                None,
+                out_fn=lambda first: Feat("tuple", elements=(first, Feat.unknown("scan outputs"))),
+            )
         if site.lifted is not None and site.lifted.of("vmap") is not None:
             return LayerInfo(site.flow_key, None, out_unknown=True)
         if site.kind == "layer" and site.rule is not None and site.rule.out_from is not None:
@@ -201,8 +253,11 @@ class Sizer:
                 value = value.elements[-1].value
             if site.rule.carry_init:  # a cell: (carry, y), y of `features` (the carry is not followed)
                 y = Feat("expr", expr=code(value))
-                return LayerInfo(site.flow_key, code(value), out_fn=lambda first: Feat(
-                    "tuple", elements=(Feat.unknown("a cell's carry"), y)))
+                return LayerInfo(
+                    site.flow_key,
+                    code(value),
+                    out_fn=lambda first: Feat("tuple", elements=(Feat.unknown("a cell's carry"), y)),
+                )
             return LayerInfo(site.flow_key, code(value))
         user = site.user
         assert user is not None
@@ -230,8 +285,11 @@ class Sizer:
                 return Feat("tuple", elements=tuple(seen_by_caller(e, first) for e in feat.elements))
             if feat.kind == "unknown" and feat.candidate is not None:
                 seen = seen_by_caller(feat.candidate, first)
-                return Feat("unknown", reason=f"output of {site.attr}",
-                            candidate=seen if seen.kind in ("expr", "input") else seen.candidate)
+                return Feat(
+                    "unknown",
+                    reason=f"output of {site.attr}",
+                    candidate=seen if seen.kind in ("expr", "input") else seen.candidate,
+                )
             return Feat.unknown(f"output of {site.attr}")
 
         out = user.out
@@ -245,7 +303,9 @@ class Sizer:
             if not elements:
                 return LayerInfo(site.flow_key, None, out_unknown=True)
             info = self.layer_info(elements[-1])
-            return LayerInfo(site.flow_key, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
+            return LayerInfo(
+                site.flow_key, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None
+            )
         inner = next((n for n in site.nested if n.nested_arg == rule.out_from), None)
         if inner is None:
             return LayerInfo(site.flow_key, None, out_unknown=True)
@@ -255,8 +315,11 @@ class Sizer:
 
             def y_of(first: Feat) -> Feat:
                 out = cell_out(first)
-                return out.elements[1] if out.kind == "tuple" and len(out.elements) == 2 else Feat.unknown(
-                    f"output of {inner.attr}")
+                return (
+                    out.elements[1]
+                    if out.kind == "tuple" and len(out.elements) == 2
+                    else Feat.unknown(f"output of {inner.attr}")
+                )
 
             return LayerInfo(site.flow_key, None, out_fn=y_of)
         return LayerInfo(site.flow_key, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None)
@@ -281,12 +344,23 @@ class Sizer:
                 current = info.out_expr or current
 
     def _needs_input(self, site: Site) -> bool:
-        if site.parent is not None and site.kind == "module" and site.user is not None:  # nested class of the run
+        if (
+            site.parent is not None and site.kind == "module" and site.user is not None
+        ):  # nested class of the run
             return any(how.startswith("input:") for how in site.user.new_args.values())
-        return (site.rule is not None and site.rule.in_arg is not None) or any(self._needs_input(n) for n in site.nested)
+        return (site.rule is not None and site.rule.in_arg is not None) or any(
+            self._needs_input(n) for n in site.nested
+        )
 
-    def resolve_site_inputs(self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str],
-                             node: cst.CSTNode, args: tuple[Feat, ...] = ()) -> None:
+    def resolve_site_inputs(
+        self,
+        plan: ClassPlan,
+        site: Site,
+        feats: dict[int, Feat],
+        params: list[str],
+        node: cst.CSTNode,
+        args: tuple[Feat, ...] = (),
+    ) -> None:
         if site.kind == "layer":
             assert site.rule is not None
             if self._needs_input(site):
@@ -295,7 +369,7 @@ class Sizer:
                     site.in_expr = expr
                 self._propagate_nested(site, expr)
             for inner in self.nested_sites(site):  # e.g. a cell of the run's traced hidden size
-                for arg, how in (inner.user.new_args.items() if inner.user is not None else ()):
+                for arg, how in inner.user.new_args.items() if inner.user is not None else ():
                     if how.startswith("traced:") and arg not in inner.user_in:
                         inner.user_in[arg] = self._traced_arg(plan, inner, arg, how, node)
         elif site.kind == "module":
@@ -315,15 +389,21 @@ class Sizer:
                 else:
                     site.user_in[arg] = self._required_arg(plan, site, f"{arg} of {site.user.name}", node)
 
-    def _loop_expr(self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str],
-                   node: cst.CSTNode) -> str:
+    def _loop_expr(
+        self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str], node: cst.CSTNode
+    ) -> str:
         first = self._resolve_in(plan, site, feats[0], params, node)
         later = feats.get(1)
         if site.nest is not None and later is not None and later != feats[0]:
             rest = self._resolve_in(plan, site, later, params, node)
             if names_in(parse_expression(rest)) & site.nest.names:  # another iteration's size
-                return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} after the "
-                                          "first element (it reads the loops' names)", node)
+                return self._required_arg(
+                    plan,
+                    site,
+                    f"input feature size of {plan.name}.{site.attr} after the "
+                    "first element (it reads the loops' names)",
+                    node,
+                )
             return first if rest == first else f"{first} if len(self.{site.attr}) == 0 else {rest}"
         if site.loop is None or later is None or later == feats[0]:
             return first
@@ -348,11 +428,17 @@ class Sizer:
             arg += "_"
         if arg not in plan.new_args:
             plan.new_args[arg] = f"input:{params.index(feat.input_name)}"
-            self.ctx.report(SHAPE_002, node, f"{plan.name} gains constructor argument {arg}: the last-axis "
-                            f"size of `{feat.input_name}`", f"pass {arg}=x.shape[-1] where {plan.name} is built")
+            self.ctx.report(
+                SHAPE_002,
+                node,
+                f"{plan.name} gains constructor argument {arg}: the last-axis size of `{feat.input_name}`",
+                f"pass {arg}=x.shape[-1] where {plan.name} is built",
+            )
         return arg
 
-    def _resolve_in(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode) -> str:
+    def _resolve_in(
+        self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode
+    ) -> str:
         static = self.static_size(plan, feat, params, node)
         if static is not None:
             return static
@@ -367,15 +453,25 @@ class Sizer:
         traced = self._from_trace(plan, site, feat, node)
         if traced is not None:
             return traced
-        why = {"flatten": "a flatten", "sliced": "an indexed value"}.get(feat.kind, feat.reason or "an unknown value")
-        return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} (from {why})", node)
+        why = {"flatten": "a flatten", "sliced": "an indexed value"}.get(
+            feat.kind, feat.reason or "an unknown value"
+        )
+        return self._required_arg(
+            plan, site, f"input feature size of {plan.name}.{site.attr} (from {why})", node
+        )
 
     def _flat_input(self, plan: ClassPlan, feat: Feat, params: list[str], node: cst.CSTNode) -> str | None:
         """``x.reshape(x.shape[0], -1)`` of a ``__call__`` input: the product of its other axes, from a
         new constructor argument holding the input's shape (``math.prod(x_shape[1:])``)."""
         base = feat.base
-        if not (feat.kind == "flatten" and feat.leading and base is not None and base.kind == "input"
-                and self.state.flow_method == "__call__" and base.input_name in params):
+        if not (
+            feat.kind == "flatten"
+            and feat.leading
+            and base is not None
+            and base.kind == "input"
+            and self.state.flow_method == "__call__"
+            and base.input_name in params
+        ):
             return None
         arg = f"{base.input_name}_shape"
         while arg in plan.field_names:
@@ -385,9 +481,13 @@ class Sizer:
             return None
         if arg not in plan.new_args:
             plan.new_args[arg] = how
-            self.ctx.report(SHAPE_002, node, f"{plan.name} gains constructor argument {arg}: the shape of "
-                            f"`{base.input_name}`, whose axes after the first {feat.leading} a layer reads flattened",
-                            f"pass {arg}={base.input_name}.shape where {plan.name} is built")
+            self.ctx.report(
+                SHAPE_002,
+                node,
+                f"{plan.name} gains constructor argument {arg}: the shape of "
+                f"`{base.input_name}`, whose axes after the first {feat.leading} a layer reads flattened",
+                f"pass {arg}={base.input_name}.shape where {plan.name} is built",
+            )
         self.state.needs_math_import = True
         return f"math.prod({arg}[{feat.leading}:])"
 
@@ -397,12 +497,17 @@ class Sizer:
         while arg in plan.field_names:
             arg += "_"
         plan.new_args[arg] = "unresolved"
-        self.ctx.report(SHAPE_003, node, f"{what} is unknown statically; required constructor argument {arg} added",
-                        "run `linen2nnx migrate --trace SPEC` or pass the size explicitly")
+        self.ctx.report(
+            SHAPE_003,
+            node,
+            f"{what} is unknown statically; required constructor argument {arg} added",
+            "run `linen2nnx migrate --trace SPEC` or pass the size explicitly",
+        )
         return arg
 
-    def _confirmed_candidate(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str],
-                             node: cst.CSTNode) -> str | None:
+    def _confirmed_candidate(
+        self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode
+    ) -> str | None:
         """An unknown size with a candidate (``x @ y``: y's last axis if y has rank >= 2) is taken only
         when the trace shows the site reading exactly the candidate's size in every traced call."""
         candidate = feat.candidate
@@ -412,16 +517,29 @@ class Sizer:
         sizes = {s[-1] for s in shapes}
         if len(sizes) != 1:
             return None
-        if feat.reduced:  # `jnp.mean(x, axis=(1, 2))` read as is: x had len(axes) more axes than the site's input
+        if (
+            feat.reduced
+        ):  # `jnp.mean(x, axis=(1, 2))` read as is: x had len(axes) more axes than the site's input
             ranks = {len(s) + len(feat.reduced) for s in shapes}
-            if len(ranks) != 1 or not all(-rank <= a < rank - 1 and a != -1 for a in feat.reduced for rank in ranks):
+            if len(ranks) != 1 or not all(
+                -rank <= a < rank - 1 and a != -1 for a in feat.reduced for rank in ranks
+            ):
                 return None
-            evidence = f"the reduced value has rank {ranks.pop()}, so axes {list(feat.reduced)} leave its last"
+            evidence = (
+                f"the reduced value has rank {ranks.pop()}, so axes {list(feat.reduced)} leave its last"
+            )
         else:
-            if candidate.kind == "input" and self.state.flow_method == "__call__" and candidate.input_name in params:
+            if (
+                candidate.kind == "input"
+                and self.state.flow_method == "__call__"
+                and candidate.input_name in params
+            ):
                 index = params.index(candidate.input_name)
-                seen = {call[index][-1] for call in self.state.trace.own_inputs.get(plan.name, [])
-                        if index < len(call) and call[index]}
+                seen = {
+                    call[index][-1]
+                    for call in self.state.trace.own_inputs.get(plan.name, [])
+                    if index < len(call) and call[index]
+                }
             elif candidate.kind == "expr":
                 values = self._config_values(candidate.expr, self.state.trace.instances.get(plan.name, []))
                 if values is None:
@@ -434,8 +552,11 @@ class Sizer:
             evidence = f"{sizes.pop()}, which confirms {feat.reason} as its last axis"
         size = self.static_size(plan, candidate, params, node)
         if size is not None:
-            self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {size} (traced: "
-                            f"{evidence})")
+            self.ctx.report(
+                SHAPE_001,
+                node,
+                f"input feature size of {plan.name}.{site.attr} = {size} (traced: {evidence})",
+            )
         return size
 
     def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
@@ -446,7 +567,12 @@ class Sizer:
         if not sizes:
             return None
         configs = self.state.trace.instances.get(plan.name, [])
-        if feat.kind in ("flatten", "sliced") and feat.base is not None and feat.base.kind == "expr" and configs:
+        if (
+            feat.kind in ("flatten", "sliced")
+            and feat.base is not None
+            and feat.base.kind == "expr"
+            and configs
+        ):
             base = feat.base.expr
             factors = set()
             for shape, base_value in zip(shapes, self._config_values(base, configs) or []):
@@ -455,27 +581,45 @@ class Sizer:
                     break
                 factors.add(shape[-1] // base_value)
             if factors == {1}:
-                self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {base} "
-                                f"(traced: {sizes[0]})")
+                self.ctx.report(
+                    SHAPE_001,
+                    node,
+                    f"input feature size of {plan.name}.{site.attr} = {base} (traced: {sizes[0]})",
+                )
                 return base
             if len(factors) == 1 and feat.kind == "flatten":
                 factor = factors.pop()
-                self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {factor} * "
-                                f"{base} (traced: {sizes[0]})",
-                                "the factor holds for the traced input resolution only")
+                self.ctx.report(
+                    SHAPE_001,
+                    node,
+                    f"input feature size of {plan.name}.{site.attr} = {factor} * {base} (traced: {sizes[0]})",
+                    "the factor holds for the traced input resolution only",
+                )
                 return f"{factor} * {base}"
         matched = self._match_config(sizes, configs, plan)
         if len(matched) == 1:
-            self.ctx.report(SHAPE_001, node, f"input feature size of {plan.name}.{site.attr} = {matched[0]} "
-                            f"(traced: {sizes[0]}; the only config value that matches)")
+            self.ctx.report(
+                SHAPE_001,
+                node,
+                f"input feature size of {plan.name}.{site.attr} = {matched[0]} "
+                f"(traced: {sizes[0]}; the only config value that matches)",
+            )
             return matched[0]
         if len(matched) > 1:
-            self.ctx.report(SHAPE_003, node, f"input feature size of {plan.name}.{site.attr} is ambiguous: the "
-                            f"traced {sizes[0]} equals {', '.join(matched)}",
-                            "pass the size explicitly, or trace with a config where these differ")
+            self.ctx.report(
+                SHAPE_003,
+                node,
+                f"input feature size of {plan.name}.{site.attr} is ambiguous: the "
+                f"traced {sizes[0]} equals {', '.join(matched)}",
+                "pass the size explicitly, or trace with a config where these differ",
+            )
         if len(sizes) == 1 and self.state.unsafe_fixes:
-            self.ctx.report(SHAPE_004, node, f"input feature size of {plan.name}.{site.attr} is the traced literal "
-                            f"{sizes[0]}", "replace it with an expression of the config if it can vary")
+            self.ctx.report(
+                SHAPE_004,
+                node,
+                f"input feature size of {plan.name}.{site.attr} is the traced literal {sizes[0]}",
+                "replace it with an expression of the config if it can vary",
+            )
             return str(sizes[0])
         return None
 
@@ -502,8 +646,12 @@ class Sizer:
             if len(matched) == 1 or len(named) == 1:
                 dims.append(matched[0] if len(matched) == 1 else named[0])
             else:
-                return self._required_arg(plan, site, f"{what}: axis {axis} (traced {size}) matches "
-                                          f"{', '.join(matched) or 'no config value'}", node)
+                return self._required_arg(
+                    plan,
+                    site,
+                    f"{what}: axis {axis} (traced {size}) matches {', '.join(matched) or 'no config value'}",
+                    node,
+                )
         expr = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
         self.ctx.report(SHAPE_001, node, f"{what} = {expr} (traced {shape}; axes not read are 1)")
         return expr
@@ -527,23 +675,31 @@ class Sizer:
                         inner = getattr(value, f.name, None)
                         if isinstance(inner, int) and not isinstance(inner, bool):
                             values.setdefault(f"self.{name}.{f.name}", set()).add(inner)
-        return sorted(expr for expr, seen in values.items()
-                      if seen == {sizes[0]})
+        return sorted(expr for expr, seen in values.items() if seen == {sizes[0]})
 
     def resolve_unused(self, plan: ClassPlan) -> None:
         for site in plan.sites.values():
             if site.parent is not None:
                 continue
-            if site.kind == "layer" and self._needs_input(site) and site.in_expr is None and not self._resolved(site):
-                expr = self._resolve_in(plan, site, Feat.unknown("a layer the dataflow never saw applied"),
-                                        ["x"], site.ctor)
+            if (
+                site.kind == "layer"
+                and self._needs_input(site)
+                and site.in_expr is None
+                and not self._resolved(site)
+            ):
+                expr = self._resolve_in(
+                    plan, site, Feat.unknown("a layer the dataflow never saw applied"), ["x"], site.ctor
+                )
                 if site.rule.in_arg is not None:  # type: ignore[union-attr]
                     site.in_expr = expr
                 self._propagate_nested(site, expr)
             elif site.kind == "module" and site.user and site.user.new_args and not site.user_in:
                 for arg in site.user.new_args:
-                    site.user_in[arg] = self._required_arg(plan, site, f"{arg} of {site.user.name}", site.ctor)
+                    site.user_in[arg] = self._required_arg(
+                        plan, site, f"{arg} of {site.user.name}", site.ctor
+                    )
 
     def _resolved(self, site: Site) -> bool:
         return all(self._resolved(n) for n in site.nested) and (
-            site.rule is None or site.rule.in_arg is None or site.in_expr is not None)
+            site.rule is None or site.rule.in_arg is None or site.in_expr is not None
+        )

@@ -79,8 +79,12 @@ def write_pair_spec(out_dir: Path, trace: Trace, result: MigrationResult) -> Pat
     if file_result is None or file_result.target is None:
         raise L2NError(f"--trace: the migrated {entry.file} was not written")
     input_args = {a: int(how.split(":")[1]) for a, how in entry.new_args.items() if how.startswith("input:")}
-    shape_args = {a: int(how.split(":")[1]) for a, how in entry.new_args.items() if how.startswith("input_shape:")}
-    unresolved = sorted(a for a, how in entry.new_args.items() if not how.startswith(("input:", "input_shape:")))
+    shape_args = {
+        a: int(how.split(":")[1]) for a, how in entry.new_args.items() if how.startswith("input_shape:")
+    }
+    unresolved = sorted(
+        a for a, how in entry.new_args.items() if not how.startswith(("input:", "input_shape:"))
+    )
     linen_spec = trace.spec_ref
     target_part, sep, func = linen_spec.rpartition(":")
     probe = target_part if sep else linen_spec

@@ -58,7 +58,8 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
         module = context.module
         if context.method_name == "__call__":
             own_inputs[type(module).__qualname__].append(
-                tuple(tuple(a.shape) if hasattr(a, "shape") else None for a in args))
+                tuple(tuple(a.shape) if hasattr(a, "shape") else None for a in args)
+            )
             parent = module.parent
             if not isinstance(parent, nn.Module):
                 # inside a lifted transform (nn.scan, nn.remat, ...) the parent is a Scope: the module
@@ -67,7 +68,9 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
             if isinstance(parent, nn.Module) and args and isinstance(args[0], (tuple, list)):
                 leaves = jax.tree.leaves(args[0])
                 if leaves and all(hasattr(leaf, "shape") and leaf.shape for leaf in leaves):
-                    carries[(type(parent).__qualname__, module.name)].append(tuple(leaf.shape[-1] for leaf in leaves))
+                    carries[(type(parent).__qualname__, module.name)].append(
+                        tuple(leaf.shape[-1] for leaf in leaves)
+                    )
             if isinstance(parent, nn.Module) and args and hasattr(args[0], "shape"):
                 key = (type(parent).__qualname__, module.name)
                 child_inputs[key].append(tuple(args[0].shape))

@@ -48,9 +48,16 @@ class _IsStatement(dict):
 _IS_STATEMENT = _IsStatement()
 
 
-def verify_output(output: str, original: str, *, path: str, module_name: str,
-                  external: Mapping[str, ClassSummary], rule_enabled: Callable[[str], bool],
-                  tree: cst.Module | None = None) -> tuple[str, list[Finding]]:
+def verify_output(
+    output: str,
+    original: str,
+    *,
+    path: str,
+    module_name: str,
+    external: Mapping[str, ClassSummary],
+    rule_enabled: Callable[[str], bool],
+    tree: cst.Module | None = None,
+) -> tuple[str, list[Finding]]:
     """``output`` with an inline marker on each leftover of Linen in its NNX classes, and the findings
     (with the lines of ``original``, the input of the whole migration).
 
@@ -81,8 +88,12 @@ def verify_output(output: str, original: str, *, path: str, module_name: str,
     return code_of(marked), findings
 
 
-def _leftovers(module: cst.Module, module_name: str, external: Mapping[str, ClassSummary],
-               rule_enabled: Callable[[str], bool]) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
+def _leftovers(
+    module: cst.Module,
+    module_name: str,
+    external: Mapping[str, ClassSummary],
+    rule_enabled: Callable[[str], bool],
+) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
     verifier = _Verifier(module, module_name, external)
     verifier.run()
     return [n for n in verifier.notes if rule_enabled(n[0].id)]
@@ -200,8 +211,13 @@ class _Verifier:
         while todo:
             cls = todo.pop()
             names |= _defined_names(cls)
-            todo += [self.defs[b.value.value] for b in cls.bases if isinstance(b.value, cst.Name)
-                     and b.value.value in self.defs and self.defs[b.value.value] is not cls]
+            todo += [
+                self.defs[b.value.value]
+                for b in cls.bases
+                if isinstance(b.value, cst.Name)
+                and b.value.value in self.defs
+                and self.defs[b.value.value] is not cls
+            ]
         return names
 
     # ---- the checks ------------------------------------------------------------------------------
@@ -217,29 +233,46 @@ class _Verifier:
         if isinstance(func, cst.Name) and func.value in self.linen_classes:
             linen_q = func.value
         if linen_q is not None:
-            self._report(verify_rules.VERIFY_001, call, stmt,
-                         f"{code(func)}(...) is a Linen module ({linen_q}) constructed inside NNX class {owner}"
-                         f"{_linen_args(call)}: build its NNX counterpart with rngs=rngs")
+            self._report(
+                verify_rules.VERIFY_001,
+                call,
+                stmt,
+                f"{code(func)}(...) is a Linen module ({linen_q}) constructed inside NNX class {owner}"
+                f"{_linen_args(call)}: build its NNX counterpart with rngs=rngs",
+            )
             return False
-        if isinstance(func, cst.Attribute) and func.attr.value in VARIABLE_METHODS and _self_chain(func.value):
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in VARIABLE_METHODS
+            and _self_chain(func.value)
+        ):
             if not (isinstance(func.value, cst.Name) and func.attr.value in self._own_names()):
-                self._report(verify_rules.VERIFY_003, call, stmt,
-                             f"{code(func)}(...) is Linen API (NNX modules are called directly, their "
-                             "variables are attributes)")
+                self._report(
+                    verify_rules.VERIFY_003,
+                    call,
+                    stmt,
+                    f"{code(func)}(...) is Linen API (NNX modules are called directly, their "
+                    "variables are attributes)",
+                )
             return False
         self._check_linen_reference(func, call, stmt)
         self._check_signature(call, qualnames, stmt)
         return False
 
-    def _check_linen_reference(self, func: cst.BaseExpression, node: cst.CSTNode, stmt: cst.CSTNode | None) -> None:
+    def _check_linen_reference(
+        self, func: cst.BaseExpression, node: cst.CSTNode, stmt: cst.CSTNode | None
+    ) -> None:
         """``nn.<name>(...)`` (or a decorator) that is not a pure function of flax.linen."""
         if not isinstance(func, (cst.Name, cst.Attribute)):
             return
         for q in self.names.qualnames(func):
             if q.startswith("flax.linen.") and flax_class_kind(q) is None and not is_pure_linen(q):
-                self._report(verify_rules.VERIFY_005, node, stmt,
-                             f"{code(func)} ({q}) is Linen API, not a pure function; it has no place in an "
-                             "NNX class")
+                self._report(
+                    verify_rules.VERIFY_005,
+                    node,
+                    stmt,
+                    f"{code(func)} ({q}) is Linen API, not a pure function; it has no place in an NNX class",
+                )
                 return
 
     def _check_signature(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
@@ -264,8 +297,14 @@ class _Verifier:
             if self._class_kind_by_name(name) == "nnx" and not cls.decorators:
                 found = signature_of(cls)
                 if found is None:  # no __init__ of its own: its first base of the file has it
-                    base = next((b.value.value for b in cls.bases if isinstance(b.value, cst.Name)
-                                 and b.value.value in self.defs), None)
+                    base = next(
+                        (
+                            b.value.value
+                            for b in cls.bases
+                            if isinstance(b.value, cst.Name) and b.value.value in self.defs
+                        ),
+                        None,
+                    )
                     found = self._signature(base) if base is not None else None
             self._signatures[name] = found
         return self._signatures[name]
@@ -278,16 +317,26 @@ class _Verifier:
     def _check_container(self, node: cst.Assign | cst.AnnAssign, stmt: cst.CSTNode | None) -> None:
         """``self.x = [Block(..., rngs=rngs) for ...]``: modules in a plain container attribute."""
         targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-        target = next((t for t in targets if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name)
-                       and t.value.value == "self"), None)
+        target = next(
+            (
+                t
+                for t in targets
+                if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self"
+            ),
+            None,
+        )
         if target is None or node.value is None:
             return
         kind = _container_kind(node.value)
         if kind is None or not any(self._builds_module(e) for e in _container_items(node.value)):
             return
         wrapper = "nnx.Dict" if kind == "dict" else "nnx.List"
-        self._report(verify_rules.VERIFY_006, node.value, stmt,
-                     f"{code(target)} holds NNX modules in a plain {kind}: wrap it in {wrapper}(...)")
+        self._report(
+            verify_rules.VERIFY_006,
+            node.value,
+            stmt,
+            f"{code(target)} holds NNX modules in a plain {kind}: wrap it in {wrapper}(...)",
+        )
 
     def _builds_module(self, node: cst.BaseExpression) -> bool:
         """A call that constructs an NNX module (a class of flax.nnx, of this file or of the run, or any
@@ -301,37 +350,61 @@ class _Verifier:
             return self._class_kind_by_name(func.value) == "nnx"
         if not isinstance(func, (cst.Name, cst.Attribute)):
             return False
-        return any(flax_class_kind(q) == "nnx" or self._external(q) is not None for q in self.names.qualnames(func))
+        return any(
+            flax_class_kind(q) == "nnx" or self._external(q) is not None for q in self.names.qualnames(func)
+        )
 
     def _check_attribute(self, node: cst.Attribute, stmt: cst.CSTNode | None) -> None:
         attr = node.attr.value
         if attr == "variables" and _self_chain(node.value):
             if not (isinstance(node.value, cst.Name) and attr in self._own_names()):
-                self._report(verify_rules.VERIFY_003, node, stmt,
-                             f"{code(node)} is Linen API: an NNX module holds its variables as attributes "
-                             "(nnx.state(module) gives them all)")
+                self._report(
+                    verify_rules.VERIFY_003,
+                    node,
+                    stmt,
+                    f"{code(node)} is Linen API: an NNX module holds its variables as attributes "
+                    "(nnx.state(module) gives them all)",
+                )
         elif attr in LINEN_SELF_ONLY and isinstance(node.value, cst.Name) and node.value.value == "self":
             if attr not in self._own_names():
-                self._report(verify_rules.VERIFY_004, node, stmt,
-                             f"self.{attr} is Linen Module API with no meaning in an NNX class")
+                self._report(
+                    verify_rules.VERIFY_004,
+                    node,
+                    stmt,
+                    f"self.{attr} is Linen Module API with no meaning in an NNX class",
+                )
 
 
 def _marked_by_another_rule(stmt: cst.CSTNode) -> bool:
     lines = getattr(stmt, "leading_lines", ())
-    return any(line.comment is not None and line.comment.value.startswith(MARKER)
-               and not line.comment.value.startswith(f"{MARKER} L2N-VERIFY") for line in lines)
+    return any(
+        line.comment is not None
+        and line.comment.value.startswith(MARKER)
+        and not line.comment.value.startswith(f"{MARKER} L2N-VERIFY")
+        for line in lines
+    )
 
 
 def _top_classes(module: cst.Module) -> list[cst.ClassDef]:
     return [s for s in module.body if isinstance(s, cst.ClassDef)]
 
 
-_CONTAINERS = {cst.List: "list", cst.ListComp: "list", cst.Tuple: "tuple", cst.Dict: "dict", cst.DictComp: "dict"}
+_CONTAINERS = {
+    cst.List: "list",
+    cst.ListComp: "list",
+    cst.Tuple: "tuple",
+    cst.Dict: "dict",
+    cst.DictComp: "dict",
+}
 
 
 def _container_kind(node: cst.BaseExpression) -> str | None:
     """``"list"`` / ``"tuple"`` / ``"dict"`` for a container display, a comprehension or ``list(...)``."""
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("list", "tuple", "dict"):
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value in ("list", "tuple", "dict")
+    ):
         return node.func.value if len(node.args) == 1 else None
     return _CONTAINERS.get(type(node))
 
@@ -375,8 +448,11 @@ def _defined_names(cls: cst.ClassDef) -> set[str]:
             names.add(stmt.name.value)
         elif isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
-                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else (
-                    [small.target] if isinstance(small, cst.AnnAssign) else [])
+                targets = (
+                    [t.target for t in small.targets]
+                    if isinstance(small, cst.Assign)
+                    else ([small.target] if isinstance(small, cst.AnnAssign) else [])
+                )
                 names.update(t.value for t in targets if isinstance(t, cst.Name))
     names.update(_self_assigned(cls))
     return names
@@ -393,8 +469,12 @@ def _self_assigned(cls: cst.ClassDef) -> set[str]:
         elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
             targets = [node.target]
         for t in targets:
-            for el in ([e.value for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) else [t]):
-                if isinstance(el, cst.Attribute) and isinstance(el.value, cst.Name) and el.value.value == "self":
+            for el in [e.value for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) else [t]:
+                if (
+                    isinstance(el, cst.Attribute)
+                    and isinstance(el.value, cst.Name)
+                    and el.value.value == "self"
+                ):
                     found.add(el.attr.value)
         for child in syntax_children(node):
             walk(child)

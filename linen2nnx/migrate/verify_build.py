@@ -36,12 +36,16 @@ def build_error(spec_path: Path) -> str | None:
     except Exception as e:  # any failure is the finding: the output does not build or run
         first_line = (str(e).strip().splitlines() or [""])[0]
         message = f"{type(e).__name__}: {first_line}" if first_line else type(e).__name__
-        return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 3] + "..."
+        return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
     return None
 
 
-def check_spec_builds(spec_path: Path, trace: Trace, result: MigrationResult,
-                      rule_enabled: Callable[[str], bool] = lambda _: True) -> Finding | None:
+def check_spec_builds(
+    spec_path: Path,
+    trace: Trace,
+    result: MigrationResult,
+    rule_enabled: Callable[[str], bool] = lambda _: True,
+) -> Finding | None:
     """Build the model of ``spec_path``; a failure is added to the root class's file as a finding."""
     if not rule_enabled(VERIFY_010.id):
         return None
@@ -54,9 +58,14 @@ def check_spec_builds(spec_path: Path, trace: Trace, result: MigrationResult,
     if file_result is None:
         file_result = result.files[0]
     line, col = class_position(file_result.source or "", trace.root_class)
-    finding = Finding.of(VERIFY_010, file_result.rel, line, col,
-                         f"{trace.root_class} does not build and run from {spec_path.name}: {error}",
-                         f"run `linen2nnx check --spec {spec_path}:pair` with --traceback to see where")
+    finding = Finding.of(
+        VERIFY_010,
+        file_result.rel,
+        line,
+        col,
+        f"{trace.root_class} does not build and run from {spec_path.name}: {error}",
+        f"run `linen2nnx check --spec {spec_path}:pair` with --traceback to see where",
+    )
     file_result.findings.append(finding)
     return finding
 

@@ -17,28 +17,54 @@ import libcst as cst
 from linen2nnx.migrate.linen_api import KEPT_LINEN_FUNCTIONS, equivalent_in_nnx, same_in_nnx
 from linen2nnx.migrate.sites import ClassSummary
 
-LINEN_SELF_ONLY = frozenset({
-    "param", "variable", "scope", "make_rng", "put_variable", "get_variable", "has_variable", "has_rng",
-    "is_initializing", "is_mutable_collection",
-})
+LINEN_SELF_ONLY = frozenset(
+    {
+        "param",
+        "variable",
+        "scope",
+        "make_rng",
+        "put_variable",
+        "get_variable",
+        "has_variable",
+        "has_rng",
+        "is_initializing",
+        "is_mutable_collection",
+    }
+)
 """``self.<name>`` Linen Module API with no NNX meaning (``sow`` and ``perturb`` exist in NNX too)."""
 
 VARIABLE_METHODS = frozenset({"apply", "init", "init_with_output"})
 """``<module>.<name>(...)``: Linen's functional entry points; an NNX module is called directly."""
 
-PURE_LINEN = frozenset({
-    # attention and masks: functions of their arguments (the NNX namesakes are other objects)
-    "dot_product_attention", "dot_product_attention_weights", "attention.dot_product_attention",
-    "attention.dot_product_attention_weights", "make_attention_mask", "make_causal_mask", "combine_masks",
-    "attention.make_attention_mask", "attention.make_causal_mask", "attention.combine_masks",
-    # dtype helpers
-    "dtypes.promote_dtype", "dtypes.canonicalize_dtype", "linear.promote_dtype", "linear.canonicalize_dtype",
-    # logical sharding: read the global axis rules NNX shares with Linen
-    "logical_to_mesh_axes", "spmd.logical_to_mesh_axes", "partitioning.logical_to_mesh_axes",
-    "partitioning.with_sharding_constraint", "spmd.with_sharding_constraint",
-    # decorators that only mark a method for Linen, harmless on a plain method
-    "nowrap", "module.nowrap",
-})
+PURE_LINEN = frozenset(
+    {
+        # attention and masks: functions of their arguments (the NNX namesakes are other objects)
+        "dot_product_attention",
+        "dot_product_attention_weights",
+        "attention.dot_product_attention",
+        "attention.dot_product_attention_weights",
+        "make_attention_mask",
+        "make_causal_mask",
+        "combine_masks",
+        "attention.make_attention_mask",
+        "attention.make_causal_mask",
+        "attention.combine_masks",
+        # dtype helpers
+        "dtypes.promote_dtype",
+        "dtypes.canonicalize_dtype",
+        "linear.promote_dtype",
+        "linear.canonicalize_dtype",
+        # logical sharding: read the global axis rules NNX shares with Linen
+        "logical_to_mesh_axes",
+        "spmd.logical_to_mesh_axes",
+        "partitioning.logical_to_mesh_axes",
+        "partitioning.with_sharding_constraint",
+        "spmd.with_sharding_constraint",
+        # decorators that only mark a method for Linen, harmless on a plain method
+        "nowrap",
+        "module.nowrap",
+    }
+)
 """flax.linen functions that hold no module state and are not re-exported by flax.nnx as the same
 object (those are pure by :func:`same_in_nnx`); any other flax.linen call left in an NNX class is Linen."""
 
@@ -51,7 +77,7 @@ def _flax_object(qualname: str) -> Any:
     for root in ("flax.linen", "flax.nnx"):
         if qualname == root or qualname.startswith(root + "."):
             obj: Any = importlib.import_module(root)
-            for part in qualname[len(root) + 1:].split(".") if qualname != root else ():
+            for part in qualname[len(root) + 1 :].split(".") if qualname != root else ():
                 obj = getattr(obj, part, None)
                 if obj is None:
                     return None
@@ -114,14 +140,18 @@ class Signature:
         keywords = [a.keyword.value for a in call.args if a.keyword is not None]
         positional = [a for a in call.args if a.keyword is None]
         problems = []
-        wrong = [k for k in keywords if k in self.linen_only or (not self.var_keyword and k not in self.keywords)]
+        wrong = [
+            k for k in keywords if k in self.linen_only or (not self.var_keyword and k not in self.keywords)
+        ]
         if wrong:
             problems.append(f"passes {', '.join(f'{k}=' for k in wrong)}, which its __init__ does not take")
         if not any(a.star == "*" for a in positional):
             if not self.var_positional and len(positional) > len(self.positional):
-                problems.append(f"passes {len(positional)} positional arguments, its __init__ takes "
-                                f"{len(self.positional)}")
-            given = {*self.positional[:len(positional)], *keywords}
+                problems.append(
+                    f"passes {len(positional)} positional arguments, its __init__ takes "
+                    f"{len(self.positional)}"
+                )
+            given = {*self.positional[: len(positional)], *keywords}
             missing = sorted(self.required - given, key=self._order)
             if missing:
                 problems.append(f"misses {', '.join(missing)}, which its __init__ requires")
@@ -133,7 +163,9 @@ class Signature:
 
 def signature_of(cls: cst.ClassDef) -> Signature | None:
     """The signature of ``cls.__init__`` (without ``self``); None when the class defines none."""
-    init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+    init = next(
+        (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None
+    )
     if init is None or init.decorators:
         return None
     params = init.params

@@ -29,9 +29,17 @@ def _verdict(ok: bool) -> str:
 
 
 # (header, justify, never wrap): numbers stay on one line; a path folds rather than being cut short
-_LEAF_COLUMNS = (("check", "left", True), ("path", "left", False), ("shape dtype", "left", True),
-                 ("max|Δ|", "right", True), ("tol", "right", True), ("max rel", "right", True),
-                 ("mean|Δ|", "right", True), ("cosine", "right", True), ("", "left", True))
+_LEAF_COLUMNS = (
+    ("check", "left", True),
+    ("path", "left", False),
+    ("shape dtype", "left", True),
+    ("max|Δ|", "right", True),
+    ("tol", "right", True),
+    ("max rel", "right", True),
+    ("mean|Δ|", "right", True),
+    ("cosine", "right", True),
+    ("", "left", True),
+)
 
 
 def parity_table(result: Any, *, all_leaves: bool = False) -> Table:
@@ -40,26 +48,50 @@ def parity_table(result: Any, *, all_leaves: bool = False) -> Table:
     under its path, so the path keeps the width; fields a schema version lacks (``dtype`` in /1) are blank."""
     data = pd.parity_dict(result)
     title = f"parity: {data.get('model') or 'model'} — {'PASS' if data.get('passed') else 'FAIL'}"
-    table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  caption_justify="left", caption=escape(
-                      f"tolerance: {pd.tolerance_text(data)}; ref = Linen; "
-                      f"Linen: {data.get('linen_source', '')}; NNX: {data.get('nnx_source', '')}"))
+    table = Table(
+        title=escape(title),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        caption_justify="left",
+        caption=escape(
+            f"tolerance: {pd.tolerance_text(data)}; ref = Linen; "
+            f"Linen: {data.get('linen_source', '')}; NNX: {data.get('nnx_source', '')}"
+        ),
+    )
     for col, just, no_wrap in _LEAF_COLUMNS:
-        table.add_column(col, justify=just, no_wrap=no_wrap, overflow="fold", ratio=1 if col == "path" else None)
+        table.add_column(
+            col, justify=just, no_wrap=no_wrap, overflow="fold", ratio=1 if col == "path" else None
+        )
     for name in pd.check_names(data):
         s = pd.check_summary(data, name)
         shown = pd.leaves_of(data, name) if all_leaves else pd.failing_leaves(data, name)
-        table.add_row(f"[bold]{escape(name)}[/bold]", f"{pd.leaves_text(s['leaves'])}, {s['failed']} failed", "",
-                      pd.fmt(s.get("max_abs")), "", "", "", "", _verdict(bool(s["passed"])),
-                      end_section=not shown)
+        table.add_row(
+            f"[bold]{escape(name)}[/bold]",
+            f"{pd.leaves_text(s['leaves'])}, {s['failed']} failed",
+            "",
+            pd.fmt(s.get("max_abs")),
+            "",
+            "",
+            "",
+            "",
+            _verdict(bool(s["passed"])),
+            end_section=not shown,
+        )
         for i, lf in enumerate(shown):
             details = [x for x in (pd.extra_text(lf), str(lf.get("note") or "")) if x]
             path = escape(str(lf.get("path", ""))) + "".join(f"\n[dim]{escape(d)}[/dim]" for d in details)
             table.add_row(
-                "", path, f"{pd.shape_text(lf)} {escape(str(lf.get('dtype') or ''))}".rstrip(),
-                pd.fmt(lf.get("max_abs")), pd.fmt(lf.get("tol")), pd.fmt(lf.get("max_rel")),
-                pd.fmt(lf.get("mean_abs")), pd.fmt(lf.get("cosine"), 6),
-                _verdict(bool(lf.get("passed"))), end_section=i == len(shown) - 1,
+                "",
+                path,
+                f"{pd.shape_text(lf)} {escape(str(lf.get('dtype') or ''))}".rstrip(),
+                pd.fmt(lf.get("max_abs")),
+                pd.fmt(lf.get("tol")),
+                pd.fmt(lf.get("max_rel")),
+                pd.fmt(lf.get("mean_abs")),
+                pd.fmt(lf.get("cosine"), 6),
+                _verdict(bool(lf.get("passed"))),
+                end_section=i == len(shown) - 1,
             )
     return table
 
@@ -73,12 +105,21 @@ def divergence_text(data: dict[str, Any]) -> str | None:
     if not culprit:
         return f"divergence: [green]all {len(div.get('modules') or [])} modules agree[/green]"
     inputs = div.get("inputs_agree")
-    where = ("" if inputs is None else
-             "\n  inputs agree: " + ("yes — the module itself computes differently" if inputs
-                                    else "[bold]no[/bold] — the difference comes from upstream"))
-    return (f"divergence: first differing module [bold]{escape(pd.module_name(culprit.get('linen_path')))}[/bold] "
-            f"(Linen) → [bold]{escape(pd.module_name(culprit.get('nnx_path')))}[/bold] (NNX) in {escape(str(culprit.get('check', '')))}: "
-            f"max|Δ| {pd.fmt(culprit.get('max_abs'))} > tol {pd.fmt(culprit.get('tol'))}" + where)
+    where = (
+        ""
+        if inputs is None
+        else "\n  inputs agree: "
+        + (
+            "yes — the module itself computes differently"
+            if inputs
+            else "[bold]no[/bold] — the difference comes from upstream"
+        )
+    )
+    return (
+        f"divergence: first differing module [bold]{escape(pd.module_name(culprit.get('linen_path')))}[/bold] "
+        f"(Linen) → [bold]{escape(pd.module_name(culprit.get('nnx_path')))}[/bold] (NNX) in {escape(str(culprit.get('check', '')))}: "
+        f"max|Δ| {pd.fmt(culprit.get('max_abs'))} > tol {pd.fmt(culprit.get('tol'))}" + where
+    )
 
 
 def training_text(data: dict[str, Any]) -> str | None:
@@ -87,10 +128,12 @@ def training_text(data: dict[str, Any]) -> str | None:
     if not train:
         return None
     linen, nnx = train.get("linen_loss") or [], train.get("nnx_loss") or []
-    return (f"training: {train.get('steps', len(linen))} steps {_verdict(bool(train.get('passed')))}; final loss "
-            f"Linen {pd.fmt(pd.last(linen), 6)}, NNX {pd.fmt(pd.last(nnx), 6)}; max rel. loss diff "
-            f"{pd.fmt(train.get('max_rel_loss'))}; failed leaves: params {train.get('param_leaves_failed', 0)}, "
-            f"opt_state {train.get('opt_state_leaves_failed', 0)}")
+    return (
+        f"training: {train.get('steps', len(linen))} steps {_verdict(bool(train.get('passed')))}; final loss "
+        f"Linen {pd.fmt(pd.last(linen), 6)}, NNX {pd.fmt(pd.last(nnx), 6)}; max rel. loss diff "
+        f"{pd.fmt(train.get('max_rel_loss'))}; failed leaves: params {train.get('param_leaves_failed', 0)}, "
+        f"opt_state {train.get('opt_state_leaves_failed', 0)}"
+    )
 
 
 def render_parity(result: Any, console: Console | None = None, *, all_leaves: bool = False) -> None:
@@ -104,20 +147,32 @@ def render_parity(result: Any, console: Console | None = None, *, all_leaves: bo
             console.print(line, soft_wrap=True)
     timings = data.get("timings_s") or {}
     if timings:
-        console.print("timings: " + ", ".join(f"{escape(str(k))} {pd.num(v):.2f}s" for k, v in timings.items()),
-                      soft_wrap=True)
+        console.print(
+            "timings: " + ", ".join(f"{escape(str(k))} {pd.num(v):.2f}s" for k, v in timings.items()),
+            soft_wrap=True,
+        )
 
 
 def conversion_table(report: Any) -> Table:
     """A table of a ``ConversionReport``: every Linen leaf and its NNX home, then kept-from-init state."""
-    table = Table(title=escape(f"conversion: {report.source} → {report.destination or report.target}"),
-                  title_justify="left", caption=report.summary())
+    table = Table(
+        title=escape(f"conversion: {report.source} → {report.destination or report.target}"),
+        title_justify="left",
+        caption=report.summary(),
+    )
     for col in ("Linen", "NNX", "type", "shape", "dtype", "how"):
         table.add_column(col)
     for m in report.mapped:
         table.add_row(escape(m.linen), escape(m.nnx), m.var_type, str(tuple(m.shape)), m.dtype, m.how)
     for k in report.kept_from_init:
-        table.add_row("[dim]—[/dim]", escape(k.nnx), k.var_type, str(tuple(k.shape)), k.dtype, "[dim]kept from init[/dim]")
+        table.add_row(
+            "[dim]—[/dim]",
+            escape(k.nnx),
+            k.var_type,
+            str(tuple(k.shape)),
+            k.dtype,
+            "[dim]kept from init[/dim]",
+        )
     for m in report.optimizer or []:
         table.add_row(escape(m.linen), escape(m.nnx), m.var_type, str(tuple(m.shape)), m.dtype, m.how)
     for name, why in sorted(report.ignored.items()):

@@ -64,10 +64,16 @@ def _leaf_cells(leaf: dict[str, Any], with_check: bool = False) -> list[str]:
     cells = [_td(leaf.get("check", ""), code=True)] if with_check else []
     note = f" — {_e(leaf['note'])}" if leaf.get("note") else ""
     return [
-        *cells, _td(leaf.get("path", ""), code=True), _td(pd.shape_text(leaf)), _td(leaf.get("dtype") or ""),
-        _td(pd.fmt(leaf.get("max_abs")), num=True), _td(pd.fmt(leaf.get("tol")), num=True),
-        _td(pd.fmt(leaf.get("max_rel")), num=True), _td(pd.fmt(leaf.get("mean_abs")), num=True),
-        _td(pd.fmt(leaf.get("cosine"), 6), num=True), _td(pd.extra_text(leaf)),
+        *cells,
+        _td(leaf.get("path", ""), code=True),
+        _td(pd.shape_text(leaf)),
+        _td(leaf.get("dtype") or ""),
+        _td(pd.fmt(leaf.get("max_abs")), num=True),
+        _td(pd.fmt(leaf.get("tol")), num=True),
+        _td(pd.fmt(leaf.get("max_rel")), num=True),
+        _td(pd.fmt(leaf.get("mean_abs")), num=True),
+        _td(pd.fmt(leaf.get("cosine"), 6), num=True),
+        _td(pd.extra_text(leaf)),
         f"<td>{_verdict(bool(leaf.get('passed')))}{note}</td>",
     ]
 
@@ -76,23 +82,50 @@ def _summary(data: dict[str, Any]) -> str:
     rows = []
     for name in pd.check_names(data):
         s = pd.check_summary(data, name)
-        rows.append(([_td(name, code=True), _td(s["leaves"], num=True), _td(s["failed"], num=True),
-                      _td(pd.fmt(s.get("max_abs")), num=True), f"<td>{_verdict(bool(s['passed']))}</td>"],
-                     bool(s["passed"])))
+        rows.append(
+            (
+                [
+                    _td(name, code=True),
+                    _td(s["leaves"], num=True),
+                    _td(s["failed"], num=True),
+                    _td(pd.fmt(s.get("max_abs")), num=True),
+                    f"<td>{_verdict(bool(s['passed']))}</td>",
+                ],
+                bool(s["passed"]),
+            )
+        )
     train = pd.training(data)
     if train:
-        rows.append(([_td("training", code=True), _td(f"{train.get('steps', 0)} steps", num=True),
-                      _td(f"{train.get('param_leaves_failed', 0)} params, {train.get('opt_state_leaves_failed', 0)} opt",
-                          num=True),
-                      _td(f"{pd.fmt(train.get('max_rel_loss'))} (rel. loss)", num=True),
-                      f"<td>{_verdict(bool(train.get('passed')))}</td>"], bool(train.get("passed"))))
+        rows.append(
+            (
+                [
+                    _td("training", code=True),
+                    _td(f"{train.get('steps', 0)} steps", num=True),
+                    _td(
+                        f"{train.get('param_leaves_failed', 0)} params, {train.get('opt_state_leaves_failed', 0)} opt",
+                        num=True,
+                    ),
+                    _td(f"{pd.fmt(train.get('max_rel_loss'))} (rel. loss)", num=True),
+                    f"<td>{_verdict(bool(train.get('passed')))}</td>",
+                ],
+                bool(train.get("passed")),
+            )
+        )
     div = pd.divergence(data)
     if div:
         culprit = div.get("culprit")
-        rows.append(([_td("divergence", code=True), _td(f"{len(div.get('modules') or [])} modules", num=True),
-                      _td(int(culprit is not None), num=True),
-                      _td(pd.fmt(culprit.get("max_abs")) if culprit else "—", num=True),
-                      f"<td>{_verdict(culprit is None)}</td>"], culprit is None))
+        rows.append(
+            (
+                [
+                    _td("divergence", code=True),
+                    _td(f"{len(div.get('modules') or [])} modules", num=True),
+                    _td(int(culprit is not None), num=True),
+                    _td(pd.fmt(culprit.get("max_abs")) if culprit else "—", num=True),
+                    f"<td>{_verdict(culprit is None)}</td>",
+                ],
+                culprit is None,
+            )
+        )
     return _table(["check", "leaves", "failed", "max|Δ|", "verdict"], rows)
 
 
@@ -102,13 +135,17 @@ def _training(data: dict[str, Any]) -> str:
         return ""
     linen = [pd.num(v) for v in train.get("linen_loss") or []]
     nnx = [pd.num(v) for v in train.get("nnx_loss") or []]
-    text = (f"{_e(train.get('steps', len(linen)))} steps, {_verdict(bool(train.get('passed')))}. "
-            f"Final loss: Linen {_e(pd.fmt(pd.last(linen), 6))}, NNX {_e(pd.fmt(pd.last(nnx), 6))}; "
-            f"largest relative loss difference {_e(pd.fmt(train.get('max_rel_loss')))}; "
-            f"param leaves failed: {_e(train.get('param_leaves_failed', 0))}; "
-            f"optimizer-state leaves failed: {_e(train.get('opt_state_leaves_failed', 0))}.")
-    return (f'<section id="training"><h2>Training side by side</h2><p>{text}</p>'
-            f'<figure id="loss-curves">{loss_curves_svg(linen, nnx)}</figure></section>')
+    text = (
+        f"{_e(train.get('steps', len(linen)))} steps, {_verdict(bool(train.get('passed')))}. "
+        f"Final loss: Linen {_e(pd.fmt(pd.last(linen), 6))}, NNX {_e(pd.fmt(pd.last(nnx), 6))}; "
+        f"largest relative loss difference {_e(pd.fmt(train.get('max_rel_loss')))}; "
+        f"param leaves failed: {_e(train.get('param_leaves_failed', 0))}; "
+        f"optimizer-state leaves failed: {_e(train.get('opt_state_leaves_failed', 0))}."
+    )
+    return (
+        f'<section id="training"><h2>Training side by side</h2><p>{text}</p>'
+        f'<figure id="loss-curves">{loss_curves_svg(linen, nnx)}</figure></section>'
+    )
 
 
 def _ratio(max_abs: float, tol: float) -> float:
@@ -131,17 +168,36 @@ def _error_plots(data: dict[str, Any]) -> str:
     div = pd.divergence(data)
     modules = (div or {}).get("modules") or []
     if modules:
-        rows = [ErrorRow(f"{m.get('order', '')}: {pd.module_name(m.get('nnx_path') or m.get('linen_path'))}", pd.num(m.get("max_abs")),
-                         pd.num(m.get("tol")), bool(m.get("passed"))) for m in modules]
+        rows = [
+            ErrorRow(
+                f"{m.get('order', '')}: {pd.module_name(m.get('nnx_path') or m.get('linen_path'))}",
+                pd.num(m.get("max_abs")),
+                pd.num(m.get("tol")),
+                bool(m.get("passed")),
+            )
+            for m in modules
+        ]
         shown = _pick(rows)
-        title = "max|Δ| per module, in call order" + (f" ({len(shown)} of {len(rows)})" if len(shown) < len(rows) else "")
+        title = "max|Δ| per module, in call order" + (
+            f" ({len(shown)} of {len(rows)})" if len(shown) < len(rows) else ""
+        )
         parts.append(f'<figure id="module-errors">{error_plot_svg(shown, title)}</figure>')
     leaves = pd.leaves_of(data)
-    rows = [ErrorRow(f"{lf.get('check', '')}: {lf.get('path', '')}", pd.num(lf.get("max_abs")), pd.num(lf.get("tol")),
-                     bool(lf.get("passed"))) for lf in leaves]
+    rows = [
+        ErrorRow(
+            f"{lf.get('check', '')}: {lf.get('path', '')}",
+            pd.num(lf.get("max_abs")),
+            pd.num(lf.get("tol")),
+            bool(lf.get("passed")),
+        )
+        for lf in leaves
+    ]
     shown = _pick(rows)
-    title = "max|Δ| per leaf" + (f" ({len(shown)} of {len(rows)}: failures and those nearest tolerance)"
-                                 if len(shown) < len(rows) else "")
+    title = "max|Δ| per leaf" + (
+        f" ({len(shown)} of {len(rows)}: failures and those nearest tolerance)"
+        if len(shown) < len(rows)
+        else ""
+    )
     parts.append(f'<figure id="leaf-errors">{error_plot_svg(shown, title)}</figure>')
     return '<section id="errors"><h2>Error per layer</h2>' + "".join(parts) + "</section>"
 
@@ -152,20 +208,35 @@ def _divergence(data: dict[str, Any]) -> str:
         return ""
     culprit = div.get("culprit")
     if culprit:
-        head = (f"<p><strong>First module whose output differs:</strong> <code>{_e(pd.module_name(culprit.get('linen_path')))}</code> "
-                f"(Linen) → <code>{_e(pd.module_name(culprit.get('nnx_path')))}</code> (NNX), check "
-                f"<code>{_e(culprit.get('check', ''))}</code>: max|Δ| {_e(pd.fmt(culprit.get('max_abs')))} &gt; tol "
-                f"{_e(pd.fmt(culprit.get('tol')))}.</p>")
+        head = (
+            f"<p><strong>First module whose output differs:</strong> <code>{_e(pd.module_name(culprit.get('linen_path')))}</code> "
+            f"(Linen) → <code>{_e(pd.module_name(culprit.get('nnx_path')))}</code> (NNX), check "
+            f"<code>{_e(culprit.get('check', ''))}</code>: max|Δ| {_e(pd.fmt(culprit.get('max_abs')))} &gt; tol "
+            f"{_e(pd.fmt(culprit.get('tol')))}.</p>"
+        )
     else:
         head = "<p>Every module's output agrees within tolerance.</p>"
     inputs = div.get("inputs_agree")
     if inputs is not None:
-        head += ("<p>Inputs agree: yes — the module itself computes differently.</p>" if inputs else
-                 "<p>Inputs agree: <strong>no</strong> — the difference comes from upstream of this module.</p>")
-    rows = [([_td(m.get("order", ""), num=True), _td(pd.module_name(m.get("linen_path")), code=True),
-              _td(pd.module_name(m.get("nnx_path")), code=True), _td(pd.fmt(m.get("max_abs")), num=True),
-              _td(pd.fmt(m.get("tol")), num=True), f"<td>{_verdict(bool(m.get('passed')))}</td>"],
-             bool(m.get("passed"))) for m in div.get("modules") or []]
+        head += (
+            "<p>Inputs agree: yes — the module itself computes differently.</p>"
+            if inputs
+            else "<p>Inputs agree: <strong>no</strong> — the difference comes from upstream of this module.</p>"
+        )
+    rows = [
+        (
+            [
+                _td(m.get("order", ""), num=True),
+                _td(pd.module_name(m.get("linen_path")), code=True),
+                _td(pd.module_name(m.get("nnx_path")), code=True),
+                _td(pd.fmt(m.get("max_abs")), num=True),
+                _td(pd.fmt(m.get("tol")), num=True),
+                f"<td>{_verdict(bool(m.get('passed')))}</td>",
+            ],
+            bool(m.get("passed")),
+        )
+        for m in div.get("modules") or []
+    ]
     table = _table(["#", "Linen", "NNX", "max|Δ|", "tol", "verdict"], rows) if rows else ""
     return f'<section id="divergence"><h2>Divergence</h2>{head}{table}</section>'
 
@@ -175,8 +246,10 @@ def _failures(data: dict[str, Any]) -> str:
     if not failed:
         return ""
     rows = [(_leaf_cells(lf, with_check=True), False) for lf in failed]
-    return (f'<section id="failures"><h2>Failing leaves ({len(failed)})</h2>'
-            f"{_table(['check', *_LEAF_HEADER], rows)}</section>")
+    return (
+        f'<section id="failures"><h2>Failing leaves ({len(failed)})</h2>'
+        f"{_table(['check', *_LEAF_HEADER], rows)}</section>"
+    )
 
 
 def _per_check(data: dict[str, Any]) -> str:
@@ -184,8 +257,10 @@ def _per_check(data: dict[str, Any]) -> str:
     for name in pd.check_names(data):
         s = pd.check_summary(data, name)
         rows = [(_leaf_cells(lf), bool(lf.get("passed"))) for lf in pd.leaves_of(data, name)]
-        parts.append(f"<details{'' if s['passed'] else ' open'}><summary><code>{_e(name)}</code>: {pd.leaves_text(s['leaves'])}, "
-                     f"{s['failed']} failed</summary>{_table(_LEAF_HEADER, rows)}</details>")
+        parts.append(
+            f"<details{'' if s['passed'] else ' open'}><summary><code>{_e(name)}</code>: {pd.leaves_text(s['leaves'])}, "
+            f"{s['failed']} failed</summary>{_table(_LEAF_HEADER, rows)}</details>"
+        )
     return '<section id="checks"><h2>Leaves by check</h2>' + "".join(parts) + "</section>"
 
 
@@ -198,16 +273,25 @@ def render_parity_html(result: Any) -> str:
     model = data.get("model") or "model"
     n_checks, n_leaves, n_failed = pd.counts(data)
     timings = data.get("timings_s") or {}
-    footer = (f"schema {_e(data.get('schema', ''))}"
-              + ("; timings: " + ", ".join(f"{_e(k)} {_e(pd.fmt(v))} s" for k, v in timings.items()) if timings else ""))
-    return "".join([
-        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>linen2nnx parity: {word} — {_e(model)}</title><style>{_CSS}</style></head><body>",
-        f'<header class="{"pass" if ok else "fail"}"><h1 id="verdict">Parity {word} — {_e(model)}</h1>',
-        f"<p>{pd.leaves_text(n_leaves)} in {n_checks} checks; {n_failed} failed. Linen: <code>{_e(data.get('linen_source', ''))}</code>"
-        f" · NNX: <code>{_e(data.get('nnx_source', ''))}</code> · tolerance: {_e(pd.tolerance_text(data))}</p></header>",
-        '<main><section id="summary"><h2>Checks</h2>', _summary(data), "</section>",
-        _training(data), _error_plots(data), _divergence(data), _failures(data), _per_check(data),
-        f"<footer>{footer}</footer></main></body></html>\n",
-    ])
+    footer = f"schema {_e(data.get('schema', ''))}" + (
+        "; timings: " + ", ".join(f"{_e(k)} {_e(pd.fmt(v))} s" for k, v in timings.items()) if timings else ""
+    )
+    return "".join(
+        [
+            '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>linen2nnx parity: {word} — {_e(model)}</title><style>{_CSS}</style></head><body>",
+            f'<header class="{"pass" if ok else "fail"}"><h1 id="verdict">Parity {word} — {_e(model)}</h1>',
+            f"<p>{pd.leaves_text(n_leaves)} in {n_checks} checks; {n_failed} failed. Linen: <code>{_e(data.get('linen_source', ''))}</code>"
+            f" · NNX: <code>{_e(data.get('nnx_source', ''))}</code> · tolerance: {_e(pd.tolerance_text(data))}</p></header>",
+            '<main><section id="summary"><h2>Checks</h2>',
+            _summary(data),
+            "</section>",
+            _training(data),
+            _error_plots(data),
+            _divergence(data),
+            _failures(data),
+            _per_check(data),
+            f"<footer>{footer}</footer></main></body></html>\n",
+        ]
+    )

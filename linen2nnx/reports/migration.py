@@ -32,7 +32,9 @@ SEVERITIES = ("error", "manual", "unsafe", "converted")
 _ATTENTION = ("error", "manual", "unsafe")
 
 SARIF_VERSION = "2.1.0"
-SARIF_SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+SARIF_SCHEMA_URI = (
+    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+)
 # severity -> SARIF level: a failure is an error, work left to a person a warning, a fix that rests on
 # an assumption a note, and a plain conversion no problem at all.
 SARIF_LEVEL = {"error": "error", "manual": "warning", "unsafe": "note", "converted": "none"}
@@ -42,9 +44,11 @@ def summary_line(result: MigrationResult) -> str:
     counts = result.counts()
     changed = sum(r.changed for r in result.files)
     attention = sum(counts[s] for s in _ATTENTION)
-    return (f"Converted {changed} of {len(result.files)} files; detected {attention} issues that require attention "
-            f"({counts['error']} errors, {counts['manual']} manual, {counts['unsafe']} unsafe; "
-            f"{counts['converted']} conversions).")
+    return (
+        f"Converted {changed} of {len(result.files)} files; detected {attention} issues that require attention "
+        f"({counts['error']} errors, {counts['manual']} manual, {counts['unsafe']} unsafe; "
+        f"{counts['converted']} conversions)."
+    )
 
 
 def by_rule(result: MigrationResult) -> dict[str, int]:
@@ -71,10 +75,16 @@ def to_json(result: MigrationResult) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "mode": result.mode.value,
-        "summary": {"files": len(result.files), "changed": sum(r.changed for r in result.files),
-                    "failed": sum(r.failed for r in result.files), **dict(result.counts())},
-        "files": [{"path": r.rel, "changed": r.changed, "failed": r.failed, "skipped": r.skipped}
-                  for r in result.files],
+        "summary": {
+            "files": len(result.files),
+            "changed": sum(r.changed for r in result.files),
+            "failed": sum(r.failed for r in result.files),
+            **dict(result.counts()),
+        },
+        "files": [
+            {"path": r.rel, "changed": r.changed, "failed": r.failed, "skipped": r.skipped}
+            for r in result.files
+        ],
         "findings": [f.to_json() for f in result.findings],
         "by_rule": by_rule(result),
         "outputs": [str(p) for p in (*result.written, *result.extra_outputs)],
@@ -101,14 +111,20 @@ def sarif_rules() -> list[dict[str, Any]]:
     """``tool.driver.rules``, generated from the rule catalogue (ids never change meaning)."""
     from linen2nnx.migrate.rules import RULES
 
-    return [{
-        "id": r.id,
-        "name": r.id.replace("-", ""),
-        "shortDescription": {"text": r.summary},
-        "help": {"text": f"{r.summary} See docs/rules.md.", "markdown": f"`{r.id}` ({r.severity.value}): {r.summary}"},
-        "defaultConfiguration": {"level": SARIF_LEVEL[r.severity.value]},
-        "properties": {"severity": r.severity.value, "tags": ["flax", "linen-to-nnx", r.severity.value]},
-    } for r in RULES.values()]
+    return [
+        {
+            "id": r.id,
+            "name": r.id.replace("-", ""),
+            "shortDescription": {"text": r.summary},
+            "help": {
+                "text": f"{r.summary} See docs/rules.md.",
+                "markdown": f"`{r.id}` ({r.severity.value}): {r.summary}",
+            },
+            "defaultConfiguration": {"level": SARIF_LEVEL[r.severity.value]},
+            "properties": {"severity": r.severity.value, "tags": ["flax", "linen-to-nnx", r.severity.value]},
+        }
+        for r in RULES.values()
+    ]
 
 
 def _sarif_result(f: Finding, index: dict[str, int]) -> dict[str, Any]:
@@ -116,16 +132,22 @@ def _sarif_result(f: Finding, index: dict[str, int]) -> dict[str, Any]:
     out: dict[str, Any] = {"ruleId": f.rule}
     if f.rule in index:
         out["ruleIndex"] = index[f.rule]
-    out.update({
-        "level": SARIF_LEVEL[f.severity.value],
-        "kind": "informational" if f.severity.value == "converted" else "fail",
-        "message": {"text": message},
-        "locations": [{"physicalLocation": {
-            "artifactLocation": {"uri": _artifact_uri(f.path)},
-            "region": {"startLine": max(1, f.line), "startColumn": max(1, f.col)},
-        }}],
-        "properties": {"severity": f.severity.value},
-    })
+    out.update(
+        {
+            "level": SARIF_LEVEL[f.severity.value],
+            "kind": "informational" if f.severity.value == "converted" else "fail",
+            "message": {"text": message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": _artifact_uri(f.path)},
+                        "region": {"startLine": max(1, f.line), "startColumn": max(1, f.col)},
+                    }
+                }
+            ],
+            "properties": {"severity": f.severity.value},
+        }
+    )
     return out
 
 
@@ -138,14 +160,26 @@ def to_sarif(result: MigrationResult) -> dict[str, Any]:
     return {
         "$schema": SARIF_SCHEMA_URI,
         "version": SARIF_VERSION,
-        "runs": [{
-            "tool": {"driver": {"name": "linen2nnx", "version": __version__, "semanticVersion": __version__,
-                                "rules": rules}},
-            "invocations": [{"executionSuccessful": True,
-                             "properties": {"mode": result.mode.value, "summary": summary_line(result)}}],
-            "columnKind": "unicodeCodePoints",
-            "results": [_sarif_result(f, index) for f in result.findings],
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "linen2nnx",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "rules": rules,
+                    }
+                },
+                "invocations": [
+                    {
+                        "executionSuccessful": True,
+                        "properties": {"mode": result.mode.value, "summary": summary_line(result)},
+                    }
+                ],
+                "columnKind": "unicodeCodePoints",
+                "results": [_sarif_result(f, index) for f in result.findings],
+            }
+        ],
     }
 
 
@@ -161,8 +195,9 @@ def _file_counts(r: FileResult) -> str:
     return f"{state}; " + (", ".join(parts) if parts else "no findings")
 
 
-def render_markdown(result: MigrationResult, *, max_rows_per_file: int = 200,
-                    title: str = "linen2nnx migration report") -> str:
+def render_markdown(
+    result: MigrationResult, *, max_rows_per_file: int = 200, title: str = "linen2nnx migration report"
+) -> str:
     """A report for a pull-request comment or ``$GITHUB_STEP_SUMMARY``.
 
     The summary line, a counts table by severity, one by rule, then a collapsible block per file
@@ -184,14 +219,23 @@ def render_markdown(result: MigrationResult, *, max_rows_per_file: int = 200,
     for r in result.files:
         if not r.findings and not r.changed:
             continue
-        lines += ["", "<details>", f"<summary><code>{html.escape(r.rel)}</code>: {_file_counts(r)}</summary>", ""]
+        lines += [
+            "",
+            "<details>",
+            f"<summary><code>{html.escape(r.rel)}</code>: {_file_counts(r)}</summary>",
+            "",
+        ]
         if r.findings:
             lines += ["| line:col | rule | severity | message |", "|---|---|---|---|"]
             for f in r.findings[:max_rows_per_file]:
                 hint = f" (hint: {f.hint})" if f.hint else ""
-                lines.append(f"| {f.line}:{f.col} | `{f.rule}` | {f.severity.value} | {_md_cell(f.message + hint)} |")
+                lines.append(
+                    f"| {f.line}:{f.col} | `{f.rule}` | {f.severity.value} | {_md_cell(f.message + hint)} |"
+                )
             if len(r.findings) > max_rows_per_file:
-                lines.append(f"\n… and {len(r.findings) - max_rows_per_file} more (see the JSON or SARIF report).")
+                lines.append(
+                    f"\n… and {len(r.findings) - max_rows_per_file} more (see the JSON or SARIF report)."
+                )
         else:
             lines.append("Changed with no findings.")
         lines += ["", "</details>"]
@@ -199,7 +243,10 @@ def render_markdown(result: MigrationResult, *, max_rows_per_file: int = 200,
 
 
 RENDERERS: dict[str, Callable[..., str]] = {
-    "text": render_text, "json": render_json, "sarif": render_sarif, "markdown": render_markdown,
+    "text": render_text,
+    "json": render_json,
+    "sarif": render_sarif,
+    "markdown": render_markdown,
 }
 
 

@@ -28,7 +28,9 @@ def parity_dict(result: Any) -> dict[str, Any]:
         raise TypeError(f"expected a parity result or its JSON dict, got {type(result).__name__}")
     schema = str(data.get("schema", ""))
     if not schema.startswith(SCHEMA_PREFIX):
-        raise ValueError(f"not a parity result: schema {schema!r} (expected {' or '.join(SUPPORTED_SCHEMAS)})")
+        raise ValueError(
+            f"not a parity result: schema {schema!r} (expected {' or '.join(SUPPORTED_SCHEMAS)})"
+        )
     return dict(data)
 
 
@@ -116,7 +118,12 @@ def extra_text(leaf: Mapping[str, Any]) -> str:
 
 
 def shape_text(leaf: Mapping[str, Any]) -> str:
-    return "(" + ", ".join(map(str, leaf.get("shape") or [])) + ("," if len(leaf.get("shape") or []) == 1 else "") + ")"
+    return (
+        "("
+        + ", ".join(map(str, leaf.get("shape") or []))
+        + ("," if len(leaf.get("shape") or []) == 1 else "")
+        + ")"
+    )
 
 
 def leaves_text(n: int) -> str:

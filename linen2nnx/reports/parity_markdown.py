@@ -14,8 +14,10 @@ from typing import Any
 from linen2nnx.reports import parity_data as pd
 from linen2nnx.reports.markdown_text import md_cell, md_code
 
-_LEAF_HEADER = ["| path | shape | dtype | max\\|Δ\\| | tol | max rel | mean\\|Δ\\| | cosine | extra | verdict |",
-                "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
+_LEAF_HEADER = [
+    "| path | shape | dtype | max\\|Δ\\| | tol | max rel | mean\\|Δ\\| | cosine | extra | verdict |",
+    "|---|---|---|---:|---:|---:|---:|---:|---|---|",
+]
 
 
 def _verdict(ok: bool) -> str:
@@ -25,10 +27,18 @@ def _verdict(ok: bool) -> str:
 def _leaf_row(leaf: dict[str, Any], with_check: bool = False) -> str:
     note = f" — {md_cell(leaf['note'])}" if leaf.get("note") else ""
     cells = [md_code(str(leaf.get("check", "")))] if with_check else []
-    cells += [md_code(str(leaf.get("path", ""))), pd.shape_text(leaf), md_cell(str(leaf.get("dtype") or "")),
-              pd.fmt(leaf.get("max_abs")), pd.fmt(leaf.get("tol")), pd.fmt(leaf.get("max_rel")),
-              pd.fmt(leaf.get("mean_abs")), pd.fmt(leaf.get("cosine"), 6), md_cell(pd.extra_text(leaf)),
-              _verdict(bool(leaf.get("passed"))) + note]
+    cells += [
+        md_code(str(leaf.get("path", ""))),
+        pd.shape_text(leaf),
+        md_cell(str(leaf.get("dtype") or "")),
+        pd.fmt(leaf.get("max_abs")),
+        pd.fmt(leaf.get("tol")),
+        pd.fmt(leaf.get("max_rel")),
+        pd.fmt(leaf.get("mean_abs")),
+        pd.fmt(leaf.get("cosine"), 6),
+        md_cell(pd.extra_text(leaf)),
+        _verdict(bool(leaf.get("passed"))) + note,
+    ]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -41,24 +51,33 @@ def headline(data: dict[str, Any]) -> str:
 
 def _summary(data: dict[str, Any]) -> list[str]:
     n_checks, n_leaves, n_failed = pd.counts(data)
-    lines = [f"**{pd.leaves_text(n_leaves)} in {n_checks} checks; {n_failed} failed.** "
-             f"Linen: {md_code(str(data.get('linen_source', '')))} · NNX: {md_code(str(data.get('nnx_source', '')))} · "
-             f"tolerance: {md_cell(pd.tolerance_text(data))}", ""]
+    lines = [
+        f"**{pd.leaves_text(n_leaves)} in {n_checks} checks; {n_failed} failed.** "
+        f"Linen: {md_code(str(data.get('linen_source', '')))} · NNX: {md_code(str(data.get('nnx_source', '')))} · "
+        f"tolerance: {md_cell(pd.tolerance_text(data))}",
+        "",
+    ]
     lines += ["| check | leaves | failed | max\\|Δ\\| | verdict |", "|---|---:|---:|---:|---|"]
     for name in pd.check_names(data):
         s = pd.check_summary(data, name)
-        lines.append(f"| {md_code(name)} | {s['leaves']} | {s['failed']} | {pd.fmt(s.get('max_abs'))} | "
-                     f"{_verdict(bool(s['passed']))} |")
+        lines.append(
+            f"| {md_code(name)} | {s['leaves']} | {s['failed']} | {pd.fmt(s.get('max_abs'))} | "
+            f"{_verdict(bool(s['passed']))} |"
+        )
     train = pd.training(data)
     if train:
-        lines.append(f"| `training` | {train.get('steps', 0)} steps | "
-                     f"{train.get('param_leaves_failed', 0)} params, {train.get('opt_state_leaves_failed', 0)} opt | "
-                     f"{pd.fmt(train.get('max_rel_loss'))} (rel. loss) | {_verdict(bool(train.get('passed')))} |")
+        lines.append(
+            f"| `training` | {train.get('steps', 0)} steps | "
+            f"{train.get('param_leaves_failed', 0)} params, {train.get('opt_state_leaves_failed', 0)} opt | "
+            f"{pd.fmt(train.get('max_rel_loss'))} (rel. loss) | {_verdict(bool(train.get('passed')))} |"
+        )
     div = pd.divergence(data)
     if div:
         culprit = div.get("culprit")
-        lines.append(f"| `divergence` | {len(div.get('modules') or [])} modules | {int(culprit is not None)} | "
-                     f"{pd.fmt(culprit.get('max_abs')) if culprit else '—'} | {_verdict(culprit is None)} |")
+        lines.append(
+            f"| `divergence` | {len(div.get('modules') or [])} modules | {int(culprit is not None)} | "
+            f"{pd.fmt(culprit.get('max_abs')) if culprit else '—'} | {_verdict(culprit is None)} |"
+        )
     return lines
 
 
@@ -66,8 +85,13 @@ def _failures(data: dict[str, Any], max_rows: int) -> list[str]:
     failed = pd.failing_leaves(data)
     if not failed:
         return []
-    lines = ["", f"### Failing leaves ({len(failed)})", "",
-             "| check " + _LEAF_HEADER[0], "|---" + _LEAF_HEADER[1]]
+    lines = [
+        "",
+        f"### Failing leaves ({len(failed)})",
+        "",
+        "| check " + _LEAF_HEADER[0],
+        "|---" + _LEAF_HEADER[1],
+    ]
     lines += [_leaf_row(leaf, with_check=True) for leaf in failed[:max_rows]]
     if len(failed) > max_rows:
         lines.append(f"\n… and {len(failed) - max_rows} more (see the JSON report).")
@@ -82,24 +106,40 @@ def divergence_lines(data: dict[str, Any], max_rows: int = 200) -> list[str]:
     culprit = div.get("culprit")
     lines = ["", "### Divergence", ""]
     if culprit:
-        lines.append(f"First module whose output differs: {md_code(pd.module_name(culprit.get('linen_path')))} (Linen) → "
-                     f"{md_code(pd.module_name(culprit.get('nnx_path')))} (NNX), check {md_code(str(culprit.get('check', '')))}: "
-                     f"max|Δ| {pd.fmt(culprit.get('max_abs'))} > tol {pd.fmt(culprit.get('tol'))}.")
+        lines.append(
+            f"First module whose output differs: {md_code(pd.module_name(culprit.get('linen_path')))} (Linen) → "
+            f"{md_code(pd.module_name(culprit.get('nnx_path')))} (NNX), check {md_code(str(culprit.get('check', '')))}: "
+            f"max|Δ| {pd.fmt(culprit.get('max_abs'))} > tol {pd.fmt(culprit.get('tol'))}."
+        )
     else:
         lines.append("Every module's output agrees within tolerance.")
     inputs = div.get("inputs_agree")
     if inputs is not None:
         lines.append("")
-        lines.append("Inputs agree: " + ("yes — the module itself computes differently." if inputs
-                                         else "**no** — the difference comes from upstream of this module."))
+        lines.append(
+            "Inputs agree: "
+            + (
+                "yes — the module itself computes differently."
+                if inputs
+                else "**no** — the difference comes from upstream of this module."
+            )
+        )
     modules = div.get("modules") or []
     if modules:
-        lines += ["", "<details>", f"<summary>{len(modules)} modules in call order</summary>", "",
-                  "| # | Linen | NNX | max\\|Δ\\| | tol | verdict |", "|---:|---|---|---:|---:|---|"]
+        lines += [
+            "",
+            "<details>",
+            f"<summary>{len(modules)} modules in call order</summary>",
+            "",
+            "| # | Linen | NNX | max\\|Δ\\| | tol | verdict |",
+            "|---:|---|---|---:|---:|---|",
+        ]
         for m in modules[:max_rows]:
-            lines.append(f"| {m.get('order', '')} | {md_code(pd.module_name(m.get('linen_path')))} | "
-                         f"{md_code(pd.module_name(m.get('nnx_path')))} | {pd.fmt(m.get('max_abs'))} | {pd.fmt(m.get('tol'))} | "
-                         f"{_verdict(bool(m.get('passed')))} |")
+            lines.append(
+                f"| {m.get('order', '')} | {md_code(pd.module_name(m.get('linen_path')))} | "
+                f"{md_code(pd.module_name(m.get('nnx_path')))} | {pd.fmt(m.get('max_abs'))} | {pd.fmt(m.get('tol'))} | "
+                f"{_verdict(bool(m.get('passed')))} |"
+            )
         if len(modules) > max_rows:
             lines.append(f"\n… and {len(modules) - max_rows} more.")
         lines += ["", "</details>"]
@@ -112,17 +152,29 @@ def training_lines(data: dict[str, Any], max_rows: int = 200) -> list[str]:
     if not train:
         return []
     linen, nnx = train.get("linen_loss") or [], train.get("nnx_loss") or []
-    lines = ["", f"### Training ({train.get('steps', len(linen))} steps): {_verdict(bool(train.get('passed')))}", "",
-             f"Final loss: Linen {pd.fmt(pd.last(linen), 6)}, NNX {pd.fmt(pd.last(nnx), 6)}; "
-             f"largest relative loss difference {pd.fmt(train.get('max_rel_loss'))}; "
-             f"param leaves failed: {train.get('param_leaves_failed', 0)}; "
-             f"optimizer-state leaves failed: {train.get('opt_state_leaves_failed', 0)}."]
+    lines = [
+        "",
+        f"### Training ({train.get('steps', len(linen))} steps): {_verdict(bool(train.get('passed')))}",
+        "",
+        f"Final loss: Linen {pd.fmt(pd.last(linen), 6)}, NNX {pd.fmt(pd.last(nnx), 6)}; "
+        f"largest relative loss difference {pd.fmt(train.get('max_rel_loss'))}; "
+        f"param leaves failed: {train.get('param_leaves_failed', 0)}; "
+        f"optimizer-state leaves failed: {train.get('opt_state_leaves_failed', 0)}.",
+    ]
     if linen or nnx:
-        lines += ["", "<details>", "<summary>loss per step</summary>", "",
-                  "| step | Linen | NNX |", "|---:|---:|---:|"]
+        lines += [
+            "",
+            "<details>",
+            "<summary>loss per step</summary>",
+            "",
+            "| step | Linen | NNX |",
+            "|---:|---:|---:|",
+        ]
         for i in range(min(max(len(linen), len(nnx)), max_rows)):
-            lines.append(f"| {i + 1} | {pd.fmt(linen[i] if i < len(linen) else None, 7)} | "
-                         f"{pd.fmt(nnx[i] if i < len(nnx) else None, 7)} |")
+            lines.append(
+                f"| {i + 1} | {pd.fmt(linen[i] if i < len(linen) else None, 7)} | "
+                f"{pd.fmt(nnx[i] if i < len(nnx) else None, 7)} |"
+            )
         lines += ["", "</details>"]
     return lines
 
@@ -133,9 +185,13 @@ def _per_check(data: dict[str, Any], max_rows: int) -> list[str]:
         leaves = pd.leaves_of(data, name)
         s = pd.check_summary(data, name)
         opened = " open" if not s["passed"] else ""
-        lines += ["", f"<details{opened}>",
-                  f"<summary><code>{html.escape(name)}</code>: {pd.leaves_text(s['leaves'])}, {s['failed']} failed</summary>", "",
-                  *_LEAF_HEADER]
+        lines += [
+            "",
+            f"<details{opened}>",
+            f"<summary><code>{html.escape(name)}</code>: {pd.leaves_text(s['leaves'])}, {s['failed']} failed</summary>",
+            "",
+            *_LEAF_HEADER,
+        ]
         lines += [_leaf_row(leaf) for leaf in leaves[:max_rows]]
         if len(leaves) > max_rows:
             lines.append(f"\n… and {len(leaves) - max_rows} more (see the JSON report).")

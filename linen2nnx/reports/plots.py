@@ -42,7 +42,9 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as e:
-        raise L2NError(f"the HTML report draws its plots with matplotlib, which is not installed: {INSTALL_HINT}") from e
+        raise L2NError(
+            f"the HTML report draws its plots with matplotlib, which is not installed: {INSTALL_HINT}"
+        ) from e
 
 
 def _svg(fig: Any, salt: str) -> str:
@@ -52,8 +54,10 @@ def _svg(fig: Any, salt: str) -> str:
     with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": salt}):
         fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
     text = buf.getvalue()
-    text = text[text.index("<svg"):]  # drop the XML declaration and doctype: it is inlined in HTML
-    return re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)  # RDF block: URLs, no content
+    text = text[text.index("<svg") :]  # drop the XML declaration and doctype: it is inlined in HTML
+    return re.sub(
+        r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S
+    )  # RDF block: URLs, no content
 
 
 def _figure(width: float, height: float) -> Any:
@@ -74,22 +78,40 @@ def loss_curves_svg(linen_loss: Sequence[float], nnx_loss: Sequence[float]) -> s
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1.4))
     steps_l = range(1, len(linen_loss) + 1)
     steps_n = range(1, len(nnx_loss) + 1)
-    top.plot(steps_l, _finite(linen_loss), color=LINEN_COLOR, linewidth=5, label="Linen", solid_capstyle="butt")
+    top.plot(
+        steps_l, _finite(linen_loss), color=LINEN_COLOR, linewidth=5, label="Linen", solid_capstyle="butt"
+    )
     top.plot(steps_n, _finite(nnx_loss), color=NNX_COLOR, linewidth=2.2, linestyle=(0, (5, 3)), label="NNX")
     top.set_ylabel("training loss")
     top.set_title("Training loss per step: Linen vs NNX")
     top.legend(loc="upper right")
     top.grid(alpha=0.3)
-    gaps = [abs(a - b) if math.isfinite(a) and math.isfinite(b) else math.nan
-            for a, b in zip(linen_loss, nnx_loss)]
+    gaps = [
+        abs(a - b) if math.isfinite(a) and math.isfinite(b) else math.nan
+        for a, b in zip(linen_loss, nnx_loss)
+    ]
     floor = _floor([g for g in gaps if g > 0])
     steps = range(1, len(gaps) + 1)
-    bottom.plot(steps, [g if g > 0 else math.nan for g in gaps], color=TOL_COLOR, marker="o", markersize=3,
-                linewidth=1)
+    bottom.plot(
+        steps,
+        [g if g > 0 else math.nan for g in gaps],
+        color=TOL_COLOR,
+        marker="o",
+        markersize=3,
+        linewidth=1,
+    )
     zeros = [s for s, g in zip(steps, gaps) if g == 0]
     if zeros:  # exact agreement has no place on a log axis: hollow markers on the floor, said in words
-        bottom.plot(zeros, [floor] * len(zeros), linestyle="none", marker="o", markersize=4,
-                    markerfacecolor="none", markeredgecolor=TOL_COLOR, label="exactly 0 (drawn at the floor)")
+        bottom.plot(
+            zeros,
+            [floor] * len(zeros),
+            linestyle="none",
+            marker="o",
+            markersize=4,
+            markerfacecolor="none",
+            markeredgecolor=TOL_COLOR,
+            label="exactly 0 (drawn at the floor)",
+        )
         bottom.legend(loc="upper right", fontsize=7)
     bottom.set_yscale("log")
     bottom.set_ylabel("|Linen − NNX|")
@@ -126,8 +148,9 @@ def error_plot_svg(rows: Sequence[ErrorRow], title: str) -> str:
         widths.append(ceiling if not math.isfinite(v) else max(v, floor))
         hatches.append("//" if v == 0 else ("xx" if not math.isfinite(v) else ""))
     ys = list(range(len(rows)))
-    bars = ax.barh(ys, widths, left=floor / 10, color=[PASS_COLOR if r.passed else FAIL_COLOR for r in rows],
-                   height=0.7)
+    bars = ax.barh(
+        ys, widths, left=floor / 10, color=[PASS_COLOR if r.passed else FAIL_COLOR for r in rows], height=0.7
+    )
     for bar, hatch in zip(bars, hatches):
         bar.set_hatch(hatch)
     tol_x, tol_y = [], []
@@ -145,6 +168,13 @@ def error_plot_svg(rows: Sequence[ErrorRow], title: str) -> str:
     ax.grid(axis="x", alpha=0.3, which="major")
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=PASS_COLOR, label="pass"), Patch(color=FAIL_COLOR, label="fail"),
-                       *ax.get_legend_handles_labels()[0]], loc="lower right", fontsize=7)
+    ax.legend(
+        handles=[
+            Patch(color=PASS_COLOR, label="pass"),
+            Patch(color=FAIL_COLOR, label="fail"),
+            *ax.get_legend_handles_labels()[0],
+        ],
+        loc="lower right",
+        fontsize=7,
+    )
     return _svg(fig, "errors-" + title)

@@ -20,9 +20,20 @@ RULES: dict[str, Rule] = {r.id: r for family in (modules, api, training, verify,
 
 BLOCKING_IDS: frozenset[str] = frozenset(r.id for r in RULES.values() if r.blocks_rewrite)
 
-__all__ = ["BLOCKING_IDS", "RULES", "Fix", "Rule", "render_rules_markdown", "rule",
-           *(name for family in (modules, api, training, verify, io) for name in vars(family)
-             if isinstance(getattr(family, name), Rule))]
+__all__ = [
+    "BLOCKING_IDS",
+    "RULES",
+    "Fix",
+    "Rule",
+    "render_rules_markdown",
+    "rule",
+    *(
+        name
+        for family in (modules, api, training, verify, io)
+        for name in vars(family)
+        if isinstance(getattr(family, name), Rule)
+    ),
+]
 
 
 def rule(rule_id: str) -> Rule:
@@ -49,9 +60,24 @@ def render_rules_markdown() -> str:
         "| id | severity | fix | blocks | what it means |",
         "|---|---|---|---|---|",
     ]
-    lines += [f"| [`{r.id}`](#{r.id.lower()}) | {r.severity.value} | {r.fix.value} | "
-              f"{'yes' if r.blocks_rewrite else ''} | {r.summary} |" for r in RULES.values()]
+    lines += [
+        f"| [`{r.id}`](#{r.id.lower()}) | {r.severity.value} | {r.fix.value} | "
+        f"{'yes' if r.blocks_rewrite else ''} | {r.summary} |"
+        for r in RULES.values()
+    ]
     for r in RULES.values():
-        lines += ["", f"## {r.id}", "", r.summary, "", "Before:", "", *_code_block(r.before), "", "After:", "",
-                  *_code_block(r.after)]
+        lines += [
+            "",
+            f"## {r.id}",
+            "",
+            r.summary,
+            "",
+            "Before:",
+            "",
+            *_code_block(r.before),
+            "",
+            "After:",
+            "",
+            *_code_block(r.after),
+        ]
     return "\n".join(lines) + "\n"

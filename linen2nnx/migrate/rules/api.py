@@ -8,59 +8,108 @@ from linen2nnx.migrate.rules.base import Rule
 C, U, M = Severity.CONVERTED, Severity.UNSAFE, Severity.MANUAL
 
 API_001 = Rule(
-    "L2N-API-001", C, "flax.linen function re-pointed to the identical flax.nnx function.",
-    "nn.relu(x)", "nnx.relu(x)")
+    "L2N-API-001",
+    C,
+    "flax.linen function re-pointed to the identical flax.nnx function.",
+    "nn.relu(x)",
+    "nnx.relu(x)",
+)
 API_002 = Rule(
-    "L2N-API-002", M, "Linen API with no automatic conversion yet.",
+    "L2N-API-002",
+    M,
+    "Linen API with no automatic conversion yet.",
     "v = self.scope.get_variable('params', 'w')",
-    "# TODO(linen2nnx): L2N-API-002 ... (the class is kept as Linen)", blocks_rewrite=True)
+    "# TODO(linen2nnx): L2N-API-002 ... (the class is kept as Linen)",
+    blocks_rewrite=True,
+)
 API_003 = Rule(
-    "L2N-API-003", U, "self.is_initializing() -> False (applied with --unsafe-fixes).",
-    "if self.is_initializing(): ...", "if False: ...")
+    "L2N-API-003",
+    U,
+    "self.is_initializing() -> False (applied with --unsafe-fixes).",
+    "if self.is_initializing(): ...",
+    "if False: ...",
+)
 API_004 = Rule(
-    "L2N-API-004", C, "nn.merge_param(name, attr, arg) -> arg if arg is not None else attr.",
+    "L2N-API-004",
+    C,
+    "nn.merge_param(name, attr, arg) -> arg if arg is not None else attr.",
     "d = nn.merge_param('deterministic', self.deterministic, deterministic)",
-    "d = deterministic if deterministic is not None else self.deterministic")
+    "d = deterministic if deterministic is not None else self.deterministic",
+)
 API_005 = Rule(
-    "L2N-API-005", C, "Pure flax.linen function with no NNX counterpart kept (e.g. with_logical_constraint).",
+    "L2N-API-005",
+    C,
+    "Pure flax.linen function with no NNX counterpart kept (e.g. with_logical_constraint).",
     "x = nn.with_logical_constraint(x, ('batch', 'embed'))",
-    "x = nn.with_logical_constraint(x, ('batch', 'embed'))  # kept: a pure function")
+    "x = nn.with_logical_constraint(x, ('batch', 'embed'))  # kept: a pure function",
+)
 API_006 = Rule(
-    "L2N-API-006", C,
+    "L2N-API-006",
+    C,
     "A custom RNN cell's initialize_carry(rng, input_shape) -> initialize_carry(input_shape, rngs=None), as nnx.RNN "
     "calls it.",
     "def initialize_carry(self, rng, input_shape): ...",
-    "def initialize_carry(self, input_shape, rngs=None): ...")
+    "def initialize_carry(self, input_shape, rngs=None): ...",
+)
 
 PART_001 = Rule(
-    "L2N-PART-001", C, "nn.with_logical_partitioning / nn.with_partitioning -> nnx.with_partitioning.",
-    "nn.with_logical_partitioning(init, ('embed', 'mlp'))", "nnx.with_partitioning(init, ('embed', 'mlp'))")
+    "L2N-PART-001",
+    C,
+    "nn.with_logical_partitioning / nn.with_partitioning -> nnx.with_partitioning.",
+    "nn.with_logical_partitioning(init, ('embed', 'mlp'))",
+    "nnx.with_partitioning(init, ('embed', 'mlp'))",
+)
 PART_002 = Rule(
-    "L2N-PART-002", C,
+    "L2N-PART-002",
+    C,
     "nn.logical_axis_rules / partitioning.axis_rules / nn.get_partition_spec (outside axis rules) -> the nnx "
     "functions.",
-    "with nn.logical_axis_rules(rules): ...", "with nnx.logical_axis_rules(rules): ...")
+    "with nn.logical_axis_rules(rules): ...",
+    "with nnx.logical_axis_rules(rules): ...",
+)
 PART_003 = Rule(
-    "L2N-PART-003", M,
+    "L2N-PART-003",
+    M,
     "nn.get_partition_spec inside axis rules: Linen's ignores them, NNX's applies them; the hint gives the recipe.",
     "with nn.logical_axis_rules(rules):\n    spec = nn.get_partition_spec(state)",
-    "# TODO(linen2nnx): L2N-PART-003 read the spec under nnx.logical_axis_rules(())")
+    "# TODO(linen2nnx): L2N-PART-003 read the spec under nnx.logical_axis_rules(())",
+)
 PART_004 = Rule(
-    "L2N-PART-004", C,
+    "L2N-PART-004",
+    C,
     "A helper that only unboxes LogicallyPartitioned / Partitioned is removable; its calls become their argument.",
-    "params = remove_boxes(params)", "params = params")
+    "params = remove_boxes(params)",
+    "params = params",
+)
 
 XFORM_001 = Rule(
-    "L2N-XFORM-001", C,
+    "L2N-XFORM-001",
+    C,
     "nn.scan / nn.remat / nn.vmap of a module class -> nnx.vmap-built stack + nnx.scan / nnx.remat / nnx.vmap at "
     "the call.",
     "Stack = nn.scan(nn.remat(Block), variable_axes={'params': 0}, split_rngs={'params': True}, length=4)",
-    "self.layers = nnx.vmap(make_block, ...)(rngs)  # in __init__; applied with nnx.scan")
+    "self.layers = nnx.vmap(make_block, ...)(rngs)  # in __init__; applied with nnx.scan",
+)
 XFORM_002 = Rule(
-    "L2N-XFORM-002", M, "Lifted transform form that is not converted (variable_carry, nested scans, non-literal "
-    "axes, ...).",
+    "L2N-XFORM-002",
+    M,
+    "Lifted transform form that is not converted (variable_carry, nested scans, non-literal axes, ...).",
     "nn.scan(Block, variable_carry='counter', ...)",
-    "# TODO(linen2nnx): L2N-XFORM-002 variable_carry is not converted", blocks_rewrite=True)
+    "# TODO(linen2nnx): L2N-XFORM-002 variable_carry is not converted",
+    blocks_rewrite=True,
+)
 
-RULES = (API_003, API_004, PART_001, XFORM_001, XFORM_002, PART_002, PART_003, PART_004, API_006, API_005,
-         API_001, API_002)
+RULES = (
+    API_003,
+    API_004,
+    PART_001,
+    XFORM_001,
+    XFORM_002,
+    PART_002,
+    PART_003,
+    PART_004,
+    API_006,
+    API_005,
+    API_001,
+    API_002,
+)

@@ -21,8 +21,12 @@ class Fix(str, enum.Enum):
     NONE = "none"  # not rewritten: a person acts on the inline TODO marker
 
 
-_FIX_OF = {Severity.CONVERTED: Fix.SAFE, Severity.UNSAFE: Fix.UNSAFE, Severity.MANUAL: Fix.NONE,
-           Severity.ERROR: Fix.NONE}
+_FIX_OF = {
+    Severity.CONVERTED: Fix.SAFE,
+    Severity.UNSAFE: Fix.UNSAFE,
+    Severity.MANUAL: Fix.NONE,
+    Severity.ERROR: Fix.NONE,
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,81 +8,158 @@ from linen2nnx.migrate.rules.base import Rule
 C, U, M = Severity.CONVERTED, Severity.UNSAFE, Severity.MANUAL
 
 MOD_001 = Rule(
-    "L2N-MOD-001", C, "Linen module class rewritten as an nnx.Module with __init__(..., *, rngs).",
+    "L2N-MOD-001",
+    C,
+    "Linen module class rewritten as an nnx.Module with __init__(..., *, rngs).",
     "class MLP(nn.Module):\n    features: int",
-    "class MLP(nnx.Module):\n    def __init__(self, features: int, *, rngs: nnx.Rngs): ...")
+    "class MLP(nnx.Module):\n    def __init__(self, features: int, *, rngs: nnx.Rngs): ...",
+)
 MOD_002 = Rule(
-    "L2N-MOD-002", C, "setup() body moved into __init__.",
+    "L2N-MOD-002",
+    C,
+    "setup() body moved into __init__.",
     "def setup(self):\n    self.dense = nn.Dense(4)",
-    "def __init__(self, in_features, *, rngs):\n    self.dense = nnx.Linear(in_features, 4, rngs=rngs)")
+    "def __init__(self, in_features, *, rngs):\n    self.dense = nnx.Linear(in_features, 4, rngs=rngs)",
+)
 MOD_003 = Rule(
-    "L2N-MOD-003", C, "@nn.compact submodules hoisted into __init__ under their Linen auto-names.",
+    "L2N-MOD-003",
+    C,
+    "@nn.compact submodules hoisted into __init__ under their Linen auto-names.",
     "@nn.compact\ndef __call__(self, x):\n    return nn.Dense(4)(x)",
-    "self.dense_0 = nnx.Linear(in_features, 4, rngs=rngs)  # in __init__\nreturn self.dense_0(x)")
+    "self.dense_0 = nnx.Linear(in_features, 4, rngs=rngs)  # in __init__\nreturn self.dense_0(x)",
+)
 MOD_004 = Rule(
-    "L2N-MOD-004", M, "Submodule construction the codemod cannot hoist (loop, branch, call-time value).",
+    "L2N-MOD-004",
+    M,
+    "Submodule construction the codemod cannot hoist (loop, branch, call-time value).",
     "for w in x.shape:\n    x = nn.Dense(w)(x)",
-    "# TODO(linen2nnx): L2N-MOD-004 ... (the class is kept as Linen)", blocks_rewrite=True)
+    "# TODO(linen2nnx): L2N-MOD-004 ... (the class is kept as Linen)",
+    blocks_rewrite=True,
+)
 MOD_006 = Rule(
-    "L2N-MOD-006", M, "A submodule class the run does not define (e.g. a Linen class from an unmigrated file).",
+    "L2N-MOD-006",
+    M,
+    "A submodule class the run does not define (e.g. a Linen class from an unmigrated file).",
     "from other_pkg import Block\n...\nx = Block(4)(x)",
-    "# TODO(linen2nnx): L2N-MOD-006 Block is not part of this run", blocks_rewrite=True)
+    "# TODO(linen2nnx): L2N-MOD-006 Block is not part of this run",
+    blocks_rewrite=True,
+)
 MOD_007 = Rule(
-    "L2N-MOD-007", M,
+    "L2N-MOD-007",
+    M,
     "Class kept as Linen (<Name>Linen) behind nnx.bridge.ToNNX: it runs, but blocking findings stop its rewrite.",
     "class Head(nn.Module):  # with a blocking finding",
-    "class HeadLinen(nn.Module): ...\nclass Head(nnx.Module):  # wraps HeadLinen with nnx.bridge.ToNNX")
+    "class HeadLinen(nn.Module): ...\nclass Head(nnx.Module):  # wraps HeadLinen with nnx.bridge.ToNNX",
+)
 MOD_008 = Rule(
-    "L2N-MOD-008", M,
+    "L2N-MOD-008",
+    M,
     "Submodule built at call time by a module-factory field (`self.conv(...)(x)`, `conv: ModuleDef`) whose "
     "bindings the codemod cannot follow to one kind of layer.",
     "conv: ModuleDef\n...\nx = self.conv(8, (3, 3))(x)",
-    "# TODO(linen2nnx): L2N-MOD-008 ... (the class is kept as Linen)", blocks_rewrite=True)
+    "# TODO(linen2nnx): L2N-MOD-008 ... (the class is kept as Linen)",
+    blocks_rewrite=True,
+)
 
 LAYER_001 = Rule(
-    "L2N-LAYER-001", C, "Built-in Linen layer replaced by its NNX counterpart.",
-    "nn.Dense(4)", "nnx.Linear(in_features, 4, rngs=rngs)")
+    "L2N-LAYER-001",
+    C,
+    "Built-in Linen layer replaced by its NNX counterpart.",
+    "nn.Dense(4)",
+    "nnx.Linear(in_features, 4, rngs=rngs)",
+)
 LAYER_002 = Rule(
-    "L2N-LAYER-002", M, "Layer argument with no NNX equivalent.",
-    "nn.GRUCell(features=4)", "# TODO(linen2nnx): L2N-LAYER-002 nnx.GRUCell has no hn bias", blocks_rewrite=True)
+    "L2N-LAYER-002",
+    M,
+    "Layer argument with no NNX equivalent.",
+    "nn.GRUCell(features=4)",
+    "# TODO(linen2nnx): L2N-LAYER-002 nnx.GRUCell has no hn bias",
+    blocks_rewrite=True,
+)
 LAYER_003 = Rule(
-    "L2N-LAYER-003", C, "Mode argument (deterministic / use_running_average) moved to call time.",
+    "L2N-LAYER-003",
+    C,
+    "Mode argument (deterministic / use_running_average) moved to call time.",
     "nn.Dropout(0.1, deterministic=not train)(x)",
-    "self.dropout_0 = nnx.Dropout(0.1, rngs=rngs)  # in __init__\nself.dropout_0(x, deterministic=not train)")
+    "self.dropout_0 = nnx.Dropout(0.1, rngs=rngs)  # in __init__\nself.dropout_0(x, deterministic=not train)",
+)
 
 SHAPE_001 = Rule(
-    "L2N-SHAPE-001", C, "Input feature size taken from the trace of the example batch.",
+    "L2N-SHAPE-001",
+    C,
+    "Input feature size taken from the trace of the example batch.",
     "x = x.reshape((x.shape[0], -1))\nx = nn.Dense(10)(x)",
-    "self.dense_0 = nnx.Linear(self.hidden * 49, 10, rngs=rngs)  # the traced size, as a config expression")
+    "self.dense_0 = nnx.Linear(self.hidden * 49, 10, rngs=rngs)  # the traced size, as a config expression",
+)
 SHAPE_002 = Rule(
-    "L2N-SHAPE-002", C, "New constructor argument for the module's input feature size.",
+    "L2N-SHAPE-002",
+    C,
+    "New constructor argument for the module's input feature size.",
     "class MLP(nn.Module):\n    features: int",
-    "def __init__(self, features: int, *, in_features: int, rngs: nnx.Rngs): ...")
+    "def __init__(self, features: int, *, in_features: int, rngs: nnx.Rngs): ...",
+)
 SHAPE_003 = Rule(
-    "L2N-SHAPE-003", M, "Input feature size unknown: a required constructor argument was added.",
+    "L2N-SHAPE-003",
+    M,
+    "Input feature size unknown: a required constructor argument was added.",
     "x = some_function(x)\nx = nn.Dense(10)(x)",
-    "def __init__(self, *, dense_0_in_features: int, rngs): ...  # TODO(linen2nnx): L2N-SHAPE-003")
+    "def __init__(self, *, dense_0_in_features: int, rngs): ...  # TODO(linen2nnx): L2N-SHAPE-003",
+)
 SHAPE_004 = Rule(
-    "L2N-SHAPE-004", U, "Input feature size is a traced literal that no config expression explains.",
+    "L2N-SHAPE-004",
+    U,
+    "Input feature size is a traced literal that no config expression explains.",
     "x = nn.Dense(10)(f(x))  # traced: 784 wide",
-    "self.dense_0 = nnx.Linear(784, 10, rngs=rngs)  # with --unsafe-fixes")
+    "self.dense_0 = nnx.Linear(784, 10, rngs=rngs)  # with --unsafe-fixes",
+)
 
 VAR_001 = Rule(
-    "L2N-VAR-001", C, "self.param / self.variable -> an nnx Variable created in __init__.",
+    "L2N-VAR-001",
+    C,
+    "self.param / self.variable -> an nnx Variable created in __init__.",
     "w = self.param('w', init, (4, 4))",
-    "self.w = nnx.Param(init(rngs.params(), (4, 4)))  # in __init__; read as self.w[...]")
+    "self.w = nnx.Param(init(rngs.params(), (4, 4)))  # in __init__; read as self.w[...]",
+)
 VAR_002 = Rule(
-    "L2N-VAR-002", C, "self.sow(collection, ...) -> self.sow(nnx.<VariableType>, ...).",
-    "self.sow('intermediates', 'h', h)", "self.sow(nnx.Intermediate, 'h', h)")
+    "L2N-VAR-002",
+    C,
+    "self.sow(collection, ...) -> self.sow(nnx.<VariableType>, ...).",
+    "self.sow('intermediates', 'h', h)",
+    "self.sow(nnx.Intermediate, 'h', h)",
+)
 VAR_003 = Rule(
-    "L2N-VAR-003", C, "self.make_rng(stream) -> a draw from the module's own nnx.Rngs.",
-    "key = self.make_rng('noise')", "key = self.rngs.noise()")
+    "L2N-VAR-003",
+    C,
+    "self.make_rng(stream) -> a draw from the module's own nnx.Rngs.",
+    "key = self.make_rng('noise')",
+    "key = self.rngs.noise()",
+)
 VAR_004 = Rule(
-    "L2N-VAR-004", C,
+    "L2N-VAR-004",
+    C,
     "A variable Linen creates on the init call (decode cache) -> created on the first NNX call; has_variable / "
     "get_variable follow.",
     "is_init = self.has_variable('cache', 'k')\nk = self.variable('cache', 'k', jnp.zeros, shape)",
-    "is_init = hasattr(self, 'k')\nif not hasattr(self, 'k'): self.k = nnx.Cache(jnp.zeros(shape))")
+    "is_init = hasattr(self, 'k')\nif not hasattr(self, 'k'): self.k = nnx.Cache(jnp.zeros(shape))",
+)
 
-RULES = (MOD_001, MOD_002, MOD_003, MOD_004, MOD_006, MOD_007, MOD_008, LAYER_001, LAYER_002, LAYER_003,
-         SHAPE_001, SHAPE_002, SHAPE_003, SHAPE_004, VAR_001, VAR_002, VAR_003, VAR_004)
+RULES = (
+    MOD_001,
+    MOD_002,
+    MOD_003,
+    MOD_004,
+    MOD_006,
+    MOD_007,
+    MOD_008,
+    LAYER_001,
+    LAYER_002,
+    LAYER_003,
+    SHAPE_001,
+    SHAPE_002,
+    SHAPE_003,
+    SHAPE_004,
+    VAR_001,
+    VAR_002,
+    VAR_003,
+    VAR_004,
+)

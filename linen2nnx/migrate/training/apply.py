@@ -76,15 +76,25 @@ def plan_module_apply(plan: TrainPlanner, call: cst.Call, receiver: Val) -> None
     entries = plan.variables_dict(first)
     params = next((e.value for e in entries or () if e.key == "params"), None)
     held = plan.values.value_of(params) if params is not None else None
-    if held is None or held.kind != "coll" or held.holder is None or scope is None \
-            or held.holder not in scope[held.holder.name]:
+    if (
+        held is None
+        or held.kind != "coll"
+        or held.holder is None
+        or scope is None
+        or held.holder not in scope[held.holder.name]
+    ):
         given = [plan.values.value_of(e.value) for e in entries or ()]
-        if params is not None and all(v is None or (v.kind == "coll" and v.collection == e.key)
-                                      for v, e in zip(given, entries or ())):
+        if params is not None and all(
+            v is None or (v.kind == "coll" and v.collection == e.key) for v, e in zip(given, entries or ())
+        ):
             plan_apply(plan, call, "", lambda key, value: False, receiver.summary, constructor=True)
             return
-        plan.block(TRAIN_009, call, f"`{code(call.func)}(...)` with params that do not come from a model "
-                   "initialised in scope", hint)
+        plan.block(
+            TRAIN_009,
+            call,
+            f"`{code(call.func)}(...)` with params that do not come from a model initialised in scope",
+            hint,
+        )
         return
     holder = held.holder
 
@@ -95,8 +105,14 @@ def plan_module_apply(plan: TrainPlanner, call: cst.Call, receiver: Val) -> None
     plan_apply(plan, call, holder.name, own, receiver.summary)
 
 
-def plan_apply(plan: TrainPlanner, call: cst.Call, model: str, own: Own,
-               summary: ClassSummary | None = None, constructor: bool = False) -> bool:
+def plan_apply(
+    plan: TrainPlanner,
+    call: cst.Call,
+    model: str,
+    own: Own,
+    summary: ClassSummary | None = None,
+    constructor: bool = False,
+) -> bool:
     """Plan ``<apply>(variables, *args, rngs=, mutable=, method=, **kw)`` -> a call of ``model`` or of a
     copy of it holding the overriding collections. Returns False (and blocks) when it cannot.
 
@@ -105,40 +121,70 @@ def plan_apply(plan: TrainPlanner, call: cst.Call, model: str, own: Own,
     ``nnx.eval_shape`` builds (no weights are initialised only to be overwritten). ``nnx.update`` also
     adds Variables the constructor does not make, such as a decode cache (created at call time)."""
     name = code(call.func)
-    entries = plan.variables_dict(call.args[0].value) if call.args and call.args[0].keyword is None \
-        and not call.args[0].star else None
-    if entries is None and not (call.args and isinstance(call.args[0].value, cst.Name)
-                                and plan.values.value_of(call.args[0].value) is not None):
-        plan.block(TRAIN_008, call, f"`{name}(...)` with a variables argument that is not a dict literal", _HINT)
+    entries = (
+        plan.variables_dict(call.args[0].value)
+        if call.args and call.args[0].keyword is None and not call.args[0].star
+        else None
+    )
+    if entries is None and not (
+        call.args
+        and isinstance(call.args[0].value, cst.Name)
+        and plan.values.value_of(call.args[0].value) is not None
+    ):
+        plan.block(
+            TRAIN_008, call, f"`{name}(...)` with a variables argument that is not a dict literal", _HINT
+        )
         return False
     overrides = _overrides(plan, call, name, entries, own)
     options = _options(plan, call, name) if overrides is not None else None
     if overrides is None or options is None:
         return False
     if constructor and entries is None:
-        plan.block(TRAIN_009, call, f"`{name}(...)` with a variables argument that is not a dict literal", _HINT)
+        plan.block(
+            TRAIN_009, call, f"`{name}(...)` with a variables argument that is not a dict literal", _HINT
+        )
         return False
     sizes = _sizes(plan, call, summary) if constructor and summary is not None else []
     copy = bool(overrides or options.streams or options.mutable or constructor)
     stmt = plan.insertable(call) if copy else None
     if copy and stmt is None:
-        plan.block(TRAIN_008, call, f"`{name}(...)` inside an expression the codemod cannot put a merge "
-                   "before (lambda, comprehension, compound statement header)", _HINT)
+        plan.block(
+            TRAIN_008,
+            call,
+            f"`{name}(...)` inside an expression the codemod cannot put a merge "
+            "before (lambda, comprehension, compound statement header)",
+            _HINT,
+        )
         return False
     fn = plan.function_of(call)
-    applied = Applied(model, plan.fresh(fn, "applied") if copy else model, overrides, options, constructor, sizes,
-                      plan.sharding, sorted(plan.streams))
+    applied = Applied(
+        model,
+        plan.fresh(fn, "applied") if copy else model,
+        overrides,
+        options,
+        constructor,
+        sizes,
+        plan.sharding,
+        sorted(plan.streams),
+    )
     _note(plan, call, name, applied, summary)
     plan.edits[call] = Edit(_build(applied), _before(applied) if copy else None, stmt)
     small = stmt.body[0] if stmt is not None else None
-    if options.mutable and isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1 \
-            and isinstance(small.targets[0].target, cst.Tuple) and len(small.targets[0].target.elements) == 2:
+    if (
+        options.mutable
+        and isinstance(small, cst.Assign)
+        and small.value is call
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Tuple)
+        and len(small.targets[0].target.elements) == 2
+    ):
         plan.split_tuple.add(stmt)  # type: ignore[arg-type]
     return True
 
 
-def _overrides(plan: TrainPlanner, call: cst.Call, name: str, entries: list[Entry] | None,
-               own: Own) -> list[tuple[Entry, str]] | None:
+def _overrides(
+    plan: TrainPlanner, call: cst.Call, name: str, entries: list[Entry] | None, own: Own
+) -> list[tuple[Entry, str]] | None:
     """The dict's collections the model does not hold already; None (and blocked) for an unknown
     collection or a dict without params."""
     overrides: list[tuple[Entry, str]] = []
@@ -167,15 +213,23 @@ def _options(plan: TrainPlanner, call: cst.Call, name: str) -> Options | None:
         if key == "rngs":
             items = plan.variables_dict(arg.value)
             if items is None or not all(e.key and e.key.isidentifier() for e in items):
-                plan.block(TRAIN_008, arg, "rngs= that is not a dict literal of stream names",
-                           "nnx.reseed(model, <stream>=key) before the call")
+                plan.block(
+                    TRAIN_008,
+                    arg,
+                    "rngs= that is not a dict literal of stream names",
+                    "nnx.reseed(model, <stream>=key) before the call",
+                )
                 return None
             options.streams = items
         elif key == "mutable":
             cols = mutable_collections(arg.value)
             if cols is None or any(c not in MUTABLE_TYPES for c in cols):
-                plan.block(TRAIN_008, arg, f"mutable={code(arg.value)}", "NNX updates state in place; read "
-                           "it back with nnx.state(model, <VariableType>)")
+                plan.block(
+                    TRAIN_008,
+                    arg,
+                    f"mutable={code(arg.value)}",
+                    "NNX updates state in place; read it back with nnx.state(model, <VariableType>)",
+                )
                 return None
             options.mutable = cols
         elif key == "method":
@@ -198,21 +252,35 @@ def _sizes(plan: TrainPlanner, call: cst.Call, summary: ClassSummary) -> list[tu
         if 0 <= index < len(inputs):
             sizes.append((arg, inputs[index], how))
         else:
-            plan.note(TRAIN_010, call, f"{summary.name} needs constructor argument {arg}, which the "
-                      "apply's inputs do not give", f"pass {arg}=... where the module is built")
+            plan.note(
+                TRAIN_010,
+                call,
+                f"{summary.name} needs constructor argument {arg}, which the apply's inputs do not give",
+                f"pass {arg}=... where the module is built",
+            )
     return sizes
 
 
-def _note(plan: TrainPlanner, call: cst.Call, name: str, applied: Applied, summary: ClassSummary | None) -> None:
+def _note(
+    plan: TrainPlanner, call: cst.Call, name: str, applied: Applied, summary: ClassSummary | None
+) -> None:
     given = ", ".join(str(e.key) for e, _ in applied.overrides)
     if applied.constructor:
-        plan.note(TRAIN_012, call, f"{name}(...) -> the abstract NNX {summary.name if summary else 'model'} "
-                  "(nnx.eval_shape) updated with the given " + given + " States, then called")
+        plan.note(
+            TRAIN_012,
+            call,
+            f"{name}(...) -> the abstract NNX {summary.name if summary else 'model'} "
+            "(nnx.eval_shape) updated with the given " + given + " States, then called",
+        )
         if plan.sharding:
             plan.note(TRAIN_014, call, "the abstract model is built with eager sharding only under a mesh")
     else:
-        plan.note(TRAIN_005, call, f"{name}(...) -> a call of the NNX model" + (
-            " (a copy holding the given " + given + ")" if applied.overrides else ""))
+        plan.note(
+            TRAIN_005,
+            call,
+            f"{name}(...) -> a call of the NNX model"
+            + (" (a copy holding the given " + given + ")" if applied.overrides else ""),
+        )
 
 
 def _copy_lines(a: Applied, updated: cst.Call) -> list[str]:
@@ -225,14 +293,20 @@ def _copy_lines(a: Applied, updated: cst.Call) -> list[str]:
             receiver = f"({receiver})"
         rngs = code(rngs_expr(cst.Integer("0"), a.rng_streams))
         ctor_args = [f"{arg}={code(input_size(updated.args[i].value, how))}" for arg, i, how in a.sizes]
-        abstract = f"{a.applied} = nnx.eval_shape(lambda: {receiver}({', '.join([*ctor_args, f'rngs={rngs}'])}))"
-        return [f"with {EAGER_GUARD}:\n    {abstract}" if a.sharding else abstract,
-                f"nnx.update({a.applied}, {', '.join(code(g) for g in given)})"]
+        abstract = (
+            f"{a.applied} = nnx.eval_shape(lambda: {receiver}({', '.join([*ctor_args, f'rngs={rngs}'])}))"
+        )
+        return [
+            f"with {EAGER_GUARD}:\n    {abstract}" if a.sharding else abstract,
+            f"nnx.update({a.applied}, {', '.join(code(g) for g in given)})",
+        ]
     if a.overrides:
         types = [f"nnx.{t}" for _, t in a.overrides]
         rest = types[0] if len(types) == 1 else f"nnx.Any({', '.join(types)})"
-        return [f"{a.applied} = nnx.merge(nnx.graphdef({a.model}), {', '.join(code(g) for g in given)}, "
-                f"nnx.state({a.model}, nnx.Not({rest})), copy=True)"]
+        return [
+            f"{a.applied} = nnx.merge(nnx.graphdef({a.model}), {', '.join(code(g) for g in given)}, "
+            f"nnx.state({a.model}, nnx.Not({rest})), copy=True)"
+        ]
     return [f"{a.applied} = nnx.merge(*nnx.split({a.model}), copy=True)"]
 
 
@@ -256,13 +330,18 @@ def _build(a: Applied) -> Callable[[cst.CSTNode], cst.CSTNode]:
 
     def build(updated: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(updated, cst.Call)
-        args = [x for x in updated.args[1:] if x.keyword is None or x.keyword.value not in
-                ("rngs", "mutable", "method")]
+        args = [
+            x
+            for x in updated.args[1:]
+            if x.keyword is None or x.keyword.value not in ("rngs", "mutable", "method")
+        ]
         method = a.options.method
         func = cst.parse_expression(a.applied if method == "__call__" else f"{a.applied}.{method}")
         result: cst.BaseExpression = with_args(updated, args, func=func)
         if a.options.mutable:
-            state = ", ".join(f'"{c}": nnx.state({a.applied}, nnx.{MUTABLE_TYPES[c]})' for c in a.options.mutable)
+            state = ", ".join(
+                f'"{c}": nnx.state({a.applied}, nnx.{MUTABLE_TYPES[c]})' for c in a.options.mutable
+            )
             result = cst.Tuple([cst.Element(result), cst.Element(cst.parse_expression(f"{{{state}}}"))])
         return result
 

@@ -78,11 +78,19 @@ def route_call(plan: TrainPlanner, call: cst.Call) -> None:
         plan_init(plan, call, receiver)
     elif attr == "apply" and receiver is not None and receiver.kind == "module":
         plan_module_apply(plan, call, receiver)
-    elif attr == "apply" and call.args and isinstance(call.args[0].value, cst.Dict) \
-            and "params" in {k for k, _ in dict_items(call.args[0].value)}:
-        plan.block(TRAIN_009, call, f"`{code(call.func)}({{'params': ...}}, ...)`: a Linen apply on a "
-                   "model this run does not migrate", "migrate the file that defines the model in the same "
-                   "run, or call the NNX model directly")
+    elif (
+        attr == "apply"
+        and call.args
+        and isinstance(call.args[0].value, cst.Dict)
+        and "params" in {k for k, _ in dict_items(call.args[0].value)}
+    ):
+        plan.block(
+            TRAIN_009,
+            call,
+            f"`{code(call.func)}({{'params': ...}}, ...)`: a Linen apply on a "
+            "model this run does not migrate",
+            "migrate the file that defines the model in the same run, or call the NNX model directly",
+        )
     elif attr == "create" and values.is_ts_class(call.func.value):
         plan_create(plan, call)
 
@@ -90,5 +98,8 @@ def route_call(plan: TrainPlanner, call: cst.Call) -> None:
 def is_init_receiver(plan: TrainPlanner, call: cst.Call) -> bool:
     """``MLP(...).init(...)``: the construction is rewritten with the init, not as a partial."""
     attr = plan.parent(call)
-    return isinstance(attr, cst.Attribute) and attr.attr.value == "init" and isinstance(
-        plan.parent(attr), cst.Call)
+    return (
+        isinstance(attr, cst.Attribute)
+        and attr.attr.value == "init"
+        and isinstance(plan.parent(attr), cst.Call)
+    )

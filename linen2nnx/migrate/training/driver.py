@@ -32,9 +32,16 @@ def mentions_training(source: str) -> bool:
     return any(h in source for h in _HINTS)
 
 
-def migrate_training(code_text: str, original: str, *, path: str, module_name: str,
-                     local: Mapping[str, ClassSummary], external: Mapping[str, ClassSummary],
-                     rule_enabled: Callable[[str], bool]) -> tuple[str, list[Finding]]:
+def migrate_training(
+    code_text: str,
+    original: str,
+    *,
+    path: str,
+    module_name: str,
+    local: Mapping[str, ClassSummary],
+    external: Mapping[str, ClassSummary],
+    rule_enabled: Callable[[str], bool],
+) -> tuple[str, list[Finding]]:
     """Rewrite the training code of one file (the module codemod's output). Findings carry the line
     numbers of ``original`` (the input of the whole migration)."""
     if not mentions_training(code_text) or not any(rule_enabled(r.id) for r in training_rules.RULES):
@@ -58,8 +65,13 @@ def migrate_training(code_text: str, original: str, *, path: str, module_name: s
     return code_of(module), findings
 
 
-def _report(planner: TrainPlanner, module: cst.Module, path: str, to_input: Callable[[int], int],
-            rule_enabled: Callable[[str], bool]) -> tuple[list[Finding], Markers]:
+def _report(
+    planner: TrainPlanner,
+    module: cst.Module,
+    path: str,
+    to_input: Callable[[int], int],
+    rule_enabled: Callable[[str], bool],
+) -> tuple[list[Finding], Markers]:
     """The findings of the enabled rules (only the blocking ones when the rewrite is blocked), and the
     TODO markers of the manual ones."""
     notes = [n for n in planner.notes if n.rule.blocks_rewrite] if planner.blocked else planner.notes

@@ -50,8 +50,12 @@ def plan_eval_shape(plan: TrainPlanner, call: cst.Call, init: InitFunction) -> N
         return
     rest = call.args[1:]
     if not rest or any(a.keyword is not None or a.star for a in rest) or isinstance(rest[0].value, cst.Dict):
-        plan.block(TRAIN_009, call, f"`jax.eval_shape({name}, ...)` without a single PRNG key and "
-                   "positional inputs", "pass jax.eval_shape a key and the example inputs")
+        plan.block(
+            TRAIN_009,
+            call,
+            f"`jax.eval_shape({name}, ...)` without a single PRNG key and positional inputs",
+            "pass jax.eval_shape a key and the example inputs",
+        )
         return
     creates = creates_state(plan, call, summary, kwargs)
     if creates is None or summary is None:
@@ -61,36 +65,71 @@ def plan_eval_shape(plan: TrainPlanner, call: cst.Call, init: InitFunction) -> N
     sizes: list[str] = []
     for arg, how in summary.new_args.items():
         if input_index(how) >= 0:
-            sizes.append(f"{arg}={args}[{input_index(how)}].shape{'' if how.startswith('input_shape:') else '[-1]'}")
+            sizes.append(
+                f"{arg}={args}[{input_index(how)}].shape{'' if how.startswith('input_shape:') else '[-1]'}"
+            )
         else:
-            plan.note(TRAIN_010, call, f"{summary.name} needs constructor argument {arg}, which init's "
-                      "inputs do not give", f"pass {arg}=... where the module is built (see L2N-SHAPE-003)")
+            plan.note(
+                TRAIN_010,
+                call,
+                f"{summary.name} needs constructor argument {arg}, which init's inputs do not give",
+                f"pass {arg}=... where the module is built (see L2N-SHAPE-003)",
+            )
     rngs = code(rngs_expr(cst.Name(rng), sorted(plan.streams)))
     guarded = plan.sharding
     stmt = plan.insertable(call) if creates or guarded else None
     if (creates or guarded) and stmt is None:
-        plan.block(TRAIN_008, call, f"`jax.eval_shape({name}, ...)` inside an expression the codemod cannot "
-                   "put a function definition before", "bind its result to a name in a plain statement")
+        plan.block(
+            TRAIN_008,
+            call,
+            f"`jax.eval_shape({name}, ...)` inside an expression the codemod cannot "
+            "put a function definition before",
+            "bind its result to a name in a plain statement",
+        )
         return
-    model = InitModel(init, rng, args, sizes, rngs, plan.fresh(fn, "init_model") if stmt is not None else "",
-                      plan.fresh(fn, "nnx_model") if creates else "", creates, guarded)
-    plan.note(TRAIN_011, call, f"jax.eval_shape({name}, ...) -> jax.eval_shape of a function that builds "
-              f"the NNX {summary.name}" + (" and makes the call that creates its call-time state" if creates
-                                           else "") + ": the abstract model")
+    model = InitModel(
+        init,
+        rng,
+        args,
+        sizes,
+        rngs,
+        plan.fresh(fn, "init_model") if stmt is not None else "",
+        plan.fresh(fn, "nnx_model") if creates else "",
+        creates,
+        guarded,
+    )
+    plan.note(
+        TRAIN_011,
+        call,
+        f"jax.eval_shape({name}, ...) -> jax.eval_shape of a function that builds "
+        f"the NNX {summary.name}"
+        + (" and makes the call that creates its call-time state" if creates else "")
+        + ": the abstract model",
+    )
     if guarded:
-        plan.note(TRAIN_014, call, f"the NNX {summary.name} is built with eager sharding only under a mesh "
-                  "(Linen's partition boxes are metadata until a mesh and rules make them shardings)")
+        plan.note(
+            TRAIN_014,
+            call,
+            f"the NNX {summary.name} is built with eager sharding only under a mesh "
+            "(Linen's partition boxes are metadata until a mesh and rules make them shardings)",
+        )
     target = init.partial if init.partial is not None else init.attr
     plan.edits[target] = Edit(_build(model), _before(model) if stmt is not None else None, stmt)
 
 
-def _partial_kwargs(plan: TrainPlanner, init: InitFunction, name: str) -> dict[str, cst.BaseExpression] | None:
+def _partial_kwargs(
+    plan: TrainPlanner, init: InitFunction, name: str
+) -> dict[str, cst.BaseExpression] | None:
     """The keywords ``functools.partial(model.init, k=v)`` binds; None (and blocked) for any other argument."""
     kwargs: dict[str, cst.BaseExpression] = {}
-    for arg in (init.partial.args[1:] if init.partial is not None else ()):
+    for arg in init.partial.args[1:] if init.partial is not None else ():
         if arg.keyword is None or arg.star or arg.keyword.value in (*INIT_ONLY_KWARGS, "rngs"):
-            plan.block(TRAIN_009, arg, f"`{name}` with an argument the NNX constructor cannot take",
-                       "build the NNX model in a function of (rng, *inputs) by hand")
+            plan.block(
+                TRAIN_009,
+                arg,
+                f"`{name}` with an argument the NNX constructor cannot take",
+                "build the NNX model in a function of (rng, *inputs) by hand",
+            )
             return None
         kwargs[arg.keyword.value] = arg.value
     return kwargs
@@ -122,7 +161,8 @@ def _before(model: InitModel) -> Callable[[cst.CSTNode], list[cst.BaseStatement]
         else:
             body = f"with {EAGER_GUARD}:\n    return {built}\n" if model.guarded else f"return {built}\n"
         text = f"def {model.def_name}({model.rng}, *{model.args}):\n" + "".join(
-            f"    {line}\n" for line in body.splitlines())
+            f"    {line}\n" for line in body.splitlines()
+        )
         return [cst.parse_statement(text)]
 
     return before

@@ -87,10 +87,15 @@ def pure(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.Attribute):
         return pure(node.value)
     if isinstance(node, cst.Subscript):
-        return pure(node.value) and all(isinstance(e.slice, cst.Index) and pure_or_literal(e.slice.value)
-                                         for e in node.slice)
-    if isinstance(node, cst.Call) and code(node.func) in ("jax.random.key", "jax.random.PRNGKey", "random.key",
-                                                         "random.PRNGKey"):
+        return pure(node.value) and all(
+            isinstance(e.slice, cst.Index) and pure_or_literal(e.slice.value) for e in node.slice
+        )
+    if isinstance(node, cst.Call) and code(node.func) in (
+        "jax.random.key",
+        "jax.random.PRNGKey",
+        "random.key",
+        "random.PRNGKey",
+    ):
         return all(a.keyword is None and not a.star and pure_or_literal(a.value) for a in node.args)
     return False
 
@@ -102,8 +107,15 @@ def bare(arg: cst.Arg) -> cst.Arg:
 
 def pure_or_literal(node: cst.BaseExpression) -> bool:
     """:func:`pure`, a number or string literal, or a binary operation of those."""
-    return isinstance(node, (cst.Integer, cst.SimpleString)) or pure(node) or (
-        isinstance(node, cst.BinaryOperation) and pure_or_literal(node.left) and pure_or_literal(node.right))
+    return (
+        isinstance(node, (cst.Integer, cst.SimpleString))
+        or pure(node)
+        or (
+            isinstance(node, cst.BinaryOperation)
+            and pure_or_literal(node.left)
+            and pure_or_literal(node.right)
+        )
+    )
 
 
 def rngs_expr(node: cst.BaseExpression, streams: list[str]) -> cst.BaseExpression:

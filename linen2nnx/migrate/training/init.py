@@ -49,8 +49,12 @@ def plan_attribute(plan: TrainPlanner, node: cst.Attribute) -> None:
         return
     receiver = plan.values.value_of(node.value)
     if receiver is not None and receiver.kind == "module" and not is_create_apply_fn(plan, node):
-        plan.block(TRAIN_009, node, f"`{code(node)}` used as a value", "call it directly: NNX builds the "
-                   "module instead of init, and calls the module instead of apply")
+        plan.block(
+            TRAIN_009,
+            node,
+            f"`{code(node)}` used as a value",
+            "call it directly: NNX builds the module instead of init, and calls the module instead of apply",
+        )
 
 
 def is_create_apply_fn(plan: TrainPlanner, node: cst.CSTNode) -> bool:
@@ -63,15 +67,20 @@ def plan_partial(plan: TrainPlanner, call: cst.Call) -> None:
     """``MLP(hidden=32)`` outside a module -> ``functools.partial(MLP, hidden=32)`` (``MLP()`` -> ``MLP``)."""
     plan.uses_partial = plan.uses_partial or bool(call.args)
     name = code(call.func)
-    plan.note(TRAIN_001, call, f"{name}(...) built outside a module -> functools.partial({name}, ...): "
-              "the NNX constructor also needs rngs and input sizes, which init supplies")
+    plan.note(
+        TRAIN_001,
+        call,
+        f"{name}(...) built outside a module -> functools.partial({name}, ...): "
+        "the NNX constructor also needs rngs and input sizes, which init supplies",
+    )
 
     def build(updated: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(updated, cst.Call)
         if not updated.args:
             return updated.func  # the class itself is the constructor
-        return with_args(updated, [cst.Arg(updated.func), *updated.args],
-                         func=cst.parse_expression("functools.partial"))
+        return with_args(
+            updated, [cst.Arg(updated.func), *updated.args], func=cst.parse_expression("functools.partial")
+        )
 
     plan.edits[call] = Edit(build)
 
@@ -97,33 +106,55 @@ def plan_init(plan: TrainPlanner, call: cst.Call, receiver: Val) -> None:
         return
     if plan.sharding and stmt is not None:
         eager(plan, stmt, call, summary.name)
-    plan.note(TRAIN_002, call, f"{code(call.func)}(...) -> constructing the NNX {summary.name} "
-              "(construction is initialisation)" + (", then the call that creates its call-time state" if creates
-                                                    else ""))
-    direct = isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Call) \
+    plan.note(
+        TRAIN_002,
+        call,
+        f"{code(call.func)}(...) -> constructing the NNX {summary.name} "
+        "(construction is initialisation)"
+        + (", then the call that creates its call-time state" if creates else ""),
+    )
+    direct = (
+        isinstance(call.func, cst.Attribute)
+        and isinstance(call.func.value, cst.Call)
         and plan.values.user_class(call.func.value.func) is not None
+    )
     plan.edits[call] = Edit(_construction(sizes, rng_index, sorted(plan.streams), direct))
 
 
-def _init_arguments(plan: TrainPlanner, call: cst.Call, parent: cst.CSTNode | None
-                    ) -> tuple[int, list[int], dict[str, int]] | None:
+def _init_arguments(
+    plan: TrainPlanner, call: cst.Call, parent: cst.CSTNode | None
+) -> tuple[int, list[int], dict[str, int]] | None:
     """(index of the rngs argument, indices of the inputs, keyword -> index) of an init the codemod can
     rewrite; None (and blocked) for any other."""
-    if not ((isinstance(parent, cst.Subscript) and parent.value is call and string_index(parent) is not None)
-            or (isinstance(parent, (cst.Return, cst.Assign, cst.AnnAssign)) and parent.value is call)):
-        plan.block(TRAIN_008, call, f"`{code(call.func)}(...)` used as a whole (in NNX it builds the model)",
-                   "bind the model to a name, then use nnx.state(model, nnx.Param)")
+    if not (
+        (isinstance(parent, cst.Subscript) and parent.value is call and string_index(parent) is not None)
+        or (isinstance(parent, (cst.Return, cst.Assign, cst.AnnAssign)) and parent.value is call)
+    ):
+        plan.block(
+            TRAIN_008,
+            call,
+            f"`{code(call.func)}(...)` used as a whole (in NNX it builds the model)",
+            "bind the model to a name, then use nnx.state(model, nnx.Param)",
+        )
         return None
     if any(a.star for a in call.args):
-        plan.block(TRAIN_009, call, f"`{code(call.func)}(*...)`: the example inputs are not visible",
-                   "pass the rngs and example inputs explicitly")
+        plan.block(
+            TRAIN_009,
+            call,
+            f"`{code(call.func)}(*...)`: the example inputs are not visible",
+            "pass the rngs and example inputs explicitly",
+        )
         return None
     positional = [i for i, a in enumerate(call.args) if a.keyword is None]
     keywords = {a.keyword.value: i for i, a in enumerate(call.args) if a.keyword is not None}
     for name in keywords:
         if name in INIT_ONLY_KWARGS:
-            plan.block(TRAIN_009, call, f"init keyword {name}= changes what Linen initialises",
-                       "construct the NNX module by hand")
+            plan.block(
+                TRAIN_009,
+                call,
+                f"init keyword {name}= changes what Linen initialises",
+                "construct the NNX module by hand",
+            )
             return None
     rng_index = keywords.get("rngs", positional[0] if positional else None)
     if rng_index is None:
@@ -132,8 +163,9 @@ def _init_arguments(plan: TrainPlanner, call: cst.Call, parent: cst.CSTNode | No
     return rng_index, [i for i in positional if i != rng_index], keywords  # the inputs only run __call__
 
 
-def _sizes(plan: TrainPlanner, call: cst.Call, summary: ClassSummary, inputs: list[int],
-           keywords: dict[str, int]) -> Sizes:
+def _sizes(
+    plan: TrainPlanner, call: cst.Call, summary: ClassSummary, inputs: list[int], keywords: dict[str, int]
+) -> Sizes:
     """The constructor arguments the init's inputs give; a TRAIN_010 note for each they do not."""
     sizes: Sizes = {}
     for arg, how in summary.new_args.items():
@@ -143,29 +175,45 @@ def _sizes(plan: TrainPlanner, call: cst.Call, summary: ClassSummary, inputs: li
         elif index == 0 and summary.first_input in keywords:
             sizes[arg] = (keywords[summary.first_input], how)
         else:
-            plan.note(TRAIN_010, call, f"{summary.name} needs constructor argument {arg}, which init's "
-                      "inputs do not give", f"pass {arg}=... where the module is built (see L2N-SHAPE-003)")
+            plan.note(
+                TRAIN_010,
+                call,
+                f"{summary.name} needs constructor argument {arg}, which init's inputs do not give",
+                f"pass {arg}=... where the module is built (see L2N-SHAPE-003)",
+            )
     return sizes
 
 
-def _call_after(plan: TrainPlanner, call: cst.Call, parent: cst.CSTNode | None, stmt: cst.CSTNode | None,
-                summary: ClassSummary, inputs: list[int], keywords: dict[str, int]) -> bool:
+def _call_after(
+    plan: TrainPlanner,
+    call: cst.Call,
+    parent: cst.CSTNode | None,
+    stmt: cst.CSTNode | None,
+    summary: ClassSummary,
+    inputs: list[int],
+    keywords: dict[str, int],
+) -> bool:
     """Linen's init call created call-time state: the NNX model makes that call once, right after it is
     built. False (and blocked) where the init is not a ``name = ...`` statement of plain arguments."""
     target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
     args = [call.args[i] for i in inputs] + [call.args[i] for k, i in keywords.items() if k != "rngs"]
     if stmt is None or not isinstance(target, cst.Name) or not all(pure_or_literal(a.value) for a in args):
-        plan.block(TRAIN_015, call, f"`{code(call.func)}(...)` creates {summary.name}'s call-time state "
-                   "(e.g. a decode cache), which NNX creates on the first such call; the init is not a "
-                   "`name = ...` statement of plain arguments to repeat that call after", "bind the init to "
-                   "a name: `variables = model.init(...)`")
+        plan.block(
+            TRAIN_015,
+            call,
+            f"`{code(call.func)}(...)` creates {summary.name}'s call-time state "
+            "(e.g. a decode cache), which NNX creates on the first such call; the init is not a "
+            "`name = ...` statement of plain arguments to repeat that call after",
+            "bind the init to a name: `variables = model.init(...)`",
+        )
         return False
     plan.after.setdefault(stmt, []).append(f"{target.value}({', '.join(code(bare(a)) for a in args)})")
     return True
 
 
-def _construction(sizes: Sizes, rng_index: int, streams: list[str], direct: bool
-                  ) -> Callable[[cst.CSTNode], cst.CSTNode]:
+def _construction(
+    sizes: Sizes, rng_index: int, streams: list[str], direct: bool
+) -> Callable[[cst.CSTNode], cst.CSTNode]:
     """The edit of the init call: the (partial) constructor called with the sizes and ``rngs``."""
 
     def build(updated: cst.CSTNode) -> cst.CSTNode:
@@ -187,12 +235,20 @@ def eager(plan: TrainPlanner, stmt: cst.CSTNode, node: cst.CSTNode, name: str) -
     guards = plan.wrap.setdefault(stmt, [])
     if EAGER_GUARD not in guards:
         guards.append(EAGER_GUARD)
-    plan.note(TRAIN_014, node, f"the NNX {name} is built with eager sharding only under a mesh (Linen's "
-              "partition boxes are metadata until a mesh and rules make them shardings)")
+    plan.note(
+        TRAIN_014,
+        node,
+        f"the NNX {name} is built with eager sharding only under a mesh (Linen's "
+        "partition boxes are metadata until a mesh and rules make them shardings)",
+    )
 
 
-def creates_state(plan: TrainPlanner, node: cst.CSTNode, summary: ClassSummary | None,
-                   kwargs: Mapping[str, cst.BaseExpression]) -> bool | None:
+def creates_state(
+    plan: TrainPlanner,
+    node: cst.CSTNode,
+    summary: ClassSummary | None,
+    kwargs: Mapping[str, cst.BaseExpression],
+) -> bool | None:
     """Does the Linen init at ``node`` (called with ``kwargs``) create call-time state that the
     program reads? None (and blocked) when that cannot be decided."""
     when = summary.state_when if summary is not None else None
@@ -209,9 +265,13 @@ def creates_state(plan: TrainPlanner, node: cst.CSTNode, summary: ClassSummary |
     reads = collections_read(plan, node)
     if reads is not None and reads <= {"params"}:
         return False  # only the params are read: whatever the call would create is never seen
-    plan.block(TRAIN_015, node, f"whether this init creates {summary.name}'s call-time state "  # type: ignore[union-attr]
-               f"(when `{when}`) depends on arguments it does not pass as literals", "pass them as literal "
-               "keywords (e.g. decode=True), or build the NNX model and make that call by hand")
+    plan.block(
+        TRAIN_015,
+        node,
+        f"whether this init creates {summary.name}'s call-time state "  # type: ignore[union-attr]
+        f"(when `{when}`) depends on arguments it does not pass as literals",
+        "pass them as literal keywords (e.g. decode=True), or build the NNX model and make that call by hand",
+    )
     return None
 
 
@@ -222,8 +282,12 @@ def collections_read(plan: TrainPlanner, node: cst.CSTNode) -> set[str] | None:
     if isinstance(parent, cst.Subscript) and parent.value is node:
         key = string_index(parent)
         return {key} if key is not None else None
-    if not (isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1
-            and isinstance(parent.targets[0].target, cst.Name)):
+    if not (
+        isinstance(parent, cst.Assign)
+        and parent.value is node
+        and len(parent.targets) == 1
+        and isinstance(parent.targets[0].target, cst.Name)
+    ):
         return None
     assignment = plan.values.assignment_of(parent.targets[0].target)
     if assignment is None:
@@ -231,8 +295,11 @@ def collections_read(plan: TrainPlanner, node: cst.CSTNode) -> set[str] | None:
     reads: set[str] = set()
     for use in plan.values.uses(assignment):
         use_parent = plan.parent(use)
-        key = string_index(use_parent) if isinstance(use_parent, cst.Subscript) and use_parent.value is use \
+        key = (
+            string_index(use_parent)
+            if isinstance(use_parent, cst.Subscript) and use_parent.value is use
             else partition_spec_key(plan, use)
+        )
         if key is None:
             return None
         reads.add(key)

@@ -130,10 +130,16 @@ class TrainPlanner:
         before ``node`` is (no lambda, comprehension or compound-statement header in between)."""
         cur: cst.CSTNode | None = self.parent(node)
         while cur is not None and not isinstance(cur, cst.SimpleStatementLine):
-            if isinstance(cur, (cst.Lambda, cst.BaseComp, cst.BaseCompoundStatement, cst.SimpleStatementSuite)):
+            if isinstance(
+                cur, (cst.Lambda, cst.BaseComp, cst.BaseCompoundStatement, cst.SimpleStatementSuite)
+            ):
                 return None
             cur = self.parent(cur)
-        if cur is None or len(cur.body) != 1 or not isinstance(self.parent(cur), (cst.IndentedBlock, cst.Module)):
+        if (
+            cur is None
+            or len(cur.body) != 1
+            or not isinstance(self.parent(cur), (cst.IndentedBlock, cst.Module))
+        ):
             return None
         return cur
 
@@ -157,11 +163,15 @@ class TrainPlanner:
         """The entries of a variables dict literal, or of the one dict literal a local name is bound to
         (then an override reads ``name['key']``, the dict as it is at run time)."""
         if isinstance(node, cst.Dict):
-            return [Entry(k, v, lambda updated, i=i: dict_items(updated)[i][1])  # type: ignore[arg-type]
-                    for i, (k, v) in enumerate(dict_items(node))]
+            return [
+                Entry(k, v, lambda updated, i=i: dict_items(updated)[i][1])  # type: ignore[arg-type]
+                for i, (k, v) in enumerate(dict_items(node))
+            ]
         if isinstance(node, cst.Name):
             bound = [self.values.binding_value(a) for a in self.values.referents(node)]
             if len(bound) == 1 and isinstance(bound[0], cst.Dict):
-                return [Entry(k, v, lambda updated, k=k: cst.parse_expression(f"{node.value}[{k!r}]"))
-                        for k, v in dict_items(bound[0])]
+                return [
+                    Entry(k, v, lambda updated, k=k: cst.parse_expression(f"{node.value}[{k!r}]"))
+                    for k, v in dict_items(bound[0])
+                ]
         return None

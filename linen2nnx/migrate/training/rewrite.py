@@ -46,8 +46,11 @@ class TrainRewriter(cst.CSTTransformer):
 
     def _with_markers(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
         """The TODO markers of the statement's manual findings, as comment lines above it (once)."""
-        notes = [n for n in self.markers.get(original, [])
-                 if n not in {line.comment.value for line in updated.leading_lines if line.comment}]  # type: ignore[attr-defined]
+        notes = [
+            n
+            for n in self.markers.get(original, [])
+            if n not in {line.comment.value for line in updated.leading_lines if line.comment}
+        ]  # type: ignore[attr-defined]
         if not notes:
             return updated
         comments = [cst.EmptyLine(comment=cst.Comment(n)) for n in dict.fromkeys(notes)]
@@ -68,20 +71,30 @@ class TrainRewriter(cst.CSTTransformer):
             return cst.FlattenSentinel(body) if len(body) != 1 else body[0]
         # the statement's comments and blank lines now lead the inserted ones
         out[0] = out[0].with_changes(leading_lines=body[0].leading_lines)
-        body[0] = body[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)] if isinstance(
-            body[0], (cst.FunctionDef, cst.ClassDef)) or isinstance(out[-1], cst.FunctionDef) else [])
+        body[0] = body[0].with_changes(
+            leading_lines=[cst.EmptyLine(indent=False)]
+            if isinstance(body[0], (cst.FunctionDef, cst.ClassDef)) or isinstance(out[-1], cst.FunctionDef)
+            else []
+        )
         block = plan.parent(original)
-        first = isinstance(block, (cst.IndentedBlock, cst.Module)) and block.body and block.body[0] is original
-        if isinstance(out[0], cst.FunctionDef) and not first and not (
-                out[0].leading_lines and out[0].leading_lines[0].comment is None):  # a blank line before a def
+        first = (
+            isinstance(block, (cst.IndentedBlock, cst.Module)) and block.body and block.body[0] is original
+        )
+        if (
+            isinstance(out[0], cst.FunctionDef)
+            and not first
+            and not (out[0].leading_lines and out[0].leading_lines[0].comment is None)
+        ):  # a blank line before a def
             out[0] = out[0].with_changes(leading_lines=[cst.EmptyLine(indent=False), *out[0].leading_lines])
         return cst.FlattenSentinel([*out, *body])
 
 
 def wrap_in(body: list[cst.BaseStatement], managers: list[str]) -> cst.With:
     """``with <managers>:`` around ``body``; the first statement's comments and blank lines lead the block."""
-    items = [cst.WithItem(cst.parse_expression(m), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-             for m in managers]
+    items = [
+        cst.WithItem(cst.parse_expression(m), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        for m in managers
+    ]
     items[-1] = items[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     inner = [body[0].with_changes(leading_lines=[]), *body[1:]]
     return cst.With(items, cst.IndentedBlock(inner), leading_lines=body[0].leading_lines)  # type: ignore[arg-type]
@@ -90,16 +103,18 @@ def wrap_in(body: list[cst.BaseStatement], managers: list[str]) -> cst.With:
 def split_pair(stmt: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
     """``a, b = (x, y)`` -> ``a = x`` and ``b = y`` (``y`` reads neither ``a`` nor ``b``: it is built here)."""
     small = stmt.body[0]
-    if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.Tuple)
-            and isinstance(small.targets[0].target, cst.Tuple)):
+    if not (
+        isinstance(small, cst.Assign)
+        and isinstance(small.value, cst.Tuple)
+        and isinstance(small.targets[0].target, cst.Tuple)
+    ):
         return [stmt]
     pairs = zip(small.targets[0].target.elements, small.value.elements)
-    out: list[cst.BaseStatement] = [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(t.value)], v.value)])
-                                    for t, v in pairs]
+    out: list[cst.BaseStatement] = [
+        cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(t.value)], v.value)]) for t, v in pairs
+    ]
     out[0] = out[0].with_changes(leading_lines=stmt.leading_lines)
     return out
-
-
 
 
 def finish_imports(module: cst.Module, planner: TrainPlanner) -> cst.Module:
@@ -119,12 +134,24 @@ def ensure_import(module: cst.Module, name: str) -> cst.Module:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if isinstance(small, cst.Import) and any(
-                        code(a.name) == name and a.asname is None for a in small.names):
+                    code(a.name) == name and a.asname is None for a in small.names
+                ):
                     return module
-    index = next((i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and any(
-        isinstance(x, (cst.Import, cst.ImportFrom)) and not (
-            isinstance(x, cst.ImportFrom) and x.module is not None and code(x.module) == "__future__")
-        for x in s.body)), None)
+    index = next(
+        (
+            i
+            for i, s in enumerate(body)
+            if isinstance(s, cst.SimpleStatementLine)
+            and any(
+                isinstance(x, (cst.Import, cst.ImportFrom))
+                and not (
+                    isinstance(x, cst.ImportFrom) and x.module is not None and code(x.module) == "__future__"
+                )
+                for x in s.body
+            )
+        ),
+        None,
+    )
     if index is None:
         index = next((i for i, s in enumerate(body) if not is_docstring(s)), len(body))
     statement = cst.parse_statement(f"import {name}\n")
@@ -139,27 +166,50 @@ def drop_unused_train_state_import(module: cst.Module) -> cst.Module:
     """Remove ``from flax.training import train_state`` (and aliases) once nothing uses the name."""
     used: set[str] = set()
     for stmt in module.body:
-        if not (isinstance(stmt, cst.SimpleStatementLine) and all(
-                isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)):
+        if not (
+            isinstance(stmt, cst.SimpleStatementLine)
+            and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+        ):
             used |= names_in(stmt)
     body: list[cst.BaseStatement] = []
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine):
             smalls = []
             for small in stmt.body:
-                if isinstance(small, cst.ImportFrom) and small.module is not None \
-                        and code(small.module) == "flax.training" and not isinstance(small.names, cst.ImportStar):
-                    keep = [a for a in small.names if not (a.name.value == "train_state" and code(
-                        a.asname.name if a.asname else a.name) not in used)]
+                if (
+                    isinstance(small, cst.ImportFrom)
+                    and small.module is not None
+                    and code(small.module) == "flax.training"
+                    and not isinstance(small.names, cst.ImportStar)
+                ):
+                    keep = [
+                        a
+                        for a in small.names
+                        if not (
+                            a.name.value == "train_state"
+                            and code(a.asname.name if a.asname else a.name) not in used
+                        )
+                    ]
                     if not keep:
                         continue
-                    small = small.with_changes(names=[*keep[:-1], keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+                    small = small.with_changes(
+                        names=[*keep[:-1], keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+                    )
                 elif isinstance(small, cst.Import):
-                    keep = [a for a in small.names if not (code(a.name) == "flax.training.train_state" and a.asname
-                                                           is not None and code(a.asname.name) not in used)]
+                    keep = [
+                        a
+                        for a in small.names
+                        if not (
+                            code(a.name) == "flax.training.train_state"
+                            and a.asname is not None
+                            and code(a.asname.name) not in used
+                        )
+                    ]
                     if not keep:
                         continue
-                    small = small.with_changes(names=[*keep[:-1], keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+                    small = small.with_changes(
+                        names=[*keep[:-1], keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+                    )
                 smalls.append(small)
             if not smalls:
                 continue

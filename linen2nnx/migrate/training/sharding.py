@@ -34,15 +34,35 @@ from linen2nnx.migrate.training.planner import STATE_TYPES, Edit, TrainPlanner
 from linen2nnx.migrate.training.values import string_index
 
 # a training file that mentions any of these deals in sharding: its models may carry partition metadata
-SHARDING_HINTS = ("logical_axis_rules", "get_partition_spec", "logical_to_mesh", "partitioning", "jax.sharding",
-                  "set_mesh", "NamedSharding", "PartitionSpec", "unbox")
+SHARDING_HINTS = (
+    "logical_axis_rules",
+    "get_partition_spec",
+    "logical_to_mesh",
+    "partitioning",
+    "jax.sharding",
+    "set_mesh",
+    "NamedSharding",
+    "PartitionSpec",
+    "unbox",
+)
 EAGER_GUARD = "nnx.use_eager_sharding(not jax.sharding.get_abstract_mesh().empty)"
 NO_RULES = "nnx.logical_axis_rules(())"
 # readers of the active logical axis rules (one function under several names)
-RULES_READERS = frozenset({"flax.linen.get_logical_axis_rules", "flax.linen.spmd.get_logical_axis_rules",
-                           "flax.core.spmd.get_logical_axis_rules", "flax.linen.partitioning.get_axis_rules"})
-LOGICAL_TO_MESH = frozenset({"flax.linen.logical_to_mesh_sharding", "flax.linen.spmd.logical_to_mesh_sharding",
-                             "flax.linen.partitioning.logical_to_mesh_sharding"})
+RULES_READERS = frozenset(
+    {
+        "flax.linen.get_logical_axis_rules",
+        "flax.linen.spmd.get_logical_axis_rules",
+        "flax.core.spmd.get_logical_axis_rules",
+        "flax.linen.partitioning.get_axis_rules",
+    }
+)
+LOGICAL_TO_MESH = frozenset(
+    {
+        "flax.linen.logical_to_mesh_sharding",
+        "flax.linen.spmd.logical_to_mesh_sharding",
+        "flax.linen.partitioning.logical_to_mesh_sharding",
+    }
+)
 PARTITION_SPEC = frozenset({"flax.nnx.get_partition_spec", "flax.nnx.spmd.get_partition_spec"})
 
 
@@ -80,8 +100,13 @@ def decide(condition: str, known: dict[str, object]) -> bool | None:
             if unknown:
                 raise LookupError("operand")
             return is_and
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "bool" \
-                and len(node.args) == 1 and not node.keywords:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "bool"
+            and len(node.args) == 1
+            and not node.keywords
+        ):
             return bool(ev(node.args[0]))
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
             left, right = ev(node.left), ev(node.comparators[0])
@@ -114,18 +139,29 @@ def plan_partition_spec(plan: TrainPlanner, call: cst.Call) -> None:
     arg = call.args[0].value
     holder = plan.parent(call)
     outer = plan.parent(holder) if isinstance(holder, cst.Arg) and holder.keyword is None else None
-    if isinstance(outer, cst.Call) and outer.args and outer.args[0] is holder \
-            and plan.values.qualnames(outer.func) & LOGICAL_TO_MESH:
+    if (
+        isinstance(outer, cst.Call)
+        and outer.args
+        and outer.args[0] is holder
+        and plan.values.qualnames(outer.func) & LOGICAL_TO_MESH
+    ):
         mesh = argument(outer, 1, "mesh")
         rules = argument(outer, 2, "rules")
         if mesh is not None and rules is not None and active_rules(plan, rules) and len(outer.args) == 3:
-            plan.note(TRAIN_013, outer, f"{code(outer.func)}({code(call)}, {code(mesh)}, <the active rules>) "
-                      f"-> nnx.get_named_sharding({code(arg)}, {code(mesh)})")
+            plan.note(
+                TRAIN_013,
+                outer,
+                f"{code(outer.func)}({code(call)}, {code(mesh)}, <the active rules>) "
+                f"-> nnx.get_named_sharding({code(arg)}, {code(mesh)})",
+            )
 
             def named(updated: cst.CSTNode) -> cst.CSTNode:
                 spec_arg = updated.args[0].value.args[0].value  # type: ignore[attr-defined]
-                mesh_arg = next(a.value for i, a in enumerate(updated.args)  # type: ignore[attr-defined]
-                                if (a.keyword is None and i == 1) or (a.keyword and a.keyword.value == "mesh"))
+                mesh_arg = next(
+                    a.value
+                    for i, a in enumerate(updated.args)  # type: ignore[attr-defined]
+                    if (a.keyword is None and i == 1) or (a.keyword and a.keyword.value == "mesh")
+                )
                 return cst.parse_expression(f"nnx.get_named_sharding({code(spec_arg)}, {code(mesh_arg)})")
 
             plan.edits[outer] = Edit(named)
@@ -140,8 +176,11 @@ def plan_partition_spec(plan: TrainPlanner, call: cst.Call) -> None:
         var_type = STATE_TYPES.get(key or "")
         if var_type is None:
             return  # the variables used whole: reported where they are used
-        plan.edits[holder] = Edit(lambda updated, t=var_type: cst.parse_expression(  # type: ignore[misc]
-            f"nnx.get_partition_spec(nnx.state({code(updated.value.args[0].value)}, nnx.{t}))"))  # type: ignore[attr-defined]
+        plan.edits[holder] = Edit(
+            lambda updated, t=var_type: cst.parse_expression(  # type: ignore[misc]
+                f"nnx.get_partition_spec(nnx.state({code(updated.value.args[0].value)}, nnx.{t}))"
+            )
+        )  # type: ignore[attr-defined]
     logical_specs(plan, call, f"the partition specs of {code(arg)}")
 
 
@@ -150,14 +189,23 @@ def logical_specs(plan: TrainPlanner, call: cst.Call, what: str) -> None:
     names Linen's ``get_partition_spec`` returns, whatever rules the caller made active."""
     stmt = plan.insertable(call)
     if stmt is None:
-        plan.block(TRAIN_008, call, f"{what}: Linen's are logical names whatever rules are active, "
-                   "nnx.get_partition_spec applies the active ones", f"read them under `with {NO_RULES}:`")
+        plan.block(
+            TRAIN_008,
+            call,
+            f"{what}: Linen's are logical names whatever rules are active, "
+            "nnx.get_partition_spec applies the active ones",
+            f"read them under `with {NO_RULES}:`",
+        )
         return
     guards = plan.wrap.setdefault(stmt, [])
     if NO_RULES not in guards:
         guards.insert(0, NO_RULES)
-    plan.note(TRAIN_013, call, f"{what}: read under `with {NO_RULES}:` (Linen's partition specs are "
-              "the logical names whatever rules are active)")
+    plan.note(
+        TRAIN_013,
+        call,
+        f"{what}: read under `with {NO_RULES}:` (Linen's partition specs are "
+        "the logical names whatever rules are active)",
+    )
 
 
 def active_rules(plan: TrainPlanner, node: cst.BaseExpression) -> bool:
@@ -170,7 +218,11 @@ def active_rules(plan: TrainPlanner, node: cst.BaseExpression) -> bool:
         if bound is None or plan.function_of(bound) is not plan.function_of(node):
             return False
         node = bound
-    return isinstance(node, cst.Call) and not node.args and bool(plan.values.qualnames(node.func) & RULES_READERS)
+    return (
+        isinstance(node, cst.Call)
+        and not node.args
+        and bool(plan.values.qualnames(node.func) & RULES_READERS)
+    )
 
 
 def unpacked(plan: TrainPlanner, target: cst.CSTNode) -> cst.BaseExpression | None:
@@ -179,8 +231,12 @@ def unpacked(plan: TrainPlanner, target: cst.CSTNode) -> cst.BaseExpression | No
     pattern = plan.parent(element) if isinstance(element, cst.Element) else None
     assign_target = plan.parent(pattern) if isinstance(pattern, cst.Tuple) else None
     assign = plan.parent(assign_target) if isinstance(assign_target, cst.AssignTarget) else None
-    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.value, cst.Tuple)
-            and len(assign.value.elements) == len(pattern.elements)):  # type: ignore[union-attr]
+    if not (
+        isinstance(assign, cst.Assign)
+        and len(assign.targets) == 1
+        and isinstance(assign.value, cst.Tuple)
+        and len(assign.value.elements) == len(pattern.elements)
+    ):  # type: ignore[union-attr]
         return None
     index = next(i for i, e in enumerate(pattern.elements) if e is element)  # type: ignore[union-attr]
     value = assign.value.elements[index]
@@ -191,7 +247,11 @@ def partition_spec_key(plan: TrainPlanner, node: cst.CSTNode) -> str | None:
     """``nnx.get_partition_spec(<node>)['params']`` -> ``'params'``."""
     arg = plan.parent(node)
     spec = plan.parent(arg) if isinstance(arg, cst.Arg) and arg.keyword is None and not arg.star else None
-    if not (isinstance(spec, cst.Call) and len(spec.args) == 1 and plan.values.qualnames(spec.func) & PARTITION_SPEC):
+    if not (
+        isinstance(spec, cst.Call)
+        and len(spec.args) == 1
+        and plan.values.qualnames(spec.func) & PARTITION_SPEC
+    ):
         return None
     sub = plan.parent(spec)
     return string_index(sub) if isinstance(sub, cst.Subscript) and sub.value is spec else None

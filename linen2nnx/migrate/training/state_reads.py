@@ -23,12 +23,17 @@ def plan_subscript(plan: TrainPlanner, node: cst.Subscript) -> None:
         return
     var_type = STATE_TYPES.get(value.collection)
     if var_type is None:
-        plan.block(TRAIN_008, node, f"collection {value.collection!r} of an initialised model",
-                   "collect it with nnx.capture / a custom nnx.Variable type")
+        plan.block(
+            TRAIN_008,
+            node,
+            f"collection {value.collection!r} of an initialised model",
+            "collect it with nnx.capture / a custom nnx.Variable type",
+        )
         return
     plan.note(TRAIN_003, node, f"variables[{value.collection!r}] -> nnx.state(model, nnx.{var_type})")
-    plan.edits[node] = Edit(lambda updated: cst.parse_expression(
-        f"nnx.state({code(updated.value)}, nnx.{var_type})"))  # type: ignore[attr-defined]
+    plan.edits[node] = Edit(
+        lambda updated: cst.parse_expression(f"nnx.state({code(updated.value)}, nnx.{var_type})")
+    )  # type: ignore[attr-defined]
 
 
 def plan_variables_use(plan: TrainPlanner, node: cst.BaseExpression) -> None:
@@ -46,8 +51,18 @@ def plan_variables_use(plan: TrainPlanner, node: cst.BaseExpression) -> None:
         return  # nn.get_partition_spec(variables)['params']: the specs of one collection
     if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
         call = plan.parent(parent)
-        if isinstance(call, cst.Call) and call.args and call.args[0] is parent and isinstance(
-                call.func, cst.Attribute) and call.func.attr.value in ("apply", "apply_fn"):
+        if (
+            isinstance(call, cst.Call)
+            and call.args
+            and call.args[0] is parent
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in ("apply", "apply_fn")
+        ):
             return
-    plan.block(TRAIN_008, node, f"the variables `{code(node)}` of an initialised model used as a whole "
-               "(in NNX they are the model itself)", "use nnx.state(model, nnx.Param) / nnx.split(model)")
+    plan.block(
+        TRAIN_008,
+        node,
+        f"the variables `{code(node)}` of an initialised model used as a whole "
+        "(in NNX they are the model itself)",
+        "use nnx.state(model, nnx.Param) / nnx.split(model)",
+    )

@@ -38,14 +38,20 @@ def plan_create(plan: TrainPlanner, call: cst.Call) -> None:
         return
     params = plan.values.value_of(args["params"].value)
     if params is None or params.kind != "coll" or params.collection != "params" or params.holder is None:
-        plan.block(TRAIN_008, call, "TrainState.create(params=...) whose params do not come from a model "
-                   "this run migrates, initialised in scope", hint)
+        plan.block(
+            TRAIN_008,
+            call,
+            "TrainState.create(params=...) whose params do not come from a model "
+            "this run migrates, initialised in scope",
+            hint,
+        )
         return
     holder = params.holder
     scope = plan.values.scopes.get(call)
     if scope is None or holder not in scope[holder.name]:
-        plan.block(TRAIN_008, call, f"the model `{holder.name}` is not visible where its TrainState is "
-                   "created", hint)
+        plan.block(
+            TRAIN_008, call, f"the model `{holder.name}` is not visible where its TrainState is created", hint
+        )
         return
     fields = plan.values.ts_fields(call.func.value)  # type: ignore[attr-defined]
     for name, arg in args.items():
@@ -53,24 +59,44 @@ def plan_create(plan: TrainPlanner, call: cst.Call) -> None:
             continue
         if name == "apply_fn":
             if not (isinstance(arg.value, cst.Attribute) and arg.value.attr.value == "apply"):
-                plan.block(TRAIN_008, arg, "TrainState.create(apply_fn=...) that is not a module's apply",
-                           "call the NNX model (or a function of it) in the train step")
+                plan.block(
+                    TRAIN_008,
+                    arg,
+                    "TrainState.create(apply_fn=...) that is not a module's apply",
+                    "call the NNX model (or a function of it) in the train step",
+                )
                 return
             continue
         value = plan.values.value_of(arg.value)
-        if not (name in fields and name in STATE_TYPES and value is not None and value.kind == "coll"
-                and value.holder is holder and value.collection == name):
-            plan.block(TRAIN_008, arg, f"TrainState field {name}= has no NNX counterpart here",
-                       "keep it next to the (graphdef, state) pair by hand")
+        if not (
+            name in fields
+            and name in STATE_TYPES
+            and value is not None
+            and value.kind == "coll"
+            and value.holder is holder
+            and value.collection == name
+        ):
+            plan.block(
+                TRAIN_008,
+                arg,
+                f"TrainState field {name}= has no NNX counterpart here",
+                "keep it next to the (graphdef, state) pair by hand",
+            )
             return
-    plan.note(TRAIN_004, call, "TrainState.create(...) -> nnx.split((model, nnx.Optimizer(model, tx, "
-              "wrt=nnx.Param))): the train state is the (graphdef, state) pair")
+    plan.note(
+        TRAIN_004,
+        call,
+        "TrainState.create(...) -> nnx.split((model, nnx.Optimizer(model, tx, "
+        "wrt=nnx.Param))): the train state is the (graphdef, state) pair",
+    )
     model = holder.name
 
     def build(updated: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(updated, cst.Call)
         tx = next(a.value for a in updated.args if a.keyword is not None and a.keyword.value == "tx")
-        return cst.parse_expression(f"nnx.split(({model}, nnx.Optimizer({model}, {code(tx)}, wrt=nnx.Param)))")
+        return cst.parse_expression(
+            f"nnx.split(({model}, nnx.Optimizer({model}, {code(tx)}, wrt=nnx.Param)))"
+        )
 
     plan.edits[call] = Edit(build)
 
@@ -112,14 +138,22 @@ def local_state(plan: TrainPlanner, name: str, group: list[Assignment]) -> None:
         stmt = plan.insertable(attr)
         readable = field in ("params", "step", "tx") or field in STATE_TYPES
         if stmt is None or (field != "apply_fn" if is_call else not readable):
-            plan.block(TRAIN_008, attr, f"`{code(attr)}` of a train state held in a local variable",
-                       "read it after `model, optimizer = nnx.merge(*state)`")
+            plan.block(
+                TRAIN_008,
+                attr,
+                f"`{code(attr)}` of a train state held in a local variable",
+                "read it after `model, optimizer = nnx.merge(*state)`",
+            )
             return
         reads.setdefault(stmt, []).append(attr)
     for stmt, attrs in reads.items():
         fn = plan.function_of(stmt)
-        owner = plan.local_owner.get(fn) or Owner(fn, name, plan.fresh(fn, "model"),  # type: ignore[arg-type]
-                                                      plan.fresh(fn, "optimizer"))
+        owner = plan.local_owner.get(fn) or Owner(
+            fn,
+            name,
+            plan.fresh(fn, "model"),  # type: ignore[arg-type]
+            plan.fresh(fn, "optimizer"),
+        )
         plan.local_owner[fn] = owner
         needs_optimizer = needs_model = False
         for attr in attrs:
@@ -144,14 +178,21 @@ def plan_owner(plan: TrainPlanner, fn: cst.FunctionDef, param: Assignment, scope
     """Plan the merge prelude, field reads, apply sites and rebinding statements of one train-state
     parameter of ``fn`` and of the names ``apply_gradients`` / ``replace`` rebind it to in ``fn``."""
     names, group, rebinding, foreign = _group(plan, param, scope)
-    accesses = list(dict.fromkeys(use for a in group for use in plan.values.uses(a)))  # an access may see several
-    attribute_uses = [u for u in accesses if isinstance(plan.parent(u), cst.Attribute)
-                      and plan.parent(u).value is u]  # type: ignore[union-attr]
+    accesses = list(
+        dict.fromkeys(use for a in group for use in plan.values.uses(a))
+    )  # an access may see several
+    attribute_uses = [
+        u for u in accesses if isinstance(plan.parent(u), cst.Attribute) and plan.parent(u).value is u
+    ]  # type: ignore[union-attr]
     if not attribute_uses:
         return
     if foreign is not None:
-        plan.block(TRAIN_008, foreign.node, f"train state `{foreign.name}` reassigned by something other "
-                   "than apply_gradients / replace", "read its fields after `model, optimizer = nnx.merge(*state)`")
+        plan.block(
+            TRAIN_008,
+            foreign.node,
+            f"train state `{foreign.name}` reassigned by something other than apply_gradients / replace",
+            "read its fields after `model, optimizer = nnx.merge(*state)`",
+        )
         return
     body = fn.body
     if not isinstance(body, cst.IndentedBlock):
@@ -180,8 +221,9 @@ def plan_owner(plan: TrainPlanner, fn: cst.FunctionDef, param: Assignment, scope
 Rebinding = dict[cst.CSTNode, cst.Call]  # statement -> the apply_gradients / replace call it makes
 
 
-def _group(plan: TrainPlanner, param: Assignment, scope: FunctionScope
-           ) -> tuple[set[str], list[Assignment], Rebinding, Assignment | None]:
+def _group(
+    plan: TrainPlanner, param: Assignment, scope: FunctionScope
+) -> tuple[set[str], list[Assignment], Rebinding, Assignment | None]:
     """The names the state parameter lives on in its function (grown through ``new =
     old.apply_gradients(...)``, ``new = new.replace(...)``), their bindings, the rebinding statements,
     and a rebinding by anything else (a problem only if fields are read)."""
@@ -211,8 +253,13 @@ def _group(plan: TrainPlanner, param: Assignment, scope: FunctionScope
     return names, group, rebinding, foreign
 
 
-def _plan_uses(plan: TrainPlanner, owner: Owner, attribute_uses: list[cst.Name], group: list[Assignment],
-               rebinding: Rebinding) -> bool:
+def _plan_uses(
+    plan: TrainPlanner,
+    owner: Owner,
+    attribute_uses: list[cst.Name],
+    group: list[Assignment],
+    rebinding: Rebinding,
+) -> bool:
     """Plan each ``state.<attr>`` of the group: apply sites, updates, field reads. False (and blocked)
     at the first one with no NNX counterpart."""
     for use in attribute_uses:
@@ -227,22 +274,31 @@ def _plan_uses(plan: TrainPlanner, owner: Owner, attribute_uses: list[cst.Name],
         elif field in ("apply_gradients", "replace") and is_call:
             stmt = plan.statement_of(call)  # type: ignore[arg-type]
             if rebinding.get(stmt) is not call and not returned_update(call, stmt):  # type: ignore[arg-type]
-                plan.block(TRAIN_008, call, f"`{use.value}.{field}(...)` outside `name = ...` / "
-                           "`return ...`", "apply the update with optimizer.update(model, grads) by hand")
+                plan.block(
+                    TRAIN_008,
+                    call,
+                    f"`{use.value}.{field}(...)` outside `name = ...` / `return ...`",
+                    "apply the update with optimizer.update(model, grads) by hand",
+                )
                 return False
             if stmt not in rebinding:
                 rebinding[stmt] = call  # type: ignore[index,assignment]
         elif not is_call and field_read(plan, attr, owner):
             pass
         else:
-            plan.block(TRAIN_008, attr, f"train-state field `{field}` has no NNX counterpart",
-                       "use the model / optimizer merged from the split state")
+            plan.block(
+                TRAIN_008,
+                attr,
+                f"train-state field `{field}` has no NNX counterpart",
+                "use the model / optimizer merged from the split state",
+            )
             return False
     return True
 
 
-def _merge_prelude(plan: TrainPlanner, fn: cst.FunctionDef, body: cst.IndentedBlock, owner: Owner,
-                   names: set[str]) -> None:
+def _merge_prelude(
+    plan: TrainPlanner, fn: cst.FunctionDef, body: cst.IndentedBlock, owner: Owner, names: set[str]
+) -> None:
     """``model, optimizer = nnx.merge(*state)`` as the function's first statement (after its docstring)."""
     first = next((s for s in body.body if not is_docstring(s)), None)
     if first is None:
@@ -252,26 +308,34 @@ def _merge_prelude(plan: TrainPlanner, fn: cst.FunctionDef, body: cst.IndentedBl
         targets = owner.model
     merge = f"nnx.merge(*{owner.param})" + ("[0]" if targets == owner.model else "")
     plan.prelude.setdefault(first, []).insert(0, cst.parse_statement(f"{targets} = {merge}\n"))
-    plan.note(TRAIN_007, fn, f"{fn.name.value}: train state `{owner.param}` read through "
-              f"`{targets} = nnx.merge(*{owner.param})`")
+    plan.note(
+        TRAIN_007,
+        fn,
+        f"{fn.name.value}: train state `{owner.param}` read through `{targets} = nnx.merge(*{owner.param})`",
+    )
 
 
 def update_target(plan: TrainPlanner, use: cst.Name) -> str | None:
     """``new = <use>.apply_gradients(...)`` / ``.replace(...)`` -> ``"new"``."""
     attr = plan.parent(use)
     call = plan.parent(attr) if isinstance(attr, cst.Attribute) and attr.value is use else None
-    if not (isinstance(call, cst.Call) and call.func is attr
-            and attr.attr.value in ("apply_gradients", "replace")):  # type: ignore[union-attr]
+    if not (
+        isinstance(call, cst.Call) and call.func is attr and attr.attr.value in ("apply_gradients", "replace")
+    ):  # type: ignore[union-attr]
         return None
     assign = plan.parent(call)
-    if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target,
-                                                                                   cst.Name):
+    if (
+        isinstance(assign, cst.Assign)
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+    ):
         return assign.targets[0].target.value
     return None
 
 
-def linear_update(plan: TrainPlanner, stmt: cst.CSTNode, call: cst.Call, fn: cst.FunctionDef,
-                   accesses: list[cst.Name]) -> bool:
+def linear_update(
+    plan: TrainPlanner, stmt: cst.CSTNode, call: cst.Call, fn: cst.FunctionDef, accesses: list[cst.Name]
+) -> bool:
     """NNX updates in place, so ``new = old.apply_gradients(...)`` is only the same program when ``old``
     is never read again: not after the statement, and not on a later turn of a loop around it."""
     receiver = call.func.value  # type: ignore[attr-defined]
@@ -281,30 +345,45 @@ def linear_update(plan: TrainPlanner, stmt: cst.CSTNode, call: cst.Call, fn: cst
     cur = plan.parent(stmt)
     while cur is not None and cur is not fn:
         if isinstance(cur, (cst.For, cst.While)):
-            plan.block(TRAIN_008, call, f"`{target.value} = {receiver.value}.{call.func.attr.value}(...)` "  # type: ignore[attr-defined]
-                       "inside a loop (NNX updates the state in place)", f"rebind `{receiver.value}` itself")
+            plan.block(
+                TRAIN_008,
+                call,
+                f"`{target.value} = {receiver.value}.{call.func.attr.value}(...)` "  # type: ignore[attr-defined]
+                "inside a loop (NNX updates the state in place)",
+                f"rebind `{receiver.value}` itself",
+            )
             return False
         cur = plan.parent(cur)
     end = plan.positions[stmt].end.line
     for use in accesses:
         if use.value == receiver.value and use is not receiver and plan.positions[use].start.line > end:
-            plan.block(TRAIN_008, use, f"`{receiver.value}` read after `{target.value} = "
-                       f"{receiver.value}.{call.func.attr.value}(...)` (NNX updates the state in place)",  # type: ignore[attr-defined]
-                       "keep what you need from the old state before the update")
+            plan.block(
+                TRAIN_008,
+                use,
+                f"`{receiver.value}` read after `{target.value} = "
+                f"{receiver.value}.{call.func.attr.value}(...)` (NNX updates the state in place)",  # type: ignore[attr-defined]
+                "keep what you need from the old state before the update",
+            )
             return False
     return True
 
 
-def rebinding_statement(plan: TrainPlanner, target: cst.CSTNode, names: set[str]) -> tuple[cst.CSTNode, cst.Call] | None:
+def rebinding_statement(
+    plan: TrainPlanner, target: cst.CSTNode, names: set[str]
+) -> tuple[cst.CSTNode, cst.Call] | None:
     """``state = state.apply_gradients(...)`` / ``new = state.replace(...)``: (statement, call)."""
     assign_target = plan.parent(target)
     assign = plan.parent(assign_target) if isinstance(assign_target, cst.AssignTarget) else None
     if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
         return None
     call = assign.value
-    if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-            and call.func.attr.value in ("apply_gradients", "replace")
-            and isinstance(call.func.value, cst.Name) and call.func.value.value in names):
+    if not (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in ("apply_gradients", "replace")
+        and isinstance(call.func.value, cst.Name)
+        and call.func.value.value in names
+    ):
         return None
     stmt = plan.statement_of(assign)
     return (stmt, call) if stmt is not None else None
@@ -312,8 +391,12 @@ def rebinding_statement(plan: TrainPlanner, target: cst.CSTNode, names: set[str]
 
 def returned_update(call: cst.Call, stmt: cst.CSTNode | None) -> bool:
     """``return state.apply_gradients(...)``: the update is the whole return statement."""
-    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(
-        stmt.body[0], cst.Return) and stmt.body[0].value is call
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Return)
+        and stmt.body[0].value is call
+    )
 
 
 def plan_rebind(plan: TrainPlanner, stmt: cst.CSTNode, call: cst.Call, owner: Owner) -> bool:
@@ -330,23 +413,33 @@ def plan_rebind(plan: TrainPlanner, stmt: cst.CSTNode, call: cst.Call, owner: Ow
             effects.append(("nnx.update({model}, {value})", i))
         else:
             what = f"{key}=" if key else "a positional argument"
-            plan.block(TRAIN_008, arg, f"{owner.param}.{field}({what}...) has no NNX counterpart",
-                       "update the model / optimizer by hand")
+            plan.block(
+                TRAIN_008,
+                arg,
+                f"{owner.param}.{field}({what}...) has no NNX counterpart",
+                "update the model / optimizer by hand",
+            )
             return False
     if field == "apply_gradients" and not any(t.startswith("{optimizer}") for t, _ in effects):
         plan.block(TRAIN_008, call, "apply_gradients without grads=", "optimizer.update(model, grads)")
         return False
     returned = returned_update(call, stmt)
     resplit = f"({owner.param}[0], nnx.state(({owner.model}, {owner.optimizer})))"
-    plan.note(TRAIN_006, call, f"{owner.param}.{field}(...) -> "
-              + ("optimizer.update(model, grads)" if field == "apply_gradients" else "nnx.update(model, ...)"))
+    plan.note(
+        TRAIN_006,
+        call,
+        f"{owner.param}.{field}(...) -> "
+        + ("optimizer.update(model, grads)" if field == "apply_gradients" else "nnx.update(model, ...)"),
+    )
 
     def replace(updated: cst.CSTNode) -> list[cst.BaseStatement]:
         assert isinstance(updated, cst.SimpleStatementLine)
         small = updated.body[0]
         new_call = small.value  # type: ignore[attr-defined]
-        lines = [template.format(optimizer=owner.optimizer, model=owner.model,
-                                 value=code(new_call.args[i].value)) for template, i in effects]
+        lines = [
+            template.format(optimizer=owner.optimizer, model=owner.model, value=code(new_call.args[i].value))
+            for template, i in effects
+        ]
         if returned:
             lines.append(f"return {resplit}")
         out = [cst.parse_statement(line + "\n") for line in lines]

@@ -37,8 +37,9 @@ TRAIN_STATE = frozenset({"flax.training.train_state.TrainState"})
 JIT = frozenset({"jax.jit", "jax.api.jit", "jax._src.api.jit"})
 EVAL_SHAPE = frozenset({"jax.eval_shape", "jax.api.eval_shape", "jax._src.api.eval_shape"})
 PARTIAL = frozenset({"functools.partial"})
-MODULE_BASES = frozenset({"flax.linen.Module", "flax.linen.module.Module", "flax.nnx.Module",
-                          "flax.nnx.module.Module"})
+MODULE_BASES = frozenset(
+    {"flax.linen.Module", "flax.linen.module.Module", "flax.nnx.Module", "flax.nnx.module.Module"}
+)
 # the node types the planning dispatches on (exact types: none has subclasses)
 _PLANNED = frozenset({cst.Call, cst.Subscript, cst.Attribute, cst.Name})
 # train-state attributes whose use marks an unannotated function parameter as a TrainState
@@ -65,8 +66,13 @@ class Val:
 class ValueAnalysis:
     """Answers "what is this expression?" for the training codemod (see the module docstring)."""
 
-    def __init__(self, wrapper: cst.MetadataWrapper, local: Mapping[str, ClassSummary],
-                 external: Mapping[str, ClassSummary], module_name: str):
+    def __init__(
+        self,
+        wrapper: cst.MetadataWrapper,
+        local: Mapping[str, ClassSummary],
+        external: Mapping[str, ClassSummary],
+        module_name: str,
+    ):
         self.module = wrapper.module
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}  # of the syntax nodes (= ParentNodeProvider's)
         self.nodes: list[cst.CSTNode] = []  # the calls, subscripts, attributes and names, in visit order
@@ -124,16 +130,24 @@ class ValueAnalysis:
                 if isinstance(stmt, cst.ClassDef) and stmt.name.value not in self.ts_classes:
                     base = next((b.value for b in stmt.bases if self.is_ts_class(b.value)), None)
                     if base is not None:
-                        fields = [s.target.value for line in stmt.body.body if isinstance(line, cst.SimpleStatementLine)
-                                  for s in line.body if isinstance(s, cst.AnnAssign) and isinstance(s.target, cst.Name)]
+                        fields = [
+                            s.target.value
+                            for line in stmt.body.body
+                            if isinstance(line, cst.SimpleStatementLine)
+                            for s in line.body
+                            if isinstance(s, cst.AnnAssign) and isinstance(s.target, cst.Name)
+                        ]
                         self.ts_classes[stmt.name.value] = [*self.ts_fields(base), *fields]
                         changed = True
                 elif isinstance(stmt, cst.SimpleStatementLine):
                     for small in stmt.body:
-                        if (isinstance(small, cst.Assign) and len(small.targets) == 1
-                                and isinstance(small.targets[0].target, cst.Name)
-                                and small.targets[0].target.value not in self.ts_classes
-                                and self.is_ts_class(small.value)):
+                        if (
+                            isinstance(small, cst.Assign)
+                            and len(small.targets) == 1
+                            and isinstance(small.targets[0].target, cst.Name)
+                            and small.targets[0].target.value not in self.ts_classes
+                            and self.is_ts_class(small.value)
+                        ):
                             self.ts_classes[small.targets[0].target.value] = self.ts_fields(small.value)
                             changed = True
 
@@ -143,7 +157,8 @@ class ValueAnalysis:
         while cur is not None:
             if isinstance(cur, cst.ClassDef):
                 if cur.name.value in self.local_classes or any(
-                        self.qualnames(b.value) & MODULE_BASES for b in cur.bases):
+                    self.qualnames(b.value) & MODULE_BASES for b in cur.bases
+                ):
                     return True
             cur = self.parent(cur)
         return False
@@ -169,8 +184,13 @@ class ValueAnalysis:
 
     def function_of(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
         """The file's function a call target names, through ``jax.jit(f, ...)``."""
-        if isinstance(func, cst.Call) and self.qualnames(func.func) & JIT and func.args \
-                and func.args[0].keyword is None and not func.args[0].star:
+        if (
+            isinstance(func, cst.Call)
+            and self.qualnames(func.func) & JIT
+            and func.args
+            and func.args[0].keyword is None
+            and not func.args[0].star
+        ):
             return self.function_of(func.args[0].value)
         if not isinstance(func, cst.Name):
             return None
@@ -182,8 +202,13 @@ class ValueAnalysis:
     def init_function(self, node: cst.BaseExpression) -> InitFunction | None:
         """``model.init`` / ``functools.partial(model.init, ...)`` of a Linen module value (no other form)."""
         partial = None
-        if isinstance(node, cst.Call) and self.qualnames(node.func) & PARTIAL and node.args \
-                and node.args[0].keyword is None and not node.args[0].star:
+        if (
+            isinstance(node, cst.Call)
+            and self.qualnames(node.func) & PARTIAL
+            and node.args
+            and node.args[0].keyword is None
+            and not node.args[0].star
+        ):
             partial, node = node, node.args[0].value
         if not (isinstance(node, cst.Attribute) and node.attr.value == "init"):
             return None
@@ -194,8 +219,13 @@ class ValueAnalysis:
 
     def eval_shape_init(self, node: cst.CSTNode) -> InitFunction | None:
         """``jax.eval_shape(<init function>, rng, *inputs)`` -> that init function."""
-        if not (isinstance(node, cst.Call) and self.qualnames(node.func) & EVAL_SHAPE and node.args
-                and node.args[0].keyword is None and not node.args[0].star):
+        if not (
+            isinstance(node, cst.Call)
+            and self.qualnames(node.func) & EVAL_SHAPE
+            and node.args
+            and node.args[0].keyword is None
+            and not node.args[0].star
+        ):
             return None
         return self.init_function(node.args[0].value)
 
@@ -204,8 +234,10 @@ class ValueAnalysis:
         scope = self.scopes.get(target)
         if scope is None:
             return None
-        return next((a for a in scope.assignments[target.value]
-                     if isinstance(a, Assignment) and a.node is target), None)
+        return next(
+            (a for a in scope.assignments[target.value] if isinstance(a, Assignment) and a.node is target),
+            None,
+        )
 
     def returns(self, fn: cst.FunctionDef) -> Iterator[cst.Return]:
         """``fn``'s own return statements (not those of nested functions, lambdas or classes)."""
@@ -301,7 +333,11 @@ class ValueAnalysis:
                     return Val("ts")
         for access in assignment.references:
             attr = self.parent(access.node)
-            if isinstance(attr, cst.Attribute) and attr.value is access.node and attr.attr.value in STATE_METHODS:
+            if (
+                isinstance(attr, cst.Attribute)
+                and attr.value is access.node
+                and attr.attr.value in STATE_METHODS
+            ):
                 return Val("ts")
         return None
 
@@ -343,7 +379,12 @@ def annotation_parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
     """``Model | None`` / ``Optional[Model]`` / ``Model`` -> the candidate class references."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):
         return [*annotation_parts(node.left), *annotation_parts(node.right)]
-    if isinstance(node, cst.Subscript) and isinstance(node.value, (cst.Name, cst.Attribute)) \
-            and getattr(node.value, "attr", node.value).value in ("Optional", "Union"):  # type: ignore[union-attr]
-        return [p for e in node.slice if isinstance(e.slice, cst.Index) for p in annotation_parts(e.slice.value)]
+    if (
+        isinstance(node, cst.Subscript)
+        and isinstance(node.value, (cst.Name, cst.Attribute))
+        and getattr(node.value, "attr", node.value).value in ("Optional", "Union")
+    ):  # type: ignore[union-attr]
+        return [
+            p for e in node.slice if isinstance(e.slice, cst.Index) for p in annotation_parts(e.slice.value)
+        ]
     return [node]

@@ -37,7 +37,9 @@ class EncoderBlock(nn.Module):
         x = nn.LayerNorm(epsilon=1e-12, dtype=self.dtype, name="attention_norm")(x + h)
 
         # full-precision matmuls: on TPU / GPU the default is a bfloat16 / TF32 pass
-        h = nn.Dense(self.mlp_dim, dtype=self.dtype, precision=jax.lax.Precision.HIGHEST, name="intermediate")(x)
+        h = nn.Dense(
+            self.mlp_dim, dtype=self.dtype, precision=jax.lax.Precision.HIGHEST, name="intermediate"
+        )(x)
         h = nn.gelu(h)
         h = nn.Dense(x.shape[-1], dtype=self.dtype, name="output")(h)
         h = nn.Dropout(rate=self.dropout_rate)(h, deterministic=not train)
