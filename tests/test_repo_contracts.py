@@ -30,3 +30,35 @@ def test_rules_doc_is_generated_from_the_table():
 
 def test_rule_ids_are_stable_and_well_formed():
     assert all(re.fullmatch(r"L2N-[A-Z]+-\d{3}", rule_id) for rule_id in RULES)
+
+
+def test_architecture_doc_names_every_module_and_only_real_ones():
+    """docs/architecture.md matches the code: each migrate / equivalence / checkpoint_convert module is
+    placed somewhere in it, and every ``linen2nnx/...`` or ``foo.py`` it names exists."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    package = ROOT / "linen2nnx"
+    for folder in ("migrate", "migrate/training", "migrate/rules", "equivalence", "checkpoint_convert"):
+        for module in sorted((package / folder).glob("*.py")):
+            if module.name in ("__init__.py", "__main__.py"):
+                continue
+            assert module.name in doc, f"docs/architecture.md does not place {folder}/{module.name}"
+    known = {p.name for p in package.rglob("*.py")} | {p.name for p in (ROOT / "bench").glob("*.py")}
+    known |= {p.name for p in (ROOT / "tests").glob("*.py")} | {
+        "linen2nnx_spec.py"
+    }  # the spec migrate writes
+    for name in set(re.findall(r"`(?:[\w/]+/)?(\w+\.py)`", doc)):
+        assert name in known, f"docs/architecture.md names {name}, which does not exist"
+    for path in set(re.findall(r"`(linen2nnx/[\w/]+\.py)`", doc)):
+        assert (ROOT / path).is_file(), f"docs/architecture.md names {path}, which does not exist"
+
+
+def test_no_document_outside_the_repository_is_cited():
+    cited = re.compile(r"reference §|shared/reference|shared/docs|nnx_mapping\.md")
+    for path in [
+        *ROOT.glob("linen2nnx/**/*.py"),
+        *ROOT.glob("docs/**/*.md"),
+        *ROOT.glob("bench/**/*.py"),
+        ROOT / "README.md",
+    ]:
+        text = path.read_text()
+        assert not cited.search(text), f"{path.relative_to(ROOT)} cites a document outside this repository"
