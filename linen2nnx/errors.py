@@ -6,6 +6,10 @@ user-facing failures never surface as tracebacks.
 
 from __future__ import annotations
 
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+"""Every subcommand's exit codes: clean / parity holds; findings / parity fails / files would change;
+usage, input or internal error (an :class:`L2NError`). The convention of ruff and ESLint, so CI can gate on it."""
+
 
 class L2NError(Exception):
     """Bad input or an unrecoverable condition: exit code 2 at the CLI."""

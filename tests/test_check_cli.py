@@ -19,7 +19,9 @@ import pytest
 import xmlschema
 
 import linen2nnx.equivalence
-from linen2nnx.cli import _mesh, _tolerance, main
+from linen2nnx.cli import main
+from linen2nnx.cli_check import mesh_arg as _mesh
+from linen2nnx.cli_check import tolerance_arg as _tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
 TWINS = Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py"

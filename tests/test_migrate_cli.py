@@ -410,10 +410,10 @@ def terminal(monkeypatch):
 
     from rich.console import Console
 
-    from linen2nnx import cli
+    from linen2nnx import cli_migrate
 
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "err_console", Console(file=buf, force_terminal=True, width=100))
+    monkeypatch.setattr(cli_migrate, "err_console", Console(file=buf, force_terminal=True, width=100))
     return buf
 
 
