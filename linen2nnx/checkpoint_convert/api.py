@@ -112,10 +112,6 @@ def convert_tree(
     ``optimizer``: convert ``opt_state`` + ``step`` into an ``nnx.Optimizer`` state too. ``None``
     means "when the pair has an optimizer and the checkpoint has an opt_state".
     """
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
-
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     ckpt = read_linen_checkpoint(linen_tree)
@@ -126,6 +122,33 @@ def convert_tree(
     timings["plan"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    state, mapped = _assemble(plan, ckpt, pair)
+    timings["assemble"] = time.perf_counter() - t0
+
+    report = ConversionReport(
+        source=ckpt.source,
+        target=plan.target.name,
+        strategy=plan.strategy,
+        mapped=sorted(mapped, key=lambda m: m.linen),
+        kept_from_init=[
+            KeptLeaf(s.path, s.type_name, tuple(s.shape), dtype_name(s.dtype)) for s in plan.kept
+        ],
+        ignored=dict(ckpt.ignored),
+        unboxed=list(ckpt.unboxed),
+        source_format=ckpt.format,
+        step=ckpt.step,
+        timings=timings,
+    )
+    opt_state = _optimizer_state(ckpt, pair, report, optimizer, timings)
+    return Converted(plan.target.graphdef, state, report, opt_state)
+
+
+def _assemble(plan: Plan, ckpt: Any, pair: Any) -> tuple[Any, list[MappedLeaf]]:
+    """The NNX state: every matched slot from the checkpoint, every kept slot from a fresh init."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
     arrays = {(coll, path): a for coll, path, a in ckpt.leaves()}
     flat_abstract = dict(nnx.to_flat_state(plan.target.abstract_state))
     filled: dict[PathT, Any] = {}
@@ -151,39 +174,29 @@ def convert_tree(
         fresh = jax.jit(lambda: nnx.state(pair.make_nnx(), lambda path, _: tuple(path) in kept_paths))()
         for path, var in nnx.to_flat_state(fresh):
             filled[tuple(path)] = var
-    state = nnx.from_flat_state([(p, filled[p]) for p in plan.target.slots])
-    timings["assemble"] = time.perf_counter() - t0
+    return nnx.from_flat_state([(p, filled[p]) for p in plan.target.slots]), mapped
 
-    report = ConversionReport(
-        source=ckpt.source,
-        target=plan.target.name,
-        strategy=plan.strategy,
-        mapped=sorted(mapped, key=lambda m: m.linen),
-        kept_from_init=[
-            KeptLeaf(s.path, s.type_name, tuple(s.shape), dtype_name(s.dtype)) for s in plan.kept
-        ],
-        ignored=dict(ckpt.ignored),
-        unboxed=list(ckpt.unboxed),
-        source_format=ckpt.format,
-        step=ckpt.step,
-        timings=timings,
-    )
-    opt_state = None
+
+def _optimizer_state(
+    ckpt: Any, pair: Any, report: ConversionReport, optimizer: bool | None, timings: dict[str, float]
+) -> Any:
+    """The ``nnx.Optimizer`` state from ``opt_state`` + ``step`` when asked (or, for None, when both exist)."""
     tx = getattr(pair.linen, "optimizer", None)
     if optimizer is None:
         optimizer = tx is not None and ckpt.opt_state is not None
-    if optimizer:
-        if tx is None or ckpt.opt_state is None:
-            missing = "the pair has no optimizer" if tx is None else f"{ckpt.source} has no opt_state"
-            raise L2NError(f"cannot convert the optimizer state: {missing}")
-        from linen2nnx.checkpoint_convert.optimizer import convert_opt_state
+    if not optimizer:
+        return None
+    if tx is None or ckpt.opt_state is None:
+        missing = "the pair has no optimizer" if tx is None else f"{ckpt.source} has no opt_state"
+        raise L2NError(f"cannot convert the optimizer state: {missing}")
+    from linen2nnx.checkpoint_convert.optimizer import convert_opt_state
 
-        t0 = time.perf_counter()
-        opt_state, report.optimizer = convert_opt_state(
-            ckpt.opt_state, ckpt.step, report.param_table(), pair.make_nnx, tx, ckpt.source
-        )
-        timings["optimizer"] = time.perf_counter() - t0
-    return Converted(plan.target.graphdef, state, report, opt_state)
+    t0 = time.perf_counter()
+    opt_state, report.optimizer = convert_opt_state(
+        ckpt.opt_state, ckpt.step, report.param_table(), pair.make_nnx, tx, ckpt.source
+    )
+    timings["optimizer"] = time.perf_counter() - t0
+    return opt_state
 
 
 def convert_state(

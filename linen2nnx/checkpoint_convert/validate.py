@@ -73,70 +73,82 @@ def validate(
     problems = list(problems)
     named = {n for p in problems if p.linen for n in p.linen.split(", ")}
     named_nnx = {n for p in problems if p.nnx for n in p.nnx.split(", ")}
-    matched = {m.leaf for m in matches}
     by_slot: dict[PathT, list[Match]] = defaultdict(list)
     good: list[Match] = []
     for m in matches:
-        slot = target.slots.get(m.nnx_path)
-        leaf = m.leaf
-        nnx_name = join(m.nnx_path)
-        if slot is None:
-            problems.append(
-                Problem(
-                    "no NNX home",
-                    leaf.name,
-                    nnx_name,
-                    f"the target model has no state at this path (got {_fmt(leaf)})",
-                )
-            )
-            continue
-        want = variable_type(leaf.collection)
-        if not issubclass(slot.var_type, want):
-            problems.append(
-                Problem(
-                    "type mismatch",
-                    leaf.name,
-                    nnx_name,
-                    f"expected a {want.__name__} slot, the target has a {slot.type_name}",
-                )
-            )
+        problem = _match_problem(m, target)
+        if problem is not None and problem.kind in ("no NNX home", "type mismatch"):
+            problems.append(problem)
             continue
         by_slot[m.nnx_path].append(m)
-        if tuple(slot.shape) != tuple(leaf.shape):
-            problems.append(
-                Problem("shape mismatch", leaf.name, nnx_name, f"expected {_fmt(slot)}, got {_fmt(leaf)}")
-            )
-        elif np.dtype(slot.dtype) != np.dtype(leaf.dtype):
-            problems.append(
-                Problem("dtype mismatch", leaf.name, nnx_name, f"expected {_fmt(slot)}, got {_fmt(leaf)}")
-            )
+        if problem is not None:
+            problems.append(problem)
         else:
             good.append(m)
-    for path, ms in sorted(by_slot.items(), key=lambda kv: join(kv[0])):
-        if len(ms) > 1:
-            problems.append(
-                Problem(
-                    "filled twice",
-                    ", ".join(m.leaf.name for m in ms),
-                    join(path),
-                    f"{len(ms)} Linen leaves map to one NNX slot",
-                )
-            )
+    problems += _filled_twice(by_slot)
     dup = {p for p, ms in by_slot.items() if len(ms) > 1}
     good = [m for m in good if m.nnx_path not in dup]
-    for leaf in leaves:
-        if leaf not in matched and leaf.name not in named:
-            problems.append(
-                Problem(
-                    "no NNX home",
-                    leaf.name,
-                    None,
-                    f"no NNX slot of type {variable_type(leaf.collection).__name__} "
-                    f"matches this path (got {_fmt(leaf)})",
-                )
-            )
-    required = required_types(collections)
+    matched = {m.leaf for m in matches}
+    problems += [_homeless(leaf) for leaf in leaves if leaf not in matched and leaf.name not in named]
+    kept, unfilled = _unfilled_slots(target, by_slot, required_types(collections), named_nnx)
+    return good, kept, problems + unfilled
+
+
+def _match_problem(m: Match, target: Target) -> Problem | None:
+    """What is wrong with one Linen leaf -> NNX slot match, if anything."""
+    slot = target.slots.get(m.nnx_path)
+    leaf = m.leaf
+    nnx_name = join(m.nnx_path)
+    if slot is None:
+        return Problem(
+            "no NNX home",
+            leaf.name,
+            nnx_name,
+            f"the target model has no state at this path (got {_fmt(leaf)})",
+        )
+    want = variable_type(leaf.collection)
+    if not issubclass(slot.var_type, want):
+        return Problem(
+            "type mismatch",
+            leaf.name,
+            nnx_name,
+            f"expected a {want.__name__} slot, the target has a {slot.type_name}",
+        )
+    if tuple(slot.shape) != tuple(leaf.shape):
+        return Problem("shape mismatch", leaf.name, nnx_name, f"expected {_fmt(slot)}, got {_fmt(leaf)}")
+    if np.dtype(slot.dtype) != np.dtype(leaf.dtype):
+        return Problem("dtype mismatch", leaf.name, nnx_name, f"expected {_fmt(slot)}, got {_fmt(leaf)}")
+    return None
+
+
+def _filled_twice(by_slot: dict[PathT, list[Match]]) -> list[Problem]:
+    return [
+        Problem(
+            "filled twice",
+            ", ".join(m.leaf.name for m in ms),
+            join(path),
+            f"{len(ms)} Linen leaves map to one NNX slot",
+        )
+        for path, ms in sorted(by_slot.items(), key=lambda kv: join(kv[0]))
+        if len(ms) > 1
+    ]
+
+
+def _homeless(leaf: Leaf) -> Problem:
+    return Problem(
+        "no NNX home",
+        leaf.name,
+        None,
+        f"no NNX slot of type {variable_type(leaf.collection).__name__} matches this path (got {_fmt(leaf)})",
+    )
+
+
+def _unfilled_slots(
+    target: Target, by_slot: dict[PathT, list[Match]], required: tuple[type, ...], named_nnx: set[str]
+) -> tuple[list[Slot], list[Problem]]:
+    """Slots no leaf fills: kept from init (rng state, ...) or, for a required type, a problem."""
     kept: list[Slot] = []
+    problems: list[Problem] = []
     for path, slot in sorted(target.slots.items(), key=lambda kv: join(kv[0])):
         if path in by_slot:
             continue
@@ -151,7 +163,7 @@ def validate(
                     f"no Linen leaf maps to this {slot.type_name} {_fmt(slot)}",
                 )
             )
-    return good, kept, problems
+    return kept, problems
 
 
 def raise_problems(problems: list[Problem], source: str, target: str) -> None:

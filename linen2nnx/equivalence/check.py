@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,39 +104,29 @@ def check(
     with _mesh_context(pair, mesh) as (mesh_mod, active):
         if mesh_mod is not None and hasattr(mesh_mod, "with_sharded_batch"):
             pair = mesh_mod.with_sharded_batch(pair, active)
-        t0 = time.perf_counter()
-        sides = build_sides(pair, linen_ckpt, nnx_ckpt, name_map)
-        if mesh_mod is not None and hasattr(mesh_mod, "place_sides"):
-            sides = mesh_mod.place_sides(pair, sides, active)
-        timings["build"] = time.perf_counter() - t0
+        with _timed(timings, "build"):
+            sides = build_sides(pair, linen_ckpt, nnx_ckpt, name_map)
+            if mesh_mod is not None and hasattr(mesh_mod, "place_sides"):
+                sides = mesh_mod.place_sides(pair, sides, active)
         module_map = make_module_map(pair, sides, name_map)
         leaves = run_checks(pair, sides, tols, timings, jit=jit, module_map=module_map, long_batch=long_batch)
         if mesh_mod is not None:
-            t0 = time.perf_counter()
-            leaves += mesh_mod.partition_spec_leaves(
-                pair, sides.nnx_model, sides.report.param_table("params")
-            )
-            timings["partition_spec"] = time.perf_counter() - t0
+            with _timed(timings, "partition_spec"):
+                table = sides.report.param_table("params")
+                leaves += mesh_mod.partition_spec_leaves(pair, sides.nnx_model, table)
         training = None
         if steps > 0:
-            t0 = time.perf_counter()
-            training = training_parity(
-                pair,
-                sides,
-                steps,
-                tx=train_tx,
-                tolerances=tols,
-                batches=batches,
-                depth=model_depth(sides.nnx_model),
-            )
-            leaves += training.leaves
-            timings["training"] = time.perf_counter() - t0
+            with _timed(timings, "training"):
+                depth = model_depth(sides.nnx_model)
+                training = training_parity(
+                    pair, sides, steps, tx=train_tx, tolerances=tols, batches=batches, depth=depth
+                )
+                leaves += training.leaves
         passed = bool(leaves) and all(lf.passed for lf in leaves) and (training is None or training.passed)
         div = None
         if divergence and not passed:
-            t0 = time.perf_counter()
-            div = _localise(pair, sides, [lf for lf in leaves if not lf.passed], module_map, tols)
-            timings["divergence"] = time.perf_counter() - t0
+            with _timed(timings, "divergence"):
+                div = _localise(pair, sides, [lf for lf in leaves if not lf.passed], module_map, tols)
     return ParityResult(
         leaves=leaves,
         passed=passed,
@@ -149,6 +139,14 @@ def check(
         divergence=div,
         training=training,
     )
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    """``timings[name]``: the seconds the block took."""
+    t0 = time.perf_counter()
+    yield
+    timings[name] = time.perf_counter() - t0
 
 
 def assert_parity(
