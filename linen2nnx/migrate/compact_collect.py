@@ -8,7 +8,7 @@ to the planner, which records a :class:`~linen2nnx.migrate.sites.Site` on the pl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import libcst as cst
 
@@ -22,6 +22,17 @@ from linen2nnx.migrate.sites import ClassPlan, LoopInfo, range_loop
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.site_planning import SitePlanner
+
+
+class Built(NamedTuple):
+    """What a constructor call in ``@nn.compact`` builds."""
+
+    factory: Any  # what it is built through (a partial local, a factory field, a factory method), or None
+    target: cst.Call  # the constructor call itself
+    rule: LayerRule | None  # a built-in layer
+    user: ClassPlan | None  # a Linen class of the run
+    variable: bool  # self.param / self.variable
+    what: str  # how findings name it
 
 
 class CompactCollector(FastVisitor):
@@ -97,10 +108,41 @@ class CompactCollector(FastVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         found = self._constructor(node)
-        if found is None:
+        built = self._built(node, *found) if found is not None else None
+        if built is None:
             return
-        factory, target = found
-        plan, ctx = self.plan, self.ctx
+        plan, ctx, what = self.plan, self.ctx, built.what
+        if self.blocked:
+            ctx.report(
+                MOD_004,
+                node,
+                f"{what} created inside a while loop, comprehension, lambda "
+                "or loop over call-time values in @nn.compact is not hoisted yet",
+                "create it in __init__ (an nnx.List for several) and index it at the call",
+            )
+            return
+        in_nest = self.nest_site(node, [a.value for a in (*built.target.args, *node.args)])
+        loop = None if in_nest else self.loops[-1] if self.loops else None
+        conditions = self.planner.conditions_of(
+            node, self.fn, self.local_names, None if built.variable else plan
+        )
+        if built.variable and self.planner.plan_lazy_variable(plan, node, conditions, self.local_names):
+            return
+        if conditions is None:
+            self.state.handled.add(node)  # this finding says it all
+            ctx.report(
+                MOD_004,
+                node,
+                f"{what} is created under a condition on a call-time value",
+                "create it in __init__ and decide at call time whether to use it",
+            )
+            return
+        self._plan_site(node, built, in_nest, loop, conditions)
+
+    def _built(self, node: cst.Call, factory: Any, target: cst.Call) -> Built | None:
+        """What the constructor call ``node`` builds; None when it is neither a layer, a class of the run
+        nor a variable (an unknown submodule is flagged)."""
+        ctx = self.ctx
         rule = ctx.layer_rule_of(target.func)
         user = None if rule is not None else ctx.user_class_of(target.func)
         if user is None and isinstance(factory, FieldFactory) and factory.classes:
@@ -112,37 +154,21 @@ class CompactCollector(FastVisitor):
                 and isinstance(node.func.func, cst.Name)
                 and node.func.func.value in self.partials
             ):  # `dense(...)(x)`: planned at `dense(...)`
-                self.planner.flag_unknown_submodule(node, plan)
-            return
+                self.planner.flag_unknown_submodule(node, self.plan)
+            return None
         what = f"nn.{rule.linen}" if rule else (user.name if user else f"self.{ctx.self_call(node)}")
-        if self.blocked:
-            ctx.report(
-                MOD_004,
-                node,
-                f"{what} created inside a while loop, comprehension, lambda "
-                "or loop over call-time values in @nn.compact is not hoisted yet",
-                "create it in __init__ (an nnx.List for several) and index it at the call",
-            )
-            return
-        in_nest = self.nest_site(node, [a.value for a in (*target.args, *node.args)])
-        loop = None if in_nest else self.loops[-1] if self.loops else None
-        conditions = self.planner.conditions_of(node, self.fn, self.local_names, None if variable else plan)
-        if variable and self.planner.plan_lazy_variable(plan, node, conditions, self.local_names):
-            return
-        if conditions is None:
-            self.state.handled.add(node)  # this finding says it all
-            ctx.report(
-                MOD_004,
-                node,
-                f"{what} is created under a condition on a call-time value",
-                "create it in __init__ and decide at call time whether to use it",
-            )
-            return
-        lifted = None if variable else ctx.check_lifted(target)
+        return Built(factory, target, rule, user, variable, what)
+
+    def _plan_site(
+        self, node: cst.Call, built: Built, in_nest: bool, loop: LoopInfo | None, conditions: list[str]
+    ) -> None:
+        """Hoist what ``node`` builds into ``__init__`` (built under ``conditions``), or say why not."""
+        plan, ctx, what = self.plan, self.ctx, built.what
+        lifted = None if built.variable else ctx.check_lifted(built.target)
         if lifted is False:
             return
         before = len(plan.hoisted_order)
-        if in_nest and (variable or lifted is not None or self.planner.nesting(plan, node) is not None):
+        if in_nest and (built.variable or lifted is not None or self.planner.nesting(plan, node) is not None):
             ctx.report(
                 MOD_004,
                 node,
@@ -150,7 +176,7 @@ class CompactCollector(FastVisitor):
                 "create it in __init__ (an nnx.List for several)",
             )
             return
-        if variable:
+        if built.variable:
             if loop is not None:
                 ctx.report(
                     MOD_004,
@@ -160,7 +186,9 @@ class CompactCollector(FastVisitor):
                 )
                 return
             self.planner.add_variable_site(plan, node, hoisted=True, local_names=self.local_names)
-        elif not self._plan_submodule(node, target, factory, rule, user, in_nest, loop, conditions):
+        elif not self._plan_submodule(
+            node, built.target, built.factory, built.rule, built.user, in_nest, loop, conditions
+        ):
             return
         for site in plan.hoisted_order[before:]:
             site.conditions = conditions

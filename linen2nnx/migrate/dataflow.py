@@ -258,6 +258,8 @@ class FeatureFlow:
         return Feat.unknown(type(node).__name__)
 
     def call(self, node: cst.Call) -> Feat:
+        """What a call gives: a layer's output (its use recorded), a helper method's result, or what a
+        library function makes of its arguments' sizes."""
         arg_feats = [self.expr_of(a.value) for a in node.args]
         if isinstance(node.func, cst.Call):  # nn.Dense(...)(x): visit the constructor's args too
             for a in node.func.args:
@@ -265,24 +267,44 @@ class FeatureFlow:
         layer = self.layer_of(node)
         first = arg_feats[0] if arg_feats else Feat.unknown("no input")
         if layer is not None:
-            read = (
-                arg_feats[layer.input_index]
-                if layer.input_index < len(arg_feats)
-                else Feat.unknown("no input")
-            )
-            self.uses.append(LayerUse(layer.key, read, node, self.iteration, tuple(arg_feats)))
-            if layer.out_fn is not None:
-                return layer.out_fn(first)
-            if layer.out_unknown:
-                return Feat.unknown(f"output of {layer.key}")
-            return first if layer.out_expr is None else Feat("expr", expr=layer.out_expr)
+            return self._layer_applied(layer, node, arg_feats, first)
         known = self.value_of(node, self.env)
         if known is not None:
             return known
         qualnames = self.qualnames_of(node.func)
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        contracted = self._kept_or_contracted(node, qualnames, arg_feats, positional, first)
+        if contracted is not None:
+            return contracted
+        through_method = self.method_of(node, arg_feats)
+        if through_method is not None:
+            return through_method
+        return self._reshaped_or_built(node, qualnames, positional, first)
+
+    def _layer_applied(self, layer: LayerInfo, node: cst.Call, arg_feats: list[Feat], first: Feat) -> Feat:
+        """A layer applied: its use is recorded with the size it reads; its output as the layer says."""
+        read = (
+            arg_feats[layer.input_index] if layer.input_index < len(arg_feats) else Feat.unknown("no input")
+        )
+        self.uses.append(LayerUse(layer.key, read, node, self.iteration, tuple(arg_feats)))
+        if layer.out_fn is not None:
+            return layer.out_fn(first)
+        if layer.out_unknown:
+            return Feat.unknown(f"output of {layer.key}")
+        return first if layer.out_expr is None else Feat("expr", expr=layer.out_expr)
+
+    def _kept_or_contracted(
+        self,
+        node: cst.Call,
+        qualnames: set[str],
+        arg_feats: list[Feat],
+        positional: list[cst.Arg],
+        first: Feat,
+    ) -> Feat | None:
+        """Functions that keep the feature size, contract it (``x @ w``, ``lax.dot_general``) or
+        reduce axes (``jnp.mean(x, axis=...)``); None for any other call."""
         if qualnames & feature_preserving_functions() or qualnames & SHAPE_KEEPING_FUNCTIONS:
             return first
-        positional = [a for a in node.args if a.keyword is None and not a.star]
         if qualnames & MATMUL_FUNCTIONS and len(positional) == 2 == len(node.args):
             return _contracted(arg_feats[1], -2)
         if qualnames & DOT_GENERAL_FUNCTIONS and len(arg_feats) >= 2:
@@ -315,9 +337,13 @@ class FeatureFlow:
             and not any(q.startswith(("jax.", "numpy.", "flax.")) for q in qualnames)
         ):
             return _reduced(self.expr_of(node.func.value), positional, node.args)
-        through_method = self.method_of(node, arg_feats)
-        if through_method is not None:
-            return through_method
+        return None
+
+    def _reshaped_or_built(
+        self, node: cst.Call, qualnames: set[str], positional: list[cst.Arg], first: Feat
+    ) -> Feat:
+        """Reshapes, shape-keeping methods, arrays built from a config shape (a carry), ``one_hot`` and
+        concatenations; unknown for any other call."""
         if qualnames & {"jax.numpy.reshape", "numpy.reshape"} and node.args:  # a function, not x.reshape
             return _reshape(first, cst.Call(func=node.func, args=node.args[1:]), node.args[0].value)
         if isinstance(node.func, cst.Attribute):

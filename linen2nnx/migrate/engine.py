@@ -228,8 +228,7 @@ def migrate_source(
     :func:`migrate_paths`), so submodules and base classes imported from them are migrated too.
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
-    from linen2nnx.migrate.training import mentions_training, migrate_training
-    from linen2nnx.migrate.verify import verify_output
+    from linen2nnx.migrate.training import mentions_training
 
     file_path = Path(path)
     if not mentions_linen(source) and not mentions_training(source):
@@ -237,65 +236,95 @@ def migrate_source(
     try:
         tree = cst.parse_module(source)
     except cst.ParserSyntaxError as e:
-        line, col, message = e.raw_line, e.raw_column + 1, e.message
-        try:  # CPython's own parser names the real culprit (an unclosed bracket, ...)
-            compile(source, path, "exec", flags=ast.PyCF_ONLY_AST)
-        except SyntaxError as py_error:
-            line, col, message = py_error.lineno or line, py_error.offset or col, py_error.msg
-        finding = Finding.of(
-            IO_001, path, line, col, f"syntax error: {message}", "fix the syntax; the file was left untouched"
-        )
-        return FileResult(file_path, path, source, None, [finding], NameMap())
+        return FileResult(file_path, path, source, None, [_syntax_error(source, path, e)], NameMap())
+    rule_enabled = rule_selector(select, ignore)
     command = MigrateModules(
         CodemodContext(filename=path, full_module_name=module_name or None),
         path=path,
         module_name=module_name,
         trace=trace,
-        rule_enabled=rule_selector(select, ignore),
+        rule_enabled=rule_enabled,
         unsafe_fixes=unsafe_fixes,
         external=external,
     )
     try:
         out_tree = command.transform_module(tree)
         module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
-        output, train_findings = migrate_training(  # training code: after the modules it uses
-            module_output,
-            source,
-            path=path,
-            module_name=module_name,
-            local=command.summaries,
-            external=external or {},
-            rule_enabled=rule_selector(select, ignore),
-        )
-        # the verifier: Linen left in a class the output calls NNX becomes a located manual finding
-        # (it reads the module pass's tree when the training pass changed nothing: no parse)
-        output, verify_findings = verify_output(
-            output,
-            source,
-            path=path,
-            module_name=module_name,
-            external=external or {},
-            rule_enabled=rule_selector(select, ignore),
-            tree=out_tree if output is module_output else None,
+        output, train_findings, verify_findings = _training_and_verify(
+            out_tree, module_output, source, path, module_name, command.summaries, external, rule_enabled
         )
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise
-        finding = Finding.of(
-            IO_004,
-            path,
-            1,
-            1,
-            f"internal error: {type(e).__name__}: {e}",
-            "please report this file; it was left untouched",
-        )
-        return FileResult(file_path, path, source, None, [finding], NameMap())
+        return FileResult(file_path, path, source, None, [_internal_error(path, e)], NameMap())
     findings = sorted(
         [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
     )
     return FileResult(
         file_path, path, source, output, findings, command.name_map, summaries=command.summaries
     )
+
+
+def _syntax_error(source: str, path: str, e: cst.ParserSyntaxError) -> Finding:
+    """The finding for a file libcst cannot parse, placed where CPython's parser says."""
+    line, col, message = e.raw_line, e.raw_column + 1, e.message
+    try:  # CPython's own parser names the real culprit (an unclosed bracket, ...)
+        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST)
+    except SyntaxError as py_error:
+        line, col, message = py_error.lineno or line, py_error.offset or col, py_error.msg
+    return Finding.of(
+        IO_001, path, line, col, f"syntax error: {message}", "fix the syntax; the file was left untouched"
+    )
+
+
+def _internal_error(path: str, e: Exception) -> Finding:
+    """The finding for a file the codemod failed on: it is left untouched, the run goes on."""
+    return Finding.of(
+        IO_004,
+        path,
+        1,
+        1,
+        f"internal error: {type(e).__name__}: {e}",
+        "please report this file; it was left untouched",
+    )
+
+
+def _training_and_verify(
+    out_tree: cst.Module,
+    module_output: str,
+    source: str,
+    path: str,
+    module_name: str,
+    summaries: Mapping[str, Any],
+    external: Mapping[str, Any] | None,
+    rule_enabled: Callable[[str], bool],
+) -> tuple[str, list[Finding], list[Finding]]:
+    """The passes after the module pass: training code, then the verifier. Returns the output and
+    each pass's findings."""
+    from linen2nnx.migrate.training import migrate_training
+    from linen2nnx.migrate.verify import verify_output
+
+    output, train_findings = migrate_training(  # training code: after the modules it uses
+        module_output,
+        source,
+        path=path,
+        module_name=module_name,
+        local=summaries,
+        external=external or {},
+        rule_enabled=rule_enabled,
+    )
+    # the verifier: Linen left in a class the output calls NNX becomes a located manual finding
+    # (it reads the module pass's tree when the training pass changed nothing: no parse)
+    output, verify_findings = verify_output(
+        output,
+        source,
+        path=path,
+        module_name=module_name,
+        external=external or {},
+        rule_enabled=rule_enabled,
+        tree=out_tree if output is module_output else None,
+    )
+    return output, train_findings, verify_findings
 
 
 @dataclasses.dataclass(frozen=True)

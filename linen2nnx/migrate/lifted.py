@@ -212,7 +212,7 @@ def lifted_call(
         if a.star:
             raise LiftError("*args / **kwargs at the call of a lifted module")
     remat = chain.of("remat")
-    remat_kwargs = ""
+    remat_kwargs = None
     updates = {None: ", graph_updates=False", "True": ""}.get(
         state_when, f", graph_updates=bool({state_when})"
     )
@@ -222,49 +222,78 @@ def lifted_call(
         )
         remat_kwargs += updates
     scan, vmap = chain.of("scan"), chain.of("vmap")
-
-    def call(params: list[str], call_args: list[str]) -> str:
-        return f"lambda {', '.join(params)}: _layer({', '.join([*call_args, *rest])})"
-
     if scan is not None:
-        if not positional:
-            raise LiftError("a scanned module called without a carry")
-        axes = in_axes_list(scan.kwargs.get("in_axes"), is_broadcast)
-        xs = positional[1:]
-        per_x = axes if isinstance(axes, list) else [axes] * len(xs)
-        if len(per_x) != len(xs):
-            raise LiftError(f"in_axes has {len(per_x)} entries for {len(xs)} scanned inputs")
-        params, call_args, passed, nnx_axes = _map_inputs(xs, per_x)
-        module_axis = param_axis(scan) or "None"
-        body = call(["_carry", "_layer", *params], ["_carry", *call_args])
-        passed = [positional[0], module_ref, *passed]
-        if remat is not None:
-            body = f"nnx.remat({body}{remat_kwargs})"
-        out_axes = code(scan.kwargs["out_axes"]) if "out_axes" in scan.kwargs else "0"
-        extra = "".join(
-            f", {k}={code(scan.kwargs[k])}" for k in ("length", "reverse", "unroll") if k in scan.kwargs
-        )
-        extra += updates
-        in_axes = ", ".join(["nnx.Carry", module_axis, *nnx_axes])
-        return (
-            f"nnx.scan({body}, in_axes=({in_axes}), out_axes=(nnx.Carry, {out_axes}){extra})"
-            f"({', '.join(passed)})"
-        )
+        return _scanned_call(scan, module_ref, positional, rest, is_broadcast, remat_kwargs, updates)
     if vmap is not None:
-        axes = in_axes_list(vmap.kwargs.get("in_axes"), is_broadcast)
-        per_x = axes if isinstance(axes, list) else [axes] * len(positional)
-        if len(per_x) != len(positional):
-            raise LiftError(f"in_axes has {len(per_x)} entries for {len(positional)} inputs")
-        params, call_args, passed, nnx_axes = _map_inputs(positional, per_x)
-        body = call(["_layer", *params], call_args)
-        passed, nnx_axes = [module_ref, *passed], [param_axis(vmap) or "None", *nnx_axes]
-        if remat is not None:
-            body = f"nnx.remat({body}{remat_kwargs})"
-        out_axes = code(vmap.kwargs["out_axes"]) if "out_axes" in vmap.kwargs else "0"
-        extra = f", axis_name={code(vmap.kwargs['axis_name'])}" if "axis_name" in vmap.kwargs else ""
-        return f"nnx.vmap({body}, in_axes=({', '.join(nnx_axes)},), out_axes={out_axes}{extra})({', '.join(passed)})"
-    assert remat is not None
-    return f"nnx.remat({call(['_layer'], positional)}{remat_kwargs})({module_ref})"
+        return _vmapped_call(vmap, module_ref, positional, rest, is_broadcast, remat_kwargs)
+    assert remat_kwargs is not None
+    return f"nnx.remat({_layer_lambda(['_layer'], positional, rest)}{remat_kwargs})({module_ref})"
+
+
+def _layer_lambda(params: list[str], call_args: list[str], rest: list[str]) -> str:
+    """The function a transform applies: the layer (``_layer``) called on the mapped inputs."""
+    return f"lambda {', '.join(params)}: _layer({', '.join([*call_args, *rest])})"
+
+
+def _scanned_call(
+    scan: Lift,
+    module_ref: str,
+    positional: list[str],
+    rest: list[str],
+    is_broadcast: callable,
+    remat_kwargs: str | None,
+    updates: str,
+) -> str:
+    """``nnx.scan`` over the layer stack: the carry first, the module's axis, then the scanned inputs;
+    wrapped in ``nnx.remat`` when the chain has one (``remat_kwargs`` not None)."""
+    if not positional:
+        raise LiftError("a scanned module called without a carry")
+    axes = in_axes_list(scan.kwargs.get("in_axes"), is_broadcast)
+    xs = positional[1:]
+    per_x = axes if isinstance(axes, list) else [axes] * len(xs)
+    if len(per_x) != len(xs):
+        raise LiftError(f"in_axes has {len(per_x)} entries for {len(xs)} scanned inputs")
+    params, call_args, passed, nnx_axes = _map_inputs(xs, per_x)
+    module_axis = param_axis(scan) or "None"
+    body = _layer_lambda(["_carry", "_layer", *params], ["_carry", *call_args], rest)
+    passed = [positional[0], module_ref, *passed]
+    if remat_kwargs is not None:
+        body = f"nnx.remat({body}{remat_kwargs})"
+    out_axes = code(scan.kwargs["out_axes"]) if "out_axes" in scan.kwargs else "0"
+    extra = "".join(
+        f", {k}={code(scan.kwargs[k])}" for k in ("length", "reverse", "unroll") if k in scan.kwargs
+    )
+    extra += updates
+    in_axes = ", ".join(["nnx.Carry", module_axis, *nnx_axes])
+    return (
+        f"nnx.scan({body}, in_axes=({in_axes}), out_axes=(nnx.Carry, {out_axes}){extra})({', '.join(passed)})"
+    )
+
+
+def _vmapped_call(
+    vmap: Lift,
+    module_ref: str,
+    positional: list[str],
+    rest: list[str],
+    is_broadcast: callable,
+    remat_kwargs: str | None,
+) -> str:
+    """``nnx.vmap`` of the layer over its inputs (the module's own axis first); wrapped in
+    ``nnx.remat`` when the chain has one."""
+    axes = in_axes_list(vmap.kwargs.get("in_axes"), is_broadcast)
+    per_x = axes if isinstance(axes, list) else [axes] * len(positional)
+    if len(per_x) != len(positional):
+        raise LiftError(f"in_axes has {len(per_x)} entries for {len(positional)} inputs")
+    params, call_args, passed, nnx_axes = _map_inputs(positional, per_x)
+    body = _layer_lambda(["_layer", *params], call_args, rest)
+    passed, nnx_axes = [module_ref, *passed], [param_axis(vmap) or "None", *nnx_axes]
+    if remat_kwargs is not None:
+        body = f"nnx.remat({body}{remat_kwargs})"
+    out_axes = code(vmap.kwargs["out_axes"]) if "out_axes" in vmap.kwargs else "0"
+    extra = f", axis_name={code(vmap.kwargs['axis_name'])}" if "axis_name" in vmap.kwargs else ""
+    return (
+        f"nnx.vmap({body}, in_axes=({', '.join(nnx_axes)},), out_axes={out_axes}{extra})({', '.join(passed)})"
+    )
 
 
 # ---- nn.scan as a method decorator -----------------------------------------------------------------

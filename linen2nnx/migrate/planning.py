@@ -3,12 +3,12 @@
 :class:`ClassPlanner` reads the original tree only: what becomes a field, a submodule, a variable,
 and where it is built. It asks the :class:`~linen2nnx.migrate.sizing.Sizer` for feature sizes and
 the :class:`~linen2nnx.migrate.context.FileContext` for names and findings; where each submodule
-and variable of a method is built is the :class:`~linen2nnx.migrate.site_planning.SitePlanner`'s job.
+and variable of a method is built is the :class:`~linen2nnx.migrate.site_planning.SitePlanner`'s job,
+which of its locals ``__init__`` replays the :class:`~linen2nnx.migrate.local_planning.LocalPlanner`'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import libcst as cst
@@ -18,24 +18,19 @@ from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
-    assigned_in,
     assigned_names,
     bind_args,
     code,
-    comprehension_names,
     names_in,
-    only_shape_uses,
     parse_expression,
     self_attr,
     single_assign,
 )
 from linen2nnx.migrate.factories import (
-    PartialLocal,
     find_factory,
-    find_partial_local,
     substitute,
 )
-from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
+from linen2nnx.migrate.factory_fields import FieldPartial
 from linen2nnx.migrate.lazy_vars import either
 from linen2nnx.migrate.lifted import (
     SCAN_DECORATORS,
@@ -45,12 +40,11 @@ from linen2nnx.migrate.lifted import (
 from linen2nnx.migrate.linen_api import (
     feature_preserving_functions,
 )
+from linen2nnx.migrate.local_planning import LocalPlanner
 from linen2nnx.migrate.rules import (
     API_002,
-    LAYER_003,
     MOD_004,
     MOD_006,
-    SHAPE_002,
     XFORM_002,
 )
 from linen2nnx.migrate.site_planning import SitePlanner
@@ -61,8 +55,6 @@ from linen2nnx.migrate.sites import (
     ClassPlan,
     Field,
     Site,
-    nest_fors,
-    shape_last_refs,
 )
 from linen2nnx.migrate.sizing import Sizer
 
@@ -75,6 +67,7 @@ class ClassPlanner:
         self.state = ctx.state
         self.sizer = sizer
         self.site_planner = site_planner  # where each submodule and variable is built
+        self.locals = LocalPlanner(ctx, site_planner)  # which locals of a method __init__ replays
 
     def plan_module_class(self, node: cst.ClassDef) -> ClassPlan | None:
         """Plan ``node`` if it is a Linen module class and record the plan (and its summary for the
@@ -203,7 +196,7 @@ class ClassPlanner:
         self.site_planner.restate_shape_tests(plan)
         for fn in methods:
             self._plan_carry_inits(plan, fn)
-        self._collect_needed_locals(plan)
+        self.locals.collect_needed_locals(plan)
         for site in plan.sites.values():
             site.state_when = self._site_state_when(plan, site)
         plan.state_when = either(
@@ -342,178 +335,13 @@ class ClassPlanner:
                         sites.append(site)
                     plan.containers[attr] = sites
 
-    def _pure_locals(self, plan: ClassPlan, fn: cst.FunctionDef) -> dict[str, cst.SimpleStatementLine]:
-        """Top-level ``name = expr`` bound once, whose value uses only config (``self.*``), globals
-        and earlier such names: they can be replayed in ``__init__``."""
-        counts = assigned_names(fn)
-        params = {
-            p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)
-        }
-        pure: dict[str, cst.SimpleStatementLine] = {}
-        for stmt in fn.body.body:
-            assign = single_assign(stmt)
-            if assign is None:
-                continue
-            name, value = assign
-            if counts.get(name) != 1 or name in params:
-                continue
-            if name in self.state.lift_aliases:
-                continue  # a transformed class: applied at the call, never replayed
-            used = names_in(value) - NOT_LOCAL - comprehension_names(value)
-            call_time = {n for n in used if n in counts and n not in pure}
-            mode = self._mode_partial(value, call_time | params) if call_time or used & params else None
-            if mode:  # `norm = partial(nn.BatchNorm, use_running_average=not train)`: the flag moves to calls
-                plan.mode_partials[name] = mode
-                pure[name] = stmt
-                continue
-            refs = shape_last_refs(value, call_time) if call_time else None
-            if call_time and refs is None:
-                first = fn.params.params[1].name.value if len(fn.params.params) > 1 else None
-                if (
-                    first is None
-                    or call_time != {first}
-                    or not only_shape_uses(value, first)
-                    or not self._shape_kept_until(fn, stmt, first)
-                    or self.site_planner.has_side_effects(value)
-                ):
-                    continue
-                plan.input_shape_locals.add(name)  # `kernel_shape = tuple(x.shape[a] for a in axes)`
-                plan.shape_input = first
-                pure[name] = stmt
-                continue
-            if self.site_planner.has_side_effects(value):
-                continue
-            pure[name] = stmt
-            if refs:  # `d = x.shape[-1] if ... else ...`: replayed with x's size once the dataflow knows it
-                plan.shape_locals[name] = refs
-        return pure
-
-    def _mode_partial(self, value: cst.BaseExpression, call_time: set[str]) -> dict[str, str] | None:
-        """``partial(nn.BatchNorm, use_running_average=not train, ...)`` whose only call-time reads are
-        mode flags NNX takes at the call: ``{flag: source}``; None otherwise."""
-        if not (
-            isinstance(value, cst.Call)
-            and self.ctx.qualnames(value.func) & {"functools.partial"}
-            and value.args
-            and value.args[0].keyword is None
-            and not any(a.star for a in value.args)
-        ):
-            return None
-        rule = self.ctx.layer_rule_of(value.args[0].value)
-        if rule is None:
-            return None
-        mode = {}
-        for arg in value.args[1:]:
-            if (names_in(arg.value) - NOT_LOCAL) & call_time:
-                if (
-                    arg.keyword is None
-                    or arg.keyword.value not in rule.call_args
-                    or self.site_planner.has_side_effects(arg.value)
-                ):
-                    return None
-                mode[arg.keyword.value] = code(arg.value)
-        return mode or None
-
-    def _view_handed_modes(self, plan: ClassPlan) -> None:
-        """A mode partial handed to a submodule (``block_cls(..., norm=norm)``) sets the flag of the layers
-        the submodule builds with it: the call becomes ``nnx.view(block, use_running_average=...)(x)``
-        -- when every such layer of the submodule's class is built through that field."""
-        if not plan.mode_partials:
-            return
-        for site in plan.hoisted_order:
-            if site.kind != "module":
-                continue
-            classes = site.factory.classes if isinstance(site.factory, FieldFactory) else (site.user.name,)  # type: ignore[union-attr]
-            for name, arg in site.args.items():
-                local = arg.value.value if isinstance(arg.value, cst.Name) else None
-                mode = plan.mode_partials.get(local or "")
-                if mode is None:
-                    continue
-                users = [self.state.linen_classes.get(c) for c in classes]
-                built = [self._built_only_through(u, name) if u is not None else None for u in users]
-                if any(b is None for b in built):
-                    self.ctx.report(
-                        MOD_004,
-                        arg,
-                        f"{local} sets {', '.join(mode)} at call time and is handed to "
-                        f"{site.attr}, whose class builds such layers otherwise too",
-                        "pass the flag to the submodule's call by hand",
-                    )
-                    continue
-                for flag, source in mode.items():
-                    if site.view_kwargs.get(flag, source) != source:
-                        self.ctx.report(
-                            MOD_004,
-                            arg,
-                            f"two values of {flag} handed to {site.attr}",
-                            "pass the flags to the submodule's call by hand",
-                        )
-                    site.view_kwargs[flag] = source
-                if not all(built):  # a class may build none of them (all conditional): no flag to set is fine
-                    site.view_kwargs["raise_if_not_found"] = "False"
-                self.ctx.report(
-                    LAYER_003,
-                    arg,
-                    f"{', '.join(mode)} of {local} applied at the call of {site.attr} through nnx.view",
-                )
-
-    @staticmethod
-    def _built_only_through(user: ClassPlan, field: str) -> bool | None:
-        """Is every layer with a call-time mode flag that ``user`` builds built through ``self.<field>``?
-        None if not; else whether one of them is built unconditionally (nnx.view finds a flag to set)."""
-        unconditional = False
-        for site in user.sites.values():
-            if site.rule is not None and site.rule.call_args:
-                if not (isinstance(site.factory, FieldFactory) and site.factory.name == field):
-                    return None
-                unconditional |= not site.conditions and site.exclusive_with is None
-            elif (
-                site.kind == "module"
-                and site.user is not None
-                and any(s.rule is not None and s.rule.call_args for s in site.user.sites.values())
-            ):
-                return None
-        return unconditional
-
-    def _shape_kept_until(self, fn: cst.FunctionDef, stop: cst.BaseStatement, name: str) -> bool:
-        """Every rebinding of ``name`` before ``stop`` keeps its shape (``x = jnp.asarray(x, dtype)``,
-        ``x = x.astype(...)``), so ``x.shape`` there is the input's shape."""
-        for stmt in fn.body.body:
-            if stmt is stop:
-                return True
-            if not isinstance(stmt, cst.SimpleStatementLine):
-                if name in assigned_in(stmt):
-                    return False
-                continue
-            for small in stmt.body:
-                if isinstance(small, cst.Assign) and name in assigned_in(small):
-                    value = small.value
-                    keeps = isinstance(value, cst.Call) and (
-                        (
-                            self.ctx.qualnames(value.func)
-                            & {"jax.numpy.asarray", "jax.numpy.array", "numpy.asarray"}
-                            and value.args
-                            and code(value.args[0].value) == name
-                        )
-                        or (
-                            isinstance(value.func, cst.Attribute)
-                            and value.func.attr.value == "astype"
-                            and code(value.func.value) == name
-                        )
-                    )
-                    if not keeps or len(small.targets) != 1:
-                        return False
-                elif isinstance(small, (cst.AugAssign, cst.AnnAssign)) and name in assigned_in(small):
-                    return False
-        return True
-
     def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
         self.ctx.collect_lift_aliases(fn.body.body)
         counts = assigned_names(fn)
         plan.compact = fn
-        plan.pure_locals = self._pure_locals(plan, fn)
+        plan.pure_locals = self.locals.pure_locals(plan, fn)
         local_names = set(counts) - set(plan.pure_locals)
-        partials = self._partial_locals(plan, fn, counts)
+        partials = self.locals.partial_locals(plan, fn, counts)
         replayable = {name: plan.pure_locals.pop(name) for name in partials if name in plan.pure_locals}
         # ^ built at each use, never replayed in __init__ as a config local -- unless also used otherwise
 
@@ -534,7 +362,7 @@ class ClassPlanner:
                     local  # its uses are built from the rewritten partial
                 )
         self._flag_class_values(plan, fn)
-        self._view_handed_modes(plan)
+        self.locals.view_handed_modes(plan)
         self._share_exclusive_attrs(plan)
         for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
             assign = single_assign(stmt)
@@ -649,86 +477,3 @@ class ClassPlanner:
 
         for stmt in fn.body.body:
             Values().walk(stmt)
-
-    def _partial_locals(
-        self, plan: ClassPlan, fn: cst.FunctionDef, assigned: dict[str, int]
-    ) -> dict[str, PartialLocal | FieldPartial]:
-        """The method's ``name = partial(<layer or class of the run>, ...)`` locals (see factories.py),
-        and partials of a module-factory field (``conv = partial(self.conv, use_bias=False)``)."""
-        reads: dict[str, int] = {}
-
-        class Names(FastVisitor):
-            def visit_Name(self, node: cst.Name) -> None:
-                reads[node.value] = reads.get(node.value, 0) + 1
-
-        Names().walk(fn.body)
-        reads = {name: n - assigned.get(name, 0) for name, n in reads.items()}
-        found = {}
-        for stmt in fn.body.body:
-            local = find_partial_local(
-                stmt,
-                lambda f: bool(
-                    self.ctx.layer_rule_of(f) or self.ctx.user_class_of(f) or self._factory_field_of(plan, f)
-                ),
-                lambda f: bool(self.ctx.qualnames(f) & {"functools.partial"}),
-                reads,
-                assigned,
-            )
-            field = self._factory_field_of(plan, local.ctor.func) if local is not None else None
-            if field is not None:
-                found[local.name] = FieldPartial(
-                    **{f.name: getattr(field, f.name) for f in dataclasses.fields(field)}, local=local
-                )
-            elif local is not None:
-                found[local.name] = local
-        return found
-
-    def _factory_field_of(self, plan: ClassPlan, func: cst.BaseExpression) -> FieldFactory | None:
-        """``self.conv`` naming a module-factory field of ``plan`` whose bindings agree."""
-        field = self_attr(func)
-        return self.ctx.field_factory(plan, field) if field is not None else None
-
-    def _collect_needed_locals(self, plan: ClassPlan) -> None:
-        """Pure locals the hoisted constructors refer to (transitively), in source order."""
-        needed: set[str] = set()
-        # a partial local's use (`dense(name='q')`) is built from the partial's arguments, not the local
-        ctors = [
-            cst.Tuple([cst.Element(a.value) for a in (*partial_of(s.factory).partial.args[1:], *s.ctor.args)])
-            if partial_of(s.factory) is not None
-            else s.ctor
-            for s in plan.hoisted_order
-        ]
-        for nest in plan.nests.values():  # the loops' iterables and body locals read config locals too
-            ctors += [f.iter for f in nest_fors(nest.outer)]
-            ctors += [stmt.body[0].value for stmt in nest.local_stmts.values()]  # type: ignore[attr-defined]
-        todo = [n for ctor in ctors for n in names_in(ctor) if n in plan.pure_locals]
-        while todo:
-            name = todo.pop()
-            if name in needed:
-                continue
-            needed.add(name)
-            todo.extend(n for n in names_in(plan.pure_locals[name]) if n in plan.pure_locals)
-        plan.needed_locals = [n for n in plan.pure_locals if n in needed]
-        if needed & plan.input_shape_locals:
-            arg = f"{plan.shape_input}_shape"
-            while arg in plan.field_names:
-                arg += "_"
-            plan.new_args[arg] = "input_shape:0"
-            self.ctx.report(
-                SHAPE_002,
-                plan.pure_locals[next(n for n in plan.needed_locals if n in plan.input_shape_locals)],
-                f"{plan.name} gains constructor argument {arg}: the shape of `{plan.shape_input}`, which its "
-                "parameter shapes read",
-                f"pass {arg}=x.shape where {plan.name} is built",
-            )
-
-
-def partial_of(factory: Any) -> PartialLocal | None:
-    """The ``name = partial(...)`` local a site's factory is (directly, or of a factory field)."""
-    return (
-        factory.local
-        if isinstance(factory, FieldPartial)
-        else factory
-        if isinstance(factory, PartialLocal)
-        else None
-    )

@@ -100,25 +100,36 @@ class AttributeRewriter:
                 " (rules are the same context; specs come from nnx.State metadata)",
             )
         if short in PARTITION_SPEC_FUNCTIONS:
-            self.state.handled.add(original)
-            if self._under_axis_rules(original):  # here NNX's would map the names through the rules
-                self.ctx.report(
-                    PART_003,
-                    original,
-                    f"nn.{short} inside axis rules: Linen's returns logical "
-                    "names, nnx.get_partition_spec applies the active rules",
-                    "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
-                    "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings",
-                )
-                return updated
-            return self._repoint(
+            return self._partition_spec(original, updated, short)
+        self._keep_or_report(original, names, short, is_callee)
+        return None
+
+    def _partition_spec(
+        self, original: cst.Attribute, updated: cst.Attribute, short: str
+    ) -> cst.BaseExpression:
+        """``nn.get_partition_spec``: NNX's applies the active axis rules, Linen's does not."""
+        self.state.handled.add(original)
+        if self._under_axis_rules(original):  # here NNX's would map the names through the rules
+            self.ctx.report(
+                PART_003,
                 original,
-                short,
-                "get_partition_spec",
-                PART_002,
-                " (the same logical names when no axis rules are active; training code reads "
-                "them with the rules cleared)",
+                f"nn.{short} inside axis rules: Linen's returns logical "
+                "names, nnx.get_partition_spec applies the active rules",
+                "call nnx.get_partition_spec(state) under nnx.logical_axis_rules(()) for logical "
+                "names, or nnx.get_named_sharding(state, mesh) under the rules for shardings",
             )
+            return updated
+        return self._repoint(
+            original,
+            short,
+            "get_partition_spec",
+            PART_002,
+            " (the same logical names when no axis rules are active; training code reads "
+            "them with the rules cleared)",
+        )
+
+    def _keep_or_report(self, original: cst.Attribute, names: set[str], short: str, is_callee: bool) -> None:
+        """A Linen name that stays: a pure function NNX code can call, or a finding."""
         if short in MERGE_PARAM and is_callee:
             pass  # rewritten with its call in leave_Call
         elif short in KEPT_LINEN_FUNCTIONS:
@@ -141,7 +152,6 @@ class AttributeRewriter:
                 f"flax.linen.{short} has no automatic conversion yet",
                 "rewrite by hand with the NNX API (see docs/rules.md)",
             )
-        return None
 
     def _variable_read(
         self, original: cst.Attribute, updated: cst.Attribute, parent: cst.CSTNode | None

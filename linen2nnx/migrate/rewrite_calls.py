@@ -113,22 +113,41 @@ class CallRewriter:
             return manual("positional transform arguments are not converted")
         self.state.uses_nnx = True
         if kind == "remat":
-            extra = set(kwargs) - {"policy", "prevent_cse", "static_argnums", "concrete"}
-            if extra:
-                return manual(f"{', '.join(sorted(extra))}= not converted")
-            args = [a for name, a in kwargs.items() if name != "concrete"]
-            self.ctx.report(
-                XFORM_001,
-                original,
-                f"nn.remat({fn}) -> nnx.remat({fn}) (it takes the module as an "
-                "argument, as the Linen function does)"
-                + ("; concrete= dropped (no NNX equivalent)" if "concrete" in kwargs else ""),
-            )
-            return updated.with_changes(
-                func=parse_expression("nnx.remat"), args=strip_commas([updated.args[0], *args])
-            )
-        if kind != "scan":
-            return manual("only nn.remat and nn.scan of functions are converted")
+            result = self._remat_of_function(original, updated, fn, kwargs)
+        elif kind == "scan":
+            result = self._scan_of_function(original, fn, kwargs, orig_kwargs)
+        else:
+            result = "only nn.remat and nn.scan of functions are converted"
+        return manual(result) if isinstance(result, str) else result
+
+    def _remat_of_function(
+        self, original: cst.Call, updated: cst.Call, fn: str, kwargs: dict[str, cst.Arg]
+    ) -> cst.BaseExpression | str:
+        """``nn.remat(fn, ...)`` -> ``nnx.remat(fn, ...)``; why not, as a string, when it cannot be."""
+        extra = set(kwargs) - {"policy", "prevent_cse", "static_argnums", "concrete"}
+        if extra:
+            return f"{', '.join(sorted(extra))}= not converted"
+        args = [a for name, a in kwargs.items() if name != "concrete"]
+        self.ctx.report(
+            XFORM_001,
+            original,
+            f"nn.remat({fn}) -> nnx.remat({fn}) (it takes the module as an "
+            "argument, as the Linen function does)"
+            + ("; concrete= dropped (no NNX equivalent)" if "concrete" in kwargs else ""),
+        )
+        return updated.with_changes(
+            func=parse_expression("nnx.remat"), args=strip_commas([updated.args[0], *args])
+        )
+
+    def _scan_of_function(
+        self,
+        original: cst.Call,
+        fn: str,
+        kwargs: dict[str, cst.Arg],
+        orig_kwargs: dict[str, cst.BaseExpression],
+    ) -> cst.BaseExpression | str:
+        """``nn.scan(fn, variable_broadcast="params", ...)`` -> ``nnx.scan`` with the module broadcast
+        before the carry; why not, as a string, when it cannot be."""
         extra = set(kwargs) - {
             "variable_axes",
             "variable_broadcast",
@@ -140,29 +159,29 @@ class CallRewriter:
             "unroll",
         }
         if extra:
-            return manual(f"{', '.join(sorted(extra))}= not converted")
+            return f"{', '.join(sorted(extra))}= not converted"
         broadcast = orig_kwargs.get("variable_broadcast")
         broadcasts_params = broadcast is not None and (
             "params" in code(broadcast) or code(broadcast) == "True"
         )
         axes = orig_kwargs.get("variable_axes")
         if not broadcasts_params:
-            return manual(
+            return (
                 "the scanned function creates per-step (stacked) params; build the stack with nnx.vmap "
                 "and scan over it (as for nn.scan of a class)"
             )
         if axes is not None and code(axes) not in ("{}", "None"):
-            return manual("variable_axes besides broadcast params are not converted for functions")
+            return "variable_axes besides broadcast params are not converted for functions"
         func_def = self.state.module_functions.get(fn)
         if func_def is None:
-            return manual("the function is not defined in this file, so its inputs cannot be counted")
+            return "the function is not defined in this file, so its inputs cannot be counted"
         n_xs = len(func_def.params.params) - 2
         per_x = in_axes_list(orig_kwargs.get("in_axes"), self.ctx.is_broadcast)
         if per_x is None or n_xs < 0:
-            return manual("in_axes is not a literal")
+            return "in_axes is not a literal"
         per_x = per_x if isinstance(per_x, list) else [per_x] * n_xs
         if len(per_x) != n_xs:
-            return manual(f"in_axes has {len(per_x)} entries for {n_xs} scanned inputs")
+            return f"in_axes has {len(per_x)} entries for {n_xs} scanned inputs"
         out_axes = code(orig_kwargs["out_axes"]) if "out_axes" in orig_kwargs else "0"
         rest = "".join(
             f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs
@@ -350,68 +369,80 @@ class CallRewriter:
         if api is None or api in plan.field_names:
             return None
         if api == "sow" and original.args and isinstance(original.args[0].value, cst.SimpleString):
-            collection = original.args[0].value.evaluated_value
-            var_type = COLLECTION_TYPES.get(collection)
-            self.state.handled.add(original)
-            if var_type is None:
-                self.ctx.report(
-                    API_002,
-                    original,
-                    f"self.sow into the custom collection {collection!r}",
-                    "define a registered nnx.Variable subclass and sow into it",
-                )
-                return updated
-            self.ctx.report(
-                VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)"
-            )
-            self.state.uses_nnx = True
-            first = updated.args[0].with_changes(value=parse_expression(f"nnx.{var_type}"))
-            return updated.with_changes(args=[first, *updated.args[1:]])
+            return self._rewrite_sow(original, updated)
         if (
             api == "make_rng"
             and len(original.args) == 1
             and isinstance(original.args[0].value, cst.SimpleString)
         ):
-            stream = original.args[0].value.evaluated_value
-            self.state.handled.add(original)
-            plan.uses_rngs = True
-            self.ctx.report(
-                VAR_003, original, f"self.make_rng({stream!r}) -> a draw from the module's nnx.Rngs"
-            )
-            ref = f"self.rngs.{stream}()" if stream.isidentifier() else f"self.rngs[{stream!r}]()"
-            return parse_expression(ref)
+            return self._rewrite_make_rng(plan, original)
         if (
             api in ("has_variable", "get_variable")
             and len(original.args) == 2
             and all(isinstance(a.value, cst.SimpleString) and a.keyword is None for a in original.args)
         ):
-            collection, name = (a.value.evaluated_value for a in original.args)  # type: ignore[union-attr]
-            attr = self._variable_attr(plan, collection, name)
-            if attr is None:
-                return None
-            self.state.handled.add(original)
-            self.ctx.report(VAR_004, original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
-            return parse_expression(
-                f"hasattr(self, {attr!r})" if api == "has_variable" else f"self.{attr}[...]"
-            )
+            return self._rewrite_variable_query(plan, api, original)
         if api == "is_initializing" and not original.args:
-            self.state.handled.add(original)
-            if not self.state.unsafe_fixes:
-                self.ctx.report(
-                    API_002,
-                    original,
-                    "self.is_initializing() has no NNX meaning (__init__ is the initialisation)",
-                    "move the init-only branch into __init__, or pass --unsafe-fixes",
-                )
-                return updated
-            self.ctx.report(
-                API_003,
-                original,
-                "self.is_initializing() -> False (NNX calls never initialise)",
-                "init-only work now happens in __init__",
-            )
-            return cst.Name("False")
+            return self._rewrite_is_initializing(original, updated)
         return None
+
+    def _rewrite_sow(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``self.sow("intermediates", ...)`` -> ``self.sow(nnx.Intermediate, ...)``."""
+        collection = original.args[0].value.evaluated_value
+        var_type = COLLECTION_TYPES.get(collection)
+        self.state.handled.add(original)
+        if var_type is None:
+            self.ctx.report(
+                API_002,
+                original,
+                f"self.sow into the custom collection {collection!r}",
+                "define a registered nnx.Variable subclass and sow into it",
+            )
+            return updated
+        self.ctx.report(VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)")
+        self.state.uses_nnx = True
+        first = updated.args[0].with_changes(value=parse_expression(f"nnx.{var_type}"))
+        return updated.with_changes(args=[first, *updated.args[1:]])
+
+    def _rewrite_make_rng(self, plan: ClassPlan, original: cst.Call) -> cst.BaseExpression:
+        """``self.make_rng("dropout")`` -> a draw from the module's ``nnx.Rngs``."""
+        stream = original.args[0].value.evaluated_value
+        self.state.handled.add(original)
+        plan.uses_rngs = True
+        self.ctx.report(VAR_003, original, f"self.make_rng({stream!r}) -> a draw from the module's nnx.Rngs")
+        ref = f"self.rngs.{stream}()" if stream.isidentifier() else f"self.rngs[{stream!r}]()"
+        return parse_expression(ref)
+
+    def _rewrite_variable_query(
+        self, plan: ClassPlan, api: str, original: cst.Call
+    ) -> cst.BaseExpression | None:
+        """``self.has_variable`` / ``self.get_variable`` of a variable the class creates -> its attribute."""
+        collection, name = (a.value.evaluated_value for a in original.args)  # type: ignore[union-attr]
+        attr = self._variable_attr(plan, collection, name)
+        if attr is None:
+            return None
+        self.state.handled.add(original)
+        self.ctx.report(VAR_004, original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
+        return parse_expression(f"hasattr(self, {attr!r})" if api == "has_variable" else f"self.{attr}[...]")
+
+    def _rewrite_is_initializing(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``self.is_initializing()`` -> ``False`` with ``--unsafe-fixes``; else a finding."""
+        self.state.handled.add(original)
+        if not self.state.unsafe_fixes:
+            self.ctx.report(
+                API_002,
+                original,
+                "self.is_initializing() has no NNX meaning (__init__ is the initialisation)",
+                "move the init-only branch into __init__, or pass --unsafe-fixes",
+            )
+            return updated
+        self.ctx.report(
+            API_003,
+            original,
+            "self.is_initializing() -> False (NNX calls never initialise)",
+            "init-only work now happens in __init__",
+        )
+        return cst.Name("False")
 
     @staticmethod
     def _variable_attr(plan: ClassPlan, collection: str, name: str) -> str | None:

@@ -2,16 +2,16 @@
 
 Part of the *analyse* step. :class:`SitePlanner` turns a constructor call the
 :class:`~linen2nnx.migrate.compact_collect.CompactCollector` (or ``setup()``) meets into a
-:class:`~linen2nnx.migrate.sites.Site` on the plan: a hoisted layer, an ``nnx.List`` built in a loop, a
-layer nested in another's arguments, a replayed loop nest, a variable created in ``__init__`` or
-lazily; and it works out the conditions (``if`` tests on config, restated shape tests) it is built
-under.
+:class:`~linen2nnx.migrate.sites.Site` on the plan: a hoisted layer or an ``nnx.List`` built in a loop
+here; a layer nested in another's arguments or a replayed loop nest in its base
+:class:`~linen2nnx.migrate.nest_planning.NestPlanning`; a variable created in ``__init__`` or lazily in
+its base :class:`~linen2nnx.migrate.variable_planning.VariablePlanning`. It also works out the
+conditions (``if`` tests on config, restated shape tests) a site is built under.
 """
 
 from __future__ import annotations
 
 import keyword
-from typing import Any
 
 import libcst as cst
 
@@ -20,19 +20,15 @@ from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
-    assigned_names,
     bind_args,
     code,
     names_in,
-    parse_statement,
     self_attr,
-    single_assign,
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
-from linen2nnx.migrate.lazy_vars import LazyVar
+from linen2nnx.migrate.nest_planning import NestPlanning
 from linen2nnx.migrate.rules import (
-    API_002,
     LAYER_001,
     LAYER_002,
     LAYER_003,
@@ -50,20 +46,18 @@ from linen2nnx.migrate.shape_tests import (
     strided,
 )
 from linen2nnx.migrate.sites import (
-    COLLECTION_TYPES,
     ClassPlan,
     LoopInfo,
-    LoopNest,
     Site,
     einsum_bias_shape,
     loop_name_prefix,
-    root_site,
     shape_last_refs,
 )
 from linen2nnx.migrate.sizing import Sizer
+from linen2nnx.migrate.variable_planning import VariablePlanning
 
 
-class SitePlanner:
+class SitePlanner(NestPlanning, VariablePlanning):
     """Records the sites of a plan (the original tree only; no rewriting here)."""
 
     def __init__(self, ctx: FileContext, sizer: Sizer) -> None:
@@ -94,69 +88,6 @@ class SitePlanner:
 
         V().walk(value)
         return found
-
-    def plan_lazy_variable(
-        self, plan: ClassPlan, node: cst.Call, conditions: list[str] | None, local_names: set[str]
-    ) -> bool:
-        """``self.variable`` of a non-param collection that Linen creates on the init call (under a
-        call-time condition, or sized by call-time values, or a decode cache): created on the first
-        call in NNX too (see lazy_vars.py). True when planned so."""
-        if self.ctx.self_call(node) != "variable":
-            return False
-        args = [a for a in node.args if a.keyword is None and not a.star]
-        if (
-            len(args) < 3
-            or len(args) != len(node.args)
-            or not all(isinstance(a.value, cst.SimpleString) for a in args[:2])
-        ):
-            return False
-        collection, name = args[0].value.evaluated_value, args[1].value.evaluated_value  # type: ignore[union-attr]
-        var_type = COLLECTION_TYPES.get(collection)
-        call_time = any((names_in(a.value) - NOT_LOCAL) & local_names for a in args[2:])
-        if (
-            var_type is None
-            or collection == "params"
-            or not (conditions is None or call_time or collection == "cache")
-        ):
-            return False
-        statement = self.ctx.statement_of(node)
-        if not isinstance(statement, cst.SimpleStatementLine):
-            return False
-        attr = name if name.isidentifier() else snake_case(name)
-        taken = (
-            set(plan.field_names)
-            | {s.attr for s in plan.sites.values()}
-            | {v.attr for v in plan.lazy_vars.values()}
-        )
-        while attr in taken:
-            attr += "_"
-        self.state.handled.add(node)
-        plan.lazy_vars[node] = LazyVar(
-            collection, name, attr, var_type, statement, self._call_time_when(node)
-        )
-        return True
-
-    def _call_time_when(self, node: cst.CSTNode) -> str:
-        """The ``if`` tests around ``node`` in its method, when they only read the method's parameters
-        and config (``decode``, ``not self.deterministic``); "True" otherwise."""
-        fn = self.ctx.enclosing_function(node)
-        if fn is None:
-            return "True"
-        params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)} - {"self"}
-        tests: list[str] = []
-        prev, cur = node, self.ctx.parent_of(node)
-        while cur is not None and cur is not fn:
-            if isinstance(cur, cst.If):
-                if (names_in(cur.test) - NOT_LOCAL - {"self"}) - params:
-                    return "True"
-                if prev is cur.body:
-                    tests.insert(0, code(cur.test))
-                elif prev is cur.orelse:
-                    tests.insert(0, f"not ({code(cur.test)})")
-            prev, cur = cur, self.ctx.parent_of(cur)
-        if not tests:
-            return "True"
-        return " and ".join(f"({t})" if len(tests) > 1 else t for t in tests)
 
     def flag_unknown_submodule(self, node: cst.Call, plan: ClassPlan) -> None:
         """``Foo(...)(x)`` in @nn.compact with ``Foo`` neither a built-in layer nor a Linen class of the run:
@@ -323,94 +254,6 @@ class SitePlanner:
                 strides.append(moved)
         return restated(test, widths[0], widths[1], strides)  # type: ignore[arg-type]
 
-    def nesting(self, plan: ClassPlan, node: cst.Call) -> tuple[Site, str, int] | None:
-        """(outer layer site, its argument, list index) when ``node`` is built as a layer argument."""
-        parent = self.ctx.parent_of(node)
-        index = -1
-        if isinstance(parent, cst.Element):
-            container = self.ctx.parent_of(parent)
-            if not isinstance(container, (cst.List, cst.Tuple)):
-                return None
-            index = [e.value for e in container.elements].index(node)
-            parent = self.ctx.parent_of(container)
-        if not isinstance(parent, cst.Arg):
-            return None
-        call = self.ctx.parent_of(parent)
-        outer = plan.sites.get(call) if isinstance(call, cst.Call) else None
-        if outer is None or outer.rule is None:
-            return None
-        arg_name = next((name for name, arg in outer.args.items() if arg is parent), None)
-        if arg_name is None:
-            return None
-        if index < 0 and arg_name in outer.rule.nested:
-            return outer, arg_name, -1
-        if index >= 0 and arg_name == outer.rule.varargs_list:
-            return outer, arg_name, index
-        return None
-
-    def plan_nested(
-        self,
-        plan: ClassPlan,
-        node: cst.Call,
-        rule: LayerRule | None,
-        nesting: tuple[Site, str, int],
-        counters: dict[str, int | None],
-        user: ClassPlan | None = None,
-    ) -> None:
-        """A layer (or a Linen class of the run, e.g. a custom cell in ``nn.RNN``) built as another
-        layer's argument: built in place, named in the parent's scope by Linen."""
-        outer, arg_name, index = nesting
-        subpath = f"{outer.rule.varargs_list}/{index}" if index >= 0 else outer.rule.nested[arg_name]  # type: ignore[union-attr]
-        class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
-        _, name_arg = bind_args(self._arg_order(rule, user), node)
-        if name_arg is not None and isinstance(name_arg.value, cst.SimpleString):
-            linen_name = name_arg.value.evaluated_value  # explicit names consume no counter
-        else:
-            n = counters.get(class_name, 0) or 0
-            counters[class_name] = n + 1
-            linen_name = f"{class_name}_{n}"
-        site = self.add_site(plan, node, attr=f"{outer.attr}/{subpath}", linen_name=linen_name, hoisted=False)
-        site.parent, site.nested_arg, site.element = outer, arg_name, index
-        outer.nested.append(site)
-        root = root_site(site)
-        local_names = set(assigned_names(self.ctx.enclosing_function(node))) - set(plan.pure_locals)
-        moved = []
-        for name, arg in site.args.items():
-            uses = (names_in(arg.value) - NOT_LOCAL) & local_names
-            if not uses or (rule is not None and (name in rule.nested or name == rule.varargs_list)):
-                continue
-            value = code(arg.value)
-            shape_locals = shape_last_refs(arg.value, uses)
-            if shape_locals is not None and not (rule is not None and name in rule.call_args):
-                site.shape_refs[name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
-            elif rule is None:
-                self.ctx.report(
-                    MOD_004,
-                    arg,
-                    f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
-                    f"uses the call-time value {', '.join(sorted(uses))}",
-                    "build this module by hand",
-                )
-            elif name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:
-                root.view_kwargs[name] = value  # the call becomes nnx.view(layer, deterministic=...)(x)
-                moved.append(name)
-            else:
-                self.ctx.report(
-                    MOD_004,
-                    arg,
-                    f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
-                    f"uses the call-time value {', '.join(sorted(uses))}",
-                    "build this layer by hand",
-                )
-        site.moved_args = tuple(moved)
-        if moved and rule is not None:
-            self.ctx.report(
-                LAYER_003,
-                node,
-                f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
-                f"self.{root.attr} through nnx.view",
-            )
-
     def plan_compact_child(
         self,
         plan: ClassPlan,
@@ -422,74 +265,21 @@ class SitePlanner:
         local_names: set[str],
         conditions: list[str] | None = None,
     ) -> None:
+        """A submodule built in @nn.compact outside any loop nest: hoisted into ``__init__`` under the
+        attribute of its Linen name (an ``nnx.List`` element when built in a loop)."""
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
         class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
         bound, name_arg = bind_args(self._arg_order(rule, user), node)
-        container = None
         if name_arg is not None:
-            name_value = name_arg.value
-            if isinstance(name_value, cst.SimpleString) and loop is None:
-                linen_name = name_value.evaluated_value
-                attr = linen_name if linen_name.isidentifier() else snake_case(linen_name)
-                if keyword.iskeyword(attr):  # name='if' (Flax's own LSTMCell): self.if_
-                    attr += "_"
-            elif loop is not None and (prefix := loop_name_prefix(name_value, loop.var)) is not None:
-                linen_name, attr, container = prefix, snake_case(prefix), "list"
-            else:
-                self.ctx.report(
-                    MOD_004,
-                    name_arg,
-                    f"{what}(name=...) is not a literal the codemod can follow",
-                    "use a string literal, or f'prefix_{i}' inside `for i in range(n)`",
-                )
-                return
+            named = self._explicit_name(name_arg, loop, what)
+        elif counters.get(class_name, 0) is None and loop is None:
+            self._plan_loop_tail(plan, node, rule, what, class_name, bound, local_names, conditions)
+            return
         else:
-            n = counters.get(class_name, 0)
-            if n is None and loop is None:
-                tail_of = self._loop_list(plan, class_name)
-                if tail_of is None or conditions:
-                    self.state.handled.add(node.func)  # this finding says it all
-                    self.ctx.report(
-                        MOD_004,
-                        node,
-                        f"auto-named {what} after a loop that built {class_name}s"
-                        + (" under a condition" if tail_of is not None else "")
-                        + ": its Linen name "
-                        "depends on the loop length",
-                        "give it an explicit name=",
-                    )
-                    return
-                # Linen names it {class_name}_{loop length}: the next element of the loop's nnx.List
-                site = self.add_site(plan, node, attr=tail_of.attr, linen_name=class_name, hoisted=True)
-                site.container, site.tail_of = "list", tail_of
-                tail_of.tail.append(site)
-                self._plan_args_at_call(plan, site, rule, what, bound, local_names, set())
-                plan.hoisted_order.append(site)
-                return
-            if n is None:
-                self.ctx.report(
-                    MOD_004,
-                    node,
-                    f"auto-named {what} after a loop that built {class_name}s: its "
-                    "Linen name depends on the loop length",
-                    "give it an explicit name=",
-                )
-                return
-            if loop is not None:
-                if n:
-                    self.ctx.report(
-                        MOD_004,
-                        node,
-                        f"auto-named {what} built in a loop after other {class_name}s",
-                        "give the loop's modules name=f'prefix_{i}'",
-                    )
-                    return
-                counters[class_name] = None
-                linen_name, attr, container = class_name, snake_case(class_name), "list"
-            else:
-                counters[class_name] = n + 1
-                linen_name = f"{class_name}_{n}"
-                attr = snake_case(linen_name)
+            named = self._auto_name(node, loop, counters, what, class_name)
+        if named is None:
+            return
+        linen_name, attr, container = named
         if any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
             attr = f"{attr}_"
         site = self.add_site(plan, node, attr=attr, linen_name=linen_name, hoisted=True)
@@ -501,97 +291,94 @@ class SitePlanner:
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, {loop.var} if loop else set())
         plan.hoisted_order.append(site)
 
-    def nest_loop(
-        self, node: cst.For, call_time: set[str], counts: dict[str, int], plan: ClassPlan
-    ) -> tuple[set[str], dict[str, cst.SimpleStatementLine]] | None:
-        """A ``for`` __init__ can replay (see sites.LoopNest): its iterable reads no call-time value
-        (``call_time``: the method's locals but the enclosing loops' own). Returns its targets and the
-        body's locals that read only the config, the loops' names and earlier such locals."""
-        targets = names_in(node.target)
-        if not isinstance(node.target, (cst.Name, cst.Tuple)) or node.orelse is not None or node.asynchronous:
-            return None
-        if (names_in(node.iter) - NOT_LOCAL) & call_time or self.has_side_effects(node.iter):
-            return None
-        names, stmts = set(targets), {}
-        for stmt in node.body.body:
-            assigned = single_assign(stmt)
-            if assigned is None:
-                continue
-            name, value = assigned
-            if counts.get(name) != 1 or self.has_side_effects(value):
-                continue
-            if not (names_in(value) - NOT_LOCAL) & (call_time - names):
-                names.add(name)
-                stmts[name] = stmt
-        return names, stmts
+    def _explicit_name(
+        self, name_arg: cst.Arg, loop: LoopInfo | None, what: str
+    ) -> tuple[str, str, str | None] | None:
+        """(Linen name, attribute, container) of a module built with ``name=``: a literal, or in a loop
+        an f-string prefix (``f'layer_{i}'``) naming the elements of an ``nnx.List``."""
+        name_value = name_arg.value
+        if isinstance(name_value, cst.SimpleString) and loop is None:
+            linen_name = name_value.evaluated_value
+            attr = linen_name if linen_name.isidentifier() else snake_case(linen_name)
+            if keyword.iskeyword(attr):  # name='if' (Flax's own LSTMCell): self.if_
+                attr += "_"
+            return linen_name, attr, None
+        if loop is not None and (prefix := loop_name_prefix(name_value, loop.var)) is not None:
+            return prefix, snake_case(prefix), "list"
+        self.ctx.report(
+            MOD_004,
+            name_arg,
+            f"{what}(name=...) is not a literal the codemod can follow",
+            "use a string literal, or f'prefix_{i}' inside `for i in range(n)`",
+        )
+        return None
 
-    def plan_nest_child(
+    def _auto_name(
         self,
-        plan: ClassPlan,
-        target: cst.Call,
         node: cst.Call,
-        rule: LayerRule | None,
-        user: ClassPlan | None,
-        factory: Any,
-        loops: list[tuple[set[str], dict[str, Any]]],
+        loop: LoopInfo | None,
         counters: dict[str, int | None],
-        local_names: set[str],
-        conditions: list[str],
-    ) -> None:
-        """A submodule built inside a loop nest (see sites.LoopNest): auto-named, unconditional, on a
-        line of the loops' own bodies."""
-        what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
-        names = (
-            factory.linen_names if isinstance(factory, FieldFactory) else (rule.linen if rule else user.name,)
-        )  # type: ignore[union-attr]
-        bound, name_arg = bind_args(self._arg_order(rule, user), target)
-        statement = self.ctx.enclosing_statement(node)
-        outer = statement
-        depth = 0
-        while outer is not None and not (isinstance(outer, cst.For) and depth == len(loops)):
-            outer = self.ctx.parent_of(outer)
-            if isinstance(outer, cst.For):
-                depth += 1
-            elif not isinstance(outer, (cst.IndentedBlock, cst.For)):
-                break
-        why = None
-        if not isinstance(outer, cst.For):
-            why = "on a line the loops do not hold directly (inside an if / with)"
-        elif conditions:
-            why = "under a condition"
-        elif name_arg is not None:
-            why = "with name=: Linen names it once per iteration"
-        elif any(counters.get(n, 0) != 0 for n in names):
-            why = f"after other {names[0]}s: its Linen names depend on theirs"
-        if why is not None:
-            self.state.handled.add(target.func)
+        what: str,
+        class_name: str,
+    ) -> tuple[str, str, str | None] | None:
+        """(Linen name, attribute, container) of an auto-named module (``Dense_0``), counting it; in a
+        loop, the whole ``nnx.List`` of ``Dense``s. None, with a finding, when the name depends on a
+        loop's length."""
+        n = counters.get(class_name, 0)
+        if n is None:
             self.ctx.report(
                 MOD_004,
                 node,
-                f"{what} built inside nested loops {why} is not hoisted yet",
-                "build the modules in __init__ (an nnx.List) and index it at the call",
+                f"auto-named {what} after a loop that built {class_name}s: its "
+                "Linen name depends on the loop length",
+                "give it an explicit name=",
+            )
+            return None
+        if loop is not None:
+            if n:
+                self.ctx.report(
+                    MOD_004,
+                    node,
+                    f"auto-named {what} built in a loop after other {class_name}s",
+                    "give the loop's modules name=f'prefix_{i}'",
+                )
+                return None
+            counters[class_name] = None
+            return class_name, snake_case(class_name), "list"
+        counters[class_name] = n + 1
+        linen_name = f"{class_name}_{n}"
+        return linen_name, snake_case(linen_name), None
+
+    def _plan_loop_tail(
+        self,
+        plan: ClassPlan,
+        node: cst.Call,
+        rule: LayerRule | None,
+        what: str,
+        class_name: str,
+        bound: dict[str, cst.Arg],
+        local_names: set[str],
+        conditions: list[str] | None,
+    ) -> None:
+        """An auto-named module after a loop that built its class: Linen names it
+        ``{class_name}_{loop length}``, the next element of the loop's ``nnx.List``."""
+        tail_of = self._loop_list(plan, class_name)
+        if tail_of is None or conditions:
+            self.state.handled.add(node.func)  # this finding says it all
+            self.ctx.report(
+                MOD_004,
+                node,
+                f"auto-named {what} after a loop that built {class_name}s"
+                + (" under a condition" if tail_of is not None else "")
+                + ": its Linen name "
+                "depends on the loop length",
+                "give it an explicit name=",
             )
             return
-        counters.update(dict.fromkeys(names, None))
-        assert isinstance(outer, cst.For)
-        nest = plan.nests.get(outer)
-        if nest is None:
-            nest = plan.nests[outer] = LoopNest(
-                outer,
-                set().union(*(n for n, _ in loops)),
-                {k: v for _, stmts in loops for k, v in stmts.items()},
-            )
-        attr = snake_case(names[0]) if len(names) == 1 else _list_attr(factory.name)
-        while any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
-            attr = f"{attr}_"
-        site = self.add_site(plan, target, attr=attr, linen_name=names[0], hoisted=True)
-        site.container, site.nest = "list", nest
-        nest.sites.append(site)
-        self.state.stmt_prefix.setdefault(outer, []).append(
-            parse_statement(f"{nest.iterator(site)} = iter(self.{attr})\n")
-        )  # what the loops take the next element of
-        nest.statements[id(site)] = statement
-        self._plan_args_at_call(plan, site, rule, what, bound, local_names, nest.names)
+        site = self.add_site(plan, node, attr=tail_of.attr, linen_name=class_name, hoisted=True)
+        site.container, site.tail_of = "list", tail_of
+        tail_of.tail.append(site)
+        self._plan_args_at_call(plan, site, rule, what, bound, local_names, set())
         plan.hoisted_order.append(site)
 
     @staticmethod
@@ -681,131 +468,40 @@ class SitePlanner:
                 "give nnx.Einsum its bias_shape by hand",
             )
         if rule is not None:
-            for arg_name, arg in bound.items():
-                nnx_name = rule.nnx_arg(arg_name)
-                if arg_name == rule.varargs_list:
-                    continue
-                if arg_name in rule.dropped_when:
-                    check = ARG_CHECKS[rule.dropped_when[arg_name]]
-                    if check.passes(code(arg.value)):
-                        site.dropped_args += (arg_name,)
-                        self.ctx.report(
-                            LAYER_001, arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}"
-                        )
-                    else:
-                        self.ctx.report(
-                            LAYER_002,
-                            arg,
-                            f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no nnx.{rule.nnx} equivalent",
-                            f"see the nnx.{rule.nnx} signature; re-express it",
-                        )
-                elif arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
-                    self.ctx.report(
-                        LAYER_002,
-                        arg,
-                        f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} equivalent",
-                        f"see the nnx.{rule.nnx} signature; drop or re-express it",
-                    )
-                elif arg_name in rule.only_values and code(arg.value) not in rule.only_values[arg_name]:
-                    self.ctx.report(
-                        LAYER_002,
-                        arg,
-                        f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
-                        f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
-                        f"rewrite this nnx.{rule.nnx} by hand",
-                    )
+            self._check_layer_args(rule, site, bound)
         return site
 
-    def add_variable_site(
-        self,
-        plan: ClassPlan,
-        call: cst.Call,
-        *,
-        hoisted: bool,
-        local_names: set[str],
-        attr: str | None = None,
-    ) -> Site | None:
-        """``self.param(name, init, *args)`` / ``self.variable(col, name, init, *args)``."""
-        kind = self.ctx.self_call(call)
-        self.state.handled.add(call)  # reported here either way: no generic "Linen API" finding on top
-        args = [a for a in call.args if a.keyword is None]
-        need = 2 if kind == "param" else 3
-        literal = [a.value for a in args[: need - 1]]
-        if (
-            len(args) < need
-            or any(a.star for a in call.args)
-            or not all(isinstance(v, cst.SimpleString) for v in literal)
-        ):
-            self.ctx.report(
-                API_002,
-                call,
-                f"self.{kind}(...) with non-literal names or keyword-only arguments",
-                "create the nnx.Variable in __init__ by hand",
-            )
-            return None
-        collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
-        name = literal[-1].evaluated_value  # type: ignore[union-attr]
-        var_type = COLLECTION_TYPES.get(collection)
-        if var_type is None:
-            self.ctx.report(
-                API_002,
-                call,
-                f"self.variable in the custom collection {collection!r}",
-                "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name",
-            )
-            return None
-        if any(a.keyword is not None for a in call.args):
-            self.ctx.report(
-                API_002,
-                call,
-                f"self.{kind}(...) keyword arguments are not converted yet",
-                "create the nnx.Variable in __init__ by hand",
-            )
-            return None
-        shape_refs: dict[str, list[str]] = {}
-        for i, a in enumerate(args):
-            uses = (names_in(a.value) - NOT_LOCAL) & local_names
-            refs = shape_last_refs(a.value, uses) if uses else None
-            if uses and refs is None:
+    def _check_layer_args(self, rule: LayerRule, site: Site, bound: dict[str, cst.Arg]) -> None:
+        """Each argument of a built-in layer against its NNX counterpart: dropped when it is a no-op
+        there, else a finding when NNX has no equivalent or only some of its values are converted."""
+        for arg_name, arg in bound.items():
+            nnx_name = rule.nnx_arg(arg_name)
+            if arg_name == rule.varargs_list:
+                continue
+            if arg_name in rule.dropped_when:
+                check = ARG_CHECKS[rule.dropped_when[arg_name]]
+                if check.passes(code(arg.value)):
+                    site.dropped_args += (arg_name,)
+                    self.ctx.report(LAYER_001, arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}")
+                else:
+                    self.ctx.report(
+                        LAYER_002,
+                        arg,
+                        f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no nnx.{rule.nnx} equivalent",
+                        f"see the nnx.{rule.nnx} signature; re-express it",
+                    )
+            elif arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
                 self.ctx.report(
-                    MOD_004,
-                    call,
-                    f"self.{kind}({name!r}, ...) uses the call-time value "
-                    f"{', '.join(sorted(uses))} and cannot move to __init__",
-                    "derive its shape from constructor arguments, or use --trace",
+                    LAYER_002,
+                    arg,
+                    f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} equivalent",
+                    f"see the nnx.{rule.nnx} signature; drop or re-express it",
                 )
-                return None
-            if refs:
-                shape_refs[str(i)] = refs  # (x.shape[-1], features): the dataflow knows x's size
-        if collection == "cache" and hoisted:
-            self.ctx.report(
-                API_002, call, "a Linen decode cache created at call time", "use NNX's init_cache pattern"
-            )
-            return None
-        attr = attr or (name if name.isidentifier() else snake_case(name))
-        if attr in plan.field_names:
-            attr = f"{attr}_"
-        site = Site(
-            kind="param" if kind == "param" else "variable",
-            attr=attr,
-            linen_name=name,
-            ctor=call,
-            hoisted=hoisted,
-            collection=collection,
-            var_type=var_type,
-            shape_refs=shape_refs,
-        )
-        site.args = {str(i): a for i, a in enumerate(args)}
-        plan.sites[call] = site
-        if hoisted:
-            plan.hoisted_order.append(site)
-        return site
-
-
-def _list_attr(field: str) -> str:
-    """The nnx.List attribute for what a factory field bound to several classes builds in a loop
-    (``block_cls`` -> ``block``): Linen names the elements after whichever class it is."""
-    for suffix in ("_cls", "_class", "_def", "_module", "_factory"):
-        if field.endswith(suffix) and len(field) > len(suffix):
-            return field.removesuffix(suffix)
-    return f"{field}_modules"
+            elif arg_name in rule.only_values and code(arg.value) not in rule.only_values[arg_name]:
+                self.ctx.report(
+                    LAYER_002,
+                    arg,
+                    f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
+                    f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
+                    f"rewrite this nnx.{rule.nnx} by hand",
+                )

@@ -8,8 +8,6 @@ argument with a ``manual`` finding -- never a guessed number.
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
-from typing import Any
 
 import libcst as cst
 
@@ -26,20 +24,20 @@ from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import (
     MOD_004,
-    SHAPE_001,
     SHAPE_002,
     SHAPE_003,
-    SHAPE_004,
 )
 from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
     replace_shape_last,
 )
+from linen2nnx.migrate.trace_sizing import TraceEvidence
 
 
-class Sizer:
-    """Resolves ``in_features`` (and other input-derived sizes) for the sites of a plan."""
+class Sizer(TraceEvidence):
+    """Resolves ``in_features`` (and other input-derived sizes) for the sites of a plan; what the
+    trace says comes from :class:`~linen2nnx.migrate.trace_sizing.TraceEvidence`."""
 
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
@@ -56,81 +54,9 @@ class Sizer:
         self.state.flow_method = fn.name.value
         MethodFlow(self, plan, fn, params, resolve).run()
 
-    @staticmethod
-    def _config_values(expr: str, configs: list[dict]) -> list[Any] | None:
-        """``expr`` (a config expression of ``self``) in each traced instance; None when it does not
-        evaluate in one of them."""
-        try:
-            return [eval(expr, {}, {"self": SimpleNamespace(**cfg)}) for cfg in configs]
-        except Exception:
-            return None
-
     @classmethod
     def nested_sites(cls, site: Site) -> list[Site]:
         return [deep for inner in site.nested for deep in (inner, *cls.nested_sites(inner))]
-
-    def _traced_arg(self, plan: ClassPlan, site: Site, arg: str, how: str, node: cst.CSTNode) -> str:
-        """A submodule's argument its own config could not express (``traced:6``): the caller's config
-        expression with that traced value, when exactly one matches."""
-        matched = self._match_config(
-            [int(how.split(":")[1])],
-            self.state.trace.instances.get(plan.name, []) if self.state.trace is not None else [],
-            plan,
-        )
-        if len(matched) == 1:
-            self.ctx.report(
-                SHAPE_001,
-                node,
-                f"{arg} of {site.user.name if site.user else site.attr} = "
-                f"{matched[0]} (traced: {how.split(':')[1]}; the only config value that matches)",
-            )
-            return matched[0]
-        return self._required_arg(plan, site, f"{arg} of {site.user.name if site.user else site.attr}", node)
-
-    def check_traced_carry(self, plan: ClassPlan, site: Site, node: cst.CSTNode) -> None:
-        """A Linen cell's hidden size is its carry's last axis (``h.shape[-1]``), not ``features``: the
-        two differ when a caller hands in a carry of another width (seq2seq's decoder starts from the
-        encoder's state). A trace that shows such a carry makes the NNX cell's size a manual finding."""
-        if (
-            self.state.trace is None
-            or site.rule is None
-            or site.rule.out_arg not in site.args
-            or site.rule.out_arg in site.arg_sources
-        ):
-            return
-        carried = {
-            sizes[-1] for sizes in self.state.trace.carries.get((plan.name, site.linen_name), []) if sizes
-        }
-        features = code(site.args[site.rule.out_arg].value)
-        values = self._config_values(features, self.state.trace.instances.get(plan.name, []))
-        if values is None:
-            return
-        declared = set(values)
-        if not carried or not declared or carried == declared:
-            return
-        matched = self._match_config(sorted(carried), self.state.trace.instances.get(plan.name, []), plan)
-        if len(matched) == 1:
-            size = matched[0]
-        elif len(carried) == 1:  # not this class's config: a constructor argument its caller fills
-            size = f"{site.attr}_hidden_features".replace("/", "_")
-            plan.new_args[size] = f"traced:{carried.pop()}"
-        else:
-            self.ctx.report(
-                SHAPE_003,
-                node,
-                f"hidden size of {plan.name}.{site.attr}: Linen's nn.{site.rule.linen} "
-                f"takes it from its carry (traced {sorted(carried)}), not from {features} (traced "
-                f"{sorted(declared)})",
-                f"give nnx.{site.rule.nnx} the carry's width as hidden_features",
-            )
-            return
-        site.arg_sources[site.rule.out_arg] = size
-        self.ctx.report(
-            SHAPE_001,
-            node,
-            f"hidden size of {plan.name}.{site.attr} = {size}: Linen's "
-            f"nn.{site.rule.linen} takes it from its carry (traced), not from {features}",
-        )
 
     def resolve_shape_arg(
         self,
@@ -225,6 +151,7 @@ class Sizer:
         return "out_features"
 
     def _single_layer_info(self, site: Site) -> LayerInfo:
+        """What one application of ``site`` gives, for a single class (see :meth:`layer_info`)."""
         if site.lifted is not None and site.lifted.of("scan") is not None:
             # a scan's carry keeps its shape from layer to layer; the stacked outputs are not followed
             return LayerInfo(
@@ -237,28 +164,37 @@ class Sizer:
         if site.kind == "layer" and site.rule is not None and site.rule.out_from is not None:
             return self._nested_out(site)
         if site.kind == "layer":
-            assert site.rule is not None
-            out = site.args.get(site.rule.out_arg) if site.rule.out_arg else None
-            if out is None:
-                return LayerInfo(site.flow_key, None)
-            if site.rule.out_arg in site.shape_refs:
-                resolved = site.arg_sources.get(site.rule.out_arg)
-                return LayerInfo(site.flow_key, resolved, out_unknown=resolved is None)
-            value = out.value
-            if site.rule.out_arg in site.arg_sources:  # a size resolved for it (a cell's traced carry width)
-                value = parse_expression(site.arg_sources[site.rule.out_arg])
-            if isinstance(value, (cst.Tuple, cst.List)):  # features=(heads, head_dim): last axis is head_dim
-                if not value.elements:
-                    return LayerInfo(site.flow_key, None, out_unknown=True)
-                value = value.elements[-1].value
-            if site.rule.carry_init:  # a cell: (carry, y), y of `features` (the carry is not followed)
-                y = Feat("expr", expr=code(value))
-                return LayerInfo(
-                    site.flow_key,
-                    code(value),
-                    out_fn=lambda first: Feat("tuple", elements=(Feat.unknown("a cell's carry"), y)),
-                )
-            return LayerInfo(site.flow_key, code(value))
+            return self._layer_out(site)
+        return self._module_out(site)
+
+    def _layer_out(self, site: Site) -> LayerInfo:
+        """A built-in layer's output size: its ``out_arg`` (the last axis of a tuple of features; a
+        cell's ``y`` beside its carry)."""
+        assert site.rule is not None
+        out = site.args.get(site.rule.out_arg) if site.rule.out_arg else None
+        if out is None:
+            return LayerInfo(site.flow_key, None)
+        if site.rule.out_arg in site.shape_refs:
+            resolved = site.arg_sources.get(site.rule.out_arg)
+            return LayerInfo(site.flow_key, resolved, out_unknown=resolved is None)
+        value = out.value
+        if site.rule.out_arg in site.arg_sources:  # a size resolved for it (a cell's traced carry width)
+            value = parse_expression(site.arg_sources[site.rule.out_arg])
+        if isinstance(value, (cst.Tuple, cst.List)):  # features=(heads, head_dim): last axis is head_dim
+            if not value.elements:
+                return LayerInfo(site.flow_key, None, out_unknown=True)
+            value = value.elements[-1].value
+        if site.rule.carry_init:  # a cell: (carry, y), y of `features` (the carry is not followed)
+            y = Feat("expr", expr=code(value))
+            return LayerInfo(
+                site.flow_key,
+                code(value),
+                out_fn=lambda first: Feat("tuple", elements=(Feat.unknown("a cell's carry"), y)),
+            )
+        return LayerInfo(site.flow_key, code(value))
+
+    def _module_out(self, site: Site) -> LayerInfo:
+        """A class of the run's output size: its own ``out`` in the caller's terms."""
         user = site.user
         assert user is not None
         if user.out is None:
@@ -504,178 +440,6 @@ class Sizer:
             "run `linen2nnx migrate --trace SPEC` or pass the size explicitly",
         )
         return arg
-
-    def _confirmed_candidate(
-        self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode
-    ) -> str | None:
-        """An unknown size with a candidate (``x @ y``: y's last axis if y has rank >= 2) is taken only
-        when the trace shows the site reading exactly the candidate's size in every traced call."""
-        candidate = feat.candidate
-        if self.state.trace is None or candidate is None or site.loop is not None or site.tail_of is not None:
-            return None
-        shapes = [s for s in self.state.trace.shapes_for(plan.name, site.linen_name) if s]
-        sizes = {s[-1] for s in shapes}
-        if len(sizes) != 1:
-            return None
-        if (
-            feat.reduced
-        ):  # `jnp.mean(x, axis=(1, 2))` read as is: x had len(axes) more axes than the site's input
-            ranks = {len(s) + len(feat.reduced) for s in shapes}
-            if len(ranks) != 1 or not all(
-                -rank <= a < rank - 1 and a != -1 for a in feat.reduced for rank in ranks
-            ):
-                return None
-            evidence = (
-                f"the reduced value has rank {ranks.pop()}, so axes {list(feat.reduced)} leave its last"
-            )
-        else:
-            if (
-                candidate.kind == "input"
-                and self.state.flow_method == "__call__"
-                and candidate.input_name in params
-            ):
-                index = params.index(candidate.input_name)
-                seen = {
-                    call[index][-1]
-                    for call in self.state.trace.own_inputs.get(plan.name, [])
-                    if index < len(call) and call[index]
-                }
-            elif candidate.kind == "expr":
-                values = self._config_values(candidate.expr, self.state.trace.instances.get(plan.name, []))
-                if values is None:
-                    return None
-                seen = set(values)
-            else:
-                return None
-            if seen != sizes:
-                return None
-            evidence = f"{sizes.pop()}, which confirms {feat.reason} as its last axis"
-        size = self.static_size(plan, candidate, params, node)
-        if size is not None:
-            self.ctx.report(
-                SHAPE_001,
-                node,
-                f"input feature size of {plan.name}.{site.attr} = {size} (traced: {evidence})",
-            )
-        return size
-
-    def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
-        if self.state.trace is None or site.loop is not None or site.tail_of is not None:
-            return None  # the trace knows one Linen name; these sizes change with the loop's length
-        shapes = self.state.trace.shapes_for(plan.name, site.linen_name)
-        sizes = sorted({s[-1] for s in shapes if s})
-        if not sizes:
-            return None
-        configs = self.state.trace.instances.get(plan.name, [])
-        if (
-            feat.kind in ("flatten", "sliced")
-            and feat.base is not None
-            and feat.base.kind == "expr"
-            and configs
-        ):
-            base = feat.base.expr
-            factors = set()
-            for shape, base_value in zip(shapes, self._config_values(base, configs) or []):
-                if not isinstance(base_value, int) or base_value <= 0 or shape[-1] % base_value:
-                    factors = set()
-                    break
-                factors.add(shape[-1] // base_value)
-            if factors == {1}:
-                self.ctx.report(
-                    SHAPE_001,
-                    node,
-                    f"input feature size of {plan.name}.{site.attr} = {base} (traced: {sizes[0]})",
-                )
-                return base
-            if len(factors) == 1 and feat.kind == "flatten":
-                factor = factors.pop()
-                self.ctx.report(
-                    SHAPE_001,
-                    node,
-                    f"input feature size of {plan.name}.{site.attr} = {factor} * {base} (traced: {sizes[0]})",
-                    "the factor holds for the traced input resolution only",
-                )
-                return f"{factor} * {base}"
-        matched = self._match_config(sizes, configs, plan)
-        if len(matched) == 1:
-            self.ctx.report(
-                SHAPE_001,
-                node,
-                f"input feature size of {plan.name}.{site.attr} = {matched[0]} "
-                f"(traced: {sizes[0]}; the only config value that matches)",
-            )
-            return matched[0]
-        if len(matched) > 1:
-            self.ctx.report(
-                SHAPE_003,
-                node,
-                f"input feature size of {plan.name}.{site.attr} is ambiguous: the "
-                f"traced {sizes[0]} equals {', '.join(matched)}",
-                "pass the size explicitly, or trace with a config where these differ",
-            )
-        if len(sizes) == 1 and self.state.unsafe_fixes:
-            self.ctx.report(
-                SHAPE_004,
-                node,
-                f"input feature size of {plan.name}.{site.attr} is the traced literal {sizes[0]}",
-                "replace it with an expression of the config if it can vary",
-            )
-            return str(sizes[0])
-        return None
-
-    def _input_shape(self, plan: ClassPlan, site: Site, arg: str, node: cst.CSTNode) -> str:
-        """The input shape a module sizes its parameters from, as config expressions: from the trace,
-        the axes its parameter shapes read (each matched to one config value) and 1 for the others
-        (batch, length: never read, so any size builds the same parameters)."""
-        key = (plan.name, site.linen_name)
-        read = self.state.trace.dims_read.get(key) if self.state.trace is not None else None
-        shapes = sorted(set(self.state.trace.shapes_for(*key))) if self.state.trace is not None else []
-        what = f"{arg} of {site.user.name if site.user else site.attr} ({plan.name}.{site.attr})"
-        if read is None or len(shapes) != 1:
-            return self._required_arg(plan, site, what, node)
-        shape = shapes[0]
-        configs = self.state.trace.instances.get(plan.name, [])  # type: ignore[union-attr]
-        source = " ".join(code(m) for m in self.state.methods.get(plan.name, []))
-        dims = []
-        for axis, size in enumerate(shape):
-            if axis - len(shape) not in read:
-                dims.append("1")
-                continue
-            matched = self._match_config([size], configs, plan)
-            named = [m for m in matched if "." + m.rsplit(".", 1)[-1] in source]
-            if len(matched) == 1 or len(named) == 1:
-                dims.append(matched[0] if len(matched) == 1 else named[0])
-            else:
-                return self._required_arg(
-                    plan,
-                    site,
-                    f"{what}: axis {axis} (traced {size}) matches {', '.join(matched) or 'no config value'}",
-                    node,
-                )
-        expr = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-        self.ctx.report(SHAPE_001, node, f"{what} = {expr} (traced {shape}; axes not read are 1)")
-        return expr
-
-    @staticmethod
-    def _match_config(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list[str]:
-        """Config expressions (``self.hidden``, ``self.config.emb_dim``) equal to the traced size in
-        every traced instance of the class; the caller decides what one / several matches mean."""
-        if len(sizes) != 1 or not configs:
-            return []
-        fields = set(plan.field_names)
-        values: dict[str, set] = {}
-        for cfg in configs:
-            for name, value in cfg.items():
-                if name not in fields:
-                    continue
-                if isinstance(value, int) and not isinstance(value, bool):
-                    values.setdefault(f"self.{name}", set()).add(value)
-                elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-                    for f in dataclasses.fields(value):
-                        inner = getattr(value, f.name, None)
-                        if isinstance(inner, int) and not isinstance(inner, bool):
-                            values.setdefault(f"self.{name}.{f.name}", set()).add(inner)
-        return sorted(expr for expr, seen in values.items() if seen == {sizes[0]})
 
     def resolve_unused(self, plan: ClassPlan) -> None:
         for site in plan.sites.values():

@@ -42,73 +42,88 @@ class Trace:
 
 
 def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
+    """Run the Linen model of ``side`` abstractly (``jax.eval_shape`` of its init) on its example
+    batch, recording every submodule call (see :class:`_Recorder`)."""
     import flax.linen as nn
     import jax
 
-    child_inputs: dict[tuple[str, str], list[tuple[int, ...]]] = defaultdict(list)
-    instances: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    own_inputs: dict[str, list[tuple[tuple[int, ...] | None, ...]]] = defaultdict(list)
-    carries: dict[tuple[str, str], list[tuple[int, ...]]] = defaultdict(list)
-    seen: set[int] = set()
-
-    calling: list[Any] = []  # modules whose __call__ is running, outermost first
-    probes: dict[tuple[str, str], tuple[Any, tuple, dict]] = {}
-
-    def interceptor(next_fun, args, kwargs, context):
-        module = context.module
-        if context.method_name == "__call__":
-            own_inputs[type(module).__qualname__].append(
-                tuple(tuple(a.shape) if hasattr(a, "shape") else None for a in args)
-            )
-            parent = module.parent
-            if not isinstance(parent, nn.Module):
-                # inside a lifted transform (nn.scan, nn.remat, ...) the parent is a Scope: the module
-                # that applies the transform is the innermost one still running
-                parent = calling[-1] if calling else None
-            if isinstance(parent, nn.Module) and args and isinstance(args[0], (tuple, list)):
-                leaves = jax.tree.leaves(args[0])
-                if leaves and all(hasattr(leaf, "shape") and leaf.shape for leaf in leaves):
-                    carries[(type(parent).__qualname__, module.name)].append(
-                        tuple(leaf.shape[-1] for leaf in leaves)
-                    )
-            if isinstance(parent, nn.Module) and args and hasattr(args[0], "shape"):
-                key = (type(parent).__qualname__, module.name)
-                child_inputs[key].append(tuple(args[0].shape))
-                if key not in probes and _sizes_params_from_shape(type(module)):
-                    probes[key] = (module.clone(parent=None, name=None), _abstract(args), _abstract(kwargs))
-            if id(module) not in seen:
-                seen.add(id(module))
-                try:
-                    instances[type(module).__qualname__].append(linen_ctor_kwargs(module))
-                except TypeError:
-                    pass
-            calling.append(module)
-            try:
-                return next_fun(*args, **kwargs)
-            finally:
-                calling.pop()
-        return next_fun(*args, **kwargs)
-
+    recorder = _Recorder()
     args, kwargs = side.call_args(train=False)
 
     def init():
-        with nn.intercept_methods(interceptor):
+        with nn.intercept_methods(recorder.intercept):
             return side.model.init(side.init_rngs(), *args, **kwargs)
 
     jax.eval_shape(init)
     model_type = type(side.model)
-    dims_read = {key: _dims_read(*probe) for key, probe in probes.items()}
+    dims_read = {key: _dims_read(*probe) for key, probe in recorder.probes.items()}
     return Trace(
-        child_inputs=dict(child_inputs),
-        instances=dict(instances),
+        child_inputs=dict(recorder.child_inputs),
+        instances=dict(recorder.instances),
         root_class=model_type.__qualname__,
         root_module=model_type.__module__,
         root_inputs=[tuple(a.shape) for a in args if hasattr(a, "shape")],
         spec_ref=spec_ref,
         dims_read={k: v for k, v in dims_read.items() if v is not None},
-        own_inputs=dict(own_inputs),
-        carries=dict(carries),
+        own_inputs=dict(recorder.own_inputs),
+        carries=dict(recorder.carries),
     )
+
+
+class _Recorder:
+    """What a method interceptor records of each module ``__call__`` during one abstract init: the
+    inputs of each child under its parent's class, its carries, each instance's config, and a probe
+    for the modules whose parameter shapes read the input's shape."""
+
+    def __init__(self) -> None:
+        self.child_inputs: dict[tuple[str, str], list[tuple[int, ...]]] = defaultdict(list)
+        self.instances: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.own_inputs: dict[str, list[tuple[tuple[int, ...] | None, ...]]] = defaultdict(list)
+        self.carries: dict[tuple[str, str], list[tuple[int, ...]]] = defaultdict(list)
+        self.seen: set[int] = set()
+        self.calling: list[Any] = []  # modules whose __call__ is running, outermost first
+        self.probes: dict[tuple[str, str], tuple[Any, tuple, dict]] = {}
+
+    def intercept(self, next_fun, args, kwargs, context):
+        module = context.module
+        if context.method_name != "__call__":
+            return next_fun(*args, **kwargs)
+        self._record(module, args, kwargs)
+        self.calling.append(module)
+        try:
+            return next_fun(*args, **kwargs)
+        finally:
+            self.calling.pop()
+
+    def _record(self, module: Any, args: tuple, kwargs: dict) -> None:
+        import flax.linen as nn
+        import jax
+
+        self.own_inputs[type(module).__qualname__].append(
+            tuple(tuple(a.shape) if hasattr(a, "shape") else None for a in args)
+        )
+        parent = module.parent
+        if not isinstance(parent, nn.Module):
+            # inside a lifted transform (nn.scan, nn.remat, ...) the parent is a Scope: the module
+            # that applies the transform is the innermost one still running
+            parent = self.calling[-1] if self.calling else None
+        if isinstance(parent, nn.Module) and args and isinstance(args[0], (tuple, list)):
+            leaves = jax.tree.leaves(args[0])
+            if leaves and all(hasattr(leaf, "shape") and leaf.shape for leaf in leaves):
+                self.carries[(type(parent).__qualname__, module.name)].append(
+                    tuple(leaf.shape[-1] for leaf in leaves)
+                )
+        if isinstance(parent, nn.Module) and args and hasattr(args[0], "shape"):
+            key = (type(parent).__qualname__, module.name)
+            self.child_inputs[key].append(tuple(args[0].shape))
+            if key not in self.probes and _sizes_params_from_shape(type(module)):
+                self.probes[key] = (module.clone(parent=None, name=None), _abstract(args), _abstract(kwargs))
+        if id(module) not in self.seen:
+            self.seen.add(id(module))
+            try:
+                self.instances[type(module).__qualname__].append(linen_ctor_kwargs(module))
+            except TypeError:
+                pass
 
 
 def _sizes_params_from_shape(cls: type) -> bool:

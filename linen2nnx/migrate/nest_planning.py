@@ -1,0 +1,236 @@
+"""Planning nested and loop-nest sites: layers built in another layer's arguments, and submodules
+built inside nested ``for`` loops that ``__init__`` replays.
+
+Part of the *analyse* step, a base of :class:`~linen2nnx.migrate.site_planning.SitePlanner`: a
+layer nested in ``nn.Sequential`` / ``nn.RNN`` arguments is built in place and named in its parent's
+scope; a loop nest (:class:`~linen2nnx.migrate.sites.LoopNest`) becomes an ``nnx.List`` the
+rewritten loops take their next element from. Plain hoisted sites are the planner's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import libcst as cst
+
+from linen2nnx.layers import LayerRule
+from linen2nnx.migrate.cst_utils import (
+    NOT_LOCAL,
+    assigned_names,
+    bind_args,
+    code,
+    names_in,
+    parse_statement,
+    single_assign,
+    snake_case,
+)
+from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.rules import LAYER_003, MOD_004
+from linen2nnx.migrate.sites import ClassPlan, LoopNest, Site, root_site, shape_last_refs
+
+
+class NestPlanning:
+    """The nested and loop-nest part of the :class:`~linen2nnx.migrate.site_planning.SitePlanner` (a
+    base class of it): uses the planner's ``ctx``, ``state``, ``add_site``, ``_arg_order``,
+    ``_plan_args_at_call`` and ``has_side_effects``."""
+
+    def nesting(self, plan: ClassPlan, node: cst.Call) -> tuple[Site, str, int] | None:
+        """(outer layer site, its argument, list index) when ``node`` is built as a layer argument."""
+        parent = self.ctx.parent_of(node)
+        index = -1
+        if isinstance(parent, cst.Element):
+            container = self.ctx.parent_of(parent)
+            if not isinstance(container, (cst.List, cst.Tuple)):
+                return None
+            index = [e.value for e in container.elements].index(node)
+            parent = self.ctx.parent_of(container)
+        if not isinstance(parent, cst.Arg):
+            return None
+        call = self.ctx.parent_of(parent)
+        outer = plan.sites.get(call) if isinstance(call, cst.Call) else None
+        if outer is None or outer.rule is None:
+            return None
+        arg_name = next((name for name, arg in outer.args.items() if arg is parent), None)
+        if arg_name is None:
+            return None
+        if index < 0 and arg_name in outer.rule.nested:
+            return outer, arg_name, -1
+        if index >= 0 and arg_name == outer.rule.varargs_list:
+            return outer, arg_name, index
+        return None
+
+    def plan_nested(
+        self,
+        plan: ClassPlan,
+        node: cst.Call,
+        rule: LayerRule | None,
+        nesting: tuple[Site, str, int],
+        counters: dict[str, int | None],
+        user: ClassPlan | None = None,
+    ) -> None:
+        """A layer (or a Linen class of the run, e.g. a custom cell in ``nn.RNN``) built as another
+        layer's argument: built in place, named in the parent's scope by Linen."""
+        outer, arg_name, index = nesting
+        subpath = f"{outer.rule.varargs_list}/{index}" if index >= 0 else outer.rule.nested[arg_name]  # type: ignore[union-attr]
+        class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
+        _, name_arg = bind_args(self._arg_order(rule, user), node)
+        if name_arg is not None and isinstance(name_arg.value, cst.SimpleString):
+            linen_name = name_arg.value.evaluated_value  # explicit names consume no counter
+        else:
+            n = counters.get(class_name, 0) or 0
+            counters[class_name] = n + 1
+            linen_name = f"{class_name}_{n}"
+        site = self.add_site(plan, node, attr=f"{outer.attr}/{subpath}", linen_name=linen_name, hoisted=False)
+        site.parent, site.nested_arg, site.element = outer, arg_name, index
+        outer.nested.append(site)
+        root = root_site(site)
+        local_names = set(assigned_names(self.ctx.enclosing_function(node))) - set(plan.pure_locals)
+        moved = []
+        for name, arg in site.args.items():
+            uses = (names_in(arg.value) - NOT_LOCAL) & local_names
+            if not uses or (rule is not None and (name in rule.nested or name == rule.varargs_list)):
+                continue
+            value = code(arg.value)
+            shape_locals = shape_last_refs(arg.value, uses)
+            if shape_locals is not None and not (rule is not None and name in rule.call_args):
+                site.shape_refs[name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
+            elif rule is None:
+                self.ctx.report(
+                    MOD_004,
+                    arg,
+                    f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
+                    f"uses the call-time value {', '.join(sorted(uses))}",
+                    "build this module by hand",
+                )
+            elif name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:
+                root.view_kwargs[name] = value  # the call becomes nnx.view(layer, deterministic=...)(x)
+                moved.append(name)
+            else:
+                self.ctx.report(
+                    MOD_004,
+                    arg,
+                    f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
+                    f"uses the call-time value {', '.join(sorted(uses))}",
+                    "build this layer by hand",
+                )
+        site.moved_args = tuple(moved)
+        if moved and rule is not None:
+            self.ctx.report(
+                LAYER_003,
+                node,
+                f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
+                f"self.{root.attr} through nnx.view",
+            )
+
+    def nest_loop(
+        self, node: cst.For, call_time: set[str], counts: dict[str, int], plan: ClassPlan
+    ) -> tuple[set[str], dict[str, cst.SimpleStatementLine]] | None:
+        """A ``for`` __init__ can replay (see sites.LoopNest): its iterable reads no call-time value
+        (``call_time``: the method's locals but the enclosing loops' own). Returns its targets and the
+        body's locals that read only the config, the loops' names and earlier such locals."""
+        targets = names_in(node.target)
+        if not isinstance(node.target, (cst.Name, cst.Tuple)) or node.orelse is not None or node.asynchronous:
+            return None
+        if (names_in(node.iter) - NOT_LOCAL) & call_time or self.has_side_effects(node.iter):
+            return None
+        names, stmts = set(targets), {}
+        for stmt in node.body.body:
+            assigned = single_assign(stmt)
+            if assigned is None:
+                continue
+            name, value = assigned
+            if counts.get(name) != 1 or self.has_side_effects(value):
+                continue
+            if not (names_in(value) - NOT_LOCAL) & (call_time - names):
+                names.add(name)
+                stmts[name] = stmt
+        return names, stmts
+
+    def plan_nest_child(
+        self,
+        plan: ClassPlan,
+        target: cst.Call,
+        node: cst.Call,
+        rule: LayerRule | None,
+        user: ClassPlan | None,
+        factory: Any,
+        loops: list[tuple[set[str], dict[str, Any]]],
+        counters: dict[str, int | None],
+        local_names: set[str],
+        conditions: list[str],
+    ) -> None:
+        """A submodule built inside a loop nest (see sites.LoopNest): auto-named, unconditional, on a
+        line of the loops' own bodies."""
+        what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
+        names = (
+            factory.linen_names if isinstance(factory, FieldFactory) else (rule.linen if rule else user.name,)
+        )  # type: ignore[union-attr]
+        bound, name_arg = bind_args(self._arg_order(rule, user), target)
+        statement = self.ctx.enclosing_statement(node)
+        outer = self._outer_loop(statement, len(loops))
+        why = None
+        if not isinstance(outer, cst.For):
+            why = "on a line the loops do not hold directly (inside an if / with)"
+        elif conditions:
+            why = "under a condition"
+        elif name_arg is not None:
+            why = "with name=: Linen names it once per iteration"
+        elif any(counters.get(n, 0) != 0 for n in names):
+            why = f"after other {names[0]}s: its Linen names depend on theirs"
+        if why is not None:
+            self.state.handled.add(target.func)
+            self.ctx.report(
+                MOD_004,
+                node,
+                f"{what} built inside nested loops {why} is not hoisted yet",
+                "build the modules in __init__ (an nnx.List) and index it at the call",
+            )
+            return
+        counters.update(dict.fromkeys(names, None))
+        assert isinstance(outer, cst.For)
+        nest = plan.nests.get(outer)
+        if nest is None:
+            nest = plan.nests[outer] = self._loop_nest(outer, loops)
+        attr = snake_case(names[0]) if len(names) == 1 else _list_attr(factory.name)
+        while any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
+            attr = f"{attr}_"
+        site = self.add_site(plan, target, attr=attr, linen_name=names[0], hoisted=True)
+        site.container, site.nest = "list", nest
+        nest.sites.append(site)
+        self.state.stmt_prefix.setdefault(outer, []).append(
+            parse_statement(f"{nest.iterator(site)} = iter(self.{attr})\n")
+        )  # what the loops take the next element of
+        nest.statements[id(site)] = statement
+        self._plan_args_at_call(plan, site, rule, what, bound, local_names, nest.names)
+        plan.hoisted_order.append(site)
+
+    def _outer_loop(self, statement: cst.CSTNode | None, depth: int) -> cst.CSTNode | None:
+        """The ``for`` ``depth`` loops up from ``statement`` when only loop bodies lie between them (a
+        ``For``); else the first node that is neither."""
+        outer = statement
+        seen = 0
+        while outer is not None and not (isinstance(outer, cst.For) and seen == depth):
+            outer = self.ctx.parent_of(outer)
+            if isinstance(outer, cst.For):
+                seen += 1
+            elif not isinstance(outer, (cst.IndentedBlock, cst.For)):
+                break
+        return outer
+
+    @staticmethod
+    def _loop_nest(outer: cst.For, loops: list[tuple[set[str], dict[str, Any]]]) -> LoopNest:
+        """The nest rooted at ``outer``: the loops' names and their replayable body locals."""
+        return LoopNest(
+            outer,
+            set().union(*(n for n, _ in loops)),
+            {k: v for _, stmts in loops for k, v in stmts.items()},
+        )
+
+
+def _list_attr(field: str) -> str:
+    """The nnx.List attribute for what a factory field bound to several classes builds in a loop
+    (``block_cls`` -> ``block``): Linen names the elements after whichever class it is."""
+    for suffix in ("_cls", "_class", "_def", "_module", "_factory"):
+        if field.endswith(suffix) and len(field) > len(suffix):
+            return field.removesuffix(suffix)
+    return f"{field}_modules"

@@ -1,0 +1,289 @@
+"""Sizes from the trace: what ``--trace SPEC`` recorded, accepted only when the config explains it.
+
+Part of the *analyse* step, the second kind of evidence of :class:`~linen2nnx.migrate.sizing.Sizer`
+(after static dataflow, before a required constructor argument): a traced size is taken when exactly
+one config expression of the class equals it in every traced instance, when it confirms the
+candidate the dataflow proposed, or (with ``--unsafe-fixes``) as the literal. Kept apart from the
+static sizing so that each reads as one kind of evidence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+from typing import Any
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.dataflow import Feat
+from linen2nnx.migrate.rules import SHAPE_001, SHAPE_003, SHAPE_004
+from linen2nnx.migrate.sites import ClassPlan, Site
+
+
+class TraceEvidence:
+    """The trace's part of the :class:`~linen2nnx.migrate.sizing.Sizer` (a base class of it): uses the
+    sizer's ``ctx`` / ``state``, ``static_size`` (a candidate the trace confirms is sized statically)
+    and ``_required_arg`` (the fallback when the trace does not decide)."""
+
+    @staticmethod
+    def _config_values(expr: str, configs: list[dict]) -> list[Any] | None:
+        """``expr`` (a config expression of ``self``) in each traced instance; None when it does not
+        evaluate in one of them."""
+        try:
+            return [eval(expr, {}, {"self": SimpleNamespace(**cfg)}) for cfg in configs]
+        except Exception:
+            return None
+
+    def _traced_arg(self, plan: ClassPlan, site: Site, arg: str, how: str, node: cst.CSTNode) -> str:
+        """A submodule's argument its own config could not express (``traced:6``): the caller's config
+        expression with that traced value, when exactly one matches."""
+        matched = self._match_config(
+            [int(how.split(":")[1])],
+            self.state.trace.instances.get(plan.name, []) if self.state.trace is not None else [],
+            plan,
+        )
+        if len(matched) == 1:
+            self.ctx.report(
+                SHAPE_001,
+                node,
+                f"{arg} of {site.user.name if site.user else site.attr} = "
+                f"{matched[0]} (traced: {how.split(':')[1]}; the only config value that matches)",
+            )
+            return matched[0]
+        return self._required_arg(plan, site, f"{arg} of {site.user.name if site.user else site.attr}", node)
+
+    def check_traced_carry(self, plan: ClassPlan, site: Site, node: cst.CSTNode) -> None:
+        """A Linen cell's hidden size is its carry's last axis (``h.shape[-1]``), not ``features``: the
+        two differ when a caller hands in a carry of another width (seq2seq's decoder starts from the
+        encoder's state). A trace that shows such a carry makes the NNX cell's size a manual finding."""
+        if (
+            self.state.trace is None
+            or site.rule is None
+            or site.rule.out_arg not in site.args
+            or site.rule.out_arg in site.arg_sources
+        ):
+            return
+        carried = {
+            sizes[-1] for sizes in self.state.trace.carries.get((plan.name, site.linen_name), []) if sizes
+        }
+        features = code(site.args[site.rule.out_arg].value)
+        values = self._config_values(features, self.state.trace.instances.get(plan.name, []))
+        if values is None:
+            return
+        declared = set(values)
+        if not carried or not declared or carried == declared:
+            return
+        matched = self._match_config(sorted(carried), self.state.trace.instances.get(plan.name, []), plan)
+        if len(matched) == 1:
+            size = matched[0]
+        elif len(carried) == 1:  # not this class's config: a constructor argument its caller fills
+            size = f"{site.attr}_hidden_features".replace("/", "_")
+            plan.new_args[size] = f"traced:{carried.pop()}"
+        else:
+            self.ctx.report(
+                SHAPE_003,
+                node,
+                f"hidden size of {plan.name}.{site.attr}: Linen's nn.{site.rule.linen} "
+                f"takes it from its carry (traced {sorted(carried)}), not from {features} (traced "
+                f"{sorted(declared)})",
+                f"give nnx.{site.rule.nnx} the carry's width as hidden_features",
+            )
+            return
+        site.arg_sources[site.rule.out_arg] = size
+        self.ctx.report(
+            SHAPE_001,
+            node,
+            f"hidden size of {plan.name}.{site.attr} = {size}: Linen's "
+            f"nn.{site.rule.linen} takes it from its carry (traced), not from {features}",
+        )
+
+    def _confirmed_candidate(
+        self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode
+    ) -> str | None:
+        """An unknown size with a candidate (``x @ y``: y's last axis if y has rank >= 2) is taken only
+        when the trace shows the site reading exactly the candidate's size in every traced call."""
+        candidate = feat.candidate
+        if self.state.trace is None or candidate is None or site.loop is not None or site.tail_of is not None:
+            return None
+        shapes = [s for s in self.state.trace.shapes_for(plan.name, site.linen_name) if s]
+        sizes = {s[-1] for s in shapes}
+        if len(sizes) != 1:
+            return None
+        if (
+            feat.reduced
+        ):  # `jnp.mean(x, axis=(1, 2))` read as is: x had len(axes) more axes than the site's input
+            ranks = {len(s) + len(feat.reduced) for s in shapes}
+            if len(ranks) != 1 or not all(
+                -rank <= a < rank - 1 and a != -1 for a in feat.reduced for rank in ranks
+            ):
+                return None
+            evidence = (
+                f"the reduced value has rank {ranks.pop()}, so axes {list(feat.reduced)} leave its last"
+            )
+        else:
+            if (
+                candidate.kind == "input"
+                and self.state.flow_method == "__call__"
+                and candidate.input_name in params
+            ):
+                index = params.index(candidate.input_name)
+                seen = {
+                    call[index][-1]
+                    for call in self.state.trace.own_inputs.get(plan.name, [])
+                    if index < len(call) and call[index]
+                }
+            elif candidate.kind == "expr":
+                values = self._config_values(candidate.expr, self.state.trace.instances.get(plan.name, []))
+                if values is None:
+                    return None
+                seen = set(values)
+            else:
+                return None
+            if seen != sizes:
+                return None
+            evidence = f"{sizes.pop()}, which confirms {feat.reason} as its last axis"
+        size = self.static_size(plan, candidate, params, node)
+        if size is not None:
+            self.ctx.report(
+                SHAPE_001,
+                node,
+                f"input feature size of {plan.name}.{site.attr} = {size} (traced: {evidence})",
+            )
+        return size
+
+    def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
+        if self.state.trace is None or site.loop is not None or site.tail_of is not None:
+            return None  # the trace knows one Linen name; these sizes change with the loop's length
+        shapes = self.state.trace.shapes_for(plan.name, site.linen_name)
+        sizes = sorted({s[-1] for s in shapes if s})
+        if not sizes:
+            return None
+        configs = self.state.trace.instances.get(plan.name, [])
+        scaled = self._scaled_base(plan, site, feat, shapes, configs, node)
+        if scaled is not None:
+            return scaled
+        matched = self._match_config(sizes, configs, plan)
+        if len(matched) == 1:
+            self.ctx.report(
+                SHAPE_001,
+                node,
+                f"input feature size of {plan.name}.{site.attr} = {matched[0]} "
+                f"(traced: {sizes[0]}; the only config value that matches)",
+            )
+            return matched[0]
+        if len(matched) > 1:
+            self.ctx.report(
+                SHAPE_003,
+                node,
+                f"input feature size of {plan.name}.{site.attr} is ambiguous: the "
+                f"traced {sizes[0]} equals {', '.join(matched)}",
+                "pass the size explicitly, or trace with a config where these differ",
+            )
+        if len(sizes) == 1 and self.state.unsafe_fixes:
+            self.ctx.report(
+                SHAPE_004,
+                node,
+                f"input feature size of {plan.name}.{site.attr} is the traced literal {sizes[0]}",
+                "replace it with an expression of the config if it can vary",
+            )
+            return str(sizes[0])
+        return None
+
+    def _scaled_base(
+        self,
+        plan: ClassPlan,
+        site: Site,
+        feat: Feat,
+        shapes: list[tuple[int, ...]],
+        configs: list[dict],
+        node: cst.CSTNode,
+    ) -> str | None:
+        """A flattened or sliced config-sized value: the traced size as the config's base size (or a
+        whole multiple of it, for a flatten), when every traced instance agrees."""
+        sizes = sorted({s[-1] for s in shapes if s})
+        if not (
+            feat.kind in ("flatten", "sliced")
+            and feat.base is not None
+            and feat.base.kind == "expr"
+            and configs
+        ):
+            return None
+        base = feat.base.expr
+        factors = set()
+        for shape, base_value in zip(shapes, self._config_values(base, configs) or []):
+            if not isinstance(base_value, int) or base_value <= 0 or shape[-1] % base_value:
+                factors = set()
+                break
+            factors.add(shape[-1] // base_value)
+        if factors == {1}:
+            self.ctx.report(
+                SHAPE_001,
+                node,
+                f"input feature size of {plan.name}.{site.attr} = {base} (traced: {sizes[0]})",
+            )
+            return base
+        if len(factors) == 1 and feat.kind == "flatten":
+            factor = factors.pop()
+            self.ctx.report(
+                SHAPE_001,
+                node,
+                f"input feature size of {plan.name}.{site.attr} = {factor} * {base} (traced: {sizes[0]})",
+                "the factor holds for the traced input resolution only",
+            )
+            return f"{factor} * {base}"
+        return None
+
+    def _input_shape(self, plan: ClassPlan, site: Site, arg: str, node: cst.CSTNode) -> str:
+        """The input shape a module sizes its parameters from, as config expressions: from the trace,
+        the axes its parameter shapes read (each matched to one config value) and 1 for the others
+        (batch, length: never read, so any size builds the same parameters)."""
+        key = (plan.name, site.linen_name)
+        read = self.state.trace.dims_read.get(key) if self.state.trace is not None else None
+        shapes = sorted(set(self.state.trace.shapes_for(*key))) if self.state.trace is not None else []
+        what = f"{arg} of {site.user.name if site.user else site.attr} ({plan.name}.{site.attr})"
+        if read is None or len(shapes) != 1:
+            return self._required_arg(plan, site, what, node)
+        shape = shapes[0]
+        configs = self.state.trace.instances.get(plan.name, [])  # type: ignore[union-attr]
+        source = " ".join(code(m) for m in self.state.methods.get(plan.name, []))
+        dims = []
+        for axis, size in enumerate(shape):
+            if axis - len(shape) not in read:
+                dims.append("1")
+                continue
+            matched = self._match_config([size], configs, plan)
+            named = [m for m in matched if "." + m.rsplit(".", 1)[-1] in source]
+            if len(matched) == 1 or len(named) == 1:
+                dims.append(matched[0] if len(matched) == 1 else named[0])
+            else:
+                return self._required_arg(
+                    plan,
+                    site,
+                    f"{what}: axis {axis} (traced {size}) matches {', '.join(matched) or 'no config value'}",
+                    node,
+                )
+        expr = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+        self.ctx.report(SHAPE_001, node, f"{what} = {expr} (traced {shape}; axes not read are 1)")
+        return expr
+
+    @staticmethod
+    def _match_config(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list[str]:
+        """Config expressions (``self.hidden``, ``self.config.emb_dim``) equal to the traced size in
+        every traced instance of the class; the caller decides what one / several matches mean."""
+        if len(sizes) != 1 or not configs:
+            return []
+        fields = set(plan.field_names)
+        values: dict[str, set] = {}
+        for cfg in configs:
+            for name, value in cfg.items():
+                if name not in fields:
+                    continue
+                if isinstance(value, int) and not isinstance(value, bool):
+                    values.setdefault(f"self.{name}", set()).add(value)
+                elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+                    for f in dataclasses.fields(value):
+                        inner = getattr(value, f.name, None)
+                        if isinstance(inner, int) and not isinstance(inner, bool):
+                            values.setdefault(f"self.{name}.{f.name}", set()).add(inner)
+        return sorted(expr for expr, seen in values.items() if seen == {sizes[0]})

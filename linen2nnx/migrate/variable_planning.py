@@ -1,0 +1,192 @@
+"""Planning the variable sites of a class: ``self.param`` / ``self.variable`` calls.
+
+Part of the *analyse* step, a base of :class:`~linen2nnx.migrate.site_planning.SitePlanner`: a
+variable is created in ``__init__`` (a hoisted or ``setup()`` site on the plan) or, when Linen
+creates it on the init call only (a call-time condition, a size read at call time, a decode cache),
+on the first call (:mod:`~linen2nnx.migrate.lazy_vars`). Submodule sites are the planner's own.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, snake_case
+from linen2nnx.migrate.lazy_vars import LazyVar
+from linen2nnx.migrate.rules import API_002, MOD_004
+from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, shape_last_refs
+
+
+class VariablePlanning:
+    """The variable part of the :class:`~linen2nnx.migrate.site_planning.SitePlanner` (a base class of
+    it): reads the planner's ``ctx`` and ``state`` only."""
+
+    def plan_lazy_variable(
+        self, plan: ClassPlan, node: cst.Call, conditions: list[str] | None, local_names: set[str]
+    ) -> bool:
+        """``self.variable`` of a non-param collection that Linen creates on the init call (under a
+        call-time condition, or sized by call-time values, or a decode cache): created on the first
+        call in NNX too (see lazy_vars.py). True when planned so."""
+        if self.ctx.self_call(node) != "variable":
+            return False
+        args = [a for a in node.args if a.keyword is None and not a.star]
+        if (
+            len(args) < 3
+            or len(args) != len(node.args)
+            or not all(isinstance(a.value, cst.SimpleString) for a in args[:2])
+        ):
+            return False
+        collection, name = args[0].value.evaluated_value, args[1].value.evaluated_value  # type: ignore[union-attr]
+        var_type = COLLECTION_TYPES.get(collection)
+        call_time = any((names_in(a.value) - NOT_LOCAL) & local_names for a in args[2:])
+        if (
+            var_type is None
+            or collection == "params"
+            or not (conditions is None or call_time or collection == "cache")
+        ):
+            return False
+        statement = self.ctx.statement_of(node)
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        attr = name if name.isidentifier() else snake_case(name)
+        taken = (
+            set(plan.field_names)
+            | {s.attr for s in plan.sites.values()}
+            | {v.attr for v in plan.lazy_vars.values()}
+        )
+        while attr in taken:
+            attr += "_"
+        self.state.handled.add(node)
+        plan.lazy_vars[node] = LazyVar(
+            collection, name, attr, var_type, statement, self._call_time_when(node)
+        )
+        return True
+
+    def _call_time_when(self, node: cst.CSTNode) -> str:
+        """The ``if`` tests around ``node`` in its method, when they only read the method's parameters
+        and config (``decode``, ``not self.deterministic``); "True" otherwise."""
+        fn = self.ctx.enclosing_function(node)
+        if fn is None:
+            return "True"
+        params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)} - {"self"}
+        tests: list[str] = []
+        prev, cur = node, self.ctx.parent_of(node)
+        while cur is not None and cur is not fn:
+            if isinstance(cur, cst.If):
+                if (names_in(cur.test) - NOT_LOCAL - {"self"}) - params:
+                    return "True"
+                if prev is cur.body:
+                    tests.insert(0, code(cur.test))
+                elif prev is cur.orelse:
+                    tests.insert(0, f"not ({code(cur.test)})")
+            prev, cur = cur, self.ctx.parent_of(cur)
+        if not tests:
+            return "True"
+        return " and ".join(f"({t})" if len(tests) > 1 else t for t in tests)
+
+    def add_variable_site(
+        self,
+        plan: ClassPlan,
+        call: cst.Call,
+        *,
+        hoisted: bool,
+        local_names: set[str],
+        attr: str | None = None,
+    ) -> Site | None:
+        """``self.param(name, init, *args)`` / ``self.variable(col, name, init, *args)``."""
+        kind = self.ctx.self_call(call)
+        self.state.handled.add(call)  # reported here either way: no generic "Linen API" finding on top
+        args = [a for a in call.args if a.keyword is None]
+        named = self._variable_names(call, kind, args)
+        if named is None:
+            return None
+        collection, name, var_type = named
+        shape_refs = self._variable_shape_refs(call, kind, name, args, local_names)
+        if shape_refs is None:
+            return None
+        if collection == "cache" and hoisted:
+            self.ctx.report(
+                API_002, call, "a Linen decode cache created at call time", "use NNX's init_cache pattern"
+            )
+            return None
+        attr = attr or (name if name.isidentifier() else snake_case(name))
+        if attr in plan.field_names:
+            attr = f"{attr}_"
+        site = Site(
+            kind="param" if kind == "param" else "variable",
+            attr=attr,
+            linen_name=name,
+            ctor=call,
+            hoisted=hoisted,
+            collection=collection,
+            var_type=var_type,
+            shape_refs=shape_refs,
+        )
+        site.args = {str(i): a for i, a in enumerate(args)}
+        plan.sites[call] = site
+        if hoisted:
+            plan.hoisted_order.append(site)
+        return site
+
+    def _variable_names(
+        self, call: cst.Call, kind: str | None, args: list[cst.Arg]
+    ) -> tuple[str, str, str] | None:
+        """(collection, name, NNX Variable type) of a ``self.param`` / ``self.variable`` call; None, with
+        a finding, when the names are not literals, the collection has no NNX type, or keywords are
+        passed."""
+        need = 2 if kind == "param" else 3
+        literal = [a.value for a in args[: need - 1]]
+        if (
+            len(args) < need
+            or any(a.star for a in call.args)
+            or not all(isinstance(v, cst.SimpleString) for v in literal)
+        ):
+            self.ctx.report(
+                API_002,
+                call,
+                f"self.{kind}(...) with non-literal names or keyword-only arguments",
+                "create the nnx.Variable in __init__ by hand",
+            )
+            return None
+        collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
+        name = literal[-1].evaluated_value  # type: ignore[union-attr]
+        var_type = COLLECTION_TYPES.get(collection)
+        if var_type is None:
+            self.ctx.report(
+                API_002,
+                call,
+                f"self.variable in the custom collection {collection!r}",
+                "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name",
+            )
+            return None
+        if any(a.keyword is not None for a in call.args):
+            self.ctx.report(
+                API_002,
+                call,
+                f"self.{kind}(...) keyword arguments are not converted yet",
+                "create the nnx.Variable in __init__ by hand",
+            )
+            return None
+        return collection, name, var_type
+
+    def _variable_shape_refs(
+        self, call: cst.Call, kind: str | None, name: str, args: list[cst.Arg], local_names: set[str]
+    ) -> dict[str, list[str]] | None:
+        """The arguments of ``self.param`` / ``self.variable`` that read a call-time value's
+        ``x.shape[-1]`` (the dataflow sizes them); None, with a finding, when one reads another
+        call-time value."""
+        shape_refs: dict[str, list[str]] = {}
+        for i, a in enumerate(args):
+            uses = (names_in(a.value) - NOT_LOCAL) & local_names
+            refs = shape_last_refs(a.value, uses) if uses else None
+            if uses and refs is None:
+                self.ctx.report(
+                    MOD_004,
+                    call,
+                    f"self.{kind}({name!r}, ...) uses the call-time value "
+                    f"{', '.join(sorted(uses))} and cannot move to __init__",
+                    "derive its shape from constructor arguments, or use --trace",
+                )
+                return None
+            if refs:
+                shape_refs[str(i)] = refs  # (x.shape[-1], features): the dataflow knows x's size
+        return shape_refs
