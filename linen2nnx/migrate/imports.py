@@ -6,6 +6,8 @@ two targeted edits of the top-level import block are all a migration needs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import (
@@ -62,9 +64,22 @@ def ensure_nnx_import(module: cst.Module) -> cst.Module:
     return module.with_changes(body=body)
 
 
-def ensure_plain_import(module: cst.Module, name: str) -> cst.Module:
-    """Add ``import <name>`` (a standard-library module) before the first top-level import, unless the
-    module already binds ``name`` with an ``import``."""
+def _is_future_import(stmt: cst.BaseStatement) -> bool:
+    return _is_import_line(stmt) and all(
+        isinstance(s, cst.ImportFrom) and s.module is not None and code(s.module) == "__future__"
+        for s in stmt.body  # type: ignore[attr-defined]
+    )
+
+
+def ensure_plain_import(module: cst.Module, name: str, *, blank_line_after: bool = True) -> cst.Module:
+    """Add ``import <name>`` before the first top-level import, unless the module already binds ``name``
+    with an ``import``. ``from __future__`` imports stay first (Python requires it): the line goes after
+    them; with no other import, after the docstring.
+
+    The line takes over the blank lines and comments above the import it goes before; ``blank_line_after``
+    says how that import then starts. True (the module pass, adding ``math``): one blank line, the
+    standard-library line a group of its own. False (the training pass, adding the ``functools`` /
+    ``jax`` its rewritten code calls): none, the line joins the import block."""
     body = list(module.body)
     if any(
         isinstance(small, cst.Import)
@@ -74,7 +89,7 @@ def ensure_plain_import(module: cst.Module, name: str) -> cst.Module:
         for small in stmt.body
     ):
         return module
-    first = next((i for i, s in enumerate(body) if _is_import_line(s)), None)
+    first = next((i for i, s in enumerate(body) if _is_import_line(s) and not _is_future_import(s)), None)
     if first is None:
         docstring = (
             bool(body)
@@ -83,10 +98,13 @@ def ensure_plain_import(module: cst.Module, name: str) -> cst.Module:
             and isinstance(body[0].body[0].value, cst.SimpleString)
         )
         first = 1 if docstring else 0
+        while first < len(body) and _is_future_import(body[first]):
+            first += 1
     line = parse_statement(f"import {name}\n")
     if first < len(body) and _is_import_line(body[first]):  # take over the blank lines / comments above
         line = line.with_changes(leading_lines=body[first].leading_lines)  # type: ignore[union-attr]
-        body[first] = body[first].with_changes(leading_lines=[cst.EmptyLine()])  # standard library first
+        below = [cst.EmptyLine()] if blank_line_after else []
+        body[first] = body[first].with_changes(leading_lines=below)
     body.insert(first, line)
     return module.with_changes(body=body)
 
@@ -94,6 +112,17 @@ def ensure_plain_import(module: cst.Module, name: str) -> cst.Module:
 def drop_unused_linen_imports(module: cst.Module) -> cst.Module:
     """Remove ``import flax.linen as nn`` / ``from flax import linen [as nn]`` / ``from flax.linen import X``
     once nothing uses the name."""
+    return drop_unused_imports(module, _without_unused_linen)
+
+
+SmallFilter = Callable[[cst.BaseSmallStatement, set[str]], cst.BaseSmallStatement | None]
+
+
+def drop_unused_imports(module: cst.Module, without_unused: SmallFilter) -> cst.Module:
+    """Remove the names of top-level import lines that ``without_unused(small, used)`` drops, given the
+    names the rest of the module uses: it returns the import without them, or None to drop the import.
+    A line left without imports goes, and the statement that becomes the first one of a module without
+    a header loses the blank lines above it."""
     used: set[str] = set()
     for stmt in module.body:
         if not _is_import_line(stmt):
@@ -101,7 +130,7 @@ def drop_unused_linen_imports(module: cst.Module) -> cst.Module:
     body = []
     for stmt in module.body:
         if _is_import_line(stmt):
-            smalls = [s for s in (_without_unused_linen(small, used) for small in stmt.body) if s is not None]
+            smalls = [s for s in (without_unused(small, used) for small in stmt.body) if s is not None]
             if not smalls:
                 continue
             smalls[-1] = smalls[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)

@@ -24,7 +24,7 @@ from linen2nnx.migrate.training.exprs import (
     input_index,
     input_size,
     method_name,
-    mutable_collections,
+    mutable_kwarg_collections,
     rngs_expr,
     with_args,
 )
@@ -121,16 +121,8 @@ def plan_apply(
     ``nnx.eval_shape`` builds (no weights are initialised only to be overwritten). ``nnx.update`` also
     adds Variables the constructor does not make, such as a decode cache (created at call time)."""
     name = code(call.func)
-    entries = (
-        plan.variables_dict(call.args[0].value)
-        if call.args and call.args[0].keyword is None and not call.args[0].star
-        else None
-    )
-    if entries is None and not (
-        call.args
-        and isinstance(call.args[0].value, cst.Name)
-        and plan.values.value_of(call.args[0].value) is not None
-    ):
+    entries = _variables_entries(plan, call)
+    if entries is None and not _names_variables(plan, call):
         plan.block(
             TRAIN_008, call, f"`{name}(...)` with a variables argument that is not a dict literal", _HINT
         )
@@ -148,13 +140,7 @@ def plan_apply(
     copy = bool(overrides or options.streams or options.mutable or constructor)
     stmt = plan.insertable(call) if copy else None
     if copy and stmt is None:
-        plan.block(
-            TRAIN_008,
-            call,
-            f"`{name}(...)` inside an expression the codemod cannot put a merge "
-            "before (lambda, comprehension, compound statement header)",
-            _HINT,
-        )
+        _block_no_merge_site(plan, call, name)
         return False
     fn = plan.function_of(call)
     applied = Applied(
@@ -169,17 +155,51 @@ def plan_apply(
     )
     _note(plan, call, name, applied, summary)
     plan.edits[call] = Edit(_build(applied), _before(applied) if copy else None, stmt)
-    small = stmt.body[0] if stmt is not None else None
-    if (
-        options.mutable
-        and isinstance(small, cst.Assign)
+    if options.mutable and stmt is not None and _unpacks_pair(stmt, call):
+        plan.split_tuple.add(stmt)
+    return True
+
+
+def _variables_entries(plan: TrainPlanner, call: cst.Call) -> list[Entry] | None:
+    """The entries of the variables argument where it is a dict literal (``{'params': p, ...}``)."""
+    first = call.args[0] if call.args else None
+    if first is None or first.keyword is not None or first.star:
+        return None
+    return plan.variables_dict(first.value)
+
+
+def _names_variables(plan: TrainPlanner, call: cst.Call) -> bool:
+    """Whether the variables argument is a name the analysis knows (the variables ``init`` returned, a
+    collection of them): applied whole, without a dict literal to read."""
+    return (
+        bool(call.args)
+        and isinstance(call.args[0].value, cst.Name)
+        and plan.values.value_of(call.args[0].value) is not None
+    )
+
+
+def _block_no_merge_site(plan: TrainPlanner, call: cst.Call, name: str) -> None:
+    """Block an apply that needs a copy of the model merged before it where no statement can go."""
+    plan.block(
+        TRAIN_008,
+        call,
+        f"`{name}(...)` inside an expression the codemod cannot put a merge "
+        "before (lambda, comprehension, compound statement header)",
+        _HINT,
+    )
+
+
+def _unpacks_pair(stmt: cst.SimpleStatementLine, call: cst.Call) -> bool:
+    """``out, updates = <apply>(..., mutable=...)``: the statement the rewrite splits in two (the pair is
+    built right there, see :func:`linen2nnx.migrate.training.rewrite.split_pair`)."""
+    small = stmt.body[0]
+    return (
+        isinstance(small, cst.Assign)
         and small.value is call
         and len(small.targets) == 1
         and isinstance(small.targets[0].target, cst.Tuple)
         and len(small.targets[0].target.elements) == 2
-    ):
-        plan.split_tuple.add(stmt)  # type: ignore[arg-type]
-    return True
+    )
 
 
 def _overrides(
@@ -222,7 +242,7 @@ def _options(plan: TrainPlanner, call: cst.Call, name: str) -> Options | None:
                 return None
             options.streams = items
         elif key == "mutable":
-            cols = mutable_collections(arg.value)
+            cols = mutable_kwarg_collections(arg.value)
             if cols is None or any(c not in MUTABLE_TYPES for c in cols):
                 plan.block(
                     TRAIN_008,

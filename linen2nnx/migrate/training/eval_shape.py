@@ -16,6 +16,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_utils import code, needs_parens
 from linen2nnx.migrate.rules.training import TRAIN_008, TRAIN_009, TRAIN_010, TRAIN_011, TRAIN_014
+from linen2nnx.migrate.sites import ClassSummary
 from linen2nnx.migrate.training.exprs import input_index, rngs_expr
 from linen2nnx.migrate.training.init import creates_state
 from linen2nnx.migrate.training.planner import INIT_ONLY_KWARGS, Edit, TrainPlanner
@@ -46,35 +47,14 @@ def plan_eval_shape(plan: TrainPlanner, call: cst.Call, init: InitFunction) -> N
     summary = init.summary
     name = code(init.partial if init.partial is not None else init.attr)
     kwargs = _partial_kwargs(plan, init, name)
-    if kwargs is None:
-        return
-    rest = call.args[1:]
-    if not rest or any(a.keyword is not None or a.star for a in rest) or isinstance(rest[0].value, cst.Dict):
-        plan.block(
-            TRAIN_009,
-            call,
-            f"`jax.eval_shape({name}, ...)` without a single PRNG key and positional inputs",
-            "pass jax.eval_shape a key and the example inputs",
-        )
+    if kwargs is None or not _takes_key_and_inputs(plan, call, name):
         return
     creates = creates_state(plan, call, summary, kwargs)
     if creates is None or summary is None:
         return
     fn = plan.function_of(call)
     rng, args = plan.fresh(fn, "rng"), plan.fresh(fn, "args")
-    sizes: list[str] = []
-    for arg, how in summary.new_args.items():
-        if input_index(how) >= 0:
-            sizes.append(
-                f"{arg}={args}[{input_index(how)}].shape{'' if how.startswith('input_shape:') else '[-1]'}"
-            )
-        else:
-            plan.note(
-                TRAIN_010,
-                call,
-                f"{summary.name} needs constructor argument {arg}, which init's inputs do not give",
-                f"pass {arg}=... where the module is built (see L2N-SHAPE-003)",
-            )
+    sizes = _sizes(plan, call, summary, args)
     rngs = code(rngs_expr(cst.Name(rng), sorted(plan.streams)))
     guarded = plan.sharding
     stmt = plan.insertable(call) if creates or guarded else None
@@ -98,23 +78,62 @@ def plan_eval_shape(plan: TrainPlanner, call: cst.Call, init: InitFunction) -> N
         creates,
         guarded,
     )
+    _note(plan, call, name, model, summary)
+    target = init.partial if init.partial is not None else init.attr
+    plan.edits[target] = Edit(_build(model), _before(model) if stmt is not None else None, stmt)
+
+
+def _takes_key_and_inputs(plan: TrainPlanner, call: cst.Call, name: str) -> bool:
+    """Whether the eval_shape call passes one PRNG key and positional inputs (blocked where not): the
+    local function's ``(rng, *args)`` signature relies on it."""
+    rest = call.args[1:]
+    if not rest or any(a.keyword is not None or a.star for a in rest) or isinstance(rest[0].value, cst.Dict):
+        plan.block(
+            TRAIN_009,
+            call,
+            f"`jax.eval_shape({name}, ...)` without a single PRNG key and positional inputs",
+            "pass jax.eval_shape a key and the example inputs",
+        )
+        return False
+    return True
+
+
+def _sizes(plan: TrainPlanner, call: cst.Call, summary: ClassSummary, args: str) -> list[str]:
+    """The constructor keywords read from the inputs (``features=args[0].shape[-1]``); a note for each
+    one the inputs do not give."""
+    sizes: list[str] = []
+    for arg, how in summary.new_args.items():
+        if input_index(how) >= 0:
+            sizes.append(
+                f"{arg}={args}[{input_index(how)}].shape{'' if how.startswith('input_shape:') else '[-1]'}"
+            )
+        else:
+            plan.note(
+                TRAIN_010,
+                call,
+                f"{summary.name} needs constructor argument {arg}, which init's inputs do not give",
+                f"pass {arg}=... where the module is built (see L2N-SHAPE-003)",
+            )
+    return sizes
+
+
+def _note(plan: TrainPlanner, call: cst.Call, name: str, model: InitModel, summary: ClassSummary) -> None:
+    """The findings of a planned conversion: what the call becomes, and the eager-sharding guard."""
     plan.note(
         TRAIN_011,
         call,
         f"jax.eval_shape({name}, ...) -> jax.eval_shape of a function that builds "
         f"the NNX {summary.name}"
-        + (" and makes the call that creates its call-time state" if creates else "")
+        + (" and makes the call that creates its call-time state" if model.creates else "")
         + ": the abstract model",
     )
-    if guarded:
+    if model.guarded:
         plan.note(
             TRAIN_014,
             call,
             f"the NNX {summary.name} is built with eager sharding only under a mesh "
             "(Linen's partition boxes are metadata until a mesh and rules make them shardings)",
         )
-    target = init.partial if init.partial is not None else init.attr
-    plan.edits[target] = Edit(_build(model), _before(model) if stmt is not None else None, stmt)
 
 
 def _partial_kwargs(

@@ -32,8 +32,10 @@ def dict_items(node: cst.Dict) -> list[tuple[str | None, cst.BaseExpression]]:
     return out
 
 
-def mutable_collections(node: cst.BaseExpression) -> list[str] | None:
-    """``['batch_stats']`` -> ``['batch_stats']``; ``False`` -> ``[]``; anything else -> None."""
+def mutable_kwarg_collections(node: cst.BaseExpression) -> list[str] | None:
+    """The collections an apply's ``mutable=`` argument names: ``['batch_stats']`` -> ``['batch_stats']``;
+    ``False`` -> ``[]``; anything else -> None. (Not :func:`linen2nnx.migrate.bridge.mutable_collections`,
+    the collections a Linen class writes at call time.)"""
     if isinstance(node, cst.Name) and node.value == "False":
         return []
     if isinstance(node, (cst.List, cst.Tuple)):

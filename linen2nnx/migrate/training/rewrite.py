@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import code_of
-from linen2nnx.migrate.cst_utils import code, is_docstring, names_in
-from linen2nnx.migrate.imports import ensure_nnx_import
+from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.imports import drop_unused_imports, ensure_nnx_import, ensure_plain_import
 from linen2nnx.migrate.training.planner import TrainPlanner
 
 _STATEMENT = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
@@ -121,99 +121,44 @@ def finish_imports(module: cst.Module, planner: TrainPlanner) -> cst.Module:
     """The imports the rewritten training code uses, and no ``train_state`` import it no longer does."""
     module = ensure_nnx_import(module)
     if planner.uses_partial:
-        module = ensure_import(module, "functools")
+        module = ensure_plain_import(module, "functools", blank_line_after=False)
     if "jax.sharding.get_abstract_mesh()" in code_of(module):
-        module = ensure_import(module, "jax")
+        module = ensure_plain_import(module, "jax", blank_line_after=False)
     return drop_unused_train_state_import(module)
-
-
-def ensure_import(module: cst.Module, name: str) -> cst.Module:
-    """``import <name>`` unless the module binds it at top level; placed before the first import."""
-    body = list(module.body)
-    for stmt in body:
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Import) and any(
-                    code(a.name) == name and a.asname is None for a in small.names
-                ):
-                    return module
-    index = next(
-        (
-            i
-            for i, s in enumerate(body)
-            if isinstance(s, cst.SimpleStatementLine)
-            and any(
-                isinstance(x, (cst.Import, cst.ImportFrom))
-                and not (
-                    isinstance(x, cst.ImportFrom) and x.module is not None and code(x.module) == "__future__"
-                )
-                for x in s.body
-            )
-        ),
-        None,
-    )
-    if index is None:
-        index = next((i for i, s in enumerate(body) if not is_docstring(s)), len(body))
-    statement = cst.parse_statement(f"import {name}\n")
-    if index < len(body):
-        statement = statement.with_changes(leading_lines=body[index].leading_lines)
-        body[index] = body[index].with_changes(leading_lines=[])
-    body.insert(index, statement)
-    return module.with_changes(body=body)
 
 
 def drop_unused_train_state_import(module: cst.Module) -> cst.Module:
     """Remove ``from flax.training import train_state`` (and aliases) once nothing uses the name."""
-    used: set[str] = set()
-    for stmt in module.body:
-        if not (
-            isinstance(stmt, cst.SimpleStatementLine)
-            and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
-        ):
-            used |= names_in(stmt)
-    body: list[cst.BaseStatement] = []
-    for stmt in module.body:
-        if isinstance(stmt, cst.SimpleStatementLine):
-            smalls = []
-            for small in stmt.body:
-                if (
-                    isinstance(small, cst.ImportFrom)
-                    and small.module is not None
-                    and code(small.module) == "flax.training"
-                    and not isinstance(small.names, cst.ImportStar)
-                ):
-                    keep = [
-                        a
-                        for a in small.names
-                        if not (
-                            a.name.value == "train_state"
-                            and code(a.asname.name if a.asname else a.name) not in used
-                        )
-                    ]
-                    if not keep:
-                        continue
-                    small = small.with_changes(
-                        names=[*keep[:-1], keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
-                    )
-                elif isinstance(small, cst.Import):
-                    keep = [
-                        a
-                        for a in small.names
-                        if not (
-                            code(a.name) == "flax.training.train_state"
-                            and a.asname is not None
-                            and code(a.asname.name) not in used
-                        )
-                    ]
-                    if not keep:
-                        continue
-                    small = small.with_changes(
-                        names=[*keep[:-1], keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
-                    )
-                smalls.append(small)
-            if not smalls:
-                continue
-            smalls[-1] = smalls[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
-            stmt = stmt.with_changes(body=smalls)
-        body.append(stmt)
-    return module.with_changes(body=body)
+    return drop_unused_imports(module, _without_unused_train_state)
+
+
+def _without_unused_train_state(
+    small: cst.BaseSmallStatement, used: set[str]
+) -> cst.BaseSmallStatement | None:
+    """``small`` without the ``train_state`` names nothing uses; None where none of its names is left."""
+    if (
+        isinstance(small, cst.ImportFrom)
+        and small.module is not None
+        and code(small.module) == "flax.training"
+        and not isinstance(small.names, cst.ImportStar)
+    ):
+        keep = [
+            a
+            for a in small.names
+            if not (a.name.value == "train_state" and code(a.asname.name if a.asname else a.name) not in used)
+        ]
+    elif isinstance(small, cst.Import):
+        keep = [
+            a
+            for a in small.names
+            if not (
+                code(a.name) == "flax.training.train_state"
+                and a.asname is not None
+                and code(a.asname.name) not in used
+            )
+        ]
+    else:
+        return small
+    if not keep:
+        return None
+    return small.with_changes(names=[*keep[:-1], keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)])

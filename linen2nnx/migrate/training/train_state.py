@@ -27,32 +27,57 @@ from linen2nnx.migrate.training.apply import plan_apply
 from linen2nnx.migrate.training.planner import STATE_TYPES, Edit, Owner, TrainPlanner
 from linen2nnx.migrate.training.values import ValueAnalysis
 
+_CREATE_HINT = "build the model, then nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))"
+
 
 def plan_create(plan: TrainPlanner, call: cst.Call) -> None:
     """``TrainState.create(apply_fn=model.apply, params=variables['params'], tx=tx)`` -> ``nnx.split((model,
     nnx.Optimizer(model, tx, wrt=nnx.Param)))``; blocked where a field has no NNX counterpart."""
-    hint = "build the model, then nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))"
     args = {a.keyword.value: a for a in call.args if a.keyword is not None}
     if any(a.keyword is None for a in call.args) or not {"params", "tx"} <= set(args):
-        plan.block(TRAIN_008, call, "TrainState.create without params= and tx= keywords", hint)
+        plan.block(TRAIN_008, call, "TrainState.create without params= and tx= keywords", _CREATE_HINT)
         return
-    params = plan.values.value_of(args["params"].value)
-    if params is None or params.kind != "coll" or params.collection != "params" or params.holder is None:
+    holder = _params_holder(plan, call, args["params"])
+    if holder is None or not _fields_convert(plan, call, args, holder):
+        return
+    plan.note(
+        TRAIN_004,
+        call,
+        "TrainState.create(...) -> nnx.split((model, nnx.Optimizer(model, tx, "
+        "wrt=nnx.Param))): the train state is the (graphdef, state) pair",
+    )
+    plan.edits[call] = Edit(_split_model_and_optimizer(holder.name))
+
+
+def _params_holder(plan: TrainPlanner, call: cst.Call, params: cst.Arg) -> Assignment | None:
+    """The binding of the model whose params ``params=`` passes, visible where the state is created;
+    None (and blocked) where there is none: the NNX state is split from that model."""
+    value = plan.values.value_of(params.value)
+    if value is None or value.kind != "coll" or value.collection != "params" or value.holder is None:
         plan.block(
             TRAIN_008,
             call,
             "TrainState.create(params=...) whose params do not come from a model "
             "this run migrates, initialised in scope",
-            hint,
+            _CREATE_HINT,
         )
-        return
-    holder = params.holder
+        return None
+    holder = value.holder
     scope = plan.values.scopes.get(call)
     if scope is None or holder not in scope[holder.name]:
         plan.block(
-            TRAIN_008, call, f"the model `{holder.name}` is not visible where its TrainState is created", hint
+            TRAIN_008,
+            call,
+            f"the model `{holder.name}` is not visible where its TrainState is created",
+            _CREATE_HINT,
         )
-        return
+        return None
+    return holder
+
+
+def _fields_convert(plan: TrainPlanner, call: cst.Call, args: dict[str, cst.Arg], holder: Assignment) -> bool:
+    """Whether every field besides ``params`` / ``tx`` has an NNX counterpart (blocked at the first that
+    has not): ``apply_fn`` a module's apply, a variable collection the same model holds."""
     fields = plan.values.ts_fields(call.func.value)  # type: ignore[attr-defined]
     for name, arg in args.items():
         if name in ("params", "tx"):
@@ -65,7 +90,7 @@ def plan_create(plan: TrainPlanner, call: cst.Call) -> None:
                     "TrainState.create(apply_fn=...) that is not a module's apply",
                     "call the NNX model (or a function of it) in the train step",
                 )
-                return
+                return False
             continue
         value = plan.values.value_of(arg.value)
         if not (
@@ -82,14 +107,12 @@ def plan_create(plan: TrainPlanner, call: cst.Call) -> None:
                 f"TrainState field {name}= has no NNX counterpart here",
                 "keep it next to the (graphdef, state) pair by hand",
             )
-            return
-    plan.note(
-        TRAIN_004,
-        call,
-        "TrainState.create(...) -> nnx.split((model, nnx.Optimizer(model, tx, "
-        "wrt=nnx.Param))): the train state is the (graphdef, state) pair",
-    )
-    model = holder.name
+            return False
+    return True
+
+
+def _split_model_and_optimizer(model: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """The rewritten ``TrainState.create(...)`` -> ``nnx.split((model, nnx.Optimizer(model, tx, ...)))``."""
 
     def build(updated: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(updated, cst.Call)
@@ -98,7 +121,7 @@ def plan_create(plan: TrainPlanner, call: cst.Call) -> None:
             f"nnx.split(({model}, nnx.Optimizer({model}, {code(tx)}, wrt=nnx.Param)))"
         )
 
-    plan.edits[call] = Edit(build)
+    return build
 
 
 def plan_binding(plan: TrainPlanner, assignment: Assignment, scope: object) -> None:
