@@ -38,6 +38,7 @@ from linen2nnx.migrate.sites import (
     LoopNest,
     Site,
     einsum_bias_shape,
+    marker_line,
     nest_fors,
     replace_shape_last,
     root_site,
@@ -290,10 +291,7 @@ class Emitter:
             )
             if built is None:
                 continue
-            markers = [
-                cst.EmptyLine(comment=cst.Comment(m))
-                for m in dict.fromkeys(self.state.init_markers.get(site.ctor, []))
-            ]
+            markers = [marker_line(m) for m in dict.fromkeys(self.state.init_markers.get(site.ctor, []))]
             if site.tail_of is not None:  # the element after the loop's: Linen's {Class}_{loop length}
                 statement = cst.Expr(cst.Call(parse_expression(f"self.{site.attr}.append"), [cst.Arg(built)]))
             else:

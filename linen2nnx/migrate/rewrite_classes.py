@@ -47,6 +47,7 @@ from linen2nnx.migrate.sites import (
     LINEN_MODULE,
     MARKER,
     ClassPlan,
+    marker_line,
     with_new_markers,
 )
 from linen2nnx.namemap import ClassEntry
@@ -329,9 +330,7 @@ class ClassRewriter:
                 return updated_node
 
         kept = original.visit(Mark())
-        return kept.with_changes(
-            name=cst.Name(name), leading_lines=[*lines, cst.EmptyLine(comment=cst.Comment(marker))]
-        )
+        return kept.with_changes(name=cst.Name(name), leading_lines=[*lines, marker_line(marker)])
 
     def with_out_features(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
         """A converted class whose output size a caller reads (a loop nest, a factory field bound to

@@ -4,6 +4,7 @@ plus the Linen facts the planner keys on and small syntax helpers it shares."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, TypeVar
 
 import libcst as cst
@@ -33,14 +34,26 @@ MARKER = "# TODO(linen2nnx):"
 _Stmt = TypeVar("_Stmt", cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
 
+def one_line(comment: str) -> str:
+    """A marker's text on one line: a message quoting a multi-line expression (``nn.scan(\n ...)``)
+    would make an invalid comment node. Line breaks and the indentation around them become one space."""
+    return re.sub(r"[ \t]*[\r\n]+[ \t]*", " ", comment) if "\n" in comment or "\r" in comment else comment
+
+
+def marker_line(comment: str) -> cst.EmptyLine:
+    """The comment line of one TODO marker (see :func:`one_line`)."""
+    return cst.EmptyLine(comment=cst.Comment(one_line(comment)))
+
+
 def with_new_markers(stmt: _Stmt, notes: list[str]) -> _Stmt:
     """``stmt`` with the TODO markers in ``notes`` it does not carry yet: one marker per rule and
     statement, so a second run (whose message may name the kept ``<Name>Linen`` class, or a size it
     now knows) never adds another wording of a marker that is already there."""
+    notes = [one_line(n) for n in notes]
     existing = {line.comment.value for line in stmt.leading_lines if line.comment is not None}
     marked = {" ".join(c.split()[:3]) for c in existing if c.startswith(MARKER)}
     extra = [
-        cst.EmptyLine(comment=cst.Comment(n))
+        marker_line(n)
         for n in dict.fromkeys(notes)
         if n not in existing and " ".join(n.split()[:3]) not in marked
     ]

@@ -14,6 +14,7 @@ import libcst as cst
 from linen2nnx.migrate.cst_meta import code_of
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.imports import drop_unused_imports, ensure_nnx_import, ensure_plain_import
+from linen2nnx.migrate.sites import marker_line, one_line
 from linen2nnx.migrate.training.planner import TrainPlanner
 
 _STATEMENT = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
@@ -48,12 +49,12 @@ class TrainRewriter(cst.CSTTransformer):
         """The TODO markers of the statement's manual findings, as comment lines above it (once)."""
         notes = [
             n
-            for n in self.markers.get(original, [])
+            for n in map(one_line, self.markers.get(original, []))
             if n not in {line.comment.value for line in updated.leading_lines if line.comment}
         ]  # type: ignore[attr-defined]
         if not notes:
             return updated
-        comments = [cst.EmptyLine(comment=cst.Comment(n)) for n in dict.fromkeys(notes)]
+        comments = [marker_line(n) for n in dict.fromkeys(notes)]
         return updated.with_changes(leading_lines=[*updated.leading_lines, *comments])  # type: ignore[attr-defined]
 
     def _statement(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode | cst.FlattenSentinel:
