@@ -62,3 +62,28 @@ def test_no_document_outside_the_repository_is_cited():
     ]:
         text = path.read_text()
         assert not cited.search(text), f"{path.relative_to(ROOT)} cites a document outside this repository"
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 600, 60
+
+
+def test_modules_and_functions_stay_small():
+    """Every module of the package one job (at most 600 lines), every function readable at a glance
+    (at most 60 lines, its docstring not counted): a new rule lands in a small, obvious place."""
+    import ast
+
+    too_long = []
+    for path in sorted((ROOT / "linen2nnx").rglob("*.py")):
+        source = path.read_text()
+        rel = path.relative_to(ROOT)
+        if source.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{rel}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                first = node.body[0]
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                    length -= first.end_lineno - first.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{rel}:{node.lineno} {node.name}: {length} lines")
+    assert not too_long, "\n".join(too_long)
