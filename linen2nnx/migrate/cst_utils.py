@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import keyword
 import re
 
 import libcst as cst
@@ -46,6 +47,23 @@ def snake_case(name: str) -> str:
     s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
     s = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", s)
     return s.lower()
+
+
+def attribute_for(linen_name: str, class_name: str) -> str:
+    """A valid Python attribute for a module Linen names ``linen_name`` (``name=`` may be any string).
+
+    An identifier is kept as it is (``head``, ``Dense_0``); other names are snake-cased and their other
+    characters become ``_`` (``norm-pre-head`` -> ``norm_pre_head``, ``bbox_pred.0`` -> ``bbox_pred_0``);
+    one that starts with a digit (``0``, ``1_bottleneck``: PyTorch-style numbered children) is prefixed
+    with the module's class (``dense_0``); a keyword gets a trailing ``_`` (``if`` -> ``if_``). The
+    Linen name itself stays in the name map, so checkpoints keep their keys.
+    """
+    attr = linen_name if linen_name.isidentifier() else snake_case(linen_name)
+    if not (attr.isidentifier() and attr.isascii()):  # ASCII: Python folds some Unicode names into others
+        attr = re.sub(r"[^0-9A-Za-z_]+", "_", attr).strip("_") or "module"
+        if not attr.isidentifier():
+            attr = f"{snake_case(class_name)}_{attr}"
+    return f"{attr}_" if keyword.iskeyword(attr) else attr
 
 
 def names_in(node: cst.CSTNode) -> set[str]:

@@ -404,6 +404,12 @@ class Emitter:
             return stmt.with_changes(body=[assign.with_changes(value=value)])
         return stmt
 
+    def _linen_class(self, site: Site) -> str:
+        """The name-map key of the Linen class a site builds."""
+        if site.rule:
+            return site.rule.linen_qualname
+        return site.user.key or self.ctx.class_key(site.user.name)  # type: ignore[union-attr]
+
     def record_name_map(self, plan: ClassPlan) -> None:
         key = self.ctx.class_key(plan.name)
         entry = ClassEntry(
@@ -442,11 +448,10 @@ class Emitter:
         for var in plan.lazy_vars.values():
             entry.variables.setdefault(var.collection, {})[var.name] = var.attr
         for attr, sites in plan.containers.items():
-            first = sites[0]
-            linen_class = (
-                first.rule.linen_qualname
-                if first.rule
-                else (first.user.key or self.ctx.class_key(first.user.name))
-            )  # type: ignore[union-attr]
-            entry.children[attr] = Child(attr=attr, linen_class=linen_class, container="list")
+            classes = [self._linen_class(s) for s in sites]
+            if len(set(classes)) == 1 and all(s.linen_name == f"{attr}_{i}" for i, s in enumerate(sites)):
+                entry.children[attr] = Child(attr=attr, linen_class=classes[0], container="list")
+                continue
+            for i, (site, linen_class) in enumerate(zip(sites, classes)):  # names or classes of their own
+                entry.children[site.linen_name] = Child(attr=f"{attr}/{i}", linen_class=linen_class)
         self.state.name_map.classes[key] = entry

@@ -310,7 +310,10 @@ class ClassPlanner:
                 if isinstance(value, cst.Call) and (
                     self.ctx.layer_rule_of(value.func) or self.ctx.user_class_of(value.func)
                 ):
-                    self.site_planner.add_site(plan, value, attr=attr, linen_name=attr, hoisted=False)
+                    linen_name = (
+                        _literal_name(value) or attr
+                    )  # Linen's scope name: name= wins over the attribute
+                    self.site_planner.add_site(plan, value, attr=attr, linen_name=linen_name, hoisted=False)
                 elif isinstance(value, cst.Call) and self.ctx.self_call(value) in ("param", "variable"):
                     site = self.site_planner.add_variable_site(
                         plan, value, hoisted=False, local_names=set(), attr=attr
@@ -328,8 +331,9 @@ class ClassPlanner:
                 ):
                     sites = []
                     for i, e in enumerate(value.elements):
+                        linen_name = _literal_name(e.value) or f"{attr}_{i}"
                         site = self.site_planner.add_site(
-                            plan, e.value, attr=f"{attr}[{i}]", linen_name=f"{attr}_{i}", hoisted=False
+                            plan, e.value, attr=f"{attr}[{i}]", linen_name=linen_name, hoisted=False
                         )
                         site.container = "list"
                         sites.append(site)
@@ -477,3 +481,16 @@ class ClassPlanner:
 
         for stmt in fn.body.body:
             Values().walk(stmt)
+
+
+def _literal_name(call: cst.Call) -> str | None:
+    """The string literal a submodule is built with as ``name=``, if any."""
+    for arg in call.args:
+        if (
+            arg.keyword is not None
+            and arg.keyword.value == "name"
+            and isinstance(arg.value, cst.SimpleString)
+        ):
+            value = arg.value.evaluated_value
+            return value if isinstance(value, str) else None
+    return None

@@ -11,8 +11,6 @@ conditions (``if`` tests on config, restated shape tests) a site is built under.
 
 from __future__ import annotations
 
-import keyword
-
 import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
@@ -20,6 +18,7 @@ from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
+    attribute_for,
     bind_args,
     code,
     names_in,
@@ -271,7 +270,7 @@ class SitePlanner(NestPlanning, VariablePlanning):
         class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
         bound, name_arg = bind_args(self._arg_order(rule, user), node)
         if name_arg is not None:
-            named = self._explicit_name(name_arg, loop, what)
+            named = self._explicit_name(name_arg, loop, what, class_name)
         elif counters.get(class_name, 0) is None and loop is None:
             self._plan_loop_tail(plan, node, rule, what, class_name, bound, local_names, conditions)
             return
@@ -280,8 +279,8 @@ class SitePlanner(NestPlanning, VariablePlanning):
         if named is None:
             return
         linen_name, attr, container = named
-        if any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
-            attr = f"{attr}_"
+        while any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
+            attr = f"{attr}_"  # taken by another module or a field: a distinct attribute
         site = self.add_site(plan, node, attr=attr, linen_name=linen_name, hoisted=True)
         site.container, site.loop = container, loop
         if loop is not None and loop.index:
@@ -292,17 +291,14 @@ class SitePlanner(NestPlanning, VariablePlanning):
         plan.hoisted_order.append(site)
 
     def _explicit_name(
-        self, name_arg: cst.Arg, loop: LoopInfo | None, what: str
+        self, name_arg: cst.Arg, loop: LoopInfo | None, what: str, class_name: str
     ) -> tuple[str, str, str | None] | None:
         """(Linen name, attribute, container) of a module built with ``name=``: a literal, or in a loop
         an f-string prefix (``f'layer_{i}'``) naming the elements of an ``nnx.List``."""
         name_value = name_arg.value
         if isinstance(name_value, cst.SimpleString) and loop is None:
             linen_name = name_value.evaluated_value
-            attr = linen_name if linen_name.isidentifier() else snake_case(linen_name)
-            if keyword.iskeyword(attr):  # name='if' (Flax's own LSTMCell): self.if_
-                attr += "_"
-            return linen_name, attr, None
+            return linen_name, attribute_for(linen_name, class_name), None  # name='if' -> self.if_, ...
         if loop is not None and (prefix := loop_name_prefix(name_value, loop.var)) is not None:
             return prefix, snake_case(prefix), "list"
         self.ctx.report(
