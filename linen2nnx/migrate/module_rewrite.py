@@ -37,10 +37,11 @@ reads the original tree only; rewriting reads plans and the rewritten children.
 Cost per file with a Linen class (counted on the Flax examples, recurrentgemma and flaxmodels): one
 parse (engine); three full walks -- the :class:`~linen2nnx.migrate.names.NameResolver` scope walk,
 the parent map (``syntax_parent_map``), and this ``CSTTransformer`` traversal, which rebuilds every
-changed node and skips whitespace / punctuation subtrees; ``FastVisitor`` sub-walks of classes and
-methods worth 1.6 to 4.4 more full walks (``FieldBindings``' one full walk included); no
-``MetadataWrapper`` resolve; one code generation over the original tree for the findings' positions
-(only when there are findings) and one of the output (engine).
+changed node and skips whitespace / punctuation subtrees and the module-level statements in which no
+name may stand for Linen (``NameResolver.plain_statements``: helpers, docstrings, plain constants);
+``FastVisitor`` sub-walks of classes and methods worth 1.6 to 4.4 more full walks (``FieldBindings``'
+one full walk included); no ``MetadataWrapper`` resolve; one code generation over the original tree
+for the findings' positions (only when there are findings) and one of the output (engine).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from libcst.codemod import Codemod, CodemodContext
 
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
+    absolute_qualname,
     parse_expression,
     parse_statement,
 )
@@ -63,6 +65,7 @@ from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_impo
 from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
 )
+from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.planning import ClassPlanner
 from linen2nnx.migrate.rewrite_attrs import AttributeRewriter
 from linen2nnx.migrate.rewrite_calls import CallRewriter
@@ -110,6 +113,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         self.calls = CallRewriter(self.ctx, self.emitter)  # rewrite: calls
         self.attrs = AttributeRewriter(self.ctx)  # rewrite: nn.* names and self.<variable> reads
         self.classes = ClassRewriter(self.ctx, self.emitter)  # rewrite: methods and classes
+        self.plain: set[cst.CSTNode] = set()  # module-level statements the traversal does not enter
 
     @property
     def findings(self) -> list[Finding]:
@@ -125,6 +129,25 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
     def visit_Module(self, node: cst.Module) -> None:
         self.ctx.resolve_module(node)
+        self.plain = self._plain_statements()
+
+    def _plain_statements(self) -> set[cst.CSTNode]:
+        """Module-level statements no rewrite can touch (see ``NameResolver.plain_statements``): no
+        name in them may stand for Linen -- a flax import, a module of the run, a class, a module-level
+        assignment (a lift alias, ...), an unboxing helper or a function that reads one. The traversal
+        keeps them as parsed instead of rebuilding them."""
+        state = self.state
+        if state.resolver is None:
+            state.resolver = NameResolver(state.tree)
+        external = state.external
+
+        def linen_import(qualname: str) -> bool:
+            if qualname.startswith("flax"):
+                return True
+            absolute = absolute_qualname(qualname, state.module_name) if external else ""
+            return any(key == absolute or key.startswith(absolute + ".") for key in external)
+
+        return state.resolver.plain_statements(linen_import, state.unbox_helpers)
 
     def visit_Import(self, node: cst.Import) -> bool:
         return False
@@ -175,15 +198,19 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         return None
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if type(node) in _LEXICAL_TYPES:  # never rewritten: keep the node (and its children) as parsed
+        kind = type(node)
+        if kind in _LEXICAL_TYPES:  # never rewritten: keep the node (and its children) as parsed
+            return False
+        if _IS_STATEMENT[kind] and node in self.plain:  # nothing Linen in it: kept as parsed too
             return False
         return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
-        if type(original_node) in _LEXICAL_TYPES:
+        kind = type(original_node)
+        if kind in _LEXICAL_TYPES:
             return updated_node
         updated = super().on_leave(original_node, updated_node)
-        if not _IS_STATEMENT[type(original_node)]:
+        if not _IS_STATEMENT[kind]:
             return updated  # what follows only concerns statements (the keys of the dicts it reads)
         if (
             original_node in self.state.dropped_statements

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from functools import cache
 from typing import Any
 
@@ -223,7 +223,11 @@ class _Walk:
         self.scope_of: dict[cst.CSTNode, _Scope] = {}
         self.reads: dict[cst.Name, _Read] = {}
         self._attribute: list[cst.Attribute | None] = [None]  # the outermost attribute around a read
-        self.visit(module)
+        self.top_reads: dict[cst.CSTNode, set[str]] = {}  # a module-level statement -> the names it reads
+        self.top_binders: set[cst.CSTNode] = set()  # module-level statements with an import or a class
+        for stmt in module.body:  # the module's header and footer hold no names
+            self._top, self._top_read = stmt, self.top_reads.setdefault(stmt, set())
+            self.visit(stmt)
 
     def visit(self, node: cst.CSTNode, store: bool = False) -> None:
         handler = _HANDLERS.get(type(node))
@@ -257,6 +261,7 @@ class _Walk:
             self.scope.bind(_Binding(node.value, node))
         else:
             self.reads[node] = _Read(self.scope, self.scope.count, self._attribute[-1])
+            self._top_read.add(node.value)
 
     def attribute(self, node: cst.Attribute, store: bool) -> None:
         top = self._attribute[-1] is None
@@ -272,6 +277,7 @@ class _Walk:
         self._attribute.pop()
 
     def import_(self, node: cst.Import | cst.ImportFrom, store: bool) -> None:
+        self.top_binders.add(self._top)
         if isinstance(node.names, cst.ImportStar):
             return
         for alias in node.names:
@@ -301,6 +307,7 @@ class _Walk:
         self.visit(node.value)  # a keyword is no read
 
     def class_(self, node: cst.ClassDef, store: bool) -> None:
+        self.top_binders.add(self._top)
         self.scope.bind(_Binding(node.name.value, node))
         self.scope_of[node.name] = self.scope
         self.visit_all(node.decorators)
@@ -419,6 +426,8 @@ class NameResolver:
 
     def __init__(self, module: cst.Module) -> None:
         walk = _Walk(module)
+        self._globals = walk.scope
+        self._top_reads, self._top_binders = walk.top_reads, walk.top_binders
         self._scope_of = walk.scope_of
         self._reads = walk.reads
         self._moved: dict[cst.Name, cst.CSTNode] = {}  # a read -> the node that owns it (see _owner)
@@ -431,6 +440,31 @@ class NameResolver:
         if found is None:
             found = self._cache[node] = self._resolve(node)
         return found
+
+    def plain_statements(
+        self, linen_import: Callable[[str], bool], also_read: Collection[str] = ()
+    ) -> set[cst.CSTNode]:
+        """The module-level statements that read no name which may stand for Linen: no import or class
+        in them, and none of their reads is a module-level name other than an import that
+        ``linen_import`` (given its qualified name) says is not Linen's, or a function that is itself
+        plain; ``also_read`` are names that count as Linen's anyway."""
+        kept = set(also_read)  # module-level names a read of which may need a rewrite
+        functions: dict[str, list[cst.CSTNode | None]] = {}
+        for name, bindings in self._globals.bindings.items():
+            if all(isinstance(b, _ImportBinding) for b in bindings):
+                if any(linen_import(q) for b in bindings for q in b.qualnames(name)):
+                    kept.add(name)
+            elif all(isinstance(b.node, cst.FunctionDef) for b in bindings) and name not in kept:
+                functions[name] = [b.node for b in bindings]
+            else:
+                kept.add(name)
+        candidates = [s for s in self._top_reads if s not in self._top_binders]
+        while True:
+            plain = {s for s in candidates if not (self._top_reads[s] & kept)}
+            touched = {name for name, defs in functions.items() if any(d not in plain for d in defs)}
+            if touched <= kept:
+                return plain
+            kept |= touched
 
     def _owner(self, name: cst.Name) -> cst.CSTNode:
         """The node a read is attached to: the name, or in an attribute chain the longest dotted
