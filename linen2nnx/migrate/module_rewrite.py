@@ -203,13 +203,15 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             return False
         if _IS_STATEMENT[kind] and node in self.plain:  # nothing Linen in it: kept as parsed too
             return False
-        return super().on_visit(node)
+        handler = _VISITORS[kind]
+        return handler is None or handler(self, node) is not False
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
         kind = type(original_node)
         if kind in _LEXICAL_TYPES:
             return updated_node
-        updated = super().on_leave(original_node, updated_node)
+        handler = _LEAVERS[kind]
+        updated = updated_node if handler is None else handler(self, original_node, updated_node)
         if not _IS_STATEMENT[kind]:
             return updated  # what follows only concerns statements (the keys of the dicts it reads)
         if (
@@ -312,3 +314,23 @@ class _IsStatement(dict):
 
 
 _IS_STATEMENT = _IsStatement()
+
+
+class _Handlers(dict):
+    """type -> ``MigrateModules``' own ``visit_<Type>`` / ``leave_<Type>``, None where it has none (libcst's
+    typed no-ops): what ``CSTTransformer.on_visit`` / ``on_leave`` find with an f-string and a ``getattr``
+    for every node, looked up once per type."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def __missing__(self, kind: type) -> Callable[..., Any] | None:
+        name = f"{self.prefix}_{kind.__name__}"
+        own = getattr(MigrateModules, name, None)
+        self[kind] = found = None if own is None or own is getattr(cst.CSTTransformer, name, None) else own
+        return found
+
+
+_VISITORS = _Handlers("visit")
+_LEAVERS = _Handlers("leave")
