@@ -58,7 +58,14 @@ NOT_RUNNABLE = {
     "transform_unsupported": "manual finding: variable_carry is left as it is",
     "not_flax": "no Flax model: the file is left byte-for-byte",
     **dict.fromkeys(
-        ("setup_comprehension", "tied_embedding", "named_heads", "scope_rng", "half_migrated"),
+        (
+            "setup_comprehension",
+            "tied_embedding",
+            "named_heads",
+            "scope_rng",
+            "half_migrated",
+            "helper_param",
+        ),
         "manual findings of the verifier: the output does not build (that is what they show)",
     ),
 }

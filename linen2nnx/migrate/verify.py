@@ -17,7 +17,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import code_of, start_positions, syntax_children
+from linen2nnx.migrate.cst_meta import calls_in, code_of, start_positions, syntax_children
 from linen2nnx.migrate.cst_utils import absolute_qualname, code
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.names import NameResolver
@@ -124,6 +124,7 @@ class _Verifier:
         self.nnx_classes: dict[str, cst.ClassDef] = {}  # NNX classes of this file, by name
         self.linen_classes: set[str] = set()  # Linen classes of this file (kept ones included)
         self.defs = {c.name.value: c for c in _top_classes(module)}
+        self._helpers: dict[str, tuple[list[str], dict[str, str]]] | None = None  # see _linen_helpers
         self._signatures: dict[str, Signature | None] = {}
         self.notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
         self._class: cst.ClassDef | None = None  # the NNX class being checked
@@ -257,7 +258,35 @@ class _Verifier:
             return False
         self._check_linen_reference(func, call, stmt)
         self._check_signature(call, qualnames, stmt)
+        self._check_linen_helper(call, stmt)
         return False
+
+    def _check_linen_helper(self, call: cst.Call, stmt: cst.CSTNode | None) -> None:
+        """``get_posemb(self, ...)``: ``self`` handed to a function of the file that uses Linen Module API
+        on that argument (``self.param(...)`` outside the class), which an NNX module does not have."""
+        func = call.func
+        if not isinstance(func, cst.Name) or not any(
+            isinstance(a.value, cst.Name) and a.value.value == "self" for a in call.args
+        ):
+            return
+        if self._helpers is None:  # found on first need: few calls hand `self` to a function
+            self._helpers = _linen_helpers(self.module)
+        if func.value not in self._helpers:
+            return
+        params, api = self._helpers[func.value]
+        for i, arg in enumerate(call.args):
+            target = (
+                arg.keyword.value if arg.keyword is not None else (params[i] if i < len(params) else None)
+            )
+            if isinstance(arg.value, cst.Name) and arg.value.value == "self" and target in api:
+                self._report(
+                    verify_rules.VERIFY_004,
+                    call,
+                    stmt,
+                    f"{func.value}(...) is handed self and calls {target}.{api[target]}(...): Linen Module "
+                    "API an NNX module does not have; create the variable in __init__",
+                )
+                return
 
     def _check_linen_reference(
         self, func: cst.BaseExpression, node: cst.CSTNode, stmt: cst.CSTNode | None
@@ -383,6 +412,29 @@ def _marked_by_another_rule(stmt: cst.CSTNode) -> bool:
         and not line.comment.value.startswith(f"{MARKER} L2N-VERIFY")
         for line in lines
     )
+
+
+def _linen_helpers(module: cst.Module) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Module-level functions that call Linen Module API on one of their parameters (``p.param(...)``):
+    name -> (parameter names, parameter -> the first such method)."""
+    out: dict[str, tuple[list[str], dict[str, str]]] = {}
+    for fn in module.body:
+        if not isinstance(fn, cst.FunctionDef):
+            continue
+        params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+        api: dict[str, str] = {}
+        for call in calls_in(fn.body):
+            f = call.func
+            if (
+                isinstance(f, cst.Attribute)
+                and isinstance(f.value, cst.Name)
+                and f.value.value in params
+                and f.attr.value in LINEN_SELF_ONLY
+            ):
+                api.setdefault(f.value.value, f.attr.value)
+        if api:
+            out[fn.name.value] = (params, api)
+    return out
 
 
 def _top_classes(module: cst.Module) -> list[cst.ClassDef]:
