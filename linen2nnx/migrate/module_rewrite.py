@@ -37,11 +37,12 @@ reads the original tree only; rewriting reads plans and the rewritten children.
 Cost per file with a Linen class (counted on the Flax examples, recurrentgemma and flaxmodels): one
 parse (engine); three full walks -- the :class:`~linen2nnx.migrate.names.NameResolver` scope walk,
 the parent map (``syntax_parent_map``), and this ``CSTTransformer`` traversal, which rebuilds every
-changed node and skips whitespace / punctuation subtrees and the module-level statements in which no
-name may stand for Linen (``NameResolver.plain_statements``: helpers, docstrings, plain constants);
-``FastVisitor`` sub-walks of classes and methods worth 1.6 to 4.4 more full walks (``FieldBindings``'
-one full walk included); no ``MetadataWrapper`` resolve; one code generation over the original tree
-for the findings' positions (only when there are findings) and one of the output (engine).
+changed node and skips whitespace / punctuation subtrees, names and literals, and the module-level
+statements in which no name may stand for Linen (``NameResolver.plain_statements``: helpers,
+docstrings, plain constants); ``FastVisitor`` sub-walks of classes and methods worth 1.6 to 4.4 more
+full walks (``FieldBindings``' one full walk included); no ``MetadataWrapper`` resolve; one code
+generation over the original tree for the findings' positions (only when there are findings) and one
+of the output (engine).
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         kind = type(node)
-        if kind in _LEXICAL_TYPES:  # never rewritten: keep the node (and its children) as parsed
+        if kind in _KEPT_TYPES:  # never rewritten: keep the node (and its children) as parsed
             return False
         if _IS_STATEMENT[kind] and node in self.plain:  # nothing Linen in it: kept as parsed too
             return False
@@ -208,7 +209,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
         kind = type(original_node)
-        if kind in _LEXICAL_TYPES:
+        if kind in _KEPT_TYPES:
             return updated_node
         handler = _LEAVERS[kind]
         updated = updated_node if handler is None else handler(self, original_node, updated_node)
@@ -302,6 +303,20 @@ def _lexical_types() -> frozenset[type]:
 
 
 _LEXICAL_TYPES = _lexical_types()
+# names and literals: no handler either, and no child but lexical ones (parentheses, whitespace), so the
+# rewrite uses them as parsed -- visiting one would only copy it (and re-validate the copy)
+_LEAF_TYPES = frozenset(
+    {
+        cst.Name,
+        cst.Integer,
+        cst.Float,
+        cst.Imaginary,
+        cst.SimpleString,
+        cst.Ellipsis,
+        cst.FormattedStringText,
+    }
+)
+_KEPT_TYPES = _LEXICAL_TYPES | _LEAF_TYPES
 
 
 class _IsStatement(dict):
