@@ -299,7 +299,7 @@ def _vmapped_call(
 # ---- nn.scan as a method decorator -----------------------------------------------------------------
 SCAN_DECORATORS = frozenset({"flax.linen.scan", "flax.linen.transforms.scan"})
 """``@functools.partial(<one of these>, ...)`` on a method scans the method's body over its inputs."""
-METHOD_SCAN_KWARGS = frozenset(
+STEP_SCAN_KWARGS = frozenset(  # nn.scan of a step: a method (@partial(nn.scan, ...)) or a function
     {
         "variable_broadcast",
         "variable_axes",
@@ -330,7 +330,7 @@ def method_scan(
     kwargs: dict[str, cst.BaseExpression], fn: cst.FunctionDef, taken: set[str], is_broadcast: callable
 ) -> MethodScan:
     """Validate a scanned method; LiftError says what is not converted and why."""
-    extra = set(kwargs) - METHOD_SCAN_KWARGS
+    extra = set(kwargs) - STEP_SCAN_KWARGS
     if extra:
         raise LiftError(f"nn.scan({', '.join(sorted(extra))}=...) on a method is not converted")
     broadcast = kwargs.get("variable_broadcast")

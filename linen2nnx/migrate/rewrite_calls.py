@@ -21,6 +21,7 @@ from linen2nnx.migrate.cst_utils import (
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.lazy_vars import creation
 from linen2nnx.migrate.lifted import (
+    STEP_SCAN_KWARGS,
     LiftError,
     in_axes_list,
     lifted_call,
@@ -148,16 +149,7 @@ class CallRewriter:
     ) -> cst.BaseExpression | str:
         """``nn.scan(fn, variable_broadcast="params", ...)`` -> ``nnx.scan`` with the module broadcast
         before the carry; why not, as a string, when it cannot be."""
-        extra = set(kwargs) - {
-            "variable_axes",
-            "variable_broadcast",
-            "split_rngs",
-            "in_axes",
-            "out_axes",
-            "length",
-            "reverse",
-            "unroll",
-        }
+        extra = set(kwargs) - STEP_SCAN_KWARGS
         if extra:
             return f"{', '.join(sorted(extra))}= not converted"
         broadcast = orig_kwargs.get("variable_broadcast")

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import code, needs_parens
-from linen2nnx.migrate.rules.training import TRAIN_008, TRAIN_009, TRAIN_010, TRAIN_011, TRAIN_014
+from linen2nnx.migrate.rules.training import TRAIN_008, TRAIN_009, TRAIN_011, TRAIN_014
 from linen2nnx.migrate.sites import ClassSummary
 from linen2nnx.migrate.training.exprs import input_index, rngs_expr
-from linen2nnx.migrate.training.init import creates_state
+from linen2nnx.migrate.training.init import creates_state, note_unsized
 from linen2nnx.migrate.training.planner import INIT_ONLY_KWARGS, Edit, TrainPlanner
 from linen2nnx.migrate.training.sharding import EAGER_GUARD
 from linen2nnx.migrate.training.values import InitFunction
@@ -108,12 +108,7 @@ def _sizes(plan: TrainPlanner, call: cst.Call, summary: ClassSummary, args: str)
                 f"{arg}={args}[{input_index(how)}].shape{'' if how.startswith('input_shape:') else '[-1]'}"
             )
         else:
-            plan.note(
-                TRAIN_010,
-                call,
-                f"{summary.name} needs constructor argument {arg}, which init's inputs do not give",
-                f"pass {arg}=... where the module is built (see L2N-SHAPE-003)",
-            )
+            note_unsized(plan, call, summary.name, arg)
     return sizes
 
 

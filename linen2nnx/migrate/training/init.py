@@ -175,13 +175,18 @@ def _sizes(
         elif index == 0 and summary.first_input in keywords:
             sizes[arg] = (keywords[summary.first_input], how)
         else:
-            plan.note(
-                TRAIN_010,
-                call,
-                f"{summary.name} needs constructor argument {arg}, which init's inputs do not give",
-                f"pass {arg}=... where the module is built (see L2N-SHAPE-003)",
-            )
+            note_unsized(plan, call, summary.name, arg)
     return sizes
+
+
+def note_unsized(plan: TrainPlanner, call: cst.Call, class_name: str, arg: str) -> None:
+    """A constructor size the init call's inputs do not give (TRAIN-010)."""
+    plan.note(
+        TRAIN_010,
+        call,
+        f"{class_name} needs constructor argument {arg}, which init's inputs do not give",
+        f"pass {arg}=... where the module is built (see L2N-SHAPE-003)",
+    )
 
 
 def _call_after(
