@@ -50,7 +50,8 @@ def test_write_in_place_then_check_is_clean(tree, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["migrate", "--write", str(tree)]) == 0
     assert (tree / "pkg" / "mlp.py").read_text() == fixture("setup_mlp_out.py").read_text()
-    assert (tmp_path / "linen2nnx-map.json").is_file()
+    assert (tree / "linen2nnx-map.json").is_file()  # at the root of the migrated tree, not the cwd
+    assert not (tmp_path / "linen2nnx-map.json").exists()
     assert main(["migrate", "--check", str(tree)]) == 0  # idempotent: nothing left to change
 
 

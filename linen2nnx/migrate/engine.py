@@ -433,11 +433,10 @@ def migrate_paths(
             if r.output is not None and not r.failed:
                 _write(r, out_root / f.resolve().relative_to(root), result)
     if mode in (Mode.WRITE, Mode.OUT_DIR) and name_map.classes:
-        target = (
-            Path(name_map_path)
-            if name_map_path
-            else (Path(out_dir) / NAME_MAP_FILENAME if mode is Mode.OUT_DIR else Path(NAME_MAP_FILENAME))
-        )
+        # default: at the root of the migrated tree (the out dir, or the root of the files rewritten in
+        # place), where a spec or a later convert looks for it -- never wherever the command ran
+        root = Path(out_dir) if mode is Mode.OUT_DIR else files[0][1]
+        target = Path(name_map_path) if name_map_path else root / NAME_MAP_FILENAME
         name_map.save(target)
         result.extra_outputs.append(target)
     return result
