@@ -135,6 +135,31 @@ RENAMED_IN_NNX = {
 # read the very rules context nnx.logical_axis_rules sets (NNX has no reader of its own).
 KEPT_LINEN_FUNCTIONS = frozenset(
     {
+        # attention and masks: functions of their arguments (the NNX namesakes are other objects)
+        "dot_product_attention",
+        "dot_product_attention_weights",
+        "attention.dot_product_attention",
+        "attention.dot_product_attention_weights",
+        "make_attention_mask",
+        "make_causal_mask",
+        "combine_masks",
+        "attention.make_attention_mask",
+        "attention.make_causal_mask",
+        "attention.combine_masks",
+        # dtype helpers (NNX's promote_dtype takes a tuple: another signature, so Linen's is kept)
+        "dtypes.promote_dtype",
+        "dtypes.canonicalize_dtype",
+        "linear.promote_dtype",
+        "linear.canonicalize_dtype",
+        # logical sharding: read the global axis rules NNX shares with Linen
+        "logical_to_mesh_axes",
+        "spmd.logical_to_mesh_axes",
+        "partitioning.logical_to_mesh_axes",
+        "partitioning.with_sharding_constraint",
+        "spmd.with_sharding_constraint",
+        # decorators that only mark a method for Linen, harmless on a plain method
+        "nowrap",
+        "module.nowrap",
         "with_logical_constraint",
         "spmd.with_logical_constraint",
         "logical_to_mesh_sharding",

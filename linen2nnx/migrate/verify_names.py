@@ -36,38 +36,6 @@ LINEN_SELF_ONLY = frozenset(
 VARIABLE_METHODS = frozenset({"apply", "init", "init_with_output"})
 """``<module>.<name>(...)``: Linen's functional entry points; an NNX module is called directly."""
 
-PURE_LINEN = frozenset(
-    {
-        # attention and masks: functions of their arguments (the NNX namesakes are other objects)
-        "dot_product_attention",
-        "dot_product_attention_weights",
-        "attention.dot_product_attention",
-        "attention.dot_product_attention_weights",
-        "make_attention_mask",
-        "make_causal_mask",
-        "combine_masks",
-        "attention.make_attention_mask",
-        "attention.make_causal_mask",
-        "attention.combine_masks",
-        # dtype helpers
-        "dtypes.promote_dtype",
-        "dtypes.canonicalize_dtype",
-        "linear.promote_dtype",
-        "linear.canonicalize_dtype",
-        # logical sharding: read the global axis rules NNX shares with Linen
-        "logical_to_mesh_axes",
-        "spmd.logical_to_mesh_axes",
-        "partitioning.logical_to_mesh_axes",
-        "partitioning.with_sharding_constraint",
-        "spmd.with_sharding_constraint",
-        # decorators that only mark a method for Linen, harmless on a plain method
-        "nowrap",
-        "module.nowrap",
-    }
-)
-"""flax.linen functions that hold no module state and are not re-exported by flax.nnx as the same
-object (those are pure by :func:`same_in_nnx`); any other flax.linen call left in an NNX class is Linen."""
-
 
 @cache
 def _flax_object(qualname: str) -> Any:
@@ -104,13 +72,13 @@ def flax_class_kind(qualname: str) -> str | None:
 @cache
 def is_pure_linen(qualname: str) -> bool:
     """True for a flax.linen function that is fine in NNX code: shared with flax.nnx (the very object),
-    an equivalent or kept function of :mod:`linen_api`, or one of :data:`PURE_LINEN`."""
+    an equivalent or kept function of :mod:`linen_api` (its ``KEPT_LINEN_FUNCTIONS``: one table for both passes)."""
     local = qualname.removeprefix("flax.linen.")
     last = local.rsplit(".", 1)[-1]
     for name in dict.fromkeys((local, last)):
         if name != local and _flax_object(f"flax.linen.{name}") is not _flax_object(qualname):
             continue  # `flax.linen.x.f` is `flax.linen.f` only when they are the same object
-        if same_in_nnx(name) or equivalent_in_nnx(name) or name in KEPT_LINEN_FUNCTIONS or name in PURE_LINEN:
+        if same_in_nnx(name) or equivalent_in_nnx(name) or name in KEPT_LINEN_FUNCTIONS:
             return True
     return False
 
