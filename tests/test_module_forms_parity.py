@@ -53,8 +53,8 @@ CASES = {
     "traced_flatten": ("Classifier", {}, (2, 8, 8, 3)),  # a flatten's size from the trace: 16 * channels
     "traced_literal": ("Spectral", {}, (2, 10)),  # --unsafe-fixes: the traced literal 6
     "is_initializing": ("Probe", {}, (2, 5)),  # --unsafe-fixes: self.is_initializing() -> False
-    "explicit_names": ("Net", {}, (2, 5)),
-    "pure_helpers": ("CausalMix", {}, (2, 5, 3)),  # nn.dtypes.promote_dtype, dot_product_attention kept  # name='norm-pre-head', '0', 'bbox_pred.0' (compact and setup)
+    "explicit_names": ("Net", {}, (2, 5)),  # name='norm-pre-head', '0', 'bbox_pred.0' (compact and setup)
+    "pure_helpers": ("CausalMix", {}, (2, 5, 3)),  # nn.dtypes.promote_dtype, dot_product_attention kept
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
