@@ -54,6 +54,7 @@ import libcst as cst
 from libcst.codemod import Codemod, CodemodContext
 
 from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.cst_meta import IS_STATEMENT
 from linen2nnx.migrate.cst_utils import (
     absolute_qualname,
     parse_expression,
@@ -206,7 +207,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         kind = type(node)
         if kind in _KEPT_TYPES:  # never rewritten: keep the node (and its children) as parsed
             return False
-        if _IS_STATEMENT[kind] and node in self.plain:  # nothing Linen in it: kept as parsed too
+        if IS_STATEMENT[kind] and node in self.plain:  # nothing Linen in it: kept as parsed too
             return False
         handler = _VISITORS[kind]
         return handler is None or handler(self, node) is not False
@@ -217,7 +218,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             return updated_node
         handler = _LEAVERS[kind]
         updated = updated_node if handler is None else handler(self, original_node, updated_node)
-        if not _IS_STATEMENT[kind]:
+        if not IS_STATEMENT[kind]:
             return updated  # what follows only concerns statements (the keys of the dicts it reads)
         if (
             original_node in self.state.dropped_statements
@@ -321,18 +322,6 @@ _LEAF_TYPES = frozenset(
     }
 )
 _KEPT_TYPES = _LEXICAL_TYPES | _LEAF_TYPES
-
-
-class _IsStatement(dict):
-    """type -> whether it is a statement (``SimpleStatementLine`` / ``BaseCompoundStatement``): a dict
-    lookup instead of an ABC ``isinstance`` for each of the ~2,000 nodes of a file."""
-
-    def __missing__(self, kind: type) -> bool:
-        self[kind] = found = issubclass(kind, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
-        return found
-
-
-_IS_STATEMENT = _IsStatement()
 
 
 class _Handlers(dict):

@@ -47,8 +47,8 @@ from linen2nnx.migrate.sites import (
     LINEN_MODULE,
     MARKER,
     ClassPlan,
+    StatementMarker,
     marker_line,
-    with_new_markers,
 )
 from linen2nnx.namemap import ClassEntry
 
@@ -322,14 +322,7 @@ class ClassRewriter:
         ]
         placed = self.state.placed_markers
 
-        class Mark(cst.CSTTransformer):  # the findings' markers, on the Linen statements they concern
-            def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
-                notes = placed.get(original_node)
-                if notes and isinstance(updated_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-                    return with_new_markers(updated_node, notes)
-                return updated_node
-
-        kept = original.visit(Mark())
+        kept = original.visit(StatementMarker(placed))  # the findings' markers, on their Linen statements
         return kept.with_changes(name=cst.Name(name), leading_lines=[*lines, marker_line(marker)])
 
     def with_out_features(self, stmt: cst.BaseStatement) -> cst.BaseStatement:

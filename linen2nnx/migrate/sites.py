@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import libcst as cst
@@ -58,6 +59,21 @@ def with_new_markers(stmt: _Stmt, notes: list[str]) -> _Stmt:
         if n not in existing and " ".join(n.split()[:3]) not in marked
     ]
     return stmt.with_changes(leading_lines=[*stmt.leading_lines, *extra]) if extra else stmt
+
+
+class StatementMarker(cst.CSTTransformer):
+    """Adds TODO markers to the statements they concern (``original statement -> marker texts``), none
+    twice (see :func:`with_new_markers`): the one way a pass marks an already built tree."""
+
+    def __init__(self, markers: Mapping[cst.CSTNode, list[str]]) -> None:
+        super().__init__()
+        self.markers = markers
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
+        notes = self.markers.get(original_node)
+        if notes and isinstance(updated_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return with_new_markers(updated_node, notes)
+        return updated_node
 
 
 # Linen-only Module API: a call on ``self`` to any of these has no NNX meaning yet.

@@ -13,17 +13,22 @@ an inline marker, located at the *input*'s line. It never rewrites code.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import calls_in, code_of, start_positions, syntax_children
+from linen2nnx.migrate.cst_meta import (
+    IS_STATEMENT,
+    calls_in,
+    code_of,
+    start_positions,
+    syntax_children,
+)
 from linen2nnx.migrate.cst_utils import absolute_qualname, code
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
-from linen2nnx.migrate.sites import MARKER, ClassSummary, with_new_markers
+from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker
 from linen2nnx.migrate.training.driver import line_map
 from linen2nnx.migrate.verify_names import (
     LINEN_SELF_ONLY,
@@ -33,19 +38,6 @@ from linen2nnx.migrate.verify_names import (
     is_pure_linen,
     signature_of,
 )
-
-_Stmt = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
-
-
-class _IsStatement(dict):
-    """``type -> bool``: is a node of this type a statement (filled on first sight of each type)."""
-
-    def __missing__(self, kind: type) -> bool:
-        value = self[kind] = issubclass(kind, _Stmt)
-        return value
-
-
-_IS_STATEMENT = _IsStatement()
 
 
 def verify_output(
@@ -84,7 +76,7 @@ def verify_output(
         line, col = positions.get(node, (1, 0))
         findings.append(Finding.of(rule, path, to_input(line), col + 1, message))
         markers.setdefault(stmt, []).append(f"{MARKER} {rule.id} {message}")
-    marked = module.visit(_Marker(markers))
+    marked = module.visit(StatementMarker(markers))
     return code_of(marked), findings
 
 
@@ -97,20 +89,6 @@ def _leftovers(
     verifier = _Verifier(module, module_name, external)
     verifier.run()
     return [n for n in verifier.notes if rule_enabled(n[0].id)]
-
-
-class _Marker(cst.CSTTransformer):
-    """Adds the markers to their statements (none twice: see :func:`with_new_markers`)."""
-
-    def __init__(self, markers: Mapping[cst.CSTNode, list[str]]) -> None:
-        super().__init__()
-        self.markers = markers
-
-    def on_leave(self, original_node: cst.CSTNode, updated_node: Any) -> Any:
-        notes = self.markers.get(original_node)
-        if notes and isinstance(updated_node, _Stmt):
-            return with_new_markers(updated_node, notes)
-        return updated_node
 
 
 class _Verifier:
@@ -142,7 +120,7 @@ class _Verifier:
     # ---- the walk --------------------------------------------------------------------------------
     def _walk(self, node: cst.CSTNode, stmt: cst.CSTNode | None) -> None:
         kind = type(node)  # node types by dict lookups: libcst's abstract bases make isinstance slow
-        if _IS_STATEMENT[kind]:
+        if IS_STATEMENT[kind]:
             stmt = node
         if kind is cst.ClassDef:
             self._enter_class(node, stmt)  # type: ignore[arg-type]
