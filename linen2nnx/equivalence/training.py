@@ -144,6 +144,7 @@ def training_parity(
     linen_step = _linen_step(pair, tx, ins[0])
     nnx_step, n_state = _nnx_step(pair, sides, tx, ins[0])
     worst = _Worst()
+    table = sides.report.param_table("params")  # Linen param path -> NNX path, for the optimizer state
     linen_loss: list[float] = []
     nnx_loss: list[float] = []
     for step in range(steps):
@@ -153,7 +154,9 @@ def training_parity(
         linen_loss.append(float(l_loss))
         nnx_loss.append(float(n_loss))
         leaves = [compare_leaf("train/loss", f"step {step}", l_loss, n_loss, tols, depth=depth * (step + 1))]
-        leaves += _state_leaves(pair, sides, (l_params, l_rest, l_opt), n_state, tols, depth * (step + 1))
+        leaves += _state_leaves(
+            pair, sides, table, (l_params, l_rest, l_opt), n_state, tols, depth * (step + 1)
+        )
         worst.add(leaves, step)
     all_leaves = worst.leaves()
     rel = [abs(a - b) / max(abs(a), 1e-12) for a, b in zip(linen_loss, nnx_loss)]
@@ -247,7 +250,7 @@ def _nnx_step(pair: Any, sides: Any, tx: Any, first: Any) -> tuple[Any, Any]:
 
 
 def _state_leaves(
-    pair: Any, sides: Any, linen: tuple[Any, Any, Any], n_state: Any, tols: Tolerances, depth: int
+    pair: Any, sides: Any, table: Any, linen: tuple[Any, Any, Any], n_state: Any, tols: Tolerances, depth: int
 ) -> list[LeafResult]:
     """Params, mutable collections and optimizer state of both sides after a step, leaf by leaf."""
     from flax import nnx
