@@ -9,6 +9,7 @@ import pytest
 
 from linen2nnx import cli, zoo
 from linen2nnx.migrate import Severity, migrate_source
+from linen2nnx.migrate.engine import Mode, migrate_paths
 from linen2nnx.migrate.sites import MARKER
 from linen2nnx.migrate.verify import verify_output
 
@@ -28,6 +29,9 @@ EXPECTED = {
     # a class migrated by hand half-way: @nn.compact left on its __call__ (the Linen LayerNorm is marked
     # by L2N-API-002 already)
     "L2N-VERIFY-005/half_migrated": [("L2N-VERIFY-005", 14, 5)],
+    # a module-level function that returns a Linen layer, called inside the class at call time (the
+    # function itself is marked by L2N-API-002)
+    "L2N-VERIFY-001/factory_function": [("L2N-VERIFY-001", 15, 22), ("L2N-VERIFY-001", 16, 16)],
 }
 
 
@@ -163,6 +167,30 @@ def test_each_leftover_of_linen_is_reported():
     assert output.count(f"{MARKER} L2N-VERIFY") == len(findings)
     assert "passes 2 positional arguments, its __init__ takes 1" in messages["L2N-VERIFY-002"]
     assert "(without rngs=)" in messages["L2N-VERIFY-001"]
+
+
+def test_a_linen_factory_function_of_another_file_is_reported(tmp_path):
+    """``ops.linear(...)(x)`` in an NNX class, ``linear`` a function of another file of the run that
+    still builds ``nn.Dense``: the importing file learns of it through the run and reports the call."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ops.py").write_text(
+        "import flax.linen as nn\n\n\ndef linear(features, bias=True):\n"
+        "    return nn.Dense(features=features, use_bias=bias)\n"
+    )
+    (pkg / "model.py").write_text(
+        "import flax.linen as nn\n\nfrom . import ops\n\n\nclass Head(nn.Module):\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return ops.linear(3)(x)\n"
+    )
+    result = migrate_paths([pkg], Mode.CHECK)
+    model = next(r for r in result.files if r.rel.endswith("model.py"))
+    found = [(f.rule, f.line, f.col) for f in model.findings if f.rule.startswith("L2N-VERIFY")]
+    assert found == [("L2N-VERIFY-001", 9, 16)]
+    message = next(f.message for f in model.findings if f.rule == "L2N-VERIFY-001")
+    assert "ops.linear(3) builds a Linen module (flax.linen.Dense)" in message
+    assert "pkg.ops.linear" in message
+    assert f"{MARKER} L2N-VERIFY-001" in model.output
 
 
 # ---- migrate --trace --out-dir builds what it wrote ----------------------------------------------

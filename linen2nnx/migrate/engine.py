@@ -58,6 +58,7 @@ class FileResult:
     skipped: bool = False  # pre-filter: never imports flax.linen
     target: Path | None = None  # where the output was written
     summaries: dict[str, Any] = dataclasses.field(default_factory=dict)  # class key -> ClassSummary
+    factories: dict[str, Any] = dataclasses.field(default_factory=dict)  # function key -> LinenFactory
 
     @property
     def failed(self) -> bool:
@@ -229,6 +230,7 @@ def migrate_source(
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training
+    from linen2nnx.migrate.verify import linen_factories
 
     file_path = Path(path)
     if not mentions_linen(source) and not mentions_training(source):
@@ -250,6 +252,8 @@ def migrate_source(
     try:
         out_tree = command.transform_module(tree)
         module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
+        # functions that still build Linen modules: NNX classes here and in importing files must not call them
+        factories = linen_factories(out_tree, module_name) if "linen" in module_output else {}
         output, train_findings, verify_findings = _training_and_verify(
             out_tree, module_output, source, path, module_name, command.summaries, external, rule_enabled
         )
@@ -261,7 +265,14 @@ def migrate_source(
         [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
     )
     return FileResult(
-        file_path, path, source, output, findings, command.name_map, summaries=command.summaries
+        file_path,
+        path,
+        source,
+        output,
+        findings,
+        command.name_map,
+        summaries=command.summaries,
+        factories=factories,
     )
 
 
@@ -555,6 +566,7 @@ def _run(
                 on_file(r)
         for i in level:
             external.update(results[i].summaries)
+            external.update(results[i].factories)
     return [results[i] for i in range(len(work))]
 
 

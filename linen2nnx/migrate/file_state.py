@@ -151,5 +151,5 @@ class FileState:
             trace=trace,
             rule_enabled=rule_enabled,
             unsafe_fixes=unsafe_fixes,
-            external=dict(external or {}),
+            external={k: v for k, v in (external or {}).items() if isinstance(v, ClassSummary)},
         )

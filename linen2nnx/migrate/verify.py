@@ -28,11 +28,12 @@ from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
-from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker
+from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, one_line
 from linen2nnx.migrate.training.driver import line_map
 from linen2nnx.migrate.verify_names import (
     LINEN_SELF_ONLY,
     VARIABLE_METHODS,
+    LinenFactory,
     Signature,
     flax_class_kind,
     is_pure_linen,
@@ -91,6 +92,42 @@ def _leftovers(
     return [n for n in verifier.notes if rule_enabled(n[0].id)]
 
 
+def linen_factories(
+    module: cst.Module, module_name: str, names: NameResolver | None = None
+) -> dict[str, LinenFactory]:
+    """The module-level functions of ``module`` (an output of the run) that build a Linen module, by
+    absolute name: what an NNX class of this file or of a file importing it must not call."""
+    functions = [s for s in module.body if isinstance(s, cst.FunctionDef)]
+    if not functions:
+        return {}
+    names = names or NameResolver(module)
+    linen_classes = {c.name.value for c in _top_classes(module) if _linen_bases(c, names)}
+    found: dict[str, LinenFactory] = {}
+    for fn in functions:
+        for call in calls_in(fn.body):
+            func = call.func
+            if isinstance(func, cst.Name) and func.value in linen_classes:
+                builds = func.value
+            elif isinstance(func, (cst.Name, cst.Attribute)):
+                builds = next((q for q in names.qualnames(func) if flax_class_kind(q) == "linen"), "")
+            else:
+                builds = ""
+            if builds:
+                key = f"{module_name}.{fn.name.value}" if module_name else fn.name.value
+                found[key] = LinenFactory(key, builds)
+                break
+    return found
+
+
+def _linen_bases(cls: cst.ClassDef, names: NameResolver) -> bool:
+    return any(
+        flax_class_kind(q) == "linen"
+        for b in cls.bases
+        if b.keyword is None
+        for q in names.qualnames(b.value)
+    )
+
+
 class _Verifier:
     """One walk over the module; ``notes`` collects ``(rule, node, statement, message)``."""
 
@@ -107,6 +144,7 @@ class _Verifier:
         self.notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
         self._class: cst.ClassDef | None = None  # the NNX class being checked
         self._own: dict[cst.ClassDef, set[str]] = {}  # NNX class -> the names it (and its bases) define
+        self._factories: dict[str, LinenFactory] | None = None  # see _factory
 
     def run(self) -> None:
         self._walk(self.module, None)
@@ -180,7 +218,9 @@ class _Verifier:
         return None
 
     def _external(self, qualname: str) -> ClassSummary | None:
-        return self.external.get(absolute_qualname(qualname, self.module_name)) if self.external else None
+        """The summary of a class another file of the run migrated (not a factory function's fact)."""
+        fact = self.external.get(absolute_qualname(qualname, self.module_name)) if self.external else None
+        return fact if isinstance(fact, ClassSummary) else None
 
     def _self_names(self, node: cst.ClassDef) -> set[str]:
         """Names the class (and its NNX bases of this file) defines: methods, class attributes, and
@@ -234,10 +274,34 @@ class _Verifier:
                     "variables are attributes)",
                 )
             return False
+        factory = self._factory(func, qualnames)
+        if factory is not None:
+            self._report(
+                verify_rules.VERIFY_001,
+                call,
+                stmt,
+                f"{one_line(code(call))} builds a Linen module ({factory.builds}) inside NNX class {owner}: "
+                f"make {factory.key} build the NNX counterpart (with rngs), or build the layer here",
+            )
+            return False
         self._check_linen_reference(func, call, stmt)
         self._check_signature(call, qualnames, stmt)
         self._check_linen_helper(call, stmt)
         return False
+
+    def _factory(self, func: cst.BaseExpression, qualnames: set[str]) -> LinenFactory | None:
+        """The Linen factory function ``func`` names: one of this file, or of a file the run migrated."""
+        if self._factories is None:  # found on first need
+            self._factories = linen_factories(self.module, self.module_name, self.names)
+        local = func.value if isinstance(func, cst.Name) else None
+        key = f"{self.module_name}.{local}" if self.module_name and local else local
+        if key in self._factories:
+            return self._factories[key]
+        for q in qualnames:
+            fact = self.external.get(absolute_qualname(q, self.module_name)) if self.external else None
+            if isinstance(fact, LinenFactory):
+                return fact
+        return None
 
     def _check_linen_helper(self, call: cst.Call, stmt: cst.CSTNode | None) -> None:
         """``get_posemb(self, ...)``: ``self`` handed to a function of the file that uses Linen Module API
