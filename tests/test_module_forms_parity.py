@@ -19,6 +19,24 @@ from linen2nnx.spec import LinenSide, ModelPair, import_file
 
 
 @dataclasses.dataclass(frozen=True)
+class Own:
+    """A constructor value each side takes from its own module (``Mixer.GATED``: each file defines
+    its own enum, and ``is`` tells them apart)."""
+
+    path: str
+
+    def of(self, module) -> object:
+        value = module
+        for part in self.path.split("."):
+            value = getattr(value, part)
+        return value
+
+
+def _own_values(ctor: dict, module) -> dict:
+    return {k: v.of(module) if isinstance(v, Own) else v for k, v in ctor.items()}
+
+
+@dataclasses.dataclass(frozen=True)
 class TowerConfig:
     width: int = 4
     depth: int = 3
@@ -55,12 +73,15 @@ CASES = {
     "is_initializing": ("Probe", {}, (2, 5)),  # --unsafe-fixes: self.is_initializing() -> False
     "explicit_names": ("Net", {}, (2, 5)),  # name='norm-pre-head', '0', 'bbox_pred.0' (compact and setup)
     "pure_helpers": ("CausalMix", {}, (2, 5, 3)),  # nn.dtypes.promote_dtype, dot_product_attention kept
+    "setup_match": ("Block", {"features": 3}, (2, 5)),  # `match` in setup(): the first case
+    "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
     "compact_dense_nobias": "compact_dense",
     "compact_loop_tail_short": "compact_loop_tail",
     "compact_matmul_setup": "compact_matmul",
+    "setup_match_gated": "setup_match",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 
@@ -80,12 +101,13 @@ def test_migrated_fixture_has_parity(case, tmp_path):
     )
     (tmp_path / "linen_src.py").write_text(src)
     (tmp_path / "nnx_src.py").write_text(result.output)
-    linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls_name)
-    nnx_cls = getattr(import_file(tmp_path / "nnx_src.py"), cls_name)
+    linen_module, nnx_module = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    linen_cls, nnx_cls = getattr(linen_module, cls_name), getattr(nnx_module, cls_name)
+    linen_ctor, nnx_ctor = _own_values(ctor, linen_module), _own_values(ctor, nnx_module)
     rng = np.random.default_rng(0)
     x = rng.integers(0, 11, shape) if case in INT_INPUTS else rng.normal(size=shape).astype(np.float32)
     side = LinenSide(
-        model=linen_cls(**ctor),
+        model=linen_cls(**linen_ctor),
         batch={"x": x},
         loss=lambda out, batch: jnp.mean(out**2),
         train_kwargs={},
@@ -98,7 +120,7 @@ def test_migrated_fixture_has_parity(case, tmp_path):
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)
     pair = ModelPair(
-        linen=side, nnx_factory=lambda rngs: nnx_cls(**ctor, **extra, rngs=rngs), name_map=map_path
+        linen=side, nnx_factory=lambda rngs: nnx_cls(**nnx_ctor, **extra, rngs=rngs), name_map=map_path
     )
     variables = perturbed(side.init_variables())
     parity = check(pair, variables)

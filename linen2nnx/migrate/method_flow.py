@@ -112,16 +112,21 @@ class MethodFlow:
             by_site.setdefault(use.key, {}).setdefault(use.iteration, use.feat)
             all_args.setdefault(use.key, use.args)
             nodes.setdefault(use.key, use.node)
-        sites_by_attr = {s.flow_key: s for s in plan.sites.values()}
+        # setup() may build one attribute in several `match` cases: each case's module gets the sizes
+        sites_by_key: dict[str, list[Site]] = {}
+        for s in plan.sites.values():
+            sites_by_key.setdefault(s.flow_key, []).append(s)
         for index, use in enumerate(self.flow.uses):  # the order a loop nest's lines build their modules in
-            applied = sites_by_attr.get(use.key)
-            if applied is not None and applied.nest is not None:
-                applied.nest.applied.setdefault(id(applied), index)
+            for applied in sites_by_key.get(use.key, ()):
+                if applied.nest is not None:
+                    applied.nest.applied.setdefault(id(applied), index)
         for key, feats in by_site.items():
-            site = sites_by_attr[key]
-            if site.in_expr is not None or site.user_in:
-                continue
-            self.sizer.resolve_site_inputs(plan, site, feats, self.params, nodes[key], all_args.get(key, ()))
+            for site in sites_by_key[key]:
+                if site.in_expr is not None or site.user_in:
+                    continue
+                self.sizer.resolve_site_inputs(
+                    plan, site, feats, self.params, nodes[key], all_args.get(key, ())
+                )
 
     def carry_fixpoint(self) -> Feat:
         """A step function's carry (a cell's, or a scanned method's) has the same shape on every step:

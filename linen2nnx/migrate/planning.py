@@ -289,7 +289,8 @@ class ClassPlanner:
         self._plan_setup_block(plan, fn.body.body)
 
     def _plan_setup_block(self, plan: ClassPlan, body: Any) -> None:
-        """setup() statements, including those under ``if`` (conditional submodules keep their condition)."""
+        """setup() statements, including those under ``if`` and ``match`` (conditional submodules keep
+        their condition)."""
         for stmt in body:
             if isinstance(stmt, cst.If):
                 self._plan_setup_block(plan, stmt.body.body)
@@ -297,6 +298,10 @@ class ClassPlanner:
                 while orelse is not None:
                     self._plan_setup_block(plan, orelse.body.body)
                     orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+                continue
+            if isinstance(stmt, cst.Match):  # `match cfg.kind: case ...:` builds one block per case
+                for case in stmt.cases:
+                    self._plan_setup_block(plan, case.body.body)
                 continue
             if not isinstance(stmt, cst.SimpleStatementLine):
                 continue
