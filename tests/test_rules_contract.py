@@ -55,7 +55,7 @@ NOT_RUNNABLE = {
     "init_decode_flag": "manual finding: the training code stays Linen",
     "transform_unsupported": "manual finding: variable_carry is left as it is",
     "not_flax": "no Flax model: the file is left byte-for-byte",
-    "factory_function": "manual finding: a module-level function still builds a Linen layer",
+    "linen_helper": "manual finding: a module-level function still builds a Linen layer",
     **dict.fromkeys(
         (
             "setup_comprehension",

@@ -29,9 +29,9 @@ EXPECTED = {
     # a class migrated by hand half-way: @nn.compact left on its __call__ (the Linen LayerNorm is marked
     # by L2N-API-002 already)
     "L2N-VERIFY-005/half_migrated": [("L2N-VERIFY-005", 14, 5)],
-    # a module-level function that returns a Linen layer, called inside the class at call time (the
+    # a module-level function that builds and applies a Linen layer, called inside the class (the
     # function itself is marked by L2N-API-002)
-    "L2N-VERIFY-001/factory_function": [("L2N-VERIFY-001", 15, 22), ("L2N-VERIFY-001", 16, 16)],
+    "L2N-VERIFY-001/linen_helper": [("L2N-VERIFY-001", 15, 13), ("L2N-VERIFY-001", 16, 16)],
 }
 
 
@@ -169,28 +169,47 @@ def test_each_leftover_of_linen_is_reported():
     assert "(without rngs=)" in messages["L2N-VERIFY-001"]
 
 
-def test_a_linen_factory_function_of_another_file_is_reported(tmp_path):
-    """``ops.linear(...)(x)`` in an NNX class, ``linear`` a function of another file of the run that
-    still builds ``nn.Dense``: the importing file learns of it through the run and reports the call."""
+def _package(tmp_path: Path, ops: str, model: str) -> dict[str, object]:
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "ops.py").write_text(
-        "import flax.linen as nn\n\n\ndef linear(features, bias=True):\n"
-        "    return nn.Dense(features=features, use_bias=bias)\n"
-    )
-    (pkg / "model.py").write_text(
-        "import flax.linen as nn\n\nfrom . import ops\n\n\nclass Head(nn.Module):\n"
-        "    @nn.compact\n    def __call__(self, x):\n        return ops.linear(3)(x)\n"
-    )
-    result = migrate_paths([pkg], Mode.CHECK)
-    model = next(r for r in result.files if r.rel.endswith("model.py"))
+    (pkg / "ops.py").write_text(ops)
+    (pkg / "model.py").write_text(model)
+    return {r.rel.rsplit("/", 1)[-1]: r for r in migrate_paths([pkg], Mode.CHECK).files}
+
+
+MODEL = (
+    "import flax.linen as nn\n\nfrom . import ops\n\n\nclass Head(nn.Module):\n"
+    "    @nn.compact\n    def __call__(self, x):\n        return ops.linear(x, 3)\n"
+)
+
+
+def test_a_linen_helper_of_another_file_is_reported(tmp_path):
+    """``ops.linear(x, 3)`` in an NNX class, ``linear`` a function of another file of the run that
+    still builds ``nn.Dense``: the importing file learns of it through the run and reports the call."""
+    ops = "import flax.linen as nn\n\n\ndef linear(x, features):\n    return nn.Dense(features)(x)\n"
+    model = _package(tmp_path, ops, MODEL)["model.py"]
     found = [(f.rule, f.line, f.col) for f in model.findings if f.rule.startswith("L2N-VERIFY")]
     assert found == [("L2N-VERIFY-001", 9, 16)]
     message = next(f.message for f in model.findings if f.rule == "L2N-VERIFY-001")
-    assert "ops.linear(3) builds a Linen module (flax.linen.Dense)" in message
+    assert "ops.linear(x, 3) builds a Linen module (flax.linen.Dense)" in message
     assert "pkg.ops.linear" in message
     assert f"{MARKER} L2N-VERIFY-001" in model.output
+
+
+def test_a_layer_factory_of_another_file_builds_the_submodule(tmp_path):
+    """``ops.linear(3)(x)``, ``linear`` returning ``nn.Dense`` in another file: that file's function
+    takes the input size and rngs, and this class builds its submodule through it in __init__."""
+    ops = "import flax.linen as nn\n\n\ndef linear(features, bias=True):\n    return nn.Dense(features, use_bias=bias)\n"
+    files = _package(tmp_path, ops, MODEL.replace("ops.linear(x, 3)", "ops.linear(3, bias=False)(x)"))
+    assert "def linear(features, bias=True, *, in_features: int, rngs: nnx.Rngs):" in files["ops.py"].output
+    assert "return nnx.Linear(in_features, features, use_bias=bias, rngs=rngs)" in files["ops.py"].output
+    model = files["model.py"]
+    assert "self.dense_0 = ops.linear(3, bias=False, in_features=in_features, rngs=rngs)" in model.output
+    assert "return self.dense_0(x)" in model.output
+    assert not [f for f in model.findings if f.severity is not Severity.CONVERTED]
+    child = model.name_map.classes["pkg.model.Head"].children["Dense_0"]
+    assert (child.attr, child.linen_class) == ("dense_0", "flax.linen.Dense")
 
 
 # ---- migrate --trace --out-dir builds what it wrote ----------------------------------------------

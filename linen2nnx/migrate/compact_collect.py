@@ -14,9 +14,10 @@ import libcst as cst
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import names_in
+from linen2nnx.migrate.cst_utils import code, names_in
 from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, range_loop
 
@@ -202,14 +203,19 @@ class CompactCollector(FastVisitor):
             factory = self.partials.get(node.func.value)  # `dense = partial(nn.Dense, ...)`; `dense(...)(x)`
         if factory is None and ctx.self_call(node) is not None and self.planner.applied(node):
             factory = ctx.field_factory(plan, ctx.self_call(node))  # `self.conv(...)(x)`
+        if factory is None and self.planner.applied(node):
+            factory = ctx.function_factory_of(node.func)  # `ops.linear(...)(x)`: a module-level factory
         if factory is None:
             return None, node
         target = call_site_ctor(factory, node)
+        if target is not None and isinstance(factory, FunctionFactory):
+            self.state.factory_layers[target.func] = factory.rule  # its callee was parsed from text
         if target is None:
+            shown = code(node.func) if isinstance(factory, FunctionFactory) else f"self.{factory.name}"
             ctx.report(
                 MOD_004,
                 node,
-                f"self.{factory.name}(...) arguments do not bind to its parameters",
+                f"{shown}(...) arguments do not bind to its parameters",
                 "call it with its parameters, or build the layer by hand",
             )
             return None

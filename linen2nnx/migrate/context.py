@@ -27,6 +27,7 @@ from linen2nnx.migrate.dataflow import FeatureFlow
 from linen2nnx.migrate.factory_fields import FieldBindings, FieldFactory
 from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding, Severity
+from linen2nnx.migrate.function_factories import FunctionFactory, find_function_factory
 from linen2nnx.migrate.lifted import (
     LINEN_MARKERS,
     TRANSFORMS,
@@ -129,6 +130,9 @@ class FileContext:
 
     def layer_rule_of(self, node: cst.BaseExpression) -> LayerRule | None:
         """The built-in layer a constructor reference names (``nn.Dense``, ``linen.linear.Dense``, ...)."""
+        built = self.state.factory_layers.get(node)
+        if built is not None:  # the constructor a call of a layer factory function stands for
+            return built
         chain = self.lift_chain(node)
         if chain is not None:
             node = chain.base
@@ -155,6 +159,31 @@ class FileContext:
             summary = self.state.external.get(self._absolute(q))
             if summary is not None:
                 return summary.as_plan()
+        return None
+
+    def _find_function_factories(self) -> None:
+        """The module-level layer factory functions (function_factories.py), before any class is planned:
+        calls of them plan as submodules, and the layers their ``return``s build are rewritten there."""
+        for name, fn in self.state.module_functions.items():
+            found = find_function_factory(fn, self.class_key(name), self.layer_rule_of)
+            if found is None:
+                continue
+            factory, ctors = found
+            self.state.function_factories[name] = factory
+            for ctor in ctors:
+                self.state.factory_returns[ctor] = factory
+                self.state.handled.add(ctor.func)  # rewritten with its call: not Linen API left behind
+
+    def function_factory_of(self, node: cst.BaseExpression) -> FunctionFactory | None:
+        """The layer factory function ``node`` names: one of this file, or of another file of the run."""
+        if isinstance(node, cst.Name) and node.value in self.state.function_factories:
+            return self.state.function_factories[node.value]
+        if not isinstance(node, (cst.Name, cst.Attribute)) or not self.state.external_factories:
+            return None
+        for q in self.qualnames(node):
+            factory = self.state.external_factories.get(self._absolute(q))
+            if factory is not None:
+                return factory
         return None
 
     def field_factory(self, plan: ClassPlan, field: str) -> FieldFactory | None:
@@ -391,6 +420,7 @@ class FileContext:
             name for name, fn in self.state.module_functions.items() if self.is_unbox_helper(fn)
         }
         self.state.bindings = None  # built on first use (see field_factory)
+        self._find_function_factories()
         self.state.module_lines = {
             code(s).strip()
             for s in node.body

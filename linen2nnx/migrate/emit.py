@@ -26,6 +26,7 @@ from linen2nnx.migrate.factories import (
     call_site_ctor,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
+from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.lifted import (
     lifted_ctor,
     param_axis,
@@ -149,6 +150,8 @@ class Emitter:
         call = self.state.factory_calls.get(site.ctor)
         if call is None:
             return None
+        if isinstance(site.factory, FunctionFactory):  # `ops.linear(...)`: the function builds it
+            return self.function_factory_call(site, call)
         if isinstance(site.factory, FieldFactory):  # `self.conv(...)`: the field builds it, given the sizes
             local = site.factory.local if isinstance(site.factory, FieldPartial) else None
             ctor = self.state.factory_updated.get(local.ctor) if local is not None else None
@@ -180,6 +183,35 @@ class Emitter:
         ctor = self.state.factory_updated.get(site.factory.ctor, site.factory.ctor)
         built = call_site_ctor(site.factory, call, ctor)
         return None if built is None else self.build(site, built)
+
+    def function_factory_call(self, site: Site, call: cst.Call) -> cst.Call:
+        """``ops.linear(3 * d, p)`` -> ``ops.linear(3 * d, p, in_features=..., rngs=rngs)``: the
+        rewritten function takes the input size and the rngs as keywords."""
+        rule = site.rule
+        assert rule is not None
+        args = list(call.args)
+        if args:  # what follows the last argument (a newline before `)`) would split the new keywords
+            args[-1] = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+        if rule.in_arg is not None:
+            args.append(kwarg(rule.in_arg, parse_expression(site.in_expr or "None")))
+        args.append(kwarg("rngs", cst.Name("rngs")))
+        return call.with_changes(args=strip_commas(args))
+
+    def function_factory_return(self, factory: FunctionFactory, updated: cst.Call) -> cst.Call:
+        """A ``return nn.Dense(...)`` of a layer factory function -> ``return nnx.Linear(in_features,
+        ..., rngs=rngs)``, the input size being the parameter the function gains; a ``**kwargs`` it
+        unpacks stays (its keys were checked to be arguments the NNX layer takes as they are)."""
+        rule = factory.rule
+        site = Site(
+            kind="layer", attr="", linen_name="", ctor=updated, hoisted=False, rule=rule, in_expr=rule.in_arg
+        )
+        built = self._nnx_ctor(site, updated)
+        unpacked = [a for a in updated.args if a.star == "**"]
+        if not unpacked:
+            return built
+        args = list(built.args)
+        at = len(args) - 1 if args and args[-1].keyword and args[-1].keyword.value == "rngs" else len(args)
+        return built.with_changes(args=strip_commas([*args[:at], *unpacked, *args[at:]]))
 
     def call_site(self, site: Site) -> cst.BaseExpression:
         if site.nest is not None:  # the next element of the list the replayed loops built

@@ -58,7 +58,9 @@ class FileResult:
     skipped: bool = False  # pre-filter: never imports flax.linen
     target: Path | None = None  # where the output was written
     summaries: dict[str, Any] = dataclasses.field(default_factory=dict)  # class key -> ClassSummary
-    factories: dict[str, Any] = dataclasses.field(default_factory=dict)  # function key -> LinenFactory
+    factories: dict[str, Any] = dataclasses.field(
+        default_factory=dict
+    )  # function key -> FunctionFactory (rewritten) / LinenFactory (still builds Linen)
 
     @property
     def failed(self) -> bool:
@@ -253,9 +255,12 @@ def migrate_source(
         out_tree = command.transform_module(tree)
         module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
         # functions that still build Linen modules: NNX classes here and in importing files must not call them
-        factories = linen_factories(out_tree, module_name) if "linen" in module_output else {}
+        factories: dict[str, Any] = dict(command.function_factories)  # rewritten to build NNX layers
+        if "linen" in module_output:
+            factories.update(linen_factories(out_tree, module_name))
+        known = {**(external or {}), **command.function_factories}  # the verifier checks their calls too
         output, train_findings, verify_findings = _training_and_verify(
-            out_tree, module_output, source, path, module_name, command.summaries, external, rule_enabled
+            out_tree, module_output, source, path, module_name, command.summaries, known, rule_enabled
         )
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback

@@ -19,6 +19,7 @@ from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.dataflow import Feat
 from linen2nnx.migrate.factory_fields import FieldBindings
 from linen2nnx.migrate.findings import Finding
+from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.sites import ClassPlan, ClassSummary
 from linen2nnx.migrate.trace import Trace
@@ -36,6 +37,9 @@ class FileState:
     rule_enabled: Callable[[str], bool] = lambda rule_id: True  # --select / --ignore
     unsafe_fixes: bool = False  # apply fixes that rest on a stated assumption
     external: dict[str, ClassSummary] = dataclasses.field(default_factory=dict)  # other files' Linen classes
+    external_factories: dict[str, FunctionFactory] = dataclasses.field(
+        default_factory=dict
+    )  # other files' layer factory functions
 
     # ---- outputs (read by engine.migrate_source) ------------------------------------------------
     findings: list[Finding] = dataclasses.field(default_factory=list)
@@ -70,6 +74,15 @@ class FileState:
     # ---- module-level facts (resolved in visit_Module) ----------------------------------------
     module_classes: set[str] = dataclasses.field(default_factory=set)  # names of the file's classes
     module_functions: dict[str, cst.FunctionDef] = dataclasses.field(default_factory=dict)
+    function_factories: dict[str, FunctionFactory] = dataclasses.field(
+        default_factory=dict
+    )  # this file's layer factory functions, by name (function_factories.py)
+    factory_returns: dict[cst.Call, FunctionFactory] = dataclasses.field(
+        default_factory=dict
+    )  # ... the constructors their returns build
+    factory_layers: dict[cst.CSTNode, LayerRule] = dataclasses.field(
+        default_factory=dict
+    )  # the constructor each call of one stands for (its callee: a node built from text) -> its layer
     unbox_helpers: set[str] = dataclasses.field(
         default_factory=set
     )  # functions that only strip metadata boxes
@@ -152,4 +165,5 @@ class FileState:
             rule_enabled=rule_enabled,
             unsafe_fixes=unsafe_fixes,
             external={k: v for k, v in (external or {}).items() if isinstance(v, ClassSummary)},
+            external_factories={k: v for k, v in (external or {}).items() if isinstance(v, FunctionFactory)},
         )

@@ -63,6 +63,7 @@ from linen2nnx.migrate.cst_utils import (
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding
+from linen2nnx.migrate.function_factories import FunctionFactory, with_factory_params
 from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_import, ensure_plain_import
 from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
@@ -126,6 +127,11 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         return self.state.summaries
 
     @property
+    def function_factories(self) -> dict[str, FunctionFactory]:
+        """This file's layer factory functions, by key: files importing them build through them too."""
+        return {f.key: f for f in self.state.function_factories.values()}
+
+    @property
     def name_map(self) -> NameMap:
         return self.state.name_map
 
@@ -184,6 +190,9 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         return self.attrs.leave_attribute(original, updated)
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        factory = self.state.function_factories.get(original.name.value)
+        if factory is not None and self.state.module_functions.get(original.name.value) is original:
+            return with_factory_params(updated, factory.rule)  # a layer factory function
         return self.classes.leave_method(original, updated)
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> Any:

@@ -198,6 +198,16 @@ class CallRewriter:
         lifted_fn = self._function_transform(original, updated)
         if lifted_fn is not None:
             return lifted_fn
+        factory = self.state.factory_returns.get(original)
+        if factory is not None:  # `return nn.Dense(...)` of a layer factory function
+            rule = factory.rule
+            self.ctx.report(
+                LAYER_001,
+                original,
+                f"nn.{rule.linen} -> nnx.{rule.nnx} (returned by {factory.name}, which now takes "
+                f"{f'{rule.in_arg} and ' if rule.in_arg else ''}rngs)",
+            )
+            return self.emitter.function_factory_return(factory, updated)
         plan = self.ctx.current_plan()
         if plan is None:
             return updated

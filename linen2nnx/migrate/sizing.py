@@ -323,7 +323,9 @@ class Sizer(TraceEvidence):
                 elif how.startswith("traced:"):
                     site.user_in[arg] = self._traced_arg(plan, site, arg, how, node)
                 else:
-                    site.user_in[arg] = self._required_arg(plan, site, f"{arg} of {site.user.name}", node)
+                    site.user_in[arg] = self._required_arg(
+                        plan, site, f"{arg} of {site.user.name}", node, arg
+                    )
 
     def _loop_expr(
         self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str], node: cst.CSTNode
@@ -427,9 +429,14 @@ class Sizer(TraceEvidence):
         self.state.needs_math_import = True
         return f"math.prod({arg}[{feat.leading}:])"
 
-    def _required_arg(self, plan: ClassPlan, site: Site, what: str, node: cst.CSTNode) -> str:
+    def _required_arg(
+        self, plan: ClassPlan, site: Site, what: str, node: cst.CSTNode, child_arg: str = "in_features"
+    ) -> str:
+        """A new constructor argument for a size nothing explains, named after the submodule and, for a
+        class of the run with several unknown sizes, after the child's own argument (one argument each:
+        a block's input width and its inner layer's are different sizes)."""
         label = site.attr if site.tail_of is None else f"{site.attr}_last{site.list_index.lstrip('-')}"
-        arg = f"{label}_in_features".replace("[", "_").replace("]", "").replace("/", "_")
+        arg = f"{label}_{child_arg}".replace("[", "_").replace("]", "").replace("/", "_")
         while arg in plan.field_names:
             arg += "_"
         plan.new_args[arg] = "unresolved"
@@ -460,7 +467,7 @@ class Sizer(TraceEvidence):
             elif site.kind == "module" and site.user and site.user.new_args and not site.user_in:
                 for arg in site.user.new_args:
                     site.user_in[arg] = self._required_arg(
-                        plan, site, f"{arg} of {site.user.name}", site.ctor
+                        plan, site, f"{arg} of {site.user.name}", site.ctor, arg
                     )
 
     def _resolved(self, site: Site) -> bool:

@@ -25,6 +25,7 @@ from linen2nnx.migrate.cst_meta import (
 )
 from linen2nnx.migrate.cst_utils import absolute_qualname, code
 from linen2nnx.migrate.findings import Finding
+from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
@@ -145,6 +146,7 @@ class _Verifier:
         self._class: cst.ClassDef | None = None  # the NNX class being checked
         self._own: dict[cst.ClassDef, set[str]] = {}  # NNX class -> the names it (and its bases) define
         self._factories: dict[str, LinenFactory] | None = None  # see _factory
+        self.function_factories = {k: v for k, v in external.items() if isinstance(v, FunctionFactory)}
 
     def run(self) -> None:
         self._walk(self.module, None)
@@ -163,6 +165,8 @@ class _Verifier:
         if kind is cst.ClassDef:
             self._enter_class(node, stmt)  # type: ignore[arg-type]
             return
+        if kind is cst.Call and self.function_factories:
+            self._check_factory_call(node, stmt)  # type: ignore[arg-type]
         if self._class is not None:
             if kind is cst.Call:
                 if self._check_call(node, stmt):  # type: ignore[arg-type]
@@ -302,6 +306,29 @@ class _Verifier:
             if isinstance(fact, LinenFactory):
                 return fact
         return None
+
+    def _check_factory_call(self, call: cst.Call, stmt: cst.CSTNode | None) -> None:
+        """A call of a layer factory function the run rewrote (anywhere in the file) must pass the
+        ``rngs`` (and input size) its NNX version requires: a call the module pass did not turn into
+        a submodule (training code, a layer built and kept in a local) does not."""
+        func = call.func
+        if not isinstance(func, (cst.Name, cst.Attribute)) or any(
+            a.star == "**" or (a.keyword is not None and a.keyword.value == "rngs") for a in call.args
+        ):
+            return
+        keys = {absolute_qualname(q, self.module_name) for q in self.names.qualnames(func)}
+        if isinstance(func, cst.Name):
+            keys.add(f"{self.module_name}.{func.value}" if self.module_name else func.value)
+        factory = next((self.function_factories[k] for k in keys if k in self.function_factories), None)
+        if factory is not None:
+            needs = f"{factory.rule.in_arg}= and rngs=" if factory.rule.in_arg else "rngs="
+            self._report(
+                verify_rules.VERIFY_002,
+                call,
+                stmt,
+                f"{one_line(code(call))} misses {needs}, which the migrated {factory.key} requires "
+                f"(it builds an nnx.{factory.rule.nnx})",
+            )
 
     def _check_linen_helper(self, call: cst.Call, stmt: cst.CSTNode | None) -> None:
         """``get_posemb(self, ...)``: ``self`` handed to a function of the file that uses Linen Module API
