@@ -253,13 +253,12 @@ def _migrate_tree(args: argparse.Namespace, settings: dict, trace):
 
 def _migrate_stdin(args: argparse.Namespace, settings: dict, trace):
     """``migrate -``: one file from stdin; the migrated source (or the input, if it failed) to stdout."""
+    from linen2nnx.migrate.discovery import is_excluded, module_name_for
     from linen2nnx.migrate.engine import (
         FileResult,
         MigrationResult,
         Mode,
-        is_excluded,
         migrate_source,
-        module_name_for,
     )
     from linen2nnx.migrate.findings import Finding
     from linen2nnx.migrate.rules import IO_002

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from linen2nnx.equivalence import check, perturbed
-from linen2nnx.migrate.engine import Mode, import_levels, migrate_paths, module_name_for
+from linen2nnx.migrate.discovery import import_levels, module_name_for
+from linen2nnx.migrate.engine import Mode, migrate_paths
 from linen2nnx.spec import LinenSide, ModelPair
 
 FIXTURE = Path(__file__).parent / "fixtures" / "crossfile"

@@ -1,4 +1,4 @@
-"""The migration engine: file discovery, one codemod pass per file, modes and safe writing.
+"""The migration engine: one codemod pass per file (files found by ``discovery.py``), modes and safe writing.
 
 Each file is processed independently (``-j N`` spreads them over processes); a file that fails
 (syntax error, undecodable bytes, unwritable output, internal error) gets an ``error`` finding,
@@ -13,13 +13,12 @@ import difflib
 import enum
 import multiprocessing
 import os
-import re
 import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 import libcst as cst
@@ -28,15 +27,12 @@ from libcst.codemod import CodemodContext
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
 from linen2nnx.migrate.cst_meta import code_of
+from linen2nnx.migrate.discovery import discover, import_levels, module_name_for
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
-
-SKIP_DIRS = frozenset(
-    {".git", "__pycache__", ".venv", "venv", "build", "dist", ".tox", ".mypy_cache", "node_modules"}
-)
 
 
 class Mode(str, enum.Enum):
@@ -107,94 +103,6 @@ class MigrationResult:
         return 0
 
 
-def _matches(path: PurePath, patterns: Sequence[str]) -> bool:
-    """``PurePath.match`` (globs matched from the right: ``tests/*.py``, ``*_pb2.py``, ``build``)."""
-    return any(path.match(pattern) for pattern in patterns)
-
-
-def is_excluded(path: Path, exclude: Sequence[str], base: Path | None) -> bool:
-    """A path is excluded when it, or any folder above it (up to ``base``), matches a glob."""
-    if not exclude:
-        return False
-    resolved = path.resolve()
-    candidates: list[PurePath] = [path, resolved]
-    if base is not None:
-        try:
-            rel = resolved.relative_to(base.resolve())
-        except ValueError:
-            pass
-        else:
-            candidates += [PurePath(*rel.parts[:i]) for i in range(1, len(rel.parts) + 1)]
-    return any(_matches(c, exclude) for c in candidates)
-
-
-def discover(
-    paths: Sequence[str | Path],
-    exclude: Sequence[str] = (),
-    include: Sequence[str] = ("*.py",),
-    base: str | Path | None = None,
-) -> list[tuple[Path, Path]]:
-    """``(file, root)`` for every file under ``paths`` that matches ``include`` and no ``exclude`` glob.
-
-    Globs follow ``PurePath.match`` (matched from the right); a folder that matches ``exclude`` is
-    skipped whole, and ``exclude`` also applies to files named directly (so a pre-commit hook that
-    passes file names honours it). ``base`` (the config's folder) anchors relative matching. Files
-    named directly need not match ``include``. The result is sorted and deterministic.
-
-    ``root`` anchors relative output paths: the folder itself for one folder, a file's folder for
-    one file, and the deepest common folder of all inputs otherwise (so outputs never collide).
-    """
-    out: list[tuple[Path, Path]] = []
-    anchors = []
-    base_path = Path(base) if base is not None else None
-    for raw in paths:
-        p = Path(raw)
-        if not p.exists():
-            raise L2NError(f"{p}: no such file or directory")
-        anchors.append(p.resolve().parent if p.is_file() else p.resolve())
-    root = Path(os.path.commonpath(anchors)) if anchors else Path.cwd()
-    seen: set[Path] = set()
-
-    def add(f: Path) -> None:
-        key = f.resolve()
-        if key not in seen:
-            seen.add(key)
-            out.append((f, root))
-
-    for raw in paths:
-        p = Path(raw)
-        if p.is_file():
-            if not is_excluded(p, exclude, base_path):
-                add(p)
-            continue
-        for dirpath, dirnames, filenames in os.walk(p):
-            here = Path(dirpath)
-            dirnames[:] = sorted(
-                d
-                for d in dirnames
-                if d not in SKIP_DIRS
-                and not d.startswith(".")
-                and not is_excluded(here / d, exclude, base_path)
-            )
-            for name in sorted(filenames):
-                f = here / name
-                if _matches(PurePath(name), include) or _matches(f, include):
-                    if not is_excluded(f, exclude, base_path):
-                        add(f)
-    return out
-
-
-def module_name_for(path: Path) -> str:
-    """The dotted name Python would import ``path`` under: climb while folders are packages."""
-    path = path.resolve()
-    parts = [] if path.stem == "__init__" else [path.stem]
-    folder = path.parent
-    while (folder / "__init__.py").is_file() and folder.name.isidentifier():
-        parts.insert(0, folder.name)
-        folder = folder.parent
-    return ".".join(parts)
-
-
 def mentions_linen(source: str) -> bool:
     """Cheap pre-filter: a file that never says ``linen`` has nothing to migrate."""
     return "linen" in source
@@ -230,9 +138,9 @@ def migrate_source(
     ``external`` holds the summaries of Linen classes other files of the run define (see
     :func:`migrate_paths`), so submodules and base classes imported from them are migrated too.
     """
+    from linen2nnx.migrate.linen_factories import linen_factories
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training
-    from linen2nnx.migrate.verify import linen_factories
 
     file_path = Path(path)
     if not mentions_linen(source) and not mentions_training(source):
@@ -502,58 +410,6 @@ def _pool_context() -> tuple[multiprocessing.context.BaseContext, bool]:
     if sys.platform == "linux" and threading.active_count() == 1 and not _jax_started():
         return multiprocessing.get_context("fork"), True
     return multiprocessing.get_context("spawn"), False
-
-
-def import_levels(work: list[tuple[Path, str, str]]) -> list[list[int]]:
-    """Group files so that each comes after the files of the run it imports (cross-file pre-pass order).
-
-    Imports are read with ``ast`` (cheap); a cycle or an unparsable file just lands in the last level.
-    """
-    by_module = {module: i for i, (_, _, module) in enumerate(work) if module}
-    last_parts = {module.rsplit(".", 1)[-1].encode() for module in by_module}
-    deps: list[set[int]] = []
-    for path, _, module in work:
-        wanted: set[str] = set()
-        try:
-            data = path.read_bytes()
-            # an import of a module of the run names its last part, or is relative (`from .. import x`):
-            # a file with neither (most of them) has no dependency to find, and needs no parse
-            tree = ast.parse(data) if _may_import(data, last_parts) else None
-        except (SyntaxError, ValueError, OSError):
-            tree = None
-        for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, ast.Import):
-                wanted.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    package = module.split(".")[: -node.level] if module else []
-                    base = ".".join([*package, *([base] if base else [])])
-                wanted.add(base)
-                wanted.update(f"{base}.{a.name}" for a in node.names)
-        deps.append({by_module[m] for m in wanted if m in by_module} - {len(deps)})
-    levels: list[list[int]] = []
-    done: set[int] = set()
-    remaining = list(range(len(work)))
-    while remaining:
-        ready = [i for i in remaining if deps[i] <= done] or remaining  # a cycle: take the rest together
-        levels.append(ready)
-        done.update(ready)
-        remaining = [i for i in remaining if i not in done]
-    return levels
-
-
-_WORD = re.compile(rb"\w+")
-_RELATIVE_IMPORT = re.compile(rb"\bfrom[\s\\]*\.")
-
-
-def _may_import(data: bytes, last_parts: set[bytes]) -> bool:
-    """Cheap test for :func:`import_levels`: False only when ``data`` cannot import a module of the run."""
-    if not last_parts:
-        return False
-    if not data.isascii() or _RELATIVE_IMPORT.search(data):
-        return True
-    return not last_parts.isdisjoint(_WORD.findall(data))
 
 
 def _run(

@@ -26,6 +26,7 @@ from linen2nnx.migrate.cst_meta import (
 from linen2nnx.migrate.cst_utils import absolute_qualname, code
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory
+from linen2nnx.migrate.linen_factories import LinenFactory, linen_factories
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
@@ -34,7 +35,6 @@ from linen2nnx.migrate.training.driver import line_map
 from linen2nnx.migrate.verify_names import (
     LINEN_SELF_ONLY,
     VARIABLE_METHODS,
-    LinenFactory,
     Signature,
     flax_class_kind,
     is_pure_linen,
@@ -91,42 +91,6 @@ def _leftovers(
     verifier = _Verifier(module, module_name, external)
     verifier.run()
     return [n for n in verifier.notes if rule_enabled(n[0].id)]
-
-
-def linen_factories(
-    module: cst.Module, module_name: str, names: NameResolver | None = None
-) -> dict[str, LinenFactory]:
-    """The module-level functions of ``module`` (an output of the run) that build a Linen module, by
-    absolute name: what an NNX class of this file or of a file importing it must not call."""
-    functions = [s for s in module.body if isinstance(s, cst.FunctionDef)]
-    if not functions:
-        return {}
-    names = names or NameResolver(module)
-    linen_classes = {c.name.value for c in _top_classes(module) if _linen_bases(c, names)}
-    found: dict[str, LinenFactory] = {}
-    for fn in functions:
-        for call in calls_in(fn.body):
-            func = call.func
-            if isinstance(func, cst.Name) and func.value in linen_classes:
-                builds = func.value
-            elif isinstance(func, (cst.Name, cst.Attribute)):
-                builds = next((q for q in names.qualnames(func) if flax_class_kind(q) == "linen"), "")
-            else:
-                builds = ""
-            if builds:
-                key = f"{module_name}.{fn.name.value}" if module_name else fn.name.value
-                found[key] = LinenFactory(key, builds)
-                break
-    return found
-
-
-def _linen_bases(cls: cst.ClassDef, names: NameResolver) -> bool:
-    return any(
-        flax_class_kind(q) == "linen"
-        for b in cls.bases
-        if b.keyword is None
-        for q in names.qualnames(b.value)
-    )
 
 
 class _Verifier:

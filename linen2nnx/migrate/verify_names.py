@@ -84,16 +84,6 @@ def is_pure_linen(qualname: str) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class LinenFactory:
-    """A module-level function of the run's output that still builds a Linen module (``def linear(...):
-    return nn.Dense(...)``): called inside an NNX class, it puts Linen there, whichever file defines it.
-    Picklable, so other files of the run learn of it as they learn of its classes."""
-
-    key: str  # absolute dotted name: pkg.ops.linear
-    builds: str  # the Linen class it constructs (the first found): flax.linen.Dense
-
-
-@dataclasses.dataclass(frozen=True)
 class Signature:
     """What a constructor accepts: enough to tell a call that misses an argument or passes a Linen one."""
 
