@@ -26,6 +26,7 @@ from linen2nnx.migrate.factories import (
     call_site_ctor,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
+from linen2nnx.migrate.lazy_vars import init_call
 from linen2nnx.migrate.lifted import (
     lifted_ctor,
     param_axis,
@@ -120,13 +121,11 @@ class Emitter:
             for i, a in enumerate(args)
         ]
         if site.kind == "param":
-            init, rest = args[1], args[2:]
-            value = cst.Call(init.value, strip_commas([cst.Arg(parse_expression("rngs.params()")), *rest]))
+            value = init_call(args[1].value, [cst.Arg(parse_expression("rngs.params()")), *args[2:]])
         else:
-            init, rest = args[2], args[3:]
-            value = cst.Call(init.value, strip_commas(list(rest)))
+            value = init_call(args[2].value, args[3:])
         self.state.uses_nnx = True
-        return cst.Call(parse_expression(f"nnx.{site.var_type}"), [cst.Arg(value)])
+        return cst.Call(parse_expression(site.var_type), [cst.Arg(value)])
 
     def build(self, site: Site, updated: cst.Call) -> cst.BaseExpression:
         if site.kind == "layer":

@@ -234,7 +234,7 @@ class CallRewriter:
                 VAR_004,
                 original,
                 f"self.variable({lazy.collection!r}, {lazy.name!r}) -> "
-                f"nnx.{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does",
+                f"{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does",
             )
             return parse_expression(f"self.{lazy.attr}")
         cell = plan.carry_inits.get(original)
@@ -273,7 +273,7 @@ class CallRewriter:
                 VAR_001,
                 original,
                 f"self.{site.kind}({site.linen_name!r}) -> "
-                f"nnx.{site.var_type} self.{site.attr} created in __init__",
+                f"{site.var_type} self.{site.attr} created in __init__",
             )
         built = self.emitter.build(site, updated)
         if not site.hoisted:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, snake_case
+from linen2nnx.migrate.custom_vars import variable_type_ref
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.rules import API_002, MOD_004
 from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, shape_last_refs
@@ -36,13 +37,8 @@ class VariablePlanning:
         ):
             return False
         collection, name = args[0].value.evaluated_value, args[1].value.evaluated_value  # type: ignore[union-attr]
-        var_type = COLLECTION_TYPES.get(collection)
         call_time = any((names_in(a.value) - NOT_LOCAL) & local_names for a in args[2:])
-        if (
-            var_type is None
-            or collection == "params"
-            or not (conditions is None or call_time or collection == "cache")
-        ):
+        if collection == "params" or not (conditions is None or call_time or collection == "cache"):
             return False
         statement = self.ctx.statement_of(node)
         if not isinstance(statement, cst.SimpleStatementLine):
@@ -57,9 +53,18 @@ class VariablePlanning:
             attr += "_"
         self.state.handled.add(node)
         plan.lazy_vars[node] = LazyVar(
-            collection, name, attr, var_type, statement, self._call_time_when(node)
+            collection, name, attr, self.variable_type(collection), statement, self._call_time_when(node)
         )
         return True
+
+    def variable_type(self, collection: str) -> str:
+        """The expression of the NNX Variable type of a Linen collection: ``nnx.BatchStat``, or the
+        file's own subclass for a custom collection (defined once per file, see custom_vars.py)."""
+        custom = self.state.variable_classes
+        if collection in COLLECTION_TYPES or collection in custom:
+            return variable_type_ref(collection, custom, set())
+        taken = names_in(self.state.tree) | self.state.module_classes | set(self.state.module_functions)
+        return variable_type_ref(collection, custom, taken)
 
     def _call_time_when(self, node: cst.CSTNode) -> str:
         """The ``if`` tests around ``node`` in its method, when they only read the method's parameters
@@ -149,15 +154,6 @@ class VariablePlanning:
             return None
         collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
         name = literal[-1].evaluated_value  # type: ignore[union-attr]
-        var_type = COLLECTION_TYPES.get(collection)
-        if var_type is None:
-            self.ctx.report(
-                API_002,
-                call,
-                f"self.variable in the custom collection {collection!r}",
-                "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name",
-            )
-            return None
         if any(a.keyword is not None for a in call.args):
             self.ctx.report(
                 API_002,
@@ -166,7 +162,7 @@ class VariablePlanning:
                 "create the nnx.Variable in __init__ by hand",
             )
             return None
-        return collection, name, var_type
+        return collection, name, self.variable_type(collection)
 
     def _variable_shape_refs(
         self, call: cst.Call, kind: str | None, name: str, args: list[cst.Arg], local_names: set[str]
