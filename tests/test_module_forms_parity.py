@@ -55,6 +55,7 @@ CASES = {
     "is_initializing": ("Probe", {}, (2, 5)),  # --unsafe-fixes: self.is_initializing() -> False
     "explicit_names": ("Net", {}, (2, 5)),  # name='norm-pre-head', '0', 'bbox_pred.0' (compact and setup)
     "pure_helpers": ("CausalMix", {}, (2, 5, 3)),  # nn.dtypes.promote_dtype, dot_product_attention kept
+    "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",

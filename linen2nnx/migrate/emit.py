@@ -44,6 +44,7 @@ from linen2nnx.migrate.sites import (
     replace_shape_last,
     root_site,
 )
+from linen2nnx.migrate.variable_args import canonical_variable_call
 from linen2nnx.namemap import Child, ClassEntry
 
 
@@ -113,7 +114,9 @@ class Emitter:
         return updated.with_changes(args=strip_commas(args))
 
     def _variable_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
-        args = [a for a in updated.args if a.keyword is None]
+        canonical = canonical_variable_call(updated, site.kind)
+        assert not isinstance(canonical, str)  # the planner saw the same arguments
+        args = list(canonical.args)
         args = [
             a.with_changes(value=parse_expression(site.arg_sources[str(i)]))
             if str(i) in site.arg_sources

@@ -47,7 +47,8 @@ def init_call(init: cst.BaseExpression, args: list[cst.Arg]) -> cst.BaseExpressi
             return init.body
     if not isinstance(init, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not init.lpar:
         init = init.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    return cst.Call(init, strip_commas(list(args)))
+    flat = [a.with_changes(whitespace_after_arg=cst.SimpleWhitespace("")) for a in args]  # no line breaks
+    return cst.Call(init, strip_commas(flat))
 
 
 def initial_value(init: cst.BaseExpression, args: list[cst.Arg]) -> str:

@@ -49,6 +49,7 @@ from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
 )
+from linen2nnx.migrate.variable_args import canonical_variable_call
 
 
 class CallRewriter:
@@ -225,7 +226,9 @@ class CallRewriter:
             return updated
         lazy = plan.lazy_vars.get(original)
         if lazy is not None:
-            args = list(updated.args)
+            canonical = canonical_variable_call(updated, "variable")
+            assert not isinstance(canonical, str)  # the planner saw the same arguments
+            args = list(canonical.args)
             self.state.stmt_prefix.setdefault(lazy.statement, []).append(
                 creation(lazy, args[2].value, args[3:])
             )
