@@ -56,6 +56,7 @@ CASES = {
     "explicit_names": ("Net", {}, (2, 5)),  # name='norm-pre-head', '0', 'bbox_pred.0' (compact and setup)
     "pure_helpers": ("CausalMix", {}, (2, 5, 3)),  # nn.dtypes.promote_dtype, dot_product_attention kept
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
+    "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
