@@ -76,6 +76,8 @@ CASES = {
     "setup_match": ("Block", {"features": 3}, (2, 5)),  # `match` in setup(): the first case
     "factory_function": ("MLP", {"hidden": 4}, (2, 3)),  # dense(...)(x), norm(...)(x): module-level factories
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
+    "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
+    "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -127,3 +129,51 @@ def test_migrated_fixture_has_parity(case, tmp_path):
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))
+
+
+def test_custom_collection_has_parity_and_converts(tmp_path):
+    """``moving_stats`` / ``noise_consts`` variables (custom_collection): the checkpoint's collections
+    convert into the file's registered Variable subclasses, and one train-mode call gives the same
+    output and the same updated ``moving_stats`` on both sides."""
+    from flax.traverse_util import flatten_dict
+
+    from linen2nnx.checkpoint_convert.api import convert_state
+
+    src = fixture("custom_collection_in.py").read_text()
+    result = migrate_source(src, "custom_collection.py", module_name="custom_collection")
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").Tracker
+    nnx_cls = import_file(tmp_path / "nnx_src.py").Tracker
+    x = np.random.default_rng(0).normal(size=(3, 5)).astype(np.float32)
+    side = LinenSide(
+        model=linen_cls(features=4),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        mutable=("moving_stats",),
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=5, rngs=rngs), name_map=map_path
+    )
+    variables = perturbed(side.init_variables())
+    assert set(variables) == {"params", "moving_stats", "noise_consts"}
+
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert {lf.path for lf in parity.by_check()["moving_stats"]} == {"steps", "moving_average_0/w_avg"}
+
+    model, _ = convert_state(variables, pair, map_path)  # the converter's own output, called directly
+    assert type(model.steps).__name__ == "MovingStats" and type(model.offset).__name__ == "NoiseConsts"
+    np.testing.assert_array_equal(model.offset[...], variables["noise_consts"]["offset"])
+    out_l, updates = side.model.apply(variables, x, train=True, mutable=["moving_stats"])
+    out_n = model(x, train=True)
+    np.testing.assert_allclose(out_n, out_l, rtol=1e-5, atol=1e-6)
+    after = {"/".join(k): v for k, v in flatten_dict(updates["moving_stats"]).items()}
+    assert set(after) == {"steps", "MovingAverage_0/w_avg"}
+    np.testing.assert_allclose([model.steps[...], after["steps"]], variables["moving_stats"]["steps"] + 1)
+    np.testing.assert_allclose(model.moving_average_0.w_avg[...], after["MovingAverage_0/w_avg"], rtol=1e-6)
+    assert not np.allclose(
+        after["MovingAverage_0/w_avg"], variables["moving_stats"]["MovingAverage_0"]["w_avg"]
+    )

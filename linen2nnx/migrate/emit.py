@@ -27,6 +27,7 @@ from linen2nnx.migrate.factories import (
 )
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_factories import FunctionFactory
+from linen2nnx.migrate.lazy_vars import init_call
 from linen2nnx.migrate.lifted import (
     lifted_ctor,
     param_axis,
@@ -44,6 +45,7 @@ from linen2nnx.migrate.sites import (
     replace_shape_last,
     root_site,
 )
+from linen2nnx.migrate.variable_args import canonical_variable_call
 from linen2nnx.namemap import Child, ClassEntry
 
 
@@ -113,7 +115,9 @@ class Emitter:
         return updated.with_changes(args=strip_commas(args))
 
     def _variable_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
-        args = [a for a in updated.args if a.keyword is None]
+        canonical = canonical_variable_call(updated, site.kind)
+        assert not isinstance(canonical, str)  # the planner saw the same arguments
+        args = list(canonical.args)
         args = [
             a.with_changes(value=parse_expression(site.arg_sources[str(i)]))
             if str(i) in site.arg_sources
@@ -121,13 +125,11 @@ class Emitter:
             for i, a in enumerate(args)
         ]
         if site.kind == "param":
-            init, rest = args[1], args[2:]
-            value = cst.Call(init.value, strip_commas([cst.Arg(parse_expression("rngs.params()")), *rest]))
+            value = init_call(args[1].value, [cst.Arg(parse_expression("rngs.params()")), *args[2:]])
         else:
-            init, rest = args[2], args[3:]
-            value = cst.Call(init.value, strip_commas(list(rest)))
+            value = init_call(args[2].value, args[3:])
         self.state.uses_nnx = True
-        return cst.Call(parse_expression(f"nnx.{site.var_type}"), [cst.Arg(value)])
+        return cst.Call(parse_expression(site.var_type), [cst.Arg(value)])
 
     def build(self, site: Site, updated: cst.Call) -> cst.BaseExpression:
         if site.kind == "layer":

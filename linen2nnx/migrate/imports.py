@@ -19,14 +19,14 @@ from linen2nnx.migrate.cst_utils import (
 NNX_IMPORT = "from flax import nnx\n"
 
 
-def _is_import_line(stmt: cst.BaseStatement) -> bool:
+def is_import_line(stmt: cst.BaseStatement) -> bool:
     return isinstance(stmt, cst.SimpleStatementLine) and all(
         isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
     )
 
 
 def _imports_nnx(stmt: cst.BaseStatement) -> bool:
-    if not _is_import_line(stmt):
+    if not is_import_line(stmt):
         return False
     for small in stmt.body:  # type: ignore[attr-defined]
         if (
@@ -51,7 +51,7 @@ def ensure_nnx_import(module: cst.Module) -> cst.Module:
     body = list(module.body)
     if any(_imports_nnx(s) for s in body):
         return module
-    last_import = max((i for i, s in enumerate(body) if _is_import_line(s)), default=-1)
+    last_import = max((i for i, s in enumerate(body) if is_import_line(s)), default=-1)
     if (
         last_import < 0
         and body
@@ -65,7 +65,7 @@ def ensure_nnx_import(module: cst.Module) -> cst.Module:
 
 
 def _is_future_import(stmt: cst.BaseStatement) -> bool:
-    return _is_import_line(stmt) and all(
+    return is_import_line(stmt) and all(
         isinstance(s, cst.ImportFrom) and s.module is not None and code(s.module) == "__future__"
         for s in stmt.body  # type: ignore[attr-defined]
     )
@@ -89,7 +89,7 @@ def ensure_plain_import(module: cst.Module, name: str, *, blank_line_after: bool
         for small in stmt.body
     ):
         return module
-    first = next((i for i, s in enumerate(body) if _is_import_line(s) and not _is_future_import(s)), None)
+    first = next((i for i, s in enumerate(body) if is_import_line(s) and not _is_future_import(s)), None)
     if first is None:
         docstring = (
             bool(body)
@@ -101,7 +101,7 @@ def ensure_plain_import(module: cst.Module, name: str, *, blank_line_after: bool
         while first < len(body) and _is_future_import(body[first]):
             first += 1
     line = parse_statement(f"import {name}\n")
-    if first < len(body) and _is_import_line(body[first]):  # take over the blank lines / comments above
+    if first < len(body) and is_import_line(body[first]):  # take over the blank lines / comments above
         line = line.with_changes(leading_lines=body[first].leading_lines)  # type: ignore[union-attr]
         below = [cst.EmptyLine()] if blank_line_after else []
         body[first] = body[first].with_changes(leading_lines=below)
@@ -125,11 +125,11 @@ def drop_unused_imports(module: cst.Module, without_unused: SmallFilter) -> cst.
     a header loses the blank lines above it."""
     used: set[str] = set()
     for stmt in module.body:
-        if not _is_import_line(stmt):
+        if not is_import_line(stmt):
             used |= names_in(stmt)
     body = []
     for stmt in module.body:
-        if _is_import_line(stmt):
+        if is_import_line(stmt):
             smalls = [s for s in (without_unused(small, used) for small in stmt.body) if s is not None]
             if not smalls:
                 continue

@@ -21,10 +21,7 @@ import dataclasses
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import (
-    code,
-    parse_statement,
-)
+from linen2nnx.migrate.cst_utils import code, names_in, parse_statement, strip_commas
 
 
 @dataclasses.dataclass
@@ -32,23 +29,38 @@ class LazyVar:
     collection: str
     name: str  # Linen variable name
     attr: str  # NNX attribute
-    var_type: str  # nnx.<var_type>
+    var_type: str  # the Variable type's expression: nnx.Cache, or the file's own subclass (custom_vars.py)
     statement: cst.SimpleStatementLine  # the statement the creation is hoisted in front of
     when: str = "True"  # the call-time condition it is created under, in terms of the method's parameters
 
 
+def init_call(init: cst.BaseExpression, args: list[cst.Arg]) -> cst.BaseExpression:
+    """The value Linen's ``init_fn(*init_args)`` computes, as an expression: ``jnp.zeros, shape`` ->
+    ``jnp.zeros(shape)``. A lambda that ignores its arguments (``lambda: v``, ``lambda *_: v``, the
+    idiom for a precomputed value) is its body; any other callee that is not a plain name, attribute,
+    call or subscript is parenthesised (``lambda k, s: ...`` called as is would be another lambda)."""
+    if isinstance(init, cst.Lambda):
+        p = init.params
+        star = p.star_arg.name.value if isinstance(p.star_arg, cst.Param) else None
+        ignores = not p.params and not p.kwonly_params and p.star_kwarg is None
+        if ignores and (not args if star is None else star not in names_in(init.body)):
+            return init.body
+    if not isinstance(init, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not init.lpar:
+        init = init.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    flat = [a.with_changes(whitespace_after_arg=cst.SimpleWhitespace("")) for a in args]  # no line breaks
+    return cst.Call(init, strip_commas(flat))
+
+
 def initial_value(init: cst.BaseExpression, args: list[cst.Arg]) -> str:
     """``jnp.zeros, shape, dtype`` -> ``jnp.zeros(shape, dtype)``; ``lambda: v`` -> ``v``."""
-    if isinstance(init, cst.Lambda) and not init.params.params and not args:
-        return code(init.body)
-    return f"{code(init)}({', '.join(code(a.value) for a in args)})"
+    return code(init_call(init, args))
 
 
 def creation(var: LazyVar, init: cst.BaseExpression, args: list[cst.Arg]) -> cst.If:
     """The ``if not hasattr(...)`` block that creates ``var`` on the first call."""
     block = parse_statement(
         f"if not hasattr(self, {var.attr!r}):\n"
-        f"    self.{var.attr} = nnx.{var.var_type}({initial_value(init, args)})\n"
+        f"    self.{var.attr} = {var.var_type}({initial_value(init, args)})\n"
     )
     assert isinstance(block, cst.If)
     return block

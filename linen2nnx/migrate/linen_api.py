@@ -151,6 +151,16 @@ KEPT_LINEN_FUNCTIONS = frozenset(
         "dtypes.canonicalize_dtype",
         "linear.promote_dtype",
         "linear.canonicalize_dtype",
+        # private shape helpers of the Linen layers, functions of their arguments only (custom conv and
+        # norm layers call them; NNX's namesakes are other objects of another module)
+        "linear._conv_dimension_numbers",
+        "linear.canonicalize_padding",
+        "linear._canonicalize_tuple",
+        "linear._normalize_axes",
+        "normalization._canonicalize_axes",
+        "normalization._abs_sq",
+        "normalization._compute_stats",
+        "normalization._l2_normalize",
         # logical sharding: read the global axis rules NNX shares with Linen
         "logical_to_mesh_axes",
         "spmd.logical_to_mesh_axes",

@@ -57,9 +57,11 @@ from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import IS_STATEMENT
 from linen2nnx.migrate.cst_utils import (
     absolute_qualname,
+    names_in,
     parse_expression,
     parse_statement,
 )
+from linen2nnx.migrate.custom_vars import add_variable_classes
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding
@@ -269,6 +271,10 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             updated = updated.with_changes(body=[parse_statement("import jax\n"), *updated.body])
         if self.state.needs_math_import:
             updated = ensure_plain_import(updated, "math")
+        if self.state.variable_classes:  # those the output uses (a class kept as Linen uses the string)
+            used = names_in(updated)
+            wanted = {c: n for c, n in self.state.variable_classes.items() if n in used}
+            updated = add_variable_classes(updated, wanted)
         return updated
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:

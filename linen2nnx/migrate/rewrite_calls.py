@@ -49,6 +49,7 @@ from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
 )
+from linen2nnx.migrate.variable_args import canonical_variable_call
 
 
 class CallRewriter:
@@ -235,7 +236,9 @@ class CallRewriter:
             return updated
         lazy = plan.lazy_vars.get(original)
         if lazy is not None:
-            args = list(updated.args)
+            canonical = canonical_variable_call(updated, "variable")
+            assert not isinstance(canonical, str)  # the planner saw the same arguments
+            args = list(canonical.args)
             self.state.stmt_prefix.setdefault(lazy.statement, []).append(
                 creation(lazy, args[2].value, args[3:])
             )
@@ -244,7 +247,7 @@ class CallRewriter:
                 VAR_004,
                 original,
                 f"self.variable({lazy.collection!r}, {lazy.name!r}) -> "
-                f"nnx.{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does",
+                f"{lazy.var_type} self.{lazy.attr}, created on the first call as Linen does",
             )
             return parse_expression(f"self.{lazy.attr}")
         cell = plan.carry_inits.get(original)
@@ -283,7 +286,7 @@ class CallRewriter:
                 VAR_001,
                 original,
                 f"self.{site.kind}({site.linen_name!r}) -> "
-                f"nnx.{site.var_type} self.{site.attr} created in __init__",
+                f"{site.var_type} self.{site.attr} created in __init__",
             )
         built = self.emitter.build(site, updated)
         if not site.hoisted:

@@ -190,7 +190,7 @@ class Site:
     container: str | None = None
     loop: LoopInfo | None = None
     collection: str = "params"
-    var_type: str = "Param"
+    var_type: str = "nnx.Param"  # the Variable type's expression (custom_vars.py: or the file's own)
     parent: Site | None = None  # the layer whose constructor argument this one is (RNN(cell), Sequential)
     nested: list[Site] = dataclasses.field(default_factory=list)
     nested_arg: str = ""  # the parent's Linen argument holding this one ("cell", or "layers" + index)

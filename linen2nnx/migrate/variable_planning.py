@@ -11,9 +11,11 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, snake_case
+from linen2nnx.migrate.custom_vars import variable_type_ref
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.rules import API_002, MOD_004
 from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, shape_last_refs
+from linen2nnx.migrate.variable_args import canonical_variable_call
 
 
 class VariablePlanning:
@@ -28,21 +30,15 @@ class VariablePlanning:
         call in NNX too (see lazy_vars.py). True when planned so."""
         if self.ctx.self_call(node) != "variable":
             return False
-        args = [a for a in node.args if a.keyword is None and not a.star]
-        if (
-            len(args) < 3
-            or len(args) != len(node.args)
-            or not all(isinstance(a.value, cst.SimpleString) for a in args[:2])
-        ):
+        canonical = canonical_variable_call(node, "variable")
+        if isinstance(canonical, str):
+            return False
+        args = list(canonical.args)
+        if not all(isinstance(a.value, cst.SimpleString) for a in args[:2]):
             return False
         collection, name = args[0].value.evaluated_value, args[1].value.evaluated_value  # type: ignore[union-attr]
-        var_type = COLLECTION_TYPES.get(collection)
         call_time = any((names_in(a.value) - NOT_LOCAL) & local_names for a in args[2:])
-        if (
-            var_type is None
-            or collection == "params"
-            or not (conditions is None or call_time or collection == "cache")
-        ):
+        if collection == "params" or not (conditions is None or call_time or collection == "cache"):
             return False
         statement = self.ctx.statement_of(node)
         if not isinstance(statement, cst.SimpleStatementLine):
@@ -57,9 +53,18 @@ class VariablePlanning:
             attr += "_"
         self.state.handled.add(node)
         plan.lazy_vars[node] = LazyVar(
-            collection, name, attr, var_type, statement, self._call_time_when(node)
+            collection, name, attr, self.variable_type(collection), statement, self._call_time_when(node)
         )
         return True
+
+    def variable_type(self, collection: str) -> str:
+        """The expression of the NNX Variable type of a Linen collection: ``nnx.BatchStat``, or the
+        file's own subclass for a custom collection (defined once per file, see custom_vars.py)."""
+        custom = self.state.variable_classes
+        if collection in COLLECTION_TYPES or collection in custom:
+            return variable_type_ref(collection, custom, set())
+        taken = names_in(self.state.tree) | self.state.module_classes | set(self.state.module_functions)
+        return variable_type_ref(collection, custom, taken)
 
     def _call_time_when(self, node: cst.CSTNode) -> str:
         """The ``if`` tests around ``node`` in its method, when they only read the method's parameters
@@ -92,11 +97,13 @@ class VariablePlanning:
         local_names: set[str],
         attr: str | None = None,
     ) -> Site | None:
-        """``self.param(name, init, *args)`` / ``self.variable(col, name, init, *args)``."""
+        """``self.param(name, init, *args)`` / ``self.variable(col, name, init, *args)`` (keywords as
+        :mod:`~linen2nnx.migrate.variable_args` puts them; ``site.args`` indexes that canonical form)."""
         kind = self.ctx.self_call(call)
         self.state.handled.add(call)  # reported here either way: no generic "Linen API" finding on top
-        args = [a for a in call.args if a.keyword is None]
-        named = self._variable_names(call, kind, args)
+        canonical = canonical_variable_call(call, "param" if kind == "param" else "variable")
+        args = [] if isinstance(canonical, str) else list(canonical.args)
+        named = self._variable_names(call, kind, args, canonical if isinstance(canonical, str) else None)
         if named is None:
             return None
         collection, name, var_type = named
@@ -128,45 +135,25 @@ class VariablePlanning:
         return site
 
     def _variable_names(
-        self, call: cst.Call, kind: str | None, args: list[cst.Arg]
+        self, call: cst.Call, kind: str | None, args: list[cst.Arg], unconvertible: str | None
     ) -> tuple[str, str, str] | None:
-        """(collection, name, NNX Variable type) of a ``self.param`` / ``self.variable`` call; None, with
-        a finding, when the names are not literals, the collection has no NNX type, or keywords are
-        passed."""
-        need = 2 if kind == "param" else 3
-        literal = [a.value for a in args[: need - 1]]
-        if (
-            len(args) < need
-            or any(a.star for a in call.args)
-            or not all(isinstance(v, cst.SimpleString) for v in literal)
-        ):
+        """(collection, name, NNX Variable type) of a ``self.param`` / ``self.variable`` call (``args``:
+        its canonical arguments); None, with a finding, when its arguments have no canonical form
+        (``unconvertible`` says why) or its names are not literals."""
+        literal = [a.value for a in args[: 1 if kind == "param" else 2]]
+        if unconvertible is None and not all(isinstance(v, cst.SimpleString) for v in literal):
+            unconvertible = "non-literal names"
+        if unconvertible is not None:
             self.ctx.report(
                 API_002,
                 call,
-                f"self.{kind}(...) with non-literal names or keyword-only arguments",
+                f"self.{kind}(...) with {unconvertible}",
                 "create the nnx.Variable in __init__ by hand",
             )
             return None
         collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
         name = literal[-1].evaluated_value  # type: ignore[union-attr]
-        var_type = COLLECTION_TYPES.get(collection)
-        if var_type is None:
-            self.ctx.report(
-                API_002,
-                call,
-                f"self.variable in the custom collection {collection!r}",
-                "define `class <Name>(nnx.Variable)` registered with nnx.register_variable_name",
-            )
-            return None
-        if any(a.keyword is not None for a in call.args):
-            self.ctx.report(
-                API_002,
-                call,
-                f"self.{kind}(...) keyword arguments are not converted yet",
-                "create the nnx.Variable in __init__ by hand",
-            )
-            return None
-        return collection, name, var_type
+        return collection, name, self.variable_type(collection)
 
     def _variable_shape_refs(
         self, call: cst.Call, kind: str | None, name: str, args: list[cst.Arg], local_names: set[str]
