@@ -11,6 +11,7 @@ from pathlib import Path
 
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
+from linen2nnx.migrate.discovery import module_name_for
 from linen2nnx.migrate.engine import MigrationResult
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
@@ -26,11 +27,15 @@ Edit freely: it is ordinary Python.
 from pathlib import Path
 
 from linen2nnx.errors import SpecError
-from linen2nnx.spec import ModelPair, import_file, load_linen_side, nnx_ctor_kwargs
+from linen2nnx.isolated_import import import_migrated
+from linen2nnx.spec import ModelPair, load_linen_side, nnx_ctor_kwargs
 
 HERE = Path(__file__).resolve().parent
 LINEN_SPEC = {linen_spec!r}
-MIGRATED_FILE = HERE / {migrated!r}
+# the migrated modules by their import names (imported as a package, beside the Linen original)
+MIGRATED_MODULE = {module!r}
+MIGRATED_FILES = {files!r}
+SOURCE_ROOTS = {roots!r}  # where the modules of the package that the run left alone are found
 NNX_CLASS = {nnx_class!r}
 # constructor arguments the migration added -> index of the positional input whose last axis they are
 INPUT_FEATURE_ARGS = {input_args!r}
@@ -45,7 +50,8 @@ def pair() -> ModelPair:
     if UNRESOLVED_ARGS:
         raise SpecError(f"{{__file__}}: give values for {{UNRESOLVED_ARGS}} (see the migration report)")
     linen = load_linen_side(LINEN_SPEC)
-    nnx_module = import_file(MIGRATED_FILE)
+    files = {{name: HERE / path for name, path in MIGRATED_FILES.items()}}
+    nnx_module = import_migrated(MIGRATED_MODULE, files, search_paths=SOURCE_ROOTS)
     nnx_class = getattr(nnx_module, NNX_CLASS)
     args, _ = linen.call_args(train=False)
     kwargs = nnx_ctor_kwargs(linen.model, nnx_module)  # Linen classes in the config: their NNX twins
@@ -91,11 +97,14 @@ def write_pair_spec(out_dir: Path, trace: Trace, result: MigrationResult) -> Pat
     if probe.endswith(".py") or Path(probe).is_file():
         linen_spec = str(Path(probe).resolve()) + (f":{func}" if sep else "")
     spec_path = Path(out_dir) / SPEC_FILENAME
+    files, roots = _migrated_modules(Path(out_dir), result)
     text = TEMPLATE.format(
         root=trace.root_class,
         spec_name=SPEC_FILENAME,
         linen_spec=linen_spec,
-        migrated=str(file_result.target.resolve().relative_to(Path(out_dir).resolve())),
+        module=module_name_for(file_result.path),
+        files=files,
+        roots=roots,
         nnx_class=trace.root_class,
         input_args=input_args,
         unresolved=unresolved,
@@ -106,3 +115,25 @@ def write_pair_spec(out_dir: Path, trace: Trace, result: MigrationResult) -> Pat
     atomic_write_text(spec_path, text)
     result.extra_outputs.append(spec_path)
     return spec_path
+
+
+def _migrated_modules(out_dir: Path, result: MigrationResult) -> tuple[dict[str, str], list[str]]:
+    """Each written file's import name -> its path under ``out_dir``; and the folders holding the top
+    packages of the sources (the modules of a package the run did not include are found there)."""
+    files: dict[str, str] = {}
+    roots: list[str] = []
+    for r in result.files:
+        if r.target is None:
+            continue
+        name = module_name_for(r.path)
+        if not name:
+            continue
+        try:
+            files[name] = str(r.target.resolve().relative_to(out_dir.resolve()))
+        except ValueError:
+            continue
+        depth = len(name.split(".")) + (1 if r.path.name == "__init__.py" else 0)
+        root = str(r.path.resolve().parents[depth - 1])
+        if root not in roots:
+            roots.append(root)
+    return files, roots

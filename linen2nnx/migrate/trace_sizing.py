@@ -10,6 +10,7 @@ static sizing so that each reads as one kind of evidence.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -153,14 +154,17 @@ class TraceEvidence:
         return size
 
     def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
-        if self.state.trace is None or site.loop is not None or site.tail_of is not None:
-            return None  # the trace knows one Linen name; these sizes change with the loop's length
-        shapes = self.state.trace.shapes_for(plan.name, site.linen_name)
+        if self.state.trace is None or site.tail_of is not None:
+            return None  # the trace knows one Linen name; a list's extension moves with the loop's length
+        if site.loop is not None:
+            shapes = self._element_shapes(plan, site)
+        else:
+            shapes = self.state.trace.shapes_for(plan.name, site.linen_name)
         sizes = sorted({s[-1] for s in shapes if s})
         if not sizes:
             return None
         configs = self.state.trace.instances.get(plan.name, [])
-        scaled = self._scaled_base(plan, site, feat, shapes, configs, node)
+        scaled = self._scaled_base(plan, site, feat, shapes, configs, node) if site.loop is None else None
         if scaled is not None:
             return scaled
         matched = self._match_config(sizes, configs, plan)
@@ -189,6 +193,21 @@ class TraceEvidence:
             )
             return str(sizes[0])
         return None
+
+    def _element_shapes(self, plan: ClassPlan, site: Site) -> list[tuple[int, ...]]:
+        """The traced inputs of every element of a loop-built list (``GPT2Block_0``, ``GPT2Block_1``, ...
+        or ``layer_0``, ... for ``name=f'layer_{i}'``): one size for all of them is a size of the
+        list, which a config expression may explain as it explains a single module's."""
+        assert self.state.trace is not None
+        built = site.rule.linen if site.rule else site.user.name if site.user else None
+        separator = "_" if site.linen_name == built else ""
+        shapes: list[tuple[int, ...]] = []
+        for k in range(10_000):
+            found = self.state.trace.shapes_for(plan.name, f"{site.linen_name}{separator}{k}")
+            if not found:
+                break
+            shapes += found
+        return shapes
 
     def _scaled_base(
         self,
@@ -281,9 +300,24 @@ class TraceEvidence:
                     continue
                 if isinstance(value, int) and not isinstance(value, bool):
                     values.setdefault(f"self.{name}", set()).add(value)
-                elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-                    for f in dataclasses.fields(value):
-                        inner = getattr(value, f.name, None)
+                else:
+                    for expr, inner in _config_items(f"self.{name}", value):
                         if isinstance(inner, int) and not isinstance(inner, bool):
-                            values.setdefault(f"self.{name}.{f.name}", set()).add(inner)
+                            values.setdefault(expr, set()).add(inner)
         return sorted(expr for expr, seen in values.items() if seen == {sizes[0]})
+
+
+def _config_items(prefix: str, value: Any) -> list[tuple[str, Any]]:
+    """``(expression, value)`` of each entry of a config object held in a field: a dataclass's fields,
+    a mapping's string keys (``self.config['hidden']``), a plain object's public attributes (a
+    ``SimpleNamespace``, a ``PretrainedConfig``-style class)."""
+    if isinstance(value, type) or callable(value):
+        return []
+    if dataclasses.is_dataclass(value):
+        return [(f"{prefix}.{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value)]
+    if isinstance(value, Mapping):
+        return [(f"{prefix}[{k!r}]", v) for k, v in value.items() if isinstance(k, str)]
+    attrs = getattr(value, "__dict__", None)
+    if not isinstance(attrs, dict):
+        return []
+    return [(f"{prefix}.{k}", v) for k, v in attrs.items() if k.isidentifier() and not k.startswith("_")]

@@ -1,0 +1,80 @@
+"""Import a migrated package beside its Linen original, in one process.
+
+A migrated tree keeps its module names: ``pkg.layers`` is still ``pkg.layers``, and its files import
+each other by those names (``from pkg import layers``) or relatively (``from . import ops``). Loaded
+as loose files, a migrated module either fails (``attempted relative import with no known parent
+package``) or, worse, silently gets the *Linen* copy of a sibling that the Linen side imported first.
+
+:func:`import_migrated` imports the migrated modules under their real names in an isolated
+``sys.modules``: the entries of the package's top-level name are set aside, a finder maps the run's
+modules to their migrated files (the rest of the package, which the run did not rewrite, comes from
+its usual place), the module is imported, and then the Linen entries are put back while the NNX
+ones stay reachable under a private alias. Each copy keeps the references its imports bound, so the
+Linen and NNX copies of the same package live side by side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+
+from linen2nnx.errors import SpecError
+
+
+class _MigratedFinder(importlib.abc.MetaPathFinder):
+    """Finds the run's modules at their migrated files (a package at its ``__init__.py``)."""
+
+    def __init__(self, files: Mapping[str, Path]) -> None:
+        self.files = files
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None, target: object = None):
+        file = self.files.get(fullname)
+        if file is None:
+            return None
+        is_package = file.name == "__init__.py"
+        return importlib.util.spec_from_file_location(
+            fullname, file, submodule_search_locations=[str(file.parent)] if is_package else None
+        )
+
+
+def import_migrated(
+    module: str, files: Mapping[str, str | Path], *, search_paths: Sequence[str | Path] = ()
+) -> ModuleType:
+    """Import ``module`` from the migrated ``files`` (dotted module name -> file), isolated from any
+    copy of the same package already imported (see the module docstring). ``search_paths``: where
+    the rest of the package (modules the run did not migrate) is found."""
+    resolved = {name: Path(path).resolve() for name, path in files.items()}
+    if module not in resolved:
+        raise SpecError(f"{module}: not a module of the migrated tree")
+    alias = "_linen2nnx_nnx_" + hashlib.sha1(repr(sorted(resolved.items())).encode()).hexdigest()[:10]
+    if f"{alias}.{module}" in sys.modules:
+        return sys.modules[f"{alias}.{module}"]
+    tops = {name.split(".")[0] for name in resolved}
+    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] in tops}
+    for k in saved:
+        del sys.modules[k]
+    finder = _MigratedFinder(resolved)
+    sys.meta_path.insert(0, finder)
+    added = [str(p) for p in search_paths if str(p) not in sys.path]
+    sys.path[:0] = added
+    try:
+        loaded = importlib.import_module(module)
+    except Exception as e:
+        raise SpecError(f"{resolved[module]}: import failed: {type(e).__name__}: {e}") from e
+    finally:
+        sys.meta_path.remove(finder)
+        for p in added:
+            sys.path.remove(p)
+        imported = {k: v for k, v in sys.modules.items() if k.split(".")[0] in tops}
+        for k, v in imported.items():
+            del sys.modules[k]
+            sys.modules[f"{alias}.{k}"] = v  # the NNX copy stays reachable, under a private name
+        sys.modules.update(saved)
+    return loaded
