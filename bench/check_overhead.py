@@ -57,7 +57,7 @@ def zoo_pair(model: str, config: str, work: Path, force_twin: bool = False) -> t
         spec_path, manual = _mutations().migrate_zoo(model, work / f"{model}-migrated")
         if not manual:
             spec = import_file(spec_path)  # written for the traced config; rebuilt here for `config`
-            cls = getattr(import_file(spec.MIGRATED_FILE), spec.NNX_CLASS)
+            cls = getattr(spec.migrated_module(), spec.NNX_CLASS)
             args, _ = linen.call_args(False)
             kwargs = {
                 **linen_ctor_kwargs(linen.model),

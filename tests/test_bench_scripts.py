@@ -200,3 +200,63 @@ def test_check_overhead_reports_check_over_floor(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(bench, "measure", lambda *a: {**numbers, "ratio": 2.5})
     assert bench.main(["--max-ratio", "2.0"]) == 1  # the gate, without compiling again
     assert "exceeds --max-ratio 2.0" in capsys.readouterr().err
+
+
+# ---- outside_packages ---------------------------------------------------------------------------------
+TINY_OPS = """import flax.linen as nn
+
+
+def linear(features, params=None):
+    if params is None:
+        return nn.Dense(features)
+    return nn.Dense(features, kernel_init=lambda *_: params["kernel"])
+"""
+
+TINY_MODEL = """import flax.linen as nn
+
+from . import ops
+
+
+class Tiny(nn.Module):
+    width: int
+
+    @nn.compact
+    def __call__(self, x):
+        return ops.linear(2)(nn.relu(ops.linear(self.width)(x)))
+"""
+
+TINY_SPEC = """import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from linen2nnx.spec import LinenSide
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tinypkg.models import model  # noqa: E402
+
+
+def linen_side():
+    x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
+    return LinenSide(model=model.Tiny(width=5), batch={"x": x}, loss=lambda out, b: jnp.mean(out**2),
+                     train_kwargs={}, eval_kwargs={})
+"""
+
+
+def test_outside_packages_runs_a_package_end_to_end(tmp_path):
+    """A package of our own stands in for a PyPI sdist: relative imports, a layer factory function of
+    another file; migrate --trace of the package folder, the written pair spec, check."""
+    bench = _load("outside_packages")
+    pkg = tmp_path / "src" / "tinypkg-0.1" / "tinypkg"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    (pkg / "models" / "ops.py").write_text(TINY_OPS)
+    (pkg / "models" / "model.py").write_text(TINY_MODEL)
+    model = bench.Package("tiny", "tinypkg==0.1", "tinypkg", "tinypkg/models", TINY_SPEC)
+    report = bench.run_package(model, tmp_path / "src", tmp_path / "work")
+    assert report.error == "", report.error_trace
+    assert report.passed and report.leaves > 0 and report.failed_leaves == 0
+    migrated = (tmp_path / "work" / "nnx" / "ops.py").read_text()
+    assert "def linear(features, params=None, *, in_features: int, rngs: nnx.Rngs):" in migrated

@@ -18,7 +18,7 @@ from linen2nnx.migrate.cst_utils import code, names_in
 from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
-from linen2nnx.migrate.rules import MOD_004
+from linen2nnx.migrate.rules import MOD_004, MOD_009
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, range_loop
 
 if TYPE_CHECKING:
@@ -129,6 +129,8 @@ class CompactCollector(FastVisitor):
         )
         if built.variable and self.planner.plan_lazy_variable(plan, node, conditions, self.local_names):
             return
+        if conditions is None and not in_nest and loop is None and self._built_in_trace(node, built):
+            conditions = []  # built always, as the traced call built it; still used under its condition
         if conditions is None:
             self.state.handled.add(node)  # this finding says it all
             ctx.report(
@@ -139,6 +141,36 @@ class CompactCollector(FastVisitor):
             )
             return
         self._plan_site(node, built, in_nest, loop, conditions)
+
+    def _built_in_trace(self, node: cst.Call, built: Built) -> bool:
+        """A submodule built under a call-time condition that the traced call built (its Linen name is in
+        the trace): with --unsafe-fixes it is built in __init__ always (L2N-MOD-009); the assumption is
+        that checkpoints come from an init that took the branch the traced call took, as Linen's names
+        of the modules built after it depend on it."""
+        trace = self.state.trace
+        if trace is None or built.variable or (built.rule is None and built.user is None):
+            return False
+        class_name = built.rule.linen if built.rule else built.user.name  # type: ignore[union-attr]
+        explicit = next((a for a in built.target.args if a.keyword and a.keyword.value == "name"), None)
+        if explicit is not None:
+            if not isinstance(explicit.value, cst.SimpleString):
+                return False
+            name = str(explicit.value.evaluated_value)
+        else:
+            count = self.counters.get(class_name, 0)
+            if count is None:
+                return False
+            name = f"{class_name}_{count}"
+        if not trace.shapes_for(self.plan.name, name) or not self.state.unsafe_fixes:
+            return False
+        self.ctx.report(
+            MOD_009,
+            node,
+            f"{built.what} is built under a condition on a call-time value; the traced call built it "
+            f"({name}): built in __init__ always and used under the same condition",
+            "a checkpoint from an init that took the other branch names the modules after it differently",
+        )
+        return True
 
     def _built(self, node: cst.Call, factory: Any, target: cst.Call) -> Built | None:
         """What the constructor call ``node`` builds; None when it is neither a layer, a class of the run

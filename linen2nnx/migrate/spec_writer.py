@@ -46,12 +46,17 @@ UNRESOLVED_ARGS = {unresolved!r}
 LAZY_INIT = {lazy_init!r}
 
 
+def migrated_module():
+    """The migrated module that defines NNX_CLASS, imported as part of its package."""
+    files = {{name: HERE / path for name, path in MIGRATED_FILES.items()}}
+    return import_migrated(MIGRATED_MODULE, files, search_paths=SOURCE_ROOTS)
+
+
 def pair() -> ModelPair:
     if UNRESOLVED_ARGS:
         raise SpecError(f"{{__file__}}: give values for {{UNRESOLVED_ARGS}} (see the migration report)")
     linen = load_linen_side(LINEN_SPEC)
-    files = {{name: HERE / path for name, path in MIGRATED_FILES.items()}}
-    nnx_module = import_migrated(MIGRATED_MODULE, files, search_paths=SOURCE_ROOTS)
+    nnx_module = migrated_module()
     nnx_class = getattr(nnx_module, NNX_CLASS)
     args, _ = linen.call_args(train=False)
     kwargs = nnx_ctor_kwargs(linen.model, nnx_module)  # Linen classes in the config: their NNX twins

@@ -61,6 +61,16 @@ MOD_008 = Rule(
     blocks_rewrite=True,
 )
 
+MOD_009 = Rule(
+    "L2N-MOD-009",
+    U,
+    "Submodule Linen builds under a condition on a call-time value: built in __init__ always, as the traced "
+    "call built it, and used under the same condition (applied with --unsafe-fixes).",
+    "if input_embds is None:\n    input_embds = nn.Embed(vocab, d)(ids)",
+    "self.embed_0 = nnx.Embed(vocab, d, rngs=rngs)  # in __init__\nif input_embds is None:\n"
+    "    input_embds = self.embed_0(ids)",
+)
+
 LAYER_001 = Rule(
     "L2N-LAYER-001",
     C,
@@ -151,6 +161,7 @@ RULES = (
     MOD_006,
     MOD_007,
     MOD_008,
+    MOD_009,
     LAYER_001,
     LAYER_002,
     LAYER_003,

@@ -1,0 +1,280 @@
+"""Real Linen packages from PyPI, end to end: ``migrate --trace`` of the package, ``convert``, ``check``.
+
+    python bench/outside_packages.py [--models gpt2] [--src DIR] [--keep DIR] [--json FILE]
+                                     [--require-pass] [-v]
+
+Where ``bench/outside_parity.py`` runs single files of the Flax examples, this script runs models that
+live in packages written by others, whose files import each other relatively (``from . import ops``)
+and build layers through module-level factory functions (``ops.linear(...)(x)``). For each model the
+package's sdist is fetched with ``pip download --no-deps --no-binary :all:`` (``--src`` takes a folder
+of already extracted sdists instead), the package is copied into a work folder, and then, with no
+edit of its code:
+
+1. the Linen model (a tiny config, written below) is traced on an example batch;
+2. the package folder is migrated with that trace (``Mode.OUT_DIR``), keeping its structure;
+3. the pair spec the migration writes imports the migrated package beside the Linen one;
+4. ``check`` compares forward (eval and train), loss and every gradient with perturbed weights,
+   each leaf within ``1e-5 * (1 + max|ref|)``, fp32.
+
+The environment, not the code, is adapted where a package predates this JAX: its download-only
+dependencies (``h5py``, ``requests``, ...) are stubbed for import, and APIs that JAX has since removed
+get a shim that both sides run under (named per model in the table's notes).
+
+The models:
+
+- ``gpt2``: flaxmodels 0.1.3 ``GPT2Model`` (2 layers, width 12, 2 heads, vocabulary 11), token ids
+  (2, 5). Its layers come from ``ops.linear`` / ``ops.layer_norm`` / ``ops.embedding`` (factory
+  functions of another file); the token embedding is built only when no ``input_embds`` is given,
+  which ``--unsafe-fixes`` builds always, as the traced call did (``L2N-MOD-009``). Shim:
+  ``jnp.reshape(newshape=...)`` (removed from JAX).
+
+Exit status: 0, unless ``--require-pass`` is given and a model did not reach parity (then 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from outside_parity import (
+    TOL_FACTOR,
+    ModelReport,
+    SourceUnavailable,
+    _first_line,
+    init_variables,
+    perturb,
+    render_table,
+    stub_missing_packages,
+)
+
+
+@contextlib.contextmanager
+def reshape_newshape() -> Iterator[None]:
+    """``jnp.reshape(a, newshape=...)``, removed from JAX, accepted again while active (both sides)."""
+    import jax.numpy as jnp
+
+    original = jnp.reshape
+
+    def reshape(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None, **kw: Any) -> Any:
+        return original(a, shape if shape is not None else newshape, order=order, **kw)
+
+    jnp.reshape = reshape
+    try:
+        yield
+    finally:
+        jnp.reshape = original
+
+
+GPT2_SPEC = '''"""Linen side of flaxmodels' GPT-2 (a tiny config), written by bench/outside_packages.py."""
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import jax.numpy as jnp
+import numpy as np
+
+from linen2nnx.spec import LinenSide
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from flaxmodels.gpt2 import gpt2  # noqa: E402
+
+CONFIG = SimpleNamespace(
+    vocab_size=11, n_positions=7, n_embd=12, n_head=2, n_layer=2, n_inner=None, embd_pdrop=0.0,
+    attn_pdrop=0.0, resid_pdrop=0.0, layer_norm_epsilon=1e-5, scale_attn_weights=True,
+    activation_function="gelu_new",
+)
+
+
+def linen_side():
+    ids = np.random.default_rng(0).integers(0, 11, size=(2, 5))
+    return LinenSide(
+        model=gpt2.GPT2Model(config=CONFIG),
+        batch={"x": ids},
+        loss=lambda out, batch: jnp.mean(out["last_hidden_state"] ** 2),
+        train_kwargs={"training": True},
+        eval_kwargs={"training": False},
+        name="flaxmodels/GPT2Model",
+    )
+'''
+
+
+@dataclasses.dataclass(frozen=True)
+class Package:
+    name: str
+    requirement: str  # what pip downloads: flaxmodels==0.1.3
+    package: str  # the import package inside the sdist
+    migrate: str  # the folder of the package that is migrated (relative to the package's parent)
+    spec: str
+    stubs: tuple[str, ...] = ()  # download-only dependencies, stubbed for import
+    shims: tuple[tuple[str, Callable[[], contextlib.AbstractContextManager[Any]]], ...] = ()
+    unsafe_fixes: bool = False
+    notes: tuple[str, ...] = ()
+
+
+MODELS = {
+    "gpt2": Package(
+        "gpt2",
+        "flaxmodels==0.1.3",
+        "flaxmodels",
+        "flaxmodels/gpt2",
+        GPT2_SPEC,
+        stubs=("h5py", "requests", "tqdm", "regex", "filelock"),
+        shims=(("jnp.reshape(newshape=)", reshape_newshape),),
+        unsafe_fixes=True,
+        notes=("--unsafe-fixes: the token embedding is built only when input_embds is None (L2N-MOD-009)",),
+    ),
+}
+
+
+def sdist_package(requirement: str, package: str, scratch: Path, src: Path | None) -> Path:
+    """The extracted import package ``package`` of ``requirement``'s sdist (from ``src`` if it holds
+    one, else ``pip download``)."""
+    name, _, version = requirement.partition("==")
+    if src is not None:
+        for cand in sorted(src.glob(f"{name}-{version or '*'}/{package}")):
+            return cand
+    dl = scratch / "download"
+    dl.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+    cmd += ["--disable-pip-version-check", "-q", requirement, "-d", str(dl)]
+    try:
+        subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SourceUnavailable(f"pip download {requirement} failed: {e}") from e
+    archives = sorted(dl.glob(f"{name}-*.tar.gz"))
+    if not archives:
+        raise SourceUnavailable(f"pip download {requirement} gave no sdist")
+    with tarfile.open(archives[0]) as tar:
+        tar.extractall(scratch / "src", filter="data")
+    found = sorted((scratch / "src").glob(f"*/{package}"))
+    if not found:
+        raise SourceUnavailable(f"{archives[0].name}: no {package}/ folder inside")
+    return found[0]
+
+
+def run_package(model: Package, src: Path | None, work: Path) -> ModelReport:
+    """Every stage for one model; the first stage that raises is recorded and ends this model only."""
+    from linen2nnx.equivalence import check
+    from linen2nnx.migrate.engine import Mode, migrate_paths
+    from linen2nnx.migrate.findings import Severity
+    from linen2nnx.migrate.spec_writer import write_pair_spec
+    from linen2nnx.migrate.trace import trace_linen
+    from linen2nnx.spec import load_linen_side, load_pair
+
+    report = ModelReport(model.name, source=model.requirement, notes=list(model.notes))
+    t0 = time.perf_counter()
+    stage = "download"
+    try:
+        package = sdist_package(model.requirement, model.package, work / "sdist", src)
+        linen = work / "linen"
+        shutil.copytree(package, linen / model.package)
+        spec_path = linen / "linen_spec.py"
+        spec_path.write_text(model.spec)
+        with contextlib.ExitStack() as stack:
+            stubbed = stack.enter_context(stub_missing_packages(model.stubs))
+            for _, shim in model.shims:
+                stack.enter_context(shim())
+            stage = "trace"
+            ref = f"{spec_path}:linen_side"
+            side = load_linen_side(ref)
+            trace = trace_linen(side, ref)
+            stage = "migrate"
+            out_dir = work / "nnx"
+            report.out_dir = str(out_dir)
+            result = migrate_paths(
+                [linen / model.migrate],
+                Mode.OUT_DIR,
+                out_dir=out_dir,
+                trace=trace,
+                unsafe_fixes=model.unsafe_fixes,
+            )
+            report.migrate_exit = result.exit_code()
+            flagged = [f for f in result.findings if f.severity in (Severity.MANUAL, Severity.ERROR)]
+            report.findings = [f.format_text() for f in flagged]
+            report.manual_rules = sorted({f.rule for f in flagged if f.severity is Severity.MANUAL})
+            stage = "pair spec"
+            pair = load_pair(str(write_pair_spec(out_dir, trace, result)))
+            stage = "check"
+            tolerances = {"base": {"float32": TOL_FACTOR, "float64": TOL_FACTOR}}
+            parity = check(pair, perturb(init_variables(side)), tolerances=tolerances)
+            stage = "done"
+        report.passed = parity.passed
+        report.leaves, report.failed_leaves = len(parity.leaves), len(parity.failures)
+        worst = parity.worst()
+        if worst is not None:
+            report.worst = f"{worst.check}:{worst.path}"
+            report.worst_max_abs, report.worst_tol = worst.max_abs, worst.tol
+        if stubbed:
+            report.notes.append(f"not installed, stubbed for import: {', '.join(sorted(set(stubbed)))}")
+        report.notes += [f"shim: {name}" for name, _ in model.shims]
+    except Exception as e:
+        report.error = f"{stage}: {_first_line(e, work)}"
+        report.error_trace = traceback.format_exc()
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--models", default=",".join(MODELS), help=f"comma-separated subset of {tuple(MODELS)}"
+    )
+    parser.add_argument("--src", type=Path, help="a folder of extracted sdists (default: pip download)")
+    parser.add_argument("--json", type=Path, help="write the per-model results here")
+    parser.add_argument("--keep", type=Path, help="work in this folder (kept) instead of a temp dir")
+    parser.add_argument(
+        "--require-pass", action="store_true", help="exit 1 unless every model reaches parity"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="print findings and tracebacks")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {tuple(MODELS)}")
+
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    with contextlib.ExitStack() as stack:
+        if args.keep:
+            work = args.keep.resolve()
+            work.mkdir(parents=True, exist_ok=True)
+        else:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="linen2nnx-packages-")))
+        reports = [run_package(MODELS[n], args.src, work / n) for n in names]
+        console.print(
+            render_table(reports, "Linen packages from PyPI → NNX: migrate --trace + convert + check")
+        )
+        for r in reports:
+            for note in r.notes:
+                console.print(f"[dim]{r.model}: {note}[/]")
+            if args.verbose:
+                for f in r.findings:
+                    console.print(f"  {f}", markup=False, highlight=False)
+                if r.error_trace:
+                    console.print(r.error_trace, markup=False, highlight=False)
+        if args.json:
+            args.json.write_text(json.dumps({"models": [r.to_json() for r in reports]}, indent=2) + "\n")
+    failed = [r.model for r in reports if not r.ok]
+    return 1 if args.require_pass and failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
