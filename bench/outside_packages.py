@@ -22,6 +22,9 @@ get a shim that both sides run under (named per model in the table's notes).
 
 The models:
 
+- ``griffin``: recurrentgemma 1.0.1 ``Griffin`` (width 8, a recurrent and a local-attention residual
+  block, remat of each block, vocabulary 11), tokens (2, 6) with their positions, logits compared.
+  Its pure-Python dependencies (einops, jaxtyping, typeguard) are pip-installed into the work folder.
 - ``gpt2``: flaxmodels 0.1.3 ``GPT2Model`` (2 layers, width 12, 2 heads, vocabulary 11), token ids
   (2, 5). Its layers come from ``ops.linear`` / ``ops.layer_norm`` / ``ops.embedding`` (factory
   functions of another file); the token embedding is built only when no ``input_embds`` is given,
@@ -113,6 +116,48 @@ def linen_side():
 '''
 
 
+GRIFFIN_SPEC = '''"""Linen side of recurrentgemma's Griffin (a tiny config), written by bench/outside_packages.py."""
+
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from linen2nnx.spec import LinenSide
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recurrentgemma import common  # noqa: E402
+from recurrentgemma.jax import griffin  # noqa: E402
+
+CONFIG = common.GriffinConfig(
+    vocab_size=11,
+    width=8,
+    mlp_expanded_width=12,
+    num_heads=2,
+    block_types=(common.TemporalBlockType.RECURRENT, common.TemporalBlockType.ATTENTION),
+    embeddings_scale_by_sqrt_dim=True,
+    attention_window_size=4,
+    logits_soft_cap=30.0,
+    scan_type=common.ScanType.LINEAR_NATIVE,
+)
+
+
+def linen_side():
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 11, size=(2, 6)), jnp.int32)
+    positions = jnp.asarray(np.tile(np.arange(6), (2, 1)), jnp.int32)  # jaxtyping checks for jax arrays
+    return LinenSide(
+        model=griffin.Griffin(CONFIG),
+        batch={"x": tokens, "segment_pos": positions},
+        inputs=lambda b: ((b["x"], b["segment_pos"]), {}),
+        loss=lambda out, batch: jnp.mean(out[0] ** 2),
+        train_kwargs={"return_cache": False},
+        eval_kwargs={"return_cache": False},
+        name="recurrentgemma/Griffin",
+    )
+'''
+
+
 @dataclasses.dataclass(frozen=True)
 class Package:
     name: str
@@ -124,6 +169,7 @@ class Package:
     shims: tuple[tuple[str, Callable[[], contextlib.AbstractContextManager[Any]]], ...] = ()
     unsafe_fixes: bool = False
     notes: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()  # pure-Python dependencies pip installs into the work folder
 
 
 MODELS = {
@@ -138,7 +184,29 @@ MODELS = {
         unsafe_fixes=True,
         notes=("--unsafe-fixes: the token embedding is built only when input_embds is None (L2N-MOD-009)",),
     ),
+    "griffin": Package(
+        "griffin",
+        "recurrentgemma==1.0.1",
+        "recurrentgemma",
+        "recurrentgemma/jax",
+        GRIFFIN_SPEC,
+        stubs=("sentencepiece",),
+        requires=("einops<1", "jaxtyping<1", "typeguard<3", "wadler_lindig"),
+    ),
 }
+
+
+def install_requires(requires: tuple[str, ...], target: Path) -> list[str]:
+    """``pip install --target`` the pure-Python dependencies a package imports (none of them is a
+    dependency of this project); returns the folder to put on ``sys.path`` (nothing when none)."""
+    if not requires:
+        return []
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q"]
+    cmd += ["--target", str(target), *requires]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode != 0:
+        raise SourceUnavailable(f"pip install {' '.join(requires)} failed: {proc.stderr.strip()[-300:]}")
+    return [str(target)]
 
 
 def sdist_package(requirement: str, package: str, scratch: Path, src: Path | None) -> Path:
@@ -185,7 +253,11 @@ def run_package(model: Package, src: Path | None, work: Path) -> ModelReport:
         shutil.copytree(package, linen / model.package)
         spec_path = linen / "linen_spec.py"
         spec_path.write_text(model.spec)
+        stage = "dependencies"
+        paths = install_requires(model.requires, work / "deps")
         with contextlib.ExitStack() as stack:
+            sys.path[:0] = paths
+            stack.callback(lambda: [sys.path.remove(p) for p in paths])
             stubbed = stack.enter_context(stub_missing_packages(model.stubs))
             for _, shim in model.shims:
                 stack.enter_context(shim())

@@ -134,8 +134,12 @@ def import_levels(work: list[tuple[Path, str, str]]) -> list[list[int]]:
                 if node.level:
                     package = module.split(".")[: -node.level] if module else []
                     base = ".".join([*package, *([base] if base else [])])
-                wanted.add(base)
-                wanted.update(f"{base}.{a.name}" for a in node.names)
+                # `from pkg import sub` needs the module pkg.sub, not pkg/__init__.py (which often imports
+                # the package's modules back: a cycle that would put them all in one level)
+                subs = {f"{base}.{a.name}" for a in node.names} & by_module.keys()
+                wanted.update(subs)
+                if len(subs) < len(node.names):
+                    wanted.add(base)
         deps.append({by_module[m] for m in wanted if m in by_module} - {len(deps)})
     levels: list[list[int]] = []
     done: set[int] = set()

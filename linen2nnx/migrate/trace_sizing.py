@@ -308,15 +308,17 @@ class TraceEvidence:
 
 
 def _config_items(prefix: str, value: Any) -> list[tuple[str, Any]]:
-    """``(expression, value)`` of each entry of a config object held in a field: a dataclass's fields,
-    a mapping's string keys (``self.config['hidden']``), a plain object's public attributes (a
-    ``SimpleNamespace``, a ``PretrainedConfig``-style class)."""
+    """``(expression, value)`` of each entry of a config object held in a field: a dataclass's or a
+    NamedTuple's fields, a mapping's string keys (``self.config['hidden']``), a plain object's public
+    attributes (a ``SimpleNamespace``, a ``PretrainedConfig``-style class)."""
     if isinstance(value, type) or callable(value):
         return []
     if dataclasses.is_dataclass(value):
         return [(f"{prefix}.{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value)]
     if isinstance(value, Mapping):
         return [(f"{prefix}[{k!r}]", v) for k, v in value.items() if isinstance(k, str)]
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple config
+        return [(f"{prefix}.{f}", getattr(value, f)) for f in value._fields]
     attrs = getattr(value, "__dict__", None)
     if not isinstance(attrs, dict):
         return []

@@ -18,7 +18,6 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_meta import (
     IS_STATEMENT,
-    calls_in,
     code_of,
     start_positions,
     syntax_children,
@@ -39,6 +38,16 @@ from linen2nnx.migrate.verify_names import (
     flax_class_kind,
     is_pure_linen,
     signature_of,
+)
+from linen2nnx.migrate.verify_syntax import (
+    assignments,
+    container_items,
+    container_kind,
+    defined_names,
+    linen_args,
+    linen_helpers,
+    self_chain,
+    top_classes,
 )
 
 
@@ -103,13 +112,16 @@ class _Verifier:
         self.names = NameResolver(module)
         self.nnx_classes: dict[str, cst.ClassDef] = {}  # NNX classes of this file, by name
         self.linen_classes: set[str] = set()  # Linen classes of this file (kept ones included)
-        self.defs = {c.name.value: c for c in _top_classes(module)}
+        self.defs = {c.name.value: c for c in top_classes(module)}
         self._helpers: dict[str, tuple[list[str], dict[str, str]]] | None = None  # see _linen_helpers
         self._signatures: dict[str, Signature | None] = {}
         self.notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
         self._class: cst.ClassDef | None = None  # the NNX class being checked
         self._own: dict[cst.ClassDef, set[str]] = {}  # NNX class -> the names it (and its bases) define
         self._factories: dict[str, LinenFactory] | None = None  # see _factory
+        self._aliases: list[
+            dict[str, cst.BaseExpression]
+        ] = []  # per method: local name -> the class it holds
         self.function_factories = {k: v for k, v in external.items() if isinstance(v, FunctionFactory)}
 
     def run(self) -> None:
@@ -131,6 +143,12 @@ class _Verifier:
             return
         if kind is cst.Call and self.function_factories:
             self._check_factory_call(node, stmt)  # type: ignore[arg-type]
+        if kind is cst.FunctionDef and self._class is not None:
+            self._aliases.append(self._class_aliases(node))  # type: ignore[arg-type]
+            for child in syntax_children(node):
+                self._walk(child, stmt)
+            self._aliases.pop()
+            return
         if self._class is not None:
             if kind is cst.Call:
                 if self._check_call(node, stmt):  # type: ignore[arg-type]
@@ -197,7 +215,7 @@ class _Verifier:
         todo = [node]
         while todo:
             cls = todo.pop()
-            names |= _defined_names(cls)
+            names |= defined_names(cls)
             todo += [
                 self.defs[b.value.value]
                 for b in cls.bases
@@ -225,14 +243,10 @@ class _Verifier:
                 call,
                 stmt,
                 f"{code(func)}(...) is a Linen module ({linen_q}) constructed inside NNX class {owner}"
-                f"{_linen_args(call)}: build its NNX counterpart with rngs=rngs",
+                f"{linen_args(call)}: build its NNX counterpart with rngs=rngs",
             )
             return False
-        if (
-            isinstance(func, cst.Attribute)
-            and func.attr.value in VARIABLE_METHODS
-            and _self_chain(func.value)
-        ):
+        if isinstance(func, cst.Attribute) and func.attr.value in VARIABLE_METHODS and self_chain(func.value):
             if not (isinstance(func.value, cst.Name) and func.attr.value in self._own_names()):
                 self._report(
                     verify_rules.VERIFY_003,
@@ -303,7 +317,7 @@ class _Verifier:
         ):
             return
         if self._helpers is None:  # found on first need: few calls hand `self` to a function
-            self._helpers = _linen_helpers(self.module)
+            self._helpers = linen_helpers(self.module)
         if func.value not in self._helpers:
             return
         params, api = self._helpers[func.value]
@@ -337,8 +351,46 @@ class _Verifier:
                 )
                 return
 
+    def _class_aliases(self, fn: cst.FunctionDef) -> dict[str, cst.BaseExpression]:
+        """Locals of ``fn`` that hold a class of this file or of the run, directly or through a wrapper
+        that keeps its constructor (``block = modules.Block``; ``block = nnx.remat(block, ...)``;
+        ``partial(block, ...)``): a call of the local is a call of that class."""
+        aliases: dict[str, cst.BaseExpression] = {}
+        for assign in assignments(fn.body):
+            target, value = assign.targets[0].target, assign.value
+            if not isinstance(target, cst.Name):
+                continue
+            while isinstance(value, cst.Call) and value.args and not value.args[0].keyword:
+                value = value.args[0].value  # nnx.remat(Block, ...), partial(Block, ...): still Block
+            if isinstance(value, cst.Name) and value.value in aliases:
+                value = aliases[value.value]
+            if self._names_a_class(value):
+                aliases[target.value] = value
+        return aliases
+
+    def _names_a_class(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Name) and node.value in self.defs:
+            return True
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            return False
+        return any(self._external(q) is not None for q in self.names.qualnames(node))
+
     def _check_signature(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
         func = call.func
+        alias = self._aliases[-1].get(func.value) if isinstance(func, cst.Name) and self._aliases else None
+        if alias is not None:  # `block_class(...)`, a local holding a class of the run
+            shown = code(func)
+            func = alias
+            qualnames = self.names.qualnames(alias) if isinstance(alias, (cst.Name, cst.Attribute)) else set()
+            if isinstance(alias, cst.Name) and alias.value in self.defs:
+                signature = self._signature(alias.value)
+            else:
+                summary = next((s for q in qualnames if (s := self._external(q)) is not None), None)
+                signature = Signature.of_summary(summary) if summary is not None else None
+            problem = signature.problem(call) if signature is not None else ""
+            if problem:
+                self._report(verify_rules.VERIFY_002, call, stmt, f"{shown}(...) (a {code(func)}) {problem}")
+            return
         if isinstance(func, cst.Name) and func.value in self.defs:
             signature = self._signature(func.value)
         else:
@@ -389,8 +441,8 @@ class _Verifier:
         )
         if target is None or node.value is None:
             return
-        kind = _container_kind(node.value)
-        if kind is None or not any(self._builds_module(e) for e in _container_items(node.value)):
+        kind = container_kind(node.value)
+        if kind is None or not any(self._builds_module(e) for e in container_items(node.value)):
             return
         wrapper = "nnx.Dict" if kind == "dict" else "nnx.List"
         self._report(
@@ -418,7 +470,7 @@ class _Verifier:
 
     def _check_attribute(self, node: cst.Attribute, stmt: cst.CSTNode | None) -> None:
         attr = node.attr.value
-        if attr == "variables" and _self_chain(node.value):
+        if attr == "variables" and self_chain(node.value):
             if not (isinstance(node.value, cst.Name) and attr in self._own_names()):
                 self._report(
                     verify_rules.VERIFY_003,
@@ -445,124 +497,3 @@ def _marked_by_another_rule(stmt: cst.CSTNode) -> bool:
         and not line.comment.value.startswith(f"{MARKER} L2N-VERIFY")
         for line in lines
     )
-
-
-def _linen_helpers(module: cst.Module) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """Module-level functions that call Linen Module API on one of their parameters (``p.param(...)``):
-    name -> (parameter names, parameter -> the first such method)."""
-    out: dict[str, tuple[list[str], dict[str, str]]] = {}
-    for fn in module.body:
-        if not isinstance(fn, cst.FunctionDef):
-            continue
-        params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
-        api: dict[str, str] = {}
-        for call in calls_in(fn.body):
-            f = call.func
-            if (
-                isinstance(f, cst.Attribute)
-                and isinstance(f.value, cst.Name)
-                and f.value.value in params
-                and f.attr.value in LINEN_SELF_ONLY
-            ):
-                api.setdefault(f.value.value, f.attr.value)
-        if api:
-            out[fn.name.value] = (params, api)
-    return out
-
-
-def _top_classes(module: cst.Module) -> list[cst.ClassDef]:
-    return [s for s in module.body if isinstance(s, cst.ClassDef)]
-
-
-_CONTAINERS = {
-    cst.List: "list",
-    cst.ListComp: "list",
-    cst.Tuple: "tuple",
-    cst.Dict: "dict",
-    cst.DictComp: "dict",
-}
-
-
-def _container_kind(node: cst.BaseExpression) -> str | None:
-    """``"list"`` / ``"tuple"`` / ``"dict"`` for a container display, a comprehension or ``list(...)``."""
-    if (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Name)
-        and node.func.value in ("list", "tuple", "dict")
-    ):
-        return node.func.value if len(node.args) == 1 else None
-    return _CONTAINERS.get(type(node))
-
-
-def _container_items(node: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The element expressions of a container (a comprehension's element, a dict's values)."""
-    if isinstance(node, cst.Call):
-        node = node.args[0].value
-    if isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
-        return [node.elt]
-    if isinstance(node, cst.DictComp):
-        return [node.value]
-    if isinstance(node, (cst.List, cst.Tuple)):
-        return [e.value for e in node.elements]
-    if isinstance(node, cst.Dict):
-        return [e.value for e in node.elements if isinstance(e, cst.DictElement)]
-    return []
-
-
-def _self_chain(node: cst.BaseExpression) -> bool:
-    """``self``, ``self.a``, ``self.a[i].b``: an expression rooted at ``self`` through attributes and subscripts."""
-    while isinstance(node, (cst.Attribute, cst.Subscript)):
-        node = node.value
-    return isinstance(node, cst.Name) and node.value == "self"
-
-
-def _linen_args(call: cst.Call) -> str:
-    kw = {a.keyword.value for a in call.args if a.keyword is not None}
-    said = []
-    if "name" in kw:
-        said.append("with name=")
-    if "rngs" not in kw:
-        said.append("without rngs=")
-    return f" ({', '.join(said)})" if said else ""
-
-
-def _defined_names(cls: cst.ClassDef) -> set[str]:
-    names: set[str] = set()
-    for stmt in cls.body.body:
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            names.add(stmt.name.value)
-        elif isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                targets = (
-                    [t.target for t in small.targets]
-                    if isinstance(small, cst.Assign)
-                    else ([small.target] if isinstance(small, cst.AnnAssign) else [])
-                )
-                names.update(t.value for t in targets if isinstance(t, cst.Name))
-    names.update(_self_assigned(cls))
-    return names
-
-
-def _self_assigned(cls: cst.ClassDef) -> set[str]:
-    """``<name>`` of every ``self.<name> = ...`` (or ``setattr(self, '<name>', ...)``) in the class."""
-    found: set[str] = set()
-
-    def walk(node: cst.CSTNode) -> None:
-        targets: list[cst.CSTNode] = []
-        if isinstance(node, cst.Assign):
-            targets = [t.target for t in node.targets]
-        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
-            targets = [node.target]
-        for t in targets:
-            for el in [e.value for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) else [t]:
-                if (
-                    isinstance(el, cst.Attribute)
-                    and isinstance(el.value, cst.Name)
-                    and el.value.value == "self"
-                ):
-                    found.add(el.attr.value)
-        for child in syntax_children(node):
-            walk(child)
-
-    walk(cls.body)
-    return found

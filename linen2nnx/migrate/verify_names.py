@@ -96,10 +96,11 @@ class Signature:
 
     @classmethod
     def of_summary(cls, summary: ClassSummary) -> Signature:
-        """A class another file of the run migrated: only its Linen-only keywords are known wrong
-        (whether it was converted or bridged, its NNX constructor takes neither ``name`` nor ``parent``)."""
+        """A class another file of the run migrated: converted or bridged, its NNX constructor takes
+        neither ``name`` nor ``parent`` and requires ``rngs``; nothing else is known of it here."""
         fields = {f.name for f in summary.fields}
-        return cls((), frozenset(), frozenset(), True, True, frozenset({"name", "parent"} - fields))
+        linen_only = frozenset({"name", "parent"} - fields)
+        return cls((), frozenset({"rngs"}), frozenset(), True, True, linen_only)
 
     def problem(self, call: cst.Call) -> str:
         """What is wrong with ``call`` (empty when nothing is known to be)."""

@@ -1,0 +1,147 @@
+"""Syntactic helpers of the verifier: what a class defines on ``self``, which locals hold a class,
+container displays, the functions that use Linen Module API on an argument. Pure functions of the
+tree, kept apart from the walk in ``verify.py``."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_meta import calls_in, syntax_children
+from linen2nnx.migrate.verify_names import LINEN_SELF_ONLY
+
+
+def linen_helpers(module: cst.Module) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Module-level functions that call Linen Module API on one of their parameters (``p.param(...)``):
+    name -> (parameter names, parameter -> the first such method)."""
+    out: dict[str, tuple[list[str], dict[str, str]]] = {}
+    for fn in module.body:
+        if not isinstance(fn, cst.FunctionDef):
+            continue
+        params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+        api: dict[str, str] = {}
+        for call in calls_in(fn.body):
+            f = call.func
+            if (
+                isinstance(f, cst.Attribute)
+                and isinstance(f.value, cst.Name)
+                and f.value.value in params
+                and f.attr.value in LINEN_SELF_ONLY
+            ):
+                api.setdefault(f.value.value, f.attr.value)
+        if api:
+            out[fn.name.value] = (params, api)
+    return out
+
+
+def top_classes(module: cst.Module) -> list[cst.ClassDef]:
+    return [s for s in module.body if isinstance(s, cst.ClassDef)]
+
+
+CONTAINERS = {
+    cst.List: "list",
+    cst.ListComp: "list",
+    cst.Tuple: "tuple",
+    cst.Dict: "dict",
+    cst.DictComp: "dict",
+}
+
+
+def container_kind(node: cst.BaseExpression) -> str | None:
+    """``"list"`` / ``"tuple"`` / ``"dict"`` for a container display, a comprehension or ``list(...)``."""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value in ("list", "tuple", "dict")
+    ):
+        return node.func.value if len(node.args) == 1 else None
+    return CONTAINERS.get(type(node))
+
+
+def container_items(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The element expressions of a container (a comprehension's element, a dict's values)."""
+    if isinstance(node, cst.Call):
+        node = node.args[0].value
+    if isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        return [node.elt]
+    if isinstance(node, cst.DictComp):
+        return [node.value]
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return [e.value for e in node.elements]
+    if isinstance(node, cst.Dict):
+        return [e.value for e in node.elements if isinstance(e, cst.DictElement)]
+    return []
+
+
+def self_chain(node: cst.BaseExpression) -> bool:
+    """``self``, ``self.a``, ``self.a[i].b``: an expression rooted at ``self`` through attributes and subscripts."""
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        node = node.value
+    return isinstance(node, cst.Name) and node.value == "self"
+
+
+def linen_args(call: cst.Call) -> str:
+    kw = {a.keyword.value for a in call.args if a.keyword is not None}
+    said = []
+    if "name" in kw:
+        said.append("with name=")
+    if "rngs" not in kw:
+        said.append("without rngs=")
+    return f" ({', '.join(said)})" if said else ""
+
+
+def defined_names(cls: cst.ClassDef) -> set[str]:
+    names: set[str] = set()
+    for stmt in cls.body.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            names.add(stmt.name.value)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                targets = (
+                    [t.target for t in small.targets]
+                    if isinstance(small, cst.Assign)
+                    else ([small.target] if isinstance(small, cst.AnnAssign) else [])
+                )
+                names.update(t.value for t in targets if isinstance(t, cst.Name))
+    names.update(self_assigned(cls))
+    return names
+
+
+def self_assigned(cls: cst.ClassDef) -> set[str]:
+    """``<name>`` of every ``self.<name> = ...`` (or ``setattr(self, '<name>', ...)``) in the class."""
+    found: set[str] = set()
+
+    def walk(node: cst.CSTNode) -> None:
+        targets: list[cst.CSTNode] = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+            targets = [node.target]
+        for t in targets:
+            for el in [e.value for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) else [t]:
+                if (
+                    isinstance(el, cst.Attribute)
+                    and isinstance(el.value, cst.Name)
+                    and el.value.value == "self"
+                ):
+                    found.add(el.attr.value)
+        for child in syntax_children(node):
+            walk(child)
+
+    walk(cls.body)
+    return found
+
+
+def assignments(body: cst.CSTNode) -> list[cst.Assign]:
+    """The single-target assignments of a function body, in order (not of functions nested in it)."""
+    found: list[cst.Assign] = []
+
+    def visit(node: cst.CSTNode) -> None:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            found.append(node)
+        for child in syntax_children(node):
+            visit(child)
+
+    visit(body)
+    return found
