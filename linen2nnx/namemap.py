@@ -176,7 +176,12 @@ def _attr_path(attr: str) -> list[Any]:
 
 def _container_lookup(entry: ClassEntry, key: str) -> tuple[Child, Any] | None:
     for name, child in entry.children.items():
-        name = name.removesuffix("_{i}")  # a list sharing its prefix with another child (`layers` stack)
+        if child.container == "list" and "{i}" in name:  # element names as a pattern: `block.{i}`, `{i}`
+            before, _, after = name.partition("{i}")
+            found = re.fullmatch(re.escape(before) + r"(\d+)" + re.escape(after), key)
+            if found:
+                return child, int(found.group(1))
+            continue
         if child.container is None or not key.startswith(name + "_"):
             continue
         suffix = key[len(name) + 1 :]

@@ -76,6 +76,7 @@ CASES = {
     "setup_match": ("Block", {"features": 3}, (2, 5)),  # `match` in setup(): the first case
     "factory_function": ("MLP", {"hidden": 4}, (2, 3)),  # dense(...)(x), norm(...)(x): module-level factories
     "optional_input": ("Encoder", {}, (2, 5)),  # --unsafe-fixes: a layer built when an input is None
+    "setup_comprehension": ("Stack", {}, (2, 4)),  # [Block(..., name=f"block.{i}") for i in range(n)]
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
     "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept

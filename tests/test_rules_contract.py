@@ -59,7 +59,7 @@ NOT_RUNNABLE = {
     "linen_helper": "manual finding: a module-level function still builds a Linen layer",
     **dict.fromkeys(
         (
-            "setup_comprehension",
+            "setup_comprehension_filtered",
             "tied_embedding",
             "named_heads",
             "scope_rng",

@@ -17,8 +17,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "migrate"
 
 # (rule, line, col) of every verifier finding each case gives, in the input's coordinates
 EXPECTED = {
-    # a submodule list built by a comprehension in setup(), each block given Linen's name=
-    "L2N-VERIFY-002/setup_comprehension": [("L2N-VERIFY-006", 20, 23), ("L2N-VERIFY-002", 20, 24)],
+    # a submodule list built by a filtered comprehension in setup() (not converted), each block given
+    # Linen's name=
+    "L2N-VERIFY-002/setup_comprehension_filtered": [("L2N-VERIFY-006", 21, 23), ("L2N-VERIFY-002", 21, 24)],
     # a tied embedding read through self.transformer.variables[...] and applied with .apply
     "L2N-VERIFY-003/tied_embedding": [("L2N-VERIFY-003", 28, 13), ("L2N-VERIFY-003", 29, 16)],
     # a class of the run built with name= in a dict comprehension (the Linen Dense of the next line is

@@ -266,7 +266,9 @@ class Emitter:
         if not keyword_only:
             params.append("*")
         params.extend(
-            f"{a}: tuple[int, ...]" if how.startswith("input_shape:") else f"{a}: int"
+            f"{a}: tuple[int, ...]"
+            if how.startswith("input_shape:") or how == "unresolved_each"
+            else f"{a}: int"
             for a, how in plan.new_args.items()
         )
         if "rngs" not in plan.field_names:
@@ -436,6 +438,11 @@ class Emitter:
         if attr in plan.containers and isinstance(assign.value, (cst.List, cst.Tuple)):
             value = cst.Call(parse_expression("nnx.List"), [cst.Arg(cst.List(assign.value.elements))])
             return stmt.with_changes(body=[assign.with_changes(value=value)])
+        if isinstance(assign.value, cst.ListComp) and any(
+            s.elements is not None and s.attr == attr for s in plan.sites.values()
+        ):  # a comprehension of submodules (setup_lists.py)
+            value = cst.Call(parse_expression("nnx.List"), [cst.Arg(assign.value)])
+            return stmt.with_changes(body=[assign.with_changes(value=value)])
         return stmt
 
     def _linen_class(self, site: Site) -> str:
@@ -464,6 +471,10 @@ class Emitter:
             if site.container is None:
                 entry.children[site.linen_name] = Child(
                     attr=site.attr, linen_class=linen_class, stack=param_axis(stacked) if stacked else None
+                )
+            elif site.elements is not None:  # a setup() comprehension: `blocks_{i}`, `block.{i}`
+                entry.children[site.elements] = Child(
+                    attr=site.attr, linen_class=linen_class, container="list"
                 )
             elif site.loop is not None:
                 child_key = (

@@ -47,6 +47,7 @@ from linen2nnx.migrate.rules import (
     MOD_006,
     XFORM_002,
 )
+from linen2nnx.migrate.setup_lists import comprehension_index, element_names
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
     LINEN_BASES,
@@ -325,6 +326,8 @@ class ClassPlanner:
                     )
                     if site is not None:
                         plan.setup_vars[attr] = site.kind
+                elif isinstance(value, cst.ListComp) and self._builds_submodule(value.elt):
+                    self._plan_setup_comprehension(plan, attr, value)
                 elif (
                     isinstance(value, (cst.List, cst.Tuple))
                     and value.elements
@@ -343,6 +346,22 @@ class ClassPlanner:
                         site.container = "list"
                         sites.append(site)
                     plan.containers[attr] = sites
+
+    def _builds_submodule(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Call) and bool(
+            self.ctx.layer_rule_of(node.func) or self.ctx.user_class_of(node.func)
+        )
+
+    def _plan_setup_comprehension(self, plan: ClassPlan, attr: str, comp: cst.ListComp) -> None:
+        """``self.blocks = [Block(..., name=f'block_{i}') for i in range(n)]`` (setup_lists.py): one site
+        for every element, built where it is written; left as it is when its names cannot be followed."""
+        assert isinstance(comp.elt, cst.Call)
+        index = comprehension_index(comp)
+        names = element_names(comp.elt, index, attr) if index is not None else None
+        if names is None:
+            return  # the verifier reports the Linen module left in the comprehension
+        site = self.site_planner.add_site(plan, comp.elt, attr=attr, linen_name=names, hoisted=False)
+        site.container, site.elements, site.elements_index = "list", names, index  # type: ignore[assignment]
 
     def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
         self.ctx.collect_lift_aliases(fn.body.body)

@@ -210,6 +210,8 @@ class Site:
     tail_of: Site | None = None  # the loop-built list this auto-named layer after the loop extends
     tail: list[Site] = dataclasses.field(default_factory=list)  # of a loop-built list: those extensions
     nest: LoopNest | None = None  # built in nested loops (or a loop body with locals): see LoopNest
+    elements: str | None = None  # of a setup() comprehension: its elements' Linen names, `blocks.{i}`
+    elements_index: str = ""  # ... and the comprehension's index variable
 
     @property
     def flow_key(self) -> str:

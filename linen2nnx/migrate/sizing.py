@@ -439,6 +439,16 @@ class Sizer(TraceEvidence):
         arg = f"{label}_{child_arg}".replace("[", "_").replace("]", "").replace("/", "_")
         while arg in plan.field_names:
             arg += "_"
+        if site.elements is not None:  # each element of a setup() comprehension: one size per element
+            plan.new_args[arg] = "unresolved_each"
+            self.ctx.report(
+                SHAPE_003,
+                node,
+                f"{what} is unknown statically, for each element; required constructor argument {arg} "
+                "(a tuple, one size per element) added",
+                "run `linen2nnx migrate --trace SPEC` or pass the sizes explicitly",
+            )
+            return f"{arg}[{site.elements_index}]"
         plan.new_args[arg] = "unresolved"
         self.ctx.report(
             SHAPE_003,
@@ -465,8 +475,13 @@ class Sizer(TraceEvidence):
                     site.in_expr = expr
                 self._propagate_nested(site, expr)
             elif site.kind == "module" and site.user and site.user.new_args and not site.user_in:
-                for arg in site.user.new_args:
-                    site.user_in[arg] = self._required_arg(
+                for arg, how in site.user.new_args.items():
+                    traced = (  # the elements of a setup() comprehension, as the trace saw them called
+                        self._from_trace(plan, site, Feat.unknown("a module applied elsewhere"), site.ctor)
+                        if how == "input:0" and site.elements is not None
+                        else None
+                    )
+                    site.user_in[arg] = traced or self._required_arg(
                         plan, site, f"{arg} of {site.user.name}", site.ctor, arg
                     )
 

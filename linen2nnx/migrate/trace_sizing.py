@@ -156,7 +156,7 @@ class TraceEvidence:
     def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
         if self.state.trace is None or site.tail_of is not None:
             return None  # the trace knows one Linen name; a list's extension moves with the loop's length
-        if site.loop is not None:
+        if site.loop is not None or site.elements is not None:
             shapes = self._element_shapes(plan, site)
         else:
             shapes = self.state.trace.shapes_for(plan.name, site.linen_name)
@@ -200,10 +200,13 @@ class TraceEvidence:
         list, which a config expression may explain as it explains a single module's."""
         assert self.state.trace is not None
         built = site.rule.linen if site.rule else site.user.name if site.user else None
-        separator = "_" if site.linen_name == built else ""
+        if site.elements is not None:  # a setup() comprehension's names: `blocks_{i}`, `block.{i}`
+            pattern = site.elements
+        else:
+            pattern = site.linen_name + ("_" if site.linen_name == built else "") + "{i}"
         shapes: list[tuple[int, ...]] = []
         for k in range(10_000):
-            found = self.state.trace.shapes_for(plan.name, f"{site.linen_name}{separator}{k}")
+            found = self.state.trace.shapes_for(plan.name, pattern.replace("{i}", str(k)))
             if not found:
                 break
             shapes += found
