@@ -114,6 +114,11 @@ def import_levels(work: list[tuple[Path, str, str]]) -> list[list[int]]:
 
     Imports are read with ``ast`` (cheap); a cycle or an unparsable file just lands in the last level.
     """
+    return [level for level, _ in _levels(_dependencies(work))]
+
+
+def _dependencies(work: list[tuple[Path, str, str]]) -> list[set[int]]:
+    """For each file, the files of the run it imports."""
     by_module = {module: i for i, (_, _, module) in enumerate(work) if module}
     last_parts = {module.rsplit(".", 1)[-1].encode() for module in by_module}
     deps: list[set[int]] = []
@@ -141,12 +146,26 @@ def import_levels(work: list[tuple[Path, str, str]]) -> list[list[int]]:
                 if len(subs) < len(node.names):
                     wanted.add(base)
         deps.append({by_module[m] for m in wanted if m in by_module} - {len(deps)})
-    levels: list[list[int]] = []
+    return deps
+
+
+def import_levels_with_cycles(work: list[tuple[Path, str, str]]) -> list[tuple[list[int], list[int]]]:
+    """:func:`import_levels`, each level with its files that import another file of the same level
+    (a cycle): those see none of their level's classes on a first pass, so the engine runs them twice."""
+    return [(level, cyclic) for level, cyclic in _levels(_dependencies(work))]
+
+
+def _levels(deps: list[set[int]]) -> list[tuple[list[int], list[int]]]:
+    levels: list[tuple[list[int], list[int]]] = []
     done: set[int] = set()
-    remaining = list(range(len(work)))
+    remaining = list(range(len(deps)))
     while remaining:
-        ready = [i for i in remaining if deps[i] <= done] or remaining  # a cycle: take the rest together
-        levels.append(ready)
+        ready = [i for i in remaining if deps[i] <= done]
+        cyclic: list[int] = []
+        if not ready:  # a cycle: take the rest together
+            ready = remaining
+            cyclic = [i for i in ready if deps[i] & set(ready)]
+        levels.append((ready, cyclic))
         done.update(ready)
         remaining = [i for i in remaining if i not in done]
     return levels

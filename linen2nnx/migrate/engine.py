@@ -27,7 +27,7 @@ from libcst.codemod import CodemodContext
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
 from linen2nnx.migrate.cst_meta import code_of
-from linen2nnx.migrate.discovery import discover, import_levels, module_name_for
+from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
 from linen2nnx.migrate.trace import Trace
@@ -419,13 +419,20 @@ def _run(
     it imports; results come back in discovery order."""
     results: dict[int, FileResult] = {}
     external: dict[str, Any] = {}
-    for level in import_levels(work):
+    for level, cyclic in import_levels_with_cycles(work):
         items = [(*work[i], dict(external)) for i in level]
         for i, r in zip(level, _run_level(items, jobs, options)):
             results[i] = r
-            if on_file:
-                on_file(r)
+        if cyclic:  # files importing each other: once more, now that each knows the others' classes
+            known = dict(external)
+            for i in level:
+                known.update(results[i].summaries)
+                known.update(results[i].factories)
+            again = [(*work[i], known) for i in cyclic]
+            results.update(zip(cyclic, _run_level(again, jobs, options)))
         for i in level:
+            if on_file:
+                on_file(results[i])
             external.update(results[i].summaries)
             external.update(results[i].factories)
     return [results[i] for i in range(len(work))]
