@@ -168,7 +168,7 @@ def migrate_source(
             factories.update(linen_factories(out_tree, module_name))
         known = {**(external or {}), **command.function_factories}  # the verifier checks their calls too
         output, train_findings, verify_findings = _training_and_verify(
-            out_tree, module_output, source, path, module_name, command.summaries, known, rule_enabled
+            out_tree, module_output, source, path, module_name, command, known, rule_enabled
         )
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
@@ -219,7 +219,7 @@ def _training_and_verify(
     source: str,
     path: str,
     module_name: str,
-    summaries: Mapping[str, Any],
+    command: Any,
     external: Mapping[str, Any] | None,
     rule_enabled: Callable[[str], bool],
 ) -> tuple[str, list[Finding], list[Finding]]:
@@ -233,7 +233,7 @@ def _training_and_verify(
         source,
         path=path,
         module_name=module_name,
-        local=summaries,
+        local=command.summaries,
         external=external or {},
         rule_enabled=rule_enabled,
     )
@@ -247,6 +247,7 @@ def _training_and_verify(
         external=external or {},
         rule_enabled=rule_enabled,
         tree=out_tree if output is module_output else None,
+        converted=command.converted_classes,
     )
     return output, train_findings, verify_findings
 

@@ -129,6 +129,11 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         return self.state.summaries
 
     @property
+    def converted_classes(self) -> set[str]:
+        """The classes this file's pass rewrote as NNX (the verifier vouches for these)."""
+        return set(self.state.converted)
+
+    @property
     def function_factories(self) -> dict[str, FunctionFactory]:
         """This file's layer factory functions, by key: files importing them build through them too."""
         return {f.key: f for f in self.state.function_factories.values()}

@@ -12,7 +12,7 @@ an inline marker, located at the *input*'s line. It never rewrites code.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import libcst as cst
 
@@ -60,9 +60,13 @@ def verify_output(
     external: Mapping[str, ClassSummary],
     rule_enabled: Callable[[str], bool],
     tree: cst.Module | None = None,
+    converted: Collection[str] | None = None,
 ) -> tuple[str, list[Finding]]:
     """``output`` with an inline marker on each leftover of Linen in its NNX classes, and the findings
     (with the lines of ``original``, the input of the whole migration).
+
+    ``converted``: the classes this run rewrote (None: all of them); in an NNX class the input already
+    had, ``.apply`` / ``.init`` / ``.variables`` are its author's (a hand-written bridge), not leftovers.
 
     ``tree``: a tree whose code is ``output`` (the module pass's own), read instead of parsing
     ``output`` again. Such a tree may hold one memoised node at two places, so when it shows a
@@ -72,11 +76,11 @@ def verify_output(
         return output, []
     notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
     if tree is not None:
-        notes = _leftovers(tree, module_name, external, rule_enabled)
+        notes = _leftovers(tree, module_name, external, rule_enabled, converted)
         if not notes:
             return output, []
     module = cst.parse_module(output)
-    notes = _leftovers(module, module_name, external, rule_enabled)
+    notes = _leftovers(module, module_name, external, rule_enabled, converted)
     if not notes:
         return output, []
     positions = start_positions(module, [node for _, node, _, _ in notes])
@@ -96,8 +100,9 @@ def _leftovers(
     module_name: str,
     external: Mapping[str, ClassSummary],
     rule_enabled: Callable[[str], bool],
+    converted: Collection[str] | None = None,
 ) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
-    verifier = _Verifier(module, module_name, external)
+    verifier = _Verifier(module, module_name, external, converted)
     verifier.run()
     return [n for n in verifier.notes if rule_enabled(n[0].id)]
 
@@ -105,8 +110,16 @@ def _leftovers(
 class _Verifier:
     """One walk over the module; ``notes`` collects ``(rule, node, statement, message)``."""
 
-    def __init__(self, module: cst.Module, module_name: str, external: Mapping[str, ClassSummary]) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        module_name: str,
+        external: Mapping[str, ClassSummary],
+        converted: Collection[str] | None = None,
+    ) -> None:
         self.module = module
+        self.converted = converted
+        self._marked: dict[cst.ClassDef, bool] = {}  # class -> carries linen2nnx markers (see _rewritten)
         self.module_name = module_name
         self.external = external
         self.names = NameResolver(module)
@@ -176,6 +189,17 @@ class _Verifier:
         for child in syntax_children(node.body):
             self._walk(child, stmt)
         self._class = outer
+
+    def _rewritten(self) -> bool:
+        """Did this run rewrite the class being checked? An NNX class the input already had may hold a
+        Linen module on purpose (a hand-written bridge applies it with ``.apply``): only the Linen API
+        calls of the classes the run converted (now, or in an earlier run that marked them) are
+        leftovers."""
+        if self.converted is None or self._class is None or self._class.name.value in self.converted:
+            return True
+        if self._class not in self._marked:  # the output of an earlier run: its markers say it is ours
+            self._marked[self._class] = MARKER in code_of(self._class)
+        return self._marked[self._class]
 
     def _own_names(self) -> set[str]:
         """What the NNX class being checked defines on ``self`` (found on first need: most classes never ask)."""
@@ -247,7 +271,9 @@ class _Verifier:
             )
             return False
         if isinstance(func, cst.Attribute) and func.attr.value in VARIABLE_METHODS and self_chain(func.value):
-            if not (isinstance(func.value, cst.Name) and func.attr.value in self._own_names()):
+            if self._rewritten() and not (
+                isinstance(func.value, cst.Name) and func.attr.value in self._own_names()
+            ):
                 self._report(
                     verify_rules.VERIFY_003,
                     call,
@@ -471,7 +497,7 @@ class _Verifier:
     def _check_attribute(self, node: cst.Attribute, stmt: cst.CSTNode | None) -> None:
         attr = node.attr.value
         if attr == "variables" and self_chain(node.value):
-            if not (isinstance(node.value, cst.Name) and attr in self._own_names()):
+            if self._rewritten() and not (isinstance(node.value, cst.Name) and attr in self._own_names()):
                 self._report(
                     verify_rules.VERIFY_003,
                     node,
