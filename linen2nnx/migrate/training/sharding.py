@@ -197,6 +197,8 @@ def logical_specs(plan: TrainPlanner, call: cst.Call, what: str) -> None:
             f"read them under `with {NO_RULES}:`",
         )
         return
+    if _under_no_rules(plan, stmt):
+        return  # already read with the rules cleared (an earlier run's guard, or the author's)
     guards = plan.wrap.setdefault(stmt, [])
     if NO_RULES not in guards:
         guards.insert(0, NO_RULES)
@@ -206,6 +208,16 @@ def logical_specs(plan: TrainPlanner, call: cst.Call, what: str) -> None:
         f"{what}: read under `with {NO_RULES}:` (Linen's partition specs are "
         "the logical names whatever rules are active)",
     )
+
+
+def _under_no_rules(plan: TrainPlanner, stmt: cst.CSTNode) -> bool:
+    """Is ``stmt`` inside a ``with nnx.logical_axis_rules(()):`` of its own function?"""
+    cur = plan.parent(stmt)
+    while cur is not None and not isinstance(cur, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+        if isinstance(cur, cst.With) and any(code(item.item) == NO_RULES for item in cur.items):
+            return True
+        cur = plan.parent(cur)
+    return False
 
 
 def active_rules(plan: TrainPlanner, node: cst.BaseExpression) -> bool:
