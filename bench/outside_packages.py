@@ -60,6 +60,7 @@ from outside_parity import (
     _first_line,
     init_variables,
     perturb,
+    print_notes,
     render_table,
     stub_missing_packages,
 )
@@ -334,14 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(
             render_table(reports, "Linen packages from PyPI → NNX: migrate --trace + convert + check")
         )
-        for r in reports:
-            for note in r.notes:
-                console.print(f"[dim]{r.model}: {note}[/]")
-            if args.verbose:
-                for f in r.findings:
-                    console.print(f"  {f}", markup=False, highlight=False)
-                if r.error_trace:
-                    console.print(r.error_trace, markup=False, highlight=False)
+        print_notes(console, reports, args.verbose)
         if args.json:
             args.json.write_text(json.dumps({"models": [r.to_json() for r in reports]}, indent=2) + "\n")
     failed = [r.model for r in reports if not r.ok]

@@ -667,6 +667,18 @@ def render_table(reports: list[ModelReport], title: str) -> Any:
     return table
 
 
+def print_notes(console: Any, reports: list[ModelReport], verbose: bool) -> None:
+    """Each model's notes; with ``verbose`` also its findings and the traceback of a failed stage."""
+    for r in reports:
+        for note in r.notes:
+            console.print(f"[dim]{r.model}: {note}[/]")
+        if verbose:
+            for f in r.findings:
+                console.print(f"  {f}", markup=False, highlight=False)
+            if r.error_trace:
+                console.print(r.error_trace, markup=False, highlight=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -711,14 +723,7 @@ def main(argv: list[str] | None = None) -> int:
         reports = run_models(names, src, work / "models", args.unsafe_fixes)
         title = f"Flax {installed_flax_version()} examples ({src.name}) → NNX: migrate + parity"
         console.print(render_table(reports, title))
-        for r in reports:
-            for note in r.notes:
-                console.print(f"[dim]{r.model}: {note}[/]")
-            if args.verbose:
-                for f in r.findings:
-                    console.print(f"  {f}", markup=False, highlight=False)
-                if r.error_trace:
-                    console.print(r.error_trace, markup=False, highlight=False)
+        print_notes(console, reports, args.verbose)
         if args.json:
             payload = {
                 "flax": installed_flax_version(),
