@@ -83,6 +83,16 @@ def test_vmap_ensemble(tmp_path):
     assert_parity(linen_mod.Ensemble(), lambda rngs: nnx_mod.Ensemble(in_features=5, rngs=rngs), x, map_path)
 
 
+def test_alias_of_a_linen_transform(tmp_path):
+    """`remat = nn_partitioning.remat` at module level, `remat(MLP, static_argnums=(2,))` in a method."""
+    linen_mod, nnx_mod, _, map_path = build("transform_alias", tmp_path)
+    x = np.random.default_rng(4).normal(size=(2, 5)).astype(np.float32)
+    parity = assert_parity(
+        linen_mod.Stack(), lambda rngs: nnx_mod.Stack(in_features=5, rngs=rngs), x, map_path
+    )
+    assert "mlp_0/dense_0/kernel" in {leaf.path for leaf in parity.by_check()["grad"]}
+
+
 def test_factory_methods(tmp_path):
     linen_mod, nnx_mod, _, map_path = build("factory_method", tmp_path)
     cfg = linen_mod.MlpConfig()

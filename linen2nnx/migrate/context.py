@@ -65,7 +65,11 @@ class FileContext:
         :mod:`~linen2nnx.migrate.names`. Empty for a node the codemod built."""
         if self.state.resolver is None:
             self.state.resolver = NameResolver(self.state.tree)
-        return set(self.state.resolver.qualnames(node))
+        found = set(self.state.resolver.qualnames(node))
+        alias = self.state.transform_aliases.get(node.value) if isinstance(node, cst.Name) else None
+        if alias is not None and node is not alias[0] and found == {node.value}:
+            return set(alias[1])  # a read of a module-level alias of a Linen transform: the transform
+        return found
 
     def parent_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The parent of ``node`` in the original tree; None for its root or a node the codemod built."""
@@ -241,6 +245,18 @@ class FileContext:
             break
         return LiftChain(lifts, node) if lifts else None
 
+    def _collect_transform_aliases(self, body: Any) -> None:
+        """Module-level aliases of a Linen transform itself (``remat = nn_partitioning.remat``): a read
+        of the alias names the transform, so ``remat(Block, static_argnums=...)`` converts as
+        ``nn.remat(Block, ...)`` does."""
+        for stmt in body:
+            assign = single_assign(stmt)
+            if assign is None or not isinstance(assign[1], (cst.Name, cst.Attribute)):
+                continue
+            if self.transform_kind(assign[1]) is not None:
+                target = stmt.body[0].targets[0].target  # type: ignore[attr-defined]
+                self.state.transform_aliases[assign[0]] = (target, self.qualnames(assign[1]), assign[1])
+
     def collect_lift_aliases(self, body: Any) -> None:
         """Top-level ``Name = nn.remat(Class, ...)`` statements of a block (a method or the module)."""
         for stmt in body:
@@ -413,6 +429,7 @@ class FileContext:
     def resolve_module(self, node: cst.Module) -> None:
         """The module-level facts (lift aliases, classes, functions, unboxing helpers, the sizes module-level
         helpers return: ``def reparameterize(mean, ...): return mean + ...``), before any class is planned."""
+        self._collect_transform_aliases(node.body)
         self.collect_lift_aliases(node.body)
         self.state.module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
         self.state.module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}

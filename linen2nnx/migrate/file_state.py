@@ -89,6 +89,9 @@ class FileState:
     unbox_helpers: set[str] = dataclasses.field(
         default_factory=set
     )  # functions that only strip metadata boxes
+    transform_aliases: dict[str, tuple[cst.Name, set[str], cst.BaseExpression]] = dataclasses.field(
+        default_factory=dict
+    )  # `remat = nn_partitioning.remat`: alias -> (its target, the transform's qualified names, the value)
     lift_aliases: dict[str, cst.Call] = dataclasses.field(
         default_factory=dict
     )  # BlockLayer = nn.remat(Block)

@@ -74,6 +74,8 @@ def feature_preserving_functions() -> frozenset[str]:
             "flax.linen.min_pool",
             "flax.linen.with_logical_constraint",
             "flax.linen.spmd.with_logical_constraint",
+            "flax.linen.partitioning.with_sharding_constraint",
+            "flax.linen.spmd.with_sharding_constraint",
             "jax.lax.with_sharding_constraint",
         }
     )

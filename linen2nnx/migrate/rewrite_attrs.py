@@ -32,6 +32,7 @@ from linen2nnx.migrate.rules import (
     PART_001,
     PART_002,
     PART_003,
+    XFORM_001,
     XFORM_002,
 )
 from linen2nnx.migrate.rules.base import Rule
@@ -101,6 +102,20 @@ class AttributeRewriter:
             )
         if short in PARTITION_SPEC_FUNCTIONS:
             return self._partition_spec(original, updated, short)
+        alias = next(
+            (name for name, (_, _, value) in self.state.transform_aliases.items() if value is original), None
+        )
+        if (
+            alias is not None
+        ):  # `remat = nn_partitioning.remat`: the alias's reads were converted as the transform
+            target = TRANSFORMS[short.rsplit(".", 1)[-1]]
+            return self._repoint(
+                original,
+                short,
+                target,
+                XFORM_001,
+                f" (the alias {alias}: its uses on module classes convert where they are)",
+            )
         self._keep_or_report(original, names, short, is_callee)
         return None
 
