@@ -6,11 +6,12 @@ as loose files, a migrated module either fails (``attempted relative import with
 package``) or, worse, silently gets the *Linen* copy of a sibling that the Linen side imported first.
 
 :func:`import_migrated` imports the migrated modules under their real names in an isolated
-``sys.modules``: the entries of the package's top-level name are set aside, a finder maps the run's
-modules to their migrated files (the rest of the package, which the run did not rewrite, comes from
-its usual place), the module is imported, and then the Linen entries are put back while the NNX
-ones stay reachable under a private alias. Each copy keeps the references its imports bound, so the
-Linen and NNX copies of the same package live side by side.
+``sys.modules``: the entries of the run's modules are set aside, a finder maps them to their migrated
+files, the module is imported, and then the Linen entries are put back while the NNX ones stay
+reachable under a private alias. The rest of the package, which the run did not rewrite (a config
+module, its enums, utilities), is shared by both copies, as it must be: a config built on the Linen
+side holds those very enum members. Each copy keeps the references its imports bound, so the Linen
+and NNX copies of the run's modules live side by side.
 """
 
 from __future__ import annotations
@@ -56,10 +57,7 @@ def import_migrated(
     alias = "_linen2nnx_nnx_" + hashlib.sha1(repr(sorted(resolved.items())).encode()).hexdigest()[:10]
     if f"{alias}.{module}" in sys.modules:
         return sys.modules[f"{alias}.{module}"]
-    tops = {name.split(".")[0] for name in resolved}
-    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] in tops}
-    for k in saved:
-        del sys.modules[k]
+    saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k in resolved}
     finder = _MigratedFinder(resolved)
     sys.meta_path.insert(0, finder)
     added = [str(p) for p in search_paths if str(p) not in sys.path]
@@ -72,9 +70,14 @@ def import_migrated(
         sys.meta_path.remove(finder)
         for p in added:
             sys.path.remove(p)
-        imported = {k: v for k, v in sys.modules.items() if k.split(".")[0] in tops}
-        for k, v in imported.items():
-            del sys.modules[k]
-            sys.modules[f"{alias}.{k}"] = v  # the NNX copy stays reachable, under a private name
+        for k in [k for k in sys.modules if k in resolved]:
+            sys.modules[f"{alias}.{k}"] = sys.modules.pop(k)  # the NNX copy stays, under a private name
         sys.modules.update(saved)
+        for k in resolved:  # a shared parent package points at its original submodules again
+            parent, _, child = k.rpartition(".")
+            if parent in sys.modules:
+                if k in saved:
+                    setattr(sys.modules[parent], child, saved[k])
+                elif getattr(sys.modules[parent], child, None) is not None:
+                    delattr(sys.modules[parent], child)
     return loaded

@@ -14,10 +14,11 @@ def _package(root: Path, flavour: str) -> dict[str, Path]:
     pkg = root / "zoo_pkg"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
+    (pkg / "config.py").write_text("import enum\n\n\nclass Kind(enum.Enum):\n    A = 1\n")
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "ops.py").write_text(f"FLAVOUR = {flavour!r}\n")
     (pkg / "sub" / "model.py").write_text(
-        "from . import ops\nfrom zoo_pkg.sub import ops as absolute_ops\n\n"
+        "from . import ops\nfrom zoo_pkg import config\nfrom zoo_pkg.sub import ops as absolute_ops\n\n"
         "def flavours():\n    return ops.FLAVOUR, absolute_ops.FLAVOUR\n"
     )
     return {
@@ -44,6 +45,8 @@ def test_migrated_and_original_copies_coexist(tmp_path, monkeypatch):
     assert copy.flavours() == ("nnx", "nnx")  # relative and absolute self-imports: the migrated siblings
     assert original.flavours() == ("linen", "linen")
     assert sys.modules["zoo_pkg.sub.model"] is original  # the original's entries are put back
+    assert sys.modules["zoo_pkg"].sub.model is original  # ... and its package's attributes
+    assert copy.config.Kind.A is original.config.Kind.A  # what the run did not migrate is shared
     assert import_migrated("zoo_pkg.sub.model", migrated) is copy  # imported once
 
 

@@ -476,9 +476,9 @@ class Sizer(TraceEvidence):
                 self._propagate_nested(site, expr)
             elif site.kind == "module" and site.user and site.user.new_args and not site.user_in:
                 for arg, how in site.user.new_args.items():
-                    traced = (  # the elements of a setup() comprehension, as the trace saw them called
+                    traced = (  # a module the flow never saw applied, as the trace saw it called
                         self._from_trace(plan, site, Feat.unknown("a module applied elsewhere"), site.ctor)
-                        if how == "input:0" and site.elements is not None
+                        if how == "input:0"
                         else None
                     )
                     site.user_in[arg] = traced or self._required_arg(
