@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from fixture_paths import fixture
+from fixture_paths import all_cases, fixture
 from flax import nnx
+from migrate_fixtures import case_trace
 
 from linen2nnx.checkpoint_convert.api import convert_state
 from linen2nnx.equivalence import check, perturbed
@@ -22,7 +23,10 @@ from linen2nnx.spec import LinenSide, ModelPair, import_file
 
 def build(case: str, tmp_path: Path):
     src = fixture(f"{case}_in.py").read_text()
-    result = migrate_source(src, f"{case}.py", module_name=case)
+    fx = all_cases()[case]  # with the trace and options its header names
+    result = migrate_source(
+        src, f"{case}.py", module_name=case, trace=case_trace(fx), unsafe_fixes="unsafe-fixes" in fx.options()
+    )
     assert result.output == fixture(f"{case}_out.py").read_text()
     (tmp_path / "linen_src.py").write_text(src)
     (tmp_path / "nnx_src.py").write_text(result.output)
@@ -91,6 +95,22 @@ def test_alias_of_a_linen_transform(tmp_path):
         linen_mod.Stack(), lambda rngs: nnx_mod.Stack(in_features=5, rngs=rngs), x, map_path
     )
     assert "mlp_0/dense_0/kernel" in {leaf.path for leaf in parity.by_check()["grad"]}
+
+
+@pytest.mark.parametrize("remat_blocks", [True, False])
+def test_blocks_built_in_setup_through_a_remat_alias(tmp_path, remat_blocks):
+    """`block_class = Block; if flag: block_class = nn.remat(block_class, ...)`, then a comprehension of
+    blocks: built plain in __init__, rematerialised at their call when the flag says so."""
+    src = fixture("setup_remat_alias_in.py").read_text()
+    linen_mod, nnx_mod, _, map_path = build("setup_remat_alias", tmp_path)
+    assert "nnx.remat(" in fixture("setup_remat_alias_out.py").read_text() and "remat_blocks" in src
+    x = np.random.default_rng(5).normal(size=(2, 4)).astype(np.float32)
+    assert_parity(
+        linen_mod.Stack(remat_blocks=remat_blocks),
+        lambda rngs: nnx_mod.Stack(remat_blocks=remat_blocks, rngs=rngs),
+        x,
+        map_path,
+    )
 
 
 def test_factory_methods(tmp_path):

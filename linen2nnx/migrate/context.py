@@ -137,6 +137,7 @@ class FileContext:
         built = self.state.factory_layers.get(node)
         if built is not None:  # the constructor a call of a layer factory function stands for
             return built
+        node = self.state.alias_classes.get(node, node)  # `block_class` holding a class in setup()
         chain = self.lift_chain(node)
         if chain is not None:
             node = chain.base
@@ -152,6 +153,7 @@ class FileContext:
     def user_class_of(self, node: cst.BaseExpression) -> ClassPlan | None:
         """A Linen module class that ``node`` names: one of this file (already planned), or one another
         file of the run defines (through its import)."""
+        node = self.state.alias_classes.get(node, node)  # `block_class` holding a class in setup()
         chain = self.lift_chain(node)
         if chain is not None:
             node = chain.base

@@ -83,6 +83,12 @@ class FileState:
     factory_returns: dict[cst.Call, FunctionFactory] = dataclasses.field(
         default_factory=dict
     )  # ... the constructors their returns build
+    relocated_calls: set[cst.Call] = dataclasses.field(
+        default_factory=set
+    )  # transform calls a plan applies elsewhere (their statement is dropped): not rewritten in place
+    alias_classes: dict[cst.CSTNode, cst.BaseExpression] = dataclasses.field(
+        default_factory=dict
+    )  # `block_class` of `block_class(...)` in setup() -> the class the local holds (setup_lists.py)
     factory_layers: dict[cst.CSTNode, LayerRule] = dataclasses.field(
         default_factory=dict
     )  # the constructor each call of one stands for (its callee: a node built from text) -> its layer

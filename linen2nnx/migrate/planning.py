@@ -47,7 +47,7 @@ from linen2nnx.migrate.rules import (
     MOD_006,
     XFORM_002,
 )
-from linen2nnx.migrate.setup_lists import comprehension_index, element_names
+from linen2nnx.migrate.setup_lists import ClassAlias, class_alias, comprehension_index, element_names
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
     LINEN_BASES,
@@ -326,8 +326,8 @@ class ClassPlanner:
                     )
                     if site is not None:
                         plan.setup_vars[attr] = site.kind
-                elif isinstance(value, cst.ListComp) and self._builds_submodule(value.elt):
-                    self._plan_setup_comprehension(plan, attr, value)
+                elif isinstance(value, cst.ListComp) and isinstance(value.elt, cst.Call):
+                    self._plan_setup_comprehension(plan, attr, value, stmt, body)
                 elif (
                     isinstance(value, (cst.List, cst.Tuple))
                     and value.elements
@@ -352,16 +352,46 @@ class ClassPlanner:
             self.ctx.layer_rule_of(node.func) or self.ctx.user_class_of(node.func)
         )
 
-    def _plan_setup_comprehension(self, plan: ClassPlan, attr: str, comp: cst.ListComp) -> None:
+    def _plan_setup_comprehension(
+        self, plan: ClassPlan, attr: str, comp: cst.ListComp, stmt: cst.BaseStatement, body: Any
+    ) -> None:
         """``self.blocks = [Block(..., name=f'block_{i}') for i in range(n)]`` (setup_lists.py): one site
         for every element, built where it is written; left as it is when its names cannot be followed."""
         assert isinstance(comp.elt, cst.Call)
+        alias = (
+            None if self._builds_submodule(comp.elt) else self._setup_class_alias(plan, comp.elt, stmt, body)
+        )
+        if alias is None and not self._builds_submodule(comp.elt):
+            return
         index = comprehension_index(comp)
         names = element_names(comp.elt, index, attr) if index is not None else None
         if names is None:
             return  # the verifier reports the Linen module left in the comprehension
         site = self.site_planner.add_site(plan, comp.elt, attr=attr, linen_name=names, hoisted=False)
         site.container, site.elements, site.elements_index = "list", names, index  # type: ignore[assignment]
+        if alias is not None and alias.remat is not None:
+            assert alias.remat_stmt is not None
+            site.lifted = self.ctx.lift_chain(
+                alias.remat.with_changes(args=[cst.Arg(alias.value), *alias.remat.args[1:]])
+            )
+            site.lift_condition = code(alias.remat_stmt.test)
+            self.state.dropped_statements.add(alias.remat_stmt)  # the remat moves to the call
+            self.state.handled.add(alias.remat.func)
+            self.state.relocated_calls.add(alias.remat)
+
+    def _setup_class_alias(
+        self, plan: ClassPlan, ctor: cst.Call, stmt: cst.BaseStatement, body: Any
+    ) -> ClassAlias | None:
+        """``block_class(...)``: the class a local of setup() holds (see setup_lists.class_alias)."""
+        if not isinstance(ctor.func, cst.Name) or plan.setup is None or body is not plan.setup.body.body:
+            return None
+        alias = class_alias(list(body), stmt, ctor.func.value)
+        if alias is None or not self._builds_submodule(cst.Call(alias.value)):
+            return None
+        if alias.remat is not None and self.ctx.transform_kind(alias.remat.func) != "remat":
+            return None
+        self.state.alias_classes[ctor.func] = alias.value  # `block_class(...)` builds that class
+        return alias
 
     def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
         self.ctx.collect_lift_aliases(fn.body.body)

@@ -96,7 +96,7 @@ class CallRewriter:
         arguments too, so ``nn.remat`` is a rename and ``nn.scan`` becomes ``nnx.scan`` with the module's
         axis (``None``: params broadcast) in front of the carry."""
         kind = self.function_lift_kind(original)
-        if kind is None:
+        if kind is None or original in self.state.relocated_calls:  # applied elsewhere by its plan
             return None
         fn = code(updated.args[0].value)
         kwargs = {a.keyword.value: a for a in updated.args[1:] if a.keyword is not None}
@@ -313,6 +313,8 @@ class CallRewriter:
                 ),
                 None,
             )  # self.layer(x) of a setup() layer
+        elif isinstance(original.func, cst.Name):
+            applied = self._list_element(plan, original)  # `for block in self.blocks: block(x)`
         if applied is None:
             return updated
         call = updated if applied.rule is None else self._rewrite_layer_call(applied, original, updated)
@@ -339,6 +341,8 @@ class CallRewriter:
                     XFORM_002, original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand"
                 )
                 return call
+            if applied.lift_condition is not None:  # the transform a config flag asked for
+                source = f"({source} if {applied.lift_condition} else {code(call)})"
             self.state.uses_nnx = True
             kinds = " + ".join(f"nn.{lift.kind}" for lift in applied.lifted.lifts)
             self.ctx.report(
@@ -349,6 +353,35 @@ class CallRewriter:
             )
             return parse_expression(source)
         return call
+
+    def _list_element(self, plan: ClassPlan, call: cst.Call) -> Site | None:
+        """The lifted setup() comprehension whose element ``call`` applies: its callee is the target of
+        an enclosing ``for block in self.blocks`` / ``for i, block in enumerate(self.blocks)``."""
+        assert isinstance(call.func, cst.Name)
+        name = call.func.value
+        cur = self.ctx.parent_of(call)
+        while cur is not None and not isinstance(cur, (cst.FunctionDef, cst.ClassDef)):
+            if isinstance(cur, cst.For):
+                it, target = cur.iter, cur.target
+                if isinstance(it, cst.Call) and code(it.func) == "enumerate" and len(it.args) == 1:
+                    it = it.args[0].value
+                    target = (
+                        target.elements[1].value
+                        if isinstance(target, cst.Tuple) and len(target.elements) == 2
+                        else None
+                    )
+                attr = self_attr(it)
+                if attr is not None and isinstance(target, cst.Name) and target.value == name:
+                    return next(
+                        (
+                            s
+                            for s in plan.sites.values()
+                            if s.elements is not None and s.attr == attr and s.lifted
+                        ),
+                        None,
+                    )
+            cur = self.ctx.parent_of(cur)
+        return None
 
     def _merge_param(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``nn.merge_param('x', self.x, x)`` -> ``x if x is not None else self.x`` (NNX layers' own idiom:

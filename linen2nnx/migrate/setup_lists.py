@@ -9,11 +9,20 @@ and the whole is wrapped in ``nnx.List``; the name map records the elements' Lin
 comprehension whose index is known is taken: ``for i in range(...)`` or ``for i, x in enumerate(...)``,
 one ``for``, no ``if``, and a name that is absent, ``str(i)`` or an f-string of ``i`` with literal text
 around it; anything else stays as it is (the verifier reports what it leaves).
+
+The class may come through a local of ``setup()`` that a config flag wraps in a remat (Griffin's
+``block_class = modules.ResidualBlock``; ``if self.gradient_checkpointing: block_class =
+nn.remat(block_class, static_argnums=4)``): the elements are built from the class, and the remat moves
+to where they are called, under the same flag.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
+
+from linen2nnx.migrate.cst_utils import names_in, single_assign
 
 
 def comprehension_index(comp: cst.ListComp) -> str | None:
@@ -73,3 +82,48 @@ def element_names(ctor: cst.Call, index: str, attr: str) -> str | None:
         else:
             return None
     return pattern if "{i}" in pattern else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassAlias:
+    """A local of ``setup()`` holding a class: its value, and the remat a config flag may wrap it in."""
+
+    value: cst.BaseExpression  # the class: `modules.ResidualBlock`
+    remat: cst.Call | None = None  # `nn.remat(block_class, static_argnums=4)`
+    remat_stmt: cst.If | None = None  # `if self.gradient_checkpointing: block_class = nn.remat(...)`
+
+
+def class_alias(body: list[cst.BaseStatement], before: cst.BaseStatement, name: str) -> ClassAlias | None:
+    """How the top-level statements of ``body`` before ``before`` bind ``name``: one plain assignment,
+    then at most one ``if <flag of self>: name = <transform>(name, <keywords>)``; None for any other
+    binding (the caller checks that the value is a class and the call a transform)."""
+    value: cst.BaseExpression | None = None
+    remat: cst.Call | None = None
+    remat_stmt: cst.If | None = None
+    for stmt in body:
+        if stmt is before:
+            break
+        assign = single_assign(stmt)
+        if assign is not None and assign[0] == name:
+            if value is not None or name in names_in(assign[1]):
+                return None
+            value = assign[1]
+            continue
+        if isinstance(stmt, cst.If) and name in names_in(stmt.body):
+            inner = stmt.body.body
+            call = single_assign(inner[0])[1] if len(inner) == 1 and single_assign(inner[0]) else None
+            if (
+                value is None
+                or remat is not None
+                or stmt.orelse is not None
+                or not isinstance(call, cst.Call)
+                or not call.args
+                or not (isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == name)
+                or any(a.keyword is None for a in call.args[1:])
+                or names_in(stmt.test) - {"self"}
+            ):
+                return None
+            remat, remat_stmt = call, stmt
+        elif name in names_in(stmt):
+            return None  # read or bound some other way
+    return ClassAlias(value, remat, remat_stmt) if value is not None else None

@@ -204,6 +204,7 @@ class Site:
     view_kwargs: dict[str, str] = dataclasses.field(default_factory=dict)  # mode kwargs applied with nnx.view
     conditions: list[str] = dataclasses.field(default_factory=list)  # config tests of enclosing `if`s
     lifted: Any = None  # a migrate.lifted.LiftChain: built / applied under nn.scan, nn.remat, nn.vmap
+    lift_condition: str | None = None  # ... only when this holds (`self.gradient_checkpointing`)
     exclusive_with: Site | None = None  # same attribute, built under the opposite config condition
     factory: Any = None  # migrate.factories.Factory when built by a helper method (`self.dense(...)`)
     state_when: str | None = None  # when its call creates variables, in the caller's terms (None: never)
