@@ -23,7 +23,10 @@ get a shim that both sides run under (named per model in the table's notes).
 The models:
 
 - ``griffin``: recurrentgemma 1.0.1 ``Griffin`` (width 8, a recurrent and a local-attention residual
-  block, remat of each block, vocabulary 11), tokens (2, 6) with their positions, logits compared.
+  block, remat of each block, vocabulary 11), tokens (2, 6) with their positions, logits compared. Its
+  blocks are built in ``setup()`` by a comprehension through a local that ``gradient_checkpointing``
+  wraps in ``nn.remat``; the block kind is chosen by a ``match`` on an enum of ``common.py``, a module
+  the migration leaves alone and that both sides share.
   Its pure-Python dependencies (einops, jaxtyping, typeguard) are pip-installed into the work folder.
 - ``gpt2``: flaxmodels 0.1.3 ``GPT2Model`` (2 layers, width 12, 2 heads, vocabulary 11), token ids
   (2, 5). Its layers come from ``ops.linear`` / ``ops.layer_norm`` / ``ops.embedding`` (factory
