@@ -152,6 +152,32 @@ def strip_commas(args: list[cst.Arg]) -> list[cst.Arg]:
     return [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
 
 
+def with_args(call: cst.Call, kept: list[cst.Arg], added: list[cst.Arg]) -> cst.Call:
+    """``call`` with the arguments ``kept`` (its own, some maybe dropped) then ``added``, laid out as
+    the call was: a call written one argument per line stays so, its new keywords on lines of their
+    own (``strip_commas`` would put everything on one line)."""
+    separator = next(
+        (
+            a.comma
+            for a in kept[:-1]
+            if isinstance(a.comma, cst.Comma)
+            and isinstance(a.comma.whitespace_after, cst.ParenthesizedWhitespace)
+        ),
+        None,
+    )
+    if separator is None or not added:
+        if kept:  # what follows the last argument (a newline before `)`) would split the new keywords
+            kept = [*kept[:-1], kept[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))]
+        return call.with_changes(args=strip_commas([*kept, *added]))
+    last = kept[-1]
+    closing = {"comma": last.comma, "whitespace_after_arg": last.whitespace_after_arg}
+    args = [a.with_changes(comma=separator) for a in kept[:-1]]
+    args.append(last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace("")))
+    args += [a.with_changes(comma=separator) for a in added[:-1]]
+    args.append(added[-1].with_changes(**closing))  # the last one ends the call as the original did
+    return call.with_changes(args=args)
+
+
 def self_attr(node: cst.CSTNode) -> str | None:
     """``self.x`` -> ``"x"``."""
     if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":

@@ -20,6 +20,7 @@ from linen2nnx.migrate.cst_utils import (
     parse_statement,
     self_attr,
     strip_commas,
+    with_args,
     without_keywords,
 )
 from linen2nnx.migrate.factories import (
@@ -108,11 +109,9 @@ class Emitter:
                 a.with_changes(value=parse_expression(resolved[id(a)])) if id(a) in resolved else a
                 for a in args
             ]
-        if args:  # what follows the last argument (a newline before `)`) would split the new keywords
-            args[-1] = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
-        args += [kwarg(name, parse_expression(expr)) for name, expr in site.user_in.items()]
-        args.append(kwarg("rngs", cst.Name("rngs")))
-        return updated.with_changes(args=strip_commas(args))
+        added = [kwarg(name, parse_expression(expr)) for name, expr in site.user_in.items()]
+        added.append(kwarg("rngs", cst.Name("rngs")))
+        return with_args(updated, args, added)
 
     def _variable_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
         canonical = canonical_variable_call(updated, site.kind)
@@ -191,13 +190,11 @@ class Emitter:
         rewritten function takes the input size and the rngs as keywords."""
         rule = site.rule
         assert rule is not None
-        args = list(call.args)
-        if args:  # what follows the last argument (a newline before `)`) would split the new keywords
-            args[-1] = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
-        if rule.in_arg is not None:
-            args.append(kwarg(rule.in_arg, parse_expression(site.in_expr or "None")))
-        args.append(kwarg("rngs", cst.Name("rngs")))
-        return call.with_changes(args=strip_commas(args))
+        added = (
+            [kwarg(rule.in_arg, parse_expression(site.in_expr or "None"))] if rule.in_arg is not None else []
+        )
+        added.append(kwarg("rngs", cst.Name("rngs")))
+        return with_args(call, list(call.args), added)
 
     def function_factory_return(self, factory: FunctionFactory, updated: cst.Call) -> cst.Call:
         """A ``return nn.Dense(...)`` of a layer factory function -> ``return nnx.Linear(in_features,

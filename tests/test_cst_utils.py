@@ -1,0 +1,24 @@
+"""Small node helpers of the codemod: what they build, and how it reads."""
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import kwarg, with_args
+
+
+# ---- with_args: added keywords keep the call's layout --------------------------------------------
+def _added(source: str, drop: str = "") -> str:
+    call = cst.parse_expression(source)
+    kept = [a for a in call.args if not (a.keyword is not None and a.keyword.value == drop)]
+    return cst.Module([]).code_for_node(with_args(call, kept, [kwarg("rngs", cst.Name("rngs"))]))
+
+
+def test_a_call_written_one_argument_per_line_gets_its_keywords_on_lines_of_their_own():
+    source = "Block(\n    width=4,\n    name='b',\n    dtype=None,\n)"
+    assert _added(source, drop="name") == "Block(\n    width=4,\n    dtype=None,\n    rngs=rngs,\n)"
+    no_trailing = "Block(\n    width=4,\n    dtype=None\n)"
+    assert _added(no_trailing) == "Block(\n    width=4,\n    dtype=None,\n    rngs=rngs\n)"
+
+
+def test_a_one_line_call_stays_on_one_line():
+    assert _added("Block(4, name='b')", drop="name") == "Block(4, rngs=rngs)"
+    assert _added("Block()") == "Block(rngs=rngs)"
