@@ -215,11 +215,11 @@ _DEFAULT_MODULE = cst.Module([])
 
 
 class _RecordStart:
-    """Notes where a wanted node's syntactic position starts (see :class:`_StartRecorder`)."""
+    """Notes where a wanted node's syntactic position starts (see :class:`StartRecorder`)."""
 
     __slots__ = ("node", "start", "start_node", "state")
 
-    def __init__(self, state: _StartRecorder, node: cst.CSTNode, start_node: cst.CSTNode | None) -> None:
+    def __init__(self, state: StartRecorder, node: cst.CSTNode, start_node: cst.CSTNode | None) -> None:
         self.state, self.node, self.start_node = state, node, start_node
 
     def __enter__(self) -> None:
@@ -260,22 +260,28 @@ def _parents(root: cst.CSTNode, fields: Callable[[type], Collection[str]]) -> di
 
 
 @dataclasses.dataclass
-class _StartRecorder(CodegenState):
+class StartRecorder(CodegenState):
     """Code generation that notes the token index where each wanted node starts: where it records its
-    syntactic position (``PositionProvider``'s start) or, for a node without one, where it begins."""
+    syntactic position (``PositionProvider``'s start) or, for a node without one, where it begins.
+
+    It asks for every node whether it is wanted by its ``id`` (a C call), not by the node's hash
+    (``CSTNode.__hash__`` is a Python function, and this asks twice a node)."""
 
     wanted: Collection[cst.CSTNode] = ()
     starts: dict[cst.CSTNode, int] = dataclasses.field(default_factory=dict)
     syntactic: dict[cst.CSTNode, int] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.wanted_ids = {id(node) for node in self.wanted}
+
     def before_codegen(self, node: cst.CSTNode) -> None:
-        if node in self.wanted and node not in self.starts:
+        if id(node) in self.wanted_ids and node not in self.starts:
             self.starts[node] = len(self.tokens)
 
     def record_syntactic_position(
         self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None
     ) -> _RecordStart | _NoPosition:
-        if node in self.wanted:
+        if id(node) in self.wanted_ids:
             return _RecordStart(self, node, start_node)
         return _NO_POSITION
 
@@ -283,7 +289,7 @@ class _StartRecorder(CodegenState):
         return self.syntactic.get(node, self.starts.get(node, 0))
 
 
-def _wanted_with_start_nodes(nodes: Collection[cst.CSTNode]) -> set[cst.CSTNode]:
+def wanted_with_start_nodes(nodes: Collection[cst.CSTNode]) -> set[cst.CSTNode]:
     """``nodes`` plus the children their start is taken from (an indented block starts with its first
     statement)."""
     wanted = set(nodes)
@@ -298,17 +304,17 @@ def start_positions(module: cst.Module, nodes: Collection[cst.CSTNode]) -> dict[
     start of each of ``nodes`` that is part of ``module``."""
     if not nodes:
         return {}
-    state = _StartRecorder(
+    state = StartRecorder(
         default_indent=module.default_indent,
         default_newline=module.default_newline,
-        wanted=_wanted_with_start_nodes(nodes),
+        wanted=wanted_with_start_nodes(nodes),
     )
     module._codegen(state)
     index_of = {node: state.start_of(node) for node in nodes if node in state.starts}
-    return dict(zip(index_of, _line_columns(state.tokens, list(index_of.values()))))
+    return dict(zip(index_of, line_columns(state.tokens, list(index_of.values()))))
 
 
-def _line_columns(tokens: list[str], indices: list[int]) -> list[tuple[int, int]]:
+def line_columns(tokens: list[str], indices: list[int]) -> list[tuple[int, int]]:
     """The (line, column) before ``tokens[i]`` for each ``i`` of ``indices``, advancing over the
     tokens as ``PositionProvider`` does (``\\r\\n``, ``\\r`` and ``\\n`` end a line, within a token)."""
     order = sorted(range(len(indices)), key=indices.__getitem__)

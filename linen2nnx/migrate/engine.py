@@ -160,7 +160,7 @@ def migrate_source(
         external=external,
     )
     try:
-        out_tree = command.transform_module(tree)
+        out_tree = command.transform_module(tree, source)
         module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
         # functions that still build Linen modules: NNX classes here and in importing files must not call them
         factories: dict[str, Any] = dict(command.function_factories)  # rewritten to build NNX layers

@@ -40,9 +40,9 @@ the parent map (``syntax_parent_map``), and this ``CSTTransformer`` traversal, w
 changed node and skips whitespace / punctuation subtrees, names and literals, and the module-level
 statements in which no name may stand for Linen (``NameResolver.plain_statements``: helpers,
 docstrings, plain constants); ``FastVisitor`` sub-walks of classes and methods worth 1.6 to 4.4 more
-full walks (``FieldBindings``' one full walk included); no ``MetadataWrapper`` resolve; one code
-generation over the original tree for the findings' positions (only when there are findings) and one
-of the output (engine).
+full walks (``FieldBindings``' one full walk included); no ``MetadataWrapper`` resolve; for the
+findings' positions, a code generation of the module-level statements that hold findings only
+(:mod:`~linen2nnx.migrate.positions`); one code generation of the output (engine).
 """
 
 from __future__ import annotations
@@ -280,10 +280,12 @@ class MigrateModules(Codemod, cst.CSTTransformer):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         return tree.visit(self)
 
-    def transform_module(self, tree: cst.Module) -> cst.Module:
+    def transform_module(self, tree: cst.Module, source: str | None = None) -> cst.Module:
         """One pass over a freshly parsed tree (no defensive copy, no extra import passes, no libcst
-        metadata: names, parents and positions come from the cheaper helpers above)."""
+        metadata: names, parents and positions come from the cheaper helpers above). ``source``, the
+        text ``tree`` was parsed from, lets findings be placed without a code generation of the tree."""
         self.state.tree, self.state.resolver, self.state.parents = tree, None, None
+        self.state.source = source
         migrated = tree.visit(self)
         self.ctx.place_findings()
         return migrated
