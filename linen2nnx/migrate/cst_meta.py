@@ -79,6 +79,7 @@ _VISIT_ORDER: dict[type, tuple[str, ...]] = {
     cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
     cst.Arg: ("keyword", "value"),
     cst.ImportFrom: ("relative", "module", "names"),
+    cst.LazyImportFrom: ("relative", "module", "names"),
     cst.TypeAlias: ("name", "type_parameters", "value"),
     cst.IfExp: ("body", "test", "orelse"),
     cst.ExceptHandler: ("type", "name", "body"),
@@ -108,13 +109,14 @@ class _IsNode(dict):
         return found
 
 
-_IS_NODE = _IsNode()
+IS_NODE: dict[type, bool] = _IsNode()
+"""``IS_NODE[type(value)]``: is ``value`` a libcst node."""
 
 
 def syntax_children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """``node``'s children that may hold syntax, in libcst's visit order."""
     out: list[cst.CSTNode] = []
-    is_node = _IS_NODE
+    is_node = IS_NODE
     for name in syntax_fields(type(node)):
         value = getattr(node, name)
         if is_node[type(value)]:
@@ -243,7 +245,7 @@ def _parents(root: cst.CSTNode, fields: Callable[[type], Collection[str]]) -> di
     """Each node reached through ``fields`` of its parent -> that parent."""
     parents: dict[cst.CSTNode, cst.CSTNode] = {}
     stack = [root]
-    is_node = _IS_NODE
+    is_node = IS_NODE
     while stack:
         node = stack.pop()
         for name in fields(type(node)):
