@@ -113,8 +113,19 @@ IS_NODE: dict[type, bool] = _IsNode()
 """``IS_NODE[type(value)]``: is ``value`` a libcst node."""
 
 
-def syntax_children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """``node``'s children that may hold syntax, in libcst's visit order."""
+# node id -> (node, its syntax children): the walks of one file (the resolver, the planner's many
+# FastVisitor walks of each class and method, the verifier) ask for the same nodes' children again and
+# again. The entry holds the node, so its id cannot be reused while the entry lives.
+_CHILDREN: dict[int, tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = {}
+_CHILDREN_LIMIT = 200_000  # entries, a few files' trees: a caller that never calls forget stays bounded
+
+
+def syntax_children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    """``node``'s children that may hold syntax, in libcst's visit order (remembered until
+    :func:`forget_syntax_children`: nodes are immutable)."""
+    entry = _CHILDREN.get(id(node))
+    if entry is not None and entry[0] is node:
+        return entry[1]
     out: list[cst.CSTNode] = []
     is_node = IS_NODE
     for name in syntax_fields(type(node)):
@@ -123,7 +134,16 @@ def syntax_children(node: cst.CSTNode) -> list[cst.CSTNode]:
             out.append(value)
         elif isinstance(value, (tuple, list)):
             out.extend(child for child in value if is_node[type(child)])
-    return out
+    if len(_CHILDREN) >= _CHILDREN_LIMIT:
+        _CHILDREN.clear()
+    children = _CHILDREN[id(node)] = (node, tuple(out))
+    return children[1]
+
+
+def forget_syntax_children() -> None:
+    """Drop what :func:`syntax_children` remembers (the engine does, after each file), so that the
+    trees of files done can be freed."""
+    _CHILDREN.clear()
 
 
 class FastVisitor:
