@@ -60,6 +60,7 @@ def field_plan(kind: type) -> tuple[tuple[str, int], ...]:
 
 @cache
 def _all_fields(kind: type) -> tuple[str, ...]:
+    """Every field of ``kind``: what a copy must set (libcst nodes have slots, no ``__dict__``)."""
     return tuple(f.name for f in dataclasses.fields(kind))
 
 
