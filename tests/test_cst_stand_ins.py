@@ -1,10 +1,11 @@
 """The codemod's cheap stand-ins for libcst metadata give libcst's answers.
 
 ``names.NameResolver`` against ``QualifiedNameProvider``, ``cst_meta.parent_map`` against
-``ParentNodeProvider``, ``cst_meta.start_positions`` against ``PositionProvider`` and
-``cst_meta.FastVisitor`` against ``cst.CSTVisitor``: on every node of the migration fixtures' inputs,
-of a few of this package's modules and of a snippet written to hit libcst's scoping rules (also with
-``\r\n`` line ends).
+``ParentNodeProvider``, ``cst_meta.start_positions`` and ``positions.source_positions`` against
+``PositionProvider`` and ``cst_meta.FastVisitor`` against ``cst.CSTVisitor``: on every node of the
+migration fixtures' inputs, of a few of this package's modules, of a snippet written to hit libcst's
+scoping rules (also with ``\r\n`` line ends) and of one with repeated statements (also without a
+final line end).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
-from linen2nnx.migrate.cst_meta import FastVisitor, parent_map, start_positions
+from linen2nnx.migrate.cst_meta import FastVisitor, parent_map, start_positions, syntax_parent_map
 from linen2nnx.migrate.names import NameResolver
+from linen2nnx.migrate.positions import source_positions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,15 +76,39 @@ with open("f") as (fh, gh):
     print(fh.read(), gh)
 """
 
+# identical statements, so that finding a statement's text in the source is ambiguous
+REPEATED = """# header comment
+
+def helper(x):
+    return x
+
+
+class A(nn.Module):
+    def __call__(self, x):
+        return nn.relu(x)
+
+
+def helper(x):
+    return x
+
+
+class A(nn.Module):
+    def __call__(self, x):
+        return nn.relu(x)
+"""
+
 
 def _sources() -> list[tuple[str, str]]:
     files = [
         *sorted((ROOT / "tests" / "fixtures" / "migrate").glob("*/*_in.py")),
         *(ROOT / "linen2nnx" / "migrate" / name for name in ("module_rewrite.py", "planning.py", "names.py")),
     ]
-    return [("SCOPING", SCOPING), ("CRLF", SCOPING.replace("\n", "\r\n"))] + [
-        (str(f.relative_to(ROOT)), f.read_text()) for f in files
-    ]
+    return [
+        ("SCOPING", SCOPING),
+        ("CRLF", SCOPING.replace("\n", "\r\n")),
+        ("REPEATED", REPEATED),
+        ("NO_FINAL_NEWLINE", REPEATED.rstrip()),
+    ] + [(str(f.relative_to(ROOT)), f.read_text()) for f in files]
 
 
 SOURCES = _sources()
@@ -116,6 +142,21 @@ def test_start_positions(wrapper: MetadataWrapper) -> None:
         starts = start_positions(wrapper.module, wanted)
         assert starts == {node: (expected[node].start.line, expected[node].start.column) for node in wanted}
     assert start_positions(wrapper.module, [cst.Name("elsewhere")]) == {}
+
+
+def test_source_positions(wrapper: MetadataWrapper) -> None:
+    """From the code of the module-level statements that hold the nodes: the same starts, for every
+    node, for a sparse few (statements skipped between them) and for one repeated statement's nodes."""
+    expected = wrapper.resolve(PositionProvider)
+    module = wrapper.module
+    source = module.code
+    parents = syntax_parent_map(module)
+    nodes = [node for node in expected if node in parents]
+    for wanted in (nodes, nodes[::37], nodes[-5:], [n for n in nodes if isinstance(n, cst.Call)]):
+        assert source_positions(module, source, wanted, parents) == {
+            node: (expected[node].start.line, expected[node].start.column) for node in wanted
+        }
+    assert source_positions(module, source, [cst.Name("elsewhere")], parents) == {}
 
 
 def test_fast_visitor_order(wrapper: MetadataWrapper) -> None:

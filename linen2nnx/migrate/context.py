@@ -41,6 +41,7 @@ from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
 )
 from linen2nnx.migrate.names import NameResolver
+from linen2nnx.migrate.positions import source_positions
 from linen2nnx.migrate.rules import (
     PART_004,
     XFORM_002,
@@ -384,9 +385,17 @@ class FileContext:
         return self.state.plans.get(block) if isinstance(block, cst.ClassDef) else None
 
     def place_findings(self) -> None:
-        """Give the findings the (line, column) of their nodes in the original source, all in one code
-        generation pass; a node the codemod built has none (0, 0)."""
-        positions = start_positions(self.state.tree, {node for _, node in self.state.unplaced})
+        """Give the findings the (line, column) of their nodes in the original source (from the code of
+        the statements holding them, see :mod:`~linen2nnx.migrate.positions`, or of the whole tree when
+        the source is unknown); a node the codemod built has none (0, 0)."""
+        nodes = {node for _, node in self.state.unplaced}
+        state = self.state
+        if state.source is None or not nodes:
+            positions = start_positions(state.tree, nodes)
+        else:
+            if state.parents is None:
+                state.parents = syntax_parent_map(state.tree)
+            positions = source_positions(state.tree, state.source, nodes, state.parents)
         for index, node in self.state.unplaced:
             if node in positions:
                 line, column = positions[node]

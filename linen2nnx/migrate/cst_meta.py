@@ -79,6 +79,7 @@ _VISIT_ORDER: dict[type, tuple[str, ...]] = {
     cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
     cst.Arg: ("keyword", "value"),
     cst.ImportFrom: ("relative", "module", "names"),
+    cst.LazyImportFrom: ("relative", "module", "names"),
     cst.TypeAlias: ("name", "type_parameters", "value"),
     cst.IfExp: ("body", "test", "orelse"),
     cst.ExceptHandler: ("type", "name", "body"),
@@ -108,20 +109,41 @@ class _IsNode(dict):
         return found
 
 
-_IS_NODE = _IsNode()
+IS_NODE: dict[type, bool] = _IsNode()
+"""``IS_NODE[type(value)]``: is ``value`` a libcst node."""
 
 
-def syntax_children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """``node``'s children that may hold syntax, in libcst's visit order."""
+# node id -> (node, its syntax children): the walks of one file (the resolver, the planner's many
+# FastVisitor walks of each class and method, the verifier) ask for the same nodes' children again and
+# again. The entry holds the node, so its id cannot be reused while the entry lives.
+_CHILDREN: dict[int, tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = {}
+_CHILDREN_LIMIT = 200_000  # entries, a few files' trees: a caller that never calls forget stays bounded
+
+
+def syntax_children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    """``node``'s children that may hold syntax, in libcst's visit order (remembered until
+    :func:`forget_syntax_children`: nodes are immutable)."""
+    entry = _CHILDREN.get(id(node))
+    if entry is not None and entry[0] is node:
+        return entry[1]
     out: list[cst.CSTNode] = []
-    is_node = _IS_NODE
+    is_node = IS_NODE
     for name in syntax_fields(type(node)):
         value = getattr(node, name)
         if is_node[type(value)]:
             out.append(value)
         elif isinstance(value, (tuple, list)):
             out.extend(child for child in value if is_node[type(child)])
-    return out
+    if len(_CHILDREN) >= _CHILDREN_LIMIT:
+        _CHILDREN.clear()
+    children = _CHILDREN[id(node)] = (node, tuple(out))
+    return children[1]
+
+
+def forget_syntax_children() -> None:
+    """Drop what :func:`syntax_children` remembers (the engine does, after each file), so that the
+    trees of files done can be freed."""
+    _CHILDREN.clear()
 
 
 class FastVisitor:
@@ -215,11 +237,11 @@ _DEFAULT_MODULE = cst.Module([])
 
 
 class _RecordStart:
-    """Notes where a wanted node's syntactic position starts (see :class:`_StartRecorder`)."""
+    """Notes where a wanted node's syntactic position starts (see :class:`StartRecorder`)."""
 
     __slots__ = ("node", "start", "start_node", "state")
 
-    def __init__(self, state: _StartRecorder, node: cst.CSTNode, start_node: cst.CSTNode | None) -> None:
+    def __init__(self, state: StartRecorder, node: cst.CSTNode, start_node: cst.CSTNode | None) -> None:
         self.state, self.node, self.start_node = state, node, start_node
 
     def __enter__(self) -> None:
@@ -243,7 +265,7 @@ def _parents(root: cst.CSTNode, fields: Callable[[type], Collection[str]]) -> di
     """Each node reached through ``fields`` of its parent -> that parent."""
     parents: dict[cst.CSTNode, cst.CSTNode] = {}
     stack = [root]
-    is_node = _IS_NODE
+    is_node = IS_NODE
     while stack:
         node = stack.pop()
         for name in fields(type(node)):
@@ -260,22 +282,28 @@ def _parents(root: cst.CSTNode, fields: Callable[[type], Collection[str]]) -> di
 
 
 @dataclasses.dataclass
-class _StartRecorder(CodegenState):
+class StartRecorder(CodegenState):
     """Code generation that notes the token index where each wanted node starts: where it records its
-    syntactic position (``PositionProvider``'s start) or, for a node without one, where it begins."""
+    syntactic position (``PositionProvider``'s start) or, for a node without one, where it begins.
+
+    It asks for every node whether it is wanted by its ``id`` (a C call), not by the node's hash
+    (``CSTNode.__hash__`` is a Python function, and this asks twice a node)."""
 
     wanted: Collection[cst.CSTNode] = ()
     starts: dict[cst.CSTNode, int] = dataclasses.field(default_factory=dict)
     syntactic: dict[cst.CSTNode, int] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.wanted_ids = {id(node) for node in self.wanted}
+
     def before_codegen(self, node: cst.CSTNode) -> None:
-        if node in self.wanted and node not in self.starts:
+        if id(node) in self.wanted_ids and node not in self.starts:
             self.starts[node] = len(self.tokens)
 
     def record_syntactic_position(
         self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None
     ) -> _RecordStart | _NoPosition:
-        if node in self.wanted:
+        if id(node) in self.wanted_ids:
             return _RecordStart(self, node, start_node)
         return _NO_POSITION
 
@@ -283,7 +311,7 @@ class _StartRecorder(CodegenState):
         return self.syntactic.get(node, self.starts.get(node, 0))
 
 
-def _wanted_with_start_nodes(nodes: Collection[cst.CSTNode]) -> set[cst.CSTNode]:
+def wanted_with_start_nodes(nodes: Collection[cst.CSTNode]) -> set[cst.CSTNode]:
     """``nodes`` plus the children their start is taken from (an indented block starts with its first
     statement)."""
     wanted = set(nodes)
@@ -298,17 +326,17 @@ def start_positions(module: cst.Module, nodes: Collection[cst.CSTNode]) -> dict[
     start of each of ``nodes`` that is part of ``module``."""
     if not nodes:
         return {}
-    state = _StartRecorder(
+    state = StartRecorder(
         default_indent=module.default_indent,
         default_newline=module.default_newline,
-        wanted=_wanted_with_start_nodes(nodes),
+        wanted=wanted_with_start_nodes(nodes),
     )
     module._codegen(state)
     index_of = {node: state.start_of(node) for node in nodes if node in state.starts}
-    return dict(zip(index_of, _line_columns(state.tokens, list(index_of.values()))))
+    return dict(zip(index_of, line_columns(state.tokens, list(index_of.values()))))
 
 
-def _line_columns(tokens: list[str], indices: list[int]) -> list[tuple[int, int]]:
+def line_columns(tokens: list[str], indices: list[int]) -> list[tuple[int, int]]:
     """The (line, column) before ``tokens[i]`` for each ``i`` of ``indices``, advancing over the
     tokens as ``PositionProvider`` does (``\\r\\n``, ``\\r`` and ``\\n`` end a line, within a token)."""
     order = sorted(range(len(indices)), key=indices.__getitem__)

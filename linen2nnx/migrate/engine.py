@@ -26,7 +26,7 @@ from libcst.codemod import CodemodContext
 
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
-from linen2nnx.migrate.cst_meta import code_of
+from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
@@ -138,7 +138,6 @@ def migrate_source(
     ``external`` holds the summaries of Linen classes other files of the run define (see
     :func:`migrate_paths`), so submodules and base classes imported from them are migrated too.
     """
-    from linen2nnx.migrate.linen_factories import linen_factories
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training
 
@@ -160,12 +159,9 @@ def migrate_source(
         external=external,
     )
     try:
-        out_tree = command.transform_module(tree)
+        out_tree = command.transform_module(tree, source)
         module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
-        # functions that still build Linen modules: NNX classes here and in importing files must not call them
-        factories: dict[str, Any] = dict(command.function_factories)  # rewritten to build NNX layers
-        if "linen" in module_output:
-            factories.update(linen_factories(out_tree, module_name))
+        factories = _factories_of(command, out_tree, module_output, module_name)
         known = {**(external or {}), **command.function_factories}  # the verifier checks their calls too
         output, train_findings, verify_findings = _training_and_verify(
             out_tree, module_output, source, path, module_name, command, known, rule_enabled
@@ -174,6 +170,8 @@ def migrate_source(
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise
         return FileResult(file_path, path, source, None, [_internal_error(path, e)], NameMap())
+    finally:
+        forget_syntax_children()  # the walks' memo of this file's trees
     findings = sorted(
         [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
     )
@@ -187,6 +185,18 @@ def migrate_source(
         summaries=command.summaries,
         factories=factories,
     )
+
+
+def _factories_of(command: Any, out_tree: cst.Module, module_output: str, module_name: str) -> dict[str, Any]:
+    """The file's functions that matter to the files importing it: its layer factory functions, rewritten
+    to build NNX layers, and the functions that still build Linen modules (NNX classes here and in
+    importing files must not call them)."""
+    from linen2nnx.migrate.linen_factories import linen_factories
+
+    factories: dict[str, Any] = dict(command.function_factories)
+    if "linen" in module_output:
+        factories.update(linen_factories(out_tree, module_name))
+    return factories
 
 
 def _syntax_error(source: str, path: str, e: cst.ParserSyntaxError) -> Finding:

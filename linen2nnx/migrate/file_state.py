@@ -56,6 +56,7 @@ class FileState:
 
     # ---- the tree and its lazily built indices (resolver) -------------------------------------
     tree: cst.Module = dataclasses.field(default_factory=lambda: cst.Module([]))  # the original tree
+    source: str | None = None  # the text it was parsed from, when known (finding positions)
     resolver: NameResolver | None = None  # qualified names, built on first use
     parents: dict[cst.CSTNode, cst.CSTNode] | None = None  # parent of each original node, on first use
     bindings: FieldBindings | None = None  # what callers bind to module-factory fields, on first use

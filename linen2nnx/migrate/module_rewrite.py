@@ -36,13 +36,14 @@ reads the original tree only; rewriting reads plans and the rewritten children.
 
 Cost per file with a Linen class (counted on the Flax examples, recurrentgemma and flaxmodels): one
 parse (engine); three full walks -- the :class:`~linen2nnx.migrate.names.NameResolver` scope walk,
-the parent map (``syntax_parent_map``), and this ``CSTTransformer`` traversal, which rebuilds every
-changed node and skips whitespace / punctuation subtrees, names and literals, and the module-level
-statements in which no name may stand for Linen (``NameResolver.plain_statements``: helpers,
+the parent map (``syntax_parent_map``), and this ``CSTTransformer`` traversal
+(:func:`~linen2nnx.migrate.traverse.transform`: libcst's calls and result, without visiting whitespace
+/ punctuation subtrees, names and literals, nor validating copies of unchanged nodes), which skips
+the module-level statements in which no name may stand for Linen (``NameResolver.plain_statements``: helpers,
 docstrings, plain constants); ``FastVisitor`` sub-walks of classes and methods worth 1.6 to 4.4 more
-full walks (``FieldBindings``' one full walk included); no ``MetadataWrapper`` resolve; one code
-generation over the original tree for the findings' positions (only when there are findings) and one
-of the output (engine).
+full walks (``FieldBindings``' one full walk included); no ``MetadataWrapper`` resolve; for the
+findings' positions, a code generation of the module-level statements that hold findings only
+(:mod:`~linen2nnx.migrate.positions`); one code generation of the output (engine).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ from linen2nnx.migrate.sites import (
 )
 from linen2nnx.migrate.sizing import Sizer
 from linen2nnx.migrate.trace import Trace
+from linen2nnx.migrate.traverse import transform
 from linen2nnx.namemap import NameMap
 
 
@@ -285,11 +287,13 @@ class MigrateModules(Codemod, cst.CSTTransformer):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         return tree.visit(self)
 
-    def transform_module(self, tree: cst.Module) -> cst.Module:
+    def transform_module(self, tree: cst.Module, source: str | None = None) -> cst.Module:
         """One pass over a freshly parsed tree (no defensive copy, no extra import passes, no libcst
-        metadata: names, parents and positions come from the cheaper helpers above)."""
+        metadata: names, parents and positions come from the cheaper helpers above). ``source``, the
+        text ``tree`` was parsed from, lets findings be placed without a code generation of the tree."""
         self.state.tree, self.state.resolver, self.state.parents = tree, None, None
-        migrated = tree.visit(self)
+        self.state.source = source
+        migrated = transform(tree, self, _KEPT_TYPES)  # = tree.visit(self), cheaper
         self.ctx.place_findings()
         return migrated
 
