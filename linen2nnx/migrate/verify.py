@@ -132,9 +132,8 @@ class _Verifier:
         self._class: cst.ClassDef | None = None  # the NNX class being checked
         self._own: dict[cst.ClassDef, set[str]] = {}  # NNX class -> the names it (and its bases) define
         self._factories: dict[str, LinenFactory] | None = None  # see _factory
-        self._aliases: list[
-            dict[str, cst.BaseExpression]
-        ] = []  # per method: local name -> the class it holds
+        # per method being checked: the method, and its locals that hold a class (found on first need)
+        self._methods: list[tuple[cst.FunctionDef, dict[str, cst.BaseExpression] | None]] = []
         self.function_factories = {k: v for k, v in external.items() if isinstance(v, FunctionFactory)}
 
     def run(self) -> None:
@@ -157,10 +156,10 @@ class _Verifier:
         if kind is cst.Call and self.function_factories:
             self._check_factory_call(node, stmt)  # type: ignore[arg-type]
         if kind is cst.FunctionDef and self._class is not None:
-            self._aliases.append(self._class_aliases(node))  # type: ignore[arg-type]
+            self._methods.append((node, None))  # type: ignore[arg-type]
             for child in syntax_children(node):
                 self._walk(child, stmt)
-            self._aliases.pop()
+            self._methods.pop()
             return
         if self._class is not None:
             if kind is cst.Call:
@@ -377,6 +376,13 @@ class _Verifier:
                 )
                 return
 
+    def _alias_of(self, name: str) -> cst.BaseExpression | None:
+        fn, aliases = self._methods[-1]
+        if aliases is None:  # most methods never call a local: found on first need
+            aliases = self._class_aliases(fn)
+            self._methods[-1] = (fn, aliases)
+        return aliases.get(name)
+
     def _class_aliases(self, fn: cst.FunctionDef) -> dict[str, cst.BaseExpression]:
         """Locals of ``fn`` that hold a class of this file or of the run, directly or through a wrapper
         that keeps its constructor (``block = modules.Block``; ``block = nnx.remat(block, ...)``;
@@ -403,7 +409,7 @@ class _Verifier:
 
     def _check_signature(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
         func = call.func
-        alias = self._aliases[-1].get(func.value) if isinstance(func, cst.Name) and self._aliases else None
+        alias = self._alias_of(func.value) if isinstance(func, cst.Name) and self._methods else None
         if alias is not None:  # `block_class(...)`, a local holding a class of the run
             shown = code(func)
             func = alias
