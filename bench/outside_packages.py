@@ -47,7 +47,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -61,11 +60,13 @@ from outside_parity import (
     ModelReport,
     SourceUnavailable,
     _first_line,
+    chosen_models,
     init_variables,
     perturb,
     print_notes,
     render_table,
     stub_missing_packages,
+    work_folder,
 )
 
 
@@ -320,20 +321,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="print findings and tracebacks")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.models.split(",") if n.strip()]
-    unknown = [n for n in names if n not in MODELS]
-    if unknown:
-        parser.error(f"unknown model(s) {unknown}; choose from {tuple(MODELS)}")
+    names = chosen_models(parser, args.models, tuple(MODELS))
 
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     with contextlib.ExitStack() as stack:
-        if args.keep:
-            work = args.keep.resolve()
-            work.mkdir(parents=True, exist_ok=True)
-        else:
-            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="linen2nnx-packages-")))
+        work = work_folder(stack, args.keep, "linen2nnx-packages-")
         reports = [run_package(MODELS[n], args.src, work / n) for n in names]
         console.print(
             render_table(reports, "Linen packages from PyPI → NNX: migrate --trace + convert + check")

@@ -667,6 +667,24 @@ def render_table(reports: list[ModelReport], title: str) -> Any:
     return table
 
 
+def chosen_models(parser: argparse.ArgumentParser, models: str, known: tuple[str, ...]) -> list[str]:
+    """The comma-separated ``--models``; a usage error names the unknown ones."""
+    names = [n.strip() for n in models.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {known}")
+    return names
+
+
+def work_folder(stack: contextlib.ExitStack, keep: Path | None, prefix: str) -> Path:
+    """``keep`` (created, kept), else a temporary folder removed when ``stack`` closes."""
+    if keep:
+        work = keep.resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        return work
+    return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+
+
 def print_notes(console: Any, reports: list[ModelReport], verbose: bool) -> None:
     """Each model's notes; with ``verbose`` also its findings and the traceback of a failed stage."""
     for r in reports:
@@ -701,20 +719,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="print findings and tracebacks")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.models.split(",") if n.strip()]
-    unknown = [n for n in names if n not in CASES]
-    if unknown:
-        parser.error(f"unknown model(s) {unknown}; choose from {MODELS}")
+    names = chosen_models(parser, args.models, tuple(CASES))
 
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     with contextlib.ExitStack() as stack:
-        if args.keep:
-            work = args.keep.resolve()
-            work.mkdir(parents=True, exist_ok=True)
-        else:
-            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="linen2nnx-outside-")))
+        work = work_folder(stack, args.keep, "linen2nnx-outside-")
         try:
             src = find_flax_src(args.flax_src, work / "flax-sdist")
         except SourceUnavailable as e:
