@@ -22,3 +22,17 @@ def test_a_call_written_one_argument_per_line_gets_its_keywords_on_lines_of_thei
 def test_a_one_line_call_stays_on_one_line():
     assert _added("Block(4, name='b')", drop="name") == "Block(4, rngs=rngs)"
     assert _added("Block()") == "Block(rngs=rngs)"
+
+
+def test_a_rebuilt_layer_call_keeps_one_argument_per_line():
+    from linen2nnx.migrate import migrate_source
+
+    src = (
+        "import flax.linen as nn\n\n\nclass Head(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
+        "        return nn.Dense(\n            features=3,\n            use_bias=False,\n        )(x)\n"
+    )
+    out = migrate_source(src, "head.py").output
+    assert (
+        "nnx.Linear(\n            in_features,\n            3,\n            use_bias=False,\n"
+        "            rngs=rngs,\n        )" in out
+    )

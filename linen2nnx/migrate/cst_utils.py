@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import keyword
 import re
+from collections.abc import Sequence
 
 import libcst as cst
 
@@ -154,28 +155,28 @@ def strip_commas(args: list[cst.Arg]) -> list[cst.Arg]:
 
 def with_args(call: cst.Call, kept: list[cst.Arg], added: list[cst.Arg]) -> cst.Call:
     """``call`` with the arguments ``kept`` (its own, some maybe dropped) then ``added``, laid out as
-    the call was: a call written one argument per line stays so, its new keywords on lines of their
-    own (``strip_commas`` would put everything on one line)."""
-    separator = next(
-        (
-            a.comma
-            for a in kept[:-1]
-            if isinstance(a.comma, cst.Comma)
-            and isinstance(a.comma.whitespace_after, cst.ParenthesizedWhitespace)
-        ),
-        None,
+    the call was (see :func:`laid_out_as`)."""
+    return call.with_changes(args=laid_out_as(call.args, [*kept, *added]))
+
+
+def laid_out_as(template: Sequence[cst.Arg], args: list[cst.Arg]) -> list[cst.Arg]:
+    """``args`` separated as ``template`` (the arguments of the call they replace) was: a call written
+    one argument per line (every separator ends a line) stays so, its new arguments on lines of their
+    own, its closing parenthesis where it was; any other call gets plain ``, `` (``strip_commas`` alone
+    would put a multi-line call on one long line)."""
+    commas = [a.comma for a in template[:-1]]
+    one_per_line = bool(commas) and all(
+        isinstance(c, cst.Comma) and isinstance(c.whitespace_after, cst.ParenthesizedWhitespace)
+        for c in commas
     )
-    if separator is None or not added:
-        if kept:  # what follows the last argument (a newline before `)`) would split the new keywords
-            kept = [*kept[:-1], kept[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))]
-        return call.with_changes(args=strip_commas([*kept, *added]))
-    last = kept[-1]
-    closing = {"comma": last.comma, "whitespace_after_arg": last.whitespace_after_arg}
-    args = [a.with_changes(comma=separator) for a in kept[:-1]]
-    args.append(last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace("")))
-    args += [a.with_changes(comma=separator) for a in added[:-1]]
-    args.append(added[-1].with_changes(**closing))  # the last one ends the call as the original did
-    return call.with_changes(args=args)
+    separator = commas[0] if one_per_line else None
+    if not args:
+        return []
+    if separator is None:  # what followed the last argument (a newline before `)`) would split new ones
+        return strip_commas([a.with_changes(whitespace_after_arg=cst.SimpleWhitespace("")) for a in args])
+    closing = {"comma": template[-1].comma, "whitespace_after_arg": template[-1].whitespace_after_arg}
+    out = [a.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace("")) for a in args[:-1]]
+    return [*out, args[-1].with_changes(**closing)]
 
 
 def self_attr(node: cst.CSTNode) -> str | None:

@@ -15,6 +15,7 @@ from linen2nnx.migrate.cst_utils import (
     bind_args,
     code,
     kwarg,
+    laid_out_as,
     names_in,
     parse_expression,
     parse_statement,
@@ -95,7 +96,11 @@ class Emitter:
         if "rngs" in nnx_ctor_params(rule.nnx):
             args.append(kwarg("rngs", cst.Name("rngs")))
         self.state.uses_nnx = True
-        return cst.Call(func=parse_expression(f"nnx.{rule.nnx}"), args=strip_commas(args))
+        return cst.Call(
+            func=parse_expression(f"nnx.{rule.nnx}"),
+            args=laid_out_as(updated.args, args),
+            whitespace_before_args=updated.whitespace_before_args,  # `nn.Dense(\n`: the same lines
+        )
 
     def _user_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
         if site.lifted is not None:  # nn.scan(Block, ...)(cfg): the class itself, lifted in _build
