@@ -57,6 +57,7 @@ NOT_RUNNABLE = {
     "transform_unsupported": "manual finding: variable_carry is left as it is",
     "not_flax": "no Flax model: the file is left byte-for-byte",
     "linen_helper": "manual finding: a module-level function still builds a Linen layer",
+    "remat_methods": "manual finding: nn.remat(methods=...) is left to a person",
     "nnx_specs_linen_rules": "no model: a guard around training code (test_migrate_fixtures runs it twice)",
     **dict.fromkeys(
         (

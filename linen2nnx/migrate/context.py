@@ -432,7 +432,8 @@ class FileContext:
                 default = code(
                     rewritten.value if rewritten is not None and rewritten.value is not None else value
                 )
-        return Field(small.target.value, code(small.annotation.annotation), default, init)
+        annotation = rewritten.annotation if rewritten is not None else small.annotation
+        return Field(small.target.value, code(annotation.annotation), default, init)
 
     def class_key(self, name: str) -> str:
         return f"{self.state.module_name}.{name}" if self.state.module_name else name

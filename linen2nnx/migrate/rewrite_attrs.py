@@ -116,8 +116,25 @@ class AttributeRewriter:
                 XFORM_001,
                 f" (the alias {alias}: its uses on module classes convert where they are)",
             )
+        if is_callee and short in TRANSFORMS and self._of_nnx_class(parent):  # type: ignore[arg-type]
+            self.state.handled.add(original)  # an earlier run's leftover: the verifier reports it
+            return None
         self._keep_or_report(original, names, short, is_callee)
         return None
+
+    def _of_nnx_class(self, call: cst.Call) -> bool:
+        """``nn.remat(Block, ...)`` with ``Block`` a class of this file that is NNX already (the output
+        of an earlier run): no Linen conversion applies, and a second run must not word it anew."""
+        first = call.args[0].value if call.args else None
+        if not isinstance(first, cst.Name) or first.value not in self.state.module_classes:
+            return False
+        cls = next(
+            (s for s in self.state.tree.body if isinstance(s, cst.ClassDef) and s.name.value == first.value),
+            None,
+        )
+        return cls is not None and any(
+            q.startswith("flax.nnx.") for b in cls.bases for q in self.ctx.qualnames(b.value)
+        )
 
     def _partition_spec(
         self, original: cst.Attribute, updated: cst.Attribute, short: str

@@ -89,6 +89,8 @@ class CallRewriter:
         target = node.args[0].value
         if self.ctx.layer_rule_of(target) or self.ctx.user_class_of(target):
             return None
+        if isinstance(target, cst.Name) and target.value in self.state.module_classes:
+            return None  # a class of this file that is NNX already (an earlier run's output): not a function
         return kind
 
     def _function_transform(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:

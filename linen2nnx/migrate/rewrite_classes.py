@@ -281,14 +281,17 @@ class ClassRewriter:
     def _rewritten_field_defaults(
         self, plan: ClassPlan, original: cst.ClassDef, updated: cst.ClassDef
     ) -> list[cst.EmptyLine]:
-        """Point ``plan.fields`` at the defaults as rewritten (``nn.relu`` -> ``nnx.relu``) and return
+        """Point ``plan.fields`` at the defaults and annotations as rewritten (``nn.relu`` -> ``nnx.relu``,
+        ``nn.initializers.Initializer`` -> ``nnx.initializers.Initializer``) and return
         the fields' TODO markers: both move into ``__init__`` (or the bridge wrapper's)."""
         by_name = {f.name: f for f in plan.fields}
         markers: list[cst.EmptyLine] = []
         for orig_stmt, stmt in zip(original.body.body, updated.body.body):
             if self._is_field_line(plan, stmt):
                 for orig_small, small in zip(orig_stmt.body, stmt.body):  # type: ignore[attr-defined]
-                    by_name[small.target.value].default = self.ctx.dataclass_field(orig_small, small).default
+                    rewritten = self.ctx.dataclass_field(orig_small, small)
+                    field = by_name[small.target.value]
+                    field.default, field.annotation = rewritten.default, rewritten.annotation
                 markers += [
                     line
                     for line in stmt.leading_lines
