@@ -27,9 +27,7 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tarfile
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
@@ -382,36 +380,13 @@ def render(rows: list[FileRow], total: dict, title: str, all_files: bool = False
 
 def download_examples(dest: Path) -> Path:
     """``pip download`` the installed flax's sdist into ``dest`` and return its ``examples/``."""
-    from importlib.metadata import version
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from outside_parity import SourceUnavailable, download_flax_sdist
 
-    flax_version = version("flax")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-binary",
-        ":all:",
-        f"flax=={flax_version}",
-        "-d",
-        str(dest),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"pip download failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    archives = sorted(dest.glob("flax-*.tar.gz"))
-    if not archives:
-        raise SystemExit(f"pip download left no flax-*.tar.gz in {dest}")
-    with tarfile.open(archives[0]) as tar:
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(dest, filter="data")
-        else:  # pragma: no cover - Python without extraction filters
-            tar.extractall(dest)
-    found = sorted(dest.glob("flax-*/examples"))
-    if not found:
-        raise SystemExit(f"no examples/ folder in {archives[0].name}")
-    return found[0]
+    try:
+        return download_flax_sdist(dest) / "examples"
+    except SourceUnavailable as e:
+        raise SystemExit(str(e)) from e
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,7 +46,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -60,9 +59,11 @@ from outside_parity import (
     ModelReport,
     SourceUnavailable,
     _first_line,
+    _safe_extract,
     chosen_models,
     init_variables,
     perturb,
+    pip_download_sdist,
     print_notes,
     render_table,
     stub_missing_packages,
@@ -221,22 +222,11 @@ def sdist_package(requirement: str, package: str, scratch: Path, src: Path | Non
     if src is not None:
         for cand in sorted(src.glob(f"{name}-{version or '*'}/{package}")):
             return cand
-    dl = scratch / "download"
-    dl.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-    cmd += ["--disable-pip-version-check", "-q", requirement, "-d", str(dl)]
-    try:
-        subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise SourceUnavailable(f"pip download {requirement} failed: {e}") from e
-    archives = sorted(dl.glob(f"{name}-*.tar.gz"))
-    if not archives:
-        raise SourceUnavailable(f"pip download {requirement} gave no sdist")
-    with tarfile.open(archives[0]) as tar:
-        tar.extractall(scratch / "src", filter="data")
+    archive = pip_download_sdist(requirement, scratch / "download")
+    _safe_extract(archive, scratch / "src", lambda member: True)
     found = sorted((scratch / "src").glob(f"*/{package}"))
     if not found:
-        raise SourceUnavailable(f"{archives[0].name}: no {package}/ folder inside")
+        raise SourceUnavailable(f"{archive.name}: no {package}/ folder inside")
     return found[0]
 
 

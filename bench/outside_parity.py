@@ -123,36 +123,31 @@ def extract_sdist(archive: Path, dest: Path) -> Path:
     return roots[0]
 
 
-def download_flax_sdist(dest: Path, version: str | None = None, timeout: float = 300) -> Path:
-    """``pip download`` the Flax sdist (the installed version by default) and extract it under ``dest``."""
-    version = version or installed_flax_version()
-    dl = dest / "download"
-    dl.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-binary",
-        ":all:",
-        "--disable-pip-version-check",
-        "-q",
-        f"flax=={version}",
-        "-d",
-        str(dl),
-    ]
+def pip_download_sdist(requirement: str, dest: Path, timeout: float = 300) -> Path:
+    """``pip download`` the sdist of ``requirement`` (``flax==0.12.8``) into ``dest``; its archive, or
+    SourceUnavailable naming pip's own reason."""
+    name = requirement.split("==")[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+    cmd += ["--disable-pip-version-check", "-q", requirement, "-d", str(dest)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise SourceUnavailable(f"pip download flax=={version} failed: {e}") from e
-    archives = sorted(dl.glob("flax-*.tar.gz"))
+        raise SourceUnavailable(f"pip download {requirement} failed: {e}") from e
+    archives = sorted(dest.glob(f"{name}-*.tar.gz"))
     if not archives:
         lines = (proc.stderr + proc.stdout).strip().splitlines()
         errors = [ln.strip() for ln in lines if ln.strip().lower().startswith("error")]
         why = (errors or lines or [f"exit status {proc.returncode}"])[-1]
-        raise SourceUnavailable(f"pip download flax=={version} gave no sdist: {why}")
-    return extract_sdist(archives[0], dest / "src")
+        raise SourceUnavailable(f"pip download {requirement} gave no sdist: {why}")
+    return archives[0]
+
+
+def download_flax_sdist(dest: Path, version: str | None = None, timeout: float = 300) -> Path:
+    """``pip download`` the Flax sdist (the installed version by default) and extract it under ``dest``."""
+    version = version or installed_flax_version()
+    archive = pip_download_sdist(f"flax=={version}", dest / "download", timeout)
+    return extract_sdist(archive, dest / "src")
 
 
 def resolve_flax_src(arg: str | Path, scratch: Path) -> Path:
