@@ -112,7 +112,7 @@ def ensure_plain_import(module: cst.Module, name: str, *, blank_line_after: bool
 def drop_unused_linen_imports(module: cst.Module) -> cst.Module:
     """Remove ``import flax.linen as nn`` / ``from flax import linen [as nn]`` / ``from flax.linen import X``
     once nothing uses the name."""
-    return drop_unused_imports(module, _without_unused_linen)
+    return drop_unused_imports(module, without_unused_module("flax", "linen", members=True))
 
 
 SmallFilter = Callable[[cst.BaseSmallStatement, set[str]], cst.BaseSmallStatement | None]
@@ -143,34 +143,37 @@ def drop_unused_imports(module: cst.Module, without_unused: SmallFilter) -> cst.
     return module.with_changes(body=body)
 
 
-def _without_unused_linen(small: cst.BaseSmallStatement, used: set[str]) -> cst.BaseSmallStatement | None:
-    if isinstance(small, cst.Import):
-        keep = [
-            a
-            for a in small.names
-            if not (code(a.name) == "flax.linen" and a.asname is not None and code(a.asname.name) not in used)
-        ]
-    elif (
-        isinstance(small, cst.ImportFrom)
-        and small.module is not None
-        and code(small.module) == "flax"
-        and not isinstance(small.names, cst.ImportStar)
-    ):
-        keep = [
-            a
-            for a in small.names
-            if not (a.name.value == "linen" and code(a.asname.name if a.asname else a.name) not in used)
-        ]
-    elif (
-        isinstance(small, cst.ImportFrom)
-        and small.module is not None
-        and code(small.module).startswith("flax.linen")
-        and not isinstance(small.names, cst.ImportStar)
-    ):
-        keep = [a for a in small.names if code(a.asname.name if a.asname else a.name) in used]
-    else:
-        return small
-    if not keep:
-        return None
-    keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return small.with_changes(names=keep)
+def without_unused_module(package: str, name: str, *, members: bool = False) -> SmallFilter:
+    """The filter for :func:`drop_unused_imports` that drops the module ``package.name`` where nothing
+    uses it: ``import package.name as x`` and ``from package import name [as x]``; with ``members``,
+    also the unused names of ``from package.name[.sub] import y``."""
+    dotted = f"{package}.{name}"
+
+    def without_unused(small: cst.BaseSmallStatement, used: set[str]) -> cst.BaseSmallStatement | None:
+        if isinstance(small, cst.Import):
+            keep = [
+                a
+                for a in small.names
+                if not (code(a.name) == dotted and a.asname is not None and code(a.asname.name) not in used)
+            ]
+        elif (
+            not isinstance(small, cst.ImportFrom)
+            or small.module is None
+            or isinstance(small.names, cst.ImportStar)
+        ):
+            return small
+        elif code(small.module) == package:
+            keep = [
+                a
+                for a in small.names
+                if not (a.name.value == name and code(a.asname.name if a.asname else a.name) not in used)
+            ]
+        elif members and code(small.module).startswith(dotted):
+            keep = [a for a in small.names if code(a.asname.name if a.asname else a.name) in used]
+        else:
+            return small
+        if not keep:
+            return None
+        return small.with_changes(names=[*keep[:-1], keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+
+    return without_unused

@@ -12,8 +12,12 @@ from collections.abc import Mapping
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import code_of
-from linen2nnx.migrate.cst_utils import code
-from linen2nnx.migrate.imports import drop_unused_imports, ensure_nnx_import, ensure_plain_import
+from linen2nnx.migrate.imports import (
+    drop_unused_imports,
+    ensure_nnx_import,
+    ensure_plain_import,
+    without_unused_module,
+)
 from linen2nnx.migrate.sites import marker_line, one_line
 from linen2nnx.migrate.training.planner import TrainPlanner
 
@@ -130,36 +134,4 @@ def finish_imports(module: cst.Module, planner: TrainPlanner) -> cst.Module:
 
 def drop_unused_train_state_import(module: cst.Module) -> cst.Module:
     """Remove ``from flax.training import train_state`` (and aliases) once nothing uses the name."""
-    return drop_unused_imports(module, _without_unused_train_state)
-
-
-def _without_unused_train_state(
-    small: cst.BaseSmallStatement, used: set[str]
-) -> cst.BaseSmallStatement | None:
-    """``small`` without the ``train_state`` names nothing uses; None where none of its names is left."""
-    if (
-        isinstance(small, cst.ImportFrom)
-        and small.module is not None
-        and code(small.module) == "flax.training"
-        and not isinstance(small.names, cst.ImportStar)
-    ):
-        keep = [
-            a
-            for a in small.names
-            if not (a.name.value == "train_state" and code(a.asname.name if a.asname else a.name) not in used)
-        ]
-    elif isinstance(small, cst.Import):
-        keep = [
-            a
-            for a in small.names
-            if not (
-                code(a.name) == "flax.training.train_state"
-                and a.asname is not None
-                and code(a.asname.name) not in used
-            )
-        ]
-    else:
-        return small
-    if not keep:
-        return None
-    return small.with_changes(names=[*keep[:-1], keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+    return drop_unused_imports(module, without_unused_module("flax.training", "train_state"))
