@@ -10,6 +10,7 @@ rewriting.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import libcst as cst
@@ -160,13 +161,16 @@ class FileContext:
             node = chain.base
         if isinstance(node, cst.Name) and node.value in self.state.linen_classes:
             return self.state.linen_classes[node.value]
-        if not isinstance(node, (cst.Name, cst.Attribute)) or not self.state.external:
+        summary = self._from_other_file(node, self.state.external)
+        return summary.as_plan() if summary is not None else None
+
+    def _from_other_file(self, node: cst.BaseExpression, facts: Mapping[str, Any]) -> Any:
+        """What ``facts`` (keyed by absolute dotted name) say of the name ``node`` imports, or None."""
+        if not isinstance(node, (cst.Name, cst.Attribute)) or not facts:
             return None
-        for q in self.qualnames(node):
-            summary = self.state.external.get(self._absolute(q))
-            if summary is not None:
-                return summary.as_plan()
-        return None
+        return next(
+            (f for q in self.qualnames(node) if (f := facts.get(self._absolute(q))) is not None), None
+        )
 
     def _find_function_factories(self) -> None:
         """The module-level layer factory functions (function_factories.py), before any class is planned:
@@ -185,13 +189,7 @@ class FileContext:
         """The layer factory function ``node`` names: one of this file, or of another file of the run."""
         if isinstance(node, cst.Name) and node.value in self.state.function_factories:
             return self.state.function_factories[node.value]
-        if not isinstance(node, (cst.Name, cst.Attribute)) or not self.state.external_factories:
-            return None
-        for q in self.qualnames(node):
-            factory = self.state.external_factories.get(self._absolute(q))
-            if factory is not None:
-                return factory
-        return None
+        return self._from_other_file(node, self.state.external_factories)
 
     def field_factory(self, plan: ClassPlan, field: str) -> FieldFactory | None:
         """``plan``'s field ``field`` as a module factory whose callers' bindings agree (factory_fields.py)."""
