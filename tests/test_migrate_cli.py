@@ -175,7 +175,13 @@ def test_unsafe_fixes_and_selection_reach_migrate_source(cnn, monkeypatch):
         ]
     )
     assert seen == [
-        {"select": ("L2N-MOD",), "ignore": ("L2N-MOD-004",), "unsafe_fixes": True, "external": {}}
+        {
+            "select": ("L2N-MOD",),
+            "ignore": ("L2N-MOD-004",),
+            "unsafe_fixes": True,
+            "external": {},
+            "factories": {},
+        }
     ]
 
 

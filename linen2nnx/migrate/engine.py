@@ -130,13 +130,16 @@ def migrate_source(
     ignore: Sequence[str] | None = None,
     unsafe_fixes: bool = False,
     external: Mapping[str, Any] | None = None,
+    factories: Mapping[str, Any] | None = None,
 ) -> FileResult:
     """Migrate one file's text. Never raises for bad input: failures become ``error`` findings.
 
     ``select`` / ``ignore`` are rule-id prefixes (``L2N-SHAPE``); ``unsafe_fixes`` applies fixes that
     rest on a stated assumption (e.g. a traced literal size) instead of leaving them manual.
     ``external`` holds the summaries of Linen classes other files of the run define (see
-    :func:`migrate_paths`), so submodules and base classes imported from them are migrated too.
+    :func:`migrate_paths`), so submodules and base classes imported from them are migrated too;
+    ``factories`` their module-level functions that build layers (rewritten ones, which calls here
+    build through, and ones still building Linen, which NNX classes here must not call).
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training
@@ -157,14 +160,15 @@ def migrate_source(
         rule_enabled=rule_enabled,
         unsafe_fixes=unsafe_fixes,
         external=external,
+        factories=factories,
     )
     try:
         out_tree = command.transform_module(tree, source)
         module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
-        factories = _factories_of(command, out_tree, module_output, module_name)
-        known = {**(external or {}), **command.function_factories}  # the verifier checks their calls too
+        own_factories = _factories_of(command, out_tree, module_output, module_name)
+        known = {**(factories or {}), **command.function_factories}  # the verifier checks their calls too
         output, train_findings, verify_findings = _training_and_verify(
-            out_tree, module_output, source, path, module_name, command, known, rule_enabled
+            out_tree, module_output, source, path, module_name, command, external, known, rule_enabled
         )
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
@@ -183,7 +187,7 @@ def migrate_source(
         findings,
         command.name_map,
         summaries=command.summaries,
-        factories=factories,
+        factories=own_factories,
     )
 
 
@@ -231,6 +235,7 @@ def _training_and_verify(
     module_name: str,
     command: Any,
     external: Mapping[str, Any] | None,
+    factories: Mapping[str, Any],
     rule_enabled: Callable[[str], bool],
 ) -> tuple[str, list[Finding], list[Finding]]:
     """The passes after the module pass: training code, then the verifier. Returns the output and
@@ -255,6 +260,7 @@ def _training_and_verify(
         path=path,
         module_name=module_name,
         external=external or {},
+        factories=factories,
         rule_enabled=rule_enabled,
         tree=out_tree if output is module_output else None,
         converted=command.converted_classes,
@@ -276,9 +282,9 @@ _WORKER_OPTIONS = _Options()
 
 
 def _migrate_file(
-    args: tuple[Path, str, str, Mapping[str, Any]], options: _Options | None = None
+    args: tuple[Path, str, str, Mapping[str, Any], Mapping[str, Any]], options: _Options | None = None
 ) -> FileResult:
-    path, rel, module_name, external = args
+    path, rel, module_name, external, factories = args
     options = options or _WORKER_OPTIONS
     try:
         source = path.read_bytes().decode("utf-8")
@@ -304,6 +310,7 @@ def _migrate_file(
         ignore=options.ignore,
         unsafe_fixes=options.unsafe_fixes,
         external=external,
+        factories=factories,
     )
     result.path = path
     return result
@@ -429,23 +436,24 @@ def _run(
     """Migrate level by level (see :func:`import_levels`), each file seeing the classes of the files
     it imports; results come back in discovery order."""
     results: dict[int, FileResult] = {}
-    external: dict[str, Any] = {}
+    external: dict[str, Any] = {}  # the classes of the files already migrated (their summaries)
+    factories: dict[str, Any] = {}  # ... and their functions that build layers
     for level, cyclic in import_levels_with_cycles(work):
-        items = [(*work[i], dict(external)) for i in level]
+        classes, functions = dict(external), dict(factories)  # what this level sees, shared by its files
+        items = [(*work[i], classes, functions) for i in level]
         for i, r in zip(level, _run_level(items, jobs, options)):
             results[i] = r
         if cyclic:  # files importing each other: once more, now that each knows the others' classes
-            known = dict(external)
             for i in level:
-                known.update(results[i].summaries)
-                known.update(results[i].factories)
-            again = [(*work[i], known) for i in cyclic]
+                classes.update(results[i].summaries)
+                functions.update(results[i].factories)
+            again = [(*work[i], classes, functions) for i in cyclic]
             results.update(zip(cyclic, _run_level(again, jobs, options)))
         for i in level:
             if on_file:
                 on_file(results[i])
             external.update(results[i].summaries)
-            external.update(results[i].factories)
+            factories.update(results[i].factories)
     return [results[i] for i in range(len(work))]
 
 

@@ -170,6 +170,7 @@ class FileState:
         rule_enabled: Callable[[str], bool],
         unsafe_fixes: bool,
         external: Mapping[str, ClassSummary] | None,
+        factories: Mapping[str, Any] | None = None,
     ) -> FileState:
         return cls(
             path=path,
@@ -177,6 +178,6 @@ class FileState:
             trace=trace,
             rule_enabled=rule_enabled,
             unsafe_fixes=unsafe_fixes,
-            external={k: v for k, v in (external or {}).items() if isinstance(v, ClassSummary)},
-            external_factories={k: v for k, v in (external or {}).items() if isinstance(v, FunctionFactory)},
+            external=dict(external or {}),
+            external_factories={k: v for k, v in (factories or {}).items() if isinstance(v, FunctionFactory)},
         )

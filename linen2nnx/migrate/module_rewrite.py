@@ -100,6 +100,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         rule_enabled: Callable[[str], bool] = lambda rule_id: True,
         unsafe_fixes: bool = False,
         external: Mapping[str, ClassSummary] | None = None,
+        factories: Mapping[str, Any] | None = None,
     ):
         super().__init__(context)
         self.state = FileState.of(
@@ -109,6 +110,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             rule_enabled=rule_enabled,
             unsafe_fixes=unsafe_fixes,
             external=external,
+            factories=factories,
         )
         self.ctx = FileContext(self.state)  # resolve: names, parents, lift chains, findings
         self.sizer = Sizer(self.ctx)  # feature sizes of a plan's sites

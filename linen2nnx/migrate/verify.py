@@ -13,6 +13,7 @@ an inline marker, located at the *input*'s line. It never rewrites code.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import libcst as cst
 
@@ -60,6 +61,7 @@ def verify_output(
     external: Mapping[str, ClassSummary],
     rule_enabled: Callable[[str], bool],
     tree: cst.Module | None = None,
+    factories: Mapping[str, Any] | None = None,
     converted: Collection[str] | None = None,
 ) -> tuple[str, list[Finding]]:
     """``output`` with an inline marker on each leftover of Linen in its NNX classes, and the findings
@@ -76,11 +78,11 @@ def verify_output(
         return output, []
     notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
     if tree is not None:
-        notes = _leftovers(tree, module_name, external, rule_enabled, converted)
+        notes = _leftovers(tree, module_name, external, factories or {}, rule_enabled, converted)
         if not notes:
             return output, []
     module = cst.parse_module(output)
-    notes = _leftovers(module, module_name, external, rule_enabled, converted)
+    notes = _leftovers(module, module_name, external, factories or {}, rule_enabled, converted)
     if not notes:
         return output, []
     positions = start_positions(module, [node for _, node, _, _ in notes])
@@ -99,10 +101,11 @@ def _leftovers(
     module: cst.Module,
     module_name: str,
     external: Mapping[str, ClassSummary],
+    factories: Mapping[str, Any],
     rule_enabled: Callable[[str], bool],
     converted: Collection[str] | None = None,
 ) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
-    verifier = _Verifier(module, module_name, external, converted)
+    verifier = _Verifier(module, module_name, external, factories, converted)
     verifier.run()
     return [n for n in verifier.notes if rule_enabled(n[0].id)]
 
@@ -115,6 +118,7 @@ class _Verifier:
         module: cst.Module,
         module_name: str,
         external: Mapping[str, ClassSummary],
+        factories: Mapping[str, Any],
         converted: Collection[str] | None = None,
     ) -> None:
         self.module = module
@@ -134,7 +138,8 @@ class _Verifier:
         self._factories: dict[str, LinenFactory] | None = None  # see _factory
         # per method being checked: the method, and its locals that hold a class (found on first need)
         self._methods: list[tuple[cst.FunctionDef, dict[str, cst.BaseExpression] | None]] = []
-        self.function_factories = {k: v for k, v in external.items() if isinstance(v, FunctionFactory)}
+        self.factories = factories  # functions of the run that build layers: rewritten, or still Linen
+        self.function_factories = {k: v for k, v in factories.items() if isinstance(v, FunctionFactory)}
 
     def run(self) -> None:
         self._walk(self.module, None)
@@ -227,9 +232,8 @@ class _Verifier:
         return None
 
     def _external(self, qualname: str) -> ClassSummary | None:
-        """The summary of a class another file of the run migrated (not a factory function's fact)."""
-        fact = self.external.get(absolute_qualname(qualname, self.module_name)) if self.external else None
-        return fact if isinstance(fact, ClassSummary) else None
+        """The summary of a class another file of the run migrated."""
+        return self.external.get(absolute_qualname(qualname, self.module_name)) if self.external else None
 
     def _self_names(self, node: cst.ClassDef) -> set[str]:
         """Names the class (and its NNX bases of this file) defines: methods, class attributes, and
@@ -305,7 +309,7 @@ class _Verifier:
         if key in self._factories:
             return self._factories[key]
         for q in qualnames:
-            fact = self.external.get(absolute_qualname(q, self.module_name)) if self.external else None
+            fact = self.factories.get(absolute_qualname(q, self.module_name))
             if isinstance(fact, LinenFactory):
                 return fact
         return None

@@ -51,8 +51,7 @@ def migrate_training(
     if any(f"{MARKER} {rule}" in original for rule in BLOCKING):
         return code_text, []  # left to a person by an earlier run: its markers say why (delete them to retry)
     wrapper = MetadataWrapper(cst.parse_module(code_text), unsafe_skip_copy=True)
-    classes = {k: v for k, v in external.items() if isinstance(v, ClassSummary)}  # not the factory facts
-    values = ValueAnalysis(wrapper, local, classes, module_name)
+    values = ValueAnalysis(wrapper, local, external, module_name)
     planner = TrainPlanner(wrapper, values, sharding=uses_sharding(original))
     plan_file(planner)
     blocked = planner.blocked
