@@ -358,11 +358,11 @@ class ClassPlanner:
         """``self.blocks = [Block(..., name=f'block_{i}') for i in range(n)]`` (setup_lists.py): one site
         for every element, built where it is written; left as it is when its names cannot be followed."""
         assert isinstance(comp.elt, cst.Call)
-        alias = (
-            None if self._builds_submodule(comp.elt) else self._setup_class_alias(plan, comp.elt, stmt, body)
-        )
-        if alias is None and not self._builds_submodule(comp.elt):
-            return
+        alias = None
+        if not self._builds_submodule(comp.elt):
+            alias = self._setup_class_alias(plan, comp.elt, stmt, body)  # `block_class(...)`
+            if alias is None:
+                return
         index = comprehension_index(comp)
         names = element_names(comp.elt, index, attr) if index is not None else None
         if names is None:

@@ -111,7 +111,8 @@ def class_alias(body: list[cst.BaseStatement], before: cst.BaseStatement, name: 
             continue
         if isinstance(stmt, cst.If) and name in names_in(stmt.body):
             inner = stmt.body.body
-            call = single_assign(inner[0])[1] if len(inner) == 1 and single_assign(inner[0]) else None
+            assign = single_assign(inner[0]) if len(inner) == 1 else None
+            call = assign[1] if assign is not None else None
             if (
                 value is None
                 or remat is not None
