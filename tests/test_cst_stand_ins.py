@@ -2,7 +2,8 @@
 
 ``names.NameResolver`` against ``QualifiedNameProvider``, ``cst_meta.parent_map`` against
 ``ParentNodeProvider``, ``cst_meta.start_positions`` and ``positions.source_positions`` against
-``PositionProvider`` and ``cst_meta.FastVisitor`` against ``cst.CSTVisitor``: on every node of the
+``PositionProvider`` (and ``ast_positions.ast_positions``, which reads them from Python's parser, for the
+nodes it pairs) and ``cst_meta.FastVisitor`` against ``cst.CSTVisitor``: on every node of the
 migration fixtures' inputs, of a few of this package's modules, of a snippet written to hit libcst's
 scoping rules (also with ``\r\n`` line ends) and of one with repeated statements (also without a
 final line end).
@@ -16,6 +17,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
+from linen2nnx.migrate.ast_positions import ast_positions
 from linen2nnx.migrate.cst_meta import FastVisitor, parent_map, start_positions, syntax_parent_map
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.positions import source_positions
@@ -98,6 +100,55 @@ class A(nn.Module):
 """
 
 
+# every kind of block a statement can sit in, for the pairing of libcst and ast statements
+BLOCKS = """import a.b.c as d
+from x.y import (z)
+
+
+@dec.one
+@dec.two(f(1)(2), k=g.h)
+class C(Base, metaclass=m.M):
+    x = y.z; w = v.u(t.s)
+    if a.b(1): c.d()
+    elif e.f(2):
+        g.h(3)
+    elif i.j:
+        pass
+    else:
+        k.l(4)
+    for m in n.o(5):
+        p.q()
+    else:
+        r.s()
+    while t.u:
+        break
+    else:
+        v.w()
+    try:
+        x.y()
+    except (E.F, G) as err:
+        err.z()
+    except H.I:
+        pass
+    else:
+        j.k()
+    finally:
+        l.m()
+    with n.o() as p, q.r(s.t):
+        u.v(f"{w.x(1)} {y.z}")
+    match a.b:
+        case c.D(e=f.g):
+            h.i()
+        case [j.k, *rest] if rest.l():
+            m.n()
+
+    async def f(self, a=b.c(), *, d: e.F = g.h) -> i.J:
+        return (k.l)(m.n)((o).p, q=lambda r: r.s(t.u))
+
+    def g(self): return self.x.y(é.ü(1), "ß".join(z.w))
+"""
+
+
 def _sources() -> list[tuple[str, str]]:
     files = [
         *sorted((ROOT / "tests" / "fixtures" / "migrate").glob("*/*_in.py")),
@@ -107,6 +158,7 @@ def _sources() -> list[tuple[str, str]]:
         ("SCOPING", SCOPING),
         ("CRLF", SCOPING.replace("\n", "\r\n")),
         ("REPEATED", REPEATED),
+        ("BLOCKS", BLOCKS),
         ("NO_FINAL_NEWLINE", REPEATED.rstrip()),
     ] + [(str(f.relative_to(ROOT)), f.read_text()) for f in files]
 
@@ -157,6 +209,26 @@ def test_source_positions(wrapper: MetadataWrapper) -> None:
             node: (expected[node].start.line, expected[node].start.column) for node in wanted
         }
     assert source_positions(module, source, [cst.Name("elsewhere")], parents) == {}
+
+
+def test_ast_positions(wrapper: MetadataWrapper) -> None:
+    """Read from Python's parser: libcst's starts for every node it pairs (calls, attributes, classes,
+    functions; f-strings and imports are left out), and no node of another kind."""
+    expected = wrapper.resolve(PositionProvider)
+    module = wrapper.module
+    source = module.code
+    parents = syntax_parent_map(module)
+    nodes = [node for node in expected if node in parents]
+    found = ast_positions(source, nodes, parents)
+    assert found == {node: (expected[node].start.line, expected[node].start.column) for node in found}
+    assert all(isinstance(node, (cst.Call, cst.Attribute, cst.FunctionDef, cst.ClassDef)) for node in found)
+    if "\r" not in source and "f'" not in source and 'f"' not in source:  # else some statements are left out
+        kinds = (cst.Call, cst.Attribute, cst.FunctionDef, cst.ClassDef)
+        in_imports = {
+            n for imp in module.body for n in parent_map(imp) if "import" in module.code_for_node(imp)
+        }
+        assert {n for n in nodes if isinstance(n, kinds) and n not in in_imports} <= found.keys()
+    assert ast_positions(source, [cst.Call(cst.Name("elsewhere"))], parents) == {}
 
 
 def test_fast_visitor_order(wrapper: MetadataWrapper) -> None:

@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import difflib
 import enum
+import functools
 import multiprocessing
 import os
 import sys
@@ -26,9 +27,11 @@ from libcst.codemod import CodemodContext
 
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
+from linen2nnx.migrate import gc_tuning
 from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
 from linen2nnx.migrate.findings import Finding, Severity
+from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
@@ -165,10 +168,20 @@ def migrate_source(
     try:
         out_tree = command.transform_module(tree, source)
         module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
-        own_factories = _factories_of(command, out_tree, module_output, module_name)
+        names_of_output = functools.cache(lambda: NameResolver(out_tree))  # one resolver for both readers
+        own_factories = _factories_of(command, out_tree, module_output, module_name, names_of_output)
         known = {**(factories or {}), **command.function_factories}  # the verifier checks their calls too
         output, train_findings, verify_findings = _training_and_verify(
-            out_tree, module_output, source, path, module_name, command, external, known, rule_enabled
+            out_tree,
+            module_output,
+            source,
+            path,
+            module_name,
+            command,
+            external,
+            known,
+            rule_enabled,
+            names_of_output,
         )
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
@@ -191,7 +204,13 @@ def migrate_source(
     )
 
 
-def _factories_of(command: Any, out_tree: cst.Module, module_output: str, module_name: str) -> dict[str, Any]:
+def _factories_of(
+    command: Any,
+    out_tree: cst.Module,
+    module_output: str,
+    module_name: str,
+    names_of_output: Callable[[], NameResolver],
+) -> dict[str, Any]:
     """The file's functions that matter to the files importing it: its layer factory functions, rewritten
     to build NNX layers, and the functions that still build Linen modules (NNX classes here and in
     importing files must not call them)."""
@@ -199,7 +218,7 @@ def _factories_of(command: Any, out_tree: cst.Module, module_output: str, module
 
     factories: dict[str, Any] = dict(command.function_factories)
     if "linen" in module_output:
-        factories.update(linen_factories(out_tree, module_name))
+        factories.update(linen_factories(out_tree, module_name, names_of=names_of_output))
     return factories
 
 
@@ -237,9 +256,10 @@ def _training_and_verify(
     external: Mapping[str, Any] | None,
     factories: Mapping[str, Any],
     rule_enabled: Callable[[str], bool],
+    names_of_output: Callable[[], NameResolver],
 ) -> tuple[str, list[Finding], list[Finding]]:
     """The passes after the module pass: training code, then the verifier. Returns the output and
-    each pass's findings."""
+    each pass's findings. ``names_of_output`` gives the resolver of ``out_tree``."""
     from linen2nnx.migrate.training import migrate_training
     from linen2nnx.migrate.verify import verify_output
 
@@ -264,6 +284,7 @@ def _training_and_verify(
         rule_enabled=rule_enabled,
         tree=out_tree if output is module_output else None,
         converted=command.converted_classes,
+        names_of_tree=names_of_output,
     )
     return output, train_findings, verify_findings
 
@@ -313,6 +334,7 @@ def _migrate_file(
         factories=factories,
     )
     result.path = path
+    gc_tuning.settle()  # what the file left joins the heap the collector skips
     return result
 
 
@@ -359,7 +381,8 @@ def migrate_paths(
         trace, tuple(select) if select is not None else None, tuple(ignore or ()), unsafe_fixes
     )
     work = [(f, _display(f), module_name_for(f)) for f, _ in files]
-    results = list(_run(work, jobs, on_file, options))
+    with gc_tuning.tuned():
+        results = list(_run(work, jobs, on_file, options))
     name_map = NameMap()
     for r in results:
         name_map.merge(r.name_map)
@@ -414,6 +437,7 @@ def _init_worker(options: _Options, warm: bool) -> None:
     _WORKER_OPTIONS = options
     if warm:
         _warm_up()
+    gc_tuning.tune_process()
 
 
 def _jax_started() -> bool:

@@ -5,6 +5,7 @@ The facts are picklable, so the run hands them to importing files beside the cla
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import libcst as cst
 
@@ -23,14 +24,19 @@ class LinenFactory:
 
 
 def linen_factories(
-    module: cst.Module, module_name: str, names: NameResolver | None = None
+    module: cst.Module,
+    module_name: str,
+    names: NameResolver | None = None,
+    *,
+    names_of: Callable[[], NameResolver] | None = None,
 ) -> dict[str, LinenFactory]:
     """The module-level functions of ``module`` (an output of the run) that build a Linen module, by
-    absolute name: what an NNX class of this file or of a file importing it must not call."""
+    absolute name: what an NNX class of this file or of a file importing it must not call.
+    ``names`` (or ``names_of``, which gives it when needed) is ``module``'s resolver."""
     functions = [s for s in module.body if isinstance(s, cst.FunctionDef)]
     if not functions:
         return {}
-    names = names or NameResolver(module)
+    names = names or (names_of() if names_of is not None else NameResolver(module))
     classes = [s for s in module.body if isinstance(s, cst.ClassDef)]
     linen_classes = {c.name.value for c in classes if _linen_bases(c, names)}
     found: dict[str, LinenFactory] = {}

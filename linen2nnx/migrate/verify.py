@@ -63,6 +63,7 @@ def verify_output(
     tree: cst.Module | None = None,
     factories: Mapping[str, Any] | None = None,
     converted: Collection[str] | None = None,
+    names_of_tree: Callable[[], NameResolver] | None = None,
 ) -> tuple[str, list[Finding]]:
     """``output`` with an inline marker on each leftover of Linen in its NNX classes, and the findings
     (with the lines of ``original``, the input of the whole migration).
@@ -73,12 +74,14 @@ def verify_output(
     ``tree``: a tree whose code is ``output`` (the module pass's own), read instead of parsing
     ``output`` again. Such a tree may hold one memoised node at two places, so when it shows a
     leftover the output is parsed after all: positions and markers need one node per place.
+    ``names_of_tree``: the resolver of ``tree``, when the caller built (or will build) one anyway.
     """
     if "nnx" not in output or not any(rule_enabled(r.id) for r in verify_rules.RULES):
         return output, []
     notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
     if tree is not None:
-        notes = _leftovers(tree, module_name, external, factories or {}, rule_enabled, converted)
+        names = names_of_tree() if names_of_tree is not None else None
+        notes = _leftovers(tree, module_name, external, factories or {}, rule_enabled, converted, names)
         if not notes:
             return output, []
     module = cst.parse_module(output)
@@ -104,8 +107,9 @@ def _leftovers(
     factories: Mapping[str, Any],
     rule_enabled: Callable[[str], bool],
     converted: Collection[str] | None = None,
+    names: NameResolver | None = None,
 ) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
-    verifier = _Verifier(module, module_name, external, factories, converted)
+    verifier = _Verifier(module, module_name, external, factories, converted, names)
     verifier.run()
     return [n for n in verifier.notes if rule_enabled(n[0].id)]
 
@@ -120,13 +124,14 @@ class _Verifier:
         external: Mapping[str, ClassSummary],
         factories: Mapping[str, Any],
         converted: Collection[str] | None = None,
+        names: NameResolver | None = None,
     ) -> None:
         self.module = module
         self.converted = converted
         self._marked: dict[cst.ClassDef, bool] = {}  # class -> carries linen2nnx markers (see _rewritten)
         self.module_name = module_name
         self.external = external
-        self.names = NameResolver(module)
+        self.names = names if names is not None else NameResolver(module)
         self.nnx_classes: dict[str, cst.ClassDef] = {}  # NNX classes of this file, by name
         self.linen_classes: set[str] = set()  # Linen classes of this file (kept ones included)
         self.defs = {c.name.value: c for c in top_classes(module)}
