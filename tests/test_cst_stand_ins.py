@@ -2,8 +2,7 @@
 
 ``names.NameResolver`` against ``QualifiedNameProvider``, ``cst_meta.parent_map`` against
 ``ParentNodeProvider``, ``cst_meta.start_positions`` and ``positions.source_positions`` against
-``PositionProvider`` (and ``ast_positions.ast_positions``, which reads them from Python's parser, for the
-nodes it pairs) and ``cst_meta.FastVisitor`` against ``cst.CSTVisitor``: on every node of the
+``PositionProvider`` and ``cst_meta.FastVisitor`` against ``cst.CSTVisitor``: on every node of the
 migration fixtures' inputs, of a few of this package's modules, of a snippet written to hit libcst's
 scoping rules (also with ``\r\n`` line ends) and of one with repeated statements (also without a
 final line end).
@@ -17,7 +16,6 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
-from linen2nnx.migrate.ast_positions import ast_positions
 from linen2nnx.migrate.cst_meta import FastVisitor, parent_map, start_positions, syntax_parent_map
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.positions import source_positions
@@ -100,7 +98,7 @@ class A(nn.Module):
 """
 
 
-# every kind of block a statement can sit in, for the pairing of libcst and ast statements
+# every kind of block a statement can sit in, decorators, f-strings and non-ASCII names
 BLOCKS = """import a.b.c as d
 from x.y import (z)
 
@@ -209,26 +207,6 @@ def test_source_positions(wrapper: MetadataWrapper) -> None:
             node: (expected[node].start.line, expected[node].start.column) for node in wanted
         }
     assert source_positions(module, source, [cst.Name("elsewhere")], parents) == {}
-
-
-def test_ast_positions(wrapper: MetadataWrapper) -> None:
-    """Read from Python's parser: libcst's starts for every node it pairs (calls, attributes, classes,
-    functions; f-strings and imports are left out), and no node of another kind."""
-    expected = wrapper.resolve(PositionProvider)
-    module = wrapper.module
-    source = module.code
-    parents = syntax_parent_map(module)
-    nodes = [node for node in expected if node in parents]
-    found = ast_positions(source, nodes, parents)
-    assert found == {node: (expected[node].start.line, expected[node].start.column) for node in found}
-    assert all(isinstance(node, (cst.Call, cst.Attribute, cst.FunctionDef, cst.ClassDef)) for node in found)
-    if "\r" not in source and "f'" not in source and 'f"' not in source:  # else some statements are left out
-        kinds = (cst.Call, cst.Attribute, cst.FunctionDef, cst.ClassDef)
-        in_imports = {
-            n for imp in module.body for n in parent_map(imp) if "import" in module.code_for_node(imp)
-        }
-        assert {n for n in nodes if isinstance(n, kinds) and n not in in_imports} <= found.keys()
-    assert ast_positions(source, [cst.Call(cst.Name("elsewhere"))], parents) == {}
 
 
 def test_fast_visitor_order(wrapper: MetadataWrapper) -> None:

@@ -16,7 +16,6 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.layers import LayerRule, layer_rule
-from linen2nnx.migrate.ast_positions import ast_positions
 from linen2nnx.migrate.cst_meta import FastVisitor, start_positions, syntax_parent_map
 from linen2nnx.migrate.cst_utils import (
     absolute_qualname,
@@ -394,10 +393,7 @@ class FileContext:
         else:
             if state.parents is None:
                 state.parents = syntax_parent_map(state.tree)
-            positions = ast_positions(state.source, nodes, state.parents)
-            rest = nodes.difference(positions)
-            if rest:
-                positions.update(source_positions(state.tree, state.source, rest, state.parents))
+            positions = source_positions(state.tree, state.source, nodes, state.parents)
         for index, node in self.state.unplaced:
             if node in positions:
                 line, column = positions[node]
