@@ -29,9 +29,8 @@ def _sequential(cfg, params, x):
     """Every microbatch through repeat 0's stages in order, then repeat 1's, ... (no pipeline)."""
     for r in range(cfg.num_pipeline_repeats):
         for s in range(cfg.num_stages):
-            index = (r, s) if cfg.num_pipeline_repeats > 1 else (s,)
-            stage_params = jax.tree.map(lambda p, i=index: p[i], params)
-            x = StageBlock(cfg).apply({"params": stage_params}, x)
+            stage_params = jax.tree.map(lambda p, i=(r, s): p[i], params)
+            x = StageBlock(cfg).apply({"params": stage_params}, x, True)
     return x
 
 
@@ -52,7 +51,7 @@ def test_weights_keep_repeat_and_stage_axes():
     assert stage["wi"]["kernel"] == P("circular_repeats", "layers", "embed", "mlp")
     assert stage["norm"]["scale"] == P("circular_repeats", "layers", "norm")
     plain = T.param_partition_specs()["pipeline"]["stages"]["layers_0"]
-    assert plain["wo"]["kernel"] == P("layers", "mlp", "embed")
+    assert plain["wo"]["kernel"] == P("circular_repeats", "layers", "mlp", "embed")
 
 
 def test_remove_logically_partition_unboxes_only_boxes():
@@ -76,7 +75,6 @@ def test_trains_on_stage_data_fsdp_mesh(variant):
     assert report["devices"] == 8
     np.testing.assert_allclose(report["mesh"], report["plain"], rtol=1e-4)
     assert report["mesh"][-1] < report["mesh"][0]
-    lead = [None] if variant == "circular" else []
     specs = report["specs"]
-    assert specs["['pipeline']['stages']['layers_0']['wi']['kernel']"] == [*lead, "stage", "fsdp"]
-    assert specs["['pipeline']['stages']['layers_0']['wo']['kernel']"] == [*lead, "stage", None, "fsdp"]
+    assert specs["['pipeline']['stages']['layers_0']['wi']['kernel']"] == [None, "stage", "fsdp"]
+    assert specs["['pipeline']['stages']['layers_0']['wo']['kernel']"] == [None, "stage", None, "fsdp"]

@@ -9,9 +9,9 @@ runs every stage once on its current input (``jnp.roll`` shifts the outputs one 
 collective permute when the stage axis is sharded), the first stage reads the next microbatch and
 the last stage's output is written back in its place.
 
-With ``num_pipeline_repeats > 1`` the pipeline is circular: every stage holds one block per repeat
-(weights ``(repeats, stages, ...)``, partition name ``'circular_repeats'``) and a microbatch goes
-round the stages that many times. Each iteration every stage runs all its repeats' blocks and keeps
+A second ``nn.vmap`` over ``num_pipeline_repeats`` (partition name ``'circular_repeats'``) gives every
+stage one block per repeat, so the weights are ``(repeats, stages, ...)``. With more than one repeat
+the pipeline is circular: a microbatch goes round the stages that many times. Each iteration every stage runs all its repeats' blocks and keeps
 the one its microbatch is at, which keeps the weights in their stored layout (no gather of the
 current repeat's weights) at ``repeats`` times the compute: this model is for checking a migration,
 not for speed.
@@ -86,15 +86,8 @@ def create_pipeline_scan(body, length: int, policy_name: str):
     )
 
 
-def dense(features: int, axes: tuple[str, str], cfg: PipelineConfig, name: str) -> nn.Dense:
-    return nn.Dense(
-        features,
-        use_bias=False,
-        dtype=cfg.dtype,
-        param_dtype=cfg.param_dtype,
-        kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), axes),
-        name=name,
-    )
+def kernel_init(axes: tuple[str, str]):
+    return nn.with_logical_partitioning(nn.initializers.lecun_normal(), axes)
 
 
 class RMSNorm(nn.Module):
@@ -119,7 +112,7 @@ class RMSNorm(nn.Module):
 
 
 class MixerLayer(nn.Module):
-    """Pre-norm residual MLP over each token and the token before it (a causal token shift)."""
+    """Pre-norm residual MLP over a learned mix of each token and the token before it."""
 
     config: PipelineConfig
 
@@ -129,93 +122,109 @@ class MixerLayer(nn.Module):
         x = nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
         y = RMSNorm(cfg.normalization_layer_epsilon, cfg.dtype, cfg.param_dtype, name="norm")(x)
         previous = jnp.pad(y[:, :-1], ((0, 0), (1, 0), (0, 0)))
-        h = dense(cfg.mlp_dim, ("embed", "mlp"), cfg, "wi")(jnp.concatenate([y, previous], axis=-1))
+        mix = self.param(
+            "token_mix",
+            nn.with_logical_partitioning(nn.initializers.constant(0.5), ("norm",)),
+            (cfg.emb_dim,),
+            cfg.param_dtype,
+        )
+        h = nn.Dense(
+            cfg.mlp_dim,
+            use_bias=False,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            kernel_init=kernel_init(("embed", "mlp")),
+            name="wi",
+        )(y * mix + previous * (1.0 - mix))
         h = nn.Dropout(rate=cfg.dropout_rate)(nn.silu(h), deterministic=deterministic)
-        return x + dense(cfg.emb_dim, ("mlp", "embed"), cfg, "wo")(h)
+        return x + nn.Dense(
+            cfg.emb_dim,
+            use_bias=False,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            kernel_init=kernel_init(("mlp", "embed")),
+            name="wo",
+        )(h)
 
 
 class StageBlock(nn.Module):
     """The layers one pipeline stage runs: ``layers_0`` ... ``layers_{layers_per_stage - 1}``."""
 
     config: PipelineConfig
-    deterministic: bool = True
 
     @nn.compact
-    def __call__(self, x: Array) -> Array:
+    def __call__(self, x: Array, deterministic: bool) -> Array:
         for i in range(self.config.layers_per_stage):
-            x = MixerLayer(self.config, name=f"layers_{i}")(x, self.deterministic)
+            x = MixerLayer(self.config, name=f"layers_{i}")(x, deterministic)
         return x
 
 
-def run_iteration(pipeline: "Pipeline", carry: dict, _) -> tuple[dict, None]:
-    """The scanned body: one pipeline iteration (a module function, as Linen's lifts require)."""
-    return pipeline.iterate(carry), None
-
-
 class Pipeline(nn.Module):
-    """``(batch, length, embed) -> (batch, length, embed)`` through every stage, microbatch by microbatch."""
+    """``(batch, length, embed) -> (batch, length, embed)`` through every stage, microbatch by microbatch.
+
+    The weights of ``stages`` are ``(repeats, stages, ...)``; ``repeats`` is 1 unless the pipeline is
+    circular.
+    """
 
     config: PipelineConfig
-    deterministic: bool = True
 
     def setup(self):
         cfg = self.config
-        stages = nn.vmap(
-            StageBlock,
-            variable_axes={"params": 0},
-            split_rngs={"params": True, "dropout": True},
-            in_axes=0,
-            out_axes=0,
-            axis_size=cfg.num_stages,
-            spmd_axis_name="stage",
-            metadata_params={nn.PARTITION_NAME: "layers"},
-        )
-        if cfg.num_pipeline_repeats > 1:
-            stages = nn.vmap(
-                stages,
+        self.stages = nn.vmap(
+            nn.vmap(
+                StageBlock,
                 variable_axes={"params": 0},
                 split_rngs={"params": True, "dropout": True},
-                in_axes=None,
+                in_axes=(0, None),
                 out_axes=0,
-                axis_size=cfg.num_pipeline_repeats,
-                metadata_params={nn.PARTITION_NAME: "circular_repeats"},
-            )
-        self.stages = stages(cfg, self.deterministic)
+                axis_size=cfg.num_stages,
+                spmd_axis_name="stage",
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            ),
+            variable_axes={"params": 0},
+            split_rngs={"params": True, "dropout": True},
+            in_axes=(None, None),
+            out_axes=0,
+            axis_size=cfg.num_pipeline_repeats,
+            metadata_params={nn.PARTITION_NAME: "circular_repeats"},
+        )(cfg)
 
-    def run_stages(self, inputs: Array, iteration: Array) -> Array:
+    def run_stages(self, inputs: Array, iteration: Array, deterministic: bool) -> Array:
         """Every stage on its input ``(stages, microbatch, ...)``, with its current repeat's block."""
         cfg = self.config
-        outputs = self.stages(inputs)
-        if cfg.num_pipeline_repeats == 1:
-            return outputs
+        outputs = self.stages(inputs, deterministic)
         stage_ids = jnp.arange(cfg.num_stages)
         repeats = jnp.clip((iteration - stage_ids) // cfg.num_microbatches, 0, cfg.num_pipeline_repeats - 1)
         return outputs[repeats, stage_ids]
 
-    def iterate(self, carry: dict) -> dict:
+    def iterate(self, carry: dict, deterministic: bool) -> dict:
         """Run the stages once; shift their outputs one stage on; bank the last stage's output."""
         cfg = self.config
         iteration, io = carry["iteration"], carry["io"]
         first = jax.lax.dynamic_index_in_dim(io, iteration % cfg.num_microbatches, keepdims=False)
         inputs = carry["shift"].at[0].set(first)
         inputs = nn.with_logical_constraint(inputs, STATE_AXES)
-        outputs = self.run_stages(inputs, iteration)
+        outputs = self.run_stages(inputs, iteration, deterministic)
         finished = (iteration - cfg.num_stages + 1) % cfg.num_microbatches
         banked = jax.lax.dynamic_update_index_in_dim(io, outputs[-1], finished, 0)
         io = jnp.where(iteration >= cfg.num_stages - 1, banked, io)
         shift = nn.with_logical_constraint(jnp.roll(outputs, 1, axis=0), STATE_AXES)
         return {"iteration": iteration + 1, "io": io, "shift": shift}
 
-    def __call__(self, x: Array) -> Array:
+    def __call__(self, x: Array, deterministic: bool = True) -> Array:
         cfg = self.config
         batch, length, emb = x.shape
         micro = batch // cfg.num_microbatches
-        io = x.reshape(cfg.num_microbatches, micro, length, emb)
         carry = {
             "iteration": jnp.array(0, jnp.int32),
-            "io": io,
+            "io": x.reshape(cfg.num_microbatches, micro, length, emb),
             "shift": jnp.zeros((cfg.num_stages, micro, length, emb), x.dtype),
         }
+
+        def run_iteration(pipeline, carry, _):
+            # Linen lifts transform functions whose first argument is a module (here ``self``)
+            return pipeline.iterate(carry, deterministic), None
+
         num_iterations = cfg.num_microbatches * cfg.num_pipeline_repeats + cfg.num_stages - 1
         scan = create_pipeline_scan(run_iteration, num_iterations, cfg.remat_policy)
         carry, _ = scan(self, carry, None)
@@ -239,9 +248,16 @@ class PipelineDecoder(nn.Module):
             name="token_embedder",
         )(tokens.astype(jnp.int32))
         y = nn.with_logical_constraint(y, ("activation_batch", "activation_length", "activation_embed"))
-        y = Pipeline(cfg, deterministic=not train, name="pipeline")(y)
+        y = Pipeline(cfg, name="pipeline")(y, deterministic=not train)
         y = RMSNorm(cfg.normalization_layer_epsilon, cfg.dtype, cfg.param_dtype, name="decoder_norm")(y)
-        logits = dense(cfg.vocab_size, ("embed", "vocab"), cfg, "logits_dense")(y)
+        logits = nn.Dense(
+            cfg.vocab_size,
+            use_bias=False,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            kernel_init=kernel_init(("embed", "vocab")),
+            name="logits_dense",
+        )(y)
         return nn.with_logical_constraint(
             logits, ("activation_batch", "activation_length", "activation_vocab")
         )
