@@ -41,7 +41,7 @@ def main(variant: str) -> dict:
 
     overrides = module.CIRCULAR if variant == "circular" else {}
     _, plain_losses = _train(module, overrides)
-    mesh = module.make_mesh((2, 2, 2, 1))
+    mesh = module.make_mesh((2, 2, 2))
     with jax.set_mesh(mesh), nn.logical_axis_rules(module.LOGICAL_AXIS_RULES):
         state, mesh_losses = _train(module, overrides)
     specs = {

@@ -3,7 +3,7 @@
 The task is the decoder zoo model's (next-token prediction on affine sequences, the same data).
 Works with no mesh (the ``LogicallyPartitioned`` boxes are metadata only) and under
 ``with jax.set_mesh(mesh), nn.logical_axis_rules(LOGICAL_AXIS_RULES):`` for a mesh with axes
-``('stage', 'data', 'fsdp', 'tensor')`` of ``AxisType.Auto`` (see :func:`make_mesh`): each stage's
+``('stage', 'data', 'fsdp')`` of ``AxisType.Auto`` (see :func:`make_mesh`): each stage's
 weights and loop buffers live on their own slice of the ``stage`` axis.
 """
 
@@ -63,22 +63,22 @@ CONFIGS = {
 CIRCULAR = {"num_pipeline_repeats": 2, "num_microbatches": 2}
 """``make_model(config, **CIRCULAR)``: the circular variant (two rounds through the stages)."""
 
-MESH_AXES = ("stage", "data", "fsdp", "tensor")
+MESH_AXES = ("stage", "data", "fsdp")
 
 # Logical axis name -> mesh axes: the vmapped stage axis of the weights ('layers') and of the loop
 # buffers ('activation_stage') on the stage mesh axis, the repeats of a circular pipeline replicated,
-# batch over data+fsdp, the weights' embed dim over fsdp, mlp / vocab over tensor.
+# batch over data+fsdp, the weights' embed dim over fsdp (no tensor parallelism).
 LOGICAL_AXIS_RULES = (
     ("activation_stage", "stage"),
     ("activation_batch", ("data", "fsdp")),
     ("activation_length", None),
     ("activation_embed", None),
-    ("activation_vocab", "tensor"),
+    ("activation_vocab", None),
     ("layers", "stage"),
     ("circular_repeats", None),
-    ("vocab", "tensor"),
+    ("vocab", None),
     ("embed", "fsdp"),
-    ("mlp", "tensor"),
+    ("mlp", None),
     ("norm", None),
 )
 
@@ -95,9 +95,9 @@ def make_model(config: str = "tiny", **overrides) -> PipelineDecoder:
     return PipelineDecoder(dataclasses.replace(_config(config)["model"], **overrides))
 
 
-def make_mesh(shape: tuple[int, int, int, int] | None = None) -> jax.sharding.Mesh:
-    """A ``('stage', 'data', 'fsdp', 'tensor')`` mesh of ``AxisType.Auto`` axes (default: 2 stages)."""
-    shape = shape or (2, 1, jax.device_count() // 2, 1)
+def make_mesh(shape: tuple[int, int, int] | None = None) -> jax.sharding.Mesh:
+    """A ``('stage', 'data', 'fsdp')`` mesh of ``AxisType.Auto`` axes (default: 2 stages)."""
+    shape = shape or (2, 1, jax.device_count() // 2)
     return jax.make_mesh(shape, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
 
 
@@ -234,6 +234,11 @@ def spec(config: str = "tiny") -> LinenSide:
         mesh_axes=MESH_AXES,
         long_batch=long_batch(config),
     )
+
+
+def circular_spec(config: str = "tiny") -> LinenSide:
+    """The spec of the circular variant (``make_model(config, **CIRCULAR)``)."""
+    return dataclasses.replace(spec(config), model=make_model(config, **CIRCULAR), name="pipeline_circular")
 
 
 def long_batch(config: str = "tiny", factor: int = 4) -> dict[str, np.ndarray]:
