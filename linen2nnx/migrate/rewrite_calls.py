@@ -248,6 +248,8 @@ class CallRewriter:
             )  # self.layer(x) of a setup() layer, or of a lifted module class
         elif isinstance(original.func, cst.Name):
             applied = self._list_element(plan, original)  # `for block in self.blocks: block(x)`
+        else:
+            applied = self._lifted_via_module_argument(plan, original)
         if applied is None:
             return updated
         call = updated if applied.rule is None else self._rewrite_layer_call(applied, original, updated)
@@ -286,6 +288,26 @@ class CallRewriter:
             )
             return parse_expression(source)
         return call
+
+    def _lifted_via_module_argument(self, plan: ClassPlan, call: cst.Call) -> Site | None:
+        """``pipeline.stages(x)`` in ``def iteration(pipeline, carry, _)`` nested in a method: the
+        function a Linen lift receives with the module first (``nn.scan(iteration)(self, ...)``), so
+        ``pipeline`` is ``self`` and a lifted setup() layer is applied under its transforms."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return None
+        fn = self.ctx.enclosing_function(call)
+        outer = self.ctx.enclosing_function(self.ctx.parent_of(fn)) if fn is not None else None
+        if outer is None or not fn.params.params or fn.params.params[0].name.value != func.value.value:
+            return None
+        return next(
+            (
+                s
+                for s in plan.sites.values()
+                if s.attr == func.attr.value and not s.hoisted and s.lifted is not None
+            ),
+            None,
+        )
 
     def _list_element(self, plan: ClassPlan, call: cst.Call) -> Site | None:
         """The lifted setup() comprehension whose element ``call`` applies: its callee is the target of
