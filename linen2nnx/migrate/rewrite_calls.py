@@ -283,8 +283,12 @@ class CallRewriter:
             self.ctx.report(
                 XFORM_001,
                 original,
-                f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the "
-                f"call of self.{applied.attr}",
+                f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the call of "
+                + (
+                    code(original.func)
+                    if isinstance(original.func, cst.Attribute)
+                    else f"self.{applied.attr}"
+                ),
             )
             return parse_expression(source)
         return call
