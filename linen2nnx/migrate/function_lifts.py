@@ -20,8 +20,8 @@ import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import calls_in
-from linen2nnx.migrate.cst_utils import code, parse_expression, strip_commas
-from linen2nnx.migrate.lifted import STEP_SCAN_KWARGS, in_axes_list
+from linen2nnx.migrate.cst_utils import code, names_in, parse_expression, parse_statement, strip_commas
+from linen2nnx.migrate.lifted import STEP_SCAN_KWARGS, LiftError, in_axes_list, literal_dict
 from linen2nnx.migrate.rules import XFORM_001
 
 REMAT_KWARGS = frozenset({"policy", "prevent_cse", "static_argnums", "concrete"})
@@ -81,6 +81,11 @@ def scan_of_function(
         return f"in_axes has {len(per_x)} entries for {n_xs} scanned inputs"
     out_axes = code(orig_kwargs["out_axes"]) if "out_axes" in orig_kwargs else "0"
     rest = "".join(f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs)
+    streams = split_streams(orig_kwargs.get("split_rngs"))
+    if isinstance(streams, str):
+        return streams
+    if streams:
+        return _scan_carrying_rngs(ctx, original, fn, per_x, out_axes, rest, streams)
     ctx.report(
         XFORM_001,
         original,
@@ -90,6 +95,72 @@ def scan_of_function(
         f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
         f"out_axes=(nnx.Carry, {out_axes}){rest})"
     )
+
+
+def split_streams(node: cst.BaseExpression | None) -> list[str] | str:
+    """The RNG streams besides ``params`` that ``split_rngs`` gives each iteration its own keys of;
+    why not known, as a string."""
+    try:
+        streams = literal_dict(node)
+    except LiftError as err:
+        return f"split_rngs: {err}"
+    return [name for name, value in streams.items() if name != "params" and code(value) != "False"]
+
+
+WRAPPER_LOCALS = frozenset(
+    {"_module", "_carry", "_graphdef", "_rngs", "_rest", "_step", "_state", "_m", "_ys"}
+)
+
+
+def _scan_carrying_rngs(
+    ctx: FileContext,
+    original: cst.Call,
+    fn: str,
+    per_x: list[str],
+    out_axes: str,
+    rest: str,
+    streams: list[str],
+) -> cst.BaseExpression | str:
+    """``nn.scan(fn, variable_broadcast='params', split_rngs={'dropout': True})``: each iteration
+    draws new keys. A broadcast module's RNG counts updated inside ``nnx.scan`` would be dropped (the
+    same keys at every iteration and every call), so a function defined just before the statement
+    splits the module, carries its RNG state round the loop beside the carry, broadcasts the rest
+    (params included) and writes the advanced RNG state back."""
+    scope = ctx.enclosing_function(original)
+    taken = names_in(scope if scope is not None else ctx.state.tree)
+    if fn in WRAPPER_LOCALS:
+        return f"the scanned function's name {fn} is one the conversion uses"
+    name = f"{fn.lstrip('_')}_scan"
+    while name in taken:
+        name += "_"
+    xs = [f"_x{i}" for i in range(len(per_x))]
+    params = ", ".join(["_module", "_carry", *xs])
+    inner = ", ".join(["_state", "_rest", *xs])
+    in_axes = ", ".join(["nnx.Carry", "None", *per_x])
+    source = (
+        f"def {name}({params}):\n"
+        f"    # split_rngs={{{', '.join(repr(s) + ': True' for s in streams)}}}: the RNG state goes round the loop\n"
+        "    _graphdef, _rngs, _rest = nnx.split(_module, nnx.RngState, ...)\n\n"
+        f"    def _step({inner}):\n"
+        "        _m = nnx.merge(_graphdef, _state[0], _rest)\n"
+        f"        _carry, _ys = {fn}(_m, {', '.join(['_state[1]', *xs])})\n"
+        "        return (nnx.state(_m, nnx.RngState), _carry), _ys\n\n"
+        f"    (_rngs, _carry), _ys = nnx.scan(_step, in_axes=({in_axes}), out_axes=(nnx.Carry, {out_axes}){rest})(\n"
+        f"        {', '.join(['(_rngs, _carry)', '_rest', *xs])}\n"
+        "    )\n"
+        "    nnx.update(_module, _rngs)\n"
+        "    return _carry, _ys\n"
+    )
+    statement = ctx.enclosing_statement(original)
+    wrapper = parse_statement(source).with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+    ctx.state.stmt_prefix.setdefault(statement, []).append(wrapper)
+    ctx.report(
+        XFORM_001,
+        original,
+        f"nn.scan({fn}) -> {name}: nnx.scan({fn}) with the params broadcast and the module's RNG state "
+        f"carried, so each iteration draws new {', '.join(streams)} keys",
+    )
+    return parse_expression(name)
 
 
 def parameter_count(ctx: FileContext, node: cst.Call, fn: str) -> int | str:

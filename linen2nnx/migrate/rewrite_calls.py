@@ -263,35 +263,36 @@ class CallRewriter:
             ]
             call = call.with_changes(func=cst.Call(parse_expression("nnx.view"), strip_commas(view)))
         if applied.lifted is not None:
-            try:
-                source = lifted_call(
-                    applied.lifted,
-                    code(call.func),
-                    list(call.args),
-                    self.ctx.is_broadcast,
-                    state_when=applied.state_when,
-                )
-            except LiftError as err:
-                self.ctx.report(
-                    XFORM_002, original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand"
-                )
-                return call
-            if applied.lift_condition is not None:  # the transform a config flag asked for
-                source = f"({source} if {applied.lift_condition} else {code(call)})"
-            self.state.uses_nnx = True
-            kinds = " + ".join(f"nn.{lift.kind}" for lift in applied.lifted.lifts)
-            self.ctx.report(
-                XFORM_001,
-                original,
-                f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the call of "
-                + (
-                    code(original.func)
-                    if isinstance(original.func, cst.Attribute)
-                    else f"self.{applied.attr}"
-                ),
-            )
-            return parse_expression(source)
+            return self._lifted_application(applied, original, call)
         return call
+
+    def _lifted_application(self, applied: Site, original: cst.Call, call: cst.Call) -> cst.BaseExpression:
+        """The call of a lifted layer under its NNX transforms (the plain call under a config flag
+        that did not ask for them); left as it is, with a finding, when the form is not converted."""
+        try:
+            source = lifted_call(
+                applied.lifted,
+                code(call.func),
+                list(call.args),
+                self.ctx.is_broadcast,
+                state_when=applied.state_when,
+            )
+        except LiftError as err:
+            self.ctx.report(
+                XFORM_002, original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand"
+            )
+            return call
+        if applied.lift_condition is not None:  # the transform a config flag asked for
+            source = f"({source} if {applied.lift_condition} else {code(call)})"
+        self.state.uses_nnx = True
+        kinds = " + ".join(f"nn.{lift.kind}" for lift in applied.lifted.lifts)
+        where = code(original.func) if isinstance(original.func, cst.Attribute) else f"self.{applied.attr}"
+        self.ctx.report(
+            XFORM_001,
+            original,
+            f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the call of {where}",
+        )
+        return parse_expression(source)
 
     def _lifted_via_module_argument(self, plan: ClassPlan, call: cst.Call) -> Site | None:
         """``pipeline.stages(x)`` in ``def iteration(pipeline, carry, _)`` nested in a method: the
