@@ -3,7 +3,8 @@ of forward, loss, every gradient, every PartitionSpec and 10 training steps, on 
 host devices (mesh stage=2, data=2, fsdp=2), for the plain and the circular pipeline.
 
 ``migrate`` and ``check`` run as the CLI does, in subprocesses: the mesh needs a process that sees 8
-CPU devices (XLA reads the flag once, when jax starts).
+CPU devices (XLA reads the flag once, when jax starts). ``convert`` of a Linen checkpoint is a rename:
+the weights keep their (repeats, stages, ...) layout.
 """
 
 from __future__ import annotations
@@ -79,3 +80,34 @@ def test_single_device_parity(migrated):
 
 def test_stage_data_fsdp_mesh_parity(migrated):
     _assert_parity(_parity(migrated[1], "stage=2,data=2,fsdp=2"), sharded=True)
+
+
+def test_convert_is_a_rename(migrated, tmp_path):
+    """A Linen checkpoint converts leaf by leaf through the name map: same shapes, renamed paths."""
+    variant, spec = migrated
+    state_py = (
+        "import sys\n"
+        "from linen2nnx.zoo.pipeline import train as T\n"
+        "model = T.make_model('tiny', **(T.CIRCULAR if sys.argv[1] == 'circular' else {}))\n"
+        "T.save_checkpoint(T.create_train_state('tiny', model=model), sys.argv[2])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ckpt = tmp_path / "linen"
+    proc = subprocess.run(
+        [sys.executable, "-c", state_py, variant, str(ckpt)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = tmp_path / "conversion.json"
+    proc = _run(
+        ["convert", "--spec", f"{spec}:pair", str(ckpt), str(tmp_path / "nnx"), "--json", str(report)]
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    mapped = {m["linen"]: m for m in json.loads(report.read_text())["mapped"]}
+    assert len(mapped) == PARAMS and all(m["how"] == "name map" for m in mapped.values())
+    wi = mapped["params/pipeline/stages/layers_0/wi/kernel"]
+    repeats = 2 if variant == "circular" else 1
+    assert wi["nnx"] == "pipeline/stages/layers/0/wi/kernel" and wi["shape"] == [repeats, 2, 32, 64]
