@@ -389,3 +389,28 @@ def test_scan_decorated_method_with_carry_from_a_detached_cell(tmp_path):
     assert any(f.rule == "L2N-XFORM-001" and "ScannedLSTM.__call__" in f.message for f in result.findings)
     manual = [f for f in result.findings if f.severity.value == "manual"]
     assert manual and all("Noisy" in f.message for f in manual)  # per-step dropout keys stay manual
+
+
+def test_pipeline_stages_vmapped_twice_and_scanned_through_a_utility(tmp_path):
+    """Stages vmapped over (repeats, stages) in setup() and an nn.scan / nn.remat of a closure built by
+    a utility: the same values and gradients (dropout off), the weights in Linen's (repeats, stages,
+    ...) layout with both partition names; with dropout on, NNX draws new keys at every iteration
+    and every call, as Linen's split_rngs does."""
+    linen_mod, nnx_mod, _, map_path = build("pipeline_stages", tmp_path)
+    x = np.random.default_rng(3).normal(size=(2, 4)).astype(np.float32)
+    parity = assert_parity(
+        linen_mod.Pipeline(),
+        lambda rngs: nnx_mod.Pipeline(rngs=rngs),
+        x,
+        map_path,
+        train_kwargs={"train": True},
+        eval_kwargs={"train": False},
+    )
+    assert [lf.path for lf in parity.by_check()["grad"]] == ["stages/w"]
+    with nnx.use_eager_sharding(False):
+        model = nnx_mod.Pipeline(rngs=nnx.Rngs(0))
+    assert model.stages.w.shape == (2, 2, 4)
+    assert tuple(model.stages.w.get_metadata()["out_sharding"]) == ("circular_repeats", "layers", "embed")
+    first, second = model(x, train=True), model(x, train=True)
+    assert not np.allclose(first, second)  # the RNG state advanced between calls
+    np.testing.assert_array_equal(model(x), model(x))

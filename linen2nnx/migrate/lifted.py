@@ -52,6 +52,7 @@ SUPPORTED_KWARGS = {
         "out_axes",
         "axis_size",
         "axis_name",
+        "spmd_axis_name",
         "metadata_params",
     },
 }
@@ -147,8 +148,12 @@ def validate(chain: LiftChain, is_broadcast: callable) -> None:
         if lift.kind == "vmap" and param_axis(lift) is not None and "axis_size" not in lift.kwargs:
             raise LiftError("nn.vmap with stacked params needs axis_size=")
     kinds = [lift.kind for lift in chain.lifts]
-    if kinds.count("scan") + kinds.count("vmap") > 1:
-        raise LiftError("nested nn.scan / nn.vmap are not converted yet")
+    if kinds.count("scan") + kinds.count("vmap") > 1 and (
+        "scan" in kinds or any(param_axis(lift) is None for lift in chain.lifts if lift.kind == "vmap")
+    ):
+        raise LiftError(
+            "nested nn.scan / nn.vmap are converted only when every one is an nn.vmap that stacks params"
+        )
 
 
 def in_axes_list(node: cst.BaseExpression | None, is_broadcast: callable) -> list[str] | str | None:
@@ -167,7 +172,7 @@ def in_axes_list(node: cst.BaseExpression | None, is_broadcast: callable) -> lis
     if isinstance(node, cst.Tuple):
         out = []
         for el in node.elements:
-            if is_broadcast(el.value):
+            if is_broadcast(el.value) or (isinstance(el.value, cst.Name) and el.value.value == "None"):
                 out.append("None")
             elif isinstance(el.value, (cst.Integer, cst.UnaryOperation)):
                 out.append(code(el.value))
@@ -178,17 +183,23 @@ def in_axes_list(node: cst.BaseExpression | None, is_broadcast: callable) -> lis
 
 
 def lifted_ctor(chain: LiftChain, ctor: str) -> str:
-    """The construction of a lifted module in ``__init__`` (``ctor`` builds one, using ``rngs``)."""
-    lift = chain.stacked
-    if lift is None:
-        return ctor
-    axis = param_axis(lift) or "0"
-    length = code(lift.kwargs["length"] if lift.kind == "scan" else lift.kwargs["axis_size"])
-    body = f"lambda rngs: {ctor}"
-    partition = partition_name(lift)
-    if partition is not None:
-        body = f"nnx.transform_metadata({body}, in_axes=0, out_axes={axis}, partition={partition})"
-    return f"nnx.vmap({body}, in_axes=0, out_axes={axis})(rngs.split({length}))"
+    """The construction of a lifted module in ``__init__`` (``ctor`` builds one, using ``rngs``).
+
+    Nested ``nn.vmap``s (a pipeline's repeats of its stages) nest their ``nnx.vmap``s, the innermost
+    around the constructor, so the params get the stack axes in Linen's order."""
+    stacked = [lift for lift in chain.lifts if lift.kind == "vmap"] if chain.of("scan") is None else []
+    if len(stacked) < 2:
+        stacked = [chain.stacked] if chain.stacked is not None else []
+    built = ctor
+    for lift in reversed(stacked):
+        axis = param_axis(lift) or "0"
+        length = code(lift.kwargs["length"] if lift.kind == "scan" else lift.kwargs["axis_size"])
+        body = f"lambda rngs: {built}"
+        partition = partition_name(lift)
+        if partition is not None:
+            body = f"nnx.transform_metadata({body}, in_axes=0, out_axes={axis}, partition={partition})"
+        built = f"nnx.vmap({body}, in_axes=0, out_axes={axis})(rngs.split({length}))"
+    return built
 
 
 def lifted_call(
@@ -221,11 +232,11 @@ def lifted_call(
             f", {k}={code(v)}" for k, v in remat.kwargs.items() if k in ("policy", "prevent_cse")
         )
         remat_kwargs += updates
-    scan, vmap = chain.of("scan"), chain.of("vmap")
+    scan, vmaps = chain.of("scan"), [lift for lift in chain.lifts if lift.kind == "vmap"]
     if scan is not None:
         return _scanned_call(scan, module_ref, positional, rest, is_broadcast, remat_kwargs, updates)
-    if vmap is not None:
-        return _vmapped_call(vmap, module_ref, positional, rest, is_broadcast, remat_kwargs)
+    if vmaps:
+        return _vmapped_call(vmaps, module_ref, positional, rest, is_broadcast, remat_kwargs)
     assert remat_kwargs is not None
     return f"nnx.remat({_layer_lambda(['_layer'], positional, rest)}{remat_kwargs})({module_ref})"
 
@@ -271,26 +282,34 @@ def _scanned_call(
 
 
 def _vmapped_call(
-    vmap: Lift,
+    vmaps: list[Lift],
     module_ref: str,
     positional: list[str],
     rest: list[str],
     is_broadcast: callable,
     remat_kwargs: str | None,
 ) -> str:
-    """``nnx.vmap`` of the layer over its inputs (the module's own axis first); wrapped in
-    ``nnx.remat`` when the chain has one."""
+    """``nnx.vmap`` of the layer over its inputs (the module's own axis first), the outermost of
+    ``vmaps`` first, each inner one applied inside the outer one's function; the innermost call is
+    wrapped in ``nnx.remat`` when the chain has one."""
+    vmap = vmaps[0]
     axes = in_axes_list(vmap.kwargs.get("in_axes"), is_broadcast)
     per_x = axes if isinstance(axes, list) else [axes] * len(positional)
     if len(per_x) != len(positional):
         raise LiftError(f"in_axes has {len(per_x)} entries for {len(positional)} inputs")
     params, call_args, passed, nnx_axes = _map_inputs(positional, per_x)
-    body = _layer_lambda(["_layer", *params], call_args, rest)
+    if len(vmaps) > 1:
+        inner = _vmapped_call(vmaps[1:], "_layer", call_args, rest, is_broadcast, remat_kwargs)
+        body = f"lambda {', '.join(['_layer', *params])}: {inner}"
+    else:
+        body = _layer_lambda(["_layer", *params], call_args, rest)
+        if remat_kwargs is not None:
+            body = f"nnx.remat({body}{remat_kwargs})"
     passed, nnx_axes = [module_ref, *passed], [param_axis(vmap) or "None", *nnx_axes]
-    if remat_kwargs is not None:
-        body = f"nnx.remat({body}{remat_kwargs})"
     out_axes = code(vmap.kwargs["out_axes"]) if "out_axes" in vmap.kwargs else "0"
-    extra = f", axis_name={code(vmap.kwargs['axis_name'])}" if "axis_name" in vmap.kwargs else ""
+    extra = "".join(
+        f", {k}={code(vmap.kwargs[k])}" for k in ("axis_name", "spmd_axis_name") if k in vmap.kwargs
+    )
     return (
         f"nnx.vmap({body}, in_axes=({', '.join(nnx_axes)},), out_axes={out_axes}{extra})({', '.join(passed)})"
     )

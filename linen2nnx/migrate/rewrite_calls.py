@@ -19,13 +19,9 @@ from linen2nnx.migrate.cst_utils import (
     strip_commas,
 )
 from linen2nnx.migrate.emit import Emitter
+from linen2nnx.migrate.function_lifts import remat_of_function, scan_of_function
 from linen2nnx.migrate.lazy_vars import creation
-from linen2nnx.migrate.lifted import (
-    STEP_SCAN_KWARGS,
-    LiftError,
-    in_axes_list,
-    lifted_call,
-)
+from linen2nnx.migrate.lifted import LiftError, lifted_call
 from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
 )
@@ -117,79 +113,12 @@ class CallRewriter:
             return manual("positional transform arguments are not converted")
         self.state.uses_nnx = True
         if kind == "remat":
-            result = self._remat_of_function(original, updated, fn, kwargs)
+            result = remat_of_function(self.ctx, original, updated, fn, kwargs)
         elif kind == "scan":
-            result = self._scan_of_function(original, fn, kwargs, orig_kwargs)
+            result = scan_of_function(self.ctx, original, fn, kwargs, orig_kwargs)
         else:
             result = "only nn.remat and nn.scan of functions are converted"
         return manual(result) if isinstance(result, str) else result
-
-    def _remat_of_function(
-        self, original: cst.Call, updated: cst.Call, fn: str, kwargs: dict[str, cst.Arg]
-    ) -> cst.BaseExpression | str:
-        """``nn.remat(fn, ...)`` -> ``nnx.remat(fn, ...)``; why not, as a string, when it cannot be."""
-        extra = set(kwargs) - {"policy", "prevent_cse", "static_argnums", "concrete"}
-        if extra:
-            return f"{', '.join(sorted(extra))}= not converted"
-        args = [a for name, a in kwargs.items() if name != "concrete"]
-        self.ctx.report(
-            XFORM_001,
-            original,
-            f"nn.remat({fn}) -> nnx.remat({fn}) (it takes the module as an "
-            "argument, as the Linen function does)"
-            + ("; concrete= dropped (no NNX equivalent)" if "concrete" in kwargs else ""),
-        )
-        return updated.with_changes(
-            func=parse_expression("nnx.remat"), args=strip_commas([updated.args[0], *args])
-        )
-
-    def _scan_of_function(
-        self,
-        original: cst.Call,
-        fn: str,
-        kwargs: dict[str, cst.Arg],
-        orig_kwargs: dict[str, cst.BaseExpression],
-    ) -> cst.BaseExpression | str:
-        """``nn.scan(fn, variable_broadcast="params", ...)`` -> ``nnx.scan`` with the module broadcast
-        before the carry; why not, as a string, when it cannot be."""
-        extra = set(kwargs) - STEP_SCAN_KWARGS
-        if extra:
-            return f"{', '.join(sorted(extra))}= not converted"
-        broadcast = orig_kwargs.get("variable_broadcast")
-        broadcasts_params = broadcast is not None and (
-            "params" in code(broadcast) or code(broadcast) == "True"
-        )
-        axes = orig_kwargs.get("variable_axes")
-        if not broadcasts_params:
-            return (
-                "the scanned function creates per-step (stacked) params; build the stack with nnx.vmap "
-                "and scan over it (as for nn.scan of a class)"
-            )
-        if axes is not None and code(axes) not in ("{}", "None"):
-            return "variable_axes besides broadcast params are not converted for functions"
-        func_def = self.state.module_functions.get(fn)
-        if func_def is None:
-            return "the function is not defined in this file, so its inputs cannot be counted"
-        n_xs = len(func_def.params.params) - 2
-        per_x = in_axes_list(orig_kwargs.get("in_axes"), self.ctx.is_broadcast)
-        if per_x is None or n_xs < 0:
-            return "in_axes is not a literal"
-        per_x = per_x if isinstance(per_x, list) else [per_x] * n_xs
-        if len(per_x) != n_xs:
-            return f"in_axes has {len(per_x)} entries for {n_xs} scanned inputs"
-        out_axes = code(orig_kwargs["out_axes"]) if "out_axes" in orig_kwargs else "0"
-        rest = "".join(
-            f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs
-        )
-        self.ctx.report(
-            XFORM_001,
-            original,
-            f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) before the carry",
-        )
-        return parse_expression(
-            f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
-            f"out_axes=(nnx.Carry, {out_axes}){rest})"
-        )
 
     def leave_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         merged = self._merge_param(original, updated)
@@ -311,12 +240,16 @@ class CallRewriter:
                 (
                     s
                     for s in plan.sites.values()
-                    if s.attr == self_attr(original.func) and not s.hoisted and s.rule is not None
+                    if s.attr == self_attr(original.func)
+                    and not s.hoisted
+                    and (s.rule is not None or s.lifted is not None)
                 ),
                 None,
-            )  # self.layer(x) of a setup() layer
+            )  # self.layer(x) of a setup() layer, or of a lifted module class
         elif isinstance(original.func, cst.Name):
             applied = self._list_element(plan, original)  # `for block in self.blocks: block(x)`
+        else:
+            applied = self._lifted_via_module_argument(plan, original)
         if applied is None:
             return updated
         call = updated if applied.rule is None else self._rewrite_layer_call(applied, original, updated)
@@ -330,31 +263,56 @@ class CallRewriter:
             ]
             call = call.with_changes(func=cst.Call(parse_expression("nnx.view"), strip_commas(view)))
         if applied.lifted is not None:
-            try:
-                source = lifted_call(
-                    applied.lifted,
-                    code(call.func),
-                    list(call.args),
-                    self.ctx.is_broadcast,
-                    state_when=applied.state_when,
-                )
-            except LiftError as err:
-                self.ctx.report(
-                    XFORM_002, original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand"
-                )
-                return call
-            if applied.lift_condition is not None:  # the transform a config flag asked for
-                source = f"({source} if {applied.lift_condition} else {code(call)})"
-            self.state.uses_nnx = True
-            kinds = " + ".join(f"nn.{lift.kind}" for lift in applied.lifted.lifts)
-            self.ctx.report(
-                XFORM_001,
-                original,
-                f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the "
-                f"call of self.{applied.attr}",
-            )
-            return parse_expression(source)
+            return self._lifted_application(applied, original, call)
         return call
+
+    def _lifted_application(self, applied: Site, original: cst.Call, call: cst.Call) -> cst.BaseExpression:
+        """The call of a lifted layer under its NNX transforms (the plain call under a config flag
+        that did not ask for them); left as it is, with a finding, when the form is not converted."""
+        try:
+            source = lifted_call(
+                applied.lifted,
+                code(call.func),
+                list(call.args),
+                self.ctx.is_broadcast,
+                state_when=applied.state_when,
+            )
+        except LiftError as err:
+            self.ctx.report(
+                XFORM_002, original, str(err), "rewrite the call with nnx.scan / nnx.remat by hand"
+            )
+            return call
+        if applied.lift_condition is not None:  # the transform a config flag asked for
+            source = f"({source} if {applied.lift_condition} else {code(call)})"
+        self.state.uses_nnx = True
+        kinds = " + ".join(f"nn.{lift.kind}" for lift in applied.lifted.lifts)
+        where = code(original.func) if isinstance(original.func, cst.Attribute) else f"self.{applied.attr}"
+        self.ctx.report(
+            XFORM_001,
+            original,
+            f"{kinds} of {code(applied.lifted.base)} -> NNX transforms at the call of {where}",
+        )
+        return parse_expression(source)
+
+    def _lifted_via_module_argument(self, plan: ClassPlan, call: cst.Call) -> Site | None:
+        """``pipeline.stages(x)`` in ``def iteration(pipeline, carry, _)`` nested in a method: the
+        function a Linen lift receives with the module first (``nn.scan(iteration)(self, ...)``), so
+        ``pipeline`` is ``self`` and a lifted setup() layer is applied under its transforms."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return None
+        fn = self.ctx.enclosing_function(call)
+        outer = self.ctx.enclosing_function(self.ctx.parent_of(fn)) if fn is not None else None
+        if outer is None or not fn.params.params or fn.params.params[0].name.value != func.value.value:
+            return None
+        return next(
+            (
+                s
+                for s in plan.sites.values()
+                if s.attr == func.attr.value and not s.hoisted and s.lifted is not None
+            ),
+            None,
+        )
 
     def _list_element(self, plan: ClassPlan, call: cst.Call) -> Site | None:
         """The lifted setup() comprehension whose element ``call`` applies: its callee is the target of

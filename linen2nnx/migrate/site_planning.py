@@ -435,6 +435,7 @@ class SitePlanner(NestPlanning, VariablePlanning):
         rule = self.ctx.layer_rule_of(call.func)
         user = None if rule else self.ctx.user_class_of(call.func)
         bound, _ = bind_args(self._arg_order(rule, user), call)
+        lifted = self.ctx.check_lifted(call)  # validated (a finding when not converted), names consumed
         site = Site(
             kind="layer" if rule else "module",
             attr=attr,
@@ -444,7 +445,7 @@ class SitePlanner(NestPlanning, VariablePlanning):
             rule=rule,
             user=user,
             args=bound,
-            lifted=self.ctx.lift_chain(call.func),
+            lifted=lifted or None,
         )
         plan.sites[call] = site
         self.state.handled.add(call.func)

@@ -16,7 +16,7 @@ from types import ModuleType
 
 from linen2nnx.errors import L2NError
 
-ZOO_MODELS = ("mlp", "cnn", "decoder", "rnn", "encoder")
+ZOO_MODELS = ("mlp", "cnn", "decoder", "rnn", "encoder", "pipeline")
 
 _ZOO_DIR = Path(__file__).resolve().parent
 

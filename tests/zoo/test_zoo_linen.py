@@ -35,7 +35,7 @@ def _assert_trees_equal(a, b):
 
 # ----------------------------------------------------------------------------------------- registry
 def test_registry():
-    assert ZOO_MODELS == ("mlp", "cnn", "decoder", "rnn", "encoder")
+    assert ZOO_MODELS == ("mlp", "cnn", "decoder", "rnn", "encoder", "pipeline")
     for name in ZOO_MODELS:
         assert model_source(name).is_file()
         assert model_source(name).parent.name == name
@@ -57,7 +57,7 @@ def test_registry():
 
 @pytest.mark.parametrize("func", [model_source, spec_ref, load_train_module])
 def test_registry_unknown_name(func):
-    with pytest.raises(L2NError, match="valid names: mlp, cnn, decoder, rnn, encoder"):
+    with pytest.raises(L2NError, match="valid names: mlp, cnn, decoder, rnn, encoder, pipeline"):
         func("resnet")
 
 

@@ -1,0 +1,208 @@
+"""Lifted transforms of plain functions that take a module: ``nn.remat(fn, ...)`` / ``nn.scan(fn, ...)``.
+
+MaxText's pipeline builds its iteration loop this way: a function ``(module, carry, x)`` goes through
+``nn.remat`` and ``nn.scan`` and is called with ``self`` first. NNX transforms take modules as
+arguments too, so ``nn.remat`` is a rename and ``nn.scan`` becomes ``nnx.scan`` with the module's
+axis (``None``: the params are broadcast) in front of the carry. ``nnx.scan`` needs one axis per
+scanned input, so the function's parameters are counted: the function is defined in the file, or it
+is a parameter of a module-level utility (``def create_pipeline_scan(body, length): ...
+nn.scan(body, ...)``) and every call of that utility in the file passes the same kind of function
+(module-level, or a ``def`` beside the call).
+
+Each function returns the NNX expression, or the reason it cannot (the caller reports it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.cst_meta import calls_in
+from linen2nnx.migrate.cst_utils import code, names_in, parse_expression, parse_statement, strip_commas
+from linen2nnx.migrate.lifted import STEP_SCAN_KWARGS, LiftError, in_axes_list, literal_dict
+from linen2nnx.migrate.rules import XFORM_001
+
+REMAT_KWARGS = frozenset({"policy", "prevent_cse", "static_argnums", "concrete"})
+
+
+def remat_of_function(
+    ctx: FileContext, original: cst.Call, updated: cst.Call, fn: str, kwargs: dict[str, cst.Arg]
+) -> cst.BaseExpression | str:
+    """``nn.remat(fn, ...)`` -> ``nnx.remat(fn, ...)``; why not, as a string, when it cannot be."""
+    extra = set(kwargs) - REMAT_KWARGS
+    if extra:
+        return f"{', '.join(sorted(extra))}= not converted"
+    args = [a for name, a in kwargs.items() if name != "concrete"]
+    ctx.report(
+        XFORM_001,
+        original,
+        f"nn.remat({fn}) -> nnx.remat({fn}) (it takes the module as an "
+        "argument, as the Linen function does)"
+        + ("; concrete= dropped (no NNX equivalent)" if "concrete" in kwargs else ""),
+    )
+    return updated.with_changes(
+        func=parse_expression("nnx.remat"), args=strip_commas([updated.args[0], *args])
+    )
+
+
+def scan_of_function(
+    ctx: FileContext,
+    original: cst.Call,
+    fn: str,
+    kwargs: dict[str, cst.Arg],
+    orig_kwargs: dict[str, cst.BaseExpression],
+) -> cst.BaseExpression | str:
+    """``nn.scan(fn, variable_broadcast="params", ...)`` -> ``nnx.scan`` with the module broadcast
+    before the carry; why not, as a string, when it cannot be."""
+    extra = set(kwargs) - STEP_SCAN_KWARGS
+    if extra:
+        return f"{', '.join(sorted(extra))}= not converted"
+    broadcast = orig_kwargs.get("variable_broadcast")
+    broadcasts_params = broadcast is not None and ("params" in code(broadcast) or code(broadcast) == "True")
+    axes = orig_kwargs.get("variable_axes")
+    if not broadcasts_params:
+        return (
+            "the scanned function creates per-step (stacked) params; build the stack with nnx.vmap "
+            "and scan over it (as for nn.scan of a class)"
+        )
+    if axes is not None and code(axes) not in ("{}", "None"):
+        return "variable_axes besides broadcast params are not converted for functions"
+    n_params = parameter_count(ctx, original, fn)
+    if isinstance(n_params, str):
+        return n_params
+    n_xs = n_params - 2
+    per_x = in_axes_list(orig_kwargs.get("in_axes"), ctx.is_broadcast)
+    if per_x is None or n_xs < 0:
+        return "in_axes is not a literal"
+    per_x = per_x if isinstance(per_x, list) else [per_x] * n_xs
+    if len(per_x) != n_xs:
+        return f"in_axes has {len(per_x)} entries for {n_xs} scanned inputs"
+    out_axes = code(orig_kwargs["out_axes"]) if "out_axes" in orig_kwargs else "0"
+    rest = "".join(f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs)
+    streams = split_streams(orig_kwargs.get("split_rngs"))
+    if isinstance(streams, str):
+        return streams
+    if streams:
+        return _scan_carrying_rngs(ctx, original, fn, per_x, out_axes, rest, streams)
+    ctx.report(
+        XFORM_001,
+        original,
+        f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) before the carry",
+    )
+    return parse_expression(
+        f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
+        f"out_axes=(nnx.Carry, {out_axes}){rest})"
+    )
+
+
+def split_streams(node: cst.BaseExpression | None) -> list[str] | str:
+    """The RNG streams besides ``params`` that ``split_rngs`` gives each iteration its own keys of;
+    why not known, as a string."""
+    try:
+        streams = literal_dict(node)
+    except LiftError as err:
+        return f"split_rngs: {err}"
+    return [name for name, value in streams.items() if name != "params" and code(value) != "False"]
+
+
+WRAPPER_LOCALS = frozenset(
+    {"_module", "_carry", "_graphdef", "_rngs", "_rest", "_step", "_state", "_m", "_ys"}
+)
+
+
+def _scan_carrying_rngs(
+    ctx: FileContext,
+    original: cst.Call,
+    fn: str,
+    per_x: list[str],
+    out_axes: str,
+    rest: str,
+    streams: list[str],
+) -> cst.BaseExpression | str:
+    """``nn.scan(fn, variable_broadcast='params', split_rngs={'dropout': True})``: each iteration
+    draws new keys. A broadcast module's RNG counts updated inside ``nnx.scan`` would be dropped (the
+    same keys at every iteration and every call), so a function defined just before the statement
+    splits the module, carries its RNG state round the loop beside the carry, broadcasts the rest
+    (params included) and writes the advanced RNG state back."""
+    scope = ctx.enclosing_function(original)
+    taken = names_in(scope if scope is not None else ctx.state.tree)
+    if fn in WRAPPER_LOCALS:
+        return f"the scanned function's name {fn} is one the conversion uses"
+    name = f"{fn.lstrip('_')}_scan"
+    while name in taken:
+        name += "_"
+    xs = [f"_x{i}" for i in range(len(per_x))]
+    params = ", ".join(["_module", "_carry", *xs])
+    inner = ", ".join(["_state", "_rest", *xs])
+    in_axes = ", ".join(["nnx.Carry", "None", *per_x])
+    source = (
+        f"def {name}({params}):\n"
+        f"    # split_rngs={{{', '.join(repr(s) + ': True' for s in streams)}}}: the RNG state goes round the loop\n"
+        "    _graphdef, _rngs, _rest = nnx.split(_module, nnx.RngState, ...)\n\n"
+        f"    def _step({inner}):\n"
+        "        _m = nnx.merge(_graphdef, _state[0], _rest)\n"
+        f"        _carry, _ys = {fn}(_m, {', '.join(['_state[1]', *xs])})\n"
+        "        return (nnx.state(_m, nnx.RngState), _carry), _ys\n\n"
+        f"    (_rngs, _carry), _ys = nnx.scan(_step, in_axes=({in_axes}), out_axes=(nnx.Carry, {out_axes}){rest})(\n"
+        f"        {', '.join(['(_rngs, _carry)', '_rest', *xs])}\n"
+        "    )\n"
+        "    nnx.update(_module, _rngs)\n"
+        "    return _carry, _ys\n"
+    )
+    statement = ctx.enclosing_statement(original)
+    wrapper = parse_statement(source).with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+    ctx.state.stmt_prefix.setdefault(statement, []).append(wrapper)
+    ctx.report(
+        XFORM_001,
+        original,
+        f"nn.scan({fn}) -> {name}: nnx.scan({fn}) with the params broadcast and the module's RNG state "
+        f"carried, so each iteration draws new {', '.join(streams)} keys",
+    )
+    return parse_expression(name)
+
+
+def parameter_count(ctx: FileContext, node: cst.Call, fn: str) -> int | str:
+    """How many parameters the function ``fn`` (transformed at ``node``) takes; why not known, as a
+    string."""
+    func_def = ctx.state.module_functions.get(fn)
+    if func_def is not None:
+        return len(func_def.params.params)
+    utility = ctx.enclosing_function(node)
+    if utility is None or ctx.state.module_functions.get(utility.name.value) is not utility:
+        return "the function is not defined in this file, so its inputs cannot be counted"
+    names = [p.name.value for p in utility.params.params]
+    if fn not in names:
+        return "the function is not defined in this file, so its inputs cannot be counted"
+    counts = set()
+    for call in _calls_of(ctx.state.tree, utility.name.value):
+        passed = _argument(call, names.index(fn), fn)
+        defined = _function_def(ctx, call, passed) if isinstance(passed, cst.Name) else None
+        if defined is None:
+            return f"a call of {utility.name.value} passes {fn} a function that is not defined beside it"
+        counts.add(len(defined.params.params))
+    if len(counts) != 1:
+        return f"the calls of {utility.name.value} pass {fn} functions of different arities (or none)"
+    return counts.pop()
+
+
+def _calls_of(tree: cst.Module, name: str) -> Iterable[cst.Call]:
+    return (c for c in calls_in(tree) if isinstance(c.func, cst.Name) and c.func.value == name)
+
+
+def _argument(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if index < len(positional):
+        return positional[index].value
+    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
+
+
+def _function_def(ctx: FileContext, call: cst.Call, name: cst.Name) -> cst.FunctionDef | None:
+    """The ``def`` ``name`` stands for at ``call``: in the function the call is in, else at module level."""
+    caller = ctx.enclosing_function(call)
+    if caller is not None:
+        local = [s for s in caller.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name.value]
+        if local:
+            return local[-1]
+    return ctx.state.module_functions.get(name.value)
