@@ -167,21 +167,8 @@ def migrate_source(
     )
     try:
         out_tree = command.transform_module(tree, source)
-        module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
-        names_of_output = functools.cache(lambda: NameResolver(out_tree))  # one resolver for both readers
-        own_factories = _factories_of(command, out_tree, module_output, module_name, names_of_output)
-        known = {**(factories or {}), **command.function_factories}  # the verifier checks their calls too
-        output, train_findings, verify_findings = _training_and_verify(
-            out_tree,
-            module_output,
-            source,
-            path,
-            module_name,
-            command,
-            external,
-            known,
-            rule_enabled,
-            names_of_output,
+        output, own_factories, train_findings, verify_findings = _after_module_pass(
+            out_tree, source, path, module_name, command, external, factories, rule_enabled
         )
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
@@ -202,6 +189,37 @@ def migrate_source(
         summaries=command.summaries,
         factories=own_factories,
     )
+
+
+def _after_module_pass(
+    out_tree: cst.Module,
+    source: str,
+    path: str,
+    module_name: str,
+    command: Any,
+    external: Mapping[str, Any] | None,
+    factories: Mapping[str, Any] | None,
+    rule_enabled: Callable[[str], bool],
+) -> tuple[str, dict[str, Any], list[Finding], list[Finding]]:
+    """The module pass's code, then the file's own factory functions, the training pass and the
+    verifier: the output, the factories importing files see, and the two passes' findings."""
+    module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
+    names_of_output = functools.cache(lambda: NameResolver(out_tree))  # one resolver for both readers
+    own_factories = _factories_of(command, out_tree, module_output, module_name, names_of_output)
+    known = {**(factories or {}), **command.function_factories}  # the verifier checks their calls too
+    output, train_findings, verify_findings = _training_and_verify(
+        out_tree,
+        module_output,
+        source,
+        path,
+        module_name,
+        command,
+        external,
+        known,
+        rule_enabled,
+        names_of_output,
+    )
+    return output, own_factories, train_findings, verify_findings
 
 
 def _factories_of(
