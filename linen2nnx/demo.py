@@ -34,8 +34,9 @@ from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
 from linen2nnx.reports.console import make_console
 
-# Zoo models whose whole chain runs today (the decoder since migrate converts nn.scan / nn.remat).
-DEMO_MODELS = ("cnn", "mlp", "encoder", "decoder", "rnn")
+# Zoo models whose whole chain runs today (the decoder since migrate converts nn.scan / nn.remat, the
+# pipeline since it converts vmapped stages and scans of functions).
+DEMO_MODELS = ("cnn", "mlp", "encoder", "decoder", "rnn", "pipeline")
 
 console = make_console()
 

@@ -204,22 +204,21 @@ def test_decoder_twin_sharded_parity(decoder_report):
 
 
 def test_demo_with_a_mesh_reruns_itself_with_host_devices(tmp_path, capfd):
+    """The pipeline model's whole chain on a stage mesh: Linen training, migrate, convert, check."""
     from linen2nnx.cli import main
 
     out = tmp_path / "demo"
-    assert (
-        main(
-            ["demo", "--model", "mlp", "--out", str(out), "--steps", "3", "--mesh", "data=2,fsdp=2,tensor=2"]
-        )
-        == 0
-    )
+    mesh = "stage=2,data=2,fsdp=2"
+    assert main(["demo", "--model", "pipeline", "--out", str(out), "--steps", "3", "--mesh", mesh]) == 0
     text = "".join(capfd.readouterr())
     if jax.device_count() < 8:
         assert "rerunning the demo with 8 host CPU devices" in text
-    assert "PARITY PASS" in text and "train (Linen) on mesh data=2,fsdp=2,tensor=2" in text
+    assert "PARITY PASS" in text and f"train (Linen) on mesh {mesh}" in text
     parity = json.loads((out / "parity.json").read_text())
-    assert parity["passed"] and parity["checks"]["partition_spec"]["leaves"] == 6
-    assert "--mesh data=2,fsdp=2,tensor=2" in (out / "README.md").read_text()
+    assert parity["passed"] and parity["checks"]["partition_spec"]["leaves"] == 7
+    findings = json.loads((out / "migration-report.json").read_text())["findings"]
+    assert findings and all(f["severity"] == "converted" for f in findings)
+    assert f"--mesh {mesh}" in (out / "README.md").read_text()
     assert "xla_force_host_platform_device_count=8" in (out / "README.md").read_text()
     with pytest.raises(SystemExit):  # a malformed mesh is a usage error
         main(["demo", "--model", "mlp", "--out", str(tmp_path / "x"), "--mesh", "data=two"])
