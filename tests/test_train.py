@@ -1,0 +1,175 @@
+"""``linen2nnx train``: the NNX model keeps training from convert's output exactly where Linen left off.
+
+The NNX models here come from ``migrate`` (traced) and their weights from ``convert``; the Linen
+reference is the zoo's own Linen model, restored from its checkpoint and stepped on the same batches.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from linen2nnx import zoo
+from linen2nnx.checkpoint_convert import convert
+from linen2nnx.cli import main
+from linen2nnx.equivalence.build import linen_dropout_off
+from linen2nnx.migrate.engine import Mode, migrate_paths
+from linen2nnx.migrate.spec_writer import write_pair_spec
+from linen2nnx.migrate.trace import trace_linen
+from linen2nnx.spec import load_linen_side, load_pair
+from linen2nnx.train import TrainConfig, read_metrics, run_training
+from linen2nnx.train.data import SyntheticData
+
+ROOT = Path(__file__).resolve().parents[1]
+LINEN_STEPS = 4
+
+
+@pytest.fixture(scope="module", params=("mlp", "cnn"))
+def converted(request, tmp_path_factory):
+    """(name, root, spec_path, linen_ckpt, nnx_ckpt): Linen trained LINEN_STEPS steps, migrated, converted."""
+    name = request.param
+    root = tmp_path_factory.mktemp(f"train_{name}")
+    train = zoo.load_train_module(name)
+    state, _ = train.train("tiny", steps=LINEN_STEPS, seed=0)
+    linen_ckpt = root / "linen_ckpt"
+    train.save_checkpoint(state, linen_ckpt)
+    ref = zoo.spec_ref(name)
+    trace = trace_linen(load_linen_side(ref), spec_ref=ref)
+    result = migrate_paths([zoo.model_source(name)], Mode.OUT_DIR, out_dir=root / "nnx", trace=trace)
+    assert result.exit_code() == 0
+    spec_path = write_pair_spec(root / "nnx", trace, result)
+    convert(linen_ckpt, root / "nnx_ckpt", load_pair(str(spec_path)))
+    return name, root, spec_path, linen_ckpt, root / "nnx_ckpt"
+
+
+def linen_losses(name, linen_ckpt, batches):
+    """The Linen run continued from its checkpoint on ``batches`` (dropout off): one loss per step."""
+    train = zoo.load_train_module(name)
+    side = train.spec("tiny")
+    state = ocp.StandardCheckpointer().restore(str(linen_ckpt), train.create_train_state("tiny"))
+    assert int(state.step) == LINEN_STEPS
+    extra = {"batch_stats": state.batch_stats} if getattr(state, "batch_stats", None) is not None else {}
+
+    @jax.jit
+    def step(state, extra, batch):
+        def f(params):
+            args, kwargs = side.inputs(batch)
+            with linen_dropout_off():
+                out, upd = side.model.apply(
+                    {"params": params, **extra}, *args, **kwargs, **side.train_kwargs, mutable=list(extra)
+                )
+            return side.loss(out, batch), upd
+
+        (loss, upd), grads = jax.value_and_grad(f, has_aux=True)(state.params)
+        return state.apply_gradients(grads=grads), upd, loss
+
+    losses = []
+    for batch in batches:
+        state, extra, loss = step(state, extra, batch)
+        losses.append(float(loss))
+    return losses
+
+
+def test_train_continues_the_linen_run(converted, tmp_path):
+    """First NNX loss == the Linen loss at that step; the whole curve follows Linen's; loss decreases."""
+    name, _, spec_path, linen_ckpt, nnx_ckpt = converted
+    steps = 12
+    assert main([
+        "train", str(spec_path), "--out", str(tmp_path / "run"), "--init-from", str(nnx_ckpt),
+        "--steps", str(steps), "--deterministic", "--seed", "3",
+    ]) == 0  # fmt: skip
+    records = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in records] == list(range(LINEN_STEPS, LINEN_STEPS + steps))
+    assert all(r["step_time_s"] > 0 and r["examples_per_s"] > 0 for r in records)
+    pair = load_pair(str(spec_path))
+    batch_size = len(pair.linen.batch[next(iter(pair.linen.batch))])
+    data = SyntheticData(pair.linen.batch, batch_size, seed=3)
+    ref = linen_losses(name, linen_ckpt, [next(data) for _ in range(steps)])
+    nnx_losses = [r["loss"] for r in records]
+    np.testing.assert_allclose(nnx_losses[0], ref[0], rtol=1e-6)
+    np.testing.assert_allclose(nnx_losses, ref, rtol=1e-4)
+    assert np.mean(nnx_losses[-3:]) < np.mean(nnx_losses[:3])
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+    assert (tmp_path / "run" / "checkpoints" / str(LINEN_STEPS + steps)).is_dir()
+
+
+def test_killed_run_resumes_with_an_identical_loss_curve(converted, tmp_path):
+    """SIGKILL mid-run (async saves in flight, dropout on), then --resume: bit-for-bit the same losses."""
+    name, _, spec_path, _, nnx_ckpt = converted
+    if name != "mlp":
+        pytest.skip("one model is enough for the kill test")
+    opts = {"steps": 8, "save_every": 2, "init_from": str(nnx_ckpt)}
+    full = run_training(load_pair(str(spec_path)), TrainConfig(out=tmp_path / "full", **opts))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    killed = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "train_kill_worker.py"), str(spec_path), str(tmp_path / "run"),
+         str(LINEN_STEPS + 5), json.dumps(opts)],
+        env=env, check=False, capture_output=True,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    assert len(read_metrics(tmp_path / "run")) == 5
+    assert main([
+        "train", str(spec_path), "--out", str(tmp_path / "run"), "--steps", "8", "--save-every", "2", "--resume",
+    ]) == 0  # fmt: skip
+    resumed = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in resumed] == list(range(LINEN_STEPS, LINEN_STEPS + 8))
+    assert [r["loss"] for r in resumed] == full.losses  # bit for bit
+
+
+def test_usage_errors_exit_2_and_write_nothing(converted, tmp_path, capsys):
+    name, root, spec_path, _, _ = converted
+    if name != "mlp":
+        pytest.skip("input errors do not depend on the model")
+    out = tmp_path / "run"
+    bad = tmp_path / "not_a_ckpt"
+    bad.mkdir()
+    cases = [
+        (["--init-from", str(tmp_path / "missing")], "not found"),
+        (["--init-from", str(bad)], "not an Orbax checkpoint"),
+        (["--batch-size", "6", "--grad-accum", "4"], "--batch-size 6"),
+        (["--mesh", "data=64"], "needs 64 devices"),
+        (["--resume"], "no checkpoints"),
+        (["--data", str(tmp_path / "tokens.npy")], "--data"),
+    ]
+    for extra, message in cases:
+        assert main(["train", str(spec_path), "--out", str(out), *extra]) == 2, extra
+        assert message in capsys.readouterr().err, extra
+        assert not out.exists(), extra
+    assert main(["train", str(root / "nope.py"), "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def test_checkpoint_that_does_not_fit_or_is_corrupt_is_named(converted, tmp_path, capsys):
+    """A converted checkpoint of another shape, a corrupt one, a corrupt run checkpoint: each named, exit 2."""
+    import shutil
+
+    name, _, spec_path, _, nnx_ckpt = converted
+    if name != "mlp":
+        pytest.skip("one model is enough")
+    raw = ocp.StandardCheckpointer().restore(str(nnx_ckpt))
+    raw["head"]["kernel"]["value"] = np.zeros((32, 5), np.float32)
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(str(tmp_path / "wide"), raw)
+    out = tmp_path / "run"
+    assert main(["train", str(spec_path), "--out", str(out), "--init-from", str(tmp_path / "wide")]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit the model" in err and "head/kernel: checkpoint (32, 5) vs model (32, 4)" in err
+    assert not out.exists()
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(nnx_ckpt, corrupt)
+    shutil.rmtree(corrupt / "d")
+    assert main(["train", str(spec_path), "--out", str(out), "--init-from", str(corrupt)]) == 2
+    assert str(corrupt) in capsys.readouterr().err
+    assert not out.exists()
+
+    assert main(["train", str(spec_path), "--out", str(out), "--steps", "2", "--save-every", "1"]) == 0
+    shutil.rmtree(out / "checkpoints" / "2" / "state" / "d")
+    assert main(["train", str(spec_path), "--out", str(out), "--steps", "3", "--resume"]) == 2
+    assert str(out / "checkpoints" / "2") in capsys.readouterr().err
