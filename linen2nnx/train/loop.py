@@ -52,6 +52,7 @@ class TrainResult:
     losses: list[float]
     records: list[dict[str, Any]]
     resumed_from: int | None = None
+    state: Any = None  # the final nnx.State of (model, optimizer), placed as trained
 
 
 def _mesh_context(pair: Any, mesh: Mapping[str, int] | None) -> contextlib.AbstractContextManager:
@@ -226,7 +227,7 @@ def _loop(
                 on_step(step + 1, record)
     finally:
         log.close()
-    return TrainResult(start, end, [r["loss"] for r in records], records, resumed)
+    return TrainResult(start, end, [r["loss"] for r in records], records, resumed, state)
 
 
 def compile_only(pair: Any, cfg: TrainConfig) -> Any:
