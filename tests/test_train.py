@@ -248,3 +248,20 @@ def test_decoder_on_8_devices_matches_linen(decoder, tmp_path):
     linen = linen_losses("decoder", root / "linen_ckpt", [next(data) for _ in range(3)])
     np.testing.assert_allclose(r["losses"][0], linen[0], rtol=1e-5)
     np.testing.assert_allclose(r["losses"], linen, rtol=1e-4)
+
+
+def test_demo_ends_by_training_the_converted_model(tmp_path, capsys):
+    """The demo's last stage: NNX trains on from the converted checkpoint; its README shows the first
+    NNX loss next to the Linen loss at that step, and they agree."""
+    import re
+
+    out = tmp_path / "demo"
+    assert main(["demo", "--model", "mlp", "--out", str(out), "--steps", "5"]) == 0
+    assert "train (NNX, from the converted checkpoint)" in capsys.readouterr().err
+    records = read_metrics(out / "nnx_train")
+    assert records[0]["step"] == 5 and len(records) == 5
+    row = re.search(r"^\| 5 \| ([\d.]+) \| ([\d.]+) \|$", (out / "README.md").read_text(), re.M)
+    assert row is not None
+    nnx_loss, linen_loss = map(float, row.groups())
+    assert nnx_loss == pytest.approx(records[0]["loss"], abs=1e-7)
+    assert nnx_loss == pytest.approx(linen_loss, rel=1e-6)
