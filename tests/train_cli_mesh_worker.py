@@ -1,12 +1,13 @@
 """Runs ``linen2nnx.train`` on an 8-device CPU mesh (data=2, fsdp=2, tensor=2); writes a JSON report.
 
-    python tests/train_cli_mesh_worker.py SPEC NNX_CKPT OUT_DIR REPORT.json
+    python tests/train_cli_mesh_worker.py SPEC NNX_CKPT LINEN_CKPT OUT_DIR REPORT.json
 
 A fresh process, so the device-count flag is set before jax is imported (``tests/test_train.py``
 starts it). The run starts from convert's output with dropout off; the report holds the losses,
 the ``partition_spec`` comparison of every parameter (NNX metadata under the rules vs Linen's
 logical names, through the converter's path table), and every trained param's actual array
-sharding next to the spec its metadata gives, plus a compile-only report of the same step.
+sharding next to the spec its metadata gives, a compile-only report of the same step, and the
+Linen loss of the first batch (one device, the Linen checkpoint's weights).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _trim(spec) -> str:
     return repr(tuple(names))
 
 
-def main(spec_path: str, nnx_ckpt: str, out: str, report_path: str) -> None:
+def main(spec_path: str, nnx_ckpt: str, linen_ckpt: str, out: str, report_path: str) -> None:
     import jax
     from flax import nnx
 
@@ -45,6 +46,8 @@ def main(spec_path: str, nnx_ckpt: str, out: str, report_path: str) -> None:
     from linen2nnx.equivalence.mesh import mesh_scope, nnx_param_specs, partition_spec_leaves
     from linen2nnx.spec import load_pair
     from linen2nnx.train import TrainConfig, run_training
+    from linen2nnx.train.data import SyntheticData
+    from linen2nnx.train.linen_reference import linen_loss
     from linen2nnx.train.loop import compile_only
     from linen2nnx.train.state import abstract_state, choose_tx
 
@@ -67,10 +70,13 @@ def main(spec_path: str, nnx_ckpt: str, out: str, report_path: str) -> None:
         if isinstance(v, nnx.Param)
     }
     report = compile_only(pair, cfg)
+    first = SyntheticData(pair.linen.batch, len(pair.linen.batch["inputs"]), cfg.seed).batch_at(0)
     json.dump(
         {
             "devices": jax.device_count(),
             "losses": result.losses,
+            "start_step": result.start_step,
+            "linen_first_loss": linen_loss(pair, linen_ckpt, first),
             "partition_spec": [(lf.path, lf.passed, lf.note) for lf in leaves],
             "metadata_specs": meta,
             "trained_specs": trained,
@@ -82,4 +88,4 @@ def main(spec_path: str, nnx_ckpt: str, out: str, report_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -40,14 +40,16 @@ class RunCheckpoints:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
-    def save(self, step: int, state: Any, meta: dict[str, Any], *, force: bool = False) -> bool:
-        """Start an async save of ``step`` if it is due (or ``force``); True if one started."""
+    def due(self, step: int, *, final: bool = False) -> bool:
+        """Whether ``step`` is saved: every ``save_every`` steps and the final one, once."""
+        if not final and (not self.save_every or step % self.save_every):
+            return False
+        return step not in self.manager.all_steps()
+
+    def save(self, step: int, state: Any, meta: dict[str, Any]) -> bool:
+        """Start an async save of ``step`` (see :meth:`due`); True if one started."""
         import orbax.checkpoint as ocp
 
-        if not force and (not self.save_every or step % self.save_every):
-            return False
-        if step in self.manager.all_steps():
-            return False
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
         return bool(self.manager.save(step, args=args, force=True))
 

@@ -121,7 +121,7 @@ def _prepare(pair: Any, cfg: TrainConfig) -> tuple[Any, Any, Any, Any]:
 
     from linen2nnx.train.data import make_data
     from linen2nnx.train.state import choose_tx
-    from linen2nnx.train.step import jit_train_step, make_train_step
+    from linen2nnx.train.step import JittedStep, make_train_step
 
     example = pair.linen.batch
     batch_size = cfg.batch_size or len(next(iter(jax.tree.leaves(example))))
@@ -138,7 +138,7 @@ def _prepare(pair: Any, cfg: TrainConfig) -> tuple[Any, Any, Any, Any]:
     ts = build_state(pair, tx, cfg)
     sharding = batch_sharding(pair)
     step = make_train_step(ts.graphdef, pair.linen, grad_accum=cfg.grad_accum, remat=cfg.remat)
-    return ts, data, jit_train_step(step, ts.shardings, sharding), sharding
+    return ts, data, JittedStep(step, ts.state, ts.shardings, sharding), sharding
 
 
 def _open_run(cfg: TrainConfig, ts: TrainState, data: Any) -> tuple[RunCheckpoints, Any, int, int | None]:
@@ -210,24 +210,27 @@ def _loop(
     )
     records: list[dict[str, Any]] = []
     global_batch = data.batch_size
+    leaves = step_fn.flatten(state)
     try:
         for step, progress in _steps(first, end, console):
             batch = next(data)
             t0 = time.perf_counter()
-            state, metrics = step_fn(state, place_batch(batch, sharding))
+            leaves, metrics = step_fn(leaves, place_batch(batch, sharding))
             metrics = jax.device_get(metrics)
             record = step_record(step, metrics, time.perf_counter() - t0, batch, global_batch)
             records.append(record)
             log.write(record)
             if progress is not None:
                 progress.update(record)
-            meta = {"data": data.state(), "start_step": start, "seed": cfg.seed}
-            ckpts.save(step + 1, state, meta, force=step + 1 == end)
+            if ckpts.due(step + 1, final=step + 1 == end):
+                meta = {"data": data.state(), "start_step": start, "seed": cfg.seed}
+                ckpts.save(step + 1, step_fn.unflatten(leaves), meta)
             if on_step is not None:
                 on_step(step + 1, record)
     finally:
         log.close()
-    return TrainResult(start, end, [r["loss"] for r in records], records, resumed, state)
+    final = step_fn.unflatten(leaves)
+    return TrainResult(start, end, [r["loss"] for r in records], records, resumed, final)
 
 
 def compile_only(pair: Any, cfg: TrainConfig) -> Any:
@@ -237,7 +240,7 @@ def compile_only(pair: Any, cfg: TrainConfig) -> Any:
 
     from linen2nnx.train.compile_report import compile_step
     from linen2nnx.train.state import abstract_state, choose_tx
-    from linen2nnx.train.step import jit_train_step, make_train_step
+    from linen2nnx.train.step import JittedStep, make_train_step
 
     with _mesh_context(pair, cfg.mesh):
         batch_size = cfg.batch_size or len(next(iter(jax.tree.leaves(pair.linen.batch))))
@@ -245,6 +248,5 @@ def compile_only(pair: Any, cfg: TrainConfig) -> Any:
         ts = abstract_state(pair, choose_tx(pair), seed=cfg.seed, deterministic=cfg.deterministic)
         sharding = batch_sharding(pair)
         step = make_train_step(ts.graphdef, pair.linen, grad_accum=cfg.grad_accum, remat=cfg.remat)
-        return compile_step(
-            jit_train_step(step, ts.shardings, sharding), ts, pair.linen.batch, batch_size, sharding
-        )
+        jitted = JittedStep(step, ts.state, ts.shardings, sharding)
+        return compile_step(jitted, ts, pair.linen.batch, batch_size, sharding)

@@ -100,15 +100,44 @@ def make_train_step(
     return step
 
 
-def jit_train_step(step: Callable[..., Any], shardings: Any = None, batch_sharding: Any = None) -> Any:
-    """``jax.jit`` of the step, the state donated; with shardings, state in = state out = its placement."""
-    import jax
+class JittedStep:
+    """The step jitted over the state's flat list of arrays, state donated.
 
-    if shardings is None:
-        return jax.jit(step, donate_argnums=0)
-    return jax.jit(
-        step,
-        donate_argnums=0,
-        in_shardings=(shardings, batch_sharding),
-        out_shardings=(shardings, None),
-    )
+    Passing the ``nnx.State`` itself works too, but then every call flattens a tree of Variables in
+    Python; over the leaves list the per-step dispatch of a small model is ~1.6x shorter. The loop
+    carries the leaves and rebuilds the ``nnx.State`` (:meth:`unflatten`) only to save a checkpoint.
+    With ``shardings``, the state goes in and comes out exactly as placed.
+    """
+
+    def __init__(
+        self, step: Callable[..., Any], state: Any, shardings: Any = None, batch_sharding: Any = None
+    ) -> None:
+        import jax
+
+        self.treedef = jax.tree.structure(state)
+
+        def flat(leaves: list[Any], batch: Any) -> tuple[list[Any], dict[str, Any]]:
+            new, metrics = step(jax.tree.unflatten(self.treedef, leaves), batch)
+            return jax.tree.leaves(new), metrics
+
+        kwargs: dict[str, Any] = {}
+        if shardings is not None:
+            placed = jax.tree.leaves(shardings)
+            kwargs = {"in_shardings": (placed, batch_sharding), "out_shardings": (placed, None)}
+        self.jitted = jax.jit(flat, donate_argnums=0, **kwargs)
+
+    def flatten(self, state: Any) -> list[Any]:
+        import jax
+
+        return jax.tree.leaves(state)
+
+    def unflatten(self, leaves: list[Any]) -> Any:
+        import jax
+
+        return jax.tree.unflatten(self.treedef, leaves)
+
+    def __call__(self, leaves: list[Any], batch: Any) -> tuple[list[Any], dict[str, Any]]:
+        return self.jitted(leaves, batch)
+
+    def lower(self, leaves: Any, batch: Any) -> Any:
+        return self.jitted.lower(leaves, batch)
