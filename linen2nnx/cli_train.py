@@ -54,6 +54,27 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     )
     t.add_argument("--compile-only", action="store_true", help="compile the step, print memory and FLOPs")
     t.add_argument("--profile", action="store_true", help="write a jax profiler trace to OUT/profile")
+    t.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="multi-process run: jax.distributed coordinator address (with --num-processes, --process-id)",
+    )
+    t.add_argument("--num-processes", type=_positive_int, default=1, help="processes of a multi-process run")
+    t.add_argument("--process-id", type=non_negative_int, default=0, help="this process's index")
+
+
+def _distributed(args: argparse.Namespace) -> None:
+    """``jax.distributed.initialize`` before anything touches a device (every process runs the same
+    command; together their devices form one mesh, each process feeding its rows of the batch)."""
+    if args.num_processes == 1 and not args.coordinator:
+        return
+    if not args.coordinator or args.process_id >= args.num_processes:
+        raise L2NError("a multi-process run needs --coordinator HOST:PORT and --process-id < --num-processes")
+    import jax
+
+    jax.distributed.initialize(
+        coordinator_address=args.coordinator, num_processes=args.num_processes, process_id=args.process_id
+    )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -63,6 +84,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.resume and args.init_from:
         raise L2NError("--resume continues OUT's own checkpoints; it cannot be combined with --init-from")
+    _distributed(args)
     pair = load_pair(args.spec)
     cfg = TrainConfig(
         out=Path(args.out),
@@ -85,8 +107,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             err_console.print(line, markup=False)
         print(json.dumps(report.to_json()))
         return EXIT_OK
+    import jax
+
     with _profile(cfg.out if args.profile else None):
-        result = run_training(pair, cfg, console=err_console)
+        result = run_training(pair, cfg, console=err_console if jax.process_index() == 0 else None)
     first = result.records[0] if result.records else None
     if first is not None:
         err_console.print(

@@ -225,7 +225,8 @@ def decoder(tmp_path_factory):
 def test_decoder_on_8_devices_matches_linen(decoder, tmp_path):
     """--mesh data=2,fsdp=2,tensor=2 on 8 host devices (a subprocess): every parameter's PartitionSpec
     is Linen's, the trained arrays are laid out so, the first loss is the (one-device) Linen loss at that
-    step, and the loss decreases."""
+    step, and the loss decreases. Two processes of 4 devices each (jax.distributed, one mesh over the 8)
+    give the same losses."""
     from linen2nnx.equivalence.mesh import host_device_env
 
     root, spec_path = decoder
@@ -246,6 +247,33 @@ def test_decoder_on_8_devices_matches_linen(decoder, tmp_path):
     assert r["start_step"] == 0
     np.testing.assert_allclose(r["losses"][0], r["linen_first_loss"], rtol=1e-5)
     assert r["losses"][-1] < r["losses"][0]
+
+    # the same run as 2 processes of 4 host devices each, one mesh over the 8 (jax.distributed)
+    losses = _two_process_run(spec_path, root / "nnx_ckpt", tmp_path / "two")
+    np.testing.assert_allclose(losses, r["losses"], rtol=1e-5)
+
+
+def _two_process_run(spec_path, nnx_ckpt, out):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    flags = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count=4"}  # fmt: skip
+    cmd = [sys.executable, "-m", "linen2nnx", "train", str(spec_path), "--out", str(out), "--init-from",
+           str(nnx_ckpt), "--steps", "3", "--deterministic", "--mesh", "data=2,fsdp=2,tensor=2",
+           "--coordinator", f"localhost:{port}", "--num-processes", "2"]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [*cmd, "--process-id", str(i)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for i in range(2)
+    ]
+    logs = [p.communicate(timeout=600)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    return [rec["loss"] for rec in read_metrics(out)]
 
 
 def test_demo_ends_by_training_the_converted_model(tmp_path, capsys):

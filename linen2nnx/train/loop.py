@@ -206,7 +206,10 @@ def _loop(
     first = start if resumed is None else resumed
     end = start + cfg.steps
     log = MetricsLog(
-        Path(cfg.out), resume_from=first if resumed is not None else None, tensorboard=cfg.tensorboard
+        Path(cfg.out),
+        resume_from=first if resumed is not None else None,
+        tensorboard=cfg.tensorboard,
+        enabled=jax.process_index() == 0,  # one writer in a multi-process run
     )
     records: list[dict[str, Any]] = []
     global_batch = data.batch_size

@@ -21,8 +21,14 @@ TB_DIR = "tensorboard"
 class MetricsLog:
     """Append per-step records to ``metrics.jsonl`` (flushed each step) and to TensorBoard."""
 
-    def __init__(self, out: Path, *, resume_from: int | None = None, tensorboard: bool = True) -> None:
+    def __init__(
+        self, out: Path, *, resume_from: int | None = None, tensorboard: bool = True, enabled: bool = True
+    ) -> None:
         self.path = Path(out) / METRICS_FILE
+        self.enabled = enabled
+        self.file, self.tb = None, None
+        if not enabled:
+            return
         if resume_from is not None and self.path.exists():
             keep = [line for line in self._lines() if json.loads(line)["step"] < resume_from]
             self.path.write_text("".join(keep), encoding="utf-8")
@@ -37,6 +43,8 @@ class MetricsLog:
         ]
 
     def write(self, record: dict[str, Any]) -> None:
+        if self.file is None:
+            return
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if self.tb is not None:
@@ -45,7 +53,8 @@ class MetricsLog:
                     self.tb.add_scalar(f"train/{key}", value, record["step"])
 
     def close(self) -> None:
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
         if self.tb is not None:
             self.tb.close()
 
