@@ -14,8 +14,12 @@ Three ratios NNX / Linen, measured in one run:
 
 - step time: warm (after two unmeasured steps), the two sides' steps interleaved, median of
   ``--steps`` (>= 20) blocked steps each; goal <= 1.02;
-- compile time of ``jit(step).lower(...).compile()``, each side compiled from scratch; goal <= 1.10;
-- XLA temp memory from ``compiled.memory_analysis()`` (what ``train --compile-only`` prints); goal <= 1.00.
+- compile time of ``jit(step).lower(...).compile()``, each side traced and compiled from scratch,
+  median of ``--compile-rounds`` interleaved rounds; goal <= 1.10;
+- XLA temp memory from ``compiled.memory_analysis()`` (what ``train --compile-only`` prints); goal <= 1.00;
+
+plus XLA's FLOP count of each program (``cost_analysis()``), which says whether a step-time
+difference is more work or noise.
 
 ``tiny`` is the zoo's tiny config, ``small`` ~10M parameters, ``100m`` ~100M parameters (12 layers,
 d=768, vocab 32000, sequence 256; minutes per step on a laptop CPU).
@@ -130,10 +134,26 @@ def nnx_step(pair: Any) -> tuple[Any, Any, Any]:
     return step, step.flatten(ts.state), dict(pair.linen.batch)
 
 
-def _compile(step: Any, state: Any, batch: Any) -> tuple[float, Any]:
-    t0 = time.perf_counter()
-    compiled = step.lower(state, batch).compile()
-    return time.perf_counter() - t0, compiled
+def _compile(steps: dict[str, tuple[Any, Any, Any]], rounds: int) -> tuple[dict[str, float], dict[str, Any]]:
+    """Median seconds of ``lower(...).compile()`` per side over ``rounds`` interleaved rounds (a
+    busy machine makes one compile time noisy), and each side's compiled program."""
+    import jax
+
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    compiled: dict[str, Any] = {}
+    for _ in range(rounds):
+        for name, (step, state, batch) in steps.items():
+            jax.clear_caches()  # a cold trace and compile each time
+            t0 = time.perf_counter()
+            compiled[name] = step.lower(state, batch).compile()
+            seconds[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in seconds.items()}, compiled
+
+
+def _flops(compiled: Any) -> float:
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float((cost or {}).get("flops", 0.0))
 
 
 def _timed_steps(sides: dict[str, list[Any]], steps: int) -> dict[str, list[float]]:
@@ -156,7 +176,7 @@ def _timed_steps(sides: dict[str, list[Any]], steps: int) -> dict[str, list[floa
     return times
 
 
-def measure(size: str = "tiny", steps: int = 20) -> dict[str, Any]:
+def measure(size: str = "tiny", steps: int = 20, compile_rounds: int = 3) -> dict[str, Any]:
     import jax
     import numpy as np
 
@@ -164,27 +184,29 @@ def measure(size: str = "tiny", steps: int = 20) -> dict[str, Any]:
         pair = migrated_pair(size, Path(tmp))
     l_step, l_state, batch = linen_step(size)
     n_step, n_state, n_batch = nnx_step(pair)
-    l_compile, l_compiled = _compile(l_step, l_state, batch)
-    n_compile, n_compiled = _compile(n_step, n_state, n_batch)
+    compile_s, compiled = _compile(
+        {"linen": (l_step, l_state, batch), "nnx": (n_step, n_state, n_batch)}, compile_rounds
+    )
     batch = jax.tree.map(np.asarray, batch)
     times = _timed_steps({"linen": [l_step, l_state, batch], "nnx": [n_step, n_state, batch]}, steps)
     med = {k: statistics.median(v) for k, v in times.items()}
-    temp = {
-        "linen": l_compiled.memory_analysis().temp_size_in_bytes,
-        "nnx": n_compiled.memory_analysis().temp_size_in_bytes,
-    }
+    temp = {name: c.memory_analysis().temp_size_in_bytes for name, c in compiled.items()}
+    flops = {name: _flops(c) for name, c in compiled.items()}
     n_params = sum(x.size for x in jax.tree.leaves(l_state.params))
     return {
         "size": size,
         "params": int(n_params),
         "steps": steps,
         "median_step_s": med,
-        "compile_s": {"linen": l_compile, "nnx": n_compile},
+        "compile_rounds": compile_rounds,
+        "compile_s": compile_s,
         "temp_bytes": temp,
+        "flops": flops,
         "ratios": {
             "step_time": med["nnx"] / med["linen"],
-            "compile_time": n_compile / l_compile,
+            "compile_time": compile_s["nnx"] / compile_s["linen"],
             "temp_memory": temp["nnx"] / max(temp["linen"], 1),
+            "flops": flops["nnx"] / max(flops["linen"], 1.0),
         },
         "goals": GOALS,
     }
@@ -196,9 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--size", default="tiny", choices=("tiny", "small", "100m"))
     parser.add_argument("--steps", type=int, default=20, help="measured steps per side (default: 20)")
+    parser.add_argument(
+        "--compile-rounds", type=int, default=3, help="compiles per side (median; default: 3)"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
     args = parser.parse_args(argv)
-    numbers = measure(args.size, args.steps)
+    numbers = measure(args.size, args.steps, args.compile_rounds)
     print(f"decoder train step, size {args.size!r} ({numbers['params']:,} params), scan, remat full")
     print(f"{'':16}{'Linen':>14}{'NNX':>14}{'NNX/Linen':>12}{'goal':>8}")
     rows = (
@@ -211,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{label:16}{pair['linen'] * scale:>11.3f}{unit:>3}{pair['nnx'] * scale:>11.3f}{unit:>3}"
             f"{numbers['ratios'][key]:>12.4f}{'<= ' + str(GOALS[key]):>8}"
         )
+    print(
+        f"{'FLOPs (XLA)':16}{numbers['flops']['linen']:>14.4g}{numbers['flops']['nnx']:>14.4g}{numbers['ratios']['flops']:>12.4f}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(numbers, indent=2) + "\n")
     return 0

@@ -272,7 +272,7 @@ def test_train_step_bench_reports_the_three_ratios(tmp_path):
     flags = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "train_step.py"), "--size", "tiny", "--steps", "3", "--json", str(out)],
+        [sys.executable, str(ROOT / "bench" / "train_step.py"), "--size", "tiny", "--steps", "3", "--compile-rounds", "1", "--json", str(out)],
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
