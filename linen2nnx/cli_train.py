@@ -100,6 +100,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         init_from=Path(args.init_from) if args.init_from else None,
         deterministic=args.deterministic,
+        profile=args.profile,
     )
     if args.compile_only:
         report = compile_only(pair, cfg)
@@ -109,8 +110,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return EXIT_OK
     import jax
 
-    with _profile(cfg.out if args.profile else None):
-        result = run_training(pair, cfg, console=err_console if jax.process_index() == 0 else None)
+    result = run_training(pair, cfg, console=err_console if jax.process_index() == 0 else None)
     first = result.records[0] if result.records else None
     if first is not None:
         err_console.print(
@@ -119,22 +119,3 @@ def cmd_train(args: argparse.Namespace) -> int:
             markup=False,
         )
     return EXIT_OK
-
-
-class _profile:
-    """``jax.profiler`` trace into ``OUT/profile`` around the run, when asked."""
-
-    def __init__(self, out: Path | None) -> None:
-        self.out = out
-
-    def __enter__(self) -> None:
-        if self.out is not None:
-            import jax
-
-            jax.profiler.start_trace(str(self.out / "profile"))
-
-    def __exit__(self, *exc: object) -> None:
-        if self.out is not None:
-            import jax
-
-            jax.profiler.stop_trace()

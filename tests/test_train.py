@@ -32,9 +32,16 @@ LINEN_STEPS = 4
 
 @pytest.fixture(scope="module", params=("mlp", "cnn"))
 def converted(request, tmp_path_factory):
-    """(name, root, spec_path, linen_ckpt, nnx_ckpt): Linen trained LINEN_STEPS steps, migrated, converted."""
+    """(name, root, spec_path, linen_ckpt, nnx_ckpt): Linen trained LINEN_STEPS steps, migrated, converted.
+
+    The mlp's is the output of ``linen2nnx demo`` (the same chain, plus the demo's own training stage,
+    checked by test_demo_ends_by_training_the_converted_model)."""
     name = request.param
     root = tmp_path_factory.mktemp(f"train_{name}")
+    if name == "mlp":
+        demo = root / "demo"
+        assert main(["demo", "--model", "mlp", "--out", str(demo), "--steps", str(LINEN_STEPS)]) == 0
+        return name, demo, demo / "nnx" / "linen2nnx_spec.py", demo / "linen_ckpt", demo / "nnx_ckpt"
     train = zoo.load_train_module(name)
     state, _ = train.train("tiny", steps=LINEN_STEPS, seed=0)
     linen_ckpt = root / "linen_ckpt"
@@ -169,7 +176,11 @@ def test_checkpoint_that_does_not_fit_or_is_corrupt_is_named(converted, tmp_path
     assert str(corrupt) in capsys.readouterr().err
     assert not out.exists()
 
-    assert main(["train", str(spec_path), "--out", str(out), "--steps", "2", "--save-every", "1"]) == 0
+    assert (
+        main(["train", str(spec_path), "--out", str(out), "--steps", "2", "--save-every", "1", "--profile"])
+        == 0
+    )
+    assert list((out / "profile").rglob("*.xplane.pb"))  # --profile: a jax.profiler trace of the run
     shutil.rmtree(out / "checkpoints" / "2" / "state" / "d")
     assert main(["train", str(spec_path), "--out", str(out), "--steps", "3", "--resume"]) == 2
     assert str(out / "checkpoints" / "2") in capsys.readouterr().err
@@ -276,21 +287,22 @@ def _two_process_run(spec_path, nnx_ckpt, out):
     return [rec["loss"] for rec in read_metrics(out)]
 
 
-def test_demo_ends_by_training_the_converted_model(tmp_path, capsys):
+def test_demo_ends_by_training_the_converted_model(converted):
     """The demo's last stage: NNX trains on from the converted checkpoint; its README shows the first
     NNX loss next to the Linen loss at that step, and they agree."""
     import re
 
-    out = tmp_path / "demo"
-    assert main(["demo", "--model", "mlp", "--out", str(out), "--steps", "5"]) == 0
-    assert "train (NNX, from the converted checkpoint)" in capsys.readouterr().err
+    name, out, *_ = converted
+    if name != "mlp":
+        pytest.skip("the mlp fixture is the demo's output")
     records = read_metrics(out / "nnx_train")
-    assert records[0]["step"] == 5 and len(records) == 5
-    row = re.search(r"^\| 5 \| ([\d.]+) \| ([\d.]+) \|$", (out / "README.md").read_text(), re.M)
+    assert records[0]["step"] == LINEN_STEPS and len(records) == 5
+    row = re.search(rf"^\| {LINEN_STEPS} \| ([\d.]+) \| ([\d.]+) \|$", (out / "README.md").read_text(), re.M)
     assert row is not None
     nnx_loss, linen_loss = map(float, row.groups())
     assert nnx_loss == pytest.approx(records[0]["loss"], abs=1e-7)
     assert nnx_loss == pytest.approx(linen_loss, rel=1e-6)
+    assert "linen2nnx train" in (out / "README.md").read_text()
 
 
 def test_data_sources_are_deterministic_resumable_and_sharded_per_process(tmp_path):

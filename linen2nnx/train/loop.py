@@ -41,6 +41,7 @@ class TrainConfig:
     init_from: Path | None = None
     deterministic: bool = False  # dropout off: step-by-step comparable with a Linen run
     tensorboard: bool = True
+    profile: bool = False  # a jax.profiler trace of the steps in OUT/profile
 
 
 @dataclasses.dataclass
@@ -172,10 +173,18 @@ def run_training(
     with _mesh_context(pair, cfg.mesh):
         ts, data, step_fn, sharding = _prepare(pair, cfg)
         ckpts, state, start, resumed = _open_run(cfg, ts, data)
+        profiling = _profiler(Path(cfg.out) / "profile") if cfg.profile else contextlib.nullcontext()
         try:
-            return _loop(cfg, ts, data, step_fn, sharding, ckpts, state, start, resumed, console, on_step)
+            with profiling:
+                return _loop(cfg, ts, data, step_fn, sharding, ckpts, state, start, resumed, console, on_step)
         finally:
             ckpts.close()
+
+
+def _profiler(folder: Path) -> contextlib.AbstractContextManager:
+    import jax
+
+    return jax.profiler.trace(str(folder))
 
 
 def _steps(first: int, end: int, console: Any) -> Iterator[tuple[int, Any]]:

@@ -42,15 +42,14 @@ def choose_tx(pair: Any) -> Any:
     return _choose_tx(pair, None)[0]
 
 
-def _dropout_off(model: Any) -> Any:
-    """Dropout rates set to 0 in place: a deterministic run can be compared step by step with Linen."""
-    from flax import nnx
+def _model(pair: Any, seed: int, deterministic: bool) -> Any:
+    """The spec's NNX model; with ``deterministic`` its dropout rates set to 0 (the equivalence
+    stage's own switch), so the run can be compared step by step with a Linen run."""
+    model = pair.make_nnx(seed)
+    if deterministic:
+        from linen2nnx.equivalence.build import nnx_dropout_off
 
-    for _, module in nnx.iter_modules(model):
-        if isinstance(module, nnx.Dropout):
-            module.rate = 0.0
-        elif isinstance(module, nnx.MultiHeadAttention):
-            module.dropout_rate = 0.0
+        model = nnx_dropout_off(model)
     return model
 
 
@@ -60,9 +59,7 @@ def abstract_state(pair: Any, tx: Any, *, seed: int = 0, deterministic: bool = F
     from flax import nnx
 
     def build() -> Any:
-        model = pair.make_nnx(seed)
-        if deterministic:
-            _dropout_off(model)
+        model = _model(pair, seed, deterministic)
         return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
 
     graphdef, abstract = nnx.split(nnx.eval_shape(build))
@@ -79,9 +76,7 @@ def init_state(pair: Any, tx: Any, *, seed: int = 0, deterministic: bool = False
     target = abstract_state(pair, tx, seed=seed, deterministic=deterministic)
 
     def build() -> Any:
-        model = pair.make_nnx(seed)
-        if deterministic:
-            _dropout_off(model)
+        model = _model(pair, seed, deterministic)
         return nnx.state((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
 
     state = jax.jit(build, out_shardings=target.shardings)()
