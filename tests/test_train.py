@@ -331,6 +331,11 @@ def test_data_sources_are_deterministic_resumable_and_sharded_per_process(tmp_pa
     assert isinstance(data, TokenFileData)
     batch = next(data)
     assert batch["inputs"].shape == (4, 16) and (batch["targets"] == batch["inputs"] + 1).all()
+    assert (batch["inputs"][:, 0] % 16 == 0).all()  # whole windows of the file, shuffled
+    halves = [
+        make_data(str(tokens), lm_example, 4, 0, process_index=i, process_count=2).batch_at(5) for i in (0, 1)
+    ]
+    np.testing.assert_array_equal(np.concatenate([h["inputs"] for h in halves]), data.batch_at(5)["inputs"])
     resumed = make_data(str(tokens), lm_example, 4, seed=0)
     resumed.restore(data.state())
     np.testing.assert_array_equal(next(resumed)["inputs"], next(data)["inputs"])

@@ -10,7 +10,8 @@ run reads no more than its share and still sees the same global batch as a one-p
   draw per batch): the batches keep the task's structure (labels that follow the inputs), so the loss
   really decreases, and any spec works without a data pipeline.
 - :class:`TokenFileData` reads windows of ``seq_len + 1`` tokens from a 1-D ``.npy`` token file
-  (memory-mapped) and yields ``{"inputs", "targets"}`` shifted by one, language-model style.
+  (memory-mapped) through a grain ``MapDataset`` (shuffled, repeated, batched) and yields
+  ``{"inputs", "targets"}`` shifted by one, language-model style.
 """
 
 from __future__ import annotations
@@ -89,8 +90,26 @@ class SyntheticData(_Indexed):
         return {k: v[pick] if v.ndim else v for k, v in self.example.items()}
 
 
+class _Windows:
+    """Non-overlapping windows of ``seq_len + 1`` tokens of a (memory-mapped) 1-D array: a grain source."""
+
+    def __init__(self, tokens: np.ndarray, seq_len: int) -> None:
+        self.tokens, self.seq_len = tokens, seq_len
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - 1) // self.seq_len
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        start = int(i) * self.seq_len
+        return np.asarray(self.tokens[start : start + self.seq_len + 1], dtype=np.int32)
+
+
 class TokenFileData(_Indexed):
-    """``{"inputs", "targets"}`` windows from a 1-D integer ``.npy`` file, each batch a seeded draw."""
+    """``{"inputs", "targets"}`` batches from a 1-D integer ``.npy`` file, through a grain pipeline.
+
+    ``grain.MapDataset``: the file's windows, shuffled by ``seed``, repeated, batched. A map dataset is
+    random access, so batch ``i`` is ``dataset[i]`` and the iterator's whole state is still ``i``.
+    """
 
     def __init__(
         self,
@@ -102,25 +121,30 @@ class TokenFileData(_Indexed):
         process_index: int = 0,
         process_count: int = 1,
     ) -> None:
+        import grain
+
         self.path = Path(path)
         try:
-            self.tokens = np.load(self.path, mmap_mode="r")
+            tokens = np.load(self.path, mmap_mode="r")
         except (OSError, ValueError) as e:
             raise DataError(f"{self.path}: cannot read a .npy token file: {e}") from e
-        if self.tokens.ndim != 1 or not np.issubdtype(self.tokens.dtype, np.integer):
+        if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
             raise DataError(
-                f"{self.path}: expected a 1-D integer token array, got {self.tokens.dtype} {self.tokens.shape}"
+                f"{self.path}: expected a 1-D integer token array, got {tokens.dtype} {tokens.shape}"
             )
-        if len(self.tokens) < seq_len + 2:
-            raise DataError(f"{self.path}: {len(self.tokens)} tokens, a window needs {seq_len + 1}")
+        windows = _Windows(tokens, seq_len)
+        if len(windows) < batch_size:
+            raise DataError(
+                f"{self.path}: {len(tokens)} tokens make {len(windows)} windows of {seq_len + 1}, "
+                f"fewer than one batch of {batch_size}"
+            )
         self.batch_size, self.seq_len, self.seed = batch_size, seq_len, seed
         self.rows = _rows(batch_size, process_index, process_count)
+        dataset = grain.MapDataset.source(windows).shuffle(seed=seed).repeat()
+        self.dataset = dataset.batch(batch_size, drop_remainder=True)
 
     def batch_at(self, index: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng([self.seed, index])
-        starts = rng.integers(0, len(self.tokens) - self.seq_len - 1, size=self.batch_size)[self.rows]
-        windows = np.stack([np.asarray(self.tokens[s : s + self.seq_len + 1]) for s in starts])
-        windows = windows.astype(np.int32)
+        windows = self.dataset[index][self.rows]
         return {"inputs": windows[:, :-1], "targets": windows[:, 1:]}
 
 
