@@ -127,6 +127,8 @@ def test_killed_run_resumes_with_an_identical_loss_curve(converted, tmp_path):
     resumed = read_metrics(tmp_path / "run")
     assert [r["step"] for r in resumed] == list(range(LINEN_STEPS, LINEN_STEPS + 8))
     assert [r["loss"] for r in resumed] == full.losses  # bit for bit
+    kept = sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.isdigit())
+    assert kept == [LINEN_STEPS + 4, LINEN_STEPS + 6, LINEN_STEPS + 8]  # --keep 3 (the default)
 
 
 def test_usage_errors_exit_2_and_write_nothing(converted, tmp_path, capsys):
