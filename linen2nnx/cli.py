@@ -16,6 +16,7 @@ from rich.markup import escape
 from linen2nnx import __version__
 from linen2nnx.cli_check import add_check_parser, cmd_check, mesh_arg
 from linen2nnx.cli_migrate import add_migrate_parser, cmd_migrate
+from linen2nnx.cli_train import add_train_parser, cmd_train
 from linen2nnx.errors import EXIT_ERROR, EXIT_OK, L2NError
 from linen2nnx.reports.console import make_console
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_migrate_parser(sub)
     _add_convert(sub)
     add_check_parser(sub)
+    add_train_parser(sub)
     _add_demo(sub)
     return parser
 
@@ -101,6 +103,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"migrate": cmd_migrate, "convert": cmd_convert, "check": cmd_check, "demo": cmd_demo}
+_COMMANDS["train"] = cmd_train
 
 
 if __name__ == "__main__":  # pragma: no cover

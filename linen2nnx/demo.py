@@ -84,8 +84,15 @@ def run_demo(
     from linen2nnx.reports.console import render_parity
 
     render_parity(result, console=console)
+    with _stage("train (NNX, from the converted checkpoint)", timings):
+        from linen2nnx.train.demo_stage import train_stage
+
+        trained = train_stage(pair, linen_ckpt, nnx_ckpt, out, mesh)
+    console.print(f"  {trained.summary()}")
     _summary(model, out, timings, result.passed)
-    _write_readme(out, model, spec_ref, zoo.model_source(model), spec_path, linen_ckpt, nnx_ckpt, mesh)
+    _write_readme(
+        out, model, spec_ref, zoo.model_source(model), spec_path, linen_ckpt, nnx_ckpt, mesh, trained
+    )
     return 0 if result.passed else 1
 
 
@@ -252,6 +259,7 @@ def _write_readme(
     linen_ckpt: Path,
     nnx_ckpt: Path,
     mesh: Mapping[str, int] | None = None,
+    trained: object = None,
 ) -> None:
     q = shlex.quote
     env, mesh_opt = "", ""
@@ -281,4 +289,6 @@ linen2nnx migrate {q(str(source))} --out-dir {q(str(out / "nnx"))} --trace {spec
 {env}linen2nnx check --spec {q(str(spec_path))} --ckpt {q(str(linen_ckpt))} --nnx-ckpt {q(str(nnx_ckpt))}{mesh_opt} --json {q(str(out / "parity.json"))}
 ```
 """
+    if trained is not None:
+        text += trained.readme(spec_path, nnx_ckpt, env, mesh_opt)  # type: ignore[attr-defined]
     atomic_write_text(out / "README.md", text)

@@ -260,3 +260,27 @@ def test_outside_packages_runs_a_package_end_to_end(tmp_path):
     assert report.passed and report.leaves > 0 and report.failed_leaves == 0
     migrated = (tmp_path / "work" / "nnx" / "ops.py").read_text()
     assert "def linear(features, params=None, *, in_features: int, rngs: nnx.Rngs):" in migrated
+
+
+# ---- train_step -------------------------------------------------------------------------------------
+def test_train_step_bench_reports_the_three_ratios(tmp_path):
+    """Run as a script with LLVM's optimisations off (both sides alike): it compiles four programs."""
+    import os
+    import subprocess
+
+    out = tmp_path / "train_step.json"
+    flags = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "train_step.py"), "--size", "tiny", "--steps", "3", "--compile-rounds", "1", "--json", str(out)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    numbers = json.loads(out.read_text())
+    assert numbers["size"] == "tiny" and numbers["steps"] == 3 and numbers["params"] > 0
+    med, comp, temp = numbers["median_step_s"], numbers["compile_s"], numbers["temp_bytes"]
+    assert numbers["ratios"]["step_time"] == pytest.approx(med["nnx"] / med["linen"])
+    assert numbers["ratios"]["compile_time"] == pytest.approx(comp["nnx"] / comp["linen"])
+    assert numbers["ratios"]["temp_memory"] == pytest.approx(temp["nnx"] / temp["linen"])
+    assert numbers["ratios"]["temp_memory"] <= 1.0 + 1e-3  # XLA's accounting is deterministic
+    assert "step (median)" in proc.stdout and "XLA temp" in proc.stdout and "compile" in proc.stdout

@@ -1,0 +1,194 @@
+"""The training state: one ``nnx.split`` of ``(model, nnx.Optimizer)``, built from a spec or from
+what ``convert`` wrote, placed on the mesh by the model's own sharding metadata.
+
+The graph is split once; the train step is then a pure function of the returned ``nnx.State``
+(``state[0]`` the model, ``state[1]`` the optimizer: ``step`` and ``opt_state``). With a mesh active
+(:func:`linen2nnx.equivalence.mesh.mesh_scope`), every leaf's sharding is ``nnx.get_named_sharding``
+of its ``out_sharding`` names under the spec's logical axis rules; optimizer-state leaves inherit the
+names of the parameter they mirror, so ``mu`` / ``nu`` are split like their weight.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from linen2nnx.errors import L2NError
+
+
+class CheckpointError(L2NError):
+    """A checkpoint that is missing, unreadable or does not fit the model (named by its path)."""
+
+
+@dataclasses.dataclass
+class TrainState:
+    """``graphdef`` + ``state`` of ``(model, optimizer)``, and the sharding of every state leaf."""
+
+    graphdef: Any
+    state: Any
+    shardings: Any = None  # a pytree like ``state`` of NamedSharding, or None without a mesh
+
+    @property
+    def step(self) -> int:
+        """The optimizer's step counter (the Linen step after ``--init-from`` a converted run)."""
+        return int(self.state[1]["step"].get_value())
+
+
+def choose_tx(pair: Any) -> Any:
+    """The spec's optimizer, else ``optax.adam(1e-3)`` (what ``check --steps`` uses too)."""
+    from linen2nnx.equivalence.training import _choose_tx
+
+    return _choose_tx(pair, None)[0]
+
+
+def _model(pair: Any, seed: int, deterministic: bool) -> Any:
+    """The spec's NNX model; with ``deterministic`` its dropout rates set to 0 (the equivalence
+    stage's own switch), so the run can be compared step by step with a Linen run."""
+    model = pair.make_nnx(seed)
+    if deterministic:
+        from linen2nnx.equivalence.build import nnx_dropout_off
+
+        model = nnx_dropout_off(model)
+    return model
+
+
+def abstract_state(pair: Any, tx: Any, *, seed: int = 0, deterministic: bool = False) -> TrainState:
+    """Shapes, dtypes and (under a mesh) shardings of the train state; nothing allocated."""
+    import jax
+    from flax import nnx
+
+    def build() -> Any:
+        model = _model(pair, seed, deterministic)
+        return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
+
+    graphdef, abstract = nnx.split(nnx.eval_shape(build))
+    mesh = jax.sharding.get_mesh()
+    shardings = None if mesh.empty else nnx.get_named_sharding(abstract, mesh)
+    return TrainState(graphdef, abstract, shardings)
+
+
+def init_state(pair: Any, tx: Any, *, seed: int = 0, deterministic: bool = False) -> TrainState:
+    """A fresh train state (the spec's NNX init), created directly with its shardings."""
+    import jax
+    from flax import nnx
+
+    target = abstract_state(pair, tx, seed=seed, deterministic=deterministic)
+
+    def build() -> Any:
+        model = _model(pair, seed, deterministic)
+        return nnx.state((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
+
+    state = jax.jit(build, out_shardings=target.shardings)()
+    return dataclasses.replace(target, state=canonical(target.graphdef, state))
+
+
+def canonical(graphdef: Any, state: Any) -> Any:
+    """``state`` in the exact pytree structure the train step returns (``nnx.state`` of the merged
+    graph), so the jitted step is traced and compiled once, not again on its second call."""
+    from flax import nnx
+
+    return nnx.state(nnx.merge(graphdef, state), nnx.Not(nnx.Intermediate))
+
+
+def _with_shardings(abstract: Any, shardings: Any) -> Any:
+    """Abstract leaves carrying their target sharding: what a sharded Orbax restore needs."""
+    import jax
+
+    if shardings is None:
+        return abstract
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+
+
+def restore_tree(path: Path, abstract: Any, what: str) -> Any:
+    """Orbax-restore ``path`` onto ``abstract``, after checking every leaf's path and shape fits."""
+    import orbax.checkpoint as ocp
+
+    if not (path / "_METADATA").exists():
+        why = "not found" if not path.exists() else "not an Orbax checkpoint (no _METADATA)"
+        raise CheckpointError(f"{path}: {what} {why}")
+    with ocp.StandardCheckpointer() as ckptr:
+        try:
+            meta = ckptr.metadata(path).item_metadata
+        except Exception as e:
+            raise CheckpointError(f"{path}: {what} unreadable: {type(e).__name__}: {e}") from e
+        fit_problems(meta, abstract, path, what)
+        try:
+            return ckptr.restore(path, abstract)
+        except Exception as e:
+            raise CheckpointError(f"{path}: cannot restore the {what}: {type(e).__name__}: {e}") from e
+
+
+def _meta_shapes(tree: Any, prefix: tuple[str, ...] = ()) -> dict[str, tuple[int, ...]]:
+    """Orbax item metadata as ``{path: shape}``; a Variable's trailing ``value`` level dropped."""
+    out: dict[str, tuple[int, ...]] = {}
+    if isinstance(tree, dict):
+        if set(tree) == {"value"} and not isinstance(tree["value"], dict):
+            return {"/".join(prefix): tuple(getattr(tree["value"], "shape", ()))}
+        for k, v in tree.items():
+            out.update(_meta_shapes(v, (*prefix, str(k))))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            out.update(_meta_shapes(v, (*prefix, str(i))))
+    elif tree is not None:
+        out["/".join(prefix)] = tuple(getattr(tree, "shape", ()))
+    return out
+
+
+def fit_problems(meta: Any, abstract: Any, path: Path, what: str) -> None:
+    """Raise a :class:`CheckpointError` listing every leaf missing, extra or of the wrong shape.
+
+    Orbax would restore some mismatches silently or fail deep inside tensorstore; a named list is
+    what a user can act on. PRNG keys are stored as raw ``uint32`` data, so only their presence counts.
+    """
+    import jax
+    from flax import nnx
+
+    have = _meta_shapes(getattr(meta, "tree", meta))
+    want = {}
+    keys = set()
+    for p, var in nnx.to_flat_state(abstract):
+        name = "/".join(map(str, p))
+        value = var.get_value() if hasattr(var, "get_value") else var
+        want[name] = tuple(value.shape)
+        if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+            keys.add(name)
+    problems = [f"missing {p} {s}" for p, s in want.items() if p not in have]
+    problems += [f"unexpected {p} {s}" for p, s in have.items() if p not in want]
+    problems += [
+        f"{p}: checkpoint {have[p]} vs model {s}"
+        for p, s in want.items()
+        if p in have and p not in keys and have[p] != s
+    ]
+    if problems:
+        shown = "; ".join(problems[:8]) + (f"; ... ({len(problems)} in all)" if len(problems) > 8 else "")
+        raise CheckpointError(f"{path}: the {what} does not fit the model: {shown}")
+
+
+def state_from_converted(
+    pair: Any, tx: Any, path: str | Path, *, seed: int = 0, deterministic: bool = False
+) -> TrainState:
+    """The train state from ``convert``'s output: its model state, and its optimizer state and step
+    when ``convert`` wrote them (``DIR/optimizer``), else a fresh ``tx.init`` at step 0."""
+    import jax
+    from flax import nnx
+
+    from linen2nnx.checkpoint_convert.write import OPTIMIZER_DIR
+
+    path = Path(path).expanduser().absolute()
+    target = abstract_state(pair, tx, seed=seed, deterministic=deterministic)
+    shards = target.shardings if target.shardings is not None else (None, None)
+    model_state = restore_tree(path, _with_shardings(target.state[0], shards[0]), "converted NNX checkpoint")
+    if (path / OPTIMIZER_DIR).exists():
+        opt_abstract = _with_shardings(target.state[1], shards[1])
+        opt_state = restore_tree(path / OPTIMIZER_DIR, opt_abstract, "converted optimizer state")
+    else:  # params only: the optimizer starts fresh at step 0
+        model_gdef = nnx.graphdef(nnx.eval_shape(lambda: pair.make_nnx(seed)))
+
+        def fresh(ms: Any) -> Any:
+            return nnx.state(nnx.Optimizer(nnx.merge(model_gdef, ms), tx, wrt=nnx.Param))
+
+        opt_state = jax.jit(fresh, out_shardings=shards[1])(model_state)
+    return dataclasses.replace(
+        target, state=canonical(target.graphdef, nnx.State({0: model_state, 1: opt_state}))
+    )

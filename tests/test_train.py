@@ -1,0 +1,349 @@
+"""``linen2nnx train``: the NNX model keeps training from convert's output exactly where Linen left off.
+
+The NNX models here come from ``migrate`` (traced) and their weights from ``convert``; the Linen
+reference is the zoo's own Linen model, restored from its checkpoint and stepped on the same batches.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from linen2nnx import zoo
+from linen2nnx.checkpoint_convert import convert
+from linen2nnx.cli import main
+from linen2nnx.equivalence.build import linen_dropout_off
+from linen2nnx.migrate.engine import Mode, migrate_paths
+from linen2nnx.migrate.spec_writer import write_pair_spec
+from linen2nnx.migrate.trace import trace_linen
+from linen2nnx.spec import load_linen_side, load_pair
+from linen2nnx.train import TrainConfig, read_metrics, run_training
+from linen2nnx.train.data import SyntheticData
+
+ROOT = Path(__file__).resolve().parents[1]
+LINEN_STEPS = 4
+
+
+@pytest.fixture(scope="module", params=("mlp", "cnn"))
+def converted(request, tmp_path_factory):
+    """(name, root, spec_path, linen_ckpt, nnx_ckpt): Linen trained LINEN_STEPS steps, migrated, converted.
+
+    The mlp's is the output of ``linen2nnx demo`` (the same chain, plus the demo's own training stage,
+    checked by test_demo_ends_by_training_the_converted_model)."""
+    name = request.param
+    root = tmp_path_factory.mktemp(f"train_{name}")
+    if name == "mlp":
+        demo = root / "demo"
+        assert main(["demo", "--model", "mlp", "--out", str(demo), "--steps", str(LINEN_STEPS)]) == 0
+        return name, demo, demo / "nnx" / "linen2nnx_spec.py", demo / "linen_ckpt", demo / "nnx_ckpt"
+    train = zoo.load_train_module(name)
+    state, _ = train.train("tiny", steps=LINEN_STEPS, seed=0)
+    linen_ckpt = root / "linen_ckpt"
+    train.save_checkpoint(state, linen_ckpt)
+    ref = zoo.spec_ref(name)
+    trace = trace_linen(load_linen_side(ref), spec_ref=ref)
+    result = migrate_paths([zoo.model_source(name)], Mode.OUT_DIR, out_dir=root / "nnx", trace=trace)
+    assert result.exit_code() == 0
+    spec_path = write_pair_spec(root / "nnx", trace, result)
+    convert(linen_ckpt, root / "nnx_ckpt", load_pair(str(spec_path)))
+    return name, root, spec_path, linen_ckpt, root / "nnx_ckpt"
+
+
+def linen_losses(name, linen_ckpt, batches):
+    """The Linen run continued from its checkpoint on ``batches`` (dropout off): one loss per step."""
+    train = zoo.load_train_module(name)
+    side = train.spec("tiny")
+    state = ocp.StandardCheckpointer().restore(str(linen_ckpt), train.create_train_state("tiny"))
+    assert int(state.step) == LINEN_STEPS
+    extra = {"batch_stats": state.batch_stats} if getattr(state, "batch_stats", None) is not None else {}
+
+    @jax.jit
+    def step(state, extra, batch):
+        def f(params):
+            args, kwargs = side.inputs(batch)
+            with linen_dropout_off():
+                out, upd = side.model.apply(
+                    {"params": params, **extra}, *args, **kwargs, **side.train_kwargs, mutable=list(extra)
+                )
+            return side.loss(out, batch), upd
+
+        (loss, upd), grads = jax.value_and_grad(f, has_aux=True)(state.params)
+        return state.apply_gradients(grads=grads), upd, loss
+
+    losses = []
+    for batch in batches:
+        state, extra, loss = step(state, extra, batch)
+        losses.append(float(loss))
+    return losses
+
+
+def test_train_continues_the_linen_run(converted, tmp_path):
+    """First NNX loss == the Linen loss at that step; the whole curve follows Linen's; loss decreases."""
+    name, _, spec_path, linen_ckpt, nnx_ckpt = converted
+    steps = 12
+    assert main([
+        "train", str(spec_path), "--out", str(tmp_path / "run"), "--init-from", str(nnx_ckpt),
+        "--steps", str(steps), "--deterministic", "--seed", "3",
+    ]) == 0  # fmt: skip
+    records = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in records] == list(range(LINEN_STEPS, LINEN_STEPS + steps))
+    assert all(r["step_time_s"] > 0 and r["examples_per_s"] > 0 for r in records)
+    pair = load_pair(str(spec_path))
+    batch_size = len(pair.linen.batch[next(iter(pair.linen.batch))])
+    data = SyntheticData(pair.linen.batch, batch_size, seed=3)
+    ref = linen_losses(name, linen_ckpt, [next(data) for _ in range(steps)])
+    nnx_losses = [r["loss"] for r in records]
+    np.testing.assert_allclose(nnx_losses[0], ref[0], rtol=1e-6)
+    np.testing.assert_allclose(nnx_losses, ref, rtol=1e-4)
+    assert np.mean(nnx_losses[-3:]) < np.mean(nnx_losses[:3])
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+    assert (tmp_path / "run" / "checkpoints" / str(LINEN_STEPS + steps)).is_dir()
+
+
+def test_killed_run_resumes_with_an_identical_loss_curve(converted, tmp_path):
+    """SIGKILL mid-run (async saves in flight, dropout on), then --resume: bit-for-bit the same losses."""
+    name, _, spec_path, _, nnx_ckpt = converted
+    if name != "mlp":
+        pytest.skip("one model is enough for the kill test")
+    opts = {"steps": 8, "save_every": 2, "init_from": str(nnx_ckpt)}
+    full = run_training(load_pair(str(spec_path)), TrainConfig(out=tmp_path / "full", **opts))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    killed = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "train_kill_worker.py"), str(spec_path), str(tmp_path / "run"),
+         str(LINEN_STEPS + 5), json.dumps(opts)],
+        env=env, check=False, capture_output=True,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    assert len(read_metrics(tmp_path / "run")) == 5
+    assert main([
+        "train", str(spec_path), "--out", str(tmp_path / "run"), "--steps", "8", "--save-every", "2", "--resume",
+    ]) == 0  # fmt: skip
+    resumed = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in resumed] == list(range(LINEN_STEPS, LINEN_STEPS + 8))
+    assert [r["loss"] for r in resumed] == full.losses  # bit for bit
+    kept = sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.isdigit())
+    assert kept == [LINEN_STEPS + 4, LINEN_STEPS + 6, LINEN_STEPS + 8]  # --keep 3 (the default)
+
+
+def test_usage_errors_exit_2_and_write_nothing(converted, tmp_path, capsys):
+    name, root, spec_path, _, _ = converted
+    if name != "mlp":
+        pytest.skip("input errors do not depend on the model")
+    out = tmp_path / "run"
+    bad = tmp_path / "not_a_ckpt"
+    bad.mkdir()
+    cases = [
+        (["--init-from", str(tmp_path / "missing")], "not found"),
+        (["--init-from", str(bad)], "not an Orbax checkpoint"),
+        (["--batch-size", "6", "--grad-accum", "4"], "--batch-size 6"),
+        (["--mesh", "data=64"], "needs 64 devices"),
+        (["--resume"], "no checkpoints"),
+        (["--data", str(tmp_path / "tokens.npy")], "--data"),
+    ]
+    for extra, message in cases:
+        assert main(["train", str(spec_path), "--out", str(out), *extra]) == 2, extra
+        assert message in capsys.readouterr().err, extra
+        assert not out.exists(), extra
+    assert main(["train", str(root / "nope.py"), "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def test_checkpoint_that_does_not_fit_or_is_corrupt_is_named(converted, tmp_path, capsys):
+    """A converted checkpoint of another shape, a corrupt one, a corrupt run checkpoint: each named, exit 2."""
+    import shutil
+
+    name, _, spec_path, _, nnx_ckpt = converted
+    if name != "mlp":
+        pytest.skip("one model is enough")
+    raw = ocp.StandardCheckpointer().restore(str(nnx_ckpt))
+    raw["head"]["kernel"]["value"] = np.zeros((32, 5), np.float32)
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(str(tmp_path / "wide"), raw)
+    out = tmp_path / "run"
+    assert main(["train", str(spec_path), "--out", str(out), "--init-from", str(tmp_path / "wide")]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit the model" in err and "head/kernel: checkpoint (32, 5) vs model (32, 4)" in err
+    assert not out.exists()
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(nnx_ckpt, corrupt)
+    shutil.rmtree(corrupt / "d")
+    assert main(["train", str(spec_path), "--out", str(out), "--init-from", str(corrupt)]) == 2
+    assert str(corrupt) in capsys.readouterr().err
+    assert not out.exists()
+
+    assert (
+        main(["train", str(spec_path), "--out", str(out), "--steps", "2", "--save-every", "1", "--profile"])
+        == 0
+    )
+    assert list((out / "profile").rglob("*.xplane.pb"))  # --profile: a jax.profiler trace of the run
+    shutil.rmtree(out / "checkpoints" / "2" / "state" / "d")
+    assert main(["train", str(spec_path), "--out", str(out), "--steps", "3", "--resume"]) == 2
+    assert str(out / "checkpoints" / "2") in capsys.readouterr().err
+
+
+def test_grad_accumulation_equals_one_big_batch_and_remat_changes_nothing(converted, tmp_path):
+    """K micro-batches summed in a scan == one step on the whole batch (fp32 rounding); remat full
+    recomputes the same numbers."""
+    name, _, spec_path, _, nnx_ckpt = converted
+    if name != "mlp":
+        pytest.skip("BatchNorm statistics are per micro-batch by design; the mlp has none")
+    pair = load_pair(str(spec_path))
+    common = {"steps": 3, "init_from": nnx_ckpt, "deterministic": True, "tensorboard": False}
+    big = run_training(pair, TrainConfig(out=tmp_path / "big", **common))
+    accum = run_training(pair, TrainConfig(out=tmp_path / "accum", grad_accum=4, **common))
+    remat = run_training(pair, TrainConfig(out=tmp_path / "remat", remat="full", **common))
+    np.testing.assert_allclose(accum.losses, big.losses, rtol=1e-5)
+    np.testing.assert_allclose(remat.losses, big.losses, rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(accum.state), jax.tree.leaves(big.state)):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            continue
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-4, atol=1e-6)
+
+
+def test_compile_only_prints_memory_and_flops(converted, tmp_path, capsys):
+    name, _, spec_path, _, _ = converted
+    if name != "mlp":
+        pytest.skip("one model is enough")
+    out = tmp_path / "run"
+    assert main(["train", str(spec_path), "--out", str(out), "--compile-only", "--remat", "full"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out.strip().splitlines()[-1])
+    assert report["flops"] > 0 and report["argument_bytes"] > 0 and report["devices"] == 1
+    assert "temp" in captured.err and "FLOPs" in captured.err
+    assert not out.exists()  # nothing run, nothing written
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    """The zoo decoder (nn.scan over nn.remat layers, logical partitioning) initialised in Linen (its
+    step-0 TrainState: the mlp and cnn tests cover a trained one), migrated, converted."""
+    root = tmp_path_factory.mktemp("train_decoder")
+    train = zoo.load_train_module("decoder")
+    train.save_checkpoint(train.create_train_state("tiny", seed=0), root / "linen_ckpt")
+    ref = zoo.spec_ref("decoder")
+    trace = trace_linen(load_linen_side(ref), spec_ref=ref)
+    result = migrate_paths([zoo.model_source("decoder")], Mode.OUT_DIR, out_dir=root / "nnx", trace=trace)
+    spec_path = write_pair_spec(root / "nnx", trace, result)
+    convert(root / "linen_ckpt", root / "nnx_ckpt", load_pair(str(spec_path)))
+    return root, spec_path
+
+
+def test_decoder_on_8_devices_matches_linen(decoder, tmp_path):
+    """--mesh data=2,fsdp=2,tensor=2 on 8 host devices (a subprocess): every parameter's PartitionSpec
+    is Linen's, the trained arrays are laid out so, the first loss is the (one-device) Linen loss at that
+    step, and the loss decreases. Two processes of 4 devices each (jax.distributed, one mesh over the 8)
+    give the same losses."""
+    from linen2nnx.equivalence.mesh import host_device_env
+
+    root, spec_path = decoder
+    report = tmp_path / "mesh.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "train_cli_mesh_worker.py"), str(spec_path),
+         str(root / "nnx_ckpt"), str(root / "linen_ckpt"), str(tmp_path / "mesh_run"), str(report)],
+        env={**host_device_env(8), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r = json.loads(report.read_text())
+    assert r["devices"] == 8
+    assert r["partition_spec"] and all(ok for _, ok, _ in r["partition_spec"]), r["partition_spec"]
+    assert r["trained_specs"] == r["metadata_specs"]
+    assert r["trained_specs"]["layers/mlp/wi_0/kernel"] == "(None, 'fsdp', 'tensor')"
+    assert r["compile"]["devices"] == 8 and r["compile"]["flops"] > 0 and r["compile"]["temp_bytes"] > 0
+
+    assert r["start_step"] == 0
+    np.testing.assert_allclose(r["losses"][0], r["linen_first_loss"], rtol=1e-5)
+    assert r["losses"][-1] < r["losses"][0]
+
+    # the same run as 2 processes of 4 host devices each, one mesh over the 8 (jax.distributed)
+    losses = _two_process_run(spec_path, root / "nnx_ckpt", tmp_path / "two")
+    np.testing.assert_allclose(losses, r["losses"], rtol=1e-5)
+
+
+def _two_process_run(spec_path, nnx_ckpt, out):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    flags = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count=4"}  # fmt: skip
+    cmd = [sys.executable, "-m", "linen2nnx", "train", str(spec_path), "--out", str(out), "--init-from",
+           str(nnx_ckpt), "--steps", "3", "--deterministic", "--mesh", "data=2,fsdp=2,tensor=2",
+           "--coordinator", f"localhost:{port}", "--num-processes", "2"]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [*cmd, "--process-id", str(i)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for i in range(2)
+    ]
+    logs = [p.communicate(timeout=600)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    return [rec["loss"] for rec in read_metrics(out)]
+
+
+def test_demo_ends_by_training_the_converted_model(converted):
+    """The demo's last stage: NNX trains on from the converted checkpoint; its README shows the first
+    NNX loss next to the Linen loss at that step, and they agree."""
+    import re
+
+    name, out, *_ = converted
+    if name != "mlp":
+        pytest.skip("the mlp fixture is the demo's output")
+    records = read_metrics(out / "nnx_train")
+    assert records[0]["step"] == LINEN_STEPS and len(records) == 5
+    row = re.search(rf"^\| {LINEN_STEPS} \| ([\d.]+) \| ([\d.]+) \|$", (out / "README.md").read_text(), re.M)
+    assert row is not None
+    nnx_loss, linen_loss = map(float, row.groups())
+    assert nnx_loss == pytest.approx(records[0]["loss"], abs=1e-7)
+    assert nnx_loss == pytest.approx(linen_loss, rel=1e-6)
+    assert "linen2nnx train" in (out / "README.md").read_text()
+
+
+def test_data_sources_are_deterministic_resumable_and_sharded_per_process(tmp_path):
+    """Batch i is a pure function of (seed, i): a restored position continues with the next batch, and
+    the processes' rows put together are the one-process batch."""
+    from linen2nnx.train.data import DataError, TokenFileData, make_data
+
+    example = {"x": np.arange(40, dtype=np.float32).reshape(10, 4), "y": np.arange(10, dtype=np.int32)}
+    a = make_data("synthetic", example, 8, seed=1)
+    first = [next(a) for _ in range(3)]
+    state = a.state()
+    b = make_data("synthetic", example, 8, seed=1)
+    b.restore(state)
+    np.testing.assert_array_equal(next(b)["x"], next(a)["x"])
+    np.testing.assert_array_equal(first[0]["y"], make_data("synthetic", example, 8, seed=1).batch_at(0)["y"])
+    assert (first[0]["x"][:, 0] / 4 == first[0]["y"]).all()  # rows stay whole: labels follow inputs
+    halves = [
+        make_data("synthetic", example, 8, 1, process_index=i, process_count=2).batch_at(0) for i in (0, 1)
+    ]
+    np.testing.assert_array_equal(np.concatenate([h["x"] for h in halves]), first[0]["x"])
+
+    tokens = tmp_path / "tokens.npy"
+    np.save(tokens, np.arange(1000, dtype=np.int32))
+    lm_example = {"inputs": np.zeros((4, 16), np.int32), "targets": np.zeros((4, 16), np.int32)}
+    data = make_data(str(tokens), lm_example, 4, seed=0)
+    assert isinstance(data, TokenFileData)
+    batch = next(data)
+    assert batch["inputs"].shape == (4, 16) and (batch["targets"] == batch["inputs"] + 1).all()
+    assert (batch["inputs"][:, 0] % 16 == 0).all()  # whole windows of the file, shuffled
+    halves = [
+        make_data(str(tokens), lm_example, 4, 0, process_index=i, process_count=2).batch_at(5) for i in (0, 1)
+    ]
+    np.testing.assert_array_equal(np.concatenate([h["inputs"] for h in halves]), data.batch_at(5)["inputs"])
+    resumed = make_data(str(tokens), lm_example, 4, seed=0)
+    resumed.restore(data.state())
+    np.testing.assert_array_equal(next(resumed)["inputs"], next(data)["inputs"])
+    with pytest.raises(DataError, match="SyntheticData"):
+        resumed.restore(a.state())
+    with pytest.raises(DataError, match="example batch has keys"):
+        make_data(str(tokens), example, 4, seed=0)
+    with pytest.raises(DataError, match="does not divide over 3 processes"):
+        make_data("synthetic", example, 8, 0, process_count=3)
