@@ -41,11 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_convert(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("convert", help="convert a Linen checkpoint into an NNX checkpoint")
-    c.add_argument("src", help="Linen checkpoint (Orbax folder or msgpack file)")
+    c.add_argument(
+        "src", help="Linen checkpoint: Orbax item, CheckpointManager step or root folder, or msgpack file"
+    )
     c.add_argument("dst", help="NNX checkpoint folder to create")
     c.add_argument("--spec", required=True, help="model pair spec (module:function or file.py[:function])")
     c.add_argument("--map", metavar="FILE", help="name map (default: the spec's)")
     c.add_argument("--force", action="store_true", help="replace an existing DST")
+    c.add_argument(
+        "--step", type=int, metavar="N", help="step N of a CheckpointManager root (default: newest)"
+    )
     c.add_argument("--json", metavar="FILE", help="write the conversion report as JSON")
 
 
@@ -83,7 +88,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from linen2nnx.spec import load_pair
 
     pair = load_pair(args.spec)
-    report = convert(args.src, args.dst, pair, args.map, force=args.force)
+    report = convert(args.src, args.dst, pair, args.map, force=args.force, step=args.step)
     from linen2nnx.reports.console import render_conversion
 
     render_conversion(report, console=err_console)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from linen2nnx.checkpoint_convert.commit import recover
 from linen2nnx.checkpoint_convert.mapping import (
     Leaf,
     Match,
@@ -81,6 +83,19 @@ def root_class(pair: Any, name_map: NameMap | None) -> str | None:
 
 def plan_conversion(ckpt: LinenCheckpoint, pair: Any, name_map: NameMap | str | Path | None = None) -> Plan:
     """Map and validate without touching weights; raises ConversionError naming every problem."""
+    plan, problems = plan_with_problems(ckpt, pair, name_map)
+    raise_problems(problems, ckpt.source, plan.target.name)
+    return plan
+
+
+def plan_with_problems(
+    ckpt: LinenCheckpoint, pair: Any, name_map: NameMap | str | Path | None = None
+) -> tuple[Plan, list[Problem]]:
+    """The plan and every problem found, nothing raised: what ``--dry-run`` prints.
+
+    Only shapes and dtypes of ``ckpt``'s leaves are read, so a checkpoint planned from Orbax
+    metadata (:func:`.stream.open_orbax`) is validated with no array loaded.
+    """
     nmap = resolve_name_map(pair, name_map)
     target = abstract_target(pair.make_nnx)
     leaves = [
@@ -100,8 +115,7 @@ def plan_conversion(ckpt: LinenCheckpoint, pair: Any, name_map: NameMap | str | 
             else (f"structural ({type(pair.linen.model).__qualname__} not in the name map)")
         )
     good, kept, problems = validate(leaves, matches, problems, target, ckpt.collections)
-    raise_problems(problems, ckpt.source, target.name)
-    return Plan(target, good, kept, strategy, ckpt)
+    return Plan(target, good, kept, strategy, ckpt), problems
 
 
 def convert_tree(
@@ -219,26 +233,50 @@ def convert(
     *,
     force: bool = False,
     optimizer: bool | None = None,
+    step: int | None = None,
+    budget: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ConversionReport:
     """Convert the Linen checkpoint ``src`` into an NNX checkpoint directory ``dst``.
 
-    Everything is validated against ``pair.make_nnx()`` before anything is written; on any problem
-    a ConversionError lists every bad path and ``dst`` is left untouched. ``dst`` is replaced only
-    with ``force``.
+    ``src`` may be an Orbax item, a CheckpointManager step or root (``step`` picks one; default the
+    newest finished), a msgpack file or an in-memory tree. An Orbax source is planned and validated
+    against ``pair.make_nnx()`` from metadata before any array is read, then restored in groups of
+    at most ``budget`` bytes (``progress(leaves, bytes)`` after each). On any problem a
+    ConversionError lists every bad path and ``dst`` is left untouched; ``dst`` is replaced only
+    with ``force``, and never left missing by an interrupted run.
     """
-    dst = Path(dst).expanduser().absolute()
-    if dst.exists() and not force:
-        raise L2NError(f"{dst}: already exists (pass --force to replace it)")
-    if isinstance(src, (str, Path)):
-        s = Path(src).expanduser().absolute()
-        if s == dst or dst in s.parents or s in dst.parents:
-            raise L2NError(f"{dst}: the destination must not contain or be inside the source {s}")
+    dst = _destination(src, dst, force)
+    t0 = time.perf_counter()
+    if isinstance(src, (str, Path)) and Path(src).expanduser().is_dir():
+        from linen2nnx.checkpoint_convert.stream import load_arrays, open_orbax
+
+        opened = open_orbax(src, step)
+        plan_conversion(opened.checkpoint, pair, name_map)  # refuse before reading any array
+        src = load_arrays(opened, budget, progress)
+    elif step is not None:
+        raise L2NError(f"{src}: --step needs an Orbax CheckpointManager root")
+    read_s = time.perf_counter() - t0
     converted = convert_tree(src, pair, name_map, optimizer=optimizer)
     report = converted.report
     report.destination = str(dst)
+    report.timings["read"] = read_s + report.timings.get("read", 0.0)
     t0 = time.perf_counter()
     write_nnx_checkpoint(
         dst, converted.state, report.to_json(), optimizer_state=converted.optimizer_state, force=force
     )
     report.timings["write"] = time.perf_counter() - t0
     return report
+
+
+def _destination(src: Any, dst: str | Path, force: bool) -> Path:
+    """``dst`` as an absolute path, after undoing an interrupted run; refused when it would clobber."""
+    dst = Path(dst).expanduser().absolute()
+    recover(dst)
+    if dst.exists() and not force:
+        raise L2NError(f"{dst}: already exists (pass --force to replace it)")
+    if isinstance(src, (str, Path)):
+        s = Path(src).expanduser().absolute()
+        if s == dst or dst in s.parents or s in dst.parents:
+            raise L2NError(f"{dst}: the destination must not contain or be inside the source {s}")
+    return dst

@@ -12,18 +12,20 @@ to use it::
     graphdef, abstract = nnx.split(nnx.eval_shape(make_model))
     model = nnx.merge(graphdef, ocp.StandardCheckpointer().restore(dst, abstract))
 
-The directory is built in a temp sibling and moved into place only when complete
-(:func:`linen2nnx.io_utils.atomic_write_dir`): a failed or interrupted run leaves no ``dst``.
+The directory is built in a fixed hidden sibling and moved into place by one rename only when
+complete (:mod:`.commit`): a failed or killed run leaves no ``dst``, the next run removes its
+leftovers, and replacing ``dst`` (``force``) always leaves the old or the new checkpoint there.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
+from linen2nnx.checkpoint_convert.commit import partial_dir, publish, recover
 from linen2nnx.errors import L2NError
-from linen2nnx.io_utils import atomic_write_dir
 
 REPORT_FILENAME = "linen2nnx-conversion.json"
 OPTIMIZER_DIR = "optimizer"
@@ -41,10 +43,14 @@ def write_nnx_checkpoint(
     import orbax.checkpoint as ocp
 
     dst = Path(dst).expanduser().absolute()
+    recover(dst)
     if dst.exists() and not dst.is_dir():
         raise L2NError(f"{dst}: exists and is not a directory")
-
-    def fill(tmp: Path) -> None:
+    if dst.exists() and not force:
+        raise L2NError(f"{dst}: already exists (pass --force to replace it)")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = partial_dir(dst)
+    try:
         with ocp.StandardCheckpointer() as ckptr:
             ckptr.save(tmp, state)
             ckptr.wait_until_finished()
@@ -53,8 +59,10 @@ def write_nnx_checkpoint(
                 ckptr.wait_until_finished()
         if report is not None:
             (tmp / REPORT_FILENAME).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-
-    atomic_write_dir(dst, fill, overwrite=force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    publish(tmp, dst)
     return dst
 
 
