@@ -11,12 +11,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 
 from linen2nnx import __version__
 from linen2nnx.cli_check import add_check_parser, cmd_check, mesh_arg
 from linen2nnx.cli_migrate import add_migrate_parser, cmd_migrate
-from linen2nnx.errors import EXIT_ERROR, EXIT_OK, L2NError
+from linen2nnx.errors import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, L2NError
 from linen2nnx.reports.console import make_console
 
 err_console = make_console()
@@ -52,6 +54,11 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "--step", type=int, metavar="N", help="step N of a CheckpointManager root (default: newest)"
     )
     c.add_argument("--json", metavar="FILE", help="write the conversion report as JSON")
+    c.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the mapping table and every problem from metadata alone; write nothing (exit 1 on problems)",
+    )
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
@@ -88,10 +95,21 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from linen2nnx.spec import load_pair
 
     pair = load_pair(args.spec)
-    report = convert(args.src, args.dst, pair, args.map, force=args.force, step=args.step)
-    from linen2nnx.reports.console import render_conversion
+    if args.dry_run:
+        from linen2nnx.checkpoint_convert.dryrun import dry_run, render
 
-    render_conversion(report, console=err_console)
+        plan = dry_run(args.src, pair, args.map, step=args.step)
+        sys.stdout.write(render(plan))
+        return EXIT_FINDINGS if plan.problems else EXIT_OK
+    report = convert(args.src, args.dst, pair, args.map, force=args.force, step=args.step)
+    from linen2nnx.reports.console import conversion_table
+
+    table = conversion_table(report)
+    console = err_console
+    if not console.is_terminal:  # a pipe or CI log: as wide as the table, so paths stay whole
+        wide = console.options.update(max_width=1 << 16)
+        console = Console(stderr=True, highlight=False, width=Measurement.get(console, wide, table).maximum)
+    console.print(table)
     if args.json:
         from linen2nnx.reports.json_report import write_json
 
