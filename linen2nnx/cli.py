@@ -55,6 +55,12 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--json", metavar="FILE", help="write the conversion report as JSON")
     c.add_argument(
+        "--memory-budget",
+        type=float,
+        metavar="MB",
+        help="host memory for arrays in flight (default: half the largest array, at least 64 MB)",
+    )
+    c.add_argument(
         "--dry-run",
         action="store_true",
         help="print the mapping table and every problem from metadata alone; write nothing (exit 1 on problems)",
@@ -101,7 +107,20 @@ def cmd_convert(args: argparse.Namespace) -> int:
         plan = dry_run(args.src, pair, args.map, step=args.step)
         sys.stdout.write(render(plan))
         return EXIT_FINDINGS if plan.problems else EXIT_OK
-    report = convert(args.src, args.dst, pair, args.map, force=args.force, step=args.step)
+    from linen2nnx.checkpoint_convert.progress import progress_bar
+
+    budget = int(args.memory_budget * 2**20) if args.memory_budget else None
+    with progress_bar(err_console) as progress:
+        report = convert(
+            args.src,
+            args.dst,
+            pair,
+            args.map,
+            force=args.force,
+            step=args.step,
+            budget=budget,
+            progress=progress,
+        )
     from linen2nnx.reports.console import conversion_table
 
     table = conversion_table(report)

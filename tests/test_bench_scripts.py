@@ -260,3 +260,16 @@ def test_outside_packages_runs_a_package_end_to_end(tmp_path):
     assert report.passed and report.leaves > 0 and report.failed_leaves == 0
     migrated = (tmp_path / "work" / "nnx" / "ops.py").read_text()
     assert "def linear(features, params=None, *, in_features: int, rngs: nnx.Rngs):" in migrated
+
+
+# ---- convert_scale ----------------------------------------------------------------------------------
+def test_convert_scale_reports_time_and_memory_ratios(tmp_path, capsys):
+    bench = _load("convert_scale")
+    out = tmp_path / "scale.json"
+    assert bench.main(["--size", "2", "--dir", str(tmp_path), "--json", str(out)]) == 0
+    numbers = json.loads(out.read_text())
+    assert numbers["time_ratio"] == pytest.approx(numbers["convert"]["seconds"] / numbers["floor"]["seconds"])
+    assert numbers["rss_limit_mb"] == pytest.approx(1.5 * numbers["largest_mb"] + 300)
+    assert numbers["convert"]["peak_rss_mb"] > 0 and numbers["dry_run"]["seconds"] > 0
+    text = capsys.readouterr().out
+    assert "ratio convert / floor (time)" in text and "peak RSS / (1.5 x largest + 300 MB" in text

@@ -13,15 +13,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from flax import nnx
 
 from linen2nnx.checkpoint_convert import commit, convert, convert_state, read_report
 from linen2nnx.checkpoint_convert.source import UnfinishedStepError, resolve_source
 from linen2nnx.checkpoint_convert.stream import load_arrays, open_orbax
 from linen2nnx.errors import L2NError
-from linen2nnx.spec import import_file
+from linen2nnx.spec import LinenSide, ModelPair, import_file
 
 TWINS_FILE = Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py"
 twins = import_file(TWINS_FILE)
@@ -149,7 +151,7 @@ def test_kill_9_at_the_commit_then_rerun(manager_root, tmp_path):
     """The real thing once: SIGKILL (LINEN2NNX_ABORT_AT) with the payload staged, then a clean rerun."""
     dst = tmp_path / "out"
     code = (
-        "import sys; from linen2nnx.spec import import_file; from linen2nnx.checkpoint_convert import convert;"
+        "import sys; from linen2nnx.spec import LinenSide, ModelPair, import_file; from linen2nnx.checkpoint_convert import convert;"
         f"t = import_file({str(TWINS_FILE)!r}); convert(sys.argv[1], sys.argv[2], t.mlp_pair(), step=2)"
     )
     env = {**os.environ, commit.ABORT_ENV: "staged", "PYTHONPATH": str(Path(__file__).parents[1])}
@@ -162,21 +164,32 @@ def test_kill_9_at_the_commit_then_rerun(manager_root, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+class _Big(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.dense = nnx.Dict(kernel=nnx.Param(jnp.zeros((256, 256))))
+        self.bias = nnx.Param(jnp.zeros(3))
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Orbax's event loop, on error
 def test_truncated_array_names_the_leaf_and_where_it_is_stored(tmp_path):
+    """A kernel big enough for its own OCDBT data file (small ones are inlined), cut in half."""
     root = tmp_path / "ckpt"
     big = np.arange(256 * 256, dtype=np.float32).reshape(256, 256)
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(root, {"params": {"dense": {"kernel": big}, "bias": np.ones(3, np.float32)}})
         ckptr.wait_until_finished()
+    pair = ModelPair(LinenSide(None, {}, None), _Big)
+    convert(root, tmp_path / "good", pair)
     data = max((p for p in root.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     with open(data, "r+b") as f:
         f.truncate(data.stat().st_size // 2)
-    with pytest.raises(L2NError) as err:
-        load_arrays(open_orbax(root))
-    msg = str(err.value)
-    assert msg.startswith(f"{root}: cannot read array params/dense/kernel")
-    assert "params.dense.kernel" in msg and len(msg.splitlines()) == 1
+    for read in (lambda: load_arrays(open_orbax(root)), lambda: convert(root, tmp_path / "bad", pair)):
+        with pytest.raises(L2NError) as err:
+            read()
+        msg = str(err.value)
+        assert msg.startswith(f"{root}: cannot read array params/dense/kernel")
+        assert "params.dense.kernel" in msg and len(msg.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "good"]  # no partial output left
 
 
 def test_msgpack_source_refuses_step(tmp_path):

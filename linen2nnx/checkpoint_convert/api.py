@@ -169,7 +169,7 @@ def _assemble(plan: Plan, ckpt: Any, pair: Any) -> tuple[Any, list[MappedLeaf]]:
     mapped: list[MappedLeaf] = []
     for m in plan.matches:
         var = flat_abstract[m.nnx_path]
-        filled[m.nnx_path] = var.replace(value=jnp.asarray(arrays[(m.leaf.collection, m.leaf.path)]))
+        filled[m.nnx_path] = var.replace(value=_as_value(arrays[(m.leaf.collection, m.leaf.path)], jnp))
         slot = plan.target.slots[m.nnx_path]
         mapped.append(
             MappedLeaf(
@@ -189,6 +189,13 @@ def _assemble(plan: Plan, ckpt: Any, pair: Any) -> tuple[Any, list[MappedLeaf]]:
         for path, var in nnx.to_flat_state(fresh):
             filled[tuple(path)] = var
     return nnx.from_flat_state([(p, filled[p]) for p in plan.target.slots]), mapped
+
+
+def _as_value(x: Any, jnp: Any) -> Any:
+    """A device array, except a lazy leaf: that is read only while it is written (:mod:`.lazy`)."""
+    from linen2nnx.checkpoint_convert.lazy import LazyLeaf
+
+    return x if isinstance(x, LazyLeaf) else jnp.asarray(x)
 
 
 def _optimizer_state(
@@ -235,25 +242,26 @@ def convert(
     optimizer: bool | None = None,
     step: int | None = None,
     budget: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, int, int], None] | None = None,
 ) -> ConversionReport:
     """Convert the Linen checkpoint ``src`` into an NNX checkpoint directory ``dst``.
 
     ``src`` may be an Orbax item, a CheckpointManager step or root (``step`` picks one; default the
     newest finished), a msgpack file or an in-memory tree. An Orbax source is planned and validated
     against ``pair.make_nnx()`` from metadata before any array is read, then restored in groups of
-    at most ``budget`` bytes (``progress(leaves, bytes)`` after each). On any problem a
+    at most ``budget`` bytes while the NNX checkpoint is written (``progress(leaves done, bytes done,
+    leaves, bytes)`` after each group). On any problem a
     ConversionError lists every bad path and ``dst`` is left untouched; ``dst`` is replaced only
     with ``force``, and never left missing by an interrupted run.
     """
     dst = _destination(src, dst, force)
     t0 = time.perf_counter()
     if isinstance(src, (str, Path)) and Path(src).expanduser().is_dir():
-        from linen2nnx.checkpoint_convert.stream import load_arrays, open_orbax
+        from linen2nnx.checkpoint_convert.stream import lazy_arrays, open_orbax
 
         opened = open_orbax(src, step)
         plan_conversion(opened.checkpoint, pair, name_map)  # refuse before reading any array
-        src = load_arrays(opened, budget, progress)
+        src = lazy_arrays(opened, budget, progress)
     elif step is not None:
         raise L2NError(f"{src}: --step needs an Orbax CheckpointManager root")
     read_s = time.perf_counter() - t0

@@ -61,9 +61,10 @@ def recover(dst: Path) -> list[str]:
         else:  # killed between the two renames: put the old checkpoint back
             os.replace(old, dst)
             done.append(f"restored {dst.name} from {old.name} (an interrupted --force)")
-    part = partial_dir(dst)
-    if part.exists():
-        shutil.rmtree(part)
+    for part in sorted(
+        dst.parent.glob(f"{partial_dir(dst).name}*")
+    ):  # with Orbax's own *.orbax-checkpoint-tmp*
+        shutil.rmtree(part, ignore_errors=True)
         done.append(f"removed {part.name} (an interrupted run's output)")
     for legacy in dst.parent.glob(f".{dst.name}.*.partial"):  # older releases used random names
         shutil.rmtree(legacy, ignore_errors=True)

@@ -86,7 +86,12 @@ def convert_opt_state(
 
     slots, sources, mapped, problems = plan_opt_state(opt_state, step, param_table, make_nnx, tx)
     raise_problems(problems, f"{source} (opt_state)", "nnx.Optimizer")
-    filled = {p: jnp.asarray(v, dtype=slots[p].get_value().dtype) for p, v in sources.items()}
+    from linen2nnx.checkpoint_convert.lazy import LazyLeaf
+
+    filled = {
+        p: v if isinstance(v, LazyLeaf) else jnp.asarray(v, dtype=slots[p].get_value().dtype)
+        for p, v in sources.items()
+    }
     state = nnx.from_flat_state([(p, slots[p].replace(value=filled[p])) for p in slots])
     return state, mapped
 

@@ -59,9 +59,10 @@ def default_budget(largest: int) -> int:
 def load_arrays(
     opened: OrbaxSource,
     budget: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, int, int], None] | None = None,
 ) -> LinenCheckpoint:
-    """The checkpoint with every needed leaf restored; ``progress(leaves, bytes)`` after each group."""
+    """The checkpoint with every needed leaf restored, ``progress(leaves done, bytes done, leaves,
+    bytes)`` after each group."""
     import jax
 
     flat = arrays.flat_metadata(opened.tree)
@@ -74,7 +75,7 @@ def load_arrays(
         wanted = {p: jax.ShapeDtypeStruct(needed[p].shape, needed[p].dtype) for p in group}
         restored.update(arrays.restore_group(opened.item_dir, opened.tree, wanted, names))
         if progress is not None:
-            progress(len(group), sum(sizes[p] for p in group))
+            progress(len(restored), sum(sizes[p] for p in restored), len(sizes), sum(sizes.values()))
 
     def value(kp: Any, meta: Any) -> Any:
         return restored.get(tuple(arrays._key(k) for k in kp), meta)
@@ -82,6 +83,44 @@ def load_arrays(
     tree = jax.tree_util.tree_map_with_path(value, opened.tree, is_leaf=arrays.is_meta_leaf)
     ckpt = parse_tree(tree, source=opened.checkpoint.source, fmt="orbax")
     ckpt.step = opened.checkpoint.step if ckpt.step is None else ckpt.step
+    ckpt.ignored = dict(opened.checkpoint.ignored)
+    return ckpt
+
+
+def lazy_arrays(
+    opened: OrbaxSource,
+    budget: int | None = None,
+    progress: Callable[[int, int, int, int], None] | None = None,
+) -> LinenCheckpoint:
+    """The checkpoint with :class:`~.lazy.LazyLeaf` placeholders: arrays are read while Orbax
+    writes the converted checkpoint, ``budget`` bytes at a time (only the step is read now)."""
+    import jax
+    import numpy as np
+
+    from linen2nnx.checkpoint_convert.lazy import LazyLeaf, LazySource, register
+
+    register()
+    flat = arrays.flat_metadata(opened.tree)
+    needed = {p: m for p, m in flat.items() if _needed(p, opened.checkpoint)}
+    sizes = [arrays.nbytes(m) for p, m in needed.items() if p != ("step",)]
+    names = {p: _display(p, opened.checkpoint) for p in needed}
+    budget = budget or default_budget(max(sizes, default=0))
+    src = LazySource(opened.item_dir, opened.tree, budget, names, progress, (len(sizes), sum(sizes)))
+    step = None
+    if ("step",) in needed:
+        meta = needed[("step",)]
+        wanted = {("step",): jax.ShapeDtypeStruct(tuple(meta.shape), meta.dtype)}
+        step = int(np.asarray(arrays.restore_group(opened.item_dir, opened.tree, wanted, names)[("step",)]))
+
+    def value(kp: Any, meta: Any) -> Any:
+        path = tuple(arrays._key(k) for k in kp)
+        if path not in needed or path == ("step",):
+            return meta
+        return LazyLeaf(src, path, tuple(meta.shape), np.dtype(meta.dtype))
+
+    tree = jax.tree_util.tree_map_with_path(value, opened.tree, is_leaf=arrays.is_meta_leaf)
+    ckpt = parse_tree(tree, source=opened.checkpoint.source, fmt="orbax")
+    ckpt.step = step if step is not None else opened.checkpoint.step
     ckpt.ignored = dict(opened.checkpoint.ignored)
     return ckpt
 

@@ -20,7 +20,6 @@ leftovers, and replacing ``dst`` (``force``) always leaves the old or the new ch
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +50,15 @@ def write_nnx_checkpoint(
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = partial_dir(dst)
     try:
-        with ocp.StandardCheckpointer() as ckptr:
-            ckptr.save(tmp, state)
-            ckptr.wait_until_finished()
+        # the PyTree handler (StandardCheckpointer's own format) also takes lazy leaves, see .lazy
+        with ocp.PyTreeCheckpointer() as ckptr:
+            ckptr.save(tmp, args=ocp.args.PyTreeSave(state))
             if optimizer_state is not None:
-                ckptr.save(tmp / OPTIMIZER_DIR, optimizer_state)
-                ckptr.wait_until_finished()
+                ckptr.save(tmp / OPTIMIZER_DIR, args=ocp.args.PyTreeSave(optimizer_state))
         if report is not None:
             (tmp / REPORT_FILENAME).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        recover(dst)  # this run's partial output, Orbax's temp folder included
         raise
     publish(tmp, dst)
     return dst
