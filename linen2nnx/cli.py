@@ -55,6 +55,12 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--json", metavar="FILE", help="write the conversion report as JSON")
     c.add_argument(
+        "--to",
+        choices=("nnx", "linen"),
+        default="nnx",
+        help="nnx (default); linen: SRC is an NNX checkpoint written by convert, DST the Linen one to write back",
+    )
+    c.add_argument(
         "--memory-budget",
         type=float,
         metavar="MB",
@@ -101,6 +107,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from linen2nnx.spec import load_pair
 
     pair = load_pair(args.spec)
+    if args.to == "linen":
+        from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
+
+        done = convert_to_linen(args.src, args.dst, pair, force=args.force)
+        err_console.print(
+            f"wrote {escape(done['destination'])}: {done['leaves']} leaves, step {done['step']}"
+        )
+        return EXIT_OK
     if args.dry_run:
         from linen2nnx.checkpoint_convert.dryrun import dry_run, render
 

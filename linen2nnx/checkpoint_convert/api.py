@@ -151,6 +151,7 @@ def convert_tree(
         unboxed=list(ckpt.unboxed),
         source_format=ckpt.format,
         step=ckpt.step,
+        step_dtype=ckpt.step_dtype,
         timings=timings,
     )
     opt_state = _optimizer_state(ckpt, pair, report, optimizer, timings)

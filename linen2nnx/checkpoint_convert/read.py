@@ -59,6 +59,8 @@ class LinenCheckpoint:
     """Paths whose partitioning box was stripped."""
     source: str = "<memory>"
     format: str = "variables"
+    step_dtype: str | None = None
+    """The dtype the step was saved with (``int32`` after a jitted update), for ``--to linen``."""
 
     def variables(self) -> dict[str, Any]:
         """The Linen ``variables`` dict (what ``model.apply`` takes)."""
@@ -103,22 +105,23 @@ def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -
     collections: dict[str, dict[str, Any]] = {}
     ignored: dict[str, str] = {}
     opt_state = None
-    step = None
+    step = step_dtype = None
     for key, value in tree.items():
         key = str(key)
         if key == "opt_state":
             opt_state = _unbox(value, ("opt_state",), unboxed)
         elif key == "step":
             step = _as_int(value)
+            step_dtype = _dtype_of(value)
         elif key in TRANSIENT_COLLECTIONS:
             ignored[key] = "sown values are produced by a call, not state"
+        elif isinstance(value, Mapping) and not value:
+            ignored[key] = "empty"  # kept in the report: ``convert --to linen`` writes it back
         elif _is_collection(key) and isinstance(value, Mapping):
             collections[key] = _unbox(value, (key,), unboxed)
-        elif isinstance(value, Mapping) and not value:
-            ignored[key] = "empty"
         else:
             ignored[key] = "not a registered variable collection (TrainState field?)"
-    return LinenCheckpoint(collections, opt_state, step, ignored, unboxed, source, fmt)
+    return LinenCheckpoint(collections, opt_state, step, ignored, unboxed, source, fmt, step_dtype)
 
 
 # ---- restoring from disk -----------------------------------------------------------------------
@@ -198,6 +201,13 @@ def _is_collection(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _dtype_of(value: Any) -> str | None:
+    if value is None:
+        return None
+    dtype = getattr(value, "dtype", None)
+    return np.dtype(dtype if dtype is not None else np.asarray(value).dtype).name
 
 
 def _as_int(value: Any) -> int | None:

@@ -121,6 +121,7 @@ def lazy_arrays(
     tree = jax.tree_util.tree_map_with_path(value, opened.tree, is_leaf=arrays.is_meta_leaf)
     ckpt = parse_tree(tree, source=opened.checkpoint.source, fmt="orbax")
     ckpt.step = step if step is not None else opened.checkpoint.step
+    ckpt.step_dtype = opened.checkpoint.step_dtype
     ckpt.ignored = dict(opened.checkpoint.ignored)
     return ckpt
 
