@@ -9,7 +9,8 @@ state at step 1000, saved through a ``CheckpointManager`` (``DIR/ckpt/1000/state
 colour the next, and ``ru_maxrss`` is that run's peak alone):
 
 - ``floor``: raw Orbax on the same item: ``StandardCheckpointer().restore`` + ``save``;
-- ``convert``: ``linen2nnx.checkpoint_convert.convert`` of the root, params and optimizer state;
+- ``convert``: ``linen2nnx.checkpoint_convert.convert`` of the root, params and optimizer state,
+  with its default read-back verification, and again with ``verify=False``;
 - ``dry-run``: the metadata-only plan of ``convert --dry-run``.
 
 Printed, from this one run: convert time / floor time (goal <= 1.2), convert's peak RSS against
@@ -132,8 +133,8 @@ def child(mode: str, root: Path, out: Path, d: dict[str, int]) -> dict[str, Any]
             tree = ckptr.restore(item)
             ckptr.save(out, tree)
             ckptr.wait_until_finished()
-    elif mode == "convert":
-        convert(root, out, pair)
+    elif mode in ("convert", "convert-no-verify"):
+        convert(root, out, pair, verify=mode == "convert")
     else:
         dry_run(root, pair)
     seconds = time.perf_counter() - t0
@@ -160,8 +161,10 @@ def measure(size_mb: float, work: Path) -> dict[str, Any]:
     res["largest_mb"] = max(map(nbytes, flat.values())) / 2**20
     res["floor"] = _spawn("floor", root, work / "floor", d)
     res["convert"] = _spawn("convert", root, work / "nnx", d)
+    res["convert_no_verify"] = _spawn("convert-no-verify", root, work / "nnx-no-verify", d)
     res["dry_run"] = _spawn("dry-run", root, work / "unused", d)
     res["time_ratio"] = res["convert"]["seconds"] / res["floor"]["seconds"]
+    res["time_ratio_no_verify"] = res["convert_no_verify"]["seconds"] / res["floor"]["seconds"]
     res["rss_limit_mb"] = 1.5 * res["largest_mb"] + 300
     res["rss_ratio"] = res["convert"]["peak_rss_mb"] / res["rss_limit_mb"]
     return res
@@ -175,7 +178,10 @@ def report(res: dict[str, Any]) -> str:
             f"checkpoint: {res['checkpoint_mb']:.0f} MB, largest array {res['largest_mb']:.1f} MB, dims {res['dims']}",
             f"floor (Orbax restore+save): {f['seconds']:.2f} s, peak RSS {f['peak_rss_mb']:.0f} MB",
             f"convert: {c['seconds']:.2f} s, peak RSS {c['peak_rss_mb']:.0f} MB",
+            f"convert --no-verify: {res['convert_no_verify']['seconds']:.2f} s, "
+            f"peak RSS {res['convert_no_verify']['peak_rss_mb']:.0f} MB",
             f"ratio convert / floor (time): {res['time_ratio']:.2f}  (goal <= 1.2: {ok(res['time_ratio'] <= 1.2)})",
+            f"ratio convert --no-verify / floor (time): {res['time_ratio_no_verify']:.2f}",
             f"peak RSS / (1.5 x largest + 300 MB = {res['rss_limit_mb']:.0f} MB): {res['rss_ratio']:.2f}  "
             f"(goal <= 1: {ok(res['rss_ratio'] <= 1)})",
             f"dry run: {res['dry_run']['seconds']:.2f} s  (goal < 5 s: {ok(res['dry_run']['seconds'] < 5)})",

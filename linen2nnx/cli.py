@@ -11,14 +11,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
-from rich.measure import Measurement
 
 from linen2nnx import __version__
 from linen2nnx.cli_check import add_check_parser, cmd_check, mesh_arg
 from linen2nnx.cli_migrate import add_migrate_parser, cmd_migrate
-from linen2nnx.errors import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, L2NError
+from linen2nnx.errors import EXIT_ERROR, EXIT_OK, L2NError
 from linen2nnx.reports.console import make_console
 
 err_console = make_console()
@@ -54,6 +52,12 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "--step", type=int, metavar="N", help="step N of a CheckpointManager root (default: newest)"
     )
     c.add_argument("--json", metavar="FILE", help="write the conversion report as JSON")
+    c.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip reading the written arrays back against their checksums before DST is published",
+    )
     c.add_argument(
         "--to",
         choices=("nnx", "linen"),
@@ -103,7 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.measure import Measurement
+
     from linen2nnx.checkpoint_convert import convert
+    from linen2nnx.errors import EXIT_FINDINGS
     from linen2nnx.spec import load_pair
 
     pair = load_pair(args.spec)
@@ -134,6 +142,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
             step=args.step,
             budget=budget,
             progress=progress,
+            verify=args.verify,
         )
     from linen2nnx.reports.console import conversion_table
 

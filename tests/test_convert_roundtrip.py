@@ -12,18 +12,21 @@ from pathlib import Path
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
 import pytest
+from flax import nnx
 from flax.training.train_state import TrainState
 from mesh_worker import handwritten_pair
 
-from linen2nnx.checkpoint_convert import convert, read_report
+from linen2nnx.checkpoint_convert import convert, read_report, verify
 from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
+from linen2nnx.checkpoint_convert.verify import checksum
 from linen2nnx.cli import main
 from linen2nnx.errors import L2NError
-from linen2nnx.spec import import_file
+from linen2nnx.spec import LinenSide, ModelPair, import_file
 
 TWINS_FILE = Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py"
 
@@ -112,3 +115,54 @@ def test_cli_to_linen_and_refusals(tmp_path, capsys):
     with pytest.raises(L2NError, match="no conversion report"):
         convert_to_linen(tmp_path / "plain", tmp_path / "x", twins.cnn_pair())
     assert read_report(tmp_path / "nnx")["step_dtype"] == "int32"
+
+
+# ---- --verify ------------------------------------------------------------------------------------
+class _Big(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.dense = nnx.Dict(kernel=nnx.Param(jnp.zeros((256, 256))))
+        self.bias = nnx.Param(jnp.zeros(3))
+
+
+def _big_source(tmp_path: Path) -> Path:
+    root = tmp_path / "linen"
+    kernel = np.arange(256 * 256, dtype=np.float32).reshape(256, 256)
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(root, {"params": {"dense": {"kernel": kernel}, "bias": np.ones(3, np.float32)}})
+        ckptr.wait_until_finished()
+    return root
+
+
+def test_report_holds_a_checksum_of_every_written_array(tmp_path):
+    pair = ModelPair(LinenSide(None, {}, None), _Big)
+    convert(_big_source(tmp_path), tmp_path / "nnx", pair)
+    stored = read_report(tmp_path / "nnx")
+    assert stored["verified"] is True
+    sums = stored["checksums"]["model"]
+    with ocp.StandardCheckpointer() as ckptr:
+        restored = ckptr.restore(tmp_path / "nnx")
+    assert sums["dense/kernel/value"] == checksum(restored["dense"]["kernel"]["value"])
+    assert sums["bias/value"] == checksum(np.ones(3, np.float32))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Orbax's event loop, on error
+def test_written_data_that_does_not_read_back_is_never_published(tmp_path, monkeypatch):
+    real = verify.verify_payload
+
+    def corrupt_then_verify(item_dir: Path, expected, budget):
+        data = max((p for p in item_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        raw = bytearray(data.read_bytes())
+        raw[len(raw) // 2 : len(raw) // 2 + 64] = bytes(64)  # a disk that lost a block
+        data.write_bytes(bytes(raw))
+        return real(item_dir, expected, budget)
+
+    monkeypatch.setattr(verify, "verify_payload", corrupt_then_verify)
+    pair = ModelPair(LinenSide(None, {}, None), _Big)
+    with pytest.raises(
+        L2NError, match=r"(verify: dense/kernel/value reads back as|cannot read array dense/kernel)"
+    ):
+        convert(_big_source(tmp_path), tmp_path / "nnx", pair)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["linen"]
+    monkeypatch.setattr(verify, "verify_payload", real)
+    convert(_big_source(tmp_path / "again"), tmp_path / "nnx", pair, verify=False)
+    assert read_report(tmp_path / "nnx")["verified"] is False

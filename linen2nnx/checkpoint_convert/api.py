@@ -244,6 +244,7 @@ def convert(
     step: int | None = None,
     budget: int | None = None,
     progress: Callable[[int, int, int, int], None] | None = None,
+    verify: bool = True,
 ) -> ConversionReport:
     """Convert the Linen checkpoint ``src`` into an NNX checkpoint directory ``dst``.
 
@@ -253,15 +254,17 @@ def convert(
     at most ``budget`` bytes while the NNX checkpoint is written (``progress(leaves done, bytes done,
     leaves, bytes)`` after each group). On any problem a
     ConversionError lists every bad path and ``dst`` is left untouched; ``dst`` is replaced only
-    with ``force``, and never left missing by an interrupted run.
+    with ``force``, and never left missing by an interrupted run. ``verify``: read the written
+    arrays back and compare their checksums (stored in the report) before publishing ``dst``.
     """
     dst = _destination(src, dst, force)
     t0 = time.perf_counter()
     if isinstance(src, (str, Path)) and Path(src).expanduser().is_dir():
-        from linen2nnx.checkpoint_convert.stream import lazy_arrays, open_orbax
+        from linen2nnx.checkpoint_convert.stream import default_budget, lazy_arrays, open_orbax
 
         opened = open_orbax(src, step)
         plan_conversion(opened.checkpoint, pair, name_map)  # refuse before reading any array
+        budget = budget or default_budget(opened.largest_bytes())
         src = lazy_arrays(opened, budget, progress)
     elif step is not None:
         raise L2NError(f"{src}: --step needs an Orbax CheckpointManager root")
@@ -272,7 +275,13 @@ def convert(
     report.timings["read"] = read_s + report.timings.get("read", 0.0)
     t0 = time.perf_counter()
     write_nnx_checkpoint(
-        dst, converted.state, report.to_json(), optimizer_state=converted.optimizer_state, force=force
+        dst,
+        converted.state,
+        report.to_json(),
+        optimizer_state=converted.optimizer_state,
+        force=force,
+        verify=verify,
+        budget=budget or 256 << 20,
     )
     report.timings["write"] = time.perf_counter() - t0
     return report

@@ -32,6 +32,8 @@ class LazySource:
     """Called after each group with ``(leaves done, bytes done, leaves in all, bytes in all)``."""
     total: tuple[int, int] = (0, 0)
     done: list[int] = dataclasses.field(default_factory=lambda: [0, 0])
+    checksums: dict[arrays.RawPath, str] = dataclasses.field(default_factory=dict)
+    """Source path -> checksum of the array as read and written (for ``--verify`` and the report)."""
 
     def advance(self, leaves: int, nbytes: int) -> None:
         self.done[0] += leaves
@@ -84,6 +86,8 @@ def _handler_class() -> type:
     import jax
     from orbax.checkpoint._src.serialization.type_handlers import NumpyHandler
 
+    from linen2nnx.checkpoint_convert.verify import checksum
+
     class LazyHandler(NumpyHandler):
         """Restores :class:`LazyLeaf` values group by group and writes them as numpy arrays."""
 
@@ -111,6 +115,8 @@ def _handler_class() -> type:
                         arrays.restore_group, src.item_dir, src.tree, wanted, src.names
                     )
                     chunk = [got[values[i].path] for i in group]
+                    for i, value in zip(group, chunk):
+                        src.checksums[values[i].path] = checksum(value)
                     await self._background_serialize(
                         chunk, [infos[i] for i in group], [args[i] for i in group]
                     )

@@ -28,6 +28,7 @@ from linen2nnx.errors import L2NError
 
 REPORT_FILENAME = "linen2nnx-conversion.json"
 OPTIMIZER_DIR = "optimizer"
+TARGET_FILE_BYTES = 64 << 20
 
 
 def write_nnx_checkpoint(
@@ -37,9 +38,17 @@ def write_nnx_checkpoint(
     *,
     optimizer_state: Any = None,
     force: bool = False,
+    verify: bool = True,
+    budget: int = 256 << 20,
 ) -> Path:
-    """Save ``state`` (an ``nnx.State``) to ``dst`` with Orbax, plus the JSON report; all or nothing."""
+    """Save ``state`` (an ``nnx.State``) to ``dst`` with Orbax, plus the JSON report; all or nothing.
+
+    The report gets a checksum per array (``checksums``); with ``verify`` the staged payload is
+    read back and compared (``budget`` bytes at a time) before it is published.
+    """
     import orbax.checkpoint as ocp
+
+    from linen2nnx.checkpoint_convert.verify import state_checksums, verify_payload
 
     dst = Path(dst).expanduser().absolute()
     recover(dst)
@@ -49,13 +58,22 @@ def write_nnx_checkpoint(
         raise L2NError(f"{dst}: already exists (pass --force to replace it)")
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = partial_dir(dst)
+    payloads = {"model": (tmp, state)}
+    if optimizer_state is not None:
+        payloads[OPTIMIZER_DIR] = (tmp / OPTIMIZER_DIR, optimizer_state)
     try:
         # the PyTree handler (StandardCheckpointer's own format) also takes lazy leaves, see .lazy
         with ocp.PyTreeCheckpointer() as ckptr:
-            ckptr.save(tmp, args=ocp.args.PyTreeSave(state))
-            if optimizer_state is not None:
-                ckptr.save(tmp / OPTIMIZER_DIR, args=ocp.args.PyTreeSave(optimizer_state))
+            for path, tree in payloads.values():
+                ckptr.save(
+                    path, args=ocp.args.PyTreeSave(tree, ocdbt_target_data_file_size=TARGET_FILE_BYTES)
+                )
+        sums = {name: state_checksums(tree) for name, (_, tree) in payloads.items()}
+        if verify:
+            for name, (path, _) in payloads.items():
+                verify_payload(path, sums[name], budget)
         if report is not None:
+            report = {**report, "checksums": sums, "verified": verify}
             (tmp / REPORT_FILENAME).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     except BaseException:
         recover(dst)  # this run's partial output, Orbax's temp folder included
