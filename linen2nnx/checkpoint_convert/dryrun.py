@@ -78,7 +78,8 @@ def _optimizer_rows(ckpt: LinenCheckpoint, pair: Any, plan: Any) -> tuple[list[A
     from linen2nnx.checkpoint_convert.optimizer import _flatten, plan_opt_state
 
     table = {m.leaf.path: m.nnx_path for m in plan.matches if m.leaf.collection == "params"}
-    _, _, mapped, problems = plan_opt_state(ckpt.opt_state, ckpt.step, table, pair.make_nnx, tx)
+    step = ckpt.step if ckpt.step is not None or ckpt.step_dtype is None else 0  # saved, not read
+    _, _, mapped, problems = plan_opt_state(ckpt.opt_state, step, table, pair.make_nnx, tx)
     leaves = {tuple(map(str, p)): leaf for p, leaf in _flatten(ckpt.opt_state)}
     rows = [
         _row(m.linen, join(m.nnx_path), leaves.get(tuple(map(str, m.linen_path))), m.shape, m.dtype)

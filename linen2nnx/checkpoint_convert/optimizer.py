@@ -65,14 +65,18 @@ def plan_opt_state(
     step_path = by_str.get(("step",))
     if step_path is not None and step is not None:
         want = slots[step_path].get_value()
-        sources[step_path] = step  # Linen int32 -> NNX uint32, cast when filled
+        sources[step_path] = np.asarray(step)  # Linen int32 -> NNX uint32, cast when filled
         mapped.append(
             MappedLeaf(
                 "step", (), step_path, type(slots[step_path]).__name__, (), dtype_name(want.dtype), "cast"
             )
         )
     for path in sorted(slots, key=join):
-        if path not in sources:
+        if path in sources:
+            continue
+        if not hasattr(slots[path].get_value(), "shape"):  # optax.MaskedNode (masked / multi_transform)
+            sources[path] = slots[path].get_value()
+        else:
             problems.append(Problem("not filled", None, join(path), "no Linen optimizer leaf maps to it"))
     return slots, sources, mapped, problems
 
@@ -89,7 +93,9 @@ def convert_opt_state(
     from linen2nnx.checkpoint_convert.lazy import LazyLeaf
 
     filled = {
-        p: v if isinstance(v, LazyLeaf) else jnp.asarray(v, dtype=slots[p].get_value().dtype)
+        p: v
+        if isinstance(v, LazyLeaf) or not hasattr(v, "shape")
+        else jnp.asarray(v, dtype=slots[p].get_value().dtype)
         for p, v in sources.items()
     }
     state = nnx.from_flat_state([(p, slots[p].replace(value=filled[p])) for p in slots])
