@@ -53,6 +53,12 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--json", metavar="FILE", help="write the conversion report as JSON")
     c.add_argument(
+        "--mesh",
+        type=mesh_arg,
+        metavar="AXIS=SIZE,...",
+        help="write the NNX checkpoint sharded on this device mesh under the spec's logical axis rules",
+    )
+    c.add_argument(
         "--no-verify",
         dest="verify",
         action="store_false",
@@ -143,6 +149,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
             budget=budget,
             progress=progress,
             verify=args.verify,
+            mesh=args.mesh,
         )
     from linen2nnx.reports.console import conversion_table
 

@@ -65,3 +65,17 @@ def test_checkpoint_saved_on_8_devices_converts_on_fewer(sharded, tmp_path, devi
             want = want[k]
         key = "".join(f"[{int(p) if p.isdigit() else repr(p)}]" for p in leaf["nnx"].split("/"))
         np.testing.assert_array_equal(got[f"{key}['value']"] if f"{key}['value']" in got else got[key], want)
+
+
+def test_mesh_output_is_written_with_the_nnx_shardings(tmp_path):
+    """--mesh data=2,fsdp=2,tensor=2 on 8 devices: the boxed, scanned stack is written sharded as the
+    NNX model's logical names and the pair's rules say (layers unsharded, embed on fsdp, mlp on
+    tensor), its adam moment the same way, and it loads back sharded with the Linen values."""
+    import json
+
+    out = tmp_path / "mesh.json"
+    _run("mesh", "8", str(tmp_path), str(out))
+    got = json.loads(out.read_text())
+    assert got["devices"] == 8 and got["saved_mesh"] == [2, 2, 2]
+    assert got["saved_spec"] == [None, "fsdp", "tensor"] == got["loaded_spec"] == got["mu_spec"]
+    assert got["equal"]

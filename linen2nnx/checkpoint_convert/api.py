@@ -7,6 +7,7 @@ weights ``convert`` would write.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -245,46 +246,70 @@ def convert(
     budget: int | None = None,
     progress: Callable[[int, int, int, int], None] | None = None,
     verify: bool = True,
+    mesh: Any = None,
 ) -> ConversionReport:
     """Convert the Linen checkpoint ``src`` into an NNX checkpoint directory ``dst``.
 
     ``src`` may be an Orbax item, a CheckpointManager step or root (``step`` picks one; default the
     newest finished), a msgpack file or an in-memory tree. An Orbax source is planned and validated
     against ``pair.make_nnx()`` from metadata before any array is read, then restored in groups of
-    at most ``budget`` bytes while the NNX checkpoint is written (``progress(leaves done, bytes done,
-    leaves, bytes)`` after each group). On any problem a
+    at most ``budget`` bytes while the NNX checkpoint is written (``progress(leaves done, bytes
+    done, leaves, bytes)`` after each group); with ``mesh`` (``{"data": 2, ...}`` or a Mesh) onto
+    the NNX model's shardings under the pair's logical axis rules, and written so. On any problem a
     ConversionError lists every bad path and ``dst`` is left untouched; ``dst`` is replaced only
     with ``force``, and never left missing by an interrupted run. ``verify``: read the written
     arrays back and compare their checksums (stored in the report) before publishing ``dst``.
     """
     dst = _destination(src, dst, force)
-    t0 = time.perf_counter()
-    if isinstance(src, (str, Path)) and Path(src).expanduser().is_dir():
-        from linen2nnx.checkpoint_convert.stream import default_budget, lazy_arrays, open_orbax
-
-        opened = open_orbax(src, step)
-        plan_conversion(opened.checkpoint, pair, name_map)  # refuse before reading any array
-        budget = budget or default_budget(opened.largest_bytes())
-        src = lazy_arrays(opened, budget, progress)
-    elif step is not None:
-        raise L2NError(f"{src}: --step needs an Orbax CheckpointManager root")
-    read_s = time.perf_counter() - t0
-    converted = convert_tree(src, pair, name_map, optimizer=optimizer)
-    report = converted.report
-    report.destination = str(dst)
-    report.timings["read"] = read_s + report.timings.get("read", 0.0)
-    t0 = time.perf_counter()
-    write_nnx_checkpoint(
-        dst,
-        converted.state,
-        report.to_json(),
-        optimizer_state=converted.optimizer_state,
-        force=force,
-        verify=verify,
-        budget=budget or 256 << 20,
-    )
+    with _mesh_scope(pair, mesh) as active:
+        t0 = time.perf_counter()
+        if isinstance(src, (str, Path)) and Path(src).expanduser().is_dir():
+            src, budget = _orbax_source(src, pair, name_map, step, budget, progress, active)
+        elif step is not None:
+            raise L2NError(f"{src}: --step needs an Orbax CheckpointManager root")
+        read_s = time.perf_counter() - t0
+        converted = convert_tree(src, pair, name_map, optimizer=optimizer)
+        report = converted.report
+        report.destination = str(dst)
+        report.timings["read"] = read_s + report.timings.get("read", 0.0)
+        t0 = time.perf_counter()
+        write_nnx_checkpoint(
+            dst,
+            converted.state,
+            report.to_json(),
+            optimizer_state=converted.optimizer_state,
+            force=force,
+            verify=verify,
+            budget=budget or 256 << 20,
+        )
     report.timings["write"] = time.perf_counter() - t0
     return report
+
+
+def _mesh_scope(pair: Any, mesh: Any) -> Any:
+    """The pair's mesh and logical axis rules, active (or nothing when ``mesh`` is None)."""
+    if mesh is None:
+        return contextlib.nullcontext(None)
+    from linen2nnx.equivalence.mesh import mesh_scope
+
+    return mesh_scope(pair, mesh)
+
+
+def _orbax_source(
+    src: Any, pair: Any, name_map: Any, step: int | None, budget: int | None, progress: Any, mesh: Any
+) -> tuple[LinenCheckpoint, int]:
+    """Plan from metadata (refusing before any array is read), then the arrays: lazy host leaves
+    written as they are read, or, on a mesh, restored onto the NNX shardings."""
+    from linen2nnx.checkpoint_convert.stream import default_budget, lazy_arrays, open_orbax
+
+    opened = open_orbax(src, step)
+    plan = plan_conversion(opened.checkpoint, pair, name_map)
+    budget = budget or default_budget(opened.largest_bytes())
+    if mesh is None:
+        return lazy_arrays(opened, budget, progress), budget
+    from linen2nnx.checkpoint_convert.sharded import sharded_arrays
+
+    return sharded_arrays(opened, plan, mesh, budget, progress), budget
 
 
 def _destination(src: Any, dst: str | Path, force: bool) -> Path:

@@ -60,9 +60,10 @@ def load_arrays(
     opened: OrbaxSource,
     budget: int | None = None,
     progress: Callable[[int, int, int, int], None] | None = None,
+    shardings: dict[arrays.RawPath, Any] | None = None,
 ) -> LinenCheckpoint:
     """The checkpoint with every needed leaf restored, ``progress(leaves done, bytes done, leaves,
-    bytes)`` after each group."""
+    bytes)`` after each group: host numpy, or ``jax.Array`` laid out as ``shardings`` says."""
     import jax
 
     flat = arrays.flat_metadata(opened.tree)
@@ -72,7 +73,10 @@ def load_arrays(
     names = {p: _display(p, opened.checkpoint) for p in needed}
     restored: dict[arrays.RawPath, Any] = {}
     for group in arrays.groups(sizes, budget):
-        wanted = {p: jax.ShapeDtypeStruct(needed[p].shape, needed[p].dtype) for p in group}
+        shard = shardings or {}
+        wanted = {
+            p: jax.ShapeDtypeStruct(needed[p].shape, needed[p].dtype, sharding=shard.get(p)) for p in group
+        }
         restored.update(arrays.restore_group(opened.item_dir, opened.tree, wanted, names))
         if progress is not None:
             progress(len(restored), sum(sizes[p] for p in restored), len(sizes), sum(sizes.values()))
