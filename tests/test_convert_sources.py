@@ -147,20 +147,32 @@ def test_recover_puts_the_old_checkpoint_back_after_a_kill_between_renames(tmp_p
     assert (dst / "weights").read_text() == "old"
 
 
-def test_kill_9_at_the_commit_then_rerun(manager_root, tmp_path):
-    """The real thing once: SIGKILL (LINEN2NNX_ABORT_AT) with the payload staged, then a clean rerun."""
+@pytest.mark.parametrize(
+    ("point", "force", "exchange"),
+    [("staged", False, True), ("committed", True, True), ("renamed-old", True, False)],
+)
+def test_kill_9_then_rerun(manager_root, tmp_path, point, force, exchange):
+    """The real thing: SIGKILL (LINEN2NNX_ABORT_AT) at a named point, then a clean rerun."""
     dst = tmp_path / "out"
+    if force:
+        convert(manager_root, dst, twins.mlp_pair(), step=1)
     code = (
-        "import sys; from linen2nnx.spec import LinenSide, ModelPair, import_file; from linen2nnx.checkpoint_convert import convert;"
-        f"t = import_file({str(TWINS_FILE)!r}); convert(sys.argv[1], sys.argv[2], t.mlp_pair(), step=2)"
+        "import sys; from linen2nnx.spec import import_file; from linen2nnx.checkpoint_convert import convert;"
+        f"t = import_file({str(TWINS_FILE)!r}); convert(sys.argv[1], sys.argv[2], t.mlp_pair(), step=2, force=True)"
     )
-    env = {**os.environ, commit.ABORT_ENV: "staged", "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, commit.ABORT_ENV: point, "PYTHONPATH": str(Path(__file__).parents[1])}
+    if not exchange:
+        env[commit.NO_EXCHANGE_ENV] = "1"
     proc = subprocess.run(
         [sys.executable, "-c", code, str(manager_root), str(dst)], env=env, capture_output=True
     )
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
-    assert not dst.exists() and commit.partial_dir(dst).exists()
-    convert(manager_root, dst, twins.mlp_pair(), step=2)
+    if force:  # old or new, never neither (after the fallback's first rename: parked, put back below)
+        assert dst.exists() or commit.old_dir(dst).exists()
+    else:
+        assert not dst.exists() and commit.partial_dir(dst).exists()
+    report = convert(manager_root, dst, twins.mlp_pair(), step=2, force=True)
+    assert report.step == 2 and read_report(dst)["step"] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
