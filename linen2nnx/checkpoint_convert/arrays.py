@@ -109,7 +109,7 @@ def _restore(item_dir: Path, tree: Any, wanted: dict[RawPath, Any]) -> dict[RawP
         if x is ocp.PLACEHOLDER:
             return x
         if getattr(x, "sharding", None) is None:  # host numpy: no device copy at all
-            return ocp.RestoreArgs(restore_type=np.ndarray, dtype=x.dtype)
+            return ocp.RestoreArgs(restore_type=np.ndarray)  # stored dtype: a cast would copy
         return ocp.ArrayRestoreArgs(sharding=x.sharding, global_shape=x.shape, dtype=x.dtype)
 
     restore_args = jax.tree.map(args_of, item, is_leaf=_is_item_leaf)
