@@ -71,6 +71,8 @@ def test_root_with_unfinished_newest_step_is_refused_naming_the_finished_one(man
         convert(manager_root, tmp_path / "out", twins.mlp_pair())
     with pytest.raises(UnfinishedStepError, match=r"3: step 3 is not finished"):
         convert(manager_root / "3", tmp_path / "out", twins.mlp_pair())
+    with pytest.raises(UnfinishedStepError, match=r"3/state: step 3 is not finished"):
+        convert(manager_root / "3" / "state", tmp_path / "out", twins.mlp_pair())
     with pytest.raises(L2NError, match=r"no step 9 \(steps: 1, 2, 3\)"):
         convert(manager_root, tmp_path / "out", twins.mlp_pair(), step=9)
     assert not (tmp_path / "out").exists()

@@ -62,7 +62,13 @@ def resolve_source(path: str | Path, step: int | None = None) -> Source:
     if (path / ITEM_MARKER).exists():
         if step is not None:
             raise L2NError(f"{path}: --step {step} needs a CheckpointManager root, this is one item")
-        return Source(path, _step_of(path.parent) if _is_step_dir(path.parent) else None)
+        if not _is_step_dir(path.parent) or (path / FINISHED_MARKERS[0]).exists():
+            return Source(path, _step_of(path.parent) if _is_step_dir(path.parent) else None)
+        if not is_finished(path.parent):  # a CheckpointManager item (it has no metadata of its own)
+            raise UnfinishedStepError(
+                f"{path}: step {path.parent.name} is not finished (no _CHECKPOINT_METADATA)"
+            )
+        return Source(path, _step_of(path.parent))
     steps = step_dirs(path)
     if steps and not _items(path):
         return _from_root(path, steps, step)
