@@ -79,3 +79,40 @@ def test_mesh_output_is_written_with_the_nnx_shardings(tmp_path):
     assert got["devices"] == 8 and got["saved_mesh"] == [2, 2, 2]
     assert got["saved_spec"] == [None, "fsdp", "tensor"] == got["loaded_spec"] == got["mu_spec"]
     assert got["equal"]
+
+
+def test_two_processes_convert_onto_one_mesh(tmp_path):
+    """Multi-host on one machine: 2 processes x 2 host devices, mesh fsdp=2,tensor=2. Each restores
+    and writes its own shards; process 0 publishes; both load the result back sharded."""
+    import json
+    import socket
+
+    from test_convert_roundtrip import _state, boxed_pair
+
+    state = _state(boxed_pair())
+    np.save(tmp_path / "kernel.npy", np.asarray(state.params["blocks"]["up"]["kernel"].value))
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(tmp_path / "linen", state)
+        ckptr.wait_until_finished()
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = str(s.getsockname()[1])
+    worker = Path(__file__).with_name("convert_multihost_worker.py")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(worker), str(i), port, str(tmp_path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in (0, 1)
+    ]
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out[-3000:]
+    for i in (0, 1):
+        got = json.loads((tmp_path / f"result{i}.json").read_text())
+        assert got["process_count"] == 2 and got["shards"] == 2 and got["equal"]
+        assert got["leftovers"] == []

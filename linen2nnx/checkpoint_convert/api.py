@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from linen2nnx.checkpoint_convert.commit import recover
+from linen2nnx.checkpoint_convert.commit import recover_all
 from linen2nnx.checkpoint_convert.mapping import (
     Leaf,
     Match,
@@ -315,7 +315,7 @@ def _orbax_source(
 def _destination(src: Any, dst: str | Path, force: bool) -> Path:
     """``dst`` as an absolute path, after undoing an interrupted run; refused when it would clobber."""
     dst = Path(dst).expanduser().absolute()
-    recover(dst)
+    recover_all(dst)
     if dst.exists() and not force:
         raise L2NError(f"{dst}: already exists (pass --force to replace it)")
     if isinstance(src, (str, Path)):

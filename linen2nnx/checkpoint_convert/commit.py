@@ -50,6 +50,30 @@ def abort_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def is_primary() -> bool:
+    """Process 0 of a multi-host job (or the only process) owns the folders; the others wait."""
+    import jax
+
+    return jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+    """Wait for every process of a multi-host job (nothing to wait for in a single process)."""
+    import jax
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(f"linen2nnx:{name}")
+
+
+def recover_all(dst: Path) -> list[str]:
+    """:func:`recover` on the primary process, the others waiting for it."""
+    done = recover(dst) if is_primary() else []
+    barrier("recover")
+    return done
+
+
 def recover(dst: Path) -> list[str]:
     """Undo what an interrupted conversion to ``dst`` left; returns what was done, for the report."""
     done: list[str] = []

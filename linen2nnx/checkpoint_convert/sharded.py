@@ -45,6 +45,8 @@ def target_shardings(opened: OrbaxSource, plan: Any, mesh: Any) -> dict[arrays.R
         if sharding is None and path[:1] == ("opt_state",):  # a moment mirrors its param's layout
             hit = _mirrored_param(path[1:], param_table)
             sharding = named.get(hit) if hit is not None else None
+        if path == ("step",):
+            continue  # read to the host: it becomes a Python int
         out[raw] = sharding if sharding is not None and _fits(sharding, meta) else replicated
     return out
 

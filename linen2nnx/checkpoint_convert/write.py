@@ -23,7 +23,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from linen2nnx.checkpoint_convert.commit import partial_dir, publish, recover
+from linen2nnx.checkpoint_convert.commit import (
+    barrier,
+    is_primary,
+    partial_dir,
+    publish,
+    recover,
+    recover_all,
+)
 from linen2nnx.errors import L2NError
 
 REPORT_FILENAME = "linen2nnx-conversion.json"
@@ -46,12 +53,10 @@ def write_nnx_checkpoint(
     The report gets a checksum per array (``checksums``); with ``verify`` the staged payload is
     read back and compared (``budget`` bytes at a time) before it is published.
     """
-    import orbax.checkpoint as ocp
-
-    from linen2nnx.checkpoint_convert.verify import state_checksums, verify_payload
+    import jax
 
     dst = Path(dst).expanduser().absolute()
-    recover(dst)
+    recover_all(dst)
     if dst.exists() and not dst.is_dir():
         raise L2NError(f"{dst}: exists and is not a directory")
     if dst.exists() and not force:
@@ -62,24 +67,41 @@ def write_nnx_checkpoint(
     if optimizer_state is not None:
         payloads[OPTIMIZER_DIR] = (tmp / OPTIMIZER_DIR, optimizer_state)
     try:
-        # the PyTree handler (StandardCheckpointer's own format) also takes lazy leaves, see .lazy
-        with ocp.PyTreeCheckpointer() as ckptr:
-            for path, tree in payloads.values():
-                ckptr.save(
-                    path, args=ocp.args.PyTreeSave(tree, ocdbt_target_data_file_size=TARGET_FILE_BYTES)
-                )
-        sums = {name: state_checksums(tree) for name, (_, tree) in payloads.items()}
-        if verify:
-            for name, (path, _) in payloads.items():
-                verify_payload(path, sums[name], budget)
-        if report is not None:
-            report = {**report, "checksums": sums, "verified": verify}
+        sums = _save_and_verify(payloads, verify, budget)
+        if report is not None and is_primary():
+            report = {**report, "checksums": sums, "verified": verify and jax.process_count() == 1}
             (tmp / REPORT_FILENAME).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     except BaseException:
-        recover(dst)  # this run's partial output, Orbax's temp folder included
+        if is_primary():
+            recover(dst)  # this run's partial output, Orbax's temp folder included
         raise
-    publish(tmp, dst)
+    barrier("staged")
+    if is_primary():
+        publish(tmp, dst)
+    barrier("published")
     return dst
+
+
+def _save_and_verify(payloads: dict[str, tuple[Path, Any]], verify: bool, budget: int) -> dict[str, Any]:
+    """Save every payload (every process writes its shards), checksum, and read back.
+
+    Verification reads whole arrays on the host, so a multi-host job records the checksums of the
+    arrays each process can address and skips the read-back.
+    """
+    import jax
+    import orbax.checkpoint as ocp
+
+    from linen2nnx.checkpoint_convert.verify import state_checksums, verify_payload
+
+    # the PyTree handler (StandardCheckpointer's own format) also takes lazy leaves, see .lazy
+    with ocp.PyTreeCheckpointer() as ckptr:
+        for path, tree in payloads.values():
+            ckptr.save(path, args=ocp.args.PyTreeSave(tree, ocdbt_target_data_file_size=TARGET_FILE_BYTES))
+    sums = {name: state_checksums(tree) for name, (_, tree) in payloads.items()}
+    if verify and jax.process_count() == 1:  # Orbax restores are collective: no primary-only read
+        for name, (path, _) in payloads.items():
+            verify_payload(path, sums[name], budget)
+    return sums
 
 
 def load_nnx_checkpoint(path: str | Path, pair: Any) -> Any:
