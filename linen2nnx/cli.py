@@ -43,12 +43,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_convert(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("convert", help="convert a Linen checkpoint into an NNX checkpoint")
-    c.add_argument("src", help="Linen checkpoint (Orbax folder or msgpack file)")
+    c.add_argument(
+        "src", help="Linen checkpoint: Orbax item, CheckpointManager step or root folder, or msgpack file"
+    )
     c.add_argument("dst", help="NNX checkpoint folder to create")
     c.add_argument("--spec", required=True, help="model pair spec (module:function or file.py[:function])")
     c.add_argument("--map", metavar="FILE", help="name map (default: the spec's)")
     c.add_argument("--force", action="store_true", help="replace an existing DST")
+    c.add_argument(
+        "--step", type=int, metavar="N", help="step N of a CheckpointManager root (default: newest)"
+    )
     c.add_argument("--json", metavar="FILE", help="write the conversion report as JSON")
+    c.add_argument(
+        "--mesh",
+        type=mesh_arg,
+        metavar="AXIS=SIZE,...",
+        help="write the NNX checkpoint sharded on this device mesh under the spec's logical axis rules",
+    )
+    c.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip reading the written arrays back against their checksums before DST is published",
+    )
+    c.add_argument(
+        "--to",
+        choices=("nnx", "linen"),
+        default="nnx",
+        help="nnx (default); linen: SRC is an NNX checkpoint written by convert, DST the Linen one to write back",
+    )
+    c.add_argument(
+        "--memory-budget",
+        type=float,
+        metavar="MB",
+        help="host memory for arrays in flight (default: half the largest array, at least 64 MB)",
+    )
+    c.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the mapping table and every problem from metadata alone; write nothing (exit 1 on problems)",
+    )
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
@@ -81,14 +115,52 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.measure import Measurement
+
     from linen2nnx.checkpoint_convert import convert
+    from linen2nnx.errors import EXIT_FINDINGS
     from linen2nnx.spec import load_pair
 
     pair = load_pair(args.spec)
-    report = convert(args.src, args.dst, pair, args.map, force=args.force)
-    from linen2nnx.reports.console import render_conversion
+    if args.to == "linen":
+        from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
 
-    render_conversion(report, console=err_console)
+        done = convert_to_linen(args.src, args.dst, pair, force=args.force)
+        err_console.print(
+            f"wrote {escape(done['destination'])}: {done['leaves']} leaves, step {done['step']}"
+        )
+        return EXIT_OK
+    if args.dry_run:
+        from linen2nnx.checkpoint_convert.dryrun import dry_run, render
+
+        plan = dry_run(args.src, pair, args.map, step=args.step)
+        sys.stdout.write(render(plan))
+        return EXIT_FINDINGS if plan.problems else EXIT_OK
+    from linen2nnx.checkpoint_convert.progress import progress_bar
+
+    budget = int(args.memory_budget * 2**20) if args.memory_budget else None
+    with progress_bar(err_console) as progress:
+        report = convert(
+            args.src,
+            args.dst,
+            pair,
+            args.map,
+            force=args.force,
+            step=args.step,
+            budget=budget,
+            progress=progress,
+            verify=args.verify,
+            mesh=args.mesh,
+        )
+    from linen2nnx.reports.console import conversion_table
+
+    table = conversion_table(report)
+    console = err_console
+    if not console.is_terminal:  # a pipe or CI log: as wide as the table, so paths stay whole
+        wide = console.options.update(max_width=1 << 16)
+        console = Console(stderr=True, highlight=False, width=Measurement.get(console, wide, table).maximum)
+    console.print(table)
     if args.json:
         from linen2nnx.reports.json_report import write_json
 

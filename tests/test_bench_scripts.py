@@ -284,3 +284,16 @@ def test_train_step_bench_reports_the_three_ratios(tmp_path):
     assert numbers["ratios"]["temp_memory"] == pytest.approx(temp["nnx"] / temp["linen"])
     assert numbers["ratios"]["temp_memory"] <= 1.0 + 1e-3  # XLA's accounting is deterministic
     assert "step (median)" in proc.stdout and "XLA temp" in proc.stdout and "compile" in proc.stdout
+
+
+# ---- convert_scale ----------------------------------------------------------------------------------
+def test_convert_scale_reports_time_and_memory_ratios(tmp_path, capsys):
+    bench = _load("convert_scale")
+    out = tmp_path / "scale.json"
+    assert bench.main(["--size", "2", "--dir", str(tmp_path), "--json", str(out)]) == 0
+    numbers = json.loads(out.read_text())
+    assert numbers["time_ratio"] == pytest.approx(numbers["convert"]["seconds"] / numbers["floor"]["seconds"])
+    assert numbers["rss_limit_mb"] == pytest.approx(1.5 * numbers["largest_mb"] + 300)
+    assert numbers["convert"]["peak_rss_mb"] > 0 and numbers["dry_run"]["seconds"] > 0
+    text = capsys.readouterr().out
+    assert "ratio convert / floor (time)" in text and "peak RSS / (1.5 x largest + 300 MB" in text

@@ -7,11 +7,14 @@ weights ``convert`` would write.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from linen2nnx.checkpoint_convert.commit import recover_all
 from linen2nnx.checkpoint_convert.mapping import (
     Leaf,
     Match,
@@ -81,6 +84,19 @@ def root_class(pair: Any, name_map: NameMap | None) -> str | None:
 
 def plan_conversion(ckpt: LinenCheckpoint, pair: Any, name_map: NameMap | str | Path | None = None) -> Plan:
     """Map and validate without touching weights; raises ConversionError naming every problem."""
+    plan, problems = plan_with_problems(ckpt, pair, name_map)
+    raise_problems(problems, ckpt.source, plan.target.name)
+    return plan
+
+
+def plan_with_problems(
+    ckpt: LinenCheckpoint, pair: Any, name_map: NameMap | str | Path | None = None
+) -> tuple[Plan, list[Problem]]:
+    """The plan and every problem found, nothing raised: what ``--dry-run`` prints.
+
+    Only shapes and dtypes of ``ckpt``'s leaves are read, so a checkpoint planned from Orbax
+    metadata (:func:`.stream.open_orbax`) is validated with no array loaded.
+    """
     nmap = resolve_name_map(pair, name_map)
     target = abstract_target(pair.make_nnx)
     leaves = [
@@ -100,8 +116,7 @@ def plan_conversion(ckpt: LinenCheckpoint, pair: Any, name_map: NameMap | str | 
             else (f"structural ({type(pair.linen.model).__qualname__} not in the name map)")
         )
     good, kept, problems = validate(leaves, matches, problems, target, ckpt.collections)
-    raise_problems(problems, ckpt.source, target.name)
-    return Plan(target, good, kept, strategy, ckpt)
+    return Plan(target, good, kept, strategy, ckpt), problems
 
 
 def convert_tree(
@@ -137,6 +152,7 @@ def convert_tree(
         unboxed=list(ckpt.unboxed),
         source_format=ckpt.format,
         step=ckpt.step,
+        step_dtype=ckpt.step_dtype,
         timings=timings,
     )
     opt_state = _optimizer_state(ckpt, pair, report, optimizer, timings)
@@ -155,7 +171,7 @@ def _assemble(plan: Plan, ckpt: Any, pair: Any) -> tuple[Any, list[MappedLeaf]]:
     mapped: list[MappedLeaf] = []
     for m in plan.matches:
         var = flat_abstract[m.nnx_path]
-        filled[m.nnx_path] = var.replace(value=jnp.asarray(arrays[(m.leaf.collection, m.leaf.path)]))
+        filled[m.nnx_path] = var.replace(value=_as_value(arrays[(m.leaf.collection, m.leaf.path)], jnp))
         slot = plan.target.slots[m.nnx_path]
         mapped.append(
             MappedLeaf(
@@ -175,6 +191,13 @@ def _assemble(plan: Plan, ckpt: Any, pair: Any) -> tuple[Any, list[MappedLeaf]]:
         for path, var in nnx.to_flat_state(fresh):
             filled[tuple(path)] = var
     return nnx.from_flat_state([(p, filled[p]) for p in plan.target.slots]), mapped
+
+
+def _as_value(x: Any, jnp: Any) -> Any:
+    """A device array, except a lazy leaf: that is read only while it is written (:mod:`.lazy`)."""
+    from linen2nnx.checkpoint_convert.lazy import LazyLeaf
+
+    return x if isinstance(x, LazyLeaf) else jnp.asarray(x)
 
 
 def _optimizer_state(
@@ -219,26 +242,84 @@ def convert(
     *,
     force: bool = False,
     optimizer: bool | None = None,
+    step: int | None = None,
+    budget: int | None = None,
+    progress: Callable[[int, int, int, int], None] | None = None,
+    verify: bool = True,
+    mesh: Any = None,
 ) -> ConversionReport:
     """Convert the Linen checkpoint ``src`` into an NNX checkpoint directory ``dst``.
 
-    Everything is validated against ``pair.make_nnx()`` before anything is written; on any problem
-    a ConversionError lists every bad path and ``dst`` is left untouched. ``dst`` is replaced only
-    with ``force``.
+    ``src`` may be an Orbax item, a CheckpointManager step or root (``step`` picks one; default the
+    newest finished), a msgpack file or an in-memory tree. An Orbax source is planned and validated
+    against ``pair.make_nnx()`` from metadata before any array is read, then restored in groups of
+    at most ``budget`` bytes while the NNX checkpoint is written (``progress(leaves done, bytes
+    done, leaves, bytes)`` after each group); with ``mesh`` (``{"data": 2, ...}`` or a Mesh) onto
+    the NNX model's shardings under the pair's logical axis rules, and written so. On any problem a
+    ConversionError lists every bad path and ``dst`` is left untouched; ``dst`` is replaced only
+    with ``force``, and never left missing by an interrupted run. ``verify``: read the written
+    arrays back and compare their checksums (stored in the report) before publishing ``dst``.
     """
+    dst = _destination(src, dst, force)
+    with _mesh_scope(pair, mesh) as active:
+        t0 = time.perf_counter()
+        if isinstance(src, (str, Path)) and Path(src).expanduser().is_dir():
+            src, budget = _orbax_source(src, pair, name_map, step, budget, progress, active)
+        elif step is not None:
+            raise L2NError(f"{src}: --step needs an Orbax CheckpointManager root")
+        read_s = time.perf_counter() - t0
+        converted = convert_tree(src, pair, name_map, optimizer=optimizer)
+        report = converted.report
+        report.destination = str(dst)
+        report.timings["read"] = read_s + report.timings.get("read", 0.0)
+        t0 = time.perf_counter()
+        write_nnx_checkpoint(
+            dst,
+            converted.state,
+            report.to_json(),
+            optimizer_state=converted.optimizer_state,
+            force=force,
+            verify=verify,
+            budget=budget or 256 << 20,
+        )
+    report.timings["write"] = time.perf_counter() - t0
+    return report
+
+
+def _mesh_scope(pair: Any, mesh: Any) -> Any:
+    """The pair's mesh and logical axis rules, active (or nothing when ``mesh`` is None)."""
+    if mesh is None:
+        return contextlib.nullcontext(None)
+    from linen2nnx.equivalence.mesh import mesh_scope
+
+    return mesh_scope(pair, mesh)
+
+
+def _orbax_source(
+    src: Any, pair: Any, name_map: Any, step: int | None, budget: int | None, progress: Any, mesh: Any
+) -> tuple[LinenCheckpoint, int]:
+    """Plan from metadata (refusing before any array is read), then the arrays: lazy host leaves
+    written as they are read, or, on a mesh, restored onto the NNX shardings."""
+    from linen2nnx.checkpoint_convert.stream import default_budget, lazy_arrays, open_orbax
+
+    opened = open_orbax(src, step)
+    plan = plan_conversion(opened.checkpoint, pair, name_map)
+    budget = budget or default_budget(opened.largest_bytes())
+    if mesh is None:
+        return lazy_arrays(opened, budget, progress), budget
+    from linen2nnx.checkpoint_convert.sharded import sharded_arrays
+
+    return sharded_arrays(opened, plan, mesh, budget, progress), budget
+
+
+def _destination(src: Any, dst: str | Path, force: bool) -> Path:
+    """``dst`` as an absolute path, after undoing an interrupted run; refused when it would clobber."""
     dst = Path(dst).expanduser().absolute()
+    recover_all(dst)
     if dst.exists() and not force:
         raise L2NError(f"{dst}: already exists (pass --force to replace it)")
     if isinstance(src, (str, Path)):
         s = Path(src).expanduser().absolute()
         if s == dst or dst in s.parents or s in dst.parents:
             raise L2NError(f"{dst}: the destination must not contain or be inside the source {s}")
-    converted = convert_tree(src, pair, name_map, optimizer=optimizer)
-    report = converted.report
-    report.destination = str(dst)
-    t0 = time.perf_counter()
-    write_nnx_checkpoint(
-        dst, converted.state, report.to_json(), optimizer_state=converted.optimizer_state, force=force
-    )
-    report.timings["write"] = time.perf_counter() - t0
-    return report
+    return dst

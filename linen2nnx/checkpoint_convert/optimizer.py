@@ -26,22 +26,25 @@ def abstract_optimizer(make_nnx: Any, tx: Any) -> tuple[Any, Any]:
     return nnx.graphdef(abstract), nnx.state(abstract)
 
 
-def convert_opt_state(
-    opt_state: Any, step: int | None, param_table: Mapping[PathT, PathT], make_nnx: Any, tx: Any, source: str
-) -> tuple[Any, list[MappedLeaf]]:
-    """Fill the abstract NNX optimizer state from the Linen one; ConversionError lists every problem."""
-    import jax.numpy as jnp
+def plan_opt_state(
+    opt_state: Any, step: int | None, param_table: Mapping[PathT, PathT], make_nnx: Any, tx: Any
+) -> tuple[dict[PathT, Any], dict[PathT, Any], list[MappedLeaf], list[Problem]]:
+    """Match every Linen optax leaf to a slot of ``tx.init`` on the abstract NNX model.
+
+    Reads only shapes and dtypes, so Orbax metadata leaves plan (and ``--dry-run`` shows) the
+    optimizer state without loading it. Returns ``(slots, NNX path -> Linen leaf, mapped, problems)``;
+    the step is under the ``("step",)`` key of the second.
+    """
     from flax import nnx
 
     _, abstract = abstract_optimizer(make_nnx, tx)
     slots = {tuple(p): v for p, v in nnx.to_flat_state(abstract)}
     by_str = {tuple(map(str, p)): p for p in slots}
     table = {tuple(map(str, k)): v for k, v in param_table.items()}
-    filled: dict[PathT, Any] = {}
+    sources: dict[PathT, Any] = {}
     mapped: list[MappedLeaf] = []
     problems: list[Problem] = []
     for lpath, leaf in _flatten(opt_state):
-        leaf = leaf if hasattr(leaf, "dtype") else np.asarray(leaf)
         npath = ("opt_state", *map_opt_state_path(lpath, table))
         hit = by_str.get(tuple(map(str, npath)))
         lname = join(("opt_state", *lpath))
@@ -49,44 +52,61 @@ def convert_opt_state(
             problems.append(Problem("no NNX home", lname, join(npath), "the NNX optimizer has no such state"))
             continue
         want = slots[hit].get_value()
-        if tuple(want.shape) != tuple(np.shape(leaf)) or np.dtype(want.dtype) != np.dtype(leaf.dtype):
-            problems.append(
-                Problem(
-                    "shape/dtype mismatch",
-                    lname,
-                    join(hit),
-                    f"expected {tuple(want.shape)} {dtype_name(want.dtype)}, "
-                    f"got {tuple(np.shape(leaf))} {dtype_name(leaf.dtype)}",
-                )
-            )
+        shape, dtype = _shape_dtype(leaf)
+        if tuple(want.shape) != shape or np.dtype(want.dtype) != dtype:
+            got = f"got {shape} {dtype_name(dtype)}"
+            expected = f"expected {tuple(want.shape)} {dtype_name(want.dtype)}"
+            problems.append(Problem("shape/dtype mismatch", lname, join(hit), f"{expected}, {got}"))
             continue
-        filled[hit] = jnp.asarray(leaf)
+        sources[hit] = leaf
         mapped.append(
-            MappedLeaf(
-                "opt_state",
-                lpath,
-                hit,
-                type(slots[hit]).__name__,
-                tuple(want.shape),
-                dtype_name(want.dtype),
-                "optax",
-            )
+            MappedLeaf("opt_state", lpath, hit, type(slots[hit]).__name__, shape, dtype_name(dtype), "optax")
         )
     step_path = by_str.get(("step",))
     if step_path is not None and step is not None:
         want = slots[step_path].get_value()
-        filled[step_path] = jnp.asarray(step, dtype=want.dtype)  # Linen int32 -> NNX uint32
+        sources[step_path] = np.asarray(step)  # Linen int32 -> NNX uint32, cast when filled
         mapped.append(
             MappedLeaf(
                 "step", (), step_path, type(slots[step_path]).__name__, (), dtype_name(want.dtype), "cast"
             )
         )
     for path in sorted(slots, key=join):
-        if path not in filled:
+        if path in sources:
+            continue
+        if not hasattr(slots[path].get_value(), "shape"):  # optax.MaskedNode (masked / multi_transform)
+            sources[path] = slots[path].get_value()
+        else:
             problems.append(Problem("not filled", None, join(path), "no Linen optimizer leaf maps to it"))
+    return slots, sources, mapped, problems
+
+
+def convert_opt_state(
+    opt_state: Any, step: int | None, param_table: Mapping[PathT, PathT], make_nnx: Any, tx: Any, source: str
+) -> tuple[Any, list[MappedLeaf]]:
+    """Fill the abstract NNX optimizer state from the Linen one; ConversionError lists every problem."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    slots, sources, mapped, problems = plan_opt_state(opt_state, step, param_table, make_nnx, tx)
     raise_problems(problems, f"{source} (opt_state)", "nnx.Optimizer")
+    from linen2nnx.checkpoint_convert.lazy import LazyLeaf
+
+    filled = {
+        p: v
+        if isinstance(v, LazyLeaf) or not hasattr(v, "shape")
+        else jnp.asarray(v, dtype=slots[p].get_value().dtype)
+        for p, v in sources.items()
+    }
     state = nnx.from_flat_state([(p, slots[p].replace(value=filled[p])) for p in slots])
     return state, mapped
+
+
+def _shape_dtype(leaf: Any) -> tuple[tuple[int, ...], Any]:
+    if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+        return tuple(leaf.shape), np.dtype(leaf.dtype)
+    arr = np.asarray(leaf)
+    return tuple(arr.shape), arr.dtype
 
 
 def restore_optimizer(model: Any, tx: Any, state: Any) -> Any:

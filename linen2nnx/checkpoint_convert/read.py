@@ -3,14 +3,15 @@
 Accepted inputs:
 
 - an Orbax checkpoint directory (``StandardCheckpointer().save(path, train_state_or_variables)``),
-  or a ``CheckpointManager`` root, whose newest numeric step is used;
+  a ``CheckpointManager`` step or root (:mod:`.source` picks the item; :mod:`.stream` plans from
+  metadata and restores with a target, group by group);
 - a flax msgpack file (``flax.serialization.to_bytes(...)``, also the legacy
   ``flax.training.checkpoints`` files);
 - an in-memory tree: a variables dict ``{'params': ..., 'batch_stats': ...}``, a restored
   ``TrainState`` dict, or a live ``TrainState`` object.
 
-Everything is restored *without a target*: the point of conversion is that the Linen code that
-would give the target may no longer exist. Partitioning boxes (``LogicallyPartitioned`` /
+No Linen target is needed: the point of conversion is that the Linen code that would give the
+target may no longer exist; Orbax items are restored onto targets built from their own metadata. Partitioning boxes (``LogicallyPartitioned`` /
 ``Partitioned``) are stripped here, because Orbax and msgpack restore them as ``{'value': array}``
 dicts and the NNX side keeps sharding as Variable metadata instead (docs/nnx_facts.md#linen-checkpoints-restored-without-a-target). A restored
 dict is taken for a box only when it is ``{'value': array}`` plus box metadata keys; a module whose
@@ -21,7 +22,6 @@ dict is taken for a box only when it is ``{'value': array}`` plus box metadata k
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,8 @@ class LinenCheckpoint:
     """Paths whose partitioning box was stripped."""
     source: str = "<memory>"
     format: str = "variables"
+    step_dtype: str | None = None
+    """The dtype the step was saved with (``int32`` after a jitted update), for ``--to linen``."""
 
     def variables(self) -> dict[str, Any]:
         """The Linen ``variables`` dict (what ``model.apply`` takes)."""
@@ -84,7 +86,7 @@ def read_linen_checkpoint(src: Any) -> LinenCheckpoint:
     if isinstance(src, (str, Path)):
         path = Path(src).expanduser()
         tree, fmt = _restore_path(path)
-        return parse_tree(tree, source=str(path), fmt=fmt)
+        return tree if isinstance(tree, LinenCheckpoint) else parse_tree(tree, source=str(path), fmt=fmt)
     return parse_tree(src, source="<memory>", fmt="variables")
 
 
@@ -103,22 +105,23 @@ def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -
     collections: dict[str, dict[str, Any]] = {}
     ignored: dict[str, str] = {}
     opt_state = None
-    step = None
+    step = step_dtype = None
     for key, value in tree.items():
         key = str(key)
         if key == "opt_state":
             opt_state = _unbox(value, ("opt_state",), unboxed)
         elif key == "step":
             step = _as_int(value)
+            step_dtype = _dtype_of(value)
         elif key in TRANSIENT_COLLECTIONS:
             ignored[key] = "sown values are produced by a call, not state"
+        elif isinstance(value, Mapping) and not value:
+            ignored[key] = "empty"  # kept in the report: ``convert --to linen`` writes it back
         elif _is_collection(key) and isinstance(value, Mapping):
             collections[key] = _unbox(value, (key,), unboxed)
-        elif isinstance(value, Mapping) and not value:
-            ignored[key] = "empty"
         else:
             ignored[key] = "not a registered variable collection (TrainState field?)"
-    return LinenCheckpoint(collections, opt_state, step, ignored, unboxed, source, fmt)
+    return LinenCheckpoint(collections, opt_state, step, ignored, unboxed, source, fmt, step_dtype)
 
 
 # ---- restoring from disk -----------------------------------------------------------------------
@@ -127,7 +130,9 @@ def _restore_path(path: Path) -> tuple[Any, str]:
         raise L2NError(f"{path}: checkpoint not found")
     if path.is_file():
         return _restore_msgpack(path), "msgpack"
-    return _restore_orbax(_orbax_item_dir(path)), "orbax"
+    from linen2nnx.checkpoint_convert.stream import load_arrays, open_orbax
+
+    return load_arrays(open_orbax(path)), "orbax"
 
 
 def _restore_msgpack(path: Path) -> Any:
@@ -144,35 +149,6 @@ def _restore_msgpack(path: Path) -> Any:
             f"{path}: not a flax msgpack checkpoint ({type(e).__name__}: {e}); "
             "pass an Orbax checkpoint directory or a file written by flax.serialization.to_bytes"
         ) from e
-
-
-def _orbax_item_dir(path: Path) -> Path:
-    """The directory that holds the Orbax payload: ``path`` itself, or a CheckpointManager step/item."""
-    if (path / "_METADATA").exists() or (path / "_CHECKPOINT_METADATA").exists():
-        return path
-    steps = sorted(
-        (p for p in path.iterdir() if p.is_dir() and re.fullmatch(r"\d+", p.name)), key=lambda p: int(p.name)
-    )
-    if steps:  # a CheckpointManager root: newest step
-        step_dir = steps[-1]
-        if (step_dir / "_METADATA").exists():
-            return step_dir
-        items = [p for p in step_dir.iterdir() if p.is_dir() and (p / "_METADATA").exists()]
-        if len(items) == 1:
-            return items[0]
-        names = ", ".join(sorted(p.name for p in items)) or "none"
-        raise L2NError(f"{step_dir}: expected one Orbax item in the newest step, found {names}")
-    raise L2NError(f"{path}: not an Orbax checkpoint directory (no _METADATA file)")
-
-
-def _restore_orbax(path: Path) -> Any:
-    import orbax.checkpoint as ocp
-
-    try:
-        with ocp.StandardCheckpointer() as ckptr:
-            return ckptr.restore(path.absolute())
-    except Exception as e:
-        raise L2NError(f"{path}: unreadable Orbax checkpoint: {type(e).__name__}: {e}") from e
 
 
 # ---- tree normalisation ------------------------------------------------------------------------
@@ -225,6 +201,13 @@ def _is_collection(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _dtype_of(value: Any) -> str | None:
+    if value is None:
+        return None
+    dtype = getattr(value, "dtype", None)
+    return np.dtype(dtype if dtype is not None else np.asarray(value).dtype).name
 
 
 def _as_int(value: Any) -> int | None:

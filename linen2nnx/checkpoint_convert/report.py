@@ -63,6 +63,8 @@ class ConversionReport:
     source_format: str = ""
     destination: str | None = None
     step: int | None = None
+    step_dtype: str | None = None
+    """The Linen step's dtype, so that ``convert --to linen`` writes it back unchanged."""
     optimizer: list[MappedLeaf] | None = None
     """The optax state leaves, when an ``nnx.Optimizer`` state was converted too."""
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -99,6 +101,7 @@ class ConversionReport:
             "target": self.target,
             "strategy": self.strategy,
             "step": self.step,
+            "step_dtype": self.step_dtype,
             "mapped": [leaf(m) for m in self.mapped],
             "kept_from_init": [
                 {"nnx": k.nnx, "type": k.var_type, "shape": list(k.shape), "dtype": k.dtype}

@@ -12,8 +12,9 @@ to use it::
     graphdef, abstract = nnx.split(nnx.eval_shape(make_model))
     model = nnx.merge(graphdef, ocp.StandardCheckpointer().restore(dst, abstract))
 
-The directory is built in a temp sibling and moved into place only when complete
-(:func:`linen2nnx.io_utils.atomic_write_dir`): a failed or interrupted run leaves no ``dst``.
+The directory is built in a fixed hidden sibling and moved into place by one rename only when
+complete (:mod:`.commit`): a failed or killed run leaves no ``dst``, the next run removes its
+leftovers, and replacing ``dst`` (``force``) always leaves the old or the new checkpoint there.
 """
 
 from __future__ import annotations
@@ -22,11 +23,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+from linen2nnx.checkpoint_convert.commit import (
+    barrier,
+    is_primary,
+    partial_dir,
+    publish,
+    recover,
+    recover_all,
+)
 from linen2nnx.errors import L2NError
-from linen2nnx.io_utils import atomic_write_dir
 
 REPORT_FILENAME = "linen2nnx-conversion.json"
 OPTIMIZER_DIR = "optimizer"
+TARGET_FILE_BYTES = 64 << 20
 
 
 def write_nnx_checkpoint(
@@ -36,26 +45,63 @@ def write_nnx_checkpoint(
     *,
     optimizer_state: Any = None,
     force: bool = False,
+    verify: bool = True,
+    budget: int = 256 << 20,
 ) -> Path:
-    """Save ``state`` (an ``nnx.State``) to ``dst`` with Orbax, plus the JSON report; all or nothing."""
-    import orbax.checkpoint as ocp
+    """Save ``state`` (an ``nnx.State``) to ``dst`` with Orbax, plus the JSON report; all or nothing.
+
+    The report gets a checksum per array (``checksums``); with ``verify`` the staged payload is
+    read back and compared (``budget`` bytes at a time) before it is published.
+    """
+    import jax
 
     dst = Path(dst).expanduser().absolute()
+    recover_all(dst)
     if dst.exists() and not dst.is_dir():
         raise L2NError(f"{dst}: exists and is not a directory")
-
-    def fill(tmp: Path) -> None:
-        with ocp.StandardCheckpointer() as ckptr:
-            ckptr.save(tmp, state)
-            ckptr.wait_until_finished()
-            if optimizer_state is not None:
-                ckptr.save(tmp / OPTIMIZER_DIR, optimizer_state)
-                ckptr.wait_until_finished()
-        if report is not None:
+    if dst.exists() and not force:
+        raise L2NError(f"{dst}: already exists (pass --force to replace it)")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = partial_dir(dst)
+    payloads = {"model": (tmp, state)}
+    if optimizer_state is not None:
+        payloads[OPTIMIZER_DIR] = (tmp / OPTIMIZER_DIR, optimizer_state)
+    try:
+        sums = _save_and_verify(payloads, verify, budget)
+        if report is not None and is_primary():
+            report = {**report, "checksums": sums, "verified": verify and jax.process_count() == 1}
             (tmp / REPORT_FILENAME).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-
-    atomic_write_dir(dst, fill, overwrite=force)
+    except BaseException:
+        if is_primary():
+            recover(dst)  # this run's partial output, Orbax's temp folder included
+        raise
+    barrier("staged")
+    if is_primary():
+        publish(tmp, dst)
+    barrier("published")
     return dst
+
+
+def _save_and_verify(payloads: dict[str, tuple[Path, Any]], verify: bool, budget: int) -> dict[str, Any]:
+    """Save every payload (every process writes its shards), checksum, and read back.
+
+    Verification reads whole arrays on the host, so a multi-host job records the checksums of the
+    arrays each process can address and skips the read-back.
+    """
+    import jax
+    import orbax.checkpoint as ocp
+
+    from linen2nnx.checkpoint_convert.verify import state_checksums, verify_payload
+
+    # the PyTree handler (StandardCheckpointer's own format) also takes lazy leaves, see .lazy
+    with ocp.PyTreeCheckpointer() as ckptr:
+        for path, tree in payloads.values():
+            ckptr.save(path, args=ocp.args.PyTreeSave(tree, ocdbt_target_data_file_size=TARGET_FILE_BYTES))
+    sums = {name: state_checksums(tree) for name, (_, tree) in payloads.items()}
+    if verify and jax.process_count() == 1:  # Orbax restores are collective: no primary-only read
+        for name, (path, _) in payloads.items():
+            verify_payload(path, sums[name], budget)
+    return sums
 
 
 def load_nnx_checkpoint(path: str | Path, pair: Any) -> Any:

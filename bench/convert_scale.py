@@ -1,0 +1,215 @@
+"""Does ``convert`` keep up with Orbax, and stay within its memory budget, at real scale?
+
+    python bench/convert_scale.py [--size MB] [--dir DIR] [--json FILE]
+
+Generates a MaxText-style Linen checkpoint of about ``--size`` MB (default 1100): a ``TrainState``
+whose params are ``LogicallyPartitioned`` boxes over scanned (layer-stacked) weights, with an AdamW
+state at step 1000, saved through a ``CheckpointManager`` (``DIR/ckpt/1000/state`` plus a JSON
+``metrics`` item). Then, each in its own child process (so one run's memory and caches do not
+colour the next, and ``ru_maxrss`` is that run's peak alone):
+
+- ``floor``: raw Orbax on the same item: ``StandardCheckpointer().restore`` + ``save``;
+- ``convert``: ``linen2nnx.checkpoint_convert.convert`` of the root, params and optimizer state,
+  with its default read-back verification, and again with ``verify=False``;
+- ``dry-run``: the metadata-only plan of ``convert --dry-run``.
+
+Printed, from this one run: convert time / floor time (goal <= 1.2), convert's peak RSS against
+1.5 x the largest array + 300 MB, and the dry-run time (goal < 5 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+STEP = 1000
+LAYERS = 4
+
+
+def dims(size_mb: float) -> dict[str, int]:
+    """Embed / MLP / vocab sizes whose params + adam mu + nu come to about ``size_mb``."""
+    params = size_mb * 2**20 / 3
+    embed = max(8, int(math.sqrt(params / 224)) // 8 * 8)  # 192 E^2 of layers + 32 E^2 of embedding
+    return {"layers": LAYERS, "embed": embed, "mlp": 4 * embed, "vocab": 8 * embed}
+
+
+def param_shapes(d: dict[str, int]) -> dict[str, Any]:
+    """Linen path -> (shape, logical axis names), MaxText's layout with the layer axis scanned."""
+    L, E, F, V = d["layers"], d["embed"], d["mlp"], d["vocab"]
+    attn = {k: ((L, E, E), ("layers", "embed", "heads")) for k in ("query", "key", "value", "out")}
+    return {
+        "decoder": {
+            "layers": {
+                "mlp": {
+                    "wi": ((L, E, F), ("layers", "embed", "mlp")),
+                    "wo": ((L, F, E), ("layers", "mlp", "embed")),
+                },
+                "self_attention": attn,
+                "pre_norm": {"scale": ((L, E), ("layers", "embed"))},
+            },
+            "decoder_norm": {"scale": ((E,), ("embed",))},
+        },
+        "token_embedder": {"embedding": ((V, E), ("vocab", "embed"))},
+    }
+
+
+def _is_spec(x: Any) -> bool:
+    return isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], tuple)
+
+
+def make_pair(d: dict[str, int]) -> Any:
+    """The NNX twin: the same tree of ``nnx.Param`` stacks (structural matching, no name map)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    from linen2nnx.spec import LinenSide, ModelPair
+
+    def build(tree: Any) -> Any:
+        return nnx.Dict(
+            {k: (nnx.Param(jnp.zeros(v[0])) if _is_spec(v) else build(v)) for k, v in tree.items()}
+        )
+
+    class Twin(nnx.Module):
+        def __init__(self, *, rngs: nnx.Rngs):
+            for k, v in param_shapes(d).items():
+                setattr(self, k, build(v))
+
+    linen = LinenSide(model=None, batch={}, loss=lambda *_: 0.0, optimizer=optax.adamw(1e-3))
+    del jax
+    return ModelPair(linen=linen, nnx_factory=lambda rngs: Twin(rngs=rngs))
+
+
+def generate(root: Path, d: dict[str, int]) -> None:
+    """Write the checkpoint (random boxed params, adamw moments, step 1000) with a CheckpointManager."""
+    import flax.linen as nn
+    import jax
+    import numpy as np
+    import optax
+    import orbax.checkpoint as ocp
+    from flax.training.train_state import TrainState
+
+    rng = np.random.default_rng(0)
+
+    def box(spec: Any) -> Any:
+        return nn.LogicallyPartitioned(rng.standard_normal(spec[0], dtype=np.float32), spec[1])
+
+    params = jax.tree.map(box, param_shapes(d), is_leaf=_is_spec)
+    state = TrainState.create(apply_fn=None, params=params, tx=optax.adamw(1e-3))
+    noisy = jax.tree.map(
+        lambda x: x + 1e-3 if hasattr(x, "dtype") and x.dtype == np.float32 else x, state.opt_state
+    )
+    state = state.replace(step=STEP, opt_state=noisy)
+    with ocp.CheckpointManager(root) as mgr:
+        mgr.save(
+            STEP, args=ocp.args.Composite(state=ocp.args.StandardSave(state), metrics=ocp.args.JsonSave({}))
+        )
+        mgr.wait_until_finished()
+
+
+def child(mode: str, root: Path, out: Path, d: dict[str, int]) -> dict[str, Any]:
+    """One measured run; returns seconds and this process's peak RSS."""
+    import orbax.checkpoint as ocp
+
+    from linen2nnx.checkpoint_convert import convert
+    from linen2nnx.checkpoint_convert.dryrun import dry_run
+
+    pair = make_pair(d)
+    item = root / str(STEP) / "state"
+    t0 = time.perf_counter()
+    if mode == "floor":
+        with ocp.StandardCheckpointer() as ckptr:
+            tree = ckptr.restore(item)
+            ckptr.save(out, tree)
+            ckptr.wait_until_finished()
+    elif mode in ("convert", "convert-no-verify"):
+        convert(root, out, pair, verify=mode == "convert")
+    else:
+        dry_run(root, pair)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _spawn(mode: str, root: Path, out: Path, d: dict[str, int]) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, __file__, "--child", mode, str(root), str(out), json.dumps(d)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mode} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(size_mb: float, work: Path) -> dict[str, Any]:
+    d = dims(size_mb)
+    root = work / "ckpt"
+    _spawn("generate", root, work, d)
+    from linen2nnx.checkpoint_convert.arrays import flat_metadata, nbytes, read_metadata
+
+    flat = flat_metadata(read_metadata(root / str(STEP) / "state"))
+    res = {"dims": d, "checkpoint_mb": sum(map(nbytes, flat.values())) / 2**20}
+    res["largest_mb"] = max(map(nbytes, flat.values())) / 2**20
+    res["floor"] = _spawn("floor", root, work / "floor", d)
+    res["convert"] = _spawn("convert", root, work / "nnx", d)
+    res["convert_no_verify"] = _spawn("convert-no-verify", root, work / "nnx-no-verify", d)
+    res["dry_run"] = _spawn("dry-run", root, work / "unused", d)
+    res["time_ratio"] = res["convert"]["seconds"] / res["floor"]["seconds"]
+    res["time_ratio_no_verify"] = res["convert_no_verify"]["seconds"] / res["floor"]["seconds"]
+    res["rss_limit_mb"] = 1.5 * res["largest_mb"] + 300
+    res["rss_ratio"] = res["convert"]["peak_rss_mb"] / res["rss_limit_mb"]
+    return res
+
+
+def report(res: dict[str, Any]) -> str:
+    ok = lambda good: "ok" if good else "ABOVE GOAL"  # noqa: E731
+    f, c = res["floor"], res["convert"]
+    return "\n".join(
+        [
+            f"checkpoint: {res['checkpoint_mb']:.0f} MB, largest array {res['largest_mb']:.1f} MB, dims {res['dims']}",
+            f"floor (Orbax restore+save): {f['seconds']:.2f} s, peak RSS {f['peak_rss_mb']:.0f} MB",
+            f"convert: {c['seconds']:.2f} s, peak RSS {c['peak_rss_mb']:.0f} MB",
+            f"convert --no-verify: {res['convert_no_verify']['seconds']:.2f} s, "
+            f"peak RSS {res['convert_no_verify']['peak_rss_mb']:.0f} MB",
+            f"ratio convert / floor (time): {res['time_ratio']:.2f}  (goal <= 1.2: {ok(res['time_ratio'] <= 1.2)})",
+            f"ratio convert --no-verify / floor (time): {res['time_ratio_no_verify']:.2f}",
+            f"peak RSS / (1.5 x largest + 300 MB = {res['rss_limit_mb']:.0f} MB): {res['rss_ratio']:.2f}  "
+            f"(goal <= 1: {ok(res['rss_ratio'] <= 1)})",
+            f"dry run: {res['dry_run']['seconds']:.2f} s  (goal < 5 s: {ok(res['dry_run']['seconds'] < 5)})",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=float, default=1100, help="checkpoint size in MB (default 1100)")
+    p.add_argument("--dir", type=Path, help="work folder (default: a temp folder, removed)")
+    p.add_argument("--json", type=Path, help="write the numbers as JSON")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(dir=args.dir) as work:
+        res = measure(args.size, Path(work))
+    print(report(res))
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        mode, root, out, d = sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), json.loads(sys.argv[5])
+        if mode == "generate":
+            generate(root, d)
+            print(json.dumps({}))
+        else:
+            print(json.dumps(child(mode, root, out, d)))
+        sys.exit(0)
+    sys.exit(main())

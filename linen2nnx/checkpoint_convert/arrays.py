@@ -1,0 +1,155 @@
+"""Orbax item I/O for conversion: the tree from metadata alone, then arrays in bounded groups.
+
+Restoring a whole checkpoint in one ``restore()`` without a target has two costs at scale: every
+array is in host memory at once, and Orbax refuses a checkpoint saved sharded on another topology
+("Topology mismatch ... provide a target tree"). Here the tree structure, shapes and dtypes come
+from Orbax's metadata (no array read), and arrays are restored *with a target*: a
+``ShapeDtypeStruct`` carrying the sharding we choose, every other leaf an ``ocp.PLACEHOLDER``, so
+that any saved topology restores onto any device set, a group of leaves at a time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from linen2nnx.errors import L2NError
+
+RawPath = tuple[Any, ...]
+"""A leaf's key path in the stored tree (dict keys as str, list indices as int, boxes end in ``value``)."""
+
+#: Called with the number of leaves about to be restored; tests hook it to count array reads.
+restore_hooks: list[Callable[[int], None]] = []
+_DATA_FILE = re.compile(r"(?:/[\w.-]+)*/(?:ocdbt\.process_\d+/)?d/[0-9a-f]{16,}")
+_CHUNK = re.compile(r'reading "([^"]+)" in OCDBT database at local file "([^"]+)"')
+
+
+def read_metadata(item_dir: Path) -> Any:
+    """The item's tree with Orbax ``ArrayMetadata`` leaves (shape, dtype, sharding); nothing restored."""
+    import orbax.checkpoint as ocp
+
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            meta = ckptr.metadata(item_dir)
+        tree = meta.item_metadata.tree if hasattr(meta, "item_metadata") else meta
+    except Exception as e:
+        raise L2NError(f"{item_dir}: unreadable Orbax metadata: {type(e).__name__}: {_short(e)}") from e
+    if tree is None:
+        raise L2NError(f"{item_dir}: unreadable Orbax metadata (_METADATA holds no tree)")
+    return tree
+
+
+def is_meta_leaf(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def flat_metadata(tree: Any) -> dict[RawPath, Any]:
+    """``{raw path: ArrayMetadata}`` for every leaf of a metadata tree."""
+    import jax
+
+    out: dict[RawPath, Any] = {}
+    for kp, leaf in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_meta_leaf)[0]:
+        out[tuple(_key(k) for k in kp)] = leaf
+    return out
+
+
+def nbytes(meta: Any) -> int:
+    import numpy as np
+
+    return int(np.prod(meta.shape, dtype=np.int64)) * np.dtype(meta.dtype).itemsize
+
+
+def groups(sizes: dict[RawPath, int], budget: int) -> Iterator[list[RawPath]]:
+    """Leaves in stored order, cut into groups of at most ``budget`` bytes (a bigger leaf goes alone)."""
+    group: list[RawPath] = []
+    used = 0
+    for path, size in sizes.items():
+        if group and used + size > budget:
+            yield group
+            group, used = [], 0
+        group.append(path)
+        used += size
+    if group:
+        yield group
+
+
+def restore_group(
+    item_dir: Path, tree: Any, wanted: dict[RawPath, Any], names: dict[RawPath, str]
+) -> dict[RawPath, Any]:
+    """Restore the ``wanted`` leaves only: raw path -> ``ShapeDtypeStruct`` (with a sharding: a
+    ``jax.Array`` laid out so; without: a host ``np.ndarray``).
+
+    On failure the group is retried leaf by leaf, so the error names the one bad leaf (``names``
+    gives its Linen path) and, when Orbax's message has it, the data file.
+    """
+    for hook in restore_hooks:
+        hook(len(wanted))
+    try:
+        return _restore(item_dir, tree, wanted)
+    except Exception as e:
+        if len(wanted) > 1:
+            for path in wanted:
+                restore_group(item_dir, tree, {path: wanted[path]}, names)
+        raise _leaf_error(item_dir, next(iter(wanted)), names, e) from e
+
+
+def _restore(item_dir: Path, tree: Any, wanted: dict[RawPath, Any]) -> dict[RawPath, Any]:
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    def item_of(kp: Any, leaf: Any) -> Any:
+        return wanted.get(tuple(_key(k) for k in kp), ocp.PLACEHOLDER)
+
+    item = jax.tree_util.tree_map_with_path(item_of, tree, is_leaf=is_meta_leaf)
+
+    def args_of(x: Any) -> Any:
+        if x is ocp.PLACEHOLDER:
+            return x
+        if getattr(x, "sharding", None) is None:  # host numpy: no device copy at all
+            return ocp.RestoreArgs(restore_type=np.ndarray)  # stored dtype: a cast would copy
+        return ocp.ArrayRestoreArgs(sharding=x.sharding, global_shape=x.shape, dtype=x.dtype)
+
+    restore_args = jax.tree.map(args_of, item, is_leaf=_is_item_leaf)
+    with ocp.PyTreeCheckpointer() as ckptr:
+        out = ckptr.restore(item_dir, args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args))
+    return {path: _get(out, path) for path in wanted}
+
+
+def _is_item_leaf(x: Any) -> bool:
+    import orbax.checkpoint as ocp
+
+    return x is ocp.PLACEHOLDER or is_meta_leaf(x)
+
+
+def _leaf_error(item_dir: Path, path: RawPath, names: dict[RawPath, str], e: Exception) -> L2NError:
+    text = str(e)
+    where = ""
+    if m := _DATA_FILE.search(text):
+        where = f" (data file {m.group(0)})"
+    elif m := _CHUNK.search(text):
+        where = f" (chunk {m.group(1)} of the OCDBT database in {m.group(2)})"
+    leaf = names.get(path, "/".join(map(str, path)))
+    return L2NError(f"{item_dir}: cannot read array {leaf}{where}: {type(e).__name__}: {_short(e)}")
+
+
+def _short(e: Exception, limit: int = 300) -> str:
+    """The first line of an Orbax / TensorStore message, without its JSON spec."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    first = re.sub(r"\{.*\}", "{...}", first)
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def _get(tree: Any, path: Iterable[Any]) -> Any:
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+def _key(k: Any) -> Any:
+    for attr in ("key", "idx", "name"):
+        if hasattr(k, attr):
+            return getattr(k, attr)
+    return k

@@ -1,0 +1,140 @@
+"""Arrays that are read from the source checkpoint only while Orbax writes them: bounded memory.
+
+Orbax saves a tree in one call, so converting by "restore everything, then save" holds the whole
+checkpoint in host memory, plus the copy Orbax's numpy handler makes of every host array. Here the
+converted NNX state holds :class:`LazyLeaf` placeholders instead of arrays; their type handler
+(registered once, a subclass of Orbax's ``NumpyHandler``) restores them from the source a bounded
+group at a time, writes each group with the numpy handler's own TensorStore code (no deep copy) and
+lets it go before the next. The written checkpoint is a plain ``np.ndarray`` payload, identical
+to what saving the restored arrays would give, so the standard NNX restore recipe reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from linen2nnx.checkpoint_convert import arrays
+
+
+@dataclasses.dataclass(eq=False)
+class LazySource:
+    """One Orbax item being converted: its metadata tree, the group budget and a progress hook."""
+
+    item_dir: Path
+    tree: Any
+    budget: int
+    names: dict[arrays.RawPath, str]
+    progress: Callable[[int, int, int, int], None] | None = None
+    """Called after each group with ``(leaves done, bytes done, leaves in all, bytes in all)``."""
+    total: tuple[int, int] = (0, 0)
+    done: list[int] = dataclasses.field(default_factory=lambda: [0, 0])
+    checksums: dict[arrays.RawPath, str] = dataclasses.field(default_factory=dict)
+    """Source path -> checksum of the array as read and written (for ``--verify`` and the report)."""
+
+    def advance(self, leaves: int, nbytes: int) -> None:
+        self.done[0] += leaves
+        self.done[1] += nbytes
+        if self.progress is not None:
+            self.progress(self.done[0], self.done[1], *self.total)
+
+
+@dataclasses.dataclass(eq=False)
+class LazyLeaf:
+    """A not-yet-read array of ``source`` at ``path``; has the shape and dtype Orbax asks about."""
+
+    source: LazySource
+    path: arrays.RawPath
+    shape: tuple[int, ...]
+    dtype: Any
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        import numpy as np
+
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        import numpy as np
+
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def load(self) -> Any:
+        """Read this one array now (the in-memory path: ``convert_state``, tests)."""
+        import jax
+
+        wanted = {self.path: jax.ShapeDtypeStruct(self.shape, self.dtype)}
+        return arrays.restore_group(self.source.item_dir, self.source.tree, wanted, self.source.names)[
+            self.path
+        ]
+
+
+def materialize(x: Any) -> Any:
+    """``x`` as an array: a :class:`LazyLeaf` is read, anything else returned as is."""
+    return x.load() if isinstance(x, LazyLeaf) else x
+
+
+def _handler_class() -> type:
+    import jax
+    from orbax.checkpoint._src.serialization.type_handlers import NumpyHandler
+
+    from linen2nnx.checkpoint_convert.verify import checksum
+
+    class LazyHandler(NumpyHandler):
+        """Restores :class:`LazyLeaf` values group by group and writes them as numpy arrays."""
+
+        async def serialize(self, values: Sequence[Any], infos: Sequence[Any], args: Any = None) -> Any:
+            from orbax.checkpoint._src.futures import future
+            from orbax.checkpoint._src.serialization import types
+
+            args = args or [types.SaveArgs()] * len(values)
+            return [future.CommitFutureAwaitingContractedSignals(self._write_groups(values, infos, args))]
+
+        async def _write_groups(
+            self, values: Sequence[Any], infos: Sequence[Any], args: Sequence[Any]
+        ) -> None:
+            by_source: dict[int, list[int]] = {}
+            for i, v in enumerate(values):
+                by_source.setdefault(id(v.source), []).append(i)
+            for idx in by_source.values():
+                src = values[idx[0]].source
+                sizes = {i: values[i].nbytes for i in idx}
+                for group in arrays.groups(sizes, src.budget):  # type: ignore[arg-type]
+                    wanted = {
+                        values[i].path: jax.ShapeDtypeStruct(values[i].shape, values[i].dtype) for i in group
+                    }
+                    got = await asyncio.to_thread(
+                        arrays.restore_group, src.item_dir, src.tree, wanted, src.names
+                    )
+                    chunk = [got[values[i].path] for i in group]
+                    for i, value in zip(group, chunk):
+                        src.checksums[values[i].path] = checksum(value)
+                    await self._background_serialize(
+                        chunk, [infos[i] for i in group], [args[i] for i in group]
+                    )
+                    del got, chunk
+                    src.advance(len(group), sum(sizes[i] for i in group))
+
+    return LazyHandler
+
+
+_REGISTERED = False
+
+
+def register() -> None:
+    """Teach Orbax to save :class:`LazyLeaf` (once per process)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from orbax.checkpoint import type_handlers
+
+    type_handlers.register_type_handler(LazyLeaf, _handler_class()(deepcopy_host_arrays=False), override=True)
+    _REGISTERED = True

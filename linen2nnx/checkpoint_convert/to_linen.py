@@ -1,0 +1,150 @@
+"""``convert --to linen``: an NNX checkpoint written by ``convert`` back into a Linen checkpoint.
+
+A migration is only safe to start if it can be undone: a team that finds a problem after moving
+to NNX needs its Linen checkpoint back, bit for bit. The conversion report stored in the NNX
+checkpoint says which NNX path every Linen leaf went to (params, batch stats, optax state, step and
+its dtype), so the way back needs no guessing. The Linen tree is rebuilt from the pair's Linen side
+under ``jax.eval_shape`` (``model.init`` for the variables, ``tx.init`` for the optax state): the
+partitioning boxes come back with their logical names, scanned stacks keep their layer axis, and
+the optax state gets its exact structure (empty states included). Then every leaf is filled from
+the NNX checkpoint and saved with ``StandardCheckpointer``, the way Linen training loops save.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from linen2nnx.checkpoint_convert import arrays
+from linen2nnx.checkpoint_convert.commit import partial_dir, publish, recover
+from linen2nnx.checkpoint_convert.write import OPTIMIZER_DIR, read_report
+from linen2nnx.errors import ConversionError, L2NError
+
+
+def convert_to_linen(src: str | Path, dst: str | Path, pair: Any, *, force: bool = False) -> dict[str, Any]:
+    """Write the Linen checkpoint ``dst`` from the NNX checkpoint ``src``; returns a summary."""
+    src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
+    recover(dst)
+    if dst.exists() and not force:
+        raise L2NError(f"{dst}: already exists (pass --force to replace it)")
+    report = read_report(src)
+    values = _nnx_values(src)
+    if report.get("optimizer") and (src / OPTIMIZER_DIR).exists():
+        values.update({("opt", *k): v for k, v in _nnx_values(src / OPTIMIZER_DIR).items()})
+    by_linen = _linen_sources(report)
+    target = _linen_target(pair, with_optimizer=bool(report.get("optimizer")))
+    tree, missing = _fill(target, by_linen, values, report)
+    if missing:
+        raise ConversionError(
+            f"cannot write {dst}: {len(missing)} Linen leaf(s) have no value in {src}\n"
+            + "\n".join(f"  - {m}" for m in missing[:50])
+        )
+    for key, why in report.get("ignored", {}).items():
+        if why == "empty" and key not in tree:
+            tree[key] = {}
+    _save(tree, dst)
+    return {"source": str(src), "destination": str(dst), "leaves": len(by_linen), "step": report.get("step")}
+
+
+def _nnx_values(item_dir: Path) -> dict[tuple[str, ...], np.ndarray]:
+    """Every array of an NNX payload as host numpy, keyed by NNX path (str elements, no ``value``)."""
+    import jax
+
+    tree = arrays.read_metadata(item_dir)
+    flat = arrays.flat_metadata(tree)
+    wanted = {
+        p: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype) for p, m in flat.items() if _plain_dtype(m.dtype)
+    }
+    got = arrays.restore_group(item_dir, tree, wanted, {})
+    out = {}
+    for path, value in got.items():
+        key = tuple(map(str, path))
+        out[key[:-1] if key and key[-1] == "value" else key] = value
+    return out
+
+
+def _plain_dtype(dtype: Any) -> bool:
+    """RNG key arrays (kept from init, never from Linen) are skipped."""
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        return False
+    return True
+
+
+def _linen_sources(report: dict[str, Any]) -> dict[tuple[str, ...], tuple[tuple[str, ...], str | None]]:
+    """Linen path -> (NNX value key, dtype to cast to or None), from the conversion report."""
+    out: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {}
+    for m in report["mapped"]:
+        out[tuple(m["linen"].split("/"))] = (tuple(m["nnx"].split("/")), None)
+    for m in report.get("optimizer") or []:
+        nnx_key = ("opt", *m["nnx"].split("/"))
+        if m["linen"] == "step":
+            out[("step",)] = (nnx_key, report.get("step_dtype") or "int32")
+        else:
+            out[tuple(m["linen"].split("/"))] = (nnx_key, None)
+    return out
+
+
+def _linen_target(pair: Any, *, with_optimizer: bool) -> dict[str, Any]:
+    """The abstract Linen checkpoint: ``model.init`` variables (boxes kept) and ``tx.init`` state."""
+    import jax
+
+    def build() -> dict[str, Any]:
+        variables = dict(pair.linen.init_variables())
+        if with_optimizer:
+            variables["opt_state"] = pair.linen.optimizer.init(variables["params"])
+        return variables
+
+    try:
+        target = jax.eval_shape(build)
+    except Exception as e:
+        raise L2NError(f"cannot build the Linen model of the pair: {type(e).__name__}: {e}") from e
+    if with_optimizer:
+        target["step"] = jax.ShapeDtypeStruct((), np.int32)
+    return target
+
+
+def _fill(target: Any, by_linen: dict, values: dict, report: dict) -> tuple[dict[str, Any], list[str]]:
+    """Every abstract leaf replaced by its value; the Linen paths that have none are returned."""
+    import jax
+
+    missing: list[str] = []
+
+    def fill(kp: Any, abstract: Any) -> Any:
+        path = _linen_path(kp)
+        hit = by_linen.get(path)
+        value = None if hit is None else values.get(hit[0])
+        if value is None:
+            missing.append("/".join(path))
+            return abstract
+        dtype = hit[1] or abstract.dtype
+        return jax.device_put(np.asarray(value, dtype=dtype))  # saved as jax.Array, like the original
+
+    tree = jax.tree_util.tree_map_with_path(fill, target)
+    return tree, missing
+
+
+def _linen_path(kp: Any) -> tuple[str, ...]:
+    """A jax key path as the report spells Linen paths: box ``value`` fields dropped."""
+    parts = [str(arrays._key(k)) for k in kp]
+    if parts and parts[-1] == "value" and type(kp[-1]).__name__ == "GetAttrKey":
+        parts = parts[:-1]
+    return tuple(parts)
+
+
+def _save(tree: Any, dst: Path) -> None:
+    import orbax.checkpoint as ocp
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = partial_dir(dst)
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            ckptr.save(tmp, tree)
+            ckptr.wait_until_finished()
+    except BaseException:
+        recover(dst)
+        raise
+    publish(tmp, dst)

@@ -1,0 +1,122 @@
+"""Save a Linen checkpoint sharded on N host devices, or convert one, in a process that sees N devices.
+
+    python tests/convert_mesh_worker.py save N CKPT          (the MLP TrainState, sharded on N devices)
+    python tests/convert_mesh_worker.py convert N CKPT DST   (linen2nnx convert with N devices)
+    python tests/convert_mesh_worker.py mesh 8 WORKDIR OUT.json  (convert --mesh data=2,fsdp=2,tensor=2 of
+                                                              the boxed, scanned pair; what was written)
+
+XLA reads ``--xla_force_host_platform_device_count`` once, when jax first initialises its CPU
+backend, so each device count needs a fresh process with the flag set before jax is imported;
+``tests/test_convert_topology.py`` starts these and compares what they write.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":  # before jax is imported anywhere
+    flags = [
+        f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f
+    ]
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={int(sys.argv[2])}"])
+    os.environ["JAX_PLATFORMS"] = "cpu"
+
+from pathlib import Path
+
+TWINS_FILE = Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py"
+
+
+def save_sharded(n: int, ckpt: Path) -> None:
+    """Every array whose last axis divides by ``n`` is split over the ``n`` devices along it."""
+    import jax
+    import orbax.checkpoint as ocp
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+    from linen2nnx.spec import import_file
+
+    twins = import_file(TWINS_FILE)
+    mesh = jax.make_mesh((n,), ("d",), axis_types=(AxisType.Auto,))
+
+    def place(x):
+        if not hasattr(x, "shape"):
+            return x
+        split = x.ndim and x.shape[-1] % n == 0
+        spec = PartitionSpec(*([None] * (x.ndim - 1)), "d") if split else PartitionSpec()
+        return jax.device_put(x, NamedSharding(mesh, spec))
+
+    state = jax.tree.map(place, twins.trained_state("mlp"))
+    assert len(jax.devices()) == n
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(ckpt, state)
+        ckptr.wait_until_finished()
+
+
+def convert_on(n: int, ckpt: Path, dst: Path) -> None:
+    import jax
+
+    from linen2nnx.checkpoint_convert import convert
+    from linen2nnx.spec import import_file
+
+    assert len(jax.devices()) == n
+    twins = import_file(TWINS_FILE)
+    convert(ckpt, dst, twins.mlp_pair(), twins.mlp_name_map())
+
+
+def convert_on_mesh(work: Path, out: Path) -> None:
+    """Save the boxed pair's Linen TrainState unsharded, convert it onto a 2x2x2 mesh, report layouts."""
+    import json
+
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+    from test_convert_roundtrip import _state, boxed_pair
+
+    from linen2nnx.checkpoint_convert import convert, load_nnx_checkpoint
+    from linen2nnx.equivalence.mesh import mesh_scope
+
+    pair = boxed_pair()
+    state = _state(pair)
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(work / "linen", state)
+        ckptr.wait_until_finished()
+    shape = {"data": 2, "fsdp": 2, "tensor": 2}
+    convert(work / "linen", work / "nnx", pair, mesh=shape)
+    with ocp.StandardCheckpointer() as ckptr:
+        meta = ckptr.metadata(work / "nnx").item_metadata.tree
+        opt_meta = ckptr.metadata(work / "nnx" / "optimizer").item_metadata.tree
+    mu = opt_meta["opt_state"]["0"]["mu"]["blocks"]["up"]["kernel"]["value"].sharding
+    with mesh_scope(pair, shape):
+        model = load_nnx_checkpoint(work / "nnx", pair)
+    kernel = model.blocks.up.kernel
+    saved = meta["blocks"]["up"]["kernel"]["value"].sharding
+    result = {
+        "saved_spec": [
+            None if a is None else (list(a) if isinstance(a, (list, tuple)) else a)
+            for a in saved.partition_spec
+        ],
+        "saved_mesh": [int(x) for x in saved.shape],
+        "loaded_spec": [
+            None if a is None else (list(a) if isinstance(a, (list, tuple)) else a)
+            for a in kernel.get_value().sharding.spec
+        ],
+        "equal": bool(
+            np.array_equal(np.asarray(kernel[...]), np.asarray(state.params["blocks"]["up"]["kernel"].value))
+        ),
+        "devices": len(jax.devices()),
+        "mu_spec": [
+            None if a is None else (list(a) if isinstance(a, (list, tuple)) else a) for a in mu.partition_spec
+        ],
+    }
+    out.write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    mode, n, ckpt = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+    if mode == "save":
+        save_sharded(n, ckpt)
+    elif mode == "mesh":
+        sys.path.insert(0, str(Path(__file__).parent))
+        convert_on_mesh(ckpt, Path(sys.argv[4]))
+    else:
+        convert_on(n, ckpt, Path(sys.argv[4]))

@@ -1,0 +1,110 @@
+"""convert at scale, part 2: plan from Orbax metadata alone (``--dry-run``), validate against the
+abstract NNX model before any array is read, and print tables that keep whole paths in a pipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from linen2nnx.checkpoint_convert import arrays, convert
+from linen2nnx.checkpoint_convert.dryrun import dry_run
+from linen2nnx.cli import main
+from linen2nnx.errors import ConversionError
+from linen2nnx.spec import import_file
+
+TWINS_FILE = Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py"
+twins = import_file(TWINS_FILE)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("mgr") / "run"
+    with ocp.CheckpointManager(root) as mgr:
+        mgr.save(4, args=ocp.args.Composite(state=ocp.args.StandardSave(twins.trained_state("cnn"))))
+        mgr.wait_until_finished()
+    return root
+
+
+@pytest.fixture
+def reads(monkeypatch) -> list[int]:
+    """How many leaves each restore call fetched: the dry run must make none."""
+    seen: list[int] = []
+    monkeypatch.setattr(arrays, "restore_hooks", [seen.append])
+    return seen
+
+
+def test_dry_run_lists_every_leaf_from_metadata_alone(root, reads, capsys):
+    spec = f"{TWINS_FILE}:cnn_pair"
+    assert main(["convert", str(root), str(root.parent / "never"), "--spec", spec, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert reads == [] and not (root.parent / "never").exists()
+    assert f"dry run: {root / '4' / 'state'} -> " in out and ", step 4" in out
+    kernel = next(line for line in out.splitlines() if line.startswith("params/Dense_1/kernel "))
+    assert kernel.split()[1] == "dense_1/kernel"
+    assert "(16, 3)  float32  single device   192 B" in " ".join(kernel.split("  ")) or "192 B" in kernel
+    assert "single device" in kernel and "float32" in kernel
+    opt = [line for line in out.splitlines() if line.startswith("opt_state/")]
+    assert opt and any("/mu/" in line for line in opt) and "0 problem(s)" in out
+
+
+def test_dry_run_reports_every_problem_without_reading(root, reads, capsys):
+    plan = dry_run(root, twins.cnn_pair(), step=4)
+    assert plan.problems == [] and plan.total_bytes > 0
+    spec = f"{TWINS_FILE}:mlp_pair"  # the wrong model: nothing fits
+    assert main(["convert", str(root), str(root.parent / "x"), "--spec", spec, "--dry-run"]) == 1
+    out = capsys.readouterr().out
+    assert "no NNX home: Linen params/" in out and "not filled: NNX " in out
+    assert reads == []
+
+
+def test_a_mismatch_is_refused_before_any_array_is_read(root, reads, tmp_path):
+    with pytest.raises(ConversionError, match="nothing written"):
+        convert(root, tmp_path / "out", twins.mlp_pair())
+    assert reads == [] and not (tmp_path / "out").exists()
+    convert(root, tmp_path / "ok", twins.cnn_pair())
+    assert sum(reads) > 0
+
+
+def test_table_in_a_pipe_keeps_whole_paths(root, tmp_path, capsys):
+    dst = tmp_path / ("a_rather_long_folder_name_" * 4) / "converted_checkpoint"
+    assert main(["convert", str(root), str(dst), "--spec", f"{TWINS_FILE}:cnn_pair"]) == 0
+    err = capsys.readouterr().err
+    assert str(dst) in err.replace("\n", "") and "…" not in err
+
+
+def test_arrays_are_read_in_groups_within_the_budget(root, reads, tmp_path):
+    """With a 1 KiB budget every group but those of a single bigger leaf stays under it, and the
+    converted weights are the same as with one big group."""
+    from linen2nnx.checkpoint_convert.stream import lazy_arrays, open_orbax
+
+    opened = open_orbax(root)
+    sizes = {p: arrays.nbytes(m) for p, m in arrays.flat_metadata(opened.tree).items()}
+    groups = list(arrays.groups(sizes, 1024))
+    assert all(len(g) == 1 or sum(sizes[p] for p in g) <= 1024 for g in groups) and len(groups) > 3
+    seen: list[tuple[int, int, int, int]] = []
+    convert(root, tmp_path / "small", twins.cnn_pair(), budget=1024, progress=lambda *a: seen.append(a))
+    assert len(reads) > 3 and seen[-1][0] == seen[-1][2] and seen[-1][1] == seen[-1][3]
+    ckpt = lazy_arrays(opened)
+    n_leaves = sum(1 for _ in ckpt.leaves())
+    assert seen[-1][2] > n_leaves  # the optimizer moments are streamed too
+    convert(root, tmp_path / "big", twins.cnn_pair(), budget=1 << 30)
+    small, big = _restored(tmp_path / "small"), _restored(tmp_path / "big")
+    assert small.keys() == big.keys() and len(small) > 10
+    for k in small:
+        np.testing.assert_array_equal(small[k], big[k])
+
+
+def _restored(path: Path) -> dict[str, np.ndarray]:
+    import jax
+
+    with ocp.StandardCheckpointer() as ckptr:
+        tree = ckptr.restore(path)
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {
+        jax.tree_util.keystr(k): np.asarray(v)
+        for k, v in leaves
+        if not jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key)
+    }

@@ -1,0 +1,168 @@
+"""convert at scale, part 4: Linen -> NNX -> Linen gives back the original checkpoint bit for bit.
+
+The model is the logically partitioned, ``nn.scan``-stacked pair of tests/mesh_worker.py (boxed
+params with a ``layers`` axis, MaxText's layout) trained by nobody: its AdamW state is filled with
+deterministic noise and the step set to 1000, so every optimizer leaf is distinct from init.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+from flax import nnx
+from flax.training.train_state import TrainState
+from mesh_worker import handwritten_pair
+
+from linen2nnx.checkpoint_convert import convert, read_report, verify
+from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
+from linen2nnx.checkpoint_convert.verify import checksum
+from linen2nnx.cli import main
+from linen2nnx.errors import L2NError
+from linen2nnx.spec import LinenSide, ModelPair, import_file
+
+TWINS_FILE = Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py"
+
+
+def boxed_pair():
+    pair = handwritten_pair()
+    return dataclasses.replace(pair, linen=dataclasses.replace(pair.linen, optimizer=optax.adamw(1e-3)))
+
+
+def _state(pair) -> TrainState:
+    variables = pair.linen.init_variables()
+    state = TrainState.create(apply_fn=None, params=variables["params"], tx=pair.linen.optimizer)
+    rng = np.random.default_rng(1)
+
+    def noise(x):
+        if isinstance(x, jax.Array) and x.dtype == np.float32:
+            return x + rng.standard_normal(x.shape).astype(np.float32)
+        return jax.numpy.asarray(1000, np.int32) if isinstance(x, jax.Array) else x  # adam's count
+
+    return state.replace(
+        step=jax.numpy.asarray(1000, np.int32), opt_state=jax.tree.map(noise, state.opt_state)
+    )
+
+
+@pytest.fixture(scope="module")
+def linen_root(tmp_path_factory) -> tuple[Path, TrainState]:
+    root = tmp_path_factory.mktemp("linen") / "run"
+    state = _state(boxed_pair())
+    with ocp.CheckpointManager(root) as mgr:
+        mgr.save(1000, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
+        mgr.wait_until_finished()
+    return root, state
+
+
+def _flat(path: Path) -> tuple[object, dict[str, object]]:
+    with ocp.StandardCheckpointer() as ckptr:
+        tree = ckptr.restore(path)
+    return jax.tree.structure(tree), dict(jax.tree_util.tree_flatten_with_path(tree)[0])
+
+
+def test_linen_nnx_linen_round_trip_is_bit_identical(linen_root, tmp_path):
+    root, _ = linen_root
+    pair = boxed_pair()
+    report = convert(root, tmp_path / "nnx", pair)
+    assert report.optimizer and report.step == 1000 and report.step_dtype == "int32"
+    assert any(u.startswith("params/blocks/") for u in report.unboxed)  # scanned, boxed stack
+    convert_to_linen(tmp_path / "nnx", tmp_path / "back", pair)
+    want_def, want = _flat(root / "1000" / "state")
+    got_def, got = _flat(tmp_path / "back")
+    assert want_def == got_def and want.keys() == got.keys()
+    assert len(want) > 20
+    for k, w in want.items():
+        g = got[k]
+        assert type(g) is type(w) and g.dtype == w.dtype, jax.tree_util.keystr(k)
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=jax.tree_util.keystr(k))
+
+
+def test_linen_code_restores_the_round_trip_with_boxes_and_names(linen_root, tmp_path):
+    root, state = linen_root
+    pair = boxed_pair()
+    convert(root, tmp_path / "nnx", pair)
+    convert_to_linen(tmp_path / "nnx", tmp_path / "back", pair)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+    with ocp.StandardCheckpointer() as ckptr:
+        restored = ckptr.restore(tmp_path / "back", abstract)
+    stack = restored.params["blocks"]["up"]["kernel"]
+    assert isinstance(stack, nn.LogicallyPartitioned) and stack.names == ("layers", "embed", "mlp")
+    np.testing.assert_array_equal(stack.value, state.params["blocks"]["up"]["kernel"].value)
+    assert int(restored.step) == 1000
+
+
+def test_cli_to_linen_and_refusals(tmp_path, capsys):
+    twins = import_file(TWINS_FILE)
+    twins.save_orbax(twins.trained_state("cnn"), tmp_path / "linen")
+    spec = f"{TWINS_FILE}:cnn_pair"
+    assert main(["convert", str(tmp_path / "linen"), str(tmp_path / "nnx"), "--spec", spec]) == 0
+    args = ["convert", "--to", "linen", str(tmp_path / "nnx"), str(tmp_path / "back"), "--spec", spec]
+    assert main(args) == 0
+    assert main(args) == 2 and "already exists" in capsys.readouterr().err
+    want_def, want = _flat(tmp_path / "linen")
+    got_def, got = _flat(tmp_path / "back")
+    assert want_def == got_def
+    for k in want:
+        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want[k]))
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(L2NError, match="no conversion report"):
+        convert_to_linen(tmp_path / "plain", tmp_path / "x", twins.cnn_pair())
+    assert read_report(tmp_path / "nnx")["step_dtype"] == "int32"
+
+
+# ---- --verify ------------------------------------------------------------------------------------
+class _Big(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.dense = nnx.Dict(kernel=nnx.Param(jnp.zeros((256, 256))))
+        self.bias = nnx.Param(jnp.zeros(3))
+
+
+def _big_source(tmp_path: Path) -> Path:
+    root = tmp_path / "linen"
+    kernel = np.arange(256 * 256, dtype=np.float32).reshape(256, 256)
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(root, {"params": {"dense": {"kernel": kernel}, "bias": np.ones(3, np.float32)}})
+        ckptr.wait_until_finished()
+    return root
+
+
+def test_report_holds_a_checksum_of_every_written_array(tmp_path):
+    pair = ModelPair(LinenSide(None, {}, None), _Big)
+    convert(_big_source(tmp_path), tmp_path / "nnx", pair)
+    stored = read_report(tmp_path / "nnx")
+    assert stored["verified"] is True
+    sums = stored["checksums"]["model"]
+    with ocp.StandardCheckpointer() as ckptr:
+        restored = ckptr.restore(tmp_path / "nnx")
+    assert sums["dense/kernel/value"] == checksum(restored["dense"]["kernel"]["value"])
+    assert sums["bias/value"] == checksum(np.ones(3, np.float32))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Orbax's event loop, on error
+def test_written_data_that_does_not_read_back_is_never_published(tmp_path, monkeypatch):
+    real = verify.verify_payload
+
+    def corrupt_then_verify(item_dir: Path, expected, budget):
+        data = max((p for p in item_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        raw = bytearray(data.read_bytes())
+        raw[len(raw) // 2 : len(raw) // 2 + 64] = bytes(64)  # a disk that lost a block
+        data.write_bytes(bytes(raw))
+        return real(item_dir, expected, budget)
+
+    monkeypatch.setattr(verify, "verify_payload", corrupt_then_verify)
+    pair = ModelPair(LinenSide(None, {}, None), _Big)
+    with pytest.raises(
+        L2NError, match=r"(verify: dense/kernel/value reads back as|cannot read array dense/kernel)"
+    ):
+        convert(_big_source(tmp_path), tmp_path / "nnx", pair)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["linen"]
+    monkeypatch.setattr(verify, "verify_payload", real)
+    convert(_big_source(tmp_path / "again"), tmp_path / "nnx", pair, verify=False)
+    assert read_report(tmp_path / "nnx")["verified"] is False

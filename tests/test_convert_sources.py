@@ -1,0 +1,216 @@
+"""convert at scale, part 1: where the checkpoint is (root / step / item, --step, unfinished steps),
+what an interrupted run leaves (and how the next run cleans it up), and errors that name the leaf.
+
+Checkpoints are the tiny MLP TrainState of fixtures/twins/zoo_twins.py, saved the way a training
+loop with a CheckpointManager saves it (``ROOT/<step>/state`` plus a JSON ``metrics`` item).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from flax import nnx
+
+from linen2nnx.checkpoint_convert import commit, convert, convert_state, read_report
+from linen2nnx.checkpoint_convert.source import UnfinishedStepError, resolve_source
+from linen2nnx.checkpoint_convert.stream import load_arrays, open_orbax
+from linen2nnx.errors import L2NError
+from linen2nnx.spec import LinenSide, ModelPair, import_file
+
+TWINS_FILE = Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py"
+twins = import_file(TWINS_FILE)
+
+
+@pytest.fixture(scope="module")
+def manager_root(tmp_path_factory) -> Path:
+    """Finished steps 1 and 2, and a step 3 whose save never finished (no marker files)."""
+    root = tmp_path_factory.mktemp("mgr") / "run"
+    state = twins.trained_state("mlp")
+    with ocp.CheckpointManager(root) as mgr:
+        for step in (1, 2):
+            mgr.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), metrics=ocp.args.JsonSave({"loss": 0.5})
+                ),
+            )
+        mgr.wait_until_finished()
+    shutil.copytree(root / "2", root / "3")
+    for marker in ("_CHECKPOINT_METADATA", "commit_success.txt"):
+        (root / "3" / marker).unlink(missing_ok=True)
+    return root
+
+
+def _params(dst: Path) -> dict[str, np.ndarray]:
+    import jax
+
+    with ocp.StandardCheckpointer() as ckptr:
+        tree = ckptr.restore(dst)
+
+    def plain(v):
+        return jax.random.key_data(v) if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key) else v
+
+    return {
+        jax.tree_util.keystr(k): np.asarray(plain(v))
+        for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
+
+
+def test_root_with_unfinished_newest_step_is_refused_naming_the_finished_one(manager_root, tmp_path):
+    with pytest.raises(
+        UnfinishedStepError, match=r"step 3 is not finished.*--step 2 takes the newest finished"
+    ):
+        convert(manager_root, tmp_path / "out", twins.mlp_pair())
+    with pytest.raises(UnfinishedStepError, match=r"3: step 3 is not finished"):
+        convert(manager_root / "3", tmp_path / "out", twins.mlp_pair())
+    with pytest.raises(UnfinishedStepError, match=r"3/state: step 3 is not finished"):
+        convert(manager_root / "3" / "state", tmp_path / "out", twins.mlp_pair())
+    with pytest.raises(L2NError, match=r"no step 9 \(steps: 1, 2, 3\)"):
+        convert(manager_root, tmp_path / "out", twins.mlp_pair(), step=9)
+    assert not (tmp_path / "out").exists()
+
+
+def test_root_step_and_item_dirs_convert_to_the_same_checkpoint(manager_root, tmp_path):
+    pair = twins.mlp_pair()
+    report = convert(manager_root, tmp_path / "root", pair, step=2)
+    assert report.step == 2
+    assert report.ignored["item metrics"].startswith("not an Orbax pytree item")
+    convert(manager_root / "2", tmp_path / "step", pair)
+    convert(manager_root / "2" / "state", tmp_path / "item", pair)
+    want = _params(tmp_path / "root")
+    for other in ("step", "item"):
+        got = _params(tmp_path / other)
+        assert want.keys() == got.keys()
+        for k in want:
+            np.testing.assert_array_equal(want[k], got[k])
+    assert read_report(tmp_path / "item")["step"] == 2
+    assert resolve_source(manager_root, 1).item_dir == manager_root / "1" / "state"
+
+
+def test_leftovers_of_an_interrupted_run_are_removed_by_the_next(manager_root, tmp_path):
+    dst = tmp_path / "out"
+    commit.partial_dir(dst).mkdir(parents=True)
+    (commit.partial_dir(dst) / "junk").write_text("half written")
+    legacy = tmp_path / ".out.x1y2.partial"
+    legacy.mkdir()
+    convert(manager_root, dst, twins.mlp_pair(), step=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+class _Killed(BaseException):
+    """Stands in for SIGKILL: nothing after the abort point runs, no handler cleans up."""
+
+
+@pytest.mark.parametrize(
+    ("point", "exchange"),
+    [("staged", True), ("committed", True), ("staged", False), ("renamed-old", False), ("committed", False)],
+)
+def test_force_interrupted_anywhere_never_loses_both_checkpoints(
+    manager_root, tmp_path, monkeypatch, point, exchange
+):
+    """``exchange``: one renameat2 swap; else the two-rename fallback that recover() completes."""
+    if not exchange:
+        monkeypatch.setenv(commit.NO_EXCHANGE_ENV, "1")
+    pair = twins.mlp_pair()
+    dst = tmp_path / "out"
+    convert(manager_root, dst, pair, step=1)
+    (dst / "old-marker").write_text("old")
+
+    def abort(name: str) -> None:
+        if name == point:
+            raise _Killed(name)
+
+    monkeypatch.setattr(commit, "abort_point", abort)
+    with pytest.raises(_Killed):
+        convert(manager_root, dst, pair, step=2, force=True)
+    old_or_new = dst.exists() or commit.old_dir(dst).exists()
+    assert old_or_new
+    if exchange:
+        assert dst.exists()  # one atomic swap: DST is never missing
+    monkeypatch.setattr(commit, "abort_point", lambda name: None)
+    report = convert(manager_root, dst, pair, step=2, force=True)
+    assert report.step == 2 and not (dst / "old-marker").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_recover_puts_the_old_checkpoint_back_after_a_kill_between_renames(tmp_path):
+    dst = tmp_path / "out"
+    commit.old_dir(dst).mkdir()
+    (commit.old_dir(dst) / "weights").write_text("old")
+    assert commit.recover(dst) == [f"restored out from {commit.old_dir(dst).name} (an interrupted --force)"]
+    assert (dst / "weights").read_text() == "old"
+
+
+@pytest.mark.parametrize(
+    ("point", "force", "exchange"),
+    [("staged", False, True), ("committed", True, True), ("renamed-old", True, False)],
+)
+def test_kill_9_then_rerun(manager_root, tmp_path, point, force, exchange):
+    """The real thing: SIGKILL (LINEN2NNX_ABORT_AT) at a named point, then a clean rerun."""
+    dst = tmp_path / "out"
+    if force:
+        convert(manager_root, dst, twins.mlp_pair(), step=1)
+    code = (
+        "import sys; from linen2nnx.spec import import_file; from linen2nnx.checkpoint_convert import convert;"
+        f"t = import_file({str(TWINS_FILE)!r}); convert(sys.argv[1], sys.argv[2], t.mlp_pair(), step=2, force=True)"
+    )
+    env = {**os.environ, commit.ABORT_ENV: point, "PYTHONPATH": str(Path(__file__).parents[1])}
+    if not exchange:
+        env[commit.NO_EXCHANGE_ENV] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(manager_root), str(dst)], env=env, capture_output=True
+    )
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    if force:  # old or new, never neither (after the fallback's first rename: parked, put back below)
+        assert dst.exists() or commit.old_dir(dst).exists()
+    else:
+        assert not dst.exists() and commit.partial_dir(dst).exists()
+    report = convert(manager_root, dst, twins.mlp_pair(), step=2, force=True)
+    assert report.step == 2 and read_report(dst)["step"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+class _Big(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.dense = nnx.Dict(kernel=nnx.Param(jnp.zeros((256, 256))))
+        self.bias = nnx.Param(jnp.zeros(3))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Orbax's event loop, on error
+def test_truncated_array_names_the_leaf_and_where_it_is_stored(tmp_path):
+    """A kernel big enough for its own OCDBT data file (small ones are inlined), cut in half."""
+    root = tmp_path / "ckpt"
+    big = np.arange(256 * 256, dtype=np.float32).reshape(256, 256)
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(root, {"params": {"dense": {"kernel": big}, "bias": np.ones(3, np.float32)}})
+        ckptr.wait_until_finished()
+    pair = ModelPair(LinenSide(None, {}, None), _Big)
+    convert(root, tmp_path / "good", pair)
+    data = max((p for p in root.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    with open(data, "r+b") as f:
+        f.truncate(data.stat().st_size // 2)
+    for read in (lambda: load_arrays(open_orbax(root)), lambda: convert(root, tmp_path / "bad", pair)):
+        with pytest.raises(L2NError) as err:
+            read()
+        msg = str(err.value)
+        assert msg.startswith(f"{root}: cannot read array params/dense/kernel")
+        assert "params.dense.kernel" in msg and len(msg.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "good"]  # no partial output left
+
+
+def test_msgpack_source_refuses_step(tmp_path):
+    from flax import serialization
+
+    f = tmp_path / "ckpt.msgpack"
+    f.write_bytes(serialization.to_bytes(twins.trained_state("mlp")))
+    convert_state(f, twins.mlp_pair())
+    with pytest.raises(L2NError, match="--step needs"):
+        convert(f, tmp_path / "out", twins.mlp_pair(), step=3)
