@@ -89,11 +89,11 @@ def run_demo(
 
         trained = train_stage(pair, linen_ckpt, nnx_ckpt, out, mesh)
     console.print(f"  {trained.summary()}")
-    _summary(model, out, timings, result.passed)
+    _summary(model, out, timings, result.passed and trained.continues_linen)
     _write_readme(
         out, model, spec_ref, zoo.model_source(model), spec_path, linen_ckpt, nnx_ckpt, mesh, trained
     )
-    return 0 if result.passed else 1
+    return 0 if result.passed and trained.continues_linen else 1
 
 
 def _fresh_folder(out: Path, force: bool) -> Path:

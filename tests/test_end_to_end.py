@@ -139,6 +139,18 @@ def test_demo_runs_to_parity(tmp_path, capsys):
         "parity.json",
         "migration-report.json",
         "README.md",
+        "nnx_train/metrics.jsonl",
     ):
         assert (out / artefact).exists(), artefact
+    assert "## Keep training in NNX" in (out / "README.md").read_text()
     assert main(["demo", "--model", "mlp", "--out", str(out)]) == 2  # refuses to clobber
+
+
+def test_demo_training_stage_fails_when_nnx_does_not_continue_linen(tmp_path):
+    """The demo's last stage passes only when the first NNX loss is Linen's at that step."""
+    from linen2nnx.train.demo_stage import DemoTraining
+
+    same = DemoTraining(step=5, nnx_loss=2.5, linen_loss=2.5 + 1e-6, last_loss=2.0, steps=5, out=tmp_path)
+    other = DemoTraining(step=5, nnx_loss=2.5, linen_loss=2.6, last_loss=2.0, steps=5, out=tmp_path)
+    assert same.continues_linen and "DIFFERS" not in same.summary()
+    assert not other.continues_linen and "DIFFERS from Linen" in other.summary()

@@ -11,6 +11,7 @@ from typing import Any
 
 DEMO_TRAIN_STEPS = 5
 RUN_DIR = "nnx_train"
+LOSS_RTOL = 1e-5  # fp32: the same weights, batch and program order give the same loss up to rounding
 
 
 @dataclasses.dataclass
@@ -22,11 +23,19 @@ class DemoTraining:
     steps: int
     out: Path
 
+    @property
+    def continues_linen(self) -> bool:
+        """The first NNX loss is the Linen loss at that step (within fp32 rounding): the NNX run picks up
+        where Linen left off. When it does not, the demo fails: a converted checkpoint that trains from
+        somewhere else is exactly the silent failure the chain is there to catch."""
+        return abs(self.nnx_loss - self.linen_loss) <= LOSS_RTOL * (1 + abs(self.linen_loss))
+
     def summary(self) -> str:
+        verdict = "" if self.continues_linen else " — DIFFERS from Linen"
         return (
             f"NNX step {self.step}: loss {self.nnx_loss:.6f} (Linen at that step: {self.linen_loss:.6f}, "
             f"|Δ| {abs(self.nnx_loss - self.linen_loss):.2g}) -> {self.last_loss:.6f} after {self.steps} "
-            f"steps; run in {self.out}"
+            f"steps; run in {self.out}{verdict}"
         )
 
     def readme(self, spec_path: Path, nnx_ckpt: Path, env: str = "", mesh_opt: str = "") -> str:
