@@ -297,3 +297,65 @@ def test_convert_scale_reports_time_and_memory_ratios(tmp_path, capsys):
     assert numbers["convert"]["peak_rss_mb"] > 0 and numbers["dry_run"]["seconds"] > 0
     text = capsys.readouterr().out
     assert "ratio convert / floor (time)" in text and "peak RSS / (1.5 x largest + 300 MB" in text
+
+
+# ---- memory_pipeline --------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_memory_pipeline_compares_the_migrated_pipeline_on_a_mesh(tmp_path, capsys):
+    """Runs itself again with 8 host devices (this process's jax has one), on the tiny config."""
+    memory = _load("memory_pipeline")
+    out = tmp_path / "pipeline.json"
+    assert memory.main(["--small", "--variants", "plain", "--steps", "2", "--json", str(out)]) == 0
+    numbers = json.loads(out.read_text())
+    assert numbers["config"] == "tiny" and numbers["mesh"] == {"stage": 2, "data": 2, "fsdp": 2}
+    (plain,) = numbers["variants"]
+    linen, nnx = plain["memory"]["linen"], plain["memory"]["nnx"]
+    assert linen["temp_size_in_bytes"] > 0 and nnx["temp_size_in_bytes"] > 0
+    ratios = plain["ratios"]
+    assert ratios["temp_size_in_bytes"] == pytest.approx(
+        nnx["temp_size_in_bytes"] / linen["temp_size_in_bytes"]
+    )
+    # both steps take the same state (params + optimizer state + batch), so the same argument bytes
+    assert ratios["argument_size_in_bytes"] == pytest.approx(1.0, rel=0.01)
+    assert ratios["step_time"] > 0 and set(plain["median_step_s"]) == {"linen", "nnx"}
+
+
+# ---- maxtext_pipeline -------------------------------------------------------------------------------
+MAXTEXT_MIRROR = Path("/work/.mirror/AI-Hypercomputer+maxtext/repo")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MAXTEXT_MIRROR.exists(), reason="no MaxText git directory here")
+def test_maxtext_pipeline_compares_migrate_with_the_authors_nnx(tmp_path, capsys):
+    maxtext = _load("maxtext_pipeline")
+    out = tmp_path / "maxtext.json"
+    assert maxtext.main(["--mirror", str(MAXTEXT_MIRROR), "--json", str(out)]) == 0
+    numbers = json.loads(out.read_text())
+    linen, migrated, authors = (numbers["sides"][k] for k in ("linen", "migrated", "authors"))
+    assert linen["classes"]["Pipeline"] == ["nn.Module"] and "NNXPipeline" in authors["classes"]
+    assert linen["lifts"]["nn.vmap"] > 0 and authors["lifts"]["nnx.vmap"] > 0
+    # the stage weights get the same partition names on every side
+    assert (
+        linen["partitions"]
+        == migrated["partitions"]
+        == authors["partitions"]
+        == ["circular_repeats", "layers"]
+    )
+    assert "L2N-XFORM-002" in numbers["findings"]
+    assert migrated["mixed"] == []  # no nnx.remat left inside an nn.scan (create_flax_pipeline_scan)
+    text = capsys.readouterr().out
+    assert "| lift | Linen | migrate | authors |" in text and "state trees: MaxText is" in text
+
+
+def test_maxtext_pipeline_finds_linen_lifts_around_nnx_ones(tmp_path):
+    maxtext = _load("maxtext_pipeline")
+    src = tmp_path / "m.py"
+    src.write_text(
+        "class A(nnx.Module):\n    pass\n"
+        "f = nn.scan(nnx.remat(body), length=2)\n"
+        "g = nnx.vmap(make, transform_metadata={nnx.PARTITION_NAME: 'layers'})\n"
+    )
+    found = maxtext.analyse([src])
+    assert found["classes"] == {"A": ["nnx.Module"]}
+    assert found["mixed"] == ["nn.scan(nnx.remat(...))"] and found["partitions"] == ["layers"]
+    assert found["lifts"] == {"nn.scan": 1, "nnx.remat": 1, "nnx.vmap": 1, "transform_metadata=": 1}

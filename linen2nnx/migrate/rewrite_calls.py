@@ -96,6 +96,8 @@ class CallRewriter:
         kind = self.function_lift_kind(original)
         if kind is None or original in self.state.relocated_calls:  # applied elsewhere by its plan
             return None
+        if kind == "remat" and self._scanned_as_a_call(original):
+            return updated  # left with the scan, which reports the nest
         fn = code(updated.args[0].value)
         kwargs = {a.keyword.value: a for a in updated.args[1:] if a.keyword is not None}
         orig_kwargs = {a.keyword.value: a.value for a in original.args[1:] if a.keyword is not None}
@@ -119,6 +121,14 @@ class CallRewriter:
         else:
             result = "only nn.remat and nn.scan of functions are converted"
         return manual(result) if isinstance(result, str) else result
+
+    def _scanned_as_a_call(self, original: cst.Call) -> bool:
+        """``nn.scan(nn.remat(fn), ...)``: the scan of a call is left to a person (the inputs of the
+        function it scans cannot be counted), so the remat stays Linen with it; an ``nnx.remat``
+        inside an ``nn.scan`` could not run."""
+        arg = self.ctx.parent_of(original)
+        scan = self.ctx.parent_of(arg) if isinstance(arg, cst.Arg) else None
+        return isinstance(scan, cst.Call) and scan.args[0] is arg and self.function_lift_kind(scan) == "scan"
 
     def leave_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         merged = self._merge_param(original, updated)
