@@ -55,6 +55,7 @@ NOT_RUNNABLE = {
     "train_init_size": "manual findings: init cannot give a constructor size; the training code stays Linen",
     "init_decode_flag": "manual finding: the training code stays Linen",
     "transform_unsupported": "manual finding: variable_carry is left as it is",
+    "scan_of_remat_call": "manual finding: the scan of a remat call stays Linen as a whole",
     "not_flax": "no Flax model: the file is left byte-for-byte",
     "linen_helper": "manual finding: a module-level function still builds a Linen layer",
     "remat_methods": "manual finding: nn.remat(methods=...) is left to a person",
