@@ -4,7 +4,10 @@
 2. migrate the zoo model's source into ``OUT/nnx`` (traced, so every size is resolved), which also
    writes the name map and a model pair spec;
 3. convert the Linen checkpoint into an NNX checkpoint;
-4. check parity (forward, loss, gradients, BatchNorm stats) and write the JSON report;
+4. check parity (forward, loss, gradients, BatchNorm stats, then 10 training steps side by side) and
+   write the JSON report;
+5. train the converted NNX model a few steps from the converted checkpoint: its first loss must be
+   the Linen loss at that step;
 
 then print a summary and the commands that rerun each stage by hand (also in ``OUT/README.md``).
 
@@ -167,20 +170,14 @@ def _mesh_scope(side: object, mesh: Mapping[str, int] | None) -> contextlib.Abst
     return mesh_scope(side, mesh)
 
 
-def _check(pair: object, linen_ckpt: Path, nnx_ckpt: Path, mesh: Mapping[str, int] | None) -> object:
-    """``check``, sharded when ``mesh`` is given: through ``check(mesh=)`` where that exists, else
-    the equivalence stage's mesh runner (same comparisons plus ``partition_spec``)."""
-    import inspect
+CHECK_STEPS = 10  # the parity check also trains both sides side by side this many steps
 
+
+def _check(pair: object, linen_ckpt: Path, nnx_ckpt: Path, mesh: Mapping[str, int] | None) -> object:
+    """``check`` with ``CHECK_STEPS`` training steps, sharded on ``mesh`` when given."""
     from linen2nnx.equivalence import check
 
-    if not mesh:
-        return check(pair, linen_ckpt, nnx_ckpt)
-    if "mesh" in inspect.signature(check).parameters:
-        return check(pair, linen_ckpt, nnx_ckpt, mesh=dict(mesh))
-    from linen2nnx.equivalence.mesh import check_on_mesh
-
-    return check_on_mesh(pair, mesh, linen_ckpt, nnx_ckpt)
+    return check(pair, linen_ckpt, nnx_ckpt, steps=CHECK_STEPS, mesh=dict(mesh) if mesh else None)
 
 
 def _rerun_with_host_devices(
@@ -286,7 +283,7 @@ Rerun each stage by hand:
 ```bash
 linen2nnx migrate {q(str(source))} --out-dir {q(str(out / "nnx"))} --trace {spec_ref}
 {env}linen2nnx convert {q(str(linen_ckpt))} {q(str(nnx_ckpt))} --spec {q(str(spec_path))} --force
-{env}linen2nnx check --spec {q(str(spec_path))} --ckpt {q(str(linen_ckpt))} --nnx-ckpt {q(str(nnx_ckpt))}{mesh_opt} --json {q(str(out / "parity.json"))}
+{env}linen2nnx check --spec {q(str(spec_path))} --ckpt {q(str(linen_ckpt))} --nnx-ckpt {q(str(nnx_ckpt))}{mesh_opt} --steps {CHECK_STEPS} --json {q(str(out / "parity.json"))}
 ```
 """
     if trained is not None:

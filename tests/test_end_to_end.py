@@ -143,6 +143,7 @@ def test_demo_runs_to_parity(tmp_path, capsys):
     ):
         assert (out / artefact).exists(), artefact
     assert "## Keep training in NNX" in (out / "README.md").read_text()
+    assert {"train/loss", "train/params"} <= json.loads((out / "parity.json").read_text())["checks"].keys()
     assert main(["demo", "--model", "mlp", "--out", str(out)]) == 2  # refuses to clobber
 
 

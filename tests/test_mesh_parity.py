@@ -216,6 +216,7 @@ def test_demo_with_a_mesh_reruns_itself_with_host_devices(tmp_path, capfd):
     assert "PARITY PASS" in text and f"train (Linen) on mesh {mesh}" in text
     parity = json.loads((out / "parity.json").read_text())
     assert parity["passed"] and parity["checks"]["partition_spec"]["leaves"] == 7
+    assert {"train/loss", "train/params", "train/opt_state"} <= parity["checks"].keys()  # 10 steps
     findings = json.loads((out / "migration-report.json").read_text())["findings"]
     assert findings and all(f["severity"] == "converted" for f in findings)
     assert f"--mesh {mesh}" in (out / "README.md").read_text()
