@@ -30,13 +30,32 @@ ROOT = Path(__file__).resolve().parents[1]
 LINEN_STEPS = 4
 
 
+_BUILT: dict[str, tuple] = {}  # model -> what _converted returns, built once per process
+
+
 @pytest.fixture(scope="module", params=("mlp", "cnn"))
 def converted(request, tmp_path_factory):
+    """(name, root, spec_path, linen_ckpt, nnx_ckpt) of each model: see :func:`_converted`."""
+    return _converted(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def mlp_converted(tmp_path_factory):
+    """The mlp's chain only, for the tests one model is enough for."""
+    return _converted("mlp", tmp_path_factory)
+
+
+def _converted(name, tmp_path_factory):
     """(name, root, spec_path, linen_ckpt, nnx_ckpt): Linen trained LINEN_STEPS steps, migrated, converted.
 
     The mlp's is the output of ``linen2nnx demo`` (the same chain, plus the demo's own training stage,
     checked by test_demo_ends_by_training_the_converted_model)."""
-    name = request.param
+    if name not in _BUILT:
+        _BUILT[name] = _build(name, tmp_path_factory)
+    return _BUILT[name]
+
+
+def _build(name, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"train_{name}")
     if name == "mlp":
         demo = root / "demo"
@@ -106,11 +125,9 @@ def test_train_continues_the_linen_run(converted, tmp_path):
     assert (tmp_path / "run" / "checkpoints" / str(LINEN_STEPS + steps)).is_dir()
 
 
-def test_killed_run_resumes_with_an_identical_loss_curve(converted, tmp_path):
+def test_killed_run_resumes_with_an_identical_loss_curve(mlp_converted, tmp_path):
     """SIGKILL mid-run (async saves in flight, dropout on), then --resume: bit-for-bit the same losses."""
-    name, _, spec_path, _, nnx_ckpt = converted
-    if name != "mlp":
-        pytest.skip("one model is enough for the kill test")
+    _, _, spec_path, _, nnx_ckpt = mlp_converted
     opts = {"steps": 8, "save_every": 2, "init_from": str(nnx_ckpt)}
     full = run_training(load_pair(str(spec_path)), TrainConfig(out=tmp_path / "full", **opts))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -131,10 +148,8 @@ def test_killed_run_resumes_with_an_identical_loss_curve(converted, tmp_path):
     assert kept == [LINEN_STEPS + 4, LINEN_STEPS + 6, LINEN_STEPS + 8]  # --keep 3 (the default)
 
 
-def test_usage_errors_exit_2_and_write_nothing(converted, tmp_path, capsys):
-    name, root, spec_path, _, _ = converted
-    if name != "mlp":
-        pytest.skip("input errors do not depend on the model")
+def test_usage_errors_exit_2_and_write_nothing(mlp_converted, tmp_path, capsys):
+    _, root, spec_path, _, _ = mlp_converted
     out = tmp_path / "run"
     bad = tmp_path / "not_a_ckpt"
     bad.mkdir()
@@ -154,13 +169,11 @@ def test_usage_errors_exit_2_and_write_nothing(converted, tmp_path, capsys):
     assert not out.exists()
 
 
-def test_checkpoint_that_does_not_fit_or_is_corrupt_is_named(converted, tmp_path, capsys):
+def test_checkpoint_that_does_not_fit_or_is_corrupt_is_named(mlp_converted, tmp_path, capsys):
     """A converted checkpoint of another shape, a corrupt one, a corrupt run checkpoint: each named, exit 2."""
     import shutil
 
-    name, _, spec_path, _, nnx_ckpt = converted
-    if name != "mlp":
-        pytest.skip("one model is enough")
+    _, _, spec_path, _, nnx_ckpt = mlp_converted
     raw = ocp.StandardCheckpointer().restore(str(nnx_ckpt))
     raw["head"]["kernel"]["value"] = np.zeros((32, 5), np.float32)
     with ocp.StandardCheckpointer() as ckptr:
@@ -188,12 +201,10 @@ def test_checkpoint_that_does_not_fit_or_is_corrupt_is_named(converted, tmp_path
     assert str(out / "checkpoints" / "2") in capsys.readouterr().err
 
 
-def test_grad_accumulation_equals_one_big_batch_and_remat_changes_nothing(converted, tmp_path):
+def test_grad_accumulation_equals_one_big_batch_and_remat_changes_nothing(mlp_converted, tmp_path):
     """K micro-batches summed in a scan == one step on the whole batch (fp32 rounding); remat full
     recomputes the same numbers."""
-    name, _, spec_path, _, nnx_ckpt = converted
-    if name != "mlp":
-        pytest.skip("BatchNorm statistics are per micro-batch by design; the mlp has none")
+    _, _, spec_path, _, nnx_ckpt = mlp_converted
     pair = load_pair(str(spec_path))
     common = {"steps": 3, "init_from": nnx_ckpt, "deterministic": True, "tensorboard": False}
     big = run_training(pair, TrainConfig(out=tmp_path / "big", **common))
@@ -207,10 +218,8 @@ def test_grad_accumulation_equals_one_big_batch_and_remat_changes_nothing(conver
         np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-4, atol=1e-6)
 
 
-def test_compile_only_prints_memory_and_flops(converted, tmp_path, capsys):
-    name, _, spec_path, _, _ = converted
-    if name != "mlp":
-        pytest.skip("one model is enough")
+def test_compile_only_prints_memory_and_flops(mlp_converted, tmp_path, capsys):
+    _, _, spec_path, _, _ = mlp_converted
     out = tmp_path / "run"
     assert main(["train", str(spec_path), "--out", str(out), "--compile-only", "--remat", "full"]) == 0
     captured = capsys.readouterr()
@@ -289,14 +298,12 @@ def _two_process_run(spec_path, nnx_ckpt, out):
     return [rec["loss"] for rec in read_metrics(out)]
 
 
-def test_demo_ends_by_training_the_converted_model(converted):
+def test_demo_ends_by_training_the_converted_model(mlp_converted):
     """The demo's last stage: NNX trains on from the converted checkpoint; its README shows the first
     NNX loss next to the Linen loss at that step, and they agree."""
     import re
 
-    name, out, *_ = converted
-    if name != "mlp":
-        pytest.skip("the mlp fixture is the demo's output")
+    _, out, *_ = mlp_converted
     records = read_metrics(out / "nnx_train")
     assert records[0]["step"] == LINEN_STEPS and len(records) == 5
     row = re.search(rf"^\| {LINEN_STEPS} \| ([\d.]+) \| ([\d.]+) \|$", (out / "README.md").read_text(), re.M)
