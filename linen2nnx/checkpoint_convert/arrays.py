@@ -26,6 +26,18 @@ _DATA_FILE = re.compile(r"(?:/[\w.-]+)*/(?:ocdbt\.process_\d+/)?d/[0-9a-f]{16,}"
 _CHUNK = re.compile(r'reading "([^"]+)" in OCDBT database at local file "([^"]+)"')
 
 
+def has_plain_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` is a numpy dtype. RNG key arrays are not: they are kept from the NNX model's
+    init (never taken from Linen), so they have no bytes to convert, checksum or write back."""
+    import numpy as np
+
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        return False
+    return True
+
+
 def read_metadata(item_dir: Path) -> Any:
     """The item's tree with Orbax ``ArrayMetadata`` leaves (shape, dtype, sharding); nothing restored."""
     import orbax.checkpoint as ocp

@@ -55,7 +55,9 @@ def _nnx_values(item_dir: Path) -> dict[tuple[str, ...], np.ndarray]:
     tree = arrays.read_metadata(item_dir)
     flat = arrays.flat_metadata(tree)
     wanted = {
-        p: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype) for p, m in flat.items() if _plain_dtype(m.dtype)
+        p: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype)
+        for p, m in flat.items()
+        if arrays.has_plain_dtype(m.dtype)
     }
     got = arrays.restore_group(item_dir, tree, wanted, {})
     out = {}
@@ -63,15 +65,6 @@ def _nnx_values(item_dir: Path) -> dict[tuple[str, ...], np.ndarray]:
         key = tuple(map(str, path))
         out[key[:-1] if key and key[-1] == "value" else key] = value
     return out
-
-
-def _plain_dtype(dtype: Any) -> bool:
-    """RNG key arrays (kept from init, never from Linen) are skipped."""
-    try:
-        np.dtype(dtype)
-    except TypeError:
-        return False
-    return True
 
 
 def _linen_sources(report: dict[str, Any]) -> dict[tuple[str, ...], tuple[tuple[str, ...], str | None]]:

@@ -44,7 +44,7 @@ def state_checksums(state: Any) -> dict[str, str]:
             out[_key_str(path)] = leaf.source.checksums[leaf.path]
         elif isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
             continue  # another host's shards: that host checks them
-        elif _plain(leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype):
+        elif arrays.has_plain_dtype(leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype):
             out[_key_str(path)] = checksum(leaf)
     return out
 
@@ -54,7 +54,7 @@ def verify_payload(item_dir: Path, expected: dict[str, str], budget: int) -> Non
     import jax
 
     tree = arrays.read_metadata(item_dir)
-    flat = {p: m for p, m in arrays.flat_metadata(tree).items() if _plain(m.dtype)}
+    flat = {p: m for p, m in arrays.flat_metadata(tree).items() if arrays.has_plain_dtype(m.dtype)}
     stored = {_key_str(p) for p in flat}
     missing = sorted(set(expected) - stored)
     if missing:
@@ -69,12 +69,3 @@ def verify_payload(item_dir: Path, expected: dict[str, str], budget: int) -> Non
                 raise L2NError(
                     f"{item_dir}: verify: {_key_str(p)} reads back as {checksum(value)}, was written as {want}"
                 )
-
-
-def _plain(dtype: Any) -> bool:
-    """RNG key arrays have no plain bytes to checksum (they are kept from init, not converted)."""
-    try:
-        np.dtype(dtype)
-    except TypeError:
-        return False
-    return True
