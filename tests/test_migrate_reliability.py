@@ -101,3 +101,37 @@ def test_setup_names_reach_the_name_map():
         "blocks/1",
         "flax.linen.LayerNorm",
     )
+
+
+def test_a_run_leaves_the_garbage_collector_as_it_found_it(tmp_path, monkeypatch):
+    """During a run the collector skips what the run keeps (gc_tuning); after it, the thresholds are
+    the caller's again and nothing stays frozen, also when the run fails half-way."""
+    import gc
+
+    import pytest
+
+    from linen2nnx.migrate import engine, gc_tuning
+
+    (tmp_path / "model.py").write_text(MULTI_LINE)
+    gc.unfreeze()
+    before = gc.get_threshold()
+    seen: list[tuple] = []
+    real_settle = gc_tuning.settle
+
+    def settle() -> None:
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count() > 0))
+        real_settle()
+
+    monkeypatch.setattr(gc_tuning, "settle", settle)
+    engine.migrate_paths([tmp_path], engine.Mode.CHECK, jobs=1)
+    assert seen == [(max(before[0], gc_tuning.YOUNG_THRESHOLD), True)]
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+    def broken_run(work, jobs, on_file, options):
+        yield engine._migrate_file((*work[0], {}, {}), options)  # one file done (settled), then a failure
+        raise RuntimeError("a failure half-way through the run")
+
+    monkeypatch.setattr(engine, "_run", broken_run)
+    with pytest.raises(RuntimeError, match="half-way"):
+        engine.migrate_paths([tmp_path], engine.Mode.CHECK, jobs=1)
+    assert len(seen) == 2 and gc.get_threshold() == before and gc.get_freeze_count() == 0

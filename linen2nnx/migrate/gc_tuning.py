@@ -32,10 +32,7 @@ def tuned() -> Iterator[None]:
     if _active:
         yield
         return
-    threshold = gc.get_threshold()
-    _active = True
-    gc.freeze()
-    gc.set_threshold(max(threshold[0], YOUNG_THRESHOLD), *threshold[1:])
+    threshold = _tune()
     try:
         yield
     finally:
@@ -46,11 +43,18 @@ def tuned() -> Iterator[None]:
 
 def tune_process() -> None:
     """Tune the collector for the rest of this process's life (a worker of the run)."""
-    global _active
     if not _active:
-        _active = True
-        gc.freeze()
-        gc.set_threshold(max(gc.get_threshold()[0], YOUNG_THRESHOLD), *gc.get_threshold()[1:])
+        _tune()
+
+
+def _tune() -> tuple[int, ...]:
+    """Freeze what exists, collect the young generation less often; returns the thresholds before."""
+    global _active
+    threshold = gc.get_threshold()
+    _active = True
+    gc.freeze()
+    gc.set_threshold(max(threshold[0], YOUNG_THRESHOLD), *threshold[1:])
+    return threshold
 
 
 def settle() -> None:
