@@ -161,6 +161,8 @@ class FileRow:
     severities: Counter
     rules: Counter
     skipped: bool
+    clean_classes: list[str] = dataclasses.field(default_factory=list)
+    builds: list = dataclasses.field(default_factory=list)  # clean_builds.BuildResult of each clean class
 
     def to_json(self) -> dict:
         return {
@@ -173,6 +175,7 @@ class FileRow:
             "skipped": self.skipped,
             "findings": dict(self.severities),
             "by_rule": dict(sorted(self.rules.items())),
+            "builds": [dataclasses.asdict(b) for b in self.builds],
         }
 
 
@@ -201,6 +204,7 @@ def _file_rows(tree: Path, out: Path, first: Any, jobs: int) -> dict[Path, FileR
         idempotent = parsed and redo is not None and not redo.changed and not redo.failed
         classes = found.get(str(rel), [])
         converted = clean = 0
+        clean_names = []
         for c in classes:
             inside = [f for f in r.findings if c.start <= f.line <= c.end]
             if not any(f.rule == "L2N-MOD-001" and c.start <= f.line <= c.line for f in inside):
@@ -208,6 +212,7 @@ def _file_rows(tree: Path, out: Path, first: Any, jobs: int) -> dict[Path, FileR
             converted += 1
             if not any(f.severity.value in BLOCKING for f in inside):
                 clean += 1
+                clean_names.append(c.name)
         rows[rel] = FileRow(
             str(rel),
             parsed,
@@ -218,13 +223,22 @@ def _file_rows(tree: Path, out: Path, first: Any, jobs: int) -> dict[Path, FileR
             Counter(f.severity.value for f in r.findings),
             Counter(f.rule for f in r.findings),
             r.skipped,
+            clean_names,
         )
     return rows
 
 
-def measure(src: Path, jobs: int = 1, traces: Sequence[TraceSpec] = ()) -> tuple[list[FileRow], dict]:
+def measure(
+    src: Path,
+    jobs: int = 1,
+    traces: Sequence[TraceSpec] = (),
+    builds: bool = True,
+    build_paths: Sequence[str] = (),
+) -> tuple[list[FileRow], dict]:
     """Migrate the copied tree; then each folder a trace spec covers again, with its trace, and
-    those folders' rows replace the untraced ones (``traced`` in the total says which)."""
+    those folders' rows replace the untraced ones (``traced`` in the total says which). With
+    ``builds``, every clean class is then built from the migrated files (:mod:`clean_builds`), with
+    the traced configs where a trace covers its folder; ``build_paths`` go on ``sys.path`` for that."""
     from linen2nnx.migrate.engine import Mode, migrate_paths
 
     traced_folders = []
@@ -236,6 +250,7 @@ def measure(src: Path, jobs: int = 1, traces: Sequence[TraceSpec] = ()) -> tuple
             [tree], Mode.OUT_DIR, out_dir=out, jobs=jobs, name_map_path=Path(tmp) / "map.json"
         )
         rows = _file_rows(tree, out, first, jobs)
+        build_jobs = []  # (migrated root, Linen root, files of it, traced configs)
         for spec in traces:
             example = tree / spec.example
             if not example.is_file():
@@ -261,7 +276,10 @@ def measure(src: Path, jobs: int = 1, traces: Sequence[TraceSpec] = ()) -> tuple
                 rows[folder.relative_to(tree) / rel] = dataclasses.replace(
                     row, path=str(folder.relative_to(tree) / rel)
                 )
+            build_jobs.append((traced_out, folder, folder.relative_to(tree), _traced_configs(trace, result)))
             traced_folders.append(f"{spec.example} ({spec.path.name})")
+        if builds:
+            _build_clean(rows, out, tree, src.name, build_jobs, build_paths)
     rows_list = [rows[rel] for rel in sorted(rows, key=str)]
     total = {
         "files": len(rows_list),
@@ -274,9 +292,56 @@ def measure(src: Path, jobs: int = 1, traces: Sequence[TraceSpec] = ()) -> tuple
         "by_rule": dict(sorted(sum((r.rules for r in rows_list), Counter()).items())),
         "traced": traced_folders,
     }
+    total["builds"] = dict(sum((Counter(b.status for b in r.builds) for r in rows_list), Counter()))
     total["clean_pct"] = 100.0 * total["clean"] / total["classes"] if total["classes"] else 100.0
     total["converted_pct"] = 100.0 * total["converted"] / total["classes"] if total["classes"] else 100.0
     return rows_list, total
+
+
+def _build_clean(
+    rows: dict[Path, FileRow],
+    out: Path,
+    tree: Path,
+    package: str,
+    traced: Sequence[tuple[Path, Path, Path, dict]],
+    build_paths: Sequence[str],
+) -> None:
+    """Build every clean class of ``rows`` from the migrated files: those of a traced folder from its
+    traced output with the trace's configs, the others from ``out`` (see :mod:`clean_builds`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from clean_builds import check_tree
+
+    covered: set[Path] = set()
+    for traced_out, folder, rel_folder, instances in traced:
+        files = {
+            rel.relative_to(rel_folder): row for rel, row in rows.items() if rel.is_relative_to(rel_folder)
+        }
+        covered |= {rel_folder / rel for rel in files}
+        configs = {q.rsplit(".", 1)[-1]: v for q, v in instances.items()}
+        clean = {str(rel): row.clean_classes for rel, row in files.items()}
+        for b in check_tree(traced_out, clean, configs, folder, folder.name, build_paths):
+            rows[rel_folder / b.file].builds.append(b)
+    clean = {str(rel): row.clean_classes for rel, row in rows.items() if rel not in covered}
+    for b in check_tree(out, clean, None, tree, package, build_paths):
+        rows[Path(b.file)].builds.append(b)
+
+
+def _traced_configs(trace: Any, result: Any) -> dict[str, list[dict]]:
+    """Class name -> the configs of its traced instances; the root's also get the constructor
+    arguments the migration added and the example batch sizes (``input:i`` / ``input_shape:i``)."""
+    configs = {q.rsplit(".", 1)[-1]: [dict(c) for c in v] for q, v in trace.instances.items()}
+    key = result.name_map.find_class(trace.root_class, trace.root_module)
+    if key is None:
+        return configs
+    added = {}
+    for arg, how in result.name_map.classes[key].new_args.items():
+        kind, _, index = how.partition(":")
+        if kind in ("input", "input_shape") and int(index) < len(trace.root_inputs):
+            shape = trace.root_inputs[int(index)]
+            added[arg] = shape[-1] if kind == "input" else tuple(shape)
+    for config in configs.get(trace.root_class.rsplit(".", 1)[-1], []):
+        config.update(added)
+    return configs
 
 
 # ---- trace specs: our own example batches for models whose sizes depend on the input ----------------
@@ -371,6 +436,18 @@ def render(rows: list[FileRow], total: dict, title: str, all_files: bool = False
     console.print(rules)
     if total.get("traced"):
         console.print("traced with `--trace` (own example batches): " + ", ".join(total["traced"]))
+    if total.get("builds"):
+        b = Counter(total["builds"])
+        console.print(
+            f"clean classes built from the migrated files (nnx.eval_shape): {b['built']} built, "
+            f"[red]{b['failed']} failed[/], {b['blocked']} failed inside a class with a manual finding, "
+            f"{b['unchecked']} unchecked (no config known), "
+            f"{b['unimportable']} not importable, {b['environment']} not importable here (Linen neither)"
+        )
+        for r in rows:
+            for x in r.builds:
+                if x.status in ("failed", "unimportable", "blocked"):
+                    console.print(f"  {r.path}: {x.cls}: {x.status}: {x.detail}")
     console.print(
         f"TOTAL: {total['files']} files, {total['parsed']} parse, {total['idempotent']} idempotent; "
         f"{total['classes']} Linen module classes, {total['converted']} converted, "
@@ -411,6 +488,19 @@ def main(argv: list[str] | None = None) -> int:
         "migrated again with `--trace` (default: bench/outside_traces)",
     )
     ap.add_argument("--no-traces", action="store_true", help="migrate everything without a trace")
+    ap.add_argument(
+        "--no-builds", action="store_true", help="skip building the clean classes (bench/clean_builds.py)"
+    )
+    ap.add_argument(
+        "--build-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="put DIR on sys.path while building (where the corpus's own dependencies are installed)",
+    )
+    ap.add_argument(
+        "--require-builds", action="store_true", help="exit 1 when a clean class fails to build or import"
+    )
     args = ap.parse_args(argv)
     jobs = args.jobs or os.cpu_count() or 1
 
@@ -424,13 +514,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ap.error("give DIR or --download")
         traces = [] if args.no_traces else load_trace_specs(Path(args.traces))
-        rows, total = measure(src, jobs, traces)
+        rows, total = measure(src, jobs, traces, builds=not args.no_builds, build_paths=args.build_path)
         render(rows, total, f"linen2nnx migrate on {src} (jobs={jobs})", all_files=args.all_files)
     if args.json:
         Path(args.json).write_text(
             json.dumps({"source": str(src), "total": total, "files": [r.to_json() for r in rows]}, indent=2)
             + "\n"
         )
+    broken = total.get("builds", {}).get("failed", 0) + total.get("builds", {}).get("unimportable", 0)
+    if args.require_builds and broken:
+        print(f"{broken} clean classes do not build", file=sys.stderr)
+        return 1
     if args.min_clean_pct is not None and total["clean_pct"] < args.min_clean_pct:
         print(f"clean {total['clean_pct']:.1f}% < --min-clean-pct {args.min_clean_pct:g}", file=sys.stderr)
         return 1

@@ -119,9 +119,72 @@ def test_outside_corpus_reruns_traced_examples(outside, tree, tmp_path, capsys):
     rows = {r["path"]: r for r in data["files"]}
     assert rows["models/cnn.py"]["clean"] == 1 and rows["models/cnn.py"]["idempotent"]
     assert "L2N-SHAPE-001" in rows["models/cnn.py"]["by_rule"]
+    # the clean class is built from the migrated file with the traced config and input size
+    assert [(b["cls"], b["status"]) for b in rows["models/cnn.py"]["builds"]] == [("CNN", "built")]
     assert rows["mlp.py"] == untraced["mlp.py"]
     assert data["total"]["traced"] == ["models/cnn.py (cnn.py)"]
     assert "broken.py failed" in capsys.readouterr().err
+
+
+NNX_TREE = """
+from flax import nnx
+
+
+class Good(nnx.Module):
+    def __init__(self, features: int = 3, *, rngs: nnx.Rngs):
+        self.linear = nnx.Linear(2, features, rngs=rngs)
+
+
+class Bad(nnx.Module):
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.linear = nnx.Linear(2, undefined_size, rngs=rngs)
+
+
+class Needs(nnx.Module):
+    def __init__(self, features: int, *, rngs: nnx.Rngs):
+        self.linear = nnx.Linear(2, features, rngs=rngs)
+
+
+class Child(nnx.Module):
+    def __init__(self, *, rngs: nnx.Rngs):
+        raise NotImplementedError("TODO marker here")
+
+
+class Parent(nnx.Module):
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.good = Good(rngs=rngs)
+        self.child = Child(rngs=rngs)
+
+
+class Holder(nnx.Module):
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.needs = Needs(4, rngs=rngs)
+"""
+
+
+def test_clean_builds_tells_built_failed_blocked_and_unchecked(tmp_path):
+    builds = _load("clean_builds")
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "mods.py").write_text(NNX_TREE)
+    (pkg / "broken.py").write_text("from . import missing_sibling\n")
+    clean = {"sub/mods.py": ["Good", "Bad", "Needs", "Parent", "Holder"], "broken.py": ["X"]}
+    results = {b.cls: b for b in builds.check_tree(pkg, clean, {"Good": [{"features": 5}]})}
+    status = {c: b.status for c, b in results.items()}
+    assert status == {
+        "Good": "built",  # defaults
+        "Bad": "failed",  # a clean class that does not build: the silent failure
+        "Needs": "built",  # not constructible alone, but Holder (built) holds one
+        "Parent": "blocked",  # fails inside Child, which is not clean (its report names the place)
+        "Holder": "built",
+        "X": "unimportable",
+    }
+    assert "NameError" in results["Bad"].detail and "Child (not clean)" in results["Parent"].detail
+    assert results["Needs"].detail == "inside Holder"
+    assert builds.plain_config({"n": 2, "f": (1, 2)}) == {"n": 2, "f": {"__tuple__": [1, 2]}}
+    assert builds.plain_config({"block": object()}) is None
 
 
 def test_outside_corpus_min_clean_pct_gate(outside, tree, capsys):

@@ -80,6 +80,7 @@ CASES = {
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
     "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept
+    "compact_loop_offset": ("Offset", {}, (2, 5)),  # for i in range(1, depth): enumerate; factory lambda
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",

@@ -424,7 +424,10 @@ class FileContext:
                 if "default" in kw:
                     default = code(kw["default"])
                 elif "default_factory" in kw:
-                    default = f"{code(kw['default_factory'])}()"
+                    factory = kw["default_factory"]
+                    called = isinstance(factory, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+                    # ``lambda: key()`` must be called as ``(lambda: key())()``, not ``lambda: key()()``
+                    default = f"{code(factory)}()" if called else f"({code(factory)})()"
                 init = not (isinstance(kw.get("init"), cst.Name) and kw["init"].value == "False")
             else:
                 default = code(

@@ -299,7 +299,9 @@ class SitePlanner(NestPlanning, VariablePlanning):
         if isinstance(name_value, cst.SimpleString) and loop is None:
             linen_name = name_value.evaluated_value
             return linen_name, attribute_for(linen_name, class_name), None  # name='if' -> self.if_, ...
-        if loop is not None and (prefix := loop_name_prefix(name_value, loop.var)) is not None:
+        # only where the variable is the element's list index: ``range(n)``, not ``range(2, n)`` or a
+        # config sequence, whose names (``layer_2``, ``layer_64``) are no index of the nnx.List
+        if loop is not None and not loop.index and (prefix := loop_name_prefix(name_value, loop.var)):
             return prefix, snake_case(prefix), "list"
         self.ctx.report(
             MOD_004,
