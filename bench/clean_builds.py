@@ -19,7 +19,8 @@ A clean class is constructed with
 Anything else is *unchecked* (no config is known for it), never counted as built. The outcome of
 each class is ``built``, ``failed`` (with the exception: a clean class that does not build is the
 silent failure this tool must never produce), ``blocked`` (it failed inside a class that is not clean,
-so the report already names the place), ``unchecked`` or ``unimportable`` (the migrated module
+so the report already names the place), ``abstract`` (an ``abc`` base, abstract in Linen too),
+``unchecked`` or ``unimportable`` (the migrated module
 does not import here; when the Linen original does not import either, that is the environment — a
 dependency this machine lacks — and it is counted apart from the migrated module failing to import).
 
@@ -225,6 +226,8 @@ def _build(
 
     from flax import nnx
 
+    if inspect.isabstract(cls):
+        return "abstract", "an abstract base class (its subclasses are what gets built)"
     params = inspect.signature(cls.__init__).parameters
     required = _required(cls)
     known = [c for c in configs if set(required) <= set(c)] if required else [{}]

@@ -441,7 +441,7 @@ def render(rows: list[FileRow], total: dict, title: str, all_files: bool = False
         console.print(
             f"clean classes built from the migrated files (nnx.eval_shape): {b['built']} built, "
             f"[red]{b['failed']} failed[/], {b['blocked']} failed inside a class with a manual finding, "
-            f"{b['unchecked']} unchecked (no config known), "
+            f"{b['unchecked']} unchecked (no config known), {b['abstract']} abstract, "
             f"{b['unimportable']} not importable, {b['environment']} not importable here (Linen neither)"
         )
         for r in rows:

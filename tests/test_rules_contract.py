@@ -48,6 +48,8 @@ NOT_RUNNABLE = {
     "gru_cell": "manual finding: nnx.GRUCell computes another function than nn.GRUCell",
     "class_value": "manual finding: a module built at call time is left to a person",
     "loop_names_not_index": "manual finding: loop names that are no list index are left to a person",
+    "loop_jumps": "manual finding: modules built on some iterations of a loop are left to a person",
+    "setup_comprehension_offset": "manual finding: element names that are no list index stay Linen",
     "external_block": "imports a package that is not part of the run (vision_blocks)",
     "factory_field_unbound": "manual finding: no caller says which layer the factory field builds",
     "compact_cnn": "manual finding: the Dense size after a flatten is a constructor argument a person fills",

@@ -19,7 +19,7 @@ from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.rules import MOD_004, MOD_009
-from linen2nnx.migrate.sites import ClassPlan, LoopInfo, range_loop
+from linen2nnx.migrate.sites import ClassPlan, LoopInfo, jumps_in, range_loop
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.site_planning import SitePlanner
@@ -59,6 +59,8 @@ class CompactCollector(FastVisitor):
         self.partials = partials  # `dense = partial(nn.Dense, ...)` locals built at each use
         self.counters = counters  # Linen auto-name counters (`Dense_0`, `Dense_1`, ...)
         self.blocked = 0  # inside a construct we cannot hoist out of
+        self.jumping = 0  # ... of which loops with break / continue
+        self.jump_flags: list[bool] = []  # per blocked `for`: whether it is one
         self.loops: list[LoopInfo] = []
         self.nest: list[tuple[set[str], dict[str, cst.SimpleStatementLine]]] = []  # per enclosing `for`
 
@@ -75,13 +77,16 @@ class CompactCollector(FastVisitor):
     def visit_For(self, node: cst.For) -> bool:
         loop = range_loop(node, self.local_names)
         outer = set().union(*(names for names, _ in self.nest))
+        jumps = jumps_in(node)
         nestable = (
             None
-            if self.blocked
+            if self.blocked or jumps
             else self.planner.nest_loop(node, self.local_names - outer, self.counts, self.plan)
         )
         if nestable is None:
             self.blocked += 1
+            self.jumping += jumps
+            self.jump_flags.append(jumps)
             self.loops.append(LoopInfo("", ""))
         else:
             self.loops.append(loop if loop is not None and not self.loops else LoopInfo("", "", node=node))
@@ -92,6 +97,7 @@ class CompactCollector(FastVisitor):
         loop = self.loops.pop()
         if loop.node is None:
             self.blocked -= 1
+            self.jumping -= self.jump_flags.pop()
         else:
             self.nest.pop()
 
@@ -117,7 +123,10 @@ class CompactCollector(FastVisitor):
             ctx.report(
                 MOD_004,
                 node,
-                f"{what} created inside a while loop, comprehension, lambda "
+                f"{what} created inside a loop with break / continue in @nn.compact (Linen builds "
+                "it on some iterations only) is not hoisted yet"
+                if self.jumping
+                else f"{what} created inside a while loop, comprehension, lambda "
                 "or loop over call-time values in @nn.compact is not hoisted yet",
                 "create it in __init__ (an nnx.List for several) and index it at the call",
             )

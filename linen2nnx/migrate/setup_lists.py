@@ -26,7 +26,9 @@ from linen2nnx.migrate.cst_utils import names_in, single_assign
 
 
 def comprehension_index(comp: cst.ListComp) -> str | None:
-    """The element index variable of ``[... for i in range(n)]`` / ``[... for i, x in enumerate(s)]``."""
+    """The element index variable of ``[... for i in range(n)]`` / ``[... for i, x in enumerate(s)]``.
+    Over ``range(start, stop)`` the variable is no index, so it is returned only when the elements
+    are not named after it (:func:`element_names` takes their position then)."""
     loop = comp.for_in
     if loop.inner_for_in is not None or loop.ifs or loop.asynchronous is not None:
         return None
@@ -36,6 +38,8 @@ def comprehension_index(comp: cst.ListComp) -> str | None:
     ):
         return None
     if it.func.value == "range" and isinstance(target, cst.Name):
+        if len(it.args) > 1 and _named(comp.elt):
+            return None  # ``name=f'block_{i}'`` over ``range(1, n)``: block_1 is element 0
         return target.value
     if (
         it.func.value == "enumerate"
@@ -46,6 +50,10 @@ def comprehension_index(comp: cst.ListComp) -> str | None:
     ):
         return target.elements[0].value.value
     return None
+
+
+def _named(elt: cst.BaseExpression) -> bool:
+    return isinstance(elt, cst.Call) and any(a.keyword is not None and a.keyword.value == "name" for a in elt.args)
 
 
 def element_names(ctor: cst.Call, index: str, attr: str) -> str | None:

@@ -376,6 +376,27 @@ def nest_fors(outer: cst.For) -> list[cst.For]:
     return found
 
 
+def jumps_in(loop: cst.For) -> bool:
+    """Whether ``loop`` holds a ``break`` or ``continue`` (outside nested functions): then Linen builds
+    a module on only some iterations, and a list built by replaying the loop's ranges would have
+    elements Linen never built, or number them differently (``continue`` at ``i == 1``: the module
+    used at ``i == 2`` is Linen's ``Dense_1``)."""
+    found: list[cst.CSTNode] = []
+
+    class Jumps(FastVisitor):
+        def visit_Break(self, node: cst.Break) -> None:
+            found.append(node)
+
+        def visit_Continue(self, node: cst.Continue) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+    Jumps().walk(loop.body)
+    return bool(found)
+
+
 def loop_name_prefix(value: cst.BaseExpression, var: str) -> str | None:
     """``f"block_{i}"`` inside ``for i in ...`` -> ``"block"``."""
     if not isinstance(value, cst.FormattedString) or len(value.parts) != 2:
