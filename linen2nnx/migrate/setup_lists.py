@@ -53,7 +53,9 @@ def comprehension_index(comp: cst.ListComp) -> str | None:
 
 
 def _named(elt: cst.BaseExpression) -> bool:
-    return isinstance(elt, cst.Call) and any(a.keyword is not None and a.keyword.value == "name" for a in elt.args)
+    return isinstance(elt, cst.Call) and any(
+        a.keyword is not None and a.keyword.value == "name" for a in elt.args
+    )
 
 
 def element_names(ctor: cst.Call, index: str, attr: str) -> str | None:
