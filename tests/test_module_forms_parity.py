@@ -81,6 +81,7 @@ CASES = {
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
     "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept
     "compact_loop_offset": ("Offset", {}, (2, 5)),  # for i in range(1, depth): enumerate; factory lambda
+    "lifted_auto_names": ("Lifted", {}, (2, 6)),  # CheckpointBlock_0, ScanStep_0 beside Block_0
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",

@@ -159,7 +159,10 @@ class CompactCollector(FastVisitor):
         trace = self.state.trace
         if trace is None or built.variable or (built.rule is None and built.user is None):
             return False
-        class_name = built.rule.linen if built.rule else built.user.name  # type: ignore[union-attr]
+        class_name = self.ctx.linen_class_name(
+            built.target.func,
+            built.rule.linen if built.rule else built.user.name,  # type: ignore[union-attr]
+        )
         explicit = next((a for a in built.target.args if a.keyword and a.keyword.value == "name"), None)
         if explicit is not None:
             if not isinstance(explicit.value, cst.SimpleString):

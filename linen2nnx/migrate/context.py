@@ -30,6 +30,7 @@ from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.function_factories import FunctionFactory, find_function_factory
 from linen2nnx.migrate.lifted import (
+    LIFTED_CLASS_PREFIX,
     LINEN_MARKERS,
     TRANSFORMS,
     Lift,
@@ -218,6 +219,15 @@ class FileContext:
 
     def is_broadcast(self, node: cst.BaseExpression) -> bool:
         return any(q.startswith("flax.linen.") and q.endswith(".broadcast") for q in self.qualnames(node))
+
+    def linen_class_name(self, func: cst.BaseExpression, name: str) -> str:
+        """The name of the class Linen builds through ``func``, whose auto-names count by it: ``name``,
+        or for a lifted class the transforms' prefixes, outermost first (``nn.scan(nn.remat(Block))``:
+        ``ScanCheckpointBlock``)."""
+        chain = self.lift_chain(func)
+        if chain is None:
+            return name
+        return "".join(LIFTED_CLASS_PREFIX[lift.kind] for lift in chain.lifts) + name
 
     def lift_chain(self, node: cst.BaseExpression) -> LiftChain | None:
         """``nn.scan(nn.remat(Block), ...)`` or an alias of one -> the chain; None for anything else."""

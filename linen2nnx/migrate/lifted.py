@@ -28,6 +28,9 @@ import libcst as cst
 from linen2nnx.migrate.cst_utils import code
 
 TRANSFORMS = {"scan": "scan", "remat": "remat", "checkpoint": "remat", "vmap": "vmap"}
+# Linen names a lifted class after its core transform (``type(transform.__name__.capitalize() + name)``):
+# ``nn.remat(Block)`` is ``CheckpointBlock``, so its auto-names are ``CheckpointBlock_0``, ...
+LIFTED_CLASS_PREFIX = {"scan": "Scan", "remat": "Checkpoint", "vmap": "Vmap"}
 """Linen transform name -> the kind handled here (``nn.checkpoint`` is ``nn.remat``)."""
 LINEN_MARKERS = frozenset({"broadcast", "PARTITION_NAME", *TRANSFORMS})
 """``flax.linen`` names consumed by a converted transform (no 'no conversion' finding for them)."""

@@ -163,8 +163,10 @@ class NestPlanning:
         line of the loops' own bodies."""
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
         names = (
-            factory.linen_names if isinstance(factory, FieldFactory) else (rule.linen if rule else user.name,)
-        )  # type: ignore[union-attr]
+            factory.linen_names
+            if isinstance(factory, FieldFactory)
+            else (self.ctx.linen_class_name(target.func, rule.linen if rule else user.name),)  # type: ignore[union-attr]
+        )
         bound, name_arg = bind_args(self._arg_order(rule, user), target)
         statement = self.ctx.enclosing_statement(node)
         outer = self._outer_loop(statement, len(loops))

@@ -267,7 +267,7 @@ class SitePlanner(NestPlanning, VariablePlanning):
         """A submodule built in @nn.compact outside any loop nest: hoisted into ``__init__`` under the
         attribute of its Linen name (an ``nnx.List`` element when built in a loop)."""
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
-        class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
+        class_name = self.ctx.linen_class_name(node.func, rule.linen if rule else user.name)  # type: ignore[union-attr]
         bound, name_arg = bind_args(self._arg_order(rule, user), node)
         if name_arg is not None:
             named = self._explicit_name(name_arg, loop, what, class_name)
