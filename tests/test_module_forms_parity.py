@@ -80,6 +80,14 @@ CASES = {
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
     "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept
+    "compact_loop_chain": ("Stages", {}, (2, 5)),  # later loops extend the first loop's list of Blocks
+    "compact_loop_chain_short": ("Stages", {"depths": (0, 1, 2)}, (2, 5)),  # an empty first loop
+    "compact_loop_chain_field": ("Net", {}, (2, 5)),  # a factory field's blocks in two loops
+    "compact_loop_chain_wide": (
+        "Net",
+        {"block_cls": Own("Wide"), "depths": (1, 3)},
+        (2, 5),
+    ),  # ... as Wide_{k}
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -87,6 +95,9 @@ SOURCES = {
     "compact_loop_tail_short": "compact_loop_tail",
     "compact_matmul_setup": "compact_matmul",
     "setup_match_gated": "setup_match",
+    "compact_loop_chain_short": "compact_loop_chain",
+    "compact_loop_chain_field": "compact_loop_chain",
+    "compact_loop_chain_wide": "compact_loop_chain",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 

@@ -26,7 +26,8 @@ from linen2nnx.migrate.cst_utils import (
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
-from linen2nnx.migrate.nest_planning import NestPlanning
+from linen2nnx.migrate.loop_chains import LoopChains, offset_of
+from linen2nnx.migrate.nest_planning import NestPlanning, list_attr
 from linen2nnx.migrate.rules import (
     LAYER_001,
     LAYER_002,
@@ -56,7 +57,7 @@ from linen2nnx.migrate.sizing import Sizer
 from linen2nnx.migrate.variable_planning import VariablePlanning
 
 
-class SitePlanner(NestPlanning, VariablePlanning):
+class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
     """Records the sites of a plan (the original tree only; no rewriting here)."""
 
     def __init__(self, ctx: FileContext, sizer: Sizer) -> None:
@@ -263,19 +264,26 @@ class SitePlanner(NestPlanning, VariablePlanning):
         counters: dict[str, int | None],
         local_names: set[str],
         conditions: list[str] | None = None,
+        factory: object = None,
     ) -> None:
         """A submodule built in @nn.compact outside any loop nest: hoisted into ``__init__`` under the
         attribute of its Linen name (an ``nnx.List`` element when built in a loop)."""
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
         class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
         bound, name_arg = bind_args(self._arg_order(rule, user), node)
+        names = factory.linen_names if isinstance(factory, FieldFactory) and factory.linen_names else ()
+        names = names or (class_name,)
         if name_arg is not None:
             named = self._explicit_name(name_arg, loop, what, class_name)
         elif counters.get(class_name, 0) is None and loop is None:
             self._plan_loop_tail(plan, node, rule, what, class_name, bound, local_names, conditions)
             return
+        elif loop is not None and (head := self.chained_list(plan, loop, names, counters)) is not None:
+            if self.extends_list(node, head, loop, names, conditions):
+                self.plan_loop_extension(plan, node, rule, what, head, loop, bound, local_names)
+            return
         else:
-            named = self._auto_name(node, loop, counters, what, class_name)
+            named = self._auto_name(node, loop, counters, what, class_name, names, factory)
         if named is None:
             return
         linen_name, attr, container = named
@@ -316,10 +324,23 @@ class SitePlanner(NestPlanning, VariablePlanning):
         counters: dict[str, int | None],
         what: str,
         class_name: str,
+        names: tuple[str, ...] = (),
+        factory: object = None,
     ) -> tuple[str, str, str | None] | None:
         """(Linen name, attribute, container) of an auto-named module (``Dense_0``), counting it; in a
-        loop, the whole ``nnx.List`` of ``Dense``s. None, with a finding, when the name depends on a
-        loop's length."""
+        loop, the whole ``nnx.List`` of ``Dense``s (of whichever class a factory field builds). None,
+        with a finding, when the name depends on a loop's length."""
+        if loop is not None and len(names) > 1 and isinstance(factory, FieldFactory):
+            if any(counters.get(n, 0) for n in names):
+                self.ctx.report(
+                    MOD_004,
+                    node,
+                    f"auto-named {what} built in a loop after other {' / '.join(names)}s",
+                    "give the loop's modules name=f'prefix_{i}'",
+                )
+                return None
+            counters.update(dict.fromkeys(names, None))
+            return names[0], list_attr(factory.name), "list"
         n = counters.get(class_name, 0)
         if n is None:
             self.ctx.report(
@@ -373,7 +394,10 @@ class SitePlanner(NestPlanning, VariablePlanning):
             return
         site = self.add_site(plan, node, attr=tail_of.attr, linen_name=class_name, hoisted=True)
         site.container, site.tail_of = "list", tail_of
+        if tail_of.loop is not None:
+            site.offset = offset_of(tail_of)  # its index, should a later loop go on filling the list
         tail_of.tail.append(site)
+        tail_of.extensions.append(site)
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, set())
         plan.hoisted_order.append(site)
 
@@ -390,6 +414,7 @@ class SitePlanner(NestPlanning, VariablePlanning):
                 and not s.conditions
                 and s.exclusive_with is None
                 and s.tail_of is None
+                and s.extends is None
             ),
             None,
         )

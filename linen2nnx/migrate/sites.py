@@ -210,6 +210,11 @@ class Site:
     state_when: str | None = None  # when its call creates variables, in the caller's terms (None: never)
     tail_of: Site | None = None  # the loop-built list this auto-named layer after the loop extends
     tail: list[Site] = dataclasses.field(default_factory=list)  # of a loop-built list: those extensions
+    extends: Site | None = None  # the loop-built list a later loop of auto-named layers goes on filling
+    extensions: list[Site] = dataclasses.field(
+        default_factory=list
+    )  # of that list: tails and loops, in order
+    offset: str = ""  # of an extension: how many elements come before it (an expression of the config)
     nest: LoopNest | None = None  # built in nested loops (or a loop body with locals): see LoopNest
     elements: str | None = None  # of a setup() comprehension: its elements' Linen names, `blocks.{i}`
     elements_index: str = ""  # ... and the comprehension's index variable
@@ -220,6 +225,8 @@ class Site:
         layers appended to a loop-built list share its attribute)."""
         if self.tail_of is not None:
             return f"{self.attr}#tail{self.tail_of.tail.index(self)}"
+        if self.extends is not None:
+            return f"{self.attr}#from {self.offset}"  # distinct per loop, and kept by dataclasses.replace
         return self.attr + ("#else" if self.exclusive_with is not None else "")
 
     @property
@@ -227,6 +234,9 @@ class Site:
         """Where an extension of a loop-built list sits in it: counted from the end, since the loop's
         length is only known at run time."""
         assert self.tail_of is not None
+        later = self.tail_of.extensions[self.tail_of.extensions.index(self) + 1 :]
+        if any(s.extends is not None for s in later):  # a loop goes on after it: count from the start
+            return self.offset
         return str(self.tail_of.tail.index(self) - len(self.tail_of.tail))
 
 
