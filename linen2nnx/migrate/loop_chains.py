@@ -41,6 +41,7 @@ class LoopChains:
 
     def extends_list(
         self,
+        plan: ClassPlan,
         node: cst.Call,
         head: Site,
         loop: LoopInfo,
@@ -50,7 +51,9 @@ class LoopChains:
         """Can the loop's modules be the next elements of ``head``'s list (see the module docstring)?
         False, with a finding, when the count of what comes before would not be exact."""
         why = None
-        if conditions or any(s.conditions for s in head.extensions):
+        if head.attr in plan.stopped_lists:
+            why = "and a loop left as it was"
+        elif conditions or any(s.conditions for s in head.extensions):
             why = "under a condition"
         elif stops_early(head.loop.node) or loop.node is None or stops_early(loop.node):  # type: ignore[union-attr]
             why = "in a loop that may stop early (break / continue)"
@@ -58,6 +61,7 @@ class LoopChains:
             why = "of other classes"
         if why is None:
             return True
+        plan.stopped_lists.add(head.attr)  # what comes later would be counted past these modules
         self.state.handled.add(node.func)  # type: ignore[attr-defined]
         self.ctx.report(  # type: ignore[attr-defined]
             MOD_004,

@@ -279,7 +279,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             self._plan_loop_tail(plan, node, rule, what, class_name, bound, local_names, conditions)
             return
         elif loop is not None and (head := self.chained_list(plan, loop, names, counters)) is not None:
-            if self.extends_list(node, head, loop, names, conditions):
+            if self.extends_list(plan, node, head, loop, names, conditions):
                 self.plan_loop_extension(plan, node, rule, what, head, loop, bound, local_names)
             return
         else:
@@ -380,13 +380,15 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         """An auto-named module after a loop that built its class: Linen names it
         ``{class_name}_{loop length}``, the next element of the loop's ``nnx.List``."""
         tail_of = self._loop_list(plan, class_name)
-        if tail_of is None or conditions:
+        stopped = tail_of is not None and tail_of.attr in plan.stopped_lists
+        if tail_of is None or conditions or stopped:
             self.state.handled.add(node.func)  # this finding says it all
             self.ctx.report(
                 MOD_004,
                 node,
                 f"auto-named {what} after a loop that built {class_name}s"
-                + (" under a condition" if tail_of is not None else "")
+                + (" under a condition" if conditions and tail_of is not None else "")
+                + (" and a loop left as it was" if stopped else "")
                 + ": its Linen name "
                 "depends on the loop length",
                 "give it an explicit name=",

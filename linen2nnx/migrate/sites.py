@@ -306,6 +306,8 @@ class ClassPlan:
     )  # `if` -> (values its test sees, params)
     is_cell: bool = False  # an nn.RNNCellBase subclass: __call__(carry, x) returns a carry of the same shape
     nests: dict[Any, LoopNest] = dataclasses.field(default_factory=dict)  # outermost `for` -> its LoopNest
+    stopped_lists: set[str] = dataclasses.field(default_factory=set)  # loop lists a later loop of the
+    # same class could not extend: what comes after is counted past elements the list does not hold
     mode_partials: dict[str, dict[str, str]] = dataclasses.field(
         default_factory=dict
     )  # local -> {flag: source}
