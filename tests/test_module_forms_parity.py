@@ -88,6 +88,7 @@ CASES = {
         {"block_cls": Own("Wide"), "depths": (1, 3)},
         (2, 5),
     ),  # ... as Wide_{k}
+    "compact_loop_chain_mixed": ("Mixed", {}, (2, 5)),  # two classes per iteration, two lists extended
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -98,6 +99,7 @@ SOURCES = {
     "compact_loop_chain_short": "compact_loop_chain",
     "compact_loop_chain_field": "compact_loop_chain",
     "compact_loop_chain_wide": "compact_loop_chain",
+    "compact_loop_chain_mixed": "compact_loop_chain",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 
