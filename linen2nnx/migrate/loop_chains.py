@@ -57,7 +57,7 @@ class LoopChains:
             why = "under a condition"
         elif stops_early(head.loop.node) or loop.node is None or stops_early(loop.node):  # type: ignore[union-attr]
             why = "in a loop that may stop early (break / continue)"
-        elif _names_of(head) != names:
+        elif names_of(head) != names:
             why = "of other classes"
         if why is None:
             return True
@@ -108,7 +108,7 @@ def offset_of(head: Site) -> str:
     return " + ".join([*loops, *([str(singles)] if singles else [])])
 
 
-def _names_of(site: Site) -> tuple[str, ...]:
+def names_of(site: Site) -> tuple[str, ...]:
     """The class names Linen may give the elements of a loop-built list (a factory field's classes)."""
     names = getattr(site.factory, "linen_names", ())
     return tuple(names) if names else (site.linen_name,)

@@ -26,7 +26,7 @@ from linen2nnx.migrate.cst_utils import (
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
-from linen2nnx.migrate.loop_chains import LoopChains, offset_of
+from linen2nnx.migrate.loop_chains import LoopChains, names_of, offset_of
 from linen2nnx.migrate.nest_planning import NestPlanning, list_attr
 from linen2nnx.migrate.rules import (
     LAYER_001,
@@ -276,7 +276,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         if name_arg is not None:
             named = self._explicit_name(name_arg, loop, what, class_name)
         elif counters.get(class_name, 0) is None and loop is None:
-            self._plan_loop_tail(plan, node, rule, what, class_name, bound, local_names, conditions)
+            self._plan_loop_tail(plan, node, rule, what, class_name, bound, local_names, conditions, names)
             return
         elif loop is not None and (head := self.chained_list(plan, loop, names, counters)) is not None:
             if self.extends_list(plan, node, head, loop, names, conditions):
@@ -376,11 +376,23 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         bound: dict[str, cst.Arg],
         local_names: set[str],
         conditions: list[str] | None,
+        names: tuple[str, ...],
     ) -> None:
         """An auto-named module after a loop that built its class: Linen names it
-        ``{class_name}_{loop length}``, the next element of the loop's ``nnx.List``."""
+        ``{class_name}_{loop length}``, the next element of the loop's ``nnx.List`` -- when both are of
+        the same classes (not a ``Block`` after a factory field's ``Block`` or ``Wide`` list)."""
         tail_of = self._loop_list(plan, class_name)
         stopped = tail_of is not None and tail_of.attr in plan.stopped_lists
+        if tail_of is not None and names_of(tail_of) != names:
+            self.state.handled.add(node.func)
+            self.ctx.report(
+                MOD_004,
+                node,
+                f"auto-named {what} after a loop that built {' or '.join(n + 's' for n in names_of(tail_of))}: its Linen "
+                "name depends on the class a factory field builds",
+                "give it an explicit name=",
+            )
+            return
         if tail_of is None or conditions or stopped:
             self.state.handled.add(node.func)  # this finding says it all
             self.ctx.report(
