@@ -43,13 +43,15 @@ class LoopChains:
         self,
         plan: ClassPlan,
         node: cst.Call,
+        at: cst.Call,
         head: Site,
         loop: LoopInfo,
         names: tuple[str, ...],
         conditions: list[str] | None,
     ) -> bool:
         """Can the loop's modules be the next elements of ``head``'s list (see the module docstring)?
-        False, with a finding, when the count of what comes before would not be exact."""
+        False, with a finding at ``at`` (the call as written), when the count of what comes before
+        would not be exact."""
         why = None
         if head.attr in plan.stopped_lists:
             why = "and a loop left as it was"
@@ -65,7 +67,7 @@ class LoopChains:
         self.state.handled.add(node.func)  # type: ignore[attr-defined]
         self.ctx.report(  # type: ignore[attr-defined]
             MOD_004,
-            node,
+            at,
             f"auto-named {names[0]} built in a loop after other {names[0]}s {why}: its Linen "
             "names depend on theirs",
             "give the loop's modules name=f'prefix_{i}'",

@@ -265,9 +265,12 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         local_names: set[str],
         conditions: list[str] | None = None,
         factory: object = None,
+        origin: cst.Call | None = None,
     ) -> None:
         """A submodule built in @nn.compact outside any loop nest: hoisted into ``__init__`` under the
-        attribute of its Linen name (an ``nnx.List`` element when built in a loop)."""
+        attribute of its Linen name (an ``nnx.List`` element when built in a loop). ``origin``: the
+        call as written, where its findings go (``node`` stands for what a factory builds)."""
+        at = origin if origin is not None else node
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
         class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
         bound, name_arg = bind_args(self._arg_order(rule, user), node)
@@ -276,14 +279,16 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         if name_arg is not None:
             named = self._explicit_name(name_arg, loop, what, class_name)
         elif counters.get(class_name, 0) is None and loop is None:
-            self._plan_loop_tail(plan, node, rule, what, class_name, bound, local_names, conditions, names)
+            self._plan_loop_tail(
+                plan, node, rule, what, class_name, bound, local_names, conditions, names, at
+            )
             return
         elif loop is not None and (head := self.chained_list(plan, loop, names, counters)) is not None:
-            if self.extends_list(plan, node, head, loop, names, conditions):
+            if self.extends_list(plan, node, at, head, loop, names, conditions):
                 self.plan_loop_extension(plan, node, rule, what, head, loop, bound, local_names)
             return
         else:
-            named = self._auto_name(node, loop, counters, what, class_name, names, factory)
+            named = self._auto_name(at, loop, counters, what, class_name, names, factory)
         if named is None:
             return
         linen_name, attr, container = named
@@ -331,11 +336,11 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         loop, the whole ``nnx.List`` of ``Dense``s (of whichever class a factory field builds). None,
         with a finding, when the name depends on a loop's length."""
         if loop is not None and len(names) > 1 and isinstance(factory, FieldFactory):
-            if any(counters.get(n, 0) for n in names):
+            if any(counters.get(n, 0) != 0 for n in names):  # after others, or after a loop (None)
                 self.ctx.report(
                     MOD_004,
                     node,
-                    f"auto-named {what} built in a loop after other {' / '.join(names)}s",
+                    f"auto-named {what} built in a loop after other {' or '.join(n + 's' for n in names)}",
                     "give the loop's modules name=f'prefix_{i}'",
                 )
                 return None
@@ -377,6 +382,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         local_names: set[str],
         conditions: list[str] | None,
         names: tuple[str, ...],
+        at: cst.Call,
     ) -> None:
         """An auto-named module after a loop that built its class: Linen names it
         ``{class_name}_{loop length}``, the next element of the loop's ``nnx.List`` -- when both are of
@@ -387,7 +393,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             self.state.handled.add(node.func)
             self.ctx.report(
                 MOD_004,
-                node,
+                at,
                 f"auto-named {what} after a loop that built {' or '.join(n + 's' for n in names_of(tail_of))}: its Linen "
                 "name depends on the class a factory field builds",
                 "give it an explicit name=",
@@ -397,7 +403,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             self.state.handled.add(node.func)  # this finding says it all
             self.ctx.report(
                 MOD_004,
-                node,
+                at,
                 f"auto-named {what} after a loop that built {class_name}s"
                 + (" under a condition" if conditions and tail_of is not None else "")
                 + (" and a loop left as it was" if stopped else "")
