@@ -82,6 +82,15 @@ CASES = {
     "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept
     "compact_loop_offset": ("Offset", {}, (2, 5)),  # for i in range(1, depth): enumerate; factory lambda
     "lifted_auto_names": ("Lifted", {}, (2, 6)),  # CheckpointBlock_0, ScanStep_0 beside Block_0
+    "compact_loop_chain": ("Stages", {}, (2, 5)),  # later loops extend the first loop's list of Blocks
+    "compact_loop_chain_short": ("Stages", {"depths": (0, 1, 2)}, (2, 5)),  # an empty first loop
+    "compact_loop_chain_field": ("Net", {}, (2, 5)),  # a factory field's blocks in two loops
+    "compact_loop_chain_wide": (
+        "Net",
+        {"block_cls": Own("Wide"), "depths": (1, 3)},
+        (2, 5),
+    ),  # ... as Wide_{k}
+    "compact_loop_chain_mixed": ("Mixed", {}, (2, 5)),  # two classes per iteration, two lists extended
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -89,6 +98,10 @@ SOURCES = {
     "compact_loop_tail_short": "compact_loop_tail",
     "compact_matmul_setup": "compact_matmul",
     "setup_match_gated": "setup_match",
+    "compact_loop_chain_short": "compact_loop_chain",
+    "compact_loop_chain_field": "compact_loop_chain",
+    "compact_loop_chain_wide": "compact_loop_chain",
+    "compact_loop_chain_mixed": "compact_loop_chain",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 

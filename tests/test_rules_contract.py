@@ -72,6 +72,7 @@ NOT_RUNNABLE = {
             "scope_rng",
             "half_migrated",
             "helper_param",
+            "applying_function",
         ),
         "manual findings of the verifier: the output does not build (that is what they show)",
     ),

@@ -198,6 +198,24 @@ def test_a_linen_helper_of_another_file_is_reported(tmp_path):
     assert f"{MARKER} L2N-VERIFY-001" in model.output
 
 
+def test_a_function_of_another_file_building_a_converted_class_is_reported(tmp_path):
+    """``ops.norm(x)`` in an NNX class, ``norm`` applying ``Scale()`` -- a class of the run, converted,
+    whose __init__ now needs rngs: the call would build it at call time without them (the flaxmodels
+    ``ops.batch_norm`` pattern), so the importing file reports the call."""
+    ops = (
+        "import flax.linen as nn\n\n\nclass Scale(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
+        "        return x * self.param('s', nn.initializers.ones, (3,))\n\n\n"
+        "def norm(x):\n    return Scale()(x)\n"
+    )
+    files = _package(tmp_path, ops, MODEL.replace("ops.linear(x, 3)", "ops.norm(x)"))
+    model = files["model.py"]
+    found = [(f.rule, f.line) for f in model.findings if f.rule.startswith("L2N-VERIFY")]
+    assert found == [("L2N-VERIFY-002", 9)]
+    message = next(f.message for f in model.findings if f.rule == "L2N-VERIFY-002")
+    assert "ops.norm(x) builds Scale at call time inside NNX class Head" in message
+    assert "pkg.ops.norm" in message
+
+
 def test_a_layer_factory_of_another_file_builds_the_submodule(tmp_path):
     """``ops.linear(3)(x)``, ``linear`` returning ``nn.Dense`` in another file: that file's function
     takes the input size and rngs, and this class builds its submodule through it in __init__."""

@@ -299,7 +299,7 @@ class CompactCollector(FastVisitor):
             )
         else:
             planner.plan_compact_child(
-                plan, target, rule, user, loop, self.counters, self.local_names, conditions
+                plan, target, rule, user, loop, self.counters, self.local_names, conditions, factory, node
             )
         if isinstance(factory, FieldFactory):
             if not handled:

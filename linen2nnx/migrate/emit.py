@@ -135,7 +135,7 @@ class Emitter:
         self.state.uses_nnx = True
         return cst.Call(parse_expression(site.var_type), [cst.Arg(value)])
 
-    def build(self, site: Site, updated: cst.Call) -> cst.BaseExpression:
+    def build(self, site: Site, updated: cst.Call, in_loop: bool = True) -> cst.BaseExpression:
         if site.kind == "layer":
             built = self._nnx_ctor(site, updated)
         elif site.kind == "module":
@@ -144,6 +144,11 @@ class Emitter:
             built = self._variable_ctor(site, updated)
         if site.lifted is not None:
             built = parse_expression(lifted_ctor(site.lifted, code(built)))
+        return self._in_loop(site, built) if in_loop else built
+
+    @staticmethod
+    def _in_loop(site: Site, built: cst.BaseExpression) -> cst.BaseExpression:
+        """A module built in a plain loop: the ``nnx.List`` of one per iteration."""
         if site.loop is not None:
             comp = parse_expression(f"[None for {site.loop.target_src} in {site.loop.iter_src}]")
             assert isinstance(comp, cst.ListComp)
@@ -162,7 +167,7 @@ class Emitter:
             local = site.factory.local if isinstance(site.factory, FieldPartial) else None
             ctor = self.state.factory_updated.get(local.ctor) if local is not None else None
             merged = site.factory.merged(call, ctor)
-            built = self.build(site, merged)
+            built = self.build(site, merged, in_loop=False)  # the loop's list: below
             assert isinstance(built, cst.Call)
             given = {a.keyword.value for a in merged.args if a.keyword is not None}
             extra = set(site.rule.extra_kwargs) - given if site.rule is not None else set()
@@ -185,7 +190,9 @@ class Emitter:
                     [a for a in args if a.keyword is None or a.keyword.value not in implied],
                     local.name,
                 )
-            return built.with_changes(func=parse_expression(func), args=strip_commas(args))
+            return self._in_loop(
+                site, built.with_changes(func=parse_expression(func), args=strip_commas(args))
+            )
         ctor = self.state.factory_updated.get(site.factory.ctor, site.factory.ctor)
         built = call_site_ctor(site.factory, call, ctor)
         return None if built is None else self.build(site, built)
@@ -221,6 +228,8 @@ class Emitter:
         if site.nest is not None:  # the next element of the list the replayed loops built
             return parse_expression(f"next({site.nest.iterator(site)})")
         ref = f"self.{site.attr}[{site.loop.position}]" if site.loop is not None else f"self.{site.attr}"
+        if site.extends is not None and site.loop is not None:  # past the elements before this loop's
+            ref = f"self.{site.attr}[{site.offset} + {site.loop.position}]"
         if site.tail_of is not None:
             ref = f"self.{site.attr}[{site.list_index}]"
         if site.kind == "param":
@@ -332,6 +341,9 @@ class Emitter:
             markers = [marker_line(m) for m in dict.fromkeys(self.state.init_markers.get(site.ctor, []))]
             if site.tail_of is not None:  # the element after the loop's: Linen's {Class}_{loop length}
                 statement = cst.Expr(cst.Call(parse_expression(f"self.{site.attr}.append"), [cst.Arg(built)]))
+            elif site.extends is not None and isinstance(built, cst.Call):  # a later loop's elements
+                extend = parse_expression(f"self.{site.attr}.extend")
+                statement = cst.Expr(cst.Call(extend, [cst.Arg(built.args[0].value)]))
             else:
                 statement = cst.Assign(
                     targets=[cst.AssignTarget(parse_expression(f"self.{site.attr}"))], value=built
@@ -478,6 +490,16 @@ class Emitter:
                 entry.children[site.elements] = Child(
                     attr=site.attr, linen_class=linen_class, container="list"
                 )
+            elif site.extends is not None:
+                continue  # the elements after the first loop's: Linen counts on, {Class}_{k} is element k
+            elif (
+                site.loop is not None
+                and isinstance(site.factory, FieldFactory)
+                and len(site.factory.classes) > 1
+            ):
+                for name in site.factory.classes:  # named after whichever class the field builds
+                    built_key = self.ctx.class_key(name)
+                    entry.children[name] = Child(attr=site.attr, linen_class=built_key, container="list")
             elif site.loop is not None:
                 child_key = (
                     site.linen_name if site.linen_name not in entry.children else f"{site.linen_name}_{{i}}"

@@ -235,7 +235,7 @@ def _factories_of(
     from linen2nnx.migrate.linen_factories import linen_factories
 
     factories: dict[str, Any] = dict(command.function_factories)
-    if "linen" in module_output:
+    if "linen" in module_output or "rngs" in module_output:  # still Linen, or NNX built without rngs
         factories.update(linen_factories(out_tree, module_name, names_of=names_of_output))
     return factories
 

@@ -21,6 +21,7 @@ class LinenFactory:
 
     key: str  # absolute dotted name: pkg.ops.linear
     builds: str  # the Linen class it constructs (the first found): flax.linen.Dense
+    nnx: bool = False  # ... or an NNX class of the run, built without the rngs its __init__ requires
 
 
 def linen_factories(
@@ -39,6 +40,7 @@ def linen_factories(
     names = names or (names_of() if names_of is not None else NameResolver(module))
     classes = [s for s in module.body if isinstance(s, cst.ClassDef)]
     linen_classes = {c.name.value for c in classes if _linen_bases(c, names)}
+    needs_rngs = {c.name.value for c in classes if _needs_rngs(c, names)}
     found: dict[str, LinenFactory] = {}
     for fn in functions:
         for call in calls_in(fn.body):
@@ -49,11 +51,31 @@ def linen_factories(
                 builds = next((q for q in names.qualnames(func) if flax_class_kind(q) == "linen"), "")
             else:
                 builds = ""
+            key = f"{module_name}.{fn.name.value}" if module_name else fn.name.value
             if builds:
-                key = f"{module_name}.{fn.name.value}" if module_name else fn.name.value
                 found[key] = LinenFactory(key, builds)
                 break
+            if isinstance(func, cst.Name) and func.value in needs_rngs and not _gives_rngs(call):
+                found[key] = LinenFactory(key, func.value, nnx=True)  # `BatchNorm(...)(x)` at call time
+                break
     return found
+
+
+def _needs_rngs(cls: cst.ClassDef, names: NameResolver) -> bool:
+    """An NNX class whose ``__init__`` takes a ``rngs`` it has no default for (a converted class)."""
+    if not any(
+        flax_class_kind(q) == "nnx" for b in cls.bases if b.keyword is None for q in names.qualnames(b.value)
+    ):
+        return False
+    init = next(
+        (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None
+    )
+    params = [] if init is None else [*init.params.params, *init.params.kwonly_params]
+    return any(p.name.value == "rngs" and p.default is None for p in params)
+
+
+def _gives_rngs(call: cst.Call) -> bool:
+    return any(a.star == "**" or (a.keyword is not None and a.keyword.value == "rngs") for a in call.args)
 
 
 def _linen_bases(cls: cst.ClassDef, names: NameResolver) -> bool:

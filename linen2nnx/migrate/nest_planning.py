@@ -193,7 +193,7 @@ class NestPlanning:
         nest = plan.nests.get(outer)
         if nest is None:
             nest = plan.nests[outer] = self._loop_nest(outer, loops)
-        attr = snake_case(names[0]) if len(names) == 1 else _list_attr(factory.name)
+        attr = snake_case(names[0]) if len(names) == 1 else list_attr(factory.name)
         while any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
             attr = f"{attr}_"
         site = self.add_site(plan, target, attr=attr, linen_name=names[0], hoisted=True)
@@ -229,7 +229,7 @@ class NestPlanning:
         )
 
 
-def _list_attr(field: str) -> str:
+def list_attr(field: str) -> str:
     """The nnx.List attribute for what a factory field bound to several classes builds in a loop
     (``block_cls`` -> ``block``): Linen names the elements after whichever class it is."""
     for suffix in ("_cls", "_class", "_def", "_module", "_factory"):

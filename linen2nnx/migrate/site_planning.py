@@ -26,7 +26,8 @@ from linen2nnx.migrate.cst_utils import (
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
-from linen2nnx.migrate.nest_planning import NestPlanning
+from linen2nnx.migrate.loop_chains import LoopChains, names_of, offset_of
+from linen2nnx.migrate.nest_planning import NestPlanning, list_attr
 from linen2nnx.migrate.rules import (
     LAYER_001,
     LAYER_002,
@@ -56,7 +57,7 @@ from linen2nnx.migrate.sizing import Sizer
 from linen2nnx.migrate.variable_planning import VariablePlanning
 
 
-class SitePlanner(NestPlanning, VariablePlanning):
+class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
     """Records the sites of a plan (the original tree only; no rewriting here)."""
 
     def __init__(self, ctx: FileContext, sizer: Sizer) -> None:
@@ -263,19 +264,31 @@ class SitePlanner(NestPlanning, VariablePlanning):
         counters: dict[str, int | None],
         local_names: set[str],
         conditions: list[str] | None = None,
+        factory: object = None,
+        origin: cst.Call | None = None,
     ) -> None:
         """A submodule built in @nn.compact outside any loop nest: hoisted into ``__init__`` under the
-        attribute of its Linen name (an ``nnx.List`` element when built in a loop)."""
+        attribute of its Linen name (an ``nnx.List`` element when built in a loop). ``origin``: the
+        call as written, where its findings go (``node`` stands for what a factory builds)."""
+        at = origin if origin is not None else node
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
         class_name = self.ctx.linen_class_name(node.func, rule.linen if rule else user.name)  # type: ignore[union-attr]
         bound, name_arg = bind_args(self._arg_order(rule, user), node)
+        names = factory.linen_names if isinstance(factory, FieldFactory) and factory.linen_names else ()
+        names = names or (class_name,)
         if name_arg is not None:
             named = self._explicit_name(name_arg, loop, what, class_name)
         elif counters.get(class_name, 0) is None and loop is None:
-            self._plan_loop_tail(plan, node, rule, what, class_name, bound, local_names, conditions)
+            self._plan_loop_tail(
+                plan, node, rule, what, class_name, bound, local_names, conditions, names, at
+            )
+            return
+        elif loop is not None and (head := self.chained_list(plan, loop, names, counters)) is not None:
+            if self.extends_list(plan, node, at, head, loop, names, conditions):
+                self.plan_loop_extension(plan, node, rule, what, head, loop, bound, local_names)
             return
         else:
-            named = self._auto_name(node, loop, counters, what, class_name)
+            named = self._auto_name(at, loop, counters, what, class_name, names, factory)
         if named is None:
             return
         linen_name, attr, container = named
@@ -318,10 +331,23 @@ class SitePlanner(NestPlanning, VariablePlanning):
         counters: dict[str, int | None],
         what: str,
         class_name: str,
+        names: tuple[str, ...] = (),
+        factory: object = None,
     ) -> tuple[str, str, str | None] | None:
         """(Linen name, attribute, container) of an auto-named module (``Dense_0``), counting it; in a
-        loop, the whole ``nnx.List`` of ``Dense``s. None, with a finding, when the name depends on a
-        loop's length."""
+        loop, the whole ``nnx.List`` of ``Dense``s (of whichever class a factory field builds). None,
+        with a finding, when the name depends on a loop's length."""
+        if loop is not None and len(names) > 1 and isinstance(factory, FieldFactory):
+            if any(counters.get(n, 0) != 0 for n in names):  # after others, or after a loop (None)
+                self.ctx.report(
+                    MOD_004,
+                    node,
+                    f"auto-named {what} built in a loop after other {' or '.join(n + 's' for n in names)}",
+                    "give the loop's modules name=f'prefix_{i}'",
+                )
+                return None
+            counters.update(dict.fromkeys(names, None))
+            return names[0], list_attr(factory.name), "list"
         n = counters.get(class_name, 0)
         if n is None:
             self.ctx.report(
@@ -357,17 +383,32 @@ class SitePlanner(NestPlanning, VariablePlanning):
         bound: dict[str, cst.Arg],
         local_names: set[str],
         conditions: list[str] | None,
+        names: tuple[str, ...],
+        at: cst.Call,
     ) -> None:
         """An auto-named module after a loop that built its class: Linen names it
-        ``{class_name}_{loop length}``, the next element of the loop's ``nnx.List``."""
+        ``{class_name}_{loop length}``, the next element of the loop's ``nnx.List`` -- when both are of
+        the same classes (not a ``Block`` after a factory field's ``Block`` or ``Wide`` list)."""
         tail_of = self._loop_list(plan, class_name)
-        if tail_of is None or conditions:
+        stopped = tail_of is not None and tail_of.attr in plan.stopped_lists
+        if tail_of is not None and names_of(tail_of) != names:
+            self.state.handled.add(node.func)
+            self.ctx.report(
+                MOD_004,
+                at,
+                f"auto-named {what} after a loop that built {' or '.join(n + 's' for n in names_of(tail_of))}: its Linen "
+                "name depends on the class a factory field builds",
+                "give it an explicit name=",
+            )
+            return
+        if tail_of is None or conditions or stopped:
             self.state.handled.add(node.func)  # this finding says it all
             self.ctx.report(
                 MOD_004,
-                node,
+                at,
                 f"auto-named {what} after a loop that built {class_name}s"
-                + (" under a condition" if tail_of is not None else "")
+                + (" under a condition" if conditions and tail_of is not None else "")
+                + (" and a loop left as it was" if stopped else "")
                 + ": its Linen name "
                 "depends on the loop length",
                 "give it an explicit name=",
@@ -375,7 +416,10 @@ class SitePlanner(NestPlanning, VariablePlanning):
             return
         site = self.add_site(plan, node, attr=tail_of.attr, linen_name=class_name, hoisted=True)
         site.container, site.tail_of = "list", tail_of
+        if tail_of.loop is not None:
+            site.offset = offset_of(tail_of)  # its index, should a later loop go on filling the list
         tail_of.tail.append(site)
+        tail_of.extensions.append(site)
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, set())
         plan.hoisted_order.append(site)
 
@@ -392,6 +436,7 @@ class SitePlanner(NestPlanning, VariablePlanning):
                 and not s.conditions
                 and s.exclusive_with is None
                 and s.tail_of is None
+                and s.extends is None
             ),
             None,
         )

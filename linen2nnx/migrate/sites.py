@@ -210,6 +210,11 @@ class Site:
     state_when: str | None = None  # when its call creates variables, in the caller's terms (None: never)
     tail_of: Site | None = None  # the loop-built list this auto-named layer after the loop extends
     tail: list[Site] = dataclasses.field(default_factory=list)  # of a loop-built list: those extensions
+    extends: Site | None = None  # the loop-built list a later loop of auto-named layers goes on filling
+    extensions: list[Site] = dataclasses.field(
+        default_factory=list
+    )  # of that list: tails and loops, in order
+    offset: str = ""  # of an extension: how many elements come before it (an expression of the config)
     nest: LoopNest | None = None  # built in nested loops (or a loop body with locals): see LoopNest
     elements: str | None = None  # of a setup() comprehension: its elements' Linen names, `blocks.{i}`
     elements_index: str = ""  # ... and the comprehension's index variable
@@ -219,7 +224,9 @@ class Site:
         """The site's key in the dataflow (two exclusive sites share an attribute, not a key; the
         layers appended to a loop-built list share its attribute)."""
         if self.tail_of is not None:
-            return f"{self.attr}#tail{self.tail_of.tail.index(self)}"
+            return f"{self.attr}#tail{self._tail_position()}"
+        if self.extends is not None:
+            return f"{self.attr}#from {self.offset}"  # distinct per loop, and kept by dataclasses.replace
         return self.attr + ("#else" if self.exclusive_with is not None else "")
 
     @property
@@ -227,7 +234,16 @@ class Site:
         """Where an extension of a loop-built list sits in it: counted from the end, since the loop's
         length is only known at run time."""
         assert self.tail_of is not None
-        return str(self.tail_of.tail.index(self) - len(self.tail_of.tail))
+        at = next(i for i, s in enumerate(self.tail_of.extensions) if s.ctor is self.ctor)
+        if any(s.extends is not None for s in self.tail_of.extensions[at + 1 :]):  # a loop goes on after it
+            return self.offset  # count from the start
+        return str(self._tail_position() - len(self.tail_of.tail))
+
+    def _tail_position(self) -> int:
+        """Where it is among the layers after the loop (found by its call: the sizer sizes copies of a
+        site, one per class a factory field may build)."""
+        assert self.tail_of is not None
+        return next(i for i, s in enumerate(self.tail_of.tail) if s.ctor is self.ctor)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,6 +312,8 @@ class ClassPlan:
     )  # `if` -> (values its test sees, params)
     is_cell: bool = False  # an nn.RNNCellBase subclass: __call__(carry, x) returns a carry of the same shape
     nests: dict[Any, LoopNest] = dataclasses.field(default_factory=dict)  # outermost `for` -> its LoopNest
+    stopped_lists: set[str] = dataclasses.field(default_factory=set)  # loop lists a later loop of the
+    # same class could not extend: what comes after is counted past elements the list does not hold
     mode_partials: dict[str, dict[str, str]] = dataclasses.field(
         default_factory=dict
     )  # local -> {flag: source}

@@ -436,6 +436,8 @@ class Sizer(TraceEvidence):
         class of the run with several unknown sizes, after the child's own argument (one argument each:
         a block's input width and its inner layer's are different sizes)."""
         label = site.attr if site.tail_of is None else f"{site.attr}_last{site.list_index.lstrip('-')}"
+        if site.extends is not None:  # a later loop's elements: one argument per loop of the chain
+            label = f"{site.attr}_loop{site.offset.count('len(') + 1}"
         arg = f"{label}_{child_arg}".replace("[", "_").replace("]", "").replace("/", "_")
         while arg in plan.field_names:
             arg += "_"

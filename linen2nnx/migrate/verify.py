@@ -291,6 +291,15 @@ class _Verifier:
                 )
             return False
         factory = self._factory(func, qualnames)
+        if factory is not None and factory.nnx:
+            self._report(
+                verify_rules.VERIFY_002,
+                call,
+                stmt,
+                f"{one_line(code(call))} builds {factory.builds} at call time inside NNX class {owner}, "
+                f"without the rngs its __init__ requires ({factory.key} builds it): build it in __init__",
+            )
+            return False
         if factory is not None:
             self._report(
                 verify_rules.VERIFY_001,

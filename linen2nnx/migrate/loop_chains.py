@@ -1,0 +1,115 @@
+"""Planning loops that go on filling the ``nnx.List`` of an earlier loop of the same auto-named class.
+
+Part of the *analyse* step, a base of :class:`~linen2nnx.migrate.site_planning.SitePlanner`. Linen
+names auto-named submodules from one counter per class, so consecutive loops building ``Block``s
+(a ResNet's stages) name them ``Block_0`` .. ``Block_{n1 + n2 - 1}``, whatever the loop lengths: the
+later loops' modules are the next elements of the first loop's list. ``__init__`` extends that one
+list (so the name map stays ``Block_{k}`` -> ``block.{k}``), and each later call indexes it past the
+elements before it (``self.block[len(range(n1)) + i]``), counted from the same config expressions.
+
+Only what keeps that count exact is followed: the first loop is a plain ``for`` over the config,
+nothing on the way is built under a condition, and no loop of the chain can stop early (``break``,
+``continue``), which would make Linen's counter skip. Anything else stays a finding.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.layers import LayerRule
+from linen2nnx.migrate.rules import MOD_004
+from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in
+
+
+class LoopChains:
+    """The loop-chain part of the :class:`~linen2nnx.migrate.site_planning.SitePlanner` (a base class
+    of it): uses the planner's ``ctx``, ``state``, ``add_site``, ``_loop_list`` and
+    ``_plan_args_at_call``."""
+
+    def chained_list(
+        self, plan: ClassPlan, loop: LoopInfo, names: tuple[str, ...], counters: dict[str, int | None]
+    ) -> Site | None:
+        """The list an earlier plain loop built of auto-named ``names``, which this other loop's modules
+        would go on filling; None when there is none (the planner's own finding then applies)."""
+        if not any(counters.get(n, 0) is None for n in names):
+            return None
+        head = self._loop_list(plan, names[0])  # type: ignore[attr-defined]
+        if head is None or head.loop is None or head.loop.node is None or head.loop.node is loop.node:
+            return None
+        return head
+
+    def extends_list(
+        self,
+        plan: ClassPlan,
+        node: cst.Call,
+        at: cst.Call,
+        head: Site,
+        loop: LoopInfo,
+        names: tuple[str, ...],
+        conditions: list[str] | None,
+    ) -> bool:
+        """Can the loop's modules be the next elements of ``head``'s list (see the module docstring)?
+        False, with a finding at ``at`` (the call as written), when the count of what comes before
+        would not be exact."""
+        why = None
+        if head.attr in plan.stopped_lists:
+            why = "and a loop left as it was"
+        elif conditions or any(s.conditions for s in head.extensions):
+            why = "under a condition"
+        elif jumps_in(head.loop.node) or loop.node is None or jumps_in(loop.node):  # type: ignore[union-attr]
+            why = "in a loop that may stop early (break / continue)"
+        elif names_of(head) != names:
+            why = "of other classes"
+        if why is None:
+            return True
+        plan.stopped_lists.add(head.attr)  # what comes later would be counted past these modules
+        self.state.handled.add(node.func)  # type: ignore[attr-defined]
+        self.ctx.report(  # type: ignore[attr-defined]
+            MOD_004,
+            at,
+            f"auto-named {names[0]} built in a loop after other {names[0]}s {why}: its Linen "
+            "names depend on theirs",
+            "give the loop's modules name=f'prefix_{i}'",
+        )
+        return False
+
+    def plan_loop_extension(
+        self,
+        plan: ClassPlan,
+        node: cst.Call,
+        rule: LayerRule | None,
+        what: str,
+        head: Site,
+        loop: LoopInfo,
+        bound: dict[str, cst.Arg],
+        local_names: set[str],
+    ) -> None:
+        """A loop's auto-named modules as the next elements of ``head``'s list (see the module docstring)."""
+        site = self.add_site(plan, node, attr=head.attr, linen_name=head.linen_name, hoisted=True)  # type: ignore[attr-defined]
+        site.container, site.loop, site.extends = "list", loop, head
+        site.offset = offset_of(head)
+        head.extensions.append(site)
+        if loop.index:
+            self.state.indexed_loops[loop.node] = loop  # type: ignore[attr-defined]
+        self._plan_args_at_call(plan, site, rule, what, bound, local_names, {loop.var})  # type: ignore[attr-defined]
+        plan.hoisted_order.append(site)
+
+
+def offset_of(head: Site) -> str:
+    """How many elements ``head``'s list holds so far: its loop's, then each extension's (one per
+    layer after a loop, a loop's length per later loop), as an expression of the config."""
+    assert head.loop is not None
+    loops = [f"len({head.loop.range_src})"]
+    singles = 0
+    for site in head.extensions:
+        if site.extends is not None and site.loop is not None:
+            loops.append(f"len({site.loop.range_src})")
+        else:
+            singles += 1
+    return " + ".join([*loops, *([str(singles)] if singles else [])])
+
+
+def names_of(site: Site) -> tuple[str, ...]:
+    """The class names Linen may give the elements of a loop-built list (a factory field's classes)."""
+    names = getattr(site.factory, "linen_names", ())
+    return tuple(names) if names else (site.linen_name,)
