@@ -130,6 +130,7 @@ class CompactCollector(FastVisitor):
                 "or loop over call-time values in @nn.compact is not hoisted yet",
                 "create it in __init__ (an nnx.List for several) and index it at the call",
             )
+            self._uncount(built)
             return
         in_nest = self.nest_site(node, [a.value for a in (*built.target.args, *node.args)])
         loop = None if in_nest else self.loops[-1] if self.loops else None
@@ -183,6 +184,17 @@ class CompactCollector(FastVisitor):
             "a checkpoint from an init that took the other branch names the modules after it differently",
         )
         return True
+
+    def _uncount(self, built: Built) -> None:
+        """An auto-named module left where it is, in a loop or a construct Linen may run any number of
+        times: how many of its class Linen has built is unknown from here on, so a later auto-named
+        one of the class is a finding rather than ``Block_0`` again."""
+        if built.variable or (built.rule is None and built.user is None):
+            return
+        if any(a.keyword is not None and a.keyword.value == "name" for a in built.target.args):
+            return  # an explicit name consumes no counter
+        name = built.rule.linen if built.rule else built.user.name  # type: ignore[union-attr]
+        self.counters[self.ctx.linen_class_name(built.target.func, name)] = None
 
     def _built(self, node: cst.Call, factory: Any, target: cst.Call) -> Built | None:
         """What the constructor call ``node`` builds; None when it is neither a layer, a class of the run
