@@ -149,7 +149,9 @@ def test_kept_logical_to_mesh_maps_nnx_specs_as_linen_maps_its_boxes():
     nnx_mod = import_file(fixture("logical_to_mesh_out.py"), "_l2m_nnx")
     rules = (("embed", "data"), ("mlp", "model"))
     init = nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "mlp"))
-    linen_vars = jax.eval_shape(lambda: nn.Dense(8, kernel_init=init).init(jax.random.key(0), jnp.ones((2, 4))))
+    linen_vars = jax.eval_shape(
+        lambda: nn.Dense(8, kernel_init=init).init(jax.random.key(0), jnp.ones((2, 4)))
+    )
     linen_kernel = nn.get_partition_spec(linen_vars)["params"]["kernel"]
     with nnx.use_eager_sharding(False):
         kernel_init = nnx.with_partitioning(nnx.initializers.lecun_normal(), ("embed", "mlp"))
