@@ -26,7 +26,9 @@ class M(nn.Module):
 
 
 def _rules(body: str, method: str = "__call__") -> set[str]:
-    src = HEADER + textwrap.indent(f"def {method}(self, x, t=None):\n" + textwrap.indent(body, "    "), "    ")
+    src = HEADER + textwrap.indent(
+        f"def {method}(self, x, t=None):\n" + textwrap.indent(body, "    "), "    "
+    )
     if method != "__call__":
         src += "\n    def __call__(self, x):\n        return self.head(x)\n"
     findings = migrate_source(src, "m.py", module_name="m").findings
