@@ -57,6 +57,11 @@ def scan_of_function(
     """``nn.scan(fn, variable_broadcast="params", ...)`` -> ``nnx.scan`` with the module broadcast
     before the carry; why not, as a string, when it cannot be."""
     broadcast = orig_kwargs.get("variable_broadcast")
+    literal = isinstance(broadcast, (cst.SimpleString, cst.List, cst.Tuple)) or (
+        isinstance(broadcast, cst.Name) and broadcast.value in ("True", "False")
+    )
+    if broadcast is not None and not literal:
+        return f"variable_broadcast={code(broadcast)} is not a literal"
     broadcasts_params = broadcast is not None and ("params" in code(broadcast) or code(broadcast) == "True")
     axes = orig_kwargs.get("variable_axes")
     if not broadcasts_params:
