@@ -17,6 +17,7 @@ from linen2nnx.migrate.lifted import (
     TRANSFORMS,
 )
 from linen2nnx.migrate.linen_api import (
+    BOX_TYPES,
     KEPT_LINEN_FUNCTIONS,
     PARTITION_API_IN_NNX,
     PARTITION_SPEC_FUNCTIONS,
@@ -178,6 +179,8 @@ class AttributeRewriter:
             )
         elif short.rsplit(".", 1)[-1] == "broadcast":
             self._report_broadcast(original)
+        elif short in BOX_TYPES:
+            self._report_box(original, short, is_callee)
         elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
             self.state.handled.add(original)
             self.ctx.report(
@@ -186,6 +189,24 @@ class AttributeRewriter:
                 f"flax.linen.{short} has no automatic conversion yet",
                 "rewrite by hand with the NNX API (see docs/rules.md)",
             )
+
+    def _report_box(self, original: cst.Attribute, short: str, is_callee: bool) -> None:
+        """A Linen metadata box (``nn.LogicallyPartitioned``): NNX has none to test for or to build,
+        its Variables carry the names, so the finding says what the code means in NNX terms."""
+        self.state.handled.add(original)
+        if is_callee:
+            what = f"nn.{short}(value, names) builds a Linen metadata box"
+            hint = (
+                "in NNX the names go on the Variable: nnx.Param(value, out_sharding=names), built under a "
+                "mesh or nnx.use_eager_sharding(False)"
+            )
+        else:
+            what = f"nn.{short} is a Linen metadata box, which NNX values never are (a test for it is False on NNX state)"
+            hint = (
+                "read the names from the Variable's out_sharding metadata, or nnx.get_partition_spec(state) "
+                "(see docs/nnx_facts.md#sharding-and-logical-partitioning)"
+            )
+        self.ctx.report(API_002, original, what, hint)
 
     def _report_broadcast(self, original: cst.Attribute) -> None:
         """``nn.broadcast`` outside an ``nn.scan`` this run converts (a converted one reads it as ``None``
