@@ -56,6 +56,9 @@ def scan_of_function(
 ) -> cst.BaseExpression | str:
     """``nn.scan(fn, variable_broadcast="params", ...)`` -> ``nnx.scan`` with the module broadcast
     before the carry; why not, as a string, when it cannot be."""
+    extra = set(kwargs) - STEP_SCAN_KWARGS - {"metadata_params"}
+    if extra:
+        return f"{', '.join(sorted(extra))}= not converted"
     broadcast = orig_kwargs.get("variable_broadcast")
     literal = isinstance(broadcast, (cst.SimpleString, cst.List, cst.Tuple)) or (
         isinstance(broadcast, cst.Name) and broadcast.value in ("True", "False")
@@ -69,9 +72,6 @@ def scan_of_function(
             "the scanned function creates per-step (stacked) params; build the stack with nnx.vmap "
             "and scan over it (as for nn.scan of a class)"
         )
-    extra = set(kwargs) - STEP_SCAN_KWARGS - {"metadata_params"}
-    if extra:
-        return f"{', '.join(sorted(extra))}= not converted"
     if axes is not None and code(axes) not in ("{}", "None"):
         return "variable_axes besides broadcast params are not converted for functions"
     # metadata_params reaches only the variables scanned over an axis (flax.core.lift.scan's
