@@ -108,7 +108,7 @@ class CallRewriter:
             self.ctx.report(
                 XFORM_002,
                 original,
-                f"nn.{kind}({fn}, ...): {why}",
+                f"nn.{kind}({' '.join(fn.split())}, ...): {why}",
                 "rewrite with the nnx transform by hand (see docs/nnx_facts.md, Lifted transforms)",
             )
             return updated
