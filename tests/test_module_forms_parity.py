@@ -194,3 +194,37 @@ def test_custom_collection_has_parity_and_converts(tmp_path):
     assert not np.allclose(
         after["MovingAverage_0/w_avg"], variables["moving_stats"]["MovingAverage_0"]["w_avg"]
     )
+
+
+@pytest.mark.parametrize("with_targets", [False, True])
+def test_init_only_dummy_inputs_read_false(with_targets, tmp_path):
+    """``if self.is_initializing() and ...:`` inventing targets for init reads False: Linen's init
+    (with the dummy targets) and NNX's __init__ hold the same weights, and the migrated call computes
+    what Linen's apply does, with and without targets."""
+    src = fixture("init_dummy_inputs_in.py").read_text()
+    result = migrate_source(src, "init_dummy_inputs.py", module_name="init_dummy_inputs")
+    assert [f.rule for f in result.findings if f.rule == "L2N-API-007"] == ["L2N-API-007"]
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").Model
+    nnx_cls = import_file(tmp_path / "nnx_src.py").Model
+    rng = np.random.default_rng(1)
+    batch = {"x": rng.normal(size=(3, 5)).astype(np.float32), "t": rng.normal(size=(3, 4)).astype(np.float32)}
+    side = LinenSide(
+        model=linen_cls(),
+        batch=batch,
+        inputs=lambda b: ((b["x"],), {"targets": b["t"]} if with_targets else {}),
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=5, rngs=rngs), name_map=map_path
+    )
+    variables = perturbed(side.init_variables())
+    assert set(variables["params"]) == {"body", "head"}  # the dummy targets made init reach the head
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))

@@ -138,3 +138,28 @@ def test_migrated_partitioning_api_gives_linen_shardings(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"linen": "P('data', 'model')", "nnx": "P('data', 'model')", "unboxed": True}
+
+
+def test_kept_logical_to_mesh_maps_nnx_specs_as_linen_maps_its_boxes():
+    """The migrated helpers keep ``nn.logical_to_mesh``: fed the logical specs of an NNX state (read
+    with no rules active) under ``nnx.logical_axis_rules``, they give the mesh axes the Linen helpers
+    give for the partition boxes of the same model, and the rule-less call does the same given the
+    rules."""
+    linen_mod = import_file(fixture("logical_to_mesh_in.py"), "_l2m_linen")
+    nnx_mod = import_file(fixture("logical_to_mesh_out.py"), "_l2m_nnx")
+    rules = (("embed", "data"), ("mlp", "model"))
+    init = nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "mlp"))
+    linen_vars = jax.eval_shape(
+        lambda: nn.Dense(8, kernel_init=init).init(jax.random.key(0), jnp.ones((2, 4)))
+    )
+    linen_kernel = nn.get_partition_spec(linen_vars)["params"]["kernel"]
+    with nnx.use_eager_sharding(False):
+        kernel_init = nnx.with_partitioning(nnx.initializers.lecun_normal(), ("embed", "mlp"))
+        model = nnx.Linear(4, 8, kernel_init=kernel_init, rngs=nnx.Rngs(0))
+    with nnx.logical_axis_rules(()):
+        nnx_specs = nnx.get_partition_spec(nnx.state(model, nnx.Param))
+    expected = jax.sharding.PartitionSpec("data", "model")
+    assert linen_mod.mesh_axes({"kernel": linen_kernel}, rules)["kernel"] == expected
+    assert nnx_mod.mesh_axes(nnx_specs, rules)["kernel"].get_value() == expected
+    assert nnx_mod.mesh_axes_given(nnx_specs, rules)["kernel"].get_value() == expected
+    assert linen_mod.mesh_axes_given({"kernel": linen_kernel}, rules)["kernel"] == expected

@@ -7,6 +7,7 @@ map, perturbed so that no init value can hide a wrong mapping.
 
 from pathlib import Path
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -414,3 +415,18 @@ def test_pipeline_stages_vmapped_twice_and_scanned_through_a_utility(tmp_path):
     first, second = model(x, train=True), model(x, train=True)
     assert not np.allclose(first, second)  # the RNG state advanced between calls
     np.testing.assert_array_equal(model(x), model(x))
+
+
+def test_function_scan_drops_metadata_params_when_nothing_is_stacked(tmp_path):
+    """``metadata_params`` on an nn.scan of a function with broadcast params changes nothing in Linen
+    (it reaches only variables scanned over an axis): dropped, the same values and gradients, and the
+    weight keeps its own partition names on both sides."""
+    linen_mod, nnx_mod, result, map_path = build("scan_function_metadata", tmp_path)
+    assert any("metadata_params= dropped" in f.message for f in result.findings)
+    x = np.random.default_rng(5).normal(size=(2, 4)).astype(np.float32)
+    assert_parity(linen_mod.Loop(), lambda rngs: nnx_mod.Loop(rngs=rngs), x, map_path)
+    linen_vars = linen_mod.Loop().init(jax.random.key(0), x)
+    assert nn.get_partition_spec(linen_vars)["params"]["block"]["w"] == jax.sharding.PartitionSpec("embed")
+    with nnx.use_eager_sharding(False):
+        model = nnx_mod.Loop(rngs=nnx.Rngs(0))
+    assert tuple(model.block.w.get_metadata()["out_sharding"]) == ("embed",)

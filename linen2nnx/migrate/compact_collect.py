@@ -221,7 +221,7 @@ class CompactCollector(FastVisitor):
     ) -> None:
         """Hoist what ``node`` builds into ``__init__`` (built under ``conditions``), or say why not."""
         plan, ctx, what = self.plan, self.ctx, built.what
-        lifted = None if built.variable else ctx.check_lifted(built.target)
+        lifted = None if built.variable else ctx.check_lifted(built.target, at=node)
         if lifted is False:
             return
         before = len(plan.hoisted_order)

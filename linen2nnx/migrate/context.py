@@ -279,9 +279,11 @@ class FileContext:
                 self.state.lift_aliases[name] = value
                 self.state.alias_stmts[name] = stmt
 
-    def check_lifted(self, node: cst.Call) -> LiftChain | bool | None:
+    def check_lifted(self, node: cst.Call, at: cst.CSTNode | None = None) -> LiftChain | bool | None:
         """The chain of a lifted constructor call ``node``: validated (False + a finding when not
-        converted) and its Linen transform names marked as consumed."""
+        converted) and its Linen transform names marked as consumed. A constructor the codemod built
+        (a helper method's ``return nn.scan(...)(...)``, parsed anew) has no place in the source: its
+        finding goes to ``at``, the call that uses it."""
         chain = self.lift_chain(node.func)
         if chain is None:
             return None
@@ -293,7 +295,7 @@ class FileContext:
                 self.state.alias_use[alias] = False
             self.report(
                 XFORM_002,
-                node,
+                node if at is None or self.parent_of(node) is not None else at,
                 str(err),
                 "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
                 "(see docs/nnx_facts.md, Lifted transforms)",

@@ -121,6 +121,9 @@ class FileState:
 
     # ---- planning results keyed by original node (planner -> transformer) ---------------------
     handled: set[cst.CSTNode] = dataclasses.field(default_factory=set)  # Linen names a rewrite consumes
+    broadcast_reported: set[cst.CSTNode] = dataclasses.field(
+        default_factory=set
+    )  # statements with nn.broadcast
     indexed_loops: dict[cst.For, Any] = dataclasses.field(default_factory=dict)  # `for v in seq` -> enumerate
     factory_ctors: set[cst.Call] = dataclasses.field(
         default_factory=set

@@ -56,10 +56,15 @@ def scan_of_function(
 ) -> cst.BaseExpression | str:
     """``nn.scan(fn, variable_broadcast="params", ...)`` -> ``nnx.scan`` with the module broadcast
     before the carry; why not, as a string, when it cannot be."""
-    extra = set(kwargs) - STEP_SCAN_KWARGS
+    extra = set(kwargs) - STEP_SCAN_KWARGS - {"metadata_params"}
     if extra:
         return f"{', '.join(sorted(extra))}= not converted"
     broadcast = orig_kwargs.get("variable_broadcast")
+    literal = isinstance(broadcast, (cst.SimpleString, cst.List, cst.Tuple)) or (
+        isinstance(broadcast, cst.Name) and broadcast.value in ("True", "False")
+    )
+    if broadcast is not None and not literal:
+        return f"variable_broadcast={code(broadcast)} is not a literal"
     broadcasts_params = broadcast is not None and ("params" in code(broadcast) or code(broadcast) == "True")
     axes = orig_kwargs.get("variable_axes")
     if not broadcasts_params:
@@ -69,6 +74,9 @@ def scan_of_function(
         )
     if axes is not None and code(axes) not in ("{}", "None"):
         return "variable_axes besides broadcast params are not converted for functions"
+    # metadata_params reaches only the variables scanned over an axis (flax.core.lift.scan's
+    # variable_axes groups); with the params broadcast and nothing stacked it changes nothing
+    dropped = "; metadata_params= dropped (nothing is stacked)" if "metadata_params" in kwargs else ""
     n_params = parameter_count(ctx, original, fn)
     if isinstance(n_params, str):
         return n_params
@@ -85,11 +93,11 @@ def scan_of_function(
     if isinstance(streams, str):
         return streams
     if streams:
-        return _scan_carrying_rngs(ctx, original, fn, per_x, out_axes, rest, streams)
+        return _scan_carrying_rngs(ctx, original, fn, per_x, out_axes, rest, streams, dropped)
     ctx.report(
         XFORM_001,
         original,
-        f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) before the carry",
+        f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) before the carry{dropped}",
     )
     return parse_expression(
         f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
@@ -120,6 +128,7 @@ def _scan_carrying_rngs(
     out_axes: str,
     rest: str,
     streams: list[str],
+    dropped: str = "",
 ) -> cst.BaseExpression | str:
     """``nn.scan(fn, variable_broadcast='params', split_rngs={'dropout': True})``: each iteration
     draws new keys. A broadcast module's RNG counts updated inside ``nnx.scan`` would be dropped (the
@@ -158,7 +167,7 @@ def _scan_carrying_rngs(
         XFORM_001,
         original,
         f"nn.scan({fn}) -> {name}: nnx.scan({fn}) with the params broadcast and the module's RNG state "
-        f"carried, so each iteration draws new {', '.join(streams)} keys",
+        f"carried, so each iteration draws new {', '.join(streams)} keys{dropped}",
     )
     return parse_expression(name)
 

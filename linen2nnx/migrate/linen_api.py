@@ -133,6 +133,7 @@ RENAMED_IN_NNX = {
 # state (with_logical_constraint reads the same global axis rules as nnx.logical_axis_rules).
 # logical_to_mesh_sharding maps a tree of PartitionSpecs (nnx.get_partition_spec's State included, checked
 # by tests/test_partitioning.py) to NamedShardings, exactly like `nnx.get_named_sharding` under the rules.
+# logical_to_mesh maps such a tree to mesh PartitionSpecs through the same active rules (also checked there).
 # get_logical_axis_rules / partitioning.get_axis_rules are flax.core.spmd.get_logical_axis_rules itself: they
 # read the very rules context nnx.logical_axis_rules sets (NNX has no reader of its own).
 KEPT_LINEN_FUNCTIONS = frozenset(
@@ -177,6 +178,9 @@ KEPT_LINEN_FUNCTIONS = frozenset(
         "logical_to_mesh_sharding",
         "spmd.logical_to_mesh_sharding",
         "partitioning.logical_to_mesh_sharding",
+        "logical_to_mesh",
+        "spmd.logical_to_mesh",
+        "partitioning.logical_to_mesh",
         "get_logical_axis_rules",
         "spmd.get_logical_axis_rules",
         "partitioning.get_axis_rules",

@@ -17,6 +17,7 @@ from linen2nnx.migrate.lifted import (
     TRANSFORMS,
 )
 from linen2nnx.migrate.linen_api import (
+    BOX_TYPES,
     KEPT_LINEN_FUNCTIONS,
     PARTITION_API_IN_NNX,
     PARTITION_SPEC_FUNCTIONS,
@@ -176,6 +177,10 @@ class AttributeRewriter:
                 "rewrite with nnx.vmap / nnx.scan / nnx.remat by hand "
                 "(see docs/nnx_facts.md, Lifted transforms)",
             )
+        elif short.rsplit(".", 1)[-1] == "broadcast":
+            self._report_broadcast(original)
+        elif short in BOX_TYPES:
+            self._report_box(original, short, is_callee)
         elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
             self.state.handled.add(original)
             self.ctx.report(
@@ -184,6 +189,71 @@ class AttributeRewriter:
                 f"flax.linen.{short} has no automatic conversion yet",
                 "rewrite by hand with the NNX API (see docs/rules.md)",
             )
+
+    def _report_box(self, original: cst.Attribute, short: str, is_callee: bool) -> None:
+        """A Linen metadata box (``nn.LogicallyPartitioned``): NNX has none to test for or to build,
+        its Variables carry the names, so the finding says what the code means in NNX terms."""
+        self.state.handled.add(original)
+        if is_callee:
+            what = f"nn.{short}(value, names) builds a Linen metadata box"
+            hint = (
+                "in NNX the names go on the Variable: nnx.Param(value, out_sharding=names), built under a "
+                "mesh or nnx.use_eager_sharding(False)"
+            )
+        else:
+            what = f"nn.{short} is a Linen metadata box, which NNX values never are (a test for it is False on NNX state)"
+            hint = (
+                "read the names from the Variable's out_sharding metadata, or nnx.get_partition_spec(state) "
+                "(see docs/nnx_facts.md#sharding-and-logical-partitioning)"
+            )
+        self.ctx.report(API_002, original, what, hint)
+
+    def _report_broadcast(self, original: cst.Attribute) -> None:
+        """``nn.broadcast`` outside an ``nn.scan`` this run converts (a converted one reads it as ``None``
+        in ``in_axes``): MaxText builds its in_axes tuples apart and hands them to a helper that calls
+        ``nn.scan``, often with the marker several times in one tuple. One finding per statement, saying
+        where the marker goes, is what a person needs to find the transform to convert."""
+        self.state.handled.add(original)
+        statement, where = self._broadcast_place(original)
+        if statement in self.state.broadcast_reported:
+            return
+        self.state.broadcast_reported.add(statement)
+        self.ctx.report(
+            API_002,
+            original,
+            f"nn.broadcast {where}: the in_axes marker of a Linen lifted transform this run does not "
+            "convert (NNX's in_axes spells it None, and the carry nnx.Carry)",
+            "convert the nn.scan / nn.vmap that receives it by hand, with None for each broadcast input "
+            "(see docs/nnx_facts.md#lifted-transforms); reported once per statement",
+        )
+
+    def _broadcast_place(self, node: cst.CSTNode) -> tuple[cst.CSTNode, str]:
+        """The statement holding ``node`` and where in it the marker goes: the argument of a call it is
+        passed in, else the name it is assigned to."""
+        where = None
+        cur = node
+        parent = self.ctx.parent_of(cur)
+        while parent is not None and not isinstance(
+            parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement, cst.Module)
+        ):
+            if (
+                where is None
+                and isinstance(parent, cst.Arg)
+                and isinstance(self.ctx.parent_of(parent), cst.Call)
+            ):
+                callee = code(self.ctx.parent_of(parent).func)
+                kw = parent.keyword
+                where = f"passed in {kw.value}= to {callee}(...)" if kw else f"passed to {callee}(...)"
+            cur, parent = parent, self.ctx.parent_of(parent)
+        statement = parent if parent is not None else cur
+        if where is None and isinstance(statement, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            targets = (
+                [t.target for t in statement.targets]
+                if isinstance(statement, cst.Assign)
+                else [statement.target]
+            )
+            where = f"in the value of {', '.join(code(t) for t in targets)}"
+        return statement, where or "in this statement"
 
     def _variable_read(
         self, original: cst.Attribute, updated: cst.Attribute, parent: cst.CSTNode | None

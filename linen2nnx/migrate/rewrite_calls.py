@@ -20,6 +20,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.function_lifts import remat_of_function, scan_of_function
+from linen2nnx.migrate.init_guards import init_only_guard
 from linen2nnx.migrate.lazy_vars import creation
 from linen2nnx.migrate.lifted import LiftError, lifted_call
 from linen2nnx.migrate.linen_api import (
@@ -29,6 +30,7 @@ from linen2nnx.migrate.rules import (
     API_002,
     API_003,
     API_004,
+    API_007,
     LAYER_001,
     LAYER_002,
     PART_004,
@@ -106,7 +108,7 @@ class CallRewriter:
             self.ctx.report(
                 XFORM_002,
                 original,
-                f"nn.{kind}({fn}, ...): {why}",
+                f"nn.{kind}({' '.join(fn.split())}, ...): {why}",
                 "rewrite with the nnx transform by hand (see docs/nnx_facts.md, Lifted transforms)",
             )
             return updated
@@ -434,8 +436,17 @@ class CallRewriter:
         return parse_expression(f"hasattr(self, {attr!r})" if api == "has_variable" else f"self.{attr}[...]")
 
     def _rewrite_is_initializing(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        """``self.is_initializing()`` -> ``False`` with ``--unsafe-fixes``; else a finding."""
+        """``self.is_initializing()`` -> ``False`` where the branch it guards creates nothing (exact, see
+        :mod:`~.init_guards`) or with ``--unsafe-fixes``; else a finding."""
         self.state.handled.add(original)
+        if init_only_guard(self.ctx, original):
+            self.ctx.report(
+                API_007,
+                original,
+                "self.is_initializing() -> False: the branch it guards only makes values for Linen's init "
+                "and creates nothing (NNX's __init__ builds every submodule; a call is Linen's apply)",
+            )
+            return cst.Name("False")
         if not self.state.unsafe_fixes:
             self.ctx.report(
                 API_002,

@@ -51,6 +51,14 @@ API_006 = Rule(
     "def initialize_carry(self, rng, input_shape): ...",
     "def initialize_carry(self, input_shape, rngs=None): ...",
 )
+API_007 = Rule(
+    "L2N-API-007",
+    C,
+    "self.is_initializing() at call time guarding a branch that creates nothing (dummy inputs for init) -> False, "
+    "as in Linen's apply.",
+    "if self.is_initializing() and targets is None:\n    targets = jnp.zeros(shape)",
+    "if False and targets is None:\n    targets = jnp.zeros(shape)",
+)
 
 PART_001 = Rule(
     "L2N-PART-001",
@@ -101,6 +109,7 @@ XFORM_002 = Rule(
 
 RULES = (
     API_003,
+    API_007,
     API_004,
     PART_001,
     XFORM_001,
