@@ -286,7 +286,11 @@ class Emitter:
         """The config locals ``__init__`` replays (``cfg = self.config``), as rewritten; a shape local
         reads its static sizes."""
         stmts: list[cst.BaseStatement] = []
+        replayed: set[int] = set()  # `w, b = ...` binds two needed names in one statement
         for name in plan.needed_locals:
+            if id(plan.pure_locals[name]) in replayed:
+                continue
+            replayed.add(id(plan.pure_locals[name]))
             stmt = self.state.pure_updated.get(plan.pure_locals[name], plan.pure_locals[name])
             if name in plan.mode_partials:  # its call-time flags are given where its layers are called
                 value = stmt.body[0].value  # type: ignore[attr-defined]
@@ -309,6 +313,12 @@ class Emitter:
                     continue
                 value = stmt.body[0].value  # type: ignore[attr-defined]
                 stmt = parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")
+            tests = plan.static_flow.replay_tests.get(plan.pure_locals[name]) if plan.static_flow else None
+            if tests:  # bound under `if`s on config in the method: under the same tests here
+                test = " and ".join(code(t) if len(tests) == 1 else f"({code(t)})" for t in tests)
+                stmt = parse_statement(f"if {test}:\n    pass\n").with_changes(  # type: ignore[call-arg]
+                    body=cst.IndentedBlock([stmt.with_changes(leading_lines=[])])  # type: ignore[attr-defined]
+                )
             stmts.append(stmt)
         return stmts
 

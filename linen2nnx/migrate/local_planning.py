@@ -32,6 +32,7 @@ from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.rules import LAYER_003, MOD_004, SHAPE_002
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import ClassPlan, nest_fors, shape_last_refs
+from linen2nnx.migrate.static_locals import StaticLocals
 
 
 class LocalPlanner:
@@ -42,14 +43,14 @@ class LocalPlanner:
         self.state = ctx.state
         self.site_planner = site_planner  # whether a value has side effects
 
-    def pure_locals(self, plan: ClassPlan, fn: cst.FunctionDef) -> dict[str, cst.SimpleStatementLine]:
+    def pure_locals(self, plan: ClassPlan, fn: cst.FunctionDef) -> dict[str, cst.BaseStatement]:
         """Top-level ``name = expr`` bound once, whose value uses only config (``self.*``), globals
         and earlier such names: they can be replayed in ``__init__``."""
         counts = assigned_names(fn)
         params = {
             p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)
         }
-        pure: dict[str, cst.SimpleStatementLine] = {}
+        pure: dict[str, cst.BaseStatement] = {}
         for stmt in fn.body.body:
             assign = single_assign(stmt)
             if assign is None:
@@ -86,7 +87,26 @@ class LocalPlanner:
             pure[name] = stmt
             if refs:  # `d = x.shape[-1] if ... else ...`: replayed with x's size once the dataflow knows it
                 plan.shape_locals[name] = refs
-        return pure
+        return self._static_statements(plan, fn, pure, counts, params)
+
+    def _static_statements(
+        self,
+        plan: ClassPlan,
+        fn: cst.FunctionDef,
+        pure: dict[str, cst.BaseStatement],
+        counts: dict[str, int],
+        params: set[str],
+    ) -> dict[str, cst.BaseStatement]:
+        """``pure`` with the statements that bind static values otherwise (tuple unpacking, an ``if`` on
+        config, a name rebound at call time later): see static_locals.py."""
+        flow = StaticLocals(
+            fn, counts, self.site_planner.has_side_effects, params | set(self.state.lift_aliases)
+        )
+        special = set(plan.mode_partials) | plan.input_shape_locals | set(plan.shape_locals)
+        extended = flow.extend(pure, set(pure) - special)
+        plan.static_flow = flow
+        plan.static_statements = [stmt for name, stmt in extended.items() if name not in pure]
+        return extended
 
     def _mode_partial(self, value: cst.BaseExpression, call_time: set[str]) -> dict[str, str] | None:
         """``partial(nn.BatchNorm, use_running_average=not train, ...)`` whose only call-time reads are
@@ -264,7 +284,9 @@ class LocalPlanner:
             if name in needed:
                 continue
             needed.add(name)
-            todo.extend(n for n in names_in(plan.pure_locals[name]) if n in plan.pure_locals)
+            stmt = plan.pure_locals[name]
+            tests = plan.static_flow.replay_tests.get(stmt, []) if plan.static_flow is not None else []
+            todo.extend(n for node in (stmt, *tests) for n in names_in(node) if n in plan.pure_locals)
         plan.needed_locals = [n for n in plan.pure_locals if n in needed]
         if needed & plan.input_shape_locals:
             arg = f"{plan.shape_input}_shape"

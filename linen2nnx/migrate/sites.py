@@ -254,7 +254,11 @@ class ClassPlan:
     )
     hoisted_order: list[Site] = dataclasses.field(default_factory=list)
     containers: dict[str, list[Site]] = dataclasses.field(default_factory=dict)
-    pure_locals: dict[str, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)
+    pure_locals: dict[str, cst.BaseStatement] = dataclasses.field(default_factory=dict)
+    static_statements: list[cst.BaseStatement] = dataclasses.field(
+        default_factory=list
+    )  # pure statements other than `name = expr` bound once (static_locals.py)
+    static_flow: Any = None  # static_locals.StaticLocals: which locals are static where
     shape_locals: dict[str, list[str]] = dataclasses.field(
         default_factory=dict
     )  # local -> vars read as v.shape[-1]
@@ -477,3 +481,9 @@ def root_site(site: Site) -> Site:
     while site.parent is not None:
         site = site.parent
     return site
+
+
+def static_everywhere(plan: ClassPlan) -> set[str]:
+    """The replayable locals of ``plan`` that no statement rebinds at call time: static wherever read."""
+    rebound = plan.static_flow.rebound if plan.static_flow is not None else set()
+    return set(plan.pure_locals) - rebound
