@@ -80,6 +80,18 @@ CASES = {
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
     "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept
+    # initial values computed from config in several statements (tuple unpacking, `if` on a field, ...)
+    "static_init_locals": (
+        "Mapping",
+        {"in_features": 5, "features": 3, "key": jax.random.PRNGKey(1)},
+        (2, 5),
+    ),
+    "static_init_locals_hidden": (
+        "Mapping",
+        {"in_features": 5, "features": 3, "hidden": 4, "zero_strength": True, "key": jax.random.PRNGKey(2)},
+        (2, 5),
+    ),
+    "static_init_locals_gain": ("Gain", {"features": 5, "use_bias": True}, (2, 5)),
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -87,6 +99,8 @@ SOURCES = {
     "compact_loop_tail_short": "compact_loop_tail",
     "compact_matmul_setup": "compact_matmul",
     "setup_match_gated": "setup_match",
+    "static_init_locals_hidden": "static_init_locals",
+    "static_init_locals_gain": "static_init_locals",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 

@@ -47,6 +47,7 @@ NOT_RUNNABLE = {
     "param_keywords_manual": "manual findings: self.param arguments with no conversion (unbox=False, splats)",
     "gru_cell": "manual finding: nnx.GRUCell computes another function than nn.GRUCell",
     "class_value": "manual finding: a module built at call time is left to a person",
+    "init_value_reads_input": "manual finding: a parameter's initial value reads the input's shape",
     "external_block": "imports a package that is not part of the run (vision_blocks)",
     "factory_field_unbound": "manual finding: no caller says which layer the factory field builds",
     "compact_cnn": "manual finding: the Dense size after a flatten is a constructor argument a person fills",

@@ -77,7 +77,9 @@ class CompactCollector(FastVisitor):
         """``local_names`` where ``node`` reads them: a local the method rebinds at call time later is
         static before that (see static_locals.py)."""
         if self.plan.static_flow is not None:
-            self.local_names = self.plan.static_flow.call_time_at(node, self.all_local_names, self.ctx.parent_of)
+            self.local_names = self.plan.static_flow.call_time_at(
+                node, self.all_local_names, self.ctx.parent_of
+            )
 
     def visit_For(self, node: cst.For) -> bool:
         self._read_at(node)

@@ -27,9 +27,6 @@ from linen2nnx.migrate.cst_utils import (
     parse_statement,
     without_dead_locals,
 )
-from linen2nnx.migrate.static_locals import (
-    without_dead_statements,
-)
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.lifted import (
     SCAN_DECORATORS,
@@ -53,6 +50,9 @@ from linen2nnx.migrate.sites import (
     StatementMarker,
     marker_line,
 )
+from linen2nnx.migrate.static_locals import (
+    without_dead_statements,
+)
 from linen2nnx.namemap import ClassEntry
 
 
@@ -69,7 +69,10 @@ class ClassRewriter:
         if plan is None:
             return updated
         if original is plan.compact:  # lines __init__ replays that the method no longer reads go
-            candidates = {*plan.needed_locals, *(name for nest in plan.nests.values() for name in nest.local_stmts)}
+            candidates = {
+                *plan.needed_locals,
+                *(name for nest in plan.nests.values() for name in nest.local_stmts),
+            }
             updated = without_dead_locals(updated, candidates)
             needed = {id(plan.pure_locals[name]) for name in plan.needed_locals}
             statements = [

@@ -53,11 +53,7 @@ class StaticLocals:
                 current |= {n for n, s in pure.items() if s is stmt and n in plain}
                 continue
             targets = bound_by(stmt)
-            if (
-                targets
-                and not targets & (dynamic | current | self.excluded)
-                and self._static(stmt, current)
-            ):
+            if targets and not targets & (dynamic | current | self.excluded) and self._static(stmt, current):
                 current |= targets
                 added.update(dict.fromkeys(sorted(targets), stmt))
                 continue
@@ -117,7 +113,9 @@ class StaticLocals:
             return not stmt.decorators and self._static_function(stmt, current)
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
-                if not isinstance(small, cst.Assign) or not all(_plain_target(t.target) for t in small.targets):
+                if not isinstance(small, cst.Assign) or not all(
+                    _plain_target(t.target) for t in small.targets
+                ):
                     return False
                 if not self._static_value(small.value, current):
                     return False
