@@ -423,8 +423,10 @@ class FileContext:
                 kw = {a.keyword.value: a.value for a in source.args if a.keyword is not None}
                 if "default" in kw:
                     default = code(kw["default"])
-                elif "default_factory" in kw:
-                    default = f"{code(kw['default_factory'])}()"
+                elif "default_factory" in kw:  # `lambda: PRNGKey(0)` is called in parentheses
+                    factory = kw["default_factory"]
+                    simple = isinstance(factory, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+                    default = f"{code(factory)}()" if simple else f"({code(factory)})()"
                 init = not (isinstance(kw.get("init"), cst.Name) and kw["init"].value == "False")
             else:
                 default = code(

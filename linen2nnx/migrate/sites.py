@@ -351,8 +351,10 @@ def range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
     if not isinstance(node.target, cst.Name) or (names_in(it) - {"range"} - NOT_LOCAL) & local_names:
         return None
     if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range":
-        if 1 <= len(it.args) <= 2 and not any(a.keyword for a in it.args):
+        if len(it.args) == 1 and not any(a.keyword for a in it.args):
             return LoopInfo(node.target.value, code(it), node=node)
+        if len(it.args) == 2 and not any(a.keyword for a in it.args):  # from a start: counted apart
+            return LoopInfo(node.target.value, code(it), index=f"{node.target.value}_index", node=node)
         return None
     if isinstance(it, cst.Call):
         return None  # enumerate(...), zip(...): not followed yet
