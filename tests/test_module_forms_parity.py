@@ -92,6 +92,7 @@ CASES = {
         (2, 5),
     ),
     "static_init_locals_gain": ("Gain", {"features": 5, "use_bias": True}, (2, 5)),
+    "compact_loop_from_start": ("Pyramid", {}, (2, 5)),  # for level in range(2, top): list counted from 0
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",

@@ -299,7 +299,11 @@ class SitePlanner(NestPlanning, VariablePlanning):
         if isinstance(name_value, cst.SimpleString) and loop is None:
             linen_name = name_value.evaluated_value
             return linen_name, attribute_for(linen_name, class_name), None  # name='if' -> self.if_, ...
-        if loop is not None and (prefix := loop_name_prefix(name_value, loop.var)) is not None:
+        if (
+            loop is not None
+            and not loop.index  # `f'layer_{i}'` names element i only when i counts from zero
+            and (prefix := loop_name_prefix(name_value, loop.var)) is not None
+        ):
             return prefix, snake_case(prefix), "list"
         self.ctx.report(
             MOD_004,
