@@ -145,7 +145,8 @@ class StaticLocals:
         own |= {p.name.value for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)}
         own |= assigned_in(fn.body) | comprehension_names(fn) | {fn.name.value}
         free = {n for n in names_in(fn) - NOT_LOCAL - own if n in self.counts}
-        return free <= current and all(self.counts.get(n) == 1 for n in free)
+        quiet = not self.side_effects(fn)  # type: ignore[arg-type]  # no self.param, no layer built in it
+        return quiet and free <= current and all(self.counts.get(n) == 1 for n in free)
 
     def _static_value(self, value: cst.BaseExpression, current: set[str]) -> bool:
         used = names_in(value) - NOT_LOCAL - comprehension_names(value)
