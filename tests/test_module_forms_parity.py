@@ -93,6 +93,8 @@ CASES = {
     ),
     "static_init_locals_gain": ("Gain", {"features": 5, "use_bias": True}, (2, 5)),
     "compact_loop_from_start": ("Pyramid", {}, (2, 5)),  # for level in range(2, top): list counted from 0
+    "init_value_input_shape": ("FromImage", {"features": 5}, (2, 4, 4, 3)),  # x_shape: replayed on a stand-in
+    "init_value_input_shape_nobias": ("FromImage", {"features": 5, "use_bias": False}, (2, 4, 4, 3)),
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -102,6 +104,7 @@ SOURCES = {
     "setup_match_gated": "setup_match",
     "static_init_locals_hidden": "static_init_locals",
     "static_init_locals_gain": "static_init_locals",
+    "init_value_input_shape_nobias": "init_value_input_shape",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 

@@ -102,7 +102,7 @@ class LocalPlanner:
         flow = StaticLocals(
             fn, counts, self.site_planner.has_side_effects, params | set(self.state.lift_aliases)
         )
-        special = set(plan.mode_partials) | plan.input_shape_locals | set(plan.shape_locals)
+        special = set(plan.mode_partials) | set(plan.shape_locals)
         extended = flow.extend(pure, set(pure) - special)
         plan.static_flow = flow
         plan.static_statements = [stmt for name, stmt in extended.items() if name not in pure]
