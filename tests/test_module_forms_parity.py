@@ -95,6 +95,7 @@ CASES = {
     "compact_loop_from_start": ("Pyramid", {}, (2, 5)),  # for level in range(2, top): list counted from 0
     "init_value_input_shape": ("FromImage", {"features": 5}, (2, 4, 4, 3)),  # x_shape: replayed on a stand-in
     "init_value_input_shape_nobias": ("FromImage", {"features": 5, "use_bias": False}, (2, 4, 4, 3)),
+    "init_value_input_shape_inline": ("ConvIn", {"features": 4}, (2, 5, 5, 3)),  # (3, 3, x.shape[3], f)
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -105,6 +106,7 @@ SOURCES = {
     "static_init_locals_hidden": "static_init_locals",
     "static_init_locals_gain": "static_init_locals",
     "init_value_input_shape_nobias": "init_value_input_shape",
+    "init_value_input_shape_inline": "init_value_input_shape",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 

@@ -241,7 +241,7 @@ class Emitter:
         for stmt in setup_body:
             stmts.append(self._containerize(plan, stmt))
         shape_arg = next((a for a, how in plan.new_args.items() if how == "input_shape:0"), None)
-        if shape_arg is not None and plan.input_shape_locals:  # the input parameter shapes read: a stand-in
+        if shape_arg is not None and (plan.input_shape_locals or plan.input_shape_params):  # a stand-in input
             stmts.append(
                 parse_statement(
                     f"{plan.shape_input} = jax.ShapeDtypeStruct(tuple({shape_arg}), jax.numpy.float32)\n"

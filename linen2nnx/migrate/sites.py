@@ -288,6 +288,7 @@ class ClassPlan:
     )  # self.variable -> lazy_vars.LazyVar
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
+    input_shape_params: list[Any] = dataclasses.field(default_factory=list)  # variables sized by its shape
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
     scanned_methods: dict[str, Any] = dataclasses.field(default_factory=dict)  # method -> lifted.MethodScan
     carry_inits: dict[cst.Call, Site] = dataclasses.field(default_factory=dict)  # Linen cell.initialize_carry
