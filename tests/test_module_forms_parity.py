@@ -91,6 +91,22 @@ CASES = {
         (2, 5),
     ),  # ... as Wide_{k}
     "compact_loop_chain_mixed": ("Mixed", {}, (2, 5)),  # two classes per iteration, two lists extended
+    # initial values computed from config in several statements (tuple unpacking, `if` on a field, ...)
+    "static_init_locals": (
+        "Mapping",
+        {"in_features": 5, "features": 3, "key": jax.random.PRNGKey(1)},
+        (2, 5),
+    ),
+    "static_init_locals_hidden": (
+        "Mapping",
+        {"in_features": 5, "features": 3, "hidden": 4, "zero_strength": True, "key": jax.random.PRNGKey(2)},
+        (2, 5),
+    ),
+    "static_init_locals_gain": ("Gain", {"features": 5, "use_bias": True}, (2, 5)),
+    "compact_loop_from_start": ("Pyramid", {}, (2, 5)),  # for level in range(2, top): list counted from 0
+    "init_value_input_shape": ("FromImage", {"features": 5}, (2, 4, 4, 3)),  # x_shape: replayed on a stand-in
+    "init_value_input_shape_nobias": ("FromImage", {"features": 5, "use_bias": False}, (2, 4, 4, 3)),
+    "init_value_input_shape_inline": ("ConvIn", {"features": 4}, (2, 5, 5, 3)),  # (3, 3, x.shape[3], f)
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -102,6 +118,10 @@ SOURCES = {
     "compact_loop_chain_field": "compact_loop_chain",
     "compact_loop_chain_wide": "compact_loop_chain",
     "compact_loop_chain_mixed": "compact_loop_chain",
+    "static_init_locals_hidden": "static_init_locals",
+    "static_init_locals_gain": "static_init_locals",
+    "init_value_input_shape_nobias": "init_value_input_shape",
+    "init_value_input_shape_inline": "init_value_input_shape",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 

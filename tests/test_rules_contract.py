@@ -52,6 +52,7 @@ NOT_RUNNABLE = {
     "loop_names_not_index": "manual finding: loop names that are no list index are left to a person",
     "loop_jumps": "manual finding: modules built on some iterations of a loop are left to a person",
     "setup_comprehension_offset": "manual finding: element names that are no list index stay Linen",
+    "init_value_reads_input": "manual finding: a parameter's initial value reads the input's shape",
     "external_block": "imports a package that is not part of the run (vision_blocks)",
     "factory_field_unbound": "manual finding: no caller says which layer the factory field builds",
     "compact_cnn": "manual finding: the Dense size after a flatten is a constructor argument a person fills",

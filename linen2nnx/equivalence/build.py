@@ -275,7 +275,8 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
             after = {
                 _flat_key(k): v.get_value()
                 for k, v in nnx.to_flat_state(nnx.state(m, nnx.Not(nnx.Param)))
-                if not isinstance(v, nnx.RngState)
+                if isinstance(v, nnx.Variable)
+                and not isinstance(v, nnx.RngState)  # not a plain array attribute
             }
             return side.loss(out, batch), (out, after)
 

@@ -55,7 +55,8 @@ class CompactCollector(FastVisitor):
         self.plan = plan  # the class being planned
         self.fn = fn  # the compact method
         self.counts = counts  # local name -> how many times the method assigns it
-        self.local_names = local_names  # its locals that __init__ does not replay
+        self.local_names = local_names  # its locals that hold call-time values where the walk is
+        self.all_local_names = local_names  # its locals that __init__ does not replay everywhere
         self.partials = partials  # `dense = partial(nn.Dense, ...)` locals built at each use
         self.counters = counters  # Linen auto-name counters (`Dense_0`, `Dense_1`, ...)
         self.blocked = 0  # inside a construct we cannot hoist out of
@@ -74,7 +75,16 @@ class CompactCollector(FastVisitor):
     visit_While = visit_ListComp = visit_GeneratorExp = visit_Lambda = visit_DictComp = _block
     leave_While = leave_ListComp = leave_GeneratorExp = leave_Lambda = leave_DictComp = _unblock
 
+    def _read_at(self, node: cst.CSTNode) -> None:
+        """``local_names`` where ``node`` reads them: a local the method rebinds at call time later is
+        static before that (see static_locals.py)."""
+        if self.plan.static_flow is not None:
+            self.local_names = self.plan.static_flow.call_time_at(
+                node, self.all_local_names, self.ctx.parent_of
+            )
+
     def visit_For(self, node: cst.For) -> bool:
+        self._read_at(node)
         loop = range_loop(node, self.local_names)
         outer = set().union(*(names for names, _ in self.nest))
         jumps = jumps_in(node)
@@ -114,6 +124,7 @@ class CompactCollector(FastVisitor):
         return node is self.fn
 
     def visit_Call(self, node: cst.Call) -> None:
+        self._read_at(node)
         found = self._constructor(node)
         built = self._built(node, *found) if found is not None else None
         if built is None:

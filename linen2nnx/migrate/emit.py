@@ -250,7 +250,7 @@ class Emitter:
         for stmt in setup_body:
             stmts.append(self._containerize(plan, stmt))
         shape_arg = next((a for a, how in plan.new_args.items() if how == "input_shape:0"), None)
-        if shape_arg is not None and plan.input_shape_locals:  # the input parameter shapes read: a stand-in
+        if shape_arg is not None and (plan.input_shape_locals or plan.input_shape_params):  # a stand-in input
             stmts.append(
                 parse_statement(
                     f"{plan.shape_input} = jax.ShapeDtypeStruct(tuple({shape_arg}), jax.numpy.float32)\n"
@@ -295,7 +295,11 @@ class Emitter:
         """The config locals ``__init__`` replays (``cfg = self.config``), as rewritten; a shape local
         reads its static sizes."""
         stmts: list[cst.BaseStatement] = []
+        replayed: set[int] = set()  # `w, b = ...` binds two needed names in one statement
         for name in plan.needed_locals:
+            if id(plan.pure_locals[name]) in replayed:
+                continue
+            replayed.add(id(plan.pure_locals[name]))
             stmt = self.state.pure_updated.get(plan.pure_locals[name], plan.pure_locals[name])
             if name in plan.mode_partials:  # its call-time flags are given where its layers are called
                 value = stmt.body[0].value  # type: ignore[attr-defined]
@@ -318,6 +322,12 @@ class Emitter:
                     continue
                 value = stmt.body[0].value  # type: ignore[attr-defined]
                 stmt = parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")
+            tests = plan.static_flow.replay_tests.get(plan.pure_locals[name]) if plan.static_flow else None
+            if tests:  # bound under `if`s on config in the method: under the same tests here
+                test = " and ".join(code(t) if len(tests) == 1 else f"({code(t)})" for t in tests)
+                stmt = parse_statement(f"if {test}:\n    pass\n").with_changes(  # type: ignore[call-arg]
+                    body=cst.IndentedBlock([stmt.with_changes(leading_lines=[])])  # type: ignore[attr-defined]
+                )
             stmts.append(stmt)
         return stmts
 

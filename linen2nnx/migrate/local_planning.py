@@ -18,7 +18,6 @@ from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
-    assigned_in,
     assigned_names,
     code,
     comprehension_names,
@@ -32,6 +31,8 @@ from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.rules import LAYER_003, MOD_004, SHAPE_002
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import ClassPlan, nest_fors, shape_last_refs
+from linen2nnx.migrate.static_locals import StaticLocals
+from linen2nnx.migrate.variable_planning import shape_kept_until
 
 
 class LocalPlanner:
@@ -42,14 +43,14 @@ class LocalPlanner:
         self.state = ctx.state
         self.site_planner = site_planner  # whether a value has side effects
 
-    def pure_locals(self, plan: ClassPlan, fn: cst.FunctionDef) -> dict[str, cst.SimpleStatementLine]:
+    def pure_locals(self, plan: ClassPlan, fn: cst.FunctionDef) -> dict[str, cst.BaseStatement]:
         """Top-level ``name = expr`` bound once, whose value uses only config (``self.*``), globals
         and earlier such names: they can be replayed in ``__init__``."""
         counts = assigned_names(fn)
         params = {
             p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)
         }
-        pure: dict[str, cst.SimpleStatementLine] = {}
+        pure: dict[str, cst.BaseStatement] = {}
         for stmt in fn.body.body:
             assign = single_assign(stmt)
             if assign is None:
@@ -86,7 +87,26 @@ class LocalPlanner:
             pure[name] = stmt
             if refs:  # `d = x.shape[-1] if ... else ...`: replayed with x's size once the dataflow knows it
                 plan.shape_locals[name] = refs
-        return pure
+        return self._static_statements(plan, fn, pure, counts, params)
+
+    def _static_statements(
+        self,
+        plan: ClassPlan,
+        fn: cst.FunctionDef,
+        pure: dict[str, cst.BaseStatement],
+        counts: dict[str, int],
+        params: set[str],
+    ) -> dict[str, cst.BaseStatement]:
+        """``pure`` with the statements that bind static values otherwise (tuple unpacking, an ``if`` on
+        config, a name rebound at call time later): see static_locals.py."""
+        flow = StaticLocals(
+            fn, counts, self.site_planner.has_side_effects, params | set(self.state.lift_aliases)
+        )
+        special = set(plan.mode_partials) | set(plan.shape_locals)
+        extended = flow.extend(pure, set(pure) - special)
+        plan.static_flow = flow
+        plan.static_statements = [stmt for name, stmt in extended.items() if name not in pure]
+        return extended
 
     def _mode_partial(self, value: cst.BaseExpression, call_time: set[str]) -> dict[str, str] | None:
         """``partial(nn.BatchNorm, use_running_average=not train, ...)`` whose only call-time reads are
@@ -176,36 +196,7 @@ class LocalPlanner:
         return unconditional
 
     def _shape_kept_until(self, fn: cst.FunctionDef, stop: cst.BaseStatement, name: str) -> bool:
-        """Every rebinding of ``name`` before ``stop`` keeps its shape (``x = jnp.asarray(x, dtype)``,
-        ``x = x.astype(...)``), so ``x.shape`` there is the input's shape."""
-        for stmt in fn.body.body:
-            if stmt is stop:
-                return True
-            if not isinstance(stmt, cst.SimpleStatementLine):
-                if name in assigned_in(stmt):
-                    return False
-                continue
-            for small in stmt.body:
-                if isinstance(small, cst.Assign) and name in assigned_in(small):
-                    value = small.value
-                    keeps = isinstance(value, cst.Call) and (
-                        (
-                            self.ctx.qualnames(value.func)
-                            & {"jax.numpy.asarray", "jax.numpy.array", "numpy.asarray"}
-                            and value.args
-                            and code(value.args[0].value) == name
-                        )
-                        or (
-                            isinstance(value.func, cst.Attribute)
-                            and value.func.attr.value == "astype"
-                            and code(value.func.value) == name
-                        )
-                    )
-                    if not keeps or len(small.targets) != 1:
-                        return False
-                elif isinstance(small, (cst.AugAssign, cst.AnnAssign)) and name in assigned_in(small):
-                    return False
-        return True
+        return shape_kept_until(self.ctx, fn, stop, name)
 
     def partial_locals(
         self, plan: ClassPlan, fn: cst.FunctionDef, assigned: dict[str, int]
@@ -264,16 +255,21 @@ class LocalPlanner:
             if name in needed:
                 continue
             needed.add(name)
-            todo.extend(n for n in names_in(plan.pure_locals[name]) if n in plan.pure_locals)
+            stmt = plan.pure_locals[name]
+            tests = plan.static_flow.replay_tests.get(stmt, []) if plan.static_flow is not None else []
+            todo.extend(n for node in (stmt, *tests) for n in names_in(node) if n in plan.pure_locals)
         plan.needed_locals = [n for n in plan.pure_locals if n in needed]
-        if needed & plan.input_shape_locals:
+        plan.input_shape_params = [c for c in plan.input_shape_params if c in plan.sites]
+        if needed & plan.input_shape_locals or plan.input_shape_params:
             arg = f"{plan.shape_input}_shape"
             while arg in plan.field_names:
                 arg += "_"
             plan.new_args[arg] = "input_shape:0"
             self.ctx.report(
                 SHAPE_002,
-                plan.pure_locals[next(n for n in plan.needed_locals if n in plan.input_shape_locals)],
+                plan.pure_locals[next(n for n in plan.needed_locals if n in plan.input_shape_locals)]
+                if needed & plan.input_shape_locals
+                else plan.input_shape_params[0],
                 f"{plan.name} gains constructor argument {arg}: the shape of `{plan.shape_input}`, which its "
                 "parameter shapes read",
                 f"pass {arg}=x.shape where {plan.name} is built",

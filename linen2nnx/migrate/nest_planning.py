@@ -26,7 +26,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.rules import LAYER_003, MOD_004
-from linen2nnx.migrate.sites import ClassPlan, LoopNest, Site, root_site, shape_last_refs
+from linen2nnx.migrate.sites import ClassPlan, LoopNest, Site, root_site, shape_last_refs, static_everywhere
 
 
 class NestPlanning:
@@ -84,7 +84,7 @@ class NestPlanning:
         site.parent, site.nested_arg, site.element = outer, arg_name, index
         outer.nested.append(site)
         root = root_site(site)
-        local_names = set(assigned_names(self.ctx.enclosing_function(node))) - set(plan.pure_locals)
+        local_names = set(assigned_names(self.ctx.enclosing_function(node))) - static_everywhere(plan)
         moved = []
         for name, arg in site.args.items():
             uses = (names_in(arg.value) - NOT_LOCAL) & local_names

@@ -56,6 +56,7 @@ from linen2nnx.migrate.sites import (
     ClassPlan,
     Field,
     Site,
+    static_everywhere,
 )
 from linen2nnx.migrate.sizing import Sizer
 
@@ -398,7 +399,7 @@ class ClassPlanner:
         counts = assigned_names(fn)
         plan.compact = fn
         plan.pure_locals = self.locals.pure_locals(plan, fn)
-        local_names = set(counts) - set(plan.pure_locals)
+        local_names = set(counts) - static_everywhere(plan)
         partials = self.locals.partial_locals(plan, fn, counts)
         replayable = {name: plan.pure_locals.pop(name) for name in partials if name in plan.pure_locals}
         # ^ built at each use, never replayed in __init__ as a config local -- unless also used otherwise
@@ -485,7 +486,7 @@ class ClassPlanner:
             {p.name.value for p in (*caller.params.params, *caller.params.kwonly_params)} if caller else set()
         )
         result = code(substitute(parse_expression(when), values))
-        ok = names_in(parse_expression(result)) - NOT_LOCAL - {"self"} <= mine | set(plan.pure_locals)
+        ok = names_in(parse_expression(result)) - NOT_LOCAL - {"self"} <= mine | static_everywhere(plan)
         return result if ok else "True"
 
     @staticmethod

@@ -50,6 +50,9 @@ from linen2nnx.migrate.sites import (
     StatementMarker,
     marker_line,
 )
+from linen2nnx.migrate.static_locals import (
+    without_dead_statements,
+)
 from linen2nnx.namemap import ClassEntry
 
 
@@ -66,10 +69,20 @@ class ClassRewriter:
         if plan is None:
             return updated
         if original is plan.compact:  # lines __init__ replays that the method no longer reads go
-            updated = without_dead_locals(
-                updated,
-                {*plan.needed_locals, *(name for nest in plan.nests.values() for name in nest.local_stmts)},
-            )
+            candidates = {
+                *plan.needed_locals,
+                *(name for nest in plan.nests.values() for name in nest.local_stmts),
+            }
+            updated = without_dead_locals(updated, candidates)
+            needed = {id(plan.pure_locals[name]) for name in plan.needed_locals}
+            statements = [
+                self.state.pure_updated.get(s, s) for s in plan.static_statements if id(s) in needed
+            ]
+            while statements:  # dropping one may leave the locals it read dead, and so on
+                pruned = without_dead_statements(updated, statements)
+                if pruned is updated:
+                    break
+                updated = without_dead_locals(pruned, candidates)
         keep = [
             u
             for o, u in zip(original.decorators, updated.decorators)

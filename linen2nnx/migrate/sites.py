@@ -270,7 +270,11 @@ class ClassPlan:
     )
     hoisted_order: list[Site] = dataclasses.field(default_factory=list)
     containers: dict[str, list[Site]] = dataclasses.field(default_factory=dict)
-    pure_locals: dict[str, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)
+    pure_locals: dict[str, cst.BaseStatement] = dataclasses.field(default_factory=dict)
+    static_statements: list[cst.BaseStatement] = dataclasses.field(
+        default_factory=list
+    )  # pure statements other than `name = expr` bound once (static_locals.py)
+    static_flow: Any = None  # static_locals.StaticLocals: which locals are static where
     shape_locals: dict[str, list[str]] = dataclasses.field(
         default_factory=dict
     )  # local -> vars read as v.shape[-1]
@@ -300,6 +304,7 @@ class ClassPlan:
     )  # self.variable -> lazy_vars.LazyVar
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
+    input_shape_params: list[Any] = dataclasses.field(default_factory=list)  # variables sized by its shape
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
     scanned_methods: dict[str, Any] = dataclasses.field(default_factory=dict)  # method -> lifted.MethodScan
     carry_inits: dict[cst.Call, Site] = dataclasses.field(default_factory=dict)  # Linen cell.initialize_carry
@@ -521,3 +526,9 @@ def root_site(site: Site) -> Site:
     while site.parent is not None:
         site = site.parent
     return site
+
+
+def static_everywhere(plan: ClassPlan) -> set[str]:
+    """The replayable locals of ``plan`` that no statement rebinds at call time: static wherever read."""
+    rebound = plan.static_flow.rebound if plan.static_flow is not None else set()
+    return set(plan.pure_locals) - rebound

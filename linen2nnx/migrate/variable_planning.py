@@ -8,9 +8,11 @@ on the first call (:mod:`~linen2nnx.migrate.lazy_vars`). Submodule sites are the
 
 from __future__ import annotations
 
+from typing import Any
+
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, snake_case
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, names_in, only_shape_uses, snake_case
 from linen2nnx.migrate.custom_vars import variable_type_ref
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.rules import API_002, MOD_004
@@ -107,7 +109,7 @@ class VariablePlanning:
         if named is None:
             return None
         collection, name, var_type = named
-        shape_refs = self._variable_shape_refs(call, kind, name, args, local_names)
+        shape_refs = self._variable_shape_refs(call, kind, name, args, local_names, plan)
         if shape_refs is None:
             return None
         if collection == "cache" and hoisted:
@@ -156,15 +158,29 @@ class VariablePlanning:
         return collection, name, self.variable_type(collection)
 
     def _variable_shape_refs(
-        self, call: cst.Call, kind: str | None, name: str, args: list[cst.Arg], local_names: set[str]
+        self,
+        call: cst.Call,
+        kind: str | None,
+        name: str,
+        args: list[cst.Arg],
+        local_names: set[str],
+        plan: ClassPlan | None = None,
     ) -> dict[str, list[str]] | None:
         """The arguments of ``self.param`` / ``self.variable`` that read a call-time value's
         ``x.shape[-1]`` (the dataflow sizes them); None, with a finding, when one reads another
-        call-time value."""
+        call-time value. Other axes of the input's shape (``x.shape[3]``) give the class the input's
+        shape as a constructor argument, as a local reading them does (local_planning.py)."""
         shape_refs: dict[str, list[str]] = {}
         for i, a in enumerate(args):
             uses = (names_in(a.value) - NOT_LOCAL) & local_names
             refs = shape_last_refs(a.value, uses) if uses else None
+            if (
+                uses
+                and refs is None
+                and plan is not None
+                and self._input_shape_arg(plan, call, a.value, uses)
+            ):
+                continue
             if uses and refs is None:
                 self.ctx.report(
                     MOD_004,
@@ -177,3 +193,59 @@ class VariablePlanning:
             if refs:
                 shape_refs[str(i)] = refs  # (x.shape[-1], features): the dataflow knows x's size
         return shape_refs
+
+    def _input_shape_arg(
+        self, plan: ClassPlan, call: cst.Call, value: cst.BaseExpression, uses: set[str]
+    ) -> bool:
+        """``value`` reads only the shape of the compact method's input, unchanged until ``call``'s line:
+        ``__init__`` computes it on a stand-in of the shape the class gains as an argument."""
+        fn = self.ctx.enclosing_function(call)
+        if fn is None or fn is not plan.compact or len(fn.params.params) < 2:
+            return False
+        first = fn.params.params[1].name.value
+        if uses != {first} or not only_shape_uses(value, first) or plan.shape_input not in ("", first):
+            return False
+        top: Any = call
+        while top is not None and self.ctx.parent_of(top) is not fn.body:
+            top = self.ctx.parent_of(top)
+        if top is None or self.has_side_effects(value):  # type: ignore[attr-defined]
+            return False
+        if not isinstance(top, cst.SimpleStatementLine) and first in assigned_in(top):
+            return False  # rebound on the way inside the block
+        if not shape_kept_until(self.ctx, fn, top, first):
+            return False
+        plan.shape_input = first
+        plan.input_shape_params.append(call)
+        return True
+
+
+def shape_kept_until(ctx: Any, fn: cst.FunctionDef, stop: cst.BaseStatement, name: str) -> bool:
+    """Every rebinding of ``name`` before ``stop`` keeps its shape (``x = jnp.asarray(x, dtype)``,
+    ``x = x.astype(...)``), so ``x.shape`` there is the input's shape."""
+    for stmt in fn.body.body:
+        if stmt is stop:
+            return True
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            if name in assigned_in(stmt):
+                return False
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Assign) and name in assigned_in(small):
+                value = small.value
+                keeps = isinstance(value, cst.Call) and (
+                    (
+                        ctx.qualnames(value.func) & {"jax.numpy.asarray", "jax.numpy.array", "numpy.asarray"}
+                        and value.args
+                        and code(value.args[0].value) == name
+                    )
+                    or (
+                        isinstance(value.func, cst.Attribute)
+                        and value.func.attr.value == "astype"
+                        and code(value.func.value) == name
+                    )
+                )
+                if not keeps or len(small.targets) != 1:
+                    return False
+            elif isinstance(small, (cst.AugAssign, cst.AnnAssign)) and name in assigned_in(small):
+                return False
+    return True

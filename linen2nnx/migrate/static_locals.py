@@ -1,0 +1,242 @@
+"""Locals of an ``@nn.compact`` method bound by a tuple unpacking, by an ``if`` on config, or before
+the method rebinds them at call time: static where they are read, so ``__init__`` replays them.
+
+Part of the *analyse* step, used by :class:`~linen2nnx.migrate.local_planning.LocalPlanner`, which
+plans the locals bound once by ``name = expr`` itself. Real code also computes a parameter's initial
+value from config in several statements (StyleGAN's ``w, b = get_weight(...)`` under
+``if self.use_bias:``, then ``w = self.param('weight', lambda *_: w)``): a local is static when every
+value it is computed from is static (fields, literals, module-level names, other static locals), also
+through tuple unpacking and through ``if`` / ``else`` branches whose test is static. A name the method
+rebinds at call time later is static only up to that binding, so what counts as a call-time value
+depends on where it is read (:meth:`StaticLocals.call_time_at`). Once ``__init__`` replays such a
+statement, the method drops it where nothing reads what it bound any more (:func:`without_dead_statements`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, comprehension_names, names_in
+
+
+class StaticLocals:
+    """The static statements of one method, found after the ``name = expr`` locals bound once."""
+
+    def __init__(
+        self,
+        fn: cst.FunctionDef,
+        counts: dict[str, int],
+        side_effects: Callable[[cst.BaseExpression], bool],
+        excluded: set[str],
+    ) -> None:
+        self.fn = fn
+        self.counts = counts  # local name -> how many times the method binds it (parameters once)
+        self.side_effects = side_effects
+        self.excluded = excluded  # names never static (lift aliases, parameters)
+        self.static_at: dict[cst.BaseStatement, frozenset[str]] = {}  # top statement -> static at its start
+        self.rebound: set[str] = set()  # static names the method rebinds at call time later
+        self.replay_tests: dict[cst.BaseStatement, list[cst.BaseExpression]] = {}  # under `if`s on config
+
+    def extend(self, pure: dict[str, cst.BaseStatement], plain: set[str]) -> dict[str, cst.BaseStatement]:
+        """``pure`` (name -> the statement binding it) with the static statements added, in source
+        order; ``plain`` are the names of ``pure`` a new static statement may read."""
+        known = {id(stmt) for stmt in pure.values()}
+        current: set[str] = set()  # names whose binding here is static
+        dynamic: set[str] = set()  # names bound at call time so far
+        added: dict[str, cst.BaseStatement] = {}
+        position = {id(stmt): float(i) for i, stmt in enumerate(self.fn.body.body)}
+        for index, stmt in enumerate(self.fn.body.body):
+            self.static_at[stmt] = frozenset(current)
+            if id(stmt) in known:
+                current |= {n for n, s in pure.items() if s is stmt and n in plain}
+                continue
+            targets = bound_by(stmt)
+            if targets and not targets & (dynamic | current | self.excluded) and self._static(stmt, current):
+                current |= targets
+                added.update(dict.fromkeys(sorted(targets), stmt))
+                continue
+            if isinstance(stmt, cst.If):
+                before = set(added)
+                self._conditional(stmt, current, [], added, known)
+                for k, inner in enumerate(s for s in added.values() if id(s) not in position):
+                    position[id(inner)] = index + (k + 1) / (k + 2)  # after the top statement, in order
+                targets -= set(added) - before  # bound once, to a static value: static wherever read
+            self.rebound |= targets & set(added)
+            current -= targets
+            dynamic |= targets
+        if not added:
+            return pure
+        return dict(sorted({**pure, **added}.items(), key=lambda item: position.get(id(item[1]), -1.0)))
+
+    def _conditional(
+        self,
+        stmt: cst.If,
+        current: set[str],
+        tests: list[cst.BaseExpression],
+        added: dict[str, cst.BaseStatement],
+        known: set[int],
+    ) -> None:
+        """In an ``if`` on config that also does call-time work (``if self.use_bias: init = zeros()``, then
+        ``b = self.param('bias', init, ...)``): the names bound once there to static values, replayed
+        under the same tests (``self.replay_tests``)."""
+        if not self._static_value(stmt.test, current):
+            return
+        negated = cst.UnaryOperation(cst.Not(), cst.parse_expression(f"({code(stmt.test)})"))
+        for branch, branch_tests in ((stmt.body, [*tests, stmt.test]), (stmt.orelse, [*tests, negated])):
+            if isinstance(branch, cst.If):
+                self._conditional(branch, current, branch_tests, added, known)
+                continue
+            inner = set(current)
+            for child in branch.body.body if isinstance(branch, cst.Else) else getattr(branch, "body", []):
+                targets = bound_by(child)
+                if (
+                    targets
+                    and all(self.counts.get(n) == 1 for n in targets)
+                    and not targets & self.excluded
+                    and id(child) not in known
+                    and self._static(child, inner)
+                ):
+                    added.update(dict.fromkeys(sorted(targets), child))
+                    self.replay_tests[child] = branch_tests
+                    inner |= targets
+                elif isinstance(child, cst.If):
+                    self._conditional(child, inner, branch_tests, added, known)
+                    inner -= bound_by(child)
+                else:
+                    inner -= bound_by(child)
+
+    def _static(self, stmt: cst.BaseStatement, current: set[str]) -> bool:
+        """Does ``stmt`` only bind names to static values (``current`` are static before it)?"""
+        if isinstance(stmt, cst.FunctionDef):  # `def nf(stage): return ... self.fmap_base ...`
+            return not stmt.decorators and self._static_function(stmt, current)
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if not isinstance(small, cst.Assign) or not all(
+                    _plain_target(t.target) for t in small.targets
+                ):
+                    return False
+                if not self._static_value(small.value, current):
+                    return False
+                current = current | assigned_in(small)
+            return True
+        if isinstance(stmt, cst.If):
+            if not self._static_value(stmt.test, current):
+                return False
+            branches = [stmt.body] if stmt.orelse is None else [stmt.body, stmt.orelse]
+            for branch in branches:
+                if isinstance(branch, cst.If):
+                    if not self._static(branch, current):
+                        return False
+                    continue
+                inner = set(current)
+                for child in branch.body.body if isinstance(branch, cst.Else) else branch.body:
+                    if not isinstance(child, cst.BaseStatement) or not self._static(child, inner):
+                        return False
+                    inner |= bound_by(child)
+            return True
+        return False
+
+    def _static_function(self, fn: cst.FunctionDef, current: set[str]) -> bool:
+        """A local function whose free locals are static and bound once (it reads them when called)."""
+        params = fn.params
+        own = {p.name.value for p in (*params.params, *params.kwonly_params, *params.posonly_params)}
+        own |= {p.name.value for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)}
+        own |= assigned_in(fn.body) | comprehension_names(fn) | {fn.name.value}
+        free = {n for n in names_in(fn) - NOT_LOCAL - own if n in self.counts}
+        quiet = not self.side_effects(fn)  # type: ignore[arg-type]  # no self.param, no layer built in it
+        return quiet and free <= current and all(self.counts.get(n) == 1 for n in free)
+
+    def _static_value(self, value: cst.BaseExpression, current: set[str]) -> bool:
+        used = names_in(value) - NOT_LOCAL - comprehension_names(value)
+        local = {n for n in used if n in self.counts}
+        return local <= current and not self.side_effects(value)
+
+    def call_time_at(
+        self, node: cst.CSTNode, base: set[str], parent_of: Callable[[cst.CSTNode], cst.CSTNode | None]
+    ) -> set[str]:
+        """The locals that hold a call-time value where ``node`` reads them: ``base`` (every local not
+        static everywhere) less those static at the start of its top statement, plus what that
+        statement binds before ``node`` (in a loop: anywhere in the loop)."""
+        if not self.rebound:
+            return base
+        before: set[str] = set()
+        cur: cst.CSTNode | None = node
+        while cur is not None:
+            parent = parent_of(cur)
+            if parent is self.fn.body:
+                return (base - self.static_at.get(cur, frozenset())) | (before & base)  # type: ignore[arg-type]
+            if isinstance(parent, (cst.For, cst.While)):
+                before |= assigned_in(parent)
+            siblings = getattr(parent, "body", None)
+            if isinstance(siblings, (list, tuple)) and any(s is cur for s in siblings):
+                for sibling in siblings:
+                    if sibling is cur:
+                        break
+                    before |= assigned_in(sibling)
+            cur = parent
+        return base
+
+
+def bound_by(stmt: cst.CSTNode) -> set[str]:
+    """The names a statement binds in the method's scope (a local function: its name only)."""
+    return {stmt.name.value} if isinstance(stmt, cst.FunctionDef) else assigned_in(stmt)
+
+
+def _plain_target(target: cst.BaseExpression) -> bool:
+    """``name`` or ``a, b`` / ``[a, b]`` of names."""
+    if isinstance(target, cst.Name):
+        return True
+    return isinstance(target, (cst.Tuple, cst.List)) and all(
+        isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements
+    )
+
+
+def _read_first(stmts: Iterable[cst.BaseStatement], name: str) -> tuple[bool, bool]:
+    """(is ``name`` read in ``stmts`` before a binding of it, is it bound on every path)."""
+    for stmt in stmts:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    if name in names_in(small.value) or any(
+                        not _plain_target(t.target) and name in names_in(t.target) for t in small.targets
+                    ):
+                        return True, False
+                    if name in assigned_in(small):
+                        return False, True
+                elif name in names_in(small):
+                    return True, False
+        elif isinstance(stmt, cst.If):
+            if name in names_in(stmt.test):
+                return True, False
+            read, bound = _read_first(stmt.body.body, name)  # type: ignore[arg-type]
+            orelse: list[cst.BaseStatement] = []
+            if isinstance(stmt.orelse, cst.If):
+                orelse = [stmt.orelse]
+            elif isinstance(stmt.orelse, cst.Else):
+                orelse = list(stmt.orelse.body.body)  # type: ignore[arg-type]
+            read_else, bound_else = _read_first(orelse, name) if orelse else (False, False)
+            if read or read_else:
+                return True, False
+            if bound and bound_else:
+                return False, True
+        elif name in names_in(stmt):
+            return True, False
+    return False, False
+
+
+def without_dead_statements(fn: cst.FunctionDef, statements: list[cst.BaseStatement]) -> cst.FunctionDef:
+    """``fn`` without its top statements equal to one of ``statements`` (replayed in ``__init__``) whose
+    every bound name is rebound before anything in ``fn`` reads it again; the last statement stays."""
+    body = list(fn.body.body)
+    dead = set()
+    for i, stmt in enumerate(body):
+        if not any(stmt.deep_equals(s) for s in statements) or i == len(body) - 1:
+            continue
+        if not any(_read_first(body[i + 1 :], n)[0] for n in bound_by(stmt)):
+            dead.add(i)
+    if not dead:
+        return fn
+    kept = [stmt for i, stmt in enumerate(body) if i not in dead]
+    return fn.with_changes(body=fn.body.with_changes(body=kept))
