@@ -41,7 +41,8 @@ class InFlight:
 
     held: int = 0
     peak: int = 0
-    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+    _lock: Any = dataclasses.field(default_factory=threading.RLock, repr=False)
+    """Re-entrant: a collection inside ``track`` may run a finaliser on the same thread."""
 
     def track(self, values: Iterable[Any]) -> None:
         """Count ``values`` until each is garbage (arrays without weak references are not counted)."""

@@ -19,7 +19,7 @@ from linen2nnx.checkpoint_convert.read import LinenCheckpoint, parse_tree
 from linen2nnx.checkpoint_convert.source import Source, resolve_source
 
 #: Restore groups are at least this big, so tiny leaves are not fetched one call each.
-MIN_GROUP_BYTES = 64 << 20
+MIN_GROUP_BYTES = 16 << 20
 _WANTED_TOP = ("opt_state", "step")
 
 
