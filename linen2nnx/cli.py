@@ -76,7 +76,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "--memory-budget",
         type=float,
         metavar="MB",
-        help="host memory for arrays in flight (default: half the largest array, at least 64 MB)",
+        help="host memory for arrays in flight (default: the largest array, at least 16 MB)",
     )
     c.add_argument(
         "--dry-run",

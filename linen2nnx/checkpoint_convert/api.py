@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from linen2nnx.checkpoint_convert import memory
 from linen2nnx.checkpoint_convert.commit import recover_all
 from linen2nnx.checkpoint_convert.mapping import (
     Leaf,
@@ -261,7 +262,7 @@ def convert(
     arrays back and compare their checksums (stored in the report) before publishing ``dst``.
     """
     dst = _destination(src, dst, force)
-    with _mesh_scope(pair, mesh) as active:
+    with memory.heap_returned(), _mesh_scope(pair, mesh) as active:
         t0 = time.perf_counter()
         if isinstance(src, (str, Path)) and Path(src).expanduser().is_dir():
             src, budget = _orbax_source(src, pair, name_map, step, budget, progress, active)

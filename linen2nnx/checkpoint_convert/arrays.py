@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from linen2nnx.checkpoint_convert import memory
 from linen2nnx.errors import L2NError
 
 RawPath = tuple[Any, ...]
@@ -98,13 +99,16 @@ def restore_group(
     """
     for hook in restore_hooks:
         hook(len(wanted))
+    memory.give_back()  # what the previous group's reads and writes freed, before this one's peak
     try:
-        return _restore(item_dir, tree, wanted)
+        got = _restore(item_dir, tree, wanted)
     except Exception as e:
         if len(wanted) > 1:
             for path in wanted:
                 restore_group(item_dir, tree, {path: wanted[path]}, names)
         raise _leaf_error(item_dir, next(iter(wanted)), names, e) from e
+    memory.in_flight.track(got.values())
+    return got
 
 
 def _restore(item_dir: Path, tree: Any, wanted: dict[RawPath, Any]) -> dict[RawPath, Any]:

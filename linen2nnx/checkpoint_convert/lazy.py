@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from linen2nnx.checkpoint_convert import arrays
+from linen2nnx.checkpoint_convert import arrays, memory
 
 
 @dataclasses.dataclass(eq=False)
@@ -108,20 +108,24 @@ def _handler_class() -> type:
                 src = values[idx[0]].source
                 sizes = {i: values[i].nbytes for i in idx}
                 for group in arrays.groups(sizes, src.budget):  # type: ignore[arg-type]
-                    wanted = {
-                        values[i].path: jax.ShapeDtypeStruct(values[i].shape, values[i].dtype) for i in group
-                    }
-                    got = await asyncio.to_thread(
-                        arrays.restore_group, src.item_dir, src.tree, wanted, src.names
+                    await self._write_group(
+                        src, [values[i] for i in group], [infos[i] for i in group], [args[i] for i in group]
                     )
-                    chunk = [got[values[i].path] for i in group]
-                    for i, value in zip(group, chunk):
-                        src.checksums[values[i].path] = checksum(value)
-                    await self._background_serialize(
-                        chunk, [infos[i] for i in group], [args[i] for i in group]
-                    )
-                    del got, chunk
+                    memory.give_back()  # the group's arrays are gone with this call's frame
                     src.advance(len(group), sum(sizes[i] for i in group))
+
+        async def _write_group(
+            self, src: LazySource, leaves: list[LazyLeaf], infos: list[Any], args: list[Any]
+        ) -> None:
+            """Restore one group, checksum it while Orbax writes it; nothing of it outlives the call."""
+            wanted = {v.path: jax.ShapeDtypeStruct(v.shape, v.dtype) for v in leaves}
+            got = await asyncio.to_thread(arrays.restore_group, src.item_dir, src.tree, wanted, src.names)
+            chunk = [got.pop(v.path) for v in leaves]
+            sums, _ = await asyncio.gather(
+                asyncio.to_thread(lambda: [checksum(a) for a in chunk]),
+                self._background_serialize(chunk, infos, args),
+            )
+            src.checksums.update({v.path: s for v, s in zip(leaves, sums)})
 
     return LazyHandler
 

@@ -19,7 +19,7 @@ from linen2nnx.checkpoint_convert.read import LinenCheckpoint, parse_tree
 from linen2nnx.checkpoint_convert.source import Source, resolve_source
 
 #: Restore groups are at least this big, so tiny leaves are not fetched one call each.
-MIN_GROUP_BYTES = 64 << 20
+MIN_GROUP_BYTES = 16 << 20
 _WANTED_TOP = ("opt_state", "step")
 
 
@@ -51,9 +51,11 @@ def open_orbax(src: str | Path, step: int | None = None) -> OrbaxSource:
 
 
 def default_budget(largest: int) -> int:
-    """Bytes restored per group: half the largest array (so a group plus its copy stays under
-    ~1.5x the largest), never less than :data:`MIN_GROUP_BYTES`."""
-    return max(largest // 2, MIN_GROUP_BYTES)
+    """Bytes of arrays held at once: the largest array (it has to be held whole anyway), never
+    less than :data:`MIN_GROUP_BYTES`. Reading a group costs up to twice its bytes for a moment
+    (TensorStore holds a chunk's stored bytes while it decodes them), so a bigger default would
+    raise the peak above what the largest array alone needs; a smaller one only adds calls."""
+    return max(largest, MIN_GROUP_BYTES)
 
 
 def load_arrays(

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from linen2nnx.checkpoint_convert import arrays
+from linen2nnx.checkpoint_convert import arrays, memory
 from linen2nnx.errors import L2NError
 
 
@@ -51,8 +51,6 @@ def state_checksums(state: Any) -> dict[str, str]:
 
 def verify_payload(item_dir: Path, expected: dict[str, str], budget: int) -> None:
     """Re-read ``item_dir`` (metadata, then arrays by group) and compare with ``expected``."""
-    import jax
-
     tree = arrays.read_metadata(item_dir)
     flat = {p: m for p, m in arrays.flat_metadata(tree).items() if arrays.has_plain_dtype(m.dtype)}
     stored = {_key_str(p) for p in flat}
@@ -61,11 +59,22 @@ def verify_payload(item_dir: Path, expected: dict[str, str], budget: int) -> Non
         raise L2NError(f"{item_dir}: verify: written checkpoint lacks {', '.join(missing[:10])}")
     sizes = {p: arrays.nbytes(m) for p, m in flat.items()}
     for group in arrays.groups(sizes, budget):
-        wanted = {p: jax.ShapeDtypeStruct(tuple(flat[p].shape), flat[p].dtype) for p in group}
-        got = arrays.restore_group(item_dir, tree, wanted, {})
-        for p, value in got.items():
-            want = expected.get(_key_str(p))
-            if want is not None and checksum(value) != want:
-                raise L2NError(
-                    f"{item_dir}: verify: {_key_str(p)} reads back as {checksum(value)}, was written as {want}"
-                )
+        _check_group(item_dir, tree, {p: flat[p] for p in group}, expected)
+        memory.give_back()  # the group's arrays went with the call's frame
+
+
+def _check_group(
+    item_dir: Path, tree: Any, metas: dict[arrays.RawPath, Any], expected: dict[str, str]
+) -> None:
+    """Read one group back and compare each array's checksum; nothing of it outlives the call."""
+    import jax
+
+    wanted = {p: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype) for p, m in metas.items()}
+    got = arrays.restore_group(item_dir, tree, wanted, {})
+    for p in list(got):
+        value = got.pop(p)
+        want = expected.get(_key_str(p))
+        found = checksum(value) if want is not None else None
+        del value
+        if found != want:
+            raise L2NError(f"{item_dir}: verify: {_key_str(p)} reads back as {found}, was written as {want}")

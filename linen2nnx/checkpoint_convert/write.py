@@ -35,7 +35,10 @@ from linen2nnx.errors import L2NError
 
 REPORT_FILENAME = "linen2nnx-conversion.json"
 OPTIMIZER_DIR = "optimizer"
-TARGET_FILE_BYTES = 64 << 20
+TARGET_FILE_BYTES = 16 << 20
+"""OCDBT data files of about this size; an array bigger than this is also stored in chunks of at
+most this size, so reading it back (``--verify``, and every later restore) decodes it a chunk at a
+time instead of needing its stored bytes and its decoded bytes whole at once."""
 
 
 def write_nnx_checkpoint(
