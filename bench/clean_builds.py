@@ -29,13 +29,14 @@ dependency this machine lacks — and it is counted apart from the migrated modu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -189,13 +190,13 @@ def _import(root: Path, rel: str) -> Any:
     return module
 
 
-def _required(cls: type) -> list[str]:
+def _required(params: Mapping[str, Any]) -> list[str]:
+    """The parameters of an ``__init__`` (``inspect.signature(...).parameters``) a call must give."""
     import inspect
 
-    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     return [
         p.name
-        for p in params
+        for p in list(params.values())[1:]
         if p.default is inspect.Parameter.empty
         and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         and p.name != "rngs"
@@ -229,7 +230,7 @@ def _build(
     if inspect.isabstract(cls):
         return "abstract", "an abstract base class (its subclasses are what gets built)"
     params = inspect.signature(cls.__init__).parameters
-    required = _required(cls)
+    required = _required(params)
     known = [c for c in configs if set(required) <= set(c)] if required else [{}]
     if not known:
         return "unchecked", "needs " + ", ".join(required)
@@ -258,19 +259,26 @@ def _as_package(root: Path, scratch: Path, name: str) -> Path:
     return scratch / name
 
 
-def _worker(job_path: Path, out_path: Path) -> None:
+@contextlib.contextmanager
+def _job_tree(job_path: Path) -> Iterator[tuple[dict, Path]]:
+    """The job and its tree, importable: its search paths on ``sys.path``, the download-only
+    dependencies stubbed, a package tree reachable under its package name."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from outside_parity import STUB_PACKAGES, stub_missing_packages
 
     job = json.loads(job_path.read_text())
-    root, linen_root = Path(job["root"]), job["linen_root"]
     sys.path[:0] = job.get("search_paths", [])
+    with tempfile.TemporaryDirectory() as tmp, stub_missing_packages(STUB_PACKAGES + STUBS):
+        yield job, _as_package(Path(job["root"]), Path(tmp), job["package"])
+
+
+def _worker(job_path: Path, out_path: Path) -> None:
     results: list[BuildResult] = []
     classes_of: dict[int, type] = {}  # index in results -> the class, for those left unchecked
-    clean_names = {c for cs in job["clean"].values() for c in cs}
     reached: dict[type, str] = {}
-    with tempfile.TemporaryDirectory() as tmp, stub_missing_packages(STUB_PACKAGES + STUBS):
-        tree = _as_package(root, Path(tmp), job["package"])
+    with _job_tree(job_path) as (job, tree):
+        linen_root = job["linen_root"]
+        clean_names = {c for cs in job["clean"].values() for c in cs}
         for rel, classes in job["clean"].items():
             try:
                 module = _import(tree, rel)
@@ -310,14 +318,8 @@ def _linen_fails(linen_root: Path, rel: str, job: dict) -> bool:
 
 def _probe(job_path: Path) -> None:
     """Import the one file of the job's tree (exit status 1 when that fails)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from outside_parity import STUB_PACKAGES, stub_missing_packages
-
-    job = json.loads(job_path.read_text())
-    sys.path[:0] = job.get("search_paths", [])
-    with tempfile.TemporaryDirectory() as tmp, stub_missing_packages(STUB_PACKAGES + STUBS):
-        root = Path(job["root"])
-        _import(_as_package(root, Path(tmp), job["package"]), next(iter(job["clean"])))
+    with _job_tree(job_path) as (job, tree):
+        _import(tree, next(iter(job["clean"])))
 
 
 def main(argv: list[str]) -> int:

@@ -14,7 +14,7 @@ import libcst as cst
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import code, names_in
+from linen2nnx.migrate.cst_utils import code, keyword_arg, names_in
 from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
@@ -60,8 +60,7 @@ class CompactCollector(FastVisitor):
         self.partials = partials  # `dense = partial(nn.Dense, ...)` locals built at each use
         self.counters = counters  # Linen auto-name counters (`Dense_0`, `Dense_1`, ...)
         self.blocked = 0  # inside a construct we cannot hoist out of
-        self.jumping = 0  # ... of which loops with break / continue
-        self.jump_flags: list[bool] = []  # per blocked `for`: whether it is one
+        self.jump_flags: list[bool] = []  # per blocked `for`: whether it has break / continue
         self.loops: list[LoopInfo] = []
         self.nest: list[tuple[set[str], dict[str, cst.SimpleStatementLine]]] = []  # per enclosing `for`
 
@@ -95,7 +94,6 @@ class CompactCollector(FastVisitor):
         )
         if nestable is None:
             self.blocked += 1
-            self.jumping += jumps
             self.jump_flags.append(jumps)
             self.loops.append(LoopInfo("", ""))
         else:
@@ -107,7 +105,7 @@ class CompactCollector(FastVisitor):
         loop = self.loops.pop()
         if loop.node is None:
             self.blocked -= 1
-            self.jumping -= self.jump_flags.pop()
+            self.jump_flags.pop()
         else:
             self.nest.pop()
 
@@ -136,7 +134,7 @@ class CompactCollector(FastVisitor):
                 node,
                 f"{what} created inside a loop with break / continue in @nn.compact (Linen builds "
                 "it on some iterations only) is not hoisted yet"
-                if self.jumping
+                if any(self.jump_flags)
                 else f"{what} created inside a while loop, comprehension, lambda "
                 "or loop over call-time values in @nn.compact is not hoisted yet",
                 "create it in __init__ (an nnx.List for several) and index it at the call",
@@ -171,11 +169,8 @@ class CompactCollector(FastVisitor):
         trace = self.state.trace
         if trace is None or built.variable or (built.rule is None and built.user is None):
             return False
-        class_name = self.ctx.linen_class_name(
-            built.target.func,
-            built.rule.linen if built.rule else built.user.name,  # type: ignore[union-attr]
-        )
-        explicit = next((a for a in built.target.args if a.keyword and a.keyword.value == "name"), None)
+        class_name = self._class_name(built)
+        explicit = keyword_arg(built.target, "name")
         if explicit is not None:
             if not isinstance(explicit.value, cst.SimpleString):
                 return False
@@ -202,10 +197,14 @@ class CompactCollector(FastVisitor):
         one of the class is a finding rather than ``Block_0`` again."""
         if built.variable or (built.rule is None and built.user is None):
             return
-        if any(a.keyword is not None and a.keyword.value == "name" for a in built.target.args):
+        if keyword_arg(built.target, "name") is not None:
             return  # an explicit name consumes no counter
+        self.counters[self._class_name(built)] = None
+
+    def _class_name(self, built: Built) -> str:
+        """The name Linen counts ``built``'s auto-names by (a lifted class's included)."""
         name = built.rule.linen if built.rule else built.user.name  # type: ignore[union-attr]
-        self.counters[self.ctx.linen_class_name(built.target.func, name)] = None
+        return self.ctx.linen_class_name(built.target.func, name)
 
     def _built(self, node: cst.Call, factory: Any, target: cst.Call) -> Built | None:
         """What the constructor call ``node`` builds; None when it is neither a layer, a class of the run

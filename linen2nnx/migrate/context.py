@@ -21,6 +21,7 @@ from linen2nnx.migrate.cst_utils import (
     absolute_qualname,
     code,
     names_in,
+    needs_parens,
     self_attr,
     single_assign,
 )
@@ -437,9 +438,8 @@ class FileContext:
                     default = code(kw["default"])
                 elif "default_factory" in kw:
                     factory = kw["default_factory"]
-                    called = isinstance(factory, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
                     # ``lambda: key()`` must be called as ``(lambda: key())()``, not ``lambda: key()()``
-                    default = f"{code(factory)}()" if called else f"({code(factory)})()"
+                    default = f"({code(factory)})()" if needs_parens(factory) else f"{code(factory)}()"
                 init = not (isinstance(kw.get("init"), cst.Name) and kw["init"].value == "False")
             else:
                 default = code(

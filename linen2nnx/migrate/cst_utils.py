@@ -149,6 +149,11 @@ def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
     )
 
 
+def keyword_arg(call: cst.Call, name: str) -> cst.Arg | None:
+    """``call``'s argument passed as ``name=...``, if any (``name=`` itself: a Linen module's name)."""
+    return next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
 def strip_commas(args: list[cst.Arg]) -> list[cst.Arg]:
     return [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
 

@@ -21,6 +21,7 @@ from linen2nnx.migrate.cst_utils import (
     assigned_names,
     bind_args,
     code,
+    keyword_arg,
     names_in,
     parse_expression,
     self_attr,
@@ -540,12 +541,8 @@ class ClassPlanner:
 
 def _literal_name(call: cst.Call) -> str | None:
     """The string literal a submodule is built with as ``name=``, if any."""
-    for arg in call.args:
-        if (
-            arg.keyword is not None
-            and arg.keyword.value == "name"
-            and isinstance(arg.value, cst.SimpleString)
-        ):
-            value = arg.value.evaluated_value
-            return value if isinstance(value, str) else None
-    return None
+    arg = keyword_arg(call, "name")
+    if arg is None or not isinstance(arg.value, cst.SimpleString):
+        return None
+    value = arg.value.evaluated_value
+    return value if isinstance(value, str) else None

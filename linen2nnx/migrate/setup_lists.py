@@ -22,7 +22,7 @@ import dataclasses
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import names_in, single_assign
+from linen2nnx.migrate.cst_utils import keyword_arg, names_in, single_assign
 
 
 def comprehension_index(comp: cst.ListComp) -> str | None:
@@ -38,7 +38,7 @@ def comprehension_index(comp: cst.ListComp) -> str | None:
     ):
         return None
     if it.func.value == "range" and isinstance(target, cst.Name):
-        if len(it.args) > 1 and _named(comp.elt):
+        if len(it.args) > 1 and isinstance(comp.elt, cst.Call) and keyword_arg(comp.elt, "name") is not None:
             return None  # ``name=f'block_{i}'`` over ``range(1, n)``: block_1 is element 0
         return target.value
     if (
@@ -52,16 +52,11 @@ def comprehension_index(comp: cst.ListComp) -> str | None:
     return None
 
 
-def _named(elt: cst.BaseExpression) -> bool:
-    return isinstance(elt, cst.Call) and any(
-        a.keyword is not None and a.keyword.value == "name" for a in elt.args
-    )
-
-
 def element_names(ctor: cst.Call, index: str, attr: str) -> str | None:
     """The Linen names of the elements as a pattern with ``{i}`` for the index; None when the
     ``name=`` is not one the codemod can follow."""
-    name = next((a.value for a in ctor.args if a.keyword is not None and a.keyword.value == "name"), None)
+    name_arg = keyword_arg(ctor, "name")
+    name = name_arg.value if name_arg is not None else None
     if name is None:
         return f"{attr}_{{i}}"  # Linen's names for a list assigned in setup()
     if (

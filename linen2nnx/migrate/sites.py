@@ -371,13 +371,12 @@ def range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
     if not isinstance(node.target, cst.Name) or (names_in(it) - {"range"} - NOT_LOCAL) & local_names:
         return None
     if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range":
-        if len(it.args) == 1 and not it.args[0].keyword:
-            return LoopInfo(node.target.value, code(it), node=node)
-        if len(it.args) == 2 and not any(a.keyword for a in it.args):
-            # ``range(start, stop)``: the variable is no list index (the first element is at
-            # ``start``), so the loop counts with ``enumerate`` as over a config sequence
-            return LoopInfo(node.target.value, code(it), index=f"{node.target.value}_index", node=node)
-        return None
+        if not 1 <= len(it.args) <= 2 or any(a.keyword for a in it.args):
+            return None
+        # ``range(start, stop)``: the variable is no list index (the first element is at ``start``),
+        # so the loop counts with ``enumerate`` as over a config sequence
+        index = f"{node.target.value}_index" if len(it.args) == 2 else ""
+        return LoopInfo(node.target.value, code(it), index=index, node=node)
     if isinstance(it, cst.Call):
         return None  # enumerate(...), zip(...): not followed yet
     index = f"{node.target.value}_index"
