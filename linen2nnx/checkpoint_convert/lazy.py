@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from linen2nnx.checkpoint_convert import arrays, memory
+from linen2nnx.checkpoint_convert import arrays
 
 
 @dataclasses.dataclass(eq=False)
@@ -111,7 +111,6 @@ def _handler_class() -> type:
                     await self._write_group(
                         src, [values[i] for i in group], [infos[i] for i in group], [args[i] for i in group]
                     )
-                    memory.give_back()  # the group's arrays are gone with this call's frame
                     src.advance(len(group), sum(sizes[i] for i in group))
 
         async def _write_group(
