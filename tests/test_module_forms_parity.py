@@ -76,6 +76,8 @@ CASES = {
     "setup_match": ("Block", {"features": 3}, (2, 5)),  # `match` in setup(): the first case
     "factory_function": ("MLP", {"hidden": 4}, (2, 3)),  # dense(...)(x), norm(...)(x): module-level factories
     "optional_input": ("Encoder", {}, (2, 5)),  # --unsafe-fixes: a layer built when an input is None
+    "einops_patterns": ("Tokens", {}, (2, 4, 4, 3)),  # einops.rearrange / reduce keep the last axis
+    "late_import": ("Scaled", {}, (2, 5)),  # an import below the classes: nnx is imported above them
     "setup_comprehension": ("Stack", {}, (2, 4)),  # [Block(..., name=f"block.{i}") for i in range(n)]
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True

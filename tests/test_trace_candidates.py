@@ -126,3 +126,27 @@ def test_a_traced_carry_wider_than_features_sizes_the_cell(tmp_path):
     )
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+
+
+def test_einops_patterns_keep_the_last_axis_only_when_both_sides_end_with_it():
+    """The output's last axis is the input's when the pattern ends both sides with the same axis or
+    group; an axis the output splits, merges or adds is never guessed (a manual size instead)."""
+    from linen2nnx.migrate.dataflow import einops_keeps_last
+
+    kept = [
+        "n h w c -> n (h w) c",
+        "b t d -> t b d",
+        "... d -> ... d",
+        "b s (h d) -> b s (h  d)",
+        "b n -> b r n",
+    ]
+    changed = ["b n (h d) -> b h n d", "n c -> n c r", "a b -> (a b)", "b (h d) -> b (d h)", "no arrow"]
+    assert [einops_keeps_last(p) for p in kept] == [True] * len(kept)
+    assert [einops_keeps_last(p) for p in changed] == [False] * len(changed)
+    source = (
+        "import einops\nimport flax.linen as nn\n\n\nclass Heads(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, x):\n"
+        "        return nn.Dense(3)(einops.rearrange(x, 'b n (h d) -> b h n d', h=2))\n"
+    )
+    result = migrate_source(source, "heads.py", module_name="heads")
+    assert [f.rule for f in result.findings if f.severity is Severity.MANUAL] == ["L2N-SHAPE-003"]
