@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+import enum
 import importlib.util
 import json
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import NamedTuple
 
+import jax
 import pytest
 from fixture_paths import fixture
 
@@ -257,6 +262,37 @@ def test_clean_builds_tells_built_failed_blocked_and_unchecked(tmp_path):
     assert results["Needs"].detail == "inside Holder"
     assert builds.plain_config({"n": 2, "f": (1, 2)}) == {"n": 2, "f": {"__tuple__": [1, 2]}}
     assert builds.plain_config({"block": object()}) is None
+
+
+class Kind(enum.Enum):
+    A = "a"
+
+
+class TupleConfig(NamedTuple):
+    width: int
+    kinds: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassConfig:
+    depth: int
+    act: object = jax.nn.relu
+
+
+def test_clean_builds_rebuilds_config_objects_from_their_fields():
+    """A traced config object (a NamedTuple, a dataclass, a SimpleNamespace, enum members inside) goes
+    to the build worker as JSON and comes back equal, of its own class; a NamedTuple never as a tuple."""
+    builds = _load("clean_builds")
+    config = {
+        "config": TupleConfig(8, (Kind.A, Kind.A)),
+        "model": ClassConfig(2),
+        "hf": SimpleNamespace(n_embd=12, eps=1e-5),
+    }
+    encoded = builds.plain_config(config)
+    assert encoded is not None
+    decoded = {k: builds._decode(v) for k, v in json.loads(json.dumps(encoded)).items()}
+    assert decoded == config and type(decoded["config"]) is TupleConfig
+    assert builds.plain_config({"model": ClassConfig(2, act=lambda x: x)}) is None  # a closure field
 
 
 def test_outside_corpus_min_clean_pct_gate(outside, tree, capsys):
