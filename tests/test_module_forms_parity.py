@@ -69,6 +69,7 @@ CASES = {
     "flatten_input_steps": ("PerStep", {}, (2, 3, 4, 5)),  # two leading axes kept
     "import_alias": ("Norms", {"features": 4}, (2, 5)),  # `from flax import linen`: linen.Dense, ...
     "traced_flatten": ("Classifier", {}, (2, 8, 8, 3)),  # a flatten's size from the trace: 16 * channels
+    "traced_product": ("Block", {}, (2, 5)),  # the traced size is num_heads * head_dim
     "traced_literal": ("Spectral", {}, (2, 10)),  # --unsafe-fixes: the traced literal 6
     "is_initializing": ("Probe", {}, (2, 5)),  # --unsafe-fixes: self.is_initializing() -> False
     "explicit_names": ("Net", {}, (2, 5)),  # name='norm-pre-head', '0', 'bbox_pred.0' (compact and setup)
