@@ -53,8 +53,9 @@ class BuildResult:
 
 def plain_config(config: Mapping[str, Any]) -> dict[str, Any] | None:
     """``config`` as JSON the worker can rebuild (see :func:`_decode`), or None when a value is not
-    plain: numbers, strings, booleans, None, tuples and lists of them, dtypes (``jnp.float32``) and
-    importable module-level functions (``nn.relu``) are; a module class, a closure, an object are not."""
+    plain: numbers, strings, booleans, None, tuples and lists of them, dtypes (``jnp.float32``),
+    importable module-level functions (``nn.relu``), enum members and config objects (dataclasses of an
+    importable class, ``SimpleNamespace``) of plain fields are; a module class, a closure are not."""
     out = {}
     for key, value in config.items():
         encoded = _encode(value)
@@ -72,7 +73,7 @@ def _encode(value: Any) -> Any:
 
     if isinstance(value, PLAIN):
         return value
-    if isinstance(value, (tuple, list)):
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):  # a NamedTuple is a config
         items = [_encode(v) for v in value]
         return _UNKNOWN if any(i is _UNKNOWN for i in items) else {"__tuple__": items}
     try:
@@ -83,11 +84,47 @@ def _encode(value: Any) -> Any:
     module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", "")
     if callable(value) and module and qualname and "<" not in qualname and not isinstance(value, type):
         return {"__ref__": f"{module}:{qualname}"}
-    return _UNKNOWN
+    return _encode_object(value)
+
+
+def _encode_object(value: Any) -> Any:
+    """Config objects: an enum member, an instance of an importable dataclass or NamedTuple
+    (``GriffinConfig``) and a ``SimpleNamespace`` are rebuilt from their fields, when every field is
+    plain itself."""
+    import dataclasses
+    import enum
+    from types import SimpleNamespace
+
+    kind = type(value)
+    ref = f"{kind.__module__}:{kind.__qualname__}"
+    if isinstance(value, enum.Enum) and "<" not in ref:
+        return {"__enum__": ref, "name": value.name}
+    if isinstance(value, SimpleNamespace):
+        fields = vars(value)
+    elif dataclasses.is_dataclass(value) and "<" not in ref:
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+    elif isinstance(value, tuple) and hasattr(value, "_fields") and "<" not in ref:
+        fields = value._asdict()
+    else:
+        return _UNKNOWN
+    encoded = {k: _encode(v) for k, v in fields.items()}
+    if any(v is _UNKNOWN for v in encoded.values()):
+        return _UNKNOWN
+    return {"__object__": None if isinstance(value, SimpleNamespace) else ref, "fields": encoded}
+
+
+def _imported(ref: str) -> Any:
+    import importlib
+
+    module, qualname = ref.split(":")
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def _decode(value: Any) -> Any:
-    import importlib
+    from types import SimpleNamespace
 
     import jax.numpy as jnp
 
@@ -96,11 +133,16 @@ def _decode(value: Any) -> Any:
     if isinstance(value, dict) and "__dtype__" in value:
         return jnp.dtype(value["__dtype__"])
     if isinstance(value, dict) and "__ref__" in value:
-        module, qualname = value["__ref__"].split(":")
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-        return obj
+        return _imported(value["__ref__"])
+    if isinstance(value, dict) and "__enum__" in value:
+        return getattr(_imported(value["__enum__"]), value["name"])
+    if isinstance(value, dict) and "__object__" in value:
+        fields = {k: _decode(v) for k, v in value["fields"].items()}
+        return (
+            SimpleNamespace(**fields)
+            if value["__object__"] is None
+            else _imported(value["__object__"])(**fields)
+        )
     return value
 
 

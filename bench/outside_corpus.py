@@ -12,17 +12,27 @@ it into another temp folder, and prints a table per file and in total:
   of the INPUT file (findings carry input line numbers);
 - findings by severity and by rule.
 
+Trace specs (``bench/outside_traces/*.py``: ``EXAMPLE = "jax/griffin.py"`` and ``linen_side(example)``)
+migrate the folder of their example again with ``--trace``. The tree is copied under its own folder
+name, with that name's parent on ``sys.path`` while tracing, so a package that imports itself by name
+(``from recurrentgemma.jax import modules``) is traced as that package; a spec's optional
+``environment()`` context stubs download-only imports and shims removed JAX APIs while tracing, and
+``--build-path`` folders hold the corpus's own dependencies. A traced folder's clean classes are built
+inside the whole migrated tree, so the rest of the package is there to import.
+
 It is a measurement, not a gate: it exits 0 (``--min-clean-pct P`` makes it exit 1 below P%).
 Nothing is ever written outside the temp folders.
 
     python bench/outside_corpus.py /tmp/flaxsrc/flax-0.12.8/examples --jobs 2 --json outside.json
     python bench/outside_corpus.py --download      # pip-downloads the installed flax's sdist first
+    python bench/outside_corpus.py /tmp/src/recurrentgemma-1.0.1/recurrentgemma --build-path /tmp/rgdeps
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import json
 import os
@@ -243,7 +253,7 @@ def measure(
 
     traced_folders = []
     with tempfile.TemporaryDirectory(prefix="l2n-outside-") as tmp:
-        tree = Path(tmp) / "in"
+        tree = Path(tmp) / "in" / src.name  # under its own name: a package that imports itself by name
         shutil.copytree(src, tree, ignore=shutil.ignore_patterns("__pycache__", ".git", "*.pyc"))
         out = Path(tmp) / "out"
         first = migrate_paths(
@@ -258,7 +268,7 @@ def measure(
             folder = example.parent
             traced_out = Path(tmp) / "traced" / folder.relative_to(tree)
             try:
-                trace = spec.trace(example)
+                trace = spec.trace(example, [str(tree.parent), *build_paths])
             except Exception as e:  # the example does not run here: its untraced rows stand
                 print(
                     f"trace spec {spec.path.name} failed, {spec.example} stays untraced: {e}", file=sys.stderr
@@ -312,15 +322,16 @@ def _build_clean(
     from clean_builds import check_tree
 
     covered: set[Path] = set()
-    for traced_out, folder, rel_folder, instances in traced:
-        files = {
-            rel.relative_to(rel_folder): row for rel, row in rows.items() if rel.is_relative_to(rel_folder)
-        }
-        covered |= {rel_folder / rel for rel in files}
+    for i, (traced_out, _folder, rel_folder, instances) in enumerate(traced):
+        files = {rel: row for rel, row in rows.items() if rel.is_relative_to(rel_folder)}
+        covered |= set(files)
         configs = {q.rsplit(".", 1)[-1]: v for q, v in instances.items()}
         clean = {str(rel): row.clean_classes for rel, row in files.items()}
-        for b in check_tree(traced_out, clean, configs, folder, folder.name, build_paths):
-            rows[rel_folder / b.file].builds.append(b)
+        whole = out.parent / f"whole-{i}"  # the traced folder in the whole tree:
+        shutil.copytree(out, whole)  # its package imports the rest of it by name
+        shutil.copytree(traced_out, whole / rel_folder, dirs_exist_ok=True)
+        for b in check_tree(whole, clean, configs, tree, package, build_paths):
+            rows[Path(b.file)].builds.append(b)
     clean = {str(rel): row.clean_classes for rel, row in rows.items() if rel not in covered}
     for b in check_tree(out, clean, None, tree, package, build_paths):
         rows[Path(b.file)].builds.append(b)
@@ -350,13 +361,24 @@ class TraceSpec:
     path: Path
     example: str  # the example file it builds a model of, relative to the tree (``ppo/models.py``)
 
-    def trace(self, example: Path) -> Any:
-        """Run the spec's ``linen_side(example)`` on the copied example and trace it."""
+    def trace(self, example: Path, import_roots: Sequence[str] = ()) -> Any:
+        """Run the spec's ``linen_side(example)`` on the copied example and trace it, with
+        ``import_roots`` (the copied tree's parent, so its package imports itself by name, and the
+        corpus's dependencies) on ``sys.path`` and inside the spec's ``environment()`` when it has one
+        (stubs of download-only imports, shims of removed JAX APIs)."""
         from linen2nnx.migrate.trace import trace_linen
         from linen2nnx.spec import import_file
 
         module = import_file(self.path)
-        return trace_linen(module.linen_side(example), spec_ref=str(self.path))
+        environment = getattr(module, "environment", contextlib.nullcontext)
+        added = [p for p in import_roots if p not in sys.path]
+        sys.path[:0] = added
+        try:
+            with environment():
+                return trace_linen(module.linen_side(example), spec_ref=str(self.path))
+        finally:
+            for p in added:
+                sys.path.remove(p)
 
 
 def load_trace_specs(folder: Path) -> list[TraceSpec]:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+import enum
 import importlib.util
 import json
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import NamedTuple
 
+import jax
 import pytest
 from fixture_paths import fixture
 
@@ -126,6 +131,78 @@ def test_outside_corpus_reruns_traced_examples(outside, tree, tmp_path, capsys):
     assert "broken.py failed" in capsys.readouterr().err
 
 
+PACKAGE_LAYERS = """
+from flax import linen as nn
+
+
+class Block(nn.Module):
+    features: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.relu(nn.Dense(self.features)(x))
+"""
+
+PACKAGE_MODEL = """
+import sentencepiece  # a download-only dependency: the trace spec's environment() stubs it
+import jax.numpy as jnp
+from flax import linen as nn
+
+from proj.nets import layers
+
+
+def widen(x):
+    return jnp.concatenate([x, x], axis=-1)
+
+
+class Net(nn.Module):
+    width: int = 6  # what widen() makes of the traced input: the trace names the size after it
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.width)(layers.Block()(widen(x)))
+"""
+
+
+def test_outside_corpus_traces_a_package_that_imports_itself_by_name(outside, tmp_path):
+    """A package whose files import each other through its own name (``from proj.nets import layers``):
+    the trace spec imports the copied tree as that package, inside the spec's ``environment()``, the
+    traced folder becomes clean, and its clean classes are built with the rest of the package beside
+    them."""
+    src = tmp_path / "proj"
+    (src / "nets").mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    (src / "nets" / "__init__.py").write_text("")
+    (src / "nets" / "layers.py").write_text(PACKAGE_LAYERS)
+    (src / "nets" / "model.py").write_text(PACKAGE_MODEL)
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "net.py").write_text(
+        "import importlib\n"
+        "import numpy as np\n"
+        "from outside_parity import stub_missing_packages\n"
+        "from linen2nnx.spec import LinenSide\n"
+        "EXAMPLE = 'nets/model.py'\n"
+        "def environment():\n"
+        "    return stub_missing_packages(('sentencepiece',))\n"
+        "def linen_side(example):\n"
+        "    model = importlib.import_module(f'{example.parents[1].name}.nets.model')\n"
+        "    x = np.zeros((2, 3), np.float32)\n"
+        "    return LinenSide(model=model.Net(), batch={'x': x}, loss=lambda o, b: o.sum(),\n"
+        "                     train_kwargs={}, eval_kwargs={})\n"
+    )
+    report = tmp_path / "outside.json"
+    assert outside.main([str(src), "--no-traces", "--json", str(report)]) == 0
+    untraced = {r["path"]: r for r in json.loads(report.read_text())["files"]}
+    assert untraced["nets/model.py"]["clean"] == 0  # widen()'s result size is unknown statically
+    assert outside.main([str(src), "--traces", str(specs), "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    rows = {r["path"]: r for r in data["files"]}
+    assert data["total"]["traced"] == ["nets/model.py (net.py)"]
+    assert rows["nets/model.py"]["clean"] == 1
+    assert [(b["cls"], b["status"]) for b in rows["nets/model.py"]["builds"]] == [("Net", "built")]
+
+
 NNX_TREE = """
 from flax import nnx
 
@@ -185,6 +262,37 @@ def test_clean_builds_tells_built_failed_blocked_and_unchecked(tmp_path):
     assert results["Needs"].detail == "inside Holder"
     assert builds.plain_config({"n": 2, "f": (1, 2)}) == {"n": 2, "f": {"__tuple__": [1, 2]}}
     assert builds.plain_config({"block": object()}) is None
+
+
+class Kind(enum.Enum):
+    A = "a"
+
+
+class TupleConfig(NamedTuple):
+    width: int
+    kinds: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassConfig:
+    depth: int
+    act: object = jax.nn.relu
+
+
+def test_clean_builds_rebuilds_config_objects_from_their_fields():
+    """A traced config object (a NamedTuple, a dataclass, a SimpleNamespace, enum members inside) goes
+    to the build worker as JSON and comes back equal, of its own class; a NamedTuple never as a tuple."""
+    builds = _load("clean_builds")
+    config = {
+        "config": TupleConfig(8, (Kind.A, Kind.A)),
+        "model": ClassConfig(2),
+        "hf": SimpleNamespace(n_embd=12, eps=1e-5),
+    }
+    encoded = builds.plain_config(config)
+    assert encoded is not None
+    decoded = {k: builds._decode(v) for k, v in json.loads(json.dumps(encoded)).items()}
+    assert decoded == config and type(decoded["config"]) is TupleConfig
+    assert builds.plain_config({"model": ClassConfig(2, act=lambda x: x)}) is None  # a closure field
 
 
 def test_outside_corpus_min_clean_pct_gate(outside, tree, capsys):

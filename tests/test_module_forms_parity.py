@@ -69,6 +69,7 @@ CASES = {
     "flatten_input_steps": ("PerStep", {}, (2, 3, 4, 5)),  # two leading axes kept
     "import_alias": ("Norms", {"features": 4}, (2, 5)),  # `from flax import linen`: linen.Dense, ...
     "traced_flatten": ("Classifier", {}, (2, 8, 8, 3)),  # a flatten's size from the trace: 16 * channels
+    "traced_product": ("Block", {}, (2, 5)),  # the traced size is num_heads * head_dim
     "traced_literal": ("Spectral", {}, (2, 10)),  # --unsafe-fixes: the traced literal 6
     "is_initializing": ("Probe", {}, (2, 5)),  # --unsafe-fixes: self.is_initializing() -> False
     "explicit_names": ("Net", {}, (2, 5)),  # name='norm-pre-head', '0', 'bbox_pred.0' (compact and setup)
@@ -76,6 +77,8 @@ CASES = {
     "setup_match": ("Block", {"features": 3}, (2, 5)),  # `match` in setup(): the first case
     "factory_function": ("MLP", {"hidden": 4}, (2, 3)),  # dense(...)(x), norm(...)(x): module-level factories
     "optional_input": ("Encoder", {}, (2, 5)),  # --unsafe-fixes: a layer built when an input is None
+    "einops_patterns": ("Tokens", {}, (2, 4, 4, 3)),  # einops.rearrange / reduce keep the last axis
+    "late_import": ("Scaled", {}, (2, 5)),  # an import below the classes: nnx is imported above them
     "setup_comprehension": ("Stack", {}, (2, 4)),  # [Block(..., name=f"block.{i}") for i in range(n)]
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True

@@ -126,3 +126,75 @@ def test_a_traced_carry_wider_than_features_sizes_the_cell(tmp_path):
     )
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+
+
+def test_einops_patterns_keep_the_last_axis_only_when_both_sides_end_with_it():
+    """The output's last axis is the input's when the pattern ends both sides with the same axis or
+    group; an axis the output splits, merges or adds is never guessed (a manual size instead)."""
+    from linen2nnx.migrate.dataflow import einops_keeps_last
+
+    kept = [
+        "n h w c -> n (h w) c",
+        "b t d -> t b d",
+        "... d -> ... d",
+        "b s (h d) -> b s (h  d)",
+        "b n -> b r n",
+    ]
+    changed = ["b n (h d) -> b h n d", "n c -> n c r", "a b -> (a b)", "b (h d) -> b (d h)", "no arrow"]
+    assert [einops_keeps_last(p) for p in kept] == [True] * len(kept)
+    assert [einops_keeps_last(p) for p in changed] == [False] * len(changed)
+    source = (
+        "import einops\nimport flax.linen as nn\n\n\nclass Heads(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, x):\n"
+        "        return nn.Dense(3)(einops.rearrange(x, 'b n (h d) -> b h n d', h=2))\n"
+    )
+    result = migrate_source(source, "heads.py", module_name="heads")
+    assert [f.rule for f in result.findings if f.severity is Severity.MANUAL] == ["L2N-SHAPE-003"]
+
+
+PRODUCT_SOURCE = """
+import flax.linen as nn
+
+
+def merge_heads(h):
+    return h.reshape(h.shape[:-2] + (-1,))
+
+
+class Block(nn.Module):
+    num_heads: int = {heads}
+    head_dim: int = {dim}
+    mlp_ratio: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.DenseGeneral((self.num_heads, self.head_dim), name="qkv")(x)
+        return nn.Dense(2, name="out")(merge_heads(h))
+"""
+
+
+def _traced_product(tmp_path, heads: int, dim: int):
+    source = PRODUCT_SOURCE.format(heads=heads, dim=dim)
+    path = tmp_path / f"block_{heads}_{dim}.py"
+    path.write_text(source)
+    module = import_file(path)
+    side = LinenSide(
+        model=module.Block(),
+        batch={"x": np.zeros((2, 5), np.float32)},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    return migrate_source(source, path.name, module_name=path.stem, trace=trace_linen(side))
+
+
+def test_a_traced_size_is_named_by_a_product_of_two_config_values_only_when_one_product_fits(tmp_path):
+    """2 heads x 3: only num_heads * head_dim makes 6, so the constructor computes it; 3 heads x 4
+    makes 12, which mlp_ratio * num_heads makes too: ambiguous, a manual finding, never a guess."""
+    fits = _traced_product(tmp_path, 2, 3)
+    assert "nnx.Linear(self.head_dim * self.num_heads, 2" in fits.output
+    assert not [f for f in fits.findings if f.severity is Severity.MANUAL]
+    ambiguous = _traced_product(tmp_path, 3, 4)
+    manual = [f for f in ambiguous.findings if f.severity is Severity.MANUAL]
+    assert {f.rule for f in manual} == {"L2N-SHAPE-003"}  # ambiguous, so a constructor argument
+    (why,) = [f.message for f in manual if "ambiguous" in f.message]
+    assert "self.head_dim * self.num_heads" in why and "self.mlp_ratio * self.num_heads" in why

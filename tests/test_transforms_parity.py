@@ -164,6 +164,38 @@ def test_lazy_cache_follows_the_linen_decode_protocol(tmp_path):
     assert int(model.steps[...]) == int(cache["cache"]["steps"]) == 3
 
 
+def test_put_variable_follows_linen_writes_and_reads(tmp_path):
+    """Decode state that ``put_variable`` creates by its first write: prefill, then extend steps, and a
+    counter in ``__call__`` read with a default, equal Linen's mutated ``cache`` at every step."""
+    linen_mod, nnx_mod, result, _ = build("put_variable", tmp_path)
+    assert result.name_map.classes["put_variable.Stepper"].variables["cache"] == {
+        "calls": "calls",
+        "seq_len": "seq_len",
+        "steps": "steps",
+    }
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(3, 4)).astype(np.float32)
+    linen_model = linen_mod.Stepper()
+    params = perturbed(linen_model.init(jax.random.key(0), x))["params"]
+    model = nnx_mod.Stepper(in_features=4, rngs=nnx.Rngs(0))
+    model.proj.kernel[...] = params["proj"]["kernel"]
+    model.proj.bias[...] = params["proj"]["bias"]
+    want, cache = linen_model.apply({"params": params}, x, method="prefill", mutable=["cache"])
+    np.testing.assert_allclose(model.prefill(x), want, rtol=1e-6)
+    for _ in range(2):
+        (want, want_steps), cache = linen_model.apply(
+            {"params": params, **cache}, x, method="extend", mutable=["cache"]
+        )
+        out, steps = model.extend(x)
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(steps, want_steps)
+    np.testing.assert_array_equal(model.seq_len.value, cache["cache"]["seq_len"])
+    for _ in range(2):
+        want, cache = linen_model.apply({"params": params, **cache}, x, count=True, mutable=["cache"])
+        np.testing.assert_allclose(model(x, count=True), want, rtol=1e-6)
+    assert int(model.calls.value) == int(cache["cache"]["calls"]) == 2
+
+
 def test_bridge_fallback_runs_and_converts(tmp_path):
     """A class kept as Linen behind nnx.bridge.ToNNX: its parent is NNX, its weights convert through
     the name map (``tied/linen/Dense_0/...``) and the model computes what Linen computes."""

@@ -19,6 +19,7 @@ side of unknown rank leaves the result unknown (a vector contracts the last axis
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -87,6 +88,9 @@ ONE_HOT_FUNCTIONS = frozenset({"jax.nn.one_hot", "flax.linen.one_hot"})
 CONCATENATE_FUNCTIONS = frozenset({"jax.numpy.concatenate", "numpy.concatenate"})
 REDUCTIONS = frozenset({"mean", "sum", "max", "min", "prod", "var", "std", "median", "nanmean", "nansum"})
 """Reductions (``jnp.mean(x, axis=...)`` / ``x.mean(axis=...)``): the last axis survives unless reduced."""
+EINOPS_FUNCTIONS = frozenset({"einops.rearrange", "einops.reduce", "einops.repeat"})
+"""``f(x, "n h w c -> n (h w) c", ...)``: the last axis is kept when the pattern ends both sides with
+the same axis (see :func:`einops_keeps_last`)."""
 DOT_GENERAL_FUNCTIONS = frozenset({"jax.lax.dot_general"})
 """``f(x, w, dimension_numbers)``: the result's last axis is w's last free (uncontracted, unbatched) one."""
 
@@ -305,6 +309,10 @@ class FeatureFlow:
         reduce axes (``jnp.mean(x, axis=...)``); None for any other call."""
         if qualnames & feature_preserving_functions() or qualnames & SHAPE_KEEPING_FUNCTIONS:
             return first
+        if qualnames & EINOPS_FUNCTIONS and len(positional) >= 2 and first.kind != "tuple":
+            pattern = positional[1].value
+            if isinstance(pattern, cst.SimpleString) and einops_keeps_last(pattern.evaluated_value):
+                return first
         if qualnames & MATMUL_FUNCTIONS and len(positional) == 2 == len(node.args):
             return _contracted(arg_feats[1], -2)
         if qualnames & DOT_GENERAL_FUNCTIONS and len(arg_feats) >= 2:
@@ -382,6 +390,28 @@ class FeatureFlow:
             )
             return _concatenated(first, axis)
         return Feat.unknown("call")
+
+
+def einops_keeps_last(pattern: str) -> bool:
+    """An einops pattern whose output ends with the input's last axis, as is: ``"n h w c -> n (h w) c"``,
+    ``"b t d -> t b d"``, ``"... d -> ... d"`` (the same final token on both sides, an axis name or a
+    group, never one the output builds or splits)."""
+    lhs, arrow, rhs = pattern.partition("->")
+    if not arrow:
+        return False
+    last_in, last_out = _einops_last(lhs), _einops_last(rhs)
+    return last_in is not None and last_in == last_out
+
+
+def _einops_last(side: str) -> str | None:
+    """The last axis token of one side of an einops pattern (a name, ``...`` or a ``(group)``)."""
+    tokens = re.findall(r"\([^()]*\)|[A-Za-z_][A-Za-z_0-9]*|\.\.\.|\S", side.strip())
+    if not tokens:
+        return None
+    last = tokens[-1]
+    if last.startswith("("):
+        return "(" + " ".join(last[1:-1].split()) + ")"
+    return last if last == "..." or last.isidentifier() else None
 
 
 def _concatenated(parts: Feat, axis: cst.BaseExpression | None) -> Feat:

@@ -134,6 +134,9 @@ class FileState:
     stmt_prefix: dict[cst.CSTNode, list[cst.BaseStatement]] = dataclasses.field(
         default_factory=dict
     )  # added lines
+    stmt_replaced: dict[cst.CSTNode, cst.BaseStatement] = dataclasses.field(
+        default_factory=dict
+    )  # statements rewritten whole (a put_variable write)
 
     # ---- rewrite results keyed by original node (transformer -> emitter) ----------------------
     moved: dict[cst.Call, list[cst.Arg]] = dataclasses.field(

@@ -47,11 +47,16 @@ def _imports_nnx(stmt: cst.BaseStatement) -> bool:
 
 
 def ensure_nnx_import(module: cst.Module) -> cst.Module:
-    """Add ``from flax import nnx`` after the last top-level import (after the docstring if none)."""
+    """Add ``from flax import nnx`` after the last top-level import that comes before the first class
+    or function (after the docstring if none): an import further down, after the classes that use
+    ``nnx``, would run too late for their annotations and bases."""
     body = list(module.body)
     if any(_imports_nnx(s) for s in body):
         return module
-    last_import = max((i for i, s in enumerate(body) if is_import_line(s)), default=-1)
+    first_def = next(
+        (i for i, s in enumerate(body) if isinstance(s, (cst.ClassDef, cst.FunctionDef))), len(body)
+    )
+    last_import = max((i for i, s in enumerate(body[:first_def]) if is_import_line(s)), default=-1)
     if (
         last_import < 0
         and body

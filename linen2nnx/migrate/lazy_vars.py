@@ -31,7 +31,9 @@ class LazyVar:
     attr: str  # NNX attribute
     var_type: str  # the Variable type's expression: nnx.Cache, or the file's own subclass (custom_vars.py)
     statement: cst.SimpleStatementLine  # the statement the creation is hoisted in front of
-    when: str = "True"  # the call-time condition it is created under, in terms of the method's parameters
+    when: str | None = "True"  # the call-time condition it is created under, in terms of __call__'s
+    # parameters; None: not by __call__ (a put_variable in another method)
+    put: bool = False  # created by its first self.put_variable write (put_variables.py)
 
 
 def init_call(init: cst.BaseExpression, args: list[cst.Arg]) -> cst.BaseExpression:

@@ -251,6 +251,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             alias = next((n for n, st in self.state.alias_stmts.items() if st is original_node), None)
             if alias is not None and self.state.alias_use.get(alias):
                 return cst.RemoveFromParent()
+        updated = self.state.stmt_replaced.pop(original_node, updated)
         prefix = self.state.stmt_prefix.pop(original_node, None)
         if prefix and isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             return cst.FlattenSentinel([*prefix, self._with_markers(original_node, updated)])

@@ -42,6 +42,7 @@ from linen2nnx.migrate.linen_api import (
     feature_preserving_functions,
 )
 from linen2nnx.migrate.local_planning import LocalPlanner
+from linen2nnx.migrate.put_variables import plan_put_variables
 from linen2nnx.migrate.rules import (
     API_002,
     MOD_004,
@@ -118,6 +119,7 @@ class ClassPlanner:
                 self._plan_setup(plan, fn)
             elif any(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators):
                 self._plan_compact(plan, fn, counters)
+        plan_put_variables(self, plan, node, plan.put_calls)
         self._size_and_finish(plan, methods)
         return plan
 
@@ -154,7 +156,9 @@ class ClassPlanner:
                     and self.ctx.qualnames(small.value) & feature_preserving_functions()
                 ):
                     plan.activation_fields.add(small.target.value)
-        called = {self.ctx.self_call(c) for c in calls_in(node.body)} - {None}
+        calls = calls_in(node.body)
+        called = {self.ctx.self_call(c) for c in calls} - {None}
+        plan.put_calls = [c for c in calls if self.ctx.self_call(c) == "put_variable"]
         for f in plan.fields:  # `act: Callable` with no default, called: what the callers bind it to
             if (
                 f.default is None
@@ -203,7 +207,7 @@ class ClassPlanner:
         for site in plan.sites.values():
             site.state_when = self._site_state_when(plan, site)
         plan.state_when = either(
-            [v.when for v in plan.lazy_vars.values()]
+            [v.when for v in plan.lazy_vars.values() if v.when is not None]
             + [s.state_when for s in plan.sites.values() if s.state_when is not None]
         )
 

@@ -26,6 +26,7 @@ from linen2nnx.migrate.lifted import LiftError, lifted_call
 from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
 )
+from linen2nnx.migrate.put_variables import rewrite_put
 from linen2nnx.migrate.rules import (
     API_002,
     API_003,
@@ -178,7 +179,7 @@ class CallRewriter:
             )
             return updated
         lazy = plan.lazy_vars.get(original)
-        if lazy is not None:
+        if lazy is not None and not lazy.put:
             canonical = canonical_variable_call(updated, "variable")
             assert not isinstance(canonical, str)  # the planner saw the same arguments
             args = list(canonical.args)
@@ -388,12 +389,15 @@ class CallRewriter:
             return self._rewrite_make_rng(plan, original)
         if (
             api in ("has_variable", "get_variable")
-            and len(original.args) == 2
-            and all(isinstance(a.value, cst.SimpleString) and a.keyword is None for a in original.args)
+            and len(original.args) in ((2, 3) if api == "get_variable" else (2,))
+            and all(isinstance(a.value, cst.SimpleString) for a in original.args[:2])
+            and all(a.keyword is None for a in original.args)
         ):
-            return self._rewrite_variable_query(plan, api, original)
+            return self._rewrite_variable_query(plan, api, original, updated)
         if api == "is_initializing" and not original.args:
             return self._rewrite_is_initializing(original, updated)
+        if api == "put_variable":
+            return rewrite_put(self.ctx, plan, original, updated, self._variable_attr)
         return None
 
     def _rewrite_sow(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -424,16 +428,28 @@ class CallRewriter:
         return parse_expression(ref)
 
     def _rewrite_variable_query(
-        self, plan: ClassPlan, api: str, original: cst.Call
+        self, plan: ClassPlan, api: str, original: cst.Call, updated: cst.Call
     ) -> cst.BaseExpression | None:
-        """``self.has_variable`` / ``self.get_variable`` of a variable the class creates -> its attribute."""
-        collection, name = (a.value.evaluated_value for a in original.args)  # type: ignore[union-attr]
+        """``self.has_variable`` / ``self.get_variable`` of a variable the class creates -> its attribute
+        (``.value`` of one a ``put_variable`` creates: it may hold any value; a default when it does not
+        exist yet)."""
+        collection, name = (a.value.evaluated_value for a in original.args[:2])  # type: ignore[union-attr]
         attr = self._variable_attr(plan, collection, name)
         if attr is None:
             return None
         self.state.handled.add(original)
         self.ctx.report(VAR_004, original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
-        return parse_expression(f"hasattr(self, {attr!r})" if api == "has_variable" else f"self.{attr}[...]")
+        if api == "has_variable":
+            return parse_expression(f"hasattr(self, {attr!r})")
+        put = any(v.put and (v.collection, v.name) == (collection, name) for v in plan.lazy_vars.values())
+        read = parse_expression(f"self.{attr}.value" if put else f"self.{attr}[...]")
+        if len(updated.args) == 3:
+            test = parse_expression(f"hasattr(self, {attr!r})")
+            choice = cst.IfExp(test=test, body=read, orelse=updated.args[2].value)
+            if isinstance(self.ctx.parent_of(original), (cst.Assign, cst.Arg, cst.Return)):
+                return choice
+            return choice.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # `get(...) + 1`
+        return read
 
     def _rewrite_is_initializing(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         """``self.is_initializing()`` -> ``False`` where the branch it guards creates nothing (exact, see

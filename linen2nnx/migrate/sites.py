@@ -301,7 +301,8 @@ class ClassPlan:
     factories: dict[str, Any] = dataclasses.field(default_factory=dict)  # helper method -> factories.Factory
     lazy_vars: dict[cst.Call, Any] = dataclasses.field(
         default_factory=dict
-    )  # self.variable -> lazy_vars.LazyVar
+    )  # self.variable (or a first self.put_variable) -> lazy_vars.LazyVar
+    put_calls: list[Any] = dataclasses.field(default_factory=list)  # its self.put_variable calls
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
     input_shape_params: list[Any] = dataclasses.field(default_factory=list)  # variables sized by its shape

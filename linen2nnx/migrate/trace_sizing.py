@@ -292,22 +292,35 @@ class TraceEvidence:
     @staticmethod
     def _match_config(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list[str]:
         """Config expressions (``self.hidden``, ``self.config.emb_dim``) equal to the traced size in
-        every traced instance of the class; the caller decides what one / several matches mean."""
+        every traced instance of the class; when none is, products of two of them
+        (``self.config.num_heads * self.config.head_dim``). The caller decides what one / several
+        matches mean (several: ambiguous, a finding)."""
         if len(sizes) != 1 or not configs:
             return []
         fields = set(plan.field_names)
-        values: dict[str, set] = {}
-        for cfg in configs:
-            for name, value in cfg.items():
-                if name not in fields:
-                    continue
-                if isinstance(value, int) and not isinstance(value, bool):
-                    values.setdefault(f"self.{name}", set()).add(value)
-                else:
-                    for expr, inner in _config_items(f"self.{name}", value):
-                        if isinstance(inner, int) and not isinstance(inner, bool):
-                            values.setdefault(expr, set()).add(inner)
-        return sorted(expr for expr, seen in values.items() if seen == {sizes[0]})
+        per_instance = [_int_config_values(cfg, fields) for cfg in configs]
+        common = set.intersection(*(set(values) for values in per_instance))
+        direct = sorted(e for e in common if all(values[e] == sizes[0] for values in per_instance))
+        if direct:
+            return direct
+        factors = sorted(e for e in common if all(values[e] > 1 for values in per_instance))
+        return [
+            f"{a} * {b}"
+            for i, a in enumerate(factors)
+            for b in factors[i:]
+            if all(values[a] * values[b] == sizes[0] for values in per_instance)
+        ]
+
+
+def _int_config_values(cfg: dict, fields: set[str]) -> dict[str, int]:
+    """``expression -> int`` of one traced instance's fields and the entries of its config objects."""
+    out: dict[str, int] = {}
+    for name, value in cfg.items():
+        if name not in fields:
+            continue
+        items = [(f"self.{name}", value)] if isinstance(value, int) else _config_items(f"self.{name}", value)
+        out.update({e: v for e, v in items if isinstance(v, int) and not isinstance(v, bool)})
+    return out
 
 
 def _config_items(prefix: str, value: Any) -> list[tuple[str, Any]]:

@@ -38,6 +38,7 @@ from linen2nnx.migrate.verify_names import (
     Signature,
     flax_class_kind,
     is_pure_linen,
+    looks_like_linen_module,
     signature_of,
 )
 from linen2nnx.migrate.verify_syntax import (
@@ -447,6 +448,16 @@ class _Verifier:
             summary = next((s for q in qualnames if (s := self._external(q)) is not None), None)
             signature = Signature.of_summary(summary) if summary is not None else None
         if signature is None:
+            if self._rewritten() and looks_like_linen_module(call, qualnames):
+                owner = self._class.name.value if self._class is not None else "?"
+                self._report(
+                    verify_rules.VERIFY_001,
+                    call,
+                    stmt,
+                    f"{one_line(code(func))}(...) takes name= and no rngs, as a Linen module does, inside NNX "
+                    f"class {owner}, and this run cannot tell what it builds: build its NNX counterpart "
+                    "with rngs=rngs (and no name=)",
+                )
             return
         problem = signature.problem(call)
         if problem:

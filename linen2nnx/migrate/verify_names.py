@@ -148,3 +148,27 @@ def signature_of(cls: cst.ClassDef) -> Signature | None:
         var_positional=isinstance(params.star_arg, cst.Param),
         var_keyword=params.star_kwarg is not None,
     )
+
+
+NOT_MODULE_PREFIXES = ("jax.", "numpy.", "flax.nnx.", "builtins.", "collections.", "typing.", "dataclasses.")
+"""Where a capitalised callee is known not to be a Linen module (``jax.ShapeDtypeStruct(..., name=)``)."""
+
+
+def looks_like_linen_module(call: cst.Call, qualnames: set[str]) -> bool:
+    """A capitalised callee nothing resolves, given ``name=`` and no ``rngs=``: how a Linen submodule is
+    built (``importlib.import_module(path).Model(**cfg, name="llm")``), never an NNX one."""
+    func = call.func
+    last = (
+        func.attr.value
+        if isinstance(func, cst.Attribute)
+        else func.value
+        if isinstance(func, cst.Name)
+        else ""
+    )
+    keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+    return (
+        last[:1].isupper()
+        and "name" in keywords
+        and "rngs" not in keywords
+        and not any(q.startswith(NOT_MODULE_PREFIXES) for q in qualnames)
+    )

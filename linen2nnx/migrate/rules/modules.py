@@ -147,8 +147,8 @@ VAR_003 = Rule(
 VAR_004 = Rule(
     "L2N-VAR-004",
     C,
-    "A variable Linen creates on the init call (decode cache) -> created on the first NNX call; has_variable / "
-    "get_variable follow.",
+    "A variable Linen creates on the init call (decode cache) or by a put_variable write -> created on the "
+    "first NNX call or write; has_variable / get_variable follow.",
     "is_init = self.has_variable('cache', 'k')\nk = self.variable('cache', 'k', jnp.zeros, shape)",
     "is_init = hasattr(self, 'k')\nif not hasattr(self, 'k'): self.k = nnx.Cache(jnp.zeros(shape))",
 )

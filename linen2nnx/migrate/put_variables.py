@@ -1,0 +1,136 @@
+"""``self.put_variable(collection, name, value)``: a variable written, and created by its first write.
+
+Linen's ``put_variable`` creates the variable when the collection is mutable and it does not exist yet,
+else overwrites it; decode loops use it for counters and caches (``self.put_variable("cache",
+"seq_len", n)`` in a ``prefill`` method, ``self.get_variable("cache", "seq_len")`` in ``extend``).
+NNX modules may gain a Variable on any eager call, so each write becomes::
+
+    if hasattr(self, "seq_len"):
+        self.seq_len.value = n
+    else:
+        self.seq_len = nnx.Cache(n)
+
+(a variable ``__init__`` creates is simply assigned). The first write of a name is planned as a
+:class:`~linen2nnx.migrate.lazy_vars.LazyVar` (``put=True``), so ``get_variable`` / ``has_variable``
+follow and the name map records its attribute. A ``params`` write, a name that is not a literal or a
+write that is not a statement of its own stays a finding: an optimizer must see every Param after
+``__init__``, and the rest cannot be told apart statically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import code, parse_statement, snake_case
+from linen2nnx.migrate.lazy_vars import LazyVar
+from linen2nnx.migrate.rules import VAR_004
+from linen2nnx.migrate.sites import ClassPlan
+
+
+def literal_put(call: cst.Call) -> tuple[str, str, cst.BaseExpression] | None:
+    """(collection, name, value) of ``self.put_variable("c", "n", value)`` with positional arguments."""
+    args = call.args
+    if len(args) != 3 or any(a.keyword is not None or a.star for a in args):
+        return None
+    col, name = args[0].value, args[1].value
+    if not (isinstance(col, cst.SimpleString) and isinstance(name, cst.SimpleString)):
+        return None
+    return col.evaluated_value, name.evaluated_value, args[2].value  # type: ignore[return-value]
+
+
+def plan_put_variables(planner: Any, plan: ClassPlan, node: cst.ClassDef, calls: list[cst.Call]) -> None:
+    """Plan the first convertible write of each name among ``calls`` (the class's
+    ``self.put_variable`` calls) as a variable created on that write."""
+    ctx = planner.ctx
+    taken = (
+        set(plan.field_names)
+        | {s.attr for s in plan.sites.values()}
+        | {v.attr for v in plan.lazy_vars.values()}
+        | {s.name.value for s in node.body.body if isinstance(s, cst.FunctionDef)}
+        | set(plan.setup_vars)
+    )
+    declared = {(v.collection, v.name) for v in plan.lazy_vars.values()} | {
+        (s.collection, s.linen_name) for s in plan.sites.values() if s.kind in ("param", "variable")
+    }
+    for call in calls:
+        put = literal_put(call)
+        statement = ctx.statement_of(call)
+        if put is None or put[0] == "params" or not is_own_statement(statement, call):
+            continue
+        collection, name = put[0], put[1]
+        if (collection, name) in declared:
+            continue
+        declared.add((collection, name))
+        attr = name if name.isidentifier() else snake_case(name)
+        while attr in taken:
+            attr += "_"
+        taken.add(attr)
+        fn = ctx.enclosing_function(call)
+        in_call = fn is not None and fn.name.value == "__call__"
+        plan.lazy_vars[call] = LazyVar(
+            collection,
+            name,
+            attr,
+            planner.site_planner.variable_type(collection),
+            statement,
+            planner.site_planner._call_time_when(call) if in_call else None,  # type: ignore[arg-type]
+            put=True,
+        )
+
+
+def is_own_statement(statement: Any, call: cst.Call) -> bool:
+    """``call`` is the whole of a one-statement line (``self.put_variable(...)`` alone)."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and statement.body[0].value is call
+    )
+
+
+def write(attr: str, var_type: str | None, value: cst.BaseExpression) -> cst.BaseStatement:
+    """The statement a write becomes: an assignment of an existing variable, or (``var_type`` given)
+    the assignment or the creation, whichever the first write finds."""
+    text = code(value)
+    if var_type is None:
+        return parse_statement(f"self.{attr}.value = {text}\n")
+    return parse_statement(
+        f"if hasattr(self, {attr!r}):\n"
+        f"    self.{attr}.value = {text}\n"
+        f"else:\n"
+        f"    self.{attr} = {var_type}({text})\n"
+    )
+
+
+def rewrite_put(
+    ctx: Any,
+    plan: ClassPlan,
+    original: cst.Call,
+    updated: cst.Call,
+    variable_attr: Callable[[ClassPlan, str, str], str | None],
+) -> cst.BaseExpression | None:
+    """``self.put_variable("cache", "n", v)`` -> a write of ``self.n``: its statement is replaced whole
+    (``ctx.state.stmt_replaced``) when the class's variable ``n`` has an attribute; None otherwise."""
+    put = literal_put(original)
+    statement = ctx.statement_of(original)
+    if put is None or not is_own_statement(statement, original):
+        return None
+    collection, name, _ = put
+    attr = variable_attr(plan, collection, name)
+    if attr is None:
+        return None
+    lazy = next((v for v in plan.lazy_vars.values() if (v.collection, v.name) == (collection, name)), None)
+    block = write(attr, lazy.var_type if lazy is not None else None, updated.args[2].value)
+    ctx.state.stmt_replaced[statement] = block.with_changes(leading_lines=statement.leading_lines)
+    ctx.state.handled.add(original)
+    ctx.state.uses_nnx = True
+    ctx.report(
+        VAR_004,
+        original,
+        f"self.put_variable({collection!r}, {name!r}, ...) -> a write of self.{attr}"
+        + (", created by the first write as Linen does" if lazy is not None else ""),
+    )
+    return updated
