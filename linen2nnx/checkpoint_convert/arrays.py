@@ -138,40 +138,54 @@ def carve(buffer: Any, metas: dict[RawPath, tuple[tuple[int, ...], Any]]) -> dic
     return out
 
 
-async def read_into(
-    item_dir: Path, how: tuple[str, bool], out: dict[RawPath, Any], names: dict[RawPath, str]
-) -> None:
-    """Fill the arrays of ``out`` (raw path -> host array) from the item's storage, all at once.
+async def read_direct(
+    item_dir: Path,
+    how: tuple[str, bool],
+    metas: dict[RawPath, tuple[tuple[int, ...], Any]],
+    names: dict[RawPath, str],
+    into: Any = None,
+) -> dict[RawPath, Any]:
+    """The arrays of ``metas`` (raw path -> (shape, dtype)) read from the item's storage (``how``,
+    see :func:`storage`) with TensorStore, all at once, as host numpy arrays.
 
-    TensorStore decodes each stored chunk straight into its place in ``out``: no array is
-    allocated per read, and none of Orbax's per-call tree work is done. A failure names the leaf
-    (``names``) and, when TensorStore's message has it, the data file."""
+    Orbax's per-call tree work is skipped. With ``into`` (a byte buffer) the arrays are laid over
+    it (:func:`carve`) and filled in place, so nothing is allocated per array; TensorStore then
+    decodes each stored chunk beside it first, which is cheap only for small chunks (what this
+    package writes). A failure names the leaf (``names``) and, when TensorStore's message has
+    it, the data file."""
     import asyncio
 
+    import numpy as np
     import tensorstore as ts
     from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
 
     for hook in restore_hooks:
-        hook(len(out))
+        hook(len(metas))
     driver, ocdbt = how
     context = ts_utils.get_ts_context(use_ocdbt=ocdbt)
+    out = carve(into, metas) if into is not None else {}
 
-    async def one(path: RawPath, dest: Any) -> None:
+    async def one(path: RawPath, shape: tuple[int, ...], dtype: Any) -> None:
         name = ".".join(str(k) for k in path)
-        kvstore = ts_utils.build_kvstore_tspec(str(item_dir), name, use_ocdbt=ocdbt)
+        spec = {
+            "driver": driver,
+            "kvstore": ts_utils.build_kvstore_tspec(str(item_dir), name, use_ocdbt=ocdbt),
+        }
         try:
-            src = await ts.open(
-                ts.Spec({"driver": driver, "kvstore": kvstore}), open=True, read=True, context=context
-            )
-            if tuple(src.shape) != dest.shape or src.dtype.numpy_dtype != dest.dtype:
+            src = await ts.open(ts.Spec(spec), open=True, read=True, context=context)
+            if tuple(src.shape) != tuple(shape) or src.dtype.numpy_dtype != np.dtype(dtype):
                 raise ValueError(
-                    f"stored as {tuple(src.shape)} {src.dtype.numpy_dtype}, expected {dest.shape} {dest.dtype}"
+                    f"stored as {tuple(src.shape)} {src.dtype.numpy_dtype}, metadata says {shape} {dtype}"
                 )
-            await ts.array(dest, copy=False, write=True).write(src)
+            if path in out:
+                await ts.array(out[path], copy=False, write=True).write(src)
+            else:
+                out[path] = await src.read()
         except Exception as e:
             raise _leaf_error(item_dir, path, names, e) from e
 
-    await asyncio.gather(*(one(p, d) for p, d in out.items()))
+    await asyncio.gather(*(one(p, shape, dtype) for p, (shape, dtype) in metas.items()))
+    return {p: out[p] for p in metas}
 
 
 def _restore(item_dir: Path, tree: Any, wanted: dict[RawPath, Any]) -> dict[RawPath, Any]:

@@ -34,8 +34,6 @@ class LazySource:
     done: list[int] = dataclasses.field(default_factory=lambda: [0, 0])
     checksums: dict[arrays.RawPath, str] = dataclasses.field(default_factory=dict)
     """Source path -> checksum of the array as read and written (for ``--verify`` and the report)."""
-    buffer: Any = None
-    """The bytes every group is read into, one after the other, while a payload is written."""
 
     def advance(self, leaves: int, nbytes: int) -> None:
         self.done[0] += leaves
@@ -80,8 +78,8 @@ class LazyLeaf:
 
 
 async def _read(src: LazySource, how: Any, leaves: list[LazyLeaf]) -> list[Any]:
-    """The group's arrays: read straight into ``src.buffer`` where the source's storage is known
-    (:func:`.arrays.read_into`), else restored by Orbax (an array each)."""
+    """The group's arrays: read with TensorStore where the source says how it stores them
+    (:func:`.arrays.read_direct`), else restored by Orbax."""
     import jax
 
     from linen2nnx.checkpoint_convert import memory
@@ -91,10 +89,9 @@ async def _read(src: LazySource, how: Any, leaves: list[LazyLeaf]) -> list[Any]:
         got = await asyncio.to_thread(arrays.restore_group, src.item_dir, src.tree, wanted, src.names)
         return [got.pop(v.path) for v in leaves]
     memory.give_back()  # what the previous group's reads and writes freed, before this one's peak
-    out = arrays.carve(src.buffer, {v.path: (v.shape, v.dtype) for v in leaves})
-    await arrays.read_into(src.item_dir, how, out, src.names)
-    memory.in_flight.track(out.values())
-    return [out.pop(v.path) for v in leaves]
+    got = await arrays.read_direct(src.item_dir, how, {v.path: (v.shape, v.dtype) for v in leaves}, src.names)
+    memory.in_flight.track(got.values())
+    return [got.pop(v.path) for v in leaves]
 
 
 def materialize(x: Any) -> Any:
@@ -120,8 +117,6 @@ def _handler_class() -> type:
         async def _write_groups(
             self, values: Sequence[Any], infos: Sequence[Any], args: Sequence[Any]
         ) -> None:
-            import numpy as np
-
             by_source: dict[int, list[int]] = {}
             for i, v in enumerate(values):
                 by_source.setdefault(id(v.source), []).append(i)
@@ -130,20 +125,15 @@ def _handler_class() -> type:
                 sizes = {i: values[i].nbytes for i in idx}
                 cuts = list(arrays.groups(sizes, src.budget))  # type: ignore[arg-type]
                 how = arrays.storage(src.item_dir)
-                if how is not None:  # allocated (and page-faulted) once, not once per group
-                    src.buffer = np.empty(max(sum(sizes[i] for i in g) for g in cuts), np.uint8)
-                try:
-                    for group in cuts:
-                        await self._write_group(
-                            src,
-                            how,
-                            [values[i] for i in group],
-                            [infos[i] for i in group],
-                            [args[i] for i in group],
-                        )
-                        src.advance(len(group), sum(sizes[i] for i in group))
-                finally:
-                    src.buffer = None
+                for group in cuts:
+                    await self._write_group(
+                        src,
+                        how,
+                        [values[i] for i in group],
+                        [infos[i] for i in group],
+                        [args[i] for i in group],
+                    )
+                    src.advance(len(group), sum(sizes[i] for i in group))
 
         async def _write_group(
             self, src: LazySource, how: Any, leaves: list[LazyLeaf], infos: list[Any], args: list[Any]
