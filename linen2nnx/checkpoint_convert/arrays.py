@@ -149,10 +149,11 @@ async def read_direct(
     see :func:`storage`) with TensorStore, all at once, as host numpy arrays.
 
     Orbax's per-call tree work is skipped. With ``into`` (a byte buffer) the arrays are laid over
-    it (:func:`carve`) and filled in place, so nothing is allocated per array; TensorStore then
-    decodes each stored chunk beside it first, which is cheap only for small chunks (what this
-    package writes). A failure names the leaf (``names``) and, when TensorStore's message has
-    it, the data file."""
+    it (:func:`carve`) and filled a stored chunk at a time, so nothing is allocated per array and
+    one chunk's decoded bytes are held beside it: cheap only for small chunks (what this package
+    writes); without, TensorStore decodes a chunk straight into a fresh array (a source array
+    stored whole needs no second copy). A failure names the leaf (``names``) and, when
+    TensorStore's message has it, the data file."""
     import asyncio
 
     import numpy as np
@@ -167,10 +168,8 @@ async def read_direct(
 
     async def one(path: RawPath, shape: tuple[int, ...], dtype: Any) -> None:
         name = ".".join(str(k) for k in path)
-        spec = {
-            "driver": driver,
-            "kvstore": ts_utils.build_kvstore_tspec(str(item_dir), name, use_ocdbt=ocdbt),
-        }
+        # Orbax's own read spec: a missing chunk is an error, never read as zeros
+        spec = ts_utils.ArrayReadSpec(str(item_dir), name, driver == "zarr3", use_ocdbt=ocdbt).json
         try:
             src = await ts.open(ts.Spec(spec), open=True, read=True, context=context)
             if tuple(src.shape) != tuple(shape) or src.dtype.numpy_dtype != np.dtype(dtype):
@@ -178,7 +177,7 @@ async def read_direct(
                     f"stored as {tuple(src.shape)} {src.dtype.numpy_dtype}, metadata says {shape} {dtype}"
                 )
             if path in out:
-                await ts.array(out[path], copy=False, write=True).write(src)
+                await _fill_by_chunk(src, out[path])
             else:
                 out[path] = await src.read()
         except Exception as e:
@@ -186,6 +185,20 @@ async def read_direct(
 
     await asyncio.gather(*(one(p, shape, dtype) for p, (shape, dtype) in metas.items()))
     return {p: out[p] for p in metas}
+
+
+async def _fill_by_chunk(src: Any, dest: Any) -> None:
+    """Copy ``src`` into ``dest`` one stored chunk at a time: one chunk's decoded bytes at once."""
+    import itertools
+
+    import tensorstore as ts
+
+    view = ts.array(dest, copy=False, write=True)
+    chunk = src.chunk_layout.read_chunk.shape or dest.shape
+    ranges = [range(0, n, max(1, c or n)) for n, c in zip(dest.shape, chunk)]
+    for start in itertools.product(*ranges):
+        box = tuple(slice(a, min(a + max(1, c or n), n)) for a, c, n in zip(start, chunk, dest.shape))
+        await view[box].write(src[box])
 
 
 def _restore(item_dir: Path, tree: Any, wanted: dict[RawPath, Any]) -> dict[RawPath, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from linen2nnx.checkpoint_convert import arrays
+from linen2nnx.checkpoint_convert import arrays, memory
 from linen2nnx.errors import L2NError
 
 
@@ -68,6 +68,7 @@ def verify_payload(item_dir: Path, expected: dict[str, str], budget: int) -> Non
     cuts = list(arrays.groups(sizes, budget))
     buffer = np.empty(max((sum(sizes[p] for p in g) for g in cuts), default=0), np.uint8)
     for group in cuts:  # one buffer for every group: reading back allocates nothing per array
+        memory.give_back()  # what the previous group's decoding freed, before this one's peak
         metas = {p: (tuple(flat[p].shape), flat[p].dtype) for p in group}
         out = asyncio_utils.run_sync(arrays.read_direct(item_dir, how, metas, {}, into=buffer))
         for p, value in out.items():
