@@ -149,8 +149,8 @@ async def read_direct(
     see :func:`storage`) with TensorStore, all at once, as host numpy arrays.
 
     Orbax's per-call tree work is skipped. With ``into`` (a byte buffer) the arrays are laid over
-    it (:func:`carve`) and filled a stored chunk at a time, so nothing is allocated per array and
-    one chunk's decoded bytes are held beside it: cheap only for small chunks (what this package
+    it (:func:`carve`) and filled one after the other, a stored chunk at a time, so nothing is
+    allocated per array and one chunk's decoded bytes are held beside them: cheap only for small chunks (what this package
     writes); without, TensorStore decodes a chunk straight into a fresh array (a source array
     stored whole needs no second copy). A failure names the leaf (``names``) and, when
     TensorStore's message has it, the data file."""
@@ -183,7 +183,11 @@ async def read_direct(
         except Exception as e:
             raise _leaf_error(item_dir, path, names, e) from e
 
-    await asyncio.gather(*(one(p, shape, dtype) for p, (shape, dtype) in metas.items()))
+    if into is None:
+        await asyncio.gather(*(one(p, shape, dtype) for p, (shape, dtype) in metas.items()))
+    else:  # one decoded chunk at a time in all, not one per array of the group
+        for p, (shape, dtype) in metas.items():
+            await one(p, shape, dtype)
     return {p: out[p] for p in metas}
 
 
