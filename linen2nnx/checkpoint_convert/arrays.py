@@ -149,11 +149,11 @@ async def read_direct(
     see :func:`storage`) with TensorStore, all at once, as host numpy arrays.
 
     Orbax's per-call tree work is skipped. With ``into`` (a byte buffer) the arrays are laid over
-    it (:func:`carve`) and filled one after the other, a stored chunk at a time, so nothing is
-    allocated per array and one chunk's decoded bytes are held beside them: cheap only for small chunks (what this package
-    writes); without, TensorStore decodes a chunk straight into a fresh array (a source array
-    stored whole needs no second copy). A failure names the leaf (``names``) and, when
-    TensorStore's message has it, the data file."""
+    it (:func:`carve`) and filled one after the other, a stored chunk at a time: nothing is
+    allocated per array, and one chunk's decoded bytes are held beside the buffer, which is cheap
+    only for small chunks (what this package writes). Without, TensorStore decodes each chunk
+    straight into a fresh array (a source array stored whole needs no second copy). A failure
+    names the leaf (``names``) and, when TensorStore's message has it, the data file."""
     import asyncio
 
     import numpy as np

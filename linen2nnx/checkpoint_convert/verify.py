@@ -67,6 +67,7 @@ def verify_payload(item_dir: Path, expected: dict[str, str], budget: int) -> Non
 
     cuts = list(arrays.groups(sizes, budget))
     buffer = np.empty(max((sum(sizes[p] for p in g) for g in cuts), default=0), np.uint8)
+    memory.in_flight.track([buffer])  # counted as the group it holds, for as long as it lives
     for group in cuts:  # one buffer for every group: reading back allocates nothing per array
         memory.give_back()  # what the previous group's decoding freed, before this one's peak
         metas = {p: (tuple(flat[p].shape), flat[p].dtype) for p in group}
