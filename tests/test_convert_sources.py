@@ -214,3 +214,45 @@ def test_msgpack_source_refuses_step(tmp_path):
     convert_state(f, twins.mlp_pair())
     with pytest.raises(L2NError, match="--step needs"):
         convert(f, tmp_path / "out", twins.mlp_pair(), step=3)
+
+
+def _kernel_source(root: Path, **layout: bool) -> np.ndarray:
+    big = np.arange(256 * 256, dtype=np.float32).reshape(256, 256)
+    with ocp.PyTreeCheckpointer(**layout) as ckptr:
+        item = {"params": {"dense": {"kernel": big}, "bias": np.ones(3, np.float32)}}
+        ckptr.save(root, args=ocp.args.PyTreeSave(item))
+    return big
+
+
+def test_arrays_are_read_without_an_orbax_restore_per_group(tmp_path, monkeypatch):
+    """Where ``_METADATA`` says how the item is stored, groups (and the read-back) go to
+    TensorStore directly; Orbax's ``restore`` is left to the step alone. Same bytes either way."""
+    from linen2nnx.checkpoint_convert import arrays
+
+    calls: list[int] = []
+    real = arrays._restore
+    for name, save in (("ocdbt", {}), ("zarr3", {"use_zarr3": True}), ("plain", {"use_ocdbt": False})):
+        src = tmp_path / name
+        big = _kernel_source(src, **save)
+        assert arrays.storage(src) == ("zarr3" if name == "zarr3" else "zarr", name != "plain")
+        monkeypatch.setattr(arrays, "_restore", lambda *a: calls.append(1) or real(*a))
+        convert(src, tmp_path / f"{name}-nnx", ModelPair(LinenSide(None, {}, None), _Big), budget=1024)
+        monkeypatch.setattr(arrays, "_restore", real)
+        assert calls == [] and read_report(tmp_path / f"{name}-nnx")["verified"] is True
+        with ocp.StandardCheckpointer() as ckptr:
+            back = ckptr.restore(tmp_path / f"{name}-nnx")
+        np.testing.assert_array_equal(back["dense"]["kernel"]["value"], big)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Orbax's event loop, on error
+def test_a_missing_chunk_is_an_error_not_zeros(tmp_path):
+    """zarr reads a chunk that is not there as its fill value unless told otherwise: the direct
+    reads use Orbax's read spec, so a lost chunk file stops the conversion and names the leaf."""
+    root = tmp_path / "ckpt"
+    _kernel_source(root, use_ocdbt=False)
+    chunks = [p for p in (root / "params.dense.kernel").iterdir() if not p.name.startswith(".")]
+    assert chunks
+    chunks[0].unlink()
+    with pytest.raises(L2NError, match=r"cannot read array params/dense/kernel"):
+        convert(root, tmp_path / "bad", ModelPair(LinenSide(None, {}, None), _Big))
+    assert not (tmp_path / "bad").exists()

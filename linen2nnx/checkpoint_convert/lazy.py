@@ -77,13 +77,29 @@ class LazyLeaf:
         ]
 
 
+async def _read(src: LazySource, how: Any, leaves: list[LazyLeaf]) -> list[Any]:
+    """The group's arrays: read with TensorStore where the source says how it stores them
+    (:func:`.arrays.read_direct`), else restored by Orbax."""
+    import jax
+
+    from linen2nnx.checkpoint_convert import memory
+
+    if how is None:
+        wanted = {v.path: jax.ShapeDtypeStruct(v.shape, v.dtype) for v in leaves}
+        got = await asyncio.to_thread(arrays.restore_group, src.item_dir, src.tree, wanted, src.names)
+        return [got.pop(v.path) for v in leaves]
+    memory.give_back()  # what the previous group's reads and writes freed, before this one's peak
+    got = await arrays.read_direct(src.item_dir, how, {v.path: (v.shape, v.dtype) for v in leaves}, src.names)
+    memory.in_flight.track(got.values())
+    return [got.pop(v.path) for v in leaves]
+
+
 def materialize(x: Any) -> Any:
     """``x`` as an array: a :class:`LazyLeaf` is read, anything else returned as is."""
     return x.load() if isinstance(x, LazyLeaf) else x
 
 
 def _handler_class() -> type:
-    import jax
     from orbax.checkpoint._src.serialization.type_handlers import NumpyHandler
 
     from linen2nnx.checkpoint_convert.verify import checksum
@@ -107,19 +123,23 @@ def _handler_class() -> type:
             for idx in by_source.values():
                 src = values[idx[0]].source
                 sizes = {i: values[i].nbytes for i in idx}
-                for group in arrays.groups(sizes, src.budget):  # type: ignore[arg-type]
+                cuts = list(arrays.groups(sizes, src.budget))  # type: ignore[arg-type]
+                how = arrays.storage(src.item_dir)
+                for group in cuts:
                     await self._write_group(
-                        src, [values[i] for i in group], [infos[i] for i in group], [args[i] for i in group]
+                        src,
+                        how,
+                        [values[i] for i in group],
+                        [infos[i] for i in group],
+                        [args[i] for i in group],
                     )
                     src.advance(len(group), sum(sizes[i] for i in group))
 
         async def _write_group(
-            self, src: LazySource, leaves: list[LazyLeaf], infos: list[Any], args: list[Any]
+            self, src: LazySource, how: Any, leaves: list[LazyLeaf], infos: list[Any], args: list[Any]
         ) -> None:
-            """Restore one group, checksum it while Orbax writes it; nothing of it outlives the call."""
-            wanted = {v.path: jax.ShapeDtypeStruct(v.shape, v.dtype) for v in leaves}
-            got = await asyncio.to_thread(arrays.restore_group, src.item_dir, src.tree, wanted, src.names)
-            chunk = [got.pop(v.path) for v in leaves]
+            """Read one group, checksum it while Orbax writes it; nothing of it outlives the call."""
+            chunk = await _read(src, how, leaves)
             sums, _ = await asyncio.gather(
                 asyncio.to_thread(lambda: [checksum(a) for a in chunk]),
                 self._background_serialize(chunk, infos, args),
