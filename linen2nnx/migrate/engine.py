@@ -31,6 +31,7 @@ from linen2nnx.migrate import gc_tuning
 from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
 from linen2nnx.migrate.findings import Finding, Severity
+from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
 from linen2nnx.migrate.trace import Trace
@@ -134,6 +135,7 @@ def migrate_source(
     unsafe_fixes: bool = False,
     external: Mapping[str, Any] | None = None,
     factories: Mapping[str, Any] | None = None,
+    replay_helpers: bool = True,
 ) -> FileResult:
     """Migrate one file's text. Never raises for bad input: failures become ``error`` findings.
 
@@ -154,6 +156,12 @@ def migrate_source(
         tree = cst.parse_module(source)
     except cst.ParserSyntaxError as e:
         return FileResult(file_path, path, source, None, [_syntax_error(source, path, e)], NameMap())
+    if replay_helpers and (replayed := replay_helper_calls(tree, source)) is not None:
+        kwargs = {"select": select, "ignore": ignore, "unsafe_fixes": unsafe_fixes, "external": external}
+        result = migrate_source(replayed.source, path, module_name, trace, **kwargs, factories=factories, replay_helpers=False)
+        kept = replayed_result(result, replayed, source)
+        if kept is not None:  # helper methods' calls replayed in place (helper_calls.py)
+            return kept
     rule_enabled = rule_selector(select, ignore)
     command = MigrateModules(
         CodemodContext(filename=path, full_module_name=module_name or None),
