@@ -129,7 +129,11 @@ def _returns_constructor(fn: cst.FunctionDef) -> bool:
     if not isinstance(last, cst.SimpleStatementLine):
         return False
     ret = last.body[-1]
-    return isinstance(ret, cst.Return) and isinstance(ret.value, cst.Call) and not isinstance(ret.value.func, cst.Call)
+    if not (isinstance(ret, cst.Return) and isinstance(ret.value, cst.Call)):
+        return False
+    func = ret.value.func
+    leaf = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+    return leaf[:1].isupper()  # a class built, not applied
 
 
 def _helpers_of(cls: cst.ClassDef, resolver: NameResolver, classes: set[str]) -> tuple[set[str], set[str]]:

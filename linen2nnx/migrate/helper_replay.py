@@ -315,12 +315,10 @@ def unroll(stmts: list[cst.BaseStatement], rest_reads: set[str]) -> list[cst.Bas
             out.append(stmt)
             continue
         always, total, test = count
-        for k in range(total):
-            copy = [fold(substitute(s, {var: cst.Integer(str(k))})) for s in body]
-            if k < always:
-                out.extend(copy)
-            else:
-                out.append(cst.If(test=test, body=cst.IndentedBlock(body=copy)))  # type: ignore[arg-type]
+        copies = [[fold(substitute(s, {var: cst.Integer(str(k))})) for s in body] for k in range(total)]
+        out.extend(s for copy in copies[:always] for s in copy)
+        if total > always:  # the copies a count chosen by a test adds, under that test
+            out.append(cst.If(test=test, body=cst.IndentedBlock(body=[s for c in copies[always:] for s in c])))  # type: ignore[arg-type]
     return out
 
 
@@ -377,7 +375,8 @@ def _propagate_if(stmt: cst.If, local_names: set[str], env: dict) -> cst.If:
 
 def _forward(stmts: list[cst.BaseStatement], local_names: set[str]) -> list[cst.BaseStatement]:
     """``w = <pure>`` read once, by a later simple statement of the same block before anything it reads
-    changes: written at its use (``kernel_init=w`` -> ``kernel_init=<pure>``)."""
+    changes, is written at its use (``kernel_init=w`` -> ``kernel_init=<pure>``); a value with a call
+    (``init = nn.initializers.lecun_normal()``) only when the very next statement reads it."""
     stmts = [
         s.with_changes(body=s.body.with_changes(body=_forward(_statements(s.body), local_names)))
         if isinstance(s, cst.If) and isinstance(s.body, cst.IndentedBlock)
@@ -387,7 +386,7 @@ def _forward(stmts: list[cst.BaseStatement], local_names: set[str]) -> list[cst.
     i = 0
     while i < len(stmts):
         assign = single_assign(stmts[i])
-        if assign is None or assign[0] not in local_names or not _pure(assign[1]):
+        if assign is None or assign[0] not in local_names:
             i += 1
             continue
         name, value = assign
@@ -401,6 +400,7 @@ def _forward(stmts: list[cst.BaseStatement], local_names: set[str]) -> list[cst.
             or _name_reads(stmts[reads[0]], name) != 1
             or not isinstance(stmts[reads[0]], cst.SimpleStatementLine)
             or names_in(value) & changed
+            or (reads[0] != i + 1 and not _pure(value))  # a call is evaluated where it was, just before its use
         ):
             i += 1
             continue
