@@ -156,12 +156,11 @@ def migrate_source(
         tree = cst.parse_module(source)
     except cst.ParserSyntaxError as e:
         return FileResult(file_path, path, source, None, [_syntax_error(source, path, e)], NameMap())
-    if replay_helpers and (replayed := replay_helper_calls(tree, source)) is not None:
-        kwargs = {"select": select, "ignore": ignore, "unsafe_fixes": unsafe_fixes, "external": external}
-        result = migrate_source(replayed.source, path, module_name, trace, **kwargs, factories=factories, replay_helpers=False)
-        kept = replayed_result(result, replayed, source)
-        if kept is not None:  # helper methods' calls replayed in place (helper_calls.py)
-            return kept
+    options = dict(
+        select=select, ignore=ignore, unsafe_fixes=unsafe_fixes, external=external, factories=factories
+    )
+    if replay_helpers and (kept := _migrate_replayed(tree, source, path, module_name, trace, options)):
+        return kept
     rule_enabled = rule_selector(select, ignore)
     command = MigrateModules(
         CodemodContext(filename=path, full_module_name=module_name or None),
@@ -187,16 +186,20 @@ def migrate_source(
     findings = sorted(
         [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
     )
-    return FileResult(
-        file_path,
-        path,
-        source,
-        output,
-        findings,
-        command.name_map,
-        summaries=command.summaries,
-        factories=own_factories,
-    )
+    facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
+    return FileResult(file_path, path, source, output, findings, command.name_map, **facts)
+
+
+def _migrate_replayed(
+    tree: cst.Module, source: str, path: str, module_name: str, trace: Trace | None, options: dict[str, Any]
+) -> FileResult | None:
+    """The file migrated with its helper methods' calls replayed in place (helper_calls.py); None when
+    there is nothing to replay or a replayed class is still kept as Linen (then the original is)."""
+    replayed = replay_helper_calls(tree, source)
+    if replayed is None:
+        return None
+    result = migrate_source(replayed.source, path, module_name, trace, **options, replay_helpers=False)
+    return replayed_result(result, replayed, source)
 
 
 def _after_module_pass(

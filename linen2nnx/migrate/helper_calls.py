@@ -71,7 +71,11 @@ class _Refs(FastVisitor):
         self.statement_calls: dict[str, int] = {}
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if isinstance(node.value, cst.Name) and node.value.value == "self" and node.attr.value in self.helpers:
+        if (
+            isinstance(node.value, cst.Name)
+            and node.value.value == "self"
+            and node.attr.value in self.helpers
+        ):
             self.refs[node.attr.value] = self.refs.get(node.attr.value, 0) + 1
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
@@ -79,7 +83,11 @@ class _Refs(FastVisitor):
             call = _statement_call(small)
             if call is not None and isinstance(call.func, cst.Attribute):
                 name = call.func.attr.value
-                if name in self.helpers and isinstance(call.func.value, cst.Name) and call.func.value.value == "self":
+                if (
+                    name in self.helpers
+                    and isinstance(call.func.value, cst.Name)
+                    and call.func.value.value == "self"
+                ):
                     self.statement_calls[name] = self.statement_calls.get(name, 0) + 1
 
 
@@ -109,7 +117,11 @@ class _Builds(FastVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == "self"
+        ):
             self.found |= func.attr.value in ("param", "variable")
             return
         if any(a.keyword is not None and a.keyword.value == "name" for a in node.args):
@@ -132,7 +144,13 @@ def _returns_constructor(fn: cst.FunctionDef) -> bool:
     if not (isinstance(ret, cst.Return) and isinstance(ret.value, cst.Call)):
         return False
     func = ret.value.func
-    leaf = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+    leaf = (
+        func.value
+        if isinstance(func, cst.Name)
+        else func.attr.value
+        if isinstance(func, cst.Attribute)
+        else ""
+    )
     return leaf[:1].isupper()  # a class built, not applied
 
 
@@ -155,7 +173,9 @@ def _helpers_of(cls: cst.ClassDef, resolver: NameResolver, classes: set[str]) ->
         return compact, set()
     refs = _Refs(candidates)
     refs.walk(cls.body)
-    return compact, {h for h in candidates if refs.refs.get(h) and refs.refs[h] == refs.statement_calls.get(h)}
+    return compact, {
+        h for h in candidates if refs.refs.get(h) and refs.refs[h] == refs.statement_calls.get(h)
+    }
 
 
 def replay_helper_calls(tree: cst.Module, source: str) -> Replayed | None:
@@ -214,7 +234,7 @@ def _line_map(old: str, new: str) -> list[int]:
     old_lines, new_lines = old.splitlines(), new.splitlines()
     out = [1] * len(new_lines)
     matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, _, j1, j2 in matcher.get_opcodes():
         for j in range(j1, j2):
             out[j] = (i1 + (j - j1) + 1) if tag == "equal" else min(i1 + 1, max(len(old_lines), 1))
     return out
@@ -228,4 +248,6 @@ def replayed_result(result: Any, replayed: Replayed, source: str) -> Any:
     if result.failed or any(f.rule == MOD_007.id and f.message.startswith(kept) for f in result.findings):
         return None
     findings = [dataclasses.replace(f, line=replayed.original_line(f.line)) for f in result.findings]
-    return dataclasses.replace(result, source=source, findings=sorted(findings, key=lambda f: (f.line, f.col, f.rule)))
+    return dataclasses.replace(
+        result, source=source, findings=sorted(findings, key=lambda f: (f.line, f.col, f.rule))
+    )

@@ -16,237 +16,23 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import code, is_docstring, names_in, single_assign
+from linen2nnx.migrate.helper_fold import (
+    ReplayError,
+    bound_names,
+    fold,
+    fold_ifs,
+    is_literal,
+    name_reads,
+    paren,
+    pure,
+    statements,
+    substitute,
+    unparen,
+)
+
+__all__ = ["ReplayError", "Replayer"]
 
 _MAX_UNROLL = 16
-_ATOMS = (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.SimpleString, cst.Integer, cst.Float)
-_LITERALS = (cst.SimpleString, cst.Integer, cst.Float)
-
-
-class ReplayError(Exception):
-    """A helper call that cannot stand in its caller's place."""
-
-
-def _is_literal(node: cst.BaseExpression) -> bool:
-    return isinstance(node, _LITERALS) or (isinstance(node, cst.Name) and node.value in ("True", "False", "None"))
-
-
-def _pure(node: cst.CSTNode) -> bool:
-    """No call, assignment expression, await or yield outside a lambda body: evaluating it twice, or
-    later, gives the same value."""
-    found = False
-
-    class V(FastVisitor):
-        def visit_Lambda(self, n: cst.Lambda) -> bool:
-            return False
-
-        def visit_Call(self, n: cst.Call) -> None:
-            nonlocal found
-            found = True
-
-        visit_NamedExpr = visit_Await = visit_Yield = visit_Call  # type: ignore[assignment]
-
-    V().walk(node)
-    return not found
-
-
-class _Subst(cst.CSTTransformer):
-    """Replaces reads of names (not attribute names, keywords or assignment targets, unless renamed)."""
-
-    def __init__(self, values: dict[str, cst.BaseExpression], renames: dict[str, str] | None = None) -> None:
-        self.values = values
-        self.renames = renames or {}
-        self.skip: set[int] = set()
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.skip.add(id(node.attr))
-
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self.skip.add(id(node.keyword))
-
-    def visit_Param(self, node: cst.Param) -> None:
-        if node.name.value in self.values or node.name.value in self.renames:
-            raise ReplayError(f"a lambda parameter shadows `{node.name.value}`")
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self.skip.update(id(n) for n in _target_names(node.target))
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self.skip.update(id(n) for n in _target_names(node.target))
-
-    def visit_For(self, node: cst.For) -> None:
-        self.skip.update(id(n) for n in _target_names(node.target))
-
-    def visit_CompFor(self, node: cst.CompFor) -> None:
-        if names_in(node.target) & (set(self.values) | set(self.renames)):
-            raise ReplayError("a comprehension rebinds a replayed name")
-
-    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-        if original.value in self.renames:
-            return updated.with_changes(value=self.renames[original.value])
-        if id(original) in self.skip or original.value not in self.values:
-            return updated
-        value = self.values[original.value]
-        if not isinstance(value, _ATOMS) and not value.lpar:
-            value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        return value
-
-    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
-        return updated.with_changes(value=_unparen(updated.value))
-
-    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
-        return updated.with_changes(value=_unparen(updated.value))
-
-
-def _unparen(value: cst.BaseExpression) -> cst.BaseExpression:
-    if len(getattr(value, "lpar", ())) == 1 and not isinstance(value, (cst.Tuple, cst.GeneratorExp)):
-        return value.with_changes(lpar=[], rpar=[])
-    return value
-
-
-def _bound_names(node: cst.CSTNode) -> set[str]:
-    """Names a statement or block binds (``x = ...``, ``for i in ...``; not ``d[k] = ...``, which only
-    mutates ``d``)."""
-    found: set[str] = set()
-
-    class V(FastVisitor):
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
-            found.update(t.value for t in _target_names(n.target))
-
-        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            found.update(t.value for t in _target_names(n.target))
-
-        visit_AugAssign = visit_AnnAssign  # type: ignore[assignment]
-
-        def visit_For(self, n: cst.For) -> None:
-            found.update(t.value for t in _target_names(n.target))
-
-        def visit_AsName(self, n: cst.AsName) -> None:
-            found.update(t.value for t in _target_names(n.name))
-
-        def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
-            found.update(t.value for t in _target_names(n.target))
-
-        def visit_CompFor(self, n: cst.CompFor) -> None:
-            found.update(t.value for t in _target_names(n.target))
-
-    V().walk(node)
-    return found
-
-
-def _target_names(target: cst.CSTNode) -> list[cst.Name]:
-    if isinstance(target, cst.Name):
-        return [target]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return []
-
-
-def substitute(node: cst.CSTNode, values: dict[str, cst.BaseExpression], renames: dict[str, str] | None = None):  # noqa: ANN201
-    """``node`` with the reads of ``values`` replaced and the names of ``renames`` renamed."""
-    if not values and not renames:
-        return node
-    return node.visit(_Subst(values, renames))
-
-
-class _Fold(cst.CSTTransformer):
-    """Integer arithmetic, f-strings of literals, ``not`` of a constant."""
-
-    def leave_BinaryOperation(self, original: cst.BinaryOperation, updated: cst.BinaryOperation) -> cst.BaseExpression:
-        left, right, op = updated.left, updated.right, updated.operator
-        if isinstance(left, cst.Integer) and isinstance(right, cst.Integer) and not updated.lpar:
-            a, b = int(left.value), int(right.value)
-            ops = {cst.Add: a + b, cst.Subtract: a - b, cst.Multiply: a * b}
-            if type(op) in ops and ops[type(op)] >= 0:
-                return cst.Integer(str(ops[type(op)]))
-        return updated
-
-    def leave_FormattedString(self, original: cst.FormattedString, updated: cst.FormattedString) -> cst.BaseExpression:
-        text = []
-        for part in updated.parts:
-            if isinstance(part, cst.FormattedStringText):
-                text.append(part.value)
-                continue
-            expr = _unparen(part.expression)
-            if part.conversion is not None or part.format_spec is not None or not isinstance(expr, _LITERALS):
-                return updated
-            value = expr.evaluated_value if isinstance(expr, cst.SimpleString) else expr.value
-            text.append(str(value))
-        joined = "".join(text)
-        if "{" in joined or "}" in joined or "\\" in joined or "f" not in updated.start.lower():
-            return updated
-        quote = updated.start.lower().replace("f", "").replace("r", "")
-        prefix = updated.start[: len(updated.start) - len(quote)].replace("f", "").replace("F", "")
-        if quote in joined:
-            return updated
-        return cst.SimpleString(f"{prefix}{quote}{joined}{updated.end}", lpar=updated.lpar, rpar=updated.rpar)
-
-    def leave_UnaryOperation(self, original: cst.UnaryOperation, updated: cst.UnaryOperation) -> cst.BaseExpression:
-        inner = _unparen(updated.expression)
-        if isinstance(updated.operator, cst.Not) and isinstance(inner, cst.Name) and inner.value in ("True", "False"):
-            return cst.Name("False" if inner.value == "True" else "True")
-        return updated
-
-
-def fold(node: cst.CSTNode):  # noqa: ANN201
-    return node.visit(_Fold())
-
-
-def _truth(test: cst.BaseExpression) -> bool | None:
-    test = _unparen(test)
-    if isinstance(test, cst.Name) and test.value in ("True", "False", "None"):
-        return test.value == "True"
-    if isinstance(test, cst.Integer):
-        return int(test.value) != 0
-    return None
-
-
-def _statements(body: cst.BaseSuite) -> list[cst.BaseStatement]:
-    if isinstance(body, cst.SimpleStatementSuite):
-        return [cst.SimpleStatementLine(body=list(body.body))]
-    return list(body.body)
-
-
-def _fold_ifs(stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-    """``if True: a`` -> ``a``; ``if False: a else: b`` -> ``b`` (tests the arguments made constant)."""
-    out: list[cst.BaseStatement] = []
-    for stmt in stmts:
-        if isinstance(stmt, cst.If) and (truth := _truth(stmt.test)) is not None:
-            if truth:
-                out.extend(_fold_ifs(_statements(stmt.body)))
-            elif isinstance(stmt.orelse, cst.Else):
-                out.extend(_fold_ifs(_statements(stmt.orelse.body)))
-            elif isinstance(stmt.orelse, cst.If):
-                out.extend(_fold_ifs([stmt.orelse]))
-            continue
-        out.append(stmt)
-    return out
-
-
-def _name_reads(node: cst.CSTNode, name: str) -> int:
-    """Reads of ``name`` in ``node`` (assignment targets excluded)."""
-    counts = 0
-
-    class V(FastVisitor):
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            self.walk(n.value)
-            return False
-
-        def visit_Arg(self, n: cst.Arg) -> bool:
-            self.walk(n.value)
-            return False
-
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> bool:
-            return not isinstance(n.target, cst.Name)
-
-        def visit_Name(self, n: cst.Name) -> None:
-            nonlocal counts
-            counts += n.value == name
-
-    V().walk(node)
-    return counts
 
 
 def _unroll_count(it: cst.BaseExpression) -> tuple[int, int, cst.BaseExpression | None] | None:
@@ -261,22 +47,16 @@ def _unroll_count(it: cst.BaseExpression) -> tuple[int, int, cst.BaseExpression 
         and not it.args[0].star
     ):
         return None
-    n = _unparen(it.args[0].value)
+    n = unparen(it.args[0].value)
     if isinstance(n, cst.Integer):
         return int(n.value), int(n.value), None
     if isinstance(n, cst.IfExp) and isinstance(n.body, cst.Integer) and isinstance(n.orelse, cst.Integer):
         a, b = int(n.body.value), int(n.orelse.value)
-        if not _pure(n.test):
+        if not pure(n.test):
             return None
-        test = n.test if a > b else cst.UnaryOperation(cst.Not(), _paren(n.test))
+        test = n.test if a > b else cst.UnaryOperation(cst.Not(), paren(n.test))
         return min(a, b), max(a, b), test
     return None
-
-
-def _paren(node: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(node, _ATOMS) or node.lpar:
-        return node
-    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 class _NameReadsVar(FastVisitor):
@@ -300,8 +80,8 @@ def unroll(stmts: list[cst.BaseStatement], rest_reads: set[str]) -> list[cst.Bas
             out.append(stmt)
             continue
         var = stmt.target.value  # type: ignore[union-attr]
-        body = _statements(stmt.body)  # type: ignore[union-attr]
-        computed = set().union(*(_bound_names(s) for s in body if _name_reads(s, var)))
+        body = statements(stmt.body)  # type: ignore[union-attr]
+        computed = set().union(*(bound_names(s) for s in body if name_reads(s, var)))
         reads = _NameReadsVar(var, computed)
         reads.walk(stmt.body)  # type: ignore[union-attr]
         later = set().union(*(names_in(s) for s in stmts[index + 1 :])) | rest_reads
@@ -309,7 +89,7 @@ def unroll(stmts: list[cst.BaseStatement], rest_reads: set[str]) -> list[cst.Bas
             not reads.found
             or stmt.orelse is not None  # type: ignore[union-attr]
             or count[1] > _MAX_UNROLL
-            or var in _bound_names(stmt.body) | later  # type: ignore[union-attr]
+            or var in bound_names(stmt.body) | later  # type: ignore[union-attr]
             or _jumps(stmt)
         ):
             out.append(stmt)
@@ -318,7 +98,9 @@ def unroll(stmts: list[cst.BaseStatement], rest_reads: set[str]) -> list[cst.Bas
         copies = [[fold(substitute(s, {var: cst.Integer(str(k))})) for s in body] for k in range(total)]
         out.extend(s for copy in copies[:always] for s in copy)
         if total > always:  # the copies a count chosen by a test adds, under that test
-            out.append(cst.If(test=test, body=cst.IndentedBlock(body=[s for c in copies[always:] for s in c])))  # type: ignore[arg-type]
+            out.append(
+                cst.If(test=test, body=cst.IndentedBlock(body=[s for c in copies[always:] for s in c]))
+            )  # type: ignore[arg-type]
     return out
 
 
@@ -342,7 +124,7 @@ def _propagate(stmts: list[cst.BaseStatement], local_names: set[str], env: dict)
     env = dict(env)
     out: list[cst.BaseStatement] = []
     for stmt in stmts:
-        bound = _bound_names(stmt)
+        bound = bound_names(stmt)
         if isinstance(stmt, cst.SimpleStatementLine):
             stmt = fold(substitute(stmt, env))
         elif isinstance(stmt, cst.If):
@@ -352,7 +134,7 @@ def _propagate(stmts: list[cst.BaseStatement], local_names: set[str], env: dict)
         for name in bound:
             env.pop(name, None)
         assign = single_assign(stmt)
-        if assign is not None and assign[0] in local_names and _is_literal(assign[1]):
+        if assign is not None and assign[0] in local_names and is_literal(assign[1]):
             env[assign[0]] = assign[1]
         out.append(stmt)
     return out
@@ -360,13 +142,13 @@ def _propagate(stmts: list[cst.BaseStatement], local_names: set[str], env: dict)
 
 def _propagate_if(stmt: cst.If, local_names: set[str], env: dict) -> cst.If:
     test = fold(substitute(stmt.test, env))
-    body = stmt.body.with_changes(body=_propagate(_statements(stmt.body), local_names, env))
+    body = stmt.body.with_changes(body=_propagate(statements(stmt.body), local_names, env))
     orelse = stmt.orelse
     if isinstance(orelse, cst.If):
         orelse = _propagate_if(orelse, local_names, env)
     elif isinstance(orelse, cst.Else):
         orelse = orelse.with_changes(
-            body=orelse.body.with_changes(body=_propagate(_statements(orelse.body), local_names, env))
+            body=orelse.body.with_changes(body=_propagate(statements(orelse.body), local_names, env))
         )
     if isinstance(stmt.body, cst.SimpleStatementSuite):
         body = cst.IndentedBlock(body=body.body)
@@ -378,7 +160,7 @@ def _forward(stmts: list[cst.BaseStatement], local_names: set[str]) -> list[cst.
     changes, is written at its use (``kernel_init=w`` -> ``kernel_init=<pure>``); a value with a call
     (``init = nn.initializers.lecun_normal()``) only when the very next statement reads it."""
     stmts = [
-        s.with_changes(body=s.body.with_changes(body=_forward(_statements(s.body), local_names)))
+        s.with_changes(body=s.body.with_changes(body=_forward(statements(s.body), local_names)))
         if isinstance(s, cst.If) and isinstance(s.body, cst.IndentedBlock)
         else s
         for s in stmts
@@ -390,17 +172,21 @@ def _forward(stmts: list[cst.BaseStatement], local_names: set[str]) -> list[cst.
             i += 1
             continue
         name, value = assign
-        end = next((j for j in range(i + 1, len(stmts)) if name in _bound_names(stmts[j])), len(stmts))
-        reads = [k for k in range(i + 1, end) if _name_reads(stmts[k], name)]
-        if end < len(stmts) and (not isinstance(stmts[end], cst.SimpleStatementLine) or _name_reads(stmts[end], name)):
+        end = next((j for j in range(i + 1, len(stmts)) if name in bound_names(stmts[j])), len(stmts))
+        reads = [k for k in range(i + 1, end) if name_reads(stmts[k], name)]
+        if end < len(stmts) and (
+            not isinstance(stmts[end], cst.SimpleStatementLine) or name_reads(stmts[end], name)
+        ):
             reads.append(end)  # read where it is rebound (`w = w + 1`, or in an `if` that rebinds it)
-        changed = set().union(*(_bound_names(stmts[m]) for m in range(i + 1, reads[0]))) if reads else set()
+        changed = set().union(*(bound_names(stmts[m]) for m in range(i + 1, reads[0]))) if reads else set()
         if (
             len(reads) != 1
-            or _name_reads(stmts[reads[0]], name) != 1
+            or name_reads(stmts[reads[0]], name) != 1
             or not isinstance(stmts[reads[0]], cst.SimpleStatementLine)
             or names_in(value) & changed
-            or (reads[0] != i + 1 and not _pure(value))  # a call is evaluated where it was, just before its use
+            or (
+                reads[0] != i + 1 and not pure(value)
+            )  # a call is evaluated where it was, just before its use
         ):
             i += 1
             continue
@@ -415,12 +201,14 @@ def _without_dead(stmts: list[cst.BaseStatement], local_names: set[str]) -> list
 
     def keep(stmt: cst.BaseStatement) -> bool:
         assign = single_assign(stmt)
-        return not (assign and assign[0] in local_names and assign[0] not in read and _pure(assign[1]))
+        return not (assign and assign[0] in local_names and assign[0] not in read and pure(assign[1]))
 
     out = []
     for stmt in stmts:
         if isinstance(stmt, cst.If):
-            stmt = stmt.with_changes(body=stmt.body.with_changes(body=[s for s in _statements(stmt.body) if keep(s)]))
+            stmt = stmt.with_changes(
+                body=stmt.body.with_changes(body=[s for s in statements(stmt.body) if keep(s)])
+            )
         if keep(stmt):
             out.append(stmt)
     return out
@@ -428,7 +216,7 @@ def _without_dead(stmts: list[cst.BaseStatement], local_names: set[str]) -> list
 
 def _assigned_only(stmt: cst.BaseStatement) -> set[str]:
     """The names ``stmt`` binds and never reads."""
-    return {n for n in _bound_names(stmt) if not _name_reads(stmt, n)}
+    return {n for n in bound_names(stmt) if not name_reads(stmt, n)}
 
 
 class Replayer:
@@ -444,10 +232,14 @@ class Replayer:
         replayer = self
 
         class Blocks(cst.CSTTransformer):
-            def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+            def leave_IndentedBlock(
+                self, original: cst.IndentedBlock, updated: cst.IndentedBlock
+            ) -> cst.IndentedBlock:
                 return updated.with_changes(body=replayer.replay_block(list(updated.body), caller_names))
 
-            def leave_SimpleStatementSuite(self, original: cst.SimpleStatementSuite, updated: cst.BaseSuite) -> cst.BaseSuite:
+            def leave_SimpleStatementSuite(
+                self, original: cst.SimpleStatementSuite, updated: cst.BaseSuite
+            ) -> cst.BaseSuite:
                 if any(replayer.helper_call(s) for s in updated.body):  # type: ignore[attr-defined]
                     raise ReplayError("a helper call on the line of its `if` / `for`")
                 return updated
@@ -459,14 +251,20 @@ class Replayer:
         if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
             return None
         func = call.func
-        if isinstance(func.value, cst.Name) and func.value.value == "self" and func.attr.value in self.helpers:
+        if (
+            isinstance(func.value, cst.Name)
+            and func.value.value == "self"
+            and func.attr.value in self.helpers
+        ):
             return func.attr.value
         return None
 
     def replay_block(self, stmts: list[cst.BaseStatement], caller_names: set[str]) -> list[cst.BaseStatement]:
         out: list[cst.BaseStatement] = []
         for stmt in stmts:
-            if not isinstance(stmt, cst.SimpleStatementLine) or not any(self.helper_call(s) for s in stmt.body):
+            if not isinstance(stmt, cst.SimpleStatementLine) or not any(
+                self.helper_call(s) for s in stmt.body
+            ):
                 out.append(stmt)
                 continue
             if len(stmt.body) != 1:
@@ -488,7 +286,7 @@ class Replayer:
             target = small.targets[0].target.value
         helper = self.helpers[name]
         values, renames = self._bind(helper, call, target)
-        local_names = _bound_names(helper.body) - set(values) - set(renames)
+        local_names = bound_names(helper.body) - set(values) - set(renames)
         if local_names & caller_names:
             raise ReplayError(f"{name}'s locals {sorted(local_names & caller_names)} are the caller's names")
         body = self._body(helper, target, renames)
@@ -498,7 +296,7 @@ class Replayer:
         finally:
             self.expanding.pop()
         stmts = [fold(substitute(s, values, renames)) for s in body]
-        stmts = _fold_ifs(unroll(stmts, set()))
+        stmts = fold_ifs(unroll(stmts, set()))
         stmts = _without_dead(_forward(_propagate(stmts, local_names, {}), local_names), local_names)
         if not stmts:
             stmts = [cst.SimpleStatementLine(body=[cst.Pass()])]
@@ -533,10 +331,10 @@ class Replayer:
                 raise ReplayError(f"no parameter {arg.keyword.value}")
         for pname, p in by_name.items():
             if pname not in given:
-                if p.default is None or not _pure(p.default):
+                if p.default is None or not pure(p.default):
                     raise ReplayError(f"{pname} is neither passed nor a plain default")
                 given[pname] = p.default
-        rebound = _bound_names(helper.body) & set(given)
+        rebound = bound_names(helper.body) & set(given)
         values: dict[str, cst.BaseExpression] = {}
         renames: dict[str, str] = {}
         for pname, value in given.items():
@@ -544,7 +342,7 @@ class Replayer:
                 if not (isinstance(value, cst.Name) and value.value == target):
                     raise ReplayError(f"{pname} is rebound but not passed as the result's name")
                 renames[pname] = target  # type: ignore[assignment]
-            elif not _pure(value):
+            elif not pure(value):
                 raise ReplayError(f"{pname}: an argument with a call")
             else:
                 values[pname] = value
@@ -552,9 +350,11 @@ class Replayer:
             raise ReplayError("the result's name is read by another argument")
         return values, renames
 
-    def _body(self, helper: cst.FunctionDef, target: str | None, renames: dict[str, str]) -> list[cst.BaseStatement]:
+    def _body(
+        self, helper: cst.FunctionDef, target: str | None, renames: dict[str, str]
+    ) -> list[cst.BaseStatement]:
         """The helper's statements, its final ``return`` turned into the assignment of the result."""
-        body = [s for i, s in enumerate(_statements(helper.body)) if not (i == 0 and is_docstring(s))]
+        body = [s for i, s in enumerate(statements(helper.body)) if not (i == 0 and is_docstring(s))]
         last = body[-1] if body else None
         ret = None
         if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return):
@@ -568,7 +368,7 @@ class Replayer:
             if not (isinstance(result, cst.Name) and result.value == target):
                 assign = cst.Assign(targets=[cst.AssignTarget(cst.Name(target))], value=result)
                 body.append(cst.SimpleStatementLine(body=[assign]))
-        elif ret is not None and not _pure(ret):
+        elif ret is not None and not pure(ret):
             body.append(cst.SimpleStatementLine(body=[cst.Expr(ret)]))
         return body
 

@@ -207,7 +207,12 @@ class AttributeRewriter:
         cur = self.ctx.parent_of(node)
         while cur is not None and not isinstance(cur, cst.FunctionDef):
             cur = self.ctx.parent_of(cur)
-        if plan is None or cur is None or cur.name.value == "setup" or not isinstance(self.ctx.parent_of(cur), cst.IndentedBlock):
+        if (
+            plan is None
+            or cur is None
+            or cur.name.value == "setup"
+            or not isinstance(self.ctx.parent_of(cur), cst.IndentedBlock)
+        ):
             return None
         if any(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in cur.decorators):
             return None

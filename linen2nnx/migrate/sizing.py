@@ -458,7 +458,9 @@ class Sizer(TraceEvidence):
         else:
             plan.new_args[arg] = "unresolved"
             message = f"{what} is unknown statically; required constructor argument {arg} added"
-        self.ctx.report(SHAPE_003, node, message, "run `linen2nnx migrate --trace SPEC` or pass the size explicitly")
+        self.ctx.report(
+            SHAPE_003, node, message, "run `linen2nnx migrate --trace SPEC` or pass the size explicitly"
+        )
         return arg
 
     def resolve_unused(self, plan: ClassPlan) -> None:
