@@ -38,6 +38,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_utils import names_in
 from linen2nnx.migrate.helper_replay import Replayer, ReplayError
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import MOD_007
@@ -173,9 +174,15 @@ def _helpers_of(cls: cst.ClassDef, resolver: NameResolver, classes: set[str]) ->
         return compact, set()
     refs = _Refs(candidates)
     refs.walk(cls.body)
-    return compact, {
-        h for h in candidates if refs.refs.get(h) and refs.refs[h] == refs.statement_calls.get(h)
-    }
+    helpers = {h for h in candidates if refs.refs.get(h) and refs.refs[h] == refs.statement_calls.get(h)}
+    while True:  # a method that stays (not compact, not replayed) must not call a helper that goes
+        kept = [m for m in methods if m.name.value not in compact | helpers]
+        used = _Refs(helpers)
+        for m in kept:
+            used.walk(m)
+        if not set(used.refs) & helpers:
+            return compact, helpers
+        helpers -= set(used.refs)
 
 
 def replay_helper_calls(tree: cst.Module, source: str) -> Replayed | None:
@@ -192,6 +199,7 @@ def replay_helper_calls(tree: cst.Module, source: str) -> Replayed | None:
             continue
         resolver = resolver or NameResolver(tree)
         compact, helpers = _helpers_of(stmt, resolver, classes)
+        helpers -= _overridden(tree, stmt.name.value)
         if not helpers:
             continue
         try:
@@ -203,6 +211,17 @@ def replay_helper_calls(tree: cst.Module, source: str) -> Replayed | None:
         return None
     new_source = tree.with_changes(body=new_body).code
     return Replayed(new_source, replayed, _line_map(source, new_source))
+
+
+def _overridden(tree: cst.Module, name: str) -> set[str]:
+    """Methods a subclass of ``name`` in this file defines again: ``self.h(...)`` dispatches to the
+    subclass's ``h``, so the base's body must not be replayed."""
+    found: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, cst.ClassDef) and any(name in names_in(b.value) for b in stmt.bases):
+            found |= {m.name.value for m in stmt.body.body if isinstance(m, cst.FunctionDef)}
+            found |= _overridden(tree, stmt.name.value) if stmt.name.value != name else set()
+    return found
 
 
 def _decorator_text(cls: cst.ClassDef) -> str:

@@ -225,10 +225,12 @@ class Replayer:
     def __init__(self, helpers: dict[str, cst.FunctionDef]) -> None:
         self.helpers = helpers
         self.expanding: list[str] = []
+        self.caller_bound: set[str] = set()  # names the method being replayed binds
 
     def replay_method(self, fn: cst.FunctionDef) -> cst.FunctionDef:
         """``fn`` with every helper call statement replayed (raises :class:`ReplayError`)."""
         caller_names = names_in(fn)
+        self.caller_bound = bound_names(fn.body) | {p.name.value for p in fn.params.params}
         replayer = self
 
         class Blocks(cst.CSTTransformer):
@@ -300,7 +302,7 @@ class Replayer:
         stmts = _without_dead(_forward(_propagate(stmts, local_names, {}), local_names), local_names)
         if not stmts:
             stmts = [cst.SimpleStatementLine(body=[cst.Pass()])]
-        note = cst.EmptyLine(comment=cst.Comment(f"# replayed: {code(small)}"))
+        note = cst.EmptyLine(comment=cst.Comment(f"# replayed: {' '.join(code(small).split())}"))
         first = stmts[0]
         stmts[0] = first.with_changes(leading_lines=[*line.leading_lines, note, *first.leading_lines])
         return stmts
@@ -331,8 +333,8 @@ class Replayer:
                 raise ReplayError(f"no parameter {arg.keyword.value}")
         for pname, p in by_name.items():
             if pname not in given:
-                if p.default is None or not pure(p.default):
-                    raise ReplayError(f"{pname} is neither passed nor a plain default")
+                if p.default is None or not pure(p.default) or names_in(p.default) & self.caller_bound:
+                    raise ReplayError(f"{pname} is neither passed nor a plain default the caller sees")
                 given[pname] = p.default
         rebound = bound_names(helper.body) & set(given)
         values: dict[str, cst.BaseExpression] = {}
