@@ -38,7 +38,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import names_in
+from linen2nnx.migrate.cst_utils import code, names_in
 from linen2nnx.migrate.helper_replay import Replayer, ReplayError
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import MOD_007
@@ -195,9 +195,9 @@ def replay_helper_calls(tree: cst.Module, source: str) -> Replayed | None:
     new_body = list(tree.body)
     replayed: list[str] = []
     for index, stmt in enumerate(tree.body):
-        if not isinstance(stmt, cst.ClassDef) or "compact" not in _decorator_text(stmt):
+        if not isinstance(stmt, cst.ClassDef) or not _may_replay(stmt):
             continue
-        resolver = resolver or NameResolver(tree)
+        resolver = resolver or NameResolver(tree)  # only for a class with calls of its own helpers
         compact, helpers = _helpers_of(stmt, resolver, classes)
         helpers -= _overridden(tree, stmt.name.value)
         if not helpers:
@@ -224,13 +224,18 @@ def _overridden(tree: cst.Module, name: str) -> set[str]:
     return found
 
 
-def _decorator_text(cls: cst.ClassDef) -> str:
-    return " ".join(
-        cst.Module([]).code_for_node(d.decorator)
-        for m in cls.body.body
-        if isinstance(m, cst.FunctionDef)
-        for d in m.decorators
-    )
+def _may_replay(cls: cst.ClassDef) -> bool:
+    """A cheap test before names are resolved: a method decorated with something ``compact``, and a
+    call statement of an undecorated method of the class."""
+    methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
+    if not any("compact" in code(d.decorator) for m in methods for d in m.decorators):
+        return False
+    plain = {m.name.value for m in methods if not m.decorators} - {"setup", "__call__"}
+    if not plain:
+        return False
+    refs = _Refs(plain)
+    refs.walk(cls.body)
+    return bool(refs.statement_calls)
 
 
 def _replay_class(cls: cst.ClassDef, compact: set[str], helpers: set[str]) -> cst.ClassDef:
