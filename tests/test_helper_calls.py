@@ -85,3 +85,14 @@ def test_a_class_still_kept_as_linen_keeps_its_helpers():
     source = HEADER + textwrap.dedent(BLOCK).replace("(x, 3, index=1)", "(x, features=x.shape[0], index=1)")
     result = migrate_source(source, "net.py", module_name="net")
     assert "def _block" in result.output and "could not be replayed in place" in result.output
+
+
+def test_a_renamed_parameter_leaves_attributes_and_keywords_alone():
+    source = BLOCK.replace("def _block(self, x, features, index):", "def _block(self, h, features, index):")
+    source = source.replace(
+        '        for i in range(2):\n            x = nn.Dense(features, name=f"fc{index}_{i}")(x)\n        return x',
+        '        h = nn.Dense(features, use_bias=self.h, name=f"fc{index}")(h)\n        return h',
+    )
+    source = source.replace("class Net(nn.Module):\n", "class Net(nn.Module):\n    h: bool = True\n\n")
+    result = replayed(source)
+    assert result is not None and 'x = nn.Dense(3, use_bias=self.h, name="fc1")(x)' in result.source

@@ -53,14 +53,27 @@ class _Subst(cst.CSTTransformer):
     def __init__(self, values: dict[str, cst.BaseExpression], renames: dict[str, str] | None = None) -> None:
         self.values = values
         self.renames = renames or {}
-        self.skip: set[int] = set()
+        self.skip: set[int] = set()  # names bound here: renamed, never replaced by a value
+        self.never: set[int] = set()  # attribute names and keywords: no variable at all
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.skip.add(id(node.attr))
+        self.never.add(id(node.attr))
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None:
-            self.skip.add(id(node.keyword))
+            self.never.add(id(node.keyword))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.skip.update(id(n) for n in _target_names(node.target))
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self.skip.update(id(n) for n in _target_names(node.name))
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.skip.update(id(n) for n in _target_names(node.target))
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self.skip.update(id(n) for n in _target_names(node.target))
 
     def visit_Param(self, node: cst.Param) -> None:
         if node.name.value in self.values or node.name.value in self.renames:
@@ -80,6 +93,8 @@ class _Subst(cst.CSTTransformer):
             raise ReplayError("a comprehension rebinds a replayed name")
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        if id(original) in self.never:
+            return updated
         if original.value in self.renames:
             return updated.with_changes(value=self.renames[original.value])
         if id(original) in self.skip or original.value not in self.values:
