@@ -96,3 +96,11 @@ def test_a_renamed_parameter_leaves_attributes_and_keywords_alone():
     source = source.replace("class Net(nn.Module):\n", "class Net(nn.Module):\n    h: bool = True\n\n")
     result = replayed(source)
     assert result is not None and 'x = nn.Dense(3, use_bias=self.h, name="fc1")(x)' in result.source
+
+
+def test_a_string_argument_in_an_f_string_becomes_its_text():
+    source = BLOCK.replace('name=f"fc{index}_{i}"', 'name=f"{tag}_{i}_{x.shape[-1]}"').replace(
+        "features, index)", 'features, index, tag="fc")'
+    )
+    result = replayed(source)
+    assert result is not None and 'name=f"fc_0_{x.shape[-1]}"' in result.source, result.source

@@ -183,23 +183,28 @@ class _Fold(cst.CSTTransformer):
     def leave_FormattedString(
         self, original: cst.FormattedString, updated: cst.FormattedString
     ) -> cst.BaseExpression:
-        text = []
+        """Literal parts become text (``f'conv{1}_{x}'`` -> ``f'conv1_{x}'``); all text: a plain string. A
+        string substituted into a part that stays an expression must not use the f-string's quote."""
+        quote = updated.start.lower().replace("f", "").replace("r", "").replace("b", "").replace("u", "")
+        parts: list[cst.BaseFormattedStringContent] = []
         for part in updated.parts:
-            if isinstance(part, cst.FormattedStringText):
-                text.append(part.value)
-                continue
-            expr = unparen(part.expression)
-            if part.conversion is not None or part.format_spec is not None or not isinstance(expr, _LITERALS):
-                return updated
-            value = expr.evaluated_value if isinstance(expr, cst.SimpleString) else expr.value
-            text.append(str(value))
-        joined = "".join(text)
-        if "{" in joined or "}" in joined or "\\" in joined or "f" not in updated.start.lower():
-            return updated
-        quote = updated.start.lower().replace("f", "").replace("r", "")
+            text = _literal_text(part, quote)
+            if (
+                text is None
+                and isinstance(part, cst.FormattedStringExpression)
+                and _quotes_in(part, quote[0])
+            ):
+                raise ReplayError("a string put into an f-string with the same quotes")
+            if text is not None and parts and isinstance(parts[-1], cst.FormattedStringText):
+                parts[-1] = cst.FormattedStringText(parts[-1].value + text)
+            else:
+                parts.append(cst.FormattedStringText(text) if text is not None else part)
+        if not all(isinstance(p, cst.FormattedStringText) for p in parts):
+            return updated.with_changes(parts=parts)
+        joined = "".join(p.value for p in parts)  # type: ignore[attr-defined]
+        if "{" in joined or "}" in joined or "\\" in joined:
+            return updated.with_changes(parts=parts)
         prefix = updated.start[: len(updated.start) - len(quote)].replace("f", "").replace("F", "")
-        if quote in joined:
-            return updated
         return cst.SimpleString(f"{prefix}{quote}{joined}{updated.end}", lpar=updated.lpar, rpar=updated.rpar)
 
     def leave_UnaryOperation(
@@ -213,6 +218,33 @@ class _Fold(cst.CSTTransformer):
         ):
             return cst.Name("False" if inner.value == "True" else "True")
         return updated
+
+
+def _literal_text(part: cst.BaseFormattedStringContent, quote: str) -> str | None:
+    """The text of an f-string part that is a literal (braces doubled), or of a text part; None else."""
+    if isinstance(part, cst.FormattedStringText):
+        return part.value
+    expr = unparen(part.expression)  # type: ignore[attr-defined]
+    if part.conversion is not None or part.format_spec is not None or part.equal is not None:  # type: ignore[attr-defined]
+        return None
+    if not isinstance(expr, _LITERALS):
+        return None
+    value = str(expr.evaluated_value if isinstance(expr, cst.SimpleString) else expr.value)
+    if "\\" in value or "\n" in value or quote[0] in value:
+        return None
+    return value.replace("{", "{{").replace("}", "}}")
+
+
+def _quotes_in(node: cst.CSTNode, quote: str) -> bool:
+    found = False
+
+    class V(FastVisitor):
+        def visit_SimpleString(self, n: cst.SimpleString) -> None:
+            nonlocal found
+            found |= quote in n.quote
+
+    V().walk(node)
+    return found
 
 
 def fold(node: cst.CSTNode) -> Any:

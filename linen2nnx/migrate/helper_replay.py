@@ -130,7 +130,7 @@ def _propagate(stmts: list[cst.BaseStatement], local_names: set[str], env: dict)
         elif isinstance(stmt, cst.If):
             stmt = _propagate_if(stmt, local_names, {k: v for k, v in env.items() if k not in bound})
         else:
-            stmt = substitute(stmt, {k: v for k, v in env.items() if k not in bound})
+            stmt = fold(substitute(stmt, {k: v for k, v in env.items() if k not in bound}))
         for name in bound:
             env.pop(name, None)
         assign = single_assign(stmt)
