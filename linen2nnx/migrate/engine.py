@@ -145,6 +145,7 @@ def migrate_source(
     :func:`migrate_paths`), so submodules and base classes imported from them are migrated too;
     ``factories`` their module-level functions that build layers (rewritten ones, which calls here
     build through, and ones still building Linen, which NNX classes here must not call).
+    ``replay_helpers``: replay helper methods' calls in ``@nn.compact`` first (helper_calls.py).
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training
