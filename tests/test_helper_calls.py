@@ -104,3 +104,18 @@ def test_a_string_argument_in_an_f_string_becomes_its_text():
     )
     result = replayed(source)
     assert result is not None and 'name=f"fc_0_{x.shape[-1]}"' in result.source, result.source
+
+
+def test_a_loop_of_helper_calls_named_from_its_variable_is_unrolled():
+    source = BLOCK.replace(
+        "x = self._block(x, 3, index=1)", "for k in range(2):\n            x = self._block(x, 3, index=k)"
+    )
+    result = replayed(source)
+    assert (
+        result is not None
+        and [f'name="fc{k}_{i}"' in result.source for k in (0, 1) for i in (0, 1)] == [True] * 4
+    )
+    result = replayed(
+        source.replace("return x\n\n    def", "return x + k\n\n    def")
+    )  # `k` read after the loop
+    assert result is not None and "for k in range(2):" in result.source

@@ -12,10 +12,12 @@ cannot be replayed raises :class:`ReplayError` and the class is left as it was.
 
 from __future__ import annotations
 
+from typing import Any
+
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import code, is_docstring, names_in, single_assign
+from linen2nnx.migrate.cst_utils import code, is_docstring, name_counts, names_in, single_assign
 from linen2nnx.migrate.helper_fold import (
     ReplayError,
     bound_names,
@@ -226,6 +228,7 @@ class Replayer:
         self.helpers = helpers
         self.expanding: list[str] = []
         self.caller_bound: set[str] = set()  # names the method being replayed binds
+        self.all_locals: set[str] = set()  # the locals of every helper replayed so far
 
     def replay_method(self, fn: cst.FunctionDef) -> cst.FunctionDef:
         """``fn`` with every helper call statement replayed (raises :class:`ReplayError`)."""
@@ -246,7 +249,26 @@ class Replayer:
                     raise ReplayError("a helper call on the line of its `if` / `for`")
                 return updated
 
+            def leave_For(self, original: cst.For, updated: cst.For) -> Any:
+                return replayer.unroll_caller_loop(fn, original, updated)
+
         return fn.visit(Blocks())  # type: ignore[return-value]
+
+    def unroll_caller_loop(self, fn: cst.FunctionDef, original: cst.For, updated: cst.For) -> Any:
+        """``for i in range(3): x = self.block(x, index=i)`` whose replayed layers are named from ``i``:
+        unrolled as a helper's own loop is, when ``i`` is not read outside the loop."""
+        var = original.target.value if isinstance(original.target, cst.Name) else None
+        if var is None or name_counts(fn).get(var) != name_counts(original).get(var):
+            return updated
+        if not any(self.helper_call(s) for line in _lines(original.body) for s in line.body):
+            return updated
+        stmts = unroll([updated], set())
+        if len(stmts) == 1 and stmts[0] is updated:
+            return updated
+        stmts = _without_dead(
+            _forward(_propagate(stmts, self.all_locals, {}), self.all_locals), self.all_locals
+        )
+        return cst.FlattenSentinel(stmts)
 
     def helper_call(self, small: cst.BaseSmallStatement) -> str | None:
         call = small.value if isinstance(small, (cst.Expr, cst.Assign)) else None
@@ -289,6 +311,7 @@ class Replayer:
         helper = self.helpers[name]
         values, renames = self._bind(helper, call, target)
         local_names = bound_names(helper.body) - set(values) - set(renames)
+        self.all_locals |= local_names
         if local_names & caller_names:
             raise ReplayError(f"{name}'s locals {sorted(local_names & caller_names)} are the caller's names")
         body = self._body(helper, target, renames)
@@ -373,6 +396,21 @@ class Replayer:
         elif ret is not None and not pure(ret):
             body.append(cst.SimpleStatementLine(body=[cst.Expr(ret)]))
         return body
+
+
+def _lines(node: cst.CSTNode) -> list[cst.SimpleStatementLine]:
+    """Every simple statement line in ``node`` (outside nested functions)."""
+    found: list[cst.SimpleStatementLine] = []
+
+    class V(FastVisitor):
+        def visit_SimpleStatementLine(self, n: cst.SimpleStatementLine) -> None:
+            found.append(n)
+
+        def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
+            return False
+
+    V().walk(node)
+    return found
 
 
 def _returns(stmts: list[cst.BaseStatement]) -> bool:
