@@ -53,11 +53,20 @@ class Replayed:
     source: str
     classes: list[str]  # the classes whose helper calls were replayed
     line_map: list[int]  # line of ``source`` (index - 1) -> line of the original
+    moved: set[int] = dataclasses.field(default_factory=set)  # lines of ``source`` the replay wrote
+    original: str = ""
 
-    def original_line(self, line: int) -> int:
-        if 1 <= line <= len(self.line_map):
-            return self.line_map[line - 1]
-        return line
+    def place(self, finding: Any) -> Any:
+        """``finding`` (on a line of ``source``) on the original's line; on a line the replay wrote, at
+        the start of the call it stands for."""
+        line = finding.line
+        if not 1 <= line <= len(self.line_map):
+            return finding
+        new = self.line_map[line - 1]
+        if line not in self.moved:
+            return dataclasses.replace(finding, line=new)
+        text = self.original.splitlines()[new - 1] if new <= len(self.original.splitlines()) else ""
+        return dataclasses.replace(finding, line=new, col=len(text) - len(text.lstrip()) + 1)
 
 
 def _is_compact(fn: cst.FunctionDef, resolver: NameResolver) -> bool:
@@ -215,7 +224,8 @@ def replay_helper_calls(tree: cst.Module, source: str) -> Replayed | None:
     if not replayed:
         return None
     new_source = tree.with_changes(body=new_body).code
-    return Replayed(new_source, replayed, _line_map(source, new_source))
+    line_map, moved = _line_map(source, new_source)
+    return Replayed(new_source, replayed, line_map, moved, source)
 
 
 def _overridden(tree: cst.Module, name: str) -> set[str]:
@@ -257,16 +267,18 @@ def _replay_class(cls: cst.ClassDef, compact: set[str], helpers: set[str]) -> cs
     return cls.with_changes(body=cls.body.with_changes(body=body))
 
 
-def _line_map(old: str, new: str) -> list[int]:
+def _line_map(old: str, new: str) -> tuple[list[int], set[int]]:
     """For each line of ``new``, a line of ``old``: the same line where the text is unchanged, else the
     first line of the replaced stretch (the call a replayed body stands for)."""
     old_lines, new_lines = old.splitlines(), new.splitlines()
-    out = [1] * len(new_lines)
+    out, moved = [1] * len(new_lines), set()
     matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
     for tag, i1, _, j1, j2 in matcher.get_opcodes():
         for j in range(j1, j2):
             out[j] = (i1 + (j - j1) + 1) if tag == "equal" else min(i1 + 1, max(len(old_lines), 1))
-    return out
+            if tag != "equal":
+                moved.add(j + 1)
+    return out, moved
 
 
 def replayed_result(result: Any, replayed: Replayed, source: str) -> Any:
@@ -276,7 +288,7 @@ def replayed_result(result: Any, replayed: Replayed, source: str) -> Any:
     kept = tuple(f"{name} kept as Linen" for name in replayed.classes)
     if result.failed or any(f.rule == MOD_007.id and f.message.startswith(kept) for f in result.findings):
         return None
-    findings = [dataclasses.replace(f, line=replayed.original_line(f.line)) for f in result.findings]
+    findings = [replayed.place(f) for f in result.findings]
     return dataclasses.replace(
         result, source=source, findings=sorted(findings, key=lambda f: (f.line, f.col, f.rule))
     )
