@@ -34,6 +34,12 @@ The models:
   which ``--unsafe-fixes`` builds always, as the traced call did (``L2N-MOD-009``). Shim:
   ``jnp.reshape(newshape=...)`` (removed from JAX).
 
+- ``vgg16``: flaxmodels 0.1.3 ``VGG16`` (random weights, no head, inputs normalised), images
+  (2, 32, 32, 3). Its layers are built by helper methods (``self._conv_block(x, features=64,
+  num_layers=2, block_num=1, ...)``) that name them ``f'conv{block_num}_{l + 1}'`` in a loop; each call
+  is replayed in ``__call__`` and every layer becomes an attribute of its Linen name. The head's input
+  size is not traced (no head is built), so its constructor argument defaults to None.
+
 Exit status: 0, unless ``--require-pass`` is given and a model did not reach parity (then 1).
 """
 
@@ -122,6 +128,33 @@ def linen_side():
 '''
 
 
+VGG16_SPEC = '''"""Linen side of flaxmodels' VGG16 (random weights, no head), written by bench/outside_packages.py."""
+
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from linen2nnx.spec import LinenSide
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from flaxmodels.vgg import vgg  # noqa: E402
+
+
+def linen_side():
+    images = np.random.default_rng(0).uniform(size=(2, 32, 32, 3)).astype(np.float32)
+    return LinenSide(
+        model=vgg.VGG16(output="logits", pretrained=None, include_head=False),
+        batch={"x": images},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={"train": True},
+        eval_kwargs={"train": False},
+        name="flaxmodels/VGG16",
+    )
+'''
+
+
 GRIFFIN_SPEC = '''"""Linen side of recurrentgemma's Griffin (a tiny config), written by bench/outside_packages.py."""
 
 import sys
@@ -189,6 +222,15 @@ MODELS = {
         shims=(("jnp.reshape(newshape=)", reshape_newshape),),
         unsafe_fixes=True,
         notes=("--unsafe-fixes: the token embedding is built only when input_embds is None (L2N-MOD-009)",),
+    ),
+    "vgg16": Package(
+        "vgg16",
+        "flaxmodels==0.1.3",
+        "flaxmodels",
+        "flaxmodels/vgg",
+        VGG16_SPEC,
+        stubs=("h5py", "requests", "tqdm", "regex", "filelock"),
+        notes=("no head (include_head=False: the head needs 224x224 inputs), 32x32 images, normalize on",),
     ),
     "griffin": Package(
         "griffin",

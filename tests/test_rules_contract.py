@@ -44,6 +44,7 @@ PARITY_TESTS = (
 # Fixture cases with no numeric parity test, and why none can be written.
 NOT_RUNNABLE = {
     "unresolved_named_ctor": "manual finding: a submodule class imported by a computed path",
+    "helper_calls_kept": "manual findings: helper methods whose calls cannot be replayed in place",
     "manual_api": "manual findings: Linen scope APIs a person converts",
     "param_keywords_manual": "manual findings: self.param arguments with no conversion (unbox=False, splats)",
     "broadcast_elsewhere": "manual findings: nn.broadcast handed to an nn.scan this run does not convert",

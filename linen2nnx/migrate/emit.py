@@ -279,6 +279,8 @@ class Emitter:
         params.extend(
             f"{a}: tuple[int, ...]"
             if how.startswith("input_shape:") or how == "unresolved_each"
+            else f"{a}: int | None = None"  # a size needed only when a config test builds its layer
+            if how == "unresolved_if"
             else f"{a}: int"
             for a, how in plan.new_args.items()
         )

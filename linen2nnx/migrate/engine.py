@@ -31,6 +31,7 @@ from linen2nnx.migrate import gc_tuning
 from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
 from linen2nnx.migrate.findings import Finding, Severity
+from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
 from linen2nnx.migrate.trace import Trace
@@ -134,6 +135,7 @@ def migrate_source(
     unsafe_fixes: bool = False,
     external: Mapping[str, Any] | None = None,
     factories: Mapping[str, Any] | None = None,
+    replay_helpers: bool = True,
 ) -> FileResult:
     """Migrate one file's text. Never raises for bad input: failures become ``error`` findings.
 
@@ -143,6 +145,7 @@ def migrate_source(
     :func:`migrate_paths`), so submodules and base classes imported from them are migrated too;
     ``factories`` their module-level functions that build layers (rewritten ones, which calls here
     build through, and ones still building Linen, which NNX classes here must not call).
+    ``replay_helpers``: replay helper methods' calls in ``@nn.compact`` first (helper_calls.py).
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training
@@ -154,6 +157,11 @@ def migrate_source(
         tree = cst.parse_module(source)
     except cst.ParserSyntaxError as e:
         return FileResult(file_path, path, source, None, [_syntax_error(source, path, e)], NameMap())
+    options = dict(
+        select=select, ignore=ignore, unsafe_fixes=unsafe_fixes, external=external, factories=factories
+    )
+    if replay_helpers and (kept := _migrate_replayed(tree, source, path, module_name, trace, options)):
+        return kept
     rule_enabled = rule_selector(select, ignore)
     command = MigrateModules(
         CodemodContext(filename=path, full_module_name=module_name or None),
@@ -179,16 +187,20 @@ def migrate_source(
     findings = sorted(
         [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
     )
-    return FileResult(
-        file_path,
-        path,
-        source,
-        output,
-        findings,
-        command.name_map,
-        summaries=command.summaries,
-        factories=own_factories,
-    )
+    facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
+    return FileResult(file_path, path, source, output, findings, command.name_map, **facts)
+
+
+def _migrate_replayed(
+    tree: cst.Module, source: str, path: str, module_name: str, trace: Trace | None, options: dict[str, Any]
+) -> FileResult | None:
+    """The file migrated with its helper methods' calls replayed in place (helper_calls.py); None when
+    there is nothing to replay or a replayed class is still kept as Linen (then the original is)."""
+    replayed = replay_helper_calls(tree, source)
+    if replayed is None:
+        return None
+    result = migrate_source(replayed.source, path, module_name, trace, **options, replay_helpers=False)
+    return replayed_result(result, replayed, source)
 
 
 def _after_module_pass(

@@ -183,12 +183,40 @@ class AttributeRewriter:
             self._report_box(original, short, is_callee)
         elif not (names & (LINEN_MODULE | LINEN_COMPACT)):
             self.state.handled.add(original)
+            helper = self._helper_method(original) if is_callee and self.ctx.layer_rule_of(original) else None
+            if helper is not None:  # the layer converts; where it is built is what stops it
+                self.ctx.report(
+                    API_002,
+                    original,
+                    f"nn.{short} built in {helper}, a method that is neither setup nor @nn.compact, whose "
+                    "calls could not be replayed in place",
+                    "call it as a statement (`x = self.block(x, ...)`) whose arguments fix its layers' number "
+                    "and names, or build the layers in setup",
+                )
+                return
             self.ctx.report(
                 API_002,
                 original,
                 f"flax.linen.{short} has no automatic conversion yet",
                 "rewrite by hand with the NNX API (see docs/rules.md)",
             )
+
+    def _helper_method(self, node: cst.CSTNode) -> str | None:
+        """``_block`` when ``node`` is in a method of a Linen class other than setup and the compact ones."""
+        plan = self.ctx.current_plan()
+        cur = self.ctx.parent_of(node)
+        while cur is not None and not isinstance(cur, cst.FunctionDef):
+            cur = self.ctx.parent_of(cur)
+        if (
+            plan is None
+            or cur is None
+            or cur.name.value == "setup"
+            or not isinstance(self.ctx.parent_of(cur), cst.IndentedBlock)
+        ):
+            return None
+        if any(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in cur.decorators):
+            return None
+        return f"{plan.name}.{cur.name.value}"
 
     def _report_box(self, original: cst.Attribute, short: str, is_callee: bool) -> None:
         """A Linen metadata box (``nn.LogicallyPartitioned``): NNX has none to test for or to build,

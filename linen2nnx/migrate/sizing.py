@@ -451,12 +451,15 @@ class Sizer(TraceEvidence):
                 "run `linen2nnx migrate --trace SPEC` or pass the sizes explicitly",
             )
             return f"{arg}[{site.elements_index}]"
-        plan.new_args[arg] = "unresolved"
+        if site.conditions:  # built only under a config test: a config that does not build it needs no size
+            plan.new_args[arg] = "unresolved_if"
+            when = " and ".join(f"({c})" if " " in c else c for c in site.conditions)
+            message = f"{what} is unknown statically; constructor argument {arg} (default None) added, required when {when}"
+        else:
+            plan.new_args[arg] = "unresolved"
+            message = f"{what} is unknown statically; required constructor argument {arg} added"
         self.ctx.report(
-            SHAPE_003,
-            node,
-            f"{what} is unknown statically; required constructor argument {arg} added",
-            "run `linen2nnx migrate --trace SPEC` or pass the size explicitly",
+            SHAPE_003, node, message, "run `linen2nnx migrate --trace SPEC` or pass the size explicitly"
         )
         return arg
 

@@ -94,7 +94,9 @@ def write_pair_spec(out_dir: Path, trace: Trace, result: MigrationResult) -> Pat
         a: int(how.split(":")[1]) for a, how in entry.new_args.items() if how.startswith("input_shape:")
     }
     unresolved = sorted(
-        a for a, how in entry.new_args.items() if not how.startswith(("input:", "input_shape:"))
+        a
+        for a, how in entry.new_args.items()
+        if not how.startswith(("input:", "input_shape:")) and how != "unresolved_if"  # None: not built
     )
     linen_spec = trace.spec_ref
     target_part, sep, func = linen_spec.rpartition(":")

@@ -113,6 +113,8 @@ class StaticLocals:
             return not stmt.decorators and self._static_function(stmt, current)
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
+                if _config_warning(small) and self._static_value(small.value, current):  # type: ignore[attr-defined]
+                    continue  # `warnings.warn(...)` about the config: warned when __init__ replays it
                 if not isinstance(small, cst.Assign) or not all(
                     _plain_target(t.target) for t in small.targets
                 ):
@@ -182,6 +184,15 @@ class StaticLocals:
 def bound_by(stmt: cst.CSTNode) -> set[str]:
     """The names a statement binds in the method's scope (a local function: its name only)."""
     return {stmt.name.value} if isinstance(stmt, cst.FunctionDef) else assigned_in(stmt)
+
+
+def _config_warning(small: cst.BaseSmallStatement) -> bool:
+    """``warnings.warn(...)``, alone on its line: a note about the config, no value computed."""
+    return (
+        isinstance(small, cst.Expr)
+        and isinstance(small.value, cst.Call)
+        and code(small.value.func) in ("warnings.warn", "warn")
+    )
 
 
 def _plain_target(target: cst.BaseExpression) -> bool:

@@ -1,0 +1,294 @@
+"""Helper methods that build layers, called from ``@nn.compact``: each call replayed where it is made.
+
+Linen lets a compact method call an ordinary method that builds submodules in the caller's scope::
+
+    @nn.compact
+    def __call__(self, x):
+        x = self._block(x, features=64, n=2, idx=1)
+        ...
+
+    def _block(self, x, features, n, idx):
+        for i in range(n):
+            x = nn.Conv(features, (3, 3), name=f'conv{idx}_{i + 1}')(x)
+        return x
+
+NNX builds every submodule in ``__init__``, so each call's submodules (their number, names and
+arguments) must be known without running the model. Every call site names its static arguments, so
+the call can be replayed: the helper's body takes the place of the call with the arguments bound
+(:mod:`~linen2nnx.migrate.helper_replay`), a loop over a literal count is unrolled and a computed name
+folds to the literal Linen gives it (``'conv1_1'``). The class is then an ordinary compact class, which
+the module pass plans as any other: each layer becomes an attribute named after its Linen name (a
+name that is no identifier gets a valid attribute, and the name map keeps the Linen one), sizes flow
+through, and anything not static stays a finding.
+
+The replay is all or nothing per class: a helper is replayed only when every reference to it is a
+call statement in a compact method (or in another replayed helper) and its body can stand in the
+caller's place (one final ``return``, no clash of names, a parameter it rebinds passed by the very name
+the result goes to). :func:`replay_helper_calls` returns None when no class of the file qualifies; the
+engine then migrates the file exactly as before, and it falls back to the original source for a class
+the module pass still keeps as Linen, so a bridged class keeps the code its author wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from typing import Any
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_utils import code, names_in
+from linen2nnx.migrate.helper_replay import Replayer, ReplayError
+from linen2nnx.migrate.names import NameResolver
+from linen2nnx.migrate.rules import MOD_007
+
+
+@dataclasses.dataclass
+class Replayed:
+    """A file whose helper calls were replayed: the text the module pass reads, and how its lines map
+    back to the original's."""
+
+    source: str
+    classes: list[str]  # the classes whose helper calls were replayed
+    line_map: list[int]  # line of ``source`` (index - 1) -> line of the original
+    moved: set[int] = dataclasses.field(default_factory=set)  # lines of ``source`` the replay wrote
+    original: str = ""
+
+    def place(self, finding: Any) -> Any:
+        """``finding`` (on a line of ``source``) on the original's line; on a line the replay wrote, at
+        the start of the call it stands for."""
+        line = finding.line
+        if not 1 <= line <= len(self.line_map):
+            return finding
+        new = self.line_map[line - 1]
+        if line not in self.moved:
+            return dataclasses.replace(finding, line=new)
+        text = self.original.splitlines()[new - 1] if new <= len(self.original.splitlines()) else ""
+        return dataclasses.replace(finding, line=new, col=len(text) - len(text.lstrip()) + 1)
+
+
+def _is_compact(fn: cst.FunctionDef, resolver: NameResolver) -> bool:
+    return any("flax.linen.compact" in resolver.qualnames(d.decorator) for d in fn.decorators)
+
+
+class _Refs(FastVisitor):
+    """Every ``self.<helper>`` of a class, and whether it is the callee of a call statement."""
+
+    def __init__(self, helpers: set[str]) -> None:
+        self.helpers = helpers
+        self.refs: dict[str, int] = {}
+        self.statement_calls: dict[str, int] = {}
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if (
+            isinstance(node.value, cst.Name)
+            and node.value.value == "self"
+            and node.attr.value in self.helpers
+        ):
+            self.refs[node.attr.value] = self.refs.get(node.attr.value, 0) + 1
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        for small in node.body:
+            call = _statement_call(small)
+            if call is not None and isinstance(call.func, cst.Attribute):
+                name = call.func.attr.value
+                if (
+                    name in self.helpers
+                    and isinstance(call.func.value, cst.Name)
+                    and call.func.value.value == "self"
+                ):
+                    self.statement_calls[name] = self.statement_calls.get(name, 0) + 1
+
+
+def _statement_call(small: cst.BaseSmallStatement) -> cst.Call | None:
+    """The call of ``x = self.h(...)`` (one plain name target) or of ``self.h(...)``."""
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        return small.value
+    if (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+        and isinstance(small.value, cst.Call)
+    ):
+        return small.value
+    return None
+
+
+class _Builds(FastVisitor):
+    """Whether a function body builds a submodule or a variable: an applied constructor of a Linen
+    layer or of a class of this file (``nn.Conv(...)(x)``), a constructor given ``name=``, or
+    ``self.param`` / ``self.variable``."""
+
+    def __init__(self, resolver: NameResolver, classes: set[str]) -> None:
+        self.resolver = resolver
+        self.classes = classes
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == "self"
+        ):
+            self.found |= func.attr.value in ("param", "variable")
+            return
+        if any(a.keyword is not None and a.keyword.value == "name" for a in node.args):
+            self.found = True
+        if isinstance(func, cst.Call) and isinstance(func.func, (cst.Name, cst.Attribute)):
+            ctor = func.func
+            if isinstance(ctor, cst.Name) and ctor.value in self.classes:
+                self.found = True
+            leaf = ctor.value if isinstance(ctor, cst.Name) else ctor.attr.value
+            if leaf[:1].isupper() and any(q.startswith("flax.linen.") for q in self.resolver.qualnames(ctor)):
+                self.found = True
+
+
+def _returns_constructor(fn: cst.FunctionDef) -> bool:
+    """``return nn.Dense(...)``: a layer factory method, which factories.py plans."""
+    last = fn.body.body[-1] if fn.body.body else None
+    if not isinstance(last, cst.SimpleStatementLine):
+        return False
+    ret = last.body[-1]
+    if not (isinstance(ret, cst.Return) and isinstance(ret.value, cst.Call)):
+        return False
+    func = ret.value.func
+    leaf = (
+        func.value
+        if isinstance(func, cst.Name)
+        else func.attr.value
+        if isinstance(func, cst.Attribute)
+        else ""
+    )
+    return leaf[:1].isupper()  # a class built, not applied
+
+
+def _helpers_of(cls: cst.ClassDef, resolver: NameResolver, classes: set[str]) -> tuple[set[str], set[str]]:
+    """(compact methods, helpers to replay) of ``cls``: undecorated methods that build something, every
+    reference to which is a call statement."""
+    methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
+    compact = {m.name.value for m in methods if _is_compact(m, resolver)}
+    if not compact:
+        return compact, set()
+    candidates = set()
+    for m in methods:
+        if m.name.value in ("setup", "__call__") or m.decorators or m.name.value in compact:
+            continue
+        builds = _Builds(resolver, classes)
+        builds.walk(m.body)
+        if builds.found and not _returns_constructor(m):
+            candidates.add(m.name.value)
+    if not candidates:
+        return compact, set()
+    refs = _Refs(candidates)
+    refs.walk(cls.body)
+    helpers = {h for h in candidates if refs.refs.get(h) and refs.refs[h] == refs.statement_calls.get(h)}
+    while True:  # a method that stays (not compact, not replayed) must not call a helper that goes
+        kept = [m for m in methods if m.name.value not in compact | helpers]
+        used = _Refs(helpers)
+        for m in kept:
+            used.walk(m)
+        if not set(used.refs) & helpers:
+            return compact, helpers
+        helpers -= set(used.refs)
+
+
+def replay_helper_calls(tree: cst.Module, source: str) -> Replayed | None:
+    """The file with every qualifying helper call replayed in place (see the module docstring); None when
+    no class has one."""
+    if "compact" not in source:
+        return None
+    resolver: NameResolver | None = None
+    classes = {s.name.value for s in tree.body if isinstance(s, cst.ClassDef)}
+    new_body = list(tree.body)
+    replayed: list[str] = []
+    for index, stmt in enumerate(tree.body):
+        if not isinstance(stmt, cst.ClassDef) or not _may_replay(stmt):
+            continue
+        resolver = resolver or NameResolver(tree)  # only for a class with calls of its own helpers
+        compact, helpers = _helpers_of(stmt, resolver, classes)
+        helpers -= _overridden(tree, stmt.name.value)
+        if not helpers:
+            continue
+        try:
+            new_body[index] = _replay_class(stmt, compact, helpers)
+        except ReplayError:
+            continue
+        except Exception:  # a bug here must not cost the file: the class is migrated as written
+            if os.environ.get("LINEN2NNX_RAISE"):
+                raise
+            continue
+        replayed.append(stmt.name.value)
+    if not replayed:
+        return None
+    new_source = tree.with_changes(body=new_body).code
+    line_map, moved = _line_map(source, new_source)
+    return Replayed(new_source, replayed, line_map, moved, source)
+
+
+def _overridden(tree: cst.Module, name: str) -> set[str]:
+    """Methods a subclass of ``name`` in this file defines again: ``self.h(...)`` dispatches to the
+    subclass's ``h``, so the base's body must not be replayed."""
+    found: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, cst.ClassDef) and any(name in names_in(b.value) for b in stmt.bases):
+            found |= {m.name.value for m in stmt.body.body if isinstance(m, cst.FunctionDef)}
+            found |= _overridden(tree, stmt.name.value) if stmt.name.value != name else set()
+    return found
+
+
+def _may_replay(cls: cst.ClassDef) -> bool:
+    """A cheap test before names are resolved: a method decorated with something ``compact``, and a
+    call statement of an undecorated method of the class."""
+    methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
+    if not any("compact" in code(d.decorator) for m in methods for d in m.decorators):
+        return False
+    plain = {m.name.value for m in methods if not m.decorators} - {"setup", "__call__"}
+    if not plain:
+        return False
+    refs = _Refs(plain)
+    refs.walk(cls.body)
+    return bool(refs.statement_calls)
+
+
+def _replay_class(cls: cst.ClassDef, compact: set[str], helpers: set[str]) -> cst.ClassDef:
+    """``cls`` with each helper call of its compact methods replayed and the helpers removed."""
+    methods = {m.name.value: m for m in cls.body.body if isinstance(m, cst.FunctionDef)}
+    replayer = Replayer({h: methods[h] for h in helpers})
+    body = []
+    for member in cls.body.body:
+        if isinstance(member, cst.FunctionDef) and member.name.value in helpers:
+            continue
+        if isinstance(member, cst.FunctionDef) and member.name.value in compact:
+            member = replayer.replay_method(member)
+        body.append(member)
+    return cls.with_changes(body=cls.body.with_changes(body=body))
+
+
+def _line_map(old: str, new: str) -> tuple[list[int], set[int]]:
+    """For each line of ``new``, a line of ``old``: the same line where the text is unchanged, else the
+    first line of the replaced stretch (the call a replayed body stands for)."""
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    out, moved = [1] * len(new_lines), set()
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, _, j1, j2 in matcher.get_opcodes():
+        for j in range(j1, j2):
+            out[j] = (i1 + (j - j1) + 1) if tag == "equal" else min(i1 + 1, max(len(old_lines), 1))
+            if tag != "equal":
+                moved.add(j + 1)
+    return out, moved
+
+
+def replayed_result(result: Any, replayed: Replayed, source: str) -> Any:
+    """The module pass's ``result`` on the replayed text, told in terms of the original ``source`` (its
+    findings on the original's lines); None when a replayed class is still kept as Linen or the file
+    failed (then the original is migrated instead, so a bridged class keeps its author's code)."""
+    kept = tuple(f"{name} kept as Linen" for name in replayed.classes)
+    if result.failed or any(f.rule == MOD_007.id and f.message.startswith(kept) for f in result.findings):
+        return None
+    findings = [replayed.place(f) for f in result.findings]
+    return dataclasses.replace(
+        result, source=source, findings=sorted(findings, key=lambda f: (f.line, f.col, f.rule))
+    )

@@ -1,0 +1,121 @@
+"""Replaying helper methods' calls in @nn.compact (migrate/helper_calls.py): when a call is replayed,
+when the class is left as written, and where the findings land."""
+
+import textwrap
+
+import libcst as cst
+
+from linen2nnx.migrate import migrate_source
+from linen2nnx.migrate.helper_calls import replay_helper_calls
+
+HEADER = "import flax.linen as nn\n\n\n"
+
+BLOCK = """
+class Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = self._block(x, 3, index=1)
+        return x
+
+    def _block(self, x, features, index):
+        for i in range(2):
+            x = nn.Dense(features, name=f"fc{index}_{i}")(x)
+        return x
+"""
+
+
+def replayed(source: str):
+    source = HEADER + textwrap.dedent(source)
+    return replay_helper_calls(cst.parse_module(source), source)
+
+
+def test_a_static_call_is_replayed_with_linen_names():
+    result = replayed(BLOCK)
+    assert result is not None and result.classes == ["Net"]
+    assert 'name="fc1_0"' in result.source and 'name="fc1_1"' in result.source
+    assert "def _block" not in result.source and "# replayed: x = self._block(x, 3, index=1)" in result.source
+
+
+def test_a_helper_a_subclass_overrides_is_not_replayed():
+    assert (
+        replayed(
+            BLOCK + "\n\nclass Wide(Net):\n    def _block(self, x, features, index):\n        return x\n"
+        )
+        is None
+    )
+
+
+def test_a_helper_another_method_calls_is_not_replayed():
+    assert (
+        replayed(
+            BLOCK + "\n    def encode(self, x):\n        x = self._block(x, 3, index=2)\n        return x\n"
+        )
+        is None
+    )
+
+
+def test_a_helper_used_in_an_expression_is_not_replayed():
+    assert (
+        replayed(BLOCK.replace("x = self._block(x, 3, index=1)", "x = x + self._block(x, 3, index=1)"))
+        is None
+    )
+
+
+def test_a_rebound_parameter_passed_under_another_name_is_not_replayed():
+    assert replayed(BLOCK.replace("x = self._block(x, 3, index=1)", "y = self._block(x, 3, index=1)")) is None
+
+
+def test_a_multiline_call_gives_a_one_line_note():
+    result = replayed(
+        BLOCK.replace("self._block(x, 3, index=1)", "self._block(\n            x, 3, index=1\n        )")
+    )
+    assert result is not None and "# replayed: x = self._block( x, 3, index=1 )" in result.source
+    cst.parse_module(result.source)
+
+
+def test_findings_are_on_the_original_lines():
+    source = HEADER + textwrap.dedent(BLOCK)
+    result = migrate_source(source, "net.py", module_name="net")
+    call_line = source.splitlines().index("        x = self._block(x, 3, index=1)") + 1
+    assert result.source == source and "self.fc1_1 = nnx.Linear(3, 3" in result.output
+    assert {f.line for f in result.findings if f.rule == "L2N-SHAPE-002"} == {call_line}, result.findings
+
+
+def test_a_class_still_kept_as_linen_keeps_its_helpers():
+    source = HEADER + textwrap.dedent(BLOCK).replace("(x, 3, index=1)", "(x, features=x.shape[0], index=1)")
+    result = migrate_source(source, "net.py", module_name="net")
+    assert "def _block" in result.output and "could not be replayed in place" in result.output
+
+
+def test_a_renamed_parameter_leaves_attributes_and_keywords_alone():
+    source = BLOCK.replace("def _block(self, x, features, index):", "def _block(self, h, features, index):")
+    source = source.replace(
+        '        for i in range(2):\n            x = nn.Dense(features, name=f"fc{index}_{i}")(x)\n        return x',
+        '        h = nn.Dense(features, use_bias=self.h, name=f"fc{index}")(h)\n        return h',
+    )
+    source = source.replace("class Net(nn.Module):\n", "class Net(nn.Module):\n    h: bool = True\n\n")
+    result = replayed(source)
+    assert result is not None and 'x = nn.Dense(3, use_bias=self.h, name="fc1")(x)' in result.source
+
+
+def test_a_string_argument_in_an_f_string_becomes_its_text():
+    source = BLOCK.replace('name=f"fc{index}_{i}"', 'name=f"{tag}_{i}_{x.shape[-1]}"').replace(
+        "features, index)", 'features, index, tag="fc")'
+    )
+    result = replayed(source)
+    assert result is not None and 'name=f"fc_0_{x.shape[-1]}"' in result.source, result.source
+
+
+def test_a_loop_of_helper_calls_named_from_its_variable_is_unrolled():
+    source = BLOCK.replace(
+        "x = self._block(x, 3, index=1)", "for k in range(2):\n            x = self._block(x, 3, index=k)"
+    )
+    result = replayed(source)
+    assert (
+        result is not None
+        and [f'name="fc{k}_{i}"' in result.source for k in (0, 1) for i in (0, 1)] == [True] * 4
+    )
+    result = replayed(
+        source.replace("return x\n\n    def", "return x + k\n\n    def")
+    )  # `k` read after the loop
+    assert result is not None and "for k in range(2):" in result.source
