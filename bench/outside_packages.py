@@ -164,6 +164,34 @@ def linen_side():
 '''
 
 
+RESNET18_SPEC = '''"""Linen side of flaxmodels' ResNet-18 (random init, small input), written by bench/outside_packages.py."""
+
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from linen2nnx.spec import LinenSide
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from flaxmodels.resnet import resnet  # noqa: E402
+
+
+def linen_side():
+    images = np.random.default_rng(0).uniform(size=(2, 16, 16, 3)).astype(np.float32)
+    return LinenSide(
+        model=resnet.ResNet(output="logits", pretrained=None, architecture="resnet18", num_classes=5),
+        batch={"x": images},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={"train": True},
+        eval_kwargs={"train": False},
+        mutable=("batch_stats",),
+        name="flaxmodels/ResNet18",
+    )
+'''
+
+
 @dataclasses.dataclass(frozen=True)
 class Package:
     name: str
@@ -189,6 +217,14 @@ MODELS = {
         shims=(("jnp.reshape(newshape=)", reshape_newshape),),
         unsafe_fixes=True,
         notes=("--unsafe-fixes: the token embedding is built only when input_embds is None (L2N-MOD-009)",),
+    ),
+    "resnet18": Package(
+        "resnet18",
+        "flaxmodels==0.1.3",
+        "flaxmodels",
+        "flaxmodels/resnet",
+        RESNET18_SPEC,
+        stubs=("h5py", "requests", "tqdm", "regex", "filelock"),
     ),
     "griffin": Package(
         "griffin",

@@ -248,3 +248,38 @@ def test_init_only_dummy_inputs_read_false(with_targets, tmp_path):
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))
+
+
+@pytest.mark.parametrize(
+    ("cls", "train_kwargs", "eval_kwargs"),
+    [
+        ("Norm", {"use_running_average": False}, {"use_running_average": True}),
+        ("Centre", {"train": True}, {"train": False}),
+    ],
+)
+def test_params_mutable_question_reads_false(cls, train_kwargs, eval_kwargs, tmp_path):
+    """``self.is_mutable_collection('params')`` skipping the running-statistics update during init reads
+    False: NNX's __init__ holds Linen's init values, and a train call updates the statistics as Linen's
+    apply with a mutable ``batch_stats`` does."""
+    src = fixture("params_mutable_stats_in.py").read_text()
+    result = migrate_source(src, "params_mutable_stats.py", module_name="params_mutable_stats")
+    assert [f.rule for f in result.findings if f.rule == "L2N-API-007"] == ["L2N-API-007"] * 2
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls)
+    nnx_cls = getattr(import_file(tmp_path / "nnx_src.py"), cls)
+    side = LinenSide(
+        model=linen_cls(features=4),
+        batch={"x": np.random.default_rng(2).normal(size=(5, 4)).astype(np.float32)},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs=train_kwargs,
+        eval_kwargs=eval_kwargs,
+        mutable=("batch_stats",),
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_cls(features=4, rngs=rngs), name_map=map_path)
+    variables = perturbed(side.init_variables())
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert parity.by_check()["batch_stats"], "the train call's statistics are compared"

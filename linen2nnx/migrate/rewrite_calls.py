@@ -20,7 +20,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.function_lifts import remat_of_function, scan_of_function
-from linen2nnx.migrate.init_guards import init_only_guard
+from linen2nnx.migrate.init_guards import init_only_guard, params_mutable_guard
 from linen2nnx.migrate.lazy_vars import creation
 from linen2nnx.migrate.lifted import LiftError, lifted_call
 from linen2nnx.migrate.linen_api import (
@@ -394,6 +394,8 @@ class CallRewriter:
             return self._rewrite_variable_query(plan, api, original)
         if api == "is_initializing" and not original.args:
             return self._rewrite_is_initializing(original, updated)
+        if api == "is_mutable_collection" and _only_string_arg(original) == "params":
+            return self._rewrite_params_mutable(original)
         return None
 
     def _rewrite_sow(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -460,6 +462,20 @@ class CallRewriter:
             original,
             "self.is_initializing() -> False (NNX calls never initialise)",
             "init-only work now happens in __init__",
+        )
+        return cst.Name("False")
+
+    def _rewrite_params_mutable(self, original: cst.Call) -> cst.BaseExpression | None:
+        """``self.is_mutable_collection('params')`` -> ``False`` where it only skips, during Linen's
+        init, work that creates nothing (see :mod:`~.init_guards`); else left to the API finding."""
+        if not params_mutable_guard(self.ctx, original):
+            return None
+        self.state.handled.add(original)
+        self.ctx.report(
+            API_007,
+            original,
+            "self.is_mutable_collection('params') -> False: it is True only in Linen's init, and what it "
+            "guards creates nothing (NNX's __init__ builds every variable; a call is Linen's apply)",
         )
         return cst.Name("False")
 
@@ -567,3 +583,11 @@ class CallRewriter:
             f"the cache with self.{site.attr}.init_cache and does not decode, as Linen's init call",
         )
         return kwarg("decode", parse_expression(f"{flag} and not {fresh}"))
+
+
+def _only_string_arg(call: cst.Call) -> str | None:
+    """The value of ``call``'s one positional string-literal argument, else None."""
+    if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+        return None
+    value = call.args[0].value
+    return value.evaluated_value if isinstance(value, cst.SimpleString) else None  # type: ignore[return-value]
