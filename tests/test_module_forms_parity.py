@@ -107,6 +107,8 @@ CASES = {
     "init_value_input_shape": ("FromImage", {"features": 5}, (2, 4, 4, 3)),  # x_shape: replayed on a stand-in
     "init_value_input_shape_nobias": ("FromImage", {"features": 5, "use_bias": False}, (2, 4, 4, 3)),
     "init_value_input_shape_inline": ("ConvIn", {"features": 4}, (2, 5, 5, 3)),  # (3, 3, x.shape[3], f)
+    "rebound_axis": ("AxisScale", {}, (2, 3, 4)),  # axes bound twice, both replayed on the stand-in
+    "rebound_axis_pair": ("AxisScale", {"axis": (1, -1)}, (2, 3, 4)),
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -122,6 +124,7 @@ SOURCES = {
     "static_init_locals_gain": "static_init_locals",
     "init_value_input_shape_nobias": "init_value_input_shape",
     "init_value_input_shape_inline": "init_value_input_shape",
+    "rebound_axis_pair": "rebound_axis",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 

@@ -47,6 +47,7 @@ NOT_RUNNABLE = {
     "param_keywords_manual": "manual findings: self.param arguments with no conversion (unbox=False, splats)",
     "broadcast_elsewhere": "manual findings: nn.broadcast handed to an nn.scan this run does not convert",
     "metadata_boxes": "manual findings: Linen partition boxes tested for and built",
+    "rebound_axis_call_time": "manual finding: a local rebound from a call argument sizes a parameter",
     "params_mutable_kept": "manual findings: the params-mutability question decides more than init-only work",
     "gru_cell": "manual finding: nnx.GRUCell computes another function than nn.GRUCell",
     "class_value": "manual finding: a module built at call time is left to a person",
