@@ -109,6 +109,9 @@ CASES = {
     "init_value_input_shape_inline": ("ConvIn", {"features": 4}, (2, 5, 5, 3)),  # (3, 3, x.shape[3], f)
     "rebound_axis": ("AxisScale", {}, (2, 3, 4)),  # axes bound twice, both replayed on the stand-in
     "rebound_axis_pair": ("AxisScale", {"axis": (1, -1)}, (2, 3, 4)),
+    "branch_local_size": ("Head", {}, (2, 5)),  # a local bound once in each branch of an if on config
+    "branch_local_size_wide": ("Head", {"preset": "wide", "classes": 6}, (2, 5)),
+    "branch_local_size_narrow": ("Head", {"preset": "narrow"}, (2, 5)),
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -125,6 +128,8 @@ SOURCES = {
     "init_value_input_shape_nobias": "init_value_input_shape",
     "init_value_input_shape_inline": "init_value_input_shape",
     "rebound_axis_pair": "rebound_axis",
+    "branch_local_size_wide": "branch_local_size",
+    "branch_local_size_narrow": "branch_local_size",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 

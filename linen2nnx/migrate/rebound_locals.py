@@ -8,14 +8,15 @@ a call-time value, and the class fell back to Linen. When *every* binding of the
 ``name = value`` line that is itself replayable, replaying all of them in source order gives every
 reader the value it read in the method, whichever binding that was: the earlier bindings are kept
 under keys that are no Python name (``axis@0``), and needing the name needs them too. When one
-binding is not replayable, none is (the planner runs again without the name), as before.
+binding is not replayable, none is (the planner runs again without the name), as before. So too a
+name bound once in each branch of an ``if`` on config and nowhere else (:func:`exclusive_bindings`).
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import single_assign
+from linen2nnx.migrate.cst_utils import assigned_in, single_assign
 
 SEPARATOR = "@"
 
@@ -63,3 +64,41 @@ def in_source_order(pure: dict[str, cst.BaseStatement], fn: cst.FunctionDef) -> 
     """``pure`` ordered as its statements are in ``fn``'s body (an earlier binding was re-keyed late)."""
     position = {id(stmt): i for i, stmt in enumerate(fn.body.body)}
     return dict(sorted(pure.items(), key=lambda item: position.get(id(item[1]), -1)))
+
+
+def exclusive_bindings(stmt: cst.If, counts: dict[str, int]) -> set[str]:
+    """The names an ``if`` / ``elif`` / ``else`` binds once in each of several of its branches and
+    nowhere else in the method (``if pretrained: n = 1000`` / ``else: n = self.classes``): whichever
+    branch runs, the name holds that branch's value after it, so each binding replays under its tests."""
+    per_branch: list[dict[str, int]] = []
+    branch: cst.BaseSuite | cst.If | cst.Else | None = stmt
+    while branch is not None:
+        body = branch.body.body if isinstance(branch, (cst.If, cst.Else)) else ()
+        seen: dict[str, int] = {}
+        for child in body:
+            for name in assigned_in(child):
+                seen[name] = seen.get(name, 0) + 1
+        per_branch.append(seen)
+        branch = branch.orelse if isinstance(branch, cst.If) else None
+    total: dict[str, int] = {}
+    for seen in per_branch:
+        for name, n in seen.items():
+            total[name] = total.get(name, 0) + n
+    return {
+        name
+        for name, n in total.items()
+        if n > 1 and counts.get(name) == n and all(seen.get(name, 0) <= 1 for seen in per_branch)
+    }
+
+
+def add_binding(added: dict[str, cst.BaseStatement], name: str, stmt: cst.BaseStatement) -> None:
+    """``added[name] = stmt``, an earlier binding of ``name`` kept under its own key in its place (the
+    order of ``added`` is the order ``__init__`` replays in)."""
+    if name not in added:
+        added[name] = stmt
+        return
+    key = earlier_key(name, len(earlier_keys(added, name)))
+    items = [(key if k == name else k, v) for k, v in added.items()]
+    added.clear()
+    added.update(items)
+    added[name] = stmt
