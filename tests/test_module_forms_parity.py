@@ -291,3 +291,30 @@ def test_params_mutable_question_reads_false(cls, train_kwargs, eval_kwargs, tmp
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert parity.by_check()["batch_stats"], "the train call's statistics are compared"
+
+
+def test_merged_mode_flag_moves_to_the_call(tmp_path):
+    """A class of the run that merges its mode flag with ``merge_param`` is built without it in
+    ``__init__`` and given it at the call: the same forward, loss, gradients and running statistics in
+    train and eval mode."""
+    src = fixture("merged_flag_in.py").read_text()
+    result = migrate_source(src, "merged_flag.py", module_name="merged_flag")
+    assert "L2N-LAYER-003" in {f.rule for f in result.findings}
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").Net
+    nnx_cls = import_file(tmp_path / "nnx_src.py").Net
+    side = LinenSide(
+        model=linen_cls(),
+        batch={"x": np.random.default_rng(3).normal(size=(5, 3)).astype(np.float32)},
+        loss=lambda out, b: jnp.mean(out**2),
+        mutable=("batch_stats",),
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=3, rngs=rngs), name_map=map_path
+    )
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert parity.by_check()["batch_stats"] and parity.by_check()["forward/eval"]

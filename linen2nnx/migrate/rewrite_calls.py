@@ -26,6 +26,7 @@ from linen2nnx.migrate.lifted import LiftError, lifted_call
 from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
 )
+from linen2nnx.migrate.merge_flags import moved_flag_args
 from linen2nnx.migrate.rules import (
     API_002,
     API_003,
@@ -238,6 +239,8 @@ class CallRewriter:
         if site.rule is not None:
             upd_bound, _ = bind_args(site.rule.linen_arg_order(), updated)
             self.state.moved[original] = [upd_bound[a] for a in site.moved_args if a in upd_bound]
+        elif site.moved_args:  # a class of the run's merged mode flags (merge_flags.py)
+            self.state.moved[original] = moved_flag_args(site, updated)
         return self.emitter.call_site(site)
 
     def _applied_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -265,6 +268,8 @@ class CallRewriter:
         if applied is None:
             return updated
         call = updated if applied.rule is None else self._rewrite_layer_call(applied, original, updated)
+        if applied.rule is None and self.state.moved.get(applied.ctor):
+            call = call.with_changes(args=strip_commas([*call.args, *self.state.moved[applied.ctor]]))
         if (
             applied.rule is None and applied.view_kwargs
         ):  # mode flags of the layers it builds with a handed partial

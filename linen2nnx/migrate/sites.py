@@ -322,6 +322,7 @@ class ClassPlan:
     mode_partials: dict[str, dict[str, str]] = dataclasses.field(
         default_factory=dict
     )  # local -> {flag: source}
+    call_flags: tuple[str, ...] = ()  # fields __call__ merges with a call argument (merge_flags.py)
 
     @property
     def field_names(self) -> list[str]:
@@ -336,6 +337,7 @@ class ClassPlan:
             self.out,
             self.first_input,
             self.state_when,
+            self.call_flags,
         )
 
 
@@ -350,6 +352,7 @@ class ClassSummary:
     out: Feat | None
     first_input: str
     state_when: str | None = None
+    call_flags: tuple[str, ...] = ()
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
@@ -361,6 +364,7 @@ class ClassSummary:
             first_input=self.first_input,
             key=self.key,
             state_when=self.state_when,
+            call_flags=self.call_flags,
         )
 
 
