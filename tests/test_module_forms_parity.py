@@ -112,6 +112,8 @@ CASES = {
     "branch_local_size": ("Head", {}, (2, 5)),  # a local bound once in each branch of an if on config
     "branch_local_size_wide": ("Head", {"preset": "wide", "classes": 6}, (2, 5)),
     "branch_local_size_narrow": ("Head", {"preset": "narrow"}, (2, 5)),
+    "loop_local_arg": ("Tower", {}, (2, 5)),  # a loop local from the index and config: in the list
+    "loop_local_arg_scales": ("Tower", {"scales": (0.5, 0.25, 0.125, 1.0)}, (2, 5)),
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -130,6 +132,7 @@ SOURCES = {
     "rebound_axis_pair": "rebound_axis",
     "branch_local_size_wide": "branch_local_size",
     "branch_local_size_narrow": "branch_local_size",
+    "loop_local_arg_scales": "loop_local_arg",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 

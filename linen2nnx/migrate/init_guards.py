@@ -268,6 +268,11 @@ def _plain_target(target: cst.BaseExpression) -> bool:
     return False
 
 
+def creates_nothing(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """No call in ``expr`` but of jax / numpy / pure builtins, no lambda, and no Linen name."""
+    return _creates_nothing(ctx, expr)
+
+
 def _creates_nothing(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     """No call in ``expr`` but of jax / numpy / pure builtins, no lambda, and no Linen name."""
     found = True
