@@ -33,6 +33,11 @@ The models:
   functions of another file); the token embedding is built only when no ``input_embds`` is given,
   which ``--unsafe-fixes`` builds always, as the traced call did (``L2N-MOD-009``). Shim:
   ``jnp.reshape(newshape=...)`` (removed from JAX).
+- ``resnet18``: flaxmodels 0.1.3 ``ResNet`` (``architecture='resnet18'``, ``pretrained=None``: random
+  init, 5 classes), images (2, 16, 16, 3), logits compared, ``batch_stats`` updated in train mode. Its
+  normalisation goes through ``ops.batch_norm(x, train=..., params=...)``, a module-level function that
+  builds the package's own ``BatchNorm`` and applies it; no migration of such a function exists yet
+  (``L2N-VERIFY-002`` at each call), so this model does not reach parity today.
 
 Exit status: 0, unless ``--require-pass`` is given and a model did not reach parity (then 1).
 """
