@@ -33,7 +33,11 @@ The models:
   functions of another file); the token embedding is built only when no ``input_embds`` is given,
   which ``--unsafe-fixes`` builds always, as the traced call did (``L2N-MOD-009``). Shim:
   ``jnp.reshape(newshape=...)`` (removed from JAX).
-
+- ``resnet18``: flaxmodels 0.1.3 ``ResNet`` (``architecture='resnet18'``, ``pretrained=None``: random
+  init, 5 classes), images (2, 16, 16, 3), logits compared, ``batch_stats`` updated in train mode. Its
+  normalisation goes through ``ops.batch_norm(x, train=..., params=...)``, a module-level function that
+  builds the package's own ``BatchNorm`` and applies it; no migration of such a function exists yet
+  (``L2N-VERIFY-002`` at each call), so this model does not reach parity today.
 - ``vgg16``: flaxmodels 0.1.3 ``VGG16`` (random weights, no head, inputs normalised), images
   (2, 32, 32, 3). Its layers are built by helper methods (``self._conv_block(x, features=64,
   num_layers=2, block_num=1, ...)``) that name them ``f'conv{block_num}_{l + 1}'`` in a loop; each call
@@ -197,6 +201,34 @@ def linen_side():
 '''
 
 
+RESNET18_SPEC = '''"""Linen side of flaxmodels' ResNet-18 (random init, small input), written by bench/outside_packages.py."""
+
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from linen2nnx.spec import LinenSide
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from flaxmodels.resnet import resnet  # noqa: E402
+
+
+def linen_side():
+    images = np.random.default_rng(0).uniform(size=(2, 16, 16, 3)).astype(np.float32)
+    return LinenSide(
+        model=resnet.ResNet(output="logits", pretrained=None, architecture="resnet18", num_classes=5),
+        batch={"x": images},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={"train": True},
+        eval_kwargs={"train": False},
+        mutable=("batch_stats",),
+        name="flaxmodels/ResNet18",
+    )
+'''
+
+
 @dataclasses.dataclass(frozen=True)
 class Package:
     name: str
@@ -231,6 +263,14 @@ MODELS = {
         VGG16_SPEC,
         stubs=("h5py", "requests", "tqdm", "regex", "filelock"),
         notes=("no head (include_head=False: the head needs 224x224 inputs), 32x32 images, normalize on",),
+    ),
+    "resnet18": Package(
+        "resnet18",
+        "flaxmodels==0.1.3",
+        "flaxmodels",
+        "flaxmodels/resnet",
+        RESNET18_SPEC,
+        stubs=("h5py", "requests", "tqdm", "regex", "filelock"),
     ),
     "griffin": Package(
         "griffin",

@@ -113,6 +113,13 @@ CASES = {
     "helper_blocks": ("Tower", {}, (2, 5)),  # self._stage(x, features=6, depth=2, ...) replayed in place
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
     "conditional_head": ("Backbone", {}, (2, 6, 6, 3)),  # the head's unknown size: None, no head built
+    "rebound_axis": ("AxisScale", {}, (2, 3, 4)),  # axes bound twice, both replayed on the stand-in
+    "rebound_axis_pair": ("AxisScale", {"axis": (1, -1)}, (2, 3, 4)),
+    "branch_local_size": ("Head", {}, (2, 5)),  # a local bound once in each branch of an if on config
+    "branch_local_size_wide": ("Head", {"preset": "wide", "classes": 6}, (2, 5)),
+    "branch_local_size_narrow": ("Head", {"preset": "narrow"}, (2, 5)),
+    "loop_local_arg": ("Tower", {}, (2, 5)),  # a loop local from the index and config: in the list
+    "loop_local_arg_scales": ("Tower", {"scales": (0.5, 0.25, 0.125, 1.0)}, (2, 5)),
 }
 SOURCES = {
     "flatten_input_steps": "flatten_input",
@@ -129,6 +136,10 @@ SOURCES = {
     "init_value_input_shape_nobias": "init_value_input_shape",
     "init_value_input_shape_inline": "init_value_input_shape",
     "helper_blocks_deep": "helper_blocks",
+    "rebound_axis_pair": "rebound_axis",
+    "branch_local_size_wide": "branch_local_size",
+    "branch_local_size_narrow": "branch_local_size",
+    "loop_local_arg_scales": "loop_local_arg",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 
@@ -256,3 +267,65 @@ def test_init_only_dummy_inputs_read_false(with_targets, tmp_path):
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))
+
+
+@pytest.mark.parametrize(
+    ("cls", "train_kwargs", "eval_kwargs"),
+    [
+        ("Norm", {"use_running_average": False}, {"use_running_average": True}),
+        ("Centre", {"train": True}, {"train": False}),
+    ],
+)
+def test_params_mutable_question_reads_false(cls, train_kwargs, eval_kwargs, tmp_path):
+    """``self.is_mutable_collection('params')`` skipping the running-statistics update during init reads
+    False: NNX's __init__ holds Linen's init values, and a train call updates the statistics as Linen's
+    apply with a mutable ``batch_stats`` does."""
+    src = fixture("params_mutable_stats_in.py").read_text()
+    result = migrate_source(src, "params_mutable_stats.py", module_name="params_mutable_stats")
+    assert [f.rule for f in result.findings if f.rule == "L2N-API-007"] == ["L2N-API-007"] * 2
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls)
+    nnx_cls = getattr(import_file(tmp_path / "nnx_src.py"), cls)
+    side = LinenSide(
+        model=linen_cls(features=4),
+        batch={"x": np.random.default_rng(2).normal(size=(5, 4)).astype(np.float32)},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs=train_kwargs,
+        eval_kwargs=eval_kwargs,
+        mutable=("batch_stats",),
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_cls(features=4, rngs=rngs), name_map=map_path)
+    variables = perturbed(side.init_variables())
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert parity.by_check()["batch_stats"], "the train call's statistics are compared"
+
+
+def test_merged_mode_flag_moves_to_the_call(tmp_path):
+    """A class of the run that merges its mode flag with ``merge_param`` is built without it in
+    ``__init__`` and given it at the call: the same forward, loss, gradients and running statistics in
+    train and eval mode."""
+    src = fixture("merged_flag_in.py").read_text()
+    result = migrate_source(src, "merged_flag.py", module_name="merged_flag")
+    assert "L2N-LAYER-003" in {f.rule for f in result.findings}
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").Net
+    nnx_cls = import_file(tmp_path / "nnx_src.py").Net
+    side = LinenSide(
+        model=linen_cls(),
+        batch={"x": np.random.default_rng(3).normal(size=(5, 3)).astype(np.float32)},
+        loss=lambda out, b: jnp.mean(out**2),
+        mutable=("batch_stats",),
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=3, rngs=rngs), name_map=map_path
+    )
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert parity.by_check()["batch_stats"] and parity.by_check()["forward/eval"]

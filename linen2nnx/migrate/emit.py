@@ -34,6 +34,7 @@ from linen2nnx.migrate.lifted import (
     lifted_ctor,
     param_axis,
 )
+from linen2nnx.migrate.merge_flags import with_moved_flags
 from linen2nnx.migrate.rules import (
     MOD_004,
 )
@@ -106,6 +107,7 @@ class Emitter:
         if site.lifted is not None:  # nn.scan(Block, ...)(cfg): the class itself, lifted in _build
             updated = updated.with_changes(func=parse_expression(code(site.lifted.base)))
         args = [a for a in updated.args if not (a.keyword is not None and a.keyword.value == "name")]
+        args = with_moved_flags(site, args)  # merged mode flags: given at the call
         if site.arg_sources:  # `Cell(x.shape[-1])`: the size the dataflow resolved
             assert site.user is not None
             bound, _ = bind_args(site.user.field_names, updated)

@@ -12,6 +12,14 @@ test) with no ``else``, in a method other than ``setup`` (there it *is* the init
 test and the branch can create nothing: no ``self`` method or submodule call, no Linen name, no
 function defined nearby (it may close over ``self``) -- only assignments to names, nested ``if``\\ s
 and ``pass``, calling jax, numpy and pure builtins. Anything else stays a finding.
+
+``self.is_mutable_collection('params')`` is the same question asked another way (True while Linen
+initialises, False in an ``apply`` that does not update parameters), and real normalisation layers ask
+it to skip updating their running statistics during ``init``: ``initializing = ...`` then
+``if not initializing: ra_mean.value = ...``. It reads ``False`` when every use of it (directly, or
+through a local bound to it once) is in an ``if`` test without ``else``, through ``not`` and ``and``,
+and the branch creates nothing; a branch that runs only when the value is False may also store
+``local.value`` (the updates ``init`` skips, which NNX's ``__init__`` never makes either).
 """
 
 from __future__ import annotations
@@ -62,6 +70,116 @@ def init_only_guard(ctx: FileContext, call: cst.Call) -> bool:
     return all(_creates_nothing(ctx, e) for e in others) and _block_creates_nothing(ctx, parent.body)
 
 
+def params_mutable_guard(ctx: FileContext, call: cst.Call) -> bool:
+    """``call`` (a ``self.is_mutable_collection('params')``) is read only by ``if`` tests whose
+    branches create nothing (see the module docstring), so it reads as ``False`` in NNX exactly."""
+    parent = ctx.parent_of(call)
+    method = _enclosing_method(ctx, call)
+    if method is None or method.name.value == "setup":
+        return False
+    if isinstance(parent, cst.Assign) and parent.value is call:
+        if len(parent.targets) != 1 or not isinstance(parent.targets[0].target, cst.Name):
+            return False
+        local = parent.targets[0].target
+        reads = [n for n in _names(method.body, local.value) if n is not local]
+        if _bindings(method.body, local.value) != 1 or not reads:
+            return False
+        return all(_flag_guard(ctx, n) for n in reads)
+    return _flag_guard(ctx, call)
+
+
+def _flag_guard(ctx: FileContext, flag: cst.BaseExpression) -> bool:
+    """``flag`` (True only during Linen's init) is a term of an ``if`` test, through ``not`` and
+    ``and``, whose branch creates nothing; the branch that runs when it is False may store ``.value``."""
+    node: cst.CSTNode = flag
+    negated = False
+    parent = ctx.parent_of(node)
+    while True:
+        if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+            negated = not negated
+        elif not (isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And)):
+            break
+        node, parent = parent, ctx.parent_of(parent)
+    if not (isinstance(parent, cst.If) and parent.test is node and parent.orelse is None):
+        return False
+    others = [e for e in _and_terms(parent.test) if not any(x is flag for x in _and_terms_deep(e))]
+    if not all(_creates_nothing(ctx, e) for e in others):
+        return False
+    return _block_creates_nothing(ctx, parent.body, value_stores=negated)
+
+
+def _and_terms(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return [*_and_terms(test.left), *_and_terms(test.right)]
+    return [test]
+
+
+def _and_terms_deep(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """``expr`` and what it negates (``not not x`` -> x)."""
+    found = [expr]
+    while isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        expr = expr.expression
+        found.append(expr)
+    return found
+
+
+def _names(node: cst.CSTNode, name: str) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            if n.value == name:
+                found.append(n)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)
+            return False  # ``x.name`` is not a read of ``name``
+
+    node.visit(V())
+    return found
+
+
+def _bindings(node: cst.CSTNode, name: str) -> int:
+    """How many times ``name`` is bound (assigned, a loop or ``with`` target, a parameter, a def)."""
+    count = 0
+
+    class V(cst.CSTVisitor):
+        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
+            nonlocal count
+            count += len(_names(n.target, name))
+
+        def visit_AugAssign(self, n: cst.AugAssign) -> None:
+            nonlocal count
+            count += len(_names(n.target, name))
+
+        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
+            nonlocal count
+            count += len(_names(n.target, name))
+
+        def visit_For(self, n: cst.For) -> None:
+            nonlocal count
+            count += len(_names(n.target, name))
+
+        def visit_AsName(self, n: cst.AsName) -> None:
+            nonlocal count
+            count += len(_names(n.name, name))
+
+        def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
+            nonlocal count
+            count += len(_names(n.target, name))
+
+        def visit_FunctionDef(self, n: cst.FunctionDef) -> None:
+            nonlocal count
+            count += 2 if _names(n, name) else 0  # a nested function may rebind or shadow it
+
+        def visit_Lambda(self, n: cst.Lambda) -> None:
+            nonlocal count
+            count += 2 if _names(n, name) else 0
+
+    node.visit(V())
+    return count
+
+
 def _enclosing_method(ctx: FileContext, node: cst.CSTNode) -> cst.FunctionDef | None:
     """The method of the nearest class that holds ``node`` (through any nested functions)."""
     method = None
@@ -89,32 +207,40 @@ def _operands_of(node: cst.BaseExpression, call: cst.Call) -> list[cst.BaseExpre
     return [node]
 
 
-def _block_creates_nothing(ctx: FileContext, block: cst.BaseSuite) -> bool:
+def _block_creates_nothing(ctx: FileContext, block: cst.BaseSuite, value_stores: bool = False) -> bool:
+    """Only ``name = value`` statements (``local.value = value`` too with ``value_stores``), nested
+    ``if``\\ s and ``pass``, with values that create nothing."""
     if not isinstance(block, cst.IndentedBlock):
         return False
     for statement in block.body:
         if isinstance(statement, cst.If):
-            if not (_creates_nothing(ctx, statement.test) and _block_creates_nothing(ctx, statement.body)):
+            if not (
+                _creates_nothing(ctx, statement.test)
+                and _block_creates_nothing(ctx, statement.body, value_stores)
+            ):
                 return False
             if statement.orelse is not None and not (
-                isinstance(statement.orelse, cst.Else) and _block_creates_nothing(ctx, statement.orelse.body)
+                isinstance(statement.orelse, cst.Else)
+                and _block_creates_nothing(ctx, statement.orelse.body, value_stores)
             ):
                 return False
         elif not (
-            isinstance(statement, cst.SimpleStatementLine) and all(_small(ctx, s) for s in statement.body)
+            isinstance(statement, cst.SimpleStatementLine)
+            and all(_small(ctx, s, value_stores) for s in statement.body)
         ):
             return False
     return True
 
 
-def _small(ctx: FileContext, statement: cst.BaseSmallStatement) -> bool:
-    """``name = value`` / ``a, b = value`` / ``pass`` with a value that creates nothing."""
+def _small(ctx: FileContext, statement: cst.BaseSmallStatement, value_stores: bool = False) -> bool:
+    """``name = value`` / ``a, b = value`` / ``pass`` with a value that creates nothing; with
+    ``value_stores`` also ``local.value = value``."""
     if isinstance(statement, cst.Pass):
         return True
     if isinstance(statement, cst.Assign):
-        return all(_plain_target(t.target) for t in statement.targets) and _creates_nothing(
-            ctx, statement.value
-        )
+        return all(
+            _plain_target(t.target) or (value_stores and _value_store(t.target)) for t in statement.targets
+        ) and _creates_nothing(ctx, statement.value)
     if isinstance(statement, cst.AnnAssign):
         return (
             statement.value is not None
@@ -124,12 +250,27 @@ def _small(ctx: FileContext, statement: cst.BaseSmallStatement) -> bool:
     return False
 
 
+def _value_store(target: cst.BaseExpression) -> bool:
+    """``local.value``: an update of a variable the method holds, which creates nothing."""
+    return (
+        isinstance(target, cst.Attribute)
+        and isinstance(target.value, cst.Name)
+        and target.attr.value == "value"
+        and target.value.value != "self"
+    )
+
+
 def _plain_target(target: cst.BaseExpression) -> bool:
     if isinstance(target, cst.Name):
         return True
     if isinstance(target, (cst.Tuple, cst.List)):
         return all(not isinstance(e, cst.StarredElement) and _plain_target(e.value) for e in target.elements)
     return False
+
+
+def creates_nothing(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """No call in ``expr`` but of jax / numpy / pure builtins, no lambda, and no Linen name."""
+    return _creates_nothing(ctx, expr)
 
 
 def _creates_nothing(ctx: FileContext, expr: cst.BaseExpression) -> bool:

@@ -33,7 +33,7 @@ class LazyVar:
     statement: cst.SimpleStatementLine  # the statement the creation is hoisted in front of
     when: str | None = "True"  # the call-time condition it is created under, in terms of __call__'s
     # parameters; None: not by __call__ (a put_variable in another method)
-    put: bool = False  # created by its first self.put_variable write (put_variables.py)
+    put: bool = False  # created by its first self.put_variable write (named_variables.py)
 
 
 def init_call(init: cst.BaseExpression, args: list[cst.Arg]) -> cst.BaseExpression:

@@ -28,6 +28,13 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.factories import PartialLocal, find_partial_local
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
+from linen2nnx.migrate.rebound_locals import (
+    earlier_keys,
+    in_source_order,
+    incomplete_chains,
+    keep_earlier,
+    rebinding_chains,
+)
 from linen2nnx.migrate.rules import LAYER_003, MOD_004, SHAPE_002
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import ClassPlan, nest_fors, shape_last_refs
@@ -44,24 +51,48 @@ class LocalPlanner:
         self.site_planner = site_planner  # whether a value has side effects
 
     def pure_locals(self, plan: ClassPlan, fn: cst.FunctionDef) -> dict[str, cst.BaseStatement]:
-        """Top-level ``name = expr`` bound once, whose value uses only config (``self.*``), globals
-        and earlier such names: they can be replayed in ``__init__``."""
+        """Top-level ``name = expr`` bound once (or every time so: rebound_locals.py), whose value uses
+        only config (``self.*``), globals and earlier such names: they can be replayed in ``__init__``."""
         counts = assigned_names(fn)
         params = {
             p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)
         }
+        chains = rebinding_chains(fn, counts, params)
+        saved = (
+            dict(plan.mode_partials),
+            set(plan.input_shape_locals),
+            plan.shape_input,
+            dict(plan.shape_locals),
+        )
+        while True:
+            pure = self._pure_pass(plan, fn, counts, params, chains)
+            bad = incomplete_chains(pure, chains, counts, set(plan.mode_partials) | set(plan.shape_locals))
+            if not bad:
+                break
+            chains -= bad  # one binding is a call-time value: none of them is replayed
+            plan.mode_partials, plan.input_shape_locals = dict(saved[0]), set(saved[1])
+            plan.shape_input, plan.shape_locals = saved[2], dict(saved[3])
+        if chains:
+            pure = in_source_order(pure, fn)
+        return self._static_statements(plan, fn, pure, counts, params)
+
+    def _pure_pass(
+        self, plan: ClassPlan, fn: cst.FunctionDef, counts: dict[str, int], params: set[str], chains: set[str]
+    ) -> dict[str, cst.BaseStatement]:
         pure: dict[str, cst.BaseStatement] = {}
         for stmt in fn.body.body:
             assign = single_assign(stmt)
             if assign is None:
                 continue
             name, value = assign
-            if counts.get(name) != 1 or name in params:
+            if (counts.get(name) != 1 and name not in chains) or name in params:
                 continue
             if name in self.state.lift_aliases:
                 continue  # a transformed class: applied at the call, never replayed
+            if name in chains:
+                keep_earlier(pure, name)
             used = names_in(value) - NOT_LOCAL - comprehension_names(value)
-            call_time = {n for n in used if n in counts and n not in pure}
+            call_time = {n for n in used if n in counts and n not in pure and not earlier_keys(pure, n)}
             mode = self._mode_partial(value, call_time | params) if call_time or used & params else None
             if mode:  # `norm = partial(nn.BatchNorm, use_running_average=not train)`: the flag moves to calls
                 plan.mode_partials[name] = mode
@@ -87,7 +118,7 @@ class LocalPlanner:
             pure[name] = stmt
             if refs:  # `d = x.shape[-1] if ... else ...`: replayed with x's size once the dataflow knows it
                 plan.shape_locals[name] = refs
-        return self._static_statements(plan, fn, pure, counts, params)
+        return pure
 
     def _static_statements(
         self,
@@ -255,6 +286,7 @@ class LocalPlanner:
             if name in needed:
                 continue
             needed.add(name)
+            todo.extend(earlier_keys(plan.pure_locals, name))  # a rebound local: every binding replays
             stmt = plan.pure_locals[name]
             tests = plan.static_flow.replay_tests.get(stmt, []) if plan.static_flow is not None else []
             todo.extend(n for node in (stmt, *tests) for n in names_in(node) if n in plan.pure_locals)

@@ -42,7 +42,8 @@ from linen2nnx.migrate.linen_api import (
     feature_preserving_functions,
 )
 from linen2nnx.migrate.local_planning import LocalPlanner
-from linen2nnx.migrate.put_variables import plan_put_variables
+from linen2nnx.migrate.merge_flags import merge_flags
+from linen2nnx.migrate.named_variables import plan_put_variables
 from linen2nnx.migrate.rules import (
     API_002,
     MOD_004,
@@ -107,6 +108,7 @@ class ClassPlanner:
         then the feature sizes of every site and what ``__init__`` replays."""
         plan = ClassPlan(name=node.name.value, fields=self._fields(node))
         self._plan_field_kinds(plan, node)
+        plan.call_flags = merge_flags(self.ctx, plan, node)
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
         self.state.methods[plan.name] = methods
         self._plan_factories(plan, methods)

@@ -20,13 +20,14 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.function_lifts import remat_of_function, scan_of_function
-from linen2nnx.migrate.init_guards import init_only_guard
+from linen2nnx.migrate.init_guards import init_only_guard, params_mutable_guard
 from linen2nnx.migrate.lazy_vars import creation
 from linen2nnx.migrate.lifted import LiftError, lifted_call
 from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
 )
-from linen2nnx.migrate.put_variables import rewrite_put
+from linen2nnx.migrate.merge_flags import moved_flag_args
+from linen2nnx.migrate.named_variables import rewrite_put, variable_query
 from linen2nnx.migrate.rules import (
     API_002,
     API_003,
@@ -239,6 +240,8 @@ class CallRewriter:
         if site.rule is not None:
             upd_bound, _ = bind_args(site.rule.linen_arg_order(), updated)
             self.state.moved[original] = [upd_bound[a] for a in site.moved_args if a in upd_bound]
+        elif site.moved_args:  # a class of the run's merged mode flags (merge_flags.py)
+            self.state.moved[original] = moved_flag_args(site, updated)
         return self.emitter.call_site(site)
 
     def _applied_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -266,6 +269,8 @@ class CallRewriter:
         if applied is None:
             return updated
         call = updated if applied.rule is None else self._rewrite_layer_call(applied, original, updated)
+        if applied.rule is None and self.state.moved.get(applied.ctor):
+            call = call.with_changes(args=strip_commas([*call.args, *self.state.moved[applied.ctor]]))
         if (
             applied.rule is None and applied.view_kwargs
         ):  # mode flags of the layers it builds with a handed partial
@@ -393,11 +398,13 @@ class CallRewriter:
             and all(isinstance(a.value, cst.SimpleString) for a in original.args[:2])
             and all(a.keyword is None for a in original.args)
         ):
-            return self._rewrite_variable_query(plan, api, original, updated)
+            return variable_query(self.ctx, plan, api, original, updated)
         if api == "is_initializing" and not original.args:
             return self._rewrite_is_initializing(original, updated)
         if api == "put_variable":
-            return rewrite_put(self.ctx, plan, original, updated, self._variable_attr)
+            return rewrite_put(self.ctx, plan, original, updated)
+        if api == "is_mutable_collection" and _only_string_arg(original) == "params":
+            return self._rewrite_params_mutable(original)
         return None
 
     def _rewrite_sow(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -427,30 +434,6 @@ class CallRewriter:
         ref = f"self.rngs.{stream}()" if stream.isidentifier() else f"self.rngs[{stream!r}]()"
         return parse_expression(ref)
 
-    def _rewrite_variable_query(
-        self, plan: ClassPlan, api: str, original: cst.Call, updated: cst.Call
-    ) -> cst.BaseExpression | None:
-        """``self.has_variable`` / ``self.get_variable`` of a variable the class creates -> its attribute
-        (``.value`` of one a ``put_variable`` creates: it may hold any value; a default when it does not
-        exist yet)."""
-        collection, name = (a.value.evaluated_value for a in original.args[:2])  # type: ignore[union-attr]
-        attr = self._variable_attr(plan, collection, name)
-        if attr is None:
-            return None
-        self.state.handled.add(original)
-        self.ctx.report(VAR_004, original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
-        if api == "has_variable":
-            return parse_expression(f"hasattr(self, {attr!r})")
-        put = any(v.put and (v.collection, v.name) == (collection, name) for v in plan.lazy_vars.values())
-        read = parse_expression(f"self.{attr}.value" if put else f"self.{attr}[...]")
-        if len(updated.args) == 3:
-            test = parse_expression(f"hasattr(self, {attr!r})")
-            choice = cst.IfExp(test=test, body=read, orelse=updated.args[2].value)
-            if isinstance(self.ctx.parent_of(original), (cst.Assign, cst.Arg, cst.Return)):
-                return choice
-            return choice.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # `get(...) + 1`
-        return read
-
     def _rewrite_is_initializing(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         """``self.is_initializing()`` -> ``False`` where the branch it guards creates nothing (exact, see
         :mod:`~.init_guards`) or with ``--unsafe-fixes``; else a finding."""
@@ -479,19 +462,19 @@ class CallRewriter:
         )
         return cst.Name("False")
 
-    @staticmethod
-    def _variable_attr(plan: ClassPlan, collection: str, name: str) -> str | None:
-        """The NNX attribute of a Linen variable of this class (created in __init__ or lazily)."""
-        for var in plan.lazy_vars.values():
-            if (var.collection, var.name) == (collection, name):
-                return var.attr
-        for site in plan.sites.values():
-            if site.kind in ("param", "variable") and (site.collection, site.linen_name) == (
-                collection,
-                name,
-            ):
-                return site.attr
-        return None
+    def _rewrite_params_mutable(self, original: cst.Call) -> cst.BaseExpression | None:
+        """``self.is_mutable_collection('params')`` -> ``False`` where it only skips, during Linen's
+        init, work that creates nothing (see :mod:`~.init_guards`); else left to the API finding."""
+        if not params_mutable_guard(self.ctx, original):
+            return None
+        self.state.handled.add(original)
+        self.ctx.report(
+            API_007,
+            original,
+            "self.is_mutable_collection('params') -> False: it is True only in Linen's init, and what it "
+            "guards creates nothing (NNX's __init__ builds every variable; a call is Linen's apply)",
+        )
+        return cst.Name("False")
 
     def _rewrite_layer_call(self, site: Site, original: cst.Call, updated: cst.Call) -> cst.Call:
         """Apply the call-time differences of a layer: moved mode args, renamed / unsupported keywords."""
@@ -583,3 +566,11 @@ class CallRewriter:
             f"the cache with self.{site.attr}.init_cache and does not decode, as Linen's init call",
         )
         return kwarg("decode", parse_expression(f"{flag} and not {fresh}"))
+
+
+def _only_string_arg(call: cst.Call) -> str | None:
+    """The value of ``call``'s one positional string-literal argument, else None."""
+    if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+        return None
+    value = call.args[0].value
+    return value.evaluated_value if isinstance(value, cst.SimpleString) else None  # type: ignore[return-value]

@@ -27,6 +27,8 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.loop_chains import LoopChains, names_of, offset_of
+from linen2nnx.migrate.loop_locals import loop_local_value
+from linen2nnx.migrate.merge_flags import moved_flag
 from linen2nnx.migrate.nest_planning import NestPlanning, list_attr
 from linen2nnx.migrate.rules import (
     LAYER_001,
@@ -460,8 +462,11 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             uses = (names_in(arg.value) - NOT_LOCAL) & (local_names - loop_names)
             if uses:
                 shape_locals = shape_last_refs(arg.value, uses)
-                if rule is not None and arg_name in rule.call_args:
+                in_loop = loop_local_value(self.ctx, site, arg.value, uses)
+                if (rule is not None and arg_name in rule.call_args) or moved_flag(site, arg_name, arg):
                     moved.append(arg_name)
+                elif rule is None and in_loop is not None:
+                    site.arg_sources[arg_name] = in_loop  # computed in the loop's comprehension
                 elif shape_locals is not None:
                     site.shape_refs[arg_name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
                 else:

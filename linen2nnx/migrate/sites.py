@@ -323,6 +323,7 @@ class ClassPlan:
     mode_partials: dict[str, dict[str, str]] = dataclasses.field(
         default_factory=dict
     )  # local -> {flag: source}
+    call_flags: tuple[str, ...] = ()  # fields __call__ merges with a call argument (merge_flags.py)
 
     @property
     def field_names(self) -> list[str]:
@@ -337,6 +338,7 @@ class ClassPlan:
             self.out,
             self.first_input,
             self.state_when,
+            self.call_flags,
         )
 
 
@@ -351,6 +353,7 @@ class ClassSummary:
     out: Feat | None
     first_input: str
     state_when: str | None = None
+    call_flags: tuple[str, ...] = ()
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
@@ -362,6 +365,7 @@ class ClassSummary:
             first_input=self.first_input,
             key=self.key,
             state_when=self.state_when,
+            call_flags=self.call_flags,
         )
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, comprehension_names, names_in
+from linen2nnx.migrate.rebound_locals import add_binding, exclusive_bindings
 
 
 class StaticLocals:
@@ -38,6 +39,7 @@ class StaticLocals:
         self.static_at: dict[cst.BaseStatement, frozenset[str]] = {}  # top statement -> static at its start
         self.rebound: set[str] = set()  # static names the method rebinds at call time later
         self.replay_tests: dict[cst.BaseStatement, list[cst.BaseExpression]] = {}  # under `if`s on config
+        self.exclusive: set[str] = set()  # bound once in each of several branches of the current `if`
 
     def extend(self, pure: dict[str, cst.BaseStatement], plain: set[str]) -> dict[str, cst.BaseStatement]:
         """``pure`` (name -> the statement binding it) with the static statements added, in source
@@ -59,6 +61,7 @@ class StaticLocals:
                 continue
             if isinstance(stmt, cst.If):
                 before = set(added)
+                self.exclusive = exclusive_bindings(stmt, self.counts)
                 self._conditional(stmt, current, [], added, known)
                 for k, inner in enumerate(s for s in added.values() if id(s) not in position):
                     position[id(inner)] = index + (k + 1) / (k + 2)  # after the top statement, in order
@@ -93,12 +96,13 @@ class StaticLocals:
                 targets = bound_by(child)
                 if (
                     targets
-                    and all(self.counts.get(n) == 1 for n in targets)
+                    and all(self.counts.get(n) == 1 or n in self.exclusive for n in targets)
                     and not targets & self.excluded
                     and id(child) not in known
                     and self._static(child, inner)
                 ):
-                    added.update(dict.fromkeys(sorted(targets), child))
+                    for name in sorted(targets):
+                        add_binding(added, name, child)
                     self.replay_tests[child] = branch_tests
                     inner |= targets
                 elif isinstance(child, cst.If):

@@ -89,7 +89,8 @@ LAYER_002 = Rule(
 LAYER_003 = Rule(
     "L2N-LAYER-003",
     C,
-    "Mode argument (deterministic / use_running_average) moved to call time.",
+    "Mode argument (deterministic / use_running_average) moved to call time: of a built-in layer, or of a class "
+    "of the run whose __call__ merges it with its field (merge_param).",
     "nn.Dropout(0.1, deterministic=not train)(x)",
     "self.dropout_0 = nnx.Dropout(0.1, rngs=rngs)  # in __init__\nself.dropout_0(x, deterministic=not train)",
 )

@@ -1,4 +1,7 @@
-"""``self.put_variable(collection, name, value)``: a variable written, and created by its first write.
+"""Variables reached by their Linen name: ``self.put_variable`` writes, ``self.get_variable`` /
+``self.has_variable`` reads.
+
+``self.put_variable(collection, name, value)`` is a variable written, and created by its first write.
 
 Linen's ``put_variable`` creates the variable when the collection is mutable and it does not exist yet,
 else overwrites it; decode loops use it for counters and caches (``self.put_variable("cache",
@@ -19,12 +22,11 @@ write that is not a statement of its own stays a finding: an optimizer must see 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code, parse_statement, snake_case
+from linen2nnx.migrate.cst_utils import code, parse_expression, parse_statement, snake_case
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.rules import VAR_004
 from linen2nnx.migrate.sites import ClassPlan
@@ -105,12 +107,19 @@ def write(attr: str, var_type: str | None, value: cst.BaseExpression) -> cst.Bas
     )
 
 
+def variable_attr(plan: ClassPlan, collection: str, name: str) -> str | None:
+    """The NNX attribute of a Linen variable of this class (created in __init__ or lazily)."""
+    for var in plan.lazy_vars.values():
+        if (var.collection, var.name) == (collection, name):
+            return var.attr
+    for site in plan.sites.values():
+        if site.kind in ("param", "variable") and (site.collection, site.linen_name) == (collection, name):
+            return site.attr
+    return None
+
+
 def rewrite_put(
-    ctx: Any,
-    plan: ClassPlan,
-    original: cst.Call,
-    updated: cst.Call,
-    variable_attr: Callable[[ClassPlan, str, str], str | None],
+    ctx: Any, plan: ClassPlan, original: cst.Call, updated: cst.Call
 ) -> cst.BaseExpression | None:
     """``self.put_variable("cache", "n", v)`` -> a write of ``self.n``: its statement is replaced whole
     (``ctx.state.stmt_replaced``) when the class's variable ``n`` has an attribute; None otherwise."""
@@ -134,3 +143,28 @@ def rewrite_put(
         + (", created by the first write as Linen does" if lazy is not None else ""),
     )
     return updated
+
+
+def variable_query(
+    ctx: Any, plan: ClassPlan, api: str, original: cst.Call, updated: cst.Call
+) -> cst.BaseExpression | None:
+    """``self.has_variable`` / ``self.get_variable`` of a variable the class creates -> its attribute
+    (``.value`` of one a ``put_variable`` creates: it may hold any value; a default when it does not
+    exist yet)."""
+    collection, name = (a.value.evaluated_value for a in original.args[:2])  # type: ignore[union-attr]
+    attr = variable_attr(plan, collection, name)
+    if attr is None:
+        return None
+    ctx.state.handled.add(original)
+    ctx.report(VAR_004, original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
+    if api == "has_variable":
+        return parse_expression(f"hasattr(self, {attr!r})")
+    put = any(v.put and (v.collection, v.name) == (collection, name) for v in plan.lazy_vars.values())
+    read = parse_expression(f"self.{attr}.value" if put else f"self.{attr}[...]")
+    if len(updated.args) == 3:
+        test = parse_expression(f"hasattr(self, {attr!r})")
+        choice = cst.IfExp(test=test, body=read, orelse=updated.args[2].value)
+        if isinstance(ctx.parent_of(original), (cst.Assign, cst.Arg, cst.Return)):
+            return choice
+        return choice.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # `get(...) + 1`
+    return read

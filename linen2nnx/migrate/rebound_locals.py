@@ -1,0 +1,104 @@
+"""Locals an ``@nn.compact`` method binds more than once, each time from config or the input's shape.
+
+Part of the *analyse* step, used by :class:`~linen2nnx.migrate.local_planning.LocalPlanner`. Real
+normalisation layers canonicalise an axis in two steps (``axis = self.axis if isinstance(self.axis,
+tuple) else (self.axis,)``, then ``axis = _absolute_dims(x.ndim, axis)``) before the shapes of their
+parameters read it; a local bound once is replayed by ``__init__`` as written, but a rebound one was
+a call-time value, and the class fell back to Linen. When *every* binding of the name is a top-level
+``name = value`` line that is itself replayable, replaying all of them in source order gives every
+reader the value it read in the method, whichever binding that was: the earlier bindings are kept
+under keys that are no Python name (``axis@0``), and needing the name needs them too. When one
+binding is not replayable, none is (the planner runs again without the name), as before. So too a
+name bound once in each branch of an ``if`` on config and nowhere else (:func:`exclusive_bindings`).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import assigned_in, single_assign
+
+SEPARATOR = "@"
+
+
+def rebinding_chains(fn: cst.FunctionDef, counts: dict[str, int], params: set[str]) -> set[str]:
+    """The names ``fn`` binds more than once, every time by a top-level ``name = value`` line."""
+    top: dict[str, int] = {}
+    for stmt in fn.body.body:
+        assign = single_assign(stmt)
+        if assign is not None:
+            top[assign[0]] = top.get(assign[0], 0) + 1
+    return {name for name, n in top.items() if n > 1 and counts.get(name) == n and name not in params}
+
+
+def earlier_key(name: str, index: int) -> str:
+    """The key an earlier binding of ``name`` is kept under (no Python name can collide with it)."""
+    return f"{name}{SEPARATOR}{index}"
+
+
+def earlier_keys(pure: dict[str, cst.BaseStatement], name: str) -> list[str]:
+    """The keys of the earlier bindings of ``name`` in ``pure``."""
+    return [k for k in pure if k.startswith(name + SEPARATOR)]
+
+
+def keep_earlier(pure: dict[str, cst.BaseStatement], name: str) -> None:
+    """A new binding of ``name`` comes: keep the one ``pure`` holds under its own key."""
+    if name in pure:
+        pure[earlier_key(name, len(earlier_keys(pure, name)))] = pure.pop(name)
+
+
+def incomplete_chains(
+    pure: dict[str, cst.BaseStatement], chains: set[str], counts: dict[str, int], special: set[str]
+) -> set[str]:
+    """The chain names not every binding of which is replayable as written (``special``: mode
+    partials and shape locals, which ``__init__`` replays rewritten)."""
+    bad = set()
+    for name in chains:
+        held = len(earlier_keys(pure, name)) + (name in pure)
+        if held != counts[name] or name in special:
+            bad.add(name)
+    return bad
+
+
+def in_source_order(pure: dict[str, cst.BaseStatement], fn: cst.FunctionDef) -> dict[str, cst.BaseStatement]:
+    """``pure`` ordered as its statements are in ``fn``'s body (an earlier binding was re-keyed late)."""
+    position = {id(stmt): i for i, stmt in enumerate(fn.body.body)}
+    return dict(sorted(pure.items(), key=lambda item: position.get(id(item[1]), -1)))
+
+
+def exclusive_bindings(stmt: cst.If, counts: dict[str, int]) -> set[str]:
+    """The names an ``if`` / ``elif`` / ``else`` binds once in each of several of its branches and
+    nowhere else in the method (``if pretrained: n = 1000`` / ``else: n = self.classes``): whichever
+    branch runs, the name holds that branch's value after it, so each binding replays under its tests."""
+    per_branch: list[dict[str, int]] = []
+    branch: cst.BaseSuite | cst.If | cst.Else | None = stmt
+    while branch is not None:
+        body = branch.body.body if isinstance(branch, (cst.If, cst.Else)) else ()
+        seen: dict[str, int] = {}
+        for child in body:
+            for name in assigned_in(child):
+                seen[name] = seen.get(name, 0) + 1
+        per_branch.append(seen)
+        branch = branch.orelse if isinstance(branch, cst.If) else None
+    total: dict[str, int] = {}
+    for seen in per_branch:
+        for name, n in seen.items():
+            total[name] = total.get(name, 0) + n
+    return {
+        name
+        for name, n in total.items()
+        if n > 1 and counts.get(name) == n and all(seen.get(name, 0) <= 1 for seen in per_branch)
+    }
+
+
+def add_binding(added: dict[str, cst.BaseStatement], name: str, stmt: cst.BaseStatement) -> None:
+    """``added[name] = stmt``, an earlier binding of ``name`` kept under its own key in its place (the
+    order of ``added`` is the order ``__init__`` replays in)."""
+    if name not in added:
+        added[name] = stmt
+        return
+    key = earlier_key(name, len(earlier_keys(added, name)))
+    items = [(key if k == name else k, v) for k, v in added.items()]
+    added.clear()
+    added.update(items)
+    added[name] = stmt
