@@ -97,31 +97,19 @@ def assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
         if isinstance(star, cst.Param):
             counts[star.name.value] = counts.get(star.name.value, 0) + 1
 
-    class Targets(FastVisitor):
-        def _bind(self, target: cst.CSTNode) -> None:
-            for n in names_in(target):
+    bound = _TARGET_HOLDERS
+    stack: list[cst.CSTNode] = [fn]
+    while stack:  # in source order, as a visitor meets them: the first child on top of the stack
+        node = stack.pop()
+        kind = type(node)
+        if kind in bound:
+            for n in names_in(node.target):  # type: ignore[attr-defined]
                 counts[n] = counts.get(n, 0) + 1
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            self._bind(node.target)
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            self._bind(node.target)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            self._bind(node.target)
-
-        def visit_For(self, node: cst.For) -> None:
-            self._bind(node.target)
-
-        def visit_CompFor(self, node: cst.CompFor) -> None:
-            self._bind(node.target)
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            counts[node.name.value] = counts.get(node.name.value, 0) + 1
-            return node is fn
-
-    Targets().walk(fn)
+        elif kind is cst.FunctionDef:
+            counts[node.name.value] = counts.get(node.name.value, 0) + 1  # type: ignore[attr-defined]
+            if node is not fn:  # a nested function's locals are its own
+                continue
+        stack.extend(reversed(syntax_children(node)))
     counts.pop("self", None)
     return counts
 
@@ -246,34 +234,27 @@ def replace_name(expr_src: str, name: str, replacement: str) -> str:
 
 def comprehension_names(node: cst.CSTNode) -> set[str]:
     """Names bound by comprehensions inside ``node`` (``ax`` in ``tuple(x.shape[ax] for ax in axes)``)."""
-    found: set[str] = set()
+    return _targets_in(node, (cst.CompFor,))
 
-    class V(FastVisitor):
-        def visit_CompFor(self, n: cst.CompFor) -> None:
-            found.update(names_in(n.target))
 
-    V().walk(node)
-    return found
+# the nodes whose ``target`` binds names: an assignment's target, an annotated or augmented one, a loop's
+_TARGET_HOLDERS = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor)
 
 
 def assigned_in(node: cst.CSTNode) -> set[str]:
     """Names an assignment-like statement (or any block) binds."""
+    return _targets_in(node, _TARGET_HOLDERS[:4])
+
+
+def _targets_in(node: cst.CSTNode, holders: tuple[type, ...]) -> set[str]:
+    """The names in the ``target`` of every node of a type of ``holders`` under ``node``."""
     found: set[str] = set()
-
-    class V(FastVisitor):
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
-            found.update(names_in(n.target))
-
-        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            found.update(names_in(n.target))
-
-        def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            found.update(names_in(n.target))
-
-        def visit_For(self, n: cst.For) -> None:
-            found.update(names_in(n.target))
-
-    V().walk(node)
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if type(cur) in holders:
+            found.update(names_in(cur.target))  # type: ignore[attr-defined]
+        stack.extend(syntax_children(cur))
     return found
 
 
