@@ -190,9 +190,26 @@ _CHILDREN_OF: dict[type, Callable[[cst.CSTNode], tuple[cst.CSTNode, ...]]] = _Ch
 
 
 def forget_syntax_children() -> None:
-    """Drop what :func:`syntax_children` remembers (the engine does, after each file), so that the
-    trees of files done can be freed."""
+    """Drop what :func:`syntax_children` and the other per-file memos (:func:`file_memo`) remember (the
+    engine does, after each file), so that the trees of files done can be freed."""
     _CHILDREN.clear()
+    for memo in _FILE_MEMOS:
+        memo.clear()
+
+
+_FILE_MEMOS: list[dict[int, Any]] = []
+
+
+def file_memo() -> dict[int, Any]:
+    """A new memo of node id -> (node, answer) for a question whose answer a node's subtree decides
+    (the node is kept in the entry, so its id cannot be reused while the entry lives): emptied with
+    :func:`syntax_children`'s after each file."""
+    memo: dict[int, Any] = {}
+    _FILE_MEMOS.append(memo)
+    return memo
+
+
+_CALLS: dict[int, Any] = file_memo()
 
 
 class FastVisitor:
@@ -425,7 +442,11 @@ def line_columns(tokens: list[str], indices: list[int]) -> list[tuple[int, int]]
 
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """Every call under ``node``, in source order (the order a visitor meets them: a stack of the
-    children still to read, the first on top, not a visitor class built for each question)."""
+    children still to read, the first on top, not a visitor class built for each question);
+    remembered for the file (the verifier and the file's factory functions ask about the same bodies)."""
+    entry = _CALLS.get(id(node))
+    if entry is not None and entry[0] is node:
+        return list(entry[1])
     found: list[cst.Call] = []
     stack = [node]
     call, children = cst.Call, syntax_children
@@ -434,4 +455,7 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
         if type(cur) is call:
             found.append(cur)
         stack.extend(reversed(children(cur)))
+    if len(_CALLS) >= _CHILDREN_LIMIT:
+        _CALLS.clear()
+    _CALLS[id(node)] = (node, tuple(found))
     return found

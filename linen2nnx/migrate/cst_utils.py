@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor, code_of, syntax_children
+from linen2nnx.migrate.cst_meta import FastVisitor, code_of, file_memo, syntax_children
 
 _EMPTY = cst.Module([])
 NOT_LOCAL = frozenset({"self", "True", "False", "None"})
@@ -88,8 +88,24 @@ def name_counts(node: cst.CSTNode) -> dict[str, int]:
     return counts
 
 
+_ASSIGNED = file_memo()
+
+
 def assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
-    """How many times each local name of ``fn`` is bound (parameters count once)."""
+    """How many times each local name of ``fn`` is bound (parameters count once); remembered for the
+    file (the planners ask about the same method once for each layer in it)."""
+    entry = _ASSIGNED.get(id(fn))
+    if entry is not None and entry[0] is fn:
+        return dict(entry[1])
+    counts = _assigned_names(fn)
+    if len(_ASSIGNED) >= 10_000:  # a caller that never forgets stays bounded
+        _ASSIGNED.clear()
+    _ASSIGNED[id(fn)] = (fn, counts)
+    return dict(counts)
+
+
+def _assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
+    """:func:`assigned_names`, worked out."""
     counts: dict[str, int] = {}
     for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params):
         counts[p.name.value] = counts.get(p.name.value, 0) + 1
