@@ -64,7 +64,7 @@ def _all_fields(kind: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(kind))
 
 
-def copy_node(node: cst.CSTNode, changes: dict[str, Any]) -> cst.CSTNode:
+def _copy(node: cst.CSTNode, changes: dict[str, Any]) -> cst.CSTNode:
     """A new node of ``node``'s type with its fields, ``changes`` applied, not validated again."""
     new = object.__new__(type(node))
     for name in _all_fields(type(node)):
@@ -122,7 +122,7 @@ class _Traversal:
                 changes[name] = self.single(value, how)
             same = same and self.same
         self.same = same
-        return copy_node(node, changes) if same else dataclasses.replace(node, **changes)
+        return _copy(node, changes) if same else dataclasses.replace(node, **changes)
 
     def single(self, node: cst.CSTNode, how: int) -> Any:
         """A visited child held alone (``visit_required`` / ``_optional`` / ``_sentinel``)."""
