@@ -17,9 +17,12 @@ visit rebuilds every node it passes, which costs ten times what reading the fiel
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import typing
 from collections.abc import Callable, Collection
 from functools import cache
+from typing import Any, Literal
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -126,24 +129,87 @@ def syntax_children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
     entry = _CHILDREN.get(id(node))
     if entry is not None and entry[0] is node:
         return entry[1]
-    out: list[cst.CSTNode] = []
-    is_node = IS_NODE
-    for name in syntax_fields(type(node)):
-        value = getattr(node, name)
-        if is_node[type(value)]:
-            out.append(value)
-        elif isinstance(value, (tuple, list)):
-            out.extend(child for child in value if is_node[type(child)])
     if len(_CHILDREN) >= _CHILDREN_LIMIT:
         _CHILDREN.clear()
-    children = _CHILDREN[id(node)] = (node, tuple(out))
+    children = _CHILDREN[id(node)] = (node, _CHILDREN_OF[type(node)](node))
     return children[1]
 
 
+def _field_kind(hint: Any) -> str:
+    """What a field annotated ``hint`` may hold: ``"none"`` never a node (a string, a flag, None,
+    ``MaybeSentinel``), ``"seq"`` a sequence of nodes, ``"node"`` a node or nothing, ``"any"`` unknown."""
+    origin = typing.get_origin(hint)
+    if hint is type(None) or hint is cst.MaybeSentinel or hint in (str, bool, int) or origin is Literal:
+        return "none"
+    if isinstance(hint, type) and issubclass(hint, cst.CSTNode):
+        return "node"
+    if origin is collections.abc.Sequence:
+        return "seq"
+    if origin is typing.Union:
+        kinds = {_field_kind(arg) for arg in typing.get_args(hint)}
+        if kinds <= {"none"}:
+            return "none"
+        if kinds <= {"none", "node"}:
+            return "node"
+    return "any"
+
+
+class _ChildrenOf(dict):
+    """type -> a function of a node of that type that returns its :func:`syntax_children`, written for
+    the type from its fields' annotations (a field that never holds a node is not read at all, one that
+    holds a sequence of nodes is taken whole): a third of the generic loop's cost, for the ~1,000 nodes
+    a file whose children its walks ask for the first time."""
+
+    def __missing__(self, kind: type) -> Callable[[cst.CSTNode], tuple[cst.CSTNode, ...]]:
+        try:
+            hints = typing.get_type_hints(kind)
+        except Exception:  # an annotation that does not resolve: every field checked at run time
+            hints = {}
+        lines = ["def children(node):", "    out = []"]
+        for name in syntax_fields(kind):
+            field_kind = _field_kind(hints[name]) if name in hints else "any"
+            if field_kind == "none":
+                continue
+            if field_kind == "seq":
+                lines.append(f"    out.extend(node.{name})")
+                continue
+            lines += [f"    value = node.{name}", "    if is_node[type(value)]:", "        out.append(value)"]
+            if field_kind == "any":
+                lines += [
+                    "    elif isinstance(value, (tuple, list)):",
+                    "        out.extend(child for child in value if is_node[type(child)])",
+                ]
+        lines.append("    return tuple(out)")
+        namespace: dict[str, Any] = {"is_node": IS_NODE}
+        exec("\n".join(lines), namespace)  # the code is written here, from the field names only
+        self[kind] = found = namespace["children"]
+        return found
+
+
+_CHILDREN_OF: dict[type, Callable[[cst.CSTNode], tuple[cst.CSTNode, ...]]] = _ChildrenOf()
+
+
 def forget_syntax_children() -> None:
-    """Drop what :func:`syntax_children` remembers (the engine does, after each file), so that the
-    trees of files done can be freed."""
+    """Drop what :func:`syntax_children` and the other per-file memos (:func:`file_memo`) remember (the
+    engine does, after each file), so that the trees of files done can be freed."""
     _CHILDREN.clear()
+    for memo in _FILE_MEMOS:
+        memo.clear()
+
+
+_FILE_MEMOS: list[dict[int, Any]] = []
+
+
+def file_memo() -> dict[int, Any]:
+    """A new memo of node id -> (node, answer) for a question whose answer a node's subtree decides
+    (the node is kept in the entry, so its id cannot be reused while the entry lives): emptied with
+    :func:`syntax_children`'s after each file."""
+    memo: dict[int, Any] = {}
+    _FILE_MEMOS.append(memo)
+    return memo
+
+
+_CALLS: dict[int, Any] = file_memo()
 
 
 class FastVisitor:
@@ -162,6 +228,7 @@ class FastVisitor:
             self._walk_each(node)
             return
         handlers: dict[type, tuple] = {}  # node type -> (visit_<Type>, leave_<Type>), looked up once a walk
+        memo_get = _CHILDREN.get
 
         def go(node: cst.CSTNode) -> None:
             kind = type(node)
@@ -174,7 +241,8 @@ class FastVisitor:
                 )
             visit, leave = found
             if visit is None or visit(node) is not False:
-                for child in syntax_children(node):
+                entry = memo_get(id(node))  # syntax_children(node), its memo read here: one call less
+                for child in entry[1] if entry is not None and entry[0] is node else syntax_children(node):
                     go(child)
             if leave is not None:
                 leave(node)
@@ -195,7 +263,16 @@ class FastVisitor:
 def syntax_parent_map(root: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
     """:func:`parent_map` for the syntax nodes only (whitespace, comments and punctuation, see
     :func:`syntax_fields`, left out): all the module codemod asks about, for a third of the walk."""
-    return _parents(root, syntax_fields)
+    parents: dict[cst.CSTNode, cst.CSTNode] = {}
+    stack = [root]
+    children_of = _CHILDREN_OF
+    while stack:
+        node = stack.pop()
+        children = children_of[type(node)](node)
+        for child in children:
+            parents[child] = node
+        stack.extend(children)
+    return parents
 
 
 class _NoPosition:
@@ -364,12 +441,21 @@ def line_columns(tokens: list[str], indices: list[int]) -> list[tuple[int, int]]
 
 
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    """Every call under ``node``, in source order."""
+    """Every call under ``node``, in source order (the order a visitor meets them: a stack of the
+    children still to read, the first on top, not a visitor class built for each question);
+    remembered for the file (the verifier and the file's factory functions ask about the same bodies)."""
+    entry = _CALLS.get(id(node))
+    if entry is not None and entry[0] is node:
+        return list(entry[1])
     found: list[cst.Call] = []
-
-    class Calls(FastVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    Calls().walk(node)
+    stack = [node]
+    call, children = cst.Call, syntax_children
+    while stack:
+        cur = stack.pop()
+        if type(cur) is call:
+            found.append(cur)
+        stack.extend(reversed(children(cur)))
+    if len(_CALLS) >= _CHILDREN_LIMIT:
+        _CALLS.clear()
+    _CALLS[id(node)] = (node, tuple(found))
     return found

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor, code_of, syntax_children
+from linen2nnx.migrate.cst_meta import FastVisitor, code_of, file_memo, syntax_children
 
 _EMPTY = cst.Module([])
 NOT_LOCAL = frozenset({"self", "True", "False", "None"})
@@ -88,8 +88,24 @@ def name_counts(node: cst.CSTNode) -> dict[str, int]:
     return counts
 
 
+_ASSIGNED = file_memo()
+
+
 def assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
-    """How many times each local name of ``fn`` is bound (parameters count once)."""
+    """How many times each local name of ``fn`` is bound (parameters count once); remembered for the
+    file (the planners ask about the same method once for each layer in it)."""
+    entry = _ASSIGNED.get(id(fn))
+    if entry is not None and entry[0] is fn:
+        return dict(entry[1])
+    counts = _assigned_names(fn)
+    if len(_ASSIGNED) >= 10_000:  # a caller that never forgets stays bounded
+        _ASSIGNED.clear()
+    _ASSIGNED[id(fn)] = (fn, counts)
+    return dict(counts)
+
+
+def _assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
+    """:func:`assigned_names`, worked out."""
     counts: dict[str, int] = {}
     for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params):
         counts[p.name.value] = counts.get(p.name.value, 0) + 1
@@ -97,31 +113,19 @@ def assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
         if isinstance(star, cst.Param):
             counts[star.name.value] = counts.get(star.name.value, 0) + 1
 
-    class Targets(FastVisitor):
-        def _bind(self, target: cst.CSTNode) -> None:
-            for n in names_in(target):
+    bound = _TARGET_HOLDERS
+    stack: list[cst.CSTNode] = [fn]
+    while stack:  # in source order, as a visitor meets them: the first child on top of the stack
+        node = stack.pop()
+        kind = type(node)
+        if kind in bound:
+            for n in names_in(node.target):  # type: ignore[attr-defined]
                 counts[n] = counts.get(n, 0) + 1
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            self._bind(node.target)
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            self._bind(node.target)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            self._bind(node.target)
-
-        def visit_For(self, node: cst.For) -> None:
-            self._bind(node.target)
-
-        def visit_CompFor(self, node: cst.CompFor) -> None:
-            self._bind(node.target)
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            counts[node.name.value] = counts.get(node.name.value, 0) + 1
-            return node is fn
-
-    Targets().walk(fn)
+        elif kind is cst.FunctionDef:
+            counts[node.name.value] = counts.get(node.name.value, 0) + 1  # type: ignore[attr-defined]
+            if node is not fn:  # a nested function's locals are its own
+                continue
+        stack.extend(reversed(syntax_children(node)))
     counts.pop("self", None)
     return counts
 
@@ -246,34 +250,27 @@ def replace_name(expr_src: str, name: str, replacement: str) -> str:
 
 def comprehension_names(node: cst.CSTNode) -> set[str]:
     """Names bound by comprehensions inside ``node`` (``ax`` in ``tuple(x.shape[ax] for ax in axes)``)."""
-    found: set[str] = set()
+    return _targets_in(node, (cst.CompFor,))
 
-    class V(FastVisitor):
-        def visit_CompFor(self, n: cst.CompFor) -> None:
-            found.update(names_in(n.target))
 
-    V().walk(node)
-    return found
+# the nodes whose ``target`` binds names: an assignment's target, an annotated or augmented one, a loop's
+_TARGET_HOLDERS = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor)
 
 
 def assigned_in(node: cst.CSTNode) -> set[str]:
     """Names an assignment-like statement (or any block) binds."""
+    return _targets_in(node, _TARGET_HOLDERS[:4])
+
+
+def _targets_in(node: cst.CSTNode, holders: tuple[type, ...]) -> set[str]:
+    """The names in the ``target`` of every node of a type of ``holders`` under ``node``."""
     found: set[str] = set()
-
-    class V(FastVisitor):
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
-            found.update(names_in(n.target))
-
-        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            found.update(names_in(n.target))
-
-        def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            found.update(names_in(n.target))
-
-        def visit_For(self, n: cst.For) -> None:
-            found.update(names_in(n.target))
-
-    V().walk(node)
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if type(cur) in holders:
+            found.update(names_in(cur.target))  # type: ignore[attr-defined]
+        stack.extend(syntax_children(cur))
     return found
 
 
