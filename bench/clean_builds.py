@@ -77,7 +77,7 @@ def _encode(value: Any) -> Any:
         items = [_encode(v) for v in value]
         return _UNKNOWN if any(i is _UNKNOWN for i in items) else {"__tuple__": items}
     try:
-        if isinstance(value, (np.dtype, type)) and np.dtype(value).name:
+        if isinstance(value, (np.dtype, type)) and np.dtype(value).kind != "O":  # any class is dtype object
             return {"__dtype__": np.dtype(value).name}
     except (TypeError, ValueError):  # a type that is no dtype
         pass
@@ -95,6 +95,8 @@ def _encode_object(value: Any) -> Any:
     import enum
     from types import SimpleNamespace
 
+    if isinstance(value, type):  # a class (a Linen module class is a dataclass too): not a config
+        return _UNKNOWN
     kind = type(value)
     ref = f"{kind.__module__}:{kind.__qualname__}"
     if isinstance(value, enum.Enum) and "<" not in ref:

@@ -293,6 +293,7 @@ def test_clean_builds_rebuilds_config_objects_from_their_fields():
     decoded = {k: builds._decode(v) for k, v in json.loads(json.dumps(encoded)).items()}
     assert decoded == config and type(decoded["config"]) is TupleConfig
     assert builds.plain_config({"model": ClassConfig(2, act=lambda x: x)}) is None  # a closure field
+    assert builds.plain_config({"conv": ClassConfig}) is None  # a dataclass class, not an instance
 
 
 def test_outside_corpus_min_clean_pct_gate(outside, tree, capsys):
