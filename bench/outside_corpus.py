@@ -338,20 +338,25 @@ def _build_clean(
 
 
 def _traced_configs(trace: Any, result: Any) -> dict[str, list[dict]]:
-    """Class name -> the configs of its traced instances; the root's also get the constructor
-    arguments the migration added and the example batch sizes (``input:i`` / ``input_shape:i``)."""
+    """Class name -> the configs of its traced instances, each with the constructor arguments the
+    migration added from the input's sizes (``input:i`` / ``input_shape:i``): the root's from the
+    example batch, any other class's from the inputs the trace saw it called with."""
     configs = {q.rsplit(".", 1)[-1]: [dict(c) for c in v] for q, v in trace.instances.items()}
-    key = result.name_map.find_class(trace.root_class, trace.root_module)
-    if key is None:
-        return configs
-    added = {}
-    for arg, how in result.name_map.classes[key].new_args.items():
-        kind, _, index = how.partition(":")
-        if kind in ("input", "input_shape") and int(index) < len(trace.root_inputs):
-            shape = trace.root_inputs[int(index)]
-            added[arg] = shape[-1] if kind == "input" else tuple(shape)
-    for config in configs.get(trace.root_class.rsplit(".", 1)[-1], []):
-        config.update(added)
+    for key, entry in result.name_map.classes.items():
+        name = key.rsplit(".", 1)[-1]
+        if name == trace.root_class.rsplit(".", 1)[-1]:
+            inputs = list(trace.root_inputs)
+        else:
+            calls = trace.own_inputs.get(name) or [()]
+            inputs = list(calls[0])
+        added = {}
+        for arg, how in entry.new_args.items():
+            kind, _, index = how.partition(":")
+            if kind in ("input", "input_shape") and index.isdigit() and int(index) < len(inputs):
+                shape = inputs[int(index)]
+                added[arg] = shape[-1] if kind == "input" else tuple(shape)
+        for config in configs.get(name, []):
+            config.update(added)
     return configs
 
 

@@ -131,6 +131,27 @@ def test_outside_corpus_reruns_traced_examples(outside, tree, tmp_path, capsys):
     assert "broken.py failed" in capsys.readouterr().err
 
 
+def test_traced_configs_give_every_class_the_input_sizes_the_migration_added(outside):
+    """The build check's configs: the root's added arguments from the example batch, any other class's
+    from the inputs the trace saw it called with (GPT-2's blocks need their ``in_features``)."""
+    trace = SimpleNamespace(
+        instances={"pkg.m.Net": [{"width": 4}], "pkg.m.Block": [{"features": 3}, {"features": 3}]},
+        root_class="pkg.m.Net",
+        root_module="pkg.m",
+        root_inputs=[(2, 5)],
+        own_inputs={"Net": [((2, 5),)], "Block": [((2, 7),), ((2, 3),)]},
+    )
+    entry = lambda **new_args: SimpleNamespace(new_args=new_args)  # noqa: E731
+    result = SimpleNamespace(
+        name_map=SimpleNamespace(
+            classes={"m.Net": entry(in_features="input:0"), "m.Block": entry(x_shape="input_shape:0")}
+        )
+    )
+    configs = outside._traced_configs(trace, result)
+    assert configs["Net"] == [{"width": 4, "in_features": 5}]
+    assert configs["Block"] == [{"features": 3, "x_shape": (2, 7)}] * 2
+
+
 PACKAGE_LAYERS = """
 from flax import linen as nn
 
