@@ -4,6 +4,8 @@ Each input's first line (``# findings: ...``) lists the rule ids of every findin
 silent conversion and an unexpected finding are both failures (tests/fixture_paths.py).
 """
 
+import ast
+
 import pytest
 from fixture_paths import all_cases, fixture
 from migrate_fixtures import migrate_case
@@ -19,6 +21,8 @@ def test_fixture_output(case):
     result = migrate_case(fx)
     assert result.output == fx.output.read_text()
     compile(result.output, fx.output.name, "exec")
+    # the module docstring stays the docstring (an import added above it would make it a plain string)
+    assert ast.get_docstring(ast.parse(result.output)) == ast.get_docstring(ast.parse(fx.input.read_text()))
     assert fx.input.read_text().startswith("# findings: ")
     assert {f.rule for f in result.findings} == fx.declared()
     # every manual finding leaves an inline marker naming its rule

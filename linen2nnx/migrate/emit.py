@@ -280,7 +280,7 @@ class Emitter:
             params.append("*")
         params.extend(
             f"{a}: tuple[int, ...]"
-            if how.startswith("input_shape:") or how == "unresolved_each"
+            if how.startswith("input_shape:") or how in ("unresolved_each", "unresolved_shape")
             else f"{a}: int | None = None"  # a size needed only when a config test builds its layer
             if how == "unresolved_if"
             else f"{a}: int"

@@ -60,7 +60,6 @@ from linen2nnx.migrate.cst_utils import (
     absolute_qualname,
     names_in,
     parse_expression,
-    parse_statement,
 )
 from linen2nnx.migrate.custom_vars import add_variable_classes
 from linen2nnx.migrate.emit import Emitter
@@ -270,15 +269,8 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             updated = updated.with_changes(body=[self.classes.with_out_features(s) for s in updated.body])
         if self.state.uses_nnx:
             updated = drop_unused_linen_imports(ensure_nnx_import(updated))
-        if self.state.needs_jax_import and "jax" not in {
-            a.evaluated_alias or a.evaluated_name
-            for s in updated.body
-            if isinstance(s, cst.SimpleStatementLine)
-            for i in s.body
-            if isinstance(i, cst.Import)
-            for a in i.names
-        }:
-            updated = updated.with_changes(body=[parse_statement("import jax\n"), *updated.body])
+        if self.state.needs_jax_import:  # after the docstring and __future__ imports, never above them
+            updated = ensure_plain_import(updated, "jax", blank_line_after=False)
         if self.state.needs_math_import:
             updated = ensure_plain_import(updated, "math")
         if self.state.variable_classes:  # those the output uses (a class kept as Linen uses the string)

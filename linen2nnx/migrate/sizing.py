@@ -324,7 +324,7 @@ class Sizer(TraceEvidence):
                     site.user_in[arg] = self._traced_arg(plan, site, arg, how, node)
                 else:
                     site.user_in[arg] = self._required_arg(
-                        plan, site, f"{arg} of {site.user.name}", node, arg
+                        plan, site, f"{arg} of {site.user.name}", node, arg, shape=how == "unresolved_shape"
                     )
 
     def _loop_expr(
@@ -430,11 +430,18 @@ class Sizer(TraceEvidence):
         return f"math.prod({arg}[{feat.leading}:])"
 
     def _required_arg(
-        self, plan: ClassPlan, site: Site, what: str, node: cst.CSTNode, child_arg: str = "in_features"
+        self,
+        plan: ClassPlan,
+        site: Site,
+        what: str,
+        node: cst.CSTNode,
+        child_arg: str = "in_features",
+        shape: bool = False,
     ) -> str:
         """A new constructor argument for a size nothing explains, named after the submodule and, for a
         class of the run with several unknown sizes, after the child's own argument (one argument each:
-        a block's input width and its inner layer's are different sizes)."""
+        a block's input width and its inner layer's are different sizes); ``shape``: a whole input
+        shape the child takes (its ``x_shape``), a tuple."""
         label = site.attr if site.tail_of is None else f"{site.attr}_last{site.list_index.lstrip('-')}"
         if site.extends is not None:  # a later loop's elements: one argument per loop of the chain
             label = f"{site.attr}_loop{site.offset.count('len(') + 1}"
@@ -456,7 +463,7 @@ class Sizer(TraceEvidence):
             when = " and ".join(f"({c})" if " " in c else c for c in site.conditions)
             message = f"{what} is unknown statically; constructor argument {arg} (default None) added, required when {when}"
         else:
-            plan.new_args[arg] = "unresolved"
+            plan.new_args[arg] = "unresolved_shape" if shape else "unresolved"
             message = f"{what} is unknown statically; required constructor argument {arg} added"
         self.ctx.report(
             SHAPE_003, node, message, "run `linen2nnx migrate --trace SPEC` or pass the size explicitly"
@@ -487,7 +494,12 @@ class Sizer(TraceEvidence):
                         else None
                     )
                     site.user_in[arg] = traced or self._required_arg(
-                        plan, site, f"{arg} of {site.user.name}", site.ctor, arg
+                        plan,
+                        site,
+                        f"{arg} of {site.user.name}",
+                        site.ctor,
+                        arg,
+                        shape=how.startswith("input_shape:") or how == "unresolved_shape",
                     )
 
     def _resolved(self, site: Site) -> bool:

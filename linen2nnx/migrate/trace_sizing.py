@@ -265,7 +265,7 @@ class TraceEvidence:
         shapes = sorted(set(self.state.trace.shapes_for(*key))) if self.state.trace is not None else []
         what = f"{arg} of {site.user.name if site.user else site.attr} ({plan.name}.{site.attr})"
         if read is None or len(shapes) != 1:
-            return self._required_arg(plan, site, what, node)
+            return self._required_arg(plan, site, what, node, arg, shape=True)
         shape = shapes[0]
         configs = self.state.trace.instances.get(plan.name, [])  # type: ignore[union-attr]
         source = " ".join(code(m) for m in self.state.methods.get(plan.name, []))
@@ -284,6 +284,8 @@ class TraceEvidence:
                     site,
                     f"{what}: axis {axis} (traced {size}) matches {', '.join(matched) or 'no config value'}",
                     node,
+                    arg,
+                    shape=True,
                 )
         expr = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
         self.ctx.report(SHAPE_001, node, f"{what} = {expr} (traced {shape}; axes not read are 1)")
