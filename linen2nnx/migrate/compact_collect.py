@@ -63,6 +63,7 @@ class CompactCollector(FastVisitor):
         self.jump_flags: list[bool] = []  # per blocked `for`: whether it has break / continue
         self.loops: list[LoopInfo] = []
         self.nest: list[tuple[set[str], dict[str, cst.SimpleStatementLine]]] = []  # per enclosing `for`
+        self.branch_conditions: dict[str, list[list[str]]] = {}  # class -> conditions of its auto-named ones
 
     def _block(self, node: cst.CSTNode) -> bool:
         self.blocked += 1
@@ -159,7 +160,35 @@ class CompactCollector(FastVisitor):
                 "create it in __init__ and decide at call time whether to use it",
             )
             return
+        if loop is None and not in_nest and self._name_depends_on_branch(node, built, conditions):
+            return
         self._plan_site(node, built, in_nest, loop, conditions)
+
+    def _name_depends_on_branch(self, node: cst.Call, built: Built, conditions: list[str]) -> bool:
+        """An auto-named module after one of its class built only under a condition this one is not
+        under (the other branch of an ``if``, or after an ``if`` that built one): Linen counts only the
+        modules that ran, so its name depends on the condition; a finding (True) instead of a static
+        name that holds for one config only. Records the conditions of each auto-named one."""
+        if built.variable or keyword_arg(built.target, "name") is not None:
+            return False
+        if built.rule is None and built.user is None:
+            return False
+        name = self._class_name(built)
+        if self.counters.get(name, 0) is None:
+            return False  # after a loop of its class: that finding says it already
+        earlier = self.branch_conditions.setdefault(name, [])
+        other = next((c for c in earlier if c != conditions[: len(c)]), None)
+        if other is None:
+            earlier.append(list(conditions))
+            return False
+        self.ctx.report(
+            MOD_004,
+            node,
+            f"auto-named {built.what} after a {name} built only when {' and '.join(other)}: "
+            "Linen counts only the modules that ran, so its name depends on that condition",
+            "give the modules explicit name= (one attribute each), or build both in __init__",
+        )
+        return True  # every later auto-named one of the class is a finding too (the record stays)
 
     def _built_in_trace(self, node: cst.Call, built: Built) -> bool:
         """A submodule built under a call-time condition that the traced call built (its Linen name is in
