@@ -54,18 +54,14 @@ def plan_put_variables(planner: Any, plan: ClassPlan, node: cst.ClassDef, calls:
         | {s.name.value for s in node.body.body if isinstance(s, cst.FunctionDef)}
         | set(plan.setup_vars)
     )
-    declared = {(v.collection, v.name) for v in plan.lazy_vars.values()} | {
-        (s.collection, s.linen_name) for s in plan.sites.values() if s.kind in ("param", "variable")
-    }
     for call in calls:
         put = literal_put(call)
         statement = ctx.statement_of(call)
         if put is None or put[0] == "params" or not is_own_statement(statement, call):
             continue
         collection, name = put[0], put[1]
-        if (collection, name) in declared:
-            continue
-        declared.add((collection, name))
+        if variable_attr(plan, collection, name) is not None:
+            continue  # declared by self.variable, or written before: planned already
         attr = name if name.isidentifier() else snake_case(name)
         while attr in taken:
             attr += "_"
@@ -107,11 +103,16 @@ def write(attr: str, var_type: str | None, value: cst.BaseExpression) -> cst.Bas
     )
 
 
+def lazy_var(plan: ClassPlan, collection: str, name: str) -> LazyVar | None:
+    """The variable of this class created on a call (or by its first write), if ``name`` is one."""
+    return next((v for v in plan.lazy_vars.values() if (v.collection, v.name) == (collection, name)), None)
+
+
 def variable_attr(plan: ClassPlan, collection: str, name: str) -> str | None:
     """The NNX attribute of a Linen variable of this class (created in __init__ or lazily)."""
-    for var in plan.lazy_vars.values():
-        if (var.collection, var.name) == (collection, name):
-            return var.attr
+    lazy = lazy_var(plan, collection, name)
+    if lazy is not None:
+        return lazy.attr
     for site in plan.sites.values():
         if site.kind in ("param", "variable") and (site.collection, site.linen_name) == (collection, name):
             return site.attr
@@ -131,7 +132,7 @@ def rewrite_put(
     attr = variable_attr(plan, collection, name)
     if attr is None:
         return None
-    lazy = next((v for v in plan.lazy_vars.values() if (v.collection, v.name) == (collection, name)), None)
+    lazy = lazy_var(plan, collection, name)
     block = write(attr, lazy.var_type if lazy is not None else None, updated.args[2].value)
     ctx.state.stmt_replaced[statement] = block.with_changes(leading_lines=statement.leading_lines)
     ctx.state.handled.add(original)
@@ -159,8 +160,8 @@ def variable_query(
     ctx.report(VAR_004, original, f"self.{api}({collection!r}, {name!r}) -> self.{attr}")
     if api == "has_variable":
         return parse_expression(f"hasattr(self, {attr!r})")
-    put = any(v.put and (v.collection, v.name) == (collection, name) for v in plan.lazy_vars.values())
-    read = parse_expression(f"self.{attr}.value" if put else f"self.{attr}[...]")
+    lazy = lazy_var(plan, collection, name)
+    read = parse_expression(f"self.{attr}.value" if lazy is not None and lazy.put else f"self.{attr}[...]")
     if len(updated.args) == 3:
         test = parse_expression(f"hasattr(self, {attr!r})")
         choice = cst.IfExp(test=test, body=read, orelse=updated.args[2].value)
