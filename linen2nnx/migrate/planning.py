@@ -159,8 +159,9 @@ class ClassPlanner:
                 ):
                     plan.activation_fields.add(small.target.value)
         calls = calls_in(node.body)
-        called = {self.ctx.self_call(c) for c in calls} - {None}
-        plan.put_calls = [c for c in calls if self.ctx.self_call(c) == "put_variable"]
+        apis = [self.ctx.self_call(c) for c in calls]  # `self.<api>(...)` of each call, once
+        called = set(apis) - {None}
+        plan.put_calls = [c for c, api in zip(calls, apis) if api == "put_variable"]
         for f in plan.fields:  # `act: Callable` with no default, called: what the callers bind it to
             if (
                 f.default is None
