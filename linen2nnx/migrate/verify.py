@@ -540,6 +540,14 @@ class _Verifier:
                     f"{code(node)} is Linen API: an NNX module holds its variables as attributes "
                     "(nnx.state(module) gives them all)",
                 )
+        elif attr == "setup" and _is_super_call(node.value):
+            self._report(
+                verify_rules.VERIFY_004,
+                node,
+                stmt,
+                "super().setup() calls Linen's setup, which NNX classes do not have: call the base's "
+                "__init__ with its arguments",
+            )
         elif attr in LINEN_SELF_ONLY and isinstance(node.value, cst.Name) and node.value.value == "self":
             if attr not in self._own_names():
                 self._report(
@@ -548,6 +556,10 @@ class _Verifier:
                     stmt,
                     f"self.{attr} is Linen Module API with no meaning in an NNX class",
                 )
+
+
+def _is_super_call(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "super"
 
 
 def _marked_by_another_rule(stmt: cst.CSTNode) -> bool:
