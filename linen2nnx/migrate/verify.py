@@ -34,6 +34,7 @@ from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, one_l
 from linen2nnx.migrate.training.driver import line_map
 from linen2nnx.migrate.verify_names import (
     LINEN_SELF_ONLY,
+    LINEN_TREE_PLACE,
     VARIABLE_METHODS,
     Signature,
     flax_class_kind,
@@ -167,6 +168,14 @@ class _Verifier:
         if kind is cst.Call and self.function_factories:
             self._check_factory_call(node, stmt)  # type: ignore[arg-type]
         if kind is cst.FunctionDef and self._class is not None:
+            if node.name.value == "__post_init__" and self._rewritten():  # type: ignore[attr-defined]
+                self._report(
+                    verify_rules.VERIFY_004,
+                    node,
+                    stmt,
+                    "__post_init__ is the Linen dataclass's hook: nothing calls it in an NNX class, so what "
+                    "it sets is missing; run its body in __init__, after the fields",
+                )
             self._methods.append((node, None))  # type: ignore[arg-type]
             for child in syntax_children(node):
                 self._walk(child, stmt)
@@ -549,7 +558,7 @@ class _Verifier:
                 "__init__ with its arguments",
             )
         elif attr in LINEN_SELF_ONLY and isinstance(node.value, cst.Name) and node.value.value == "self":
-            if attr not in self._own_names():
+            if attr not in self._own_names() and (attr not in LINEN_TREE_PLACE or self._rewritten()):
                 self._report(
                     verify_rules.VERIFY_004,
                     node,
