@@ -194,12 +194,12 @@ class AttributeRewriter:
                     "and names, or build the layers in setup",
                 )
                 return
-            self.ctx.report(API_002, original, *self._unconverted(original, short, is_callee))
+            self.ctx.report(API_002, original, *self._unconverted(original, short))
 
-    def _unconverted(self, original: cst.Attribute, short: str, is_callee: bool) -> tuple[str, str]:
+    def _unconverted(self, original: cst.Attribute, short: str) -> tuple[str, str]:
         """Why a Linen name stays, and the hint: a layer NNX has is left where it cannot be built in
         ``__init__`` (or outside a class the run migrates); anything else has no conversion."""
-        if not (is_callee and self.ctx.layer_rule_of(original)):
+        if not self.ctx.layer_rule_of(original):
             return (
                 f"flax.linen.{short} has no automatic conversion yet",
                 "rewrite by hand with the NNX API (see docs/rules.md)",
