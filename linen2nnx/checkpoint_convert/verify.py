@@ -6,6 +6,11 @@ renamed into place, its Orbax metadata is read again (every array present, with 
 dtype) and every array is read back, a bounded group at a time, and checksummed; a difference
 names the array and nothing is published. Anyone can re-check a converted checkpoint later against
 the ``checksums`` of its report.
+
+The read-back costs what decoding the written chunks costs, little more: every group is read into
+one reused buffer, a stored chunk after another, with the decoded chunks' buffers kept on the heap
+and reused (:func:`.memory.heap_reused`), and each array's checksum is taken on a thread while the
+next array is read.
 """
 
 from __future__ import annotations
