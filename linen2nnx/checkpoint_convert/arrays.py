@@ -165,7 +165,12 @@ async def read_direct(
     for hook in restore_hooks:
         hook(len(metas))
     driver, ocdbt = how
-    context = ts_utils.get_ts_context(use_ocdbt=ocdbt)
+    # into a buffer, one chunk is read at a time: one thread for the file, one to decode, so the
+    # buffers they free stay in two malloc arenas (see memory.heap_reused), not one per thread
+    one_by_one = 1 if into is not None else None
+    context = ts_utils.get_ts_context(
+        use_ocdbt=ocdbt, file_io_concurrency_limit=one_by_one, data_copy_concurrency_limit=one_by_one
+    )
     out = carve(into, metas) if into is not None else {}
 
     async def one(path: RawPath, shape: tuple[int, ...], dtype: Any) -> None:

@@ -75,7 +75,6 @@ def verify_payload(item_dir: Path, expected: dict[str, str], budget: int) -> Non
     buffer = np.empty(max((sum(sizes[p] for p in g) for g in cuts), default=0), np.uint8)
     memory.in_flight.track([buffer])  # counted as the group it holds, for as long as it lives
     metas = {p: (tuple(flat[p].shape), flat[p].dtype) for p in sizes}
-    memory.give_back()  # what the write freed, before the read-back's own buffers
     with memory.heap_reused(), ThreadPoolExecutor(1) as summer:
         asyncio_utils.run_sync(_read_back(item_dir, how, metas, cuts, buffer, expected, summer))
 
@@ -101,6 +100,7 @@ async def _read_back(
         def check(path: arrays.RawPath, value: Any, checks: list[Any] = checks) -> None:
             checks.append(loop.run_in_executor(summer, _compare, item_dir, path, value, expected))
 
+        memory.give_back()  # the decoded chunks' buffers a group left on the heap, at most
         try:
             await arrays.read_direct(item_dir, how, {p: metas[p] for p in group}, {}, buffer, check)
         finally:
