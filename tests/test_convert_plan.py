@@ -128,3 +128,31 @@ def test_arrays_held_at_once_stay_within_the_budget(root, tmp_path):
     memory.in_flight.reset()
     convert(root, tmp_path / "all", twins.cnn_pair(), budget=1 << 30)
     assert memory.in_flight.peak - before > 4096  # the counter sees a whole group when it is one
+
+
+def test_heap_modes_nest_and_set_back_what_they_found(monkeypatch):
+    """``convert`` serves big buffers from ``mmap`` (:func:`memory.heap_returned`), the read-back
+    inside it from the heap (:func:`memory.heap_reused`); each block sets back the thresholds it
+    found and trims the heap."""
+    from linen2nnx.checkpoint_convert import memory
+
+    calls: list[tuple[str, int, int]] = []
+
+    class FakeLibc:
+        def mallopt(self, param: int, value: int) -> int:
+            calls.append(("mallopt", param, value))
+            return 1
+
+        def malloc_trim(self, pad: int) -> int:
+            calls.append(("trim", pad, 0))
+            return 1
+
+    monkeypatch.setattr(memory, "_LIBC", [FakeLibc()])
+    mmap_threshold = lambda: [v for op, p, v in calls if op == "mallopt" and p == -3][-1]  # noqa: E731
+    with memory.heap_returned():
+        assert mmap_threshold() == memory.MMAP_BYTES
+        with memory.heap_reused():
+            assert mmap_threshold() == 32 << 20
+        assert mmap_threshold() == memory.MMAP_BYTES and calls[-1][0] == "trim"
+    assert mmap_threshold() == 32 << 20 and calls[-1][0] == "trim"
+    assert memory._MODE == ["glibc"]

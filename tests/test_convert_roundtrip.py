@@ -166,3 +166,39 @@ def test_written_data_that_does_not_read_back_is_never_published(tmp_path, monke
     monkeypatch.setattr(verify, "verify_payload", real)
     convert(_big_source(tmp_path / "again"), tmp_path / "nnx", pair, verify=False)
     assert read_report(tmp_path / "nnx")["verified"] is False
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Orbax's event loop, on error
+def test_one_flipped_byte_of_a_written_array_is_caught(tmp_path, monkeypatch):
+    """One byte of the largest data file flipped between the write and the read-back: the array it
+    belongs to does not read back as written, and nothing is published."""
+    real = verify.verify_payload
+
+    def flip_then_verify(item_dir: Path, expected, budget):
+        data = max((p for p in item_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        raw = bytearray(data.read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        data.write_bytes(bytes(raw))
+        return real(item_dir, expected, budget)
+
+    monkeypatch.setattr(verify, "verify_payload", flip_then_verify)
+    pair = ModelPair(LinenSide(None, {}, None), _Big)
+    with pytest.raises(
+        L2NError, match=r"(verify: dense/kernel/value reads back as|cannot read array dense/kernel)"
+    ):
+        convert(_big_source(tmp_path), tmp_path / "nnx", pair)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["linen"]
+
+
+def test_read_back_names_the_array_whose_checksum_differs(tmp_path):
+    """Every array of a payload is read back and compared, the last of a group included (their
+    checksums are taken on another thread while the next array is read)."""
+    pair = ModelPair(LinenSide(None, {}, None), _Big)
+    convert(_big_source(tmp_path), tmp_path / "nnx", pair)
+    sums = read_report(tmp_path / "nnx")["checksums"]["model"]
+    verify.verify_payload(tmp_path / "nnx", sums, 1 << 20)
+    for name in sums:
+        wrong = {**sums, name: "crc32:00000000"}
+        for budget in (16, 1 << 20):  # an array per group, and one group
+            with pytest.raises(L2NError, match=f"verify: {name} reads back as {sums[name]}"):
+                verify.verify_payload(tmp_path / "nnx", wrong, budget)

@@ -144,6 +144,7 @@ async def read_direct(
     metas: dict[RawPath, tuple[tuple[int, ...], Any]],
     names: dict[RawPath, str],
     into: Any = None,
+    filled: Callable[[RawPath, Any], None] | None = None,
 ) -> dict[RawPath, Any]:
     """The arrays of ``metas`` (raw path -> (shape, dtype)) read from the item's storage (``how``,
     see :func:`storage`) with TensorStore, all at once, as host numpy arrays.
@@ -152,8 +153,9 @@ async def read_direct(
     it (:func:`carve`) and filled one after the other, a stored chunk at a time: nothing is
     allocated per array, and one chunk's decoded bytes are held beside the buffer, which is cheap
     only for small chunks (what this package writes). Without, TensorStore decodes each chunk
-    straight into a fresh array (a source array stored whole needs no second copy). A failure
-    names the leaf (``names``) and, when TensorStore's message has it, the data file."""
+    straight into a fresh array (a source array stored whole needs no second copy). ``filled``
+    is called with each array of ``into`` as soon as it is complete, while the next one is read.
+    A failure names the leaf (``names``) and, when TensorStore's message has it, the data file."""
     import asyncio
 
     import numpy as np
@@ -163,7 +165,12 @@ async def read_direct(
     for hook in restore_hooks:
         hook(len(metas))
     driver, ocdbt = how
-    context = ts_utils.get_ts_context(use_ocdbt=ocdbt)
+    # into a buffer, one chunk is read at a time: one thread for the file, one to decode, so the
+    # buffers they free stay in two malloc arenas (see memory.heap_reused), not one per thread
+    one_by_one = 1 if into is not None else None
+    context = ts_utils.get_ts_context(
+        use_ocdbt=ocdbt, file_io_concurrency_limit=one_by_one, data_copy_concurrency_limit=one_by_one
+    )
     out = carve(into, metas) if into is not None else {}
 
     async def one(path: RawPath, shape: tuple[int, ...], dtype: Any) -> None:
@@ -188,6 +195,8 @@ async def read_direct(
     else:  # one decoded chunk at a time in all, not one per array of the group
         for p, (shape, dtype) in metas.items():
             await one(p, shape, dtype)
+            if filled is not None:
+                filled(p, out[p])
     return {p: out[p] for p in metas}
 
 
