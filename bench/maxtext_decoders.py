@@ -13,9 +13,10 @@ dimension small; ``scan_layers`` off and on), three state trees without allocati
   ``LogicallyPartitioned`` boxes), its paths sent through the name map ``migrate`` wrote;
 - ``migrated``: the ``Decoder`` that ``migrate`` writes from ``decoders.py``, under ``nnx.eval_shape``;
 
-and prints every difference of ``migrated`` and of the mapped ``linen`` tree from ``authors``: paths
-on one side only, shapes, dtypes, partition (sharding) names, with totals. Parameters and the other
-state (RNG keys and counts) are counted apart.
+then calls the migrated ``Decoder`` once (built for real, the model is tiny) to show where the
+submodules it still builds at call time stop it, and prints every difference of ``migrated`` and of
+the mapped ``linen`` tree from ``authors``: paths on one side only, shapes, dtypes, partition
+(sharding) names, with totals. Parameters and the other state (RNG keys and counts) are counted apart.
 
 The source is copied to a temporary folder (``--mirror``: ``git archive`` of ``src/maxtext``;
 ``--src``: a checkout). Its Python dependencies are installed there with ``pip install --no-deps``
@@ -174,6 +175,19 @@ def run_migrate(root: Path, out: Path) -> tuple[Path, Any, list[Any]]:
     return target, NameMap.load(map_path), list(result.findings)
 
 
+def markers_above(path: Path, line: int) -> list[str]:
+    """The rules of the ``TODO(linen2nnx)`` comments right above ``line`` of a migrated file."""
+    lines = path.read_text().splitlines()[: max(line - 1, 0)]
+    rules = []
+    for text in reversed(lines):
+        if not text.strip().startswith("#"):
+            break
+        found = re.search(r"TODO\(linen2nnx\): (L2N-[A-Z]+-\d+)", text)
+        if found:
+            rules.append(found.group(1))
+    return rules[::-1]
+
+
 def map_linen(leaves: dict[str, Any], name_map: Any) -> tuple[dict[str, Any], list[str]]:
     """The Linen paths through the name map; those it cannot place keep their path and are listed."""
     out, unplaced = {}, []
@@ -237,6 +251,8 @@ def compare_config(built: dict[str, Any], name_map: Any) -> dict[str, Any]:
     """The comparisons of one config: ``migrated`` and mapped ``linen`` against ``authors``."""
     authors = built["authors"].get("leaves")
     out: dict[str, Any] = {"config": built["config"], "sides": {}, "comparisons": {}}
+    if "migrated call" in built:
+        out["migrated call"] = built["migrated call"]
     for side in ("authors", "linen", "migrated"):
         entry = built.get(side, {"error": "not built"})
         out["sides"][side] = (
@@ -264,13 +280,16 @@ def compare(mirror: Path | None, rev: str, src: Path | None, args: Any) -> dict[
         deps = Path(args.deps) if args.deps else Path(tmp) / "deps"
         deps.mkdir(parents=True, exist_ok=True)
         installed = ensure_deps(root, deps, args.offline)
-        _, name_map, findings = run_migrate(root, Path(tmp) / "out")
+        migrated, name_map, findings = run_migrate(root, Path(tmp) / "out")
         configs, stubbed = [], set()
         for scan in args.scan:
             rc, built, err = run_trees(root, deps, "--scan", str(int(scan)), "--migrated", MIGRATED_MODULE)
             if rc != 0 or "authors" not in built:
                 raise RuntimeError(f"building the trees failed (scan_layers={scan}): {err}")
             stubbed |= set(built.pop("stubbed", []))
+            call = built.get("migrated call", {})
+            if call.get("where", "").startswith(migrated.name):
+                call["marked"] = markers_above(migrated, call["line"])
             configs.append(compare_config(built, name_map))
     by_rule: dict[str, dict[str, Any]] = {}
     for f in findings:
@@ -280,9 +299,8 @@ def compare(mirror: Path | None, rev: str, src: Path | None, args: Any) -> dict[
     return {
         "rev": rev if src is None else str(src),
         "environment": {
-            "installed": installed
-            if not args.deps
-            else f"{installed} (into {deps}; earlier runs may have added more)",
+            "installed": installed,
+            "kept deps folder": args.deps,
             "stubbed": {s: STUBS[s] for s in sorted(stubbed)},
             "patched for this Python": patched,
         },
@@ -308,6 +326,12 @@ def report_config(entry: dict[str, Any]) -> None:
             print(f"- {side}: built, {state['leaves']} leaves")
         else:
             print(f"- {side}: NOT BUILT at {state['where']}: {state['error']}")
+    call = entry.get("migrated call", {})
+    if "output" in call:
+        print(f"- migrated, called once: ran, output {call['output']}")
+    elif call:
+        marked = ", ".join(call.get("marked", [])) or "no finding marks it"
+        print(f"- migrated, called once: STOPPED at {call['where']} ({marked}): {call['error']}")
     if entry.get("unplaced"):
         print(f"- linen paths the name map cannot place (kept as they are): {len(entry['unplaced'])}")
     for name, comp in entry["comparisons"].items():

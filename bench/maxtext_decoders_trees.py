@@ -8,7 +8,7 @@ It prints one JSON object: for each side (``authors``: ``NNXDecoder`` of ``layer
 via ``nnx.eval_shape``; ``linen``: ``Decoder`` of ``layers/decoders.py``, the ``params`` of
 ``jax.eval_shape(init)``; ``migrated``: the ``Decoder`` that ``migrate`` wrote, via
 ``nnx.eval_shape``) its leaves as ``path -> {shape, dtype, sharding, type}``, or the error that
-stopped it. ``--probe`` only imports both files and exits 0, or 3 naming the missing module.
+stopped it; and (``migrated call``) where one call of the migrated ``Decoder`` stops, if it does. ``--probe`` only imports both files and exits 0, or 3 naming the missing module.
 """
 
 from __future__ import annotations
@@ -185,14 +185,37 @@ def migrated_tree(cfg: Any, mesh: Any, module: str) -> dict[str, Any]:
     return nnx_leaves(model)
 
 
+def migrated_call(cfg: Any, mesh: Any, module: str) -> dict[str, Any]:
+    """The migrated ``Decoder`` built for real (the model is tiny) and called once, as ``Transformer``
+    calls it: where its call-time construction stops, if it does; the output's shape if not."""
+    import importlib
+
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from maxtext.layers.embeddings import Embed
+
+    model = importlib.import_module(module).Decoder(config=cfg, mesh=mesh, rngs=nnx.Rngs(params=0, dropout=1))
+    embed = Embed(
+        num_embeddings=cfg.vocab_size, num_features=cfg.emb_dim, config=cfg, mesh=mesh, rngs=nnx.Rngs(0)
+    )
+    tokens = jnp.ones((1, cfg.max_target_length), jnp.int32)
+    with jax.set_mesh(mesh):
+        out = model(embed, tokens, tokens, deterministic=True)
+    return {"output": str(jax.tree.map(jnp.shape, out))}
+
+
 def _side(build: Any, *args: Any) -> dict[str, Any]:
-    """One side's leaves, or where and why building it failed (the comparison goes on without it)."""
+    """One side's leaves, or where and why building it failed (the comparison goes on without it):
+    the innermost frame in MaxText's tree (the migrated file included), else the innermost."""
     try:
         return {"leaves": build(*args)}
     except Exception as e:
         frames = traceback.extract_tb(e.__traceback__)
-        where = next((f"{os.path.basename(f.filename)}:{f.lineno}" for f in reversed(frames)), "?")
-        return {"error": f"{type(e).__name__}: {e}"[:600], "where": where}
+        ours = [f for f in frames if f"{os.sep}maxtext{os.sep}" in f.filename] or frames
+        last = ours[-1] if ours else None
+        where = f"{os.path.basename(last.filename)}:{last.lineno}: {last.line}" if last else "?"
+        return {"error": f"{type(e).__name__}: {e}"[:600], "where": where, "line": last.lineno if last else 0}
 
 
 def build_all(scan: bool, migrated: str | None) -> dict[str, Any]:
@@ -212,6 +235,8 @@ def build_all(scan: bool, migrated: str | None) -> dict[str, Any]:
     }
     if migrated:
         out["migrated"] = _side(migrated_tree, cfg, mesh, migrated)
+        called = _side(migrated_call, cfg, mesh, migrated)
+        out["migrated call"] = called.pop("leaves", called)
     return out
 
 

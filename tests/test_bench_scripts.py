@@ -610,3 +610,18 @@ def test_maxtext_decoders_stubs_serve_any_attribute():
         sys.meta_path.remove(finder)
         for name in [n for n in sys.modules if n.startswith("l2n_stubbed_pkg")]:
             del sys.modules[name]
+
+
+def test_maxtext_decoders_names_the_findings_that_mark_where_a_call_stopped(tmp_path):
+    decoders = _load("maxtext_decoders")
+    migrated = tmp_path / "m.py"
+    migrated.write_text(
+        "x = 1\n"
+        "# TODO(linen2nnx): L2N-VERIFY-001 built at call time\n"
+        "#   continued\n"
+        "# TODO(linen2nnx): L2N-API-002 more\n"
+        "layer = Block(name='b')\n"
+        "y = 2\n"
+    )
+    assert decoders.markers_above(migrated, 5) == ["L2N-VERIFY-001", "L2N-API-002"]
+    assert decoders.markers_above(migrated, 6) == []
