@@ -1,12 +1,12 @@
 """How close is ``migrate``'s NNX of MaxText's ``decoders.py`` to the authors' ``nnx_decoders.py``?
 
     python bench/maxtext_decoders.py [--mirror GIT_DIR] [--rev REV] [--src DIR] [--scan off,on]
-                                     [--deps DIR] [--offline] [--json FILE]
+                                     [--blocks llama2,gemma,...] [--deps DIR] [--offline] [--json FILE]
 
 MaxText's ``layers/decoders.py`` is a Linen ``Decoder`` (``nn.scan``, remat, the pipeline) around
 NNX layers wrapped back into Linen; its authors' NNX version is ``layers/nnx_decoders.py``. This
 script builds, for one tiny config of MaxText's own config system (``base.yml``, two layers, every
-dimension small; ``scan_layers`` off and on), three state trees without allocating arrays:
+dimension small; ``scan_layers`` off and on; other decoder blocks with ``--blocks``), three state trees without allocating arrays:
 
 - ``authors``: ``NNXDecoder`` under ``nnx.eval_shape``;
 - ``linen``: ``Decoder.init`` under ``jax.eval_shape`` (its ``params``; the names of the
@@ -282,10 +282,15 @@ def compare(mirror: Path | None, rev: str, src: Path | None, args: Any) -> dict[
         installed = ensure_deps(root, deps, args.offline)
         migrated, name_map, findings = run_migrate(root, Path(tmp) / "out")
         configs, stubbed = [], set()
-        for scan in args.scan:
-            rc, built, err = run_trees(root, deps, "--scan", str(int(scan)), "--migrated", MIGRATED_MODULE)
+        for block, scan in [(b, s) for b in args.blocks for s in args.scan]:
+            extra = ["--block", block] if block else []
+            rc, built, err = run_trees(
+                root, deps, "--scan", str(int(scan)), "--migrated", MIGRATED_MODULE, *extra
+            )
             if rc != 0 or "authors" not in built:
-                raise RuntimeError(f"building the trees failed (scan_layers={scan}): {err}")
+                raise RuntimeError(
+                    f"building the trees failed ({block or 'base.yml'}, scan_layers={scan}): {err}"
+                )
             stubbed |= set(built.pop("stubbed", []))
             call = built.get("migrated call", {})
             if call.get("where", "").startswith(migrated.name):
@@ -348,6 +353,25 @@ def report_config(entry: dict[str, Any]) -> None:
             print("| " + " | ".join(cells) + " |")
 
 
+def report_summary(configs: list[dict[str, Any]]) -> None:
+    """One line per config and comparison: the totals of the tables above."""
+    print("\n## Totals\n")
+    print(
+        "| config | compared with authors | params (this / authors) | "
+        + " | ".join(KINDS)
+        + " | other state (this / authors) |"
+    )
+    print("|---" * (4 + len(KINDS)) + "|")
+    for entry in configs:
+        cfg = entry["config"]
+        label = f"{cfg['decoder_block'].split('.')[-1].lower()}, scan {'on' if cfg['scan_layers'] else 'off'}"
+        for name, comp in entry["comparisons"].items():
+            p, o = comp["totals"]["params"], comp["totals"]["other state"]
+            cells = [label, name, f"{p['this side']} / {p['authors']}", *(p[k] for k in KINDS)]
+            cells.append(f"{o['this side']} / {o['authors']}")
+            print("| " + " | ".join(str(c) for c in cells) + " |")
+
+
 def report(numbers: dict[str, Any]) -> None:
     env = numbers["environment"]
     print(
@@ -366,6 +390,7 @@ def report(numbers: dict[str, Any]) -> None:
         print(f"| {rule} | {entry['severity']} | {entry['count']} | {', '.join(entry['lines'][:6])} |")
     for entry in numbers["configs"]:
         report_config(entry)
+    report_summary(numbers["configs"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,6 +405,11 @@ def main(argv: list[str] | None = None) -> int:
         "--src", type=Path, help="a MaxText checkout (holding src/maxtext) instead of --mirror"
     )
     parser.add_argument("--scan", default="off,on", help="scan_layers values to build: off, on or off,on")
+    parser.add_argument(
+        "--blocks",
+        default="",
+        help="MaxText decoder_block values, comma-separated (default: base.yml's, llama2)",
+    )
     parser.add_argument("--deps", help="install the dependencies here and keep them (default: a temp folder)")
     parser.add_argument(
         "--offline", action="store_true", help="install nothing; name the first missing module"
@@ -387,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     args = parser.parse_args(argv)
     args.scan = [s.strip() == "on" for s in args.scan.split(",") if s.strip()]
+    args.blocks = [b.strip() for b in args.blocks.split(",") if b.strip()] or [""]
     if args.src is None and not args.mirror.exists():
         print(f"error: no MaxText git directory at {args.mirror} (pass --mirror or --src)", file=sys.stderr)
         return 2

@@ -85,12 +85,15 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 # ---- building the trees --------------------------------------------------------------------------
-def make_config(scan: bool) -> Any:
+def make_config(scan: bool, block: str | None = None) -> Any:
     """MaxText's own config (``base.yml`` with the tiny overrides), as its unit tests build it."""
     from maxtext.configs import pyconfig
 
     base = os.path.join(os.path.dirname(pyconfig.__file__), "base.yml")
-    return pyconfig.initialize([sys.argv[0], base], override_model_config=True, scan_layers=scan, **TINY)
+    extra = {"decoder_block": block} if block else {}
+    return pyconfig.initialize(
+        [sys.argv[0], base], override_model_config=True, scan_layers=scan, **TINY, **extra
+    )
 
 
 def _sharding(meta: dict[str, Any]) -> list[Any] | None:
@@ -218,11 +221,11 @@ def _side(build: Any, *args: Any) -> dict[str, Any]:
         return {"error": f"{type(e).__name__}: {e}"[:600], "where": where, "line": last.lineno if last else 0}
 
 
-def build_all(scan: bool, migrated: str | None) -> dict[str, Any]:
+def build_all(scan: bool, migrated: str | None, block: str | None = None) -> dict[str, Any]:
     from jax.sharding import Mesh
     from maxtext.utils import maxtext_utils
 
-    cfg = make_config(scan)
+    cfg = make_config(scan, block)
     mesh = Mesh(maxtext_utils.create_device_mesh(cfg), cfg.mesh_axes)
     out = {
         "config": {
@@ -255,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stubs", default="", help="top-level modules served as stubs, comma-separated")
     parser.add_argument("--scan", type=int, choices=(0, 1), default=0)
     parser.add_argument("--migrated", help="the module holding the migrated Decoder")
+    parser.add_argument("--block", help="MaxText's decoder_block (default: base.yml's)")
     parser.add_argument("--probe", action="store_true", help="only import both decoder files")
     args = parser.parse_args(argv)
     finder = StubFinder({s for s in args.stubs.split(",") if s})
@@ -268,7 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe:
         print(json.dumps({"missing": None, "stubbed": sorted(finder.served)}))
         return 0
-    print(json.dumps({**build_all(bool(args.scan), args.migrated), "stubbed": sorted(finder.served)}))
+    print(
+        json.dumps(
+            {**build_all(bool(args.scan), args.migrated, args.block), "stubbed": sorted(finder.served)}
+        )
+    )
     return 0
 
 

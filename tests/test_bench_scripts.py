@@ -583,6 +583,30 @@ def test_maxtext_decoders_lists_every_tree_difference():
     assert totals["other state"]["only in authors"] == 1 and totals["other state"]["this side"] == 0
 
 
+def test_maxtext_decoders_prints_every_row_and_the_totals(capsys):
+    decoders = _load("maxtext_decoders")
+    param = {"shape": [4], "dtype": "float32", "sharding": ["norm"], "type": "Param"}
+    built = {
+        "config": {"decoder_block": "DecoderBlockType.LLAMA2", "scan_layers": False, "layers": 2},
+        "authors": {"leaves": {"decoder_norm/scale": param, "logits_dense/kernel": param}},
+        "linen": {"leaves": {"decoder_norm/scale": {**param, "type": "params"}}},
+        "migrated": {"error": "TypeError: no", "where": "m.py:3: x = f()", "line": 3},
+    }
+    name_map = SimpleNamespace(to_nnx_path=lambda root, coll, path: path)
+    entry = decoders.compare_config(built, name_map)
+    assert entry["sides"]["migrated"] == {
+        "built": False,
+        "error": "TypeError: no",
+        "where": "m.py:3: x = f()",
+    }
+    decoders.report_config(entry)
+    decoders.report_summary([entry])
+    text = capsys.readouterr().out
+    assert "- migrated: NOT BUILT at m.py:3: x = f(): TypeError: no" in text
+    assert "| params | only in authors | `logits_dense/kernel` | - | Param (4,) float32 (norm) |" in text
+    assert "| llama2, scan off | linen (name map) | 1 / 2 | 0 | 1 | 0 | 0 | 0 | 0 / 0 |" in text
+
+
 def test_maxtext_decoders_names_the_module_maxtext_cannot_import(tmp_path, capsys):
     decoders = _load("maxtext_decoders")
     layers = tmp_path / "src" / "maxtext" / "layers"
