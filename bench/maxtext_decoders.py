@@ -29,6 +29,7 @@ without a source, 3 when MaxText cannot be imported (the missing module is named
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -53,13 +54,14 @@ STUBS = {
     "huggingface_hub": "downloads from the Hugging Face Hub",
     "transformers": "Hugging Face models, for checkpoint conversion only",
 }
-PIP_NAMES = {"aqt": "aqtp", "yaml": "PyYAML", "google": "protobuf", "sklearn": "scikit-learn"}
+PIP_NAMES = {"aqt": "aqtp", "yaml": "PyYAML"}  # where the distribution is not named as the module
 MAX_INSTALLS = 40
 KINDS = ("only on this side", "only in authors", "shape", "dtype", "sharding")
 
 
+@functools.cache
 def _pipeline_helpers() -> Any:
-    """``bench/maxtext_pipeline.py`` (the mirror default and the findings table are shared)."""
+    """``bench/maxtext_pipeline.py``: its mirror default and its findings table are shared."""
     spec = importlib.util.spec_from_file_location("bench_maxtext_pipeline", BENCH / "maxtext_pipeline.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -123,9 +125,7 @@ def run_trees(root: Path, deps: Path, *args: str) -> tuple[int, dict[str, Any], 
 
 
 def _env(pythonpath: str) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=pythonpath, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
-    env.setdefault("XLA_FLAGS", "")
-    return env
+    return dict(os.environ, PYTHONPATH=pythonpath, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
 
 
 def pip_install(name: str, deps: Path) -> str | None:
@@ -296,11 +296,6 @@ def compare(mirror: Path | None, rev: str, src: Path | None, args: Any) -> dict[
             if call.get("where", "").startswith(migrated.name):
                 call["marked"] = markers_above(migrated, call["line"])
             configs.append(compare_config(built, name_map))
-    by_rule: dict[str, dict[str, Any]] = {}
-    for f in findings:
-        entry = by_rule.setdefault(f.rule, {"severity": f.severity.value, "count": 0, "lines": []})
-        entry["count"] += 1
-        entry["lines"].append(f"{Path(f.path).name}:{f.line}")
     return {
         "rev": rev if src is None else str(src),
         "environment": {
@@ -309,7 +304,7 @@ def compare(mirror: Path | None, rev: str, src: Path | None, args: Any) -> dict[
             "stubbed": {s: STUBS[s] for s in sorted(stubbed)},
             "patched for this Python": patched,
         },
-        "findings": by_rule,
+        "findings": _pipeline_helpers().findings_by_rule(findings),
         "configs": configs,
     }
 
@@ -385,9 +380,7 @@ def report(numbers: dict[str, Any]) -> None:
     print(f"stubbed: {stubbed or 'nothing'}")
     if env["patched for this Python"]:
         print(f"`type X =` aliases rewritten for this Python: {', '.join(env['patched for this Python'])}")
-    print("\n| rule | severity | count | where |\n|---|---|---|---|")
-    for rule, entry in sorted(numbers["findings"].items()):
-        print(f"| {rule} | {entry['severity']} | {entry['count']} | {', '.join(entry['lines'][:6])} |")
+    _pipeline_helpers().print_findings(numbers["findings"])
     for entry in numbers["configs"]:
         report_config(entry)
     report_summary(numbers["configs"])
