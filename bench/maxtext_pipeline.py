@@ -145,12 +145,17 @@ def compare(mirror: Path | None, rev: str, src: Path | None) -> dict[str, Any]:
             "authors": analyse([files["nnx"], files["utils"]]),
         }
         imports = try_import(Path(tmp) / "in" / "src")
+    return {"rev": rev, "sides": sides, "findings": findings_by_rule(findings), "state_tree": imports}
+
+
+def findings_by_rule(findings: list[Any]) -> dict[str, dict[str, Any]]:
+    """``migrate``'s findings by rule: severity, count, and ``file:line`` of each."""
     by_rule: dict[str, dict[str, Any]] = {}
     for f in findings:
         entry = by_rule.setdefault(f.rule, {"severity": f.severity.value, "count": 0, "lines": []})
         entry["count"] += 1
         entry["lines"].append(f"{Path(f.path).name}:{f.line}")
-    return {"rev": rev, "sides": sides, "findings": by_rule, "state_tree": imports}
+    return by_rule
 
 
 # ---- output --------------------------------------------------------------------------------------
@@ -185,10 +190,14 @@ def report(numbers: dict[str, Any]) -> None:
     print("|---|---|---|---|")
     print(_row("partition names", [", ".join(sides[c]["partitions"]) or "-" for c in COLUMNS]))
     print(_row("Linen lift around an NNX lift", ["; ".join(sides[c]["mixed"]) or "-" for c in COLUMNS]))
-    print("\n| rule | severity | count | where |\n|---|---|---|---|")
-    for rule, entry in sorted(numbers["findings"].items()):
-        print(f"| {rule} | {entry['severity']} | {entry['count']} | {', '.join(entry['lines'][:6])} |")
+    print_findings(numbers["findings"])
     print(f"\nstate trees: MaxText is {numbers['state_tree']}; compared statically above.")
+
+
+def print_findings(by_rule: dict[str, dict[str, Any]]) -> None:
+    print("\n| rule | severity | count | where |\n|---|---|---|---|")
+    for rule, entry in sorted(by_rule.items()):
+        print(f"| {rule} | {entry['severity']} | {entry['count']} | {', '.join(entry['lines'][:6])} |")
 
 
 def main(argv: list[str] | None = None) -> int:

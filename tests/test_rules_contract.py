@@ -47,6 +47,7 @@ NOT_RUNNABLE = {
     "inherited_build_kept": "manual finding: a subclass running what a base kept as Linen builds",
     "super_setup_nested": "manual finding: super().setup() under a condition (Linen builds the base only then)",
     "unresolved_named_ctor": "manual finding: a submodule class imported by a computed path",
+    "applied_named_factory": "manual findings: submodules built by unseen factories and applied at once",
     "child_shape_unknown": "manual finding: a child's input shape that nothing explains",
     "helper_calls_kept": "manual findings: helper methods whose calls cannot be replayed in place",
     "manual_api": "manual findings: Linen scope APIs a person converts",

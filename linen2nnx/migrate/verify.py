@@ -37,12 +37,14 @@ from linen2nnx.migrate.verify_names import (
     LINEN_TREE_PLACE,
     VARIABLE_METHODS,
     Signature,
+    applied_linen_module,
     flax_class_kind,
     is_pure_linen,
     looks_like_linen_module,
     signature_of,
 )
 from linen2nnx.migrate.verify_syntax import (
+    applied_locals,
     assignments,
     container_items,
     container_kind,
@@ -143,6 +145,7 @@ class _Verifier:
         self._class: cst.ClassDef | None = None  # the NNX class being checked
         self._own: dict[cst.ClassDef, set[str]] = {}  # NNX class -> the names it (and its bases) define
         self._factories: dict[str, LinenFactory] | None = None  # see _factory
+        self._applied: set[int] = set()  # ids of calls whose result is called at once (see _check_unresolved)
         # per method being checked: the method, and its locals that hold a class (found on first need)
         self._methods: list[tuple[cst.FunctionDef, dict[str, cst.BaseExpression] | None]] = []
         self.factories = factories  # functions of the run that build layers: rewritten, or still Linen
@@ -177,6 +180,7 @@ class _Verifier:
                     "it sets is missing; run its body in __init__, after the fields",
                 )
             self._methods.append((node, None))  # type: ignore[arg-type]
+            self._applied |= applied_locals(node)  # type: ignore[arg-type]
             for child in syntax_children(node):
                 self._walk(child, stmt)
             self._methods.pop()
@@ -271,6 +275,8 @@ class _Verifier:
     def _check_call(self, call: cst.Call, stmt: cst.CSTNode | None) -> bool:
         """Checks ``call``; True when it is a bridge call, whose arguments are not checked."""
         func = call.func
+        if isinstance(func, cst.Call):  # `make(...)(x)`: the inner call's result is applied at once
+            self._applied.add(id(func))
         qualnames = self.names.qualnames(func) if isinstance(func, (cst.Name, cst.Attribute)) else set()
         if any(q.startswith("flax.nnx.bridge.") for q in qualnames):
             return True
@@ -457,20 +463,31 @@ class _Verifier:
             summary = next((s for q in qualnames if (s := self._external(q)) is not None), None)
             signature = Signature.of_summary(summary) if summary is not None else None
         if signature is None:
-            if self._rewritten() and looks_like_linen_module(call, qualnames):
-                owner = self._class.name.value if self._class is not None else "?"
-                self._report(
-                    verify_rules.VERIFY_001,
-                    call,
-                    stmt,
-                    f"{one_line(code(func))}(...) takes name= and no rngs, as a Linen module does, inside NNX "
-                    f"class {owner}, and this run cannot tell what it builds: build its NNX counterpart "
-                    "with rngs=rngs (and no name=)",
-                )
+            if self._rewritten():
+                self._check_unresolved(call, qualnames, stmt)
             return
         problem = signature.problem(call)
         if problem:
             self._report(verify_rules.VERIFY_002, call, stmt, f"{code(func)}(...) {problem}")
+
+    def _check_unresolved(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
+        """A call nothing resolves that builds a module as Linen does: by a capitalised name, or built
+        with ``name=`` and applied at once (``factory(..., name="x")(y)``, a compact method's idiom)."""
+        owner = self._class.name.value if self._class is not None else "?"
+        shown = one_line(code(call.func))
+        if looks_like_linen_module(call, qualnames):
+            how = f"{shown}(...) takes name= and no rngs, as a Linen module does,"
+        elif id(call) in self._applied and applied_linen_module(call, qualnames):
+            how = f"{shown}(..., name=...) builds a module with name= and no rngs that this method applies, as a Linen compact method does,"
+        else:
+            return
+        self._report(
+            verify_rules.VERIFY_001,
+            call,
+            stmt,
+            f"{how} inside NNX class {owner}, and this run cannot tell what it builds: build its NNX "
+            "counterpart with rngs=rngs (and no name=)",
+        )
 
     def _signature(self, name: str) -> Signature | None:
         """The ``__init__`` signature of an NNX class of this file (inherited from its bases of the file)."""

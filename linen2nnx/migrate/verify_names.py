@@ -177,3 +177,16 @@ def looks_like_linen_module(call: cst.Call, qualnames: set[str]) -> bool:
         and "rngs" not in keywords
         and not any(q.startswith(NOT_MODULE_PREFIXES) for q in qualnames)
     )
+
+
+def applied_linen_module(call: cst.Call, qualnames: set[str]) -> bool:
+    """A call given ``name=`` and no ``rngs=`` whose result is applied at once, from a callee nothing
+    resolves to a known non-module (a factory function of another package, a method returning a class:
+    ``linears.dense_general(..., name="logits")(y)``): how a Linen compact method builds and runs a
+    submodule, never how an NNX one is built. The caller knows the result is applied."""
+    keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+    return (
+        "name" in keywords
+        and "rngs" not in keywords
+        and not any(q.startswith((*NOT_MODULE_PREFIXES, "functools.")) for q in qualnames)
+    )

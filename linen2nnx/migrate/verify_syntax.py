@@ -145,3 +145,29 @@ def assignments(body: cst.CSTNode) -> list[cst.Assign]:
 
     visit(body)
     return found
+
+
+def applied_locals(fn: cst.FunctionDef) -> set[int]:
+    """Ids of the calls given ``name=`` whose result a local of ``fn`` holds and ``fn`` then calls
+    (``layer = factory(..., name="attn")`` ... ``layer(x)``): built and applied as a Linen compact
+    method does, like ``factory(..., name="attn")(x)``."""
+    named = {}
+    for assign in assignments(fn.body):
+        target, value = assign.targets[0].target, assign.value
+        if isinstance(target, cst.Name) and isinstance(value, cst.Call):
+            if any(a.keyword is not None and a.keyword.value == "name" for a in value.args):
+                named[target.value] = value
+    if not named:  # the common case: nothing more to look at
+        return set()
+    called: set[str] = set()
+
+    def visit(node: cst.CSTNode) -> None:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and node is not fn:
+            return
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+            called.add(node.func.value)
+        for child in syntax_children(node):
+            visit(child)
+
+    visit(fn.body)
+    return {id(named[n]) for n in called if n in named}
