@@ -36,6 +36,23 @@ class Built(NamedTuple):
     what: str  # how findings name it
 
 
+class _Branches:
+    """An ``if`` with an ``else`` being walked: the auto-name counts before it and after its body."""
+
+    def __init__(self, node: cst.If, outer: list[str] | None, before: dict[str, int | None]) -> None:
+        self.node, self.outer, self.before = node, outer, before
+        self.after_body: dict[str, int | None] | None = None
+
+
+def _exclusive(earlier: list[str], conditions: list[str]) -> bool:
+    """Built in the other branch of an ``if`` than a module under ``conditions``: the two never run
+    together, and the walk counted this branch from the counts before the ``if``."""
+    for index, (a, b) in enumerate(zip(earlier, conditions)):
+        if a != b:
+            return earlier[:index] == conditions[:index] and (b == f"not ({a})" or a == f"not ({b})")
+    return False
+
+
 class CompactCollector(FastVisitor):
     """Plans the submodules and variables one ``@nn.compact`` method creates."""
 
@@ -64,6 +81,7 @@ class CompactCollector(FastVisitor):
         self.loops: list[LoopInfo] = []
         self.nest: list[tuple[set[str], dict[str, cst.SimpleStatementLine]]] = []  # per enclosing `for`
         self.branch_conditions: dict[str, list[list[str]]] = {}  # class -> conditions of its auto-named ones
+        self.branches: list[_Branches] = []  # per enclosing `if` with an `else`
 
     def _block(self, node: cst.CSTNode) -> bool:
         self.blocked += 1
@@ -82,6 +100,44 @@ class CompactCollector(FastVisitor):
             self.local_names = self.plan.static_flow.call_time_at(
                 node, self.all_local_names, self.ctx.parent_of
             )
+
+    def visit_If(self, node: cst.If) -> bool:
+        """An ``if`` on config with an ``else``: each branch counts auto-names from the counts before the
+        ``if``, as Linen does (only one branch runs)."""
+        if isinstance(node.orelse, cst.Else) and not self.blocked and not self.loops:
+            outer = self.planner.conditions_of(node, self.fn, self.local_names)
+            self.branches.append(_Branches(node, outer, dict(self.counters)))
+        return True
+
+    def visit_Else(self, node: cst.Else) -> bool:
+        top = self.branches[-1] if self.branches else None
+        if top is not None and top.node.orelse is node:
+            top.after_body = dict(self.counters)
+            self.counters.clear()
+            self.counters.update(top.before)
+        return True
+
+    def leave_If(self, node: cst.If) -> None:
+        """Where both branches built the same number of a class, the count after the ``if`` is known
+        either way: the class's auto-named modules of the branches stop making later names depend on
+        the condition (:meth:`_name_depends_on_branch`)."""
+        top = self.branches[-1] if self.branches else None
+        if top is None or top.node is not node:
+            return
+        self.branches.pop()
+        after_body, after_else = top.after_body or {}, dict(self.counters)
+        for name in set(after_body) | set(after_else):
+            body_n, else_n = after_body.get(name, 0), after_else.get(name, 0)
+            if body_n != else_n:  # a later one is named by the branch that ran: its records stay
+                self.counters[name] = None if body_n is None or else_n is None else max(body_n, else_n)
+                continue
+            if top.outer is None or name not in self.branch_conditions:
+                continue
+            depth = len(top.outer)
+            self.branch_conditions[name] = [
+                c if c[:depth] != top.outer or len(c) == depth else list(top.outer)
+                for c in self.branch_conditions[name]
+            ]
 
     def visit_For(self, node: cst.For) -> bool:
         self._read_at(node)
@@ -177,7 +233,9 @@ class CompactCollector(FastVisitor):
         if self.counters.get(name, 0) is None:
             return False  # after a loop of its class: that finding says it already
         earlier = self.branch_conditions.setdefault(name, [])
-        other = next((c for c in earlier if c != conditions[: len(c)]), None)
+        other = next(
+            (c for c in earlier if c != conditions[: len(c)] and not _exclusive(c, conditions)), None
+        )
         if other is None:
             earlier.append(list(conditions))
             return False
