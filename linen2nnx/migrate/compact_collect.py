@@ -19,7 +19,7 @@ from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.rules import MOD_004, MOD_009
-from linen2nnx.migrate.sites import ClassPlan, LoopInfo, jumps_in, range_loop
+from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in, range_loop
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.site_planning import SitePlanner
@@ -45,12 +45,27 @@ class _Branches:
 
 
 def _exclusive(earlier: list[str], conditions: list[str]) -> bool:
-    """Built in the other branch of an ``if`` than a module under ``conditions``: the two never run
-    together, and the walk counted this branch from the counts before the ``if``."""
-    for index, (a, b) in enumerate(zip(earlier, conditions)):
-        if a != b:
-            return earlier[:index] == conditions[:index] and (b == f"not ({a})" or a == f"not ({b})")
-    return False
+    """Built in the other branch of the same ``if`` as a module under ``conditions`` (the same outer
+    conditions, the last one negated): the two never run together, the walk counted this branch from
+    the counts before the ``if``, and the planner gives both one attribute. Deeper or ``elif`` branches
+    are not (a finding, as before)."""
+    if len(earlier) != len(conditions) or not earlier or earlier[:-1] != conditions[:-1]:
+        return False
+    a, b = earlier[-1], conditions[-1]
+    return b == f"not ({a})" or a == f"not ({b})"
+
+
+def same_name_sites(plan: ClassPlan) -> list[Site]:
+    """Hoisted modules after the first of a Linen name with another attribute: the name map can hold
+    one of them only (a guard: the walk lets only complementary branches share a name)."""
+    first: dict[str, str] = {}
+    found = []
+    for site in plan.hoisted_order:
+        if site.container is not None or site.kind not in ("layer", "module") or not site.linen_name:
+            continue
+        if first.setdefault(site.linen_name, site.attr) != site.attr:
+            found.append(site)
+    return found
 
 
 class CompactCollector(FastVisitor):

@@ -367,12 +367,21 @@ class Emitter:
             if site.exclusive_with is not None and site.exclusive_with.attr in emitted_if:
                 index = emitted_if[site.exclusive_with.attr]  # the other branch of the same switch
                 block = stmts[index]
-                stmts[index] = block.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=[assign])))
+                stmts[index] = block.with_changes(orelse=self._other_branch(site, block, assign))
             elif site.conditions:  # created only when Linen would create it; absent -> None
                 self._conditional(site, assign, stmts)
                 emitted_if[site.attr] = len(stmts) - 1
             else:
                 stmts.append(assign)
+
+    @staticmethod
+    def _other_branch(site: Site, block: cst.If, assign: cst.SimpleStatementLine) -> cst.If | cst.Else:
+        """The ``else`` building the other branch's module of a one-condition switch; under outer
+        conditions too, an ``elif`` on the branch's own conditions, the ``else`` left as it was."""
+        if len(site.conditions) == 1 or not isinstance(block.orelse, cst.Else):
+            return cst.Else(body=cst.IndentedBlock(body=[assign]))
+        test = " and ".join(f"({c})" for c in site.conditions)
+        return cst.If(test=parse_expression(test), body=cst.IndentedBlock(body=[assign]), orelse=block.orelse)
 
     @staticmethod
     def _conditional(site: Site, assign: cst.SimpleStatementLine, stmts: list[cst.BaseStatement]) -> None:

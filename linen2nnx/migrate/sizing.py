@@ -315,7 +315,8 @@ class Sizer(TraceEvidence):
                 if index == 0:  # the size of the first input, which is what the flow follows
                     site.user_in[arg] = self._loop_expr(plan, site, feats, params, node)
                 elif how == "input_shape:0":
-                    site.user_in[arg] = self._input_shape(plan, site, arg, node)
+                    static = feats[0].expr if feats.get(0) is not None and feats[0].kind == "expr" else None
+                    site.user_in[arg] = self._input_shape(plan, site, arg, node, static)
                 elif 0 < index < len(args) and site.loop is None:
                     # another input (a cell's `x` beside its carry; under nn.scan, a per-step slice whose
                     # last axis is the scanned input's)
