@@ -103,7 +103,8 @@ class Sizer(TraceEvidence):
         )
         if len(infos) < max(len(classes), 1):
             return LayerInfo(site.flow_key, None, out_unknown=True)
-        ref = f"self.{site.attr}[-1]" if site.nest is not None else f"self.{site.attr}"
+        listed = site.nest is not None or site.container == "list"  # the element built last
+        ref = f"self.{site.attr}[-1]" if listed else f"self.{site.attr}"
         loop_names = site.nest.names if site.nest is not None else set()
 
         def out(first: Feat) -> Feat:
