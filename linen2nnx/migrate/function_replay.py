@@ -213,9 +213,13 @@ def calls_to_replay(
                 if not (isinstance(value, cst.Call) and isinstance(value.func, (cst.Name, cst.Attribute))):
                     continue
                 for q in resolver.qualnames(value.func):
-                    fact = functions.get(KEY_PREFIX + absolute_qualname(q, module_name))
-                    if isinstance(fact, ReplayableFunction):
-                        found[code(value.func)] = fact
+                    keys = [absolute_qualname(q, module_name)]
+                    if module_name and isinstance(value.func, cst.Name):
+                        keys.append(f"{module_name}.{q}")  # a function of this file
+                    for key in keys:
+                        fact = functions.get(KEY_PREFIX + key)
+                        if isinstance(fact, ReplayableFunction):
+                            found[code(value.func)] = fact
 
     for member in cls.body.body:
         if isinstance(member, cst.FunctionDef) and member.name.value in compact:
