@@ -460,9 +460,14 @@ class Sizer(TraceEvidence):
                 "run `linen2nnx migrate --trace SPEC` or pass the sizes explicitly",
             )
             return f"{arg}[{site.elements_index}]"
-        if site.conditions:  # built only under a config test: a config that does not build it needs no size
+        conditions = site.conditions
+        if site.exclusive_with is not None or any(s.exclusive_with is site for s in plan.hoisted_order):
+            if site.exclusive_with is not None and arg in plan.new_args:
+                return arg  # one attribute, built by one branch or the other: the first one's finding
+            conditions = site.conditions[:-1]  # ... built whichever way the branch's own test goes
+        if conditions:  # built only under a config test: a config that does not build it needs no size
             plan.new_args[arg] = "unresolved_if"
-            when = " and ".join(f"({c})" if " " in c else c for c in site.conditions)
+            when = " and ".join(f"({c})" if " " in c else c for c in conditions)
             message = f"{what} is unknown statically; constructor argument {arg} (default None) added, required when {when}"
         else:
             plan.new_args[arg] = "unresolved_shape" if shape else "unresolved"
