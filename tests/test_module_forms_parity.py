@@ -126,8 +126,8 @@ CASES = {
         },
         (2, 5),
     ),
-    "loop_list_previous_out": ("Stages", {}, (2, 5)),  # each block reads the one before: list built lazily
-    "loop_list_previous_out_wide": ("Stages", {"block": Own("Wide")}, (2, 5)),  # outputs 2 * features
+    "loop_list_previous_width": ("Stages", {}, (2, 5)),  # each block reads the one before: list built lazily
+    "loop_list_previous_width_wide": ("Stages", {"block": Own("Wide")}, (2, 5)),  # outputs 2 * features
     "rebound_axis": ("AxisScale", {}, (2, 3, 4)),  # axes bound twice, both replayed on the stand-in
     "rebound_axis_pair": ("AxisScale", {"axis": (1, -1)}, (2, 3, 4)),
     "branch_local_size": ("Head", {}, (2, 5)),  # a local bound once in each branch of an if on config
@@ -155,7 +155,7 @@ SOURCES = {
     "branch_auto_names_nested": "branch_auto_names",
     "branch_auto_names_wide": "branch_auto_names",
     "norm_function_weights": "norm_function",
-    "loop_list_previous_out_wide": "loop_list_previous_out",
+    "loop_list_previous_width_wide": "loop_list_previous_width",
     "branch_local_size_wide": "branch_local_size",
     "branch_local_size_narrow": "branch_local_size",
     "loop_local_arg_scales": "loop_local_arg",
