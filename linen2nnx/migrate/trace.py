@@ -88,6 +88,7 @@ class _Recorder:
         self.seen: set[int] = set()
         self.child_parents: dict[tuple[str, str], list[int | None]] = defaultdict(list)
         self.instance_index: dict[int, int] = {}  # id(module) -> its index in instances[its class]
+        self.alive: list[Any] = []  # the recorded modules, kept so that no id is reused for another
         self.calling: list[Any] = []  # modules whose __call__ is running, outermost first
         self.probes: dict[tuple[str, str], tuple[Any, tuple, dict]] = {}
 
@@ -132,6 +133,7 @@ class _Recorder:
                 kwargs_of = linen_ctor_kwargs(module)
                 found = self.instances[type(module).__qualname__]
                 self.instance_index[id(module)] = len(found)
+                self.alive.append(module)
                 found.append(kwargs_of)
             except TypeError:
                 pass
