@@ -47,6 +47,9 @@ class ClassEntry:
     """collection -> {Linen variable name -> NNX attribute}."""
     new_args: dict[str, str] = dataclasses.field(default_factory=dict)
     """Constructor arguments the NNX class gained -> how their value is obtained."""
+    bases: list[str] = dataclasses.field(default_factory=list)
+    """Classes whose build this one inherits (it calls their ``__init__``): names not found here are
+    looked up there."""
     bridge: str | None = None
     """Attribute of the ``nnx.bridge.ToNNX`` holding the Linen original (a class kept as Linen): its
     state sits under that attribute with the Linen names unchanged."""
@@ -68,6 +71,7 @@ class NameMap:
                     "children": {n: _drop_none(dataclasses.asdict(ch)) for n, ch in c.children.items()},
                     "variables": c.variables,
                     "new_args": c.new_args,
+                    **({"bases": c.bases} if c.bases else {}),
                     **({"bridge": c.bridge} if c.bridge else {}),
                 }
                 for k, c in sorted(self.classes.items())
@@ -87,6 +91,7 @@ class NameMap:
                 children={n: Child(**ch) for n, ch in c.get("children", {}).items()},
                 variables={k: dict(v) for k, v in c.get("variables", {}).items()},
                 new_args=dict(c.get("new_args", {})),
+                bases=list(c.get("bases", [])),
                 bridge=c.get("bridge"),
             )
         return cls(classes)
@@ -165,6 +170,11 @@ class NameMap:
                 out.append(attr)
                 out.extend(path[i + 1 :])
                 return tuple(out)
+            for base in entry.bases:  # built by the base's __init__, under the base's names
+                try:
+                    return (*out, *self.to_nnx_path(base, collection, path[i:]))
+                except KeyError:
+                    continue
             raise KeyError(f"{'/'.join(map(str, path[: i + 1]))}: not in the name map for class {cls}")
         return tuple(out)
 

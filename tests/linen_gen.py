@@ -22,7 +22,10 @@ What it covers (the forms the codemod supports):
 - one to three classes per file, a later one possibly using earlier ones as submodules (compact
   ``Inner(...)(x, train=...)`` or setup ``self.enc = Inner(...)``, config passed positionally or
   by keyword, the mode argument translated between ``train`` and ``deterministic``);
-- four spellings of the Linen import.
+- four spellings of the Linen import;
+- sometimes a subclass of one of the classes, with a field of its own, that runs what its base builds
+  (it overrides ``__call__`` with a plain method calling ``super().__call__``, and a ``setup()``
+  base's ``setup`` with one calling ``super().setup()`` first).
 
 Left out on purpose (the codemod does not support them yet; see the property tests' module
 docstring): ``setup()`` lists / dicts of layers, layers created in loops, ``Embed`` (integer
@@ -134,6 +137,7 @@ class GenClass:
     out_spatial: int = 0
     mode_name: str | None = None  # its train / deterministic call argument, if any
     mode_kwonly: bool = False
+    base: str | None = None  # a subclass of that generated class (else of nn.Module)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -450,6 +454,33 @@ def _class(draw, name: str, prefix: str, earlier: list[GenClass]) -> GenClass:
 
 
 @st.composite
+def _subclass(draw, base: GenClass, prefix: str) -> GenClass:
+    """A subclass of ``base`` that runs what ``base`` builds: it adds a defaulted field and overrides
+    ``__call__`` with a plain method that calls ``super().__call__``; when ``base`` builds in
+    ``setup``, it may also override ``setup`` with one that calls ``super().setup()`` first."""
+    default = draw(st.integers(2, 4))
+    field = GenField("extra_scale", "int", default, draw(st.sampled_from([default, 5])))
+    lines = [f"class {base.name}Scaled({base.name}):", f"    {field.render()}", ""]
+    if base.style == "setup" and draw(st.booleans()):
+        lines += ["    def setup(self):", "        super().setup()", "        self.offset = 1.0", ""]
+        scaled = "(super().__call__(x, *args, **kwargs) + self.offset) * self.extra_scale"
+    else:
+        scaled = "super().__call__(x, *args, **kwargs) * self.extra_scale"
+    lines += ["    def __call__(self, x, *args, **kwargs):", f"        return {scaled}"]
+    kwargs = dict(base.ctor_kwargs)
+    if field.value != field.default:
+        kwargs[field.name] = field.value
+    return dataclasses.replace(
+        base,
+        name=f"{base.name}Scaled",
+        source="\n".join(lines) + "\n",
+        ctor_kwargs=kwargs,
+        fields=[*base.fields, field],
+        base=base.name,
+    )
+
+
+@st.composite
 def linen_files(draw, max_classes: int = 3) -> GenFile:
     """A whole Linen source file: imports, then one to ``max_classes`` module classes (a later one
     may use earlier ones as submodules)."""
@@ -458,6 +489,10 @@ def linen_files(draw, max_classes: int = 3) -> GenFile:
     classes: list[GenClass] = []
     for name in names:
         classes.append(draw(_class(name, prefix, list(classes))))
+    if draw(st.integers(0, 3)) == 0:  # a subclass that runs what its base builds
+        base = draw(st.sampled_from(classes))
+        if "extra_scale" not in {f.name for f in base.fields}:
+            classes.append(draw(_subclass(base, prefix)))
     header = []
     if any("dataclasses.field" in c.source for c in classes):
         header.append("import dataclasses")

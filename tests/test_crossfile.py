@@ -105,3 +105,58 @@ def test_files_that_import_each_other_see_each_others_classes(tmp_path):
     model = next(r for r in result.files if r.rel.endswith("model.py"))
     assert "self.block = blocks.Block(4, in_features=" in model.output and "rngs=rngs)" in model.output
     assert not [f for f in model.findings if f.rule.startswith("L2N-VERIFY")]
+
+
+INHERITED = {
+    "__init__.py": "",
+    "encoder.py": (
+        "import flax.linen as nn\n\n\nclass Encoder(nn.Module):\n    vocab: int = 11\n    width: int = 4\n\n"
+        "    def setup(self):\n        self.embed = nn.Embed(self.vocab, self.width)\n"
+        "        self.norm = nn.LayerNorm()\n\n    def __call__(self, ids):\n"
+        "        return self.norm(self.embed(ids))\n"
+    ),
+    "model.py": (
+        "import flax.linen as nn\n\nfrom pkg import encoder\n\n\nclass Scaled(encoder.Encoder):\n"
+        "    scale: float = 2.0\n\n    def __call__(self, ids):\n        return super().__call__(ids) * self.scale\n"
+    ),
+}
+
+
+def _import_class(root: Path, module: str, name: str):
+    for loaded in [m for m in sys.modules if m == "pkg" or m.startswith("pkg.")]:
+        del sys.modules[loaded]
+    sys.path.insert(0, str(root))
+    try:
+        return getattr(__import__(f"pkg.{module}", fromlist=[name]), name)
+    finally:
+        sys.path.remove(str(root))
+
+
+def test_subclass_of_another_files_class_builds_what_the_base_builds(tmp_path):
+    """Linen runs the base's setup for a subclass that does not override it; the NNX subclass's
+    __init__ calls the base's, and its weights convert through the base's entry of the name map."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    for name, text in INHERITED.items():
+        (src / "pkg").mkdir(parents=True, exist_ok=True)
+        (src / "pkg" / name).write_text(text)
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    assert result.exit_code() == 0, [f.format_text() for f in result.findings]
+    assert "L2N-MOD-010" in {f.rule for f in result.findings}
+    assert "super().__init__(vocab=vocab, width=width, rngs=rngs)" in (out / "pkg" / "model.py").read_text()
+
+    ids = np.random.default_rng(0).integers(0, 11, (2, 5))
+    side = LinenSide(
+        model=_import_class(src, "model", "Scaled")(),
+        batch={"x": ids},
+        loss=lambda o, b: jnp.mean(o**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    variables = perturbed(side.init_variables())
+    nnx_scaled = _import_class(out, "model", "Scaled")
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_scaled(rngs=rngs), name_map=out / "linen2nnx-map.json"
+    )
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    assert len(parity.by_check()["grad"]) == 3  # embedding, norm scale and bias

@@ -50,6 +50,9 @@ CASES = {
     "setup_param": ("Affine", {"features": 4}, (2, 4)),
     "setup_mlp": ("MLP", {"hidden": 6}, (2, 4)),
     "inheritance": ("Wider", {"width": 3}, (2, 5)),
+    "inherited_build": ("WithHead", {"width": 4}, (2, 5)),
+    "inherited_build_scaled": ("Scaled", {"width": 4}, (2, 5)),
+    "inherited_build_tempered": ("Tempered", {"width": 5}, (2, 5)),
     "compact_tied": ("Tied", {"vocab": 11, "dim": 4}, (2, 5)),
     "setup_conditional": ("Head", {"classes": 3}, (2, 5)),
     "tuple_helpers": ("AutoEncoder", {"latents": 3}, (2, 5)),
@@ -159,6 +162,8 @@ SOURCES = {
     "branch_local_size_wide": "branch_local_size",
     "branch_local_size_narrow": "branch_local_size",
     "loop_local_arg_scales": "loop_local_arg",
+    "inherited_build_scaled": "inherited_build",
+    "inherited_build_tempered": "inherited_build",
 }
 INT_INPUTS = {"compact_tied", "import_alias"}
 

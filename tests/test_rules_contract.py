@@ -43,6 +43,9 @@ PARITY_TESTS = (
 
 # Fixture cases with no numeric parity test, and why none can be written.
 NOT_RUNNABLE = {
+    "linen_tree_place": "manual findings: __post_init__, self.name and self.parent have no NNX meaning",
+    "inherited_build_kept": "manual finding: a subclass running what a base kept as Linen builds",
+    "super_setup_nested": "manual finding: super().setup() under a condition (Linen builds the base only then)",
     "unresolved_named_ctor": "manual finding: a submodule class imported by a computed path",
     "child_shape_unknown": "manual finding: a child's input shape that nothing explains",
     "helper_calls_kept": "manual findings: helper methods whose calls cannot be replayed in place",

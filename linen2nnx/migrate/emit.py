@@ -29,6 +29,7 @@ from linen2nnx.migrate.factories import (
 )
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_factories import FunctionFactory
+from linen2nnx.migrate.inheritance import is_super_setup, super_init_statement
 from linen2nnx.migrate.lazy_vars import init_call
 from linen2nnx.migrate.lifted import (
     lifted_ctor,
@@ -249,7 +250,13 @@ class Emitter:
         ]
         if plan.uses_rngs:
             stmts.append(parse_statement("self.rngs = rngs.fork()\n"))
+        if plan.super_init is not None and not plan.super_in_setup:  # it inherits what its base builds
+            stmts.append(super_init_statement(plan))
         for stmt in setup_body:
+            if is_super_setup(stmt):  # runs the base's build, or Linen's empty setup
+                if plan.super_init is not None and plan.super_in_setup:
+                    stmts.append(super_init_statement(plan).with_changes(leading_lines=stmt.leading_lines))
+                continue
             stmts.append(self._containerize(plan, stmt))
         shape_arg = next((a for a, how in plan.new_args.items() if how == "input_shape:0"), None)
         if shape_arg is not None and (plan.input_shape_locals or plan.input_shape_params):  # a stand-in input
@@ -524,6 +531,7 @@ class Emitter:
         entry = ClassEntry(
             name=key, module=self.state.module_name, file=self.state.path, new_args=dict(plan.new_args)
         )
+        entry.bases = [b.key or self.ctx.class_key(b.name) for b in (plan.super_init,) if b is not None]
         for site in plan.sites.values():
             if site.kind in ("param", "variable"):
                 entry.variables.setdefault(site.collection, {})[site.linen_name] = site.attr

@@ -32,6 +32,7 @@ from linen2nnx.migrate.factories import (
     substitute,
 )
 from linen2nnx.migrate.factory_fields import FieldPartial
+from linen2nnx.migrate.inheritance import plan_inherited_build
 from linen2nnx.migrate.lazy_vars import either
 from linen2nnx.migrate.lifted import (
     SCAN_DECORATORS,
@@ -123,6 +124,7 @@ class ClassPlanner:
                 self._plan_compact(plan, fn, counters)
         plan_put_variables(self, plan, node, plan.put_calls)
         self._size_and_finish(plan, methods)
+        plan_inherited_build(plan, node, methods, self.ctx.user_class_of, self.ctx.report)
         return plan
 
     def _fields(self, node: cst.ClassDef) -> list[Field]:

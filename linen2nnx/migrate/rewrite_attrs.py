@@ -194,12 +194,26 @@ class AttributeRewriter:
                     "and names, or build the layers in setup",
                 )
                 return
-            self.ctx.report(
-                API_002,
-                original,
+            self.ctx.report(API_002, original, *self._unconverted(original, short))
+
+    def _unconverted(self, original: cst.Attribute, short: str) -> tuple[str, str]:
+        """Why a Linen name stays, and the hint: a layer NNX has is left where it cannot be built in
+        ``__init__`` (or outside a class the run migrates); anything else has no conversion."""
+        if not self.ctx.layer_rule_of(original):
+            return (
                 f"flax.linen.{short} has no automatic conversion yet",
                 "rewrite by hand with the NNX API (see docs/rules.md)",
             )
+        if self.ctx.current_plan() is None:
+            return (
+                f"flax.linen.{short} is built outside a Linen class this run migrates, and stays Linen",
+                "build it in a Linen class the run migrates, or write the NNX layer by hand",
+            )
+        return (
+            f"flax.linen.{short} is built where the codemod cannot hoist it into __init__ (an expression, "
+            "comprehension or loop it does not follow), and stays Linen",
+            "build it as its own statement in setup / @nn.compact, or rewrite it by hand",
+        )
 
     def _helper_method(self, node: cst.CSTNode) -> str | None:
         """``_block`` when ``node`` is in a method of a Linen class other than setup and the compact ones."""

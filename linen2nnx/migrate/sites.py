@@ -324,6 +324,10 @@ class ClassPlan:
         default_factory=dict
     )  # local -> {flag: source}
     call_flags: tuple[str, ...] = ()  # fields __call__ merges with a call argument (merge_flags.py)
+    builders: tuple[str, ...] = ()  # methods that build it in Linen, its own and inherited (inheritance.py)
+    super_init: ClassPlan | None = None  # the base whose __init__ its __init__ calls
+    super_in_setup: bool = False  # ... where setup() called super().setup() (else first)
+    kept_linen: bool = False  # (a class of another file) kept as Linen behind the bridge
 
     @property
     def field_names(self) -> list[str]:
@@ -339,6 +343,8 @@ class ClassPlan:
             self.first_input,
             self.state_when,
             self.call_flags,
+            self.builders,
+            bool(self.blocking),
         )
 
 
@@ -354,6 +360,8 @@ class ClassSummary:
     first_input: str
     state_when: str | None = None
     call_flags: tuple[str, ...] = ()
+    builders: tuple[str, ...] = ()
+    kept_linen: bool = False
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
@@ -366,6 +374,8 @@ class ClassSummary:
             key=self.key,
             state_when=self.state_when,
             call_flags=self.call_flags,
+            builders=self.builders,
+            kept_linen=self.kept_linen,
         )
 
 

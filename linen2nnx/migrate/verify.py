@@ -34,6 +34,7 @@ from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, one_l
 from linen2nnx.migrate.training.driver import line_map
 from linen2nnx.migrate.verify_names import (
     LINEN_SELF_ONLY,
+    LINEN_TREE_PLACE,
     VARIABLE_METHODS,
     Signature,
     flax_class_kind,
@@ -167,6 +168,14 @@ class _Verifier:
         if kind is cst.Call and self.function_factories:
             self._check_factory_call(node, stmt)  # type: ignore[arg-type]
         if kind is cst.FunctionDef and self._class is not None:
+            if node.name.value == "__post_init__" and self._rewritten():  # type: ignore[attr-defined]
+                self._report(
+                    verify_rules.VERIFY_004,
+                    node,
+                    stmt,
+                    "__post_init__ is the Linen dataclass's hook: nothing calls it in an NNX class, so what "
+                    "it sets is missing; run its body in __init__, after the fields",
+                )
             self._methods.append((node, None))  # type: ignore[arg-type]
             for child in syntax_children(node):
                 self._walk(child, stmt)
@@ -540,14 +549,26 @@ class _Verifier:
                     f"{code(node)} is Linen API: an NNX module holds its variables as attributes "
                     "(nnx.state(module) gives them all)",
                 )
+        elif attr == "setup" and _is_super_call(node.value):
+            self._report(
+                verify_rules.VERIFY_004,
+                node,
+                stmt,
+                "super().setup() calls Linen's setup, which NNX classes do not have: call the base's "
+                "__init__ with its arguments",
+            )
         elif attr in LINEN_SELF_ONLY and isinstance(node.value, cst.Name) and node.value.value == "self":
-            if attr not in self._own_names():
+            if attr not in self._own_names() and (attr not in LINEN_TREE_PLACE or self._rewritten()):
                 self._report(
                     verify_rules.VERIFY_004,
                     node,
                     stmt,
                     f"self.{attr} is Linen Module API with no meaning in an NNX class",
                 )
+
+
+def _is_super_call(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "super"
 
 
 def _marked_by_another_rule(stmt: cst.CSTNode) -> bool:

@@ -17,6 +17,10 @@ import libcst as cst
 from linen2nnx.migrate.linen_api import KEPT_LINEN_FUNCTIONS, equivalent_in_nnx, same_in_nnx
 from linen2nnx.migrate.sites import ClassSummary
 
+LINEN_TREE_PLACE = frozenset({"name", "parent", "path"})
+"""The Linen module's name and place in its tree: an NNX module has neither (a hand-written NNX class
+may define them itself, so only the classes the run converted are checked for them)."""
+
 LINEN_SELF_ONLY = frozenset(
     {
         "param",
@@ -29,6 +33,7 @@ LINEN_SELF_ONLY = frozenset(
         "has_rng",
         "is_initializing",
         "is_mutable_collection",
+        *LINEN_TREE_PLACE,
     }
 )
 """``self.<name>`` Linen Module API with no NNX meaning (``sow`` and ``perturb`` exist in NNX too)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import calls_in, syntax_children
-from linen2nnx.migrate.verify_names import LINEN_SELF_ONLY
+from linen2nnx.migrate.verify_names import LINEN_SELF_ONLY, LINEN_TREE_PLACE
 
 
 def linen_helpers(module: cst.Module) -> dict[str, tuple[list[str], dict[str, str]]]:
@@ -25,7 +25,7 @@ def linen_helpers(module: cst.Module) -> dict[str, tuple[list[str], dict[str, st
                 isinstance(f, cst.Attribute)
                 and isinstance(f.value, cst.Name)
                 and f.value.value in params
-                and f.attr.value in LINEN_SELF_ONLY
+                and f.attr.value in LINEN_SELF_ONLY - LINEN_TREE_PLACE
             ):
                 api.setdefault(f.value.value, f.attr.value)
         if api:

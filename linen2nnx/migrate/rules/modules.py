@@ -70,6 +70,15 @@ MOD_009 = Rule(
     "self.embed_0 = nnx.Embed(vocab, d, rngs=rngs)  # in __init__\nif input_embds is None:\n"
     "    input_embds = self.embed_0(ids)",
 )
+MOD_010 = Rule(
+    "L2N-MOD-010",
+    C,
+    "A subclass of a Linen class of the run that inherits the base's setup / @nn.compact build, or calls "
+    "super().setup(): its __init__ calls the base's __init__ with the base's fields and size arguments.",
+    "class Wide(Base):  # Base builds self.proj in setup()\n    extra: int = 2",
+    "def __init__(self, width, extra=2, *, rngs):\n    self.width = width\n    self.extra = extra\n"
+    "    super().__init__(width=width, rngs=rngs)",
+)
 
 LAYER_001 = Rule(
     "L2N-LAYER-001",
@@ -163,6 +172,7 @@ RULES = (
     MOD_007,
     MOD_008,
     MOD_009,
+    MOD_010,
     LAYER_001,
     LAYER_002,
     LAYER_003,
