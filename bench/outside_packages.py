@@ -35,9 +35,12 @@ The models:
   ``jnp.reshape(newshape=...)`` (removed from JAX).
 - ``resnet18``: flaxmodels 0.1.3 ``ResNet`` (``architecture='resnet18'``, ``pretrained=None``: random
   init, 5 classes), images (2, 16, 16, 3), logits compared, ``batch_stats`` updated in train mode. Its
-  normalisation goes through ``ops.batch_norm(x, train=..., params=...)``, a module-level function that
-  builds the package's own ``BatchNorm`` and applies it; no migration of such a function exists yet
-  (``L2N-VERIFY-002`` at each call), so this model does not reach parity today.
+  normalisation goes through ``ops.batch_norm(x, train=..., params=...)``, a module-level function of
+  another file that builds the package's own ``BatchNorm`` (from pretrained ``params`` when given) and
+  applies it; each call is replayed in its block, the ``BatchNorm``'s ``x_shape`` comes from the
+  block's own width in each traced instance, and the four stages' blocks, whose input is the previous
+  block's ``out_features``, are appended one by one. The ``Bottleneck`` blocks, which resnet18 does not
+  build, keep their unknown ``x_shape`` findings.
 - ``vgg16``: flaxmodels 0.1.3 ``VGG16`` (random weights, no head, inputs normalised), images
   (2, 32, 32, 3). Its layers are built by helper methods (``self._conv_block(x, features=64,
   num_layers=2, block_num=1, ...)``) that name them ``f'conv{block_num}_{l + 1}'`` in a loop; each call

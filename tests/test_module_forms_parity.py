@@ -116,7 +116,21 @@ CASES = {
     "helper_blocks": ("Tower", {}, (2, 5)),  # self._stage(x, features=6, depth=2, ...) replayed in place
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
     "conditional_head": ("Backbone", {}, (2, 6, 6, 3)),  # the head's unknown size: None, no head built
-    "branch_auto_names_nested": ("Nested", {}, (2, 3)),  # same condition: converted (Head: kept as Linen)
+    "branch_auto_names_nested": ("Nested", {}, (2, 3)),  # same condition: converted (Uneven: kept as Linen)
+    "branch_auto_names": ("Head", {}, (2, 3)),  # Dense_0 in either branch, then Dense_1
+    "branch_auto_names_wide": ("Head", {"wide": True}, (2, 3)),
+    "norm_function": ("Net", {}, (2, 5)),  # norm(x, train) replayed; x_shape per traced Block
+    "norm_function_weights": (  # the branch that takes its initialiser from the weights: built too
+        "Block",
+        {
+            "features": 4,
+            "down": True,
+            "weights": {"first": {"scale": [2.0] * 4}, "down": {"scale": [0.5] * 4}},
+        },
+        (2, 5),
+    ),
+    "loop_list_previous_width": ("Stages", {}, (2, 5)),  # each block reads the one before: list built lazily
+    "loop_list_previous_width_wide": ("Stages", {"block": Own("Wide")}, (2, 5)),  # outputs 2 * features
     "rebound_axis": ("AxisScale", {}, (2, 3, 4)),  # axes bound twice, both replayed on the stand-in
     "rebound_axis_pair": ("AxisScale", {"axis": (1, -1)}, (2, 3, 4)),
     "branch_local_size": ("Head", {}, (2, 5)),  # a local bound once in each branch of an if on config
@@ -142,6 +156,9 @@ SOURCES = {
     "helper_blocks_deep": "helper_blocks",
     "rebound_axis_pair": "rebound_axis",
     "branch_auto_names_nested": "branch_auto_names",
+    "branch_auto_names_wide": "branch_auto_names",
+    "norm_function_weights": "norm_function",
+    "loop_list_previous_width_wide": "loop_list_previous_width",
     "branch_local_size_wide": "branch_local_size",
     "branch_local_size_narrow": "branch_local_size",
     "loop_local_arg_scales": "loop_local_arg",

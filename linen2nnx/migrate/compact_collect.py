@@ -19,7 +19,7 @@ from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.rules import MOD_004, MOD_009
-from linen2nnx.migrate.sites import ClassPlan, LoopInfo, jumps_in, range_loop
+from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in, range_loop
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.site_planning import SitePlanner
@@ -34,6 +34,38 @@ class Built(NamedTuple):
     user: ClassPlan | None  # a Linen class of the run
     variable: bool  # self.param / self.variable
     what: str  # how findings name it
+
+
+class _Branches:
+    """An ``if`` with an ``else`` being walked: the auto-name counts before it and after its body."""
+
+    def __init__(self, node: cst.If, outer: list[str] | None, before: dict[str, int | None]) -> None:
+        self.node, self.outer, self.before = node, outer, before
+        self.after_body: dict[str, int | None] | None = None
+
+
+def _exclusive(earlier: list[str], conditions: list[str]) -> bool:
+    """Built in the other branch of the same ``if`` as a module under ``conditions`` (the same outer
+    conditions, the last one negated): the two never run together, the walk counted this branch from
+    the counts before the ``if``, and the planner gives both one attribute. Deeper or ``elif`` branches
+    are not (a finding, as before)."""
+    if len(earlier) != len(conditions) or not earlier or earlier[:-1] != conditions[:-1]:
+        return False
+    a, b = earlier[-1], conditions[-1]
+    return b == f"not ({a})" or a == f"not ({b})"
+
+
+def same_name_sites(plan: ClassPlan) -> list[Site]:
+    """Hoisted modules after the first of a Linen name with another attribute: the name map can hold
+    one of them only (a guard: the walk lets only complementary branches share a name)."""
+    first: dict[str, str] = {}
+    found = []
+    for site in plan.hoisted_order:
+        if site.container is not None or site.kind not in ("layer", "module") or not site.linen_name:
+            continue
+        if first.setdefault(site.linen_name, site.attr) != site.attr:
+            found.append(site)
+    return found
 
 
 class CompactCollector(FastVisitor):
@@ -64,6 +96,7 @@ class CompactCollector(FastVisitor):
         self.loops: list[LoopInfo] = []
         self.nest: list[tuple[set[str], dict[str, cst.SimpleStatementLine]]] = []  # per enclosing `for`
         self.branch_conditions: dict[str, list[list[str]]] = {}  # class -> conditions of its auto-named ones
+        self.branches: list[_Branches] = []  # per enclosing `if` with an `else`
 
     def _block(self, node: cst.CSTNode) -> bool:
         self.blocked += 1
@@ -82,6 +115,44 @@ class CompactCollector(FastVisitor):
             self.local_names = self.plan.static_flow.call_time_at(
                 node, self.all_local_names, self.ctx.parent_of
             )
+
+    def visit_If(self, node: cst.If) -> bool:
+        """An ``if`` on config with an ``else``: each branch counts auto-names from the counts before the
+        ``if``, as Linen does (only one branch runs)."""
+        if isinstance(node.orelse, cst.Else) and not self.blocked and not self.loops:
+            outer = self.planner.conditions_of(node, self.fn, self.local_names)
+            self.branches.append(_Branches(node, outer, dict(self.counters)))
+        return True
+
+    def visit_Else(self, node: cst.Else) -> bool:
+        top = self.branches[-1] if self.branches else None
+        if top is not None and top.node.orelse is node:
+            top.after_body = dict(self.counters)
+            self.counters.clear()
+            self.counters.update(top.before)
+        return True
+
+    def leave_If(self, node: cst.If) -> None:
+        """Where both branches built the same number of a class, the count after the ``if`` is known
+        either way: the class's auto-named modules of the branches stop making later names depend on
+        the condition (:meth:`_name_depends_on_branch`)."""
+        top = self.branches[-1] if self.branches else None
+        if top is None or top.node is not node:
+            return
+        self.branches.pop()
+        after_body, after_else = top.after_body or {}, dict(self.counters)
+        for name in set(after_body) | set(after_else):
+            body_n, else_n = after_body.get(name, 0), after_else.get(name, 0)
+            if body_n != else_n:  # a later one is named by the branch that ran: its records stay
+                self.counters[name] = None if body_n is None or else_n is None else max(body_n, else_n)
+                continue
+            if top.outer is None or name not in self.branch_conditions:
+                continue
+            depth = len(top.outer)
+            self.branch_conditions[name] = [
+                c if c[:depth] != top.outer or len(c) == depth else list(top.outer)
+                for c in self.branch_conditions[name]
+            ]
 
     def visit_For(self, node: cst.For) -> bool:
         self._read_at(node)
@@ -177,7 +248,9 @@ class CompactCollector(FastVisitor):
         if self.counters.get(name, 0) is None:
             return False  # after a loop of its class: that finding says it already
         earlier = self.branch_conditions.setdefault(name, [])
-        other = next((c for c in earlier if c != conditions[: len(c)]), None)
+        other = next(
+            (c for c in earlier if c != conditions[: len(c)] and not _exclusive(c, conditions)), None
+        )
         if other is None:
             earlier.append(list(conditions))
             return False

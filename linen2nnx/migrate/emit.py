@@ -370,11 +370,19 @@ class Emitter:
                     targets=[cst.AssignTarget(parse_expression(f"self.{site.attr}"))], value=built
                 )
             # the markers go on the statement holding the code, as a second run would place them
-            assign = cst.SimpleStatementLine([statement], leading_lines=markers)
-            if site.exclusive_with is not None and site.exclusive_with.attr in emitted_if:
+            lines = [cst.SimpleStatementLine([s]) for s in self._built_lazily(site, statement)]
+            lines[0] = lines[0].with_changes(leading_lines=markers)
+            assign = lines[-1] if len(lines) == 1 else lines  # type: ignore[assignment]
+            if isinstance(assign, list):  # `self.blocks = nnx.List()`, then the elements one by one
+                if site.conditions:
+                    self._conditional(site, assign, stmts)
+                    emitted_if[site.attr] = len(stmts) - 1
+                else:
+                    stmts.extend(assign)
+            elif site.exclusive_with is not None and site.exclusive_with.attr in emitted_if:
                 index = emitted_if[site.exclusive_with.attr]  # the other branch of the same switch
                 block = stmts[index]
-                stmts[index] = block.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=[assign])))
+                stmts[index] = block.with_changes(orelse=self._other_branch(site, block, assign))
             elif site.conditions:  # created only when Linen would create it; absent -> None
                 self._conditional(site, assign, stmts)
                 emitted_if[site.attr] = len(stmts) - 1
@@ -382,11 +390,43 @@ class Emitter:
                 stmts.append(assign)
 
     @staticmethod
-    def _conditional(site: Site, assign: cst.SimpleStatementLine, stmts: list[cst.BaseStatement]) -> None:
+    def _built_lazily(site: Site, statement: cst.BaseSmallStatement) -> list[cst.BaseSmallStatement]:
+        """A loop's list whose elements read the one built before them (``in_features=
+        self.blocks[-1].out_features``): each element is appended before the next is built (a generator
+        that ``extend`` consumes), starting from an empty list; else ``statement`` as it is."""
+        if site.container != "list" or site.loop is None or f"self.{site.attr}[-1]" not in code(statement):
+            return [statement]
+        call = statement.value
+        if not (isinstance(call, cst.Call) and call.args and isinstance(call.args[0].value, cst.ListComp)):
+            return [statement]
+        comp = call.args[0].value
+        generator = cst.GeneratorExp(elt=comp.elt, for_in=comp.for_in)
+        extend = cst.Expr(cst.Call(parse_expression(f"self.{site.attr}.extend"), [cst.Arg(generator)]))
+        if isinstance(statement, cst.Expr):  # a later loop's elements: already `self.blocks.extend(...)`
+            return [extend]
+        empty = cst.Assign(targets=statement.targets, value=parse_expression("nnx.List()"))
+        return [empty, extend]
+
+    @staticmethod
+    def _other_branch(site: Site, block: cst.If, assign: cst.SimpleStatementLine) -> cst.If | cst.Else:
+        """The ``else`` building the other branch's module of a one-condition switch; under outer
+        conditions too, an ``elif`` on the branch's own conditions, the ``else`` left as it was."""
+        if len(site.conditions) == 1 or not isinstance(block.orelse, cst.Else):
+            return cst.Else(body=cst.IndentedBlock(body=[assign]))
+        test = " and ".join(f"({c})" for c in site.conditions)
+        return cst.If(test=parse_expression(test), body=cst.IndentedBlock(body=[assign]), orelse=block.orelse)
+
+    @staticmethod
+    def _conditional(
+        site: Site,
+        assign: cst.SimpleStatementLine | list[cst.SimpleStatementLine],
+        stmts: list[cst.BaseStatement],
+    ) -> None:
         """``if <conditions>: <assign> else: self.<attr> = None``, merged with the statement before when
         it tests the same."""
         test = " and ".join(f"({c})" if len(site.conditions) > 1 else c for c in site.conditions)
         block = parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
+        assigns = assign if isinstance(assign, list) else [assign]
         assert isinstance(block, cst.If) and isinstance(block.orelse, cst.Else)
         last = stmts[-1] if stmts else None
         if (
@@ -399,7 +439,7 @@ class Emitter:
             stmts.pop()
             assign_else = block.orelse.body.body  # type: ignore[union-attr]
             block = block.with_changes(
-                body=block.body.with_changes(body=[*block.body.body, assign]),
+                body=block.body.with_changes(body=[*block.body.body, *assigns]),
                 orelse=block.orelse.with_changes(
                     body=block.orelse.body.with_changes(  # type: ignore[union-attr]
                         body=[*assign_else, parse_statement(f"self.{site.attr} = None\n")]
@@ -407,7 +447,7 @@ class Emitter:
                 ),
             )
         else:
-            block = block.with_changes(body=block.body.with_changes(body=[assign]))
+            block = block.with_changes(body=block.body.with_changes(body=assigns))
         stmts.append(block)
 
     def _nest_init(self, nest: LoopNest, replayed: Collection[str]) -> list[cst.BaseStatement]:

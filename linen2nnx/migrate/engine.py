@@ -31,6 +31,7 @@ from linen2nnx.migrate import gc_tuning
 from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
 from linen2nnx.migrate.findings import Finding, Severity
+from linen2nnx.migrate.function_replay import replayable_functions
 from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
@@ -187,6 +188,7 @@ def migrate_source(
     findings = sorted(
         [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
     )
+    own_factories.update(replayable_functions(tree, module_name))  # their calls are replayed there
     facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
     return FileResult(file_path, path, source, output, findings, command.name_map, **facts)
 
@@ -196,7 +198,7 @@ def _migrate_replayed(
 ) -> FileResult | None:
     """The file migrated with its helper methods' calls replayed in place (helper_calls.py); None when
     there is nothing to replay or a replayed class is still kept as Linen (then the original is)."""
-    replayed = replay_helper_calls(tree, source)
+    replayed = replay_helper_calls(tree, source, module_name, options.get("factories"))
     if replayed is None:
         return None
     result = migrate_source(replayed.source, path, module_name, trace, **options, replay_helpers=False)

@@ -34,12 +34,20 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import code, names_in
+from linen2nnx.migrate.function_replay import (
+    ReplayableFunction,
+    calls_to_replay,
+    prepared,
+    replayable_functions,
+    top_level_imports,
+)
 from linen2nnx.migrate.helper_replay import Replayer, ReplayError
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import MOD_007
@@ -195,25 +203,30 @@ def _helpers_of(cls: cst.ClassDef, resolver: NameResolver, classes: set[str]) ->
         helpers -= set(used.refs)
 
 
-def replay_helper_calls(tree: cst.Module, source: str) -> Replayed | None:
-    """The file with every qualifying helper call replayed in place (see the module docstring); None when
-    no class has one."""
+def replay_helper_calls(
+    tree: cst.Module, source: str, module_name: str = "", functions: Mapping[str, Any] | None = None
+) -> Replayed | None:
+    """The file with every qualifying helper call replayed in place (see the module docstring), and every
+    call statement of a replayable module-level function (function_replay.py; ``functions``: those of
+    the files this one imports, by their ``replay:`` keys); None when no class has one."""
     if "compact" not in source:
         return None
     resolver: NameResolver | None = None
     classes = {s.name.value for s in tree.body if isinstance(s, cst.ClassDef)}
+    functions = {**(functions or {}), **replayable_functions(tree, module_name)}
     new_body = list(tree.body)
     replayed: list[str] = []
     for index, stmt in enumerate(tree.body):
-        if not isinstance(stmt, cst.ClassDef) or not _may_replay(stmt):
+        if not isinstance(stmt, cst.ClassDef) or not _may_replay(stmt, bool(functions)):
             continue
         resolver = resolver or NameResolver(tree)  # only for a class with calls of its own helpers
         compact, helpers = _helpers_of(stmt, resolver, classes)
         helpers -= _overridden(tree, stmt.name.value)
-        if not helpers:
+        calls = calls_to_replay(stmt, compact, resolver, module_name, functions) if functions else {}
+        if not helpers and not calls:
             continue
         try:
-            new_body[index] = _replay_class(stmt, compact, helpers)
+            new_body[index] = _replay_class(stmt, compact, helpers, _prepared(tree, module_name, calls))
         except ReplayError:
             continue
         except Exception:  # a bug here must not cost the file: the class is migrated as written
@@ -228,6 +241,19 @@ def replay_helper_calls(tree: cst.Module, source: str) -> Replayed | None:
     return Replayed(new_source, replayed, line_map, moved, source)
 
 
+def _prepared(
+    tree: cst.Module, module_name: str, calls: dict[str, ReplayableFunction]
+) -> dict[str, cst.FunctionDef]:
+    """The module-level functions to replay, as they read in this file (function_replay.prepared)."""
+    if not calls:
+        return {}
+    imports = top_level_imports(tree, module_name)
+    return {
+        callee: prepared(callee, fact, imports, fact.key.rpartition(".")[0] == module_name)
+        for callee, fact in calls.items()
+    }
+
+
 def _overridden(tree: cst.Module, name: str) -> set[str]:
     """Methods a subclass of ``name`` in this file defines again: ``self.h(...)`` dispatches to the
     subclass's ``h``, so the base's body must not be replayed."""
@@ -239,12 +265,14 @@ def _overridden(tree: cst.Module, name: str) -> set[str]:
     return found
 
 
-def _may_replay(cls: cst.ClassDef) -> bool:
+def _may_replay(cls: cst.ClassDef, functions: bool = False) -> bool:
     """A cheap test before names are resolved: a method decorated with something ``compact``, and a
-    call statement of an undecorated method of the class."""
+    call statement of an undecorated method of the class (or any, when ``functions`` may be called)."""
     methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
     if not any("compact" in code(d.decorator) for m in methods for d in m.decorators):
         return False
+    if functions:
+        return True
     plain = {m.name.value for m in methods if not m.decorators} - {"setup", "__call__"}
     if not plain:
         return False
@@ -253,10 +281,13 @@ def _may_replay(cls: cst.ClassDef) -> bool:
     return bool(refs.statement_calls)
 
 
-def _replay_class(cls: cst.ClassDef, compact: set[str], helpers: set[str]) -> cst.ClassDef:
-    """``cls`` with each helper call of its compact methods replayed and the helpers removed."""
+def _replay_class(
+    cls: cst.ClassDef, compact: set[str], helpers: set[str], functions: dict[str, cst.FunctionDef]
+) -> cst.ClassDef:
+    """``cls`` with each helper call of its compact methods replayed and the helpers removed; each call
+    statement of ``functions`` (callee's code -> function) replayed too."""
     methods = {m.name.value: m for m in cls.body.body if isinstance(m, cst.FunctionDef)}
-    replayer = Replayer({h: methods[h] for h in helpers})
+    replayer = Replayer({h: methods[h] for h in helpers}, functions)
     body = []
     for member in cls.body.body:
         if isinstance(member, cst.FunctionDef) and member.name.value in helpers:

@@ -207,6 +207,22 @@ class _Fold(cst.CSTTransformer):
         prefix = updated.start[: len(updated.start) - len(quote)].replace("f", "").replace("F", "")
         return cst.SimpleString(f"{prefix}{quote}{joined}{updated.end}", lpar=updated.lpar, rpar=updated.rpar)
 
+    def leave_Comparison(self, original: cst.Comparison, updated: cst.Comparison) -> cst.BaseExpression:
+        """``None is None`` -> ``True``, ``4 is not None`` -> ``True``: a literal an argument made of a
+        parameter, tested against ``None``."""
+        if len(updated.comparisons) != 1 or updated.lpar:
+            return updated
+        target = updated.comparisons[0]
+        left, right = unparen(updated.left), unparen(target.comparator)
+        if not (is_literal(left) and isinstance(right, cst.Name) and right.value == "None"):
+            return updated
+        same = isinstance(left, cst.Name) and left.value == "None"
+        if isinstance(target.operator, cst.Is):
+            return cst.Name("True" if same else "False")
+        if isinstance(target.operator, cst.IsNot):
+            return cst.Name("False" if same else "True")
+        return updated
+
     def leave_UnaryOperation(
         self, original: cst.UnaryOperation, updated: cst.UnaryOperation
     ) -> cst.BaseExpression:

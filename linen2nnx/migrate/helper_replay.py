@@ -18,6 +18,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import code, is_docstring, name_counts, names_in, single_assign
+from linen2nnx.migrate.function_replay import free_names
 from linen2nnx.migrate.helper_fold import (
     ReplayError,
     bound_names,
@@ -224,8 +225,12 @@ def _assigned_only(stmt: cst.BaseStatement) -> set[str]:
 class Replayer:
     """Replays the calls of ``helpers`` (name -> method) in the methods given to :meth:`replay_method`."""
 
-    def __init__(self, helpers: dict[str, cst.FunctionDef]) -> None:
-        self.helpers = helpers
+    def __init__(
+        self, helpers: dict[str, cst.FunctionDef], functions: dict[str, cst.FunctionDef] | None = None
+    ) -> None:
+        self.helpers = dict(helpers)  # method name -> method; module functions by the callee's code
+        self.functions = set(functions or ())
+        self.helpers.update(functions or {})
         self.expanding: list[str] = []
         self.caller_bound: set[str] = set()  # names the method being replayed binds
         self.all_locals: set[str] = set()  # the locals of every helper replayed so far
@@ -272,13 +277,20 @@ class Replayer:
 
     def helper_call(self, small: cst.BaseSmallStatement) -> str | None:
         call = small.value if isinstance(small, (cst.Expr, cst.Assign)) else None
-        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
+        if not isinstance(call, cst.Call):
+            return None
+        if self.functions and isinstance(call.func, (cst.Name, cst.Attribute)):
+            callee = code(call.func)
+            if callee in self.functions:
+                return callee
+        if not isinstance(call.func, cst.Attribute):
             return None
         func = call.func
         if (
             isinstance(func.value, cst.Name)
             and func.value.value == "self"
             and func.attr.value in self.helpers
+            and func.attr.value not in self.functions
         ):
             return func.attr.value
         return None
@@ -309,7 +321,7 @@ class Replayer:
                 raise ReplayError("the result of a helper call is unpacked")
             target = small.targets[0].target.value
         helper = self.helpers[name]
-        values, renames = self._bind(helper, call, target)
+        values, renames = self._bind(helper, call, target, name in self.functions)
         local_names = bound_names(helper.body) - set(values) - set(renames)
         self.all_locals |= local_names
         if local_names & caller_names:
@@ -331,16 +343,21 @@ class Replayer:
         return stmts
 
     def _bind(
-        self, helper: cst.FunctionDef, call: cst.Call, target: str | None
+        self, helper: cst.FunctionDef, call: cst.Call, target: str | None, function: bool = False
     ) -> tuple[dict[str, cst.BaseExpression], dict[str, str]]:
         """(values of the parameters the helper only reads, caller names of those it rebinds)."""
         params = helper.params
         if isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None:
             raise ReplayError("a helper with *args / **kwargs")
         positional = [*params.posonly_params, *params.params]
-        if not positional or positional[0].name.value != "self":
+        if function:  # a module-level function: no self, and the names of its module it reads must
+            free = free_names(helper)
+            if free & self.caller_bound:  # not meet the caller's locals
+                raise ReplayError(f"the caller binds {sorted(free & self.caller_bound)}, which it reads")
+        elif not positional or positional[0].name.value != "self":
             raise ReplayError("a helper whose first parameter is not self")
-        positional = positional[1:]
+        else:
+            positional = positional[1:]
         by_name = {p.name.value: p for p in [*positional, *params.kwonly_params]}
         given: dict[str, cst.BaseExpression] = {}
         for index, arg in enumerate(call.args):

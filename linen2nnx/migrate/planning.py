@@ -13,7 +13,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.compact_collect import CompactCollector
+from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import (
@@ -433,6 +433,10 @@ class ClassPlanner:
         self._flag_class_values(plan, fn)
         self.locals.view_handed_modes(plan)
         self._share_exclusive_attrs(plan)
+        for site in same_name_sites(plan):
+            self.ctx.report(
+                MOD_004, site.ctor, f"{site.linen_name} built in two places that share no attribute"
+            )
         for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
             assign = single_assign(stmt)
             if assign is not None:
@@ -502,11 +506,18 @@ class ClassPlanner:
     @staticmethod
     def _share_exclusive_attrs(plan: ClassPlan) -> None:
         """``if cfg.scan: layers = <stack>`` / ``else: layers_i = ...``: one attribute for both (the
-        MaxText ``scan_layers`` switch), built by an if / else in ``__init__``."""
+        MaxText ``scan_layers`` switch), built by an if / else in ``__init__``; so too the two branches
+        of an ``if`` under the same outer conditions (``if self.down:`` then ``if w is None: Norm(...)
+        else: Norm(...)``), built by an ``elif``."""
         by_attr = {s.attr: s for s in plan.hoisted_order}
         for site in plan.hoisted_order:
             other = by_attr.get(site.attr[:-1]) if site.attr.endswith("_") else None
-            if other is None or other.exclusive_with is not None or len(site.conditions) != 1:
+            if other is None or other.exclusive_with is not None or not site.conditions:
+                continue
+            if len(site.conditions) > 1:
+                if other.linen_name == site.linen_name and _complementary(other.conditions, site.conditions):
+                    site.attr = other.attr
+                    site.exclusive_with = other
                 continue
             if other.conditions == [f"not ({site.conditions[0]})"] or site.conditions == [
                 f"not ({other.conditions[0]})" if other.conditions else ""
@@ -555,3 +566,10 @@ def _literal_name(call: cst.Call) -> str | None:
         return None
     value = arg.value.evaluated_value
     return value if isinstance(value, str) else None
+
+
+def _complementary(a: list[str], b: list[str]) -> bool:
+    """Conditions of the two branches of one ``if``: the same outer ones, the last one negated."""
+    if len(a) != len(b) or not a or a[:-1] != b[:-1]:
+        return False
+    return b[-1] == f"not ({a[-1]})" or a[-1] == f"not ({b[-1]})"

@@ -103,7 +103,8 @@ class Sizer(TraceEvidence):
         )
         if len(infos) < max(len(classes), 1):
             return LayerInfo(site.flow_key, None, out_unknown=True)
-        ref = f"self.{site.attr}[-1]" if site.nest is not None else f"self.{site.attr}"
+        listed = site.nest is not None or site.container == "list"  # the element built last
+        ref = f"self.{site.attr}[-1]" if listed else f"self.{site.attr}"
         loop_names = site.nest.names if site.nest is not None else set()
 
         def out(first: Feat) -> Feat:
@@ -315,7 +316,8 @@ class Sizer(TraceEvidence):
                 if index == 0:  # the size of the first input, which is what the flow follows
                     site.user_in[arg] = self._loop_expr(plan, site, feats, params, node)
                 elif how == "input_shape:0":
-                    site.user_in[arg] = self._input_shape(plan, site, arg, node)
+                    static = feats[0].expr if feats.get(0) is not None and feats[0].kind == "expr" else None
+                    site.user_in[arg] = self._input_shape(plan, site, arg, node, static)
                 elif 0 < index < len(args) and site.loop is None:
                     # another input (a cell's `x` beside its carry; under nn.scan, a per-step slice whose
                     # last axis is the scanned input's)
@@ -458,9 +460,14 @@ class Sizer(TraceEvidence):
                 "run `linen2nnx migrate --trace SPEC` or pass the sizes explicitly",
             )
             return f"{arg}[{site.elements_index}]"
-        if site.conditions:  # built only under a config test: a config that does not build it needs no size
+        conditions = site.conditions
+        if site.exclusive_with is not None or any(s.exclusive_with is site for s in plan.hoisted_order):
+            if site.exclusive_with is not None and arg in plan.new_args:
+                return arg  # one attribute, built by one branch or the other: the first one's finding
+            conditions = site.conditions[:-1]  # ... built whichever way the branch's own test goes
+        if conditions:  # built only under a config test: a config that does not build it needs no size
             plan.new_args[arg] = "unresolved_if"
-            when = " and ".join(f"({c})" if " " in c else c for c in site.conditions)
+            when = " and ".join(f"({c})" if " " in c else c for c in conditions)
             message = f"{what} is unknown statically; constructor argument {arg} (default None) added, required when {when}"
         else:
             plan.new_args[arg] = "unresolved_shape" if shape else "unresolved"

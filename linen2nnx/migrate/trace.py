@@ -37,6 +37,10 @@ class Trace:
     """(parent class, child name) -> the last-axis sizes of the leaves of a child's first argument when
     it is a tuple (an RNN cell's carry), one tuple per call: Linen cells take their hidden size from it."""
 
+    child_parents: dict[tuple[str, str], list[int | None]] = dataclasses.field(default_factory=dict)
+    """(parent class, child name) -> for each call of ``child_inputs``, the index of the parent's own
+    instance in ``instances`` (None: not recorded): which config each call's shape goes with."""
+
     def shapes_for(self, class_qualname: str, child: str) -> list[tuple[int, ...]]:
         return self.child_inputs.get((class_qualname, child), [])
 
@@ -67,6 +71,7 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
         dims_read={k: v for k, v in dims_read.items() if v is not None},
         own_inputs=dict(recorder.own_inputs),
         carries=dict(recorder.carries),
+        child_parents=dict(recorder.child_parents),
     )
 
 
@@ -81,6 +86,9 @@ class _Recorder:
         self.own_inputs: dict[str, list[tuple[tuple[int, ...] | None, ...]]] = defaultdict(list)
         self.carries: dict[tuple[str, str], list[tuple[int, ...]]] = defaultdict(list)
         self.seen: set[int] = set()
+        self.child_parents: dict[tuple[str, str], list[int | None]] = defaultdict(list)
+        self.instance_index: dict[int, int] = {}  # id(module) -> its index in instances[its class]
+        self.alive: list[Any] = []  # the recorded modules, kept so that no id is reused for another
         self.calling: list[Any] = []  # modules whose __call__ is running, outermost first
         self.probes: dict[tuple[str, str], tuple[Any, tuple, dict]] = {}
 
@@ -116,12 +124,17 @@ class _Recorder:
         if isinstance(parent, nn.Module) and args and hasattr(args[0], "shape"):
             key = (type(parent).__qualname__, module.name)
             self.child_inputs[key].append(tuple(args[0].shape))
+            self.child_parents[key].append(self.instance_index.get(id(parent)))
             if key not in self.probes and _sizes_params_from_shape(type(module)):
                 self.probes[key] = (module.clone(parent=None, name=None), _abstract(args), _abstract(kwargs))
         if id(module) not in self.seen:
             self.seen.add(id(module))
             try:
-                self.instances[type(module).__qualname__].append(linen_ctor_kwargs(module))
+                kwargs_of = linen_ctor_kwargs(module)
+                found = self.instances[type(module).__qualname__]
+                self.instance_index[id(module)] = len(found)
+                self.alive.append(module)
+                found.append(kwargs_of)
             except TypeError:
                 pass
 

@@ -256,39 +256,57 @@ class TraceEvidence:
             return f"{factor} * {base}"
         return None
 
-    def _input_shape(self, plan: ClassPlan, site: Site, arg: str, node: cst.CSTNode) -> str:
+    def _input_shape(
+        self, plan: ClassPlan, site: Site, arg: str, node: cst.CSTNode, static: str | None = None
+    ) -> str:
         """The input shape a module sizes its parameters from, as config expressions: from the trace,
-        the axes its parameter shapes read (each matched to one config value) and 1 for the others
-        (batch, length: never read, so any size builds the same parameters)."""
+        the axes its parameter shapes read (each matched to one config value, in every traced instance
+        of the class when the calls pair with them) and 1 for the others (batch, length: never read, so
+        any size builds the same parameters). ``static``: the input's last-axis size the dataflow
+        knows, for a last axis no config value matches (a literal the trace confirms)."""
         key = (plan.name, site.linen_name)
-        read = self.state.trace.dims_read.get(key) if self.state.trace is not None else None
-        shapes = sorted(set(self.state.trace.shapes_for(*key))) if self.state.trace is not None else []
+        trace = self.state.trace
+        read = trace.dims_read.get(key) if trace is not None else None
+        calls = trace.shapes_for(*key) if trace is not None else []
+        shapes = sorted(set(calls))
         what = f"{arg} of {site.user.name if site.user else site.attr} ({plan.name}.{site.attr})"
-        if read is None or len(shapes) != 1:
+        configs = trace.instances.get(plan.name, []) if trace is not None else []
+        paired = len(shapes) > 1 and len({len(s) for s in shapes}) == 1
+        if paired:  # each call's shape with the config of the parent instance that made it
+            parents = trace.child_parents.get(key, []) if trace is not None else []
+            if len(parents) == len(calls) and all(i is not None and i < len(configs) for i in parents):
+                configs = [configs[i] for i in parents]  # type: ignore[index]
+            paired = len(calls) == len(configs)
+        if read is None or not (len(shapes) == 1 or paired):
             return self._required_arg(plan, site, what, node, arg, shape=True)
-        shape = shapes[0]
-        configs = self.state.trace.instances.get(plan.name, [])  # type: ignore[union-attr]
         source = " ".join(code(m) for m in self.state.methods.get(plan.name, []))
         dims = []
-        for axis, size in enumerate(shape):
-            if axis - len(shape) not in read:
+        for axis in range(len(shapes[0])):
+            if axis - len(shapes[0]) not in read:
                 dims.append("1")
                 continue
-            matched = self._match_config([size], configs, plan)
+            sizes = [shape[axis] for shape in calls] if paired else [shapes[0][axis]]
+            matched = (
+                _match_each(sizes, configs, plan) if paired else self._match_config(sizes, configs, plan)
+            )
             named = [m for m in matched if "." + m.rsplit(".", 1)[-1] in source]
             if len(matched) == 1 or len(named) == 1:
                 dims.append(matched[0] if len(matched) == 1 else named[0])
+            elif not matched and axis == len(shapes[0]) - 1 and _confirmed(static, sizes):
+                dims.append(static)  # type: ignore[arg-type]
             else:
+                traced = sizes[0] if len(set(sizes)) == 1 else sorted(set(sizes))
                 return self._required_arg(
                     plan,
                     site,
-                    f"{what}: axis {axis} (traced {size}) matches {', '.join(matched) or 'no config value'}",
+                    f"{what}: axis {axis} (traced {traced}) matches {', '.join(matched) or 'no config value'}",
                     node,
                     arg,
                     shape=True,
                 )
         expr = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-        self.ctx.report(SHAPE_001, node, f"{what} = {expr} (traced {shape}; axes not read are 1)")
+        shown = shapes[0] if len(shapes) == 1 else shapes
+        self.ctx.report(SHAPE_001, node, f"{what} = {expr} (traced {shown}; axes not read are 1)")
         return expr
 
     @staticmethod
@@ -312,6 +330,20 @@ class TraceEvidence:
             for b in factors[i:]
             if all(values[a] * values[b] == sizes[0] for values in per_instance)
         ]
+
+
+def _match_each(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list[str]:
+    """Config expressions equal, in each traced instance of the class, to the size its own call saw
+    (``sizes[i]`` is the call of ``configs[i]``)."""
+    fields = set(plan.field_names)
+    per_instance = [_int_config_values(cfg, fields) for cfg in configs]
+    common = set.intersection(*(set(values) for values in per_instance)) if per_instance else set()
+    return sorted(e for e in common if all(v[e] == n for v, n in zip(per_instance, sizes)))
+
+
+def _confirmed(static: str | None, sizes: list[int]) -> bool:
+    """A size the dataflow gives as an integer literal that every traced call saw."""
+    return static is not None and static.isdigit() and all(int(static) == n for n in sizes)
 
 
 def _int_config_values(cfg: dict, fields: set[str]) -> dict[str, int]:
