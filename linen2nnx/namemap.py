@@ -174,13 +174,31 @@ def _attr_path(attr: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in attr.split("/")]
 
 
+_INDEX = re.compile(r"\{i(?:\+(\d+))?\}")
+
+
+def split_pattern(pattern: str) -> tuple[str, int, str]:
+    """``unit{i+2}`` -> ``("unit", 2, "")``: the text around a list's element-name pattern and the
+    offset of the number in the name from the element's index (a loop over ``range(1, n)`` naming
+    its modules ``unit{j + 1}``: element 0 is ``unit2``)."""
+    found = _INDEX.search(pattern)
+    assert found is not None, pattern
+    return pattern[: found.start()], int(found.group(1) or 0), pattern[found.end() :]
+
+
+def element_key(pattern: str, index: int) -> str:
+    """The Linen name of element ``index`` of a list whose element names follow ``pattern``."""
+    before, offset, after = split_pattern(pattern)
+    return f"{before}{index + offset}{after}"
+
+
 def _container_lookup(entry: ClassEntry, key: str) -> tuple[Child, Any] | None:
     for name, child in entry.children.items():
-        if child.container == "list" and "{i}" in name:  # element names as a pattern: `block.{i}`, `{i}`
-            before, _, after = name.partition("{i}")
+        if child.container == "list" and _INDEX.search(name):  # element names as a pattern: `block.{i}`
+            before, offset, after = split_pattern(name)
             found = re.fullmatch(re.escape(before) + r"(\d+)" + re.escape(after), key)
-            if found:
-                return child, int(found.group(1))
+            if found and int(found.group(1)) >= offset:
+                return child, int(found.group(1)) - offset
             continue
         if child.container is None or not key.startswith(name + "_"):
             continue
