@@ -92,3 +92,19 @@ def test_class_held_by_a_local(tmp_path, remat, deterministic):
         map_path,
         deterministic=deterministic,
     )
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_names_counted_by_enumerate(tmp_path, depth):
+    linen_mod, nnx_mod, result, map_path = _build("compact_enumerate_names", tmp_path)
+    net = result.name_map.classes["compact_enumerate_names.Net"].children
+    assert net["block{i+2}"].attr == "block" and net["proj{i}"].attr == "proj"
+    x = np.random.default_rng(2).normal(size=(2, 5)).astype(np.float32)
+    grads = _parity(
+        linen_mod.Net(depth=depth),
+        lambda rngs: nnx_mod.Net(depth=depth, in_features=5, rngs=rngs),
+        x,
+        map_path,
+    )
+    assert "proj/1/kernel" in grads and "block1/unit/0/kernel" in grads
+    assert ("block/1/unit/1/kernel" in grads) == (depth == 3)  # Linen's block3: two units

@@ -19,16 +19,30 @@ from linen2nnx.migrate.sites import LoopInfo, Site
 from linen2nnx.namemap import split_pattern
 
 
-def _start(loop: LoopInfo) -> int | None:
-    """The first value of the loop variable: 0 over ``range(n)``, the literal ``a`` of ``range(a, b)``;
-    None for a config sequence or a start that is no literal."""
-    it = loop.node.iter if isinstance(loop.node, cst.For) else None
-    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"):
+def counting(node: cst.CSTNode | None) -> tuple[int, str] | None:
+    """The first value of the variable that counts a loop's iterations, and its name: 0 and ``i`` over
+    ``range(n)``; ``a`` of ``range(a, b)``; ``s`` of ``for i, v in enumerate(seq, s)`` (0 without
+    ``s``). None for any other loop or a start that is no literal."""
+    it = node.iter if isinstance(node, cst.For) else None
+    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name)):
         return None
-    if len(it.args) == 1:
-        return 0
-    first = it.args[0].value
-    return int(first.value) if len(it.args) == 2 and isinstance(first, cst.Integer) else None
+    args = [a for a in it.args if a.keyword is None and not a.star]
+    start = [a.value for a in it.args if a.keyword is not None and a.keyword.value == "start"]
+    target = node.target  # type: ignore[union-attr]
+    if it.func.value == "range" and isinstance(target, cst.Name) and len(args) == len(it.args) <= 2:
+        first = args[0].value if len(args) == 2 else cst.Integer("0")
+        return (int(first.value), target.value) if isinstance(first, cst.Integer) else None
+    if not (
+        it.func.value == "enumerate"
+        and isinstance(target, cst.Tuple)
+        and len(target.elements) == 2
+        and isinstance(target.elements[0].value, cst.Name)
+        and len(args) + len(start) == len(it.args)
+        and 1 <= len(it.args) <= 2
+    ):
+        return None
+    first = (args[1].value if len(args) == 2 else start[0]) if len(it.args) == 2 else cst.Integer("0")
+    return (int(first.value), target.elements[0].value.value) if isinstance(first, cst.Integer) else None
 
 
 def _offset_of(expr: cst.BaseExpression, var: str) -> int | None:
@@ -50,8 +64,15 @@ def _offset_of(expr: cst.BaseExpression, var: str) -> int | None:
 def loop_name_pattern(value: cst.BaseExpression, loop: LoopInfo) -> str | None:
     """``f'EncDecBlock{lyr}'`` -> ``EncDecBlock{i}``; ``f'unit{i + 1}'`` over ``range(1, n)`` ->
     ``unit{i+2}``: the names of the list's elements by their index; None when not followed."""
-    start = _start(loop)
-    if start is None or not isinstance(value, cst.FormattedString):
+    counted = counting(loop.node)
+    if counted is None or counted[1] != loop.var:
+        return None
+    return name_pattern(value, *counted)
+
+
+def name_pattern(value: cst.BaseExpression, start: int, var: str) -> str | None:
+    """The pattern of ``value`` (see :func:`loop_name_pattern`) where ``var`` counts from ``start``."""
+    if not isinstance(value, cst.FormattedString):
         return None
     before, after, offset = [], [], None
     for part in value.parts:
@@ -62,7 +83,7 @@ def loop_name_pattern(value: cst.BaseExpression, loop: LoopInfo) -> str | None:
             continue
         if offset is not None or part.conversion is not None or part.format_spec is not None:
             return None
-        offset = _offset_of(part.expression, loop.var)
+        offset = _offset_of(part.expression, var)
         if offset is None:
             return None
     if offset is None or start + offset < 0:
