@@ -171,17 +171,7 @@ class NestPlanning:
         bound, name_arg = bind_args(self._arg_order(rule, user), target)
         statement = self.ctx.enclosing_statement(node)
         outer = self._outer_loop(statement, len(loops))
-        why, pattern = None, None
-        if name_arg is not None and len(loops) == 1 and isinstance(outer, cst.For) and not conditions:
-            pattern = self._nest_name(plan, name_arg.value, outer)  # `f'block{i + 1}'`: the list's names
-        if not isinstance(outer, cst.For):
-            why = "on a line the loops do not hold directly (inside an if / with)"
-        elif conditions:
-            why = "under a condition"
-        elif name_arg is not None and pattern is None:
-            why = "with name=: Linen names it once per iteration"
-        elif pattern is None and any(counters.get(n, 0) != 0 for n in names):
-            why = f"after other {names[0]}s: its Linen names depend on theirs"
+        why, pattern = self._refusal(plan, outer, conditions, name_arg, len(loops), names, counters)
         if why is not None:
             self.state.handled.add(target.func)
             self.ctx.report(
@@ -213,6 +203,31 @@ class NestPlanning:
         nest.statements[id(site)] = statement
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, nest.names)
         plan.hoisted_order.append(site)
+
+    def _refusal(
+        self,
+        plan: ClassPlan,
+        outer: cst.CSTNode | None,
+        conditions: list[str],
+        name_arg: cst.Arg | None,
+        depth: int,
+        names: tuple[str, ...],
+        counters: dict[str, int | None],
+    ) -> tuple[str | None, str | None]:
+        """Why a module of a loop nest is not hoisted (None: it is), and the pattern of its names when
+        it is built with ``name=`` in one loop (``block{i+2}``)."""
+        pattern = None
+        if name_arg is not None and depth == 1 and isinstance(outer, cst.For) and not conditions:
+            pattern = self._nest_name(plan, name_arg.value, outer)  # `f'block{i + 1}'`: the list's names
+        if not isinstance(outer, cst.For):
+            return "on a line the loops do not hold directly (inside an if / with)", None
+        if conditions:
+            return "under a condition", None
+        if name_arg is not None and pattern is None:
+            return "with name=: Linen names it once per iteration", None
+        if pattern is None and any(counters.get(n, 0) != 0 for n in names):
+            return f"after other {names[0]}s: its Linen names depend on theirs", None
+        return None, pattern
 
     @staticmethod
     def _nest_name(plan: ClassPlan, value: cst.BaseExpression, loop: cst.For) -> str | None:
