@@ -108,3 +108,19 @@ def test_names_counted_by_enumerate(tmp_path, depth):
     )
     assert "proj/1/kernel" in grads and "block1/unit/0/kernel" in grads
     assert ("block/1/unit/1/kernel" in grads) == (depth == 3)  # Linen's block3: two units
+
+
+@pytest.mark.parametrize("scan", [True, False])
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_lift_alias_bound_in_a_branch(tmp_path, scan, deterministic):
+    linen_mod, nnx_mod, result, map_path = _build("branch_scan_remat_alias", tmp_path)
+    assert "block = nn.remat(" not in result.output.split("class Block")[1]
+    x = np.random.default_rng(3).normal(size=(2, 5)).astype(np.float32)
+    grads = _parity(
+        linen_mod.Encoder(scan=scan),
+        lambda rngs: nnx_mod.Encoder(scan=scan, in_features=5, rngs=rngs),
+        x,
+        map_path,
+        deterministic=deterministic,
+    )
+    assert ("encoderblock/dense_0/kernel" if scan else "encoderblock/2/dense_0/kernel") in grads

@@ -130,3 +130,19 @@ def compact_aliases(
         assert isinstance(stmt, cst.SimpleStatementLine)
         found.append(CompactAlias(name, stmt, choice[0], uses, choice[1], choice[2]))
     return found
+
+
+def branch_assignments(body: list[cst.BaseStatement], counts: dict[str, int]) -> list[cst.BaseStatement]:
+    """The ``name = value`` lines inside the ``if`` / ``else`` branches of ``body`` (at any depth of
+    branches, not in loops) of names bound once in the method: ``if self.scan: block = nn.remat(Block,
+    ...)`` then ``nn.scan(block, ...)`` in the same branch (ViT), a lift alias as a top-level one is."""
+    found: list[cst.BaseStatement] = []
+    for stmt in body:
+        branch: cst.CSTNode | None = stmt if isinstance(stmt, cst.If) else None
+        while branch is not None:
+            assert isinstance(branch, (cst.If, cst.Else))
+            inner = list(branch.body.body)
+            found += [s for s in inner if (a := single_assign(s)) is not None and counts.get(a[0]) == 1]
+            found += branch_assignments(inner, counts)
+            branch = branch.orelse if isinstance(branch, cst.If) else None
+    return found

@@ -13,7 +13,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.compact_aliases import CompactAlias, compact_aliases
+from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
 from linen2nnx.migrate.compact_collect import CompactCollector
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
@@ -404,8 +404,8 @@ class ClassPlanner:
         return alias
 
     def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
-        self.ctx.collect_lift_aliases(fn.body.body)
         counts = assigned_names(fn)
+        self.ctx.collect_lift_aliases([*fn.body.body, *branch_assignments(fn.body.body, counts)])
         plan.compact = fn
         plan.pure_locals = self.locals.pure_locals(plan, fn)
         local_names = set(counts) - static_everywhere(plan)
