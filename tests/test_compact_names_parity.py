@@ -65,6 +65,15 @@ def test_loop_name_patterns(tmp_path, stages):
     assert ("stage/2/unit/2/dense_1/kernel" in grads) == (stages == 3)  # Stage2's unit4
 
 
+def test_zero_padded_loop_names(tmp_path):
+    linen_mod, nnx_mod, result, map_path = _build("compact_loop_name_patterns", tmp_path)
+    children = result.name_map.classes["compact_loop_name_patterns.Padded"].children
+    assert children["unit{i+2:02d}"].attr == "unit"
+    x = np.random.default_rng(4).normal(size=(2, 4)).astype(np.float32)
+    grads = _parity(linen_mod.Padded(), lambda rngs: nnx_mod.Padded(in_features=4, rngs=rngs), x, map_path)
+    assert "unit/10/dense_0/kernel" in grads and "unit01/dense_1/bias" in grads  # Linen's unit12
+
+
 @pytest.mark.parametrize("remat", [True, False])
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_class_held_by_a_local(tmp_path, remat, deterministic):
@@ -124,3 +133,21 @@ def test_lift_alias_bound_in_a_branch(tmp_path, scan, deterministic):
         deterministic=deterministic,
     )
     assert ("encoderblock/dense_0/kernel" if scan else "encoderblock/2/dense_0/kernel") in grads
+
+
+def test_name_map_reads_element_patterns_exactly():
+    from linen2nnx.namemap import Child, ClassEntry, NameMap
+
+    dense = "flax.linen.Dense"
+    children = {
+        "unit01": Child("unit01", dense),
+        "unit{i+2:02d}": Child("unit", dense, container="list"),
+        "Stage{i+1}": Child("stage", dense, container="list"),
+    }
+    name_map = NameMap({"m.A": ClassEntry("m.A", children=children)})
+    assert name_map.to_nnx_path("m.A", "params", ("unit01", "kernel")) == ("unit01", "kernel")
+    assert name_map.to_nnx_path("m.A", "params", ("unit03", "kernel")) == ("unit", 1, "kernel")
+    assert name_map.to_nnx_path("m.A", "params", ("Stage1", "bias")) == ("stage", 0, "bias")
+    for unknown in ("unit3", "Stage0"):  # not padded as Linen names them; below the first element
+        with pytest.raises(KeyError):
+            name_map.to_nnx_path("m.A", "params", (unknown, "kernel"))

@@ -12,6 +12,8 @@ keeps its finding.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import attribute_for, snake_case
@@ -81,7 +83,7 @@ def name_pattern(value: cst.BaseExpression, start: int, var: str) -> str | None:
                 return None  # an escaped brace: not a plain name
             (before if offset is None else after).append(part.value)
             continue
-        if offset is not None or part.conversion is not None or part.format_spec is not None:
+        if offset is not None or part.conversion is not None or (width := _zero_padded(part)) is None:
             return None
         offset = _offset_of(part.expression, var)
         if offset is None:
@@ -89,7 +91,17 @@ def name_pattern(value: cst.BaseExpression, start: int, var: str) -> str | None:
     if offset is None or start + offset < 0:
         return None
     total = start + offset
-    return "".join(before) + ("{i}" if total == 0 else f"{{i+{total}}}") + "".join(after)
+    index = "i" + (f"+{total}" if total else "") + (f":0{width}d" if width else "")
+    return "".join(before) + "{" + index + "}" + "".join(after)
+
+
+def _zero_padded(part: cst.FormattedStringExpression) -> int | None:
+    """The width of ``{i:02d}`` (0 without a format spec); None for any other format spec."""
+    spec = part.format_spec
+    if spec is None:
+        return 0
+    text = spec[0].value if len(spec) == 1 and isinstance(spec[0], cst.FormattedStringText) else ""
+    return int(text[1:-1]) if re.fullmatch(r"0[1-9]d", text) else None
 
 
 def pattern_attr(pattern: str, class_name: str) -> str:
