@@ -95,6 +95,13 @@ def test_class_held_by_a_local(tmp_path, remat, deterministic):
         deterministic=deterministic,
     )
     _parity(
+        linen_mod.Stages(remat=remat),
+        lambda rngs: nnx_mod.Stages(remat=remat, in_features=5, rngs=rngs),
+        x,
+        map_path,
+        deterministic=deterministic,
+    )
+    _parity(
         linen_mod.Plain(),
         lambda rngs: nnx_mod.Plain(in_features=5, rngs=rngs),
         x,
