@@ -132,17 +132,36 @@ def compact_aliases(
     return found
 
 
-def branch_assignments(body: list[cst.BaseStatement], counts: dict[str, int]) -> list[cst.BaseStatement]:
-    """The ``name = value`` lines inside the ``if`` / ``else`` branches of ``body`` (at any depth of
-    branches, not in loops) of names bound once in the method: ``if self.scan: block = nn.remat(Block,
-    ...)`` then ``nn.scan(block, ...)`` in the same branch (ViT), a lift alias as a top-level one is."""
+def branch_assignments(
+    body: list[cst.BaseStatement], counts: dict[str, int], is_transform: Callable[[cst.BaseExpression], bool]
+) -> list[cst.BaseStatement]:
+    """The ``name = <transform>(...)`` lines inside the ``if`` / ``else`` branches of ``body`` (at any
+    depth of branches, not in loops) of names bound once in the method: ``if self.scan: block =
+    nn.remat(Block, ...)`` then ``nn.scan(block, ...)(...)`` in the same branch (ViT), a lift alias
+    as a top-level one is. One that reads another local (a call-time ``variable_axes``), or that
+    another such line wraps again (``scanned = nn.scan(block, ...)``), is left as it is."""
+    lines = _branch_lines(body)
+    transforms = [
+        (line, a)
+        for line in lines
+        if (a := single_assign(line)) is not None and isinstance(a[1], cst.Call) and is_transform(a[1].func)
+    ]
+    wrapped = {n for _, (_, value) in transforms for n in names_in(value)}
+    return [
+        line
+        for line, (name, value) in transforms
+        if counts.get(name) == 1 and not names_in(value) & counts.keys() and name not in wrapped
+    ]
+
+
+def _branch_lines(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The statements inside the ``if`` / ``elif`` / ``else`` branches of ``body``, at any depth."""
     found: list[cst.BaseStatement] = []
     for stmt in body:
         branch: cst.CSTNode | None = stmt if isinstance(stmt, cst.If) else None
         while branch is not None:
             assert isinstance(branch, (cst.If, cst.Else))
             inner = list(branch.body.body)
-            found += [s for s in inner if (a := single_assign(s)) is not None and counts.get(a[0]) == 1]
-            found += branch_assignments(inner, counts)
+            found += inner + _branch_lines(inner)
             branch = branch.orelse if isinstance(branch, cst.If) else None
     return found

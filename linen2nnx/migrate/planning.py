@@ -405,7 +405,8 @@ class ClassPlanner:
 
     def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
         counts = assigned_names(fn)
-        self.ctx.collect_lift_aliases([*fn.body.body, *branch_assignments(fn.body.body, counts)])
+        branches = branch_assignments(fn.body.body, counts, lambda f: self.ctx.transform_kind(f) is not None)
+        self.ctx.collect_lift_aliases([*fn.body.body, *branches])
         plan.compact = fn
         plan.pure_locals = self.locals.pure_locals(plan, fn)
         local_names = set(counts) - static_everywhere(plan)
