@@ -184,13 +184,37 @@ def _attr_path(attr: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in attr.split("/")]
 
 
+_INDEX = re.compile(r"\{i(?:\+(\d+))?(?::0(\d+)d)?\}")
+
+
+def split_pattern(pattern: str) -> tuple[str, int, str]:
+    """``unit{i+2}`` -> ``("unit", 2, "")``: the text around a list's element-name pattern and the
+    offset of the number in the name from the element's index (a loop over ``range(1, n)`` naming
+    its modules ``unit{j + 1}``: element 0 is ``unit2``). ``{i+1:02d}``: the number zero-padded."""
+    found = _INDEX.search(pattern)
+    assert found is not None, pattern
+    return pattern[: found.start()], int(found.group(1) or 0), pattern[found.end() :]
+
+
+def _width(pattern: str) -> int:
+    found = _INDEX.search(pattern)
+    return int(found.group(2) or 0) if found is not None else 0
+
+
+def element_key(pattern: str, index: int) -> str:
+    """The Linen name of element ``index`` of a list whose element names follow ``pattern``."""
+    before, offset, after = split_pattern(pattern)
+    return f"{before}{str(index + offset).zfill(_width(pattern))}{after}"
+
+
 def _container_lookup(entry: ClassEntry, key: str) -> tuple[Child, Any] | None:
     for name, child in entry.children.items():
-        if child.container == "list" and "{i}" in name:  # element names as a pattern: `block.{i}`, `{i}`
-            before, _, after = name.partition("{i}")
+        if child.container == "list" and _INDEX.search(name):  # element names as a pattern: `block.{i}`
+            before, offset, after = split_pattern(name)
             found = re.fullmatch(re.escape(before) + r"(\d+)" + re.escape(after), key)
-            if found:
-                return child, int(found.group(1))
+            index = int(found.group(1)) - offset if found else -1
+            if index >= 0 and (not _width(name) or element_key(name, index) == key):  # `unit02`, not `unit2`
+                return child, index
             continue
         if child.container is None or not key.startswith(name + "_"):
             continue

@@ -107,6 +107,10 @@ class Emitter:
     def _user_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
         if site.lifted is not None:  # nn.scan(Block, ...)(cfg): the class itself, lifted in _build
             updated = updated.with_changes(func=parse_expression(code(site.lifted.base)))
+        elif site.ctor.func in self.state.hoisted_aliases:  # `block(...)` of `block = Block`, which goes
+            updated = updated.with_changes(
+                func=parse_expression(code(self.state.alias_classes[site.ctor.func]))
+            )
         args = [a for a in updated.args if not (a.keyword is not None and a.keyword.value == "name")]
         args = with_moved_flags(site, args)  # merged mode flags: given at the call
         if site.arg_sources:  # `Cell(x.shape[-1])`: the size the dataflow resolved

@@ -90,6 +90,9 @@ class FileState:
     alias_classes: dict[cst.CSTNode, cst.BaseExpression] = dataclasses.field(
         default_factory=dict
     )  # `block_class` of `block_class(...)` in setup() -> the class the local holds (setup_lists.py)
+    hoisted_aliases: set[cst.CSTNode] = dataclasses.field(
+        default_factory=set
+    )  # ... of those, a @nn.compact local whose statement goes: __init__ builds the class (compact_aliases.py)
     factory_layers: dict[cst.CSTNode, LayerRule] = dataclasses.field(
         default_factory=dict
     )  # the constructor each call of one stands for (its callee: a node built from text) -> its layer

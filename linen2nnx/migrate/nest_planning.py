@@ -25,6 +25,7 @@ from linen2nnx.migrate.cst_utils import (
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.loop_names import clashes, counting, name_pattern, pattern_attr
 from linen2nnx.migrate.rules import LAYER_003, MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopNest, Site, root_site, shape_last_refs, static_everywhere
 
@@ -170,15 +171,7 @@ class NestPlanning:
         bound, name_arg = bind_args(self._arg_order(rule, user), target)
         statement = self.ctx.enclosing_statement(node)
         outer = self._outer_loop(statement, len(loops))
-        why = None
-        if not isinstance(outer, cst.For):
-            why = "on a line the loops do not hold directly (inside an if / with)"
-        elif conditions:
-            why = "under a condition"
-        elif name_arg is not None:
-            why = "with name=: Linen names it once per iteration"
-        elif any(counters.get(n, 0) != 0 for n in names):
-            why = f"after other {names[0]}s: its Linen names depend on theirs"
+        why, pattern = self._refusal(plan, outer, conditions, name_arg, len(loops), names, counters)
         if why is not None:
             self.state.handled.add(target.func)
             self.ctx.report(
@@ -188,12 +181,17 @@ class NestPlanning:
                 "build the modules in __init__ (an nnx.List) and index it at the call",
             )
             return
-        counters.update(dict.fromkeys(names, None))
+        class_name = names[0]
+        if pattern is None:
+            counters.update(dict.fromkeys(names, None))
+        else:
+            names = (pattern,)  # the name map's key: `block{i+2}`
         assert isinstance(outer, cst.For)
         nest = plan.nests.get(outer)
         if nest is None:
             nest = plan.nests[outer] = self._loop_nest(outer, loops)
         attr = snake_case(names[0]) if len(names) == 1 else list_attr(factory.name)
+        attr = pattern_attr(pattern, class_name) if pattern is not None else attr
         while any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
             attr = f"{attr}_"
         site = self.add_site(plan, target, attr=attr, linen_name=names[0], hoisted=True)
@@ -205,6 +203,40 @@ class NestPlanning:
         nest.statements[id(site)] = statement
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, nest.names)
         plan.hoisted_order.append(site)
+
+    def _refusal(
+        self,
+        plan: ClassPlan,
+        outer: cst.CSTNode | None,
+        conditions: list[str],
+        name_arg: cst.Arg | None,
+        depth: int,
+        names: tuple[str, ...],
+        counters: dict[str, int | None],
+    ) -> tuple[str | None, str | None]:
+        """Why a module of a loop nest is not hoisted (None: it is), and the pattern of its names when
+        it is built with ``name=`` in one loop (``block{i+2}``)."""
+        pattern = None
+        if name_arg is not None and depth == 1 and isinstance(outer, cst.For) and not conditions:
+            pattern = self._nest_name(plan, name_arg.value, outer)  # `f'block{i + 1}'`: the list's names
+        if not isinstance(outer, cst.For):
+            return "on a line the loops do not hold directly (inside an if / with)", None
+        if conditions:
+            return "under a condition", None
+        if name_arg is not None and pattern is None:
+            return "with name=: Linen names it once per iteration", None
+        if pattern is None and any(counters.get(n, 0) != 0 for n in names):
+            return f"after other {names[0]}s: its Linen names depend on theirs", None
+        return None, pattern
+
+    @staticmethod
+    def _nest_name(plan: ClassPlan, value: cst.BaseExpression, loop: cst.For) -> str | None:
+        """The element-name pattern of ``name=value`` for a module built once per iteration of the one
+        loop ``loop`` (``enumerate(stages[1:], 1)`` with ``f'block{i + 1}'``: ``block{i+2}``), its
+        elements in the order the loop builds them; None when not followed or read by another list."""
+        counted = counting(loop)
+        pattern = name_pattern(value, *counted) if counted is not None else None
+        return pattern if pattern is not None and not clashes(pattern, list(plan.sites.values())) else None
 
     def _outer_loop(self, statement: cst.CSTNode | None, depth: int) -> cst.CSTNode | None:
         """The ``for`` ``depth`` loops up from ``statement`` when only loop bodies lie between them (a

@@ -13,6 +13,7 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
 from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
@@ -405,8 +406,9 @@ class ClassPlanner:
         return alias
 
     def _plan_compact(self, plan: ClassPlan, fn: cst.FunctionDef, counters: dict[str, int | None]) -> None:
-        self.ctx.collect_lift_aliases(fn.body.body)
         counts = assigned_names(fn)
+        branches = branch_assignments(fn.body.body, counts, lambda f: self.ctx.transform_kind(f) is not None)
+        self.ctx.collect_lift_aliases([*fn.body.body, *branches])
         plan.compact = fn
         plan.pure_locals = self.locals.pure_locals(plan, fn)
         local_names = set(counts) - static_everywhere(plan)
@@ -414,7 +416,10 @@ class ClassPlanner:
         replayable = {name: plan.pure_locals.pop(name) for name in partials if name in plan.pure_locals}
         # ^ built at each use, never replayed in __init__ as a config local -- unless also used otherwise
 
+        aliases = self._class_aliases(fn, counts)
         CompactCollector(self.site_planner, plan, fn, counts, local_names, partials, counters).walk(fn)
+        for alias in aliases:
+            self._hoist_alias(plan, alias)
         for factory in partials.values():
             local = factory.local if isinstance(factory, FieldPartial) else factory
             assert local is not None
@@ -524,6 +529,42 @@ class ClassPlanner:
             ]:
                 site.attr = other.attr
                 site.exclusive_with = other
+
+    def _class_aliases(self, fn: cst.FunctionDef, counts: dict[str, int]) -> list[CompactAlias]:
+        """``block = Block`` / ``block = nn.remat(Block, ...) if self.remat else Block`` in @nn.compact
+        (compact_aliases.py): each ``block(...)`` is planned as the class it builds."""
+        found = compact_aliases(
+            fn,
+            counts,
+            self.ctx.parent_of,
+            lambda n: (
+                not (isinstance(n, cst.Name) and n.value in self.state.lift_aliases)
+                and self.ctx.user_class_of(n) is not None
+            ),
+            lambda call: self.ctx.transform_kind(call.func) == "remat",
+        )
+        for alias in found:
+            for use in alias.uses:
+                self.state.alias_classes[use] = alias.cls
+        return found
+
+    def _hoist_alias(self, plan: ClassPlan, alias: CompactAlias) -> None:
+        """Every use of ``alias`` became a submodule: the local goes, its remat moves to the calls. Else
+        the statement stays and its class read is a finding (``_flag_class_values``)."""
+        sites = [s for s in plan.sites.values() if isinstance(s.ctor, cst.Call) and s.ctor.func in alias.uses]
+        if len(sites) != len(alias.uses) or not all(s.hoisted for s in sites):
+            return
+        self.state.dropped_statements.add(alias.stmt)
+        self.state.hoisted_aliases.update(alias.uses)
+        plan.pure_locals.pop(alias.name, None)
+        plan.partial_classes.add(alias.cls)  # read as a value only to build these
+        if alias.remat is None:
+            return
+        plan.partial_classes.add(alias.remat.args[0].value)
+        for site in sites:
+            site.lifted, site.lift_condition = self.ctx.lift_chain(alias.remat), alias.condition
+        self.state.handled.add(alias.remat.func)
+        self.state.relocated_calls.add(alias.remat)
 
     def _flag_class_values(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
         """A Linen class of the run used as a value in @nn.compact (``Attn = vmap(Block, ...)``,

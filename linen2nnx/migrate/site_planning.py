@@ -28,6 +28,7 @@ from linen2nnx.migrate.cst_utils import (
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.loop_chains import LoopChains, names_of, offset_of
 from linen2nnx.migrate.loop_locals import loop_local_value
+from linen2nnx.migrate.loop_names import clashes, loop_name_pattern, pattern_attr
 from linen2nnx.migrate.merge_flags import moved_flag
 from linen2nnx.migrate.nest_planning import NestPlanning, list_attr
 from linen2nnx.migrate.rules import (
@@ -279,7 +280,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         names = factory.linen_names if isinstance(factory, FieldFactory) and factory.linen_names else ()
         names = names or (class_name,)
         if name_arg is not None:
-            named = self._explicit_name(name_arg, loop, what, class_name)
+            named = self._explicit_name(plan, name_arg, loop, what, class_name)
         elif counters.get(class_name, 0) is None and loop is None:
             self._plan_loop_tail(
                 plan, node, rule, what, class_name, bound, local_names, conditions, names, at
@@ -306,7 +307,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         plan.hoisted_order.append(site)
 
     def _explicit_name(
-        self, name_arg: cst.Arg, loop: LoopInfo | None, what: str, class_name: str
+        self, plan: ClassPlan, name_arg: cst.Arg, loop: LoopInfo | None, what: str, class_name: str
     ) -> tuple[str, str, str | None] | None:
         """(Linen name, attribute, container) of a module built with ``name=``: a literal, or in a loop
         an f-string prefix (``f'layer_{i}'``) naming the elements of an ``nnx.List``."""
@@ -318,6 +319,9 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         # config sequence, whose names (``layer_2``, ``layer_64``) are no index of the nnx.List
         if loop is not None and not loop.index and (prefix := loop_name_prefix(name_value, loop.var)):
             return prefix, snake_case(prefix), "list"
+        pattern = loop_name_pattern(name_value, loop) if loop is not None else None
+        if pattern is not None and not clashes(pattern, list(plan.sites.values())):
+            return pattern, pattern_attr(pattern, class_name), "list"  # `EncDecBlock{i}`, `unit{i+2}`
         self.ctx.report(
             MOD_004,
             name_arg,

@@ -20,6 +20,7 @@ from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.dataflow import Feat
 from linen2nnx.migrate.rules import SHAPE_001, SHAPE_003, SHAPE_004
 from linen2nnx.migrate.sites import ClassPlan, Site
+from linen2nnx.namemap import element_key
 
 
 class TraceEvidence:
@@ -202,11 +203,13 @@ class TraceEvidence:
         built = site.rule.linen if site.rule else site.user.name if site.user else None
         if site.elements is not None:  # a setup() comprehension's names: `blocks_{i}`, `block.{i}`
             pattern = site.elements
+        elif "{i" in site.linen_name:  # a loop's computed names: `EncDecBlock{i}`, `unit{i+2}`
+            pattern = site.linen_name
         else:
             pattern = site.linen_name + ("_" if site.linen_name == built else "") + "{i}"
         shapes: list[tuple[int, ...]] = []
         for k in range(10_000):
-            found = self.state.trace.shapes_for(plan.name, pattern.replace("{i}", str(k)))
+            found = self.state.trace.shapes_for(plan.name, element_key(pattern, k))
             if not found:
                 break
             shapes += found

@@ -1,0 +1,128 @@
+"""Computed ``name=`` of a module built in a loop of ``@nn.compact``, read as a pattern of its list index.
+
+``f'layer_{i}'`` inside ``for i in range(n)`` is the plain case (``sites.loop_name_prefix``): the name
+map's ``layer`` list maps ``layer_k`` to element ``k``. Real code also writes ``f'EncDecBlock{lyr}'``
+(no ``_`` before the number) and, after a first module built outside the loop, ``f'unit{i + 1}'``
+inside ``for i in range(1, n)``: element ``k`` of the ``nnx.List`` is then Linen's ``unit{k + 2}``.
+Such names become a pattern with the index and its offset (``EncDecBlock{i}``, ``unit{i+2}``, read by
+``namemap``), so convert finds every element's weights. Anything else (a start that is not a
+literal, a name of the loop variable times something, a format spec) is not followed: the caller
+keeps its finding.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import attribute_for, snake_case
+from linen2nnx.migrate.sites import LoopInfo, Site
+from linen2nnx.namemap import split_pattern
+
+
+def counting(node: cst.CSTNode | None) -> tuple[int, str] | None:
+    """The first value of the variable that counts a loop's iterations, and its name: 0 and ``i`` over
+    ``range(n)``; ``a`` of ``range(a, b)``; ``s`` of ``for i, v in enumerate(seq, s)`` (0 without
+    ``s``). None for any other loop or a start that is no literal."""
+    it = node.iter if isinstance(node, cst.For) else None
+    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name)):
+        return None
+    args = [a for a in it.args if a.keyword is None and not a.star]
+    start = [a.value for a in it.args if a.keyword is not None and a.keyword.value == "start"]
+    target = node.target  # type: ignore[union-attr]
+    if it.func.value == "range" and isinstance(target, cst.Name) and len(args) == len(it.args) <= 2:
+        first = args[0].value if len(args) == 2 else cst.Integer("0")
+        return (int(first.value), target.value) if isinstance(first, cst.Integer) else None
+    if not (
+        it.func.value == "enumerate"
+        and isinstance(target, cst.Tuple)
+        and len(target.elements) == 2
+        and isinstance(target.elements[0].value, cst.Name)
+        and len(args) + len(start) == len(it.args)
+        and 1 <= len(it.args) <= 2
+    ):
+        return None
+    first = (args[1].value if len(args) == 2 else start[0]) if len(it.args) == 2 else cst.Integer("0")
+    return (int(first.value), target.elements[0].value.value) if isinstance(first, cst.Integer) else None
+
+
+def _offset_of(expr: cst.BaseExpression, var: str) -> int | None:
+    """``i`` -> 0, ``i + 2`` -> 2, ``i - 1`` -> -1 (``var`` the loop variable); None otherwise."""
+    if isinstance(expr, cst.Name):
+        return 0 if expr.value == var else None
+    if not (
+        isinstance(expr, cst.BinaryOperation)
+        and isinstance(expr.left, cst.Name)
+        and expr.left.value == var
+        and isinstance(expr.right, cst.Integer)
+    ):
+        return None
+    if isinstance(expr.operator, cst.Add):
+        return int(expr.right.value)
+    return -int(expr.right.value) if isinstance(expr.operator, cst.Subtract) else None
+
+
+def loop_name_pattern(value: cst.BaseExpression, loop: LoopInfo) -> str | None:
+    """``f'EncDecBlock{lyr}'`` -> ``EncDecBlock{i}``; ``f'unit{i + 1}'`` over ``range(1, n)`` ->
+    ``unit{i+2}``: the names of the list's elements by their index; None when not followed."""
+    counted = counting(loop.node)
+    if counted is None or counted[1] != loop.var:
+        return None
+    return name_pattern(value, *counted)
+
+
+def name_pattern(value: cst.BaseExpression, start: int, var: str) -> str | None:
+    """The pattern of ``value`` (see :func:`loop_name_pattern`) where ``var`` counts from ``start``."""
+    if not isinstance(value, cst.FormattedString):
+        return None
+    before, after, offset = [], [], None
+    for part in value.parts:
+        if isinstance(part, cst.FormattedStringText):
+            if "{" in part.value or "}" in part.value:
+                return None  # an escaped brace: not a plain name
+            (before if offset is None else after).append(part.value)
+            continue
+        if offset is not None or part.conversion is not None or (width := _zero_padded(part)) is None:
+            return None
+        offset = _offset_of(part.expression, var)
+        if offset is None:
+            return None
+    if offset is None or start + offset < 0:
+        return None
+    total = start + offset
+    index = "i" + (f"+{total}" if total else "") + (f":0{width}d" if width else "")
+    return "".join(before) + "{" + index + "}" + "".join(after)
+
+
+def _zero_padded(part: cst.FormattedStringExpression) -> int | None:
+    """The width of ``{i:02d}`` (0 without a format spec); None for any other format spec."""
+    spec = part.format_spec
+    if spec is None:
+        return 0
+    text = spec[0].value if len(spec) == 1 and isinstance(spec[0], cst.FormattedStringText) else ""
+    return int(text[1:-1]) if re.fullmatch(r"0[1-9]d", text) else None
+
+
+def pattern_attr(pattern: str, class_name: str) -> str:
+    """A valid attribute for the list of a name pattern: its text, snake-cased (``EncDecBlock{i}`` ->
+    ``enc_dec_block``, ``unit{i+2}`` -> ``unit``)."""
+    before, _, after = split_pattern(pattern)
+    text = (before + "_" + after).strip("_") if after else before.rstrip("_")
+    return attribute_for(snake_case(text) if text else snake_case(class_name), class_name)
+
+
+def clashes(pattern: str, sites: list[Site]) -> bool:
+    """Whether another loop-built list of the class has a pattern with the same text around the
+    index: one Linen name would then match both (``b{i}`` and ``b{i+2}`` both read ``b3``)."""
+    before, _, after = split_pattern(pattern)
+    for site in sites:
+        if site.container != "list":
+            continue
+        if "{i" in site.linen_name:
+            other_before, _, other_after = split_pattern(site.linen_name)
+            if (other_before, other_after) == (before, after):
+                return True
+        elif not after and before == f"{site.linen_name}_":  # the `unit` list of f'unit_{i}'
+            return True
+    return False
