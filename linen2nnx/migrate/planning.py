@@ -13,10 +13,11 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
 from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
 from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
+from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_names,
@@ -40,9 +41,6 @@ from linen2nnx.migrate.lifted import (
     LiftError,
     method_scan,
 )
-from linen2nnx.migrate.linen_api import (
-    feature_preserving_functions,
-)
 from linen2nnx.migrate.local_planning import LocalPlanner
 from linen2nnx.migrate.merge_flags import merge_flags
 from linen2nnx.migrate.named_variables import plan_put_variables
@@ -55,11 +53,9 @@ from linen2nnx.migrate.rules import (
 from linen2nnx.migrate.setup_lists import ClassAlias, class_alias, comprehension_index, element_names
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
-    LINEN_BASES,
     LINEN_COMPACT,
     BranchLocal,
     ClassPlan,
-    Field,
     Site,
     static_everywhere,
 )
@@ -108,8 +104,8 @@ class ClassPlanner:
     def plan_class(self, node: cst.ClassDef) -> ClassPlan:
         """The plan of Linen class ``node``: fields, factories, scans, ``setup`` and ``@nn.compact`` sites,
         then the feature sizes of every site and what ``__init__`` replays."""
-        plan = ClassPlan(name=node.name.value, fields=self._fields(node))
-        self._plan_field_kinds(plan, node)
+        plan = ClassPlan(name=node.name.value, fields=class_fields(self.ctx, node))
+        plan_field_kinds(self.ctx, plan, node)
         plan.call_flags = merge_flags(self.ctx, plan, node)
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
         self.state.methods[plan.name] = methods
@@ -127,58 +123,6 @@ class ClassPlanner:
         self._size_and_finish(plan, methods)
         plan_inherited_build(plan, node, methods, self.ctx.user_class_of, self.ctx.report)
         return plan
-
-    def _fields(self, node: cst.ClassDef) -> list[Field]:
-        """The dataclass fields of ``node``, after those of its Linen base classes."""
-        fields: list[Field] = []
-        for base in node.bases:  # Linen base classes (this file's or another's) contribute their fields first
-            base_plan = self.ctx.user_class_of(base.value)
-            if base_plan is not None:
-                fields.extend(base_plan.fields)
-        for stmt in node.body.body:
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
-                        if "ClassVar" in code(small.annotation.annotation):
-                            continue
-                        fields = [f for f in fields if f.name != small.target.value]
-                        fields.append(self.ctx.dataclass_field(small))
-        return fields
-
-    def _plan_field_kinds(self, plan: ClassPlan, node: cst.ClassDef) -> None:
-        """Whether the class is an RNN cell; which fields are activations (keep the feature size)."""
-        plan.is_cell = any(
-            LINEN_BASES.get(q) == "nnx.RNNCellBase"
-            for base in node.bases
-            for q in self.ctx.qualnames(base.value)
-        ) or any(getattr(self.ctx.user_class_of(base.value), "is_cell", False) for base in node.bases)
-        for stmt in node.body.body:  # `act: Callable = nn.relu`: calling self.act keeps the feature size
-            for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
-                if (
-                    isinstance(small, cst.AnnAssign)
-                    and isinstance(small.target, cst.Name)
-                    and small.value is not None
-                    and self.ctx.qualnames(small.value) & feature_preserving_functions()
-                ):
-                    plan.activation_fields.add(small.target.value)
-        calls = calls_in(node.body)
-        apis = [self.ctx.self_call(c) for c in calls]  # `self.<api>(...)` of each call, once
-        called = set(apis) - {None}
-        plan.put_calls = [c for c, api in zip(calls, apis) if api == "put_variable"]
-        for f in plan.fields:  # `act: Callable` with no default, called: what the callers bind it to
-            if (
-                f.default is None
-                and f.name in called
-                and self.ctx.field_bindings.preserves_features(plan.name, f.name)
-            ):
-                plan.activation_fields.add(f.name)
-        if "rngs" in plan.field_names:
-            self.ctx.report(
-                MOD_004,
-                node,
-                f"{plan.name} has a field named `rngs`, which NNX constructors reserve for the nnx.Rngs",
-                "rename the field before migrating",
-            )
 
     def _plan_factories(self, plan: ClassPlan, methods: list[cst.FunctionDef]) -> None:
         """Helper methods that return a layer: each call is a submodule (see factories.py)."""
