@@ -51,18 +51,27 @@ class BuildResult:
     detail: str = ""
 
 
-def plain_config(config: Mapping[str, Any]) -> dict[str, Any] | None:
+def plain_config(config: Mapping[str, Any], keep_unknown: bool = False) -> dict[str, Any] | None:
     """``config`` as JSON the worker can rebuild (see :func:`_decode`), or None when a value is not
     plain: numbers, strings, booleans, None, tuples and lists of them, dtypes (``jnp.float32``),
     importable module-level functions (``nn.relu``), enum members and config objects (dataclasses of an
-    importable class, ``SimpleNamespace``) of plain fields are; a module class, a closure are not."""
+    importable class, ``SimpleNamespace``) of plain fields are; a module class, a closure are not.
+    ``keep_unknown``: such a value is marked instead (``{"__unknown__": type}``); the worker leaves
+    the parameter at its default when it has one (an initializer closure rarely changes a shape),
+    and does not use the config when it has none."""
     out = {}
     for key, value in config.items():
         encoded = _encode(value)
         if encoded is _UNKNOWN:
-            return None
+            if not keep_unknown:
+                return None
+            encoded = {"__unknown__": type(value).__name__}
         out[key] = encoded
     return out
+
+
+def _unknown(value: Any) -> bool:
+    return isinstance(value, dict) and "__unknown__" in value
 
 
 _UNKNOWN = object()
@@ -169,7 +178,8 @@ def check_tree(
         "package": package or root.name,
         "clean": {f: sorted(c) for f, c in clean.items() if c},
         "configs": {
-            k: [c for c in (plain_config(x) for x in v) if c is not None] for k, v in (configs or {}).items()
+            k: [c for c in (plain_config(x, keep_unknown=True) for x in v) if c is not None]
+            for k, v in (configs or {}).items()
         },
     }
     if not job["clean"]:
@@ -275,10 +285,16 @@ def _build(
         return "abstract", "an abstract base class (its subclasses are what gets built)"
     params = inspect.signature(cls.__init__).parameters
     required = _required(params)
-    known = [c for c in configs if set(required) <= set(c)] if required else [{}]
+    known = (
+        [c for c in configs if set(required) <= {k for k, v in c.items() if not _unknown(v)}]
+        if required
+        else [{}]
+    )
     if not known:
         return "unchecked", "needs " + ", ".join(required)
-    kwargs = {k: _decode(v) for k, v in known[0].items() if k in params and k != "rngs"}
+    config = known[0]
+    kwargs = {k: _decode(v) for k, v in config.items() if k in params and k != "rngs" and not _unknown(v)}
+    defaulted = sorted(k for k, v in config.items() if k in params and _unknown(v))
     try:
         built = nnx.eval_shape(lambda: cls(**kwargs, **({"rngs": nnx.Rngs(0)} if "rngs" in params else {})))
         for _, node in nnx.iter_graph(built):
@@ -290,7 +306,10 @@ def _build(
         if where is not None and where is not cls and where.__name__ not in clean_names:
             return "blocked", f"{where.__name__} (not clean) raised {type(e).__name__}: {first}"[:300]
         return "failed", f"{type(e).__name__}: {first}"[:300]
-    return "built", "defaults" if not required else "traced config"
+    if not required:
+        return "built", "defaults"
+    left = f" ({', '.join(defaulted)} left at the default: not rebuildable here)" if defaulted else ""
+    return "built", "traced config" + left
 
 
 def _as_package(root: Path, scratch: Path, name: str) -> Path:

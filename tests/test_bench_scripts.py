@@ -649,3 +649,28 @@ def test_maxtext_decoders_names_the_findings_that_mark_where_a_call_stopped(tmp_
     )
     assert decoders.markers_above(migrated, 5) == ["L2N-VERIFY-001", "L2N-API-002"]
     assert decoders.markers_above(migrated, 6) == []
+
+
+def test_clean_builds_leaves_a_value_it_cannot_carry_at_its_default(tmp_path):
+    """A traced config holding an initializer closure: the class builds with that parameter at its
+    default (shapes do not depend on it), and says so; a required parameter it cannot carry leaves
+    the class unchecked."""
+    builds = _load("clean_builds")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "mods.py").write_text(
+        "from flax import nnx\n\n\nclass Init(nnx.Module):\n"
+        "    def __init__(self, width: int, init=nnx.initializers.zeros, *, rngs: nnx.Rngs):\n"
+        "        self.w = nnx.Param(init(rngs.params(), (width,)))\n\n\n"
+        "class Strict(nnx.Module):\n    def __init__(self, width: int, init, *, rngs: nnx.Rngs):\n"
+        "        self.w = nnx.Param(init(rngs.params(), (width,)))\n"
+    )
+    closure = jax.nn.initializers.normal(0.1)  # a closure: no importable name
+    assert builds.plain_config({"init": closure}) is None
+    configs = {"Init": [{"width": 3, "init": closure}], "Strict": [{"width": 3, "init": closure}]}
+    results = {
+        b.cls: b for b in builds.check_tree(tmp_path / "pkg", {"mods.py": ["Init", "Strict"]}, configs)
+    }
+    assert results["Init"].status == "built", results["Init"]
+    assert "init left at the default" in results["Init"].detail
+    assert results["Strict"].status == "unchecked" and "init" in results["Strict"].detail
