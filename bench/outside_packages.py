@@ -10,7 +10,8 @@ package's sdist is fetched with ``pip download --no-deps --no-binary :all:`` (``
 of already extracted sdists instead), the package is copied into a work folder, and then, with no
 edit of its code:
 
-1. the Linen model (a tiny config, written below) is traced on an example batch;
+1. the Linen model (a tiny config: the trace spec in ``bench/outside_traces/``, which
+   ``bench/outside_corpus.py`` uses too) is traced on an example batch;
 2. the package folder is migrated with that trace (``Mode.OUT_DIR``), keeping its structure;
 3. the pair spec the migration writes imports the migrated package beside the Linen one;
 4. ``check`` compares forward (eval and train), loss and every gradient with perturbed weights,
@@ -101,134 +102,30 @@ def reshape_newshape() -> Iterator[None]:
         jnp.reshape = original
 
 
-GPT2_SPEC = '''"""Linen side of flaxmodels' GPT-2 (a tiny config), written by bench/outside_packages.py."""
-
-import sys
-from pathlib import Path
-from types import SimpleNamespace
-
-import jax.numpy as jnp
-import numpy as np
-
-from linen2nnx.spec import LinenSide
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from flaxmodels.gpt2 import gpt2  # noqa: E402
-
-CONFIG = SimpleNamespace(
-    vocab_size=11, n_positions=7, n_embd=12, n_head=2, n_layer=2, n_inner=None, embd_pdrop=0.0,
-    attn_pdrop=0.0, resid_pdrop=0.0, layer_norm_epsilon=1e-5, scale_attn_weights=True,
-    activation_function="gelu_new",
-)
+TRACES = Path(__file__).resolve().parent / "outside_traces"
 
 
-def linen_side():
-    ids = np.random.default_rng(0).integers(0, 11, size=(2, 5))
-    return LinenSide(
-        model=gpt2.GPT2Model(config=CONFIG),
-        batch={"x": ids},
-        loss=lambda out, batch: jnp.mean(out["last_hidden_state"] ** 2),
-        train_kwargs={"training": True},
-        eval_kwargs={"training": False},
-        name="flaxmodels/GPT2Model",
-    )
-'''
+def spec_from_trace(trace_file: str, example: str) -> str:
+    """The Linen spec written beside the copied package: it builds the Linen side with the trace spec
+    ``bench/outside_traces/<trace_file>`` (one tiny config per model, shared with
+    ``bench/outside_corpus.py``), given ``example``, the traced file's path below the spec's folder."""
+    bench = TRACES.parent
+    return f'''"""Linen side from bench/outside_traces/{trace_file}, written by bench/outside_packages.py."""
 
-
-VGG16_SPEC = '''"""Linen side of flaxmodels' VGG16 (random weights, no head), written by bench/outside_packages.py."""
-
+import importlib.util
 import sys
 from pathlib import Path
 
-import jax.numpy as jnp
-import numpy as np
-
-from linen2nnx.spec import LinenSide
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from flaxmodels.vgg import vgg  # noqa: E402
-
-
-def linen_side():
-    images = np.random.default_rng(0).uniform(size=(2, 32, 32, 3)).astype(np.float32)
-    return LinenSide(
-        model=vgg.VGG16(output="logits", pretrained=None, include_head=False),
-        batch={"x": images},
-        loss=lambda out, batch: jnp.mean(out**2),
-        train_kwargs={"train": True},
-        eval_kwargs={"train": False},
-        name="flaxmodels/VGG16",
-    )
-'''
-
-
-GRIFFIN_SPEC = '''"""Linen side of recurrentgemma's Griffin (a tiny config), written by bench/outside_packages.py."""
-
-import sys
-from pathlib import Path
-
-import jax.numpy as jnp
-import numpy as np
-
-from linen2nnx.spec import LinenSide
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recurrentgemma import common  # noqa: E402
-from recurrentgemma.jax import griffin  # noqa: E402
-
-CONFIG = common.GriffinConfig(
-    vocab_size=11,
-    width=8,
-    mlp_expanded_width=12,
-    num_heads=2,
-    block_types=(common.TemporalBlockType.RECURRENT, common.TemporalBlockType.ATTENTION),
-    embeddings_scale_by_sqrt_dim=True,
-    attention_window_size=4,
-    logits_soft_cap=30.0,
-    scan_type=common.ScanType.LINEAR_NATIVE,
-)
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the copied package
+sys.path.insert(0, {str(bench)!r})  # the helpers the trace spec imports
+_loader = importlib.util.spec_from_file_location("_outside_trace_spec", {str(TRACES / trace_file)!r})
+_trace_spec = importlib.util.module_from_spec(_loader)
+_loader.loader.exec_module(_trace_spec)
 
 
 def linen_side():
-    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 11, size=(2, 6)), jnp.int32)
-    positions = jnp.asarray(np.tile(np.arange(6), (2, 1)), jnp.int32)  # jaxtyping checks for jax arrays
-    return LinenSide(
-        model=griffin.Griffin(CONFIG),
-        batch={"x": tokens, "segment_pos": positions},
-        inputs=lambda b: ((b["x"], b["segment_pos"]), {}),
-        loss=lambda out, batch: jnp.mean(out[0] ** 2),
-        train_kwargs={"return_cache": False},
-        eval_kwargs={"return_cache": False},
-        name="recurrentgemma/Griffin",
-    )
-'''
-
-
-RESNET18_SPEC = '''"""Linen side of flaxmodels' ResNet-18 (random init, small input), written by bench/outside_packages.py."""
-
-import sys
-from pathlib import Path
-
-import jax.numpy as jnp
-import numpy as np
-
-from linen2nnx.spec import LinenSide
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from flaxmodels.resnet import resnet  # noqa: E402
-
-
-def linen_side():
-    images = np.random.default_rng(0).uniform(size=(2, 16, 16, 3)).astype(np.float32)
-    return LinenSide(
-        model=resnet.ResNet(output="logits", pretrained=None, architecture="resnet18", num_classes=5),
-        batch={"x": images},
-        loss=lambda out, batch: jnp.mean(out**2),
-        train_kwargs={"train": True},
-        eval_kwargs={"train": False},
-        mutable=("batch_stats",),
-        name="flaxmodels/ResNet18",
-    )
+    return _trace_spec.linen_side(HERE / {example!r})
 '''
 
 
@@ -252,7 +149,7 @@ MODELS = {
         "flaxmodels==0.1.3",
         "flaxmodels",
         "flaxmodels/gpt2",
-        GPT2_SPEC,
+        spec_from_trace("flaxmodels_gpt2.py", "flaxmodels/gpt2/gpt2.py"),
         stubs=("h5py", "requests", "tqdm", "regex", "filelock"),
         shims=(("jnp.reshape(newshape=)", reshape_newshape),),
         unsafe_fixes=True,
@@ -263,7 +160,7 @@ MODELS = {
         "flaxmodels==0.1.3",
         "flaxmodels",
         "flaxmodels/vgg",
-        VGG16_SPEC,
+        spec_from_trace("flaxmodels_vgg.py", "flaxmodels/vgg/vgg.py"),
         stubs=("h5py", "requests", "tqdm", "regex", "filelock"),
         notes=("no head (include_head=False: the head needs 224x224 inputs), 32x32 images, normalize on",),
     ),
@@ -272,7 +169,7 @@ MODELS = {
         "flaxmodels==0.1.3",
         "flaxmodels",
         "flaxmodels/resnet",
-        RESNET18_SPEC,
+        spec_from_trace("flaxmodels_resnet.py", "flaxmodels/resnet/resnet.py"),
         stubs=("h5py", "requests", "tqdm", "regex", "filelock"),
     ),
     "griffin": Package(
@@ -280,7 +177,7 @@ MODELS = {
         "recurrentgemma==1.0.1",
         "recurrentgemma",
         "recurrentgemma/jax",
-        GRIFFIN_SPEC,
+        spec_from_trace("recurrentgemma_griffin.py", "recurrentgemma/jax/griffin.py"),
         stubs=("sentencepiece",),
         requires=("einops<1", "jaxtyping<1", "typeguard<3", "wadler_lindig"),
     ),
