@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import parse_statement
+from linen2nnx.migrate.cst_utils import parse_statement, self_attr
 from linen2nnx.migrate.sites import ClassPlan
 
 BRIDGE_ATTR = "linen"
@@ -111,12 +111,8 @@ def mutable_collections(cls: cst.ClassDef, uses_batch_norm: bool) -> list[str]:
 
     class V(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
-            func = node.func
             if (
-                isinstance(func, cst.Attribute)
-                and isinstance(func.value, cst.Name)
-                and func.value.value == "self"
-                and func.attr.value == "variable"
+                self_attr(node.func) == "variable"
                 and node.args
                 and isinstance(node.args[0].value, cst.SimpleString)
             ):

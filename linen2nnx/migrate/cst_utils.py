@@ -195,6 +195,11 @@ def self_attr(node: cst.CSTNode) -> str | None:
     return None
 
 
+def is_super_call(node: cst.CSTNode) -> bool:
+    """``super()`` (or ``super(Cls, self)``)."""
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "super"
+
+
 def needs_parens(expr: cst.BaseExpression) -> bool:
     return isinstance(
         expr,

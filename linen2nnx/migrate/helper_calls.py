@@ -40,7 +40,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import code, names_in
+from linen2nnx.migrate.cst_utils import code, names_in, self_attr
 from linen2nnx.migrate.function_replay import (
     ReplayableFunction,
     calls_to_replay,
@@ -136,12 +136,9 @@ class _Builds(FastVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if (
-            isinstance(func, cst.Attribute)
-            and isinstance(func.value, cst.Name)
-            and func.value.value == "self"
-        ):
-            self.found |= func.attr.value in ("param", "variable")
+        api = self_attr(func)
+        if api is not None:
+            self.found |= api in ("param", "variable")
             return
         if any(a.keyword is not None and a.keyword.value == "name" for a in node.args):
             self.found = True

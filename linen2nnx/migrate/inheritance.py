@@ -19,7 +19,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import calls_in
-from linen2nnx.migrate.cst_utils import parse_statement
+from linen2nnx.migrate.cst_utils import is_super_call, parse_statement
 from linen2nnx.migrate.rules import MOD_004, MOD_010
 from linen2nnx.migrate.sites import ClassPlan
 
@@ -33,6 +33,12 @@ def own_builders(plan: ClassPlan, methods: list[cst.FunctionDef]) -> tuple[str, 
     return tuple(found)
 
 
+def super_method(call: cst.Call) -> str | None:
+    """``super().<name>(...)`` -> ``"name"``."""
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) and is_super_call(func.value) else None
+
+
 def is_super_setup(stmt: cst.BaseStatement) -> bool:
     """``super().setup()`` as a statement of its own."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
@@ -42,25 +48,14 @@ def is_super_setup(stmt: cst.BaseStatement) -> bool:
     return (
         isinstance(call, cst.Call)
         and not call.args
-        and isinstance(call.func, cst.Attribute)
-        and call.func.attr.value == "setup"
-        and isinstance(call.func.value, cst.Call)
-        and isinstance(call.func.value.func, cst.Name)
-        and call.func.value.func.value == "super"
-        and not call.func.value.args
+        and super_method(call) == "setup"
+        and not call.func.value.args  # type: ignore[attr-defined]  # super() itself, as the rewrite replaces it
     )
 
 
 def _calls_super(fn: cst.FunctionDef, name: str) -> bool:
     """``fn`` calls ``super().<name>(...)``."""
-    return any(
-        isinstance(call.func, cst.Attribute)
-        and call.func.attr.value == name
-        and isinstance(call.func.value, cst.Call)
-        and isinstance(call.func.value.func, cst.Name)
-        and call.func.value.func.value == "super"
-        for call in calls_in(fn.body)
-    )
+    return any(super_method(call) == name for call in calls_in(fn.body))
 
 
 def plan_inherited_build(

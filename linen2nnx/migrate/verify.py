@@ -23,7 +23,7 @@ from linen2nnx.migrate.cst_meta import (
     start_positions,
     syntax_children,
 )
-from linen2nnx.migrate.cst_utils import absolute_qualname, code
+from linen2nnx.migrate.cst_utils import absolute_qualname, code, is_super_call
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.linen_factories import LinenFactory, linen_factories
@@ -566,7 +566,7 @@ class _Verifier:
                     f"{code(node)} is Linen API: an NNX module holds its variables as attributes "
                     "(nnx.state(module) gives them all)",
                 )
-        elif attr == "setup" and _is_super_call(node.value):
+        elif attr == "setup" and is_super_call(node.value):
             self._report(
                 verify_rules.VERIFY_004,
                 node,
@@ -582,10 +582,6 @@ class _Verifier:
                     stmt,
                     f"self.{attr} is Linen Module API with no meaning in an NNX class",
                 )
-
-
-def _is_super_call(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "super"
 
 
 def _marked_by_another_rule(stmt: cst.CSTNode) -> bool:
