@@ -6,121 +6,96 @@ The NNX side is the golden output of the fixture; the Linen weights are perturbe
 model through the name map only, so an element mapped to the wrong list index fails the check.
 """
 
-from pathlib import Path
-
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from fixture_paths import all_cases, fixture
-
-from linen2nnx.equivalence import check, perturbed
-from linen2nnx.migrate import migrate_source
-from linen2nnx.spec import LinenSide, ModelPair, import_file
+from fixture_parity import assert_parity, build, grad_paths
 
 
-def _build(case: str, tmp_path: Path):
-    src = fixture(f"{case}_in.py").read_text()
-    assert all_cases()[case].trace() is None
-    result = migrate_source(src, f"{case}.py", module_name=case)
-    assert result.output == fixture(f"{case}_out.py").read_text()
-    (tmp_path / "linen_src.py").write_text(src)
-    (tmp_path / "nnx_src.py").write_text(result.output)
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
-    return import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py"), result, map_path
-
-
-def _parity(linen_model, nnx_factory, x, map_path, **eval_kwargs):
-    side = LinenSide(
-        model=linen_model,
-        batch={"x": x},
-        loss=lambda out, batch: jnp.mean(out**2),
-        train_kwargs=dict(eval_kwargs),
-        eval_kwargs=dict(eval_kwargs),
-    )
-    variables = perturbed(side.init_variables())
-    parity = check(ModelPair(linen=side, nnx_factory=nnx_factory, name_map=map_path), variables)
-    assert parity.passed, [(f.check, f.path, f.max_abs, f.tol, f.note) for f in parity.failures]
-    grads = {leaf.path for leaf in parity.by_check()["grad"]}
-    assert len(grads) == len(jax.tree.leaves(variables["params"]))
-    return grads
+def _modes(deterministic: bool) -> dict:
+    """The same call keyword in train and eval mode, so a dropout stack is compared as asked."""
+    return {"train_kwargs": {"deterministic": deterministic}, "eval_kwargs": {"deterministic": deterministic}}
 
 
 @pytest.mark.parametrize("stages", [1, 3])
 def test_loop_name_patterns(tmp_path, stages):
-    linen_mod, nnx_mod, result, map_path = _build("compact_loop_name_patterns", tmp_path)
+    linen_mod, nnx_mod, result, map_path = build("compact_loop_name_patterns", tmp_path)
     children = result.name_map.classes["compact_loop_name_patterns.Stage"].children
     assert children["unit{i+2}"].attr == "unit" and children["unit1"].attr == "unit1"
     tower = result.name_map.classes["compact_loop_name_patterns.Tower"].children
     assert set(tower) == {"stem", "Stage{i}", "layer_{i+2}"}
     x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
-    grads = _parity(
-        linen_mod.Tower(stages=stages, top=5),
-        lambda rngs: nnx_mod.Tower(stages=stages, top=5, in_features=5, rngs=rngs),
-        x,
-        map_path,
+    grads = grad_paths(
+        assert_parity(
+            linen_mod.Tower(stages=stages, top=5),
+            lambda rngs: nnx_mod.Tower(stages=stages, top=5, in_features=5, rngs=rngs),
+            x,
+            map_path,
+        )
     )
     assert "layer/2/kernel" in grads and "stage/0/unit1/dense_0/kernel" in grads
     assert ("stage/2/unit/2/dense_1/kernel" in grads) == (stages == 3)  # Stage2's unit4
 
 
 def test_zero_padded_loop_names(tmp_path):
-    linen_mod, nnx_mod, result, map_path = _build("compact_loop_name_patterns", tmp_path)
+    linen_mod, nnx_mod, result, map_path = build("compact_loop_name_patterns", tmp_path)
     children = result.name_map.classes["compact_loop_name_patterns.Padded"].children
     assert children["unit{i+2:02d}"].attr == "unit"
     x = np.random.default_rng(4).normal(size=(2, 4)).astype(np.float32)
-    grads = _parity(linen_mod.Padded(), lambda rngs: nnx_mod.Padded(in_features=4, rngs=rngs), x, map_path)
+    grads = grad_paths(
+        assert_parity(linen_mod.Padded(), lambda rngs: nnx_mod.Padded(in_features=4, rngs=rngs), x, map_path)
+    )
     assert "unit/10/dense_0/kernel" in grads and "unit01/dense_1/bias" in grads  # Linen's unit12
 
 
 @pytest.mark.parametrize("remat", [True, False])
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_class_held_by_a_local(tmp_path, remat, deterministic):
-    linen_mod, nnx_mod, result, map_path = _build("compact_remat_alias", tmp_path)
+    linen_mod, nnx_mod, result, map_path = build("compact_remat_alias", tmp_path)
     assert "        block = " not in result.output and "        layer = " not in result.output
     x = np.random.default_rng(1).normal(size=(2, 5)).astype(np.float32)
-    _parity(
+    assert_parity(
         linen_mod.Encoder(remat=remat),
         lambda rngs: nnx_mod.Encoder(remat=remat, in_features=5, rngs=rngs),
         x,
         map_path,
-        deterministic=deterministic,
+        **_modes(deterministic),
     )
-    _parity(
+    assert_parity(
         linen_mod.Decoder(plain=not remat),
         lambda rngs: nnx_mod.Decoder(plain=not remat, in_features=5, rngs=rngs),
         x,
         map_path,
-        deterministic=deterministic,
+        **_modes(deterministic),
     )
-    _parity(
+    assert_parity(
         linen_mod.Stages(remat=remat),
         lambda rngs: nnx_mod.Stages(remat=remat, in_features=5, rngs=rngs),
         x,
         map_path,
-        deterministic=deterministic,
+        **_modes(deterministic),
     )
-    _parity(
+    assert_parity(
         linen_mod.Plain(),
         lambda rngs: nnx_mod.Plain(in_features=5, rngs=rngs),
         x,
         map_path,
-        deterministic=deterministic,
+        **_modes(deterministic),
     )
 
 
 @pytest.mark.parametrize("depth", [2, 3])
 def test_names_counted_by_enumerate(tmp_path, depth):
-    linen_mod, nnx_mod, result, map_path = _build("compact_enumerate_names", tmp_path)
+    linen_mod, nnx_mod, result, map_path = build("compact_enumerate_names", tmp_path)
     net = result.name_map.classes["compact_enumerate_names.Net"].children
     assert net["block{i+2}"].attr == "block" and net["proj{i}"].attr == "proj"
     x = np.random.default_rng(2).normal(size=(2, 5)).astype(np.float32)
-    grads = _parity(
-        linen_mod.Net(depth=depth),
-        lambda rngs: nnx_mod.Net(depth=depth, in_features=5, rngs=rngs),
-        x,
-        map_path,
+    grads = grad_paths(
+        assert_parity(
+            linen_mod.Net(depth=depth),
+            lambda rngs: nnx_mod.Net(depth=depth, in_features=5, rngs=rngs),
+            x,
+            map_path,
+        )
     )
     assert "proj/1/kernel" in grads and "block1/unit/0/kernel" in grads
     assert ("block/1/unit/1/kernel" in grads) == (depth == 3)  # Linen's block3: two units
@@ -129,15 +104,17 @@ def test_names_counted_by_enumerate(tmp_path, depth):
 @pytest.mark.parametrize("scan", [True, False])
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_lift_alias_bound_in_a_branch(tmp_path, scan, deterministic):
-    linen_mod, nnx_mod, result, map_path = _build("branch_scan_remat_alias", tmp_path)
+    linen_mod, nnx_mod, result, map_path = build("branch_scan_remat_alias", tmp_path)
     assert "block = nn.remat(" not in result.output.split("class Block")[1]
     x = np.random.default_rng(3).normal(size=(2, 5)).astype(np.float32)
-    grads = _parity(
-        linen_mod.Encoder(scan=scan),
-        lambda rngs: nnx_mod.Encoder(scan=scan, in_features=5, rngs=rngs),
-        x,
-        map_path,
-        deterministic=deterministic,
+    grads = grad_paths(
+        assert_parity(
+            linen_mod.Encoder(scan=scan),
+            lambda rngs: nnx_mod.Encoder(scan=scan, in_features=5, rngs=rngs),
+            x,
+            map_path,
+            **_modes(deterministic),
+        )
     )
     assert ("encoderblock/dense_0/kernel" if scan else "encoderblock/2/dense_0/kernel") in grads
 

@@ -5,50 +5,18 @@ itself checked to be what ``migrate`` writes); weights travel through the conver
 map, perturbed so that no init value can hide a wrong mapping.
 """
 
-from pathlib import Path
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from fixture_paths import all_cases, fixture
+from fixture_parity import assert_parity, build
+from fixture_paths import fixture
 from flax import nnx
-from migrate_fixtures import case_trace
 
 from linen2nnx.checkpoint_convert.api import convert_state
 from linen2nnx.equivalence import check, perturbed
-from linen2nnx.migrate import migrate_source
-from linen2nnx.spec import LinenSide, ModelPair, import_file
-
-
-def build(case: str, tmp_path: Path):
-    src = fixture(f"{case}_in.py").read_text()
-    fx = all_cases()[case]  # with the trace and options its header names
-    result = migrate_source(
-        src, f"{case}.py", module_name=case, trace=case_trace(fx), unsafe_fixes="unsafe-fixes" in fx.options()
-    )
-    assert result.output == fixture(f"{case}_out.py").read_text()
-    (tmp_path / "linen_src.py").write_text(src)
-    (tmp_path / "nnx_src.py").write_text(result.output)
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
-    return import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py"), result, map_path
-
-
-def assert_parity(linen_model, nnx_factory, x, map_path, *, train_kwargs=None, eval_kwargs=None):
-    side = LinenSide(
-        model=linen_model,
-        batch={"x": x},
-        loss=lambda out, batch: jnp.mean(out**2),
-        train_kwargs=train_kwargs or {},
-        eval_kwargs=eval_kwargs or {},
-    )
-    variables = perturbed(side.init_variables())
-    parity = check(ModelPair(linen=side, nnx_factory=nnx_factory, name_map=map_path), variables)
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol, lf.note) for lf in parity.failures]
-    assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))
-    return parity
+from linen2nnx.spec import LinenSide, ModelPair
 
 
 @pytest.mark.parametrize("scan_layers", [True, False])
