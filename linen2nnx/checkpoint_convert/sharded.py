@@ -15,7 +15,7 @@ from typing import Any
 
 from linen2nnx.checkpoint_convert import arrays
 from linen2nnx.checkpoint_convert.read import LinenCheckpoint
-from linen2nnx.checkpoint_convert.stream import OrbaxSource, default_budget, load_arrays
+from linen2nnx.checkpoint_convert.stream import OrbaxSource, default_budget, lazy_arrays, load_arrays
 
 
 def target_shardings(opened: OrbaxSource, plan: Any, mesh: Any) -> dict[arrays.RawPath, Any]:
@@ -82,3 +82,16 @@ def sharded_arrays(
     """The checkpoint with every needed leaf restored as a ``jax.Array`` sharded on ``mesh``."""
     shardings = target_shardings(opened, plan, mesh)
     return load_arrays(opened, budget or default_budget(opened.largest_bytes()), progress, shardings)
+
+
+def lazy_sharded_arrays(
+    opened: OrbaxSource,
+    plan: Any,
+    mesh: Any,
+    budget: int | None = None,
+    progress: Callable[[int, int, int, int], None] | None = None,
+) -> LinenCheckpoint:
+    """The checkpoint with :class:`~.lazy_sharded.LazyShardedLeaf` placeholders: every needed leaf
+    is restored onto its sharding on ``mesh`` only while it is written, ``budget`` bytes at a time."""
+    shardings = target_shardings(opened, plan, mesh)
+    return lazy_arrays(opened, budget or default_budget(opened.largest_bytes()), progress, shardings)

@@ -1,0 +1,158 @@
+"""``convert --mesh`` in bounded memory: arrays restored onto the mesh only while Orbax writes them.
+
+The mesh twin of :mod:`.lazy`. The converted NNX state holds :class:`LazyShardedLeaf` placeholders
+(shape, dtype and the ``NamedSharding`` the NNX model wants); their type handler, a subclass of
+Orbax's ``ArrayHandler``, restores them from the source a bounded group at a time *with that
+sharding as the target* (Orbax reads only the shards this process holds, so on a multi-host job
+every process reads and writes its own part), writes each group with the array handler's own code
+(its host slices are views of the CPU shards, no copy) and lets it go before the next. The
+sharding files are written up front from the placeholders, the per-process array metadata once at
+the end, so the written checkpoint is what saving the restored ``jax.Array`` s in one call gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from linen2nnx.checkpoint_convert import arrays
+from linen2nnx.checkpoint_convert.lazy import LazySource
+
+
+@dataclasses.dataclass(eq=False)
+class LazyShardedLeaf:
+    """A not-yet-read array of ``source`` at ``path``, to be laid out as ``sharding`` says."""
+
+    source: LazySource
+    path: arrays.RawPath
+    shape: tuple[int, ...]
+    dtype: Any
+    sharding: Any
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        import numpy as np
+
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        import numpy as np
+
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def target(self) -> Any:
+        import jax
+
+        return jax.ShapeDtypeStruct(self.shape, self.dtype, sharding=self.sharding)
+
+    def load(self) -> Any:
+        """Read this one array now, onto its sharding."""
+        src = self.source
+        return arrays.restore_group(src.item_dir, src.tree, {self.path: self.target()}, src.names)[self.path]
+
+
+def _handler_class() -> type:
+    from orbax.checkpoint._src.serialization import jax_array_handlers as jah
+
+    class LazyShardedHandler(jah.ArrayHandler):
+        """Restores :class:`LazyShardedLeaf` values group by group onto their shardings and writes them."""
+
+        async def serialize(self, values: Sequence[Any], infos: Sequence[Any], args: Any = None) -> Any:
+            from orbax.checkpoint._src.futures import future
+            from orbax.checkpoint._src.serialization import types
+
+            args = args or [types.SaveArgs()] * len(values)
+            out = []
+            if self._enable_write_sharding_file:  # what the array handler writes first, from shardings alone
+                shardings = jah._async_serialize_shardings(
+                    shardings=[v.sharding for v in values], infos=infos, primary_host=self._primary_host
+                )
+                out.append(future.CommitFutureAwaitingContractedSignals(shardings, name="lazy_shardings"))
+            out.append(future.CommitFutureAwaitingContractedSignals(self._write_groups(values, infos, args)))
+            return out
+
+        async def _write_groups(self, values: Sequence[Any], infos: Sequence[Any], args: Sequence[Any]) -> None:
+            from orbax.checkpoint._src.multihost import multihost
+
+            written: list[Any] = []
+            by_source: dict[int, list[int]] = {}
+            for i, v in enumerate(values):
+                by_source.setdefault(id(v.source), []).append(i)
+            for idx in by_source.values():
+                src = values[idx[0]].source
+                sizes = {i: values[i].nbytes for i in idx}
+                for group in arrays.groups(sizes, src.budget):  # type: ignore[arg-type]
+                    written += await self._write_group(
+                        src, [values[i] for i in group], [infos[i] for i in group], [args[i] for i in group]
+                    )
+                    src.advance(len(group), sum(sizes[i] for i in group))
+            if self._array_metadata_store is not None and written:
+                await self._array_metadata_store.write(
+                    checkpoint_dir=infos[0].parent_dir,
+                    array_metadatas=written,
+                    process_index=multihost.process_index(),
+                )
+
+        async def _write_group(
+            self, src: LazySource, leaves: list[LazyShardedLeaf], infos: list[Any], args: list[Any]
+        ) -> list[Any]:
+            """Restore one group onto its shardings, checksum it while it is written; nothing of it
+            outlives the call."""
+            from orbax.checkpoint._src.serialization import replica_slices
+
+            from linen2nnx.checkpoint_convert.verify import sharded_checksum
+
+            wanted = {v.path: v.target() for v in leaves}
+            got = await asyncio.to_thread(arrays.restore_group, src.item_dir, src.tree, wanted, src.names)
+            chunk = [got.pop(v.path) for v in leaves]
+            jah.check_array_values(chunk, infos)
+            host = replica_slices.transfer_arrays_to_host(
+                chunk,
+                self._replica_id,
+                self._use_replica_parallel,
+                self._min_slice_bytes_for_replica_parallel,
+                self._max_replicas_for_replica_parallel,
+                enable_pinned_host_transfer=infos[0].enable_pinned_host_transfer,
+            )
+            sums, metas = await asyncio.gather(
+                asyncio.to_thread(lambda: [sharded_checksum(a) for a in chunk]),
+                jah._async_serialize_replica_slices(
+                    host,
+                    infos,
+                    args,
+                    primary_host=self._primary_host,
+                    metadata_key=self._metadata_key,
+                    array_metadata_store=None,  # written once for all groups, see _write_groups
+                    enable_replica_parallel_separate_folder=self._enable_replica_parallel_separate_folder,
+                    use_replica_parallel=self._use_replica_parallel,
+                    ext_metadata={},
+                ),
+            )
+            src.checksums.update({v.path: s for v, s in zip(leaves, sums) if s is not None})
+            return list(metas)
+
+    return LazyShardedHandler
+
+
+_REGISTERED = False
+
+
+def register() -> None:
+    """Teach Orbax to save :class:`LazyShardedLeaf` (once per process), written as ``jax.Array``."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from orbax.checkpoint import type_handlers
+    from orbax.checkpoint._src.metadata import array_metadata_store
+
+    # configured as Orbax's default jax.Array handler, whose typestr it shares (and so its restores)
+    handler = _handler_class()(array_metadata_store=array_metadata_store.Store())
+    type_handlers.register_type_handler(LazyShardedLeaf, handler, override=True)
+    _REGISTERED = True
