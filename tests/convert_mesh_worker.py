@@ -4,6 +4,9 @@
     python tests/convert_mesh_worker.py convert N CKPT DST   (linen2nnx convert with N devices)
     python tests/convert_mesh_worker.py mesh 8 WORKDIR OUT.json  (convert --mesh data=2,fsdp=2,tensor=2 of
                                                               the boxed, scanned pair; what was written)
+    python tests/convert_mesh_worker.py save_boxed 8 CKPT     (the boxed pair's TrainState, sharded on 8)
+    python tests/convert_mesh_worker.py groups N CKPT OUT.json   (convert --mesh on N devices in small groups
+                                                              and in one; the arrays, layouts, restore calls)
 
 XLA reads ``--xla_force_host_platform_device_count`` once, when jax first initialises its CPU
 backend, so each device count needs a fresh process with the flag set before jax is imported;
@@ -111,10 +114,88 @@ def convert_on_mesh(work: Path, out: Path) -> None:
     out.write_text(json.dumps(result))
 
 
+def save_boxed(n: int, ckpt: Path) -> None:
+    """The boxed, scanned pair's TrainState, every array split over ``n`` devices where it divides."""
+    import jax
+    import orbax.checkpoint as ocp
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec
+    from test_convert_roundtrip import _state, boxed_pair
+
+    mesh = jax.make_mesh((n,), ("d",), axis_types=(AxisType.Auto,))
+
+    def place(x):
+        if not hasattr(x, "shape"):
+            return x
+        split = x.ndim and x.shape[0] % n == 0
+        return jax.device_put(x, NamedSharding(mesh, PartitionSpec("d") if split else PartitionSpec()))
+
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(ckpt, jax.tree.map(place, _state(boxed_pair())))
+        ckptr.wait_until_finished()
+
+
+def convert_in_groups(n: int, ckpt: Path, out: Path) -> None:
+    """``convert --mesh`` of ``ckpt`` on ``n`` devices with a budget of the largest array (many
+    groups) and with one above the whole tree (one group: the ungrouped conversion); reports each
+    payload's arrays (bytes as hex) and layouts, the leaves and bytes of every restore call, and the
+    most restored bytes alive at once."""
+    import json
+
+    from test_convert_roundtrip import boxed_pair
+
+    from linen2nnx.checkpoint_convert import arrays, convert, memory
+    from linen2nnx.checkpoint_convert.stream import open_orbax
+
+    pair = boxed_pair()
+    shape = {"data": 1, "fsdp": 2, "tensor": 2} if n >= 4 else {"data": 1, "fsdp": 1, "tensor": 1}
+    sizes = [arrays.nbytes(m) for m in arrays.flat_metadata(open_orbax(ckpt).tree).values()]
+    result = {"largest": max(sizes), "total": sum(sizes)}
+    calls: list[list[int]] = []
+    restore = arrays.restore_group
+
+    def counted(item_dir, tree, wanted, names):  # the source reads only, not verify's read-back
+        calls.append([len(wanted), sum(arrays.nbytes(w) for w in wanted.values())])
+        return restore(item_dir, tree, wanted, names)
+
+    arrays.restore_group = counted
+    for name, budget in (("grouped", max(sizes)), ("whole", 2 * sum(sizes))):
+        calls = []
+        memory.in_flight.reset()
+        dst = out.parent / f"nnx-{n}-{name}"
+        convert(ckpt, dst, pair, mesh=shape, budget=budget)
+        result[name] = {"calls": calls, "peak": memory.in_flight.peak - memory.in_flight.held}
+        result[name]["payloads"] = {p: _written(dst / p) for p in ("", "optimizer")}
+        result[name]["checksums"] = json.loads((dst / "linen2nnx-conversion.json").read_text())["checksums"]
+    out.write_text(json.dumps(result))
+
+
+def _written(item: Path) -> dict[str, list]:
+    """Stored path -> [dtype, spec, the array's bytes in hex] of one written payload."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    with ocp.StandardCheckpointer() as ckptr:
+        meta = ckptr.metadata(item).item_metadata.tree
+        tree = ckptr.restore(item)
+    specs = {jax.tree_util.keystr(k): m.sharding for k, m in jax.tree_util.tree_flatten_with_path(meta)[0]}
+    out = {}
+    for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key):
+            v = jax.random.key_data(v)
+        spec = specs[jax.tree_util.keystr(k)]
+        spec = [str(a) for a in spec.partition_spec] if spec is not None else None
+        out[jax.tree_util.keystr(k)] = [str(v.dtype), spec, np.asarray(v).tobytes().hex()]
+    return out
+
+
 if __name__ == "__main__":
     mode, n, ckpt = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
     if mode == "save":
         save_sharded(n, ckpt)
+    elif mode in ("save_boxed", "groups"):
+        sys.path.insert(0, str(Path(__file__).parent))
+        save_boxed(n, ckpt) if mode == "save_boxed" else convert_in_groups(n, ckpt, Path(sys.argv[4]))
     elif mode == "mesh":
         sys.path.insert(0, str(Path(__file__).parent))
         convert_on_mesh(ckpt, Path(sys.argv[4]))

@@ -116,3 +116,32 @@ def test_two_processes_convert_onto_one_mesh(tmp_path):
         got = json.loads((tmp_path / f"result{i}.json").read_text())
         assert got["process_count"] == 2 and got["shards"] == 2 and got["equal"]
         assert got["leftovers"] == []
+
+
+@pytest.fixture(scope="module")
+def boxed_on_8(tmp_path_factory) -> Path:
+    ckpt = tmp_path_factory.mktemp("boxed8") / "ckpt"
+    _run("save_boxed", "8", str(ckpt))
+    return ckpt
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+def test_mesh_conversion_in_bounded_groups_equals_the_ungrouped_one(boxed_on_8, tmp_path, devices):
+    """The boxed pair saved on 8 devices, converted with --mesh on 4 and on 1 with a budget of the
+    largest array: every restore call holds at most the budget (or one leaf), the restored bytes
+    alive at once stay within it, and what is written (arrays, dtypes, layouts, checksums) is bit
+    for bit what one group over the whole tree writes."""
+    import json
+
+    out = tmp_path / "groups.json"
+    _run("groups", str(devices), str(boxed_on_8), str(out))
+    got = json.loads(out.read_text())
+    grouped, whole = got["grouped"], got["whole"]
+    # the step, then one call per payload (model, optimizer) with every array of it
+    assert [n for n, _ in whole["calls"]] == [1, 9, 19]
+    assert len(grouped["calls"]) > 8 and sum(n for n, _ in grouped["calls"]) == 29
+    assert all(size <= got["largest"] for _, size in grouped["calls"])
+    assert 0 < grouped["peak"] <= got["largest"] < whole["peak"]
+    assert grouped["payloads"] == whole["payloads"] and grouped["checksums"] == whole["checksums"]
+    kernel = grouped["payloads"][""]["['blocks']['up']['kernel']['value']"]
+    assert kernel[1] == ["None", "fsdp", "tensor"]  # the NNX layout (axes of size 1 on one device)

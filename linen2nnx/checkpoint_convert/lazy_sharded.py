@@ -75,70 +75,79 @@ def _handler_class() -> type:
                     shardings=[v.sharding for v in values], infos=infos, primary_host=self._primary_host
                 )
                 out.append(future.CommitFutureAwaitingContractedSignals(shardings, name="lazy_shardings"))
-            out.append(future.CommitFutureAwaitingContractedSignals(self._write_groups(values, infos, args)))
+            out.append(future.CommitFutureAwaitingContractedSignals(_write_groups(self, values, infos, args)))
             return out
 
-        async def _write_groups(self, values: Sequence[Any], infos: Sequence[Any], args: Sequence[Any]) -> None:
-            from orbax.checkpoint._src.multihost import multihost
-
-            written: list[Any] = []
-            by_source: dict[int, list[int]] = {}
-            for i, v in enumerate(values):
-                by_source.setdefault(id(v.source), []).append(i)
-            for idx in by_source.values():
-                src = values[idx[0]].source
-                sizes = {i: values[i].nbytes for i in idx}
-                for group in arrays.groups(sizes, src.budget):  # type: ignore[arg-type]
-                    written += await self._write_group(
-                        src, [values[i] for i in group], [infos[i] for i in group], [args[i] for i in group]
-                    )
-                    src.advance(len(group), sum(sizes[i] for i in group))
-            if self._array_metadata_store is not None and written:
-                await self._array_metadata_store.write(
-                    checkpoint_dir=infos[0].parent_dir,
-                    array_metadatas=written,
-                    process_index=multihost.process_index(),
-                )
-
-        async def _write_group(
-            self, src: LazySource, leaves: list[LazyShardedLeaf], infos: list[Any], args: list[Any]
-        ) -> list[Any]:
-            """Restore one group onto its shardings, checksum it while it is written; nothing of it
-            outlives the call."""
-            from orbax.checkpoint._src.serialization import replica_slices
-
-            from linen2nnx.checkpoint_convert.verify import sharded_checksum
-
-            wanted = {v.path: v.target() for v in leaves}
-            got = await asyncio.to_thread(arrays.restore_group, src.item_dir, src.tree, wanted, src.names)
-            chunk = [got.pop(v.path) for v in leaves]
-            jah.check_array_values(chunk, infos)
-            host = replica_slices.transfer_arrays_to_host(
-                chunk,
-                self._replica_id,
-                self._use_replica_parallel,
-                self._min_slice_bytes_for_replica_parallel,
-                self._max_replicas_for_replica_parallel,
-                enable_pinned_host_transfer=infos[0].enable_pinned_host_transfer,
-            )
-            sums, metas = await asyncio.gather(
-                asyncio.to_thread(lambda: [sharded_checksum(a) for a in chunk]),
-                jah._async_serialize_replica_slices(
-                    host,
-                    infos,
-                    args,
-                    primary_host=self._primary_host,
-                    metadata_key=self._metadata_key,
-                    array_metadata_store=None,  # written once for all groups, see _write_groups
-                    enable_replica_parallel_separate_folder=self._enable_replica_parallel_separate_folder,
-                    use_replica_parallel=self._use_replica_parallel,
-                    ext_metadata={},
-                ),
-            )
-            src.checksums.update({v.path: s for v, s in zip(leaves, sums) if s is not None})
-            return list(metas)
-
     return LazyShardedHandler
+
+
+async def _write_groups(
+    handler: Any, values: Sequence[Any], infos: Sequence[Any], args: Sequence[Any]
+) -> None:
+    """Every source's leaves, a group of at most its budget at a time; then the array metadata of
+    this process, once (the array handler writes it per call, and a call per group would leave only
+    the last group's)."""
+    from orbax.checkpoint._src.multihost import multihost
+
+    written: list[Any] = []
+    by_source: dict[int, list[int]] = {}
+    for i, v in enumerate(values):
+        by_source.setdefault(id(v.source), []).append(i)
+    for idx in by_source.values():
+        src = values[idx[0]].source
+        sizes = {i: values[i].nbytes for i in idx}
+        for group in arrays.groups(sizes, src.budget):  # type: ignore[arg-type]
+            written += await _write_group(
+                handler, src, [values[i] for i in group], [infos[i] for i in group], [args[i] for i in group]
+            )
+            src.advance(len(group), sum(sizes[i] for i in group))
+    store = handler._array_metadata_store
+    if store is not None and written:
+        await store.write(
+            checkpoint_dir=infos[0].parent_dir,
+            array_metadatas=written,
+            process_index=multihost.process_index(),
+        )
+
+
+async def _write_group(
+    handler: Any, src: LazySource, leaves: list[LazyShardedLeaf], infos: list[Any], args: list[Any]
+) -> list[Any]:
+    """Restore one group onto its shardings, checksum it while the array handler's code writes it;
+    nothing of it outlives the call."""
+    from orbax.checkpoint._src.serialization import jax_array_handlers as jah
+    from orbax.checkpoint._src.serialization import replica_slices
+
+    from linen2nnx.checkpoint_convert.verify import sharded_checksum
+
+    wanted = {v.path: v.target() for v in leaves}
+    got = await asyncio.to_thread(arrays.restore_group, src.item_dir, src.tree, wanted, src.names)
+    chunk = [got.pop(v.path) for v in leaves]
+    jah.check_array_values(chunk, infos)
+    host = replica_slices.transfer_arrays_to_host(  # on CPU devices: views of the shards, no copy
+        chunk,
+        handler._replica_id,
+        handler._use_replica_parallel,
+        handler._min_slice_bytes_for_replica_parallel,
+        handler._max_replicas_for_replica_parallel,
+        enable_pinned_host_transfer=infos[0].enable_pinned_host_transfer,
+    )
+    sums, metas = await asyncio.gather(
+        asyncio.to_thread(lambda: [sharded_checksum(a) for a in chunk]),
+        jah._async_serialize_replica_slices(
+            host,
+            infos,
+            args,
+            primary_host=handler._primary_host,
+            metadata_key=handler._metadata_key,
+            array_metadata_store=None,  # written once for all groups, see _write_groups
+            enable_replica_parallel_separate_folder=handler._enable_replica_parallel_separate_folder,
+            use_replica_parallel=handler._use_replica_parallel,
+            ext_metadata={},
+        ),
+    )
+    src.checksums.update({v.path: s for v, s in zip(leaves, sums) if s is not None})
+    return list(metas)
 
 
 _REGISTERED = False

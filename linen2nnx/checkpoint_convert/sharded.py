@@ -4,8 +4,9 @@ Under the mesh and the pair's logical axis rules, every NNX slot's ``NamedShardi
 Variable metadata (``nnx.get_named_sharding`` of the abstract model, as a sharded restore would use).
 Each Linen leaf is restored straight onto its slot's sharding (Orbax reads only the shards this
 process holds, so every host of a multi-host job reads and then writes its own part), optax
-moments take the sharding of the param they mirror, everything else is replicated. Orbax's array
-handler then writes the shards with that layout.
+moments take the sharding of the param they mirror, everything else is replicated. ``convert``
+does this a bounded group at a time while Orbax's array handler writes the shards with that layout
+(:func:`lazy_sharded_arrays`, :mod:`.lazy_sharded`); :func:`sharded_arrays` restores them all at once.
 """
 
 from __future__ import annotations
