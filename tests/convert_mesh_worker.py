@@ -143,7 +143,7 @@ def convert_in_groups(n: int, ckpt: Path, out: Path) -> None:
 
     from test_convert_roundtrip import boxed_pair
 
-    from linen2nnx.checkpoint_convert import arrays, convert, memory
+    from linen2nnx.checkpoint_convert import arrays, convert, lazy_sharded, memory
     from linen2nnx.checkpoint_convert.stream import open_orbax
 
     pair = boxed_pair()
@@ -151,13 +151,13 @@ def convert_in_groups(n: int, ckpt: Path, out: Path) -> None:
     sizes = [arrays.nbytes(m) for m in arrays.flat_metadata(open_orbax(ckpt).tree).values()]
     result = {"largest": max(sizes), "total": sum(sizes)}
     calls: list[list[int]] = []
-    restore = arrays.restore_group
+    read_group = lazy_sharded.read_group
 
-    def counted(item_dir, tree, wanted, names):  # the source reads only, not verify's read-back
-        calls.append([len(wanted), sum(arrays.nbytes(w) for w in wanted.values())])
-        return restore(item_dir, tree, wanted, names)
+    async def counted(src, leaves):  # the source reads of the writes only, not verify's read-back
+        calls.append([len(leaves), sum(v.nbytes for v in leaves)])
+        return await read_group(src, leaves)
 
-    arrays.restore_group = counted
+    lazy_sharded.read_group = counted
     for name, budget in (("grouped", max(sizes)), ("whole", 2 * sum(sizes))):
         calls = []
         memory.in_flight.reset()

@@ -120,9 +120,7 @@ async def _write_group(
 
     from linen2nnx.checkpoint_convert.verify import sharded_checksum
 
-    wanted = {v.path: v.target() for v in leaves}
-    got = await asyncio.to_thread(arrays.restore_group, src.item_dir, src.tree, wanted, src.names)
-    chunk = [got.pop(v.path) for v in leaves]
+    chunk = await read_group(src, leaves)
     jah.check_array_values(chunk, infos)
     host = replica_slices.transfer_arrays_to_host(  # on CPU devices: views of the shards, no copy
         chunk,
@@ -148,6 +146,60 @@ async def _write_group(
     )
     src.checksums.update({v.path: s for v, s in zip(leaves, sums) if s is not None})
     return list(metas)
+
+
+async def read_group(src: LazySource, leaves: list[LazyShardedLeaf]) -> list[Any]:
+    """The group's arrays on their shardings: every shard this process holds read from the source's
+    storage (:func:`.arrays.storage`) into a host buffer its CPU device takes over without a copy;
+    restored by Orbax where the source does not say how it stores its arrays."""
+    how = arrays.storage(src.item_dir)
+    if how is None:
+        wanted = {v.path: v.target() for v in leaves}
+        got = await asyncio.to_thread(arrays.restore_group, src.item_dir, src.tree, wanted, src.names)
+        return [got.pop(v.path) for v in leaves]
+    from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+    from linen2nnx.checkpoint_convert import memory
+
+    for hook in arrays.restore_hooks:
+        hook(len(leaves))
+    memory.give_back()  # what the previous group's reads and writes freed, before this one's peak
+    context = ts_utils.get_ts_context(use_ocdbt=how[1])
+    out = await asyncio.gather(*(_read_sharded(src, how, v, context) for v in leaves))
+    memory.in_flight.track(out)
+    return list(out)
+
+
+async def _read_sharded(src: LazySource, how: tuple[str, bool], leaf: LazyShardedLeaf, context: Any) -> Any:
+    """One array: each distinct shard read once (a stored chunk at a time), placed on its devices."""
+    import jax
+    import tensorstore as ts
+
+    try:
+        store = await arrays.open_stored(src.item_dir, how, leaf.path, leaf.shape, leaf.dtype, context)
+        host: dict[Any, Any] = {}
+        shards = []
+        for device, index in leaf.sharding.addressable_devices_indices_map(leaf.shape).items():
+            box = tuple(sl.indices(n)[:2] for sl, n in zip(index, leaf.shape))
+            if box not in host:
+                host[box] = _aligned_empty(tuple(b - a for a, b in box), leaf.dtype)
+                part = store[index] if index else store
+                await arrays._fill_by_chunk(part[ts.d[:].translate_to[0]] if index else part, host[box])
+            shards.append(jax.device_put(host[box], device, may_alias=True))
+    except Exception as e:
+        raise arrays._leaf_error(src.item_dir, leaf.path, src.names, e) from e
+    return jax.make_array_from_single_device_arrays(leaf.shape, leaf.sharding, shards)
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64) -> Any:
+    """An uninitialised array on an ``align``-byte boundary: what a CPU device adopts as its buffer
+    (``device_put(..., may_alias=True)``) instead of copying it."""
+    import numpy as np
+
+    size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    raw = np.empty(size + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start : start + size].view(np.dtype(dtype)).reshape(shape)
 
 
 _REGISTERED = False
