@@ -134,7 +134,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.dry_run:
         from linen2nnx.checkpoint_convert.dryrun import dry_run, render
 
-        plan = dry_run(args.src, pair, args.map, step=args.step)
+        plan = dry_run(args.src, pair, args.map, step=args.step, mesh=args.mesh)
         sys.stdout.write(render(plan))
         return EXIT_FINDINGS if plan.problems else EXIT_OK
     from linen2nnx.checkpoint_convert.progress import progress_bar

@@ -202,3 +202,22 @@ def test_read_back_names_the_array_whose_checksum_differs(tmp_path):
         for budget in (16, 1 << 20):  # an array per group, and one group
             with pytest.raises(L2NError, match=f"verify: {name} reads back as {sums[name]}"):
                 verify.verify_payload(tmp_path / "nnx", wrong, budget)
+
+
+def test_dry_run_with_mesh_shows_each_leaf_s_target_sharding(linen_root, monkeypatch, capsys):
+    """--dry-run --mesh on a host with one device plans an 8-device mesh from metadata alone: every
+    param and its adam moments get the NNX layout convert --mesh writes; no array is read."""
+    from linen2nnx.checkpoint_convert import arrays
+    from linen2nnx.checkpoint_convert.dryrun import dry_run, render
+
+    reads: list[int] = []
+    monkeypatch.setattr(arrays, "restore_hooks", [reads.append])
+    root, _ = linen_root
+    plan = dry_run(root, boxed_pair(), mesh={"data": 2, "fsdp": 2, "tensor": 2})
+    assert reads == [] and plan.problems == [] and jax.device_count() == 1
+    for name in ("params", "opt_state/0/mu", "opt_state/0/nu"):
+        assert plan.targets[f"{name}/blocks/up/kernel"] == "P(None, 'fsdp', 'tensor')"
+    text = render(plan)
+    assert "target sharding" in text and "P('tensor', 'fsdp')" in text
+    with pytest.raises(L2NError, match="mesh axis 'fsdp'"):
+        dry_run(root, boxed_pair(), mesh={"data": 8})

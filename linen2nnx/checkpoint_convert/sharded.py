@@ -96,3 +96,21 @@ def lazy_sharded_arrays(
     is restored onto its sharding on ``mesh`` only while it is written, ``budget`` bytes at a time."""
     shardings = target_shardings(opened, plan, mesh)
     return lazy_arrays(opened, budget or default_budget(opened.largest_bytes()), progress, shardings)
+
+
+def planned_shardings(opened: OrbaxSource, pair: Any, name_map: Any, shape: dict[str, int]) -> dict[str, Any]:
+    """Linen path -> the ``NamedSharding`` ``convert --mesh`` would give it, on an abstract mesh of
+    ``shape``: the devices need not exist here (a pod's layout is planned on a laptop)."""
+    import flax.linen as nn
+    from jax.sharding import AbstractMesh, AxisType
+
+    from linen2nnx.checkpoint_convert.api import plan_with_problems
+    from linen2nnx.checkpoint_convert.stream import _display
+    from linen2nnx.equivalence.mesh import check_rules_fit, logical_rules
+
+    mesh = AbstractMesh(tuple(shape.values()), tuple(shape), axis_types=(AxisType.Auto,) * len(shape))
+    check_rules_fit(pair, mesh)  # as convert --mesh refuses it
+    with nn.logical_axis_rules(logical_rules(pair)):
+        plan, _ = plan_with_problems(opened.checkpoint, pair, name_map)
+        raw = target_shardings(opened, plan, mesh)
+    return {_display(p, opened.checkpoint): s for p, s in raw.items()}
