@@ -4,6 +4,7 @@
     python tests/convert_mesh_worker.py convert N CKPT DST   (linen2nnx convert with N devices)
     python tests/convert_mesh_worker.py mesh 8 WORKDIR OUT.json  (convert --mesh data=2,fsdp=2,tensor=2 of
                                                               the boxed, scanned pair; what was written)
+    python tests/convert_mesh_worker.py checksum 8 OUT.json     (checksums of sharded arrays from their shards)
     python tests/convert_mesh_worker.py save_boxed 8 CKPT     (the boxed pair's TrainState, sharded on 8)
     python tests/convert_mesh_worker.py groups N CKPT OUT.json   (convert --mesh on N devices in small groups
                                                               and in one; the arrays, layouts, restore calls)
@@ -169,6 +170,39 @@ def convert_in_groups(n: int, ckpt: Path, out: Path) -> None:
     out.write_text(json.dumps(result))
 
 
+def checksums_from_shards(out: Path) -> None:
+    """``sharded_checksum`` against ``checksum`` of the whole array, for layouts that split several
+    axes, replicate some, and slabs small enough that one C-order row spans several shards."""
+    import json
+
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from linen2nnx.checkpoint_convert.verify import checksum, sharded_checksum
+
+    mesh = jax.make_mesh((2, 2, 2), ("a", "b", "c"))
+    rng = np.random.default_rng(0)
+    cases = [
+        ((6, 8, 4), P(None, "a", "b")),
+        ((8,), P("a")),
+        ((4, 6), P(("a", "b"))),
+        ((2, 3, 4, 8), P("a", None, "b", "c")),
+    ]
+    cases += [((), P()), ((4, 4), P())]
+    bad = []
+    for shape, spec in cases:
+        x = rng.standard_normal(shape).astype(np.float32)
+        a = jax.device_put(x, NamedSharding(mesh, spec))
+        bad += [
+            f"{shape} {spec} {slab}"
+            for slab in (4, 20, 100, 1 << 20)
+            if sharded_checksum(a, slab) != checksum(x)
+        ]
+    out.write_text(json.dumps({"cases": len(cases), "bad": bad}))
+
+
 def _written(item: Path) -> dict[str, list]:
     """Stored path -> [dtype, spec, the array's bytes in hex] of one written payload."""
     import jax
@@ -193,6 +227,8 @@ if __name__ == "__main__":
     mode, n, ckpt = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
     if mode == "save":
         save_sharded(n, ckpt)
+    elif mode == "checksum":
+        checksums_from_shards(ckpt)
     elif mode in ("save_boxed", "groups"):
         sys.path.insert(0, str(Path(__file__).parent))
         save_boxed(n, ckpt) if mode == "save_boxed" else convert_in_groups(n, ckpt, Path(sys.argv[4]))

@@ -145,3 +145,12 @@ def test_mesh_conversion_in_bounded_groups_equals_the_ungrouped_one(boxed_on_8, 
     assert grouped["payloads"] == whole["payloads"] and grouped["checksums"] == whole["checksums"]
     kernel = grouped["payloads"][""]["['blocks']['up']['kernel']['value']"]
     assert kernel[1] == ["None", "fsdp", "tensor"]  # the NNX layout (axes of size 1 on one device)
+
+
+def test_checksum_of_a_sharded_array_is_taken_from_its_shards(tmp_path):
+    """The checksum --mesh records (no whole host copy) equals the whole array's, for every layout."""
+    import json
+
+    out = tmp_path / "sums.json"
+    _run("checksum", "8", str(out))
+    assert json.loads(out.read_text()) == {"cases": 6, "bad": []}
