@@ -126,7 +126,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.to == "linen":
         from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
 
-        done = convert_to_linen(args.src, args.dst, pair, force=args.force)
+        budget = int(args.memory_budget * 2**20) if args.memory_budget else None
+        done = convert_to_linen(args.src, args.dst, pair, force=args.force, mesh=args.mesh, budget=budget)
         err_console.print(
             f"wrote {escape(done['destination'])}: {done['leaves']} leaves, step {done['step']}"
         )

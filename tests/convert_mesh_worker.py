@@ -90,6 +90,14 @@ def convert_on_mesh(work: Path, out: Path) -> None:
         meta = ckptr.metadata(work / "nnx").item_metadata.tree
         opt_meta = ckptr.metadata(work / "nnx" / "optimizer").item_metadata.tree
     mu = opt_meta["opt_state"]["0"]["mu"]["blocks"]["up"]["kernel"]["value"].sharding
+    from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
+
+    convert_to_linen(work / "nnx", work / "back", pair, mesh=shape)  # and back, onto the Linen layout
+    with ocp.StandardCheckpointer() as ckptr:
+        back_meta = ckptr.metadata(work / "back").item_metadata.tree
+        back = ckptr.restore(work / "back")
+    back_kernel = back["params"]["blocks"]["up"]["kernel"]["value"]
+    back_spec = back_meta["params"]["blocks"]["up"]["kernel"]["value"].sharding.partition_spec
     with mesh_scope(pair, shape):
         model = load_nnx_checkpoint(work / "nnx", pair)
     kernel = model.blocks.up.kernel
@@ -108,6 +116,10 @@ def convert_on_mesh(work: Path, out: Path) -> None:
             np.array_equal(np.asarray(kernel[...]), np.asarray(state.params["blocks"]["up"]["kernel"].value))
         ),
         "devices": len(jax.devices()),
+        "back_spec": [None if a is None else a for a in back_spec],
+        "back_equal": bool(
+            np.array_equal(np.asarray(back_kernel), np.asarray(state.params["blocks"]["up"]["kernel"].value))
+        ),
         "mu_spec": [
             None if a is None else (list(a) if isinstance(a, (list, tuple)) else a) for a in mu.partition_spec
         ],

@@ -221,3 +221,23 @@ def test_dry_run_with_mesh_shows_each_leaf_s_target_sharding(linen_root, monkeyp
     assert "target sharding" in text and "P('tensor', 'fsdp')" in text
     with pytest.raises(L2NError, match="mesh axis 'fsdp'"):
         dry_run(root, boxed_pair(), mesh={"data": 8})
+
+
+def test_to_linen_reads_in_bounded_groups(linen_root, tmp_path):
+    """--to linen reads the NNX arrays only while it writes them, at most the budget alive at once."""
+    from linen2nnx.checkpoint_convert import memory
+
+    root, _ = linen_root
+    pair = boxed_pair()
+    convert(root, tmp_path / "nnx", pair)
+    before = memory.in_flight.held
+    memory.in_flight.reset()
+    convert_to_linen(tmp_path / "nnx", tmp_path / "back", pair, budget=4096)
+    peak = memory.in_flight.peak - before
+    memory.in_flight.reset()
+    assert 0 < peak <= 4096 < 38 * 1024  # the tree is 38 KiB
+    want_def, want = _flat(root / "1000" / "state")
+    got_def, got = _flat(tmp_path / "back")
+    assert want_def == got_def
+    for k, w in want.items():
+        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(w), err_msg=jax.tree_util.keystr(k))

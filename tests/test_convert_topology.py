@@ -70,7 +70,8 @@ def test_checkpoint_saved_on_8_devices_converts_on_fewer(sharded, tmp_path, devi
 def test_mesh_output_is_written_with_the_nnx_shardings(tmp_path):
     """--mesh data=2,fsdp=2,tensor=2 on 8 devices: the boxed, scanned stack is written sharded as the
     NNX model's logical names and the pair's rules say (layers unsharded, embed on fsdp, mlp on
-    tensor), its adam moment the same way, and it loads back sharded with the Linen values."""
+    tensor), its adam moment the same way, and it loads back sharded with the Linen values; converted
+    back to Linen on the mesh, the stack is written with the Linen rules' layout and its values."""
     import json
 
     out = tmp_path / "mesh.json"
@@ -79,6 +80,8 @@ def test_mesh_output_is_written_with_the_nnx_shardings(tmp_path):
     assert got["devices"] == 8 and got["saved_mesh"] == [2, 2, 2]
     assert got["saved_spec"] == [None, "fsdp", "tensor"] == got["loaded_spec"] == got["mu_spec"]
     assert got["equal"]
+    # --to linen --mesh: the Linen stack written as its logical names ("layers", "embed", "mlp") say
+    assert got["back_spec"] == [None, "fsdp", "tensor"] and got["back_equal"]
 
 
 def test_two_processes_convert_onto_one_mesh(tmp_path):
