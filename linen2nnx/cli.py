@@ -58,7 +58,8 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "--mesh",
         type=mesh_arg,
         metavar="AXIS=SIZE,...",
-        help="write the NNX checkpoint sharded on this device mesh under the spec's logical axis rules",
+        help="write the NNX checkpoint sharded on this device mesh under the spec's logical axis rules "
+        "(with --dry-run: show each leaf's target sharding; with --to linen: write the Linen checkpoint sharded)",
     )
     c.add_argument(
         "--no-verify",
