@@ -1,13 +1,14 @@
-"""``convert --mesh`` in bounded memory: arrays restored onto the mesh only while Orbax writes them.
+"""``convert --mesh`` (and ``--to linen``) in bounded memory: arrays read onto their shardings only
+while Orbax writes them.
 
-The mesh twin of :mod:`.lazy`. The converted NNX state holds :class:`LazyShardedLeaf` placeholders
-(shape, dtype and the ``NamedSharding`` the NNX model wants); their type handler, a subclass of
-Orbax's ``ArrayHandler``, restores them from the source a bounded group at a time *with that
-sharding as the target* (Orbax reads only the shards this process holds, so on a multi-host job
-every process reads and writes its own part), writes each group with the array handler's own code
-(its host slices are views of the CPU shards, no copy) and lets it go before the next. The
-sharding files are written up front from the placeholders, the per-process array metadata once at
-the end, so the written checkpoint is what saving the restored ``jax.Array`` s in one call gives.
+The sharded twin of :mod:`.lazy`. The state to save holds :class:`LazyShardedLeaf` placeholders
+(shape, dtype and the sharding the target model wants); their type handler, a subclass of Orbax's
+``ArrayHandler``, reads them from the source a bounded group at a time: every shard this process
+holds (so on a multi-host job every process reads and writes its own part) read with TensorStore
+into an aligned host buffer its CPU device adopts without a copy. It writes each group with the
+array handler's own code (its host slices are views of those buffers) and lets it go before the
+next. The sharding files are written up front from the placeholders, the per-process array
+metadata once at the end, so the written checkpoint is what saving the arrays in one call gives.
 """
 
 from __future__ import annotations
