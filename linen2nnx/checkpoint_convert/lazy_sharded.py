@@ -70,6 +70,7 @@ def _handler_class() -> type:
             from orbax.checkpoint._src.serialization import types
 
             args = args or [types.SaveArgs()] * len(values)
+            jah.check_array_values(values, infos)  # as the array handler refuses them, before any read
             out = []
             if self._enable_write_sharding_file:  # what the array handler writes first, from shardings alone
                 shardings = jah._async_serialize_shardings(
@@ -122,7 +123,6 @@ async def _write_group(
     from linen2nnx.checkpoint_convert.verify import sharded_checksum
 
     chunk = await read_group(src, leaves)
-    jah.check_array_values(chunk, infos)
     host = replica_slices.transfer_arrays_to_host(  # on CPU devices: views of the shards, no copy
         chunk,
         handler._replica_id,
