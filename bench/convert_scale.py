@@ -1,6 +1,6 @@
 """Does ``convert`` keep up with Orbax, and stay within its memory budget, at real scale?
 
-    python bench/convert_scale.py [--size MB] [--dir DIR] [--json FILE]
+    python bench/convert_scale.py [--size MB] [--dir DIR] [--json FILE] [--mesh]
 
 Generates a MaxText-style Linen checkpoint of about ``--size`` MB (default 1100): a ``TrainState``
 whose params are ``LogicallyPartitioned`` boxes over scanned (layer-stacked) weights, with an AdamW
@@ -11,7 +11,9 @@ colour the next, and ``ru_maxrss`` is that run's peak alone):
 - ``floor``: raw Orbax on the same item: ``StandardCheckpointer().restore`` + ``save``;
 - ``convert``: ``linen2nnx.checkpoint_convert.convert`` of the root, params and optimizer state,
   with its default read-back verification, and again with ``verify=False``;
-- ``dry-run``: the metadata-only plan of ``convert --dry-run``.
+- ``dry-run``: the metadata-only plan of ``convert --dry-run``;
+- with ``--mesh``, ``convert-mesh``: ``convert(..., mesh={"data": 1})``, the ``--mesh`` path (arrays
+  restored onto the mesh as ``jax.Array`` s, written with their shardings), verify on.
 
 Printed, from this one run: convert time / floor time (goal <= 1.2), convert's peak RSS against
 1.5 x the largest array + 300 MB, and the dry-run time (goal < 5 s).
@@ -137,6 +139,8 @@ def child(mode: str, root: Path, out: Path, d: dict[str, int]) -> dict[str, Any]
             ckptr.wait_until_finished()
     elif mode in ("convert", "convert-no-verify"):
         convert(root, out, pair, verify=mode == "convert")
+    elif mode == "convert-mesh":
+        convert(root, out, pair, mesh={"data": 1})
     else:
         dry_run(root, pair)
     seconds = time.perf_counter() - t0
@@ -170,7 +174,7 @@ def _spawn(mode: str, root: Path, out: Path, d: dict[str, int]) -> dict[str, Any
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(size_mb: float, work: Path) -> dict[str, Any]:
+def measure(size_mb: float, work: Path, mesh: bool = False) -> dict[str, Any]:
     d = dims(size_mb)
     root = work / "ckpt"
     _spawn("generate", root, work, d)
@@ -183,6 +187,8 @@ def measure(size_mb: float, work: Path) -> dict[str, Any]:
     res["convert"] = _spawn("convert", root, work / "nnx", d)
     res["convert_no_verify"] = _spawn("convert-no-verify", root, work / "nnx-no-verify", d)
     res["dry_run"] = _spawn("dry-run", root, work / "unused", d)
+    if mesh:
+        res["convert_mesh"] = _spawn("convert-mesh", root, work / "nnx-mesh", d)
     res["time_ratio"] = res["convert"]["seconds"] / res["floor"]["seconds"]
     res["time_ratio_no_verify"] = res["convert_no_verify"]["seconds"] / res["floor"]["seconds"]
     res["cpu_ratio"] = res["convert"]["cpu_seconds"] / res["floor"]["cpu_seconds"]
@@ -210,8 +216,20 @@ def report(res: dict[str, Any]) -> str:
             f"peak RSS / (1.5 x largest + 300 MB = {res['rss_limit_mb']:.0f} MB): {res['rss_ratio']:.2f}  "
             f"(goal <= 1: {ok(res['rss_ratio'] <= 1)})",
             f"dry run: {res['dry_run']['seconds']:.2f} s  (goal < 5 s: {ok(res['dry_run']['seconds'] < 5)})",
+            *_mesh_line(res),
         ]
     )
+
+
+def _mesh_line(res: dict[str, Any]) -> list[str]:
+    m = res.get("convert_mesh")
+    if m is None:
+        return []
+    ratio = m["peak_rss_mb"] / res["rss_limit_mb"]
+    return [
+        f"convert --mesh data=1: {m['seconds']:.2f} s (ratio {m['seconds'] / res['floor']['seconds']:.2f}), "
+        f"peak RSS {m['peak_rss_mb']:.0f} MB (/ goal {ratio:.2f})"
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,11 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=float, default=1100, help="checkpoint size in MB (default 1100)")
     p.add_argument("--dir", type=Path, help="parent of the work folder (created; default: the system's temp)")
     p.add_argument("--json", type=Path, help="write the numbers as JSON")
+    p.add_argument("--mesh", action="store_true", help="also measure convert --mesh data=1")
     args = p.parse_args(argv)
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as work:
-        res = measure(args.size, Path(work))
+        res = measure(args.size, Path(work), mesh=args.mesh)
     print(report(res))
     if args.json:
         args.json.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")

@@ -58,7 +58,8 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "--mesh",
         type=mesh_arg,
         metavar="AXIS=SIZE,...",
-        help="write the NNX checkpoint sharded on this device mesh under the spec's logical axis rules",
+        help="write the NNX checkpoint sharded on this device mesh under the spec's logical axis rules "
+        "(with --dry-run: show each leaf's target sharding; with --to linen: write the Linen checkpoint sharded)",
     )
     c.add_argument(
         "--no-verify",
@@ -126,7 +127,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.to == "linen":
         from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
 
-        done = convert_to_linen(args.src, args.dst, pair, force=args.force)
+        budget = int(args.memory_budget * 2**20) if args.memory_budget else None
+        done = convert_to_linen(args.src, args.dst, pair, force=args.force, mesh=args.mesh, budget=budget)
         err_console.print(
             f"wrote {escape(done['destination'])}: {done['leaves']} leaves, step {done['step']}"
         )
@@ -134,7 +136,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.dry_run:
         from linen2nnx.checkpoint_convert.dryrun import dry_run, render
 
-        plan = dry_run(args.src, pair, args.map, step=args.step)
+        plan = dry_run(args.src, pair, args.map, step=args.step, mesh=args.mesh)
         sys.stdout.write(render(plan))
         return EXIT_FINDINGS if plan.problems else EXIT_OK
     from linen2nnx.checkpoint_convert.progress import progress_bar

@@ -48,6 +48,22 @@ def test_dry_run_lists_every_leaf_from_metadata_alone(root, reads, capsys):
     assert "single device" in kernel and "float32" in kernel
     opt = [line for line in out.splitlines() if line.startswith("opt_state/")]
     assert opt and any("/mu/" in line for line in opt) and "0 problem(s)" in out
+    # --mesh: a target sharding column, planned for 64 devices this host does not have
+    args = [
+        "convert",
+        str(root),
+        str(root.parent / "never"),
+        "--spec",
+        spec,
+        "--dry-run",
+        "--mesh",
+        "data=64",
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    kernel = next(line for line in out.splitlines() if line.startswith("params/Dense_1/kernel "))
+    assert "target sharding" in out and kernel.split()[-3:] == ["P()", "192", "B"]  # replicated: no rules
+    assert reads == [] and not (root.parent / "never").exists()
 
 
 def test_dry_run_reports_every_problem_without_reading(root, reads, capsys):

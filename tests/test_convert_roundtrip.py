@@ -202,3 +202,42 @@ def test_read_back_names_the_array_whose_checksum_differs(tmp_path):
         for budget in (16, 1 << 20):  # an array per group, and one group
             with pytest.raises(L2NError, match=f"verify: {name} reads back as {sums[name]}"):
                 verify.verify_payload(tmp_path / "nnx", wrong, budget)
+
+
+def test_dry_run_with_mesh_shows_each_leaf_s_target_sharding(linen_root, monkeypatch, capsys):
+    """--dry-run --mesh on a host with one device plans an 8-device mesh from metadata alone: every
+    param and its adam moments get the NNX layout convert --mesh writes; no array is read."""
+    from linen2nnx.checkpoint_convert import arrays
+    from linen2nnx.checkpoint_convert.dryrun import dry_run, render
+
+    reads: list[int] = []
+    monkeypatch.setattr(arrays, "restore_hooks", [reads.append])
+    root, _ = linen_root
+    plan = dry_run(root, boxed_pair(), mesh={"data": 2, "fsdp": 2, "tensor": 2})
+    assert reads == [] and plan.problems == [] and jax.device_count() == 1
+    for name in ("params", "opt_state/0/mu", "opt_state/0/nu"):
+        assert plan.targets[f"{name}/blocks/up/kernel"] == "P(None, 'fsdp', 'tensor')"
+    text = render(plan)
+    assert "target sharding" in text and "P('tensor', 'fsdp')" in text
+    with pytest.raises(L2NError, match="mesh axis 'fsdp'"):
+        dry_run(root, boxed_pair(), mesh={"data": 8})
+
+
+def test_to_linen_reads_in_bounded_groups(linen_root, tmp_path):
+    """--to linen reads the NNX arrays only while it writes them, at most the budget alive at once."""
+    from linen2nnx.checkpoint_convert import memory
+
+    root, _ = linen_root
+    pair = boxed_pair()
+    convert(root, tmp_path / "nnx", pair)
+    before = memory.in_flight.held
+    memory.in_flight.reset()
+    convert_to_linen(tmp_path / "nnx", tmp_path / "back", pair, budget=4096)
+    peak = memory.in_flight.peak - before
+    memory.in_flight.reset()
+    assert 0 < peak <= 4096 < 38 * 1024  # the tree is 38 KiB
+    want_def, want = _flat(root / "1000" / "state")
+    got_def, got = _flat(tmp_path / "back")
+    assert want_def == got_def
+    for k, w in want.items():
+        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(w), err_msg=jax.tree_util.keystr(k))

@@ -70,7 +70,8 @@ def test_checkpoint_saved_on_8_devices_converts_on_fewer(sharded, tmp_path, devi
 def test_mesh_output_is_written_with_the_nnx_shardings(tmp_path):
     """--mesh data=2,fsdp=2,tensor=2 on 8 devices: the boxed, scanned stack is written sharded as the
     NNX model's logical names and the pair's rules say (layers unsharded, embed on fsdp, mlp on
-    tensor), its adam moment the same way, and it loads back sharded with the Linen values."""
+    tensor), its adam moment the same way, and it loads back sharded with the Linen values; converted
+    back to Linen on the mesh, the stack is written with the Linen rules' layout and its values."""
     import json
 
     out = tmp_path / "mesh.json"
@@ -79,6 +80,8 @@ def test_mesh_output_is_written_with_the_nnx_shardings(tmp_path):
     assert got["devices"] == 8 and got["saved_mesh"] == [2, 2, 2]
     assert got["saved_spec"] == [None, "fsdp", "tensor"] == got["loaded_spec"] == got["mu_spec"]
     assert got["equal"]
+    # --to linen --mesh: the Linen stack written as its logical names ("layers", "embed", "mlp") say
+    assert got["back_spec"] == [None, "fsdp", "tensor"] and got["back_equal"]
 
 
 def test_two_processes_convert_onto_one_mesh(tmp_path):
@@ -116,3 +119,41 @@ def test_two_processes_convert_onto_one_mesh(tmp_path):
         got = json.loads((tmp_path / f"result{i}.json").read_text())
         assert got["process_count"] == 2 and got["shards"] == 2 and got["equal"]
         assert got["leftovers"] == []
+
+
+@pytest.fixture(scope="module")
+def boxed_on_8(tmp_path_factory) -> Path:
+    ckpt = tmp_path_factory.mktemp("boxed8") / "ckpt"
+    _run("save_boxed", "8", str(ckpt))
+    return ckpt
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+def test_mesh_conversion_in_bounded_groups_equals_the_ungrouped_one(boxed_on_8, tmp_path, devices):
+    """The boxed pair saved on 8 devices, converted with --mesh on 4 and on 1 with a budget of the
+    largest array: every restore call holds at most the budget (or one leaf), the restored bytes
+    alive at once stay within it, and what is written (arrays, dtypes, layouts, checksums) is bit
+    for bit what one group over the whole tree writes."""
+    import json
+
+    out = tmp_path / "groups.json"
+    _run("groups", str(devices), str(boxed_on_8), str(out))
+    got = json.loads(out.read_text())
+    grouped, whole = got["grouped"], got["whole"]
+    # one read per payload (model, optimizer) with every array of it
+    assert [n for n, _ in whole["calls"]] == [9, 19]
+    assert len(grouped["calls"]) > 8 and sum(n for n, _ in grouped["calls"]) == 28
+    assert all(size <= got["largest"] for _, size in grouped["calls"])
+    assert 0 < grouped["peak"] <= got["largest"] < whole["peak"]
+    assert grouped["payloads"] == whole["payloads"] and grouped["checksums"] == whole["checksums"]
+    kernel = grouped["payloads"][""]["['blocks']['up']['kernel']['value']"]
+    assert kernel[1] == ["None", "fsdp", "tensor"]  # the NNX layout (axes of size 1 on one device)
+
+
+def test_checksum_of_a_sharded_array_is_taken_from_its_shards(tmp_path):
+    """The checksum --mesh records (no whole host copy) equals the whole array's, for every layout."""
+    import json
+
+    out = tmp_path / "sums.json"
+    _run("checksum", "8", str(out))
+    assert json.loads(out.read_text()) == {"cases": 6, "bad": []}

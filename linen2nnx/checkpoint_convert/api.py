@@ -196,9 +196,9 @@ def _assemble(plan: Plan, ckpt: Any, pair: Any) -> tuple[Any, list[MappedLeaf]]:
 
 def _as_value(x: Any, jnp: Any) -> Any:
     """A device array, except a lazy leaf: that is read only while it is written (:mod:`.lazy`)."""
-    from linen2nnx.checkpoint_convert.lazy import LazyLeaf
+    from linen2nnx.checkpoint_convert.lazy import is_deferred
 
-    return x if isinstance(x, LazyLeaf) else jnp.asarray(x)
+    return x if is_deferred(x) else jnp.asarray(x)
 
 
 def _optimizer_state(
@@ -299,8 +299,8 @@ def _mesh_scope(pair: Any, mesh: Any) -> Any:
 def _orbax_source(
     src: Any, pair: Any, name_map: Any, step: int | None, budget: int | None, progress: Any, mesh: Any
 ) -> tuple[LinenCheckpoint, int]:
-    """Plan from metadata (refusing before any array is read), then the arrays: lazy host leaves
-    written as they are read, or, on a mesh, restored onto the NNX shardings."""
+    """Plan from metadata (refusing before any array is read), then lazy leaves, read a bounded
+    group at a time while they are written: host arrays, or, on a mesh, onto the NNX shardings."""
     from linen2nnx.checkpoint_convert.stream import default_budget, lazy_arrays, open_orbax
 
     opened = open_orbax(src, step)
@@ -308,9 +308,9 @@ def _orbax_source(
     budget = budget or default_budget(opened.largest_bytes())
     if mesh is None:
         return lazy_arrays(opened, budget, progress), budget
-    from linen2nnx.checkpoint_convert.sharded import sharded_arrays
+    from linen2nnx.checkpoint_convert.sharded import lazy_sharded_arrays
 
-    return sharded_arrays(opened, plan, mesh, budget, progress), budget
+    return lazy_sharded_arrays(opened, plan, mesh, budget, progress), budget
 
 
 def _destination(src: Any, dst: str | Path, force: bool) -> Path:

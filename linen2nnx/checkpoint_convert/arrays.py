@@ -158,13 +158,11 @@ async def read_direct(
     A failure names the leaf (``names``) and, when TensorStore's message has it, the data file."""
     import asyncio
 
-    import numpy as np
-    import tensorstore as ts
     from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
 
     for hook in restore_hooks:
         hook(len(metas))
-    driver, ocdbt = how
+    ocdbt = how[1]
     # into a buffer, one chunk is read at a time: one thread for the file, one to decode, so the
     # buffers they free stay in two malloc arenas (see memory.heap_reused), not one per thread
     one_by_one = 1 if into is not None else None
@@ -174,15 +172,8 @@ async def read_direct(
     out = carve(into, metas) if into is not None else {}
 
     async def one(path: RawPath, shape: tuple[int, ...], dtype: Any) -> None:
-        name = ".".join(str(k) for k in path)
-        # Orbax's own read spec: a missing chunk is an error, never read as zeros
-        spec = ts_utils.ArrayReadSpec(str(item_dir), name, driver == "zarr3", use_ocdbt=ocdbt).json
         try:
-            src = await ts.open(ts.Spec(spec), open=True, read=True, context=context)
-            if tuple(src.shape) != tuple(shape) or src.dtype.numpy_dtype != np.dtype(dtype):
-                raise ValueError(
-                    f"stored as {tuple(src.shape)} {src.dtype.numpy_dtype}, metadata says {shape} {dtype}"
-                )
+            src = await open_stored(item_dir, how, path, shape, dtype, context)
             if path in out:
                 await _fill_by_chunk(src, out[path])
             else:
@@ -198,6 +189,26 @@ async def read_direct(
             if filled is not None:
                 filled(p, out[p])
     return {p: out[p] for p in metas}
+
+
+async def open_stored(
+    item_dir: Path, how: tuple[str, bool], path: RawPath, shape: tuple[int, ...], dtype: Any, context: Any
+) -> Any:
+    """The TensorStore of one stored array (``how``: see :func:`storage`), opened with Orbax's own
+    read spec (a missing chunk is an error, never read as zeros) and checked against the metadata."""
+    import numpy as np
+    import tensorstore as ts
+    from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+    driver, ocdbt = how
+    name = ".".join(str(k) for k in path)
+    spec = ts_utils.ArrayReadSpec(str(item_dir), name, driver == "zarr3", use_ocdbt=ocdbt).json
+    src = await ts.open(ts.Spec(spec), open=True, read=True, context=context)
+    if tuple(src.shape) != tuple(shape) or src.dtype.numpy_dtype != np.dtype(dtype):
+        raise ValueError(
+            f"stored as {tuple(src.shape)} {src.dtype.numpy_dtype}, metadata says {shape} {dtype}"
+        )
+    return src
 
 
 async def _fill_by_chunk(src: Any, dest: Any) -> None:

@@ -36,6 +36,8 @@ class DryRun:
     kept: list[str]
     ignored: dict[str, str]
     problems: list[Problem]
+    targets: dict[str, str] = dataclasses.field(default_factory=dict)
+    """With ``--mesh``: Linen path -> the sharding it is written with (``convert --mesh``)."""
 
     @property
     def total_bytes(self) -> int:
@@ -43,13 +45,25 @@ class DryRun:
 
 
 def dry_run(
-    src: Any, pair: Any, name_map: NameMap | str | Path | None = None, step: int | None = None
+    src: Any,
+    pair: Any,
+    name_map: NameMap | str | Path | None = None,
+    step: int | None = None,
+    mesh: dict[str, int] | None = None,
 ) -> DryRun:
-    """Plan the conversion of ``src`` onto ``pair``'s NNX model; nothing is written, no array read."""
+    """Plan the conversion of ``src`` onto ``pair``'s NNX model; nothing is written, no array read.
+    With ``mesh`` (an Orbax source), each leaf's target sharding on it too."""
+    targets: dict[str, str] = {}
     if isinstance(src, (str, Path)) and Path(src).expanduser().is_dir():
         from linen2nnx.checkpoint_convert.stream import open_orbax
 
-        ckpt = open_orbax(src, step).checkpoint
+        opened = open_orbax(src, step)
+        ckpt = opened.checkpoint
+        if mesh is not None:
+            from linen2nnx.checkpoint_convert.sharded import planned_shardings
+
+            planned = planned_shardings(opened, pair, name_map, dict(mesh))
+            targets = {k: _spec_name(v) for k, v in planned.items()}
     else:
         ckpt = read_linen_checkpoint(src)
     plan, problems = plan_with_problems(ckpt, pair, name_map)
@@ -68,6 +82,7 @@ def dry_run(
         [join(s.path) for s in plan.kept],
         dict(ckpt.ignored),
         problems + opt_problems,
+        targets,
     )
 
 
@@ -111,10 +126,18 @@ def sharding_name(leaf: Any) -> str:
     return "single device"
 
 
+def _spec_name(sharding: Any) -> str:
+    return f"P{tuple(sharding.spec)}"
+
+
 def render(dry: DryRun) -> str:
     """The plan as plain text: aligned columns, whole paths (never cut to a terminal's width)."""
-    cells = [HEADERS] + [(*r[:-1], _bytes(r[-1])) for r in dry.rows]
-    widths = [max(len(str(c[i])) for c in cells) for i in range(len(HEADERS))]
+    if dry.targets:  # --mesh: the target sharding beside the saved one ("host": the step, an int)
+        cells = [(*HEADERS[:-1], "target sharding", HEADERS[-1])]
+        cells += [(*r[:-1], dry.targets.get(r[0], "host"), _bytes(r[-1])) for r in dry.rows]
+    else:
+        cells = [HEADERS] + [(*r[:-1], _bytes(r[-1])) for r in dry.rows]
+    widths = [max(len(str(c[i])) for c in cells) for i in range(len(cells[0]))]
     lines = [
         f"dry run: {dry.source} -> {dry.target} ({dry.strategy}), step {dry.step}",
         *("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells),

@@ -94,9 +94,16 @@ async def _read(src: LazySource, how: Any, leaves: list[LazyLeaf]) -> list[Any]:
     return [got.pop(v.path) for v in leaves]
 
 
+def is_deferred(x: Any) -> bool:
+    """Whether ``x`` is a placeholder read only while it is written (host or sharded, :mod:`.lazy_sharded`)."""
+    from linen2nnx.checkpoint_convert.lazy_sharded import LazyShardedLeaf
+
+    return isinstance(x, (LazyLeaf, LazyShardedLeaf))
+
+
 def materialize(x: Any) -> Any:
     """``x`` as an array: a :class:`LazyLeaf` is read, anything else returned as is."""
-    return x.load() if isinstance(x, LazyLeaf) else x
+    return x.load() if is_deferred(x) else x
 
 
 def _handler_class() -> type:

@@ -90,11 +90,11 @@ def convert_opt_state(
 
     slots, sources, mapped, problems = plan_opt_state(opt_state, step, param_table, make_nnx, tx)
     raise_problems(problems, f"{source} (opt_state)", "nnx.Optimizer")
-    from linen2nnx.checkpoint_convert.lazy import LazyLeaf
+    from linen2nnx.checkpoint_convert.lazy import is_deferred
 
     filled = {
         p: v
-        if isinstance(v, LazyLeaf) or not hasattr(v, "shape")
+        if is_deferred(v) or not hasattr(v, "shape")
         else jnp.asarray(v, dtype=slots[p].get_value().dtype)
         for p, v in sources.items()
     }

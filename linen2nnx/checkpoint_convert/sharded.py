@@ -4,8 +4,9 @@ Under the mesh and the pair's logical axis rules, every NNX slot's ``NamedShardi
 Variable metadata (``nnx.get_named_sharding`` of the abstract model, as a sharded restore would use).
 Each Linen leaf is restored straight onto its slot's sharding (Orbax reads only the shards this
 process holds, so every host of a multi-host job reads and then writes its own part), optax
-moments take the sharding of the param they mirror, everything else is replicated. Orbax's array
-handler then writes the shards with that layout.
+moments take the sharding of the param they mirror, everything else is replicated. ``convert``
+does this a bounded group at a time while Orbax's array handler writes the shards with that layout
+(:func:`lazy_sharded_arrays`, :mod:`.lazy_sharded`); :func:`sharded_arrays` restores them all at once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from linen2nnx.checkpoint_convert import arrays
 from linen2nnx.checkpoint_convert.read import LinenCheckpoint
-from linen2nnx.checkpoint_convert.stream import OrbaxSource, default_budget, load_arrays
+from linen2nnx.checkpoint_convert.stream import OrbaxSource, default_budget, lazy_arrays, load_arrays
 
 
 def target_shardings(opened: OrbaxSource, plan: Any, mesh: Any) -> dict[arrays.RawPath, Any]:
@@ -82,3 +83,34 @@ def sharded_arrays(
     """The checkpoint with every needed leaf restored as a ``jax.Array`` sharded on ``mesh``."""
     shardings = target_shardings(opened, plan, mesh)
     return load_arrays(opened, budget or default_budget(opened.largest_bytes()), progress, shardings)
+
+
+def lazy_sharded_arrays(
+    opened: OrbaxSource,
+    plan: Any,
+    mesh: Any,
+    budget: int | None = None,
+    progress: Callable[[int, int, int, int], None] | None = None,
+) -> LinenCheckpoint:
+    """The checkpoint with :class:`~.lazy_sharded.LazyShardedLeaf` placeholders: every needed leaf
+    is restored onto its sharding on ``mesh`` only while it is written, ``budget`` bytes at a time."""
+    shardings = target_shardings(opened, plan, mesh)
+    return lazy_arrays(opened, budget or default_budget(opened.largest_bytes()), progress, shardings)
+
+
+def planned_shardings(opened: OrbaxSource, pair: Any, name_map: Any, shape: dict[str, int]) -> dict[str, Any]:
+    """Linen path -> the ``NamedSharding`` ``convert --mesh`` would give it, on an abstract mesh of
+    ``shape``: the devices need not exist here (a pod's layout is planned on a laptop)."""
+    import flax.linen as nn
+    from jax.sharding import AbstractMesh, AxisType
+
+    from linen2nnx.checkpoint_convert.api import plan_with_problems
+    from linen2nnx.checkpoint_convert.stream import _display
+    from linen2nnx.equivalence.mesh import check_rules_fit, logical_rules
+
+    mesh = AbstractMesh(tuple(shape.values()), tuple(shape), axis_types=(AxisType.Auto,) * len(shape))
+    check_rules_fit(pair, mesh)  # as convert --mesh refuses it
+    with nn.logical_axis_rules(logical_rules(pair)):
+        plan, _ = plan_with_problems(opened.checkpoint, pair, name_map)
+        raw = target_shardings(opened, plan, mesh)
+    return {_display(p, opened.checkpoint): s for p, s in raw.items()}

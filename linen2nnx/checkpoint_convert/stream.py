@@ -97,15 +97,19 @@ def lazy_arrays(
     opened: OrbaxSource,
     budget: int | None = None,
     progress: Callable[[int, int, int, int], None] | None = None,
+    shardings: dict[arrays.RawPath, Any] | None = None,
 ) -> LinenCheckpoint:
     """The checkpoint with :class:`~.lazy.LazyLeaf` placeholders: arrays are read while Orbax
-    writes the converted checkpoint, ``budget`` bytes at a time (only the step is read now)."""
+    writes the converted checkpoint, ``budget`` bytes at a time (only the step is read now). With
+    ``shardings``, :class:`~.lazy_sharded.LazyShardedLeaf` ones: read onto those shardings."""
     import jax
     import numpy as np
 
-    from linen2nnx.checkpoint_convert.lazy import LazyLeaf, LazySource, register
+    from linen2nnx.checkpoint_convert import lazy, lazy_sharded
+    from linen2nnx.checkpoint_convert.lazy import LazyLeaf, LazySource
 
-    register()
+    lazy.register()
+    lazy_sharded.register()
     flat = arrays.flat_metadata(opened.tree)
     needed = {p: m for p, m in flat.items() if _needed(p, opened.checkpoint)}
     sizes = [arrays.nbytes(m) for p, m in needed.items() if p != ("step",)]
@@ -122,6 +126,10 @@ def lazy_arrays(
         path = tuple(arrays._key(k) for k in kp)
         if path not in needed or path == ("step",):
             return meta
+        if shardings is not None:
+            return lazy_sharded.LazyShardedLeaf(
+                src, path, tuple(meta.shape), np.dtype(meta.dtype), shardings[path]
+            )
         return LazyLeaf(src, path, tuple(meta.shape), np.dtype(meta.dtype))
 
     tree = jax.tree_util.tree_map_with_path(value, opened.tree, is_leaf=arrays.is_meta_leaf)

@@ -23,48 +23,80 @@ from linen2nnx.checkpoint_convert.write import OPTIMIZER_DIR, read_report
 from linen2nnx.errors import ConversionError, L2NError
 
 
-def convert_to_linen(src: str | Path, dst: str | Path, pair: Any, *, force: bool = False) -> dict[str, Any]:
-    """Write the Linen checkpoint ``dst`` from the NNX checkpoint ``src``; returns a summary."""
+def convert_to_linen(
+    src: str | Path,
+    dst: str | Path,
+    pair: Any,
+    *,
+    force: bool = False,
+    mesh: Any = None,
+    budget: int | None = None,
+) -> dict[str, Any]:
+    """Write the Linen checkpoint ``dst`` from the NNX checkpoint ``src``; returns a summary.
+
+    Arrays are read from ``src`` only while they are written, ``budget`` bytes at a time (default:
+    the largest array); with ``mesh``, onto the shardings the Linen boxes' logical names give under
+    the pair's rules, and written so."""
+    from linen2nnx.checkpoint_convert.api import _mesh_scope
+
     src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
     recover(dst)
     if dst.exists() and not force:
         raise L2NError(f"{dst}: already exists (pass --force to replace it)")
     report = read_report(src)
-    values = _nnx_values(src)
+    leaves = _nnx_leaves(src, budget)
     if report.get("optimizer") and (src / OPTIMIZER_DIR).exists():
-        values.update({("opt", *k): v for k, v in _nnx_values(src / OPTIMIZER_DIR).items()})
+        leaves.update({("opt", *k): v for k, v in _nnx_leaves(src / OPTIMIZER_DIR, budget).items()})
     by_linen = _linen_sources(report)
-    target = _linen_target(pair, with_optimizer=bool(report.get("optimizer")))
-    tree, missing = _fill(target, by_linen, values, report)
-    if missing:
-        raise ConversionError(
-            f"cannot write {dst}: {len(missing)} Linen leaf(s) have no value in {src}\n"
-            + "\n".join(f"  - {m}" for m in missing[:50])
-        )
-    for key, why in report.get("ignored", {}).items():
-        if why == "empty" and key not in tree:
-            tree[key] = {}
-    _save(tree, dst)
+    with _mesh_scope(pair, mesh) as active:
+        target = _linen_target(pair, with_optimizer=bool(report.get("optimizer")))
+        tree, missing = _fill(target, by_linen, leaves, _shardings(target, pair, active))
+        if missing:
+            raise ConversionError(
+                f"cannot write {dst}: {len(missing)} Linen leaf(s) have no value in {src}\n"
+                + "\n".join(f"  - {m}" for m in missing[:50])
+            )
+        for key, why in report.get("ignored", {}).items():
+            if why == "empty" and key not in tree:
+                tree[key] = {}
+        _save(tree, dst)
     return {"source": str(src), "destination": str(dst), "leaves": len(by_linen), "step": report.get("step")}
 
 
-def _nnx_values(item_dir: Path) -> dict[tuple[str, ...], np.ndarray]:
-    """Every array of an NNX payload as host numpy, keyed by NNX path (str elements, no ``value``)."""
-    import jax
+def _nnx_leaves(item_dir: Path, budget: int | None) -> dict[tuple[str, ...], tuple[Any, arrays.RawPath, Any]]:
+    """Every array of an NNX payload, unread: NNX path (str elements, no ``value``) -> (its
+    :class:`~.lazy.LazySource`, stored path, metadata)."""
+    from linen2nnx.checkpoint_convert.lazy import LazySource
+    from linen2nnx.checkpoint_convert.stream import default_budget
 
     tree = arrays.read_metadata(item_dir)
-    flat = arrays.flat_metadata(tree)
-    wanted = {
-        p: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype)
-        for p, m in flat.items()
-        if arrays.has_plain_dtype(m.dtype)
-    }
-    got = arrays.restore_group(item_dir, tree, wanted, {})
+    flat = {p: m for p, m in arrays.flat_metadata(tree).items() if arrays.has_plain_dtype(m.dtype)}
+    sizes = [arrays.nbytes(m) for m in flat.values()]
+    names = {p: "/".join(map(str, p)) for p in flat}
+    source = LazySource(item_dir, tree, budget or default_budget(max(sizes, default=0)), names)
     out = {}
-    for path, value in got.items():
+    for path, meta in flat.items():
         key = tuple(map(str, path))
-        out[key[:-1] if key and key[-1] == "value" else key] = value
+        out[key[:-1] if key and key[-1] == "value" else key] = (source, path, meta)
     return out
+
+
+def _shardings(target: Any, pair: Any, mesh: Any) -> dict[tuple[str, ...], Any]:
+    """Linen path -> where its array goes: one device, or on ``mesh`` the sharding of its box's
+    logical names under the pair's rules (leaves without a box are replicated)."""
+    import flax.linen as nn
+    import jax
+
+    if mesh is None:
+        return {}
+    from linen2nnx.equivalence.mesh import logical_rules
+
+    specs = nn.get_partition_spec(target)
+    named = nn.logical_to_mesh_sharding(specs, mesh, logical_rules(pair))
+    flat = jax.tree_util.tree_flatten_with_path(
+        named, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding)
+    )[0]
+    return {_linen_path(kp): s for kp, s in flat}
 
 
 def _linen_sources(report: dict[str, Any]) -> dict[tuple[str, ...], tuple[tuple[str, ...], str | None]]:
@@ -100,21 +132,31 @@ def _linen_target(pair: Any, *, with_optimizer: bool) -> dict[str, Any]:
     return target
 
 
-def _fill(target: Any, by_linen: dict, values: dict, report: dict) -> tuple[dict[str, Any], list[str]]:
-    """Every abstract leaf replaced by its value; the Linen paths that have none are returned."""
+def _fill(target: Any, by_linen: dict, leaves: dict, shardings: dict) -> tuple[dict[str, Any], list[str]]:
+    """Every abstract leaf replaced by a placeholder of its NNX array (read while it is written,
+    saved as ``jax.Array`` like the original); the Linen paths that have none are returned."""
     import jax
 
+    from linen2nnx.checkpoint_convert import lazy_sharded
+
+    lazy_sharded.register()
+    one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     missing: list[str] = []
 
     def fill(kp: Any, abstract: Any) -> Any:
         path = _linen_path(kp)
         hit = by_linen.get(path)
-        value = None if hit is None else values.get(hit[0])
-        if value is None:
+        found = None if hit is None else leaves.get(hit[0])
+        if found is None:
             missing.append("/".join(path))
             return abstract
-        dtype = hit[1] or abstract.dtype
-        return jax.device_put(np.asarray(value, dtype=dtype))  # saved as jax.Array, like the original
+        source, raw, meta = found
+        sharding = shardings.get(path, one_device)
+        leaf = lazy_sharded.LazyShardedLeaf(source, raw, tuple(meta.shape), np.dtype(meta.dtype), sharding)
+        dtype = np.dtype(hit[1] or abstract.dtype)
+        if leaf.dtype != dtype:  # the step (NNX uint32, Linen int32): a scalar, read now
+            return jax.device_put(np.asarray(leaf.load(), dtype=dtype), sharding)
+        return leaf
 
     tree = jax.tree_util.tree_map_with_path(fill, target)
     return tree, missing
@@ -133,10 +175,9 @@ def _save(tree: Any, dst: Path) -> None:
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = partial_dir(dst)
-    try:
-        with ocp.StandardCheckpointer() as ckptr:
-            ckptr.save(tmp, tree)
-            ckptr.wait_until_finished()
+    try:  # the PyTree handler (StandardCheckpointer's own format) also takes lazy leaves
+        with ocp.PyTreeCheckpointer() as ckptr:
+            ckptr.save(tmp, args=ocp.args.PyTreeSave(tree))
     except BaseException:
         recover(dst)
         raise

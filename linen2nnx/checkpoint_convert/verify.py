@@ -32,6 +32,51 @@ def checksum(value: Any) -> str:
     return f"crc32:{zlib.crc32(data.reshape(-1).view(np.uint8)):08x}"
 
 
+def sharded_checksum(value: Any, slab: int = 16 << 20) -> str | None:
+    """:func:`checksum` of a ``jax.Array`` from its shards, with no whole host copy: the C-order
+    bytes are assembled ``slab`` bytes at a time. None when another process holds some shards."""
+    if not value.is_fully_addressable:
+        return None
+    shards: dict[tuple[tuple[int, int], ...], Any] = {}
+    for s in value.addressable_shards:
+        box = tuple(sl.indices(n)[:2] for sl, n in zip(s.index, value.shape))
+        shards.setdefault(box, s.data)
+    if len(shards) == 1:
+        return checksum(next(iter(shards.values())))  # a host view of a CPU buffer: no copy
+    crc = 0
+    for box in _c_order_boxes(tuple(value.shape), np.dtype(value.dtype).itemsize, slab):
+        buf = np.empty(tuple(b - a for a, b in box), value.dtype)
+        for where, data in shards.items():
+            cut = [(max(a, c), min(b, d)) for (a, b), (c, d) in zip(box, where)]
+            if all(a < b for a, b in cut):
+                host = np.asarray(data)
+                buf[tuple(slice(a - c, b - c) for (a, b), (c, _) in zip(cut, box))] = host[
+                    tuple(slice(a - c, b - c) for (a, b), (c, _) in zip(cut, where))
+                ]
+        crc = zlib.crc32(buf.reshape(-1).view(np.uint8), crc)
+    return f"crc32:{crc:08x}"
+
+
+def _c_order_boxes(
+    shape: tuple[int, ...], itemsize: int, limit: int
+) -> Any:  # Iterator[tuple[tuple[int, int], ...]]
+    """Boxes covering ``shape`` whose bytes, one box after another, are its C-order bytes; each at
+    most ``limit`` bytes unless a single element row of the last axis is bigger."""
+    if not shape:
+        yield ()
+        return
+    row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+    rest = tuple((0, n) for n in shape[1:])
+    if row <= limit or len(shape) == 1:
+        step = max(1, limit // max(row, 1))
+        for i in range(0, shape[0], step):
+            yield ((i, min(i + step, shape[0])), *rest)
+        return
+    for i in range(shape[0]):
+        for sub in _c_order_boxes(shape[1:], itemsize, limit):
+            yield ((i, i + 1), *sub)
+
+
 def _key_str(path: arrays.RawPath) -> str:
     return "/".join(map(str, path))
 
@@ -40,14 +85,15 @@ def state_checksums(state: Any) -> dict[str, str]:
     """Checksums of a saved tree's arrays by stored path; lazy leaves give those taken while written."""
     import jax
 
-    from linen2nnx.checkpoint_convert.lazy import LazyLeaf
+    from linen2nnx.checkpoint_convert.lazy import is_deferred
 
     out: dict[str, str] = {}
-    leaves = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, LazyLeaf))[0]
+    leaves = jax.tree_util.tree_flatten_with_path(state, is_leaf=is_deferred)[0]
     for kp, leaf in leaves:
         path = tuple(arrays._key(k) for k in kp)
-        if isinstance(leaf, LazyLeaf):
-            out[_key_str(path)] = leaf.source.checksums[leaf.path]
+        if is_deferred(leaf):
+            if leaf.path in leaf.source.checksums:  # not when another host holds some of its shards
+                out[_key_str(path)] = leaf.source.checksums[leaf.path]
         elif isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
             continue  # another host's shards: that host checks them
         elif arrays.has_plain_dtype(leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype):
