@@ -6,7 +6,7 @@ Each Linen leaf is restored straight onto its slot's sharding (Orbax reads only 
 process holds, so every host of a multi-host job reads and then writes its own part), optax
 moments take the sharding of the param they mirror, everything else is replicated. ``convert``
 does this a bounded group at a time while Orbax's array handler writes the shards with that layout
-(:func:`lazy_sharded_arrays`, :mod:`.lazy_sharded`); :func:`sharded_arrays` restores them all at once.
+(:func:`lazy_sharded_arrays`, :mod:`.lazy_sharded`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from linen2nnx.checkpoint_convert import arrays
 from linen2nnx.checkpoint_convert.read import LinenCheckpoint
-from linen2nnx.checkpoint_convert.stream import OrbaxSource, default_budget, lazy_arrays, load_arrays
+from linen2nnx.checkpoint_convert.stream import OrbaxSource, default_budget, lazy_arrays
 
 
 def target_shardings(opened: OrbaxSource, plan: Any, mesh: Any) -> dict[arrays.RawPath, Any]:
@@ -71,18 +71,6 @@ def _fits(sharding: Any, meta: Any) -> bool:
 
 def _value(v: Any) -> Any:
     return v.get_value() if hasattr(v, "get_value") else v
-
-
-def sharded_arrays(
-    opened: OrbaxSource,
-    plan: Any,
-    mesh: Any,
-    budget: int | None = None,
-    progress: Callable[[int, int, int, int], None] | None = None,
-) -> LinenCheckpoint:
-    """The checkpoint with every needed leaf restored as a ``jax.Array`` sharded on ``mesh``."""
-    shardings = target_shardings(opened, plan, mesh)
-    return load_arrays(opened, budget or default_budget(opened.largest_bytes()), progress, shardings)
 
 
 def lazy_sharded_arrays(
