@@ -304,6 +304,9 @@ class _PlainCodegen(CodegenState):
 
 def code_of(node: cst.CSTNode, module: cst.Module | None = None) -> str:
     """``module.code_for_node(node)`` (``module.code`` for ``code_of(module)``), faster."""
+    simple = _simple_code(node)
+    if simple is not None:
+        return simple
     context = module if module is not None else node if isinstance(node, cst.Module) else _DEFAULT_MODULE
     state = _PlainCodegen(default_indent=context.default_indent, default_newline=context.default_newline)
     node._codegen(state)
@@ -311,6 +314,25 @@ def code_of(node: cst.CSTNode, module: cst.Module | None = None) -> str:
 
 
 _DEFAULT_MODULE = cst.Module([])
+_ATOMS = (cst.Name, cst.Integer, cst.Float)
+
+
+def _simple_code(node: cst.CSTNode) -> str | None:
+    """The code of a name, a number or a dotted name without parentheses (most of the codemod's
+    questions: ``nn.Dense``, ``self.features``, ``0.1``), without a code generation; None for anything else."""
+    kind = type(node)
+    if kind in _ATOMS:
+        return None if node.lpar or node.rpar else node.value  # type: ignore[attr-defined]
+    if kind is not cst.Attribute or node.lpar or node.rpar:  # type: ignore[attr-defined]
+        return None
+    value = _simple_code(node.value)  # type: ignore[attr-defined]
+    dot, attr = node.dot, node.attr  # type: ignore[attr-defined]
+    if value is None or type(dot) is not cst.Dot or attr.lpar or attr.rpar:
+        return None
+    before, after = dot.whitespace_before, dot.whitespace_after
+    if type(before) is not cst.SimpleWhitespace or type(after) is not cst.SimpleWhitespace:
+        return None
+    return f"{value}{before.value}.{after.value}{attr.value}"
 
 
 class _RecordStart:
