@@ -28,6 +28,8 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst.metadata.position_provider import NEWLINE_RE
 
+from linen2nnx.migrate.codegen import emit
+
 
 @cache
 def _fields(node_type: type) -> tuple[str, ...]:
@@ -309,7 +311,7 @@ def code_of(node: cst.CSTNode, module: cst.Module | None = None) -> str:
         return simple
     context = module if module is not None else node if isinstance(node, cst.Module) else _DEFAULT_MODULE
     state = _PlainCodegen(default_indent=context.default_indent, default_newline=context.default_newline)
-    node._codegen(state)
+    emit(node, state)
     return "".join(state.tokens)
 
 
