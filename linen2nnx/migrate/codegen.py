@@ -24,7 +24,7 @@ Emit = Callable[[cst.CSTNode, CodegenState], None]
 
 def emit(node: cst.CSTNode, state: CodegenState) -> None:
     """Append the code of ``node`` to ``state.tokens``, as ``node._codegen(state)`` does."""
-    fn = _EMIT.get(type(node))
+    fn = _table.get(type(node))
     if fn is None:
         node._codegen(state)
     else:
@@ -116,9 +116,9 @@ def _call(node: cst.Call, state: CodegenState) -> None:
     emit(node.whitespace_after_func, state)
     state.tokens.append("(")
     emit(node.whitespace_before_args, state)
-    last = len(node.args) - 1
+    last, emit_arg = len(node.args) - 1, _table[cst.Arg]
     for i, arg in enumerate(node.args):
-        _arg(arg, state, i != last)
+        emit_arg(arg, state, i != last)  # type: ignore[call-arg]
     state.tokens.append(")")
     for paren in node.rpar:
         emit(paren, state)
@@ -203,7 +203,7 @@ def _simple_statement_line(node: cst.SimpleStatementLine, state: CodegenState) -
     if body:
         last = len(body) - 1
         for i, stmt in enumerate(body):
-            fn = _SMALL.get(type(stmt))
+            fn = _small_table.get(type(stmt))
             if fn is None:
                 stmt._codegen(state, default_semicolon=i != last)
             else:
@@ -238,6 +238,8 @@ def _decorated(
     for line in node.lines_after_decorators:
         emit(line, state)
     state.tokens.extend(state.indent_tokens)
+    if id(node) in getattr(state, "wanted_ids", ()):  # recording: its syntactic start is `def` / `class`
+        state.syntactic.setdefault(node, len(state.tokens))  # type: ignore[attr-defined]
 
 
 def _function_def(node: cst.FunctionDef, state: CodegenState) -> None:
@@ -279,9 +281,9 @@ def _class_def(node: cst.ClassDef, state: CodegenState) -> None:
     elif isinstance(node.lpar, cst.LeftParen):
         emit(node.lpar, state)
     args = [*node.bases, *node.keywords]
-    last = len(args) - 1
+    last, emit_arg = len(args) - 1, _table[cst.Arg]
     for i, arg in enumerate(args):
-        _arg(arg, state, i != last)
+        emit_arg(arg, state, i != last)  # type: ignore[call-arg]
     if isinstance(node.rpar, cst.MaybeSentinel):
         if has_args:
             tokens.append(")")
@@ -355,3 +357,100 @@ _EMIT: dict[type, Emit] = {
     cst.Decorator: _decorator,  # type: ignore[dict-item]
     cst.Module: _module,  # type: ignore[dict-item]
 }
+
+
+# ---- recording starts ------------------------------------------------------------------------------
+# For a StartRecorder (cst_meta): a wanted node gets libcst's own code generation, which notes its
+# start (and that of the wanted nodes under it); a def or class only notes its start and goes on
+# (see _decorated); every other node is generated as above.
+
+
+def _recorded(fn: Emit) -> Emit:
+    def run(node: cst.CSTNode, state: CodegenState) -> None:
+        if id(node) in state.wanted_ids:  # type: ignore[attr-defined]
+            node._codegen(state)
+        else:
+            fn(node, state)
+
+    return run
+
+
+def _recorded_def(fn: Emit) -> Emit:
+    def run(node: cst.CSTNode, state: CodegenState) -> None:
+        state.before_codegen(node)
+        fn(node, state)
+        state.after_codegen(node)
+
+    return run
+
+
+def _recorded_expression(fn: Emit) -> Emit:
+    """An expression without parentheses starts (syntactically too) where its code does."""
+
+    def run(node: cst.CSTNode, state: CodegenState) -> None:
+        if id(node) not in state.wanted_ids:  # type: ignore[attr-defined]
+            fn(node, state)
+        elif node.lpar:  # type: ignore[attr-defined]
+            node._codegen(state)
+        else:
+            state.before_codegen(node)
+            state.syntactic.setdefault(node, len(state.tokens))  # type: ignore[attr-defined]
+            fn(node, state)
+            state.after_codegen(node)
+
+    return run
+
+
+_EXPRESSIONS = (
+    cst.Name,
+    cst.Integer,
+    cst.Float,
+    cst.SimpleString,
+    cst.Attribute,
+    cst.BinaryOperation,
+    cst.Call,
+)
+
+
+def _recorded_arg(node: cst.Arg, state: CodegenState, default_comma: bool = False) -> None:
+    if id(node) in state.wanted_ids:  # type: ignore[attr-defined]
+        node._codegen(state, default_comma=default_comma)
+    else:
+        _arg(node, state, default_comma)
+
+
+def _recorded_small(
+    fn: Callable[[cst.CSTNode, CodegenState, bool], None],
+) -> Callable[[cst.CSTNode, CodegenState, bool], None]:
+    def run(node: cst.CSTNode, state: CodegenState, default_semicolon: bool) -> None:
+        if id(node) in state.wanted_ids:  # type: ignore[attr-defined]
+            node._codegen(state, default_semicolon=default_semicolon)
+        else:
+            fn(node, state, default_semicolon)
+
+    return run
+
+
+_RECORDING: dict[type, Emit] = {
+    kind: _recorded_def(fn)
+    if kind in (cst.FunctionDef, cst.ClassDef)
+    else _recorded_expression(fn)
+    if kind in _EXPRESSIONS
+    else _recorded(fn)
+    for kind, fn in _EMIT.items()
+}
+_RECORDING[cst.Arg] = _recorded_arg  # type: ignore[assignment]
+_RECORDING_SMALL = {kind: _recorded_small(fn) for kind, fn in _SMALL.items()}
+_table, _small_table = _EMIT, _SMALL
+
+
+def record(node: cst.CSTNode, state: CodegenState) -> None:
+    """:func:`emit` for a ``StartRecorder`` (``state.wanted_ids``, ``state.syntactic``): the same
+    tokens, and the same starts noted as libcst's code generation of ``node`` notes."""
+    global _table, _small_table
+    saved = _table, _small_table
+    _table, _small_table = _RECORDING, _RECORDING_SMALL
+    try:
+        emit(node, state)
+    finally:
+        _table, _small_table = saved

@@ -28,7 +28,7 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst.metadata.position_provider import NEWLINE_RE
 
-from linen2nnx.migrate.codegen import emit
+from linen2nnx.migrate.codegen import emit, record
 
 
 @cache
@@ -432,7 +432,7 @@ def start_positions(module: cst.Module, nodes: Collection[cst.CSTNode]) -> dict[
         default_newline=module.default_newline,
         wanted=wanted_with_start_nodes(nodes),
     )
-    module._codegen(state)
+    record(module, state)
     index_of = {node: state.start_of(node) for node in nodes if node in state.starts}
     return dict(zip(index_of, line_columns(state.tokens, list(index_of.values()))))
 
