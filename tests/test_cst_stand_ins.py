@@ -18,7 +18,14 @@ import pytest
 from libcst._nodes.base import CSTCodegenError
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
-from linen2nnx.migrate.cst_meta import FastVisitor, code_of, parent_map, start_positions, syntax_parent_map
+from linen2nnx.migrate.cst_meta import (
+    FastVisitor,
+    code_of,
+    parent_map,
+    parse_module,
+    start_positions,
+    syntax_parent_map,
+)
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.positions import source_positions
 
@@ -221,6 +228,13 @@ def test_code_of(wrapper: MetadataWrapper) -> None:
         except CSTCodegenError:  # a node whose code its parent decides (an annotation's `:`)
             continue
         assert code_of(node, module) == expected
+
+
+def test_parse_module(wrapper: MetadataWrapper) -> None:
+    """The parse without libcst's node checks builds the same tree, and the checks are back after."""
+    assert parse_module(wrapper.module.code).deep_equals(wrapper.module)
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("")
 
 
 def test_fast_visitor_order(wrapper: MetadataWrapper) -> None:

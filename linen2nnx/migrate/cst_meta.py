@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import threading
 import typing
 from collections.abc import Callable, Collection
 from functools import cache
@@ -29,6 +30,26 @@ from libcst._nodes.internal import CodegenState
 from libcst.metadata.position_provider import NEWLINE_RE
 
 from linen2nnx.migrate.codegen import emit, record
+
+
+def parse_module(source: str) -> cst.Module:
+    """``cst.parse_module(source)``, without libcst's check of each node the parser builds (a third of
+    the parse's Python side): the parser only builds valid nodes. Only while this is the process's
+    one thread (the check is switched off for the class, so any node built meanwhile skips it too)."""
+    if threading.active_count() != 1:
+        return cst.parse_module(source)
+    cst.CSTNode.__post_init__ = _unchecked  # type: ignore[method-assign]
+    try:
+        return cst.parse_module(source)
+    finally:
+        cst.CSTNode.__post_init__ = _CHECKED  # type: ignore[method-assign]
+
+
+_CHECKED = cst.CSTNode.__post_init__
+
+
+def _unchecked(self: cst.CSTNode) -> None:
+    return None
 
 
 @cache
