@@ -5,9 +5,10 @@ each node, and for every expression a generator-based context manager for its pa
 million a run). :func:`emit` gives the same tokens for the node types that make up most of a
 migrated file (names, attributes, calls, assignments, statements, blocks, whitespace) by reading
 their fields directly, and hands any other node to libcst's own ``_codegen`` (its subtree is then
-generated the usual way). It records no positions: it is for code only, see
-:func:`~linen2nnx.migrate.cst_meta.code_of`. Each function mirrors the ``_codegen_impl`` of its node
-type in libcst; the equality with libcst's code is checked by the tests on every corpus file.
+generated the usual way): :func:`~linen2nnx.migrate.cst_meta.code_of`. :func:`record` does the same
+for a ``StartRecorder`` (finding positions), handing the wanted nodes to libcst where their start is
+not plain. Each function mirrors the ``_codegen_impl`` of its node type in libcst; the tests check
+the code of every node, and the starts against ``PositionProvider``, on the stand-in test sources.
 """
 
 from __future__ import annotations
