@@ -148,6 +148,95 @@ def _arg(node: cst.Arg, state: CodegenState, default_comma: bool = False) -> Non
     emit(node.whitespace_after_arg, state)
 
 
+def _unary(node: cst.UnaryOperation, state: CodegenState) -> None:
+    for paren in node.lpar:
+        emit(paren, state)
+    emit(node.operator, state)
+    emit(node.expression, state)
+    for paren in node.rpar:
+        emit(paren, state)
+
+
+def _unary_op(node: cst.BaseUnaryOp, state: CodegenState) -> None:  # `-`, `~`, `not`
+    state.tokens.append(node._get_token())  # type: ignore[attr-defined]
+    emit(node.whitespace_after, state)
+
+
+def _parameters(node: cst.Parameters, state: CodegenState) -> None:
+    """Parameters without ``/`` or ``*args`` (``*`` alone is fine); others as libcst does."""
+    star = node.star_arg
+    if (
+        node.posonly_params
+        or not isinstance(node.posonly_ind, cst.MaybeSentinel)
+        or isinstance(star, cst.Param)
+    ):
+        node._codegen_impl(state)
+        return
+    emit_param, kwonly, star_kwarg = _table[cst.Param], node.kwonly_params, node.star_kwarg
+    has_star = bool(kwonly) if isinstance(star, cst.MaybeSentinel) else isinstance(star, cst.ParamStar)
+    last, more = len(node.params) - 1, has_star or bool(kwonly) or star_kwarg is not None
+    for i, param in enumerate(node.params):
+        emit_param(param, state, "", i < last or more)  # type: ignore[call-arg]
+    if isinstance(star, cst.MaybeSentinel):
+        if has_star:
+            state.tokens.append("*, ")
+    elif isinstance(star, cst.ParamStar):
+        emit(star, state)
+    last, more = len(kwonly) - 1, star_kwarg is not None
+    for i, param in enumerate(kwonly):
+        emit_param(param, state, "", i < last or more)  # type: ignore[call-arg]
+    if star_kwarg is not None:
+        emit_param(star_kwarg, state, "**", False)  # type: ignore[call-arg]
+
+
+def _param(
+    node: cst.Param, state: CodegenState, default_star: str | None = None, default_comma: bool = False
+) -> None:
+    star = node.star
+    if isinstance(star, cst.MaybeSentinel):
+        if default_star is None:  # libcst's error
+            node._codegen(state, default_star=default_star, default_comma=default_comma)
+            return
+        star = default_star
+    tokens = state.tokens
+    if isinstance(star, str):
+        tokens.append(star)
+    emit(node.whitespace_after_star, state)
+    emit(node.name, state)
+    if node.annotation is not None:
+        _table[cst.Annotation](node.annotation, state, ":")  # type: ignore[call-arg]
+    equal = node.equal
+    if equal is _DEFAULT and node.default is not None:
+        tokens.append(" = ")
+    elif isinstance(equal, cst.AssignEqual):
+        emit(equal, state)
+    if node.default is not None:
+        emit(node.default, state)
+    comma = node.comma
+    if comma is _DEFAULT and default_comma:
+        tokens.append(", ")
+    elif isinstance(comma, cst.Comma):
+        emit(comma, state)
+    emit(node.whitespace_after_param, state)
+
+
+def _annotation(node: cst.Annotation, state: CodegenState, default_indicator: str | None = None) -> None:
+    before = node.whitespace_before_indicator
+    if default_indicator is None or not isinstance(
+        before, (cst.BaseParenthesizableWhitespace, cst.MaybeSentinel)
+    ):
+        node._codegen(state, default_indicator=default_indicator)  # libcst's error
+        return
+    if isinstance(before, cst.MaybeSentinel):
+        if default_indicator == "->":
+            state.tokens.append(" ")
+    else:
+        emit(before, state)
+    state.tokens.append(default_indicator)
+    emit(node.whitespace_after_indicator, state)
+    emit(node.annotation, state)
+
+
 def _semicolon(node: cst.BaseSmallStatement, state: CodegenState, default_semicolon: bool) -> None:
     semicolon = node.semicolon
     if isinstance(semicolon, cst.MaybeSentinel):
@@ -259,7 +348,7 @@ def _function_def(node: cst.FunctionDef, state: CodegenState) -> None:
     emit(node.params, state)
     state.tokens.append(")")
     if node.returns is not None:
-        node.returns._codegen(state, default_indicator="->")
+        _table[cst.Annotation](node.returns, state, "->")  # type: ignore[call-arg]
     emit(node.whitespace_before_colon, state)
     state.tokens.append(":")
     emit(node.body, state)
@@ -350,6 +439,14 @@ _EMIT: dict[type, Emit] = {
     cst.BinaryOperation: _binary,  # type: ignore[dict-item]
     cst.Call: _call,  # type: ignore[dict-item]
     cst.Arg: _arg,  # type: ignore[dict-item]
+    cst.UnaryOperation: _unary,  # type: ignore[dict-item]
+    cst.Minus: _unary_op,  # type: ignore[dict-item]
+    cst.Plus: _unary_op,  # type: ignore[dict-item]
+    cst.BitInvert: _unary_op,  # type: ignore[dict-item]
+    cst.Not: _unary_op,  # type: ignore[dict-item]
+    cst.Parameters: _parameters,  # type: ignore[dict-item]
+    cst.Param: _param,  # type: ignore[dict-item]
+    cst.Annotation: _annotation,  # type: ignore[dict-item]
     cst.AssignTarget: _assign_target,  # type: ignore[dict-item]
     cst.SimpleStatementLine: _simple_statement_line,  # type: ignore[dict-item]
     cst.IndentedBlock: _indented_block,  # type: ignore[dict-item]
@@ -420,6 +517,24 @@ def _recorded_arg(node: cst.Arg, state: CodegenState, default_comma: bool = Fals
         _arg(node, state, default_comma)
 
 
+def _recorded_param(
+    node: cst.Param, state: CodegenState, default_star: str | None = None, default_comma: bool = False
+) -> None:
+    if id(node) in state.wanted_ids:  # type: ignore[attr-defined]
+        node._codegen(state, default_star=default_star, default_comma=default_comma)
+    else:
+        _param(node, state, default_star, default_comma)
+
+
+def _recorded_annotation(
+    node: cst.Annotation, state: CodegenState, default_indicator: str | None = None
+) -> None:
+    if id(node) in state.wanted_ids:  # type: ignore[attr-defined]
+        node._codegen(state, default_indicator=default_indicator)
+    else:
+        _annotation(node, state, default_indicator)
+
+
 def _recorded_small(
     fn: Callable[[cst.CSTNode, CodegenState, bool], None],
 ) -> Callable[[cst.CSTNode, CodegenState, bool], None]:
@@ -441,6 +556,8 @@ _RECORDING: dict[type, Emit] = {
     for kind, fn in _EMIT.items()
 }
 _RECORDING[cst.Arg] = _recorded_arg  # type: ignore[assignment]
+_RECORDING[cst.Param] = _recorded_param  # type: ignore[assignment]
+_RECORDING[cst.Annotation] = _recorded_annotation  # type: ignore[assignment]
 _RECORDING_SMALL = {kind: _recorded_small(fn) for kind, fn in _SMALL.items()}
 _table, _small_table = _EMIT, _SMALL
 
