@@ -2,7 +2,8 @@
 
 ``names.NameResolver`` against ``QualifiedNameProvider``, ``cst_meta.parent_map`` against
 ``ParentNodeProvider``, ``cst_meta.start_positions`` and ``positions.source_positions`` against
-``PositionProvider`` and ``cst_meta.FastVisitor`` against ``cst.CSTVisitor``: on every node of the
+``PositionProvider``, ``cst_meta.FastVisitor`` against ``cst.CSTVisitor`` and ``cst_meta.code_of``
+(``codegen.emit``) against ``Module.code`` / ``code_for_node``: on every node of the
 migration fixtures' inputs, of a few of this package's modules, of a snippet written to hit libcst's
 scoping rules (also with ``\r\n`` line ends) and of one with repeated statements (also without a
 final line end).
@@ -14,9 +15,17 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from libcst._nodes.base import CSTCodegenError
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
-from linen2nnx.migrate.cst_meta import FastVisitor, parent_map, start_positions, syntax_parent_map
+from linen2nnx.migrate.cst_meta import (
+    FastVisitor,
+    code_of,
+    parent_map,
+    parse_module,
+    start_positions,
+    syntax_parent_map,
+)
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.positions import source_positions
 
@@ -207,6 +216,25 @@ def test_source_positions(wrapper: MetadataWrapper) -> None:
             node: (expected[node].start.line, expected[node].start.column) for node in wanted
         }
     assert source_positions(module, source, [cst.Name("elsewhere")], parents) == {}
+
+
+def test_code_of(wrapper: MetadataWrapper) -> None:
+    """The code of the module and of every node, with the module's indent and line end, as libcst's."""
+    module = wrapper.module
+    assert code_of(module) == module.code
+    for node in parent_map(module):
+        try:
+            expected = module.code_for_node(node)
+        except CSTCodegenError:  # a node whose code its parent decides (an annotation's `:`)
+            continue
+        assert code_of(node, module) == expected
+
+
+def test_parse_module(wrapper: MetadataWrapper) -> None:
+    """The parse without libcst's node checks builds the same tree, and the checks are back after."""
+    assert parse_module(wrapper.module.code).deep_equals(wrapper.module)
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("")
 
 
 def test_fast_visitor_order(wrapper: MetadataWrapper) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import threading
 import typing
 from collections.abc import Callable, Collection
 from functools import cache
@@ -27,6 +28,28 @@ from typing import Any, Literal
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst.metadata.position_provider import NEWLINE_RE
+
+from linen2nnx.migrate.codegen import emit, record
+
+
+def parse_module(source: str) -> cst.Module:
+    """``cst.parse_module(source)``, without libcst's check of each node the parser builds (a third of
+    the parse's Python side): the parser only builds valid nodes. Only while this is the process's
+    one thread (the check is switched off for the class, so any node built meanwhile skips it too)."""
+    if threading.active_count() != 1:
+        return cst.parse_module(source)
+    cst.CSTNode.__post_init__ = _unchecked  # type: ignore[method-assign]
+    try:
+        return cst.parse_module(source)
+    finally:
+        cst.CSTNode.__post_init__ = _CHECKED  # type: ignore[method-assign]
+
+
+_CHECKED = cst.CSTNode.__post_init__
+
+
+def _unchecked(self: cst.CSTNode) -> None:
+    return None
 
 
 @cache
@@ -304,13 +327,35 @@ class _PlainCodegen(CodegenState):
 
 def code_of(node: cst.CSTNode, module: cst.Module | None = None) -> str:
     """``module.code_for_node(node)`` (``module.code`` for ``code_of(module)``), faster."""
+    simple = _simple_code(node)
+    if simple is not None:
+        return simple
     context = module if module is not None else node if isinstance(node, cst.Module) else _DEFAULT_MODULE
     state = _PlainCodegen(default_indent=context.default_indent, default_newline=context.default_newline)
-    node._codegen(state)
+    emit(node, state)
     return "".join(state.tokens)
 
 
 _DEFAULT_MODULE = cst.Module([])
+_ATOMS = (cst.Name, cst.Integer, cst.Float)
+
+
+def _simple_code(node: cst.CSTNode) -> str | None:
+    """The code of a name, a number or a dotted name without parentheses (most of the codemod's
+    questions: ``nn.Dense``, ``self.features``, ``0.1``), without a code generation; None for anything else."""
+    kind = type(node)
+    if kind in _ATOMS:
+        return None if node.lpar or node.rpar else node.value  # type: ignore[attr-defined]
+    if kind is not cst.Attribute or node.lpar or node.rpar:  # type: ignore[attr-defined]
+        return None
+    value = _simple_code(node.value)  # type: ignore[attr-defined]
+    dot, attr = node.dot, node.attr  # type: ignore[attr-defined]
+    if value is None or type(dot) is not cst.Dot or attr.lpar or attr.rpar:
+        return None
+    before, after = dot.whitespace_before, dot.whitespace_after
+    if type(before) is not cst.SimpleWhitespace or type(after) is not cst.SimpleWhitespace:
+        return None
+    return f"{value}{before.value}.{after.value}{attr.value}"
 
 
 class _RecordStart:
@@ -408,7 +453,7 @@ def start_positions(module: cst.Module, nodes: Collection[cst.CSTNode]) -> dict[
         default_newline=module.default_newline,
         wanted=wanted_with_start_nodes(nodes),
     )
-    module._codegen(state)
+    record(module, state)
     index_of = {node: state.start_of(node) for node in nodes if node in state.starts}
     return dict(zip(index_of, line_columns(state.tokens, list(index_of.values()))))
 

@@ -28,7 +28,7 @@ from libcst.codemod import CodemodContext
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
 from linen2nnx.migrate import gc_tuning
-from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children
+from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children, parse_module
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.function_replay import replayable_functions
@@ -155,7 +155,7 @@ def migrate_source(
     if not mentions_linen(source) and not mentions_training(source):
         return FileResult(file_path, path, source, source, [], NameMap(), skipped=True)
     try:
-        tree = cst.parse_module(source)
+        tree = parse_module(source)  # = cst.parse_module(source), cheaper
     except cst.ParserSyntaxError as e:
         return FileResult(file_path, path, source, None, [_syntax_error(source, path, e)], NameMap())
     options = dict(

@@ -40,7 +40,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import absolute_qualname, code, names_in, parse_expression
 from linen2nnx.migrate.helper_fold import ReplayError, bound_names, substitute
 from linen2nnx.migrate.names import NameResolver
@@ -161,38 +161,27 @@ def _bindings(small: cst.BaseSmallStatement, module_name: str) -> list[tuple[str
 def _applies_capitalised(fn: cst.FunctionDef) -> bool:
     """A cheap test before names are resolved: an applied constructor ``C(...)(...)`` of a capitalised
     name in the body."""
-    found = False
-
-    class V(FastVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            nonlocal found
-            func = node.func
-            if isinstance(func, cst.Call) and isinstance(func.func, (cst.Name, cst.Attribute)):
-                leaf = func.func.value if isinstance(func.func, cst.Name) else func.func.attr.value
-                found |= leaf[:1].isupper()
-
-    V().walk(fn.body)
-    return found
+    for node in calls_in(fn.body):
+        func = node.func
+        if isinstance(func, cst.Call) and isinstance(func.func, (cst.Name, cst.Attribute)):
+            leaf = func.func.value if isinstance(func.func, cst.Name) else func.func.attr.value
+            if leaf[:1].isupper():
+                return True
+    return False
 
 
 def _applies_module(fn: cst.FunctionDef, resolver: NameResolver, classes: set[str]) -> bool:
     """An applied constructor of a class of the module or of a ``flax.linen`` class in ``fn``'s body."""
-    found = False
-
-    class V(FastVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            nonlocal found
-            func = node.func
-            if not (isinstance(func, cst.Call) and isinstance(func.func, (cst.Name, cst.Attribute))):
-                return
-            ctor = func.func
-            if isinstance(ctor, cst.Name) and ctor.value in classes:
-                found = True
-            elif any(q.startswith("flax.linen.") for q in resolver.qualnames(ctor)):
-                found = True
-
-    V().walk(fn.body)
-    return found
+    for node in calls_in(fn.body):
+        func = node.func
+        if not (isinstance(func, cst.Call) and isinstance(func.func, (cst.Name, cst.Attribute))):
+            continue
+        ctor = func.func
+        if isinstance(ctor, cst.Name) and ctor.value in classes:
+            return True
+        if any(q.startswith("flax.linen.") for q in resolver.qualnames(ctor)):
+            return True
+    return False
 
 
 def calls_to_replay(

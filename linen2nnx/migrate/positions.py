@@ -20,6 +20,7 @@ from collections.abc import Collection, Mapping
 
 import libcst as cst
 
+from linen2nnx.migrate.codegen import record
 from linen2nnx.migrate.cst_meta import (
     StartRecorder,
     code_of,
@@ -57,7 +58,7 @@ def source_positions(
             default_newline=module.default_newline,
             wanted=wanted_with_start_nodes(wanted),
         )
-        stmt._codegen(state)
+        record(stmt, state)
         text = "".join(state.tokens)
         offset = _offset_of(text, source, cursor, skipped, module)
         if offset is None:

@@ -122,7 +122,11 @@ class _Traversal:
                 changes[name] = self.single(value, how)
             same = same and self.same
         self.same = same
-        return _copy(node, changes) if same else dataclasses.replace(node, **changes)
+        if same:
+            return _copy(node, changes)
+        updated = _copy(node, changes)  # = dataclasses.replace(node, **changes), without its field loop
+        updated.__post_init__()  # the constructor's validation
+        return updated
 
     def single(self, node: cst.CSTNode, how: int) -> Any:
         """A visited child held alone (``visit_required`` / ``_optional`` / ``_sentinel``)."""

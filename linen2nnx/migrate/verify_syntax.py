@@ -151,11 +151,13 @@ def applied_locals(fn: cst.FunctionDef) -> set[int]:
     """Ids of the calls given ``name=`` whose result a local of ``fn`` holds and ``fn`` then calls
     (``layer = factory(..., name="attn")`` ... ``layer(x)``): built and applied as a Linen compact
     method does, like ``factory(..., name="attn")(x)``."""
+    if not any(_gives_name(call) for call in calls_in(fn.body)):  # the common case, from the file's memo
+        return set()
     named = {}
     for assign in assignments(fn.body):
         target, value = assign.targets[0].target, assign.value
         if isinstance(target, cst.Name) and isinstance(value, cst.Call):
-            if any(a.keyword is not None and a.keyword.value == "name" for a in value.args):
+            if _gives_name(value):
                 named[target.value] = value
     if not named:  # the common case: nothing more to look at
         return set()
@@ -171,3 +173,7 @@ def applied_locals(fn: cst.FunctionDef) -> set[int]:
 
     visit(fn.body)
     return {id(named[n]) for n in called if n in named}
+
+
+def _gives_name(call: cst.Call) -> bool:
+    return any(a.keyword is not None and a.keyword.value == "name" for a in call.args)
