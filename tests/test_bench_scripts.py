@@ -62,6 +62,7 @@ def test_migrate_speed_runs_and_reports_the_ratio(speed, tmp_path, capsys):
     numbers = json.loads(out.read_text())
     assert numbers["files"] == 16 and numbers["floor_s"] > 0 and numbers["migrate_s"] > 0
     assert numbers["ratio"] == pytest.approx(numbers["migrate_s"] / numbers["floor_s"])
+    assert numbers["cpu_ratio"] == pytest.approx(numbers["migrate_cpu_s"] / numbers["floor_cpu_s"])
     assert numbers["findings"].get("error", 0) == 0 and numbers["changed"] > 0
     text = capsys.readouterr().out
     assert "ratio migrate / floor" in text and "libcst floor" in text
