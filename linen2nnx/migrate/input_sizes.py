@@ -76,7 +76,9 @@ def input_size_arg(
         return False
     params = [p.name.value for p in fn.params.params[1:]] + [p.name.value for p in fn.params.kwonly_params]
     sliced = arg.value.value.value  # type: ignore[attr-defined]
-    index_names = {n for e in sliced.slice for n in names_in(e)} if isinstance(sliced, cst.Subscript) else set()
+    index_names = (
+        {n for e in sliced.slice for n in names_in(e)} if isinstance(sliced, cst.Subscript) else set()
+    )
     if base.value not in params or base.value in index_names:
         return False
     stmt = _top_statement(ctx, fn, site.ctor)
