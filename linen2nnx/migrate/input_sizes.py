@@ -4,13 +4,17 @@
 ``__call__`` reads sizes of the call's inputs. ``__init__`` has no inputs, so the class gains one
 required constructor argument per such size (``linear_layer_0_in_features: int``), holding exactly
 that value, and the submodule is built from it; whoever builds the class passes the size (a finding
-there when its own flow cannot tell it, as for any input size). Only an exact reading qualifies: one
+there when its own flow cannot tell it, as for any input size). A plain axis of the first input of a
+class whose ``__init__`` already stands in for that input (its parameter shapes read it: ``x_shape``)
+is read from the stand-in instead, with no argument of its own. Only an exact reading qualifies: one
 axis (an integer literal) of ``.shape`` of an input parameter, or of a slice of it by config, at a
 top-level statement of ``__call__`` before which the input keeps its shape, for a submodule built once
 and unconditionally. Anything else stays the call-time finding.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import libcst as cst
 
@@ -89,14 +93,44 @@ def input_size_arg(
         name += "_"
     plan.new_args[name] = "unresolved"
     site.arg_sources[arg_name] = name
-    ctx.report(
-        SHAPE_002,
-        arg,
-        f"{plan.name} gains constructor argument {name}: `{code(arg.value)}` of its input `{base.value}`, "
-        f"for argument {arg_name}= of {what}",
-        f"pass {name}={code(arg.value)} of the input where {plan.name} is built",
-    )
+    plan.input_sizes.append(InputSize(site, arg_name, arg, name, base.value, sliced is base, what))
     return True
+
+
+@dataclasses.dataclass
+class InputSize:
+    """One argument :func:`input_size_arg` routed through the new size argument ``name``."""
+
+    site: Site
+    arg_name: str
+    arg: cst.Arg
+    name: str
+    input_name: str
+    plain: bool  # ``x.shape[k]`` itself, not of a slice of ``x``
+    what: str
+
+
+def finish_input_sizes(ctx: FileContext, plan: ClassPlan) -> None:
+    """Once ``__init__``'s locals are planned: a plain axis of the input that ``__init__`` stands in for
+    (``x = jax.ShapeDtypeStruct(tuple(x_shape), ...)``, for parameter shapes that read it) is read from
+    the stand-in, with no argument of its own; every other size keeps its argument and says so."""
+    stand_in = (
+        plan.input_shape_locals or plan.input_shape_params
+    ) and "input_shape:0" in plan.new_args.values()
+    for size in plan.input_sizes:
+        value = code(size.arg.value)
+        if stand_in and size.plain and size.input_name == plan.shape_input:
+            del plan.new_args[size.name]
+            size.site.arg_sources[size.arg_name] = value
+            continue
+        ctx.report(
+            SHAPE_002,
+            size.arg,
+            f"{plan.name} gains constructor argument {size.name}: `{value}` of its input "
+            f"`{size.input_name}`, for argument {size.arg_name}= of {size.what}",
+            f"pass {size.name}={value} of the input where {plan.name} is built",
+        )
+    plan.input_sizes.clear()
 
 
 def site_condition(site: Site) -> list[object]:
