@@ -91,7 +91,9 @@ def input_size_arg(
     name = f"{site.attr}_{arg_name}"
     while name in plan.field_names or name in plan.new_args:
         name += "_"
-    plan.new_args[name] = "unresolved"
+    positional = [p.name.value for p in fn.params.params[1:]]
+    where = str(positional.index(base.value)) if base.value in positional else "kw"
+    plan.new_args[name] = f"input_axis:{where}:{' '.join(code(arg.value).split())}"  # see namemap.ClassEntry
     site.arg_sources[arg_name] = name
     plan.input_sizes.append(InputSize(site, arg_name, arg, name, base.value, sliced is base, what))
     return True
