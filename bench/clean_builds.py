@@ -82,6 +82,8 @@ def _encode(value: Any) -> Any:
 
     if isinstance(value, PLAIN):
         return value
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":  # `np.clip(...)` of an int field
+        return value.item()
     if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):  # a NamedTuple is a config
         items = [_encode(v) for v in value]
         return _UNKNOWN if any(i is _UNKNOWN for i in items) else {"__tuple__": items}

@@ -350,14 +350,43 @@ def _traced_configs(trace: Any, result: Any) -> dict[str, list[dict]]:
             calls = trace.own_inputs.get(name) or [()]
             inputs = list(calls[0])
         added = {}
+        axes = {}
         for arg, how in entry.new_args.items():
             kind, _, index = how.partition(":")
+            if kind == "input_axis":
+                index, _, expr = index.partition(":")
+                axes[arg] = (
+                    (inputs[int(index)], expr) if index.isdigit() and int(index) < len(inputs) else None
+                )
             if kind in ("input", "input_shape") and index.isdigit() and int(index) < len(inputs):
                 shape = inputs[int(index)]
                 added[arg] = shape[-1] if kind == "input" else tuple(shape)
         for config in configs.get(name, []):
             config.update(added)
+            for arg, (shape, expr) in ((a, v) for a, v in axes.items() if v is not None and v[0] is not None):
+                size = _input_axis(expr, shape, config)
+                if size is not None:
+                    config[arg] = size
     return configs
+
+
+def _input_axis(expr: str, shape: tuple[int, ...], config: dict) -> int | None:
+    """The size ``expr`` (``x[:, self.index].shape[1]``, as the Linen source wrote it: see
+    ``namemap.ClassEntry.new_args``) reads of an input of ``shape`` in an instance of ``config``;
+    None when it does not evaluate here."""
+    import re
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    name = re.match(r"[A-Za-z_]\w*", expr)
+    if name is None:
+        return None
+    scope = {"self": SimpleNamespace(**config), name.group(): np.broadcast_to(np.float32(0), shape)}
+    try:
+        return int(eval(expr, {"__builtins__": {}}, scope))
+    except Exception:
+        return None
 
 
 # ---- trace specs: our own example batches for models whose sizes depend on the input ----------------

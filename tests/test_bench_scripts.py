@@ -153,6 +153,31 @@ def test_traced_configs_give_every_class_the_input_sizes_the_migration_added(out
     assert configs["Block"] == [{"features": 3, "x_shape": (2, 7)}] * 2
 
 
+def test_traced_configs_evaluate_an_input_axis_with_each_instance_config(outside):
+    """An ``input_axis:i:EXPR`` size (one axis of an input, read through a slice by config) is the
+    expression evaluated on the traced input's shape with each instance's own fields; one that does
+    not evaluate stays missing (the class is then unchecked, never built with a guess)."""
+    trace = SimpleNamespace(
+        instances={"pkg.m.Styled": [{"index": 1}, {"index": 0}]},
+        root_class="pkg.m.Net",
+        root_module="pkg.m",
+        root_inputs=[(2, 5)],
+        own_inputs={"Styled": [((2, 3, 5), (2, 4, 6))]},
+    )
+    new_args = {
+        "affine_0_in_features": "input_axis:1:styles[:, self.index].shape[1]",
+        "b": "input_axis:1:nope.x",
+    }
+    result = SimpleNamespace(
+        name_map=SimpleNamespace(classes={"m.Styled": SimpleNamespace(new_args=new_args)})
+    )
+    configs = outside._traced_configs(trace, result)
+    assert configs["Styled"] == [
+        {"index": 1, "affine_0_in_features": 6},
+        {"index": 0, "affine_0_in_features": 6},
+    ]
+
+
 PACKAGE_LAYERS = """
 from flax import linen as nn
 
@@ -314,6 +339,16 @@ def test_clean_builds_rebuilds_config_objects_from_their_fields():
     assert encoded is not None
     decoded = {k: builds._decode(v) for k, v in json.loads(json.dumps(encoded)).items()}
     assert decoded == config and type(decoded["config"]) is TupleConfig
+
+
+def test_clean_builds_carries_a_numpy_scalar_as_a_plain_number():
+    """A size a config computed with numpy (StyleGAN's ``np.clip`` of its feature maps) is a number
+    the build worker can pass on."""
+    import numpy as np
+
+    builds = _load("clean_builds")
+    encoded = builds.plain_config({"fmaps": np.int64(8), "gain": np.float32(0.5)})
+    assert json.loads(json.dumps(encoded)) == {"fmaps": 8, "gain": 0.5}
     assert builds.plain_config({"model": ClassConfig(2, act=lambda x: x)}) is None  # a closure field
     assert builds.plain_config({"conv": ClassConfig}) is None  # a dataclass class, not an instance
 

@@ -353,3 +353,45 @@ def test_merged_mode_flag_moves_to_the_call(tmp_path):
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert parity.by_check()["batch_stats"] and parity.by_check()["forward/eval"]
+
+
+@pytest.mark.parametrize(
+    ("cls_name", "ctor", "sizes"),
+    [
+        ("Modulated", {"index": 2}, {"affine_0_in_features": 6, "affine_0_out_features": 5}),
+        ("Biased", {}, {"affine_0_in_features": 6, "x_shape": (2, 3, 5)}),
+    ],
+)
+def test_input_axis_sizes_become_constructor_arguments(cls_name, ctor, sizes, tmp_path):
+    """A submodule sized from one axis of each of two call inputs is built in ``__init__`` from new
+    size arguments (or, for a class that stands in for its first input, from the stand-in's shape);
+    given the sizes those axes have, the NNX class computes the same forward, loss and gradients."""
+    src = fixture("input_axis_size_in.py").read_text()
+    result = migrate_source(src, "input_axis_size.py", module_name="input_axis_size")
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls_name)
+    nnx_cls = getattr(import_file(tmp_path / "nnx_src.py"), cls_name)
+    rng = np.random.default_rng(4)
+    batch = {
+        "x": rng.normal(size=(2, 3, 5)).astype(np.float32),
+        "styles": rng.normal(size=(2, 4, 6)).astype(np.float32),
+    }
+    side = LinenSide(
+        model=linen_cls(**ctor),
+        batch=batch,
+        loss=lambda out, b: jnp.mean(out**2),
+        inputs=lambda b: ((b["x"], b["styles"]), {}),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    assert set(result.name_map.classes[f"input_axis_size.{cls_name}"].new_args) == set(sizes)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(**ctor, **sizes, rngs=rngs), name_map=map_path
+    )
+    variables = perturbed(side.init_variables())
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))

@@ -198,3 +198,38 @@ def test_a_traced_size_is_named_by_a_product_of_two_config_values_only_when_one_
     assert {f.rule for f in manual} == {"L2N-SHAPE-003"}  # ambiguous, so a constructor argument
     (why,) = [f.message for f in manual if "ambiguous" in f.message]
     assert "self.head_dim * self.num_heads" in why and "self.mlp_ratio * self.num_heads" in why
+
+
+STYLED = Path(__file__).parent / "fixtures" / "traced" / "styled_pair.py"
+
+
+def test_a_trace_sizes_a_layer_beside_a_second_input_from_numpy_config(tmp_path):
+    """The second input shares the first one's batch, so the batch axis grows in both when the trace
+    asks which axes size the parameter; the width the caller's numpy-integer field holds matches. The
+    caller passes the shape from its config, and the result has parity."""
+    (tmp_path / "linen_src.py").write_text(STYLED.read_text())
+    linen_mod = import_file(tmp_path / "linen_src.py")
+    rng = np.random.default_rng(6)
+    batch = {"x": rng.normal(size=(2, 3, 4)).astype(np.float32), "styles": rng.normal(size=(2, 2))}
+    side = LinenSide(
+        model=linen_mod.Styled(),
+        batch=batch,
+        loss=lambda out, b: jnp.mean(out**2),
+        inputs=lambda b: ((b["x"], b["styles"].astype(np.float32)), {}),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    result = migrate_source(
+        STYLED.read_text(), "styled_pair.py", module_name="styled_pair", trace=trace_linen(side)
+    )
+    assert not [f for f in result.findings if f.severity is Severity.MANUAL], result.findings
+    assert "x_shape=(1, self.length, self.width)" in result.output
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    nnx_mod = import_file(tmp_path / "nnx_src.py")
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, name_map=map_path, nnx_factory=lambda rngs: nnx_mod.Styled(in_features=4, rngs=rngs)
+    )
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]

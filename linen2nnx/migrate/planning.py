@@ -35,6 +35,7 @@ from linen2nnx.migrate.factories import (
 )
 from linen2nnx.migrate.factory_fields import FieldPartial
 from linen2nnx.migrate.inheritance import plan_inherited_build
+from linen2nnx.migrate.input_sizes import finish_input_sizes
 from linen2nnx.migrate.lazy_vars import either
 from linen2nnx.migrate.lifted import (
     SCAN_DECORATORS,
@@ -154,6 +155,7 @@ class ClassPlanner:
         for fn in methods:
             self._plan_carry_inits(plan, fn)
         self.locals.collect_needed_locals(plan)
+        finish_input_sizes(self.ctx, plan)
         for site in plan.sites.values():
             site.state_when = self._site_state_when(plan, site)
         plan.state_when = either(

@@ -26,6 +26,8 @@ from linen2nnx.migrate.cst_utils import (
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.input_sizes import input_size_arg
+from linen2nnx.migrate.key_chains import call_time_message
 from linen2nnx.migrate.loop_chains import LoopChains, names_of, offset_of
 from linen2nnx.migrate.loop_locals import loop_local_value
 from linen2nnx.migrate.loop_names import clashes, loop_name_pattern, pattern_attr
@@ -473,14 +475,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                     site.arg_sources[arg_name] = in_loop  # computed in the loop's comprehension
                 elif shape_locals is not None:
                     site.shape_refs[arg_name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
-                else:
-                    self.ctx.report(
-                        MOD_004,
-                        arg,
-                        f"argument {arg_name}= of {what} uses the call-time value "
-                        f"{', '.join(sorted(uses))} and cannot move to __init__",
-                        "compute it from constructor arguments / config",
-                    )
+                elif not input_size_arg(self.ctx, plan, site, arg_name, arg, uses, what):  # `x.shape[3]`
+                    self.ctx.report(MOD_004, arg, *call_time_message(self.ctx, arg_name, arg, uses, what))
         site.moved_args = tuple(moved)
         if moved:
             self.ctx.report(

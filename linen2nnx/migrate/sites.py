@@ -305,6 +305,7 @@ class ClassPlan:
     put_calls: list[Any] = dataclasses.field(default_factory=list)  # its self.put_variable calls
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
+    input_sizes: list[Any] = dataclasses.field(default_factory=list)  # input_sizes.InputSize, to finish
     input_shape_params: list[Any] = dataclasses.field(default_factory=list)  # variables sized by its shape
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
     scanned_methods: dict[str, Any] = dataclasses.field(default_factory=dict)  # method -> lifted.MethodScan

@@ -158,13 +158,23 @@ def _abstract(tree: Any) -> Any:
 
 def _dims_read(module: Any, args: tuple, kwargs: dict) -> tuple[int, ...] | None:
     """The input axes whose size changes a parameter shape: init once as traced, then once per axis
-    with that axis one longer (abstractly; nothing is computed)."""
+    with that axis one longer (abstractly; nothing is computed). A longer batch axis alone may not run
+    when other inputs share it (``x`` beside its style vectors): the batch axis of every input as long
+    as the first one's then grows with it."""
     import jax
 
-    def param_shapes(first: Any) -> Any:
+    def param_shapes(first: Any, batch: bool = False) -> Any:
         # arrays travel as eval_shape arguments, everything else (flags, None) stays a Python value
         leaves, treedef = jax.tree.flatten((first, args[1:], kwargs), is_leaf=lambda x: x is None)
         arrays = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.ShapeDtypeStruct)]
+        if batch:  # the other inputs of the first one's batch size, one longer on that axis too
+            size = args[0].shape[0]
+            leaves = [
+                jax.ShapeDtypeStruct((size + 1, *leaf.shape[1:]), leaf.dtype)
+                if i in arrays and i > 0 and leaf.shape and leaf.shape[0] == size
+                else leaf
+                for i, leaf in enumerate(leaves)
+            ]
 
         def run(*values: Any) -> Any:
             filled = list(leaves)
@@ -183,7 +193,14 @@ def _dims_read(module: Any, args: tuple, kwargs: dict) -> tuple[int, ...] | None
         for axis in range(rank):
             shape = list(args[0].shape)
             shape[axis] += 1
-            if param_shapes(jax.ShapeDtypeStruct(tuple(shape), args[0].dtype)) != base:
+            longer = jax.ShapeDtypeStruct(tuple(shape), args[0].dtype)
+            try:
+                shapes = param_shapes(longer)
+            except Exception:
+                if axis != 0:
+                    raise
+                shapes = param_shapes(longer, batch=True)
+            if shapes != base:
                 read.append(axis - rank)
         return tuple(read)
     except Exception:  # a module that cannot run on its own (needs its parent's scope): no evidence

@@ -10,6 +10,7 @@ static sizing so that each reads as one kind of evidence.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -350,13 +351,17 @@ def _confirmed(static: str | None, sizes: list[int]) -> bool:
 
 
 def _int_config_values(cfg: dict, fields: set[str]) -> dict[str, int]:
-    """``expression -> int`` of one traced instance's fields and the entries of its config objects."""
+    """``expression -> int`` of one traced instance's fields and the entries of its config objects (a
+    numpy integer counts: StyleGAN's feature maps are an ``np.clip`` of config)."""
     out: dict[str, int] = {}
     for name, value in cfg.items():
         if name not in fields:
             continue
-        items = [(f"self.{name}", value)] if isinstance(value, int) else _config_items(f"self.{name}", value)
-        out.update({e: v for e, v in items if isinstance(v, int) and not isinstance(v, bool)})
+        whole = isinstance(value, numbers.Integral)
+        items = [(f"self.{name}", value)] if whole else _config_items(f"self.{name}", value)
+        out.update(
+            {e: int(v) for e, v in items if isinstance(v, numbers.Integral) and not isinstance(v, bool)}
+        )
     return out
 
 

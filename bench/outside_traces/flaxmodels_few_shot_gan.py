@@ -1,0 +1,50 @@
+"""Trace spec for flaxmodels 0.1.3 ``few_shot_gan_adaption/generator.py``: its StyleGAN2 ``Generator``
+(random weights) at an 8x8 resolution with 8-wide latents and feature maps, on two latent vectors, with
+its default random noise (drawn from the fixed key it falls back to, so a call is deterministic); it
+returns the image and the feature list, and the loss reads both. The copied tree is imported as the
+package ``flaxmodels``; its download-only imports (h5py, ...) are stubbed, and
+``jnp.reshape(newshape=)``, which JAX has removed, is accepted while tracing."""
+
+import contextlib
+import importlib
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from outside_packages import reshape_newshape
+from outside_parity import stub_missing_packages
+
+from linen2nnx.spec import LinenSide
+
+EXAMPLE = "few_shot_gan_adaption/generator.py"
+
+
+@contextlib.contextmanager
+def environment():
+    with stub_missing_packages(("h5py", "requests", "tqdm", "regex", "filelock")), reshape_newshape():
+        yield
+
+
+def linen_side(example: Path) -> LinenSide:
+    generator = importlib.import_module(f"{example.parents[1].name}.few_shot_gan_adaption.generator")
+    z = np.random.default_rng(0).normal(size=(2, 8)).astype(np.float32)
+    model = generator.Generator(
+        resolution=8,
+        z_dim=8,
+        w_dim=8,
+        mapping_layer_features=8,
+        num_ws=4,
+        num_mapping_layers=2,
+        fmap_base=16,
+        fmap_max=8,
+    )
+    return LinenSide(
+        model=model,
+        batch={"x": z},
+        loss=lambda out, batch: sum(jnp.mean(a**2) for a in jax.tree.leaves(out)),
+        train_kwargs={"train": True},
+        eval_kwargs={"train": False},
+        mutable=("moving_stats",),
+        name="flaxmodels/FewShotGANGenerator",
+    )
