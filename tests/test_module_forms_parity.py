@@ -353,3 +353,39 @@ def test_merged_mode_flag_moves_to_the_call(tmp_path):
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert parity.by_check()["batch_stats"] and parity.by_check()["forward/eval"]
+
+
+def test_scope_make_rng_draws_from_the_module_rngs(tmp_path):
+    """``self.scope.make_rng("dropout")`` converts as ``self.make_rng`` does: the same eval forward and
+    gradients; in train mode the same output for a key the caller passes, and without one a dropout
+    mask drawn from the module's own ``nnx.Rngs`` (kept entries scaled by 1 / (1 - rate), the rest 0)."""
+    from linen2nnx.checkpoint_convert.api import convert_state
+
+    src = fixture("scope_make_rng_in.py").read_text()
+    result = migrate_source(src, "scope_make_rng.py", module_name="scope_make_rng")
+    assert "self.scope.make_rng(" not in result.output and "rng = self.rngs.dropout()" in result.output
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").Head
+    nnx_cls = import_file(tmp_path / "nnx_src.py").Head
+    x = np.random.default_rng(4).normal(size=(64, 5)).astype(np.float32)
+    side = LinenSide(model=linen_cls(), batch={"x": x}, loss=lambda out, b: jnp.mean(out**2), train_kwargs={})
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=5, rngs=rngs), name_map=map_path
+    )
+    variables = perturbed(side.init_variables())
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+
+    model, _ = convert_state(variables, pair, map_path)
+    key = jax.random.key(7)
+    given = side.model.apply(variables, x, train=True, rng=key)
+    np.testing.assert_allclose(model(x, train=True, rng=key), given, rtol=1e-5, atol=1e-6)
+    full = np.asarray(model(x))
+    drawn = np.asarray(model(x, train=True))
+    kept = drawn != 0
+    assert 0 < kept.mean() < 1
+    np.testing.assert_allclose(drawn[kept], full[kept] / 0.5, rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(drawn, np.asarray(model(x, train=True)))  # each call draws a new key

@@ -25,8 +25,8 @@ EXPECTED = {
     # a class of the run built with name= in a dict comprehension (the Linen Dense of the next line is
     # marked by L2N-API-002 already: no second finding)
     "L2N-VERIFY-006/named_heads": [("L2N-VERIFY-006", 22, 22), ("L2N-VERIFY-002", 22, 36)],
-    # a dropout key drawn through self.scope
-    "L2N-VERIFY-004/scope_rng": [("L2N-VERIFY-004", 18, 41)],
+    # a dropout key drawn through self.scope from a stream a field names
+    "L2N-VERIFY-004/scope_rng": [("L2N-VERIFY-004", 20, 41)],
     # a class migrated by hand half-way: @nn.compact left on its __call__ (the Linen LayerNorm is marked
     # by L2N-API-002 already)
     "L2N-VERIFY-005/half_migrated": [("L2N-VERIFY-005", 14, 5)],
