@@ -37,6 +37,7 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -260,6 +261,7 @@ def measure(
             [tree], Mode.OUT_DIR, out_dir=out, jobs=jobs, name_map_path=Path(tmp) / "map.json"
         )
         rows = _file_rows(tree, out, first, jobs)
+        build_paths = [*build_paths, *install_spec_deps(traces, tree, Path(tmp) / "deps")]
         build_jobs = []  # (migrated root, Linen root, files of it, traced configs)
         for spec in traces:
             example = tree / spec.example
@@ -365,6 +367,7 @@ def _traced_configs(trace: Any, result: Any) -> dict[str, list[dict]]:
 class TraceSpec:
     path: Path
     example: str  # the example file it builds a model of, relative to the tree (``ppo/models.py``)
+    pip: tuple[str, ...] = ()  # ``PIP = ("jraph",)``: pure-Python dependencies of the example
 
     def trace(self, example: Path, import_roots: Sequence[str] = ()) -> Any:
         """Run the spec's ``linen_side(example)`` on the copied example and trace it, with
@@ -390,15 +393,31 @@ def load_trace_specs(folder: Path) -> list[TraceSpec]:
     """Every ``*.py`` in ``folder`` that names its example (``EXAMPLE = "ppo/models.py"``)."""
     specs = []
     for path in sorted(folder.glob("*.py")):
-        tree = ast.parse(path.read_text())
-        for node in tree.body:
-            if (
-                isinstance(node, ast.Assign)
-                and [ast.unparse(t) for t in node.targets] == ["EXAMPLE"]
-                and isinstance(node.value, ast.Constant)
-            ):
-                specs.append(TraceSpec(path, node.value.value))
+        values = {
+            ast.unparse(node.targets[0]): ast.literal_eval(node.value)
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and ast.unparse(node.targets[0]) in ("EXAMPLE", "PIP")
+        }
+        if isinstance(values.get("EXAMPLE"), str):
+            specs.append(TraceSpec(path, values["EXAMPLE"], tuple(values.get("PIP", ()))))
     return specs
+
+
+def install_spec_deps(specs: Sequence[TraceSpec], tree: Path, deps: Path) -> list[str]:
+    """``pip install --no-deps --target deps`` of what the specs of examples in ``tree`` name in
+    ``PIP`` (pure-Python packages the example imports, e.g. jraph): the folders to put on
+    ``sys.path``, none when nothing is named or pip fails (those examples then stay untraced)."""
+    names = sorted({n for s in specs if (tree / s.example).is_file() for n in s.pip})
+    if not names:
+        return []
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(deps), *names]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        print(f"pip install {' '.join(names)} failed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+        return []
+    return [str(deps)]
 
 
 def _severity_cell(c: Counter) -> str:

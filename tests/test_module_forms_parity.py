@@ -73,6 +73,8 @@ CASES = {
     "import_alias": ("Norms", {"features": 4}, (2, 5)),  # `from flax import linen`: linen.Dense, ...
     "traced_flatten": ("Classifier", {}, (2, 8, 8, 3)),  # a flatten's size from the trace: 16 * channels
     "traced_product": ("Block", {}, (2, 5)),  # the traced size is num_heads * head_dim
+    "traced_nest": ("Mixer", {}, (2, 5)),  # loop-with-local Blocks applied by a function: traced width
+    "traced_nest_deep": ("Mixer", {"width": 4, "depth": 3, "layers": 1}, (2, 7)),
     "traced_literal": ("Spectral", {}, (2, 10)),  # --unsafe-fixes: the traced literal 6
     "is_initializing": ("Probe", {}, (2, 5)),  # --unsafe-fixes: self.is_initializing() -> False
     "explicit_names": ("Net", {}, (2, 5)),  # name='norm-pre-head', '0', 'bbox_pred.0' (compact and setup)
@@ -140,6 +142,7 @@ CASES = {
     "loop_local_arg_scales": ("Tower", {"scales": (0.5, 0.25, 0.125, 1.0)}, (2, 5)),
 }
 SOURCES = {
+    "traced_nest_deep": "traced_nest",
     "flatten_input_steps": "flatten_input",
     "compact_dense_nobias": "compact_dense",
     "compact_loop_tail_short": "compact_loop_tail",

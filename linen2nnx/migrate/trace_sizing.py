@@ -157,7 +157,8 @@ class TraceEvidence:
     def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
         if self.state.trace is None or site.tail_of is not None:
             return None  # the trace knows one Linen name; a list's extension moves with the loop's length
-        if site.loop is not None or site.elements is not None:
+        listed = site.loop is not None or site.nest is not None  # Linen names its elements on: {Class}_{k}
+        if listed or site.elements is not None:
             shapes = self._element_shapes(plan, site)
         else:
             shapes = self.state.trace.shapes_for(plan.name, site.linen_name)
@@ -165,7 +166,7 @@ class TraceEvidence:
         if not sizes:
             return None
         configs = self.state.trace.instances.get(plan.name, [])
-        scaled = self._scaled_base(plan, site, feat, shapes, configs, node) if site.loop is None else None
+        scaled = self._scaled_base(plan, site, feat, shapes, configs, node) if not listed else None
         if scaled is not None:
             return scaled
         matched = self._match_config(sizes, configs, plan)
