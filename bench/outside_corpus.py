@@ -16,8 +16,9 @@ Trace specs (``bench/outside_traces/*.py``: ``EXAMPLE = "jax/griffin.py"`` and `
 migrate the folder of their example again with ``--trace``. The tree is copied under its own folder
 name, with that name's parent on ``sys.path`` while tracing, so a package that imports itself by name
 (``from recurrentgemma.jax import modules``) is traced as that package; a spec's optional
-``environment()`` context stubs download-only imports and shims removed JAX APIs while tracing, and
-``--build-path`` folders hold the corpus's own dependencies. A traced folder's clean classes are built
+``environment()`` context stubs download-only imports and shims removed JAX APIs while tracing, its
+optional ``PIP = ("jraph",)`` names pure-Python dependencies installed with ``pip --no-deps`` into the
+run's temp folder, and ``--build-path`` folders hold the corpus's own dependencies. A traced folder's clean classes are built
 inside the whole migrated tree, so the rest of the package is there to import.
 
 It is a measurement, not a gate: it exits 0 (``--min-clean-pct P`` makes it exit 1 below P%).
