@@ -342,13 +342,15 @@ def _build_clean(
 
 def _traced_configs(trace: Any, result: Any) -> dict[str, list[dict]]:
     """Class name -> the configs of its traced instances, each with the constructor arguments the
-    migration added from the input's sizes (``input:i`` / ``input_shape:i``): the root's from the
+    migration added from the input's sizes (``input:i`` / ``input_shape:i`` / ``input_leaf:i:.field``): the root's from the
     example batch, any other class's from the inputs the trace saw it called with."""
     configs = {q.rsplit(".", 1)[-1]: [dict(c) for c in v] for q, v in trace.instances.items()}
     for key, entry in result.name_map.classes.items():
         name = key.rsplit(".", 1)[-1]
+        leaves = {}
         if name == trace.root_class.rsplit(".", 1)[-1]:
             inputs = list(trace.root_inputs)
+            leaves = getattr(trace, "root_leaves", {})  # `input_leaf:0:.nodes`: a field of an input
         else:
             calls = trace.own_inputs.get(name) or [()]
             inputs = list(calls[0])
@@ -358,6 +360,8 @@ def _traced_configs(trace: Any, result: Any) -> dict[str, list[dict]]:
             if kind in ("input", "input_shape") and index.isdigit() and int(index) < len(inputs):
                 shape = inputs[int(index)]
                 added[arg] = shape[-1] if kind == "input" else tuple(shape)
+            elif kind == "input_leaf" and leaves.get(index):
+                added[arg] = leaves[index][-1]
         for config in configs.get(name, []):
             config.update(added)
     return configs

@@ -392,3 +392,70 @@ def test_scope_make_rng_draws_from_the_module_rngs(tmp_path):
     assert 0 < kept.mean() < 1
     np.testing.assert_allclose(drawn[kept], full[kept] / 0.5, rtol=1e-5, atol=1e-6)
     assert not np.array_equal(drawn, np.asarray(model(x, train=True)))  # each call draws a new key
+
+
+def test_traced_input_leaf_sizes_are_constructor_arguments(tmp_path):
+    """Layers a helper applies to entries of a dict input take each entry's last axis as a constructor
+    argument (the trace saw them read it unchanged): the same forward and gradients, for entry sizes
+    other than the traced ones, and the pair spec the run writes fills them from the example batch."""
+    from linen2nnx.migrate.engine import Mode, migrate_paths
+    from linen2nnx.migrate.spec_writer import write_pair_spec
+    from linen2nnx.migrate.trace import trace_linen
+    from linen2nnx.spec import input_leaf, load_linen_side, load_pair
+
+    case = all_cases()["traced_input_leaf"]
+    src = case.input.read_text()
+    result = migrate_source(
+        src, "traced_input_leaf.py", module_name="traced_input_leaf", trace=case_trace(case)
+    )
+    entry = result.name_map.classes["traced_input_leaf.Fusion"]
+    assert entry.new_args == {
+        "views_audio_features": "input_leaf:0:['audio']",
+        "views_video_features": "input_leaf:0:['video']",
+    }
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").Fusion
+    nnx_cls = import_file(tmp_path / "nnx_src.py").Fusion
+    rng = np.random.default_rng(5)
+    views = {
+        "audio": rng.normal(size=(3, 7)).astype(np.float32),
+        "video": rng.normal(size=(3, 2)).astype(np.float32),
+    }
+    assert input_leaf(views, "['video']") is views["video"]
+    side = LinenSide(
+        model=linen_cls(width=5),
+        batch={"x": views},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_cls(width=5, views_audio_features=7, views_video_features=2, rngs=rngs),
+        name_map=map_path,
+    )
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert len(parity.by_check()["grad"]) == 6
+
+    # the pair spec `migrate --trace --out-dir` writes reads both sizes off its own example batch
+    (tmp_path / "fusion.py").write_text(src)
+    (tmp_path / "linen_spec.py").write_text(
+        "import numpy as np\n"
+        "from linen2nnx.spec import LinenSide, import_file\n"
+        "def side():\n"
+        f"    model = import_file({str(tmp_path / 'fusion.py')!r}).Fusion()\n"
+        "    views = {'audio': np.ones((2, 6), np.float32), 'video': np.ones((2, 5), np.float32)}\n"
+        "    return LinenSide(model=model, batch={'x': views}, loss=lambda o, b: o.sum(), train_kwargs={}, eval_kwargs={})\n"
+    )
+    ref = f"{tmp_path / 'linen_spec.py'}:side"
+    trace = trace_linen(load_linen_side(ref), spec_ref=ref)
+    out = migrate_paths([tmp_path / "fusion.py"], Mode.OUT_DIR, out_dir=tmp_path / "out", trace=trace)
+    spec = write_pair_spec(tmp_path / "out", trace, out)
+    assert "INPUT_LEAF_ARGS = {'views_audio_features': (0, \"['audio']\")" in spec.read_text()
+    written = load_pair(str(spec))
+    parity = check(written, perturbed(written.linen.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
