@@ -54,6 +54,7 @@ CASES = {
     "inherited_build_scaled": ("Scaled", {"width": 4}, (2, 5)),
     "inherited_build_tempered": ("Tempered", {"width": 5}, (2, 5)),
     "compact_tied": ("Tied", {"vocab": 11, "dim": 4}, (2, 5)),
+    "tied_head": ("TiedLM", {}, (2, 5)),  # encoder.variables['params']['tok']['embedding'] -> attributes
     "setup_conditional": ("Head", {"classes": 3}, (2, 5)),
     "tuple_helpers": ("AutoEncoder", {"latents": 3}, (2, 5)),
     "compact_dense": ("MyDense", {"features": 3}, (2, 5)),
@@ -168,7 +169,7 @@ SOURCES = {
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
 }
-INT_INPUTS = {"compact_tied", "import_alias"}
+INT_INPUTS = {"compact_tied", "import_alias", "tied_head"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
