@@ -28,6 +28,7 @@ SAME_PARAMS = {
     "RMSNorm": {"scale"},
 }
 BOXES = ("partition", "logical", "metadata", "box")  # initialisers that wrap the value in metadata
+INITIALIZERS = ("nn.initializers.", "initializers.", "jax.nn.initializers.", "nn.linear.default_")
 
 
 def variables_read(ctx: FileContext, original: cst.Subscript) -> cst.BaseExpression | None:
@@ -76,8 +77,19 @@ def _plain(site: Site) -> bool:
         and site.exclusive_with is None
         and site.factory is None
         and not site.conditions
-        and not any(word in code(a.value).lower() for a in site.args.values() for word in BOXES)
+        and all(_plain_value(name, arg.value, site) for name, arg in site.args.items())
     )
+
+
+def _plain_value(name: str, value: cst.BaseExpression, site: Site) -> bool:
+    """No metadata box around the parameter: no argument mentions one, and an initialiser (a layer's
+    ``*_init``, a ``self.param``'s second argument) is one of ``nn.initializers`` itself (a field or
+    a local may hold ``nn.with_partitioning(...)``)."""
+    text = code(value)
+    if any(word in text.lower() for word in BOXES):
+        return False
+    initializer = name.endswith("_init") or (site.kind == "param" and name == "1")
+    return not initializer or text.startswith(INITIALIZERS)
 
 
 def _child_site(plan: ClassPlan, name: str, by_linen: bool = False) -> Site | None:
