@@ -347,13 +347,13 @@ def _traced_configs(trace: Any, result: Any) -> dict[str, list[dict]]:
     configs = {q.rsplit(".", 1)[-1]: [dict(c) for c in v] for q, v in trace.instances.items()}
     for key, entry in result.name_map.classes.items():
         name = key.rsplit(".", 1)[-1]
-        leaves = {}
         if name == trace.root_class.rsplit(".", 1)[-1]:
             inputs = list(trace.root_inputs)
-            leaves = getattr(trace, "root_leaves", {})  # `input_leaf:0:.nodes`: a field of an input
+            leaves = trace.root_leaves  # `input_leaf:0:.nodes`: a field of an input
         else:
             calls = trace.own_inputs.get(name) or [()]
             inputs = list(calls[0])
+            leaves = trace.own_leaves.get(name, {})
         added = {}
         for arg, how in entry.new_args.items():
             kind, _, index = how.partition(":")

@@ -454,6 +454,7 @@ def test_traced_input_leaf_sizes_are_constructor_arguments(tmp_path):
     )
     ref = f"{tmp_path / 'linen_spec.py'}:side"
     trace = trace_linen(load_linen_side(ref), spec_ref=ref)
+    assert trace.own_leaves["Fusion"] == trace.root_leaves == {"0:['audio']": (2, 6), "0:['video']": (2, 5)}
     out = migrate_paths([tmp_path / "fusion.py"], Mode.OUT_DIR, out_dir=tmp_path / "out", trace=trace)
     spec = write_pair_spec(tmp_path / "out", trace, out)
     assert "INPUT_LEAF_ARGS = {'views_audio_features': (0, \"['audio']\")" in spec.read_text()

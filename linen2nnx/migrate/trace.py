@@ -50,6 +50,10 @@ class Trace:
     root_leaves: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     """The root call's array leaves by the same spelling (``"0:.nodes"``) -> their shapes."""
 
+    own_leaves: dict[str, dict[str, tuple[int, ...]]] = dataclasses.field(default_factory=dict)
+    """class qualname -> the array leaves of its first call's arguments, spelled as ``root_leaves``:
+    what a constructor size of a class built inside the model (``input_leaf:0:.nodes``) is read from."""
+
     def shapes_for(self, class_qualname: str, child: str) -> list[tuple[int, ...]]:
         return self.child_inputs.get((class_qualname, child), [])
 
@@ -82,6 +86,7 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
         carries=dict(recorder.carries),
         child_parents=dict(recorder.child_parents),
         input_leaves=dict(recorder.input_leaves),
+        own_leaves=dict(recorder.own_leaves),
         root_leaves={k: tuple(v.shape) for k, v in leaf_paths(args).items()},
     )
 
@@ -103,6 +108,7 @@ class _Recorder:
         self.calling: list[Any] = []  # modules whose __call__ is running, outermost first
         self.call_args: dict[int, tuple] = {}  # id(module) -> the positional arguments of its running call
         self.input_leaves: dict[tuple[str, str], list[str | None]] = defaultdict(list)
+        self.own_leaves: dict[str, dict[str, tuple[int, ...]]] = {}
         self.probes: dict[tuple[str, str], tuple[Any, tuple, dict]] = {}
 
     def intercept(self, next_fun, args, kwargs, context):
@@ -129,6 +135,9 @@ class _Recorder:
         self.own_inputs[type(module).__qualname__].append(
             tuple(tuple(a.shape) if hasattr(a, "shape") else None for a in args)
         )
+        if type(module).__qualname__ not in self.own_leaves:
+            leaves = leaf_paths(args)
+            self.own_leaves[type(module).__qualname__] = {k: tuple(v.shape) for k, v in leaves.items()}
         parent = module.parent
         if not isinstance(parent, nn.Module):
             # inside a lifted transform (nn.scan, nn.remat, ...) the parent is a Scope: the module
