@@ -16,8 +16,9 @@ Trace specs (``bench/outside_traces/*.py``: ``EXAMPLE = "jax/griffin.py"`` and `
 migrate the folder of their example again with ``--trace``. The tree is copied under its own folder
 name, with that name's parent on ``sys.path`` while tracing, so a package that imports itself by name
 (``from recurrentgemma.jax import modules``) is traced as that package; a spec's optional
-``environment()`` context stubs download-only imports and shims removed JAX APIs while tracing, and
-``--build-path`` folders hold the corpus's own dependencies. A traced folder's clean classes are built
+``environment()`` context stubs download-only imports and shims removed JAX APIs while tracing, its
+optional ``PIP = ("jraph",)`` names pure-Python dependencies installed with ``pip --no-deps`` into the
+run's temp folder, and ``--build-path`` folders hold the corpus's own dependencies. A traced folder's clean classes are built
 inside the whole migrated tree, so the rest of the package is there to import.
 
 It is a measurement, not a gate: it exits 0 (``--min-clean-pct P`` makes it exit 1 below P%).
@@ -37,6 +38,7 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -260,6 +262,7 @@ def measure(
             [tree], Mode.OUT_DIR, out_dir=out, jobs=jobs, name_map_path=Path(tmp) / "map.json"
         )
         rows = _file_rows(tree, out, first, jobs)
+        build_paths = [*build_paths, *install_spec_deps(traces, tree, Path(tmp) / "deps")]
         build_jobs = []  # (migrated root, Linen root, files of it, traced configs)
         for spec in traces:
             example = tree / spec.example
@@ -339,16 +342,18 @@ def _build_clean(
 
 def _traced_configs(trace: Any, result: Any) -> dict[str, list[dict]]:
     """Class name -> the configs of its traced instances, each with the constructor arguments the
-    migration added from the input's sizes (``input:i`` / ``input_shape:i``): the root's from the
+    migration added from the input's sizes (``input:i`` / ``input_shape:i`` / ``input_leaf:i:.field``): the root's from the
     example batch, any other class's from the inputs the trace saw it called with."""
     configs = {q.rsplit(".", 1)[-1]: [dict(c) for c in v] for q, v in trace.instances.items()}
     for key, entry in result.name_map.classes.items():
         name = key.rsplit(".", 1)[-1]
         if name == trace.root_class.rsplit(".", 1)[-1]:
             inputs = list(trace.root_inputs)
+            leaves = trace.root_leaves  # `input_leaf:0:.nodes`: a field of an input
         else:
             calls = trace.own_inputs.get(name) or [()]
             inputs = list(calls[0])
+            leaves = trace.own_leaves.get(name, {})
         added = {}
         axes = {}
         for arg, how in entry.new_args.items():
@@ -361,6 +366,8 @@ def _traced_configs(trace: Any, result: Any) -> dict[str, list[dict]]:
             if kind in ("input", "input_shape") and index.isdigit() and int(index) < len(inputs):
                 shape = inputs[int(index)]
                 added[arg] = shape[-1] if kind == "input" else tuple(shape)
+            elif kind == "input_leaf" and leaves.get(index):
+                added[arg] = leaves[index][-1]
         for config in configs.get(name, []):
             config.update(added)
             for arg, (shape, expr) in ((a, v) for a, v in axes.items() if v is not None and v[0] is not None):
@@ -394,6 +401,7 @@ def _input_axis(expr: str, shape: tuple[int, ...], config: dict) -> int | None:
 class TraceSpec:
     path: Path
     example: str  # the example file it builds a model of, relative to the tree (``ppo/models.py``)
+    pip: tuple[str, ...] = ()  # ``PIP = ("jraph",)``: pure-Python dependencies of the example
 
     def trace(self, example: Path, import_roots: Sequence[str] = ()) -> Any:
         """Run the spec's ``linen_side(example)`` on the copied example and trace it, with
@@ -419,15 +427,31 @@ def load_trace_specs(folder: Path) -> list[TraceSpec]:
     """Every ``*.py`` in ``folder`` that names its example (``EXAMPLE = "ppo/models.py"``)."""
     specs = []
     for path in sorted(folder.glob("*.py")):
-        tree = ast.parse(path.read_text())
-        for node in tree.body:
-            if (
-                isinstance(node, ast.Assign)
-                and [ast.unparse(t) for t in node.targets] == ["EXAMPLE"]
-                and isinstance(node.value, ast.Constant)
-            ):
-                specs.append(TraceSpec(path, node.value.value))
+        values = {
+            ast.unparse(node.targets[0]): ast.literal_eval(node.value)
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and ast.unparse(node.targets[0]) in ("EXAMPLE", "PIP")
+        }
+        if isinstance(values.get("EXAMPLE"), str):
+            specs.append(TraceSpec(path, values["EXAMPLE"], tuple(values.get("PIP", ()))))
     return specs
+
+
+def install_spec_deps(specs: Sequence[TraceSpec], tree: Path, deps: Path) -> list[str]:
+    """``pip install --no-deps --target deps`` of what the specs of examples in ``tree`` name in
+    ``PIP`` (pure-Python packages the example imports, e.g. jraph): the folders to put on
+    ``sys.path``, none when nothing is named or pip fails (those examples then stay untraced)."""
+    names = sorted({n for s in specs if (tree / s.example).is_file() for n in s.pip})
+    if not names:
+        return []
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(deps), *names]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        print(f"pip install {' '.join(names)} failed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+        return []
+    return [str(deps)]
 
 
 def _severity_cell(c: Counter) -> str:

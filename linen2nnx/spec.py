@@ -152,6 +152,17 @@ def nnx_config_value(value: Any, nnx_module: Any) -> Any:
     return value
 
 
+def input_leaf(value: Any, accessor: str) -> Any:
+    """The array at ``accessor`` (``.nodes``, ``['image']``, ``[0]``: jax's key path spelling) of one
+    call argument: what a constructor size the trace found as that leaf's last axis is read from."""
+    import jax
+
+    for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
+        if jax.tree_util.keystr(path) == accessor:
+            return leaf
+    raise SpecError(f"the example input has no leaf {accessor!r}")
+
+
 def import_file(path: str | Path, name: str | None = None) -> Any:
     """Import a Python file as a uniquely named module (its folder goes on ``sys.path``)."""
     path = Path(path).resolve()

@@ -17,6 +17,7 @@ import ast
 import dataclasses
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 FIXTURES = Path(__file__).parent / "fixtures" / "migrate"
 NO_FINDINGS_DIR = "no-findings"
@@ -42,12 +43,14 @@ class Case:
     def options(self) -> frozenset[str]:
         return _header_values(self.input.read_text(), _OPTIONS) or frozenset()
 
-    def trace(self) -> tuple[str, tuple[int, ...]] | None:
-        """``(class name, input shape)`` of the ``# trace:`` line, if any."""
+    def trace(self) -> tuple[str, Any] | None:
+        """``(class name, input shape)`` of the ``# trace:`` line, if any (a dict of shapes: an input
+        that is a dict of arrays)."""
         for line in _header(self.input.read_text()):
             if line.startswith(_TRACE):
                 cls, _, shape = line.removeprefix(_TRACE).strip().partition(" ")
-                return cls, tuple(ast.literal_eval(shape))
+                value = ast.literal_eval(shape)
+                return cls, value if isinstance(value, dict) else tuple(value)
         return None
 
 

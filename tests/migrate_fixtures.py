@@ -31,7 +31,9 @@ def case_trace(case: Case) -> Trace | None:
     module = import_file(case.input, f"_fixture_trace_{case.name}")
     side = LinenSide(
         model=getattr(module, cls_name)(),
-        batch={"x": jnp.zeros(shape)},
+        batch={
+            "x": {k: jnp.zeros(v) for k, v in shape.items()} if isinstance(shape, dict) else jnp.zeros(shape)
+        },
         loss=lambda out, batch: jnp.mean(out**2),
         train_kwargs={},
         eval_kwargs={},

@@ -353,6 +353,19 @@ def test_clean_builds_carries_a_numpy_scalar_as_a_plain_number():
     assert builds.plain_config({"conv": ClassConfig}) is None  # a dataclass class, not an instance
 
 
+def test_outside_corpus_spec_pip_names_its_example_dependencies(outside, tmp_path):
+    """A spec's ``PIP`` names pure-Python dependencies of its example; nothing is installed for an
+    example the tree does not hold (so no run reaches for a registry it does not need)."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "graphs.py").write_text("EXAMPLE = 'graphs/models.py'\nPIP = ('jraph',)\n")
+    (specs / "mlp.py").write_text("EXAMPLE = 'mlp.py'\n")
+    loaded = outside.load_trace_specs(specs)
+    assert [(s.example, s.pip) for s in loaded] == [("graphs/models.py", ("jraph",)), ("mlp.py", ())]
+    assert outside.install_spec_deps(loaded, tmp_path, tmp_path / "deps") == []
+    assert not (tmp_path / "deps").exists()
+
+
 def test_outside_corpus_min_clean_pct_gate(outside, tree, capsys):
     assert outside.main([str(tree), "--min-clean-pct", "0"]) == 0
     assert outside.main([str(tree), "--min-clean-pct", "101"]) == 1

@@ -54,6 +54,7 @@ CASES = {
     "inherited_build_scaled": ("Scaled", {"width": 4}, (2, 5)),
     "inherited_build_tempered": ("Tempered", {"width": 5}, (2, 5)),
     "compact_tied": ("Tied", {"vocab": 11, "dim": 4}, (2, 5)),
+    "tied_head": ("TiedLM", {}, (2, 5)),  # encoder.variables['params']['tok']['embedding'] -> attributes
     "setup_conditional": ("Head", {"classes": 3}, (2, 5)),
     "tuple_helpers": ("AutoEncoder", {"latents": 3}, (2, 5)),
     "compact_dense": ("MyDense", {"features": 3}, (2, 5)),
@@ -73,6 +74,8 @@ CASES = {
     "import_alias": ("Norms", {"features": 4}, (2, 5)),  # `from flax import linen`: linen.Dense, ...
     "traced_flatten": ("Classifier", {}, (2, 8, 8, 3)),  # a flatten's size from the trace: 16 * channels
     "traced_product": ("Block", {}, (2, 5)),  # the traced size is num_heads * head_dim
+    "traced_nest": ("Mixer", {}, (2, 5)),  # loop-with-local Blocks applied by a function: traced width
+    "traced_nest_deep": ("Mixer", {"width": 4, "depth": 3, "layers": 1}, (2, 7)),
     "traced_literal": ("Spectral", {}, (2, 10)),  # --unsafe-fixes: the traced literal 6
     "is_initializing": ("Probe", {}, (2, 5)),  # --unsafe-fixes: self.is_initializing() -> False
     "explicit_names": ("Net", {}, (2, 5)),  # name='norm-pre-head', '0', 'bbox_pred.0' (compact and setup)
@@ -140,6 +143,7 @@ CASES = {
     "loop_local_arg_scales": ("Tower", {"scales": (0.5, 0.25, 0.125, 1.0)}, (2, 5)),
 }
 SOURCES = {
+    "traced_nest_deep": "traced_nest",
     "flatten_input_steps": "flatten_input",
     "compact_dense_nobias": "compact_dense",
     "compact_loop_tail_short": "compact_loop_tail",
@@ -165,7 +169,7 @@ SOURCES = {
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
 }
-INT_INPUTS = {"compact_tied", "import_alias"}
+INT_INPUTS = {"compact_tied", "import_alias", "tied_head"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -395,3 +399,107 @@ def test_input_axis_sizes_become_constructor_arguments(cls_name, ctor, sizes, tm
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))
+
+
+def test_scope_make_rng_draws_from_the_module_rngs(tmp_path):
+    """``self.scope.make_rng("dropout")`` converts as ``self.make_rng`` does: the same eval forward and
+    gradients; in train mode the same output for a key the caller passes, and without one a dropout
+    mask drawn from the module's own ``nnx.Rngs`` (kept entries scaled by 1 / (1 - rate), the rest 0)."""
+    from linen2nnx.checkpoint_convert.api import convert_state
+
+    src = fixture("scope_make_rng_in.py").read_text()
+    result = migrate_source(src, "scope_make_rng.py", module_name="scope_make_rng")
+    assert "self.scope.make_rng(" not in result.output and "rng = self.rngs.dropout()" in result.output
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").Head
+    nnx_cls = import_file(tmp_path / "nnx_src.py").Head
+    x = np.random.default_rng(4).normal(size=(64, 5)).astype(np.float32)
+    side = LinenSide(model=linen_cls(), batch={"x": x}, loss=lambda out, b: jnp.mean(out**2), train_kwargs={})
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=5, rngs=rngs), name_map=map_path
+    )
+    variables = perturbed(side.init_variables())
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+
+    model, _ = convert_state(variables, pair, map_path)
+    key = jax.random.key(7)
+    given = side.model.apply(variables, x, train=True, rng=key)
+    np.testing.assert_allclose(model(x, train=True, rng=key), given, rtol=1e-5, atol=1e-6)
+    full = np.asarray(model(x))
+    drawn = np.asarray(model(x, train=True))
+    kept = drawn != 0
+    assert 0 < kept.mean() < 1
+    np.testing.assert_allclose(drawn[kept], full[kept] / 0.5, rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(drawn, np.asarray(model(x, train=True)))  # each call draws a new key
+
+
+def test_traced_input_leaf_sizes_are_constructor_arguments(tmp_path):
+    """Layers a helper applies to entries of a dict input take each entry's last axis as a constructor
+    argument (the trace saw them read it unchanged): the same forward and gradients, for entry sizes
+    other than the traced ones, and the pair spec the run writes fills them from the example batch."""
+    from linen2nnx.migrate.engine import Mode, migrate_paths
+    from linen2nnx.migrate.spec_writer import write_pair_spec
+    from linen2nnx.migrate.trace import trace_linen
+    from linen2nnx.spec import input_leaf, load_linen_side, load_pair
+
+    case = all_cases()["traced_input_leaf"]
+    src = case.input.read_text()
+    result = migrate_source(
+        src, "traced_input_leaf.py", module_name="traced_input_leaf", trace=case_trace(case)
+    )
+    entry = result.name_map.classes["traced_input_leaf.Fusion"]
+    assert entry.new_args == {
+        "views_audio_features": "input_leaf:0:['audio']",
+        "views_video_features": "input_leaf:0:['video']",
+    }
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").Fusion
+    nnx_cls = import_file(tmp_path / "nnx_src.py").Fusion
+    rng = np.random.default_rng(5)
+    views = {
+        "audio": rng.normal(size=(3, 7)).astype(np.float32),
+        "video": rng.normal(size=(3, 2)).astype(np.float32),
+    }
+    assert input_leaf(views, "['video']") is views["video"]
+    side = LinenSide(
+        model=linen_cls(width=5),
+        batch={"x": views},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_cls(width=5, views_audio_features=7, views_video_features=2, rngs=rngs),
+        name_map=map_path,
+    )
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert len(parity.by_check()["grad"]) == 6
+
+    # the pair spec `migrate --trace --out-dir` writes reads both sizes off its own example batch
+    (tmp_path / "fusion.py").write_text(src)
+    (tmp_path / "linen_spec.py").write_text(
+        "import numpy as np\n"
+        "from linen2nnx.spec import LinenSide, import_file\n"
+        "def side():\n"
+        f"    model = import_file({str(tmp_path / 'fusion.py')!r}).Fusion()\n"
+        "    views = {'audio': np.ones((2, 6), np.float32), 'video': np.ones((2, 5), np.float32)}\n"
+        "    return LinenSide(model=model, batch={'x': views}, loss=lambda o, b: o.sum(), train_kwargs={}, eval_kwargs={})\n"
+    )
+    ref = f"{tmp_path / 'linen_spec.py'}:side"
+    trace = trace_linen(load_linen_side(ref), spec_ref=ref)
+    assert trace.own_leaves["Fusion"] == trace.root_leaves == {"0:['audio']": (2, 6), "0:['video']": (2, 5)}
+    out = migrate_paths([tmp_path / "fusion.py"], Mode.OUT_DIR, out_dir=tmp_path / "out", trace=trace)
+    spec = write_pair_spec(tmp_path / "out", trace, out)
+    assert "INPUT_LEAF_ARGS = {'views_audio_features': (0, \"['audio']\")" in spec.read_text()
+    written = load_pair(str(spec))
+    parity = check(written, perturbed(written.linen.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]

@@ -86,6 +86,7 @@ NOT_RUNNABLE = {
         (
             "setup_comprehension_filtered",
             "tied_embedding",
+            "tied_boxed",
             "named_heads",
             "scope_rng",
             "half_migrated",

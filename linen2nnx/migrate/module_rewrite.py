@@ -83,6 +83,7 @@ from linen2nnx.migrate.sites import (
 from linen2nnx.migrate.sizing import Sizer
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.migrate.traverse import transform
+from linen2nnx.migrate.variable_reads import variables_read
 from linen2nnx.namemap import NameMap
 
 
@@ -198,6 +199,9 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         return self.attrs.leave_attribute(original, updated)
+
+    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
+        return variables_read(self.ctx, original) or updated
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         factory = self.state.function_factories.get(original.name.value)

@@ -382,6 +382,8 @@ class CallRewriter:
     ) -> cst.BaseExpression | None:
         """``self.sow`` / ``self.make_rng`` / ``self.is_initializing`` -> their NNX spelling."""
         api = self.ctx.self_call(original)
+        if api is None and _scope_make_rng(original) and "scope" not in plan.field_names:
+            api = "make_rng"  # Linen's Module.make_rng is this very call: self.scope.make_rng(name)
         if api is None or api in plan.field_names:
             return None
         if api == "sow" and original.args and isinstance(original.args[0].value, cst.SimpleString):
@@ -426,11 +428,13 @@ class CallRewriter:
         return updated.with_changes(args=[first, *updated.args[1:]])
 
     def _rewrite_make_rng(self, plan: ClassPlan, original: cst.Call) -> cst.BaseExpression:
-        """``self.make_rng("dropout")`` -> a draw from the module's ``nnx.Rngs``."""
+        """``self.make_rng("dropout")`` (or ``self.scope.make_rng("dropout")``, which Linen's
+        ``Module.make_rng`` calls and nothing more) -> a draw from the module's ``nnx.Rngs``."""
         stream = original.args[0].value.evaluated_value
         self.state.handled.add(original)
         plan.uses_rngs = True
-        self.ctx.report(VAR_003, original, f"self.make_rng({stream!r}) -> a draw from the module's nnx.Rngs")
+        spelled = "self.scope.make_rng" if _scope_make_rng(original) else "self.make_rng"
+        self.ctx.report(VAR_003, original, f"{spelled}({stream!r}) -> a draw from the module's nnx.Rngs")
         ref = f"self.rngs.{stream}()" if stream.isidentifier() else f"self.rngs[{stream!r}]()"
         return parse_expression(ref)
 
@@ -574,3 +578,12 @@ def _only_string_arg(call: cst.Call) -> str | None:
         return None
     value = call.args[0].value
     return value.evaluated_value if isinstance(value, cst.SimpleString) else None  # type: ignore[return-value]
+
+
+def _scope_make_rng(call: cst.Call) -> bool:
+    """``self.scope.make_rng(...)``: the scope call that Linen's ``self.make_rng(...)`` is a checked
+    alias of (it only raises first when the module is unbound, as the scope access does)."""
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute) and func.attr.value == "make_rng" and self_attr(func.value) == "scope"
+    )

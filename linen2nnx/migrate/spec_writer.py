@@ -28,7 +28,7 @@ from pathlib import Path
 
 from linen2nnx.errors import SpecError
 from linen2nnx.isolated_import import import_migrated
-from linen2nnx.spec import ModelPair, load_linen_side, nnx_ctor_kwargs
+from linen2nnx.spec import ModelPair, input_leaf, load_linen_side, nnx_ctor_kwargs
 
 HERE = Path(__file__).resolve().parent
 LINEN_SPEC = {linen_spec!r}
@@ -41,6 +41,8 @@ NNX_CLASS = {nnx_class!r}
 INPUT_FEATURE_ARGS = {input_args!r}
 # ... and those whose value is that input's whole shape (parameters sized from several input axes)
 INPUT_SHAPE_ARGS = {shape_args!r}
+# ... and those that are the last axis of a leaf of an input (`.nodes` of a NamedTuple of arrays)
+INPUT_LEAF_ARGS = {leaf_args!r}
 UNRESOLVED_ARGS = {unresolved!r}
 # classes kept as Linen behind nnx.bridge.ToNNX create their variables on a first call
 LAZY_INIT = {lazy_init!r}
@@ -62,6 +64,8 @@ def pair() -> ModelPair:
     kwargs = nnx_ctor_kwargs(linen.model, nnx_module)  # Linen classes in the config: their NNX twins
     kwargs.update({{name: int(args[index].shape[-1]) for name, index in INPUT_FEATURE_ARGS.items()}})
     kwargs.update({{name: tuple(args[index].shape) for name, index in INPUT_SHAPE_ARGS.items()}})
+    for name, (index, accessor) in INPUT_LEAF_ARGS.items():
+        kwargs[name] = int(input_leaf(args[index], accessor).shape[-1])
 
     def build(rngs):
         model = nnx_class(**kwargs, rngs=rngs)
@@ -93,10 +97,17 @@ def write_pair_spec(out_dir: Path, trace: Trace, result: MigrationResult) -> Pat
     shape_args = {
         a: int(how.split(":")[1]) for a, how in entry.new_args.items() if how.startswith("input_shape:")
     }
+    leaf_args = {
+        a: (int(index), accessor)
+        for a, how in entry.new_args.items()
+        if how.startswith("input_leaf:")
+        for index, _, accessor in [how.removeprefix("input_leaf:").partition(":")]
+    }
     unresolved = sorted(
         a
         for a, how in entry.new_args.items()
-        if not how.startswith(("input:", "input_shape:")) and how != "unresolved_if"  # None: not built
+        if not how.startswith(("input:", "input_shape:", "input_leaf:"))
+        and how != "unresolved_if"  # None: not built
     )
     linen_spec = trace.spec_ref
     target_part, sep, func = linen_spec.rpartition(":")
@@ -116,6 +127,7 @@ def write_pair_spec(out_dir: Path, trace: Trace, result: MigrationResult) -> Pat
         input_args=input_args,
         unresolved=unresolved,
         shape_args=shape_args,
+        leaf_args=leaf_args,
         lazy_init=any(c.bridge for c in result.name_map.classes.values()),
         name_map=NAME_MAP_FILENAME,
     )

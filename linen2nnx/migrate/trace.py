@@ -41,6 +41,19 @@ class Trace:
     """(parent class, child name) -> for each call of ``child_inputs``, the index of the parent's own
     instance in ``instances`` (None: not recorded): which config each call's shape goes with."""
 
+    input_leaves: dict[tuple[str, str], list[str | None]] = dataclasses.field(default_factory=dict)
+    """(parent class, child name) -> for each call of ``child_inputs``, which leaf of the parent's own
+    call arguments the child's first input is, unchanged (``"0:.nodes"``: ``.nodes`` of the first
+    argument; ``"0:"``: the argument itself), or None: what a layer that a library applies for the
+    module (``jraph.GraphMapFeatures(embed_node_fn=nn.Dense(...))``) reads."""
+
+    root_leaves: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    """The root call's array leaves by the same spelling (``"0:.nodes"``) -> their shapes."""
+
+    own_leaves: dict[str, dict[str, tuple[int, ...]]] = dataclasses.field(default_factory=dict)
+    """class qualname -> the array leaves of its first call's arguments, spelled as ``root_leaves``:
+    what a constructor size of a class built inside the model (``input_leaf:0:.nodes``) is read from."""
+
     def shapes_for(self, class_qualname: str, child: str) -> list[tuple[int, ...]]:
         return self.child_inputs.get((class_qualname, child), [])
 
@@ -72,6 +85,9 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
         own_inputs=dict(recorder.own_inputs),
         carries=dict(recorder.carries),
         child_parents=dict(recorder.child_parents),
+        input_leaves=dict(recorder.input_leaves),
+        own_leaves=dict(recorder.own_leaves),
+        root_leaves={k: tuple(v.shape) for k, v in leaf_paths(args).items()},
     )
 
 
@@ -90,6 +106,9 @@ class _Recorder:
         self.instance_index: dict[int, int] = {}  # id(module) -> its index in instances[its class]
         self.alive: list[Any] = []  # the recorded modules, kept so that no id is reused for another
         self.calling: list[Any] = []  # modules whose __call__ is running, outermost first
+        self.call_args: dict[int, tuple] = {}  # id(module) -> the positional arguments of its running call
+        self.input_leaves: dict[tuple[str, str], list[str | None]] = defaultdict(list)
+        self.own_leaves: dict[str, dict[str, tuple[int, ...]]] = {}
         self.probes: dict[tuple[str, str], tuple[Any, tuple, dict]] = {}
 
     def intercept(self, next_fun, args, kwargs, context):
@@ -98,10 +117,16 @@ class _Recorder:
             return next_fun(*args, **kwargs)
         self._record(module, args, kwargs)
         self.calling.append(module)
+        outer = self.call_args.get(id(module))
+        self.call_args[id(module)] = args
         try:
             return next_fun(*args, **kwargs)
         finally:
             self.calling.pop()
+            if outer is None:
+                self.call_args.pop(id(module), None)
+            else:
+                self.call_args[id(module)] = outer
 
     def _record(self, module: Any, args: tuple, kwargs: dict) -> None:
         import flax.linen as nn
@@ -110,6 +135,9 @@ class _Recorder:
         self.own_inputs[type(module).__qualname__].append(
             tuple(tuple(a.shape) if hasattr(a, "shape") else None for a in args)
         )
+        if type(module).__qualname__ not in self.own_leaves:
+            leaves = leaf_paths(args)
+            self.own_leaves[type(module).__qualname__] = {k: tuple(v.shape) for k, v in leaves.items()}
         parent = module.parent
         if not isinstance(parent, nn.Module):
             # inside a lifted transform (nn.scan, nn.remat, ...) the parent is a Scope: the module
@@ -125,6 +153,8 @@ class _Recorder:
             key = (type(parent).__qualname__, module.name)
             self.child_inputs[key].append(tuple(args[0].shape))
             self.child_parents[key].append(self.instance_index.get(id(parent)))
+            leaves = leaf_paths(self.call_args.get(id(parent), ()))
+            self.input_leaves[key].append(next((p for p, v in leaves.items() if v is args[0]), None))
             if key not in self.probes and _sizes_params_from_shape(type(module)):
                 self.probes[key] = (module.clone(parent=None, name=None), _abstract(args), _abstract(kwargs))
         if id(module) not in self.seen:
@@ -137,6 +167,19 @@ class _Recorder:
                 found.append(kwargs_of)
             except TypeError:
                 pass
+
+
+def leaf_paths(args: tuple) -> dict[str, Any]:
+    """The array leaves of call arguments by where they sit: ``"0:"`` the first argument itself,
+    ``"0:.nodes"`` an attribute of it (a NamedTuple field), ``"1:['image']"`` a dict entry."""
+    import jax
+
+    found: dict[str, Any] = {}
+    for index, arg in enumerate(args):
+        for path, leaf in jax.tree_util.tree_flatten_with_path(arg)[0]:
+            if hasattr(leaf, "shape"):
+                found[f"{index}:{jax.tree_util.keystr(path)}"] = leaf
+    return found
 
 
 def _sizes_params_from_shape(cls: type) -> bool:

@@ -3,7 +3,9 @@
 Part of the *analyse* step, the second kind of evidence of :class:`~linen2nnx.migrate.sizing.Sizer`
 (after static dataflow, before a required constructor argument): a traced size is taken when exactly
 one config expression of the class equals it in every traced instance, when it confirms the
-candidate the dataflow proposed, or (with ``--unsafe-fixes``) as the literal. Kept apart from the
+candidate the dataflow proposed, or (with ``--unsafe-fixes``) as the literal; a layer the trace saw
+read a leaf of its module's own call arguments unchanged (a field of a NamedTuple input a library
+hands it) gets that leaf's last axis as a constructor argument, as an input's own does. Kept apart from the
 static sizing so that each reads as one kind of evidence.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import re
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -19,7 +22,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.dataflow import Feat
-from linen2nnx.migrate.rules import SHAPE_001, SHAPE_003, SHAPE_004
+from linen2nnx.migrate.rules import SHAPE_001, SHAPE_002, SHAPE_003, SHAPE_004
 from linen2nnx.migrate.sites import ClassPlan, Site
 from linen2nnx.namemap import element_key
 
@@ -158,15 +161,19 @@ class TraceEvidence:
     def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
         if self.state.trace is None or site.tail_of is not None:
             return None  # the trace knows one Linen name; a list's extension moves with the loop's length
-        if site.loop is not None or site.elements is not None:
+        listed = site.loop is not None or site.nest is not None  # Linen names its elements on: {Class}_{k}
+        if listed or site.elements is not None:
             shapes = self._element_shapes(plan, site)
         else:
             shapes = self.state.trace.shapes_for(plan.name, site.linen_name)
+            leaf = self._input_leaf(plan, site, node)
+            if leaf is not None:
+                return leaf
         sizes = sorted({s[-1] for s in shapes if s})
         if not sizes:
             return None
         configs = self.state.trace.instances.get(plan.name, [])
-        scaled = self._scaled_base(plan, site, feat, shapes, configs, node) if site.loop is None else None
+        scaled = self._scaled_base(plan, site, feat, shapes, configs, node) if not listed else None
         if scaled is not None:
             return scaled
         matched = self._match_config(sizes, configs, plan)
@@ -195,6 +202,39 @@ class TraceEvidence:
             )
             return str(sizes[0])
         return None
+
+    def _input_leaf(self, plan: ClassPlan, site: Site, node: cst.CSTNode) -> str | None:
+        """A layer that every traced call fed one leaf of the module's own ``__call__`` arguments,
+        unchanged (``graphs.nodes``, which ``jraph.GraphMapFeatures`` hands its ``embed_node_fn``):
+        that leaf's last axis, a constructor argument as an input's own is (``graphs_nodes_features``;
+        ``in_features`` for the first argument itself)."""
+        assert self.state.trace is not None
+        paths = self.state.trace.input_leaves.get((plan.name, site.linen_name), [])
+        call = next((m for m in self.state.methods.get(plan.name, []) if m.name.value == "__call__"), None)
+        if not paths or None in paths or len(set(paths)) != 1 or call is None:
+            return None
+        index, _, accessor = paths[0].partition(":")  # type: ignore[union-attr]
+        params = [p.name.value for p in call.params.params][1:]
+        if int(index) >= len(params) or not _PLAIN_ACCESSOR.fullmatch(accessor):
+            return None
+        param = params[int(index)]
+        if accessor:
+            label = "".join(c if c.isalnum() else "_" for c in accessor).strip("_")
+            arg, how = f"{param}_{label}_features", f"input_leaf:{index}:{accessor}"
+        else:
+            arg, how = ("in_features" if index == "0" else f"{param}_features"), f"input:{index}"
+        while arg in plan.field_names:
+            arg += "_"
+        if plan.new_args.setdefault(arg, how) != how:
+            return None  # the name already stands for another size
+        self.ctx.report(
+            SHAPE_002,
+            node,
+            f"{plan.name} gains constructor argument {arg}: the last-axis size of `{param}{accessor}`, "
+            f"which the trace saw {plan.name}.{site.attr} read unchanged",
+            f"pass {arg}={param}{accessor}.shape[-1] where {plan.name} is built",
+        )
+        return arg
 
     def _element_shapes(self, plan: ClassPlan, site: Site) -> list[tuple[int, ...]]:
         """The traced inputs of every element of a loop-built list (``GPT2Block_0``, ``GPT2Block_1``, ...
@@ -334,6 +374,11 @@ class TraceEvidence:
             for b in factors[i:]
             if all(values[a] * values[b] == sizes[0] for values in per_instance)
         ]
+
+
+# attributes, string keys and int indices (jax's keystr of NamedTuple fields, dicts, lists): an
+# expression on the argument; other key kinds (a custom pytree's flat index) are no attribute path
+_PLAIN_ACCESSOR = re.compile(r"(\.[A-Za-z_]\w*|\['[A-Za-z_]\w*'\]|\[\d+\])*")
 
 
 def _match_each(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list[str]:

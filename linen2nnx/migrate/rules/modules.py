@@ -162,6 +162,13 @@ VAR_004 = Rule(
     "is_init = self.has_variable('cache', 'k')\nk = self.variable('cache', 'k', jnp.zeros, shape)",
     "is_init = hasattr(self, 'k')\nif not hasattr(self, 'k'): self.k = nnx.Cache(jnp.zeros(shape))",
 )
+VAR_005 = Rule(
+    "L2N-VAR-005",
+    C,
+    "A parameter read through a submodule's .variables['params'][...] -> its NNX attribute path.",
+    "w = self.transformer.variables['params']['wte']['embedding']",
+    "w = self.transformer.wte.embedding[...]",
+)
 
 RULES = (
     MOD_001,
@@ -184,4 +191,5 @@ RULES = (
     VAR_002,
     VAR_003,
     VAR_004,
+    VAR_005,
 )
