@@ -141,6 +141,8 @@ def test_traced_configs_give_every_class_the_input_sizes_the_migration_added(out
         root_module="pkg.m",
         root_inputs=[(2, 5)],
         own_inputs={"Net": [((2, 5),)], "Block": [((2, 7),), ((2, 3),)]},
+        root_leaves={},
+        own_leaves={},
     )
     entry = lambda **new_args: SimpleNamespace(new_args=new_args)  # noqa: E731
     result = SimpleNamespace(
@@ -163,6 +165,8 @@ def test_traced_configs_evaluate_an_input_axis_with_each_instance_config(outside
         root_module="pkg.m",
         root_inputs=[(2, 5)],
         own_inputs={"Styled": [((2, 3, 5), (2, 4, 6))]},
+        root_leaves={},
+        own_leaves={},
     )
     new_args = {
         "affine_0_in_features": "input_axis:1:styles[:, self.index].shape[1]",
