@@ -130,9 +130,16 @@ def finish_input_sizes(ctx: FileContext, plan: ClassPlan) -> None:
             size.arg,
             f"{plan.name} gains constructor argument {size.name}: `{value}` of its input "
             f"`{size.input_name}`, for argument {size.arg_name}= of {size.what}",
-            f"pass {size.name}={value} of the input where {plan.name} is built",
+            _hint(size, value, plan.name),
         )
     plan.input_sizes.clear()
+
+
+def _hint(size: InputSize, value: str, owner: str) -> str:
+    """What the caller passes: the expression is in the class's own terms, so a ``self`` in it is the
+    instance being built, not the caller."""
+    own = f", `self` being the {owner} built" if "self." in value else ""
+    return f"pass {size.name}= the value `{value}` has for the input {owner} is called with{own}"
 
 
 def site_condition(site: Site) -> list[object]:
