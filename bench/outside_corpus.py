@@ -38,7 +38,6 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -446,12 +445,14 @@ def install_spec_deps(specs: Sequence[TraceSpec], tree: Path, deps: Path) -> lis
     names = sorted({n for s in specs if (tree / s.example).is_file() for n in s.pip})
     if not names:
         return []
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(deps), *names]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        print(f"pip install {' '.join(names)} failed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from outside_parity import SourceUnavailable, pip_install_pure
+
+    try:
+        return pip_install_pure(names, deps)
+    except SourceUnavailable as e:
+        print(e, file=sys.stderr)
         return []
-    return [str(deps)]
 
 
 def _severity_cell(c: Counter) -> str:

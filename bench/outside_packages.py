@@ -58,7 +58,6 @@ import contextlib
 import dataclasses
 import json
 import shutil
-import subprocess
 import sys
 import time
 import traceback
@@ -78,6 +77,7 @@ from outside_parity import (
     init_variables,
     perturb,
     pip_download_sdist,
+    pip_install_pure,
     print_notes,
     render_table,
     stub_missing_packages,
@@ -184,19 +184,6 @@ MODELS = {
 }
 
 
-def install_requires(requires: tuple[str, ...], target: Path) -> list[str]:
-    """``pip install --target`` the pure-Python dependencies a package imports (none of them is a
-    dependency of this project); returns the folder to put on ``sys.path`` (nothing when none)."""
-    if not requires:
-        return []
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q"]
-    cmd += ["--target", str(target), *requires]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    if proc.returncode != 0:
-        raise SourceUnavailable(f"pip install {' '.join(requires)} failed: {proc.stderr.strip()[-300:]}")
-    return [str(target)]
-
-
 def sdist_package(requirement: str, package: str, scratch: Path, src: Path | None) -> Path:
     """The extracted import package ``package`` of ``requirement``'s sdist (from ``src`` if it holds
     one, else ``pip download``)."""
@@ -231,7 +218,7 @@ def run_package(model: Package, src: Path | None, work: Path) -> ModelReport:
         spec_path = linen / "linen_spec.py"
         spec_path.write_text(model.spec)
         stage = "dependencies"
-        paths = install_requires(model.requires, work / "deps")
+        paths = pip_install_pure(model.requires, work / "deps")
         with contextlib.ExitStack() as stack:
             sys.path[:0] = paths
             stack.callback(lambda: [sys.path.remove(p) for p in paths])

@@ -48,6 +48,11 @@ The models and what is compared:
   the logits, the loss and every gradient are.
 - ``ppo``: ``examples/ppo/models.py`` ``ActorCritic(num_outputs=6)`` on two stacks of four 84x84
   frames: the Dense after the flatten reads ``49 * 64`` features, a factor the trace gives.
+- ``ogbg``: ``examples/ogbg_molpcba/models.py`` ``GraphConvNet`` on two small molecule graphs, the
+  config of the trace spec ``outside_traces/ogbg_models.py``: its layers are applied inside
+  ``jraph.GraphMapFeatures`` / ``GraphConvolution``, so the embedder's input size is a leaf of the
+  input (``graphs.nodes``) that only the trace shows. ``jraph`` (pure Python) is installed with
+  ``pip --no-deps`` into a temp folder for the run.
 
 Weights are perturbed away from init before the check (``x + 0.5*std(x)*N(0,1)``, or ``0.1*N(0,1)``
 for constant leaves such as biases and BatchNorm scales; running variances are multiplied by
@@ -80,7 +85,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-MODELS = ("mnist", "vae", "imagenet", "sst2", "ppo", "seq2seq")
+MODELS = ("mnist", "vae", "imagenet", "sst2", "ppo", "seq2seq", "ogbg")
+TRACES = Path(__file__).resolve().parent / "outside_traces"  # trace specs, shared with outside_corpus.py
 TOL_FACTOR = 1e-5
 
 
@@ -281,6 +287,33 @@ def single_device_batch_axis() -> Iterator[None]:
             mod._compute_stats = fn
 
 
+def pip_install_pure(names: tuple[str, ...] | list[str], target: Path) -> list[str]:
+    """``pip install --no-deps --target`` of pure-Python packages outside code imports (none of them
+    a dependency of this project, so they are fetched for the run only): the folder to put on
+    ``sys.path``, nothing when no name is given; a failure is :class:`SourceUnavailable`."""
+    if not names:
+        return []
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q"]
+    cmd += ["--target", str(target), *names]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode != 0:
+        raise SourceUnavailable(f"pip install {' '.join(names)} failed: {proc.stderr.strip()[-300:]}")
+    return [str(target)]
+
+
+@contextlib.contextmanager
+def pure_packages(names: tuple[str, ...]) -> Iterator[None]:
+    """The named pure-Python packages importable inside the block (installed into a temp folder)."""
+    with tempfile.TemporaryDirectory(prefix="l2n-deps-") as tmp:
+        paths = pip_install_pure(names, Path(tmp))
+        sys.path[:0] = paths
+        try:
+            yield
+        finally:
+            for path in paths:
+                sys.path.remove(path)
+
+
 # ---- the example models ------------------------------------------------------------------------
 SPEC_HEADER = '''"""Linen side of Flax's {title} example, written by bench/outside_parity.py."""
 
@@ -361,6 +394,18 @@ def linen_side():
                      rng_streams=("params", "lstm"), name="seq2seq/Seq2seq")
 """
 
+# the trace spec's own config (one per model, shared with outside_corpus.py), not a second copy of it
+OGBG_SPEC = """
+def linen_side():
+    import importlib.util
+    from pathlib import Path
+
+    loader = importlib.util.spec_from_file_location("_ogbg_trace_spec", TRACE_SPEC)
+    spec = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(spec)
+    return spec.linen_side(Path(MODEL_FILE))
+""".replace("TRACE_SPEC", repr(str(TRACES / "ogbg_models.py")))
+
 
 @dataclasses.dataclass
 class Prepared:
@@ -433,6 +478,11 @@ def prepare_ppo(src: Path, work: Path) -> Prepared:
     return Prepared(_copy_example(src, "ppo", work) / "models.py", "examples/ppo/models.py")
 
 
+def prepare_ogbg(src: Path, work: Path) -> Prepared:
+    folder = _copy_example(src, "ogbg_molpcba", work)
+    return Prepared(folder / "models.py", "examples/ogbg_molpcba/models.py", ["jraph installed for the run"])
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     name: str
@@ -452,6 +502,9 @@ CASES = {
     "sst2": Case("sst2", "SST-2 text classifier", prepare_sst2, SST2_SPEC),
     "ppo": Case("ppo", "PPO actor-critic", prepare_ppo, PPO_SPEC),
     "seq2seq": Case("seq2seq", "seq2seq LSTM", prepare_seq2seq, SEQ2SEQ_SPEC, random_outputs=("out[1]",)),
+    "ogbg": Case(
+        "ogbg", "ogbg-molpcba graph network", prepare_ogbg, OGBG_SPEC, lambda: pure_packages(("jraph",))
+    ),
 }
 
 
