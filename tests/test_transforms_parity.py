@@ -190,6 +190,23 @@ def test_bridge_fallback_runs_and_converts(tmp_path):
     assert {lf.path for lf in parity.by_check()["grad"]} >= {"tied/linen/Dense_0/kernel", "inp/kernel"}
 
 
+def test_layer_with_unpacked_arguments_stays_linen_and_keeps_them(tmp_path):
+    """``nn.Dense(features, **OPTIONS)``: the unpacked Linen-named arguments (no bias, a wide kernel
+    init) are neither dropped nor renamed by guess; the class runs as Linen behind the bridge and
+    computes what Linen computes, with one kernel and no bias."""
+    linen_mod, nnx_mod, result, map_path = build("unpacked_kwargs", tmp_path)
+    assert result.name_map.classes["unpacked_kwargs.Head"].bridge == "linen"
+    x = np.random.default_rng(9).normal(size=(2, 5)).astype(np.float32)
+
+    def make(rngs):
+        model = nnx_mod.Head(rngs=rngs)
+        nnx.bridge.lazy_init(model, x)  # the bridged class creates its variables on a first call
+        return model
+
+    parity = assert_parity(linen_mod.Head(), make, x, map_path)
+    assert {lf.path for lf in parity.by_check()["grad"]} == {"linen/proj/kernel"}
+
+
 def test_factory_fields_are_built_in_init(tmp_path):
     """``self.conv(...)(x)`` with ``conv: ModuleDef`` (the imagenet ResNet pattern), bound by the caller
     through local partials and a module-level ``partial(Net, block_cls=Block)``: every class becomes

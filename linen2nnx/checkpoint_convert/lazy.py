@@ -101,11 +101,6 @@ def is_deferred(x: Any) -> bool:
     return isinstance(x, (LazyLeaf, LazyShardedLeaf))
 
 
-def materialize(x: Any) -> Any:
-    """``x`` as an array: a :class:`LazyLeaf` is read, anything else returned as is."""
-    return x.load() if is_deferred(x) else x
-
-
 def _handler_class() -> type:
     from orbax.checkpoint._src.serialization.type_handlers import NumpyHandler
 

@@ -62,10 +62,9 @@ def load_arrays(
     opened: OrbaxSource,
     budget: int | None = None,
     progress: Callable[[int, int, int, int], None] | None = None,
-    shardings: dict[arrays.RawPath, Any] | None = None,
 ) -> LinenCheckpoint:
-    """The checkpoint with every needed leaf restored, ``progress(leaves done, bytes done, leaves,
-    bytes)`` after each group: host numpy, or ``jax.Array`` laid out as ``shardings`` says."""
+    """The checkpoint with every needed leaf restored as host numpy, ``progress(leaves done, bytes
+    done, leaves, bytes)`` after each group."""
     import jax
 
     flat = arrays.flat_metadata(opened.tree)
@@ -75,10 +74,7 @@ def load_arrays(
     names = {p: _display(p, opened.checkpoint) for p in needed}
     restored: dict[arrays.RawPath, Any] = {}
     for group in arrays.groups(sizes, budget):
-        shard = shardings or {}
-        wanted = {
-            p: jax.ShapeDtypeStruct(needed[p].shape, needed[p].dtype, sharding=shard.get(p)) for p in group
-        }
+        wanted = {p: jax.ShapeDtypeStruct(needed[p].shape, needed[p].dtype) for p in group}
         restored.update(arrays.restore_group(opened.item_dir, opened.tree, wanted, names))
         if progress is not None:
             progress(len(restored), sum(sizes[p] for p in restored), len(sizes), sum(sizes.values()))

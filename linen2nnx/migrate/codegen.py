@@ -13,6 +13,7 @@ the code of every node, and the starts against ``PositionProvider``, on the stan
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import libcst as cst
@@ -25,7 +26,7 @@ Emit = Callable[[cst.CSTNode, CodegenState], None]
 
 def emit(node: cst.CSTNode, state: CodegenState) -> None:
     """Append the code of ``node`` to ``state.tokens``, as ``node._codegen(state)`` does."""
-    fn = _table.get(type(node))
+    fn = _tables.node.get(type(node))
     if fn is None:
         node._codegen(state)
     else:
@@ -117,7 +118,7 @@ def _call(node: cst.Call, state: CodegenState) -> None:
     emit(node.whitespace_after_func, state)
     state.tokens.append("(")
     emit(node.whitespace_before_args, state)
-    last, emit_arg = len(node.args) - 1, _table[cst.Arg]
+    last, emit_arg = len(node.args) - 1, _tables.node[cst.Arg]
     for i, arg in enumerate(node.args):
         emit_arg(arg, state, i != last)  # type: ignore[call-arg]
     state.tokens.append(")")
@@ -172,7 +173,7 @@ def _parameters(node: cst.Parameters, state: CodegenState) -> None:
     ):
         node._codegen_impl(state)
         return
-    emit_param, kwonly, star_kwarg = _table[cst.Param], node.kwonly_params, node.star_kwarg
+    emit_param, kwonly, star_kwarg = _tables.node[cst.Param], node.kwonly_params, node.star_kwarg
     has_star = bool(kwonly) if isinstance(star, cst.MaybeSentinel) else isinstance(star, cst.ParamStar)
     last, more = len(node.params) - 1, has_star or bool(kwonly) or star_kwarg is not None
     for i, param in enumerate(node.params):
@@ -204,7 +205,7 @@ def _param(
     emit(node.whitespace_after_star, state)
     emit(node.name, state)
     if node.annotation is not None:
-        _table[cst.Annotation](node.annotation, state, ":")  # type: ignore[call-arg]
+        _tables.node[cst.Annotation](node.annotation, state, ":")  # type: ignore[call-arg]
     equal = node.equal
     if equal is _DEFAULT and node.default is not None:
         tokens.append(" = ")
@@ -293,7 +294,7 @@ def _simple_statement_line(node: cst.SimpleStatementLine, state: CodegenState) -
     if body:
         last = len(body) - 1
         for i, stmt in enumerate(body):
-            fn = _small_table.get(type(stmt))
+            fn = _tables.small.get(type(stmt))
             if fn is None:
                 stmt._codegen(state, default_semicolon=i != last)
             else:
@@ -348,7 +349,7 @@ def _function_def(node: cst.FunctionDef, state: CodegenState) -> None:
     emit(node.params, state)
     state.tokens.append(")")
     if node.returns is not None:
-        _table[cst.Annotation](node.returns, state, "->")  # type: ignore[call-arg]
+        _tables.node[cst.Annotation](node.returns, state, "->")  # type: ignore[call-arg]
     emit(node.whitespace_before_colon, state)
     state.tokens.append(":")
     emit(node.body, state)
@@ -371,7 +372,7 @@ def _class_def(node: cst.ClassDef, state: CodegenState) -> None:
     elif isinstance(node.lpar, cst.LeftParen):
         emit(node.lpar, state)
     args = [*node.bases, *node.keywords]
-    last, emit_arg = len(args) - 1, _table[cst.Arg]
+    last, emit_arg = len(args) - 1, _tables.node[cst.Arg]
     for i, arg in enumerate(args):
         emit_arg(arg, state, i != last)  # type: ignore[call-arg]
     if isinstance(node.rpar, cst.MaybeSentinel):
@@ -559,16 +560,25 @@ _RECORDING[cst.Arg] = _recorded_arg  # type: ignore[assignment]
 _RECORDING[cst.Param] = _recorded_param  # type: ignore[assignment]
 _RECORDING[cst.Annotation] = _recorded_annotation  # type: ignore[assignment]
 _RECORDING_SMALL = {kind: _recorded_small(fn) for kind, fn in _SMALL.items()}
-_table, _small_table = _EMIT, _SMALL
+
+
+class _Tables(threading.local):
+    """The emitters in use, per thread: :func:`record` swaps in the recording ones for its call only,
+    so another thread's code generation meanwhile keeps the plain ones."""
+
+    node: dict[type, Emit] = _EMIT
+    small: dict[type, Callable[..., None]] = _SMALL
+
+
+_tables = _Tables()
 
 
 def record(node: cst.CSTNode, state: CodegenState) -> None:
     """:func:`emit` for a ``StartRecorder`` (``state.wanted_ids``, ``state.syntactic``): the same
     tokens, and the same starts noted as libcst's code generation of ``node`` notes."""
-    global _table, _small_table
-    saved = _table, _small_table
-    _table, _small_table = _RECORDING, _RECORDING_SMALL
+    saved = _tables.node, _tables.small
+    _tables.node, _tables.small = _RECORDING, _RECORDING_SMALL
     try:
         emit(node, state)
     finally:
-        _table, _small_table = saved
+        _tables.node, _tables.small = saved

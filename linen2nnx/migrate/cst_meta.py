@@ -38,8 +38,8 @@ def parse_module(source: str) -> cst.Module:
     one thread (the check is switched off for the class, so any node built meanwhile skips it too)."""
     if threading.active_count() != 1:
         return cst.parse_module(source)
-    cst.CSTNode.__post_init__ = _unchecked  # type: ignore[method-assign]
     try:
+        cst.CSTNode.__post_init__ = _unchecked  # type: ignore[method-assign]
         return cst.parse_module(source)
     finally:
         cst.CSTNode.__post_init__ = _CHECKED  # type: ignore[method-assign]

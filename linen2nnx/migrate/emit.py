@@ -36,9 +36,7 @@ from linen2nnx.migrate.lifted import (
     param_axis,
 )
 from linen2nnx.migrate.merge_flags import with_moved_flags
-from linen2nnx.migrate.rules import (
-    MOD_004,
-)
+from linen2nnx.migrate.rules import LAYER_002, MOD_004
 from linen2nnx.migrate.sites import (
     ClassPlan,
     LoopNest,
@@ -60,7 +58,7 @@ class Emitter:
         self.ctx = ctx
         self.state = ctx.state
 
-    def _nnx_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
+    def _nnx_ctor(self, site: Site, updated: cst.Call, checked: bool = False) -> cst.Call:
         rule = site.rule
         assert rule is not None
         upd_bound, _ = bind_args(rule.linen_arg_order(), updated)
@@ -95,6 +93,7 @@ class Emitter:
                 args.insert(2, cst.Arg(parse_expression(bias)))
         given = {rule.nnx_arg(name) for name in upd_bound}
         args += [kwarg(k, parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
+        args += self._unpacked(site, updated, checked)
         if "rngs" in nnx_ctor_params(rule.nnx):
             args.append(kwarg("rngs", cst.Name("rngs")))
         self.state.uses_nnx = True
@@ -103,6 +102,21 @@ class Emitter:
             args=laid_out_as(updated.args, args),
             whitespace_before_args=updated.whitespace_before_args,  # `nn.Dense(\n`: the same lines
         )
+
+    def _unpacked(self, site: Site, updated: cst.Call, checked: bool) -> list[cst.Arg]:
+        """``*args`` / ``**kwargs`` of a layer's construction, passed on, never dropped: their keys are Linen's
+        names (NNX renames some), a finding unless a layer factory function's check vouched for them."""
+        unpacked = [a for a in updated.args if a.star == "**" or (a.star and not checked)]
+        if unpacked and not checked:
+            assert site.rule is not None
+            self.ctx.report(
+                LAYER_002,
+                site.ctor,
+                f"nn.{site.rule.linen}(..., {', '.join(a.star + code(a.value) for a in unpacked)}) passes "
+                f"arguments nnx.{site.rule.nnx} receives under their Linen names and positions",
+                f"spell them out, with nnx.{site.rule.nnx}'s names",
+            )
+        return unpacked
 
     def _user_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
         if site.lifted is not None:  # nn.scan(Block, ...)(cfg): the class itself, lifted in _build
@@ -223,13 +237,7 @@ class Emitter:
         site = Site(
             kind="layer", attr="", linen_name="", ctor=updated, hoisted=False, rule=rule, in_expr=rule.in_arg
         )
-        built = self._nnx_ctor(site, updated)
-        unpacked = [a for a in updated.args if a.star == "**"]
-        if not unpacked:
-            return built
-        args = list(built.args)
-        at = len(args) - 1 if args and args[-1].keyword and args[-1].keyword.value == "rngs" else len(args)
-        return built.with_changes(args=strip_commas([*args[:at], *unpacked, *args[at:]]))
+        return self._nnx_ctor(site, updated, checked=True)
 
     def call_site(self, site: Site) -> cst.BaseExpression:
         if site.nest is not None:  # the next element of the list the replayed loops built

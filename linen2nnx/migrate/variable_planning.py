@@ -12,6 +12,7 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, names_in, only_shape_uses, snake_case
 from linen2nnx.migrate.custom_vars import variable_type_ref
 from linen2nnx.migrate.lazy_vars import LazyVar
@@ -223,13 +224,17 @@ def shape_kept_until(ctx: Any, fn: cst.FunctionDef, stop: cst.BaseStatement, nam
     """Every rebinding of ``name`` before ``stop`` keeps its shape (``x = jnp.asarray(x, dtype)``,
     ``x = x.astype(...)``), so ``x.shape`` there is the input's shape."""
     for stmt in fn.body.body:
-        if stmt is stop:
-            return True
+        if stmt is stop:  # a rebinding inside the statement that holds the use may come before it
+            return not _binds_elsewhere(stmt, name) and (
+                isinstance(stmt, cst.SimpleStatementLine) or name not in assigned_in(stmt)
+            )
         if not isinstance(stmt, cst.SimpleStatementLine):
-            if name in assigned_in(stmt):
+            if name in assigned_in(stmt) or _binds_elsewhere(stmt, name):
                 return False
             continue
         for small in stmt.body:
+            if _binds_elsewhere(small, name):
+                return False
             if isinstance(small, cst.Assign) and name in assigned_in(small):
                 value = small.value
                 keeps = isinstance(value, cst.Call) and (
@@ -249,3 +254,17 @@ def shape_kept_until(ctx: Any, fn: cst.FunctionDef, stop: cst.BaseStatement, nam
             elif isinstance(small, (cst.AugAssign, cst.AnnAssign)) and name in assigned_in(small):
                 return False
     return True
+
+
+def _binds_elsewhere(node: cst.CSTNode, name: str) -> bool:
+    """``name`` is bound under ``node`` other than by an assignment statement or a loop: by a walrus
+    (``(x := x.T)``) or an ``as`` (``with ... as x``, ``except ... as x``)."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, cst.NamedExpr) and name in names_in(cur.target):
+            return True
+        if isinstance(cur, cst.AsName) and name in names_in(cur.name):
+            return True
+        stack.extend(syntax_children(cur))
+    return False

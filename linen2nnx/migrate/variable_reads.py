@@ -67,9 +67,12 @@ def _keys(node: cst.BaseExpression) -> tuple[list[str] | None, cst.BaseExpressio
 
 
 def _plain(site: Site) -> bool:
-    """Built once, as the attribute itself (no list, loop, lift or alternative)."""
+    """Built once, as the attribute itself (no list, loop, lift or alternative), from arguments it
+    names one by one (a ``**kwargs`` could carry a boxing initialiser)."""
+    ctor = site.ctor
     return (
-        site.container is None
+        not (isinstance(ctor, cst.Call) and any(a.star for a in ctor.args))
+        and site.container is None
         and site.loop is None
         and site.nest is None
         and site.lifted is None
