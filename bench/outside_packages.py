@@ -84,6 +84,20 @@ from outside_parity import (
     work_folder,
 )
 
+# imported by flaxmodels only to fetch pretrained weights, which no check here uses
+FLAXMODELS_DOWNLOAD_ONLY = ("h5py", "requests", "tqdm", "regex", "filelock")
+
+
+@contextlib.contextmanager
+def flaxmodels_environment(newshape: bool = False) -> Iterator[None]:
+    """What flaxmodels' trace specs run under: its download-only imports stubbed and, for the models
+    that still call it, ``jnp.reshape(newshape=)`` accepted."""
+    with (
+        stub_missing_packages(FLAXMODELS_DOWNLOAD_ONLY),
+        reshape_newshape() if newshape else contextlib.nullcontext(),
+    ):
+        yield
+
 
 @contextlib.contextmanager
 def reshape_newshape() -> Iterator[None]:
@@ -150,7 +164,7 @@ MODELS = {
         "flaxmodels",
         "flaxmodels/gpt2",
         spec_from_trace("flaxmodels_gpt2.py", "flaxmodels/gpt2/gpt2.py"),
-        stubs=("h5py", "requests", "tqdm", "regex", "filelock"),
+        stubs=FLAXMODELS_DOWNLOAD_ONLY,
         shims=(("jnp.reshape(newshape=)", reshape_newshape),),
         unsafe_fixes=True,
         notes=("--unsafe-fixes: the token embedding is built only when input_embds is None (L2N-MOD-009)",),
@@ -161,7 +175,7 @@ MODELS = {
         "flaxmodels",
         "flaxmodels/vgg",
         spec_from_trace("flaxmodels_vgg.py", "flaxmodels/vgg/vgg.py"),
-        stubs=("h5py", "requests", "tqdm", "regex", "filelock"),
+        stubs=FLAXMODELS_DOWNLOAD_ONLY,
         notes=("no head (include_head=False: the head needs 224x224 inputs), 32x32 images, normalize on",),
     ),
     "resnet18": Package(
@@ -170,7 +184,7 @@ MODELS = {
         "flaxmodels",
         "flaxmodels/resnet",
         spec_from_trace("flaxmodels_resnet.py", "flaxmodels/resnet/resnet.py"),
-        stubs=("h5py", "requests", "tqdm", "regex", "filelock"),
+        stubs=FLAXMODELS_DOWNLOAD_ONLY,
     ),
     "griffin": Package(
         "griffin",

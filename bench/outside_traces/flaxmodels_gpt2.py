@@ -3,25 +3,21 @@
 ``flaxmodels`` (its files import each other through it); download-only imports (h5py, requests, ...)
 are stubbed, and ``jnp.reshape(newshape=)``, which JAX has removed, is accepted while tracing."""
 
-import contextlib
 import importlib
 from pathlib import Path
 from types import SimpleNamespace
 
 import jax.numpy as jnp
 import numpy as np
-from outside_packages import reshape_newshape
-from outside_parity import stub_missing_packages
+from outside_packages import flaxmodels_environment
 
 from linen2nnx.spec import LinenSide
 
 EXAMPLE = "gpt2/gpt2.py"
 
 
-@contextlib.contextmanager
 def environment():
-    with stub_missing_packages(("h5py", "requests", "tqdm", "regex", "filelock")), reshape_newshape():
-        yield
+    return flaxmodels_environment(newshape=True)
 
 
 def linen_side(example: Path) -> LinenSide:

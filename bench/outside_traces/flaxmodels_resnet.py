@@ -3,23 +3,20 @@ init, 5 classes) on two 16x16 images, in train and eval mode (BatchNorm statisti
 imported as the package ``flaxmodels``; its download-only import (h5py, ...) is stubbed. The
 ``Bottleneck`` blocks, which resnet18 does not build, stay untraced."""
 
-import contextlib
 import importlib
 from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
-from outside_parity import stub_missing_packages
+from outside_packages import flaxmodels_environment
 
 from linen2nnx.spec import LinenSide
 
 EXAMPLE = "resnet/resnet.py"
 
 
-@contextlib.contextmanager
 def environment():
-    with stub_missing_packages(("h5py", "requests", "tqdm", "regex", "filelock")):
-        yield
+    return flaxmodels_environment()
 
 
 def linen_side(example: Path) -> LinenSide:

@@ -5,24 +5,20 @@ deterministic). The copied tree is imported as the package
 ``flaxmodels``; its download-only imports (h5py, ...) are stubbed, and ``jnp.reshape(newshape=)``, which JAX has
 removed, is accepted while tracing."""
 
-import contextlib
 import importlib
 from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
-from outside_packages import reshape_newshape
-from outside_parity import stub_missing_packages
+from outside_packages import flaxmodels_environment
 
 from linen2nnx.spec import LinenSide
 
 EXAMPLE = "stylegan2/generator.py"
 
 
-@contextlib.contextmanager
 def environment():
-    with stub_missing_packages(("h5py", "requests", "tqdm", "regex", "filelock")), reshape_newshape():
-        yield
+    return flaxmodels_environment(newshape=True)
 
 
 def linen_side(example: Path) -> LinenSide:

@@ -2,23 +2,20 @@
 224x224 inputs) on two 32x32 images. The copied tree is imported as the package ``flaxmodels``; its
 download-only import (h5py, ...) is stubbed."""
 
-import contextlib
 import importlib
 from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
-from outside_parity import stub_missing_packages
+from outside_packages import flaxmodels_environment
 
 from linen2nnx.spec import LinenSide
 
 EXAMPLE = "vgg/vgg.py"
 
 
-@contextlib.contextmanager
 def environment():
-    with stub_missing_packages(("h5py", "requests", "tqdm", "regex", "filelock")):
-        yield
+    return flaxmodels_environment()
 
 
 def linen_side(example: Path) -> LinenSide:
