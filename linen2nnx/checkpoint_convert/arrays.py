@@ -74,6 +74,12 @@ def nbytes(meta: Any) -> int:
     return int(np.prod(meta.shape, dtype=np.int64)) * np.dtype(meta.dtype).itemsize
 
 
+def shard_box(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The ``(start, stop)`` per axis that a shard's index covers: one key for shards that hold the same
+    part of an array (replicas)."""
+    return tuple(sl.indices(n)[:2] for sl, n in zip(index, shape))
+
+
 def groups(sizes: dict[RawPath, int], budget: int) -> Iterator[list[RawPath]]:
     """Leaves in stored order, cut into groups of at most ``budget`` bytes (a bigger leaf goes alone)."""
     group: list[RawPath] = []

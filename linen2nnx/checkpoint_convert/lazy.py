@@ -43,8 +43,10 @@ class LazySource:
 
 
 @dataclasses.dataclass(eq=False)
-class LazyLeaf:
-    """A not-yet-read array of ``source`` at ``path``; has the shape and dtype Orbax asks about."""
+class LazyArray:
+    """A not-yet-read array of ``source`` at ``path``, with the shape and dtype Orbax asks about; its
+    subclasses say where it goes (host memory, or a sharding). Never registered with Orbax itself,
+    so each subclass keeps its own type handler."""
 
     source: LazySource
     path: arrays.RawPath
@@ -63,9 +65,12 @@ class LazyLeaf:
 
     @property
     def nbytes(self) -> int:
-        import numpy as np
+        return arrays.nbytes(self)
 
-        return self.size * np.dtype(self.dtype).itemsize
+
+@dataclasses.dataclass(eq=False)
+class LazyLeaf(LazyArray):
+    """A not-yet-read array written to host memory (numpy) when Orbax saves it."""
 
     def load(self) -> Any:
         """Read this one array now (the in-memory path: ``convert_state``, tests)."""
@@ -96,9 +101,7 @@ async def _read(src: LazySource, how: Any, leaves: list[LazyLeaf]) -> list[Any]:
 
 def is_deferred(x: Any) -> bool:
     """Whether ``x`` is a placeholder read only while it is written (host or sharded, :mod:`.lazy_sharded`)."""
-    from linen2nnx.checkpoint_convert.lazy_sharded import LazyShardedLeaf
-
-    return isinstance(x, (LazyLeaf, LazyShardedLeaf))
+    return isinstance(x, LazyArray)
 
 
 def _handler_class() -> type:

@@ -19,34 +19,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from linen2nnx.checkpoint_convert import arrays
-from linen2nnx.checkpoint_convert.lazy import LazySource
+from linen2nnx.checkpoint_convert.lazy import LazyArray, LazySource
 
 
 @dataclasses.dataclass(eq=False)
-class LazyShardedLeaf:
-    """A not-yet-read array of ``source`` at ``path``, to be laid out as ``sharding`` says."""
+class LazyShardedLeaf(LazyArray):
+    """A not-yet-read array, to be laid out as ``sharding`` says."""
 
-    source: LazySource
-    path: arrays.RawPath
-    shape: tuple[int, ...]
-    dtype: Any
     sharding: Any
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        import numpy as np
-
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def nbytes(self) -> int:
-        import numpy as np
-
-        return self.size * np.dtype(self.dtype).itemsize
 
     def target(self) -> Any:
         import jax
@@ -181,7 +161,7 @@ async def _read_sharded(src: LazySource, how: tuple[str, bool], leaf: LazySharde
         host: dict[Any, Any] = {}
         shards = []
         for device, index in leaf.sharding.addressable_devices_indices_map(leaf.shape).items():
-            box = tuple(sl.indices(n)[:2] for sl, n in zip(index, leaf.shape))
+            box = arrays.shard_box(index, leaf.shape)
             if box not in host:
                 host[box] = _aligned_empty(tuple(b - a for a, b in box), leaf.dtype)
                 part = store[index] if index else store
