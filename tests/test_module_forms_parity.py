@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fixture_parity import build
 from fixture_paths import all_cases, fixture
 from migrate_fixtures import case_trace
 
@@ -370,12 +371,8 @@ def test_input_axis_sizes_become_constructor_arguments(cls_name, ctor, sizes, tm
     """A submodule sized from one axis of each of two call inputs is built in ``__init__`` from new
     size arguments (or, for a class that stands in for its first input, from the stand-in's shape);
     given the sizes those axes have, the NNX class computes the same forward, loss and gradients."""
-    src = fixture("input_axis_size_in.py").read_text()
-    result = migrate_source(src, "input_axis_size.py", module_name="input_axis_size")
-    (tmp_path / "linen_src.py").write_text(src)
-    (tmp_path / "nnx_src.py").write_text(result.output)
-    linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls_name)
-    nnx_cls = getattr(import_file(tmp_path / "nnx_src.py"), cls_name)
+    linen_module, nnx_module, result, map_path = build("input_axis_size", tmp_path)
+    linen_cls, nnx_cls = getattr(linen_module, cls_name), getattr(nnx_module, cls_name)
     rng = np.random.default_rng(4)
     batch = {
         "x": rng.normal(size=(2, 3, 5)).astype(np.float32),
@@ -389,8 +386,6 @@ def test_input_axis_sizes_become_constructor_arguments(cls_name, ctor, sizes, tm
         train_kwargs={},
         eval_kwargs={},
     )
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
     assert set(result.name_map.classes[f"input_axis_size.{cls_name}"].new_args) == set(sizes)
     pair = ModelPair(
         linen=side, nnx_factory=lambda rngs: nnx_cls(**ctor, **sizes, rngs=rngs), name_map=map_path
@@ -407,17 +402,11 @@ def test_scope_make_rng_draws_from_the_module_rngs(tmp_path):
     mask drawn from the module's own ``nnx.Rngs`` (kept entries scaled by 1 / (1 - rate), the rest 0)."""
     from linen2nnx.checkpoint_convert.api import convert_state
 
-    src = fixture("scope_make_rng_in.py").read_text()
-    result = migrate_source(src, "scope_make_rng.py", module_name="scope_make_rng")
+    linen_module, nnx_module, result, map_path = build("scope_make_rng", tmp_path)
     assert "self.scope.make_rng(" not in result.output and "rng = self.rngs.dropout()" in result.output
-    (tmp_path / "linen_src.py").write_text(src)
-    (tmp_path / "nnx_src.py").write_text(result.output)
-    linen_cls = import_file(tmp_path / "linen_src.py").Head
-    nnx_cls = import_file(tmp_path / "nnx_src.py").Head
+    linen_cls, nnx_cls = linen_module.Head, nnx_module.Head
     x = np.random.default_rng(4).normal(size=(64, 5)).astype(np.float32)
     side = LinenSide(model=linen_cls(), batch={"x": x}, loss=lambda out, b: jnp.mean(out**2), train_kwargs={})
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
     pair = ModelPair(
         linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=5, rngs=rngs), name_map=map_path
     )
@@ -446,20 +435,14 @@ def test_traced_input_leaf_sizes_are_constructor_arguments(tmp_path):
     from linen2nnx.migrate.trace import trace_linen
     from linen2nnx.spec import input_leaf, load_linen_side, load_pair
 
-    case = all_cases()["traced_input_leaf"]
-    src = case.input.read_text()
-    result = migrate_source(
-        src, "traced_input_leaf.py", module_name="traced_input_leaf", trace=case_trace(case)
-    )
+    linen_module, nnx_module, result, map_path = build("traced_input_leaf", tmp_path)
+    src = fixture("traced_input_leaf_in.py").read_text()
     entry = result.name_map.classes["traced_input_leaf.Fusion"]
     assert entry.new_args == {
         "views_audio_features": "input_leaf:0:['audio']",
         "views_video_features": "input_leaf:0:['video']",
     }
-    (tmp_path / "linen_src.py").write_text(src)
-    (tmp_path / "nnx_src.py").write_text(result.output)
-    linen_cls = import_file(tmp_path / "linen_src.py").Fusion
-    nnx_cls = import_file(tmp_path / "nnx_src.py").Fusion
+    linen_cls, nnx_cls = linen_module.Fusion, nnx_module.Fusion
     rng = np.random.default_rng(5)
     views = {
         "audio": rng.normal(size=(3, 7)).astype(np.float32),
@@ -473,8 +456,6 @@ def test_traced_input_leaf_sizes_are_constructor_arguments(tmp_path):
         train_kwargs={},
         eval_kwargs={},
     )
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
     pair = ModelPair(
         linen=side,
         nnx_factory=lambda rngs: nnx_cls(width=5, views_audio_features=7, views_video_features=2, rngs=rngs),
