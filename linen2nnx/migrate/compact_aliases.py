@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import code, keyword_arg, names_in, single_assign
 
 
@@ -70,7 +70,7 @@ def _choice(
         return (value, None, None) if is_class(value) else None
     if not isinstance(value, cst.IfExp) or names_in(value.test) - {"self"}:
         return None
-    if any(isinstance(n, cst.Call) for n in _calls(value.test)):
+    if any(isinstance(n, cst.Call) for n in calls_in(value.test)):
         return None  # a method call in the condition: not known to be a static config
     for remat, plain, condition in (
         (value.body, value.orelse, code(value.test)),
@@ -89,17 +89,6 @@ def _choice(
         ):
             return plain, remat, condition
     return None
-
-
-def _calls(node: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
-
-    class Calls(FastVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    Calls().walk(node)
-    return found
 
 
 def compact_aliases(
