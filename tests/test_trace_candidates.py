@@ -233,3 +233,68 @@ def test_a_trace_sizes_a_layer_beside_a_second_input_from_numpy_config(tmp_path)
     )
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+
+
+CLOSURES = """
+import flax.linen as nn
+
+
+class Config:  # a plain config object that holds a closure, as big model configs do
+    def __init__(self):
+        self.hidden = 6
+        self.kernel_init = nn.initializers.variance_scaling(1.0, "fan_in", "normal")
+
+
+class Sizes:  # pickles, by reference to this file's module, which a worker process cannot import
+    out = 3
+
+    def __init__(self):
+        self.out = 3
+
+
+class Head(nn.Module):
+    cfg: Config
+    sizes: Sizes
+    bias_init: object = nn.initializers.variance_scaling(1.0, "fan_in", "normal")
+
+    @nn.compact
+    def __call__(self, x):
+        x = x.reshape((x.shape[0], -1))
+        x = nn.Dense(self.cfg.hidden, kernel_init=self.cfg.kernel_init)(x)
+        return nn.Dense(3)(x)
+"""
+
+
+def test_a_trace_whose_configs_hold_closures_migrates_the_same_in_worker_processes(tmp_path):
+    """``-j 2`` sends the trace to its workers: initialisers (closures) in the traced configs do not
+    pickle and the traced file's classes do not unpickle there, so each travels as a plain copy, and
+    every output and finding equals the one-process run."""
+    import pickle
+
+    from linen2nnx.migrate.engine import Mode, migrate_paths
+    from linen2nnx.migrate.trace import OpaqueValue
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "head.py").write_text(CLOSURES)
+    (src / "other.py").write_text("import flax.linen as nn\n\n\nclass Tiny(nn.Module):\n    pass\n")
+    module = import_file(src / "head.py")
+    x = np.zeros((2, 3, 4), np.float32)
+    side = LinenSide(
+        model=module.Head(module.Config(), module.Sizes()),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    trace = trace_linen(side)
+    copy = pickle.loads(pickle.dumps(trace))
+    config = copy.instances["Head"][0]
+    assert config["cfg"].hidden == 6 and isinstance(config["cfg"].kernel_init, OpaqueValue)
+    assert callable(config["bias_init"]) and config["sizes"].out == 3
+    serial = migrate_paths([src], Mode.CHECK, jobs=1, trace=trace)
+    parallel = migrate_paths([src], Mode.CHECK, jobs=2, trace=trace)
+    assert [r.output for r in parallel.files] == [r.output for r in serial.files]
+    assert [r.findings for r in parallel.files] == [r.findings for r in serial.files]
+    head = next(r for r in serial.files if r.rel.endswith("head.py"))
+    assert "nnx.Linear" in head.output and not [f for f in head.findings if f.severity is Severity.MANUAL]

@@ -8,7 +8,10 @@ abstract values and ``nn.intercept_methods`` records every submodule call.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections import defaultdict
+from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from linen2nnx.spec import LinenSide, linen_ctor_kwargs
@@ -57,6 +60,18 @@ class Trace:
     def shapes_for(self, class_qualname: str, child: str) -> list[tuple[int, ...]]:
         return self.child_inputs.get((class_qualname, child), [])
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What ``-j N`` sends to its worker processes. The traced configs hold what the model was built
+        with: closures (initialisers), which ``pickle`` refuses, and the traced package's own classes,
+        which a worker cannot import. They travel as copies of what the sizer reads of them (see
+        :func:`picklable_config`)."""
+        state = dict(self.__dict__)
+        state["instances"] = {
+            name: [{k: picklable_config(v) for k, v in cfg.items()} for cfg in configs]
+            for name, configs in self.instances.items()
+        }
+        return state
+
 
 def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
     """Run the Linen model of ``side`` abstractly (``jax.eval_shape`` of its init) on its example
@@ -89,6 +104,53 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
         own_leaves=dict(recorder.own_leaves),
         root_leaves={k: tuple(v.shape) for k, v in leaf_paths(args).items()},
     )
+
+
+class OpaqueValue:
+    """A traced config value that cannot cross a process boundary (a function, a closure): only its
+    ``repr`` does, so the sizer sees no number in it, as it sees none in the function itself."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # callable, as the value it stands for
+        raise TypeError(f"{self.text} was not sent to this process")
+
+
+def picklable_config(value: Any, depth: int = 0) -> Any:
+    """A copy of ``value`` made of builtins and numpy only, which any process can unpickle (the
+    classes of the traced package are not importable there): integers (numpy's, an ``IntEnum``) as
+    ``int``, mappings as dicts of their string keys, lists and tuples element by element, a
+    dataclass's, a NamedTuple's or a plain object's public attributes as a ``SimpleNamespace``, and an
+    :class:`OpaqueValue` for the rest (a callable, a type): what the sizer reads of each is unchanged."""
+    import numpy as np
+
+    if isinstance(value, (str, bytes, bool, float, complex, type(None))):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return value
+    if depth > 8 or isinstance(value, type) or callable(value):
+        return OpaqueValue(repr(value))
+    if isinstance(value, Mapping):
+        return {k: picklable_config(v, depth + 1) for k, v in value.items() if isinstance(k, str)}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        items = [picklable_config(v, depth + 1) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if dataclasses.is_dataclass(value):
+        attrs = {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+    elif hasattr(value, "_fields"):  # a NamedTuple
+        attrs = {f: getattr(value, f) for f in value._fields}
+    else:
+        found = getattr(value, "__dict__", None)
+        if not isinstance(found, dict):
+            return OpaqueValue(repr(value))
+        attrs = {k: v for k, v in found.items() if k.isidentifier() and not k.startswith("_")}
+    return SimpleNamespace(**{k: picklable_config(v, depth + 1) for k, v in attrs.items()})
 
 
 class _Recorder:
