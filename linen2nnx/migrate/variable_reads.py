@@ -28,7 +28,13 @@ SAME_PARAMS = {
     "RMSNorm": {"scale"},
 }
 BOXES = ("partition", "logical", "metadata", "box")  # initialisers that wrap the value in metadata
-INITIALIZERS = ("nn.initializers.", "initializers.", "jax.nn.initializers.", "nn.linear.default_")
+# where an initialiser that returns a plain array lives (what its name resolves to, not how it is spelled)
+INITIALIZERS = (
+    "flax.linen.initializers.",
+    "jax.nn.initializers.",
+    "flax.nnx.initializers.",
+    "flax.linen.linear.default_",
+)
 
 
 def variables_read(ctx: FileContext, original: cst.Subscript) -> cst.BaseExpression | None:
@@ -43,7 +49,7 @@ def variables_read(ctx: FileContext, original: cst.Subscript) -> cst.BaseExpress
     if not (isinstance(base, cst.Attribute) and base.attr.value == "variables"):
         return None
     child = self_attr(base.value)
-    site = _child_site(plan, child) if child is not None else None
+    site = _child_site(ctx, plan, child) if child is not None else None
     path = _path(ctx, site, keys[1:]) if site is not None else None
     if path is None:
         return None
@@ -66,7 +72,7 @@ def _keys(node: cst.BaseExpression) -> tuple[list[str] | None, cst.BaseExpressio
     return keys, node
 
 
-def _plain(site: Site) -> bool:
+def _plain(ctx: FileContext, site: Site) -> bool:
     """Built once, as the attribute itself (no list, loop, lift or alternative), from arguments it
     names one by one (a ``**kwargs`` could carry a boxing initialiser)."""
     ctor = site.ctor
@@ -80,24 +86,27 @@ def _plain(site: Site) -> bool:
         and site.exclusive_with is None
         and site.factory is None
         and not site.conditions
-        and all(_plain_value(name, arg.value, site) for name, arg in site.args.items())
+        and all(_plain_value(ctx, name, arg.value, site) for name, arg in site.args.items())
     )
 
 
-def _plain_value(name: str, value: cst.BaseExpression, site: Site) -> bool:
+def _plain_value(ctx: FileContext, name: str, value: cst.BaseExpression, site: Site) -> bool:
     """No metadata box around the parameter: no argument mentions one, and an initialiser (a layer's
-    ``*_init``, a ``self.param``'s second argument) is one of ``nn.initializers`` itself (a field or
-    a local may hold ``nn.with_partitioning(...)``)."""
-    text = code(value)
-    if any(word in text.lower() for word in BOXES):
+    ``*_init``, a ``self.param``'s second argument) resolves to one of ``nn.initializers`` /
+    ``jax.nn.initializers`` themselves (a field or a local may hold ``nn.with_partitioning(...)``,
+    and a module of the user's that happens to be called ``initializers`` may box too)."""
+    if any(word in code(value).lower() for word in BOXES):
         return False
-    initializer = name.endswith("_init") or (site.kind == "param" and name == "1")
-    return not initializer or text.startswith(INITIALIZERS)
+    if not (name.endswith("_init") or (site.kind == "param" and name == "1")):
+        return True
+    named = value.func if isinstance(value, cst.Call) else value
+    found = ctx.qualnames(named)
+    return bool(found) and all(q.startswith(INITIALIZERS) for q in found)
 
 
-def _child_site(plan: ClassPlan, name: str, by_linen: bool = False) -> Site | None:
+def _child_site(ctx: FileContext, plan: ClassPlan, name: str, by_linen: bool = False) -> Site | None:
     found = [s for s in plan.sites.values() if (s.linen_name if by_linen else s.attr) == name]
-    return found[0] if len(found) == 1 and _plain(found[0]) else None
+    return found[0] if len(found) == 1 and _plain(ctx, found[0]) else None
 
 
 def _path(ctx: FileContext, site: Site, keys: list[str]) -> list[str] | None:
@@ -111,6 +120,6 @@ def _path(ctx: FileContext, site: Site, keys: list[str]) -> list[str] | None:
     own = ctx.state.linen_classes.get(user.name) if site.kind == "module" and user is not None else None
     if own is not user or own is None or own.blocking or own.super_init is not None or not keys:
         return None  # a class of another file, kept as Linen, or building what its base builds
-    inner = _child_site(own, keys[0], by_linen=True)
+    inner = _child_site(ctx, own, keys[0], by_linen=True)
     rest = _path(ctx, inner, keys[1:]) if inner is not None else None
     return [inner.attr, *rest] if inner is not None and rest is not None else None
