@@ -296,3 +296,41 @@ class A(nn.Module):
 """
     output = _migrate(src).output
     assert "\n\n    def __call__" in output, output
+
+
+def test_a_class_kept_as_linen_lists_no_rewrite_of_the_body_it_keeps():
+    """The bridged class keeps its author's body, so no ``converted`` finding may claim a layer or a
+    function in it was rewritten; its field lines are rewritten (their defaults move into the
+    wrapper's ``__init__``) and keep theirs, and a converted class beside it keeps all of its own."""
+    src = """import flax.linen as nn
+
+ARGS = (nn.initializers.zeros, (3,))
+
+
+class Kept(nn.Module):
+    act: nn.initializers.Initializer = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Dense(3)(x))
+        return x + self.variable('stats', 'n', *ARGS).value
+
+
+class Converted(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.relu(nn.Dense(3)(x))
+"""
+    result = _migrate(src)
+    by_line: dict[int, set[str]] = {}
+    for f in result.findings:
+        by_line.setdefault(f.line, set()).add(f.rule)
+    assert "L2N-MOD-007" in by_line[6]
+    assert by_line[7] == {"L2N-API-001"}  # the field's annotation and default, in the wrapper's __init__
+    assert by_line[12] == {"L2N-API-002"}  # the blocker itself
+    assert not any(line in by_line for line in (9, 10)), by_line  # decorator, def: kept verbatim
+    assert by_line[11] == {"L2N-SHAPE-002"}, by_line  # the input size the wrapper accepts (unused)
+    assert {"L2N-MOD-003", "L2N-LAYER-001", "L2N-API-001"} <= set().union(
+        *(by_line.get(n, set()) for n in (17, 18, 19))
+    )
+    assert "class KeptLinen(nn.Module)" in result.output and "nn.relu(nn.Dense(3)(x))" in result.output

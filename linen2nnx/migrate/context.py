@@ -47,6 +47,7 @@ from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.positions import source_positions
 from linen2nnx.migrate.rules import (
     PART_004,
+    SHAPE_002,
     XFORM_002,
 )
 from linen2nnx.migrate.rules.base import Rule
@@ -398,7 +399,9 @@ class FileContext:
     def place_findings(self) -> None:
         """Give the findings the (line, column) of their nodes in the original source (from the code of
         the statements holding them, see :mod:`~linen2nnx.migrate.positions`, or of the whole tree when
-        the source is unknown); a node the codemod built has none (0, 0)."""
+        the source is unknown); a node the codemod built has none (0, 0). Rewrites reported inside a
+        class that ended up kept as Linen are dropped first: its Linen copy is the author's code."""
+        self._drop_rewrites_of_kept_classes()
         nodes = {node for _, node in self.state.unplaced}
         state = self.state
         if state.source is None or not nodes:
@@ -414,6 +417,41 @@ class FileContext:
                     self.state.findings[index], line=line, col=column + 1
                 )
         self.state.unplaced = []
+
+    def _drop_rewrites_of_kept_classes(self) -> None:
+        """``converted`` / ``unsafe`` findings on nodes inside a class kept as Linen (a hoisted layer, a
+        re-pointed function) describe rewrites of a body that was thrown away for the original; only its
+        field lines (their defaults move into the bridge wrapper's ``__init__``) and the input sizes the
+        wrapper accepts (``SHAPE_002``) were rewritten."""
+        state = self.state
+        if not state.kept_linen:
+            return
+        drop = set()
+        for index, node in state.unplaced:
+            finding = state.findings[index]
+            if finding.severity in (Severity.CONVERTED, Severity.UNSAFE) and finding.rule != SHAPE_002.id:
+                if self._inside_kept_body(node):
+                    drop.add(index)
+        if not drop:
+            return
+        renumber, kept = {}, []
+        for index, finding in enumerate(state.findings):
+            if index not in drop:
+                renumber[index] = len(kept)
+                kept.append(finding)
+        state.findings = kept
+        state.unplaced = [(renumber[i], node) for i, node in state.unplaced if i not in drop]
+
+    def _inside_kept_body(self, node: cst.CSTNode) -> bool:
+        """``node`` lies in the body of a class of :attr:`FileState.kept_linen`, not on a field line."""
+        child, parent = node, self.parent_of(node)
+        while parent is not None:
+            if isinstance(parent, cst.ClassDef):
+                if parent not in self.state.kept_linen:
+                    return False
+                return child is parent.body and not _is_field_line(node, parent)
+            child, parent = parent, self.parent_of(parent)
+        return False
 
     def is_linen_module(self, node: cst.ClassDef) -> bool:
         return any(
@@ -483,3 +521,18 @@ class FileContext:
                 if flow.returns and all(r == flow.returns[0] for r in flow.returns):
                     if "self" not in flow.returns[0].expr:
                         self.state.function_out[stmt.name.value] = (params, flow.returns[0])
+
+
+def _is_field_line(node: cst.CSTNode, cls: cst.ClassDef) -> bool:
+    """``node`` sits in an annotated assignment directly in ``cls``'s body (a dataclass field)."""
+    return any(
+        isinstance(stmt, cst.SimpleStatementLine)
+        and any(isinstance(small, cst.AnnAssign) and _contains(small, node) for small in stmt.body)
+        for stmt in cls.body.body
+    )
+
+
+def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    if tree is node:
+        return True
+    return any(_contains(child, node) for child in tree.children)

@@ -69,6 +69,7 @@ class FileState:
     placed_markers: dict[cst.CSTNode, list[str]] = dataclasses.field(
         default_factory=dict
     )  # for bridged classes
+    kept_linen: set[cst.ClassDef] = dataclasses.field(default_factory=set)  # originals kept as Linen
     planning: bool = False  # a class is being planned: blocking findings go to pending_blocking
     pending_blocking: list[str] = dataclasses.field(default_factory=list)  # ... of the class being planned
     class_stack: list[ClassPlan | None] = dataclasses.field(

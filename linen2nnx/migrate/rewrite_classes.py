@@ -330,6 +330,7 @@ class ClassRewriter:
             bridge=BRIDGE_ATTR,
         )
         self.state.name_map.classes[entry.name] = entry
+        self.state.kept_linen.add(original)
         marker = f"{MARKER} {MOD_007.id} {wrapper} kept as Linen behind nnx.bridge.ToNNX ({rules})"
         lines = [
             line
