@@ -41,3 +41,15 @@ def test_equivalent_names_compute_the_same(name):
 def test_identity_check_accepts_shared_functions_and_rejects_layers():
     assert same_in_nnx("relu") and same_in_nnx("initializers.lecun_normal")
     assert not same_in_nnx("Dense") and not same_in_nnx("initializers")
+
+
+def test_every_kept_linen_function_exists_in_flax_linen():
+    """A kept name that flax.linen does not have would silently never match (a typo, a flax upgrade)."""
+    import importlib
+
+    from linen2nnx.migrate.linen_api import KEPT_LINEN_FUNCTIONS
+
+    for dotted in sorted(KEPT_LINEN_FUNCTIONS):
+        *modules, name = f"flax.linen.{dotted}".split(".")
+        owner = importlib.import_module(".".join(modules))  # flax.linen.partitioning is imported by name
+        assert callable(getattr(owner, name, None)), f"flax.linen.{dotted} does not exist"

@@ -153,7 +153,6 @@ KEPT_LINEN_FUNCTIONS = frozenset(
         "dtypes.promote_dtype",
         "dtypes.canonicalize_dtype",
         "linear.promote_dtype",
-        "linear.canonicalize_dtype",
         # private shape helpers of the Linen layers, functions of their arguments only (custom conv and
         # norm layers call them; NNX's namesakes are other objects of another module)
         "linear._conv_dimension_numbers",
@@ -164,12 +163,17 @@ KEPT_LINEN_FUNCTIONS = frozenset(
         "normalization._abs_sq",
         "normalization._compute_stats",
         "normalization._l2_normalize",
+        # the Linen layers' default initialisers: plain initialiser functions (jax.nn.initializers'),
+        # which a field default or a parameter keeps (NNX's namesakes are other objects, made alike)
+        "linear.default_kernel_init",
+        "linear.default_embed_init",
+        "recurrent.default_kernel_init",
+        "attention.default_kernel_init",
         # logical sharding: read the global axis rules NNX shares with Linen
         "logical_to_mesh_axes",
         "spmd.logical_to_mesh_axes",
         "partitioning.logical_to_mesh_axes",
         "partitioning.with_sharding_constraint",
-        "spmd.with_sharding_constraint",
         # decorators that only mark a method for Linen, harmless on a plain method
         "nowrap",
         "module.nowrap",
@@ -177,7 +181,6 @@ KEPT_LINEN_FUNCTIONS = frozenset(
         "spmd.with_logical_constraint",
         "logical_to_mesh_sharding",
         "spmd.logical_to_mesh_sharding",
-        "partitioning.logical_to_mesh_sharding",
         "logical_to_mesh",
         "spmd.logical_to_mesh",
         "partitioning.logical_to_mesh",

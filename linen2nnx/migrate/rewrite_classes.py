@@ -134,7 +134,7 @@ class ClassRewriter:
         if plan is None:
             return updated
         self.state.uses_nnx = True
-        if plan.name.endswith("Linen") and plan.name.removesuffix("Linen") in self.state.module_classes:
+        if plan.name.endswith("Linen") and self._has_sibling_class(original, plan.name.removesuffix("Linen")):
             if f"{plan.name.removesuffix('Linen')}.linen_class = {plan.name}" in self.state.module_lines:
                 return original  # the Linen copy an earlier run kept for a class kept as Linen
             return self._keep_linen(plan, original, original.name.value)  # bridged by an earlier run
@@ -164,6 +164,13 @@ class ClassRewriter:
         self.state.converted[plan.name] = original
         self.emitter.record_name_map(plan)
         return updated.with_changes(bases=bases, body=updated.body.with_changes(body=body))
+
+    def _has_sibling_class(self, original: cst.ClassDef, name: str) -> bool:
+        """A class ``name`` beside ``original`` in the same block: the module, or the body of the function
+        or class that holds both (an earlier run's wrapper of a class kept as Linen inside a test)."""
+        block = self.ctx.parent_of(original)
+        statements = block.body if isinstance(block, (cst.Module, cst.IndentedBlock)) else ()
+        return any(isinstance(s, cst.ClassDef) and s.name.value == name for s in statements)
 
     def _bridged(self, plan: ClassPlan, original: cst.ClassDef, updated: cst.ClassDef) -> cst.FlattenSentinel:
         """The Linen class renamed ``<Name>Linen``, and an NNX ``<Name>`` that wraps it with
@@ -295,22 +302,25 @@ class ClassRewriter:
         self, plan: ClassPlan, original: cst.ClassDef, updated: cst.ClassDef
     ) -> list[cst.EmptyLine]:
         """Point ``plan.fields`` at the defaults and annotations as rewritten (``nn.relu`` -> ``nnx.relu``,
-        ``nn.initializers.Initializer`` -> ``nnx.initializers.Initializer``) and return
-        the fields' TODO markers: both move into ``__init__`` (or the bridge wrapper's)."""
+        ``nn.initializers.Initializer`` -> ``nnx.initializers.Initializer``) and return the TODO markers
+        of every field, its own and those it inherits (a base's default is repeated in this class's
+        signature, where a second run would mark it): they move into ``__init__`` (or the bridge
+        wrapper's), in the order of the fields."""
         by_name = {f.name: f for f in plan.fields}
-        markers: list[cst.EmptyLine] = []
         for orig_stmt, stmt in zip(original.body.body, updated.body.body):
             if self._is_field_line(plan, stmt):
+                own = tuple(
+                    line.comment.value
+                    for line in stmt.leading_lines
+                    if line.comment is not None and line.comment.value.startswith(MARKER)
+                )
                 for orig_small, small in zip(orig_stmt.body, stmt.body):  # type: ignore[attr-defined]
                     rewritten = self.ctx.dataclass_field(orig_small, small)
                     field = by_name[small.target.value]
                     field.default, field.annotation = rewritten.default, rewritten.annotation
-                markers += [
-                    line
-                    for line in stmt.leading_lines
-                    if line.comment is not None and line.comment.value.startswith(MARKER)
-                ]
-        return markers
+                    field.markers = own
+        markers = dict.fromkeys(m for f in plan.fields for m in f.markers)
+        return [marker_line(m) for m in markers]
 
     def _keep_linen(self, plan: ClassPlan, original: cst.ClassDef, name: str) -> cst.ClassDef:
         """The Linen original, renamed, for the nnx.bridge fallback (see bridge.py)."""

@@ -117,6 +117,7 @@ class Field:
     annotation: str
     default: str | None
     init: bool = True  # dataclasses.field(init=False): set inside the class, not a constructor argument
+    markers: tuple[str, ...] = ()  # the TODO markers of its line (a subclass's __init__ repeats them)
 
 
 @dataclasses.dataclass
