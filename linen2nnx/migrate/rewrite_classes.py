@@ -137,7 +137,10 @@ class ClassRewriter:
         if plan.name.endswith("Linen") and self._has_sibling_class(original, plan.name.removesuffix("Linen")):
             if f"{plan.name.removesuffix('Linen')}.linen_class = {plan.name}" in self.state.module_lines:
                 return original  # the Linen copy an earlier run kept for a class kept as Linen
-            return self._keep_linen(plan, original, original.name.value)  # bridged by an earlier run
+            # bridged by an earlier run: kept with the markers it has, so a second run changes nothing
+            return self._keep_linen(
+                plan, original, original.name.value, remark=not _has_kept_marker(original)
+            )
         others = (set(self.state.linen_classes) | self.state.module_classes) - {plan.name}
         if (
             plan.blocking
@@ -322,8 +325,11 @@ class ClassRewriter:
         markers = dict.fromkeys(m for f in plan.fields for m in f.markers)
         return [marker_line(m) for m in markers]
 
-    def _keep_linen(self, plan: ClassPlan, original: cst.ClassDef, name: str) -> cst.ClassDef:
-        """The Linen original, renamed, for the nnx.bridge fallback (see bridge.py)."""
+    def _keep_linen(
+        self, plan: ClassPlan, original: cst.ClassDef, name: str, remark: bool = True
+    ) -> cst.ClassDef:
+        """The Linen original, renamed, for the nnx.bridge fallback (see bridge.py); with ``remark``
+        False (an earlier run's copy that has its markers), exactly as it is."""
         rules = ", ".join(sorted(set(plan.blocking))) or "see the markers"
         wrapper = plan.name.removesuffix("Linen") if name == plan.name else plan.name
         self.ctx.report(
@@ -341,6 +347,8 @@ class ClassRewriter:
         )
         self.state.name_map.classes[entry.name] = entry
         self.state.kept_linen.add(original)
+        if not remark:
+            return original
         marker = f"{MARKER} {MOD_007.id} {wrapper} kept as Linen behind nnx.bridge.ToNNX ({rules})"
         lines = [
             line
@@ -369,3 +377,11 @@ class ClassRewriter:
                 body[i] = member.with_changes(body=member.body.with_changes(body=[*member.body.body, line]))
                 return stmt.with_changes(body=stmt.body.with_changes(body=body))
         return stmt
+
+
+def _has_kept_marker(cls: cst.ClassDef) -> bool:
+    """``cls`` carries the ``L2N-MOD-007`` marker an earlier run put on the class it kept as Linen."""
+    return any(
+        line.comment is not None and line.comment.value.startswith(f"{MARKER} {MOD_007.id}")
+        for line in cls.leading_lines
+    )

@@ -155,9 +155,13 @@ class _Verifier:
         self._walk(self.module, None)
 
     def _report(self, rule: Rule, node: cst.CSTNode, stmt: cst.CSTNode | None, message: str) -> None:
-        """A leftover on ``stmt``, unless another rule already marked the statement: that leftover is
-        reported already (the verifier is there for the silent ones)."""
-        if stmt is not None and not _marked_by_another_rule(stmt):
+        """A leftover on ``stmt``, unless another rule marked the statement (that leftover is reported
+        already) or an earlier run's verifier did with other words (what a run knows of the other files
+        differs once their classes are NNX, and a second run must change nothing)."""
+        if stmt is None or _marked_by_another_rule(stmt):
+            return
+        earlier = _markers(stmt, f"{MARKER} L2N-VERIFY")
+        if not earlier or f"{MARKER} {rule.id} {message}" in earlier:
             self.notes.append((rule, node, stmt, message))
 
     # ---- the walk --------------------------------------------------------------------------------
@@ -584,11 +588,13 @@ class _Verifier:
                 )
 
 
+def _markers(stmt: cst.CSTNode, prefix: str) -> set[str]:
+    return {
+        line.comment.value
+        for line in getattr(stmt, "leading_lines", ())
+        if line.comment is not None and line.comment.value.startswith(prefix)
+    }
+
+
 def _marked_by_another_rule(stmt: cst.CSTNode) -> bool:
-    lines = getattr(stmt, "leading_lines", ())
-    return any(
-        line.comment is not None
-        and line.comment.value.startswith(MARKER)
-        and not line.comment.value.startswith(f"{MARKER} L2N-VERIFY")
-        for line in lines
-    )
+    return any(not m.startswith(f"{MARKER} L2N-VERIFY") for m in _markers(stmt, MARKER))
