@@ -271,3 +271,22 @@ def test_trace_reports_a_model_that_does_not_build(tmp_path, capsys, monkeypatch
         f"model.py:{line}:1: L2N-VERIFY-010 [manual] MLP does not build and run from linen2nnx_spec.py: "
         "RuntimeError: the migrated model raised" in report
     )
+
+
+def test_a_statement_an_earlier_run_marked_gets_no_new_words():
+    """On a second run the other files' classes are NNX, so the verifier may see the same leftover
+    another way: the statement keeps the markers it has, and the output is a fixed point. Without a
+    marker, the same statement is reported."""
+    body = (
+        "from flax import nnx\n\n\nclass Head(nnx.Module):\n"
+        "    def __init__(self, *, rngs: nnx.Rngs):\n        self.rngs = rngs\n\n"
+        "    def __call__(self, x):\n{marker}"
+        '        return make_dense(name="key")(x)\n'
+    )
+    fresh = body.format(marker="")
+    kwargs = dict(path="head.py", module_name="head", external={}, rule_enabled=lambda rule: True)
+    output, findings = verify_output(fresh, fresh, **kwargs)
+    assert [f.rule for f in findings] == ["L2N-VERIFY-001"] and output != fresh
+    earlier = body.format(marker=f"        {MARKER} L2N-VERIFY-002 make_dense(...) passes name=\n")
+    output, findings = verify_output(earlier, earlier, **kwargs)
+    assert output == earlier and findings == []
