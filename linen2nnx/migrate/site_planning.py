@@ -293,7 +293,9 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 self.plan_loop_extension(plan, node, rule, what, head, loop, bound, local_names)
             return
         else:
-            named = self._auto_name(at, loop, counters, what, class_name, names, factory)
+            named = self._auto_name(
+                at, loop, counters, what, class_name, names, factory, list(plan.sites.values())
+            )
         if named is None:
             return
         linen_name, attr, container = named
@@ -341,10 +343,12 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         class_name: str,
         names: tuple[str, ...] = (),
         factory: object = None,
+        sites: list[Site] | None = None,
     ) -> tuple[str, str, str | None] | None:
         """(Linen name, attribute, container) of an auto-named module (``Dense_0``), counting it; in a
-        loop, the whole ``nnx.List`` of ``Dense``s (of whichever class a factory field builds). None,
-        with a finding, when the name depends on a loop's length."""
+        loop, the whole ``nnx.List`` of ``Dense``s (of whichever class a factory field builds; after
+        ``n`` others, a list whose element ``k`` is ``Dense_{k+n}``). None, with a finding, when the
+        name depends on a loop's length. ``sites``: the class's sites so far."""
         if loop is not None and len(names) > 1 and isinstance(factory, FieldFactory):
             if any(counters.get(n, 0) != 0 for n in names):  # after others, or after a loop (None)
                 self.ctx.report(
@@ -367,7 +371,10 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             )
             return None
         if loop is not None:
-            if n:
+            # after n others of the class, each built whenever the loop runs (the collector checked):
+            # Linen numbers the loop's modules on from n, element k is `{class_name}_{k + n}`
+            pattern = f"{class_name}_{{i+{n}}}" if n else class_name
+            if n and (factory is not None or clashes(pattern, sites or [])):
                 self.ctx.report(
                     MOD_004,
                     node,
@@ -376,7 +383,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 )
                 return None
             counters[class_name] = None
-            return class_name, snake_case(class_name), "list"
+            return pattern, snake_case(class_name), "list"
         counters[class_name] = n + 1
         linen_name = f"{class_name}_{n}"
         return linen_name, snake_case(linen_name), None
