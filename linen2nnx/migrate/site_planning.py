@@ -303,6 +303,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             attr = f"{attr}_"  # taken by another module or a field: a distinct attribute
         site = self.add_site(plan, node, attr=attr, linen_name=linen_name, hoisted=True)
         site.container, site.loop = container, loop
+        if name_arg is None and container == "list" and linen_name != class_name:
+            site.counted_as = class_name  # `Dense_{i+2}`: numbered on after Dense_0 and Dense_1
         if loop is not None and loop.index:
             self.state.indexed_loops[loop.node] = (
                 loop  # `for v in seq` becomes `for v_index, v in enumerate(seq)`
@@ -447,7 +449,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 for s in plan.hoisted_order
                 if (s.loop is not None or s.nest is not None)
                 and s.container == "list"
-                and s.linen_name == class_name
+                and (s.counted_as or s.linen_name) == class_name
                 and not s.conditions
                 and s.exclusive_with is None
                 and s.tail_of is None
