@@ -419,12 +419,16 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             )
             return
         if tail_of is None or conditions or stopped:
+            guarded = any(  # the loop itself ran under a condition: how many it built depends on it too
+                s.container == "list" and (s.counted_as or s.linen_name) == class_name and s.conditions
+                for s in plan.hoisted_order
+            )
             self.state.handled.add(node.func)  # this finding says it all
             self.ctx.report(
                 MOD_004,
                 at,
                 f"auto-named {what} after a loop that built {class_name}s"
-                + (" under a condition" if conditions and tail_of is not None else "")
+                + (" under a condition" if (conditions and tail_of is not None) or guarded else "")
                 + (" and a loop left as it was" if stopped else "")
                 + ": its Linen name "
                 "depends on the loop length",
