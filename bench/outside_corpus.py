@@ -13,7 +13,8 @@ it into another temp folder, and prints a table per file and in total:
 - findings by severity and by rule.
 
 Trace specs (``bench/outside_traces/*.py``: ``EXAMPLE = "jax/griffin.py"`` and ``linen_side(example)``)
-migrate the folder of their example again with ``--trace``. The tree is copied under its own folder
+migrate the folder of their example again with ``--trace`` (several specs of one example: their traces
+merged, ``trace_merge.merge_traces``, for configs that build different classes). The tree is copied under its own folder
 name, with that name's parent on ``sys.path`` while tracing, so a package that imports itself by name
 (``from recurrentgemma.jax import modules``) is traced as that package; a spec's optional
 ``environment()`` context stubs download-only imports and shims removed JAX APIs while tracing, its
@@ -251,6 +252,7 @@ def measure(
     ``builds``, every clean class is then built from the migrated files (:mod:`clean_builds`), with
     the traced configs where a trace covers its folder; ``build_paths`` go on ``sys.path`` for that."""
     from linen2nnx.migrate.engine import Mode, migrate_paths
+    from linen2nnx.migrate.trace_merge import merge_traces
 
     traced_folders = []
     with tempfile.TemporaryDirectory(prefix="l2n-outside-") as tmp:
@@ -263,18 +265,18 @@ def measure(
         rows = _file_rows(tree, out, first, jobs)
         build_paths = [*build_paths, *install_spec_deps(traces, tree, Path(tmp) / "deps")]
         build_jobs = []  # (migrated root, Linen root, files of it, traced configs)
-        for spec in traces:
+        for group in _by_example(traces):
+            spec = group[0]
             example = tree / spec.example
             if not example.is_file():
                 continue
             folder = example.parent
             traced_out = Path(tmp) / "traced" / folder.relative_to(tree)
             try:
-                trace = spec.trace(example, [str(tree.parent), *build_paths])
+                trace = merge_traces([s.trace(example, [str(tree.parent), *build_paths]) for s in group])
             except Exception as e:  # the example does not run here: its untraced rows stand
-                print(
-                    f"trace spec {spec.path.name} failed, {spec.example} stays untraced: {e}", file=sys.stderr
-                )
+                names = ", ".join(s.path.name for s in group)
+                print(f"trace spec {names} failed, {spec.example} stays untraced: {e}", file=sys.stderr)
                 continue
             result = migrate_paths(
                 [folder],
@@ -289,7 +291,7 @@ def measure(
                     row, path=str(folder.relative_to(tree) / rel)
                 )
             build_jobs.append((traced_out, folder, folder.relative_to(tree), _traced_configs(trace, result)))
-            traced_folders.append(f"{spec.example} ({spec.path.name})")
+            traced_folders.append(f"{spec.example} ({', '.join(s.path.name for s in group)})")
         if builds:
             _build_clean(rows, out, tree, src.name, build_jobs, build_paths)
     rows_list = [rows[rel] for rel in sorted(rows, key=str)]
@@ -420,6 +422,16 @@ class TraceSpec:
         finally:
             for p in added:
                 sys.path.remove(p)
+
+
+def _by_example(specs: Sequence[TraceSpec]) -> list[list[TraceSpec]]:
+    """The specs grouped by the example they trace, in order: several specs of one example trace the
+    configs that build different classes (a ResNet18's ``BasicBlock``, a ResNet50's ``Bottleneck``),
+    and their traces are merged into one for that example's migration."""
+    groups: dict[str, list[TraceSpec]] = {}
+    for spec in specs:
+        groups.setdefault(spec.example, []).append(spec)
+    return list(groups.values())
 
 
 def load_trace_specs(folder: Path) -> list[TraceSpec]:

@@ -370,6 +370,17 @@ def test_outside_corpus_spec_pip_names_its_example_dependencies(outside, tmp_pat
     assert not (tmp_path / "deps").exists()
 
 
+def test_outside_corpus_groups_the_specs_of_one_example(outside, tmp_path):
+    """Several specs of one example (a ResNet18 and a ResNet50 config) are traced and merged for that
+    example's one migration, in the order the specs load."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    for name, example in (("a18.py", "resnet.py"), ("b50.py", "resnet.py"), ("mlp.py", "mlp.py")):
+        (specs / name).write_text(f"EXAMPLE = {example!r}\n")
+    groups = outside._by_example(outside.load_trace_specs(specs))
+    assert [[s.path.name for s in g] for g in groups] == [["a18.py", "b50.py"], ["mlp.py"]]
+
+
 def test_outside_corpus_min_clean_pct_gate(outside, tree, capsys):
     assert outside.main([str(tree), "--min-clean-pct", "0"]) == 0
     assert outside.main([str(tree), "--min-clean-pct", "101"]) == 1

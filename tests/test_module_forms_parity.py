@@ -101,6 +101,9 @@ CASES = {
         (2, 5),
     ),  # ... as Wide_{k}
     "compact_loop_chain_mixed": ("Mixed", {}, (2, 5)),  # two classes per iteration, two lists extended
+    "compact_loop_after_others": ("Stem", {}, (2, 5)),  # a loop's Dense_{k+2} after Dense_0, Dense_1
+    "compact_loop_after_others_gated": ("Gated", {"depth": 3}, (2, 5)),  # both under `if self.embed`
+    "compact_loop_after_others_empty": ("Gated", {"depth": 0}, (2, 5)),  # an empty loop after Dense_0
     # initial values computed from config in several statements (tuple unpacking, `if` on a field, ...)
     "static_init_locals": (
         "Mapping",
@@ -154,6 +157,8 @@ SOURCES = {
     "compact_loop_chain_field": "compact_loop_chain",
     "compact_loop_chain_wide": "compact_loop_chain",
     "compact_loop_chain_mixed": "compact_loop_chain",
+    "compact_loop_after_others_gated": "compact_loop_after_others",
+    "compact_loop_after_others_empty": "compact_loop_after_others",
     "static_init_locals_hidden": "static_init_locals",
     "static_init_locals_gain": "static_init_locals",
     "init_value_input_shape_nobias": "init_value_input_shape",

@@ -1,7 +1,7 @@
 """Trace spec for flaxmodels 0.1.3 ``resnet/resnet.py``: ``ResNet`` (``architecture='resnet18'``, random
 init, 5 classes) on two 16x16 images, in train and eval mode (BatchNorm statistics). The copied tree is
 imported as the package ``flaxmodels``; its download-only import (h5py, ...) is stubbed. The
-``Bottleneck`` blocks, which resnet18 does not build, stay untraced."""
+``Bottleneck`` blocks, which resnet18 does not build, are traced by ``flaxmodels_resnet50.py``."""
 
 import importlib
 from pathlib import Path

@@ -233,7 +233,37 @@ class CompactCollector(FastVisitor):
             return
         if loop is None and not in_nest and self._name_depends_on_branch(node, built, conditions):
             return
+        if loop is not None and not in_nest and not self._counted_before_loop(node, built, conditions):
+            return
         self._plan_site(node, built, in_nest, loop, conditions)
+
+    def _counted_before_loop(self, node: cst.Call, built: Built, conditions: list[str]) -> bool:
+        """A loop's auto-named module after others of its class: Linen numbers the loop's modules on
+        from how many ran before it, a static count only when each of those ran whenever the loop runs
+        (built under a prefix of the loop's conditions, each counted once). Otherwise a finding (False):
+        the loop's names depend on a condition (flaxmodels' ``MappingNetwork``: a label layer built only
+        when ``c_dim_ > 0``, then ``fc{i}`` layers)."""
+        if built.variable or built.factory is not None or keyword_arg(built.target, "name") is not None:
+            return True
+        if built.rule is None and built.user is None:
+            return True
+        name = self._class_name(built)
+        n = self.counters.get(name, 0)
+        if not n:
+            return True  # none before, or after a loop (the planner's finding)
+        earlier = self.branch_conditions.get(name, [])
+        if len(earlier) == n and all(c == conditions[: len(c)] for c in earlier):
+            return True
+        self.state.handled.add(built.target.func)  # this finding says it all
+        self.ctx.report(
+            MOD_004,
+            node,
+            f"auto-named {built.what} built in a loop after other {name}s built under other "
+            "conditions: Linen counts only the modules that ran, so the loop's names depend on them",
+            "give the loop's modules name=f'prefix_{i}'",
+        )
+        self._uncount(built)
+        return False
 
     def _name_depends_on_branch(self, node: cst.Call, built: Built, conditions: list[str]) -> bool:
         """An auto-named module after one of its class built only under a condition this one is not

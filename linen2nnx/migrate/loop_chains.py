@@ -112,4 +112,4 @@ def offset_of(head: Site) -> str:
 def names_of(site: Site) -> tuple[str, ...]:
     """The class names Linen may give the elements of a loop-built list (a factory field's classes)."""
     names = getattr(site.factory, "linen_names", ())
-    return tuple(names) if names else (site.linen_name,)
+    return tuple(names) if names else (site.counted_as or site.linen_name,)

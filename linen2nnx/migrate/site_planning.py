@@ -293,7 +293,9 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 self.plan_loop_extension(plan, node, rule, what, head, loop, bound, local_names)
             return
         else:
-            named = self._auto_name(at, loop, counters, what, class_name, names, factory)
+            named = self._auto_name(
+                at, loop, counters, what, class_name, names, factory, list(plan.sites.values())
+            )
         if named is None:
             return
         linen_name, attr, container = named
@@ -301,6 +303,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             attr = f"{attr}_"  # taken by another module or a field: a distinct attribute
         site = self.add_site(plan, node, attr=attr, linen_name=linen_name, hoisted=True)
         site.container, site.loop = container, loop
+        if name_arg is None and container == "list" and linen_name != class_name:
+            site.counted_as = class_name  # `Dense_{i+2}`: numbered on after Dense_0 and Dense_1
         if loop is not None and loop.index:
             self.state.indexed_loops[loop.node] = (
                 loop  # `for v in seq` becomes `for v_index, v in enumerate(seq)`
@@ -341,10 +345,12 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         class_name: str,
         names: tuple[str, ...] = (),
         factory: object = None,
+        sites: list[Site] | None = None,
     ) -> tuple[str, str, str | None] | None:
         """(Linen name, attribute, container) of an auto-named module (``Dense_0``), counting it; in a
-        loop, the whole ``nnx.List`` of ``Dense``s (of whichever class a factory field builds). None,
-        with a finding, when the name depends on a loop's length."""
+        loop, the whole ``nnx.List`` of ``Dense``s (of whichever class a factory field builds; after
+        ``n`` others, a list whose element ``k`` is ``Dense_{k+n}``). None, with a finding, when the
+        name depends on a loop's length. ``sites``: the class's sites so far."""
         if loop is not None and len(names) > 1 and isinstance(factory, FieldFactory):
             if any(counters.get(n, 0) != 0 for n in names):  # after others, or after a loop (None)
                 self.ctx.report(
@@ -367,7 +373,10 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             )
             return None
         if loop is not None:
-            if n:
+            # after n others of the class, each built whenever the loop runs (the collector checked):
+            # Linen numbers the loop's modules on from n, element k is `{class_name}_{k + n}`
+            pattern = f"{class_name}_{{i+{n}}}" if n else class_name
+            if n and (factory is not None or clashes(pattern, sites or [])):
                 self.ctx.report(
                     MOD_004,
                     node,
@@ -376,7 +385,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 )
                 return None
             counters[class_name] = None
-            return class_name, snake_case(class_name), "list"
+            return pattern, snake_case(class_name), "list"
         counters[class_name] = n + 1
         linen_name = f"{class_name}_{n}"
         return linen_name, snake_case(linen_name), None
@@ -410,12 +419,16 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             )
             return
         if tail_of is None or conditions or stopped:
+            guarded = any(  # the loop itself ran under a condition: how many it built depends on it too
+                s.container == "list" and (s.counted_as or s.linen_name) == class_name and s.conditions
+                for s in plan.hoisted_order
+            )
             self.state.handled.add(node.func)  # this finding says it all
             self.ctx.report(
                 MOD_004,
                 at,
                 f"auto-named {what} after a loop that built {class_name}s"
-                + (" under a condition" if conditions and tail_of is not None else "")
+                + (" under a condition" if (conditions and tail_of is not None) or guarded else "")
                 + (" and a loop left as it was" if stopped else "")
                 + ": its Linen name "
                 "depends on the loop length",
@@ -440,7 +453,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 for s in plan.hoisted_order
                 if (s.loop is not None or s.nest is not None)
                 and s.container == "list"
-                and s.linen_name == class_name
+                and (s.counted_as or s.linen_name) == class_name
                 and not s.conditions
                 and s.exclusive_with is None
                 and s.tail_of is None

@@ -216,6 +216,7 @@ class Site:
         default_factory=list
     )  # of that list: tails and loops, in order
     offset: str = ""  # of an extension: how many elements come before it (an expression of the config)
+    counted_as: str = ""  # a loop's list of auto-named modules numbered on after others: their class
     nest: LoopNest | None = None  # built in nested loops (or a loop body with locals): see LoopNest
     elements: str | None = None  # of a setup() comprehension: its elements' Linen names, `blocks.{i}`
     elements_index: str = ""  # ... and the comprehension's index variable

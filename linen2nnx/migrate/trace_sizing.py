@@ -114,11 +114,12 @@ class TraceEvidence:
             return None
         shapes = [s for s in self.state.trace.shapes_for(plan.name, site.linen_name) if s]
         sizes = {s[-1] for s in shapes}
-        if len(sizes) != 1:
+        if not sizes or (len(sizes) != 1 and not feat.reduced):
             return None
         if (
             feat.reduced
-        ):  # `jnp.mean(x, axis=(1, 2))` read as is: x had len(axes) more axes than the site's input
+        ):  # `jnp.mean(x, axis=(1, 2))` read as is: x had len(axes) more axes than the site's input;
+            # only the rank is evidence, so traced configs of several widths confirm it alike
             ranks = {len(s) + len(feat.reduced) for s in shapes}
             if len(ranks) != 1 or not all(
                 -rank <= a < rank - 1 and a != -1 for a in feat.reduced for rank in ranks
@@ -336,7 +337,7 @@ class TraceEvidence:
             named = [m for m in matched if "." + m.rsplit(".", 1)[-1] in source]
             if len(matched) == 1 or len(named) == 1:
                 dims.append(matched[0] if len(matched) == 1 else named[0])
-            elif not matched and axis == len(shapes[0]) - 1 and _confirmed(static, sizes):
+            elif not matched and axis == len(shapes[0]) - 1 and _confirmed(static, sizes, configs):
                 dims.append(static)  # type: ignore[arg-type]
             else:
                 traced = sizes[0] if len(set(sizes)) == 1 else sorted(set(sizes))
@@ -390,9 +391,21 @@ def _match_each(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list[
     return sorted(e for e in common if all(v[e] == n for v, n in zip(per_instance, sizes)))
 
 
-def _confirmed(static: str | None, sizes: list[int]) -> bool:
-    """A size the dataflow gives as an integer literal that every traced call saw."""
-    return static is not None and static.isdigit() and all(int(static) == n for n in sizes)
+def _confirmed(static: str | None, sizes: list[int], configs: list[dict]) -> bool:
+    """A size the dataflow gives that every traced call saw: an integer literal, or an expression of
+    the config (``self.features * self.expansion`` after ``nn.Conv(self.features * self.expansion,
+    ...)``) equal in each traced instance to the size its call saw (``sizes[i]`` the call of
+    ``configs[i]`` when there are as many; else one size, seen by every instance)."""
+    if static is None:
+        return False
+    if static.isdigit():
+        return all(int(static) == n for n in sizes)
+    values = TraceEvidence._config_values(static, configs) if configs else None
+    if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in values):
+        return False
+    if len(values) == len(sizes):
+        return all(int(v) == n for v, n in zip(values, sizes))
+    return len(set(sizes)) == 1 and all(int(v) == sizes[0] for v in values)
 
 
 def _int_config_values(cfg: dict, fields: set[str]) -> dict[str, int]:
