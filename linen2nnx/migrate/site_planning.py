@@ -11,6 +11,8 @@ conditions (``if`` tests on config, restated shape tests) a site is built under.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
@@ -18,11 +20,13 @@ from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
+    assigned_names,
     attribute_for,
     bind_args,
     code,
     names_in,
     self_attr,
+    single_assign,
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
@@ -101,8 +105,11 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         ``self.conv(...)(x)`` with ``conv`` a field is a submodule built by a factory the caller passes
         in (``conv: ModuleDef = nn.Conv``, big_vision / imagenet style). Left as it is, the NNX class
         would build a fresh module on every call (or call a Linen class outside any scope): a silent
-        failure, so it is reported, and blocks the rewrite."""
-        ctor = node.func
+        failure, so it is reported, and blocks the rewrite. So is ``m = Foo(...)`` then ``m(x)``: the
+        module a local bound once holds."""
+        ctor, via = node.func, ""
+        if isinstance(ctor, cst.Name):
+            ctor, via = self._local_value(node, ctor.value), f" applied through the local {ctor.value}"
         if not isinstance(ctor, cst.Call) or not isinstance(ctor.func, (cst.Name, cst.Attribute)):
             return
         if self.ctx.layer_rule_of(ctor.func) or self.ctx.user_class_of(ctor.func):
@@ -139,9 +146,21 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         self.ctx.report(
             MOD_006,
             ctor,
-            f"{name}(...)(...) looks like a Linen submodule that is not part of this run",
+            f"{name}(...){via or '(...)'} looks like a Linen submodule that is not part of this run",
             "migrate the file that defines it in the same run, or convert it by hand",
         )
+
+    def _local_value(self, node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
+        """The value of the one plain assignment to the local ``name`` of the method holding ``node``
+        (in any block of it); None when it is bound otherwise or more than once."""
+        fn = self.ctx.enclosing_function(node)
+        if fn is None or assigned_names(fn).get(name) != 1:
+            return None
+        for stmt in _statements(fn.body):
+            assign = single_assign(stmt)
+            if assign is not None and assign[0] == name:
+                return assign[1]
+        return None
 
     def applied(self, node: cst.Call) -> bool:
         """Is ``node`` immediately called (``node(...)``): a module built and applied in place?"""
@@ -554,3 +573,19 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                     f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
                     f"rewrite this nnx.{rule.nnx} by hand",
                 )
+
+
+def _statements(block: cst.CSTNode) -> Iterator[cst.BaseStatement]:
+    """Every statement of a block, and of the blocks of its compound statements (not of nested defs)."""
+    for stmt in block.body if isinstance(block, cst.IndentedBlock) else ():
+        yield stmt
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        parts = [getattr(stmt, "body", None), getattr(stmt, "orelse", None), getattr(stmt, "finalbody", None)]
+        parts += list(getattr(stmt, "handlers", ()))
+        while parts:
+            part = parts.pop(0)
+            if isinstance(part, cst.IndentedBlock):
+                yield from _statements(part)
+            elif isinstance(part, (cst.If, cst.Else, cst.ExceptHandler, cst.Finally)):
+                parts += [part.body, getattr(part, "orelse", None)]
