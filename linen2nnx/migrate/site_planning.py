@@ -110,6 +110,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         ctor, via = node.func, ""
         if isinstance(ctor, cst.Name):
             ctor, via = self._local_value(node, ctor.value), f" applied through the local {ctor.value}"
+            if isinstance(ctor, cst.Call) and not self._plain_foreign(node, ctor):
+                return
         if not isinstance(ctor, cst.Call) or not isinstance(ctor.func, (cst.Name, cst.Attribute)):
             return
         if self.ctx.layer_rule_of(ctor.func) or self.ctx.user_class_of(ctor.func):
@@ -149,6 +151,26 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             f"{name}(...){via or '(...)'} looks like a Linen submodule that is not part of this run",
             "migrate the file that defines it in the same run, or convert it by hand",
         )
+
+    def _plain_foreign(self, node: cst.CSTNode, ctor: cst.Call) -> bool:
+        """``ctor`` (a local's value) builds something from outside that is handed no module, layer or
+        function the method makes: not a class a local of the method holds (a transform of a class:
+        ``Attn = vmap(...)``), nor a library helper that applies the layers it is given
+        (``jraph.GraphMapFeatures(embed_node_fn=nn.Dense(...))``), which the sizing follows instead."""
+        fn = self.ctx.enclosing_function(node)
+        counts = assigned_names(fn) if fn is not None else {}
+        if isinstance(ctor.func, cst.Name) and ctor.func.value in counts:
+            return False
+        values = [a.value for a in ctor.args]
+        values += [
+            v for a in ctor.args for n in names_in(a.value) if (v := self._local_value(node, n)) is not None
+        ]
+        for value in values:
+            if isinstance(value, cst.Lambda) or any(
+                self.ctx.layer_rule_of(c.func) or self.ctx.user_class_of(c.func) for c in calls_in(value)
+            ):
+                return False
+        return True
 
     def _local_value(self, node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
         """The value of the one plain assignment to the local ``name`` of the method holding ``node``
