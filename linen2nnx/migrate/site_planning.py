@@ -11,8 +11,6 @@ conditions (``if`` tests on config, restated shape tests) a site is built under.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
@@ -20,16 +18,15 @@ from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
-    assigned_names,
     attribute_for,
     bind_args,
     code,
     names_in,
     self_attr,
-    single_assign,
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.foreign_locals import local_value, plain_foreign
 from linen2nnx.migrate.input_sizes import input_size_arg
 from linen2nnx.migrate.key_chains import call_time_message
 from linen2nnx.migrate.loop_chains import LoopChains, names_of, offset_of
@@ -109,8 +106,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         module a local bound once holds."""
         ctor, via = node.func, ""
         if isinstance(ctor, cst.Name):
-            ctor, via = self._local_value(node, ctor.value), f" applied through the local {ctor.value}"
-            if isinstance(ctor, cst.Call) and not self._plain_foreign(node, ctor):
+            ctor, via = local_value(self.ctx, node, ctor.value), f" applied through the local {ctor.value}"
+            if isinstance(ctor, cst.Call) and not plain_foreign(self.ctx, node, ctor):
                 return
         if not isinstance(ctor, cst.Call) or not isinstance(ctor.func, (cst.Name, cst.Attribute)):
             return
@@ -151,38 +148,6 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             f"{name}(...){via or '(...)'} looks like a Linen submodule that is not part of this run",
             "migrate the file that defines it in the same run, or convert it by hand",
         )
-
-    def _plain_foreign(self, node: cst.CSTNode, ctor: cst.Call) -> bool:
-        """``ctor`` (a local's value) builds something from outside that is handed no module, layer or
-        function the method makes: not a class a local of the method holds (a transform of a class:
-        ``Attn = vmap(...)``), nor a library helper that applies the layers it is given
-        (``jraph.GraphMapFeatures(embed_node_fn=nn.Dense(...))``), which the sizing follows instead."""
-        fn = self.ctx.enclosing_function(node)
-        counts = assigned_names(fn) if fn is not None else {}
-        if isinstance(ctor.func, cst.Name) and ctor.func.value in counts:
-            return False
-        values = [a.value for a in ctor.args]
-        values += [
-            v for a in ctor.args for n in names_in(a.value) if (v := self._local_value(node, n)) is not None
-        ]
-        for value in values:
-            if isinstance(value, cst.Lambda) or any(
-                self.ctx.layer_rule_of(c.func) or self.ctx.user_class_of(c.func) for c in calls_in(value)
-            ):
-                return False
-        return True
-
-    def _local_value(self, node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
-        """The value of the one plain assignment to the local ``name`` of the method holding ``node``
-        (in any block of it); None when it is bound otherwise or more than once."""
-        fn = self.ctx.enclosing_function(node)
-        if fn is None or assigned_names(fn).get(name) != 1:
-            return None
-        for stmt in _statements(fn.body):
-            assign = single_assign(stmt)
-            if assign is not None and assign[0] == name:
-                return assign[1]
-        return None
 
     def applied(self, node: cst.Call) -> bool:
         """Is ``node`` immediately called (``node(...)``): a module built and applied in place?"""
@@ -595,19 +560,3 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                     f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
                     f"rewrite this nnx.{rule.nnx} by hand",
                 )
-
-
-def _statements(block: cst.CSTNode) -> Iterator[cst.BaseStatement]:
-    """Every statement of a block, and of the blocks of its compound statements (not of nested defs)."""
-    for stmt in block.body if isinstance(block, cst.IndentedBlock) else ():
-        yield stmt
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        parts = [getattr(stmt, "body", None), getattr(stmt, "orelse", None), getattr(stmt, "finalbody", None)]
-        parts += list(getattr(stmt, "handlers", ()))
-        while parts:
-            part = parts.pop(0)
-            if isinstance(part, cst.IndentedBlock):
-                yield from _statements(part)
-            elif isinstance(part, (cst.If, cst.Else, cst.ExceptHandler, cst.Finally)):
-                parts += [part.body, getattr(part, "orelse", None)]
