@@ -17,7 +17,7 @@ from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
 from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
 from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_names,
@@ -390,21 +390,22 @@ class ClassPlanner:
             )
         self._plan_local_sites(plan, fn.body.body, counts)
 
-    def _plan_local_sites(self, plan: ClassPlan, body: Any, counts: dict[str, int]) -> None:
+    def _plan_local_sites(self, plan: ClassPlan, body: Any, counts: dict[str, int], loop: Any = None) -> None:
         """``dense = nn.Dense(4)`` then ``dense(x)``, ``embed.attend(y)``: the local applies the site; so
-        does one bound once in the body of a loop (``block = Block(name=f'b_{i}')`` then ``block(x)``),
-        which holds the module that iteration builds, or in one branch of an ``if``."""
+        does one bound once in one branch of an ``if``, or in the body of a loop (``block = Block(name=
+        f'b_{i}')`` then ``block(x)``) when only that loop reads it: the module that iteration builds."""
         for stmt in body:
             assign = single_assign(stmt)
             if assign is not None:
                 name, value = assign
-                if counts.get(name) == 1 and value in plan.sites:
+                inside = loop is None or _uses(loop, name) == _uses(plan.compact, name)
+                if counts.get(name) == 1 and value in plan.sites and inside:
                     plan.local_sites[name] = plan.sites[value]
             elif isinstance(stmt, cst.If):
                 self._plan_branch_local(plan, stmt, counts)
-                self._plan_local_sites(plan, _blocks_of(stmt), counts)
+                self._plan_local_sites(plan, _blocks_of(stmt), counts, loop)
             elif isinstance(stmt, cst.For) and stmt.orelse is None:
-                self._plan_local_sites(plan, _blocks_of(stmt), counts)
+                self._plan_local_sites(plan, _blocks_of(stmt), counts, stmt)
 
     def _plan_branch_local(self, plan: ClassPlan, stmt: cst.If, counts: dict[str, int]) -> None:
         """``if t: v = nn.Embed(...)`` ``else: v = self.field`` (either order): see :class:`BranchLocal`."""
@@ -584,3 +585,10 @@ def _blocks_of(stmt: cst.If | cst.For) -> list[cst.BaseStatement]:
             found += list(body.body) if isinstance(body, cst.IndentedBlock) else []
             node = None
     return found
+
+
+def _uses(node: cst.CSTNode, name: str) -> int:
+    """How many times ``name`` is written under ``node``."""
+    return int(isinstance(node, cst.Name) and node.value == name) + sum(
+        _uses(c, name) for c in syntax_children(node)
+    )
