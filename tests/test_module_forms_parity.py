@@ -145,6 +145,10 @@ CASES = {
     "branch_local_size_narrow": ("Head", {"preset": "narrow"}, (2, 5)),
     "loop_local_arg": ("Tower", {}, (2, 5)),  # a loop local from the index and config: in the list
     "loop_local_arg_scales": ("Tower", {"scales": (0.5, 0.25, 0.125, 1.0)}, (2, 5)),
+    "local_dict_kwargs": ("MlpBlock", {}, (2, 5)),  # nn.Dense(d, **inits) of a local dict(...): kept
+    "local_dict_kwargs_plain": ("MlpBlock", {"zero_head": False}, (2, 5)),  # the empty dict's branch
+    "loop_local_alias": ("Encoder", {}, (2, 3, 5)),  # block = Block(name=f"block_{i}"); x, aux = block(x)
+    "loop_local_alias_scan": ("Encoder", {"scan": True}, (2, 3, 5)),  # the nn.scan branch beside it
 }
 SOURCES = {
     "traced_nest_deep": "traced_nest",
@@ -174,6 +178,8 @@ SOURCES = {
     "loop_local_arg_scales": "loop_local_arg",
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
+    "local_dict_kwargs_plain": "local_dict_kwargs",
+    "loop_local_alias_scan": "loop_local_alias",
 }
 INT_INPUTS = {"compact_tied", "import_alias", "tied_head"}
 

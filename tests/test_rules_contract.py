@@ -71,6 +71,7 @@ NOT_RUNNABLE = {
     "setup_comprehension_offset": "manual finding: element names that are no list index stay Linen",
     "init_value_reads_input": "manual finding: a parameter's initial value reads the input's shape",
     "external_block": "imports a package that is not part of the run (vision_blocks)",
+    "external_local": "imports a package that is not part of the run (text_blocks)",
     "factory_field_unbound": "manual finding: no caller says which layer the factory field builds",
     "compact_cnn": "manual finding: the Dense size after a flatten is a constructor argument a person fills",
     "setup_list": "manual finding: layer sizes applied in a loop are left to a person",

@@ -207,6 +207,24 @@ def test_layer_with_unpacked_arguments_stays_linen_and_keeps_them(tmp_path):
     assert {lf.path for lf in parity.by_check()["grad"]} == {"linen/proj/kernel"}
 
 
+@pytest.mark.parametrize("cls", ["Head", "Proj"])
+def test_local_dict_changed_after_its_binding_stays_linen(cls, tmp_path):
+    """``kw = {...}`` then ``kw.update(...)`` / ``kw["k"] = v`` before ``nn.Dense(..., **kw)``: keys the
+    replayed binding would not hold; the class runs as Linen behind the bridge, with a zero kernel and
+    no bias, as Linen computes it."""
+    linen_mod, nnx_mod, result, map_path = build("local_dict_kwargs_escapes", tmp_path)
+    assert result.name_map.classes[f"local_dict_kwargs_escapes.{cls}"].bridge == "linen"
+    x = np.random.default_rng(9).normal(size=(2, 5)).astype(np.float32)
+
+    def make(rngs):
+        model = getattr(nnx_mod, cls)(rngs=rngs)
+        nnx.bridge.lazy_init(model, x)
+        return model
+
+    parity = assert_parity(getattr(linen_mod, cls)(), make, x, map_path)
+    assert {lf.path for lf in parity.by_check()["grad"]} == {"linen/proj/kernel"}
+
+
 def test_factory_fields_are_built_in_init(tmp_path):
     """``self.conv(...)(x)`` with ``conv: ModuleDef`` (the imagenet ResNet pattern), bound by the caller
     through local partials and a module-level ``partial(Net, block_cls=Block)``: every class becomes

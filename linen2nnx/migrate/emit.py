@@ -24,9 +24,8 @@ from linen2nnx.migrate.cst_utils import (
     with_args,
     without_keywords,
 )
-from linen2nnx.migrate.factories import (
-    call_site_ctor,
-)
+from linen2nnx.migrate.dict_kwargs import spelled_out
+from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.inheritance import is_super_setup, super_init_statement
@@ -105,9 +104,10 @@ class Emitter:
 
     def _unpacked(self, site: Site, updated: cst.Call, checked: bool) -> list[cst.Arg]:
         """``*args`` / ``**kwargs`` of a layer's construction, passed on, never dropped: their keys are Linen's
-        names (NNX renames some), a finding unless a layer factory function's check vouched for them."""
+        names (NNX renames some), a finding unless a layer factory function's check or the method's own
+        dict of them (:mod:`~linen2nnx.migrate.dict_kwargs`) vouched for them."""
         unpacked = [a for a in updated.args if a.star == "**" or (a.star and not checked)]
-        if unpacked and not checked:
+        if unpacked and not checked and not spelled_out(self.ctx.enclosing_function(site.ctor), site):
             assert site.rule is not None
             self.ctx.report(
                 LAYER_002,

@@ -17,7 +17,7 @@ from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
 from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
 from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_names,
@@ -388,14 +388,24 @@ class ClassPlanner:
             self.ctx.report(
                 MOD_004, site.ctor, f"{site.linen_name} built in two places that share no attribute"
             )
-        for stmt in fn.body.body:  # `dense = nn.Dense(4)` then `dense(x)`, `embed.attend(y)`
+        self._plan_local_sites(plan, fn.body.body, counts)
+
+    def _plan_local_sites(self, plan: ClassPlan, body: Any, counts: dict[str, int], loop: Any = None) -> None:
+        """``dense = nn.Dense(4)`` then ``dense(x)``, ``embed.attend(y)``: the local applies the site; so
+        does one bound once in one branch of an ``if``, or in the body of a loop (``block = Block(name=
+        f'b_{i}')`` then ``block(x)``) when only that loop reads it: the module that iteration builds."""
+        for stmt in body:
             assign = single_assign(stmt)
             if assign is not None:
                 name, value = assign
-                if counts.get(name) == 1 and value in plan.sites:
+                inside = loop is None or _uses(loop, name) == _uses(plan.compact, name)
+                if counts.get(name) == 1 and value in plan.sites and inside:
                     plan.local_sites[name] = plan.sites[value]
             elif isinstance(stmt, cst.If):
                 self._plan_branch_local(plan, stmt, counts)
+                self._plan_local_sites(plan, _blocks_of(stmt), counts, loop)
+            elif isinstance(stmt, cst.For) and stmt.orelse is None:
+                self._plan_local_sites(plan, _blocks_of(stmt), counts, stmt)
 
     def _plan_branch_local(self, plan: ClassPlan, stmt: cst.If, counts: dict[str, int]) -> None:
         """``if t: v = nn.Embed(...)`` ``else: v = self.field`` (either order): see :class:`BranchLocal`."""
@@ -560,3 +570,25 @@ def _complementary(a: list[str], b: list[str]) -> bool:
     if len(a) != len(b) or not a or a[:-1] != b[:-1]:
         return False
     return b[-1] == f"not ({a[-1]})" or a[-1] == f"not ({b[-1]})"
+
+
+def _blocks_of(stmt: cst.If | cst.For) -> list[cst.BaseStatement]:
+    """The statements of a loop's body, or of every branch of an ``if`` / ``elif`` / ``else``."""
+    found: list[cst.BaseStatement] = []
+    node: Any = stmt
+    while node is not None:
+        body = node.body
+        found += list(body.body) if isinstance(body, cst.IndentedBlock) else []
+        node = node.orelse if isinstance(node, cst.If) else None
+        if isinstance(node, cst.Else):
+            body = node.body
+            found += list(body.body) if isinstance(body, cst.IndentedBlock) else []
+            node = None
+    return found
+
+
+def _uses(node: cst.CSTNode, name: str) -> int:
+    """How many times ``name`` is written under ``node``."""
+    return int(isinstance(node, cst.Name) and node.value == name) + sum(
+        _uses(c, name) for c in syntax_children(node)
+    )

@@ -26,6 +26,7 @@ from linen2nnx.migrate.cst_utils import (
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.foreign_locals import local_value, plain_foreign
 from linen2nnx.migrate.input_sizes import input_size_arg
 from linen2nnx.migrate.key_chains import call_time_message
 from linen2nnx.migrate.loop_chains import LoopChains, names_of, offset_of
@@ -101,8 +102,13 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         ``self.conv(...)(x)`` with ``conv`` a field is a submodule built by a factory the caller passes
         in (``conv: ModuleDef = nn.Conv``, big_vision / imagenet style). Left as it is, the NNX class
         would build a fresh module on every call (or call a Linen class outside any scope): a silent
-        failure, so it is reported, and blocks the rewrite."""
-        ctor = node.func
+        failure, so it is reported, and blocks the rewrite. So is ``m = Foo(...)`` then ``m(x)``: the
+        module a local bound once holds."""
+        ctor, via = node.func, ""
+        if isinstance(ctor, cst.Name):
+            ctor, via = local_value(self.ctx, node, ctor.value), f" applied through the local {ctor.value}"
+            if isinstance(ctor, cst.Call) and not plain_foreign(self.ctx, node, ctor):
+                return
         if not isinstance(ctor, cst.Call) or not isinstance(ctor.func, (cst.Name, cst.Attribute)):
             return
         if self.ctx.layer_rule_of(ctor.func) or self.ctx.user_class_of(ctor.func):
@@ -139,7 +145,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         self.ctx.report(
             MOD_006,
             ctor,
-            f"{name}(...)(...) looks like a Linen submodule that is not part of this run",
+            f"{name}(...){via or '(...)'} looks like a Linen submodule that is not part of this run",
             "migrate the file that defines it in the same run, or convert it by hand",
         )
 
