@@ -87,6 +87,7 @@ CASES = {
     "einops_patterns": ("Tokens", {}, (2, 4, 4, 3)),  # einops.rearrange / reduce keep the last axis
     "late_import": ("Scaled", {}, (2, 5)),  # an import below the classes: nnx is imported above them
     "setup_comprehension": ("Stack", {}, (2, 4)),  # [Block(..., name=f"block.{i}") for i in range(n)]
+    "setup_loop_lists": ("Stack", {}, (2, 4)),  # blocks.append(Block(...)) in a loop, self.blocks = blocks
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
     "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept
