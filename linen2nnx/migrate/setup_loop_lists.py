@@ -13,12 +13,14 @@ several lists. The loop stays a loop in ``__init__``: each construction is rewri
 (``rngs``, sizes), as the element of a setup() comprehension is (``setup_lists.py``, whose name
 patterns and site fields this reuses), and the assignment becomes ``self.blocks = nnx.List(blocks)``.
 
-Positions are the loop's index only when every iteration appends exactly once and nothing else
-touches the list: so the loop must be ``for i in range(n)`` or ``for i, x in enumerate(s)`` with no
-``break`` / ``continue`` / ``else``, the append a statement of the loop body itself (not under an
+Positions are the loop's count only when every iteration appends exactly once and nothing else
+touches the list: so the loop has no ``break`` / ``continue`` / ``else``, the append a statement of the loop body itself (not under an
 ``if``), the list bound once to ``[]`` and read only by that append and the one assignment after the
-loop, and a module held in a local read only by the append. Anything else is reported at the
-construction (the class stays Linen behind the bridge) rather than guessed.
+loop, and a module held in a local read only by the append. A ``name=`` of the index and a size that
+differs per element (a tuple argument indexed by position) need the index to be the position:
+``for i in range(n)`` or ``for i, x in enumerate(s)``; over any other iterable (``for width in
+self.widths``) only auto-named modules sized once for all elements are followed. Anything else is
+reported at the construction (the class stays Linen behind the bridge) rather than guessed.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections.abc import Callable, Sequence
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
-from linen2nnx.migrate.cst_utils import assigned_in, name_counts, self_attr, single_assign
+from linen2nnx.migrate.cst_utils import assigned_in, keyword_arg, name_counts, self_attr, single_assign
 from linen2nnx.migrate.setup_lists import element_names
 
 
@@ -40,7 +42,7 @@ class LoopList:
     attr: str  # `blocks` of `self.blocks = blocks`
     ctor: cst.Call  # `Block(...)`, appended directly or through a local of the loop body
     names: str  # the elements' Linen names, `blocks_{i}`
-    index: str  # the loop's index variable
+    index: str  # the loop's index variable ("" for a loop without one: its elements then need no size each)
     assign: cst.Assign  # `self.blocks = blocks`
 
 
@@ -193,11 +195,11 @@ def loop_lists(
                 continue  # not a submodule (or one the verifier reports)
             index = _loop_index(loop)
             final = _final_assign(body, position, local)
-            names = element_names(ctor, index, final[0]) if index is not None and final is not None else None
+            names = element_names(ctor, index or "", final[0]) if final is not None else None
             reason = _unexact(body, position, loop, local, held, at_top, uses)
-            if reason is None and index is None:
-                reason = "its loop is not `for i in range(n)` / `for i, x in enumerate(s)` (Linen numbers the list)"
-            elif reason is None and index in assigned_in(loop.body):
+            if reason is None and index is None and keyword_arg(ctor, "name") is not None:
+                reason = "it is named, and its loop is not `for i in range(n)` / `for i, x in enumerate(s)`"
+            elif reason is None and index is not None and index in assigned_in(loop.body):
                 reason = f"the loop rebinds its index {index}"
             elif reason is None and (final is None or _self_assigns(setup, final[0]) != 1):
                 reason = f"the list {local} is not assigned once to an attribute after the loop"
@@ -206,8 +208,8 @@ def loop_lists(
             if reason is not None:
                 unfollowed.append(Unfollowed(ctor, f"{_called(ctor)} appended to {local}: {reason}"))
                 continue
-            assert final is not None and names is not None and index is not None
-            followed.append(LoopList(final[0], ctor, names, index, final[1]))
+            assert final is not None and names is not None
+            followed.append(LoopList(final[0], ctor, names, index or "", final[1]))
     return followed, unfollowed
 
 
