@@ -317,6 +317,11 @@ class ClassPlanner:
                 plan, found.ctor, attr=found.attr, linen_name=found.names, hoisted=False
             )
             site.container, site.elements, site.elements_index = "list", found.names, found.index  # type: ignore[assignment]
+            for k, seed in enumerate(found.seeds):  # `resnets = [Block(...)]` before the loop: element k
+                site = self.site_planner.add_site(
+                    plan, seed, attr=found.attr, linen_name=found.names, hoisted=False
+                )
+                site.container, site.elements, site.elements_index = "list", found.names, str(k)  # type: ignore[assignment]
         for miss in unfollowed:
             self.ctx.report(
                 MOD_004,

@@ -14,13 +14,15 @@ several lists. The loop stays a loop in ``__init__``: each construction is rewri
 patterns and site fields this reuses), and the assignment becomes ``self.blocks = nnx.List(blocks)``.
 
 Positions are the loop's count only when every iteration appends exactly once and nothing else
-touches the list: so the loop has no ``break`` / ``continue`` / ``else``, the append a statement of the loop body itself (not under an
-``if``), the list bound once to ``[]`` and read only by that append and the one assignment after the
-loop, and a module held in a local read only by the append. A ``name=`` of the index and a size that
-differs per element (a tuple argument indexed by position) need the index to be the position:
-``for i in range(n)`` or ``for i, x in enumerate(s)``; over any other iterable (``for width in
-self.widths``) only auto-named modules sized once for all elements are followed. Anything else is
-reported at the construction (the class stays Linen behind the bridge) rather than guessed.
+touches the list: so the loop has no ``break`` / ``continue`` / ``else``, the append is a statement of
+the loop body itself (not under an ``if``), the list is bound once, to ``[]`` or to auto-named modules
+of the appended class that Linen numbers first (diffusers' mid blocks: ``resnets = [Block(...)]``),
+and read only by that append and the one assignment after the loop, and a module held in a local is
+read only by the append. A ``name=`` of the index and a size that differs per element (a tuple
+argument indexed by position: ``[0]``, then ``[1 + i]``) need the index: ``for i in range(n)`` or
+``for i, x in enumerate(s)``; over any other iterable (``for width in self.widths``) only auto-named
+modules sized once for all elements are followed. Anything else is reported at the construction
+(the class stays Linen behind the bridge where it can) rather than guessed.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from collections.abc import Callable, Sequence
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
-from linen2nnx.migrate.cst_utils import assigned_in, keyword_arg, name_counts, self_attr, single_assign
+from linen2nnx.migrate.cst_utils import assigned_in, code, keyword_arg, name_counts, self_attr, single_assign
 from linen2nnx.migrate.setup_lists import element_names
 
 
@@ -42,8 +44,9 @@ class LoopList:
     attr: str  # `blocks` of `self.blocks = blocks`
     ctor: cst.Call  # `Block(...)`, appended directly or through a local of the loop body
     names: str  # the elements' Linen names, `blocks_{i}`
-    index: str  # the loop's index variable ("" for a loop without one: its elements then need no size each)
+    index: str  # the element's position: `i`, `1 + i` after seeds ("" for a loop without an index)
     assign: cst.Assign  # `self.blocks = blocks`
+    seeds: tuple[cst.Call, ...] = ()  # modules the list starts with: `resnets = [ResnetBlock(...)]`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +199,8 @@ def loop_lists(
             index = _loop_index(loop)
             final = _final_assign(body, position, local)
             names = element_names(ctor, index or "", final[0]) if final is not None else None
-            reason = _unexact(body, position, loop, local, held, at_top, uses)
+            seeds = _seeds(body, position, local, ctor, builds)
+            reason = _unexact(loop, local, held, at_top, uses, seeds)
             if reason is None and index is None and keyword_arg(ctor, "name") is not None:
                 reason = "it is named, and its loop is not `for i in range(n)` / `for i, x in enumerate(s)`"
             elif reason is None and index is not None and index in assigned_in(loop.body):
@@ -205,11 +209,14 @@ def loop_lists(
                 reason = f"the list {local} is not assigned once to an attribute after the loop"
             elif reason is None and names is None:
                 reason = "its name= is computed in a way the codemod cannot follow"
+            elif reason is None and seeds and names != f"{final[0]}_{{i}}":
+                reason = "it is named, and the list starts with modules before the loop"
             if reason is not None:
                 unfollowed.append(Unfollowed(ctor, f"{_called(ctor)} appended to {local}: {reason}"))
                 continue
-            assert final is not None and names is not None
-            followed.append(LoopList(final[0], ctor, names, index or "", final[1]))
+            assert final is not None and names is not None and seeds is not None
+            at = f"{len(seeds)} + {index}" if seeds and index else index or ""
+            followed.append(LoopList(final[0], ctor, names, at, final[1], seeds))
     return followed, unfollowed
 
 
@@ -225,14 +232,39 @@ def _called(ctor: cst.Call) -> str:
     return ".".join(reversed(parts)) + "(...)"
 
 
-def _unexact(
+def _seeds(
     body: Sequence[cst.BaseStatement],
     position: int,
+    local: str,
+    ctor: cst.Call,
+    builds: Callable[[cst.BaseExpression], bool],
+) -> tuple[cst.Call, ...] | None:
+    """The modules ``local`` is bound to before the loop, once, as a list literal: none (``[]``) or
+    auto-named ones of the appended class (Linen numbers them first, ``resnets_0``); None otherwise."""
+    inits = [a for a in map(single_assign, body[:position]) if a is not None and a[0] == local]
+    value = inits[0][1] if len(inits) == 1 else None
+    if not isinstance(value, cst.List):
+        return None
+    seeds = tuple(e.value for e in value.elements)
+    if all(
+        isinstance(e, cst.Element)
+        and isinstance(seed, cst.Call)
+        and builds(seed)
+        and keyword_arg(seed, "name") is None
+        and code(seed.func) == code(ctor.func)
+        for e, seed in zip(value.elements, seeds)
+    ):
+        return seeds  # type: ignore[return-value]
+    return None
+
+
+def _unexact(
     loop: cst.For,
     local: str,
     held: str | None,
     at_top: bool,
     uses: dict[str, int],
+    seeds: tuple[cst.Call, ...] | None,
 ) -> str | None:
     """Why the appends to ``local`` in ``loop`` may not number the list as its index does; None when
     they do (see the module docstring)."""
@@ -242,9 +274,8 @@ def _unexact(
         return "the loop may skip or end iterations (break / continue / else)"
     if sum(1 for name, _, _ in _appends(loop) if name == local) != 1:
         return f"{local} is appended to more than once per iteration"
-    inits = [a for a in map(single_assign, body[:position]) if a is not None and a[0] == local]
-    if len(inits) != 1 or not (isinstance(inits[0][1], cst.List) and not inits[0][1].elements):
-        return f"{local} is not bound to an empty list before the loop"
+    if seeds is None:
+        return f"{local} is not bound once before the loop to [] or a list of auto-named modules of its class"
     if uses.get(local) != 3:  # `local = []`, `local.append(...)`, `self.attr = local`
         return f"{local} is read, bound or changed elsewhere in setup()"
     if held is not None and uses.get(held) != 2:  # `held = Block(...)`, `local.append(held)`
