@@ -87,6 +87,7 @@ CASES = {
     "einops_patterns": ("Tokens", {}, (2, 4, 4, 3)),  # einops.rearrange / reduce keep the last axis
     "late_import": ("Scaled", {}, (2, 5)),  # an import below the classes: nnx is imported above them
     "setup_comprehension": ("Stack", {}, (2, 4)),  # [Block(..., name=f"block.{i}") for i in range(n)]
+    "setup_loop_lists": ("Stack", {}, (2, 4)),  # blocks.append(Block(...)) in a loop, self.blocks = blocks
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
     "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept
@@ -494,4 +495,36 @@ def test_traced_input_leaf_sizes_are_constructor_arguments(tmp_path):
     assert "INPUT_LEAF_ARGS = {'views_audio_features': (0, \"['audio']\")" in spec.read_text()
     written = load_pair(str(spec))
     parity = check(written, perturbed(written.linen.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+
+
+def test_setup_loop_sizes_each_index_elements_by_position(tmp_path):
+    """A list that starts with a module before the loop that fills it (diffusers' mid blocks), with a
+    size per element: the tuple argument is read at the element's position in the list (``[0]``, then
+    ``[1 + i]``), as Linen numbers ``layers_0``, ``layers_1``, ...; widths that differ per element
+    would fail to build from the same weights if the positions were off."""
+    case = "setup_loop_sizes_each"
+    src = fixture(f"{case}_in.py").read_text()
+    result = migrate_source(src, f"{case}.py", module_name=case)
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_module, nnx_module = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    assert result.name_map.classes[f"{case}.Mid"].new_args == {"layers_in_features": "unresolved_each"}
+    x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
+    side = LinenSide(
+        model=linen_module.Mid(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_module.Mid(layers_in_features=(5, 4, 4), rngs=rngs),
+        name_map=map_path,
+    )
+    variables = perturbed(side.init_variables())
+    parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]

@@ -69,6 +69,7 @@ NOT_RUNNABLE = {
     "compact_alias_kept": "manual findings: class-holding locals and loop names the codemod cannot follow",
     "loop_jumps": "manual finding: modules built on some iterations of a loop are left to a person",
     "setup_comprehension_offset": "manual finding: element names that are no list index stay Linen",
+    "setup_loop_unfollowed": "manual findings: lists a setup() loop fills off its index stay Linen",
     "init_value_reads_input": "manual finding: a parameter's initial value reads the input's shape",
     "external_block": "imports a package that is not part of the run (vision_blocks)",
     "external_local": "imports a package that is not part of the run (text_blocks)",

@@ -525,9 +525,9 @@ class Emitter:
         if attr in plan.containers and isinstance(assign.value, (cst.List, cst.Tuple)):
             value = cst.Call(parse_expression("nnx.List"), [cst.Arg(cst.List(assign.value.elements))])
             return stmt.with_changes(body=[assign.with_changes(value=value)])
-        if isinstance(assign.value, cst.ListComp) and any(
+        if isinstance(assign.value, (cst.ListComp, cst.Name)) and any(
             s.elements is not None and s.attr == attr for s in plan.sites.values()
-        ):  # a comprehension of submodules (setup_lists.py)
+        ):  # a comprehension of submodules (setup_lists.py) or a list a loop filled (setup_loop_lists.py)
             value = cst.Call(parse_expression("nnx.List"), [cst.Arg(assign.value)])
             return stmt.with_changes(body=[assign.with_changes(value=value)])
         return stmt

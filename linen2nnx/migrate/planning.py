@@ -52,6 +52,7 @@ from linen2nnx.migrate.rules import (
     XFORM_002,
 )
 from linen2nnx.migrate.setup_lists import ClassAlias, class_alias, comprehension_index, element_names
+from linen2nnx.migrate.setup_loop_lists import loop_lists
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
     LINEN_COMPACT,
@@ -250,6 +251,7 @@ class ClassPlanner:
     def _plan_setup_block(self, plan: ClassPlan, body: Any) -> None:
         """setup() statements, including those under ``if`` and ``match`` (conditional submodules keep
         their condition)."""
+        self._plan_setup_loops(plan, body)
         for stmt in body:
             if isinstance(stmt, cst.If):
                 self._plan_setup_block(plan, stmt.body.body)
@@ -304,6 +306,29 @@ class ClassPlanner:
                         site.container = "list"
                         sites.append(site)
                     plan.containers[attr] = sites
+
+    def _plan_setup_loops(self, plan: ClassPlan, body: Any) -> None:
+        """Lists a loop of setup() fills with submodules (setup_loop_lists.py): one site for the
+        construction of each, built where it is written; a located finding where not followed."""
+        assert plan.setup is not None
+        followed, unfollowed = loop_lists(list(body), plan.setup, self._builds_submodule)
+        for found in followed:
+            site = self.site_planner.add_site(
+                plan, found.ctor, attr=found.attr, linen_name=found.names, hoisted=False
+            )
+            site.container, site.elements, site.elements_index = "list", found.names, found.index  # type: ignore[assignment]
+            for k, seed in enumerate(found.seeds):  # `resnets = [Block(...)]` before the loop: element k
+                site = self.site_planner.add_site(
+                    plan, seed, attr=found.attr, linen_name=found.names, hoisted=False
+                )
+                site.container, site.elements, site.elements_index = "list", found.names, str(k)  # type: ignore[assignment]
+        for miss in unfollowed:
+            self.ctx.report(
+                MOD_004,
+                miss.ctor,
+                miss.reason,
+                "fill the list with one unconditional append per `range` iteration",
+            )
 
     def _builds_submodule(self, node: cst.BaseExpression) -> bool:
         return isinstance(node, cst.Call) and bool(

@@ -450,6 +450,15 @@ class Sizer(TraceEvidence):
         arg = f"{label}_{child_arg}".replace("[", "_").replace("]", "").replace("/", "_")
         while arg in plan.field_names:
             arg += "_"
+        if site.elements is not None and not site.elements_index:  # a setup() loop with no index
+            self.ctx.report(
+                MOD_004,
+                site.ctor,
+                f"{what} is unknown statically, for each element, and the loop that fills {site.attr} "
+                "has no index to pick each one's size by",
+                "loop over `enumerate(...)` / `range(n)`, or run `linen2nnx migrate --trace SPEC`",
+            )
+            return arg
         if site.elements is not None:  # each element of a setup() comprehension: one size per element
             plan.new_args[arg] = "unresolved_each"
             self.ctx.report(
