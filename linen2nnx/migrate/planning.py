@@ -17,7 +17,7 @@ from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
 from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
 from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children
+from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_names,
@@ -27,7 +27,6 @@ from linen2nnx.migrate.cst_utils import (
     names_in,
     parse_expression,
     self_attr,
-    single_assign,
 )
 from linen2nnx.migrate.factories import (
     find_factory,
@@ -43,6 +42,7 @@ from linen2nnx.migrate.lifted import (
     method_scan,
 )
 from linen2nnx.migrate.local_planning import LocalPlanner
+from linen2nnx.migrate.local_sites import plan_local_sites
 from linen2nnx.migrate.merge_flags import merge_flags
 from linen2nnx.migrate.named_variables import plan_put_variables
 from linen2nnx.migrate.rules import (
@@ -56,7 +56,6 @@ from linen2nnx.migrate.setup_loop_lists import loop_lists
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
     LINEN_COMPACT,
-    BranchLocal,
     ClassPlan,
     Site,
     static_everywhere,
@@ -413,50 +412,7 @@ class ClassPlanner:
             self.ctx.report(
                 MOD_004, site.ctor, f"{site.linen_name} built in two places that share no attribute"
             )
-        self._plan_local_sites(plan, fn.body.body, counts)
-
-    def _plan_local_sites(self, plan: ClassPlan, body: Any, counts: dict[str, int], loop: Any = None) -> None:
-        """``dense = nn.Dense(4)`` then ``dense(x)``, ``embed.attend(y)``: the local applies the site; so
-        does one bound once in one branch of an ``if``, or in the body of a loop (``block = Block(name=
-        f'b_{i}')`` then ``block(x)``) when only that loop reads it: the module that iteration builds."""
-        for stmt in body:
-            assign = single_assign(stmt)
-            if assign is not None:
-                name, value = assign
-                inside = loop is None or _uses(loop, name) == _uses(plan.compact, name)
-                if counts.get(name) == 1 and value in plan.sites and inside:
-                    plan.local_sites[name] = plan.sites[value]
-            elif isinstance(stmt, cst.If):
-                self._plan_branch_local(plan, stmt, counts)
-                self._plan_local_sites(plan, _blocks_of(stmt), counts, loop)
-            elif isinstance(stmt, cst.For) and stmt.orelse is None:
-                self._plan_local_sites(plan, _blocks_of(stmt), counts, stmt)
-
-    def _plan_branch_local(self, plan: ClassPlan, stmt: cst.If, counts: dict[str, int]) -> None:
-        """``if t: v = nn.Embed(...)`` ``else: v = self.field`` (either order): see :class:`BranchLocal`."""
-        if not isinstance(stmt.orelse, cst.Else):
-            return
-
-        def single(block: cst.BaseSuite) -> tuple[str, cst.BaseExpression] | None:
-            body = block.body if isinstance(block, cst.IndentedBlock) else []
-            return single_assign(body[0]) if len(body) == 1 else None
-
-        then, orelse = single(stmt.body), single(stmt.orelse.body)
-        if then is None or orelse is None or then[0] != orelse[0] or counts.get(then[0]) != 2:
-            return
-        test = code(stmt.test)
-        for (own, other), own_test in (((then[1], orelse[1]), test), ((orelse[1], then[1]), f"not ({test})")):
-            site = plan.sites.get(own) if isinstance(own, cst.Call) else None
-            field = self_attr(other)
-            if (
-                site is not None
-                and site.kind == "layer"
-                and site.rule is not None
-                and site.rule.out_attr
-                and site.rule.out_arg in site.args
-                and field in plan.field_names
-            ):
-                plan.branch_sites[then[0]] = BranchLocal(site, own_test, f"self.{field}")
+        plan_local_sites(plan, fn.body.body, counts)
 
     def _site_state_when(self, plan: ClassPlan, site: Site) -> str | None:
         """When applying ``site`` creates variables, in this class's terms: the submodule's condition
@@ -595,25 +551,3 @@ def _complementary(a: list[str], b: list[str]) -> bool:
     if len(a) != len(b) or not a or a[:-1] != b[:-1]:
         return False
     return b[-1] == f"not ({a[-1]})" or a[-1] == f"not ({b[-1]})"
-
-
-def _blocks_of(stmt: cst.If | cst.For) -> list[cst.BaseStatement]:
-    """The statements of a loop's body, or of every branch of an ``if`` / ``elif`` / ``else``."""
-    found: list[cst.BaseStatement] = []
-    node: Any = stmt
-    while node is not None:
-        body = node.body
-        found += list(body.body) if isinstance(body, cst.IndentedBlock) else []
-        node = node.orelse if isinstance(node, cst.If) else None
-        if isinstance(node, cst.Else):
-            body = node.body
-            found += list(body.body) if isinstance(body, cst.IndentedBlock) else []
-            node = None
-    return found
-
-
-def _uses(node: cst.CSTNode, name: str) -> int:
-    """How many times ``name`` is written under ``node``."""
-    return int(isinstance(node, cst.Name) and node.value == name) + sum(
-        _uses(c, name) for c in syntax_children(node)
-    )
