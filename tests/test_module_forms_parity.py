@@ -498,21 +498,28 @@ def test_traced_input_leaf_sizes_are_constructor_arguments(tmp_path):
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
 
 
-def test_setup_loop_sizes_each_index_elements_by_position(tmp_path):
-    """A list that starts with a module before the loop that fills it (diffusers' mid blocks), with a
-    size per element: the tuple argument is read at the element's position in the list (``[0]``, then
-    ``[1 + i]``), as Linen numbers ``layers_0``, ``layers_1``, ...; widths that differ per element
-    would fail to build from the same weights if the positions were off."""
-    case = "setup_loop_sizes_each"
+@pytest.mark.parametrize(
+    "case, cls, arg, sizes",
+    [
+        ("setup_loop_sizes_each", "Mid", "layers_in_features", (5, 4, 4)),
+        ("setup_comprehension_range_sizes", "Stack", "blocks_in_features", (5, 4, 3)),
+    ],
+)
+def test_setup_list_sizes_each_index_elements_by_position(case, cls, arg, sizes, tmp_path):
+    """A size per element of a setup() list, read at the element's position in the list: a list that
+    starts with a module before the loop that fills it (diffusers' mid blocks: ``[0]``, then ``[1 + i]``),
+    and a comprehension over ``range(1, 4)`` (``[i - 1]``), as Linen numbers ``layers_0``, ``layers_1``,
+    ...; widths that differ per element would fail to build from the same weights if the positions were
+    off."""
     src = fixture(f"{case}_in.py").read_text()
     result = migrate_source(src, f"{case}.py", module_name=case)
     (tmp_path / "linen_src.py").write_text(src)
     (tmp_path / "nnx_src.py").write_text(result.output)
     linen_module, nnx_module = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
-    assert result.name_map.classes[f"{case}.Mid"].new_args == {"layers_in_features": "unresolved_each"}
+    assert result.name_map.classes[f"{case}.{cls}"].new_args == {arg: "unresolved_each"}
     x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
     side = LinenSide(
-        model=linen_module.Mid(),
+        model=getattr(linen_module, cls)(),
         batch={"x": x},
         loss=lambda out, batch: jnp.mean(out**2),
         train_kwargs={},
@@ -522,7 +529,7 @@ def test_setup_loop_sizes_each_index_elements_by_position(tmp_path):
     result.name_map.save(map_path)
     pair = ModelPair(
         linen=side,
-        nnx_factory=lambda rngs: nnx_module.Mid(layers_in_features=(5, 4, 4), rngs=rngs),
+        nnx_factory=lambda rngs: getattr(nnx_module, cls)(**{arg: sizes}, rngs=rngs),
         name_map=map_path,
     )
     variables = perturbed(side.init_variables())

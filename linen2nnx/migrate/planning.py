@@ -51,7 +51,13 @@ from linen2nnx.migrate.rules import (
     MOD_006,
     XFORM_002,
 )
-from linen2nnx.migrate.setup_lists import ClassAlias, class_alias, comprehension_index, element_names
+from linen2nnx.migrate.setup_lists import (
+    ClassAlias,
+    class_alias,
+    comprehension_index,
+    element_names,
+    element_position,
+)
 from linen2nnx.migrate.setup_loop_lists import loop_lists
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
@@ -350,7 +356,8 @@ class ClassPlanner:
         if names is None:
             return  # the verifier reports the Linen module left in the comprehension
         site = self.site_planner.add_site(plan, comp.elt, attr=attr, linen_name=names, hoisted=False)
-        site.container, site.elements, site.elements_index = "list", names, index  # type: ignore[assignment]
+        position = element_position(comp, index)  # what a tuple of per-element sizes is indexed by
+        site.container, site.elements, site.elements_index = "list", names, position  # type: ignore[assignment]
         if alias is not None and alias.remat is not None:
             assert alias.remat_stmt is not None
             site.lifted = self.ctx.lift_chain(

@@ -22,7 +22,7 @@ import dataclasses
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import keyword_arg, names_in, single_assign
+from linen2nnx.migrate.cst_utils import code, keyword_arg, names_in, single_assign
 
 
 def comprehension_index(comp: cst.ListComp) -> str | None:
@@ -50,6 +50,24 @@ def comprehension_index(comp: cst.ListComp) -> str | None:
     ):
         return target.elements[0].value.value
     return None
+
+
+def element_position(comp: cst.ListComp, index: str) -> str:
+    """The position of an element, as an expression of the comprehension's ``index``: the index itself,
+    or over ``range(start, stop[, step])`` the count of steps from ``start`` (what a tuple of one size
+    per element is indexed by)."""
+    it = comp.for_in.iter
+    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"):
+        return index
+    args = [
+        code(a.value) if isinstance(a.value, (cst.Name, cst.Integer, cst.Attribute)) else f"({code(a.value)})"
+        for a in it.args
+    ]
+    if len(args) == 2:
+        return f"({index} - {args[0]})"
+    if len(args) == 3:
+        return f"({index} - {args[0]}) // {args[2]}"
+    return index
 
 
 def element_names(ctor: cst.Call, index: str, attr: str) -> str | None:
