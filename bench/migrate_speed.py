@@ -21,11 +21,14 @@ What is measured, so that a shared, loaded machine disturbs it as little as it c
   floor, floor, ... , so a load that comes and goes falls on both;
 - the ratio is that of the per-side minima of wall time (the repetition least disturbed by other
   processes), printed with the ratio of the medians and of the minima of CPU seconds (this process and
-  its workers), which a loaded machine disturbs less. The goal (<= 2.0) is judged on the minima.
+  its workers), which a loaded machine disturbs less. The goal (<= 2.0) is judged on the minima;
+- with ``--instructions``, each side's machine instructions are also counted under valgrind (start-up
+  excluded: a run that only starts up is subtracted), a count no other process changes.
 
     python bench/migrate_speed.py                      # 2,000 files, one process, 3 repetitions
     python bench/migrate_speed.py --files 2000 --jobs 2
     python bench/migrate_speed.py --files 300 --profile prof.txt   # + where the codemod spends its time
+    python bench/migrate_speed.py --files 300 --instructions        # + instruction counts (valgrind)
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -312,13 +316,15 @@ def _start_up(side: str) -> None:
         engine._warm_up()
 
 
-def measure_side(side: str, root: Path, jobs: int) -> dict:
+def measure_side(side: str, root: Path, jobs: int, start_up_only: bool = False) -> dict:
     """One measurement of one side, in this (fresh) process: start-up, then the work."""
     t = _clock()
     _start_up(side)
     start_up = _since(t)[0]
     paths = sorted(root.rglob("*.py"))
     out: dict = {"side": side, "start_up_s": start_up}
+    if start_up_only:
+        return out
     if side == "migrate":
         (out["wall_s"], out["cpu_s"]), result = migrate_time(root, jobs)
         out["changed"] = sum(r.changed for r in result.files)  # type: ignore[attr-defined]
@@ -337,6 +343,25 @@ def _measure_in_child(side: str, root: Path, jobs: int) -> dict:
     if done.returncode:
         raise RuntimeError(f"measuring {side} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def instructions(side: str, root: Path) -> int | None:
+    """Machine instructions one process executes for ``side``'s per-file work (one process, jobs=1):
+    under valgrind's instruction counter, a run with the work minus a run with the start-up only.
+    Other processes do not change the count, so it compares the two sides on a loaded machine as no
+    clock does (though it weighs a cache miss like any instruction). None without valgrind."""
+    if shutil.which("valgrind") is None:
+        return None
+    counts = []
+    for extra in ([], ["--start-up-only"]):
+        cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+        cmd += [sys.executable, str(Path(__file__).resolve()), "--measure", side, "--keep", str(root)]
+        done = subprocess.run([*cmd, "--jobs", "1", *extra], capture_output=True, text=True, check=False)
+        found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+        if done.returncode or found is None:
+            raise RuntimeError(f"counting the instructions of {side} failed:\n{done.stderr[-2000:]}")
+        counts.append(int(found.group(1).replace(",", "")))
+    return counts[0] - counts[1]
 
 
 def measure(root: Path, jobs: int, repeat: int, sides: tuple[str, ...]) -> dict[str, list[dict]]:
@@ -461,6 +486,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(the floor of any import-resolving libcst codemod), for context",
     )
     ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count each side's machine instructions under valgrind (one process; slow: about "
+        "30x, so on a few hundred files), a measure other processes on the machine do not disturb",
+    )
+    ap.add_argument("--start-up-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
         "--measure",
         choices=("floor", "migrate", "metadata"),
         help=argparse.SUPPRESS,  # internal: one measurement of the corpus in --keep, as JSON
@@ -472,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     jobs = args.jobs or os.cpu_count() or 1
     if args.measure:
-        print(json.dumps(measure_side(args.measure, Path(args.keep), jobs)))
+        print(json.dumps(measure_side(args.measure, Path(args.keep), jobs, args.start_up_only)))
         return 0
 
     from rich.console import Console
@@ -498,6 +530,18 @@ def main(argv: list[str] | None = None) -> int:
         sides = ("floor", "migrate", *(("metadata",) if args.metadata_floor else ()))
         numbers = summarize(measure(root, jobs, max(1, args.repeat), sides))
         console.print(_table(numbers, len(paths), jobs))
+        if args.instructions:
+            floor_i, migrate_i = instructions("floor", root), instructions("migrate", root)
+            if floor_i and migrate_i:
+                numbers.update(floor_instructions=floor_i, migrate_instructions=migrate_i)
+                numbers["instruction_ratio"] = migrate_i / floor_i
+                console.print(
+                    f"instructions (valgrind, one process, start-up excluded): floor "
+                    f"{floor_i / len(paths) / 1e6:.1f} M/file, migrate {migrate_i / len(paths) / 1e6:.1f} "
+                    f"M/file, ratio {numbers['instruction_ratio']:.2f}"
+                )
+            else:
+                console.print("instructions: valgrind not found")
         counts = numbers["findings"]
         console.print(
             f"migrate: {numbers['changed']} changed, {numbers['skipped']} skipped by the pre-filter; findings "
