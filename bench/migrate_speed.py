@@ -364,6 +364,19 @@ def instructions(side: str, root: Path) -> int | None:
     return counts[0] - counts[1]
 
 
+def _count_instructions(root: Path, files: int, numbers: dict) -> str:
+    """Both sides' :func:`instructions`, added to ``numbers``; the line that reports them."""
+    floor_i, migrate_i = instructions("floor", root), instructions("migrate", root)
+    if not (floor_i and migrate_i):
+        return "instructions: valgrind not found"
+    numbers.update(floor_instructions=floor_i, migrate_instructions=migrate_i)
+    numbers["instruction_ratio"] = migrate_i / floor_i
+    return (
+        f"instructions (valgrind, one process, start-up excluded): floor {floor_i / files / 1e6:.1f} "
+        f"M/file, migrate {migrate_i / files / 1e6:.1f} M/file, ratio {numbers['instruction_ratio']:.2f}"
+    )
+
+
 def measure(root: Path, jobs: int, repeat: int, sides: tuple[str, ...]) -> dict[str, list[dict]]:
     """Every side ``repeat`` times, interleaved (ABBA order: a drifting load falls on all sides)."""
     runs: dict[str, list[dict]] = {side: [] for side in sides}
@@ -531,17 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         numbers = summarize(measure(root, jobs, max(1, args.repeat), sides))
         console.print(_table(numbers, len(paths), jobs))
         if args.instructions:
-            floor_i, migrate_i = instructions("floor", root), instructions("migrate", root)
-            if floor_i and migrate_i:
-                numbers.update(floor_instructions=floor_i, migrate_instructions=migrate_i)
-                numbers["instruction_ratio"] = migrate_i / floor_i
-                console.print(
-                    f"instructions (valgrind, one process, start-up excluded): floor "
-                    f"{floor_i / len(paths) / 1e6:.1f} M/file, migrate {migrate_i / len(paths) / 1e6:.1f} "
-                    f"M/file, ratio {numbers['instruction_ratio']:.2f}"
-                )
-            else:
-                console.print("instructions: valgrind not found")
+            console.print(_count_instructions(root, len(paths), numbers))
         counts = numbers["findings"]
         console.print(
             f"migrate: {numbers['changed']} changed, {numbers['skipped']} skipped by the pre-filter; findings "
