@@ -58,11 +58,13 @@ def test_generated_corpus_is_varied_valid_linen(speed, tmp_path):
 
 def test_migrate_speed_runs_and_reports_the_ratio(speed, tmp_path, capsys):
     out = tmp_path / "speed.json"
-    assert speed.main(["--files", "16", "--json", str(out)]) == 0
+    assert speed.main(["--files", "16", "--repeat", "2", "--json", str(out)]) == 0
     numbers = json.loads(out.read_text())
     assert numbers["files"] == 16 and numbers["floor_s"] > 0 and numbers["migrate_s"] > 0
     assert numbers["ratio"] == pytest.approx(numbers["migrate_s"] / numbers["floor_s"])
     assert numbers["cpu_ratio"] == pytest.approx(numbers["migrate_cpu_s"] / numbers["floor_cpu_s"])
+    assert len(numbers["floor_runs_s"]) == len(numbers["migrate_runs_s"]) == 2  # interleaved repetitions
+    assert numbers["floor_s"] == min(numbers["floor_runs_s"]) and numbers["migrate_start_up_s"] > 0
     assert numbers["findings"].get("error", 0) == 0 and numbers["changed"] > 0
     text = capsys.readouterr().out
     assert "ratio migrate / floor" in text and "libcst floor" in text

@@ -144,6 +144,10 @@ IS_NODE: dict[type, bool] = _IsNode()
 # again. The entry holds the node, so its id cannot be reused while the entry lives.
 _CHILDREN: dict[int, tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = {}
 _CHILDREN_LIMIT = 200_000  # entries, a few files' trees: a caller that never calls forget stays bounded
+CHILDREN_MEMO = _CHILDREN
+"""The memo :func:`syntax_children` reads, for the hot walks that read it inline (a call less a node):
+``entry = CHILDREN_MEMO.get(id(node))``; ``entry[1]`` when ``entry is not None and entry[0] is node``,
+else ``syntax_children(node)``."""
 
 
 def syntax_children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
@@ -271,6 +275,7 @@ class FastVisitor:
                 leave(node)
 
         go(node)
+        go = None  # type: ignore[assignment]  # the closure holds itself: freed now, not by the collector
 
     def _walk_each(self, node: cst.CSTNode) -> None:
         name = type(node).__name__
@@ -494,12 +499,15 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
         return list(entry[1])
     found: list[cst.Call] = []
     stack = [node]
-    call, children = cst.Call, syntax_children
+    call, children, memo_get = cst.Call, syntax_children, _CHILDREN.get
     while stack:
         cur = stack.pop()
         if type(cur) is call:
             found.append(cur)
-        stack.extend(reversed(children(cur)))
+        entry = memo_get(id(cur))  # syntax_children(cur), its memo read here: one call less a node
+        kids = entry[1] if entry is not None and entry[0] is cur else children(cur)
+        if kids:
+            stack.extend(reversed(kids))
     if len(_CALLS) >= _CHILDREN_LIMIT:
         _CALLS.clear()
     _CALLS[id(node)] = (node, tuple(found))

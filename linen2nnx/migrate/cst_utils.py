@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor, code_of, file_memo, syntax_children
+from linen2nnx.migrate.cst_meta import CHILDREN_MEMO, FastVisitor, code_of, file_memo, syntax_children
 
 _EMPTY = cst.Module([])
 NOT_LOCAL = frozenset({"self", "True", "False", "None"})
@@ -76,15 +76,18 @@ def name_counts(node: cst.CSTNode) -> dict[str, int]:
     """How often each name of :func:`names_in` occurs in ``node``."""
     counts: dict[str, int] = {}
     stack = [node]
+    memo_get = CHILDREN_MEMO.get
+    name, attribute, arg = cst.Name, cst.Attribute, cst.Arg
     while stack:
         n = stack.pop()
         kind = type(n)
-        if kind is cst.Name:
+        if kind is name:
             counts[n.value] = counts.get(n.value, 0) + 1  # type: ignore[attr-defined]
-        elif kind is cst.Attribute or kind is cst.Arg:
+        elif kind is attribute or kind is arg:
             stack.append(n.value)  # type: ignore[attr-defined]
         else:
-            stack.extend(syntax_children(n))
+            entry = memo_get(id(n))  # syntax_children(n), its memo read inline
+            stack.extend(entry[1] if entry is not None and entry[0] is n else syntax_children(n))
     return counts
 
 
@@ -115,6 +118,7 @@ def _assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
 
     bound = _TARGET_HOLDERS
     stack: list[cst.CSTNode] = [fn]
+    memo_get = CHILDREN_MEMO.get
     while stack:  # in source order, as a visitor meets them: the first child on top of the stack
         node = stack.pop()
         kind = type(node)
@@ -125,7 +129,10 @@ def _assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
             counts[node.name.value] = counts.get(node.name.value, 0) + 1  # type: ignore[attr-defined]
             if node is not fn:  # a nested function's locals are its own
                 continue
-        stack.extend(reversed(syntax_children(node)))
+        entry = memo_get(id(node))  # syntax_children(node), its memo read inline
+        kids = entry[1] if entry is not None and entry[0] is node else syntax_children(node)
+        if kids:
+            stack.extend(reversed(kids))
     counts.pop("self", None)
     return counts
 
@@ -271,11 +278,13 @@ def _targets_in(node: cst.CSTNode, holders: tuple[type, ...]) -> set[str]:
     """The names in the ``target`` of every node of a type of ``holders`` under ``node``."""
     found: set[str] = set()
     stack = [node]
+    memo_get = CHILDREN_MEMO.get
     while stack:
         cur = stack.pop()
         if type(cur) in holders:
             found.update(names_in(cur.target))  # type: ignore[attr-defined]
-        stack.extend(syntax_children(cur))
+        entry = memo_get(id(cur))  # syntax_children(cur), its memo read inline
+        stack.extend(entry[1] if entry is not None and entry[0] is cur else syntax_children(cur))
     return found
 
 

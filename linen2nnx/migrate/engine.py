@@ -179,6 +179,8 @@ def migrate_source(
         output, own_factories, train_findings, verify_findings = _after_module_pass(
             out_tree, source, path, module_name, command, external, factories, rule_enabled
         )
+        # their calls are replayed there; asked while the file's memos (calls_in) still hold its tree
+        own_factories.update(replayable_functions(tree, module_name))
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise
@@ -188,7 +190,6 @@ def migrate_source(
     findings = sorted(
         [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
     )
-    own_factories.update(replayable_functions(tree, module_name))  # their calls are replayed there
     facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
     return FileResult(file_path, path, source, output, findings, command.name_map, **facts)
 

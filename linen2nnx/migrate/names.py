@@ -33,7 +33,7 @@ from typing import Any
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from linen2nnx.migrate.cst_meta import syntax_children
+from linen2nnx.migrate.cst_meta import CHILDREN_MEMO, syntax_children
 
 # nodes after which libcst's scope pass counts one more assignment in the current scope (reads are
 # ordered against bindings by that count)
@@ -62,6 +62,7 @@ _NAMED = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.FunctionDef, cst
 # as sets of exact types (none of these classes has subclasses): cheaper than an ABC isinstance
 _ASSIGNMENT_TYPES = frozenset(_ASSIGNMENT_LIKE)
 _NAMED_TYPES = frozenset(_NAMED)
+_MEMO_GET = CHILDREN_MEMO.get
 
 
 # ---- scopes and bindings (libcst.metadata.scope_provider, reduced to what names need) ---------------
@@ -230,19 +231,22 @@ class _Walk:
             self.visit(stmt)
 
     def visit(self, node: cst.CSTNode, store: bool = False) -> None:
-        handler = _HANDLERS.get(type(node))
+        kind = type(node)
+        handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, node, store)
         else:
-            self.children(node, store)
-        kind = type(node)
+            entry = _MEMO_GET(id(node))  # self.children(node, store), with the memo read inline
+            for child in entry[1] if entry is not None and entry[0] is node else syntax_children(node):
+                self.visit(child, store)
         if kind in _NAMED_TYPES:
             self.scope_of[node] = self.scope
         if kind in _ASSIGNMENT_TYPES:
             self.scope.count += 1
 
     def children(self, node: cst.CSTNode, store: bool = False) -> None:
-        for child in syntax_children(node):
+        entry = _MEMO_GET(id(node))  # syntax_children(node), its memo read inline
+        for child in entry[1] if entry is not None and entry[0] is node else syntax_children(node):
             self.visit(child, store)
 
     def visit_all(self, nodes: Any, store: bool = False) -> None:

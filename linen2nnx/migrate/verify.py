@@ -18,6 +18,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import (
+    CHILDREN_MEMO,
     IS_STATEMENT,
     code_of,
     start_positions,
@@ -169,6 +170,8 @@ class _Verifier:
         kind = type(node)  # node types by dict lookups: libcst's abstract bases make isinstance slow
         if IS_STATEMENT[kind]:
             stmt = node
+            if kind is cst.SimpleStatementLine and self._class is None and not self.function_factories:
+                return  # outside NNX classes only classes (statements of their own) and factory calls count
         if kind is cst.ClassDef:
             self._enter_class(node, stmt)  # type: ignore[arg-type]
             return
@@ -199,7 +202,8 @@ class _Verifier:
                 self._check_container(node, stmt)  # type: ignore[arg-type]
             elif kind is cst.Decorator:
                 self._check_linen_reference(node.decorator, node, stmt)  # type: ignore[attr-defined]
-        for child in syntax_children(node):
+        entry = CHILDREN_MEMO.get(id(node))  # syntax_children(node), its memo read inline
+        for child in entry[1] if entry is not None and entry[0] is node else syntax_children(node):
             self._walk(child, stmt)
 
     def _enter_class(self, node: cst.ClassDef, stmt: cst.CSTNode | None) -> None:
