@@ -52,6 +52,8 @@ from linen2nnx.migrate.verify_syntax import (
     defined_names,
     linen_args,
     linen_helpers,
+    marked_by_another_rule,
+    markers_of,
     self_chain,
     top_classes,
 )
@@ -159,9 +161,9 @@ class _Verifier:
         """A leftover on ``stmt``, unless another rule marked the statement (that leftover is reported
         already) or an earlier run's verifier did with other words (what a run knows of the other files
         differs once their classes are NNX, and a second run must change nothing)."""
-        if stmt is None or _marked_by_another_rule(stmt):
+        if stmt is None or marked_by_another_rule(stmt):
             return
-        earlier = _markers(stmt, f"{MARKER} L2N-VERIFY")
+        earlier = markers_of(stmt, f"{MARKER} L2N-VERIFY")
         if not earlier or f"{MARKER} {rule.id} {message}" in earlier:
             self.notes.append((rule, node, stmt, message))
 
@@ -590,15 +592,3 @@ class _Verifier:
                     stmt,
                     f"self.{attr} is Linen Module API with no meaning in an NNX class",
                 )
-
-
-def _markers(stmt: cst.CSTNode, prefix: str) -> set[str]:
-    return {
-        line.comment.value
-        for line in getattr(stmt, "leading_lines", ())
-        if line.comment is not None and line.comment.value.startswith(prefix)
-    }
-
-
-def _marked_by_another_rule(stmt: cst.CSTNode) -> bool:
-    return any(not m.startswith(f"{MARKER} L2N-VERIFY") for m in _markers(stmt, MARKER))
