@@ -211,13 +211,22 @@ async def _streamed(
     """Read a zarr v2 array with zstd chunks through :mod:`.zstd_chunk` (into ``out[path]`` when it is
     there, else into a new array there): never a chunk's stored bytes whole beside its decoded ones.
     False when it is stored otherwise; TensorStore reads it then."""
-    spec = zstd_chunk.kvstore_spec(item_dir, ".".join(str(k) for k in path), how[1])
     if path in out:
-        return await zstd_chunk.fill(spec, out[path], context)
+        return await stream_into(item_dir, how, path, out[path], context)
+    spec = zstd_chunk.kvstore_spec(item_dir, ".".join(str(k) for k in path), how[1])
     streamed = await zstd_chunk.read(spec, shape, dtype, context)
     if streamed is not None:
         out[path] = streamed
     return streamed is not None
+
+
+async def stream_into(item_dir: Path, how: tuple[str, bool], path: RawPath, dest: Any, context: Any) -> bool:
+    """Fill ``dest`` (the whole array) with the stored array's zstd chunks, each streamed
+    (:func:`.zstd_chunk.fill`); False, with nothing read, when it is stored otherwise."""
+    if how[0] != "zarr":
+        return False
+    spec = zstd_chunk.kvstore_spec(item_dir, ".".join(str(k) for k in path), how[1])
+    return await zstd_chunk.fill(spec, dest, context)
 
 
 async def open_stored(
