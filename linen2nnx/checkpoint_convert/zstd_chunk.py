@@ -6,8 +6,9 @@ bytes (zstd saves little on float weights) and the decoded array, about twice th
 what set ``convert``'s peak memory (its largest array read). Here a stored chunk is read in
 :data:`PIECE_BYTES` byte ranges through the same TensorStore key-value store (OCDBT or files, with
 Orbax's context) and streamed through ``libzstd`` straight into its destination: the array plus
-two pieces at once, and no second copy of the decoded bytes. :func:`read` does so into a new
-array, :func:`fill` into a given one (a shard's host buffer, the read-back's group buffer).
+two pieces at once, and no second copy of the decoded bytes. :func:`read` does so for a source
+array stored as one chunk; :func:`fill` for the read-back of ``--verify``, a chunk at a time
+into the group's buffer.
 
 Only the layout this is sure of is read so (zarr v2, compressor ``zstd``, no filters, C order, the
 array's own dtype and shape); anything else, or a system without ``libzstd.so.1``, returns
@@ -105,16 +106,21 @@ async def read(kvstore_spec: dict[str, Any], shape: tuple[int, ...], dtype: Any,
 
 
 async def fill(kvstore_spec: dict[str, Any], dest: Any, context: Any) -> bool:
-    """Fill ``dest`` with the stored array when it is stored as one chunk, streamed straight into
-    it; False when it is stored otherwise (then nothing is read). An array of several chunks is
-    left to TensorStore, a chunk at a time: its chunks are at most 8 MB as ``convert`` writes them,
-    and streaming each through a chunk buffer cost 20-40% more CPU in the read-back, measured, for
-    no less memory."""
+    """Fill ``dest`` with the stored array, a chunk at a time, each streamed into one reused chunk
+    buffer and copied into its box (zarr v2 stores edge chunks whole); False when the array is
+    stored otherwise (then nothing is read)."""
+    from linen2nnx.checkpoint_convert.arrays import chunk_boxes
+
     opened = await _open(kvstore_spec, dest.shape, dest.dtype, context)
-    if opened is None or opened[1] != tuple(dest.shape):
+    if opened is None:
         return False
-    kv, _, sep = opened
-    await _decode(_libzstd(), kv, sep.join("0" for _ in dest.shape) or "0", dest)
+    kv, chunks, sep = opened
+    scratch = dest if chunks == tuple(dest.shape) else np.empty(chunks, dest.dtype)
+    for box in chunk_boxes(dest.shape, chunks):
+        key = sep.join(str(b.start // c) for b, c in zip(box, chunks)) or "0"
+        await _decode(_libzstd(), kv, key, scratch)
+        if scratch is not dest:
+            dest[box] = scratch[tuple(slice(0, b.stop - b.start) for b in box)]
     return True
 
 
