@@ -190,6 +190,58 @@ def test_one_flipped_byte_of_a_written_array_is_caught(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["linen"]
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Orbax's event loop, on error
+def test_an_array_of_several_chunks_reads_back_by_chunk_and_a_flipped_byte_is_caught(tmp_path, monkeypatch):
+    """Written in 64 KB chunks, the kernel is read back a chunk at a time (each zstd chunk streamed
+    into a chunk buffer, then copied into its box): it verifies and restores bit for bit, and one
+    flipped byte of one chunk's stored bytes is caught."""
+    import asyncio
+
+    from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+    from linen2nnx.checkpoint_convert import arrays, write, zstd_chunk
+
+    monkeypatch.setattr(write, "TARGET_FILE_BYTES", 64 << 10)
+    monkeypatch.setattr(zstd_chunk, "PIECE_BYTES", 4096)
+    filled: list[int] = []
+    real_fill = zstd_chunk.fill
+
+    async def fill(spec, dest, context):
+        done = await real_fill(spec, dest, context)
+        filled.append(dest.size if done else 0)
+        return done
+
+    monkeypatch.setattr(zstd_chunk, "fill", fill)
+    pair = ModelPair(LinenSide(None, {}, None), _Big)
+    src = _big_source(tmp_path)
+    convert(src, tmp_path / "nnx", pair)
+    assert 256 * 256 in filled and read_report(tmp_path / "nnx")["verified"] is True
+    with ocp.StandardCheckpointer() as ckptr:
+        back = ckptr.restore(tmp_path / "nnx")
+    np.testing.assert_array_equal(back["dense"]["kernel"]["value"], np.arange(256 * 256).reshape(256, 256))
+    how = arrays.storage(tmp_path / "nnx")
+    path = ("dense", "kernel", "value")
+    stored = asyncio.run(
+        arrays.open_stored(tmp_path / "nnx", how, path, (256, 256), np.float32, ts_utils.get_ts_context())
+    )
+    assert how == ("zarr", True) and np.prod(stored.chunk_layout.read_chunk.shape) * 4 <= 64 << 10
+    real = verify.verify_payload
+
+    def flip_then_verify(item_dir: Path, expected, budget):
+        data = max((p for p in item_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        raw = bytearray(data.read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        data.write_bytes(bytes(raw))
+        return real(item_dir, expected, budget)
+
+    monkeypatch.setattr(verify, "verify_payload", flip_then_verify)
+    with pytest.raises(
+        L2NError, match=r"(verify: dense/kernel/value reads back as|cannot read array dense/kernel)"
+    ):
+        convert(src, tmp_path / "nnx-flipped", pair)
+    assert not (tmp_path / "nnx-flipped").exists()
+
+
 def test_read_back_names_the_array_whose_checksum_differs(tmp_path):
     """Every array of a payload is read back and compared, the last of a group included (their
     checksums are taken on another thread while the next array is read)."""

@@ -256,3 +256,74 @@ def test_a_missing_chunk_is_an_error_not_zeros(tmp_path):
     with pytest.raises(L2NError, match=r"cannot read array params/dense/kernel"):
         convert(root, tmp_path / "bad", ModelPair(LinenSide(None, {}, None), _Big))
     assert not (tmp_path / "bad").exists()
+
+
+def _random_source(root: Path, **layout: bool) -> np.ndarray:
+    big = np.random.default_rng(0).standard_normal((256, 256), dtype=np.float32)
+    with ocp.PyTreeCheckpointer(**layout) as ckptr:
+        item = {"params": {"dense": {"kernel": big}, "bias": np.ones(3, np.float32)}}
+        ckptr.save(root, args=ocp.args.PyTreeSave(item))
+    return big
+
+
+@pytest.fixture
+def streamed(monkeypatch):
+    """Every source array stored as one zstd chunk streamed, 4 KB at a time; those streamed listed."""
+    from linen2nnx.checkpoint_convert import zstd_chunk
+
+    monkeypatch.setattr(zstd_chunk, "MIN_BYTES", 0)
+    monkeypatch.setattr(zstd_chunk, "PIECE_BYTES", 4096)
+    decoded: list[str] = []
+    real = zstd_chunk.read
+
+    async def read(spec, shape, dtype, context):
+        got = await real(spec, shape, dtype, context)
+        if got is not None:
+            decoded.append(spec["path"].rsplit("/", 1)[-1])
+        return got
+
+    monkeypatch.setattr(zstd_chunk, "read", read)
+    assert zstd_chunk._libzstd() is not None
+    return decoded
+
+
+def test_a_source_array_stored_as_one_chunk_is_streamed_bit_for_bit(tmp_path, streamed):
+    """A zstd chunk read in pieces and decoded straight into its array (never its stored bytes whole
+    beside it): the same bytes as TensorStore's read, OCDBT or not; zarr3 is left to TensorStore."""
+    for name, save in (("ocdbt", {}), ("plain", {"use_ocdbt": False}), ("zarr3", {"use_zarr3": True})):
+        src = tmp_path / name
+        big = _random_source(src, **save)
+        streamed.clear()
+        convert(src, tmp_path / f"{name}-nnx", ModelPair(LinenSide(None, {}, None), _Big))
+        with ocp.StandardCheckpointer() as ckptr:
+            back = ckptr.restore(tmp_path / f"{name}-nnx")
+        np.testing.assert_array_equal(back["dense"]["kernel"]["value"], big)
+        want = [] if name == "zarr3" else ["params.bias", "params.dense.kernel"]
+        assert sorted(streamed) == want
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Orbax's event loop, on error
+def test_a_streamed_source_chunk_cut_short_or_lost_names_the_leaf(tmp_path, streamed):
+    """A data file cut in half (OCDBT), a chunk file cut or removed (plain zarr): an error that names
+    the leaf and the chunk, never a partly decoded array."""
+    pair = ModelPair(LinenSide(None, {}, None), _Big)
+    cases = {
+        "ocdbt-cut": ({}, lambda root: max(root.rglob("d/*"), key=lambda p: p.stat().st_size)),
+        "plain-cut": ({"use_ocdbt": False}, lambda root: root / "params.dense.kernel" / "0.0"),
+        "plain-lost": ({"use_ocdbt": False}, lambda root: root / "params.dense.kernel" / "0.0"),
+    }
+    for name, (save, stored) in cases.items():
+        root = tmp_path / name
+        _random_source(root, **save)
+        data = stored(root)
+        if name.endswith("lost"):
+            data.unlink()
+        else:
+            with open(data, "r+b") as f:
+                f.truncate(data.stat().st_size // 2)
+        with pytest.raises(L2NError) as err:
+            convert(root, tmp_path / f"{name}-nnx", pair)
+        msg = str(err.value)
+        assert msg.startswith(f"{root}: cannot read array params/dense/kernel"), msg
+        assert "params.dense.kernel" in msg and len(msg.splitlines()) == 1
+        assert not (tmp_path / f"{name}-nnx").exists()

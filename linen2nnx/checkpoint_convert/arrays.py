@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from linen2nnx.checkpoint_convert import memory
+from linen2nnx.checkpoint_convert import memory, zstd_chunk
 from linen2nnx.errors import L2NError
 
 RawPath = tuple[Any, ...]
@@ -179,6 +179,8 @@ async def read_direct(
 
     async def one(path: RawPath, shape: tuple[int, ...], dtype: Any) -> None:
         try:
+            if how[0] == "zarr" and await _streamed(item_dir, how, path, shape, dtype, context, out):
+                return
             src = await open_stored(item_dir, how, path, shape, dtype, context)
             if path in out:
                 await _fill_by_chunk(src, out[path])
@@ -195,6 +197,36 @@ async def read_direct(
             if filled is not None:
                 filled(p, out[p])
     return {p: out[p] for p in metas}
+
+
+async def _streamed(
+    item_dir: Path,
+    how: tuple[str, bool],
+    path: RawPath,
+    shape: tuple[int, ...],
+    dtype: Any,
+    context: Any,
+    out: dict[RawPath, Any],
+) -> bool:
+    """Read a zarr v2 array with zstd chunks through :mod:`.zstd_chunk` (into ``out[path]`` when it is
+    there, else into a new array there): never a chunk's stored bytes whole beside its decoded ones.
+    False when it is stored otherwise; TensorStore reads it then."""
+    if path in out:
+        return await stream_into(item_dir, how, path, out[path], context)
+    spec = zstd_chunk.kvstore_spec(item_dir, ".".join(str(k) for k in path), how[1])
+    streamed = await zstd_chunk.read(spec, shape, dtype, context)
+    if streamed is not None:
+        out[path] = streamed
+    return streamed is not None
+
+
+async def stream_into(item_dir: Path, how: tuple[str, bool], path: RawPath, dest: Any, context: Any) -> bool:
+    """Fill ``dest`` (the whole array) with the stored array's zstd chunks, each streamed
+    (:func:`.zstd_chunk.fill`); False, with nothing read, when it is stored otherwise."""
+    if how[0] != "zarr":
+        return False
+    spec = zstd_chunk.kvstore_spec(item_dir, ".".join(str(k) for k in path), how[1])
+    return await zstd_chunk.fill(spec, dest, context)
 
 
 async def open_stored(
@@ -219,16 +251,34 @@ async def open_stored(
 
 async def _fill_by_chunk(src: Any, dest: Any) -> None:
     """Copy ``src`` into ``dest`` one stored chunk at a time: one chunk's decoded bytes at once."""
-    import itertools
-
     import tensorstore as ts
 
     view = ts.array(dest, copy=False, write=True)
-    chunk = src.chunk_layout.read_chunk.shape or dest.shape
-    ranges = [range(0, n, max(1, c or n)) for n, c in zip(dest.shape, chunk)]
-    for start in itertools.product(*ranges):
-        box = tuple(slice(a, min(a + max(1, c or n), n)) for a, c, n in zip(start, chunk, dest.shape))
+    for box in chunk_boxes(dest.shape, src.chunk_layout.read_chunk.shape):
         await view[box].write(src[box])
+
+
+def chunk_boxes(shape: tuple[int, ...], chunk: Any) -> Iterator[tuple[slice, ...]]:
+    """The boxes of a chunk grid over ``shape`` (a missing or zero chunk size: the whole axis)."""
+    import itertools
+
+    chunk = tuple(chunk or shape)
+    ranges = [range(0, n, max(1, c or n)) for n, c in zip(shape, chunk)]
+    for start in itertools.product(*ranges):
+        yield tuple(slice(a, min(a + max(1, c or n), n)) for a, c, n in zip(start, chunk, shape))
+
+
+async def write_by_chunk(store: Any, value: Any) -> None:
+    """Write ``value`` into ``store`` a stored chunk after another, each write committed before the
+    next chunk is encoded. One ``write`` of a whole array encodes every chunk at once and holds all
+    their compressed bytes until the last is stored (up to the array's size again, on float
+    weights); chunk by chunk, one chunk's are held. ``value`` is referenced, never copied."""
+    boxes = list(chunk_boxes(value.shape, store.chunk_layout.write_chunk.shape))
+    if len(boxes) <= 1:
+        await store.write(value, can_reference_source_data_indefinitely=True)
+        return
+    for box in boxes:
+        await store[box].write(value[box], can_reference_source_data_indefinitely=True)
 
 
 def _restore(item_dir: Path, tree: Any, wanted: dict[RawPath, Any]) -> dict[RawPath, Any]:

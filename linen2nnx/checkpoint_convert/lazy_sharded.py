@@ -154,22 +154,42 @@ async def read_group(src: LazySource, leaves: list[LazyShardedLeaf]) -> list[Any
 async def _read_sharded(src: LazySource, how: tuple[str, bool], leaf: LazyShardedLeaf, context: Any) -> Any:
     """One array: each distinct shard read once (a stored chunk at a time), placed on its devices."""
     import jax
-    import tensorstore as ts
 
     try:
         store = await arrays.open_stored(src.item_dir, how, leaf.path, leaf.shape, leaf.dtype, context)
         host: dict[Any, Any] = {}
         shards = []
+        whole = tuple((0, n) for n in leaf.shape)
         for device, index in leaf.sharding.addressable_devices_indices_map(leaf.shape).items():
             box = arrays.shard_box(index, leaf.shape)
             if box not in host:
                 host[box] = _aligned_empty(tuple(b - a for a, b in box), leaf.dtype)
-                part = store[index] if index else store
-                await arrays._fill_by_chunk(part[ts.d[:].translate_to[0]] if index else part, host[box])
+                await _fill_shard(src, how, leaf, store, index, host[box], box == whole, context)
             shards.append(jax.device_put(host[box], device, may_alias=True))
     except Exception as e:
         raise arrays._leaf_error(src.item_dir, leaf.path, src.names, e) from e
     return jax.make_array_from_single_device_arrays(leaf.shape, leaf.sharding, shards)
+
+
+async def _fill_shard(
+    src: LazySource,
+    how: tuple[str, bool],
+    leaf: LazyShardedLeaf,
+    store: Any,
+    index: Any,
+    dest: Any,
+    whole: bool,
+    context: Any,
+) -> None:
+    """One shard's part of the stored array into ``dest``: a whole array's zstd chunks streamed
+    (:func:`.arrays.stream_into`, never a chunk's stored bytes whole beside its decoded ones), else
+    TensorStore's read a stored chunk at a time."""
+    import tensorstore as ts
+
+    if whole and await arrays.stream_into(src.item_dir, how, leaf.path, dest, context):
+        return
+    part = store[index] if index else store
+    await arrays._fill_by_chunk(part[ts.d[:].translate_to[0]] if index else part, dest)
 
 
 def _aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64) -> Any:

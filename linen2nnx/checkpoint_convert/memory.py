@@ -95,12 +95,12 @@ def heap_returned() -> Iterator[None]:
 @contextlib.contextmanager
 def heap_reused() -> Iterator[None]:
     """While the block runs, buffers of up to 32 MB come from glibc's heap and are reused once
-    freed: the read-back frees a decoded chunk (at most 16 MB) and allocates the next one of the
-    same size, so from ``mmap`` each would cost a page fault per page and zeroing (half the CPU of
-    reading back, measured). What the heap keeps is bounded by the threads that free such buffers
-    into their own arenas: the read-back uses one for files and one for decoding
-    (:func:`.arrays.read_direct` into a buffer) and trims the heap between groups, so its peak stays
-    below the write's (measured: 370-420 MB against 445-450 MB at 1.1 GB)."""
+    freed: the read-back frees a chunk buffer (at most 8 MB) and the stored pieces it decodes
+    (:mod:`.zstd_chunk`) and allocates the next ones of the same size, so from ``mmap`` each would
+    cost a page fault per page and zeroing (half the CPU of reading back, measured with
+    TensorStore's reads). What the heap keeps is bounded by the threads that free such buffers
+    into their own arenas: the read-back reads one chunk at a time (:func:`.arrays.read_direct`
+    into a buffer) and trims the heap between groups."""
     with _heap_mode("reused"):
         yield
 

@@ -1,0 +1,188 @@
+"""Read a zarr v2 array's zstd chunks without holding a chunk's stored bytes whole.
+
+Orbax saves an array of one device (and every shard) as a single zarr chunk, compressed with zstd.
+TensorStore reads such a chunk whole, then decodes it: for a moment the process holds the stored
+bytes (zstd saves little on float weights) and the decoded array, about twice the array, which is
+what set ``convert``'s peak memory (its largest array read). Here a stored chunk is read in
+:data:`PIECE_BYTES` byte ranges through the same TensorStore key-value store (OCDBT or files, with
+Orbax's context) and streamed through ``libzstd`` straight into its destination: the array plus
+two pieces at once, and no second copy of the decoded bytes. :func:`read` does so for a source
+array stored as one chunk; :func:`fill` for the read-back of ``--verify``, a chunk at a time
+into the group's buffer.
+
+Only the layout this is sure of is read so (zarr v2, compressor ``zstd``, no filters, C order, the
+array's own dtype and shape); anything else, or a system without ``libzstd.so.1``, returns
+None / False and TensorStore reads the array. A chunk that is missing, cut short, does not decode,
+or decodes to another size is an error, as in TensorStore's read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Bytes of a stored chunk read at once (two are held: one decoding, the next being read); 4 MB
+#: held 10-30 MB more at the peak for no measured gain.
+PIECE_BYTES = 2 << 20
+#: Arrays smaller than this are left to TensorStore (their memory does not matter, its
+#: concurrency does).
+MIN_BYTES = 8 << 20
+_LIB: list[Any] = []
+
+
+class _Buffer(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_void_p), ("size", ctypes.c_size_t), ("pos", ctypes.c_size_t)]
+
+
+def _libzstd() -> Any:
+    """The system's ``libzstd`` (streaming decompression), or None."""
+    if not _LIB:
+        try:
+            lib = ctypes.CDLL("libzstd.so.1")
+            lib.ZSTD_createDStream.restype = ctypes.c_void_p
+            lib.ZSTD_freeDStream.argtypes = [ctypes.c_void_p]
+            lib.ZSTD_decompressStream.restype = ctypes.c_size_t
+            lib.ZSTD_decompressStream.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
+            lib.ZSTD_getErrorName.argtypes = [ctypes.c_size_t]
+            lib.ZSTD_getErrorName.restype = ctypes.c_char_p
+        except (OSError, AttributeError):
+            lib = None
+        _LIB.append(lib)
+    return _LIB[0]
+
+
+def _layout(meta: dict[str, Any], shape: tuple[int, ...], dtype: Any) -> tuple[tuple[int, ...], str] | None:
+    """``(chunk shape, key separator)`` when a ``.zarray`` is the layout decoded here, else None."""
+    native = np.dtype(dtype).newbyteorder("=")
+    chunks = tuple(meta.get("chunks") or ())
+    if (
+        meta.get("zarr_format") != 2
+        or (meta.get("compressor") or {}).get("id") != "zstd"
+        or meta.get("filters")
+        or meta.get("order") != "C"
+        or tuple(meta.get("shape") or ()) != shape
+        or len(chunks) != len(shape)
+        or not all(isinstance(c, int) and c > 0 for c in chunks)
+        or np.dtype(meta.get("dtype", "V")) != native
+        or not native.isnative
+    ):
+        return None
+    return chunks, meta.get("dimension_separator", ".")
+
+
+async def _open(kvstore_spec: dict[str, Any], shape: tuple[int, ...], dtype: Any, context: Any) -> Any:
+    """The array's key-value store and its layout, or None (not this layout, or no ``libzstd``)."""
+    import tensorstore as ts
+
+    if _libzstd() is None:
+        return None
+    spec = {**kvstore_spec, "path": kvstore_spec["path"].rstrip("/") + "/"}
+    kv = await ts.KvStore.open(spec, context=context)
+    found = await kv.read(".zarray")
+    if found.state != "value":
+        return None
+    layout = _layout(json.loads(found.value), tuple(shape), dtype)
+    return None if layout is None else (kv, *layout)
+
+
+async def read(kvstore_spec: dict[str, Any], shape: tuple[int, ...], dtype: Any, context: Any) -> Any:
+    """The array stored under ``kvstore_spec`` (Orbax's read spec's ``kvstore``) as one chunk,
+    streamed into a new array; None when it is stored otherwise (or is small: :data:`MIN_BYTES`)."""
+    if int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize < MIN_BYTES:
+        return None
+    opened = await _open(kvstore_spec, shape, dtype, context)
+    if opened is None or opened[1] != tuple(shape):
+        return None
+    kv, _, sep = opened
+    out = np.empty(shape, dtype)
+    await _decode(_libzstd(), kv, sep.join("0" for _ in shape) or "0", out)
+    return out
+
+
+async def fill(kvstore_spec: dict[str, Any], dest: Any, context: Any) -> bool:
+    """Fill ``dest`` with the stored array, a chunk at a time, each streamed into one reused chunk
+    buffer and copied into its box (zarr v2 stores edge chunks whole); False when the array is
+    stored otherwise (then nothing is read)."""
+    from linen2nnx.checkpoint_convert.arrays import chunk_boxes
+
+    opened = await _open(kvstore_spec, dest.shape, dest.dtype, context)
+    if opened is None:
+        return False
+    kv, chunks, sep = opened
+    scratch = dest if chunks == tuple(dest.shape) else np.empty(chunks, dest.dtype)
+    for box in chunk_boxes(dest.shape, chunks):
+        key = sep.join(str(b.start // c) for b, c in zip(box, chunks)) or "0"
+        await _decode(_libzstd(), kv, key, scratch)
+        if scratch is not dest:
+            dest[box] = scratch[tuple(slice(0, b.stop - b.start) for b in box)]
+    return True
+
+
+async def _decode(lib: Any, kv: Any, key: str, out: Any) -> None:
+    """Stream ``key``'s bytes through zstd into ``out``: the next piece is read while one decodes
+    (libzstd runs on a worker thread, without the GIL)."""
+    dest = _Buffer(out.ctypes.data, out.nbytes, 0)
+    label = f"{kv.path}{key}"  # as TensorStore names a chunk: params.dense.kernel/0.0
+    stream = lib.ZSTD_createDStream()
+    try:
+        pos, last = 0, 1
+        piece = await _piece(kv, key, pos)
+        if piece is None:
+            raise ValueError(f'chunk "{label}" is missing')
+        while piece:
+            pos += len(piece)
+            following = asyncio.ensure_future(_piece(kv, key, pos)) if len(piece) == PIECE_BYTES else None
+            try:
+                last = await asyncio.to_thread(_feed, lib, stream, dest, piece, label)
+            except BaseException:
+                if following is not None:
+                    following.cancel()
+                raise
+            piece = (await following) if following is not None else b""
+        if last != 0 or dest.pos != dest.size:
+            raise ValueError(f'chunk "{label}" is cut short: {dest.pos} of {dest.size} bytes decoded')
+    finally:
+        lib.ZSTD_freeDStream(stream)
+
+
+async def _piece(kv: Any, key: str, pos: int) -> bytes | None:
+    """Bytes ``pos`` to ``pos + PIECE_BYTES`` of the value (fewer at its end; None: no such key)."""
+    try:
+        try:
+            got = await kv.read(key, byte_range=slice(pos, pos + PIECE_BYTES))
+        except ValueError as e:  # the range passes the value's end: read what is left
+            if "OUT_OF_RANGE" not in str(e):
+                raise
+            got = await kv.read(key, byte_range=slice(pos, None))
+    except ValueError as e:
+        raise ValueError(f'reading chunk "{kv.path}{key}" at byte {pos}: {e}') from e
+    if got.state != "value":
+        return None
+    return bytes(got.value)
+
+
+def _feed(lib: Any, stream: Any, dest: _Buffer, piece: bytes, key: str) -> int:
+    """Decode all of ``piece`` into ``dest``; libzstd's hint (0: a frame ended exactly here)."""
+    src = _Buffer(ctypes.cast(ctypes.c_char_p(piece), ctypes.c_void_p), len(piece), 0)  # no copy
+    ret = 1
+    while src.pos < src.size:
+        before = (src.pos, dest.pos)
+        ret = lib.ZSTD_decompressStream(stream, ctypes.byref(dest), ctypes.byref(src))
+        if lib.ZSTD_isError(ret):
+            raise ValueError(f'chunk "{key}" does not decode: zstd: {lib.ZSTD_getErrorName(ret).decode()}')
+        if (src.pos, dest.pos) == before:  # the destination is full and the data goes on
+            raise ValueError(f'chunk "{key}" decodes to more than {dest.size} bytes')
+    return int(ret)
+
+
+def kvstore_spec(item_dir: Path, name: str, ocdbt: bool) -> dict[str, Any]:
+    """The key-value store of a zarr v2 array as Orbax's read spec has it."""
+    from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+    return ts_utils.ArrayReadSpec(str(item_dir), name, False, use_ocdbt=ocdbt).json["kvstore"]
