@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 #: Buffers this big or bigger come from ``mmap`` during a conversion (glibc ``M_MMAP_THRESHOLD``).
-MMAP_BYTES = 1 << 20
+MMAP_BYTES = 16 << 20
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 # glibc's own limits for its sliding thresholds on 64-bit: what a process that has freed a big
