@@ -145,8 +145,10 @@ class FeatureFlow:
         elif isinstance(stmt, cst.IndentedBlock):
             self.run(stmt.body)
         elif isinstance(stmt, (cst.For, cst.While)):
-            # Two passes: the first iteration sees the values from before the loop, later ones
-            # see the previous iteration's; layers inside record both.
+            # Three passes: the first iteration sees the values from before the loop, later ones
+            # see the previous iteration's; layers inside record each. A size the third pass still
+            # changes (a width that grows with every iteration: x = concat([x, f(x)])) is none that
+            # holds for every later iteration: the sizing refuses it, and after the loop it is unknown.
             self.expr_of(stmt.iter if isinstance(stmt, cst.For) else stmt.test)
             before = dict(self.env)
             if isinstance(stmt, cst.For):
@@ -155,6 +157,12 @@ class FeatureFlow:
             self.run(stmt.body.body)
             self.iteration = 1
             self.run(stmt.body.body)
+            second = dict(self.env)
+            self.iteration = 2
+            self.run(stmt.body.body)
+            for name, feat in list(self.env.items()):
+                if second.get(name) != feat:
+                    self.env[name] = Feat.unknown("a size that changes with every iteration of a loop")
             self.iteration = outer
             if isinstance(stmt, cst.For) and isinstance(stmt.target, cst.Name):
                 self._leave_loop(stmt, before)

@@ -18,6 +18,7 @@ import libcst as cst
 
 from linen2nnx.layers import LayerRule, nnx_ctor_params
 from linen2nnx.migrate.cst_meta import syntax_children
+from linen2nnx.migrate.cst_utils import assigned_names, names_in
 from linen2nnx.migrate.function_factories import LINEN_ONLY_ARGS
 from linen2nnx.migrate.sites import Site
 
@@ -38,9 +39,15 @@ def spelled_out(fn: cst.FunctionDef | None, site: Site) -> bool:
     return True
 
 
+# what a dict may carry: arguments no part of the codemod reads (sizes, strides, an output width and the
+# like feed the dataflow, which sees only arguments written out), only initialisers and number formats
+INERT = frozenset({"dtype", "param_dtype", "precision", "use_bias", "use_scale", "epsilon", "dot_general"})
+
+
 def passes_unchanged(rule: LayerRule, keys: set[str]) -> bool:
     """Whether every key is a keyword argument the NNX layer takes under its Linen name, that the
-    layer rewrite neither moves, drops, checks, renames nor adds itself."""
+    layer rewrite neither moves, drops, checks, renames nor adds itself, and that no size the codemod
+    works out depends on (an initialiser or a number format: see :data:`INERT`)."""
     special = (
         rule.unsupported_args
         | rule.call_args
@@ -52,7 +59,11 @@ def passes_unchanged(rule: LayerRule, keys: set[str]) -> bool:
     )
     accepted = nnx_ctor_params(rule.nnx)
     return all(
-        k in rule.linen_arg_order() and k not in special and rule.nnx_arg(k) == k and k in accepted
+        (k.endswith("_init") or k in INERT)
+        and k in rule.linen_arg_order()
+        and k not in special
+        and rule.nnx_arg(k) == k
+        and k in accepted
         for k in keys
     )
 
@@ -65,8 +76,8 @@ def unpacked_keys(fn: cst.FunctionDef, name: str) -> set[str] | None:
     for node, parent in _walk(fn.body, None):
         if isinstance(node, cst.Assign) and any(_is(t.target, name) for t in node.targets):
             found = _display_keys(node.value) if len(node.targets) == 1 and not bound else None
-            if found is None:
-                return None
+            if found is None or names_in(node.value) & (_locals_of(fn) - {"self"}):
+                return None  # unknown keys, or values of the call (x.dtype) that __init__ cannot replay
             keys, bound = found, True
         elif isinstance(node, cst.Name) and node.value == name:
             if isinstance(parent, cst.AssignTarget):
@@ -97,6 +108,14 @@ def _display_keys(value: cst.BaseExpression) -> set[str] | None:
             return None
         return {a.keyword.value for a in value.args if a.keyword is not None}
     return None
+
+
+def _locals_of(fn: cst.FunctionDef) -> set[str]:
+    """The method's parameters and the names it binds: what a value read in ``__init__`` cannot see."""
+    params = fn.params
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    return {p.name.value for p in every} | set(assigned_names(fn))
 
 
 def _is(node: cst.CSTNode, name: str) -> bool:

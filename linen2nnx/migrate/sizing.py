@@ -334,6 +334,13 @@ class Sizer(TraceEvidence):
     ) -> str:
         first = self._resolve_in(plan, site, feats[0], params, node)
         later = feats.get(1)
+        if later is not None and feats.get(2, later) != later:  # the third iteration sees another size
+            return self._required_arg(
+                plan,
+                site,
+                f"input feature size of {plan.name}.{site.attr} (it changes with every iteration)",
+                node,
+            )
         if site.nest is not None and later is not None and later != feats[0]:
             rest = self._resolve_in(plan, site, later, params, node)
             if names_in(parse_expression(rest)) & site.nest.names:  # another iteration's size

@@ -102,7 +102,10 @@ def verify_output(
     for rule, node, stmt, message in notes:
         line, col = positions.get(node, (1, 0))
         findings.append(Finding.of(rule, path, to_input(line), col + 1, message))
-        markers.setdefault(stmt, []).append(f"{MARKER} {rule.id} {message}")
+        # a statement an earlier run's verifier marked keeps its words: what a run knows of the other
+        # files differs once their classes are NNX, and a second run must change nothing
+        if not markers_of(stmt, f"{MARKER} L2N-VERIFY"):
+            markers.setdefault(stmt, []).append(f"{MARKER} {rule.id} {message}")
     marked = module.visit(StatementMarker(markers))
     return code_of(marked), findings
 
@@ -158,13 +161,9 @@ class _Verifier:
         self._walk(self.module, None)
 
     def _report(self, rule: Rule, node: cst.CSTNode, stmt: cst.CSTNode | None, message: str) -> None:
-        """A leftover on ``stmt``, unless another rule marked the statement (that leftover is reported
-        already) or an earlier run's verifier did with other words (what a run knows of the other files
-        differs once their classes are NNX, and a second run must change nothing)."""
-        if stmt is None or marked_by_another_rule(stmt):
-            return
-        earlier = markers_of(stmt, f"{MARKER} L2N-VERIFY")
-        if not earlier or f"{MARKER} {rule.id} {message}" in earlier:
+        """A leftover on ``stmt``, unless another rule marked the statement: that leftover is reported
+        already (the verifier is there for the silent ones)."""
+        if stmt is not None and not marked_by_another_rule(stmt):
             self.notes.append((rule, node, stmt, message))
 
     # ---- the walk --------------------------------------------------------------------------------
