@@ -1,7 +1,8 @@
 """Read a zarr v2 array's zstd chunks without holding a chunk's stored bytes whole.
 
-Orbax saves an array of one device (and every shard) as a single zarr chunk, compressed with zstd.
-TensorStore reads such a chunk whole, then decodes it: for a moment the process holds the stored
+Orbax saves an array of one device (and every shard) in zarr chunks compressed with zstd: one chunk
+for the whole array in the checkpoints training writes (unless a chunk byte size is asked for), chunks
+of at most 8 MB in those ``convert`` writes. TensorStore reads a chunk whole, then decodes it: for a moment the process holds the stored
 bytes (zstd saves little on float weights) and the decoded array, about twice the array, which is
 what set ``convert``'s peak memory (its largest array read). Here a stored chunk is read in
 :data:`PIECE_BYTES` byte ranges through the same TensorStore key-value store (OCDBT or files, with
@@ -19,6 +20,7 @@ or decodes to another size is an error, as in TensorStore's read.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import ctypes
 import json
 from pathlib import Path
@@ -33,6 +35,7 @@ PIECE_BYTES = 2 << 20
 #: concurrency does).
 MIN_BYTES = 8 << 20
 _LIB: list[Any] = []
+_POOL: list[concurrent.futures.ThreadPoolExecutor] = []
 
 
 class _Buffer(ctypes.Structure):
@@ -130,6 +133,8 @@ async def _decode(lib: Any, kv: Any, key: str, out: Any) -> None:
     dest = _Buffer(out.ctypes.data, out.nbytes, 0)
     label = f"{kv.path}{key}"  # as TensorStore names a chunk: params.dense.kernel/0.0
     stream = lib.ZSTD_createDStream()
+    if not stream:
+        raise MemoryError(f'chunk "{label}": libzstd could not create a decoding stream')
     try:
         pos, last = 0, 1
         piece = await _piece(kv, key, pos)
@@ -138,17 +143,26 @@ async def _decode(lib: Any, kv: Any, key: str, out: Any) -> None:
         while piece:
             pos += len(piece)
             following = asyncio.ensure_future(_piece(kv, key, pos)) if len(piece) == PIECE_BYTES else None
+            work = _pool().submit(_feed, lib, stream, dest, piece, label)
             try:
-                last = await asyncio.to_thread(_feed, lib, stream, dest, piece, label)
-            except BaseException:
+                last = await asyncio.wrap_future(work)
+            except BaseException:  # an error, or this read cancelled because another leaf failed
                 if following is not None:
                     following.cancel()
+                concurrent.futures.wait([work])  # the thread uses the stream and `out`: it ends first
                 raise
             piece = (await following) if following is not None else b""
         if last != 0 or dest.pos != dest.size:
             raise ValueError(f'chunk "{label}" is cut short: {dest.pos} of {dest.size} bytes decoded')
     finally:
         lib.ZSTD_freeDStream(stream)
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads libzstd decodes on (created on first use, as asyncio's default executor is)."""
+    if not _POOL:
+        _POOL.append(concurrent.futures.ThreadPoolExecutor(thread_name_prefix="l2n-zstd"))
+    return _POOL[0]
 
 
 async def _piece(kv: Any, key: str, pos: int) -> bytes | None:

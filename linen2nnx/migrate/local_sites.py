@@ -20,12 +20,15 @@ from linen2nnx.migrate.sites import BranchLocal, ClassPlan
 def plan_local_sites(plan: ClassPlan, body: Any, counts: dict[str, int], loop: Any = None) -> None:
     """``dense = nn.Dense(4)`` then ``dense(x)``, ``embed.attend(y)``: the local applies the site; so
     does one bound once in one branch of an ``if``, or in the body of a loop (``block = Block(name=
-    f'b_{i}')`` then ``block(x)``) when only that loop reads it: the module that iteration builds."""
+    f'b_{i}')`` then ``block(x)``) when only that loop reads it, and every iteration applies it (Linen
+    creates the parameters of the modules it applies only): the module that iteration builds."""
     for stmt in body:
         assign = single_assign(stmt)
         if assign is not None:
             name, value = assign
-            inside = loop is None or _uses(loop, name) == _uses(plan.compact, name)
+            inside = loop is None or (
+                _uses(loop, name) == _uses(plan.compact, name) and not _conditional_use(loop.body, name)
+            )
             if counts.get(name) == 1 and value in plan.sites and inside:
                 plan.local_sites[name] = plan.sites[value]
         elif isinstance(stmt, cst.If):
@@ -77,8 +80,30 @@ def _blocks_of(stmt: cst.If | cst.For) -> list[cst.BaseStatement]:
     return found
 
 
+# constructs under which a read may not happen on every pass
+_CONDITIONAL = (
+    cst.If,
+    cst.While,
+    cst.For,
+    cst.Try,
+    cst.IfExp,
+    cst.BooleanOperation,
+    cst.ListComp,
+    cst.Lambda,
+)
+
+
+def _conditional_use(node: cst.CSTNode, name: str, under: bool = False) -> bool:
+    """``name`` is read under ``node`` inside a branch, a nested loop, a conditional expression or the
+    like: somewhere an iteration may not reach."""
+    if isinstance(node, cst.Name):
+        return under and node.value == name
+    under = under or isinstance(node, _CONDITIONAL)
+    return any(_conditional_use(child, name, under) for child in syntax_children(node))
+
+
 def _uses(node: cst.CSTNode, name: str) -> int:
-    """How many times ``name`` is written under ``node``."""
+    """How many times ``name`` occurs under ``node`` (read or bound)."""
     return int(isinstance(node, cst.Name) and node.value == name) + sum(
         _uses(c, name) for c in syntax_children(node)
     )

@@ -195,7 +195,13 @@ def loop_lists(
                     )
                 continue
             if not (isinstance(ctor, cst.Call) and builds(ctor)):
-                continue  # not a submodule (or one the verifier reports)
+                if isinstance(ctor, cst.Call) and _may_build_module(ctor):  # self.block_cls(8), remat(B)(8)
+                    unfollowed.append(
+                        Unfollowed(
+                            ctor, f"{_called(ctor)} appended to {local} builds a module it does not follow"
+                        )
+                    )
+                continue  # not a submodule
             index = _loop_index(loop)
             final = _final_assign(body, position, local)
             names = element_names(ctor, index or "", final[0]) if final is not None else None
@@ -281,3 +287,21 @@ def _unexact(
     if held is not None and uses.get(held) != 2:  # `held = Block(...)`, `local.append(held)`
         return f"the local {held} is read or bound elsewhere in setup()"
     return None
+
+
+def _may_build_module(call: cst.Call) -> bool:
+    """A call that may build a module the codemod does not follow: a field's factory
+    (``self.block_cls(8)``), the result of a call (``nn.remat(Block)(8)``), a capitalised name."""
+    func = call.func
+    if isinstance(func, cst.Call):
+        return True
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        return True
+    last = (
+        func.attr.value
+        if isinstance(func, cst.Attribute)
+        else func.value
+        if isinstance(func, cst.Name)
+        else ""
+    )
+    return last[:1].isupper()
