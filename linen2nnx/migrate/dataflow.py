@@ -145,8 +145,9 @@ class FeatureFlow:
         elif isinstance(stmt, cst.IndentedBlock):
             self.run(stmt.body)
         elif isinstance(stmt, (cst.For, cst.While)):
-            # Three passes: the first iteration sees the values from before the loop, later ones
-            # see the previous iteration's; layers inside record each. A size the third pass still
+            # Two or three passes: the first iteration sees the values from before the loop, later
+            # ones see the previous iteration's; layers inside record each. When the second pass
+            # changed a size, a third one shows whether it settled: a size the third pass still
             # changes (a width that grows with every iteration: x = concat([x, f(x)])) is none that
             # holds for every later iteration: the sizing refuses it, and after the loop it is unknown.
             self.expr_of(stmt.iter if isinstance(stmt, cst.For) else stmt.test)
@@ -155,14 +156,16 @@ class FeatureFlow:
                 self.bind(stmt.target, Feat.unknown("loop variable"))
             outer = self.iteration
             self.run(stmt.body.body)
+            first = dict(self.env)
             self.iteration = 1
             self.run(stmt.body.body)
-            second = dict(self.env)
-            self.iteration = 2
-            self.run(stmt.body.body)
-            for name, feat in list(self.env.items()):
-                if second.get(name) != feat:
-                    self.env[name] = Feat.unknown("a size that changes with every iteration of a loop")
+            if self.env != first:  # the second pass changed a size: would a third change it again?
+                second = dict(self.env)
+                self.iteration = 2
+                self.run(stmt.body.body)
+                for name, feat in list(self.env.items()):
+                    if second.get(name) != feat:
+                        self.env[name] = Feat.unknown("a size that changes with every iteration of a loop")
             self.iteration = outer
             if isinstance(stmt, cst.For) and isinstance(stmt.target, cst.Name):
                 self._leave_loop(stmt, before)
