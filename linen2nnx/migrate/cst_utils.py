@@ -152,6 +152,18 @@ def root_name(node: cst.BaseExpression) -> cst.Name | None:
     return node if isinstance(node, cst.Name) else None
 
 
+def callee_name(call: cst.Call) -> str:
+    """The last name of what ``call`` calls (``Block`` of ``pkg.Block(...)``); empty for anything else."""
+    func = call.func
+    return (
+        func.attr.value
+        if isinstance(func, cst.Attribute)
+        else func.value
+        if isinstance(func, cst.Name)
+        else ""
+    )
+
+
 def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
     return cst.Arg(
         value,

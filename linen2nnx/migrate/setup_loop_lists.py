@@ -33,7 +33,15 @@ from collections.abc import Callable, Sequence
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
-from linen2nnx.migrate.cst_utils import assigned_in, code, keyword_arg, name_counts, self_attr, single_assign
+from linen2nnx.migrate.cst_utils import (
+    assigned_in,
+    callee_name,
+    code,
+    keyword_arg,
+    name_counts,
+    self_attr,
+    single_assign,
+)
 from linen2nnx.migrate.setup_lists import element_names
 
 
@@ -297,11 +305,4 @@ def _may_build_module(call: cst.Call) -> bool:
         return True
     if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
         return True
-    last = (
-        func.attr.value
-        if isinstance(func, cst.Attribute)
-        else func.value
-        if isinstance(func, cst.Name)
-        else ""
-    )
-    return last[:1].isupper()
+    return callee_name(call)[:1].isupper()

@@ -14,6 +14,7 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_utils import callee_name
 from linen2nnx.migrate.linen_api import KEPT_LINEN_FUNCTIONS, equivalent_in_nnx, same_in_nnx
 from linen2nnx.migrate.sites import ClassSummary
 
@@ -162,14 +163,7 @@ NOT_MODULE_PREFIXES = ("jax.", "numpy.", "flax.nnx.", "builtins.", "collections.
 def looks_like_linen_module(call: cst.Call, qualnames: set[str]) -> bool:
     """A capitalised callee nothing resolves, given ``name=`` and no ``rngs=``: how a Linen submodule is
     built (``importlib.import_module(path).Model(**cfg, name="llm")``), never an NNX one."""
-    func = call.func
-    last = (
-        func.attr.value
-        if isinstance(func, cst.Attribute)
-        else func.value
-        if isinstance(func, cst.Name)
-        else ""
-    )
+    last = callee_name(call)
     keywords = {a.keyword.value for a in call.args if a.keyword is not None}
     return (
         last[:1].isupper()
