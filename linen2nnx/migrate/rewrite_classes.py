@@ -49,6 +49,7 @@ from linen2nnx.migrate.sites import (
     ClassPlan,
     StatementMarker,
     marker_line,
+    markers_of,
 )
 from linen2nnx.migrate.static_locals import (
     without_dead_statements,
@@ -139,7 +140,7 @@ class ClassRewriter:
                 return original  # the Linen copy an earlier run kept for a class kept as Linen
             # bridged by an earlier run: kept with the markers it has, so a second run changes nothing
             return self._keep_linen(
-                plan, original, original.name.value, remark=not _has_kept_marker(original)
+                plan, original, original.name.value, remark=not markers_of(original, f"{MARKER} {MOD_007.id}")
             )
         others = (set(self.state.linen_classes) | self.state.module_classes) - {plan.name}
         if (
@@ -312,11 +313,7 @@ class ClassRewriter:
         by_name = {f.name: f for f in plan.fields}
         for orig_stmt, stmt in zip(original.body.body, updated.body.body):
             if self._is_field_line(plan, stmt):
-                own = tuple(
-                    line.comment.value
-                    for line in stmt.leading_lines
-                    if line.comment is not None and line.comment.value.startswith(MARKER)
-                )
+                own = markers_of(stmt)
                 for orig_small, small in zip(orig_stmt.body, stmt.body):  # type: ignore[attr-defined]
                     rewritten = self.ctx.dataclass_field(orig_small, small)
                     field = by_name[small.target.value]
@@ -377,11 +374,3 @@ class ClassRewriter:
                 body[i] = member.with_changes(body=member.body.with_changes(body=[*member.body.body, line]))
                 return stmt.with_changes(body=stmt.body.with_changes(body=body))
         return stmt
-
-
-def _has_kept_marker(cls: cst.ClassDef) -> bool:
-    """``cls`` carries the ``L2N-MOD-007`` marker an earlier run put on the class it kept as Linen."""
-    return any(
-        line.comment is not None and line.comment.value.startswith(f"{MARKER} {MOD_007.id}")
-        for line in cls.leading_lines
-    )

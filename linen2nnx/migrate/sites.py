@@ -46,6 +46,15 @@ def marker_line(comment: str) -> cst.EmptyLine:
     return cst.EmptyLine(comment=cst.Comment(one_line(comment)))
 
 
+def markers_of(node: cst.CSTNode, prefix: str = MARKER) -> tuple[str, ...]:
+    """The TODO markers on ``node``'s leading lines that start with ``prefix``, in order."""
+    return tuple(
+        line.comment.value
+        for line in getattr(node, "leading_lines", ())
+        if line.comment is not None and line.comment.value.startswith(prefix)
+    )
+
+
 def with_new_markers(stmt: _Stmt, notes: list[str]) -> _Stmt:
     """``stmt`` with the TODO markers in ``notes`` it does not carry yet: one marker per rule and
     statement, so a second run (whose message may name the kept ``<Name>Linen`` class, or a size it

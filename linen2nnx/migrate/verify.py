@@ -31,7 +31,7 @@ from linen2nnx.migrate.linen_factories import LinenFactory, linen_factories
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
-from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, one_line
+from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, markers_of, one_line
 from linen2nnx.migrate.training.driver import line_map
 from linen2nnx.migrate.verify_names import (
     LINEN_SELF_ONLY,
@@ -53,7 +53,6 @@ from linen2nnx.migrate.verify_syntax import (
     linen_args,
     linen_helpers,
     marked_by_another_rule,
-    markers_of,
     self_chain,
     top_classes,
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import calls_in, syntax_children
-from linen2nnx.migrate.sites import MARKER
+from linen2nnx.migrate.sites import MARKER, markers_of
 from linen2nnx.migrate.verify_names import LINEN_SELF_ONLY, LINEN_TREE_PLACE
 
 
@@ -178,15 +178,6 @@ def applied_locals(fn: cst.FunctionDef) -> set[int]:
 
 def _gives_name(call: cst.Call) -> bool:
     return any(a.keyword is not None and a.keyword.value == "name" for a in call.args)
-
-
-def markers_of(stmt: cst.CSTNode, prefix: str) -> set[str]:
-    """The TODO markers on ``stmt``'s leading lines that start with ``prefix``."""
-    return {
-        line.comment.value
-        for line in getattr(stmt, "leading_lines", ())
-        if line.comment is not None and line.comment.value.startswith(prefix)
-    }
 
 
 def marked_by_another_rule(stmt: cst.CSTNode) -> bool:
