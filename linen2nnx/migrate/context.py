@@ -443,14 +443,16 @@ class FileContext:
         state.unplaced = [(renumber[i], node) for i, node in state.unplaced if i not in drop]
 
     def _inside_kept_body(self, node: cst.CSTNode) -> bool:
-        """``node`` lies in the body of a class of :attr:`FileState.kept_linen`, not on a field line."""
-        child, parent = node, self.parent_of(node)
+        """``node`` lies in the body of a class of :attr:`FileState.kept_linen`, not on a field line (an
+        annotated assignment of the class body itself: the path up is ``AnnAssign``, its line, the body)."""
+        path, parent = [node], self.parent_of(node)
         while parent is not None:
             if isinstance(parent, cst.ClassDef):
-                if parent not in self.state.kept_linen:
+                if parent not in self.state.kept_linen or path[-1] is not parent.body:
                     return False
-                return child is parent.body and not _is_field_line(node, parent)
-            child, parent = parent, self.parent_of(parent)
+                return not (len(path) >= 3 and isinstance(path[-3], cst.AnnAssign))
+            path.append(parent)
+            parent = self.parent_of(parent)
         return False
 
     def is_linen_module(self, node: cst.ClassDef) -> bool:
@@ -521,18 +523,3 @@ class FileContext:
                 if flow.returns and all(r == flow.returns[0] for r in flow.returns):
                     if "self" not in flow.returns[0].expr:
                         self.state.function_out[stmt.name.value] = (params, flow.returns[0])
-
-
-def _is_field_line(node: cst.CSTNode, cls: cst.ClassDef) -> bool:
-    """``node`` sits in an annotated assignment directly in ``cls``'s body (a dataclass field)."""
-    return any(
-        isinstance(stmt, cst.SimpleStatementLine)
-        and any(isinstance(small, cst.AnnAssign) and _contains(small, node) for small in stmt.body)
-        for stmt in cls.body.body
-    )
-
-
-def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    if tree is node:
-        return True
-    return any(_contains(child, node) for child in tree.children)
