@@ -13,7 +13,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
-from linen2nnx.migrate.cst_utils import code, self_attr, single_assign
+from linen2nnx.migrate.cst_utils import code, name_counts, self_attr, single_assign
 from linen2nnx.migrate.sites import BranchLocal, ClassPlan
 
 
@@ -27,7 +27,8 @@ def plan_local_sites(plan: ClassPlan, body: Any, counts: dict[str, int], loop: A
         if assign is not None:
             name, value = assign
             inside = loop is None or (
-                _uses(loop, name) == _uses(plan.compact, name) and not _conditional_use(loop.body, name)
+                name_counts(loop).get(name) == name_counts(plan.compact).get(name)
+                and not _conditional_use(loop.body, name)
             )
             if counts.get(name) == 1 and value in plan.sites and inside:
                 plan.local_sites[name] = plan.sites[value]
@@ -100,10 +101,3 @@ def _conditional_use(node: cst.CSTNode, name: str, under: bool = False) -> bool:
         return under and node.value == name
     under = under or isinstance(node, _CONDITIONAL)
     return any(_conditional_use(child, name, under) for child in syntax_children(node))
-
-
-def _uses(node: cst.CSTNode, name: str) -> int:
-    """How many times ``name`` occurs under ``node`` (read or bound)."""
-    return int(isinstance(node, cst.Name) and node.value == name) + sum(
-        _uses(c, name) for c in syntax_children(node)
-    )
