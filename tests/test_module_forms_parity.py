@@ -90,6 +90,8 @@ CASES = {
     "setup_loop_lists": ("Stack", {}, (2, 4)),  # blocks.append(Block(...)) in a loop, self.blocks = blocks
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
+    "splat_locals": ("Fp8Dense", {}, (2, 3)),  # self.variable(COL, name, *args) of locals; fp8_ops kept
+    "splat_locals_compact": ("CompactScales", {}, (2, 5)),  # the same locals in @nn.compact
     "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept
     "compact_loop_offset": ("Offset", {}, (2, 5)),  # for i in range(1, depth): enumerate; factory lambda
     "lifted_auto_names": ("Lifted", {}, (2, 6)),  # CheckpointBlock_0, ScanStep_0 beside Block_0
@@ -152,6 +154,7 @@ CASES = {
     "loop_local_alias_scan": ("Encoder", {"scan": True}, (2, 3, 5)),  # the nn.scan branch beside it
 }
 SOURCES = {
+    "splat_locals_compact": "splat_locals",
     "traced_nest_deep": "traced_nest",
     "flatten_input_steps": "flatten_input",
     "compact_dense_nobias": "compact_dense",

@@ -57,6 +57,7 @@ NOT_RUNNABLE = {
     "child_shape_unknown": "manual finding: a child's input shape that nothing explains",
     "helper_calls_kept": "manual findings: helper methods whose calls cannot be replayed in place",
     "manual_api": "manual findings: Linen scope APIs a person converts",
+    "variable_splats_kept": "manual findings: self.variable splats whose value at the call is not known",
     "param_keywords_manual": "manual findings: self.param arguments with no conversion (unbox=False, splats)",
     "broadcast_elsewhere": "manual findings: nn.broadcast handed to an nn.scan this run does not convert",
     "metadata_boxes": "manual findings: Linen partition boxes tested for and built",

@@ -47,6 +47,7 @@ from linen2nnx.migrate.sites import (
     root_site,
 )
 from linen2nnx.migrate.variable_args import canonical_variable_call
+from linen2nnx.migrate.variable_locals import with_locals
 from linen2nnx.namemap import Child, ClassEntry
 
 
@@ -140,7 +141,10 @@ class Emitter:
         return with_args(updated, args, added)
 
     def _variable_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
-        canonical = canonical_variable_call(updated, site.kind)
+        found = self.state.variable_locals.get(site.ctor, {})
+        canonical = canonical_variable_call(
+            with_locals(updated, found, 1 if site.kind == "param" else 2), site.kind
+        )
         assert not isinstance(canonical, str)  # the planner saw the same arguments
         args = list(canonical.args)
         args = [

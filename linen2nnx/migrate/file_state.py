@@ -128,6 +128,9 @@ class FileState:
     broadcast_reported: set[cst.CSTNode] = dataclasses.field(
         default_factory=set
     )  # statements with nn.broadcast
+    variable_locals: dict[cst.Call, dict[str, cst.BaseExpression]] = dataclasses.field(
+        default_factory=dict
+    )  # self.param / self.variable -> the known locals it reads (variable planning -> emitter)
     indexed_loops: dict[cst.For, Any] = dataclasses.field(default_factory=dict)  # `for v in seq` -> enumerate
     factory_ctors: set[cst.Call] = dataclasses.field(
         default_factory=set

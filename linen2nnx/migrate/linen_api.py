@@ -129,6 +129,27 @@ RENAMED_IN_NNX = {
 }
 
 
+# The functions of flax.linen.fp8_ops (flax/linen/fp8_ops.py); its Fp8DotGeneralBase subclasses and Fp8Einsum
+# are Linen modules (with variables), NNX has none of them.
+FP8_FUNCTIONS = (
+    "get_fp8_max",
+    "quantize",
+    "dequantize",
+    "qdq",
+    "compute_scale",
+    "compute_amax_history",
+    "update_fp8_meta",
+    "quantize_dequantize_update",
+    "in_qdq",
+    "out_qdq",
+    "in_q",
+    "out_dq",
+    "quantized_dot",
+    "fp8_scaled_dot_general",
+    "dot_general_with_precision",
+)
+
+
 # Pure flax.linen functions with no NNX counterpart that stay correct in NNX code: they hold no module
 # state (with_logical_constraint reads the same global axis rules as nnx.logical_axis_rules).
 # logical_to_mesh_sharding maps a tree of PartitionSpecs (nnx.get_partition_spec's State included, checked
@@ -187,6 +208,10 @@ KEPT_LINEN_FUNCTIONS = frozenset(
         "get_logical_axis_rules",
         "spmd.get_logical_axis_rules",
         "partitioning.get_axis_rules",
+        # fp8 quantisation: jax functions of their arguments (custom_vjp / custom_jvp), which NNX code calls
+        # with its Variables' values; their backward pass returns the new scale and amax history as the
+        # gradients of those arguments (the "overwrite with gradient" convention), the same in both
+        *(f"fp8_ops.{name}" for name in FP8_FUNCTIONS),
     }
 )
 

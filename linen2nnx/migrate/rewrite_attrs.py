@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from linen2nnx.migrate.api_findings import no_counterpart_finding
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     code,
@@ -167,7 +168,15 @@ class AttributeRewriter:
             pass  # rewritten with its call in leave_Call
         elif short in KEPT_LINEN_FUNCTIONS:
             self.state.handled.add(original)
-            self.ctx.report(API_005, original, f"nn.{short} kept: a pure function NNX code can call as is")
+            note = (
+                " (its backward pass returns the new scale and amax history as those arguments' gradients, "
+                "in NNX as in Linen)"
+                if short in ("fp8_ops.in_qdq", "fp8_ops.out_qdq", "fp8_ops.in_q")
+                else ""
+            )
+            self.ctx.report(
+                API_005, original, f"nn.{short} kept: a pure function NNX code can call as is{note}"
+            )
         elif short in TRANSFORMS:
             self.state.handled.add(original)
             self.ctx.report(
@@ -199,6 +208,9 @@ class AttributeRewriter:
     def _unconverted(self, original: cst.Attribute, short: str) -> tuple[str, str]:
         """Why a Linen name stays, and the hint: a layer NNX has is left where it cannot be built in
         ``__init__`` (or outside a class the run migrates); anything else has no conversion."""
+        known = no_counterpart_finding(short)
+        if known is not None:
+            return known
         if not self.ctx.layer_rule_of(original):
             return (
                 f"flax.linen.{short} has no automatic conversion yet",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from linen2nnx.migrate.api_findings import self_api_finding
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     bind_args,
@@ -50,6 +51,7 @@ from linen2nnx.migrate.sites import (
     Site,
 )
 from linen2nnx.migrate.variable_args import canonical_variable_call
+from linen2nnx.migrate.variable_locals import with_locals
 
 
 class CallRewriter:
@@ -160,12 +162,9 @@ class CallRewriter:
         result = self._leave_call(plan, original, updated)
         api = self.state.pending_api.pop(original, None)
         if api is not None and original not in self.state.handled and original not in plan.sites:
-            self.ctx.report(
-                API_002,
-                api,
-                f"self.{api.attr.value} is Linen Module API with no automatic conversion yet",
-                "see reference: variables and collections",
-            )
+            first = original.args[0].value if original.args else None
+            literal = first.evaluated_value if isinstance(first, cst.SimpleString) else None
+            self.ctx.report(API_002, api, *self_api_finding(api.attr.value, literal))
         return result
 
     def _leave_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -181,7 +180,8 @@ class CallRewriter:
             return updated
         lazy = plan.lazy_vars.get(original)
         if lazy is not None and not lazy.put:
-            canonical = canonical_variable_call(updated, "variable")
+            found = self.state.variable_locals.get(original, {})
+            canonical = canonical_variable_call(with_locals(updated, found, 2), "variable")
             assert not isinstance(canonical, str)  # the planner saw the same arguments
             args = list(canonical.args)
             self.state.stmt_prefix.setdefault(lazy.statement, []).append(
@@ -451,12 +451,7 @@ class CallRewriter:
             )
             return cst.Name("False")
         if not self.state.unsafe_fixes:
-            self.ctx.report(
-                API_002,
-                original,
-                "self.is_initializing() has no NNX meaning (__init__ is the initialisation)",
-                "move the init-only branch into __init__, or pass --unsafe-fixes",
-            )
+            self.ctx.report(API_002, original, *self_api_finding("is_initializing"))
             return updated
         self.ctx.report(
             API_003,

@@ -19,6 +19,7 @@ from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.rules import API_002, MOD_004
 from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, shape_last_refs
 from linen2nnx.migrate.variable_args import canonical_variable_call
+from linen2nnx.migrate.variable_locals import variable_locals, with_locals
 
 
 class VariablePlanning:
@@ -33,7 +34,7 @@ class VariablePlanning:
         call in NNX too (see lazy_vars.py). True when planned so."""
         if self.ctx.self_call(node) != "variable":
             return False
-        canonical = canonical_variable_call(node, "variable")
+        canonical = canonical_variable_call(self.with_known_locals(node, "variable"), "variable")
         if isinstance(canonical, str):
             return False
         args = list(canonical.args)
@@ -59,6 +60,16 @@ class VariablePlanning:
             collection, name, attr, self.variable_type(collection), statement, self._call_time_when(node)
         )
         return True
+
+    def with_known_locals(self, call: cst.Call, kind: str | None) -> cst.Call:
+        """``call`` with the locals of its method whose value at the call is known spelled out (see
+        :mod:`~linen2nnx.migrate.variable_locals`); remembered for the emitter, which does the same to
+        the rewritten call."""
+        fn = self.ctx.enclosing_function(call)
+        found = variable_locals(fn, call, self.ctx.parent_of) if fn is not None else {}
+        if found:
+            self.state.variable_locals[call] = found
+        return with_locals(call, found, 1 if kind == "param" else 2)
 
     def variable_type(self, collection: str) -> str:
         """The expression of the NNX Variable type of a Linen collection: ``nnx.BatchStat``, or the
@@ -104,7 +115,9 @@ class VariablePlanning:
         :mod:`~linen2nnx.migrate.variable_args` puts them; ``site.args`` indexes that canonical form)."""
         kind = self.ctx.self_call(call)
         self.state.handled.add(call)  # reported here either way: no generic "Linen API" finding on top
-        canonical = canonical_variable_call(call, "param" if kind == "param" else "variable")
+        canonical = canonical_variable_call(
+            self.with_known_locals(call, kind), "param" if kind == "param" else "variable"
+        )
         args = [] if isinstance(canonical, str) else list(canonical.args)
         named = self._variable_names(call, kind, args, canonical if isinstance(canonical, str) else None)
         if named is None:
@@ -147,11 +160,19 @@ class VariablePlanning:
         if unconvertible is None and not all(isinstance(v, cst.SimpleString) for v in literal):
             unconvertible = "non-literal names"
         if unconvertible is not None:
+            splat = unconvertible.startswith("*args")
             self.ctx.report(
                 API_002,
                 call,
-                f"self.{kind}(...) with {unconvertible}",
-                "create the nnx.Variable in __init__ by hand",
+                f"self.{kind}(...) with {unconvertible}"
+                + (
+                    " whose value at the call is not known (a local bound once above the call to a string or a "
+                    "tuple display would be read as its value)"
+                    if splat
+                    else ""
+                ),
+                "create the nnx.Variable in __init__: VariableType(init_fn(*init_args)), nnx.Param(init_fn("
+                "rngs.params(), *init_args)) for a param (see docs/nnx_facts.md#variables-and-module-structure)",
             )
             return None
         collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
