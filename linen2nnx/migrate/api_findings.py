@@ -126,7 +126,7 @@ NO_COUNTERPART: dict[str, tuple[str, str, str]] = {
         _XFORMS,
     ),
     "Fp8DirectDotGeneralOp": (
-        "a Linen fp8 dot_general module (scales and amax histories in the '_overwrite_with_gradient' "
+        "a Linen fp8 module (a dot_general or an einsum; scales and amax histories in the '_overwrite_with_gradient' "
         "collection); flax.nnx has none",
         "an nnx.Module holding them as Variables of a subclass registered as '_overwrite_with_gradient', "
         "calling flax.linen.fp8_ops (pure functions, kept)",
@@ -143,7 +143,7 @@ NO_COUNTERPART: dict[str, tuple[str, str, str]] = {
         _XFORMS,
     ),
     "partitioning.param_with_axes": (
-        "flaxformer's param with logical axis names, recorded in the 'params_axes' collection; NNX keeps "
+        "a param with logical axis names, recorded in the 'params_axes' collection; NNX keeps "
         "the names on the Variable",
         "nnx.Param(init(rngs.params(), shape), out_sharding=axes) in __init__",
         _SHARDING,

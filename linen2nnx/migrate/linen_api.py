@@ -212,8 +212,22 @@ KEPT_LINEN_FUNCTIONS = frozenset(
         # with its Variables' values; their backward pass returns the new scale and amax history as the
         # gradients of those arguments (the "overwrite with gradient" convention), the same in both
         *(f"fp8_ops.{name}" for name in FP8_FUNCTIONS),
+        # flax.core.FrozenDict itself (re-exported by flax.linen): a data structure, not module API
+        "FrozenDict",
     }
 )
+
+# What a kept name is, where "a pure function NNX code can call as is" does not say it all.
+_FP8_GRADIENTS = (
+    "a pure function NNX code can call as is (its backward pass returns the new scale and amax history "
+    "as those arguments' gradients, in NNX as in Linen)"
+)
+KEPT_AS = {
+    "FrozenDict": "flax.core.FrozenDict itself, a data structure NNX code uses as is",
+    "fp8_ops.in_qdq": _FP8_GRADIENTS,
+    "fp8_ops.out_qdq": _FP8_GRADIENTS,
+    "fp8_ops.in_q": _FP8_GRADIENTS,
+}
 
 
 # Partitioning API whose NNX counterpart takes NNX values: logical axis rules are one and the same

@@ -19,6 +19,7 @@ from linen2nnx.migrate.lifted import (
 )
 from linen2nnx.migrate.linen_api import (
     BOX_TYPES,
+    KEPT_AS,
     KEPT_LINEN_FUNCTIONS,
     PARTITION_API_IN_NNX,
     PARTITION_SPEC_FUNCTIONS,
@@ -168,15 +169,8 @@ class AttributeRewriter:
             pass  # rewritten with its call in leave_Call
         elif short in KEPT_LINEN_FUNCTIONS:
             self.state.handled.add(original)
-            note = (
-                " (its backward pass returns the new scale and amax history as those arguments' gradients, "
-                "in NNX as in Linen)"
-                if short in ("fp8_ops.in_qdq", "fp8_ops.out_qdq", "fp8_ops.in_q")
-                else ""
-            )
-            self.ctx.report(
-                API_005, original, f"nn.{short} kept: a pure function NNX code can call as is{note}"
-            )
+            what = KEPT_AS.get(short, "a pure function NNX code can call as is")
+            self.ctx.report(API_005, original, f"nn.{short} kept: {what}")
         elif short in TRANSFORMS:
             self.state.handled.add(original)
             self.ctx.report(
