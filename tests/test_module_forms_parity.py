@@ -539,3 +539,40 @@ def test_setup_list_sizes_each_index_elements_by_position(case, cls, arg, sizes,
     variables = perturbed(side.init_variables())
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+
+
+def test_splat_local_variables_reach_the_forward(tmp_path):
+    """splat_locals: the amax histories built from `*history_args` are the ones the forward reads; the
+    parity check sees a history swapped in the migrated call (so the passing case is no accident of
+    variables the forward ignores)."""
+    src = fixture("splat_locals_in.py").read_text()
+    result = migrate_source(src, "splat_locals.py", module_name="splat_locals")
+    read = "self.input_scale[...], self.input_history[...]"
+    assert read in result.output
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(
+        result.output.replace(read, "self.input_scale[...], self.kernel_history[...]")
+    )
+    linen_cls = import_file(tmp_path / "linen_src.py").Fp8Dense
+    nnx_cls = import_file(tmp_path / "nnx_src.py").Fp8Dense
+    x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
+    side = LinenSide(
+        model=linen_cls(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    variables = perturbed(side.init_variables())
+    assert set(variables["_overwrite_with_gradient"]) == {
+        "input_history",
+        "kernel_history",
+        "input_scale",
+        "kernel_scale",
+    }
+    parity = check(
+        ModelPair(linen=side, nnx_factory=lambda rngs: nnx_cls(rngs=rngs), name_map=map_path), variables
+    )
+    assert not parity.passed

@@ -525,7 +525,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 LAYER_002,
                 call,
                 f"nn.{rule.linen}: {rule.manual_reason}",
-                "see docs/rules.md and the reference's layer table",
+                "see docs/nnx_facts.md#layers-and-parameter-layouts (the layer table: linen2nnx/layers.py)",
             )
         if rule is not None and rule.linen == "Einsum" and einsum_bias_shape(bound) is None:
             self.ctx.report(

@@ -111,7 +111,7 @@ LINEN_SELF_API = frozenset(
     }
 )
 MERGE_PARAM = frozenset({"merge_param", "module.merge_param"})
-# Linen collection -> NNX Variable type (the registry of nnx.variablelib, verified in the reference).
+# Linen collection -> NNX Variable type (the registry of nnx.variablelib, docs/nnx_facts.md#variables-and-module-structure).
 COLLECTION_TYPES = {
     "params": "Param",
     "batch_stats": "BatchStat",
