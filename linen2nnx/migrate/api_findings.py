@@ -9,6 +9,10 @@ made elsewhere; a finding from here means the use is outside what they prove.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import libcst as cst
+
 _FACTS = "docs/nnx_facts.md"
 _API = f"{_FACTS}#linen-module-api-with-no-nnx-counterpart"
 _VARS = f"{_FACTS}#variables-and-module-structure"
@@ -218,3 +222,42 @@ def no_counterpart_finding(short: str) -> tuple[str, str] | None:
             what, how, where = entry
             return f"flax.linen.{short}: {what}", f"{how} (see {where})"
     return None
+
+
+def unbox_if_boxed(box: cst.Attribute, parent_of: Callable[[cst.CSTNode], cst.CSTNode | None]) -> bool:
+    """``box`` is the class tested in ``if isinstance(v, box): v = v.unbox()`` (no ``else``, nothing
+    else in the body): the statement unboxes a Linen box and leaves any other value unchanged, so it
+    computes the same on NNX values, which are never boxed, and stays as it is."""
+    arg = parent_of(box)
+    call = parent_of(arg) if isinstance(arg, cst.Arg) else None
+    test = call
+    if not (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Name)
+        and call.func.value == "isinstance"
+        and len(call.args) == 2
+        and call.args[1] is arg
+        and isinstance(call.args[0].value, cst.Name)
+        and not any(a.keyword or a.star for a in call.args)
+    ):
+        return False
+    stmt = parent_of(test)
+    if not isinstance(stmt, cst.If) or stmt.test is not test or stmt.orelse is not None:
+        return False
+    body = stmt.body.body
+    if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
+        return False
+    assign = body[0].body[0]
+    name = call.args[0].value.value
+    return (
+        isinstance(assign, cst.Assign)
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+        and assign.targets[0].target.value == name
+        and isinstance(assign.value, cst.Call)
+        and not assign.value.args
+        and isinstance(assign.value.func, cst.Attribute)
+        and assign.value.func.attr.value == "unbox"
+        and isinstance(assign.value.func.value, cst.Name)
+        and assign.value.func.value.value == name
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.api_findings import no_counterpart_finding
+from linen2nnx.migrate.api_findings import no_counterpart_finding, unbox_if_boxed
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     code,
@@ -242,6 +242,14 @@ class AttributeRewriter:
         """A Linen metadata box (``nn.LogicallyPartitioned``): NNX has none to test for or to build,
         its Variables carry the names, so the finding says what the code means in NNX terms."""
         self.state.handled.add(original)
+        if not is_callee and unbox_if_boxed(original, self.ctx.parent_of):
+            self.ctx.report(
+                API_005,
+                original,
+                f"nn.{short} kept in `if isinstance(v, nn.{short}): v = v.unbox()`: it unboxes a Linen box and "
+                "leaves any other value as it is, so it is exact on NNX values (never boxed) too",
+            )
+            return
         if is_callee:
             what = f"nn.{short}(value, names) builds a Linen metadata box"
             hint = (
