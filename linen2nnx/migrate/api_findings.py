@@ -136,6 +136,16 @@ NO_COUNTERPART: dict[str, tuple[str, str, str]] = {
         "calling flax.linen.fp8_ops (pure functions, kept)",
         _VARS,
     ),
+    "Module.init": (
+        "Linen's init of a Linen module called as a function; NNX builds the variables in __init__",
+        "construct the NNX module (nnx.eval_shape of the constructor for shapes only)",
+        _API,
+    ),
+    "Module.apply": (
+        "Linen's apply of a Linen module called as a function; an NNX module holds its state and is called",
+        "call the NNX module; nnx.split / nnx.merge give the functional form",
+        _API,
+    ),
     "module.wrap_method_once": (
         "Linen's wrapper that makes a method run inside the module's scope; NNX methods are plain methods",
         "call the method directly",
