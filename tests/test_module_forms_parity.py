@@ -62,6 +62,8 @@ CASES = {
     "field_kinds": ("Head", {"classes": 3}, (2, 5)),
     "compact_seq_loop": ("MLP", {}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
+    "shape_unpack": ("MlpBlock", {}, (2, 3, 5)),  # `n, l, d = x.shape`: d is the input size
+    "shape_unpack_project": ("Project", {}, (2, 5)),  # `b, c = x.shape` after a layer: c is its width
     "compact_dense_nobias": ("MyDense", {"features": 3, "use_bias": False}, (2, 5)),
     "compact_loop_tail": ("MLP", {}, (2, 5)),
     "compact_loop_tail_short": ("MLP", {"widths": (3,), "depth": 1}, (2, 5)),
@@ -180,6 +182,7 @@ SOURCES = {
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
     "local_dict_kwargs_plain": "local_dict_kwargs",
+    "shape_unpack_project": "shape_unpack",
     "loop_local_alias_scan": "loop_local_alias",
 }
 INT_INPUTS = {"compact_tied", "import_alias", "tied_head"}

@@ -19,6 +19,7 @@ from linen2nnx.migrate.cst_utils import (
     names_in,
     parse_expression,
     parse_statement,
+    replayed_assign,
     self_attr,
     strip_commas,
     with_args,
@@ -343,7 +344,7 @@ class Emitter:
                         "compute it from constructor arguments / config",
                     )
                     continue
-                value = stmt.body[0].value  # type: ignore[attr-defined]
+                value = replayed_assign(stmt)[1]  # type: ignore[index]  # `n, l, d = x.shape`: x.shape[-1]
                 stmt = parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")
             tests = plan.static_flow.replay_tests.get(plan.pure_locals[name]) if plan.static_flow else None
             if tests:  # bound under `if`s on config in the method: under the same tests here

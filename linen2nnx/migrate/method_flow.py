@@ -248,6 +248,8 @@ class MethodFlow:
         """A replayed shape local (``n = x.shape[-1]``) gets the static size of what it reads."""
         plan = self.plan
         target = assign.targets[0].target if len(assign.targets) == 1 else None
+        if isinstance(target, (cst.Tuple, cst.List)) and target.elements:  # `n, l, d = x.shape`: d
+            target = target.elements[-1].value
         name = target.value if isinstance(target, cst.Name) else None
         if (
             self.resolve
