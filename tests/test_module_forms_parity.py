@@ -62,6 +62,7 @@ CASES = {
     "field_kinds": ("Head", {"classes": 3}, (2, 5)),
     "compact_seq_loop": ("MLP", {}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
+    "submodule_local_size": ("Stage", {}, (2, 5)),  # Unit's `nout` local spelled out in Stage
     "shape_unpack": ("MlpBlock", {}, (2, 3, 5)),  # `n, l, d = x.shape`: d is the input size
     "shape_unpack_project": ("Project", {}, (2, 5)),  # `b, c = x.shape` after a layer: c is its width
     "compact_dense_nobias": ("MyDense", {"features": 3, "use_bias": False}, (2, 5)),
