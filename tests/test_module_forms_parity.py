@@ -62,6 +62,7 @@ CASES = {
     "field_kinds": ("Head", {"classes": 3}, (2, 5)),
     "compact_seq_loop": ("MLP", {}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
+    "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
     "submodule_local_size": ("Stage", {}, (2, 5)),  # Unit's `nout` local spelled out in Stage
     "shape_unpack": ("MlpBlock", {}, (2, 3, 5)),  # `n, l, d = x.shape`: d is the input size
     "shape_unpack_project": ("Project", {}, (2, 5)),  # `b, c = x.shape` after a layer: c is its width
@@ -539,3 +540,30 @@ def test_setup_list_sizes_each_index_elements_by_position(case, cls, arg, sizes,
     variables = perturbed(side.init_variables())
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+
+
+def test_param_override_subclass_computes_bit_identical_numbers(tmp_path):
+    """A built-in layer's subclass that transforms a parameter in ``param`` (a weight-standardised
+    convolution) computes exactly Linen's numbers in NNX, forward and gradients, with the same weights
+    reaching it through the name map under Linen's own auto-names (``StdConv_0``)."""
+    linen_module, nnx_module, result, map_path = build("param_override", tmp_path)
+    assert "L2N-LAYER-004" in {f.rule for f in result.findings}
+    x = np.random.default_rng(5).normal(size=(2, 8, 8, 1)).astype(np.float32)
+    side = LinenSide(
+        model=linen_module.Net(),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    variables = perturbed(side.init_variables())
+    assert set(variables["params"]) == {"conv", "StdConv_0", "ScaledDense_0"}
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_module.Net(in_features=1, rngs=rngs), name_map=map_path
+    )
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    compared = [leaf for leaf in parity.leaves if leaf.check.startswith(("forward", "grad", "loss"))]
+    assert compared and all(leaf.max_abs == 0.0 for leaf in compared), [
+        (leaf.check, leaf.path, leaf.max_abs) for leaf in compared if leaf.max_abs
+    ]

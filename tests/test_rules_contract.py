@@ -69,6 +69,7 @@ NOT_RUNNABLE = {
     "loop_names_not_index": "manual finding: loop names that are no list index are left to a person",
     "compact_alias_kept": "manual findings: class-holding locals and loop names the codemod cannot follow",
     "submodule_shape_local_size": "manual finding: a block's output size read from its input's shape",
+    "param_override_other": "manual findings: layer subclasses that do more than transform a parameter",
     "shape_unpack_call_time": "manual findings: layers sized by a batch axis or a starred unpacking",
     "loop_jumps": "manual finding: modules built on some iterations of a loop are left to a person",
     "setup_comprehension_offset": "manual finding: element names that are no list index stay Linen",

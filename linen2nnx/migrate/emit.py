@@ -98,7 +98,7 @@ class Emitter:
             args.append(kwarg("rngs", cst.Name("rngs")))
         self.state.uses_nnx = True
         return cst.Call(
-            func=parse_expression(f"nnx.{rule.nnx}"),
+            func=parse_expression(rule.callee or f"nnx.{rule.nnx}"),
             args=laid_out_as(updated.args, args),
             whitespace_before_args=updated.whitespace_before_args,  # `nn.Dense(\n`: the same lines
         )
