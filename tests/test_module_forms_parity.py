@@ -63,7 +63,12 @@ CASES = {
     "compact_seq_loop": ("MLP", {}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
     "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
-    "submodule_local_size": ("Stage", {}, (2, 5)),  # Unit's `nout` local spelled out in Stage
+    "submodule_local_size": ("Stage", {}, (2, 5)),
+    "submodule_input_local_size": (
+        "Stage",
+        {},
+        (2, 5),
+    ),  # Unit's `nmid` from x.shape[-1] in Stage's terms  # Unit's `nout` local spelled out in Stage
     "shape_unpack": ("MlpBlock", {}, (2, 3, 5)),  # `n, l, d = x.shape`: d is the input size
     "shape_unpack_project": ("Project", {}, (2, 5)),  # `b, c = x.shape` after a layer: c is its width
     "compact_dense_nobias": ("MyDense", {"features": 3, "use_bias": False}, (2, 5)),

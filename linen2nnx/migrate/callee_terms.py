@@ -4,8 +4,9 @@ A class of the run sizes its result with an expression of its own ``__init__``: 
 also a local its method binds (``nout = self.nmid * 4`` ... ``nn.Dense(nout)``). ``self.<field>``
 becomes the caller's argument; a local of the submodule means nothing in the caller (``in_features=nout``
 there would be an undefined name), so it is replaced by its value when the submodule's ``__init__``
-replays it from config alone (bound once by ``name = value``, not read from an input's shape), and
-otherwise the size is unknown to the caller (a finding there, never a stray name).
+replays it (bound once by ``name = value``) from config, or from the size of its input when the
+caller knows the size of what it applies the submodule to (``nmid = self.nmid or x.shape[-1] // 4``),
+and otherwise the size is unknown to the caller (a finding there, never a stray name).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from linen2nnx.migrate.cst_utils import (
     single_assign,
     substitute_self_fields,
 )
-from linen2nnx.migrate.sites import ClassPlan
+from linen2nnx.migrate.sites import ClassPlan, replace_shape_last
 
 MAX_DEPTH = 16  # locals defined through other locals, at most this deep
 
@@ -47,10 +48,12 @@ def callee_locals(tree: cst.Module | None, cls_name: str) -> set[str] | None:
 
 
 def in_caller_terms(
-    tree: cst.Module | None, user: ClassPlan, expr: str, fields: dict[str, str]
+    tree: cst.Module | None, user: ClassPlan, expr: str, fields: dict[str, str], first: str | None
 ) -> str | None:
     """``expr`` (the submodule ``user``'s, ``self.<field>`` already the caller's ``fields``) with the
-    submodule's replayable locals replaced by their values; None when one is not replayable."""
+    submodule's replayable locals replaced by their values; None when one is not replayable. ``first``
+    is the size of the caller's value the submodule is applied to (None: unknown), for a local read
+    from the submodule's input (``nmid = self.nmid or x.shape[-1] // 4``)."""
     own = callee_locals(tree, user.name)
     if own is None:
         return expr
@@ -61,9 +64,17 @@ def in_caller_terms(
         for name in used:
             stmt = user.pure_locals.get(name)
             bound = single_assign(stmt) if stmt is not None else None
-            if bound is None or bound[0] != name or name in user.shape_locals:
+            if bound is None or bound[0] != name:
                 return None
-            value = substitute_self_fields(code(bound[1]), fields)
+            value = code(bound[1])
+            if name in user.shape_locals:  # `x.shape[-1]` of the submodule's input: the caller's size
+                input_sizes = user.shape_local_sizes.get(name) or {}
+                if first is None or set(input_sizes) != set(user.shape_locals[name]):
+                    return None
+                if any(user.new_args.get(size) != "input:0" for size in input_sizes.values()):
+                    return None
+                value = replace_shape_last(bound[1], dict.fromkeys(input_sizes, first))
+            value = substitute_self_fields(value, fields)
             if value is None:
                 return None
             expr = replace_name(expr, name, f"({value})")
