@@ -71,6 +71,7 @@ CASES = {
     ),  # Unit's `nmid` from x.shape[-1] in Stage's terms  # Unit's `nout` local spelled out in Stage
     "shape_unpack": ("MlpBlock", {}, (2, 3, 5)),  # `n, l, d = x.shape`: d is the input size
     "shape_unpack_project": ("Project", {}, (2, 5)),  # `b, c = x.shape` after a layer: c is its width
+    "shape_unpack_scaled": ("Scaled", {}, (2, 5)),  # `_, d = x.shape` read at call time only
     "compact_dense_nobias": ("MyDense", {"features": 3, "use_bias": False}, (2, 5)),
     "compact_loop_tail": ("MLP", {}, (2, 5)),
     "compact_loop_tail_short": ("MLP", {"widths": (3,), "depth": 1}, (2, 5)),
@@ -190,6 +191,7 @@ SOURCES = {
     "inherited_build_tempered": "inherited_build",
     "local_dict_kwargs_plain": "local_dict_kwargs",
     "shape_unpack_project": "shape_unpack",
+    "shape_unpack_scaled": "shape_unpack",
     "loop_local_alias_scan": "loop_local_alias",
 }
 INT_INPUTS = {"compact_tied", "import_alias", "tied_head"}
