@@ -14,7 +14,9 @@ it into another temp folder, and prints a table per file and in total:
 
 Trace specs (``bench/outside_traces/*.py``: ``EXAMPLE = "jax/griffin.py"`` and ``linen_side(example)``)
 migrate the folder of their example again with ``--trace`` (several specs of one example: their traces
-merged, ``trace_merge.merge_traces``, for configs that build different classes). The tree is copied under its own folder
+merged, ``trace_merge.merge_traces``, for configs that build different classes; several examples of one
+folder: their traces merged too, so the folder's one migration sees every example's classes; a spec
+whose example is not under DIR is named on stderr). The tree is copied under its own folder
 name, with that name's parent on ``sys.path`` while tracing, so a package that imports itself by name
 (``from recurrentgemma.jax import modules``) is traced as that package; a spec's optional
 ``environment()`` context stubs download-only imports and shims removed JAX APIs while tracing, its
@@ -252,7 +254,6 @@ def measure(
     ``builds``, every clean class is then built from the migrated files (:mod:`clean_builds`), with
     the traced configs where a trace covers its folder; ``build_paths`` go on ``sys.path`` for that."""
     from linen2nnx.migrate.engine import Mode, migrate_paths
-    from linen2nnx.migrate.trace_merge import merge_traces
 
     traced_folders = []
     with tempfile.TemporaryDirectory(prefix="l2n-outside-") as tmp:
@@ -265,19 +266,8 @@ def measure(
         rows = _file_rows(tree, out, first, jobs)
         build_paths = [*build_paths, *install_spec_deps(traces, tree, Path(tmp) / "deps")]
         build_jobs = []  # (migrated root, Linen root, files of it, traced configs)
-        for group in _by_example(traces):
-            spec = group[0]
-            example = tree / spec.example
-            if not example.is_file():
-                continue
-            folder = example.parent
+        for folder, trace, names in _folder_traces(tree, traces, [str(tree.parent), *build_paths], src):
             traced_out = Path(tmp) / "traced" / folder.relative_to(tree)
-            try:
-                trace = merge_traces([s.trace(example, [str(tree.parent), *build_paths]) for s in group])
-            except Exception as e:  # the example does not run here: its untraced rows stand
-                names = ", ".join(s.path.name for s in group)
-                print(f"trace spec {names} failed, {spec.example} stays untraced: {e}", file=sys.stderr)
-                continue
             result = migrate_paths(
                 [folder],
                 Mode.OUT_DIR,
@@ -291,7 +281,7 @@ def measure(
                     row, path=str(folder.relative_to(tree) / rel)
                 )
             build_jobs.append((traced_out, folder, folder.relative_to(tree), _traced_configs(trace, result)))
-            traced_folders.append(f"{spec.example} ({', '.join(s.path.name for s in group)})")
+            traced_folders.extend(names)
         if builds:
             _build_clean(rows, out, tree, src.name, build_jobs, build_paths)
     rows_list = [rows[rel] for rel in sorted(rows, key=str)]
@@ -422,6 +412,43 @@ class TraceSpec:
         finally:
             for p in added:
                 sys.path.remove(p)
+
+
+def _folder_traces(
+    tree: Path, specs: Sequence[TraceSpec], import_roots: Sequence[str], src: Path
+) -> list[tuple[Path, Any, list[str]]]:
+    """(folder, its trace, ``"example (specs)"`` per traced example) for each folder of ``tree`` that
+    the specs' examples lie in. A folder is migrated once, so the traces of its several examples
+    (``models/vit.py`` and ``models/bit.py``) are merged into one (``trace_merge.merge_traces``: the
+    sizer reads each class's own records, whichever root model built it; the written spec and its
+    build check are the first example's). A spec whose example is not under ``src`` is named on
+    stderr, one line for all of them; an example whose trace fails leaves the folder's other
+    examples traced."""
+    from linen2nnx.migrate.trace_merge import merge_traces
+
+    groups = _by_example(specs)
+    missing = [g for g in groups if not (tree / g[0].example).is_file()]
+    if missing:
+        named = "; ".join(f"{g[0].example} ({', '.join(s.path.name for s in g)})" for g in missing)
+        print(f"trace specs whose example is not under {src}, not applied: {named}", file=sys.stderr)
+    by_folder: dict[Path, list[list[TraceSpec]]] = {}
+    for group in groups:
+        if group not in missing:
+            by_folder.setdefault((tree / group[0].example).parent, []).append(group)
+    found = []
+    for folder, folder_groups in by_folder.items():
+        traces, names = [], []
+        for group in folder_groups:
+            example, specs_of = group[0].example, ", ".join(s.path.name for s in group)
+            try:
+                traces.append(merge_traces([s.trace(tree / example, import_roots) for s in group]))
+            except Exception as e:  # the example does not run here: its untraced rows stand
+                print(f"trace spec {specs_of} failed, {example} stays untraced: {e}", file=sys.stderr)
+                continue
+            names.append(f"{example} ({specs_of})")
+        if traces:
+            found.append((folder, merge_traces(traces), names))
+    return found
 
 
 def _by_example(specs: Sequence[TraceSpec]) -> list[list[TraceSpec]]:

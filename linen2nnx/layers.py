@@ -79,6 +79,15 @@ class LayerRule:
     carry_init: bool = False
     """An RNN cell: Linen ``initialize_carry(rng, input_shape)`` is NNX ``initialize_carry(input_shape, rngs)``
     on the built cell (same ``features``, ``carry_init`` and ``param_dtype`` give the same carry)."""
+    callee: str | None = None
+    """The constructor emitted instead of ``nnx.<nnx>``: a subclass of it the file defines (a layer
+    subclass that transforms a parameter, :mod:`linen2nnx.migrate.layer_subclasses`)."""
+
+    @property
+    def auto_name(self) -> str:
+        """The class name Linen counts this layer's auto-names by (``Conv_0``; ``StdConv_0`` built as a
+        subclass)."""
+        return self.callee or self.linen
 
     @property
     def linen_qualname(self) -> str:

@@ -134,6 +134,37 @@ def test_outside_corpus_reruns_traced_examples(outside, tree, tmp_path, capsys):
     assert "broken.py failed" in capsys.readouterr().err
 
 
+def test_outside_corpus_traces_several_examples_of_one_folder(outside, tree, tmp_path, capsys):
+    """Two examples of one folder (``models/vit.py`` and ``models/bit.py``): the folder is migrated
+    once, with both examples' traces merged, so both become clean; a spec whose example is not under
+    DIR is named on stderr instead of being skipped silently."""
+    shutil.copy(tree / "models" / "cnn.py", tree / "models" / "cnn2.py")
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    for name in ("cnn", "cnn2", "absent"):
+        (specs / f"{name}.py").write_text(
+            "import numpy as np\n"
+            "from linen2nnx.spec import LinenSide, import_file\n"
+            f"EXAMPLE = 'models/{name}.py'\n"
+            "def linen_side(example):\n"
+            "    module = import_file(example)\n"
+            "    x = np.zeros((2, 8, 8, 1), np.float32)\n"
+            "    return LinenSide(model=module.CNN(), batch={'x': x}, loss=lambda o, b: o.sum())\n"
+        )
+    report = tmp_path / "outside.json"
+    assert outside.main([str(tree), "--no-traces", "--no-builds", "--json", str(report)]) == 0
+    untraced = {r["path"]: r for r in json.loads(report.read_text())["files"]}
+    assert untraced["models/cnn.py"]["clean"] == untraced["models/cnn2.py"]["clean"] == 0
+    capsys.readouterr()
+    assert outside.main([str(tree), "--traces", str(specs), "--no-builds", "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    rows = {r["path"]: r for r in data["files"]}
+    assert rows["models/cnn.py"]["clean"] == rows["models/cnn2.py"]["clean"] == 1
+    assert data["total"]["traced"] == ["models/cnn.py (cnn.py)", "models/cnn2.py (cnn2.py)"]
+    err = capsys.readouterr().err
+    assert "not applied: models/absent.py (absent.py)" in err
+
+
 def test_traced_configs_give_every_class_the_input_sizes_the_migration_added(outside):
     """The build check's configs: the root's added arguments from the example batch, any other class's
     from the inputs the trace saw it called with (GPT-2's blocks need their ``in_features``)."""

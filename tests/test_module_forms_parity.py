@@ -62,6 +62,16 @@ CASES = {
     "field_kinds": ("Head", {"classes": 3}, (2, 5)),
     "compact_seq_loop": ("MLP", {}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
+    "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
+    "submodule_local_size": ("Stage", {}, (2, 5)),
+    "submodule_input_local_size": (
+        "Stage",
+        {},
+        (2, 5),
+    ),  # Unit's `nmid` from x.shape[-1] in Stage's terms  # Unit's `nout` local spelled out in Stage
+    "shape_unpack": ("MlpBlock", {}, (2, 3, 5)),  # `n, l, d = x.shape`: d is the input size
+    "shape_unpack_project": ("Project", {}, (2, 5)),  # `b, c = x.shape` after a layer: c is its width
+    "shape_unpack_scaled": ("Scaled", {}, (2, 5)),  # `_, d = x.shape` read at call time only
     "compact_dense_nobias": ("MyDense", {"features": 3, "use_bias": False}, (2, 5)),
     "compact_loop_tail": ("MLP", {}, (2, 5)),
     "compact_loop_tail_short": ("MLP", {"widths": (3,), "depth": 1}, (2, 5)),
@@ -185,6 +195,8 @@ SOURCES = {
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
     "local_dict_kwargs_plain": "local_dict_kwargs",
+    "shape_unpack_project": "shape_unpack",
+    "shape_unpack_scaled": "shape_unpack",
     "loop_local_alias_scan": "loop_local_alias",
 }
 INT_INPUTS = {"compact_tied", "import_alias", "tied_head"}
@@ -577,3 +589,30 @@ def test_splat_local_variables_reach_the_forward(tmp_path):
         ModelPair(linen=side, nnx_factory=lambda rngs: nnx_cls(rngs=rngs), name_map=map_path), variables
     )
     assert not parity.passed
+
+
+def test_param_override_subclass_computes_bit_identical_numbers(tmp_path):
+    """A built-in layer's subclass that transforms a parameter in ``param`` (a weight-standardised
+    convolution) computes exactly Linen's numbers in NNX, forward and gradients, with the same weights
+    reaching it through the name map under Linen's own auto-names (``StdConv_0``)."""
+    linen_module, nnx_module, result, map_path = build("param_override", tmp_path)
+    assert "L2N-LAYER-004" in {f.rule for f in result.findings}
+    x = np.random.default_rng(5).normal(size=(2, 8, 8, 1)).astype(np.float32)
+    side = LinenSide(
+        model=linen_module.Net(),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    variables = perturbed(side.init_variables())
+    assert set(variables["params"]) == {"conv", "StdConv_0", "ScaledDense_0"}
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_module.Net(in_features=1, rngs=rngs), name_map=map_path
+    )
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    compared = [leaf for leaf in parity.leaves if leaf.check.startswith(("forward", "grad", "loss"))]
+    assert compared and all(leaf.max_abs == 0.0 for leaf in compared), [
+        (leaf.check, leaf.path, leaf.max_abs) for leaf in compared if leaf.max_abs
+    ]

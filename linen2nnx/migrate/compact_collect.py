@@ -335,7 +335,7 @@ class CompactCollector(FastVisitor):
 
     def _class_name(self, built: Built) -> str:
         """The name Linen counts ``built``'s auto-names by (a lifted class's included)."""
-        name = built.rule.linen if built.rule else built.user.name  # type: ignore[union-attr]
+        name = built.rule.auto_name if built.rule else built.user.name  # type: ignore[union-attr]
         return self.ctx.linen_class_name(built.target.func, name)
 
     def _built(self, node: cst.Call, factory: Any, target: cst.Call) -> Built | None:

@@ -30,6 +30,7 @@ from linen2nnx.migrate.factory_fields import FieldBindings, FieldFactory
 from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.function_factories import FunctionFactory, find_function_factory
+from linen2nnx.migrate.layer_subclasses import layer_subclass
 from linen2nnx.migrate.lifted import (
     LIFTED_CLASS_PREFIX,
     LINEN_MARKERS,
@@ -139,6 +140,8 @@ class FileContext:
 
     def layer_rule_of(self, node: cst.BaseExpression) -> LayerRule | None:
         """The built-in layer a constructor reference names (``nn.Dense``, ``linen.linear.Dense``, ...)."""
+        if isinstance(node, cst.Name) and node.value in self.state.layer_subclasses:
+            return self.state.layer_subclasses[node.value].rule  # `StdConv`: an nn.Conv built as StdConv
         built = self.state.factory_layers.get(node)
         if built is not None:  # the constructor a call of a layer factory function stands for
             return built
@@ -491,6 +494,19 @@ class FileContext:
     def class_key(self, name: str) -> str:
         return f"{self.state.module_name}.{name}" if self.state.module_name else name
 
+    def _find_layer_subclasses(self, node: cst.Module) -> None:
+        """Module-level subclasses of a built-in layer that only override ``param`` (see
+        :mod:`~linen2nnx.migrate.layer_subclasses`); their base is consumed by the rewrite."""
+        self.state.layer_subclasses = {}
+        for stmt in node.body:
+            if isinstance(stmt, cst.ClassDef) and len(stmt.bases) == 1:
+                base = stmt.bases[0].value
+                is_linen = lambda n: any(q.startswith("flax.linen") for q in self.qualnames(n))  # noqa: E731
+                found = layer_subclass(stmt, self.layer_rule_of(base), is_linen)
+                if found is not None:
+                    self.state.layer_subclasses[stmt.name.value] = found
+                    self.state.handled.add(base)
+
     def resolve_module(self, node: cst.Module) -> None:
         """The module-level facts (lift aliases, classes, functions, unboxing helpers, the sizes module-level
         helpers return: ``def reparameterize(mean, ...): return mean + ...``), before any class is planned."""
@@ -503,6 +519,7 @@ class FileContext:
         }
         self.state.bindings = None  # built on first use (see field_factory)
         self._find_function_factories()
+        self._find_layer_subclasses(node)
         self.state.module_lines = {
             code(s).strip()
             for s in node.body

@@ -19,6 +19,7 @@ from linen2nnx.migrate.cst_utils import (
     names_in,
     parse_expression,
     parse_statement,
+    replayed_assign,
     self_attr,
     strip_commas,
     with_args,
@@ -98,7 +99,7 @@ class Emitter:
             args.append(kwarg("rngs", cst.Name("rngs")))
         self.state.uses_nnx = True
         return cst.Call(
-            func=parse_expression(f"nnx.{rule.nnx}"),
+            func=parse_expression(rule.callee or f"nnx.{rule.nnx}"),
             args=laid_out_as(updated.args, args),
             whitespace_before_args=updated.whitespace_before_args,  # `nn.Dense(\n`: the same lines
         )
@@ -347,7 +348,7 @@ class Emitter:
                         "compute it from constructor arguments / config",
                     )
                     continue
-                value = stmt.body[0].value  # type: ignore[attr-defined]
+                value = replayed_assign(stmt)[1]  # type: ignore[index]  # `n, l, d = x.shape`: x.shape[-1]
                 stmt = parse_statement(f"{name} = {replace_shape_last(value, sizes)}\n")
             tests = plan.static_flow.replay_tests.get(plan.pure_locals[name]) if plan.static_flow else None
             if tests:  # bound under `if`s on config in the method: under the same tests here

@@ -125,6 +125,9 @@ class FileState:
 
     # ---- planning results keyed by original node (planner -> transformer) ---------------------
     handled: set[cst.CSTNode] = dataclasses.field(default_factory=set)  # Linen names a rewrite consumes
+    layer_subclasses: dict[str, Any] = dataclasses.field(
+        default_factory=dict
+    )  # class name -> layer_subclasses.LayerSubclass: a built-in layer with a `param` override
     broadcast_reported: set[cst.CSTNode] = dataclasses.field(
         default_factory=set
     )  # statements with nn.broadcast

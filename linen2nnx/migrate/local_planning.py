@@ -23,8 +23,8 @@ from linen2nnx.migrate.cst_utils import (
     comprehension_names,
     names_in,
     only_shape_uses,
+    replayed_assign,
     self_attr,
-    single_assign,
 )
 from linen2nnx.migrate.factories import PartialLocal, find_partial_local
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
@@ -81,7 +81,7 @@ class LocalPlanner:
     ) -> dict[str, cst.BaseStatement]:
         pure: dict[str, cst.BaseStatement] = {}
         for stmt in fn.body.body:
-            assign = single_assign(stmt)
+            assign = replayed_assign(stmt)  # `n, l, d = x.shape`: d as `x.shape[-1]`
             if assign is None:
                 continue
             name, value = assign

@@ -248,7 +248,12 @@ class MethodFlow:
         """A replayed shape local (``n = x.shape[-1]``) gets the static size of what it reads."""
         plan = self.plan
         target = assign.targets[0].target if len(assign.targets) == 1 else None
+        unpacked = isinstance(target, (cst.Tuple, cst.List)) and bool(target.elements)
+        if unpacked:  # `n, l, d = x.shape`: d, when what __init__ builds reads it (else no size argument)
+            target = target.elements[-1].value  # type: ignore[union-attr]
         name = target.value if isinstance(target, cst.Name) else None
+        if unpacked and name not in read_by_sites(plan):
+            return
         if (
             self.resolve
             and name in plan.shape_locals
@@ -286,3 +291,16 @@ class MethodFlow:
                         elements=(feat, previous),
                         reason=f"a size that depends on whether the loops built a {site.attr}",
                     )
+
+
+def read_by_sites(plan: ClassPlan) -> set[str]:
+    """The pure locals the constructors of ``plan``'s submodules and variables read, directly or through
+    other pure locals."""
+    todo = [n for site in plan.sites.values() for n in names_in(site.ctor) if n in plan.pure_locals]
+    read: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in read:
+            read.add(name)
+            todo.extend(n for n in names_in(plan.pure_locals[name]) if n in plan.pure_locals)
+    return read

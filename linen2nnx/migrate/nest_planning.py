@@ -73,7 +73,7 @@ class NestPlanning:
         layer's argument: built in place, named in the parent's scope by Linen."""
         outer, arg_name, index = nesting
         subpath = f"{outer.rule.varargs_list}/{index}" if index >= 0 else outer.rule.nested[arg_name]  # type: ignore[union-attr]
-        class_name = rule.linen if rule else user.name  # type: ignore[union-attr]
+        class_name = rule.auto_name if rule else user.name  # type: ignore[union-attr]
         _, name_arg = bind_args(self._arg_order(rule, user), node)
         if name_arg is not None and isinstance(name_arg.value, cst.SimpleString):
             linen_name = name_arg.value.evaluated_value  # explicit names consume no counter
@@ -166,7 +166,7 @@ class NestPlanning:
         names = (
             factory.linen_names
             if isinstance(factory, FieldFactory)
-            else (self.ctx.linen_class_name(target.func, rule.linen if rule else user.name),)  # type: ignore[union-attr]
+            else (self.ctx.linen_class_name(target.func, rule.auto_name if rule else user.name),)  # type: ignore[union-attr]
         )
         bound, name_arg = bind_args(self._arg_order(rule, user), target)
         statement = self.ctx.enclosing_statement(node)

@@ -28,6 +28,7 @@ from linen2nnx.migrate.cst_utils import (
     without_dead_locals,
 )
 from linen2nnx.migrate.emit import Emitter
+from linen2nnx.migrate.layer_subclasses import nnx_layer_subclass
 from linen2nnx.migrate.lifted import (
     SCAN_DECORATORS,
     method_scan_call,
@@ -35,6 +36,7 @@ from linen2nnx.migrate.lifted import (
 from linen2nnx.migrate.rules import (
     API_002,
     API_006,
+    LAYER_004,
     MOD_001,
     MOD_002,
     MOD_003,
@@ -132,6 +134,16 @@ class ClassRewriter:
         """The NNX class of a planned Linen class (or the Linen one behind ``nnx.bridge`` when findings
         block its rewrite); any other class as it is."""
         plan = self.state.class_stack.pop()
+        sub = self.state.layer_subclasses.get(original.name.value) if plan is None else None
+        if sub is not None and not self.state.class_stack:  # `class StdConv(nn.Conv)` overriding `param`
+            self.state.uses_nnx = True
+            self.ctx.report(
+                LAYER_004,
+                original,
+                f"{original.name.value}(nn.{sub.rule.linen}) with a param override -> an nnx.{sub.rule.nnx} "
+                "subclass that computes with the transformed parameters",
+            )
+            return nnx_layer_subclass(original, sub)
         if plan is None:
             return updated
         self.state.uses_nnx = True

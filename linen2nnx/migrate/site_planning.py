@@ -283,7 +283,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         call as written, where its findings go (``node`` stands for what a factory builds)."""
         at = origin if origin is not None else node
         what = f"nn.{rule.linen}" if rule else user.name  # type: ignore[union-attr]
-        class_name = self.ctx.linen_class_name(node.func, rule.linen if rule else user.name)  # type: ignore[union-attr]
+        class_name = self.ctx.linen_class_name(node.func, rule.auto_name if rule else user.name)  # type: ignore[union-attr]
         bound, name_arg = bind_args(self._arg_order(rule, user), node)
         names = factory.linen_names if isinstance(factory, FieldFactory) and factory.linen_names else ()
         names = names or (class_name,)

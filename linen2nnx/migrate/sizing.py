@@ -11,6 +11,7 @@ import dataclasses
 
 import libcst as cst
 
+from linen2nnx.migrate.callee_terms import in_caller_terms
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     code,
@@ -217,6 +218,10 @@ class Sizer(TraceEvidence):
                         return first
                     return Feat.unknown("submodule argument")
                 expr = substitute_self_fields(feat.expr, fields)
+                if expr is not None:  # `nout` of the submodule's own `nout = self.nmid * 4`: spelled out
+                    expr = in_caller_terms(
+                        self.state.tree, user, expr, fields, first.expr if first.kind == "expr" else None
+                    )
                 return Feat("expr", expr=expr) if expr is not None else Feat.unknown("submodule config")
             if feat.kind == "tuple":
                 return Feat("tuple", elements=tuple(seen_by_caller(e, first) for e in feat.elements))

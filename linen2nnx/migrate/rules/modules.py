@@ -95,6 +95,17 @@ LAYER_002 = Rule(
     "# TODO(linen2nnx): L2N-LAYER-002 nnx.GRUCell has no hn bias",
     blocks_rewrite=True,
 )
+LAYER_004 = Rule(
+    "L2N-LAYER-004",
+    C,
+    "A subclass of a built-in layer that overrides param to transform a parameter (a weight-standardised "
+    "convolution): an NNX subclass whose __call__ runs the base on a clone holding the transformed value.",
+    "class StdConv(nn.Conv):\n    def param(self, name, *a, **kw):\n        param = super().param(name, *a, **kw)\n"
+    '        if name == "kernel":\n            param = standardize(param)\n        return param',
+    "class StdConv(nnx.Conv):\n    def __call__(self, *args, **kwargs):\n        layer = nnx.clone(self)\n"
+    "        param = self.kernel[...]\n        param = standardize(param)\n        layer.kernel[...] = param\n"
+    "        return nnx.Conv.__call__(layer, *args, **kwargs)",
+)
 LAYER_003 = Rule(
     "L2N-LAYER-003",
     C,
@@ -183,6 +194,7 @@ RULES = (
     LAYER_001,
     LAYER_002,
     LAYER_003,
+    LAYER_004,
     SHAPE_001,
     SHAPE_002,
     SHAPE_003,

@@ -1,0 +1,81 @@
+"""A submodule's output size in its caller's terms, with the submodule's own locals spelled out.
+
+A class of the run sizes its result with an expression of its own ``__init__``: ``self.nmid * 4``, but
+also a local its method binds (``nout = self.nmid * 4`` ... ``nn.Dense(nout)``). ``self.<field>``
+becomes the caller's argument; a local of the submodule means nothing in the caller (``in_features=nout``
+there would be an undefined name), so it is replaced by its value when the submodule's ``__init__``
+replays it (bound once by ``name = value``) from config, or from the size of its input when the
+caller knows the size of what it applies the submodule to (``nmid = self.nmid or x.shape[-1] // 4``),
+and otherwise the size is unknown to the caller (a finding there, never a stray name).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import (
+    assigned_names,
+    code,
+    names_in,
+    parse_expression,
+    replace_name,
+    single_assign,
+    substitute_self_fields,
+)
+from linen2nnx.migrate.sites import ClassPlan, replace_shape_last
+
+MAX_DEPTH = 16  # locals defined through other locals, at most this deep
+
+
+def callee_locals(tree: cst.Module | None, cls_name: str) -> set[str] | None:
+    """Every name a method of the module-level class ``cls_name`` binds (its parameters too); None when
+    the file does not define it (a class of another file: its locals are not known here)."""
+    cls = next(
+        (
+            s
+            for s in (tree.body if tree is not None else ())
+            if isinstance(s, cst.ClassDef) and s.name.value == cls_name
+        ),
+        None,
+    )
+    if cls is None or not isinstance(cls.body, cst.IndentedBlock):
+        return None
+    found: set[str] = set()
+    for stmt in cls.body.body:
+        if isinstance(stmt, cst.FunctionDef):
+            found |= set(assigned_names(stmt))
+    return found
+
+
+def in_caller_terms(
+    tree: cst.Module | None, user: ClassPlan, expr: str, fields: dict[str, str], first: str | None
+) -> str | None:
+    """``expr`` (the submodule ``user``'s, ``self.<field>`` already the caller's ``fields``) with the
+    submodule's replayable locals replaced by their values; None when one is not replayable. ``first``
+    is the size of the caller's value the submodule is applied to (None: unknown), for a local read
+    from the submodule's input (``nmid = self.nmid or x.shape[-1] // 4``)."""
+    own = callee_locals(tree, user.name)
+    if own is None:
+        return expr
+    for _ in range(MAX_DEPTH):
+        used = sorted(names_in(parse_expression(expr)) & own)
+        if not used:
+            return expr
+        for name in used:
+            stmt = user.pure_locals.get(name)
+            bound = single_assign(stmt) if stmt is not None else None
+            if bound is None or bound[0] != name:
+                return None
+            value = code(bound[1])
+            if name in user.shape_locals:  # `x.shape[-1]` of the submodule's input: the caller's size
+                input_sizes = user.shape_local_sizes.get(name) or {}
+                if first is None or set(input_sizes) != set(user.shape_locals[name]):
+                    return None
+                if any(user.new_args.get(size) != "input:0" for size in input_sizes.values()):
+                    return None
+                value = replace_shape_last(bound[1], dict.fromkeys(input_sizes, first))
+            value = substitute_self_fields(value, fields)
+            if value is None:
+                return None
+            expr = replace_name(expr, name, f"({value})")
+    return None
