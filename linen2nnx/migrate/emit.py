@@ -31,10 +31,8 @@ from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.inheritance import is_super_setup, super_init_statement
 from linen2nnx.migrate.lazy_vars import init_call
-from linen2nnx.migrate.lifted import (
-    lifted_ctor,
-    param_axis,
-)
+from linen2nnx.migrate.lifted import lifted_ctor, param_axis
+from linen2nnx.migrate.loop_names import built_per_iteration
 from linen2nnx.migrate.merge_flags import with_moved_flags
 from linen2nnx.migrate.rules import LAYER_002, MOD_004
 from linen2nnx.migrate.sites import (
@@ -170,16 +168,7 @@ class Emitter:
             built = self._variable_ctor(site, updated)
         if site.lifted is not None:
             built = parse_expression(lifted_ctor(site.lifted, code(built)))
-        return self._in_loop(site, built) if in_loop else built
-
-    @staticmethod
-    def _in_loop(site: Site, built: cst.BaseExpression) -> cst.BaseExpression:
-        """A module built in a plain loop: the ``nnx.List`` of one per iteration."""
-        if site.loop is not None:
-            comp = parse_expression(f"[None for {site.loop.target_src} in {site.loop.iter_src}]")
-            assert isinstance(comp, cst.ListComp)
-            built = cst.Call(parse_expression("nnx.List"), [cst.Arg(comp.with_changes(elt=built))])
-        return built
+        return built_per_iteration(site, built) if in_loop else built
 
     def _build_factory(self, site: Site, replayed: Collection[str] = ()) -> cst.BaseExpression | None:
         """The constructor a factory-method call stands for, from the rewritten helper and call
@@ -216,7 +205,7 @@ class Emitter:
                     [a for a in args if a.keyword is None or a.keyword.value not in implied],
                     local.name,
                 )
-            return self._in_loop(
+            return built_per_iteration(
                 site, built.with_changes(func=parse_expression(func), args=strip_commas(args))
             )
         ctor = self.state.factory_updated.get(site.factory.ctor, site.factory.ctor)

@@ -16,7 +16,7 @@ import re
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import attribute_for, snake_case
+from linen2nnx.migrate.cst_utils import attribute_for, parse_expression, snake_case
 from linen2nnx.migrate.sites import LoopInfo, Site
 from linen2nnx.namemap import split_pattern
 
@@ -126,3 +126,13 @@ def clashes(pattern: str, sites: list[Site]) -> bool:
         elif not after and before == f"{site.linen_name}_":  # the `unit` list of f'unit_{i}'
             return True
     return False
+
+
+def built_per_iteration(site: Site, built: cst.BaseExpression) -> cst.BaseExpression:
+    """A module built in a plain loop: the ``nnx.List`` of one per iteration (``built`` as it is
+    outside a loop)."""
+    if site.loop is not None:
+        comp = parse_expression(f"[None for {site.loop.target_src} in {site.loop.iter_src}]")
+        assert isinstance(comp, cst.ListComp)
+        built = cst.Call(parse_expression("nnx.List"), [cst.Arg(comp.with_changes(elt=built))])
+    return built
