@@ -33,6 +33,7 @@ from linen2nnx.migrate.sites import (
     replace_shape_last,
 )
 from linen2nnx.migrate.trace_sizing import TraceEvidence
+from linen2nnx.migrate.tuple_flow import COMPOUND, mapped
 
 
 class Sizer(TraceEvidence):
@@ -218,8 +219,8 @@ class Sizer(TraceEvidence):
                     return Feat.unknown("submodule argument")
                 expr = substitute_self_fields(feat.expr, fields)
                 return Feat("expr", expr=expr) if expr is not None else Feat.unknown("submodule config")
-            if feat.kind == "tuple":
-                return Feat("tuple", elements=tuple(seen_by_caller(e, first) for e in feat.elements))
+            if feat.kind in COMPOUND:  # a tuple or output object: each element in the caller's terms
+                return mapped(feat, lambda e: seen_by_caller(e, first))
             if feat.kind == "unknown" and feat.candidate is not None:
                 seen = seen_by_caller(feat.candidate, first)
                 return Feat(
