@@ -234,15 +234,19 @@ class FeatureFlow:
             left, right = self.expr_of(node.left), self.expr_of(node.right)
             if isinstance(node.operator, cst.MatrixMultiply):  # x @ w: the last axis is w's
                 return _contracted(right, -2)
-            if left.kind in tuple_flow.COMPOUND or right.kind in tuple_flow.COMPOUND:
+            if left.kind in tuple_flow.COMPOUND and right.kind in tuple_flow.COMPOUND:
                 if isinstance(node.operator, cst.Add):  # (h,) + outputs[1:]
                     return tuple_flow.joined(tuple_flow.as_sequence(left), tuple_flow.as_sequence(right))
-                return Feat.unknown("an operation on a tuple")
+                return Feat.unknown("an operation on tuples")
+            if left.kind in tuple_flow.COMPOUND:  # (h,) + array broadcasts: no tuple, nor a size
+                return Feat.unknown("a tuple and an array")
             return left if left.kind != "unknown" else right  # elementwise: broadcasting keeps it
         if isinstance(node, cst.UnaryOperation):
             return self.expr_of(node.expression)
-        if isinstance(node, (cst.Tuple, cst.List)):
-            return Feat("tuple", elements=tuple(self.expr_of(el.value) for el in node.elements))
+        if isinstance(node, (cst.Tuple, cst.List)):  # (h, *rest): rest's elements spliced in
+            return tuple_flow.displayed(
+                [(isinstance(el, cst.StarredElement), self.expr_of(el.value)) for el in node.elements]
+            )
         if isinstance(node, cst.Attribute):
             known = self.value_of(node, self.env)
             if known is None and not (isinstance(node.value, cst.Name) and node.value.value == "self"):
@@ -259,7 +263,8 @@ class FeatureFlow:
                 # `(y, None) if scanned else y`: a layer body that serves nn.scan (carry, out) or a loop
                 if tup.kind == "tuple" and tup.elements and tup.elements[0] == plain:
                     return plain
-            return a if a == b else Feat.unknown("conditional expression")
+            both = tuple_flow.merged(a, b, merge_value)  # (h, w) if flag else (h,): what both hold
+            return a if a == b else both if both is not None else Feat.unknown("conditional expression")
         return Feat.unknown(type(node).__name__)
 
     def call(self, node: cst.Call) -> Feat:

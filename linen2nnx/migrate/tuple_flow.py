@@ -207,6 +207,21 @@ def joined(left: Feat, right: Feat) -> Feat:
     return Feat(kind, elements=left.elements + right.elements)
 
 
+def displayed(parts: Sequence[tuple[bool, Feat]]) -> Feat:
+    """A tuple or list display, each part ``(starred, value)``: a starred sequence's elements spliced
+    in; after a starred value of unknown length, only the elements before it are known (a prefix)."""
+    elements: list[Feat] = []
+    for starred, value in parts:
+        if not starred:
+            elements.append(value)
+            continue
+        value = as_sequence(value)
+        elements.extend(value.elements if value.kind in ("tuple", "prefix") else ())
+        if value.kind != "tuple":
+            return Feat("prefix", elements=tuple(elements))
+    return Feat("tuple", elements=tuple(elements))
+
+
 def as_sequence(value: Feat) -> Feat:
     """A NamedTuple as the tuple of its fields (what unpacking and ``+`` see)."""
     return Feat("tuple", elements=value.elements) if value.kind == "namedtuple" else value
