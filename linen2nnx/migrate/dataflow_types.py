@@ -7,6 +7,9 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class Feat:
+    """Where a value's last axis comes from (``kind``; see dataflow.py), or, for a tuple or output
+    object, one such value per element (tuple_flow.py)."""
+
     kind: str  # expr | input | flatten | sliced | tuple | prefix | namedtuple | record | choice | unknown
     expr: str = ""
     input_name: str = ""
