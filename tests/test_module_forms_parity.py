@@ -164,6 +164,8 @@ CASES = {
     "local_dict_kwargs_plain": ("MlpBlock", {"zero_head": False}, (2, 5)),  # the empty dict's branch
     "loop_local_alias": ("Encoder", {}, (2, 3, 5)),  # block = Block(name=f"block_{i}"); x, aux = block(x)
     "loop_local_alias_scan": ("Encoder", {"scan": True}, (2, 3, 5)),  # the nn.scan branch beside it
+    "tuple_returns": ("Model", {}, (2, 5)),  # sizes read through (h, x), outs[0], outs[1:], *rest
+    "output_objects": ("Model", {}, (2, 5)),  # sizes read through out.field of a dataclass / NamedTuple
 }
 SOURCES = {
     "splat_locals_compact": "splat_locals",

@@ -58,6 +58,7 @@ from linen2nnx.migrate.sites import (
     ClassPlan,
     Field,
 )
+from linen2nnx.migrate.tuple_flow import agreed_return, record_classes
 
 
 class FileContext:
@@ -514,6 +515,7 @@ class FileContext:
         self.collect_lift_aliases(node.body)
         self.state.module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
         self.state.module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
+        self.state.record_classes = record_classes(node.body, self.qualnames)
         self.state.unbox_helpers = {
             name for name, fn in self.state.module_functions.items() if self.is_unbox_helper(fn)
         }
@@ -535,8 +537,10 @@ class FileContext:
                 self.qualnames(d.decorator) & {"jax.jit", "jax.vmap"} for d in stmt.decorators
             ):
                 params = [p.name.value for p in stmt.params.params]
-                flow = FeatureFlow(params, lambda call: None, self.qualnames)
+                flow = FeatureFlow(
+                    params, lambda call: None, self.qualnames, records=self.state.record_classes
+                )
                 flow.run(stmt.body.body)
-                if flow.returns and all(r == flow.returns[0] for r in flow.returns):
-                    if "self" not in flow.returns[0].expr:
-                        self.state.function_out[stmt.name.value] = (params, flow.returns[0])
+                out = agreed_return(flow.returns)
+                if out is not None and "self" not in out.expr:
+                    self.state.function_out[stmt.name.value] = (params, out)

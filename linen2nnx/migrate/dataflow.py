@@ -20,40 +20,20 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate import tuple_flow
 from linen2nnx.migrate.cst_utils import (
     code,
     names_in,
     parse_expression,
     replace_name,
 )
+from linen2nnx.migrate.dataflow_types import Feat
 from linen2nnx.migrate.linen_api import feature_preserving_functions
-
-
-@dataclasses.dataclass(frozen=True)
-class Feat:
-    kind: str  # expr | input | flatten | sliced | tuple | choice | unknown
-    expr: str = ""
-    input_name: str = ""
-    base: Feat | None = None
-    reason: str = ""
-    elements: tuple[Feat, ...] = ()  # kind "tuple": one Feat per element
-    rank: int = 0  # number of axes when known (a parameter of literal shape); 0: unknown
-    leading: int = 0  # for a flatten: the leading axes it provably keeps (``x.reshape(x.shape[0], -1)``: 1)
-    reduced: tuple[
-        int, ...
-    ] = ()  # for a candidate of a reduction: the axes reduced (a trace's rank confirms)
-    candidate: Feat | None = None
-    """For an unknown size: what it is if an assumption no source text proves holds (the right operand
-    of ``x @ y`` has rank >= 2); only a trace that shows the same sizes confirms it."""
-
-    @staticmethod
-    def unknown(reason: str) -> Feat:
-        return Feat("unknown", reason=reason)
 
 
 @dataclasses.dataclass
@@ -109,7 +89,9 @@ class FeatureFlow:
         after_loop: Callable[[cst.For, dict[str, Feat], dict[str, Feat]], None] = lambda loop, before, env: (
             None
         ),
+        records: Mapping[str, tuple_flow.RecordClass] | None = None,
     ) -> None:
+        self.records = records or {}  # the file's plain data classes (see tuple_flow.record_classes)
         self.after_loop = after_loop  # (loop, values before it, values after it): may rewrite the latter
         self.method_of = method_of
         self.value_of = value_of  # a parameter of the class (its creation, or its setup() attribute)
@@ -221,7 +203,13 @@ class FeatureFlow:
         elif isinstance(small, cst.AnnAssign) and small.value is not None:
             self.bind(small.target, self.expr_of(small.value))
         elif isinstance(small, cst.AugAssign):
-            self.expr_of(small.value)
+            value = self.expr_of(small.value)
+            held = self.env.get(small.target.value) if isinstance(small.target, cst.Name) else None
+            if held is not None and held.kind in tuple_flow.SEQUENCES:  # outputs += (attn,)
+                adds = isinstance(small.operator, cst.AddAssign)
+                self.env[small.target.value] = (  # type: ignore[union-attr]
+                    tuple_flow.joined(held, value) if adds else Feat.unknown("an augmented tuple")
+                )
         elif isinstance(small, cst.Return) and small.value is not None:
             self.returns.append(self.expr_of(small.value))
         elif isinstance(small, cst.Expr):
@@ -231,13 +219,8 @@ class FeatureFlow:
         if isinstance(target, cst.Name):
             self.env[target.value] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
-            parts = (
-                value.elements
-                if value.kind == "tuple" and len(value.elements) == len(target.elements)
-                else ()
-            )
-            for i, el in enumerate(target.elements):
-                self.bind(el.value, parts[i] if parts else Feat.unknown("tuple unpacking"))
+            for part, feat in tuple_flow.unpacked(target, value):
+                self.bind(part, feat)
 
     # ---- expressions -------------------------------------------------------------------------
     def expr_of(self, node: cst.BaseExpression | None) -> Feat:
@@ -251,25 +234,37 @@ class FeatureFlow:
             left, right = self.expr_of(node.left), self.expr_of(node.right)
             if isinstance(node.operator, cst.MatrixMultiply):  # x @ w: the last axis is w's
                 return _contracted(right, -2)
+            if left.kind in tuple_flow.COMPOUND and right.kind in tuple_flow.COMPOUND:
+                if isinstance(node.operator, cst.Add):  # (h,) + outputs[1:]
+                    return tuple_flow.joined(tuple_flow.as_sequence(left), tuple_flow.as_sequence(right))
+                return Feat.unknown("an operation on tuples")
+            if left.kind in tuple_flow.COMPOUND:  # (h,) + array broadcasts: no tuple, nor a size
+                return Feat.unknown("a tuple and an array")
             return left if left.kind != "unknown" else right  # elementwise: broadcasting keeps it
         if isinstance(node, cst.UnaryOperation):
             return self.expr_of(node.expression)
-        if isinstance(node, (cst.Tuple, cst.List)):
-            return Feat("tuple", elements=tuple(self.expr_of(el.value) for el in node.elements))
+        if isinstance(node, (cst.Tuple, cst.List)):  # (h, *rest): rest's elements spliced in
+            return tuple_flow.displayed(
+                [(isinstance(el, cst.StarredElement), self.expr_of(el.value)) for el in node.elements]
+            )
         if isinstance(node, cst.Attribute):
             known = self.value_of(node, self.env)
+            if known is None and not (isinstance(node.value, cst.Name) and node.value.value == "self"):
+                known = tuple_flow.field_of(self.expr_of(node.value), node.attr.value)  # out.hidden
             return known if known is not None else Feat.unknown("Attribute")
-        if isinstance(
-            node, cst.Subscript
-        ):  # x[:, 0] keeps the last axis unless it indexes it: the trace decides
-            return Feat("sliced", base=self.expr_of(node.value))
+        if isinstance(node, cst.Subscript):
+            base = self.expr_of(node.value)
+            element = tuple_flow.indexed(base, node)  # outputs[0], outputs[1:]
+            # x[:, 0] keeps the last axis unless it indexes it: the trace decides
+            return element if element is not None else Feat("sliced", base=base)
         if isinstance(node, cst.IfExp):
             a, b = self.expr_of(node.body), self.expr_of(node.orelse)
             for tup, plain in ((a, b), (b, a)):
                 # `(y, None) if scanned else y`: a layer body that serves nn.scan (carry, out) or a loop
                 if tup.kind == "tuple" and tup.elements and tup.elements[0] == plain:
                     return plain
-            return a if a == b else Feat.unknown("conditional expression")
+            both = tuple_flow.merged(a, b, merge_value)  # (h, w) if flag else (h,): what both hold
+            return a if a == b else both if both is not None else Feat.unknown("conditional expression")
         return Feat.unknown(type(node).__name__)
 
     def call(self, node: cst.Call) -> Feat:
@@ -286,6 +281,11 @@ class FeatureFlow:
         known = self.value_of(node, self.env)
         if known is not None:
             return known
+        record = self.records.get(node.func.value) if isinstance(node.func, cst.Name) else None
+        if record is not None and node.func.value not in self.env:  # type: ignore[attr-defined]
+            built = tuple_flow.built_record(node, record, arg_feats, node.func.value)  # type: ignore[attr-defined]
+            if built is not None:
+                return built
         qualnames = self.qualnames_of(node.func)
         positional = [a for a in node.args if a.keyword is None and not a.star]
         contracted = self._kept_or_contracted(node, qualnames, arg_feats, positional, first)
@@ -561,7 +561,8 @@ def _reshape(receiver: Feat, node: cst.Call, value: cst.BaseExpression) -> Feat:
     return Feat.unknown("reshape")
 
 
-SIZED = ("expr", "input")
+SIZED = tuple_flow.SIZED
+merge_value = tuple_flow.merge_value
 
 
 def _merge(a: dict[str, Feat], b: dict[str, Feat], config_test: str | None = None) -> dict[str, Feat]:
@@ -570,18 +571,13 @@ def _merge(a: dict[str, Feat], b: dict[str, Feat], config_test: str | None = Non
     out = {}
     for k in a.keys() | b.keys():
         va, vb = a.get(k), b.get(k)
-        if va == vb:
-            out[k] = va
-        elif (
-            config_test is not None
-            and va is not None
-            and vb is not None
-            and va.kind in SIZED
-            and vb.kind in SIZED
-        ):
-            out[k] = Feat("choice", expr=config_test, elements=(va, vb))
-        else:
-            out[k] = Feat.unknown("differs between branches")
+        out[k] = (
+            merge_value(va, vb, config_test)
+            if va is not None and vb is not None
+            else va
+            if va == vb
+            else Feat.unknown("differs between branches")
+        )
     return out
 
 
@@ -590,8 +586,8 @@ def transfer(out: Feat, params: list[str], args: list[Feat]) -> Feat:
     if out.kind == "input":
         i = params.index(out.input_name) if out.input_name in params else -1
         return args[i] if 0 <= i < len(args) else Feat.unknown(f"argument {out.input_name}")
-    if out.kind == "tuple":
-        return Feat("tuple", elements=tuple(transfer(e, params, args) for e in out.elements))
+    if out.kind in tuple_flow.COMPOUND:
+        return tuple_flow.mapped(out, lambda e: transfer(e, params, args))
     if out.kind == "expr":
         return out
     return Feat.unknown("callee result")

@@ -23,6 +23,7 @@ from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.sites import ClassPlan, ClassSummary
 from linen2nnx.migrate.trace import Trace
+from linen2nnx.migrate.tuple_flow import RecordClass
 from linen2nnx.namemap import NameMap
 
 
@@ -79,6 +80,9 @@ class FileState:
     # ---- module-level facts (resolved in visit_Module) ----------------------------------------
     module_classes: set[str] = dataclasses.field(default_factory=set)  # names of the file's classes
     module_functions: dict[str, cst.FunctionDef] = dataclasses.field(default_factory=dict)
+    record_classes: dict[str, RecordClass] = dataclasses.field(
+        default_factory=dict
+    )  # its plain data classes, whose fields the dataflow follows (tuple_flow.py); context writes, flows read
     function_factories: dict[str, FunctionFactory] = dataclasses.field(
         default_factory=dict
     )  # this file's layer factory functions, by name (function_factories.py)

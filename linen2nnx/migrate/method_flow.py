@@ -17,6 +17,7 @@ import libcst as cst
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_names, code, names_in, self_attr
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
+from linen2nnx.migrate.tuple_flow import agreed_return
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.sizing import Sizer
@@ -60,6 +61,7 @@ class MethodFlow:
             self.on_assign,
             self.value_of,
             self.after_loop,
+            records=self.state.record_classes,
         )
         if len(params) >= 2 and (
             (plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods
@@ -75,7 +77,7 @@ class MethodFlow:
     def _record_out(self) -> None:
         """What the method returns (as the plan's ``out`` for ``__call__``)."""
         flow, plan, fn = self.flow, self.plan, self.fn
-        out = flow.returns[0] if flow.returns and all(r == flow.returns[0] for r in flow.returns) else None
+        out = agreed_return(flow.returns)  # tuples several returns build: what they agree on
         scan = plan.scanned_methods.get(fn.name.value)
         if scan is not None and out is not None:  # scanned: (carry, ys), with ys stacked on out_axes
             parts = out.elements if out.kind == "tuple" and len(out.elements) == 2 else ()
@@ -133,7 +135,14 @@ class MethodFlow:
         what a first pass sees it return is what it receives (``lstm_state, last_prediction = carry``
         -> ``last_prediction`` is as wide as the prediction it returns). Unknown parts stay unknown."""
         params = self.params
-        probe = FeatureFlow(params, self.layer_of, self.ctx.qualnames, self.method_of, value_of=self.value_of)
+        probe = FeatureFlow(
+            params,
+            self.layer_of,
+            self.ctx.qualnames,
+            self.method_of,
+            value_of=self.value_of,
+            records=self.state.record_classes,
+        )
         self.probing = True  # the callbacks record nothing and resolve nothing meanwhile
         try:
             probe.run(self.fn.body.body)
@@ -226,7 +235,12 @@ class MethodFlow:
             # inline the helper with the caller's values, so layers it applies are sized in context
             callee_params = [p.name.value for p in callee.params.params][1:]
             sub = FeatureFlow(
-                callee_params, self.layer_of, self.ctx.qualnames, self.method_of, value_of=self.value_of
+                callee_params,
+                self.layer_of,
+                self.ctx.qualnames,
+                self.method_of,
+                value_of=self.value_of,
+                records=self.state.record_classes,
             )
             sub.env.update(zip(callee_params, args))
             sub.iteration = self.flow.iteration
@@ -235,10 +249,8 @@ class MethodFlow:
             self.depth -= 1
             if not self.probing:
                 self.flow.uses.extend(sub.uses)
-            returns = sub.returns
-            return (
-                returns[0] if returns and all(r == returns[0] for r in returns) else Feat.unknown(name or "")
-            )
+            out = agreed_return(sub.returns)
+            return out if out is not None else Feat.unknown(name or "")
         known = plan.method_out.get(name or "")
         if known is None and isinstance(call.func, cst.Name):
             known = self.state.function_out.get(call.func.value)

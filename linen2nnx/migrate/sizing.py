@@ -34,6 +34,7 @@ from linen2nnx.migrate.sites import (
     replace_shape_last,
 )
 from linen2nnx.migrate.trace_sizing import TraceEvidence
+from linen2nnx.migrate.tuple_flow import COMPOUND, mapped
 
 
 class Sizer(TraceEvidence):
@@ -223,8 +224,8 @@ class Sizer(TraceEvidence):
                         self.state.tree, user, expr, fields, first.expr if first.kind == "expr" else None
                     )
                 return Feat("expr", expr=expr) if expr is not None else Feat.unknown("submodule config")
-            if feat.kind == "tuple":
-                return Feat("tuple", elements=tuple(seen_by_caller(e, first) for e in feat.elements))
+            if feat.kind in COMPOUND:  # a tuple or output object: each element in the caller's terms
+                return mapped(feat, lambda e: seen_by_caller(e, first))
             if feat.kind == "unknown" and feat.candidate is not None:
                 seen = seen_by_caller(feat.candidate, first)
                 return Feat(

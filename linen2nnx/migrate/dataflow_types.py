@@ -1,0 +1,31 @@
+"""The value the feature-size dataflow tracks for each expression (see dataflow.py and tuple_flow.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Feat:
+    """Where a value's last axis comes from (``kind``; see dataflow.py), or, for a tuple or output
+    object, one such value per element (tuple_flow.py)."""
+
+    kind: str  # expr | input | flatten | sliced | tuple | prefix | namedtuple | record | choice | unknown
+    expr: str = ""
+    input_name: str = ""
+    base: Feat | None = None
+    reason: str = ""
+    elements: tuple[Feat, ...] = ()  # compound kinds (tuple_flow.py): one Feat per element
+    names: tuple[str, ...] = ()  # kinds "namedtuple" / "record": the field name of each element
+    rank: int = 0  # number of axes when known (a parameter of literal shape); 0: unknown
+    leading: int = 0  # for a flatten: the leading axes it provably keeps (``x.reshape(x.shape[0], -1)``: 1)
+    reduced: tuple[
+        int, ...
+    ] = ()  # for a candidate of a reduction: the axes reduced (a trace's rank confirms)
+    candidate: Feat | None = None
+    """For an unknown size: what it is if an assumption no source text proves holds (the right operand
+    of ``x @ y`` has rank >= 2); only a trace that shows the same sizes confirms it."""
+
+    @staticmethod
+    def unknown(reason: str) -> Feat:
+        return Feat("unknown", reason=reason)

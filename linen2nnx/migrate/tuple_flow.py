@@ -1,0 +1,304 @@
+"""Feature sizes through tuples and output objects that blocks return.
+
+A submodule often returns several values -- ``return h, attn`` / ``return (h,) + outputs[1:]`` /
+``return Output(last_hidden_state=h)`` -- and its caller reads one of them: ``h, _ = block(x)``,
+``block(x)[0]``, ``out.last_hidden_state``. The dataflow (:mod:`~linen2nnx.migrate.dataflow`) keeps
+one :class:`~linen2nnx.migrate.dataflow.Feat` per element so that the next layer's input size is still
+known there. Four kinds of sequence-like values:
+
+- ``tuple``       every element known, in order (a tuple or list display);
+- ``prefix``      the first elements known, more may follow (``(h,) + rest`` with ``rest`` a tuple of
+                  unknown length, or branches that return tuples of different lengths);
+- ``namedtuple``  a ``typing.NamedTuple`` of this file built with its fields: a ``tuple`` whose
+                  elements also have names;
+- ``record``      a dataclass of this file (``flax.struct.dataclass``, ``dataclasses.dataclass``)
+                  built with its fields: named elements, no indexing.
+
+Only what the source proves is followed: a literal index or slice, ``+`` of two sequences, a field
+passed to the constructor. Anything else (a non-literal index, an index past the known prefix, starred
+unpacking of a sequence of unknown length, a field left to its default) is unknown, and the existing
+finding stands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import libcst as cst
+
+from linen2nnx.migrate.dataflow_types import Feat
+
+SIZED = ("expr", "input")
+"""Kinds with a size of their own (a config expression, or a method input's)."""
+SEQUENCES = ("tuple", "prefix", "namedtuple")
+"""Kinds that index and concatenate as a Python tuple."""
+COMPOUND = (*SEQUENCES, "record")
+
+RECORD_DECORATORS = frozenset({"flax.struct.dataclass", "dataclasses.dataclass"})
+NAMED_TUPLE_BASES = frozenset({"typing.NamedTuple", "NamedTuple"})
+REFUSED_METHODS = frozenset({"__post_init__", "__getattr__", "__getattribute__", "__init__", "__new__"})
+"""A record class defining one of these may not hand back a field as it was passed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordClass:
+    """A plain data class of the file: its fields in order, and whether it is a NamedTuple (indexable)."""
+
+    fields: tuple[str, ...]
+    sequence: bool
+
+
+def record_classes(
+    body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode], set[str]]
+) -> dict[str, RecordClass]:
+    """The module-level classes whose attributes read back the constructor's arguments unchanged:
+    a dataclass or NamedTuple with no base of its own, every field a plain annotated name, and no
+    method that could change what a field holds."""
+    out: dict[str, RecordClass] = {}
+    for stmt in body:
+        if not isinstance(stmt, cst.ClassDef):
+            continue
+        bases = [a.value for a in stmt.bases]
+        sequence = bool(bases) and all(
+            qualnames(b) & NAMED_TUPLE_BASES or (isinstance(b, cst.Name) and b.value == "NamedTuple")
+            for b in bases
+        )
+        decorated = any(_is_record_decorator(d.decorator, qualnames) for d in stmt.decorators)
+        if stmt.keywords or not ((sequence and not stmt.decorators) or (decorated and not bases)):
+            continue
+        fields = _plain_fields(stmt.body.body)
+        if fields:
+            out[stmt.name.value] = RecordClass(fields, sequence)
+    return out
+
+
+def _is_record_decorator(node: cst.BaseExpression, qualnames: Callable[[cst.CSTNode], set[str]]) -> bool:
+    func = node.func if isinstance(node, cst.Call) else node
+    if isinstance(node, cst.Call) and any(a.keyword is None or a.keyword.value == "init" for a in node.args):
+        return False  # dataclass(init=False) or a positional argument: a constructor of its own
+    return bool(qualnames(func) & RECORD_DECORATORS)
+
+
+def _plain_fields(body: Sequence[cst.CSTNode]) -> tuple[str, ...]:
+    """The field names of a class body of annotated names, docstrings and methods that cannot change a
+    field; () when anything else stands in it."""
+    fields: list[str] = []
+    methods: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, cst.FunctionDef):
+            methods.add(stmt.name.value)
+            if stmt.decorators:
+                return ()  # a property or a class method may shadow a field
+            continue
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return ()
+        for small in stmt.body:
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString):
+                continue
+            if isinstance(small, cst.Pass):
+                continue
+            if not (isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name)):
+                return ()
+            annotation = cst.Module(body=[]).code_for_node(small.annotation.annotation)
+            if any(word in annotation for word in ("ClassVar", "InitVar", "KW_ONLY")):
+                return ()
+            if isinstance(small.value, cst.Call):
+                return ()  # field(init=False, ...) and the like: not read back as passed
+            fields.append(small.target.value)
+    if methods & (REFUSED_METHODS | set(fields)):
+        return ()
+    return tuple(fields)
+
+
+def built_record(node: cst.Call, record: RecordClass, args: Sequence[Feat], name: str) -> Feat | None:
+    """``Out(h, aux=a)``: each field's value as passed; a field left to its default is unknown. None
+    when the arguments cannot be matched to the fields (``*args``, ``**kwargs``, an unknown keyword)."""
+    values: dict[str, Feat] = {}
+    positional = 0
+    for arg, feat in zip(node.args, args):
+        if arg.star:
+            return None
+        if arg.keyword is None:
+            if positional >= len(record.fields):
+                return None
+            values[record.fields[positional]] = feat
+            positional += 1
+        elif arg.keyword.value in record.fields and arg.keyword.value not in values:
+            values[arg.keyword.value] = feat
+        else:
+            return None
+    elements = tuple(values.get(f, Feat.unknown(f"the default of {name}.{f}")) for f in record.fields)
+    return Feat(
+        "namedtuple" if record.sequence else "record", expr=name, elements=elements, names=record.fields
+    )
+
+
+def field_of(value: Feat, attr: str) -> Feat | None:
+    """``out.attr`` of a record or NamedTuple value; None for any other value."""
+    if value.kind not in ("record", "namedtuple"):
+        return None
+    if attr in value.names:
+        return value.elements[value.names.index(attr)]
+    return Feat.unknown(f"attribute {attr} of {value.expr}")
+
+
+def _literal_int(node: cst.BaseExpression | None) -> int | None:
+    negative = isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus)
+    number = node.expression if negative else node  # type: ignore[union-attr]
+    if not isinstance(number, cst.Integer):
+        return None
+    return -int(number.value) if negative else int(number.value)
+
+
+def indexed(value: Feat, node: cst.Subscript) -> Feat | None:
+    """``value[i]`` / ``value[a:b]`` of a sequence with literal bounds: the element or the sub-sequence
+    when the source proves which; None when ``value`` is no sequence or the subscript is not literal
+    (the caller keeps its own reading of an indexed array)."""
+    if value.kind not in SEQUENCES or len(node.slice) != 1:
+        return None
+    index = node.slice[0].slice
+    if isinstance(index, cst.Index):
+        i = _literal_int(index.value)
+        if i is None:
+            return Feat.unknown("an index the source does not spell out")
+        return element(value, i)
+    if isinstance(index, cst.Slice):
+        return sliced(value, index)
+    return None
+
+
+def element(value: Feat, i: int) -> Feat:
+    """The ``i``-th element of a sequence value (negative from the end only when its length is known)."""
+    n = len(value.elements)
+    if value.kind == "prefix":
+        return value.elements[i] if 0 <= i < n else Feat.unknown("an element past the known ones")
+    return value.elements[i] if -n <= i < n else Feat.unknown("an index out of range")
+
+
+def sliced(value: Feat, index: cst.Slice) -> Feat:
+    """``value[a:b]`` with literal (or absent) bounds and no step."""
+    bounds = []
+    for bound in (index.lower, index.upper):
+        b = None if bound is None else _literal_int(bound)
+        if bound is not None and b is None:
+            return Feat.unknown("a slice the source does not spell out")
+        bounds.append(b)
+    if index.step is not None:
+        return Feat.unknown("a slice with a step")
+    lower, upper = bounds
+    if value.kind != "prefix":
+        return Feat("tuple", elements=value.elements[lower:upper])
+    if (lower or 0) < 0 or (upper is not None and (upper < 0 or upper > len(value.elements))):
+        return Feat.unknown("a slice past the known elements")
+    if upper is None:
+        return Feat("prefix", elements=value.elements[lower:])
+    return Feat("tuple", elements=value.elements[lower:upper])
+
+
+def joined(left: Feat, right: Feat) -> Feat:
+    """``left + right`` of two sequences: a tuple, or a prefix when ``left``'s length is not known or
+    ``right``'s elements are not all known. Anything else is unknown (``(h,) + array`` broadcasts)."""
+    if left.kind not in SEQUENCES or right.kind not in SEQUENCES:
+        return Feat.unknown("a sum of a sequence and something else")
+    if left.kind == "prefix":
+        return Feat("prefix", elements=left.elements)
+    kind = "prefix" if right.kind == "prefix" else "tuple"
+    return Feat(kind, elements=left.elements + right.elements)
+
+
+def displayed(parts: Sequence[tuple[bool, Feat]]) -> Feat:
+    """A tuple or list display, each part ``(starred, value)``: a starred sequence's elements spliced
+    in; after a starred value of unknown length, only the elements before it are known (a prefix)."""
+    elements: list[Feat] = []
+    for starred, value in parts:
+        if not starred:
+            elements.append(value)
+            continue
+        value = as_sequence(value)
+        elements.extend(value.elements if value.kind in ("tuple", "prefix") else ())
+        if value.kind != "tuple":
+            return Feat("prefix", elements=tuple(elements))
+    return Feat("tuple", elements=tuple(elements))
+
+
+def as_sequence(value: Feat) -> Feat:
+    """A NamedTuple as the tuple of its fields (what unpacking and ``+`` see)."""
+    return Feat("tuple", elements=value.elements) if value.kind == "namedtuple" else value
+
+
+def merged(a: Feat, b: Feat, merge: Callable[[Feat, Feat], Feat]) -> Feat | None:
+    """Two compound values one of which a later read sees (branches of an ``if``, several returns):
+    element by element, ``merge`` deciding each pair; a prefix as long as both when their lengths
+    differ. None when either is not compound."""
+    if a.kind not in COMPOUND or b.kind not in COMPOUND:
+        return None
+    if a.kind == "record" or b.kind == "record":
+        if a.kind != b.kind or a.expr != b.expr:
+            return Feat.unknown("different objects on different paths")
+        return dataclasses.replace(a, elements=tuple(merge(x, y) for x, y in zip(a.elements, b.elements)))
+    if a.kind == b.kind == "namedtuple" and a.expr == b.expr:
+        return dataclasses.replace(a, elements=tuple(merge(x, y) for x, y in zip(a.elements, b.elements)))
+    sa, sb = as_sequence(a), as_sequence(b)
+    elements = tuple(merge(x, y) for x, y in zip(sa.elements, sb.elements))
+    same_length = sa.kind == sb.kind == "tuple" and len(sa.elements) == len(sb.elements)
+    return Feat("tuple" if same_length else "prefix", elements=elements)
+
+
+def unpacked(target: cst.Tuple | cst.List, value: Feat) -> list[tuple[cst.BaseExpression, Feat]]:
+    """The value each target of ``a, b = value`` / ``a, *rest = value`` gets; unknown for all when the
+    value's length is not known to match."""
+    value = as_sequence(value)
+    targets = list(target.elements)
+    stars = [i for i, el in enumerate(targets) if isinstance(el, cst.StarredElement)]
+    n = len(value.elements)
+    if (
+        value.kind != "tuple"
+        or len(stars) > 1
+        or (not stars and n != len(targets))
+        or n < len(targets) - len(stars)
+    ):
+        return [(el.value, Feat.unknown("tuple unpacking")) for el in targets]
+    if not stars:
+        return [(el.value, v) for el, v in zip(targets, value.elements)]
+    s = stars[0]
+    tail = len(targets) - s - 1
+    rest = Feat("tuple", elements=value.elements[s : n - tail])
+    parts = [*value.elements[:s], rest, *value.elements[n - tail :]]
+    return [(el.value, v) for el, v in zip(targets, parts)]
+
+
+def agreed(returns: Sequence[Feat], merge: Callable[[Feat, Feat], Feat]) -> Feat | None:
+    """What every return statement of a function agrees on: the one value when they are all equal, the
+    element-wise agreement of compound values, else None."""
+    if not returns:
+        return None
+    if all(r == returns[0] for r in returns):
+        return returns[0]
+    out: Feat | None = returns[0]
+    for r in returns[1:]:
+        out = merged(out, r, merge) if out is not None else None
+        if out is None or out.kind == "unknown":
+            return None
+    return out
+
+
+def mapped(value: Feat, each: Callable[[Feat], Feat]) -> Feat:
+    """``value`` with ``each`` applied to every element of a compound value (its kind and names kept)."""
+    return dataclasses.replace(value, elements=tuple(each(e) for e in value.elements))
+
+
+def merge_value(va: Feat, vb: Feat, config_test: str | None = None) -> Feat:
+    """One value after two paths: itself when they agree, a ``choice`` on a config test when both are
+    sized, the element-wise agreement of two tuples or objects, else unknown."""
+    if va == vb:
+        return va
+    if config_test is not None and va.kind in SIZED and vb.kind in SIZED:
+        return Feat("choice", expr=config_test, elements=(va, vb))
+    both = merged(va, vb, lambda x, y: merge_value(x, y, config_test))
+    return both if both is not None else Feat.unknown("differs between branches")
+
+
+def agreed_return(returns: Sequence[Feat]) -> Feat | None:
+    """What a function's return statements agree on (see :func:`agreed`)."""
+    return agreed(returns, merge_value)

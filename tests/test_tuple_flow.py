@@ -1,0 +1,159 @@
+"""The size dataflow through tuples and output objects (``linen2nnx/migrate/tuple_flow.py``): what it
+follows exactly, and what it leaves unknown because the source does not pin it down."""
+
+import libcst as cst
+import pytest
+
+from linen2nnx.migrate.dataflow import Feat, FeatureFlow
+from linen2nnx.migrate.tuple_flow import agreed_return, record_classes
+
+QUALNAMES = {"flax.struct.dataclass", "dataclasses.dataclass", "typing.NamedTuple"}
+
+
+def _qualnames(node: cst.CSTNode) -> set[str]:
+    """Resolve the few names these snippets use by their spelling."""
+    text = cst.Module(body=[]).code_for_node(node)
+    return {q for q in QUALNAMES if q.endswith("." + text.split(".")[-1])}
+
+
+def _flow(body: str, classes: str = "") -> FeatureFlow:
+    """Run the flow over ``body`` with ``a`` and ``b`` sized by config and ``x`` the method's input."""
+    records = record_classes(cst.parse_module(classes).body, _qualnames)
+    flow = FeatureFlow(["x"], lambda call: None, _qualnames, records=records)
+    flow.env.update(a=Feat("expr", expr="self.a"), b=Feat("expr", expr="self.b"))
+    flow.run(cst.parse_module(body).body)
+    return flow
+
+
+A, B, X = Feat("expr", expr="self.a"), Feat("expr", expr="self.b"), Feat("input", input_name="x")
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("t = (a, b)\ny = t[0]", A),
+        ("t = (a, b)\ny = t[-1]", B),
+        ("t = (a, x, b)\ny = t[1:][1]", B),
+        ("t = (a, x, b)\n_, *r = t\ny = r[0]", X),
+        ("t = (a, x, b)\n*r, y = t", B),
+        ("t = (a,) + (b, x)\ny = t[2]", X),
+        ("t = (a,)\nt += (b,)\n_, y = t", B),
+        ("t = (a,)\nif flag:\n    t += (b,)\ny = t[0]", A),  # a prefix: the first element on both paths
+        ("t = (a,) + (b, x)[1:]\ny = t[1]", X),
+    ],
+)
+def test_elements_the_source_pins_down(body, expected):
+    assert _flow(body).env["y"] == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "t = (a, b)\ny = t[i]",  # an index held in a name
+        "t = (a,)\nif flag:\n    t += (b,)\ny = t[1]",  # an element past the known ones
+        "t = (a,)\nif flag:\n    t += (b,)\ny = t[-1]",  # from the end of a tuple of unknown length
+        "t = (a,)\nif flag:\n    t += (b,)\ny, *r = t",  # starred unpacking of a tuple of unknown length
+        "t = (a,)\nif flag:\n    t += (b,)\ny, z = t",
+        "t = (a,) + x\ny = t[0]",  # a tuple plus an array broadcasts: no tuple at all
+        "t = (a, b) * 2\ny = t[0]",
+        "t = (a, b)\ny = t[::2][0]",  # a slice with a step
+    ],
+)
+def test_elements_the_source_leaves_open_stay_unknown(body):
+    assert _flow(body).env["y"].kind in ("unknown", "sliced")
+
+
+RECORDS = """
+@flax.struct.dataclass
+class Out:
+    hidden: object
+    extra: object = None
+
+class Pair(NamedTuple):
+    first: object
+    second: object
+
+@flax.struct.dataclass
+class Post:
+    hidden: object
+    def __post_init__(self):
+        pass
+
+@flax.struct.dataclass
+class Derived(Base):
+    hidden: object
+
+@dataclasses.dataclass
+class Hidden:
+    hidden: object = dataclasses.field(init=False)
+"""
+
+
+def test_only_plain_data_classes_are_followed():
+    records = record_classes(cst.parse_module(RECORDS).body, _qualnames)
+    assert {n: (r.fields, r.sequence) for n, r in records.items()} == {
+        "Out": (("hidden", "extra"), False),
+        "Pair": (("first", "second"), True),
+    }
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("o = Out(hidden=a)\ny = o.hidden", A),
+        ("o = Out(a, b)\ny = o.extra", B),
+        ("p = Pair(a, second=x)\ny = p[1]", X),
+        ("p = Pair(a, x)\n_, y = p", X),
+        ("p = Pair(a, x)\ny = p.first", A),
+    ],
+)
+def test_fields_of_output_objects(body, expected):
+    assert _flow(body, RECORDS).env["y"] == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "o = Out(hidden=a)\ny = o.extra",  # left to its default
+        "o = Out(hidden=a)\ny = o[0]",  # a dataclass is no sequence
+        "o = Post(hidden=a)\ny = o.hidden",  # __post_init__ may change it
+        "o = Out(**kw)\ny = o.hidden",
+        "o = Out(hidden=a) if flag else (a,)\ny = o.hidden",
+        "o = (a,)\nif flag:\n    o = Out(hidden=a)\ny = o.hidden",  # an object on one path, a tuple on the other
+    ],
+)
+def test_fields_the_source_does_not_pin_down_stay_unknown(body):
+    assert _flow(body, RECORDS).env["y"].kind in ("unknown", "sliced")
+
+
+def test_returns_keep_what_they_agree_on():
+    same = Feat("tuple", elements=(A, B))
+    assert agreed_return([same, same]) == same
+    assert agreed_return([same, Feat("tuple", elements=(A,))]) == Feat("prefix", elements=(A,))
+    assert agreed_return([same, Feat("tuple", elements=(B, B))]) == Feat(
+        "tuple", elements=(Feat.unknown("differs between branches"), B)
+    )
+    assert agreed_return([A, B]) is None  # two sizes on two paths: no agreement
+    assert agreed_return([same, Feat("record", expr="Out", elements=(A,), names=("hidden",))]) is None
+
+
+def test_a_conditional_tuple_keeps_what_both_sides_hold():
+    flow = _flow("t = (a, x) if flag else (a,)\ny = t[0]\nz = t[1]")
+    assert flow.env["y"] == A
+    assert flow.env["z"].kind == "unknown"
+
+
+@pytest.mark.parametrize(
+    "body, known",
+    [
+        ("t = (a, *(x, b))\ny = t[2]", True),
+        ("t = (a, *(x, b))\n_, _, y = t", True),
+        ("r = (x,)\nif flag:\n    r += (b,)\nt = (a, *r)\ny = t[1]", True),  # a prefix spliced: still known
+        ("t = (a, *r, b)\ny = t[0]", True),  # before a starred value of unknown length
+        ("t = (a, *r, b)\ny = t[1]", False),  # after it: unknown
+        ("t = (a, *r, b)\ny = t[-1]", False),
+    ],
+)
+def test_starred_elements_of_a_display(body, known):
+    y = _flow(body).env["y"]
+    assert (y.kind in ("expr", "input")) == known
