@@ -148,6 +148,55 @@ def test_arrays_held_at_once_stay_within_the_budget(root, tmp_path):
     assert memory.in_flight.peak - before > 4096  # the counter sees a whole group when it is one
 
 
+def test_units_are_read_ahead_of_their_writes_within_the_budget(monkeypatch):
+    """The next units are read while the ones before are written, as long as those held, the new
+    one included, fit in the budget, each on its own bytes of the one reused buffer; a unit bigger
+    than the budget is read alone, into memory of its own; writes keep the stored order."""
+    import asyncio
+
+    from linen2nnx.checkpoint_convert import pipeline
+
+    monkeypatch.setattr(pipeline, "UNIT_BYTES", 1)  # one key a unit
+    sizes = {"a": 60, "b": 30, "c": 30, "d": 100, "e": 10, "f": 150, "g": 40, "h": 50, "i": 20}
+    held: dict[str, tuple[int, int] | None] = {}
+    events: list[tuple[str, str]] = []
+    base: list[int] = []
+
+    async def read(unit, where):
+        (key,) = unit
+        assert not held or sum(sizes[k] for k in held) + sizes[key] <= 100
+        span = None
+        if where is not None:
+            base.extend([] if base else [where.ctypes.data])  # the first read starts the buffer
+            span = (where.ctypes.data - base[0], where.ctypes.data - base[0] + where.nbytes)
+            assert span[1] <= 100 and where.nbytes == sizes[key]
+            assert all(b <= span[0] or span[1] <= a for a, b in filter(None, held.values()))
+        assert (where is None) == (sizes[key] > 100)
+        held[key] = span
+        events.append(("read", key))
+        await asyncio.sleep(0)
+        return key
+
+    async def write(unit, got):
+        assert got == unit[0]
+        await asyncio.sleep(0.01)
+        del held[got]
+        events.append(("write", got))
+
+    cuts = pipeline.units(sizes, 100)
+    assert cuts == [[k] for k in sizes]
+    asyncio.run(pipeline.run(cuts, sizes, 100, read, write))
+    assert [k for e, k in events if e == "write"] == list(sizes)
+    assert events.index(("read", "b")) < events.index(("write", "a"))  # read ahead
+    assert events.index(("read", "i")) < events.index(("write", "h"))  # around the buffer's end
+
+    async def failing(unit, where):
+        raise ValueError(f"cannot read {unit[0]}")
+
+    with pytest.raises(ValueError, match="cannot read a"):
+        asyncio.run(pipeline.run(cuts, sizes, 100, failing, write))
+
+
 def test_heap_modes_nest_and_set_back_what_they_found(monkeypatch):
     """``convert`` serves big buffers from ``mmap`` (:func:`memory.heap_returned`), the read-back
     inside it from the heap (:func:`memory.heap_reused`); each block sets back the thresholds it
@@ -169,6 +218,7 @@ def test_heap_modes_nest_and_set_back_what_they_found(monkeypatch):
     mmap_threshold = lambda: [v for op, p, v in calls if op == "mallopt" and p == -3][-1]  # noqa: E731
     with memory.heap_returned():
         assert mmap_threshold() == memory.MMAP_BYTES
+        assert [v for op, p, v in calls if op == "mallopt" and p == -1][-1] == memory.TRIM_BYTES
         with memory.heap_reused():
             assert mmap_threshold() == 32 << 20
         assert mmap_threshold() == memory.MMAP_BYTES and calls[-1][0] == "trim"

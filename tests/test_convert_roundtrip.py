@@ -203,11 +203,12 @@ def test_an_array_of_several_chunks_reads_back_by_chunk_and_a_flipped_byte_is_ca
 
     monkeypatch.setattr(write, "TARGET_FILE_BYTES", 64 << 10)
     monkeypatch.setattr(zstd_chunk, "PIECE_BYTES", 4096)
+    monkeypatch.setattr(zstd_chunk, "WINDOW_BYTES", 3000)
     filled: list[int] = []
     real_fill = zstd_chunk.fill
 
-    async def fill(spec, dest, context):
-        done = await real_fill(spec, dest, context)
+    async def fill(spec, dest, context, **kw):
+        done = await real_fill(spec, dest, context, **kw)
         filled.append(dest.size if done else 0)
         return done
 

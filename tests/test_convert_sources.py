@@ -268,11 +268,13 @@ def _random_source(root: Path, **layout: bool) -> np.ndarray:
 
 @pytest.fixture
 def streamed(monkeypatch):
-    """Every source array stored as one zstd chunk streamed, 4 KB at a time; those streamed listed."""
+    """Every source array stored as one zstd chunk streamed, 4 KB at a time, decoded (and
+    checksummed) 3,000 bytes at a time, across element and piece boundaries; those streamed listed."""
     from linen2nnx.checkpoint_convert import zstd_chunk
 
     monkeypatch.setattr(zstd_chunk, "MIN_BYTES", 0)
     monkeypatch.setattr(zstd_chunk, "PIECE_BYTES", 4096)
+    monkeypatch.setattr(zstd_chunk, "WINDOW_BYTES", 3000)
     decoded: list[str] = []
     real = zstd_chunk.read
 
@@ -300,6 +302,30 @@ def test_a_source_array_stored_as_one_chunk_is_streamed_bit_for_bit(tmp_path, st
         np.testing.assert_array_equal(back["dense"]["kernel"]["value"], big)
         want = [] if name == "zarr3" else ["params.bias", "params.dense.kernel"]
         assert sorted(streamed) == want
+
+
+def test_arrays_read_into_the_ring_one_by_one_convert_bit_for_bit(tmp_path, streamed, monkeypatch):
+    """One array a unit: each streamed straight into its stretch of the reused buffer, its checksum
+    taken as it decodes; the read-back agrees with every checksum and the weights are the same."""
+    from linen2nnx.checkpoint_convert import pipeline, zstd_chunk
+
+    monkeypatch.setattr(pipeline, "UNIT_BYTES", 1)
+    filled: list[
+        tuple[tuple[int, ...], bool]
+    ] = []  # (shape, checksummed): the source read, not the read-back
+    real_fill = zstd_chunk.fill
+
+    async def fill(spec, dest, context, **kw):
+        filled.append((dest.shape, kw.get("summed") is not None))
+        return await real_fill(spec, dest, context, **kw)
+
+    monkeypatch.setattr(zstd_chunk, "fill", fill)
+    big = _random_source(tmp_path / "src")
+    convert(tmp_path / "src", tmp_path / "nnx", ModelPair(LinenSide(None, {}, None), _Big), budget=300_000)
+    assert ((256, 256), True) in filled and read_report(tmp_path / "nnx")["verified"] is True
+    with ocp.StandardCheckpointer() as ckptr:
+        back = ckptr.restore(tmp_path / "nnx")
+    np.testing.assert_array_equal(back["dense"]["kernel"]["value"], big)
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Orbax's event loop, on error

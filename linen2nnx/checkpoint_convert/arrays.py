@@ -151,6 +151,7 @@ async def read_direct(
     names: dict[RawPath, str],
     into: Any = None,
     filled: Callable[[RawPath, Any], None] | None = None,
+    sums: dict[RawPath, int] | None = None,
 ) -> dict[RawPath, Any]:
     """The arrays of ``metas`` (raw path -> (shape, dtype)) read from the item's storage (``how``,
     see :func:`storage`) with TensorStore, all at once, as host numpy arrays.
@@ -161,7 +162,8 @@ async def read_direct(
     only for small chunks (what this package writes). Without, TensorStore decodes each chunk
     straight into a fresh array (a source array stored whole needs no second copy). ``filled``
     is called with each array of ``into`` as soon as it is complete, while the next one is read.
-    A failure names the leaf (``names``) and, when TensorStore's message has it, the data file."""
+    ``sums`` gets the ``crc32`` of each array streamed whole (:func:`.zstd_chunk.read`), taken as it
+    was decoded; the others' are left to the caller. A failure names the leaf (``names``) and, when TensorStore's message has it, the data file."""
     import asyncio
 
     from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
@@ -179,7 +181,7 @@ async def read_direct(
 
     async def one(path: RawPath, shape: tuple[int, ...], dtype: Any) -> None:
         try:
-            if how[0] == "zarr" and await _streamed(item_dir, how, path, shape, dtype, context, out):
+            if how[0] == "zarr" and await _streamed(item_dir, how, path, shape, dtype, context, out, sums):
                 return
             src = await open_stored(item_dir, how, path, shape, dtype, context)
             if path in out:
@@ -207,26 +209,41 @@ async def _streamed(
     dtype: Any,
     context: Any,
     out: dict[RawPath, Any],
+    sums: dict[RawPath, int] | None = None,
 ) -> bool:
     """Read a zarr v2 array with zstd chunks through :mod:`.zstd_chunk` (into ``out[path]`` when it is
-    there, else into a new array there): never a chunk's stored bytes whole beside its decoded ones.
-    False when it is stored otherwise; TensorStore reads it then."""
+    there, else into a new array there, its checksum into ``sums``): never a chunk's stored bytes
+    whole beside its decoded ones. False when it is stored otherwise; TensorStore reads it then."""
     if path in out:
-        return await stream_into(item_dir, how, path, out[path], context)
+        return await stream_into(item_dir, how, path, out[path], context, sums)
     spec = zstd_chunk.kvstore_spec(item_dir, ".".join(str(k) for k in path), how[1])
     streamed = await zstd_chunk.read(spec, shape, dtype, context)
     if streamed is not None:
-        out[path] = streamed
+        out[path] = streamed[0]
+        if sums is not None:
+            sums[path] = streamed[1]
     return streamed is not None
 
 
-async def stream_into(item_dir: Path, how: tuple[str, bool], path: RawPath, dest: Any, context: Any) -> bool:
+async def stream_into(
+    item_dir: Path,
+    how: tuple[str, bool],
+    path: RawPath,
+    dest: Any,
+    context: Any,
+    sums: dict[RawPath, int] | None = None,
+) -> bool:
     """Fill ``dest`` (the whole array) with the stored array's zstd chunks, each streamed
-    (:func:`.zstd_chunk.fill`); False, with nothing read, when it is stored otherwise."""
+    (:func:`.zstd_chunk.fill`; an array stored as one chunk gets its checksum into ``sums``);
+    False, with nothing read, when it is stored otherwise."""
     if how[0] != "zarr":
         return False
     spec = zstd_chunk.kvstore_spec(item_dir, ".".join(str(k) for k in path), how[1])
-    return await zstd_chunk.fill(spec, dest, context)
+    crc: list[int] = []
+    done = await zstd_chunk.fill(spec, dest, context, summed=crc if sums is not None else None)
+    if done and crc and sums is not None:
+        sums[path] = crc[0]
+    return done
 
 
 async def open_stored(
@@ -268,17 +285,41 @@ def chunk_boxes(shape: tuple[int, ...], chunk: Any) -> Iterator[tuple[slice, ...
         yield tuple(slice(a, min(a + max(1, c or n), n)) for a, c, n in zip(start, chunk, shape))
 
 
-async def write_by_chunk(store: Any, value: Any) -> None:
-    """Write ``value`` into ``store`` a stored chunk after another, each write committed before the
-    next chunk is encoded. One ``write`` of a whole array encodes every chunk at once and holds all
-    their compressed bytes until the last is stored (up to the array's size again, on float
-    weights); chunk by chunk, one chunk's are held. ``value`` is referenced, never copied."""
+#: Stored chunks being encoded and written at once by :func:`write_by_chunk`: two keep two cores
+#: encoding (zstd is the slowest step of a conversion) for one more chunk's bytes held.
+WRITE_DEPTH = 2
+
+
+async def write_by_chunk(store: Any, value: Any, depth: int | None = None) -> None:
+    """Write ``value`` into ``store`` a stored chunk after another, at most ``depth`` of them
+    (:data:`WRITE_DEPTH`) being encoded and written at once, each next one started when one is
+    committed. One ``write`` of a whole array encodes every chunk at once and holds all their
+    compressed bytes until the last is stored (up to the array's size again, on float weights);
+    here ``depth`` chunks' are held. ``value`` is referenced, never copied."""
+    import asyncio
+
     boxes = list(chunk_boxes(value.shape, store.chunk_layout.write_chunk.shape))
     if len(boxes) <= 1:
         await store.write(value, can_reference_source_data_indefinitely=True)
         return
-    for box in boxes:
+
+    async def one(box: tuple[slice, ...]) -> None:
         await store[box].write(value[box], can_reference_source_data_indefinitely=True)
+
+    pending: set[Any] = set()
+    try:
+        for box in boxes:
+            if len(pending) >= (depth or WRITE_DEPTH):
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # a failed chunk stops the array here
+            pending.add(asyncio.ensure_future(one(box)))
+        await asyncio.gather(*pending)
+        pending = set()
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def _restore(item_dir: Path, tree: Any, wanted: dict[RawPath, Any]) -> dict[RawPath, Any]:

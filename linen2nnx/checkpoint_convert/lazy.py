@@ -82,9 +82,14 @@ class LazyLeaf(LazyArray):
         ]
 
 
-async def _read(src: LazySource, how: Any, leaves: list[LazyLeaf]) -> list[Any]:
-    """The group's arrays: read with TensorStore where the source says how it stores them
-    (:func:`.arrays.read_direct`), else restored by Orbax."""
+async def _read(
+    src: LazySource, how: Any, leaves: list[LazyLeaf], where: Any = None
+) -> tuple[list[Any], list[str | None]]:
+    """The unit's arrays: read with TensorStore where the source says how it stores them
+    (:func:`.arrays.read_direct`), else restored by Orbax; with the checksum of each one streamed
+    whole, taken while it was decoded (None for the others). With ``where`` (the unit's bytes of a
+    reused buffer, :func:`.pipeline.run`) the arrays are laid over it: one array is read straight
+    into it, a run of small ones is read at once and copied in (no fresh pages held past the read)."""
     import jax
 
     from linen2nnx.checkpoint_convert import memory
@@ -92,11 +97,22 @@ async def _read(src: LazySource, how: Any, leaves: list[LazyLeaf]) -> list[Any]:
     if how is None:
         wanted = {v.path: jax.ShapeDtypeStruct(v.shape, v.dtype) for v in leaves}
         got = await asyncio.to_thread(arrays.restore_group, src.item_dir, src.tree, wanted, src.names)
-        return [got.pop(v.path) for v in leaves]
-    memory.give_back()  # what the previous group's reads and writes freed, before this one's peak
-    got = await arrays.read_direct(src.item_dir, how, {v.path: (v.shape, v.dtype) for v in leaves}, src.names)
+        return [got.pop(v.path) for v in leaves], [None] * len(leaves)
+    memory.give_back()  # what the previous unit's reads and writes freed, before this one's peak
+    sums: dict[arrays.RawPath, int] = {}
+    metas = {v.path: (v.shape, v.dtype) for v in leaves}
+    if where is not None and len(leaves) == 1:
+        got = await arrays.read_direct(src.item_dir, how, metas, src.names, into=where, sums=sums)
+    else:
+        got = await arrays.read_direct(src.item_dir, how, metas, src.names, sums=sums)
+        if where is not None:
+            laid = arrays.carve(where, metas)
+            for p in metas:
+                laid[p][...] = got.pop(p)
+            got = laid
     memory.in_flight.track(got.values())
-    return [got.pop(v.path) for v in leaves]
+    crcs = [f"crc32:{sums[v.path]:08x}" if v.path in sums else None for v in leaves]
+    return [got.pop(v.path) for v in leaves], crcs
 
 
 def is_deferred(x: Any) -> bool:
@@ -130,33 +146,45 @@ def _handler_class() -> type:
         async def _write_groups(
             self, values: Sequence[Any], infos: Sequence[Any], args: Sequence[Any]
         ) -> None:
+            """Each source's arrays in stored order, the next units read while these are written,
+            within the source's budget (:mod:`.pipeline`)."""
+            from linen2nnx.checkpoint_convert import pipeline
+
             by_source: dict[int, list[int]] = {}
             for i, v in enumerate(values):
                 by_source.setdefault(id(v.source), []).append(i)
             for idx in by_source.values():
                 src = values[idx[0]].source
                 sizes = {i: values[i].nbytes for i in idx}
-                cuts = list(arrays.groups(sizes, src.budget))  # type: ignore[arg-type]
                 how = arrays.storage(src.item_dir)
-                for group in cuts:
+
+                async def read(unit: list[Any], where: Any, src: LazySource = src, how: Any = how) -> Any:
+                    return await _read(src, how, [values[i] for i in unit], where)
+
+                async def write(unit: list[Any], got: Any, src: LazySource = src) -> None:
+                    leaves = [values[i] for i in unit]
                     await self._write_group(
-                        src,
-                        how,
-                        [values[i] for i in group],
-                        [infos[i] for i in group],
-                        [args[i] for i in group],
+                        src, leaves, [infos[i] for i in unit], [args[i] for i in unit], got
                     )
-                    src.advance(len(group), sum(sizes[i] for i in group))
+                    src.advance(len(unit), sum(v.nbytes for v in leaves))
+
+                cuts = pipeline.units(sizes, src.budget)
+                await pipeline.run(cuts, sizes, src.budget, read, write, ring=how is not None)
 
         async def _write_group(
-            self, src: LazySource, how: Any, leaves: list[LazyLeaf], infos: list[Any], args: list[Any]
+            self, src: LazySource, leaves: list[LazyLeaf], infos: list[Any], args: list[Any], got: Any
         ) -> None:
-            """Read one group, checksum it while Orbax writes it; nothing of it outlives the call."""
-            chunk = await _read(src, how, leaves)
-            sums, _ = await asyncio.gather(
-                asyncio.to_thread(lambda: [checksum(a) for a in chunk]),
+            """Write one unit read by :func:`_read`, checksumming the arrays whose checksum was not
+            taken while they were decoded; nothing of it outlives the call."""
+            chunk, sums = got
+            got = None
+            todo = [i for i, s in enumerate(sums) if s is None]
+            later, _ = await asyncio.gather(
+                asyncio.to_thread(lambda: [checksum(chunk[i]) for i in todo]),
                 self._background_serialize(chunk, infos, args),
             )
+            for i, s in zip(todo, later):
+                sums[i] = s
             src.checksums.update({v.path: s for v, s in zip(leaves, sums)})
 
     return LazyHandler

@@ -39,7 +39,7 @@ TARGET_FILE_BYTES = 8 << 20
 """OCDBT data files of about this size; an array bigger than this is also stored in chunks of at
 most this size, so reading it back (``--verify``, and every later restore) decodes it a chunk at a
 time instead of needing its stored bytes and its decoded bytes whole at once, and writing it
-(a chunk at a time, :func:`.arrays.write_by_chunk`) holds one chunk's encoded bytes. 16 MB
+(two chunks at a time, :func:`.arrays.write_by_chunk`) holds two chunks' encoded bytes. 16 MB
 chunks held 10-25 MB more while the largest array was written, at 1.1 GB."""
 
 

@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import ctypes
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ PIECE_BYTES = 2 << 20
 #: Arrays smaller than this are left to TensorStore (their memory does not matter, its
 #: concurrency does).
 MIN_BYTES = 8 << 20
+#: Bytes libzstd writes per call: a window small enough to be checksummed while in the cache.
+WINDOW_BYTES = 1 << 20
 _LIB: list[Any] = []
 _POOL: list[concurrent.futures.ThreadPoolExecutor] = []
 
@@ -94,9 +97,13 @@ async def _open(kvstore_spec: dict[str, Any], shape: tuple[int, ...], dtype: Any
     return None if layout is None else (kv, *layout)
 
 
-async def read(kvstore_spec: dict[str, Any], shape: tuple[int, ...], dtype: Any, context: Any) -> Any:
+async def read(
+    kvstore_spec: dict[str, Any], shape: tuple[int, ...], dtype: Any, context: Any
+) -> tuple[Any, int] | None:
     """The array stored under ``kvstore_spec`` (Orbax's read spec's ``kvstore``) as one chunk,
-    streamed into a new array; None when it is stored otherwise (or is small: :data:`MIN_BYTES`)."""
+    streamed into a new array, with the ``crc32`` of its bytes (C order, what
+    :func:`.verify.checksum` takes) computed as they are decoded, while they are in the cache;
+    None when it is stored otherwise (or is small: :data:`MIN_BYTES`)."""
     if int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize < MIN_BYTES:
         return None
     opened = await _open(kvstore_spec, shape, dtype, context)
@@ -104,33 +111,40 @@ async def read(kvstore_spec: dict[str, Any], shape: tuple[int, ...], dtype: Any,
         return None
     kv, _, sep = opened
     out = np.empty(shape, dtype)
-    await _decode(_libzstd(), kv, sep.join("0" for _ in shape) or "0", out)
-    return out
+    crc = await _decode(_libzstd(), kv, sep.join("0" for _ in shape) or "0", out, summed=True)
+    return out, crc
 
 
-async def fill(kvstore_spec: dict[str, Any], dest: Any, context: Any) -> bool:
+async def fill(
+    kvstore_spec: dict[str, Any], dest: Any, context: Any, summed: list[int] | None = None
+) -> bool:
     """Fill ``dest`` with the stored array, a chunk at a time, each streamed into one reused chunk
-    buffer and copied into its box (zarr v2 stores edge chunks whole); False when the array is
-    stored otherwise (then nothing is read)."""
+    buffer and copied into its box (zarr v2 stores edge chunks whole); a single chunk is streamed
+    straight into ``dest``, and then its ``crc32`` (taken as it decodes) is appended to ``summed``.
+    False when the array is stored otherwise (then nothing is read)."""
     from linen2nnx.checkpoint_convert.arrays import chunk_boxes
 
     opened = await _open(kvstore_spec, dest.shape, dest.dtype, context)
     if opened is None:
         return False
     kv, chunks, sep = opened
-    scratch = dest if chunks == tuple(dest.shape) else np.empty(chunks, dest.dtype)
+    whole = chunks == tuple(dest.shape) and dest.flags.c_contiguous
+    scratch = dest if whole else np.empty(chunks, dest.dtype)
     for box in chunk_boxes(dest.shape, chunks):
         key = sep.join(str(b.start // c) for b, c in zip(box, chunks)) or "0"
-        await _decode(_libzstd(), kv, key, scratch)
+        crc = await _decode(_libzstd(), kv, key, scratch, summed=whole and summed is not None)
         if scratch is not dest:
             dest[box] = scratch[tuple(slice(0, b.stop - b.start) for b in box)]
+        elif summed is not None:
+            summed.append(crc)
     return True
 
 
-async def _decode(lib: Any, kv: Any, key: str, out: Any) -> None:
+async def _decode(lib: Any, kv: Any, key: str, out: Any, summed: bool = False) -> int:
     """Stream ``key``'s bytes through zstd into ``out``: the next piece is read while one decodes
-    (libzstd runs on a worker thread, without the GIL)."""
-    dest = _Buffer(out.ctypes.data, out.nbytes, 0)
+    (libzstd runs on a worker thread, without the GIL). With ``summed``, the ``crc32`` of what was
+    decoded (else 0), taken on that thread a window at a time (zlib lets go of the GIL too)."""
+    dest = _Sink(out, summed)
     label = f"{kv.path}{key}"  # as TensorStore names a chunk: params.dense.kernel/0.0
     stream = lib.ZSTD_createDStream()
     if not stream:
@@ -152,10 +166,11 @@ async def _decode(lib: Any, kv: Any, key: str, out: Any) -> None:
                 concurrent.futures.wait([work])  # the thread uses the stream and `out`: it ends first
                 raise
             piece = (await following) if following is not None else b""
-        if last != 0 or dest.pos != dest.size:
-            raise ValueError(f'chunk "{label}" is cut short: {dest.pos} of {dest.size} bytes decoded')
+        if last != 0 or dest.buf.pos != dest.total:
+            raise ValueError(f'chunk "{label}" is cut short: {dest.buf.pos} of {dest.total} bytes decoded')
     finally:
         lib.ZSTD_freeDStream(stream)
+    return dest.crc
 
 
 def _pool() -> concurrent.futures.ThreadPoolExecutor:
@@ -181,18 +196,45 @@ async def _piece(kv: Any, key: str, pos: int) -> bytes | None:
     return bytes(got.value)
 
 
-def _feed(lib: Any, stream: Any, dest: _Buffer, piece: bytes, key: str) -> int:
-    """Decode all of ``piece`` into ``dest``; libzstd's hint (0: a frame ended exactly here)."""
+class _Sink:
+    """Where a chunk decodes to: ``out``'s bytes, offered to libzstd :data:`WINDOW_BYTES` at a time
+    so that each window can be checksummed while it is still in the cache."""
+
+    def __init__(self, out: Any, summed: bool) -> None:
+        self.bytes = out.reshape(-1).view(np.uint8)
+        self.total = out.nbytes
+        self.buf = _Buffer(out.ctypes.data, 0, 0)
+        self.summed = summed
+        self.crc = 0
+
+    def window(self) -> None:
+        self.buf.size = min(self.buf.pos + WINDOW_BYTES, self.total)
+
+    def took(self, start: int) -> None:
+        if self.summed and self.buf.pos > start:
+            self.crc = zlib.crc32(self.bytes[start : self.buf.pos], self.crc)
+
+
+def _feed(lib: Any, stream: Any, dest: _Sink, piece: bytes, key: str) -> int:
+    """Decode all of ``piece`` into ``dest`` and flush what libzstd holds of it; libzstd's hint
+    (0: a frame ended, all of it written out)."""
     src = _Buffer(ctypes.cast(ctypes.c_char_p(piece), ctypes.c_void_p), len(piece), 0)  # no copy
-    ret = 1
-    while src.pos < src.size:
-        before = (src.pos, dest.pos)
-        ret = lib.ZSTD_decompressStream(stream, ctypes.byref(dest), ctypes.byref(src))
+    out = dest.buf
+    hint = 1
+    while True:
+        dest.window()
+        before = (src.pos, out.pos)
+        ret = lib.ZSTD_decompressStream(stream, ctypes.byref(out), ctypes.byref(src))
         if lib.ZSTD_isError(ret):
             raise ValueError(f'chunk "{key}" does not decode: zstd: {lib.ZSTD_getErrorName(ret).decode()}')
-        if (src.pos, dest.pos) == before:  # the destination is full and the data goes on
-            raise ValueError(f'chunk "{key}" decodes to more than {dest.size} bytes')
-    return int(ret)
+        dest.took(before[1])
+        if (src.pos, out.pos) == before:
+            if src.pos < src.size:  # no room left and the data goes on
+                raise ValueError(f'chunk "{key}" decodes to more than {dest.total} bytes')
+            return hint  # what the last call that did something said
+        hint = int(ret)
+        if src.pos == src.size and out.pos < out.size:  # all taken, all written out
+            return hint
 
 
 def kvstore_spec(item_dir: Path, name: str, ocdbt: bool) -> dict[str, Any]:
