@@ -437,6 +437,16 @@ class NameResolver:
         self._moved: dict[cst.Name, cst.CSTNode] = {}  # a read -> the node that owns it (see _owner)
         self._cache: dict[cst.CSTNode, set[str]] = {}
 
+    def release(self) -> None:
+        """Break the reference cycles of the scopes (a binding and the scope holding it, a root scope and
+        itself), so that the resolver, and the tree its bindings hold, are freed by reference counting
+        when the file is done, not traversed by the cyclic collector. The resolver answers nothing
+        after this."""
+        for scope in {self._globals, self._globals.parent, *self._scope_of.values()}:
+            scope.bindings, scope.redirects = {}, {}
+            scope.parent = scope.globals = None  # type: ignore[assignment]
+        self._scope_of, self._reads, self._cache, self._moved = {}, {}, {}, {}
+
     def qualnames(self, node: cst.CSTNode) -> set[str]:
         """All the names ``node`` may stand for; empty for a node that names nothing (or is no part of
         the module). The caller must not change the returned set."""
