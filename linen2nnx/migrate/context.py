@@ -25,7 +25,7 @@ from linen2nnx.migrate.cst_utils import (
     self_attr,
     single_assign,
 )
-from linen2nnx.migrate.dataflow import FeatureFlow
+from linen2nnx.migrate.dataflow import Feat, FeatureFlow
 from linen2nnx.migrate.factory_fields import FieldBindings, FieldFactory
 from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding, Severity
@@ -509,8 +509,8 @@ class FileContext:
                     self.state.handled.add(base)
 
     def resolve_module(self, node: cst.Module) -> None:
-        """The module-level facts (lift aliases, classes, functions, unboxing helpers, the sizes module-level
-        helpers return: ``def reparameterize(mean, ...): return mean + ...``), before any class is planned."""
+        """The module-level facts (lift aliases, classes, functions, unboxing helpers), before any class is
+        planned; the sizes module-level helpers return are found when asked (:meth:`function_out`)."""
         self._collect_transform_aliases(node.body)
         self.collect_lift_aliases(node.body)
         self.state.module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
@@ -530,11 +530,22 @@ class FileContext:
             and isinstance(s.body[0].targets[0].target, cst.Attribute)
             and s.body[0].targets[0].target.attr.value == "linen_class"
         }
-        for stmt in node.body:
+
+    def function_out(self, name: str) -> tuple[list[str], Feat] | None:
+        """The size the module-level function ``name`` returns, in its parameters' terms (``def
+        reparameterize(mean, ...): return mean + ...``), when its returns agree; found the first time
+        a method's dataflow calls the function (most helpers are never asked about), then remembered."""
+        known = self.state.function_out
+        if name in known:
+            return known[name]
+        known[name] = None
+        for stmt in self.state.tree.body:  # the last definition that gives a size wins
             # a decorator may change what the function returns; jax.jit and a bare jax.vmap (axis 0 in and
             # out) keep the last axis of a result whose last axis is an argument's
-            if isinstance(stmt, cst.FunctionDef) and all(
-                self.qualnames(d.decorator) & {"jax.jit", "jax.vmap"} for d in stmt.decorators
+            if (
+                isinstance(stmt, cst.FunctionDef)
+                and stmt.name.value == name
+                and all(self.qualnames(d.decorator) & {"jax.jit", "jax.vmap"} for d in stmt.decorators)
             ):
                 params = [p.name.value for p in stmt.params.params]
                 flow = FeatureFlow(
@@ -543,4 +554,5 @@ class FileContext:
                 flow.run(stmt.body.body)
                 out = agreed_return(flow.returns)
                 if out is not None and "self" not in out.expr:
-                    self.state.function_out[stmt.name.value] = (params, out)
+                    known[name] = (params, out)
+        return known[name]

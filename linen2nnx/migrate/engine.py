@@ -191,7 +191,21 @@ def migrate_source(
         [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
     )
     facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
-    return FileResult(file_path, path, source, output, findings, command.name_map, **facts)
+    result = FileResult(file_path, path, source, output, findings, command.name_map, **facts)
+    _release(command)
+    return result
+
+
+def _release(command: Any) -> None:
+    """Drop what the module pass knew of the file once its result is taken. Its parts refer to each
+    other (a plan holds a planner's method, the planner the file's state, the state the plans), and
+    so do the resolver's scopes and bindings: left as they are, the file's trees and indices live on
+    until the cyclic collector traverses them all (``gc_tuning.settle``, after each file); with the
+    cycles broken, reference counting frees them at once."""
+    state = command.state
+    if state.resolver is not None:
+        state.resolver.release()
+    vars(state).clear()
 
 
 def _migrate_replayed(
@@ -234,6 +248,8 @@ def _after_module_pass(
         rule_enabled,
         names_of_output,
     )
+    if names_of_output.cache_info().currsize:
+        names_of_output().release()  # its scopes' cycles (see _release)
     return output, own_factories, train_findings, verify_findings
 
 

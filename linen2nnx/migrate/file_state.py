@@ -115,9 +115,9 @@ class FileState:
     )  # ... their lines
     alias_use: dict[str, bool] = dataclasses.field(default_factory=dict)  # alias -> every use converted
     module_lines: set[str] = dataclasses.field(default_factory=set)  # `X.linen_class = XLinen` lines
-    function_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(
+    function_out: dict[str, tuple[list[str], Feat] | None] = dataclasses.field(
         default_factory=dict
-    )  # helper -> size
+    )  # helper -> size, or None for none (FileContext.function_out, on first need)
 
     # ---- plans (planner; read by sizer, emitter, transformer) ---------------------------------
     plans: dict[cst.ClassDef, ClassPlan] = dataclasses.field(default_factory=dict)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import kwarg, names_in, self_attr, single_assign
 from linen2nnx.migrate.sites import ClassPlan, Site
 
@@ -70,14 +70,14 @@ def _merged_name(ctx: FileContext, call: cst.Call) -> str | None:
 def _self_reads(node: cst.ClassDef) -> dict[str, int]:
     """How many times each ``self.<name>`` occurs in the class body."""
     counts: dict[str, int] = {}
-
-    class V(FastVisitor):
-        def visit_Attribute(self, n: cst.Attribute) -> None:
+    stack: list[cst.CSTNode] = [node.body]  # every node of the body (a stack, not a visitor class a call)
+    while stack:
+        n = stack.pop()
+        if type(n) is cst.Attribute:
             attr = self_attr(n)
             if attr is not None:
                 counts[attr] = counts.get(attr, 0) + 1
-
-    V().walk(node.body)
+        stack.extend(syntax_children(n))
     return counts
 
 

@@ -253,7 +253,7 @@ class MethodFlow:
             return out if out is not None else Feat.unknown(name or "")
         known = plan.method_out.get(name or "")
         if known is None and isinstance(call.func, cst.Name):
-            known = self.state.function_out.get(call.func.value)
+            known = self.ctx.function_out(call.func.value)
         return None if known is None else transfer(known[1], known[0], args)
 
     def on_assign(self, assign: cst.Assign) -> None:

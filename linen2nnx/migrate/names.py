@@ -221,6 +221,7 @@ class _Walk:
 
     def __init__(self, module: cst.Module) -> None:
         self.scope = _Scope("global", _Scope("builtins", None))
+        self.scopes = [self.scope, self.scope.parent]  # every scope entered (NameResolver.release)
         self.scope_of: dict[cst.CSTNode, _Scope] = {}
         self.reads: dict[cst.Name, _Read] = {}
         self._attribute: list[cst.Attribute | None] = [None]  # the outermost attribute around a read
@@ -254,6 +255,7 @@ class _Walk:
             self.visit(node, store)
 
     def in_scope(self, scope: _Scope, *nodes: cst.CSTNode | None) -> None:
+        self.scopes.append(scope)
         outer, self.scope = self.scope, scope
         for node in nodes:
             if node is not None:
@@ -334,6 +336,7 @@ class _Walk:
         for_in = node.for_in
         self.visit(for_in.iter)  # the first iterable is read outside
         outer, self.scope = self.scope, _Scope("comprehension", self.scope)
+        self.scopes.append(self.scope)
         self.visit(for_in.target, True)
         self.scope.count += 1
         self.visit_all(for_in.ifs)
@@ -431,11 +434,22 @@ class NameResolver:
     def __init__(self, module: cst.Module) -> None:
         walk = _Walk(module)
         self._globals = walk.scope
+        self._scopes = walk.scopes
         self._top_reads, self._top_binders = walk.top_reads, walk.top_binders
         self._scope_of = walk.scope_of
         self._reads = walk.reads
         self._moved: dict[cst.Name, cst.CSTNode] = {}  # a read -> the node that owns it (see _owner)
         self._cache: dict[cst.CSTNode, set[str]] = {}
+
+    def release(self) -> None:
+        """Break the reference cycles of the scopes (a binding and the scope holding it, a root scope and
+        itself), so that the resolver, and the tree its bindings hold, are freed by reference counting
+        when the file is done, not traversed by the cyclic collector. The resolver answers nothing
+        after this."""
+        for scope in self._scopes:
+            scope.bindings, scope.redirects = {}, {}
+            scope.parent = scope.globals = None  # type: ignore[assignment]
+        self._scopes, self._scope_of, self._reads, self._cache, self._moved = [], {}, {}, {}, {}
 
     def qualnames(self, node: cst.CSTNode) -> set[str]:
         """All the names ``node`` may stand for; empty for a node that names nothing (or is no part of

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import libcst as cst
 
 from linen2nnx.layers import LayerRule
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     code,
@@ -510,25 +510,21 @@ def shape_last_refs(value: cst.BaseExpression, uses: set[str]) -> list[str] | No
     """The locals of ``uses`` when each appears only as ``v.shape[-1]`` in ``value``; else None."""
     found: list[str] = []
     other = False
-
-    class V(FastVisitor):
-        def visit_Subscript(self, node: cst.Subscript) -> bool:
-            name = is_shape_last(node)
+    stack: list[cst.CSTNode] = [value]  # a stack of the nodes still to read, not a visitor class a call
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is cst.Subscript:
+            name = is_shape_last(node)  # type: ignore[arg-type]
             if name is not None:
                 found.append(name)
-                return False
-            return True
-
-        def visit_Name(self, node: cst.Name) -> None:
-            nonlocal other
-            if node.value in uses:
-                other = True
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            self.walk(node.value)
-            return False
-
-    V().walk(value)
+                continue
+        elif kind is cst.Name:
+            other = other or node.value in uses  # type: ignore[attr-defined]
+        elif kind is cst.Attribute:  # `v.shape`: its value only, the attribute's name is no local
+            stack.append(node.value)  # type: ignore[attr-defined]
+            continue
+        stack.extend(syntax_children(node))
     return None if other or not found else sorted(set(found))
 
 

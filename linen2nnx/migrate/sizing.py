@@ -54,7 +54,9 @@ class Sizer(TraceEvidence):
         if not params:
             return
         self.state.flow_method = fn.name.value
-        MethodFlow(self, plan, fn, params, resolve).run()
+        method = MethodFlow(self, plan, fn, params, resolve)
+        method.run()
+        vars(method).clear()  # its flow holds its methods: a cycle only the collector would free
 
     @classmethod
     def nested_sites(cls, site: Site) -> list[Site]:
