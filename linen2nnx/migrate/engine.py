@@ -28,13 +28,14 @@ from libcst.codemod import CodemodContext
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
 from linen2nnx.migrate import gc_tuning
+from linen2nnx.migrate.axes_params import restate_param_with_axes
 from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children, parse_module
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.function_replay import replayable_functions
 from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
-from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
+from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004, MOD_001
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
@@ -137,6 +138,7 @@ def migrate_source(
     external: Mapping[str, Any] | None = None,
     factories: Mapping[str, Any] | None = None,
     replay_helpers: bool = True,
+    restate_axes: bool = True,
 ) -> FileResult:
     """Migrate one file's text. Never raises for bad input: failures become ``error`` findings.
 
@@ -146,7 +148,8 @@ def migrate_source(
     :func:`migrate_paths`), so submodules and base classes imported from them are migrated too;
     ``factories`` their module-level functions that build layers (rewritten ones, which calls here
     build through, and ones still building Linen, which NNX classes here must not call).
-    ``replay_helpers``: replay helper methods' calls in ``@nn.compact`` first (helper_calls.py).
+    ``replay_helpers``: replay helper methods' calls in ``@nn.compact`` first (helper_calls.py);
+    ``restate_axes``: restate ``param_with_axes`` calls as ``self.param`` first (axes_params.py).
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training
@@ -161,6 +164,10 @@ def migrate_source(
     options = dict(
         select=select, ignore=ignore, unsafe_fixes=unsafe_fixes, external=external, factories=factories
     )
+    if restate_axes and (
+        kept := _migrate_restated(tree, source, path, module_name, trace, options, replay_helpers)
+    ):
+        return kept
     if replay_helpers and (kept := _migrate_replayed(tree, source, path, module_name, trace, options)):
         return kept
     rule_enabled = rule_selector(select, ignore)
@@ -202,8 +209,40 @@ def _migrate_replayed(
     replayed = replay_helper_calls(tree, source, module_name, options.get("factories"))
     if replayed is None:
         return None
-    result = migrate_source(replayed.source, path, module_name, trace, **options, replay_helpers=False)
+    result = migrate_source(
+        replayed.source, path, module_name, trace, **options, replay_helpers=False, restate_axes=False
+    )
     return replayed_result(result, replayed, source)
+
+
+def _migrate_restated(
+    tree: cst.Module,
+    source: str,
+    path: str,
+    module_name: str,
+    trace: Trace | None,
+    options: dict[str, Any],
+    replay_helpers: bool,
+) -> FileResult | None:
+    """The file migrated with its exact ``param_with_axes`` calls restated as ``self.param``
+    (axes_params.py); None when there is none or a restated class is not rewritten as an NNX class
+    (then the original is migrated, so a class kept as Linen keeps Linen's ``params_axes`` layout)."""
+    restated = restate_param_with_axes(tree, source, module_name)
+    if restated is None:
+        return None
+    result = migrate_source(
+        restated.source,
+        path,
+        module_name,
+        trace,
+        **options,
+        replay_helpers=replay_helpers,
+        restate_axes=False,
+    )
+    migrated = {f.message for f in result.findings if f.rule == MOD_001.id}
+    if any(f"{name} -> nnx.Module" not in migrated for name in restated.classes):
+        return None  # a restated class the module pass did not rewrite (not a Linen module after all)
+    return replayed_result(result, restated, source)
 
 
 def _after_module_pass(
