@@ -22,11 +22,15 @@ as written (a located finding says why).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import assigned_in, code, single_assign
 from linen2nnx.migrate.function_replay import top_level_imports
-from linen2nnx.migrate.helper_calls import Replayed, _line_map
+from linen2nnx.migrate.helper_calls import Replayed, _line_map, replayed_result
+from linen2nnx.migrate.rules import MOD_001
 
 PARAM_WITH_AXES = "flax.linen.partitioning.param_with_axes"
 
@@ -264,3 +268,35 @@ def left_call_finding(call: cst.Call, tree: cst.Module, module_name: str) -> tup
         "nnx.Param(nnx.with_partitioning(init, axes)(rngs.params(), *init_args)) in __init__ "
         "(see docs/nnx_facts.md#sharding-and-logical-partitioning)",
     )
+
+
+def migrate_restated(
+    migrate: Callable[..., Any],
+    tree: cst.Module,
+    source: str,
+    path: str,
+    module_name: str,
+    trace: Any,
+    options: dict[str, Any],
+    replay_helpers: bool,
+) -> Any:
+    """The file migrated (``migrate``: engine.migrate_source) with its exact ``param_with_axes`` calls
+    restated as ``self.param``; None when there is none or a restated class is not rewritten as an NNX
+    class (then the original is migrated, so a class kept as Linen keeps Linen's ``params_axes``
+    layout)."""
+    restated = restate_param_with_axes(tree, source, module_name)
+    if restated is None:
+        return None
+    result = migrate(
+        restated.source,
+        path,
+        module_name,
+        trace,
+        **options,
+        replay_helpers=replay_helpers,
+        restate_axes=False,
+    )
+    migrated = {f.message for f in result.findings if f.rule == MOD_001.id}
+    if any(f"{name} -> nnx.Module" not in migrated for name in restated.classes):
+        return None  # a restated class the module pass did not rewrite (not a Linen module after all)
+    return replayed_result(result, restated, source)

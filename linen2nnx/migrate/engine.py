@@ -28,14 +28,14 @@ from libcst.codemod import CodemodContext
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
 from linen2nnx.migrate import gc_tuning
-from linen2nnx.migrate.axes_params import restate_param_with_axes
+from linen2nnx.migrate.axes_params import migrate_restated
 from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children, parse_module
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.function_replay import replayable_functions
 from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
-from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004, MOD_001
+from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
@@ -164,11 +164,8 @@ def migrate_source(
     options = dict(
         select=select, ignore=ignore, unsafe_fixes=unsafe_fixes, external=external, factories=factories
     )
-    if restate_axes and (
-        kept := _migrate_restated(tree, source, path, module_name, trace, options, replay_helpers)
-    ):
-        return kept
-    if replay_helpers and (kept := _migrate_replayed(tree, source, path, module_name, trace, options)):
+    steps = (restate_axes, replay_helpers)
+    if any(steps) and (kept := _migrate_prepassed(tree, source, path, module_name, trace, options, steps)):
         return kept
     rule_enabled = rule_selector(select, ignore)
     command = MigrateModules(
@@ -201,6 +198,29 @@ def migrate_source(
     return FileResult(file_path, path, source, output, findings, command.name_map, **facts)
 
 
+def _migrate_prepassed(
+    tree: cst.Module,
+    source: str,
+    path: str,
+    module_name: str,
+    trace: Trace | None,
+    options: dict[str, Any],
+    steps: tuple[bool, bool],
+) -> FileResult | None:
+    """The file migrated after the text passes ``steps`` asks for (restating ``param_with_axes``,
+    replaying helper calls), in that order; None when neither applies."""
+    restate_axes, replay_helpers = steps
+    if restate_axes and (
+        kept := migrate_restated(
+            migrate_source, tree, source, path, module_name, trace, options, replay_helpers
+        )
+    ):
+        return kept
+    if replay_helpers:
+        return _migrate_replayed(tree, source, path, module_name, trace, options)
+    return None
+
+
 def _migrate_replayed(
     tree: cst.Module, source: str, path: str, module_name: str, trace: Trace | None, options: dict[str, Any]
 ) -> FileResult | None:
@@ -213,36 +233,6 @@ def _migrate_replayed(
         replayed.source, path, module_name, trace, **options, replay_helpers=False, restate_axes=False
     )
     return replayed_result(result, replayed, source)
-
-
-def _migrate_restated(
-    tree: cst.Module,
-    source: str,
-    path: str,
-    module_name: str,
-    trace: Trace | None,
-    options: dict[str, Any],
-    replay_helpers: bool,
-) -> FileResult | None:
-    """The file migrated with its exact ``param_with_axes`` calls restated as ``self.param``
-    (axes_params.py); None when there is none or a restated class is not rewritten as an NNX class
-    (then the original is migrated, so a class kept as Linen keeps Linen's ``params_axes`` layout)."""
-    restated = restate_param_with_axes(tree, source, module_name)
-    if restated is None:
-        return None
-    result = migrate_source(
-        restated.source,
-        path,
-        module_name,
-        trace,
-        **options,
-        replay_helpers=replay_helpers,
-        restate_axes=False,
-    )
-    migrated = {f.message for f in result.findings if f.rule == MOD_001.id}
-    if any(f"{name} -> nnx.Module" not in migrated for name in restated.classes):
-        return None  # a restated class the module pass did not rewrite (not a Linen module after all)
-    return replayed_result(result, restated, source)
 
 
 def _after_module_pass(
