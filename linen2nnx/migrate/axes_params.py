@@ -250,17 +250,18 @@ def _callee_facts(tree: cst.Module, module_name: str) -> tuple[set[str], dict[st
 
 
 def left_call_finding(call: cst.Call, tree: cst.Module, module_name: str) -> tuple[str, str] | None:
-    """(message, hint) for a ``param_with_axes`` call the restatement left as written (it is not a
-    Linen-free call in NNX: Linen's module stack is empty there); None for any other call."""
+    """(message, hint) for a call through a module-level alias of ``param_with_axes`` (T5X's
+    ``param_with_axes = nn_partitioning.param_with_axes``) that the restatement left as written: it
+    fails in NNX (Linen's module stack is empty there); None for any other call."""
     dotted = _dotted(call.func)
     if dotted is None:
         return None
-    aliases, imports = _callee_facts(tree, module_name)
-    if dotted not in aliases and _resolved(dotted, imports) != PARAM_WITH_AXES:
+    aliases, _ = _callee_facts(tree, module_name)
+    if dotted not in aliases:  # a read of the API's own name has its finding already (rewrite_attrs.py)
         return None
     reason = why_not(call) or (
-        "outside a method of a Linen module, in a class with another call left as written, or no name "
-        "bound to flax.linen in the file"
+        "outside a method of a Linen module, beside another call left as written, in a class kept as "
+        "Linen, or no name bound to flax.linen in the file"
     )
     return (
         f"partitioning.param_with_axes(...) left as written ({reason}); its names go to Linen's 'params_axes' "
