@@ -13,7 +13,7 @@ from flax.linen import partitioning as nn_partitioning
 from linen2nnx.checkpoint_convert.api import convert_tree
 from linen2nnx.checkpoint_convert.read import AXES_IGNORED
 from linen2nnx.equivalence import perturbed
-from linen2nnx.migrate import Severity
+from linen2nnx.migrate import Severity, migrate_source
 from linen2nnx.spec import LinenSide, ModelPair
 
 CASE = "param_with_axes"
@@ -70,3 +70,18 @@ def test_checkpoint_with_params_axes_converts(tmp_path):
     model = nnx.merge(converted.graphdef, converted.state)
     expected = linen_mod.Model().apply({"params": variables["params"]}, _x())
     np.testing.assert_array_equal(np.asarray(model(_x())), np.asarray(expected))
+
+
+def test_class_not_rewritten_keeps_its_calls():
+    """A class the module pass does not rewrite as NNX (a mixin with no Linen base) keeps its
+    ``param_with_axes`` call as written: restated, it would change Linen's ``params`` layout."""
+    src = (
+        "import flax.linen as nn\n"
+        "from flax.linen import partitioning as nn_partitioning\n\n\n"
+        "class Mixin:\n"
+        "    @nn.compact\n"
+        "    def __call__(self, x):\n"
+        '        return x + nn_partitioning.param_with_axes("b", nn.initializers.zeros, (3,), axes=("mlp",))\n'
+    )
+    result = migrate_source(src, "mixin.py", module_name="mixin")
+    assert 'nn_partitioning.param_with_axes("b"' in result.output and "self.param" not in result.output
