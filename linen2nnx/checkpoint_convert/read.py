@@ -119,9 +119,23 @@ def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -
             ignored[key] = "empty"  # kept in the report: ``convert --to linen`` writes it back
         elif _is_collection(key) and isinstance(value, Mapping):
             collections[key] = _unbox(value, (key,), unboxed)
+        elif _is_axes_collection(key, tree):
+            ignored[key] = AXES_IGNORED
         else:
             ignored[key] = "not a registered variable collection (TrainState field?)"
     return LinenCheckpoint(collections, opt_state, step, ignored, unboxed, source, fmt, step_dtype)
+
+
+AXES_IGNORED = (
+    "logical axis names of partitioning.param_with_axes / variable_with_axes, not state: the NNX "
+    "Variables carry them as out_sharding metadata"
+)
+
+
+def _is_axes_collection(key: str, tree: Mapping[str, Any]) -> bool:
+    """``params_axes`` beside ``params`` (``<col>_axes`` beside ``<col>``): where
+    ``flax.linen.partitioning`` records the logical names of the collection's variables."""
+    return key.endswith("_axes") and key.removesuffix("_axes") in tree
 
 
 # ---- restoring from disk -----------------------------------------------------------------------

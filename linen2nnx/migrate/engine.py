@@ -28,6 +28,7 @@ from libcst.codemod import CodemodContext
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
 from linen2nnx.migrate import gc_tuning
+from linen2nnx.migrate.axes_params import migrate_restated
 from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children, parse_module
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
 from linen2nnx.migrate.findings import Finding, Severity
@@ -137,6 +138,7 @@ def migrate_source(
     external: Mapping[str, Any] | None = None,
     factories: Mapping[str, Any] | None = None,
     replay_helpers: bool = True,
+    restate_axes: bool = True,
 ) -> FileResult:
     """Migrate one file's text. Never raises for bad input: failures become ``error`` findings.
 
@@ -146,7 +148,8 @@ def migrate_source(
     :func:`migrate_paths`), so submodules and base classes imported from them are migrated too;
     ``factories`` their module-level functions that build layers (rewritten ones, which calls here
     build through, and ones still building Linen, which NNX classes here must not call).
-    ``replay_helpers``: replay helper methods' calls in ``@nn.compact`` first (helper_calls.py).
+    ``replay_helpers``: replay helper methods' calls in ``@nn.compact`` first (helper_calls.py);
+    ``restate_axes``: restate ``param_with_axes`` calls as ``self.param`` first (axes_params.py).
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training
@@ -161,7 +164,8 @@ def migrate_source(
     options = dict(
         select=select, ignore=ignore, unsafe_fixes=unsafe_fixes, external=external, factories=factories
     )
-    if replay_helpers and (kept := _migrate_replayed(tree, source, path, module_name, trace, options)):
+    steps = (restate_axes, replay_helpers)
+    if any(steps) and (kept := _migrate_prepassed(tree, source, path, module_name, trace, options, steps)):
         return kept
     rule_enabled = rule_selector(select, ignore)
     command = MigrateModules(
@@ -208,6 +212,29 @@ def _release(command: Any) -> None:
     vars(state).clear()
 
 
+def _migrate_prepassed(
+    tree: cst.Module,
+    source: str,
+    path: str,
+    module_name: str,
+    trace: Trace | None,
+    options: dict[str, Any],
+    steps: tuple[bool, bool],
+) -> FileResult | None:
+    """The file migrated after the text passes ``steps`` asks for (restating ``param_with_axes``,
+    replaying helper calls), in that order; None when neither applies."""
+    restate_axes, replay_helpers = steps
+    if restate_axes and (
+        kept := migrate_restated(
+            migrate_source, tree, source, path, module_name, trace, options, replay_helpers
+        )
+    ):
+        return kept
+    if replay_helpers:
+        return _migrate_replayed(tree, source, path, module_name, trace, options)
+    return None
+
+
 def _migrate_replayed(
     tree: cst.Module, source: str, path: str, module_name: str, trace: Trace | None, options: dict[str, Any]
 ) -> FileResult | None:
@@ -216,7 +243,9 @@ def _migrate_replayed(
     replayed = replay_helper_calls(tree, source, module_name, options.get("factories"))
     if replayed is None:
         return None
-    result = migrate_source(replayed.source, path, module_name, trace, **options, replay_helpers=False)
+    result = migrate_source(
+        replayed.source, path, module_name, trace, **options, replay_helpers=False, restate_axes=False
+    )
     return replayed_result(result, replayed, source)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.api_findings import self_api_finding
+from linen2nnx.migrate.axes_params import left_call_finding
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     bind_args,
@@ -160,6 +161,9 @@ class CallRewriter:
         if plan is None:
             return updated
         result = self._leave_call(plan, original, updated)
+        left = left_call_finding(original, self.state.tree, self.state.module_name)
+        if left is not None:
+            self.ctx.report(API_002, original, *left)
         api = self.state.pending_api.pop(original, None)
         if api is not None and original not in self.state.handled and original not in plan.sites:
             first = original.args[0].value if original.args else None
