@@ -40,6 +40,7 @@ PARITY_TESTS = (
     "test_train_loop_migration.py",
     "test_compact_names_parity.py",
     "test_partitioning.py",
+    "test_param_with_axes_parity.py",
 )
 
 # Fixture cases with no numeric parity test, and why none can be written.
@@ -58,6 +59,7 @@ NOT_RUNNABLE = {
     "tuple_returns_ambiguous": "manual findings: tuple elements and fields the source does not pin down",
     "helper_calls_kept": "manual findings: helper methods whose calls cannot be replayed in place",
     "manual_api": "manual findings: Linen scope APIs a person converts",
+    "param_with_axes_left": "manual findings: param_with_axes calls whose axes may be None, or with module=",
     "variable_splats_kept": "manual findings: self.variable splats whose value at the call is not known",
     "param_keywords_manual": "manual findings: self.param arguments with no conversion (unbox=False, splats)",
     "broadcast_elsewhere": "manual findings: nn.broadcast handed to an nn.scan this run does not convert",

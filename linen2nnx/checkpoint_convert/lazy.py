@@ -120,6 +120,33 @@ def is_deferred(x: Any) -> bool:
     return isinstance(x, LazyArray)
 
 
+async def _write_sources(
+    handler: Any, values: Sequence[Any], infos: Sequence[Any], args: Sequence[Any]
+) -> None:
+    """Each source's arrays in stored order, the next units read while these are written, within the
+    source's budget (:mod:`.pipeline`); ``handler._write_group`` writes a unit."""
+    from linen2nnx.checkpoint_convert import pipeline
+
+    by_source: dict[int, list[int]] = {}
+    for i, v in enumerate(values):
+        by_source.setdefault(id(v.source), []).append(i)
+    for idx in by_source.values():
+        src = values[idx[0]].source
+        sizes = {i: values[i].nbytes for i in idx}
+        how = arrays.storage(src.item_dir)
+
+        async def read(unit: list[Any], where: Any, src: LazySource = src, how: Any = how) -> Any:
+            return await _read(src, how, [values[i] for i in unit], where)
+
+        async def write(unit: list[Any], got: Any, src: LazySource = src) -> None:
+            leaves = [values[i] for i in unit]
+            await handler._write_group(src, leaves, [infos[i] for i in unit], [args[i] for i in unit], got)
+            src.advance(len(unit), sum(v.nbytes for v in leaves))
+
+        cuts = pipeline.units(sizes, src.budget)
+        await pipeline.run(cuts, sizes, src.budget, read, write, ring=how is not None)
+
+
 def _handler_class() -> type:
     from orbax.checkpoint._src.serialization.type_handlers import NumpyHandler
 
@@ -146,30 +173,7 @@ def _handler_class() -> type:
         async def _write_groups(
             self, values: Sequence[Any], infos: Sequence[Any], args: Sequence[Any]
         ) -> None:
-            """Each source's arrays in stored order, the next units read while these are written,
-            within the source's budget (:mod:`.pipeline`)."""
-            from linen2nnx.checkpoint_convert import pipeline
-
-            by_source: dict[int, list[int]] = {}
-            for i, v in enumerate(values):
-                by_source.setdefault(id(v.source), []).append(i)
-            for idx in by_source.values():
-                src = values[idx[0]].source
-                sizes = {i: values[i].nbytes for i in idx}
-                how = arrays.storage(src.item_dir)
-
-                async def read(unit: list[Any], where: Any, src: LazySource = src, how: Any = how) -> Any:
-                    return await _read(src, how, [values[i] for i in unit], where)
-
-                async def write(unit: list[Any], got: Any, src: LazySource = src) -> None:
-                    leaves = [values[i] for i in unit]
-                    await self._write_group(
-                        src, leaves, [infos[i] for i in unit], [args[i] for i in unit], got
-                    )
-                    src.advance(len(unit), sum(v.nbytes for v in leaves))
-
-                cuts = pipeline.units(sizes, src.budget)
-                await pipeline.run(cuts, sizes, src.budget, read, write, ring=how is not None)
+            await _write_sources(self, values, infos, args)
 
         async def _write_group(
             self, src: LazySource, leaves: list[LazyLeaf], infos: list[Any], args: list[Any], got: Any

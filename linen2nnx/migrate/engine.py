@@ -148,8 +148,8 @@ def migrate_source(
     :func:`migrate_paths`), so submodules and base classes imported from them are migrated too;
     ``factories`` their module-level functions that build layers (rewritten ones, which calls here
     build through, and ones still building Linen, which NNX classes here must not call).
-    ``replay_helpers``: replay helper methods' calls in ``@nn.compact`` first (helper_calls.py);
-    ``restate_axes``: restate ``param_with_axes`` calls as ``self.param`` first (axes_params.py).
+    First, ``replay_helpers`` helper methods' calls in ``@nn.compact`` (helper_calls.py) and
+    ``restate_axes`` restates ``param_with_axes`` calls as ``self.param`` (axes_params.py).
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training
@@ -196,20 +196,20 @@ def migrate_source(
     )
     facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
     result = FileResult(file_path, path, source, output, findings, command.name_map, **facts)
-    _release(command)
-    return result
+    return _release(command, result)
 
 
-def _release(command: Any) -> None:
+def _release(command: Any, result: FileResult) -> FileResult:
     """Drop what the module pass knew of the file once its result is taken. Its parts refer to each
     other (a plan holds a planner's method, the planner the file's state, the state the plans), and
     so do the resolver's scopes and bindings: left as they are, the file's trees and indices live on
     until the cyclic collector traverses them all (``gc_tuning.settle``, after each file); with the
-    cycles broken, reference counting frees them at once."""
+    cycles broken, reference counting frees them at once. Returns ``result``, taken before."""
     state = command.state
     if state.resolver is not None:
         state.resolver.release()
     vars(state).clear()
+    return result
 
 
 def _migrate_prepassed(
