@@ -160,3 +160,32 @@ def test_subclass_of_another_files_class_builds_what_the_base_builds(tmp_path):
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
     assert len(parity.by_check()["grad"]) == 3  # embedding, norm scale and bias
+
+
+def test_size_from_a_local_of_another_files_class_stays_unknown(tmp_path):
+    """``Unit`` of another file sizes its output with its own local (``nout = self.nmid * 4``): that name
+    means nothing in the caller, so the caller's layer gets the size-unknown finding, never ``nout``;
+    a size of the submodule's fields alone (``self.nmid * 4``) is still spelled out in the caller's terms."""
+    unit = (
+        "import flax.linen as nn\n\n\nclass Unit(nn.Module):\n    nmid: int\n\n    @nn.compact\n"
+        "    def __call__(self, x):\n        nout = self.nmid * 4\n        h = nn.Dense(self.nmid)(x)\n"
+        "        return nn.Dense({out})(h)\n"
+    )
+    model = (
+        "import flax.linen as nn\n\nfrom layers_a import Unit\n\n\nclass M(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, x):\n        h = Unit(2)(x)\n        return nn.Dense(5)(h)\n"
+    )
+    (tmp_path / "model_b.py").write_text(model)
+    (tmp_path / "layers_a.py").write_text(unit.format(out="nout"))
+    result = migrate_paths([tmp_path / "layers_a.py", tmp_path / "model_b.py"], Mode.DIFF)
+    out = next(f.output for f in result.files if f.path.name == "model_b.py")
+    assert "nout" not in out
+    assert [
+        f.rule for f in result.findings if f.path.endswith("model_b.py") and f.severity.value == "manual"
+    ] == ["L2N-SHAPE-003"]
+
+    (tmp_path / "layers_a.py").write_text(unit.format(out="self.nmid * 4"))
+    result = migrate_paths([tmp_path / "layers_a.py", tmp_path / "model_b.py"], Mode.DIFF)
+    out = next(f.output for f in result.files if f.path.name == "model_b.py")
+    assert "nnx.Linear(2 * 4, 5, rngs=rngs)" in out
+    assert not [f for f in result.findings if f.severity.value == "manual"]

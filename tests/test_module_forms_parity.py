@@ -63,6 +63,7 @@ CASES = {
     "compact_seq_loop": ("MLP", {}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
     "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
+    "shadowed_globals": ("Net", {}, (2, 5)),  # the override reads module-level `args` and `kwargs`
     "submodule_local_size": ("Stage", {}, (2, 5)),
     "submodule_input_local_size": (
         "Stage",

@@ -11,6 +11,8 @@ and otherwise the size is unknown to the caller (a finding there, never a stray 
 
 from __future__ import annotations
 
+import builtins
+
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import (
@@ -24,6 +26,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.sites import ClassPlan, replace_shape_last
 
+BUILTIN_NAMES = frozenset(dir(builtins))
 MAX_DEPTH = 16  # locals defined through other locals, at most this deep
 
 
@@ -48,15 +51,25 @@ def callee_locals(tree: cst.Module | None, cls_name: str) -> set[str] | None:
 
 
 def in_caller_terms(
-    tree: cst.Module | None, user: ClassPlan, expr: str, fields: dict[str, str], first: str | None
+    tree: cst.Module | None,
+    user: ClassPlan,
+    expr: str,
+    fields: dict[str, str],
+    first: str | None,
+    callee_expr: str | None = None,
 ) -> str | None:
     """``expr`` (the submodule ``user``'s, ``self.<field>`` already the caller's ``fields``) with the
     submodule's replayable locals replaced by their values; None when one is not replayable. ``first``
     is the size of the caller's value the submodule is applied to (None: unknown), for a local read
-    from the submodule's input (``nmid = self.nmid or x.shape[-1] // 4``)."""
+    from the submodule's input (``nmid = self.nmid or x.shape[-1] // 4``). ``callee_expr`` is ``expr`` as
+    the submodule spells it: for a class of another file, whose locals (and module-level names) are not
+    known here, a name in it other than ``self`` or a builtin leaves the size unknown."""
     own = callee_locals(tree, user.name)
     if own is None:
-        return expr
+        if callee_expr is None:
+            return None
+        free = names_in(parse_expression(callee_expr)) - {"self"} - BUILTIN_NAMES
+        return None if free else expr
     for _ in range(MAX_DEPTH):
         used = sorted(names_in(parse_expression(expr)) & own)
         if not used:

@@ -150,6 +150,10 @@ class FileContext:
         chain = self.lift_chain(node)
         if chain is not None:
             node = chain.base
+        return self._named_layer_rule(node)
+
+    def _named_layer_rule(self, node: cst.BaseExpression) -> LayerRule | None:
+        """The built-in layer a name or attribute chain resolves to (``nn.Dense``, ``linen.linear.Dense``)."""
         if not isinstance(node, (cst.Name, cst.Attribute)):
             return None
         for q in self.qualnames(node):
@@ -503,10 +507,18 @@ class FileContext:
             if isinstance(stmt, cst.ClassDef) and len(stmt.bases) == 1:
                 base = stmt.bases[0].value
                 is_linen = lambda n: any(q.startswith("flax.linen") for q in self.qualnames(n))  # noqa: E731
-                found = layer_subclass(stmt, self.layer_rule_of(base), is_linen)
+                found = layer_subclass(stmt, self._builtin_layer_rule(base), is_linen)
                 if found is not None:
                     self.state.layer_subclasses[stmt.name.value] = found
                     self.state.handled.add(base)
+
+    def _builtin_layer_rule(self, base: cst.BaseExpression) -> LayerRule | None:
+        """The built-in layer ``base`` names itself (``nn.Conv``), None for anything else: a subclass of
+        a subclass (``class DoubleScaled(ScaledDense)``) applies its parents' overrides too, which the
+        NNX class of :mod:`~linen2nnx.migrate.layer_subclasses` would drop."""
+        if isinstance(base, cst.Name) and base.value in self.state.module_classes:
+            return None
+        return self._named_layer_rule(base)
 
     def resolve_module(self, node: cst.Module) -> None:
         """The module-level facts (lift aliases, classes, functions, unboxing helpers), before any class is

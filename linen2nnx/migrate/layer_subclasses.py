@@ -27,7 +27,9 @@ class as its base, built under its own name), and the base computes with the tra
 point Linen's does (before a mask or a dtype promotion): the same numbers. Only that exact form
 qualifies -- one base of :data:`TRANSFORMED`, a class body of nothing but the override, the override
 being ``super().param(...)`` followed by ``if name == "<parameter>":`` blocks that only rebind the
-result from values that are not Linen -- anything else stays as it was, with its findings.
+result from values that are not Linen -- anything else stays as it was, with its findings. A subclass
+of such a class is not one (Linen applies its parent's override too); it and any place the rewrite does
+not reach that names a converted class get a finding (:mod:`~linen2nnx.migrate.layer_subclass_uses`).
 """
 
 from __future__ import annotations
@@ -154,12 +156,11 @@ def _names(small: cst.BaseSmallStatement) -> list[cst.BaseExpression]:
 def nnx_layer_subclass(cls: cst.ClassDef, sub: LayerSubclass) -> cst.ClassDef:
     """The NNX class of a recognised subclass (see the module docstring)."""
     rule, result = sub.rule, sub.result
-    used = {n for _, stmts in sub.transforms for s in stmts for n in names_in(s)}
-    clone = "layer"
-    while clone in used or clone == result:
-        clone += "_"
+    used = {n for _, stmts in sub.transforms for s in stmts for n in names_in(s)} | {result}
+    # the method's own names must not shadow one the transform reads (a module-level `args`)
+    clone, args, kwargs = (_fresh(n, used) for n in ("layer", "args", "kwargs"))
     lines = [
-        "def __call__(self, *args, **kwargs):\n",
+        f"def __call__(self, *{args}, **{kwargs}):\n",
         f"    # Linen's `param` override: nnx.{rule.nnx} computes with the values it returned\n",
         f"    {clone} = nnx.clone(self)\n",
     ]
@@ -171,7 +172,7 @@ def nnx_layer_subclass(cls: cst.ClassDef, sub: LayerSubclass) -> cst.ClassDef:
         lines.append(f"{inner}{result} = self.{param}[...]\n")
         lines += [f"{inner}{code(s).strip().rstrip(';')}\n" for s in stmts]
         lines.append(f"{inner}{clone}.{param}[...] = {result}\n")
-    lines.append(f"    return nnx.{rule.nnx}.__call__({clone}, *args, **kwargs)\n")
+    lines.append(f"    return nnx.{rule.nnx}.__call__({clone}, *{args}, **{kwargs})\n")
     method = parse_statement("".join(lines))
     assert isinstance(cls.body, cst.IndentedBlock)
     body = [s for s in cls.body.body if is_docstring(s)]
@@ -179,3 +180,11 @@ def nnx_layer_subclass(cls: cst.ClassDef, sub: LayerSubclass) -> cst.ClassDef:
         method = method.with_changes(leading_lines=[cst.EmptyLine(indent=False)])  # type: ignore[call-arg]
     base = cls.bases[0].with_changes(value=cst.parse_expression(f"nnx.{rule.nnx}"))
     return cls.with_changes(bases=[base], body=cls.body.with_changes(body=[*body, method]))
+
+
+def _fresh(name: str, used: set[str]) -> str:
+    """``name``, with underscores appended until no name in ``used`` is the same; then taken."""
+    while name in used:
+        name += "_"
+    used.add(name)
+    return name

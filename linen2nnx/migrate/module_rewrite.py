@@ -67,6 +67,11 @@ from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory, with_factory_params
 from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_import, ensure_plain_import
+from linen2nnx.migrate.layer_subclass_uses import (
+    LayerSubclassUse,
+    layer_subclass_uses,
+    report_layer_subclass_use,
+)
 from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
 )
@@ -123,6 +128,8 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         self.attrs = AttributeRewriter(self.ctx)  # rewrite: nn.* names and self.<variable> reads
         self.classes = ClassRewriter(self.ctx, self.emitter)  # rewrite: methods and classes
         self.plain: set[cst.CSTNode] = set()  # module-level statements the traversal does not enter
+        # top-level class -> the converted layer subclasses it names (reported if it is not rewritten)
+        self.layer_uses: dict[cst.ClassDef, list[LayerSubclassUse]] = {}
 
     @property
     def findings(self) -> list[Finding]:
@@ -149,6 +156,12 @@ class MigrateModules(Codemod, cst.CSTTransformer):
     def visit_Module(self, node: cst.Module) -> None:
         self.ctx.resolve_module(node)
         self.plain = self._plain_statements()
+        self.layer_uses = {}
+        for use in layer_subclass_uses(node, self.state.layer_subclasses):
+            if use.owner is None:
+                report_layer_subclass_use(self.ctx, use)
+            else:
+                self.layer_uses.setdefault(use.owner, []).append(use)
 
     def _plain_statements(self) -> set[cst.CSTNode]:
         """Module-level statements no rewrite can touch (see ``NameResolver.plain_statements``): no
@@ -179,7 +192,11 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.state.class_stack.append(self.planner.plan_module_class(node))
+        plan = self.planner.plan_module_class(node)
+        self.state.class_stack.append(plan)
+        if plan is None:  # not a Linen class the run rewrites: a converted layer subclass in it is not built
+            for use in self.layer_uses.get(node, ()):
+                report_layer_subclass_use(self.ctx, use)
 
     def visit_Call(self, node: cst.Call) -> None:
         if any(

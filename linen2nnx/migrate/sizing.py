@@ -223,7 +223,12 @@ class Sizer(TraceEvidence):
                 expr = substitute_self_fields(feat.expr, fields)
                 if expr is not None:  # `nout` of the submodule's own `nout = self.nmid * 4`: spelled out
                     expr = in_caller_terms(
-                        self.state.tree, user, expr, fields, first.expr if first.kind == "expr" else None
+                        self.state.tree,
+                        user,
+                        expr,
+                        fields,
+                        first.expr if first.kind == "expr" else None,
+                        feat.expr,
                     )
                 return Feat("expr", expr=expr) if expr is not None else Feat.unknown("submodule config")
             if feat.kind in COMPOUND:  # a tuple or output object: each element in the caller's terms

@@ -1,0 +1,105 @@
+"""Where a converted layer subclass is named outside the Linen classes the run rewrites.
+
+A subclass of a built-in layer with a ``param`` override becomes an NNX class
+(:mod:`~linen2nnx.migrate.layer_subclasses`); the Linen classes of the run build it the NNX way. Any other
+place that names it -- ``def make(): return StdConv(8, (3, 3))``, ``model = StdConv(...)`` followed by
+``model.init(...)``, a class kept as Linen, a subclass of it -- still builds or uses it the Linen way,
+which fails on the NNX class (or, for a subclass, would drop one of the overrides). Those places are
+found here so that each gets a located finding instead of being left as they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from linen2nnx.migrate.rules import API_002
+
+if TYPE_CHECKING:
+    from linen2nnx.migrate.context import FileContext
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSubclassUse:
+    """A name of a converted layer subclass: the node, the top-level class holding it (None at module
+    level or in a function) and whether it is that class's base (``class DoubleScaled(ScaledDense)``)."""
+
+    node: cst.Name
+    owner: cst.ClassDef | None
+    is_base: bool
+
+
+def layer_subclass_uses(module: cst.Module, names: Collection[str]) -> list[LayerSubclassUse]:
+    """Every read of one of ``names`` in ``module``, but the subclasses' own definitions."""
+    if not names:
+        return []
+    found: list[LayerSubclassUse] = []
+
+    class Visit(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.owner: list[cst.ClassDef] = []
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            owner = self.owner[0] if self.owner else node
+            for base in node.bases:
+                if isinstance(base.value, cst.Name) and base.value.value in names:
+                    found.append(LayerSubclassUse(base.value, owner, True))
+            self.owner.append(node)
+            node.body.visit(self)
+            self.owner.pop()
+            return False
+
+        def visit_Import(self, node: cst.Import) -> bool:
+            return False
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+            return False
+
+        def visit_Arg(self, node: cst.Arg) -> bool:
+            node.value.visit(self)  # `f(StdConv=...)` names a keyword, not the class
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)  # `x.StdConv` is an attribute, not the class
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value in names:
+                found.append(LayerSubclassUse(node, self.owner[0] if self.owner else None, False))
+
+    module.visit(Visit())
+    return found
+
+
+def report_layer_subclass_use(ctx: FileContext, use: LayerSubclassUse) -> None:
+    """The located finding for a use :func:`layer_subclass_uses` found where the rewrite does not reach."""
+    name = use.node.value
+    rule = ctx.state.layer_subclasses[name].rule
+    ctx.state.handled.add(use.node)
+    if use.is_base:
+        assert use.owner is not None
+        ctx.report(
+            API_002,
+            use.node,
+            f"{use.owner.name.value} subclasses {name} (an nn.{rule.linen} subclass with a param override, "
+            f"rewritten as an nnx.{rule.nnx} subclass); a subclass of it, which Linen builds with its own "
+            "overrides and fields on top of the parent's, is not converted",
+            f"fold the overrides into one direct subclass of nn.{rule.linen}, or write the NNX class by hand",
+        )
+        return
+    where = (
+        "in a class the run does not rewrite"
+        if use.owner is not None
+        else "outside a Linen class this run migrates"
+    )
+    ctx.report(
+        API_002,
+        use.node,
+        f"{name} (an nn.{rule.linen} subclass with a param override) is rewritten as an nnx.{rule.nnx} "
+        f"subclass, but is used here {where}, where it is not converted",
+        f"build it in a Linen class the run migrates, or build the NNX layer by hand "
+        f"({name}(in_features, ..., rngs=nnx.Rngs(0))) and call it directly",
+    )
