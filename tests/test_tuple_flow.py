@@ -206,6 +206,8 @@ def test_starred_elements_of_a_display(body, known):
         "outs = [[x]]\ninner = outs[0]\ninner[0] = a\ny = outs[0][0]",  # a list inside a list
         "outs = [[x]]\nfill(outs[0])\ny = outs[0][0]",
         "outs = [[x]]\nouts[0].append(a)\ny = outs[0][-1]",
+        "outs = [[x]]\nz = [o.append(a) for o in outs]\ny = outs[0][-1]",  # through a comprehension
+        "outs = [x]\nif (b := outs):\n    b.append(a)\ny = outs[-1]",  # through a walrus
         "o = Out(hidden=x)\no.hidden = a\ny = o.hidden",  # a field of an object replaced
         "o = Out(hidden=x)\no.update()\ny = o.hidden",
     ],

@@ -20,8 +20,9 @@ from linen2nnx.migrate.dataflow_types import Feat
 COMPOUND = ("tuple", "prefix", "namedtuple", "record")
 """Kinds that hold one value per element (see tuple_flow.py)."""
 
-PURE_PREFIXES = ("jax.", "numpy.", "einops.", "math.")
-"""Library functions that never change a list or object passed to them (they may return new ones)."""
+PURE_PREFIXES = ("jax.", "einops.", "math.")
+"""Library functions that never change a list or object passed to them (they may return new ones); not
+NumPy, whose ``random.shuffle`` and ``copyto`` change what they receive."""
 PURE_BUILTINS = frozenset(
     {
         "len", "tuple", "list", "sorted", "reversed", "enumerate", "zip", "sum", "min", "max", "isinstance",
@@ -43,7 +44,15 @@ def mutated_names(body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode]
     collector = _Mutations(qualnames)
     for stmt in body:
         stmt.visit(collector)
-    return collector.names - {"self"}
+    names = collector.names
+    changed = True
+    while changed:  # a comprehension's or walrus's target changed: so is what it was bound from
+        changed = False
+        for targets, sources in collector.bound_outside_flow:
+            if targets & names and not sources <= names:
+                names |= sources
+                changed = True
+    return names - {"self"}
 
 
 class _Mutations(cst.CSTVisitor):
@@ -55,6 +64,15 @@ class _Mutations(cst.CSTVisitor):
         self.qualnames = qualnames
         self.names: set[str] = set()
         self.nested = 0
+        self.bound_outside_flow: list[tuple[set[str], set[str]]] = []
+        """``(targets, what they are bound from)`` of the bindings the dataflow does not follow:
+        comprehension targets (``for o in outs``) and walrus targets (``(o := outs[0])``)."""
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.bound_outside_flow.append((_names(node.target, bases=True), _names(node.iter, bases=True)))
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.bound_outside_flow.append((_names(node.target, bases=True), _names(node.value, bases=True)))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.nested += 1
@@ -173,7 +191,7 @@ class InPlace:
         shared = {n for n in rhs if n != name and env.get(n, _NONE).kind in COMPOUND}
         if name in self.names:
             for n in shared:
-                if compound or (value.kind == "unknown" and _holds_compound(env[n])):
+                if compound or (value.kind not in ("expr", "input") and _holds_compound(env[n])):
                     self._forget(env, n, set())
         if compound:
             self.sources.setdefault(name, set()).update(shared)
