@@ -208,6 +208,9 @@ def test_starred_elements_of_a_display(body, known):
         "outs = [[x]]\nouts[0].append(a)\ny = outs[0][-1]",
         "outs = [[x]]\nz = [o.append(a) for o in outs]\ny = outs[0][-1]",  # through a comprehension
         "outs = [x]\nif (b := outs):\n    b.append(a)\ny = outs[-1]",  # through a walrus
+        "outs = [x]\nd = {'k': outs}\nd['k'][0] = a\ny = outs[0]",  # through a dict that holds it
+        "outs = [x]\nd = {'k': outs}\nd['k'].append(a)\ny = outs[-1]",
+        "outs = [x]\npair = (outs, x)\npair[0].append(a)\ny = outs[-1]",
         "o = Out(hidden=x)\no.hidden = a\ny = o.hidden",  # a field of an object replaced
         "o = Out(hidden=x)\no.update()\ny = o.hidden",
     ],

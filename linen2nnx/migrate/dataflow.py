@@ -138,7 +138,7 @@ class FeatureFlow:
             self.expr_of(stmt.iter if isinstance(stmt, cst.For) else stmt.test)
             before = dict(self.env)
             if isinstance(stmt, cst.For):
-                self.bind(stmt.target, Feat.unknown("loop variable"), names_in(stmt.iter))
+                self.bind(stmt.target, Feat.unknown("loop variable"), stmt.iter)
             outer = self.iteration
             self.run(stmt.body.body)
             first = dict(self.env)
@@ -202,9 +202,9 @@ class FeatureFlow:
             self.on_assign(small)
             value = self.expr_of(small.value)
             for target in small.targets:
-                self.bind(target.target, value, names_in(small.value))
+                self.bind(target.target, value, small.value)
         elif isinstance(small, cst.AnnAssign) and small.value is not None:
-            self.bind(small.target, self.expr_of(small.value), names_in(small.value))
+            self.bind(small.target, self.expr_of(small.value), small.value)
         elif isinstance(small, cst.AugAssign):
             value = self.expr_of(small.value)
             held = self.env.get(small.target.value) if isinstance(small.target, cst.Name) else None
@@ -219,7 +219,7 @@ class FeatureFlow:
         elif isinstance(small, cst.Expr):
             self.expr_of(small.value)
 
-    def bind(self, target: cst.BaseExpression, value: Feat, rhs: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    def bind(self, target: cst.BaseExpression, value: Feat, rhs: cst.BaseExpression | None = None) -> None:
         if isinstance(target, cst.Name):  # a list or object changed in place: no element known
             self.env[target.value] = self.in_place.bound(self.env, target.value, value, rhs)  # type: ignore[union-attr]
         elif isinstance(target, (cst.Tuple, cst.List)):

@@ -183,17 +183,24 @@ class InPlace:
         self.names = names
         self.sources: dict[str, set[str]] = {}
 
-    def bound(self, env: dict[str, Feat], name: str, value: Feat, rhs: set[str]) -> Feat:
-        """What ``name = <an expression over rhs>`` holds: ``value``, or unknown when it is a list or
-        object changed in place. Binding a changed name to (part of) another local's list or object
-        forgets that local's elements too: they are the same objects."""
+    def bound(self, env: dict[str, Feat], name: str, value: Feat, rhs: cst.CSTNode | None) -> Feat:
+        """What ``name = rhs`` holds: ``value``, or unknown when it is a list or object changed in
+        place. Binding a changed name to another local's list or object (``b = outs``, ``d = {'k':
+        outs}``), or to a part of it that holds one (``inner = outs[0]``), forgets that local's
+        elements too: they are the same objects."""
         compound = value.kind in COMPOUND
-        shared = {n for n in rhs if n != name and env.get(n, _NONE).kind in COMPOUND}
-        if name in self.names:
+        whole = _names(rhs, bases=False) if rhs is not None else set()
+        shared = {
+            n
+            for n in whole | (_bases(rhs) if rhs is not None else set())
+            if n != name and env.get(n, _NONE).kind in COMPOUND
+        }
+        sized = value.kind in ("expr", "input")  # an array: no list or object shared
+        if name in self.names and not sized:
             for n in shared:
-                if compound or (value.kind not in ("expr", "input") and _holds_compound(env[n])):
+                if compound or n in whole or _holds_compound(env[n]):
                     self._forget(env, n, set())
-        if compound:
+        if not sized:
             self.sources.setdefault(name, set()).update(shared)
         if compound and name in self.names:
             return Feat.unknown(f"{name}, a list or object changed in place")
@@ -210,7 +217,7 @@ class InPlace:
             parts.append(node.func.value)
         for part in parts:
             for base in _bases(part):
-                if base != "self" and _holds_compound(env.get(base, _NONE)):
+                if base != "self" and (_holds_compound(env.get(base, _NONE)) or self.sources.get(base)):
                     self._forget(env, base, set())
 
     def _forget(self, env: dict[str, Feat], name: str, seen: set[str]) -> None:
