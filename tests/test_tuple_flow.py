@@ -86,6 +86,34 @@ class Derived(Base):
 @dataclasses.dataclass
 class Hidden:
     hidden: object = dataclasses.field(init=False)
+
+class Indexed(NamedTuple):
+    first: object
+    second: object
+    def __getitem__(self, i):
+        return self.second
+
+class Iterated(NamedTuple):
+    first: object
+    def __iter__(self):
+        return iter(())
+
+class Sized(NamedTuple):
+    first: object
+    def __len__(self):
+        return 0
+
+@dataclasses.dataclass
+class Lookup:
+    hidden: object
+    def __getattribute__(self, name):
+        return None
+
+@flax.struct.dataclass
+class Helper:
+    hidden: object
+    def total(self):
+        return self.hidden
 """
 
 
@@ -94,6 +122,7 @@ def test_only_plain_data_classes_are_followed():
     assert {n: (r.fields, r.sequence) for n, r in records.items()} == {
         "Out": (("hidden", "extra"), False),
         "Pair": (("first", "second"), True),
+        "Helper": (("hidden",), False),  # a plain method that is no dunder: still plain data
     }
 
 
@@ -157,3 +186,55 @@ def test_a_conditional_tuple_keeps_what_both_sides_hold():
 def test_starred_elements_of_a_display(body, known):
     y = _flow(body).env["y"]
     assert (y.kind in ("expr", "input")) == known
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "outs = [x]\nouts[0] = a\ny = outs[0]",  # an element replaced
+        "outs = [x, a]\nouts.reverse()\ny = outs[0]",  # any method may change it
+        "outs = [x]\nouts.insert(0, a)\ny = outs[0]",
+        "outs = [x]\nfor i in range(2):\n    outs.append(a)\ny = outs[-1]",
+        "outs = [x]\nouts.append(a)\ny = outs[-1]",
+        "outs = [x, x]\ndel outs[0]\nouts.append(a)\ny = outs[1]",
+        "outs = []\nouts.append(a)\nouts = [x] + outs\ny = outs[-1]",
+        "outs = [x]\nfill(outs)\ny = outs[0]",  # a call that may change what it receives
+        "outs = [x]\ndef more():\n    outs.append(a)\nmore()\ny = outs[-1]",  # a nested function
+        "outs = [x]\nb = outs\nb[0] = a\ny = outs[0]",  # through another name for the same list
+        "outs = [x]\nb = outs\nc = b\nc.append(a)\ny = outs[-1]",
+        "outs = [x]\nb = outs\nouts += [a]\ny = b[-1]",  # += extends the list both names hold
+        "outs = [[x]]\ninner = outs[0]\ninner[0] = a\ny = outs[0][0]",  # a list inside a list
+        "outs = [[x]]\nfill(outs[0])\ny = outs[0][0]",
+        "outs = [[x]]\nouts[0].append(a)\ny = outs[0][-1]",
+        "outs = [[x]]\nz = [o.append(a) for o in outs]\ny = outs[0][-1]",  # through a comprehension
+        "outs = [x]\nif (b := outs):\n    b.append(a)\ny = outs[-1]",  # through a walrus
+        "outs = [x]\nd = {'k': outs}\nd['k'][0] = a\ny = outs[0]",  # through a dict that holds it
+        "outs = [x]\nd = {'k': outs}\nd['k'].append(a)\ny = outs[-1]",
+        "outs = [x]\npair = (outs, x)\npair[0].append(a)\ny = outs[-1]",
+        "o = Out(hidden=x)\no.hidden = a\ny = o.hidden",  # a field of an object replaced
+        "o = Out(hidden=x)\no.update()\ny = o.hidden",
+    ],
+)
+def test_lists_and_objects_changed_in_place_stay_unknown(body):
+    """What a list or object was built with is not what it holds once something changes it in place."""
+    assert _flow(body, RECORDS).env["y"].kind in ("unknown", "sliced")
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("t = (a, b)\nh, _ = t\nh = h.reshape(1)\ny = t[1]", B),  # a method of an element: t unchanged
+        ("o = Out(a, b)\nh = o.hidden\nh = h.astype(1)\ny = o.extra", B),
+        ("o = Out(a, b)\nz = f(o.hidden)\ny = o.extra", B),  # an element passed on: a size, no list
+        ("outs = [a, b]\nz = len(outs)\ny = outs[1]", B),
+    ],
+)
+def test_reads_of_unchanged_lists_and_objects_stay_known(body, expected):
+    assert _flow(body, RECORDS).env["y"] == expected
+
+
+@pytest.mark.parametrize("name", ["Indexed", "Iterated", "Sized", "Lookup"])
+def test_classes_with_dunders_are_no_plain_data(name):
+    """``__getitem__``, ``__iter__``, ``__len__``, ``__getattribute__``: indexing, unpacking or a field
+    read need not give the field as passed."""
+    assert name not in record_classes(cst.parse_module(RECORDS).body, _qualnames)

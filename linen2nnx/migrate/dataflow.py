@@ -25,7 +25,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate import tuple_flow
+from linen2nnx.migrate import mutation, tuple_flow
 from linen2nnx.migrate.cst_utils import (
     code,
     names_in,
@@ -103,9 +103,12 @@ class FeatureFlow:
         self.returns: list[Feat] = []
         self.iteration = 0
         self.at_if: dict[cst.If, dict[str, Feat]] = {}  # the values each `if` test sees (first pass)
+        self.in_place: mutation.InPlace | None = None  # lists and objects changed in place (first run)
 
     # ---- statements --------------------------------------------------------------------------
     def run(self, body: Sequence[Any]) -> None:
+        if self.in_place is None:  # the first run is over the method's whole body
+            self.in_place = mutation.InPlace(mutation.mutated_names(body, self.qualnames_of))
         for stmt in body:
             self.statement(stmt)
 
@@ -135,7 +138,7 @@ class FeatureFlow:
             self.expr_of(stmt.iter if isinstance(stmt, cst.For) else stmt.test)
             before = dict(self.env)
             if isinstance(stmt, cst.For):
-                self.bind(stmt.target, Feat.unknown("loop variable"))
+                self.bind(stmt.target, Feat.unknown("loop variable"), stmt.iter)
             outer = self.iteration
             self.run(stmt.body.body)
             first = dict(self.env)
@@ -199,13 +202,14 @@ class FeatureFlow:
             self.on_assign(small)
             value = self.expr_of(small.value)
             for target in small.targets:
-                self.bind(target.target, value)
+                self.bind(target.target, value, small.value)
         elif isinstance(small, cst.AnnAssign) and small.value is not None:
-            self.bind(small.target, self.expr_of(small.value))
+            self.bind(small.target, self.expr_of(small.value), small.value)
         elif isinstance(small, cst.AugAssign):
             value = self.expr_of(small.value)
             held = self.env.get(small.target.value) if isinstance(small.target, cst.Name) else None
             if held is not None and held.kind in tuple_flow.SEQUENCES:  # outputs += (attn,)
+                mutation.augmented(self.in_place, self.env, small.target.value)  # type: ignore[arg-type, union-attr]
                 adds = isinstance(small.operator, cst.AddAssign)
                 self.env[small.target.value] = (  # type: ignore[union-attr]
                     tuple_flow.joined(held, value) if adds else Feat.unknown("an augmented tuple")
@@ -215,12 +219,12 @@ class FeatureFlow:
         elif isinstance(small, cst.Expr):
             self.expr_of(small.value)
 
-    def bind(self, target: cst.BaseExpression, value: Feat) -> None:
-        if isinstance(target, cst.Name):
-            self.env[target.value] = value
+    def bind(self, target: cst.BaseExpression, value: Feat, rhs: cst.BaseExpression | None = None) -> None:
+        if isinstance(target, cst.Name):  # a list or object changed in place: no element known
+            self.env[target.value] = self.in_place.bound(self.env, target.value, value, rhs)  # type: ignore[union-attr]
         elif isinstance(target, (cst.Tuple, cst.List)):
             for part, feat in tuple_flow.unpacked(target, value):
-                self.bind(part, feat)
+                self.bind(part, feat, rhs)
 
     # ---- expressions -------------------------------------------------------------------------
     def expr_of(self, node: cst.BaseExpression | None) -> Feat:
@@ -271,6 +275,7 @@ class FeatureFlow:
         """What a call gives: a layer's output (its use recorded), a helper method's result, or what a
         library function makes of its arguments' sizes."""
         arg_feats = [self.expr_of(a.value) for a in node.args]
+        self.in_place.called(self.env, node, self.qualnames_of)  # type: ignore[union-attr]
         if isinstance(node.func, cst.Call):  # nn.Dense(...)(x): visit the constructor's args too
             for a in node.func.args:
                 self.expr_of(a.value)

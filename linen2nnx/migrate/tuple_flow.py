@@ -37,8 +37,12 @@ COMPOUND = (*SEQUENCES, "record")
 
 RECORD_DECORATORS = frozenset({"flax.struct.dataclass", "dataclasses.dataclass"})
 NAMED_TUPLE_BASES = frozenset({"typing.NamedTuple", "NamedTuple"})
-REFUSED_METHODS = frozenset({"__post_init__", "__getattr__", "__getattribute__", "__init__", "__new__"})
-"""A record class defining one of these may not hand back a field as it was passed."""
+
+
+def _refused_method(name: str) -> bool:
+    """A method a plain data class may not define: any dunder (``__getitem__``, ``__iter__``, ``__len__``,
+    ``__getattr__``, ``__post_init__``, ...) may change what indexing, unpacking or a field read gives."""
+    return name.startswith("__") and name.endswith("__")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +110,7 @@ def _plain_fields(body: Sequence[cst.CSTNode]) -> tuple[str, ...]:
             if isinstance(small.value, cst.Call):
                 return ()  # field(init=False, ...) and the like: not read back as passed
             fields.append(small.target.value)
-    if methods & (REFUSED_METHODS | set(fields)):
+    if methods & set(fields) or any(_refused_method(m) for m in methods):
         return ()
     return tuple(fields)
 

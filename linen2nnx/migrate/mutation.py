@@ -1,0 +1,263 @@
+"""Which locals of a method may be changed in place, so that what a list or object held is no longer
+what it was built with.
+
+The size dataflow (:mod:`~linen2nnx.migrate.tuple_flow`) keeps one size per element of a list display
+or per field of an output object. That is only right while nothing changes the value in place:
+``outs[0] = h``, ``outs.append(h)``, ``del outs[0]``, ``out.h = h``, or a call that receives it and may
+do any of these. The rule is deliberately simple: a name the method (nested functions and lambdas
+included) ever stores into, deletes from, calls a method on, or passes to a function that is not known
+to leave its arguments alone, loses its per-element knowledge for the whole method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import libcst as cst
+
+from linen2nnx.migrate.dataflow_types import Feat
+
+COMPOUND = ("tuple", "prefix", "namedtuple", "record")
+"""Kinds that hold one value per element (see tuple_flow.py)."""
+
+PURE_PREFIXES = ("jax.", "einops.", "math.")
+"""Library functions that never change a list or object passed to them (they may return new ones); not
+NumPy, whose ``random.shuffle`` and ``copyto`` change what they receive."""
+PURE_BUILTINS = frozenset(
+    {
+        "len", "tuple", "list", "sorted", "reversed", "enumerate", "zip", "sum", "min", "max", "isinstance",
+        "print", "range", "any", "all", "str", "repr", "int", "float", "bool", "type", "id", "hash",
+    }
+)  # fmt: skip
+"""Builtins that never change their arguments (when the file does not rebind the name)."""
+
+
+def root_name(node: cst.BaseExpression) -> str | None:
+    """``outs`` of ``outs``, ``outs[0]``, ``outs[0].h``, ``out.h.at[1]``: the local a chain starts at."""
+    while isinstance(node, (cst.Subscript, cst.Attribute)):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def mutated_names(body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode], set[str]]) -> set[str]:
+    """The names ``body`` may change in place (see the module docstring); over-approximate on purpose."""
+    collector = _Mutations(qualnames)
+    for stmt in body:
+        stmt.visit(collector)
+    names = collector.names
+    changed = True
+    while changed:  # a comprehension's or walrus's target changed: so is what it was bound from
+        changed = False
+        for targets, sources in collector.bound_outside_flow:
+            if targets & names and not sources <= names:
+                names |= sources
+                changed = True
+    return names - {"self"}
+
+
+class _Mutations(cst.CSTVisitor):
+    """A call that receives only a part of a local (``f(outs[0])``, ``outs[0].append(h)``) changes that
+    local only when the part is itself a list or object: the dataflow decides that where the call runs
+    (:meth:`InPlace.called`). Inside a nested function or lambda it may run anywhere: the local is marked."""
+
+    def __init__(self, qualnames: Callable[[cst.CSTNode], set[str]]) -> None:
+        self.qualnames = qualnames
+        self.names: set[str] = set()
+        self.nested = 0
+        self.bound_outside_flow: list[tuple[set[str], set[str]]] = []
+        """``(targets, what they are bound from)`` of the bindings the dataflow does not follow:
+        comprehension targets (``for o in outs``) and walrus targets (``(o := outs[0])``)."""
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.bound_outside_flow.append((_names(node.target, bases=True), _names(node.iter, bases=True)))
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.bound_outside_flow.append((_names(node.target, bases=True), _names(node.value, bases=True)))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.nested += 1
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.nested -= 1
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self.nested += 1
+
+    def leave_Lambda(self, original_node: cst.Lambda) -> None:
+        self.nested -= 1
+
+    def _store(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for el in target.elements:
+                self._store(el.value)
+        elif isinstance(target, cst.StarredElement):
+            self._store(target.value)
+        elif isinstance(target, (cst.Subscript, cst.Attribute)):
+            name = root_name(target)
+            if name is not None:
+                self.names.add(name)
+
+    def _escapes(self, value: cst.BaseExpression | None) -> None:
+        """Every local ``value`` mentions: it ends up where this method no longer sees it."""
+        if value is not None:
+            self.names |= _names(value, bases=bool(self.nested))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self._store(t.target)
+            if not isinstance(t.target, (cst.Name, cst.Tuple, cst.List)):  # self.x = outs, d[k] = outs
+                self._escapes(node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._store(node.target)
+        if not isinstance(node.target, cst.Name):
+            self._escapes(node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._store(node.target)  # outs += [h] on a name: the dataflow follows it (see augmented)
+        if not isinstance(node.target, cst.Name):
+            self._escapes(node.value)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._store(node.target)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.names |= {n.name.value for n in node.names}
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self.names |= {n.name.value for n in node.names}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute):  # outs.append(h), out.update(), outs[0].extend(...)
+            receiver = node.func.value
+            name = root_name(receiver)
+            if name is not None and (isinstance(receiver, cst.Name) or self.nested):
+                self.names.add(name)
+        if not pure_call(node.func, self.qualnames):
+            for arg in node.args:
+                self._escapes(arg.value)
+
+
+def pure_call(func: cst.BaseExpression, qualnames: Callable[[cst.CSTNode], set[str]]) -> bool:
+    """Whether calling ``func`` is known to leave the lists and objects passed to it unchanged."""
+    if isinstance(func, cst.Name) and func.value in PURE_BUILTINS:
+        return True
+    return any(q.startswith(PURE_PREFIXES) for q in qualnames(func))
+
+
+def _names(node: cst.CSTNode, bases: bool) -> set[str]:
+    """The locals a value expression mentions (attribute names and keywords aside); with ``bases``
+    false, not those only read through (``outs`` of ``outs[0]``, ``o`` of ``o.h``)."""
+    out: set[str] = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            out.add(n.value)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            if bases or not isinstance(n.value, cst.Name):
+                n.value.visit(self)
+            return False
+
+        def visit_Subscript(self, n: cst.Subscript) -> bool:
+            if bases or not isinstance(n.value, cst.Name):
+                n.value.visit(self)
+            for el in n.slice:
+                el.visit(self)
+            return False
+
+        def visit_Arg(self, n: cst.Arg) -> bool:
+            n.value.visit(self)
+            return False
+
+    node.visit(Names())
+    return out
+
+
+class InPlace:
+    """What the dataflow needs to honour in-place changes: the names a method changes (see
+    :func:`mutated_names`), and, for each local holding a list or object, the locals it may share that
+    value with (``b = outs``, ``a = outs[0]``), so that changing one forgets the others too."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.sources: dict[str, set[str]] = {}
+
+    def bound(self, env: dict[str, Feat], name: str, value: Feat, rhs: cst.CSTNode | None) -> Feat:
+        """What ``name = rhs`` holds: ``value``, or unknown when it is a list or object changed in
+        place. Binding a changed name to another local's list or object (``b = outs``, ``d = {'k':
+        outs}``), or to a part of it that holds one (``inner = outs[0]``), forgets that local's
+        elements too: they are the same objects."""
+        compound = value.kind in COMPOUND
+        whole = _names(rhs, bases=False) if rhs is not None else set()
+        shared = {
+            n
+            for n in whole | (_bases(rhs) if rhs is not None else set())
+            if n != name and env.get(n, _NONE).kind in COMPOUND
+        }
+        sized = value.kind in ("expr", "input")  # an array: no list or object shared
+        if name in self.names and not sized:
+            for n in shared:
+                if compound or n in whole or _holds_compound(env[n]):
+                    self._forget(env, n, set())
+        if not sized:
+            self.sources.setdefault(name, set()).update(shared)
+        if compound and name in self.names:
+            return Feat.unknown(f"{name}, a list or object changed in place")
+        return value
+
+    def called(
+        self, env: dict[str, Feat], node: cst.Call, qualnames: Callable[[cst.CSTNode], set[str]]
+    ) -> None:
+        """A call receiving a part of a local (``f(outs[0])``, ``outs[0].append(h)``): when that local
+        holds a list or object among its elements, the call may change it, and its elements are
+        forgotten from here on."""
+        parts = [a.value for a in node.args] if not pure_call(node.func, qualnames) else []
+        if isinstance(node.func, cst.Attribute):
+            parts.append(node.func.value)
+        for part in parts:
+            for base in _bases(part):
+                if base != "self" and (_holds_compound(env.get(base, _NONE)) or self.sources.get(base)):
+                    self._forget(env, base, set())
+
+    def _forget(self, env: dict[str, Feat], name: str, seen: set[str]) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        if env.get(name, _NONE).kind in COMPOUND:
+            env[name] = Feat.unknown(f"{name}, whose list or object another name changes in place")
+        for n in self.sources.get(name, ()):
+            self._forget(env, n, seen)
+
+
+_NONE = Feat.unknown("unbound")
+
+
+def _holds_compound(value: Feat) -> bool:
+    return any(e.kind in COMPOUND or _holds_compound(e) for e in value.elements if e.kind != "choice")
+
+
+def augmented(in_place: InPlace, env: dict[str, Feat], name: str) -> None:
+    """``name += value`` extends a list in place: every other local sharing it forgets its elements."""
+    sharing = set(in_place.sources.get(name, ())) | {n for n, s in in_place.sources.items() if name in s}
+    for n in sharing - {name}:
+        in_place._forget(env, n, {name})
+
+
+def _bases(node: cst.CSTNode) -> set[str]:
+    """The locals ``node`` reads a part of: ``outs`` of ``outs[0]`` and of ``[o.h, x]``."""
+    out: set[str] = set()
+
+    class Bases(cst.CSTVisitor):
+        def visit_Attribute(self, n: cst.Attribute) -> None:
+            name = root_name(n)
+            if name is not None:
+                out.add(name)
+
+        def visit_Subscript(self, n: cst.Subscript) -> None:
+            name = root_name(n)
+            if name is not None:
+                out.add(name)
+
+    node.visit(Bases())
+    return out
