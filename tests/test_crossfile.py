@@ -189,3 +189,60 @@ def test_size_from_a_local_of_another_files_class_stays_unknown(tmp_path):
     out = next(f.output for f in result.files if f.path.name == "model_b.py")
     assert "nnx.Linear(2 * 4, 5, rngs=rngs)" in out
     assert not [f for f in result.findings if f.severity.value == "manual"]
+
+
+LAYER_SUBCLASS = {
+    "__init__.py": "",
+    "convs.py": (
+        "import jax.numpy as jnp\nimport flax.linen as nn\n\n\n"
+        "class StdConv(nn.Conv):\n"
+        "    def param(self, name, *a, **kw):\n"
+        "        param = super().param(name, *a, **kw)\n"
+        "        if name == 'kernel':\n"
+        "            param = param - jnp.mean(param, axis=[0, 1, 2])\n"
+        "        return param\n"
+    ),
+    "net.py": (
+        "import jax\nimport jax.numpy as jnp\nimport flax.linen as nn\n"
+        "from pkg.convs import StdConv\n\n\n"
+        "class ScaledStdConv(StdConv):\n"
+        "    def param(self, name, *a, **kw):\n"
+        "        return super().param(name, *a, **kw) * 2.0\n\n\n"
+        "def make():\n    return StdConv(4, (1, 1))\n\n\n"
+        "class Net(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
+        "        return StdConv(8, (3, 3))(x)\n\n\n"
+        "model = ScaledStdConv(4, (3, 3))\n"
+        "variables = model.init(jax.random.key(0), jnp.ones((1, 8, 8, 3)))\n"
+    ),
+}
+
+
+def test_uses_of_another_files_converted_layer_subclass_are_flagged(tmp_path):
+    """A layer subclass converted in its own file is NNX there: a file importing it that subclasses,
+    builds or initialises it the Linen way gets a located finding at each use (not silence, and not
+    'not part of this run')."""
+    import pickle
+
+    from linen2nnx.migrate.layer_subclass_uses import LayerSubclassFact
+
+    (tmp_path / "pkg").mkdir()
+    for name, text in LAYER_SUBCLASS.items():
+        (tmp_path / "pkg" / name).write_text(text)
+    result = migrate_paths([tmp_path / "pkg"], Mode.DIFF)
+    net = [f for f in result.findings if f.path.endswith("net.py")]
+    assert "L2N-MOD-006" not in {f.rule for f in net}
+    located = sorted((f.line, f.col) for f in net if f.rule == "L2N-API-002")
+    # the subclass's base (its own uses then stand with it), make()'s build, Net's submodule
+    assert [line for line, _ in located] == [7, 13, 19], [f.format_text() for f in net]
+    assert all("StdConv" in f.message for f in net if f.rule == "L2N-API-002")
+    inside = next(f for f in net if f.rule == "L2N-API-002" and f.line == 19)
+    assert "imported from another file of this run" in inside.message
+    facts = [f for r in result.files for f in r.factories.values() if isinstance(f, LayerSubclassFact)]
+    assert [f.key for f in facts] == ["pkg.convs.StdConv"]
+    assert pickle.loads(pickle.dumps(facts[0])) == facts[0]  # handed to worker processes under -j N
+
+    (tmp_path / "pkg" / "net2.py").write_text(LAYER_SUBCLASS["net.py"])  # two importers: one level, a pool
+    parallel = migrate_paths([tmp_path / "pkg"], Mode.DIFF, jobs=2)
+    for name in ("net.py", "net2.py"):
+        found = [f.line for f in parallel.findings if f.path.endswith(name) and f.rule == "L2N-API-002"]
+        assert found == [7, 13, 19], name

@@ -175,6 +175,12 @@ class FileContext:
         summary = self._from_other_file(node, self.state.external)
         return summary.as_plan() if summary is not None else None
 
+    def imported_layer_subclass(self, node: cst.BaseExpression) -> LayerRule | None:
+        """The built-in layer of the converted layer subclass of another file of the run ``node`` names
+        (``StdConv`` after ``from pkg.convs import StdConv``), or None."""
+        fact = self._from_other_file(node, self.state.external_layer_subclasses)
+        return fact.rule if fact is not None else None
+
     def _from_other_file(self, node: cst.BaseExpression, facts: Mapping[str, Any]) -> Any:
         """What ``facts`` (keyed by absolute dotted name) say of the name ``node`` imports, or None."""
         if not isinstance(node, (cst.Name, cst.Attribute)) or not facts:

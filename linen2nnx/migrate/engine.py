@@ -185,6 +185,7 @@ def migrate_source(
         )
         # their calls are replayed there; asked while the file's memos (calls_in) still hold its tree
         own_factories.update(replayable_functions(tree, module_name))
+        own_factories.update(command.layer_subclass_facts)  # their uses in importing files are reported
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise

@@ -20,6 +20,7 @@ from linen2nnx.migrate.dataflow import Feat
 from linen2nnx.migrate.factory_fields import FieldBindings
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory
+from linen2nnx.migrate.layer_subclass_uses import LayerSubclassFact
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.sites import ClassPlan, ClassSummary
 from linen2nnx.migrate.trace import Trace
@@ -41,6 +42,9 @@ class FileState:
     external_factories: dict[str, FunctionFactory] = dataclasses.field(
         default_factory=dict
     )  # other files' layer factory functions
+    external_layer_subclasses: dict[str, LayerSubclassFact] = dataclasses.field(
+        default_factory=dict
+    )  # other files' converted layer subclasses, by key (layer_subclass_uses.py)
 
     # ---- outputs (read by engine.migrate_source) ------------------------------------------------
     findings: list[Finding] = dataclasses.field(default_factory=list)
@@ -200,4 +204,7 @@ class FileState:
             unsafe_fixes=unsafe_fixes,
             external=dict(external or {}),
             external_factories={k: v for k, v in (factories or {}).items() if isinstance(v, FunctionFactory)},
+            external_layer_subclasses={
+                k: v for k, v in (factories or {}).items() if isinstance(v, LayerSubclassFact)
+            },
         )

@@ -5,17 +5,20 @@ A subclass of a built-in layer with a ``param`` override becomes an NNX class
 place that names it -- ``def make(): return StdConv(8, (3, 3))``, ``model = StdConv(...)`` followed by
 ``model.init(...)``, a class kept as Linen, a subclass of it -- still builds or uses it the Linen way,
 which fails on the NNX class (or, for a subclass, would drop one of the overrides). Those places are
-found here so that each gets a located finding instead of being left as they were.
+found here so that each gets a located finding instead of being left as they were. A file importing
+such a class from another file of the run learns of it through a :class:`LayerSubclassFact` (handed on
+with the functions that build layers) and reports its uses the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.rules import API_002
 
 if TYPE_CHECKING:
@@ -23,17 +26,28 @@ if TYPE_CHECKING:
 
 
 @dataclasses.dataclass(frozen=True)
+class LayerSubclassFact:
+    """What files importing it need to know of a converted layer subclass (picklable: no syntax trees)."""
+
+    key: str  # its absolute dotted name
+    rule: LayerRule  # the built-in layer it subclasses
+
+
+@dataclasses.dataclass(frozen=True)
 class LayerSubclassUse:
     """A name of a converted layer subclass: the node, the top-level class holding it (None at module
-    level or in a function) and whether it is that class's base (``class DoubleScaled(ScaledDense)``)."""
+    level or in a function), whether it is that class's base (``class DoubleScaled(ScaledDense)``) and
+    the built-in layer the subclass extends."""
 
     node: cst.Name
     owner: cst.ClassDef | None
     is_base: bool
+    rule: LayerRule
 
 
-def layer_subclass_uses(module: cst.Module, names: Collection[str]) -> list[LayerSubclassUse]:
-    """Every read of one of ``names`` in ``module``, but the subclasses' own definitions."""
+def layer_subclass_uses(module: cst.Module, names: Mapping[str, LayerRule]) -> list[LayerSubclassUse]:
+    """Every read of one of ``names`` (local name -> its built-in layer) in ``module``, but the
+    subclasses' own definitions."""
     if not names:
         return []
     found: list[LayerSubclassUse] = []
@@ -46,7 +60,7 @@ def layer_subclass_uses(module: cst.Module, names: Collection[str]) -> list[Laye
             owner = self.owner[0] if self.owner else node
             for base in node.bases:
                 if isinstance(base.value, cst.Name) and base.value.value in names:
-                    found.append(LayerSubclassUse(base.value, owner, True))
+                    found.append(LayerSubclassUse(base.value, owner, True, names[base.value.value]))
             self.owner.append(node)
             node.body.visit(self)
             self.owner.pop()
@@ -68,7 +82,8 @@ def layer_subclass_uses(module: cst.Module, names: Collection[str]) -> list[Laye
 
         def visit_Name(self, node: cst.Name) -> None:
             if node.value in names:
-                found.append(LayerSubclassUse(node, self.owner[0] if self.owner else None, False))
+                owner = self.owner[0] if self.owner else None
+                found.append(LayerSubclassUse(node, owner, False, names[node.value]))
 
     module.visit(Visit())
     return found
@@ -77,7 +92,7 @@ def layer_subclass_uses(module: cst.Module, names: Collection[str]) -> list[Laye
 def report_layer_subclass_use(ctx: FileContext, use: LayerSubclassUse) -> None:
     """The located finding for a use :func:`layer_subclass_uses` found where the rewrite does not reach."""
     name = use.node.value
-    rule = ctx.state.layer_subclasses[name].rule
+    rule = use.rule
     ctx.state.handled.add(use.node)
     if use.is_base:
         assert use.owner is not None
@@ -95,11 +110,12 @@ def report_layer_subclass_use(ctx: FileContext, use: LayerSubclassUse) -> None:
         if use.owner is not None
         else "outside a Linen class this run migrates"
     )
+    # one of another file is built the NNX way only in the Linen classes of its own file
+    first = "build it in a Linen class the run migrates, or " if name in ctx.state.layer_subclasses else ""
     ctx.report(
         API_002,
         use.node,
         f"{name} (an nn.{rule.linen} subclass with a param override) is rewritten as an nnx.{rule.nnx} "
         f"subclass, but is used here {where}, where it is not converted",
-        f"build it in a Linen class the run migrates, or build the NNX layer by hand "
-        f"({name}(in_features, ..., rngs=nnx.Rngs(0))) and call it directly",
+        f"{first}build the NNX layer by hand ({name}(in_features, ..., rngs=nnx.Rngs(0))) and call it directly",
     )

@@ -54,6 +54,7 @@ from typing import Any
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext
 
+from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import IS_STATEMENT
 from linen2nnx.migrate.cst_utils import (
@@ -66,8 +67,10 @@ from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory, with_factory_params
+from linen2nnx.migrate.function_replay import top_level_imports
 from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_import, ensure_plain_import
 from linen2nnx.migrate.layer_subclass_uses import (
+    LayerSubclassFact,
     LayerSubclassUse,
     layer_subclass_uses,
     report_layer_subclass_use,
@@ -157,11 +160,31 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         self.ctx.resolve_module(node)
         self.plain = self._plain_statements()
         self.layer_uses = {}
-        for use in layer_subclass_uses(node, self.state.layer_subclasses):
+        for use in layer_subclass_uses(node, self._layer_subclass_names(node)):
             if use.owner is None:
                 report_layer_subclass_use(self.ctx, use)
             else:
                 self.layer_uses.setdefault(use.owner, []).append(use)
+
+    def _layer_subclass_names(self, node: cst.Module) -> dict[str, LayerRule]:
+        """The converted layer subclasses this file names: its own, and those its top-level imports bind
+        from other files of the run (``from pkg.convs import StdConv``), each with its built-in layer."""
+        names = {name: sub.rule for name, sub in self.state.layer_subclasses.items()}
+        imported = self.state.external_layer_subclasses
+        if imported:
+            for name, qualname in top_level_imports(node, self.state.module_name).items():
+                fact = imported.get(qualname)
+                if fact is not None and name not in names:
+                    names[name] = fact.rule
+        return names
+
+    @property
+    def layer_subclass_facts(self) -> dict[str, LayerSubclassFact]:
+        """This file's converted layer subclasses, by key: files importing them report their uses."""
+        return {
+            (key := self.ctx.class_key(name)): LayerSubclassFact(key, sub.rule)
+            for name, sub in self.state.layer_subclasses.items()
+        }
 
     def _plain_statements(self) -> set[cst.CSTNode]:
         """Module-level statements no rewrite can touch (see ``NameResolver.plain_statements``): no

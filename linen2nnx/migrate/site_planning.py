@@ -35,6 +35,7 @@ from linen2nnx.migrate.loop_names import clashes, loop_name_pattern, pattern_att
 from linen2nnx.migrate.merge_flags import moved_flag
 from linen2nnx.migrate.nest_planning import NestPlanning, list_attr
 from linen2nnx.migrate.rules import (
+    API_002,
     LAYER_001,
     LAYER_002,
     LAYER_003,
@@ -142,6 +143,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         qualnames = self.ctx.qualnames(ctor.func)
         if any(q.startswith(("jax.", "jnp.", "numpy.", "functools.")) for q in qualnames):
             return
+        if self._imported_layer_subclass(ctor, name):
+            return
         self.ctx.report(
             MOD_006,
             ctor,
@@ -153,6 +156,22 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         """Is ``node`` immediately called (``node(...)``): a module built and applied in place?"""
         parent = self.ctx.parent_of(node)
         return isinstance(parent, cst.Call) and parent.func is node
+
+    def _imported_layer_subclass(self, ctor: cst.Call, name: str) -> bool:
+        """``StdConv(...)`` of a converted layer subclass another file of the run defines: reported as
+        such (it is part of the run, and NNX now), not as a submodule from outside the run."""
+        rule = self.ctx.imported_layer_subclass(ctor.func)
+        if rule is None:
+            return False
+        self.ctx.report(
+            API_002,
+            ctor,
+            f"{name} (an nn.{rule.linen} subclass with a param override, imported from another file of "
+            f"this run) is rewritten there as an nnx.{rule.nnx} subclass; building it from another file "
+            "is not converted",
+            f"build it by hand: {name}(in_features, ..., rngs=rngs) in __init__, as the file defining it does",
+        )
+        return True
 
     def _bound_to_partial(self, node: cst.CSTNode, name: str) -> bool:
         """Is ``name`` a local of the function around ``node`` assigned a ``functools.partial(...)``?"""
