@@ -183,9 +183,9 @@ def migrate_source(
         output, own_factories, train_findings, verify_findings = _after_module_pass(
             out_tree, source, path, module_name, command, external, factories, rule_enabled
         )
-        # their calls are replayed there; asked while the file's memos (calls_in) still hold its tree
-        own_factories.update(replayable_functions(tree, module_name))
-        own_factories.update(command.layer_subclass_facts)  # their uses in importing files are reported
+        # replayable functions: their calls are replayed there (asked while the file's memos still hold
+        # its tree); converted layer subclasses: their uses in importing files are reported
+        own_factories.update({**replayable_functions(tree, module_name), **command.layer_subclass_facts})
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise
