@@ -183,8 +183,7 @@ def migrate_source(
         output, own_factories, train_findings, verify_findings = _after_module_pass(
             out_tree, source, path, module_name, command, external, factories, rule_enabled
         )
-        # replayable functions: their calls are replayed there (asked while the file's memos still hold
-        # its tree); converted layer subclasses: their uses in importing files are reported
+        # importing files replay these functions' calls and report uses of these layer subclasses
         own_factories.update({**replayable_functions(tree, module_name), **command.layer_subclass_facts})
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
