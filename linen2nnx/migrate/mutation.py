@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.dataflow_types import Feat
 
 COMPOUND = ("tuple", "prefix", "namedtuple", "record")
@@ -43,7 +44,7 @@ def mutated_names(body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode]
     """The names ``body`` may change in place (see the module docstring); over-approximate on purpose."""
     collector = _Mutations(qualnames)
     for stmt in body:
-        stmt.visit(collector)
+        collector.walk(stmt)
     names = collector.names
     changed = True
     while changed:  # a comprehension's or walrus's target changed: so is what it was bound from
@@ -55,7 +56,7 @@ def mutated_names(body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode]
     return names - {"self"}
 
 
-class _Mutations(cst.CSTVisitor):
+class _Mutations(FastVisitor):
     """A call that receives only a part of a local (``f(outs[0])``, ``outs[0].append(h)``) changes that
     local only when the part is itself a list or object: the dataflow decides that where the call runs
     (:meth:`InPlace.called`). Inside a nested function or lambda it may run anywhere: the local is marked."""
@@ -148,30 +149,34 @@ def pure_call(func: cst.BaseExpression, qualnames: Callable[[cst.CSTNode], set[s
 def _names(node: cst.CSTNode, bases: bool) -> set[str]:
     """The locals a value expression mentions (attribute names and keywords aside); with ``bases``
     false, not those only read through (``outs`` of ``outs[0]``, ``o`` of ``o.h``)."""
-    out: set[str] = set()
+    found = _Names(bases)
+    found.walk(node)
+    return found.out
 
-    class Names(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            out.add(n.value)
 
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            if bases or not isinstance(n.value, cst.Name):
-                n.value.visit(self)
-            return False
+class _Names(FastVisitor):
+    def __init__(self, bases: bool) -> None:
+        self.bases = bases
+        self.out: set[str] = set()
 
-        def visit_Subscript(self, n: cst.Subscript) -> bool:
-            if bases or not isinstance(n.value, cst.Name):
-                n.value.visit(self)
-            for el in n.slice:
-                el.visit(self)
-            return False
+    def visit_Name(self, n: cst.Name) -> None:
+        self.out.add(n.value)
 
-        def visit_Arg(self, n: cst.Arg) -> bool:
-            n.value.visit(self)
-            return False
+    def visit_Attribute(self, n: cst.Attribute) -> bool:
+        if self.bases or not isinstance(n.value, cst.Name):
+            self.walk(n.value)
+        return False
 
-    node.visit(Names())
-    return out
+    def visit_Subscript(self, n: cst.Subscript) -> bool:
+        if self.bases or not isinstance(n.value, cst.Name):
+            self.walk(n.value)
+        for el in n.slice:
+            self.walk(el)
+        return False
+
+    def visit_Arg(self, n: cst.Arg) -> bool:
+        self.walk(n.value)
+        return False
 
 
 class InPlace:
@@ -188,7 +193,15 @@ class InPlace:
         place. Binding a changed name to another local's list or object (``b = outs``, ``d = {'k':
         outs}``), or to a part of it that holds one (``inner = outs[0]``), forgets that local's
         elements too: they are the same objects."""
+        if value.kind in ("expr", "input"):  # an array: no list or object shared, nothing to forget
+            return value
         compound = value.kind in COMPOUND
+        if not any(v.kind in COMPOUND for v in env.values()):  # no local holds a list or object to share
+            return (
+                Feat.unknown(f"{name}, a list or object changed in place")
+                if compound and name in self.names
+                else value
+            )
         whole = _names(rhs, bases=False) if rhs is not None else set()
         shared = {
             n
@@ -246,18 +259,21 @@ def augmented(in_place: InPlace, env: dict[str, Feat], name: str) -> None:
 
 def _bases(node: cst.CSTNode) -> set[str]:
     """The locals ``node`` reads a part of: ``outs`` of ``outs[0]`` and of ``[o.h, x]``."""
-    out: set[str] = set()
+    found = _Bases()
+    found.walk(node)
+    return found.out
 
-    class Bases(cst.CSTVisitor):
-        def visit_Attribute(self, n: cst.Attribute) -> None:
-            name = root_name(n)
-            if name is not None:
-                out.add(name)
 
-        def visit_Subscript(self, n: cst.Subscript) -> None:
-            name = root_name(n)
-            if name is not None:
-                out.add(name)
+class _Bases(FastVisitor):
+    def __init__(self) -> None:
+        self.out: set[str] = set()
 
-    node.visit(Bases())
-    return out
+    def visit_Attribute(self, n: cst.Attribute) -> None:
+        name = root_name(n)
+        if name is not None:
+            self.out.add(name)
+
+    def visit_Subscript(self, n: cst.Subscript) -> None:
+        name = root_name(n)
+        if name is not None:
+            self.out.add(name)
