@@ -27,7 +27,8 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import assigned_in, code, single_assign
+from linen2nnx.migrate.cst_meta import calls_in
+from linen2nnx.migrate.cst_utils import assigned_in, code, names_in, single_assign
 from linen2nnx.migrate.function_replay import top_level_imports
 from linen2nnx.migrate.helper_calls import Replayed, _line_map, replayed_result
 from linen2nnx.migrate.rules import MOD_001
@@ -73,6 +74,24 @@ def _aliases(tree: cst.Module, imports: dict[str, str]) -> dict[str, cst.BaseSta
     return {name: stmt for name, stmt in found.items() if bound.get(name) == 1 and name not in imports}
 
 
+def file_imports(tree: cst.Module, module_name: str) -> dict[str, str]:
+    """The file's top-level imports, less a name the file binds again (``from flax.linen.partitioning
+    import param_with_axes`` then ``def param_with_axes``: which one a call reads depends on order)."""
+    rebound: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+            rebound.add(stmt.name.value)
+        elif not isinstance(stmt, cst.SimpleStatementLine) or not any(
+            isinstance(small, (cst.Import, cst.ImportFrom)) for small in stmt.body
+        ):
+            rebound |= assigned_in(stmt)
+    return {
+        name: qualname
+        for name, qualname in top_level_imports(tree, module_name).items()
+        if name not in rebound
+    }
+
+
 def _linen_name(imports: dict[str, str]) -> str | None:
     names = sorted(name for name, qualname in imports.items() if qualname == "flax.linen")
     return names[0] if names else None
@@ -107,6 +126,9 @@ def why_not(call: cst.Call) -> str | None:
         return "no axes="
     if not _axes_ok(axes.value):
         return f"axes={code(axes.value)}, not a tuple display, may be None (then Linen records no names)"
+    extra = sorted(set(keywords) - {"axes"})
+    if extra:  # NNX's with_partitioning wrapper takes positional init arguments only
+        return f"keyword init arguments ({', '.join(k + '=' for k in extra)}) to a partitioning-wrapped init"
     return None
 
 
@@ -209,10 +231,10 @@ def _is_compact(decorator: cst.BaseExpression, imports: dict[str, str]) -> bool:
 
 def restate_param_with_axes(tree: cst.Module, source: str, module_name: str = "") -> Replayed | None:
     """The file with its exact ``param_with_axes`` calls restated (see the module docstring); a
-    module-level alias no longer read is dropped. None when nothing was restated."""
+    module-level alias stays (another file may import it). None when nothing was restated."""
     if "param_with_axes" not in source:
         return None
-    imports = top_level_imports(tree, module_name)
+    imports = file_imports(tree, module_name)
     aliases = _aliases(tree, imports)
     transformer = _Restate({PARAM_WITH_AXES}, set(aliases), imports, _linen_name(imports))
     new_tree = tree.visit(transformer)
@@ -223,49 +245,132 @@ def restate_param_with_axes(tree: cst.Module, source: str, module_name: str = ""
         new_tree = tree.visit(transformer)
     if not transformer.restated:
         return None
-    index = {id(stmt): i for i, stmt in enumerate(tree.body)}  # the visit keeps the body's order
-    at = {name: index[id(stmt)] for name, stmt in aliases.items()}
-    dropped = {at[name] for name in aliases if not _still_read(new_tree, name, at[name])}
-    if dropped:
-        new_tree = new_tree.with_changes(body=[s for i, s in enumerate(new_tree.body) if i not in dropped])
     new_source = new_tree.code
     line_map, moved = _line_map(source, new_source)
     return Replayed(new_source, sorted(transformer.restated), line_map, moved, source)
 
 
-def _still_read(tree: cst.Module, name: str, binding: int) -> bool:
-    """Whether ``name`` occurs in any module-level statement but its binding (text, so ``__all__``
-    strings and the calls left as written count)."""
-    return any(name in code(stmt) for i, stmt in enumerate(tree.body) if i != binding)
+AXES_APIS = frozenset({"param_with_axes", "variable_with_axes"})
+_AXES_COLLECTION = {"param_with_axes": "'params_axes'", "variable_with_axes": "'<collection>_axes'"}
+_CACHE: list[tuple[cst.Module, set[str], dict[str, str], set[str]]] = []  # the last tree asked about
 
 
-_CACHE: list[tuple[cst.Module, set[str], dict[str, str]]] = []  # the last tree asked about
-
-
-def _callee_facts(tree: cst.Module, module_name: str) -> tuple[set[str], dict[str, str]]:
+def _callee_facts(tree: cst.Module, module_name: str) -> tuple[set[str], dict[str, str], set[str]]:
+    """(names bound to the APIs, the file's imports, module-level functions that call them)."""
     if not (_CACHE and _CACHE[0][0] is tree):
-        imports = top_level_imports(tree, module_name)
-        _CACHE[:] = [(tree, set(_aliases(tree, imports)), imports)]
-    return _CACHE[0][1], _CACHE[0][2]
+        imports = file_imports(tree, module_name)
+        callees = set(_aliases(tree, imports)) | _module_callees(tree, imports)
+        _CACHE[:] = [(tree, callees, imports, _stack_functions(tree, imports, callees))]
+    return _CACHE[0][1], _CACHE[0][2], _CACHE[0][3]
+
+
+def _stack_functions(tree: cst.Module, imports: dict[str, str], callees: set[str]) -> set[str]:
+    """Module-level functions (bound once) that call ``param_with_axes`` / ``variable_with_axes``, by
+    any name, or another such function: called from an NNX class they fail (Linen's module stack is
+    empty there), and the call itself reads as a plain function call."""
+    defs: dict[str, cst.FunctionDef] = {}
+    bound: dict[str, int] = {}
+    for stmt in tree.body:
+        names = {stmt.name.value} if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)) else assigned_in(stmt)
+        for name in names:
+            bound[name] = bound.get(name, 0) + 1
+        if isinstance(stmt, cst.FunctionDef):
+            defs[stmt.name.value] = stmt
+    defs = {name: fn for name, fn in defs.items() if bound[name] == 1 and name not in imports}
+    found: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for name, fn in defs.items():
+            if name not in found and any(_calls_api(c, imports, callees | found) for c in calls_in(fn.body)):
+                found.add(name)
+                grew = True
+    return found
+
+
+def _calls_api(call: cst.Call, imports: dict[str, str], callees: set[str]) -> bool:
+    dotted = _dotted(call.func)
+    return dotted is not None and (dotted in callees or _axes_api(dotted, imports))
+
+
+def _module_callees(tree: cst.Module, imports: dict[str, str]) -> set[str]:
+    """Module-level names bound to ``param_with_axes`` / ``variable_with_axes`` of flax or of another
+    module (an alias, or a ``functools.partial`` of one): a call of them needs Linen's module stack."""
+    found: set[str] = set()
+    for stmt in tree.body:
+        pair = single_assign(stmt)
+        if pair is None:
+            continue
+        name, value = pair
+        if isinstance(value, cst.Call) and _is_partial(value.func, imports) and value.args:
+            if value.args[0].keyword is None and not value.args[0].star:
+                value = value.args[0].value
+        dotted = _dotted(value)
+        if dotted is not None and (dotted in found or _axes_api(dotted, imports)):
+            found.add(name)
+    return found
+
+
+def _is_partial(func: cst.BaseExpression, imports: dict[str, str]) -> bool:
+    dotted = _dotted(func)
+    return dotted is not None and _resolved(dotted, imports) == "functools.partial"
+
+
+def _axes_api(dotted: str, imports: dict[str, str]) -> bool:
+    """``dotted`` names ``param_with_axes`` / ``variable_with_axes`` through an import (flax's own, or
+    a module's that restates it: ``from t5x.layers import param_with_axes``, ``layers.param_with_axes``)."""
+    resolved = _resolved(dotted, imports)
+    return resolved != dotted and resolved.rsplit(".", 1)[-1] in AXES_APIS
+
+
+def kept_alias(node: cst.CSTNode, tree: cst.Module) -> bool:
+    """``node`` is the value of a module-level ``name = nn_partitioning.param_with_axes`` (or
+    ``variable_with_axes``) that nothing at module level outside a class reads: the line is kept
+    (another file may import it) and needs no finding of its own, since each call through it in a class
+    is restated or reported where it is made, and so is each call in another file of the run."""
+    for i, stmt in enumerate(tree.body):
+        pair = single_assign(stmt)
+        if pair is None or pair[1] is not node:
+            continue
+        return not any(
+            pair[0] in names_in(other)
+            for j, other in enumerate(tree.body)
+            if j != i and not isinstance(other, cst.ClassDef)
+        )
+    return False
 
 
 def left_call_finding(call: cst.Call, tree: cst.Module, module_name: str) -> tuple[str, str] | None:
-    """(message, hint) for a call through a module-level alias of ``param_with_axes`` (T5X's
-    ``param_with_axes = nn_partitioning.param_with_axes``) that the restatement left as written: it
-    fails in NNX (Linen's module stack is empty there); None for any other call."""
+    """(message, hint) for a call of ``param_with_axes`` / ``variable_with_axes`` that the restatement
+    left as written: through a module-level alias (T5X's ``param_with_axes =
+    nn_partitioning.param_with_axes``) or a ``functools.partial`` of it, or imported from another module
+    (a name or a module attribute). It fails in NNX (Linen's module stack is empty there); None for any
+    other call. A read of flax's own name has its finding already (rewrite_attrs.py)."""
     dotted = _dotted(call.func)
     if dotted is None:
         return None
-    aliases, _ = _callee_facts(tree, module_name)
-    if dotted not in aliases:  # a read of the API's own name has its finding already (rewrite_attrs.py)
+    callees, imports, functions = _callee_facts(tree, module_name)
+    if dotted in functions:
+        return (
+            f"{dotted}(...) calls partitioning.param_with_axes / variable_with_axes, which need Linen's "
+            "module stack: the call fails in an NNX module",
+            "create the nnx.Param in __init__: nnx.Param(nnx.with_partitioning(init, axes)(rngs.params(), "
+            "*init_args)) (see docs/nnx_facts.md#sharding-and-logical-partitioning)",
+        )
+    resolved = _resolved(dotted, imports)
+    foreign = _axes_api(dotted, imports) and not resolved.startswith("flax.")
+    if dotted not in callees and not foreign:
         return None
+    api = "variable_with_axes" if resolved.endswith("variable_with_axes") else "param_with_axes"
     reason = why_not(call) or (
         "outside a method of a Linen module, beside another call left as written, in a class kept as "
         "Linen, or no name bound to flax.linen in the file"
     )
+    if dotted not in _aliases(tree, imports):
+        reason = f"called as {dotted}, which is not restated: an import or a functools.partial of it"
     return (
-        f"partitioning.param_with_axes(...) left as written ({reason}); its names go to Linen's 'params_axes' "
-        "collection",
+        f"partitioning.{api}(...) left as written ({reason}); its names go to Linen's "
+        f"{_AXES_COLLECTION[api]} collection",
         "nnx.Param(nnx.with_partitioning(init, axes)(rngs.params(), *init_args)) in __init__ "
         "(see docs/nnx_facts.md#sharding-and-logical-partitioning)",
     )

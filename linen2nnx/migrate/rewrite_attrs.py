@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.api_findings import no_counterpart_finding, unbox_if_boxed
+from linen2nnx.migrate.axes_params import kept_alias
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     code,
@@ -46,6 +47,8 @@ from linen2nnx.migrate.sites import (
     MERGE_PARAM,
     ClassPlan,
 )
+
+AXES_API_NAMES = frozenset({"partitioning.param_with_axes", "partitioning.variable_with_axes"})
 
 
 class AttributeRewriter:
@@ -197,6 +200,8 @@ class AttributeRewriter:
                     "and names, or build the layers in setup",
                 )
                 return
+            if short in AXES_API_NAMES and kept_alias(original, self.state.tree):
+                return  # its calls are reported where they are made
             self.ctx.report(API_002, original, *self._unconverted(original, short))
 
     def _unconverted(self, original: cst.Attribute, short: str) -> tuple[str, str]:

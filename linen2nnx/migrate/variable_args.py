@@ -41,4 +41,31 @@ def canonical_variable_call(call: cst.Call, kind: str) -> cst.Call | str:
     named = [by_slot[s] for s in slots[len(positional) :] if s in by_slot]
     if len(positional) + len(named) < len(slots):
         return "no init function" if kind == "variable" else "a missing name or init function"
-    return call.with_changes(args=[*positional, *named, *init_kwargs])
+    args = [*positional, *named, *init_kwargs]
+    init = args[len(slots) - 1].value
+    if init_kwargs and _partition_wrapped(init):
+        return (
+            "keyword init arguments to a partitioning-wrapped init function (NNX's with_partitioning "
+            "wrapper takes positional arguments only)"
+        )
+    return call.with_changes(args=args)
+
+
+PARTITION_WRAPPERS = frozenset({"with_partitioning", "with_logical_partitioning"})
+
+
+def _partition_wrapped(init: cst.BaseExpression) -> bool:
+    """``init`` is a call of ``with_partitioning`` / ``with_logical_partitioning`` (any spelling):
+    ``nnx.with_partitioning(init, names)`` returns a ``wrapper(*args)``, so ``init``'s keyword
+    arguments (``dtype=``) raise a TypeError there."""
+    if not isinstance(init, cst.Call):
+        return False
+    func = init.func
+    last = (
+        func.value
+        if isinstance(func, cst.Name)
+        else func.attr.value
+        if isinstance(func, cst.Attribute)
+        else ""
+    )
+    return last in PARTITION_WRAPPERS
