@@ -120,6 +120,15 @@ def is_deferred(x: Any) -> bool:
     return isinstance(x, LazyArray)
 
 
+def by_source(values: Sequence[Any]) -> list[tuple[LazySource, dict[int, int]]]:
+    """The deferred leaves of one write call, by the checkpoint they come from: each source with the
+    bytes of its leaves, by their index in ``values`` (in order)."""
+    indices: dict[int, list[int]] = {}
+    for i, v in enumerate(values):
+        indices.setdefault(id(v.source), []).append(i)
+    return [(values[idx[0]].source, {i: values[i].nbytes for i in idx}) for idx in indices.values()]
+
+
 async def _write_sources(
     handler: Any, values: Sequence[Any], infos: Sequence[Any], args: Sequence[Any]
 ) -> None:
@@ -127,12 +136,7 @@ async def _write_sources(
     source's budget (:mod:`.pipeline`); ``handler._write_group`` writes a unit."""
     from linen2nnx.checkpoint_convert import pipeline
 
-    by_source: dict[int, list[int]] = {}
-    for i, v in enumerate(values):
-        by_source.setdefault(id(v.source), []).append(i)
-    for idx in by_source.values():
-        src = values[idx[0]].source
-        sizes = {i: values[i].nbytes for i in idx}
+    for src, sizes in by_source(values):
         how = arrays.storage(src.item_dir)
 
         async def read(unit: list[Any], where: Any, src: LazySource = src, how: Any = how) -> Any:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from linen2nnx.checkpoint_convert import arrays
-from linen2nnx.checkpoint_convert.lazy import LazyArray, LazySource
+from linen2nnx.checkpoint_convert.lazy import LazyArray, LazySource, by_source
 
 
 @dataclasses.dataclass(eq=False)
@@ -72,12 +72,7 @@ async def _write_groups(
     from orbax.checkpoint._src.multihost import multihost
 
     written: list[Any] = []
-    by_source: dict[int, list[int]] = {}
-    for i, v in enumerate(values):
-        by_source.setdefault(id(v.source), []).append(i)
-    for idx in by_source.values():
-        src = values[idx[0]].source
-        sizes = {i: values[i].nbytes for i in idx}
+    for src, sizes in by_source(values):
         for group in arrays.groups(sizes, src.budget):  # type: ignore[arg-type]
             written += await _write_group(
                 handler, src, [values[i] for i in group], [infos[i] for i in group], [args[i] for i in group]
