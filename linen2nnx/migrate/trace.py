@@ -252,7 +252,21 @@ def _sizes_params_from_shape(cls: type) -> bool:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
         return False
+    except SystemError:  # CPython 3.11's class lookup (ast.parse) can fail so in a long-lived process:
+        source = "".join(_method_source(f) for f in vars(cls).values())  # the methods, found by line
     return "self.param(" in source and ".shape" in source
+
+
+def _method_source(value: object) -> str:
+    """The source of a function defined in a class body, or ''."""
+    import inspect
+
+    if not inspect.isfunction(value):
+        return ""
+    try:
+        return inspect.getsource(value)
+    except (OSError, TypeError, SystemError):
+        return ""
 
 
 def _abstract(tree: Any) -> Any:
