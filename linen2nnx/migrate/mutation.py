@@ -33,8 +33,9 @@ PURE_BUILTINS = frozenset(
 """Builtins that never change their arguments (when the file does not rebind the name)."""
 
 
-def root_name(node: cst.BaseExpression) -> str | None:
-    """``outs`` of ``outs``, ``outs[0]``, ``outs[0].h``, ``out.h.at[1]``: the local a chain starts at."""
+def chain_root(node: cst.BaseExpression) -> str | None:
+    """``outs`` of ``outs``, ``outs[0]``, ``outs[0].h``, ``out.h.at[1]``: the local a chain starts at,
+    through subscripts too (``cst_utils.root_name`` follows attributes only and returns the node)."""
     while isinstance(node, (cst.Subscript, cst.Attribute)):
         node = node.value
     return node.value if isinstance(node, cst.Name) else None
@@ -94,7 +95,7 @@ class _Mutations(FastVisitor):
         elif isinstance(target, cst.StarredElement):
             self._store(target.value)
         elif isinstance(target, (cst.Subscript, cst.Attribute)):
-            name = root_name(target)
+            name = chain_root(target)
             if name is not None:
                 self.names.add(name)
 
@@ -131,7 +132,7 @@ class _Mutations(FastVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute):  # outs.append(h), out.update(), outs[0].extend(...)
             receiver = node.func.value
-            name = root_name(receiver)
+            name = chain_root(receiver)
             if name is not None and (isinstance(receiver, cst.Name) or self.nested):
                 self.names.add(name)
         if not pure_call(node.func, self.qualnames):
@@ -269,11 +270,11 @@ class _Bases(FastVisitor):
         self.out: set[str] = set()
 
     def visit_Attribute(self, n: cst.Attribute) -> None:
-        name = root_name(n)
+        name = chain_root(n)
         if name is not None:
             self.out.add(name)
 
     def visit_Subscript(self, n: cst.Subscript) -> None:
-        name = root_name(n)
+        name = chain_root(n)
         if name is not None:
             self.out.add(name)
