@@ -73,6 +73,7 @@ from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_impo
 from linen2nnx.migrate.layer_subclass_uses import (
     LayerSubclassFact,
     LayerSubclassUse,
+    dotted_subclass_names,
     layer_subclass_uses,
     report_layer_subclass_use,
 )
@@ -164,7 +165,13 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         self.ctx.resolve_module(node)
         self.plain = self._plain_statements()
         self.layer_uses = {}
-        for use in layer_subclass_uses(node, self._layer_subclass_names(node)):
+        external = self.state.external_layer_subclasses  # `convs.StdConv` of `import pkg.convs as convs`
+        dotted = (
+            dotted_subclass_names(top_level_imports(node, self.state.module_name), external)
+            if external
+            else {}
+        )
+        for use in layer_subclass_uses(node, self._layer_subclass_names(node), dotted):
             if use.owner is None:
                 report_layer_subclass_use(self.ctx, use)
             else:
