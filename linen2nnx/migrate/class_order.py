@@ -13,12 +13,14 @@ is not planned early: the visited class keeps today's reading of that name.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor
 
 
-def _names_in(node: cst.CSTNode) -> set[str]:
+def names_read(node: cst.CSTNode) -> set[str]:
     """Every bare name read anywhere in ``node`` (bases, fields, method bodies)."""
     found: set[str] = set()
 
@@ -31,16 +33,26 @@ def _names_in(node: cst.CSTNode) -> set[str]:
 
 
 def later_classes_first(
-    module: cst.Module, node: cst.ClassDef, done: set[cst.ClassDef]
+    module: cst.Module, node: cst.ClassDef, done: set[cst.ClassDef], memo: dict[cst.ClassDef, set[str]]
 ) -> list[cst.ClassDef]:
     """The top-level classes after ``node`` that ``node`` names (transitively), dependencies first;
-    none of them names ``node`` or a class that does. ``done``: classes already planned."""
+    none of them names ``node`` or a class that does. ``done``: classes already planned; ``memo``: the
+    names each class reads, kept for the file (each class is walked once)."""
+
+    def _names_in(cls: cst.ClassDef) -> set[str]:
+        if cls not in memo:
+            memo[cls] = names_read(cls)
+        return memo[cls]
+
     classes = [s for s in module.body if isinstance(s, cst.ClassDef)]
     if node not in classes:
         return []
-    later = {c.name.value: c for c in classes[classes.index(node) + 1 :] if c not in done}
-    if len(later) != sum(1 for c in classes if c.name.value in later):  # a name bound twice: leave it
-        later = {n: c for n, c in later.items() if sum(1 for k in classes if k.name.value == n) == 1}
+    bound = Counter(c.name.value for c in classes)  # a class name bound twice: left as it is
+    later = {
+        c.name.value: c
+        for c in classes[classes.index(node) + 1 :]
+        if c not in done and bound[c.name.value] == 1
+    }
     uses = {name: _names_in(c) & set(later) for name, c in later.items()}
     order: list[cst.ClassDef] = []
     state: dict[str, str] = {}  # name -> "open" while its dependencies are walked, then "ok" / "no"

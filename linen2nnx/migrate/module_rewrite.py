@@ -138,6 +138,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         self.layer_uses: dict[cst.ClassDef, list[LayerSubclassUse]] = {}
         # classes planned before the traversal reaches them, since a class above builds them
         self.early_plans: dict[cst.ClassDef, ClassPlan | None] = {}
+        self.class_names: dict[cst.ClassDef, set[str]] = {}  # the names each top-level class reads
 
     @property
     def findings(self) -> list[Finding]:
@@ -230,7 +231,9 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             plan = self.early_plans.pop(node)
         else:
             if not self.state.class_stack:  # a top-level class: the classes below it that it builds first
-                for later in later_classes_first(self.state.tree, node, set(self.early_plans)):
+                for later in later_classes_first(
+                    self.state.tree, node, set(self.early_plans), self.class_names
+                ):
                     self.early_plans[later] = self.planner.plan_module_class(later)
             plan = self.planner.plan_module_class(node)
         self.state.class_stack.append(plan)
