@@ -246,3 +246,33 @@ def test_uses_of_another_files_converted_layer_subclass_are_flagged(tmp_path):
     for name in ("net.py", "net2.py"):
         found = [f.line for f in parallel.findings if f.path.endswith(name) and f.rule == "L2N-API-002"]
         assert found == [7, 13, 19], name
+
+
+DOTTED_USES = (
+    "import jax\nimport jax.numpy as jnp\nimport flax.linen as nn\n"
+    "import pkg.convs as convs\nfrom pkg import convs as convs2\nimport pkg.convs\n\n\n"
+    "def make():\n    return convs.StdConv(8, (3, 3))\n\n\n"
+    "def make2():\n    return convs2.StdConv(8, (3, 3))\n\n\n"
+    "def make3():\n    return pkg.convs.StdConv(8, (3, 3))\n\n\n"
+    "class Scaled(convs.StdConv):\n"
+    "    def param(self, name, *a, **kw):\n"
+    "        return super().param(name, *a, **kw) * 2.0\n\n\n"
+    "model = convs.StdConv(4, (3, 3))\n"
+    "variables = model.init(jax.random.key(0), jnp.ones((1, 8, 8, 3)))\n"
+)
+
+
+def test_dotted_uses_of_another_files_converted_layer_subclass_are_flagged(tmp_path):
+    """``convs.StdConv(...)`` through ``import pkg.convs as convs`` (or ``from pkg import convs``, or
+    ``pkg.convs.StdConv``) builds the class the run rewrites as NNX, just as the bare name does: each use
+    outside the Linen classes the run migrates is a located finding, not left silently Linen."""
+    (tmp_path / "pkg").mkdir()
+    for name, text in {**LAYER_SUBCLASS, "net.py": DOTTED_USES}.items():
+        (tmp_path / "pkg" / name).write_text(text)
+    result = migrate_paths([tmp_path / "pkg"], Mode.DIFF)
+    net = [f for f in result.findings if f.path.endswith("net.py") and f.rule == "L2N-API-002"]
+    assert sorted((f.line, f.col) for f in net) == [(10, 12), (14, 12), (18, 12), (21, 14), (26, 9)], [
+        f.format_text() for f in net
+    ]
+    assert all("StdConv (an nn.Conv subclass with a param override" in f.message for f in net)
+    assert "subclasses convs.StdConv" in next(f.message for f in net if f.line == 21)

@@ -80,6 +80,8 @@ CASES = {
     "compact_matmul_setup": ("SetupProj", {}, (2, 5)),
     "custom_cell": ("Encoder", {}, (2, 6, 3)),  # an nn.RNNCellBase subclass inside nn.RNN
     "partial_local": ("Gate", {}, (2, 5)),  # dense = partial(nn.Dense, ...); dense(name=...)(x)
+    "partial_later_class": ("Attention", {}, (2, 5, 4)),  # partial(Projection, ...) of a class below
+    "setup_partial": ("Encoder", {}, (2, 5)),  # dense = partial(nn.Dense, ...); self.inp = dense(6)
     "factory_field_block": ("Net", {}, (2, 8, 8, 3)),  # self.conv(...)(x) of conv: ModuleDef; a shortcut
     "flatten_input": ("Classifier", {}, (2, 4, 4, 3)),  # x.reshape((x.shape[0], -1)) of the input
     "flatten_input_steps": ("PerStep", {}, (2, 3, 4, 5)),  # two leading axes kept

@@ -92,9 +92,16 @@ def test_keyword_init_arguments_stay_linen_positional_ones_convert(tmp_path):
     arguments only); the positional dtype converts and computes what Linen does."""
     linen_mod, nnx_mod, result, map_path = build("partitioned_init_keywords", tmp_path)
     kept = {f.line for f in result.findings if f.rule == "L2N-MOD-007"}
-    assert kept == {13, 20}  # Scale and Dense
+    assert kept == {17, 24, 42}  # Scale, Dense and FieldInit (dtype= to its field's partitioned init)
     x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
     assert_parity(linen_mod.Positional(), lambda rngs: nnx_mod.Positional(rngs=rngs), x, map_path)
     with nnx.use_eager_sharding(False):  # no mesh here: the names are kept as metadata only
         scale = nnx.bridge.lazy_init(nnx_mod.Scale(rngs=nnx.Rngs(0)), x)  # Linen behind the bridge
         np.testing.assert_array_equal(np.asarray(scale(x)), x)
+        # the wrapper's default is the Linen class's own (the NNX wrapper would give Linen VariableMetadata)
+        field_init = nnx.bridge.lazy_init(nnx_mod.FieldInit(rngs=nnx.Rngs(0)), x)
+        np.testing.assert_allclose(
+            np.asarray(field_init(x)),
+            linen_mod.FieldInit().init_with_output(jax.random.key(0), x)[0],
+            rtol=1e-6,
+        )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import parse_statement, self_attr
-from linen2nnx.migrate.sites import ClassPlan
+from linen2nnx.migrate.sites import ClassPlan, Field
 
 BRIDGE_ATTR = "linen"
 
@@ -57,7 +57,9 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
         if f.default is None and not keyword_only and any(" = " in p for p in params[1:]):
             params.append("*")
             keyword_only = True
-        params.append(f"{f.name}: {f.annotation}" + (f" = {f.default}" if f.default is not None else ""))
+        params.append(
+            f"{f.name}: {f.annotation}" + (f" = {_default(plan, f)}" if f.default is not None else "")
+        )
     if not keyword_only:
         params.append("*")
     params += [f"{arg}: object = None" for arg in plan.new_args]
@@ -88,6 +90,15 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
     assert isinstance(init, cst.FunctionDef)
     body[2] = init.with_changes(leading_lines=[*init.leading_lines, *markers])
     return node.with_changes(body=node.body.with_changes(body=body))
+
+
+def _default(plan: ClassPlan, field: Field) -> str | None:
+    """The wrapper's default for ``field``: the field's own, except a partitioning wrapper, whose NNX
+    form (``nnx.with_partitioning``, a ``VariableMetadata`` maker) the Linen class cannot use: the Linen
+    class's own default (``<Name>Linen.<field>``, which the dataclass keeps as a class attribute)."""
+    if field.default is not None and "with_partitioning(" in field.default:
+        return f"{linen_name(plan.name)}.{field.name}"
+    return field.default
 
 
 def linen_class_name(name: str) -> cst.BaseStatement:

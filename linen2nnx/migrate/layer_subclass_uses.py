@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
@@ -39,16 +39,41 @@ class LayerSubclassUse:
     level or in a function), whether it is that class's base (``class DoubleScaled(ScaledDense)``) and
     the built-in layer the subclass extends."""
 
-    node: cst.Name
+    node: cst.Name | cst.Attribute  # `StdConv`, or `convs.StdConv` through an import of its module
     owner: cst.ClassDef | None
     is_base: bool
     rule: LayerRule
 
 
-def layer_subclass_uses(module: cst.Module, names: Mapping[str, LayerRule]) -> list[LayerSubclassUse]:
-    """Every read of one of ``names`` (local name -> its built-in layer) in ``module``, but the
-    subclasses' own definitions."""
-    if not names:
+def dotted_subclass_names(imports: Mapping[str, str], external: Mapping[str, Any]) -> dict[str, LayerRule]:
+    """``convs.StdConv`` -> its built-in layer, for each converted layer subclass of another file of the
+    run (``external``: absolute dotted name -> its fact) that a module import binds (``imports``: local
+    name -> absolute dotted name, as ``import pkg.convs as convs`` or ``from pkg import convs`` give)."""
+    found: dict[str, LayerRule] = {}
+    for local, qualname in imports.items():
+        for key, fact in external.items():
+            if key.startswith(qualname + "."):
+                found[f"{local}.{key[len(qualname) + 1 :]}"] = fact.rule
+    return found
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    """``a.b.C`` of an attribute chain of names; None for any other expression."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr.value}"
+    return None
+
+
+def layer_subclass_uses(
+    module: cst.Module, names: Mapping[str, LayerRule], dotted: Mapping[str, LayerRule] | None = None
+) -> list[LayerSubclassUse]:
+    """Every read of one of ``names`` (local name -> its built-in layer), or of one of ``dotted``
+    (``convs.StdConv`` -> its built-in layer), in ``module``, but the subclasses' own definitions."""
+    dotted = dotted or {}
+    if not names and not dotted:
         return []
     found: list[LayerSubclassUse] = []
 
@@ -59,8 +84,17 @@ def layer_subclass_uses(module: cst.Module, names: Mapping[str, LayerRule]) -> l
         def visit_ClassDef(self, node: cst.ClassDef) -> bool:
             owner = self.owner[0] if self.owner else node
             for base in node.bases:
-                if isinstance(base.value, cst.Name) and base.value.value in names:
-                    found.append(LayerSubclassUse(base.value, owner, True, names[base.value.value]))
+                value = base.value
+                rule = (
+                    names.get(value.value)
+                    if isinstance(value, cst.Name)
+                    else dotted.get(_dotted(value) or "")
+                    if isinstance(value, cst.Attribute)
+                    else None
+                )
+                if rule is not None:
+                    assert isinstance(value, (cst.Name, cst.Attribute))
+                    found.append(LayerSubclassUse(value, owner, True, rule))
             self.owner.append(node)
             node.body.visit(self)
             self.owner.pop()
@@ -77,6 +111,11 @@ def layer_subclass_uses(module: cst.Module, names: Mapping[str, LayerRule]) -> l
             return False
 
         def visit_Attribute(self, node: cst.Attribute) -> bool:
+            text = _dotted(node) if dotted else None
+            if text is not None and text in dotted:  # `convs.StdConv` of `import pkg.convs as convs`
+                owner = self.owner[0] if self.owner else None
+                found.append(LayerSubclassUse(node, owner, False, dotted[text]))
+                return False
             node.value.visit(self)  # `x.StdConv` is an attribute, not the class
             return False
 
@@ -91,7 +130,7 @@ def layer_subclass_uses(module: cst.Module, names: Mapping[str, LayerRule]) -> l
 
 def report_layer_subclass_use(ctx: FileContext, use: LayerSubclassUse) -> None:
     """The located finding for a use :func:`layer_subclass_uses` found where the rewrite does not reach."""
-    name = use.node.value
+    name = _dotted(use.node) or ""
     rule = use.rule
     ctx.state.handled.add(use.node)
     if use.is_base:

@@ -113,7 +113,7 @@ class LocalPlanner:
                 plan.shape_input = first
                 pure[name] = stmt
                 continue
-            if self.site_planner.has_side_effects(value):
+            if self.site_planner.has_side_effects(value, plan.field_names):
                 continue
             pure[name] = stmt
             if refs:  # `d = x.shape[-1] if ... else ...`: replayed with x's size once the dataflow knows it

@@ -55,6 +55,7 @@ import libcst as cst
 from libcst.codemod import Codemod, CodemodContext
 
 from linen2nnx.layers import LayerRule
+from linen2nnx.migrate.class_order import later_classes_first
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import IS_STATEMENT
 from linen2nnx.migrate.cst_utils import (
@@ -72,6 +73,7 @@ from linen2nnx.migrate.imports import drop_unused_linen_imports, ensure_nnx_impo
 from linen2nnx.migrate.layer_subclass_uses import (
     LayerSubclassFact,
     LayerSubclassUse,
+    dotted_subclass_names,
     layer_subclass_uses,
     report_layer_subclass_use,
 )
@@ -85,6 +87,7 @@ from linen2nnx.migrate.rewrite_calls import CallRewriter
 from linen2nnx.migrate.rewrite_classes import ClassRewriter
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
+    ClassPlan,
     ClassSummary,
     with_new_markers,
 )
@@ -133,6 +136,9 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         self.plain: set[cst.CSTNode] = set()  # module-level statements the traversal does not enter
         # top-level class -> the converted layer subclasses it names (reported if it is not rewritten)
         self.layer_uses: dict[cst.ClassDef, list[LayerSubclassUse]] = {}
+        # classes planned before the traversal reaches them, since a class above builds them
+        self.early_plans: dict[cst.ClassDef, ClassPlan | None] = {}
+        self.class_names: dict[cst.ClassDef, set[str]] = {}  # the names each top-level class reads
 
     @property
     def findings(self) -> list[Finding]:
@@ -160,7 +166,13 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         self.ctx.resolve_module(node)
         self.plain = self._plain_statements()
         self.layer_uses = {}
-        for use in layer_subclass_uses(node, self._layer_subclass_names(node)):
+        external = self.state.external_layer_subclasses  # `convs.StdConv` of `import pkg.convs as convs`
+        dotted = (
+            dotted_subclass_names(top_level_imports(node, self.state.module_name), external)
+            if external
+            else {}
+        )
+        for use in layer_subclass_uses(node, self._layer_subclass_names(node), dotted):
             if use.owner is None:
                 report_layer_subclass_use(self.ctx, use)
             else:
@@ -215,7 +227,15 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        plan = self.planner.plan_module_class(node)
+        if node in self.early_plans:
+            plan = self.early_plans.pop(node)
+        else:
+            if not self.state.class_stack:  # a top-level class: the classes below it that it builds first
+                for later in later_classes_first(
+                    self.state.tree, node, set(self.early_plans), self.class_names
+                ):
+                    self.early_plans[later] = self.planner.plan_module_class(later)
+            plan = self.planner.plan_module_class(node)
         self.state.class_stack.append(plan)
         if plan is None:  # not a Linen class the run rewrites: a converted layer subclass in it is not built
             for use in self.layer_uses.get(node, ()):

@@ -29,6 +29,7 @@ from linen2nnx.migrate.cst_utils import (
     self_attr,
 )
 from linen2nnx.migrate.factories import (
+    PartialLocal,
     find_factory,
     substitute,
 )
@@ -59,6 +60,7 @@ from linen2nnx.migrate.setup_lists import (
     element_position,
 )
 from linen2nnx.migrate.setup_loop_lists import loop_lists
+from linen2nnx.migrate.setup_partials import add_partial_site, setup_partials
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
     LINEN_COMPACT,
@@ -78,6 +80,7 @@ class ClassPlanner:
         self.sizer = sizer
         self.site_planner = site_planner  # where each submodule and variable is built
         self.locals = LocalPlanner(ctx, site_planner)  # which locals of a method __init__ replays
+        self.setup_partials: dict[str, PartialLocal] = {}  # of the setup() being planned
 
     def plan_module_class(self, node: cst.ClassDef) -> ClassPlan | None:
         """Plan ``node`` if it is a Linen module class and record the plan (and its summary for the
@@ -247,7 +250,13 @@ class ClassPlanner:
         plan.carry_inits[node] = same[0]
 
     def _plan_setup(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
+        self.setup_partials = setup_partials(self.locals, plan, fn)  # `dense = partial(nn.Dense, ...)`
         self._plan_setup_block(plan, fn.body.body)
+        for local in self.setup_partials.values():  # each use builds from the rewritten partial
+            self.state.handled.add(local.ctor.func)
+            self.state.partial_calls[local.partial] = local
+            self.state.dropped_statements.add(local.statement)
+        self.setup_partials = {}
 
     def _plan_setup_block(self, plan: ClassPlan, body: Any) -> None:
         """setup() statements, including those under ``if`` and ``match`` (conditional submodules keep
@@ -274,7 +283,14 @@ class ClassPlanner:
                 if attr is None:
                     continue
                 value = small.value
-                if isinstance(value, cst.Call) and (
+                local = (
+                    self.setup_partials.get(value.func.value)
+                    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name)
+                    else None
+                )
+                if local is not None:  # `self.q = dense(4)`: the constructor the partial stands for
+                    add_partial_site(self.site_planner, plan, attr, value, local)
+                elif isinstance(value, cst.Call) and (
                     self.ctx.layer_rule_of(value.func) or self.ctx.user_class_of(value.func)
                 ):
                     linen_name = (

@@ -21,6 +21,7 @@ from linen2nnx.migrate.cst_utils import (
     strip_commas,
 )
 from linen2nnx.migrate.emit import Emitter
+from linen2nnx.migrate.factories import PartialLocal
 from linen2nnx.migrate.function_lifts import remat_of_function, scan_of_function
 from linen2nnx.migrate.init_guards import init_only_guard, params_mutable_guard
 from linen2nnx.migrate.lazy_vars import creation
@@ -211,7 +212,17 @@ class CallRewriter:
             )
             return parse_expression(f"self.{cell.attr}.initialize_carry({shape}, rngs=nnx.Rngs(carry={rng}))")
         site = plan.sites.get(original)
+        if site is not None and not site.hoisted and type(site.factory) is PartialLocal:
+            ctor = self.state.factory_updated.get(site.factory.ctor)  # setup(): `self.q = dense(4)`
+            return self._site_call(site, original, site.factory.merged(updated, ctor))
         if site is not None and site.factory is not None:  # built in __init__ once the helper is rewritten
+            if type(site.factory) is PartialLocal and site.rule is not None:
+                self.ctx.report(
+                    LAYER_001,
+                    original,
+                    f"nn.{site.rule.linen} -> nnx.{site.rule.nnx} ({site.attr}, built through the partial "
+                    f"{site.factory.name})",
+                )
             self.state.factory_calls[original] = updated
             self.state.moved[original] = [
                 kwarg(a, site.args[a].value) for a in site.moved_args if a in site.args

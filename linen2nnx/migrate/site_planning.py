@@ -11,6 +11,8 @@ conditions (``if`` tests on config, restated shape tests) a site is built under.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
@@ -52,6 +54,7 @@ from linen2nnx.migrate.shape_tests import (
     restated,
     strided,
 )
+from linen2nnx.migrate.side_effects import has_side_effects
 from linen2nnx.migrate.sites import (
     ClassPlan,
     LoopInfo,
@@ -78,23 +81,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         assert user is not None
         return tuple(user.field_names)
 
-    def has_side_effects(self, value: cst.BaseExpression) -> bool:
-        command = self
-        found = False
-
-        class V(FastVisitor):
-            def visit_Call(self, node: cst.Call) -> None:
-                nonlocal found
-                if (
-                    command.ctx.self_call(node)
-                    or command.ctx.layer_rule_of(node.func)
-                    or command.ctx.user_class_of(node.func)
-                    or isinstance(node.func, cst.Call)
-                ):
-                    found = True
-
-        V().walk(value)
-        return found
+    def has_side_effects(self, value: cst.BaseExpression, fields: Collection[str] = ()) -> bool:
+        return has_side_effects(self.ctx, value, fields)
 
     def flag_unknown_submodule(self, node: cst.Call, plan: ClassPlan) -> None:
         """``Foo(...)(x)`` in @nn.compact with ``Foo`` neither a built-in layer nor a Linen class of the run:

@@ -10,6 +10,8 @@ default) dropped, the remaining keywords last (they are the init function's keyw
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import libcst as cst
 
 SLOTS = {"param": ("name", "init_fn"), "variable": ("col", "name", "init_fn")}
@@ -44,11 +46,35 @@ def canonical_variable_call(call: cst.Call, kind: str) -> cst.Call | str:
     args = [*positional, *named, *init_kwargs]
     init = args[len(slots) - 1].value
     if init_kwargs and _partition_wrapped(init):
-        return (
-            "keyword init arguments to a partitioning-wrapped init function (NNX's with_partitioning "
-            "wrapper takes positional arguments only)"
-        )
+        return WRAPPED_KEYWORDS
     return call.with_changes(args=args)
+
+
+WRAPPED_KEYWORDS = (
+    "keyword init arguments to a partitioning-wrapped init function (NNX's with_partitioning "
+    "wrapper takes positional arguments only)"
+)
+
+
+def wrapped_field_keywords(canonical: cst.Call, kind: str, defaults: Mapping[str, str | None]) -> str | None:
+    """Why a canonical call does not convert when its init function is a field (``self.kernel_init``)
+    whose default is a partitioning wrapper and it passes keyword init arguments (``dtype=``): the
+    wrapper the field's default becomes in NNX takes none. None for any other call."""
+    slots = SLOTS[kind]
+    init = canonical.args[len(slots) - 1].value
+    field = (
+        init.attr.value
+        if isinstance(init, cst.Attribute) and isinstance(init.value, cst.Name) and init.value.value == "self"
+        else None
+    )
+    default = defaults.get(field) if field is not None else None
+    if default is None or not any(a.keyword is not None for a in canonical.args[len(slots) :]):
+        return None
+    try:
+        wrapped = _partition_wrapped(cst.parse_expression(default))
+    except cst.ParserSyntaxError:
+        return None
+    return f"{WRAPPED_KEYWORDS}: the default of the field {field}" if wrapped else None
 
 
 PARTITION_WRAPPERS = frozenset({"with_partitioning", "with_logical_partitioning"})

@@ -18,7 +18,7 @@ from linen2nnx.migrate.custom_vars import variable_type_ref
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.rules import API_002, MOD_004
 from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, shape_last_refs
-from linen2nnx.migrate.variable_args import canonical_variable_call
+from linen2nnx.migrate.variable_args import canonical_variable_call, wrapped_field_keywords
 from linen2nnx.migrate.variable_locals import variable_locals, with_locals
 
 
@@ -119,7 +119,16 @@ class VariablePlanning:
             self.with_known_locals(call, kind), "param" if kind == "param" else "variable"
         )
         args = [] if isinstance(canonical, str) else list(canonical.args)
-        named = self._variable_names(call, kind, args, canonical if isinstance(canonical, str) else None)
+        unconvertible = (
+            canonical
+            if isinstance(canonical, str)
+            else wrapped_field_keywords(
+                canonical,
+                "param" if kind == "param" else "variable",
+                {f.name: f.default for f in plan.fields},
+            )
+        )
+        named = self._variable_names(call, kind, args, unconvertible)
         if named is None:
             return None
         collection, name, var_type = named
