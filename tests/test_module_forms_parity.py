@@ -167,6 +167,8 @@ CASES = {
     "loop_local_alias_scan": ("Encoder", {"scan": True}, (2, 3, 5)),  # the nn.scan branch beside it
     "tuple_returns": ("Model", {}, (2, 5)),  # sizes read through (h, x), outs[0], outs[1:], *rest
     "output_objects": ("Model", {}, (2, 5)),  # sizes read through out.field of a dataclass / NamedTuple
+    "param_helper": ("Decoder", {}, (2, 6, 4)),  # make_pos(self, ...) replayed: a param, a fixed array
+    "param_helper_setup": ("Encoder", {}, (2, 6, 4)),  # in setup: self.pos, the param "pos_embedding"
 }
 SOURCES = {
     "splat_locals_compact": "splat_locals",
@@ -201,6 +203,7 @@ SOURCES = {
     "shape_unpack_project": "shape_unpack",
     "shape_unpack_scaled": "shape_unpack",
     "loop_local_alias_scan": "loop_local_alias",
+    "param_helper_setup": "param_helper",
 }
 INT_INPUTS = {"compact_tied", "import_alias", "tied_head"}
 
