@@ -51,7 +51,12 @@ from linen2nnx.migrate.function_replay import (
 from linen2nnx.migrate.helper_replay import Replayer, ReplayError
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.param_helpers import KEY_PREFIX as PARAM_HELPER_KEY
-from linen2nnx.migrate.param_helpers import param_helper_functions, replay_param_helpers
+from linen2nnx.migrate.param_helpers import (
+    missing_imports,
+    param_helper_functions,
+    replay_param_helpers,
+    with_imports,
+)
 from linen2nnx.migrate.rules import MOD_007
 
 
@@ -255,9 +260,12 @@ def with_param_helpers_replayed(
         return body, []
     resolver = NameResolver(tree)
     imports = top_level_imports(tree, module_name)
+    extra = missing_imports(tree, imports, functions)
+    imports = {**imports, **extra}
     replayed = []
+    linen = _linen_classes(tree, resolver)
     for index, stmt in enumerate(body):
-        if not isinstance(stmt, cst.ClassDef):
+        if not isinstance(stmt, cst.ClassDef) or stmt.name.value not in linen:
             continue
         members = []
         for member in stmt.body.body:
@@ -274,7 +282,35 @@ def with_param_helpers_replayed(
         if not new.deep_equals(stmt):
             body[index] = new
             replayed.append(stmt.name.value)
+    if replayed and extra:
+        body = with_imports(
+            body,
+            extra,
+            names_in(cst.Module(body=[body[i] for i, s in enumerate(tree.body) if s is not body[i]])),
+        )
     return body, replayed
+
+
+def _linen_classes(tree: cst.Module, resolver: NameResolver) -> set[str]:
+    """Classes of the file that derive from ``flax.linen.Module`` through bases the file itself shows
+    (``nn.Module``, or a class of the file that does): the ones the module pass surely rewrites."""
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for stmt in tree.body:
+            if not isinstance(stmt, cst.ClassDef) or stmt.name.value in found:
+                continue
+            for base in stmt.bases:
+                value = base.value
+                if (isinstance(value, cst.Name) and value.value in found) or (
+                    isinstance(value, (cst.Name, cst.Attribute))
+                    and "flax.linen.Module" in resolver.qualnames(value)
+                ):
+                    found.add(stmt.name.value)
+                    changed = True
+                    break
+    return found
 
 
 def _prepared(

@@ -38,7 +38,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import absolute_qualname, code
+from linen2nnx.migrate.cst_utils import absolute_qualname, code, names_in
 from linen2nnx.migrate.function_replay import (
     ReplayableFunction,
     free_names,
@@ -275,8 +275,9 @@ def replay_param_helpers(
 
         def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> Any:
             body: list[cst.BaseStatement] = []
-            for stmt in updated.body:
-                body.extend(_replayed(stmt))
+            for before, stmt in zip(original.body, updated.body):
+                # a statement line holds no block: the original, whose names the resolver knows
+                body.extend(_replayed(before) if isinstance(before, cst.SimpleStatementLine) else [stmt])
             return updated.with_changes(body=body)
 
     def _replayed(stmt: cst.BaseStatement) -> list[cst.BaseStatement]:
@@ -309,3 +310,47 @@ def replay_param_helpers(
         return new
 
     return fn.visit(T())  # type: ignore[return-value]
+
+
+def missing_imports(tree: cst.Module, imports: Mapping[str, str], facts: Mapping[str, Any]) -> dict[str, str]:
+    """Name -> absolute qualname of what the param helpers of ``facts`` import that the caller's file
+    neither imports nor uses at all (``np`` for ``numpy``): importing it there changes nothing else,
+    so a replayed body may read it once the import is added (:func:`with_imports`)."""
+    used = names_in(tree) | top_level_names(tree) | set(imports)
+    found: dict[str, str] = {}
+    clash: set[str] = set()
+    for key, fact in facts.items():
+        if not (key.startswith(KEY_PREFIX) and isinstance(fact, ReplayableFunction)):
+            continue
+        for name, qualname in fact.imports:
+            if name in used or qualname.startswith("."):
+                continue
+            if found.get(name, qualname) != qualname:
+                clash.add(name)
+            found[name] = qualname
+    return {n: q for n, q in found.items() if n not in clash}
+
+
+def with_imports(
+    body: list[cst.BaseStatement], extra: Mapping[str, str], read: set[str]
+) -> list[cst.BaseStatement]:
+    """``body`` with an import of each name of ``extra`` that ``read`` holds, after its last leading
+    import statement (``from numpy import ...`` reaches a module or a name alike)."""
+    wanted = sorted(n for n in extra if n in read)
+    if not wanted:
+        return body
+    lines = []
+    for name in wanted:
+        parent, _, leaf = extra[name].rpartition(".")
+        alias = "" if leaf == name else f" as {name}"
+        text = f"from {parent} import {leaf}{alias}" if parent else f"import {leaf}{alias}"
+        lines.append(cst.parse_statement(text + "\n"))
+    at = 0
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+        ):
+            at = i + 1
+        elif not (isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr)):
+            break  # past the docstring and the leading imports
+    return [*body[:at], *lines, *body[at:]]
