@@ -16,7 +16,8 @@ import dataclasses
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
+from linen2nnx.migrate.sites import shape_last_refs
 
 SPATIAL_LAYERS = frozenset({"Conv", "ConvTranspose"})
 SPATIAL_ARGS_UNDECIDED = ("input_dilation", "kernel_dilation")
@@ -44,6 +45,7 @@ class ShapeTest:
     a: str
     b: str
     equal: bool
+    last_refs: tuple[str, ...] = ()  # a last-axis test (see parse_last_axis_test): its v.shape[-1] locals
 
 
 def parse_shape_test(test: cst.BaseExpression, node: cst.If, index: int) -> ShapeTest | None:
@@ -71,6 +73,19 @@ def parse_shape_test(test: cst.BaseExpression, node: cst.If, index: int) -> Shap
         names[1],
         isinstance(test.comparisons[0].operator, cst.Equal),
     )
+
+
+def parse_last_axis_test(
+    test: cst.BaseExpression, node: cst.If, index: int, call_time: set[str]
+) -> ShapeTest | None:
+    """A test whose call-time values are only last axes of locals (``x.shape[-1] != nout or
+    self.strides != (1, 1)``, ``nout`` replayed in ``__init__``): restated with each local's size, as
+    the dataflow knows it at the ``if``; None for any other read of a call-time value."""
+    uses = (names_in(test) - NOT_LOCAL) & call_time
+    refs = shape_last_refs(test, uses) if uses else None
+    if refs is None:
+        return None
+    return ShapeTest(f"__shape_test_{index}__", node, "", "", False, tuple(refs))
 
 
 def strided(strides: cst.BaseExpression, kernel_size: cst.BaseExpression | None) -> str | None:

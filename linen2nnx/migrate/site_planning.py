@@ -11,6 +11,8 @@ conditions (``if`` tests on config, restated shape tests) a site is built under.
 
 from __future__ import annotations
 
+from typing import Any
+
 import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
@@ -48,6 +50,7 @@ from linen2nnx.migrate.shape_tests import (
     SPATIAL_ARGS_UNDECIDED,
     SPATIAL_LAYERS,
     ShapeTest,
+    parse_last_axis_test,
     parse_shape_test,
     restated,
     strided,
@@ -58,6 +61,7 @@ from linen2nnx.migrate.sites import (
     Site,
     einsum_bias_shape,
     loop_name_prefix,
+    replace_shape_last,
     shape_last_refs,
 )
 from linen2nnx.migrate.sizing import Sizer
@@ -205,7 +209,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         while cur is not None and cur is not fn:
             if isinstance(cur, cst.If):
                 if (names_in(cur.test) - NOT_LOCAL) & local_names:
-                    shape = None if plan is None else self._shape_test(plan, cur, fn)
+                    shape = None if plan is None else self._shape_test(plan, cur, fn, local_names)
                     if shape is None:
                         return None
                     test = shape.token
@@ -218,9 +222,14 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             prev, cur = cur, self.ctx.parent_of(cur)
         return conditions
 
-    def _shape_test(self, plan: ClassPlan, node: cst.If, fn: cst.FunctionDef) -> ShapeTest | None:
+    def _shape_test(
+        self, plan: ClassPlan, node: cst.If, fn: cst.FunctionDef, local_names: set[str]
+    ) -> ShapeTest | None:
         if node not in plan.shape_tests:
-            test = parse_shape_test(node.test, node, len(plan.shape_tests))
+            index = len(plan.shape_tests)
+            test = parse_shape_test(node.test, node, index) or parse_last_axis_test(
+                node.test, node, index, local_names
+            )
             if test is None:
                 return None
             plan.shape_tests[node] = (test, fn)
@@ -252,6 +261,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         if seen is None or not under:
             return None
         env, params = seen
+        if test.last_refs:
+            return self._restated_last_axes(plan, test, fn, env, params)
         feats = [env.get(test.a), env.get(test.b)]
         if any(f is None for f in feats):
             return None
@@ -283,6 +294,20 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                     return None
                 strides.append(moved)
         return restated(test, widths[0], widths[1], strides)  # type: ignore[arg-type]
+
+    def _restated_last_axes(
+        self, plan: ClassPlan, test: ShapeTest, fn: cst.FunctionDef, env: dict, params: Any
+    ) -> str | None:
+        """A last-axis test with each ``v.shape[-1]`` written as ``v``'s size at the ``if``."""
+        self.state.flow_method = fn.name.value
+        sizes = {}
+        for name in test.last_refs:
+            feat = env.get(name)
+            width = None if feat is None else self.sizer.static_size(plan, feat, params, test.node)
+            if width is None:
+                return None
+            sizes[name] = width
+        return f"({replace_shape_last(test.node.test, sizes)})"
 
     def plan_compact_child(
         self,
