@@ -11,8 +11,6 @@ conditions (``if`` tests on config, restated shape tests) a site is built under.
 
 from __future__ import annotations
 
-from typing import Any
-
 import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
@@ -50,9 +48,10 @@ from linen2nnx.migrate.shape_tests import (
     SPATIAL_ARGS_UNDECIDED,
     SPATIAL_LAYERS,
     ShapeTest,
-    parse_last_axis_test,
+    last_axis_test,
     parse_shape_test,
     restated,
+    restated_last_axes,
     strided,
 )
 from linen2nnx.migrate.sites import (
@@ -61,7 +60,6 @@ from linen2nnx.migrate.sites import (
     Site,
     einsum_bias_shape,
     loop_name_prefix,
-    replace_shape_last,
     shape_last_refs,
 )
 from linen2nnx.migrate.sizing import Sizer
@@ -227,8 +225,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
     ) -> ShapeTest | None:
         if node not in plan.shape_tests:
             index = len(plan.shape_tests)
-            test = parse_shape_test(node.test, node, index) or parse_last_axis_test(
-                node.test, node, index, local_names
+            test = parse_shape_test(node.test, node, index) or last_axis_test(
+                self.ctx, node, fn, index, local_names
             )
             if test is None:
                 return None
@@ -261,13 +259,11 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         if seen is None or not under:
             return None
         env, params = seen
-        if test.last_refs:
-            return self._restated_last_axes(plan, test, fn, env, params)
-        feats = [env.get(test.a), env.get(test.b)]
-        if any(f is None for f in feats):
-            return None
         self.state.flow_method = fn.name.value
-        widths = [self.sizer.static_size(plan, f, params, test.node) for f in feats]  # type: ignore[arg-type]
+        size = lambda f: None if f is None else self.sizer.static_size(plan, f, params, test.node)  # noqa: E731
+        if test.last_refs:
+            return restated_last_axes(test, {n: size(env.get(n)) for n in test.last_refs})
+        widths = [size(env.get(test.a)), size(env.get(test.b))]
         if None in widths:
             return None
         if any(self.ctx.qualnames(c.func) & POOLING for c in calls_in(fn)):
@@ -294,20 +290,6 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                     return None
                 strides.append(moved)
         return restated(test, widths[0], widths[1], strides)  # type: ignore[arg-type]
-
-    def _restated_last_axes(
-        self, plan: ClassPlan, test: ShapeTest, fn: cst.FunctionDef, env: dict, params: Any
-    ) -> str | None:
-        """A last-axis test with each ``v.shape[-1]`` written as ``v``'s size at the ``if``."""
-        self.state.flow_method = fn.name.value
-        sizes = {}
-        for name in test.last_refs:
-            feat = env.get(name)
-            width = None if feat is None else self.sizer.static_size(plan, feat, params, test.node)
-            if width is None:
-                return None
-            sizes[name] = width
-        return f"({replace_shape_last(test.node.test, sizes)})"
 
     def plan_compact_child(
         self,
