@@ -157,3 +157,41 @@ def test_param_helper_import_the_caller_lacks_is_added(tmp_path):
     assert "import numpy as np\n" in migrated and "pos.make(" not in migrated
     again = migrate_paths([out], Mode.CHECK)
     assert not any(r.changed for r in again.files)  # a fixed point
+
+
+CLASH = """import flax.linen as nn
+
+
+def make(self, n, width, name):
+    scale = 0.02
+    return self.param(name, nn.initializers.normal(stddev=scale), (1, n, width))
+
+
+class Clobbers(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        scale = 3.0
+        p = make(self, 6, 4, "p")
+        return x * scale + p
+
+
+class Shadows(nn.Module):
+    scale: int = 6
+
+    @nn.compact
+    def __call__(self, x):
+        p = make(self, self.scale, 4, "p")
+        return x + p
+"""
+
+
+def test_param_helper_whose_locals_meet_the_callers_is_not_replayed():
+    """``make`` binds ``scale``: replayed where the caller has a ``scale`` of its own it would clobber
+    it (and an argument reading the caller's ``scale`` would read the helper's): both stay located."""
+    from linen2nnx.migrate import migrate_source
+
+    result = migrate_source(CLASH, "clash.py", module_name="clash")
+    assert [(f.rule, f.line) for f in result.findings if f.rule.startswith("L2N-VERIFY")] == [
+        ("L2N-VERIFY-004", 13)
+    ]
+    assert 'p = make(self, self.scale, 4, "p")' not in result.output  # `self.scale` is no local: replayed

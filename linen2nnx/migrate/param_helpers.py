@@ -268,6 +268,7 @@ def replay_param_helpers(
     replayed; an assignment that cannot be replayed exactly is left as written."""
     setup = fn.name.value == "setup"
     caller_bound = bound_names(fn.body) | {p.name.value for p in fn.params.params}
+    caller_names = names_in(fn) | caller_bound
 
     class T(cst.CSTTransformer):
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
@@ -303,8 +304,11 @@ def replay_param_helpers(
             new = replay_assignment(target, small.value, fact, caller_imports, module_name)
         except ReplayError:
             return [stmt]
-        if free_names(cst.parse_statement(fact.source)) & caller_bound:  # type: ignore[arg-type]
+        helper = cst.ensure_type(cst.parse_statement(fact.source), cst.FunctionDef)
+        if free_names(helper) & caller_bound:
             return [stmt]  # the body would read the caller's local, not its module's name
+        if bound_names(helper.body) & (caller_names | names_in(small.value)):
+            return [stmt]  # a local of the body would clobber the caller's, or shadow an argument
         if new:
             new[0] = new[0].with_changes(leading_lines=stmt.leading_lines)
         return new
