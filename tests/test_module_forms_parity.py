@@ -169,6 +169,15 @@ CASES = {
     "loop_local_alias_scan": ("Encoder", {"scan": True}, (2, 3, 5)),  # the nn.scan branch beside it
     "tuple_returns": ("Model", {}, (2, 5)),  # sizes read through (h, x), outs[0], outs[1:], *rest
     "output_objects": ("Model", {}, (2, 5)),  # sizes read through out.field of a dataclass / NamedTuple
+    "param_helper": ("Decoder", {}, (2, 6, 4)),  # make_pos(self, ...) replayed: a param, a fixed array
+    "param_helper_setup": ("Encoder", {}, (2, 6, 4)),
+    "last_axis_test": ("Unit", {}, (2, 6, 6, 4)),  # 4 == nout, strides 1: no projection
+    "last_axis_test_wide": ("Unit", {"nmid": 3}, (2, 6, 6, 4)),  # 4 != 6: the projection is built
+    "last_axis_test_strided": (
+        "Unit",
+        {"strides": (2, 2)},
+        (2, 6, 6, 4),
+    ),  # strided: built  # in setup: self.pos, the param "pos_embedding"
 }
 SOURCES = {
     "splat_locals_compact": "splat_locals",
@@ -203,6 +212,9 @@ SOURCES = {
     "shape_unpack_project": "shape_unpack",
     "shape_unpack_scaled": "shape_unpack",
     "loop_local_alias_scan": "loop_local_alias",
+    "param_helper_setup": "param_helper",
+    "last_axis_test_wide": "last_axis_test",
+    "last_axis_test_strided": "last_axis_test",
 }
 INT_INPUTS = {"compact_tied", "import_alias", "tied_head"}
 

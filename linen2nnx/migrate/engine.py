@@ -35,6 +35,7 @@ from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.function_replay import replayable_functions
 from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
+from linen2nnx.migrate.param_helpers import param_helper_functions
 from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
@@ -185,6 +186,7 @@ def migrate_source(
         )
         # importing files replay these functions' calls and report uses of these layer subclasses
         own_factories.update({**replayable_functions(tree, module_name), **command.layer_subclass_facts})
+        own_factories.update(param_helper_functions(tree, module_name))
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise

@@ -50,6 +50,13 @@ from linen2nnx.migrate.function_replay import (
 )
 from linen2nnx.migrate.helper_replay import Replayer, ReplayError
 from linen2nnx.migrate.names import NameResolver
+from linen2nnx.migrate.param_helpers import KEY_PREFIX as PARAM_HELPER_KEY
+from linen2nnx.migrate.param_helpers import (
+    missing_imports,
+    param_helper_functions,
+    replay_param_helpers,
+    with_imports,
+)
 from linen2nnx.migrate.rules import MOD_007
 
 
@@ -205,15 +212,19 @@ def replay_helper_calls(
 ) -> Replayed | None:
     """The file with every qualifying helper call replayed in place (see the module docstring), and every
     call statement of a replayable module-level function (function_replay.py; ``functions``: those of
-    the files this one imports, by their ``replay:`` keys); None when no class has one."""
-    if "compact" not in source:
+    the files this one imports, by their ``replay:`` keys), and every ``target = f(self, ...)`` of a
+    function that creates a parameter on the module it is handed (param_helpers.py, ``param_helper:``
+    keys), in ``setup`` too; None when no class has one."""
+    functions = {**(functions or {}), **replayable_functions(tree, module_name)}
+    new_body, replayed = with_param_helpers_replayed(
+        tree, module_name, {**functions, **param_helper_functions(tree, module_name)}
+    )
+    if "compact" not in source and not replayed:
         return None
+    functions = {k: v for k, v in functions.items() if not k.startswith(PARAM_HELPER_KEY)}
     resolver: NameResolver | None = None
     classes = {s.name.value for s in tree.body if isinstance(s, cst.ClassDef)}
-    functions = {**(functions or {}), **replayable_functions(tree, module_name)}
-    new_body = list(tree.body)
-    replayed: list[str] = []
-    for index, stmt in enumerate(tree.body):
+    for index, stmt in enumerate(new_body):
         if not isinstance(stmt, cst.ClassDef) or not _may_replay(stmt, bool(functions)):
             continue
         resolver = resolver or NameResolver(tree)  # only for a class with calls of its own helpers
@@ -230,12 +241,76 @@ def replay_helper_calls(
             if os.environ.get("LINEN2NNX_RAISE"):
                 raise
             continue
-        replayed.append(stmt.name.value)
+        if stmt.name.value not in replayed:
+            replayed.append(stmt.name.value)
     if not replayed:
         return None
     new_source = tree.with_changes(body=new_body).code
     line_map, moved = _line_map(source, new_source)
     return Replayed(new_source, replayed, line_map, moved, source)
+
+
+def with_param_helpers_replayed(
+    tree: cst.Module, module_name: str, functions: Mapping[str, Any]
+) -> tuple[list[cst.BaseStatement], list[str]]:
+    """The file's statements with each class's parameter-helper assignments replayed in its ``setup``
+    and compact methods (param_helpers.py), and the names of the classes that had one."""
+    body = list(tree.body)
+    if not any(k.startswith(PARAM_HELPER_KEY) for k in functions):
+        return body, []
+    resolver = NameResolver(tree)
+    imports = top_level_imports(tree, module_name)
+    extra = missing_imports(tree, imports, functions)
+    imports = {**imports, **extra}
+    replayed = []
+    linen = _linen_classes(tree, resolver)
+    for index, stmt in enumerate(body):
+        if not isinstance(stmt, cst.ClassDef) or stmt.name.value not in linen:
+            continue
+        members = []
+        for member in stmt.body.body:
+            if isinstance(member, cst.FunctionDef) and (
+                member.name.value == "setup" or _is_compact(member, resolver)
+            ):
+                try:
+                    member = replay_param_helpers(member, resolver, module_name, functions, imports)
+                except Exception:  # a bug here must not cost the file: the method stays as written
+                    if os.environ.get("LINEN2NNX_RAISE"):
+                        raise
+            members.append(member)
+        new = stmt.with_changes(body=stmt.body.with_changes(body=members))
+        if not new.deep_equals(stmt):
+            body[index] = new
+            replayed.append(stmt.name.value)
+    if replayed and extra:
+        body = with_imports(
+            body,
+            extra,
+            names_in(cst.Module(body=[body[i] for i, s in enumerate(tree.body) if s is not body[i]])),
+        )
+    return body, replayed
+
+
+def _linen_classes(tree: cst.Module, resolver: NameResolver) -> set[str]:
+    """Classes of the file that derive from ``flax.linen.Module`` through bases the file itself shows
+    (``nn.Module``, or a class of the file that does): the ones the module pass surely rewrites."""
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for stmt in tree.body:
+            if not isinstance(stmt, cst.ClassDef) or stmt.name.value in found:
+                continue
+            for base in stmt.bases:
+                value = base.value
+                if (isinstance(value, cst.Name) and value.value in found) or (
+                    isinstance(value, (cst.Name, cst.Attribute))
+                    and "flax.linen.Module" in resolver.qualnames(value)
+                ):
+                    found.add(stmt.name.value)
+                    changed = True
+                    break
+    return found
 
 
 def _prepared(

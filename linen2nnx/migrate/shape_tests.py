@@ -13,10 +13,13 @@ modules; when they disagree the call fails loudly instead of computing something
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
+from linen2nnx.migrate.sites import replace_shape_last, shape_last_refs
+from linen2nnx.migrate.variable_planning import shape_kept_until
 
 SPATIAL_LAYERS = frozenset({"Conv", "ConvTranspose"})
 SPATIAL_ARGS_UNDECIDED = ("input_dilation", "kernel_dilation")
@@ -44,6 +47,7 @@ class ShapeTest:
     a: str
     b: str
     equal: bool
+    last_refs: tuple[str, ...] = ()  # a last-axis test (see parse_last_axis_test): its v.shape[-1] locals
 
 
 def parse_shape_test(test: cst.BaseExpression, node: cst.If, index: int) -> ShapeTest | None:
@@ -71,6 +75,44 @@ def parse_shape_test(test: cst.BaseExpression, node: cst.If, index: int) -> Shap
         names[1],
         isinstance(test.comparisons[0].operator, cst.Equal),
     )
+
+
+def parse_last_axis_test(
+    test: cst.BaseExpression, node: cst.If, index: int, call_time: set[str]
+) -> ShapeTest | None:
+    """A test whose call-time values are only last axes of locals (``x.shape[-1] != nout or
+    self.strides != (1, 1)``, ``nout`` replayed in ``__init__``): restated with each local's size, as
+    the dataflow knows it at the ``if``; None for any other read of a call-time value."""
+    uses = (names_in(test) - NOT_LOCAL) & call_time
+    refs = shape_last_refs(test, uses) if uses else None
+    if refs is None:
+        return None
+    return ShapeTest(f"__shape_test_{index}__", node, "", "", False, tuple(refs))
+
+
+def last_axis_test(
+    ctx: Any, node: cst.If, fn: cst.FunctionDef, index: int, local_names: set[str]
+) -> ShapeTest | None:
+    """A last-axis test (:func:`parse_last_axis_test`) of the method's first input only, its shape kept
+    up to the ``if``: its size there is the class's input size, which ``__init__`` has."""
+    test = parse_last_axis_test(node.test, node, index, local_names)
+    params = fn.params.params
+    if test is None or len(params) < 2 or set(test.last_refs) != {params[1].name.value}:
+        return None
+    top: Any = node
+    while top is not None and ctx.parent_of(top) is not fn.body:
+        top = ctx.parent_of(top)
+    if top is None or not shape_kept_until(ctx, fn, top, params[1].name.value):
+        return None
+    return test
+
+
+def restated_last_axes(test: ShapeTest, sizes: dict[str, str | None]) -> str | None:
+    """A last-axis test with each ``v.shape[-1]`` written as ``v``'s size at the ``if`` (None: one
+    size is unknown)."""
+    if any(size is None for size in sizes.values()):
+        return None
+    return f"({replace_shape_last(test.node.test, sizes)})"  # type: ignore[arg-type]
 
 
 def strided(strides: cst.BaseExpression, kernel_size: cst.BaseExpression | None) -> str | None:

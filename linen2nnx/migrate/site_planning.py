@@ -50,8 +50,10 @@ from linen2nnx.migrate.shape_tests import (
     SPATIAL_ARGS_UNDECIDED,
     SPATIAL_LAYERS,
     ShapeTest,
+    last_axis_test,
     parse_shape_test,
     restated,
+    restated_last_axes,
     strided,
 )
 from linen2nnx.migrate.side_effects import has_side_effects
@@ -193,7 +195,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         while cur is not None and cur is not fn:
             if isinstance(cur, cst.If):
                 if (names_in(cur.test) - NOT_LOCAL) & local_names:
-                    shape = None if plan is None else self._shape_test(plan, cur, fn)
+                    shape = None if plan is None else self._shape_test(plan, cur, fn, local_names)
                     if shape is None:
                         return None
                     test = shape.token
@@ -206,9 +208,14 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             prev, cur = cur, self.ctx.parent_of(cur)
         return conditions
 
-    def _shape_test(self, plan: ClassPlan, node: cst.If, fn: cst.FunctionDef) -> ShapeTest | None:
+    def _shape_test(
+        self, plan: ClassPlan, node: cst.If, fn: cst.FunctionDef, local_names: set[str]
+    ) -> ShapeTest | None:
         if node not in plan.shape_tests:
-            test = parse_shape_test(node.test, node, len(plan.shape_tests))
+            index = len(plan.shape_tests)
+            test = parse_shape_test(node.test, node, index) or last_axis_test(
+                self.ctx, node, fn, index, local_names
+            )
             if test is None:
                 return None
             plan.shape_tests[node] = (test, fn)
@@ -240,11 +247,11 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         if seen is None or not under:
             return None
         env, params = seen
-        feats = [env.get(test.a), env.get(test.b)]
-        if any(f is None for f in feats):
-            return None
         self.state.flow_method = fn.name.value
-        widths = [self.sizer.static_size(plan, f, params, test.node) for f in feats]  # type: ignore[arg-type]
+        size = lambda f: None if f is None else self.sizer.static_size(plan, f, params, test.node)  # noqa: E731
+        if test.last_refs:
+            return restated_last_axes(test, {n: size(env.get(n)) for n in test.last_refs})
+        widths = [size(env.get(test.a)), size(env.get(test.b))]
         if None in widths:
             return None
         if any(self.ctx.qualnames(c.func) & POOLING for c in calls_in(fn)):

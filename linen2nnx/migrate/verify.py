@@ -29,6 +29,7 @@ from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.linen_factories import LinenFactory, linen_factories
 from linen2nnx.migrate.names import NameResolver
+from linen2nnx.migrate.param_helpers import helper_of
 from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, markers_of, one_line
@@ -379,9 +380,18 @@ class _Verifier:
         """``get_posemb(self, ...)``: ``self`` handed to a function of the file that uses Linen Module API
         on that argument (``self.param(...)`` outside the class), which an NNX module does not have."""
         func = call.func
-        if not isinstance(func, cst.Name) or not any(
-            isinstance(a.value, cst.Name) and a.value.value == "self" for a in call.args
-        ):
+        if not any(isinstance(a.value, cst.Name) and a.value.value == "self" for a in call.args):
+            return
+        if isinstance(func, cst.Attribute) and helper_of(call, self.names, self.module_name, self.factories):
+            self._report(  # a function of another file of the run, handed self first
+                verify_rules.VERIFY_004,
+                call,
+                stmt,
+                f"{code(func)}(...) is handed self and calls self.param(...): Linen Module API an NNX "
+                "module does not have; create the variable in __init__",
+            )
+            return
+        if not isinstance(func, cst.Name):
             return
         if self._helpers is None:  # found on first need: few calls hand `self` to a function
             self._helpers = linen_helpers(self.module)

@@ -1,0 +1,360 @@
+"""Module-level functions handed the module that create a parameter on it: each assignment replayed.
+
+Real Linen code shares a parameter recipe between classes as a function of the module::
+
+    def get_posemb(self, typ, seqshape, width, name, dtype=jnp.float32):
+        if typ == "learn":
+            return self.param(name, nn.initializers.normal(stddev=1 / np.sqrt(width)),
+                              (1, np.prod(seqshape), width), dtype)
+        elif typ == "sincos2d":
+            return posemb_sincos_2d(*seqshape, width, dtype=dtype)
+        else:
+            raise ValueError(typ)
+
+    class Encoder(nn.Module):
+        def setup(self):
+            self.pos = vit.get_posemb(self, self.posemb, self.grid, self.width, "pos")
+
+An NNX module has no ``param``, so the call cannot stay. Linen creates the parameter in the caller's
+scope under ``name``, exactly as ``self.param(name, ...)`` written in the caller would. So an
+assignment ``target = f(self, ...)`` in ``setup`` (to ``self.<attr>``) or in a compact method (to a
+local) is replaced by the function's body with its parameters bound to the call's arguments and each
+``return value`` turned into ``target = value``: the module pass then plans that parameter like any
+other (an ``if`` on config creates it in the branch the config takes; a size read at call time stays
+a finding). The replay is exact only when the body is a chain of ``if`` branches that each end in one
+``return`` or ``raise`` (nothing runs after a branch), ``self`` is read only as ``self.param``, and every
+argument is pure (no call: substituting it for each read evaluates the same value). Anything else
+keeps the call, which the verifier reports.
+
+The facts travel like :mod:`~linen2nnx.migrate.function_replay`'s, under a ``param_helper:`` key.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from typing import Any
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_utils import absolute_qualname, code, names_in
+from linen2nnx.migrate.function_replay import (
+    ReplayableFunction,
+    free_names,
+    prepared,
+    top_level_imports,
+    top_level_names,
+)
+from linen2nnx.migrate.helper_fold import (
+    ReplayError,
+    bound_names,
+    fold,
+    fold_ifs,
+    pure,
+    statements,
+    substitute,
+)
+from linen2nnx.migrate.names import NameResolver
+
+KEY_PREFIX = "param_helper:"
+_BUILTINS = frozenset(dir(builtins))
+
+
+def param_helper_functions(tree: cst.Module, module_name: str) -> dict[str, ReplayableFunction]:
+    """The functions of ``tree`` whose first parameter ``self`` is read only as ``self.param(...)``
+    and whose body is a chain of branches each ending in one ``return`` or ``raise``."""
+    candidates = [
+        s
+        for s in tree.body
+        if isinstance(s, cst.FunctionDef) and not s.decorators and _shape_ok(s) and "self.param" in code(s)
+    ]
+    if not candidates:
+        return {}
+    own = top_level_names(tree)
+    imports = top_level_imports(tree, module_name)
+    found: dict[str, ReplayableFunction] = {}
+    for fn in candidates:
+        free = free_names(fn)
+        if not free <= own | set(imports) | _BUILTINS:
+            continue
+        key = f"{module_name}.{fn.name.value}" if module_name else fn.name.value
+        found[KEY_PREFIX + key] = ReplayableFunction(
+            key,
+            code(fn),
+            tuple(sorted(free & own)),
+            tuple((n, imports[n]) for n in sorted(free & set(imports) - own)),
+        )
+    return found
+
+
+def _shape_ok(fn: cst.FunctionDef) -> bool:
+    """``self`` first, no ``*args`` / ``**kwargs``, ``self`` read only as ``self.param``, a body of
+    branches that each end in one return or raise."""
+    params = fn.params
+    plain = [*params.posonly_params, *params.params]
+    if not plain or plain[0].name.value != "self" or params.star_kwarg is not None:
+        return False
+    if isinstance(params.star_arg, cst.Param):
+        return False
+    if any(p.name.value == "self" for p in [*plain[1:], *params.kwonly_params]):
+        return False
+    return _only_param_uses(fn.body) and _ends(statements(fn.body))
+
+
+def _only_param_uses(body: cst.CSTNode) -> bool:
+    """Every read of ``self`` under ``body`` is the object of a ``self.param(...)`` call (none in a
+    nested function or lambda, where it could escape)."""
+    counts = {"self": 0, "param": 0, "nested": 0}
+
+    class V(FastVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            counts["self"] += node.value == "self"
+
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+                counts["param"] += func.value.value == "self" and func.attr.value == "param"
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            counts["nested"] += 1
+
+        visit_Lambda = visit_ClassDef = visit_FunctionDef  # type: ignore[assignment]
+
+    V().walk(body)
+    return counts["nested"] == 0 and counts["self"] == counts["param"] > 0
+
+
+def _ends(stmts: list[cst.BaseStatement]) -> bool:
+    """Only the last statement may return or raise, and it must: one ``return`` / ``raise``, or an
+    ``if`` whose every branch (an ``else`` required) ends so; nothing else in the body returns."""
+    if not stmts:
+        return False
+    *head, last = stmts
+    if any(_jumps(s) for s in head):
+        return False
+    if isinstance(last, cst.SimpleStatementLine):
+        *before, final = last.body
+        return isinstance(final, (cst.Return, cst.Raise)) and not any(
+            isinstance(b, (cst.Return, cst.Raise)) for b in before
+        )
+    if isinstance(last, cst.If):
+        orelse = last.orelse
+        if orelse is None:
+            return False
+        rest = [orelse] if isinstance(orelse, cst.If) else statements(orelse.body)
+        return _ends(statements(last.body)) and _ends(rest)
+    return False
+
+
+def _jumps(stmt: cst.CSTNode) -> bool:
+    found = False
+
+    class V(FastVisitor):
+        def visit_Return(self, n: cst.Return) -> None:
+            nonlocal found
+            found = True
+
+        visit_Yield = visit_Return  # type: ignore[assignment]
+
+        def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_Lambda(self, n: cst.Lambda) -> bool:
+            return False
+
+    V().walk(stmt)
+    return found
+
+
+def helper_of(call: cst.Call, resolver: NameResolver, module_name: str, facts: Mapping[str, Any]) -> Any:
+    """The param-helper fact ``call`` calls with ``self`` as its first argument, or None."""
+    func = call.func
+    if not isinstance(func, (cst.Name, cst.Attribute)) or not call.args:
+        return None
+    first = call.args[0]
+    if (
+        first.keyword is not None
+        or first.star
+        or not (isinstance(first.value, cst.Name) and first.value.value == "self")
+    ):
+        return None
+    keys = [absolute_qualname(q, module_name) for q in resolver.qualnames(func)]
+    if isinstance(func, cst.Name):  # a function of this file
+        keys.append(f"{module_name}.{func.value}" if module_name else func.value)
+    for key in keys:
+        fact = facts.get(KEY_PREFIX + key)
+        if isinstance(fact, ReplayableFunction):
+            return fact
+    return None
+
+
+def replay_assignment(
+    target: cst.BaseAssignTargetExpression,
+    call: cst.Call,
+    fact: ReplayableFunction,
+    caller_imports: Mapping[str, str],
+    module_name: str,
+) -> list[cst.BaseStatement]:
+    """``target = f(self, ...)`` as the statements of ``f``'s body with its parameters bound and each
+    ``return v`` turned into ``target = v``; raises :class:`ReplayError` when that is not exact."""
+    callee = code(call.func)
+    fn = prepared(callee, fact, caller_imports, fact.key.rpartition(".")[0] == module_name)
+    values = _bind(fn, call)
+    body = substitute(fn.body, values)
+    out = fold_ifs([fold(s) for s in statements(body)])
+    return [_assigning(s, target) for s in out]
+
+
+def _bind(fn: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
+    params = fn.params
+    positional = [*params.posonly_params, *params.params][1:]
+    by_name = {p.name.value: p for p in [*positional, *params.kwonly_params]}
+    given: dict[str, cst.BaseExpression] = {}
+    for index, arg in enumerate(call.args[1:]):
+        if arg.star:
+            raise ReplayError("called with *args / **kwargs")
+        if not pure(arg.value):
+            raise ReplayError(f"argument {code(arg.value)} is not pure")
+        if arg.keyword is None:
+            if index >= len(positional):
+                raise ReplayError("too many positional arguments")
+            given[positional[index].name.value] = arg.value
+        elif arg.keyword.value in by_name and arg.keyword.value not in given:
+            given[arg.keyword.value] = arg.value
+        else:
+            raise ReplayError(f"no parameter {arg.keyword.value}")
+    for pname, p in by_name.items():
+        if pname not in given:
+            if p.default is None or not pure(p.default):
+                raise ReplayError(f"{pname} is neither passed nor a plain default")
+            given[pname] = p.default
+    if bound_names(fn.body) & (set(given) | {"self"}):
+        raise ReplayError("the function rebinds a parameter")
+    return {k: cst.ensure_type(v, cst.BaseExpression) for k, v in given.items()}
+
+
+def _assigning(stmt: cst.BaseStatement, target: cst.BaseAssignTargetExpression) -> cst.BaseStatement:
+    """``stmt`` with its (final) ``return v`` written ``target = v``."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        body = list(stmt.body)
+        last = body[-1]
+        if isinstance(last, cst.Return):
+            if last.value is None:
+                raise ReplayError("a bare return")
+            body[-1] = cst.Assign(targets=[cst.AssignTarget(target=target)], value=last.value)
+        return stmt.with_changes(body=body)
+    if isinstance(stmt, cst.If):
+        new_body = [_assigning(s, target) for s in statements(stmt.body)]
+        orelse = stmt.orelse
+        if isinstance(orelse, cst.If):
+            orelse = _assigning(orelse, target)
+        elif isinstance(orelse, cst.Else):
+            orelse = orelse.with_changes(
+                body=cst.IndentedBlock(body=[_assigning(s, target) for s in statements(orelse.body)])
+            )
+        return stmt.with_changes(body=cst.IndentedBlock(body=new_body), orelse=orelse)
+    return stmt
+
+
+def replay_param_helpers(
+    fn: cst.FunctionDef,
+    resolver: NameResolver,
+    module_name: str,
+    facts: Mapping[str, Any],
+    caller_imports: Mapping[str, str],
+) -> cst.FunctionDef:
+    """``fn`` (a ``setup`` or compact method) with each ``target = helper(self, ...)`` statement
+    replayed; an assignment that cannot be replayed exactly is left as written."""
+    setup = fn.name.value == "setup"
+    caller_bound = bound_names(fn.body) | {p.name.value for p in fn.params.params}
+    caller_names = names_in(fn) | caller_bound
+
+    class T(cst.CSTTransformer):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is fn
+
+        def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> Any:
+            body: list[cst.BaseStatement] = []
+            for before, stmt in zip(original.body, updated.body):
+                # a statement line holds no block: the original, whose names the resolver knows
+                body.extend(_replayed(before) if isinstance(before, cst.SimpleStatementLine) else [stmt])
+            return updated.with_changes(body=body)
+
+    def _replayed(stmt: cst.BaseStatement) -> list[cst.BaseStatement]:
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+            return [stmt]
+        small = stmt.body[0]
+        if not (
+            isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.value, cst.Call)
+        ):
+            return [stmt]
+        target = small.targets[0].target
+        attr_target = (
+            isinstance(target, cst.Attribute)
+            and isinstance(target.value, cst.Name)
+            and target.value.value == "self"
+        )
+        if not (attr_target if setup else isinstance(target, cst.Name)):
+            return [stmt]
+        fact = helper_of(small.value, resolver, module_name, facts)
+        if fact is None:
+            return [stmt]
+        try:
+            new = replay_assignment(target, small.value, fact, caller_imports, module_name)
+        except ReplayError:
+            return [stmt]
+        helper = cst.ensure_type(cst.parse_statement(fact.source), cst.FunctionDef)
+        if free_names(helper) & caller_bound:
+            return [stmt]  # the body would read the caller's local, not its module's name
+        if bound_names(helper.body) & (caller_names | names_in(small.value)):
+            return [stmt]  # a local of the body would clobber the caller's, or shadow an argument
+        if new:
+            new[0] = new[0].with_changes(leading_lines=stmt.leading_lines)
+        return new
+
+    return fn.visit(T())  # type: ignore[return-value]
+
+
+def missing_imports(tree: cst.Module, imports: Mapping[str, str], facts: Mapping[str, Any]) -> dict[str, str]:
+    """Name -> absolute qualname of what the param helpers of ``facts`` import that the caller's file
+    neither imports nor uses at all (``np`` for ``numpy``): importing it there changes nothing else,
+    so a replayed body may read it once the import is added (:func:`with_imports`)."""
+    used = names_in(tree) | top_level_names(tree) | set(imports)
+    found: dict[str, str] = {}
+    clash: set[str] = set()
+    for key, fact in facts.items():
+        if not (key.startswith(KEY_PREFIX) and isinstance(fact, ReplayableFunction)):
+            continue
+        for name, qualname in fact.imports:
+            if name in used or qualname.startswith("."):
+                continue
+            if found.get(name, qualname) != qualname:
+                clash.add(name)
+            found[name] = qualname
+    return {n: q for n, q in found.items() if n not in clash}
+
+
+def with_imports(
+    body: list[cst.BaseStatement], extra: Mapping[str, str], read: set[str]
+) -> list[cst.BaseStatement]:
+    """``body`` with an import of each name of ``extra`` that ``read`` holds, after its last leading
+    import statement (``from numpy import ...`` reaches a module or a name alike)."""
+    wanted = sorted(n for n in extra if n in read)
+    if not wanted:
+        return body
+    lines = []
+    for name in wanted:
+        parent, _, leaf = extra[name].rpartition(".")
+        alias = "" if leaf == name else f" as {name}"
+        text = f"from {parent} import {leaf}{alias}" if parent else f"import {leaf}{alias}"
+        lines.append(cst.parse_statement(text + "\n"))
+    at = 0
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+        ):
+            at = i + 1
+        elif not (isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr)):
+            break  # past the docstring and the leading imports
+    return [*body[:at], *lines, *body[at:]]
