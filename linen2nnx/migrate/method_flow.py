@@ -16,6 +16,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_names, code, names_in, self_attr
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
+from linen2nnx.migrate.elementwise import is_elementwise
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
 from linen2nnx.migrate.tuple_flow import agreed_return
 
@@ -230,6 +231,8 @@ class MethodFlow:
         name = self_attr(call.func)
         if name in plan.activation_fields and args:
             return args[0]
+        if args and isinstance(call.func, cst.Subscript) and is_elementwise(self.ctx, call.func):
+            return args[0]  # ACT2FN["gelu"](x): a lookup of a table of activations
         callee = self.methods.get(name or "")
         if callee is not None and self.depth < 3 and name not in ("__call__", "setup"):
             # inline the helper with the caller's values, so layers it applies are sized in context

@@ -63,6 +63,7 @@ from linen2nnx.migrate.cst_utils import (
     parse_expression,
 )
 from linen2nnx.migrate.custom_vars import add_variable_classes
+from linen2nnx.migrate.elementwise import ElementwiseTable, table_facts
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding
@@ -185,6 +186,11 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             (key := self.ctx.class_key(name)): LayerSubclassFact(key, sub.rule)
             for name, sub in self.state.layer_subclasses.items()
         }
+
+    @property
+    def elementwise_facts(self) -> dict[str, ElementwiseTable]:
+        """This file's module-level tables of activations: files importing them size their lookups."""
+        return table_facts(self.ctx)
 
     def _plain_statements(self) -> set[cst.CSTNode]:
         """Module-level statements no rewrite can touch (see ``NameResolver.plain_statements``): no
