@@ -8,7 +8,7 @@ import pytest
 from linen2nnx.migrate import migrate_source
 from linen2nnx.migrate.engine import Mode, migrate_paths
 
-TABLE = '''from functools import partial
+TABLE = """from functools import partial
 
 import flax.linen as nn
 import jax
@@ -19,9 +19,9 @@ def swish_ish(x):
 
 
 ACTS = {"gelu": partial(nn.gelu, approximate=False), "relu": nn.relu, "swish_ish": swish_ish}
-'''
+"""
 
-MLP = '''
+MLP = """
 class Mlp(nn.Module):
     cfg: object
 
@@ -32,7 +32,7 @@ class Mlp(nn.Module):
 
     def __call__(self, x):
         return self.down(self.act(self.up(x)))
-'''
+"""
 
 
 def _unsized(source: str) -> list[str]:

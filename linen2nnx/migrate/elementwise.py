@@ -80,7 +80,8 @@ def is_table(ctx: FileContext, node: cst.BaseExpression) -> bool:
         if not unchanged[node.value]:
             return False  # an imported table this file changes
     return any(
-        absolute_qualname(q, ctx.state.module_name) in ctx.state.external_elementwise for q in ctx.qualnames(node)
+        absolute_qualname(q, ctx.state.module_name) in ctx.state.external_elementwise
+        for q in ctx.qualnames(node)
     )
 
 
@@ -95,7 +96,9 @@ def file_tables(ctx: FileContext) -> frozenset[str]:
             for name, value in dicts.items()
             if value.elements and all(_is_plain_entry(ctx, el) for el in value.elements)
         }
-        state.elementwise_tables = frozenset(found - _changed_names(state.tree, found)) if found else frozenset()
+        state.elementwise_tables = (
+            frozenset(found - _changed_names(state.tree, found)) if found else frozenset()
+        )
     return state.elementwise_tables
 
 

@@ -17,9 +17,9 @@ import libcst as cst
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.dataflow import Feat
+from linen2nnx.migrate.elementwise import ElementwiseTable
 from linen2nnx.migrate.factory_fields import FieldBindings
 from linen2nnx.migrate.findings import Finding
-from linen2nnx.migrate.elementwise import ElementwiseTable
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.layer_subclass_uses import LayerSubclassFact
 from linen2nnx.migrate.names import NameResolver
@@ -161,6 +161,9 @@ class FileState:
     stmt_replaced: dict[cst.CSTNode, cst.BaseStatement] = dataclasses.field(
         default_factory=dict
     )  # statements rewritten whole (a put_variable write)
+    else_kept: set[cst.If] = dataclasses.field(
+        default_factory=set
+    )  # `if` statements whose else branch stands for both (setup_lists.remat_branches)
 
     # ---- rewrite results keyed by original node (transformer -> emitter) ----------------------
     moved: dict[cst.Call, list[cst.Arg]] = dataclasses.field(

@@ -301,6 +301,8 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             if alias is not None and self.state.alias_use.get(alias):
                 return cst.RemoveFromParent()
         updated = self.state.stmt_replaced.pop(original_node, updated)
+        if original_node in self.state.else_kept:  # a remat flag's two branches: the else one's list
+            updated = updated.orelse.body.body[0]
         prefix = self.state.stmt_prefix.pop(original_node, None)
         if prefix and isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             return cst.FlattenSentinel([*prefix, self._with_markers(original_node, updated)])
