@@ -147,6 +147,7 @@ CASES = {
     "init_value_input_shape_inline": ("ConvIn", {"features": 4}, (2, 5, 5, 3)),  # (3, 3, x.shape[3], f)
     "helper_blocks": ("Tower", {}, (2, 5)),  # self._stage(x, features=6, depth=2, ...) replayed in place
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
+    "reshape_written_axis": ("Attn", {}, (2, 3, 4)),  # x.shape[:2] + (self.inner,): the written size
     "input_keyword": ("Model", {}, (2, 5)),  # self.mix(x, other=..., scale=...): `other` sized by name
     "activation_table": ("Mlp", {"cfg": ActConfig()}, (2, 5)),  # self.act = ACTS[self.cfg.act] in setup
     "activation_table_helper": ("Mlp", {"cfg": ActConfig(act="swish_ish")}, (2, 5)),  # a function of the file
