@@ -504,6 +504,7 @@ class Sizer(TraceEvidence):
             )
             return arg
         if site.elements is not None:  # each element of a setup() comprehension: one size per element
+            node = site.ctor  # located where the tuple of sizes is read, whichever use asked
             plan.new_args[arg] = "unresolved_each"
             self.ctx.report(
                 SHAPE_003,
