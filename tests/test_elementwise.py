@@ -52,6 +52,7 @@ def test_a_table_of_activations_keeps_the_size():
         "register(ACTS)\n",  # a call that receives the table may change it
         "ACTS = dict(ACTS)\n",  # bound twice
         'def add():\n    global ACTS\n    ACTS = {"x": len}\n',  # rebound through `global`
+        "from os.path import join as ACTS\n",  # rebound by an import
     ],
 )
 def test_a_changed_table_keeps_the_finding(change):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import absolute_qualname, self_attr
+from linen2nnx.migrate.cst_utils import absolute_qualname, names_in, self_attr
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 
 if TYPE_CHECKING:
@@ -160,6 +160,12 @@ def _bound_once_dicts(tree: cst.Module) -> dict[str, cst.Dict]:
             bound[stmt.name.value] = bound.get(stmt.name.value, 0) + 1
             continue
         for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if isinstance(small, (cst.Import, cst.ImportFrom, cst.Del)):  # may bind or unbind any name
+                for name in _BindingFinder.of(small) | (
+                    names_in(small) if isinstance(small, cst.Del) else set()
+                ):
+                    bound[name] = bound.get(name, 0) + 2
+                continue
             targets = (
                 [t.target for t in small.targets]
                 if isinstance(small, cst.Assign)
