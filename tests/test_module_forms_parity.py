@@ -44,6 +44,15 @@ class TowerConfig:
     dtype: object = jnp.float32
 
 
+@dataclasses.dataclass(frozen=True)
+class ActConfig:
+    """A config object read through attributes, as model code outside Flax keeps one."""
+
+    inner: int = 7
+    width: int = 4
+    act: str = "gelu"
+
+
 # case -> (class name, constructor kwargs, input shape, extra NNX kwargs from the input)
 CASES = {
     "compact_loop": ("Tower", {"config": TowerConfig()}, (2, 5)),
@@ -140,6 +149,10 @@ CASES = {
     "init_value_input_shape_inline": ("ConvIn", {"features": 4}, (2, 5, 5, 3)),  # (3, 3, x.shape[3], f)
     "helper_blocks": ("Tower", {}, (2, 5)),  # self._stage(x, features=6, depth=2, ...) replayed in place
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
+    "reshape_written_axis": ("Attn", {}, (2, 3, 4)),  # x.shape[:2] + (self.inner,): the written size
+    "input_keyword": ("Model", {}, (2, 5)),  # self.mix(x, other=..., scale=...): `other` sized by name
+    "activation_table": ("Mlp", {"cfg": ActConfig()}, (2, 5)),  # self.act = ACTS[self.cfg.act] in setup
+    "activation_table_helper": ("Mlp", {"cfg": ActConfig(act="swish_ish")}, (2, 5)),  # a function of the file
     "conditional_head": ("Backbone", {}, (2, 6, 6, 3)),  # the head's unknown size: None, no head built
     "branch_auto_names_nested": ("Nested", {}, (2, 3)),  # same condition: converted (Uneven: kept as Linen)
     "branch_auto_names": ("Head", {}, (2, 3)),  # Dense_0 in either branch, then Dense_1
@@ -198,6 +211,7 @@ SOURCES = {
     "init_value_input_shape_nobias": "init_value_input_shape",
     "init_value_input_shape_inline": "init_value_input_shape",
     "helper_blocks_deep": "helper_blocks",
+    "activation_table_helper": "activation_table",
     "rebound_axis_pair": "rebound_axis",
     "branch_auto_names_nested": "branch_auto_names",
     "branch_auto_names_wide": "branch_auto_names",

@@ -76,7 +76,25 @@ def test_blocks_built_in_setup_through_a_remat_alias(tmp_path, remat_blocks):
     x = np.random.default_rng(5).normal(size=(2, 4)).astype(np.float32)
     assert_parity(
         linen_mod.Stack(remat_blocks=remat_blocks),
-        lambda rngs: nnx_mod.Stack(remat_blocks=remat_blocks, rngs=rngs),
+        lambda rngs: nnx_mod.Stack(remat_blocks=remat_blocks, in_features=4, rngs=rngs),
+        x,
+        map_path,
+    )
+
+
+@pytest.mark.parametrize("checkpoint", [True, False])
+def test_blocks_built_in_two_branches_of_a_remat_flag(tmp_path, checkpoint):
+    """`if flag: L = remat(Block); self.layers = [L(...) ...] else: self.layers = [Block(...) ...]`: the
+    else branch's list stands for both, rematerialised at the call under the flag; each layer's input
+    is the previous one's output (a tuple built under a call-time flag), the first the stack's input."""
+    linen_mod, nnx_mod, _, map_path = build("setup_remat_branches", tmp_path)
+    out = fixture("setup_remat_branches_out.py").read_text()
+    assert "nnx.remat(" in out and "in_features if i == 0 else self.cfg.width" in out
+    cfg = linen_mod.StackConfig()
+    x = np.random.default_rng(6).normal(size=(2, 3, 5)).astype(np.float32)
+    assert_parity(
+        linen_mod.Stack(cfg, checkpoint=checkpoint),
+        lambda rngs: nnx_mod.Stack(cfg, checkpoint=checkpoint, in_features=5, rngs=rngs),
         x,
         map_path,
     )

@@ -13,6 +13,7 @@ import libcst as cst
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.elementwise import setup_activations
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import LINEN_BASES, ClassPlan, Field
@@ -50,6 +51,8 @@ def plan_field_kinds(ctx: FileContext, plan: ClassPlan, node: cst.ClassDef) -> N
                 and ctx.qualnames(small.value) & feature_preserving_functions()
             ):
                 plan.activation_fields.add(small.target.value)
+    # `self.act = ACT2FN[self.config.act]` in setup: calling self.act keeps the feature size too
+    plan.activation_fields |= setup_activations(ctx, node, set(plan.field_names))
     calls = calls_in(node.body)
     apis = [ctx.self_call(c) for c in calls]  # `self.<api>(...)` of each call, once
     called = set(apis) - {None}

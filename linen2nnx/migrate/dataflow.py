@@ -549,11 +549,26 @@ def _reshape(receiver: Feat, node: cst.Call, value: cst.BaseExpression) -> Feat:
     ``value.shape[1]``, ... in order, it keeps that many leading axes and flattens the rest."""
     args = node.args
     dims: list[cst.BaseExpression] = []
-    if len(args) == 1 and isinstance(args[0].value, (cst.Tuple, cst.List)) and args[0].value.elements:
-        dims = [e.value for e in args[0].value.elements]
-    elif args:
+    shape = args[0].value if len(args) == 1 else None
+    if isinstance(shape, (cst.Tuple, cst.List)) and shape.elements:
+        dims = [e.value for e in shape.elements]
+        written = not isinstance(shape.elements[-1], cst.StarredElement)
+    elif isinstance(shape, cst.BinaryOperation) and isinstance(shape.operator, cst.Add):
+        tail = shape.right  # x.shape[:2] + (heads, dim): the tuple on the right holds the last axes
+        if not isinstance(tail, (cst.Tuple, cst.List)) or not tail.elements:
+            return Feat.unknown("reshape")
+        last_el = tail.elements[-1]
+        axis = None if isinstance(last_el, cst.StarredElement) else _static_axis(last_el.value)
+        return axis if axis is not None else Feat.unknown("reshape")
+    else:
         dims = [a.value for a in args]
+        # one argument that is no tuple may be a whole shape (x.reshape(self.shape)): only an integer
+        # is then surely the last axis
+        written = not any(a.star for a in args) and (len(args) > 1 or isinstance(shape, cst.Integer))
     last = dims[-1] if dims else None
+    axis = _static_axis(last) if last is not None and written else None
+    if axis is not None:
+        return axis  # x.reshape(b, t, self.hidden): the last axis is the size written there
     if (
         isinstance(last, cst.UnaryOperation)
         and isinstance(last.expression, cst.Integer)
@@ -564,6 +579,28 @@ def _reshape(receiver: Feat, node: cst.Call, value: cst.BaseExpression) -> Feat:
         leading = len(kept) if kept == [f"{source}.shape[{i}]" for i in range(len(kept))] else 0
         return Feat("flatten", base=receiver, leading=leading)
     return Feat.unknown("reshape")
+
+
+def _is_minus_one(node: cst.BaseExpression) -> bool:
+    return (
+        isinstance(node, cst.UnaryOperation)
+        and isinstance(node.operator, cst.Minus)
+        and isinstance(node.expression, cst.Integer)
+        and node.expression.value == "1"
+    )
+
+
+def _static_axis(node: cst.BaseExpression) -> Feat | None:
+    """A reshape's last axis written as a size ``__init__`` can read (an integer, an attribute chain of
+    ``self``): the result's last axis is that, whenever the reshape succeeds."""
+    if isinstance(node, cst.Integer):
+        return Feat("expr", expr=code(node))
+    chain = node
+    while isinstance(chain, cst.Attribute):
+        chain = chain.value
+    if isinstance(chain, cst.Name) and chain.value == "self" and isinstance(node, cst.Attribute):
+        return Feat("expr", expr=code(node))
+    return None
 
 
 SIZED = tuple_flow.SIZED

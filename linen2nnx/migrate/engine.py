@@ -185,7 +185,13 @@ def migrate_source(
             out_tree, source, path, module_name, command, external, factories, rule_enabled
         )
         # importing files replay these functions' calls and report uses of these layer subclasses
-        own_factories.update({**replayable_functions(tree, module_name), **command.layer_subclass_facts})
+        own_factories.update(
+            {
+                **replayable_functions(tree, module_name),
+                **command.layer_subclass_facts,
+                **command.elementwise_facts,
+            }
+        )
         own_factories.update(param_helper_functions(tree, module_name))
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback

@@ -17,6 +17,7 @@ import libcst as cst
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.dataflow import Feat
+from linen2nnx.migrate.elementwise import ElementwiseTable
 from linen2nnx.migrate.factory_fields import FieldBindings
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory
@@ -45,6 +46,7 @@ class FileState:
     external_layer_subclasses: dict[str, LayerSubclassFact] = dataclasses.field(
         default_factory=dict
     )  # other files' converted layer subclasses, by key (layer_subclass_uses.py)
+    external_elementwise: frozenset[str] = frozenset()  # other files' tables of activations (elementwise.py)
 
     # ---- outputs (read by engine.migrate_source) ------------------------------------------------
     findings: list[Finding] = dataclasses.field(default_factory=list)
@@ -122,6 +124,10 @@ class FileState:
     function_out: dict[str, tuple[list[str], Feat] | None] = dataclasses.field(
         default_factory=dict
     )  # helper -> size, or None for none (FileContext.function_out, on first need)
+    elementwise_tables: frozenset[str] | None = None  # this file's tables of activations (elementwise.py)
+    unchanged_imports: dict[str, bool] = dataclasses.field(
+        default_factory=dict
+    )  # an imported table's local name -> no statement of the file changes it (elementwise.py)
 
     # ---- plans (planner; read by sizer, emitter, transformer) ---------------------------------
     plans: dict[cst.ClassDef, ClassPlan] = dataclasses.field(default_factory=dict)
@@ -155,6 +161,9 @@ class FileState:
     stmt_replaced: dict[cst.CSTNode, cst.BaseStatement] = dataclasses.field(
         default_factory=dict
     )  # statements rewritten whole (a put_variable write)
+    else_kept: set[cst.If] = dataclasses.field(
+        default_factory=set
+    )  # `if` statements whose else branch stands for both (setup_lists.remat_branches)
 
     # ---- rewrite results keyed by original node (transformer -> emitter) ----------------------
     moved: dict[cst.Call, list[cst.Arg]] = dataclasses.field(
@@ -207,4 +216,7 @@ class FileState:
             external_layer_subclasses={
                 k: v for k, v in (factories or {}).items() if isinstance(v, LayerSubclassFact)
             },
+            external_elementwise=frozenset(
+                v.key for v in (factories or {}).values() if isinstance(v, ElementwiseTable)
+            ),
         )

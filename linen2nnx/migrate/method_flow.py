@@ -16,6 +16,8 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_names, code, names_in, self_attr
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
+from linen2nnx.migrate.element_loops import element_calls
+from linen2nnx.migrate.elementwise import is_elementwise
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
 from linen2nnx.migrate.tuple_flow import agreed_return
 
@@ -41,6 +43,7 @@ class MethodFlow:
             for s in plan.sites.values()
             if not s.hoisted and s.container is None and s.kind in ("layer", "module")
         }  # setup() submodules, applied as self.<attr>
+        self.element_calls = element_calls(fn, plan.sites.values())  # `for layer in self.layers: layer(h)`
         self.methods = {m.name.value: m for m in self.state.methods.get(plan.name, [])}  # helpers to inline
         self.setup_locals = set(assigned_names(plan.setup)) if plan.setup is not None else set()
         self.probing = False  # a first pass over a step function (see carry_fixpoint): no side effects
@@ -179,6 +182,8 @@ class MethodFlow:
             site = self.setup_attrs[self_attr(func)]
         elif isinstance(func, cst.Name) and func.value in plan.local_sites:
             site = plan.local_sites[func.value]
+        elif call in self.element_calls:
+            site = self.element_calls[call]
         branch = plan.branch_sites.get(func.value) if isinstance(func, cst.Name) else None
         if branch is not None:
             site = branch.site
@@ -230,6 +235,8 @@ class MethodFlow:
         name = self_attr(call.func)
         if name in plan.activation_fields and args:
             return args[0]
+        if args and isinstance(call.func, cst.Subscript) and is_elementwise(self.ctx, call.func):
+            return args[0]  # ACT2FN["gelu"](x): a lookup of a table of activations
         callee = self.methods.get(name or "")
         if callee is not None and self.depth < 3 and name not in ("__call__", "setup"):
             # inline the helper with the caller's values, so layers it applies are sized in context

@@ -64,6 +64,7 @@ from linen2nnx.migrate.cst_utils import (
     parse_expression,
 )
 from linen2nnx.migrate.custom_vars import add_variable_classes
+from linen2nnx.migrate.elementwise import ElementwiseTable, table_facts
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding
@@ -198,6 +199,11 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             for name, sub in self.state.layer_subclasses.items()
         }
 
+    @property
+    def elementwise_facts(self) -> dict[str, ElementwiseTable]:
+        """This file's module-level tables of activations: files importing them size their lookups."""
+        return table_facts(self.ctx)
+
     def _plain_statements(self) -> set[cst.CSTNode]:
         """Module-level statements no rewrite can touch (see ``NameResolver.plain_statements``): no
         name in them may stand for Linen -- a flax import, a module of the run, a class, a module-level
@@ -315,6 +321,8 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             if alias is not None and self.state.alias_use.get(alias):
                 return cst.RemoveFromParent()
         updated = self.state.stmt_replaced.pop(original_node, updated)
+        if original_node in self.state.else_kept:  # a remat flag's two branches: the else one's list
+            updated = updated.orelse.body.body[0]
         prefix = self.state.stmt_prefix.pop(original_node, None)
         if prefix and isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             return cst.FlattenSentinel([*prefix, self._with_markers(original_node, updated)])

@@ -58,6 +58,7 @@ from linen2nnx.migrate.setup_lists import (
     comprehension_index,
     element_names,
     element_position,
+    remat_branches,
 )
 from linen2nnx.migrate.setup_loop_lists import loop_lists
 from linen2nnx.migrate.setup_partials import add_partial_site, setup_partials
@@ -262,7 +263,9 @@ class ClassPlanner:
         """setup() statements, including those under ``if`` and ``match`` (conditional submodules keep
         their condition)."""
         self._plan_setup_loops(plan, body)
-        for stmt in body:
+        for k, stmt in enumerate(body):
+            if isinstance(stmt, cst.If) and self._plan_remat_branches(plan, stmt, list(body[k + 1 :])):
+                continue
             if isinstance(stmt, cst.If):
                 self._plan_setup_block(plan, stmt.body.body)
                 orelse = stmt.orelse
@@ -351,6 +354,29 @@ class ClassPlanner:
         return isinstance(node, cst.Call) and bool(
             self.ctx.layer_rule_of(node.func) or self.ctx.user_class_of(node.func)
         )
+
+    def _plan_remat_branches(self, plan: ClassPlan, stmt: cst.If, later: list[cst.BaseStatement]) -> bool:
+        """``if flag: L = remat(Block); self.blocks = [L(...) ...] else: self.blocks = [Block(...) ...]``
+        (setup_lists.remat_branches): the else branch's list stands for both, its elements applied
+        through the remat under the flag, as a flag-wrapped class local is (the Griffin form)."""
+        found = remat_branches(stmt, later)
+        if (
+            found is None
+            or not self._builds_submodule(found.comp.elt)
+            or self.ctx.transform_kind(found.remat.func) != "remat"
+        ):
+            return False
+        before = set(plan.sites)
+        self._plan_setup_comprehension(plan, found.attr, found.comp, found.kept, [found.kept])
+        site = next((plan.sites[k] for k in plan.sites if k not in before), None)
+        if site is None:
+            return False
+        site.lifted = self.ctx.lift_chain(found.remat)
+        site.lift_condition = code(stmt.test)
+        self.state.else_kept.add(stmt)  # the if becomes its else branch's statement
+        self.state.handled.add(found.remat.func)
+        self.state.relocated_calls.add(found.remat)
+        return True
 
     def _plan_setup_comprehension(
         self, plan: ClassPlan, attr: str, comp: cst.ListComp, stmt: cst.BaseStatement, body: Any

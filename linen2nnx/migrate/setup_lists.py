@@ -18,11 +18,12 @@ to where they are called, under the same flag.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code, keyword_arg, names_in, single_assign
+from linen2nnx.migrate.cst_utils import code, keyword_arg, names_in, self_attr, single_assign
 
 
 def comprehension_index(comp: cst.ListComp) -> str | None:
@@ -151,3 +152,66 @@ def class_alias(body: list[cst.BaseStatement], before: cst.BaseStatement, name: 
         elif name in names_in(stmt):
             return None  # read or bound some other way
     return ClassAlias(value, remat, remat_stmt) if value is not None else None
+
+
+@dataclasses.dataclass
+class RematBranches:
+    """``if <flag>: L = remat(Block, ...); self.blocks = [L(...) for ...] else: self.blocks = [Block(...)
+    for ...]``: the two branches build the same list, one of them through a remat of the class."""
+
+    stmt: cst.If
+    kept: cst.SimpleStatementLine  # the else branch's statement, which stands for both
+    comp: cst.ListComp  # its comprehension
+    attr: str
+    remat: cst.Call  # `remat(Block, static_argnums=...)`, its first argument the class
+
+
+def remat_branches(stmt: cst.If, later: list[cst.BaseStatement]) -> RematBranches | None:
+    """The two-branch form of a remat flag over a setup comprehension, when the branches differ only
+    in the class called and the local holding the remat is read nowhere else (``later``: the setup
+    statements after ``stmt``); None for anything else (the caller checks the class and transform)."""
+    orelse = stmt.orelse
+    if not isinstance(orelse, cst.Else) or names_in(stmt.test) - {"self"}:
+        return None
+    then, other = stmt.body.body, orelse.body.body
+    if len(then) != 2 or len(other) != 1 or not isinstance(other[0], cst.SimpleStatementLine):
+        return None
+    local, remat = single_assign(then[0]) or (None, None)
+    built, plain = _attr_assign(then[1]), _attr_assign(other[0])
+    if local is None or built is None or plain is None or not isinstance(remat, cst.Call) or not remat.args:
+        return None
+    (attr, made), (plain_attr, comp) = built, plain
+    if (
+        attr != plain_attr
+        or remat.args[0].keyword is not None
+        or any(a.keyword is None or a.star for a in remat.args[1:])
+        or not isinstance(comp, cst.ListComp)
+        or not isinstance(made, cst.ListComp)
+        or not isinstance(made.elt, cst.Call)
+        or not (isinstance(made.elt.func, cst.Name) and made.elt.func.value == local)
+        or _same_code(made.with_deep_changes(made.elt, func=remat.args[0].value), comp) is False
+        or local in names_in(comp)
+        or any(local in names_in(s) for s in later)
+    ):
+        return None
+    return RematBranches(stmt, other[0], comp, attr, remat)  # type: ignore[arg-type]
+
+
+def _same_code(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    """Whether two expressions are the same code, whatever their layout (line breaks, comments)."""
+    return ast.dump(ast.parse(f"({code(a)})", mode="eval")) == ast.dump(
+        ast.parse(f"({code(b)})", mode="eval")
+    )
+
+
+def _attr_assign(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
+    """``self.attr = value`` on a line of its own -> ``(attr, value)``; None for any other statement."""
+    if (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Assign)
+        and len(stmt.body[0].targets) == 1
+    ):
+        attr = self_attr(stmt.body[0].targets[0].target)
+        return (attr, stmt.body[0].value) if attr is not None else None
+    return None

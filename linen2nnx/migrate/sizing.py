@@ -21,6 +21,7 @@ from linen2nnx.migrate.cst_utils import (
     substitute_self_fields,
 )
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo
+from linen2nnx.migrate.element_loops import later_size_holds
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import (
@@ -331,10 +332,10 @@ class Sizer(TraceEvidence):
                 elif how == "input_shape:0":
                     static = feats[0].expr if feats.get(0) is not None and feats[0].kind == "expr" else None
                     site.user_in[arg] = self._input_shape(plan, site, arg, node, static)
-                elif 0 < index < len(args) and site.loop is None:
+                elif 0 < index and site.loop is None and (given := _argument(node, args, index, arg)):
                     # another input (a cell's `x` beside its carry; under nn.scan, a per-step slice whose
                     # last axis is the scanned input's)
-                    site.user_in[arg] = self._resolve_in(plan, site, args[index], params, node)
+                    site.user_in[arg] = self._resolve_in(plan, site, given, params, node)
                 elif how.startswith("traced:"):
                     site.user_in[arg] = self._traced_arg(plan, site, arg, how, node)
                 else:
@@ -345,8 +346,15 @@ class Sizer(TraceEvidence):
     def _loop_expr(
         self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str], node: cst.CSTNode
     ) -> str:
-        first = self._resolve_in(plan, site, feats[0], params, node)
         later = feats.get(1)
+        if (
+            site.elements is not None
+            and later is not None
+            and later != feats[0]
+            and feats.get(2, later) == later
+        ):
+            return self._elements_expr(plan, site, feats[0], later, params, node)
+        first = self._resolve_in(plan, site, feats[0], params, node)
         if later is not None and feats.get(2, later) != later:  # the third iteration sees another size
             return self._required_arg(
                 plan,
@@ -370,6 +378,22 @@ class Sizer(TraceEvidence):
         rest = self._resolve_in(plan, site, later, params, node)
         rest = replace_name(rest, site.loop.var, site.loop.previous())  # the previous element fed this one
         return first if rest == first else f"{first} if {site.loop.position} == 0 else {rest}"
+
+    def _elements_expr(
+        self, plan: ClassPlan, site: Site, first: Feat, later: Feat, params: list[str], node: cst.CSTNode
+    ) -> str:
+        """The input size of each element of a list a loop applies in order (element_loops.py): the
+        first element's, else the size the previous element gives."""
+        rest = self._resolve_in(plan, site, later, params, node)
+        if not later_size_holds(site, rest, {"self", *plan.new_args}):
+            return self._required_arg(  # located at the list's construction, as an unsized element is
+                plan,
+                site,
+                f"input feature size of {plan.name}.{site.attr} after the first element",
+                site.ctor,
+            )
+        head = self._resolve_in(plan, site, first, params, node)
+        return head if head == rest else f"{head} if {site.elements_index} == 0 else {rest}"
 
     def static_size(self, plan: ClassPlan, feat: Feat, params: list[str], node: cst.CSTNode) -> str | None:
         """A size known without a trace: a config expression, or a ``__call__`` input's last axis (which
@@ -480,6 +504,7 @@ class Sizer(TraceEvidence):
             )
             return arg
         if site.elements is not None:  # each element of a setup() comprehension: one size per element
+            node = site.ctor  # located where the tuple of sizes is read, whichever use asked
             plan.new_args[arg] = "unresolved_each"
             self.ctx.report(
                 SHAPE_003,
@@ -542,3 +567,21 @@ class Sizer(TraceEvidence):
         return all(self._resolved(n) for n in site.nested) and (
             site.rule is None or site.rule.in_arg is None or site.in_expr is not None
         )
+
+
+def _argument(node: cst.CSTNode, args: tuple[Feat, ...], index: int, arg: str) -> Feat | None:
+    """The value a call passes for its callee's input ``index``, whose size argument is ``arg``
+    (``<param>_features``): positionally, or by its keyword; None when the call leaves it to its
+    default or splats arguments, so that no other argument's size is taken for it."""
+    call_args = node.args if isinstance(node, cst.Call) and len(node.args) == len(args) else None
+    if call_args is None or any(a.star for a in call_args):
+        return None
+    positional = sum(1 for a in call_args if a.keyword is None)
+    if index < positional:
+        return args[index]
+    named = [
+        k
+        for k, a in enumerate(call_args)
+        if a.keyword is not None and arg.rstrip("_") == f"{a.keyword.value}_features"
+    ]
+    return args[named[0]] if len(named) == 1 else None

@@ -1,0 +1,98 @@
+"""Calls of the elements of a submodule list, one per iteration of a loop over it, in a method.
+
+``self.layers = [Block(cfg, name=str(i)) for i in range(cfg.depth)]`` in ``setup`` and, in
+``__call__``, ``for layer in self.layers: h = layer(h)`` (or ``for i, layer in enumerate(self.layers)``):
+iteration ``k`` of the loop applies element ``k``, so the dataflow's first pass over the loop body
+sees what element 0 reads and its later passes what every later element reads (the same size once
+the flow settles; sizing.py refuses a size that keeps changing). Element ``k``'s input size is then
+the first if ``k == 0``, else the later one.
+
+Only a loop written at the top of the method (inside ``if`` / ``with`` / ``try`` at most, never in
+another loop, whose later passes would show element 0 a later size) over the list itself (no slice,
+no ``reversed``), whose variable the body never rebinds, is taken, and only calls of that variable
+inside it; the list must be the one site of its attribute (a setup comprehension or the list a setup
+loop fills, with no elements written before it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_meta import calls_in
+from linen2nnx.migrate.cst_utils import assigned_in, names_in, parse_expression, self_attr
+from linen2nnx.migrate.sites import Site
+
+
+def element_calls(fn: cst.FunctionDef, sites: Iterable[Site]) -> dict[cst.Call, Site]:
+    """The calls in ``fn`` that apply an element of a submodule list in a loop over it, and its site."""
+    lists: dict[str, list[Site]] = {}
+    for site in sites:
+        if site.container == "list" or site.elements is not None:
+            lists.setdefault(site.attr, []).append(site)
+    single = {attr: found[0] for attr, found in lists.items() if len(found) == 1 and usable_index(found[0])}
+    found: dict[cst.Call, Site] = {}
+    for loop in _top_loops(fn.body.body):
+        var, attr = _loop_over_list(loop)
+        site = single.get(attr or "")
+        if var is None or site is None or var in assigned_in(loop.body):
+            continue
+        for call in calls_in(loop.body):
+            if isinstance(call.func, cst.Name) and call.func.value == var:
+                found[call] = site
+    return found
+
+
+def later_size_holds(site: Site, later: str, allowed: set[str]) -> bool:
+    """Whether ``later``, the size the previous element gives, can size every element after the
+    first: not when it reads a name beyond ``allowed`` (``self`` and the class's constructor
+    arguments) -- a name of the method, or the comprehension's index, would not mean the previous
+    element's size there."""
+    return usable_index(site) and names_in(parse_expression(later)) <= allowed
+
+
+def usable_index(site: Site) -> bool:
+    """Whether each element's position is an expression of the list's own loop index."""
+    return bool(site.elements_index) and not site.elements_index.isdigit()
+
+
+def _top_loops(body: Iterable[cst.BaseStatement]) -> Iterable[cst.For]:
+    for stmt in body:
+        if isinstance(stmt, cst.For):
+            yield stmt
+        elif isinstance(stmt, cst.If):
+            yield from _top_loops(stmt.body.body)
+            orelse = stmt.orelse
+            while orelse is not None:
+                if isinstance(orelse, cst.If):
+                    yield from _top_loops(orelse.body.body)
+                    orelse = orelse.orelse
+                else:
+                    yield from _top_loops(orelse.body.body)
+                    orelse = None
+        elif isinstance(stmt, (cst.With, cst.Try)):
+            yield from _top_loops(stmt.body.body)
+
+
+def _loop_over_list(loop: cst.For) -> tuple[str | None, str | None]:
+    """``for v in self.attr`` / ``for i, v in enumerate(self.attr)`` -> (v, attr); (None, None) else."""
+    it, target = loop.iter, loop.target
+    if loop.orelse is not None or loop.asynchronous is not None:
+        return None, None
+    if isinstance(target, cst.Name) and self_attr(it) is not None:
+        return target.value, self_attr(it)
+    if (
+        isinstance(it, cst.Call)
+        and isinstance(it.func, cst.Name)
+        and it.func.value == "enumerate"
+        and len(it.args) == 1
+        and it.args[0].keyword is None
+        and not it.args[0].star
+        and self_attr(it.args[0].value) is not None
+        and isinstance(target, cst.Tuple)
+        and len(target.elements) == 2
+        and all(isinstance(e.value, cst.Name) for e in target.elements)
+    ):
+        return target.elements[1].value.value, self_attr(it.args[0].value)  # type: ignore[attr-defined]
+    return None, None

@@ -1,0 +1,301 @@
+"""Values that are elementwise functions, so that calling them keeps the feature size.
+
+Code outside Flax keeps its activations in a table and picks one by a config string:
+``ACT2FN = {"gelu": partial(nn.gelu, approximate=False), "relu": nn.relu, "quick": quick}`` at module
+level, then ``self.act = ACT2FN[self.config.act]`` in ``setup`` and ``self.act(x)`` in ``__call__``
+(or ``ACT2FN["gelu"](x)`` directly). Whatever key the config names, the value is one of the table's,
+so when every value keeps the last axis, so does the lookup. A value keeps it when it is
+
+- a function the Linen API tables call feature-preserving (``nn.relu``, ``jax.nn.gelu``, ``jnp.tanh``);
+- ``functools.partial`` of one with keyword arguments only (a positional one would take ``x``'s place);
+- a module-level function of the file whose returns keep its first parameter's last axis
+  (``def quick(x): return x * jax.nn.sigmoid(1.7 * x)``, by the file's dataflow of helpers);
+- a lookup ``T[key]`` of a table: a dict display bound once at module level, every value of which keeps
+  it, that no statement of the file changes (no ``T[k] = v``, ``del T[k]``, ``T.update(...)``, ...,
+  ``global T``). A table of another file of the run is known by its fact (:class:`ElementwiseTable`).
+
+A setup attribute bound only to such values (``self.act = ACT2FN[...]``) then keeps the feature size
+when called, as an activation field does (class_fields.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_utils import absolute_qualname, names_in, self_attr
+from linen2nnx.migrate.linen_api import feature_preserving_functions
+
+if TYPE_CHECKING:
+    from linen2nnx.migrate.context import FileContext
+
+KEY_PREFIX = "elementwise:"
+PARTIALS = frozenset({"functools.partial"})
+_READERS = frozenset({"get", "keys", "values", "items", "copy"})
+"""The dict methods that leave a table as it is (any other may change it)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ElementwiseTable:
+    """A module-level table of elementwise functions another file of the run defines (its absolute
+    dotted name), so that files importing it know its lookups keep the feature size."""
+
+    key: str
+
+
+def is_elementwise(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """Whether ``node`` evaluates to a function whose result keeps its first argument's last axis."""
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        if ctx.qualnames(node) & feature_preserving_functions():
+            return True
+        return isinstance(node, cst.Name) and _keeping_helper(ctx, node.value)
+    if isinstance(node, cst.Call):
+        args = list(node.args)
+        return (
+            bool(ctx.qualnames(node.func) & PARTIALS)
+            and bool(args)
+            and args[0].keyword is None
+            and not args[0].star
+            and all(a.keyword is not None for a in args[1:])
+            and is_elementwise(ctx, args[0].value)
+        )
+    if isinstance(node, cst.Subscript):
+        return is_table(ctx, node.value)
+    return False
+
+
+def is_table(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """Whether ``node`` names a table of elementwise functions (this file's or an imported one)."""
+    if isinstance(node, cst.Name) and node.value in file_tables(ctx):
+        return True
+    if not isinstance(node, (cst.Name, cst.Attribute)) or not ctx.state.external_elementwise:
+        return False
+    if isinstance(node, cst.Name):
+        unchanged = ctx.state.unchanged_imports
+        if node.value not in unchanged:
+            unchanged[node.value] = not _changed_names(ctx.state.tree, {node.value})
+        if not unchanged[node.value]:
+            return False  # an imported table this file changes
+    return any(
+        absolute_qualname(q, ctx.state.module_name) in ctx.state.external_elementwise
+        for q in ctx.qualnames(node)
+    )
+
+
+def file_tables(ctx: FileContext) -> frozenset[str]:
+    """The names of this file's tables of elementwise functions (found on first need)."""
+    state = ctx.state
+    if state.elementwise_tables is None:
+        state.elementwise_tables = frozenset()  # a table whose values look one up is none
+        dicts = _bound_once_dicts(state.tree)
+        found = {
+            name
+            for name, value in dicts.items()
+            if value.elements and all(_is_plain_entry(ctx, el) for el in value.elements)
+        }
+        state.elementwise_tables = (
+            frozenset(found - _changed_names(state.tree, found)) if found else frozenset()
+        )
+    return state.elementwise_tables
+
+
+def table_facts(ctx: FileContext) -> dict[str, ElementwiseTable]:
+    """This file's tables, as facts for the files that import them."""
+    return {
+        KEY_PREFIX + key: ElementwiseTable(key)
+        for name in file_tables(ctx)
+        for key in [f"{ctx.state.module_name}.{name}" if ctx.state.module_name else name]
+    }
+
+
+def setup_activations(ctx: FileContext, node: cst.ClassDef, fields: set[str]) -> set[str]:
+    """The attributes ``setup`` binds to elementwise functions, and every other binding in the class
+    too (``self.act = ACT2FN[self.config.act]``): calling one keeps the feature size. Fields are not
+    among them (a caller may pass anything)."""
+    setup = next(
+        (s for s in node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "setup"), None
+    )
+    if setup is None:
+        return set()
+    values: dict[str, list[cst.BaseExpression]] = {}
+    for assign in _AssignFinder.of(node):
+        for target in assign.targets:
+            attr = self_attr(target.target)
+            if attr is not None:
+                values.setdefault(attr, []).append(assign.value)
+            elif not isinstance(target.target, cst.Name):  # `self.a, self.b = ...`: none of those known
+                values.update({a: [cst.Name("None")] for a in _self_attrs(target.target)})
+    in_setup = {self_attr(t.target) for a in _AssignFinder.of(setup) for t in a.targets} - {None}
+    return {
+        attr
+        for attr, bound in values.items()
+        if attr in in_setup and attr not in fields and all(is_elementwise(ctx, v) for v in bound)
+    }
+
+
+def _keeping_helper(ctx: FileContext, name: str) -> bool:
+    """A module-level function of the file whose result has its first parameter's last axis."""
+    if name not in ctx.state.module_functions:
+        return False
+    known = ctx.function_out(name)
+    if known is None or not known[0]:
+        return False
+    params, out = known
+    return out.kind == "input" and out.input_name == params[0]
+
+
+def _is_plain_entry(ctx: FileContext, element: cst.BaseDictElement) -> bool:
+    return isinstance(element, cst.DictElement) and is_elementwise(ctx, element.value)
+
+
+def _bound_once_dicts(tree: cst.Module) -> dict[str, cst.Dict]:
+    """Module-level names bound exactly once at module level, to a dict display."""
+    bound: dict[str, int] = {}
+    dicts: dict[str, cst.Dict] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            bound[stmt.name.value] = bound.get(stmt.name.value, 0) + 1
+            continue
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if isinstance(small, (cst.Import, cst.ImportFrom, cst.Del)):  # may bind or unbind any name
+                for name in _BindingFinder.of(small) | (
+                    names_in(small) if isinstance(small, cst.Del) else set()
+                ):
+                    bound[name] = bound.get(name, 0) + 2
+                continue
+            targets = (
+                [t.target for t in small.targets]
+                if isinstance(small, cst.Assign)
+                else [small.target]
+                if isinstance(small, (cst.AnnAssign, cst.AugAssign))
+                else []
+            )
+            for target in targets:
+                if isinstance(target, cst.Name):
+                    bound[target.value] = bound.get(target.value, 0) + 1
+                    if isinstance(small, cst.Assign) and isinstance(small.value, cst.Dict):
+                        dicts[target.value] = small.value
+        if not isinstance(stmt, cst.SimpleStatementLine):  # `if`, `try`, `for`: may rebind anything
+            for name in _BindingFinder.of(stmt):
+                bound[name] = bound.get(name, 0) + 2
+    return {name: d for name, d in dicts.items() if bound.get(name) == 1}
+
+
+def _changed_names(tree: cst.Module, names: set[str]) -> set[str]:
+    """Those of ``names`` some statement of the file may change: an item set or deleted, a mutating
+    method called, a ``global`` declaration, or a rebinding inside a function or class."""
+    finder = _ChangeFinder(names)
+    finder.walk(tree)
+    return finder.changed
+
+
+def _self_attrs(node: cst.BaseExpression) -> set[str]:
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return {a for el in node.elements for a in _self_attrs(el.value)}
+    attr = self_attr(node)
+    return {attr} if attr is not None else set()
+
+
+class _AssignFinder(FastVisitor):
+    """Every ``Assign`` under a node (nested functions included)."""
+
+    def __init__(self) -> None:
+        self.found: list[cst.Assign] = []
+
+    @classmethod
+    def of(cls, node: cst.CSTNode) -> list[cst.Assign]:
+        finder = cls()
+        finder.walk(node)
+        return finder.found
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.found.append(node)
+
+
+class _BindingFinder(FastVisitor):
+    """The plain names a compound statement binds (assignments, loops, imports, definitions)."""
+
+    def __init__(self) -> None:
+        self.found: set[str] = set()
+
+    @classmethod
+    def of(cls, node: cst.CSTNode) -> set[str]:
+        finder = cls()
+        finder.walk(node)
+        return finder.found
+
+    def _target(self, node: cst.CSTNode) -> None:
+        if isinstance(node, cst.Name):
+            self.found.add(node.value)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            for el in node.elements:
+                self._target(el.value)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self._target(t.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._target(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._target(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._target(node.target)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.found.add(node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.found.add(node.name.value)
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        bound = node.asname.name if node.asname is not None else node.name
+        if isinstance(bound, cst.Name):
+            self.found.add(bound.value)
+
+
+class _ChangeFinder(FastVisitor):
+    """Statements that may change one of a set of module-level tables."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.changed: set[str] = set()
+
+    def _item_target(self, node: cst.CSTNode) -> None:
+        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name):
+            if node.value.value in self.names:
+                self.changed.add(node.value.value)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            for el in node.elements:
+                self._item_target(el.value)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self._item_target(t.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._item_target(node.target)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._item_target(node.target)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value in self.names
+            and func.attr.value not in _READERS
+        ):
+            self.changed.add(func.value.value)
+        for arg in node.args:  # a function that receives the table may change it
+            if isinstance(arg.value, cst.Name) and arg.value.value in self.names:
+                self.changed.add(arg.value.value)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.changed.update(n.name.value for n in node.names if n.name.value in self.names)

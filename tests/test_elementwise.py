@@ -1,0 +1,88 @@
+"""Tables of activations (elementwise.py): a lookup keeps the feature size only when every value of
+the table does and nothing changes the table; a table of another file of the run is known by its fact."""
+
+from pathlib import Path
+
+import pytest
+
+from linen2nnx.migrate import migrate_source
+from linen2nnx.migrate.engine import Mode, migrate_paths
+
+TABLE = """from functools import partial
+
+import flax.linen as nn
+import jax
+
+
+def swish_ish(x):
+    return x * jax.nn.sigmoid(1.5 * x)
+
+
+ACTS = {"gelu": partial(nn.gelu, approximate=False), "relu": nn.relu, "swish_ish": swish_ish}
+"""
+
+MLP = """
+class Mlp(nn.Module):
+    cfg: object
+
+    def setup(self):
+        self.up = nn.Dense(self.cfg.inner)
+        self.act = ACTS[self.cfg.act]
+        self.down = nn.Dense(self.cfg.width)
+
+    def __call__(self, x):
+        return self.down(self.act(self.up(x)))
+"""
+
+
+def _unsized(source: str) -> list[str]:
+    result = migrate_source(source, "m.py", module_name="m")
+    return [f.message for f in result.findings if f.rule == "L2N-SHAPE-003"]
+
+
+def test_a_table_of_activations_keeps_the_size():
+    assert _unsized(TABLE + MLP) == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        'ACTS["sum"] = lambda x: x.sum(-1)\n',  # an item set after the display
+        "ACTS.update(extra=jax.nn.softmax)\n",  # a mutating method
+        "register(ACTS)\n",  # a call that receives the table may change it
+        "ACTS = dict(ACTS)\n",  # bound twice
+        'def add():\n    global ACTS\n    ACTS = {"x": len}\n',  # rebound through `global`
+        "from os.path import join as ACTS\n",  # rebound by an import
+    ],
+)
+def test_a_changed_table_keeps_the_finding(change):
+    assert len(_unsized(TABLE + change + MLP)) == 1
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "partial(nn.gelu, True)",  # a positional argument takes x's place
+        "lambda x: x",  # a lambda is not looked into
+        "jax.nn.one_hot",  # not feature-preserving
+        "first_row",  # a function of the file that does not keep its input's last axis
+    ],
+)
+def test_a_table_with_another_value_keeps_the_finding(value):
+    helper = "def first_row(x):\n    return x[0]\n\n\n"
+    table = TABLE.replace('"swish_ish": swish_ish}', f'"swish_ish": swish_ish, "other": {value}}}')
+    assert len(_unsized(helper + table + MLP)) == 1
+
+
+def test_a_table_of_another_file_of_the_run_keeps_the_size(tmp_path: Path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "acts.py").write_text(TABLE)
+    (pkg / "mlp.py").write_text("import flax.linen as nn\n\nfrom .acts import ACTS\n\n" + MLP)
+    result = migrate_paths([tmp_path], Mode.OUT_DIR, out_dir=tmp_path / "out")
+    assert [f.format_text() for f in result.findings if f.severity == "manual"] == []
+    changed = "import flax.linen as nn\n\nfrom .acts import ACTS\n\nACTS['x'] = len\n" + MLP
+    (pkg / "mlp.py").write_text(changed)  # the importing file changes the table
+    result = migrate_paths([tmp_path / "pkg"], Mode.OUT_DIR, out_dir=tmp_path / "out2")
+    assert [f.rule for f in result.findings if f.severity == "manual"] == ["L2N-SHAPE-003"]
