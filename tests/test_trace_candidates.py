@@ -131,7 +131,7 @@ def test_a_traced_carry_wider_than_features_sizes_the_cell(tmp_path):
 def test_einops_patterns_keep_the_last_axis_only_when_both_sides_end_with_it():
     """The output's last axis is the input's when the pattern ends both sides with the same axis or
     group; an axis the output splits, merges or adds is never guessed (a manual size instead)."""
-    from linen2nnx.migrate.dataflow import einops_keeps_last
+    from linen2nnx.migrate.last_axis_ops import einops_keeps_last
 
     kept = [
         "n h w c -> n (h w) c",

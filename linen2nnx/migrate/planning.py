@@ -283,49 +283,50 @@ class ClassPlanner:
                 if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
                     continue
                 attr = self_attr(small.targets[0].target)
-                if attr is None:
-                    continue
-                value = small.value
-                local = (
-                    self.setup_partials.get(value.func.value)
-                    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name)
-                    else None
+                if attr is not None:
+                    self._plan_setup_assign(plan, attr, small.value, stmt, body)
+
+    def _plan_setup_assign(
+        self, plan: ClassPlan, attr: str, value: cst.BaseExpression, stmt: Any, body: Any
+    ) -> None:
+        """One ``self.attr = value`` of setup(): a submodule (directly, through a setup partial, or as a
+        list of them), a variable, or a comprehension of submodules."""
+        local = None
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+            local = self.setup_partials.get(value.func.value)
+        if local is not None:  # `self.q = dense(4)`: the constructor the partial stands for
+            add_partial_site(self.site_planner, plan, attr, value, local)
+        elif isinstance(value, cst.Call) and (
+            self.ctx.layer_rule_of(value.func) or self.ctx.user_class_of(value.func)
+        ):
+            linen_name = _literal_name(value) or attr  # Linen's scope name: name= wins over the attribute
+            self.site_planner.add_site(plan, value, attr=attr, linen_name=linen_name, hoisted=False)
+        elif isinstance(value, cst.Call) and self.ctx.self_call(value) in ("param", "variable"):
+            site = self.site_planner.add_variable_site(
+                plan, value, hoisted=False, local_names=set(), attr=attr
+            )
+            if site is not None:
+                plan.setup_vars[attr] = site.kind
+        elif isinstance(value, cst.ListComp) and isinstance(value.elt, cst.Call):
+            self._plan_setup_comprehension(plan, attr, value, stmt, body)
+        elif (
+            isinstance(value, (cst.List, cst.Tuple))
+            and value.elements
+            and all(
+                isinstance(e.value, cst.Call)
+                and (self.ctx.layer_rule_of(e.value.func) or self.ctx.user_class_of(e.value.func))
+                for e in value.elements
+            )
+        ):
+            sites = []
+            for i, e in enumerate(value.elements):
+                linen_name = _literal_name(e.value) or f"{attr}_{i}"
+                site = self.site_planner.add_site(
+                    plan, e.value, attr=f"{attr}[{i}]", linen_name=linen_name, hoisted=False
                 )
-                if local is not None:  # `self.q = dense(4)`: the constructor the partial stands for
-                    add_partial_site(self.site_planner, plan, attr, value, local)
-                elif isinstance(value, cst.Call) and (
-                    self.ctx.layer_rule_of(value.func) or self.ctx.user_class_of(value.func)
-                ):
-                    linen_name = (
-                        _literal_name(value) or attr
-                    )  # Linen's scope name: name= wins over the attribute
-                    self.site_planner.add_site(plan, value, attr=attr, linen_name=linen_name, hoisted=False)
-                elif isinstance(value, cst.Call) and self.ctx.self_call(value) in ("param", "variable"):
-                    site = self.site_planner.add_variable_site(
-                        plan, value, hoisted=False, local_names=set(), attr=attr
-                    )
-                    if site is not None:
-                        plan.setup_vars[attr] = site.kind
-                elif isinstance(value, cst.ListComp) and isinstance(value.elt, cst.Call):
-                    self._plan_setup_comprehension(plan, attr, value, stmt, body)
-                elif (
-                    isinstance(value, (cst.List, cst.Tuple))
-                    and value.elements
-                    and all(
-                        isinstance(e.value, cst.Call)
-                        and (self.ctx.layer_rule_of(e.value.func) or self.ctx.user_class_of(e.value.func))
-                        for e in value.elements
-                    )
-                ):
-                    sites = []
-                    for i, e in enumerate(value.elements):
-                        linen_name = _literal_name(e.value) or f"{attr}_{i}"
-                        site = self.site_planner.add_site(
-                            plan, e.value, attr=f"{attr}[{i}]", linen_name=linen_name, hoisted=False
-                        )
-                        site.container = "list"
-                        sites.append(site)
-                    plan.containers[attr] = sites
+                site.container = "list"
+                sites.append(site)
+            plan.containers[attr] = sites
 
     def _plan_setup_loops(self, plan: ClassPlan, body: Any) -> None:
         """Lists a loop of setup() fills with submodules (setup_loop_lists.py): one site for the

@@ -382,20 +382,17 @@ class _Verifier:
         func = call.func
         if not any(isinstance(a.value, cst.Name) and a.value.value == "self" for a in call.args):
             return
-        if isinstance(func, cst.Attribute) and helper_of(call, self.names, self.module_name, self.factories):
-            self._report(  # a function of another file of the run, handed self first
-                verify_rules.VERIFY_004,
-                call,
-                stmt,
-                f"{code(func)}(...) is handed self and calls self.param(...): Linen Module API an NNX "
-                "module does not have; create the variable in __init__",
-            )
-            return
-        if not isinstance(func, cst.Name):
-            return
         if self._helpers is None:  # found on first need: few calls hand `self` to a function
             self._helpers = linen_helpers(self.module)
-        if func.value not in self._helpers:
+        if not (isinstance(func, cst.Name) and func.value in self._helpers):
+            if helper_of(call, self.names, self.module_name, self.factories):  # another file's, handed self
+                self._report(
+                    verify_rules.VERIFY_004,
+                    call,
+                    stmt,
+                    f"{code(func)}(...) is handed self and calls self.param(...): Linen Module API an NNX "
+                    "module does not have; create the variable in __init__",
+                )
             return
         params, api = self._helpers[func.value]
         for i, arg in enumerate(call.args):

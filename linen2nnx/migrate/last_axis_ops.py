@@ -1,0 +1,212 @@
+"""What array operations do to a value's last (feature) axis: einops patterns, concatenation,
+reductions, contractions against a parameter of known rank, and reshapes.
+
+The feature-size dataflow (``dataflow.py``) asks these when a value passes through such an operation;
+each answers with the result's size or an unknown ``Feat`` naming why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.dataflow_types import Feat
+
+
+def einops_keeps_last(pattern: str) -> bool:
+    """An einops pattern whose output ends with the input's last axis, as is: ``"n h w c -> n (h w) c"``,
+    ``"b t d -> t b d"``, ``"... d -> ... d"`` (the same final token on both sides, an axis name or a
+    group, never one the output builds or splits)."""
+    lhs, arrow, rhs = pattern.partition("->")
+    if not arrow:
+        return False
+    last_in, last_out = _einops_last(lhs), _einops_last(rhs)
+    return last_in is not None and last_in == last_out
+
+
+def _einops_last(side: str) -> str | None:
+    """The last axis token of one side of an einops pattern (a name, ``...`` or a ``(group)``)."""
+    tokens = re.findall(r"\([^()]*\)|[A-Za-z_][A-Za-z_0-9]*|\.\.\.|\S", side.strip())
+    if not tokens:
+        return None
+    last = tokens[-1]
+    if last.startswith("("):
+        return "(" + " ".join(last[1:-1].split()) + ")"
+    return last if last == "..." or last.isidentifier() else None
+
+
+def concatenated(parts: Feat, axis: cst.BaseExpression | None) -> Feat:
+    """``jnp.concatenate([a, b], -1)``: the feature sizes add up (``2 * (h)`` for equal parts); along
+    any other literal axis the last axis is the parts' common one."""
+    if parts.kind != "tuple" or not parts.elements:
+        return Feat.unknown("a concatenation of an unknown sequence")
+    last = (
+        isinstance(axis, cst.UnaryOperation)
+        and isinstance(axis.operator, cst.Minus)
+        and (isinstance(axis.expression, cst.Integer) and axis.expression.value == "1")
+    )
+    if not last:
+        if isinstance(axis, cst.Integer) or axis is None:  # a leading axis (the default is 0)
+            same = parts.elements[0]
+            return (
+                same
+                if all(e == same for e in parts.elements)
+                else Feat.unknown("a concatenation of unequal parts")
+            )
+        return Feat.unknown("a concatenation along an unknown axis")
+    known = [e if e.kind == "expr" else e.candidate for e in parts.elements]
+    if any(k is None or k.kind != "expr" for k in known):
+        return Feat.unknown("a concatenation of parts of unknown size")
+    exprs = [
+        k.expr if k.expr.isidentifier() or k.expr.replace(".", "").isalnum() else f"({k.expr})" for k in known
+    ]  # type: ignore[union-attr]
+    total = Feat("expr", expr=f"{len(exprs)} * {exprs[0]}" if len(set(exprs)) == 1 else " + ".join(exprs))
+    if any(e.kind != "expr" for e in parts.elements):  # some part's size is itself only a candidate
+        return Feat("unknown", reason="a concatenation of parts of unconfirmed size", candidate=total)
+    return total
+
+
+def reduced(value: Feat, positional: Sequence[cst.Arg], args: Sequence[cst.Arg]) -> Feat:
+    """``mean(x, axis=...)``: ``x``'s last axis unless it is reduced. Leading axes given as
+    non-negative numbers leave it only when ``x`` has more axes, which a trace confirms."""
+    keywords = {a.keyword.value: a.value for a in args if a.keyword is not None}
+    keepdims = keywords.get("keepdims")
+    if keepdims is not None and isinstance(keepdims, cst.Name) and keepdims.value == "True":
+        return value
+    axis = positional[0].value if positional else keywords.get("axis")
+    if axis is None or (isinstance(axis, cst.Name) and axis.value == "None"):
+        return Feat.unknown("a reduction over every axis")
+    items = [e.value for e in axis.elements] if isinstance(axis, (cst.Tuple, cst.List)) else [axis]
+    axes = []
+    for item in items:
+        negative = isinstance(item, cst.UnaryOperation) and isinstance(item.operator, cst.Minus)
+        number = item.expression if negative else item  # type: ignore[attr-defined]
+        if not isinstance(number, cst.Integer):
+            return Feat.unknown("a reduction over axes the source does not spell out")
+        axes.append(-int(number.value) if negative else int(number.value))
+    if -1 in axes or value.kind not in ("expr", "input", "choice"):
+        return Feat.unknown(
+            "a reduction over the last axis" if -1 in axes else "a reduction of an unknown size"
+        )
+    if all(a < 0 for a in axes):
+        return value
+    if value.rank:
+        return (
+            value
+            if value.rank - 1 not in {a % value.rank for a in axes}
+            else Feat.unknown("a reduction over the last axis")
+        )
+    return Feat(
+        "unknown",
+        reason="a reduction over leading axes of a value of unknown rank",
+        candidate=value,
+        reduced=tuple(axes),
+    )
+
+
+def contracted(rhs: Feat, *gone: int | None) -> Feat:
+    """The result of contracting something with ``rhs`` over (and batching along) the axes ``gone``
+    of ``rhs``: its last axis is ``rhs``'s last one if that survives; unknown when the rank of
+    ``rhs`` or the axes are not known."""
+    if rhs.rank == 1:
+        return Feat.unknown("a contraction with a vector")
+    if rhs.kind in ("expr", "input") and rhs.rank == 0 and gone == (-2,):
+        # `x @ y`: y's last axis survives whenever y has rank >= 2; a trace can tell
+        return Feat("unknown", reason="a contraction with a value of unknown rank", candidate=rhs)
+    if rhs.rank < 2 or rhs.kind not in ("expr", "input") or None in gone:
+        return Feat.unknown("a contraction with a value of unknown rank")
+    if (rhs.rank - 1) in {g % rhs.rank for g in gone if -rhs.rank <= g < rhs.rank}:  # type: ignore[operator]
+        return Feat.unknown("a contraction over the last axis")
+    return dataclasses.replace(rhs, rank=0)
+
+
+def rhs_axes(dims: cst.BaseExpression | None) -> tuple[int | None, ...]:
+    """The rhs contracting and batch axes of a literal ``((lc, rc), (lb, rb))``; ``(None,)`` otherwise."""
+
+    def ints(node: cst.BaseExpression) -> list[int] | None:
+        if not isinstance(node, (cst.Tuple, cst.List)):
+            return None
+        out = []
+        for el in node.elements:
+            value = el.value
+            sign = (
+                -1 if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) else 1
+            )
+            value = value.expression if isinstance(value, cst.UnaryOperation) else value
+            if not isinstance(value, cst.Integer):
+                return None
+            out.append(sign * int(value.value))
+        return out
+
+    if not (isinstance(dims, (cst.Tuple, cst.List)) and len(dims.elements) == 2):
+        return (None,)
+    pairs = [el.value for el in dims.elements]
+    if not all(isinstance(p, (cst.Tuple, cst.List)) and len(p.elements) == 2 for p in pairs):
+        return (None,)
+    rc, rb = ints(pairs[0].elements[1].value), ints(pairs[1].elements[1].value)  # type: ignore[union-attr]
+    if rc is None or rb is None:
+        return (None,)
+    return (*rc, *rb)
+
+
+def reshaped(receiver: Feat, node: cst.Call, value: cst.BaseExpression) -> Feat:
+    """``value.reshape(..., -1)``: a flatten. When the axes before ``-1`` are ``value.shape[0]``,
+    ``value.shape[1]``, ... in order, it keeps that many leading axes and flattens the rest."""
+    args = node.args
+    dims: list[cst.BaseExpression] = []
+    shape = args[0].value if len(args) == 1 else None
+    if isinstance(shape, (cst.Tuple, cst.List)) and shape.elements:
+        dims = [e.value for e in shape.elements]
+        written = not isinstance(shape.elements[-1], cst.StarredElement)
+    elif isinstance(shape, cst.BinaryOperation) and isinstance(shape.operator, cst.Add):
+        tail = shape.right  # x.shape[:2] + (heads, dim): the tuple on the right holds the last axes
+        if not isinstance(tail, (cst.Tuple, cst.List)) or not tail.elements:
+            return Feat.unknown("reshape")
+        last_el = tail.elements[-1]
+        axis = None if isinstance(last_el, cst.StarredElement) else _static_axis(last_el.value)
+        return axis if axis is not None else Feat.unknown("reshape")
+    else:
+        dims = [a.value for a in args]
+        # one argument that is no tuple may be a whole shape (x.reshape(self.shape)): only an integer
+        # is then surely the last axis
+        written = not any(a.star for a in args) and (len(args) > 1 or isinstance(shape, cst.Integer))
+    last = dims[-1] if dims else None
+    axis = _static_axis(last) if last is not None and written else None
+    if axis is not None:
+        return axis  # x.reshape(b, t, self.hidden): the last axis is the size written there
+    if (
+        isinstance(last, cst.UnaryOperation)
+        and isinstance(last.expression, cst.Integer)
+        and last.expression.value == "1"
+    ):
+        source = code(value)
+        kept = [code(d).replace(" ", "") for d in dims[:-1]]
+        leading = len(kept) if kept == [f"{source}.shape[{i}]" for i in range(len(kept))] else 0
+        return Feat("flatten", base=receiver, leading=leading)
+    return Feat.unknown("reshape")
+
+
+def _is_minus_one(node: cst.BaseExpression) -> bool:
+    return (
+        isinstance(node, cst.UnaryOperation)
+        and isinstance(node.operator, cst.Minus)
+        and isinstance(node.expression, cst.Integer)
+        and node.expression.value == "1"
+    )
+
+
+def _static_axis(node: cst.BaseExpression) -> Feat | None:
+    """A reshape's last axis written as a size ``__init__`` can read (an integer, an attribute chain of
+    ``self``): the result's last axis is that, whenever the reshape succeeds."""
+    if isinstance(node, cst.Integer):
+        return Feat("expr", expr=code(node))
+    chain = node
+    while isinstance(chain, cst.Attribute):
+        chain = chain.value
+    if isinstance(chain, cst.Name) and chain.value == "self" and isinstance(node, cst.Attribute):
+        return Feat("expr", expr=code(node))
+    return None
