@@ -580,13 +580,18 @@ def test_train_step_bench_reports_the_three_ratios(tmp_path):
 def test_convert_scale_reports_time_and_memory_ratios(tmp_path, capsys):
     bench = _load("convert_scale")
     out = tmp_path / "scale.json"
-    assert bench.main(["--size", "2", "--dir", str(tmp_path), "--json", str(out)]) == 0
+    assert bench.main(["--size", "2", "--dir", str(tmp_path), "--json", str(out), "--repeat", "2"]) == 0
     numbers = json.loads(out.read_text())
     assert numbers["time_ratio"] == pytest.approx(numbers["convert"]["seconds"] / numbers["floor"]["seconds"])
+    pairs = numbers["pairs"]
+    assert len(pairs) == 2 and numbers["time_ratio"] == pytest.approx(min(p["time_ratio"] for p in pairs))
     assert numbers["rss_limit_mb"] == pytest.approx(1.5 * numbers["largest_mb"] + 300)
+    assert numbers["peak_rss_mb"] == max(p["convert"]["peak_rss_mb"] for p in pairs)
+    assert numbers["rss_ratio"] == pytest.approx(numbers["peak_rss_mb"] / numbers["rss_limit_mb"])
     assert numbers["convert"]["peak_rss_mb"] > 0 and numbers["dry_run"]["seconds"] > 0
     text = capsys.readouterr().out
     assert "ratio convert / floor (time)" in text and "peak RSS / (1.5 x largest + 300 MB" in text
+    assert "pair 1: floor" in text and "pair 2: floor" in text and "median of 2 pairs" in text
 
 
 # ---- memory_pipeline --------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from linen2nnx.checkpoint_convert.commit import (
     recover,
     recover_all,
 )
+from linen2nnx.checkpoint_convert.durable import Flusher, sync_path, unsynced_checkpointer
 from linen2nnx.errors import L2NError
 
 REPORT_FILENAME = "linen2nnx-conversion.json"
@@ -72,10 +73,12 @@ def write_nnx_checkpoint(
     if optimizer_state is not None:
         payloads[OPTIMIZER_DIR] = (tmp / OPTIMIZER_DIR, optimizer_state)
     try:
-        sums = _save_and_verify(payloads, verify, budget)
-        if report is not None and is_primary():
-            report = {**report, "checksums": sums, "verified": verify and jax.process_count() == 1}
-            (tmp / REPORT_FILENAME).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        with Flusher() as flusher:
+            sums = _save_and_verify(payloads, verify, budget, flusher)
+            if report is not None and is_primary():
+                report = {**report, "checksums": sums, "verified": verify and jax.process_count() == 1}
+                (tmp / REPORT_FILENAME).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            flusher.finish(tmp)  # every file and folder on disk before the rename publishes them
     except BaseException:
         if is_primary():
             recover(dst)  # this run's partial output, Orbax's temp folder included
@@ -83,12 +86,16 @@ def write_nnx_checkpoint(
     barrier("staged")
     if is_primary():
         publish(tmp, dst)
+        sync_path(dst.parent)  # the rename itself on disk
     barrier("published")
     return dst
 
 
-def _save_and_verify(payloads: dict[str, tuple[Path, Any]], verify: bool, budget: int) -> dict[str, Any]:
-    """Save every payload (every process writes its shards), checksum, and read back.
+def _save_and_verify(
+    payloads: dict[str, tuple[Path, Any]], verify: bool, budget: int, flusher: Flusher
+) -> dict[str, Any]:
+    """Save every payload (every process writes its shards), checksum, and read back; each
+    payload's files go to disk on ``flusher``'s thread while the next is written and read back.
 
     Verification reads whole arrays on the host, so a multi-host job records the checksums of the
     arrays each process can address and skips the read-back.
@@ -98,10 +105,12 @@ def _save_and_verify(payloads: dict[str, tuple[Path, Any]], verify: bool, budget
 
     from linen2nnx.checkpoint_convert.verify import state_checksums, verify_payload
 
+    others = tuple(path.name for path, _ in payloads.values())[1:]  # nested in the first one's folder
     # the PyTree handler (StandardCheckpointer's own format) also takes lazy leaves, see .lazy
-    with ocp.PyTreeCheckpointer() as ckptr:
+    with unsynced_checkpointer() as ckptr:
         for path, tree in payloads.values():
             ckptr.save(path, args=ocp.args.PyTreeSave(tree, ocdbt_target_data_file_size=TARGET_FILE_BYTES))
+            flusher.submit(path, skip=others if path == payloads["model"][0] else ())
     sums = {name: state_checksums(tree) for name, (_, tree) in payloads.items()}
     if verify and jax.process_count() == 1:  # Orbax restores are collective: no primary-only read
         for name, (path, _) in payloads.items():
