@@ -31,6 +31,12 @@ from libcst.metadata.position_provider import NEWLINE_RE
 
 from linen2nnx.migrate.codegen import emit, record
 
+# ``type(node) in NAME_OR_ATTRIBUTE`` is ``isinstance(node, (cst.Name, cst.Attribute))`` (neither class
+# has a subclass) without the ABC instance check, a Python-level call each time the type differs: the
+# hot name and attribute tests do thousands a file
+NAME_OR_ATTRIBUTE = frozenset({cst.Name, cst.Attribute})
+TUPLE_OR_LIST = frozenset({cst.Tuple, cst.List})  # the same for tuple and list displays
+
 
 def parse_module(source: str) -> cst.Module:
     """``cst.parse_module(source)``, without libcst's check of each node the parser builds (a third of
@@ -443,7 +449,7 @@ def wanted_with_start_nodes(nodes: Collection[cst.CSTNode]) -> set[cst.CSTNode]:
     statement)."""
     wanted = set(nodes)
     for node in nodes:
-        if isinstance(node, cst.IndentedBlock) and node.body:
+        if type(node) is cst.IndentedBlock and node.body:
             wanted.add(node.body[0])
     return wanted
 

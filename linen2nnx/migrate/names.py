@@ -33,7 +33,7 @@ from typing import Any
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from linen2nnx.migrate.cst_meta import CHILDREN_MEMO, syntax_children
+from linen2nnx.migrate.cst_meta import CHILDREN_MEMO, NAME_OR_ATTRIBUTE, syntax_children
 
 # nodes after which libcst's scope pass counts one more assignment in the current scope (reads are
 # ordered against bindings by that count)
@@ -157,13 +157,13 @@ class _ImportBinding(_Binding):
         node = self.node
         assert isinstance(node, (cst.Import, cst.ImportFrom))
         module = ""
-        if isinstance(node, cst.ImportFrom):
+        if type(node) is cst.ImportFrom:
             if node.module is not None:
                 module = get_full_name_for_node(node.module) or ""
             if node.relative:
                 module = "." * len(node.relative) + module
         results: set[str] = set()
-        if isinstance(node.names, cst.ImportStar):
+        if type(node.names) is cst.ImportStar:
             return results
         for alias in node.names:
             real = get_full_name_for_node(alias.name)
@@ -199,14 +199,14 @@ class _Read:
 
 def _dotted(node: cst.Attribute | cst.Name) -> Iterator[tuple[str, cst.CSTNode]]:
     """``a.b.c`` -> ``("a.b.c", a.b.c)``, ``("a.b", a.b)``, ``("a", a)`` (libcst's ``_gen_dotted_names``)."""
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         yield node.value, node
         return
     value = node.value
-    if isinstance(value, cst.Call):
-        if isinstance(value.func, (cst.Attribute, cst.Name)):
+    if type(value) is cst.Call:
+        if type(value.func) in NAME_OR_ATTRIBUTE:
             yield from _dotted(value.func)
-    elif isinstance(value, (cst.Attribute, cst.Name)):
+    elif type(value) in NAME_OR_ATTRIBUTE:
         inner = _dotted(value)
         first = next(inner, None)
         if first is not None:
@@ -499,9 +499,9 @@ class NameResolver:
     def _read_of(self, node: cst.CSTNode) -> tuple[_Read, str] | None:
         """The read ``node`` owns, with the name it reads."""
         root: cst.CSTNode = node
-        while isinstance(root, cst.Attribute):
+        while type(root) is cst.Attribute:
             root = root.value
-        if isinstance(root, cst.Name) and root in self._reads and self._owner(root) is node:
+        if type(root) is cst.Name and root in self._reads and self._owner(root) is node:
             return self._reads[root], get_full_name_for_node(node) or ""
         return None
 
@@ -509,7 +509,7 @@ class NameResolver:
         scope = self._scope_of.get(node)
         if scope is None:
             return set()
-        read = self._read_of(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        read = self._read_of(node) if type(node) in NAME_OR_ATTRIBUTE else None
         if read is not None:
             return {q for b in self._referents(*read) for q in b.qualnames(b.name)}
         full_name = get_full_name_for_node(node)
