@@ -37,9 +37,9 @@ PARAM_WITH_AXES = "flax.linen.partitioning.param_with_axes"
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         head = _dotted(node.value)
         return None if head is None else f"{head}.{node.attr.value}"
     return None

@@ -138,13 +138,13 @@ def _arg(node: cst.Arg, state: CodegenState, default_comma: bool = False) -> Non
     equal = node.equal
     if equal is _DEFAULT and node.keyword is not None:
         tokens.append(" = ")
-    elif isinstance(equal, cst.AssignEqual):
+    elif type(equal) is cst.AssignEqual:
         emit(equal, state)
     emit(node.value, state)
     comma = node.comma
     if comma is _DEFAULT and default_comma:
         tokens.append(", ")
-    elif isinstance(comma, cst.Comma):
+    elif type(comma) is cst.Comma:
         emit(comma, state)
     emit(node.whitespace_after_arg, state)
 
@@ -209,14 +209,14 @@ def _param(
     equal = node.equal
     if equal is _DEFAULT and node.default is not None:
         tokens.append(" = ")
-    elif isinstance(equal, cst.AssignEqual):
+    elif type(equal) is cst.AssignEqual:
         emit(equal, state)
     if node.default is not None:
         emit(node.default, state)
     comma = node.comma
     if comma is _DEFAULT and default_comma:
         tokens.append(", ")
-    elif isinstance(comma, cst.Comma):
+    elif type(comma) is cst.Comma:
         emit(comma, state)
     emit(node.whitespace_after_param, state)
 

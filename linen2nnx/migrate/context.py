@@ -16,7 +16,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.layers import LayerRule, layer_rule
-from linen2nnx.migrate.cst_meta import FastVisitor, start_positions, syntax_parent_map
+from linen2nnx.migrate.cst_meta import NAME_OR_ATTRIBUTE, FastVisitor, start_positions, syntax_parent_map
 from linen2nnx.migrate.cst_utils import (
     absolute_qualname,
     code,
@@ -73,7 +73,7 @@ class FileContext:
         if self.state.resolver is None:
             self.state.resolver = NameResolver(self.state.tree)
         found = set(self.state.resolver.qualnames(node))
-        alias = self.state.transform_aliases.get(node.value) if isinstance(node, cst.Name) else None
+        alias = self.state.transform_aliases.get(node.value) if type(node) is cst.Name else None
         if alias is not None and node is not alias[0] and found == {node.value}:
             return set(alias[1])  # a read of a module-level alias of a Linen transform: the transform
         return found
@@ -141,7 +141,7 @@ class FileContext:
 
     def layer_rule_of(self, node: cst.BaseExpression) -> LayerRule | None:
         """The built-in layer a constructor reference names (``nn.Dense``, ``linen.linear.Dense``, ...)."""
-        if isinstance(node, cst.Name) and node.value in self.state.layer_subclasses:
+        if type(node) is cst.Name and node.value in self.state.layer_subclasses:
             return self.state.layer_subclasses[node.value].rule  # `StdConv`: an nn.Conv built as StdConv
         built = self.state.factory_layers.get(node)
         if built is not None:  # the constructor a call of a layer factory function stands for
@@ -154,7 +154,7 @@ class FileContext:
 
     def _named_layer_rule(self, node: cst.BaseExpression) -> LayerRule | None:
         """The built-in layer a name or attribute chain resolves to (``nn.Dense``, ``linen.linear.Dense``)."""
-        if not isinstance(node, (cst.Name, cst.Attribute)):
+        if type(node) not in NAME_OR_ATTRIBUTE:
             return None
         for q in self.qualnames(node):
             if q.startswith("flax.linen."):
@@ -183,7 +183,7 @@ class FileContext:
 
     def _from_other_file(self, node: cst.BaseExpression, facts: Mapping[str, Any]) -> Any:
         """What ``facts`` (keyed by absolute dotted name) say of the name ``node`` imports, or None."""
-        if not isinstance(node, (cst.Name, cst.Attribute)) or not facts:
+        if type(node) not in NAME_OR_ATTRIBUTE or not facts:
             return None
         return next(
             (f for q in self.qualnames(node) if (f := facts.get(self._absolute(q))) is not None), None
@@ -226,7 +226,7 @@ class FileContext:
         return absolute_qualname(qualname, self.state.module_name)
 
     def transform_kind(self, func: cst.BaseExpression) -> str | None:
-        if not isinstance(func, (cst.Name, cst.Attribute)):
+        if type(func) not in NAME_OR_ATTRIBUTE:
             return None  # `nn.scan(...)(...)` applies a transform, it is not one
         for q in self.qualnames(func):
             if q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in TRANSFORMS:
@@ -250,16 +250,12 @@ class FileContext:
         lifts: list[Lift] = []
         seen: set[str] = set()
         while True:
-            if (
-                isinstance(node, cst.Name)
-                and node.value in self.state.lift_aliases
-                and node.value not in seen
-            ):
+            if type(node) is cst.Name and node.value in self.state.lift_aliases and node.value not in seen:
                 seen.add(node.value)
                 node = self.state.lift_aliases[node.value]
                 continue
             if (
-                isinstance(node, cst.Call)
+                type(node) is cst.Call
                 and node.args
                 and node.args[0].keyword is None
                 and not node.args[0].star
@@ -400,7 +396,7 @@ class FileContext:
 
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         cur: cst.CSTNode | None = node
-        while cur is not None and not isinstance(cur, cst.FunctionDef):
+        while cur is not None and type(cur) is not cst.FunctionDef:
             cur = self.parent_of(cur)
         return cur
 

@@ -31,6 +31,33 @@ from libcst.metadata.position_provider import NEWLINE_RE
 
 from linen2nnx.migrate.codegen import emit, record
 
+# ``type(node) in NAME_OR_ATTRIBUTE`` is ``isinstance(node, (cst.Name, cst.Attribute))`` (neither class
+# has a subclass) without the ABC instance check, a Python-level call each time the type differs: the
+# hot name and attribute tests do thousands a file
+NAME_OR_ATTRIBUTE = frozenset({cst.Name, cst.Attribute})
+TUPLE_OR_LIST = frozenset({cst.Tuple, cst.List})  # the same for tuple and list displays
+
+
+def node_full_name(node: str | cst.CSTNode) -> str | None:
+    """libcst's ``get_full_name_for_node`` (the same answers, ``"None.x"`` for an attribute of an
+    unnamed value included), with exact type tests: the name resolver asks it for every read."""
+    kind = type(node)
+    if kind is cst.Name:
+        return node.value  # type: ignore[union-attr]
+    if isinstance(node, str):
+        return node
+    if kind is cst.Attribute:
+        return f"{node_full_name(node.value)}.{node.attr.value}"  # type: ignore[union-attr]
+    if kind is cst.Call:
+        return node_full_name(node.func)  # type: ignore[union-attr]
+    if kind is cst.Subscript:
+        return node_full_name(node.value)  # type: ignore[union-attr]
+    if kind is cst.FunctionDef or kind is cst.ClassDef:
+        return node_full_name(node.name)  # type: ignore[union-attr]
+    if kind is cst.Decorator:
+        return node_full_name(node.decorator)  # type: ignore[union-attr]
+    return None
+
 
 def parse_module(source: str) -> cst.Module:
     """``cst.parse_module(source)``, without libcst's check of each node the parser builds (a third of
@@ -443,7 +470,7 @@ def wanted_with_start_nodes(nodes: Collection[cst.CSTNode]) -> set[cst.CSTNode]:
     statement)."""
     wanted = set(nodes)
     for node in nodes:
-        if isinstance(node, cst.IndentedBlock) and node.body:
+        if type(node) is cst.IndentedBlock and node.body:
             wanted.add(node.body[0])
     return wanted
 

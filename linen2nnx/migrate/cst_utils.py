@@ -147,7 +147,7 @@ def is_docstring(stmt: cst.BaseStatement) -> bool:
 
 
 def root_name(node: cst.BaseExpression) -> cst.Name | None:
-    while isinstance(node, cst.Attribute):
+    while type(node) is cst.Attribute:
         node = node.value
     return node if isinstance(node, cst.Name) else None
 
@@ -209,7 +209,7 @@ def laid_out_as(template: Sequence[cst.Arg], args: list[cst.Arg]) -> list[cst.Ar
 
 def self_attr(node: cst.CSTNode) -> str | None:
     """``self.x`` -> ``"x"``."""
-    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+    if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self":
         return node.attr.value
     return None
 
@@ -374,9 +374,9 @@ def without_dead_locals(fn: cst.FunctionDef, candidates: set[str]) -> cst.Functi
 def single_assign(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
     """``name = value`` on a line of its own -> ``(name, value)``; None for any other statement."""
     if (
-        isinstance(stmt, cst.SimpleStatementLine)
+        type(stmt) is cst.SimpleStatementLine
         and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Assign)
+        and type(stmt.body[0]) is cst.Assign
         and len(stmt.body[0].targets) == 1
         and isinstance(stmt.body[0].targets[0].target, cst.Name)
     ):

@@ -25,6 +25,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate import last_axis_ops, mutation, tuple_flow
+from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
 from linen2nnx.migrate.cst_utils import (
     code,
     names_in,
@@ -229,11 +230,11 @@ class FeatureFlow:
     def expr_of(self, node: cst.BaseExpression | None) -> Feat:
         if node is None:
             return Feat.unknown("no value")
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             return self.env.get(node.value, Feat.unknown(f"name {node.value!r}"))
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             return self.call(node)
-        if isinstance(node, cst.BinaryOperation):
+        if type(node) is cst.BinaryOperation:
             left, right = self.expr_of(node.left), self.expr_of(node.right)
             if isinstance(node.operator, cst.MatrixMultiply):  # x @ w: the last axis is w's
                 return last_axis_ops.contracted(right, -2)
@@ -246,7 +247,7 @@ class FeatureFlow:
             return left if left.kind != "unknown" else right  # elementwise: broadcasting keeps it
         if isinstance(node, cst.UnaryOperation):
             return self.expr_of(node.expression)
-        if isinstance(node, (cst.Tuple, cst.List)):  # (h, *rest): rest's elements spliced in
+        if type(node) in TUPLE_OR_LIST:  # (h, *rest): rest's elements spliced in
             return tuple_flow.displayed(
                 [(isinstance(el, cst.StarredElement), self.expr_of(el.value)) for el in node.elements]
             )

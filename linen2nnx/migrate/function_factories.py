@@ -30,6 +30,7 @@ from linen2nnx.migrate.cst_utils import bind_args, code, parse_expression
 from linen2nnx.migrate.factories import substitute
 
 LINEN_ONLY_ARGS = frozenset({"name", "parent"})
+_SCOPES = frozenset({cst.FunctionDef, cst.Lambda, cst.ClassDef})  # exact types: no ABC check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,9 +214,9 @@ def _returns(body: cst.BaseSuite) -> list[cst.BaseExpression | None]:
     found: list[cst.BaseExpression | None] = []
 
     def visit(node: cst.CSTNode) -> None:
-        if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+        if type(node) in _SCOPES:
             return
-        if isinstance(node, cst.Return):
+        if type(node) is cst.Return:
             found.append(node.value)
             return
         for child in syntax_children(node):

@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST, FastVisitor
 from linen2nnx.migrate.dataflow_types import Feat
 
+_SUBSCRIPT_OR_ATTRIBUTE = frozenset({cst.Subscript, cst.Attribute})  # exact types: no ABC check
 COMPOUND = ("tuple", "prefix", "namedtuple", "record")
 """Kinds that hold one value per element (see tuple_flow.py)."""
 
@@ -36,7 +37,7 @@ PURE_BUILTINS = frozenset(
 def chain_root(node: cst.BaseExpression) -> str | None:
     """``outs`` of ``outs``, ``outs[0]``, ``outs[0].h``, ``out.h.at[1]``: the local a chain starts at,
     through subscripts too (``cst_utils.root_name`` follows attributes only and returns the node)."""
-    while isinstance(node, (cst.Subscript, cst.Attribute)):
+    while type(node) in _SUBSCRIPT_OR_ATTRIBUTE:
         node = node.value
     return node.value if isinstance(node, cst.Name) else None
 
@@ -89,7 +90,7 @@ class _Mutations(FastVisitor):
         self.nested -= 1
 
     def _store(self, target: cst.BaseExpression) -> None:
-        if isinstance(target, (cst.Tuple, cst.List)):
+        if type(target) in TUPLE_OR_LIST:
             for el in target.elements:
                 self._store(el.value)
         elif isinstance(target, cst.StarredElement):
@@ -142,7 +143,7 @@ class _Mutations(FastVisitor):
 
 def pure_call(func: cst.BaseExpression, qualnames: Callable[[cst.CSTNode], set[str]]) -> bool:
     """Whether calling ``func`` is known to leave the lists and objects passed to it unchanged."""
-    if isinstance(func, cst.Name) and func.value in PURE_BUILTINS:
+    if type(func) is cst.Name and func.value in PURE_BUILTINS:
         return True
     return any(q.startswith(PURE_PREFIXES) for q in qualnames(func))
 

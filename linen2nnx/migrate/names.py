@@ -31,9 +31,8 @@ from functools import cache
 from typing import Any
 
 import libcst as cst
-from libcst.helpers import get_full_name_for_node
 
-from linen2nnx.migrate.cst_meta import CHILDREN_MEMO, syntax_children
+from linen2nnx.migrate.cst_meta import CHILDREN_MEMO, NAME_OR_ATTRIBUTE, node_full_name, syntax_children
 
 # nodes after which libcst's scope pass counts one more assignment in the current scope (reads are
 # ordered against bindings by that count)
@@ -105,13 +104,16 @@ class _Scope:
         scope.bindings.setdefault(binding.name, []).append(binding)
 
     def __contains__(self, name: str) -> bool:
-        if self.kind == "builtins":
-            return hasattr(builtins, name)
-        if name in self.redirects and self.kind != "global":
-            return name in self.redirects[name]
-        if name in self.bindings:
-            return True
-        return name in self.visible_parent()
+        scope = self  # up the visible scopes in a loop: the resolver asks this for every dotted prefix
+        while scope.kind != "builtins":
+            if name in scope.redirects and scope.kind != "global":
+                return name in scope.redirects[name]
+            if name in scope.bindings:
+                return True
+            scope = scope.parent
+            while scope.kind == "class":  # visible_parent()
+                scope = scope.parent
+        return hasattr(builtins, name)
 
     def resolve(self, name: str) -> list[_Binding]:
         """The bindings a read of ``name`` here may see: this scope's, or the next visible one's."""
@@ -157,16 +159,16 @@ class _ImportBinding(_Binding):
         node = self.node
         assert isinstance(node, (cst.Import, cst.ImportFrom))
         module = ""
-        if isinstance(node, cst.ImportFrom):
+        if type(node) is cst.ImportFrom:
             if node.module is not None:
-                module = get_full_name_for_node(node.module) or ""
+                module = node_full_name(node.module) or ""
             if node.relative:
                 module = "." * len(node.relative) + module
         results: set[str] = set()
-        if isinstance(node.names, cst.ImportStar):
+        if type(node.names) is cst.ImportStar:
             return results
         for alias in node.names:
-            real = get_full_name_for_node(alias.name)
+            real = node_full_name(alias.name)
             if not real:
                 continue
             parts = real.split(".")
@@ -199,14 +201,14 @@ class _Read:
 
 def _dotted(node: cst.Attribute | cst.Name) -> Iterator[tuple[str, cst.CSTNode]]:
     """``a.b.c`` -> ``("a.b.c", a.b.c)``, ``("a.b", a.b)``, ``("a", a)`` (libcst's ``_gen_dotted_names``)."""
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         yield node.value, node
         return
     value = node.value
-    if isinstance(value, cst.Call):
-        if isinstance(value.func, (cst.Attribute, cst.Name)):
+    if type(value) is cst.Call:
+        if type(value.func) in NAME_OR_ATTRIBUTE:
             yield from _dotted(value.func)
-    elif isinstance(value, (cst.Attribute, cst.Name)):
+    elif type(value) in NAME_OR_ATTRIBUTE:
         inner = _dotted(value)
         first = next(inner, None)
         if first is not None:
@@ -499,24 +501,24 @@ class NameResolver:
     def _read_of(self, node: cst.CSTNode) -> tuple[_Read, str] | None:
         """The read ``node`` owns, with the name it reads."""
         root: cst.CSTNode = node
-        while isinstance(root, cst.Attribute):
+        while type(root) is cst.Attribute:
             root = root.value
-        if isinstance(root, cst.Name) and root in self._reads and self._owner(root) is node:
-            return self._reads[root], get_full_name_for_node(node) or ""
+        if type(root) is cst.Name and root in self._reads and self._owner(root) is node:
+            return self._reads[root], node_full_name(node) or ""
         return None
 
     def _resolve(self, node: cst.CSTNode) -> set[str]:
         scope = self._scope_of.get(node)
         if scope is None:
             return set()
-        read = self._read_of(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        read = self._read_of(node) if type(node) in NAME_OR_ATTRIBUTE else None
         if read is not None:
             return {q for b in self._referents(*read) for q in b.qualnames(b.name)}
-        full_name = get_full_name_for_node(node)
-        if full_name is None:
+        full = node_full_name(node)
+        if full is None:
             return set()
         bindings: list[_Binding] = []
-        prefix: str | None = full_name
+        prefix: str | None = full
         while prefix:
             if prefix in scope:
                 bindings = scope.resolve(prefix)
@@ -525,8 +527,8 @@ class NameResolver:
             prefix = None if dot == -1 else prefix[:dot]
         for binding in bindings:
             if binding.node is node:  # the name a def, class, parameter or assignment binds
-                return binding.qualnames(full_name)
-        return {q for b in bindings for q in b.qualnames(full_name)}
+                return binding.qualnames(full)
+        return {q for b in bindings for q in b.qualnames(full)}
 
     @staticmethod
     def _referents(read: _Read, name: str) -> list[_Binding]:

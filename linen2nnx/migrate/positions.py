@@ -80,7 +80,7 @@ def _by_module_statement(
     groups: dict[cst.CSTNode | None, list[cst.CSTNode]] = {}
     for node in nodes:
         cur, parent = node, parents.get(node)
-        while parent is not None and not isinstance(parent, cst.Module):
+        while parent is not None and type(parent) is not cst.Module:
             cur, parent = parent, parents.get(parent)
         groups.setdefault(cur if parent is not None else None, []).append(node)
     return groups

@@ -63,7 +63,7 @@ class AttributeRewriter:
         names = self.ctx.qualnames(original)
         linen = {q for q in names if q.startswith("flax.linen.")}
         parent = self.ctx.parent_of(original)
-        outermost = not (isinstance(parent, cst.Attribute) and parent.value is original)
+        outermost = not (type(parent) is cst.Attribute and parent.value is original)
         rooted = root_name(original) is not None  # `nn.Dense(1)(x).squeeze` is a method of a result, not API
         holder = self.ctx.current_plan()
         if original in self.state.binding_values and not (holder is not None and holder.blocking):

@@ -67,7 +67,7 @@ class CallRewriter:
     def _unboxed(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``unbox_helper(state)`` / ``nn.unbox(tree)`` -> ``state``: nothing to unbox in NNX."""
         func = original.func
-        helper = isinstance(func, cst.Name) and func.value in self.state.unbox_helpers
+        helper = type(func) is cst.Name and func.value in self.state.unbox_helpers
         linen_unbox = any(
             q.removeprefix("flax.linen.") in UNBOX_FUNCTIONS
             for q in self.ctx.qualnames(func)

@@ -193,7 +193,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         conditions: list[str] = []
         prev, cur = node, self.ctx.parent_of(node)
         while cur is not None and cur is not fn:
-            if isinstance(cur, cst.If):
+            if type(cur) is cst.If:
                 if (names_in(cur.test) - NOT_LOCAL) & local_names:
                     shape = None if plan is None else self._shape_test(plan, cur, fn, local_names)
                     if shape is None:

@@ -21,6 +21,7 @@ looking up an updated node in a table keyed by original nodes finds nothing, as 
 from __future__ import annotations
 
 import dataclasses
+import operator
 import typing
 from collections.abc import Callable, Collection
 from functools import cache
@@ -59,16 +60,22 @@ def field_plan(kind: type) -> tuple[tuple[str, int], ...]:
 
 
 @cache
-def _all_fields(kind: type) -> tuple[str, ...]:
-    """Every field of ``kind``: what a copy must set (libcst nodes have slots, no ``__dict__``)."""
-    return tuple(f.name for f in dataclasses.fields(kind))
+def _all_fields(kind: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    """Every field of ``kind``: what a copy must set (libcst nodes have slots, no ``__dict__``), and a
+    function that reads them all at once (one C-level call, not one ``getattr`` a field)."""
+    names = tuple(f.name for f in dataclasses.fields(kind))
+    if len(names) > 1:
+        return names, operator.attrgetter(*names)
+    return names, lambda node: tuple(getattr(node, name) for name in names)  # attrgetter gives no tuple
 
 
 def _copy(node: cst.CSTNode, changes: dict[str, Any]) -> cst.CSTNode:
     """A new node of ``node``'s type with its fields, ``changes`` applied, not validated again."""
     new = object.__new__(type(node))
-    for name in _all_fields(type(node)):
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(node, name))
+    names, read = _all_fields(type(node))
+    set_field, changed = object.__setattr__, changes.get
+    for name, value in zip(names, read(node)):
+        set_field(new, name, changed(name, value))
     return new
 
 

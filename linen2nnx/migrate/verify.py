@@ -20,6 +20,7 @@ import libcst as cst
 from linen2nnx.migrate.cst_meta import (
     CHILDREN_MEMO,
     IS_STATEMENT,
+    NAME_OR_ATTRIBUTE,
     code_of,
     start_positions,
     syntax_children,
@@ -284,15 +285,15 @@ class _Verifier:
     def _check_call(self, call: cst.Call, stmt: cst.CSTNode | None) -> bool:
         """Checks ``call``; True when it is a bridge call, whose arguments are not checked."""
         func = call.func
-        if isinstance(func, cst.Call):  # `make(...)(x)`: the inner call's result is applied at once
+        if type(func) is cst.Call:  # `make(...)(x)`: the inner call's result is applied at once
             self._applied.add(id(func))
-        qualnames = self.names.qualnames(func) if isinstance(func, (cst.Name, cst.Attribute)) else set()
+        qualnames = self.names.qualnames(func) if type(func) in NAME_OR_ATTRIBUTE else set()
         if any(q.startswith("flax.nnx.bridge.") for q in qualnames):
             return True
         assert self._class is not None
         owner = self._class.name.value
         linen_q = next((q for q in qualnames if flax_class_kind(q) == "linen"), None)
-        if isinstance(func, cst.Name) and func.value in self.linen_classes:
+        if type(func) is cst.Name and func.value in self.linen_classes:
             linen_q = func.value
         if linen_q is not None:
             self._report(
@@ -343,7 +344,7 @@ class _Verifier:
         """The Linen factory function ``func`` names: one of this file, or of a file the run migrated."""
         if self._factories is None:  # found on first need
             self._factories = linen_factories(self.module, self.module_name, self.names)
-        local = func.value if isinstance(func, cst.Name) else None
+        local = func.value if type(func) is cst.Name else None
         key = f"{self.module_name}.{local}" if self.module_name and local else local
         if key in self._factories:
             return self._factories[key]
@@ -413,7 +414,7 @@ class _Verifier:
         self, func: cst.BaseExpression, node: cst.CSTNode, stmt: cst.CSTNode | None
     ) -> None:
         """``nn.<name>(...)`` (or a decorator) that is not a pure function of flax.linen."""
-        if not isinstance(func, (cst.Name, cst.Attribute)):
+        if type(func) not in NAME_OR_ATTRIBUTE:
             return
         for q in self.names.qualnames(func):
             if q.startswith("flax.linen.") and flax_class_kind(q) is None and not is_pure_linen(q):
@@ -458,7 +459,7 @@ class _Verifier:
 
     def _check_signature(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
         func = call.func
-        alias = self._alias_of(func.value) if isinstance(func, cst.Name) and self._methods else None
+        alias = self._alias_of(func.value) if type(func) is cst.Name and self._methods else None
         if alias is not None:  # `block_class(...)`, a local holding a class of the run
             shown = code(func)
             func = alias
@@ -472,7 +473,7 @@ class _Verifier:
             if problem:
                 self._report(verify_rules.VERIFY_002, call, stmt, f"{shown}(...) (a {code(func)}) {problem}")
             return
-        if isinstance(func, cst.Name) and func.value in self.defs:
+        if type(func) is cst.Name and func.value in self.defs:
             signature = self._signature(func.value)
         else:
             summary = next((s for q in qualnames if (s := self._external(q)) is not None), None)
