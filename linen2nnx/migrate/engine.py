@@ -7,7 +7,6 @@ is left untouched, and never stops the others.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
 import enum
@@ -31,12 +30,13 @@ from linen2nnx.migrate import gc_tuning
 from linen2nnx.migrate.axes_params import migrate_restated
 from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children, parse_module
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
+from linen2nnx.migrate.file_errors import internal_error, syntax_error
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.function_replay import replayable_functions
 from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.param_helpers import param_helper_functions
-from linen2nnx.migrate.rules import IO_001, IO_002, IO_003, IO_004
+from linen2nnx.migrate.rules import IO_002, IO_003
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
@@ -161,7 +161,7 @@ def migrate_source(
     try:
         tree = parse_module(source)  # = cst.parse_module(source), cheaper
     except cst.ParserSyntaxError as e:
-        return FileResult(file_path, path, source, None, [_syntax_error(source, path, e)], NameMap())
+        return FileResult(file_path, path, source, None, [syntax_error(source, path, e)], NameMap())
     options = dict(
         select=select, ignore=ignore, unsafe_fixes=unsafe_fixes, external=external, factories=factories
     )
@@ -184,19 +184,11 @@ def migrate_source(
         output, own_factories, train_findings, verify_findings = _after_module_pass(
             out_tree, source, path, module_name, command, external, factories, rule_enabled
         )
-        # importing files replay these functions' calls and report uses of these layer subclasses
-        own_factories.update(
-            {
-                **replayable_functions(tree, module_name),
-                **command.layer_subclass_facts,
-                **command.elementwise_facts,
-            }
-        )
-        own_factories.update(param_helper_functions(tree, module_name))
+        own_factories.update(_facts_for_importers(tree, module_name, command))
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise
-        return FileResult(file_path, path, source, None, [_internal_error(path, e)], NameMap())
+        return FileResult(file_path, path, source, None, [internal_error(path, e)], NameMap())
     finally:
         forget_syntax_children()  # the walks' memo of this file's trees
     findings = sorted(
@@ -205,6 +197,17 @@ def migrate_source(
     facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
     result = FileResult(file_path, path, source, output, findings, command.name_map, **facts)
     return _release(command, result)
+
+
+def _facts_for_importers(tree: cst.Module, module_name: str, command: Any) -> dict[str, Any]:
+    """What importing files replay or report: this file's replayable functions and parameter helpers,
+    its converted layer subclasses and its tables of elementwise activations."""
+    return {
+        **replayable_functions(tree, module_name),
+        **command.layer_subclass_facts,
+        **command.elementwise_facts,
+        **param_helper_functions(tree, module_name),
+    }
 
 
 def _release(command: Any, result: FileResult) -> FileResult:
@@ -306,30 +309,6 @@ def _factories_of(
     if "linen" in module_output or "rngs" in module_output:  # still Linen, or NNX built without rngs
         factories.update(linen_factories(out_tree, module_name, names_of=names_of_output))
     return factories
-
-
-def _syntax_error(source: str, path: str, e: cst.ParserSyntaxError) -> Finding:
-    """The finding for a file libcst cannot parse, placed where CPython's parser says."""
-    line, col, message = e.raw_line, e.raw_column + 1, e.message
-    try:  # CPython's own parser names the real culprit (an unclosed bracket, ...)
-        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST)
-    except SyntaxError as py_error:
-        line, col, message = py_error.lineno or line, py_error.offset or col, py_error.msg
-    return Finding.of(
-        IO_001, path, line, col, f"syntax error: {message}", "fix the syntax; the file was left untouched"
-    )
-
-
-def _internal_error(path: str, e: Exception) -> Finding:
-    """The finding for a file the codemod failed on: it is left untouched, the run goes on."""
-    return Finding.of(
-        IO_004,
-        path,
-        1,
-        1,
-        f"internal error: {type(e).__name__}: {e}",
-        "please report this file; it was left untouched",
-    )
 
 
 def _training_and_verify(
