@@ -191,6 +191,9 @@ CASES = {
         {"strides": (2, 2)},
         (2, 6, 6, 4),
     ),  # strided: built  # in setup: self.pos, the param "pos_embedding"
+    "init_restated_tests": ("Gated", {}, (2, 3)),  # `if c != self.n` of c = x.shape[-1]: 3 != 4, built
+    "init_restated_tests_same": ("Gated", {"extra": False}, (2, 4)),  # 4 == 4 and no extra: neither
+    "init_restated_tests_splat": ("Splat", {}, (2, 5)),  # dense(**options) of partial(nn.Dense, 4)
 }
 SOURCES = {
     "splat_locals_compact": "splat_locals",
@@ -229,6 +232,8 @@ SOURCES = {
     "param_helper_setup": "param_helper",
     "last_axis_test_wide": "last_axis_test",
     "last_axis_test_strided": "last_axis_test",
+    "init_restated_tests_same": "init_restated_tests",
+    "init_restated_tests_splat": "init_restated_tests",
 }
 INT_INPUTS = {"compact_tied", "import_alias", "tied_head"}
 

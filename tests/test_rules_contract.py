@@ -71,6 +71,8 @@ NOT_RUNNABLE = {
     "broadcast_elsewhere": "manual findings: nn.broadcast handed to an nn.scan this run does not convert",
     "metadata_boxes": "manual findings: Linen partition boxes tested for and built",
     "rebound_axis_call_time": "manual finding: a local rebound from a call argument sizes a parameter",
+    "rebound_read_early": "manual findings: a local read before it is bound again, partials that cannot merge",
+    "setup_partial_unmerged": "manual findings: setup() partials that cannot be merged into their calls",
     "loop_local_kept": "manual finding: a loop local read before the loop binds it",
     "merged_flag_kept": "manual findings: mode flags that cannot move to the call stay call-time values",
     "params_mutable_kept": "manual findings: the params-mutability question decides more than init-only work",

@@ -16,9 +16,11 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import (
     code,
     is_docstring,
+    names_in,
     parse_expression,
     single_assign,
     strip_commas,
@@ -69,14 +71,16 @@ class PartialLocal:
 
     def merged(self, call: cst.Call, ctor: cst.Call | None = None) -> cst.Call:
         """The constructor ``call`` stands for: the partial's arguments, then the call's (its keywords
-        win, as with functools.partial). ``ctor``: the partial's constructor as rewritten."""
+        win, as with functools.partial; its ``*args`` / ``**kwargs`` kept in place, a partial whose
+        keyword such a dict may hold being no partial local: :func:`unknown_overrides`). ``ctor``: the
+        partial's constructor as rewritten."""
         base = ctor if ctor is not None else self.ctor
         given = {a.keyword.value for a in call.args if a.keyword is not None}
         args = [
             *(a for a in base.args if a.keyword is None and not a.star),
-            *(a for a in call.args if a.keyword is None and not a.star),
+            *(a for a in call.args if a.keyword is None and a.star != "**"),
             *(a for a in base.args if a.keyword is not None and a.keyword.value not in given),
-            *(a for a in call.args if a.keyword is not None),
+            *(a for a in call.args if a.keyword is not None or a.star == "**"),
         ]
         return base.with_changes(args=args if ctor is None else strip_commas(args))
 
@@ -102,10 +106,38 @@ def find_partial_local(
         and is_constructor(value.args[0].value)
         and assigned.get(name) == 1
         and not any(a.star for a in value.args)
+        and not rebound_reads(value, assigned)
     ):
         return None
     ctor = cst.Call(func=value.args[0].value, args=list(value.args[1:]))
     return PartialLocal(name, stmt, value, ctor, reads.get(name, 0))
+
+
+def rebound_reads(partial: cst.Call, assigned: Mapping[str, int]) -> set[str]:
+    """The locals the arguments of ``partial`` read that the method binds more than once: the partial
+    holds the value at its creation, and merging its arguments into a later call would read the name
+    again there, after a rebinding perhaps."""
+    return {n for a in partial.args[1:] for n in names_in(a.value) if assigned.get(n, 0) > 1}
+
+
+def unknown_overrides(partial: cst.Call, name: str, body: cst.CSTNode) -> bool:
+    """Does a call ``name(..., **kwargs)`` in ``body`` leave a keyword of ``partial`` unspelled? The dict
+    may hold it: functools.partial lets the call's value win, a merged call would pass it twice."""
+    keywords = {a.keyword.value for a in partial.args if a.keyword is not None}
+    found = False
+
+    class Calls(FastVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal found
+            if (
+                isinstance(node.func, cst.Name)
+                and node.func.value == name
+                and any(a.star == "**" for a in node.args)
+            ):
+                found |= bool(keywords - {a.keyword.value for a in node.args if a.keyword is not None})
+
+    Calls().walk(body)
+    return found
 
 
 def find_factory(

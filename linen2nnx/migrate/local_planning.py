@@ -23,16 +23,18 @@ from linen2nnx.migrate.cst_utils import (
     comprehension_names,
     names_in,
     only_shape_uses,
+    parse_expression,
     replayed_assign,
     self_attr,
 )
-from linen2nnx.migrate.factories import PartialLocal, find_partial_local
+from linen2nnx.migrate.factories import PartialLocal, find_partial_local, unknown_overrides
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.rebound_locals import (
     earlier_keys,
     in_source_order,
     incomplete_chains,
     keep_earlier,
+    read_before_last,
     rebinding_chains,
 )
 from linen2nnx.migrate.rules import LAYER_003, MOD_004, SHAPE_002
@@ -67,6 +69,7 @@ class LocalPlanner:
         while True:
             pure = self._pure_pass(plan, fn, counts, params, chains)
             bad = incomplete_chains(pure, chains, counts, set(plan.mode_partials) | set(plan.shape_locals))
+            bad |= read_before_last(pure, chains - bad, fn)
             if not bad:
                 break
             chains -= bad  # one binding is a call-time value: none of them is replayed
@@ -253,6 +256,8 @@ class LocalPlanner:
                 reads,
                 assigned,
             )
+            if local is not None and unknown_overrides(local.partial, local.name, fn.body):
+                local = None  # `dense(4, **extra)` of a partial with keywords: which one wins is unknown
             field = self._factory_field_of(plan, local.ctor.func) if local is not None else None
             if field is not None:
                 found[local.name] = FieldPartial(
@@ -281,6 +286,7 @@ class LocalPlanner:
             ctors += [f.iter for f in nest_fors(nest.outer)]
             ctors += [stmt.body[0].value for stmt in nest.local_stmts.values()]  # type: ignore[attr-defined]
         todo = [n for ctor in ctors for n in names_in(ctor) if n in plan.pure_locals]
+        todo += [n for n in condition_names(plan) if n in plan.pure_locals]  # `if c != self.n:` reads c
         while todo:
             name = todo.pop()
             if name in needed:
@@ -306,6 +312,17 @@ class LocalPlanner:
                 "parameter shapes read",
                 f"pass {arg}=x.shape where {plan.name} is built",
             )
+
+
+def condition_names(plan: ClassPlan) -> set[str]:
+    """The names the tests ``__init__`` builds its sites under read (``if big:`` of ``big = self.n > 2``)."""
+    names: set[str] = set()
+    for text in {c for site in plan.hoisted_order for c in site.conditions}:
+        try:
+            names |= names_in(parse_expression(text))
+        except cst.ParserSyntaxError:
+            continue
+    return names
 
 
 def partial_of(factory: Any) -> PartialLocal | None:

@@ -10,13 +10,18 @@ reader the value it read in the method, whichever binding that was: the earlier 
 under keys that are no Python name (``axis@0``), and needing the name needs them too. When one
 binding is not replayable, none is (the planner runs again without the name), as before. So too a
 name bound once in each branch of an ``if`` on config and nowhere else (:func:`exclusive_bindings`).
+
+``__init__`` replays the bindings before it builds any submodule, so a statement that is not itself
+replayed and reads the name before its last binding (``a = nn.Dense(nout)(x)`` between ``nout =
+self.n`` and ``nout = nout * 2``) would see the last value there: such a chain is not replayed
+(:func:`read_before_last`), and the layers reading it get the findings of a call-time size.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import assigned_in, single_assign
+from linen2nnx.migrate.cst_utils import assigned_in, names_in, single_assign
 
 SEPARATOR = "@"
 
@@ -57,6 +62,20 @@ def incomplete_chains(
         held = len(earlier_keys(pure, name)) + (name in pure)
         if held != counts[name] or name in special:
             bad.add(name)
+    return bad
+
+
+def read_before_last(pure: dict[str, cst.BaseStatement], chains: set[str], fn: cst.FunctionDef) -> set[str]:
+    """The chain names a top-level statement of ``fn`` that ``pure`` does not replay reads before the
+    name's last binding: there it read an earlier value, which ``__init__`` (all bindings first) loses."""
+    replayed = {id(stmt) for stmt in pure.values()}
+    bad: set[str] = set()
+    for name in chains:
+        lines = [i for i, stmt in enumerate(fn.body.body) if (single_assign(stmt) or ("",))[0] == name]
+        for stmt in fn.body.body[: lines[-1]] if lines else ():
+            if id(stmt) not in replayed and name in names_in(stmt):
+                bad.add(name)
+                break
     return bad
 
 

@@ -205,6 +205,13 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                     conditions.insert(0, test)
                 elif prev is cur.orelse:
                     conditions.insert(0, f"not ({test})")
+            elif type(cur) is cst.IfExp and prev is not cur.test:  # `nn.Dense(n)(x) if flag else x`
+                if (names_in(cur.test) - NOT_LOCAL) & local_names:
+                    return None  # a call-time test of an expression: no shape test to restate it by
+                if calls_in(cur.orelse if prev is cur.body else cur.body):
+                    return None  # the other branch may build too: its auto-names count from the same start
+                test = code(cur.test)
+                conditions.insert(0, test if prev is cur.body else f"not ({test})")
             prev, cur = cur, self.ctx.parent_of(cur)
         return conditions
 
