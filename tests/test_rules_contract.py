@@ -99,6 +99,7 @@ NOT_RUNNABLE = {
     "scan_of_remat_call": "manual finding: the scan of a remat call stays Linen as a whole",
     "not_flax": "no Flax model: the file is left byte-for-byte",
     "linen_helper": "manual finding: a module-level function still builds a Linen layer",
+    "module_partial": "manual finding: a module-level partial of a Linen layer stays Linen",
     "remat_methods": "manual finding: nn.remat(methods=...) is left to a person",
     "pipeline_unsupported": "manual findings: a scan utility handed a lambda, nested vmaps that broadcast params",
     "nnx_specs_linen_rules": "no model: a guard around training code (test_migrate_fixtures runs it twice)",

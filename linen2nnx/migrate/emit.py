@@ -10,6 +10,7 @@ from collections.abc import Collection
 import libcst as cst
 
 from linen2nnx.layers import nnx_ctor_params
+from linen2nnx.migrate.conditional_emit import conditional, nested_in_else, other_branch
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     bind_args,
@@ -352,6 +353,7 @@ class Emitter:
         """Append the hoisted submodules and variables (loop nests, conditional ones) to ``stmts``."""
         emitted_if: dict[str, int] = {}
         emitted_nests: set[int] = set()
+        assigned: set[str] = set()  # attributes an earlier site sets: a later test must not reset them
         for site in plan.hoisted_order:
             if site.nest is not None:
                 if id(site.nest) not in emitted_nests:
@@ -379,18 +381,26 @@ class Emitter:
             lines = [cst.SimpleStatementLine([s]) for s in self._built_lazily(site, statement)]
             lines[0] = lines[0].with_changes(leading_lines=markers)
             assign = lines[-1] if len(lines) == 1 else lines  # type: ignore[assignment]
+            earlier, index = site.attr in assigned, emitted_if.get(site.attr)
+            assigned.add(site.attr)
             if isinstance(assign, list):  # `self.blocks = nnx.List()`, then the elements one by one
                 if site.conditions:
-                    self._conditional(site, assign, stmts)
+                    conditional(site, assign, stmts, bare=earlier)
                     emitted_if[site.attr] = len(stmts) - 1
                 else:
                     stmts.extend(assign)
             elif site.exclusive_with is not None and site.exclusive_with.attr in emitted_if:
                 index = emitted_if[site.exclusive_with.attr]  # the other branch of the same switch
                 block = stmts[index]
-                stmts[index] = block.with_changes(orelse=self._other_branch(site, block, assign))
+                stmts[index] = block.with_changes(orelse=other_branch(site, block, assign))
+            elif site.conditions and earlier and index is not None:  # the same attribute, another branch
+                nested = nested_in_else(stmts[index], site, assign)
+                if nested is None:
+                    conditional(site, assign, stmts, bare=True)
+                else:
+                    stmts[index] = nested
             elif site.conditions:  # created only when Linen would create it; absent -> None
-                self._conditional(site, assign, stmts)
+                conditional(site, assign, stmts, bare=earlier)
                 emitted_if[site.attr] = len(stmts) - 1
             else:
                 stmts.append(assign)
@@ -412,49 +422,6 @@ class Emitter:
             return [extend]
         empty = cst.Assign(targets=statement.targets, value=parse_expression("nnx.List()"))
         return [empty, extend]
-
-    @staticmethod
-    def _other_branch(site: Site, block: cst.If, assign: cst.SimpleStatementLine) -> cst.If | cst.Else:
-        """The ``else`` building the other branch's module of a one-condition switch; under outer
-        conditions too, an ``elif`` on the branch's own conditions, the ``else`` left as it was."""
-        if len(site.conditions) == 1 or not isinstance(block.orelse, cst.Else):
-            return cst.Else(body=cst.IndentedBlock(body=[assign]))
-        test = " and ".join(f"({c})" for c in site.conditions)
-        return cst.If(test=parse_expression(test), body=cst.IndentedBlock(body=[assign]), orelse=block.orelse)
-
-    @staticmethod
-    def _conditional(
-        site: Site,
-        assign: cst.SimpleStatementLine | list[cst.SimpleStatementLine],
-        stmts: list[cst.BaseStatement],
-    ) -> None:
-        """``if <conditions>: <assign> else: self.<attr> = None``, merged with the statement before when
-        it tests the same."""
-        test = " and ".join(f"({c})" if len(site.conditions) > 1 else c for c in site.conditions)
-        block = parse_statement(f"if {test}:\n    pass\nelse:\n    self.{site.attr} = None\n")
-        assigns = assign if isinstance(assign, list) else [assign]
-        assert isinstance(block, cst.If) and isinstance(block.orelse, cst.Else)
-        last = stmts[-1] if stmts else None
-        if (
-            isinstance(last, cst.If)
-            and code(last.test) == code(block.test)
-            and isinstance(last.orelse, cst.Else)
-            and all(code(s).endswith("= None\n") for s in last.orelse.body.body)
-        ):
-            block = last  # the same test as the statement before: one if / else for both
-            stmts.pop()
-            assign_else = block.orelse.body.body  # type: ignore[union-attr]
-            block = block.with_changes(
-                body=block.body.with_changes(body=[*block.body.body, *assigns]),
-                orelse=block.orelse.with_changes(
-                    body=block.orelse.body.with_changes(  # type: ignore[union-attr]
-                        body=[*assign_else, parse_statement(f"self.{site.attr} = None\n")]
-                    )
-                ),
-            )
-        else:
-            block = block.with_changes(body=block.body.with_changes(body=assigns))
-        stmts.append(block)
 
     def _nest_init(self, nest: LoopNest, replayed: Collection[str]) -> list[cst.BaseStatement]:
         """The nest's lists, then its loops replayed with what the constructors read: each line that

@@ -38,6 +38,7 @@ from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.param_helpers import param_helper_functions
 from linen2nnx.migrate.rules import IO_002, IO_003
 from linen2nnx.migrate.trace import Trace
+from linen2nnx.migrate.verify_syntax import helper_facts
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
 
@@ -207,6 +208,7 @@ def _facts_for_importers(tree: cst.Module, module_name: str, command: Any) -> di
         **command.layer_subclass_facts,
         **command.elementwise_facts,
         **param_helper_functions(tree, module_name),
+        **helper_facts(tree, module_name),
     }
 
 

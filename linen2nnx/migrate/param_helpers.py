@@ -23,8 +23,12 @@ local) is replaced by the function's body with its parameters bound to the call'
 other (an ``if`` on config creates it in the branch the config takes; a size read at call time stays
 a finding). The replay is exact only when the body is a chain of ``if`` branches that each end in one
 ``return`` or ``raise`` (nothing runs after a branch), ``self`` is read only as ``self.param``, and every
-argument is pure (no call: substituting it for each read evaluates the same value). Anything else
-keeps the call, which the verifier reports.
+argument is pure (no call: substituting it for each read evaluates the same value); and only when the
+call's name is the module-level function (not a local of the caller), no default reads a module-level
+name the file binds twice (a default is the value when the ``def`` ran), every parameter is named by a
+string literal, and the body binds no local that the caller or an earlier replay in the same method
+binds (``__init__`` computes the replayed locals before the parameters). Anything else keeps the call,
+which the verifier reports.
 
 The facts travel like :mod:`~linen2nnx.migrate.function_replay`'s, under a ``param_helper:`` key.
 """
@@ -73,11 +77,15 @@ def param_helper_functions(tree: cst.Module, module_name: str) -> dict[str, Repl
         return {}
     own = top_level_names(tree)
     imports = top_level_imports(tree, module_name)
+    rebound = _rebound_top_level(tree)
     found: dict[str, ReplayableFunction] = {}
     for fn in candidates:
         free = free_names(fn)
         if not free <= own | set(imports) | _BUILTINS:
             continue
+        defaults = [p.default for p in (*fn.params.params, *fn.params.kwonly_params) if p.default is not None]
+        if any(names_in(d) & rebound for d in defaults):
+            continue  # evaluated when the def ran: a replay would read the name's last value
         key = f"{module_name}.{fn.name.value}" if module_name else fn.name.value
         found[KEY_PREFIX + key] = ReplayableFunction(
             key,
@@ -86,6 +94,19 @@ def param_helper_functions(tree: cst.Module, module_name: str) -> dict[str, Repl
             tuple((n, imports[n]) for n in sorted(free & set(imports) - own)),
         )
     return found
+
+
+def _rebound_top_level(tree: cst.Module) -> set[str]:
+    """Module-level names bound by more than one statement of the file's top level."""
+    counts: dict[str, int] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            names = {stmt.name.value}
+        else:
+            names = bound_names(stmt)
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+    return {name for name, n in counts.items() if n > 1}
 
 
 def _shape_ok(fn: cst.FunctionDef) -> bool:
@@ -179,8 +200,11 @@ def helper_of(call: cst.Call, resolver: NameResolver, module_name: str, facts: M
         or not (isinstance(first.value, cst.Name) and first.value.value == "self")
     ):
         return None
-    keys = [absolute_qualname(q, module_name) for q in resolver.qualnames(func)]
-    if isinstance(func, cst.Name):  # a function of this file
+    qualnames = resolver.qualnames(func)
+    keys = [absolute_qualname(q, module_name) for q in qualnames]
+    if isinstance(func, cst.Name):  # a function of this file, unless the caller binds the name itself
+        if qualnames != {func.value}:  # a local, a parameter, an import in the function, ...
+            return None
         keys.append(f"{module_name}.{func.value}" if module_name else func.value)
     for key in keys:
         fact = facts.get(KEY_PREFIX + key)
@@ -269,6 +293,7 @@ def replay_param_helpers(
     setup = fn.name.value == "setup"
     caller_bound = bound_names(fn.body) | {p.name.value for p in fn.params.params}
     caller_names = names_in(fn) | caller_bound
+    replayed_bound: set[str] = set()  # the locals earlier replays bind: one more would rebind them
 
     class T(cst.CSTTransformer):
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
@@ -304,16 +329,41 @@ def replay_param_helpers(
             new = replay_assignment(target, small.value, fact, caller_imports, module_name)
         except ReplayError:
             return [stmt]
+        if not _literal_names(new):
+            return [stmt]  # a name made at call time: kept, so the other calls still replay
         helper = cst.ensure_type(cst.parse_statement(fact.source), cst.FunctionDef)
         if free_names(helper) & caller_bound:
             return [stmt]  # the body would read the caller's local, not its module's name
-        if bound_names(helper.body) & (caller_names | names_in(small.value)):
-            return [stmt]  # a local of the body would clobber the caller's, or shadow an argument
+        own = bound_names(helper.body)
+        if own & (caller_names | names_in(small.value) | replayed_bound):
+            return [stmt]  # a local of the body would clobber the caller's or an earlier replay's
+        replayed_bound.update(own)
         if new:
             new[0] = new[0].with_changes(leading_lines=stmt.leading_lines)
         return new
 
     return fn.visit(T())  # type: ignore[return-value]
+
+
+def _literal_names(stmts: list[cst.BaseStatement]) -> bool:
+    """Every ``self.param(...)`` of a replayed body names its parameter by a string literal."""
+    ok = True
+
+    class V(FastVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal ok
+            if code(node.func) == "self.param":
+                first = node.args[0] if node.args else None
+                ok = (
+                    ok
+                    and first is not None
+                    and first.keyword is None
+                    and isinstance(first.value, cst.SimpleString)
+                )
+
+    for stmt in stmts:
+        V().walk(stmt)
+    return ok
 
 
 def missing_imports(tree: cst.Module, imports: Mapping[str, str], facts: Mapping[str, Any]) -> dict[str, str]:

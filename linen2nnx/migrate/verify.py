@@ -52,9 +52,13 @@ from linen2nnx.migrate.verify_syntax import (
     container_items,
     container_kind,
     defined_names,
+    handed_self,
+    imported_helper,
     linen_args,
     linen_helpers,
+    linen_partial,
     marked_by_another_rule,
+    module_partials,
     self_chain,
     top_classes,
 )
@@ -147,6 +151,7 @@ class _Verifier:
         self.linen_classes: set[str] = set()  # Linen classes of this file (kept ones included)
         self.defs = {c.name.value: c for c in top_classes(module)}
         self._helpers: dict[str, tuple[list[str], dict[str, str]]] | None = None  # see _linen_helpers
+        self._partials = module_partials(module)  # `Dense = partial(nn.Dense, ...)`: see linen_partial
         self._signatures: dict[str, Signature | None] = {}
         self.notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
         self._class: cst.ClassDef | None = None  # the NNX class being checked
@@ -295,6 +300,8 @@ class _Verifier:
         linen_q = next((q for q in qualnames if flax_class_kind(q) == "linen"), None)
         if type(func) is cst.Name and func.value in self.linen_classes:
             linen_q = func.value
+        elif type(func) is cst.Name and linen_q is None and qualnames == {func.value}:  # a partial?
+            linen_q = linen_partial(self._partials.get(func.value), self.names, self.linen_classes)
         if linen_q is not None:
             self._report(
                 verify_rules.VERIFY_001,
@@ -385,30 +392,21 @@ class _Verifier:
             return
         if self._helpers is None:  # found on first need: few calls hand `self` to a function
             self._helpers = linen_helpers(self.module)
-        if not (isinstance(func, cst.Name) and func.value in self._helpers):
-            if helper_of(call, self.names, self.module_name, self.factories):  # another file's, handed self
-                self._report(
-                    verify_rules.VERIFY_004,
-                    call,
-                    stmt,
-                    f"{code(func)}(...) is handed self and calls self.param(...): Linen Module API an NNX "
-                    "module does not have; create the variable in __init__",
-                )
-            return
-        params, api = self._helpers[func.value]
-        for i, arg in enumerate(call.args):
-            target = (
-                arg.keyword.value if arg.keyword is not None else (params[i] if i < len(params) else None)
+        if isinstance(func, cst.Name) and func.value in self._helpers:
+            found: tuple[list[str], dict[str, str]] | None = self._helpers[func.value]
+        else:  # another file's: its own linen_helpers, or a parameter helper replay refused
+            found = imported_helper(call, self.names, self.module_name, self.factories)
+        use = handed_self(call, found) if found is not None else None
+        if use is None and found is None and helper_of(call, self.names, self.module_name, self.factories):
+            use = "self.param"
+        if use is not None:
+            self._report(
+                verify_rules.VERIFY_004,
+                call,
+                stmt,
+                f"{code(func)}(...) is handed self and calls {use}(...): Linen Module API an NNX module "
+                "does not have; create the variable in __init__",
             )
-            if isinstance(arg.value, cst.Name) and arg.value.value == "self" and target in api:
-                self._report(
-                    verify_rules.VERIFY_004,
-                    call,
-                    stmt,
-                    f"{func.value}(...) is handed self and calls {target}.{api[target]}(...): Linen Module "
-                    "API an NNX module does not have; create the variable in __init__",
-                )
-                return
 
     def _check_linen_reference(
         self, func: cst.BaseExpression, node: cst.CSTNode, stmt: cst.CSTNode | None

@@ -4,34 +4,126 @@ tree, kept apart from the walk in ``verify.py``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import calls_in, syntax_children
+from linen2nnx.migrate.cst_utils import absolute_qualname
+from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.sites import MARKER, markers_of
-from linen2nnx.migrate.verify_names import LINEN_SELF_ONLY, LINEN_TREE_PLACE
+from linen2nnx.migrate.verify_names import LINEN_SELF_ONLY, LINEN_TREE_PLACE, flax_class_kind
 
 
 def linen_helpers(module: cst.Module) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """Module-level functions that call Linen Module API on one of their parameters (``p.param(...)``):
-    name -> (parameter names, parameter -> the first such method)."""
+    """Module-level functions that call Linen Module API on one of their parameters (``p.param(...)``),
+    or hand that parameter on to such a function of the file (``outer(self, ...)`` calling
+    ``inner(self, ...)``): name -> (parameter names, parameter -> the first such method)."""
+    functions = [fn for fn in module.body if isinstance(fn, cst.FunctionDef)]
+    params = {
+        fn.name.value: [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+        for fn in functions
+    }
+    calls = {fn.name.value: calls_in(fn.body) for fn in functions}
     out: dict[str, tuple[list[str], dict[str, str]]] = {}
-    for fn in module.body:
-        if not isinstance(fn, cst.FunctionDef):
-            continue
-        params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
-        api: dict[str, str] = {}
-        for call in calls_in(fn.body):
-            f = call.func
-            if (
-                isinstance(f, cst.Attribute)
-                and isinstance(f.value, cst.Name)
-                and f.value.value in params
-                and f.attr.value in LINEN_SELF_ONLY - LINEN_TREE_PLACE
-            ):
-                api.setdefault(f.value.value, f.attr.value)
-        if api:
-            out[fn.name.value] = (params, api)
+    changed = True
+    while changed:  # a function handing its parameter on is one too: until nothing more is found
+        changed = False
+        for fn in functions:
+            name, mine = fn.name.value, params[fn.name.value]
+            api = dict(out[name][1]) if name in out else {}
+            for call in calls[name]:
+                for param, method in _api_uses(call, mine, out):
+                    api.setdefault(param, method)
+            if api and (name not in out or api != out[name][1]):
+                out[name] = (mine, api)
+                changed = True
     return out
+
+
+def _api_uses(
+    call: cst.Call, mine: list[str], helpers: dict[str, tuple[list[str], dict[str, str]]]
+) -> list[tuple[str, str]]:
+    """``(parameter, method)`` for each of ``mine`` that ``call`` uses Linen Module API on: directly
+    (``p.param(...)``), or by handing it to a function of ``helpers`` that does."""
+    f = call.func
+    if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name):
+        if f.value.value in mine and f.attr.value in LINEN_SELF_ONLY - LINEN_TREE_PLACE:
+            return [(f.value.value, f.attr.value)]
+        return []
+    if not (isinstance(f, cst.Name) and f.value in helpers):
+        return []
+    callee_params, api = helpers[f.value]
+    found = []
+    for i, arg in enumerate(call.args):
+        target = (
+            arg.keyword.value
+            if arg.keyword is not None
+            else (callee_params[i] if i < len(callee_params) else None)
+        )
+        if isinstance(arg.value, cst.Name) and arg.value.value in mine and target in api and not arg.star:
+            found.append((arg.value.value, api[target]))
+    return found
+
+
+LINEN_HELPER_KEY = "linen_helper:"  # the facts key of a file's linen_helpers, for importing files
+
+
+def helper_facts(module: cst.Module, module_name: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """The file's :func:`linen_helpers` under their ``linen_helper:`` keys: a file calling one (or a
+    function of its own handing it ``self``) reports the call as its own helpers' calls are."""
+    if not any(isinstance(s, cst.FunctionDef) for s in module.body):
+        return {}
+    prefix = f"{LINEN_HELPER_KEY}{module_name}." if module_name else LINEN_HELPER_KEY
+    return {prefix + name: helper for name, helper in linen_helpers(module).items()}
+
+
+def imported_helper(
+    call: cst.Call, names: NameResolver, module_name: str, facts: Mapping[str, Any]
+) -> tuple[list[str], dict[str, str]] | None:
+    """The parameters and Linen API uses of the other file's helper ``call`` calls, or None."""
+    if not isinstance(call.func, (cst.Name, cst.Attribute)):
+        return None
+    for q in names.qualnames(call.func):
+        fact = facts.get(LINEN_HELPER_KEY + absolute_qualname(q, module_name))
+        if isinstance(fact, tuple):
+            return fact
+    return None
+
+
+def handed_self(call: cst.Call, helper: tuple[list[str], dict[str, str]]) -> str | None:
+    """``<parameter>.<method>`` of the Linen API ``helper`` calls on the parameter ``call`` hands
+    ``self`` to, or None."""
+    params, api = helper
+    for i, arg in enumerate(call.args):
+        target = arg.keyword.value if arg.keyword is not None else (params[i] if i < len(params) else None)
+        if isinstance(arg.value, cst.Name) and arg.value.value == "self" and target in api:
+            return f"{target}.{api[target]}"
+    return None
+
+
+def module_partials(module: cst.Module) -> dict[str, cst.Call]:
+    """Module-level ``name = <call>(<first>, ...)`` lines, by name (see :func:`linen_partial`)."""
+    found: dict[str, cst.Call] = {}
+    for stmt in module.body:
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and small.value.args:
+                for t in small.targets:
+                    if isinstance(t.target, cst.Name):
+                        found[t.target.value] = small.value
+    return found
+
+
+def linen_partial(call: cst.Call | None, names: NameResolver, linen_classes: set[str]) -> str | None:
+    """The Linen module class ``call`` (``partial(nn.Dense, use_bias=False)`` bound at module level)
+    partially applies: a call of that name builds a Linen module, whatever the class it is made in."""
+    if call is None or "functools.partial" not in names.qualnames(call.func) or call.args[0].keyword:
+        return None
+    first = call.args[0].value
+    if isinstance(first, cst.Name) and first.value in linen_classes:
+        return first.value
+    return next((q for q in names.qualnames(first) if flax_class_kind(q) == "linen"), None)
 
 
 def top_classes(module: cst.Module) -> list[cst.ClassDef]:
