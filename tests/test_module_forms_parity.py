@@ -151,6 +151,7 @@ CASES = {
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
     "reshape_written_axis": ("Attn", {}, (2, 3, 4)),  # x.shape[:2] + (self.inner,): the written size
     "input_keyword": ("Model", {}, (2, 5)),  # self.mix(x, other=..., scale=...): `other` sized by name
+    "input_keyword_first": ("Model", {}, (2, 5)),  # self.mix(other=..., x=...): `x` sized by name too
     "activation_table": ("Mlp", {"cfg": ActConfig()}, (2, 5)),  # self.act = ACTS[self.cfg.act] in setup
     "activation_table_helper": ("Mlp", {"cfg": ActConfig(act="swish_ish")}, (2, 5)),  # a function of the file
     "conditional_head": ("Backbone", {}, (2, 6, 6, 3)),  # the head's unknown size: None, no head built

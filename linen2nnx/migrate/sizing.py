@@ -20,7 +20,7 @@ from linen2nnx.migrate.cst_utils import (
     replace_name,
     substitute_self_fields,
 )
-from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo
+from linen2nnx.migrate.dataflow import DISAGREEING, Feat, FeatureFlow, LayerInfo
 from linen2nnx.migrate.element_loops import later_size_holds
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.method_flow import MethodFlow
@@ -45,6 +45,7 @@ class Sizer(TraceEvidence):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.state = ctx.state
+        self.applied: dict[int, tuple[Site, dict[int, Feat], str]] = {}  # id(site) -> (site, inputs, method)
 
     def run_flow(self, plan: ClassPlan, fn: cst.FunctionDef, resolve: bool) -> None:
         """Run the feature-size dataflow over ``fn`` (see :class:`MethodFlow`); with ``resolve``, size
@@ -426,6 +427,10 @@ class Sizer(TraceEvidence):
         static = self.static_size(plan, feat, params, node)
         if static is not None:
             return static
+        if feat.kind == "unknown" and feat.reason.startswith(DISAGREEING):
+            return self._required_arg(
+                plan, site, f"input feature size of {plan.name}.{site.attr} ({feat.reason})", node
+            )
         if feat.kind == "input":
             feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self.state.flow_method}")
         flat = self._flat_input(plan, feat, params, node)
