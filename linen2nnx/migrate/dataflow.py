@@ -25,6 +25,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate import last_axis_ops, mutation, tuple_flow
+from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
 from linen2nnx.migrate.cst_utils import (
     code,
@@ -453,17 +454,3 @@ def transfer(out: Feat, params: list[str], args: list[Feat]) -> Feat:
     if out.kind == "expr":
         return out
     return Feat.unknown("callee result")
-
-
-def input_fed(node: cst.Call, arg_feats: list[Feat], index: int, names: tuple[str, ...]) -> Feat:
-    """What ``node`` passes for its callee's input ``index``: the positional argument there, else the
-    keyword argument of that input's name (``names``); unknown when neither is known -- an argument
-    taken by its place in the call would be another input when the call names its inputs."""
-    for k, arg in enumerate(node.args):
-        if arg.star:
-            return Feat.unknown("arguments unpacked into a call")
-        if arg.keyword is None and k == index:
-            return arg_feats[k]
-        if arg.keyword is not None and index < len(names) and arg.keyword.value == names[index]:
-            return arg_feats[k]
-    return Feat.unknown("no input" if len(node.args) <= index else "an input passed by keyword")

@@ -120,9 +120,11 @@ class MethodFlow:
         by_site: dict[str, dict[int, Feat]] = {}
         all_args: dict[str, tuple[Feat, ...]] = {}
         nodes: dict[str, cst.CSTNode] = {}
+        kv: dict[str, list[Feat | None]] = {}  # an attention layer's key / value size per use
         for use in self.flow.uses:
             feats = by_site.setdefault(use.key, {})
-            feat = _attention_input(sites_by_key.get(use.key, []), use.node, use.args, use.feat)
+            feat, kv_feat = _attention_input(sites_by_key.get(use.key, []), use.node, use.args, use.feat)
+            kv.setdefault(use.key, []).append(kv_feat)
             # every application must see the size the first one does: one module has one input size
             feats[use.iteration] = feats.get(use.iteration, feat)
             if feats[use.iteration] != feat:
@@ -140,13 +142,13 @@ class MethodFlow:
                 if not self._first_sizing(site, feats):
                     continue
                 self.sizer.resolve_site_inputs(
-                    plan, site, feats, self.params, nodes[key], all_args.get(key, ())
+                    plan, site, feats, self.params, nodes[key], all_args.get(key, ()), kv.get(key, [])
                 )
 
     def _first_sizing(self, site: Site, feats: dict[int, Feat]) -> bool:
         """Whether ``site`` is still to be sized from ``feats``: not when it is sized otherwise, or an
         earlier method sized it from the same inputs; when that one saw other sizes of the config
-        (never a method's own input), the site's sizes are cleared and a conflict makes it be sized
+        (never a method's own input, nor an unknown size), the site's sizes are cleared and a conflict makes it be sized
         again (a required argument). A helper method the
         class calls itself was followed, inlined, where it is called: its own parameters say nothing."""
         record = self.sizer.applied.get(id(site))
@@ -158,11 +160,11 @@ class MethodFlow:
         if (
             record[1] == feats
             or record[2] == self.fn.name.value
-            or any(map(_reads_input, (*feats.values(), *record[1].values())))
+            or any(map(_not_config, (*feats.values(), *record[1].values())))
             or self.fn.name.value in self.plan_called_methods()
         ):
-            # a method's own input may have any size, but Linen builds the parameters once, in the
-            # method `init` runs: another method fed another size fails in Linen as in NNX
+            # a method's own input (or a value of unknown size) may have any size, but Linen builds
+            # the parameters once, in the method `init` runs: another size fails in Linen as in NNX
             return False
         conflict = Feat.unknown(DISAGREEING + " its methods apply it to inputs of different sizes")
         feats.clear()
@@ -397,35 +399,37 @@ def linen_inputs(linen_name: str) -> tuple[str, ...]:
     return tuple(p.name for p in params if p.kind in kinds and p.name != "self")
 
 
-def _attention_input(sites: list[Site], node: cst.CSTNode, args: tuple[Feat, ...], query: Feat) -> Feat:
-    """An attention layer's input size is its query's, and NNX's ``MultiHeadAttention`` projects keys
-    and values from one other size (``in_kv_features``, not emitted): a key or value input whose size
-    is not the query's (or not known to be) makes the layer's sizes a conflict, never the query's alone."""
+def _attention_input(
+    sites: list[Site], node: cst.CSTNode, args: tuple[Feat, ...], query: Feat
+) -> tuple[Feat, Feat | None]:
+    """An attention layer's input size is its query's; NNX's ``MultiHeadAttention`` projects keys and
+    values from one other size (``in_kv_features``): (the query's size, the key / value size where it
+    is another value, else None). Keys and values of sizes not known to agree are a conflict (NNX has
+    one size for both), never the query's size alone."""
     rule = sites[0].rule if sites else None
     if rule is None or rule.nnx != "MultiHeadAttention" or not isinstance(node, cst.Call):
-        return query
+        return query, None
     names = linen_inputs(rule.linen)
     if "inputs_k" not in names or len(node.args) != len(args):
-        return query
+        return query, None
+    if any(a.star for a in node.args):
+        return Feat.unknown(DISAGREEING + " arguments unpacked into an attention call"), None
     given = {
         a.keyword.value if a.keyword is not None else names[k]: f
         for k, (a, f) in enumerate(zip(node.args, args))
         if k < len(names) or a.keyword is not None
     }
-    if any(a.star for a in node.args):
-        return Feat.unknown(DISAGREEING + " arguments unpacked into an attention call")
     key = given.get("inputs_kv", given.get("inputs_k", query))
     value = given.get("inputs_kv", given.get("inputs_v", key))
-    if key == query and value == query:
-        return query
-    return Feat.unknown(
-        DISAGREEING + " its key / value inputs are not known to have its query's size (NNX "
-        "MultiHeadAttention would need in_kv_features)"
-    )
+    if key != value:
+        return Feat.unknown(DISAGREEING + " its key and value inputs are not known to have one size"), None
+    return query, None if key == query else key
 
 
-def _reads_input(feat: Feat | None) -> bool:
-    """Whether ``feat`` is (or is built from) a parameter of the method it was seen in."""
+def _not_config(feat: Feat | None) -> bool:
+    """Whether ``feat`` is (or is built from) a parameter of the method it was seen in, or unknown."""
     if feat is None:
         return False
-    return feat.kind == "input" or any(map(_reads_input, (*feat.elements, feat.base, feat.candidate)))
+    return feat.kind in ("input", "unknown") or any(
+        map(_not_config, (*feat.elements, feat.base, feat.candidate))
+    )
