@@ -151,6 +151,9 @@ CASES = {
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
     "reshape_written_axis": ("Attn", {}, (2, 3, 4)),  # x.shape[:2] + (self.inner,): the written size
     "input_keyword": ("Model", {}, (2, 5)),  # self.mix(x, other=..., scale=...): `other` sized by name
+    "input_keyword_first": ("Model", {}, (2, 5)),  # self.mix(other=..., x=...): `x` sized by name too
+    "attention_kv_features": ("CrossKeyword", {}, (2, 3, 5)),  # in_kv_features from inputs_kv=
+    "attention_kv_features_positional": ("CrossPositional", {}, (2, 3, 5)),  # from inputs_k= / inputs_v=
     "activation_table": ("Mlp", {"cfg": ActConfig()}, (2, 5)),  # self.act = ACTS[self.cfg.act] in setup
     "activation_table_helper": ("Mlp", {"cfg": ActConfig(act="swish_ish")}, (2, 5)),  # a function of the file
     "conditional_head": ("Backbone", {}, (2, 6, 6, 3)),  # the head's unknown size: None, no head built
@@ -234,6 +237,7 @@ SOURCES = {
     "last_axis_test_strided": "last_axis_test",
     "init_restated_tests_same": "init_restated_tests",
     "init_restated_tests_splat": "init_restated_tests",
+    "attention_kv_features_positional": "attention_kv_features",
 }
 INT_INPUTS = {"compact_tied", "import_alias", "tied_head"}
 

@@ -25,6 +25,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate import last_axis_ops, mutation, tuple_flow
+from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
 from linen2nnx.migrate.cst_utils import (
     code,
@@ -45,6 +46,7 @@ class LayerInfo:
     out_unknown: bool = False  # the output size cannot be told statically
     out_fn: Callable[[Feat], Feat] | None = None  # the output as a function of the first input (wins if set)
     input_index: int = 0  # the positional argument whose last axis the layer reads (a cell's x)
+    input_names: tuple[str, ...] = ()  # the callee's input parameters, in order (inputs given by keyword)
 
 
 @dataclasses.dataclass
@@ -55,6 +57,10 @@ class LayerUse:
     iteration: int = 0  # 0: first (or only) pass; 1: a later iteration of an enclosing loop
     args: tuple[Feat, ...] = ()  # every positional input (a module may size itself by its second one)
 
+
+DISAGREEING = "applications disagree:"
+"""The reason of the unknown size of a module applied to inputs of different sizes: never taken from a
+trace (which sees one of them), always a required constructor argument."""
 
 ARRAY_CONSTRUCTORS = frozenset(
     {"jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full", "numpy.zeros", "numpy.ones"}
@@ -147,10 +153,16 @@ class FeatureFlow:
             if self.env != first:  # the second pass changed a size: would a third change it again?
                 second = dict(self.env)
                 self.iteration = 2
+                start = len(self.uses)
                 self.run(stmt.body.body)
+                unsettled = Feat.unknown("a size that changes with every iteration of a loop")
                 for name, feat in list(self.env.items()):
                     if second.get(name) != feat:
-                        self.env[name] = Feat.unknown("a size that changes with every iteration of a loop")
+                        self.env[name] = unsettled
+                if any(self.env[name] is unsettled for name in self.env):
+                    # a later iteration may read the size still changing: no use of the loop holds
+                    for use in self.uses[start:]:
+                        use.feat = unsettled
             self.iteration = outer
             if isinstance(stmt, cst.For) and isinstance(stmt.target, cst.Name):
                 self._leave_loop(stmt, before)
@@ -282,7 +294,9 @@ class FeatureFlow:
         layer = self.layer_of(node)
         first = arg_feats[0] if arg_feats else Feat.unknown("no input")
         if layer is not None:
-            return self._layer_applied(layer, node, arg_feats, first)
+            return self._layer_applied(
+                layer, node, arg_feats, input_fed(node, arg_feats, 0, layer.input_names)
+            )
         known = self.value_of(node, self.env)
         if known is not None:
             return known
@@ -303,9 +317,7 @@ class FeatureFlow:
 
     def _layer_applied(self, layer: LayerInfo, node: cst.Call, arg_feats: list[Feat], first: Feat) -> Feat:
         """A layer applied: its use is recorded with the size it reads; its output as the layer says."""
-        read = (
-            arg_feats[layer.input_index] if layer.input_index < len(arg_feats) else Feat.unknown("no input")
-        )
+        read = input_fed(node, arg_feats, layer.input_index, layer.input_names)
         self.uses.append(LayerUse(layer.key, read, node, self.iteration, tuple(arg_feats)))
         if layer.out_fn is not None:
             return layer.out_fn(first)

@@ -11,7 +11,11 @@ Only a loop written at the top of the method (inside ``if`` / ``with`` / ``try``
 another loop, whose later passes would show element 0 a later size) over the list itself (no slice,
 no ``reversed``), whose variable the body never rebinds, is taken, and only calls of that variable
 inside it; the list must be the one site of its attribute (a setup comprehension or the list a setup
-loop fills, with no elements written before it).
+loop fills, with no elements written before it). Every iteration must apply its element exactly once:
+a body that can leave an iteration early (``continue`` / ``break`` / ``return`` / ``raise``), or whose
+one call of the variable is not a statement of its own level (under an ``if``, a ``with``, a
+conditional expression, ``and`` / ``or``, a lambda or a comprehension), or that calls it more than once,
+is not taken -- a skipped element would see another element's size.
 """
 
 from __future__ import annotations
@@ -38,10 +42,49 @@ def element_calls(fn: cst.FunctionDef, sites: Iterable[Site]) -> dict[cst.Call, 
         site = single.get(attr or "")
         if var is None or site is None or var in assigned_in(loop.body):
             continue
-        for call in calls_in(loop.body):
-            if isinstance(call.func, cst.Name) and call.func.value == var:
-                found[call] = site
+        call = _one_plain_call(loop, var)
+        if call is not None:
+            found[call] = site
     return found
+
+
+_EXITS = (cst.Break, cst.Continue, cst.Return, cst.Raise, cst.Yield, cst.Await)
+_GUARDS = (
+    cst.IfExp,
+    cst.BooleanOperation,
+    cst.Lambda,
+    cst.ListComp,
+    cst.SetComp,
+    cst.DictComp,
+    cst.GeneratorExp,
+)
+
+
+def _one_plain_call(loop: cst.For, var: str) -> cst.Call | None:
+    """The one call of ``var`` in ``loop``'s body when every iteration makes it exactly once: a body
+    that can leave an iteration early, calls ``var`` twice or under a guard, gives None."""
+    body = loop.body
+    if any(isinstance(n, _EXITS) for n in _nodes(body)):
+        return None
+    calls = [c for c in calls_in(body) if isinstance(c.func, cst.Name) and c.func.value == var]
+    if len(calls) != 1:
+        return None
+    for stmt in body.body if isinstance(body, cst.IndentedBlock) else (body,):
+        if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and calls[0] in calls_in(
+            stmt
+        ):
+            guarded = (g for g in _nodes(stmt) if isinstance(g, _GUARDS))
+            return None if any(calls[0] in calls_in(g) for g in guarded) else calls[0]
+    return None
+
+
+def _nodes(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
+    """Every node under ``node`` (itself included), not entering nested functions or classes."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        yield cur
+        stack.extend(c for c in cur.children if not isinstance(c, (cst.FunctionDef, cst.ClassDef)))
 
 
 def later_size_holds(site: Site, later: str, allowed: set[str]) -> bool:

@@ -93,6 +93,8 @@ class Emitter:
                 args.insert(2, cst.Arg(parse_expression(bias)))
         given = {rule.nnx_arg(name) for name in upd_bound}
         args += [kwarg(k, parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
+        if site.in_kv_expr is not None:  # attention keys / values of another size than the queries
+            args.append(kwarg("in_kv_features", parse_expression(site.in_kv_expr)))
         args += self._unpacked(site, updated, checked)
         if "rngs" in nnx_ctor_params(rule.nnx):
             args.append(kwarg("rngs", cst.Name("rngs")))

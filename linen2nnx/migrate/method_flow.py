@@ -10,12 +10,15 @@ output on the plan and sizes the sites it applied (through the :class:`~linen2nn
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_names, code, names_in, self_attr
-from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
+from linen2nnx.migrate.dataflow import DISAGREEING, Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.element_loops import element_calls
 from linen2nnx.migrate.elementwise import is_elementwise
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
@@ -110,28 +113,75 @@ class MethodFlow:
     def _size_uses(self) -> None:
         """Size each site from the inputs the flow saw it applied to (per loop iteration)."""
         plan = self.plan
-        by_site: dict[str, dict[int, Feat]] = {}
-        all_args: dict[str, tuple[Feat, ...]] = {}
-        nodes: dict[str, cst.CSTNode] = {}
-        for use in self.flow.uses:
-            by_site.setdefault(use.key, {}).setdefault(use.iteration, use.feat)
-            all_args.setdefault(use.key, use.args)
-            nodes.setdefault(use.key, use.node)
         # setup() may build one attribute in several `match` cases: each case's module gets the sizes
         sites_by_key: dict[str, list[Site]] = {}
         for s in plan.sites.values():
             sites_by_key.setdefault(s.flow_key, []).append(s)
+        by_site: dict[str, dict[int, Feat]] = {}
+        all_args: dict[str, tuple[Feat, ...]] = {}
+        nodes: dict[str, cst.CSTNode] = {}
+        kv: dict[str, list[Feat | None]] = {}  # an attention layer's key / value size per use
+        for use in self.flow.uses:
+            feats = by_site.setdefault(use.key, {})
+            feat, kv_feat = _attention_input(sites_by_key.get(use.key, []), use.node, use.args, use.feat)
+            kv.setdefault(use.key, []).append(kv_feat)
+            # every application must see the size the first one does: one module has one input size
+            feats[use.iteration] = feats.get(use.iteration, feat)
+            if feats[use.iteration] != feat:
+                feats[use.iteration] = Feat.unknown(
+                    DISAGREEING + " two apply it to inputs of different sizes"
+                )
+            all_args.setdefault(use.key, use.args)
+            nodes.setdefault(use.key, use.node)
         for index, use in enumerate(self.flow.uses):  # the order a loop nest's lines build their modules in
             for applied in sites_by_key.get(use.key, ()):
                 if applied.nest is not None:
                     applied.nest.applied.setdefault(id(applied), index)
         for key, feats in by_site.items():
             for site in sites_by_key[key]:
-                if site.in_expr is not None or site.user_in:
+                if not self._first_sizing(site, feats):
                     continue
                 self.sizer.resolve_site_inputs(
-                    plan, site, feats, self.params, nodes[key], all_args.get(key, ())
+                    plan, site, feats, self.params, nodes[key], all_args.get(key, ()), kv.get(key, [])
                 )
+
+    def _first_sizing(self, site: Site, feats: dict[int, Feat]) -> bool:
+        """Whether ``site`` is still to be sized from ``feats``: not when it is sized otherwise, or an
+        earlier method sized it from the same inputs; when that one saw other sizes of the config
+        (never a method's own input, nor an unknown size), the site's sizes are cleared and a conflict makes it be sized
+        again (a required argument). A helper method the
+        class calls itself was followed, inlined, where it is called: its own parameters say nothing."""
+        record = self.sizer.applied.get(id(site))
+        if record is None:
+            if site.in_expr is not None or site.user_in:
+                return False  # sized otherwise (by the module it is nested in, by the user)
+            self.sizer.applied[id(site)] = (site, feats, self.fn.name.value)
+            return True
+        if (
+            record[1] == feats
+            or record[2] == self.fn.name.value
+            or any(map(_not_config, (*feats.values(), *record[1].values())))
+            or self.fn.name.value in self.plan_called_methods()
+        ):
+            # a method's own input (or a value of unknown size) may have any size, but Linen builds
+            # the parameters once, in the method `init` runs: another size fails in Linen as in NNX
+            return False
+        conflict = Feat.unknown(DISAGREEING + " its methods apply it to inputs of different sizes")
+        feats.clear()
+        feats[0] = conflict
+        site.in_expr = None
+        site.user_in.clear()
+        return True
+
+    def plan_called_methods(self) -> set[str]:
+        """The methods of the class that another of its methods calls as ``self.<name>(...)``."""
+        called = set()
+        for method in self.methods.values():
+            for call in calls_in(method):
+                name = self_attr(call.func)
+                if name is not None and name != method.name.value:
+                    called.add(name)
+        return called
 
     def carry_fixpoint(self) -> Feat:
         """A step function's carry (a cell's, or a scanned method's) has the same shape on every step:
@@ -191,7 +241,7 @@ class MethodFlow:
             return None
         for built in (site, *self.sizer.nested_sites(site)):  # nn.RNN(Cell(x.shape[-1])): the cell's too
             self._resolve_shapes(built)
-        info = self.sizer.layer_info(site)
+        info = dataclasses.replace(self.sizer.layer_info(site), input_names=self._input_names(site))
         if site.rule is not None and site.rule.input_index:
             info = dataclasses.replace(info, input_index=site.rule.input_index)
         if branch is not None and info.out_expr is not None and not info.out_unknown:
@@ -200,6 +250,19 @@ class MethodFlow:
                 info, out_expr=f"({info.out_expr} if {branch.test} else {branch.other}.{site.rule.out_attr})"
             )
         return info
+
+    def _input_names(self, site: Site) -> tuple[str, ...]:
+        """The names of the inputs ``site``'s module is called with (its ``__call__``'s parameters), so
+        that an input passed by keyword is read by its name; () when not known."""
+        if site.kind == "layer" and site.rule is not None:
+            return linen_inputs(site.rule.linen)
+        user = site.user
+        methods = self.state.methods.get(user.name, []) if user is not None else []
+        call = next((m for m in methods if m.name.value == "__call__"), None)
+        if call is None:
+            return ()
+        names = [p.name.value for p in call.params.params]
+        return tuple(names[1:] if names and names[0] == "self" else names)
 
     def value_of(self, node: cst.BaseExpression, env: dict[str, Feat]) -> Feat | None:
         """A parameter of the class, as its last axis and rank (see dataflow.py)."""
@@ -323,3 +386,50 @@ def read_by_sites(plan: ClassPlan) -> set[str]:
             read.add(name)
             todo.extend(n for n in names_in(plan.pure_locals[name]) if n in plan.pure_locals)
     return read
+
+
+@functools.cache
+def linen_inputs(linen_name: str) -> tuple[str, ...]:
+    """The parameters a built-in Linen layer's ``__call__`` takes by position or keyword (``inputs``; a
+    norm's ``x``; a cell's ``carry, inputs``; attention's ``inputs_q, inputs_k, inputs_v``)."""
+    import flax.linen as nn
+
+    params = inspect.signature(getattr(nn, linen_name).__call__).parameters.values()
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in params if p.kind in kinds and p.name != "self")
+
+
+def _attention_input(
+    sites: list[Site], node: cst.CSTNode, args: tuple[Feat, ...], query: Feat
+) -> tuple[Feat, Feat | None]:
+    """An attention layer's input size is its query's; NNX's ``MultiHeadAttention`` projects keys and
+    values from one other size (``in_kv_features``): (the query's size, the key / value size where it
+    is another value, else None). Keys and values of sizes not known to agree are a conflict (NNX has
+    one size for both), never the query's size alone."""
+    rule = sites[0].rule if sites else None
+    if rule is None or rule.nnx != "MultiHeadAttention" or not isinstance(node, cst.Call):
+        return query, None
+    names = linen_inputs(rule.linen)
+    if "inputs_k" not in names or len(node.args) != len(args):
+        return query, None
+    if any(a.star for a in node.args):
+        return Feat.unknown(DISAGREEING + " arguments unpacked into an attention call"), None
+    given = {
+        a.keyword.value if a.keyword is not None else names[k]: f
+        for k, (a, f) in enumerate(zip(node.args, args))
+        if k < len(names) or a.keyword is not None
+    }
+    key = given.get("inputs_kv", given.get("inputs_k", query))
+    value = given.get("inputs_kv", given.get("inputs_v", key))
+    if key != value:
+        return Feat.unknown(DISAGREEING + " its key and value inputs are not known to have one size"), None
+    return query, None if key == query else key
+
+
+def _not_config(feat: Feat | None) -> bool:
+    """Whether ``feat`` is (or is built from) a parameter of the method it was seen in, or unknown."""
+    if feat is None:
+        return False
+    return feat.kind in ("input", "unknown") or any(
+        map(_not_config, (*feat.elements, feat.base, feat.candidate))
+    )

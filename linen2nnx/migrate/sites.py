@@ -192,6 +192,7 @@ class Site:
     user: ClassPlan | None = None
     args: dict[str, cst.Arg] = dataclasses.field(default_factory=dict)  # Linen argument name -> original Arg
     in_expr: str | None = None
+    in_kv_expr: str | None = None  # an attention layer's key / value size, where it is not in_expr's
     user_in: dict[str, str] = dataclasses.field(
         default_factory=dict
     )  # new ctor arg of the user class -> expr

@@ -11,6 +11,7 @@ import dataclasses
 
 import libcst as cst
 
+from linen2nnx.migrate.call_inputs import passed_input
 from linen2nnx.migrate.callee_terms import in_caller_terms
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
@@ -20,7 +21,7 @@ from linen2nnx.migrate.cst_utils import (
     replace_name,
     substitute_self_fields,
 )
-from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo
+from linen2nnx.migrate.dataflow import DISAGREEING, Feat, FeatureFlow, LayerInfo
 from linen2nnx.migrate.element_loops import later_size_holds
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.method_flow import MethodFlow
@@ -45,6 +46,7 @@ class Sizer(TraceEvidence):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.state = ctx.state
+        self.applied: dict[int, tuple[Site, dict[int, Feat], str]] = {}  # id(site) -> (site, inputs, method)
 
     def run_flow(self, plan: ClassPlan, fn: cst.FunctionDef, resolve: bool) -> None:
         """Run the feature-size dataflow over ``fn`` (see :class:`MethodFlow`); with ``resolve``, size
@@ -311,6 +313,7 @@ class Sizer(TraceEvidence):
         params: list[str],
         node: cst.CSTNode,
         args: tuple[Feat, ...] = (),
+        kv: list[Feat | None] | None = None,
     ) -> None:
         if site.kind == "layer":
             assert site.rule is not None
@@ -319,6 +322,8 @@ class Sizer(TraceEvidence):
                 if site.rule.in_arg is not None:
                     site.in_expr = expr
                 self._propagate_nested(site, expr)
+                if any(f is not None for f in kv or ()):
+                    site.in_kv_expr = self._kv_size(plan, site, kv or [], params, node)
             for inner in self.nested_sites(site):  # e.g. a cell of the run's traced hidden size
                 for arg, how in inner.user.new_args.items() if inner.user is not None else ():
                     if how.startswith("traced:") and arg not in inner.user_in:
@@ -332,7 +337,7 @@ class Sizer(TraceEvidence):
                 elif how == "input_shape:0":
                     static = feats[0].expr if feats.get(0) is not None and feats[0].kind == "expr" else None
                     site.user_in[arg] = self._input_shape(plan, site, arg, node, static)
-                elif 0 < index and site.loop is None and (given := _argument(node, args, index, arg)):
+                elif 0 < index and site.loop is None and (given := passed_input(node, args, index, arg)):
                     # another input (a cell's `x` beside its carry; under nn.scan, a per-step slice whose
                     # last axis is the scanned input's)
                     site.user_in[arg] = self._resolve_in(plan, site, given, params, node)
@@ -342,6 +347,24 @@ class Sizer(TraceEvidence):
                     site.user_in[arg] = self._required_arg(
                         plan, site, f"{arg} of {site.user.name}", node, arg, shape=how == "unresolved_shape"
                     )
+
+    def _kv_size(
+        self, plan: ClassPlan, site: Site, kv: list[Feat | None], params: list[str], node: cst.CSTNode
+    ) -> str | None:
+        """``in_kv_features`` of an attention layer whose keys and values are another value than its
+        queries: their static size when every application gives the same one, outside any loop; else a
+        required argument (a trace would show the query's size, the layer's input, not theirs)."""
+        first = kv[0]
+        plain = site.loop is None and site.elements is None and site.nest is None
+        static = (
+            self.static_size(plan, first, params, node)
+            if plain and first is not None and all(f == first for f in kv)
+            else None
+        )
+        if static is None:
+            what = f"key / value feature size of {plan.name}.{site.attr} (in_kv_features)"
+            static = self._required_arg(plan, site, what, node, child_arg="in_kv_features")
+        return None if static == site.in_expr else static
 
     def _loop_expr(
         self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str], node: cst.CSTNode
@@ -426,6 +449,10 @@ class Sizer(TraceEvidence):
         static = self.static_size(plan, feat, params, node)
         if static is not None:
             return static
+        if feat.kind == "unknown" and feat.reason.startswith(DISAGREEING):
+            return self._required_arg(
+                plan, site, f"input feature size of {plan.name}.{site.attr} ({feat.reason})", node
+            )
         if feat.kind == "input":
             feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self.state.flow_method}")
         flat = self._flat_input(plan, feat, params, node)
@@ -567,21 +594,3 @@ class Sizer(TraceEvidence):
         return all(self._resolved(n) for n in site.nested) and (
             site.rule is None or site.rule.in_arg is None or site.in_expr is not None
         )
-
-
-def _argument(node: cst.CSTNode, args: tuple[Feat, ...], index: int, arg: str) -> Feat | None:
-    """The value a call passes for its callee's input ``index``, whose size argument is ``arg``
-    (``<param>_features``): positionally, or by its keyword; None when the call leaves it to its
-    default or splats arguments, so that no other argument's size is taken for it."""
-    call_args = node.args if isinstance(node, cst.Call) and len(node.args) == len(args) else None
-    if call_args is None or any(a.star for a in call_args):
-        return None
-    positional = sum(1 for a in call_args if a.keyword is None)
-    if index < positional:
-        return args[index]
-    named = [
-        k
-        for k, a in enumerate(call_args)
-        if a.keyword is not None and arg.rstrip("_") == f"{a.keyword.value}_features"
-    ]
-    return args[named[0]] if len(named) == 1 else None
