@@ -7,6 +7,7 @@ import pytest
 
 from linen2nnx.migrate import migrate_source
 from linen2nnx.migrate.engine import Mode, migrate_paths
+from linen2nnx.migrate.table_changes import run_changes
 
 TABLE = """from functools import partial
 
@@ -155,3 +156,13 @@ def test_an_imported_table_changed_through_its_module_keeps_the_finding(tmp_path
     )
     result = migrate_paths([tmp_path / "pkg"], Mode.OUT_DIR, out_dir=tmp_path / "out2")
     assert [f.rule for f in result.findings if f.severity == "manual"] == ["L2N-SHAPE-003"]
+
+
+def test_the_run_scan_counts_every_name_of_a_file_it_cannot_parse(tmp_path: Path):
+    (tmp_path / "acts.py").write_text(TABLE)
+    (tmp_path / "odd.py").write_text("ACTS['x'] = len\ndef (:\n")
+    (tmp_path / "use.py").write_text("from acts import ACTS\nf = ACTS['relu']\nok = 'relu' in ACTS\n")
+    scanned = run_changes([tmp_path / "acts.py", tmp_path / "use.py"])
+    assert scanned.complete and scanned.trusts("ACTS") and scanned.trusts("acts.ACTS")
+    assert not run_changes(sorted(tmp_path.iterdir())).trusts("ACTS")
+    assert not run_changes([tmp_path / "missing.py"]).trusts("OTHER")

@@ -18,18 +18,21 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
 KEY = "elementwise:run-changes"
 READERS = frozenset({"get", "keys", "values", "items", "copy"})
 """The dict methods that leave a table as it is (any other may change it)."""
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z_0-9]*")
 
 
 @dataclasses.dataclass(frozen=True)
 class RunChanges:
-    """The names some file of the run may change (by last part); ``complete`` is False when a file
-    could not be scanned, and then no table of another file is trusted."""
+    """The names some file of the run may change (by last part; only those some file binds to a dict
+    display at module level, the only ones a table can have); ``complete`` is False when a file could
+    not be scanned, and then no table is trusted."""
 
     changed: frozenset[str]
     complete: bool = True
@@ -42,13 +45,28 @@ class RunChanges:
 def run_changes(paths: Iterable[Path]) -> RunChanges:
     """The names the files ``paths`` may change, as one fact every file of the run is given."""
     changed: set[str] = set()
+    tables: set[str] = set()  # what may be a table: a name a module binds to a dict display
     complete = True
     for path in paths:
         try:
-            changed |= changed_names(ast.parse(path.read_bytes()))
-        except (OSError, SyntaxError, ValueError, RecursionError):
+            data = path.read_bytes()
+        except OSError:
             complete = False
-    return RunChanges(frozenset(changed), complete)
+            continue
+        try:
+            tree = ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError):  # newer syntax: any name it spells may change
+            changed.update(w.decode("ascii") for w in _WORD.findall(data))
+            continue
+        changed |= changed_names(tree)
+        tables.update(
+            t.id
+            for stmt in tree.body
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Dict)
+            for t in stmt.targets
+            if isinstance(t, ast.Name)
+        )
+    return RunChanges(frozenset(changed & tables), complete)
 
 
 def source_changes(source: str) -> frozenset[str] | None:
