@@ -7,6 +7,7 @@ import pytest
 
 from linen2nnx.migrate import migrate_source
 from linen2nnx.migrate.engine import Mode, migrate_paths
+from linen2nnx.migrate.table_changes import run_changes
 
 TABLE = """from functools import partial
 
@@ -53,10 +54,38 @@ def test_a_table_of_activations_keeps_the_size():
         "ACTS = dict(ACTS)\n",  # bound twice
         'def add():\n    global ACTS\n    ACTS = {"x": len}\n',  # rebound through `global`
         "from os.path import join as ACTS\n",  # rebound by an import
+        '_T = ACTS\n_T["glu"] = jax.nn.glu\n',  # changed through another name
+        "def table():\n    return ACTS\n",  # handed out
+        "def pick(table=ACTS):\n    return table\n",  # a default argument
+        "ACTS |= {}\n",  # an in-place operator
     ],
 )
 def test_a_changed_table_keeps_the_finding(change):
     assert len(_unsized(TABLE + change + MLP)) == 1
+
+
+@pytest.mark.parametrize(
+    "shadow",
+    [
+        '        ACTS = {"glu": nn.glu}\n',  # a local of the same name
+        "        ACTS = self.cfg.table\n",
+    ],
+)
+def test_a_local_named_like_the_table_is_not_the_table(shadow):
+    shadowed = MLP.replace("        self.act = ACTS", shadow + "        self.act = ACTS")
+    assert len(_unsized(TABLE + shadowed)) == 1
+
+
+def test_a_parameter_named_like_the_table_is_not_the_table():
+    call = """
+class Mlp(nn.Module):
+    act: str
+
+    @nn.compact
+    def __call__(self, x, ACTS={"glu": nn.glu}):
+        return nn.Dense(3)(ACTS[self.act](nn.Dense(8)(x)))
+"""
+    assert len(_unsized(TABLE + call)) == 1
 
 
 @pytest.mark.parametrize(
@@ -65,11 +94,14 @@ def test_a_changed_table_keeps_the_finding(change):
         "partial(nn.gelu, True)",  # a positional argument takes x's place
         "lambda x: x",  # a lambda is not looked into
         "jax.nn.one_hot",  # not feature-preserving
+        "jax.nn.logmeanexp",  # a reduction (with an axis)
+        "jax.nn.scaled_matmul",  # a contraction
+        "mean_last",  # a function of the file that reduces the last axis, keeping it as 1
         "first_row",  # a function of the file that does not keep its input's last axis
     ],
 )
 def test_a_table_with_another_value_keeps_the_finding(value):
-    helper = "def first_row(x):\n    return x[0]\n\n\n"
+    helper = "def first_row(x):\n    return x[0]\n\n\ndef mean_last(x):\n    return x.mean(axis=-1, keepdims=True)\n\n\n"
     table = TABLE.replace('"swish_ish": swish_ish}', f'"swish_ish": swish_ish, "other": {value}}}')
     assert len(_unsized(helper + table + MLP)) == 1
 
@@ -86,3 +118,51 @@ def test_a_table_of_another_file_of_the_run_keeps_the_size(tmp_path: Path):
     (pkg / "mlp.py").write_text(changed)  # the importing file changes the table
     result = migrate_paths([tmp_path / "pkg"], Mode.OUT_DIR, out_dir=tmp_path / "out2")
     assert [f.rule for f in result.findings if f.severity == "manual"] == ["L2N-SHAPE-003"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "import flax.linen as nn\n\nfrom .acts import ACTS\n\nACTS['x'] = len\n",
+        "import flax.linen as nn\n\nfrom . import acts\n\nacts.ACTS['x'] = len\n",
+        "import flax.linen as nn\n\nfrom .acts import ACTS as T\n\nT['x'] = len\n",
+    ],
+)
+def test_a_table_another_file_of_the_run_changes_keeps_the_finding(tmp_path: Path, change):
+    """Any file of the run may change a table it imports: then no file trusts it, the defining one
+    included."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "acts.py").write_text(TABLE + MLP)
+    (pkg / "mlp.py").write_text("import flax.linen as nn\n\nfrom .acts import ACTS\n\n" + MLP)
+    (pkg / "register.py").write_text(change)
+    result = migrate_paths([tmp_path / "pkg"], Mode.OUT_DIR, out_dir=tmp_path / "out")
+    unsized = sorted(Path(f.path).name for f in result.findings if f.rule == "L2N-SHAPE-003")
+    assert unsized == ["acts.py", "mlp.py"]
+
+
+def test_an_imported_table_changed_through_its_module_keeps_the_finding(tmp_path: Path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "acts.py").write_text(TABLE)
+    mlp = MLP.replace("ACTS[", "acts.ACTS[")
+    (pkg / "mlp.py").write_text("import flax.linen as nn\n\nfrom . import acts\n\n" + mlp)
+    result = migrate_paths([tmp_path / "pkg"], Mode.OUT_DIR, out_dir=tmp_path / "out")
+    assert [f.rule for f in result.findings if f.severity == "manual"] == []
+    (pkg / "mlp.py").write_text(
+        "import flax.linen as nn\n\nfrom . import acts\n\nacts.ACTS['x'] = len\n" + mlp
+    )
+    result = migrate_paths([tmp_path / "pkg"], Mode.OUT_DIR, out_dir=tmp_path / "out2")
+    assert [f.rule for f in result.findings if f.severity == "manual"] == ["L2N-SHAPE-003"]
+
+
+def test_the_run_scan_counts_every_name_of_a_file_it_cannot_parse(tmp_path: Path):
+    (tmp_path / "acts.py").write_text(TABLE)
+    (tmp_path / "odd.py").write_text("ACTS['x'] = len\ndef (:\n")
+    (tmp_path / "use.py").write_text("from acts import ACTS\nf = ACTS['relu']\nok = 'relu' in ACTS\n")
+    scanned = run_changes([tmp_path / "acts.py", tmp_path / "use.py"])
+    assert scanned.complete and scanned.trusts("ACTS") and scanned.trusts("acts.ACTS")
+    assert not run_changes(sorted(tmp_path.iterdir())).trusts("ACTS")
+    assert not run_changes([tmp_path / "missing.py"]).trusts("OTHER")

@@ -65,7 +65,7 @@ trace (which sees one of them), always a required constructor argument."""
 ARRAY_CONSTRUCTORS = frozenset(
     {"jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full", "numpy.zeros", "numpy.ones"}
 )
-SHAPE_KEEPING_METHODS = frozenset({"astype", "clip", "squeeze"})
+SHAPE_KEEPING_METHODS = frozenset({"astype", "clip"})  # not squeeze: it may drop the last axis
 SHAPE_KEEPING_FUNCTIONS = frozenset({"jax.numpy.flip", "jax.numpy.roll", "jax.lax.stop_gradient"})
 """``f(x, ...)`` whose result has ``x``'s shape (whatever the other arguments)."""
 MATMUL_FUNCTIONS = frozenset({"jax.numpy.dot", "jax.numpy.matmul", "numpy.dot", "numpy.matmul"})

@@ -11,8 +11,10 @@ so when every value keeps the last axis, so does the lookup. A value keeps it wh
 - a module-level function of the file whose returns keep its first parameter's last axis
   (``def quick(x): return x * jax.nn.sigmoid(1.7 * x)``, by the file's dataflow of helpers);
 - a lookup ``T[key]`` of a table: a dict display bound once at module level, every value of which keeps
-  it, that no statement of the file changes (no ``T[k] = v``, ``del T[k]``, ``T.update(...)``, ...,
-  ``global T``). A table of another file of the run is known by its fact (:class:`ElementwiseTable`).
+  it, that no statement of the run may change: ``T`` is used nowhere but in lookups, reading methods
+  and ``in`` tests, in this file or any other of the run (table_changes.py), and the lookup reads
+  the module-level binding. A table of another file of the run is known by its fact
+  (:class:`ElementwiseTable`).
 
 A setup attribute bound only to such values (``self.act = ACT2FN[...]``) then keeps the feature size
 when called, as an activation field does (class_fields.py).
@@ -28,14 +30,14 @@ import libcst as cst
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import absolute_qualname, names_in, self_attr
 from linen2nnx.migrate.linen_api import feature_preserving_functions
+from linen2nnx.migrate.table_changes import source_changes
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.context import FileContext
 
 KEY_PREFIX = "elementwise:"
 PARTIALS = frozenset({"functools.partial"})
-_READERS = frozenset({"get", "keys", "values", "items", "copy"})
-"""The dict methods that leave a table as it is (any other may change it)."""
+_UNREADABLE = "<unreadable>"  # in the names a file may change: every name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,17 +70,18 @@ def is_elementwise(ctx: FileContext, node: cst.BaseExpression) -> bool:
 
 
 def is_table(ctx: FileContext, node: cst.BaseExpression) -> bool:
-    """Whether ``node`` names a table of elementwise functions (this file's or an imported one)."""
-    if isinstance(node, cst.Name) and node.value in file_tables(ctx):
-        return True
-    if not isinstance(node, (cst.Name, cst.Attribute)) or not ctx.state.external_elementwise:
+    """Whether ``node`` names a table of elementwise functions (this file's or an imported one) that
+    no file of the run may change: a name read where it stands for the module-level binding (not a
+    local or parameter of the same name)."""
+    if not isinstance(node, (cst.Name, cst.Attribute)):
         return False
-    if isinstance(node, cst.Name):
-        unchanged = ctx.state.unchanged_imports
-        if node.value not in unchanged:
-            unchanged[node.value] = not _changed_names(ctx.state.tree, {node.value})
-        if not unchanged[node.value]:
-            return False  # an imported table this file changes
+    if isinstance(node, cst.Name) and node.value in file_tables(ctx):
+        return ctx.qualnames(node) == {node.value}
+    if not ctx.state.external_elementwise:
+        return False
+    last = node.value if isinstance(node, cst.Name) else node.attr.value
+    if _may_change(ctx, last):
+        return False  # an imported table this file may change (`acts.ACTS["glu"] = ...`)
     return any(
         absolute_qualname(q, ctx.state.module_name) in ctx.state.external_elementwise
         for q in ctx.qualnames(node)
@@ -96,10 +99,23 @@ def file_tables(ctx: FileContext) -> frozenset[str]:
             for name, value in dicts.items()
             if value.elements and all(_is_plain_entry(ctx, el) for el in value.elements)
         }
-        state.elementwise_tables = (
-            frozenset(found - _changed_names(state.tree, found)) if found else frozenset()
+        run = state.run_changes
+        state.elementwise_tables = frozenset(
+            name
+            for name in found
+            if not _may_change(ctx, name) and (run is None or run.trusts(name))  # run: any file
         )
     return state.elementwise_tables
+
+
+def _may_change(ctx: FileContext, name: str) -> bool:
+    """Whether some statement of this file may change ``name`` (table_changes.py); any name may when
+    Python's parser cannot read the file."""
+    state = ctx.state
+    if state.changed_here is None:
+        changed = source_changes(state.tree.code)
+        state.changed_here = frozenset({_UNREADABLE}) if changed is None else changed
+    return name in state.changed_here or _UNREADABLE in state.changed_here
 
 
 def table_facts(ctx: FileContext) -> dict[str, ElementwiseTable]:
@@ -184,14 +200,6 @@ def _bound_once_dicts(tree: cst.Module) -> dict[str, cst.Dict]:
     return {name: d for name, d in dicts.items() if bound.get(name) == 1}
 
 
-def _changed_names(tree: cst.Module, names: set[str]) -> set[str]:
-    """Those of ``names`` some statement of the file may change: an item set or deleted, a mutating
-    method called, a ``global`` declaration, or a rebinding inside a function or class."""
-    finder = _ChangeFinder(names)
-    finder.walk(tree)
-    return finder.changed
-
-
 def _self_attrs(node: cst.BaseExpression) -> set[str]:
     if isinstance(node, (cst.Tuple, cst.List)):
         return {a for el in node.elements for a in _self_attrs(el.value)}
@@ -257,45 +265,3 @@ class _BindingFinder(FastVisitor):
         bound = node.asname.name if node.asname is not None else node.name
         if isinstance(bound, cst.Name):
             self.found.add(bound.value)
-
-
-class _ChangeFinder(FastVisitor):
-    """Statements that may change one of a set of module-level tables."""
-
-    def __init__(self, names: set[str]) -> None:
-        self.names = names
-        self.changed: set[str] = set()
-
-    def _item_target(self, node: cst.CSTNode) -> None:
-        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name):
-            if node.value.value in self.names:
-                self.changed.add(node.value.value)
-        elif isinstance(node, (cst.Tuple, cst.List)):
-            for el in node.elements:
-                self._item_target(el.value)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for t in node.targets:
-            self._item_target(t.target)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._item_target(node.target)
-
-    def visit_Del(self, node: cst.Del) -> None:
-        self._item_target(node.target)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if (
-            isinstance(func, cst.Attribute)
-            and isinstance(func.value, cst.Name)
-            and func.value.value in self.names
-            and func.attr.value not in _READERS
-        ):
-            self.changed.add(func.value.value)
-        for arg in node.args:  # a function that receives the table may change it
-            if isinstance(arg.value, cst.Name) and arg.value.value in self.names:
-                self.changed.add(arg.value.value)
-
-    def visit_Global(self, node: cst.Global) -> None:
-        self.changed.update(n.name.value for n in node.names if n.name.value in self.names)

@@ -37,6 +37,8 @@ from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.param_helpers import param_helper_functions
 from linen2nnx.migrate.rules import IO_002, IO_003
+from linen2nnx.migrate.table_changes import KEY as TABLE_CHANGES_KEY
+from linen2nnx.migrate.table_changes import run_changes
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.migrate.verify_syntax import helper_facts
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
@@ -529,6 +531,8 @@ def _run(
     results: dict[int, FileResult] = {}
     external: dict[str, Any] = {}  # the classes of the files already migrated (their summaries)
     factories: dict[str, Any] = {}  # ... and their functions that build layers
+    if len(work) > 1:  # which tables of activations some file may change (the files see it as a fact)
+        factories[TABLE_CHANGES_KEY] = run_changes(w[0] for w in work)
     for level, cyclic in import_levels_with_cycles(work):
         classes, functions = dict(external), dict(factories)  # what this level sees, shared by its files
         items = [(*work[i], classes, functions) for i in level]

@@ -24,6 +24,8 @@ from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.layer_subclass_uses import LayerSubclassFact
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.sites import ClassPlan, ClassSummary
+from linen2nnx.migrate.table_changes import KEY as RUN_CHANGES_KEY
+from linen2nnx.migrate.table_changes import RunChanges
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.migrate.tuple_flow import RecordClass
 from linen2nnx.namemap import NameMap
@@ -47,6 +49,7 @@ class FileState:
         default_factory=dict
     )  # other files' converted layer subclasses, by key (layer_subclass_uses.py)
     external_elementwise: frozenset[str] = frozenset()  # other files' tables of activations (elementwise.py)
+    run_changes: RunChanges | None = None  # the names any file of the run may change (table_changes.py)
 
     # ---- outputs (read by engine.migrate_source) ------------------------------------------------
     findings: list[Finding] = dataclasses.field(default_factory=list)
@@ -125,9 +128,7 @@ class FileState:
         default_factory=dict
     )  # helper -> size, or None for none (FileContext.function_out, on first need)
     elementwise_tables: frozenset[str] | None = None  # this file's tables of activations (elementwise.py)
-    unchanged_imports: dict[str, bool] = dataclasses.field(
-        default_factory=dict
-    )  # an imported table's local name -> no statement of the file changes it (elementwise.py)
+    changed_here: frozenset[str] | None = None  # names the file may change, by last part (elementwise.py)
 
     # ---- plans (planner; read by sizer, emitter, transformer) ---------------------------------
     plans: dict[cst.ClassDef, ClassPlan] = dataclasses.field(default_factory=dict)
@@ -219,4 +220,5 @@ class FileState:
             external_elementwise=frozenset(
                 v.key for v in (factories or {}).values() if isinstance(v, ElementwiseTable)
             ),
+            run_changes=(factories or {}).get(RUN_CHANGES_KEY),
         )

@@ -72,11 +72,9 @@ def concatenated(parts: Feat, axis: cst.BaseExpression | None) -> Feat:
 
 def reduced(value: Feat, positional: Sequence[cst.Arg], args: Sequence[cst.Arg]) -> Feat:
     """``mean(x, axis=...)``: ``x``'s last axis unless it is reduced. Leading axes given as
-    non-negative numbers leave it only when ``x`` has more axes, which a trace confirms."""
+    non-negative numbers leave it only when ``x`` has more axes, which a trace confirms. ``keepdims``
+    changes nothing here: a reduced last axis is then 1, not its size, so the same axes keep it."""
     keywords = {a.keyword.value: a.value for a in args if a.keyword is not None}
-    keepdims = keywords.get("keepdims")
-    if keepdims is not None and isinstance(keepdims, cst.Name) and keepdims.value == "True":
-        return value
     axis = positional[0].value if positional else keywords.get("axis")
     if axis is None or (isinstance(axis, cst.Name) and axis.value == "None"):
         return Feat.unknown("a reduction over every axis")

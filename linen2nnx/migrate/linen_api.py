@@ -10,18 +10,40 @@ from functools import cache
 
 LINEN_PREFIXES = ("flax.linen.", "flax.linen")
 
-# Functions that keep the feature (last) axis of their first argument.
-_NOT_FEATURE_PRESERVING = frozenset(
+# The jax.nn functions whose result has their first argument's shape: elementwise activations, and
+# normalisations along an axis (softmax, standardize) that keep every axis whatever the axis argument.
+# An explicit list, not ``dir(jax.nn)``: that namespace also holds reductions (``logsumexp``,
+# ``logmeanexp``), contractions (``scaled_matmul``, ``scaled_dot_general``), ``glu`` (halves an axis),
+# ``one_hot`` and attention, and a jax upgrade may add more of those.
+_SHAPE_KEEPING_ACTIVATIONS = frozenset(
     {
-        "one_hot",
-        "dot_product_attention",
-        "dot_product_attention_weights",
-        "make_attention_mask",
-        "make_causal_mask",
-        "combine_masks",
-        "pool",
-        "glu",
-        "logsumexp",
+        "celu",
+        "elu",
+        "gelu",
+        "hard_sigmoid",
+        "hard_silu",
+        "hard_swish",
+        "hard_tanh",
+        "identity",
+        "leaky_relu",
+        "log1mexp",
+        "log_sigmoid",
+        "log_softmax",
+        "mish",
+        "relu",
+        "relu6",
+        "selu",
+        "sigmoid",
+        "silu",
+        "soft_sign",
+        "softmax",
+        "softplus",
+        "sparse_plus",
+        "sparse_sigmoid",
+        "squareplus",
+        "standardize",
+        "swish",
+        "tanh",
     }
 )
 
@@ -32,20 +54,11 @@ def feature_preserving_functions() -> frozenset[str]:
     import flax.linen as nn
     import jax
 
-    jax_nn = {id(getattr(jax.nn, n)) for n in dir(jax.nn) if not n.startswith("_")}
-    names = set()
-    for name in dir(nn):
-        obj = getattr(nn, name, None)
-        if name in _NOT_FEATURE_PRESERVING or obj is None or isinstance(obj, type):
-            continue
-        if id(obj) in jax_nn or getattr(obj, "__module__", "") in (
-            "flax.linen.pooling",
-            "flax.linen.activation",
-        ):
-            names.add(f"flax.linen.{name}")
-    for name in dir(jax.nn):
-        if not name.startswith("_") and name not in _NOT_FEATURE_PRESERVING:
-            names.add(f"jax.nn.{name}")
+    kept = {name: getattr(jax.nn, name) for name in _SHAPE_KEEPING_ACTIVATIONS if hasattr(jax.nn, name)}
+    names = {f"jax.nn.{name}" for name in kept}
+    kept_ids = {id(fn) for fn in kept.values()}
+    # flax.linen re-exports them as the same objects (``nn.relu``, and ``nn.normalize`` for standardize)
+    names.update(f"flax.linen.{name}" for name in dir(nn) if id(getattr(nn, name, None)) in kept_ids)
     for name in (
         "tanh",
         "exp",

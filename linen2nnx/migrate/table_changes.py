@@ -1,0 +1,111 @@
+"""Which names some statement may change the value of, in place: what a table of activations
+(``elementwise.py``) must not be, since its lookups are judged by the values its display lists.
+
+A table is a plain dict, shared by every module that imports it, so any file may change it:
+``ACTS["glu"] = halve`` after ``from acts import ACTS``, ``acts.ACTS.update(...)``, or through another
+name (``_T = ACTS; _T["glu"] = halve``, ``register(ACTS)``). Short of following every value, a name
+counts as possibly changed wherever it is used other than read: looked up (``ACTS[key]``), asked a
+reading method (``ACTS.get(key)``), tested for a key (``key in ACTS``), imported under its own name,
+or bound (a rebinding makes a new value; the module-level binding count is the table's own check).
+Names are compared by their last part (``acts.ACTS`` is ``ACTS``): a file of the run cannot change
+another's table without spelling its name.
+
+The whole run is scanned once, before any file is migrated (:func:`run_changes`), with Python's own
+parser: a fraction of a second per megabyte of source, against minutes for the migration itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+KEY = "elementwise:run-changes"
+READERS = frozenset({"get", "keys", "values", "items", "copy"})
+"""The dict methods that leave a table as it is (any other may change it)."""
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z_0-9]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunChanges:
+    """The names some file of the run may change (by last part; only those some file binds to a dict
+    display at module level, the only ones a table can have); ``complete`` is False when a file could
+    not be scanned, and then no table is trusted."""
+
+    changed: frozenset[str]
+    complete: bool = True
+
+    def trusts(self, name: str) -> bool:
+        """Whether no file of the run may change a table called ``name`` (by its last part)."""
+        return self.complete and name.rsplit(".", 1)[-1] not in self.changed
+
+
+def run_changes(paths: Iterable[Path]) -> RunChanges:
+    """The names the files ``paths`` may change, as one fact every file of the run is given."""
+    changed: set[str] = set()
+    tables: set[str] = set()  # what may be a table: a name a module binds to a dict display
+    complete = True
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            complete = False
+            continue
+        try:
+            tree = ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError):  # newer syntax: any name it spells may change
+            changed.update(w.decode("ascii") for w in _WORD.findall(data))
+            continue
+        changed |= changed_names(tree)
+        tables.update(
+            t.id
+            for stmt in tree.body
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Dict)
+            for t in stmt.targets
+            if isinstance(t, ast.Name)
+        )
+    return RunChanges(frozenset(changed & tables), complete)
+
+
+def source_changes(source: str) -> frozenset[str] | None:
+    """The names one file's ``source`` may change; None when Python's parser does not read it."""
+    try:
+        return frozenset(changed_names(ast.parse(source)))
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def changed_names(tree: ast.AST) -> set[str]:
+    """The names (and attribute names) ``tree`` uses other than by reading or binding them."""
+    changed: set[str] = set()
+    for parent in ast.walk(tree):
+        if isinstance(parent, (ast.Global, ast.Nonlocal)):
+            changed.update(parent.names)
+        elif isinstance(parent, (ast.Import, ast.ImportFrom)):  # `from acts import ACTS as T`: T is ACTS
+            for alias in parent.names:
+                last = alias.name.rsplit(".", 1)[-1]
+                if alias.asname is not None and alias.asname != last:
+                    changed.add(last)
+        for child in ast.iter_child_nodes(parent):
+            if isinstance(child, ast.Name) and not _read_or_bound(child, child.ctx, parent):
+                changed.add(child.id)
+            elif isinstance(child, ast.Attribute) and not _read_or_bound(child, child.ctx, parent):
+                changed.add(child.attr)
+    return changed
+
+
+def _read_or_bound(node: ast.expr, ctx: ast.expr_context, parent: ast.AST) -> bool:
+    if isinstance(ctx, ast.Store):  # a plain name rebound; an attribute set or `T |= ...` changes
+        return isinstance(node, ast.Name) and not isinstance(parent, ast.AugAssign)
+    if not isinstance(ctx, ast.Load):
+        return False  # `del`
+    if isinstance(parent, ast.Subscript):
+        return parent.value is node and isinstance(parent.ctx, ast.Load)
+    if isinstance(parent, ast.Attribute):
+        return parent.attr in READERS
+    if isinstance(parent, ast.Compare):
+        index = next((i for i, c in enumerate(parent.comparators) if c is node), None)
+        return index is not None and isinstance(parent.ops[index], (ast.In, ast.NotIn))
+    return False
