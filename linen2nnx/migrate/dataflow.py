@@ -96,7 +96,9 @@ class FeatureFlow:
             None
         ),
         records: Mapping[str, tuple_flow.RecordClass] | None = None,
+        size_fields: frozenset[str] = frozenset(),
     ) -> None:
+        self.size_fields = size_fields  # the class's dataclass fields: sizes __init__ can read
         self.records = records or {}  # the file's plain data classes (see tuple_flow.record_classes)
         self.after_loop = after_loop  # (loop, values before it, values after it): may rewrite the latter
         self.method_of = method_of
@@ -384,7 +386,7 @@ class FeatureFlow:
         concatenations; unknown for any other call."""
         if qualnames & {"jax.numpy.reshape", "numpy.reshape"} and node.args:  # a function, not x.reshape
             return last_axis_ops.reshaped(
-                first, cst.Call(func=node.func, args=node.args[1:]), node.args[0].value
+                first, cst.Call(func=node.func, args=node.args[1:]), node.args[0].value, self.size_fields
             )
         if isinstance(node.func, cst.Attribute):
             method = node.func.attr.value
@@ -392,7 +394,7 @@ class FeatureFlow:
             if method in SHAPE_KEEPING_METHODS:
                 return receiver
             if method == "reshape":
-                return last_axis_ops.reshaped(receiver, node, node.func.value)
+                return last_axis_ops.reshaped(receiver, node, node.func.value, self.size_fields)
         if (
             self.qualnames_of(node.func) & ARRAY_CONSTRUCTORS
             and node.args

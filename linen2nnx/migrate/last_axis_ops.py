@@ -151,9 +151,12 @@ def rhs_axes(dims: cst.BaseExpression | None) -> tuple[int | None, ...]:
     return (*rc, *rb)
 
 
-def reshaped(receiver: Feat, node: cst.Call, value: cst.BaseExpression) -> Feat:
+def reshaped(
+    receiver: Feat, node: cst.Call, value: cst.BaseExpression, fields: frozenset[str] = frozenset()
+) -> Feat:
     """``value.reshape(..., -1)``: a flatten. When the axes before ``-1`` are ``value.shape[0]``,
-    ``value.shape[1]``, ... in order, it keeps that many leading axes and flattens the rest."""
+    ``value.shape[1]``, ... in order, it keeps that many leading axes and flattens the rest. A last
+    axis written as a size (see :func:`_static_axis`, ``fields`` the class's dataclass fields) is it."""
     args = node.args
     dims: list[cst.BaseExpression] = []
     shape = args[0].value if len(args) == 1 else None
@@ -165,7 +168,7 @@ def reshaped(receiver: Feat, node: cst.Call, value: cst.BaseExpression) -> Feat:
         if not isinstance(tail, (cst.Tuple, cst.List)) or not tail.elements:
             return Feat.unknown("reshape")
         last_el = tail.elements[-1]
-        axis = None if isinstance(last_el, cst.StarredElement) else _static_axis(last_el.value)
+        axis = None if isinstance(last_el, cst.StarredElement) else _static_axis(last_el.value, fields)
         return axis if axis is not None else Feat.unknown("reshape")
     else:
         dims = [a.value for a in args]
@@ -173,7 +176,7 @@ def reshaped(receiver: Feat, node: cst.Call, value: cst.BaseExpression) -> Feat:
         # is then surely the last axis
         written = not any(a.star for a in args) and (len(args) > 1 or isinstance(shape, cst.Integer))
     last = dims[-1] if dims else None
-    axis = _static_axis(last) if last is not None and written else None
+    axis = _static_axis(last, fields) if last is not None and written else None
     if axis is not None:
         return axis  # x.reshape(b, t, self.hidden): the last axis is the size written there
     if (
@@ -197,14 +200,16 @@ def _is_minus_one(node: cst.BaseExpression) -> bool:
     )
 
 
-def _static_axis(node: cst.BaseExpression) -> Feat | None:
-    """A reshape's last axis written as a size ``__init__`` can read (an integer, an attribute chain of
-    ``self``): the result's last axis is that, whenever the reshape succeeds."""
+def _static_axis(node: cst.BaseExpression, fields: frozenset[str]) -> Feat | None:
+    """A reshape's last axis written as a size ``__init__`` can read: an integer, or a dataclass field of
+    the class (``self.head_dim``, ``self.config.hidden``), which ``__init__`` has from its start. Never
+    an attribute ``setup()`` assigns (``__init__`` may read it before it is set) nor a submodule's
+    (an NNX layer's attributes differ from Linen's): the result's last axis is that size."""
     if isinstance(node, cst.Integer):
         return Feat("expr", expr=code(node))
-    chain = node
+    chain, first = node, None
     while isinstance(chain, cst.Attribute):
-        chain = chain.value
-    if isinstance(chain, cst.Name) and chain.value == "self" and isinstance(node, cst.Attribute):
+        chain, first = chain.value, chain.attr.value
+    if isinstance(chain, cst.Name) and chain.value == "self" and first in fields:
         return Feat("expr", expr=code(node))
     return None

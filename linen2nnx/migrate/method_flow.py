@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import re
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -52,6 +53,7 @@ class MethodFlow:
         self.probing = False  # a first pass over a step function (see carry_fixpoint): no side effects
         self.depth = 0  # helper methods inlined around the current call (at most 3 deep)
         self.flow: FeatureFlow  # the flow over fn, set by run()
+        self.size_fields = frozenset(plan.field_names) | leading_setup_sizes(plan.setup)  # (last_axis_ops)
 
     def run(self) -> None:
         plan, fn, params = self.plan, self.fn, self.params
@@ -68,6 +70,7 @@ class MethodFlow:
             self.value_of,
             self.after_loop,
             records=self.state.record_classes,
+            size_fields=self.size_fields,
         )
         if len(params) >= 2 and (
             (plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods
@@ -195,6 +198,7 @@ class MethodFlow:
             self.method_of,
             value_of=self.value_of,
             records=self.state.record_classes,
+            size_fields=self.size_fields,
         )
         self.probing = True  # the callbacks record nothing and resolve nothing meanwhile
         try:
@@ -311,6 +315,7 @@ class MethodFlow:
                 self.method_of,
                 value_of=self.value_of,
                 records=self.state.record_classes,
+                size_fields=self.size_fields,
             )
             sub.env.update(zip(callee_params, args))
             sub.iteration = self.flow.iteration
@@ -432,4 +437,23 @@ def _not_config(feat: Feat | None) -> bool:
         return False
     return feat.kind in ("input", "unknown") or any(
         map(_not_config, (*feat.elements, feat.base, feat.candidate))
+    )
+
+
+def leading_setup_sizes(setup: cst.FunctionDef | None) -> frozenset[str]:
+    """The attributes the first statements of ``setup()`` bind to call-free expressions, before it
+    builds anything (``self.head_dim = self.dim // self.heads``): ``__init__`` replays them first, so
+    a size written as one of them can be read by every layer it builds."""
+    names: set[str] = set()
+    for stmt in setup.body.body if setup is not None else ():
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+            break
+        attr = self_attr(small.targets[0].target)
+        if attr is None or calls_in(small.value):
+            break
+        names.add(attr)
+    text = code(setup) if names else ""  # one bound again later in setup() (even by `+=`) is not kept
+    return frozenset(
+        n for n in names if len(re.findall(rf"self\.{n}\s*(?://|\*\*|<<|>>|[-+*/%@&|^])?=(?!=)", text)) == 1
     )
