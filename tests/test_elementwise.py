@@ -166,3 +166,22 @@ def test_the_run_scan_counts_every_name_of_a_file_it_cannot_parse(tmp_path: Path
     assert scanned.complete and scanned.trusts("ACTS") and scanned.trusts("acts.ACTS")
     assert not run_changes(sorted(tmp_path.iterdir())).trusts("ACTS")
     assert not run_changes([tmp_path / "missing.py"]).trusts("OTHER")
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        'A = B = {"relu": nn.relu}',
+        'x = 1; A = {"relu": nn.relu}',
+        'A = (\n    {"relu": nn.relu}\n)',
+        "A = {}",
+    ],
+)
+def test_the_run_scan_parses_only_files_that_spell_a_table_and_still_sees_every_change(tmp_path, table):
+    """The text search that picks the files to parse finds every way a module binds a dict display."""
+    (tmp_path / "acts.py").write_text(f"import flax.linen as nn\n{table}\n")
+    (tmp_path / "register.py").write_text("from acts import A\nA['glu'] = None\n")
+    (tmp_path / "other.py").write_text("def f(x):\n    return x\n")
+    assert not run_changes(sorted(tmp_path.glob("*.py"))).trusts("A")
+    (tmp_path / "register.py").write_text("from acts import A\ny = A['relu']\n")
+    assert run_changes(sorted(tmp_path.glob("*.py"))).trusts("A")
