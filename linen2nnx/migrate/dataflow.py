@@ -395,6 +395,9 @@ class FeatureFlow:
                 return receiver
             if method == "reshape":
                 return last_axis_ops.reshaped(receiver, node, node.func.value, self.size_fields)
+            if method == "squeeze":  # keeps the last axis or drops it, by the shape: only a trace tells
+                known = receiver if receiver.kind in ("input", "expr") else receiver.candidate
+                return Feat("unknown", reason="a squeeze", candidate=known)
         if (
             self.qualnames_of(node.func) & ARRAY_CONSTRUCTORS
             and node.args

@@ -76,14 +76,23 @@ def replayable_functions(tree: cst.Module, module_name: str) -> dict[str, Replay
         free = free_names(fn)
         if not free <= own | set(imports) | _BUILTINS or "self" in free:
             continue
-        key = f"{module_name}.{fn.name.value}" if module_name else fn.name.value
-        found[KEY_PREFIX + key] = ReplayableFunction(
-            key,
-            code(fn),
-            tuple(sorted(free & own)),
-            tuple((n, imports[n]) for n in sorted(free & set(imports) - own)),
-        )
+        fact = replayable(fn, module_name, free, own, imports)
+        found[KEY_PREFIX + fact.key] = fact
     return found
+
+
+def replayable(
+    fn: cst.FunctionDef, module_name: str, free: set[str], own: set[str], imports: Mapping[str, str]
+) -> ReplayableFunction:
+    """The fact of ``fn``, which reads the names ``free``: those of its module (``own``) qualified by a
+    caller's path to it, those it imports by their absolute names."""
+    key = f"{module_name}.{fn.name.value}" if module_name else fn.name.value
+    return ReplayableFunction(
+        key,
+        code(fn),
+        tuple(sorted(free & own)),
+        tuple((n, imports[n]) for n in sorted(free & set(imports) - own)),
+    )
 
 
 def free_names(fn: cst.FunctionDef) -> set[str]:

@@ -47,6 +47,7 @@ from linen2nnx.migrate.function_replay import (
     ReplayableFunction,
     free_names,
     prepared,
+    replayable,
     top_level_imports,
     top_level_names,
 )
@@ -86,13 +87,8 @@ def param_helper_functions(tree: cst.Module, module_name: str) -> dict[str, Repl
         defaults = [p.default for p in (*fn.params.params, *fn.params.kwonly_params) if p.default is not None]
         if any(names_in(d) & rebound for d in defaults):
             continue  # evaluated when the def ran: a replay would read the name's last value
-        key = f"{module_name}.{fn.name.value}" if module_name else fn.name.value
-        found[KEY_PREFIX + key] = ReplayableFunction(
-            key,
-            code(fn),
-            tuple(sorted(free & own)),
-            tuple((n, imports[n]) for n in sorted(free & set(imports) - own)),
-        )
+        fact = replayable(fn, module_name, free, own, imports)
+        found[KEY_PREFIX + fact.key] = fact
     return found
 
 
