@@ -189,6 +189,20 @@ def syntax_children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
     return children[1]
 
 
+def contains(node: cst.CSTNode, kinds: tuple[type, ...], opaque: tuple[type, ...] = ()) -> bool:
+    """Whether a node of ``kinds`` lies under ``node`` (itself included), not looking inside nodes of
+    ``opaque`` (a nested function's ``return`` is not the body's own)."""
+    if isinstance(node, opaque):
+        return isinstance(node, kinds)
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, kinds):
+            return True
+        stack.extend(c for c in syntax_children(cur) if not isinstance(c, opaque))
+    return False
+
+
 def _field_kind(hint: Any) -> str:
     """What a field annotated ``hint`` may hold: ``"none"`` never a node (a string, a flag, None,
     ``MaybeSentinel``), ``"seq"`` a sequence of nodes, ``"node"`` a node or nothing, ``"any"`` unknown."""

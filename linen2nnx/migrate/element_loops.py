@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import calls_in
+from linen2nnx.migrate.cst_meta import calls_in, contains
 from linen2nnx.migrate.cst_utils import assigned_in, names_in, parse_expression, self_attr
 from linen2nnx.migrate.sites import Site
 
@@ -64,7 +64,7 @@ def _one_plain_call(loop: cst.For, var: str) -> cst.Call | None:
     """The one call of ``var`` in ``loop``'s body when every iteration makes it exactly once: a body
     that can leave an iteration early, calls ``var`` twice or under a guard, gives None."""
     body = loop.body
-    if any(isinstance(n, _EXITS) for n in _nodes(body)):
+    if contains(body, _EXITS, opaque=(cst.FunctionDef, cst.ClassDef)):
         return None
     calls = [c for c in calls_in(body) if isinstance(c.func, cst.Name) and c.func.value == var]
     if len(calls) != 1:

@@ -16,7 +16,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import FastVisitor, contains
 from linen2nnx.migrate.cst_utils import code, is_docstring, name_counts, names_in, single_assign
 from linen2nnx.migrate.function_replay import free_names
 from linen2nnx.migrate.helper_fold import (
@@ -108,17 +108,7 @@ def unroll(stmts: list[cst.BaseStatement], rest_reads: set[str]) -> list[cst.Bas
 
 
 def _jumps(loop: cst.For) -> bool:
-    found = False
-
-    class V(FastVisitor):
-        def visit_Break(self, n: cst.Break) -> None:
-            nonlocal found
-            found = True
-
-        visit_Continue = visit_Return = visit_Break  # type: ignore[assignment]
-
-    V().walk(loop.body)
-    return found
+    return contains(loop.body, (cst.Break, cst.Continue, cst.Return))
 
 
 def _propagate(stmts: list[cst.BaseStatement], local_names: set[str], env: dict) -> list[cst.BaseStatement]:

@@ -41,7 +41,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import FastVisitor, contains
 from linen2nnx.migrate.cst_utils import absolute_qualname, code, names_in
 from linen2nnx.migrate.function_replay import (
     ReplayableFunction,
@@ -165,23 +165,7 @@ def _ends(stmts: list[cst.BaseStatement]) -> bool:
 
 
 def _jumps(stmt: cst.CSTNode) -> bool:
-    found = False
-
-    class V(FastVisitor):
-        def visit_Return(self, n: cst.Return) -> None:
-            nonlocal found
-            found = True
-
-        visit_Yield = visit_Return  # type: ignore[assignment]
-
-        def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
-            return False
-
-        def visit_Lambda(self, n: cst.Lambda) -> bool:
-            return False
-
-    V().walk(stmt)
-    return found
+    return contains(stmt, (cst.Return, cst.Yield), opaque=(cst.FunctionDef, cst.Lambda))
 
 
 def helper_of(call: cst.Call, resolver: NameResolver, module_name: str, facts: Mapping[str, Any]) -> Any:
