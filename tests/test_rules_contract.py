@@ -52,6 +52,7 @@ NOT_RUNNABLE = {
     "element_loop_unsettled": "manual finding: the sizes of a loop over a setup list never settle",
     "shared_head_two_inputs": "manual findings: one submodule applied to inputs of different sizes",
     "attention_key_value_differ": "manual finding: attention keys and values of different sizes",
+    "loop_kv_varying": "manual findings: blocks of a loop attend to values whose size the iteration changes",
     "nested_kept_class": "imports a package that does not exist (a class from outside the run)",
     "inherited_field_marker": "manual findings: a metadata box as a field default, a subclass of a kept base",
     "key_split_chain": "manual finding: submodules built with the keys of a split chain",

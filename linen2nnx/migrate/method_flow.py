@@ -134,7 +134,7 @@ class MethodFlow:
                 feats[use.iteration] = Feat.unknown(
                     DISAGREEING + " two apply it to inputs of different sizes"
                 )
-            all_args.setdefault(use.key, use.args)
+            all_args[use.key] = _agreeing_args(all_args.get(use.key), use.args)
             nodes.setdefault(use.key, use.node)
         for index, use in enumerate(self.flow.uses):  # the order a loop nest's lines build their modules in
             for applied in sites_by_key.get(use.key, ()):
@@ -456,4 +456,16 @@ def leading_setup_sizes(setup: cst.FunctionDef | None) -> frozenset[str]:
     text = code(setup) if names else ""  # one bound again later in setup() (even by `+=`) is not kept
     return frozenset(
         n for n in names if len(re.findall(rf"self\.{n}\s*(?://|\*\*|<<|>>|[-+*/%@&|^])?=(?!=)", text)) == 1
+    )
+
+
+def _agreeing_args(seen: tuple[Feat, ...] | None, args: tuple[Feat, ...]) -> tuple[Feat, ...]:
+    """The sizes of the arguments every application of one layer passes: an argument another
+    application (another iteration of a loop) passes at another size becomes unknown, as one module
+    has one size per input."""
+    if seen is None or seen == args or len(seen) != len(args):
+        return args if seen is None else seen
+    return tuple(
+        a if a == b else Feat.unknown(DISAGREEING + " two apply it to inputs of different sizes")
+        for a, b in zip(seen, args)
     )

@@ -337,9 +337,13 @@ class Sizer(TraceEvidence):
                 elif how == "input_shape:0":
                     static = feats[0].expr if feats.get(0) is not None and feats[0].kind == "expr" else None
                     site.user_in[arg] = self._input_shape(plan, site, arg, node, static)
-                elif 0 < index and site.loop is None and (given := passed_input(node, args, index, arg)):
+                elif (
+                    0 < index
+                    and (given := passed_input(node, args, index, arg)) is not None
+                    and (site.loop is None or self._invariant_input(plan, site, given, params, node))
+                ):
                     # another input (a cell's `x` beside its carry; under nn.scan, a per-step slice whose
-                    # last axis is the scanned input's)
+                    # last axis is the scanned input's; in a loop, a value every iteration passes alike)
                     site.user_in[arg] = self._resolve_in(plan, site, given, params, node)
                 elif how.startswith("traced:"):
                     site.user_in[arg] = self._traced_arg(plan, site, arg, how, node)
@@ -347,6 +351,18 @@ class Sizer(TraceEvidence):
                     site.user_in[arg] = self._required_arg(
                         plan, site, f"{arg} of {site.user.name}", node, arg, shape=how == "unresolved_shape"
                     )
+
+    def _invariant_input(
+        self, plan: ClassPlan, site: Site, given: Feat, params: list[str], node: cst.CSTNode
+    ) -> bool:
+        """Whether an input other than the first, passed inside a loop, has one known size in every
+        iteration (every pass of the flow saw the same size, and it reads no loop variable): the
+        encoder output a decoder's blocks all attend to."""
+        assert site.loop is not None
+        if given.kind == "unknown":
+            return False
+        size = self.static_size(plan, given, params, node)
+        return size is not None and site.loop.var not in names_in(parse_expression(size))
 
     def _kv_size(
         self, plan: ClassPlan, site: Site, kv: list[Feat | None], params: list[str], node: cst.CSTNode
