@@ -85,7 +85,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-MODELS = ("mnist", "vae", "imagenet", "sst2", "ppo", "seq2seq", "ogbg")
+MODELS = ("mnist", "vae", "imagenet", "sst2", "ppo", "seq2seq", "wmt", "wmt_tied", "ogbg")
 TRACES = Path(__file__).resolve().parent / "outside_traces"  # trace specs, shared with outside_corpus.py
 TOL_FACTOR = 1e-5
 
@@ -394,6 +394,21 @@ def linen_side():
                      rng_streams=("params", "lstm"), name="seq2seq/Seq2seq")
 """
 
+WMT_SPEC = """
+def linen_side():
+    module = import_file(MODEL_FILE)
+    rng = np.random.default_rng(0)
+    config = module.TransformerConfig(
+        vocab_size=11, output_vocab_size=11, emb_dim=8, num_heads=2, num_layers=2, qkv_dim=8, mlp_dim=16,
+        max_len=16, dropout_rate=0.0, attention_dropout_rate=0.0, deterministic=True, decode=False,
+        share_embeddings=SHARED, logits_via_embedding=SHARED)
+    batch = {{"inputs": rng.integers(1, 11, size=(2, 5)), "targets": rng.integers(1, 11, size=(2, 4))}}
+    return LinenSide(model=module.Transformer(config=config), batch=batch,
+                     loss=lambda out, batch: mean_square(out, batch),
+                     inputs=lambda b: ((b["inputs"], b["targets"]), {{}}), train_kwargs={{}}, eval_kwargs={{}},
+                     name="wmt/Transformer")
+"""
+
 # the trace spec's own config (one per model, shared with outside_corpus.py), not a second copy of it
 OGBG_SPEC = """
 def linen_side():
@@ -474,6 +489,10 @@ def prepare_seq2seq(src: Path, work: Path) -> Prepared:
     return Prepared(_copy_example(src, "seq2seq", work) / "models.py", "examples/seq2seq/models.py")
 
 
+def prepare_wmt(src: Path, work: Path) -> Prepared:
+    return Prepared(_copy_example(src, "wmt", work) / "models.py", "examples/wmt/models.py")
+
+
 def prepare_ppo(src: Path, work: Path) -> Prepared:
     return Prepared(_copy_example(src, "ppo", work) / "models.py", "examples/ppo/models.py")
 
@@ -502,6 +521,10 @@ CASES = {
     "sst2": Case("sst2", "SST-2 text classifier", prepare_sst2, SST2_SPEC),
     "ppo": Case("ppo", "PPO actor-critic", prepare_ppo, PPO_SPEC),
     "seq2seq": Case("seq2seq", "seq2seq LSTM", prepare_seq2seq, SEQ2SEQ_SPEC, random_outputs=("out[1]",)),
+    "wmt": Case("wmt", "WMT encoder-decoder Transformer", prepare_wmt, WMT_SPEC.replace("SHARED", "False")),
+    "wmt_tied": Case(  # one embedding shared by encoder, decoder and the logits: one NNX Variable
+        "wmt_tied", "WMT Transformer, tied embeddings", prepare_wmt, WMT_SPEC.replace("SHARED", "True")
+    ),
     "ogbg": Case(
         "ogbg", "ogbg-molpcba graph network", prepare_ogbg, OGBG_SPEC, lambda: pure_packages(("jraph",))
     ),

@@ -373,3 +373,33 @@ def test_target_that_cannot_be_built_is_a_named_l2n_error():
     pair = ModelPair(linen=twins.mlp_linen(), nnx_factory=broken)
     with pytest.raises(L2NError, match=r"cannot build the target NNX model: TypeError: .*in_features"):
         convert_state(twins.trained_state("mlp"), pair)
+
+
+class _Holder(nnx.Module):
+    def __init__(self, inner: nnx.Module):
+        self.inner = inner
+
+
+class NNXSharedDense(nnx.Module):
+    """One Linear held at `shared` and inside `a_user` (listed first by nnx.state)."""
+
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.shared = nnx.Linear(2, 2, rngs=rngs)
+        self.a_user = _Holder(self.shared)
+
+
+def test_a_shared_variable_is_filled_through_any_of_its_paths():
+    from linen2nnx.checkpoint_convert.mapping import Leaf, Match
+    from linen2nnx.checkpoint_convert.validate import abstract_target, validate
+
+    target = abstract_target(lambda: NNXSharedDense(rngs=nnx.Rngs(0)))
+    assert set(target.slots) == {("a_user", "inner", "kernel"), ("a_user", "inner", "bias")}
+    assert target.aliases == {
+        ("shared", "kernel"): ("a_user", "inner", "kernel"),
+        ("shared", "bias"): ("a_user", "inner", "bias"),
+    }
+    leaves = [Leaf("params", ("shared", n), s, np.float32) for n, s in (("kernel", (2, 2)), ("bias", (2,)))]
+    matches = [Match(leaf, leaf.path, "name map") for leaf in leaves]
+    good, kept, problems = validate(leaves, matches, [], target, ["params"])
+    assert problems == [] and kept == []
+    assert {m.nnx_path for m in good} == set(target.slots)

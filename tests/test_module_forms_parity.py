@@ -155,6 +155,7 @@ CASES = {
     "attention_kv_features": ("CrossKeyword", {}, (2, 3, 5)),  # in_kv_features from inputs_kv=
     "attention_kv_features_positional": ("CrossPositional", {}, (2, 3, 5)),  # from inputs_k= / inputs_v=
     "attention_kv_loop": ("Decoder", {}, (2, 3, 5)),  # blocks in a loop attend to one encoder output
+    "caller_local_same_name": ("Model", {"config": ActConfig()}, (2, 5)),  # both spell their local `config`
     "activation_table": ("Mlp", {"cfg": ActConfig()}, (2, 5)),  # self.act = ACTS[self.cfg.act] in setup
     "activation_table_helper": ("Mlp", {"cfg": ActConfig(act="swish_ish")}, (2, 5)),  # a function of the file
     "conditional_head": ("Backbone", {}, (2, 6, 6, 3)),  # the head's unknown size: None, no head built

@@ -77,6 +77,17 @@ def test_flax_traced_examples_migrate_to_parity(harness, flax_src, tmp_path, mod
     assert report.passed and report.failed_leaves == 0, (report.worst, report.worst_max_abs, report.worst_tol)
 
 
+def test_flax_wmt_transformer_migrates_to_parity(harness, flax_src, tmp_path):
+    """The encoder-decoder Transformer: the decoder's blocks, built in a loop, all attend to the encoder
+    output, whose width the encoder's config gives (a shared embedding's ``features`` or ``emb_dim``).
+    Tied: one embedding held by the model, its encoder and its decoder is one NNX Variable, filled
+    from Linen's one parameter whichever path the state lists it under (``wmt``, untied, is in the bench)."""
+    (report,) = harness.run_models(["wmt_tied"], flax_src, tmp_path)
+    assert not report.error, report.error_trace
+    assert report.migrate_exit == 0 and report.manual_rules == [], report.findings
+    assert report.passed and report.failed_leaves == 0, (report.worst, report.worst_max_abs, report.worst_tol)
+
+
 def test_flax_graph_network_reaches_parity_through_an_input_leaf_size(harness, flax_src, tmp_path):
     """ogbg's GraphConvNet applies its layers inside jraph (installed for the run, skipped when pip
     cannot): its embedder's input size is ``graphs.nodes``'s last axis, which only the trace shows.

@@ -34,6 +34,9 @@ class Target:
     abstract_state: Any
     slots: dict[PathT, Slot]
     name: str
+    aliases: dict[PathT, PathT] = dataclasses.field(default_factory=dict)
+    """Another path of a Variable the model holds in several places (one embedding shared by an
+    encoder and a decoder) -> the path ``nnx.state`` lists it under, which is the one filled."""
 
 
 def abstract_target(make_nnx: Any, name: str = "") -> Target:
@@ -54,7 +57,35 @@ def abstract_target(make_nnx: Any, name: str = "") -> Target:
         slots[tuple(path)] = Slot(
             tuple(path), vtype, tuple(getattr(value, "shape", ())), getattr(value, "dtype", None)
         )
-    return Target(graphdef, state, slots, name or type(abstract).__name__)
+    return Target(graphdef, state, slots, name or type(abstract).__name__, shared_paths(abstract, slots))
+
+
+def shared_paths(model: Any, slots: dict[PathT, Slot]) -> dict[PathT, PathT]:
+    """Every path of a Variable reachable from ``model`` through more than one attribute path, other
+    than the one ``nnx.state`` keeps, mapped to that one. The name map spells a shared module where
+    Linen keeps its parameters, which may be where NNX's state does not list it."""
+    from flax import nnx
+    from flax.nnx import graph
+
+    found: dict[int, list[PathT]] = defaultdict(list)
+
+    def walk(node: Any, path: PathT, ancestors: frozenset[int]) -> None:
+        impl = graph.get_node_impl(node)
+        if impl is None or id(node) in ancestors:
+            return
+        for key, child in impl.node_dict(node).items():
+            if isinstance(child, nnx.Variable):
+                found[id(child)].append((*path, key))
+            elif graph.get_node_impl(child) is not None:
+                walk(child, (*path, key), ancestors | {id(node)})
+
+    walk(model, (), frozenset())
+    aliases: dict[PathT, PathT] = {}
+    for paths in found.values():
+        kept = [p for p in paths if p in slots]
+        if len(paths) > 1 and len(kept) == 1:
+            aliases.update({p: kept[0] for p in paths if p != kept[0]})
+    return aliases
 
 
 def required_types(collections: Iterable[str]) -> tuple[type, ...]:
@@ -71,6 +102,10 @@ def validate(
 ) -> tuple[list[Match], list[Slot], list[Problem]]:
     """Return (good matches, slots kept from init, all problems) — nothing is raised here."""
     problems = list(problems)
+    matches = [
+        dataclasses.replace(m, nnx_path=target.aliases[m.nnx_path]) if m.nnx_path in target.aliases else m
+        for m in matches
+    ]
     named = {n for p in problems if p.linen for n in p.linen.split(", ")}
     named_nnx = {n for p in problems if p.nnx for n in p.nnx.split(", ")}
     by_slot: dict[PathT, list[Match]] = defaultdict(list)

@@ -70,6 +70,9 @@ def in_caller_terms(
             return None
         free = names_in(parse_expression(callee_expr)) - {"self"} - BUILTIN_NAMES
         return None if free else expr
+    spelled = _spelled_out(user, own, callee_expr) if callee_expr is not None else None
+    if spelled is not None:  # the callee's locals spelled out in its own terms first, then its fields
+        return substitute_self_fields(spelled, fields)
     for _ in range(MAX_DEPTH):
         used = sorted(names_in(parse_expression(expr)) & own)
         if not used:
@@ -91,4 +94,22 @@ def in_caller_terms(
             if value is None:
                 return None
             expr = replace_name(expr, name, f"({value})")
+    return None
+
+
+def _spelled_out(user: ClassPlan, own: set[str], expr: str) -> str | None:
+    """``expr`` of the submodule with its replayable config locals replaced by their values, still in
+    the submodule's terms (``self.<field>`` left as is), so that a caller's name equal to one of its
+    locals (both spell the config `config`) is never taken for that local. None when a local is not
+    replayable from config alone (one read from the input is left to the caller-terms walk)."""
+    for _ in range(MAX_DEPTH):
+        used = sorted(names_in(parse_expression(expr)) & own)
+        if not used:
+            return expr
+        for name in used:
+            stmt = user.pure_locals.get(name)
+            bound = single_assign(stmt) if stmt is not None else None
+            if bound is None or bound[0] != name or name in user.shape_locals:
+                return None
+            expr = replace_name(expr, name, f"({code(bound[1])})")
     return None
