@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from fixture_parity import build
 from fixture_paths import all_cases, fixture
+from flax import nnx
 from migrate_fixtures import case_trace
 
 from linen2nnx.equivalence import check, perturbed
@@ -156,6 +157,7 @@ CASES = {
     "attention_kv_features_positional": ("CrossPositional", {}, (2, 3, 5)),  # from inputs_k= / inputs_v=
     "attention_kv_loop": ("Decoder", {}, (2, 3, 5)),  # blocks in a loop attend to one encoder output
     "caller_local_same_name": ("Model", {"config": ActConfig()}, (2, 5)),  # both spell their local `config`
+    "own_variables": ("Scale", {}, (2, 5)),  # self.variables["params"]["gain"] -> self.gain[...]
     "activation_table": ("Mlp", {"cfg": ActConfig()}, (2, 5)),  # self.act = ACTS[self.cfg.act] in setup
     "activation_table_helper": ("Mlp", {"cfg": ActConfig(act="swish_ish")}, (2, 5)),  # a function of the file
     "conditional_head": ("Backbone", {}, (2, 6, 6, 3)),  # the head's unknown size: None, no head built
@@ -658,3 +660,23 @@ def test_param_override_subclass_computes_bit_identical_numbers(tmp_path):
     assert compared and all(leaf.max_abs == 0.0 for leaf in compared), [
         (leaf.check, leaf.path, leaf.max_abs) for leaf in compared if leaf.max_abs
     ]
+
+
+def test_own_cache_read_through_variables_matches_linen(tmp_path):
+    """``self.variables["cache"][...]`` of a cache the class creates on a call: the NNX read of the
+    attribute gives what Linen's gives, on the call that creates the cache and on the next one."""
+    src = fixture("own_variables_in.py").read_text()
+    result = migrate_source(src, "own_variables.py", module_name="own_variables")
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").Cached
+    nnx_model = import_file(tmp_path / "nnx_src.py").Cached(rngs=nnx.Rngs(0))
+    x = jnp.arange(6.0).reshape(2, 3)
+    variables = linen_cls().init(jax.random.key(0), x)
+    for step in range(3):
+        linen_out, updates = linen_cls().apply(variables, x, decode=True, mutable=["cache"])
+        variables = {**variables, **updates}
+        np.testing.assert_array_equal(
+            np.asarray(linen_out), np.asarray(nnx_model(x, decode=True)), f"call {step}"
+        )
+    np.testing.assert_array_equal(np.asarray(variables["cache"]["index"]), np.asarray(nnx_model.index[...]))

@@ -1,5 +1,6 @@
 """A parameter read through a submodule's ``.variables``: ``self.transformer.variables['params']['wte']
-['embedding']`` -> ``self.transformer.wte.embedding[...]``.
+['embedding']`` -> ``self.transformer.wte.embedding[...]``; a variable of the class itself read through
+its own ``self.variables['cache']['cache_index']`` -> ``self.cache_index[...]``.
 
 Tied weights are read this way in Linen (a head that reuses an embedding table). In NNX the same array
 is an attribute path of the submodule, found through what the plan knows: the child's own plan (a class
@@ -44,9 +45,19 @@ def variables_read(ctx: FileContext, original: cst.Subscript) -> cst.BaseExpress
     if plan is None or (isinstance(parent, cst.Subscript) and parent.value is original):
         return None  # an inner subscript: the outermost one rewrites the chain
     keys, base = _keys(original)
-    if keys is None or len(keys) < 2 or keys[0] != "params":
+    if (
+        keys is None
+        or len(keys) < 2
+        or not (isinstance(base, cst.Attribute) and base.attr.value == "variables")
+    ):
         return None
-    if not (isinstance(base, cst.Attribute) and base.attr.value == "variables"):
+    if isinstance(base.value, cst.Name) and base.value.value == "self":
+        attr = _own_variable(ctx, plan, keys)
+        if attr is None:
+            return None
+        ctx.report(VAR_005, original, f"{code(original)} -> self.{attr}[...]")
+        return parse_expression(f"self.{attr}[...]")
+    if keys[0] != "params":
         return None
     child = self_attr(base.value)
     site = _child_site(ctx, plan, child) if child is not None else None
@@ -56,6 +67,25 @@ def variables_read(ctx: FileContext, original: cst.Subscript) -> cst.BaseExpress
     nnx_read = f"self.{'.'.join([site.attr, *path])}[...]"  # type: ignore[union-attr]
     ctx.report(VAR_005, original, f"{code(original)} -> {nnx_read}")
     return parse_expression(nnx_read)
+
+
+def _own_variable(ctx: FileContext, plan: ClassPlan, keys: list[str]) -> str | None:
+    """The NNX attribute of ``self.variables[collection][name]``: a variable this class creates with
+    ``self.param`` / ``self.variable`` (in ``__init__``, or lazily on a call: a decode cache), read as
+    its value; None for a deeper path, a variable of another class or one whose value is boxed."""
+    if len(keys) != 2:
+        return None
+    collection, name = keys
+    lazy = [(call, v) for call, v in plan.lazy_vars.items() if (v.collection, v.name) == (collection, name)]
+    if lazy:
+        plain = len(lazy) == 1 and not any(word in code(lazy[0][0]).lower() for word in BOXES)
+        return lazy[0][1].attr if plain else None
+    sites = [
+        s
+        for s in plan.sites.values()
+        if s.kind in ("param", "variable") and (s.collection, s.linen_name) == (collection, name)
+    ]
+    return sites[0].attr if len(sites) == 1 and _plain(ctx, sites[0]) else None
 
 
 def _keys(node: cst.BaseExpression) -> tuple[list[str] | None, cst.BaseExpression]:
