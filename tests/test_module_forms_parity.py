@@ -158,6 +158,9 @@ CASES = {
     "attention_kv_loop": ("Decoder", {}, (2, 3, 5)),  # blocks in a loop attend to one encoder output
     "caller_local_same_name": ("Model", {"config": ActConfig()}, (2, 5)),  # both spell their local `config`
     "own_variables": ("Scale", {}, (2, 5)),  # self.variables["params"]["gain"] -> self.gain[...]
+    "tied_apply": ("TiedLM", {}, (2, 5)),  # lm_head.apply({"params": {"kernel": emb.T}}, h): nnx.merge
+    "tied_apply_untied": ("TiedLM", {"tie": False}, (2, 5)),  # the head's own kernel
+    "tied_embedding": ("LM", {"vocab": 11, "features": 4}, (2, 5)),  # the table read through the encoder
     "activation_table": ("Mlp", {"cfg": ActConfig()}, (2, 5)),  # self.act = ACTS[self.cfg.act] in setup
     "activation_table_helper": ("Mlp", {"cfg": ActConfig(act="swish_ish")}, (2, 5)),  # a function of the file
     "conditional_head": ("Backbone", {}, (2, 6, 6, 3)),  # the head's unknown size: None, no head built
@@ -242,8 +245,20 @@ SOURCES = {
     "init_restated_tests_same": "init_restated_tests",
     "init_restated_tests_splat": "init_restated_tests",
     "attention_kv_features_positional": "attention_kv_features",
+    "tied_apply_untied": "tied_apply",
 }
-INT_INPUTS = {"compact_tied", "import_alias", "tied_head"}
+UNUSED_BY_LINEN = {
+    "tied_apply": 1,
+    "tied_embedding": 1,
+}  # the tied head's own kernel: NNX builds it, Linen never does
+INT_INPUTS = {
+    "compact_tied",
+    "import_alias",
+    "tied_head",
+    "tied_apply",
+    "tied_apply_untied",
+    "tied_embedding",
+}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -286,7 +301,9 @@ def test_migrated_fixture_has_parity(case, tmp_path):
     variables = perturbed(side.init_variables())
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
-    assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))
+    # one gradient per Linen parameter, and one (checked to be 0) per NNX parameter Linen never creates
+    unused = UNUSED_BY_LINEN.get(case, 0)
+    assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"])) + unused
 
 
 def test_custom_collection_has_parity_and_converts(tmp_path):
@@ -680,3 +697,26 @@ def test_own_cache_read_through_variables_matches_linen(tmp_path):
             np.asarray(linen_out), np.asarray(nnx_model(x, decode=True)), f"call {step}"
         )
     np.testing.assert_array_equal(np.asarray(variables["cache"]["index"]), np.asarray(nnx_model.index[...]))
+
+
+def test_a_parameter_linen_never_creates_is_kept_with_its_reason(tmp_path):
+    """The tied head's own kernel: Linen's init never creates it, so the conversion keeps it from init
+    and says why; a parameter the Linen model does create stays a problem when the checkpoint lacks it."""
+    from linen2nnx.checkpoint_convert.api import convert_tree
+    from linen2nnx.errors import ConversionError
+
+    linen_module, nnx_module, _, map_path = build("tied_apply", tmp_path)
+    side = LinenSide(
+        model=linen_module.TiedLM(),
+        batch={"x": np.zeros((2, 5), np.int32)},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_module.TiedLM(rngs=rngs), name_map=map_path)
+    variables = side.init_variables()
+    report = convert_tree(variables, pair).report
+    assert [(k.nnx, bool(k.why)) for k in report.kept_from_init] == [("lm_head/kernel", True)]
+    lacking = {"params": {**variables["params"], "norm": {"bias": variables["params"]["norm"]["bias"]}}}
+    with pytest.raises(ConversionError, match="not filled: NNX norm/scale"):
+        convert_tree(lacking, pair)

@@ -112,7 +112,6 @@ NOT_RUNNABLE = {
     **dict.fromkeys(
         (
             "setup_comprehension_filtered",
-            "tied_embedding",
             "tied_boxed",
             "named_heads",
             "scope_rng",

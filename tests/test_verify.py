@@ -20,9 +20,9 @@ EXPECTED = {
     # a submodule list built by a filtered comprehension in setup() (not converted), each block given
     # Linen's name=
     "L2N-VERIFY-002/setup_comprehension_filtered": [("L2N-VERIFY-006", 21, 23), ("L2N-VERIFY-002", 21, 24)],
-    # a tied embedding read through self.transformer.variables[...] (converted: L2N-VAR-005) and
-    # applied with .apply
-    "L2N-VERIFY-003/tied_embedding": [("L2N-VERIFY-003", 29, 16)],
+    # a tied embedding read through self.embed.variables[...] (converted: L2N-VAR-005) and applied
+    # with .apply of weights that are not a literal dict (a literal one converts: L2N-VAR-006)
+    "L2N-VAR-006/tied_apply": [("L2N-VERIFY-003", 39, 16)],
     # a class of the run built with name= in a dict comprehension (the Linen Dense of the next line is
     # marked by L2N-API-002 already: no second finding)
     "L2N-VERIFY-006/named_heads": [("L2N-VERIFY-006", 22, 22), ("L2N-VERIFY-002", 22, 36)],

@@ -16,11 +16,13 @@ from typing import Any
 
 from linen2nnx.checkpoint_convert import memory
 from linen2nnx.checkpoint_convert.commit import recover_all
+from linen2nnx.checkpoint_convert.linen_unused import NEVER_CREATED, never_created
 from linen2nnx.checkpoint_convert.mapping import (
     Leaf,
     Match,
     PathT,
     Problem,
+    join,
     map_structurally,
     map_with_name_map,
 )
@@ -47,6 +49,8 @@ class Plan:
     kept: list[Any]  # list[Slot]
     strategy: str
     checkpoint: LinenCheckpoint
+    never_in_linen: set[str] = dataclasses.field(default_factory=set)
+    """Kept slots the Linen model never creates (linen_unused.py): kept with that reason."""
 
 
 @dataclasses.dataclass
@@ -117,7 +121,9 @@ def plan_with_problems(
             else (f"structural ({type(pair.linen.model).__qualname__} not in the name map)")
         )
     good, kept, problems = validate(leaves, matches, problems, target, ckpt.collections)
-    return Plan(target, good, kept, strategy, ckpt), problems
+    unused, problems = never_created(problems, pair, nmap, root, target.aliases)
+    kept += [slot for path, slot in target.slots.items() if join(path) in unused]
+    return Plan(target, good, kept, strategy, ckpt, {join(s.path) for s in kept} & unused), problems
 
 
 def convert_tree(
@@ -147,7 +153,14 @@ def convert_tree(
         strategy=plan.strategy,
         mapped=sorted(mapped, key=lambda m: m.linen),
         kept_from_init=[
-            KeptLeaf(s.path, s.type_name, tuple(s.shape), dtype_name(s.dtype)) for s in plan.kept
+            KeptLeaf(
+                s.path,
+                s.type_name,
+                tuple(s.shape),
+                dtype_name(s.dtype),
+                NEVER_CREATED if join(s.path) in plan.never_in_linen else "",
+            )
+            for s in plan.kept
         ],
         ignored=dict(ckpt.ignored),
         unboxed=list(ckpt.unboxed),

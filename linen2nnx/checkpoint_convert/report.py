@@ -41,6 +41,7 @@ class KeptLeaf:
     var_type: str
     shape: tuple[int, ...]
     dtype: str
+    why: str = ""  # empty: state NNX keeps from init by design (rng counts); else the reason
 
     @property
     def nnx(self) -> str:
@@ -105,6 +106,7 @@ class ConversionReport:
             "mapped": [leaf(m) for m in self.mapped],
             "kept_from_init": [
                 {"nnx": k.nnx, "type": k.var_type, "shape": list(k.shape), "dtype": k.dtype}
+                | ({"why": k.why} if k.why else {})
                 for k in self.kept_from_init
             ],
             "optimizer": None if self.optimizer is None else [leaf(m) for m in self.optimizer],

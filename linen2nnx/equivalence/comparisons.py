@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
 from linen2nnx.equivalence.build import Sides, linen_fns, nnx_fns, with_batch
 from linen2nnx.equivalence.compare import GRAD, LOGITS, LeafResult, compare_leaf, compare_trees, missing
@@ -153,7 +154,7 @@ def _run_pair(
         results += compare_outputs("forward/train" + suffix, l_out_t, n_out_t, tols, depth)
         results.append(compare_leaf("loss/train" + suffix, "loss", l_loss_t, n_loss_t, tols, depth=depth))
         results += compare_trees(
-            "grad" + suffix, to_nnx_paths(sides, "params", l_grads), n_grads, tols, depth=depth, kind=GRAD
+            "grad" + suffix, _grad_reference(sides, l_grads, n_grads), n_grads, tols, depth=depth, kind=GRAD
         )
         for coll in sorted(pair.linen.mutable):
             ref = to_nnx_paths(sides, coll, l_updates.get(coll, {}))
@@ -196,6 +197,16 @@ def compare_outputs(
         compare_leaf(check_name, "out" + jax.tree_util.keystr(rp), r, g, tolerances, depth=depth, kind=LOGITS)
         for (rp, r), (_, g) in zip(ref_leaves, got_leaves)
     ]
+
+
+def _grad_reference(sides: Sides, l_grads: Any, n_grads: Mapping[str, Any]) -> dict[str, Any]:
+    """Linen's gradients at NNX paths; a parameter the Linen model never creates (kept from init by
+    the conversion, linen_unused.py) is one Linen never reads: its NNX gradient must be exactly 0."""
+    ref = to_nnx_paths(sides, "params", l_grads)
+    for kept in sides.report.kept_from_init:
+        if kept.why and kept.nnx in n_grads and kept.nnx not in ref:
+            ref[kept.nnx] = np.zeros_like(np.asarray(n_grads[kept.nnx]))
+    return ref
 
 
 def to_nnx_paths(sides: Sides, collection: str, tree: Any) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.dataflow_types import Feat
 from linen2nnx.migrate.linen_api import feature_preserving_functions
+from linen2nnx.migrate.weights_dict import applied_weights
 
 
 @dataclasses.dataclass
@@ -295,6 +296,15 @@ class FeatureFlow:
                 self.expr_of(a.value)
         layer = self.layer_of(node)
         first = arg_feats[0] if arg_feats else Feat.unknown("no input")
+        if layer is None and applied_weights(node) is not None:  # X.apply({'params': ...}, *inputs)
+            assert isinstance(node.func, cst.Attribute)
+            inner = cst.Call(func=node.func.value, args=node.args[1:])
+            layer = self.layer_of(inner)
+            if layer is not None:
+                inputs = arg_feats[1:]
+                return self._layer_applied(
+                    layer, node, inputs, input_fed(inner, inputs, 0, layer.input_names), fed=inner
+                )
         if layer is not None:
             return self._layer_applied(
                 layer, node, arg_feats, input_fed(node, arg_feats, 0, layer.input_names)
@@ -317,9 +327,17 @@ class FeatureFlow:
             return through_method
         return self._reshaped_or_built(node, qualnames, positional, first)
 
-    def _layer_applied(self, layer: LayerInfo, node: cst.Call, arg_feats: list[Feat], first: Feat) -> Feat:
-        """A layer applied: its use is recorded with the size it reads; its output as the layer says."""
-        read = input_fed(node, arg_feats, layer.input_index, layer.input_names)
+    def _layer_applied(
+        self,
+        layer: LayerInfo,
+        node: cst.Call,
+        arg_feats: list[Feat],
+        first: Feat,
+        fed: cst.Call | None = None,
+    ) -> Feat:
+        """A layer applied: its use is recorded with the size it reads; its output as the layer says.
+        ``fed``: the call whose arguments are the layer's inputs, when ``node`` passes weights first."""
+        read = input_fed(fed or node, arg_feats, layer.input_index, layer.input_names)
         self.uses.append(LayerUse(layer.key, read, node, self.iteration, tuple(arg_feats)))
         if layer.out_fn is not None:
             return layer.out_fn(first)

@@ -96,6 +96,7 @@ from linen2nnx.migrate.sizing import Sizer
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.migrate.traverse import transform
 from linen2nnx.migrate.variable_reads import variables_read
+from linen2nnx.migrate.weights_apply import weights_apply
 from linen2nnx.namemap import NameMap
 
 
@@ -261,7 +262,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
     # ---- rewriting: dispatch to the rewriters ------------------------------------------------
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        return self.calls.leave_call(original, updated)
+        return weights_apply(self.ctx, original, updated) or self.calls.leave_call(original, updated)
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         return self.attrs.leave_attribute(original, updated)

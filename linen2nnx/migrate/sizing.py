@@ -23,6 +23,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.dataflow import DISAGREEING, Feat, FeatureFlow, LayerInfo
 from linen2nnx.migrate.element_loops import later_size_holds
+from linen2nnx.migrate.extra_inputs import invariant_input, kv_size
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import (
@@ -323,7 +324,7 @@ class Sizer(TraceEvidence):
                     site.in_expr = expr
                 self._propagate_nested(site, expr)
                 if any(f is not None for f in kv or ()):
-                    site.in_kv_expr = self._kv_size(plan, site, kv or [], params, node)
+                    site.in_kv_expr = kv_size(self, plan, site, kv or [], params, node)
             for inner in self.nested_sites(site):  # e.g. a cell of the run's traced hidden size
                 for arg, how in inner.user.new_args.items() if inner.user is not None else ():
                     if how.startswith("traced:") and arg not in inner.user_in:
@@ -340,7 +341,7 @@ class Sizer(TraceEvidence):
                 elif (
                     0 < index
                     and (given := passed_input(node, args, index, arg)) is not None
-                    and (site.loop is None or self._invariant_input(plan, site, given, params, node))
+                    and (site.loop is None or invariant_input(self, plan, site, given, params, node))
                 ):
                     # another input (a cell's `x` beside its carry; under nn.scan, a per-step slice whose
                     # last axis is the scanned input's; in a loop, a value every iteration passes alike)
@@ -351,36 +352,6 @@ class Sizer(TraceEvidence):
                     site.user_in[arg] = self._required_arg(
                         plan, site, f"{arg} of {site.user.name}", node, arg, shape=how == "unresolved_shape"
                     )
-
-    def _invariant_input(
-        self, plan: ClassPlan, site: Site, given: Feat, params: list[str], node: cst.CSTNode
-    ) -> bool:
-        """Whether an input other than the first, passed inside a loop, has one known size in every
-        iteration (every pass of the flow saw the same size, and it reads no loop variable): the
-        encoder output a decoder's blocks all attend to."""
-        assert site.loop is not None
-        if given.kind == "unknown":
-            return False
-        size = self.static_size(plan, given, params, node)
-        return size is not None and site.loop.var not in names_in(parse_expression(size))
-
-    def _kv_size(
-        self, plan: ClassPlan, site: Site, kv: list[Feat | None], params: list[str], node: cst.CSTNode
-    ) -> str | None:
-        """``in_kv_features`` of an attention layer whose keys and values are another value than its
-        queries: their static size when every application gives the same one, outside any loop; else a
-        required argument (a trace would show the query's size, the layer's input, not theirs)."""
-        first = kv[0]
-        plain = site.loop is None and site.elements is None and site.nest is None
-        static = (
-            self.static_size(plan, first, params, node)
-            if plain and first is not None and all(f == first for f in kv)
-            else None
-        )
-        if static is None:
-            what = f"key / value feature size of {plan.name}.{site.attr} (in_kv_features)"
-            static = self._required_arg(plan, site, what, node, child_arg="in_kv_features")
-        return None if static == site.in_expr else static
 
     def _loop_expr(
         self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str], node: cst.CSTNode

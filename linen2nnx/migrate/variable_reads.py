@@ -60,7 +60,7 @@ def variables_read(ctx: FileContext, original: cst.Subscript) -> cst.BaseExpress
     if keys[0] != "params":
         return None
     child = self_attr(base.value)
-    site = _child_site(ctx, plan, child) if child is not None else None
+    site = child_site(ctx, plan, child) if child is not None else None
     path = _path(ctx, site, keys[1:]) if site is not None else None
     if path is None:
         return None
@@ -134,7 +134,7 @@ def _plain_value(ctx: FileContext, name: str, value: cst.BaseExpression, site: S
     return bool(found) and all(q.startswith(INITIALIZERS) for q in found)
 
 
-def _child_site(ctx: FileContext, plan: ClassPlan, name: str, by_linen: bool = False) -> Site | None:
+def child_site(ctx: FileContext, plan: ClassPlan, name: str, by_linen: bool = False) -> Site | None:
     found = [s for s in plan.sites.values() if (s.linen_name if by_linen else s.attr) == name]
     return found[0] if len(found) == 1 and _plain(ctx, found[0]) else None
 
@@ -150,6 +150,6 @@ def _path(ctx: FileContext, site: Site, keys: list[str]) -> list[str] | None:
     own = ctx.state.linen_classes.get(user.name) if site.kind == "module" and user is not None else None
     if own is not user or own is None or own.blocking or own.super_init is not None or not keys:
         return None  # a class of another file, kept as Linen, or building what its base builds
-    inner = _child_site(ctx, own, keys[0], by_linen=True)
+    inner = child_site(ctx, own, keys[0], by_linen=True)
     rest = _path(ctx, inner, keys[1:]) if inner is not None else None
     return [inner.attr, *rest] if inner is not None and rest is not None else None

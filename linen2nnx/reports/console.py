@@ -171,7 +171,7 @@ def conversion_table(report: Any) -> Table:
             k.var_type,
             str(tuple(k.shape)),
             k.dtype,
-            "[dim]kept from init[/dim]",
+            f"[dim]kept from init{': ' + escape(k.why) if k.why else ''}[/dim]",
         )
     for m in report.optimizer or []:
         table.add_row(escape(m.linen), escape(m.nnx), m.var_type, str(tuple(m.shape)), m.dtype, m.how)

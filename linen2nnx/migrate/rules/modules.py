@@ -176,9 +176,18 @@ VAR_004 = Rule(
 VAR_005 = Rule(
     "L2N-VAR-005",
     C,
-    "A parameter read through a submodule's .variables['params'][...] -> its NNX attribute path.",
+    "A parameter read through a submodule's .variables['params'][...] (or a variable of the class's own "
+    "self.variables[collection][name]) -> its NNX attribute path.",
     "w = self.transformer.variables['params']['wte']['embedding']",
     "w = self.transformer.wte.embedding[...]",
+)
+VAR_006 = Rule(
+    "L2N-VAR-006",
+    C,
+    "A built-in layer applied with other weights (.apply({'params': {...}}, x), a tied head) -> the layer's "
+    "graphdef merged with those weights.",
+    "logits = self.lm_head.apply({'params': {'kernel': emb.T}}, h)",
+    "logits = nnx.merge(nnx.graphdef(self.lm_head), nnx.State({'kernel': nnx.Param(emb.T)}))(h)",
 )
 
 RULES = (
@@ -204,4 +213,5 @@ RULES = (
     VAR_003,
     VAR_004,
     VAR_005,
+    VAR_006,
 )

@@ -1,0 +1,46 @@
+"""A built-in layer applied with weights other than its own: ``self.lm_head.apply({'params': {'kernel':
+w.T}}, h)`` -> ``nnx.merge(nnx.graphdef(self.lm_head), nnx.State({'kernel': nnx.Param(w.T)}))(h)``.
+
+Tied heads do this in Linen: the output projection multiplies by the embedding table, so the layer's
+own parameters are never created. The NNX form runs the same layer (its dtype, precision, dot_general:
+the graphdef) on the given arrays, and gradients reach them as they do in Linen. Only a plain site of a
+built-in layer whose NNX parameters are the Linen ones by name (``variable_reads.SAME_PARAMS``) and a
+literal ``{'params': {...}}`` of those names (weights_dict.py) are converted; ``rngs=`` / ``method=`` /
+``mutable=``, a class of the run, another collection or a computed dict stay the verifier's
+``L2N-VERIFY-003``.
+
+The NNX layer still holds parameters of its own, which Linen never creates when it is only applied
+this way: ``convert`` keeps them from init and says so (docs/convert.md).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.cst_utils import code, parse_expression, self_attr
+from linen2nnx.migrate.rules import VAR_006
+from linen2nnx.migrate.variable_reads import SAME_PARAMS, child_site
+from linen2nnx.migrate.weights_dict import applied_weights
+
+
+def weights_apply(ctx: FileContext, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+    """The NNX form of ``original`` (``updated`` is it with its parts rewritten), or None."""
+    plan = ctx.current_plan()
+    if plan is None or applied_weights(original) is None:
+        return None
+    func = original.func
+    assert isinstance(func, cst.Attribute)
+    child = self_attr(func.value)
+    site = child_site(ctx, plan, child) if child is not None else None
+    if site is None or site.kind != "layer" or site.rule is None or site.nested:
+        return None
+    weights = applied_weights(updated)
+    if weights is None or not set(weights) <= SAME_PARAMS.get(site.rule.linen, set()):
+        return None
+    state = ", ".join(f"{name!r}: nnx.Param({value})" for name, value in weights.items())
+    rest = ", ".join(code(a) for a in updated.args[1:])
+    nnx_call = f"nnx.merge(nnx.graphdef(self.{site.attr}), nnx.State({{{state}}}))({rest})"
+    ctx.state.uses_nnx = True
+    ctx.report(VAR_006, original, f"{code(func)}(...) with {', '.join(weights)} -> nnx.merge of its graphdef")
+    return parse_expression(nnx_call)

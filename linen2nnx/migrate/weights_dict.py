@@ -1,0 +1,40 @@
+"""The syntax of a Linen module applied with weights given as a literal: ``X.apply({'params': {'kernel':
+w}}, *inputs)`` with none of ``apply``'s own options. Shared by the size dataflow (the layer reads
+``inputs``) and the rewrite (weights_apply.py), so both accept exactly the same calls."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import code
+
+APPLY_OPTIONS = frozenset({"rngs", "method", "mutable", "capture_intermediates"})
+
+
+def applied_weights(call: cst.Call) -> dict[str, str] | None:
+    """``{'kernel': 'w', ...}`` of ``X.apply({'params': {'kernel': w, ...}}, ...)``; None otherwise."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "apply") or not call.args:
+        return None
+    first, rest = call.args[0], call.args[1:]
+    if first.keyword is not None or first.star:
+        return None
+    if any(a.star or (a.keyword is not None and a.keyword.value in APPLY_OPTIONS) for a in rest):
+        return None
+    outer = _literal_dict(first.value)
+    if outer is None or set(outer) != {"params"}:
+        return None
+    inner = _literal_dict(outer["params"])
+    return {name: code(value) for name, value in inner.items()} if inner else None
+
+
+def _literal_dict(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
+    if not isinstance(node, cst.Dict):
+        return None
+    found: dict[str, cst.BaseExpression] = {}
+    for element in node.elements:
+        key = element.key if isinstance(element, cst.DictElement) else None
+        if not isinstance(key, cst.SimpleString) or not isinstance(key.evaluated_value, str):
+            return None
+        found[key.evaluated_value] = element.value
+    return found
