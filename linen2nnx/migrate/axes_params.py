@@ -18,6 +18,12 @@ forms). Only the exact form is restated: a call in a method of a class that defi
 ``module=`` and no splat, ``axes=`` a tuple or list display or ``tuple(...)`` (so never ``None``, which
 Linen treats as "no axes"), and a name bound to ``flax.linen`` in the file. Every other call is left
 as written (a located finding says why).
+
+``axes=self.kernel_axes`` (T5X's ``DenseGeneral``), a field of the class annotated as a tuple or a
+list, may still be ``None`` (a caller may pass it): the init is then wrapped only when it is not,
+``nn.with_logical_partitioning(init, self.kernel_axes) if self.kernel_axes is not None else init``,
+which is Linen's own branch (``axes is None``: a plain ``self.param``, no names, no constraint). The
+field is read twice, a plain dataclass attribute, so the two reads agree.
 """
 
 from __future__ import annotations
@@ -111,8 +117,54 @@ def _axes_ok(value: cst.BaseExpression) -> bool:
     )
 
 
-def why_not(call: cst.Call) -> str | None:
-    """Why a ``param_with_axes`` call has no exact ``self.param`` form (None: it has)."""
+_SEQUENCE_TYPES = frozenset({"Tuple", "tuple", "List", "list"})
+
+
+def sequence_fields(cls: cst.ClassDef) -> frozenset[str]:
+    """The class's own fields annotated as a tuple or a list (``Tuple[str, ...]``, ``tuple``,
+    ``Optional[Tuple[str, ...]]``, ``tuple | None``): their value is such a sequence or, given by a caller, ``None``
+    (``Sequence[str]`` is left out: a string is one, and Linen splats it into single letters)."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
+    found: set[str] = set()
+    for stmt in body:
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            continue
+        small = stmt.body[0]
+        if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+            if _sequence_annotation(small.annotation.annotation):
+                found.add(small.target.value)
+    return frozenset(found)
+
+
+def _sequence_annotation(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):  # ``X | None``
+        sides = (node.left, node.right)
+        nones = [n for n in sides if isinstance(n, cst.Name) and n.value == "None"]
+        return len(nones) == 1 and all(_sequence_annotation(n) for n in sides if n is not nones[0])
+    if isinstance(node, cst.Subscript):
+        head = _dotted(node.value)
+        last = head.rsplit(".", 1)[-1] if head else None
+        if last == "Optional" and len(node.slice) == 1:
+            inner = node.slice[0].slice
+            return isinstance(inner, cst.Index) and _sequence_annotation(inner.value)
+        return last in _SEQUENCE_TYPES
+    head = _dotted(node)
+    return head is not None and head.rsplit(".", 1)[-1] in _SEQUENCE_TYPES
+
+
+def _field_axes(value: cst.BaseExpression, fields: frozenset[str]) -> bool:
+    """``self.<field>`` of a tuple- or list-annotated field: a sequence or None, read twice alike."""
+    return (
+        isinstance(value, cst.Attribute)
+        and isinstance(value.value, cst.Name)
+        and value.value.value == "self"
+        and value.attr.value in fields
+    )
+
+
+def why_not(call: cst.Call, fields: frozenset[str] = frozenset()) -> str | None:
+    """Why a ``param_with_axes`` call has no exact ``self.param`` form (None: it has); ``fields``: the
+    enclosing class's tuple- or list-annotated fields (``sequence_fields``)."""
     if any(a.star for a in call.args):
         return "*args / **kwargs splats"
     positional = [a for a in call.args if a.keyword is None]
@@ -124,7 +176,7 @@ def why_not(call: cst.Call) -> str | None:
     axes = keywords.get("axes")
     if axes is None:
         return "no axes="
-    if not _axes_ok(axes.value):
+    if not _axes_ok(axes.value) and not _field_axes(axes.value, fields):
         return f"axes={code(axes.value)}, not a tuple display, may be None (then Linen records no names)"
     extra = sorted(set(keywords) - {"axes"})
     if extra:  # NNX's with_partitioning wrapper takes positional init arguments only
@@ -134,10 +186,11 @@ def why_not(call: cst.Call) -> str | None:
 
 def restated(call: cst.Call, linen: str) -> cst.Call:
     """``param_with_axes(name, init, *args, axes=a, **kw)`` -> ``self.param(name,
-    <linen>.with_logical_partitioning(init, a), *args, **kw)``."""
+    <linen>.with_logical_partitioning(init, a), *args, **kw)``; with ``a`` a field (``self.f``, which
+    may be None) the init is wrapped only when it is not: ``<wrapped> if self.f is not None else init``."""
     axes = next(a for a in call.args if a.keyword is not None and a.keyword.value == "axes")
     init = call.args[1]
-    boxed = cst.parse_expression(f"{linen}.with_logical_partitioning(_init, _axes)")
+    boxed: cst.BaseExpression = cst.parse_expression(f"{linen}.with_logical_partitioning(_init, _axes)")
     assert isinstance(boxed, cst.Call)
     boxed = boxed.with_changes(
         args=[
@@ -145,6 +198,9 @@ def restated(call: cst.Call, linen: str) -> cst.Call:
             cst.Arg(axes.value),
         ]
     )
+    if isinstance(axes.value, cst.Attribute):  # a field: None means no names (Linen's ``axes is None``)
+        test = cst.Comparison(axes.value, [cst.ComparisonTarget(cst.IsNot(), cst.Name("None"))])
+        boxed = cst.IfExp(test=test, body=boxed, orelse=init.value)
     args = [a for a in call.args if a is not axes]
     args[1] = args[1].with_changes(value=boxed)
     last = args[-1]
@@ -163,6 +219,7 @@ class _Restate(cst.CSTTransformer):
         self.callees, self.aliases, self.imports, self.linen = callees, aliases, imports, linen
         self.methods: list[cst.FunctionDef | None] = []  # None: a function that is not such a method
         self.classes: list[tuple[str, bool]] = []
+        self.fields: list[frozenset[str]] = []  # each open class's tuple- or list-annotated fields
         self.restated: set[str] = set()
         self.left: set[str] = set()  # classes with a call left as written
         self.skip: set[str] = set()  # classes not to restate (a class with a left call is kept as Linen)
@@ -175,10 +232,12 @@ class _Restate(cst.CSTTransformer):
             for f in fns
         )
         self.classes.append((node.name.value, linen_like and not self.methods))
+        self.fields.append(sequence_fields(node))
         self.methods.append(None)
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self.classes.pop()
+        self.fields.pop()
         self.methods.pop()
         return updated
 
@@ -210,7 +269,7 @@ class _Restate(cst.CSTTransformer):
             or method is _NOT_METHOD
             or shadowed
             or self.linen is None
-            or why_not(original) is not None
+            or why_not(original, self.fields[-1] if self.fields else frozenset()) is not None
             or not updated.deep_equals(original)  # a restated call in its arguments: left as written
         ):
             self.left.update(name for name, _ in self.classes[-1:])
@@ -362,7 +421,7 @@ def left_call_finding(call: cst.Call, tree: cst.Module, module_name: str) -> tup
     if dotted not in callees and not foreign:
         return None
     api = "variable_with_axes" if resolved.endswith("variable_with_axes") else "param_with_axes"
-    reason = why_not(call) or (
+    reason = why_not(call, _enclosing_fields(call, tree)) or (
         "outside a method of a Linen module, beside another call left as written, in a class kept as "
         "Linen, or no name bound to flax.linen in the file"
     )
@@ -374,6 +433,14 @@ def left_call_finding(call: cst.Call, tree: cst.Module, module_name: str) -> tup
         "nnx.Param(nnx.with_partitioning(init, axes)(rngs.params(), *init_args)) in __init__ "
         "(see docs/nnx_facts.md#sharding-and-logical-partitioning)",
     )
+
+
+def _enclosing_fields(call: cst.Call, tree: cst.Module) -> frozenset[str]:
+    """The tuple- or list-annotated fields of the module-level class holding ``call`` (none outside one)."""
+    for stmt in tree.body:
+        if isinstance(stmt, cst.ClassDef) and any(c is call for c in calls_in(stmt)):
+            return sequence_fields(stmt)
+    return frozenset()
 
 
 def migrate_restated(
