@@ -240,3 +240,22 @@ def test_field_annotations_that_hold_a_tuple_or_none():
         "    i = ()\n"
     ).body[0]
     assert sequence_fields(cls) == {"a", "b", "c", "d"}
+
+
+def test_whole_shape_class_stays_behind_the_bridge_and_computes_linens(tmp_path):
+    """A DenseGeneral whose NNX form would need its input's whole shape keeps its ``param_with_axes``
+    call behind ``nnx.bridge.ToNNX``, with the reason; its builder converts and, with Linen's weights,
+    computes Linen's output."""
+    linen_mod, nnx_mod, result, _ = build("param_with_axes_whole_shape", tmp_path)
+    kept = [f for f in result.findings if f.rule == "L2N-API-002"]
+    assert [f.line for f in kept] == [28] and "whole shape of an input" in kept[0].message
+    assert {f.line for f in result.findings if f.rule == "L2N-MOD-007"} == {20}
+    x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
+    variables = perturbed(linen_mod.Attention().init(jax.random.key(0), x))
+    with nnx.use_eager_sharding(False):  # no mesh here: the names are kept as metadata only
+        model = nnx.bridge.lazy_init(nnx_mod.Attention(in_features=5, rngs=nnx.Rngs(1)), x)
+    model.query.linen.kernel.set_value(variables["params"]["query"]["kernel"])
+    model.head_0.w.set_value(variables["params"]["Head_0"]["w"])
+    assert model.head_0.w.out_sharding == ("embed", "mlp")
+    expected = linen_mod.Attention().apply({"params": variables["params"]}, x)
+    np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(expected))

@@ -37,7 +37,7 @@ from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import assigned_in, code, names_in, single_assign
 from linen2nnx.migrate.function_replay import top_level_imports
 from linen2nnx.migrate.helper_calls import Replayed, _line_map, replayed_result
-from linen2nnx.migrate.rules import MOD_001
+from linen2nnx.migrate.rules import MOD_001, SHAPE_003
 
 PARAM_WITH_AXES = "flax.linen.partitioning.param_with_axes"
 
@@ -288,19 +288,23 @@ def _is_compact(decorator: cst.BaseExpression, imports: dict[str, str]) -> bool:
     return dotted is not None and _resolved(dotted, imports) == "flax.linen.compact"
 
 
-def restate_param_with_axes(tree: cst.Module, source: str, module_name: str = "") -> Replayed | None:
-    """The file with its exact ``param_with_axes`` calls restated (see the module docstring); a
-    module-level alias stays (another file may import it). None when nothing was restated."""
+def restate_param_with_axes(
+    tree: cst.Module, source: str, module_name: str = "", skip: frozenset[str] = frozenset()
+) -> Replayed | None:
+    """The file with its exact ``param_with_axes`` calls restated (see the module docstring), except in
+    the classes ``skip`` names; a module-level alias stays (another file may import it). None when
+    nothing was restated."""
     if "param_with_axes" not in source:
         return None
     imports = file_imports(tree, module_name)
     aliases = _aliases(tree, imports)
     transformer = _Restate({PARAM_WITH_AXES}, set(aliases), imports, _linen_name(imports))
+    transformer.skip = set(skip)
     new_tree = tree.visit(transformer)
     if transformer.left & transformer.restated:  # those stay Linen: restate only the others
-        skip = transformer.left
+        transformer_skip = transformer.left | skip
         transformer = _Restate({PARAM_WITH_AXES}, set(aliases), imports, _linen_name(imports))
-        transformer.skip = skip
+        transformer.skip = transformer_skip
         new_tree = tree.visit(transformer)
     if not transformer.restated:
         return None
@@ -312,6 +316,9 @@ def restate_param_with_axes(tree: cst.Module, source: str, module_name: str = ""
 AXES_APIS = frozenset({"param_with_axes", "variable_with_axes"})
 _AXES_COLLECTION = {"param_with_axes": "'params_axes'", "variable_with_axes": "'<collection>_axes'"}
 _CACHE: list[tuple[cst.Module, set[str], dict[str, str], set[str]]] = []  # the last tree asked about
+# module name -> its classes kept as written because, restated, they need a whole input shape their
+# builders cannot give (shapes_pushed_on_builders); set by migrate_restated before the module pass runs
+_SHAPE_KEPT: dict[str, frozenset[str]] = {}
 
 
 def _callee_facts(tree: cst.Module, module_name: str) -> tuple[set[str], dict[str, str], set[str]]:
@@ -421,10 +428,16 @@ def left_call_finding(call: cst.Call, tree: cst.Module, module_name: str) -> tup
     if dotted not in callees and not foreign:
         return None
     api = "variable_with_axes" if resolved.endswith("variable_with_axes") else "param_with_axes"
-    reason = why_not(call, _enclosing_fields(call, tree)) or (
+    cls = _enclosing_class(call, tree)
+    reason = why_not(call, sequence_fields(cls) if cls else frozenset()) or (
         "outside a method of a Linen module, beside another call left as written, in a class kept as "
         "Linen, or no name bound to flax.linen in the file"
     )
+    if cls is not None and cls.name.value in _SHAPE_KEPT.get(module_name, ()):
+        reason = (
+            "restated, its NNX class would need the whole shape of an input, which the classes building "
+            "it here cannot give: kept behind nnx.bridge.ToNNX, which sizes itself at its first call"
+        )
     if dotted not in _aliases(tree, imports):
         reason = f"called as {dotted}, which is not restated: an import or a functools.partial of it"
     return (
@@ -435,12 +448,12 @@ def left_call_finding(call: cst.Call, tree: cst.Module, module_name: str) -> tup
     )
 
 
-def _enclosing_fields(call: cst.Call, tree: cst.Module) -> frozenset[str]:
-    """The tuple- or list-annotated fields of the module-level class holding ``call`` (none outside one)."""
+def _enclosing_class(call: cst.Call, tree: cst.Module) -> cst.ClassDef | None:
+    """The module-level class holding ``call``."""
     for stmt in tree.body:
         if isinstance(stmt, cst.ClassDef) and any(c is call for c in calls_in(stmt)):
-            return sequence_fields(stmt)
-    return frozenset()
+            return stmt
+    return None
 
 
 def migrate_restated(
@@ -457,19 +470,46 @@ def migrate_restated(
     restated as ``self.param``; None when there is none or a restated class is not rewritten as an NNX
     class (then the original is migrated, so a class kept as Linen keeps Linen's ``params_axes``
     layout)."""
-    restated = restate_param_with_axes(tree, source, module_name)
-    if restated is None:
-        return None
-    result = migrate(
-        restated.source,
-        path,
-        module_name,
-        trace,
-        **options,
-        replay_helpers=replay_helpers,
-        restate_axes=False,
-    )
-    migrated = {f.message for f in result.findings if f.rule == MOD_001.id}
-    if any(f"{name} -> nnx.Module" not in migrated for name in restated.classes):
-        return None  # a restated class the module pass did not rewrite (not a Linen module after all)
-    return replayed_result(result, restated, source)
+    skip: frozenset[str] = frozenset()
+    _SHAPE_KEPT[module_name] = skip
+    while True:
+        restated = restate_param_with_axes(tree, source, module_name, skip)
+        if restated is None:
+            return None
+        result = migrate(
+            restated.source,
+            path,
+            module_name,
+            trace,
+            **options,
+            replay_helpers=replay_helpers,
+            restate_axes=False,
+        )
+        migrated = {f.message for f in result.findings if f.rule == MOD_001.id}
+        if any(f"{name} -> nnx.Module" not in migrated for name in restated.classes):
+            return None  # a restated class the module pass did not rewrite (not a Linen module after all)
+        pushed = shapes_pushed_on_builders(result, restated.classes)
+        if not pushed:
+            return replayed_result(result, restated, source)
+        skip |= pushed
+        _SHAPE_KEPT[module_name] = skip  # read by left_call_finding, for the calls these classes keep
+
+
+def shapes_pushed_on_builders(result: Any, classes: list[str]) -> frozenset[str]:
+    """The restated classes whose NNX form needs the whole shape of an input (T5X's ``DenseGeneral``
+    reads ``inputs.ndim`` and ``inputs.shape[ax]`` for its ``axis``) that a class of the file building
+    it cannot give: a batch or length axis is known only at the call, so each builder, and every class
+    above it, would gain a required shape argument a person fills in. Kept as written, such a class
+    runs behind ``nnx.bridge.ToNNX``, which sizes itself at its first call, and its builders stay
+    clean."""
+    summaries = {s.name: s for s in result.summaries.values()}
+    unresolved = [f.message for f in result.findings if f.rule == SHAPE_003.id]
+    pushed = set()
+    for name in classes:
+        summary = summaries.get(name)
+        shapes = (
+            [a for a, how in summary.new_args.items() if how.startswith("input_shape:")] if summary else []
+        )
+        if any(m.startswith(f"{arg} of {name} ") for arg in shapes for m in unresolved):
+            pushed.add(name)
+    return frozenset(pushed)
