@@ -212,7 +212,7 @@ _PARAMS_MUTABLE = (
 PARAMS_SCAN_SPEC = (
     "self.is_mutable_collection('params') picks the scanned parameter axis of a layer scan (the plain "
     "axis while Linen's init creates the stacked parameters, ScanIn(axis) when apply reads them): "
-    "Linen's init/apply split of one scan_with_axes / factory_scan, which has no NNX counterpart",
+    "Linen's init/apply split of one nn.scan / scan_with_axes / factory_scan, with no NNX counterpart",
     "create the stacked layers in __init__ with nnx.vmap(..., out_axes=axis) over split rngs and apply "
     f"them with nnx.scan(..., in_axes=(axis, nnx.Carry)) on the state: the ScanIn branch is the call (see {_XFORMS})",
 )
