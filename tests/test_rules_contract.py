@@ -72,6 +72,7 @@ NOT_RUNNABLE = {
     "param_with_axes_left": "manual findings: param_with_axes calls whose axes may be None, or with module=",
     "param_with_axes_imported": "manual findings: param_with_axes reached by import, partial or a wrapper function",
     "param_with_axes_rebound": "manual finding: a name imported from flax and bound again by a def in the file",
+    "scan_axis_and_axes_cache": "manual findings: a layer scan's init/apply axis choice, a variable_with_axes cache",
     "variable_splats_kept": "manual findings: self.variable splats whose value at the call is not known",
     "param_keywords_manual": "manual findings: self.param arguments with no conversion (unbox=False, splats)",
     "broadcast_elsewhere": "manual findings: nn.broadcast handed to an nn.scan this run does not convert",

@@ -209,12 +209,38 @@ _PARAMS_MUTABLE = (
 )
 
 
-def self_api_finding(api: str, first_arg: str | None = None) -> tuple[str, str]:
-    """(message, hint) of an unconverted ``self.<api>(...)`` call (``first_arg``: its first argument's
-    string literal, when it has one)."""
+PARAMS_SCAN_SPEC = (
+    "self.is_mutable_collection('params') picks the scanned parameter axis of a layer scan (the plain "
+    "axis while Linen's init creates the stacked parameters, ScanIn(axis) when apply reads them): "
+    "Linen's init/apply split of one nn.scan / scan_with_axes / factory_scan, with no NNX counterpart",
+    "create the stacked layers in __init__ with nnx.vmap(..., out_axes=axis) over split rngs and apply "
+    f"them with nnx.scan(..., in_axes=(axis, nnx.Carry)) on the state: the ScanIn branch is the call (see {_XFORMS})",
+)
+
+
+def string_args(call: cst.Call) -> tuple[str | None, str | None]:
+    """The string literals of a call's first two arguments (None where an argument is not one)."""
+    values = [a.value for a in call.args[:2]] + [None, None]
+    return tuple(v.evaluated_value if isinstance(v, cst.SimpleString) else None for v in values[:2])  # type: ignore[return-value]
+
+
+def self_api_finding(
+    api: str, first_arg: str | None = None, second_arg: str | None = None
+) -> tuple[str, str]:
+    """(message, hint) of an unconverted ``self.<api>(...)`` call (``first_arg`` / ``second_arg``: its
+    arguments' string literals, where they are)."""
     if api == "is_mutable_collection" and first_arg == "params":
         what, how = _PARAMS_MUTABLE
         return what, f"{how} (see {_API})"
+    if api == "has_variable" and first_arg is not None and second_arg is not None:
+        return (
+            f"self.has_variable({first_arg!r}, {second_arg!r}): no self.variable / self.param of this class "
+            "that the codemod follows creates it (a submodule's, one another API creates, such as "
+            "partitioning.variable_with_axes, or one the codemod cannot place); NNX asks whether the module "
+            "holds the Variable attribute",
+            f"create the Variable in __init__ or on the first call, then hasattr(self, {second_arg!r}) "
+            f"(see {_API})",
+        )
     what, how = SELF_API.get(
         api,
         (f"self.{api}(...) is Linen Module API in a form with no automatic conversion", "rewrite by hand"),

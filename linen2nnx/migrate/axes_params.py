@@ -18,6 +18,12 @@ forms). Only the exact form is restated: a call in a method of a class that defi
 ``module=`` and no splat, ``axes=`` a tuple or list display or ``tuple(...)`` (so never ``None``, which
 Linen treats as "no axes"), and a name bound to ``flax.linen`` in the file. Every other call is left
 as written (a located finding says why).
+
+``axes=self.kernel_axes`` (T5X's ``DenseGeneral``), a field of the class annotated as a tuple or a
+list, may still be ``None`` (a caller may pass it): the init is then wrapped only when it is not,
+``nn.with_logical_partitioning(init, self.kernel_axes) if self.kernel_axes is not None else init``,
+which is Linen's own branch (``axes is None``: a plain ``self.param``, no names, no constraint). The
+field is read twice, a plain dataclass attribute, so the two reads agree.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import assigned_in, code, names_in, single_assign
 from linen2nnx.migrate.function_replay import top_level_imports
 from linen2nnx.migrate.helper_calls import Replayed, _line_map, replayed_result
-from linen2nnx.migrate.rules import MOD_001
+from linen2nnx.migrate.rules import MOD_001, SHAPE_003
 
 PARAM_WITH_AXES = "flax.linen.partitioning.param_with_axes"
 
@@ -111,8 +117,54 @@ def _axes_ok(value: cst.BaseExpression) -> bool:
     )
 
 
-def why_not(call: cst.Call) -> str | None:
-    """Why a ``param_with_axes`` call has no exact ``self.param`` form (None: it has)."""
+_SEQUENCE_TYPES = frozenset({"Tuple", "tuple", "List", "list"})
+
+
+def sequence_fields(cls: cst.ClassDef) -> frozenset[str]:
+    """The class's own fields annotated as a tuple or a list (``Tuple[str, ...]``, ``tuple``,
+    ``Optional[Tuple[str, ...]]``, ``tuple | None``): their value is such a sequence or, given by a caller, ``None``
+    (``Sequence[str]`` is left out: a string is one, and Linen splats it into single letters)."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
+    found: set[str] = set()
+    for stmt in body:
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            continue
+        small = stmt.body[0]
+        if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+            if _sequence_annotation(small.annotation.annotation):
+                found.add(small.target.value)
+    return frozenset(found)
+
+
+def _sequence_annotation(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):  # ``X | None``
+        sides = (node.left, node.right)
+        nones = [n for n in sides if isinstance(n, cst.Name) and n.value == "None"]
+        return len(nones) == 1 and all(_sequence_annotation(n) for n in sides if n is not nones[0])
+    if isinstance(node, cst.Subscript):
+        head = _dotted(node.value)
+        last = head.rsplit(".", 1)[-1] if head else None
+        if last == "Optional" and len(node.slice) == 1:
+            inner = node.slice[0].slice
+            return isinstance(inner, cst.Index) and _sequence_annotation(inner.value)
+        return last in _SEQUENCE_TYPES
+    head = _dotted(node)
+    return head is not None and head.rsplit(".", 1)[-1] in _SEQUENCE_TYPES
+
+
+def _field_axes(value: cst.BaseExpression, fields: frozenset[str]) -> bool:
+    """``self.<field>`` of a tuple- or list-annotated field: a sequence or None, read twice alike."""
+    return (
+        isinstance(value, cst.Attribute)
+        and isinstance(value.value, cst.Name)
+        and value.value.value == "self"
+        and value.attr.value in fields
+    )
+
+
+def why_not(call: cst.Call, fields: frozenset[str] = frozenset()) -> str | None:
+    """Why a ``param_with_axes`` call has no exact ``self.param`` form (None: it has); ``fields``: the
+    enclosing class's tuple- or list-annotated fields (``sequence_fields``)."""
     if any(a.star for a in call.args):
         return "*args / **kwargs splats"
     positional = [a for a in call.args if a.keyword is None]
@@ -124,7 +176,7 @@ def why_not(call: cst.Call) -> str | None:
     axes = keywords.get("axes")
     if axes is None:
         return "no axes="
-    if not _axes_ok(axes.value):
+    if not _axes_ok(axes.value) and not _field_axes(axes.value, fields):
         return f"axes={code(axes.value)}, not a tuple display, may be None (then Linen records no names)"
     extra = sorted(set(keywords) - {"axes"})
     if extra:  # NNX's with_partitioning wrapper takes positional init arguments only
@@ -134,10 +186,11 @@ def why_not(call: cst.Call) -> str | None:
 
 def restated(call: cst.Call, linen: str) -> cst.Call:
     """``param_with_axes(name, init, *args, axes=a, **kw)`` -> ``self.param(name,
-    <linen>.with_logical_partitioning(init, a), *args, **kw)``."""
+    <linen>.with_logical_partitioning(init, a), *args, **kw)``; with ``a`` a field (``self.f``, which
+    may be None) the init is wrapped only when it is not: ``<wrapped> if self.f is not None else init``."""
     axes = next(a for a in call.args if a.keyword is not None and a.keyword.value == "axes")
     init = call.args[1]
-    boxed = cst.parse_expression(f"{linen}.with_logical_partitioning(_init, _axes)")
+    boxed: cst.BaseExpression = cst.parse_expression(f"{linen}.with_logical_partitioning(_init, _axes)")
     assert isinstance(boxed, cst.Call)
     boxed = boxed.with_changes(
         args=[
@@ -145,6 +198,9 @@ def restated(call: cst.Call, linen: str) -> cst.Call:
             cst.Arg(axes.value),
         ]
     )
+    if isinstance(axes.value, cst.Attribute):  # a field: None means no names (Linen's ``axes is None``)
+        test = cst.Comparison(axes.value, [cst.ComparisonTarget(cst.IsNot(), cst.Name("None"))])
+        boxed = cst.IfExp(test=test, body=boxed, orelse=init.value)
     args = [a for a in call.args if a is not axes]
     args[1] = args[1].with_changes(value=boxed)
     last = args[-1]
@@ -163,6 +219,7 @@ class _Restate(cst.CSTTransformer):
         self.callees, self.aliases, self.imports, self.linen = callees, aliases, imports, linen
         self.methods: list[cst.FunctionDef | None] = []  # None: a function that is not such a method
         self.classes: list[tuple[str, bool]] = []
+        self.fields: list[frozenset[str]] = []  # each open class's tuple- or list-annotated fields
         self.restated: set[str] = set()
         self.left: set[str] = set()  # classes with a call left as written
         self.skip: set[str] = set()  # classes not to restate (a class with a left call is kept as Linen)
@@ -175,10 +232,12 @@ class _Restate(cst.CSTTransformer):
             for f in fns
         )
         self.classes.append((node.name.value, linen_like and not self.methods))
+        self.fields.append(sequence_fields(node))
         self.methods.append(None)
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self.classes.pop()
+        self.fields.pop()
         self.methods.pop()
         return updated
 
@@ -210,7 +269,7 @@ class _Restate(cst.CSTTransformer):
             or method is _NOT_METHOD
             or shadowed
             or self.linen is None
-            or why_not(original) is not None
+            or why_not(original, self.fields[-1] if self.fields else frozenset()) is not None
             or not updated.deep_equals(original)  # a restated call in its arguments: left as written
         ):
             self.left.update(name for name, _ in self.classes[-1:])
@@ -229,19 +288,23 @@ def _is_compact(decorator: cst.BaseExpression, imports: dict[str, str]) -> bool:
     return dotted is not None and _resolved(dotted, imports) == "flax.linen.compact"
 
 
-def restate_param_with_axes(tree: cst.Module, source: str, module_name: str = "") -> Replayed | None:
-    """The file with its exact ``param_with_axes`` calls restated (see the module docstring); a
-    module-level alias stays (another file may import it). None when nothing was restated."""
+def restate_param_with_axes(
+    tree: cst.Module, source: str, module_name: str = "", skip: frozenset[str] = frozenset()
+) -> Replayed | None:
+    """The file with its exact ``param_with_axes`` calls restated (see the module docstring), except in
+    the classes ``skip`` names; a module-level alias stays (another file may import it). None when
+    nothing was restated."""
     if "param_with_axes" not in source:
         return None
     imports = file_imports(tree, module_name)
     aliases = _aliases(tree, imports)
     transformer = _Restate({PARAM_WITH_AXES}, set(aliases), imports, _linen_name(imports))
+    transformer.skip = set(skip)
     new_tree = tree.visit(transformer)
     if transformer.left & transformer.restated:  # those stay Linen: restate only the others
-        skip = transformer.left
+        transformer_skip = transformer.left | skip
         transformer = _Restate({PARAM_WITH_AXES}, set(aliases), imports, _linen_name(imports))
-        transformer.skip = skip
+        transformer.skip = transformer_skip
         new_tree = tree.visit(transformer)
     if not transformer.restated:
         return None
@@ -253,6 +316,9 @@ def restate_param_with_axes(tree: cst.Module, source: str, module_name: str = ""
 AXES_APIS = frozenset({"param_with_axes", "variable_with_axes"})
 _AXES_COLLECTION = {"param_with_axes": "'params_axes'", "variable_with_axes": "'<collection>_axes'"}
 _CACHE: list[tuple[cst.Module, set[str], dict[str, str], set[str]]] = []  # the last tree asked about
+# module name -> its classes kept as written because, restated, they need a whole input shape their
+# builders cannot give (shapes_pushed_on_builders); set by migrate_restated before the module pass runs
+_SHAPE_KEPT: dict[str, frozenset[str]] = {}
 
 
 def _callee_facts(tree: cst.Module, module_name: str) -> tuple[set[str], dict[str, str], set[str]]:
@@ -362,10 +428,16 @@ def left_call_finding(call: cst.Call, tree: cst.Module, module_name: str) -> tup
     if dotted not in callees and not foreign:
         return None
     api = "variable_with_axes" if resolved.endswith("variable_with_axes") else "param_with_axes"
-    reason = why_not(call) or (
+    cls = _enclosing_class(call, tree)
+    reason = why_not(call, sequence_fields(cls) if cls else frozenset()) or (
         "outside a method of a Linen module, beside another call left as written, in a class kept as "
         "Linen, or no name bound to flax.linen in the file"
     )
+    if cls is not None and cls.name.value in _SHAPE_KEPT.get(module_name, ()):
+        reason = (
+            "restated, its NNX class would need the whole shape of an input, which the classes building "
+            "it here cannot give: kept behind nnx.bridge.ToNNX, which sizes itself at its first call"
+        )
     if dotted not in _aliases(tree, imports):
         reason = f"called as {dotted}, which is not restated: an import or a functools.partial of it"
     return (
@@ -374,6 +446,14 @@ def left_call_finding(call: cst.Call, tree: cst.Module, module_name: str) -> tup
         "nnx.Param(nnx.with_partitioning(init, axes)(rngs.params(), *init_args)) in __init__ "
         "(see docs/nnx_facts.md#sharding-and-logical-partitioning)",
     )
+
+
+def _enclosing_class(call: cst.Call, tree: cst.Module) -> cst.ClassDef | None:
+    """The module-level class holding ``call``."""
+    for stmt in tree.body:
+        if isinstance(stmt, cst.ClassDef) and any(c is call for c in calls_in(stmt)):
+            return stmt
+    return None
 
 
 def migrate_restated(
@@ -390,19 +470,46 @@ def migrate_restated(
     restated as ``self.param``; None when there is none or a restated class is not rewritten as an NNX
     class (then the original is migrated, so a class kept as Linen keeps Linen's ``params_axes``
     layout)."""
-    restated = restate_param_with_axes(tree, source, module_name)
-    if restated is None:
-        return None
-    result = migrate(
-        restated.source,
-        path,
-        module_name,
-        trace,
-        **options,
-        replay_helpers=replay_helpers,
-        restate_axes=False,
-    )
-    migrated = {f.message for f in result.findings if f.rule == MOD_001.id}
-    if any(f"{name} -> nnx.Module" not in migrated for name in restated.classes):
-        return None  # a restated class the module pass did not rewrite (not a Linen module after all)
-    return replayed_result(result, restated, source)
+    skip: frozenset[str] = frozenset()
+    _SHAPE_KEPT[module_name] = skip
+    while True:
+        restated = restate_param_with_axes(tree, source, module_name, skip)
+        if restated is None:
+            return None
+        result = migrate(
+            restated.source,
+            path,
+            module_name,
+            trace,
+            **options,
+            replay_helpers=replay_helpers,
+            restate_axes=False,
+        )
+        migrated = {f.message for f in result.findings if f.rule == MOD_001.id}
+        if any(f"{name} -> nnx.Module" not in migrated for name in restated.classes):
+            return None  # a restated class the module pass did not rewrite (not a Linen module after all)
+        pushed = shapes_pushed_on_builders(result, restated.classes)
+        if not pushed:
+            return replayed_result(result, restated, source)
+        skip |= pushed
+        _SHAPE_KEPT[module_name] = skip  # read by left_call_finding, for the calls these classes keep
+
+
+def shapes_pushed_on_builders(result: Any, classes: list[str]) -> frozenset[str]:
+    """The restated classes whose NNX form needs the whole shape of an input (T5X's ``DenseGeneral``
+    reads ``inputs.ndim`` and ``inputs.shape[ax]`` for its ``axis``) that a class of the file building
+    it cannot give: a batch or length axis is known only at the call, so each builder, and every class
+    above it, would gain a required shape argument a person fills in. Kept as written, such a class
+    runs behind ``nnx.bridge.ToNNX``, which sizes itself at its first call, and its builders stay
+    clean."""
+    summaries = {s.name: s for s in result.summaries.values()}
+    unresolved = [f.message for f in result.findings if f.rule == SHAPE_003.id]
+    pushed = set()
+    for name in classes:
+        summary = summaries.get(name)
+        shapes = (
+            [a for a, how in summary.new_args.items() if how.startswith("input_shape:")] if summary else []
+        )
+        if any(m.startswith(f"{arg} of {name} ") for arg in shapes for m in unresolved):
+            pushed.add(name)
+    return frozenset(pushed)

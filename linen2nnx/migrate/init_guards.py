@@ -88,6 +88,41 @@ def params_mutable_guard(ctx: FileContext, call: cst.Call) -> bool:
     return _flag_guard(ctx, call)
 
 
+def scan_spec_choice(ctx: FileContext, call: cst.Call) -> bool:
+    """``call`` (a ``self.is_mutable_collection('params')``), directly or through a local bound to it
+    once, is the test of ``axis if initializing else ScanIn(axis)``: T5X's and flaxformer's choice of a
+    layer scan's parameter axis (stacked at init, read through ``ScanIn`` at apply)."""
+    parent = ctx.parent_of(call)
+    method = _enclosing_method(ctx, call)
+    if method is None:
+        return False
+    tests: list[cst.BaseExpression] = [call]
+    if isinstance(parent, cst.Assign) and parent.value is call:
+        if len(parent.targets) != 1 or not isinstance(parent.targets[0].target, cst.Name):
+            return False
+        local = parent.targets[0].target
+        if _bindings(method.body, local.value) != 1:
+            return False
+        tests = [n for n in _names(method.body, local.value) if n is not local]
+    return bool(tests) and all(_scan_in_test(ctx, t) for t in tests)
+
+
+def _scan_in_test(ctx: FileContext, flag: cst.BaseExpression) -> bool:
+    choice = ctx.parent_of(flag)
+    return (
+        isinstance(choice, cst.IfExp)
+        and choice.test is flag
+        and isinstance(choice.orelse, cst.Call)
+        and _dotted_tail(choice.orelse.func) == "ScanIn"
+    )
+
+
+def _dotted_tail(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    return node.attr.value if isinstance(node, cst.Attribute) else None
+
+
 def _flag_guard(ctx: FileContext, flag: cst.BaseExpression) -> bool:
     """``flag`` (True only during Linen's init) is a term of an ``if`` test, through ``not`` and
     ``and``, whose branch creates nothing; the branch that runs when it is False may store ``.value``."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.api_findings import self_api_finding
+from linen2nnx.migrate.api_findings import PARAMS_SCAN_SPEC, self_api_finding, string_args
 from linen2nnx.migrate.axes_params import left_call_finding
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
@@ -23,7 +23,7 @@ from linen2nnx.migrate.cst_utils import (
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.factories import PartialLocal
 from linen2nnx.migrate.function_lifts import remat_of_function, scan_of_function
-from linen2nnx.migrate.init_guards import init_only_guard, params_mutable_guard
+from linen2nnx.migrate.init_guards import init_only_guard, params_mutable_guard, scan_spec_choice
 from linen2nnx.migrate.lazy_vars import creation
 from linen2nnx.migrate.lifted import LiftError, lifted_call
 from linen2nnx.migrate.linen_api import (
@@ -167,9 +167,7 @@ class CallRewriter:
             self.ctx.report(API_002, original, *left)
         api = self.state.pending_api.pop(original, None)
         if api is not None and original not in self.state.handled and original not in plan.sites:
-            first = original.args[0].value if original.args else None
-            literal = first.evaluated_value if isinstance(first, cst.SimpleString) else None
-            self.ctx.report(API_002, api, *self_api_finding(api.attr.value, literal))
+            self.ctx.report(API_002, api, *self_api_finding(api.attr.value, *string_args(original)))
         return result
 
     def _leave_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -480,6 +478,9 @@ class CallRewriter:
         """``self.is_mutable_collection('params')`` -> ``False`` where it only skips, during Linen's
         init, work that creates nothing (see :mod:`~.init_guards`); else left to the API finding."""
         if not params_mutable_guard(self.ctx, original):
+            if scan_spec_choice(self.ctx, original):  # its own finding, with the scan's hint
+                self.state.handled.add(original)
+                self.ctx.report(API_002, original, *PARAMS_SCAN_SPEC)
             return None
         self.state.handled.add(original)
         self.ctx.report(
