@@ -257,6 +257,9 @@ class HFOut(ModelOutput):
 class Other(ModelOutput):
     last: object = None
 
+class Named(NamedTuple):
+    last: object
+
 @flax.struct.dataclass
 class Required(ModelOutput):
     last: object
@@ -306,6 +309,9 @@ def test_model_outputs_and_indexes_the_source_pins_down(body, expected):
         "o = HFOut(last=a) if flag else (b,)\ny = o[0]",  # the paths disagree
         "o = HFOut(last=a)\ny, = o",  # a ModelOutput iterates its keys
         "o = HFOut(last=a) if flag else Other(last=a)\ny = o.last",  # two classes
+        "o = HFOut(last=a) if flag else Named(x)\ny = o.last",  # a NamedTuple has fields too
+        "o = Named(x) if f else (a,)\no = HFOut(last=a) if flag else o\ny = o.last",
+        "o = Named(x) if f else (a,)\no = HFOut(last=a) if flag else o\no = o if g else HFOut(last=a)\ny = o.last",
         "o = HFOut(last=a)\ny = o[i]",
         "t = (a, b)\ny = tuple(v for v in t if v)[0]",  # not a test of None
         "t = (x, b)\ny = tuple(v for v in t if v is not None)[1]",

@@ -193,6 +193,8 @@ def field_of(value: Feat, attr: str) -> Feat | None:
     """``out.attr`` of a record or NamedTuple value; None for any other value."""
     if value.kind not in ("record", "namedtuple", "output"):
         return None
+    if value.kind == "output" and value.reason == NAMED:
+        return Feat.unknown(f"attribute {attr} of objects of different classes")
     if attr in value.names:  # of an output merged with a tuple display: only the object has fields
         found = value.elements[value.names.index(attr)]
         return Feat.unknown(f"{value.expr}.{attr}, None") if found == output_values.NONE else found
@@ -315,7 +317,19 @@ def merged(a: Feat, b: Feat, merge: Callable[[Feat, Feat], Feat]) -> Feat | None
     sa, sb = as_sequence(a), as_sequence(b)
     elements = tuple(merge(x, y) for x, y in zip(sa.elements, sb.elements))
     same_length = sa.kind == sb.kind == "tuple" and len(sa.elements) == len(sb.elements)
-    return Feat("tuple" if same_length else "prefix", elements=elements)
+    named = NAMED if _may_have_fields(a) or _may_have_fields(b) else ""
+    return Feat("tuple" if same_length else "prefix", elements=elements, reason=named)
+
+
+NAMED = "some path gives an object with fields"
+"""The ``reason`` of a compound value that is a NamedTuple or an output object on some path: a field
+read of it is not followed (another path's object may hold a field of the same name)."""
+
+
+def _may_have_fields(value: Feat) -> bool:
+    return (
+        value.kind == "namedtuple" or value.reason == NAMED or (value.kind == "output" and bool(value.names))
+    )
 
 
 def _merged_output(a: Feat, b: Feat, merge: Callable[[Feat, Feat], Feat]) -> Feat:
@@ -326,7 +340,10 @@ def _merged_output(a: Feat, b: Feat, merge: Callable[[Feat, Feat], Feat]) -> Fea
         bases = [v.base for v in (a, b) if v.base is not None]
         base = bases[0] if len(bases) == 1 else merged(bases[0], bases[1], merge) if bases else None
         elements = tuple(merge(x, y) for x, y in zip(a.elements, b.elements))
-        return dataclasses.replace(a, elements=elements, base=base)
+        named = (
+            NAMED if NAMED in (a.reason, b.reason) or (base is not None and _may_have_fields(base)) else ""
+        )
+        return dataclasses.replace(a, elements=elements, base=base, reason=named)
     first, other = (
         (a, b) if a.kind == "output" and (a.names or not (b.kind == "output" and b.names)) else (b, a)
     )
@@ -335,7 +352,8 @@ def _merged_output(a: Feat, b: Feat, merge: Callable[[Feat, Feat], Feat]) -> Fea
     base = other if first.base is None else merged(first.base, other, merge)
     if base is None or base.kind == "unknown":
         return Feat.unknown("different objects on different paths")
-    return dataclasses.replace(first, base=base)
+    named = NAMED if first.reason == NAMED or _may_have_fields(base) else ""
+    return dataclasses.replace(first, base=base, reason=named)
 
 
 def unpacked(target: cst.Tuple | cst.List, value: Feat) -> list[tuple[cst.BaseExpression, Feat]]:
