@@ -7,7 +7,13 @@ import pytest
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow
 from linen2nnx.migrate.tuple_flow import agreed_return, record_classes
 
-QUALNAMES = {"flax.struct.dataclass", "dataclasses.dataclass", "typing.NamedTuple"}
+QUALNAMES = {
+    "flax.struct.dataclass",
+    "dataclasses.dataclass",
+    "typing.NamedTuple",
+    "transformers.utils.ModelOutput",
+    "builtins.tuple",
+}
 
 
 def _qualnames(node: cst.CSTNode) -> set[str]:
@@ -238,3 +244,83 @@ def test_classes_with_dunders_are_no_plain_data(name):
     """``__getitem__``, ``__iter__``, ``__len__``, ``__getattribute__``: indexing, unpacking or a field
     read need not give the field as passed."""
     assert name not in record_classes(cst.parse_module(RECORDS).body, _qualnames)
+
+
+HF_RECORDS = """
+@flax.struct.dataclass
+class HFOut(ModelOutput):
+    last: object = None
+    pooled: object = None
+    hidden: object = None
+
+@flax.struct.dataclass
+class Other(ModelOutput):
+    last: object = None
+
+class Named(NamedTuple):
+    last: object
+
+@flax.struct.dataclass
+class Required(ModelOutput):
+    last: object
+    pooled: object = None
+"""
+
+
+def test_model_output_classes_index_their_fields_not_none():
+    records = record_classes(cst.parse_module(HF_RECORDS).body, _qualnames)
+    assert records["HFOut"].model_output and records["HFOut"].none_defaults == ("last", "pooled", "hidden")
+    assert records["Required"].none_defaults == ("pooled",)
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("o = HFOut(last=a, pooled=None)\ny = o[0]", A),
+        ("o = HFOut(last=a, pooled=b)\ny = o[1]", B),
+        ("o = HFOut(pooled=b)\ny = o[0]", B),  # last left to its None default: skipped
+        ("o = HFOut(None, b)\ny = o[0]", B),
+        ("o = HFOut(last=a, pooled=b)\ny = o[-1]", B),  # every field decided: from the end too
+        ("o = HFOut(last=a, pooled=b)\ny = o.pooled", B),
+        ("o = HFOut(last=a, pooled=b)\ny = o[1:][0]", B),
+        ("o = HFOut(last=a) if flag else (a, b)\ny = o[0]", A),  # a tuple on the other path agrees
+        ("o = (a,)\nif flag:\n    o = HFOut(last=a, pooled=x)\ny = o.pooled", X),  # a tuple has no field
+        ("t = (a, b)\ny = tuple(v for v in t if v is not None)[1]", B),
+        ("t = (a, x)\no = tuple(v for v in t if v is not None) if flag else HFOut(last=a)\ny = o[0]", A),
+        ("h = a[:, 0, :]\ny = h", A),  # the last index a bare `:`: the last axis is untouched
+        ("y = a[..., :]", A),
+        ("y = x[idx, :]", X),
+    ],
+)
+def test_model_outputs_and_indexes_the_source_pins_down(body, expected):
+    assert _flow(body, HF_RECORDS).env["y"] == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "o = HFOut(last=x, pooled=b)\ny = o[1]",  # an input may be None: the next field may be first
+        "o = HFOut(last=a, pooled=b if flag else None)\ny = o[1]",
+        "o = HFOut(last=a, pooled=b if flag else None)\ny = o[-1]",
+        "o = HFOut(last=a, pooled=z)\ny = o[1]",  # z unknown
+        "o = HFOut(last=a)\ny = o.pooled",  # None
+        "o = HFOut(last=a)\ny = o[1]",  # past the fields not None
+        "o = Required(pooled=a)\ny = o[0]",  # last left to a default that is not None
+        "o = HFOut(last=a) if flag else (b,)\ny = o[0]",  # the paths disagree
+        "o = HFOut(last=a)\ny, = o",  # a ModelOutput iterates its keys
+        "o = HFOut(last=a) if flag else Other(last=a)\ny = o.last",  # two classes
+        "o = HFOut(last=a) if flag else Named(x)\ny = o.last",  # a NamedTuple has fields too
+        "o = Named(x) if f else (a,)\no = HFOut(last=a) if flag else o\ny = o.last",
+        "o = Named(x) if f else (a,)\no = HFOut(last=a) if flag else o\no = o if g else HFOut(last=a)\ny = o.last",
+        "o = HFOut(last=a)\ny = o[i]",
+        "t = (a, b)\ny = tuple(v for v in t if v)[0]",  # not a test of None
+        "t = (x, b)\ny = tuple(v for v in t if v is not None)[1]",
+        "t = (a, None, b)\ny = tuple(v for v in t if v is not None)[1]",  # a None in a display: not followed
+        "y = a[:, 0]",  # on a value of rank 2 this indexes the last axis
+        "y = a[..., 0]",
+        "y = a[:, 1:]",  # slices the last axis of a value of rank 2
+        "y = a[:, None]",
+    ],
+)
+def test_model_outputs_and_indexes_the_source_leaves_open_stay_unknown(body):
+    assert _flow(body, HF_RECORDS).env["y"].kind in ("unknown", "sliced")

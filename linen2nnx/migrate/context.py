@@ -46,6 +46,7 @@ from linen2nnx.migrate.linen_api import (
 )
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.positions import source_positions
+from linen2nnx.migrate.record_facts import imported_records
 from linen2nnx.migrate.rules import (
     PART_004,
     SHAPE_002,
@@ -529,7 +530,10 @@ class FileContext:
         self.collect_lift_aliases(node.body)
         self.state.module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
         self.state.module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
-        self.state.record_classes = record_classes(node.body, self.qualnames)
+        self.state.record_classes = {  # its own and those it imports from other files of the run
+            **imported_records(node.body, self.state.module_name, self.state.external_records),
+            **record_classes(node.body, self.qualnames, self.state.module_name),
+        }
         self.state.unbox_helpers = {
             name for name, fn in self.state.module_functions.items() if self.is_unbox_helper(fn)
         }

@@ -24,7 +24,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate import last_axis_ops, mutation, tuple_flow
+from linen2nnx.migrate import last_axis_ops, mutation, output_values, tuple_flow
 from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
 from linen2nnx.migrate.cst_utils import (
@@ -78,6 +78,8 @@ REDUCTIONS = frozenset({"mean", "sum", "max", "min", "prod", "var", "std", "medi
 EINOPS_FUNCTIONS = frozenset({"einops.rearrange", "einops.reduce", "einops.repeat"})
 """``f(x, "n h w c -> n (h w) c", ...)``: the last axis is kept when the pattern ends both sides with
 the same axis (see :func:`einops_keeps_last`)."""
+KEPT_BY_INDEXING = ("expr", "input", "flatten", "choice", "sliced")
+"""Kinds of an array value whose last axis an index that leaves it untouched keeps."""
 DOT_GENERAL_FUNCTIONS = frozenset({"jax.lax.dot_general"})
 """``f(x, w, dimension_numbers)``: the result's last axis is w's last free (uncontracted, unbatched) one."""
 
@@ -274,8 +276,12 @@ class FeatureFlow:
         if isinstance(node, cst.Subscript):
             base = self.expr_of(node.value)
             element = tuple_flow.indexed(base, node)  # outputs[0], outputs[1:]
-            # x[:, 0] keeps the last axis unless it indexes it: the trace decides
-            return element if element is not None else Feat("sliced", base=base)
+            if element is not None:
+                return element
+            if base.kind in KEPT_BY_INDEXING and last_axis_ops.index_keeps_last(node):
+                return base  # x[:, 0, :], x[..., :]: the last axis is untouched
+            # x[:, 0] keeps the last axis unless it indexes it (a value of rank 2): the trace decides
+            return Feat("sliced", base=base)
         if isinstance(node, cst.IfExp):
             a, b = self.expr_of(node.body), self.expr_of(node.orelse)
             for tup, plain in ((a, b), (b, a)):
@@ -312,6 +318,9 @@ class FeatureFlow:
         known = self.value_of(node, self.env)
         if known is not None:
             return known
+        filtered = output_values.filtered_source(node, self.qualnames_of(node.func))
+        if filtered is not None:  # tuple(v for v in outputs if v is not None)
+            return output_values.filtered(self.expr_of(filtered))
         record = self.records.get(node.func.value) if isinstance(node.func, cst.Name) else None
         if record is not None and node.func.value not in self.env:  # type: ignore[attr-defined]
             built = tuple_flow.built_record(node, record, arg_feats, node.func.value)  # type: ignore[attr-defined]

@@ -26,7 +26,7 @@ from libcst.codemod import CodemodContext
 
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
-from linen2nnx.migrate import gc_tuning
+from linen2nnx.migrate import gc_tuning, record_facts
 from linen2nnx.migrate.axes_params import migrate_restated
 from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children, parse_module
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
@@ -159,8 +159,9 @@ def migrate_source(
     from linen2nnx.migrate.training import mentions_training
 
     file_path = Path(path)
-    if not mentions_linen(source) and not mentions_training(source):
-        return FileResult(file_path, path, source, source, [], NameMap(), skipped=True)
+    if not mentions_linen(source) and not mentions_training(source):  # its data classes for importers
+        facts = record_facts.of_source(source, module_name)
+        return FileResult(file_path, path, source, source, [], NameMap(), skipped=True, factories=facts)
     try:
         tree = parse_module(source)  # = cst.parse_module(source), cheaper
     except cst.ParserSyntaxError as e:
@@ -211,6 +212,10 @@ def _facts_for_importers(tree: cst.Module, module_name: str, command: Any) -> di
         **command.elementwise_facts,
         **param_helper_functions(tree, module_name),
         **helper_facts(tree, module_name),
+        **record_facts.record_facts(
+            {k: v for k, v in command.state.record_classes.items() if k in command.state.module_classes},
+            module_name,
+        ),
     }
 
 

@@ -23,6 +23,7 @@ from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.layer_subclass_uses import LayerSubclassFact
 from linen2nnx.migrate.names import NameResolver
+from linen2nnx.migrate.record_facts import external_records
 from linen2nnx.migrate.sites import ClassPlan, ClassSummary
 from linen2nnx.migrate.table_changes import KEY as RUN_CHANGES_KEY
 from linen2nnx.migrate.table_changes import RunChanges
@@ -50,6 +51,9 @@ class FileState:
     )  # other files' converted layer subclasses, by key (layer_subclass_uses.py)
     external_elementwise: frozenset[str] = frozenset()  # other files' tables of activations (elementwise.py)
     run_changes: RunChanges | None = None  # the names any file of the run may change (table_changes.py)
+    external_records: dict[str, RecordClass] = dataclasses.field(
+        default_factory=dict
+    )  # other files' plain data classes, by dotted name (record_facts.py)
 
     # ---- outputs (read by engine.migrate_source) ------------------------------------------------
     findings: list[Finding] = dataclasses.field(default_factory=list)
@@ -221,4 +225,5 @@ class FileState:
                 v.key for v in (factories or {}).values() if isinstance(v, ElementwiseTable)
             ),
             run_changes=(factories or {}).get(RUN_CHANGES_KEY),
+            external_records=external_records(factories or {}),
         )

@@ -213,3 +213,18 @@ def _static_axis(node: cst.BaseExpression, fields: frozenset[str]) -> Feat | Non
     if isinstance(chain, cst.Name) and chain.value == "self" and first in fields:
         return Feat("expr", expr=code(node))
     return None
+
+
+def index_keeps_last(node: cst.Subscript) -> bool:
+    """Whether ``x[...]`` keeps ``x``'s last axis whatever ``x``'s rank: its last index is a bare
+    ``:`` (``x[:, 0, :]``, ``x[..., :]``, ``x[idx, :]``). That ``:`` spans the last axis, or an axis
+    before it with the axes after it kept too; axes an array index adds never come after a slice.
+    ``x[:, 0]`` does not qualify: on a value of rank 2 it indexes the last axis."""
+    last = node.slice[-1].slice if node.slice else None
+    return (
+        isinstance(last, cst.Slice)
+        and last.lower is None
+        and last.upper is None
+        and last.step is None
+        and not any(getattr(e.slice, "star", None) for e in node.slice)
+    )

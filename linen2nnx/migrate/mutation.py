@@ -19,7 +19,7 @@ from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST, FastVisitor
 from linen2nnx.migrate.dataflow_types import Feat
 
 _SUBSCRIPT_OR_ATTRIBUTE = frozenset({cst.Subscript, cst.Attribute})  # exact types: no ABC check
-COMPOUND = ("tuple", "prefix", "namedtuple", "record")
+COMPOUND = ("tuple", "prefix", "namedtuple", "record", "output")
 """Kinds that hold one value per element (see tuple_flow.py)."""
 
 PURE_PREFIXES = ("jax.", "einops.", "math.")

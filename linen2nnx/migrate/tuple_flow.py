@@ -12,7 +12,12 @@ known there. Four kinds of sequence-like values:
 - ``namedtuple``  a ``typing.NamedTuple`` of this file built with its fields: a ``tuple`` whose
                   elements also have names;
 - ``record``      a dataclass of this file (``flax.struct.dataclass``, ``dataclasses.dataclass``)
-                  built with its fields: named elements, no indexing.
+                  built with its fields: named elements, no indexing;
+- ``output``      an object that indexes over the elements that are not None
+                  (:mod:`~linen2nnx.migrate.output_values`): a Hugging Face ``ModelOutput`` of a class
+                  of the run, or ``tuple(v for v in outs if v is not None)``.
+
+Data classes of the other files of the run arrive as facts (:mod:`~linen2nnx.migrate.record_facts`).
 
 Only what the source proves is followed: a literal index or slice, ``+`` of two sequences, a field
 passed to the constructor. Anything else (a non-literal index, an index past the known prefix, starred
@@ -27,16 +32,21 @@ from collections.abc import Callable, Sequence
 
 import libcst as cst
 
+from linen2nnx.migrate import output_values
+from linen2nnx.migrate.cst_utils import absolute_qualname
 from linen2nnx.migrate.dataflow_types import Feat
 
 SIZED = ("expr", "input")
 """Kinds with a size of their own (a config expression, or a method input's)."""
 SEQUENCES = ("tuple", "prefix", "namedtuple")
 """Kinds that index and concatenate as a Python tuple."""
-COMPOUND = (*SEQUENCES, "record")
+COMPOUND = (*SEQUENCES, "record", "output")
 
 RECORD_DECORATORS = frozenset({"flax.struct.dataclass", "dataclasses.dataclass"})
 NAMED_TUPLE_BASES = frozenset({"typing.NamedTuple", "NamedTuple"})
+MODEL_OUTPUT_BASES = frozenset({"transformers.utils.ModelOutput", "transformers.utils.generic.ModelOutput"})
+"""Hugging Face's base of output classes: ``out[k]`` is the ``k``-th field that is not None, in the
+order the class declares them; ``out.name`` the field (:mod:`~linen2nnx.migrate.output_values`)."""
 
 
 def _refused_method(name: str) -> bool:
@@ -51,14 +61,17 @@ class RecordClass:
 
     fields: tuple[str, ...]
     sequence: bool
+    model_output: bool = False  # a subclass of Hugging Face's ModelOutput: indexes its fields not None
+    none_defaults: tuple[str, ...] = ()  # the fields whose default is None
 
 
 def record_classes(
-    body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode], set[str]]
+    body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode], set[str]], module_name: str = ""
 ) -> dict[str, RecordClass]:
     """The module-level classes whose attributes read back the constructor's arguments unchanged:
-    a dataclass or NamedTuple with no base of its own, every field a plain annotated name, and no
-    method that could change what a field holds."""
+    a dataclass or NamedTuple with no base of its own (or a dataclass whose one base is Hugging Face's
+    ``ModelOutput``, which adds no field), every field a plain annotated name, and no method that could
+    change what a field holds."""
     out: dict[str, RecordClass] = {}
     for stmt in body:
         if not isinstance(stmt, cst.ClassDef):
@@ -69,12 +82,46 @@ def record_classes(
             for b in bases
         )
         decorated = any(_is_record_decorator(d.decorator, qualnames) for d in stmt.decorators)
-        if stmt.keywords or not ((sequence and not stmt.decorators) or (decorated and not bases)):
+        model_output = len(bases) == 1 and _is_model_output(qualnames(bases[0]), module_name)
+        if stmt.keywords or not (
+            (sequence and not stmt.decorators) or (decorated and (not bases or model_output))
+        ):
             continue
         fields = _plain_fields(stmt.body.body)
         if fields:
-            out[stmt.name.value] = RecordClass(fields, sequence)
+            out[stmt.name.value] = RecordClass(fields, sequence, model_output, _none_defaults(stmt.body.body))
     return out
+
+
+def _none_defaults(body: Sequence[cst.CSTNode]) -> tuple[str, ...]:
+    """The annotated fields of a class body whose default is the literal None."""
+    return tuple(
+        small.target.value
+        for stmt in body
+        if isinstance(stmt, cst.SimpleStatementLine)
+        for small in stmt.body
+        if isinstance(small, cst.AnnAssign)
+        and isinstance(small.target, cst.Name)
+        and isinstance(small.value, cst.Name)
+        and small.value.value == "None"
+    )
+
+
+def _is_model_output(qualnames: set[str], module_name: str) -> bool:
+    """Whether a base names Hugging Face's ``ModelOutput``: by its absolute name, or by a relative
+    import of ``utils.ModelOutput`` that climbs above the run's packages (the transformers source
+    tree, ``from ...utils import ModelOutput``, migrated without its ``__init__.py`` files)."""
+    for q in qualnames:
+        if absolute_qualname(q, module_name) in MODEL_OUTPUT_BASES:
+            return True
+        dots = len(q) - len(q.lstrip("."))
+        if (
+            0 < dots
+            and module_name.count(".") < dots
+            and "transformers." + q.lstrip(".") in MODEL_OUTPUT_BASES
+        ):
+            return True
+    return False
 
 
 def _is_record_decorator(node: cst.BaseExpression, qualnames: Callable[[cst.CSTNode], set[str]]) -> bool:
@@ -116,11 +163,14 @@ def _plain_fields(body: Sequence[cst.CSTNode]) -> tuple[str, ...]:
 
 
 def built_record(node: cst.Call, record: RecordClass, args: Sequence[Feat], name: str) -> Feat | None:
-    """``Out(h, aux=a)``: each field's value as passed; a field left to its default is unknown. None
-    when the arguments cannot be matched to the fields (``*args``, ``**kwargs``, an unknown keyword)."""
+    """``Out(h, aux=a)``: each field's value as passed; a field left to its default is unknown (for a
+    ``ModelOutput``, one passed as None or left to a None default is None). None when the arguments
+    cannot be matched to the fields (``*args``, ``**kwargs``, an unknown keyword)."""
     values: dict[str, Feat] = {}
     positional = 0
     for arg, feat in zip(node.args, args):
+        if record.model_output and output_values.is_none(arg.value):
+            feat = output_values.NONE
         if arg.star:
             return None
         if arg.keyword is None:
@@ -132,19 +182,23 @@ def built_record(node: cst.Call, record: RecordClass, args: Sequence[Feat], name
             values[arg.keyword.value] = feat
         else:
             return None
+    if record.model_output:
+        values.update({f: output_values.NONE for f in record.none_defaults if f not in values})
     elements = tuple(values.get(f, Feat.unknown(f"the default of {name}.{f}")) for f in record.fields)
-    return Feat(
-        "namedtuple" if record.sequence else "record", expr=name, elements=elements, names=record.fields
-    )
+    kind = "output" if record.model_output else "namedtuple" if record.sequence else "record"
+    return Feat(kind, expr=name, elements=elements, names=record.fields)
 
 
 def field_of(value: Feat, attr: str) -> Feat | None:
     """``out.attr`` of a record or NamedTuple value; None for any other value."""
-    if value.kind not in ("record", "namedtuple"):
+    if value.kind not in ("record", "namedtuple", "output"):
         return None
-    if attr in value.names:
-        return value.elements[value.names.index(attr)]
-    return Feat.unknown(f"attribute {attr} of {value.expr}")
+    if value.kind == "output" and value.reason == NAMED:
+        return Feat.unknown(f"attribute {attr} of objects of different classes")
+    if attr in value.names:  # of an output merged with a tuple display: only the object has fields
+        found = value.elements[value.names.index(attr)]
+        return Feat.unknown(f"{value.expr}.{attr}, None") if found == output_values.NONE else found
+    return Feat.unknown(f"attribute {attr} of {value.expr or 'a tuple'}")
 
 
 def _literal_int(node: cst.BaseExpression | None) -> int | None:
@@ -159,6 +213,8 @@ def indexed(value: Feat, node: cst.Subscript) -> Feat | None:
     """``value[i]`` / ``value[a:b]`` of a sequence with literal bounds: the element or the sub-sequence
     when the source proves which; None when ``value`` is no sequence or the subscript is not literal
     (the caller keeps its own reading of an indexed array)."""
+    if value.kind == "output":
+        return _output_indexed(value, node)
     if value.kind not in SEQUENCES or len(node.slice) != 1:
         return None
     index = node.slice[0].slice
@@ -170,6 +226,19 @@ def indexed(value: Feat, node: cst.Subscript) -> Feat | None:
     if isinstance(index, cst.Slice):
         return sliced(value, index)
     return None
+
+
+def _output_indexed(value: Feat, node: cst.Subscript) -> Feat:
+    """``out[i]`` / ``out[a:b]`` of an ``output`` value: over its elements that are not None, and the
+    same of the tuple another path returns instead (``base``), when both agree."""
+    index = node.slice[0].slice if len(node.slice) == 1 else None
+    got = indexed(output_values.present(value), node) if isinstance(index, (cst.Index, cst.Slice)) else None
+    if got is None:
+        return Feat.unknown("an index of an output object")
+    if value.base is None:
+        return got
+    other = indexed(value.base, node)
+    return merge_value(got, other) if other is not None else Feat.unknown("an index of another path's value")
 
 
 def element(value: Feat, i: int) -> Feat:
@@ -237,6 +306,8 @@ def merged(a: Feat, b: Feat, merge: Callable[[Feat, Feat], Feat]) -> Feat | None
     differ. None when either is not compound."""
     if a.kind not in COMPOUND or b.kind not in COMPOUND:
         return None
+    if "output" in (a.kind, b.kind) and "record" not in (a.kind, b.kind):
+        return _merged_output(a, b, merge)
     if a.kind == "record" or b.kind == "record":
         if a.kind != b.kind or a.expr != b.expr:
             return Feat.unknown("different objects on different paths")
@@ -246,7 +317,43 @@ def merged(a: Feat, b: Feat, merge: Callable[[Feat, Feat], Feat]) -> Feat | None
     sa, sb = as_sequence(a), as_sequence(b)
     elements = tuple(merge(x, y) for x, y in zip(sa.elements, sb.elements))
     same_length = sa.kind == sb.kind == "tuple" and len(sa.elements) == len(sb.elements)
-    return Feat("tuple" if same_length else "prefix", elements=elements)
+    named = NAMED if _may_have_fields(a) or _may_have_fields(b) else ""
+    return Feat("tuple" if same_length else "prefix", elements=elements, reason=named)
+
+
+NAMED = "some path gives an object with fields"
+"""The ``reason`` of a compound value that is a NamedTuple or an output object on some path: a field
+read of it is not followed (another path's object may hold a field of the same name)."""
+
+
+def _may_have_fields(value: Feat) -> bool:
+    return (
+        value.kind == "namedtuple" or value.reason == NAMED or (value.kind == "output" and bool(value.names))
+    )
+
+
+def _merged_output(a: Feat, b: Feat, merge: Callable[[Feat, Feat], Feat]) -> Feat:
+    """An ``output`` value and another compound one a later read sees: the same class, field by field;
+    else the one with fields (a read of a field fails on the other, a tuple) with the other kept as
+    ``base``, which every index must agree with. Two different classes with fields: unknown."""
+    if a.kind == b.kind == "output" and a.expr == b.expr and a.names == b.names:
+        bases = [v.base for v in (a, b) if v.base is not None]
+        base = bases[0] if len(bases) == 1 else merged(bases[0], bases[1], merge) if bases else None
+        elements = tuple(merge(x, y) for x, y in zip(a.elements, b.elements))
+        named = (
+            NAMED if NAMED in (a.reason, b.reason) or (base is not None and _may_have_fields(base)) else ""
+        )
+        return dataclasses.replace(a, elements=elements, base=base, reason=named)
+    first, other = (
+        (a, b) if a.kind == "output" and (a.names or not (b.kind == "output" and b.names)) else (b, a)
+    )
+    if first.names and other.kind == "output" and other.names:
+        return Feat.unknown("different objects on different paths")
+    base = other if first.base is None else merged(first.base, other, merge)
+    if base is None or base.kind == "unknown":
+        return Feat.unknown("different objects on different paths")
+    named = NAMED if first.reason == NAMED or _may_have_fields(base) else ""
+    return dataclasses.replace(first, base=base, reason=named)
 
 
 def unpacked(target: cst.Tuple | cst.List, value: Feat) -> list[tuple[cst.BaseExpression, Feat]]:
@@ -288,8 +395,13 @@ def agreed(returns: Sequence[Feat], merge: Callable[[Feat, Feat], Feat]) -> Feat
 
 
 def mapped(value: Feat, each: Callable[[Feat], Feat]) -> Feat:
-    """``value`` with ``each`` applied to every element of a compound value (its kind and names kept)."""
-    return dataclasses.replace(value, elements=tuple(each(e) for e in value.elements))
+    """``value`` with ``each`` applied to every element of a compound value (its kind and names kept;
+    an ``output`` value's None elements stay None, and its other path's value is mapped too)."""
+    if value.kind != "output":
+        return dataclasses.replace(value, elements=tuple(each(e) for e in value.elements))
+    elements = tuple(e if e == output_values.NONE else each(e) for e in value.elements)
+    base = mapped(value.base, each) if value.base is not None and value.base.kind in COMPOUND else value.base
+    return dataclasses.replace(value, elements=elements, base=base)
 
 
 def merge_value(va: Feat, vb: Feat, config_test: str | None = None) -> Feat:

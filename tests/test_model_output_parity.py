@@ -1,0 +1,74 @@
+"""Numeric parity of Hugging Face-style blocks that return a tuple or a ``ModelOutput`` by a call-time
+flag (fixture ``model_outputs``): the sizes the migration reads through ``outputs[0]``,
+``outputs.last_hidden_state`` and ``h[..., 0, :]`` must build an NNX model that computes the same.
+
+transformers is no test dependency: both sides import a stand-in ``transformers.utils.ModelOutput``
+with the behaviour the migration relies on -- the fields that are not None, in declaration order,
+are what an integer index or a slice reads; a field is read as an attribute.
+"""
+
+import collections
+import dataclasses
+import sys
+import types
+
+import numpy as np
+import pytest
+from fixture_parity import assert_parity, build, grad_paths
+
+
+class ModelOutput(collections.OrderedDict):
+    """The part of Hugging Face's ``ModelOutput`` the fixture uses."""
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                collections.OrderedDict.__setitem__(self, field.name, value)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return dict(self.items())[key]
+        return self.to_tuple()[key]
+
+    def to_tuple(self) -> tuple:
+        return tuple(self[k] for k in self.keys())
+
+
+@pytest.fixture
+def model_output(monkeypatch):
+    package, utils = types.ModuleType("transformers"), types.ModuleType("transformers.utils")
+    utils.ModelOutput = ModelOutput
+    package.utils = utils
+    monkeypatch.setitem(sys.modules, "transformers", package)
+    monkeypatch.setitem(sys.modules, "transformers.utils", utils)
+
+
+@pytest.mark.parametrize("return_dict", [True, False])
+def test_outputs_read_by_index_field_and_slice(tmp_path, model_output, return_dict):
+    linen_mod, nnx_mod, result, map_path = build("model_outputs", tmp_path)
+    assert "_in_features: int" not in result.output  # every head sized statically
+    x = np.random.default_rng(0).normal(size=(2, 3, 5)).astype(np.float32)
+    grads = grad_paths(
+        assert_parity(
+            linen_mod.Model(return_dict=return_dict),
+            lambda rngs: nnx_mod.Model(return_dict=return_dict, in_features=5, rngs=rngs),
+            x,
+            map_path,
+        )
+    )
+    assert {"classifier/kernel", "first_head/kernel", "backbone/pooler/dense_0/kernel"} <= grads
+
+
+def test_model_output_stand_in_indexes_fields_not_none(model_output):
+    import flax
+    import jax.numpy as jnp
+
+    @flax.struct.dataclass
+    class Out(ModelOutput):
+        a: object = None
+        b: object = None
+        c: object = None
+
+    out = Out(a=None, b=jnp.ones(2), c=jnp.zeros(3))
+    assert out[0].shape == (2,) and out[1].shape == (3,) and len(out[1:]) == 1 and out.a is None

@@ -1,0 +1,82 @@
+"""Data classes of one file of the run followed in another (``linen2nnx/migrate/record_facts.py``):
+an output class defined in a file the module pass skips (it never says ``linen``) sizes the layers of
+the files that import it."""
+
+import textwrap
+
+import pytest
+
+from linen2nnx.migrate import migrate_paths
+from linen2nnx.migrate.record_facts import of_source
+
+OUTPUTS = """
+import flax
+import jax.numpy as jnp
+
+from {base} import ModelOutput
+
+
+@flax.struct.dataclass
+class BaseOutput(ModelOutput):
+    last_hidden_state: jnp.ndarray = None
+    hidden_states: tuple = None
+"""
+
+MODEL = """
+import flax.linen as nn
+
+from {dots}outputs import BaseOutput
+
+
+class Encoder(nn.Module):
+    hidden: int
+
+    @nn.compact
+    def __call__(self, x, return_dict: bool = True):
+        h = nn.Dense(self.hidden)(x)
+        if not return_dict:
+            return (h,)
+        return BaseOutput(last_hidden_state=h)
+
+
+class Head(nn.Module):
+    hidden: int
+
+    def setup(self):
+        self.encoder = Encoder(self.hidden)
+        self.cls = nn.Dense(2)
+
+    def __call__(self, x, return_dict: bool = True):
+        return self.cls(self.encoder(x, return_dict=return_dict)[0])
+"""
+
+
+@pytest.mark.parametrize(
+    "package, base, dots",
+    [
+        (True, "transformers.utils", "."),  # a package of the run, HF's class by its absolute name
+        (False, "..utils", ".."),  # the transformers tree without its __init__.py files
+        (True, "mylib.utils", "."),  # another project's ModelOutput: not followed
+    ],
+)
+def test_output_classes_of_another_file_size_the_importers(tmp_path, package, base, dots):
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    if package:
+        (root / "__init__.py").write_text("")
+        (root / "sub" / "__init__.py").write_text("")
+        model_dots = "."
+        (root / "sub" / "outputs.py").write_text(textwrap.dedent(OUTPUTS.format(base=base)))
+    else:
+        model_dots = dots
+        (root / "outputs.py").write_text(textwrap.dedent(OUTPUTS.format(base=base)))
+    (root / "sub" / "model.py").write_text(textwrap.dedent(MODEL.format(dots=model_dots)))
+    result = migrate_paths([tmp_path])
+    model = next(r for r in result.files if r.rel.endswith("model.py"))
+    sized = "cls_in_features" not in model.output
+    assert sized == (base != "mylib.utils")
+
+
+def test_facts_of_a_file_without_data_classes_cost_no_parse():
+    assert of_source("x = (", "m") == {}  # never parsed: no dataclass named
+    assert of_source("import dataclasses\nx = (", "m") == {}  # does not parse: no facts
