@@ -5,6 +5,7 @@ two chunks at a time; every layout reads back bit for bit, and a damaged chunk i
 from __future__ import annotations
 
 import asyncio
+import zlib
 
 import numpy as np
 import pytest
@@ -60,14 +61,34 @@ def test_every_chunk_layout_reads_back_bit_for_bit(tmp_path, chunks, copied, dep
     monkeypatch.setattr(zstd_chunk, "_place", lambda d, box, s: (copies.append(box), real_place(d, box, s)))
     kvstore, value = _write(tmp_path, chunks)
     dest = np.full(SHAPE, np.nan, np.float32)
-    assert _fill(kvstore, dest)
+    summed: list[int] = []
+    assert _fill(kvstore, dest, summed)
     np.testing.assert_array_equal(dest, value)
     assert len(copies) == copied
+    assert summed == [zlib.crc32(value.tobytes())]  # runs checksummed as their chunks land, combined
+
+
+@pytest.mark.parametrize("max_runs", [1, 64])
+@pytest.mark.parametrize("chunks", [(6, 4, 5), (6, 10, 5), (3, 10, 12), (4, 3, 12), (7, 11, 13)])
+def test_the_checksum_of_a_chunked_array_is_its_crc32(tmp_path, chunks, max_runs, monkeypatch):
+    """Chunks that split only inner axes (a run per outer index and band), the first axis (one run
+    per band), with edge chunks, or nothing (a chunk bigger than the array); with more runs per band
+    than allowed, the whole array is one run, checksummed after its last chunk."""
+    monkeypatch.setattr(zstd_chunk._Bands, "MAX_RUNS", max_runs)
+    monkeypatch.setattr(zstd_chunk, "FILL_DEPTH", 2)
+    kvstore, value = _write(tmp_path, chunks)
+    dest = np.empty(SHAPE, np.float32)
+    summed: list[int] = []
+    assert _fill(kvstore, dest, summed)
+    np.testing.assert_array_equal(dest, value)
+    assert summed == [zlib.crc32(value.tobytes())]
+    view = np.empty((SHAPE[0], SHAPE[1], SHAPE[2] + 1), np.float32)[:, :, : SHAPE[2]]
+    none: list[int] = []
+    assert _fill(kvstore, view, none) and none == []  # not one run of bytes: left to the caller
+    np.testing.assert_array_equal(view, value)
 
 
 def test_a_single_chunk_is_streamed_whole_with_its_checksum(tmp_path):
-    import zlib
-
     kvstore, value = _write(tmp_path, SHAPE)
     dest = np.empty(SHAPE, np.float32)
     summed: list[int] = []

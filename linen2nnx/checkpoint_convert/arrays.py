@@ -152,6 +152,7 @@ async def read_direct(
     into: Any = None,
     filled: Callable[[RawPath, Any], None] | None = None,
     sums: dict[RawPath, int] | None = None,
+    depth: int | None = None,
 ) -> dict[RawPath, Any]:
     """The arrays of ``metas`` (raw path -> (shape, dtype)) read from the item's storage (``how``,
     see :func:`storage`) with TensorStore, all at once, as host numpy arrays.
@@ -162,8 +163,9 @@ async def read_direct(
     only for small chunks (what this package writes). Without, TensorStore decodes each chunk
     straight into a fresh array (a source array stored whole needs no second copy). ``filled``
     is called with each array of ``into`` as soon as it is complete, while the next one is read.
-    ``sums`` gets the ``crc32`` of each array streamed whole (:func:`.zstd_chunk.read`), taken as it
-    was decoded; the others' are left to the caller. A failure names the leaf (``names``) and, when TensorStore's message has it, the data file."""
+    ``sums`` gets the ``crc32`` of each array streamed through :mod:`.zstd_chunk`, taken as it was
+    decoded; the others' are left to the caller. ``depth``: the stored chunks of one array decoded
+    at once into ``into`` (:data:`.zstd_chunk.FILL_DEPTH` if not given). A failure names the leaf (``names``) and, when TensorStore's message has it, the data file."""
     import asyncio
 
     from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
@@ -181,7 +183,9 @@ async def read_direct(
 
     async def one(path: RawPath, shape: tuple[int, ...], dtype: Any) -> None:
         try:
-            if how[0] == "zarr" and await _streamed(item_dir, how, path, shape, dtype, context, out, sums):
+            if how[0] == "zarr" and await _streamed(
+                item_dir, how, path, shape, dtype, context, out, sums, depth
+            ):
                 return
             src = await open_stored(item_dir, how, path, shape, dtype, context)
             if path in out:
@@ -210,12 +214,13 @@ async def _streamed(
     context: Any,
     out: dict[RawPath, Any],
     sums: dict[RawPath, int] | None = None,
+    depth: int | None = None,
 ) -> bool:
     """Read a zarr v2 array with zstd chunks through :mod:`.zstd_chunk` (into ``out[path]`` when it is
     there, else into a new array there, its checksum into ``sums``): never a chunk's stored bytes
     whole beside its decoded ones. False when it is stored otherwise; TensorStore reads it then."""
     if path in out:
-        return await stream_into(item_dir, how, path, out[path], context, sums)
+        return await stream_into(item_dir, how, path, out[path], context, sums, depth)
     spec = zstd_chunk.kvstore_spec(item_dir, ".".join(str(k) for k in path), how[1])
     streamed = await zstd_chunk.read(spec, shape, dtype, context)
     if streamed is not None:
@@ -232,6 +237,7 @@ async def stream_into(
     dest: Any,
     context: Any,
     sums: dict[RawPath, int] | None = None,
+    depth: int | None = None,
 ) -> bool:
     """Fill ``dest`` (the whole array) with the stored array's zstd chunks, each streamed
     (:func:`.zstd_chunk.fill`; an array stored as one chunk gets its checksum into ``sums``);
@@ -240,7 +246,7 @@ async def stream_into(
         return False
     spec = zstd_chunk.kvstore_spec(item_dir, ".".join(str(k) for k in path), how[1])
     crc: list[int] = []
-    done = await zstd_chunk.fill(spec, dest, context, summed=crc if sums is not None else None)
+    done = await zstd_chunk.fill(spec, dest, context, summed=crc if sums is not None else None, depth=depth)
     if done and crc and sums is not None:
         sums[path] = crc[0]
     return done

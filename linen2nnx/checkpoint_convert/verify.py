@@ -7,10 +7,12 @@ dtype) and every array is read back, a bounded group at a time, and checksummed;
 names the array and nothing is published. Anyone can re-check a converted checkpoint later against
 the ``checksums`` of its report.
 
-The read-back costs what decoding the written chunks costs, little more: every group is read into
-one reused buffer, a stored chunk after another, with the decoded chunks' buffers kept on the heap
-and reused (:func:`.memory.heap_reused`), and each array's checksum is taken on a thread while the
-next array is read.
+The read-back costs what decoding the written chunks costs, little more, spread over two cores:
+every group is read into one reused buffer, :data:`READ_BACK_DEPTH` stored chunks decoding at once,
+with the decoded chunks' buffers kept on the heap and reused (:func:`.memory.heap_reused`). Each
+array's checksum is taken while it is decoded: a run of its bytes as soon as the chunks covering
+it are in place, on a worker thread, the runs combined at the end (:mod:`.zstd_chunk`,
+:mod:`.crc`); an array of another layout is checksummed on a thread while the next is read.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ import numpy as np
 
 from linen2nnx.checkpoint_convert import arrays, memory
 from linen2nnx.errors import L2NError
+
+#: Stored chunks of an array decoded at once by the read-back (each on a worker thread; the source
+#: reads keep :data:`.zstd_chunk.FILL_DEPTH`): its decoding is not one core's chain.
+READ_BACK_DEPTH = 2
 
 
 def checksum(value: Any) -> str:
@@ -140,15 +146,18 @@ async def _read_back(
     import asyncio
 
     loop = asyncio.get_running_loop()
+    sums: dict[arrays.RawPath, int] = {}  # taken while the arrays were decoded, where they could be
     for group in cuts:
         checks: list[Any] = []
 
         def check(path: arrays.RawPath, value: Any, checks: list[Any] = checks) -> None:
-            checks.append(loop.run_in_executor(summer, _compare, item_dir, path, value, expected))
+            crc = sums.pop(path, None)
+            checks.append(loop.run_in_executor(summer, _compare, item_dir, path, value, expected, crc))
 
         memory.give_back()  # the decoded chunks' buffers a group left on the heap, at most
         try:
-            await arrays.read_direct(item_dir, how, {p: metas[p] for p in group}, {}, buffer, check)
+            metas_of = {p: metas[p] for p in group}
+            await arrays.read_direct(item_dir, how, metas_of, {}, buffer, check, sums, READ_BACK_DEPTH)
         finally:
             results = await asyncio.gather(*checks, return_exceptions=True)
         for failed in results:
@@ -156,9 +165,15 @@ async def _read_back(
                 raise failed
 
 
-def _compare(item_dir: Path, path: arrays.RawPath, value: Any, expected: dict[str, str]) -> None:
+def _compare(
+    item_dir: Path, path: arrays.RawPath, value: Any, expected: dict[str, str], crc: int | None = None
+) -> None:
+    """Raise when ``value`` (or ``crc``, its checksum taken as it was decoded) is not as written."""
     want = expected.get(_key_str(path))
-    found = checksum(value) if want is not None else None
+    if want is None:
+        found = None
+    else:
+        found = f"crc32:{crc:08x}" if crc is not None else checksum(value)
     if found != want:
         raise L2NError(f"{item_dir}: verify: {_key_str(path)} reads back as {found}, was written as {want}")
 

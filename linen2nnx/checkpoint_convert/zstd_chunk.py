@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from linen2nnx.checkpoint_convert.crc import Parts
+
 #: Bytes of a stored chunk read at once (two are held: one decoding, the next being read); 4 MB
 #: held 10-30 MB more at the peak for no measured gain.
 PIECE_BYTES = 2 << 20
@@ -120,12 +122,18 @@ async def read(
 
 
 async def fill(
-    kvstore_spec: dict[str, Any], dest: Any, context: Any, summed: list[int] | None = None
+    kvstore_spec: dict[str, Any],
+    dest: Any,
+    context: Any,
+    summed: list[int] | None = None,
+    depth: int | None = None,
 ) -> bool:
-    """Fill ``dest`` with the stored array: a single chunk is streamed straight into ``dest``, and
-    then its ``crc32`` (taken as it decodes) is appended to ``summed``; several are decoded
-    :data:`FILL_DEPTH` at a time (:func:`_fill_chunks`). False when the array is stored otherwise
-    (then nothing is read)."""
+    """Fill ``dest`` with the stored array: a single chunk is streamed straight into ``dest``, its
+    ``crc32`` taken as it decodes; several are decoded ``depth`` (:data:`FILL_DEPTH`) at a time
+    (:func:`_fill_chunks`), each run of ``dest``'s bytes checksummed on a worker thread once the
+    chunks covering it are in place (:class:`.crc.Parts`). With ``summed``, the array's ``crc32``
+    is appended to it (a ``dest`` that is not C-contiguous: nothing appended). False when the array
+    is stored otherwise (then nothing is read)."""
     opened = await _open(kvstore_spec, dest.shape, dest.dtype, context)
     if opened is None:
         return False
@@ -135,31 +143,42 @@ async def fill(
         if summed is not None:
             summed.append(crc)
         return True
-    await _fill_chunks(kv, chunks, sep, dest)
+    parts = Parts(dest) if summed is not None and dest.flags.c_contiguous else None
+    await _fill_chunks(kv, chunks, sep, dest, parts, depth or FILL_DEPTH)
+    if parts is not None:
+        summed.append(parts.total())
     return True
 
 
-async def _fill_chunks(kv: Any, chunks: tuple[int, ...], sep: str, dest: Any) -> None:
+async def _fill_chunks(
+    kv: Any, chunks: tuple[int, ...], sep: str, dest: Any, parts: Parts | None, depth: int
+) -> None:
     """Each stored chunk streamed into a chunk buffer and copied into its box (zarr v2 stores edge
-    chunks whole) on a worker thread, :data:`FILL_DEPTH` chunks at once, each with a buffer of its
+    chunks whole) on a worker thread, ``depth`` chunks at once, each with a buffer of its
     own. A chunk whose box is one run of ``dest``'s bytes (the chunk spans every axis after the
-    first it splits) is streamed straight into it: no buffer, no copy. A failed chunk stops the
-    others before the error is raised."""
+    first it splits) is streamed straight into it: no buffer, no copy. With ``parts``, the runs of
+    ``dest``'s bytes a band of chunks completes are checksummed on the worker threads meanwhile
+    (:class:`_Bands`). A failed chunk stops the others before the error is raised."""
     from linen2nnx.checkpoint_convert.arrays import chunk_boxes
+
+    bands = _Bands(dest.shape, chunks, dest.dtype.itemsize) if parts is not None else None
+    summing: list[Any] = []
 
     async def one(box: tuple[slice, ...], scratch: Any) -> None:
         key = sep.join(str(b.start // c) for b, c in zip(box, chunks)) or "0"
         if scratch is None:  # the box is a whole chunk and one run of dest's bytes: decoded in place
             await _decode(_libzstd(), kv, key, dest[box])
-            return
-        await _decode(_libzstd(), kv, key, scratch)
-        await _on_pool(_place, dest, box, scratch)
+        else:
+            await _decode(_libzstd(), kv, key, scratch)
+            await _on_pool(_place, dest, box, scratch)
+        for start, stop in bands.done(box) if bands is not None else ():
+            summing.append(_pool().submit(parts.add, start, stop))  # type: ignore[union-attr]
 
     free: list[Any] = []
     pending: dict[Any, Any] = {}  # task -> the chunk buffer it fills (None: none)
     try:
         for box in chunk_boxes(dest.shape, chunks):
-            if len(pending) >= FILL_DEPTH:
+            if len(pending) >= depth:
                 done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     task.result()  # a failed chunk stops the array here
@@ -170,10 +189,44 @@ async def _fill_chunks(kv: Any, chunks: tuple[int, ...], sep: str, dest: Any) ->
             pending[asyncio.ensure_future(one(box, scratch))] = scratch
         await asyncio.gather(*pending)
         pending = {}
+        for job in summing:
+            await asyncio.wrap_future(job)
     finally:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        concurrent.futures.wait(summing)  # the checksums read dest: they end before the caller goes on
+
+
+class _Bands:
+    """Which runs of an array's bytes are complete as its chunks land. The first axis the chunks
+    split (``axis``; every chunk spans the axes before it whole) cuts the array into bands; once
+    every chunk of a band has landed, its runs (one per index of the axes before ``axis``) are
+    complete. An array not split, or with more than :data:`MAX_RUNS` runs per band, is one run,
+    complete when its last chunk lands."""
+
+    MAX_RUNS = 64
+
+    def __init__(self, shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int) -> None:
+        split = [i for i, (n, c) in enumerate(zip(shape, chunks)) if c < n]
+        grid = [-(-n // c) for n, c in zip(shape, chunks)]
+        self.axis: int | None = split[0] if split else None
+        self.outer = int(np.prod(shape[: self.axis], dtype=np.int64)) if split else 1
+        if self.outer > self.MAX_RUNS:
+            self.axis, self.outer = None, 1
+        after = self.axis + 1 if self.axis is not None else 0
+        self.per_band = int(np.prod(grid[after:], dtype=np.int64))
+        self.row = int(np.prod(shape[after:], dtype=np.int64)) * itemsize  # bytes of one index of axis
+        self.n = shape[self.axis] if self.axis is not None else 1
+        self.landed: dict[int, int] = {}
+
+    def done(self, box: tuple[slice, ...]) -> list[tuple[int, int]]:
+        """The byte ranges the chunk at ``box`` completes (none until its band's last chunk)."""
+        lo, hi = (box[self.axis].start, box[self.axis].stop) if self.axis is not None else (0, 1)
+        self.landed[lo] = self.landed.get(lo, 0) + 1
+        if self.landed[lo] < self.per_band:
+            return []
+        return [((i * self.n + lo) * self.row, (i * self.n + hi) * self.row) for i in range(self.outer)]
 
 
 def _place(dest: Any, box: tuple[slice, ...], scratch: Any) -> None:
