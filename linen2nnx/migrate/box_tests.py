@@ -314,6 +314,11 @@ def _bindings(block: tuple[cst.BaseStatement, ...], name: str) -> int:
             nonlocal count
             count += len(_name_reads(n.target, name))
 
+        def visit_ImportAlias(self, n: cst.ImportAlias) -> None:
+            nonlocal count
+            bound = n.asname.name if n.asname is not None else n.name
+            count += isinstance(bound, cst.Name) and bound.value == name
+
         def visit_Global(self, n: cst.Global) -> None:
             nonlocal count
             count += 2 * any(item.name.value == name for item in n.names)
