@@ -20,11 +20,15 @@ these forms and keeps its finding.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from linen2nnx.migrate.api_findings import unbox_if_boxed
-from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.linen_api import BOX_TYPES
+
+if TYPE_CHECKING:
+    from linen2nnx.migrate.context import FileContext
 
 TREE_MAPS = frozenset({"jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map"})
 
@@ -47,6 +51,31 @@ def strips_box_only(ctx: FileContext, box: cst.Attribute) -> bool:
         fn = _function_of_return(ctx, parent)
         return fn is not None and _one_param(fn.params) == name and _predicate_uses_exact(ctx, fn)
     return False
+
+
+def unboxes_its_argument(ctx: FileContext, fn: cst.FunctionDef) -> bool:
+    """``fn`` is ``def f(tree): return jax.tree.map(g, tree, ...)`` (a docstring and local functions
+    aside), ``g`` unbox or identity: on a tree with no box it gives the tree back, so ``f(x)`` is ``x``
+    in NNX."""
+    param = _one_param(fn.params)
+    body = fn.body.body if isinstance(fn.body, cst.IndentedBlock) else ()
+    statements = [s for s in body if not _is_docstring(s)]
+    if param is None or fn.decorators or not statements:
+        return False
+    if not all(isinstance(s, cst.FunctionDef) for s in statements[:-1]):
+        return False
+    last = statements[-1]
+    if not (isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1):
+        return False
+    ret = last.body[0]
+    call = ret.value if isinstance(ret, cst.Return) else None
+    if not (isinstance(call, cst.Call) and ctx.qualnames(call.func) & TREE_MAPS):
+        return False
+    positional = [a for a in call.args if a.keyword is None]
+    keywords = [a.keyword.value for a in call.args if a.keyword is not None]
+    if len(positional) != 2 or any(a.star for a in call.args) or keywords not in ([], ["is_leaf"]):
+        return False
+    return _is_name(positional[1].value, param) and _unboxing_function(ctx, call, positional[0].value, None)
 
 
 def _isinstance_of_name(ctx: FileContext, box: cst.Attribute) -> cst.Call | None:
