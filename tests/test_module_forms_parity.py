@@ -115,6 +115,7 @@ CASES = {
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
     "frozen_dict": ("Scaled", {}, (2, 5)),  # nn.FrozenDict kept (flax.core.FrozenDict itself)
     "unbox_if_boxed": ("Head", {}, (2, 5)),  # if isinstance(v, nn.LogicallyPartitioned): v = v.unbox() kept
+    "box_strip_forms": ("Scaled", {"features": 3}, (2, 4)),  # v.value if isinstance(v, Box) else v kept
     "splat_locals": ("Fp8Dense", {}, (2, 3)),  # self.variable(COL, name, *args) of locals; fp8_ops kept
     "splat_locals_compact": ("CompactScales", {}, (2, 5)),  # the same locals in @nn.compact
     "conv_helpers": ("ModConv", {}, (2, 6, 6, 3)),  # nn.linear._conv_dimension_numbers & co. kept

@@ -16,6 +16,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.layers import LayerRule, layer_rule
+from linen2nnx.migrate.box_tests import unboxes_its_argument
 from linen2nnx.migrate.cst_meta import NAME_OR_ATTRIBUTE, FastVisitor, start_positions, syntax_parent_map
 from linen2nnx.migrate.cst_utils import (
     absolute_qualname,
@@ -346,8 +347,9 @@ class FileContext:
 
     def is_unbox_helper(self, fn: cst.FunctionDef) -> bool:
         """A one-argument function whose body unboxes Linen partition metadata (MaxText's
-        ``remove_logically_partition``, lm1b's ``unbox_logicallypartioned_trainstate``); the boxes'
-        names (marked handled here) need no other finding."""
+        ``unbox_logicallypartioned``, lm1b's ``unbox_logicallypartioned_trainstate``): a tree map of
+        unbox-or-identity over its argument (``box_tests.unboxes_its_argument``), so it gives a tree
+        with no box back; the boxes' names (marked handled here) need no other finding."""
         params = fn.params.params
         if (
             len(params) != 1
@@ -373,7 +375,7 @@ class FileContext:
                     unboxes = True
 
         V().walk(fn)
-        if boxes and unboxes:
+        if boxes and unboxes and unboxes_its_argument(self, fn):
             self.state.handled.update(boxes)
             self.report(
                 PART_004,

@@ -8,6 +8,7 @@ import libcst as cst
 
 from linen2nnx.migrate.api_findings import no_counterpart_finding, unbox_if_boxed
 from linen2nnx.migrate.axes_params import kept_alias
+from linen2nnx.migrate.box_tests import strips_box_only
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     code,
@@ -253,6 +254,15 @@ class AttributeRewriter:
                 original,
                 f"nn.{short} kept in `if isinstance(v, nn.{short}): v = v.unbox()`: it unboxes a Linen box and "
                 "leaves any other value as it is, so it is exact on NNX values (never boxed) too",
+            )
+            return
+        if not is_callee and strips_box_only(self.ctx, original):
+            self.ctx.report(
+                API_005,
+                original,
+                f"nn.{short} kept in a test that only takes values out of the box (`v.value if isinstance(v, "
+                f"nn.{short}) else v`, or the is_leaf of a tree map of that): exact on NNX values (never boxed) "
+                "too",
             )
             return
         if is_callee:
