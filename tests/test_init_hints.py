@@ -58,7 +58,7 @@ def test_each_use_gets_its_hint_and_stays_a_finding():
     hints = _hints()
     assert hints[14].startswith("the branch runs self.out(...) only so that Linen's init creates")
     assert "--unsafe-fixes" in hints[14]
-    assert hints[22].startswith("it picks nn.scan's 'params' axis")
+    assert hints[22].startswith("create the stacked layers in __init__ with nnx.vmap")  # PARAMS_SCAN_SPEC
     assert hints[27].startswith("it sets split_rngs= of a Linen lifted transform")
     assert hints[28].startswith("it sets the 'is_initializing' metadata entry")
     assert hints[36].startswith("build in __init__ what the init-only branch creates")

@@ -20,11 +20,17 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.api_findings import self_api_finding
+from linen2nnx.migrate.api_findings import self_api_finding, string_args
 from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.rules import API_002
 
 _XFORMS = "docs/nnx_facts.md#lifted-transforms"
 _TRANSFORM_SETTINGS = frozenset({"split_rngs", "metadata_params"})
+
+
+def report_self_api(ctx: FileContext, api: cst.Attribute, call: cst.Call) -> None:
+    """The finding of ``call``, an unconverted ``self.<api>(...)``, located at ``api``."""
+    ctx.report(API_002, api, *self_api_hint(ctx, call, api.attr.value, *string_args(call)))
 
 
 def self_api_hint(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.api_findings import PARAMS_SCAN_SPEC, string_args
+from linen2nnx.migrate.api_findings import PARAMS_SCAN_SPEC
 from linen2nnx.migrate.axes_params import left_call_finding
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
@@ -24,7 +24,7 @@ from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.factories import PartialLocal
 from linen2nnx.migrate.function_lifts import remat_of_function, scan_of_function
 from linen2nnx.migrate.init_guards import init_only_guard, params_mutable_guard, scan_spec_choice
-from linen2nnx.migrate.init_hints import self_api_hint
+from linen2nnx.migrate.init_hints import report_self_api, self_api_hint
 from linen2nnx.migrate.lazy_vars import creation
 from linen2nnx.migrate.lifted import LiftError, lifted_call
 from linen2nnx.migrate.linen_api import (
@@ -47,12 +47,7 @@ from linen2nnx.migrate.rules import (
     XFORM_001,
     XFORM_002,
 )
-from linen2nnx.migrate.sites import (
-    COLLECTION_TYPES,
-    MERGE_PARAM,
-    ClassPlan,
-    Site,
-)
+from linen2nnx.migrate.sites import COLLECTION_TYPES, MERGE_PARAM, ClassPlan, Site
 from linen2nnx.migrate.variable_args import canonical_variable_call
 from linen2nnx.migrate.variable_locals import with_locals
 
@@ -168,9 +163,7 @@ class CallRewriter:
             self.ctx.report(API_002, original, *left)
         api = self.state.pending_api.pop(original, None)
         if api is not None and original not in self.state.handled and original not in plan.sites:
-            self.ctx.report(
-                API_002, api, *self_api_hint(self.ctx, original, api.attr.value, *string_args(original))
-            )
+            report_self_api(self.ctx, api, original)
         return result
 
     def _leave_call(self, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
