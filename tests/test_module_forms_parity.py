@@ -79,6 +79,9 @@ CASES = {
         {},
         (2, 5),
     ),  # Unit's `nmid` from x.shape[-1] in Stage's terms  # Unit's `nout` local spelled out in Stage
+    "sharding_constraints": ("Block", {}, (2, 3, 4)),  # wlc / with_sharding_constraint keep the size
+    "written_axes": ("Upsample", {}, (2, 4, 4, 3)),  # resize / pad to a shape that ends with `c`
+    "written_axes_pool": ("Pool", {}, (2, 3, 4)),  # a probe of shape (1, 1, d), tiled by (n, 1, 1)
     "shape_unpack": ("MlpBlock", {}, (2, 3, 5)),  # `n, l, d = x.shape`: d is the input size
     "shape_unpack_project": ("Project", {}, (2, 5)),  # `b, c = x.shape` after a layer: c is its width
     "shape_unpack_scaled": ("Scaled", {}, (2, 5)),  # `_, d = x.shape` read at call time only
@@ -229,6 +232,7 @@ SOURCES = {
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
     "local_dict_kwargs_plain": "local_dict_kwargs",
+    "written_axes_pool": "written_axes",
     "shape_unpack_project": "shape_unpack",
     "shape_unpack_scaled": "shape_unpack",
     "loop_local_alias_scan": "loop_local_alias",
