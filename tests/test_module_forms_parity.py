@@ -74,6 +74,7 @@ CASES = {
     "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
     "shadowed_globals": ("Net", {}, (2, 5)),  # the override reads module-level `args` and `kwargs`
     "submodule_local_size": ("Stage", {}, (2, 5)),
+    "submodule_setup_local_size": ("Encoder", {}, (2, 5)),  # a setup() local sizes the block's output
     "submodule_input_local_size": (
         "Stage",
         {},
