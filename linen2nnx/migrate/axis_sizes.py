@@ -47,12 +47,7 @@ class AxisSizes:
             )
             if name is None or source is None:
                 continue
-            feat = env.get(source)
-            held = (
-                Feat(feat.kind, expr=feat.expr, input_name=feat.input_name)
-                if feat is not None and feat.kind in SIZED
-                else UNKNOWN
-            )
+            held = _size_only(env.get(source)) or UNKNOWN
             # a later pass of a loop, or a helper inlined again, that sees another size: none holds
             self.held[name] = held if self.held.get(name, held) == held else UNKNOWN
 
@@ -64,8 +59,7 @@ class AxisSizes:
             return known
         source = is_shape_last(node)
         if source is not None:
-            feat = env.get(source)
-            return feat if feat is not None and feat.kind in SIZED else None
+            return _size_only(env.get(source))
         if type(node) is cst.Name:
             target = self.sole_binding(node)
             held = self.held.get(target) if target is not None else None
@@ -79,6 +73,14 @@ class AxisSizes:
             if value is not None:
                 return value
         return node
+
+
+def _size_only(feat: Feat | None) -> Feat | None:
+    """The size of ``feat``'s last axis alone, when known: not the rank of the array it was read from,
+    which says nothing of the array a shape written with it builds."""
+    if feat is None or feat.kind not in SIZED:
+        return None
+    return Feat(feat.kind, expr=feat.expr, input_name=feat.input_name)
 
 
 def is_shape_last(node: cst.CSTNode) -> str | None:
