@@ -75,11 +75,15 @@ CASES = {
     "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
     "shadowed_globals": ("Net", {}, (2, 5)),  # the override reads module-level `args` and `kwargs`
     "submodule_local_size": ("Stage", {}, (2, 5)),
+    "submodule_setup_local_size": ("Encoder", {}, (2, 5)),  # a setup() local sizes the block's output
     "submodule_input_local_size": (
         "Stage",
         {},
         (2, 5),
     ),  # Unit's `nmid` from x.shape[-1] in Stage's terms  # Unit's `nout` local spelled out in Stage
+    "sharding_constraints": ("Block", {}, (2, 3, 4)),  # wlc / with_sharding_constraint keep the size
+    "written_axes": ("Upsample", {}, (2, 4, 4, 3)),  # resize / pad to a shape that ends with `c`
+    "written_axes_pool": ("Pool", {}, (2, 3, 4)),  # a probe of shape (1, 1, d), tiled by (n, 1, 1)
     "shape_unpack": ("MlpBlock", {}, (2, 3, 5)),  # `n, l, d = x.shape`: d is the input size
     "shape_unpack_project": ("Project", {}, (2, 5)),  # `b, c = x.shape` after a layer: c is its width
     "shape_unpack_scaled": ("Scaled", {}, (2, 5)),  # `_, d = x.shape` read at call time only
@@ -237,6 +241,7 @@ SOURCES = {
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
     "local_dict_kwargs_plain": "local_dict_kwargs",
+    "written_axes_pool": "written_axes",
     "shape_unpack_project": "shape_unpack",
     "shape_unpack_scaled": "shape_unpack",
     "loop_local_alias_scan": "loop_local_alias",

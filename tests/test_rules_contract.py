@@ -65,6 +65,7 @@ NOT_RUNNABLE = {
     "applied_named_factory": "manual findings: submodules built by unseen factories and applied at once",
     "child_shape_unknown": "manual finding: a child's input shape that nothing explains",
     "last_axis_reduced_or_dropped": "manual finding: inputs reduced or squeezed on the last axis",
+    "written_axes_unknown": "manual finding: a padding, tile or reshape that may change the last axis",
     "tuple_returns_ambiguous": "manual findings: tuple elements and fields the source does not pin down",
     "list_changed_in_place": "manual findings: lists and output objects changed after they were built",
     "dunder_record": "manual findings: output classes with their own indexing or unpacking",

@@ -50,6 +50,16 @@ def callee_locals(tree: cst.Module | None, cls_name: str) -> set[str] | None:
     return found
 
 
+def setup_local(setup: cst.FunctionDef | None, name: str) -> cst.BaseStatement | None:
+    """The statement of ``setup()`` that binds ``name``, when it is the only binding of the name there
+    and a plain ``name = value`` of the body itself (run once, whatever the config): ``__init__`` runs
+    it as ``setup()`` did (``out_channels = self.in_channels if self.out_channels is None else
+    self.out_channels``)."""
+    if setup is None or not isinstance(setup.body, cst.IndentedBlock) or assigned_names(setup).get(name) != 1:
+        return None
+    return next((stmt for stmt in setup.body.body if (single_assign(stmt) or ("",))[0] == name), None)
+
+
 def in_caller_terms(
     tree: cst.Module | None,
     user: ClassPlan,
@@ -59,7 +69,8 @@ def in_caller_terms(
     callee_expr: str | None = None,
 ) -> str | None:
     """``expr`` (the submodule ``user``'s, ``self.<field>`` already the caller's ``fields``) with the
-    submodule's replayable locals replaced by their values; None when one is not replayable. ``first``
+    submodule's replayable locals (of its ``@nn.compact`` method, or bound once by ``setup()``) replaced by their values;
+    None when one is not replayable. ``first``
     is the size of the caller's value the submodule is applied to (None: unknown), for a local read
     from the submodule's input (``nmid = self.nmid or x.shape[-1] // 4``). ``callee_expr`` is ``expr`` as
     the submodule spells it: for a class of another file, whose locals (and module-level names) are not
@@ -78,7 +89,7 @@ def in_caller_terms(
         if not used:
             return expr
         for name in used:
-            stmt = user.pure_locals.get(name)
+            stmt = user.pure_locals.get(name) or setup_local(user.setup, name)
             bound = single_assign(stmt) if stmt is not None else None
             if bound is None or bound[0] != name:
                 return None
@@ -93,6 +104,8 @@ def in_caller_terms(
             value = substitute_self_fields(value, fields)
             if value is None:
                 return None
+            if name not in user.pure_locals and names_in(parse_expression(value)) - {"self"} - BUILTIN_NAMES:
+                return None  # a setup() local read through a name of the caller (a local of its own loop)
             expr = replace_name(expr, name, f"({value})")
     return None
 

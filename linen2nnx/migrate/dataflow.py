@@ -24,7 +24,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate import last_axis_ops, mutation, output_values, tuple_flow
+from linen2nnx.migrate import axis_sizes, last_axis_ops, mutation, output_values, tuple_flow
 from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
 from linen2nnx.migrate.cst_utils import (
@@ -67,7 +67,19 @@ ARRAY_CONSTRUCTORS = frozenset(
     {"jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full", "numpy.zeros", "numpy.ones"}
 )
 SHAPE_KEEPING_METHODS = frozenset({"astype", "clip"})  # not squeeze: it may drop the last axis
-SHAPE_KEEPING_FUNCTIONS = frozenset({"jax.numpy.flip", "jax.numpy.roll", "jax.lax.stop_gradient"})
+SHAPE_KEEPING_FUNCTIONS = frozenset(
+    {
+        "jax.numpy.flip",
+        "jax.numpy.roll",
+        "jax.lax.stop_gradient",
+        # sharding annotations and remat names: the value itself, placed or named
+        "jax.lax.with_sharding_constraint",
+        "jax.ad_checkpoint.checkpoint_name",
+        "flax.linen.with_logical_constraint",
+        "flax.linen.spmd.with_logical_constraint",
+        "flax.linen.partitioning.with_sharding_constraint",
+    }
+)
 """``f(x, ...)`` whose result has ``x``'s shape (whatever the other arguments)."""
 MATMUL_FUNCTIONS = frozenset({"jax.numpy.dot", "jax.numpy.matmul", "numpy.dot", "numpy.matmul"})
 """``f(x, w)`` contracting x's last axis with w's second-to-last (for a w of rank >= 2), as ``x @ w``."""
@@ -100,7 +112,10 @@ class FeatureFlow:
         ),
         records: Mapping[str, tuple_flow.RecordClass] | None = None,
         size_fields: frozenset[str] = frozenset(),
+        dims: axis_sizes.AxisSizes | None = None,
     ) -> None:
+        # sizes held in locals (`n, l, d = x.shape`): shared with the flows of inlined helpers
+        self.dims = dims if dims is not None else axis_sizes.AxisSizes()
         self.size_fields = size_fields  # the class's dataclass fields: sizes __init__ can read
         self.records = records or {}  # the file's plain data classes (see tuple_flow.record_classes)
         self.after_loop = after_loop  # (loop, values before it, values after it): may rewrite the latter
@@ -217,6 +232,7 @@ class FeatureFlow:
     def small_statement(self, small: cst.BaseSmallStatement) -> None:
         if isinstance(small, cst.Assign):
             self.on_assign(small)
+            self.dims.note(small, self.env)
             value = self.expr_of(small.value)
             for target in small.targets:
                 self.bind(target.target, value, small.value)
@@ -242,6 +258,11 @@ class FeatureFlow:
         elif isinstance(target, (cst.Tuple, cst.List)):
             for part, feat in tuple_flow.unpacked(target, value):
                 self.bind(part, feat, rhs)
+
+    def axis_size(self, node: cst.BaseExpression) -> Feat | None:
+        """The size an axis written as ``node`` has, as a size the flow follows: an integer or a field
+        (see last_axis_ops), ``v.shape[-1]`` of a value of known size, or a local holding one."""
+        return self.dims.size(node, self.env, self.size_fields)
 
     # ---- expressions -------------------------------------------------------------------------
     def expr_of(self, node: cst.BaseExpression | None) -> Feat:
@@ -413,7 +434,11 @@ class FeatureFlow:
         concatenations; unknown for any other call."""
         if qualnames & {"jax.numpy.reshape", "numpy.reshape"} and node.args:  # a function, not x.reshape
             return last_axis_ops.reshaped(
-                first, cst.Call(func=node.func, args=node.args[1:]), node.args[0].value, self.size_fields
+                first,
+                cst.Call(func=node.func, args=node.args[1:]),
+                node.args[0].value,
+                self.size_fields,
+                self.axis_size,
             )
         if isinstance(node.func, cst.Attribute):
             method = node.func.attr.value
@@ -421,7 +446,9 @@ class FeatureFlow:
             if method in SHAPE_KEEPING_METHODS:
                 return receiver
             if method == "reshape":
-                return last_axis_ops.reshaped(receiver, node, node.func.value, self.size_fields)
+                return last_axis_ops.reshaped(
+                    receiver, node, node.func.value, self.size_fields, self.axis_size
+                )
             if method == "squeeze":  # keeps the last axis or drops it, by the shape: only a trace tells
                 known = receiver if receiver.kind in ("input", "expr") else receiver.candidate
                 return Feat("unknown", reason="a squeeze", candidate=known)
@@ -444,6 +471,9 @@ class FeatureFlow:
                 if names_in(positional[1].value) <= {"self"}
                 else (Feat.unknown("one_hot of a call-time size"))
             )
+        placed = axis_sizes.placed(node, qualnames, first, self.axis_size, self.dims.literal)
+        if placed is not None:  # tile / pad / resize
+            return placed
         if qualnames & CONCATENATE_FUNCTIONS and positional:
             axis = (
                 positional[1].value

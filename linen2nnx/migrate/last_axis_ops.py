@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import libcst as cst
 
@@ -152,11 +152,15 @@ def rhs_axes(dims: cst.BaseExpression | None) -> tuple[int | None, ...]:
 
 
 def reshaped(
-    receiver: Feat, node: cst.Call, value: cst.BaseExpression, fields: frozenset[str] = frozenset()
+    receiver: Feat,
+    node: cst.Call,
+    value: cst.BaseExpression,
+    fields: frozenset[str] = frozenset(),
+    sized: Callable[[cst.BaseExpression], Feat | None] = lambda node: None,
 ) -> Feat:
     """``value.reshape(..., -1)``: a flatten. When the axes before ``-1`` are ``value.shape[0]``,
     ``value.shape[1]``, ... in order, it keeps that many leading axes and flattens the rest. A last
-    axis written as a size (see :func:`_static_axis`, ``fields`` the class's dataclass fields) is it."""
+    axis written as a size (see :func:`static_axis`, ``fields`` the class's dataclass fields) is it."""
     args = node.args
     dims: list[cst.BaseExpression] = []
     shape = args[0].value if len(args) == 1 else None
@@ -168,7 +172,7 @@ def reshaped(
         if not isinstance(tail, (cst.Tuple, cst.List)) or not tail.elements:
             return Feat.unknown("reshape")
         last_el = tail.elements[-1]
-        axis = None if isinstance(last_el, cst.StarredElement) else _static_axis(last_el.value, fields)
+        axis = None if isinstance(last_el, cst.StarredElement) else static_axis(last_el.value, fields)
         return axis if axis is not None else Feat.unknown("reshape")
     else:
         dims = [a.value for a in args]
@@ -176,7 +180,7 @@ def reshaped(
         # is then surely the last axis
         written = not any(a.star for a in args) and (len(args) > 1 or isinstance(shape, cst.Integer))
     last = dims[-1] if dims else None
-    axis = _static_axis(last, fields) if last is not None and written else None
+    axis = (static_axis(last, fields) or sized(last)) if last is not None and written else None
     if axis is not None:
         return axis  # x.reshape(b, t, self.hidden): the last axis is the size written there
     if (
@@ -200,7 +204,7 @@ def _is_minus_one(node: cst.BaseExpression) -> bool:
     )
 
 
-def _static_axis(node: cst.BaseExpression, fields: frozenset[str]) -> Feat | None:
+def static_axis(node: cst.BaseExpression, fields: frozenset[str]) -> Feat | None:
     """A reshape's last axis written as a size ``__init__`` can read: an integer, or a dataclass field of
     the class (``self.head_dim``, ``self.config.hidden``), which ``__init__`` has from its start. Never
     an attribute ``setup()`` assigns (``__init__`` may read it before it is set) nor a submodule's

@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from linen2nnx.migrate.axis_sizes import AxisSizes
 from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_names, code, names_in, self_attr
 from linen2nnx.migrate.dataflow import DISAGREEING, Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.element_loops import element_calls
 from linen2nnx.migrate.elementwise import is_elementwise
+from linen2nnx.migrate.function_aliases import qualnames_through_alias, sole_assigned_value, sole_binding
+from linen2nnx.migrate.local_functions import local_function_out
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
 from linen2nnx.migrate.tuple_flow import agreed_return
 
@@ -54,6 +57,19 @@ class MethodFlow:
         self.depth = 0  # helper methods inlined around the current call (at most 3 deep)
         self.flow: FeatureFlow  # the flow over fn, set by run()
         self.size_fields = frozenset(plan.field_names) | leading_setup_sizes(plan.setup)  # (last_axis_ops)
+        self.dims = AxisSizes(  # locals holding an input's last axis (`n, l, d = x.shape`)
+            functools.partial(sole_binding, self.ctx), functools.partial(sole_assigned_value, self.ctx)
+        )
+
+    def qualnames(self, node: cst.CSTNode) -> set[str]:
+        """What ``node`` names, through a name bound once to a library function (function_aliases.py)."""
+        return qualnames_through_alias(self.ctx, node)
+
+    def local_def(self, name: cst.Name) -> cst.CSTNode | None:
+        """The ``def`` inside a function (this method, or a helper) that is ``name``'s one binding."""
+        fn = self.dims.sole_binding(name)
+        parent = self.ctx.parent_of(fn) if type(fn) is cst.FunctionDef else None
+        return fn if parent is not None and self.ctx.enclosing_function(parent) is not None else None
 
     def run(self) -> None:
         plan, fn, params = self.plan, self.fn, self.params
@@ -64,13 +80,14 @@ class MethodFlow:
         self.flow = flow = FeatureFlow(
             params,
             self.layer_of,
-            self.ctx.qualnames,
+            self.qualnames,
             self.method_of,
             self.on_assign,
             self.value_of,
             self.after_loop,
             records=self.state.record_classes,
             size_fields=self.size_fields,
+            dims=self.dims,
         )
         if len(params) >= 2 and (
             (plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods
@@ -194,7 +211,7 @@ class MethodFlow:
         probe = FeatureFlow(
             params,
             self.layer_of,
-            self.ctx.qualnames,
+            self.qualnames,
             self.method_of,
             value_of=self.value_of,
             records=self.state.record_classes,
@@ -290,6 +307,8 @@ class MethodFlow:
             feat = env.get(ref) if site.hoisted else None
             if feat is None or feat.kind not in ("expr", "input"):
                 return None
+        elif site.hoisted and type(last) is cst.Name and self.dims.size(last, env, frozenset()) is not None:
+            feat = self.dims.size(last, env, frozenset())  # (1, 1, d) of `n, l, d = x.shape`: x's size
         elif (names_in(last) - NOT_LOCAL) & local:
             return None  # a size held in a local: not an expression of the config
         else:
@@ -304,6 +323,9 @@ class MethodFlow:
             return args[0]
         if args and isinstance(call.func, cst.Subscript) and is_elementwise(self.ctx, call.func):
             return args[0]  # ACT2FN["gelu"](x): a lookup of a table of activations
+        local = local_function_out(call, args, self.local_def, self.qualnames)
+        if local is not None:  # `def wlc(f): return nn.with_logical_constraint(f, ...)` in the method
+            return local
         callee = self.methods.get(name or "")
         if callee is not None and self.depth < 3 and name not in ("__call__", "setup"):
             # inline the helper with the caller's values, so layers it applies are sized in context
@@ -311,11 +333,12 @@ class MethodFlow:
             sub = FeatureFlow(
                 callee_params,
                 self.layer_of,
-                self.ctx.qualnames,
+                self.qualnames,
                 self.method_of,
                 value_of=self.value_of,
                 records=self.state.record_classes,
                 size_fields=self.size_fields,
+                dims=self.dims,
             )
             sub.env.update(zip(callee_params, args))
             sub.iteration = self.flow.iteration

@@ -461,6 +461,16 @@ class NameResolver:
             found = self._cache[node] = self._resolve(node)
         return found
 
+    def sole_binding(self, node: cst.Name) -> cst.CSTNode | None:
+        """The one node that binds the name ``node`` reads, when the scope the read sees binds it exactly
+        once (every read then sees that value, or none); None otherwise (several bindings, a builtin, a
+        name the resolver never saw read)."""
+        read = self._reads.get(node)
+        if read is None:
+            return None
+        bindings = read.scope.resolve(node.value)
+        return bindings[0].node if len(bindings) == 1 else None
+
     def plain_statements(
         self, linen_import: Callable[[str], bool], also_read: Collection[str] = ()
     ) -> set[cst.CSTNode]:
