@@ -35,6 +35,9 @@ class Child:
     stack: str | None = None
     """The stack axis (source) of a module built under ``nn.scan`` / ``nn.vmap``: the same on both
     sides, so its state converts by name; recorded so readers know the leaves carry a layer axis."""
+    other_weights: bool | None = None
+    """The class applies this layer with other weights (``.apply({'params': ...})``, a tied head):
+    Linen may never create the layer's own parameters, which the NNX layer holds unread."""
 
 
 @dataclasses.dataclass
@@ -180,6 +183,30 @@ class NameMap:
                     continue
             raise KeyError(f"{'/'.join(map(str, path[: i + 1]))}: not in the name map for class {cls}")
         return tuple(out)
+
+
+def applied_with_other_weights(name_map: NameMap, root: str, nnx_path: PathT) -> bool:
+    """Whether ``nnx_path`` lies under a layer the name map marks ``other_weights`` (walked from
+    ``root`` through plain children; a container, base or bridge ends the walk: not marked)."""
+    entry = name_map.classes.get(root)
+    i = 0
+    while entry is not None and i < len(nnx_path):
+        step = next(
+            (
+                ch
+                for ch in entry.children.values()
+                if ch.container is None
+                and tuple(_attr_path(ch.attr)) == tuple(nnx_path[i : i + len(_attr_path(ch.attr))])
+            ),
+            None,
+        )
+        if step is None:
+            return False
+        if step.other_weights:
+            return True
+        i += len(_attr_path(step.attr))
+        entry = name_map.classes.get(step.linen_class)
+    return False
 
 
 def _attr_path(attr: str) -> list[Any]:

@@ -726,3 +726,32 @@ def test_a_parameter_linen_never_creates_is_kept_with_its_reason(tmp_path):
     lacking = {"params": {**variables["params"], "norm": {"bias": variables["params"]["norm"]["bias"]}}}
     with pytest.raises(ConversionError, match="not filled: NNX norm/scale"):
         convert_tree(lacking, pair)
+
+
+def test_the_optimizer_state_of_a_parameter_linen_never_creates_comes_from_tx_init(tmp_path):
+    """The tied head's kernel has no Adam moments in the Linen checkpoint: the NNX optimizer's come
+    from ``tx.init`` (zeros), every other moment from the checkpoint."""
+    import optax
+    from flax.training.train_state import TrainState
+
+    from linen2nnx.checkpoint_convert.api import convert_tree
+
+    linen_module, nnx_module, _, map_path = build("tied_apply", tmp_path)
+    tx = optax.adam(1e-3)
+    side = LinenSide(
+        model=linen_module.TiedLM(),
+        batch={"x": np.zeros((2, 5), np.int32)},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+        optimizer=tx,
+    )
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_module.TiedLM(rngs=rngs), name_map=map_path)
+    params = side.init_variables()["params"]
+    state = TrainState.create(apply_fn=None, params=params, tx=tx)
+    moved = jax.tree.map(lambda v: v + 1.0, state.opt_state[0].mu)  # Linen moments away from zero
+    state = state.replace(opt_state=(state.opt_state[0]._replace(mu=moved), *state.opt_state[1:]))
+    converted = convert_tree(state, pair, optimizer=True)
+    flat = {"/".join(map(str, p)): v.get_value() for p, v in nnx.to_flat_state(converted.optimizer_state)}
+    assert np.all(np.asarray(flat["opt_state/0/mu/lm_head/kernel"]) == 0)
+    np.testing.assert_array_equal(flat["opt_state/0/mu/embed/embedding"], moved["embed"]["embedding"])

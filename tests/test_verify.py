@@ -22,7 +22,7 @@ EXPECTED = {
     "L2N-VERIFY-002/setup_comprehension_filtered": [("L2N-VERIFY-006", 21, 23), ("L2N-VERIFY-002", 21, 24)],
     # a tied embedding read through self.embed.variables[...] (converted: L2N-VAR-005) and applied
     # with .apply of weights that are not a literal dict (a literal one converts: L2N-VAR-006)
-    "L2N-VAR-006/tied_apply": [("L2N-VERIFY-003", 39, 16)],
+    "L2N-VAR-006/tied_apply": [("L2N-VERIFY-003", 40, 16), ("L2N-VERIFY-003", 55, 16)],
     # a class of the run built with name= in a dict comprehension (the Linen Dense of the next line is
     # marked by L2N-API-002 already: no second finding)
     "L2N-VERIFY-006/named_heads": [("L2N-VERIFY-006", 22, 22), ("L2N-VERIFY-002", 22, 36)],

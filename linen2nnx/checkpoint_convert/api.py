@@ -229,8 +229,9 @@ def _optimizer_state(
     from linen2nnx.checkpoint_convert.optimizer import convert_opt_state
 
     t0 = time.perf_counter()
+    kept = frozenset(k.nnx for k in report.kept_from_init if k.why)
     opt_state, report.optimizer = convert_opt_state(
-        ckpt.opt_state, ckpt.step, report.param_table(), pair.make_nnx, tx, ckpt.source
+        ckpt.opt_state, ckpt.step, report.param_table(), pair.make_nnx, tx, ckpt.source, kept
     )
     timings["optimizer"] = time.perf_counter() - t0
     return opt_state

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from linen2nnx.checkpoint_convert.api import plan_with_problems
+from linen2nnx.checkpoint_convert.linen_unused import NEVER_CREATED
 from linen2nnx.checkpoint_convert.mapping import Problem, join
 from linen2nnx.checkpoint_convert.read import LinenCheckpoint, read_linen_checkpoint
 from linen2nnx.checkpoint_convert.validate import dtype_name
@@ -79,7 +80,10 @@ def dry_run(
         plan.strategy,
         ckpt.step,
         rows + opt_rows,
-        [join(s.path) for s in plan.kept],
+        [
+            join(s.path) + (f" ({NEVER_CREATED})" if join(s.path) in plan.never_in_linen else "")
+            for s in plan.kept
+        ],
         dict(ckpt.ignored),
         problems + opt_problems,
         targets,
@@ -94,7 +98,8 @@ def _optimizer_rows(ckpt: LinenCheckpoint, pair: Any, plan: Any) -> tuple[list[A
 
     table = {m.leaf.path: m.nnx_path for m in plan.matches if m.leaf.collection == "params"}
     step = ckpt.step if ckpt.step is not None or ckpt.step_dtype is None else 0  # saved, not read
-    _, _, mapped, problems = plan_opt_state(ckpt.opt_state, step, table, pair.make_nnx, tx)
+    kept = frozenset(plan.never_in_linen)
+    _, _, mapped, problems = plan_opt_state(ckpt.opt_state, step, table, pair.make_nnx, tx, kept)
     leaves = {tuple(map(str, p)): leaf for p, leaf in _flatten(ckpt.opt_state)}
     rows = [
         _row(m.linen, join(m.nnx_path), leaves.get(tuple(map(str, m.linen_path))), m.shape, m.dtype)

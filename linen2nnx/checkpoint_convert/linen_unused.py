@@ -3,10 +3,11 @@
 Linen creates a submodule's parameters the first time it runs with its own weights. A layer that is
 only applied with other weights (a tied head: ``self.lm_head.apply({'params': {'kernel': emb.T}},
 h)``) has none in any Linen checkpoint, while its NNX twin, built in ``__init__``, holds a kernel of
-its own that nothing reads. Such a slot is not a missing weight: it is one the Linen model's own
-``init`` (on the pair's example batch) does not create either. Only those are kept from init, each
-with that reason in the report; a slot the Linen model does create and the checkpoint lacks stays a
-"not filled" problem.
+its own that nothing reads. Such a slot is kept from init only on positive evidence: it lies under a
+layer the name map marks as applied with other weights (migrate writes that mark where it converts
+such a call), and the Linen model's own ``init`` on the pair's example batch, in eval and in train
+mode, does not create it either. Each is kept with that reason in the report; any other slot the
+checkpoint lacks stays a "not filled" problem.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from typing import Any
 
 from linen2nnx.checkpoint_convert.mapping import Leaf, Problem, join, map_with_name_map
 from linen2nnx.checkpoint_convert.read import parse_tree
+from linen2nnx.namemap import applied_with_other_weights
 
-NEVER_CREATED = (
-    "the Linen model's own init does not create it (a layer Linen only applies with other weights)"
-)
+NEVER_CREATED = "a layer Linen applies with other weights: the Linen model's own init never creates it"
 
 
 def never_created(
@@ -26,28 +26,48 @@ def never_created(
 ) -> tuple[set[str], list[Problem]]:
     """(the NNX paths of "not filled" problems that the Linen model never creates, the other
     problems). Without a name map root, or when the Linen init cannot be traced, nothing moves."""
-    unfilled = {p.nnx for p in problems if p.kind == "not filled" and p.nnx}
-    if not unfilled or root is None:
+    if root is None:
+        return set(), problems
+    marked = {
+        p.nnx
+        for p in problems
+        if p.kind == "not filled" and p.nnx and applied_with_other_weights(name_map, root, _path_keys(p.nnx))
+    }
+    if not marked:
         return set(), problems
     created = _created_by_linen(pair, name_map, root, aliases)
     if created is None:
         return set(), problems
-    unused = unfilled - created
+    unused = marked - created
     return unused, [p for p in problems if not (p.kind == "not filled" and p.nnx in unused)]
 
 
 def _created_by_linen(pair: Any, name_map: Any, root: str, aliases: dict) -> set[str] | None:
-    """The NNX paths the Linen model's own (abstract) init fills through the name map."""
+    """The NNX paths the Linen model's own (abstract) init fills through the name map, in eval mode
+    and in train mode; None when either cannot be traced (then nothing is kept)."""
     import jax
 
-    try:
-        abstract = jax.eval_shape(pair.linen.init_variables)
-    except Exception:  # the check is an allowance: without it the problems stay as they are
-        return None
-    ckpt = parse_tree(abstract, source="<Linen init>")
-    leaves = [
-        Leaf(coll, path, tuple(getattr(a, "shape", ())), getattr(a, "dtype", None))
-        for coll, path, a in ckpt.leaves()
-    ]
-    matches, _ = map_with_name_map(leaves, name_map, root)
-    return {join(aliases.get(m.nnx_path, m.nnx_path)) for m in matches}
+    side = pair.linen
+    created: set[str] = set()
+    for train in (False, True):
+
+        def init(train: bool = train) -> Any:
+            args, kwargs = side.call_args(train=train)
+            return side.model.init(side.init_rngs(None), *args, **kwargs)
+
+        try:
+            abstract = jax.eval_shape(init)
+        except Exception:  # the check is an allowance: without it the problems stay as they are
+            return None
+        leaves = [
+            Leaf(coll, path, tuple(getattr(a, "shape", ())), getattr(a, "dtype", None))
+            for coll, path, a in parse_tree(abstract, source="<Linen init>").leaves()
+        ]
+        matches, _ = map_with_name_map(leaves, name_map, root)
+        created |= {join(aliases.get(m.nnx_path, m.nnx_path)) for m in matches}
+    return created
+
+
+def _path_keys(joined: str) -> tuple[Any, ...]:
+    """``"layers/0/kernel"`` -> ``("layers", 0, "kernel")`` (NNX list indexes are ints)."""
+    return tuple(int(k) if k.isdigit() else k for k in joined.split("/"))

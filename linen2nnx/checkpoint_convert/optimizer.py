@@ -17,6 +17,8 @@ from linen2nnx.checkpoint_convert.mapping import PathT, Problem, join, map_opt_s
 from linen2nnx.checkpoint_convert.report import MappedLeaf
 from linen2nnx.checkpoint_convert.validate import dtype_name, raise_problems
 
+FROM_INIT = object()  # the source of an optimizer slot that tx.init fills
+
 
 def abstract_optimizer(make_nnx: Any, tx: Any) -> tuple[Any, Any]:
     """``(graphdef, abstract state)`` of ``nnx.Optimizer(make_nnx(), tx, wrt=nnx.Param)``."""
@@ -27,13 +29,20 @@ def abstract_optimizer(make_nnx: Any, tx: Any) -> tuple[Any, Any]:
 
 
 def plan_opt_state(
-    opt_state: Any, step: int | None, param_table: Mapping[PathT, PathT], make_nnx: Any, tx: Any
+    opt_state: Any,
+    step: int | None,
+    param_table: Mapping[PathT, PathT],
+    make_nnx: Any,
+    tx: Any,
+    kept_params: frozenset[str] = frozenset(),
 ) -> tuple[dict[PathT, Any], dict[PathT, Any], list[MappedLeaf], list[Problem]]:
     """Match every Linen optax leaf to a slot of ``tx.init`` on the abstract NNX model.
 
     Reads only shapes and dtypes, so Orbax metadata leaves plan (and ``--dry-run`` shows) the
     optimizer state without loading it. Returns ``(slots, NNX path -> Linen leaf, mapped, problems)``;
-    the step is under the ``("step",)`` key of the second.
+    the step is under the ``("step",)`` key of the second. The state of a parameter kept from init
+    because the Linen model never creates it (``kept_params``, linen_unused.py) comes from ``tx.init``:
+    its source is :data:`FROM_INIT`.
     """
     from flax import nnx
 
@@ -76,21 +85,41 @@ def plan_opt_state(
             continue
         if not hasattr(slots[path].get_value(), "shape"):  # optax.MaskedNode (masked / multi_transform)
             sources[path] = slots[path].get_value()
+        elif any(join(path).endswith("/" + kept) for kept in kept_params):
+            sources[path] = FROM_INIT  # the optax state of a parameter Linen never creates
         else:
             problems.append(Problem("not filled", None, join(path), "no Linen optimizer leaf maps to it"))
     return slots, sources, mapped, problems
 
 
 def convert_opt_state(
-    opt_state: Any, step: int | None, param_table: Mapping[PathT, PathT], make_nnx: Any, tx: Any, source: str
+    opt_state: Any,
+    step: int | None,
+    param_table: Mapping[PathT, PathT],
+    make_nnx: Any,
+    tx: Any,
+    source: str,
+    kept_params: frozenset[str] = frozenset(),
 ) -> tuple[Any, list[MappedLeaf]]:
     """Fill the abstract NNX optimizer state from the Linen one; ConversionError lists every problem."""
+    import jax
     import jax.numpy as jnp
     from flax import nnx
 
-    slots, sources, mapped, problems = plan_opt_state(opt_state, step, param_table, make_nnx, tx)
+    slots, sources, mapped, problems = plan_opt_state(opt_state, step, param_table, make_nnx, tx, kept_params)
     raise_problems(problems, f"{source} (opt_state)", "nnx.Optimizer")
     from linen2nnx.checkpoint_convert.lazy import is_deferred
+
+    fresh_paths = {p for p, v in sources.items() if v is FROM_INIT}
+    if fresh_paths:  # only those leave the jitted init, so XLA drops the rest
+        fresh = jax.jit(
+            lambda: {
+                tuple(p): v.get_value()
+                for p, v in nnx.to_flat_state(nnx.state(nnx.Optimizer(make_nnx(), tx, wrt=nnx.Param)))
+                if tuple(p) in fresh_paths
+            }
+        )()
+        sources.update(fresh)
 
     filled = {
         p: v

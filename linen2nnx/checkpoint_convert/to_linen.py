@@ -143,8 +143,11 @@ def _fill(target: Any, by_linen: dict, leaves: dict, shardings: dict) -> tuple[d
     one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     missing: list[str] = []
 
+    visited: set[tuple[str, ...]] = set()
+
     def fill(kp: Any, abstract: Any) -> Any:
         path = _linen_path(kp)
+        visited.add(path)
         hit = by_linen.get(path)
         found = None if hit is None else leaves.get(hit[0])
         if found is None:
@@ -159,6 +162,12 @@ def _fill(target: Any, by_linen: dict, leaves: dict, shardings: dict) -> tuple[d
         return leaf
 
     tree = jax.tree_util.tree_map_with_path(fill, target)
+    unplaced = sorted("/".join(p) for p in set(by_linen) - visited)
+    if unplaced:  # a weight the Linen init of the pair does not create (a train-only layer): never dropped
+        raise L2NError(
+            f"{len(unplaced)} converted leaves have no place in the Linen model's init tree, which "
+            f"`--to linen` writes (build the pair's Linen side so that init creates them): {', '.join(unplaced[:8])}"
+        )
     return tree, missing
 
 

@@ -511,17 +511,15 @@ class Emitter:
             if site.kind in ("param", "variable"):
                 entry.variables.setdefault(site.collection, {})[site.linen_name] = site.attr
                 continue
-            linen_class = (
-                site.rule.linen_qualname
-                if site.rule
-                else (site.user.key or self.ctx.class_key(site.user.name))
-            )  # type: ignore[union-attr]
+            linen_class = self._linen_class(site)
             if site.parent is not None and not root_site(site).hoisted:
                 continue  # inside a setup() layer: Linen names it under that layer (rules map it)
             stacked = site.lifted.stacked if site.lifted is not None else None
             if site.container is None:
+                tied = True if site.attr in plan.other_weights else None
+                stack = param_axis(stacked) if stacked else None
                 entry.children[site.linen_name] = Child(
-                    attr=site.attr, linen_class=linen_class, stack=param_axis(stacked) if stacked else None
+                    site.attr, linen_class, stack=stack, other_weights=tied
                 )
             elif site.elements is not None:  # a setup() comprehension: `blocks_{i}`, `block.{i}`
                 entry.children[site.elements] = Child(

@@ -38,6 +38,9 @@ def sole_binding(ctx: FileContext, node: cst.Name) -> cst.CSTNode | None:
     return None if resolver is None else resolver.sole_binding(node)
 
 
+MUTABLE_DISPLAYS = (cst.List, cst.ListComp, cst.Dict, cst.DictComp, cst.Set, cst.SetComp)
+
+
 def sole_assigned_value(ctx: FileContext, node: cst.Name) -> cst.BaseExpression | None:
     """The value a plain ``name = value`` assigns, when that is the only binding of the name ``node``
     reads (so every read sees that value); None otherwise."""
@@ -48,4 +51,11 @@ def sole_assigned_value(ctx: FileContext, node: cst.Name) -> cst.BaseExpression 
     assign = ctx.parent_of(holder) if type(holder) is cst.AssignTarget else None
     if type(assign) is not cst.Assign or len(assign.targets) != 1:
         return None
-    return assign.value
+    value = assign.value
+    if isinstance(value, MUTABLE_DISPLAYS) or (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Name)
+        and value.func.value in ("list", "dict", "set")
+    ):
+        return None  # bound once, but changed in place (`reps[-1] = 3`, `pad.append(...)`) as often as not
+    return value

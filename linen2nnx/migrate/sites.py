@@ -315,6 +315,7 @@ class ClassPlan:
         default_factory=dict
     )  # self.variable (or a first self.put_variable) -> lazy_vars.LazyVar
     put_calls: list[Any] = dataclasses.field(default_factory=list)  # its self.put_variable calls
+    other_weights: set[str] = dataclasses.field(default_factory=set)  # layers applied with other weights
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
     input_sizes: list[Any] = dataclasses.field(default_factory=list)  # input_sizes.InputSize, to finish

@@ -108,20 +108,10 @@ def _none_defaults(body: Sequence[cst.CSTNode]) -> tuple[str, ...]:
 
 
 def _is_model_output(qualnames: set[str], module_name: str) -> bool:
-    """Whether a base names Hugging Face's ``ModelOutput``: by its absolute name, or by a relative
-    import of ``utils.ModelOutput`` that climbs above the run's packages (the transformers source
-    tree, ``from ...utils import ModelOutput``, migrated without its ``__init__.py`` files)."""
-    for q in qualnames:
-        if absolute_qualname(q, module_name) in MODEL_OUTPUT_BASES:
-            return True
-        dots = len(q) - len(q.lstrip("."))
-        if (
-            0 < dots
-            and module_name.count(".") < dots
-            and "transformers." + q.lstrip(".") in MODEL_OUTPUT_BASES
-        ):
-            return True
-    return False
+    """Whether a base names Hugging Face's ``ModelOutput`` by its absolute name. A relative
+    ``from .utils import ModelOutput`` that climbs above the run's packages is not taken for it: a
+    project's own ``utils.ModelOutput`` may index all its fields, and a wrong index is a wrong size."""
+    return any(absolute_qualname(q, module_name) in MODEL_OUTPUT_BASES for q in qualnames)
 
 
 def _is_record_decorator(node: cst.BaseExpression, qualnames: Callable[[cst.CSTNode], set[str]]) -> bool:

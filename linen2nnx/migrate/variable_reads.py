@@ -16,6 +16,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import code, parse_expression, self_attr
 from linen2nnx.migrate.rules import VAR_005
 from linen2nnx.migrate.sites import ClassPlan, Site
@@ -52,7 +53,7 @@ def variables_read(ctx: FileContext, original: cst.Subscript) -> cst.BaseExpress
     ):
         return None
     if isinstance(base.value, cst.Name) and base.value.value == "self":
-        attr = _own_variable(ctx, plan, keys)
+        attr = _own_variable(ctx, plan, keys, original)
         if attr is None:
             return None
         ctx.report(VAR_005, original, f"{code(original)} -> self.{attr}[...]")
@@ -69,7 +70,7 @@ def variables_read(ctx: FileContext, original: cst.Subscript) -> cst.BaseExpress
     return parse_expression(nnx_read)
 
 
-def _own_variable(ctx: FileContext, plan: ClassPlan, keys: list[str]) -> str | None:
+def _own_variable(ctx: FileContext, plan: ClassPlan, keys: list[str], read: cst.CSTNode) -> str | None:
     """The NNX attribute of ``self.variables[collection][name]``: a variable this class creates with
     ``self.param`` / ``self.variable`` (in ``__init__``, or lazily on a call: a decode cache), read as
     its value; None for a deeper path, a variable of another class or one whose value is boxed."""
@@ -79,13 +80,40 @@ def _own_variable(ctx: FileContext, plan: ClassPlan, keys: list[str]) -> str | N
     lazy = [(call, v) for call, v in plan.lazy_vars.items() if (v.collection, v.name) == (collection, name)]
     if lazy:
         plain = len(lazy) == 1 and not any(word in code(lazy[0][0]).lower() for word in BOXES)
-        return lazy[0][1].attr if plain else None
-    sites = [
-        s
-        for s in plan.sites.values()
-        if s.kind in ("param", "variable") and (s.collection, s.linen_name) == (collection, name)
-    ]
-    return sites[0].attr if len(sites) == 1 and _plain(ctx, sites[0]) else None
+        attr, bound = lazy[0][1].attr, 0  # the Linen class never assigns it as an attribute
+    else:
+        sites = [
+            s
+            for s in plan.sites.values()
+            if s.kind in ("param", "variable") and (s.collection, s.linen_name) == (collection, name)
+        ]
+        plain = len(sites) == 1 and _plain(ctx, sites[0])
+        attr, bound = (sites[0].attr, 1) if sites else (None, 0)
+    # `self.w = self.param(...)` then `self.w = self.w * 2` in setup(): the attribute is no longer the
+    # variable, so its read says nothing of what .variables gives
+    return attr if plain and _self_assignments(ctx, read, attr) == bound else None
+
+
+def _self_assignments(ctx: FileContext, node: cst.CSTNode, attr: str | None) -> int:
+    """How many statements of the class around ``node`` assign ``self.<attr>``."""
+    cls = node
+    while cls is not None and not isinstance(cls, cst.ClassDef):
+        cls = ctx.parent_of(cls)
+    if cls is None or attr is None:
+        return -1
+    count = 0
+
+    def walk(node: cst.CSTNode) -> None:
+        nonlocal count
+        if isinstance(node, cst.Assign):
+            count += sum(1 for t in node.targets if code(t.target) == f"self.{attr}")
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+            count += code(node.target) == f"self.{attr}"
+        for child in syntax_children(node):
+            walk(child)
+
+    walk(cls)
+    return count
 
 
 def _keys(node: cst.BaseExpression) -> tuple[list[str] | None, cst.BaseExpression]:

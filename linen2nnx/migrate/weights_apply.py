@@ -20,8 +20,28 @@ import libcst as cst
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import code, parse_expression, self_attr
 from linen2nnx.migrate.rules import VAR_006
+from linen2nnx.migrate.sites import Site
 from linen2nnx.migrate.variable_reads import SAME_PARAMS, child_site
 from linen2nnx.migrate.weights_dict import applied_weights
+
+OPTIONAL_PARAMS = {"bias": "use_bias", "scale": "use_scale"}  # created unless the flag is False
+
+
+def _created_params(site: Site) -> set[str] | None:
+    """The parameters the site's layer creates, from its constructor's flags; None when a flag that
+    decides one is not a literal (or the layer's NNX parameters are not Linen's by name)."""
+    assert site.rule is not None
+    names = set(SAME_PARAMS.get(site.rule.linen, set()))
+    for name, flag in OPTIONAL_PARAMS.items():
+        arg = site.args.get(flag)
+        if name not in names or arg is None:
+            continue
+        value = arg.value
+        if not (isinstance(value, cst.Name) and value.value in ("True", "False")):
+            return None
+        if value.value == "False":
+            names.discard(name)
+    return names
 
 
 def weights_apply(ctx: FileContext, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
@@ -36,8 +56,9 @@ def weights_apply(ctx: FileContext, original: cst.Call, updated: cst.Call) -> cs
     if site is None or site.kind != "layer" or site.rule is None or site.nested:
         return None
     weights = applied_weights(updated)
-    if weights is None or not set(weights) <= SAME_PARAMS.get(site.rule.linen, set()):
-        return None
+    if weights is None or set(weights) != _created_params(site):
+        return None  # a weight the layer does not create (Linen ignores it, merge fails) or one missing
+    plan.other_weights.add(site.attr)
     state = ", ".join(f"{name!r}: nnx.Param({value})" for name, value in weights.items())
     rest = ", ".join(code(a) for a in updated.args[1:])
     nnx_call = f"nnx.merge(nnx.graphdef(self.{site.attr}), nnx.State({{{state}}}))({rest})"
