@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from linen2nnx.migrate.api_findings import unbox_if_boxed
+from linen2nnx.migrate.cst_utils import name_reads
 from linen2nnx.migrate.linen_api import BOX_TYPES
 
 if TYPE_CHECKING:
@@ -268,7 +269,7 @@ def _predicate_uses_exact(ctx: FileContext, fn: cst.FunctionDef) -> bool:
     name = fn.name.value
     if block is None or fn not in block or _bindings(block, name) != 1:
         return False
-    reads = [n for s in block for n in _name_reads(s, name) if n is not fn.name]
+    reads = [n for s in block for n in name_reads(s, name) if n is not fn.name]
     return bool(reads) and all(_exact_predicate_use(ctx, n, name) for n in reads)
 
 
@@ -282,22 +283,6 @@ def _exact_predicate_use(ctx: FileContext, read: cst.Name, predicate: str) -> bo
             arg = parent.args[0].value
             return isinstance(arg, cst.Name) and _unbox_or_identity(test, arg.value, predicate)
     return False
-
-
-def _name_reads(node: cst.CSTNode, name: str) -> list[cst.Name]:
-    found: list[cst.Name] = []
-
-    class V(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            if n.value == name:
-                found.append(n)
-
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)
-            return False  # ``x.name`` is not a read of ``name``
-
-    node.visit(V())
-    return found
 
 
 def _bindings(block: tuple[cst.BaseStatement, ...], name: str) -> int:
@@ -321,27 +306,27 @@ def _bindings(block: tuple[cst.BaseStatement, ...], name: str) -> int:
 
         def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
             nonlocal count
-            count += len(_name_reads(n.target, name))
+            count += len(name_reads(n.target, name))
 
         def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
             nonlocal count
-            count += len(_name_reads(n.target, name))
+            count += len(name_reads(n.target, name))
 
         def visit_AugAssign(self, n: cst.AugAssign) -> None:
             nonlocal count
-            count += len(_name_reads(n.target, name))
+            count += len(name_reads(n.target, name))
 
         def visit_For(self, n: cst.For) -> None:
             nonlocal count
-            count += len(_name_reads(n.target, name))
+            count += len(name_reads(n.target, name))
 
         def visit_AsName(self, n: cst.AsName) -> None:
             nonlocal count
-            count += len(_name_reads(n.name, name))
+            count += len(name_reads(n.name, name))
 
         def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
             nonlocal count
-            count += len(_name_reads(n.target, name))
+            count += len(name_reads(n.target, name))
 
         def visit_ImportAlias(self, n: cst.ImportAlias) -> None:
             nonlocal count

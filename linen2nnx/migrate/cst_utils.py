@@ -445,3 +445,20 @@ def bind_args(
             else:
                 bound[arg.keyword.value] = arg
     return bound, name_arg
+
+
+def name_reads(node: cst.CSTNode, name: str) -> list[cst.Name]:
+    """Every ``Name`` node spelling ``name`` under ``node`` (``x.name`` is not a read of ``name``)."""
+    found: list[cst.Name] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            if n.value == name:
+                found.append(n)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)
+            return False
+
+    node.visit(V())
+    return found

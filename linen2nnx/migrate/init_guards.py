@@ -27,6 +27,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.cst_utils import name_reads
 
 PURE_CALL_PREFIXES = ("jax.numpy.", "jax.lax.", "jax.random.", "numpy.", "math.")
 PURE_BUILTINS = frozenset(
@@ -81,7 +82,7 @@ def params_mutable_guard(ctx: FileContext, call: cst.Call) -> bool:
         if len(parent.targets) != 1 or not isinstance(parent.targets[0].target, cst.Name):
             return False
         local = parent.targets[0].target
-        reads = [n for n in _names(method.body, local.value) if n is not local]
+        reads = [n for n in name_reads(method.body, local.value) if n is not local]
         if _bindings(method.body, local.value) != 1 or not reads:
             return False
         return all(_flag_guard(ctx, n) for n in reads)
@@ -103,7 +104,7 @@ def scan_spec_choice(ctx: FileContext, call: cst.Call) -> bool:
         local = parent.targets[0].target
         if _bindings(method.body, local.value) != 1:
             return False
-        tests = [n for n in _names(method.body, local.value) if n is not local]
+        tests = [n for n in name_reads(method.body, local.value) if n is not local]
     return bool(tests) and all(_scan_in_test(ctx, t) for t in tests)
 
 
@@ -158,22 +159,6 @@ def _and_terms_deep(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     return found
 
 
-def _names(node: cst.CSTNode, name: str) -> list[cst.Name]:
-    found: list[cst.Name] = []
-
-    class V(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            if n.value == name:
-                found.append(n)
-
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)
-            return False  # ``x.name`` is not a read of ``name``
-
-    node.visit(V())
-    return found
-
-
 def _bindings(node: cst.CSTNode, name: str) -> int:
     """How many times ``name`` is bound (assigned, a loop or ``with`` target, a parameter, a def)."""
     count = 0
@@ -181,35 +166,35 @@ def _bindings(node: cst.CSTNode, name: str) -> int:
     class V(cst.CSTVisitor):
         def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
             nonlocal count
-            count += len(_names(n.target, name))
+            count += len(name_reads(n.target, name))
 
         def visit_AugAssign(self, n: cst.AugAssign) -> None:
             nonlocal count
-            count += len(_names(n.target, name))
+            count += len(name_reads(n.target, name))
 
         def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
             nonlocal count
-            count += len(_names(n.target, name))
+            count += len(name_reads(n.target, name))
 
         def visit_For(self, n: cst.For) -> None:
             nonlocal count
-            count += len(_names(n.target, name))
+            count += len(name_reads(n.target, name))
 
         def visit_AsName(self, n: cst.AsName) -> None:
             nonlocal count
-            count += len(_names(n.name, name))
+            count += len(name_reads(n.name, name))
 
         def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
             nonlocal count
-            count += len(_names(n.target, name))
+            count += len(name_reads(n.target, name))
 
         def visit_FunctionDef(self, n: cst.FunctionDef) -> None:
             nonlocal count
-            count += 2 if _names(n, name) else 0  # a nested function may rebind or shadow it
+            count += 2 if name_reads(n, name) else 0  # a nested function may rebind or shadow it
 
         def visit_Lambda(self, n: cst.Lambda) -> None:
             nonlocal count
-            count += 2 if _names(n, name) else 0
+            count += 2 if name_reads(n, name) else 0
 
     node.visit(V())
     return count
