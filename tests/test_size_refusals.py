@@ -1,6 +1,7 @@
-"""Sizes and reads the rewrite must not take on trust: each case once converted silently into an NNX
-model that did not build or computed something else. Each must now be a located manual finding (or,
-where the source does prove it, the right size)."""
+"""Sizes, reads and weights the tool must not take on trust: each case once went through silently (an
+NNX model that did not build or computed something else, a weight left at init, a weight dropped).
+Each must now be a located manual finding or a named error (or, where the source proves it, the right
+size)."""
 
 import textwrap
 
@@ -112,3 +113,61 @@ def test_a_setup_local_a_nested_function_rebinds_or_a_lambda_shadows_is_not_spel
         )
         output, manual = _manual(src)
         assert "L2N-SHAPE-003" in manual, output
+
+
+TRAIN_ONLY = """
+import flax.linen as nn
+
+
+class Net(nn.Module):
+    def setup(self):
+        self.body = nn.Dense(4)
+        self.aux = nn.Dense(4)
+
+    def __call__(self, x, train: bool = False):
+        h = self.body(x)
+        if train:
+            h = h + self.aux(h)
+        return h
+"""
+
+
+def test_a_train_only_layer_is_never_kept_from_init_nor_dropped_on_the_way_back(tmp_path):
+    """A layer Linen creates only in train mode: a checkpoint without it is refused (it is not one Linen
+    never creates), and `--to linen` of a checkpoint with it refuses a Linen side whose eval init has
+    no place for it instead of writing a checkpoint without it."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import pytest
+
+    from linen2nnx.checkpoint_convert.api import convert, convert_tree
+    from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
+    from linen2nnx.errors import ConversionError, L2NError
+    from linen2nnx.spec import LinenSide, ModelPair, import_file
+
+    result = migrate_source(TRAIN_ONLY, "net.py", module_name="net")
+    (tmp_path / "linen_src.py").write_text(TRAIN_ONLY)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    result.name_map.save(tmp_path / "map.json")
+    linen, nnx_module = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    x = np.ones((2, 3), np.float32)
+    side = LinenSide(
+        model=linen.Net(),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={"train": True},
+        eval_kwargs={"train": False},
+    )
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_module.Net(in_features=3, rngs=rngs),
+        name_map=tmp_path / "map.json",
+    )
+    with pytest.raises(ConversionError, match="not filled: NNX aux/kernel"):
+        convert_tree(side.init_variables(), pair)
+    trained = linen.Net().init(jax.random.key(0), x, train=True)
+    convert(trained, tmp_path / "nnx", pair)
+    with pytest.raises(L2NError, match="params/aux/kernel"):
+        convert_to_linen(tmp_path / "nnx", tmp_path / "back", pair)
+    assert not (tmp_path / "back").exists()
