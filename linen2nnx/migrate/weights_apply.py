@@ -5,12 +5,14 @@ Tied heads do this in Linen: the output projection multiplies by the embedding t
 own parameters are never created. The NNX form runs the same layer (its dtype, precision, dot_general:
 the graphdef) on the given arrays, and gradients reach them as they do in Linen. Only a plain site of a
 built-in layer whose NNX parameters are the Linen ones by name (``variable_reads.SAME_PARAMS``) and a
-literal ``{'params': {...}}`` of those names (weights_dict.py) are converted; ``rngs=`` / ``method=`` /
-``mutable=``, a class of the run, another collection or a computed dict stay the verifier's
-``L2N-VERIFY-003``.
+literal ``{'params': {...}}`` (weights_dict.py) of exactly the parameters the layer creates (a bias
+given to a ``use_bias=False`` Dense is ignored by Linen and refused by ``nnx.merge``) are converted;
+``rngs=`` / ``method=`` / ``mutable=``, a class of the run, another collection or a computed dict stay
+the verifier's ``L2N-VERIFY-003``.
 
 The NNX layer still holds parameters of its own, which Linen never creates when it is only applied
-this way: ``convert`` keeps them from init and says so (docs/convert.md).
+this way: the name map marks the layer (``other_weights``), and ``convert`` keeps them from init and
+says so (docs/convert.md).
 """
 
 from __future__ import annotations
