@@ -160,7 +160,7 @@ class NameMap:
                 return tuple(out)
             if key in entry.children and entry.children[key].container is None:
                 child = entry.children[key]
-                out.extend(_attr_path(child.attr))
+                out.extend(attr_path(child.attr))
                 cls = child.linen_class
                 i += 1
                 continue
@@ -196,7 +196,7 @@ def applied_with_other_weights(name_map: NameMap, root: str, nnx_path: PathT) ->
                 ch
                 for ch in entry.children.values()
                 if ch.container is None
-                and tuple(_attr_path(ch.attr)) == tuple(nnx_path[i : i + len(_attr_path(ch.attr))])
+                and tuple(attr_path(ch.attr)) == tuple(nnx_path[i : i + len(attr_path(ch.attr))])
             ),
             None,
         )
@@ -204,12 +204,12 @@ def applied_with_other_weights(name_map: NameMap, root: str, nnx_path: PathT) ->
             return False
         if step.other_weights:
             return True
-        i += len(_attr_path(step.attr))
+        i += len(attr_path(step.attr))
         entry = name_map.classes.get(step.linen_class)
     return False
 
 
-def _attr_path(attr: str) -> list[Any]:
+def attr_path(attr: str) -> list[Any]:
     """``rnn_0/cell`` -> ``['rnn_0', 'cell']``; ``seq/layers/0`` -> ``['seq', 'layers', 0]``."""
     return [int(p) if p.isdigit() else p for p in attr.split("/")]
 

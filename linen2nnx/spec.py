@@ -69,9 +69,9 @@ class LinenSide:
         keys = jax.random.split(jax.random.key(self.seed if seed is None else seed), len(self.rng_streams))
         return dict(zip(self.rng_streams, keys))
 
-    def init_variables(self, seed: int | None = None) -> dict[str, Any]:
-        """``model.init`` on the example batch in eval mode (the usual Linen init)."""
-        args, kwargs = self.call_args(train=False)
+    def init_variables(self, seed: int | None = None, *, train: bool = False) -> dict[str, Any]:
+        """``model.init`` on the example batch, in eval mode unless ``train`` (the usual Linen init)."""
+        args, kwargs = self.call_args(train=train)
         return self.model.init(self.init_rngs(seed), *args, **kwargs)
 
 

@@ -32,6 +32,7 @@ from linen2nnx.checkpoint_convert.validate import (
     Target,
     abstract_target,
     dtype_name,
+    fresh_leaves,
     raise_problems,
     validate,
 )
@@ -175,7 +176,6 @@ def convert_tree(
 
 def _assemble(plan: Plan, ckpt: Any, pair: Any) -> tuple[Any, list[MappedLeaf]]:
     """The NNX state: every matched slot from the checkpoint, every kept slot from a fresh init."""
-    import jax
     import jax.numpy as jnp
     from flax import nnx
 
@@ -200,10 +200,7 @@ def _assemble(plan: Plan, ckpt: Any, pair: Any) -> tuple[Any, list[MappedLeaf]]:
         )
     kept_paths = {s.path for s in plan.kept}
     if kept_paths:
-        # Only the kept state leaves the jitted init, so XLA drops the (unused) param initialisers.
-        fresh = jax.jit(lambda: nnx.state(pair.make_nnx(), lambda path, _: tuple(path) in kept_paths))()
-        for path, var in nnx.to_flat_state(fresh):
-            filled[tuple(path)] = var
+        filled.update(fresh_leaves(pair.make_nnx, kept_paths))
     return nnx.from_flat_state([(p, filled[p]) for p in plan.target.slots]), mapped
 
 

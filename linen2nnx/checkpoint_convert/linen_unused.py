@@ -16,7 +16,7 @@ from typing import Any
 
 from linen2nnx.checkpoint_convert.mapping import Leaf, Problem, join, map_with_name_map
 from linen2nnx.checkpoint_convert.read import parse_tree
-from linen2nnx.namemap import applied_with_other_weights
+from linen2nnx.namemap import applied_with_other_weights, attr_path
 
 NEVER_CREATED = "a layer Linen applies with other weights: the Linen model's own init never creates it"
 
@@ -31,7 +31,9 @@ def never_created(
     marked = {
         p.nnx
         for p in problems
-        if p.kind == "not filled" and p.nnx and applied_with_other_weights(name_map, root, _path_keys(p.nnx))
+        if p.kind == "not filled"
+        and p.nnx
+        and applied_with_other_weights(name_map, root, tuple(attr_path(p.nnx)))
     }
     if not marked:
         return set(), problems
@@ -47,16 +49,10 @@ def _created_by_linen(pair: Any, name_map: Any, root: str, aliases: dict) -> set
     and in train mode; None when either cannot be traced (then nothing is kept)."""
     import jax
 
-    side = pair.linen
     created: set[str] = set()
     for train in (False, True):
-
-        def init(train: bool = train) -> Any:
-            args, kwargs = side.call_args(train=train)
-            return side.model.init(side.init_rngs(None), *args, **kwargs)
-
         try:
-            abstract = jax.eval_shape(init)
+            abstract = jax.eval_shape(lambda train=train: pair.linen.init_variables(train=train))
         except Exception:  # the check is an allowance: without it the problems stay as they are
             return None
         leaves = [
@@ -66,8 +62,3 @@ def _created_by_linen(pair: Any, name_map: Any, root: str, aliases: dict) -> set
         matches, _ = map_with_name_map(leaves, name_map, root)
         created |= {join(aliases.get(m.nnx_path, m.nnx_path)) for m in matches}
     return created
-
-
-def _path_keys(joined: str) -> tuple[Any, ...]:
-    """``"layers/0/kernel"`` -> ``("layers", 0, "kernel")`` (NNX list indexes are ints)."""
-    return tuple(int(k) if k.isdigit() else k for k in joined.split("/"))

@@ -15,7 +15,7 @@ import numpy as np
 
 from linen2nnx.checkpoint_convert.mapping import PathT, Problem, join, map_opt_state_path
 from linen2nnx.checkpoint_convert.report import MappedLeaf
-from linen2nnx.checkpoint_convert.validate import dtype_name, raise_problems
+from linen2nnx.checkpoint_convert.validate import dtype_name, fresh_leaves, raise_problems
 
 FROM_INIT = object()  # the source of an optimizer slot that tx.init fills
 
@@ -102,7 +102,6 @@ def convert_opt_state(
     kept_params: frozenset[str] = frozenset(),
 ) -> tuple[Any, list[MappedLeaf]]:
     """Fill the abstract NNX optimizer state from the Linen one; ConversionError lists every problem."""
-    import jax
     import jax.numpy as jnp
     from flax import nnx
 
@@ -111,15 +110,9 @@ def convert_opt_state(
     from linen2nnx.checkpoint_convert.lazy import is_deferred
 
     fresh_paths = {p for p, v in sources.items() if v is FROM_INIT}
-    if fresh_paths:  # only those leave the jitted init, so XLA drops the rest
-        fresh = jax.jit(
-            lambda: {
-                tuple(p): v.get_value()
-                for p, v in nnx.to_flat_state(nnx.state(nnx.Optimizer(make_nnx(), tx, wrt=nnx.Param)))
-                if tuple(p) in fresh_paths
-            }
-        )()
-        sources.update(fresh)
+    if fresh_paths:
+        fresh = fresh_leaves(lambda: nnx.Optimizer(make_nnx(), tx, wrt=nnx.Param), fresh_paths)
+        sources.update({p: var.get_value() for p, var in fresh.items()})
 
     filled = {
         p: v

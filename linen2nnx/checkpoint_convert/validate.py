@@ -88,6 +88,16 @@ def shared_paths(model: Any, slots: dict[PathT, Slot]) -> dict[PathT, PathT]:
     return aliases
 
 
+def fresh_leaves(build: Any, paths: set[PathT]) -> dict[PathT, Any]:
+    """The Variables at ``paths`` of a graph node ``build()`` makes, from one jitted init in which only
+    they leave, so that XLA drops every other initialiser (a 7B model is never allocated for them)."""
+    import jax
+    from flax import nnx
+
+    state = jax.jit(lambda: nnx.state(build(), lambda path, _: tuple(path) in paths))()
+    return {tuple(path): var for path, var in nnx.to_flat_state(state)}
+
+
 def required_types(collections: Iterable[str]) -> tuple[type, ...]:
     """Variable types whose every slot must come from the checkpoint."""
     return tuple(variable_type(c) for c in sorted({*ALWAYS_REQUIRED, *collections}))

@@ -16,10 +16,10 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import code, parse_expression, self_attr
 from linen2nnx.migrate.rules import VAR_005
 from linen2nnx.migrate.sites import ClassPlan, Site
+from linen2nnx.migrate.verify_syntax import self_assignments
 
 # built-in layers whose NNX parameters are the Linen ones by name and layout (docs/nnx_facts.md)
 SAME_PARAMS = {
@@ -101,19 +101,7 @@ def _self_assignments(ctx: FileContext, node: cst.CSTNode, attr: str | None) -> 
         cls = ctx.parent_of(cls)
     if cls is None or attr is None:
         return -1
-    count = 0
-
-    def walk(node: cst.CSTNode) -> None:
-        nonlocal count
-        if isinstance(node, cst.Assign):
-            count += sum(1 for t in node.targets if code(t.target) == f"self.{attr}")
-        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
-            count += code(node.target) == f"self.{attr}"
-        for child in syntax_children(node):
-            walk(child)
-
-    walk(cls)
-    return count
+    return self_assignments(cls).get(attr, 0)
 
 
 def _keys(node: cst.BaseExpression) -> tuple[list[str] | None, cst.BaseExpression]:

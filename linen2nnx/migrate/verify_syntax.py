@@ -201,7 +201,12 @@ def defined_names(cls: cst.ClassDef) -> set[str]:
 
 def self_assigned(cls: cst.ClassDef) -> set[str]:
     """``<name>`` of every ``self.<name> = ...`` (or ``setattr(self, '<name>', ...)``) in the class."""
-    found: set[str] = set()
+    return set(self_assignments(cls))
+
+
+def self_assignments(cls: cst.ClassDef) -> dict[str, int]:
+    """How many assignment targets of the class write each ``self.<name>``."""
+    found: dict[str, int] = {}
 
     def walk(node: cst.CSTNode) -> None:
         targets: list[cst.CSTNode] = []
@@ -216,7 +221,7 @@ def self_assigned(cls: cst.ClassDef) -> set[str]:
                     and isinstance(el.value, cst.Name)
                     and el.value.value == "self"
                 ):
-                    found.add(el.attr.value)
+                    found[el.attr.value] = found.get(el.attr.value, 0) + 1
         for child in syntax_children(node):
             walk(child)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.lifted import LiftError, literal_dict
 
 APPLY_OPTIONS = frozenset({"rngs", "method", "mutable", "capture_intermediates"})
 
@@ -21,20 +22,11 @@ def applied_weights(call: cst.Call) -> dict[str, str] | None:
         return None
     if any(a.star or (a.keyword is not None and a.keyword.value in APPLY_OPTIONS) for a in rest):
         return None
-    outer = _literal_dict(first.value)
-    if outer is None or set(outer) != {"params"}:
+    try:
+        outer = literal_dict(first.value)
+        inner = literal_dict(outer["params"]) if set(outer) == {"params"} else {}
+    except LiftError:  # not a dict literal of literal keys
         return None
-    inner = _literal_dict(outer["params"])
-    return {name: code(value) for name, value in inner.items()} if inner else None
-
-
-def _literal_dict(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
-    if not isinstance(node, cst.Dict):
+    if not inner or not all(isinstance(name, str) for name in inner):
         return None
-    found: dict[str, cst.BaseExpression] = {}
-    for element in node.elements:
-        key = element.key if isinstance(element, cst.DictElement) else None
-        if not isinstance(key, cst.SimpleString) or not isinstance(key.evaluated_value, str):
-            return None
-        found[key.evaluated_value] = element.value
-    return found
+    return {name: code(value) for name, value in inner.items()}
