@@ -34,6 +34,7 @@ EXEMPT = {
 # Test files whose numeric parity tests run fixtures: a case counts as covered when one of them names it.
 PARITY_TESTS = (
     "test_module_forms_parity.py",
+    "test_caller_sizes.py",
     "test_transforms_parity.py",
     "test_layer_parity.py",
     "test_training_parity.py",

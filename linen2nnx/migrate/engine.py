@@ -26,21 +26,18 @@ from libcst.codemod import CodemodContext
 
 from linen2nnx.errors import L2NError
 from linen2nnx.io_utils import atomic_write_text
-from linen2nnx.migrate import gc_tuning, record_facts
+from linen2nnx.migrate import caller_sizes, gc_tuning, record_facts
+from linen2nnx.migrate.after_module import after_module_pass, facts_for_importers
 from linen2nnx.migrate.axes_params import migrate_restated
-from linen2nnx.migrate.cst_meta import code_of, forget_syntax_children, parse_module
+from linen2nnx.migrate.cst_meta import forget_syntax_children, parse_module
 from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
 from linen2nnx.migrate.file_errors import internal_error, syntax_error
 from linen2nnx.migrate.findings import Finding, Severity
-from linen2nnx.migrate.function_replay import replayable_functions
 from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
-from linen2nnx.migrate.names import NameResolver
-from linen2nnx.migrate.param_helpers import param_helper_functions
 from linen2nnx.migrate.rules import IO_002, IO_003
 from linen2nnx.migrate.table_changes import KEY as TABLE_CHANGES_KEY
 from linen2nnx.migrate.table_changes import run_changes
 from linen2nnx.migrate.trace import Trace
-from linen2nnx.migrate.verify_syntax import helper_facts
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
 
@@ -67,6 +64,10 @@ class FileResult:
     factories: dict[str, Any] = dataclasses.field(
         default_factory=dict
     )  # function key -> FunctionFactory (rewritten) / LinenFactory (still builds Linen)
+    module: str = ""  # the file's module name (the prefix of its class keys)
+    built: frozenset[str] = (
+        frozenset()
+    )  # keys of the run's classes its NNX classes build, every argument given
 
     @property
     def failed(self) -> bool:
@@ -143,6 +144,7 @@ def migrate_source(
     factories: Mapping[str, Any] | None = None,
     replay_helpers: bool = True,
     restate_axes: bool = True,
+    settle_sizes: bool = True,
 ) -> FileResult:
     """Migrate one file's text. Never raises for bad input: failures become ``error`` findings.
 
@@ -154,6 +156,9 @@ def migrate_source(
     build through, and ones still building Linen, which NNX classes here must not call).
     First, ``replay_helpers`` helper methods' calls in ``@nn.compact`` (helper_calls.py) and
     ``restate_axes`` restates ``param_with_axes`` calls as ``self.param`` (axes_params.py).
+    ``settle_sizes``: the sizes classes of the file building a class pass it are settled
+    (:mod:`.caller_sizes`; :func:`migrate_paths` settles those passed from other files). The text
+    passes read the findings as the module pass gives them.
     """
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training
@@ -171,6 +176,8 @@ def migrate_source(
     )
     steps = (restate_axes, replay_helpers)
     if any(steps) and (kept := _migrate_prepassed(tree, source, path, module_name, trace, options, steps)):
+        if settle_sizes:
+            caller_sizes.settle_file(kept, kept.built)
         return kept
     rule_enabled = rule_selector(select, ignore)
     command = MigrateModules(
@@ -185,10 +192,11 @@ def migrate_source(
     )
     try:
         out_tree = command.transform_module(tree, source)
-        output, own_factories, train_findings, verify_findings = _after_module_pass(
-            out_tree, source, path, module_name, command, external, factories, rule_enabled
+        built: set[str] = set()
+        output, own_factories, train_findings, verify_findings = after_module_pass(
+            out_tree, source, path, module_name, command, external, factories, rule_enabled, built
         )
-        own_factories.update(_facts_for_importers(tree, module_name, command))
+        own_factories.update(facts_for_importers(tree, module_name, command))
     except Exception as e:  # an internal bug must not take the other files down
         if os.environ.get("LINEN2NNX_RAISE"):  # for debugging the codemod itself: the full traceback
             raise
@@ -200,23 +208,10 @@ def migrate_source(
     )
     facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
     result = FileResult(file_path, path, source, output, findings, command.name_map, **facts)
+    result.module, result.built = module_name, frozenset(built)
+    if settle_sizes:
+        caller_sizes.settle_file(result, result.built)
     return _release(command, result)
-
-
-def _facts_for_importers(tree: cst.Module, module_name: str, command: Any) -> dict[str, Any]:
-    """What importing files replay or report: this file's replayable functions and parameter helpers,
-    its converted layer subclasses and its tables of elementwise activations."""
-    return {
-        **replayable_functions(tree, module_name),
-        **command.layer_subclass_facts,
-        **command.elementwise_facts,
-        **param_helper_functions(tree, module_name),
-        **helper_facts(tree, module_name),
-        **record_facts.record_facts(
-            {k: v for k, v in command.state.record_classes.items() if k in command.state.module_classes},
-            module_name,
-        ),
-    }
 
 
 def _release(command: Any, result: FileResult) -> FileResult:
@@ -232,6 +227,9 @@ def _release(command: Any, result: FileResult) -> FileResult:
     return result
 
 
+unsettled = functools.partial(migrate_source, settle_sizes=False)  # what the text passes read
+
+
 def _migrate_prepassed(
     tree: cst.Module,
     source: str,
@@ -245,9 +243,7 @@ def _migrate_prepassed(
     replaying helper calls), in that order; None when neither applies."""
     restate_axes, replay_helpers = steps
     if restate_axes and (
-        kept := migrate_restated(
-            migrate_source, tree, source, path, module_name, trace, options, replay_helpers
-        )
+        kept := migrate_restated(unsettled, tree, source, path, module_name, trace, options, replay_helpers)
     ):
         return kept
     if replay_helpers:
@@ -263,104 +259,10 @@ def _migrate_replayed(
     replayed = replay_helper_calls(tree, source, module_name, options.get("factories"))
     if replayed is None:
         return None
-    result = migrate_source(
+    result = unsettled(
         replayed.source, path, module_name, trace, **options, replay_helpers=False, restate_axes=False
     )
     return replayed_result(result, replayed, source)
-
-
-def _after_module_pass(
-    out_tree: cst.Module,
-    source: str,
-    path: str,
-    module_name: str,
-    command: Any,
-    external: Mapping[str, Any] | None,
-    factories: Mapping[str, Any] | None,
-    rule_enabled: Callable[[str], bool],
-) -> tuple[str, dict[str, Any], list[Finding], list[Finding]]:
-    """The module pass's code, then the file's own factory functions, the training pass and the
-    verifier: the output, the factories importing files see, and the two passes' findings."""
-    module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
-    names_of_output = functools.cache(lambda: NameResolver(out_tree))  # one resolver for both readers
-    own_factories = _factories_of(command, out_tree, module_output, module_name, names_of_output)
-    known = {**(factories or {}), **command.function_factories}  # the verifier checks their calls too
-    output, train_findings, verify_findings = _training_and_verify(
-        out_tree,
-        module_output,
-        source,
-        path,
-        module_name,
-        command,
-        external,
-        known,
-        rule_enabled,
-        names_of_output,
-    )
-    if names_of_output.cache_info().currsize:
-        names_of_output().release()  # its scopes' cycles (see _release)
-    return output, own_factories, train_findings, verify_findings
-
-
-def _factories_of(
-    command: Any,
-    out_tree: cst.Module,
-    module_output: str,
-    module_name: str,
-    names_of_output: Callable[[], NameResolver],
-) -> dict[str, Any]:
-    """The file's functions that matter to the files importing it: its layer factory functions, rewritten
-    to build NNX layers, and the functions that still build Linen modules (NNX classes here and in
-    importing files must not call them)."""
-    from linen2nnx.migrate.linen_factories import linen_factories
-
-    factories: dict[str, Any] = dict(command.function_factories)
-    if "linen" in module_output or "rngs" in module_output:  # still Linen, or NNX built without rngs
-        factories.update(linen_factories(out_tree, module_name, names_of=names_of_output))
-    return factories
-
-
-def _training_and_verify(
-    out_tree: cst.Module,
-    module_output: str,
-    source: str,
-    path: str,
-    module_name: str,
-    command: Any,
-    external: Mapping[str, Any] | None,
-    factories: Mapping[str, Any],
-    rule_enabled: Callable[[str], bool],
-    names_of_output: Callable[[], NameResolver],
-) -> tuple[str, list[Finding], list[Finding]]:
-    """The passes after the module pass: training code, then the verifier. Returns the output and
-    each pass's findings. ``names_of_output`` gives the resolver of ``out_tree``."""
-    from linen2nnx.migrate.training import migrate_training
-    from linen2nnx.migrate.verify import verify_output
-
-    output, train_findings = migrate_training(  # training code: after the modules it uses
-        module_output,
-        source,
-        path=path,
-        module_name=module_name,
-        local=command.summaries,
-        external=external or {},
-        rule_enabled=rule_enabled,
-    )
-    # the verifier: Linen left in a class the output calls NNX becomes a located manual finding
-    # (it reads the module pass's tree when the training pass changed nothing: no parse)
-    output, verify_findings = verify_output(
-        output,
-        source,
-        path=path,
-        module_name=module_name,
-        external=external or {},
-        factories=factories,
-        rule_enabled=rule_enabled,
-        tree=out_tree if output is module_output else None,
-        converted=command.converted_classes,
-        names_of_tree=names_of_output,
-    )
-    return output, train_findings, verify_findings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -457,6 +359,7 @@ def migrate_paths(
     work = [(f, _display(f), module_name_for(f)) for f, _ in files]
     with gc_tuning.tuned():
         results = list(_run(work, jobs, on_file, options))
+    caller_sizes.settle(results)  # sizes classes of other files pass
     name_map = NameMap()
     for r in results:
         name_map.merge(r.name_map)

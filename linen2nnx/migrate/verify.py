@@ -60,6 +60,7 @@ from linen2nnx.migrate.verify_syntax import (
     marked_by_another_rule,
     module_partials,
     self_chain,
+    self_target,
     top_classes,
 )
 
@@ -76,6 +77,7 @@ def verify_output(
     factories: Mapping[str, Any] | None = None,
     converted: Collection[str] | None = None,
     names_of_tree: Callable[[], NameResolver] | None = None,
+    built: set[str] | None = None,
 ) -> tuple[str, list[Finding]]:
     """``output`` with an inline marker on each leftover of Linen in its NNX classes, and the findings
     (with the lines of ``original``, the input of the whole migration).
@@ -87,17 +89,21 @@ def verify_output(
     ``output`` again. Such a tree may hold one memoised node at two places, so when it shows a
     leftover the output is parsed after all: positions and markers need one node per place.
     ``names_of_tree``: the resolver of ``tree``, when the caller built (or will build) one anyway.
+    ``built`` gains the keys of the run's classes that NNX classes here build with every argument
+    their ``__init__`` requires (:mod:`.caller_sizes`).
     """
     if "nnx" not in output or not any(rule_enabled(r.id) for r in verify_rules.RULES):
         return output, []
     notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
     if tree is not None:
         names = names_of_tree() if names_of_tree is not None else None
-        notes = _leftovers(tree, module_name, external, factories or {}, rule_enabled, converted, names)
+        notes = _leftovers(
+            tree, module_name, external, factories or {}, rule_enabled, converted, names, built
+        )
         if not notes:
             return output, []
     module = cst.parse_module(output)
-    notes = _leftovers(module, module_name, external, factories or {}, rule_enabled, converted)
+    notes = _leftovers(module, module_name, external, factories or {}, rule_enabled, converted, None, built)
     if not notes:
         return output, []
     positions = start_positions(module, [node for _, node, _, _ in notes])
@@ -123,9 +129,12 @@ def _leftovers(
     rule_enabled: Callable[[str], bool],
     converted: Collection[str] | None = None,
     names: NameResolver | None = None,
+    built: set[str] | None = None,
 ) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
     verifier = _Verifier(module, module_name, external, factories, converted, names)
     verifier.run()
+    if built is not None:
+        built |= verifier.built
     return [n for n in verifier.notes if rule_enabled(n[0].id)]
 
 
@@ -154,6 +163,7 @@ class _Verifier:
         self._partials = module_partials(module)  # `Dense = partial(nn.Dense, ...)`: see linen_partial
         self._signatures: dict[str, Signature | None] = {}
         self.notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
+        self.built: set[str] = set()  # keys of the run's classes NNX classes here build with all arguments
         self._class: cst.ClassDef | None = None  # the NNX class being checked
         self._own: dict[cst.ClassDef, set[str]] = {}  # NNX class -> the names it (and its bases) define
         self._factories: dict[str, LinenFactory] | None = None  # see _factory
@@ -458,31 +468,30 @@ class _Verifier:
     def _check_signature(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
         func = call.func
         alias = self._alias_of(func.value) if type(func) is cst.Name and self._methods else None
+        shown = code(func)
         if alias is not None:  # `block_class(...)`, a local holding a class of the run
-            shown = code(func)
             func = alias
             qualnames = self.names.qualnames(alias) if isinstance(alias, (cst.Name, cst.Attribute)) else set()
-            if isinstance(alias, cst.Name) and alias.value in self.defs:
-                signature = self._signature(alias.value)
-            else:
-                summary = next((s for q in qualnames if (s := self._external(q)) is not None), None)
-                signature = Signature.of_summary(summary) if summary is not None else None
-            problem = signature.problem(call) if signature is not None else ""
-            if problem:
-                self._report(verify_rules.VERIFY_002, call, stmt, f"{shown}(...) (a {code(func)}) {problem}")
-            return
+            shown = f"{shown}(...) (a {code(func)})"
+        else:
+            shown = f"{shown}(...)"
+        summary = None
         if type(func) is cst.Name and func.value in self.defs:
             signature = self._signature(func.value)
+            key = f"{self.module_name}.{func.value}" if self.module_name else func.value
         else:
             summary = next((s for q in qualnames if (s := self._external(q)) is not None), None)
             signature = Signature.of_summary(summary) if summary is not None else None
+            key = summary.key if summary is not None else ""
         if signature is None:
-            if self._rewritten():
+            if alias is None and self._rewritten():
                 self._check_unresolved(call, qualnames, stmt)
             return
         problem = signature.problem(call)
         if problem:
-            self._report(verify_rules.VERIFY_002, call, stmt, f"{code(func)}(...) {problem}")
+            self._report(verify_rules.VERIFY_002, call, stmt, f"{shown} {problem}")
+        elif self._class is not None and self._class.name.value != key.rpartition(".")[2]:
+            self.built.add(key)  # built with every argument its __init__ requires (see caller_sizes)
 
     def _check_unresolved(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
         """A call nothing resolves that builds a module as Linen does: by a capitalised name, or built
@@ -531,15 +540,7 @@ class _Verifier:
 
     def _check_container(self, node: cst.Assign | cst.AnnAssign, stmt: cst.CSTNode | None) -> None:
         """``self.x = [Block(..., rngs=rngs) for ...]``: modules in a plain container attribute."""
-        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-        target = next(
-            (
-                t
-                for t in targets
-                if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self"
-            ),
-            None,
-        )
+        target = self_target(node)
         if target is None or node.value is None:
             return
         kind = container_kind(node.value)

@@ -280,3 +280,16 @@ def _gives_name(call: cst.Call) -> bool:
 def marked_by_another_rule(stmt: cst.CSTNode) -> bool:
     """``stmt`` carries a marker of a rule other than the verifier's."""
     return any(not m.startswith(f"{MARKER} L2N-VERIFY") for m in markers_of(stmt, MARKER))
+
+
+def self_target(node: cst.Assign | cst.AnnAssign) -> cst.Attribute | None:
+    """The first ``self.<name>`` an assignment binds, if any."""
+    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+    return next(
+        (
+            t
+            for t in targets
+            if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self"
+        ),
+        None,
+    )

@@ -136,6 +136,13 @@ SHAPE_003 = Rule(
     "x = some_function(x)\nx = nn.Dense(10)(x)",
     "def __init__(self, *, dense_0_in_features: int, rngs): ...  # TODO(linen2nnx): L2N-SHAPE-003",
 )
+SHAPE_005 = Rule(
+    "L2N-SHAPE-005",
+    C,
+    "Input feature size its builders pass: a required constructor argument every class of the run that builds this one fills.",
+    "class Up(nn.Module):  # Block builds Up(...)\n    @nn.compact\n    def __call__(self, x):\n        return nn.Conv(8, (3, 3))(resize(x))",
+    "def __init__(self, *, conv_0_in_features: int, rngs): ...  # Block passes up_conv_0_in_features",
+)
 SHAPE_004 = Rule(
     "L2N-SHAPE-004",
     U,
@@ -208,6 +215,7 @@ RULES = (
     SHAPE_002,
     SHAPE_003,
     SHAPE_004,
+    SHAPE_005,
     VAR_001,
     VAR_002,
     VAR_003,
