@@ -42,14 +42,14 @@ def settle(results: list[FileResult]) -> None:
         settle_file(result, built)
 
 
-def settle_file(result: FileResult, built: frozenset[str]) -> None:
+def settle_file(result: FileResult, built: frozenset[str]) -> FileResult:
     """Turn the size findings of the classes in ``built`` (class keys) into ``L2N-SHAPE-005`` and
-    drop their markers from ``result.output``; anything uncertain is left as it is."""
+    drop their markers from ``result.output``; anything uncertain is left as it is. Returns ``result``."""
     if not built or result.output is None or result.source is None:
-        return
+        return result
     owners = _owners(result.source, [f for f in result.findings if f.rule == SHAPE_003.id])
     if not owners:
-        return
+        return result
     settled: dict[str, list[Finding]] = {}
     for name, findings in owners.items():
         key = f"{result.module}.{name}" if result.module else name
@@ -59,12 +59,13 @@ def settle_file(result: FileResult, built: frozenset[str]) -> None:
     settled = {n: fs for n, fs in settled.items() if n not in blocked}
     output = _without_markers(result.output, settled) if settled else None
     if output is None:
-        return
+        return result
     replaced = {id(f): _settled(f, name) for name, fs in settled.items() for f in fs}
     result.output = output
     result.findings = sorted(
         (replaced.get(id(f), f) for f in result.findings), key=lambda f: (f.line, f.col, f.rule)
     )
+    return result
 
 
 def _settled(finding: Finding, name: str) -> Finding:

@@ -176,19 +176,12 @@ def migrate_source(
     )
     steps = (restate_axes, replay_helpers)
     if any(steps) and (kept := _migrate_prepassed(tree, source, path, module_name, trace, options, steps)):
-        if settle_sizes:
-            caller_sizes.settle_file(kept, kept.built)
-        return kept
+        return caller_sizes.settle_file(kept, kept.built) if settle_sizes else kept
     rule_enabled = rule_selector(select, ignore)
+    kept_options = {k: v for k, v in options.items() if k not in ("select", "ignore")}
+    context = CodemodContext(filename=path, full_module_name=module_name or None)
     command = MigrateModules(
-        CodemodContext(filename=path, full_module_name=module_name or None),
-        path=path,
-        module_name=module_name,
-        trace=trace,
-        rule_enabled=rule_enabled,
-        unsafe_fixes=unsafe_fixes,
-        external=external,
-        factories=factories,
+        context, path=path, module_name=module_name, trace=trace, rule_enabled=rule_enabled, **kept_options
     )
     try:
         out_tree = command.transform_module(tree, source)
@@ -209,9 +202,7 @@ def migrate_source(
     facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
     result = FileResult(file_path, path, source, output, findings, command.name_map, **facts)
     result.module, result.built = module_name, frozenset(built)
-    if settle_sizes:
-        caller_sizes.settle_file(result, result.built)
-    return _release(command, result)
+    return _release(command, caller_sizes.settle_file(result, result.built) if settle_sizes else result)
 
 
 def _release(command: Any, result: FileResult) -> FileResult:
