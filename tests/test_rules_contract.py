@@ -173,13 +173,13 @@ def test_exempt_rules_name_a_test_that_triggers_them(rule):
 
 def test_an_internal_error_is_reported_and_the_file_left_alone(monkeypatch):
     """A bug in the codemod becomes an error finding for that file, never a crash or a partial file."""
-    import linen2nnx.migrate.engine as engine
+    import linen2nnx.migrate.after_module as after_module
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
     monkeypatch.delenv("LINEN2NNX_RAISE", raising=False)
-    monkeypatch.setattr(engine, "code_of", broken)
+    monkeypatch.setattr(after_module, "code_of", broken)
     src = (
         "import flax.linen as nn\n\n\nclass A(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
         "        return nn.Dense(2)(x)\n"
