@@ -47,7 +47,9 @@ def settle_file(result: FileResult, built: frozenset[str]) -> FileResult:
     drop their markers from ``result.output``; anything uncertain is left as it is. Returns ``result``."""
     if not built or result.output is None or result.source is None:
         return result
-    owners = _owners(result.source, [f for f in result.findings if f.rule == SHAPE_003.id])
+    sizes = [f for f in result.findings if f.rule == SHAPE_003.id]
+    spans = _spans(result.source) if sizes else {}
+    owners = _owners(spans, sizes)
     if not owners:
         return result
     settled: dict[str, list[Finding]] = {}
@@ -55,7 +57,7 @@ def settle_file(result: FileResult, built: frozenset[str]) -> FileResult:
         key = f"{result.module}.{name}" if result.module else name
         if key in built and all(ADDS_ARGUMENT.search(f.message) for f in findings):
             settled[name] = findings
-    blocked = _classes_with(result.source, [f for f in result.findings if f.rule in BLOCKING_IDS])
+    blocked = {_innermost(spans, f.line) for f in result.findings if f.rule in BLOCKING_IDS}
     settled = {n: fs for n, fs in settled.items() if n not in blocked}
     output = _without_markers(result.output, settled) if settled else None
     if output is None:
@@ -96,22 +98,14 @@ def _innermost(spans: dict[str, list[tuple[int, int]]], line: int) -> str | None
     return max(inside)[1] if inside else None
 
 
-def _owners(source: str, findings: list[Finding]) -> dict[str, list[Finding]]:
-    """``findings`` by the class of ``source`` they lie in, for classes that are alone with their name."""
-    if not findings:
-        return {}
-    spans = _spans(source)
+def _owners(spans: dict[str, list[tuple[int, int]]], findings: list[Finding]) -> dict[str, list[Finding]]:
+    """``findings`` by the class (of ``spans``) they lie in, for classes that are alone with their name."""
     owners: dict[str, list[Finding]] = collections.defaultdict(list)
     for finding in findings:
         name = _innermost(spans, finding.line) if finding.line else None
         if name is not None:
             owners[name].append(finding)
     return {n: fs for n, fs in owners.items() if len(spans[n]) == 1}
-
-
-def _classes_with(source: str, findings: list[Finding]) -> set[str]:
-    spans = _spans(source) if findings else {}
-    return {n for f in findings if (n := _innermost(spans, f.line)) is not None}
 
 
 def _without_markers(output: str, settled: dict[str, list[Finding]]) -> str | None:
