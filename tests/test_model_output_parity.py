@@ -106,3 +106,21 @@ def test_outputs_of_a_namespace_package(tmp_path, model_output, return_dict):
         )
     )
     assert {"cls/kernel", "encoder/dense_0/kernel"} <= grads
+
+
+@pytest.mark.parametrize("return_dict", [True, False])
+def test_sum_of_block_outputs_read_by_index(tmp_path, model_output, return_dict):
+    """``decoder_outputs + encoder_outputs`` (fixture ``model_outputs_sum``): the head sized by the
+    decoder's hidden states, ``outputs[0]`` on either path, computes the same."""
+    linen_mod, nnx_mod, result, map_path = build("model_outputs_sum", tmp_path)
+    assert "_in_features: int" not in result.output  # the head sized statically
+    x = np.random.default_rng(0).normal(size=(2, 3, 5)).astype(np.float32)
+    grads = grad_paths(
+        assert_parity(
+            linen_mod.Model(return_dict=return_dict),
+            lambda rngs: nnx_mod.Model(return_dict=return_dict, in_features=5, rngs=rngs),
+            x,
+            map_path,
+        )
+    )
+    assert {"lm_head/kernel", "model/decoder/dense_0/kernel", "model/encoder/dense_0/kernel"} <= grads
