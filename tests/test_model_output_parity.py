@@ -72,3 +72,55 @@ def test_model_output_stand_in_indexes_fields_not_none(model_output):
 
     out = Out(a=None, b=jnp.ones(2), c=jnp.zeros(3))
     assert out[0].shape == (2,) and out[1].shape == (3,) and len(out[1:]) == 1 and out.a is None
+
+
+@pytest.mark.parametrize("return_dict", [True, False])
+def test_outputs_of_a_namespace_package(tmp_path, model_output, return_dict):
+    """The output class in a folder ``transformers`` without ``__init__.py`` (test_record_facts): the
+    head's input size read through ``encoder(x)[0]`` builds an NNX model that computes the same. Both
+    sides run with the output class defined beside them instead of imported relatively."""
+    from test_record_facts import OUTPUTS, namespace_layout
+
+    from linen2nnx.migrate import migrate_paths
+    from linen2nnx.spec import import_file
+
+    namespace_layout(tmp_path / "run", "transformers")
+    result = migrate_paths([tmp_path / "run"])
+    model = next(r for r in result.files if r.rel.endswith("model.py"))
+    assert "cls_in_features" not in model.output  # the head sized by the encoder's output
+    outputs = OUTPUTS.format(base="transformers.utils")
+    for side, text in (("linen_src", model.source), ("nnx_src", model.output)):
+        body = text.replace("from ...outputs import BaseOutput\n", "")
+        (tmp_path / f"{side}.py").write_text(outputs + body)
+    result.name_map.save(tmp_path / "map.json")
+    linen_mod, nnx_mod = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    x = np.random.default_rng(0).normal(size=(2, 3, 5)).astype(np.float32)
+    grads = grad_paths(
+        assert_parity(
+            linen_mod.Head(hidden=4),
+            lambda rngs: nnx_mod.Head(hidden=4, in_features=5, rngs=rngs),
+            x,
+            tmp_path / "map.json",
+            train_kwargs={"return_dict": return_dict},
+            eval_kwargs={"return_dict": return_dict},
+        )
+    )
+    assert {"cls/kernel", "encoder/dense_0/kernel"} <= grads
+
+
+@pytest.mark.parametrize("return_dict", [True, False])
+def test_sum_of_block_outputs_read_by_index(tmp_path, model_output, return_dict):
+    """``decoder_outputs + encoder_outputs`` (fixture ``model_outputs_sum``): the head sized by the
+    decoder's hidden states, ``outputs[0]`` on either path, computes the same."""
+    linen_mod, nnx_mod, result, map_path = build("model_outputs_sum", tmp_path)
+    assert "_in_features: int" not in result.output  # the head sized statically
+    x = np.random.default_rng(0).normal(size=(2, 3, 5)).astype(np.float32)
+    grads = grad_paths(
+        assert_parity(
+            linen_mod.Model(return_dict=return_dict),
+            lambda rngs: nnx_mod.Model(return_dict=return_dict, in_features=5, rngs=rngs),
+            x,
+            map_path,
+        )
+    )
+    assert {"lm_head/kernel", "model/decoder/dense_0/kernel", "model/encoder/dense_0/kernel"} <= grads

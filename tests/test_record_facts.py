@@ -80,3 +80,32 @@ def test_output_classes_of_another_file_size_the_importers(tmp_path, package, ba
 def test_facts_of_a_file_without_data_classes_cost_no_parse():
     assert of_source("x = (", "m") == {}  # never parsed: no dataclass named
     assert of_source("import dataclasses\nx = (", "m") == {}  # does not parse: no facts
+
+
+def namespace_layout(root, top: str) -> None:
+    """``top/outputs.py`` and ``top/models/enc/model.py`` in folders without ``__init__.py``
+    (namespace packages): only the relative imports say that the folders are packages."""
+    (root / top / "models" / "enc").mkdir(parents=True)
+    (root / top / "outputs.py").write_text(textwrap.dedent(OUTPUTS.format(base=".utils")))
+    (root / top / "models" / "enc" / "model.py").write_text(textwrap.dedent(MODEL.format(dots="...")))
+
+
+@pytest.mark.parametrize("top", ["transformers", "mylib"])
+def test_output_classes_of_namespace_packages(tmp_path, top):
+    """``from .utils import ModelOutput`` in a folder ``transformers`` names HF's class whether or not
+    the folder has an ``__init__.py``; in a folder of another name it is another project's class."""
+    namespace_layout(tmp_path, top)
+    result = migrate_paths([tmp_path])
+    model = next(r for r in result.files if r.rel.endswith("model.py"))
+    assert ("cls_in_features" not in model.output) == (top == "transformers")
+    assert not any("TODO" in line for line in model.output.splitlines()) == (top == "transformers")
+
+
+def test_relative_names_by_the_folders_they_climb():
+    from linen2nnx.migrate.tuple_flow import climbed_qualname
+
+    assert climbed_qualname(".utils.X", ("a", "b")) == "b.utils.X"
+    assert climbed_qualname("..utils.X", ("a", "b")) == "a.utils.X"
+    assert climbed_qualname("...utils.X", ("a", "b")) == ""  # climbs past the folders known
+    assert climbed_qualname("utils.X", ("a", "b")) == ""  # absolute: resolved as it is
+    assert climbed_qualname(".utils.X", ("a", "my-dir")) == ""  # no package name

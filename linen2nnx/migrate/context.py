@@ -47,7 +47,7 @@ from linen2nnx.migrate.linen_api import (
 )
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.positions import source_positions
-from linen2nnx.migrate.record_facts import imported_records
+from linen2nnx.migrate.record_facts import folders_of, imported_records
 from linen2nnx.migrate.rules import (
     PART_004,
     SHAPE_002,
@@ -534,7 +534,7 @@ class FileContext:
         self.state.module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
         self.state.record_classes = {  # its own and those it imports from other files of the run
             **imported_records(node.body, self.state.module_name, self.state.external_records),
-            **record_classes(node.body, self.qualnames, self.state.module_name),
+            **record_classes(node.body, self.qualnames, self.state.module_name, folders_of(self.state.path)),
         }
         self.state.unbox_helpers = {
             name for name, fn in self.state.module_functions.items() if self.is_unbox_helper(fn)

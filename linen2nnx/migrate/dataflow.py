@@ -277,7 +277,8 @@ class FeatureFlow:
             if isinstance(node.operator, cst.MatrixMultiply):  # x @ w: the last axis is w's
                 return last_axis_ops.contracted(right, -2)
             if left.kind in tuple_flow.COMPOUND and right.kind in tuple_flow.COMPOUND:
-                if isinstance(node.operator, cst.Add):  # (h,) + outputs[1:]
+                if isinstance(node.operator, cst.Add):  # (h,) + outputs[1:], decoder_out + encoder_out
+                    left, right = output_values.summand(left), output_values.summand(right)
                     return tuple_flow.joined(tuple_flow.as_sequence(left), tuple_flow.as_sequence(right))
                 return Feat.unknown("an operation on tuples")
             if left.kind in tuple_flow.COMPOUND:  # (h,) + array broadcasts: no tuple, nor a size

@@ -165,7 +165,7 @@ def migrate_source(
 
     file_path = Path(path)
     if not mentions_linen(source) and not mentions_training(source):  # its data classes for importers
-        facts = record_facts.of_source(source, module_name)
+        facts = record_facts.of_source(source, module_name, path)
         return FileResult(file_path, path, source, source, [], NameMap(), skipped=True, factories=facts)
     try:
         tree = parse_module(source)  # = cst.parse_module(source), cheaper

@@ -77,3 +77,15 @@ def filtered(source: Feat) -> Feat:
     if source.kind not in ("tuple", "namedtuple"):
         return Feat.unknown("a filtered sequence of unknown length")
     return Feat("output", elements=source.elements)
+
+
+def summand(value: Feat) -> Feat:
+    """What ``value + other`` / ``other + value`` sees of a value: an output object with fields (a
+    ``ModelOutput``, an ordered dict, which has no ``+``) never reaches a ``+`` that does not raise,
+    so only the tuple another path gives instead (its ``base``) does; a filtered tuple is the tuple of
+    its elements not None (:func:`present`). Any other value as it is."""
+    if value.kind != "output":
+        return value
+    if value.names:
+        return summand(value.base) if value.base is not None else Feat.unknown("a sum of an output object")
+    return present(value)

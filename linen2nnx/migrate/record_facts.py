@@ -9,6 +9,7 @@ dotted names; an importing file sees those it imports by name at module level, u
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import libcst as cst
@@ -25,9 +26,9 @@ def external_records(facts: Mapping[str, Any]) -> dict[str, RecordClass]:
     return {k: v for k, v in facts.items() if k.startswith(FACT_PREFIX) and isinstance(v, RecordClass)}
 
 
-def of_source(source: str, module_name: str) -> dict[str, RecordClass]:
+def of_source(source: str, module_name: str, path: str = "") -> dict[str, RecordClass]:
     """The facts of a file the module pass skips (it never says ``linen``): parsed only when it may
-    define a data class; none when it does not parse."""
+    define a data class; none when it does not parse. ``path``: the file (see :func:`folders_of`)."""
     if "dataclass" not in source and "NamedTuple" not in source:
         return {}
     from linen2nnx.migrate.cst_meta import parse_module
@@ -39,9 +40,16 @@ def of_source(source: str, module_name: str) -> dict[str, RecordClass]:
         return {}
     resolver = NameResolver(tree)
     try:
-        return record_facts(record_classes(tree.body, resolver.qualnames, module_name), module_name)
+        records = record_classes(tree.body, resolver.qualnames, module_name, folders_of(path))
+        return record_facts(records, module_name)
     finally:
         resolver.release()
+
+
+def folders_of(path: str) -> tuple[str, ...]:
+    """The names of the folders a file sits in, innermost last, for the relative imports that climb
+    them (``tuple_flow.climbed_qualname``); () without a path."""
+    return Path(path).resolve().parent.parts[1:] if path else ()
 
 
 def record_facts(records: dict[str, RecordClass], module_name: str) -> dict[str, RecordClass]:

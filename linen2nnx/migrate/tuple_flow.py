@@ -66,12 +66,16 @@ class RecordClass:
 
 
 def record_classes(
-    body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode], set[str]], module_name: str = ""
+    body: Sequence[cst.CSTNode],
+    qualnames: Callable[[cst.CSTNode], set[str]],
+    module_name: str = "",
+    folders: Sequence[str] = (),
 ) -> dict[str, RecordClass]:
     """The module-level classes whose attributes read back the constructor's arguments unchanged:
     a dataclass or NamedTuple with no base of its own (or a dataclass whose one base is Hugging Face's
     ``ModelOutput``, which adds no field), every field a plain annotated name, and no method that could
-    change what a field holds."""
+    change what a field holds. ``folders``: the names of the folders the file sits in, innermost last
+    (see :func:`_is_model_output`)."""
     out: dict[str, RecordClass] = {}
     for stmt in body:
         if not isinstance(stmt, cst.ClassDef):
@@ -82,7 +86,7 @@ def record_classes(
             for b in bases
         )
         decorated = any(_is_record_decorator(d.decorator, qualnames) for d in stmt.decorators)
-        model_output = len(bases) == 1 and _is_model_output(qualnames(bases[0]), module_name)
+        model_output = len(bases) == 1 and _is_model_output(qualnames(bases[0]), module_name, folders)
         if stmt.keywords or not (
             (sequence and not stmt.decorators) or (decorated and (not bases or model_output))
         ):
@@ -107,11 +111,27 @@ def _none_defaults(body: Sequence[cst.CSTNode]) -> tuple[str, ...]:
     )
 
 
-def _is_model_output(qualnames: set[str], module_name: str) -> bool:
+def _is_model_output(qualnames: set[str], module_name: str, folders: Sequence[str] = ()) -> bool:
     """Whether a base names Hugging Face's ``ModelOutput`` by its absolute name. A relative
     ``from .utils import ModelOutput`` that climbs above the run's packages is not taken for it: a
-    project's own ``utils.ModelOutput`` may index all its fields, and a wrong index is a wrong size."""
-    return any(absolute_qualname(q, module_name) in MODEL_OUTPUT_BASES for q in qualnames)
+    project's own ``utils.ModelOutput`` may index all its fields, and a wrong index is a wrong size.
+    Folders without ``__init__.py`` are packages too (namespace packages): a relative import proves
+    that the folders it climbs are, so it names the outermost of them (``folders``), and
+    ``from .utils import ModelOutput`` in a folder ``transformers`` is ``transformers.utils.ModelOutput``."""
+    return any(
+        absolute_qualname(q, module_name) in MODEL_OUTPUT_BASES
+        or climbed_qualname(q, folders) in MODEL_OUTPUT_BASES
+        for q in qualnames
+    )
+
+
+def climbed_qualname(qualname: str, folders: Sequence[str]) -> str:
+    """A relative import's name from the outermost folder it climbs (``..utils.X`` in ``a/b/f.py``:
+    ``a.utils.X``), whatever holds that folder; "" for an absolute name or a climb past ``folders``."""
+    dots = len(qualname) - len(qualname.lstrip("."))
+    if not dots or dots > len(folders) or not folders[-dots].isidentifier():
+        return ""
+    return f"{folders[-dots]}.{qualname.lstrip('.')}"
 
 
 def _is_record_decorator(node: cst.BaseExpression, qualnames: Callable[[cst.CSTNode], set[str]]) -> bool:
