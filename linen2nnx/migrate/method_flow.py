@@ -465,17 +465,20 @@ def _not_config(feat: Feat | None) -> bool:
 
 def leading_setup_sizes(setup: cst.FunctionDef | None) -> frozenset[str]:
     """The attributes the first statements of ``setup()`` bind to call-free expressions, before it
-    builds anything (``self.head_dim = self.dim // self.heads``): ``__init__`` replays them first, so
-    a size written as one of them can be read by every layer it builds."""
+    builds anything (``self.head_dim = self.dim // self.heads``, also after a call-free local
+    ``config = self.config``): ``__init__`` replays them first, so a size written as one of them can
+    be read by every layer it builds."""
     names: set[str] = set()
     for stmt in setup.body.body if setup is not None else ():
         small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
-        if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1) or calls_in(small.value):
             break
-        attr = self_attr(small.targets[0].target)
-        if attr is None or calls_in(small.value):
+        target = small.targets[0].target
+        attr = self_attr(target)
+        if attr is None and type(target) is not cst.Name:
             break
-        names.add(attr)
+        if attr is not None:
+            names.add(attr)
     text = code(setup) if names else ""  # one bound again later in setup() (even by `+=`) is not kept
     return frozenset(
         n for n in names if len(re.findall(rf"self\.{n}\s*(?://|\*\*|<<|>>|[-+*/%@&|^])?=(?!=)", text)) == 1
