@@ -68,3 +68,43 @@ def test_a_reordering_that_keeps_the_last_axis_keeps_the_input_size(body):
 def test_a_reordering_that_may_move_the_last_axis_stays_a_finding(body):
     manual, output = _manual(body)
     assert manual == ["L2N-SHAPE-003"] and "nnx.Linear(in_features, 3" not in output
+
+
+SETUP = """import flax.linen as nn
+
+
+class Attention(nn.Module):
+    hidden: int = 8
+    heads: int = 2
+
+    def setup(self):
+{setup}
+        self.out = nn.Dense(3)
+
+    def __call__(self, x):
+        return self.out(x.reshape(x.shape[:2] + ({size},)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("setup", "size", "sized"),
+    [
+        ("hidden = self.hidden\nself.dim = hidden", "self.dim", True),
+        ("self.dim = self.hidden // self.heads", "self.heads * self.dim", True),
+        ("self.dim = self.hidden\nself.dim2 = self.dim * 2", "self.dim2 - self.heads", True),
+        # a call before it: it may build (or read) anything, so __init__ may not have it yet
+        ("hidden = int(self.hidden)\nself.dim = hidden", "self.dim", False),
+        ("self.proj = nn.Dense(4)\nself.dim = self.hidden", "self.dim", False),
+        # bound twice, or under a condition
+        ("self.dim = self.hidden\nself.dim += 1", "self.dim", False),
+        ("if self.heads:\n    self.dim = self.hidden", "self.dim", False),
+        # a size that is no integer arithmetic of sizes
+        ("self.dim = self.hidden", "self.dim / 2", False),
+    ],
+)
+def test_a_reshape_to_a_size_setup_binds_first_has_that_size(setup, size, sized):
+    body = "\n".join("        " + line for line in setup.splitlines())
+    result = migrate_source(SETUP.format(setup=body, size=size), "m.py", module_name="m")
+    manual = [f.rule for f in result.findings if f.severity.value == "manual"]
+    assert (f"nnx.Linear({size}, 3" in (result.output or "")) is sized
+    assert manual == [] if sized else "L2N-SHAPE-003" in manual
