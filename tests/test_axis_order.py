@@ -81,6 +81,9 @@ class Attention(nn.Module):
 {setup}
         self.out = nn.Dense(3)
 
+    def grow(self):
+        self.wide = 2 * self.hidden
+
     def __call__(self, x):
         return self.out(x.reshape(x.shape[:2] + ({size},)))
 """
@@ -98,6 +101,7 @@ class Attention(nn.Module):
         # bound twice, or under a condition
         ("self.dim = self.hidden\nself.dim += 1", "self.dim", False),
         ("if self.heads:\n    self.dim = self.hidden", "self.dim", False),
+        ("self.wide = self.hidden\nself.grow()", "self.wide", False),  # grow() binds it again
         # a size that is no integer arithmetic of sizes
         ("self.dim = self.hidden", "self.dim / 2", False),
     ],
