@@ -430,6 +430,24 @@ class FeatureFlow:
             return last_axis_ops.reduced(self.expr_of(node.func.value), positional, node.args)
         return None
 
+    def _array_method(self, node: cst.Call, func: cst.Attribute, qualnames: set[str]) -> Feat | None:
+        """``x.astype(...)``, ``x.transpose(...)``, ``x.reshape(...)``, ``x.squeeze()``: what the method
+        makes of its receiver; None for any other method (the receiver is visited either way)."""
+        method = func.attr.value
+        receiver = self.expr_of(func.value)
+        if method in SHAPE_KEEPING_METHODS:
+            return receiver
+        if method in axis_order.REORDERING_METHODS and value_method(func, qualnames):
+            ordered = axis_order.method_reordered(node, receiver)
+            if ordered is not None:
+                return ordered
+        if method == "reshape":
+            return last_axis_ops.reshaped(receiver, node, func.value, self.size_fields, self.axis_size)
+        if method == "squeeze":  # keeps the last axis or drops it, by the shape: only a trace tells
+            known = receiver if receiver.kind in ("input", "expr") else receiver.candidate
+            return Feat("unknown", reason="a squeeze", candidate=known)
+        return None
+
     def _reshaped_or_built(
         self, node: cst.Call, qualnames: set[str], positional: list[cst.Arg], first: Feat
     ) -> Feat:
@@ -444,21 +462,9 @@ class FeatureFlow:
                 self.axis_size,
             )
         if isinstance(node.func, cst.Attribute):
-            method = node.func.attr.value
-            receiver = self.expr_of(node.func.value)
-            if method in SHAPE_KEEPING_METHODS:
-                return receiver
-            if method in axis_order.REORDERING_METHODS and value_method(node.func, qualnames):
-                ordered = axis_order.method_reordered(node, receiver)
-                if ordered is not None:
-                    return ordered
-            if method == "reshape":
-                return last_axis_ops.reshaped(
-                    receiver, node, node.func.value, self.size_fields, self.axis_size
-                )
-            if method == "squeeze":  # keeps the last axis or drops it, by the shape: only a trace tells
-                known = receiver if receiver.kind in ("input", "expr") else receiver.candidate
-                return Feat("unknown", reason="a squeeze", candidate=known)
+            method = self._array_method(node, node.func, qualnames)
+            if method is not None:
+                return method
         if (
             self.qualnames_of(node.func) & ARRAY_CONSTRUCTORS
             and node.args
