@@ -112,6 +112,8 @@ CASES = {
     "factory_function": ("MLP", {"hidden": 4}, (2, 3)),  # dense(...)(x), norm(...)(x): module-level factories
     "optional_input": ("Encoder", {}, (2, 5)),  # --unsafe-fixes: a layer built when an input is None
     "einops_patterns": ("Tokens", {}, (2, 4, 4, 3)),  # einops.rearrange / reduce keep the last axis
+    "axis_order": ("Mixer", {}, (2, 5, 6)),  # einsum / transpose / swapaxes keeping the last axis
+    "axis_order_attention": ("Attention", {}, (2, 5, 8)),  # reshapes to leading setup() sizes
     "late_import": ("Scaled", {}, (2, 5)),  # an import below the classes: nnx is imported above them
     "setup_comprehension": ("Stack", {}, (2, 4)),  # [Block(..., name=f"block.{i}") for i in range(n)]
     "setup_loop_lists": ("Stack", {}, (2, 4)),  # blocks.append(Block(...)) in a loop, self.blocks = blocks
@@ -242,6 +244,7 @@ SOURCES = {
     "inherited_build_tempered": "inherited_build",
     "local_dict_kwargs_plain": "local_dict_kwargs",
     "written_axes_pool": "written_axes",
+    "axis_order_attention": "axis_order",
     "shape_unpack_project": "shape_unpack",
     "shape_unpack_scaled": "shape_unpack",
     "loop_local_alias_scan": "loop_local_alias",

@@ -67,6 +67,7 @@ NOT_RUNNABLE = {
     "child_shape_unknown": "manual finding: a child's input shape that nothing explains",
     "last_axis_reduced_or_dropped": "manual finding: inputs reduced or squeezed on the last axis",
     "written_axes_unknown": "manual finding: a padding, tile or reshape that may change the last axis",
+    "axis_order_unknown": "manual findings: a transpose, einsum, swapaxes or reshape that may move the last axis",
     "tuple_returns_ambiguous": "manual findings: tuple elements and fields the source does not pin down",
     "list_changed_in_place": "manual findings: lists and output objects changed after they were built",
     "dunder_record": "manual findings: output classes with their own indexing or unpacking",

@@ -24,7 +24,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate import axis_sizes, last_axis_ops, mutation, output_values, tuple_flow
+from linen2nnx.migrate import axis_order, axis_sizes, last_axis_ops, mutation, output_values, tuple_flow
 from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
 from linen2nnx.migrate.cst_utils import (
@@ -353,6 +353,9 @@ class FeatureFlow:
         contracted = self._kept_or_contracted(node, qualnames, arg_feats, positional, first)
         if contracted is not None:
             return contracted
+        ordered = axis_order.reordered(node, qualnames, arg_feats)  # einsum, transpose, swapaxes
+        if ordered is not None:
+            return ordered
         through_method = self.method_of(node, arg_feats)
         if through_method is not None:
             return through_method
@@ -423,9 +426,27 @@ class FeatureFlow:
         if (
             isinstance(node.func, cst.Attribute)
             and node.func.attr.value in REDUCTIONS
-            and not any(q.startswith(("jax.", "numpy.", "flax.")) for q in qualnames)
+            and value_method(node.func, qualnames)
         ):
             return last_axis_ops.reduced(self.expr_of(node.func.value), positional, node.args)
+        return None
+
+    def _array_method(self, node: cst.Call, func: cst.Attribute, qualnames: set[str]) -> Feat | None:
+        """``x.astype(...)``, ``x.transpose(...)``, ``x.reshape(...)``, ``x.squeeze()``: what the method
+        makes of its receiver; None for any other method (the receiver is visited either way)."""
+        method = func.attr.value
+        receiver = self.expr_of(func.value)
+        if method in SHAPE_KEEPING_METHODS:
+            return receiver
+        if method in axis_order.REORDERING_METHODS and value_method(func, qualnames):
+            ordered = axis_order.method_reordered(node, receiver)
+            if ordered is not None:
+                return ordered
+        if method == "reshape":
+            return last_axis_ops.reshaped(receiver, node, func.value, self.size_fields, self.axis_size)
+        if method == "squeeze":  # keeps the last axis or drops it, by the shape: only a trace tells
+            known = receiver if receiver.kind in ("input", "expr") else receiver.candidate
+            return Feat("unknown", reason="a squeeze", candidate=known)
         return None
 
     def _reshaped_or_built(
@@ -442,17 +463,9 @@ class FeatureFlow:
                 self.axis_size,
             )
         if isinstance(node.func, cst.Attribute):
-            method = node.func.attr.value
-            receiver = self.expr_of(node.func.value)
-            if method in SHAPE_KEEPING_METHODS:
-                return receiver
-            if method == "reshape":
-                return last_axis_ops.reshaped(
-                    receiver, node, node.func.value, self.size_fields, self.axis_size
-                )
-            if method == "squeeze":  # keeps the last axis or drops it, by the shape: only a trace tells
-                known = receiver if receiver.kind in ("input", "expr") else receiver.candidate
-                return Feat("unknown", reason="a squeeze", candidate=known)
+            method = self._array_method(node, node.func, qualnames)
+            if method is not None:
+                return method
         if (
             self.qualnames_of(node.func) & ARRAY_CONSTRUCTORS
             and node.args
@@ -485,6 +498,14 @@ class FeatureFlow:
             )
             return last_axis_ops.concatenated(first, axis)
         return Feat.unknown("call")
+
+
+def value_method(func: cst.Attribute, qualnames: set[str]) -> bool:
+    """Whether ``func`` is a method of a value (``x.sum``, ``jnp.einsum(...).sum``), not a function of
+    a library module (``jnp.sum``)."""
+    if type(func.value) in (cst.Call, cst.Subscript):  # the method of a call's or an index's result
+        return True
+    return not any(q.startswith(("jax.", "numpy.", "flax.")) for q in qualnames)
 
 
 SIZED = tuple_flow.SIZED

@@ -204,12 +204,21 @@ def _is_minus_one(node: cst.BaseExpression) -> bool:
     )
 
 
+ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)
+"""Operators of sizes written as integer arithmetic of other sizes (``self.heads * self.head_dim``)."""
+
+
 def static_axis(node: cst.BaseExpression, fields: frozenset[str]) -> Feat | None:
     """A reshape's last axis written as a size ``__init__`` can read: an integer, or a dataclass field of
-    the class (``self.head_dim``, ``self.config.hidden``), which ``__init__`` has from its start. Never
+    the class (``self.head_dim``, ``self.config.hidden``), which ``__init__`` has from its start, or
+    integer arithmetic of those (``self.heads * self.head_dim``). Never
     an attribute ``setup()`` assigns (``__init__`` may read it before it is set) nor a submodule's
     (an NNX layer's attributes differ from Linen's): the result's last axis is that size."""
     if isinstance(node, cst.Integer):
+        return Feat("expr", expr=code(node))
+    if type(node) is cst.BinaryOperation and type(node.operator) in ARITHMETIC:  # heads * head_dim
+        if static_axis(node.left, fields) is None or static_axis(node.right, fields) is None:
+            return None
         return Feat("expr", expr=code(node))
     chain, first = node, None
     while isinstance(chain, cst.Attribute):

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import inspect
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -56,7 +57,9 @@ class MethodFlow:
         self.probing = False  # a first pass over a step function (see carry_fixpoint): no side effects
         self.depth = 0  # helper methods inlined around the current call (at most 3 deep)
         self.flow: FeatureFlow  # the flow over fn, set by run()
-        self.size_fields = frozenset(plan.field_names) | leading_setup_sizes(plan.setup)  # (last_axis_ops)
+        self.size_fields = frozenset(plan.field_names) | leading_setup_sizes(  # (last_axis_ops)
+            plan.setup, self.methods.values()
+        )
         self.dims = AxisSizes(  # locals holding an input's last axis (`n, l, d = x.shape`)
             functools.partial(sole_binding, self.ctx), functools.partial(sole_assigned_value, self.ctx)
         )
@@ -463,20 +466,27 @@ def _not_config(feat: Feat | None) -> bool:
     )
 
 
-def leading_setup_sizes(setup: cst.FunctionDef | None) -> frozenset[str]:
+def leading_setup_sizes(
+    setup: cst.FunctionDef | None, methods: Iterable[cst.FunctionDef] = ()
+) -> frozenset[str]:
     """The attributes the first statements of ``setup()`` bind to call-free expressions, before it
-    builds anything (``self.head_dim = self.dim // self.heads``): ``__init__`` replays them first, so
-    a size written as one of them can be read by every layer it builds."""
+    builds anything (``self.head_dim = self.dim // self.heads``, also after a call-free local
+    ``config = self.config``): ``__init__`` replays them first, so a size written as one of them can
+    be read by every layer it builds. One that another statement of setup() or of the class's other
+    ``methods`` binds again (a helper setup() calls) is none."""
     names: set[str] = set()
     for stmt in setup.body.body if setup is not None else ():
         small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
-        if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1) or calls_in(small.value):
             break
-        attr = self_attr(small.targets[0].target)
-        if attr is None or calls_in(small.value):
+        target = small.targets[0].target
+        attr = self_attr(target)
+        if attr is None and type(target) is not cst.Name:
             break
-        names.add(attr)
-    text = code(setup) if names else ""  # one bound again later in setup() (even by `+=`) is not kept
+        if attr is not None:
+            names.add(attr)
+    # one bound again later (even by `+=`) is not kept
+    text = "".join(code(m) for m in (setup, *(m for m in methods if m is not setup))) if names else ""
     return frozenset(
         n for n in names if len(re.findall(rf"self\.{n}\s*(?://|\*\*|<<|>>|[-+*/%@&|^])?=(?!=)", text)) == 1
     )
