@@ -52,7 +52,7 @@ from linen2nnx.migrate.rules import (
     MOD_006,
     XFORM_002,
 )
-from linen2nnx.migrate.setup_foreign import foreign_setup_module
+from linen2nnx.migrate.setup_foreign import flag_foreign_setup
 from linen2nnx.migrate.setup_lists import (
     ClassAlias,
     class_alias,
@@ -328,21 +328,8 @@ class ClassPlanner:
                 site.container = "list"
                 sites.append(site)
             plan.containers[attr] = sites
-        elif isinstance(value, cst.Call) and plan.setup is not None:
-            self._flag_foreign_setup(plan.setup, attr, value)
-
-    def _flag_foreign_setup(self, setup: cst.FunctionDef, attr: str, value: cst.Call) -> None:
-        """``self.w = kd.nn.Identity()`` then ``self.w(x)``: a Linen submodule from outside the run."""
-        block = self.ctx.parent_of(self.ctx.parent_of(setup) or setup)
-        qualnames = self.ctx.qualnames(value.func)
-        found = foreign_setup_module(self.state, qualnames, value, attr, block) if block is not None else None
-        if found is not None and isinstance(block, cst.ClassDef):
-            self.ctx.report(
-                MOD_006,
-                value,
-                found,
-                "migrate the file that defines it in the same run, or convert it by hand",
-            )
+        elif isinstance(value, cst.Call):  # `self.w = kd.nn.Identity()`, applied: from outside the run
+            flag_foreign_setup(self.ctx, plan, attr, value)
 
     def _plan_setup_loops(self, plan: ClassPlan, body: Any) -> None:
         """Lists a loop of setup() fills with submodules (setup_loop_lists.py): one site for the
