@@ -25,7 +25,7 @@ from linen2nnx.migrate.cst_meta import (
     start_positions,
     syntax_children,
 )
-from linen2nnx.migrate.cst_utils import absolute_qualname, code, is_super_call
+from linen2nnx.migrate.cst_utils import absolute_qualname, code, is_super_call, self_attr
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.linen_factories import LinenFactory, linen_factories
@@ -58,6 +58,7 @@ from linen2nnx.migrate.verify_syntax import (
     linen_helpers,
     linen_partial,
     marked_by_another_rule,
+    method_helpers,
     module_partials,
     self_chain,
     top_classes,
@@ -151,6 +152,7 @@ class _Verifier:
         self.linen_classes: set[str] = set()  # Linen classes of this file (kept ones included)
         self.defs = {c.name.value: c for c in top_classes(module)}
         self._helpers: dict[str, tuple[list[str], dict[str, str]]] | None = None  # see _linen_helpers
+        self._method_helpers: dict[cst.ClassDef, dict[str, tuple[list[str], dict[str, str]]]] = {}
         self._partials = module_partials(module)  # `Dense = partial(nn.Dense, ...)`: see linen_partial
         self._signatures: dict[str, Signature | None] = {}
         self.notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
@@ -394,6 +396,10 @@ class _Verifier:
             self._helpers = linen_helpers(self.module)
         if isinstance(func, cst.Name) and func.value in self._helpers:
             found: tuple[list[str], dict[str, str]] | None = self._helpers[func.value]
+        elif self_attr(func) is not None and self._class is not None:  # `self._normalize(self, x, ...)`
+            if self._class not in self._method_helpers:
+                self._method_helpers[self._class] = method_helpers(self._class)
+            found = self._method_helpers[self._class].get(self_attr(func) or "")
         else:  # another file's: its own linen_helpers, or a parameter helper replay refused
             found = imported_helper(call, self.names, self.module_name, self.factories)
         use = handed_self(call, found) if found is not None else None
