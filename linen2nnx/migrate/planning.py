@@ -46,12 +46,7 @@ from linen2nnx.migrate.local_planning import LocalPlanner
 from linen2nnx.migrate.local_sites import plan_local_sites
 from linen2nnx.migrate.merge_flags import merge_flags
 from linen2nnx.migrate.named_variables import plan_put_variables
-from linen2nnx.migrate.rules import (
-    API_002,
-    MOD_004,
-    MOD_006,
-    XFORM_002,
-)
+from linen2nnx.migrate.rules import API_002, MOD_004, MOD_006, XFORM_002
 from linen2nnx.migrate.setup_foreign import flag_foreign_setup
 from linen2nnx.migrate.setup_lists import (
     ClassAlias,

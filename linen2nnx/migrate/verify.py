@@ -152,7 +152,6 @@ class _Verifier:
         self.linen_classes: set[str] = set()  # Linen classes of this file (kept ones included)
         self.defs = {c.name.value: c for c in top_classes(module)}
         self._helpers: dict[str, tuple[list[str], dict[str, str]]] | None = None  # see _linen_helpers
-        self._method_helpers: dict[cst.ClassDef, dict[str, tuple[list[str], dict[str, str]]]] = {}
         self._partials = module_partials(module)  # `Dense = partial(nn.Dense, ...)`: see linen_partial
         self._signatures: dict[str, Signature | None] = {}
         self.notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
@@ -397,9 +396,7 @@ class _Verifier:
         if isinstance(func, cst.Name) and func.value in self._helpers:
             found: tuple[list[str], dict[str, str]] | None = self._helpers[func.value]
         elif self_attr(func) is not None and self._class is not None:  # `self._normalize(self, x, ...)`
-            if self._class not in self._method_helpers:
-                self._method_helpers[self._class] = method_helpers(self._class)
-            found = self._method_helpers[self._class].get(self_attr(func) or "")
+            found = method_helpers(self._class).get(self_attr(func) or "")  # rare: few calls hand self on
         else:  # another file's: its own linen_helpers, or a parameter helper replay refused
             found = imported_helper(call, self.names, self.module_name, self.factories)
         use = handed_self(call, found) if found is not None else None
@@ -560,8 +557,7 @@ class _Verifier:
         )
 
     def _builds_module(self, node: cst.BaseExpression) -> bool:
-        """A call that constructs an NNX module (a class of flax.nnx, of this file or of the run, or any
-        call given ``rngs=``)."""
+        """A call that constructs an NNX module (of flax.nnx, this file or the run; or given ``rngs=``)."""
         if not isinstance(node, cst.Call):
             return False
         if any(a.keyword is not None and a.keyword.value == "rngs" for a in node.args):
