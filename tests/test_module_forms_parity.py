@@ -58,6 +58,7 @@ class ActConfig:
 CASES = {
     "compact_loop": ("Tower", {"config": TowerConfig()}, (2, 5)),
     "compact_param": ("Scale", {"features": 3}, (2, 4)),
+    "kw_only_fields": ("Model", {}, (2, 4)),  # `_: dataclasses.KW_ONLY`: keyword-only fields after `*`
     "setup_param": ("Affine", {"features": 4}, (2, 4)),
     "setup_mlp": ("MLP", {"hidden": 6}, (2, 4)),
     "inheritance": ("Wider", {"width": 3}, (2, 5)),

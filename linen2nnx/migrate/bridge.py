@@ -22,6 +22,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import parse_statement, self_attr
+from linen2nnx.migrate.kw_only import init_fields
 from linen2nnx.migrate.sites import ClassPlan, Field
 
 BRIDGE_ATTR = "linen"
@@ -53,8 +54,8 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
     fields' ``markers`` go on its ``__init__``, where a second run would put them."""
     params = ["self"]
     keyword_only = False
-    for f in (f for f in plan.fields if f.init):
-        if f.default is None and not keyword_only and any(" = " in p for p in params[1:]):
+    for f, star in init_fields(plan.fields):
+        if star:
             params.append("*")
             keyword_only = True
         params.append(

@@ -8,12 +8,15 @@ clashes with NNX's constructor argument and is a finding.
 
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.elementwise import setup_activations
+from linen2nnx.migrate.kw_only import is_kw_only_marker
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import LINEN_BASES, ClassPlan, Field
@@ -26,14 +29,18 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
         base_plan = ctx.user_class_of(base.value)
         if base_plan is not None:
             fields.extend(base_plan.fields)
+    kw_only = False  # past this class's `_: dataclasses.KW_ONLY`: its later fields are keyword-only
     for stmt in node.body.body:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
                     if "ClassVar" in code(small.annotation.annotation):
                         continue
+                    if is_kw_only_marker(small):
+                        kw_only = True
+                        continue
                     fields = [f for f in fields if f.name != small.target.value]
-                    fields.append(ctx.dataclass_field(small))
+                    fields.append(dataclasses.replace(ctx.dataclass_field(small), kw_only=kw_only))
     return fields
 
 

@@ -31,6 +31,7 @@ from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.inheritance import is_super_setup, super_init_statement
+from linen2nnx.migrate.kw_only import init_fields
 from linen2nnx.migrate.lazy_vars import init_call
 from linen2nnx.migrate.lifted import lifted_ctor, param_axis
 from linen2nnx.migrate.loop_names import built_per_iteration
@@ -286,9 +287,9 @@ class Emitter:
         """``def __init__(self, <fields>, *, <new size arguments>, rngs: nnx.Rngs): pass``."""
         params = ["self"]
         keyword_only = False
-        for f in (f for f in plan.fields if f.init):
-            if f.default is None and not keyword_only and any(" = " in p for p in params[1:]):
-                params.append("*")  # Linen's kw_only fields: a required field after defaulted ones
+        for f, star in init_fields(plan.fields):
+            if star:  # Linen's keyword-only fields: after KW_ONLY, or a required one after defaulted ones
+                params.append("*")
                 keyword_only = True
             default = f" = {f.default}" if f.default is not None else ""
             params.append(f"{f.name}: {f.annotation}{default}")

@@ -46,12 +46,8 @@ from linen2nnx.migrate.local_planning import LocalPlanner
 from linen2nnx.migrate.local_sites import plan_local_sites
 from linen2nnx.migrate.merge_flags import merge_flags
 from linen2nnx.migrate.named_variables import plan_put_variables
-from linen2nnx.migrate.rules import (
-    API_002,
-    MOD_004,
-    MOD_006,
-    XFORM_002,
-)
+from linen2nnx.migrate.rules import API_002, MOD_004, MOD_006, XFORM_002
+from linen2nnx.migrate.setup_foreign import flag_foreign_setup
 from linen2nnx.migrate.setup_lists import (
     ClassAlias,
     class_alias,
@@ -327,6 +323,8 @@ class ClassPlanner:
                 site.container = "list"
                 sites.append(site)
             plan.containers[attr] = sites
+        elif isinstance(value, cst.Call):  # `self.w = kd.nn.Identity()`, applied: from outside the run
+            flag_foreign_setup(self.ctx, plan, attr, value)
 
     def _plan_setup_loops(self, plan: ClassPlan, body: Any) -> None:
         """Lists a loop of setup() fills with submodules (setup_loop_lists.py): one site for the

@@ -28,6 +28,7 @@ from linen2nnx.migrate.cst_utils import (
     without_dead_locals,
 )
 from linen2nnx.migrate.emit import Emitter
+from linen2nnx.migrate.kw_only import is_kw_only_marker
 from linen2nnx.migrate.layer_subclasses import nnx_layer_subclass
 from linen2nnx.migrate.lifted import (
     SCAN_DECORATORS,
@@ -310,7 +311,9 @@ class ClassRewriter:
     def _is_field_line(plan: ClassPlan, stmt: cst.BaseStatement) -> bool:
         field_names = set(plan.field_names)
         return isinstance(stmt, cst.SimpleStatementLine) and all(
-            isinstance(s, cst.AnnAssign) and isinstance(s.target, cst.Name) and s.target.value in field_names
+            isinstance(s, cst.AnnAssign)
+            and isinstance(s.target, cst.Name)
+            and (s.target.value in field_names or is_kw_only_marker(s))
             for s in stmt.body
         )
 
@@ -327,6 +330,8 @@ class ClassRewriter:
             if self._is_field_line(plan, stmt):
                 own = markers_of(stmt)
                 for orig_small, small in zip(orig_stmt.body, stmt.body):  # type: ignore[attr-defined]
+                    if small.target.value not in by_name:  # `_: dataclasses.KW_ONLY`: no field
+                        continue
                     rewritten = self.ctx.dataclass_field(orig_small, small)
                     field = by_name[small.target.value]
                     field.default, field.annotation = rewritten.default, rewritten.annotation

@@ -25,7 +25,7 @@ from linen2nnx.migrate.cst_meta import (
     start_positions,
     syntax_children,
 )
-from linen2nnx.migrate.cst_utils import absolute_qualname, code, is_super_call
+from linen2nnx.migrate.cst_utils import absolute_qualname, code, is_super_call, self_attr
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.linen_factories import LinenFactory, linen_factories
@@ -58,6 +58,7 @@ from linen2nnx.migrate.verify_syntax import (
     linen_helpers,
     linen_partial,
     marked_by_another_rule,
+    method_helpers,
     module_partials,
     self_chain,
     self_target,
@@ -404,6 +405,8 @@ class _Verifier:
             self._helpers = linen_helpers(self.module)
         if isinstance(func, cst.Name) and func.value in self._helpers:
             found: tuple[list[str], dict[str, str]] | None = self._helpers[func.value]
+        elif self_attr(func) is not None and self._class is not None:  # `self._normalize(self, x, ...)`
+            found = method_helpers(self._class).get(self_attr(func) or "")  # rare: few calls hand self on
         else:  # another file's: its own linen_helpers, or a parameter helper replay refused
             found = imported_helper(call, self.names, self.module_name, self.factories)
         use = handed_self(call, found) if found is not None else None
@@ -555,8 +558,7 @@ class _Verifier:
         )
 
     def _builds_module(self, node: cst.BaseExpression) -> bool:
-        """A call that constructs an NNX module (a class of flax.nnx, of this file or of the run, or any
-        call given ``rngs=``)."""
+        """A call that constructs an NNX module (of flax.nnx, this file or the run; or given ``rngs=``)."""
         if not isinstance(node, cst.Call):
             return False
         if any(a.keyword is not None and a.keyword.value == "rngs" for a in node.args):

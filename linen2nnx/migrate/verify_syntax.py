@@ -20,9 +20,20 @@ def linen_helpers(module: cst.Module) -> dict[str, tuple[list[str], dict[str, st
     """Module-level functions that call Linen Module API on one of their parameters (``p.param(...)``),
     or hand that parameter on to such a function of the file (``outer(self, ...)`` calling
     ``inner(self, ...)``): name -> (parameter names, parameter -> the first such method)."""
-    functions = [fn for fn in module.body if isinstance(fn, cst.FunctionDef)]
+    return _helpers([fn for fn in module.body if isinstance(fn, cst.FunctionDef)], skip=0)
+
+
+def method_helpers(cls: cst.ClassDef) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Methods of ``cls`` that call Linen Module API on a parameter other than ``self`` (flax's LayerNorm
+    style: ``self._normalize(self, x, ...)`` whose ``mdl.param(...)`` creates the scale): name ->
+    (parameter names after ``self``, parameter -> the first such method)."""
+    return _helpers([fn for fn in cls.body.body if isinstance(fn, cst.FunctionDef)], skip=1)
+
+
+def _helpers(functions: list[cst.FunctionDef], skip: int) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Of ``functions``, those that use Linen Module API on a parameter (the first ``skip`` not counted)."""
     params = {
-        fn.name.value: [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+        fn.name.value: [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)][skip:]
         for fn in functions
     }
     calls = {fn.name.value: calls_in(fn.body) for fn in functions}

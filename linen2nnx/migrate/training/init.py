@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code, kwarg
+from linen2nnx.migrate.cst_utils import code, keyword_arg, kwarg
 from linen2nnx.migrate.rules.training import (
     TRAIN_001,
     TRAIN_002,
@@ -24,6 +24,7 @@ from linen2nnx.migrate.rules.training import (
     TRAIN_014,
     TRAIN_015,
 )
+from linen2nnx.migrate.rules.verify import VERIFY_002
 from linen2nnx.migrate.sites import ClassSummary
 from linen2nnx.migrate.training.exprs import (
     bare,
@@ -73,6 +74,15 @@ def plan_partial(plan: TrainPlanner, call: cst.Call) -> None:
         f"{name}(...) built outside a module -> functools.partial({name}, ...): "
         "the NNX constructor also needs rngs and input sizes, which init supplies",
     )
+
+    if keyword_arg(call, "name") is not None:  # the partial would hand it to an __init__ that has no `name`
+        plan.note(
+            VERIFY_002,
+            call,
+            f"{name}(..., name=...) built outside a module: the NNX {name}.__init__ takes no name= "
+            "(NNX modules are named by the attribute that holds them), so calling the partial fails",
+            "drop name= where the module is built top-level; a submodule is named by its parent's attribute",
+        )
 
     def build(updated: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(updated, cst.Call)
