@@ -396,8 +396,7 @@ class _Verifier:
             )
 
     def _check_linen_helper(self, call: cst.Call, stmt: cst.CSTNode | None) -> None:
-        """``get_posemb(self, ...)``: ``self`` handed to a function of the file that uses Linen Module API
-        on that argument (``self.param(...)`` outside the class), which an NNX module does not have."""
+        """``get_posemb(self, ...)``: ``self`` handed to a function using Linen Module API on it (``self.param``)."""
         func = call.func
         if not any(isinstance(a.value, cst.Name) and a.value.value == "self" for a in call.args):
             return
