@@ -10,6 +10,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_utils import names_in, parse_expression
 from linen2nnx.migrate.dataflow_types import Feat
+from linen2nnx.migrate.setup_order import ready_at
 from linen2nnx.migrate.sites import ClassPlan, Site
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ def kv_size(
         if plain and first is not None and all(f == first for f in kv)
         else None
     )
+    if static is not None:  # a size __init__ can read where the layer is built (setup_order.py)
+        static = ready_at(plan.setup, None if site.hoisted else site.ctor, static)
     if static is None:
         what = f"key / value feature size of {plan.name}.{site.attr} (in_kv_features)"
         static = sizer._required_arg(plan, site, what, node, child_arg="in_kv_features")

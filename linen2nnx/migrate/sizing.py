@@ -31,6 +31,7 @@ from linen2nnx.migrate.rules import (
     SHAPE_002,
     SHAPE_003,
 )
+from linen2nnx.migrate.setup_order import ready_at
 from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
@@ -433,6 +434,14 @@ class Sizer(TraceEvidence):
     def _resolve_in(
         self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode
     ) -> str:
+        size = self._size_in(plan, site, feat, params, node)
+        ready = ready_at(plan.setup, site.ctor if not site.hoisted else None, size)
+        if ready is not None:
+            return ready
+        why = "it reads an attribute setup() binds after building the layer"
+        return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} ({why})", node)
+
+    def _size_in(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode) -> str:
         static = self.static_size(plan, feat, params, node)
         if static is not None:
             return static

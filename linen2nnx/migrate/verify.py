@@ -35,6 +35,7 @@ from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, markers_of, one_line
 from linen2nnx.migrate.training.driver import line_map
+from linen2nnx.migrate.verify_methods import method_notes
 from linen2nnx.migrate.verify_names import (
     LINEN_SELF_ONLY,
     LINEN_TREE_PLACE,
@@ -196,14 +197,9 @@ class _Verifier:
         if kind is cst.Call and self.function_factories:
             self._check_factory_call(node, stmt)  # type: ignore[arg-type]
         if kind is cst.FunctionDef and self._class is not None:
-            if node.name.value == "__post_init__" and self._rewritten():  # type: ignore[attr-defined]
-                self._report(
-                    verify_rules.VERIFY_004,
-                    node,
-                    stmt,
-                    "__post_init__ is the Linen dataclass's hook: nothing calls it in an NNX class, so what "
-                    "it sets is missing; run its body in __init__, after the fields",
-                )
+            if node.name.value in ("__init__", "__post_init__") and self._rewritten():  # type: ignore[attr-defined]
+                for rule, at, where, message in method_notes(self._class, node):  # type: ignore[arg-type]
+                    self._report(rule, at, where, message)
             self._methods.append((node, None))  # type: ignore[arg-type]
             self._applied |= applied_locals(node)  # type: ignore[arg-type]
             for child in syntax_children(node):

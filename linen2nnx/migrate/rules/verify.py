@@ -62,6 +62,14 @@ VERIFY_006 = Rule(
     "self.layers = [Block(4, rngs=rngs) for _ in range(2)]",
     "self.layers = nnx.List([Block(4, rngs=rngs) for _ in range(2)])",
 )
+VERIFY_007 = Rule(
+    "L2N-VERIFY-007",
+    M,
+    "An NNX __init__ reads an attribute of self on a line above the one that binds it (a Linen setup() may "
+    "read it lazily; __init__ runs in order and fails at construction).",
+    "self.out = nnx.Linear(self.width, 3, rngs=rngs)\nself.width = self.h * 2",
+    "# TODO(linen2nnx): L2N-VERIFY-007 __init__ reads self.width before a later line binds it",
+)
 VERIFY_010 = Rule(
     "L2N-VERIFY-010",
     M,
@@ -71,4 +79,4 @@ VERIFY_010 = Rule(
     "model.py:12:1: L2N-VERIFY-010 [manual] Model does not build from linen2nnx_spec.py: TypeError: ...",
 )
 
-RULES = (VERIFY_001, VERIFY_002, VERIFY_003, VERIFY_004, VERIFY_005, VERIFY_006, VERIFY_010)
+RULES = (VERIFY_001, VERIFY_002, VERIFY_003, VERIFY_004, VERIFY_005, VERIFY_006, VERIFY_007, VERIFY_010)

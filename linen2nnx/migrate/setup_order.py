@@ -1,0 +1,150 @@
+"""A size that reads an attribute ``setup()`` binds only after the layer the size is for.
+
+Linen builds a ``setup()`` submodule lazily, on its first call: ``self.out = nn.Dense(3)`` may come
+before ``self.width = self.h * 2`` and still see an input ``self.width`` wide. ``__init__`` replays
+``setup()`` in order and builds each layer where ``setup()`` assigned it, so an input size written as
+``self.width`` there reads an attribute not bound yet: the module would fail at construction, or read
+an earlier value of an attribute bound again later. Such an attribute is spelled out from its one
+call-free binding (``self.h * 2``); when it cannot be, the size is unknown.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_meta import calls_in
+from linen2nnx.migrate.cst_utils import names_in, needs_parens, parse_expression, self_attr
+
+MAX_DEPTH = 3  # attributes spelled out through attributes, as deep as a config chain goes
+
+
+def ready_at(setup: cst.FunctionDef | None, built: cst.CSTNode | None, expr: str) -> str | None:
+    """``expr`` as ``__init__`` can read it where the statement of ``setup`` holding ``built`` runs:
+    itself when every ``self.X`` it reads is bound before that statement and never again (or is no
+    attribute ``setup()`` binds: a field, a property), an attribute bound later spelled out from its
+    single binding; None when one cannot be. ``expr`` as it is for a layer built outside ``setup()``."""
+    if setup is None or built is None or "self." not in expr:
+        return expr
+    index = _statement_of(setup, built)
+    if index is None:
+        return expr
+    return _spelled(expr, _bindings(setup), index, MAX_DEPTH)
+
+
+def _spelled(
+    expr: str, bindings: dict[str, list[tuple[int, cst.BaseExpression | None]]], index: int, depth: int
+) -> str | None:
+    tree = parse_expression(expr)
+    late: dict[str, cst.BaseExpression] = {}
+    for attr in _self_reads(tree):
+        bound = bindings.get(attr, [])
+        if all(at < index for at, _ in bound):
+            continue
+        value = bound[0][1] if len(bound) == 1 else None
+        if depth == 0 or value is None or calls_in(value) or names_in(value) - {"self"}:
+            return None
+        spelled = _spelled(cst.Module([]).code_for_node(value), bindings, index, depth - 1)
+        if spelled is None:
+            return None
+        late[attr] = parse_expression(spelled)
+    if not late:
+        return expr
+    if self_attr(tree) in late:  # the whole size: no parentheses
+        return cst.Module([]).code_for_node(late[self_attr(tree) or ""])
+
+    class Spell(cst.CSTTransformer):
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+            value = late.get(self_attr(original) or "")
+            if value is None:
+                return updated
+            return (
+                value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                if needs_parens(value)
+                else value
+            )
+
+    return cst.Module([]).code_for_node(tree.visit(Spell()))
+
+
+def _self_reads(tree: cst.CSTNode) -> set[str]:
+    """The attributes ``self.X`` an expression reads (``self.a.b`` reads ``a``)."""
+    found: set[str] = set()
+
+    class Reads(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            attr = self_attr(node)
+            if attr is not None:
+                found.add(attr)
+
+    tree.visit(Reads())
+    return found
+
+
+def _statement_of(setup: cst.FunctionDef, node: cst.CSTNode) -> int | None:
+    """The index of the statement of ``setup``'s body that holds ``node`` (None: none does)."""
+    for i, stmt in enumerate(setup.body.body):
+        if _holds(stmt, node):
+            return i
+    return None
+
+
+def _holds(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    found = False
+
+    class Find(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            nonlocal found
+            found = found or n is node
+            return not found
+
+    tree.visit(Find())
+    return found
+
+
+def _bindings(setup: cst.FunctionDef) -> dict[str, list[tuple[int, cst.BaseExpression | None]]]:
+    """Each attribute ``setup()`` binds: the statements that bind it, each with its value where the
+    statement is a plain ``self.X = value`` (None for any other binding: augmented, unpacked, nested)."""
+    out: dict[str, list[tuple[int, cst.BaseExpression | None]]] = {}
+    for i, stmt in enumerate(setup.body.body):
+        plain = _plain_binding(stmt)
+        for attr in _bound_attrs(stmt):
+            out.setdefault(attr, []).append((i, plain[1] if plain is not None and plain[0] == attr else None))
+    return out
+
+
+def _plain_binding(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return None
+    small = stmt.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        attr = self_attr(small.targets[0].target)
+        return (attr, small.value) if attr is not None else None
+    return None
+
+
+def _bound_attrs(stmt: cst.CSTNode) -> set[str]:
+    """The attributes of ``self`` a statement assigns (plainly, augmented, annotated, unpacked)."""
+    found: set[str] = set()
+
+    class Targets(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self._collect(node.target)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self._collect(node.target)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self._collect(node.target)
+
+        def visit_For(self, node: cst.For) -> None:
+            self._collect(node.target)
+
+        def _collect(self, target: cst.CSTNode) -> None:
+            if isinstance(target, (cst.Tuple, cst.List)):
+                for element in target.elements:
+                    self._collect(element.value)
+            elif (attr := self_attr(target)) is not None:
+                found.add(attr)
+
+    stmt.visit(Targets())
+    return found
