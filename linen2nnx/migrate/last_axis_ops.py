@@ -44,20 +44,24 @@ def concatenated(parts: Feat, axis: cst.BaseExpression | None) -> Feat:
     any other literal axis the last axis is the parts' common one."""
     if parts.kind != "tuple" or not parts.elements:
         return Feat.unknown("a concatenation of an unknown sequence")
-    last = (
-        isinstance(axis, cst.UnaryOperation)
-        and isinstance(axis.operator, cst.Minus)
-        and (isinstance(axis.expression, cst.Integer) and axis.expression.value == "1")
-    )
-    if not last:
-        if isinstance(axis, cst.Integer) or axis is None:  # a leading axis (the default is 0)
-            same = parts.elements[0]
-            return (
-                same
-                if all(e == same for e in parts.elements)
-                else Feat.unknown("a concatenation of unequal parts")
-            )
+    number = literal_axis(axis)
+    if number is None:
         return Feat.unknown("a concatenation along an unknown axis")
+    rank = next((e.rank for e in parts.elements if e.rank), 0)
+    if number != -1 and not (rank and number % rank == rank - 1):  # not the last axis, if rank says so
+        same = dataclasses.replace(parts.elements[0], rank=rank)
+        if any(dataclasses.replace(e, rank=rank) != same for e in parts.elements):  # (a rank one shows)
+            return Feat.unknown("a concatenation of unequal parts")
+        if number < 0 or rank:
+            return same
+        # `concatenate([a, b], axis=1)` keeps the last axis of 3-d parts and adds up that of 2-d ones:
+        # only a trace that shows the parts' size confirms the first
+        why = f"a concatenation along axis {number} of parts of unknown rank"
+        return (
+            Feat("unknown", reason=why, candidate=same)
+            if same.kind in ("expr", "input")
+            else Feat.unknown(why)
+        )
     known = [e if e.kind == "expr" else e.candidate for e in parts.elements]
     if any(k is None or k.kind != "expr" for k in known):
         return Feat.unknown("a concatenation of parts of unknown size")
@@ -68,6 +72,17 @@ def concatenated(parts: Feat, axis: cst.BaseExpression | None) -> Feat:
     if any(e.kind != "expr" for e in parts.elements):  # some part's size is itself only a candidate
         return Feat("unknown", reason="a concatenation of parts of unconfirmed size", candidate=total)
     return total
+
+
+def literal_axis(axis: cst.BaseExpression | None) -> int | None:
+    """An axis written as a literal integer (``1``, ``-2``); the default 0 for none; None otherwise."""
+    if axis is None:
+        return 0
+    negative = isinstance(axis, cst.UnaryOperation) and isinstance(axis.operator, cst.Minus)
+    number = axis.expression if negative else axis  # type: ignore[attr-defined]
+    if not isinstance(number, cst.Integer):
+        return None
+    return -int(number.value, 0) if negative else int(number.value, 0)
 
 
 def reduced(value: Feat, positional: Sequence[cst.Arg], args: Sequence[cst.Arg]) -> Feat:
@@ -181,8 +196,8 @@ def reshaped(
         written = not any(a.star for a in args) and (len(args) > 1 or isinstance(shape, cst.Integer))
     last = dims[-1] if dims else None
     axis = (static_axis(last, fields) or sized(last)) if last is not None and written else None
-    if axis is not None:
-        return axis  # x.reshape(b, t, self.hidden): the last axis is the size written there
+    if axis is not None:  # x.reshape(b, t, self.hidden): the last axis is the size written there
+        return dataclasses.replace(axis, rank=len(dims)) if axis.kind == "expr" else axis
     if (
         isinstance(last, cst.UnaryOperation)
         and isinstance(last.expression, cst.Integer)

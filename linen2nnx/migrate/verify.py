@@ -47,6 +47,7 @@ from linen2nnx.migrate.verify_names import (
     looks_like_linen_module,
     signature_of,
 )
+from linen2nnx.migrate.verify_outside import calls_outside
 from linen2nnx.migrate.verify_syntax import (
     applied_locals,
     assignments,
@@ -177,6 +178,9 @@ class _Verifier:
 
     def run(self) -> None:
         self._walk(self.module, None)
+        local = [n for n in self.nnx_classes if n in self.defs and self._signature(n) is not None]
+        for call, stmt in calls_outside(self.module, set(self.nnx_classes.values()), local):
+            self._check_signature(call, set(), stmt)
 
     def _report(self, rule: Rule, node: cst.CSTNode, stmt: cst.CSTNode | None, message: str) -> None:
         """A leftover on ``stmt``, unless another rule marked the statement: that leftover is reported

@@ -110,9 +110,17 @@ class Signature:
 
     def problem(self, call: cst.Call) -> str:
         """What is wrong with ``call`` (empty when nothing is known to be)."""
-        if any(a.star == "**" for a in call.args):
-            return ""
         keywords = [a.keyword.value for a in call.args if a.keyword is not None]
+        if any(a.star == "**" for a in call.args):  # the mapping may hold anything; a Linen name= stays wrong
+            linen = self.linen_only | (
+                frozenset() if self.var_keyword else {"name", "parent"} - self.keywords
+            )
+            wrong = [k for k in keywords if k in linen]
+            return (
+                f"passes {', '.join(f'{k}=' for k in wrong)}, which its __init__ does not take"
+                if wrong
+                else ""
+            )
         positional = [a for a in call.args if a.keyword is None]
         problems = []
         wrong = [
