@@ -51,6 +51,7 @@ NOT_RUNNABLE = {
     "subclass_of_subclass": "manual findings: a subclass of a converted layer subclass is not converted",
     "loop_growing_width": "manual finding: a loop's input width grows with every iteration",
     "concat_unknown_rank": "manual finding: a concatenation along axis 1 of parts of unknown rank",
+    "outside_builder": "manual finding: a config method builds the module with a Linen name=",
     "setup_rebound_later": "manual finding: a size setup() binds again below the layer it sizes",
     "read_before_bind": "manual finding: an __init__ reads an attribute a later line binds",
     "element_loop_skip": "manual finding: a loop over a setup list may skip an element",

@@ -48,6 +48,7 @@ from linen2nnx.migrate.sites import (
     MERGE_PARAM,
     ClassPlan,
 )
+from linen2nnx.migrate.variable_reads import displayed_variables
 
 AXES_API_NAMES = frozenset({"partitioning.param_with_axes", "partitioning.variable_with_axes"})
 
@@ -79,7 +80,9 @@ class AttributeRewriter:
             )
             if repointed is not None:
                 return repointed
-        return self._variable_read(original, updated, parent)
+        return displayed_variables(self.ctx, original, parent) or self._variable_read(
+            original, updated, parent
+        )
 
     def _linen_name(
         self,

@@ -70,6 +70,38 @@ def variables_read(ctx: FileContext, original: cst.Subscript) -> cst.BaseExpress
     return parse_expression(nnx_read)
 
 
+DISPLAYS = frozenset(
+    {"builtins.print", "print", "pprint.pprint", "pprint.pp"}
+    | {f"{log}.{level}" for log in ("logging", "absl.logging") for level in ("debug", "info", "warning")}
+)
+"""Calls that only show a value: what they show of ``.variables`` may change form, nothing computes on it."""
+
+
+def displayed_variables(
+    ctx: FileContext, original: cst.Attribute, parent: cst.CSTNode | None
+) -> cst.BaseExpression | None:
+    """``print(self.dense2.variables)`` -> ``print(nnx.state(self.dense2))``: a submodule's (or the
+    class's own) variables shown whole, by a call that only displays them. NNX shows the state by
+    attribute path rather than by collection, and a lazily built Linen submodule shows nothing in
+    ``setup()`` where NNX shows its arrays: a different picture of the same weights, nothing computed."""
+    plan = ctx.current_plan()
+    if plan is None or original.attr.value != "variables" or not isinstance(parent, cst.Arg):
+        return None
+    call = ctx.parent_of(parent)
+    if not (isinstance(call, cst.Call) and parent in call.args and ctx.qualnames(call.func) & DISPLAYS):
+        return None
+    holder = original.value
+    child = self_attr(holder)
+    own = isinstance(holder, cst.Name) and holder.value == "self"
+    if not own and (child is None or child_site(ctx, plan, child) is None):
+        return None
+    shown = f"nnx.state({code(holder)})"
+    ctx.report(
+        VAR_005, original, f"{code(original)} shown by {code(call.func)} -> {shown} (by attribute path)"
+    )
+    return parse_expression(shown)
+
+
 def _own_variable(ctx: FileContext, plan: ClassPlan, keys: list[str], read: cst.CSTNode) -> str | None:
     """The NNX attribute of ``self.variables[collection][name]``: a variable this class creates with
     ``self.param`` / ``self.variable`` (in ``__init__``, or lazily on a call: a decode cache), read as
