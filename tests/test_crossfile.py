@@ -276,23 +276,3 @@ def test_dotted_uses_of_another_files_converted_layer_subclass_are_flagged(tmp_p
     ]
     assert all("StdConv (an nn.Conv subclass with a param override" in f.message for f in net)
     assert "subclasses convs.StdConv" in next(f.message for f in net if f.line == 21)
-
-
-def test_a_namespace_folder_inside_a_package_is_part_of_the_module_name(tmp_path):
-    """``gemma/research/t5gemma/modules.py`` with no ``research/__init__.py``: Python imports it as
-    ``gemma.research.t5gemma.modules``, so an import of that name in another file of the run finds it.
-    A package three namespace folders above a file names nothing (the edge of the project)."""
-    files = {
-        "gemma/__init__.py": "",
-        "gemma/research/t5gemma/__init__.py": "",
-        "gemma/research/t5gemma/modules.py": "",
-        "gemma/a/b/c/far.py": "",
-        "loose/script.py": "",
-    }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    assert module_name_for(tmp_path / "gemma/research/t5gemma/modules.py") == "gemma.research.t5gemma.modules"
-    assert module_name_for(tmp_path / "gemma/research/t5gemma/__init__.py") == "gemma.research.t5gemma"
-    assert module_name_for(tmp_path / "gemma/a/b/c/far.py") == "far"
-    assert module_name_for(tmp_path / "loose/script.py") == "script"

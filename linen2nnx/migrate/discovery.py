@@ -98,22 +98,13 @@ def discover(
     return out
 
 
-NAMESPACE_GAP = 2
-"""How many folders without ``__init__.py`` in a row a package may hold (``gemma/research/t5gemma``:
-``research`` has none, and Python imports ``gemma.research.t5gemma`` as a namespace portion). More
-are taken for the edge of the project: a stray ``__init__.py`` far above it names nothing."""
-
-
 def module_name_for(path: Path) -> str:
-    """The dotted name Python would import ``path`` under: climb while folders are packages, through
-    at most :data:`NAMESPACE_GAP` folders in a row without ``__init__.py`` between two that have one."""
+    """The dotted name Python would import ``path`` under: climb while folders are packages."""
     path = path.resolve()
     parts = [] if path.stem == "__init__" else [path.stem]
-    folder, gap = path.parent, []
-    while folder.name.isidentifier() and len(gap) <= NAMESPACE_GAP:
-        gap.append(folder.name)
-        if (folder / "__init__.py").is_file():  # a package: the folders climbed to it are too
-            parts[:0], gap = reversed(gap), []
+    folder = path.parent
+    while (folder / "__init__.py").is_file() and folder.name.isidentifier():
+        parts.insert(0, folder.name)
         folder = folder.parent
     return ".".join(parts)
 
