@@ -276,3 +276,49 @@ def test_dotted_uses_of_another_files_converted_layer_subclass_are_flagged(tmp_p
     ]
     assert all("StdConv (an nn.Conv subclass with a param override" in f.message for f in net)
     assert "subclasses convs.StdConv" in next(f.message for f in net if f.line == 21)
+
+
+NAMESPACE_BLOCKS = """
+import flax.linen as nn
+
+
+class Block(nn.Module):
+    features: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.features)(x)
+"""
+NAMESPACE_MODEL = """
+import flax.linen as nn
+
+from {imported} import blocks
+
+
+class Model(nn.Module):
+    def setup(self):
+        self.block = blocks.Block(3)
+
+    def __call__(self, x):
+        return self.block(x)
+"""
+
+
+def test_a_file_in_a_namespace_folder_is_found_by_either_name(tmp_path):
+    """``pkg/research/sub/blocks.py`` with no ``research/__init__.py``: a script beside it imports
+    ``sub.blocks``, a package user ``pkg.research.sub.blocks``; the run finds the class by both names
+    (before, the longer one named nothing of the run, and the model kept a manual finding)."""
+    for imported in ("sub", "pkg.research.sub"):
+        root = tmp_path / imported.replace(".", "_")
+        for name, text in {
+            "pkg/__init__.py": "",
+            "pkg/research/sub/__init__.py": "",
+            "pkg/research/sub/blocks.py": NAMESPACE_BLOCKS,
+            "pkg/research/sub/model.py": NAMESPACE_MODEL.format(imported=imported),
+        }.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        result = migrate_paths([root], mode=Mode.CHECK)
+        model = next(r for r in result.files if r.path.name == "model.py")
+        assert [f.rule for f in model.findings if f.severity.value == "manual"] == [], imported
+        assert "self.block = blocks.Block(3, in_features=in_features, rngs=rngs)" in model.output

@@ -109,6 +109,29 @@ def module_name_for(path: Path) -> str:
     return ".".join(parts)
 
 
+NAMESPACE_GAP = 2
+"""How many folders without ``__init__.py`` in a row :func:`namespace_names` climbs between packages."""
+
+
+def namespace_names(path: Path) -> tuple[str, ...]:
+    """The longer dotted names a file may also be imported under, through folders without
+    ``__init__.py`` inside a package (namespace portions): ``gemma/research/t5gemma/modules.py`` with
+    no ``research/__init__.py`` is ``t5gemma.modules`` to a script beside it, and
+    ``gemma.research.t5gemma.modules`` to ``from gemma.research.t5gemma import modules``. At most
+    :data:`NAMESPACE_GAP` such folders in a row: a stray ``__init__.py`` far above names nothing."""
+    path = path.resolve()
+    parts = [] if path.stem == "__init__" else [path.stem]
+    folder, gap, names = path.parent, [], []
+    while folder.name.isidentifier() and len(gap) <= NAMESPACE_GAP:
+        gap.append(folder.name)
+        if (folder / "__init__.py").is_file():  # a package: the folders climbed to it are too
+            parts[:0], crossed, gap = reversed(gap), len(gap) > 1 or bool(names), []
+            if crossed:
+                names.append(".".join(parts))
+        folder = folder.parent
+    return tuple(names)
+
+
 def import_levels(work: list[tuple[Path, str, str]]) -> list[list[int]]:
     """Group files so that each comes after the files of the run it imports (cross-file pre-pass order).
 
@@ -120,6 +143,7 @@ def import_levels(work: list[tuple[Path, str, str]]) -> list[list[int]]:
 def _dependencies(work: list[tuple[Path, str, str]]) -> list[set[int]]:
     """For each file, the files of the run it imports."""
     by_module = {module: i for i, (_, _, module) in enumerate(work) if module}
+    by_module.update({alias: i for i, (path, _, _) in enumerate(work) for alias in namespace_names(path)})
     last_parts = {module.rsplit(".", 1)[-1].encode() for module in by_module}
     deps: list[set[int]] = []
     for path, _, module in work:

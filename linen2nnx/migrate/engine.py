@@ -30,7 +30,7 @@ from linen2nnx.migrate import caller_sizes, gc_tuning, record_facts
 from linen2nnx.migrate.after_module import after_module_pass, facts_for_importers
 from linen2nnx.migrate.axes_params import migrate_restated
 from linen2nnx.migrate.cst_meta import forget_syntax_children, parse_module
-from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for
+from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for, namespace_names
 from linen2nnx.migrate.file_errors import internal_error, syntax_error
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
@@ -432,6 +432,7 @@ def _run(
     factories: dict[str, Any] = {}  # ... and their functions that build layers
     if len(work) > 1:  # which tables of activations some file may change (the files see it as a fact)
         factories[TABLE_CHANGES_KEY] = run_changes(w[0] for w in work)
+    aliases = [namespace_names(path) if module else () for path, _, module in work]
     for level, cyclic in import_levels_with_cycles(work):
         classes, functions = dict(external), dict(factories)  # what this level sees, shared by its files
         items = [(*work[i], classes, functions) for i in level]
@@ -439,16 +440,31 @@ def _run(
             results[i] = r
         if cyclic:  # files importing each other: once more, now that each knows the others' classes
             for i in level:
-                classes.update(results[i].summaries)
-                functions.update(results[i].factories)
+                classes.update(_aliased(results[i].summaries, work[i][2], aliases[i]))
+                functions.update(_aliased(results[i].factories, work[i][2], aliases[i]))
             again = [(*work[i], classes, functions) for i in cyclic]
             results.update(zip(cyclic, _run_level(again, jobs, options)))
         for i in level:
             if on_file:
                 on_file(results[i])
-            external.update(results[i].summaries)
-            factories.update(results[i].factories)
+            external.update(_aliased(results[i].summaries, work[i][2], aliases[i]))
+            factories.update(_aliased(results[i].factories, work[i][2], aliases[i]))
     return [results[i] for i in range(len(work))]
+
+
+def _aliased(facts: dict[str, Any], module: str, aliases: tuple[str, ...]) -> dict[str, Any]:
+    """A file's facts for importers, also under each longer name the file may be imported by
+    (:func:`namespace_names`): a key that names ``module.X`` (after any ``prefix:``) is repeated as
+    ``alias.X``, the fact itself unchanged."""
+    if not aliases:
+        return facts
+    out = dict(facts)
+    for key, value in facts.items():
+        head, colon, rest = key.rpartition(":")
+        if rest.startswith(f"{module}."):
+            for alias in aliases:
+                out[f"{head}{colon}{alias}{rest[len(module) :]}"] = value
+    return out
 
 
 def _run_level(work: list, jobs: int, options: _Options) -> Iterable[FileResult]:
