@@ -63,7 +63,12 @@ CASES = {
     "setup_mlp": ("MLP", {"hidden": 6}, (2, 4)),
     "setup_bound_later": ("Head", {"h": 3}, (2, 4)),  # a size setup() binds below the layer, spelled out
     "concat_leading_axis": ("Tokens", {}, (2, 4)),  # a class token joined along axis 1 of rank-3 parts
-    "display_variables": ("MLP", {}, (2, 3)),  # print(self.dense2.variables) -> print(nnx.state(...))
+    "display_variables": ("MLP", {}, (2, 3)),
+    "setup_comprehension_conditional": (
+        "Stack",
+        {},
+        (2, 3),
+    ),  # an nnx.List under a config test too  # print(self.dense2.variables) -> print(nnx.state(...))
     "inheritance": ("Wider", {"width": 3}, (2, 5)),
     "inherited_build": ("WithHead", {"width": 4}, (2, 5)),
     "inherited_build_scaled": ("Scaled", {"width": 4}, (2, 5)),

@@ -290,3 +290,27 @@ def test_a_statement_an_earlier_run_marked_gets_no_new_words():
     earlier = body.format(marker=f"        {MARKER} L2N-VERIFY-002 make_dense(...) passes name=\n")
     output, findings = verify_output(earlier, earlier, **kwargs)
     assert output == earlier and [f.rule for f in findings] == ["L2N-VERIFY-001"]  # reported, not re-marked
+
+
+SIZED_LEFTOVER = f"""
+from flax import nnx
+
+
+class Block(nnx.Module):
+    def __init__(self, features: int, *, rngs: nnx.Rngs):
+        self.features = features
+
+
+class Stack(nnx.Module):
+    def __init__(self, *, rngs: nnx.Rngs):
+        {MARKER} L2N-SHAPE-003 in_features of Block is unknown statically
+        self.layers = [Block(4, rngs=rngs) for _ in range(2)]
+"""
+
+
+def test_a_size_marker_hides_no_leftover():
+    """A statement's L2N-SHAPE-003 marker goes when the class's builders pass the size
+    (caller_sizes.py): a leftover on the same statement is reported now, not on a second run."""
+    output, findings = _verify(SIZED_LEFTOVER)
+    assert [f.rule for f in findings] == ["L2N-VERIFY-006"]
+    assert f"{MARKER} L2N-VERIFY-006" in output

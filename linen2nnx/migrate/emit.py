@@ -267,7 +267,7 @@ class Emitter:
                 if plan.super_init is not None and plan.super_in_setup:
                     stmts.append(super_init_statement(plan).with_changes(leading_lines=stmt.leading_lines))
                 continue
-            stmts.append(self._containerize(plan, stmt))
+            stmts.append(self._containerize_nested(plan, stmt))
         shape_arg = next((a for a, how in plan.new_args.items() if how == "input_shape:0"), None)
         if shape_arg is not None and (plan.input_shape_locals or plan.input_shape_params):  # a stand-in input
             stmts.append(
@@ -475,6 +475,27 @@ class Emitter:
         lists = [parse_statement(f"self.{site.attr} = nnx.List()\n") for site in in_order]
         self.state.uses_nnx = True
         return [*lists, *([loops] if loops is not None else [])]
+
+    def _containerize_nested(self, plan: ClassPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
+        """:meth:`_containerize` on a setup() statement and on those under its ``if`` / ``for`` /
+        ``with`` (``if config.norm == "layer": self.layers = [...]``), not inside a nested ``def``."""
+        if isinstance(stmt, cst.SimpleStatementLine):
+            return self._containerize(plan, stmt)
+        emitter = self
+
+        class Nested(cst.CSTTransformer):
+            def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+                return False
+
+            def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+                return False
+
+            def leave_SimpleStatementLine(
+                self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+            ) -> cst.BaseStatement:
+                return emitter._containerize(plan, updated)
+
+        return stmt.visit(Nested())  # type: ignore[return-value]
 
     def _containerize(self, plan: ClassPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
         """``self.layers = [..layers..]`` in setup -> ``nnx.List([...])`` (a plain list is rejected by NNX)."""
