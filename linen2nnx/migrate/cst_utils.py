@@ -214,6 +214,30 @@ def self_attr(node: cst.CSTNode) -> str | None:
     return None
 
 
+BINDERS = frozenset({cst.AnnAssign, cst.AugAssign, cst.For})  # one target; cst.Assign has several
+
+
+def self_targets(node: cst.CSTNode) -> list[tuple[cst.Attribute, str]]:
+    """The ``self.X`` an assignment, augmented or annotated assignment or ``for`` binds (through
+    tuple / list unpacking), each with its name; [] for any other node."""
+    kind = type(node)
+    targets = (
+        [t.target for t in node.targets]  # type: ignore[attr-defined]
+        if kind is cst.Assign
+        else [node.target]  # type: ignore[attr-defined]
+        if kind in BINDERS
+        else []
+    )
+    found: list[tuple[cst.Attribute, str]] = []
+    while targets:
+        target = targets.pop()
+        if type(target) in (cst.Tuple, cst.List):
+            targets += [e.value for e in target.elements]  # type: ignore[attr-defined]
+        elif (attr := self_attr(target)) is not None:
+            found.append((target, attr))  # type: ignore[arg-type]
+    return found
+
+
 def is_super_call(node: cst.CSTNode) -> bool:
     """``super()`` (or ``super(Cls, self)``)."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "super"

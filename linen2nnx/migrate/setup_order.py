@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import calls_in
-from linen2nnx.migrate.cst_utils import names_in, needs_parens, parse_expression, self_attr
+from linen2nnx.migrate.cst_meta import calls_in, syntax_children
+from linen2nnx.migrate.cst_utils import names_in, needs_parens, parse_expression, self_attr, self_targets
 
 MAX_DEPTH = 3  # attributes spelled out through attributes, as deep as a config chain goes
 
@@ -25,10 +25,13 @@ def ready_at(setup: cst.FunctionDef | None, built: cst.CSTNode | None, expr: str
     single binding; None when one cannot be. ``expr`` as it is for a layer built outside ``setup()``."""
     if setup is None or built is None or "self." not in expr:
         return expr
+    bindings = _bindings(setup)
+    if not _self_reads(parse_expression(expr)) & bindings.keys():  # most sizes read fields only
+        return expr
     index = _statement_of(setup, built)
     if index is None:
         return expr
-    return _spelled(expr, _bindings(setup), index, MAX_DEPTH)
+    return _spelled(expr, bindings, index, MAX_DEPTH)
 
 
 def _spelled(
@@ -83,32 +86,33 @@ def _self_reads(tree: cst.CSTNode) -> set[str]:
 def _statement_of(setup: cst.FunctionDef, node: cst.CSTNode) -> int | None:
     """The index of the statement of ``setup``'s body that holds ``node`` (None: none does)."""
     for i, stmt in enumerate(setup.body.body):
-        if _holds(stmt, node):
-            return i
+        stack: list[cst.CSTNode] = [stmt]
+        while stack:
+            current = stack.pop()
+            if current is node:
+                return i
+            stack.extend(syntax_children(current))
     return None
 
 
-def _holds(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    found = False
-
-    class Find(cst.CSTVisitor):
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            nonlocal found
-            found = found or n is node
-            return not found
-
-    tree.visit(Find())
-    return found
+_BINDINGS: dict[int, tuple[cst.FunctionDef, dict[str, list[tuple[int, cst.BaseExpression | None]]]]] = {}
 
 
 def _bindings(setup: cst.FunctionDef) -> dict[str, list[tuple[int, cst.BaseExpression | None]]]:
     """Each attribute ``setup()`` binds: the statements that bind it, each with its value where the
-    statement is a plain ``self.X = value`` (None for any other binding: augmented, unpacked, nested)."""
+    statement is a plain ``self.X = value`` (None for any other binding: augmented, unpacked, nested).
+    Remembered per setup() (every size of its class asks)."""
+    memo = _BINDINGS.get(id(setup))
+    if memo is not None and memo[0] is setup:
+        return memo[1]
     out: dict[str, list[tuple[int, cst.BaseExpression | None]]] = {}
     for i, stmt in enumerate(setup.body.body):
         plain = _plain_binding(stmt)
         for attr in _bound_attrs(stmt):
             out.setdefault(attr, []).append((i, plain[1] if plain is not None and plain[0] == attr else None))
+    if len(_BINDINGS) > 64:
+        _BINDINGS.clear()
+    _BINDINGS[id(setup)] = (setup, out)
     return out
 
 
@@ -123,28 +127,12 @@ def _plain_binding(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
 
 
 def _bound_attrs(stmt: cst.CSTNode) -> set[str]:
-    """The attributes of ``self`` a statement assigns (plainly, augmented, annotated, unpacked)."""
+    """The attributes of ``self`` a statement assigns (plainly, augmented, annotated, unpacked, as a
+    loop target), in one walk over the memoised children."""
     found: set[str] = set()
-
-    class Targets(cst.CSTVisitor):
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            self._collect(node.target)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            self._collect(node.target)
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            self._collect(node.target)
-
-        def visit_For(self, node: cst.For) -> None:
-            self._collect(node.target)
-
-        def _collect(self, target: cst.CSTNode) -> None:
-            if isinstance(target, (cst.Tuple, cst.List)):
-                for element in target.elements:
-                    self._collect(element.value)
-            elif (attr := self_attr(target)) is not None:
-                found.add(attr)
-
-    stmt.visit(Targets())
+    stack: list[cst.CSTNode] = [stmt]
+    while stack:
+        node = stack.pop()
+        found.update(attr for _, attr in self_targets(node))
+        stack.extend(syntax_children(node))
     return found

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code, self_attr
+from linen2nnx.migrate.cst_meta import syntax_children
+from linen2nnx.migrate.cst_utils import code, is_super_call, self_attr, self_targets
 from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
 
-DEFERRED = (cst.Lambda, cst.FunctionDef, cst.ClassDef)  # code that runs later, not where it stands
+DEFERRED = frozenset({cst.Lambda, cst.FunctionDef, cst.ClassDef})  # code that runs later, not where it stands
 
 
 def method_notes(cls: cst.ClassDef, fn: cst.FunctionDef) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
@@ -46,18 +47,21 @@ def reads_before_binding(
     (the statement, the read, ``X``)."""
     if [code(b.value) for b in cls.bases] != ["nnx.Module"]:
         return []
-    defined = _class_body_names(cls)
     statements = list(init.body.body)
-    later = [_bound(stmt) for stmt in statements]
+    facts = [_facts(stmt) for stmt in statements]
+    first = {}  # attribute -> the first statement that binds it
+    for i, (bound, _, _) in enumerate(facts):
+        for attr in bound:
+            first.setdefault(attr, i)
     found: list[tuple[cst.CSTNode, cst.Attribute, str]] = []
-    bound: set[str] = set(defined)
-    for i, stmt in enumerate(statements):
-        reads, calls_self = _reads(stmt)
-        pending = set().union(*later[i + 1 :]) if i + 1 < len(later) else set()
-        found += [(stmt, node, a) for node, a in reads if a not in bound and a in pending - later[i]]
+    defined: set[str] | None = None  # the class body's names, found on first need
+    for i, (_, reads, calls_self) in enumerate(facts):
+        late = [(node, a) for node, a in reads if first.get(a, i) > i]
+        if late:
+            defined = _class_body_names(cls) if defined is None else defined
+            found += [(statements[i], node, a) for node, a in late if a not in defined and "*" not in defined]
         if calls_self:  # a method of self (or super()) may bind anything from here on
             break
-        bound |= later[i]
     return found
 
 
@@ -81,57 +85,32 @@ def _class_body_names(cls: cst.ClassDef) -> set[str]:
     return names
 
 
-def _bound(stmt: cst.CSTNode) -> set[str]:
-    """The attributes of ``self`` a statement assigns, anywhere in it (outside deferred code)."""
-    found: set[str] = set()
-
-    class Targets(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if isinstance(node, DEFERRED):
-                return False
-            targets = (
-                [t.target for t in node.targets]
-                if isinstance(node, cst.Assign)
-                else [node.target]
-                if isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For))
-                else []
-            )
-            while targets:
-                target = targets.pop()
-                if isinstance(target, (cst.Tuple, cst.List)):
-                    targets += [e.value for e in target.elements]
-                elif (attr := self_attr(target)) is not None:
-                    found.add(attr)
-            return True
-
-    stmt.visit(Targets())
-    return found
-
-
-def _reads(stmt: cst.CSTNode) -> tuple[list[tuple[cst.Attribute, str]], bool]:
-    """The ``self.X`` a statement reads now (not as an assignment's target), and whether it calls a
-    method of ``self`` or ``super()``."""
+def _facts(stmt: cst.CSTNode) -> tuple[set[str], list[tuple[cst.Attribute, str]], bool]:
+    """What a statement does with ``self`` now (outside deferred code): the attributes it binds, the
+    ``self.X`` it reads (not as a target), and whether it calls a method of ``self`` or ``super()``.
+    One walk over the verifier's memoised children: a libcst visitor would rebuild every node."""
+    bound: set[str] = set()
     reads: list[tuple[cst.Attribute, str]] = []
-    targets: set[int] = set()
+    stores: set[int] = set()
     calls_self = False
-
-    class Reads(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            nonlocal calls_self
-            if isinstance(node, DEFERRED):
-                return False
-            if isinstance(node, cst.AssignTarget):
-                targets.add(id(node.target))
-            elif isinstance(node, cst.Call) and (
-                self_attr(node.func) is not None
-                or (isinstance(node.func, cst.Attribute) and code(node.func.value).startswith("super("))
-            ):
-                calls_self = True
-            elif isinstance(node, cst.Attribute) and id(node) not in targets:
-                attr = self_attr(node)
-                if attr is not None:
-                    reads.append((node, attr))
-            return True
-
-    stmt.visit(Reads())
-    return reads, calls_self
+    stack: list[cst.CSTNode] = [stmt]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind in DEFERRED:
+            continue
+        for target, attr in self_targets(node):
+            bound.add(attr)
+            if kind is not cst.AugAssign:  # `self.n += 1` reads self.n too
+                stores.add(id(target))
+        if kind is cst.Call:
+            func = node.func  # type: ignore[attr-defined]
+            calls_self = (
+                calls_self
+                or self_attr(func) is not None
+                or (type(func) is cst.Attribute and is_super_call(func.value))
+            )
+        elif kind is cst.Attribute and id(node) not in stores and (attr := self_attr(node)) is not None:
+            reads.append((node, attr))  # type: ignore[arg-type]
+        stack.extend(syntax_children(node))
+    return bound, reads, calls_self
