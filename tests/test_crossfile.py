@@ -322,3 +322,53 @@ def test_a_file_in_a_namespace_folder_is_found_by_either_name(tmp_path):
         model = next(r for r in result.files if r.path.name == "model.py")
         assert [f.rule for f in model.findings if f.severity.value == "manual"] == [], imported
         assert "self.block = blocks.Block(3, in_features=in_features, rngs=rngs)" in model.output
+
+
+ANNOTATED_BASE = """
+from typing import Optional
+
+import flax.linen as nn
+
+
+class Base(nn.Module):
+    width: Optional[int] = None
+    depth: int = 2
+"""
+ANNOTATED_SUB = """
+import flax.linen as nn
+
+from pkg.base import Base
+
+
+class Sub(Base):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.width or 3)(x)
+"""
+
+
+def test_an_inherited_annotation_this_file_cannot_evaluate_is_written_as_a_string(tmp_path):
+    """The subclass's __init__ repeats its base's fields; ``Optional`` is bound in the base's file
+    only, so the subclass's file writes that annotation as a string and imports without a NameError."""
+    for name, text in {
+        "pkg/__init__.py": "",
+        "pkg/base.py": ANNOTATED_BASE,
+        "pkg/sub.py": ANNOTATED_SUB,
+    }.items():
+        (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / name).write_text(text)
+    result = migrate_paths([tmp_path / "src"], mode=Mode.OUT_DIR, out_dir=tmp_path / "out")
+    sub = next(r for r in result.files if r.path.name == "sub.py")
+    assert 'width: "Optional[int]" = None' in sub.output
+    assert "depth: int = 2" in sub.output
+    sys.path.insert(0, str(tmp_path / "out"))
+    try:
+        for name in [m for m in sys.modules if m == "pkg" or m.startswith("pkg.")]:
+            del sys.modules[name]
+        import pkg.sub
+
+        assert pkg.sub.Sub.__init__.__annotations__["width"] == "Optional[int]"
+    finally:
+        sys.path.remove(str(tmp_path / "out"))
+        for name in [m for m in sys.modules if m == "pkg" or m.startswith("pkg.")]:
+            del sys.modules[name]

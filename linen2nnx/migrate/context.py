@@ -16,6 +16,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.layers import LayerRule, layer_rule
+from linen2nnx.migrate.annotation_names import module_names
 from linen2nnx.migrate.box_tests import unboxes_its_argument
 from linen2nnx.migrate.cst_meta import NAME_OR_ATTRIBUTE, FastVisitor, start_positions, syntax_parent_map
 from linen2nnx.migrate.cst_utils import (
@@ -532,6 +533,7 @@ class FileContext:
         self.collect_lift_aliases(node.body)
         self.state.module_classes = {s.name.value for s in node.body if isinstance(s, cst.ClassDef)}
         self.state.module_functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
+        self.state.module_names = module_names(node.body)
         self.state.record_classes = {  # its own and those it imports from other files of the run
             **imported_records(node.body, self.state.module_name, self.state.external_records),
             **record_classes(node.body, self.qualnames, self.state.module_name, folders_of(self.state.path)),

@@ -10,6 +10,7 @@ from collections.abc import Collection
 import libcst as cst
 
 from linen2nnx.layers import nnx_ctor_params
+from linen2nnx.migrate.annotation_names import written_annotation
 from linen2nnx.migrate.conditional_emit import conditional, nested_in_else, other_branch
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
@@ -252,7 +253,7 @@ class Emitter:
     def build_init(self, plan: ClassPlan, setup_body: list[cst.BaseStatement]) -> cst.FunctionDef:
         """``__init__`` of a planned class: its fields, the ``setup()`` body, the replayed locals and the
         hoisted submodules and variables, in Linen's creation order."""
-        fn = self._init_header(plan)
+        fn = self._init_header(plan, self.state.module_names)
         stmts: list[cst.BaseStatement] = [
             parse_statement(f"self.{f.name} = {f.name if f.init else f.default}\n")
             for f in plan.fields
@@ -283,8 +284,9 @@ class Emitter:
         return fn.with_changes(body=fn.body.with_changes(body=stmts))
 
     @staticmethod
-    def _init_header(plan: ClassPlan) -> cst.FunctionDef:
-        """``def __init__(self, <fields>, *, <new size arguments>, rngs: nnx.Rngs): pass``."""
+    def _init_header(plan: ClassPlan, names: frozenset[str] | None = None) -> cst.FunctionDef:
+        """``def __init__(self, <fields>, *, <new size arguments>, rngs: nnx.Rngs): pass``; an annotation
+        that reads a name the file does not bind (``names``) is written as a string."""
         params = ["self"]
         keyword_only = False
         for f, star in init_fields(plan.fields):
@@ -292,7 +294,7 @@ class Emitter:
                 params.append("*")
                 keyword_only = True
             default = f" = {f.default}" if f.default is not None else ""
-            params.append(f"{f.name}: {f.annotation}{default}")
+            params.append(f"{f.name}: {written_annotation(f.annotation, names)}{default}")
         if not keyword_only:
             params.append("*")
         params.extend(

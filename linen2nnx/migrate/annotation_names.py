@@ -1,0 +1,67 @@
+"""Annotations a generated ``__init__`` writes with names its file may not have.
+
+A subclass's ``__init__`` repeats the fields of its base, annotations included; a base of another
+file wrote ``codeword_dim: Optional[int]`` with its own ``from typing import Optional``, which the
+subclass's file need not have. Python evaluates a parameter annotation when it defines the function,
+so the module would fail at import with a NameError. Such an annotation is written as a string: the
+same type to a reader and a checker, nothing to evaluate.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import names_in, parse_expression
+
+BOUND_EVERYWHERE = frozenset(dir(builtins)) | {"nnx"}  # the rewrite imports nnx into every file it converts
+
+
+def module_names(body: Sequence[cst.CSTNode]) -> frozenset[str] | None:
+    """The names a module binds at its top level (imports, classes, functions, assignments, also under
+    a top-level ``if`` / ``try`` / ``with``); None after a ``from x import *`` (anything may be bound)."""
+    found: set[str] = set()
+    stack = list(body)
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+            found.add(stmt.name.value)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar):
+                    return None
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    for alias in small.names:  # type: ignore[union-attr]
+                        bound = alias.asname.name if alias.asname is not None else alias.name
+                        found.add(cst.Module([]).code_for_node(bound).split(".")[0])
+                elif isinstance(small, cst.Assign):
+                    found.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
+                elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                    found.add(small.target.value)
+        elif isinstance(stmt, (cst.If, cst.Try, cst.With)):
+            stack.extend(stmt.body.body)
+            for part in (
+                getattr(stmt, "orelse", None),
+                *getattr(stmt, "handlers", ()),
+                getattr(stmt, "finalbody", None),
+            ):
+                while part is not None:
+                    stack.extend(part.body.body)
+                    part = getattr(part, "orelse", None)  # an elif chain
+    return frozenset(found)
+
+
+def written_annotation(annotation: str, names: frozenset[str] | None) -> str:
+    """``annotation`` as a parameter of this file may write it: as it is when every name it reads is
+    bound here (or a builtin, or ``names`` is unknown), else as a string."""
+    if names is None or annotation.startswith(("'", '"')):
+        return annotation
+    try:
+        used = names_in(parse_expression(annotation))
+    except Exception:  # not an expression libcst parses: leave it to the verifier's parse
+        return annotation
+    if used <= names | BOUND_EVERYWHERE:
+        return annotation
+    return repr(annotation) if '"' in annotation else f'"{annotation}"'
