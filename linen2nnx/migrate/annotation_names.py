@@ -64,4 +64,5 @@ def written_annotation(annotation: str, names: frozenset[str] | None) -> str:
         return annotation
     if used <= names | BOUND_EVERYWHERE:
         return annotation
-    return repr(annotation) if '"' in annotation else f'"{annotation}"'
+    flat = " ".join(annotation.split())  # one line: a string literal cannot span the lines it did
+    return repr(flat) if '"' in flat else f'"{flat}"'
