@@ -1,10 +1,12 @@
-"""Where the verifier looks outside NNX classes: calls that build a class of this file the run
-turned into NNX.
+"""Where the verifier looks outside NNX classes: calls in the file's other classes that build a class
+of this file the run turned into NNX.
 
 Linen code often builds its modules outside any module: a config's ``make()`` returns
-``Transformer(self, name=name)``, a function returns ``Head(features)``. Once ``Head`` is an NNX
-class, such a call fails (no ``name=``, no ``rngs``), and nothing in the module pass sees it: the
-calls found here are checked against the NNX ``__init__`` as calls inside NNX classes are.
+``Transformer(self, name=name)``, a class kept as Linen builds a converted block with ``parent=``.
+Once the block is an NNX class, such a call fails (no ``name=``, no ``rngs``), and nothing in the
+module pass sees it: the calls found here are checked against the NNX ``__init__`` as calls inside
+NNX classes are. Module-level functions and statements are not looked at yet: the module pass
+replays many such functions into their callers, which leaves the function itself as it was.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ def calls_outside(
     already), with the statement that holds it; none when ``classes`` is empty."""
     if not classes:
         return
-    stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(s, s) for s in module.body if s not in skipped]
+    stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [
+        (s, s) for s in module.body if type(s) is cst.ClassDef and s not in skipped
+    ]
     while stack:
         node, stmt = stack.pop()
         if IS_STATEMENT[type(node)]:
