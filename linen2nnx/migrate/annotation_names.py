@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import names_in, parse_expression
+from linen2nnx.migrate.cst_utils import code, names_in, parse_expression
 
 BOUND_EVERYWHERE = frozenset(dir(builtins)) | {"nnx"}  # the rewrite imports nnx into every file it converts
 
@@ -35,7 +35,7 @@ def module_names(body: Sequence[cst.CSTNode]) -> frozenset[str] | None:
                 if isinstance(small, (cst.Import, cst.ImportFrom)):
                     for alias in small.names:  # type: ignore[union-attr]
                         bound = alias.asname.name if alias.asname is not None else alias.name
-                        found.add(cst.Module([]).code_for_node(bound).split(".")[0])
+                        found.add(code(bound).split(".")[0])
                 elif isinstance(small, cst.Assign):
                     found.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
                 elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):

@@ -257,9 +257,9 @@ def needs_parens(expr: cst.BaseExpression) -> bool:
     )
 
 
-def substitute_self_fields(expr_src: str, fields: dict[str, str]) -> str | None:
+def substitute_self_fields(expr_src: str, fields: dict[str, str], others_kept: bool = False) -> str | None:
     """Rewrite ``self.<field>`` in ``expr_src`` with the caller's argument text; None if the expression uses
-    anything of the callee's ``self`` that is not a given field."""
+    anything of the callee's ``self`` that is not a given field (``others_kept``: those stay as they are)."""
     tree = parse_expression(expr_src)
     missing = False
 
@@ -270,7 +270,7 @@ def substitute_self_fields(expr_src: str, fields: dict[str, str]) -> str | None:
             if name is None:
                 return updated
             if name not in fields:
-                missing = True
+                missing = missing or not others_kept
                 return updated
             value = parse_expression(fields[name])
             if needs_parens(value):

@@ -13,7 +13,14 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import calls_in, syntax_children
-from linen2nnx.migrate.cst_utils import names_in, needs_parens, parse_expression, self_attr, self_targets
+from linen2nnx.migrate.cst_utils import (
+    code,
+    names_in,
+    parse_expression,
+    self_attr,
+    self_targets,
+    substitute_self_fields,
+)
 
 MAX_DEPTH = 3  # attributes spelled out through attributes, as deep as a config chain goes
 
@@ -38,7 +45,7 @@ def _spelled(
     expr: str, bindings: dict[str, list[tuple[int, cst.BaseExpression | None]]], index: int, depth: int
 ) -> str | None:
     tree = parse_expression(expr)
-    late: dict[str, cst.BaseExpression] = {}
+    late: dict[str, str] = {}
     for attr in _self_reads(tree):
         bound = bindings.get(attr, [])
         if all(at < index for at, _ in bound):
@@ -46,27 +53,16 @@ def _spelled(
         value = bound[0][1] if len(bound) == 1 else None
         if depth == 0 or value is None or calls_in(value) or names_in(value) - {"self"}:
             return None
-        spelled = _spelled(cst.Module([]).code_for_node(value), bindings, index, depth - 1)
+        spelled = _spelled(code(value), bindings, index, depth - 1)
         if spelled is None:
             return None
-        late[attr] = parse_expression(spelled)
+        late[attr] = spelled
     if not late:
         return expr
-    if self_attr(tree) in late:  # the whole size: no parentheses
-        return cst.Module([]).code_for_node(late[self_attr(tree) or ""])
-
-    class Spell(cst.CSTTransformer):
-        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
-            value = late.get(self_attr(original) or "")
-            if value is None:
-                return updated
-            return (
-                value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-                if needs_parens(value)
-                else value
-            )
-
-    return cst.Module([]).code_for_node(tree.visit(Spell()))
+    whole = self_attr(tree)
+    if whole in late:  # the whole size: no parentheses
+        return late[whole]
+    return substitute_self_fields(expr, late, others_kept=True)
 
 
 def _self_reads(tree: cst.CSTNode) -> set[str]:

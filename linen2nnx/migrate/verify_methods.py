@@ -18,6 +18,7 @@ from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import code, is_super_call, self_attr, self_targets
 from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
+from linen2nnx.migrate.verify_syntax import class_body_names
 
 DEFERRED = frozenset({cst.Lambda, cst.FunctionDef, cst.ClassDef})  # code that runs later, not where it stands
 
@@ -66,23 +67,11 @@ def reads_before_binding(
 
 
 def _class_body_names(cls: cst.ClassDef) -> set[str]:
-    names: set[str] = set()
-    for stmt in cls.body.body:
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            names.add(stmt.name.value)
-        elif isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                targets = (
-                    [t.target for t in small.targets]
-                    if isinstance(small, cst.Assign)
-                    else [small.target]
-                    if isinstance(small, cst.AnnAssign)
-                    else []
-                )
-                names |= {t.value for t in targets if isinstance(t, cst.Name)}
-        else:  # a class body under an `if`: anything may be defined
-            names.add("*")
-    return names
+    """:func:`class_body_names`, with ``"*"`` for a body that binds under an ``if`` (anything may be)."""
+    compound = any(
+        not isinstance(s, (cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine)) for s in cls.body.body
+    )
+    return class_body_names(cls) | ({"*"} if compound else set())
 
 
 def _facts(stmt: cst.CSTNode) -> tuple[set[str], list[tuple[cst.Attribute, str]], bool]:

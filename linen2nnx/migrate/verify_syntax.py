@@ -194,6 +194,12 @@ def linen_args(call: cst.Call) -> str:
 
 
 def defined_names(cls: cst.ClassDef) -> set[str]:
+    """What a class defines: the names its body binds, and every ``self.<name>`` it assigns."""
+    return class_body_names(cls) | self_assigned(cls)
+
+
+def class_body_names(cls: cst.ClassDef) -> set[str]:
+    """The names a class body binds at its top level (methods, nested classes, class attributes)."""
     names: set[str] = set()
     for stmt in cls.body.body:
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
@@ -206,7 +212,6 @@ def defined_names(cls: cst.ClassDef) -> set[str]:
                     else ([small.target] if isinstance(small, cst.AnnAssign) else [])
                 )
                 names.update(t.value for t in targets if isinstance(t, cst.Name))
-    names.update(self_assigned(cls))
     return names
 
 
