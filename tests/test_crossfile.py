@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from linen2nnx.equivalence import check, perturbed
 from linen2nnx.migrate.discovery import import_levels, module_name_for
@@ -372,3 +373,102 @@ def test_an_inherited_annotation_this_file_cannot_evaluate_is_written_as_a_strin
         sys.path.remove(str(tmp_path / "out"))
         for name in [m for m in sys.modules if m == "pkg" or m.startswith("pkg.")]:
             del sys.modules[name]
+
+
+DEFAULTED_BASE = """
+import enum
+
+import flax.linen as nn
+
+SCALE = 2
+
+
+class Remat(enum.Enum):
+    LEGACY = "legacy"
+    FULL = "full"
+
+
+class Base(nn.Module):
+    remat: Remat = Remat.LEGACY
+    width: int = SCALE * 3
+    pick: object = lambda x: x * SCALE
+"""
+DEFAULTED_SUBS = {
+    "pkg/sub_attr.py": """
+import flax.linen as nn
+
+from pkg import base
+
+
+class ByModule(base.Base):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.width)(x)
+""",
+    "pkg/sub_name.py": """
+import flax.linen as nn
+
+from .base import Base
+
+
+class ByName(Base):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.width)(x)
+""",
+}
+
+
+def test_an_inherited_default_reads_the_names_it_lacks_through_the_base_module(tmp_path):
+    """A default is evaluated when ``__init__`` is defined, so ``Remat.LEGACY`` and ``SCALE * 3``, bound
+    in the base's file only, would fail the subclass's file at import (a NameError, with the class
+    reported clean). They are read through the base's module: the module the file already names the
+    base by, else the base's module, imported; a lambda's own parameter stays as it is."""
+    files = {"pkg/__init__.py": "", "pkg/base.py": DEFAULTED_BASE, **DEFAULTED_SUBS}
+    for name, text in files.items():
+        (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / name).write_text(text)
+    out = tmp_path / "out" / "pkg"
+    result = migrate_paths([tmp_path / "src" / "pkg"], mode=Mode.OUT_DIR, out_dir=out)
+    by = {r.path.name: r for r in result.files}
+    assert 'remat: "Remat" = base.Remat.LEGACY' in by["sub_attr.py"].output
+    assert "width: int = base.SCALE * 3" in by["sub_attr.py"].output
+    assert "pick: object = lambda x: x * base.SCALE" in by["sub_attr.py"].output
+    assert "import pkg.base\n" in by["sub_name.py"].output
+    assert 'remat: "Remat" = pkg.base.Remat.LEGACY' in by["sub_name.py"].output
+    assert not [f for r in result.files for f in r.findings if f.severity.value in ("manual", "error")]
+    sys.path.insert(0, str(tmp_path / "out"))
+    try:
+        for name in [m for m in sys.modules if m == "pkg" or m.startswith("pkg.")]:
+            del sys.modules[name]
+        import jax.numpy as jnp
+        import pkg.sub_attr
+        import pkg.sub_name
+        from flax import nnx
+
+        for cls in (pkg.sub_attr.ByModule, pkg.sub_name.ByName):
+            model = cls(in_features=2, rngs=nnx.Rngs(0))
+            assert model.remat.value == "legacy" and model.width == 6 and model.pick(1) == 2
+            assert model(jnp.ones((1, 2))).shape == (1, 6)
+    finally:
+        sys.path.remove(str(tmp_path / "out"))
+        for name in [m for m in sys.modules if m == "pkg" or m.startswith("pkg.")]:
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize(
+    "default, written",
+    [
+        ("Remat.LEGACY", "m.Remat.LEGACY"),
+        ("staticmethod(\n    (attend)\n)", "staticmethod(\n    (m.attend)\n)"),
+        ("init(stddev=SCALE)", "m.init(stddev=m.SCALE)"),
+        ("lambda x: x * SCALE", "lambda x: x * m.SCALE"),
+        ("tuple(i for i in AXES)", "tuple(i for i in m.AXES)"),
+        ("jnp.float32", "jnp.float32"),
+        ("None", "None"),
+    ],
+)
+def test_an_inherited_default_qualifies_only_the_names_the_file_lacks(default, written):
+    from linen2nnx.migrate.annotation_names import qualified_default
+
+    assert qualified_default(default, frozenset({"jnp"}), "m") == written

@@ -27,6 +27,8 @@ EXEMPT = {
     "L2N-IO-002": "test_migrate_cli.py::test_undecodable_file_is_named",
     "L2N-IO-003": "test_migrate_cli.py::test_unwritable_output_is_named",
     "L2N-IO-004": "test_rules_contract.py::test_an_internal_error_is_reported_and_the_file_left_alone",
+    # a default that reads a name of another file's module: a base class there, which one text cannot hold
+    "L2N-VERIFY-008": "test_verify.py::test_an_init_default_reading_a_name_the_file_does_not_bind_is_reported",
     # a trace build that needs a broken model
     "L2N-VERIFY-010": "test_verify.py::test_trace_reports_a_model_that_does_not_build",
 }

@@ -314,3 +314,39 @@ def test_a_size_marker_hides_no_leftover():
     output, findings = _verify(SIZED_LEFTOVER)
     assert [f.rule for f in findings] == ["L2N-VERIFY-006"]
     assert f"{MARKER} L2N-VERIFY-006" in output
+
+
+UNBOUND_DEFAULT = """
+import enum
+
+from flax import nnx
+
+SCALE = 2
+
+
+class Block(nnx.Module):
+    K = 3
+
+    def __init__(
+        self,
+        remat: str = LayerRemat.LEGACY,
+        width: int = SCALE * K,
+        pick: object = lambda x: x * SCALE,
+        axes: tuple = tuple(i for i in range(K)),
+        *,
+        rngs: nnx.Rngs,
+    ):
+        self.remat = remat
+"""
+
+
+def test_an_init_default_reading_a_name_the_file_does_not_bind_is_reported():
+    """A default is evaluated when the class is defined: ``LayerRemat`` (bound nowhere in the file)
+    would fail the module at import with a NameError. Names of the module, of the class body above, of
+    a lambda's parameters or a comprehension, and builtins are bound."""
+    output, findings = _verify(UNBOUND_DEFAULT)
+    assert [(f.rule, f.line, f.message) for f in findings] == [
+        ("L2N-VERIFY-008", 14, "the default of remat reads LayerRemat, which this file does not bind")
+    ]
+    assert f"    {MARKER} L2N-VERIFY-008 the default of remat reads LayerRemat" in output
+    assert _verify(output)[0] == output  # marked once: a second run adds nothing

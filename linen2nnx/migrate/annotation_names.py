@@ -1,10 +1,12 @@
-"""Annotations a generated ``__init__`` writes with names its file may not have.
+"""Annotations and defaults a generated ``__init__`` writes with names its file may not have.
 
-A subclass's ``__init__`` repeats the fields of its base, annotations included; a base of another
-file wrote ``codeword_dim: Optional[int]`` with its own ``from typing import Optional``, which the
-subclass's file need not have. Python evaluates a parameter annotation when it defines the function,
-so the module would fail at import with a NameError. Such an annotation is written as a string: the
-same type to a reader and a checker, nothing to evaluate.
+A subclass's ``__init__`` repeats the fields of its base, annotations and defaults included; a base of
+another file wrote ``codeword_dim: Optional[int]`` with its own ``from typing import Optional``, or
+``layer_remat: LayerRemat = LayerRemat.LEGACY`` with the enum its own module defines, which the
+subclass's file need not have. Python evaluates parameter annotations and defaults when it defines the
+function, so the module would fail at import with a NameError. Such an annotation is written as a
+string: the same type to a reader and a checker, nothing to evaluate. A default must be evaluated, so
+its unbound names are read through the base's module instead (``t5_architecture.LayerRemat.LEGACY``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import builtins
 from collections.abc import Sequence
 
 import libcst as cst
+import libcst.matchers as m
 
-from linen2nnx.migrate.cst_utils import code, names_in, parse_expression
+from linen2nnx.migrate.cst_utils import code, comprehension_names, names_in, parse_expression
 
 BOUND_EVERYWHERE = frozenset(dir(builtins)) | {"nnx"}  # the rewrite imports nnx into every file it converts
 
@@ -66,3 +69,38 @@ def written_annotation(annotation: str, names: frozenset[str] | None) -> str:
         return annotation
     flat = " ".join(annotation.split())  # one line: a string literal cannot span the lines it did
     return repr(flat) if '"' in flat else f'"{flat}"'
+
+
+def qualified_default(default: str, names: frozenset[str] | None, qualifier: str) -> str:
+    """``default`` (an inherited field's, as its base's file writes it) with every name this file does
+    not bind (``names``) read as ``<qualifier>.<name>``, the base's module, where that file binds it."""
+    if names is None:
+        return default
+    try:
+        expression = parse_expression(default)
+    except Exception:  # not an expression libcst parses: leave it to the verifier's parse
+        return default
+    # a lambda's parameters and a comprehension's targets are its own names, not the file's
+    params = {p.name.value for p in m.findall(expression, m.Param())}  # type: ignore[attr-defined]
+    unbound = names_in(expression) - names - BOUND_EVERYWHERE - params - comprehension_names(expression)
+    if not unbound:
+        return default
+    owner = parse_expression(qualifier)
+
+    class Qualify(cst.CSTTransformer):
+        def visit_Param(self, node: cst.Param) -> bool:
+            return False  # `lambda x: ...`: its parameters are not reads
+
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+            if updated.value not in unbound:
+                return updated
+            bare = updated.with_changes(lpar=(), rpar=())  # `(f)` -> `(owner.f)`, never `owner.(f)`
+            return cst.Attribute(owner, bare, lpar=updated.lpar, rpar=updated.rpar)
+
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+            return updated.with_changes(attr=original.attr)  # `.LEGACY` is an attribute, not a read
+
+        def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+            return updated.with_changes(keyword=original.keyword)  # `f(stddev=...)`: a keyword, not a read
+
+    return code(expression.visit(Qualify()))

@@ -12,6 +12,7 @@ import dataclasses
 
 import libcst as cst
 
+from linen2nnx.migrate.annotation_names import qualified_default
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import code
@@ -27,8 +28,13 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
     fields: list[Field] = []
     for base in node.bases:  # Linen base classes (this file's or another's) contribute their fields first
         base_plan = ctx.user_class_of(base.value)
-        if base_plan is not None:
-            fields.extend(base_plan.fields)
+        if base_plan is None:
+            continue
+        local = ctx.state.linen_classes.get(base_plan.name) is base_plan
+        for f in base_plan.fields:
+            if not local and f.default is not None:  # the base's module binds the names it reads
+                f = _with_base_names(ctx, base.value, f)
+            fields.append(f)
     kw_only = False  # past this class's `_: dataclasses.KW_ONLY`: its later fields are keyword-only
     for stmt in node.body.body:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -42,6 +48,25 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
                     fields = [f for f in fields if f.name != small.target.value]
                     fields.append(dataclasses.replace(ctx.dataclass_field(small), kw_only=kw_only))
     return fields
+
+
+def _with_base_names(ctx: FileContext, base: cst.BaseExpression, field: Field) -> Field:
+    """``field`` of ``base``, a class of another file, with the names its default reads that this file
+    does not bind read through the base's module: ``t5_architecture.LayerRemat.LEGACY`` for a base
+    written ``t5_architecture.Encoder``; for a base imported by name, its module's dotted name,
+    imported."""
+    names = ctx.state.module_names
+    if isinstance(base, cst.Attribute) and field.default is not None:
+        return dataclasses.replace(field, default=qualified_default(field.default, names, code(base.value)))
+    known = ctx.state.external
+    module = next((q.rsplit(".", 1)[0] for q in map(ctx.absolute, ctx.qualnames(base)) if q in known), None)
+    if module is None or field.default is None:
+        return field
+    default = qualified_default(field.default, names, module)
+    if default == field.default:
+        return field
+    ctx.state.plain_imports.add(module)
+    return dataclasses.replace(field, default=default)
 
 
 def plan_field_kinds(ctx: FileContext, plan: ClassPlan, node: cst.ClassDef) -> None:

@@ -189,7 +189,7 @@ class FileContext:
         if type(node) not in NAME_OR_ATTRIBUTE or not facts:
             return None
         return next(
-            (f for q in self.qualnames(node) if (f := facts.get(self._absolute(q))) is not None), None
+            (f for q in self.qualnames(node) if (f := facts.get(self.absolute(q))) is not None), None
         )
 
     def _find_function_factories(self) -> None:
@@ -225,7 +225,8 @@ class FileContext:
             )
         return self.state.bindings
 
-    def _absolute(self, qualname: str) -> str:
+    def absolute(self, qualname: str) -> str:
+        """``qualname`` with a relative import's leading dots resolved against this file's module."""
         return absolute_qualname(qualname, self.state.module_name)
 
     def transform_kind(self, func: cst.BaseExpression) -> str | None:

@@ -346,6 +346,8 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             updated = ensure_plain_import(updated, "jax", blank_line_after=False)
         if self.state.needs_math_import:
             updated = ensure_plain_import(updated, "math")
+        for module in sorted(self.state.plain_imports):  # a base's module, whose names a default reads
+            updated = ensure_plain_import(updated, module, blank_line_after=False)
         if self.state.variable_classes:  # those the output uses (a class kept as Linen uses the string)
             used = names_in(updated)
             wanted = {c: n for c, n in self.state.variable_classes.items() if n in used}

@@ -202,7 +202,7 @@ class _Verifier:
             self._check_factory_call(node, stmt)  # type: ignore[arg-type]
         if kind is cst.FunctionDef and self._class is not None:
             if node.name.value in ("__init__", "__post_init__") and self._rewritten():  # type: ignore[attr-defined]
-                for rule, at, where, message in method_notes(self._class, node):  # type: ignore[arg-type]
+                for rule, at, where, message in method_notes(self._class, node, self.module):  # type: ignore[arg-type]
                     self._report(rule, at, where, message)
             self._methods.append((node, None))  # type: ignore[arg-type]
             self._applied |= applied_locals(node)  # type: ignore[arg-type]

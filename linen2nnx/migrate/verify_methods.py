@@ -1,5 +1,6 @@
-"""The verifier's checks of an NNX class's methods as wholes: a ``__post_init__`` that nothing calls, and
-an ``__init__`` that reads an attribute before it binds it.
+"""The verifier's checks of an NNX class's methods as wholes: a ``__post_init__`` that nothing calls, an
+``__init__`` that reads an attribute before it binds it, and an ``__init__`` whose parameter defaults
+read a name the file does not bind (evaluated when the class is defined: a NameError at import).
 
 Linen's ``setup()`` may read a size that a later statement binds, on a submodule built lazily;
 ``__init__`` runs in order, so an output that reads ``self.width`` on a line above
@@ -13,9 +14,18 @@ attribute), read before any call of a method of ``self`` or ``super()`` that cou
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
+from linen2nnx.migrate.annotation_names import BOUND_EVERYWHERE, module_names
 from linen2nnx.migrate.cst_meta import syntax_children
-from linen2nnx.migrate.cst_utils import code, is_super_call, self_attr, self_targets
+from linen2nnx.migrate.cst_utils import (
+    code,
+    comprehension_names,
+    is_super_call,
+    names_in,
+    self_attr,
+    self_targets,
+)
 from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.verify_syntax import class_body_names
@@ -23,9 +33,11 @@ from linen2nnx.migrate.verify_syntax import class_body_names
 DEFERRED = frozenset({cst.Lambda, cst.FunctionDef, cst.ClassDef})  # code that runs later, not where it stands
 
 
-def method_notes(cls: cst.ClassDef, fn: cst.FunctionDef) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
+def method_notes(
+    cls: cst.ClassDef, fn: cst.FunctionDef, module: cst.Module | None = None
+) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
     """The leftovers of one method ``fn`` of an NNX class the run rewrote: (rule, node, its statement,
-    message)."""
+    message); ``module``: the file, whose top-level names ``fn``'s defaults may read (None: not checked)."""
     if fn.name.value == "__post_init__":
         why = (
             "__post_init__ is the Linen dataclass's hook: nothing calls it in an NNX class, so what it sets "
@@ -38,7 +50,34 @@ def method_notes(cls: cst.ClassDef, fn: cst.FunctionDef) -> list[tuple[Rule, cst
     return [
         (verify_rules.VERIFY_007, read, stmt, f"__init__ reads self.{attr} before a later line binds it")
         for stmt, read, attr in reads_before_binding(cls, fn)
+    ] + [
+        (
+            verify_rules.VERIFY_008,
+            default,
+            fn,
+            f"the default of {param} reads {name}, which this file does not bind",
+        )
+        for param, default, name in unbound_defaults(cls, fn, module_names(module.body) if module else None)
     ]
+
+
+def unbound_defaults(
+    cls: cst.ClassDef, init: cst.FunctionDef, top_names: frozenset[str] | None
+) -> list[tuple[str, cst.BaseExpression, str]]:
+    """(parameter, its default, a name it reads) for each name a default of ``init`` reads that neither
+    the module (``top_names``) nor the class body above binds, nor Python."""
+    if top_names is None:
+        return []
+    found = []
+    bound = top_names | BOUND_EVERYWHERE | class_body_names(cls)
+    params = init.params
+    for param in [*params.params, *params.kwonly_params, *params.posonly_params]:
+        if param.default is None:
+            continue
+        own = {p.name.value for p in m.findall(param.default, m.Param())}  # type: ignore[attr-defined]
+        unbound = names_in(param.default) - bound - own - comprehension_names(param.default)
+        found += [(param.name.value, param.default, name) for name in sorted(unbound)]
+    return found
 
 
 def reads_before_binding(

@@ -70,6 +70,15 @@ VERIFY_007 = Rule(
     "self.out = nnx.Linear(self.width, 3, rngs=rngs)\nself.width = self.h * 2",
     "# TODO(linen2nnx): L2N-VERIFY-007 __init__ reads self.width before a later line binds it",
 )
+VERIFY_008 = Rule(
+    "L2N-VERIFY-008",
+    M,
+    "An NNX __init__'s parameter default reads a name the file does not bind (a field default repeated from "
+    "a base of another file, say): Python evaluates it when the class is defined, so the module fails at import "
+    "with a NameError.",
+    "def __init__(self, remat: str = LayerRemat.LEGACY, *, rngs: nnx.Rngs): ...",
+    "# TODO(linen2nnx): L2N-VERIFY-008 the default of remat reads LayerRemat, which this file does not bind",
+)
 VERIFY_010 = Rule(
     "L2N-VERIFY-010",
     M,
@@ -79,4 +88,14 @@ VERIFY_010 = Rule(
     "model.py:12:1: L2N-VERIFY-010 [manual] Model does not build from linen2nnx_spec.py: TypeError: ...",
 )
 
-RULES = (VERIFY_001, VERIFY_002, VERIFY_003, VERIFY_004, VERIFY_005, VERIFY_006, VERIFY_007, VERIFY_010)
+RULES = (
+    VERIFY_001,
+    VERIFY_002,
+    VERIFY_003,
+    VERIFY_004,
+    VERIFY_005,
+    VERIFY_006,
+    VERIFY_007,
+    VERIFY_008,
+    VERIFY_010,
+)
