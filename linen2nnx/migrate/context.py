@@ -188,9 +188,7 @@ class FileContext:
         """What ``facts`` (keyed by absolute dotted name) say of the name ``node`` imports, or None."""
         if type(node) not in NAME_OR_ATTRIBUTE or not facts:
             return None
-        return next(
-            (f for q in self.qualnames(node) if (f := facts.get(self.absolute(q))) is not None), None
-        )
+        return next((f for q in self.qualnames(node) if (f := facts.get(self.absolute(q))) is not None), None)
 
     def _find_function_factories(self) -> None:
         """The module-level layer factory functions (function_factories.py), before any class is planned:

@@ -34,6 +34,7 @@ from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, mod
 from linen2nnx.migrate.file_errors import internal_error, syntax_error
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
+from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import IO_002, IO_003
 from linen2nnx.migrate.table_changes import KEY as TABLE_CHANGES_KEY
 from linen2nnx.migrate.table_changes import run_changes
@@ -175,7 +176,10 @@ def migrate_source(
         select=select, ignore=ignore, unsafe_fixes=unsafe_fixes, external=external, factories=factories
     )
     steps = (restate_axes, replay_helpers)
-    if any(steps) and (kept := _migrate_prepassed(tree, source, path, module_name, trace, options, steps)):
+    names = functools.cache(lambda: NameResolver(tree))  # one resolver of `tree` for every step that reads it
+    if any(steps) and (
+        kept := _migrate_prepassed(tree, source, path, module_name, trace, options, steps, names)
+    ):
         return caller_sizes.settle_file(kept, kept.built) if settle_sizes else kept
     rule_enabled = rule_selector(select, ignore)
     kept_options = {k: v for k, v in options.items() if k not in ("select", "ignore")}
@@ -184,7 +188,7 @@ def migrate_source(
         context, path=path, module_name=module_name, trace=trace, rule_enabled=rule_enabled, **kept_options
     )
     try:
-        out_tree = command.transform_module(tree, source)
+        out_tree = command.transform_module(tree, source, names() if names.cache_info().currsize else None)
         built: set[str] = set()
         output, own_factories, train_findings, verify_findings = after_module_pass(
             out_tree, source, path, module_name, command, external, factories, rule_enabled, built
@@ -229,25 +233,33 @@ def _migrate_prepassed(
     trace: Trace | None,
     options: dict[str, Any],
     steps: tuple[bool, bool],
+    names: Callable[[], NameResolver] | None = None,
 ) -> FileResult | None:
     """The file migrated after the text passes ``steps`` asks for (restating ``param_with_axes``,
-    replaying helper calls), in that order; None when neither applies."""
+    replaying helper calls), in that order; None when neither applies. ``names``: the resolver of
+    ``tree``, built on first use."""
     restate_axes, replay_helpers = steps
     if restate_axes and (
         kept := migrate_restated(unsettled, tree, source, path, module_name, trace, options, replay_helpers)
     ):
         return kept
     if replay_helpers:
-        return _migrate_replayed(tree, source, path, module_name, trace, options)
+        return _migrate_replayed(tree, source, path, module_name, trace, options, names)
     return None
 
 
 def _migrate_replayed(
-    tree: cst.Module, source: str, path: str, module_name: str, trace: Trace | None, options: dict[str, Any]
+    tree: cst.Module,
+    source: str,
+    path: str,
+    module_name: str,
+    trace: Trace | None,
+    options: dict[str, Any],
+    names: Callable[[], NameResolver] | None = None,
 ) -> FileResult | None:
     """The file migrated with its helper methods' calls replayed in place (helper_calls.py); None when
     there is nothing to replay or a replayed class is still kept as Linen (then the original is)."""
-    replayed = replay_helper_calls(tree, source, module_name, options.get("factories"))
+    replayed = replay_helper_calls(tree, source, module_name, options.get("factories"), names)
     if replayed is None:
         return None
     result = unsettled(

@@ -64,7 +64,9 @@ class FileState:
     uses_nnx: bool = False  # the output needs `from flax import nnx`
     needs_jax_import: bool = False  # an emitted jax.ShapeDtypeStruct / jax.numpy stand-in
     needs_math_import: bool = False  # an emitted math.prod of an input shape
-    plain_imports: set[str] = dataclasses.field(default_factory=set)  # `import <module>` lines the output needs
+    plain_imports: set[str] = dataclasses.field(
+        default_factory=set
+    )  # `import <module>` lines the output needs
     variable_classes: dict[str, str] = dataclasses.field(
         default_factory=dict
     )  # custom collection -> its nnx.Variable subclass (variable planning; defined by leave_Module)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import libcst as cst
@@ -208,13 +208,18 @@ def _helpers_of(cls: cst.ClassDef, resolver: NameResolver, classes: set[str]) ->
 
 
 def replay_helper_calls(
-    tree: cst.Module, source: str, module_name: str = "", functions: Mapping[str, Any] | None = None
+    tree: cst.Module,
+    source: str,
+    module_name: str = "",
+    functions: Mapping[str, Any] | None = None,
+    names: Callable[[], NameResolver] | None = None,
 ) -> Replayed | None:
     """The file with every qualifying helper call replayed in place (see the module docstring), and every
     call statement of a replayable module-level function (function_replay.py; ``functions``: those of
     the files this one imports, by their ``replay:`` keys), and every ``target = f(self, ...)`` of a
     function that creates a parameter on the module it is handed (param_helpers.py, ``param_helper:``
-    keys), in ``setup`` too; None when no class has one."""
+    keys), in ``setup`` too; None when no class has one. ``names``: the resolver of ``tree``, built on first
+    use (the module pass reads the same one when nothing is replayed)."""
     functions = {**(functions or {}), **replayable_functions(tree, module_name)}
     new_body, replayed = with_param_helpers_replayed(
         tree, module_name, {**functions, **param_helper_functions(tree, module_name)}
@@ -227,7 +232,9 @@ def replay_helper_calls(
     for index, stmt in enumerate(new_body):
         if not isinstance(stmt, cst.ClassDef) or not _may_replay(stmt, bool(functions)):
             continue
-        resolver = resolver or NameResolver(tree)  # only for a class with calls of its own helpers
+        resolver = resolver or (
+            names() if names else NameResolver(tree)
+        )  # for a class calling its own helpers
         compact, helpers = _helpers_of(stmt, resolver, classes)
         helpers -= _overridden(tree, stmt.name.value)
         calls = calls_to_replay(stmt, compact, resolver, module_name, functions) if functions else {}

@@ -357,11 +357,14 @@ class MigrateModules(Codemod, cst.CSTTransformer):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         return tree.visit(self)
 
-    def transform_module(self, tree: cst.Module, source: str | None = None) -> cst.Module:
+    def transform_module(
+        self, tree: cst.Module, source: str | None = None, resolver: NameResolver | None = None
+    ) -> cst.Module:
         """One pass over a freshly parsed tree (no defensive copy, no extra import passes, no libcst
         metadata: names, parents and positions come from the cheaper helpers above). ``source``, the
-        text ``tree`` was parsed from, lets findings be placed without a code generation of the tree."""
-        self.state.tree, self.state.resolver, self.state.parents = tree, None, None
+        text ``tree`` was parsed from, lets findings be placed without a code generation of the tree;
+        ``resolver``, one an earlier step built over ``tree``, saves building it again."""
+        self.state.tree, self.state.resolver, self.state.parents = tree, resolver, None
         self.state.source = source
         migrated = transform(tree, self, _KEPT_TYPES)  # = tree.visit(self), cheaper
         self.ctx.place_findings()
