@@ -338,6 +338,33 @@ def test_a_class_kept_as_linen_builds_linen_copies(tmp_path):
     assert {lf.path for lf in parity.by_check()["grad"]} >= {"linen/Block_2/Conv_0/kernel"}
 
 
+def test_a_kept_class_whose_helper_creates_a_computed_param_name_has_parity(tmp_path):
+    """A helper creating ``self.param(name, ...)`` with a computed name keeps the class Linen behind the
+    bridge, its helper call as written: the wrapper computes what Linen computes, under Linen's names."""
+    linen_mod, nnx_mod, result, map_path = build("kept_class_helper_not_replayed", tmp_path)
+    assert {k for k, c in result.name_map.classes.items() if c.bridge} == {
+        "kept_class_helper_not_replayed.Bias"
+    }
+
+    def make(rngs):
+        model = nnx_mod.Bias(num_heads=2, lengths=(3, 1, 2), rngs=rngs)
+        nnx.bridge.lazy_init(model)
+        return model
+
+    side = LinenSide(
+        model=linen_mod.Bias(num_heads=2, lengths=(3, 1, 2)),
+        batch={"x": np.zeros((1,), np.float32)},
+        loss=lambda out, batch: jnp.mean(out**2),
+        inputs=lambda batch: ((), {}),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    variables = perturbed(side.init_variables())
+    parity = check(ModelPair(linen=side, nnx_factory=make, name_map=map_path), variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    assert {lf.path for lf in parity.by_check()["grad"]} == {"linen/bias_0", "linen/bias_2"}
+
+
 def test_transforms_of_functions(tmp_path):
     """nn.remat(fn) / nn.scan(fn) of functions that take a module: the same functions under nnx.remat /
     nnx.scan (the module broadcast in front of the carry) compute the same values and gradients."""

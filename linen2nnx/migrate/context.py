@@ -18,7 +18,13 @@ import libcst as cst
 from linen2nnx.layers import LayerRule, layer_rule
 from linen2nnx.migrate.annotation_names import module_names
 from linen2nnx.migrate.box_tests import unboxes_its_argument
-from linen2nnx.migrate.cst_meta import NAME_OR_ATTRIBUTE, FastVisitor, start_positions, syntax_parent_map
+from linen2nnx.migrate.cst_meta import (
+    NAME_OR_ATTRIBUTE,
+    FastVisitor,
+    code_of,
+    start_positions,
+    syntax_parent_map,
+)
 from linen2nnx.migrate.cst_utils import (
     absolute_qualname,
     code,
@@ -402,6 +408,18 @@ class FileContext:
         while cur is not None and type(cur) is not cst.FunctionDef:
             cur = self.parent_of(cur)
         return cur
+
+    def in_marked_class(self, node: cst.CSTNode) -> bool:
+        """Is ``node`` in a class an earlier run wrote (it carries linen2nnx markers)? That run reported
+        its Linen leftovers where they stopped the rewrite; reporting them again is not idempotent."""
+        cur: cst.CSTNode | None = node
+        while cur is not None and type(cur) is not cst.ClassDef:
+            cur = self.parent_of(cur)
+        if cur is None:
+            return False
+        if cur not in self.state.marked_classes:
+            self.state.marked_classes[cur] = MARKER in code_of(cur)  # type: ignore[index]
+        return self.state.marked_classes[cur]  # type: ignore[index]
 
     def enclosing_class_plan(self, node: cst.CSTNode) -> ClassPlan | None:
         """The plan of the class ``node`` is a method of (not of a function nested in one)."""

@@ -157,10 +157,8 @@ def migrate_source(
     build through, and ones still building Linen, which NNX classes here must not call).
     First, ``replay_helpers`` helper methods' calls in ``@nn.compact`` (helper_calls.py) and
     ``restate_axes`` restates ``param_with_axes`` calls as ``self.param`` (axes_params.py).
-    ``settle_sizes``: the sizes classes of the file building a class pass it are settled
-    (:mod:`.caller_sizes`; :func:`migrate_paths` settles those passed from other files). The text
-    passes read the findings as the module pass gives them.
-    """
+    ``settle_sizes``: the sizes classes of the file building a class pass it are settled (:mod:`.caller_sizes`;
+    :func:`migrate_paths` settles those of other files). The text passes read the module pass's findings."""
     from linen2nnx.migrate.module_rewrite import MigrateModules
     from linen2nnx.migrate.training import mentions_training
 
@@ -177,9 +175,7 @@ def migrate_source(
     )
     steps = (restate_axes, replay_helpers)
     names = functools.cache(lambda: NameResolver(tree))  # one resolver of `tree` for every step that reads it
-    if any(steps) and (
-        kept := _migrate_prepassed(tree, source, path, module_name, trace, options, steps, names)
-    ):
+    if any(steps) and (kept := _prepassed(tree, source, path, module_name, trace, options, steps, names)):
         return caller_sizes.settle_file(kept, kept.built) if settle_sizes else kept
     rule_enabled = rule_selector(select, ignore)
     kept_options = {k: v for k, v in options.items() if k not in ("select", "ignore")}
@@ -225,7 +221,7 @@ def _release(command: Any, result: FileResult) -> FileResult:
 unsettled = functools.partial(migrate_source, settle_sizes=False)  # what the text passes read
 
 
-def _migrate_prepassed(
+def _prepassed(
     tree: cst.Module,
     source: str,
     path: str,

@@ -96,6 +96,7 @@ class FileState:
     # ---- module-level facts (resolved in visit_Module) ----------------------------------------
     module_classes: set[str] = dataclasses.field(default_factory=set)  # names of the file's classes
     module_functions: dict[str, cst.FunctionDef] = dataclasses.field(default_factory=dict)
+    marked_classes: dict[cst.ClassDef, bool] = dataclasses.field(default_factory=dict)  # see in_marked_class
     module_names: frozenset[str] | None = None  # every top-level name (annotation_names.py); None: unknown
     record_classes: dict[str, RecordClass] = dataclasses.field(
         default_factory=dict

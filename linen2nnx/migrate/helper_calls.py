@@ -395,7 +395,10 @@ def replayed_result(result: Any, replayed: Replayed, source: str) -> Any:
     """The module pass's ``result`` on the replayed text, told in terms of the original ``source`` (its
     findings on the original's lines); None when a replayed class is still kept as Linen or the file
     failed (then the original is migrated instead, so a bridged class keeps its author's code)."""
-    kept = tuple(f"{name} kept as Linen" for name in replayed.classes)
+    # an earlier run's Linen copy (`BlockLinen`) is reported by the name of its NNX wrapper (`Block`)
+    kept = tuple(
+        f"{n} kept as Linen" for name in replayed.classes for n in {name, name.removesuffix("Linen")}
+    )
     if result.failed or any(f.rule == MOD_007.id and f.message.startswith(kept) for f in result.findings):
         return None
     findings = [replayed.place(f) for f in result.findings]

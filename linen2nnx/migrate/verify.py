@@ -53,7 +53,6 @@ from linen2nnx.migrate.verify_syntax import (
     assignments,
     container_items,
     container_kind,
-    defined_names,
     handed_self,
     imported_helper,
     linen_args,
@@ -62,6 +61,7 @@ from linen2nnx.migrate.verify_syntax import (
     marked_by_another_rule,
     method_helpers,
     module_partials,
+    names_with_bases,
     self_chain,
     self_target,
     top_classes,
@@ -235,8 +235,15 @@ class _Verifier:
             if kind == "linen":
                 self.linen_classes.add(name)
             self._class = None
+        before = len(self.notes)
         for child in syntax_children(node.body):
             self._walk(child, stmt)
+        if self._class is not None and len(self.notes) > before and not self._rewritten():
+            # its markers make the next run read it as the run's own: check it as such now (idempotent)
+            del self.notes[before:]
+            self._marked[node] = True
+            for child in syntax_children(node.body):
+                self._walk(child, stmt)
         self._class = outer
 
     def _rewritten(self) -> bool:
@@ -255,7 +262,7 @@ class _Verifier:
         if self._class is None:
             return set()
         if self._class not in self._own:
-            self._own[self._class] = self._self_names(self._class)
+            self._own[self._class] = names_with_bases(self._class, self.defs)
         return self._own[self._class]
 
     def _class_kind(self, node: cst.ClassDef) -> str | None:
@@ -279,23 +286,6 @@ class _Verifier:
     def _external(self, qualname: str) -> ClassSummary | None:
         """The summary of a class another file of the run migrated."""
         return self.external.get(absolute_qualname(qualname, self.module_name)) if self.external else None
-
-    def _self_names(self, node: cst.ClassDef) -> set[str]:
-        """Names the class (and its NNX bases of this file) defines: methods, class attributes, and
-        everything assigned to ``self.<name>`` (an NNX class may well call its own attribute ``scope``)."""
-        names: set[str] = set()
-        todo = [node]
-        while todo:
-            cls = todo.pop()
-            names |= defined_names(cls)
-            todo += [
-                self.defs[b.value.value]
-                for b in cls.bases
-                if isinstance(b.value, cst.Name)
-                and b.value.value in self.defs
-                and self.defs[b.value.value] is not cls
-            ]
-        return names
 
     # ---- the checks ------------------------------------------------------------------------------
     def _check_call(self, call: cst.Call, stmt: cst.CSTNode | None) -> bool:

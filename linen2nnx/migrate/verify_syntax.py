@@ -198,6 +198,23 @@ def defined_names(cls: cst.ClassDef) -> set[str]:
     return class_body_names(cls) | self_assigned(cls)
 
 
+def names_with_bases(node: cst.ClassDef, defs: dict[str, cst.ClassDef]) -> set[str]:
+    """What ``node`` and its bases of this file (``defs``: its classes by name) define: methods, class
+    attributes, and everything assigned to ``self.<name>`` (an NNX class may well call its own attribute
+    ``scope``)."""
+    names: set[str] = set()
+    todo = [node]
+    while todo:
+        cls = todo.pop()
+        names |= defined_names(cls)
+        todo += [
+            defs[b.value.value]
+            for b in cls.bases
+            if isinstance(b.value, cst.Name) and b.value.value in defs and defs[b.value.value] is not cls
+        ]
+    return names
+
+
 def class_body_names(cls: cst.ClassDef) -> set[str]:
     """The names a class body binds at its top level (methods, nested classes, class attributes)."""
     names: set[str] = set()
