@@ -46,6 +46,7 @@ from linen2nnx.migrate.sites import (
     marker_line,
     nest_fors,
     replace_shape_last,
+    resolved_arg,
     root_site,
 )
 from linen2nnx.migrate.variable_args import canonical_variable_call
@@ -64,8 +65,10 @@ class Emitter:
         rule = site.rule
         assert rule is not None
         upd_bound, _ = bind_args(rule.linen_arg_order(), updated)
-        for name, source in site.arg_sources.items():
-            upd_bound[name] = upd_bound[name].with_changes(value=parse_expression(source))
+        for name in site.arg_sources:
+            upd_bound[name] = upd_bound[name].with_changes(
+                value=resolved_arg(site, name, upd_bound[name].value)
+            )
         args: list[cst.Arg] = [
             upd_bound[name].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
             for name in rule.positional
@@ -135,9 +138,9 @@ class Emitter:
         if site.arg_sources:  # `Cell(x.shape[-1])`: the size the dataflow resolved
             assert site.user is not None
             bound, _ = bind_args(site.user.field_names, updated)
-            resolved = {id(bound[name]): source for name, source in site.arg_sources.items() if name in bound}
+            resolved = {id(bound[name]): name for name in site.arg_sources if name in bound}
             args = [
-                a.with_changes(value=parse_expression(resolved[id(a)])) if id(a) in resolved else a
+                a.with_changes(value=resolved_arg(site, resolved[id(a)], a.value)) if id(a) in resolved else a
                 for a in args
             ]
         added = [kwarg(name, parse_expression(expr)) for name, expr in site.user_in.items()]

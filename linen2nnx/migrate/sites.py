@@ -213,6 +213,9 @@ class Site:
     arg_sources: dict[str, str] = dataclasses.field(
         default_factory=dict
     )  # arg -> source resolved by the dataflow
+    shape_sizes: dict[str, dict[str, str]] = dataclasses.field(
+        default_factory=dict
+    )  # arg -> {local: its size} that arg_sources put for `local.shape[-1]` (see resolved_arg)
     view_kwargs: dict[str, str] = dataclasses.field(default_factory=dict)  # mode kwargs applied with nnx.view
     conditions: list[str] = dataclasses.field(default_factory=list)  # config tests of enclosing `if`s
     lifted: Any = None  # a migrate.lifted.LiftChain: built / applied under nn.scan, nn.remat, nn.vmap
@@ -544,6 +547,16 @@ def replace_shape_last(value: cst.BaseExpression, sizes: dict[str, str]) -> str:
             )
 
     return code(value.visit(T()))
+
+
+def resolved_arg(site: Site, name: str, updated: cst.BaseExpression) -> cst.BaseExpression:
+    """The value of argument ``name`` the dataflow resolved: its ``v.shape[-1]`` reads replaced in the
+    rewritten value ``updated`` (which keeps the rewrite's own changes, ``nnx.initializers``), else the
+    resolved source."""
+    sizes = site.shape_sizes.get(name)
+    if sizes is None:
+        return parse_expression(site.arg_sources[name])
+    return parse_expression(replace_shape_last(updated, sizes)) if sizes else updated
 
 
 def root_site(site: Site) -> Site:

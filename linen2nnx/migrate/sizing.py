@@ -88,9 +88,11 @@ class Sizer(TraceEvidence):
                     "compute it from constructor arguments / config",
                 )
                 site.arg_sources[arg_name] = code(site.args[arg_name].value)
+                site.shape_sizes[arg_name] = {}  # kept as the rewrite wrote it
                 return
             replacements[name] = self._resolve_in(plan, site, feat, params, site.ctor)
         site.arg_sources[arg_name] = replace_shape_last(site.args[arg_name].value, replacements)
+        site.shape_sizes[arg_name] = replacements
 
     def layer_info(self, site: Site) -> LayerInfo:
         """What the flow needs of one application of ``site``. A factory field bound to several classes
