@@ -79,6 +79,10 @@ class LayerRule:
     carry_init: bool = False
     """An RNN cell: Linen ``initialize_carry(rng, input_shape)`` is NNX ``initialize_carry(input_shape, rngs)``
     on the built cell (same ``features``, ``carry_init`` and ``param_dtype`` give the same carry)."""
+    no_variables: bool = False
+    """Linen creates no variable for it (``Dropout``): no auto-name of it maps a weight, so a loop may build
+    one every iteration where Linen built it on some (a test of the loop's own names) and use each
+    where Linen did."""
     callee: str | None = None
     """The constructor emitted instead of ``nnx.<nnx>``: a subclass of it the file defines (a layer
     subclass that transforms a parameter, :mod:`linen2nnx.migrate.layer_subclasses`)."""
@@ -169,6 +173,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         nnx_only_state=("rngs",),
         call_keywords=("inputs", "deterministic", "rng"),
         unsupported_call_args=frozenset({"rng"}),
+        no_variables=True,
     ),
     *(
         LayerRule(

@@ -215,8 +215,13 @@ class CompactCollector(FastVisitor):
             return
         in_nest = self.nest_site(node, [a.value for a in (*built.target.args, *node.args)])
         loop = None if in_nest else self.loops[-1] if self.loops else None
+        free = loop is not None and built.rule is not None and built.rule.no_variables
         conditions = self.planner.conditions_of(
-            node, self.fn, self.local_names, None if built.variable else plan
+            node,
+            self.fn,
+            self.local_names,
+            None if built.variable else plan,
+            frozenset({loop.var, loop.index} - {""}) if free else frozenset(),  # type: ignore[union-attr]
         )
         if built.variable and self.planner.plan_lazy_variable(plan, node, conditions, self.local_names):
             return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import keyword
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import libcst as cst
 
@@ -70,6 +70,12 @@ def attribute_for(linen_name: str, class_name: str) -> str:
 def names_in(node: cst.CSTNode) -> set[str]:
     """Free-looking names used in ``node`` (attribute names and keywords excluded)."""
     return set(name_counts(node))
+
+
+def reads_only(node: cst.CSTNode, local_names: Collection[str], names: Collection[str]) -> bool:
+    """Does ``node`` read locals (of ``local_names``), all of them among ``names``?"""
+    read = (names_in(node) - NOT_LOCAL) & set(local_names)
+    return bool(read) and read <= set(names)
 
 
 def name_counts(node: cst.CSTNode) -> dict[str, int]:

@@ -67,7 +67,7 @@ def loop_name_pattern(value: cst.BaseExpression, loop: LoopInfo) -> str | None:
     """``f'EncDecBlock{lyr}'`` -> ``EncDecBlock{i}``; ``f'unit{i + 1}'`` over ``range(1, n)`` ->
     ``unit{i+2}``: the names of the list's elements by their index; None when not followed."""
     counted = counting(loop.node)
-    if counted is None or counted[1] != loop.var:
+    if counted is None or counted[1] not in (loop.var, loop.index):  # enumerate's count: its index
         return None
     return name_pattern(value, *counted)
 

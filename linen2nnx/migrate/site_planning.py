@@ -17,13 +17,14 @@ import libcst as cst
 
 from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
+from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     attribute_for,
     bind_args,
     code,
     names_in,
+    reads_only,
     self_attr,
     snake_case,
 )
@@ -166,34 +167,35 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
     def _bound_to_partial(self, node: cst.CSTNode, name: str) -> bool:
         """Is ``name`` a local of the function around ``node`` assigned a ``functools.partial(...)``?"""
         owner = self.ctx.enclosing_function(node)
-        if owner is None:
-            return False
-        command = self
-        found = False
-
-        class Assigns(FastVisitor):
-            def visit_Assign(self, assign: cst.Assign) -> None:
-                nonlocal found
-                if (
-                    any(isinstance(t.target, cst.Name) and t.target.value == name for t in assign.targets)
-                    and isinstance(assign.value, cst.Call)
-                    and command.ctx.qualnames(assign.value.func) & {"functools.partial"}
-                ):
-                    found = True
-
-        Assigns().walk(owner.body)
-        return found
+        for call in calls_in(owner.body) if owner is not None else ():
+            assign = self.ctx.parent_of(call)
+            if (
+                isinstance(assign, cst.Assign)
+                and assign.value is call
+                and any(isinstance(t.target, cst.Name) and t.target.value == name for t in assign.targets)
+                and self.ctx.qualnames(call.func) & {"functools.partial"}
+            ):
+                return True
+        return False
 
     def conditions_of(
-        self, node: cst.CSTNode, fn: cst.FunctionDef, local_names: set[str], plan: ClassPlan | None = None
+        self,
+        node: cst.CSTNode,
+        fn: cst.FunctionDef,
+        local_names: set[str],
+        plan: ClassPlan | None = None,
+        skipped: frozenset[str] = frozenset(),
     ) -> list[str] | None:
         """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches); None when a test
         uses a call-time value, so the construction cannot be decided in __init__ -- but for a shape
-        test (``if residual.shape != y.shape``), restated once the dataflow has run (shape_tests.py)."""
+        test (``if residual.shape != y.shape``), restated once the dataflow has run (shape_tests.py).
+        A test whose locals are all ``skipped`` (a loop's own names) is left out: see LayerRule.no_variables."""
         conditions: list[str] = []
         prev, cur = node, self.ctx.parent_of(node)
         while cur is not None and cur is not fn:
-            if type(cur) is cst.If:
+            if type(cur) is cst.If and reads_only(cur.test, local_names, skipped):
+                pass  # built every iteration, used where Linen built it
+            elif type(cur) is cst.If:
                 if (names_in(cur.test) - NOT_LOCAL) & local_names:
                     shape = None if plan is None else self._shape_test(plan, cur, fn, local_names)
                     if shape is None:
@@ -348,9 +350,9 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         if isinstance(name_value, cst.SimpleString) and loop is None:
             linen_name = name_value.evaluated_value
             return linen_name, attribute_for(linen_name, class_name), None  # name='if' -> self.if_, ...
-        # only where the variable is the element's list index: ``range(n)``, not ``range(2, n)`` or a
-        # config sequence, whose names (``layer_2``, ``layer_64``) are no index of the nnx.List
-        if loop is not None and not loop.index and (prefix := loop_name_prefix(name_value, loop.var)):
+        # only where the variable is the element's list index: ``range(n)`` or ``enumerate``'s count, not
+        # ``range(2, n)`` or a config sequence, whose names (``layer_2``, ``layer_64``) index nothing
+        if loop is not None and (prefix := loop_name_prefix(name_value, loop.index or loop.var)):
             return prefix, snake_case(prefix), "list"
         pattern = loop_name_pattern(name_value, loop) if loop is not None else None
         if pattern is not None and not clashes(pattern, list(plan.sites.values())):
