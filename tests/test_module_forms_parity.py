@@ -123,9 +123,9 @@ CASES = {
     "einops_patterns": ("Tokens", {}, (2, 4, 4, 3)),  # einops.rearrange / reduce keep the last axis
     "axis_order": ("Mixer", {}, (2, 5, 6)),  # einsum / transpose / swapaxes keeping the last axis
     "axis_order_attention": ("Attention", {}, (2, 5, 8)),  # reshapes to leading setup() sizes
-    "late_import": ("Scaled", {}, (2, 5)),
-    "initializer_reads_input_width": ("Head", {}, (2, 5)),
-    "enumerate_mlp_dropout": ("MLP", {}, (2, 5)),  # enumerate loop; a Dropout on some steps only  # stddev=h.shape[-1] ** -0.5 -> nnx.initializers  # an import below the classes: nnx is imported above them
+    "late_import": ("Scaled", {}, (2, 5)),  # an import below the classes: nnx is imported above them
+    "initializer_reads_input_width": ("Head", {}, (2, 5)),  # stddev=h.shape[-1] ** -0.5 -> nnx.initializers
+    "enumerate_mlp_dropout": ("MLP", {}, (2, 5)),  # enumerate loop; a Dropout on some steps only
     "setup_comprehension": ("Stack", {}, (2, 4)),  # [Block(..., name=f"block.{i}") for i in range(n)]
     "setup_loop_lists": ("Stack", {}, (2, 4)),  # blocks.append(Block(...)) in a loop, self.blocks = blocks
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
