@@ -56,6 +56,13 @@ def module_names(body: Sequence[cst.CSTNode]) -> frozenset[str] | None:
     return frozenset(found)
 
 
+def outer_names(expression: cst.BaseExpression) -> set[str]:
+    """The names ``expression`` reads from around it: not a lambda's parameters nor a comprehension's
+    targets, which are its own."""
+    params = {p.name.value for p in m.findall(expression, m.Param())}  # type: ignore[attr-defined]
+    return names_in(expression) - params - comprehension_names(expression)
+
+
 def written_annotation(annotation: str, names: frozenset[str] | None) -> str:
     """``annotation`` as a parameter of this file may write it: as it is when every name it reads is
     bound here (or a builtin, or ``names`` is unknown), else as a string."""
@@ -80,9 +87,7 @@ def qualified_default(default: str, names: frozenset[str] | None, qualifier: str
         expression = parse_expression(default)
     except Exception:  # not an expression libcst parses: leave it to the verifier's parse
         return default
-    # a lambda's parameters and a comprehension's targets are its own names, not the file's
-    params = {p.name.value for p in m.findall(expression, m.Param())}  # type: ignore[attr-defined]
-    unbound = names_in(expression) - names - BOUND_EVERYWHERE - params - comprehension_names(expression)
+    unbound = outer_names(expression) - names - BOUND_EVERYWHERE
     if not unbound:
         return default
     owner = parse_expression(qualifier)

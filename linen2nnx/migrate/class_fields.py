@@ -31,10 +31,10 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
         if base_plan is None:
             continue
         local = ctx.state.linen_classes.get(base_plan.name) is base_plan
-        for f in base_plan.fields:
-            if not local and f.default is not None:  # the base's module binds the names it reads
-                f = _with_base_names(ctx, base.value, f)
-            fields.append(f)
+        # a default of another file's base reads names its module binds
+        fields += (
+            base_plan.fields if local else [_with_base_names(ctx, base.value, f) for f in base_plan.fields]
+        )
     kw_only = False  # past this class's `_: dataclasses.KW_ONLY`: its later fields are keyword-only
     for stmt in node.body.body:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -56,11 +56,13 @@ def _with_base_names(ctx: FileContext, base: cst.BaseExpression, field: Field) -
     written ``t5_architecture.Encoder``; for a base imported by name, its module's dotted name,
     imported."""
     names = ctx.state.module_names
-    if isinstance(base, cst.Attribute) and field.default is not None:
+    if field.default is None:
+        return field
+    if isinstance(base, cst.Attribute):
         return dataclasses.replace(field, default=qualified_default(field.default, names, code(base.value)))
     known = ctx.state.external
     module = next((q.rsplit(".", 1)[0] for q in map(ctx.absolute, ctx.qualnames(base)) if q in known), None)
-    if module is None or field.default is None:
+    if module is None:
         return field
     default = qualified_default(field.default, names, module)
     if default == field.default:

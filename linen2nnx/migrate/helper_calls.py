@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -220,6 +221,7 @@ def replay_helper_calls(
     function that creates a parameter on the module it is handed (param_helpers.py, ``param_helper:``
     keys), in ``setup`` too; None when no class has one. ``names``: the resolver of ``tree``, built on first
     use (the module pass reads the same one when nothing is replayed)."""
+    names = names or functools.cache(lambda: NameResolver(tree))
     functions = {**(functions or {}), **replayable_functions(tree, module_name)}
     new_body, replayed = with_param_helpers_replayed(
         tree, module_name, {**functions, **param_helper_functions(tree, module_name)}
@@ -232,9 +234,7 @@ def replay_helper_calls(
     for index, stmt in enumerate(new_body):
         if not isinstance(stmt, cst.ClassDef) or not _may_replay(stmt, bool(functions)):
             continue
-        resolver = resolver or (
-            names() if names else NameResolver(tree)
-        )  # for a class calling its own helpers
+        resolver = resolver or names()  # for a class calling its own helpers
         compact, helpers = _helpers_of(stmt, resolver, classes)
         helpers -= _overridden(tree, stmt.name.value)
         calls = calls_to_replay(stmt, compact, resolver, module_name, functions) if functions else {}

@@ -14,15 +14,12 @@ attribute), read before any call of a method of ``self`` or ``super()`` that cou
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
-from linen2nnx.migrate.annotation_names import BOUND_EVERYWHERE, module_names
+from linen2nnx.migrate.annotation_names import BOUND_EVERYWHERE, module_names, outer_names
 from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import (
     code,
-    comprehension_names,
     is_super_call,
-    names_in,
     self_attr,
     self_targets,
 )
@@ -74,8 +71,7 @@ def unbound_defaults(
     for param in [*params.params, *params.kwonly_params, *params.posonly_params]:
         if param.default is None:
             continue
-        own = {p.name.value for p in m.findall(param.default, m.Param())}  # type: ignore[attr-defined]
-        unbound = names_in(param.default) - bound - own - comprehension_names(param.default)
+        unbound = outer_names(param.default) - bound
         found += [(param.name.value, param.default, name) for name in sorted(unbound)]
     return found
 
