@@ -185,3 +185,49 @@ def test_the_run_scan_parses_only_files_that_spell_a_table_and_still_sees_every_
     assert not run_changes(sorted(tmp_path.glob("*.py"))).trusts("A")
     (tmp_path / "register.py").write_text("from acts import A\ny = A['relu']\n")
     assert run_changes(sorted(tmp_path.glob("*.py"))).trusts("A")
+
+
+ACTOR = """import flax.linen as nn
+
+
+class Actor(nn.Module):
+    kind: str = "tanh"
+
+    @nn.compact
+    def __call__(self, x, scale=None):
+{choice}
+        return nn.Dense(2)(activation(nn.Dense(8)(x)))
+"""
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        '        if self.kind == "relu":\n            activation = nn.relu\n        else:\n'
+        "            activation = nn.tanh",
+        '        activation = nn.relu if self.kind == "relu" else nn.gelu',
+        '        activation = nn.relu\n        if self.kind == "silu":\n            activation = nn.silu',
+    ],
+)
+def test_a_local_activation_chosen_by_config_keeps_the_size(choice):
+    assert _unsized(ACTOR.format(choice=choice)) == []
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        # one of the values does not keep the last axis
+        '        if self.kind == "relu":\n            activation = nn.relu\n        else:\n'
+        "            activation = lambda v: v[..., :2]",
+        '        activation = nn.relu if self.kind == "relu" else (lambda v: v.sum(-1))',
+        # a binding that is no plain assignment of a value
+        "        activation = nn.relu\n        for activation in (nn.tanh, jnp.sum):\n            pass",
+        "        activation = nn.relu\n        activation += scale",
+        "        activation = scale or nn.relu",
+    ],
+)
+def test_a_local_not_always_an_activation_leaves_the_size_unknown(choice):
+    source = ACTOR.format(choice=choice).replace(
+        "import flax.linen as nn", "import flax.linen as nn\nimport jax.numpy as jnp"
+    )
+    assert len(_unsized(source)) == 1

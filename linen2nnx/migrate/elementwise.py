@@ -29,6 +29,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import absolute_qualname, names_in, self_attr
+from linen2nnx.migrate.function_aliases import assigned_values
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 from linen2nnx.migrate.table_changes import source_changes
 
@@ -67,6 +68,20 @@ def is_elementwise(ctx: FileContext, node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.Subscript):
         return is_table(ctx, node.value)
     return False
+
+
+def is_local_activation(ctx: FileContext, node: cst.Name) -> bool:
+    """Whether every value the name ``node`` reads may hold is elementwise: a local chosen by a
+    config test (``activation = nn.relu`` / ``else: activation = nn.tanh``, or the same as ``a if c
+    else b``), as reinforcement-learning actor-critics pick theirs."""
+    values = assigned_values(ctx, node)
+    return bool(values) and all(_elementwise_choice(ctx, v) for v in values)
+
+
+def _elementwise_choice(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.IfExp):
+        return _elementwise_choice(ctx, node.body) and _elementwise_choice(ctx, node.orelse)
+    return is_elementwise(ctx, node)
 
 
 def is_table(ctx: FileContext, node: cst.BaseExpression) -> bool:

@@ -9,9 +9,12 @@ assignment, counts: every read of it then sees that function (or raises, before 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
-from linen2nnx.migrate.context import FileContext
+if TYPE_CHECKING:
+    from linen2nnx.migrate.context import FileContext
 
 
 def qualnames_through_alias(ctx: FileContext, node: cst.CSTNode) -> set[str]:
@@ -36,6 +39,24 @@ def sole_binding(ctx: FileContext, node: cst.Name) -> cst.CSTNode | None:
     """The one node that binds the name ``node`` reads (see :meth:`NameResolver.sole_binding`)."""
     resolver = ctx.state.resolver
     return None if resolver is None else resolver.sole_binding(node)
+
+
+def assigned_values(ctx: FileContext, node: cst.Name) -> list[cst.BaseExpression] | None:
+    """The values the name ``node`` reads may hold, when every binding its scope makes is a plain
+    ``name = value`` (``act = nn.relu`` in one branch, ``act = nn.tanh`` in the other); None when one
+    binding is anything else (a parameter, a loop target, an import, ``+=``, a tuple target)."""
+    resolver = ctx.state.resolver
+    targets = None if resolver is None else resolver.bindings_of(node)
+    if not targets:
+        return None
+    values = []
+    for target in targets:
+        holder = ctx.parent_of(target) if type(target) is cst.Name else None
+        assign = ctx.parent_of(holder) if type(holder) is cst.AssignTarget else None
+        if type(assign) is not cst.Assign or len(assign.targets) != 1:
+            return None
+        values.append(assign.value)
+    return values
 
 
 MUTABLE_DISPLAYS = (cst.List, cst.ListComp, cst.Dict, cst.DictComp, cst.Set, cst.SetComp)

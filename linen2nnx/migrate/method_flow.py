@@ -23,7 +23,7 @@ from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_names, code, names_in, self_attr
 from linen2nnx.migrate.dataflow import DISAGREEING, Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.element_loops import element_calls
-from linen2nnx.migrate.elementwise import is_elementwise
+from linen2nnx.migrate.elementwise import is_elementwise, is_local_activation
 from linen2nnx.migrate.function_aliases import qualnames_through_alias, sole_assigned_value, sole_binding
 from linen2nnx.migrate.local_functions import local_function_out
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
@@ -326,6 +326,8 @@ class MethodFlow:
             return args[0]
         if args and isinstance(call.func, cst.Subscript) and is_elementwise(self.ctx, call.func):
             return args[0]  # ACT2FN["gelu"](x): a lookup of a table of activations
+        if args and type(call.func) is cst.Name and is_local_activation(self.ctx, call.func):
+            return args[0]  # `activation = nn.relu if ... else nn.tanh`, then activation(x)
         local = local_function_out(call, args, self.local_def, self.qualnames)
         if local is not None:  # `def wlc(f): return nn.with_logical_constraint(f, ...)` in the method
             return local

@@ -471,6 +471,14 @@ class NameResolver:
         bindings = read.scope.resolve(node.value)
         return bindings[0].node if len(bindings) == 1 else None
 
+    def bindings_of(self, node: cst.Name) -> list[cst.CSTNode | None] | None:
+        """Every node that binds the name ``node`` reads in the scope the read sees (a builtin or a
+        binding the walk made without a node is None); None for a name the resolver never saw read."""
+        read = self._reads.get(node)
+        if read is None:
+            return None
+        return [b.node for b in read.scope.resolve(node.value)]
+
     def plain_statements(
         self, linen_import: Callable[[str], bool], also_read: Collection[str] = ()
     ) -> set[cst.CSTNode]:

@@ -241,7 +241,7 @@ class Site:
         """The site's key in the dataflow (two exclusive sites share an attribute, not a key; the
         layers appended to a loop-built list share its attribute)."""
         if self.tail_of is not None:
-            return f"{self.attr}#tail{self._tail_position()}"
+            return f"{self.attr}#tail{self.tail_position()}"
         if self.extends is not None:
             return f"{self.attr}#from {self.offset}"  # distinct per loop, and kept by dataclasses.replace
         return self.attr + ("#else" if self.exclusive_with is not None else "")
@@ -254,9 +254,9 @@ class Site:
         at = next(i for i, s in enumerate(self.tail_of.extensions) if s.ctor is self.ctor)
         if any(s.extends is not None for s in self.tail_of.extensions[at + 1 :]):  # a loop goes on after it
             return self.offset  # count from the start
-        return str(self._tail_position() - len(self.tail_of.tail))
+        return str(self.tail_position() - len(self.tail_of.tail))
 
-    def _tail_position(self) -> int:
+    def tail_position(self) -> int:
         """Where it is among the layers after the loop (found by its call: the sizer sizes copies of a
         site, one per class a factory field may build)."""
         assert self.tail_of is not None

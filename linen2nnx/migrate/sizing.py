@@ -8,6 +8,7 @@ argument with a ``manual`` finding -- never a guessed number.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import libcst as cst
 
@@ -513,10 +514,12 @@ class Sizer(TraceEvidence):
         class of the run with several unknown sizes, after the child's own argument (one argument each:
         a block's input width and its inner layer's are different sizes); ``shape``: a whole input
         shape the child takes (its ``x_shape``), a tuple."""
-        label = site.attr if site.tail_of is None else f"{site.attr}_last{site.list_index.lstrip('-')}"
+        label = site.attr if site.tail_of is None else f"{site.attr}_{_tail_label(site)}"
         if site.extends is not None:  # a later loop's elements: one argument per loop of the chain
             label = f"{site.attr}_loop{site.offset.count('len(') + 1}"
         arg = f"{label}_{child_arg}".replace("[", "_").replace("]", "").replace("/", "_")
+        if not arg.isidentifier():  # a size named after an expression: any other character
+            arg = re.sub(r"\W+", "_", arg)
         while arg in plan.field_names:
             arg += "_"
         if site.elements is not None and not site.elements_index:  # a setup() loop with no index
@@ -592,3 +595,10 @@ class Sizer(TraceEvidence):
         return all(self._resolved(n) for n in site.nested) and (
             site.rule is None or site.rule.in_arg is None or site.in_expr is not None
         )
+
+
+def _tail_label(site: Site) -> str:
+    """A layer appended after a loop: ``last1`` counted from the end, or, where another loop goes
+    on after it (its index is an expression of the config), ``tail0`` by its place after the loop."""
+    index = site.list_index.lstrip("-")
+    return f"last{index}" if index.isdigit() else f"tail{site.tail_position()}"
