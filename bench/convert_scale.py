@@ -4,7 +4,7 @@
 
 Generates a MaxText-style Linen checkpoint of about ``--size`` MB (default 1100): a ``TrainState``
 whose params are ``LogicallyPartitioned`` boxes over scanned (layer-stacked) weights, with an AdamW
-state at step 1000, saved through a ``CheckpointManager`` (``DIR/ckpt/1000/state`` plus a JSON
+state at step 1000 (random moments, as incompressible as a trained run's), saved through a ``CheckpointManager`` (``DIR/ckpt/1000/state`` plus a JSON
 ``metrics`` item). Then, each in its own child process (so one run's memory and caches do not
 colour the next, and ``ru_maxrss`` is that run's peak alone):
 
@@ -117,15 +117,37 @@ def generate(root: Path, d: dict[str, int]) -> None:
 
     params = jax.tree.map(box, param_shapes(d), is_leaf=_is_spec)
     state = TrainState.create(apply_fn=None, params=params, tx=optax.adamw(1e-3))
-    noisy = jax.tree.map(
-        lambda x: x + 1e-3 if hasattr(x, "dtype") and x.dtype == np.float32 else x, state.opt_state
-    )
-    state = state.replace(step=STEP, opt_state=noisy)
+    # moments as a step-1000 run holds them: as incompressible as the weights (constant moments
+    # would be stored in a few KB by zstd, and the benchmark would measure a third of its bytes)
+    trained = _trained_moments(state.opt_state, rng)
+    state = state.replace(step=STEP, opt_state=trained)
     with ocp.CheckpointManager(root) as mgr:
         mgr.save(
             STEP, args=ocp.args.Composite(state=ocp.args.StandardSave(state), metrics=ocp.args.JsonSave({}))
         )
         mgr.wait_until_finished()
+
+
+def _trained_moments(opt_state: Any, rng: Any) -> Any:
+    """``opt_state`` with each Adam ``mu`` random and signed and each ``nu`` random and positive."""
+    import jax
+    import numpy as np
+    import optax
+
+    def noise(scale: float, square: bool) -> Any:
+        def fill(x: Any) -> Any:
+            z = rng.standard_normal(np.shape(x), dtype=np.float32)
+            return np.square(z) * scale if square else z * scale
+
+        return fill
+
+    def one(s: Any) -> Any:
+        if isinstance(s, optax.ScaleByAdamState):
+            mu = jax.tree.map(noise(1e-3, False), s.mu)
+            return s._replace(mu=mu, nu=jax.tree.map(noise(1e-6, True), s.nu))
+        return s
+
+    return jax.tree.map(one, opt_state, is_leaf=lambda s: isinstance(s, optax.ScaleByAdamState))
 
 
 def child(mode: str, root: Path, out: Path, d: dict[str, int]) -> dict[str, Any]:
