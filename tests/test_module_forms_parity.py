@@ -80,6 +80,8 @@ CASES = {
     "compact_dense": ("MyDense", {"features": 3}, (2, 5)),
     "field_kinds": ("Head", {"classes": 3}, (2, 5)),
     "compact_seq_loop": ("MLP", {}, (2, 5)),
+    # a size written over several lines inside the call's brackets, read by the next layer
+    "multiline_size_expression": ("Model", {}, (2, 6, 6, 3)),
     # an activation picked by a config string into a local, in each of two branches or an `a if c else b`
     "activation_chosen_by_config": ("ActorCritic", {"action_dim": 3, "activation": "relu"}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),

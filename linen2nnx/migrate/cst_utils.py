@@ -16,7 +16,21 @@ NOT_LOCAL = frozenset({"self", "True", "False", "None"})
 
 
 def code(node: cst.CSTNode) -> str:
-    return code_of(node, _EMPTY)
+    """``node``'s source text. An expression that spans lines only by the brackets around it in the
+    file (`nn.Conv(2 * z\n    if double else z, ...)`'s first argument) is parenthesised, so that
+    the text is an expression wherever it is put."""
+    text = code_of(node, _EMPTY)
+    if "\n" in text and isinstance(node, cst.BaseExpression) and not _is_expression(text):
+        return f"({text})"
+    return text
+
+
+def _is_expression(text: str) -> bool:
+    try:
+        _parsed_expression(text)
+    except cst.ParserSyntaxError:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=4096)
