@@ -15,7 +15,8 @@ What it covers (the forms the codemod supports):
 - ``setup()`` style (attributes, possibly defined in another order than they are applied, plus a
   ``__call__`` chain) and ``@nn.compact`` style (inline constructors, optional explicit ``name=``);
   mode arguments in the constructor or at the call (by keyword, or positionally for BatchNorm);
-- dataclass fields: ints used as feature sizes (``self.f``, ``self.f * 2``, ``2 * self.f``), floats
+- dataclass fields: ints used as feature sizes (``self.f``, ``self.f * 2``, ``2 * self.f``, ``self.f`` /
+  ``* 2`` over two lines inside the call's brackets), floats
   used as dropout rates, required or defaulted, plain or ``dataclasses.field(default=...)``, and
   constructed with their default or with another value;
 - explicit ``name=`` values that equal a field or the attribute an auto-name becomes (``dense_0``);
@@ -179,7 +180,7 @@ def _feature_expr(draw, int_fields: list[GenField]) -> tuple[str, int]:
     """A feature-size expression and its value: a literal or an int field."""
     choices = ["literal"]
     if int_fields:
-        choices += ["field", "field", "times2", "twotimes"]
+        choices += ["field", "field", "times2", "twotimes", "two_lines"]
     kind = draw(st.sampled_from(choices))
     if kind == "literal":
         v = draw(st.integers(2, 8))
@@ -189,6 +190,8 @@ def _feature_expr(draw, int_fields: list[GenField]) -> tuple[str, int]:
         return f"self.{f.name}", f.value
     if kind == "times2":
         return f"self.{f.name} * 2", f.value * 2
+    if kind == "two_lines":  # over two lines, inside the call's brackets (the text is no expression alone)
+        return f"self.{f.name}\n        * 2", f.value * 2
     return f"2 * self.{f.name}", 2 * f.value
 
 
