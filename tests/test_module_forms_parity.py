@@ -86,6 +86,8 @@ CASES = {
     "activation_chosen_by_config": ("ActorCritic", {"action_dim": 3, "activation": "relu"}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
     "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
+    # the override names what it forwards: `def param(self, name, init_fn, *init_args)`
+    "param_override_named_args": ("Root", {}, (2, 8, 8, 3)),
     "shadowed_globals": ("Net", {}, (2, 5)),  # the override reads module-level `args` and `kwargs`
     "submodule_local_size": ("Stage", {}, (2, 5)),
     "submodule_setup_local_size": ("Encoder", {}, (2, 5)),  # a setup() local sizes the block's output

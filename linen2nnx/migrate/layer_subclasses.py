@@ -72,34 +72,41 @@ def layer_subclass(cls: cst.ClassDef, base_rule: LayerRule | None, is_linen: obj
 
 
 def _override(fn: cst.FunctionDef, params: tuple[str, ...]) -> tuple[str, tuple] | None:
-    """(result local, transforms) of ``def param(self, name, *a, **kw)`` of the exact form; else None."""
+    """(result local, transforms) of ``def param(self, name, *a, **kw)`` of the exact form (or with
+    named arguments that it forwards in the same order: ``def param(self, name, init_fn,
+    *init_args)``, as the Vision Transformer's ResNet writes it); else None."""
     p = fn.params
     if (
         fn.decorators
         or fn.asynchronous
-        or len(p.params) != 2
+        or len(p.params) < 2
         or p.posonly_params
         or p.kwonly_params
-        or not isinstance(p.star_arg, cst.Param)
-        or not isinstance(p.star_kwarg, cst.Param)
+        or isinstance(p.star_arg, cst.ParamStar)
         or any(q.default is not None for q in p.params)
         or not isinstance(fn.body, cst.IndentedBlock)
     ):
         return None
-    name, star, kw = p.params[1].name.value, p.star_arg.name.value, p.star_kwarg.name.value
+    name = p.params[1].name.value
+    forwarded = [q.name.value for q in p.params[1:]]
+    if isinstance(p.star_arg, cst.Param):
+        forwarded.append(f"*{p.star_arg.name.value}")
+    if isinstance(p.star_kwarg, cst.Param):
+        forwarded.append(f"**{p.star_kwarg.name.value}")
+    own = {f.lstrip("*") for f in forwarded} | {"self"}
     stmts = [s for s in fn.body.body if not is_docstring(s)]
     if len(stmts) < 2:
         return None
     first, last = code(stmts[0]).strip(), code(stmts[-1]).strip()
     result = first.split("=", 1)[0].strip()
-    if not result.isidentifier() or first != f"{result} = super().param({name}, *{star}, **{kw})":
+    if not result.isidentifier() or first != f"{result} = super().param({', '.join(forwarded)})":
         return None
     if last != f"return {result}":
         return None
     transforms = []
     for stmt in stmts[1:-1]:
         found = _transform(stmt, name, result, params)
-        if found is None or any(names_in(s) & {name, star, kw, "self"} for s in found[1]):
+        if found is None or any(names_in(s) & own for s in found[1]):
             return None
         if any(found[0] == done for done, _ in transforms):
             return None
