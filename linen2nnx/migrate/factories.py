@@ -68,6 +68,7 @@ class PartialLocal:
     partial: cst.Call  # the ``partial(...)`` call itself
     ctor: cst.Call  # ``Class(<the partial's other arguments>)`` (nodes of the original tree)
     uses: int  # reads of the local in the method
+    module_level: bool = False  # bound at module level: other classes and files may use it, it stays
 
     def merged(self, call: cst.Call, ctor: cst.Call | None = None) -> cst.Call:
         """The constructor ``call`` stands for: the partial's arguments, then the call's (its keywords

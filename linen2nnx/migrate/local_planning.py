@@ -29,6 +29,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.factories import PartialLocal, find_partial_local, unknown_overrides
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
+from linen2nnx.migrate.function_aliases import sole_binding
 from linen2nnx.migrate.rebound_locals import (
     earlier_keys,
     in_source_order,
@@ -236,17 +237,27 @@ class LocalPlanner:
         self, plan: ClassPlan, fn: cst.FunctionDef, assigned: dict[str, int]
     ) -> dict[str, PartialLocal | FieldPartial]:
         """The method's ``name = partial(<layer or class of the run>, ...)`` locals (see factories.py),
-        and partials of a module-factory field (``conv = partial(self.conv, use_bias=False)``)."""
+        partials of a module-factory field (``conv = partial(self.conv, use_bias=False)``), and
+        module-level partials the method reads (``LayerNorm = partial(nn.LayerNorm, epsilon=1e-5)``)."""
         reads: dict[str, int] = {}
+        first_read: dict[str, cst.Name] = {}
 
         class Names(FastVisitor):
             def visit_Name(self, node: cst.Name) -> None:
                 reads[node.value] = reads.get(node.value, 0) + 1
+                first_read.setdefault(node.value, node)
 
         Names().walk(fn.body)
         reads = {name: n - assigned.get(name, 0) for name, n in reads.items()}
         found = {}
-        for stmt in fn.body.body:
+        statements = list(fn.body.body)
+        module_level = {}
+        for name, node in first_read.items():
+            stmt = self._module_partial_statement(plan, name, node, assigned)
+            if stmt is not None:
+                statements.append(stmt)
+                module_level[stmt] = name
+        for stmt in statements:
             local = find_partial_local(
                 stmt,
                 lambda f: bool(
@@ -254,10 +265,12 @@ class LocalPlanner:
                 ),
                 lambda f: bool(self.ctx.qualnames(f) & {"functools.partial"}),
                 reads,
-                assigned,
+                {**assigned, module_level[stmt]: 1} if stmt in module_level else assigned,
             )
             if local is not None and unknown_overrides(local.partial, local.name, fn.body):
                 local = None  # `dense(4, **extra)` of a partial with keywords: which one wins is unknown
+            if local is not None and stmt in module_level:
+                local = dataclasses.replace(local, uses=reads.get(local.name, 0), module_level=True)
             field = self._factory_field_of(plan, local.ctor.func) if local is not None else None
             if field is not None:
                 found[local.name] = FieldPartial(
@@ -266,6 +279,43 @@ class LocalPlanner:
             elif local is not None:
                 found[local.name] = local
         return found
+
+    def _module_partial_statement(
+        self, plan: ClassPlan, name: str, read: cst.Name, assigned: dict[str, int]
+    ) -> cst.SimpleStatementLine | None:
+        """The module-level ``name = partial(...)`` line the method's read of ``name`` sees, when it is
+        the name's one binding (``LayerNorm = partial(nn.LayerNorm, epsilon=1e-5)``)."""
+        if assigned.get(name):
+            return None
+        target = sole_binding(self.ctx, read)
+        holder = self.ctx.parent_of(target) if type(target) is cst.Name else None
+        assign = self.ctx.parent_of(holder) if type(holder) is cst.AssignTarget else None
+        line = self.ctx.parent_of(assign) if type(assign) is cst.Assign else None
+        if type(line) is not cst.SimpleStatementLine or self.ctx.parent_of(line) is not self.state.tree:
+            return None
+        value = assign.value  # type: ignore[union-attr]
+        if not isinstance(value, cst.Call) or not value.args:
+            return None
+        # its arguments go into __init__ as written there: none may be Linen (the module's line is
+        # rewritten on its own) or a name __init__ binds otherwise (a field, a local of the method)
+        for arg in value.args[1:]:
+            if self._reads_linen(arg.value) or names_in(arg.value) & (set(assigned) | set(plan.field_names)):
+                return None
+        return line
+
+    def _reads_linen(self, node: cst.BaseExpression) -> bool:
+        """Does ``node`` read a name that stands for Flax Linen (``nn``, ``nn.initializers``, ...)?"""
+        ctx = self.ctx
+
+        class Reads(FastVisitor):
+            found = False
+
+            def visit_Name(self, name: cst.Name) -> None:
+                if any(q == "flax.linen" or q.startswith("flax.linen.") for q in ctx.qualnames(name)):
+                    Reads.found = True
+
+        Reads().walk(node)
+        return Reads.found
 
     def _factory_field_of(self, plan: ClassPlan, func: cst.BaseExpression) -> FieldFactory | None:
         """``self.conv`` naming a module-factory field of ``plan`` whose bindings agree."""

@@ -250,6 +250,8 @@ class ClassPlanner:
         self.setup_partials = setup_partials(self.locals, plan, fn)  # `dense = partial(nn.Dense, ...)`
         self._plan_setup_block(plan, fn.body.body)
         for local in self.setup_partials.values():  # each use builds from the rewritten partial
+            if local.module_level:  # ... or from the module's line as written: it stays
+                continue
             self.state.handled.add(local.ctor.func)
             self.state.partial_calls[local.partial] = local
             self.state.dropped_statements.add(local.statement)
@@ -438,7 +440,9 @@ class ClassPlanner:
             local = factory.local if isinstance(factory, FieldPartial) else factory
             assert local is not None
             built = sum(1 for site in plan.sites.values() if site.factory is factory)
-            if built and built == local.uses:  # every use is a submodule built in __init__: drop the local
+            if built and built == local.uses and local.module_level:  # the module's line stays
+                plan.partial_classes.add(local.ctor.func)
+            elif built and built == local.uses:  # every use is a submodule built in __init__: drop the local
                 self.state.handled.add(local.ctor.func)
                 self.state.partial_calls[local.partial] = local
                 self.state.dropped_statements.add(local.statement)
