@@ -1,0 +1,45 @@
+"""Module-level partials of a Linen layer (``LayerNorm = partial(nn.LayerNorm, epsilon=EPS)``): a use in
+a class the run rewrites is built in ``__init__`` as the layer it stands for, unless the partial's
+arguments could read something else there, or the name is not bound once."""
+
+import pytest
+
+from linen2nnx.migrate import migrate_source
+
+SOURCE = """import functools
+
+import flax.linen as nn
+
+EPS = 1e-5
+{binding}
+
+
+class Block(nn.Module):
+    width: int = 4
+{field}
+    @nn.compact
+    def __call__(self, x):
+        return Norm(name="norm")(nn.Dense(self.width)(x))
+"""
+
+
+def _converted(binding: str, field: str = "") -> bool:
+    result = migrate_source(SOURCE.format(binding=binding, field=field), "m.py")
+    return "self.norm = nnx.LayerNorm(" in result.output
+
+
+def test_a_partial_with_plain_arguments_is_built_as_its_layer():
+    assert _converted("Norm = functools.partial(nn.LayerNorm, epsilon=EPS)")
+
+
+@pytest.mark.parametrize(
+    "binding, field",
+    [
+        ("Norm = functools.partial(nn.LayerNorm, scale_init=nn.initializers.zeros)", ""),  # reads Linen
+        ("Norm = functools.partial(nn.LayerNorm, epsilon=EPS)", "    EPS: float = 1e-6\n"),  # a field
+        ("Norm = functools.partial(nn.LayerNorm)\nNorm = functools.partial(nn.LayerNorm, epsilon=EPS)", ""),
+        ("Norm = functools.partial(nn.LayerNorm, **{'epsilon': EPS})", ""),  # a splat
+    ],
+)
+def test_a_partial_that_could_read_otherwise_is_not_followed(binding, field):
+    assert not _converted(binding, field)
