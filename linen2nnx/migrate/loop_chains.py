@@ -21,6 +21,19 @@ from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in
 
 
+def chain_label(site: Site) -> str:
+    """What the size arguments of ``site`` are named after: its list's attribute, and for a layer
+    appended after a loop its place (``last1`` counted from the end, or ``tail0`` after a loop that
+    another follows, whose index is an expression of the config), for a later loop's elements that
+    loop (``loop2``: one argument per loop of the chain)."""
+    if site.extends is not None:
+        return f"{site.attr}_loop{site.offset.count('len(') + 1}"
+    if site.tail_of is None:
+        return site.attr
+    index = site.list_index.lstrip("-")
+    return f"{site.attr}_" + (f"last{index}" if index.isdigit() else f"tail{site.tail_position()}")
+
+
 class LoopChains:
     """The loop-chain part of the :class:`~linen2nnx.migrate.site_planning.SitePlanner` (a base class
     of it): uses the planner's ``ctx``, ``state``, ``add_site``, ``_loop_list`` and

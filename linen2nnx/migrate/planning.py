@@ -250,12 +250,15 @@ class ClassPlanner:
         self.setup_partials = setup_partials(self.locals, plan, fn)  # `dense = partial(nn.Dense, ...)`
         self._plan_setup_block(plan, fn.body.body)
         for local in self.setup_partials.values():  # each use builds from the rewritten partial
-            if local.module_level:  # ... or from the module's line as written: it stays
-                continue
+            self._drop_partial(local)
+        self.setup_partials = {}
+
+    def _drop_partial(self, local: PartialLocal) -> None:
+        """Every use of ``local`` is built in ``__init__``: its line goes (a module's line stays)."""
+        if not local.module_level:
             self.state.handled.add(local.ctor.func)
             self.state.partial_calls[local.partial] = local
             self.state.dropped_statements.add(local.statement)
-        self.setup_partials = {}
 
     def _plan_setup_block(self, plan: ClassPlan, body: Any) -> None:
         """setup() statements, including those under ``if`` and ``match`` (conditional submodules keep
@@ -440,12 +443,8 @@ class ClassPlanner:
             local = factory.local if isinstance(factory, FieldPartial) else factory
             assert local is not None
             built = sum(1 for site in plan.sites.values() if site.factory is factory)
-            if built and built == local.uses and local.module_level:  # the module's line stays
-                plan.partial_classes.add(local.ctor.func)
-            elif built and built == local.uses:  # every use is a submodule built in __init__: drop the local
-                self.state.handled.add(local.ctor.func)
-                self.state.partial_calls[local.partial] = local
-                self.state.dropped_statements.add(local.statement)
+            if built and built == local.uses:  # every use is a submodule built in __init__: drop the local
+                self._drop_partial(local)
                 plan.partial_classes.add(local.ctor.func)
             elif local.name in replayable:  # also handed on (`block(norm=norm)`): a config local of __init__
                 plan.pure_locals[local.name] = replayable[local.name]

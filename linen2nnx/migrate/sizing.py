@@ -26,6 +26,7 @@ from linen2nnx.migrate.dataflow import DISAGREEING, Feat, FeatureFlow, LayerInfo
 from linen2nnx.migrate.element_loops import later_size_holds
 from linen2nnx.migrate.extra_inputs import invariant_input, kv_size
 from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.loop_chains import chain_label
 from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import (
     MOD_004,
@@ -514,10 +515,7 @@ class Sizer(TraceEvidence):
         class of the run with several unknown sizes, after the child's own argument (one argument each:
         a block's input width and its inner layer's are different sizes); ``shape``: a whole input
         shape the child takes (its ``x_shape``), a tuple."""
-        label = site.attr if site.tail_of is None else f"{site.attr}_{_tail_label(site)}"
-        if site.extends is not None:  # a later loop's elements: one argument per loop of the chain
-            label = f"{site.attr}_loop{site.offset.count('len(') + 1}"
-        arg = f"{label}_{child_arg}".replace("[", "_").replace("]", "").replace("/", "_")
+        arg = f"{chain_label(site)}_{child_arg}".replace("[", "_").replace("]", "").replace("/", "_")
         if not arg.isidentifier():  # a size named after an expression: any other character
             arg = re.sub(r"\W+", "_", arg)
         while arg in plan.field_names:
@@ -595,10 +593,3 @@ class Sizer(TraceEvidence):
         return all(self._resolved(n) for n in site.nested) and (
             site.rule is None or site.rule.in_arg is None or site.in_expr is not None
         )
-
-
-def _tail_label(site: Site) -> str:
-    """A layer appended after a loop: ``last1`` counted from the end, or, where another loop goes
-    on after it (its index is an expression of the config), ``tail0`` by its place after the loop."""
-    index = site.list_index.lstrip("-")
-    return f"last{index}" if index.isdigit() else f"tail{site.tail_position()}"
