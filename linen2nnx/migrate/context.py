@@ -37,6 +37,7 @@ from linen2nnx.migrate.dataflow import Feat, FeatureFlow
 from linen2nnx.migrate.factory_fields import FieldBindings, FieldFactory
 from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding, Severity
+from linen2nnx.migrate.function_aliases import reads_linen
 from linen2nnx.migrate.function_factories import FunctionFactory, find_function_factory
 from linen2nnx.migrate.layer_subclasses import layer_subclass
 from linen2nnx.migrate.lifted import (
@@ -529,8 +530,7 @@ class FileContext:
         for stmt in node.body:
             if isinstance(stmt, cst.ClassDef) and len(stmt.bases) == 1:
                 base = stmt.bases[0].value
-                is_linen = lambda n: any(q.startswith("flax.linen") for q in self.qualnames(n))  # noqa: E731
-                found = layer_subclass(stmt, self._builtin_layer_rule(base), is_linen)
+                found = layer_subclass(stmt, self._builtin_layer_rule(base), lambda n: reads_linen(self, n))
                 if found is not None:
                     self.state.layer_subclasses[stmt.name.value] = found
                     self.state.handled.add(base)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import FastVisitor
+
 if TYPE_CHECKING:
     from linen2nnx.migrate.context import FileContext
 
@@ -49,14 +51,16 @@ def assigned_values(ctx: FileContext, node: cst.Name) -> list[cst.BaseExpression
     targets = None if resolver is None else resolver.bindings_of(node)
     if not targets:
         return None
-    values = []
-    for target in targets:
-        holder = ctx.parent_of(target) if type(target) is cst.Name else None
-        assign = ctx.parent_of(holder) if type(holder) is cst.AssignTarget else None
-        if type(assign) is not cst.Assign or len(assign.targets) != 1:
-            return None
-        values.append(assign.value)
-    return values
+    assigns = [plain_assign(ctx, target) for target in targets]
+    return None if None in assigns else [a.value for a in assigns]  # type: ignore[union-attr]
+
+
+def plain_assign(ctx: FileContext, target: cst.CSTNode | None) -> cst.Assign | None:
+    """The ``name = value`` statement whose one target is the binding ``target``; None for any other
+    binding (a parameter, a loop target, ``a = b = v``, a tuple target, ...)."""
+    holder = ctx.parent_of(target) if type(target) is cst.Name else None
+    assign = ctx.parent_of(holder) if type(holder) is cst.AssignTarget else None
+    return assign if type(assign) is cst.Assign and len(assign.targets) == 1 else None
 
 
 MUTABLE_DISPLAYS = (cst.List, cst.ListComp, cst.Dict, cst.DictComp, cst.Set, cst.SetComp)
@@ -65,12 +69,8 @@ MUTABLE_DISPLAYS = (cst.List, cst.ListComp, cst.Dict, cst.DictComp, cst.Set, cst
 def sole_assigned_value(ctx: FileContext, node: cst.Name) -> cst.BaseExpression | None:
     """The value a plain ``name = value`` assigns, when that is the only binding of the name ``node``
     reads (so every read sees that value); None otherwise."""
-    target = sole_binding(ctx, node)
-    if type(target) is not cst.Name:
-        return None
-    holder = ctx.parent_of(target)
-    assign = ctx.parent_of(holder) if type(holder) is cst.AssignTarget else None
-    if type(assign) is not cst.Assign or len(assign.targets) != 1:
+    assign = plain_assign(ctx, sole_binding(ctx, node))
+    if assign is None:
         return None
     value = assign.value
     if isinstance(value, MUTABLE_DISPLAYS) or (
@@ -80,3 +80,20 @@ def sole_assigned_value(ctx: FileContext, node: cst.Name) -> cst.BaseExpression 
     ):
         return None  # bound once, but changed in place (`reps[-1] = 3`, `pad.append(...)`) as often as not
     return value
+
+
+def reads_linen(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Does ``node`` read a name or attribute that stands for Flax Linen (``nn``,
+    ``nn.initializers.zeros``, a name imported from ``flax.linen``)?"""
+
+    class Reads(FastVisitor):
+        found = False
+
+        def visit_Name(self, name: cst.Name) -> None:
+            Reads.found = Reads.found or any(q.startswith("flax.linen") for q in ctx.qualnames(name))
+
+        def visit_Attribute(self, attr: cst.Attribute) -> None:
+            Reads.found = Reads.found or any(q.startswith("flax.linen") for q in ctx.qualnames(attr))
+
+    Reads().walk(node)
+    return Reads.found

@@ -29,7 +29,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.factories import PartialLocal, find_partial_local, unknown_overrides
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
-from linen2nnx.migrate.function_aliases import sole_binding
+from linen2nnx.migrate.function_aliases import plain_assign, reads_linen, sole_binding
 from linen2nnx.migrate.rebound_locals import (
     earlier_keys,
     in_source_order,
@@ -287,10 +287,8 @@ class LocalPlanner:
         the name's one binding (``LayerNorm = partial(nn.LayerNorm, epsilon=1e-5)``)."""
         if assigned.get(name):
             return None
-        target = sole_binding(self.ctx, read)
-        holder = self.ctx.parent_of(target) if type(target) is cst.Name else None
-        assign = self.ctx.parent_of(holder) if type(holder) is cst.AssignTarget else None
-        line = self.ctx.parent_of(assign) if type(assign) is cst.Assign else None
+        assign = plain_assign(self.ctx, sole_binding(self.ctx, read))
+        line = self.ctx.parent_of(assign) if assign is not None else None
         if type(line) is not cst.SimpleStatementLine or self.ctx.parent_of(line) is not self.state.tree:
             return None
         value = assign.value  # type: ignore[union-attr]
@@ -298,24 +296,11 @@ class LocalPlanner:
             return None
         # its arguments go into __init__ as written there: none may be Linen (the module's line is
         # rewritten on its own) or a name __init__ binds otherwise (a field, a local of the method)
+        bound_in_init = set(assigned) | set(plan.field_names)
         for arg in value.args[1:]:
-            if self._reads_linen(arg.value) or names_in(arg.value) & (set(assigned) | set(plan.field_names)):
+            if reads_linen(self.ctx, arg.value) or names_in(arg.value) & bound_in_init:
                 return None
         return line
-
-    def _reads_linen(self, node: cst.BaseExpression) -> bool:
-        """Does ``node`` read a name that stands for Flax Linen (``nn``, ``nn.initializers``, ...)?"""
-        ctx = self.ctx
-
-        class Reads(FastVisitor):
-            found = False
-
-            def visit_Name(self, name: cst.Name) -> None:
-                if any(q == "flax.linen" or q.startswith("flax.linen.") for q in ctx.qualnames(name)):
-                    Reads.found = True
-
-        Reads().walk(node)
-        return Reads.found
 
     def _factory_field_of(self, plan: ClassPlan, func: cst.BaseExpression) -> FieldFactory | None:
         """``self.conv`` naming a module-factory field of ``plan`` whose bindings agree."""

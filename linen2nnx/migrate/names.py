@@ -465,11 +465,8 @@ class NameResolver:
         """The one node that binds the name ``node`` reads, when the scope the read sees binds it exactly
         once (every read then sees that value, or none); None otherwise (several bindings, a builtin, a
         name the resolver never saw read)."""
-        read = self._reads.get(node)
-        if read is None:
-            return None
-        bindings = read.scope.resolve(node.value)
-        return bindings[0].node if len(bindings) == 1 else None
+        bindings = self.bindings_of(node)
+        return bindings[0] if bindings is not None and len(bindings) == 1 else None
 
     def bindings_of(self, node: cst.Name) -> list[cst.CSTNode | None] | None:
         """Every node that binds the name ``node`` reads in the scope the read sees (a builtin or a
