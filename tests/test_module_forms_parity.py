@@ -86,6 +86,14 @@ CASES = {
     "multiline_size_expression": ("Model", {}, (2, 6, 6, 3)),
     # an activation picked by a config string into a local, in each of two branches or an `a if c else b`
     "activation_chosen_by_config": ("ActorCritic", {"action_dim": 3, "activation": "relu"}, (2, 5)),
+    # a backbone returning a dict; heads read its entries (one head applied to two of them)
+    "dict_output_entry": ("Classifier", {}, (2, 6, 6, 3)),
+    # a block's output size is an attribute its setup() binds from the config: spelled out by the caller
+    "block_output_setup_attribute": ("LM", {}, (2, 5)),
+    # a field annotated `nn.Embed`, handed the model's shared embedding: sized from its `features`
+    "layer_field_annotation": ("Model", {}, (2, 5)),
+    # `self.q_proj, self.k_proj, self.v_proj = dense(), dense(), dense()` in setup()
+    "setup_tuple_assignment": ("Attention", {}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
     "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
     # the override names what it forwards: `def param(self, name, init_fn, *init_args)`
@@ -280,6 +288,8 @@ UNUSED_BY_LINEN = {
     "tied_embedding": 1,
 }  # the tied head's own kernel: NNX builds it, Linen never does
 INT_INPUTS = {
+    "block_output_setup_attribute",
+    "layer_field_annotation",
     "compact_tied",
     "import_alias",
     "tied_head",

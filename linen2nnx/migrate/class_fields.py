@@ -12,6 +12,7 @@ import dataclasses
 
 import libcst as cst
 
+from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.annotation_names import qualified_default
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import calls_in
@@ -71,6 +72,18 @@ def _with_base_names(ctx: FileContext, base: cst.BaseExpression, field: Field) -
     return dataclasses.replace(field, default=default)
 
 
+def annotated_layer(ctx: FileContext, annotation: cst.BaseExpression) -> LayerRule | None:
+    """The built-in layer an annotation names (``nn.Embed``, ``Optional[nn.Dense]``), when NNX has it."""
+    if isinstance(annotation, cst.Subscript) and len(annotation.slice) == 1:
+        index = annotation.slice[0].slice
+        if ctx.qualnames(annotation.value) & {"typing.Optional"} and isinstance(index, cst.Index):
+            annotation = index.value
+    if not isinstance(annotation, (cst.Attribute, cst.Name)):
+        return None
+    rule = ctx.layer_rule_of(annotation)
+    return rule if rule is not None and not rule.manual_reason and not rule.nested else None
+
+
 def plan_field_kinds(ctx: FileContext, plan: ClassPlan, node: cst.ClassDef) -> None:
     """Whether the class is an RNN cell; which fields are activations (keep the feature size)."""
     plan.is_cell = any(
@@ -85,6 +98,10 @@ def plan_field_kinds(ctx: FileContext, plan: ClassPlan, node: cst.ClassDef) -> N
                 and ctx.qualnames(small.value) & feature_preserving_functions()
             ):
                 plan.activation_fields.add(small.target.value)
+            elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                rule = annotated_layer(ctx, small.annotation.annotation)
+                if rule is not None:  # `embed_tokens: nn.Embed`: a layer a caller hands in
+                    plan.layer_fields[small.target.value] = rule
     # `self.act = ACT2FN[self.config.act]` in setup: calling self.act keeps the feature size too
     plan.activation_fields |= setup_activations(ctx, node, set(plan.field_names))
     calls = calls_in(node.body)

@@ -18,13 +18,22 @@ side of unknown rank leaves the result unknown (a vector contracts the last axis
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate import axis_order, axis_sizes, last_axis_ops, mutation, output_values, tuple_flow
+from linen2nnx.migrate import (
+    axis_order,
+    axis_sizes,
+    last_axis_ops,
+    mapping_flow,
+    mutation,
+    output_values,
+    tuple_flow,
+)
 from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
 from linen2nnx.migrate.cst_utils import (
@@ -57,6 +66,7 @@ class LayerUse:
     node: cst.CSTNode
     iteration: int = 0  # 0: first (or only) pass; 1: a later iteration of an enclosing loop
     args: tuple[Feat, ...] = ()  # every positional input (a module may size itself by its second one)
+    path: tuple = ()  # the branches and loops it sits in, outermost first (see FeatureFlow.path)
 
 
 DISAGREEING = "applications disagree:"
@@ -130,6 +140,9 @@ class FeatureFlow:
         self.iteration = 0
         self.at_if: dict[cst.If, dict[str, Feat]] = {}  # the values each `if` test sees (first pass)
         self.in_place: mutation.InPlace | None = None  # lists and objects changed in place (first run)
+        self.path: tuple = ()
+        """The branches (an ``if`` body or ``else``, a conditional expression's side) and loop bodies the
+        statement being read sits in, outermost first: what may not run when the code around it does."""
 
     # ---- statements --------------------------------------------------------------------------
     def run(self, body: Sequence[Any]) -> None:
@@ -145,11 +158,13 @@ class FeatureFlow:
         elif isinstance(stmt, cst.If):
             before = dict(self.env)
             self.at_if.setdefault(stmt, before)  # what the test sees (a shape test is decided from it)
-            self.run(stmt.body.body)
+            with self._within(stmt, 0):
+                self.run(stmt.body.body)
             after_then = self.env
             self.env = dict(before)
             if stmt.orelse is not None:
-                self.statement(stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else stmt.orelse)
+                with self._within(stmt, 1):
+                    self.statement(stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else stmt.orelse)
             # a test of the config alone (`if not self.teacher_force:`) is decided in __init__ too
             config_test = code(stmt.test) if names_in(stmt.test) <= {"self"} else None
             self.env = _merge(after_then, self.env, config_test)
@@ -166,15 +181,15 @@ class FeatureFlow:
             if isinstance(stmt, cst.For):
                 self.bind(stmt.target, Feat.unknown("loop variable"), stmt.iter)
             outer = self.iteration
-            self.run(stmt.body.body)
+            self._run_within(stmt)
             first = dict(self.env)
             self.iteration = 1
-            self.run(stmt.body.body)
+            self._run_within(stmt)
             if self.env != first:  # the second pass changed a size: would a third change it again?
                 second = dict(self.env)
                 self.iteration = 2
                 start = len(self.uses)
-                self.run(stmt.body.body)
+                self._run_within(stmt)
                 unsettled = Feat.unknown("a size that changes with every iteration of a loop")
                 for name, feat in list(self.env.items()):
                     if second.get(name) != feat:
@@ -191,6 +206,20 @@ class FeatureFlow:
         elif isinstance(stmt, (cst.With, cst.Try)):
             self.run(stmt.body.body)
         # nested defs / classes do not change the method's dataflow
+
+    @contextlib.contextmanager
+    def _within(self, node: cst.CSTNode, side: int) -> Iterator[None]:
+        """Read what follows inside branch ``side`` of ``node`` (an ``if``'s body 0 or ``else`` 1, a loop's body)."""
+        outer = self.path
+        self.path = (*outer, (id(node), side))
+        try:
+            yield
+        finally:
+            self.path = outer
+
+    def _run_within(self, loop: cst.For | cst.While) -> None:
+        with self._within(loop, 0):
+            self.run(loop.body.body)
 
     def _leave_loop(self, stmt: cst.For, before: dict[str, Feat]) -> None:
         """After ``for v in seq``, a size written with ``v`` means the last element's: ``seq[-1]`` -- or,
@@ -258,6 +287,24 @@ class FeatureFlow:
         elif isinstance(target, (cst.Tuple, cst.List)):
             for part, feat in tuple_flow.unpacked(target, value):
                 self.bind(part, feat, rhs)
+        elif mutation.keyed_store(target):  # out['logits'] = x: the dict's entry, in order
+            self._store_entry(target, value)  # type: ignore[arg-type]
+
+    def _store_entry(self, target: cst.Subscript, value: Feat) -> None:
+        """``name[key] = value`` with a string key: a dict's entry replaced or added; any other list or
+        object it is stored into (an output object's item) is no longer known. Every other local
+        sharing it forgets its elements too."""
+        name = target.value.value  # type: ignore[attr-defined]
+        held = self.env.get(name)
+        if held is None or held.kind not in tuple_flow.COMPOUND:
+            return
+        mutation.augmented(self.in_place, self.env, name)  # type: ignore[arg-type]
+        key = target.slice[0].slice.value  # type: ignore[attr-defined]
+        self.env[name] = (
+            mapping_flow.stored(held, key, value)
+            if held.kind == mapping_flow.KIND
+            else Feat.unknown(f"{name}, changed in place")
+        )
 
     def axis_size(self, node: cst.BaseExpression) -> Feat | None:
         """The size an axis written as ``node`` has, as a size the flow follows: an integer or a field
@@ -296,6 +343,8 @@ class FeatureFlow:
             if known is None and not (isinstance(node.value, cst.Name) and node.value.value == "self"):
                 known = tuple_flow.field_of(self.expr_of(node.value), node.attr.value)  # out.hidden
             return known if known is not None else Feat.unknown("Attribute")
+        if isinstance(node, cst.Dict):  # {'last_hidden_state': x, ...}
+            return mapping_flow.displayed(node, self.expr_of)
         if isinstance(node, cst.Subscript):
             base = self.expr_of(node.value)
             element = tuple_flow.indexed(base, node)  # outputs[0], outputs[1:]
@@ -306,7 +355,10 @@ class FeatureFlow:
             # x[:, 0] keeps the last axis unless it indexes it (a value of rank 2): the trace decides
             return Feat("sliced", base=base)
         if isinstance(node, cst.IfExp):
-            a, b = self.expr_of(node.body), self.expr_of(node.orelse)
+            with self._within(node, 0):
+                a = self.expr_of(node.body)
+            with self._within(node, 1):
+                b = self.expr_of(node.orelse)
             for tup, plain in ((a, b), (b, a)):
                 # `(y, None) if scanned else y`: a layer body that serves nn.scan (carry, out) or a loop
                 if tup.kind == "tuple" and tup.elements and tup.elements[0] == plain:
@@ -319,7 +371,7 @@ class FeatureFlow:
         """What a call gives: a layer's output (its use recorded), a helper method's result, or what a
         library function makes of its arguments' sizes."""
         arg_feats = [self.expr_of(a.value) for a in node.args]
-        self.in_place.called(self.env, node, self.qualnames_of)  # type: ignore[union-attr]
+        self.in_place.called(self.env, node, self.qualnames_of, arg_feats)  # type: ignore[union-attr]
         if isinstance(node.func, cst.Call):  # nn.Dense(...)(x): visit the constructor's args too
             for a in node.func.args:
                 self.expr_of(a.value)
@@ -373,7 +425,7 @@ class FeatureFlow:
         """A layer applied: its use is recorded with the size it reads; its output as the layer says.
         ``fed``: the call whose arguments are the layer's inputs, when ``node`` passes weights first."""
         read = input_fed(fed or node, arg_feats, layer.input_index, layer.input_names)
-        self.uses.append(LayerUse(layer.key, read, node, self.iteration, tuple(arg_feats)))
+        self.uses.append(LayerUse(layer.key, read, node, self.iteration, tuple(arg_feats), self.path))
         if layer.out_fn is not None:
             return layer.out_fn(first)
         if layer.out_unknown:

@@ -12,22 +12,28 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import re
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from linen2nnx.migrate.axis_sizes import AxisSizes
 from linen2nnx.migrate.cst_meta import calls_in
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_names, code, names_in, self_attr
+from linen2nnx.migrate.cst_utils import (
+    NOT_LOCAL,
+    assigned_names,
+    code,
+    names_in,
+    self_attr,
+    substitute_self_fields,
+)
 from linen2nnx.migrate.dataflow import DISAGREEING, Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.element_loops import element_calls
 from linen2nnx.migrate.elementwise import is_elementwise, is_local_activation
 from linen2nnx.migrate.function_aliases import qualnames_through_alias, sole_assigned_value, sole_binding
+from linen2nnx.migrate.leading_setup import leading_setup_sizes, leading_setup_values
 from linen2nnx.migrate.local_functions import local_function_out
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
-from linen2nnx.migrate.tuple_flow import agreed_return
+from linen2nnx.migrate.tuple_flow import SIZED, agreed_return
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.sizing import Sizer
@@ -131,7 +137,9 @@ class MethodFlow:
             plan.method_out[fn.name.value] = (self.params, out)
         if fn.name.value == "__call__":
             plan.first_input = self.params[0]
-            plan.out = out
+            values = leading_setup_values(plan.setup, plan.field_names, self.methods.values())
+            # for callers, which know the fields they pass: `self.hidden_size` is `self.config.hidden_size`
+            plan.out = _spelled_out(out, values) if out is not None and values else out
 
     def _size_uses(self) -> None:
         """Size each site from the inputs the flow saw it applied to (per loop iteration)."""
@@ -140,22 +148,18 @@ class MethodFlow:
         sites_by_key: dict[str, list[Site]] = {}
         for s in plan.sites.values():
             sites_by_key.setdefault(s.flow_key, []).append(s)
-        by_site: dict[str, dict[int, Feat]] = {}
+        applications: dict[str, dict[int, list[tuple[Feat, tuple]]]] = {}  # key -> iteration -> uses
         all_args: dict[str, tuple[Feat, ...]] = {}
         nodes: dict[str, cst.CSTNode] = {}
         kv: dict[str, list[Feat | None]] = {}  # an attention layer's key / value size per use
         for use in self.flow.uses:
-            feats = by_site.setdefault(use.key, {})
             feat, kv_feat = _attention_input(sites_by_key.get(use.key, []), use.node, use.args, use.feat)
             kv.setdefault(use.key, []).append(kv_feat)
-            # every application must see the size the first one does: one module has one input size
-            feats[use.iteration] = feats.get(use.iteration, feat)
-            if feats[use.iteration] != feat:
-                feats[use.iteration] = Feat.unknown(
-                    DISAGREEING + " two apply it to inputs of different sizes"
-                )
+            applications.setdefault(use.key, {}).setdefault(use.iteration, []).append((feat, use.path))
             all_args[use.key] = _agreeing_args(all_args.get(use.key), use.args)
             nodes.setdefault(use.key, use.node)
+        # every application must see the size the first one does: one module has one input size
+        by_site = {k: {i: _one_size(seen) for i, seen in per.items()} for k, per in applications.items()}
         for index, use in enumerate(self.flow.uses):  # the order a loop nest's lines build their modules in
             for applied in sites_by_key.get(use.key, ()):
                 if applied.nest is not None:
@@ -324,6 +328,9 @@ class MethodFlow:
         name = self_attr(call.func)
         if name in plan.activation_fields and args:
             return args[0]
+        layer = plan.layer_fields.get(name or "")
+        if layer is not None and args:  # a layer a caller hands in (`embed_tokens: nn.Embed`)
+            return Feat("expr", expr=f"self.{name}.{layer.out_attr}") if layer.out_attr else args[0]
         if args and isinstance(call.func, cst.Subscript) and is_elementwise(self.ctx, call.func):
             return args[0]  # ACT2FN["gelu"](x): a lookup of a table of activations
         if args and type(call.func) is cst.Name and is_local_activation(self.ctx, call.func):
@@ -347,6 +354,7 @@ class MethodFlow:
             )
             sub.env.update(zip(callee_params, args))
             sub.iteration = self.flow.iteration
+            sub.path = (*self.flow.path, (id(call), 0))  # its own returns end the helper, not the caller
             self.depth += 1
             sub.run(callee.body.body)
             self.depth -= 1
@@ -468,30 +476,49 @@ def _not_config(feat: Feat | None) -> bool:
     )
 
 
-def leading_setup_sizes(
-    setup: cst.FunctionDef | None, methods: Iterable[cst.FunctionDef] = ()
-) -> frozenset[str]:
-    """The attributes the first statements of ``setup()`` bind to call-free expressions, before it
-    builds anything (``self.head_dim = self.dim // self.heads``, also after a call-free local
-    ``config = self.config``): ``__init__`` replays them first, so a size written as one of them can
-    be read by every layer it builds. One that another statement of setup() or of the class's other
-    ``methods`` binds again (a helper setup() calls) is none."""
-    names: set[str] = set()
-    for stmt in setup.body.body if setup is not None else ():
-        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
-        if not (isinstance(small, cst.Assign) and len(small.targets) == 1) or calls_in(small.value):
-            break
-        target = small.targets[0].target
-        attr = self_attr(target)
-        if attr is None and type(target) is not cst.Name:
-            break
-        if attr is not None:
-            names.add(attr)
-    # one bound again later (even by `+=`) is not kept
-    text = "".join(code(m) for m in (setup, *(m for m in methods if m is not setup))) if names else ""
-    return frozenset(
-        n for n in names if len(re.findall(rf"self\.{n}\s*(?://|\*\*|<<|>>|[-+*/%@&|^])?=(?!=)", text)) == 1
-    )
+def _spelled_out(feat: Feat, values: dict[str, str]) -> Feat:
+    """``feat`` with the sizes it writes through leading setup() attributes spelled out in fields."""
+    parts = {
+        "elements": tuple(_spelled_out(e, values) for e in feat.elements),
+        "base": _spelled_out(feat.base, values) if feat.base is not None else None,
+        "candidate": _spelled_out(feat.candidate, values) if feat.candidate is not None else None,
+    }
+    if feat.kind == "expr":
+        parts["expr"] = substitute_self_fields(feat.expr, values, others_kept=True) or feat.expr
+    return dataclasses.replace(feat, **parts)
+
+
+def _one_size(applied: list[tuple[Feat, tuple]]) -> Feat:
+    """The input size of a module from the sizes of its applications, in order, each with the
+    branches and loops it sits in (``LayerUse.path``). Linen builds the parameters once, from the
+    first application, and any other size fails (a kernel's contraction, a scale's broadcast). So where
+    one application's size is known (a config expression, a method's input) and it surely ran before
+    every application of unknown size (it comes first, in branches and loops that enclose theirs), the
+    known size is the module's; where none is known, the size is still one, which a trace shows. Anything
+    else that differs disagrees (never taken from a trace, which sees one config): two known sizes, or a
+    known one on another path (``if flag: norm(x)`` / ``else: norm(h)`` may each be the only one to run)."""
+    feats = [f for f, _ in applied]
+    if all(f == feats[0] for f in feats):
+        return feats[0]
+    known = [i for i, f in enumerate(feats) if f.kind in SIZED]
+    if not any(map(_disagreeing, feats)):
+        if not known:  # each size unknown here: what the module has is still one size, a trace's
+            candidates = {f.candidate for f in feats}
+            return Feat(
+                "unknown",
+                reason="applications of sizes unknown statically",
+                candidate=(candidates.pop() if len(candidates) == 1 else None),
+            )
+        first, path = known[0], applied[known[0]][1]
+        if len({feats[i] for i in known}) == 1 and all(
+            i > first and p[: len(path)] == path for i, (f, p) in enumerate(applied) if f.kind not in SIZED
+        ):
+            return feats[first]
+    return Feat.unknown(DISAGREEING + " two apply it to inputs of different sizes")
+
+
+def _disagreeing(feat: Feat) -> bool:
+    return feat.kind == "unknown" and feat.reason.startswith(DISAGREEING)
 
 
 def _agreeing_args(seen: tuple[Feat, ...] | None, args: tuple[Feat, ...]) -> tuple[Feat, ...]:

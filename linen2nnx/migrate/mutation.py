@@ -15,11 +15,12 @@ from collections.abc import Callable, Sequence
 
 import libcst as cst
 
+from linen2nnx.migrate import mapping_flow
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST, FastVisitor
 from linen2nnx.migrate.dataflow_types import Feat
 
 _SUBSCRIPT_OR_ATTRIBUTE = frozenset({cst.Subscript, cst.Attribute})  # exact types: no ABC check
-COMPOUND = ("tuple", "prefix", "namedtuple", "record", "output")
+COMPOUND = ("tuple", "prefix", "namedtuple", "record", "output", "mapping")
 """Kinds that hold one value per element (see tuple_flow.py)."""
 
 PURE_PREFIXES = ("jax.", "einops.", "math.")
@@ -107,7 +108,8 @@ class _Mutations(FastVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for t in node.targets:
-            self._store(t.target)
+            if self.nested or not keyed_store(t.target):  # out["k"] = x: the dataflow follows it
+                self._store(t.target)
             if not isinstance(t.target, (cst.Name, cst.Tuple, cst.List)):  # self.x = outs, d[k] = outs
                 self._escapes(node.value)
 
@@ -139,6 +141,18 @@ class _Mutations(FastVisitor):
         if not pure_call(node.func, self.qualnames):
             for arg in node.args:
                 self._escapes(arg.value)
+
+
+def keyed_store(target: cst.BaseExpression) -> bool:
+    """``name[key] = value`` with a string key on a local: a dict's entry, which the dataflow follows
+    in order (:func:`~linen2nnx.migrate.mapping_flow.stored`)."""
+    return (
+        isinstance(target, cst.Subscript)
+        and isinstance(target.value, cst.Name)
+        and len(target.slice) == 1
+        and isinstance(target.slice[0].slice, cst.Index)
+        and mapping_flow.string_key(target.slice[0].slice.value)
+    )
 
 
 def pure_call(func: cst.BaseExpression, qualnames: Callable[[cst.CSTNode], set[str]]) -> bool:
@@ -222,12 +236,25 @@ class InPlace:
         return value
 
     def called(
-        self, env: dict[str, Feat], node: cst.Call, qualnames: Callable[[cst.CSTNode], set[str]]
+        self,
+        env: dict[str, Feat],
+        node: cst.Call,
+        qualnames: Callable[[cst.CSTNode], set[str]],
+        arg_values: Sequence[Feat] = (),
     ) -> None:
         """A call receiving a part of a local (``f(outs[0])``, ``outs[0].append(h)``): when that local
         holds a list or object among its elements, the call may change it, and its elements are
-        forgotten from here on."""
-        parts = [a.value for a in node.args] if not pure_call(node.func, qualnames) else []
+        forgotten from here on. An argument the flow knows to be an array (``arg_values``, of a sized
+        kind: ``layer(out['h'])``) hands the call no list or object."""
+        parts = (
+            [
+                a.value
+                for a, v in zip(node.args, [*arg_values, *[_NONE] * len(node.args)])
+                if v.kind not in SIZED
+            ]
+            if not pure_call(node.func, qualnames)
+            else []
+        )
         if isinstance(node.func, cst.Attribute):
             parts.append(node.func.value)
         for part in parts:
@@ -246,6 +273,8 @@ class InPlace:
 
 
 _NONE = Feat.unknown("unbound")
+SIZED = ("expr", "input")
+"""Kinds of a value that is an array of known size: no list or object to change."""
 
 
 def _holds_compound(value: Feat) -> bool:

@@ -26,7 +26,6 @@ from linen2nnx.migrate.cst_utils import (
     keyword_arg,
     names_in,
     parse_expression,
-    self_attr,
 )
 from linen2nnx.migrate.factories import (
     PartialLocal,
@@ -57,7 +56,7 @@ from linen2nnx.migrate.setup_lists import (
     remat_branches,
 )
 from linen2nnx.migrate.setup_loop_lists import loop_lists
-from linen2nnx.migrate.setup_partials import add_partial_site, setup_partials
+from linen2nnx.migrate.setup_partials import add_partial_site, attribute_values, setup_partials
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
     LINEN_COMPACT,
@@ -283,9 +282,8 @@ class ClassPlanner:
             for small in stmt.body:
                 if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
                     continue
-                attr = self_attr(small.targets[0].target)
-                if attr is not None:
-                    self._plan_setup_assign(plan, attr, small.value, stmt, body)
+                for attr, value in attribute_values(small.targets[0].target, small.value):
+                    self._plan_setup_assign(plan, attr, value, stmt, body)
 
     def _plan_setup_assign(
         self, plan: ClassPlan, attr: str, value: cst.BaseExpression, stmt: Any, body: Any

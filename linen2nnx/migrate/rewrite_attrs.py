@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.api_findings import no_counterpart_finding, unbox_if_boxed
 from linen2nnx.migrate.axes_params import kept_alias
 from linen2nnx.migrate.box_tests import strips_box_only
@@ -75,6 +76,9 @@ class AttributeRewriter:
                 original, rule.linen, rule.nnx, LAYER_001, " (a layer class a module-factory field builds)"
             )
         if linen and rooted and original not in self.state.handled and outermost:
+            layer = self._annotated_layer(original, holder)
+            if layer is not None:  # `embed_tokens: nn.Embed`: the NNX layer a caller hands in
+                return self._repoint(original, layer.linen, layer.nnx, LAYER_001, " (an annotation)")
             repointed = self._linen_name(
                 original, updated, names, next(iter(linen)).removeprefix("flax.linen."), parent, rooted
             )
@@ -83,6 +87,19 @@ class AttributeRewriter:
         return displayed_variables(self.ctx, original, parent) or self._variable_read(
             original, updated, parent
         )
+
+    def _annotated_layer(self, original: cst.Attribute, holder: ClassPlan | None) -> LayerRule | None:
+        """The built-in layer an annotation in a class the run converts names (a field ``embed:
+        nn.Embed`` a caller fills with its own layer): the NNX class is what the caller hands in."""
+        if holder is None or holder.blocking or holder.kept_linen:
+            return None
+        cur = self.ctx.parent_of(original)
+        while cur is not None and not isinstance(cur, (cst.Annotation, cst.BaseStatement)):
+            cur = self.ctx.parent_of(cur)
+        if not isinstance(cur, cst.Annotation):
+            return None
+        rule = self.ctx.layer_rule_of(original)
+        return rule if rule is not None and not rule.manual_reason else None
 
     def _linen_name(
         self,

@@ -40,9 +40,27 @@ def setup_assignments(body: Any) -> Iterator[tuple[str, cst.Call]]:
         elif isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                    attr = self_attr(small.targets[0].target)
-                    if attr is not None and isinstance(small.value, cst.Call):
-                        yield attr, small.value
+                    for attr, value in attribute_values(small.targets[0].target, small.value):
+                        if isinstance(value, cst.Call):
+                            yield attr, value
+
+
+def attribute_values(
+    target: cst.BaseExpression, value: cst.BaseExpression
+) -> list[tuple[str, cst.BaseExpression]]:
+    """``(attr, value)`` of ``self.attr = value``, and of each pair of ``self.q, self.k = dense(), dense()``
+    (a tuple display of as many values, none starred: each attribute gets its own)."""
+    attr = self_attr(target)
+    if attr is not None:
+        return [(attr, value)]
+    if not (isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple)):
+        return []
+    attrs = [self_attr(t.value) if isinstance(t, cst.Element) else None for t in target.elements]
+    if len(attrs) != len(value.elements) or None in attrs or len(set(attrs)) != len(attrs):
+        return []
+    if any(not isinstance(v, cst.Element) for v in value.elements):
+        return []
+    return list(zip(attrs, [v.value for v in value.elements]))  # type: ignore[arg-type]
 
 
 def setup_partials(

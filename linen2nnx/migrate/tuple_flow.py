@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 import libcst as cst
 
-from linen2nnx.migrate import output_values
+from linen2nnx.migrate import mapping_flow, output_values
 from linen2nnx.migrate.cst_utils import absolute_qualname
 from linen2nnx.migrate.dataflow_types import Feat
 
@@ -40,7 +40,7 @@ SIZED = ("expr", "input")
 """Kinds with a size of their own (a config expression, or a method input's)."""
 SEQUENCES = ("tuple", "prefix", "namedtuple")
 """Kinds that index and concatenate as a Python tuple."""
-COMPOUND = (*SEQUENCES, "record", "output")
+COMPOUND = (*SEQUENCES, "record", "output", mapping_flow.KIND)
 
 RECORD_DECORATORS = frozenset({"flax.struct.dataclass", "dataclasses.dataclass"})
 NAMED_TUPLE_BASES = frozenset({"typing.NamedTuple", "NamedTuple"})
@@ -225,6 +225,8 @@ def indexed(value: Feat, node: cst.Subscript) -> Feat | None:
     (the caller keeps its own reading of an indexed array)."""
     if value.kind == "output":
         return _output_indexed(value, node)
+    if value.kind == mapping_flow.KIND:
+        return mapping_flow.looked_up(value, node)
     if value.kind not in SEQUENCES or len(node.slice) != 1:
         return None
     index = node.slice[0].slice
@@ -316,6 +318,8 @@ def merged(a: Feat, b: Feat, merge: Callable[[Feat, Feat], Feat]) -> Feat | None
     differ. None when either is not compound."""
     if a.kind not in COMPOUND or b.kind not in COMPOUND:
         return None
+    if mapping_flow.KIND in (a.kind, b.kind):
+        return mapping_flow.merged(a, b, merge)
     if "output" in (a.kind, b.kind) and "record" not in (a.kind, b.kind):
         return _merged_output(a, b, merge)
     if a.kind == "record" or b.kind == "record":
