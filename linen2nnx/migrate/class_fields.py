@@ -73,7 +73,12 @@ def _with_base_names(ctx: FileContext, base: cst.BaseExpression, field: Field) -
 
 
 def annotated_layer(ctx: FileContext, annotation: cst.BaseExpression) -> LayerRule | None:
-    """The built-in layer an annotation names (``nn.Embed``, ``Optional[nn.Dense]``), when NNX has it."""
+    """The built-in layer an annotation names (``nn.Embed``, ``Optional[nn.Dense]``, ``nn.Dense | None``),
+    when NNX has it."""
+    if isinstance(annotation, cst.BinaryOperation) and isinstance(annotation.operator, cst.BitOr):
+        sides = [annotation.left, annotation.right]
+        others = [s for s in sides if not (isinstance(s, cst.Name) and s.value == "None")]
+        annotation = others[0] if len(others) == 1 else annotation
     if isinstance(annotation, cst.Subscript) and len(annotation.slice) == 1:
         index = annotation.slice[0].slice
         if ctx.qualnames(annotation.value) & {"typing.Optional"} and isinstance(index, cst.Index):
