@@ -472,3 +472,75 @@ def test_an_inherited_default_qualifies_only_the_names_the_file_lacks(default, w
     from linen2nnx.migrate.annotation_names import qualified_default
 
     assert qualified_default(default, frozenset({"jnp"}), "m") == written
+
+
+PREPROCESSED = {
+    "__init__.py": "",
+    "base.py": """
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+def preprocess_inputs(x):
+    return x.astype(jnp.float32) / 255.0
+
+
+def summarise(x):
+    return jnp.mean(x, axis=-1)
+""",
+    "nets.py": """
+import flax.linen as nn
+
+from pkg import base
+from pkg.base import summarise
+
+
+class Net(nn.Module):
+    preprocessed: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        if not self.preprocessed:
+            x = base.preprocess_inputs(x)
+        x = nn.Dense(8)(x)
+        return x
+
+
+class Pooled(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(summarise(x)[..., None])
+""",
+}
+
+
+def test_another_files_helper_that_keeps_the_last_axis_keeps_the_size(tmp_path):
+    """``base.preprocess_inputs(x)`` of another file of the run keeps ``x``'s last axis: the Dense after
+    it is sized from the input on both paths; a helper that reduces the last axis gives nothing."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    (src / "pkg").mkdir(parents=True)
+    for name, text in PREPROCESSED.items():
+        (src / "pkg" / name).write_text(text)
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    manual = [f for f in result.findings if f.severity.value == "manual"]
+    assert [f.message.split(" is unknown")[0] for f in manual] == [
+        "input feature size of Pooled.dense_0 (from an indexed value)"
+    ], [f.format_text() for f in manual]
+    assert "nnx.Linear(in_features, 8, rngs=rngs)" in (out / "pkg" / "nets.py").read_text()
+
+    x = np.random.default_rng(0).uniform(0, 255, (2, 5)).astype(np.float32)
+    side = LinenSide(
+        model=_import_class(src, "nets", "Net")(),
+        batch={"x": x},
+        loss=lambda o, b: jnp.mean(o**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    nnx_net = _import_class(out, "nets", "Net")
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_net(in_features=5, rngs=rngs),
+        name_map=out / "linen2nnx-map.json",
+    )
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]

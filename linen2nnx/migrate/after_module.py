@@ -16,6 +16,7 @@ import libcst as cst
 from linen2nnx.migrate import record_facts
 from linen2nnx.migrate.cst_meta import code_of
 from linen2nnx.migrate.findings import Finding
+from linen2nnx.migrate.function_outs import function_out_facts
 from linen2nnx.migrate.function_replay import replayable_functions
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.param_helpers import param_helper_functions
@@ -29,6 +30,7 @@ def facts_for_importers(tree: cst.Module, module_name: str, command: Any) -> dic
         **replayable_functions(tree, module_name),
         **command.layer_subclass_facts,
         **command.elementwise_facts,
+        **function_out_facts(command.ctx),
         **param_helper_functions(tree, module_name),
         **helper_facts(tree, module_name),
         **record_facts.record_facts(

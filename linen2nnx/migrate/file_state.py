@@ -21,6 +21,7 @@ from linen2nnx.migrate.elementwise import ElementwiseTable
 from linen2nnx.migrate.factory_fields import FieldBindings
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory
+from linen2nnx.migrate.function_outs import KEY_PREFIX as FUNCTION_OUT_KEY
 from linen2nnx.migrate.layer_subclass_uses import LayerSubclassFact
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.record_facts import external_records
@@ -50,6 +51,9 @@ class FileState:
         default_factory=dict
     )  # other files' converted layer subclasses, by key (layer_subclass_uses.py)
     external_elementwise: frozenset[str] = frozenset()  # other files' tables of activations (elementwise.py)
+    external_function_outs: dict[str, Any] = dataclasses.field(
+        default_factory=dict
+    )  # other files' functions whose result keeps an argument's last axis (function_outs.py)
     run_changes: RunChanges | None = None  # the names any file of the run may change (table_changes.py)
     external_records: dict[str, RecordClass] = dataclasses.field(
         default_factory=dict
@@ -229,6 +233,9 @@ class FileState:
             external_elementwise=frozenset(
                 v.key for v in (factories or {}).values() if isinstance(v, ElementwiseTable)
             ),
+            external_function_outs={
+                k: v for k, v in (factories or {}).items() if k.startswith(FUNCTION_OUT_KEY)
+            },
             run_changes=(factories or {}).get(RUN_CHANGES_KEY),
             external_records=external_records(factories or {}),
         )

@@ -111,7 +111,9 @@ def _spelled(
 def _operand(text: str) -> cst.BaseExpression:
     """``text`` as an expression that can stand where a name stood (parenthesised where needed)."""
     value = parse_expression(text)
-    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if needs_parens(value) else value
+    return (
+        value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if needs_parens(value) else value
+    )
 
 
 _BUILTINS = frozenset({"None", "True", "False", "int", "float", "len", "max", "min", "abs", "round"})

@@ -30,6 +30,7 @@ from linen2nnx.migrate.dataflow import DISAGREEING, Feat, FeatureFlow, LayerInfo
 from linen2nnx.migrate.element_loops import element_calls
 from linen2nnx.migrate.elementwise import is_elementwise, is_local_activation
 from linen2nnx.migrate.function_aliases import qualnames_through_alias, sole_assigned_value, sole_binding
+from linen2nnx.migrate.function_outs import imported_function_out
 from linen2nnx.migrate.leading_setup import leading_setup_sizes, leading_setup_values
 from linen2nnx.migrate.local_functions import local_function_out
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
@@ -365,6 +366,8 @@ class MethodFlow:
         known = plan.method_out.get(name or "")
         if known is None and isinstance(call.func, cst.Name):
             known = self.ctx.function_out(call.func.value)
+        if known is None:  # `base_networks.preprocess_atari_inputs(x)`: another file's helper
+            known = imported_function_out(self.ctx, call.func)
         return None if known is None else transfer(known[1], known[0], args)
 
     def on_assign(self, assign: cst.Assign) -> None:

@@ -315,7 +315,9 @@ class ClassPlan:
 
     key: str = ""  # name-map key (module.Class)
     activation_fields: set[str] = dataclasses.field(default_factory=set)  # fields defaulting to nn.relu & co.
-    layer_fields: dict[str, Any] = dataclasses.field(default_factory=dict)  # `embed: nn.Embed` -> its LayerRule
+    layer_fields: dict[str, Any] = dataclasses.field(
+        default_factory=dict
+    )  # `embed: nn.Embed` -> its LayerRule
     factories: dict[str, Any] = dataclasses.field(default_factory=dict)  # helper method -> factories.Factory
     lazy_vars: dict[cst.Call, Any] = dataclasses.field(
         default_factory=dict
