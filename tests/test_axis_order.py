@@ -1,4 +1,5 @@
-"""Which axis reorderings keep the last axis (einsum, transpose, swapaxes; axis_order.py), and which
+"""Which axis reorderings keep the last axis (einsum, transpose, swapaxes, moveaxis, expand_dims;
+axis_order.py; and the ``*_like`` constructors), and which
 leave the size unknown: a located finding, never a guessed size."""
 
 import pytest
@@ -37,6 +38,14 @@ def _manual(body: str) -> tuple[list[str], str]:
         "y = x.transpose((0, 1, 2))",
         "y = jnp.swapaxes(x, -3, -2)",
         "y = jnp.transpose(x, (1, 0, 2)).swapaxes(0, 1)",
+        "y = jnp.moveaxis(x, -3, -2)",
+        "y = jnp.moveaxis(jnp.transpose(x, (1, 0, 2)), 0, 1)",
+        "y = jnp.expand_dims(x, -2)",
+        "y = jnp.expand_dims(x, axis=-3)",
+        "y = jnp.expand_dims(jnp.transpose(x, (1, 0, 2)), 2)",  # below the rank (3): not the last
+        "y = jnp.ones_like(x) + jnp.zeros_like(x, dtype=jnp.float32)",
+        "y = jnp.full_like(x, 2.0)",
+        "y = jax.lax.convert_element_type(x, jnp.bfloat16)",
     ],
 )
 def test_a_reordering_that_keeps_the_last_axis_keeps_the_input_size(body):
@@ -63,6 +72,16 @@ def test_a_reordering_that_keeps_the_last_axis_keeps_the_input_size(body):
         'y = jnp.einsum("ij...,ij->ij...", x, x[..., 0]).sum(1)',
         'y = einops.einsum(x, x, "b n t h, b s n h -> b t n h")',
         'y = einops.einsum(x, "b (n h) -> b n h")',
+        "y = jnp.moveaxis(x, -2, -1)",
+        "y = jnp.moveaxis(x, 0, 1)",  # on a value of rank 2, axis 1 is the last
+        "y = jnp.moveaxis(x, source=-3, destination=-2)",  # keywords: not read
+        "y = jnp.expand_dims(x, -1)",
+        "y = jnp.expand_dims(x, 1)",  # on a value of rank 1, a new last axis
+        "y = jnp.expand_dims(jnp.transpose(x, (1, 0, 2)), 3)",
+        "y = jnp.expand_dims(x, (0, 1))",
+        "y = jnp.ones_like(x, shape=(2, 3))",
+        "y = jnp.zeros_like(x, jnp.float32, (2, 3))",  # a shape given positionally
+        "y = jnp.full_like(x, 2.0, jnp.float32, (2, 3))",
     ],
 )
 def test_a_reordering_that_may_move_the_last_axis_stays_a_finding(body):

@@ -9,9 +9,11 @@ result's last axis is the last axis of one of their operands.
 - ``jnp.transpose(x, (0, 2, 1, 3))`` / ``x.transpose(0, 2, 1, 3)`` / ``x.transpose((0, 2, 1, 3))``: a
   permutation spans every axis of ``x``, so one written as integers whose last entry is its last
   index (or ``-1``) keeps the last axis; its length is the rank.
-- ``jnp.swapaxes(x, a, b)`` / ``x.swapaxes(a, b)``: keeps the last axis when neither literal axis is
-  it -- a negative one other than ``-1``, or a non-negative one below the last when the flow knows
-  the rank.
+- ``jnp.swapaxes(x, a, b)`` / ``x.swapaxes(a, b)`` and ``jnp.moveaxis(x, a, b)``: keep the last axis
+  when neither literal axis is it -- a negative one other than ``-1``, or a non-negative one below the
+  last when the flow knows the rank.
+- ``jnp.expand_dims(x, a)``: keeps it when the new axis is not the last -- a negative literal other
+  than ``-1``, or a non-negative one below ``x``'s rank when the flow knows it.
 
 Anything else (subscripts, a permutation or axes not written as literals, an implicit einsum output
 ``"ij,jk"``) is left to the caller: the size stays unknown.
@@ -30,6 +32,8 @@ EINSUM_FUNCTIONS = frozenset({"jax.numpy.einsum", "numpy.einsum"})
 EINOPS_EINSUM = frozenset({"einops.einsum"})
 TRANSPOSE_FUNCTIONS = frozenset({"jax.numpy.transpose", "numpy.transpose"})
 SWAPAXES_FUNCTIONS = frozenset({"jax.numpy.swapaxes", "numpy.swapaxes"})
+MOVEAXIS_FUNCTIONS = frozenset({"jax.numpy.moveaxis", "numpy.moveaxis"})
+EXPAND_DIMS_FUNCTIONS = frozenset({"jax.numpy.expand_dims", "numpy.expand_dims"})
 REORDERING_METHODS = frozenset({"transpose", "swapaxes"})
 """Methods of an array that reorder its axes (``x.transpose(...)``, ``x.swapaxes(a, b)``)."""
 SIZED = ("expr", "input")
@@ -51,8 +55,11 @@ def reordered(node: cst.Call, qualnames: set[str], arg_feats: Sequence[Feat]) ->
     if qualnames & TRANSPOSE_FUNCTIONS and feats:
         axes = positional[1] if len(positional) > 1 else _keyword(node, "axes")
         return _permuted(feats[0], [axes] if axes is not None else [])
-    if qualnames & SWAPAXES_FUNCTIONS and len(positional) == 3:
-        return _swapped(feats[0], positional[1:])
+    if qualnames & (SWAPAXES_FUNCTIONS | MOVEAXIS_FUNCTIONS) and len(positional) == 3 == len(node.args):
+        return _swapped(feats[0], positional[1:])  # moving one axis among the others keeps the last too
+    if qualnames & EXPAND_DIMS_FUNCTIONS and feats and len(node.args) == 2:
+        axis = positional[1] if len(positional) == 2 else _keyword(node, "axis")
+        return _expanded(feats[0], axis) if axis is not None else None
     return None
 
 
@@ -90,6 +97,18 @@ def _swapped(value: Feat, args: Sequence[cst.BaseExpression]) -> Feat | None:
         if axis == -1 or (axis >= 0 and (not rank or axis >= rank - 1)):
             return None  # the last axis, or one that may be it
     return value if value.kind in SIZED or value.kind == "choice" else None
+
+
+def _expanded(value: Feat, axis: cst.BaseExpression) -> Feat | None:
+    """``value`` with a new axis at the literal ``axis``: kept when the new one is not the last -- a
+    negative axis other than ``-1``, or a non-negative one below the rank when the flow knows it."""
+    position = _integer(axis)
+    rank = value.rank if value.kind in SIZED else 0
+    if position is None or position == -1 or (position >= 0 and (not rank or position >= rank)):
+        return None
+    if not (value.kind in SIZED or value.kind == "choice"):
+        return None
+    return _with_rank(value, rank + 1) if rank else value
 
 
 def _einsum(terms: tuple[list[list[str]], list[str]] | None, operands: Sequence[Feat]) -> Feat | None:

@@ -82,6 +82,7 @@ SHAPE_KEEPING_FUNCTIONS = frozenset(
         "jax.numpy.flip",
         "jax.numpy.roll",
         "jax.lax.stop_gradient",
+        "jax.lax.convert_element_type",
         # sharding annotations and remat names: the value itself, placed or named
         "jax.lax.with_sharding_constraint",
         "jax.ad_checkpoint.checkpoint_name",
@@ -91,6 +92,12 @@ SHAPE_KEEPING_FUNCTIONS = frozenset(
     }
 )
 """``f(x, ...)`` whose result has ``x``'s shape (whatever the other arguments)."""
+LIKE_FUNCTIONS = {
+    f"{module}.{name}": 3 if name == "full_like" else 2
+    for module in ("jax.numpy", "numpy")
+    for name in ("ones_like", "zeros_like", "empty_like", "full_like")
+}
+"""``f(x, ...)`` with ``x``'s shape unless given another (``shape=``, or positionally after this many)."""
 MATMUL_FUNCTIONS = frozenset({"jax.numpy.dot", "jax.numpy.matmul", "numpy.dot", "numpy.matmul"})
 """``f(x, w)`` contracting x's last axis with w's second-to-last (for a w of rank >= 2), as ``x @ w``."""
 ONE_HOT_FUNCTIONS = frozenset({"jax.nn.one_hot", "flax.linen.one_hot"})
@@ -444,6 +451,13 @@ class FeatureFlow:
         reduce axes (``jnp.mean(x, axis=...)``); None for any other call."""
         if qualnames & feature_preserving_functions() or qualnames & SHAPE_KEEPING_FUNCTIONS:
             return first
+        like = next((LIKE_FUNCTIONS[q] for q in qualnames if q in LIKE_FUNCTIONS), None)
+        if (
+            like is not None
+            and len(positional) <= like
+            and all(a.keyword is None or a.keyword.value != "shape" for a in node.args)
+        ):
+            return first  # jnp.ones_like(x): x's shape, unless a shape is given
         if qualnames & EINOPS_FUNCTIONS and len(positional) >= 2 and first.kind != "tuple":
             pattern = positional[1].value
             if isinstance(pattern, cst.SimpleString) and last_axis_ops.einops_keeps_last(
