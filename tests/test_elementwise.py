@@ -46,6 +46,15 @@ def test_a_table_of_activations_keeps_the_size():
 
 
 @pytest.mark.parametrize(
+    "value", ["lambda x: x", "lambda y: nn.leaky_relu(y, negative_slope=0.2)", "lambda x: swish_ish(x)"]
+)
+def test_a_table_entry_that_is_an_elementwise_lambda_keeps_the_size(value):
+    """``'id': lambda x: x`` (init2winit's table), or a lambda that applies one elementwise function."""
+    table = TABLE.replace('"swish_ish": swish_ish}', f'"swish_ish": swish_ish, "other": {value}}}')
+    assert _unsized(table + MLP) == []
+
+
+@pytest.mark.parametrize(
     "change",
     [
         'ACTS["sum"] = lambda x: x.sum(-1)\n',  # an item set after the display
@@ -92,7 +101,13 @@ class Mlp(nn.Module):
     "value",
     [
         "partial(nn.gelu, True)",  # a positional argument takes x's place
-        "lambda x: x",  # a lambda is not looked into
+        "lambda x: x.sum(-1)",  # a lambda that reduces
+        "lambda x, y: x",  # two parameters
+        "lambda *x: x",
+        "lambda x=1: x",
+        "lambda x: jax.nn.leaky_relu(x, x)",  # x read again as another argument
+        "lambda x: jax.nn.leaky_relu(negative_slope=0.1, x=x)",  # x not the first positional argument
+        "lambda x: first_row(x)",
         "jax.nn.one_hot",  # not feature-preserving
         "jax.nn.logmeanexp",  # a reduction (with an axis)
         "jax.nn.scaled_matmul",  # a contraction
@@ -101,6 +116,7 @@ class Mlp(nn.Module):
     ],
 )
 def test_a_table_with_another_value_keeps_the_finding(value):
+    """A lambda is looked into only as the identity or one elementwise call of its one parameter."""
     helper = "def first_row(x):\n    return x[0]\n\n\ndef mean_last(x):\n    return x.mean(axis=-1, keepdims=True)\n\n\n"
     table = TABLE.replace('"swish_ish": swish_ish}', f'"swish_ish": swish_ish, "other": {value}}}')
     assert len(_unsized(helper + table + MLP)) == 1

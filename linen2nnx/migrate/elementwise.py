@@ -67,7 +67,34 @@ def is_elementwise(ctx: FileContext, node: cst.BaseExpression) -> bool:
         )
     if isinstance(node, cst.Subscript):
         return is_table(ctx, node.value)
+    if isinstance(node, cst.Lambda):
+        return _elementwise_lambda(ctx, node)
     return False
+
+
+def _elementwise_lambda(ctx: FileContext, node: cst.Lambda) -> bool:
+    """``lambda x: x`` (a table's identity entry), or ``lambda x: f(x, ...)`` of an elementwise ``f``
+    that reads ``x`` only as its first argument."""
+    params = node.params
+    starred = isinstance(params.star_arg, (cst.Param, cst.ParamStar)) or params.star_kwarg is not None
+    if len(params.params) != 1 or starred or params.kwonly_params:
+        return False
+    if params.posonly_params or params.params[0].default is not None:
+        return False
+    name = params.params[0].name.value
+    body = node.body
+    if isinstance(body, cst.Name):
+        return body.value == name
+    if not (isinstance(body, cst.Call) and body.args and body.args[0].keyword is None and not body.args[0].star):
+        return False
+    first = body.args[0].value
+    return (
+        isinstance(first, cst.Name)
+        and first.value == name
+        and all(name not in names_in(a.value) for a in body.args[1:])
+        and name not in names_in(body.func)
+        and is_elementwise(ctx, body.func)
+    )
 
 
 def is_local_activation(ctx: FileContext, node: cst.Name) -> bool:
