@@ -787,3 +787,37 @@ def test_the_optimizer_state_of_a_parameter_linen_never_creates_comes_from_tx_in
     flat = {"/".join(map(str, p)): v.get_value() for p, v in nnx.to_flat_state(converted.optimizer_state)}
     assert np.all(np.asarray(flat["opt_state/0/mu/lm_head/kernel"]) == 0)
     np.testing.assert_array_equal(flat["opt_state/0/mu/embed/embedding"], moved["embed"]["embedding"])
+
+
+def test_input_dict_entry_sizes_are_constructor_arguments(tmp_path):
+    """Layers that read entries of a dict input (``batch['image']``, ``batch['obs']['state']``) take
+    each entry's last axis as a constructor argument, with no trace; a block handed the whole dict gets
+    its caller's arguments for the same entries: the same forward and gradients at parity."""
+    linen_module, nnx_module, result, map_path = build("input_dict_entries", tmp_path)
+    entry = result.name_map.classes["input_dict_entries.Policy"]
+    assert entry.new_args == {
+        "batch_image_features": "input_leaf:0:['image']",
+        "batch_obs_state_features": "input_leaf:0:['obs']['state']",
+    }
+    rng = np.random.default_rng(3)
+    batch = {
+        "image": rng.normal(size=(2, 6)).astype(np.float32),
+        "obs": {"state": rng.normal(size=(2, 5)).astype(np.float32)},
+    }
+    side = LinenSide(
+        model=linen_module.Policy(),
+        batch={"x": batch},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_module.Policy(
+            batch_image_features=6, batch_obs_state_features=5, rngs=rngs
+        ),
+        name_map=map_path,
+    )
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert len(parity.by_check()["grad"]) == 6

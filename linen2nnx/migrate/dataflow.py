@@ -34,6 +34,18 @@ from linen2nnx.migrate import (
     output_values,
     tuple_flow,
 )
+from linen2nnx.migrate.array_functions import (
+    ARRAY_CONSTRUCTORS,
+    CONCATENATE_FUNCTIONS,
+    DOT_GENERAL_FUNCTIONS,
+    EINOPS_FUNCTIONS,
+    LIKE_FUNCTIONS,
+    MATMUL_FUNCTIONS,
+    ONE_HOT_FUNCTIONS,
+    REDUCTIONS,
+    SHAPE_KEEPING_FUNCTIONS,
+    SHAPE_KEEPING_METHODS,
+)
 from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
 from linen2nnx.migrate.cst_utils import (
@@ -73,44 +85,8 @@ DISAGREEING = "applications disagree:"
 """The reason of the unknown size of a module applied to inputs of different sizes: never taken from a
 trace (which sees one of them), always a required constructor argument."""
 
-ARRAY_CONSTRUCTORS = frozenset(
-    {"jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full", "numpy.zeros", "numpy.ones"}
-)
-SHAPE_KEEPING_METHODS = frozenset({"astype", "clip"})  # not squeeze: it may drop the last axis
-SHAPE_KEEPING_FUNCTIONS = frozenset(
-    {
-        "jax.numpy.flip",
-        "jax.numpy.roll",
-        "jax.lax.stop_gradient",
-        "jax.lax.convert_element_type",
-        # sharding annotations and remat names: the value itself, placed or named
-        "jax.lax.with_sharding_constraint",
-        "jax.ad_checkpoint.checkpoint_name",
-        "flax.linen.with_logical_constraint",
-        "flax.linen.spmd.with_logical_constraint",
-        "flax.linen.partitioning.with_sharding_constraint",
-    }
-)
-"""``f(x, ...)`` whose result has ``x``'s shape (whatever the other arguments)."""
-LIKE_FUNCTIONS = {
-    f"{module}.{name}": 3 if name == "full_like" else 2
-    for module in ("jax.numpy", "numpy")
-    for name in ("ones_like", "zeros_like", "empty_like", "full_like")
-}
-"""``f(x, ...)`` with ``x``'s shape unless given another (``shape=``, or positionally after this many)."""
-MATMUL_FUNCTIONS = frozenset({"jax.numpy.dot", "jax.numpy.matmul", "numpy.dot", "numpy.matmul"})
-"""``f(x, w)`` contracting x's last axis with w's second-to-last (for a w of rank >= 2), as ``x @ w``."""
-ONE_HOT_FUNCTIONS = frozenset({"jax.nn.one_hot", "flax.linen.one_hot"})
-CONCATENATE_FUNCTIONS = frozenset({"jax.numpy.concatenate", "numpy.concatenate"})
-REDUCTIONS = frozenset({"mean", "sum", "max", "min", "prod", "var", "std", "median", "nanmean", "nansum"})
-"""Reductions (``jnp.mean(x, axis=...)`` / ``x.mean(axis=...)``): the last axis survives unless reduced."""
-EINOPS_FUNCTIONS = frozenset({"einops.rearrange", "einops.reduce", "einops.repeat"})
-"""``f(x, "n h w c -> n (h w) c", ...)``: the last axis is kept when the pattern ends both sides with
-the same axis (see :func:`einops_keeps_last`)."""
 KEPT_BY_INDEXING = ("expr", "input", "flatten", "choice", "sliced")
 """Kinds of an array value whose last axis an index that leaves it untouched keeps."""
-DOT_GENERAL_FUNCTIONS = frozenset({"jax.lax.dot_general"})
-"""``f(x, w, dimension_numbers)``: the result's last axis is w's last free (uncontracted, unbatched) one."""
 
 
 class FeatureFlow:
@@ -354,6 +330,10 @@ class FeatureFlow:
             return mapping_flow.displayed(node, self.expr_of)
         if isinstance(node, cst.Subscript):
             base = self.expr_of(node.value)
+            if base.kind in ("input", "leaf"):  # batch['image']: one leaf of a method input
+                key = mapping_flow.literal_key(node.slice[0].slice.value) if _one_index(node) else None
+                if key is not None and key.isidentifier():
+                    return Feat("leaf", input_name=base.input_name, expr=f"{base.expr}[{key!r}]")
             element = tuple_flow.indexed(base, node)  # outputs[0], outputs[1:]
             if element is not None:
                 return element
@@ -565,6 +545,10 @@ class FeatureFlow:
             )
             return last_axis_ops.concatenated(first, axis)
         return Feat.unknown("call")
+
+
+def _one_index(node: cst.Subscript) -> bool:
+    return len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
 
 
 def value_method(func: cst.Attribute, qualnames: set[str]) -> bool:

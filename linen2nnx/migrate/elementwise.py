@@ -85,7 +85,9 @@ def _elementwise_lambda(ctx: FileContext, node: cst.Lambda) -> bool:
     body = node.body
     if isinstance(body, cst.Name):
         return body.value == name
-    if not (isinstance(body, cst.Call) and body.args and body.args[0].keyword is None and not body.args[0].star):
+    if not (
+        isinstance(body, cst.Call) and body.args and body.args[0].keyword is None and not body.args[0].star
+    ):
         return False
     first = body.args[0].value
     return (

@@ -351,6 +351,8 @@ class Sizer(TraceEvidence):
                     # another input (a cell's `x` beside its carry; under nn.scan, a per-step slice whose
                     # last axis is the scanned input's; in a loop, a value every iteration passes alike)
                     site.user_in[arg] = self._resolve_in(plan, site, given, params, node)
+                elif leaf := self._forwarded_leaf(plan, how, feats, args, node, params):
+                    site.user_in[arg] = leaf  # Inner()(batch): the caller's own batch['image']
                 elif how.startswith("traced:"):
                     site.user_in[arg] = self._traced_arg(plan, site, arg, how, node)
                 else:
@@ -420,6 +422,8 @@ class Sizer(TraceEvidence):
             if ran is None or skipped is None:
                 return None
             return ran if ran == skipped else f"({ran} if {feat.expr} else {skipped})"
+        if feat.kind == "leaf" and self.state.flow_method == "__call__" and feat.input_name in params:
+            return self._leaf_argument(plan, params.index(feat.input_name), feat.input_name, feat.expr, node)
         if feat.kind != "input" or self.state.flow_method != "__call__":
             return None  # only __call__'s inputs are the module's inputs; a helper's argument may be anything
         arg = "in_features" if feat.input_name == params[0] else f"{feat.input_name}_features"

@@ -20,6 +20,7 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.call_inputs import passed_input
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.dataflow import Feat
 from linen2nnx.migrate.rules import SHAPE_001, SHAPE_002, SHAPE_003, SHAPE_004
@@ -218,21 +219,47 @@ class TraceEvidence:
         params = [p.name.value for p in call.params.params][1:]
         if int(index) >= len(params) or not _PLAIN_ACCESSOR.fullmatch(accessor):
             return None
-        param = params[int(index)]
+        why = f", which the trace saw {plan.name}.{site.attr} read unchanged"
+        return self._leaf_argument(plan, int(index), params[int(index)], accessor, node, why)
+
+    def _forwarded_leaf(
+        self, plan: ClassPlan, how: str, feats: dict, args: tuple, node: cst.CSTNode, params: list[str]
+    ) -> str | None:
+        """A submodule's size of a leaf of its input ``input_leaf:i:['image']`` where the caller passes it
+        one of its own ``__call__`` inputs (or a leaf of one): the caller's argument for the same leaf."""
+        if not how.startswith("input_leaf:"):
+            return None
+        index, _, accessor = how.removeprefix("input_leaf:").partition(":")
+        given = feats.get(0) if index == "0" else passed_input(node, args, int(index), "")
+        if given is None or given.kind not in ("input", "leaf") or self.state.flow_method != "__call__":
+            return None
+        if given.input_name not in params:
+            return None
+        prefix = given.expr if given.kind == "leaf" else ""
+        return self._leaf_argument(
+            plan, params.index(given.input_name), given.input_name, prefix + accessor, node
+        )
+
+    def _leaf_argument(
+        self, plan: ClassPlan, index: int, param: str, accessor: str, node: cst.CSTNode, why: str = ""
+    ) -> str | None:
+        """The constructor argument holding the last-axis size of the leaf ``accessor`` (``['image']``)
+        of ``__call__``'s argument ``param`` (the argument itself for ``''``), added once with its
+        finding; None when its name already stands for another size."""
         if accessor:
-            label = "".join(c if c.isalnum() else "_" for c in accessor).strip("_")
+            label = re.sub(r"\W+", "_", accessor).strip("_")  # ['obs']['state'] -> obs_state
             arg, how = f"{param}_{label}_features", f"input_leaf:{index}:{accessor}"
         else:
-            arg, how = ("in_features" if index == "0" else f"{param}_features"), f"input:{index}"
+            arg, how = ("in_features" if index == 0 else f"{param}_features"), f"input:{index}"
         while arg in plan.field_names:
             arg += "_"
-        if plan.new_args.setdefault(arg, how) != how:
-            return None  # the name already stands for another size
+        if arg in plan.new_args:
+            return arg if plan.new_args[arg] == how else None
+        plan.new_args[arg] = how
         self.ctx.report(
             SHAPE_002,
             node,
-            f"{plan.name} gains constructor argument {arg}: the last-axis size of `{param}{accessor}`, "
-            f"which the trace saw {plan.name}.{site.attr} read unchanged",
+            f"{plan.name} gains constructor argument {arg}: the last-axis size of `{param}{accessor}`{why}",
             f"pass {arg}={param}{accessor}.shape[-1] where {plan.name} is built",
         )
         return arg

@@ -1,0 +1,40 @@
+"""The array library functions the feature-size dataflow (``dataflow.py``) knows by name: which keep
+their first argument's shape, which contract or reduce its last axis, which build a new array.
+"""
+
+ARRAY_CONSTRUCTORS = frozenset(
+    {"jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full", "numpy.zeros", "numpy.ones"}
+)
+SHAPE_KEEPING_METHODS = frozenset({"astype", "clip"})  # not squeeze: it may drop the last axis
+SHAPE_KEEPING_FUNCTIONS = frozenset(
+    {
+        "jax.numpy.flip",
+        "jax.numpy.roll",
+        "jax.lax.stop_gradient",
+        "jax.lax.convert_element_type",
+        # sharding annotations and remat names: the value itself, placed or named
+        "jax.lax.with_sharding_constraint",
+        "jax.ad_checkpoint.checkpoint_name",
+        "flax.linen.with_logical_constraint",
+        "flax.linen.spmd.with_logical_constraint",
+        "flax.linen.partitioning.with_sharding_constraint",
+    }
+)
+"""``f(x, ...)`` whose result has ``x``'s shape (whatever the other arguments)."""
+LIKE_FUNCTIONS = {
+    f"{module}.{name}": 3 if name == "full_like" else 2
+    for module in ("jax.numpy", "numpy")
+    for name in ("ones_like", "zeros_like", "empty_like", "full_like")
+}
+"""``f(x, ...)`` with ``x``'s shape unless given another (``shape=``, or positionally after this many)."""
+MATMUL_FUNCTIONS = frozenset({"jax.numpy.dot", "jax.numpy.matmul", "numpy.dot", "numpy.matmul"})
+"""``f(x, w)`` contracting x's last axis with w's second-to-last (for a w of rank >= 2), as ``x @ w``."""
+ONE_HOT_FUNCTIONS = frozenset({"jax.nn.one_hot", "flax.linen.one_hot"})
+CONCATENATE_FUNCTIONS = frozenset({"jax.numpy.concatenate", "numpy.concatenate"})
+REDUCTIONS = frozenset({"mean", "sum", "max", "min", "prod", "var", "std", "median", "nanmean", "nansum"})
+"""Reductions (``jnp.mean(x, axis=...)`` / ``x.mean(axis=...)``): the last axis survives unless reduced."""
+EINOPS_FUNCTIONS = frozenset({"einops.rearrange", "einops.reduce", "einops.repeat"})
+"""``f(x, "n h w c -> n (h w) c", ...)``: the last axis is kept when the pattern ends both sides with
+the same axis (see :func:`~linen2nnx.migrate.last_axis_ops.einops_keeps_last`)."""
+DOT_GENERAL_FUNCTIONS = frozenset({"jax.lax.dot_general"})
+"""``f(x, w, dimension_numbers)``: the result's last axis is w's last free (uncontracted, unbatched) one."""
