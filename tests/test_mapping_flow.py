@@ -126,3 +126,51 @@ def test_applications_all_of_unknown_size_leave_one_size_for_a_trace():
         == A
     )
     assert _one_size([(with_candidate, ()), (OTHER, ())]).candidate is None
+
+
+LEAF = """import flax.linen as nn
+
+
+class M(nn.Module):
+    @nn.compact
+    def __call__(self, batch):
+{body}
+"""
+
+
+def _leaf_sizes(body: str) -> tuple[dict[str, str], list[str]]:
+    from linen2nnx.migrate import migrate_source
+
+    lines = "\n".join("        " + line for line in body.strip().splitlines())
+    result = migrate_source(LEAF.format(body=lines), "m.py", module_name="m")
+    manual = [f.rule for f in result.findings if f.severity.value == "manual"]
+    return result.name_map.classes["m.M"].new_args, manual
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return nn.Dense(3)(batch['image'])",
+        "out = {}\nout['h'] = nn.Dense(8)(batch['image'])\nreturn nn.Dense(3)(out['h'])",  # its own dict
+    ],
+)
+def test_an_input_entry_read_by_a_literal_key_is_a_constructor_argument(body):
+    new_args, manual = _leaf_sizes(body)
+    assert new_args == {"batch_image_features": "input_leaf:0:['image']"} and manual == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "batch['image'] = nn.Dense(8)(batch['image'])\nreturn nn.Dense(3)(batch['image'])",  # replaced
+        "b = batch\nb['image'] = nn.Dense(8)(batch['image'])\nreturn nn.Dense(3)(batch['image'])",
+        "preprocess(batch)\nreturn nn.Dense(3)(batch['image'])",  # a call that may change it
+        "batch.update(image=batch['image'] * 2)\nreturn nn.Dense(3)(batch['image'])",
+        "del batch['other']\nreturn nn.Dense(3)(batch['image'])",
+        "return nn.Dense(3)(batch[key])",  # a key the source does not spell out
+        "return nn.Dense(3)(batch['not-a-name'])",
+    ],
+)
+def test_an_input_entry_that_may_have_been_replaced_stays_a_finding(body):
+    new_args, manual = _leaf_sizes(body)
+    assert not any(how.startswith("input_leaf:") for how in new_args.values()) and manual

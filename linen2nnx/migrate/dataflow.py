@@ -123,6 +123,7 @@ class FeatureFlow:
         self.iteration = 0
         self.at_if: dict[cst.If, dict[str, Feat]] = {}  # the values each `if` test sees (first pass)
         self.in_place: mutation.InPlace | None = None  # lists and objects changed in place (first run)
+        self.leaves_kept = False  # no item of an input is replaced (first run): its leaves are its own
         self.path: tuple = ()
         """The branches (an ``if`` body or ``else``, a conditional expression's side) and loop bodies the
         statement being read sits in, outermost first: what may not run when the code around it does."""
@@ -131,6 +132,7 @@ class FeatureFlow:
     def run(self, body: Sequence[Any]) -> None:
         if self.in_place is None:  # the first run is over the method's whole body
             self.in_place = mutation.InPlace(mutation.mutated_names(body, self.qualnames_of))
+            self.leaves_kept = mutation.stores_only_into_own_dicts(body)
         for stmt in body:
             self.statement(stmt)
 
@@ -273,6 +275,11 @@ class FeatureFlow:
         elif mutation.keyed_store(target):  # out['logits'] = x: the dict's entry, in order
             self._store_entry(target, value)  # type: ignore[arg-type]
 
+    def _leaf_kept(self, name: str) -> bool:
+        """Whether a leaf of the input ``name`` is still the input's own: the method changes no item of
+        anything but its own dicts, and does not hand the input to a call that may change it."""
+        return self.leaves_kept and name not in self.in_place.names  # type: ignore[union-attr]
+
     def _store_entry(self, target: cst.Subscript, value: Feat) -> None:
         """``name[key] = value`` with a string key: a dict's entry replaced or added; any other list or
         object it is stored into (an output object's item) is no longer known. Every other local
@@ -330,7 +337,7 @@ class FeatureFlow:
             return mapping_flow.displayed(node, self.expr_of)
         if isinstance(node, cst.Subscript):
             base = self.expr_of(node.value)
-            if base.kind in ("input", "leaf"):  # batch['image']: one leaf of a method input
+            if base.kind in ("input", "leaf") and self._leaf_kept(base.input_name):  # batch['image']
                 key = mapping_flow.literal_key(node.slice[0].slice.value) if _one_index(node) else None
                 if key is not None and key.isidentifier():
                     return Feat("leaf", input_name=base.input_name, expr=f"{base.expr}[{key!r}]")

@@ -308,3 +308,47 @@ class _Bases(FastVisitor):
         name = chain_root(n)
         if name is not None:
             self.out.add(name)
+
+
+def stores_only_into_own_dicts(body: Sequence[cst.CSTNode]) -> bool:
+    """Whether every item a method stores or deletes (``name[key] = v``) goes into a dict the method
+    builds itself, every binding of that name a dict display: then no entry of an input (or of another
+    name for it) is replaced, and ``batch['image']`` still reads the input's own leaf."""
+    found = _ItemStores()
+    for stmt in body:
+        found.walk(stmt)
+    return not found.other and all(
+        found.bindings.get(root) and all(isinstance(v, cst.Dict) for v in found.bindings[root])
+        for root in found.roots
+    )
+
+
+class _ItemStores(FastVisitor):
+    def __init__(self) -> None:
+        self.roots: set[str] = set()
+        self.bindings: dict[str, list[cst.BaseExpression]] = {}
+        self.other = False  # an item store or delete whose root is no plain name
+
+    def _item(self, target: cst.BaseExpression) -> None:
+        if type(target) in TUPLE_OR_LIST:
+            for el in target.elements:
+                self._item(el.value)
+        elif isinstance(target, cst.StarredElement):
+            self._item(target.value)
+        elif isinstance(target, cst.Subscript):
+            if isinstance(target.value, cst.Name):
+                self.roots.add(target.value.value)
+            else:
+                self.other = True
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self._item(t.target)
+            if isinstance(t.target, cst.Name):
+                self.bindings.setdefault(t.target.value, []).append(node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._item(node.target)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._item(node.target)
