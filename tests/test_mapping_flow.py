@@ -174,3 +174,34 @@ def test_an_input_entry_read_by_a_literal_key_is_a_constructor_argument(body):
 def test_an_input_entry_that_may_have_been_replaced_stays_a_finding(body):
     new_args, manual = _leaf_sizes(body)
     assert not any(how.startswith("input_leaf:") for how in new_args.values()) and manual
+
+
+DICT_RETURN = """import flax.linen as nn
+{binding}
+
+class Body(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return dict(hidden=nn.Dense(6)(x), aux=None)
+
+
+class Head(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(Body()(x)["hidden"])
+"""
+
+
+@pytest.mark.parametrize(
+    "binding, sized",
+    [("", True), ("def dict(**kw):\n    return list(kw.values())\n", False), ("from foo import dict", False)],
+)
+def test_a_builtin_dict_call_is_a_display(binding, sized):
+    """``dict(hidden=h, aux=None)`` of the builtin holds its keywords' values, as ``{'hidden': h}``
+    does; a ``dict`` the file binds may be anything."""
+    from linen2nnx.migrate import migrate_source
+
+    result = migrate_source(DICT_RETURN.format(binding=binding), "m.py", module_name="m")
+    manual = [f.message for f in result.findings if f.severity.value == "manual"]
+    assert (manual == []) is sized, manual
+    assert ("nnx.Linear(6, 3" in (result.output or "")) is sized

@@ -124,6 +124,9 @@ class FeatureFlow:
         self.at_if: dict[cst.If, dict[str, Feat]] = {}  # the values each `if` test sees (first pass)
         self.in_place: mutation.InPlace | None = None  # lists and objects changed in place (first run)
         self.leaves_kept = False  # no item of an input is replaced (first run): its leaves are its own
+        self.builtin_dict = (
+            False  # `dict` is the builtin (the file binds no such name): dict(k=x) is a display
+        )
         self.path: tuple = ()
         """The branches (an ``if`` body or ``else``, a conditional expression's side) and loop bodies the
         statement being read sits in, outermost first: what may not run when the code around it does."""
@@ -338,7 +341,7 @@ class FeatureFlow:
         if isinstance(node, cst.Subscript):
             base = self.expr_of(node.value)
             if base.kind in ("input", "leaf") and self._leaf_kept(base.input_name):  # batch['image']
-                key = mapping_flow.literal_key(node.slice[0].slice.value) if _one_index(node) else None
+                key = mapping_flow.subscript_key(node)
                 if key is not None and key.isidentifier():
                     return Feat("leaf", input_name=base.input_name, expr=f"{base.expr}[{key!r}]")
             element = tuple_flow.indexed(base, node)  # outputs[0], outputs[1:]
@@ -390,6 +393,8 @@ class FeatureFlow:
         filtered = output_values.filtered_source(node, self.qualnames_of(node.func))
         if filtered is not None:  # tuple(v for v in outputs if v is not None)
             return output_values.filtered(self.expr_of(filtered))
+        if self.builtin_dict and mapping_flow.is_dict_call(node, self.qualnames_of(node.func)):  # dict(k=x)
+            return mapping_flow.called(node, arg_feats)
         record = self.records.get(node.func.value) if isinstance(node.func, cst.Name) else None
         if record is not None and node.func.value not in self.env:  # type: ignore[attr-defined]
             built = tuple_flow.built_record(node, record, arg_feats, node.func.value)  # type: ignore[attr-defined]
@@ -552,10 +557,6 @@ class FeatureFlow:
             )
             return last_axis_ops.concatenated(first, axis)
         return Feat.unknown("call")
-
-
-def _one_index(node: cst.Subscript) -> bool:
-    return len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
 
 
 def value_method(func: cst.Attribute, qualnames: set[str]) -> bool:

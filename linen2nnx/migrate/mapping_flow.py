@@ -2,7 +2,7 @@
 
 Much Linen code returns its features in a dict -- ``return {'last_hidden_state': x, 'past': p}``, or
 ``out = {}`` filled with ``out['pre_logits'] = x`` and returned beside the logits -- and a head reads
-one entry: ``output['last_hidden_state']``. A :class:`~linen2nnx.migrate.dataflow_types.Feat` of kind
+one entry: ``output['last_hidden_state']``. ``dict(a=x, b=y)`` of the builtin is the same display. A :class:`~linen2nnx.migrate.dataflow_types.Feat` of kind
 ``mapping`` holds the value of each key the source spells out (``names``, ``elements``), so that the
 size of what a head reads is still known.
 
@@ -68,6 +68,21 @@ def displayed(node: cst.Dict, value_of: Callable[[cst.BaseExpression], Feat]) ->
     return Feat(KIND, elements=tuple(elements), names=tuple(names))
 
 
+def is_dict_call(node: cst.Call, qualnames: set[str]) -> bool:
+    """``dict(a=x, b=y)`` of the builtin ``dict`` (not a name the file binds), keywords only."""
+    return (
+        bool(qualnames & {"dict", "builtins.dict"})
+        and bool(node.args)
+        and all(a.keyword is not None and not a.star for a in node.args)
+    )
+
+
+def called(node: cst.Call, values: list[Feat]) -> Feat:
+    """``dict(a=x, b=y)``: the value of each keyword (see :func:`is_dict_call`)."""
+    names = tuple(a.keyword.value for a in node.args)  # type: ignore[union-attr]
+    return Feat(KIND, elements=tuple(values), names=names)
+
+
 def stored(held: Feat, key: cst.BaseExpression, value: Feat) -> Feat:
     """What a dict holds after ``held[key] = value``: the entry replaced or added under a literal key;
         under any other key (an f-string), only the known keys it cannot spell (``f'stage{i}'`` cannot replace
@@ -98,10 +113,15 @@ def _fixed_prefix(key: cst.BaseExpression) -> str:
     return text
 
 
+def subscript_key(node: cst.Subscript) -> str | None:
+    """``'k'`` of ``value['k']``: the one index, a string literal; None for any other subscript."""
+    index = node.slice[0].slice if len(node.slice) == 1 else None
+    return literal_key(index.value) if isinstance(index, cst.Index) else None
+
+
 def looked_up(value: Feat, node: cst.Subscript) -> Feat:
     """``value['k']`` of a dict value: the entry when the key is a literal the dict is known to hold."""
-    index = node.slice[0].slice if len(node.slice) == 1 else None
-    key = literal_key(index.value) if isinstance(index, cst.Index) else None
+    key = subscript_key(node)
     if key is None:
         return Feat.unknown("a dict key the source does not spell out")
     if key not in value.names:

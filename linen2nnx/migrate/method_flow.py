@@ -99,6 +99,7 @@ class MethodFlow:
             size_fields=self.size_fields,
             dims=self.dims,
         )
+        flow.builtin_dict = self._builtin_dict()
         if len(params) >= 2 and (
             (plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods
         ):
@@ -200,6 +201,12 @@ class MethodFlow:
         site.in_expr = None
         site.user_in.clear()
         return True
+
+    def _builtin_dict(self) -> bool:
+        """Whether ``dict`` is the builtin here: the file binds no top-level name ``dict`` (and has no
+        ``import *`` that might)."""
+        names = self.state.module_names
+        return names is not None and "dict" not in names
 
     def plan_called_methods(self) -> set[str]:
         """The methods of the class that another of its methods calls as ``self.<name>(...)``."""
@@ -354,6 +361,7 @@ class MethodFlow:
                 dims=self.dims,
             )
             sub.env.update(zip(callee_params, args))
+            sub.builtin_dict = self.flow.builtin_dict
             sub.iteration = self.flow.iteration
             sub.path = (*self.flow.path, (id(call), 0))  # its own returns end the helper, not the caller
             self.depth += 1
