@@ -4,22 +4,12 @@ key the source does not spell out, an in-place change the flow does not follow) 
 
 import dataclasses
 
-import libcst as cst
 import pytest
+from flow_snippets import A, B, X
+from flow_snippets import snippet_flow as _flow
 
-from linen2nnx.migrate.dataflow import Feat, FeatureFlow
+from linen2nnx.migrate.dataflow import Feat
 from linen2nnx.migrate.method_flow import _one_size
-
-
-def _flow(body: str) -> FeatureFlow:
-    """Run the flow over ``body`` with ``a`` and ``b`` sized by config and ``x`` the method's input."""
-    flow = FeatureFlow(["x"], lambda call: None, lambda node: set())
-    flow.env.update(a=Feat("expr", expr="self.a"), b=Feat("expr", expr="self.b"))
-    flow.run(cst.parse_module(body).body)
-    return flow
-
-
-A, B, X = Feat("expr", expr="self.a"), Feat("expr", expr="self.b"), Feat("input", input_name="x")
 
 
 @pytest.mark.parametrize(

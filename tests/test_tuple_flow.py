@@ -3,35 +3,12 @@ follows exactly, and what it leaves unknown because the source does not pin it d
 
 import libcst as cst
 import pytest
+from flow_snippets import A, B, X
+from flow_snippets import snippet_flow as _flow
+from flow_snippets import snippet_qualnames as _qualnames
 
-from linen2nnx.migrate.dataflow import Feat, FeatureFlow
+from linen2nnx.migrate.dataflow import Feat
 from linen2nnx.migrate.tuple_flow import agreed_return, record_classes
-
-QUALNAMES = {
-    "flax.struct.dataclass",
-    "dataclasses.dataclass",
-    "typing.NamedTuple",
-    "transformers.utils.ModelOutput",
-    "builtins.tuple",
-}
-
-
-def _qualnames(node: cst.CSTNode) -> set[str]:
-    """Resolve the few names these snippets use by their spelling."""
-    text = cst.Module(body=[]).code_for_node(node)
-    return {q for q in QUALNAMES if q.endswith("." + text.split(".")[-1])}
-
-
-def _flow(body: str, classes: str = "") -> FeatureFlow:
-    """Run the flow over ``body`` with ``a`` and ``b`` sized by config and ``x`` the method's input."""
-    records = record_classes(cst.parse_module(classes).body, _qualnames)
-    flow = FeatureFlow(["x"], lambda call: None, _qualnames, records=records)
-    flow.env.update(a=Feat("expr", expr="self.a"), b=Feat("expr", expr="self.b"))
-    flow.run(cst.parse_module(body).body)
-    return flow
-
-
-A, B, X = Feat("expr", expr="self.a"), Feat("expr", expr="self.b"), Feat("input", input_name="x")
 
 
 @pytest.mark.parametrize(

@@ -123,10 +123,8 @@ class FeatureFlow:
         self.iteration = 0
         self.at_if: dict[cst.If, dict[str, Feat]] = {}  # the values each `if` test sees (first pass)
         self.in_place: mutation.InPlace | None = None  # lists and objects changed in place (first run)
-        self.leaves_kept = False  # no item of an input is replaced (first run): its leaves are its own
-        self.builtin_dict = (
-            False  # `dict` is the builtin (the file binds no such name): dict(k=x) is a display
-        )
+        # `dict` is the builtin (the file binds no such name): dict(k=x) is a display
+        self.builtin_dict = False
         self.path: tuple = ()
         """The branches (an ``if`` body or ``else``, a conditional expression's side) and loop bodies the
         statement being read sits in, outermost first: what may not run when the code around it does."""
@@ -134,8 +132,7 @@ class FeatureFlow:
     # ---- statements --------------------------------------------------------------------------
     def run(self, body: Sequence[Any]) -> None:
         if self.in_place is None:  # the first run is over the method's whole body
-            self.in_place = mutation.InPlace(mutation.mutated_names(body, self.qualnames_of))
-            self.leaves_kept = mutation.stores_only_into_own_dicts(body)
+            self.in_place = mutation.method_changes(body, self.qualnames_of)
         for stmt in body:
             self.statement(stmt)
 
@@ -281,7 +278,8 @@ class FeatureFlow:
     def _leaf_kept(self, name: str) -> bool:
         """Whether a leaf of the input ``name`` is still the input's own: the method changes no item of
         anything but its own dicts, and does not hand the input to a call that may change it."""
-        return self.leaves_kept and name not in self.in_place.names  # type: ignore[union-attr]
+        in_place = self.in_place
+        return in_place is not None and in_place.own_dict_items_only and name not in in_place.names
 
     def _store_entry(self, target: cst.Subscript, value: Feat) -> None:
         """``name[key] = value`` with a string key: a dict's entry replaced or added; any other list or

@@ -2,9 +2,9 @@
 
 Much Linen code returns its features in a dict -- ``return {'last_hidden_state': x, 'past': p}``, or
 ``out = {}`` filled with ``out['pre_logits'] = x`` and returned beside the logits -- and a head reads
-one entry: ``output['last_hidden_state']``. ``dict(a=x, b=y)`` of the builtin is the same display. A :class:`~linen2nnx.migrate.dataflow_types.Feat` of kind
-``mapping`` holds the value of each key the source spells out (``names``, ``elements``), so that the
-size of what a head reads is still known.
+one entry: ``output['last_hidden_state']``; ``dict(a=x, b=y)`` of the builtin is the same display. A
+:class:`~linen2nnx.migrate.dataflow_types.Feat` of kind ``mapping`` holds the value of each key the
+source spells out (``names``, ``elements``), so that the size of what a head reads is still known.
 
 Only string keys written as literals are followed. A store under a key the source does not spell out
 (``out[f'stage{i}'] = x``) may replace any entry that starts with the f-string's fixed text: those
@@ -17,7 +17,6 @@ the dict for the whole method.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 from collections.abc import Callable
 
@@ -31,12 +30,7 @@ KIND = "mapping"
 def literal_key(node: cst.BaseExpression) -> str | None:
     """The string a key written as a plain literal spells (``'k'``, ``"k"``); None for anything else
     (an f-string, a name, a number)."""
-    if not isinstance(node, cst.SimpleString):
-        return None
-    try:
-        value = ast.literal_eval(node.value)
-    except (ValueError, SyntaxError):
-        return None
+    value = node.evaluated_value if isinstance(node, cst.SimpleString) else None
     return value if isinstance(value, str) else None
 
 

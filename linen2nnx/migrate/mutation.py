@@ -18,10 +18,9 @@ import libcst as cst
 from linen2nnx.migrate import mapping_flow
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST, FastVisitor
 from linen2nnx.migrate.dataflow_types import Feat
+from linen2nnx.migrate.tuple_flow import COMPOUND, SIZED
 
 _SUBSCRIPT_OR_ATTRIBUTE = frozenset({cst.Subscript, cst.Attribute})  # exact types: no ABC check
-COMPOUND = ("tuple", "prefix", "namedtuple", "record", "output", "mapping")
-"""Kinds that hold one value per element (see tuple_flow.py)."""
 
 PURE_PREFIXES = ("jax.", "einops.", "math.")
 """Library functions that never change a list or object passed to them (they may return new ones); not
@@ -43,8 +42,9 @@ def chain_root(node: cst.BaseExpression) -> str | None:
     return node.value if isinstance(node, cst.Name) else None
 
 
-def mutated_names(body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode], set[str]]) -> set[str]:
-    """The names ``body`` may change in place (see the module docstring); over-approximate on purpose."""
+def method_changes(body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode], set[str]]) -> InPlace:
+    """What ``body`` may change in place (see the module docstring; over-approximate on purpose), read in
+    one walk: the names it may change, and whether it stores items only into dicts it builds itself."""
     collector = _Mutations(qualnames)
     for stmt in body:
         collector.walk(stmt)
@@ -56,7 +56,7 @@ def mutated_names(body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode]
             if targets & names and not sources <= names:
                 names |= sources
                 changed = True
-    return names - {"self"}
+    return InPlace(names - {"self"}, collector.items_only_into_own_dicts())
 
 
 class _Mutations(FastVisitor):
@@ -71,6 +71,30 @@ class _Mutations(FastVisitor):
         self.bound_outside_flow: list[tuple[set[str], set[str]]] = []
         """``(targets, what they are bound from)`` of the bindings the dataflow does not follow:
         comprehension targets (``for o in outs``) and walrus targets (``(o := outs[0])``)."""
+        self.item_roots: set[str] = set()  # the names an item is stored into or deleted from
+        self.bindings: dict[str, list[cst.BaseExpression]] = {}  # name -> every value bound to it
+        self.other_items = False  # an item stored or deleted through something other than a plain name
+
+    def items_only_into_own_dicts(self) -> bool:
+        """Whether every item the method stores or deletes (``name[key] = v``) goes into a dict it
+        builds itself, every binding of that name a dict display: then no entry of an input (or of
+        another name for it) is replaced, and ``batch['image']`` still reads the input's own leaf."""
+        return not self.other_items and all(
+            self.bindings.get(root) and all(isinstance(v, cst.Dict) for v in self.bindings[root])
+            for root in self.item_roots
+        )
+
+    def _item(self, target: cst.BaseExpression) -> None:
+        if type(target) in TUPLE_OR_LIST:
+            for el in target.elements:
+                self._item(el.value)
+        elif isinstance(target, cst.StarredElement):
+            self._item(target.value)
+        elif isinstance(target, cst.Subscript):
+            if isinstance(target.value, cst.Name):
+                self.item_roots.add(target.value.value)
+            else:
+                self.other_items = True
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         self.bound_outside_flow.append((_names(node.target, bases=True), _names(node.iter, bases=True)))
@@ -108,6 +132,9 @@ class _Mutations(FastVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for t in node.targets:
+            self._item(t.target)
+            if isinstance(t.target, cst.Name):
+                self.bindings.setdefault(t.target.value, []).append(node.value)
             if self.nested or not keyed_store(t.target):  # out["k"] = x: the dataflow follows it
                 self._store(t.target)
             if not isinstance(t.target, (cst.Name, cst.Tuple, cst.List)):  # self.x = outs, d[k] = outs
@@ -119,11 +146,13 @@ class _Mutations(FastVisitor):
             self._escapes(node.value)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._item(node.target)
         self._store(node.target)  # outs += [h] on a name: the dataflow follows it (see augmented)
         if not isinstance(node.target, cst.Name):
             self._escapes(node.value)
 
     def visit_Del(self, node: cst.Del) -> None:
+        self._item(node.target)
         self._store(node.target)
 
     def visit_Global(self, node: cst.Global) -> None:
@@ -197,11 +226,12 @@ class _Names(FastVisitor):
 
 class InPlace:
     """What the dataflow needs to honour in-place changes: the names a method changes (see
-    :func:`mutated_names`), and, for each local holding a list or object, the locals it may share that
+    :func:`method_changes`), and, for each local holding a list or object, the locals it may share that
     value with (``b = outs``, ``a = outs[0]``), so that changing one forgets the others too."""
 
-    def __init__(self, names: set[str]) -> None:
+    def __init__(self, names: set[str], own_dict_items_only: bool = False) -> None:
         self.names = names
+        self.own_dict_items_only = own_dict_items_only  # see _Mutations.items_only_into_own_dicts
         self.sources: dict[str, set[str]] = {}
 
     def bound(self, env: dict[str, Feat], name: str, value: Feat, rhs: cst.CSTNode | None) -> Feat:
@@ -209,7 +239,7 @@ class InPlace:
         place. Binding a changed name to another local's list or object (``b = outs``, ``d = {'k':
         outs}``), or to a part of it that holds one (``inner = outs[0]``), forgets that local's
         elements too: they are the same objects."""
-        if value.kind in ("expr", "input"):  # an array: no list or object shared, nothing to forget
+        if value.kind in SIZED:  # an array: no list or object shared, nothing to forget
             return value
         compound = value.kind in COMPOUND
         if not any(v.kind in COMPOUND for v in env.values()):  # no local holds a list or object to share
@@ -224,7 +254,7 @@ class InPlace:
             for n in whole | (_bases(rhs) if rhs is not None else set())
             if n != name and env.get(n, _NONE).kind in COMPOUND
         }
-        sized = value.kind in ("expr", "input")  # an array: no list or object shared
+        sized = value.kind in SIZED  # an array: no list or object shared
         if name in self.names and not sized:
             for n in shared:
                 if compound or n in whole or _holds_compound(env[n]):
@@ -273,8 +303,6 @@ class InPlace:
 
 
 _NONE = Feat.unknown("unbound")
-SIZED = ("expr", "input")
-"""Kinds of a value that is an array of known size: no list or object to change."""
 
 
 def _holds_compound(value: Feat) -> bool:
@@ -308,47 +336,3 @@ class _Bases(FastVisitor):
         name = chain_root(n)
         if name is not None:
             self.out.add(name)
-
-
-def stores_only_into_own_dicts(body: Sequence[cst.CSTNode]) -> bool:
-    """Whether every item a method stores or deletes (``name[key] = v``) goes into a dict the method
-    builds itself, every binding of that name a dict display: then no entry of an input (or of another
-    name for it) is replaced, and ``batch['image']`` still reads the input's own leaf."""
-    found = _ItemStores()
-    for stmt in body:
-        found.walk(stmt)
-    return not found.other and all(
-        found.bindings.get(root) and all(isinstance(v, cst.Dict) for v in found.bindings[root])
-        for root in found.roots
-    )
-
-
-class _ItemStores(FastVisitor):
-    def __init__(self) -> None:
-        self.roots: set[str] = set()
-        self.bindings: dict[str, list[cst.BaseExpression]] = {}
-        self.other = False  # an item store or delete whose root is no plain name
-
-    def _item(self, target: cst.BaseExpression) -> None:
-        if type(target) in TUPLE_OR_LIST:
-            for el in target.elements:
-                self._item(el.value)
-        elif isinstance(target, cst.StarredElement):
-            self._item(target.value)
-        elif isinstance(target, cst.Subscript):
-            if isinstance(target.value, cst.Name):
-                self.roots.add(target.value.value)
-            else:
-                self.other = True
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for t in node.targets:
-            self._item(t.target)
-            if isinstance(t.target, cst.Name):
-                self.bindings.setdefault(t.target.value, []).append(node.value)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._item(node.target)
-
-    def visit_Del(self, node: cst.Del) -> None:
-        self._item(node.target)
