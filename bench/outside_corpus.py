@@ -177,6 +177,8 @@ class FileRow:
     skipped: bool
     clean_classes: list[str] = dataclasses.field(default_factory=list)
     builds: list = dataclasses.field(default_factory=list)  # clean_builds.BuildResult of each clean class
+    # what keeps each converted class from being clean: its manual / error findings
+    blockers: list[dict] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
@@ -190,6 +192,7 @@ class FileRow:
             "findings": dict(self.severities),
             "by_rule": dict(sorted(self.rules.items())),
             "builds": [dataclasses.asdict(b) for b in self.builds],
+            "blockers": self.blockers,
         }
 
 
@@ -219,14 +222,19 @@ def _file_rows(tree: Path, out: Path, first: Any, jobs: int) -> dict[Path, FileR
         classes = found.get(str(rel), [])
         converted = clean = 0
         clean_names = []
+        blockers = []
         for c in classes:
             inside = [f for f in r.findings if c.start <= f.line <= c.end]
             if not any(f.rule == "L2N-MOD-001" and c.start <= f.line <= c.line for f in inside):
                 continue
             converted += 1
-            if not any(f.severity.value in BLOCKING for f in inside):
+            blocking = [f for f in inside if f.severity.value in BLOCKING]
+            if not blocking:
                 clean += 1
                 clean_names.append(c.name)
+            blockers += [
+                {"class": c.name, "line": f.line, "rule": f.rule, "message": f.message} for f in blocking
+            ]
         rows[rel] = FileRow(
             str(rel),
             parsed,
@@ -238,6 +246,7 @@ def _file_rows(tree: Path, out: Path, first: Any, jobs: int) -> dict[Path, FileR
             Counter(f.rule for f in r.findings),
             r.skipped,
             clean_names,
+            blockers=blockers,
         )
     return rows
 

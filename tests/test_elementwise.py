@@ -46,7 +46,14 @@ def test_a_table_of_activations_keeps_the_size():
 
 
 @pytest.mark.parametrize(
-    "value", ["lambda x: x", "lambda y: nn.leaky_relu(y, negative_slope=0.2)", "lambda x: swish_ish(x)"]
+    "value",
+    [
+        "lambda x: x",
+        "lambda y: nn.leaky_relu(y, negative_slope=0.2)",
+        "lambda x: swish_ish(x)",
+        "lambda x, _: x",  # parameters after x that the body never reads
+        "lambda x, *rest, flag=False: nn.relu(x)",
+    ],
 )
 def test_a_table_entry_that_is_an_elementwise_lambda_keeps_the_size(value):
     """``'id': lambda x: x`` (init2winit's table), or a lambda that applies one elementwise function."""
@@ -102,7 +109,9 @@ class Mlp(nn.Module):
     [
         "partial(nn.gelu, True)",  # a positional argument takes x's place
         "lambda x: x.sum(-1)",  # a lambda that reduces
-        "lambda x, y: x",  # two parameters
+        "lambda x, y: y",  # the other parameter
+        "lambda x, y: nn.leaky_relu(x, y)",  # another parameter read too
+        "lambda x, **kw: nn.gelu(x, **kw)",
         "lambda *x: x",
         "lambda x=1: x",
         "lambda x: jax.nn.leaky_relu(x, x)",  # x read again as another argument

@@ -94,6 +94,9 @@ CASES = {
     "layer_field_annotation": ("Model", {}, (2, 5)),
     # `self.q_proj, self.k_proj, self.v_proj = dense(), dense(), dense()` in setup()
     "setup_tuple_assignment": ("Attention", {}, (2, 5)),
+    # one attribute built in the branches of a config test: each branch's sizes
+    "setup_branch_sizes": ("Model", {}, (2, 5)),
+    "setup_branch_sizes_narrow": ("Model", {"wide": False, "pool": False}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
     "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
     # the override names what it forwards: `def param(self, name, init_fn, *init_args)`
@@ -282,6 +285,7 @@ SOURCES = {
     "init_restated_tests_splat": "init_restated_tests",
     "attention_kv_features_positional": "attention_kv_features",
     "tied_apply_untied": "tied_apply",
+    "setup_branch_sizes_narrow": "setup_branch_sizes",
 }
 UNUSED_BY_LINEN = {
     "tied_apply": 1,

@@ -74,15 +74,17 @@ def is_elementwise(ctx: FileContext, node: cst.BaseExpression) -> bool:
 
 def _elementwise_lambda(ctx: FileContext, node: cst.Lambda) -> bool:
     """``lambda x: x`` (a table's identity entry), or ``lambda x: f(x, ...)`` of an elementwise ``f``
-    that reads ``x`` only as its first argument."""
+    that reads ``x`` only as its first argument; parameters after ``x`` that the body never reads may
+    follow (``lambda x, _: x``, a dropout stand-in called with its flag)."""
     params = node.params
-    starred = isinstance(params.star_arg, (cst.Param, cst.ParamStar)) or params.star_kwarg is not None
-    if len(params.params) != 1 or starred or params.kwonly_params:
-        return False
-    if params.posonly_params or params.params[0].default is not None:
+    if not params.params or params.posonly_params or params.params[0].default is not None:
         return False
     name = params.params[0].name.value
     body = node.body
+    others = [*params.params[1:], *params.kwonly_params]
+    others += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    if names_in(body) & {p.name.value for p in others}:
+        return False
     if isinstance(body, cst.Name):
         return body.value == name
     if not (

@@ -33,6 +33,7 @@ from linen2nnx.migrate.function_aliases import qualnames_through_alias, sole_ass
 from linen2nnx.migrate.function_outs import imported_function_out
 from linen2nnx.migrate.leading_setup import leading_setup_sizes, leading_setup_values
 from linen2nnx.migrate.local_functions import local_function_out
+from linen2nnx.migrate.setup_branches import setup_alternatives, setup_branch_info
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
 from linen2nnx.migrate.tuple_flow import SIZED, agreed_return
 
@@ -58,6 +59,7 @@ class MethodFlow:
             for s in plan.sites.values()
             if not s.hoisted and s.container is None and s.kind in ("layer", "module")
         }  # setup() submodules, applied as self.<attr>
+        self.setup_branches: dict[str, list[cst.BaseExpression]] = {}  # what setup() binds each to
         self.element_calls = element_calls(fn, plan.sites.values())  # `for layer in self.layers: layer(h)`
         self.methods = {m.name.value: m for m in self.state.methods.get(plan.name, [])}  # helpers to inline
         self.setup_locals = set(assigned_names(plan.setup)) if plan.setup is not None else set()
@@ -275,16 +277,41 @@ class MethodFlow:
             site = branch.site
         if site is None or site.kind not in ("layer", "module"):
             return None
-        for built in (site, *self.sizer.nested_sites(site)):  # nn.RNN(Cell(x.shape[-1])): the cell's too
-            self._resolve_shapes(built)
-        info = dataclasses.replace(self.sizer.layer_info(site), input_names=self._input_names(site))
-        if site.rule is not None and site.rule.input_index:
-            info = dataclasses.replace(info, input_index=site.rule.input_index)
+        bound = self._setup_values(site.attr) if site is self.setup_attrs.get(site.attr) else []
+        if len(bound) > 1:  # `self.proj = nn.Dense(2 * n) if self.wide else nn.Dense(n)`
+            return setup_branch_info(self.ctx, site.attr, [(v, self._bound_info(site, v)) for v in bound])
+        info = self._applied_info(site)
         if branch is not None and info.out_expr is not None and not info.out_unknown:
             assert site.rule is not None and site.rule.out_attr is not None
             info = dataclasses.replace(
                 info, out_expr=f"({info.out_expr} if {branch.test} else {branch.other}.{site.rule.out_attr})"
             )
+        return info
+
+    def _setup_values(self, attr: str) -> list[cst.BaseExpression]:
+        """Every value setup() binds ``self.<attr>`` to (setup_branches.py), remembered per attribute."""
+        if attr not in self.setup_branches:
+            setup = self.plan.setup
+            self.setup_branches[attr] = setup_alternatives(setup, attr) if setup is not None else []
+        return self.setup_branches[attr]
+
+    def _bound_info(self, site: Site, value: cst.BaseExpression) -> LayerInfo | None:
+        """What applying ``value`` (one binding of ``site``'s attribute in setup()) gives: a submodule's
+        output, a function that keeps the last axis, anything else unknown; None for ``None``."""
+        built = self.plan.sites.get(value) if isinstance(value, cst.Call) else None
+        if built is not None and built.kind in ("layer", "module"):
+            return self._applied_info(built)
+        if isinstance(value, cst.Name) and value.value == "None":
+            return None
+        return LayerInfo(site.flow_key, None, out_unknown=not is_elementwise(self.ctx, value))
+
+    def _applied_info(self, site: Site) -> LayerInfo:
+        """What one application of ``site`` gives, its shape arguments resolved first."""
+        for built in (site, *self.sizer.nested_sites(site)):  # nn.RNN(Cell(x.shape[-1])): the cell's too
+            self._resolve_shapes(built)
+        info = dataclasses.replace(self.sizer.layer_info(site), input_names=self._input_names(site))
+        if site.rule is not None and site.rule.input_index:
+            info = dataclasses.replace(info, input_index=site.rule.input_index)
         return info
 
     def _input_names(self, site: Site) -> tuple[str, ...]:

@@ -290,6 +290,8 @@ class ClassPlanner:
     ) -> None:
         """One ``self.attr = value`` of setup(): a submodule (directly, through a setup partial, or as a
         list of them), a variable, or a comprehension of submodules."""
+        for branch in (value.body, value.orelse) if isinstance(value, cst.IfExp) else ():
+            self._plan_setup_assign(plan, attr, branch, stmt, body)  # `Pooler(...) if flag else None`
         local = None
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
             local = self.setup_partials.get(value.func.value)
