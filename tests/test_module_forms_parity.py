@@ -619,13 +619,20 @@ def test_traced_input_leaf_sizes_are_constructor_arguments(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "case, cls, arg, sizes",
+    "case, cls, sizes, width",
     [
-        ("setup_loop_sizes_each", "Mid", "layers_in_features", (5, 4, 4)),
-        ("setup_comprehension_range_sizes", "Stack", "blocks_in_features", (5, 4, 3)),
+        ("setup_loop_sizes_each", "Mid", {"layers_in_features": (5, 4, 4)}, 5),
+        ("setup_comprehension_range_sizes", "Stack", {"blocks_in_features": (5, 4, 3)}, 5),
+        # `[Stage(..., name="0")]`, then `name=str(i + 1)` in the loop: Linen's `0`, `1`, ... by position
+        (
+            "setup_loop_list_named_seed",
+            "Stages",
+            {"stages_in_features": (4,) * 3, "heads_in_features": (4,) * 3},
+            4,
+        ),
     ],
 )
-def test_setup_list_sizes_each_index_elements_by_position(case, cls, arg, sizes, tmp_path):
+def test_setup_list_sizes_each_index_elements_by_position(case, cls, sizes, width, tmp_path):
     """A size per element of a setup() list, read at the element's position in the list: a list that
     starts with a module before the loop that fills it (diffusers' mid blocks: ``[0]``, then ``[1 + i]``),
     and a comprehension over ``range(1, 4)`` (``[i - 1]``), as Linen numbers ``layers_0``, ``layers_1``,
@@ -636,8 +643,8 @@ def test_setup_list_sizes_each_index_elements_by_position(case, cls, arg, sizes,
     (tmp_path / "linen_src.py").write_text(src)
     (tmp_path / "nnx_src.py").write_text(result.output)
     linen_module, nnx_module = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
-    assert result.name_map.classes[f"{case}.{cls}"].new_args == {arg: "unresolved_each"}
-    x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
+    assert result.name_map.classes[f"{case}.{cls}"].new_args == dict.fromkeys(sizes, "unresolved_each")
+    x = np.random.default_rng(0).normal(size=(2, width)).astype(np.float32)
     side = LinenSide(
         model=getattr(linen_module, cls)(),
         batch={"x": x},
@@ -649,7 +656,7 @@ def test_setup_list_sizes_each_index_elements_by_position(case, cls, arg, sizes,
     result.name_map.save(map_path)
     pair = ModelPair(
         linen=side,
-        nnx_factory=lambda rngs: getattr(nnx_module, cls)(**{arg: sizes}, rngs=rngs),
+        nnx_factory=lambda rngs: getattr(nnx_module, cls)(**sizes, rngs=rngs),
         name_map=map_path,
     )
     variables = perturbed(side.init_variables())

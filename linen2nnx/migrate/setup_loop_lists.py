@@ -15,8 +15,10 @@ patterns and site fields this reuses), and the assignment becomes ``self.blocks 
 
 Positions are the loop's count only when every iteration appends exactly once and nothing else
 touches the list: so the loop has no ``break`` / ``continue`` / ``else``, the append is a statement of
-the loop body itself (not under an ``if``), the list is bound once, to ``[]`` or to auto-named modules
-of the appended class that Linen numbers first (diffusers' mid blocks: ``resnets = [Block(...)]``),
+the loop body itself (not under an ``if``), the list is bound once, to ``[]`` or to modules of the
+appended class that Linen numbers first: auto-named (diffusers' mid blocks: ``resnets = [Block(...)]``)
+or named as the loop names its modules, by position (Hugging Face's stages: ``[Stage(..., name="0")]``,
+then ``name=str(i + 1)``),
 and read only by that append and the one assignment after the loop, and a module held in a local is
 read only by the append. A ``name=`` of the index and a size that differs per element (a tuple
 argument indexed by position: ``[0]``, then ``[1 + i]``) need the index: ``for i in range(n)`` or
@@ -212,8 +214,8 @@ def loop_lists(
                 continue  # not a submodule
             index = _loop_index(loop)
             final = _final_assign(body, position, local)
-            names = element_names(ctor, index or "", final[0]) if final is not None else None
             seeds = _seeds(body, position, local, ctor, builds)
+            names = _names(ctor, index or "", final[0], seeds or ()) if final is not None else None
             reason = _unexact(loop, local, held, at_top, uses, seeds)
             if reason is None and index is None and keyword_arg(ctor, "name") is not None:
                 reason = "it is named, and its loop is not `for i in range(n)` / `for i, x in enumerate(s)`"
@@ -223,8 +225,8 @@ def loop_lists(
                 reason = f"the list {local} is not assigned once to an attribute after the loop"
             elif reason is None and names is None:
                 reason = "its name= is computed in a way the codemod cannot follow"
-            elif reason is None and seeds and names != f"{final[0]}_{{i}}":
-                reason = "it is named, and the list starts with modules before the loop"
+            elif reason is None and seeds and not _seeds_named_alike(seeds, names, final[0]):
+                reason = "the modules the list starts with are not named as its elements are, by position"
             if reason is not None:
                 unfollowed.append(Unfollowed(ctor, f"{_called(ctor)} appended to {local}: {reason}"))
                 continue
@@ -254,7 +256,8 @@ def _seeds(
     builds: Callable[[cst.BaseExpression], bool],
 ) -> tuple[cst.Call, ...] | None:
     """The modules ``local`` is bound to before the loop, once, as a list literal: none (``[]``) or
-    auto-named ones of the appended class (Linen numbers them first, ``resnets_0``); None otherwise."""
+    ones of the appended class, auto-named (Linen numbers them first, ``resnets_0``) or named by a
+    string literal (``name="0"``, checked against the loop's names by the caller); None otherwise."""
     inits = [a for a in map(single_assign, body[:position]) if a is not None and a[0] == local]
     value = inits[0][1] if len(inits) == 1 else None
     if not isinstance(value, cst.List):
@@ -264,12 +267,62 @@ def _seeds(
         isinstance(e, cst.Element)
         and isinstance(seed, cst.Call)
         and builds(seed)
-        and keyword_arg(seed, "name") is None
+        and _literal_name(seed) is not False
         and code(seed.func) == code(ctor.func)
         for e, seed in zip(value.elements, seeds)
     ):
         return seeds  # type: ignore[return-value]
     return None
+
+
+def _literal_name(ctor: cst.Call) -> str | bool | None:
+    """A construction's ``name=``: None when it has none, its text when a string literal, else False."""
+    arg = keyword_arg(ctor, "name")
+    if arg is None:
+        return None
+    value = arg.value.evaluated_value if isinstance(arg.value, cst.SimpleString) else None
+    return value if isinstance(value, str) else False
+
+
+def _names(ctor: cst.Call, index: str, attr: str, seeds: Sequence[cst.Call]) -> str | None:
+    """The elements' Linen names as a pattern of their position in the list (``{i}``). After ``k``
+    seeds, a ``name=`` written with ``index + k`` (``str(i + 1)``, ``f'stage_{i + 1}'``) is the
+    position: it is read as ``index``."""
+    arg = keyword_arg(ctor, "name")
+    if seeds and index and arg is not None:
+        shifted = cst.BinaryOperation(cst.Name(index), cst.Add(), cst.Integer(str(len(seeds))))
+        unshift = _Unshift(code(shifted), index)
+        value = arg.value.visit(unshift)
+        if not unshift.hits:  # named by the loop's index alone: not by position
+            return None
+        ctor = ctor.with_changes(args=[a.with_changes(value=value) if a is arg else a for a in ctor.args])
+    return element_names(ctor, index, attr)
+
+
+class _Unshift(cst.CSTTransformer):
+    """``i + k`` (``k`` the seeds' count) -> ``i``: the loop's names written in terms of position."""
+
+    def __init__(self, shifted: str, index: str) -> None:
+        self.shifted, self.index, self.hits = shifted.replace(" ", ""), index, 0
+
+    def leave_BinaryOperation(
+        self, original: cst.BinaryOperation, updated: cst.BinaryOperation
+    ) -> cst.BaseExpression:
+        if code(original).replace(" ", "") != self.shifted:
+            return updated
+        self.hits += 1
+        return cst.Name(self.index)
+
+
+def _seeds_named_alike(seeds: Sequence[cst.Call], names: str | None, attr: str) -> bool:
+    """The seeds are named as the loop names its elements, by position: all auto-named where the loop's
+    are (``{attr}_{i}``), or each ``name=`` the loop's pattern at its position."""
+    if names is None:
+        return False
+    literal = [_literal_name(seed) for seed in seeds]
+    if names == f"{attr}_{{i}}":
+        return all(n is None for n in literal)
+    return literal == [names.replace("{i}", str(k)) for k in range(len(seeds))]
 
 
 def _unexact(
