@@ -96,6 +96,8 @@ CASES = {
     "setup_tuple_assignment": ("Attention", {}, (2, 5)),
     # one attribute built in the branches of a config test: each branch's sizes
     "setup_branch_sizes": ("Model", {}, (2, 5)),
+    # a tied head reading the table two submodules down, by attributes and by Linen names
+    "tied_embedding_chain": ("LM", {}, (2, 5)),
     "setup_branch_sizes_narrow": ("Model", {"wide": False, "pool": False}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
     "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
@@ -288,10 +290,12 @@ SOURCES = {
     "setup_branch_sizes_narrow": "setup_branch_sizes",
 }
 UNUSED_BY_LINEN = {
+    "tied_embedding_chain": 1,
     "tied_apply": 1,
     "tied_embedding": 1,
 }  # the tied head's own kernel: NNX builds it, Linen never does
 INT_INPUTS = {
+    "tied_embedding_chain",
     "block_output_setup_attribute",
     "layer_field_annotation",
     "compact_tied",

@@ -5,7 +5,9 @@ its own ``self.variables['cache']['cache_index']`` -> ``self.cache_index[...]``.
 Tied weights are read this way in Linen (a head that reuses an embedding table). In NNX the same array
 is an attribute path of the submodule, found through what the plan knows: the child's own plan (a class
 of this file: its submodules by Linen name, its ``self.param`` variables) down to a built-in layer whose
-NNX parameter has the Linen parameter's name and layout. Anything else -- another collection, a list
+NNX parameter has the Linen parameter's name and layout. The submodule may be reached through a chain
+of attributes (``self.model.decoder.embed_tokens.variables['params']['embedding']``: each link a
+submodule by its attribute), and a layer's initialiser may be a local of setup() bound once to one. Anything else -- another collection, a list
 element, a class of another file, a layer of another layout, a parameter created with metadata boxes
 (``.variables`` returns the box, ``[...]`` the array) or a whole ``.variables`` -- stays the verifier's
 manual ``L2N-VERIFY-003``.
@@ -17,6 +19,7 @@ import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import code, parse_expression, self_attr
+from linen2nnx.migrate.function_aliases import sole_assigned_value
 from linen2nnx.migrate.rules import VAR_005
 from linen2nnx.migrate.sites import ClassPlan, Site
 from linen2nnx.migrate.verify_syntax import self_assignments
@@ -60,9 +63,9 @@ def variables_read(ctx: FileContext, original: cst.Subscript) -> cst.BaseExpress
         return parse_expression(f"self.{attr}[...]")
     if keys[0] != "params":
         return None
-    child = self_attr(base.value)
-    site = child_site(ctx, plan, child) if child is not None else None
-    path = _path(ctx, site, keys[1:]) if site is not None else None
+    chain = _attr_chain(base.value)  # `self.model.decoder.embed_tokens`: ["model", "decoder", ...]
+    site = child_site(ctx, plan, chain[0]) if chain else None
+    path = _path(ctx, site, [*chain[1:], *keys[1:]], attrs=len(chain) - 1) if site is not None else None
     if path is None:
         return None
     nnx_read = f"self.{'.'.join([site.attr, *path])}[...]"  # type: ignore[union-attr]
@@ -177,6 +180,11 @@ def _plain_value(ctx: FileContext, name: str, value: cst.BaseExpression, site: S
         return False
     if not (name.endswith("_init") or (site.kind == "param" and name == "1")):
         return True
+    if isinstance(value, cst.Name):  # `init = jax.nn.initializers.normal(...)` bound once above
+        bound = sole_assigned_value(ctx, value)
+        if bound is None or isinstance(bound, cst.Name):
+            return False
+        return _plain_value(ctx, name, bound, site)
     named = value.func if isinstance(value, cst.Call) else value
     found = ctx.qualnames(named)
     return bool(found) and all(q.startswith(INITIALIZERS) for q in found)
@@ -187,8 +195,19 @@ def child_site(ctx: FileContext, plan: ClassPlan, name: str, by_linen: bool = Fa
     return found[0] if len(found) == 1 and _plain(ctx, found[0]) else None
 
 
-def _path(ctx: FileContext, site: Site, keys: list[str]) -> list[str] | None:
-    """The NNX attribute names under ``site`` for the Linen parameter path ``keys``."""
+def _attr_chain(node: cst.BaseExpression) -> list[str] | None:
+    """``self.a.b.c`` -> ``["a", "b", "c"]``; None for anything that is not a chain of attributes of self."""
+    names: list[str] = []
+    while isinstance(node, cst.Attribute):
+        names.insert(0, node.attr.value)
+        node = node.value
+    return names if names and isinstance(node, cst.Name) and node.value == "self" else None
+
+
+def _path(ctx: FileContext, site: Site, keys: list[str], attrs: int = 0) -> list[str] | None:
+    """The NNX attribute names under ``site`` for the Linen parameter path ``keys``, whose first
+    ``attrs`` name submodules by their attributes rather than their Linen names (``self.model.decoder.
+    embed_tokens.variables['params']['embedding']``: ``decoder`` and ``embed_tokens``, then ``embedding``)."""
     if site.kind == "layer" and site.rule is not None:
         names = SAME_PARAMS.get(site.rule.linen, set())
         return keys if len(keys) == 1 and keys[0] in names and not site.nested else None
@@ -198,6 +217,6 @@ def _path(ctx: FileContext, site: Site, keys: list[str]) -> list[str] | None:
     own = ctx.state.linen_classes.get(user.name) if site.kind == "module" and user is not None else None
     if own is not user or own is None or own.blocking or own.super_init is not None or not keys:
         return None  # a class of another file, kept as Linen, or building what its base builds
-    inner = child_site(ctx, own, keys[0], by_linen=True)
-    rest = _path(ctx, inner, keys[1:]) if inner is not None else None
+    inner = child_site(ctx, own, keys[0], by_linen=attrs == 0)
+    rest = _path(ctx, inner, keys[1:], max(attrs - 1, 0)) if inner is not None else None
     return [inner.attr, *rest] if inner is not None and rest is not None else None
