@@ -98,6 +98,9 @@ CASES = {
     "setup_branch_sizes": ("Model", {}, (2, 5)),
     # a tied head reading the table two submodules down, by attributes and by Linen names
     "tied_embedding_chain": ("LM", {}, (2, 5)),
+    # a loop's names chosen by config: one module named `wi`, or `wi_0`, `wi_1`, ... (T5X's MlpBlock)
+    "loop_single_name": ("MlpBlock", {}, (2, 5)),
+    "loop_single_name_gated": ("MlpBlock", {"activations": ("relu", "linear")}, (2, 5)),
     "setup_branch_sizes_narrow": ("Model", {"wide": False, "pool": False}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
     "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
@@ -288,6 +291,7 @@ SOURCES = {
     "attention_kv_features_positional": "attention_kv_features",
     "tied_apply_untied": "tied_apply",
     "setup_branch_sizes_narrow": "setup_branch_sizes",
+    "loop_single_name_gated": "loop_single_name",
 }
 UNUSED_BY_LINEN = {
     "tied_embedding_chain": 1,

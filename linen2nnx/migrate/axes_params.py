@@ -65,9 +65,7 @@ def _aliases(tree: cst.Module, imports: dict[str, str]) -> dict[str, cst.BaseSta
     bound: dict[str, int] = {}
     found: dict[str, cst.BaseStatement] = {}
     for stmt in tree.body:
-        names = assigned_in(stmt)
-        if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
-            names = {stmt.name.value}
+        names = {stmt.name.value} if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)) else assigned_in(stmt)
         for name in names:
             bound[name] = bound.get(name, 0) + 1
         pair = single_assign(stmt)

@@ -576,6 +576,8 @@ class Emitter:
                 for name in classes or (site.linen_name,):
                     key_of = linen_class if not classes else self.ctx.class_key(name)
                     entry.children[name] = Child(attr=site.attr, linen_class=key_of, container="list")
+                if site.single_name:  # `'wi' if len(self.activations) == 1 else f'wi_{idx}'`
+                    entry.children[site.single_name] = Child(attr=f"{site.attr}/0", linen_class=linen_class)
         for var in plan.lazy_vars.values():
             entry.variables.setdefault(var.collection, {})[var.name] = var.attr
         for attr, sites in plan.containers.items():

@@ -7,7 +7,9 @@ inside ``for i in range(1, n)``: element ``k`` of the ``nnx.List`` is then Linen
 Such names become a pattern with the index and its offset (``EncDecBlock{i}``, ``unit{i+2}``, read by
 ``namemap``), so convert finds every element's weights. Anything else (a start that is not a
 literal, a name of the loop variable times something, a format spec) is not followed: the caller
-keeps its finding.
+keeps its finding. A name chosen by a test of the config between a literal and such a pattern (T5X's
+``'wi' if len(self.activations) == 1 else f'wi_{idx}'``, also through a local bound once) is the
+pattern, and the literal names element 0 alone (Linen allows one module of a name).
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ import re
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import attribute_for, parse_expression, snake_case
+from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.cst_utils import (
+    NOT_LOCAL,
+    assigned_names,
+    attribute_for,
+    names_in,
+    parse_expression,
+    snake_case,
+)
+from linen2nnx.migrate.function_aliases import sole_assigned_value
 from linen2nnx.migrate.sites import LoopInfo, Site
 from linen2nnx.namemap import split_pattern
 
@@ -93,6 +104,44 @@ def name_pattern(value: cst.BaseExpression, start: int, var: str) -> str | None:
     total = start + offset
     index = "i" + (f"+{total}" if total else "") + (f":0{width}d" if width else "")
     return "".join(before) + "{" + index + "}" + "".join(after)
+
+
+def _single_choice(ctx: FileContext, value: cst.BaseExpression) -> tuple[str, cst.BaseExpression] | None:
+    """``'wi' if len(self.activations) == 1 else f'wi_{idx}'`` (T5X's MlpBlock), written in ``name=`` or
+    in a local bound once to it: the literal and the loop's name. Linen allows one module of a name, so
+    where the test (of the class's fields only) picks the literal the loop builds at most one module,
+    named so: element 0. None for anything else."""
+    if isinstance(value, cst.Name):
+        bound = sole_assigned_value(ctx, value)
+        value = bound if isinstance(bound, cst.IfExp) else value
+    fn = ctx.enclosing_function(value) if isinstance(value, cst.IfExp) else None
+    if fn is None or (names_in(value.test) - NOT_LOCAL) & _locals(fn):  # type: ignore[union-attr]
+        return None  # a test of a call-time value (the loop's own index among them)
+    branches = (value.body, value.orelse)
+    literal = next((b for b in branches if isinstance(b, cst.SimpleString)), None)
+    other = next((b for b in branches if not isinstance(b, cst.SimpleString)), None)
+    if literal is None or other is None or not isinstance(literal.evaluated_value, str):
+        return None
+    return literal.evaluated_value, other
+
+
+def _locals(fn: cst.FunctionDef) -> set[str]:
+    """The names a method binds: its parameters and every name it assigns."""
+    params = [*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params]
+    return {p.name.value for p in params} | set(assigned_names(fn))
+
+
+def loop_name_value(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpression:
+    """The loop's own name of ``name=value``: the other branch of a single-module choice
+    (:func:`_single_choice`), else ``value`` itself."""
+    choice = _single_choice(ctx, value)
+    return choice[1] if choice is not None else value
+
+
+def single_name(ctx: FileContext, value: cst.BaseExpression) -> str | None:
+    """The Linen name element 0 has where the loop builds one module only (:func:`_single_choice`)."""
+    choice = _single_choice(ctx, value)
+    return choice[0] if choice is not None else None
 
 
 def _zero_padded(part: cst.FormattedStringExpression) -> int | None:

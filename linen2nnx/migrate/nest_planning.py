@@ -25,7 +25,14 @@ from linen2nnx.migrate.cst_utils import (
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
-from linen2nnx.migrate.loop_names import clashes, counting, name_pattern, pattern_attr
+from linen2nnx.migrate.loop_names import (
+    clashes,
+    counting,
+    loop_name_value,
+    name_pattern,
+    pattern_attr,
+    single_name,
+)
 from linen2nnx.migrate.rules import LAYER_003, MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopNest, Site, root_site, shape_last_refs, static_everywhere
 
@@ -172,6 +179,7 @@ class NestPlanning:
         statement = self.ctx.enclosing_statement(node)
         outer = self._outer_loop(statement, len(loops))
         why, pattern = self._refusal(plan, outer, conditions, name_arg, len(loops), names, counters)
+        single = single_name(self.ctx, name_arg.value) if name_arg is not None and pattern else None
         if why is not None:
             self.state.handled.add(target.func)
             self.ctx.report(
@@ -196,6 +204,7 @@ class NestPlanning:
             attr = f"{attr}_"
         site = self.add_site(plan, target, attr=attr, linen_name=names[0], hoisted=True)
         site.container, site.nest = "list", nest
+        site.single_name = single or ""
         nest.sites.append(site)
         self.state.stmt_prefix.setdefault(outer, []).append(
             parse_statement(f"{nest.iterator(site)} = iter(self.{attr})\n")
@@ -218,7 +227,8 @@ class NestPlanning:
         it is built with ``name=`` in one loop (``block{i+2}``)."""
         pattern = None
         if name_arg is not None and depth == 1 and isinstance(outer, cst.For) and not conditions:
-            pattern = self._nest_name(plan, name_arg.value, outer)  # `f'block{i + 1}'`: the list's names
+            value = loop_name_value(self.ctx, name_arg.value)  # `f'block{i + 1}'`, or a local bound to it
+            pattern = self._nest_name(plan, value, outer)  # the list's names
         if not isinstance(outer, cst.For):
             return "on a line the loops do not hold directly (inside an if / with)", None
         if conditions:

@@ -235,6 +235,7 @@ class Site:
     nest: LoopNest | None = None  # built in nested loops (or a loop body with locals): see LoopNest
     elements: str | None = None  # of a setup() comprehension: its elements' Linen names, `blocks.{i}`
     elements_index: str = ""  # ... and the comprehension's index variable
+    single_name: str = ""  # of a loop's list: element 0's Linen name where the loop builds it alone (`wi`)
 
     @property
     def flow_key(self) -> str:
@@ -315,9 +316,7 @@ class ClassPlan:
 
     key: str = ""  # name-map key (module.Class)
     activation_fields: set[str] = dataclasses.field(default_factory=set)  # fields defaulting to nn.relu & co.
-    layer_fields: dict[str, Any] = dataclasses.field(
-        default_factory=dict
-    )  # `embed: nn.Embed` -> its LayerRule
+    layer_fields: dict[str, Any] = dataclasses.field(default_factory=dict)  # `embed: nn.Embed`: its rule
     factories: dict[str, Any] = dataclasses.field(default_factory=dict)  # helper method -> factories.Factory
     lazy_vars: dict[cst.Call, Any] = dataclasses.field(
         default_factory=dict
