@@ -60,6 +60,8 @@ def test_the_branch_that_ran_sizes_what_follows(setup_lines, in_features):
         # an elif: the else branch's test is not the if's alone
         "        if self.wide:\n            self.proj = nn.Dense(8)\n"
         "        elif self.deep:\n            self.proj = nn.Dense(6)\n",
+        # an annotated binding of a function whose output size is not known
+        "        self.proj: object = unknown_fn\n        if self.wide:\n            self.proj = nn.Dense(8)\n",
         # bound twice, in sequence, to different sizes
         "        self.proj = nn.Dense(8)\n        self.proj = nn.Dense(6)\n",
     ],

@@ -19,7 +19,7 @@ import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, self_attr
 from linen2nnx.migrate.dataflow import LayerInfo
 from linen2nnx.migrate.dataflow_types import Feat
 from linen2nnx.migrate.setup_partials import attribute_values
@@ -86,6 +86,11 @@ def setup_alternatives(setup: cst.FunctionDef, attr: str) -> list[cst.BaseExpres
                 )
             return False
 
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:  # `self.act: Callable = nn.relu`
+            if node.value is not None and self_attr(node.target) == attr:
+                found.append(_branches(node.value))
+            return False
+
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return node is setup  # a nested function binds nothing of setup()'s
 
@@ -105,6 +110,8 @@ def setup_branch_info(
     """One application of ``self.<attr>``, which setup() may bind to each of ``alternatives`` (each value
     with what applying it gives; None for ``None``, which cannot be applied)."""
     applicable = [(node, info) for node, info in alternatives if info is not None]
+    if not applicable:  # only ever None: applying it fails in Linen too
+        return LayerInfo(attr, None, out_unknown=True)
     first_info = applicable[0][1]
     outputs_agree = first_info.out_fn is None and all(
         (i.out_expr, i.out_unknown, i.out_fn) == (first_info.out_expr, first_info.out_unknown, None)
