@@ -197,6 +197,13 @@ def keyword_arg(call: cst.Call, name: str) -> cst.Arg | None:
     return next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
 
 
+def literal_name(call: cst.Call) -> str | None:
+    """The string literal a module is built with as ``name=``; None without one or for any other value."""
+    arg = keyword_arg(call, "name")
+    value = arg.value.evaluated_value if arg is not None and isinstance(arg.value, cst.SimpleString) else None
+    return value if isinstance(value, str) else None
+
+
 def strip_commas(args: list[cst.Arg]) -> list[cst.Arg]:
     return [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
 

@@ -54,21 +54,9 @@ from linen2nnx.migrate.cst_utils import (
     parse_expression,
     replace_name,
 )
-from linen2nnx.migrate.dataflow_types import Feat
+from linen2nnx.migrate.dataflow_types import Feat, LayerInfo
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 from linen2nnx.migrate.weights_dict import applied_weights
-
-
-@dataclasses.dataclass
-class LayerInfo:
-    """What the flow needs to know about one layer application."""
-
-    key: str  # NNX attribute of the layer
-    out_expr: str | None  # source of its output feature size; None: same as its input
-    out_unknown: bool = False  # the output size cannot be told statically
-    out_fn: Callable[[Feat], Feat] | None = None  # the output as a function of the first input (wins if set)
-    input_index: int = 0  # the positional argument whose last axis the layer reads (a cell's x)
-    input_names: tuple[str, ...] = ()  # the callee's input parameters, in order (inputs given by keyword)
 
 
 @dataclasses.dataclass
@@ -423,11 +411,7 @@ class FeatureFlow:
         ``fed``: the call whose arguments are the layer's inputs, when ``node`` passes weights first."""
         read = input_fed(fed or node, arg_feats, layer.input_index, layer.input_names)
         self.uses.append(LayerUse(layer.key, read, node, self.iteration, tuple(arg_feats), self.path))
-        if layer.out_fn is not None:
-            return layer.out_fn(first)
-        if layer.out_unknown:
-            return Feat.unknown(f"output of {layer.key}")
-        return first if layer.out_expr is None else Feat("expr", expr=layer.out_expr)
+        return layer.output(first)
 
     def _kept_or_contracted(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,3 +30,24 @@ class Feat:
     @staticmethod
     def unknown(reason: str) -> Feat:
         return Feat("unknown", reason=reason)
+
+
+@dataclasses.dataclass
+class LayerInfo:
+    """What the flow needs to know about one layer application."""
+
+    key: str  # NNX attribute of the layer
+    out_expr: str | None  # source of its output feature size; None: same as its input
+    out_unknown: bool = False  # the output size cannot be told statically
+    out_fn: Callable[[Feat], Feat] | None = None  # the output as a function of the first input (wins if set)
+    input_index: int = 0  # the positional argument whose last axis the layer reads (a cell's x)
+    input_names: tuple[str, ...] = ()  # the callee's input parameters, in order (inputs given by keyword)
+
+    def output(self, first: Feat, unknown: str | None = None) -> Feat:
+        """What the application gives when its first input is ``first`` (``unknown``: the reason of an
+        output size that cannot be told, by default the layer's key)."""
+        if self.out_fn is not None:
+            return self.out_fn(first)
+        if self.out_unknown:
+            return Feat.unknown(unknown or f"output of {self.key}")
+        return first if self.out_expr is None else Feat("expr", expr=self.out_expr)

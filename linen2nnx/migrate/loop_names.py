@@ -115,7 +115,7 @@ def _single_choice(ctx: FileContext, value: cst.BaseExpression) -> tuple[str, cs
         bound = sole_assigned_value(ctx, value)
         value = bound if isinstance(bound, cst.IfExp) else value
     fn = ctx.enclosing_function(value) if isinstance(value, cst.IfExp) else None
-    if fn is None or (names_in(value.test) - NOT_LOCAL) & _locals(fn):  # type: ignore[union-attr]
+    if fn is None or (names_in(value.test) - NOT_LOCAL) & set(assigned_names(fn)):  # type: ignore[union-attr]
         return None  # a test of a call-time value (the loop's own index among them)
     branches = (value.body, value.orelse)
     literal = next((b for b in branches if isinstance(b, cst.SimpleString)), None)
@@ -123,12 +123,6 @@ def _single_choice(ctx: FileContext, value: cst.BaseExpression) -> tuple[str, cs
     if literal is None or other is None or not isinstance(literal.evaluated_value, str):
         return None
     return literal.evaluated_value, other
-
-
-def _locals(fn: cst.FunctionDef) -> set[str]:
-    """The names a method binds: its parameters and every name it assigns."""
-    params = [*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params]
-    return {p.name.value for p in params} | set(assigned_names(fn))
 
 
 def loop_name_value(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpression:

@@ -59,7 +59,7 @@ class MethodFlow:
             for s in plan.sites.values()
             if not s.hoisted and s.container is None and s.kind in ("layer", "module")
         }  # setup() submodules, applied as self.<attr>
-        self.setup_branches: dict[str, list[cst.BaseExpression]] = {}  # what setup() binds each to
+        self.setup_branches: dict[str, list[cst.BaseExpression]] | None = None  # what setup() binds each to
         self.element_calls = element_calls(fn, plan.sites.values())  # `for layer in self.layers: layer(h)`
         self.methods = {m.name.value: m for m in self.state.methods.get(plan.name, [])}  # helpers to inline
         self.setup_locals = set(assigned_names(plan.setup)) if plan.setup is not None else set()
@@ -289,11 +289,11 @@ class MethodFlow:
         return info
 
     def _setup_values(self, attr: str) -> list[cst.BaseExpression]:
-        """Every value setup() binds ``self.<attr>`` to (setup_branches.py), remembered per attribute."""
-        if attr not in self.setup_branches:
+        """Every value setup() binds ``self.<attr>`` to (setup_branches.py), read once for all attributes."""
+        if self.setup_branches is None:
             setup = self.plan.setup
-            self.setup_branches[attr] = setup_alternatives(setup, attr) if setup is not None else []
-        return self.setup_branches[attr]
+            self.setup_branches = setup_alternatives(setup) if setup is not None else {}
+        return self.setup_branches.get(attr, [])
 
     def _bound_info(self, site: Site, value: cst.BaseExpression) -> LayerInfo | None:
         """What applying ``value`` (one binding of ``site``'s attribute in setup()) gives: a submodule's

@@ -23,7 +23,7 @@ from linen2nnx.migrate.cst_utils import (
     assigned_names,
     bind_args,
     code,
-    keyword_arg,
+    literal_name,
     names_in,
     parse_expression,
 )
@@ -290,8 +290,10 @@ class ClassPlanner:
     ) -> None:
         """One ``self.attr = value`` of setup(): a submodule (directly, through a setup partial, or as a
         list of them), a variable, or a comprehension of submodules."""
-        for branch in (value.body, value.orelse) if isinstance(value, cst.IfExp) else ():
-            self._plan_setup_assign(plan, attr, branch, stmt, body)  # `Pooler(...) if flag else None`
+        if isinstance(value, cst.IfExp):  # `self.pooler = Pooler(...) if flag else None`: as under an `if`
+            for branch in (value.body, value.orelse):
+                self._plan_setup_assign(plan, attr, branch, stmt, body)
+            return
         local = None
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
             local = self.setup_partials.get(value.func.value)
@@ -300,7 +302,7 @@ class ClassPlanner:
         elif isinstance(value, cst.Call) and (
             self.ctx.layer_rule_of(value.func) or self.ctx.user_class_of(value.func)
         ):
-            linen_name = _literal_name(value) or attr  # Linen's scope name: name= wins over the attribute
+            linen_name = literal_name(value) or attr  # Linen's scope name: name= wins over the attribute
             self.site_planner.add_site(plan, value, attr=attr, linen_name=linen_name, hoisted=False)
         elif isinstance(value, cst.Call) and self.ctx.self_call(value) in ("param", "variable"):
             site = self.site_planner.add_variable_site(
@@ -321,7 +323,7 @@ class ClassPlanner:
         ):
             sites = []
             for i, e in enumerate(value.elements):
-                linen_name = _literal_name(e.value) or f"{attr}_{i}"
+                linen_name = literal_name(e.value) or f"{attr}_{i}"
                 site = self.site_planner.add_site(
                     plan, e.value, attr=f"{attr}[{i}]", linen_name=linen_name, hoisted=False
                 )
@@ -582,15 +584,6 @@ class ClassPlanner:
 
         for stmt in fn.body.body:
             Values().walk(stmt)
-
-
-def _literal_name(call: cst.Call) -> str | None:
-    """The string literal a submodule is built with as ``name=``, if any."""
-    arg = keyword_arg(call, "name")
-    if arg is None or not isinstance(arg.value, cst.SimpleString):
-        return None
-    value = arg.value.evaluated_value
-    return value if isinstance(value, str) else None
 
 
 def _complementary(a: list[str], b: list[str]) -> bool:

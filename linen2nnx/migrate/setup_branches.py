@@ -20,21 +20,11 @@ import libcst as cst
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, self_attr
-from linen2nnx.migrate.dataflow import LayerInfo
-from linen2nnx.migrate.dataflow_types import Feat
+from linen2nnx.migrate.dataflow_types import Feat, LayerInfo
 from linen2nnx.migrate.setup_partials import attribute_values
 from linen2nnx.migrate.tuple_flow import merge_value
 
 BRANCHES_DIFFER = "differs between the setup() branches that build it"
-
-
-def branch_output(info: LayerInfo, first: Feat, unknown: str) -> Feat:
-    """The output of one application described by ``info`` whose first input is ``first``."""
-    if info.out_fn is not None:
-        return info.out_fn(first)
-    if info.out_unknown:
-        return Feat.unknown(unknown)
-    return first if info.out_expr is None else Feat("expr", expr=info.out_expr)
 
 
 def branch_test(
@@ -73,29 +63,29 @@ def _branch(ctx: FileContext, value: cst.BaseExpression) -> tuple[cst.CSTNode | 
     return cur, prev
 
 
-def setup_alternatives(setup: cst.FunctionDef, attr: str) -> list[cst.BaseExpression]:
-    """Every value ``setup()`` binds ``self.<attr>`` to, in source order, a conditional expression split
-    into its branches (``Pooler(...) if self.pool else None`` gives both)."""
-    found: list[cst.BaseExpression] = []
+def setup_alternatives(setup: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
+    """Every value ``setup()`` binds each ``self.<attr>`` to, in source order, a conditional expression
+    split into its branches (``Pooler(...) if self.pool else None`` gives both): one walk for all."""
+    found: dict[str, list[cst.BaseExpression]] = {}
 
     class Assigns(FastVisitor):
         def visit_Assign(self, node: cst.Assign) -> bool:
             for target in node.targets:
-                found.extend(
-                    _branches(v) for a, v in attribute_values(target.target, node.value) if a == attr
-                )
+                for attr, value in attribute_values(target.target, node.value):
+                    found.setdefault(attr, []).extend(_branches(value))
             return False
 
         def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:  # `self.act: Callable = nn.relu`
-            if node.value is not None and self_attr(node.target) == attr:
-                found.append(_branches(node.value))
+            attr = self_attr(node.target)
+            if node.value is not None and attr is not None:
+                found.setdefault(attr, []).extend(_branches(node.value))
             return False
 
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return node is setup  # a nested function binds nothing of setup()'s
 
     Assigns().walk(setup)
-    return [leaf for branches in found for leaf in branches]
+    return found
 
 
 def _branches(value: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -125,7 +115,7 @@ def setup_branch_info(
     def out(first: Feat) -> Feat:
         if test is None:
             return Feat.unknown(BRANCHES_DIFFER)
-        then_out, else_out = (branch_output(info, first, unknown) for _, info in applicable)
+        then_out, else_out = (info.output(first, unknown) for _, info in applicable)
         return merge_value(then_out, else_out, test)
 
     return dataclasses.replace(first_info, out_expr=None, out_unknown=False, out_fn=out)

@@ -40,6 +40,7 @@ from linen2nnx.migrate.cst_utils import (
     callee_name,
     code,
     keyword_arg,
+    literal_name,
     name_counts,
     self_attr,
     single_assign,
@@ -267,21 +268,12 @@ def _seeds(
         isinstance(e, cst.Element)
         and isinstance(seed, cst.Call)
         and builds(seed)
-        and _literal_name(seed) is not False
+        and (keyword_arg(seed, "name") is None or literal_name(seed) is not None)
         and code(seed.func) == code(ctor.func)
         for e, seed in zip(value.elements, seeds)
     ):
         return seeds  # type: ignore[return-value]
     return None
-
-
-def _literal_name(ctor: cst.Call) -> str | bool | None:
-    """A construction's ``name=``: None when it has none, its text when a string literal, else False."""
-    arg = keyword_arg(ctor, "name")
-    if arg is None:
-        return None
-    value = arg.value.evaluated_value if isinstance(arg.value, cst.SimpleString) else None
-    return value if isinstance(value, str) else False
 
 
 def _names(ctor: cst.Call, index: str, attr: str, seeds: Sequence[cst.Call]) -> str | None:
@@ -319,7 +311,7 @@ def _seeds_named_alike(seeds: Sequence[cst.Call], names: str | None, attr: str) 
     are (``{attr}_{i}``), or each ``name=`` the loop's pattern at its position."""
     if names is None:
         return False
-    literal = [_literal_name(seed) for seed in seeds]
+    literal = [literal_name(seed) for seed in seeds]  # the seeds' names are literals or none (_seeds)
     if names == f"{attr}_{{i}}":
         return all(n is None for n in literal)
     return literal == [names.replace("{i}", str(k)) for k in range(len(seeds))]

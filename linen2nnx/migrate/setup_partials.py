@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import assigned_names, keyword_arg, self_attr
+from linen2nnx.migrate.cst_utils import assigned_names, literal_name, self_attr
 from linen2nnx.migrate.factories import PartialLocal
 
 if TYPE_CHECKING:
@@ -86,12 +86,9 @@ def add_partial_site(
     """The site of ``self.<attr> = <local>(...)``: planned as the constructor it stands for, keyed by
     the call the rewrite meets (which builds it from the rewritten partial and call)."""
     target = local.merged(call)
-    name = keyword_arg(target, "name")
-    literal = (
-        name.value.evaluated_value if name is not None and isinstance(name.value, cst.SimpleString) else None
-    )
+    literal = literal_name(target)
     site = site_planner.add_site(
-        plan, target, attr=attr, linen_name=literal if isinstance(literal, str) else attr, hoisted=False
+        plan, target, attr=attr, linen_name=literal if literal is not None else attr, hoisted=False
     )
     plan.sites.pop(target)
     site.ctor, site.factory = call, local

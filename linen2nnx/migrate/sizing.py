@@ -121,16 +121,7 @@ class Sizer(TraceEvidence):
         loop_names = site.nest.names if site.nest is not None else set()
 
         def out(first: Feat) -> Feat:
-            feats = [
-                info.out_fn(first)
-                if info.out_fn is not None
-                else Feat.unknown(f"output of {site.attr}")
-                if info.out_unknown
-                else first
-                if info.out_expr is None
-                else Feat("expr", expr=info.out_expr)
-                for info in infos
-            ]
+            feats = [info.output(first, f"output of {site.attr}") for info in infos]
             same = all(f == feats[0] for f in feats)
             if same and not (
                 feats[0].kind == "expr" and names_in(parse_expression(feats[0].expr)) & loop_names
