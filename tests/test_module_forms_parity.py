@@ -102,6 +102,9 @@ CASES = {
     "loop_single_name": ("MlpBlock", {}, (2, 5)),
     "loop_single_name_gated": ("MlpBlock", {"activations": ("relu", "linear")}, (2, 5)),
     "setup_branch_sizes_narrow": ("Model", {"wide": False, "pool": False}, (2, 5)),
+    # a __post_init__ hook run in __init__ after the fields: a check, or a size derived from a field
+    "post_init": ("Head", {}, (2, 5)),
+    "post_init_embedder": ("Embedder", {"width": 6}, (2, 5)),
     "compact_shape_local": ("Block", {"hidden": 4, "deterministic": True}, (2, 5)),
     "param_override": ("Net", {}, (2, 8, 8, 1)),  # StdConv(nn.Conv) overriding `param`
     # the override names what it forwards: `def param(self, name, init_fn, *init_args)`
@@ -151,6 +154,8 @@ CASES = {
     "initializer_reads_input_width": ("Head", {}, (2, 5)),  # stddev=h.shape[-1] ** -0.5 -> nnx.initializers
     "enumerate_mlp_dropout": ("MLP", {}, (2, 5)),  # enumerate loop; a Dropout on some steps only
     "setup_comprehension": ("Stack", {}, (2, 4)),  # [Block(..., name=f"block.{i}") for i in range(n)]
+    "setup_comprehension_zip": ("Stack", {}, (2, 5)),  # for i, kind in zip(range(n), kinds)
+    "setup_comprehension_zip_short": ("Stack", {"depth": 5}, (2, 5)),  # the zip stops at the kinds
     "setup_loop_lists": ("Stack", {}, (2, 4)),  # blocks.append(Block(...)) in a loop, self.blocks = blocks
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second
     "param_keywords": ("Layer", {}, (2, 5)),  # self.param(name=..., init_fn=...), init kwargs, unbox=True
@@ -292,6 +297,8 @@ SOURCES = {
     "tied_apply_untied": "tied_apply",
     "setup_branch_sizes_narrow": "setup_branch_sizes",
     "loop_single_name_gated": "loop_single_name",
+    "post_init_embedder": "post_init",
+    "setup_comprehension_zip_short": "setup_comprehension_zip",
 }
 UNUSED_BY_LINEN = {
     "tied_embedding_chain": 1,
@@ -299,6 +306,7 @@ UNUSED_BY_LINEN = {
     "tied_embedding": 1,
 }  # the tied head's own kernel: NNX builds it, Linen never does
 INT_INPUTS = {
+    "post_init_embedder",
     "tied_embedding_chain",
     "block_output_setup_attribute",
     "layer_field_annotation",

@@ -66,17 +66,28 @@ def test_alias_of_a_linen_transform(tmp_path):
     assert "mlp_0/dense_0/kernel" in {leaf.path for leaf in parity.by_check()["grad"]}
 
 
-@pytest.mark.parametrize("remat_blocks", [True, False])
-def test_blocks_built_in_setup_through_a_remat_alias(tmp_path, remat_blocks):
-    """`block_class = Block; if flag: block_class = nn.remat(block_class, ...)`, then a comprehension of
-    blocks: built plain in __init__, rematerialised at their call when the flag says so."""
-    src = fixture("setup_remat_alias_in.py").read_text()
-    linen_mod, nnx_mod, _, map_path = build("setup_remat_alias", tmp_path)
-    assert "nnx.remat(" in fixture("setup_remat_alias_out.py").read_text() and "remat_blocks" in src
+@pytest.mark.parametrize(
+    ("case", "flag", "on", "off"),
+    [
+        ("setup_remat_alias", "remat_blocks", True, False),
+        ("setup_remat_of_class", "remat_policy", "nothing_saveable", ""),
+    ],
+)
+@pytest.mark.parametrize("remat_on", [True, False])
+def test_blocks_built_in_setup_through_a_remat_alias(tmp_path, case, flag, on, off, remat_on):
+    """`block_class = Block; if flag: block_class = nn.remat(block_class, ...)` (or `nn.remat(Block,
+    ..., policy=...)`, the class named again), then a comprehension of blocks: built plain in
+    __init__, rematerialised at their call when the flag says so (with the policy)."""
+    src = fixture(f"{case}_in.py").read_text()
+    linen_mod, nnx_mod, _, map_path = build(case, tmp_path)
+    out = fixture(f"{case}_out.py").read_text()
+    assert "nnx.remat(" in out and "= nn.remat(" not in out and flag in src
+    assert ("policy=jax.checkpoint_policies.nothing_saveable" in out) == ("policy=" in src)
     x = np.random.default_rng(5).normal(size=(2, 4)).astype(np.float32)
+    value = on if remat_on else off
     assert_parity(
-        linen_mod.Stack(remat_blocks=remat_blocks),
-        lambda rngs: nnx_mod.Stack(remat_blocks=remat_blocks, in_features=4, rngs=rngs),
+        linen_mod.Stack(**{flag: value}),
+        lambda rngs: nnx_mod.Stack(**{flag: value}, in_features=4, rngs=rngs),
         x,
         map_path,
     )

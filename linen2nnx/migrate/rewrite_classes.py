@@ -34,6 +34,7 @@ from linen2nnx.migrate.lifted import (
     SCAN_DECORATORS,
     method_scan_call,
 )
+from linen2nnx.migrate.post_init import hook_statements, is_post_init, moved_body
 from linen2nnx.migrate.rules import (
     API_002,
     API_006,
@@ -42,6 +43,7 @@ from linen2nnx.migrate.rules import (
     MOD_002,
     MOD_003,
     MOD_007,
+    MOD_011,
     XFORM_001,
 )
 from linen2nnx.migrate.sites import (
@@ -226,9 +228,15 @@ class ClassRewriter:
         of a scanned one after it); the ``setup()`` body; where ``__init__`` goes (None: first)."""
         body: list[cst.BaseStatement] = []
         setup_body: list[cst.BaseStatement] = []
+        post_init: list[cst.BaseStatement] = []
         init_index = None
         for orig_stmt, stmt in zip(original.body.body, updated.body.body):
             if self._is_field_line(plan, stmt):
+                init_index = len(body) if init_index is None else init_index
+                continue
+            moved = self._moved_post_init(plan, original, orig_stmt, stmt)
+            if moved is not None:
+                post_init = moved
                 init_index = len(body) if init_index is None else init_index
                 continue
             if (
@@ -274,7 +282,25 @@ class ClassRewriter:
                 body.append(
                     self.state.step_methods.pop(stmt.name.value)
                 )  # the scanned body, right after its scan
-        return body, setup_body, init_index
+        return body, [*post_init, *setup_body], init_index
+
+    def _moved_post_init(
+        self, plan: ClassPlan, original: cst.ClassDef, orig_stmt: cst.BaseStatement, stmt: cst.BaseStatement
+    ) -> list[cst.BaseStatement] | None:
+        """The statements of the class's ``__post_init__`` that ``__init__`` runs after the fields (see
+        post_init.py), when ``stmt`` is that hook and it can move; else None (it stays, and the
+        verifier reports it). Only a class whose bases are all Linen's own."""
+        if not (is_post_init(orig_stmt) and is_post_init(stmt)) or plan.super_init is not None:
+            return None
+        if any(not (self.ctx.qualnames(b.value) & LINEN_MODULE) for b in original.bases):
+            return None
+        if moved_body(original, orig_stmt, plan.field_names) is None:  # type: ignore[arg-type]
+            return None
+        moved = hook_statements(stmt)  # type: ignore[arg-type]  # as the rewrite left them
+        self.ctx.report(
+            MOD_011, orig_stmt, f"{plan.name}.__post_init__() moved into __init__, after the fields"
+        )
+        return moved
 
     def _linen_copies(self, plan: ClassPlan) -> list[cst.BaseStatement]:
         """Linen copies of the NNX classes a class kept as Linen builds through its factory fields

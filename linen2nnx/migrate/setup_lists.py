@@ -6,14 +6,17 @@ LLM-style Linen code builds its layer stack this way. Linen names the elements o
 modules built with ``rngs``. The comprehension keeps its loop: its element becomes the NNX constructor
 and the whole is wrapped in ``nnx.List``; the name map records the elements' Linen names as a pattern
 (``block_{i}``, ``{i}`` for ``name=str(i)``) so that element ``k`` maps to ``blocks/k``. Only a
-comprehension whose index is known is taken: ``for i in range(...)`` or ``for i, x in enumerate(...)``,
+comprehension whose index is known is taken: ``for i in range(...)``, ``for i, x in enumerate(...)`` or
+``for i, x in zip(range(n), ...)``,
 one ``for``, no ``if``, and a name that is absent, ``str(i)`` or an f-string of ``i`` with literal text
 around it; anything else stays as it is (the verifier reports what it leaves).
 
 The class may come through a local of ``setup()`` that a config flag wraps in a remat (Griffin's
 ``block_class = modules.ResidualBlock``; ``if self.gradient_checkpointing: block_class =
-nn.remat(block_class, static_argnums=4)``): the elements are built from the class, and the remat moves
-to where they are called, under the same flag.
+nn.remat(block_class, static_argnums=4)``; or EasyLM's ``block = FlaxLLaMABlock``; ``if
+self.config.remat_policy != '': block = nn.remat(FlaxLLaMABlock, ..., policy=...)``, the class named
+again): the elements are built from the class, and the remat, its keywords kept, moves to where they
+are called, under the same test.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from linen2nnx.migrate.cst_utils import code, keyword_arg, names_in, self_attr, 
 
 
 def comprehension_index(comp: cst.ListComp) -> str | None:
-    """The element index variable of ``[... for i in range(n)]`` / ``[... for i, x in enumerate(s)]``.
+    """The element index variable of ``[... for i in range(n)]`` / ``[... for i, x in enumerate(s)]`` /
+    ``[... for i, x in zip(range(n), s)]``.
     Over ``range(start, stop)`` the variable is no index, so it is returned only when the elements
     are not named after it (:func:`element_names` takes their position then)."""
     loop = comp.for_in
@@ -50,7 +54,29 @@ def comprehension_index(comp: cst.ListComp) -> str | None:
         and isinstance(target.elements[0].value, cst.Name)
     ):
         return target.elements[0].value.value
+    if it.func.value == "zip" and _zips_a_count(it, target):
+        return target.elements[0].value.value  # type: ignore[attr-defined]
     return None
+
+
+def _zips_a_count(it: cst.Call, target: cst.BaseAssignTargetExpression) -> bool:
+    """``for i, kind in zip(range(n), kinds)`` (Gemma's blocks and their attention types): ``i`` counts
+    the elements from 0 as ``enumerate`` does, the zip stopping at the shorter of the two."""
+    first = it.args[0].value if it.args else None
+    return (
+        len(it.args) >= 2
+        and not any(a.star for a in it.args)
+        and isinstance(first, cst.Call)
+        and isinstance(first.func, cst.Name)
+        and first.func.value == "range"
+        and len(first.args) == 1
+        and not first.args[0].star
+        and isinstance(target, cst.Tuple)
+        and len(target.elements) == len(it.args)
+        and all(
+            isinstance(e.value, cst.Name) and not isinstance(e, cst.StarredElement) for e in target.elements
+        )
+    )
 
 
 def element_position(comp: cst.ListComp, index: str) -> str:
@@ -143,7 +169,7 @@ def class_alias(body: list[cst.BaseStatement], before: cst.BaseStatement, name: 
                 or stmt.orelse is not None
                 or not isinstance(call, cst.Call)
                 or not call.args
-                or not (isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == name)
+                or not _names_class(call.args[0].value, name, value)
                 or any(a.keyword is None for a in call.args[1:])
                 or names_in(stmt.test) - {"self"}
             ):
@@ -152,6 +178,14 @@ def class_alias(body: list[cst.BaseStatement], before: cst.BaseStatement, name: 
         elif name in names_in(stmt):
             return None  # read or bound some other way
     return ClassAlias(value, remat, remat_stmt) if value is not None else None
+
+
+def _names_class(arg: cst.BaseExpression, name: str, value: cst.BaseExpression) -> bool:
+    """The remat's first argument is the local (``nn.remat(block_class, ...)``, Griffin) or the class
+    the local was first bound to, spelled the same (``nn.remat(FlaxLLaMABlock, ...)``, EasyLM)."""
+    if isinstance(arg, cst.Name) and arg.value == name:
+        return True
+    return code(arg) == code(value)
 
 
 @dataclasses.dataclass

@@ -80,6 +80,14 @@ MOD_010 = Rule(
     "    super().__init__(width=width, rngs=rngs)",
 )
 
+MOD_011 = Rule(
+    "L2N-MOD-011",
+    C,
+    "A Linen dataclass's __post_init__ hook (nothing calls it in an NNX class): its body moved into __init__, "
+    "after the fields, without the super().__post_init__() call.",
+    "def __post_init__(self):\n    self.half = self.width // 2\n    super().__post_init__()",
+    "def __init__(self, width, *, rngs):\n    self.width = width\n    self.half = self.width // 2",
+)
 LAYER_001 = Rule(
     "L2N-LAYER-001",
     C,
@@ -207,6 +215,7 @@ RULES = (
     MOD_008,
     MOD_009,
     MOD_010,
+    MOD_011,
     LAYER_001,
     LAYER_002,
     LAYER_003,
