@@ -154,6 +154,8 @@ CASES = {
     "initializer_reads_input_width": ("Head", {}, (2, 5)),  # stddev=h.shape[-1] ** -0.5 -> nnx.initializers
     "enumerate_mlp_dropout": ("MLP", {}, (2, 5)),  # enumerate loop; a Dropout on some steps only
     "setup_comprehension": ("Stack", {}, (2, 4)),  # [Block(..., name=f"block.{i}") for i in range(n)]
+    # name='0', then name=str(i) over range(1, n) (CLIP's ResNet layers): '1', '2' are elements 0, 1
+    "compact_loop_str_names": ("Layer", {}, (2, 5)),
     "setup_comprehension_zip": ("Stack", {}, (2, 5)),  # for i, kind in zip(range(n), kinds)
     "setup_comprehension_zip_short": ("Stack", {"depth": 5}, (2, 5)),  # the zip stops at the kinds
     "setup_loop_lists": ("Stack", {}, (2, 4)),  # blocks.append(Block(...)) in a loop, self.blocks = blocks
