@@ -153,6 +153,9 @@ class FileContext:
         """The built-in layer a constructor reference names (``nn.Dense``, ``linen.linear.Dense``, ...)."""
         if type(node) is cst.Name and node.value in self.state.layer_subclasses:
             return self.state.layer_subclasses[node.value].rule  # `StdConv`: an nn.Conv built as StdConv
+        imported = self.imported_layer_subclass(node)
+        if imported is not None:  # `bit_resnet.StdConv` of another file: built as written, the NNX way
+            return dataclasses.replace(imported, callee=code(node))
         built = self.state.factory_layers.get(node)
         if built is not None:  # the constructor a call of a layer factory function stands for
             return built
