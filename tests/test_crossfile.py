@@ -292,6 +292,55 @@ def test_another_files_layer_subclass_built_by_a_class_of_the_run_reaches_parity
     assert {leaf.path for leaf in parity.by_check()["grad"]} >= {"conv_root/kernel", "std_conv_0/kernel"}
 
 
+KEYWORD_INPUT = {
+    "__init__.py": "",
+    "blocks.py": (
+        "import flax.linen as nn\n\n\nclass Attn(nn.Module):\n    width: int\n\n    @nn.compact\n"
+        "    def __call__(self, hidden_states, context=None):\n"
+        "        h = nn.Dense(self.width)(hidden_states)\n"
+        "        return h if context is None else h + context\n"
+    ),
+    "model.py": (
+        "import flax.linen as nn\n\nfrom pkg.blocks import Attn\n\n\nclass Model(nn.Module):\n"
+        "    width: int = 4\n\n    def setup(self):\n        self.attn = Attn(self.width)\n"
+        "        self.norm = nn.LayerNorm()\n\n    def __call__(self, x):\n"
+        "        return self.norm(self.attn(context=None, hidden_states=x))\n"
+    ),
+}
+
+
+def test_input_passed_by_keyword_to_another_files_class_is_sized(tmp_path):
+    """``self.attn(context=None, hidden_states=x)`` of a class another file defines: its summary carries
+    its ``__call__``'s parameters, so the keyword is read as its first input and sized by ``x`` (Flux's
+    blocks call their attention this way), with no size finding; the package reaches parity."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    (src / "pkg").mkdir(parents=True)
+    for name, text in KEYWORD_INPUT.items():
+        (src / "pkg" / name).write_text(text)
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    assert not [f for f in result.findings if f.severity.value == "manual"], [
+        f.format_text() for f in result.findings
+    ]
+    assert "Attn(self.width, in_features=in_features, rngs=rngs)" in (out / "pkg" / "model.py").read_text()
+    x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
+    side = LinenSide(
+        model=_import_class(src, "model", "Model")(),
+        batch={"x": x},
+        loss=lambda o, b: jnp.mean(o**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    variables = perturbed(side.init_variables())
+    nnx_model = _import_class(out, "model", "Model")
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_model(in_features=5, rngs=rngs),
+        name_map=out / "linen2nnx-map.json",
+    )
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+
+
 DOTTED_USES = (
     "import jax\nimport jax.numpy as jnp\nimport flax.linen as nn\n"
     "import pkg.convs as convs\nfrom pkg import convs as convs2\nimport pkg.convs\n\n\n"

@@ -141,6 +141,7 @@ class MethodFlow:
             plan.method_out[fn.name.value] = (self.params, out)
         if fn.name.value == "__call__":
             plan.first_input = self.params[0]
+            plan.call_inputs = tuple(self.params)
             values = leading_setup_values(plan.setup, plan.field_names, self.methods.values())
             # for callers, which know the fields they pass: `self.hidden_size` is `self.config.hidden_size`
             plan.out = _spelled_out(out, values) if out is not None and values else out
@@ -322,8 +323,8 @@ class MethodFlow:
         user = site.user
         methods = self.state.methods.get(user.name, []) if user is not None else []
         call = next((m for m in methods if m.name.value == "__call__"), None)
-        if call is None:
-            return ()
+        if call is None:  # a class of another file: the parameters its summary carries
+            return user.call_inputs if user is not None else ()
         names = [p.name.value for p in call.params.params]
         return tuple(names[1:] if names and names[0] == "self" else names)
 

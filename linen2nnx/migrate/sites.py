@@ -195,9 +195,8 @@ class Site:
     args: dict[str, cst.Arg] = dataclasses.field(default_factory=dict)  # Linen argument name -> original Arg
     in_expr: str | None = None
     in_kv_expr: str | None = None  # an attention layer's key / value size, where it is not in_expr's
-    user_in: dict[str, str] = dataclasses.field(
-        default_factory=dict
-    )  # new ctor arg of the user class -> expr
+    # new ctor arg of the user class -> expr
+    user_in: dict[str, str] = dataclasses.field(default_factory=dict)
     moved_args: tuple[str, ...] = ()  # Linen args moved to call time
     dropped_args: tuple[str, ...] = ()  # Linen args the NNX layer already honours (LayerRule.dropped_when)
     container: str | None = None
@@ -208,12 +207,10 @@ class Site:
     nested: list[Site] = dataclasses.field(default_factory=list)
     nested_arg: str = ""  # the parent's Linen argument holding this one ("cell", or "layers" + index)
     element: int = -1  # index in the parent's list argument (Sequential)
-    shape_refs: dict[str, list[str]] = dataclasses.field(
-        default_factory=dict
-    )  # arg -> locals used as `v.shape[-1]`
-    arg_sources: dict[str, str] = dataclasses.field(
-        default_factory=dict
-    )  # arg -> source resolved by the dataflow
+    # arg -> locals used as `v.shape[-1]`
+    shape_refs: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    # arg -> source resolved by the dataflow
+    arg_sources: dict[str, str] = dataclasses.field(default_factory=dict)
     shape_sizes: dict[str, dict[str, str]] = dataclasses.field(
         default_factory=dict
     )  # arg -> {local: its size} that arg_sources put for `local.shape[-1]` (see resolved_arg)
@@ -293,9 +290,8 @@ class ClassPlan:
         default_factory=list
     )  # pure statements other than `name = expr` bound once (static_locals.py)
     static_flow: Any = None  # static_locals.StaticLocals: which locals are static where
-    shape_locals: dict[str, list[str]] = dataclasses.field(
-        default_factory=dict
-    )  # local -> vars read as v.shape[-1]
+    # local -> vars read as v.shape[-1]
+    shape_locals: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     shape_local_sizes: dict[str, dict[str, str]] = dataclasses.field(
         default_factory=dict
     )  # local -> {v: size}
@@ -303,16 +299,15 @@ class ClassPlan:
     setup_vars: dict[str, str] = dataclasses.field(default_factory=dict)  # setup attr -> param | variable
     out: Feat | None = None  # feature size of ``__call__``'s result
     first_input: str = "x"
-    local_sites: dict[str, Site] = dataclasses.field(
-        default_factory=dict
-    )  # compact local bound to a submodule
+    call_inputs: tuple[str, ...] = ()  # __call__'s parameters in order, for inputs given by keyword
+    # compact local bound to a submodule
+    local_sites: dict[str, Site] = dataclasses.field(default_factory=dict)
     branch_sites: dict[str, BranchLocal] = dataclasses.field(
         default_factory=dict
     )  # local bound per `if` branch
     uses_rngs: bool = False  # make_rng is used: the module keeps ``self.rngs``
-    method_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(
-        default_factory=dict
-    )  # method -> (params, result)
+    # method -> (params, result)
+    method_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(default_factory=dict)
 
     key: str = ""  # name-map key (module.Class)
     activation_fields: set[str] = dataclasses.field(default_factory=set)  # fields defaulting to nn.relu & co.
@@ -366,6 +361,7 @@ class ClassPlan:
             self.call_flags,
             self.builders,
             bool(self.blocking),
+            self.call_inputs,
         )
 
 
@@ -383,6 +379,7 @@ class ClassSummary:
     call_flags: tuple[str, ...] = ()
     builders: tuple[str, ...] = ()
     kept_linen: bool = False
+    call_inputs: tuple[str, ...] = ()
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
@@ -397,6 +394,7 @@ class ClassSummary:
             call_flags=self.call_flags,
             builders=self.builders,
             kept_linen=self.kept_linen,
+            call_inputs=self.call_inputs,
         )
 
 
