@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from linen2nnx.migrate.linen_api import EQUIVALENT_IN_NNX, same_in_nnx
+from linen2nnx.migrate.linen_api import EQUIVALENT_IN_NNX, initializer_in_nnx, same_in_nnx
 
 
 def _resolve(root, dotted):
@@ -41,6 +41,16 @@ def test_equivalent_names_compute_the_same(name):
 def test_identity_check_accepts_shared_functions_and_rejects_layers():
     assert same_in_nnx("relu") and same_in_nnx("initializers.lecun_normal")
     assert not same_in_nnx("Dense") and not same_in_nnx("initializers")
+
+
+def test_top_level_initializers_are_found_under_nnx_initializers_by_identity():
+    """``nn.zeros`` / ``nn.ones`` (Linen re-exports them at its top level; NNX has no ``nnx.zeros``) are
+    the very objects of ``nnx.initializers``; an activation, a layer or a module is none of them."""
+    assert initializer_in_nnx("zeros") == "initializers.zeros"
+    assert initializer_in_nnx("ones") == "initializers.ones"
+    assert _resolve(nnx, initializer_in_nnx("zeros")) is nn.zeros
+    for other in ("relu", "Dense", "initializers", "initializers.zeros", "no_such_name"):
+        assert initializer_in_nnx(other) is None, other
 
 
 def test_every_kept_linen_function_exists_in_flax_linen():

@@ -115,6 +115,21 @@ def same_in_nnx(dotted: str) -> bool:
     return a is b and not inspect.isclass(a) and not inspect.ismodule(a)
 
 
+@cache
+def initializer_in_nnx(dotted: str) -> str | None:
+    """``initializers.<dotted>`` for a name Linen re-exports at its top level (``nn.zeros``, ``nn.ones``)
+    that NNX keeps under ``nnx.initializers`` only, the very same object; None for any other name."""
+    import inspect
+
+    import flax.linen as nn
+    from flax import nnx
+
+    if "." in dotted or not hasattr(nn, dotted) or not hasattr(nnx.initializers, dotted):
+        return None
+    same = getattr(nn, dotted) is getattr(nnx.initializers, dotted)
+    return f"initializers.{dotted}" if same and not inspect.isclass(getattr(nn, dotted)) else None
+
+
 # flax.linen names whose flax.nnx namesake is a *different* object with the same behaviour; each pair
 # is checked numerically by tests/test_linen_api.py, so a flax upgrade that breaks one is caught.
 EQUIVALENT_IN_NNX = frozenset(

@@ -28,6 +28,7 @@ from linen2nnx.migrate.linen_api import (
     PARTITION_SPEC_FUNCTIONS,
     RENAMED_IN_NNX,
     equivalent_in_nnx,
+    initializer_in_nnx,
     same_in_nnx,
 )
 from linen2nnx.migrate.rules import (
@@ -114,6 +115,8 @@ class AttributeRewriter:
         None when the name stays as it is."""
         if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
             return self._repoint(original, short, short, API_001, "")
+        if rooted and (initializer := initializer_in_nnx(short)) is not None:  # nn.zeros: nnx.initializers'
+            return self._repoint(original, short, initializer, API_001, "")
         is_callee = isinstance(parent, cst.Call) and parent.func is original
         if short in RENAMED_IN_NNX and rooted:
             return self._repoint(
