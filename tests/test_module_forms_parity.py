@@ -157,6 +157,8 @@ CASES = {
     # name='0', then name=str(i) over range(1, n) (CLIP's ResNet layers): '1', '2' are elements 0, 1
     "compact_loop_str_names": ("Layer", {}, (2, 5)),
     "top_level_initializers": ("Head", {}, (2, 5)),  # nn.zeros / nn.ones -> nnx.initializers
+    # 'encoderblock_' + str(i) and 'Block_{:02d}'.format(i): the f-strings they equal
+    "compact_loop_name_spellings": ("Encoder", {}, (2, 5)),
     "setup_comprehension_zip": ("Stack", {}, (2, 5)),  # for i, kind in zip(range(n), kinds)
     "setup_comprehension_zip_short": ("Stack", {"depth": 5}, (2, 5)),  # the zip stops at the kinds
     "setup_loop_lists": ("Stack", {}, (2, 4)),  # blocks.append(Block(...)) in a loop, self.blocks = blocks

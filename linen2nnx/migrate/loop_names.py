@@ -28,6 +28,7 @@ from linen2nnx.migrate.cst_utils import (
     snake_case,
 )
 from linen2nnx.migrate.function_aliases import sole_assigned_value
+from linen2nnx.migrate.name_strings import as_fstring
 from linen2nnx.migrate.sites import LoopInfo, Site
 from linen2nnx.namemap import split_pattern
 
@@ -85,9 +86,9 @@ def loop_name_pattern(value: cst.BaseExpression, loop: LoopInfo) -> str | None:
 
 def name_pattern(value: cst.BaseExpression, start: int, var: str) -> str | None:
     """The pattern of ``value`` (see :func:`loop_name_pattern`) where ``var`` counts from ``start``;
-    ``str(i)`` is read as ``f'{i}'`` (CLIP's ResNet layers: ``name='0'``, then ``name=str(i)`` over
-    ``range(1, n)``)."""
-    value = _str_as_fstring(value)
+    ``str(i)``, ``'block_' + str(i)`` and ``'block_{:d}'.format(i)`` are read as the f-strings they
+    equal (name_strings.py)."""
+    value = as_fstring(value)
     if not isinstance(value, cst.FormattedString):
         return None
     before, after, offset = [], [], None
@@ -107,21 +108,6 @@ def name_pattern(value: cst.BaseExpression, start: int, var: str) -> str | None:
     total = start + offset
     index = "i" + (f"+{total}" if total else "") + (f":0{width}d" if width else "")
     return "".join(before) + "{" + index + "}" + "".join(after)
-
-
-def _str_as_fstring(value: cst.BaseExpression) -> cst.BaseExpression:
-    """``str(expr)`` as the f-string ``f'{expr}'`` it equals (for the built-in ``str`` of an int);
-    anything else as it is."""
-    if not (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Name)
-        and value.func.value == "str"
-        and len(value.args) == 1
-        and value.args[0].keyword is None
-        and not value.args[0].star
-    ):
-        return value
-    return cst.FormattedString(parts=[cst.FormattedStringExpression(expression=value.args[0].value)])
 
 
 def _single_choice(ctx: FileContext, value: cst.BaseExpression) -> tuple[str, cst.BaseExpression] | None:
