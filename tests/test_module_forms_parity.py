@@ -159,7 +159,12 @@ CASES = {
     "top_level_initializers": ("Head", {}, (2, 5)),  # nn.zeros / nn.ones -> nnx.initializers
     # 'encoderblock_' + str(i) and 'Block_{:02d}'.format(i): the f-strings they equal
     "compact_loop_name_spellings": ("Encoder", {}, (2, 5)),
-    "setup_comprehension_zip": ("Stack", {}, (2, 5)),  # for i, kind in zip(range(n), kinds)
+    "setup_comprehension_zip": ("Stack", {}, (2, 5)),
+    "setup_comprehension_name_spellings": (
+        "Stack",
+        {},
+        (2, 5),
+    ),  # 'layer_' + str(i), 'proj_{}'.format(i)  # for i, kind in zip(range(n), kinds)
     "setup_comprehension_zip_short": ("Stack", {"depth": 5}, (2, 5)),  # the zip stops at the kinds
     "setup_loop_lists": ("Stack", {}, (2, 4)),  # blocks.append(Block(...)) in a loop, self.blocks = blocks
     "setup_match_gated": ("Block", {"features": 3, "mixer": Own("Mixer.GATED")}, (2, 5)),  # and the second

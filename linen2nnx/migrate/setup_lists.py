@@ -27,6 +27,7 @@ import dataclasses
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import code, keyword_arg, names_in, self_attr, single_assign
+from linen2nnx.migrate.name_strings import as_fstring
 
 
 def comprehension_index(comp: cst.ListComp) -> str | None:
@@ -104,15 +105,7 @@ def element_names(ctor: cst.Call, index: str, attr: str) -> str | None:
     name = name_arg.value if name_arg is not None else None
     if name is None:
         return f"{attr}_{{i}}"  # Linen's names for a list assigned in setup()
-    if (
-        isinstance(name, cst.Call)
-        and isinstance(name.func, cst.Name)
-        and name.func.value == "str"
-        and len(name.args) == 1
-        and isinstance(name.args[0].value, cst.Name)
-        and name.args[0].value.value == index
-    ):
-        return "{i}"
+    name = as_fstring(name)  # str(i), 'layer_' + str(i), 'layer_{}'.format(i): the f-string they equal
     if not isinstance(name, cst.FormattedString):
         return None
     pattern = ""
