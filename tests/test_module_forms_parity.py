@@ -160,6 +160,8 @@ CASES = {
     # 'encoderblock_' + str(i) and 'Block_{:02d}'.format(i): the f-strings they equal
     "compact_loop_name_spellings": ("Encoder", {}, (2, 5)),
     "setup_comprehension_zip": ("Stack", {}, (2, 5)),
+    "setup_lists_zipped": ("DownBlock", {}, (2, 5)),  # for resnet, attn in zip(self.resnets, self.attentions)
+    "setup_lists_zipped_deep": ("DownBlock", {"depth": 3}, (2, 5)),
     "setup_comprehension_name_spellings": (
         "Stack",
         {},
@@ -309,6 +311,7 @@ SOURCES = {
     "loop_single_name_gated": "loop_single_name",
     "post_init_embedder": "post_init",
     "setup_comprehension_zip_short": "setup_comprehension_zip",
+    "setup_lists_zipped_deep": "setup_lists_zipped",
 }
 UNUSED_BY_LINEN = {
     "tied_embedding_chain": 1,

@@ -1,7 +1,8 @@
 """Calls of the elements of a submodule list, one per iteration of a loop over it, in a method.
 
 ``self.layers = [Block(cfg, name=str(i)) for i in range(cfg.depth)]`` in ``setup`` and, in
-``__call__``, ``for layer in self.layers: h = layer(h)`` (or ``for i, layer in enumerate(self.layers)``):
+``__call__``, ``for layer in self.layers: h = layer(h)`` (or ``for i, layer in enumerate(self.layers)``,
+or ``for resnet, attn in zip(self.resnets, self.attentions)``, one element of each list):
 iteration ``k`` of the loop applies element ``k``, so the dataflow's first pass over the loop body
 sees what element 0 reads and its later passes what every later element reads (the same size once
 the flow settles; sizing.py refuses a size that keeps changing). Element ``k``'s input size is then
@@ -38,13 +39,13 @@ def element_calls(fn: cst.FunctionDef, sites: Iterable[Site]) -> dict[cst.Call, 
     single = {attr: found[0] for attr, found in lists.items() if len(found) == 1 and usable_index(found[0])}
     found: dict[cst.Call, Site] = {}
     for loop in _top_loops(fn.body.body):
-        var, attr = _loop_over_list(loop)
-        site = single.get(attr or "")
-        if var is None or site is None or var in assigned_in(loop.body):
-            continue
-        call = _one_plain_call(loop, var)
-        if call is not None:
-            found[call] = site
+        for var, attr in _loop_over_lists(loop):
+            site = single.get(attr)
+            if site is None or var in assigned_in(loop.body):
+                continue
+            call = _one_plain_call(loop, var)
+            if call is not None:
+                found[call] = site
     return found
 
 
@@ -118,24 +119,26 @@ def _top_loops(body: Iterable[cst.BaseStatement]) -> Iterable[cst.For]:
             yield from _top_loops(stmt.body.body)
 
 
-def _loop_over_list(loop: cst.For) -> tuple[str | None, str | None]:
-    """``for v in self.attr`` / ``for i, v in enumerate(self.attr)`` -> (v, attr); (None, None) else."""
+def _loop_over_lists(loop: cst.For) -> list[tuple[str, str]]:
+    """(variable, list attribute) of each list the loop walks: ``for v in self.attr``, ``for i, v in
+    enumerate(self.attr)``, or ``for a, b in zip(self.resnets, self.attentions)`` (diffusers' UNet
+    blocks: iteration ``k`` applies element ``k`` of each); [] for any other loop."""
     it, target = loop.iter, loop.target
     if loop.orelse is not None or loop.asynchronous is not None:
-        return None, None
+        return []
     if isinstance(target, cst.Name) and self_attr(it) is not None:
-        return target.value, self_attr(it)
-    if (
-        isinstance(it, cst.Call)
-        and isinstance(it.func, cst.Name)
-        and it.func.value == "enumerate"
-        and len(it.args) == 1
-        and it.args[0].keyword is None
-        and not it.args[0].star
-        and self_attr(it.args[0].value) is not None
-        and isinstance(target, cst.Tuple)
-        and len(target.elements) == 2
-        and all(isinstance(e.value, cst.Name) for e in target.elements)
+        return [(target.value, self_attr(it))]  # type: ignore[list-item]
+    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and isinstance(target, cst.Tuple)):
+        return []
+    if any(a.keyword is not None or a.star for a in it.args) or not all(
+        isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements
     ):
-        return target.elements[1].value.value, self_attr(it.args[0].value)  # type: ignore[attr-defined]
-    return None, None
+        return []
+    names = [e.value.value for e in target.elements]  # type: ignore[attr-defined]
+    attrs = [self_attr(a.value) for a in it.args]
+    if it.func.value == "enumerate" and len(attrs) == 1 and attrs[0] is not None and len(names) == 2:
+        return [(names[1], attrs[0])]
+    if it.func.value == "zip" and len(attrs) == len(names) >= 2 and None not in attrs:
+        if len(set(names)) == len(names) and len(set(attrs)) == len(attrs):
+            return list(zip(names, attrs))  # type: ignore[arg-type]
+    return []
