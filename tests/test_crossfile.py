@@ -292,6 +292,33 @@ def test_another_files_layer_subclass_built_by_a_class_of_the_run_reaches_parity
     assert {leaf.path for leaf in parity.by_check()["grad"]} >= {"conv_root/kernel", "std_conv_0/kernel"}
 
 
+STD_KEPT = (
+    "import flax.linen as nn\n\nfrom pkg import convs\n\n\n"
+    "class Root(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
+    "        x = convs.StdConv(4, (3, 3), name='conv_root')(x)\n"
+    "        while x.shape[-1] < 8:\n            x = nn.Dense(8)(x)\n        return x\n"
+)
+
+
+def test_another_files_layer_subclass_in_a_class_kept_as_linen_is_flagged(tmp_path):
+    """A class the run keeps as Linen (behind the bridge) builds another file's layer subclass the Linen
+    way, which the NNX class it became does not take: a located finding with its inline marker on the
+    Linen copy's statement, never a bridged class that silently fails to build."""
+    (tmp_path / "pkg").mkdir()
+    for name, text in {**LAYER_SUBCLASS, "net.py": STD_KEPT}.items():
+        (tmp_path / "pkg" / name).write_text(text)
+    result = migrate_paths([tmp_path / "pkg"], Mode.DIFF)
+    net = [f for f in result.findings if f.path.endswith("net.py")]
+    assert "L2N-MOD-007" in {f.rule for f in net}
+    flagged = [f for f in net if f.rule == "L2N-API-002" and "StdConv" in f.message]
+    assert [(f.line, f.col) for f in flagged] == [(9, 13)], [f.format_text() for f in net]
+    out = next(r.output for r in result.files if r.path.name == "net.py")
+    marked = out.splitlines()[
+        out.splitlines().index("        x = convs.StdConv(4, (3, 3), name='conv_root')(x)") - 1
+    ]
+    assert "TODO(linen2nnx): L2N-API-002 convs.StdConv" in marked
+
+
 KEYWORD_INPUT = {
     "__init__.py": "",
     "blocks.py": (

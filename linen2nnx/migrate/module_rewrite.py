@@ -135,6 +135,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         self.calls = CallRewriter(self.ctx, self.emitter)  # rewrite: calls
         self.attrs = AttributeRewriter(self.ctx)  # rewrite: nn.* names and self.<variable> reads
         self.classes = ClassRewriter(self.ctx, self.emitter)  # rewrite: methods and classes
+        self.classes.on_kept_linen = self._report_kept_linen_uses
         self.plain: set[cst.CSTNode] = set()  # module-level statements the traversal does not enter
         # top-level class -> the converted layer subclasses it names (reported if it is not rewritten)
         self.layer_uses: dict[cst.ClassDef, list[LayerSubclassUse]] = {}
@@ -179,6 +180,22 @@ class MigrateModules(Codemod, cst.CSTTransformer):
                 report_layer_subclass_use(self.ctx, use)
             else:
                 self.layer_uses.setdefault(use.owner, []).append(use)
+
+    def _report_layer_uses(self, owner: cst.ClassDef) -> None:
+        """The converted layer subclasses a class kept as Linen (or not rewritten) names: it builds them
+        the Linen way, which the NNX class they became does not take; each use a located finding."""
+        for use in self.layer_uses.get(owner, ()):
+            report_layer_subclass_use(self.ctx, use)
+
+    def _report_kept_linen_uses(self, owner: cst.ClassDef) -> None:
+        """:meth:`_report_layer_uses` for a class about to be kept as Linen, whose statements the rewrite
+        has left already: their markers go with the ones the Linen copy is marked with."""
+        self._report_layer_uses(owner)
+        for use in self.layer_uses.get(owner, ()):
+            stmt = self.ctx.statement_of(use.node)
+            notes = self.state.markers.pop(stmt, None) if stmt is not None else None
+            if notes:
+                self.state.placed_markers.setdefault(stmt, []).extend(notes)  # type: ignore[arg-type]
 
     def _layer_subclass_names(self, node: cst.Module) -> dict[str, LayerRule]:
         """The converted layer subclasses this file names: its own, and those its top-level imports bind
@@ -245,8 +262,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
             plan = self.planner.plan_module_class(node)
         self.state.class_stack.append(plan)
         if plan is None:  # not a Linen class the run rewrites: a converted layer subclass in it is not built
-            for use in self.layer_uses.get(node, ()):
-                report_layer_subclass_use(self.ctx, use)
+            self._report_layer_uses(node)
 
     def visit_Call(self, node: cst.Call) -> None:
         if any(

@@ -5,6 +5,7 @@ class whose rewrite is blocked.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import libcst as cst
@@ -69,6 +70,9 @@ class ClassRewriter:
         self.ctx = ctx
         self.state = ctx.state
         self.emitter = emitter
+        # called with a class about to be kept as Linen: the findings only a Linen class gets (the
+        # converted layer subclasses of other files it builds, which it would build the Linen way)
+        self.on_kept_linen: Callable[[cst.ClassDef], None] = lambda original: None
 
     def leave_method(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         plan = self.ctx.current_plan()
@@ -163,6 +167,7 @@ class ClassRewriter:
             and can_bridge(plan, any(self.ctx.user_class_of(b.value) for b in original.bases))
             and not (names_in(original.body) & others)
         ):
+            self.on_kept_linen(original)
             return self._bridged(plan, original, updated)
         bases = self._nnx_bases(original, updated)
         field_markers = self._rewritten_field_defaults(plan, original, updated)
