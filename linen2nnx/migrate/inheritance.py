@@ -39,17 +39,20 @@ def super_method(call: cst.Call) -> str | None:
     return func.attr.value if isinstance(func, cst.Attribute) and is_super_call(func.value) else None
 
 
-def is_super_setup(stmt: cst.BaseStatement) -> bool:
-    """``super().setup()`` as a statement of its own."""
+def super_statement(stmt: cst.BaseStatement) -> cst.Call | None:
+    """The call of ``super().<name>()`` (no arguments) that is ``stmt``'s one statement; None else."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-        return False
+        return None
     small = stmt.body[0]
     call = small.value if isinstance(small, cst.Expr) else None
+    return call if isinstance(call, cst.Call) and not call.args and super_method(call) is not None else None
+
+
+def is_super_setup(stmt: cst.BaseStatement) -> bool:
+    """``super().setup()`` as a statement of its own."""
+    call = super_statement(stmt)
     return (
-        isinstance(call, cst.Call)
-        and not call.args
-        and super_method(call) == "setup"
-        and not call.func.value.args  # type: ignore[attr-defined]  # super() itself, as the rewrite replaces it
+        call is not None and super_method(call) == "setup" and not call.func.value.args  # type: ignore[attr-defined]  # super() itself, as the rewrite replaces it
     )
 
 

@@ -23,9 +23,9 @@ from collections.abc import Collection
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import code, is_docstring, self_targets
-from linen2nnx.migrate.inheritance import super_method
+from linen2nnx.migrate.cst_meta import FastVisitor, contains
+from linen2nnx.migrate.cst_utils import code, is_docstring, is_super_call, self_targets
+from linen2nnx.migrate.inheritance import super_method, super_statement
 
 HOOK = "__post_init__"
 
@@ -35,13 +35,10 @@ def is_post_init(stmt: cst.BaseStatement) -> bool:
     return isinstance(stmt, cst.FunctionDef) and stmt.name.value == HOOK
 
 
-def moved_body(
-    cls: cst.ClassDef, fn: cst.FunctionDef, fields: Collection[str]
-) -> list[cst.BaseStatement] | None:
-    """The statements of ``fn`` (the ``__post_init__`` of ``cls``) that ``__init__`` runs after the
-    fields: its body less the docstring and the ``super().__post_init__()`` statement; None when the
-    hook cannot move (see the module docstring), or rebinds one of the ``fields``. The caller checks
-    the class's bases."""
+def can_move(cls: cst.ClassDef, fn: cst.FunctionDef, fields: Collection[str]) -> bool:
+    """Whether ``fn``, the ``__post_init__`` of ``cls``, can run in ``__init__`` after the fields (see
+    the module docstring); a hook that rebinds one of the ``fields`` cannot. The caller checks the
+    class's bases."""
     params = fn.params
     if (
         fn.decorators
@@ -52,11 +49,14 @@ def moved_body(
         or params.posonly_params
         or not isinstance(fn.body, cst.IndentedBlock)
     ):
-        return None
+        return False
     chained = [s for s in fn.body.body if _is_super_hook(s)]
-    if len(chained) != 1 or _reads_hook(cls, fn) or _returns(fn.body) or _rebinds(fn, fields):
-        return None
-    return hook_statements(fn)
+    return (
+        len(chained) == 1
+        and not _names_hook(cls, fn)
+        and not contains(fn.body, (cst.Return,), opaque=(cst.FunctionDef, cst.ClassDef, cst.Lambda))
+        and not _rebinds(fn, fields)
+    )
 
 
 def hook_statements(fn: cst.FunctionDef) -> list[cst.BaseStatement]:
@@ -67,63 +67,26 @@ def hook_statements(fn: cst.FunctionDef) -> list[cst.BaseStatement]:
 
 def _is_super_hook(stmt: cst.BaseStatement) -> bool:
     """``super().__post_init__()`` as a statement of its own."""
-    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-        return False
-    small = stmt.body[0]
-    call = small.value if isinstance(small, cst.Expr) else None
-    return isinstance(call, cst.Call) and not call.args and super_method(call) == HOOK
+    call = super_statement(stmt)
+    return call is not None and super_method(call) == HOOK
 
 
-class _Finder(FastVisitor):
-    """Whether a tree holds a ``return`` (outside nested functions and classes) or names the hook."""
-
-    def __init__(self, skip: cst.CSTNode | None = None) -> None:
-        self.returns = False
-        self.names_hook = False
-        self.skip = skip
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return node is not self.skip and self.skip is not None  # a nested def's return is its own
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return self.skip is not None
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return self.skip is not None
-
-    def visit_Return(self, node: cst.Return) -> None:
-        self.returns = True
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names_hook |= node.value == HOOK
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        return not (node.attr.value == HOOK and _is_super_ref(node))  # the chained call: not a reading
-
-
-def _is_super_ref(node: cst.Attribute) -> bool:
-    value = node.value
-    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "super"
-
-
-def _returns(block: cst.BaseSuite) -> bool:
-    finder = _Finder()
-    for stmt in block.body if isinstance(block, cst.IndentedBlock) else ():
-        finder.walk(stmt)
-    return finder.returns
-
-
-def _reads_hook(cls: cst.ClassDef, fn: cst.FunctionDef) -> bool:
-    """Whether anything in ``cls`` other than ``fn``'s own ``super().__post_init__()`` names the hook
+def _names_hook(cls: cst.ClassDef, fn: cst.FunctionDef) -> bool:
+    """Whether anything in ``cls`` but ``fn``'s own ``super().__post_init__()`` names the hook
     (``self.__post_init__()`` called again, a second definition)."""
-    finder = _Finder(skip=fn)
+    found: list[bool] = []
+
+    class Names(FastVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value == HOOK:
+                found.append(True)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            return not (node.attr.value == HOOK and is_super_call(node.value))  # the chained call
+
     for stmt in cls.body.body:
-        if stmt is not fn:
-            finder.walk(stmt)
-    inner = _Finder(skip=fn)
-    for stmt in fn.body.body if isinstance(fn.body, cst.IndentedBlock) else ():
-        inner.walk(stmt)
-    return finder.names_hook or inner.names_hook
+        Names().walk(fn.body if stmt is fn else stmt)
+    return bool(found)
 
 
 def _rebinds(fn: cst.FunctionDef, fields: Collection[str]) -> bool:

@@ -35,7 +35,7 @@ from linen2nnx.migrate.lifted import (
     SCAN_DECORATORS,
     method_scan_call,
 )
-from linen2nnx.migrate.post_init import hook_statements, is_post_init, moved_body
+from linen2nnx.migrate.post_init import can_move, hook_statements, is_post_init
 from linen2nnx.migrate.rules import (
     API_002,
     API_006,
@@ -299,7 +299,7 @@ class ClassRewriter:
             return None
         if any(not (self.ctx.qualnames(b.value) & LINEN_MODULE) for b in original.bases):
             return None
-        if moved_body(original, orig_stmt, plan.field_names) is None:  # type: ignore[arg-type]
+        if not can_move(original, orig_stmt, plan.field_names):  # type: ignore[arg-type]
             return None
         moved = hook_statements(stmt)  # type: ignore[arg-type]  # as the rewrite left them
         self.ctx.report(
