@@ -27,6 +27,7 @@ from linen2nnx.migrate.cst_utils import (
     with_args,
     without_keywords,
 )
+from linen2nnx.migrate.data_none import as_data, none_then_rebound
 from linen2nnx.migrate.dict_kwargs import spelled_out
 from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
@@ -60,6 +61,7 @@ class Emitter:
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.state = ctx.state
+        self._data_none: set[str] = set()  # setup's attributes bound to None before their submodule
 
     def _nnx_ctor(self, site: Site, updated: cst.Call, checked: bool = False) -> cst.Call:
         rule = site.rule
@@ -266,6 +268,7 @@ class Emitter:
             stmts.append(parse_statement("self.rngs = rngs.fork()\n"))
         if plan.super_init is not None and not plan.super_in_setup:  # it inherits what its base builds
             stmts.append(super_init_statement(plan))
+        self._data_none = none_then_rebound(setup_body, {s.attr for s in plan.sites.values()})
         for stmt in setup_body:
             if is_super_setup(stmt):  # runs the base's build, or Linen's empty setup
                 if plan.super_init is not None and plan.super_in_setup:
@@ -503,7 +506,8 @@ class Emitter:
         return stmt.visit(Nested())  # type: ignore[return-value]
 
     def _containerize(self, plan: ClassPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
-        """``self.layers = [..layers..]`` in setup -> ``nnx.List([...])`` (a plain list is rejected by NNX)."""
+        """``self.layers = [..layers..]`` in setup -> ``nnx.List([...])`` (a plain list is rejected by NNX);
+        ``self.norm = None`` before the submodule it holds later -> ``nnx.data(None)`` (data_none.py)."""
         if not (
             isinstance(stmt, cst.SimpleStatementLine)
             and len(stmt.body) == 1
@@ -520,7 +524,9 @@ class Emitter:
         ):  # a comprehension of submodules (setup_lists.py) or a list a loop filled (setup_loop_lists.py)
             value = cst.Call(parse_expression("nnx.List"), [cst.Arg(assign.value)])
             return stmt.with_changes(body=[assign.with_changes(value=value)])
-        return stmt
+        marked = as_data(stmt, self._data_none)  # `self.norm = None` before `self.norm = Norm()`
+        self.state.uses_nnx |= marked is not None
+        return marked or stmt
 
     def _linen_class(self, site: Site) -> str:
         """The name-map key of the Linen class a site builds."""
