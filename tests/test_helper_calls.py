@@ -119,3 +119,40 @@ def test_a_loop_of_helper_calls_named_from_its_variable_is_unrolled():
         source.replace("return x\n\n    def", "return x + k\n\n    def")
     )  # `k` read after the loop
     assert result is not None and "for k in range(2):" in result.source
+
+
+def test_a_helper_a_subclass_calls_is_not_replayed():
+    source = BLOCK + "\n\nclass Wide(Net):\n    def setup(self):\n        self._block(None, 3, index=2)\n"
+    assert replayed(source) is None
+
+
+SETUP_HELPER = """
+class Block(nn.Module):
+    features: int
+
+    def setup(self):
+        self._setup_mlp()
+
+    def _setup_mlp(self):
+        self.mlp = nn.Dense(self.features)
+
+    def __call__(self, x):
+        return self.mlp(x)
+"""
+
+
+def test_a_setup_helper_binding_layers_is_replayed_in_setup():
+    result = replayed(SETUP_HELPER)
+    assert result is not None and result.classes == ["Block"]
+    assert "def _setup_mlp" not in result.source
+    assert "# replayed: self._setup_mlp()\n        self.mlp = nn.Dense(self.features)" in result.source
+
+
+def test_a_setup_helper_another_method_calls_is_not_replayed():
+    source = SETUP_HELPER + "\n    def reset(self):\n        self._setup_mlp()\n"
+    assert replayed(source) is None
+
+
+def test_a_setup_helper_whose_result_is_bound_to_an_attribute_is_not_replayed():
+    source = SETUP_HELPER.replace("        self._setup_mlp()\n", "        self.extra = self._setup_mlp()\n")
+    assert replayed(source) is None

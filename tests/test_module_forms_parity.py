@@ -209,6 +209,9 @@ CASES = {
     "init_value_input_shape_inline": ("ConvIn", {"features": 4}, (2, 5, 5, 3)),  # (3, 3, x.shape[3], f)
     "helper_blocks": ("Tower", {}, (2, 5)),  # self._stage(x, features=6, depth=2, ...) replayed in place
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
+    "setup_helpers": ("Block", {"features": 3}, (2, 5)),  # self._setup_dense() replayed in __init__
+    "setup_helpers_gated": ("Block", {"features": 3, "gated": True}, (2, 5)),  # the other helper's layers
+    "setup_helpers_plain": ("Block", {"features": 3, "post_norm": False}, (2, 5)),  # no norm bound
     "setup_none_first": ("Head", {"classes": 3}, (2, 5)),  # self.norm = None, then the layer: nnx.data(None)
     "setup_none_first_plain": ("Head", {"classes": 3, "use_norm": False, "gate": True}, (2, 5)),
     "reshape_written_axis": ("Attn", {}, (2, 3, 4)),  # x.shape[:2] + (self.inner,): the written size
@@ -285,6 +288,8 @@ SOURCES = {
     "init_value_input_shape_nobias": "init_value_input_shape",
     "init_value_input_shape_inline": "init_value_input_shape",
     "helper_blocks_deep": "helper_blocks",
+    "setup_helpers_gated": "setup_helpers",
+    "setup_helpers_plain": "setup_helpers",
     "setup_none_first_plain": "setup_none_first",
     "activation_table_helper": "activation_table",
     "rebound_axis_pair": "rebound_axis",

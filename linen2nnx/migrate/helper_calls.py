@@ -179,33 +179,55 @@ def _returns_constructor(fn: cst.FunctionDef) -> bool:
 
 
 def _helpers_of(cls: cst.ClassDef, resolver: NameResolver, classes: set[str]) -> tuple[set[str], set[str]]:
-    """(compact methods, helpers to replay) of ``cls``: undecorated methods that build something, every
-    reference to which is a call statement."""
+    """(methods whose helper calls are replayed: the compact ones and ``setup``, helpers to replay) of
+    ``cls``: undecorated methods that build something (or, for ``setup``, bind attributes of ``self``:
+    ``self._setup_dense()`` building the block's layers), every reference to which is a call statement."""
     methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
     compact = {m.name.value for m in methods if _is_compact(m, resolver)}
-    if not compact:
-        return compact, set()
+    callers = compact | (
+        {"setup"} if any(m.name.value == "setup" and not m.decorators for m in methods) else set()
+    )
+    if not callers:
+        return callers, set()
     candidates = set()
     for m in methods:
         if m.name.value in ("setup", "__call__") or m.decorators or m.name.value in compact:
             continue
         builds = _Builds(resolver, classes)
         builds.walk(m.body)
-        if builds.found and not _returns_constructor(m):
+        if (builds.found and not _returns_constructor(m)) or ("setup" in callers and _binds_self(m)):
             candidates.add(m.name.value)
     if not candidates:
-        return compact, set()
+        return callers, set()
     refs = _Refs(candidates)
     refs.walk(cls.body)
     helpers = {h for h in candidates if refs.refs.get(h) and refs.refs[h] == refs.statement_calls.get(h)}
-    while True:  # a method that stays (not compact, not replayed) must not call a helper that goes
-        kept = [m for m in methods if m.name.value not in compact | helpers]
+    while True:  # a method that stays (not a caller, not replayed) must not call a helper that goes
+        kept = [m for m in methods if m.name.value not in callers | helpers]
         used = _Refs(helpers)
         for m in kept:
             used.walk(m)
         if not set(used.refs) & helpers:
-            return compact, helpers
+            return callers, helpers
         helpers -= set(used.refs)
+
+
+def _binds_self(fn: cst.FunctionDef) -> bool:
+    """Whether ``fn`` assigns an attribute of ``self`` (``self.mlp = FeedForward(...)``): called from
+    ``setup``, it is part of ``setup``, and ``__init__`` must build what it binds."""
+
+    class Binds(FastVisitor):
+        found = False
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self.found |= self_attr(node.target) is not None
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self.found |= self_attr(node.target) is not None
+
+    binds = Binds()
+    binds.walk(fn.body)
+    return binds.found
 
 
 def replay_helper_calls(
@@ -226,7 +248,7 @@ def replay_helper_calls(
     new_body, replayed = with_param_helpers_replayed(
         tree, module_name, {**functions, **param_helper_functions(tree, module_name)}
     )
-    if "compact" not in source and not replayed:
+    if "compact" not in source and "def setup" not in source and not replayed:
         return None
     functions = {k: v for k, v in functions.items() if not k.startswith(PARAM_HELPER_KEY)}
     resolver: NameResolver | None = None
@@ -235,13 +257,14 @@ def replay_helper_calls(
         if not isinstance(stmt, cst.ClassDef) or not _may_replay(stmt, bool(functions)):
             continue
         resolver = resolver or names()  # for a class calling its own helpers
-        compact, helpers = _helpers_of(stmt, resolver, classes)
-        helpers -= _overridden(tree, stmt.name.value)
+        callers, helpers = _helpers_of(stmt, resolver, classes)
+        helpers -= _overridden(tree, stmt.name.value) | _named_elsewhere(tree, stmt, helpers)
+        compact = callers - {"setup"}  # module-level functions build *and apply*: compact methods only
         calls = calls_to_replay(stmt, compact, resolver, module_name, functions) if functions else {}
         if not helpers and not calls:
             continue
         try:
-            new_body[index] = _replay_class(stmt, compact, helpers, _prepared(tree, module_name, calls))
+            new_body[index] = _replay_class(stmt, callers, helpers, _prepared(tree, module_name, calls))
         except ReplayError:
             continue
         except Exception:  # a bug here must not cost the file: the class is migrated as written
@@ -344,13 +367,36 @@ def _overridden(tree: cst.Module, name: str) -> set[str]:
     return found
 
 
+def _named_elsewhere(tree: cst.Module, cls: cst.ClassDef, helpers: set[str]) -> set[str]:
+    """Helpers that code outside ``cls`` names (``self._setup_embedders()`` in a subclass's setup):
+    replaying removes the method, so such a helper stays."""
+    if not helpers:
+        return set()
+
+    class Named(FastVisitor):
+        def __init__(self) -> None:
+            self.found: set[str] = set()
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return node is not cls
+
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if node.attr.value in helpers:
+                self.found.add(node.attr.value)
+
+    named = Named()
+    named.walk(tree)
+    return named.found
+
+
 def _may_replay(cls: cst.ClassDef, functions: bool = False) -> bool:
     """A cheap test before names are resolved: a method decorated with something ``compact``, and a
     call statement of an undecorated method of the class (or any, when ``functions`` may be called)."""
     methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
-    if not any("compact" in code(d.decorator) for m in methods for d in m.decorators):
+    compact = any("compact" in code(d.decorator) for m in methods for d in m.decorators)
+    if not compact and not any(m.name.value == "setup" for m in methods):
         return False
-    if functions:
+    if functions and compact:
         return True
     plain = {m.name.value for m in methods if not m.decorators} - {"setup", "__call__"}
     if not plain:
@@ -361,18 +407,20 @@ def _may_replay(cls: cst.ClassDef, functions: bool = False) -> bool:
 
 
 def _replay_class(
-    cls: cst.ClassDef, compact: set[str], helpers: set[str], functions: dict[str, cst.FunctionDef]
+    cls: cst.ClassDef, callers: set[str], helpers: set[str], functions: dict[str, cst.FunctionDef]
 ) -> cst.ClassDef:
-    """``cls`` with each helper call of its compact methods replayed and the helpers removed; each call
-    statement of ``functions`` (callee's code -> function) replayed too."""
+    """``cls`` with each helper call of its compact methods and ``setup`` replayed and the helpers
+    removed; each call statement of ``functions`` (callee's code -> function) replayed too, in the
+    compact methods only (such a function applies what it builds)."""
     methods = {m.name.value: m for m in cls.body.body if isinstance(m, cst.FunctionDef)}
     replayer = Replayer({h: methods[h] for h in helpers}, functions)
+    in_setup = Replayer({h: methods[h] for h in helpers})
     body = []
     for member in cls.body.body:
         if isinstance(member, cst.FunctionDef) and member.name.value in helpers:
             continue
-        if isinstance(member, cst.FunctionDef) and member.name.value in compact:
-            member = replayer.replay_method(member)
+        if isinstance(member, cst.FunctionDef) and member.name.value in callers:
+            member = (in_setup if member.name.value == "setup" else replayer).replay_method(member)
         body.append(member)
     return cls.with_changes(body=cls.body.with_changes(body=body))
 
