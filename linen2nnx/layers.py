@@ -58,6 +58,8 @@ class LayerRule:
     out_from: str | None = None
     """Where the output size comes from when not ``out_arg``: a nested argument name, ``last`` element, or
     ``unknown``."""
+    keeps_shape: bool = False
+    """The output has the input's whole shape (a normalisation, dropout), so the same rank too."""
     manual_reason: str = ""
     """Set when no NNX layer is exact: every use is a ``manual`` finding with this reason (never a near miss)."""
     init_call_cache: str | None = None
@@ -154,15 +156,22 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         out_arg="features",
         out_attr="features",
     ),
-    LayerRule("LayerNorm", "LayerNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
-    LayerRule("RMSNorm", "RMSNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
-    LayerRule("GroupNorm", "GroupNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED),
+    LayerRule(
+        "LayerNorm", "LayerNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED, keeps_shape=True
+    ),
+    LayerRule(
+        "RMSNorm", "RMSNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED, keeps_shape=True
+    ),
+    LayerRule(
+        "GroupNorm", "GroupNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED, keeps_shape=True
+    ),
     LayerRule(
         "BatchNorm",
         "BatchNorm",
         in_arg="num_features",
         call_args=frozenset({"use_running_average"}),
         unsupported_args=_NORM_UNSUPPORTED,
+        keeps_shape=True,
     ),
     LayerRule(
         "Dropout",
@@ -174,6 +183,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         call_keywords=("inputs", "deterministic", "rng"),
         unsupported_call_args=frozenset({"rng"}),
         no_variables=True,
+        keeps_shape=True,
     ),
     *(
         LayerRule(

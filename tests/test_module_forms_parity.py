@@ -214,6 +214,7 @@ CASES = {
     "setup_helpers_plain": ("Block", {"features": 3, "post_norm": False}, (2, 5)),  # no norm bound
     "setup_none_first": ("Head", {"classes": 3}, (2, 5)),  # self.norm = None, then the layer: nnx.data(None)
     "setup_none_first_plain": ("Head", {"classes": 3, "use_norm": False, "gate": True}, (2, 5)),
+    "index_known_rank": ("Tokens", {}, (2, 4, 4, 3)),  # x[:, 0] of a value of rank 3: the hidden size
     "reshape_written_axis": ("Attn", {}, (2, 3, 4)),  # x.shape[:2] + (self.inner,): the written size
     "input_keyword": ("Model", {}, (2, 5)),  # self.mix(x, other=..., scale=...): `other` sized by name
     "input_keyword_first": ("Model", {}, (2, 5)),  # self.mix(other=..., x=...): `x` sized by name too

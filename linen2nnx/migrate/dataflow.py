@@ -334,7 +334,11 @@ class FeatureFlow:
             if element is not None:
                 return element
             if base.kind in KEPT_BY_INDEXING and last_axis_ops.index_keeps_last(node):
-                return base  # x[:, 0, :], x[..., :]: the last axis is untouched
+                # x[:, 0, :], x[..., :]: the last axis is untouched, the rank may not be
+                return dataclasses.replace(base, rank=last_axis_ops.rank_after_index(base, node))
+            kept = last_axis_ops.indexed_leading_axes(base, node) if base.kind in KEPT_BY_INDEXING else None
+            if kept is not None:
+                return kept  # x[:, 0] of a value of rank 3: the index stops before the last axis
             # x[:, 0] keeps the last axis unless it indexes it (a value of rank 2): the trace decides
             return Feat("sliced", base=base)
         if isinstance(node, cst.IfExp):
@@ -437,7 +441,7 @@ class FeatureFlow:
             if isinstance(pattern, cst.SimpleString) and last_axis_ops.einops_keeps_last(
                 pattern.evaluated_value
             ):
-                return first
+                return dataclasses.replace(first, rank=0)  # 'b h w c -> b (h w) c': another rank
         if qualnames & MATMUL_FUNCTIONS and len(positional) == 2 == len(node.args):
             return last_axis_ops.contracted(arg_feats[1], -2)
         if qualnames & DOT_GENERAL_FUNCTIONS and len(arg_feats) >= 2:

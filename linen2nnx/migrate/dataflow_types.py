@@ -42,6 +42,7 @@ class LayerInfo:
     out_fn: Callable[[Feat], Feat] | None = None  # the output as a function of the first input (wins if set)
     input_index: int = 0  # the positional argument whose last axis the layer reads (a cell's x)
     input_names: tuple[str, ...] = ()  # the callee's input parameters, in order (inputs given by keyword)
+    keeps_rank: bool = False  # an output that is the input keeps its rank (a norm), else the rank is unknown
 
     def output(self, first: Feat, unknown: str | None = None) -> Feat:
         """What the application gives when its first input is ``first`` (``unknown``: the reason of an
@@ -50,4 +51,6 @@ class LayerInfo:
             return self.out_fn(first)
         if self.out_unknown:
             return Feat.unknown(unknown or f"output of {self.key}")
-        return first if self.out_expr is None else Feat("expr", expr=self.out_expr)
+        if self.out_expr is not None:
+            return Feat("expr", expr=self.out_expr)
+        return first if self.keeps_rank or not first.rank else dataclasses.replace(first, rank=0)

@@ -105,11 +105,14 @@ def reduced(value: Feat, positional: Sequence[cst.Arg], args: Sequence[cst.Arg])
         return Feat.unknown(
             "a reduction over the last axis" if -1 in axes else "a reduction of an unknown size"
         )
+    keepdims = keywords.get("keepdims")
+    kept = isinstance(keepdims, cst.Name) and keepdims.value == "True"
+    rank = value.rank if kept or not value.rank else value.rank - len(set(a % value.rank for a in axes))
     if all(a < 0 for a in axes):
-        return value
+        return dataclasses.replace(value, rank=max(rank, 0))
     if value.rank:
         return (
-            value
+            dataclasses.replace(value, rank=max(rank, 0))
             if value.rank - 1 not in {a % value.rank for a in axes}
             else Feat.unknown("a reduction over the last axis")
         )
@@ -256,3 +259,43 @@ def index_keeps_last(node: cst.Subscript) -> bool:
         and last.step is None
         and not any(getattr(e.slice, "star", None) for e in node.slice)
     )
+
+
+def indexed_leading_axes(value: Feat, node: cst.Subscript) -> Feat | None:
+    """``x[:, 0]`` of a value whose rank is known to exceed the axes the index names (a reshape to
+    ``[n, h * w, c]``, a parameter of literal shape): the last axis is not indexed, so it survives,
+    whatever an array index does to the axes before it (``table[ids]`` of a rank-2 table: a gather). The
+    result's rank is known when every index is an integer or a plain slice. None when the rank is
+    unknown, or the index has ``...`` or ``None``. A boolean mask of several axes would consume them
+    all, but jax refuses such an index on traced values, so model code does not write one."""
+    if not value.rank or any(
+        (
+            isinstance(e.slice, cst.Index)
+            and (getattr(e.slice, "star", None) or _is_name(e.slice.value, ("None", "Ellipsis")))
+        )
+        or isinstance(getattr(e.slice, "value", None), cst.Ellipsis)
+        for e in node.slice
+    ):
+        return None
+    if len(node.slice) >= value.rank:
+        return None
+    return dataclasses.replace(value, rank=rank_after_index(value, node))
+
+
+def rank_after_index(value: Feat, node: cst.Subscript) -> int:
+    """The rank of ``x[...]`` when every index is an integer or a plain slice, none of them ``...`` or
+    ``None`` (each integer drops an axis); 0 (unknown) otherwise."""
+    if not value.rank:
+        return 0
+    dropped = 0
+    for element in node.slice:
+        index = element.slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and not index.star:
+            dropped += 1
+        elif not (isinstance(index, cst.Slice) and index.step is None):
+            return 0
+    return value.rank - dropped if dropped < value.rank and len(node.slice) <= value.rank else 0
+
+
+def _is_name(node: cst.BaseExpression, names: tuple[str, ...]) -> bool:
+    return isinstance(node, cst.Name) and node.value in names

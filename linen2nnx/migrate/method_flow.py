@@ -304,7 +304,8 @@ class MethodFlow:
             return self._applied_info(built)
         if isinstance(value, cst.Name) and value.value == "None":
             return None
-        return LayerInfo(site.flow_key, None, out_unknown=not is_elementwise(self.ctx, value))
+        elementwise = is_elementwise(self.ctx, value)
+        return LayerInfo(site.flow_key, None, out_unknown=not elementwise, keeps_rank=elementwise)
 
     def _applied_info(self, site: Site) -> LayerInfo:
         """What one application of ``site`` gives, its shape arguments resolved first."""

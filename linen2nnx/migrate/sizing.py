@@ -178,7 +178,7 @@ class Sizer(TraceEvidence):
         assert site.rule is not None
         out = site.args.get(site.rule.out_arg) if site.rule.out_arg else None
         if out is None:
-            return LayerInfo(site.flow_key, None)
+            return LayerInfo(site.flow_key, None, keeps_rank=site.rule.keeps_shape)
         if site.rule.out_arg in site.shape_refs:
             resolved = site.arg_sources.get(site.rule.out_arg)
             return LayerInfo(site.flow_key, resolved, out_unknown=resolved is None)
@@ -212,8 +212,10 @@ class Sizer(TraceEvidence):
         def seen_by_caller(feat: Feat, first: Feat) -> Feat:
             """The submodule's result in the caller's terms: its input is the caller's value, its config
             expressions use the caller's constructor arguments."""
-            if feat.kind == "input":
-                return first if feat.input_name == user.first_input else Feat.unknown("submodule argument")
+            if feat.kind == "input":  # the caller's value, with a rank the submodule may have changed
+                if feat.input_name != user.first_input:
+                    return Feat.unknown("submodule argument")
+                return dataclasses.replace(first, rank=0) if first.rank else first
             if feat.kind == "expr":
                 own_args = names_in(parse_expression(feat.expr)) & set(user.new_args)
                 if own_args:  # the submodule's own new argument: the caller's input size, or unknown
