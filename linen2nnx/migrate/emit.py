@@ -508,11 +508,13 @@ class Emitter:
     def _containerize(self, plan: ClassPlan, stmt: cst.BaseStatement) -> cst.BaseStatement:
         """``self.layers = [..layers..]`` in setup -> ``nnx.List([...])`` (a plain list is rejected by NNX);
         ``self.norm = None`` before the submodule it holds later -> ``nnx.data(None)`` (data_none.py)."""
-        if not (
-            isinstance(stmt, cst.SimpleStatementLine)
-            and len(stmt.body) == 1
-            and isinstance(stmt.body[0], cst.Assign)
-        ):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return stmt
+        marked = as_data(stmt, self._data_none)  # `self.norm = None` before `self.norm = Norm()`
+        if marked is not None:
+            self.state.uses_nnx = True
+            return marked
+        if not (len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
             return stmt
         assign = stmt.body[0]
         attr = self_attr(assign.targets[0].target)
@@ -524,9 +526,7 @@ class Emitter:
         ):  # a comprehension of submodules (setup_lists.py) or a list a loop filled (setup_loop_lists.py)
             value = cst.Call(parse_expression("nnx.List"), [cst.Arg(assign.value)])
             return stmt.with_changes(body=[assign.with_changes(value=value)])
-        marked = as_data(stmt, self._data_none)  # `self.norm = None` before `self.norm = Norm()`
-        self.state.uses_nnx |= marked is not None
-        return marked or stmt
+        return stmt
 
     def _linen_class(self, site: Site) -> str:
         """The name-map key of the Linen class a site builds."""
