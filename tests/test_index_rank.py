@@ -66,3 +66,54 @@ def test_a_class_of_the_run_gives_its_output_without_a_rank():
     ).format(body="        h = Pool()(h)\n        y = h[:, 0]")
     result = migrate_source(source, "m.py", module_name="m")
     assert "L2N-SHAPE-003" in {f.rule for f in result.findings}
+
+
+POOLING = """import flax.linen as nn
+import jax.numpy as jnp
+
+
+def mean_pool(t):
+    return jnp.mean(t, axis=-2)
+
+
+class Pool(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Dense(x.shape[-1])(x)
+        return jnp.mean(x, axis=-2)
+
+
+class Head(nn.Module):
+    dim: int = 8
+    n: int = 0
+
+    def setup(self):
+        self.pool = mean_pool
+        self.pool_block = Pool()
+        self.mid = nn.Dense(self.dim)
+        self.out = nn.Dense(4)
+
+    def __call__(self, x):
+        x = x.reshape(x.shape[0], -1, self.dim)
+{body}
+        return self.out(y)
+"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "y = mean_pool(x)[:, 0]",  # a module-level helper may pool: its result's rank is unknown
+        "y = self.pool(x)[:, 0]",  # the same helper held as an activation-like attribute
+        "y = self.pool_block(x)[:, 0]",  # a class of the run whose output size is its input's
+        "w = jnp.ones((self.dim, self.dim))\ny = w[jnp.triu_indices(self.dim)]",  # a tuple of index arrays
+        "x = x.reshape(x.shape[0], self.dim)\nfor _ in range(self.n):\n    x = self.mid(x).reshape(x.shape[0], -1, self.dim)\ny = x[:, 0]",
+        "lead = ()\ny = x.reshape(*lead, -1, self.dim)[:, 0]",  # a starred part may be empty
+        "y = x[:, 0:1:2, 0]",
+    ],
+)
+def test_a_rank_that_may_have_changed_is_not_trusted(body):
+    lines = "\n".join("        " + line for line in body.strip().splitlines())
+    result = migrate_source(POOLING.format(body=lines), "m.py", module_name="m")
+    assert "L2N-SHAPE-003" in {f.rule for f in result.findings}
+    assert "nnx.Linear(self.dim, 4" not in (result.output or "")

@@ -172,6 +172,9 @@ class FeatureFlow:
                     for use in self.uses[start:]:
                         use.feat = unsettled
             self.iteration = outer
+            for name, feat in list(self.env.items()):  # the loop may not run: a rank it changes is unsure
+                if feat.rank and name in before and before[name].rank != feat.rank:
+                    self.env[name] = dataclasses.replace(feat, rank=0)
             if isinstance(stmt, cst.For) and isinstance(stmt.target, cst.Name):
                 self._leave_loop(stmt, before)
             if isinstance(stmt, cst.For):
@@ -325,22 +328,7 @@ class FeatureFlow:
         if isinstance(node, cst.Dict):  # {'last_hidden_state': x, ...}
             return mapping_flow.displayed(node, self.expr_of)
         if isinstance(node, cst.Subscript):
-            base = self.expr_of(node.value)
-            if base.kind in ("input", "leaf") and self._leaf_kept(base.input_name):  # batch['image']
-                key = mapping_flow.subscript_key(node)
-                if key is not None and key.isidentifier():
-                    return Feat("leaf", input_name=base.input_name, expr=f"{base.expr}[{key!r}]")
-            element = tuple_flow.indexed(base, node)  # outputs[0], outputs[1:]
-            if element is not None:
-                return element
-            if base.kind in KEPT_BY_INDEXING and last_axis_ops.index_keeps_last(node):
-                # x[:, 0, :], x[..., :]: the last axis is untouched, the rank may not be
-                return dataclasses.replace(base, rank=last_axis_ops.rank_after_index(base, node))
-            kept = last_axis_ops.indexed_leading_axes(base, node) if base.kind in KEPT_BY_INDEXING else None
-            if kept is not None:
-                return kept  # x[:, 0] of a value of rank 3: the index stops before the last axis
-            # x[:, 0] keeps the last axis unless it indexes it (a value of rank 2): the trace decides
-            return Feat("sliced", base=base)
+            return self._subscript(node)
         if isinstance(node, cst.IfExp):
             with self._within(node, 0):
                 a = self.expr_of(node.body)
@@ -353,6 +341,26 @@ class FeatureFlow:
             both = tuple_flow.merged(a, b, merge_value)  # (h, w) if flag else (h,): what both hold
             return a if a == b else both if both is not None else Feat.unknown("conditional expression")
         return Feat.unknown(type(node).__name__)
+
+    def _subscript(self, node: cst.Subscript) -> Feat:
+        """``batch['image']``, ``outputs[0]``, ``x[:, 0]``: an input's entry, a tuple's element, or an
+        array indexed over its leading axes."""
+        base = self.expr_of(node.value)
+        if base.kind in ("input", "leaf") and self._leaf_kept(base.input_name):  # batch['image']
+            key = mapping_flow.subscript_key(node)
+            if key is not None and key.isidentifier():
+                return Feat("leaf", input_name=base.input_name, expr=f"{base.expr}[{key!r}]")
+        element = tuple_flow.indexed(base, node)  # outputs[0], outputs[1:]
+        if element is not None:
+            return element
+        if base.kind in KEPT_BY_INDEXING and last_axis_ops.index_keeps_last(node):
+            # x[:, 0, :], x[..., :]: the last axis is untouched, the rank may not be
+            return dataclasses.replace(base, rank=last_axis_ops.rank_after_index(base, node))
+        kept = last_axis_ops.indexed_leading_axes(base, node) if base.kind in KEPT_BY_INDEXING else None
+        if kept is not None:
+            return kept  # x[:, 0] of a value of rank 3: the index stops before the last axis
+        # x[:, 0] keeps the last axis unless it indexes it (a value of rank 2): the trace decides
+        return Feat("sliced", base=base)
 
     def call(self, node: cst.Call) -> Feat:
         """What a call gives: a layer's output (its use recorded), a helper method's result, or what a
@@ -575,9 +583,11 @@ def _merge(a: dict[str, Feat], b: dict[str, Feat], config_test: str | None = Non
 
 def transfer(out: Feat, params: list[str], args: list[Feat]) -> Feat:
     """A callee's result ``out`` (in terms of its own ``params``) seen at a call with argument values ``args``."""
-    if out.kind == "input":
+    if out.kind == "input":  # the argument's size; not its rank, which the callee may change
         i = params.index(out.input_name) if out.input_name in params else -1
-        return args[i] if 0 <= i < len(args) else Feat.unknown(f"argument {out.input_name}")
+        if not 0 <= i < len(args):
+            return Feat.unknown(f"argument {out.input_name}")
+        return dataclasses.replace(args[i], rank=0) if args[i].rank else args[i]
     if out.kind in tuple_flow.COMPOUND:
         return tuple_flow.mapped(out, lambda e: transfer(e, params, args))
     if out.kind == "expr":

@@ -200,7 +200,11 @@ def reshaped(
     last = dims[-1] if dims else None
     axis = (static_axis(last, fields) or sized(last)) if last is not None and written else None
     if axis is not None:  # x.reshape(b, t, self.hidden): the last axis is the size written there
-        return dataclasses.replace(axis, rank=len(dims)) if axis.kind == "expr" else axis
+        starred = isinstance(shape, (cst.Tuple, cst.List)) and any(
+            isinstance(e, cst.StarredElement) for e in shape.elements
+        )  # (*lead, d): lead may be empty, so only the written axes are sure
+        rank = 0 if starred or any(a.star for a in args if a.value is not shape) else len(dims)
+        return dataclasses.replace(axis, rank=rank) if axis.kind == "expr" else axis
     if (
         isinstance(last, cst.UnaryOperation)
         and isinstance(last.expression, cst.Integer)
@@ -263,39 +267,30 @@ def index_keeps_last(node: cst.Subscript) -> bool:
 
 def indexed_leading_axes(value: Feat, node: cst.Subscript) -> Feat | None:
     """``x[:, 0]`` of a value whose rank is known to exceed the axes the index names (a reshape to
-    ``[n, h * w, c]``, a parameter of literal shape): the last axis is not indexed, so it survives,
-    whatever an array index does to the axes before it (``table[ids]`` of a rank-2 table: a gather). The
-    result's rank is known when every index is an integer or a plain slice. None when the rank is
-    unknown, or the index has ``...`` or ``None``. A boolean mask of several axes would consume them
-    all, but jax refuses such an index on traced values, so model code does not write one."""
-    if not value.rank or any(
-        (
-            isinstance(e.slice, cst.Index)
-            and (getattr(e.slice, "star", None) or _is_name(e.slice.value, ("None", "Ellipsis")))
-        )
-        or isinstance(getattr(e.slice, "value", None), cst.Ellipsis)
-        for e in node.slice
-    ):
-        return None
-    if len(node.slice) >= value.rank:
+    ``[n, h * w, c]``, a parameter of literal shape): the last axis is not indexed, so it survives.
+    Only plain slices and integer literals are read, each of which names exactly one axis: an array
+    may be a tuple of index arrays (``w[jnp.triu_indices(n)]``) or a boolean mask of several axes, and
+    ``...`` / ``None`` shift the axes. None when the rank is unknown or the index is not that plain."""
+    if not value.rank or len(node.slice) >= value.rank or not all(_plain_index(e) for e in node.slice):
         return None
     return dataclasses.replace(value, rank=rank_after_index(value, node))
 
 
 def rank_after_index(value: Feat, node: cst.Subscript) -> int:
-    """The rank of ``x[...]`` when every index is an integer or a plain slice, none of them ``...`` or
-    ``None`` (each integer drops an axis); 0 (unknown) otherwise."""
-    if not value.rank:
+    """The rank of ``x[...]`` when every index is an integer literal or a plain slice (each integer
+    drops an axis); 0 (unknown) otherwise."""
+    if not value.rank or len(node.slice) > value.rank or not all(_plain_index(e) for e in node.slice):
         return 0
-    dropped = 0
-    for element in node.slice:
-        index = element.slice
-        if isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and not index.star:
-            dropped += 1
-        elif not (isinstance(index, cst.Slice) and index.step is None):
-            return 0
-    return value.rank - dropped if dropped < value.rank and len(node.slice) <= value.rank else 0
+    dropped = sum(isinstance(e.slice, cst.Index) for e in node.slice)
+    return value.rank - dropped if dropped < value.rank else 0
 
 
-def _is_name(node: cst.BaseExpression, names: tuple[str, ...]) -> bool:
-    return isinstance(node, cst.Name) and node.value in names
+def _plain_index(element: cst.SubscriptElement) -> bool:
+    """``:`` / ``1:`` (a slice without a step), ``0`` or ``-1`` (an integer literal)."""
+    index = element.slice
+    if isinstance(index, cst.Slice):
+        return index.step is None
+    value = index.value if isinstance(index, cst.Index) and not index.star else None
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+        value = value.expression
+    return isinstance(value, cst.Integer)

@@ -304,8 +304,8 @@ class MethodFlow:
             return self._applied_info(built)
         if isinstance(value, cst.Name) and value.value == "None":
             return None
-        elementwise = is_elementwise(self.ctx, value)
-        return LayerInfo(site.flow_key, None, out_unknown=not elementwise, keeps_rank=elementwise)
+        # an elementwise helper keeps the last axis, not always the rank (a helper may pool)
+        return LayerInfo(site.flow_key, None, out_unknown=not is_elementwise(self.ctx, value))
 
     def _applied_info(self, site: Site) -> LayerInfo:
         """What one application of ``site`` gives, its shape arguments resolved first."""
@@ -357,21 +357,24 @@ class MethodFlow:
             return None  # a size held in a local: not an expression of the config
         else:
             feat = Feat("expr", expr=code(last))
-        return dataclasses.replace(feat, rank=len(shape.value.elements))
+        starred = any(isinstance(e, cst.StarredElement) for e in shape.value.elements)  # (*lead, d)
+        return dataclasses.replace(feat, rank=0 if starred else len(shape.value.elements))
 
     def method_of(self, call: cst.Call, args: list[Feat]) -> Feat | None:
         """What ``self.helper(...)`` (inlined with the caller's values) or a module-level function returns."""
         plan = self.plan
         name = self_attr(call.func)
-        if name in plan.activation_fields and args:
-            return args[0]
+        # what keeps the last axis of its input; the rank it may not (a table may hold a pooling helper)
+        kept = dataclasses.replace(args[0], rank=0) if args and args[0].rank else args[0] if args else None
+        if name in plan.activation_fields and kept is not None:
+            return kept
         layer = plan.layer_fields.get(name or "")
-        if layer is not None and args:  # a layer a caller hands in (`embed_tokens: nn.Embed`)
-            return Feat("expr", expr=f"self.{name}.{layer.out_attr}") if layer.out_attr else args[0]
-        if args and isinstance(call.func, cst.Subscript) and is_elementwise(self.ctx, call.func):
-            return args[0]  # ACT2FN["gelu"](x): a lookup of a table of activations
-        if args and type(call.func) is cst.Name and is_local_activation(self.ctx, call.func):
-            return args[0]  # `activation = nn.relu if ... else nn.tanh`, then activation(x)
+        if layer is not None and kept is not None:  # a layer a caller hands in (`embed_tokens: nn.Embed`)
+            return Feat("expr", expr=f"self.{name}.{layer.out_attr}") if layer.out_attr else kept
+        if kept is not None and isinstance(call.func, cst.Subscript) and is_elementwise(self.ctx, call.func):
+            return kept  # ACT2FN["gelu"](x): a lookup of a table of activations
+        if kept is not None and type(call.func) is cst.Name and is_local_activation(self.ctx, call.func):
+            return kept  # `activation = nn.relu if ... else nn.tanh`, then activation(x)
         local = local_function_out(call, args, self.local_def, self.qualnames)
         if local is not None:  # `def wlc(f): return nn.with_logical_constraint(f, ...)` in the method
             return local

@@ -220,7 +220,7 @@ class Sizer(TraceEvidence):
                 own_args = names_in(parse_expression(feat.expr)) & set(user.new_args)
                 if own_args:  # the submodule's own new argument: the caller's input size, or unknown
                     if feat.expr in own_args and user.new_args[feat.expr] == "input:0":
-                        return first
+                        return dataclasses.replace(first, rank=0) if first.rank else first
                     return Feat.unknown("submodule argument")
                 expr = substitute_self_fields(feat.expr, fields)
                 if expr is not None:  # `nout` of the submodule's own `nout = self.nmid * 4`: spelled out
