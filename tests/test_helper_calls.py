@@ -7,6 +7,8 @@ import libcst as cst
 
 from linen2nnx.migrate import migrate_source
 from linen2nnx.migrate.helper_calls import replay_helper_calls
+from linen2nnx.migrate.shared_helpers import KEY as SHARED_KEY
+from linen2nnx.migrate.shared_helpers import run_shared_helpers
 
 HEADER = "import flax.linen as nn\n\n\n"
 
@@ -155,4 +157,36 @@ def test_a_setup_helper_another_method_calls_is_not_replayed():
 
 def test_a_setup_helper_whose_result_is_bound_to_an_attribute_is_not_replayed():
     source = SETUP_HELPER.replace("        self._setup_mlp()\n", "        self.extra = self._setup_mlp()\n")
+    assert replayed(source) is None
+
+
+def test_a_helper_another_file_of_the_run_names_is_not_replayed(tmp_path):
+    """Replaying removes the method; a subclass in another file calling or overriding it would lose it."""
+    (tmp_path / "base.py").write_text(HEADER + textwrap.dedent(SETUP_HELPER))
+    (tmp_path / "sub.py").write_text(
+        "from base import Block\n\n\nclass Wide(Block):\n    def setup(self):\n        self._setup_mlp()\n"
+    )
+    shared = run_shared_helpers([tmp_path / "base.py", tmp_path / "sub.py"])
+    assert shared.shared("_setup_mlp") and not shared.shared("mlp")
+    source = HEADER + textwrap.dedent(SETUP_HELPER)
+    assert replay_helper_calls(cst.parse_module(source), source, functions={SHARED_KEY: shared}) is None
+    alone = run_shared_helpers([tmp_path / "base.py"])
+    assert replay_helper_calls(cst.parse_module(source), source, functions={SHARED_KEY: alone}) is not None
+
+
+def test_a_read_of_an_attribute_stays_before_the_helper_rebinds_it():
+    source = SETUP_HELPER.replace(
+        "        self.mlp = nn.Dense(self.features)\n",
+        "        width = self.features\n        self.features = 2 * self.features\n"
+        "        self.mlp = nn.Dense(width)\n",
+    )
+    result = replayed(source)
+    assert result is not None and "width = self.features" in result.source
+    assert "nn.Dense(width)" in result.source
+
+
+def test_a_helper_reading_a_module_name_the_caller_shadows_is_not_replayed():
+    source = "init = nn.initializers.zeros\n" + SETUP_HELPER.replace(
+        "        self._setup_mlp()\n", "        init = nn.initializers.ones\n        self._setup_mlp()\n"
+    ).replace("nn.Dense(self.features)", "nn.Dense(self.features, kernel_init=init)")
     assert replayed(source) is None

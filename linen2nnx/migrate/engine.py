@@ -36,6 +36,8 @@ from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import IO_002, IO_003
+from linen2nnx.migrate.shared_helpers import KEY as SHARED_HELPERS_KEY
+from linen2nnx.migrate.shared_helpers import run_shared_helpers
 from linen2nnx.migrate.table_changes import KEY as TABLE_CHANGES_KEY
 from linen2nnx.migrate.table_changes import run_changes
 from linen2nnx.migrate.trace import Trace
@@ -440,6 +442,7 @@ def _run(
     factories: dict[str, Any] = {}  # ... and their functions that build layers
     if len(work) > 1:  # which tables of activations some file may change (the files see it as a fact)
         factories[TABLE_CHANGES_KEY] = run_changes(w[0] for w in work)
+        factories[SHARED_HELPERS_KEY] = run_shared_helpers(w[0] for w in work)  # kept from replay
     aliases = [namespace_names(path) if module else () for path, _, module in work]
     for level, cyclic in import_levels_with_cycles(work):
         classes, functions = dict(external), dict(factories)  # what this level sees, shared by its files

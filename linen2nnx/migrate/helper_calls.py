@@ -59,6 +59,7 @@ from linen2nnx.migrate.param_helpers import (
     with_imports,
 )
 from linen2nnx.migrate.rules import MOD_007
+from linen2nnx.migrate.shared_helpers import is_shared
 
 
 @dataclasses.dataclass
@@ -244,6 +245,7 @@ def replay_helper_calls(
     keys), in ``setup`` too; None when no class has one. ``names``: the resolver of ``tree``, built on first
     use (the module pass reads the same one when nothing is replayed)."""
     names = names or functools.cache(lambda: NameResolver(tree))
+    run_facts = dict(functions or {})
     functions = {**(functions or {}), **replayable_functions(tree, module_name)}
     new_body, replayed = with_param_helpers_replayed(
         tree, module_name, {**functions, **param_helper_functions(tree, module_name)}
@@ -259,6 +261,7 @@ def replay_helper_calls(
         resolver = resolver or names()  # for a class calling its own helpers
         callers, helpers = _helpers_of(stmt, resolver, classes)
         helpers -= _overridden(tree, stmt.name.value) | _named_elsewhere(tree, stmt, helpers)
+        helpers = {h for h in helpers if not is_shared(run_facts, h)}  # another file may call it
         compact = callers - {"setup"}  # module-level functions build *and apply*: compact methods only
         calls = calls_to_replay(stmt, compact, resolver, module_name, functions) if functions else {}
         if not helpers and not calls:
@@ -368,7 +371,7 @@ def _overridden(tree: cst.Module, name: str) -> set[str]:
 
 
 def _named_elsewhere(tree: cst.Module, cls: cst.ClassDef, helpers: set[str]) -> set[str]:
-    """Helpers that code outside ``cls`` names (``self._setup_embedders()`` in a subclass's setup):
+    """Helpers that code outside ``cls`` names (``self._block(x, ...)`` in a subclass's method):
     replaying removes the method, so such a helper stays."""
     if not helpers:
         return set()

@@ -177,6 +177,7 @@ def _forward(stmts: list[cst.BaseStatement], local_names: set[str]) -> list[cst.
             or name_reads(stmts[reads[0]], name) != 1
             or not isinstance(stmts[reads[0]], cst.SimpleStatementLine)
             or names_in(value) & changed
+            or ("self" in names_in(value) and _binds_self_attrs(stmts[i + 1 : reads[0]]))
             or (
                 reads[0] != i + 1 and not pure(value)
             )  # a call is evaluated where it was, just before its use
@@ -186,6 +187,28 @@ def _forward(stmts: list[cst.BaseStatement], local_names: set[str]) -> list[cst.
         stmts[reads[0]] = substitute(stmts[reads[0]], {name: value})
         del stmts[i]
     return stmts
+
+
+def _binds_self_attrs(stmts: list[cst.BaseStatement]) -> bool:
+    """Whether ``stmts`` assign an attribute of ``self`` (a setup helper's ``self.width = ...``): a
+    value reading ``self.width`` must then stay before them."""
+
+    class Binds(FastVisitor):
+        found = False
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self.found = self.found or "self" in names_in(node.target)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self.found = self.found or "self" in names_in(node.target)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self.found = self.found or "self" in names_in(node.target)
+
+    binds = Binds()
+    for stmt in stmts:
+        binds.walk(stmt)
+    return binds.found
 
 
 def _without_dead(stmts: list[cst.BaseStatement], local_names: set[str]) -> list[cst.BaseStatement]:
@@ -316,6 +339,10 @@ class Replayer:
         self.all_locals |= local_names
         if local_names & caller_names:
             raise ReplayError(f"{name}'s locals {sorted(local_names & caller_names)} are the caller's names")
+        params = {p.name.value for p in (*helper.params.params, *helper.params.kwonly_params)}
+        free = names_in(helper.body) - bound_names(helper.body) - params
+        if free & (self.caller_bound - params):  # `init` of the module, shadowed by a local of the caller
+            raise ReplayError(f"{name} reads {sorted(free & self.caller_bound)}, which the caller binds")
         body = self._body(helper, target, renames)
         self.expanding.append(name)
         try:
