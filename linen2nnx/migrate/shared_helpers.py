@@ -6,7 +6,7 @@ override it, which that file's class could then not do: the method is gone, or t
 called. The file replaying the helper cannot see the other files, so the engine scans the run once:
 the names a method calls on ``self`` at the start of a statement (``self._setup_mlp()``,
 ``x = self._block(x, ...)``), the only ones the replay removes, are candidates, and a candidate that
-two or more files spell is *shared*. Every file gets the answer as one fact, :data:`KEY`. The scan
+two or more files spell after a dot or ``def`` (a call, an override) is *shared*. Every file gets the answer as one fact, :data:`KEY`. The scan
 over-approximates (the same name on another class is counted too), which only keeps a helper.
 """
 
@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 KEY = "helpers:run-shared"
+_ATTRIBUTE_OR_DEF = re.compile(rb"(?:\.|\bdef[ \t]+)([A-Za-z_][A-Za-z_0-9]*)")
 _STATEMENT_CALL = re.compile(
     rb"^[ \t]*(?:[A-Za-z_][A-Za-z_0-9]*[ \t]*=[ \t]*)?self\.([A-Za-z_][A-Za-z_0-9]*)\(", re.M
 )
@@ -50,10 +51,9 @@ def run_shared_helpers(paths: Iterable[Path]) -> SharedHelpers:
         candidates.update(_STATEMENT_CALL.findall(data))
     if not candidates:
         return SharedHelpers(frozenset(), complete)
-    mentions = re.compile(rb"\b(" + b"|".join(map(re.escape, sorted(candidates))) + rb")\b")
     files: dict[bytes, int] = {}
-    for data in sources:
-        for name in set(mentions.findall(data)):
+    for data in sources:  # a call or an override spells the name after a dot or `def`
+        for name in set(_ATTRIBUTE_OR_DEF.findall(data)) & candidates:
             files[name] = files.get(name, 0) + 1
     return SharedHelpers(frozenset(n.decode() for n, count in files.items() if count > 1), complete)
 
