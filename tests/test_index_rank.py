@@ -117,3 +117,12 @@ def test_a_rank_that_may_have_changed_is_not_trusted(body):
     result = migrate_source(POOLING.format(body=lines), "m.py", module_name="m")
     assert "L2N-SHAPE-003" in {f.rule for f in result.findings}
     assert "nnx.Linear(self.dim, 4" not in (result.output or "")
+
+
+def test_paths_that_agree_on_the_size_but_not_the_rank_keep_the_size():
+    source = HEAD.replace("    def __call__(self, x):", "    def __call__(self, x, flat=False):").format(
+        body="        if flat:\n            h = h.reshape(-1, 4)\n        y = h"
+    )
+    result = migrate_source(source, "m.py", module_name="m")
+    assert "L2N-SHAPE-003" not in {f.rule for f in result.findings}
+    assert "nnx.Linear(4, 3" in (result.output or "")
