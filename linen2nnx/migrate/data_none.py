@@ -1,16 +1,19 @@
-"""``self.norm = None``, then ``if cfg: self.norm = Norm()``: the None marked as data for NNX.
+"""``self.norm = None``, then ``if cfg: self.norm = Norm()``: the attribute marked as data for NNX.
 
 An NNX module decides on an attribute's first binding whether it is data (a submodule, a Variable) or
-static (None, an int, a string); binding a submodule later to an attribute first bound to None raises
-"Cannot assign data value ... to static attribute". Linen code often writes the default first and the
-layer under a config test, so such a first None becomes ``nnx.data(None)`` -- in a plain, annotated
-(``self.norm: nn.Module | None = None``) or unpacking (``self.a, self.b = None, None``) assignment. A
-None bound only in the other branch of the test (``else: self.norm = None``) is left as written: no
-binding follows it.
+static (None, a function, an int); binding a submodule later to an attribute first bound to a static
+value raises "Cannot assign data value ... to static attribute". Linen code often writes the default
+first and the layer under a config test. A first None becomes ``nnx.data(None)`` -- in a plain,
+annotated (``self.norm: nn.Module | None = None``) or unpacking (``self.a, self.b = None, None``)
+assignment. A first function (``self.summary = identity``, Hugging Face's sequence summary) must stay
+static when no layer replaces it (``nnx.jit`` refuses a function as data), so there the later
+submodule is written ``nnx.data(nnx.Linear(...))`` instead. A value bound only in the other branch of
+the test (``else: self.norm = None``) is left as written: no binding follows it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Iterable
 
 import libcst as cst
@@ -43,10 +46,11 @@ def _pairs(small: cst.BaseSmallStatement) -> list[tuple[cst.BaseExpression, cst.
 
 
 class _Bindings(FastVisitor):
-    """``self.<attr>`` bindings of a method body in source order: (attr, whether the value is None)."""
+    """``self.<attr>`` bindings of a method body in source order: (attr, what the value is: ``none``,
+    ``static`` -- a name, attribute, lambda or literal, evaluated to no new module -- or ``other``)."""
 
     def __init__(self) -> None:
-        self.order: list[tuple[str, bool]] = []
+        self.order: list[tuple[str, str]] = []
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
@@ -59,42 +63,73 @@ class _Bindings(FastVisitor):
             for target, value in _pairs(small):
                 attr = self_attr(target)
                 if attr is not None:
-                    self.order.append((attr, value is not None and is_none(value)))
+                    self.order.append((attr, _kind(value)))
 
 
-def none_then_rebound(body: Iterable[cst.BaseStatement], submodules: Collection[str]) -> set[str]:
-    """The attributes among ``submodules`` that ``body`` binds to None before binding them again."""
+def _kind(value: cst.BaseExpression | None) -> str:
+    if value is not None and is_none(value):
+        return "none"
+    return "static" if isinstance(value, _STATIC) else "other"
+
+
+_STATIC = (cst.Name, cst.Attribute, cst.Lambda, cst.SimpleString, cst.Integer, cst.Float)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataMarks:
+    """What ``__init__`` marks as data: attributes whose first None is ``nnx.data(None)``, and those
+    whose later submodules are ``nnx.data(...)`` (a first static value other than None)."""
+
+    none_first: frozenset[str] = frozenset()
+    static_first: frozenset[str] = frozenset()
+
+
+def data_marks(body: Iterable[cst.BaseStatement], submodules: Collection[str]) -> DataMarks:
+    """The marks for a setup ``body`` whose ``submodules`` are attributes that hold a submodule."""
     bindings = _Bindings()
     for stmt in body:
         bindings.walk(stmt)
-    found: set[str] = set()
-    pending: set[str] = set()
-    for attr, none in bindings.order:
-        if attr in pending:
-            found.add(attr)
-        if none and attr in submodules:
-            pending.add(attr)
-    return found
+    pending: dict[str, str] = {}  # attribute -> the static kind a later binding would follow
+    none_first: set[str] = set()
+    static_first: set[str] = set()
+    for attr, kind in bindings.order:
+        if pending.get(attr) == "none":
+            none_first.add(attr)
+        elif pending.get(attr) == "static":
+            static_first.add(attr)
+        if kind != "other" and attr in submodules:
+            pending[attr] = kind
+    return DataMarks(frozenset(none_first), frozenset(static_first))
 
 
-def as_data(stmt: cst.SimpleStatementLine, attrs: Collection[str]) -> cst.SimpleStatementLine | None:
-    """The line with each None it binds to one of ``attrs`` written ``nnx.data(None)``; None when it
-    binds none."""
-    if not attrs or len(stmt.body) != 1:
+def as_data(stmt: cst.SimpleStatementLine, marks: DataMarks) -> cst.SimpleStatementLine | None:
+    """The line with each None it binds to a ``none_first`` attribute, and each call it binds to a
+    ``static_first`` one, written ``nnx.data(...)``; None when it binds neither."""
+    if not (marks.none_first or marks.static_first) or len(stmt.body) != 1:
         return None
     small = stmt.body[0]
     marked = {
         id(value)
         for target, value in _pairs(small)
-        if value is not None and is_none(value) and self_attr(target) in attrs
+        if value is not None
+        and (
+            (is_none(value) and self_attr(target) in marks.none_first)
+            or (isinstance(value, cst.Call) and self_attr(target) in marks.static_first)
+        )
     }
     if not marked:
         return None
 
     class Mark(cst.CSTTransformer):
         def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-            if id(original) in marked:
-                return cst.Call(parse_expression("nnx.data"), [cst.Arg(updated)])
-            return updated
+            return _wrapped(original, updated)
+
+        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+            return _wrapped(original, updated)
+
+    def _wrapped(original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+        if id(original) in marked:
+            return cst.Call(parse_expression("nnx.data"), [cst.Arg(updated)])
+        return updated
 
     return stmt.with_changes(body=[small.visit(Mark())])

@@ -27,7 +27,7 @@ from linen2nnx.migrate.cst_utils import (
     with_args,
     without_keywords,
 )
-from linen2nnx.migrate.data_none import as_data, none_then_rebound
+from linen2nnx.migrate.data_none import DataMarks, as_data, data_marks
 from linen2nnx.migrate.dict_kwargs import spelled_out
 from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
@@ -61,7 +61,7 @@ class Emitter:
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.state = ctx.state
-        self._data_none: set[str] = set()  # setup's attributes bound to None before their submodule
+        self._data_marks = DataMarks()  # setup's attributes bound to a static value before their submodule
 
     def _nnx_ctor(self, site: Site, updated: cst.Call, checked: bool = False) -> cst.Call:
         rule = site.rule
@@ -268,7 +268,7 @@ class Emitter:
             stmts.append(parse_statement("self.rngs = rngs.fork()\n"))
         if plan.super_init is not None and not plan.super_in_setup:  # it inherits what its base builds
             stmts.append(super_init_statement(plan))
-        self._data_none = none_then_rebound(setup_body, {s.attr for s in plan.sites.values()})
+        self._data_marks = data_marks(setup_body, {s.attr for s in plan.sites.values()})
         for stmt in setup_body:
             if is_super_setup(stmt):  # runs the base's build, or Linen's empty setup
                 if plan.super_init is not None and plan.super_in_setup:
@@ -510,7 +510,7 @@ class Emitter:
         ``self.norm = None`` before the submodule it holds later -> ``nnx.data(None)`` (data_none.py)."""
         if not isinstance(stmt, cst.SimpleStatementLine):
             return stmt
-        marked = as_data(stmt, self._data_none)  # `self.norm = None` before `self.norm = Norm()`
+        marked = as_data(stmt, self._data_marks)  # `self.norm = None` before `self.norm = Norm()`
         if marked is not None:
             self.state.uses_nnx = True
             return marked
