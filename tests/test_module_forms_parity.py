@@ -217,6 +217,8 @@ CASES = {
     "setup_none_first_tower": ("Tower", {"features": 4, "deep": True}, (2, 5)),  # annotated, unpacked
     "setup_none_first_summary": ("Summary", {"classes": 3}, (2, 5)),  # identity, then nnx.data(layer)
     "setup_none_first_identity": ("Summary", {"classes": 3, "use_proj": False}, (2, 5)),  # stays a function
+    "setup_none_first_param": ("Affine", {"features": 3}, (2, 5)),  # self.bias is not None: the Param
+    "setup_none_first_no_param": ("Affine", {"features": 3, "use_bias": False}, (2, 5)),  # ... or None
     "index_known_rank": ("Tokens", {}, (2, 4, 4, 3)),  # x[:, 0] of a value of rank 3: the hidden size
     "reshape_written_axis": ("Attn", {}, (2, 3, 4)),  # x.shape[:2] + (self.inner,): the written size
     "input_keyword": ("Model", {}, (2, 5)),  # self.mix(x, other=..., scale=...): `other` sized by name
@@ -298,6 +300,8 @@ SOURCES = {
     "setup_none_first_tower": "setup_none_first",
     "setup_none_first_summary": "setup_none_first",
     "setup_none_first_identity": "setup_none_first",
+    "setup_none_first_param": "setup_none_first",
+    "setup_none_first_no_param": "setup_none_first",
     "activation_table_helper": "activation_table",
     "rebound_axis_pair": "rebound_axis",
     "branch_auto_names_nested": "branch_auto_names",

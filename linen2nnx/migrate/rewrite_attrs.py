@@ -371,7 +371,12 @@ class AttributeRewriter:
                 and parent.value is original
                 and parent.attr.value == "value"
             )
-            if kind == "param" and not dotted_value and not self._is_store(original, parent):
+            if (
+                kind == "param"
+                and not dotted_value
+                and not self._is_store(original, parent)
+                and not _identity_test(original, parent)  # `self.bias is not None`: the Param, or None
+            ):
                 return parse_expression(f"self.{attr}[...]")
         if (
             plan is not None
@@ -423,3 +428,12 @@ class AttributeRewriter:
 
     def _is_store(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
         return isinstance(parent, cst.AssignTarget) or self.ctx.in_setup(node)
+
+
+def _identity_test(node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
+    """``node`` compared with ``is`` / ``is not`` (``self.bias is not None``): the attribute itself is
+    tested, which may be None where no parameter was created, so it is not read as an array."""
+    identity = (cst.Is, cst.IsNot)
+    if isinstance(parent, cst.Comparison) and parent.left is node:
+        return isinstance(parent.comparisons[0].operator, identity)
+    return isinstance(parent, cst.ComparisonTarget) and isinstance(parent.operator, identity)
