@@ -190,3 +190,10 @@ def test_a_helper_reading_a_module_name_the_caller_shadows_is_not_replayed():
         "        self._setup_mlp()\n", "        init = nn.initializers.ones\n        self._setup_mlp()\n"
     ).replace("nn.Dense(self.features)", "nn.Dense(self.features, kernel_init=init)")
     assert replayed(source) is None
+
+
+def test_a_helper_the_class_reaches_by_a_computed_name_is_not_replayed():
+    source = SETUP_HELPER.replace(
+        "        self._setup_mlp()\n", "        self._setup_mlp()\n        getattr(self, '_setup_' + 'x')\n"
+    )
+    assert replayed(source) is None

@@ -261,6 +261,7 @@ def replay_helper_calls(
         resolver = resolver or names()  # for a class calling its own helpers
         callers, helpers = _helpers_of(stmt, resolver, classes)
         helpers -= _overridden(tree, stmt.name.value) | _named_elsewhere(tree, stmt, helpers)
+        helpers -= _reached_by_getattr(stmt, helpers)
         helpers = {h for h in helpers if not is_shared(run_facts, h)}  # another file may call it
         compact = callers - {"setup"}  # module-level functions build *and apply*: compact methods only
         calls = calls_to_replay(stmt, compact, resolver, module_name, functions) if functions else {}
@@ -390,6 +391,31 @@ def _named_elsewhere(tree: cst.Module, cls: cst.ClassDef, helpers: set[str]) -> 
     named = Named()
     named.walk(tree)
     return named.found
+
+
+def _reached_by_getattr(cls: cst.ClassDef, helpers: set[str]) -> set[str]:
+    """Helpers the class reaches by name (``getattr(self, '_setup_' + kind)()``): all of them when the
+    name is computed, the one named when it is a literal. Replaying would remove what it reaches."""
+    if not helpers:
+        return set()
+
+    class Reached(FastVisitor):
+        def __init__(self) -> None:
+            self.found: set[str] = set()
+
+        def visit_Call(self, node: cst.Call) -> None:
+            args = node.args
+            if not (isinstance(node.func, cst.Name) and node.func.value in ("getattr", "hasattr")):
+                return
+            if len(args) < 2 or not (isinstance(args[0].value, cst.Name) and args[0].value.value == "self"):
+                return
+            name = args[1].value
+            literal = name.evaluated_value if isinstance(name, cst.SimpleString) else None
+            self.found |= {literal} & helpers if isinstance(literal, str) else set(helpers)
+
+    reached = Reached()
+    reached.walk(cls)
+    return reached.found
 
 
 def _may_replay(cls: cst.ClassDef, functions: bool = False) -> bool:
