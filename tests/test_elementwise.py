@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from linen2nnx.migrate import migrate_source
+from linen2nnx.migrate.discovery import read_run
 from linen2nnx.migrate.engine import Mode, migrate_paths
 from linen2nnx.migrate.table_changes import run_changes
 
@@ -187,10 +188,10 @@ def test_the_run_scan_counts_every_name_of_a_file_it_cannot_parse(tmp_path: Path
     (tmp_path / "acts.py").write_text(TABLE)
     (tmp_path / "odd.py").write_text("ACTS['x'] = len\ndef (:\n")
     (tmp_path / "use.py").write_text("from acts import ACTS\nf = ACTS['relu']\nok = 'relu' in ACTS\n")
-    scanned = run_changes([tmp_path / "acts.py", tmp_path / "use.py"])
+    scanned = run_changes(read_run([tmp_path / "acts.py", tmp_path / "use.py"]))
     assert scanned.complete and scanned.trusts("ACTS") and scanned.trusts("acts.ACTS")
-    assert not run_changes(sorted(tmp_path.iterdir())).trusts("ACTS")
-    assert not run_changes([tmp_path / "missing.py"]).trusts("OTHER")
+    assert not run_changes(read_run(sorted(tmp_path.iterdir()))).trusts("ACTS")
+    assert not run_changes(read_run([tmp_path / "missing.py"])).trusts("OTHER")
 
 
 @pytest.mark.parametrize(
@@ -207,9 +208,9 @@ def test_the_run_scan_parses_only_files_that_spell_a_table_and_still_sees_every_
     (tmp_path / "acts.py").write_text(f"import flax.linen as nn\n{table}\n")
     (tmp_path / "register.py").write_text("from acts import A\nA['glu'] = None\n")
     (tmp_path / "other.py").write_text("def f(x):\n    return x\n")
-    assert not run_changes(sorted(tmp_path.glob("*.py"))).trusts("A")
+    assert not run_changes(read_run(sorted(tmp_path.glob("*.py")))).trusts("A")
     (tmp_path / "register.py").write_text("from acts import A\ny = A['relu']\n")
-    assert run_changes(sorted(tmp_path.glob("*.py"))).trusts("A")
+    assert run_changes(read_run(sorted(tmp_path.glob("*.py")))).trusts("A")
 
 
 ACTOR = """import flax.linen as nn

@@ -6,6 +6,7 @@ import textwrap
 import libcst as cst
 
 from linen2nnx.migrate import migrate_source
+from linen2nnx.migrate.discovery import read_run
 from linen2nnx.migrate.helper_calls import replay_helper_calls
 from linen2nnx.migrate.shared_helpers import KEY as SHARED_KEY
 from linen2nnx.migrate.shared_helpers import run_shared_helpers
@@ -166,11 +167,11 @@ def test_a_helper_another_file_of_the_run_names_is_not_replayed(tmp_path):
     (tmp_path / "sub.py").write_text(
         "from base import Block\n\n\nclass Wide(Block):\n    def setup(self):\n        self._setup_mlp()\n"
     )
-    shared = run_shared_helpers([tmp_path / "base.py", tmp_path / "sub.py"])
+    shared = run_shared_helpers(read_run([tmp_path / "base.py", tmp_path / "sub.py"]))
     assert shared.shared("_setup_mlp") and not shared.shared("mlp")
     source = HEADER + textwrap.dedent(SETUP_HELPER)
     assert replay_helper_calls(cst.parse_module(source), source, functions={SHARED_KEY: shared}) is None
-    alone = run_shared_helpers([tmp_path / "base.py"])
+    alone = run_shared_helpers(read_run([tmp_path / "base.py"]))
     assert replay_helper_calls(cst.parse_module(source), source, functions={SHARED_KEY: alone}) is not None
 
 

@@ -9,9 +9,10 @@ imports (``import_levels``), so that a file sees the classes and factories of th
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePath
 
 from linen2nnx.errors import L2NError
@@ -130,6 +131,27 @@ def namespace_names(path: Path) -> tuple[str, ...]:
                 names.append(".".join(parts))
         folder = folder.parent
     return tuple(names)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSources:
+    """The bytes of every file of a run, read once for the scans that look at the whole run before any
+    file is migrated (table_changes.py, shared_helpers.py); ``complete`` is False when a file could not
+    be read, and then those scans trust nothing."""
+
+    sources: tuple[bytes, ...]
+    complete: bool = True
+
+
+def read_run(paths: Iterable[Path]) -> RunSources:
+    sources: list[bytes] = []
+    complete = True
+    for path in paths:
+        try:
+            sources.append(path.read_bytes())
+        except OSError:
+            complete = False
+    return RunSources(tuple(sources), complete)
 
 
 def import_levels(work: list[tuple[Path, str, str]]) -> list[list[int]]:

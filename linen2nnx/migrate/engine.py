@@ -30,7 +30,13 @@ from linen2nnx.migrate import caller_sizes, gc_tuning, record_facts
 from linen2nnx.migrate.after_module import after_module_pass, facts_for_importers
 from linen2nnx.migrate.axes_params import migrate_restated
 from linen2nnx.migrate.cst_meta import forget_syntax_children, parse_module
-from linen2nnx.migrate.discovery import discover, import_levels_with_cycles, module_name_for, namespace_names
+from linen2nnx.migrate.discovery import (
+    discover,
+    import_levels_with_cycles,
+    module_name_for,
+    namespace_names,
+    read_run,
+)
 from linen2nnx.migrate.file_errors import internal_error, syntax_error
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
@@ -441,8 +447,9 @@ def _run(
     external: dict[str, Any] = {}  # the classes of the files already migrated (their summaries)
     factories: dict[str, Any] = {}  # ... and their functions that build layers
     if len(work) > 1:  # which tables of activations some file may change (the files see it as a fact)
-        factories[TABLE_CHANGES_KEY] = run_changes(w[0] for w in work)
-        factories[SHARED_HELPERS_KEY] = run_shared_helpers(w[0] for w in work)  # kept from replay
+        run = read_run(w[0] for w in work)  # every file read once for both scans
+        factories[TABLE_CHANGES_KEY] = run_changes(run)
+        factories[SHARED_HELPERS_KEY] = run_shared_helpers(run)  # kept from replay
     aliases = [namespace_names(path) if module else () for path, _, module in work]
     for level, cyclic in import_levels_with_cycles(work):
         classes, functions = dict(external), dict(factories)  # what this level sees, shared by its files

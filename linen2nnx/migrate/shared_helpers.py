@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
-from pathlib import Path
+
+from linen2nnx.migrate.discovery import RunSources
 
 KEY = "helpers:run-shared"
 _ATTRIBUTE_OR_DEF = re.compile(rb"(?:\.|\bdef[ \t]+)([A-Za-z_][A-Za-z_0-9]*)")
@@ -36,26 +36,18 @@ class SharedHelpers:
         return not self.complete or name in self.names
 
 
-def run_shared_helpers(paths: Iterable[Path]) -> SharedHelpers:
-    """The fact for the files ``paths`` (see the module docstring)."""
-    sources: list[bytes] = []
+def run_shared_helpers(run: RunSources) -> SharedHelpers:
+    """The fact for the files of ``run`` (see the module docstring)."""
     candidates: set[bytes] = set()
-    complete = True
-    for path in paths:
-        try:
-            data = path.read_bytes()
-        except OSError:
-            complete = False
-            continue
-        sources.append(data)
+    for data in run.sources:
         candidates.update(_STATEMENT_CALL.findall(data))
     if not candidates:
-        return SharedHelpers(frozenset(), complete)
+        return SharedHelpers(frozenset(), run.complete)
     files: dict[bytes, int] = {}
-    for data in sources:  # a call or an override spells the name after a dot or `def`
+    for data in run.sources:  # a call or an override spells the name after a dot or `def`
         for name in set(_ATTRIBUTE_OR_DEF.findall(data)) & candidates:
             files[name] = files.get(name, 0) + 1
-    return SharedHelpers(frozenset(n.decode() for n, count in files.items() if count > 1), complete)
+    return SharedHelpers(frozenset(n.decode() for n, count in files.items() if count > 1), run.complete)
 
 
 def is_shared(facts: object, name: str) -> bool:

@@ -19,8 +19,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-from collections.abc import Iterable
-from pathlib import Path
+
+from linen2nnx.migrate.discovery import RunSources
 
 KEY = "elementwise:run-changes"
 READERS = frozenset({"get", "keys", "values", "items", "copy"})
@@ -47,22 +47,15 @@ class RunChanges:
         return self.complete and name.rsplit(".", 1)[-1] not in self.changed
 
 
-def run_changes(paths: Iterable[Path]) -> RunChanges:
-    """The names the files ``paths`` may change, as one fact every file of the run is given.
+def run_changes(run: RunSources) -> RunChanges:
+    """The names the files of ``run`` may change, as one fact every file of the run is given.
 
     Only names a module may bind to a dict display matter, so the text is searched for them first
     (:data:`_TABLE_LINE`, a superset of what the parser finds) and only the files that spell one of
     them are parsed: most runs parse none, and the answer is the same as parsing every file."""
-    sources: list[bytes] = []
+    sources, complete = run.sources, run.complete
     candidates: set[bytes] = set()
-    complete = True
-    for path in paths:
-        try:
-            data = path.read_bytes()
-        except OSError:
-            complete = False
-            continue
-        sources.append(data)
+    for data in sources:
         for match in _TABLE_LINE.finditer(data):
             candidates.update(_WORD.findall(match.group(1)))
     if not candidates:
