@@ -174,7 +174,7 @@ class FeatureFlow:
             self.iteration = outer
             for name, feat in list(self.env.items()):  # the loop may not run: a rank it changes is unsure
                 if feat.rank and name in before and before[name].rank != feat.rank:
-                    self.env[name] = dataclasses.replace(feat, rank=0)
+                    self.env[name] = feat.rankless()
             if isinstance(stmt, cst.For) and isinstance(stmt.target, cst.Name):
                 self._leave_loop(stmt, before)
             if isinstance(stmt, cst.For):
@@ -449,7 +449,7 @@ class FeatureFlow:
             if isinstance(pattern, cst.SimpleString) and last_axis_ops.einops_keeps_last(
                 pattern.evaluated_value
             ):
-                return dataclasses.replace(first, rank=0)  # 'b h w c -> b (h w) c': another rank
+                return first.rankless()  # 'b h w c -> b (h w) c': another rank
         if qualnames & MATMUL_FUNCTIONS and len(positional) == 2 == len(node.args):
             return last_axis_ops.contracted(arg_feats[1], -2)
         if qualnames & DOT_GENERAL_FUNCTIONS and len(arg_feats) >= 2:
@@ -587,7 +587,7 @@ def transfer(out: Feat, params: list[str], args: list[Feat]) -> Feat:
         i = params.index(out.input_name) if out.input_name in params else -1
         if not 0 <= i < len(args):
             return Feat.unknown(f"argument {out.input_name}")
-        return dataclasses.replace(args[i], rank=0) if args[i].rank else args[i]
+        return args[i].rankless()
     if out.kind in tuple_flow.COMPOUND:
         return tuple_flow.mapped(out, lambda e: transfer(e, params, args))
     if out.kind == "expr":

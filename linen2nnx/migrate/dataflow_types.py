@@ -31,6 +31,10 @@ class Feat:
     def unknown(reason: str) -> Feat:
         return Feat("unknown", reason=reason)
 
+    def rankless(self) -> Feat:
+        """The same size with the rank unknown: what a step that may add or drop axes keeps."""
+        return dataclasses.replace(self, rank=0) if self.rank else self
+
 
 @dataclasses.dataclass
 class LayerInfo:
@@ -53,4 +57,4 @@ class LayerInfo:
             return Feat.unknown(unknown or f"output of {self.key}")
         if self.out_expr is not None:
             return Feat("expr", expr=self.out_expr)
-        return first if self.keeps_rank or not first.rank else dataclasses.replace(first, rank=0)
+        return first if self.keeps_rank else first.rankless()

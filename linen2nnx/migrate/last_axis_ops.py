@@ -137,7 +137,7 @@ def contracted(rhs: Feat, *gone: int | None) -> Feat:
         return Feat.unknown("a contraction with a value of unknown rank")
     if (rhs.rank - 1) in {g % rhs.rank for g in gone if -rhs.rank <= g < rhs.rank}:  # type: ignore[operator]
         return Feat.unknown("a contraction over the last axis")
-    return dataclasses.replace(rhs, rank=0)
+    return rhs.rankless()
 
 
 def rhs_axes(dims: cst.BaseExpression | None) -> tuple[int | None, ...]:

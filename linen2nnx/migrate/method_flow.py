@@ -365,7 +365,7 @@ class MethodFlow:
         plan = self.plan
         name = self_attr(call.func)
         # what keeps the last axis of its input; the rank it may not (a table may hold a pooling helper)
-        kept = dataclasses.replace(args[0], rank=0) if args and args[0].rank else args[0] if args else None
+        kept = args[0].rankless() if args else None
         if name in plan.activation_fields and kept is not None:
             return kept
         layer = plan.layer_fields.get(name or "")

@@ -215,12 +215,12 @@ class Sizer(TraceEvidence):
             if feat.kind == "input":  # the caller's value, with a rank the submodule may have changed
                 if feat.input_name != user.first_input:
                     return Feat.unknown("submodule argument")
-                return dataclasses.replace(first, rank=0) if first.rank else first
+                return first.rankless()
             if feat.kind == "expr":
                 own_args = names_in(parse_expression(feat.expr)) & set(user.new_args)
                 if own_args:  # the submodule's own new argument: the caller's input size, or unknown
                     if feat.expr in own_args and user.new_args[feat.expr] == "input:0":
-                        return dataclasses.replace(first, rank=0) if first.rank else first
+                        return first.rankless()
                     return Feat.unknown("submodule argument")
                 expr = substitute_self_fields(feat.expr, fields)
                 if expr is not None:  # `nout` of the submodule's own `nout = self.nmid * 4`: spelled out

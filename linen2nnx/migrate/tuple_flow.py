@@ -400,8 +400,8 @@ def agreed(returns: Sequence[Feat], merge: Callable[[Feat, Feat], Feat]) -> Feat
         return None
     if all(r == returns[0] for r in returns):
         return returns[0]
-    if all(_rankless(r) == _rankless(returns[0]) for r in returns):  # the same size, ranks that differ
-        return _rankless(returns[0])
+    if all(r.rankless() == returns[0].rankless() for r in returns):  # the same size, ranks that differ
+        return returns[0].rankless()
     out: Feat | None = returns[0]
     for r in returns[1:]:
         out = merged(out, r, merge) if out is not None else None
@@ -420,18 +420,13 @@ def mapped(value: Feat, each: Callable[[Feat], Feat]) -> Feat:
     return dataclasses.replace(value, elements=elements, base=base)
 
 
-def _rankless(value: Feat) -> Feat:
-    """``value`` without its rank: what two paths still agree on when only their ranks differ."""
-    return dataclasses.replace(value, rank=0) if value.rank else value
-
-
 def merge_value(va: Feat, vb: Feat, config_test: str | None = None) -> Feat:
     """One value after two paths: itself when they agree, a ``choice`` on a config test when both are
     sized, the element-wise agreement of two tuples or objects, else unknown."""
     if va == vb:
         return va
-    if _rankless(va) == _rankless(vb):  # the same size on both paths, of ranks that differ
-        return _rankless(va)
+    if va.rankless() == vb.rankless():  # the same size on both paths, of ranks that differ
+        return va.rankless()
     if config_test is not None and va.kind in SIZED and vb.kind in SIZED:
         return Feat("choice", expr=config_test, elements=(va, vb))
     both = merged(va, vb, lambda x, y: merge_value(x, y, config_test))
