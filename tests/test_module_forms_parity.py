@@ -212,6 +212,8 @@ CASES = {
     "setup_helpers": ("Block", {"features": 3}, (2, 5)),  # self._setup_dense() replayed in __init__
     "setup_helpers_gated": ("Block", {"features": 3, "gated": True}, (2, 5)),  # the other helper's layers
     "setup_helpers_plain": ("Block", {"features": 3, "post_norm": False}, (2, 5)),  # no norm bound
+    "method_jit": ("Model", {}, (2, 5)),  # nn.jit on methods -> nnx.jit, self dropped from static args
+    "method_jit_scaled": ("Scaled", {"features": 3}, (2, 4)),
     "setup_none_first": ("Head", {"classes": 3}, (2, 5)),  # self.norm = None, then the layer: nnx.data(None)
     "setup_none_first_plain": ("Head", {"classes": 3, "use_norm": False, "gate": True}, (2, 5)),
     "setup_none_first_tower": ("Tower", {"features": 4, "deep": True}, (2, 5)),  # annotated, unpacked
@@ -298,6 +300,7 @@ SOURCES = {
     "setup_helpers_plain": "setup_helpers",
     "setup_none_first_plain": "setup_none_first",
     "setup_none_first_tower": "setup_none_first",
+    "method_jit_scaled": "method_jit",
     "setup_none_first_summary": "setup_none_first",
     "setup_none_first_identity": "setup_none_first",
     "setup_none_first_param": "setup_none_first",

@@ -153,6 +153,9 @@ class FileState:
 
     # ---- planning results keyed by original node (planner -> transformer) ---------------------
     handled: set[cst.CSTNode] = dataclasses.field(default_factory=set)  # Linen names a rewrite consumes
+    # method decorators `@nn.jit` / `@functools.partial(nn.jit, ...)` re-pointed to nnx.jit (attribute
+    # rewriter -> class rewriter, which fixes their settings: see jit_methods.py)
+    nnx_jit_decorators: set[cst.Decorator] = dataclasses.field(default_factory=set)
     layer_subclasses: dict[str, Any] = dataclasses.field(
         default_factory=dict
     )  # class name -> layer_subclasses.LayerSubclass: a built-in layer with a `param` override

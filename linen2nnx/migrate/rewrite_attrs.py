@@ -17,6 +17,7 @@ from linen2nnx.migrate.cst_utils import (
     root_name,
     self_attr,
 )
+from linen2nnx.migrate.jit_methods import jit_decorator, unsupported_setting
 from linen2nnx.migrate.lifted import (
     TRANSFORMS,
 )
@@ -41,6 +42,7 @@ from linen2nnx.migrate.rules import (
     PART_003,
     XFORM_001,
     XFORM_002,
+    XFORM_003,
 )
 from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import (
@@ -146,10 +148,39 @@ class AttributeRewriter:
                 XFORM_001,
                 f" (the alias {alias}: its uses on module classes convert where they are)",
             )
+        if short.rsplit(".", 1)[-1] == "jit" and (decorator := self._method_jit(original)) is not None:
+            return self._jit_decorator(original, short, decorator)
         if is_callee and short in TRANSFORMS and self._of_nnx_class(parent):  # type: ignore[arg-type]
             self.state.handled.add(original)  # an earlier run's leftover: the verifier reports it
             return None
         self._keep_or_report(original, names, short, is_callee)
+        return None
+
+    def _method_jit(self, original: cst.Attribute) -> cst.Decorator | None:
+        """The decorator ``original`` (``nn.jit``) is, on a method of the class the run converts now."""
+        decorator = jit_decorator(original, self.ctx.parent_of, self.ctx.qualnames)
+        holder = self.ctx.current_plan()
+        if decorator is None or holder is None:
+            return None
+        method = self.ctx.parent_of(decorator)
+        return decorator if self.ctx.enclosing_class_plan(method) is holder else None  # type: ignore[arg-type]
+
+    def _jit_decorator(
+        self, original: cst.Attribute, short: str, decorator: cst.Decorator
+    ) -> cst.BaseExpression | None:
+        """``nn.jit`` decorating a method: ``nnx.jit`` (its settings fixed in ``leave_FunctionDef``), or
+        a manual finding naming the setting NNX has no spelling for (see :mod:`.jit_methods`)."""
+        problem = unsupported_setting(decorator)
+        if problem is None:
+            self.state.nnx_jit_decorators.add(decorator)
+            return self._repoint(original, short, "jit", XFORM_003, " (a method decorator)")
+        self.state.handled.add(original)
+        self.ctx.report(
+            API_002,
+            original,
+            f"nn.{short} on a method: {problem}",
+            "decorate the NNX method with nnx.jit (filters select state with nnx.split / nnx.merge)",
+        )
         return None
 
     def _of_nnx_class(self, call: cst.Call) -> bool:

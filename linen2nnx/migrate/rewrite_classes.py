@@ -29,6 +29,7 @@ from linen2nnx.migrate.cst_utils import (
     without_dead_locals,
 )
 from linen2nnx.migrate.emit import Emitter
+from linen2nnx.migrate.jit_methods import nnx_jit_decorator
 from linen2nnx.migrate.kw_only import is_kw_only_marker
 from linen2nnx.migrate.layer_subclasses import nnx_layer_subclass
 from linen2nnx.migrate.lifted import (
@@ -94,7 +95,7 @@ class ClassRewriter:
                     break
                 updated = without_dead_locals(pruned, candidates)
         keep = [
-            u
+            nnx_jit_decorator(u) if o in self.state.nnx_jit_decorators else u
             for o, u in zip(original.decorators, updated.decorators)
             if not (self.ctx.qualnames(o.decorator) & LINEN_COMPACT)
         ]
@@ -106,7 +107,7 @@ class ClassRewriter:
         if scan is None or self.ctx.enclosing_class_plan(original) is not plan:
             return updated.with_changes(decorators=keep)
         keep = [
-            u
+            nnx_jit_decorator(u) if o in self.state.nnx_jit_decorators else u
             for o, u in zip(original.decorators, updated.decorators)
             if not (self.ctx.qualnames(o.decorator) & LINEN_COMPACT)
             and not self._is_scan_decorator(o.decorator)

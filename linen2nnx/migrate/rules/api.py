@@ -107,6 +107,14 @@ XFORM_002 = Rule(
     "# TODO(linen2nnx): L2N-XFORM-002 variable_carry is not converted",
     blocks_rewrite=True,
 )
+XFORM_003 = Rule(
+    "L2N-XFORM-003",
+    C,
+    "nn.jit on a method -> nnx.jit on the NNX method (self, which NNX cannot hold static, dropped from "
+    "static_argnames / static_argnums / donate_argnums).",
+    "@functools.partial(nn.jit, static_argnames=('self', 'last_only'))\ndef __call__(self, x, last_only=False): ...",
+    "@functools.partial(nnx.jit, static_argnames=('last_only',))\ndef __call__(self, x, last_only=False): ...",
+)
 
 RULES = (
     API_003,
@@ -115,6 +123,7 @@ RULES = (
     PART_001,
     XFORM_001,
     XFORM_002,
+    XFORM_003,
     PART_002,
     PART_003,
     PART_004,
