@@ -212,6 +212,8 @@ CASES = {
     "setup_helpers": ("Block", {"features": 3}, (2, 5)),  # self._setup_dense() replayed in __init__
     "setup_helpers_gated": ("Block", {"features": 3, "gated": True}, (2, 5)),  # the other helper's layers
     "setup_helpers_plain": ("Block", {"features": 3, "post_norm": False}, (2, 5)),  # no norm bound
+    "input_dtype_param": ("MAPHead", {}, (2, 3, 6)),  # self.param(..., x.dtype): a float32 keyword argument
+    "input_dtype_param_affine": ("Affine", {}, (2, 5)),
     "method_jit": ("Model", {}, (2, 5)),  # nn.jit on methods -> nnx.jit, self dropped from static args
     "method_jit_scaled": ("Scaled", {"features": 3}, (2, 4)),
     "setup_none_first": ("Head", {"classes": 3}, (2, 5)),  # self.norm = None, then the layer: nnx.data(None)
@@ -301,6 +303,7 @@ SOURCES = {
     "setup_none_first_plain": "setup_none_first",
     "setup_none_first_tower": "setup_none_first",
     "method_jit_scaled": "method_jit",
+    "input_dtype_param_affine": "input_dtype_param",
     "setup_none_first_summary": "setup_none_first",
     "setup_none_first_identity": "setup_none_first",
     "setup_none_first_param": "setup_none_first",

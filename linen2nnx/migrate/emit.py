@@ -258,7 +258,8 @@ class Emitter:
     def build_init(self, plan: ClassPlan, setup_body: list[cst.BaseStatement]) -> cst.FunctionDef:
         """``__init__`` of a planned class: its fields, the ``setup()`` body, the replayed locals and the
         hoisted submodules and variables, in Linen's creation order."""
-        fn = self._init_header(plan, self.state.module_names)
+        names = self.state.module_names  # and `jax`, which the output imports when it needs it
+        fn = self._init_header(plan, names | {"jax"} if names and self.state.needs_jax_import else names)
         stmts: list[cst.BaseStatement] = [
             parse_statement(f"self.{f.name} = {f.name if f.init else f.default}\n")
             for f in plan.fields

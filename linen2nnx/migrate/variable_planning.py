@@ -15,6 +15,7 @@ import libcst as cst
 from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, names_in, only_shape_uses, snake_case
 from linen2nnx.migrate.custom_vars import variable_type_ref
+from linen2nnx.migrate.input_dtypes import give_dtype_argument, input_dtype_args
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.rules import API_002, MOD_004
 from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, shape_last_refs
@@ -132,7 +133,8 @@ class VariablePlanning:
         if named is None:
             return None
         collection, name, var_type = named
-        shape_refs = self._variable_shape_refs(call, kind, name, args, local_names, plan)
+        dtype_args = input_dtype_args(self.ctx, plan, call, args, local_names) if hoisted else {}
+        shape_refs = self._variable_shape_refs(call, kind, name, args, local_names, plan, set(dtype_args))
         if shape_refs is None:
             return None
         if collection == "cache" and hoisted:
@@ -157,6 +159,8 @@ class VariablePlanning:
         plan.sites[call] = site
         if hoisted:
             plan.hoisted_order.append(site)
+        if dtype_args:
+            give_dtype_argument(self.ctx, plan, site, dtype_args, args, f"self.{kind}({name!r}, ...)")
         return site
 
     def _variable_names(
@@ -196,6 +200,7 @@ class VariablePlanning:
         args: list[cst.Arg],
         local_names: set[str],
         plan: ClassPlan | None = None,
+        dtype_args: set[int] = frozenset(),  # type: ignore[assignment]
     ) -> dict[str, list[str]] | None:
         """The arguments of ``self.param`` / ``self.variable`` that read a call-time value's
         ``x.shape[-1]`` (the dataflow sizes them); None, with a finding, when one reads another
@@ -203,6 +208,8 @@ class VariablePlanning:
         shape as a constructor argument, as a local reading them does (local_planning.py)."""
         shape_refs: dict[str, list[str]] = {}
         for i, a in enumerate(args):
+            if i in dtype_args:
+                continue  # the input's dtype: a constructor argument (input_dtypes.py)
             uses = (names_in(a.value) - NOT_LOCAL) & local_names
             refs = shape_last_refs(a.value, uses) if uses else None
             if (

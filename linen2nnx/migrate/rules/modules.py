@@ -204,6 +204,15 @@ VAR_006 = Rule(
     "logits = self.lm_head.apply({'params': {'kernel': emb.T}}, h)",
     "logits = nnx.merge(nnx.graphdef(self.lm_head), nnx.State({'kernel': nnx.Param(emb.T)}))(h)",
 )
+VAR_007 = Rule(
+    "L2N-VAR-007",
+    C,
+    "A variable created in its input's dtype (x.dtype, the dtype of the inputs Linen's init saw) -> created in "
+    "<attr>_dtype, a keyword constructor argument defaulting to float32; a checkpoint in another dtype fails "
+    "conversion naming the leaf until it is given.",
+    "probe = self.param('probe', init, (1, 1, d), x.dtype)",
+    "self.probe = nnx.Param(init(rngs.params(), (1, 1, d), self.probe_dtype))  # probe_dtype=jax.numpy.float32",
+)
 
 RULES = (
     MOD_001,
@@ -231,4 +240,5 @@ RULES = (
     VAR_004,
     VAR_005,
     VAR_006,
+    VAR_007,
 )

@@ -1,0 +1,99 @@
+"""A variable Linen creates in its input's dtype (linen2nnx/migrate/input_dtypes.py): NNX creates it in
+``<attr>_dtype``, a keyword argument defaulting to float32. A checkpoint in another dtype fails
+conversion naming the leaf until the argument is given; given, it converts and computes what Linen
+does. Any other read of a call-time value stays a located manual finding. Numeric parity of the
+float32 default: the L2N-VAR-007 fixture in test_module_forms_parity.py."""
+
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from linen2nnx.errors import L2NError
+from linen2nnx.migrate import migrate_source
+from linen2nnx.spec import LinenSide, ModelPair, import_file
+
+SRC = textwrap.dedent(
+    """\
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+
+    class Affine(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            scale = self.param("scale", nn.initializers.normal(), (x.shape[-1],), x.dtype)
+            return x * scale + 1.0
+    """
+)
+
+
+def _migrated(tmp_path, src=SRC):
+    result = migrate_source(src, "affine.py", module_name="affine")
+    assert migrate_source(result.output, "affine.py", module_name="affine").output == result.output
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    return result, import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py"), map_path
+
+
+def _pair(linen_module, nnx_module, x, map_path, **nnx_kwargs):
+    side = LinenSide(model=linen_module.Affine(), batch={"x": x}, loss=lambda out, b: jnp.mean(out**2))
+    factory = lambda rngs: nnx_module.Affine(in_features=x.shape[-1], **nnx_kwargs, rngs=rngs)  # noqa: E731
+    return side, ModelPair(linen=side, nnx_factory=factory, name_map=map_path)
+
+
+def test_a_bfloat16_checkpoint_needs_the_dtype_argument(tmp_path):
+    from linen2nnx.checkpoint_convert.api import convert_state
+
+    result, linen_module, nnx_module, map_path = _migrated(tmp_path)
+    assert [f.rule for f in result.findings if f.rule == "L2N-VAR-007"] == ["L2N-VAR-007"]
+    assert not [f for f in result.findings if f.severity.value == "manual"]
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 5)), jnp.bfloat16)
+    side, pair = _pair(linen_module, nnx_module, x, map_path)
+    variables = side.model.init(jax.random.key(0), x)
+    assert variables["params"]["scale"].dtype == jnp.bfloat16  # Linen: the dtype its init input had
+    with pytest.raises(L2NError, match=r"scale.*dtype|dtype.*scale"):
+        convert_state(variables, pair, map_path)
+    _, pair = _pair(linen_module, nnx_module, x, map_path, scale_dtype=jnp.bfloat16)
+    model, _ = convert_state(variables, pair, map_path)
+    assert model.scale[...].dtype == jnp.bfloat16
+    np.testing.assert_array_equal(model(x), side.model.apply(variables, x))
+
+
+def test_a_float32_init_keeps_its_variable_in_float32_at_a_bfloat16_call(tmp_path):
+    from linen2nnx.checkpoint_convert.api import convert_state
+
+    _, linen_module, nnx_module, map_path = _migrated(tmp_path)
+    x32 = jnp.asarray(np.random.default_rng(1).normal(size=(2, 5)), jnp.float32)
+    side, pair = _pair(linen_module, nnx_module, x32, map_path)
+    variables = side.model.init(jax.random.key(0), x32)
+    model, _ = convert_state(variables, pair, map_path)
+    x16 = x32.astype(jnp.bfloat16)
+    linen_out, nnx_out = side.model.apply(variables, x16), model(x16)
+    assert linen_out.dtype == nnx_out.dtype == jnp.float32  # neither casts the variable
+    np.testing.assert_array_equal(nnx_out, linen_out)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the input rebound before the variable: its dtype may have changed
+        'x = x.astype(jnp.bfloat16)\nscale = self.param("scale", nn.initializers.ones, (4,), x.dtype)',
+        # the dtype of another call-time value
+        'h = x * 2\nscale = self.param("scale", nn.initializers.ones, (4,), h.dtype)',
+        # the input read otherwise in the same argument
+        'scale = self.param("scale", nn.initializers.ones, (4,), x.dtype if x.ndim > 1 else None)',
+    ],
+)
+def test_other_call_time_dtypes_stay_located_findings(body):
+    src = "import flax.linen as nn\nimport jax.numpy as jnp\n\n\nclass Affine(nn.Module):\n"
+    src += "    @nn.compact\n    def __call__(self, x):\n"
+    src += textwrap.indent(body, " " * 8) + "\n        return x * scale\n"
+    result = migrate_source(src, "affine.py", module_name="affine")
+    found = [f for f in result.findings if f.rule == "L2N-MOD-004"]
+    assert len(found) == 1 and "call-time value" in found[0].message, [f.message for f in result.findings]
+    assert "L2N-VAR-007" not in {f.rule for f in result.findings}
