@@ -60,6 +60,9 @@ class LayerRule:
     ``unknown``."""
     keeps_shape: bool = False
     """The output has the input's whole shape (a normalisation, dropout), so the same rank too."""
+    keeps_rank: bool = False
+    """The output has as many axes as the input, its last one ``out_arg`` wide (a Dense maps the last
+    axis; a Conv keeps the number of spatial axes, and adds and drops a missing batch axis itself)."""
     manual_reason: str = ""
     """Set when no NNX layer is exact: every use is a ``manual`` finding with this reason (never a near miss)."""
     init_call_cache: str | None = None
@@ -130,6 +133,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         out_attr="out_features",
         rename_args={"features": "out_features"},
         unsupported_args=frozenset({"dot_general_cls"}),
+        keeps_rank=True,
     ),
     LayerRule(
         "Conv",
@@ -139,6 +143,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         rename_args={"features": "out_features"},
         out_attr="out_features",
         unsupported_args=frozenset({"conv_general_dilated_cls"}),
+        keeps_rank=True,
     ),
     LayerRule(
         "ConvTranspose",
@@ -147,6 +152,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         out_arg="features",
         rename_args={"features": "out_features"},
         out_attr="out_features",
+        keeps_rank=True,
     ),
     LayerRule(
         "Embed",

@@ -97,3 +97,63 @@ def test_other_call_time_dtypes_stay_located_findings(body):
     found = [f for f in result.findings if f.rule == "L2N-MOD-004"]
     assert len(found) == 1 and "call-time value" in found[0].message, [f.message for f in result.findings]
     assert "L2N-VAR-007" not in {f.rule for f in result.findings}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # rebound on the same line, before the variable
+        'x = x.astype(jnp.bfloat16); s = self.param("s", nn.initializers.ones, (4,), x.dtype)',
+        # a match capture rebinds it
+        'match (x.astype(jnp.bfloat16),):\n    case (x,):\n        pass\ns = self.param("s", nn.initializers.ones, (4,), x.dtype)',
+        # inside a loop, where an earlier iteration may rebind it
+        'for _ in range(2):\n    s = self.param("s", nn.initializers.ones, (4,), x.dtype)\n    x = x.astype(jnp.bfloat16)',
+    ],
+)
+def test_an_input_rebound_before_the_variable_is_not_its_init_dtype(body):
+    src = "import flax.linen as nn\nimport jax.numpy as jnp\n\n\nclass Affine(nn.Module):\n"
+    src += "    @nn.compact\n    def __call__(self, x):\n"
+    src += textwrap.indent(body, " " * 8) + "\n        return x[..., :4] * s\n"
+    result = migrate_source(src, "affine.py", module_name="affine")
+    assert "L2N-VAR-007" not in {f.rule for f in result.findings}
+    assert [f.rule for f in result.findings if f.severity.value == "manual"]
+
+
+def test_the_dtype_argument_shadows_nothing_the_class_defines():
+    src = textwrap.dedent(
+        """\
+        import flax.linen as nn
+        import jax.numpy as jnp
+
+
+        class Affine(nn.Module):
+            probe_dtype = jnp.bfloat16  # a class constant the class reads
+
+            @nn.compact
+            def __call__(self, x):
+                probe = self.param("probe", nn.initializers.ones, (x.shape[-1],), x.dtype)
+                return (x * probe).astype(self.probe_dtype)
+        """
+    )
+    result = migrate_source(src, "affine.py", module_name="affine")
+    assert "probe_dtype_: jax.typing.DTypeLike = jax.numpy.float32" in result.output
+    assert "self.probe_dtype_ = probe_dtype_" in result.output
+    assert "self.probe_dtype =" not in result.output
+
+
+def test_a_caller_that_casts_the_input_is_told_which_argument_to_pass():
+    src = SRC + textwrap.dedent(
+        """\
+
+
+        class Half(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                h = x.astype(jnp.bfloat16)
+                return Affine()(h)
+        """
+    )
+    result = migrate_source(src, "affine.py", module_name="affine")
+    found = [f for f in result.findings if f.rule == "L2N-VAR-008"]
+    assert len(found) == 1 and "scale_dtype" in found[0].hint, [f.message for f in result.findings]
+    assert found[0].line == src.splitlines().index("        return Affine()(h)") + 1

@@ -212,6 +212,7 @@ CASES = {
     "setup_helpers": ("Block", {"features": 3}, (2, 5)),  # self._setup_dense() replayed in __init__
     "setup_helpers_gated": ("Block", {"features": 3, "gated": True}, (2, 5)),  # the other helper's layers
     "setup_helpers_plain": ("Block", {"features": 3, "post_norm": False}, (2, 5)),  # no norm bound
+    "callee_rank": ("ViT", {}, (2, 4, 4, 3)),  # x[:, 0] of what a class of the file returns, rank kept
     "input_dtype_param": ("MAPHead", {}, (2, 3, 6)),  # self.param(..., x.dtype): a float32 keyword argument
     "input_dtype_param_affine": ("Affine", {}, (2, 5)),
     "method_jit": ("Model", {}, (2, 5)),  # nn.jit on methods -> nnx.jit, self dropped from static args

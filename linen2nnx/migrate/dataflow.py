@@ -313,7 +313,7 @@ class FeatureFlow:
             if left.kind in tuple_flow.COMPOUND:  # (h,) + array broadcasts: no tuple, nor a size
                 return Feat.unknown("a tuple and an array")
             # elementwise: broadcasting keeps it (x / 255.0 with x unknown: x's reason, not the literal's)
-            return right if left.kind == "unknown" and right.kind != "unknown" else left
+            return last_axis_ops.broadcast(left, right)
         if isinstance(node, cst.UnaryOperation):
             return self.expr_of(node.expression)
         if type(node) in TUPLE_OR_LIST:  # (h, *rest): rest's elements spliced in

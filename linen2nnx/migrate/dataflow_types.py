@@ -46,7 +46,7 @@ class LayerInfo:
     out_fn: Callable[[Feat], Feat] | None = None  # the output as a function of the first input (wins if set)
     input_index: int = 0  # the positional argument whose last axis the layer reads (a cell's x)
     input_names: tuple[str, ...] = ()  # the callee's input parameters, in order (inputs given by keyword)
-    keeps_rank: bool = False  # an output that is the input keeps its rank (a norm), else the rank is unknown
+    keeps_rank: bool = False  # the output has the input's rank (a norm, a Dense), else its rank is unknown
 
     def output(self, first: Feat, unknown: str | None = None) -> Feat:
         """What the application gives when its first input is ``first`` (``unknown``: the reason of an
@@ -55,6 +55,6 @@ class LayerInfo:
             return self.out_fn(first)
         if self.out_unknown:
             return Feat.unknown(unknown or f"output of {self.key}")
-        if self.out_expr is not None:
-            return Feat("expr", expr=self.out_expr)
+        if self.out_expr is not None:  # a layer that keeps the rank maps only the last axis's size
+            return Feat("expr", expr=self.out_expr, rank=first.rank if self.keeps_rank else 0)
         return first if self.keeps_rank else first.rankless()

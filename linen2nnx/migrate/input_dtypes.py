@@ -8,6 +8,10 @@ the dtype of the dummy inputs Linen's init is given in almost all code) and crea
 it. A checkpoint whose variable has another dtype fails conversion with a dtype mismatch that names
 the leaf until the argument is given: nothing differs silently.
 
+Where a class of the file applies such a class to a value it casts (``Head()(x.astype(t))``, or a
+local bound to a cast), Linen's init creates the variables in the cast dtype: that application is a
+manual finding naming the argument to pass (:func:`check_cast_input`).
+
 Followed: the compact method's first input, not rebound before the statement that creates the
 variable, read only as ``x.dtype`` in the argument. Any other call-time value stays a manual finding
 (variable_planning.py).
@@ -21,7 +25,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, names_in
-from linen2nnx.migrate.rules import VAR_007
+from linen2nnx.migrate.rules import VAR_007, VAR_008
 from linen2nnx.migrate.sites import ClassPlan, Field, Site
 
 DTYPE_ANNOTATION = "jax.typing.DTypeLike"
@@ -54,7 +58,7 @@ def give_dtype_argument(
     """Give the class the keyword argument ``<attr>_dtype`` (a field with a float32 default), make
     ``site``'s arguments read it where they read the input's dtype, and report it (``what``: the
     variable call, as the finding names it)."""
-    taken = set(plan.field_names) | {s.attr for s in plan.sites.values()}
+    taken = set(plan.field_names) | {s.attr for s in plan.sites.values()} | _class_names(ctx, site.ctor)
     name = f"{site.attr}_dtype"
     while name in taken:
         name += "_"
@@ -69,6 +73,26 @@ def give_dtype_argument(
         f"{what} is created in {next(iter(dtype_args.values()))}.dtype at Linen's init: in NNX in {name}, "
         f"a keyword argument of {plan.name} defaulting to float32",
     )
+
+
+def _class_names(ctx: Any, node: cst.CSTNode) -> set[str]:
+    """The names the class holding ``node`` binds in its body (methods, properties, class constants)
+    and every ``self.<name>`` it reads (what a base class may define): none may be shadowed."""
+    cls = ctx.parent_of(node)
+    while cls is not None and not isinstance(cls, cst.ClassDef):
+        cls = ctx.parent_of(cls)
+    if cls is None:
+        return set()
+    names = set()
+    for stmt in cls.body.body:
+        names |= {stmt.name.value} if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) else assigned_in(stmt)
+    stack: list[cst.CSTNode] = [cls.body]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, cst.Attribute) and isinstance(cur.value, cst.Name) and cur.value.value == "self":
+            names.add(cur.attr.value)
+        stack.extend(syntax_children(cur))
+    return names
 
 
 def _only_dtype_uses(node: cst.CSTNode, name: str) -> bool:
@@ -87,29 +111,43 @@ def _only_dtype_uses(node: cst.CSTNode, name: str) -> bool:
 
 
 def _unchanged_until(ctx: Any, fn: cst.FunctionDef, call: cst.Call, name: str) -> bool:
-    """No statement of ``fn`` before the one holding ``call`` binds ``name`` (an ``x = x.astype(...)``
-    would change its dtype), nor does that statement inside a block."""
-    top: Any = call
-    while top is not None and ctx.parent_of(top) is not fn.body:
-        top = ctx.parent_of(top)
-    if top is None:
-        return False
-    for stmt in fn.body.body:
-        if stmt is top:
-            block_binds = not isinstance(stmt, cst.SimpleStatementLine) and name in assigned_in(stmt)
-            return not block_binds and not _walrus_binds(stmt, name)
-        if name in assigned_in(stmt) or _walrus_binds(stmt, name):
+    """Nothing binds ``name`` before ``call`` runs: no statement before it in any block around it (an
+    ``x = x.astype(...)`` would change the dtype, also on the same line), no walrus in a test on the
+    way. Around it only ``if`` / ``else`` blocks: a loop, ``with``, ``try`` or ``match`` is not followed."""
+    child, cur = call, ctx.parent_of(call)
+    while cur is not None and cur is not fn:
+        if isinstance(cur, (cst.IndentedBlock, cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            for stmt in cur.body:
+                if stmt is child:
+                    break
+                if name in assigned_in(stmt) or _binds_otherwise(stmt, name):
+                    return False
+        elif isinstance(cur, cst.If):
+            if _binds_otherwise(cur.test, name):
+                return False
+        elif isinstance(cur, (cst.BaseCompoundStatement, cst.BaseSuite, cst.Else)) and not isinstance(
+            cur, cst.Else
+        ):
             return False
-    return False
+        elif isinstance(cur, cst.BaseSmallStatement) and _binds_otherwise(cur, name):
+            return False  # a walrus in the statement that creates the variable
+        child, cur = cur, ctx.parent_of(cur)
+    return cur is fn
 
 
-def _walrus_binds(node: cst.CSTNode, name: str) -> bool:
+def _binds_otherwise(node: cst.CSTNode, name: str) -> bool:
+    """``name`` is bound under ``node`` other than by an assignment or a loop: a walrus, an ``as``, a
+    ``match`` capture."""
     stack = [node]
     while stack:
         cur = stack.pop()
-        if isinstance(cur, (cst.NamedExpr, cst.AsName)) and name in names_in(
-            cur.target if isinstance(cur, cst.NamedExpr) else cur.name
+        if isinstance(cur, cst.NamedExpr) and name in names_in(cur.target):
+            return True
+        if isinstance(cur, (cst.AsName, cst.MatchAs, cst.MatchStar)) and name in names_in(
+            cur.name or cst.Name("_")
         ):
+            return True
+        if isinstance(cur, cst.MatchMapping) and cur.rest is not None and cur.rest.value == name:
             return True
         stack.extend(syntax_children(cur))
     return False
@@ -126,3 +164,86 @@ class _DtypeRead(cst.CSTTransformer):
         if isinstance(original.value, cst.Name) and original.value.value == self.name:
             return cst.parse_expression(self.replacement)
         return updated
+
+
+def dtype_fields(user: Any) -> list[str]:
+    """The constructor arguments :func:`give_dtype_argument` gave ``user`` (a plan or a summary)."""
+    return [
+        f.name
+        for f in getattr(user, "fields", ())
+        if f.annotation == DTYPE_ANNOTATION and f.default == DTYPE_DEFAULT and f.kw_only
+    ]
+
+
+def check_cast_inputs(
+    ctx: Any, uses: list[Any], sites_by_key: dict[str, list[Site]], fn: cst.FunctionDef
+) -> None:
+    """:func:`check_cast_input` for each module of the run that ``fn``'s flow applied (``uses``)."""
+    for use in uses:
+        for site in sites_by_key.get(use.key, ()):
+            if site.kind == "module" and use.iteration == 0:
+                check_cast_input(ctx, use.node, site.user, fn)
+
+
+def check_cast_input(ctx: Any, call: cst.CSTNode, user: Any, fn: cst.FunctionDef) -> None:
+    """A manual finding when ``call`` applies ``user``, a class with :func:`dtype_fields`, to a value
+    it casts: directly, or through a local of ``fn`` that any binding casts."""
+    fields = dtype_fields(user)
+    args = getattr(call, "args", ())
+    if not fields or not args or args[0].keyword is not None:
+        return
+    value = args[0].value
+    sources = [value]
+    if isinstance(value, cst.Name):
+        sources += _bound_values(fn, value.value)
+    cast = next((c for c in sources if _casts(c)), None)
+    if cast is None:
+        return
+    given = ", ".join(f"{f}=<that dtype>" for f in fields)
+    ctx.report(
+        VAR_008,
+        call,
+        f"{user.name} is applied to a value cast at call time ({code(cast)}): Linen's init creates its "
+        f"variables in that dtype, NNX in {', '.join(fields)} (float32 unless given)",
+        f"pass {given} where {user.name} is built",
+    )
+
+
+def _bound_values(fn: cst.FunctionDef, name: str) -> list[cst.CSTNode]:
+    """The values every assignment in ``fn`` binds ``name`` to (a walrus's too)."""
+    found: list[cst.CSTNode] = []
+    stack: list[cst.CSTNode] = [fn.body]
+    while stack:
+        cur = stack.pop()
+        if (
+            isinstance(cur, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr))
+            and cur.value is not None
+        ):
+            targets = (
+                [t.target for t in cur.targets] if isinstance(cur, cst.Assign) else [cur.target]  # type: ignore[attr-defined]
+            )
+            if any(name in names_in(t) for t in targets):
+                found.append(cur.value)
+        stack.extend(syntax_children(cur))
+    return found
+
+
+def _casts(node: cst.CSTNode) -> bool:
+    """An explicit cast under ``node``: ``.astype(...)``, ``lax.convert_element_type(v, t)``,
+    ``jnp.asarray(v, t)`` / ``jnp.array(v, dtype=t)``. Not followed: a layer's computation ``dtype=``,
+    whose output may have that dtype too (the converter then names the leaf whose dtype differs)."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, cst.Call):
+            func = cur.func
+            attr = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+            if attr in ("astype", "convert_element_type"):
+                return True
+            if attr in ("asarray", "array") and (
+                len([a for a in cur.args if a.keyword is None]) > 1
+                or any(a.keyword is not None and a.keyword.value == "dtype" for a in cur.args)
+            ):
+                return True
+        stack.extend(syntax_children(cur))
+    return False

@@ -204,7 +204,7 @@ def reshaped(
             isinstance(e, cst.StarredElement) for e in shape.elements
         )  # (*lead, d): lead may be empty, so only the written axes are sure
         rank = 0 if starred or any(a.star for a in args if a.value is not shape) else len(dims)
-        return dataclasses.replace(axis, rank=rank) if axis.kind == "expr" else axis
+        return dataclasses.replace(axis, rank=rank) if axis.kind in ("expr", "input") else axis
     if (
         isinstance(last, cst.UnaryOperation)
         and isinstance(last.expression, cst.Integer)
@@ -294,3 +294,13 @@ def _plain_index(element: cst.SubscriptElement) -> bool:
     if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
         value = value.expression
     return isinstance(value, cst.Integer)
+
+
+def broadcast(left: Feat, right: Feat) -> Feat:
+    """What an elementwise operation of two values gives: the sized one's last axis (broadcasting keeps
+    it; ``x / 255.0`` with ``x`` unknown keeps ``x``'s reason, not the literal's), with a rank only when
+    the other operand's rank is known (it may have more axes, which broadcasting adds)."""
+    result, other = (right, left) if left.kind == "unknown" and right.kind != "unknown" else (left, right)
+    if not result.rank or other.kind not in ("expr", "input") or other.rank == result.rank:
+        return result
+    return dataclasses.replace(result, rank=max(result.rank, other.rank)) if other.rank else result.rankless()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from linen2nnx.migrate.applications import agreeing_args, one_size
 from linen2nnx.migrate.axis_sizes import AxisSizes
 from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import (
@@ -31,11 +32,12 @@ from linen2nnx.migrate.element_loops import element_calls
 from linen2nnx.migrate.elementwise import is_elementwise, is_local_activation
 from linen2nnx.migrate.function_aliases import qualnames_through_alias, sole_assigned_value, sole_binding
 from linen2nnx.migrate.function_outs import imported_function_out
+from linen2nnx.migrate.input_dtypes import check_cast_inputs
 from linen2nnx.migrate.leading_setup import leading_setup_sizes, leading_setup_values
 from linen2nnx.migrate.local_functions import local_function_out
 from linen2nnx.migrate.setup_branches import setup_alternatives, setup_branch_info
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
-from linen2nnx.migrate.tuple_flow import SIZED, agreed_return
+from linen2nnx.migrate.tuple_flow import agreed_return
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.sizing import Sizer
@@ -157,14 +159,15 @@ class MethodFlow:
         all_args: dict[str, tuple[Feat, ...]] = {}
         nodes: dict[str, cst.CSTNode] = {}
         kv: dict[str, list[Feat | None]] = {}  # an attention layer's key / value size per use
+        check_cast_inputs(self.ctx, self.flow.uses, sites_by_key, self.fn)  # (input_dtypes.py)
         for use in self.flow.uses:
             feat, kv_feat = _attention_input(sites_by_key.get(use.key, []), use.node, use.args, use.feat)
             kv.setdefault(use.key, []).append(kv_feat)
             applications.setdefault(use.key, {}).setdefault(use.iteration, []).append((feat, use.path))
-            all_args[use.key] = _agreeing_args(all_args.get(use.key), use.args)
+            all_args[use.key] = agreeing_args(all_args.get(use.key), use.args)
             nodes.setdefault(use.key, use.node)
         # every application must see the size the first one does: one module has one input size
-        by_site = {k: {i: _one_size(seen) for i, seen in per.items()} for k, per in applications.items()}
+        by_site = {k: {i: one_size(seen) for i, seen in per.items()} for k, per in applications.items()}
         for index, use in enumerate(self.flow.uses):  # the order a loop nest's lines build their modules in
             for applied in sites_by_key.get(use.key, ()):
                 if applied.nest is not None:
@@ -250,6 +253,27 @@ class MethodFlow:
             return Feat("input", input_name=params[0])
         carry = outs[0].elements[0]
         return carry if carry.kind in ("tuple", "expr") else Feat("input", input_name=params[0])
+
+    def output_at_rank(self, rank: int) -> Feat | None:
+        """What the method returns for a first input of ``rank`` axes: a probe run (callee_ranks.py)."""
+        self.flow = probe = FeatureFlow(
+            self.params,
+            self.layer_of,
+            self.qualnames,
+            self.method_of,
+            value_of=self.value_of,
+            records=self.state.record_classes,
+            size_fields=self.size_fields,
+            dims=self.dims,
+        )
+        probe.builtin_dict = self._builtin_dict()
+        probe.env[self.params[0]] = Feat("input", input_name=self.params[0], rank=rank)
+        self.probing = True
+        try:
+            probe.run(self.fn.body.body)
+        finally:
+            self.probing = False
+        return agreed_return(probe.returns)
 
     def _resolve_shapes(self, site: Site) -> None:
         """Resolve the shape arguments of ``site`` that read an input's shape (not while probing)."""
@@ -529,48 +553,3 @@ def _spelled_out(feat: Feat, values: dict[str, str]) -> Feat:
     if feat.kind == "expr":
         parts["expr"] = substitute_self_fields(feat.expr, values, others_kept=True) or feat.expr
     return dataclasses.replace(feat, **parts)
-
-
-def _one_size(applied: list[tuple[Feat, tuple]]) -> Feat:
-    """The input size of a module from the sizes of its applications, in order, each with the
-    branches and loops it sits in (``LayerUse.path``). Linen builds the parameters once, from the
-    first application, and any other size fails (a kernel's contraction, a scale's broadcast). So where
-    one application's size is known (a config expression, a method's input) and it surely ran before
-    every application of unknown size (it comes first, in branches and loops that enclose theirs), the
-    known size is the module's; where none is known, the size is still one, which a trace shows. Anything
-    else that differs disagrees (never taken from a trace, which sees one config): two known sizes, or a
-    known one on another path (``if flag: norm(x)`` / ``else: norm(h)`` may each be the only one to run)."""
-    feats = [f for f, _ in applied]
-    if all(f == feats[0] for f in feats):
-        return feats[0]
-    known = [i for i, f in enumerate(feats) if f.kind in SIZED]
-    if not any(map(_disagreeing, feats)):
-        if not known:  # each size unknown here: what the module has is still one size, a trace's
-            candidates = {f.candidate for f in feats}
-            return Feat(
-                "unknown",
-                reason="applications of sizes unknown statically",
-                candidate=(candidates.pop() if len(candidates) == 1 else None),
-            )
-        first, path = known[0], applied[known[0]][1]
-        if len({feats[i] for i in known}) == 1 and all(
-            i > first and p[: len(path)] == path for i, (f, p) in enumerate(applied) if f.kind not in SIZED
-        ):
-            return feats[first]
-    return Feat.unknown(DISAGREEING + " two apply it to inputs of different sizes")
-
-
-def _disagreeing(feat: Feat) -> bool:
-    return feat.kind == "unknown" and feat.reason.startswith(DISAGREEING)
-
-
-def _agreeing_args(seen: tuple[Feat, ...] | None, args: tuple[Feat, ...]) -> tuple[Feat, ...]:
-    """The sizes of the arguments every application of one layer passes: an argument another
-    application (another iteration of a loop) passes at another size becomes unknown, as one module
-    has one size per input."""
-    if seen is None or seen == args or len(seen) != len(args):
-        return args if seen is None else seen
-    return tuple(
-        a if a == b else Feat.unknown(DISAGREEING + " two apply it to inputs of different sizes")
-        for a, b in zip(seen, args)
-    )

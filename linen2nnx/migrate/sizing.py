@@ -13,6 +13,7 @@ import re
 import libcst as cst
 
 from linen2nnx.migrate.call_inputs import passed_input
+from linen2nnx.migrate.callee_ranks import output_at_rank, with_ranks
 from linen2nnx.migrate.callee_terms import in_caller_terms
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
@@ -181,7 +182,9 @@ class Sizer(TraceEvidence):
             return LayerInfo(site.flow_key, None, keeps_rank=site.rule.keeps_shape)
         if site.rule.out_arg in site.shape_refs:
             resolved = site.arg_sources.get(site.rule.out_arg)
-            return LayerInfo(site.flow_key, resolved, out_unknown=resolved is None)
+            return LayerInfo(
+                site.flow_key, resolved, out_unknown=resolved is None, keeps_rank=site.rule.keeps_rank
+            )
         value = out.value
         if site.rule.out_arg in site.arg_sources:  # a size resolved for it (a cell's traced carry width)
             value = parse_expression(site.arg_sources[site.rule.out_arg])
@@ -196,7 +199,7 @@ class Sizer(TraceEvidence):
                 code(value),
                 out_fn=lambda first: Feat("tuple", elements=(Feat.unknown("a cell's carry"), y)),
             )
-        return LayerInfo(site.flow_key, code(value))
+        return LayerInfo(site.flow_key, code(value), keeps_rank=site.rule.keeps_rank)
 
     def _module_out(self, site: Site) -> LayerInfo:
         """A class of the run's output size: its own ``out`` in the caller's terms."""
@@ -245,7 +248,12 @@ class Sizer(TraceEvidence):
             return Feat.unknown(f"output of {site.attr}")
 
         out = user.out
-        return LayerInfo(site.flow_key, None, out_fn=lambda first: seen_by_caller(out, first))
+
+        def applied(first: Feat) -> Feat:
+            seen = seen_by_caller(out, first)  # its rank: what the callee gives an input of first's
+            return with_ranks(seen, output_at_rank(self, user, first.rank)) if first.rank else seen
+
+        return LayerInfo(site.flow_key, None, out_fn=applied)
 
     def _nested_out(self, site: Site) -> LayerInfo:
         rule = site.rule

@@ -213,6 +213,14 @@ VAR_007 = Rule(
     "probe = self.param('probe', init, (1, 1, d), x.dtype)",
     "self.probe = nnx.Param(init(rngs.params(), (1, 1, d), self.probe_dtype))  # probe_dtype=jax.numpy.float32",
 )
+VAR_008 = Rule(
+    "L2N-VAR-008",
+    M,
+    "A class whose variables take its input's dtype (L2N-VAR-007) applied to a value cast at call time: Linen's "
+    "init creates them in the cast dtype, NNX in the class's <attr>_dtype argument, float32 unless it is given.",
+    "y = Head()(x.astype(jnp.bfloat16))",
+    "self.head = Head(probe_dtype=jnp.bfloat16, ...)  # by hand: the TODO names the argument",
+)
 
 RULES = (
     MOD_001,
@@ -241,4 +249,5 @@ RULES = (
     VAR_005,
     VAR_006,
     VAR_007,
+    VAR_008,
 )

@@ -1,0 +1,69 @@
+"""The rank of what a class of the file returns, for a caller that knows the rank of its input.
+
+A class's ``out`` (its ``__call__``'s result, sized in its own terms) is computed once, for an input
+of unknown rank: so a caller that applies it to a value of rank 3 learns the result's last-axis size,
+but not its rank, and a later ``y[:, 0]`` cannot tell whether it indexes the last axis (scenic's ViT:
+``x = Encoder(...)(x)`` then ``x[:, 0]``). Here the callee's ``__call__`` is walked once more, with the
+caller's rank on its first input (a probe run: nothing is recorded or resolved), and each sized leaf
+of the caller's view of the result takes the rank the probe found at the same place. Both runs walk
+the same code with the same callbacks; only the input's rank differs, so the leaves correspond by
+position; a leaf whose kind differs between them keeps its unknown rank.
+
+Only classes of the file (whose methods the module pass holds) are probed; a class of another file
+keeps results of unknown rank. Cells and scanned ``__call__``s (a carry) are not probed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from linen2nnx.migrate.dataflow import Feat
+from linen2nnx.migrate.sites import ClassPlan
+from linen2nnx.migrate.tuple_flow import COMPOUND, SIZED
+
+_DEPTH_LIMIT = 4  # classes probing the classes they apply, at most this deep
+
+
+def output_at_rank(sizer: Any, plan: ClassPlan, rank: int) -> Feat | None:
+    """What ``plan``'s ``__call__`` returns for a first input of ``rank`` axes; None when it cannot
+    be walked (a class of another file, a cell, a scanned call, no input, probes nested too deep)."""
+    from linen2nnx.migrate.method_flow import MethodFlow
+
+    memo, active = sizer.state.rank_probes, sizer.state.rank_probes_running
+    key = (plan.name, rank)
+    if key in memo:
+        return memo[key]
+    fn = next((m for m in sizer.state.methods.get(plan.name, []) if m.name.value == "__call__"), None)
+    if (
+        fn is None
+        or sizer.state.linen_classes.get(plan.name) is not plan
+        or plan.is_cell
+        or "__call__" in plan.scanned_methods
+        or len(active) >= _DEPTH_LIMIT
+        or key in active
+    ):
+        return None
+    params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)][1:]
+    if not params:
+        return None
+    active.append(key)
+    try:
+        memo[key] = MethodFlow(sizer, plan, fn, params, resolve=False).output_at_rank(rank)
+    finally:
+        active.pop()
+    return memo[key]
+
+
+def with_ranks(seen: Feat, probe: Feat | None) -> Feat:
+    """``seen`` (the result in the caller's terms) with the ranks ``probe`` found at the same places."""
+    if probe is None:
+        return seen
+    if seen.kind in COMPOUND:
+        if probe.kind != seen.kind or len(probe.elements) != len(seen.elements):
+            return seen
+        elements = tuple(with_ranks(s, p) for s, p in zip(seen.elements, probe.elements))
+        return dataclasses.replace(seen, elements=elements)
+    if seen.kind in SIZED and not seen.rank and probe.kind in SIZED and probe.rank:
+        return dataclasses.replace(seen, rank=probe.rank)
+    return seen

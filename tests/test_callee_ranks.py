@@ -1,0 +1,67 @@
+"""The rank of what a class of the file returns, for a caller that knows its input's rank
+(linen2nnx/migrate/callee_ranks.py), and the ranks of elementwise results (last_axis_ops.broadcast):
+a rank is known only where every path proves it; else an index that may reach the last axis stays a
+located finding. Numeric parity: the L2N-SHAPE-002/callee_rank fixture in test_module_forms_parity.py."""
+
+import textwrap
+
+import pytest
+
+from linen2nnx.migrate import migrate_source
+from linen2nnx.migrate.dataflow_types import Feat
+from linen2nnx.migrate.last_axis_ops import broadcast
+
+CALLER = """
+
+class Model(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Dense(6)(jnp.reshape(x, [x.shape[0], -1, x.shape[-1]]))
+        x = Encoder()(x)
+        return nn.Dense(3, name="head")(x[:, 0])
+"""
+
+
+def _head_findings(encoder_body: str) -> list[str]:
+    src = "import flax.linen as nn\nimport jax.numpy as jnp\n\n\nclass Encoder(nn.Module):\n"
+    src += "    flag: bool = False\n\n    @nn.compact\n    def __call__(self, x):\n"
+    src += textwrap.indent(textwrap.dedent(encoder_body), " " * 8) + CALLER
+    result = migrate_source(src, "model.py", module_name="model")
+    assert migrate_source(result.output, "model.py", module_name="model").output == result.output
+    return [f.message for f in result.findings if f.rule == "L2N-SHAPE-003" and "Model.head" in f.message]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return nn.LayerNorm()(x)",
+        "y = nn.Dense(4)(x)\nreturn x + nn.Dense(x.shape[-1])(y)",
+        "return nn.Conv(6, (3,), padding='SAME')(x) * 2.0",
+    ],
+)
+def test_a_callee_that_keeps_its_input_rank_sizes_the_callers_index(body):
+    assert _head_findings(body) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return jnp.mean(x, axis=1)",  # the token axis is gone: x[:, 0] indexes the last one
+        "return x + jnp.ones((1, 1, 1, 1))",  # broadcasting against four axes adds one
+        "return x[:, 0] if self.flag else x",  # ranks differ between the returns
+        "return jnp.squeeze(x)",
+    ],
+)
+def test_a_callee_that_may_change_the_rank_leaves_the_index_a_finding(body):
+    found = _head_findings(body)
+    assert len(found) == 1 and "unknown statically" in found[0], found
+
+
+def test_broadcast_keeps_a_rank_only_when_the_other_operand_proves_it():
+    x3 = Feat("input", input_name="x", rank=3)
+    assert broadcast(x3, Feat("expr", expr="4", rank=3)) == x3
+    assert broadcast(x3, Feat("expr", expr="4", rank=4)).rank == 4
+    assert broadcast(x3, Feat("expr", expr="4", rank=1)) == x3
+    assert broadcast(x3, Feat("expr", expr="4")).rank == 0  # another array of unknown rank
+    assert broadcast(x3, Feat.unknown("a literal")) == x3  # x / 255.0
+    assert broadcast(Feat.unknown("Integer"), x3) == x3
