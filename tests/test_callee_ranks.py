@@ -63,5 +63,77 @@ def test_broadcast_keeps_a_rank_only_when_the_other_operand_proves_it():
     assert broadcast(x3, Feat("expr", expr="4", rank=4)).rank == 4
     assert broadcast(x3, Feat("expr", expr="4", rank=1)) == x3
     assert broadcast(x3, Feat("expr", expr="4")).rank == 0  # another array of unknown rank
-    assert broadcast(x3, Feat.unknown("a literal")) == x3  # x / 255.0
-    assert broadcast(Feat.unknown("Integer"), x3) == x3
+    assert broadcast(x3, Feat.unknown("Float"), (False, True)) == x3  # x / 255.0
+    assert broadcast(Feat.unknown("Integer"), x3, (True, False)) == x3
+    assert broadcast(x3, Feat.unknown("a call")).rank == 0  # jax.random.normal(key, (3, 1, d))
+
+
+def _model_head_findings(body: str, extra: str = "") -> list[str]:
+    src = "import flax.linen as nn\nimport jax.numpy as jnp\n" + extra + "\n\nclass Model(nn.Module):\n"
+    src += "    pool: str = 'mean'\n\n    @nn.compact\n    def __call__(self, x):\n"
+    src += "        x = nn.Dense(6)(jnp.reshape(x, [x.shape[0], -1, x.shape[-1]]))\n"
+    src += textwrap.indent(textwrap.dedent(body), " " * 8)
+    src += "\n        return nn.Dense(3, name='head')(jnp.concatenate([x, x], axis=1))\n"
+    result = migrate_source(src, "model.py", module_name="model")
+    assert migrate_source(result.output, "model.py", module_name="model").output == result.output
+    return [f.message for f in result.findings if f.rule == "L2N-SHAPE-003" and "Model.head" in f.message]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # blocks the size flow does not walk: what they bind is unknown after them, never the value before
+        "match self.pool:\n    case 'mean':\n        x = x.mean(axis=1)",
+        "try:\n    pass\nfinally:\n    x = x.mean(axis=1)",
+        "for _ in range(0):\n    pass\nelse:\n    x = x.mean(axis=1)",
+        "try:\n    pass\nexcept ValueError:\n    x = x.mean(axis=1)",
+        # x += y is x + y: the mean has rank 2, a value of unknown rank may add axes
+        "x = x.mean(axis=1)\nx += jnp.asarray(self.pool_table)",
+        # tiling with more repeats than axes adds leading ones
+        "x = jnp.tile(x.mean(axis=1), (2, 1, 1))",
+    ],
+)
+def test_what_the_flow_does_not_walk_leaves_the_head_a_finding(body):
+    found = _model_head_findings(body)
+    assert len(found) == 1 and "unknown statically" in found[0], found
+
+
+def test_a_helper_method_binds_keyword_arguments_by_name():
+    extra = textwrap.dedent(
+        """
+
+        class Encoder(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                h = nn.Dense(6)(x).mean(axis=1)
+                return self._pick(b=x, a=h)
+
+            def _pick(self, a, b):
+                return a
+        """
+    )
+    found = _model_head_findings("x = Encoder()(x)", extra)
+    assert len(found) == 1, found  # the helper returns the mean (rank 2): x[:, ...] axis 1 is the last
+
+
+def test_two_classes_of_one_name_are_not_probed_as_one():
+    extra = textwrap.dedent(
+        """
+
+        class Block(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return nn.LayerNorm()(x)
+
+
+        def factory():
+            class Block(nn.Module):
+                @nn.compact
+                def __call__(self, x):
+                    return jnp.reshape(x, (-1, x.shape[-1]))
+
+            return Block
+        """
+    )
+    found = _model_head_findings("x = Block()(x)", extra)
+    assert len(found) == 1, found  # which Block the name means is not one class: no rank from a probe

@@ -8,8 +8,8 @@ import pytest
 from flow_snippets import A, B, X
 from flow_snippets import snippet_flow as _flow
 
+from linen2nnx.migrate.applications import one_size
 from linen2nnx.migrate.dataflow import Feat
-from linen2nnx.migrate.method_flow import _one_size
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ BRANCH, LOOP = (1, 0), (2, 0)
     ],
 )
 def test_a_known_size_that_ran_first_is_the_modules(applied, expected):
-    assert _one_size(applied) == expected
+    assert one_size(applied) == expected
 
 
 @pytest.mark.parametrize(
@@ -102,20 +102,20 @@ def test_a_known_size_that_ran_first_is_the_modules(applied, expected):
 )
 def test_sizes_that_may_differ_disagree(applied):
     """Never taken from a trace: it shows the size of one config only."""
-    assert _one_size(applied).reason.startswith("applications disagree:")
+    assert one_size(applied).reason.startswith("applications disagree:")
 
 
 def test_applications_all_of_unknown_size_leave_one_size_for_a_trace():
     """One module has one input size: where no application's is known, a trace's is the module's."""
     sliced = Feat("sliced", base=A)
-    one = _one_size([(sliced, ()), (OTHER, ((1, 0),))])
+    one = one_size([(sliced, ()), (OTHER, ((1, 0),))])
     assert one.kind == "unknown" and not one.reason.startswith("applications disagree:")
     with_candidate = Feat("unknown", reason="stacked", candidate=A)
     assert (
-        _one_size([(with_candidate, ()), (dataclasses.replace(with_candidate, reason="other"), ())]).candidate
+        one_size([(with_candidate, ()), (dataclasses.replace(with_candidate, reason="other"), ())]).candidate
         == A
     )
-    assert _one_size([(with_candidate, ()), (OTHER, ())]).candidate is None
+    assert one_size([(with_candidate, ()), (OTHER, ())]).candidate is None
 
 
 LEAF = """import flax.linen as nn
@@ -195,3 +195,9 @@ def test_a_builtin_dict_call_is_a_display(binding, sized):
     manual = [f.message for f in result.findings if f.severity.value == "manual"]
     assert (manual == []) is sized, manual
     assert ("nnx.Linear(6, 3" in (result.output or "")) is sized
+
+
+def test_one_size_read_from_values_of_several_ranks_is_that_size():
+    """A projection applied before one reshape and after another (diffusers' proj_in) reads one size."""
+    rank3, rank4 = Feat("input", input_name="x", rank=3), Feat("input", input_name="x", rank=4)
+    assert one_size([(rank3, ((1, 0),)), (rank4, ((1, 1),))]) == Feat("input", input_name="x")

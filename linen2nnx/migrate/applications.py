@@ -8,6 +8,8 @@ ranks: one module may read values of several ranks (a projection applied before 
 
 from __future__ import annotations
 
+import libcst as cst
+
 from linen2nnx.migrate.dataflow import DISAGREEING, Feat
 from linen2nnx.migrate.tuple_flow import SIZED
 
@@ -61,3 +63,18 @@ def agreeing_args(seen: tuple[Feat, ...] | None, args: tuple[Feat, ...]) -> tupl
         else Feat.unknown(DISAGREEING + " two apply it to inputs of different sizes")
         for a, b in zip(seen, args)
     )
+
+
+def helper_arguments(call: cst.Call, args: list[Feat], params: list[str]) -> dict[str, Feat]:
+    """What each parameter of a helper method holds when ``call`` (its arguments' values ``args``, in
+    order) calls it: positional arguments in order, keywords by name; a parameter left to its default,
+    or any after an unpacked argument, is unknown."""
+    values = {p: Feat.unknown("a helper's parameter the call does not pass") for p in params}
+    if any(a.star for a in call.args):
+        return values
+    positional = [f for a, f in zip(call.args, args) if a.keyword is None]
+    values.update(zip(params, positional))
+    for arg, feat in zip(call.args, args):
+        if arg.keyword is not None and arg.keyword.value in values:
+            values[arg.keyword.value] = feat
+    return values

@@ -138,7 +138,10 @@ def placed(
     if qualnames & TILE_FUNCTIONS:
         ones = last_value if last_value is not None else arg
         kept = type(ones) is cst.Integer and ones.value == "1"
-        return first if kept else Feat.unknown("a tile of the last axis")
+        if not kept:
+            return Feat.unknown("a tile of the last axis")
+        reps = len(arg.elements) if type(arg) in (cst.Tuple, cst.List) else 1  # type: ignore[attr-defined]
+        return first if 0 < reps <= first.rank else first.rankless()  # longer reps add leading axes
     pair = literal(last_value) if last_value is not None else None
     kept = (
         type(pair) in (cst.Tuple, cst.List)

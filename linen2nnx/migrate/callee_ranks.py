@@ -9,8 +9,9 @@ of the caller's view of the result takes the rank the probe found at the same pl
 the same code with the same callbacks; only the input's rank differs, so the leaves correspond by
 position; a leaf whose kind differs between them keeps its unknown rank.
 
-Only classes of the file (whose methods the module pass holds) are probed; a class of another file
-keeps results of unknown rank. Cells and scanned ``__call__``s (a carry) are not probed.
+Only classes of the file (whose methods the module pass holds), defined once in it with one
+``__call__``, are probed; a class of another file keeps results of unknown rank. Cells, scanned
+``__call__``s (a carry) and positional-only parameters are not probed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import libcst as cst
+
+from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.dataflow import Feat
 from linen2nnx.migrate.sites import ClassPlan
 from linen2nnx.migrate.tuple_flow import COMPOUND, SIZED
@@ -31,28 +35,43 @@ def output_at_rank(sizer: Any, plan: ClassPlan, rank: int) -> Feat | None:
     from linen2nnx.migrate.method_flow import MethodFlow
 
     memo, active = sizer.state.rank_probes, sizer.state.rank_probes_running
-    key = (plan.name, rank)
+    key = (id(plan), rank)  # the plan: two classes of one name (nested in functions) are two classes
     if key in memo:
-        return memo[key]
-    fn = next((m for m in sizer.state.methods.get(plan.name, []) if m.name.value == "__call__"), None)
+        return memo[key][1]
+    calls = [m for m in sizer.state.methods.get(plan.name, []) if m.name.value == "__call__"]
     if (
-        fn is None
+        len(calls) != 1  # several: Python keeps the last, and the planner's methods may be another class's
+        or calls[0].params.posonly_params
         or sizer.state.linen_classes.get(plan.name) is not plan
+        or _defined_once(sizer.state.tree, plan.name) is False
         or plan.is_cell
         or "__call__" in plan.scanned_methods
         or len(active) >= _DEPTH_LIMIT
         or key in active
     ):
         return None
+    fn = calls[0]
     params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)][1:]
     if not params:
         return None
     active.append(key)
     try:
-        memo[key] = MethodFlow(sizer, plan, fn, params, resolve=False).output_at_rank(rank)
+        memo[key] = (plan, MethodFlow(sizer, plan, fn, params, resolve=False).output_at_rank(rank))
     finally:
         active.pop()
-    return memo[key]
+    return memo[key][1]
+
+
+def _defined_once(tree: cst.Module, name: str) -> bool:
+    """Whether the file defines one class ``name`` (anywhere: a class nested in a function counts)."""
+    count, stack = 0, [tree]
+    while stack and count < 2:
+        cur = stack.pop()
+        if isinstance(cur, cst.ClassDef) and cur.name.value == name:
+            count += 1
+        if isinstance(cur, (cst.Module, cst.BaseSuite, cst.BaseCompoundStatement)):
+            stack.extend(syntax_children(cur))
+    return count == 1
 
 
 def with_ranks(seen: Feat, probe: Feat | None) -> Feat:

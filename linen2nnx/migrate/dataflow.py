@@ -56,6 +56,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.dataflow_types import Feat, LayerInfo
 from linen2nnx.migrate.linen_api import feature_preserving_functions
+from linen2nnx.migrate.unfollowed import augmented_value, forget_unfollowed, is_number
 from linen2nnx.migrate.weights_dict import applied_weights
 
 
@@ -179,8 +180,10 @@ class FeatureFlow:
                 self._leave_loop(stmt, before)
             if isinstance(stmt, cst.For):
                 self.after_loop(stmt, before, self.env)
-        elif isinstance(stmt, (cst.With, cst.Try)):
-            self.run(stmt.body.body)
+            forget_unfollowed(self.env, stmt)  # its `else:`
+        elif isinstance(stmt, (cst.With, cst.Try, cst.TryStar, cst.Match)):
+            self.run([] if isinstance(stmt, cst.Match) else stmt.body.body)
+            forget_unfollowed(self.env, stmt)  # except / else / finally, the cases of a match
         # nested defs / classes do not change the method's dataflow
 
     @contextlib.contextmanager
@@ -252,6 +255,8 @@ class FeatureFlow:
                 self.env[small.target.value] = (  # type: ignore[union-attr]
                     tuple_flow.joined(held, value) if adds else Feat.unknown("an augmented tuple")
                 )
+            elif held is not None:  # x += y: x + y
+                self.env[small.target.value] = augmented_value(held, value, small)  # type: ignore[union-attr]
         elif isinstance(small, cst.Return) and small.value is not None:
             self.returns.append(self.expr_of(small.value))
         elif isinstance(small, cst.Expr):
@@ -313,7 +318,7 @@ class FeatureFlow:
             if left.kind in tuple_flow.COMPOUND:  # (h,) + array broadcasts: no tuple, nor a size
                 return Feat.unknown("a tuple and an array")
             # elementwise: broadcasting keeps it (x / 255.0 with x unknown: x's reason, not the literal's)
-            return last_axis_ops.broadcast(left, right)
+            return last_axis_ops.broadcast(left, right, (is_number(node.left), is_number(node.right)))
         if isinstance(node, cst.UnaryOperation):
             return self.expr_of(node.expression)
         if type(node) in TUPLE_OR_LIST:  # (h, *rest): rest's elements spliced in

@@ -146,10 +146,10 @@ class FileState:
     # ---- plans (planner; read by sizer, emitter, transformer) ---------------------------------
     plans: dict[cst.ClassDef, ClassPlan] = dataclasses.field(default_factory=dict)
     linen_classes: dict[str, ClassPlan] = dataclasses.field(default_factory=dict)  # planned so far, by name
-    # (class, input rank) -> what its __call__ returns for an input of that rank, and the probes
+    # (id of a class's plan, input rank) -> (the plan, what its __call__ returns for an input of that rank, and the probes
     # running now, outermost first (sizer; see callee_ranks.py)
-    rank_probes: dict[tuple[str, int], Any] = dataclasses.field(default_factory=dict)
-    rank_probes_running: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    rank_probes: dict[tuple[int, int], Any] = dataclasses.field(default_factory=dict)
+    rank_probes_running: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     methods: dict[str, list[cst.FunctionDef]] = dataclasses.field(
         default_factory=dict
     )  # class -> its methods

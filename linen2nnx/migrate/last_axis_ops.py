@@ -296,11 +296,13 @@ def _plain_index(element: cst.SubscriptElement) -> bool:
     return isinstance(value, cst.Integer)
 
 
-def broadcast(left: Feat, right: Feat) -> Feat:
+def broadcast(left: Feat, right: Feat, scalar: tuple[bool, bool] = (False, False)) -> Feat:
     """What an elementwise operation of two values gives: the sized one's last axis (broadcasting keeps
     it; ``x / 255.0`` with ``x`` unknown keeps ``x``'s reason, not the literal's), with a rank only when
-    the other operand's rank is known (it may have more axes, which broadcasting adds)."""
-    result, other = (right, left) if left.kind == "unknown" and right.kind != "unknown" else (left, right)
-    if not result.rank or other.kind not in ("expr", "input") or other.rank == result.rank:
+    the other operand proves it: a number literal (``scalar``: which operand is one), or a value of
+    known rank (broadcasting may add axes: the larger rank)."""
+    swap = left.kind == "unknown" and right.kind != "unknown"
+    (result, other), other_scalar = ((right, left), scalar[0]) if swap else ((left, right), scalar[1])
+    if not result.rank or other_scalar or other.rank == result.rank:
         return result
     return dataclasses.replace(result, rank=max(result.rank, other.rank)) if other.rank else result.rankless()

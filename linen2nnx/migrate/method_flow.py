@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from linen2nnx.migrate.applications import agreeing_args, one_size
+from linen2nnx.migrate.applications import agreeing_args, helper_arguments, one_size
 from linen2nnx.migrate.axis_sizes import AxisSizes
 from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import (
@@ -416,7 +416,7 @@ class MethodFlow:
                 size_fields=self.size_fields,
                 dims=self.dims,
             )
-            sub.env.update(zip(callee_params, args))
+            sub.env.update(helper_arguments(call, args, callee_params))
             sub.builtin_dict = self.flow.builtin_dict
             sub.iteration = self.flow.iteration
             sub.path = (*self.flow.path, (id(call), 0))  # its own returns end the helper, not the caller

@@ -1,0 +1,66 @@
+"""What the feature-size dataflow (dataflow.py) does not walk, made unknown rather than trusted.
+
+The flow follows assignments, ``if`` / ``else``, loop bodies and ``with`` / ``try`` bodies. A name that
+a part it does not walk binds (an ``except``, ``else`` or ``finally`` block, a loop's ``else``, any case
+of a ``match``) may hold another value after the statement: its size and rank become unknown, so a
+layer that reads it is a located finding, never sized from the value before the statement. ``x += y``
+is ``x + y``; ``x @= w`` is ``x @ w``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate import last_axis_ops
+from linen2nnx.migrate.cst_meta import syntax_children
+from linen2nnx.migrate.cst_utils import assigned_in, names_in
+from linen2nnx.migrate.dataflow_types import Feat
+
+_NOT_FOLLOWED = (
+    "a value a block the size flow does not follow may rebind (except / finally / match / loop else)"
+)
+
+
+def forget_unfollowed(env: dict[str, Feat], stmt: cst.CSTNode) -> None:
+    """Every name the parts of ``stmt`` the flow does not walk may bind becomes unknown in ``env``."""
+    for part in _unfollowed_parts(stmt):
+        for name in assigned_in(part) | _bound_otherwise(part):
+            if name in env:
+                env[name] = Feat.unknown(_NOT_FOLLOWED)
+
+
+def _unfollowed_parts(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    if isinstance(stmt, cst.Match):
+        return list(stmt.cases)
+    parts: list[cst.CSTNode | None] = [getattr(stmt, "orelse", None)]
+    if isinstance(stmt, (cst.Try, cst.TryStar)):
+        parts += [*stmt.handlers, stmt.finalbody]
+    return [p for p in parts if p is not None]
+
+
+def _bound_otherwise(node: cst.CSTNode) -> set[str]:
+    """Names bound under ``node`` by a walrus, an ``as`` or a ``match`` capture."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, cst.NamedExpr):
+            found |= names_in(cur.target)
+        elif isinstance(cur, (cst.AsName, cst.MatchAs, cst.MatchStar)) and cur.name is not None:
+            found |= names_in(cur.name)
+        stack.extend(syntax_children(cur))
+    return found
+
+
+def augmented_value(held: Feat, value: Feat, small: cst.AugAssign) -> Feat:
+    """What ``x <op>= y`` leaves in ``x`` (``held``), ``y`` being ``value``."""
+    if isinstance(small.operator, cst.MatrixMultiplyAssign):
+        return last_axis_ops.contracted(value, -2)
+    return last_axis_ops.broadcast(held, value, (False, is_number(small.value)))
+
+
+def is_number(node: cst.BaseExpression) -> bool:
+    """A number literal, signed or not: broadcasting it adds no axis."""
+    if isinstance(node, cst.UnaryOperation):
+        node = node.expression
+    return isinstance(node, (cst.Integer, cst.Float))
