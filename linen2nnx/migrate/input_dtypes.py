@@ -27,6 +27,7 @@ from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, names_in
 from linen2nnx.migrate.rules import VAR_007, VAR_008
 from linen2nnx.migrate.sites import ClassPlan, Field, Site
+from linen2nnx.migrate.unfollowed import bound_otherwise
 
 DTYPE_ANNOTATION = "jax.typing.DTypeLike"
 DTYPE_DEFAULT = "jax.numpy.float32"
@@ -120,37 +121,19 @@ def _unchanged_until(ctx: Any, fn: cst.FunctionDef, call: cst.Call, name: str) -
             for stmt in cur.body:
                 if stmt is child:
                     break
-                if name in assigned_in(stmt) or _binds_otherwise(stmt, name):
+                if name in assigned_in(stmt) or name in bound_otherwise(stmt):
                     return False
         elif isinstance(cur, cst.If):
-            if _binds_otherwise(cur.test, name):
+            if name in bound_otherwise(cur.test):
                 return False
         elif isinstance(cur, (cst.BaseCompoundStatement, cst.BaseSuite, cst.Else)) and not isinstance(
             cur, cst.Else
         ):
             return False
-        elif isinstance(cur, cst.BaseSmallStatement) and _binds_otherwise(cur, name):
+        elif isinstance(cur, cst.BaseSmallStatement) and name in bound_otherwise(cur):
             return False  # a walrus in the statement that creates the variable
         child, cur = cur, ctx.parent_of(cur)
     return cur is fn
-
-
-def _binds_otherwise(node: cst.CSTNode, name: str) -> bool:
-    """``name`` is bound under ``node`` other than by an assignment or a loop: a walrus, an ``as``, a
-    ``match`` capture."""
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        if isinstance(cur, cst.NamedExpr) and name in names_in(cur.target):
-            return True
-        if isinstance(cur, (cst.AsName, cst.MatchAs, cst.MatchStar)) and name in names_in(
-            cur.name or cst.Name("_")
-        ):
-            return True
-        if isinstance(cur, cst.MatchMapping) and cur.rest is not None and cur.rest.value == name:
-            return True
-        stack.extend(syntax_children(cur))
-    return False
 
 
 class _DtypeRead(cst.CSTTransformer):

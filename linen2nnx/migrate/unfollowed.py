@@ -24,7 +24,7 @@ _NOT_FOLLOWED = (
 def forget_unfollowed(env: dict[str, Feat], stmt: cst.CSTNode) -> None:
     """Every name the parts of ``stmt`` the flow does not walk may bind becomes unknown in ``env``."""
     for part in _unfollowed_parts(stmt):
-        for name in assigned_in(part) | _bound_otherwise(part):
+        for name in assigned_in(part) | bound_otherwise(part):
             if name in env:
                 env[name] = Feat.unknown(_NOT_FOLLOWED)
 
@@ -38,8 +38,9 @@ def _unfollowed_parts(stmt: cst.CSTNode) -> list[cst.CSTNode]:
     return [p for p in parts if p is not None]
 
 
-def _bound_otherwise(node: cst.CSTNode) -> set[str]:
-    """Names bound under ``node`` by a walrus, an ``as`` or a ``match`` capture."""
+def bound_otherwise(node: cst.CSTNode) -> set[str]:
+    """Names bound under ``node`` other than by an assignment or a loop target: by a walrus, an
+    ``as`` (``with`` / ``except``) or a ``match`` capture."""
     found: set[str] = set()
     stack = [node]
     while stack:
@@ -48,6 +49,8 @@ def _bound_otherwise(node: cst.CSTNode) -> set[str]:
             found |= names_in(cur.target)
         elif isinstance(cur, (cst.AsName, cst.MatchAs, cst.MatchStar)) and cur.name is not None:
             found |= names_in(cur.name)
+        elif isinstance(cur, cst.MatchMapping) and cur.rest is not None:
+            found.add(cur.rest.value)
         stack.extend(syntax_children(cur))
     return found
 
