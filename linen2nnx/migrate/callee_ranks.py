@@ -38,28 +38,34 @@ def output_at_rank(sizer: Any, plan: ClassPlan, rank: int) -> Feat | None:
     key = (id(plan), rank)  # the plan: two classes of one name (nested in functions) are two classes
     if key in memo:
         return memo[key][1]
-    calls = [m for m in sizer.state.methods.get(plan.name, []) if m.name.value == "__call__"]
-    if (
-        len(calls) != 1  # several: Python keeps the last, and the planner's methods may be another class's
-        or calls[0].params.posonly_params
-        or sizer.state.linen_classes.get(plan.name) is not plan
-        or _defined_once(sizer.state.tree, plan.name) is False
-        or plan.is_cell
-        or "__call__" in plan.scanned_methods
-        or len(active) >= _DEPTH_LIMIT
-        or key in active
-    ):
+    if len(active) >= _DEPTH_LIMIT or key in active or sizer.state.linen_classes.get(plan.name) is not plan:
+        return None  # this time only: a probe further out, or a class planned later, may still ask
+    walked = _walked_call(sizer, plan)
+    if walked is None:
+        memo[key] = (plan, None)  # what the class is does not change: never asked again
         return None
-    fn = calls[0]
-    params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)][1:]
-    if not params:
-        return None
+    fn, params = walked
     active.append(key)
     try:
         memo[key] = (plan, MethodFlow(sizer, plan, fn, params, resolve=False).output_at_rank(rank))
     finally:
         active.pop()
     return memo[key][1]
+
+
+def _walked_call(sizer: Any, plan: ClassPlan) -> tuple[cst.FunctionDef, list[str]] | None:
+    """``plan``'s one ``__call__`` and its parameters less ``self``, when a probe may walk it."""
+    calls = [m for m in sizer.state.methods.get(plan.name, []) if m.name.value == "__call__"]
+    if (
+        len(calls) != 1  # several: Python keeps the last, and the planner's methods may be another class's
+        or calls[0].params.posonly_params
+        or not _defined_once(sizer.state.tree, plan.name)
+        or plan.is_cell
+        or "__call__" in plan.scanned_methods
+    ):
+        return None
+    params = [p.name.value for p in (*calls[0].params.params, *calls[0].params.kwonly_params)][1:]
+    return (calls[0], params) if params else None
 
 
 def _defined_once(tree: cst.Module, name: str) -> bool:

@@ -254,10 +254,11 @@ class MethodFlow:
         carry = outs[0].elements[0]
         return carry if carry.kind in ("tuple", "expr") else Feat("input", input_name=params[0])
 
-    def output_at_rank(self, rank: int) -> Feat | None:
-        """What the method returns for a first input of ``rank`` axes: a probe run (callee_ranks.py)."""
-        self.flow = probe = FeatureFlow(
-            self.params,
+    def _flow_over(self, params: list[str]) -> FeatureFlow:
+        """A flow with this method's callbacks (no assignment or loop hooks), over ``params``: a helper
+        inlined with the caller's values, or a probe run."""
+        return FeatureFlow(
+            params,
             self.layer_of,
             self.qualnames,
             self.method_of,
@@ -266,6 +267,10 @@ class MethodFlow:
             size_fields=self.size_fields,
             dims=self.dims,
         )
+
+    def output_at_rank(self, rank: int) -> Feat | None:
+        """What the method returns for a first input of ``rank`` axes: a probe run (callee_ranks.py)."""
+        self.flow = probe = self._flow_over(self.params)
         probe.builtin_dict = self._builtin_dict()
         probe.env[self.params[0]] = Feat("input", input_name=self.params[0], rank=rank)
         self.probing = True
@@ -406,16 +411,7 @@ class MethodFlow:
         if callee is not None and self.depth < 3 and name not in ("__call__", "setup"):
             # inline the helper with the caller's values, so layers it applies are sized in context
             callee_params = [p.name.value for p in callee.params.params][1:]
-            sub = FeatureFlow(
-                callee_params,
-                self.layer_of,
-                self.qualnames,
-                self.method_of,
-                value_of=self.value_of,
-                records=self.state.record_classes,
-                size_fields=self.size_fields,
-                dims=self.dims,
-            )
+            sub = self._flow_over(callee_params)
             sub.env.update(helper_arguments(call, args, callee_params))
             sub.builtin_dict = self.flow.builtin_dict
             sub.iteration = self.flow.iteration
