@@ -63,6 +63,11 @@ class LayerRule:
     keeps_rank: bool = False
     """The output has as many axes as the input, its last one ``out_arg`` wide (a Dense maps the last
     axis; a Conv keeps the number of spatial axes, and adds and drops a missing batch axis itself)."""
+    output_dtype: bool = False
+    """The output is in the constructor's ``dtype`` when given, else in the promotion of the input and
+    the parameters (Flax's ``promote_dtype``): what a variable created in ``y.dtype`` of it reads
+    (:mod:`linen2nnx.migrate.value_dtypes`). Not ``Embed``: without ``dtype`` its output is in its
+    ``param_dtype``, whatever the (integer) input."""
     manual_reason: str = ""
     """Set when no NNX layer is exact: every use is a ``manual`` finding with this reason (never a near miss)."""
     init_call_cache: str | None = None
@@ -134,6 +139,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         rename_args={"features": "out_features"},
         unsupported_args=frozenset({"dot_general_cls"}),
         keeps_rank=True,
+        output_dtype=True,
     ),
     LayerRule(
         "Conv",
@@ -144,6 +150,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         out_attr="out_features",
         unsupported_args=frozenset({"conv_general_dilated_cls"}),
         keeps_rank=True,
+        output_dtype=True,
     ),
     LayerRule(
         "ConvTranspose",
@@ -153,6 +160,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         rename_args={"features": "out_features"},
         out_attr="out_features",
         keeps_rank=True,
+        output_dtype=True,
     ),
     LayerRule(
         "Embed",
@@ -163,13 +171,28 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         out_attr="features",
     ),
     LayerRule(
-        "LayerNorm", "LayerNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED, keeps_shape=True
+        "LayerNorm",
+        "LayerNorm",
+        in_arg="num_features",
+        unsupported_args=_NORM_UNSUPPORTED,
+        keeps_shape=True,
+        output_dtype=True,
     ),
     LayerRule(
-        "RMSNorm", "RMSNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED, keeps_shape=True
+        "RMSNorm",
+        "RMSNorm",
+        in_arg="num_features",
+        unsupported_args=_NORM_UNSUPPORTED,
+        keeps_shape=True,
+        output_dtype=True,
     ),
     LayerRule(
-        "GroupNorm", "GroupNorm", in_arg="num_features", unsupported_args=_NORM_UNSUPPORTED, keeps_shape=True
+        "GroupNorm",
+        "GroupNorm",
+        in_arg="num_features",
+        unsupported_args=_NORM_UNSUPPORTED,
+        keeps_shape=True,
+        output_dtype=True,
     ),
     LayerRule(
         "BatchNorm",
@@ -178,6 +201,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         call_args=frozenset({"use_running_average"}),
         unsupported_args=_NORM_UNSUPPORTED,
         keeps_shape=True,
+        output_dtype=True,
     ),
     LayerRule(
         "Dropout",
@@ -225,6 +249,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         in_arg=None,
         positional=("einsum_str", "shape"),
         rename_args={"shape": "kernel_shape"},
+        output_dtype=True,
     ),
     LayerRule(
         "RNN",
@@ -256,6 +281,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         rename_args={"features": "out_features"},
         only_values={"axis": ("-1",)},
         unsupported_args=frozenset({"batch_dims", "dot_general_cls"}),
+        output_dtype=True,
     ),
     *(
         LayerRule(

@@ -157,3 +157,83 @@ def test_a_caller_that_casts_the_input_is_told_which_argument_to_pass():
     found = [f for f in result.findings if f.rule == "L2N-VAR-008"]
     assert len(found) == 1 and "scale_dtype" in found[0].hint, [f.message for f in result.findings]
     assert found[0].line == src.splitlines().index("        return Affine()(h)") + 1
+
+
+LAYER_DTYPE = textwrap.dedent(
+    """\
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+
+    class Embed(nn.Module):
+        dtype: jnp.dtype = jnp.float32
+
+        @nn.compact
+        def __call__(self, x):
+            x = nn.Dense(4, dtype=self.dtype, name="proj")(x)
+            x = jnp.reshape(x, (x.shape[0], -1, 4))
+            token = self.param("token", nn.initializers.normal(), (1, 1, 4), x.dtype)
+            return jnp.concatenate([jnp.tile(token, (x.shape[0], 1, 1)), x], axis=1)
+    """
+)
+
+
+def test_a_variable_in_the_dtype_a_layer_casts_to_is_created_in_that_dtype(tmp_path):
+    """Dense(dtype=self.dtype) then a reshape: the token is created in self.dtype, no new argument,
+    and a bfloat16 model creates a bfloat16 token, as Linen's init does."""
+    result = migrate_source(LAYER_DTYPE, "embed.py", module_name="embed")
+    assert not [f for f in result.findings if f.severity.value == "manual"]
+    assert "(1, 1, 4), self.dtype)" in result.output and "token_dtype" not in result.output
+    (tmp_path / "linen_src.py").write_text(LAYER_DTYPE)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen, nnx_side = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    from flax import nnx
+
+    x = jnp.ones((2, 3), jnp.float32)
+    variables = linen.Embed(dtype=jnp.bfloat16).init(jax.random.key(0), x)
+    model = nnx_side.Embed(dtype=jnp.bfloat16, in_features=3, rngs=nnx.Rngs(0))
+    assert variables["params"]["token"].dtype == model.token[...].dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        "x = x.astype(jnp.bfloat16)",  # a cast: not followed
+        "x = nn.Dense(4, dtype=jnp.bfloat16)(x.astype(jnp.float16))",  # fine: the layer casts
+        "x = nn.Dense(4, dtype=t)(x)",  # a dtype of a local
+        "x = nn.Dense(4)(x.astype(jnp.bfloat16))",  # promotes a cast input with float32 parameters
+        "for _ in range(2):\n        x = nn.Dense(4, dtype=self.dtype)(x)",  # a loop
+        "if self.dtype:\n        x = nn.Dense(4, dtype=self.dtype)(x)",  # one branch
+        "x = nn.Dense(4, dtype=self.dtype)(x) if self.dtype else x",  # an expression of two values
+        "x = nn.Embed(10, 4, param_dtype=jnp.bfloat16)(x)",  # Embed: in its param_dtype, not its input's
+    ],
+)
+def test_a_dtype_the_code_does_not_say_stays_a_finding(binding):
+    body = "\n".join("        " + line for line in binding.splitlines())
+    src = (
+        "import flax.linen as nn\nimport jax.numpy as jnp\n\n\nclass Head(nn.Module):\n"
+        "    dtype: jnp.dtype = jnp.float32\n\n    @nn.compact\n    def __call__(self, x, t=jnp.float32):\n"
+        f"{body}\n"
+        '        scale = self.param("scale", nn.initializers.ones, (4,), x.dtype)\n'
+        "        return x * scale\n"
+    )
+    result = migrate_source(src, "head.py", module_name="head")
+    manual = [f.rule for f in result.findings if f.severity.value == "manual"]
+    if "jnp.float16" in binding:
+        assert not manual and "(4,), jnp.bfloat16)" in result.output
+    else:
+        assert "L2N-MOD-004" in manual, binding
+
+
+def test_a_layer_dtype_field_that_defaults_to_none_counts_as_no_dtype():
+    """dtype=self.dtype of a field defaulting to None: Linen promotes the input with the parameters, so
+    the variable takes the input's dtype argument (float32), never `self.dtype` (None)."""
+    src = (
+        "import flax.linen as nn\nimport jax.numpy as jnp\nfrom typing import Any\n\n\nclass Head(nn.Module):\n"
+        "    dtype: Any = None\n\n    @nn.compact\n    def __call__(self, x):\n"
+        "        x = nn.Dense(4, dtype=self.dtype, name='proj')(x)\n"
+        "        tok = self.param('tok', nn.initializers.zeros, (1, 4), x.dtype)\n        return x + tok\n"
+    )
+    result = migrate_source(src, "head.py", module_name="head")
+    assert not [f for f in result.findings if f.severity.value == "manual"]
+    assert "(1, 4), self.tok_dtype)" in result.output

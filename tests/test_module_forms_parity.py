@@ -215,6 +215,13 @@ CASES = {
     "callee_rank": ("ViT", {}, (2, 4, 4, 3)),  # x[:, 0] of what a class of the file returns, rank kept
     "input_dtype_param": ("MAPHead", {}, (2, 3, 6)),  # self.param(..., x.dtype): a float32 keyword argument
     "input_dtype_param_affine": ("Affine", {}, (2, 5)),
+    "layer_dtype_param": ("ViT", {}, (2, 4, 4, 3)),  # param in x.dtype of Conv(dtype=self.dtype): self.dtype
+    "layer_dtype_param_tokens": ("Tokens", {}, (2, 4)),  # of a Dense without dtype=: the input's (float32)
+    "branch_unbound_local": ("Block", {}, (2, 5)),  # locals bound only under the test that reads them
+    "branch_unbound_local_plain": ("Block", {"project": False, "pre_norm": False}, (2, 5)),
+    "reduction_table": ("Pool", {}, (2, 3, 4)),  # {'gap': jnp.mean, 'gmp': jnp.max, ...}[self.classifier]
+    "reduction_table_max": ("Pool", {"classifier": "gmp"}, (2, 3, 4)),
+    "reduction_table_token": ("Pool", {"classifier": "token"}, (2, 3, 4)),
     "method_jit": ("Model", {}, (2, 5)),  # nn.jit on methods -> nnx.jit, self dropped from static args
     "method_jit_scaled": ("Scaled", {"features": 3}, (2, 4)),
     "setup_none_first": ("Head", {"classes": 3}, (2, 5)),  # self.norm = None, then the layer: nnx.data(None)
@@ -305,6 +312,10 @@ SOURCES = {
     "setup_none_first_tower": "setup_none_first",
     "method_jit_scaled": "method_jit",
     "input_dtype_param_affine": "input_dtype_param",
+    "layer_dtype_param_tokens": "layer_dtype_param",
+    "branch_unbound_local_plain": "branch_unbound_local",
+    "reduction_table_max": "reduction_table",
+    "reduction_table_token": "reduction_table",
     "setup_none_first_summary": "setup_none_first",
     "setup_none_first_identity": "setup_none_first",
     "setup_none_first_param": "setup_none_first",

@@ -89,9 +89,7 @@ class FeatureFlow:
         method_of: Callable[[cst.Call, list[Feat]], Feat | None] = lambda call, args: None,
         on_assign: Callable[[cst.Assign], None] = lambda assign: None,
         value_of: Callable[[cst.BaseExpression, dict[str, Feat]], Feat | None] = lambda node, env: None,
-        after_loop: Callable[[cst.For, dict[str, Feat], dict[str, Feat]], None] = lambda loop, before, env: (
-            None
-        ),
+        after_loop: Callable[[cst.For, dict[str, Feat], dict[str, Feat]], None] = lambda *_: None,
         records: Mapping[str, tuple_flow.RecordClass] | None = None,
         size_fields: frozenset[str] = frozenset(),
         dims: axis_sizes.AxisSizes | None = None,
@@ -112,6 +110,7 @@ class FeatureFlow:
         self.iteration = 0
         self.at_if: dict[cst.If, dict[str, Feat]] = {}  # the values each `if` test sees (first pass)
         self.in_place: mutation.InPlace | None = None  # lists and objects changed in place (first run)
+        self.unsure: frozenset[str] | None = None  # unfollowed.absence_unsure of the function; None: all
         # `dict` is the builtin (the file binds no such name): dict(k=x) is a display
         self.builtin_dict = False
         self.path: tuple = ()
@@ -141,7 +140,7 @@ class FeatureFlow:
                     self.statement(stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else stmt.orelse)
             # a test of the config alone (`if not self.teacher_force:`) is decided in __init__ too
             config_test = code(stmt.test) if names_in(stmt.test) <= {"self"} else None
-            self.env = _merge(after_then, self.env, config_test)
+            self.env = _merge(after_then, self.env, config_test, self.unsure)
         elif isinstance(stmt, cst.IndentedBlock):
             self.run(stmt.body)
         elif isinstance(stmt, (cst.For, cst.While)):
@@ -570,19 +569,19 @@ SIZED = tuple_flow.SIZED
 merge_value = tuple_flow.merge_value
 
 
-def _merge(a: dict[str, Feat], b: dict[str, Feat], config_test: str | None = None) -> dict[str, Feat]:
+def _merge(
+    a: dict[str, Feat], b: dict[str, Feat], config_test: str | None, unsure: frozenset[str]
+) -> dict[str, Feat]:
     """Values after an ``if`` (``a``: the then branch). Where they differ: a ``choice`` on a config
-    test when both sides are sized, else unknown."""
+    test when both sides are sized, else unknown; a name one side leaves unbound has the other's value
+    unless it is ``unsure`` (unfollowed.absence_unsure)."""
     out = {}
     for k in a.keys() | b.keys():
         va, vb = a.get(k), b.get(k)
-        out[k] = (
-            merge_value(va, vb, config_test)
-            if va is not None and vb is not None
-            else va
-            if va == vb
-            else Feat.unknown("differs between branches")
-        )
+        if va is not None and vb is not None:
+            out[k] = merge_value(va, vb, config_test)
+        else:
+            out[k] = Feat.unknown("differs between branches") if unsure is None or k in unsure else va or vb
     return out
 
 

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from linen2nnx.migrate.array_functions import REDUCTIONS
 from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.linen_api import feature_preserving_functions
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.context import FileContext
@@ -26,9 +28,42 @@ def qualnames_through_alias(ctx: FileContext, node: cst.CSTNode) -> set[str]:
     if type(node) is not cst.Name:
         return found
     value = _sole_dotted_value(ctx, node)
-    if value is None:
-        return found
-    return found | ctx.qualnames(value)
+    if value is not None:
+        return found | ctx.qualnames(value)
+    return found | _looked_up_qualnames(ctx, node)
+
+
+def _looked_up_qualnames(ctx: FileContext, node: cst.Name) -> set[str]:
+    """What a name bound once to a lookup in a dict display of dotted names may name, when every
+    entry acts alike on an array (``fn = {'gap': jnp.mean, 'gmp': jnp.max}[self.classifier]``: each
+    reduces the axes it is given): the union of the entries, as a call of any of them reads the same
+    way. Empty when the entries differ in kind (a reduction beside a reshape), so no call is read."""
+    value = sole_assigned_value(ctx, node)
+    table = value.value if type(value) is cst.Subscript else None
+    if type(table) is not cst.Dict or not table.elements:
+        return set()
+    entries = [e.value for e in table.elements if type(e) is cst.DictElement]
+    if len(entries) < len(table.elements) or any(type(e) not in (cst.Name, cst.Attribute) for e in entries):
+        return set()
+    named = [ctx.qualnames(e) for e in entries]
+    kinds = {_array_effect(qualnames) for qualnames in named}
+    return set().union(*named) if len(kinds) == 1 and None not in kinds else set()
+
+
+def _array_effect(qualnames: set[str]) -> object:
+    """What calling a function named ``qualnames`` does to an array's axes, as far as lookups of
+    several functions need to tell: keeps them (an activation), reduces the given axes (a NumPy
+    reduction), or, for anything else, exactly that function (so only one same function agrees)."""
+    if not qualnames:
+        return None
+    if qualnames & feature_preserving_functions():
+        return "elementwise"
+    if all(
+        q.rsplit(".", 1)[0] in ("jax.numpy", "numpy") and q.rsplit(".", 1)[-1] in REDUCTIONS
+        for q in qualnames
+    ):
+        return "reduction"
+    return frozenset(qualnames)
 
 
 def _sole_dotted_value(ctx: FileContext, node: cst.Name) -> cst.BaseExpression | None:

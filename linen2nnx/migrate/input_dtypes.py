@@ -27,7 +27,7 @@ from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, names_in
 from linen2nnx.migrate.rules import VAR_007, VAR_008
 from linen2nnx.migrate.sites import ClassPlan, Field, Site
-from linen2nnx.migrate.unfollowed import bound_otherwise
+from linen2nnx.migrate.value_dtypes import INPUT, traced_dtype
 
 DTYPE_ANNOTATION = "jax.typing.DTypeLike"
 DTYPE_DEFAULT = "jax.numpy.float32"
@@ -35,45 +35,55 @@ DTYPE_DEFAULT = "jax.numpy.float32"
 
 def input_dtype_args(
     ctx: Any, plan: ClassPlan, call: cst.Call, args: list[cst.Arg], local_names: set[str]
-) -> dict[int, str]:
+) -> dict[int, tuple[str, str | None]]:
     """The indices of ``args`` (a variable call's canonical arguments) that read a call-time value only
-    as the compact method's first input's ``.dtype``, that input unchanged until ``call``, each with
-    the input's name; empty when there is none or any other use stops it."""
+    as ``y.dtype`` of one local ``y`` whose dtype the code says (value_dtypes.py), each with ``y`` and
+    the dtype expression, or None where it is the compact method's first input's; empty when there
+    is none or any other use stops it."""
     fn = ctx.enclosing_function(call)
     if fn is None or fn is not plan.compact or len(fn.params.params) < 2:
         return {}
-    first = fn.params.params[1].name.value
-    found = {}
+    found: dict[int, tuple[str, str | None]] = {}
     for i, arg in enumerate(args):
         uses = (names_in(arg.value) - NOT_LOCAL) & local_names
-        if uses == {first} and _only_dtype_uses(arg.value, first):
-            found[i] = first
-    if found and not _unchanged_until(ctx, fn, call, first):
-        return {}
+        if len(uses) != 1 or not _only_dtype_uses(arg.value, next(iter(uses))):
+            continue
+        name = next(iter(uses))
+        maybe_none = {f.name for f in plan.fields if f.default == "None"}
+        dtype = traced_dtype(ctx, fn, call, name, local_names, maybe_none)
+        if dtype is not None:
+            found[i] = (name, None if dtype == INPUT else dtype)
     return found
 
 
 def give_dtype_argument(
-    ctx: Any, plan: ClassPlan, site: Site, dtype_args: dict[int, str], args: list[cst.Arg], what: str
+    ctx: Any,
+    plan: ClassPlan,
+    site: Site,
+    dtype_args: dict[int, tuple[str, str | None]],
+    args: list[cst.Arg],
+    what: str,
 ) -> None:
-    """Give the class the keyword argument ``<attr>_dtype`` (a field with a float32 default), make
-    ``site``'s arguments read it where they read the input's dtype, and report it (``what``: the
-    variable call, as the finding names it)."""
-    taken = set(plan.field_names) | {s.attr for s in plan.sites.values()} | _class_names(ctx, site.ctor)
-    name = f"{site.attr}_dtype"
-    while name in taken:
-        name += "_"
-    plan.fields.append(Field(name, DTYPE_ANNOTATION, DTYPE_DEFAULT, kw_only=True))
-    for index, first in dtype_args.items():
-        replaced = args[index].value.visit(_DtypeRead(first, f"self.{name}"))
+    """Make ``site``'s arguments read the dtype where they read a local's: the expression the code casts
+    it to, or the keyword argument ``<attr>_dtype`` the class gains (a field with a float32 default)
+    for the input's; and report it (``what``: the variable call, as the finding names it)."""
+    field = None
+    if any(dtype is None for _, dtype in dtype_args.values()):
+        taken = set(plan.field_names) | {s.attr for s in plan.sites.values()} | _class_names(ctx, site.ctor)
+        field = f"{site.attr}_dtype"
+        while field in taken:
+            field += "_"
+        plan.fields.append(Field(field, DTYPE_ANNOTATION, DTYPE_DEFAULT, kw_only=True))
+        ctx.state.needs_jax_import = True  # the default and the annotation read jax
+    for index, (name, dtype) in dtype_args.items():
+        replaced = args[index].value.visit(_DtypeRead(name, dtype or f"self.{field}"))
         site.arg_sources[str(index)] = code(replaced)  # type: ignore[arg-type]
-    ctx.state.needs_jax_import = True  # the default and the annotation read jax
-    ctx.report(
-        VAR_007,
-        site.ctor,
-        f"{what} is created in {next(iter(dtype_args.values()))}.dtype at Linen's init: in NNX in {name}, "
-        f"a keyword argument of {plan.name} defaulting to float32",
-    )
+    name, dtype = next(iter(dtype_args.values()))
+    if field is not None:
+        where = f"in NNX in {field}, a keyword argument of {plan.name} defaulting to float32"
+    else:
+        where = f"{dtype}, the dtype the code gives {name}, in NNX too"
+    ctx.report(VAR_007, site.ctor, f"{what} is created in {name}.dtype at Linen's init: {where}")
 
 
 def _class_names(ctx: Any, node: cst.CSTNode) -> set[str]:
@@ -109,31 +119,6 @@ def _only_dtype_uses(node: cst.CSTNode, name: str) -> bool:
             return False
         stack.extend(syntax_children(cur))
     return True
-
-
-def _unchanged_until(ctx: Any, fn: cst.FunctionDef, call: cst.Call, name: str) -> bool:
-    """Nothing binds ``name`` before ``call`` runs: no statement before it in any block around it (an
-    ``x = x.astype(...)`` would change the dtype, also on the same line), no walrus in a test on the
-    way. Around it only ``if`` / ``else`` blocks: a loop, ``with``, ``try`` or ``match`` is not followed."""
-    child, cur = call, ctx.parent_of(call)
-    while cur is not None and cur is not fn:
-        if isinstance(cur, (cst.IndentedBlock, cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            for stmt in cur.body:
-                if stmt is child:
-                    break
-                if name in assigned_in(stmt) or name in bound_otherwise(stmt):
-                    return False
-        elif isinstance(cur, cst.If):
-            if name in bound_otherwise(cur.test):
-                return False
-        elif isinstance(cur, (cst.BaseCompoundStatement, cst.BaseSuite, cst.Else)) and not isinstance(
-            cur, cst.Else
-        ):
-            return False
-        elif isinstance(cur, cst.BaseSmallStatement) and name in bound_otherwise(cur):
-            return False  # a walrus in the statement that creates the variable
-        child, cur = cur, ctx.parent_of(cur)
-    return cur is fn
 
 
 class _DtypeRead(cst.CSTTransformer):

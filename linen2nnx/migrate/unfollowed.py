@@ -5,6 +5,12 @@ a part it does not walk binds (an ``except``, ``else`` or ``finally`` block, a l
 of a ``match``) may hold another value after the statement: its size and rank become unknown, so a
 layer that reads it is a located finding, never sized from the value before the statement. ``x += y``
 is ``x + y``; ``x @= w`` is ``x @ w``.
+
+After an ``if``, a name one branch binds and the other does not is unbound on that other path: reading
+it there raises, so every read that runs sees the binding branch's value (``if self.pre_norm: y =
+norm(x)`` then ``dense(y)``). That holds only for names the flow sees every binding of:
+:func:`absence_unsure` lists the others (a walrus, an ``as``, an import, a nested ``def`` or ``class``,
+a ``global`` / ``nonlocal``, a binding in a part the flow does not walk), which stay unknown.
 """
 
 from __future__ import annotations
@@ -53,6 +59,40 @@ def bound_otherwise(node: cst.CSTNode) -> set[str]:
             found.add(cur.rest.value)
         stack.extend(syntax_children(cur))
     return found
+
+
+def absence_unsure(fn: cst.FunctionDef) -> frozenset[str]:
+    """The names ``fn`` (a method or helper the flow walks) may bind where the flow does not see it, so
+    that a name absent from the flow's values may still be bound (see the module docstring): every
+    parameter (the flow may leave a keyword-only one, ``*args`` or ``**kwargs`` out of its values)
+    and the bindings the flow does not walk."""
+    params = fn.params
+    found = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    found |= {p.name.value for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)}
+    stack: list[cst.CSTNode] = list(fn.body.body)
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, (cst.FunctionDef, cst.ClassDef)):
+            found.add(cur.name.value)  # its own scope, but a `nonlocal` in it binds one of fn's names
+        elif isinstance(cur, (cst.Global, cst.Nonlocal)):
+            found |= {n.name.value for n in cur.names}
+        elif isinstance(cur, (cst.Import, cst.ImportFrom)) and not isinstance(cur.names, cst.ImportStar):
+            for alias in cur.names:
+                found |= names_in(alias.asname.name) if alias.asname else {code_root(alias.name)}
+        elif isinstance(cur, (cst.For, cst.While, cst.Try, cst.TryStar, cst.Match)):
+            for part in _unfollowed_parts(cur):
+                found |= assigned_in(part)
+        stack.extend(syntax_children(cur))
+    for stmt in fn.body.body:
+        found |= bound_otherwise(stmt)
+    return frozenset(found)
+
+
+def code_root(name: cst.BaseExpression) -> str:
+    """The name an ``import a.b.c`` binds: ``a``."""
+    while isinstance(name, cst.Attribute):
+        name = name.value
+    return name.value if isinstance(name, cst.Name) else ""
 
 
 def augmented_value(held: Feat, value: Feat, small: cst.AugAssign) -> Feat:
