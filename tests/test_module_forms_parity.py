@@ -219,6 +219,7 @@ CASES = {
     "layer_dtype_param_tokens": ("Tokens", {}, (2, 4)),  # of a Dense without dtype=: the input's (float32)
     "branch_unbound_local": ("Block", {}, (2, 5)),  # locals bound only under the test that reads them
     "branch_unbound_local_plain": ("Block", {"project": False, "pre_norm": False}, (2, 5)),
+    "broadcast_functions": ("Gate", {}, (2, 5)),  # jnp.where(mask, h, 0.0), jnp.maximum(0.0, h), lax.max
     "reduction_table": ("Pool", {}, (2, 3, 4)),  # {'gap': jnp.mean, 'gmp': jnp.max, ...}[self.classifier]
     "reduction_table_max": ("Pool", {"classifier": "gmp"}, (2, 3, 4)),
     "reduction_table_token": ("Pool", {"classifier": "token"}, (2, 3, 4)),

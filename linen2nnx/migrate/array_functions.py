@@ -38,3 +38,35 @@ EINOPS_FUNCTIONS = frozenset({"einops.rearrange", "einops.reduce", "einops.repea
 the same axis (see :func:`~linen2nnx.migrate.last_axis_ops.einops_keeps_last`)."""
 DOT_GENERAL_FUNCTIONS = frozenset({"jax.lax.dot_general"})
 """``f(x, w, dimension_numbers)``: the result's last axis is w's last free (uncontracted, unbatched) one."""
+BROADCASTING_FUNCTIONS = {
+    **{
+        f"{module}.{name}": 2
+        for module in ("jax.numpy", "numpy")
+        for name in (
+            "maximum",
+            "minimum",
+            "add",
+            "subtract",
+            "multiply",
+            "divide",
+            "true_divide",
+            "power",
+            "fmax",
+            "fmin",
+            "logical_and",
+            "logical_or",
+            "logical_xor",
+            "greater",
+            "greater_equal",
+            "less",
+            "less_equal",
+            "equal",
+            "not_equal",
+        )
+    },
+    **{f"jax.lax.{name}": 2 for name in ("max", "min", "add", "sub", "mul", "div", "pow")},
+    "jax.numpy.where": 3,  # one argument: the indices where it holds, not an array of its shape
+    "numpy.where": 3,
+}
+"""Elementwise functions of this many arrays, all positional: the result broadcasts them, as ``a + b``
+does (``jnp.maximum(0, x)``, ``jnp.where(mask, x, 0.0)``)."""

@@ -48,15 +48,11 @@ from linen2nnx.migrate.array_functions import (
 )
 from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
-from linen2nnx.migrate.cst_utils import (
-    code,
-    names_in,
-    parse_expression,
-    replace_name,
-)
+from linen2nnx.migrate.cst_utils import code, names_in, parse_expression, replace_name
 from linen2nnx.migrate.dataflow_types import Feat, LayerInfo
+from linen2nnx.migrate.last_axis_ops import is_number as numeric
 from linen2nnx.migrate.linen_api import feature_preserving_functions
-from linen2nnx.migrate.unfollowed import augmented_value, forget_unfollowed, is_number
+from linen2nnx.migrate.unfollowed import augmented_value, forget_unfollowed
 from linen2nnx.migrate.weights_dict import applied_weights
 
 
@@ -317,7 +313,7 @@ class FeatureFlow:
             if left.kind in tuple_flow.COMPOUND:  # (h,) + array broadcasts: no tuple, nor a size
                 return Feat.unknown("a tuple and an array")
             # elementwise: broadcasting keeps it (x / 255.0 with x unknown: x's reason, not the literal's)
-            return last_axis_ops.broadcast(left, right, (is_number(node.left), is_number(node.right)))
+            return last_axis_ops.broadcast(left, right, (numeric(node.left), numeric(node.right)))
         if isinstance(node, cst.UnaryOperation):
             return self.expr_of(node.expression)
         if type(node) in TUPLE_OR_LIST:  # (h, *rest): rest's elements spliced in
@@ -439,6 +435,9 @@ class FeatureFlow:
     ) -> Feat | None:
         """Functions that keep the feature size, contract it (``x @ w``, ``lax.dot_general``) or
         reduce axes (``jnp.mean(x, axis=...)``); None for any other call."""
+        broadcast = last_axis_ops.broadcast_call(node, qualnames, arg_feats)
+        if broadcast is not None:
+            return broadcast
         if qualnames & feature_preserving_functions() or qualnames & SHAPE_KEEPING_FUNCTIONS:
             return first
         like = next((LIKE_FUNCTIONS[q] for q in qualnames if q in LIKE_FUNCTIONS), None)

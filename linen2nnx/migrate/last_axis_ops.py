@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 import libcst as cst
 
+from linen2nnx.migrate.array_functions import BROADCASTING_FUNCTIONS
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.dataflow_types import Feat
 
@@ -296,6 +297,23 @@ def _plain_index(element: cst.SubscriptElement) -> bool:
     return isinstance(value, cst.Integer)
 
 
+def broadcast_call(node: cst.Call, qualnames: set[str], arg_feats: Sequence[Feat]) -> Feat | None:
+    """``jnp.maximum(0, x)``, ``jnp.where(mask, x, 0.0)``: a function of :data:`BROADCASTING_FUNCTIONS`
+    given exactly its number of arrays as positional arguments and nothing else, read as the operator
+    form broadcasts them; None for any other call."""
+    count = next((BROADCASTING_FUNCTIONS[q] for q in qualnames if q in BROADCASTING_FUNCTIONS), None)
+    args = node.args
+    if count is None or len(args) != count or any(a.keyword is not None or a.star for a in args):
+        return None
+    order = [1, 2, 0] if count == 3 else [0, 1]  # where(cond, x, y): the values' axis before the test's
+    pairs = [(args[i], arg_feats[i]) for i in order]
+    result, scalar = pairs[0][1], is_number(pairs[0][0].value)
+    for arg, feat in pairs[1:]:
+        result = broadcast(result, feat, (scalar, is_number(arg.value)))
+        scalar = scalar and is_number(arg.value)
+    return result
+
+
 def broadcast(left: Feat, right: Feat, scalar: tuple[bool, bool] = (False, False)) -> Feat:
     """What an elementwise operation of two values gives: the sized one's last axis (broadcasting keeps
     it; ``x / 255.0`` with ``x`` unknown keeps ``x``'s reason, not the literal's), with a rank only when
@@ -306,3 +324,10 @@ def broadcast(left: Feat, right: Feat, scalar: tuple[bool, bool] = (False, False
     if not result.rank or other_scalar or other.rank == result.rank:
         return result
     return dataclasses.replace(result, rank=max(result.rank, other.rank)) if other.rank else result.rankless()
+
+
+def is_number(node: cst.BaseExpression) -> bool:
+    """A number literal, signed or not: broadcasting it adds no axis."""
+    if isinstance(node, cst.UnaryOperation):
+        node = node.expression
+    return isinstance(node, (cst.Integer, cst.Float))

@@ -69,17 +69,32 @@ def feature_preserving_functions() -> frozenset[str]:
         "square",
         "sqrt",
         "negative",
-        "maximum",
+        "maximum",  # with a number (an activation's clamp); of two arrays: broadcast_call in the flow
         "minimum",
-        "where",
         "clip",
         "asarray",
         "array",
         "sign",
         "floor",
         "round",
+        "ceil",
+        "trunc",
+        "reciprocal",
+        "log1p",
+        "expm1",
+        "log2",
+        "tan",
+        "arctan",
+        "sinh",
+        "cosh",
+        "logical_not",
+        "isnan",
+        "isfinite",
     ):
         names.add(f"jax.numpy.{name}")
+    names.update(
+        f"jax.lax.{name}" for name in ("rsqrt", "exp", "tanh", "erf", "logistic", "sqrt", "abs", "neg")
+    )
     names.update(
         {
             "flax.linen.max_pool",

@@ -21,6 +21,7 @@ from linen2nnx.migrate import last_axis_ops
 from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import assigned_in, names_in
 from linen2nnx.migrate.dataflow_types import Feat
+from linen2nnx.migrate.last_axis_ops import is_number
 
 _NOT_FOLLOWED = (
     "a value a block the size flow does not follow may rebind (except / finally / match / loop else)"
@@ -100,10 +101,3 @@ def augmented_value(held: Feat, value: Feat, small: cst.AugAssign) -> Feat:
     if isinstance(small.operator, cst.MatrixMultiplyAssign):
         return last_axis_ops.contracted(value, -2)
     return last_axis_ops.broadcast(held, value, (False, is_number(small.value)))
-
-
-def is_number(node: cst.BaseExpression) -> bool:
-    """A number literal, signed or not: broadcasting it adds no axis."""
-    if isinstance(node, cst.UnaryOperation):
-        node = node.expression
-    return isinstance(node, (cst.Integer, cst.Float))
