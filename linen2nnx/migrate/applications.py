@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.dataflow import DISAGREEING, Feat
+from linen2nnx.migrate.dataflow import Feat
+from linen2nnx.migrate.dataflow_types import DISAGREEING
 from linen2nnx.migrate.tuple_flow import SIZED
 
 

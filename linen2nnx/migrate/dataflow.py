@@ -66,10 +66,6 @@ class LayerUse:
     path: tuple = ()  # the branches and loops it sits in, outermost first (see FeatureFlow.path)
 
 
-DISAGREEING = "applications disagree:"
-"""The reason of the unknown size of a module applied to inputs of different sizes: never taken from a
-trace (which sees one of them), always a required constructor argument."""
-
 KEPT_BY_INDEXING = ("expr", "input", "flatten", "choice", "sliced")
 """Kinds of an array value whose last axis an index that leaves it untouched keeps."""
 

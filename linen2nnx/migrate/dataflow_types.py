@@ -5,6 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+DISAGREEING = "applications disagree:"
+"""The reason of the unknown size of a module applied to inputs of different sizes: never taken from a
+trace (which sees one of them), always a required constructor argument."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Feat:

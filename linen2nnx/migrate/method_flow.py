@@ -27,7 +27,8 @@ from linen2nnx.migrate.cst_utils import (
     self_attr,
     substitute_self_fields,
 )
-from linen2nnx.migrate.dataflow import DISAGREEING, Feat, FeatureFlow, LayerInfo, transfer
+from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
+from linen2nnx.migrate.dataflow_types import DISAGREEING
 from linen2nnx.migrate.element_loops import element_calls
 from linen2nnx.migrate.elementwise import is_elementwise, is_local_activation
 from linen2nnx.migrate.function_aliases import qualnames_through_alias, sole_assigned_value, sole_binding

@@ -23,17 +23,14 @@ from linen2nnx.migrate.cst_utils import (
     replace_name,
     substitute_self_fields,
 )
-from linen2nnx.migrate.dataflow import DISAGREEING, Feat, FeatureFlow, LayerInfo
+from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo
+from linen2nnx.migrate.dataflow_types import DISAGREEING
 from linen2nnx.migrate.element_loops import later_size_holds
 from linen2nnx.migrate.extra_inputs import invariant_input, kv_size
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.loop_chains import chain_label
 from linen2nnx.migrate.method_flow import MethodFlow
-from linen2nnx.migrate.rules import (
-    MOD_004,
-    SHAPE_002,
-    SHAPE_003,
-)
+from linen2nnx.migrate.rules import MOD_004, SHAPE_002, SHAPE_003
 from linen2nnx.migrate.setup_order import ready_at
 from linen2nnx.migrate.sites import (
     ClassPlan,

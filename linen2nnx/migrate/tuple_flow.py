@@ -34,7 +34,7 @@ import libcst as cst
 
 from linen2nnx.migrate import mapping_flow, output_values
 from linen2nnx.migrate.cst_utils import absolute_qualname
-from linen2nnx.migrate.dataflow_types import Feat
+from linen2nnx.migrate.dataflow_types import DISAGREEING, Feat
 
 SIZED = ("expr", "input")
 """Kinds with a size of their own (a config expression, or a method input's)."""
@@ -430,7 +430,12 @@ def merge_value(va: Feat, vb: Feat, config_test: str | None = None) -> Feat:
     if config_test is not None and va.kind in SIZED and vb.kind in SIZED:
         return Feat("choice", expr=config_test, elements=(va, vb))
     both = merged(va, vb, lambda x, y: merge_value(x, y, config_test))
-    return both if both is not None else Feat.unknown("differs between branches")
+    if both is not None:
+        return both
+    # unknown on one path only: that path's reason is the one to fix (`from call`, `from reshape`)
+    unknown = [v for v in (va, vb) if v.kind == "unknown" and not v.reason.startswith(DISAGREEING)]
+    reason = unknown[0].reason if len(unknown) == 1 and unknown[0].reason else "differs between branches"
+    return Feat.unknown(reason)
 
 
 def agreed_return(returns: Sequence[Feat]) -> Feat | None:
