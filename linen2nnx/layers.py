@@ -300,6 +300,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
                 {"force_fp32_for_softmax", "qk_attn_weights_einsum_cls", "attn_weights_value_einsum_cls"}
             ),
             nnx_only_state=("rngs",),
+            keeps_rank=True,  # (..., length, out_features): the rank of inputs_q
         )
         for name, call_keywords in (
             ("MultiHeadDotProductAttention", ()),

@@ -82,6 +82,7 @@ CASES = {
     "compact_seq_loop": ("MLP", {}, (2, 5)),
     # module-level partials of Linen layers, used in @nn.compact and in setup()
     "module_level_partial": ("Head", {}, (2, 6)),
+    "module_level_alias": ("Head", {}, (2, 3, 6)),  # Attention = nn.MultiHeadDotProductAttention; rank kept
     # a size written over several lines inside the call's brackets, read by the next layer
     "multiline_size_expression": ("Model", {}, (2, 6, 6, 3)),
     # an activation picked by a config string into a local, in each of two branches or an `a if c else b`

@@ -43,3 +43,23 @@ def test_a_partial_with_plain_arguments_is_built_as_its_layer():
 )
 def test_a_partial_that_could_read_otherwise_is_not_followed(binding, field):
     assert not _converted(binding, field)
+
+
+@pytest.mark.parametrize("binding", ["Norm = nn.LayerNorm", "from flax.linen import LayerNorm as Norm"])
+def test_a_layer_under_another_name_is_built_as_the_layer(binding):
+    """A module-level alias (module_level_alias fixture, with parity) or an import under another name."""
+    assert _converted(binding)
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        "Norm = nn.LayerNorm\nNorm = nn.RMSNorm",  # bound twice: which one a use sees is not one line
+        "if EPS:\n    Norm = nn.LayerNorm\nelse:\n    Norm = nn.RMSNorm",  # under a test
+        "Norm = nn.LayerNorm if EPS else nn.RMSNorm",  # an expression of two
+    ],
+)
+def test_an_alias_that_could_name_otherwise_is_not_followed(binding):
+    result = migrate_source(SOURCE.format(binding=binding, field=""), "m.py")
+    assert "self.norm = nnx.LayerNorm(" not in result.output
+    assert any(f.severity.value == "manual" for f in result.findings)

@@ -114,6 +114,21 @@ def find_partial_local(
     return PartialLocal(name, stmt, value, ctor, reads.get(name, 0))
 
 
+def find_alias_local(
+    stmt: cst.BaseStatement, is_constructor: Callable[[cst.BaseExpression], bool], reads: Mapping[str, int]
+) -> PartialLocal | None:
+    """A module-level ``name = nn.MultiHeadDotProductAttention`` (a layer or class under another name):
+    a :class:`PartialLocal` with no arguments of its own, each ``name(...)`` built as the class itself."""
+    assign = single_assign(stmt)
+    if assign is None or type(assign[1]) not in (cst.Name, cst.Attribute) or not is_constructor(assign[1]):
+        return None
+    name, value = assign
+    partial = cst.Call(func=cst.Name("partial"), args=[cst.Arg(value)])
+    return PartialLocal(
+        name, stmt, partial, cst.Call(func=value, args=[]), reads.get(name, 0), module_level=True
+    )
+
+
 def rebound_reads(partial: cst.Call, assigned: Mapping[str, int]) -> set[str]:
     """The locals the arguments of ``partial`` read that the method binds more than once: the partial
     holds the value at its creation, and merging its arguments into a later call would read the name

@@ -27,7 +27,7 @@ from linen2nnx.migrate.cst_utils import (
     replayed_assign,
     self_attr,
 )
-from linen2nnx.migrate.factories import PartialLocal, find_partial_local, unknown_overrides
+from linen2nnx.migrate.factories import PartialLocal, find_alias_local, find_partial_local, unknown_overrides
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_aliases import plain_assign, reads_linen, sole_binding
 from linen2nnx.migrate.rebound_locals import (
@@ -257,12 +257,17 @@ class LocalPlanner:
             if stmt is not None:
                 statements.append(stmt)
                 module_level[stmt] = name
+        is_constructor = lambda f: bool(  # noqa: E731
+            self.ctx.layer_rule_of(f) or self.ctx.user_class_of(f) or self._factory_field_of(plan, f)
+        )
         for stmt in statements:
+            alias = find_alias_local(stmt, is_constructor, reads) if stmt in module_level else None
+            if alias is not None:
+                found[alias.name] = alias
+                continue
             local = find_partial_local(
                 stmt,
-                lambda f: bool(
-                    self.ctx.layer_rule_of(f) or self.ctx.user_class_of(f) or self._factory_field_of(plan, f)
-                ),
+                is_constructor,
                 lambda f: bool(self.ctx.qualnames(f) & {"functools.partial"}),
                 reads,
                 {**assigned, module_level[stmt]: 1} if stmt in module_level else assigned,
@@ -292,6 +297,8 @@ class LocalPlanner:
         if type(line) is not cst.SimpleStatementLine or self.ctx.parent_of(line) is not self.state.tree:
             return None
         value = assign.value  # type: ignore[union-attr]
+        if type(value) in (cst.Name, cst.Attribute):  # `MultiHeadDotProductAttention = nn.MultiHead...`
+            return line if self.ctx.layer_rule_of(value) or self.ctx.user_class_of(value) else None
         if not isinstance(value, cst.Call) or not value.args:
             return None
         # its arguments go into __init__ as written there: none may be Linen (the module's line is

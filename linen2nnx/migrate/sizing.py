@@ -175,8 +175,8 @@ class Sizer(TraceEvidence):
         cell's ``y`` beside its carry)."""
         assert site.rule is not None
         out = site.args.get(site.rule.out_arg) if site.rule.out_arg else None
-        if out is None:
-            return LayerInfo(site.flow_key, None, keeps_rank=site.rule.keeps_shape)
+        if out is None:  # the input's size (an attention without out_features: inputs_q's)
+            return LayerInfo(site.flow_key, None, keeps_rank=site.rule.keeps_shape or site.rule.keeps_rank)
         if site.rule.out_arg in site.shape_refs:
             resolved = site.arg_sources.get(site.rule.out_arg)
             return LayerInfo(
