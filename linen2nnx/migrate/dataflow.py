@@ -52,7 +52,7 @@ from linen2nnx.migrate.cst_utils import code, names_in, parse_expression, replac
 from linen2nnx.migrate.dataflow_types import Feat, LayerInfo
 from linen2nnx.migrate.last_axis_ops import is_number as numeric
 from linen2nnx.migrate.linen_api import feature_preserving_functions
-from linen2nnx.migrate.unfollowed import augmented_value, forget_unfollowed
+from linen2nnx.migrate.unfollowed import absence_unsure, augmented_value, forget_unfollowed
 from linen2nnx.migrate.weights_dict import applied_weights
 
 
@@ -102,7 +102,8 @@ class FeatureFlow:
         self.iteration = 0
         self.at_if: dict[cst.If, dict[str, Feat]] = {}  # the values each `if` test sees (first pass)
         self.in_place: mutation.InPlace | None = None  # lists and objects changed in place (first run)
-        self.unsure: frozenset[str] | None = None  # unfollowed.absence_unsure of the function; None: all
+        self.unsure_of: cst.FunctionDef | None = None  # the function walked (unfollowed.absence_unsure)
+        self._unsure: frozenset[str] | None = None
         # `dict` is the builtin (the file binds no such name): dict(k=x) is a display
         self.builtin_dict = False
         self.path: tuple = ()
@@ -176,6 +177,12 @@ class FeatureFlow:
             self.run([] if isinstance(stmt, cst.Match) else stmt.body.body)
             forget_unfollowed(self.env, stmt)  # except / else / finally, the cases of a match
         # nested defs / classes do not change the method's dataflow
+
+    def unsure(self) -> frozenset[str] | None:
+        """What the walked function may bind unseen (unfollowed.absence_unsure), once needed; None: any."""
+        if self._unsure is None and self.unsure_of is not None:
+            self._unsure = absence_unsure(self.unsure_of)
+        return self._unsure
 
     @contextlib.contextmanager
     def _within(self, node: cst.CSTNode, side: int) -> Iterator[None]:
@@ -334,7 +341,7 @@ class FeatureFlow:
                 # `(y, None) if scanned else y`: a layer body that serves nn.scan (carry, out) or a loop
                 if tup.kind == "tuple" and tup.elements and tup.elements[0] == plain:
                     return plain
-            both = tuple_flow.merged(a, b, merge_value)  # (h, w) if flag else (h,): what both hold
+            both = tuple_flow.merged(a, b, tuple_flow.merge_value)  # (h, w) if flag else (h,): both hold
             return a if a == b else both if both is not None else Feat.unknown("conditional expression")
         return Feat.unknown(type(node).__name__)
 
@@ -560,23 +567,18 @@ def value_method(func: cst.Attribute, qualnames: set[str]) -> bool:
     return not any(q.startswith(("jax.", "numpy.", "flax.")) for q in qualnames)
 
 
-SIZED = tuple_flow.SIZED
-merge_value = tuple_flow.merge_value
-
-
-def _merge(
-    a: dict[str, Feat], b: dict[str, Feat], config_test: str | None, unsure: frozenset[str]
-) -> dict[str, Feat]:
+def _merge(a: dict[str, Feat], b: dict[str, Feat], config_test: str | None, unsure: Callable) -> dict:
     """Values after an ``if`` (``a``: the then branch). Where they differ: a ``choice`` on a config
     test when both sides are sized, else unknown; a name one side leaves unbound has the other's value
-    unless it is ``unsure`` (unfollowed.absence_unsure)."""
+    unless ``unsure()`` holds it (FeatureFlow.unsure)."""
     out = {}
     for k in a.keys() | b.keys():
         va, vb = a.get(k), b.get(k)
         if va is not None and vb is not None:
-            out[k] = merge_value(va, vb, config_test)
+            out[k] = tuple_flow.merge_value(va, vb, config_test)
         else:
-            out[k] = Feat.unknown("differs between branches") if unsure is None or k in unsure else va or vb
+            names = unsure()
+            out[k] = Feat.unknown("differs between branches") if names is None or k in names else va or vb
     return out
 
 

@@ -39,7 +39,6 @@ from linen2nnx.migrate.local_functions import local_function_out
 from linen2nnx.migrate.setup_branches import setup_alternatives, setup_branch_info
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
 from linen2nnx.migrate.tuple_flow import agreed_return
-from linen2nnx.migrate.unfollowed import absence_unsure
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.sizing import Sizer
@@ -105,7 +104,7 @@ class MethodFlow:
             size_fields=self.size_fields,
             dims=self.dims,
         )
-        flow.unsure = absence_unsure(fn)
+        flow.unsure_of = fn
         flow.builtin_dict = self._builtin_dict()
         if len(params) >= 2 and (
             (plan.is_cell and fn.name.value == "__call__") or fn.name.value in plan.scanned_methods
@@ -274,7 +273,7 @@ class MethodFlow:
     def output_at_rank(self, rank: int) -> Feat | None:
         """What the method returns for a first input of ``rank`` axes: a probe run (callee_ranks.py)."""
         self.flow = probe = self._flow_over(self.params)
-        probe.unsure = absence_unsure(self.fn)
+        probe.unsure_of = self.fn
         probe.builtin_dict = self._builtin_dict()
         probe.env[self.params[0]] = Feat("input", input_name=self.params[0], rank=rank)
         self.probing = True
@@ -416,7 +415,7 @@ class MethodFlow:
             # inline the helper with the caller's values, so layers it applies are sized in context
             callee_params = [p.name.value for p in callee.params.params][1:]
             sub = self._flow_over(callee_params)
-            sub.unsure = absence_unsure(callee)
+            sub.unsure_of = callee
             sub.env.update(helper_arguments(call, args, callee_params))
             sub.builtin_dict = self.flow.builtin_dict
             sub.iteration = self.flow.iteration
