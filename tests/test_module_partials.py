@@ -63,3 +63,35 @@ def test_an_alias_that_could_name_otherwise_is_not_followed(binding):
     result = migrate_source(SOURCE.format(binding=binding, field=""), "m.py")
     assert "self.norm = nnx.LayerNorm(" not in result.output
     assert any(f.severity.value == "manual" for f in result.findings)
+
+
+ALIAS_ELSEWHERE = """import flax.linen as nn
+
+Dense = nn.Dense
+
+
+class Block(nn.Module):
+{body}
+"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # read in a method that is neither compact nor setup
+        "    def block(self, x):\n        return Dense(3)(x)\n\n    @nn.compact\n"
+        "    def __call__(self, x):\n        return self.block(Dense(4)(x))",
+        # handed to a lifted transform
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.remat(Dense)(5)(Dense(4)(x))",
+        # held in a local
+        "    @nn.compact\n    def __call__(self, x):\n        d = Dense\n        return d(3)(Dense(4)(x))",
+        # a constructor argument: stays Linen, and the verifier names it
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.Sequential([Dense(5), nn.relu])(x)",
+    ],
+)
+def test_an_alias_read_other_than_as_a_built_layer_is_not_followed(body):
+    """Following it would leave the other reads Linen inside an NNX class (they were silent)."""
+    result = migrate_source(ALIAS_ELSEWHERE.format(body=body), "m.py")
+    manual = {f.rule for f in result.findings if f.severity.value == "manual"}
+    assert manual & {"L2N-MOD-006", "L2N-MOD-007", "L2N-VERIFY-001"}, manual
+    assert "nnx.Linear(" not in result.output or "L2N-VERIFY-001" in manual

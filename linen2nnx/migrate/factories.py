@@ -16,7 +16,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children
 from linen2nnx.migrate.cst_utils import (
     code,
     is_docstring,
@@ -127,6 +127,40 @@ def find_alias_local(
     return PartialLocal(
         name, stmt, partial, cst.Call(func=value, args=[]), reads.get(name, 0), module_level=True
     )
+
+
+def alias_reads_built(cls: cst.ClassDef, fn: cst.FunctionDef, name: str) -> bool:
+    """Every read of the module-level alias ``name`` in ``cls`` is one the planner builds in ``__init__``:
+    in ``fn`` (the compact method or setup), ``name(...)(...)`` applied where it stands, or, in setup,
+    ``self.x = name(...)``. A read anywhere else (another method, a value handed on, a constructor
+    argument, ``nn.remat(name)``) would keep the Linen class inside the NNX one."""
+    reads: list[tuple[cst.CSTNode, ...]] = []  # each read with its parents, innermost first
+
+    def walk(node: cst.CSTNode, parents: tuple[cst.CSTNode, ...]) -> None:
+        if type(node) is cst.Name and node.value == name:
+            reads.append(parents)
+        for child in syntax_children(node):
+            if (type(node) is cst.Attribute and child is node.attr) or (
+                type(node) is cst.Arg and child is node.keyword
+            ):
+                continue
+            walk(child, (node, *parents))
+
+    walk(cls.body, ())
+    for parents in reads:
+        if fn not in parents or len(parents) < 2 or type(parents[0]) is not cst.Call:
+            return False
+        call, outer = parents[0], parents[1]
+        applied = type(outer) is cst.Call and outer.func is call
+        stored = (
+            fn.name.value == "setup"
+            and type(outer) is cst.Assign
+            and len(outer.targets) == 1
+            and type(outer.targets[0].target) is cst.Attribute
+        )
+        if not (applied or stored):
+            return False
+    return True
 
 
 def rebound_reads(partial: cst.Call, assigned: Mapping[str, int]) -> set[str]:

@@ -27,7 +27,13 @@ from linen2nnx.migrate.cst_utils import (
     replayed_assign,
     self_attr,
 )
-from linen2nnx.migrate.factories import PartialLocal, find_alias_local, find_partial_local, unknown_overrides
+from linen2nnx.migrate.factories import (
+    PartialLocal,
+    alias_reads_built,
+    find_alias_local,
+    find_partial_local,
+    unknown_overrides,
+)
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_aliases import plain_assign, reads_linen, sole_binding
 from linen2nnx.migrate.rebound_locals import (
@@ -253,7 +259,7 @@ class LocalPlanner:
         statements = list(fn.body.body)
         module_level = {}
         for name, node in first_read.items():
-            stmt = self._module_partial_statement(plan, name, node, assigned)
+            stmt = self._module_partial_statement(plan, name, node, assigned, fn)
             if stmt is not None:
                 statements.append(stmt)
                 module_level[stmt] = name
@@ -286,7 +292,12 @@ class LocalPlanner:
         return found
 
     def _module_partial_statement(
-        self, plan: ClassPlan, name: str, read: cst.Name, assigned: dict[str, int]
+        self,
+        plan: ClassPlan,
+        name: str,
+        read: cst.Name,
+        assigned: dict[str, int],
+        fn: cst.FunctionDef | None = None,
     ) -> cst.SimpleStatementLine | None:
         """The module-level ``name = partial(...)`` line the method's read of ``name`` sees, when it is
         the name's one binding (``LayerNorm = partial(nn.LayerNorm, epsilon=1e-5)``)."""
@@ -298,7 +309,9 @@ class LocalPlanner:
             return None
         value = assign.value  # type: ignore[union-attr]
         if type(value) in (cst.Name, cst.Attribute):  # `MultiHeadDotProductAttention = nn.MultiHead...`
-            return line if self.ctx.layer_rule_of(value) or self.ctx.user_class_of(value) else None
+            builds = self.ctx.layer_rule_of(value) or self.ctx.user_class_of(value)
+            cls = self.ctx.parent_of(self.ctx.parent_of(fn)) if fn is not None else None
+            return line if builds and type(cls) is cst.ClassDef and alias_reads_built(cls, fn, name) else None
         if not isinstance(value, cst.Call) or not value.args:
             return None
         # its arguments go into __init__ as written there: none may be Linen (the module's line is

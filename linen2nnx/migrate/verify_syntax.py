@@ -114,24 +114,36 @@ def handed_self(call: cst.Call, helper: tuple[list[str], dict[str, str]]) -> str
     return None
 
 
-def module_partials(module: cst.Module) -> dict[str, cst.Call]:
-    """Module-level ``name = <call>(<first>, ...)`` lines, by name (see :func:`linen_partial`)."""
-    found: dict[str, cst.Call] = {}
+def module_partials(module: cst.Module) -> dict[str, cst.BaseExpression]:
+    """Module-level ``name = <call>(<first>, ...)`` and ``name = dotted.name`` lines, by name (see
+    :func:`linen_partial`)."""
+    found: dict[str, cst.BaseExpression] = {}
     for stmt in module.body:
         for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
-            if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and small.value.args:
+            value = small.value if isinstance(small, cst.Assign) else None
+            if (isinstance(value, cst.Call) and value.args) or type(value) in (cst.Name, cst.Attribute):
                 for t in small.targets:
                     if isinstance(t.target, cst.Name):
-                        found[t.target.value] = small.value
+                        found[t.target.value] = value  # type: ignore[assignment]
     return found
 
 
-def linen_partial(call: cst.Call | None, names: NameResolver, linen_classes: set[str]) -> str | None:
+def linen_partial(
+    call: cst.BaseExpression | None, names: NameResolver, linen_classes: set[str]
+) -> str | None:
     """The Linen module class ``call`` (``partial(nn.Dense, use_bias=False)`` bound at module level)
-    partially applies: a call of that name builds a Linen module, whatever the class it is made in."""
-    if call is None or "functools.partial" not in names.qualnames(call.func) or call.args[0].keyword:
+    partially applies, or names (``Dense = nn.Dense``): a call of that name builds a Linen module,
+    whatever the class it is made in."""
+    if type(call) in (cst.Name, cst.Attribute):
+        first: cst.BaseExpression = call  # type: ignore[assignment]
+    elif (
+        type(call) is not cst.Call
+        or "functools.partial" not in names.qualnames(call.func)
+        or call.args[0].keyword
+    ):
         return None
-    first = call.args[0].value
+    else:
+        first = call.args[0].value
     if isinstance(first, cst.Name) and first.value in linen_classes:
         return first.value
     return next((q for q in names.qualnames(first) if flax_class_kind(q) == "linen"), None)
