@@ -33,6 +33,14 @@ ONE_HOT_FUNCTIONS = frozenset({"jax.nn.one_hot", "flax.linen.one_hot"})
 CONCATENATE_FUNCTIONS = frozenset({"jax.numpy.concatenate", "numpy.concatenate"})
 REDUCTIONS = frozenset({"mean", "sum", "max", "min", "prod", "var", "std", "median", "nanmean", "nansum"})
 """Reductions (``jnp.mean(x, axis=...)`` / ``x.mean(axis=...)``): the last axis survives unless reduced."""
+
+
+def numpy_reduction(qualname: str) -> str | None:
+    """The reduction of :data:`REDUCTIONS` a NumPy / jax.numpy function is (``jax.numpy.mean``: mean)."""
+    module, _, name = qualname.rpartition(".")
+    return name if module in ("jax.numpy", "numpy") and name in REDUCTIONS else None
+
+
 EINOPS_FUNCTIONS = frozenset({"einops.rearrange", "einops.reduce", "einops.repeat"})
 """``f(x, "n h w c -> n (h w) c", ...)``: the last axis is kept when the pattern ends both sides with
 the same axis (see :func:`~linen2nnx.migrate.last_axis_ops.einops_keeps_last`)."""

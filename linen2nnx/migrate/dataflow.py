@@ -45,6 +45,7 @@ from linen2nnx.migrate.array_functions import (
     REDUCTIONS,
     SHAPE_KEEPING_FUNCTIONS,
     SHAPE_KEEPING_METHODS,
+    numpy_reduction,
 )
 from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
@@ -472,14 +473,7 @@ class FeatureFlow:
                 )
             )
             return last_axis_ops.contracted(arg_feats[1], *last_axis_ops.rhs_axes(dims))
-        reduced = next(
-            (
-                q.rsplit(".", 1)[1]
-                for q in qualnames
-                if q.rsplit(".", 1)[0] in ("jax.numpy", "numpy") and q.rsplit(".", 1)[1] in REDUCTIONS
-            ),
-            None,
-        )
+        reduced = next(filter(None, map(numpy_reduction, qualnames)), None)
         if reduced is not None and positional:
             return last_axis_ops.reduced(first, positional[1:], node.args)
         if (

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from linen2nnx.migrate.array_functions import REDUCTIONS
+from linen2nnx.migrate.array_functions import numpy_reduction
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 
@@ -58,10 +58,7 @@ def _array_effect(qualnames: set[str]) -> object:
         return None
     if qualnames & feature_preserving_functions():
         return "elementwise"
-    if all(
-        q.rsplit(".", 1)[0] in ("jax.numpy", "numpy") and q.rsplit(".", 1)[-1] in REDUCTIONS
-        for q in qualnames
-    ):
+    if all(map(numpy_reduction, qualnames)):
         return "reduction"
     return frozenset(qualnames)
 

@@ -44,12 +44,12 @@ def input_dtype_args(
     if fn is None or fn is not plan.compact or len(fn.params.params) < 2:
         return {}
     found: dict[int, tuple[str, str | None]] = {}
+    maybe_none = {f.name for f in plan.fields if f.default == "None"}
     for i, arg in enumerate(args):
         uses = (names_in(arg.value) - NOT_LOCAL) & local_names
         if len(uses) != 1 or not _only_dtype_uses(arg.value, next(iter(uses))):
             continue
         name = next(iter(uses))
-        maybe_none = {f.name for f in plan.fields if f.default == "None"}
         dtype = traced_dtype(ctx, fn, call, name, local_names, maybe_none)
         if dtype is not None:
             found[i] = (name, None if dtype == INPUT else dtype)

@@ -32,6 +32,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, names_in, self_attr
+from linen2nnx.migrate.dataflow import value_method
 from linen2nnx.migrate.unfollowed import bound_otherwise
 
 INPUT = "<input>"  # the compact method's first input's dtype, through promoting layers
@@ -84,14 +85,13 @@ def _value_dtype(
         return _layer_output_dtype(ctx, fn, func, positional, names, steps)
     if ctx.qualnames(func) & _KEEPING_FUNCTIONS and positional:
         return _value_dtype(ctx, fn, positional[0].value, names, steps + 1)
-    if type(func) is cst.Attribute and func.attr.value in _KEEPING_METHODS and not _library(ctx, func):
+    if (
+        type(func) is cst.Attribute
+        and func.attr.value in _KEEPING_METHODS
+        and value_method(func, ctx.qualnames(func))
+    ):
         return _value_dtype(ctx, fn, func.value, names, steps + 1)
     return None
-
-
-def _library(ctx: Any, func: cst.Attribute) -> bool:
-    """``func`` names a function of a library module (``jnp.reshape``), not a method of a value."""
-    return any(q.startswith(("jax.", "numpy.", "flax.")) for q in ctx.qualnames(func))
 
 
 def _layer_output_dtype(
