@@ -211,7 +211,7 @@ def summary(results: Iterable[BuildResult]) -> Counter:
 
 
 # ---- the worker: runs in its own process ------------------------------------------------------------
-STUBS = ("h5py", "requests", "tqdm", "regex", "filelock", "sentencepiece")
+STUBS = ("h5py", "requests", "tqdm", "regex", "filelock", "sentencepiece", "immutabledict")
 """Download-only dependencies of the corpora, stubbed for import when absent (besides
 ``outside_parity.STUB_PACKAGES``): model classes never use them."""
 

@@ -51,7 +51,8 @@ class ClassEntry:
     new_args: dict[str, str] = dataclasses.field(default_factory=dict)
     """Constructor arguments the NNX class gained -> how their value is obtained (``input:i``: the last
     axis of positional input ``i``; ``input_shape:i``: its shape; ``input_axis:i:EXPR``: ``EXPR``, one
-    axis of that input's shape, as the Linen source wrote it; ``traced:N``, ``unresolved...``: a size
+    axis of that input's shape, as the Linen source wrote it; ``traced:N``, ``unresolved...``, ``handed:F``
+    (the output size of the module handed in as constructor argument ``F``): a size
     the caller passes)."""
     bases: list[str] = dataclasses.field(default_factory=list)
     """Classes whose build this one inherits (it calls their ``__init__``): names not found here are

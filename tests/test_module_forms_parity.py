@@ -238,6 +238,9 @@ CASES = {
     "input_keyword": ("Model", {}, (2, 5)),  # self.mix(x, other=..., scale=...): `other` sized by name
     "input_keyword_first": ("Model", {}, (2, 5)),  # self.mix(other=..., x=...): `x` sized by name too
     "attention_kv_features": ("CrossKeyword", {}, (2, 3, 5)),  # in_kv_features from inputs_kv=
+    "held_submodule": ("Stack", {}, (2, 3, 4)),  # rel = Embed(...) handed to every layer: self.relpos_bias
+    "handed_module": ("Model", {}, (2, 4)),  # the embedding handed to the encoder sizes its layers
+    "class_attribute_reads_field": ("Scaled", {}, (2, 5)),  # scale = Scale(factor * 1.5) in the body
     "attention_kv_features_positional": ("CrossPositional", {}, (2, 3, 5)),  # from inputs_k= / inputs_v=
     "attention_kv_loop": ("Decoder", {}, (2, 3, 5)),  # blocks in a loop attend to one encoder output
     "caller_local_same_name": ("Model", {"config": ActConfig()}, (2, 5)),  # both spell their local `config`
@@ -358,6 +361,7 @@ UNUSED_BY_LINEN = {
     "tied_embedding": 1,
 }  # the tied head's own kernel: NNX builds it, Linen never does
 INT_INPUTS = {
+    "handed_module",
     "post_init_embedder",
     "tied_embedding_chain",
     "block_output_setup_attribute",

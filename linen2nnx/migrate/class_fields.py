@@ -16,7 +16,7 @@ from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.annotation_names import qualified_default
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import calls_in
-from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.cst_utils import code, names_in
 from linen2nnx.migrate.elementwise import setup_activations
 from linen2nnx.migrate.kw_only import is_kw_only_marker
 from linen2nnx.migrate.linen_api import feature_preserving_functions
@@ -127,3 +127,34 @@ def plan_field_kinds(ctx: FileContext, plan: ClassPlan, node: cst.ClassDef) -> N
             f"{plan.name} has a field named `rngs`, which NNX constructors reserve for the nnx.Rngs",
             "rename the field before migrating",
         )
+
+
+def read_at_class_creation(cls: cst.ClassDef) -> list[set[str]]:
+    """For each statement of ``cls``'s body, the names the statements after it read while the class
+    is created: its plain statements (``rot = Rotary(hidden_dim // heads)`` reads the fields' defaults,
+    class attributes then), the defaults of fields (``wide: int = dim * 4``), and the decorators,
+    defaults and annotations of its methods, not their bodies. A name read before the statement that
+    binds it in the class is the module's (``promote_dtype: Fn = promote_dtype``)."""
+    reads = [_creation_reads(stmt) for stmt in cls.body.body]
+    later: list[set[str]] = []
+    seen: set[str] = set()
+    for read in reversed(reads):
+        later.append(set(seen))
+        seen |= read
+    return later[::-1]
+
+
+def _creation_reads(stmt: cst.BaseStatement) -> set[str]:
+    if isinstance(stmt, cst.FunctionDef):
+        parts: list[cst.CSTNode] = [d.decorator for d in stmt.decorators]
+        params = stmt.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            parts += [p for p in (param.default, param.annotation) if p is not None]
+        return {n for part in parts for n in names_in(part)}
+    if isinstance(stmt, cst.SimpleStatementLine):
+        read: set[str] = set()
+        for small in stmt.body:  # of a field, its default
+            field = isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name)
+            read |= names_in(small.value) if field and small.value else set() if field else names_in(small)
+        return read
+    return set() if isinstance(stmt, cst.ClassDef) else names_in(stmt)

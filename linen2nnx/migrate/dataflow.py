@@ -51,6 +51,7 @@ from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
 from linen2nnx.migrate.cst_utils import code, names_in, parse_expression, replace_name
 from linen2nnx.migrate.dataflow_types import Feat, LayerInfo
+from linen2nnx.migrate.handed_modules import handed_output
 from linen2nnx.migrate.last_axis_ops import is_number as numeric
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 from linen2nnx.migrate.unfollowed import absence_unsure, augmented_value, forget_unfollowed
@@ -550,7 +551,7 @@ class FeatureFlow:
                 )
             )
             return last_axis_ops.concatenated(first, axis)
-        return Feat.unknown("call")
+        return handed_output(node, self.size_fields) or Feat.unknown("call")
 
 
 def value_method(func: cst.Attribute, qualnames: set[str]) -> bool:

@@ -30,6 +30,9 @@ class Feat:
     candidate: Feat | None = None
     """For an unknown size: what it is if an assumption no source text proves holds (the right operand
     of ``x @ y`` has rank >= 2); only a trace that shows the same sizes confirms it."""
+    handed: str = ""
+    """For an unknown size: the constructor field whose module's output it is, exactly (``self.embed(t)``
+    of a module the builder hands in; see handed_modules.py)."""
 
     @staticmethod
     def unknown(reason: str) -> Feat:

@@ -10,6 +10,9 @@ is read from the stand-in instead, with no argument of its own. Only an exact re
 axis (an integer literal) of ``.shape`` of an input parameter, or of a slice of it by config, at a
 top-level statement of ``__call__`` before which the input keeps its shape, for a submodule built once
 and unconditionally. Anything else stays the call-time finding.
+
+:func:`flat_input` is the other size read from an input's shape: a layer fed ``x.reshape(x.shape[0], -1)``
+of a ``__call__`` input reads the product of its other axes, from an ``x_shape`` argument.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import code, names_in
+from linen2nnx.migrate.dataflow_types import Feat
 from linen2nnx.migrate.rules import SHAPE_002
 from linen2nnx.migrate.sites import ClassPlan, Site
 from linen2nnx.migrate.variable_planning import shape_kept_until
@@ -158,3 +162,37 @@ def site_condition(site: Site) -> list[object]:
         )
         if why
     ]
+
+
+def flat_input(
+    ctx: FileContext, plan: ClassPlan, feat: Feat, params: list[str], node: cst.CSTNode
+) -> str | None:
+    """``x.reshape(x.shape[0], -1)`` of a ``__call__`` input: the product of its other axes, from a
+    new constructor argument holding the input's shape (``math.prod(x_shape[1:])``)."""
+    base = feat.base
+    if not (
+        feat.kind == "flatten"
+        and feat.leading
+        and base is not None
+        and base.kind == "input"
+        and ctx.state.flow_method == "__call__"
+        and base.input_name in params
+    ):
+        return None
+    arg = f"{base.input_name}_shape"
+    while arg in plan.field_names:
+        arg += "_"
+    how = f"input_shape:{params.index(base.input_name)}"
+    if plan.new_args.get(arg, how) != how:
+        return None
+    if arg not in plan.new_args:
+        plan.new_args[arg] = how
+        ctx.report(
+            SHAPE_002,
+            node,
+            f"{plan.name} gains constructor argument {arg}: the shape of "
+            f"`{base.input_name}`, whose axes after the first {feat.leading} a layer reads flattened",
+            f"pass {arg}={base.input_name}.shape where {plan.name} is built",
+        )
+    ctx.state.needs_math_import = True
+    return f"math.prod({arg}[{feat.leading}:])"

@@ -13,7 +13,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
-from linen2nnx.migrate.cst_utils import code, name_counts, self_attr, single_assign
+from linen2nnx.migrate.cst_utils import assigned_names, code, name_counts, self_attr, single_assign
 from linen2nnx.migrate.sites import BranchLocal, ClassPlan
 
 
@@ -101,3 +101,23 @@ def _conditional_use(node: cst.CSTNode, name: str, under: bool = False) -> bool:
         return under and node.value == name
     under = under or isinstance(node, _CONDITIONAL)
     return any(_conditional_use(child, name, under) for child in syntax_children(node))
+
+
+def held_submodule(plan: ClassPlan, value: cst.BaseExpression) -> str | None:
+    """``rel = Biases(..., name='relpos_bias')`` then ``Layer(relative_embedding=rel)`` in ``@nn.compact``:
+    the argument in ``__init__``'s terms, ``self.relpos_bias``, when it is a local bound once, by a
+    top-level statement of the method, to a submodule built there unconditionally (one module, shared
+    by every layer handed it, as in Linen); None otherwise."""
+    if plan.compact is None or not isinstance(value, cst.Name):
+        return None
+    if assigned_names(plan.compact).get(value.value) != 1:
+        return None
+    for stmt in plan.compact.body.body:
+        assign = single_assign(stmt)
+        if assign is None or assign[0] != value.value:
+            continue
+        site = plan.sites.get(assign[1]) if isinstance(assign[1], cst.Call) else None
+        plain = site is not None and site.hoisted and site.parent is None and not site.conditions
+        if plain and site.loop is None and site.nest is None and site.container is None:
+            return None if site.exclusive_with is not None else f"self.{site.attr}"
+    return None

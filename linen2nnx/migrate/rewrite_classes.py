@@ -19,6 +19,7 @@ from linen2nnx.migrate.bridge import (
     mutable_collections,
 )
 from linen2nnx.migrate.cells import CARRY_METHOD, nnx_initialize_carry
+from linen2nnx.migrate.class_fields import read_at_class_creation
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     code,
@@ -183,7 +184,10 @@ class ClassRewriter:
         )
         body.insert(init_index, init)
         following = body[init_index + 1] if init_index + 1 < len(body) else None
-        if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not following.leading_lines:
+        if (
+            isinstance(following, (cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine))
+            and not following.leading_lines
+        ):
             body[init_index + 1] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         self.ctx.report(MOD_001, original, f"{plan.name} -> nnx.Module")
         self.state.converted[plan.name] = original
@@ -236,9 +240,14 @@ class ClassRewriter:
         setup_body: list[cst.BaseStatement] = []
         post_init: list[cst.BaseStatement] = []
         init_index = None
-        for orig_stmt, stmt in zip(original.body.body, updated.body.body):
+        read_later = read_at_class_creation(original)  # fields the class body reads stay class attributes
+        for orig_stmt, stmt, read in zip(original.body.body, updated.body.body, read_later):
             if self._is_field_line(plan, stmt):
                 init_index = len(body) if init_index is None else init_index
+                kept = _read_by_class_body(stmt, read)
+                if kept is not None:
+                    init_index += init_index == len(body)  # __init__ after them
+                    body.append(kept)
                 continue
             moved = self._moved_post_init(plan, original, orig_stmt, stmt)
             if moved is not None:
@@ -266,29 +275,35 @@ class ClassRewriter:
                 init_index = len(body) if init_index is None else init_index
                 continue
             if plan.is_cell and isinstance(stmt, cst.FunctionDef) and stmt.name.value == CARRY_METHOD:
-                reordered = nnx_initialize_carry(stmt)
-                if reordered is None:
-                    self.ctx.report(
-                        API_002,
-                        orig_stmt,
-                        f"{plan.name}.{CARRY_METHOD}(rng, shape) uses its key: "
-                        f"nnx.RNN calls {CARRY_METHOD}(input_shape, rngs)",
-                        "take `rngs` (an nnx.Rngs or None) and draw the key from it",
-                    )
-                else:
-                    self.ctx.report(
-                        API_006,
-                        orig_stmt,
-                        f"{plan.name}.{CARRY_METHOD}(rng, input_shape) -> "
-                        f"{CARRY_METHOD}(input_shape, rngs=None), as nnx.RNN calls it",
-                    )
-                    stmt = reordered
+                stmt = self._carry_method(plan, orig_stmt, stmt)
             body.append(stmt)
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value in plan.scanned_methods:
                 body.append(
                     self.state.step_methods.pop(stmt.name.value)
                 )  # the scanned body, right after its scan
         return body, [*post_init, *setup_body], init_index
+
+    def _carry_method(
+        self, plan: ClassPlan, orig_stmt: cst.BaseStatement, stmt: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        """A cell's ``initialize_carry`` in the order nnx.RNN calls it (a finding when it uses its key)."""
+        reordered = nnx_initialize_carry(stmt)
+        if reordered is None:
+            self.ctx.report(
+                API_002,
+                orig_stmt,
+                f"{plan.name}.{CARRY_METHOD}(rng, shape) uses its key: "
+                f"nnx.RNN calls {CARRY_METHOD}(input_shape, rngs)",
+                "take `rngs` (an nnx.Rngs or None) and draw the key from it",
+            )
+            return stmt
+        self.ctx.report(
+            API_006,
+            orig_stmt,
+            f"{plan.name}.{CARRY_METHOD}(rng, input_shape) -> "
+            f"{CARRY_METHOD}(input_shape, rngs=None), as nnx.RNN calls it",
+        )
+        return reordered
 
     def _moved_post_init(
         self, plan: ClassPlan, original: cst.ClassDef, orig_stmt: cst.BaseStatement, stmt: cst.BaseStatement
@@ -423,3 +438,13 @@ class ClassRewriter:
                 body[i] = member.with_changes(body=member.body.with_changes(body=[*member.body.body, line]))
                 return stmt.with_changes(body=stmt.body.with_changes(body=body))
         return stmt
+
+
+def _read_by_class_body(stmt: cst.BaseStatement, read: set[str]) -> cst.BaseStatement | None:
+    """A field line (``width: int = 8``) whose field a later statement of the class body reads while
+    the class is created (``per_head = width // heads``): kept as a class attribute, as Linen's dataclass
+    has it then (its TODO markers go to ``__init__`` with the fields'); None for any other."""
+    if not any(s.value is not None and s.target.value in read for s in stmt.body):  # type: ignore[attr-defined]
+        return None
+    lines = [ln for ln in stmt.leading_lines if ln.comment is None or not ln.comment.value.startswith(MARKER)]
+    return stmt.with_changes(leading_lines=lines)

@@ -1,9 +1,8 @@
 """Planning the sites of a class: where each submodule and variable is built, under which conditions.
 
-Part of the *analyse* step. :class:`SitePlanner` turns a constructor call the
-:class:`~linen2nnx.migrate.compact_collect.CompactCollector` (or ``setup()``) meets into a
-:class:`~linen2nnx.migrate.sites.Site` on the plan: a hoisted layer or an ``nnx.List`` built in a loop
-here; a layer nested in another's arguments or a replayed loop nest in its base
+Part of the *analyse* step. :class:`SitePlanner` turns a constructor call the ``CompactCollector``
+(or ``setup()``) meets into a :class:`~linen2nnx.migrate.sites.Site` on the plan: a hoisted layer or an
+``nnx.List`` built in a loop here; a layer nested in another's arguments or a replayed loop nest in its base
 :class:`~linen2nnx.migrate.nest_planning.NestPlanning`; a variable created in ``__init__`` or lazily in
 its base :class:`~linen2nnx.migrate.variable_planning.VariablePlanning`. It also works out the
 conditions (``if`` tests on config, restated shape tests) a site is built under.
@@ -32,6 +31,7 @@ from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.foreign_locals import local_value, plain_foreign
 from linen2nnx.migrate.input_sizes import input_size_arg
 from linen2nnx.migrate.key_chains import call_time_message
+from linen2nnx.migrate.local_sites import held_submodule
 from linen2nnx.migrate.loop_chains import LoopChains, names_of, offset_of
 from linen2nnx.migrate.loop_locals import loop_local_value
 from linen2nnx.migrate.loop_names import clashes, loop_name_pattern, pattern_attr
@@ -517,6 +517,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                     site.arg_sources[arg_name] = in_loop  # computed in the loop's comprehension
                 elif shape_locals is not None:
                     site.shape_refs[arg_name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
+                elif (held := held_submodule(plan, arg.value)) is not None:
+                    site.arg_sources[arg_name] = held  # a local holding a submodule: the attribute
                 elif not input_size_arg(self.ctx, plan, site, arg_name, arg, uses, what):  # `x.shape[3]`
                     self.ctx.report(MOD_004, arg, *call_time_message(self.ctx, arg_name, arg, uses, what))
         site.moved_args = tuple(moved)

@@ -28,6 +28,8 @@ from linen2nnx.migrate.dataflow_types import DISAGREEING
 from linen2nnx.migrate.element_loops import later_size_holds
 from linen2nnx.migrate.extra_inputs import invariant_input, kv_size
 from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.handed_modules import HANDED, handed_kind, handed_size
+from linen2nnx.migrate.input_sizes import flat_input
 from linen2nnx.migrate.loop_chains import chain_label
 from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import MOD_004, SHAPE_002, SHAPE_003
@@ -353,6 +355,8 @@ class Sizer(TraceEvidence):
                     site.user_in[arg] = leaf  # Inner()(batch): the caller's own batch['image']
                 elif how.startswith("traced:"):
                     site.user_in[arg] = self._traced_arg(plan, site, arg, how, node)
+                elif how.startswith(HANDED) and (handed := handed_size(self, plan, site, arg, how, node)):
+                    site.user_in[arg] = handed  # the output size of a submodule it hands in
                 else:
                     site.user_in[arg] = self._required_arg(
                         plan, site, f"{arg} of {site.user.name}", node, arg, shape=how == "unresolved_shape"
@@ -457,7 +461,7 @@ class Sizer(TraceEvidence):
             )
         if feat.kind == "input":
             feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self.state.flow_method}")
-        flat = self._flat_input(plan, feat, params, node)
+        flat = flat_input(self.ctx, plan, feat, params, node)
         if flat is not None:
             return flat
         confirmed = self._confirmed_candidate(plan, site, feat, params, node)
@@ -469,40 +473,8 @@ class Sizer(TraceEvidence):
         why = {"flatten": "a flatten", "sliced": "an indexed value"}.get(
             feat.kind, feat.reason or "an unknown value"
         )
-        return self._required_arg(
-            plan, site, f"input feature size of {plan.name}.{site.attr} (from {why})", node
-        )
-
-    def _flat_input(self, plan: ClassPlan, feat: Feat, params: list[str], node: cst.CSTNode) -> str | None:
-        """``x.reshape(x.shape[0], -1)`` of a ``__call__`` input: the product of its other axes, from a
-        new constructor argument holding the input's shape (``math.prod(x_shape[1:])``)."""
-        base = feat.base
-        if not (
-            feat.kind == "flatten"
-            and feat.leading
-            and base is not None
-            and base.kind == "input"
-            and self.state.flow_method == "__call__"
-            and base.input_name in params
-        ):
-            return None
-        arg = f"{base.input_name}_shape"
-        while arg in plan.field_names:
-            arg += "_"
-        how = f"input_shape:{params.index(base.input_name)}"
-        if plan.new_args.get(arg, how) != how:
-            return None
-        if arg not in plan.new_args:
-            plan.new_args[arg] = how
-            self.ctx.report(
-                SHAPE_002,
-                node,
-                f"{plan.name} gains constructor argument {arg}: the shape of "
-                f"`{base.input_name}`, whose axes after the first {feat.leading} a layer reads flattened",
-                f"pass {arg}={base.input_name}.shape where {plan.name} is built",
-            )
-        self.state.needs_math_import = True
-        return f"math.prod({arg}[{feat.leading}:])"
+        what = f"input feature size of {plan.name}.{site.attr} (from {why})"
+        return self._required_arg(plan, site, what, node, how=handed_kind(feat) or "unresolved")
 
     def _required_arg(
         self,
@@ -512,11 +484,13 @@ class Sizer(TraceEvidence):
         node: cst.CSTNode,
         child_arg: str = "in_features",
         shape: bool = False,
+        how: str = "unresolved",
     ) -> str:
         """A new constructor argument for a size nothing explains, named after the submodule and, for a
         class of the run with several unknown sizes, after the child's own argument (one argument each:
         a block's input width and its inner layer's are different sizes); ``shape``: a whole input
-        shape the child takes (its ``x_shape``), a tuple."""
+        shape the child takes (its ``x_shape``), a tuple; ``how``: the kind of a plain required size
+        (``handed:F``: a handed module's output, which a builder may know)."""
         arg = f"{chain_label(site)}_{child_arg}".replace("[", "_").replace("]", "").replace("/", "_")
         if not arg.isidentifier():  # a size named after an expression: any other character
             arg = re.sub(r"\W+", "_", arg)
@@ -552,7 +526,7 @@ class Sizer(TraceEvidence):
             when = " and ".join(f"({c})" if " " in c else c for c in conditions)
             message = f"{what} is unknown statically; constructor argument {arg} (default None) added, required when {when}"
         else:
-            plan.new_args[arg] = "unresolved_shape" if shape else "unresolved"
+            plan.new_args[arg] = "unresolved_shape" if shape else how
             message = f"{what} is unknown statically; required constructor argument {arg} added"
         self.ctx.report(
             SHAPE_003, node, message, "run `linen2nnx migrate --trace SPEC` or pass the size explicitly"
@@ -582,6 +556,8 @@ class Sizer(TraceEvidence):
                         if how == "input:0"
                         else None
                     )
+                    if not traced and how.startswith(HANDED):
+                        traced = handed_size(self, plan, site, arg, how, site.ctor)
                     site.user_in[arg] = traced or self._required_arg(
                         plan,
                         site,

@@ -35,7 +35,7 @@ from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, markers_of, one_line
 from linen2nnx.migrate.training.driver import line_map
-from linen2nnx.migrate.verify_methods import method_notes
+from linen2nnx.migrate.verify_methods import class_attribute_notes, method_notes
 from linen2nnx.migrate.verify_names import (
     LINEN_SELF_ONLY,
     LINEN_TREE_PLACE,
@@ -244,6 +244,9 @@ class _Verifier:
             self._marked[node] = True
             for child in syntax_children(node.body):
                 self._walk(child, stmt)
+        if self._class is not None and self._rewritten():
+            for rule, at, where, message in class_attribute_notes(node, self.module):
+                self._report(rule, at, where, message)
         self._class = outer
 
     def _rewritten(self) -> bool:

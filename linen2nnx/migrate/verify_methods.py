@@ -1,6 +1,7 @@
 """The verifier's checks of an NNX class's methods as wholes: a ``__post_init__`` that nothing calls, an
-``__init__`` that reads an attribute before it binds it, and an ``__init__`` whose parameter defaults
-read a name the file does not bind (evaluated when the class is defined: a NameError at import).
+``__init__`` that reads an attribute before it binds it, and an ``__init__`` whose parameter defaults,
+or a class attribute, read a name the file does not bind (evaluated when the class is defined: a
+NameError at import).
 
 Linen's ``setup()`` may read a size that a later statement binds, on a submodule built lazily;
 ``__init__`` runs in order, so an output that reads ``self.width`` on a line above
@@ -138,3 +139,31 @@ def _facts(stmt: cst.CSTNode) -> tuple[set[str], list[tuple[cst.Attribute, str]]
             reads.append((node, attr))  # type: ignore[arg-type]
         stack.extend(syntax_children(node))
     return bound, reads, calls_self
+
+
+def class_attribute_notes(
+    cls: cst.ClassDef, module: cst.Module
+) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
+    """A class attribute of an NNX class the run rewrote that reads a name neither the file nor the
+    class body binds (``rot = Rotary(hidden_dim // heads)`` had the fields it read become ``__init__``'s
+    parameters): evaluated when the class is defined, a NameError at import."""
+    attributes = [
+        (stmt, small)
+        for stmt in cls.body.body
+        if isinstance(stmt, cst.SimpleStatementLine)
+        for small in stmt.body
+        if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None
+    ]
+    top_names = module_names(module.body) if attributes else None
+    if top_names is None:
+        return []
+    bound = top_names | BOUND_EVERYWHERE | class_body_names(cls)
+    message = "the class attribute {} reads {}, which neither this file nor the class binds"
+    found = []
+    for stmt, small in attributes:
+        target = code(small.targets[0].target if isinstance(small, cst.Assign) else small.target)
+        found += [
+            (verify_rules.VERIFY_008, small.value, stmt, message.format(target, name))
+            for name in sorted(outer_names(small.value) - bound)  # type: ignore[arg-type]
+        ]
+    return found

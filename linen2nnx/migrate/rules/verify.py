@@ -73,9 +73,9 @@ VERIFY_007 = Rule(
 VERIFY_008 = Rule(
     "L2N-VERIFY-008",
     M,
-    "An NNX __init__'s parameter default reads a name the file does not bind (a field default repeated from "
-    "a base of another file, say): Python evaluates it when the class is defined, so the module fails at import "
-    "with a NameError.",
+    "An NNX __init__'s parameter default, or a class attribute, reads a name the file does not bind (a field "
+    "default repeated from a base of another file, say): Python evaluates it when the class is defined, so the "
+    "module fails at import with a NameError.",
     "def __init__(self, remat: str = LayerRemat.LEGACY, *, rngs: nnx.Rngs): ...",
     "# TODO(linen2nnx): L2N-VERIFY-008 the default of remat reads LayerRemat, which this file does not bind",
 )
