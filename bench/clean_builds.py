@@ -16,7 +16,8 @@ A clean class is constructed with
 - else it counts as built when a class built as above holds a module of it (``nnx.iter_graph`` of
   the abstract module): its parent's ``__init__`` built it with the sizes the migration wired in.
 
-Anything else is *unchecked* (no config is known for it), never counted as built. The outcome of
+Anything else is *unchecked* (no config is known for it, or it is defined inside a function, out of
+reach), never counted as built. The outcome of
 each class is ``built``, ``failed`` (with the exception: a clean class that does not build is the
 silent failure this tool must never produce), ``blocked`` (it failed inside a class that is not clean,
 so the report already names the place), ``abstract`` (an ``abc`` base, abstract in Linen too),
@@ -169,8 +170,9 @@ def check_tree(
     timeout: float = 600.0,
 ) -> list[BuildResult]:
     """Build every clean class (``file -> class names``, files relative to ``root``, the migrated
-    tree) in a worker process; ``configs``: class name -> traced Linen configs; ``linen_root``: the
-    Linen tree, imported when a migrated module fails to import, to tell the environment apart;
+    tree) in worker processes, ``FILES_PER_WORKER`` files each; ``configs``: class name -> traced
+    Linen configs; ``linen_root``: the Linen tree, imported when a migrated module fails to import,
+    to tell the environment apart;
     ``package``: the name a tree with an ``__init__.py`` is imported as (default: its folder's name);
     ``search_paths``: more of ``sys.path`` (where the corpus's own dependencies are installed)."""
     job = {
@@ -186,18 +188,40 @@ def check_tree(
     }
     if not job["clean"]:
         return []
+    files = list(job["clean"])
+    if len(files) > FILES_PER_WORKER:  # one process per chunk: a few hundred models at once outgrow memory
+        return [
+            result
+            for start in range(0, len(files), FILES_PER_WORKER)
+            for result in _run_worker(
+                dict(job, clean={f: job["clean"][f] for f in files[start : start + FILES_PER_WORKER]}),
+                timeout,
+            )
+        ]
+    return _run_worker(job, timeout)
+
+
+FILES_PER_WORKER = 20
+"""Files whose clean classes one worker process builds (the files of one folder sit together)."""
+
+
+def _run_worker(job: dict[str, Any], timeout: float) -> list[BuildResult]:
     with tempfile.TemporaryDirectory(prefix="l2n-builds-") as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
         job_path.write_text(json.dumps(job))
-        proc = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", str(job_path), str(out_path)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        try:
+            proc = subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), "--worker", str(job_path), str(out_path)],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            stderr = proc.stderr
+        except subprocess.TimeoutExpired:
+            stderr = f"timed out after {timeout:.0f} s"
         if not out_path.exists():
-            detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            detail = (stderr.strip().splitlines() or ["no output"])[-1]
             return [
                 BuildResult(f, c, "failed", f"worker died: {detail}")
                 for f, cs in job["clean"].items()
@@ -211,7 +235,7 @@ def summary(results: Iterable[BuildResult]) -> Counter:
 
 
 # ---- the worker: runs in its own process ------------------------------------------------------------
-STUBS = ("h5py", "requests", "tqdm", "regex", "filelock", "sentencepiece", "immutabledict")
+STUBS = ("h5py", "requests", "tqdm", "regex", "filelock", "sentencepiece")
 """Download-only dependencies of the corpora, stubbed for import when absent (besides
 ``outside_parity.STUB_PACKAGES``): model classes never use them."""
 
@@ -333,8 +357,21 @@ def _job_tree(job_path: Path) -> Iterator[tuple[dict, Path]]:
 
     job = json.loads(job_path.read_text())
     sys.path[:0] = job.get("search_paths", [])
+    _shim_missing_mappings()
     with tempfile.TemporaryDirectory() as tmp, stub_missing_packages(STUB_PACKAGES + STUBS):
         yield job, _as_package(Path(job["root"]), Path(tmp), job["package"])
+
+
+def _shim_missing_mappings() -> None:
+    """``immutabledict`` when absent: a plain ``dict`` subclass, which is all model files ask of it (a
+    stub that answers anything would be iterated for ever by ``immutabledict({...})`` constants)."""
+    import importlib.util
+    import types
+
+    if importlib.util.find_spec("immutabledict") is None:
+        module = types.ModuleType("immutabledict")
+        module.immutabledict = type("immutabledict", (dict,), {})  # type: ignore[attr-defined]
+        sys.modules["immutabledict"] = module
 
 
 def _worker(job_path: Path, out_path: Path) -> None:
@@ -354,13 +391,15 @@ def _worker(job_path: Path, out_path: Path) -> None:
                     BuildResult(rel, c, "environment" if env else "unimportable", detail) for c in classes
                 ]
                 continue
+            nested = _nested_classes(tree / rel)
             for c in classes:
                 cls = getattr(module, c, None)
-                status, detail = (
-                    ("failed", "not in the migrated module")
-                    if not isinstance(cls, type)
-                    else _build(cls, job["configs"].get(c, []), reached, clean_names)
-                )
+                if isinstance(cls, type):
+                    status, detail = _build(cls, job["configs"].get(c, []), reached, clean_names)
+                elif c in nested:  # defined inside a function (a test's fake model): not reachable here
+                    status, detail = "unchecked", "defined inside a function"
+                else:
+                    status, detail = "failed", "not in the migrated module"
                 if status == "unchecked":
                     classes_of[len(results)] = cls
                 results.append(BuildResult(rel, c, status, detail))
@@ -370,6 +409,15 @@ def _worker(job_path: Path, out_path: Path) -> None:
                 results[index], status="built", detail=f"inside {reached[cls]}"
             )
     out_path.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
+
+
+def _nested_classes(path: Path) -> set[str]:
+    """The classes ``path`` defines anywhere but at its top level (inside a function or a class)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    top = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)} - top
 
 
 def _linen_fails(linen_root: Path, rel: str, job: dict) -> bool:

@@ -118,3 +118,32 @@ def test_a_local_holding_a_submodule_is_handed_as_its_attribute():
 def test_a_local_not_bound_once_to_a_submodule_stays_a_call_time_value(binding):
     result = migrate_source(HELD.format(binding=binding), "s.py", module_name="s")
     assert any(f.rule == "L2N-MOD-004" and "call-time value shared" in f.message for f in result.findings)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "jax.nn.sigmoid(self.gate(tokens)) * self.embed(tokens)",  # a width of 1 broadcasts to 6
+        "self.embed(tokens, method='attend')",  # another method than __call__
+    ],
+)
+def test_a_value_that_is_not_the_handed_output_itself_is_not_passed(value):
+    src = BLOCK.format(value=value, table="nn.Embed(10, 6)", handed="self.table").replace(
+        "    embed: nn.Module\n", "    embed: nn.Module\n    gate: nn.Module = None\n"
+    )
+    src = src.replace("import jax.numpy as jnp\n", "import jax\nimport jax.numpy as jnp\n")
+    result = migrate_source(src, "m.py", module_name="m")
+    assert result.name_map.classes["m.Block"].new_args == {"out_in_features": "unresolved"}
+
+
+@pytest.mark.parametrize("ones", ["jnp.ones((1, 1))", "self.param('s', nn.initializers.ones, (1,))"])
+def test_a_size_of_one_broadcast_against_an_unknown_size_is_unknown(ones):
+    """``e * jnp.ones((1, 1))`` has ``e``'s width, whatever it is, not 1."""
+    src = BLOCK.format(
+        value=f"jnp.tanh(self.embed(tokens))[..., None, :] * {ones}",
+        table="nn.Embed(10, 6)",
+        handed="self.table",
+    )
+    result = migrate_source(src, "m.py", module_name="m")
+    assert "nnx.Linear(1," not in result.output
+    assert any(f.rule == "L2N-SHAPE-003" for f in result.findings)

@@ -361,6 +361,9 @@ class Block(nnx.Module):
     K = 3
     rot = SCALE * K
     table: tuple = (hidden_dim // heads, K)
+    label = __qualname__ + str(K)
+    early = late * 2
+    late = 1
 
     def __init__(self, hidden_dim: int = 72, heads: int = 3, *, rngs: nnx.Rngs):
         self.hidden_dim = hidden_dim
@@ -371,13 +374,11 @@ def test_a_class_attribute_reading_a_name_the_file_does_not_bind_is_reported():
     """A class attribute is evaluated when the class is defined too: one that reads what were the Linen
     fields (class attributes of the Linen class, ``__init__`` parameters now) fails at import."""
     output, findings = _verify(UNBOUND_CLASS_ATTRIBUTE)
+    message = "the class attribute {} reads {}, which neither this file nor the class binds above it"
     assert [(f.rule, f.line, f.message) for f in findings] == [
-        (
-            "L2N-VERIFY-008",
-            10,
-            f"the class attribute table reads {name}, which neither this file nor the class binds",
-        )
-        for name in ("heads", "hidden_dim")
+        ("L2N-VERIFY-008", 10, message.format("table", "heads")),
+        ("L2N-VERIFY-008", 10, message.format("table", "hidden_dim")),
+        ("L2N-VERIFY-008", 12, message.format("early", "late")),  # bound below: not yet
     ]
     assert f"    {MARKER} L2N-VERIFY-008 the class attribute table reads heads" in output
     assert _verify(output)[0] == output  # marked once: a second run adds nothing

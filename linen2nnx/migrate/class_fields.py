@@ -46,8 +46,12 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
                     if is_kw_only_marker(small):
                         kw_only = True
                         continue
-                    fields = [f for f in fields if f.name != small.target.value]
-                    fields.append(dataclasses.replace(ctx.dataclass_field(small), kw_only=kw_only))
+                    field = dataclasses.replace(ctx.dataclass_field(small), kw_only=kw_only)
+                    at = next((i for i, f in enumerate(fields) if f.name == field.name), None)
+                    if at is None:
+                        fields.append(field)
+                    else:  # a field declared again keeps its place, as a dataclass's does
+                        fields[at] = field
     return fields
 
 

@@ -33,8 +33,11 @@ HANDED = "handed:"
 
 def handed_output(call: cst.Call, fields: Collection[str]) -> Feat | None:
     """``self.F(...)`` where ``F`` is a constructor field: an unknown size that is exactly the output
-    size of whatever module the builder hands in as ``F``; None for any other call."""
+    size of whatever module the builder hands in as ``F``; None for any other call (``method=`` runs
+    another method than ``__call__``)."""
     func = call.func
+    if any(a.keyword is not None and a.keyword.value == "method" for a in call.args):
+        return None
     if (
         isinstance(func, cst.Attribute)
         and isinstance(func.value, cst.Name)

@@ -321,6 +321,13 @@ def broadcast(left: Feat, right: Feat, scalar: tuple[bool, bool] = (False, False
     known rank (broadcasting may add axes: the larger rank)."""
     swap = left.kind == "unknown" and right.kind != "unknown"
     (result, other), other_scalar = ((right, left), scalar[0]) if swap else ((left, right), scalar[1])
+    if not other_scalar and other != result:
+        if result.kind == "expr" and result.expr == "1":  # an axis of 1 broadcasts to the other's size
+            if other.kind not in ("expr", "input"):
+                return Feat.unknown("a broadcast of a size-1 axis")
+            result, other = other, result
+        if result.handed:  # only the handed module's output itself is the size its builder knows
+            result = dataclasses.replace(result, handed="")
     if not result.rank or other_scalar or other.rank == result.rank:
         return result
     return dataclasses.replace(result, rank=max(result.rank, other.rank)) if other.rank else result.rankless()

@@ -62,6 +62,7 @@ from linen2nnx.migrate.sites import (
 from linen2nnx.migrate.static_locals import (
     without_dead_statements,
 )
+from linen2nnx.migrate.verify_syntax import bound_by
 from linen2nnx.namemap import ClassEntry
 
 
@@ -176,6 +177,7 @@ class ClassRewriter:
         body, setup_body, init_index = self._nnx_body(plan, original, updated)
         if init_index is None:
             init_index = 1 if body and is_docstring(body[0]) else 0
+        init_index = max(init_index, _after_attributes_read(body, plan))
         if plan.setup is not None:
             self.ctx.report(MOD_002, plan.setup, f"{plan.name}.setup() moved into __init__")
         init = self.emitter.build_init(plan, setup_body)
@@ -448,3 +450,15 @@ def _read_by_class_body(stmt: cst.BaseStatement, read: set[str]) -> cst.BaseStat
         return None
     lines = [ln for ln in stmt.leading_lines if ln.comment is None or not ln.comment.value.startswith(MARKER)]
     return stmt.with_changes(leading_lines=lines)
+
+
+def _after_attributes_read(body: list[cst.BaseStatement], plan: ClassPlan) -> int:
+    """Where ``__init__`` may go at the earliest: after every class attribute its parameter defaults
+    read (``quarter: int = half // 2`` below ``half = width // 2``), which Python evaluates then."""
+    read = {n for f in plan.fields if f.default for n in names_in(parse_expression(f.default))}
+    bound = [
+        i
+        for i, stmt in enumerate(body)
+        if isinstance(stmt, cst.SimpleStatementLine) and bound_by(stmt) & read
+    ]
+    return bound[-1] + 1 if bound else 0

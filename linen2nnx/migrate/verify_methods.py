@@ -21,12 +21,13 @@ from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import (
     code,
     is_super_call,
+    names_in,
     self_attr,
     self_targets,
 )
 from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
-from linen2nnx.migrate.verify_syntax import class_body_names
+from linen2nnx.migrate.verify_syntax import bound_by, class_body_names
 
 DEFERRED = frozenset({cst.Lambda, cst.FunctionDef, cst.ClassDef})  # code that runs later, not where it stands
 
@@ -67,7 +68,7 @@ def unbound_defaults(
     if top_names is None:
         return []
     found = []
-    bound = top_names | BOUND_EVERYWHERE | class_body_names(cls)
+    bound = top_names | BOUND_EVERYWHERE | names_above(cls, init)
     params = init.params
     for param in [*params.params, *params.kwonly_params, *params.posonly_params]:
         if param.default is None:
@@ -145,8 +146,8 @@ def class_attribute_notes(
     cls: cst.ClassDef, module: cst.Module
 ) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
     """A class attribute of an NNX class the run rewrote that reads a name neither the file nor the
-    class body binds (``rot = Rotary(hidden_dim // heads)`` had the fields it read become ``__init__``'s
-    parameters): evaluated when the class is defined, a NameError at import."""
+    class body above it binds (``rot = Rotary(hidden_dim // heads)`` had the fields it read become
+    ``__init__``'s parameters): evaluated when the class is defined, a NameError at import."""
     attributes = [
         (stmt, small)
         for stmt in cls.body.body
@@ -157,13 +158,28 @@ def class_attribute_notes(
     top_names = module_names(module.body) if attributes else None
     if top_names is None:
         return []
-    bound = top_names | BOUND_EVERYWHERE | class_body_names(cls)
-    message = "the class attribute {} reads {}, which neither this file nor the class binds"
+    message = "the class attribute {} reads {}, which neither this file nor the class binds above it"
     found = []
     for stmt, small in attributes:
+        bound = top_names | BOUND_EVERYWHERE | names_above(cls, stmt)
         target = code(small.targets[0].target if isinstance(small, cst.Assign) else small.target)
         found += [
             (verify_rules.VERIFY_008, small.value, stmt, message.format(target, name))
             for name in sorted(outer_names(small.value) - bound)  # type: ignore[arg-type]
         ]
+    return found
+
+
+CLASS_BODY_NAMES = frozenset({"__qualname__", "__module__"})
+"""What Python binds in every class body before its first statement."""
+
+
+def names_above(cls: cst.ClassDef, stmt: cst.BaseStatement) -> set[str]:
+    """The names the statements of ``cls``'s body above ``stmt`` bind (what ``stmt`` may read there)."""
+    found = set(CLASS_BODY_NAMES)
+    for other in cls.body.body:
+        if other is stmt:
+            break
+        compound = not isinstance(other, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef))
+        found |= names_in(other) if compound else bound_by(other)  # under an `if`: any name it holds
     return found

@@ -229,18 +229,21 @@ def names_with_bases(node: cst.ClassDef, defs: dict[str, cst.ClassDef]) -> set[s
 
 def class_body_names(cls: cst.ClassDef) -> set[str]:
     """The names a class body binds at its top level (methods, nested classes, class attributes)."""
+    return {name for stmt in cls.body.body for name in bound_by(stmt)}
+
+
+def bound_by(stmt: cst.BaseStatement) -> set[str]:
+    """The names one statement of a class body binds there (a method, a nested class, attributes)."""
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return {stmt.name.value}
     names: set[str] = set()
-    for stmt in cls.body.body:
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            names.add(stmt.name.value)
-        elif isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                targets = (
-                    [t.target for t in small.targets]
-                    if isinstance(small, cst.Assign)
-                    else ([small.target] if isinstance(small, cst.AnnAssign) else [])
-                )
-                names.update(t.value for t in targets if isinstance(t, cst.Name))
+    for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+        targets = (
+            [t.target for t in small.targets]
+            if isinstance(small, cst.Assign)
+            else ([small.target] if isinstance(small, cst.AnnAssign) else [])
+        )
+        names.update(t.value for t in targets if isinstance(t, cst.Name))
     return names
 
 
