@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_utils import self_attr
 from linen2nnx.migrate.dataflow_types import Feat
 from linen2nnx.migrate.setup_order import ready_at
 
@@ -61,7 +62,7 @@ def handed_size(
     (``handed:F``): the output size of the submodule it hands in as ``F``, in its own ``__init__``'s
     terms; its own new argument when it forwards a module it was handed; None when it cannot tell."""
     given = site.args.get(how.removeprefix(HANDED))
-    attr = _self_attribute(given.value) if given is not None else None
+    attr = self_attr(given.value) if given is not None else None
     if attr is None or site.user is None:
         return None
     submodule = _single_site(plan, attr)
@@ -76,21 +77,24 @@ def handed_size(
     return None
 
 
-def _self_attribute(value: cst.BaseExpression) -> str | None:
-    if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == "self":
-        return value.attr.value
-    return None
-
-
 def _single_site(plan: ClassPlan, attr: str) -> Site | None:
     """The one submodule ``plan`` builds as ``self.attr``: not a list's element, not one of two
     exclusive builds, not built in a loop or from a helper."""
     found = [s for s in plan.sites.values() if s.attr == attr and s.parent is None]
     if len(found) != 1:
         return None
-    site = found[0]
-    if site.kind not in ("layer", "module") or site.container is not None or site.loop is not None:
-        return None
-    if site.exclusive_with is not None or site.nest is not None or site.elements is not None:
-        return None
-    return site
+    return found[0] if found[0].kind in ("layer", "module") and built_alone(found[0]) else None
+
+
+def built_alone(site: Site) -> bool:
+    """``site`` builds one module of its own attribute, which ``self.attr`` handed on stands for (here and
+    in local_sites.held_submodule): not nested in another layer's arguments, not an element of a list
+    (a loop's, a comprehension's, a loop nest's), not one of two exclusive builds."""
+    return (
+        site.parent is None
+        and site.container is None
+        and site.loop is None
+        and site.nest is None
+        and site.elements is None
+        and site.exclusive_with is None
+    )

@@ -14,6 +14,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import assigned_names, code, name_counts, self_attr, single_assign
+from linen2nnx.migrate.handed_modules import built_alone
 from linen2nnx.migrate.sites import BranchLocal, ClassPlan
 
 
@@ -117,7 +118,6 @@ def held_submodule(plan: ClassPlan, value: cst.BaseExpression) -> str | None:
         if assign is None or assign[0] != value.value:
             continue
         site = plan.sites.get(assign[1]) if isinstance(assign[1], cst.Call) else None
-        plain = site is not None and site.hoisted and site.parent is None and not site.conditions
-        if plain and site.loop is None and site.nest is None and site.container is None:
-            return None if site.exclusive_with is not None else f"self.{site.attr}"
+        if site is not None and site.hoisted and not site.conditions and built_alone(site):
+            return f"self.{site.attr}"
     return None

@@ -19,7 +19,7 @@ import libcst as cst
 
 from linen2nnx.migrate import last_axis_ops
 from linen2nnx.migrate.cst_meta import syntax_children
-from linen2nnx.migrate.cst_utils import assigned_in, names_in
+from linen2nnx.migrate.cst_utils import assigned_in, names_in, root_name
 from linen2nnx.migrate.dataflow_types import Feat
 from linen2nnx.migrate.last_axis_ops import is_number
 
@@ -79,7 +79,8 @@ def absence_unsure(fn: cst.FunctionDef) -> frozenset[str]:
             found |= {n.name.value for n in cur.names}
         elif isinstance(cur, (cst.Import, cst.ImportFrom)) and not isinstance(cur.names, cst.ImportStar):
             for alias in cur.names:
-                found |= names_in(alias.asname.name) if alias.asname else {code_root(alias.name)}
+                root = root_name(alias.name)
+                found |= names_in(alias.asname.name) if alias.asname else {root.value} if root else set()
         elif isinstance(cur, (cst.For, cst.While, cst.Try, cst.TryStar, cst.Match)):
             for part in _unfollowed_parts(cur):
                 found |= assigned_in(part)
@@ -87,13 +88,6 @@ def absence_unsure(fn: cst.FunctionDef) -> frozenset[str]:
     for stmt in fn.body.body:
         found |= bound_otherwise(stmt)
     return frozenset(found)
-
-
-def code_root(name: cst.BaseExpression) -> str:
-    """The name an ``import a.b.c`` binds: ``a``."""
-    while isinstance(name, cst.Attribute):
-        name = name.value
-    return name.value if isinstance(name, cst.Name) else ""
 
 
 def augmented_value(held: Feat, value: Feat, small: cst.AugAssign) -> Feat:

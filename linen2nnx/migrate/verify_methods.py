@@ -148,26 +148,29 @@ def class_attribute_notes(
     """A class attribute of an NNX class the run rewrote that reads a name neither the file nor the
     class body above it binds (``rot = Rotary(hidden_dim // heads)`` had the fields it read become
     ``__init__``'s parameters): evaluated when the class is defined, a NameError at import."""
-    attributes = [
-        (stmt, small)
-        for stmt in cls.body.body
-        if isinstance(stmt, cst.SimpleStatementLine)
-        for small in stmt.body
-        if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None
-    ]
-    top_names = module_names(module.body) if attributes else None
+    if not any(_attributes(stmt) for stmt in cls.body.body):
+        return []
+    top_names = module_names(module.body)
     if top_names is None:
         return []
     message = "the class attribute {} reads {}, which neither this file nor the class binds above it"
     found = []
-    for stmt, small in attributes:
-        bound = top_names | BOUND_EVERYWHERE | names_above(cls, stmt)
-        target = code(small.targets[0].target if isinstance(small, cst.Assign) else small.target)
-        found += [
-            (verify_rules.VERIFY_008, small.value, stmt, message.format(target, name))
-            for name in sorted(outer_names(small.value) - bound)  # type: ignore[arg-type]
-        ]
+    bound = top_names | BOUND_EVERYWHERE | CLASS_BODY_NAMES
+    for stmt in cls.body.body:
+        for small in _attributes(stmt):
+            target = code(small.targets[0].target if isinstance(small, cst.Assign) else small.target)
+            found += [
+                (verify_rules.VERIFY_008, small.value, stmt, message.format(target, name))
+                for name in sorted(outer_names(small.value) - bound)  # type: ignore[arg-type]
+            ]
+        bound |= _binds(stmt)
     return found
+
+
+def _attributes(stmt: cst.BaseStatement) -> list[cst.Assign | cst.AnnAssign]:
+    """The assignments with a value on a plain statement line of a class body."""
+    smalls = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ()
+    return [s for s in smalls if isinstance(s, (cst.Assign, cst.AnnAssign)) and s.value is not None]
 
 
 CLASS_BODY_NAMES = frozenset({"__qualname__", "__module__"})
@@ -180,6 +183,11 @@ def names_above(cls: cst.ClassDef, stmt: cst.BaseStatement) -> set[str]:
     for other in cls.body.body:
         if other is stmt:
             break
-        compound = not isinstance(other, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef))
-        found |= names_in(other) if compound else bound_by(other)  # under an `if`: any name it holds
+        found |= _binds(other)
     return found
+
+
+def _binds(stmt: cst.BaseStatement) -> set[str]:
+    """What a statement of a class body binds there; of one under an ``if`` / ``try``: any name it holds."""
+    compound = not isinstance(stmt, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef))
+    return names_in(stmt) if compound else bound_by(stmt)
