@@ -202,19 +202,61 @@ def import_levels_with_cycles(work: list[tuple[Path, str, str]]) -> list[tuple[l
 
 
 def _levels(deps: list[set[int]]) -> list[tuple[list[int], list[int]]]:
-    levels: list[tuple[list[int], list[int]]] = []
-    done: set[int] = set()
-    remaining = list(range(len(deps)))
-    while remaining:
-        ready = [i for i in remaining if deps[i] <= done]
-        cyclic: list[int] = []
-        if not ready:  # a cycle: take the rest together
-            ready = remaining
-            cyclic = [i for i in ready if deps[i] & set(ready)]
-        levels.append((ready, cyclic))
-        done.update(ready)
-        remaining = [i for i in remaining if i not in done]
-    return levels
+    """Levels of the import graph's strongly connected components: a file comes after every file it
+    imports, and the files of one cycle share a level (they are the level's cyclic files). A file that
+    only imports a cycle comes after it, in a later level, so it sees the cycle's classes on its
+    single pass (lumping every file left once a cycle appears hid them from it)."""
+    components = _components(deps)
+    owner = {i: c for c, members in enumerate(components) for i in members}
+    depth: list[int] = []
+    for members in components:  # Tarjan yields a component after every component it imports
+        imported = {owner[j] for i in members for j in deps[i]} - {owner[members[0]]}
+        depth.append(1 + max((depth[c] for c in imported), default=-1))
+    levels: list[tuple[list[int], list[int]]] = [([], []) for _ in range(max(depth, default=-1) + 1)]
+    for c, members in enumerate(components):
+        files, cyclic = levels[depth[c]]
+        files += members
+        if len(members) > 1:
+            cyclic += members
+    return [(sorted(files), sorted(cyclic)) for files, cyclic in levels]
+
+
+def _components(deps: list[set[int]]) -> list[list[int]]:
+    """Strongly connected components of the graph ``i -> deps[i]`` (Tarjan's, iterative: a long
+    chain of imports must not hit the recursion limit), each after the components it reaches."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    stack: list[int] = []
+    on_stack: set[int] = set()
+    components: list[list[int]] = []
+    for root in range(len(deps)):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(deps[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            child = next(edges, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    members = []
+                    while not members or members[-1] != node:
+                        members.append(stack.pop())
+                        on_stack.discard(members[-1])
+                    components.append(sorted(members))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(deps[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return components
 
 
 _WORD = re.compile(rb"\w+")

@@ -13,6 +13,7 @@ import enum
 import functools
 import multiprocessing
 import os
+import re
 import sys
 import threading
 from collections import Counter
@@ -124,8 +125,24 @@ class MigrationResult:
 
 
 def mentions_linen(source: str) -> bool:
-    """Cheap pre-filter: a file that never says ``linen`` has nothing to migrate."""
+    """Cheap pre-filter: a file that never says ``linen`` has nothing to migrate..."""
     return "linen" in source
+
+
+def uses_run_class(source: str, external: Mapping[str, Any] | None) -> bool:
+    """... unless it names a class another file of the run defines. A preset that only overrides
+    field defaults (``class Gemma2_2B(_transformer.Transformer): config = ...``) never says
+    ``linen``, yet left as it is it sets a field of a class that is now NNX, which has no fields; a
+    script or config that builds the model (``gm.nn.Gemma3_4B(tokens=...)``) builds it without
+    ``rngs``. Cheap and conservative (any word that is such a class's name): the codemod resolves
+    the imports, and the verifier checks the calls (:mod:`.verify_outside`)."""
+    if not external:
+        return False
+    names = {key.rpartition(":")[2].rpartition(".")[2] for key in external}
+    return not names.isdisjoint(_WORD.findall(source))
+
+
+_WORD = re.compile(r"[A-Za-z_]\w*")
 
 
 def rule_selector(
@@ -171,8 +188,8 @@ def migrate_source(
     from linen2nnx.migrate.training import mentions_training
 
     file_path = Path(path)
-    if not mentions_linen(source) and not mentions_training(source):  # its data classes for importers
-        facts = record_facts.of_source(source, module_name, path)
+    if not (mentions_linen(source) or mentions_training(source) or uses_run_class(source, external)):
+        facts = record_facts.of_source(source, module_name, path)  # its data classes for importers
         return FileResult(file_path, path, source, source, [], NameMap(), skipped=True, factories=facts)
     try:
         tree = parse_module(source)  # = cst.parse_module(source), cheaper

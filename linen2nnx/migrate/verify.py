@@ -47,7 +47,7 @@ from linen2nnx.migrate.verify_names import (
     looks_like_linen_module,
     signature_of,
 )
-from linen2nnx.migrate.verify_outside import calls_outside
+from linen2nnx.migrate.verify_outside import builds_run_class, check_builds_outside
 from linen2nnx.migrate.verify_syntax import (
     applied_locals,
     assignments,
@@ -81,6 +81,7 @@ def verify_output(
     converted: Collection[str] | None = None,
     names_of_tree: Callable[[], NameResolver] | None = None,
     built: set[str] | None = None,
+    outside_classes: bool = True,
 ) -> tuple[str, list[Finding]]:
     """``output`` with an inline marker on each leftover of Linen in its NNX classes, and the findings
     (with the lines of ``original``, the input of the whole migration).
@@ -93,20 +94,20 @@ def verify_output(
     leftover the output is parsed after all: positions and markers need one node per place.
     ``names_of_tree``: the resolver of ``tree``, when the caller built (or will build) one anyway.
     ``built`` gains the keys of the run's classes that NNX classes here build with every argument
-    their ``__init__`` requires (:mod:`.caller_sizes`).
+    their ``__init__`` requires (:mod:`.caller_sizes`). ``outside_classes``: also check the builds of
+    the run's NNX classes in functions and module-level statements (:mod:`.verify_outside`).
     """
-    if "nnx" not in output or not any(rule_enabled(r.id) for r in verify_rules.RULES):
+    if not any(rule_enabled(r.id) for r in verify_rules.RULES):
         return output, []
-    notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
+    if "nnx" not in output and not (outside_classes and builds_run_class(output, external)):
+        return output, []
+    options = (module_name, external, factories or {}, rule_enabled, converted)
     if tree is not None:
         names = names_of_tree() if names_of_tree is not None else None
-        notes = _leftovers(
-            tree, module_name, external, factories or {}, rule_enabled, converted, names, built
-        )
-        if not notes:
+        if not _leftovers(tree, *options, names, built, outside_classes):
             return output, []
     module = cst.parse_module(output)
-    notes = _leftovers(module, module_name, external, factories or {}, rule_enabled, converted, None, built)
+    notes = _leftovers(module, *options, None, built, outside_classes)
     if not notes:
         return output, []
     positions = start_positions(module, [node for _, node, _, _ in notes])
@@ -133,9 +134,10 @@ def _leftovers(
     converted: Collection[str] | None = None,
     names: NameResolver | None = None,
     built: set[str] | None = None,
+    outside_classes: bool = True,
 ) -> list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]]:
     verifier = _Verifier(module, module_name, external, factories, converted, names)
-    verifier.run()
+    verifier.run(outside_classes)
     if built is not None:
         built |= verifier.built
     return [n for n in verifier.notes if rule_enabled(n[0].id)]
@@ -176,11 +178,9 @@ class _Verifier:
         self.factories = factories  # functions of the run that build layers: rewritten, or still Linen
         self.function_factories = {k: v for k, v in factories.items() if isinstance(v, FunctionFactory)}
 
-    def run(self) -> None:
+    def run(self, outside_classes: bool = True) -> None:
         self._walk(self.module, None)
-        local = [n for n in self.nnx_classes if n in self.defs and self._signature(n) is not None]
-        for call, stmt in calls_outside(self.module, set(self.nnx_classes.values()), local):
-            self._check_signature(call, set(), stmt)
+        check_builds_outside(self, classes_only=not outside_classes)
 
     def _report(self, rule: Rule, node: cst.CSTNode, stmt: cst.CSTNode | None, message: str) -> None:
         """A leftover on ``stmt``, unless another rule marked the statement: that leftover is reported

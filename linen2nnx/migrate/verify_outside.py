@@ -1,17 +1,21 @@
-"""Where the verifier looks outside NNX classes: calls in the file's other classes that build a class
-of this file the run turned into NNX.
+"""Where the verifier looks outside NNX classes: calls anywhere else in the file (its other classes,
+its functions, its module-level statements) that build a class the run turned into NNX.
 
 Linen code often builds its modules outside any module: a config's ``make()`` returns
-``Transformer(self, name=name)``, a class kept as Linen builds a converted block with ``parent=``.
-Once the block is an NNX class, such a call fails (no ``name=``, no ``rngs``), and nothing in the
-module pass sees it: the calls found here are checked against the NNX ``__init__`` as calls inside
-NNX classes are. Module-level functions and statements are not looked at yet: the module pass
-replays many such functions into their callers, which leaves the function itself as it was.
+``Transformer(self, name=name)``, a class kept as Linen builds a converted block with ``parent=``, a
+script or a config file builds the model (``model = gm.nn.Gemma3_4B(tokens="batch.input")``) and
+hands it to a trainer. Once the class is NNX, such a call fails (no ``name=``, no ``rngs``), and
+nothing in the module pass sees it: the calls found here are checked against the NNX ``__init__`` as
+calls inside NNX classes are. A call whose module is applied at once (``Scale()(x)`` in a
+function) is not: such a function works only inside a Linen module's method, where the module pass
+replays it into its callers or the verifier reports the call of it from an NNX class.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import re
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any
 
 import libcst as cst
 
@@ -19,20 +23,84 @@ from linen2nnx.migrate.cst_meta import IS_STATEMENT, syntax_children
 
 
 def calls_outside(
-    module: cst.Module, skipped: Collection[cst.ClassDef], classes: Collection[str]
+    module: cst.Module, skipped: Collection[cst.ClassDef], names: Collection[str], classes_only: bool = False
 ) -> Iterator[tuple[cst.Call, cst.CSTNode]]:
-    """Each ``Name(...)`` call of one of ``classes`` outside the ``skipped`` classes (those checked
-    already), with the statement that holds it; none when ``classes`` is empty."""
-    if not classes:
+    """Each call of ``Name(...)`` or ``module.Name(...)`` with ``Name`` in ``names`` outside the
+    ``skipped`` classes (those checked already), with the statement that holds it; none when
+    ``names`` is empty. ``classes_only``: in the file's other classes only (the file's training code,
+    left in its Linen form, is reported as a whole)."""
+    if not names:
         return
-    stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [
-        (s, s) for s in module.body if type(s) is cst.ClassDef and s not in skipped
+    stack: list[tuple[cst.CSTNode, cst.CSTNode | None, frozenset[str]]] = [
+        (s, s, frozenset())
+        for s in reversed(module.body)
+        if s not in skipped and (not classes_only or type(s) is cst.ClassDef)
     ]
+    applied: set[int] = set()  # `Scale()(x)`: built and applied at once (see the module docstring)
     while stack:
-        node, stmt = stack.pop()
+        node, stmt, shadowed = stack.pop()
         if IS_STATEMENT[type(node)]:
             stmt = node
-        if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value in classes:
-            assert stmt is not None
-            yield node, stmt
-        stack += [(c, stmt) for c in reversed(syntax_children(node)) if c not in skipped]
+        if type(node) is cst.FunctionDef:  # `def f(Block): Block()` builds whatever f is handed
+            shadowed = shadowed | _bound_in(node)
+        elif type(node) is cst.Call:
+            if type(node.func) is cst.Call:
+                applied.add(id(node.func))
+            elif id(node) not in applied and _called_name(node.func) in names:
+                if type(node.func) is not cst.Name or node.func.value not in shadowed:
+                    assert stmt is not None
+                    yield node, stmt
+        stack += [(c, stmt, shadowed) for c in reversed(syntax_children(node)) if c not in skipped]
+
+
+def _bound_in(fn: cst.FunctionDef) -> frozenset[str]:
+    """The names ``fn`` binds itself: its parameters and the plain names it assigns (a local that
+    shadows a class of the module is not that class)."""
+    bound = {p.name.value for p in (*fn.params.params, *fn.params.posonly_params, *fn.params.kwonly_params)}
+    bound |= {p.name.value for p in (fn.params.star_arg, fn.params.star_kwarg) if isinstance(p, cst.Param)}
+    stack: list[cst.CSTNode] = list(syntax_children(fn.body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.For, cst.WithItem, cst.AugAssign)):
+            target = node.target if not isinstance(node, cst.WithItem) else (node.asname and node.asname.name)
+            if isinstance(target, cst.Name):
+                bound.add(target.value)
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            bound.add(node.name.value)
+            continue
+        stack += syntax_children(node)
+    return frozenset(bound)
+
+
+def _called_name(func: cst.BaseExpression) -> str | None:
+    if type(func) is cst.Name:
+        return func.value
+    if type(func) is cst.Attribute:
+        return func.attr.value
+    return None
+
+
+_CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
+
+
+def builds_run_class(text: str, external: Mapping[str, Any]) -> bool:
+    """Cheap test: does ``text`` call a name that is the name of a class of the run (its summaries)?"""
+    if not external:
+        return False
+    names = {summary.name for summary in external.values()}
+    return not names.isdisjoint(_CALLED.findall(text))
+
+
+def check_builds_outside(verifier: Any, classes_only: bool = False) -> None:
+    """Check, as the verifier checks calls in NNX classes, the builds of this file's NNX classes and of
+    the run's classes found by :func:`calls_outside` (``verifier``: the :class:`.verify._Verifier`)."""
+    local = {n for n in verifier.nnx_classes if n in verifier.defs and verifier._signature(n) is not None}
+    of_run = {summary.name for summary in verifier.external.values()}
+    checked = set(verifier.nnx_classes.values())
+    for call, stmt in calls_outside(verifier.module, checked, local | of_run, classes_only=classes_only):
+        if type(call.func) is cst.Name and call.func.value in local:
+            verifier._check_signature(call, set(), stmt)
+            continue
+        qualnames = verifier.names.qualnames(call.func)
+        if any(verifier._external(q) is not None for q in qualnames):
+            verifier._check_signature(call, qualnames, stmt)
