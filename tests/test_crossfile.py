@@ -219,6 +219,25 @@ def test_a_build_in_a_file_that_never_says_linen_is_reported(tmp_path):
     assert "# TODO(linen2nnx): L2N-VERIFY-002 encoder.Encoder(...) misses rngs" in config.output
 
 
+def test_a_class_a_package_reexports_is_that_class(tmp_path):
+    """``pkg/__init__.py`` re-exports ``Encoder``: ``pkg.Encoder`` and ``from pkg import Encoder`` name
+    the class of ``pkg/encoder.py``, so a preset of it is migrated and a build of it is checked."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "app").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.encoder import Encoder\n")
+    (tmp_path / "pkg" / "encoder.py").write_text(INHERITED["encoder.py"])
+    (tmp_path / "app" / "main.py").write_text(
+        "import pkg\nfrom pkg import Encoder\n\n\nclass Wide(pkg.Encoder):\n    width: int = 6\n\n\n"
+        "def model():\n    return Encoder(width=3)\n"
+    )
+    result = migrate_paths([tmp_path], Mode.CHECK)
+    main = next(r for r in result.files if r.rel.endswith("main.py"))
+    assert "def __init__(self, vocab: int = 11, width: int = 6, *, rngs: nnx.Rngs):" in main.output
+    assert [(f.line, f.rule) for f in main.findings if f.severity.value == "manual"] == [
+        (10, "L2N-VERIFY-002")
+    ]
+
+
 def test_a_file_importing_a_cycle_comes_after_it():
     """Files that import each other share a level; a file that only imports them comes in a later
     level, so it sees their classes on its one pass (it used to be lumped in with the cycle)."""

@@ -12,8 +12,9 @@ import ast
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePath
+from typing import Any
 
 from linen2nnx.errors import L2NError
 
@@ -270,3 +271,35 @@ def _may_import(data: bytes, last_parts: set[bytes]) -> bool:
     if not data.isascii() or _RELATIVE_IMPORT.search(data):
         return True
     return not last_parts.isdisjoint(_WORD.findall(data))
+
+
+def reexported(source: str, module: str, known: Mapping[str, Any]) -> dict[str, Any]:
+    """The classes of the run a package's ``__init__.py`` imports, under the package's names:
+    ``from gemma.gm.nn._gemma import Gemma3_4B`` in ``gemma/gm/nn/__init__.py`` makes
+    ``gemma.gm.nn.Gemma3_4B`` (what ``gm.nn.Gemma3_4B(...)`` resolves to) the class
+    ``gemma.gm.nn._gemma.Gemma3_4B``. Imports anywhere but in a function or class body count (a
+    ``with lazy_imports():`` or ``try`` block re-exports too); ``known`` maps class keys to facts."""
+    if not module or " import " not in source:
+        return {}
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    found: dict[str, Any] = {}
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative to the package itself: this is its __init__.py
+                package = module.split(".")[: len(module.split(".")) - node.level + 1]
+                base = ".".join([*package, *([base] if base else [])])
+            for alias in node.names:
+                fact = known.get(f"{base}.{alias.name}")
+                if fact is not None:
+                    found[f"{module}.{alias.asname or alias.name}"] = fact
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return found

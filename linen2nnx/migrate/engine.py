@@ -37,6 +37,7 @@ from linen2nnx.migrate.discovery import (
     module_name_for,
     namespace_names,
     read_run,
+    reexported,
 )
 from linen2nnx.migrate.file_errors import internal_error, syntax_error
 from linen2nnx.migrate.findings import Finding, Severity
@@ -477,6 +478,8 @@ def _run(
             for i in level:
                 classes.update(_aliased(results[i].summaries, work[i][2], aliases[i]))
                 functions.update(_aliased(results[i].factories, work[i][2], aliases[i]))
+            for i in level:
+                classes.update(_reexports(work[i], results[i], classes, aliases[i]))
             again = [(*work[i], classes, functions) for i in cyclic]
             results.update(zip(cyclic, _run_level(again, jobs, options)))
         for i in level:
@@ -484,7 +487,20 @@ def _run(
                 on_file(results[i])
             external.update(_aliased(results[i].summaries, work[i][2], aliases[i]))
             factories.update(_aliased(results[i].factories, work[i][2], aliases[i]))
+        for i in level:
+            external.update(_reexports(work[i], results[i], external, aliases[i]))
     return [results[i] for i in range(len(work))]
+
+
+def _reexports(
+    item: tuple[Path, str, str], result: FileResult, known: Mapping[str, Any], aliases: tuple[str, ...]
+) -> dict[str, Any]:
+    """A package ``__init__.py``'s re-exports of the run's classes (:func:`.discovery.reexported`),
+    under each name the package goes by."""
+    path, _, module = item
+    if path.name != "__init__.py" or not result.source:
+        return {}
+    return _aliased(reexported(result.source, module, known), module, aliases)
 
 
 def _aliased(facts: dict[str, Any], module: str, aliases: tuple[str, ...]) -> dict[str, Any]:
