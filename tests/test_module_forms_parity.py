@@ -241,6 +241,7 @@ CASES = {
     "held_submodule": ("Stack", {}, (2, 3, 4)),  # rel = Embed(...) handed to every layer: self.relpos_bias
     "handed_module": ("Model", {}, (2, 4)),  # the embedding handed to the encoder sizes its layers
     "class_attribute_reads_field": ("Scaled", {}, (2, 5)),  # scale = Scale(factor * 1.5) in the body
+    "kw_only_class_keyword": ("Big", {"depth": 2, "extra": 3}, (2, 5)),  # class Big(Base, kw_only=True)
     "attention_kv_features_positional": ("CrossPositional", {}, (2, 3, 5)),  # from inputs_k= / inputs_v=
     "attention_kv_loop": ("Decoder", {}, (2, 3, 5)),  # blocks in a loop attend to one encoder output
     "caller_local_same_name": ("Model", {"config": ActConfig()}, (2, 5)),  # both spell their local `config`

@@ -36,7 +36,12 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
         fields += (
             base_plan.fields if local else [_with_base_names(ctx, base.value, f) for f in base_plan.fields]
         )
-    kw_only = False  # past this class's `_: dataclasses.KW_ONLY`: its later fields are keyword-only
+    # past this class's `_: dataclasses.KW_ONLY` (or all of them, `class X(Base, kw_only=True)`): its
+    # later fields are keyword-only
+    kw_only = any(
+        k.keyword is not None and k.keyword.value == "kw_only" and code(k.value) == "True"
+        for k in node.keywords
+    )
     for stmt in node.body.body:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:

@@ -194,7 +194,12 @@ class ClassRewriter:
         self.ctx.report(MOD_001, original, f"{plan.name} -> nnx.Module")
         self.state.converted[plan.name] = original
         self.emitter.record_name_map(plan)
-        return updated.with_changes(bases=bases, body=updated.body.with_changes(body=body))
+        # `class Big(Base, kw_only=True)`: a dataclass keyword, which nnx.Module's __init_subclass__ rejects
+        # (the fields are keyword-only parameters instead, class_fields.class_fields)
+        keywords = [k for k in updated.keywords if k.keyword is None or k.keyword.value != "kw_only"]
+        if bases and not keywords and updated.keywords:
+            bases = [*bases[:-1], bases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+        return updated.with_changes(bases=bases, keywords=keywords, body=updated.body.with_changes(body=body))
 
     def _has_sibling_class(self, original: cst.ClassDef, name: str) -> bool:
         """A class ``name`` beside ``original`` in the same block: the module, or the body of the function
