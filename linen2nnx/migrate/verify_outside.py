@@ -31,26 +31,30 @@ def calls_outside(
     left in its Linen form, is reported as a whole)."""
     if not names:
         return
-    stack: list[tuple[cst.CSTNode, cst.CSTNode | None, frozenset[str]]] = [
-        (s, s, frozenset())
+    stack: list[tuple[cst.CSTNode, cst.CSTNode | None, tuple[cst.FunctionDef, ...]]] = [
+        (s, s, ())
         for s in reversed(module.body)
         if s not in skipped and (not classes_only or type(s) is cst.ClassDef)
     ]
     applied: set[int] = set()  # `Scale()(x)`: built and applied at once (see the module docstring)
+    bound: dict[cst.FunctionDef, frozenset[str]] = {}  # what each function binds, found on first need
     while stack:
-        node, stmt, shadowed = stack.pop()
+        node, stmt, scopes = stack.pop()
         if IS_STATEMENT[type(node)]:
             stmt = node
         if type(node) is cst.FunctionDef:  # `def f(Block): Block()` builds whatever f is handed
-            shadowed = shadowed | _bound_in(node)
+            scopes = (*scopes, node)
         elif type(node) is cst.Call:
             if type(node.func) is cst.Call:
                 applied.add(id(node.func))
             elif id(node) not in applied and _called_name(node.func) in names:
-                if type(node.func) is not cst.Name or node.func.value not in shadowed:
+                shadowed = type(node.func) is cst.Name and any(
+                    node.func.value in (bound.get(fn) or bound.setdefault(fn, _bound_in(fn))) for fn in scopes
+                )
+                if not shadowed:
                     assert stmt is not None
                     yield node, stmt
-        stack += [(c, stmt, shadowed) for c in reversed(syntax_children(node)) if c not in skipped]
+        stack += [(c, stmt, scopes) for c in reversed(syntax_children(node)) if c not in skipped]
 
 
 def _bound_in(fn: cst.FunctionDef) -> frozenset[str]:
