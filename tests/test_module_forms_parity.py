@@ -242,6 +242,8 @@ CASES = {
     "handed_module": ("Model", {}, (2, 4)),  # the embedding handed to the encoder sizes its layers
     "class_attribute_reads_field": ("Scaled", {}, (2, 5)),  # scale = Scale(factor * 1.5) in the body
     "kw_only_class_keyword": ("Big", {"depth": 2, "extra": 3}, (2, 5)),  # class Big(Base, kw_only=True)
+    "rank_guard": ("SqueezeAndExcite", {}, (2, 3, 3, 4)),  # if inputs.ndim != 4: raise -> mean keeps features
+    "rank_guard_pool": ("Pool", {}, (2, 3, 5)),  # assert tokens.ndim == 3
     "attention_kv_features_positional": ("CrossPositional", {}, (2, 3, 5)),  # from inputs_k= / inputs_v=
     "attention_kv_loop": ("Decoder", {}, (2, 3, 5)),  # blocks in a loop attend to one encoder output
     "caller_local_same_name": ("Model", {"config": ActConfig()}, (2, 5)),  # both spell their local `config`
@@ -314,6 +316,7 @@ SOURCES = {
     "helper_blocks_deep": "helper_blocks",
     "setup_helpers_gated": "setup_helpers",
     "setup_helpers_plain": "setup_helpers",
+    "rank_guard_pool": "rank_guard",
     "setup_none_first_plain": "setup_none_first",
     "setup_none_first_tower": "setup_none_first",
     "method_jit_scaled": "method_jit",

@@ -32,6 +32,7 @@ from linen2nnx.migrate import (
     mapping_flow,
     mutation,
     output_values,
+    rank_guards,
     tuple_flow,
 )
 from linen2nnx.migrate.array_functions import (
@@ -136,6 +137,7 @@ class FeatureFlow:
             # a test of the config alone (`if not self.teacher_force:`) is decided in __init__ too
             config_test = code(stmt.test) if names_in(stmt.test) <= {"self"} else None
             self.env = _merge(after_then, self.env, config_test, self.unsure)
+            rank_guards.ranked(self.env, rank_guards.raised_unless_rank(stmt))
         elif isinstance(stmt, cst.IndentedBlock):
             self.run(stmt.body)
         elif isinstance(stmt, (cst.For, cst.While)):
@@ -261,6 +263,8 @@ class FeatureFlow:
             self.returns.append(self.expr_of(small.value))
         elif isinstance(small, cst.Expr):
             self.expr_of(small.value)
+        elif isinstance(small, cst.Assert):
+            rank_guards.ranked(self.env, rank_guards.asserted_rank(small.test))
 
     def bind(self, target: cst.BaseExpression, value: Feat, rhs: cst.BaseExpression | None = None) -> None:
         if isinstance(target, cst.Name):  # a list or object changed in place: no element known
