@@ -58,6 +58,7 @@ NOT_RUNNABLE = {
     "concat_unknown_rank": "manual finding: a concatenation along axis 1 of parts of unknown rank",
     "outside_builder": "manual finding: a config method builds the module with a Linen name=",
     "built_outside_classes": "manual findings: a function and a module-level statement build the module as Linen does",
+    "field_specifier": "manual findings: a field's default is another library's field specifier",
     "setup_rebound_later": "manual finding: a size setup() binds again below the layer it sizes",
     "read_before_bind": "manual finding: an __init__ reads an attribute a later line binds",
     "element_loop_skip": "manual finding: a loop over a setup list may skip an element",

@@ -35,6 +35,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow
 from linen2nnx.migrate.factory_fields import FieldBindings, FieldFactory
+from linen2nnx.migrate.field_specifiers import is_field_specifier
 from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.function_aliases import reads_linen
@@ -69,6 +70,8 @@ from linen2nnx.migrate.sites import (
     Field,
 )
 from linen2nnx.migrate.tuple_flow import agreed_return, record_classes
+
+FIELD_FUNCTIONS = frozenset({"dataclasses.field", "flax.struct.field"})  # dataclasses.field, under a name
 
 
 class FileContext:
@@ -498,16 +501,12 @@ class FileContext:
 
     def dataclass_field(self, small: cst.AnnAssign, rewritten: cst.AnnAssign | None = None) -> Field:
         """A dataclass field; its default's text is taken from ``rewritten`` when given."""
-        default = None
-        init = True
+        default, init, specifier = None, True, False
         if small.value is not None:
             value = small.value
-            if isinstance(value, cst.Call) and self.qualnames(value.func) & {"dataclasses.field"}:
-                source = (
-                    rewritten.value
-                    if rewritten is not None and isinstance(rewritten.value, cst.Call)
-                    else value
-                )
+            if isinstance(value, cst.Call) and self.qualnames(value.func) & FIELD_FUNCTIONS:
+                done = rewritten.value if rewritten is not None else None
+                source = done if isinstance(done, cst.Call) else value
                 kw = {a.keyword.value: a.value for a in source.args if a.keyword is not None}
                 if "default" in kw:
                     default = code(kw["default"])
@@ -520,8 +519,9 @@ class FileContext:
                 default = code(
                     rewritten.value if rewritten is not None and rewritten.value is not None else value
                 )
+                specifier = is_field_specifier(value)
         annotation = rewritten.annotation if rewritten is not None else small.annotation
-        return Field(small.target.value, code(annotation.annotation), default, init)
+        return Field(small.target.value, code(annotation.annotation), default, init, specifier=specifier)
 
     def class_key(self, name: str) -> str:
         return f"{self.state.module_name}.{name}" if self.state.module_name else name

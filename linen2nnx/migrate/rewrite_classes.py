@@ -47,6 +47,7 @@ from linen2nnx.migrate.rules import (
     MOD_003,
     MOD_007,
     MOD_011,
+    MOD_012,
     XFORM_001,
 )
 from linen2nnx.migrate.sites import (
@@ -58,6 +59,7 @@ from linen2nnx.migrate.sites import (
     StatementMarker,
     marker_line,
     markers_of,
+    one_line,
 )
 from linen2nnx.migrate.static_locals import (
     without_dead_statements,
@@ -174,6 +176,7 @@ class ClassRewriter:
             return self._bridged(plan, original, updated)
         bases = self._nnx_bases(original, updated)
         field_markers = self._rewritten_field_defaults(plan, original, updated)
+        self._report_field_specifiers(plan, original)
         body, setup_body, init_index = self._nnx_body(plan, original, updated)
         if init_index is None:
             init_index = 1 if body and is_docstring(body[0]) else 0
@@ -200,6 +203,20 @@ class ClassRewriter:
         if bases and not keywords and updated.keywords:
             bases = [*bases[:-1], bases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
         return updated.with_changes(bases=bases, keywords=keywords, body=updated.body.with_changes(body=body))
+
+    def _report_field_specifiers(self, plan: ClassPlan, original: cst.ClassDef) -> None:
+        """Fields (own or inherited) whose default is another library's field specifier: the NNX
+        ``__init__`` would take the specifier object itself as the value (rules.MOD_012)."""
+        specified = [f for f in plan.fields if f.specifier and f.init]
+        if specified:
+            shown = ", ".join(f"{f.name} = {one_line(f.default or '')}" for f in specified)
+            self.ctx.report(
+                MOD_012,
+                original,
+                f"{plan.name}.__init__ takes field defaults from field specifiers ({shown}): a dataclass "
+                "reads a specifier as the field's default, a parameter default is the specifier object",
+                "write the value the specifier gives as the default (or None, built in __init__)",
+            )
 
     def _has_sibling_class(self, original: cst.ClassDef, name: str) -> bool:
         """A class ``name`` beside ``original`` in the same block: the module, or the body of the function

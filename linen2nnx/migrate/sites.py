@@ -129,6 +129,7 @@ class Field:
     init: bool = True  # dataclasses.field(init=False): set inside the class, not a constructor argument
     markers: tuple[str, ...] = ()  # the TODO markers of its line (a subclass's __init__ repeats them)
     kw_only: bool = False  # after a ``_: dataclasses.KW_ONLY`` marker: a keyword-only constructor argument
+    specifier: bool = False  # its default is another library's field specifier (see rules.MOD_012)
 
 
 @dataclasses.dataclass

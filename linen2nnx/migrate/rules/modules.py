@@ -88,6 +88,15 @@ MOD_011 = Rule(
     "def __post_init__(self):\n    self.half = self.width // 2\n    super().__post_init__()",
     "def __init__(self, width, *, rngs):\n    self.width = width\n    self.half = self.width // 2",
 )
+MOD_012 = Rule(
+    "L2N-MOD-012",
+    M,
+    "A field whose default is a field specifier of another library (a function returning a "
+    "dataclasses.Field, e.g. fiddle's instance_field): a dataclass reads it as the field's default or "
+    "default factory, an __init__ default is the specifier object itself.",
+    "params_init: WeightInit = instance_field(default_param_init)",
+    "# TODO(linen2nnx): L2N-MOD-012 ... (write the default the specifier gives)",
+)
 LAYER_001 = Rule(
     "L2N-LAYER-001",
     C,
@@ -234,6 +243,7 @@ RULES = (
     MOD_009,
     MOD_010,
     MOD_011,
+    MOD_012,
     LAYER_001,
     LAYER_002,
     LAYER_003,

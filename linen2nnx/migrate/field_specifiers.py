@@ -1,0 +1,28 @@
+"""Field specifiers of other libraries: a field default that is a call returning a ``dataclasses.Field``.
+
+A dataclass reads ``config: Config = instance_field(Config)`` (Fiddle's, as praxis writes every layer's
+``params_init``) as the field's default factory; written as the parameter default of an NNX
+``__init__``, the same call gives the ``Field`` object itself, which the class then holds as its
+config. The codemod cannot tell what such a function returns, so a default that calls one is
+reported (``L2N-MOD-012``) in every class whose ``__init__`` takes the field.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+
+def is_field_specifier(value: cst.BaseExpression) -> bool:
+    """A call of another library's field specifier (``instance_field(Child)``, ``struct.field(...)``): by
+    name, a function ending in ``field`` (``dataclasses.field`` itself is read before this is asked)."""
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    name = (
+        func.value
+        if isinstance(func, cst.Name)
+        else func.attr.value
+        if isinstance(func, cst.Attribute)
+        else ""
+    )
+    return name.lower().endswith("field")
