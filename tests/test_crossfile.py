@@ -219,6 +219,19 @@ def test_a_build_in_a_file_that_never_says_linen_is_reported(tmp_path):
     assert "# TODO(linen2nnx): L2N-VERIFY-002 encoder.Encoder(...) misses rngs" in config.output
 
 
+def test_a_build_of_another_files_class_names_the_sizes_it_misses(tmp_path):
+    """The size arguments a class of another file gained are required (keyword-only) like ``rngs``:
+    a Linen-style build misses them too, and the finding names them all."""
+    (tmp_path / "blocks.py").write_text(
+        "import flax.linen as nn\n\n\nclass Block(nn.Module):\n    features: int = 4\n\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(self.features)(x)\n"
+    )
+    (tmp_path / "config.py").write_text("import blocks\n\nMODEL = blocks.Block(features=3)\n")
+    result = migrate_paths([tmp_path], Mode.CHECK)
+    [finding] = [f for f in result.findings if f.severity.value == "manual"]
+    assert finding.message == "blocks.Block(...) misses in_features, rngs, which its __init__ requires"
+
+
 def test_a_class_a_package_reexports_is_that_class(tmp_path):
     """``pkg/__init__.py`` re-exports ``Encoder``: ``pkg.Encoder`` and ``from pkg import Encoder`` name
     the class of ``pkg/encoder.py``, so a preset of it is migrated and a build of it is checked."""

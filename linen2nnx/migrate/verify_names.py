@@ -103,10 +103,15 @@ class Signature:
     @classmethod
     def of_summary(cls, summary: ClassSummary) -> Signature:
         """A class another file of the run migrated: converted or bridged, its NNX constructor takes
-        neither ``name`` nor ``parent`` and requires ``rngs``; nothing else is known of it here."""
+        neither ``name`` nor ``parent`` and requires ``rngs``; a converted one also requires the size
+        arguments it gained (keyword-only; all but those needed only under a config test, which
+        default to None). Its fields are not checked here."""
         fields = {f.name for f in summary.fields}
         linen_only = frozenset({"name", "parent"} - fields)
-        return cls((), frozenset({"rngs"}), frozenset(), True, True, linen_only)
+        sizes = (
+            () if summary.kept_linen else (a for a, how in summary.new_args.items() if how != "unresolved_if")
+        )
+        return cls((), frozenset({"rngs", *sizes}) - fields, frozenset(), True, True, linen_only)
 
     def problem(self, call: cst.Call) -> str:
         """What is wrong with ``call`` (empty when nothing is known to be)."""
