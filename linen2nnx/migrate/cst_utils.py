@@ -115,7 +115,8 @@ _ASSIGNED = file_memo()
 
 
 def assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
-    """How many times each local name of ``fn`` is bound (parameters count once); remembered for the
+    """How many times each local name of ``fn`` is bound (parameters count once; assignment, loop and
+    ``with ... as`` targets, nested functions and classes count each time); remembered for the
     file (the planners ask about the same method once for each layer in it)."""
     entry = _ASSIGNED.get(id(fn))
     if entry is not None and entry[0] is fn:
@@ -145,6 +146,11 @@ def _assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
         if kind in bound:
             for n in names_in(node.target):  # type: ignore[attr-defined]
                 counts[n] = counts.get(n, 0) + 1
+        elif kind is cst.WithItem and node.asname is not None:  # type: ignore[attr-defined]
+            for n in names_in(node.asname.name):  # type: ignore[attr-defined]
+                counts[n] = counts.get(n, 0) + 1
+        elif kind is cst.ClassDef:
+            counts[node.name.value] = counts.get(node.name.value, 0) + 1  # type: ignore[attr-defined]
         elif kind is cst.FunctionDef:
             counts[node.name.value] = counts.get(node.name.value, 0) + 1  # type: ignore[attr-defined]
             if node is not fn:  # a nested function's locals are its own

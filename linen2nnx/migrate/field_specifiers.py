@@ -11,18 +11,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_utils import callee_name
+
 
 def is_field_specifier(value: cst.BaseExpression) -> bool:
     """A call of another library's field specifier (``instance_field(Child)``, ``struct.field(...)``): by
     name, a function ending in ``field`` (``dataclasses.field`` itself is read before this is asked)."""
-    if not isinstance(value, cst.Call):
-        return False
-    func = value.func
-    name = (
-        func.value
-        if isinstance(func, cst.Name)
-        else func.attr.value
-        if isinstance(func, cst.Attribute)
-        else ""
-    )
-    return name.lower().endswith("field")
+    return isinstance(value, cst.Call) and callee_name(value).lower().endswith("field")

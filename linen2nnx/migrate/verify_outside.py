@@ -20,6 +20,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import IS_STATEMENT, syntax_children
+from linen2nnx.migrate.cst_utils import assigned_names, callee_name
 
 
 def calls_outside(
@@ -37,7 +38,6 @@ def calls_outside(
         if s not in skipped and (not classes_only or type(s) is cst.ClassDef)
     ]
     applied: set[int] = set()  # `Scale()(x)`: built and applied at once (see the module docstring)
-    bound: dict[cst.FunctionDef, frozenset[str]] = {}  # what each function binds, found on first need
     while stack:
         node, stmt, scopes = stack.pop()
         if IS_STATEMENT[type(node)]:
@@ -47,41 +47,14 @@ def calls_outside(
         elif type(node) is cst.Call:
             if type(node.func) is cst.Call:
                 applied.add(id(node.func))
-            elif id(node) not in applied and _called_name(node.func) in names:
+            elif id(node) not in applied and callee_name(node) in names:
                 shadowed = type(node.func) is cst.Name and any(
-                    node.func.value in (bound.get(fn) or bound.setdefault(fn, _bound_in(fn))) for fn in scopes
+                    node.func.value in assigned_names(fn) for fn in scopes
                 )
                 if not shadowed:
                     assert stmt is not None
                     yield node, stmt
         stack += [(c, stmt, scopes) for c in reversed(syntax_children(node)) if c not in skipped]
-
-
-def _bound_in(fn: cst.FunctionDef) -> frozenset[str]:
-    """The names ``fn`` binds itself: its parameters and the plain names it assigns (a local that
-    shadows a class of the module is not that class)."""
-    bound = {p.name.value for p in (*fn.params.params, *fn.params.posonly_params, *fn.params.kwonly_params)}
-    bound |= {p.name.value for p in (fn.params.star_arg, fn.params.star_kwarg) if isinstance(p, cst.Param)}
-    stack: list[cst.CSTNode] = list(syntax_children(fn.body))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.For, cst.WithItem, cst.AugAssign)):
-            target = node.target if not isinstance(node, cst.WithItem) else (node.asname and node.asname.name)
-            if isinstance(target, cst.Name):
-                bound.add(target.value)
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            bound.add(node.name.value)
-            continue
-        stack += syntax_children(node)
-    return frozenset(bound)
-
-
-def _called_name(func: cst.BaseExpression) -> str | None:
-    if type(func) is cst.Name:
-        return func.value
-    if type(func) is cst.Attribute:
-        return func.attr.value
-    return None
 
 
 _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
