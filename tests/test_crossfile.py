@@ -251,6 +251,28 @@ def test_a_class_a_package_reexports_is_that_class(tmp_path):
     ]
 
 
+def test_a_package_reexporting_relatively_comes_after_the_module_it_reads(tmp_path):
+    """``from .encoder import Encoder`` in ``pkg/__init__.py`` counts from ``pkg`` itself: the package
+    comes after ``pkg/encoder.py`` (which itself comes after a file it imports), so its re-export is
+    known, and ``pkg.Encoder(width=3)`` in a config is checked (it was silent)."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "app").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from .encoder import Encoder\n")
+    (tmp_path / "pkg" / "util.py").write_text("SCALE = 2\n")
+    (tmp_path / "pkg" / "encoder.py").write_text(
+        "import flax.linen as nn\nfrom pkg import util\n\n\nclass Encoder(nn.Module):\n    width: int = 4\n\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(self.width * util.SCALE)(x)\n"
+    )
+    (tmp_path / "app" / "main.py").write_text("import pkg\n\nMODEL = pkg.Encoder(width=3)\n")
+    files = [(f, f.name, module_name_for(f)) for f in sorted((tmp_path / "pkg").glob("*.py"))]
+    order = [files[i][1] for level in import_levels(files) for i in level]
+    assert order.index("util.py") < order.index("encoder.py") < order.index("__init__.py")
+    result = migrate_paths([tmp_path], Mode.CHECK)
+    assert [(f.path.rsplit("/", 1)[-1], f.rule) for f in result.findings if f.severity.value == "manual"] == [
+        ("main.py", "L2N-VERIFY-002")
+    ]
+
+
 def test_a_file_importing_a_cycle_comes_after_it():
     """Files that import each other share a level; a file that only imports them comes in a later
     level, so it sees their classes on its one pass (it used to be lumped in with the cycle)."""

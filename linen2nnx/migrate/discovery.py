@@ -182,10 +182,7 @@ def _dependencies(work: list[tuple[Path, str, str]]) -> list[set[int]]:
             if isinstance(node, ast.Import):
                 wanted.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    package = module.split(".")[: -node.level] if module else []
-                    base = ".".join([*package, *([base] if base else [])])
+                base = import_base(node, module, path.name == "__init__.py")
                 # `from pkg import sub` needs the module pkg.sub, not pkg/__init__.py (which often imports
                 # the package's modules back: a cycle that would put them all in one level)
                 subs = {f"{base}.{a.name}" for a in node.names} & by_module.keys()
@@ -260,6 +257,17 @@ def _components(deps: list[set[int]]) -> list[list[int]]:
     return components
 
 
+def import_base(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module ``from <...> import`` reads in ``module``: a relative import counts from
+    the module's package, which is ``module`` itself for a package's ``__init__.py``."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    parts = module.split(".") if module else []
+    package = parts[: max(0, len(parts) - node.level + is_package)]
+    return ".".join([*package, *([base] if base else [])])
+
+
 _WORD = re.compile(rb"\w+")
 _RELATIVE_IMPORT = re.compile(rb"\bfrom[\s\\]*\.")
 
@@ -292,10 +300,7 @@ def reexported(source: str, module: str, known: Mapping[str, Any]) -> dict[str, 
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative to the package itself: this is its __init__.py
-                package = module.split(".")[: len(module.split(".")) - node.level + 1]
-                base = ".".join([*package, *([base] if base else [])])
+            base = import_base(node, module, is_package=True)
             for alias in node.names:
                 fact = known.get(f"{base}.{alias.name}")
                 if fact is not None:
