@@ -244,6 +244,8 @@ CASES = {
     "kw_only_class_keyword": ("Big", {"depth": 2, "extra": 3}, (2, 5)),  # class Big(Base, kw_only=True)
     "rank_guard": ("SqueezeAndExcite", {}, (2, 3, 3, 4)),  # if inputs.ndim != 4: raise -> mean keeps features
     "rank_guard_pool": ("Pool", {}, (2, 3, 5)),  # assert tokens.ndim == 3
+    "reduction_axis_range": ("GapHead", {"width": 4, "num_classes": 3}, (2, 4, 4, 3)),  # range(1, x.ndim - 1)
+    "reduction_axis_range_max": ("MaxHead", {"width": 4}, (2, 3, 3, 2)),  # x.max(axis=...len(x.shape) - 1)
     "attention_kv_features_positional": ("CrossPositional", {}, (2, 3, 5)),  # from inputs_k= / inputs_v=
     "attention_kv_loop": ("Decoder", {}, (2, 3, 5)),  # blocks in a loop attend to one encoder output
     "caller_local_same_name": ("Model", {"config": ActConfig()}, (2, 5)),  # both spell their local `config`
@@ -317,6 +319,7 @@ SOURCES = {
     "setup_helpers_gated": "setup_helpers",
     "setup_helpers_plain": "setup_helpers",
     "rank_guard_pool": "rank_guard",
+    "reduction_axis_range_max": "reduction_axis_range",
     "setup_none_first_plain": "setup_none_first",
     "setup_none_first_tower": "setup_none_first",
     "method_jit_scaled": "method_jit",

@@ -480,13 +480,15 @@ class FeatureFlow:
             return last_axis_ops.contracted(arg_feats[1], *last_axis_ops.rhs_axes(dims))
         reduced = next(filter(None, map(numpy_reduction, qualnames)), None)
         if reduced is not None and positional:
-            return last_axis_ops.reduced(first, positional[1:], node.args)
+            return last_axis_ops.reduced(first, positional[1:], node.args, positional[0].value)
         if (
             isinstance(node.func, cst.Attribute)
             and node.func.attr.value in REDUCTIONS
             and value_method(node.func, qualnames)
         ):
-            return last_axis_ops.reduced(self.expr_of(node.func.value), positional, node.args)
+            return last_axis_ops.reduced(
+                self.expr_of(node.func.value), positional, node.args, node.func.value
+            )
         return None
 
     def _array_method(self, node: cst.Call, func: cst.Attribute, qualnames: set[str]) -> Feat | None:

@@ -16,6 +16,7 @@ import libcst as cst
 from linen2nnx.migrate.array_functions import BROADCASTING_FUNCTIONS
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.dataflow_types import Feat
+from linen2nnx.migrate.rank_guards import rank_read
 
 
 def einops_keeps_last(pattern: str) -> bool:
@@ -86,14 +87,33 @@ def literal_axis(axis: cst.BaseExpression | None) -> int | None:
     return -int(number.value, 0) if negative else int(number.value, 0)
 
 
-def reduced(value: Feat, positional: Sequence[cst.Arg], args: Sequence[cst.Arg]) -> Feat:
+def reduced(
+    value: Feat,
+    positional: Sequence[cst.Arg],
+    args: Sequence[cst.Arg],
+    operand: cst.BaseExpression | None = None,
+) -> Feat:
     """``mean(x, axis=...)``: ``x``'s last axis unless it is reduced. Leading axes given as
     non-negative numbers leave it only when ``x`` has more axes, which a trace confirms. ``keepdims``
-    changes nothing here: a reduced last axis is then 1, not its size, so the same axes keep it."""
+    changes nothing here: a reduced last axis is then 1, not its size, so the same axes keep it.
+    ``operand`` is ``x`` as written, for axes counted from its rank (``range(1, x.ndim - 1)``)."""
     keywords = {a.keyword.value: a.value for a in args if a.keyword is not None}
     axis = positional[0].value if positional else keywords.get("axis")
     if axis is None or (isinstance(axis, cst.Name) and axis.value == "None"):
         return Feat.unknown("a reduction over every axis")
+    spans = _axis_range(axis, operand)
+    if spans is not None:
+        start, stop, below_rank = spans
+        if below_rank is None:
+            axis = cst.Tuple([cst.Element(cst.Integer(str(a))) for a in range(start, stop)])
+        elif below_rank == 0:
+            return Feat.unknown("a reduction over the last axis")
+        elif value.kind not in ("expr", "input", "choice"):
+            return Feat.unknown("a reduction of an unknown size")
+        else:  # range(start, x.ndim - k), k >= 1: the last axis stays, and start + k axes are left
+            kept = code(keywords.get("keepdims", cst.Name("False"))) == "True"
+            left = value.rank if kept else min(value.rank, start + below_rank)
+            return dataclasses.replace(value, rank=left)
     items = [e.value for e in axis.elements] if isinstance(axis, (cst.Tuple, cst.List)) else [axis]
     axes = []
     for item in items:
@@ -123,6 +143,45 @@ def reduced(value: Feat, positional: Sequence[cst.Arg], args: Sequence[cst.Arg])
         candidate=value,
         reduced=tuple(axes),
     )
+
+
+def _axis_range(
+    axis: cst.BaseExpression, operand: cst.BaseExpression | None
+) -> tuple[int, int, int | None] | None:
+    """``range(a, b)`` (in ``list(...)`` / ``tuple(...)`` too) over literal bounds: ``(a, b, None)``;
+    over ``range(a, x.ndim - k)`` (or ``len(x.shape) - k``) of the reduced ``x``: ``(a, 0, k)``."""
+    while (
+        isinstance(axis, cst.Call)
+        and isinstance(axis.func, cst.Name)
+        and axis.func.value in ("list", "tuple")
+        and len(axis.args) == 1
+    ):
+        axis = axis.args[0].value
+    if not (
+        isinstance(axis, cst.Call)
+        and isinstance(axis.func, cst.Name)
+        and axis.func.value == "range"
+        and 1 <= len(axis.args) <= 2
+        and all(a.keyword is None and a.star == "" for a in axis.args)
+    ):
+        return None
+    bounds = [a.value for a in axis.args]
+    start = literal_axis(bounds[0]) if len(bounds) == 2 else 0
+    if start is None or start < 0:
+        return None
+    stop = literal_axis(bounds[-1])
+    if stop is not None:
+        return (start, stop, None) if stop >= 0 else None
+    below, top = 0, bounds[-1]
+    if (
+        isinstance(top, cst.BinaryOperation)
+        and isinstance(top.operator, cst.Subtract)
+        and isinstance(top.right, cst.Integer)
+    ):
+        below, top = int(top.right.value, 0), top.left
+    operand_name = operand.value if isinstance(operand, cst.Name) else None
+    read = rank_read(top)
+    return (start, 0, below) if read is not None and read == operand_name else None
 
 
 def contracted(rhs: Feat, *gone: int | None) -> Feat:

@@ -45,13 +45,13 @@ def _compared_rank(test: cst.BaseExpression, operator: type) -> tuple[str, int] 
     if not isinstance(target.operator, operator):
         return None
     for rank_of, number in ((test.left, target.comparator), (target.comparator, test.left)):
-        name = _rank_of(rank_of)
+        name = rank_read(rank_of)
         if name is not None and isinstance(number, cst.Integer) and int(number.value) > 0:
             return name, int(number.value)
     return None
 
 
-def _rank_of(node: cst.BaseExpression) -> str | None:
+def rank_read(node: cst.BaseExpression) -> str | None:
     """The name whose rank ``node`` reads: ``x.ndim`` or ``len(x.shape)``."""
     if isinstance(node, cst.Attribute) and node.attr.value == "ndim" and isinstance(node.value, cst.Name):
         return node.value.value
