@@ -68,6 +68,9 @@ class LayerRule:
     the parameters (Flax's ``promote_dtype``): what a variable created in ``y.dtype`` of it reads
     (:mod:`linen2nnx.migrate.value_dtypes`). Not ``Embed``: without ``dtype`` its output is in its
     ``param_dtype``, whatever the (integer) input."""
+    param_switches: tuple[str, ...] = ()
+    """Constructor flags that each turn a parameter off (a norm's ``use_scale`` / ``use_bias``): with all
+    of them False the layer has no parameter, and its output, without ``dtype``, is in its input's dtype."""
     manual_reason: str = ""
     """Set when no NNX layer is exact: every use is a ``manual`` finding with this reason (never a near miss)."""
     init_call_cache: str | None = None
@@ -177,6 +180,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         unsupported_args=_NORM_UNSUPPORTED,
         keeps_shape=True,
         output_dtype=True,
+        param_switches=("use_scale", "use_bias"),
     ),
     LayerRule(
         "RMSNorm",
@@ -185,6 +189,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         unsupported_args=_NORM_UNSUPPORTED,
         keeps_shape=True,
         output_dtype=True,
+        param_switches=("use_scale",),
     ),
     LayerRule(
         "GroupNorm",
@@ -193,6 +198,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         unsupported_args=_NORM_UNSUPPORTED,
         keeps_shape=True,
         output_dtype=True,
+        param_switches=("use_scale", "use_bias"),
     ),
     LayerRule(
         "BatchNorm",
@@ -202,6 +208,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         unsupported_args=_NORM_UNSUPPORTED,
         keeps_shape=True,
         output_dtype=True,
+        param_switches=("use_scale", "use_bias"),
     ),
     LayerRule(
         "Dropout",

@@ -201,7 +201,7 @@ def test_a_variable_in_the_dtype_a_layer_casts_to_is_created_in_that_dtype(tmp_p
         "x = x.astype(jnp.bfloat16)",  # a cast: not followed
         "x = nn.Dense(4, dtype=jnp.bfloat16)(x.astype(jnp.float16))",  # fine: the layer casts
         "x = nn.Dense(4, dtype=t)(x)",  # a dtype of a local
-        "x = nn.Dense(4)(x.astype(jnp.bfloat16))",  # promotes a cast input with float32 parameters
+        "h = x.astype(jnp.bfloat16)\nx = nn.LayerNorm(use_scale=False, use_bias=False)(h)",  # no parameter
         "for _ in range(2):\n        x = nn.Dense(4, dtype=self.dtype)(x)",  # a loop
         "if self.dtype:\n        x = nn.Dense(4, dtype=self.dtype)(x)",  # one branch
         "x = nn.Dense(4, dtype=self.dtype)(x) if self.dtype else x",  # an expression of two values
@@ -223,6 +223,38 @@ def test_a_dtype_the_code_does_not_say_stays_a_finding(binding):
         assert not manual and "(4,), jnp.bfloat16)" in result.output
     else:
         assert "L2N-MOD-004" in manual, binding
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        "x = nn.Dense(4)(x.astype(jnp.bfloat16))",  # a cast input promotes with float32 parameters
+        "x = nn.LayerNorm(use_bias=False)(x.astype(jnp.bfloat16))",  # a scale is left: float32 too
+    ],
+)
+def test_a_layer_with_float32_parameters_outputs_float32_whatever_its_input(tmp_path, binding):
+    """Without dtype=, a layer's output is the promotion of its input and its float32 parameters:
+    float32 for a bfloat16 input too, so the variable takes the float32 keyword argument, as Linen's
+    init creates it."""
+    src = (
+        "import flax.linen as nn\nimport jax.numpy as jnp\n\n\nclass Head(nn.Module):\n"
+        "    @nn.compact\n    def __call__(self, x):\n"
+        f"        {binding}\n"
+        '        scale = self.param("scale", nn.initializers.ones, (4,), x.dtype)\n'
+        "        return x * scale\n"
+    )
+    result = migrate_source(src, "head.py", module_name="head")
+    assert not [f for f in result.findings if f.severity.value == "manual"]
+    assert "scale_dtype: jax.typing.DTypeLike = jax.numpy.float32" in result.output
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen, nnx_side = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    from flax import nnx
+
+    x = jnp.ones((2, 4), jnp.float32)
+    variables = linen.Head().init(jax.random.key(0), x)
+    model = nnx_side.Head(in_features=4, rngs=nnx.Rngs(0))
+    assert variables["params"]["scale"].dtype == model.scale[...].dtype == jnp.float32
 
 
 def test_a_layer_dtype_field_that_defaults_to_none_counts_as_no_dtype():

@@ -27,6 +27,11 @@ def _reduce(call: str, rank: int) -> Feat:
         ("mean(x, list(range(1, x.ndim - 1)), keepdims=True)", 4, 4),
         ("mean(x, axis=range(1, x.ndim - 2))", 2, 2),  # an empty range reduces nothing
         ("mean(x, axis=tuple(range(1, 3)))", 4, 2),  # literal bounds: axes 1 and 2
+        ("mean(x, axis=tuple(range(1, x.ndim - 1)), keepdims=self.keep)", 4, 0),  # rank not known
+        ("mean(x, tuple(range(1, x.ndim - 1)), None, None, True)", 4, 0),  # positional keepdims
+        ("mean(x, axis=(1, 2), keepdims=self.keep)", 4, 0),
+        ("mean(x, axis=(1, 2), keepdims=False)", 4, 2),
+        ("mean(x, (1, 2), None, None, True)", 4, 0),
     ],
 )
 def test_range_of_axes_keeps_the_features(call, rank, expected_rank):

@@ -75,6 +75,45 @@ def sole_binding(ctx: FileContext, node: cst.Name) -> cst.CSTNode | None:
     return None if resolver is None else resolver.sole_binding(node)
 
 
+def reaching_binding(ctx: FileContext, node: cst.Name) -> cst.CSTNode | None:
+    """:func:`sole_binding`, or, for a name its function binds only on top-level lines of its body (ViT
+    code unpacks ``n, h, w, c = x.shape`` of the images, then again of the patch embedding), the binding
+    on the last of those lines before the line that reads it: straight-line code, so that one reaches
+    the read. None when a binding is anywhere else, or the read is in a lambda (it runs later)."""
+    sole = sole_binding(ctx, node)
+    if sole is not None:
+        return sole
+    resolver = ctx.state.resolver
+    bindings = None if resolver is None else resolver.bindings_of(node)
+    fn = ctx.enclosing_function(node)
+    if not bindings or None in bindings or fn is None or type(fn.body) is not cst.IndentedBlock:
+        return None
+    read_line = _top_line(ctx, fn, node)
+    lines = [_top_line(ctx, fn, b) for b in bindings]  # type: ignore[arg-type]
+    if read_line is None or None in lines:
+        return None
+    if any(type(fn.body.body[line]) is not cst.SimpleStatementLine for line in lines):  # type: ignore[index]
+        return None
+    if read_line in lines:
+        return None  # `n, c = h.shape; y = h.reshape(n, 1, c)`: which binding a read on the line sees
+    before = [(line, b) for line, b in zip(lines, bindings) if line < read_line]  # type: ignore[operator]
+    last = max((line for line, _ in before), default=None)
+    reaching = [b for line, b in before if line == last]
+    return reaching[0] if len(reaching) == 1 else None
+
+
+def _top_line(ctx: FileContext, fn: cst.FunctionDef, node: cst.CSTNode) -> int | None:
+    """The index in ``fn``'s body of the top-level statement holding ``node``; None past a lambda."""
+    child, cur = node, ctx.parent_of(node)
+    while cur is not None and cur is not fn.body:
+        if type(cur) is cst.Lambda:
+            return None
+        child, cur = cur, ctx.parent_of(cur)
+    if cur is None:
+        return None
+    return next((i for i, stmt in enumerate(fn.body.body) if stmt is child), None)
+
+
 def assigned_values(ctx: FileContext, node: cst.Name) -> list[cst.BaseExpression] | None:
     """The values the name ``node`` reads may hold, when every binding its scope makes is a plain
     ``name = value`` (``act = nn.relu`` in one branch, ``act = nn.tanh`` in the other); None when one

@@ -111,9 +111,9 @@ def reduced(
         elif value.kind not in ("expr", "input", "choice"):
             return Feat.unknown("a reduction of an unknown size")
         else:  # range(start, x.ndim - k), k >= 1: the last axis stays, and start + k axes are left
-            kept = code(keywords.get("keepdims", cst.Name("False"))) == "True"
+            kept = _kept_dims(keywords, positional)
             left = value.rank if kept else min(value.rank, start + below_rank)
-            return dataclasses.replace(value, rank=left)
+            return dataclasses.replace(value, rank=0 if kept is None else left)
     items = [e.value for e in axis.elements] if isinstance(axis, (cst.Tuple, cst.List)) else [axis]
     axes = []
     for item in items:
@@ -126,9 +126,9 @@ def reduced(
         return Feat.unknown(
             "a reduction over the last axis" if -1 in axes else "a reduction of an unknown size"
         )
-    keepdims = keywords.get("keepdims")
-    kept = isinstance(keepdims, cst.Name) and keepdims.value == "True"
+    kept = _kept_dims(keywords, positional)
     rank = value.rank if kept or not value.rank else value.rank - len(set(a % value.rank for a in axes))
+    rank = 0 if kept is None else rank  # keepdims=self.keep: the rank is not known
     if all(a < 0 for a in axes):
         return dataclasses.replace(value, rank=max(rank, 0))
     if value.rank:
@@ -143,6 +143,18 @@ def reduced(
         candidate=value,
         reduced=tuple(axes),
     )
+
+
+def _kept_dims(keywords: dict[str, cst.BaseExpression], positional: Sequence[cst.Arg]) -> bool | None:
+    """Does a reduction keep the reduced axes: ``keepdims=`` as a literal (False when not given); None
+    when it is any other expression, or arguments after the axis are positional (their order differs
+    between ``jnp.mean`` and ``jnp.max``)."""
+    if len(positional) > 1:
+        return None
+    keepdims = keywords.get("keepdims")
+    if keepdims is None:
+        return False
+    return {"True": True, "False": False}.get(code(keepdims)) if type(keepdims) is cst.Name else None
 
 
 def _axis_range(

@@ -37,6 +37,7 @@ from linen2nnx.migrate.factories import (
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_aliases import plain_assign, reads_linen, sole_binding
 from linen2nnx.migrate.rebound_locals import (
+    dead_bindings,
     earlier_keys,
     in_source_order,
     incomplete_chains,
@@ -62,7 +63,7 @@ class LocalPlanner:
     def pure_locals(self, plan: ClassPlan, fn: cst.FunctionDef) -> dict[str, cst.BaseStatement]:
         """Top-level ``name = expr`` bound once (or every time so: rebound_locals.py), whose value uses
         only config (``self.*``), globals and earlier such names: they can be replayed in ``__init__``."""
-        counts = assigned_names(fn)
+        counts, dead = dead_bindings(fn, assigned_names(fn))
         params = {
             p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)
         }
@@ -74,7 +75,7 @@ class LocalPlanner:
             dict(plan.shape_locals),
         )
         while True:
-            pure = self._pure_pass(plan, fn, counts, params, chains)
+            pure = self._pure_pass(plan, fn, counts, params, chains, dead)
             bad = incomplete_chains(pure, chains, counts, set(plan.mode_partials) | set(plan.shape_locals))
             bad |= read_before_last(pure, chains - bad, fn)
             if not bad:
@@ -87,12 +88,18 @@ class LocalPlanner:
         return self._static_statements(plan, fn, pure, counts, params)
 
     def _pure_pass(
-        self, plan: ClassPlan, fn: cst.FunctionDef, counts: dict[str, int], params: set[str], chains: set[str]
+        self,
+        plan: ClassPlan,
+        fn: cst.FunctionDef,
+        counts: dict[str, int],
+        params: set[str],
+        chains: set[str],
+        dead: set[tuple[str, int]],
     ) -> dict[str, cst.BaseStatement]:
         pure: dict[str, cst.BaseStatement] = {}
         for stmt in fn.body.body:
             assign = replayed_assign(stmt)  # `n, l, d = x.shape`: d as `x.shape[-1]`
-            if assign is None:
+            if assign is None or (assign[0], id(stmt)) in dead:
                 continue
             name, value = assign
             if (counts.get(name) != 1 and name not in chains) or name in params:

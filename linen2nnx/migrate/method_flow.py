@@ -31,7 +31,12 @@ from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo, transfer
 from linen2nnx.migrate.dataflow_types import DISAGREEING
 from linen2nnx.migrate.element_loops import element_calls
 from linen2nnx.migrate.elementwise import is_elementwise, is_local_activation
-from linen2nnx.migrate.function_aliases import qualnames_through_alias, sole_assigned_value, sole_binding
+from linen2nnx.migrate.function_aliases import (
+    qualnames_through_alias,
+    reaching_binding,
+    sole_assigned_value,
+    sole_binding,
+)
 from linen2nnx.migrate.function_outs import imported_function_out
 from linen2nnx.migrate.input_dtypes import check_cast_inputs
 from linen2nnx.migrate.leading_setup import leading_setup_sizes, leading_setup_values
@@ -73,7 +78,7 @@ class MethodFlow:
             plan.setup, self.methods.values()
         )
         self.dims = AxisSizes(  # locals holding an input's last axis (`n, l, d = x.shape`)
-            functools.partial(sole_binding, self.ctx), functools.partial(sole_assigned_value, self.ctx)
+            functools.partial(reaching_binding, self.ctx), functools.partial(sole_assigned_value, self.ctx)
         )
 
     def qualnames(self, node: cst.CSTNode) -> set[str]:
@@ -82,7 +87,7 @@ class MethodFlow:
 
     def local_def(self, name: cst.Name) -> cst.CSTNode | None:
         """The ``def`` inside a function (this method, or a helper) that is ``name``'s one binding."""
-        fn = self.dims.sole_binding(name)
+        fn = sole_binding(self.ctx, name)
         parent = self.ctx.parent_of(fn) if type(fn) is cst.FunctionDef else None
         return fn if parent is not None and self.ctx.enclosing_function(parent) is not None else None
 

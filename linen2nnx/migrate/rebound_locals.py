@@ -15,13 +15,20 @@ name bound once in each branch of an ``if`` on config and nowhere else (:func:`e
 replayed and reads the name before its last binding (``a = nn.Dense(nout)(x)`` between ``nout =
 self.n`` and ``nout = nout * 2``) would see the last value there: such a chain is not replayed
 (:func:`read_before_last`), and the layers reading it get the findings of a call-time size.
+
+A binding nothing reads before the next one (:func:`dead_bindings`: ViT code unpacks ``n, h, w, c =
+x.shape`` of the images for ``h`` and ``w``, then again of the patch embedding, and only the second
+``c`` is read) is not a binding any reader sees: it is left out of the count, so the name is bound
+once, by its live line, for the planner.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import assigned_in, names_in, single_assign
+from linen2nnx.migrate.cst_utils import assigned_in, names_in, replayed_assign, single_assign
 
 SEPARATOR = "@"
 
@@ -34,6 +41,34 @@ def rebinding_chains(fn: cst.FunctionDef, counts: dict[str, int], params: set[st
         if assign is not None:
             top[assign[0]] = top.get(assign[0], 0) + 1
     return {name for name, n in top.items() if n > 1 and counts.get(name) == n and name not in params}
+
+
+def dead_bindings(fn: cst.FunctionDef, counts: dict[str, int]) -> tuple[dict[str, int], set[tuple[str, int]]]:
+    """``counts`` less the top-level replayable bindings of a name that no statement reads before the
+    name's next top-level replayable binding, and those bindings as ``(name, id(statement))``. Only
+    names every binding of which is such a line are counted so (a binding inside a block is not
+    followed), and only bindings to a value that reads an input of the method (``x.shape``): one of
+    config could be replayed by ``__init__`` as a static local, in place of the live one."""
+    lines: dict[str, list[int]] = {}
+    body = fn.body.body
+    inputs = {p.name.value for p in (*fn.params.params[1:], *fn.params.kwonly_params)}
+    for i, stmt in enumerate(body):
+        assign = replayed_assign(stmt)
+        if assign is not None:
+            lines.setdefault(assign[0], []).append(i)
+    live = dict(counts)
+    dead: set[tuple[str, int]] = set()
+    for name, at in lines.items():
+        if len(at) < 2 or counts.get(name) != len(at):
+            continue
+        for here, following in itertools.pairwise(at):
+            value = replayed_assign(body[here])[1]  # type: ignore[index]
+            between = [*body[here + 1 : following], replayed_assign(body[following])[1]]  # type: ignore[index]
+            unread = not any(name in names_in(node) for node in between)
+            if unread and names_in(value) & inputs:
+                dead.add((name, id(body[here])))
+                live[name] -= 1
+    return live, dead
 
 
 def earlier_key(name: str, index: int) -> str:

@@ -17,7 +17,8 @@ that made ``x``. Followed, through the one plain assignment that reaches the rea
   float32 for the float32 inputs Linen's init is given, as the input itself is: the class gets the
   same keyword argument as for a variable in its input's dtype. With the default float32 parameters
   that holds whatever made its input (a bfloat16 input promotes to float32 too; only a float64 one,
-  under x64, would not), so the input is not followed; with ``param_dtype=`` it is;
+  under x64, would not), so the input is not followed; with ``param_dtype=``, or with no parameter (a
+  norm given ``use_scale=False, use_bias=False``: its output is in its input's dtype), it is;
 - ``jnp.reshape`` / ``transpose`` / ``tile`` / ``squeeze`` / ``expand_dims`` / ``swapaxes`` /
   ``moveaxis``, the same-named array methods, and indexing: the dtype of what they are given;
 - the compact method's first input, unchanged: :data:`INPUT` (input_dtypes.py gives the class a
@@ -114,7 +115,10 @@ def _layer_output_dtype(
         return None if reads_local or bound_otherwise(dtype) else code(dtype)
     if not inputs:
         return None
-    if "param_dtype" not in given:  # float32 parameters: float32 whatever the input (but float64)
+    has_params = not rule.param_switches or any(
+        switch not in given or code(given[switch]) != "False" for switch in rule.param_switches
+    )
+    if has_params and "param_dtype" not in given:  # float32 parameters: float32 for any input (but float64)
         return INPUT
     traced = _value_dtype(ctx, fn, inputs[0].value, names, steps + 1)
     return INPUT if traced == INPUT else None

@@ -1,0 +1,65 @@
+"""Bindings no statement reads before the name is bound again (rebound_locals.dead_bindings)."""
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import assigned_names
+from linen2nnx.migrate.rebound_locals import dead_bindings
+
+
+def _dead(src: str) -> tuple[dict[str, int], list[tuple[str, int]]]:
+    fn = cst.parse_module(src).body[0]
+    assert isinstance(fn, cst.FunctionDef)
+    counts, dead = dead_bindings(fn, assigned_names(fn))
+    lines = {id(stmt): i for i, stmt in enumerate(fn.body.body)}
+    return counts, sorted((name, lines[stmt]) for name, stmt in dead)
+
+
+def test_an_unread_unpacking_is_dead_and_left_out_of_the_count():
+    counts, dead = _dead(
+        "def f(self, x):\n"
+        "    n, h, w, c = x.shape\n"
+        "    g = h // 2\n"
+        "    x = conv(x)\n"
+        "    n, h, w, c = x.shape\n"
+        "    return param((1, 1, c)), g\n"
+    )
+    assert dead == [("c", 0)]  # only the unpacking's last name is what a replay binds
+    assert counts["c"] == 1
+
+
+def test_a_binding_read_before_the_next_one_stays():
+    counts, dead = _dead(
+        "def f(self, x):\n"
+        "    c = x.shape[-1]\n"
+        "    x = dense(c)(x)\n"
+        "    c = x.shape[-1]\n"
+        "    return param((c,))\n"
+    )
+    assert dead == []
+    assert counts["c"] == 2
+
+
+def test_a_rebinding_that_reads_the_name_keeps_the_earlier_one():
+    _, dead = _dead("def f(self, x):\n    c = self.n\n    c = c * 2\n    return c\n")
+    assert dead == []
+
+
+def test_a_binding_inside_a_block_is_not_followed():
+    counts, dead = _dead(
+        "def f(self, x):\n"
+        "    c = x.shape[-1]\n"
+        "    if self.wide:\n"
+        "        c = 2 * self.n\n"
+        "    c = self.n\n"
+        "    return c\n"
+    )
+    assert dead == []
+    assert counts["c"] == 3
+
+
+def test_a_binding_of_config_is_not_dead():
+    """``c = self.a`` unread before ``c = self.b``: __init__ could replay it as a static local in place
+    of the live one, so only a binding that reads an input of the method is dropped from the count."""
+    counts, dead = _dead("def f(self, x):\n    c = self.a\n    x = dense(x)\n    c = self.b\n    return c\n")
+    assert dead == []
+    assert counts["c"] == 2
