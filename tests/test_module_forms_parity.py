@@ -246,6 +246,7 @@ CASES = {
     "rank_guard_pool": ("Pool", {}, (2, 3, 5)),  # assert tokens.ndim == 3
     "layer_dtype_param_after_stem": ("HybridViT", {}, (2, 8, 8, 3)),  # embedding after a stem: float32
     "rebound_shape_unpack": ("ViT", {}, (2, 4, 4, 3)),  # n, h, w, c = x.shape twice: the second c
+    "rebound_shape_unpack_config": ("ConfigFirst", {}, (2, 4, 4, 3)),  # c = self.hidden // 2 unread
     "reduction_axis_range": ("GapHead", {"width": 4, "num_classes": 3}, (2, 4, 4, 3)),  # range(1, x.ndim - 1)
     "reduction_axis_range_max": ("MaxHead", {"width": 4}, (2, 3, 3, 2)),  # x.max(axis=...len(x.shape) - 1)
     "attention_kv_features_positional": ("CrossPositional", {}, (2, 3, 5)),  # from inputs_k= / inputs_v=
@@ -322,6 +323,7 @@ SOURCES = {
     "setup_helpers_plain": "setup_helpers",
     "rank_guard_pool": "rank_guard",
     "reduction_axis_range_max": "reduction_axis_range",
+    "rebound_shape_unpack_config": "rebound_shape_unpack",
     "setup_none_first_plain": "setup_none_first",
     "setup_none_first_tower": "setup_none_first",
     "method_jit_scaled": "method_jit",

@@ -57,9 +57,9 @@ def test_a_binding_inside_a_block_is_not_followed():
     assert counts["c"] == 3
 
 
-def test_a_binding_of_config_is_not_dead():
-    """``c = self.a`` unread before ``c = self.b``: __init__ could replay it as a static local in place
-    of the live one, so only a binding that reads an input of the method is dropped from the count."""
+def test_a_binding_of_config_nothing_reads_is_dead_too():
+    """``c = self.a`` unread before ``c = self.b``: dead, and the static-locals pass is told, so
+    ``__init__`` replays ``c = self.b`` only (fixture L2N-SHAPE-002/rebound_shape_unpack, ConfigFirst)."""
     counts, dead = _dead("def f(self, x):\n    c = self.a\n    x = dense(x)\n    c = self.b\n    return c\n")
-    assert dead == []
-    assert counts["c"] == 2
+    assert dead == [("c", 0)]
+    assert counts["c"] == 1

@@ -85,7 +85,7 @@ class LocalPlanner:
             plan.shape_input, plan.shape_locals = saved[2], dict(saved[3])
         if chains:
             pure = in_source_order(pure, fn)
-        return self._static_statements(plan, fn, pure, counts, params)
+        return self._static_statements(plan, fn, pure, counts, params, dead)
 
     def _pure_pass(
         self,
@@ -144,11 +144,13 @@ class LocalPlanner:
         pure: dict[str, cst.BaseStatement],
         counts: dict[str, int],
         params: set[str],
+        dead: set[tuple[str, int]],
     ) -> dict[str, cst.BaseStatement]:
         """``pure`` with the statements that bind static values otherwise (tuple unpacking, an ``if`` on
-        config, a name rebound at call time later): see static_locals.py."""
+        config, a name rebound at call time later): see static_locals.py. A binding in ``dead`` is none
+        (nothing reads it): it never stands in for the live one."""
         flow = StaticLocals(
-            fn, counts, self.site_planner.has_side_effects, params | set(self.state.lift_aliases)
+            fn, counts, self.site_planner.has_side_effects, params | set(self.state.lift_aliases), dead
         )
         special = set(plan.mode_partials) | set(plan.shape_locals)
         extended = flow.extend(pure, set(pure) - special)

@@ -47,11 +47,10 @@ def dead_bindings(fn: cst.FunctionDef, counts: dict[str, int]) -> tuple[dict[str
     """``counts`` less the top-level replayable bindings of a name that no statement reads before the
     name's next top-level replayable binding, and those bindings as ``(name, id(statement))``. Only
     names every binding of which is such a line are counted so (a binding inside a block is not
-    followed), and only bindings to a value that reads an input of the method (``x.shape``): one of
-    config could be replayed by ``__init__`` as a static local, in place of the live one."""
+    followed). The static-locals pass is told too (a dead ``c = self.a`` must never be replayed in
+    place of the live binding)."""
     lines: dict[str, list[int]] = {}
     body = fn.body.body
-    inputs = {p.name.value for p in (*fn.params.params[1:], *fn.params.kwonly_params)}
     for i, stmt in enumerate(body):
         assign = replayed_assign(stmt)
         if assign is not None:
@@ -62,10 +61,9 @@ def dead_bindings(fn: cst.FunctionDef, counts: dict[str, int]) -> tuple[dict[str
         if len(at) < 2 or counts.get(name) != len(at):
             continue
         for here, following in itertools.pairwise(at):
-            value = replayed_assign(body[here])[1]  # type: ignore[index]
             between = [*body[here + 1 : following], replayed_assign(body[following])[1]]  # type: ignore[index]
             unread = not any(name in names_in(node) for node in between)
-            if unread and names_in(value) & inputs:
+            if unread:
                 dead.add((name, id(body[here])))
                 live[name] -= 1
     return live, dead

@@ -14,7 +14,7 @@ statement, the method drops it where nothing reads what it bound any more (:func
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import libcst as cst
 
@@ -31,8 +31,10 @@ class StaticLocals:
         counts: dict[str, int],
         side_effects: Callable[[cst.BaseExpression], bool],
         excluded: set[str],
+        dead: Collection[tuple[str, int]] = (),
     ) -> None:
         self.fn = fn
+        self.dead = set(dead)  # (name, id(top statement)): a binding nothing reads (rebound_locals.py)
         self.counts = counts  # local name -> how many times the method binds it (parameters once)
         self.side_effects = side_effects
         self.excluded = excluded  # names never static (lift aliases, parameters)
@@ -54,7 +56,7 @@ class StaticLocals:
             if id(stmt) in known:
                 current |= {n for n, s in pure.items() if s is stmt and n in plain}
                 continue
-            targets = bound_by(stmt)
+            targets = {name for name in bound_by(stmt) if (name, id(stmt)) not in self.dead}
             if targets and not targets & (dynamic | current | self.excluded) and self._static(stmt, current):
                 current |= targets
                 added.update(dict.fromkeys(sorted(targets), stmt))
