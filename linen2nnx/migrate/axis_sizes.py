@@ -5,8 +5,9 @@ them back into a new shape: ``self.param("probe", init, (1, 1, d))``, ``x.reshap
 ``jax.image.resize(x, shape=(b, 2 * h, 2 * w, c))``. The local is then exactly the last axis of the
 value it was read from, at the time it was read: :class:`AxisSizes` records that for every binding,
 and a read finds the binding that reaches it (one binding, or straight-line top-level rebindings:
-``function_aliases.reaching_binding``; a name bound in a loop or a branch may hold anything). It also answers what ``jnp.tile``,
-``jnp.pad`` and ``jax.image.resize`` do to the last axis (:func:`placed`).
+``function_aliases.reaching_binding``; a name bound in a loop or a branch may hold anything). It
+also answers what ``jnp.tile``, ``jnp.pad`` and ``jax.image.resize`` do to the last axis
+(:func:`placed`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ UNKNOWN = Feat.unknown("a size held in a local")
 
 class AxisSizes:
     """The locals that hold the last axis of a value (``sole_binding``: the one node binding the name a
-    read reads, or None, or the one binding that reaches the read; ``assigned``: the value a plain ``name = value`` that is a name's only binding
-    assigns, or None)."""
+    read reads, or the one binding that reaches the read, or None; ``assigned``: the value a plain
+    ``name = value`` that is a name's only binding assigns, or None)."""
 
     def __init__(
         self,

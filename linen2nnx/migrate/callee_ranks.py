@@ -89,6 +89,7 @@ def with_ranks(seen: Feat, probe: Feat | None) -> Feat:
             return seen
         elements = tuple(with_ranks(s, p) for s, p in zip(seen.elements, probe.elements))
         return dataclasses.replace(seen, elements=elements)
-    if seen.kind in SIZED and not seen.rank and probe.kind in SIZED and probe.rank:
+    if seen.kind in (*SIZED, "unknown") and not seen.rank and probe.kind in SIZED and probe.rank:
+        # an unknown size keeps its rank too: `y + x` of it and a value of that rank keeps the rank
         return dataclasses.replace(seen, rank=probe.rank)
     return seen

@@ -112,6 +112,7 @@ def plan_field_kinds(ctx: FileContext, plan: ClassPlan, node: cst.ClassDef) -> N
                 and ctx.qualnames(small.value) & feature_preserving_functions()
             ):
                 plan.activation_fields.add(small.target.value)
+                plan.elementwise_fields.add(small.target.value)
             elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
                 rule = annotated_layer(ctx, small.annotation.annotation)
                 if rule is not None:  # `embed_tokens: nn.Embed`: a layer a caller hands in

@@ -380,22 +380,25 @@ class MethodFlow:
         if site is None or site.kind != "param":
             return None
         shape = site.args.get("2")  # self.param(name, init, shape, ...): initializers take the shape first
-        if shape is None or not isinstance(shape.value, (cst.Tuple, cst.List)) or not shape.value.elements:
+        written = self.dims.literal(shape.value) if shape is not None else None  # or a local's tuple
+        if not isinstance(written, (cst.Tuple, cst.List)) or not written.elements:
             return None
-        last = shape.value.elements[-1].value
+        starred = any(isinstance(e, cst.StarredElement) for e in written.elements)  # (*lead, d)
+        rank = 0 if starred else len(written.elements)
+        last = written.elements[-1].value
         ref = is_shape_last(last)
         if ref is not None:
             feat = env.get(ref) if site.hoisted else None
             if feat is None or feat.kind not in ("expr", "input"):
-                return None
+                return Feat("unknown", reason="a size held in a local", rank=rank)
         elif site.hoisted and type(last) is cst.Name and self.dims.size(last, env, frozenset()) is not None:
             feat = self.dims.size(last, env, frozenset())  # (1, 1, d) of `n, l, d = x.shape`: x's size
         elif (names_in(last) - NOT_LOCAL) & local:
-            return None  # a size held in a local: not an expression of the config
+            # a size held in a local: not an expression of the config; the rank is the shape's length
+            return Feat("unknown", reason="a size held in a local", rank=rank)
         else:
             feat = Feat("expr", expr=code(last))
-        starred = any(isinstance(e, cst.StarredElement) for e in shape.value.elements)  # (*lead, d)
-        return dataclasses.replace(feat, rank=0 if starred else len(shape.value.elements))
+        return dataclasses.replace(feat, rank=rank)
 
     def method_of(self, call: cst.Call, args: list[Feat]) -> Feat | None:
         """What ``self.helper(...)`` (inlined with the caller's values) or a module-level function returns."""
@@ -403,6 +406,8 @@ class MethodFlow:
         name = self_attr(call.func)
         # what keeps the last axis of its input; the rank it may not (a table may hold a pooling helper)
         kept = args[0].rankless() if args else None
+        if name in plan.elementwise_fields and args:  # `act: Callable = nn.gelu`: the whole shape
+            return args[0]
         if name in plan.activation_fields and kept is not None:
             return kept
         layer = plan.layer_fields.get(name or "")

@@ -9,14 +9,11 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import libcst as cst
-import libcst.matchers as m
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children
 from linen2nnx.migrate.cst_utils import (
-    NOT_LOCAL,
     code,
-    names_in,
     parse_expression,
 )
 from linen2nnx.migrate.dataflow import Feat
@@ -312,6 +309,8 @@ class ClassPlan:
 
     key: str = ""  # name-map key (module.Class)
     activation_fields: set[str] = dataclasses.field(default_factory=set)  # fields defaulting to nn.relu & co.
+    elementwise_fields: set[str] = dataclasses.field(default_factory=set)  # ... of them, whose default is
+    # written in the class (`act: Callable = nn.gelu`): calling one keeps the whole shape, rank too
     layer_fields: dict[str, Any] = dataclasses.field(default_factory=dict)  # `embed: nn.Embed`: its rule
     factories: dict[str, Any] = dataclasses.field(default_factory=dict)  # helper method -> factories.Factory
     lazy_vars: dict[cst.Call, Any] = dataclasses.field(
@@ -397,49 +396,6 @@ class ClassSummary:
             kept_linen=self.kept_linen,
             call_inputs=self.call_inputs,
         )
-
-
-def range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
-    """``for i in range(<config expr>)``, ``for i in range(<start>, <stop>)``, ``for v in <config
-    sequence>`` or ``for i, v in enumerate(<config sequence>)`` -> LoopInfo; else None."""
-    it = node.iter
-    counted = _enumerated(node, local_names)
-    if counted is not None:  # `i` counts the elements from 0: the index a rewritten loop would add
-        return LoopInfo(counted[1], code(counted[2]), index=counted[0], node=node)
-    if not isinstance(node.target, cst.Name) or (names_in(it) - {"range"} - NOT_LOCAL) & local_names:
-        return None
-    if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range":
-        if not 1 <= len(it.args) <= 2 or any(a.keyword for a in it.args):
-            return None
-        # ``range(start, stop)``: the variable is no list index (the first element is at ``start``),
-        # so the loop counts with ``enumerate`` as over a config sequence
-        index = f"{node.target.value}_index" if len(it.args) == 2 else ""
-        return LoopInfo(node.target.value, code(it), index=index, node=node)
-    if isinstance(it, cst.Call):
-        return None  # enumerate(...), zip(...): not followed yet
-    index = f"{node.target.value}_index"
-    return LoopInfo(node.target.value, code(it), index=index, node=node)
-
-
-def _enumerated(node: cst.For, local_names: set[str]) -> tuple[str, str, cst.BaseExpression] | None:
-    """(``i``, ``v``, the sequence) of ``for i, v in enumerate(<config sequence>)`` (no start), else None."""
-    target, it = node.target, node.iter
-    if not (isinstance(target, cst.Tuple) and len(target.elements) == 2):
-        return None
-    i, v = (e.value for e in target.elements)
-    if not (isinstance(i, cst.Name) and isinstance(v, cst.Name)) or i.value == v.value:
-        return None
-    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "enumerate"):
-        return None
-    if len(it.args) != 1 or it.args[0].keyword is not None or it.args[0].star:
-        return None
-    sequence = it.args[0].value
-    if (names_in(sequence) - NOT_LOCAL) & local_names:
-        return None
-    named = [a.value for a in m.findall(node.body, m.Arg(keyword=m.Name("name")))]  # type: ignore[attr-defined]
-    if any(loop_name_prefix(value, i.value) is None for value in named):
-        return None  # other names (`f"unit{i:02d}"`, `f"block{i + 1}"`): the loop-nest patterns follow them
-    return i.value, v.value, sequence
 
 
 def nest_fors(outer: cst.For) -> list[cst.For]:
