@@ -110,9 +110,12 @@ def plan_field_kinds(ctx: FileContext, plan: ClassPlan, node: cst.ClassDef) -> N
                 and isinstance(small.target, cst.Name)
                 and small.value is not None
                 and ctx.qualnames(small.value) & feature_preserving_functions()
+                # a class of the file that binds it to anything else (a pooling function) says otherwise
+                and all(
+                    b.kind == "activation" for b in ctx.field_bindings.bases(plan.name, small.target.value)
+                )
             ):
                 plan.activation_fields.add(small.target.value)
-                plan.elementwise_fields.add(small.target.value)
             elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
                 rule = annotated_layer(ctx, small.annotation.annotation)
                 if rule is not None:  # `embed_tokens: nn.Embed`: a layer a caller hands in

@@ -386,6 +386,9 @@ class MethodFlow:
         starred = any(isinstance(e, cst.StarredElement) for e in written.elements)  # (*lead, d)
         rank = 0 if starred else len(written.elements)
         last = written.elements[-1].value
+        if written is not shape.value and (names_in(last) - NOT_LOCAL):  # type: ignore[union-attr]
+            # `shape = (1, 1, x.shape[-1])` above: x may be rebound since; only the rank is sure
+            return Feat("unknown", reason="a size held in a local", rank=rank)
         ref = is_shape_last(last)
         if ref is not None:
             feat = env.get(ref) if site.hoisted else None
@@ -406,10 +409,8 @@ class MethodFlow:
         name = self_attr(call.func)
         # what keeps the last axis of its input; the rank it may not (a table may hold a pooling helper)
         kept = args[0].rankless() if args else None
-        if name in plan.elementwise_fields and args:  # `act: Callable = nn.gelu`: the whole shape
-            return args[0]
-        if name in plan.activation_fields and kept is not None:
-            return kept
+        if name in plan.activation_fields and kept is not None and _one_positional(call):
+            return kept  # not `self.fn(lo, y)` of a field defaulting to jnp.maximum: that broadcasts
         layer = plan.layer_fields.get(name or "")
         if layer is not None and kept is not None:  # a layer a caller hands in (`embed_tokens: nn.Embed`)
             return Feat("expr", expr=f"self.{name}.{layer.out_attr}") if layer.out_attr else kept
@@ -563,3 +564,8 @@ def _spelled_out(feat: Feat, values: dict[str, str]) -> Feat:
     if feat.kind == "expr":
         parts["expr"] = substitute_self_fields(feat.expr, values, others_kept=True) or feat.expr
     return dataclasses.replace(feat, **parts)
+
+
+def _one_positional(call: cst.Call) -> bool:
+    """``call`` passes one positional argument and no ``*args``: an activation's single array."""
+    return sum(1 for a in call.args if a.keyword is None) == 1 and not any(a.star for a in call.args)

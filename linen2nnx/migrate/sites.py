@@ -309,8 +309,6 @@ class ClassPlan:
 
     key: str = ""  # name-map key (module.Class)
     activation_fields: set[str] = dataclasses.field(default_factory=set)  # fields defaulting to nn.relu & co.
-    elementwise_fields: set[str] = dataclasses.field(default_factory=set)  # ... of them, whose default is
-    # written in the class (`act: Callable = nn.gelu`): calling one keeps the whole shape, rank too
     layer_fields: dict[str, Any] = dataclasses.field(default_factory=dict)  # `embed: nn.Embed`: its rule
     factories: dict[str, Any] = dataclasses.field(default_factory=dict)  # helper method -> factories.Factory
     lazy_vars: dict[cst.Call, Any] = dataclasses.field(
