@@ -142,9 +142,13 @@ class VariablePlanning:
                 API_002, call, "a Linen decode cache created at call time", "use NNX's init_cache pattern"
             )
             return None
-        attr = attr or (name if name.isidentifier() else snake_case(name))
-        if attr in plan.field_names:
-            attr = f"{attr}_"
+        declared = {f.name for f in plan.fields if not f.init}  # `embedding: Array = field(init=False)`
+        if (
+            attr is None or attr not in declared
+        ):  # setup()'s `self.embedding = self.param(...)` keeps its name
+            attr = attr or (name if name.isidentifier() else snake_case(name))
+            if attr in plan.field_names:
+                attr = f"{attr}_"
         site = Site(
             kind="param" if kind == "param" else "variable",
             attr=attr,
