@@ -142,13 +142,7 @@ class VariablePlanning:
                 API_002, call, "a Linen decode cache created at call time", "use NNX's init_cache pattern"
             )
             return None
-        declared = {f.name for f in plan.fields if not f.init}  # `embedding: Array = field(init=False)`
-        if (
-            attr is None or attr not in declared
-        ):  # setup()'s `self.embedding = self.param(...)` keeps its name
-            attr = attr or (name if name.isidentifier() else snake_case(name))
-            if attr in plan.field_names:
-                attr = f"{attr}_"
+        attr = _variable_attr(plan, name, attr)
         site = Site(
             kind="param" if kind == "param" else "variable",
             attr=attr,
@@ -309,3 +303,14 @@ def _binds_elsewhere(node: cst.CSTNode, name: str) -> bool:
             return True
         stack.extend(syntax_children(cur))
     return False
+
+
+def _variable_attr(plan: ClassPlan, name: str, attr: str | None) -> str:
+    """The NNX attribute of variable ``name``: ``attr`` where setup() assigns it (kept too when the class
+    declares it as a field it does not take, ``embedding: Array = field(init=False)``), else the name;
+    one that is a field of the class gets a ``_``."""
+    declared = {f.name for f in plan.fields if not f.init}
+    if attr is not None and attr in declared:
+        return attr
+    attr = attr or (name if name.isidentifier() else snake_case(name))
+    return f"{attr}_" if attr in plan.field_names else attr
