@@ -273,6 +273,33 @@ def test_a_package_reexporting_relatively_comes_after_the_module_it_reads(tmp_pa
     ]
 
 
+def test_a_build_under_another_name_is_checked(tmp_path):
+    """A class of the run built under a name its summary does not know: imported ``as`` another name
+    (at module level or in a function) or re-exported by its package under a public name. Each build
+    lacks ``rngs`` once the class is NNX; all three used to be silent (the verifier matched summary
+    names only)."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.blocks import Block as PublicBlock\n")
+    (tmp_path / "pkg" / "blocks.py").write_text(
+        "import flax.linen as nn\n\n\nclass Block(nn.Module):\n    width: int = 4\n\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(self.width)(x)\n"
+    )
+    (tmp_path / "pkg" / "use.py").write_text(
+        "import pkg\nfrom pkg.blocks import Block as B\n\n\ndef first():\n    return B(width=3)\n\n\n"
+        "def second():\n    return pkg.PublicBlock(width=5)\n\n\n"
+        "def third():\n    from pkg.blocks import Block as Local\n\n    return Local(width=2)\n\n\n"
+        "def unrelated(B=dict):\n    return B(width=1)\n"
+    )
+    result = migrate_paths([tmp_path], Mode.CHECK)
+    use = next(r for r in result.files if r.rel.endswith("use.py"))
+    assert [(f.line, f.rule) for f in use.findings if f.severity.value == "manual"] == [
+        (6, "L2N-VERIFY-002"),
+        (10, "L2N-VERIFY-002"),
+        (16, "L2N-VERIFY-002"),
+    ]
+    assert "B(...) misses in_features, rngs" in use.findings[0].message
+
+
 def test_a_file_importing_a_cycle_comes_after_it():
     """Files that import each other share a level; a file that only imports them comes in a later
     level, so it sees their classes on its one pass (it used to be lumped in with the cycle)."""

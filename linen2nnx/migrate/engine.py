@@ -49,6 +49,7 @@ from linen2nnx.migrate.shared_helpers import run_shared_helpers
 from linen2nnx.migrate.table_changes import KEY as TABLE_CHANGES_KEY
 from linen2nnx.migrate.table_changes import run_changes
 from linen2nnx.migrate.trace import Trace
+from linen2nnx.migrate.verify_outside import run_class_names
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
 
@@ -139,8 +140,7 @@ def uses_run_class(source: str, external: Mapping[str, Any] | None) -> bool:
     the imports, and the verifier checks the calls (:mod:`.verify_outside`)."""
     if not external:
         return False
-    names = {key.rpartition(":")[2].rpartition(".")[2] for key in external}
-    return not names.isdisjoint(_WORD.findall(source))
+    return not run_class_names(external).isdisjoint(_WORD.findall(source))
 
 
 _WORD = re.compile(r"[A-Za-z_]\w*")

@@ -58,21 +58,60 @@ def calls_outside(
 
 
 _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
+_AS = re.compile(r"([A-Za-z_]\w*)\s+as\s+([A-Za-z_]\w*)")
+
+
+def run_class_names(external: Mapping[str, Any]) -> set[str]:
+    """Every name a class of the run goes by in the summaries' keys: its own (``pkg.models.Block``)
+    and each name a package re-exports it under (``pkg.PublicBlock``), which its summary does not
+    know. One answer for the engine's pre-filter and for the verifier."""
+    return {key.rpartition(":")[2].rpartition(".")[2] for key in external}
+
+
+def _aliases(pairs: Iterator[tuple[str, str]], names: Collection[str]) -> set[str]:
+    return {alias for name, alias in pairs if name in names}
 
 
 def builds_run_class(text: str, external: Mapping[str, Any]) -> bool:
-    """Cheap test: does ``text`` call a name that is the name of a class of the run (its summaries)?"""
+    """Cheap test: does ``text`` call a name that is the name of a class of the run, or a name it
+    imports such a class as (``from pkg.models import Block as B``)?"""
     if not external:
         return False
-    names = {summary.name for summary in external.values()}
+    names = run_class_names(external)
+    names |= _aliases(_AS.findall(text), names)
     return not names.isdisjoint(_CALLED.findall(text))
+
+
+def import_aliases(module: cst.Module, names: Collection[str]) -> set[str]:
+    """The names this file imports a class of ``names`` as: ``B`` of ``from pkg.models import Block
+    as B``, at module level or in any block. Conservative (an imported name is matched by its last
+    part only): the calls found under these names are resolved before they are checked."""
+    found: set[str] = set()
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.SimpleStatementLine:
+            for small in node.body:
+                if type(small) is cst.ImportFrom and not isinstance(small.names, cst.ImportStar):
+                    found |= _aliases(_import_pairs(small), names)
+        elif not isinstance(node, cst.BaseExpression):  # statements and blocks; never an expression
+            stack += syntax_children(node)
+    return found
+
+
+def _import_pairs(node: cst.ImportFrom) -> Iterator[tuple[str, str]]:
+    assert not isinstance(node.names, cst.ImportStar)
+    for alias in node.names:
+        if alias.asname is not None and type(alias.name) is cst.Name and type(alias.asname.name) is cst.Name:
+            yield alias.name.value, alias.asname.name.value
 
 
 def check_builds_outside(verifier: Any, classes_only: bool = False) -> None:
     """Check, as the verifier checks calls in NNX classes, the builds of this file's NNX classes and of
     the run's classes found by :func:`calls_outside` (``verifier``: the :class:`.verify._Verifier`)."""
     local = {n for n in verifier.nnx_classes if n in verifier.defs and verifier._signature(n) is not None}
-    of_run = {summary.name for summary in verifier.external.values()}
+    of_run = run_class_names(verifier.external) if verifier.external else set()
+    of_run |= import_aliases(verifier.module, of_run)
     checked = set(verifier.nnx_classes.values())
     for call, stmt in calls_outside(verifier.module, checked, local | of_run, classes_only=classes_only):
         if type(call.func) is cst.Name and call.func.value in local:
