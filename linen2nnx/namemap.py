@@ -38,6 +38,9 @@ class Child:
     other_weights: bool | None = None
     """The class applies this layer with other weights (``.apply({'params': ...})``, a tied head):
     Linen may never create the layer's own parameters, which the NNX layer holds unread."""
+    shared: bool | None = None
+    """The layer shares the class's scope (``nn.share_scope``): the key is one of the names it creates
+    at the class's level, and the layer's own entry maps that same key."""
 
 
 @dataclasses.dataclass
@@ -47,7 +50,8 @@ class ClassEntry:
     file: str = ""
     children: dict[str, Child] = dataclasses.field(default_factory=dict)
     variables: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
-    """collection -> {Linen variable name -> NNX attribute}."""
+    """collection -> {Linen variable name -> NNX attribute}. A name ``{field}`` stands for the value of
+    that field (``self.param(self.weight_name, ...)``): any name below the class nothing else claims."""
     new_args: dict[str, str] = dataclasses.field(default_factory=dict)
     """Constructor arguments the NNX class gained -> how their value is obtained (``input:i``: the last
     axis of positional input ``i``; ``input_shape:i``: its shape; ``input_axis:i:EXPR``: ``EXPR``, one
@@ -162,8 +166,10 @@ class NameMap:
             if key in entry.children and entry.children[key].container is None:
                 child = entry.children[key]
                 out.extend(attr_path(child.attr))
+                if child.linen_class == cls:
+                    raise KeyError(f"{'/'.join(map(str, path[: i + 1]))}: class {cls} shares its own scope")
                 cls = child.linen_class
-                i += 1
+                i += 0 if child.shared else 1  # a shared scope: the key is the child's name too
                 continue
             container_hit = _container_lookup(entry, key)
             if container_hit is not None:
@@ -172,7 +178,7 @@ class NameMap:
                 cls = child.linen_class
                 i += 1
                 continue
-            attr = entry.variables.get(collection, {}).get(key)
+            attr = _variable_of(entry.variables.get(collection, {}), key)
             if attr is not None:
                 out.append(attr)
                 out.extend(path[i + 1 :])
@@ -255,6 +261,17 @@ def _container_lookup(entry: ClassEntry, key: str) -> tuple[Child, Any] | None:
         if child.container == "dict":
             return child, suffix
     return None
+
+
+def _variable_of(variables: Mapping[str, str], key: str) -> str | None:
+    """The NNX attribute of Linen variable ``key`` of a class: by its name, else the class's one
+    variable named by a field (``{weight_name}``: its Linen name is the field's value, which the map
+    of a class cannot know)."""
+    attr = variables.get(key)
+    if attr is not None:
+        return attr
+    by_field = [a for name, a in variables.items() if name.startswith("{") and name.endswith("}")]
+    return by_field[0] if len(by_field) == 1 else None
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:

@@ -247,6 +247,8 @@ CASES = {
     "layer_dtype_param_after_stem": ("HybridViT", {}, (2, 8, 8, 3)),  # embedding after a stem: float32
     "rebound_shape_unpack": ("ViT", {}, (2, 4, 4, 3)),  # n, h, w, c = x.shape twice: the second c
     "setup_param_declared_field": ("Classifier", {}, (2, 3, 5)),  # embedding: field(init=False)
+    "param_named_by_field": ("Proj", {}, (2, 4)),  # self.param(self.weight_name, ...): map {weight_name}
+    "share_scope": ("Block", {}, (2, 4)),  # nn.share_scope(self, child): the child's names at this level
     "rank_through_blocks": ("ViT", {}, (2, 4, 4, 3)),  # act field, param shape in a local: x[:, 0] sized
     "rebound_shape_unpack_config": ("ConfigFirst", {}, (2, 4, 4, 3)),  # c = self.hidden // 2 unread
     "reduction_axis_range": ("GapHead", {"width": 4, "num_classes": 3}, (2, 4, 4, 3)),  # range(1, x.ndim - 1)

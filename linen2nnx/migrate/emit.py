@@ -35,7 +35,7 @@ from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.inheritance import is_super_setup, super_init_statement
 from linen2nnx.migrate.kw_only import init_fields
 from linen2nnx.migrate.lazy_vars import init_call
-from linen2nnx.migrate.lifted import lifted_ctor, param_axis
+from linen2nnx.migrate.lifted import lifted_ctor
 from linen2nnx.migrate.loop_names import built_per_iteration
 from linen2nnx.migrate.merge_flags import with_moved_flags
 from linen2nnx.migrate.rules import LAYER_002, MOD_004
@@ -48,11 +48,9 @@ from linen2nnx.migrate.sites import (
     nest_fors,
     replace_shape_last,
     resolved_arg,
-    root_site,
 )
 from linen2nnx.migrate.variable_args import canonical_variable_call
 from linen2nnx.migrate.variable_locals import with_locals
-from linen2nnx.namemap import Child, ClassEntry
 
 
 class Emitter:
@@ -528,70 +526,3 @@ class Emitter:
             value = cst.Call(parse_expression("nnx.List"), [cst.Arg(assign.value)])
             return stmt.with_changes(body=[assign.with_changes(value=value)])
         return stmt
-
-    def _linen_class(self, site: Site) -> str:
-        """The name-map key of the Linen class a site builds."""
-        if site.rule:
-            return site.rule.linen_qualname
-        return site.user.key or self.ctx.class_key(site.user.name)  # type: ignore[union-attr]
-
-    def record_name_map(self, plan: ClassPlan) -> None:
-        key = self.ctx.class_key(plan.name)
-        entry = ClassEntry(
-            name=key, module=self.state.module_name, file=self.state.path, new_args=dict(plan.new_args)
-        )
-        entry.bases = [b.key or self.ctx.class_key(b.name) for b in (plan.super_init,) if b is not None]
-        for site in plan.sites.values():
-            if site.kind in ("param", "variable"):
-                entry.variables.setdefault(site.collection, {})[site.linen_name] = site.attr
-                continue
-            linen_class = self._linen_class(site)
-            if site.parent is not None and not root_site(site).hoisted:
-                continue  # inside a setup() layer: Linen names it under that layer (rules map it)
-            stacked = site.lifted.stacked if site.lifted is not None else None
-            if site.container is None:
-                tied = True if site.attr in plan.other_weights else None
-                stack = param_axis(stacked) if stacked else None
-                entry.children[site.linen_name] = Child(
-                    site.attr, linen_class, stack=stack, other_weights=tied
-                )
-            elif site.elements is not None:  # a setup() comprehension: `blocks_{i}`, `block.{i}`
-                entry.children[site.elements] = Child(
-                    attr=site.attr, linen_class=linen_class, container="list"
-                )
-            elif site.extends is not None:
-                continue  # the elements after the first loop's: Linen counts on, {Class}_{k} is element k
-            elif (
-                site.loop is not None
-                and isinstance(site.factory, FieldFactory)
-                and len(site.factory.classes) > 1
-            ):
-                for name in site.factory.classes:  # named after whichever class the field builds
-                    built_key = self.ctx.class_key(name)
-                    entry.children[name] = Child(attr=site.attr, linen_class=built_key, container="list")
-            elif site.loop is not None:
-                child_key = (
-                    site.linen_name if site.linen_name not in entry.children else f"{site.linen_name}_{{i}}"
-                )
-                entry.children[child_key] = Child(attr=site.attr, linen_class=linen_class, container="list")
-            elif site.nest is not None:  # Linen counts on across the loops: {Class}_{k} is element k
-                classes = (
-                    site.factory.classes
-                    if isinstance(site.factory, FieldFactory) and site.factory.classes
-                    else ()
-                )
-                for name in classes or (site.linen_name,):
-                    key_of = linen_class if not classes else self.ctx.class_key(name)
-                    entry.children[name] = Child(attr=site.attr, linen_class=key_of, container="list")
-                if site.single_name:  # `'wi' if len(self.activations) == 1 else f'wi_{idx}'`
-                    entry.children[site.single_name] = Child(attr=f"{site.attr}/0", linen_class=linen_class)
-        for var in plan.lazy_vars.values():
-            entry.variables.setdefault(var.collection, {})[var.name] = var.attr
-        for attr, sites in plan.containers.items():
-            classes = [self._linen_class(s) for s in sites]
-            if len(set(classes)) == 1 and all(s.linen_name == f"{attr}_{i}" for i, s in enumerate(sites)):
-                entry.children[attr] = Child(attr=attr, linen_class=classes[0], container="list")
-                continue
-            for i, (site, linen_class) in enumerate(zip(sites, classes)):  # names or classes of their own
-                entry.children[site.linen_name] = Child(attr=f"{attr}/{i}", linen_class=linen_class)
-        self.state.name_map.classes[key] = entry

@@ -57,6 +57,7 @@ from linen2nnx.migrate.setup_lists import (
 )
 from linen2nnx.migrate.setup_loop_lists import loop_lists
 from linen2nnx.migrate.setup_partials import add_partial_site, attribute_values, setup_partials
+from linen2nnx.migrate.shared_scope import plan_shared_scopes
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
     LINEN_COMPACT,
@@ -462,6 +463,7 @@ class ClassPlanner:
                 MOD_004, site.ctor, f"{site.linen_name} built in two places that share no attribute"
             )
         plan_local_sites(plan, fn.body.body, counts)
+        plan_shared_scopes(self.ctx, self.state, plan, fn)
 
     def _site_state_when(self, plan: ClassPlan, site: Site) -> str | None:
         """When applying ``site`` creates variables, in this class's terms: the submodule's condition

@@ -47,7 +47,7 @@ from linen2nnx.migrate.rules import (
     XFORM_001,
     XFORM_002,
 )
-from linen2nnx.migrate.sites import COLLECTION_TYPES, MERGE_PARAM, ClassPlan, Site
+from linen2nnx.migrate.sites import COLLECTION_TYPES, MERGE_PARAM, ClassPlan, Site, linen_name_text
 from linen2nnx.migrate.variable_args import canonical_variable_call
 from linen2nnx.migrate.variable_locals import with_locals
 
@@ -239,7 +239,7 @@ class CallRewriter:
             self.ctx.report(
                 VAR_001,
                 original,
-                f"self.{site.kind}({site.linen_name!r}) -> "
+                f"self.{site.kind}({linen_name_text(site.linen_name)}) -> "
                 f"{site.var_type} self.{site.attr} created in __init__",
             )
         built = self.emitter.build(site, updated)

@@ -37,6 +37,7 @@ from linen2nnx.migrate.lifted import (
     SCAN_DECORATORS,
     method_scan_call,
 )
+from linen2nnx.migrate.name_map_entries import record_name_map
 from linen2nnx.migrate.post_init import can_move, hook_statements, is_post_init
 from linen2nnx.migrate.rules import (
     API_002,
@@ -196,7 +197,7 @@ class ClassRewriter:
             body[init_index + 1] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         self.ctx.report(MOD_001, original, f"{plan.name} -> nnx.Module")
         self.state.converted[plan.name] = original
-        self.emitter.record_name_map(plan)
+        record_name_map(self.ctx, self.state, plan)
         # `class Big(Base, kw_only=True)`: a dataclass keyword, which nnx.Module's __init_subclass__ rejects
         # (the fields are keyword-only parameters instead, class_fields.class_fields)
         keywords = [k for k in updated.keywords if k.keyword is None or k.keyword.value != "kw_only"]

@@ -231,6 +231,7 @@ class Site:
     elements: str | None = None  # of a setup() comprehension: its elements' Linen names, `blocks.{i}`
     elements_index: str = ""  # ... and the comprehension's index variable
     single_name: str = ""  # of a loop's list: element 0's Linen name where the loop builds it alone (`wi`)
+    scope_names: tuple[str, ...] = ()  # built into the parent's scope (nn.share_scope): its names there
 
     @property
     def flow_key(self) -> str:
@@ -342,10 +343,31 @@ class ClassPlan:
     super_init: ClassPlan | None = None  # the base whose __init__ its __init__ calls
     super_in_setup: bool = False  # ... where setup() called super().setup() (else first)
     kept_linen: bool = False  # (a class of another file) kept as Linen behind the bridge
+    known_scope_names: tuple[str, ...] | None = None  # a stand-in's: see scope_names
 
     @property
     def field_names(self) -> list[str]:
         return [f.name for f in self.fields]
+
+    def scope_names(self) -> tuple[str, ...] | None:
+        """The names Linen gives what this class creates in its own scope (its variables and
+        submodules, ``{field}`` for a variable a field names), when each is one fixed name: what a
+        parent sharing this class's scope (``nn.share_scope``) finds at its own level. None when some
+        name is not fixed (a list, a loop, a base's build) or nothing is planned."""
+        if self.known_scope_names is not None or not self.sites:
+            return self.known_scope_names
+        if self.blocking or self.kept_linen or self.containers or self.lazy_vars:
+            return None
+        if self.super_init is not None or self.nests:
+            return None
+        names: list[str] = []
+        for site in self.sites.values():
+            if site.parent is not None:
+                continue  # inside a layer: Linen names it under that layer
+            if site.container is not None or site.loop is not None or "{i" in site.linen_name:
+                return None
+            names.append(site.linen_name)
+        return tuple(dict.fromkeys(names))
 
     def summary(self) -> ClassSummary:
         return ClassSummary(
@@ -360,6 +382,7 @@ class ClassPlan:
             self.builders,
             bool(self.blocking),
             self.call_inputs,
+            self.scope_names(),
         )
 
 
@@ -378,6 +401,7 @@ class ClassSummary:
     builders: tuple[str, ...] = ()
     kept_linen: bool = False
     call_inputs: tuple[str, ...] = ()
+    scope_names: tuple[str, ...] | None = None
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
@@ -393,7 +417,19 @@ class ClassSummary:
             builders=self.builders,
             kept_linen=self.kept_linen,
             call_inputs=self.call_inputs,
+            known_scope_names=self.scope_names,
         )
+
+
+def is_field_name(linen_name: str) -> bool:
+    """Whether a variable's Linen name is a field's value (``{weight_name}``, see
+    :mod:`.variable_planning`)."""
+    return linen_name.startswith("{") and linen_name.endswith("}")
+
+
+def linen_name_text(linen_name: str) -> str:
+    """How a finding spells a variable's Linen name: ``'scale'``, or ``self.weight_name``."""
+    return f"self.{linen_name[1:-1]}" if is_field_name(linen_name) else repr(linen_name)
 
 
 def nest_fors(outer: cst.For) -> list[cst.For]:

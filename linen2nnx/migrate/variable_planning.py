@@ -18,7 +18,7 @@ from linen2nnx.migrate.custom_vars import variable_type_ref
 from linen2nnx.migrate.input_dtypes import give_dtype_argument, input_dtype_args
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.rules import API_002, MOD_004
-from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, shape_last_refs
+from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, is_field_name, shape_last_refs
 from linen2nnx.migrate.variable_args import canonical_variable_call, wrapped_field_keywords
 from linen2nnx.migrate.variable_locals import variable_locals, with_locals
 
@@ -129,10 +129,14 @@ class VariablePlanning:
                 {f.name: f.default for f in plan.fields},
             )
         )
-        named = self._variable_names(call, kind, args, unconvertible)
+        named = self._variable_names(call, kind, args, unconvertible, plan)
         if named is None:
             return None
         collection, name, var_type = named
+        if is_field_name(name):
+            attr = attr or self._field_named_attr(plan, call, name)
+            if attr is None:
+                return None
         dtype_args = input_dtype_args(self.ctx, plan, call, args, local_names) if hoisted else {}
         shape_refs = self._variable_shape_refs(call, kind, name, args, local_names, plan, set(dtype_args))
         if shape_refs is None:
@@ -162,12 +166,23 @@ class VariablePlanning:
         return site
 
     def _variable_names(
-        self, call: cst.Call, kind: str | None, args: list[cst.Arg], unconvertible: str | None
+        self,
+        call: cst.Call,
+        kind: str | None,
+        args: list[cst.Arg],
+        unconvertible: str | None,
+        plan: ClassPlan,
     ) -> tuple[str, str, str] | None:
         """(collection, name, NNX Variable type) of a ``self.param`` / ``self.variable`` call (``args``:
         its canonical arguments); None, with a finding, when its arguments have no canonical form
-        (``unconvertible`` says why) or its names are not literals."""
+        (``unconvertible`` says why) or its names are not literals. A variable named by a field of the
+        class (``self.param(self.weight_name, ...)``) is named ``{weight_name}``: see
+        :meth:`_field_named_attr`."""
         literal = [a.value for a in args[: 1 if kind == "param" else 2]]
+        field = _field_name_of(literal[-1], plan) if literal and unconvertible is None else None
+        if field is not None and all(isinstance(v, cst.SimpleString) for v in literal[:-1]):
+            collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
+            return collection, f"{{{field}}}", self.variable_type(collection)
         if unconvertible is None and not all(isinstance(v, cst.SimpleString) for v in literal):
             unconvertible = "non-literal names"
         if unconvertible is not None:
@@ -189,6 +204,32 @@ class VariablePlanning:
         collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
         name = literal[-1].evaluated_value  # type: ignore[union-attr]
         return collection, name, self.variable_type(collection)
+
+    def _field_named_attr(self, plan: ClassPlan, call: cst.Call, name: str) -> str | None:
+        """The NNX attribute of a variable named by a field (``w = self.param(self.weight_name, ...)``):
+        the local it is assigned to. Its Linen name is the field's value, which differs per instance,
+        so the name map records the pattern ``{weight_name}`` (any name below the class that nothing
+        else claims); a class may have one such variable of a collection, else the names could not be
+        told apart. None, with a finding, otherwise."""
+        parent = self.ctx.parent_of(call)
+        targets = parent.targets if isinstance(parent, cst.Assign) else ()
+        target = targets[0].target if len(targets) == 1 else None
+        others = [
+            s
+            for s in plan.sites.values()
+            if s.kind in ("param", "variable") and is_field_name(s.linen_name) and s.ctor is not call
+        ]
+        collection = "params" if self.ctx.self_call(call) == "param" else None
+        if isinstance(target, cst.Name) and not any(collection in (None, s.collection) for s in others):
+            return _variable_attr(plan, target.value, None)
+        self.ctx.report(
+            API_002,
+            call,
+            f"self.{self.ctx.self_call(call)}(...) named by the field {name[1:-1]}, "
+            + ("with another variable named by a field" if others else "not assigned to a local"),
+            "create the nnx.Variable in __init__ under an attribute of its own and map its Linen name by hand",
+        )
+        return None
 
     def _variable_shape_refs(
         self,
@@ -303,6 +344,18 @@ def _binds_elsewhere(node: cst.CSTNode, name: str) -> bool:
             return True
         stack.extend(syntax_children(cur))
     return False
+
+
+def _field_name_of(value: cst.BaseExpression, plan: ClassPlan) -> str | None:
+    """``weight_name`` of ``self.weight_name`` when it is a field of the class."""
+    if (
+        isinstance(value, cst.Attribute)
+        and isinstance(value.value, cst.Name)
+        and value.value.value == "self"
+        and value.attr.value in plan.field_names
+    ):
+        return value.attr.value
+    return None
 
 
 def _variable_attr(plan: ClassPlan, name: str, attr: str | None) -> str:

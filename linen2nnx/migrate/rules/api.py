@@ -60,6 +60,14 @@ API_007 = Rule(
     "if self.is_initializing() and targets is None:\n    targets = jnp.zeros(shape)",
     "if False and targets is None:\n    targets = jnp.zeros(shape)",
 )
+API_008 = Rule(
+    "L2N-API-008",
+    C,
+    "nn.share_scope(self, child) in @nn.compact removed: NNX has no scopes, the child is an attribute, and the "
+    "name map sends the names the child creates in the parent's scope to that attribute.",
+    "gating = Einsum((2, 4, 8), weight_name='gating')\nnn.share_scope(self, gating)",
+    "self.einsum_0 = Einsum((2, 4, 8), weight_name='gating', rngs=rngs)  # in __init__; name map: gating -> einsum_0",
+)
 
 PART_001 = Rule(
     "L2N-PART-001",
@@ -119,6 +127,7 @@ XFORM_003 = Rule(
 RULES = (
     API_003,
     API_007,
+    API_008,
     API_004,
     PART_001,
     XFORM_001,

@@ -1,0 +1,83 @@
+"""The name map's entry of a rewritten class (:mod:`linen2nnx.namemap`): each Linen variable and
+child name of the class and the NNX attribute it becomes, from the plan alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.lifted import param_axis
+from linen2nnx.migrate.sites import ClassPlan, Site, root_site
+from linen2nnx.namemap import Child, ClassEntry
+
+
+def _linen_class(ctx: FileContext, site: Site) -> str:
+    """The name-map key of the Linen class a site builds."""
+    if site.rule:
+        return site.rule.linen_qualname
+    return site.user.key or ctx.class_key(site.user.name)  # type: ignore[union-attr]
+
+
+def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
+    """Put ``plan``'s class in the file's name map: its variables and children, by Linen name."""
+    key = ctx.class_key(plan.name)
+    entry = ClassEntry(name=key, module=state.module_name, file=state.path, new_args=dict(plan.new_args))
+    entry.bases = [b.key or ctx.class_key(b.name) for b in (plan.super_init,) if b is not None]
+    for site in plan.sites.values():
+        if site.kind in ("param", "variable"):
+            entry.variables.setdefault(site.collection, {})[site.linen_name] = site.attr
+            continue
+        linen_class = _linen_class(ctx, site)
+        if site.parent is not None and not root_site(site).hoisted:
+            continue  # inside a setup() layer: Linen names it under that layer (rules map it)
+        stacked = site.lifted.stacked if site.lifted is not None else None
+        if site.scope_names:  # nn.share_scope: its names at this level lead to it
+            for name in site.scope_names:
+                entry.children[name] = Child(site.attr, linen_class, shared=True)
+        elif site.container is None:
+            tied = True if site.attr in plan.other_weights else None
+            stack = param_axis(stacked) if stacked else None
+            entry.children[site.linen_name] = Child(site.attr, linen_class, stack=stack, other_weights=tied)
+        elif site.elements is not None:  # a setup() comprehension: `blocks_{i}`, `block.{i}`
+            entry.children[site.elements] = Child(attr=site.attr, linen_class=linen_class, container="list")
+        elif site.extends is not None:
+            continue  # the elements after the first loop's: Linen counts on, {Class}_{k} is element k
+        elif (
+            site.loop is not None and isinstance(site.factory, FieldFactory) and len(site.factory.classes) > 1
+        ):
+            for name in site.factory.classes:  # named after whichever class the field builds
+                built_key = ctx.class_key(name)
+                entry.children[name] = Child(attr=site.attr, linen_class=built_key, container="list")
+        elif site.loop is not None:
+            child_key = (
+                site.linen_name if site.linen_name not in entry.children else f"{site.linen_name}_{{i}}"
+            )
+            entry.children[child_key] = Child(attr=site.attr, linen_class=linen_class, container="list")
+        elif site.nest is not None:  # Linen counts on across the loops: {Class}_{k} is element k
+            classes = (
+                site.factory.classes
+                if isinstance(site.factory, FieldFactory) and site.factory.classes
+                else ()
+            )
+            for name in classes or (site.linen_name,):
+                key_of = linen_class if not classes else ctx.class_key(name)
+                entry.children[name] = Child(attr=site.attr, linen_class=key_of, container="list")
+            if site.single_name:  # `'wi' if len(self.activations) == 1 else f'wi_{idx}'`
+                entry.children[site.single_name] = Child(attr=f"{site.attr}/0", linen_class=linen_class)
+    for var in plan.lazy_vars.values():
+        entry.variables.setdefault(var.collection, {})[var.name] = var.attr
+    _record_containers(ctx, entry, plan)
+    state.name_map.classes[key] = entry
+
+
+def _record_containers(ctx: FileContext, entry: ClassEntry, plan: ClassPlan) -> None:
+    """The name-map children of ``setup()`` lists: one list entry when Linen names the elements
+    ``{attr}_{i}``, else one child per element."""
+    for attr, sites in plan.containers.items():
+        classes = [_linen_class(ctx, s) for s in sites]
+        if len(set(classes)) == 1 and all(s.linen_name == f"{attr}_{i}" for i, s in enumerate(sites)):
+            entry.children[attr] = Child(attr=attr, linen_class=classes[0], container="list")
+            continue
+        for i, (site, linen_class) in enumerate(zip(sites, classes)):  # names or classes of their own
+            entry.children[site.linen_name] = Child(attr=f"{attr}/{i}", linen_class=linen_class)
