@@ -38,6 +38,10 @@ class Child:
     other_weights: bool | None = None
     """The class applies this layer with other weights (``.apply({'params': ...})``, a tied head):
     Linen may never create the layer's own parameters, which the NNX layer holds unread."""
+    handed: dict[str, str] | None = None
+    """Classes of the run the class builds in place as this module's constructor arguments (field ->
+    class key; ``AltUp(norm=Norm())`` in ``setup()``): Linen adopts each under the module's field name,
+    and NNX holds it as that attribute."""
     shared: bool | None = None
     """The layer shares the class's scope (``nn.share_scope``): the key is one of the names it creates
     at the class's level, and the layer's own entry maps that same key."""
@@ -143,6 +147,7 @@ class NameMap:
         """
         out: list[Any] = []
         cls = root
+        handed: dict[str, str] = {}  # what the step before handed the class now walked (Child.handed)
         i = 0
         while i < len(path):
             key = str(path[i])
@@ -163,9 +168,16 @@ class NameMap:
             if entry is None:  # not migrated by us (e.g. hand-written): names are kept
                 out.extend(path[i:])
                 return tuple(out)
+            if key in handed and key not in entry.children:  # a module handed in, adopted as this field
+                out.append(key)
+                cls, handed = handed[key], {}
+                i += 1
+                continue
+            handed = {}
             if key in entry.children and entry.children[key].container is None:
                 child = entry.children[key]
                 out.extend(attr_path(child.attr))
+                handed = dict(child.handed or {})
                 if child.linen_class == cls:
                     raise KeyError(f"{'/'.join(map(str, path[: i + 1]))}: class {cls} shares its own scope")
                 cls = child.linen_class
@@ -178,7 +190,8 @@ class NameMap:
                 cls = child.linen_class
                 i += 1
                 continue
-            attr = _variable_of(entry.variables.get(collection, {}), key)
+            variables = entry.variables.get(collection, {})
+            attr = variables.get(key)
             if attr is not None:
                 out.append(attr)
                 out.extend(path[i + 1 :])
@@ -188,6 +201,11 @@ class NameMap:
                     return (*out, *self.to_nnx_path(base, collection, path[i:]))
                 except KeyError:
                     continue
+            attr = _named_by_field(variables)  # last: any name nothing else claims
+            if attr is not None:
+                out.append(attr)
+                out.extend(path[i + 1 :])
+                return tuple(out)
             raise KeyError(f"{'/'.join(map(str, path[: i + 1]))}: not in the name map for class {cls}")
         return tuple(out)
 
@@ -263,13 +281,9 @@ def _container_lookup(entry: ClassEntry, key: str) -> tuple[Child, Any] | None:
     return None
 
 
-def _variable_of(variables: Mapping[str, str], key: str) -> str | None:
-    """The NNX attribute of Linen variable ``key`` of a class: by its name, else the class's one
-    variable named by a field (``{weight_name}``: its Linen name is the field's value, which the map
-    of a class cannot know)."""
-    attr = variables.get(key)
-    if attr is not None:
-        return attr
+def _named_by_field(variables: Mapping[str, str]) -> str | None:
+    """The NNX attribute of the class's one variable named by a field (``{weight_name}``: its Linen
+    name is the field's value, which the map of a class cannot know), or None."""
     by_field = [a for name, a in variables.items() if name.startswith("{") and name.endswith("}")]
     return by_field[0] if len(by_field) == 1 else None
 

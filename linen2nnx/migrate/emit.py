@@ -133,7 +133,8 @@ class Emitter:
             updated = updated.with_changes(
                 func=parse_expression(code(self.state.alias_classes[site.ctor.func]))
             )
-        args = [a for a in updated.args if not (a.keyword is not None and a.keyword.value == "name")]
+        args = self._handed_instances(site.ctor, updated)
+        args = [a for a in args if not (a.keyword is not None and a.keyword.value == "name")]
         args = with_moved_flags(site, args)  # merged mode flags: given at the call
         if site.arg_sources:  # `Cell(x.shape[-1])`: the size the dataflow resolved
             assert site.user is not None
@@ -146,6 +147,30 @@ class Emitter:
         added = [kwarg(name, parse_expression(expr)) for name, expr in site.user_in.items()]
         added.append(kwarg("rngs", cst.Name("rngs")))
         return with_args(updated, args, added)
+
+    def _handed_instances(self, original: cst.Call, updated: cst.Call) -> list[cst.Arg]:
+        """``updated``'s arguments, each one that builds a class of the run in place
+        (``AltUp(norm=Norm(scale_plus_one=False))``) given ``rngs=rngs``: the instance is handed to the
+        module, which holds it as an attribute in NNX too. Sizes such a class gains are not known
+        here: the verifier reports the build when its ``__init__`` requires more."""
+        if len(original.args) != len(updated.args):
+            return list(updated.args)
+        out = []
+        for before, after in zip(original.args, updated.args):
+            value = after.value
+            if (
+                isinstance(before.value, cst.Call)
+                and isinstance(value, cst.Call)
+                and not before.star
+                and self.ctx.user_class_of(before.value.func) is not None
+                and not any(a.keyword is not None and a.keyword.value in ("rngs", "name") for a in value.args)
+                and not any(a.star for a in value.args)
+            ):
+                after = after.with_changes(
+                    value=with_args(value, list(value.args), [kwarg("rngs", cst.Name("rngs"))])
+                )
+            out.append(after)
+        return out
 
     def _variable_ctor(self, site: Site, updated: cst.Call) -> cst.Call:
         found = self.state.variable_locals.get(site.ctor, {})

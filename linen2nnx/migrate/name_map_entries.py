@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import libcst as cst
+
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.lifted import param_axis
@@ -38,7 +40,9 @@ def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
         elif site.container is None:
             tied = True if site.attr in plan.other_weights else None
             stack = param_axis(stacked) if stacked else None
-            entry.children[site.linen_name] = Child(site.attr, linen_class, stack=stack, other_weights=tied)
+            entry.children[site.linen_name] = Child(
+                site.attr, linen_class, stack=stack, other_weights=tied, handed=_handed(ctx, site)
+            )
         elif site.elements is not None:  # a setup() comprehension: `blocks_{i}`, `block.{i}`
             entry.children[site.elements] = Child(attr=site.attr, linen_class=linen_class, container="list")
         elif site.extends is not None:
@@ -69,6 +73,23 @@ def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
         entry.variables.setdefault(var.collection, {})[var.name] = var.attr
     _record_containers(ctx, entry, plan)
     state.name_map.classes[key] = entry
+
+
+def _handed(ctx: FileContext, site: Site) -> dict[str, str] | None:
+    """The classes of the run a ``setup()`` site builds in place as its constructor arguments (field ->
+    class key): Linen adopts such a module under the field's name (``altup/norm/scale``)."""
+    if site.hoisted or site.user is None:
+        return None
+    positional = [f.name for f in site.user.fields if f.init and not f.kw_only]
+    found: dict[str, str] = {}
+    for i, arg in enumerate(site.ctor.args):
+        built = ctx.user_class_of(arg.value.func) if isinstance(arg.value, cst.Call) else None
+        field = (
+            arg.keyword.value if arg.keyword is not None else positional[i] if i < len(positional) else None
+        )
+        if built is not None and field is not None and not arg.star:
+            found[field] = built.key or ctx.class_key(built.name)
+    return found or None
 
 
 def _record_containers(ctx: FileContext, entry: ClassEntry, plan: ClassPlan) -> None:

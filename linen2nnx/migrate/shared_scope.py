@@ -20,6 +20,7 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_utils import assigned_names, name_counts
 from linen2nnx.migrate.rules import API_008
 from linen2nnx.migrate.sites import ClassPlan, Site, is_field_name
 
@@ -36,8 +37,10 @@ def plan_shared_scopes(ctx: Any, state: Any, plan: ClassPlan, fn: cst.FunctionDe
         if local is None:
             continue
         sites = [s for s in plan.sites.values() if _assigned_local(ctx, s) == local]
-        names = [_names_in_parent(s) for s in sites]
-        if not sites or any(n is None for n in names) or len(set(names)) != 1:
+        if not sites or not _sole_bindings(fn, stmt, local, sites):
+            continue
+        names = [_names_in_parent(ctx, s) for s in sites]
+        if any(n is None for n in names) or len(set(names)) != 1:
             continue
         own = {s.linen_name for s in plan.sites.values() if s not in sites and not s.scope_names}
         if (own | claimed) & set(names[0]):  # a name twice in one scope: Linen fails
@@ -53,6 +56,26 @@ def plan_shared_scopes(ctx: Any, state: Any, plan: ClassPlan, fn: cst.FunctionDe
         )
         state.dropped_statements.add(stmt)
         state.handled.add(stmt.body[0].value.func)  # type: ignore[attr-defined]
+
+
+def _sole_bindings(fn: cst.FunctionDef, stmt: cst.BaseStatement, local: str, sites: list[Site]) -> bool:
+    """The sites are every binding of ``local`` in ``fn`` (one, or one per branch of an ``if``), and
+    nothing reads ``local`` before ``stmt``: a child applied before Linen shares its scope has
+    created its variables under its own name already, and a local bound again names another child."""
+    if assigned_names(fn).get(local, 0) != len(sites):
+        return False
+    if len(sites) > 2 or (
+        len(sites) == 2
+        and sites[0].exclusive_with is not sites[1]
+        and sites[1].exclusive_with is not sites[0]
+    ):
+        return False  # two bindings are the two branches of one `if`, built as one attribute
+    reads = 0
+    for before in fn.body.body:
+        if before is stmt:
+            break
+        reads += name_counts(before).get(local, 0)
+    return reads == len(sites)  # the binding targets themselves
 
 
 def _shared_local(ctx: Any, stmt: cst.BaseStatement) -> str | None:
@@ -85,10 +108,15 @@ def _assigned_local(ctx: Any, site: Site) -> str | None:
     return target.value if isinstance(target, cst.Name) else None
 
 
-def _names_in_parent(site: Site) -> tuple[str, ...] | None:
+def _names_in_parent(ctx: Any, site: Site) -> tuple[str, ...] | None:
     """The names a class of the run creates in the scope it shares, each ``{field}`` replaced by the
-    field's value at ``site``'s construction call; None when one is not known."""
-    if site.user is None:
+    field's value at ``site``'s construction call; None when one is not known. The call must name
+    the class itself: a partial (``make = partial(Gate, weight_name=...)``) binds fields the call
+    does not show."""
+    if site.user is None or site.factory is not None or site.lifted is not None:
+        return None
+    direct = ctx.user_class_of(site.ctor.func)
+    if direct is None or (direct.key or direct.name) != (site.user.key or site.user.name):
         return None
     names = site.user.scope_names()
     if not names:

@@ -366,7 +366,7 @@ class ClassPlan:
                 continue  # inside a layer: Linen names it under that layer
             if site.container is not None or site.loop is not None or "{i" in site.linen_name:
                 return None
-            names.append(site.linen_name)
+            names.extend(site.scope_names or (site.linen_name,))  # a child sharing this scope: its names
         return tuple(dict.fromkeys(names))
 
     def summary(self) -> ClassSummary:

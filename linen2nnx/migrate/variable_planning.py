@@ -147,6 +147,7 @@ class VariablePlanning:
             )
             return None
         attr = _variable_attr(plan, name, attr)
+        attr = _clear_of_field_named(plan, name, attr)
         site = Site(
             kind="param" if kind == "param" else "variable",
             attr=attr,
@@ -344,6 +345,22 @@ def _binds_elsewhere(node: cst.CSTNode, name: str) -> bool:
             return True
         stack.extend(syntax_children(cur))
     return False
+
+
+def _clear_of_field_named(plan: ClassPlan, name: str, attr: str) -> str:
+    """``attr``, with ``_`` added while a variable site of another name already has it where one of
+    the two is named by a field (``w = self.param(self.weight_name, ...)`` then ``self.param('w', ...)``:
+    two variables, two attributes)."""
+    taken = {
+        s.attr
+        for s in plan.sites.values()
+        if s.kind in ("param", "variable")
+        and s.linen_name != name
+        and (is_field_name(s.linen_name) or is_field_name(name))
+    }
+    while attr in taken:
+        attr += "_"
+    return attr
 
 
 def _field_name_of(value: cst.BaseExpression, plan: ClassPlan) -> str | None:
