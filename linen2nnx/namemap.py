@@ -190,24 +190,26 @@ class NameMap:
                 cls = child.linen_class
                 i += 1
                 continue
-            variables = entry.variables.get(collection, {})
-            attr = variables.get(key)
-            if attr is not None:
-                out.append(attr)
-                out.extend(path[i + 1 :])
-                return tuple(out)
-            for base in entry.bases:  # built by the base's __init__, under the base's names
-                try:
-                    return (*out, *self.to_nnx_path(base, collection, path[i:]))
-                except KeyError:
-                    continue
-            attr = _named_by_field(variables)  # last: any name nothing else claims
-            if attr is not None:
-                out.append(attr)
-                out.extend(path[i + 1 :])
-                return tuple(out)
+            found = self._variable_path(entry, collection, path[i:])
+            if found is not None:
+                return (*out, *found)
             raise KeyError(f"{'/'.join(map(str, path[: i + 1]))}: not in the name map for class {cls}")
         return tuple(out)
+
+    def _variable_path(self, entry: ClassEntry, collection: str, rest: PathT) -> PathT | None:
+        """Where a class's own variable ``rest[0]`` (or one its bases build) lives: by its name, then
+        through the bases, last the one variable a field names (any name nothing else claims)."""
+        variables = entry.variables.get(collection, {})
+        attr = variables.get(str(rest[0]))
+        if attr is not None:
+            return (attr, *rest[1:])
+        for base in entry.bases:  # built by the base's __init__, under the base's names
+            try:
+                return self.to_nnx_path(base, collection, rest)
+            except KeyError:
+                continue
+        attr = _named_by_field(variables)
+        return (attr, *rest[1:]) if attr is not None else None
 
 
 def applied_with_other_weights(name_map: NameMap, root: str, nnx_path: PathT) -> bool:
