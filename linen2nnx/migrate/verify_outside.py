@@ -61,11 +61,21 @@ _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
 _AS = re.compile(r"([A-Za-z_]\w*)\s+as\s+([A-Za-z_]\w*)")
 
 
-def run_class_names(external: Mapping[str, Any]) -> set[str]:
+def run_class_names(external: Mapping[str, Any]) -> frozenset[str]:
     """Every name a class of the run goes by in the summaries' keys: its own (``pkg.models.Block``)
     and each name a package re-exports it under (``pkg.PublicBlock``), which its summary does not
-    know. One answer for the engine's pre-filter and for the verifier."""
-    return {key.rpartition(":")[2].rpartition(".")[2] for key in external}
+    know. One answer for the engine's pre-filter and for the verifier; the files of one level share
+    one mapping, which only grows, so the answer is kept while it is the same mapping of the same
+    size (the cache holds the mapping itself: its id cannot be reused meanwhile)."""
+    held, size, names = _RUN_NAMES
+    if held is external and size == len(external):
+        return names
+    names = frozenset(key.rpartition(":")[2].rpartition(".")[2] for key in external)
+    _RUN_NAMES[:] = [external, len(external), names]
+    return names
+
+
+_RUN_NAMES: list[Any] = [None, 0, frozenset()]
 
 
 def _aliases(pairs: Iterator[tuple[str, str]], names: Collection[str]) -> set[str]:
@@ -78,7 +88,7 @@ def builds_run_class(text: str, external: Mapping[str, Any]) -> bool:
     if not external:
         return False
     names = run_class_names(external)
-    names |= _aliases(_AS.findall(text), names)
+    names = names | _aliases(_AS.findall(text), names)
     return not names.isdisjoint(_CALLED.findall(text))
 
 
@@ -110,8 +120,8 @@ def check_builds_outside(verifier: Any, classes_only: bool = False) -> None:
     """Check, as the verifier checks calls in NNX classes, the builds of this file's NNX classes and of
     the run's classes found by :func:`calls_outside` (``verifier``: the :class:`.verify._Verifier`)."""
     local = {n for n in verifier.nnx_classes if n in verifier.defs and verifier._signature(n) is not None}
-    of_run = run_class_names(verifier.external) if verifier.external else set()
-    of_run |= import_aliases(verifier.module, of_run)
+    of_run = run_class_names(verifier.external) if verifier.external else frozenset()
+    of_run = of_run | import_aliases(verifier.module, of_run)
     checked = set(verifier.nnx_classes.values())
     for call, stmt in calls_outside(verifier.module, checked, local | of_run, classes_only=classes_only):
         if type(call.func) is cst.Name and call.func.value in local:
