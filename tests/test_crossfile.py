@@ -275,9 +275,10 @@ def test_a_package_reexporting_relatively_comes_after_the_module_it_reads(tmp_pa
 
 def test_a_build_under_another_name_is_checked(tmp_path):
     """A class of the run built under a name its summary does not know: imported ``as`` another name
-    (at module level or in a function) or re-exported by its package under a public name. Each build
-    lacks ``rngs`` once the class is NNX; all three used to be silent (the verifier matched summary
-    names only)."""
+    (at module level or in a function, also one a fallback rebinds), bound to another name
+    (``Alias = pkg.blocks.Block``) or re-exported by its package under a public name. Each build lacks
+    ``rngs`` once the class is NNX; all used to be silent (the verifier matched summary names only,
+    and skipped any name the function binds). A parameter named like an alias is not the class."""
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("from pkg.blocks import Block as PublicBlock\n")
     (tmp_path / "pkg" / "blocks.py").write_text(
@@ -288,7 +289,10 @@ def test_a_build_under_another_name_is_checked(tmp_path):
         "import pkg\nfrom pkg.blocks import Block as B\n\n\ndef first():\n    return B(width=3)\n\n\n"
         "def second():\n    return pkg.PublicBlock(width=5)\n\n\n"
         "def third():\n    from pkg.blocks import Block as Local\n\n    return Local(width=2)\n\n\n"
-        "def unrelated(B=dict):\n    return B(width=1)\n"
+        "def unrelated(B=dict):\n    return B(width=1)\n\n\n"
+        "Alias = pkg.blocks.Block\n\n\ndef fourth():\n    return Alias(width=4)\n\n\n"
+        "def fifth():\n    try:\n        from pkg.blocks import Block as T\n    except ImportError:\n"
+        "        T = None\n    return T(width=6)\n"
     )
     result = migrate_paths([tmp_path], Mode.CHECK)
     use = next(r for r in result.files if r.rel.endswith("use.py"))
@@ -296,6 +300,8 @@ def test_a_build_under_another_name_is_checked(tmp_path):
         (6, "L2N-VERIFY-002"),
         (10, "L2N-VERIFY-002"),
         (16, "L2N-VERIFY-002"),
+        (27, "L2N-VERIFY-002"),
+        (35, "L2N-VERIFY-002"),
     ]
     assert "B(...) misses in_features, rngs" in use.findings[0].message
 

@@ -25,11 +25,12 @@ from linen2nnx.migrate.cst_utils import assigned_names, callee_name
 
 def calls_outside(
     module: cst.Module, skipped: Collection[cst.ClassDef], names: Collection[str], classes_only: bool = False
-) -> Iterator[tuple[cst.Call, cst.CSTNode]]:
+) -> Iterator[tuple[cst.Call, cst.CSTNode, bool]]:
     """Each call of ``Name(...)`` or ``module.Name(...)`` with ``Name`` in ``names`` outside the
-    ``skipped`` classes (those checked already), with the statement that holds it; none when
-    ``names`` is empty. ``classes_only``: in the file's other classes only (the file's training code,
-    left in its Linen form, is reported as a whole)."""
+    ``skipped`` classes (those checked already), with the statement that holds it and whether a
+    function around it binds ``Name`` (``def f(Block): Block()`` builds whatever ``f`` is handed:
+    only its resolved name can tell); none when ``names`` is empty. ``classes_only``: in the file's
+    other classes only (the file's training code, left in its Linen form, is reported as a whole)."""
     if not names:
         return
     stack: list[tuple[cst.CSTNode, cst.CSTNode | None, tuple[cst.FunctionDef, ...]]] = [
@@ -51,14 +52,14 @@ def calls_outside(
                 shadowed = type(node.func) is cst.Name and any(
                     node.func.value in assigned_names(fn) for fn in scopes
                 )
-                if not shadowed:
-                    assert stmt is not None
-                    yield node, stmt
+                assert stmt is not None
+                yield node, stmt, shadowed
         stack += [(c, stmt, scopes) for c in reversed(syntax_children(node)) if c not in skipped]
 
 
 _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
 _AS = re.compile(r"([A-Za-z_]\w*)\s+as\s+([A-Za-z_]\w*)")
+_REBOUND = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)[ \t]*$", re.M)
 
 
 def run_class_names(external: Mapping[str, Any]) -> frozenset[str]:
@@ -84,26 +85,39 @@ def _aliases(pairs: Iterator[tuple[str, str]], names: Collection[str]) -> set[st
 
 def builds_run_class(text: str, external: Mapping[str, Any]) -> bool:
     """Cheap test: does ``text`` call a name that is the name of a class of the run, or a name it
-    imports such a class as (``from pkg.models import Block as B``)?"""
+    imports such a class as (``from pkg.models import Block as B``) or binds it to (``Alias =
+    pkg.models.Block``)?"""
     if not external:
         return False
     names = run_class_names(external)
-    names = names | _aliases(_AS.findall(text), names)
+    rebound = ((name, alias) for alias, name in _REBOUND.findall(text))
+    names = names | _aliases(_AS.findall(text), names) | _aliases(rebound, names)
     return not names.isdisjoint(_CALLED.findall(text))
 
 
-def import_aliases(module: cst.Module, names: Collection[str]) -> set[str]:
-    """The names this file imports a class of ``names`` as: ``B`` of ``from pkg.models import Block
-    as B``, at module level or in any block. Conservative (an imported name is matched by its last
-    part only): the calls found under these names are resolved before they are checked."""
-    found: set[str] = set()
+def import_aliases(module: cst.Module, names: Collection[str]) -> dict[str, cst.BaseExpression | None]:
+    """The names this file binds a class of ``names`` to: ``B`` of ``from pkg.models import Block
+    as B`` (None: the import resolves it), and ``Alias`` of ``Alias = pkg.models.Block`` (the value,
+    which the resolver does not follow through the assignment), at module level or in any block.
+    Conservative (a class is matched by its last name only): the calls found under these names are
+    resolved before they are checked."""
+    found: dict[str, cst.BaseExpression | None] = {}
     stack: list[cst.CSTNode] = [module]
     while stack:
         node = stack.pop()
         if type(node) is cst.SimpleStatementLine:
             for small in node.body:
                 if type(small) is cst.ImportFrom and not isinstance(small.names, cst.ImportStar):
-                    found |= _aliases(_import_pairs(small), names)
+                    found.update(dict.fromkeys(_aliases(_import_pairs(small), names)))
+                elif type(small) is cst.Assign and len(small.targets) == 1:
+                    target, value = small.targets[0].target, small.value
+                    last = value.attr.value if type(value) is cst.Attribute else getattr(value, "value", None)
+                    if (
+                        type(target) is cst.Name
+                        and type(value) in (cst.Name, cst.Attribute)
+                        and last in names
+                    ):
+                        found.setdefault(target.value, value)
         elif not isinstance(node, cst.BaseExpression):  # statements and blocks; never an expression
             stack += syntax_children(node)
     return found
@@ -121,12 +135,19 @@ def check_builds_outside(verifier: Any, classes_only: bool = False) -> None:
     the run's classes found by :func:`calls_outside` (``verifier``: the :class:`.verify._Verifier`)."""
     local = {n for n in verifier.nnx_classes if n in verifier.defs and verifier._signature(n) is not None}
     of_run = run_class_names(verifier.external) if verifier.external else frozenset()
-    of_run = of_run | import_aliases(verifier.module, of_run)
+    aliases = import_aliases(verifier.module, of_run)
     checked = set(verifier.nnx_classes.values())
-    for call, stmt in calls_outside(verifier.module, checked, local | of_run, classes_only=classes_only):
+    found = calls_outside(
+        verifier.module, checked, local | of_run | aliases.keys(), classes_only=classes_only
+    )
+    for call, stmt, shadowed in found:
         if type(call.func) is cst.Name and call.func.value in local:
-            verifier._check_signature(call, set(), stmt)
+            if not shadowed:
+                verifier._check_signature(call, set(), stmt)
             continue
         qualnames = verifier.names.qualnames(call.func)
+        value = aliases.get(call.func.value) if type(call.func) is cst.Name else None
+        if value is not None and len(verifier.names.bindings_of(call.func) or ()) == 1:
+            qualnames = qualnames | verifier.names.qualnames(value)  # `Alias = pkg.Block`, bound once
         if any(verifier._external(q) is not None for q in qualnames):
             verifier._check_signature(call, qualnames, stmt)
