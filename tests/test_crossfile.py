@@ -306,6 +306,32 @@ def test_a_build_under_another_name_is_checked(tmp_path):
     assert "B(...) misses in_features, rngs" in use.findings[0].message
 
 
+def test_an_alias_bound_in_one_function_is_that_function_s_only(tmp_path):
+    """``B = pkg.blocks.Block`` in one function makes that function's ``B(...)`` a build of the
+    class; a parameter ``B``, another function's local ``B`` bound to something else, and a method's
+    ``cls(...)`` are not (they were all flagged once any function bound the alias)."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "blocks.py").write_text(
+        "import flax.linen as nn\n\n\nclass Block(nn.Module):\n    width: int = 4\n\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(self.width)(x)\n"
+    )
+    (tmp_path / "pkg" / "use.py").write_text(
+        "import dataclasses\n\nimport mylib\n\nimport pkg\n\n\n"
+        "def setup_models():\n    B = pkg.blocks.Block\n    return B(width=1)\n\n\n"
+        "def unrelated(B):\n    return B(width=2)\n\n\n"
+        "def unrelated2():\n    B = mylib.make\n    return B(width=3)\n\n\n"
+        "@dataclasses.dataclass\nclass Config:\n    width: int = 3\n\n    @classmethod\n"
+        "    def make(cls, d):\n        return cls(width=d['width'])\n\n\n"
+        "def build(rngs):\n    cls = pkg.blocks.Block\n    return cls(width=3, in_features=2, rngs=rngs)\n"
+    )
+    result = migrate_paths([tmp_path], Mode.CHECK)
+    use = next(r for r in result.files if r.rel.endswith("use.py"))
+    assert [(f.line, f.rule) for f in use.findings if f.severity.value == "manual"] == [
+        (10, "L2N-VERIFY-002")
+    ]
+
+
 def test_a_file_importing_a_cycle_comes_after_it():
     """Files that import each other share a level; a file that only imports them comes in a later
     level, so it sees their classes on its one pass (it used to be lumped in with the cycle)."""

@@ -250,6 +250,7 @@ CASES = {
     "param_named_by_field": ("Proj", {}, (2, 4)),  # self.param(self.weight_name, ...): map {weight_name}
     "share_scope": ("Block", {}, (2, 4)),  # nn.share_scope(self, child): the child's names at this level
     "setup_handed_instance": ("Block", {}, (2, 3)),  # AltUp(norm=Norm()) in setup: adopted as altup/norm
+    "setup_branch_classes": ("Same", {}, (2, 4)),  # one class in both branches: no L2N-MOD-013
     "rank_through_blocks": ("ViT", {}, (2, 4, 4, 3)),  # act field, param shape in a local: x[:, 0] sized
     "rebound_shape_unpack_config": ("ConfigFirst", {}, (2, 4, 4, 3)),  # c = self.hidden // 2 unread
     "reduction_axis_range": ("GapHead", {"width": 4, "num_classes": 3}, (2, 4, 4, 3)),  # range(1, x.ndim - 1)

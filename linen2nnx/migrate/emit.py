@@ -38,6 +38,7 @@ from linen2nnx.migrate.lazy_vars import init_call
 from linen2nnx.migrate.lifted import lifted_ctor
 from linen2nnx.migrate.loop_names import built_per_iteration
 from linen2nnx.migrate.merge_flags import with_moved_flags
+from linen2nnx.migrate.name_map_entries import handed_builds_convert
 from linen2nnx.migrate.rules import LAYER_002, MOD_004
 from linen2nnx.migrate.sites import (
     ClassPlan,
@@ -133,7 +134,7 @@ class Emitter:
             updated = updated.with_changes(
                 func=parse_expression(code(self.state.alias_classes[site.ctor.func]))
             )
-        args = self._handed_instances(site.ctor, updated)
+        args = self._handed_instances(site, updated)
         args = [a for a in args if not (a.keyword is not None and a.keyword.value == "name")]
         args = with_moved_flags(site, args)  # merged mode flags: given at the call
         if site.arg_sources:  # `Cell(x.shape[-1])`: the size the dataflow resolved
@@ -148,12 +149,14 @@ class Emitter:
         added.append(kwarg("rngs", cst.Name("rngs")))
         return with_args(updated, args, added)
 
-    def _handed_instances(self, original: cst.Call, updated: cst.Call) -> list[cst.Arg]:
+    def _handed_instances(self, site: Site, updated: cst.Call) -> list[cst.Arg]:
         """``updated``'s arguments, each one that builds a class of the run in place
         (``AltUp(norm=Norm(scale_plus_one=False))``) given ``rngs=rngs``: the instance is handed to the
-        module, which holds it as an attribute in NNX too. Sizes such a class gains are not known
-        here: the verifier reports the build when its ``__init__`` requires more."""
-        if len(original.args) != len(updated.args):
+        module, which holds it as an attribute in NNX too (:func:`.name_map_entries.handed_builds_convert`
+        says where). Sizes such a class gains are not known here: the verifier reports the build when its
+        ``__init__`` requires more."""
+        original = site.ctor
+        if not handed_builds_convert(site) or len(original.args) != len(updated.args):
             return list(updated.args)
         out = []
         for before, after in zip(original.args, updated.args):

@@ -7,9 +7,11 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.layers import LAYERS_BY_LINEN
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.lifted import param_axis
+from linen2nnx.migrate.rules import MOD_013
 from linen2nnx.migrate.sites import ClassPlan, Site, root_site
 from linen2nnx.namemap import Child, ClassEntry
 
@@ -75,10 +77,64 @@ def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
     state.name_map.classes[key] = entry
 
 
+def report_other_builds(ctx: FileContext, plan: ClassPlan) -> None:
+    """One Linen name built as two different modules (``if self.plain: self.norm = Affine() else:
+    self.norm = Swapped()``): the map of a class names one build's weights only, and which one ran
+    depends on the config, so a checkpoint of the other would convert under the wrong names
+    (``L2N-MOD-013``, reported while the class is planned, so the marker lands on the build). None
+    where both map their weights alike: one class handed the same modules, or built-in layers that
+    rename nothing."""
+    first: dict[str, tuple[str, dict[str, str] | None]] = {}
+    for site in plan.sites.values():
+        if site.kind in ("param", "variable") or site.parent is not None or site.scope_names:
+            continue
+        if site.container is not None or site.loop is not None or site.nest is not None:
+            continue
+        build = (_linen_class(ctx, site), _handed(ctx, site))
+        before = first.setdefault(site.linen_name, build)
+        if before == build or all(
+            (rule := LAYERS_BY_LINEN.get(c)) is not None and not rule.param_renames
+            for c in (before[0], build[0])
+        ):
+            continue
+        texts = [_build_text(*before), _build_text(*build)]
+        if texts[0] == texts[1]:  # flax's DenseGeneral and a library's own: the full names
+            texts = [_build_text(*before, full=True), _build_text(*build, full=True)]
+        ctx.report(
+            MOD_013,
+            site.ctor,
+            f"{site.linen_name} is built as {texts[0]} or as {texts[1]} depending on the config: the name map "
+            "names one build's weights only",
+            "build one class under each name (two attributes), or convert the checkpoint with a map written by hand",
+        )
+
+
+def _build_text(linen_class: str, handed: dict[str, str] | None, full: bool = False) -> str:
+    """``Affine``, or ``AltUp(norm=Affine)`` for a build handed a module of the run (``full``: the
+    classes' dotted names)."""
+    name = linen_class if full else linen_class.rpartition(".")[2]
+    if not handed:
+        return name
+    handed_text = ", ".join(
+        f"{field}={key if full else key.rpartition('.')[2]}" for field, key in sorted(handed.items())
+    )
+    return f"{name}({handed_text})"
+
+
+def handed_builds_convert(site: Site) -> bool:
+    """Whether the run's classes built in place as ``site``'s constructor arguments become NNX builds
+    (``rngs=rngs``, adopted under the field's name): a single module ``setup()`` builds, of a class the
+    run rewrites. One kept as Linen behind the bridge would hold an NNX module its Linen original
+    cannot see the state of, and a list's or loop's elements are named by the list."""
+    if site.hoisted or site.user is None or site.user.blocking or site.user.kept_linen:
+        return False
+    return site.container is None and site.loop is None and site.elements is None and site.nest is None
+
+
 def _handed(ctx: FileContext, site: Site) -> dict[str, str] | None:
     """The classes of the run a ``setup()`` site builds in place as its constructor arguments (field ->
     class key): Linen adopts such a module under the field's name (``altup/norm/scale``)."""
-    if site.hoisted or site.user is None:
+    if not handed_builds_convert(site):
         return None
     positional = [f.name for f in site.user.fields if f.init and not f.kw_only]
     found: dict[str, str] = {}

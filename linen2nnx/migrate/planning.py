@@ -44,6 +44,7 @@ from linen2nnx.migrate.lifted import (
 from linen2nnx.migrate.local_planning import LocalPlanner
 from linen2nnx.migrate.local_sites import plan_local_sites
 from linen2nnx.migrate.merge_flags import merge_flags
+from linen2nnx.migrate.name_map_entries import report_other_builds
 from linen2nnx.migrate.named_variables import plan_put_variables
 from linen2nnx.migrate.rules import API_002, MOD_004, MOD_006, XFORM_002
 from linen2nnx.migrate.setup_foreign import flag_foreign_setup
@@ -103,6 +104,7 @@ class ClassPlanner:
         self.state.planning = False
         plan.blocking = self.state.pending_blocking
         plan.key = self.ctx.class_key(plan.name)
+        report_other_builds(self.ctx, plan)
         self.state.plans[node] = plan
         self.state.linen_classes[plan.name] = plan
         self.state.summaries[plan.key] = plan.summary()

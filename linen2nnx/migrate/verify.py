@@ -57,6 +57,7 @@ from linen2nnx.migrate.verify_syntax import (
     imported_helper,
     linen_args,
     linen_helpers,
+    linen_module_copy,
     linen_partial,
     marked_by_another_rule,
     method_helpers,
@@ -497,6 +498,8 @@ class _Verifier:
             how = f"{shown}(...) takes name= and no rngs, as a Linen module does,"
         elif id(call) in self._applied and applied_linen_module(call, qualnames):
             how = f"{shown}(..., name=...) builds a module with name= and no rngs that this method applies, as a Linen compact method does,"
+        elif linen_module_copy(call):
+            how = f"{shown}(..., name=...) is Linen's Module.{call.func.attr.value} (an NNX module has none)"  # type: ignore[attr-defined]
         else:
             return
         self._report(

@@ -95,20 +95,24 @@ def builds_run_class(text: str, external: Mapping[str, Any]) -> bool:
     return not names.isdisjoint(_CALLED.findall(text))
 
 
-def import_aliases(module: cst.Module, names: Collection[str]) -> dict[str, cst.BaseExpression | None]:
-    """The names this file binds a class of ``names`` to: ``B`` of ``from pkg.models import Block
-    as B`` (None: the import resolves it), and ``Alias`` of ``Alias = pkg.models.Block`` (the value,
-    which the resolver does not follow through the assignment), at module level or in any block.
-    Conservative (a class is matched by its last name only): the calls found under these names are
-    resolved before they are checked."""
-    found: dict[str, cst.BaseExpression | None] = {}
+def import_aliases(
+    module: cst.Module, names: Collection[str]
+) -> dict[str, list[tuple[cst.Name, cst.BaseExpression]]]:
+    """The names this file binds a class of ``names`` to, at module level or in any block: ``B`` of
+    ``from pkg.models import Block as B`` (no assignment: the import resolves it), and ``Alias`` of
+    ``Alias = pkg.models.Block`` with each such assignment's target and value (the resolver does not
+    follow an assignment: a read whose one binding is that target reads the value). Conservative (a
+    class is matched by its last name only): the calls found under these names are resolved before
+    they are checked."""
+    found: dict[str, list[tuple[cst.Name, cst.BaseExpression]]] = {}
     stack: list[cst.CSTNode] = [module]
     while stack:
         node = stack.pop()
         if type(node) is cst.SimpleStatementLine:
             for small in node.body:
                 if type(small) is cst.ImportFrom and not isinstance(small.names, cst.ImportStar):
-                    found.update(dict.fromkeys(_aliases(_import_pairs(small), names)))
+                    for alias in _aliases(_import_pairs(small), names):
+                        found.setdefault(alias, [])
                 elif type(small) is cst.Assign and len(small.targets) == 1:
                     target, value = small.targets[0].target, small.value
                     last = value.attr.value if type(value) is cst.Attribute else getattr(value, "value", None)
@@ -117,7 +121,7 @@ def import_aliases(module: cst.Module, names: Collection[str]) -> dict[str, cst.
                         and type(value) in (cst.Name, cst.Attribute)
                         and last in names
                     ):
-                        found.setdefault(target.value, value)
+                        found.setdefault(target.value, []).append((target, value))
         elif not isinstance(node, cst.BaseExpression):  # statements and blocks; never an expression
             stack += syntax_children(node)
     return found
@@ -146,8 +150,19 @@ def check_builds_outside(verifier: Any, classes_only: bool = False) -> None:
                 verifier._check_signature(call, set(), stmt)
             continue
         qualnames = verifier.names.qualnames(call.func)
-        value = aliases.get(call.func.value) if type(call.func) is cst.Name else None
-        if value is not None and len(verifier.names.bindings_of(call.func) or ()) == 1:
-            qualnames = qualnames | verifier.names.qualnames(value)  # `Alias = pkg.Block`, bound once
+        if type(call.func) is cst.Name and aliases.get(call.func.value):
+            qualnames = qualnames | _assigned_value_names(verifier.names, call.func, aliases[call.func.value])
         if any(verifier._external(q) is not None for q in qualnames):
             verifier._check_signature(call, qualnames, stmt)
+
+
+def _assigned_value_names(
+    names: Any, read: cst.Name, assignments: list[tuple[cst.Name, cst.BaseExpression]]
+) -> set[str]:
+    """What ``read`` resolves to through ``Alias = pkg.Block``: the value's names when the one binding
+    the read sees is such an assignment's target (another scope's ``Alias``, a parameter of that name,
+    or a second binding are not this class)."""
+    bindings = names.bindings_of(read) or []
+    if len(bindings) != 1:
+        return set()
+    return next((names.qualnames(value) for target, value in assignments if target is bindings[0]), set())

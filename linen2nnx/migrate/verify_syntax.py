@@ -10,7 +10,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import calls_in, syntax_children
-from linen2nnx.migrate.cst_utils import absolute_qualname
+from linen2nnx.migrate.cst_utils import absolute_qualname, self_attr
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.sites import MARKER, markers_of
 from linen2nnx.migrate.verify_names import LINEN_SELF_ONLY, LINEN_TREE_PLACE, flax_class_kind
@@ -345,4 +345,17 @@ def self_target(node: cst.Assign | cst.AnnAssign) -> cst.Attribute | None:
             if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self"
         ),
         None,
+    )
+
+
+def linen_module_copy(call: cst.Call) -> bool:
+    """``self.norm.clone(name="n0")`` / ``self.block.copy(parent=None, name=...)``: Linen's
+    ``Module.clone`` / ``Module.copy`` on a module the class holds (a ``name=`` or ``parent=`` says
+    so; a dict's or an array's ``copy()`` takes neither)."""
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value in ("copy", "clone")
+        and self_attr(func.value) is not None
+        and any(a.keyword is not None and a.keyword.value in ("name", "parent") for a in call.args)
     )

@@ -97,6 +97,14 @@ MOD_012 = Rule(
     "params_init: WeightInit = instance_field(default_param_init)",
     "# TODO(linen2nnx): L2N-MOD-012 ... (write the default the specifier gives)",
 )
+MOD_013 = Rule(
+    "L2N-MOD-013",
+    M,
+    "One Linen name built as two different modules, one per branch of a config test: the name map of a class "
+    "names one build's weights, so a checkpoint of the other configuration would convert under the wrong names.",
+    "if self.plain:\n    self.norm = Affine()\nelse:\n    self.norm = Swapped()",
+    "# TODO(linen2nnx): L2N-MOD-013 norm is built as Affine or as Swapped depending on the config ...",
+)
 LAYER_001 = Rule(
     "L2N-LAYER-001",
     C,
@@ -244,6 +252,7 @@ RULES = (
     MOD_010,
     MOD_011,
     MOD_012,
+    MOD_013,
     LAYER_001,
     LAYER_002,
     LAYER_003,
