@@ -25,7 +25,7 @@ from linen2nnx.migrate.cst_meta import (
     start_positions,
     syntax_children,
 )
-from linen2nnx.migrate.cst_utils import absolute_qualname, code, is_super_call, self_attr
+from linen2nnx.migrate.cst_utils import absolute_qualname, assigned_names, code, is_super_call, self_attr
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.linen_factories import LinenFactory, linen_factories
@@ -35,6 +35,7 @@ from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, markers_of, one_line
 from linen2nnx.migrate.training.driver import line_map
+from linen2nnx.migrate.verify_aliases import class_aliases, module_class_aliases
 from linen2nnx.migrate.verify_methods import class_attribute_notes, method_notes
 from linen2nnx.migrate.verify_names import (
     LINEN_SELF_ONLY,
@@ -50,7 +51,6 @@ from linen2nnx.migrate.verify_names import (
 from linen2nnx.migrate.verify_outside import builds_run_class, check_builds_outside
 from linen2nnx.migrate.verify_syntax import (
     applied_locals,
-    assignments,
     container_items,
     container_kind,
     handed_self,
@@ -176,6 +176,7 @@ class _Verifier:
         self._applied: set[int] = set()  # ids of calls whose result is called at once (see _check_unresolved)
         # per method being checked: the method, and its locals that hold a class (found on first need)
         self._methods: list[tuple[cst.FunctionDef, dict[str, cst.BaseExpression] | None]] = []
+        self._module_aliases: dict[str, cst.BaseExpression] | None = None  # see _alias_of
         self.factories = factories  # functions of the run that build layers: rewritten, or still Linen
         self.function_factories = {k: v for k, v in factories.items() if isinstance(v, FunctionFactory)}
 
@@ -433,26 +434,14 @@ class _Verifier:
     def _alias_of(self, name: str) -> cst.BaseExpression | None:
         fn, aliases = self._methods[-1]
         if aliases is None:  # most methods never call a local: found on first need
-            aliases = self._class_aliases(fn)
+            aliases = class_aliases(fn.body, self._names_a_class)
             self._methods[-1] = (fn, aliases)
-        return aliases.get(name)
-
-    def _class_aliases(self, fn: cst.FunctionDef) -> dict[str, cst.BaseExpression]:
-        """Locals of ``fn`` that hold a class of this file or of the run, directly or through a wrapper
-        that keeps its constructor (``block = modules.Block``; ``block = nnx.remat(block, ...)``;
-        ``partial(block, ...)``): a call of the local is a call of that class."""
-        aliases: dict[str, cst.BaseExpression] = {}
-        for assign in assignments(fn.body):
-            target, value = assign.targets[0].target, assign.value
-            if not isinstance(target, cst.Name):
-                continue
-            while isinstance(value, cst.Call) and value.args and not value.args[0].keyword:
-                value = value.args[0].value  # nnx.remat(Block, ...), partial(Block, ...): still Block
-            if isinstance(value, cst.Name) and value.value in aliases:
-                value = aliases[value.value]
-            if self._names_a_class(value):
-                aliases[target.value] = value
-        return aliases
+        found = aliases.get(name)
+        if found is None and name not in assigned_names(fn):  # a module-level `N2 = Norm`, bound once
+            if self._module_aliases is None:
+                self._module_aliases = module_class_aliases(self.module, self._names_a_class)
+            found = self._module_aliases.get(name)
+        return found
 
     def _names_a_class(self, node: cst.BaseExpression) -> bool:
         if isinstance(node, cst.Name) and node.value in self.defs:

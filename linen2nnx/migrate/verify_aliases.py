@@ -1,0 +1,46 @@
+"""Names that hold a class of the file or of the run, for the verifier: a call of such a name is a
+build of that class, checked against its NNX ``__init__``.
+
+A method's locals (``block = modules.Block``; ``block = nnx.remat(block, ...)``; ``partial(block,
+...)``) and the module's own names bound once (``N2 = Norm``, ``NormF = functools.partial(Norm,
+False)`` at module level, read in a method that does not bind the name itself).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import libcst as cst
+
+from linen2nnx.migrate.verify_syntax import assignments
+
+
+def class_aliases(
+    body: cst.CSTNode, names_a_class: Callable[[cst.BaseExpression], bool]
+) -> dict[str, cst.BaseExpression]:
+    """The names ``body``'s assignments (not those of functions or classes inside it) bind to a class,
+    directly or through a wrapper that keeps its constructor; ``names_a_class`` says what is one."""
+    aliases: dict[str, cst.BaseExpression] = {}
+    for assign in assignments(body):
+        target, value = assign.targets[0].target, assign.value
+        if not isinstance(target, cst.Name):
+            continue
+        while isinstance(value, cst.Call) and value.args and not value.args[0].keyword:
+            value = value.args[0].value  # nnx.remat(Block, ...), partial(Block, ...): still Block
+        if isinstance(value, cst.Name) and value.value in aliases:
+            value = aliases[value.value]
+        if names_a_class(value):
+            aliases[target.value] = value
+    return aliases
+
+
+def module_class_aliases(
+    module: cst.Module, names_a_class: Callable[[cst.BaseExpression], bool]
+) -> dict[str, cst.BaseExpression]:
+    """:func:`class_aliases` of the module's own statements, for the names they bind once (a name bound
+    twice, ``try: ... except ImportError: N = None``, is no alias)."""
+    bound = Counter(
+        a.targets[0].target.value for a in assignments(module) if isinstance(a.targets[0].target, cst.Name)
+    )
+    return {n: v for n, v in class_aliases(module, names_a_class).items() if bound[n] == 1}
