@@ -283,10 +283,16 @@ def _container_lookup(entry: ClassEntry, key: str) -> tuple[Child, Any] | None:
     return None
 
 
+def is_field_name(linen_name: str) -> bool:
+    """Whether a variable's Linen name in the map is a field's value (``{weight_name}``: a variable
+    ``self.param(self.weight_name, ...)`` creates)."""
+    return linen_name.startswith("{") and linen_name.endswith("}")
+
+
 def _named_by_field(variables: Mapping[str, str]) -> str | None:
     """The NNX attribute of the class's one variable named by a field (``{weight_name}``: its Linen
     name is the field's value, which the map of a class cannot know), or None."""
-    by_field = [a for name, a in variables.items() if name.startswith("{") and name.endswith("}")]
+    by_field = [a for name, a in variables.items() if is_field_name(name)]
     return by_field[0] if len(by_field) == 1 else None
 
 

@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.cst_utils import bind_args, code
 from linen2nnx.migrate.sites import Field
 
 
 def is_kw_only_marker(small: cst.AnnAssign) -> bool:
     """``_: dataclasses.KW_ONLY``: no field, but the fields after it are keyword-only."""
     return small.value is None and code(small.annotation.annotation).rsplit(".", 1)[-1] == "KW_ONLY"
+
+
+def bound_fields(fields: list[Field], call: cst.Call) -> dict[str, cst.Arg]:
+    """A constructor call's arguments by field: a positional one in the order of the dataclass
+    ``__init__``'s positional fields (those after ``KW_ONLY`` or with ``init=False`` take none)."""
+    return bind_args([f.name for f in fields if f.init and not f.kw_only], call)[0]
 
 
 def init_fields(fields: list[Field]) -> list[tuple[Field, bool]]:

@@ -10,6 +10,7 @@ import libcst as cst
 from linen2nnx.layers import LAYERS_BY_LINEN
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.kw_only import bound_fields
 from linen2nnx.migrate.lifted import param_axis
 from linen2nnx.migrate.rules import MOD_013
 from linen2nnx.migrate.sites import ClassPlan, Site, root_site
@@ -136,14 +137,11 @@ def _handed(ctx: FileContext, site: Site) -> dict[str, str] | None:
     class key): Linen adopts such a module under the field's name (``altup/norm/scale``)."""
     if not handed_builds_convert(site):
         return None
-    positional = [f.name for f in site.user.fields if f.init and not f.kw_only]
+    assert site.user is not None
     found: dict[str, str] = {}
-    for i, arg in enumerate(site.ctor.args):
+    for field, arg in bound_fields(site.user.fields, site.ctor).items():
         built = ctx.user_class_of(arg.value.func) if isinstance(arg.value, cst.Call) else None
-        field = (
-            arg.keyword.value if arg.keyword is not None else positional[i] if i < len(positional) else None
-        )
-        if built is not None and field is not None and not arg.star:
+        if built is not None:
             found[field] = built.key or ctx.class_key(built.name)
     return found or None
 

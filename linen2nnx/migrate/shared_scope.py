@@ -21,8 +21,10 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import assigned_names, name_counts
+from linen2nnx.migrate.kw_only import bound_fields
 from linen2nnx.migrate.rules import API_008
-from linen2nnx.migrate.sites import ClassPlan, Site, is_field_name
+from linen2nnx.migrate.sites import ClassPlan, Site
+from linen2nnx.namemap import is_field_name
 
 SHARE_SCOPE = frozenset({"flax.linen.share_scope", "flax.linen.module.share_scope"})
 
@@ -135,17 +137,11 @@ def _field_value(site: Site, field: str) -> str | None:
     position, else the field's literal default."""
     user = site.user
     assert user is not None
-    positional = [f.name for f in user.fields if f.init and not f.kw_only]
-    arg_value: cst.BaseExpression | None = None
-    for i, arg in enumerate(site.ctor.args):
-        if arg.star:
-            return None
-        if (arg.keyword is not None and arg.keyword.value == field) or (
-            arg.keyword is None and i < len(positional) and positional[i] == field
-        ):
-            arg_value = arg.value
-    if arg_value is not None:
-        value = arg_value.evaluated_value if isinstance(arg_value, cst.SimpleString) else None
+    if any(arg.star for arg in site.ctor.args):
+        return None
+    arg = bound_fields(user.fields, site.ctor).get(field)
+    if arg is not None:
+        value = arg.value.evaluated_value if isinstance(arg.value, cst.SimpleString) else None
         return value if isinstance(value, str) else None
     default = next((f.default for f in user.fields if f.name == field), None)
     try:

@@ -17,6 +17,7 @@ from linen2nnx.migrate.cst_utils import (
     parse_expression,
 )
 from linen2nnx.migrate.dataflow import Feat
+from linen2nnx.namemap import is_field_name
 
 LINEN_BASES = {
     "flax.linen.Module": "nnx.Module",
@@ -419,12 +420,6 @@ class ClassSummary:
             call_inputs=self.call_inputs,
             known_scope_names=self.scope_names,
         )
-
-
-def is_field_name(linen_name: str) -> bool:
-    """Whether a variable's Linen name is a field's value (``{weight_name}``, see
-    :mod:`.variable_planning`)."""
-    return linen_name.startswith("{") and linen_name.endswith("}")
 
 
 def linen_name_text(linen_name: str) -> str:

@@ -13,14 +13,23 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, names_in, only_shape_uses, snake_case
+from linen2nnx.migrate.cst_utils import (
+    NOT_LOCAL,
+    assigned_in,
+    code,
+    names_in,
+    only_shape_uses,
+    self_attr,
+    snake_case,
+)
 from linen2nnx.migrate.custom_vars import variable_type_ref
 from linen2nnx.migrate.input_dtypes import give_dtype_argument, input_dtype_args
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.rules import API_002, MOD_004
-from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, is_field_name, shape_last_refs
+from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, shape_last_refs
 from linen2nnx.migrate.variable_args import canonical_variable_call, wrapped_field_keywords
 from linen2nnx.migrate.variable_locals import variable_locals, with_locals
+from linen2nnx.namemap import is_field_name
 
 
 class VariablePlanning:
@@ -365,14 +374,8 @@ def _clear_of_field_named(plan: ClassPlan, name: str, attr: str) -> str:
 
 def _field_name_of(value: cst.BaseExpression, plan: ClassPlan) -> str | None:
     """``weight_name`` of ``self.weight_name`` when it is a field of the class."""
-    if (
-        isinstance(value, cst.Attribute)
-        and isinstance(value.value, cst.Name)
-        and value.value.value == "self"
-        and value.attr.value in plan.field_names
-    ):
-        return value.attr.value
-    return None
+    field = self_attr(value)
+    return field if field in plan.field_names else None
 
 
 def _variable_attr(plan: ClassPlan, name: str, attr: str | None) -> str:

@@ -21,8 +21,14 @@ def class_aliases(
 ) -> dict[str, cst.BaseExpression]:
     """The names ``body``'s assignments (not those of functions or classes inside it) bind to a class,
     directly or through a wrapper that keeps its constructor; ``names_a_class`` says what is one."""
+    return _aliases_of(assignments(body), names_a_class)
+
+
+def _aliases_of(
+    found: list[cst.Assign], names_a_class: Callable[[cst.BaseExpression], bool]
+) -> dict[str, cst.BaseExpression]:
     aliases: dict[str, cst.BaseExpression] = {}
-    for assign in assignments(body):
+    for assign in found:
         target, value = assign.targets[0].target, assign.value
         if not isinstance(target, cst.Name):
             continue
@@ -40,7 +46,6 @@ def module_class_aliases(
 ) -> dict[str, cst.BaseExpression]:
     """:func:`class_aliases` of the module's own statements, for the names they bind once (a name bound
     twice, ``try: ... except ImportError: N = None``, is no alias)."""
-    bound = Counter(
-        a.targets[0].target.value for a in assignments(module) if isinstance(a.targets[0].target, cst.Name)
-    )
-    return {n: v for n, v in class_aliases(module, names_a_class).items() if bound[n] == 1}
+    found = assignments(module)
+    bound = Counter(a.targets[0].target.value for a in found if isinstance(a.targets[0].target, cst.Name))
+    return {n: v for n, v in _aliases_of(found, names_a_class).items() if bound[n] == 1}
