@@ -273,18 +273,24 @@ def test_a_package_reexporting_relatively_comes_after_the_module_it_reads(tmp_pa
     ]
 
 
+def _block_package(tmp_path, init: str) -> None:
+    """``pkg`` with ``pkg/blocks.py`` defining a Linen ``Block`` (a Dense of ``width``), and ``init``
+    as its ``__init__.py``."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text(init)
+    (tmp_path / "pkg" / "blocks.py").write_text(
+        "import flax.linen as nn\n\n\nclass Block(nn.Module):\n    width: int = 4\n\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(self.width)(x)\n"
+    )
+
+
 def test_a_build_under_another_name_is_checked(tmp_path):
     """A class of the run built under a name its summary does not know: imported ``as`` another name
     (at module level or in a function, also one a fallback rebinds), bound to another name
     (``Alias = pkg.blocks.Block``) or re-exported by its package under a public name. Each build lacks
     ``rngs`` once the class is NNX; all used to be silent (the verifier matched summary names only,
     and skipped any name the function binds). A parameter named like an alias is not the class."""
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.blocks import Block as PublicBlock\n")
-    (tmp_path / "pkg" / "blocks.py").write_text(
-        "import flax.linen as nn\n\n\nclass Block(nn.Module):\n    width: int = 4\n\n"
-        "    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(self.width)(x)\n"
-    )
+    _block_package(tmp_path, "from pkg.blocks import Block as PublicBlock\n")
     (tmp_path / "pkg" / "use.py").write_text(
         "import pkg\nfrom pkg.blocks import Block as B\n\n\ndef first():\n    return B(width=3)\n\n\n"
         "def second():\n    return pkg.PublicBlock(width=5)\n\n\n"
@@ -310,12 +316,7 @@ def test_an_alias_bound_in_one_function_is_that_function_s_only(tmp_path):
     """``B = pkg.blocks.Block`` in one function makes that function's ``B(...)`` a build of the
     class; a parameter ``B``, another function's local ``B`` bound to something else, and a method's
     ``cls(...)`` are not (they were all flagged once any function bound the alias)."""
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "__init__.py").write_text("")
-    (tmp_path / "pkg" / "blocks.py").write_text(
-        "import flax.linen as nn\n\n\nclass Block(nn.Module):\n    width: int = 4\n\n"
-        "    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(self.width)(x)\n"
-    )
+    _block_package(tmp_path, "")
     (tmp_path / "pkg" / "use.py").write_text(
         "import dataclasses\n\nimport mylib\n\nimport pkg\n\n\n"
         "def setup_models():\n    B = pkg.blocks.Block\n    return B(width=1)\n\n\n"
