@@ -9,6 +9,7 @@ import pytest
 
 from linen2nnx.migrate import migrate_source
 from linen2nnx.migrate.dataflow_types import Feat
+from linen2nnx.migrate.engine import Mode, migrate_paths
 from linen2nnx.migrate.last_axis_ops import broadcast
 
 CALLER = """
@@ -137,3 +138,32 @@ def test_two_classes_of_one_name_are_not_probed_as_one():
     )
     found = _model_head_findings("x = Block()(x)", extra)
     assert len(found) == 1, found  # which Block the name means is not one class: no rank from a probe
+
+
+@pytest.mark.parametrize(
+    ("body", "sized"),
+    [
+        ("return nn.LayerNorm()(x)", True),  # keeps the rank: x[:, 0] indexes the token axis
+        ("return jnp.mean(x, axis=1)", False),  # drops an axis: x[:, 0] may index the last one
+    ],
+)
+def test_a_class_of_another_file_answers_for_its_rank_from_its_summary(tmp_path, body, sized):
+    """``Encoder`` lives in another file: its file probes it for the common ranks and the summary
+    carries what they found, so the caller's ``x[:, 0]`` is sized when the callee keeps the rank, and
+    stays a finding when it does not (callee_ranks.with_out_ranks)."""
+    (tmp_path / "encoder.py").write_text(
+        "import flax.linen as nn\nimport jax.numpy as jnp\n\n\nclass Encoder(nn.Module):\n"
+        "    @nn.compact\n    def __call__(self, x):\n" + textwrap.indent(body, " " * 8) + "\n"
+    )
+    (tmp_path / "model.py").write_text(
+        "import flax.linen as nn\nimport jax.numpy as jnp\n\nfrom encoder import Encoder\n" + CALLER
+    )
+    result = migrate_paths([tmp_path], Mode.DIFF)
+    out = next(f.output for f in result.files if f.path.name == "model.py")
+    manual = [
+        f.message for f in result.findings if f.path.endswith("model.py") and f.severity.value == "manual"
+    ]
+    if sized:
+        assert manual == [] and "nnx.Linear(6, 3, rngs=rngs)" in out
+    else:
+        assert len(manual) == 1 and "Model.head" in manual[0], manual

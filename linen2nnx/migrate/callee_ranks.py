@@ -10,8 +10,12 @@ the same code with the same callbacks; only the input's rank differs, so the lea
 position; a leaf whose kind differs between them keeps its unknown rank.
 
 Only classes of the file (whose methods the module pass holds), defined once in it with one
-``__call__``, are probed; a class of another file keeps results of unknown rank. Cells, scanned
-``__call__``s (a carry) and positional-only parameters are not probed.
+``__call__``, are probed. A class of another file answers from its summary: the file that plans it
+probes it for a sequence's rank (``SUMMARY_RANKS``: each rank probed walks every class with a sized
+result once more, about 3% of a run) and the summary carries what the probe found (scenic's ViT
+applies ``attention_layers.Add1DPositionEmbedding`` of another file in one branch; without it the
+rank 3 of every branch is lost at the merge). Other ranks of another file's class stay unknown.
+Cells, scanned ``__call__``s (a carry) and positional-only parameters are not probed.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.dataflow import Feat
-from linen2nnx.migrate.sites import ClassPlan
+from linen2nnx.migrate.sites import ClassPlan, ClassSummary
 from linen2nnx.migrate.tuple_flow import COMPOUND, SIZED
 
 _DEPTH_LIMIT = 4  # classes probing the classes they apply, at most this deep
+SUMMARY_RANKS = (3,)  # sequences ([batch, length, features]); each rank probed costs a walk of __call__
 
 
 def output_at_rank(sizer: Any, plan: ClassPlan, rank: int) -> Feat | None:
@@ -34,6 +39,8 @@ def output_at_rank(sizer: Any, plan: ClassPlan, rank: int) -> Feat | None:
     be walked (a class of another file, a cell, a scanned call, no input, probes nested too deep)."""
     from linen2nnx.migrate.method_flow import MethodFlow
 
+    if plan.known_out_ranks:  # a class of another file: what its own file's probes found
+        return plan.known_out_ranks.get(rank)
     memo, active = sizer.state.rank_probes, sizer.state.rank_probes_running
     key = (id(plan), rank)  # the plan: two classes of one name (nested in functions) are two classes
     if key in memo:
@@ -51,6 +58,23 @@ def output_at_rank(sizer: Any, plan: ClassPlan, rank: int) -> Feat | None:
     finally:
         active.pop()
     return memo[key][1]
+
+
+def with_out_ranks(sizer: Any, plan: ClassPlan, summary: ClassSummary) -> ClassSummary:
+    """``summary`` carrying what ``plan``'s ``__call__`` returns for inputs of ``SUMMARY_RANKS``, when
+    its result is sized and a probe finds a rank (for the files that apply it)."""
+    if plan.out is None or plan.out.kind not in (*SIZED, *COMPOUND):
+        return summary
+    found = tuple((r, out) for r in SUMMARY_RANKS if (out := output_at_rank(sizer, plan, r)) is not None)
+    ranked = tuple((r, out) for r, out in found if _ranked(out))
+    return dataclasses.replace(summary, out_ranks=ranked) if ranked else summary
+
+
+def _ranked(feat: Feat) -> bool:
+    """Whether some sized leaf of ``feat`` has a known rank."""
+    if feat.kind in COMPOUND:
+        return any(_ranked(e) for e in feat.elements)
+    return feat.kind in SIZED and bool(feat.rank)
 
 
 def _walked_call(sizer: Any, plan: ClassPlan) -> tuple[cst.FunctionDef, list[str]] | None:

@@ -50,7 +50,7 @@ from linen2nnx.migrate.array_functions import (
 )
 from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
-from linen2nnx.migrate.cst_utils import code, names_in, parse_expression, replace_name
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, parse_expression, replace_name
 from linen2nnx.migrate.dataflow_types import Feat, LayerInfo
 from linen2nnx.migrate.handed_modules import handed_output
 from linen2nnx.migrate.last_axis_ops import is_number as numeric
@@ -135,7 +135,7 @@ class FeatureFlow:
                 with self._within(stmt, 1):
                     self.statement(stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else stmt.orelse)
             # a test of the config alone (`if not self.teacher_force:`) is decided in __init__ too
-            config_test = code(stmt.test) if names_in(stmt.test) <= {"self"} else None
+            config_test = code(stmt.test) if names_in(stmt.test) - NOT_LOCAL <= {"self"} else None
             self.env = _merge(after_then, self.env, config_test, self.unsure)
             rank_guards.ranked(self.env, rank_guards.raised_unless_rank(stmt))
         elif isinstance(stmt, cst.IndentedBlock):

@@ -13,6 +13,7 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.callee_ranks import with_out_ranks
 from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
 from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
 from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
@@ -107,7 +108,7 @@ class ClassPlanner:
         report_other_builds(self.ctx, plan)
         self.state.plans[node] = plan
         self.state.linen_classes[plan.name] = plan
-        self.state.summaries[plan.key] = plan.summary()
+        self.state.summaries[plan.key] = with_out_ranks(self.sizer, plan, plan.summary())
         return plan
 
     def plan_class(self, node: cst.ClassDef) -> ClassPlan:

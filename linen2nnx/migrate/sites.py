@@ -345,6 +345,7 @@ class ClassPlan:
     super_in_setup: bool = False  # ... where setup() called super().setup() (else first)
     kept_linen: bool = False  # (a class of another file) kept as Linen behind the bridge
     known_scope_names: tuple[str, ...] | None = None  # a stand-in's: see scope_names
+    known_out_ranks: dict[int, Feat] = dataclasses.field(default_factory=dict)  # a stand-in's (callee_ranks)
 
     @property
     def field_names(self) -> list[str]:
@@ -403,6 +404,7 @@ class ClassSummary:
     kept_linen: bool = False
     call_inputs: tuple[str, ...] = ()
     scope_names: tuple[str, ...] | None = None
+    out_ranks: tuple[tuple[int, Feat], ...] = ()  # __call__'s result per input rank (callee_ranks.py)
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
@@ -419,6 +421,7 @@ class ClassSummary:
             kept_linen=self.kept_linen,
             call_inputs=self.call_inputs,
             known_scope_names=self.scope_names,
+            known_out_ranks=dict(self.out_ranks),
         )
 
 
