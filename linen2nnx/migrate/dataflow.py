@@ -350,7 +350,11 @@ class FeatureFlow:
             both = tuple_flow.merged(a, b, tuple_flow.merge_value)  # (h, w) if flag else (h,): both hold
             if a == b or both is not None:
                 return a if a == b else both  # type: ignore[return-value]
-            if a.kind in tuple_flow.SIZED and b.kind in tuple_flow.SIZED and names_in(node.test) - NOT_LOCAL <= {"self"}:
+            if (
+                a.kind in tuple_flow.SIZED
+                and b.kind in tuple_flow.SIZED
+                and names_in(node.test) - NOT_LOCAL <= {"self"}
+            ):
                 return Feat("choice", expr=code(node.test), elements=(a, b))  # as after an `if` on config
             return Feat.unknown("conditional expression")
         return Feat.unknown(type(node).__name__)
