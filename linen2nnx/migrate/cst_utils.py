@@ -86,6 +86,12 @@ def names_in(node: cst.CSTNode) -> set[str]:
     return set(name_counts(node))
 
 
+def config_test(test: cst.BaseExpression) -> str | None:
+    """The source of ``test`` when it reads the config alone (``self`` and the constants ``None``,
+    ``True``, ``False``): a test ``__init__`` decides too; else None."""
+    return code(test) if names_in(test) - NOT_LOCAL <= {"self"} else None
+
+
 def reads_only(node: cst.CSTNode, local_names: Collection[str], names: Collection[str]) -> bool:
     """Does ``node`` read locals (of ``local_names``), all of them among ``names``?"""
     read = (names_in(node) - NOT_LOCAL) & set(local_names)

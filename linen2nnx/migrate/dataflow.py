@@ -50,7 +50,7 @@ from linen2nnx.migrate.array_functions import (
 )
 from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, parse_expression, replace_name
+from linen2nnx.migrate.cst_utils import code, config_test, names_in, parse_expression, replace_name
 from linen2nnx.migrate.dataflow_types import Feat, LayerInfo
 from linen2nnx.migrate.handed_modules import handed_output
 from linen2nnx.migrate.last_axis_ops import is_number as numeric
@@ -135,8 +135,7 @@ class FeatureFlow:
                 with self._within(stmt, 1):
                     self.statement(stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else stmt.orelse)
             # a test of the config alone (`if not self.teacher_force:`) is decided in __init__ too
-            config_test = code(stmt.test) if names_in(stmt.test) - NOT_LOCAL <= {"self"} else None
-            self.env = _merge(after_then, self.env, config_test, self.unsure)
+            self.env = _merge(after_then, self.env, config_test(stmt.test), self.unsure)
             rank_guards.ranked(self.env, rank_guards.raised_unless_rank(stmt))
         elif isinstance(stmt, cst.IndentedBlock):
             self.run(stmt.body)
@@ -348,15 +347,10 @@ class FeatureFlow:
                 if tup.kind == "tuple" and tup.elements and tup.elements[0] == plain:
                     return plain
             both = tuple_flow.merged(a, b, tuple_flow.merge_value)  # (h, w) if flag else (h,): both hold
-            if a == b or both is not None:
-                return a if a == b else both  # type: ignore[return-value]
-            if (
-                a.kind in tuple_flow.SIZED
-                and b.kind in tuple_flow.SIZED
-                and names_in(node.test) - NOT_LOCAL <= {"self"}
-            ):
-                return Feat("choice", expr=code(node.test), elements=(a, b))  # as after an `if` on config
-            return Feat.unknown("conditional expression")
+            test = config_test(node.test)  # sides sized differently: a choice on it, as after an `if`
+            if a != b and both is None and test is not None and {a.kind, b.kind} <= set(tuple_flow.SIZED):
+                return Feat("choice", expr=test, elements=(a, b))
+            return a if a == b else both if both is not None else Feat.unknown("conditional expression")
         return Feat.unknown(type(node).__name__)
 
     def _subscript(self, node: cst.Subscript) -> Feat:
@@ -576,7 +570,7 @@ def value_method(func: cst.Attribute, qualnames: set[str]) -> bool:
     return not any(q.startswith(("jax.", "numpy.", "flax.")) for q in qualnames)
 
 
-def _merge(a: dict[str, Feat], b: dict[str, Feat], config_test: str | None, unsure: Callable) -> dict:
+def _merge(a: dict[str, Feat], b: dict[str, Feat], test: str | None, unsure: Callable) -> dict:
     """Values after an ``if`` (``a``: the then branch). Where they differ: a ``choice`` on a config
     test when both sides are sized, else unknown; a name one side leaves unbound has the other's value
     unless ``unsure()`` holds it (FeatureFlow.unsure)."""
@@ -584,7 +578,7 @@ def _merge(a: dict[str, Feat], b: dict[str, Feat], config_test: str | None, unsu
     for k in a.keys() | b.keys():
         va, vb = a.get(k), b.get(k)
         if va is not None and vb is not None:
-            out[k] = tuple_flow.merge_value(va, vb, config_test)
+            out[k] = tuple_flow.merge_value(va, vb, test)
         else:
             names = unsure()
             out[k] = Feat.unknown("differs between branches") if names is None or k in names else va or vb

@@ -19,7 +19,7 @@ import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, self_attr
+from linen2nnx.migrate.cst_utils import config_test, self_attr
 from linen2nnx.migrate.dataflow_types import Feat, LayerInfo
 from linen2nnx.migrate.setup_partials import attribute_values
 from linen2nnx.migrate.tuple_flow import merge_value
@@ -48,7 +48,7 @@ def branch_test(
     ):
         return None
     test = then_owner.test
-    return code(test) if names_in(test) - NOT_LOCAL <= {"self"} else None
+    return config_test(test)
 
 
 def _branch(ctx: FileContext, value: cst.BaseExpression) -> tuple[cst.CSTNode | None, cst.CSTNode | None]:
