@@ -167,3 +167,23 @@ def test_a_class_of_another_file_answers_for_its_rank_from_its_summary(tmp_path,
         assert manual == [] and "nnx.Linear(6, 3, rngs=rngs)" in out
     else:
         assert len(manual) == 1 and "Model.head" in manual[0], manual
+
+
+def test_a_lifted_call_of_another_file_is_not_probed(tmp_path):
+    """``nn.vmap`` on ``__call__`` moves the feature axis (``out_axes=2``): the walk of the method body
+    would say the rank and the last axis are kept, so such a class is not probed and the caller's
+    ``x[:, 0]`` stays a located finding."""
+    (tmp_path / "encoder.py").write_text(
+        "import functools\n\nimport flax.linen as nn\n\n\nclass Encoder(nn.Module):\n"
+        "    @functools.partial(nn.vmap, in_axes=1, out_axes=2, variable_axes={'params': None},"
+        " split_rngs={'params': False})\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.LayerNorm()(x)\n"
+    )
+    (tmp_path / "model.py").write_text(
+        "import flax.linen as nn\nimport jax.numpy as jnp\n\nfrom encoder import Encoder\n" + CALLER
+    )
+    result = migrate_paths([tmp_path], Mode.DIFF)
+    manual = [
+        f.message for f in result.findings if f.path.endswith("model.py") and f.severity.value == "manual"
+    ]
+    assert len(manual) == 1 and "Model.head" in manual[0], manual

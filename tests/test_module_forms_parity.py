@@ -108,6 +108,8 @@ CASES = {
     "optional_projection_set": ("Head", {"representation_size": 6}, (2, 5)),
     "optional_projection_narrow": ("Widen", {}, (2, 5)),
     "optional_projection_wide": ("Widen", {"wide": True}, (2, 5)),
+    "optional_projection_nested": ("Nested", {}, (2, 5)),
+    "optional_projection_nested_set": ("Nested", {"rep": 1, "b": False}, (2, 5)),
     # a __post_init__ hook run in __init__ after the fields: a check, or a size derived from a field
     "post_init": ("Head", {}, (2, 5)),
     "post_init_embedder": ("Embedder", {"width": 6}, (2, 5)),
@@ -375,6 +377,8 @@ SOURCES = {
     "optional_projection_set": "optional_projection",
     "optional_projection_narrow": "optional_projection",
     "optional_projection_wide": "optional_projection",
+    "optional_projection_nested": "optional_projection",
+    "optional_projection_nested_set": "optional_projection",
     "loop_single_name_gated": "loop_single_name",
     "post_init_embedder": "post_init",
     "setup_comprehension_zip_short": "setup_comprehension_zip",

@@ -15,7 +15,8 @@ probes it for a sequence's rank (``SUMMARY_RANKS``: each rank probed walks every
 result once more, about 3% of a run) and the summary carries what the probe found (scenic's ViT
 applies ``attention_layers.Add1DPositionEmbedding`` of another file in one branch; without it the
 rank 3 of every branch is lost at the merge). Other ranks of another file's class stay unknown.
-Cells, scanned ``__call__``s (a carry) and positional-only parameters are not probed.
+Cells, scanned ``__call__``s (a carry), a ``__call__`` with a decorator other than ``nn.compact`` (a
+lift such as ``nn.vmap`` moves axes) and positional-only parameters are not probed.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.dataflow import Feat
-from linen2nnx.migrate.sites import ClassPlan, ClassSummary
+from linen2nnx.migrate.sites import LINEN_COMPACT, ClassPlan, ClassSummary
 from linen2nnx.migrate.tuple_flow import COMPOUND, SIZED
 
 _DEPTH_LIMIT = 4  # classes probing the classes they apply, at most this deep
@@ -86,6 +87,8 @@ def _walked_call(sizer: Any, plan: ClassPlan) -> tuple[cst.FunctionDef, list[str
         or not _defined_once(sizer.state.tree, plan.name)
         or plan.is_cell
         or "__call__" in plan.scanned_methods
+        # a lift on the method (`@partial(nn.vmap, in_axes=1, out_axes=2)`) moves axes the walk never sees
+        or any(not sizer.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in calls[0].decorators)
     ):
         return None
     params = [p.name.value for p in (*calls[0].params.params, *calls[0].params.kwonly_params)][1:]

@@ -86,6 +86,15 @@ def names_in(node: cst.CSTNode) -> set[str]:
     return set(name_counts(node))
 
 
+def bracketed(source: str) -> str:
+    """``source`` as an operand of a conditional expression: in brackets when it is itself a
+    conditional expression, a lambda or an assignment expression without them (``a if b else c`` as
+    the then-side of another choice reads ``x if t else (...)`` otherwise)."""
+    node = parse_expression(source)
+    loose = isinstance(node, (cst.IfExp, cst.Lambda, cst.NamedExpr)) and not node.lpar
+    return f"({source})" if loose else source
+
+
 def config_test(test: cst.BaseExpression) -> str | None:
     """The source of ``test`` when it reads the config alone (``self`` and the constants ``None``,
     ``True``, ``False``): a test ``__init__`` decides too; else None."""

@@ -17,6 +17,7 @@ from linen2nnx.migrate.callee_ranks import output_at_rank, with_ranks
 from linen2nnx.migrate.callee_terms import in_caller_terms
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
+    bracketed,
     code,
     names_in,
     parse_expression,
@@ -423,7 +424,11 @@ class Sizer(TraceEvidence):
             ran, skipped = (self.static_size(plan, f, params, node) for f in feat.elements)
             if ran is None or skipped is None:
                 return None
-            return ran if ran == skipped else f"({ran} if {feat.expr} else {skipped})"
+            return (
+                ran
+                if ran == skipped
+                else f"({bracketed(ran)} if {bracketed(feat.expr)} else {bracketed(skipped)})"
+            )
         if feat.kind == "leaf" and self.state.flow_method == "__call__" and feat.input_name in params:
             return self._leaf_argument(plan, params.index(feat.input_name), feat.input_name, feat.expr, node)
         if feat.kind != "input" or self.state.flow_method != "__call__":
