@@ -221,6 +221,11 @@ CASES = {
     "setup_helpers_gated": ("Block", {"features": 3, "gated": True}, (2, 5)),  # the other helper's layers
     "setup_helpers_plain": ("Block", {"features": 3, "post_norm": False}, (2, 5)),  # no norm bound
     "callee_rank": ("ViT", {}, (2, 4, 4, 3)),  # x[:, 0] of what a class of the file returns, rank kept
+    "input_rank_only": (
+        "Block",
+        {},
+        (2, 3, 4),
+    ),  # a submodule reading its input's rank alone: x_shape of ones
     "input_dtype_param": ("MAPHead", {}, (2, 3, 6)),  # self.param(..., x.dtype): a float32 keyword argument
     "input_dtype_param_affine": ("Affine", {}, (2, 5)),
     "layer_dtype_param": ("ViT", {}, (2, 4, 4, 3)),  # param in x.dtype of Conv(dtype=self.dtype): self.dtype

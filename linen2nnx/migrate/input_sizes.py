@@ -22,7 +22,8 @@ import dataclasses
 import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_utils import code, names_in
+from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_utils import code, name_counts, names_in
 from linen2nnx.migrate.dataflow_types import Feat
 from linen2nnx.migrate.rules import SHAPE_002
 from linen2nnx.migrate.sites import ClassPlan, Site
@@ -128,6 +129,7 @@ def finish_input_sizes(ctx: FileContext, plan: ClassPlan) -> None:
         if stand_in and size.plain and size.input_name == plan.shape_input:
             del plan.new_args[size.name]
             size.site.arg_sources[size.arg_name] = value
+            plan.shape_rank_only = False  # an axis of the stand-in is read: ones would size it wrong
             continue
         ctx.report(
             SHAPE_002,
@@ -196,3 +198,41 @@ def flat_input(
         )
     ctx.state.needs_math_import = True
     return f"math.prod({arg}[{feat.leading}:])"
+
+
+def reads_rank_only(nodes: list[cst.CSTNode], name: str) -> bool:
+    """Whether every read of the input ``name`` in ``nodes`` is its rank (``x.ndim``, ``len(x.shape)``:
+    scenic's ``StochasticDepth`` builds ``nn.Dropout(broadcast_dims=range(1, x.ndim))``). Then any
+    size of each axis builds the same module, so a caller that knows the rank of what it passes gives
+    a shape of ones (``x_shape=(1, 1, 1)``) instead of a size nothing explains."""
+    rank_reads = 0
+
+    class RankReads(FastVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            nonlocal rank_reads
+            if isinstance(node.value, cst.Name) and node.value.value == name and node.attr.value == "ndim":
+                rank_reads += 1
+
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal rank_reads
+            arg = node.args[0].value if len(node.args) == 1 else None
+            if (
+                isinstance(node.func, cst.Name)
+                and node.func.value == "len"
+                and isinstance(arg, cst.Attribute)
+                and arg.attr.value == "shape"
+                and isinstance(arg.value, cst.Name)
+                and arg.value.value == name
+            ):
+                rank_reads += 1
+
+    reads = 0
+    for node in nodes:
+        RankReads().walk(node)
+        reads += name_counts(node).get(name, 0)
+    return reads > 0 and reads == rank_reads
+
+
+def ones(rank: int) -> str:
+    """A shape of ``rank`` axes of size 1, as source: ``(1, 1, 1)``, ``(1,)``."""
+    return f"({', '.join(['1'] * rank)}{',' if rank == 1 else ''})"

@@ -36,6 +36,7 @@ from linen2nnx.migrate.factories import (
 )
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_aliases import plain_assign, reads_linen, sole_binding
+from linen2nnx.migrate.input_sizes import reads_rank_only
 from linen2nnx.migrate.rebound_locals import (
     dead_bindings,
     earlier_keys,
@@ -367,6 +368,8 @@ class LocalPlanner:
             while arg in plan.field_names:
                 arg += "_"
             plan.new_args[arg] = "input_shape:0"
+            reads = [plan.pure_locals[n] for n in plan.needed_locals if n in plan.input_shape_locals]
+            plan.shape_rank_only = reads_rank_only([*reads, *plan.input_shape_params], plan.shape_input)
             self.ctx.report(
                 SHAPE_002,
                 plan.pure_locals[next(n for n in plan.needed_locals if n in plan.input_shape_locals)]

@@ -320,6 +320,7 @@ class ClassPlan:
     other_weights: set[str] = dataclasses.field(default_factory=set)  # layers applied with other weights
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
+    shape_rank_only: bool = False  # ... for its rank alone (input_sizes.reads_rank_only)
     input_sizes: list[Any] = dataclasses.field(default_factory=list)  # input_sizes.InputSize, to finish
     input_shape_params: list[Any] = dataclasses.field(default_factory=list)  # variables sized by its shape
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
@@ -385,6 +386,7 @@ class ClassPlan:
             bool(self.blocking),
             self.call_inputs,
             self.scope_names(),
+            shape_rank_only=self.shape_rank_only,
         )
 
 
@@ -405,6 +407,7 @@ class ClassSummary:
     call_inputs: tuple[str, ...] = ()
     scope_names: tuple[str, ...] | None = None
     out_ranks: tuple[tuple[int, Feat], ...] = ()  # __call__'s result per input rank (callee_ranks.py)
+    shape_rank_only: bool = False
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
@@ -422,6 +425,7 @@ class ClassSummary:
             call_inputs=self.call_inputs,
             known_scope_names=self.scope_names,
             known_out_ranks=dict(self.out_ranks),
+            shape_rank_only=self.shape_rank_only,
         )
 
 

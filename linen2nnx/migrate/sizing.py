@@ -342,8 +342,12 @@ class Sizer(TraceEvidence):
                 if index == 0:  # the size of the first input, which is what the flow follows
                     site.user_in[arg] = self._loop_expr(plan, site, feats, params, node)
                 elif how == "input_shape:0":
-                    static = feats[0].expr if feats.get(0) is not None and feats[0].kind == "expr" else None
-                    site.user_in[arg] = self._input_shape(plan, site, arg, node, static)
+                    first = feats.get(0)
+                    static = first.expr if first is not None and first.kind == "expr" else None
+                    rank = (
+                        first.rank if first is not None and site.loop is None else 0
+                    )  # (a loop may change it)
+                    site.user_in[arg] = self._input_shape(plan, site, arg, node, static, rank)
                 elif (
                     0 < index
                     and (given := passed_input(node, args, index, arg)) is not None

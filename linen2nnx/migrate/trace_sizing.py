@@ -23,6 +23,7 @@ import libcst as cst
 from linen2nnx.migrate.call_inputs import passed_input
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.dataflow import Feat
+from linen2nnx.migrate.input_sizes import ones
 from linen2nnx.migrate.rules import SHAPE_001, SHAPE_002, SHAPE_003, SHAPE_004
 from linen2nnx.migrate.sites import ClassPlan, Site
 from linen2nnx.namemap import element_key
@@ -329,13 +330,20 @@ class TraceEvidence:
         return None
 
     def _input_shape(
-        self, plan: ClassPlan, site: Site, arg: str, node: cst.CSTNode, static: str | None = None
+        self,
+        plan: ClassPlan,
+        site: Site,
+        arg: str,
+        node: cst.CSTNode,
+        static: str | None = None,
+        rank: int = 0,
     ) -> str:
         """The input shape a module sizes its parameters from, as config expressions: from the trace,
         the axes its parameter shapes read (each matched to one config value, in every traced instance
         of the class when the calls pair with them) and 1 for the others (batch, length: never read, so
         any size builds the same parameters). ``static``: the input's last-axis size the dataflow
-        knows, for a last axis no config value matches (a literal the trace confirms)."""
+        knows, for a last axis no config value matches (a literal the trace confirms). With no trace of
+        it, a module that reads its input's ``rank`` alone gets ones (``input_sizes.reads_rank_only``)."""
         key = (plan.name, site.linen_name)
         trace = self.state.trace
         read = trace.dims_read.get(key) if trace is not None else None
@@ -350,6 +358,8 @@ class TraceEvidence:
                 configs = [configs[i] for i in parents]  # type: ignore[index]
             paired = len(calls) == len(configs)
         if read is None or not (len(shapes) == 1 or paired):
+            if rank and read is None and site.user is not None and site.user.shape_rank_only:
+                return ones(rank)
             return self._required_arg(plan, site, what, node, arg, shape=True)
         source = " ".join(code(m) for m in self.state.methods.get(plan.name, []))
         dims = []
