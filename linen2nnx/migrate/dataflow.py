@@ -34,6 +34,7 @@ from linen2nnx.migrate import (
     output_values,
     rank_guards,
     tuple_flow,
+    unfollowed,
 )
 from linen2nnx.migrate.array_functions import (
     ARRAY_CONSTRUCTORS,
@@ -55,7 +56,6 @@ from linen2nnx.migrate.dataflow_types import Feat, LayerInfo
 from linen2nnx.migrate.handed_modules import handed_output
 from linen2nnx.migrate.last_axis_ops import is_number as numeric
 from linen2nnx.migrate.linen_api import feature_preserving_functions
-from linen2nnx.migrate.unfollowed import absence_unsure, augmented_value, forget_unfollowed
 from linen2nnx.migrate.weights_dict import applied_weights
 
 
@@ -125,6 +125,7 @@ class FeatureFlow:
             for small in stmt.body:
                 self.small_statement(small)
         elif isinstance(stmt, cst.If):
+            unfollowed.forget_test_bindings(self.env, stmt.test)
             before = dict(self.env)
             self.at_if.setdefault(stmt, before)  # what the test sees (a shape test is decided from it)
             with self._within(stmt, 0):
@@ -175,16 +176,16 @@ class FeatureFlow:
                 self._leave_loop(stmt, before)
             if isinstance(stmt, cst.For):
                 self.after_loop(stmt, before, self.env)
-            forget_unfollowed(self.env, stmt)  # its `else:`
+            unfollowed.forget_unfollowed(self.env, stmt)  # its `else:`
         elif isinstance(stmt, (cst.With, cst.Try, cst.TryStar, cst.Match)):
             self.run([] if isinstance(stmt, cst.Match) else stmt.body.body)
-            forget_unfollowed(self.env, stmt)  # except / else / finally, the cases of a match
+            unfollowed.forget_unfollowed(self.env, stmt)  # except / else / finally, the cases of a match
         # nested defs / classes do not change the method's dataflow
 
     def unsure(self) -> frozenset[str] | None:
         """What the walked function may bind unseen (unfollowed.absence_unsure), once needed; None: any."""
         if self._unsure is None and self.unsure_of is not None:
-            self._unsure = absence_unsure(self.unsure_of)
+            self._unsure = unfollowed.absence_unsure(self.unsure_of)
         return self._unsure
 
     @contextlib.contextmanager
@@ -257,7 +258,7 @@ class FeatureFlow:
                     tuple_flow.joined(held, value) if adds else Feat.unknown("an augmented tuple")
                 )
             elif held is not None:  # x += y: x + y
-                self.env[small.target.value] = augmented_value(held, value, small)  # type: ignore[union-attr]
+                self.env[small.target.value] = unfollowed.augmented_value(held, value, small)  # type: ignore[union-attr]
         elif isinstance(small, cst.Return) and small.value is not None:
             self.returns.append(self.expr_of(small.value))
         elif isinstance(small, cst.Expr):

@@ -187,6 +187,7 @@ def flat_input(
     how = f"input_shape:{params.index(base.input_name)}"
     if plan.new_args.get(arg, how) != how:
         return None
+    plan.shape_rank_only = False  # the argument's axes are read: a shape of ones would size the layer
     if arg not in plan.new_args:
         plan.new_args[arg] = how
         ctx.report(

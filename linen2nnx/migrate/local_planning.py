@@ -48,7 +48,7 @@ from linen2nnx.migrate.rebound_locals import (
 )
 from linen2nnx.migrate.rules import LAYER_003, MOD_004, SHAPE_002
 from linen2nnx.migrate.site_planning import SitePlanner
-from linen2nnx.migrate.sites import ClassPlan, nest_fors, shape_last_refs
+from linen2nnx.migrate.sites import LINEN_COMPACT, ClassPlan, nest_fors, shape_last_refs
 from linen2nnx.migrate.static_locals import StaticLocals
 from linen2nnx.migrate.variable_planning import shape_kept_until
 
@@ -367,9 +367,14 @@ class LocalPlanner:
             arg = f"{plan.shape_input}_shape"
             while arg in plan.field_names:
                 arg += "_"
+            shared = arg in plan.new_args  # a flattened input's size reads the same shape
             plan.new_args[arg] = "input_shape:0"
             reads = [plan.pure_locals[n] for n in plan.needed_locals if n in plan.input_shape_locals]
-            plan.shape_rank_only = reads_rank_only([*reads, *plan.input_shape_params], plan.shape_input)
+            plan.shape_rank_only = (
+                not shared
+                and self._plain_call(plan)
+                and reads_rank_only([*reads, *plan.input_shape_params], plan.shape_input)
+            )
             self.ctx.report(
                 SHAPE_002,
                 plan.pure_locals[next(n for n in plan.needed_locals if n in plan.input_shape_locals)]
@@ -379,6 +384,16 @@ class LocalPlanner:
                 "parameter shapes read",
                 f"pass {arg}=x.shape where {plan.name} is built",
             )
+
+    def _plain_call(self, plan: ClassPlan) -> bool:
+        """Whether the stand-in's input is what a caller passes: the compact method is ``__call__``
+        itself, under no decorator but ``nn.compact`` (a lift such as ``nn.vmap`` changes its rank)."""
+        fn = plan.compact
+        return (
+            fn is not None
+            and fn.name.value == "__call__"
+            and all(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators)
+        )
 
 
 def condition_names(plan: ClassPlan) -> set[str]:

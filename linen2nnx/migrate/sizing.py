@@ -344,9 +344,9 @@ class Sizer(TraceEvidence):
                 elif how == "input_shape:0":
                     first = feats.get(0)
                     static = first.expr if first is not None and first.kind == "expr" else None
-                    rank = (
-                        first.rank if first is not None and site.loop is None else 0
-                    )  # (a loop may change it)
+                    # a rank for ones only where the module is applied once, where it is built, unlifted
+                    once = isinstance(node, cst.Call) and node.func is site.ctor and site.loop is None
+                    rank = first.rank if first is not None and once and site.lifted is None else 0
                     site.user_in[arg] = self._input_shape(plan, site, arg, node, static, rank)
                 elif (
                     0 < index

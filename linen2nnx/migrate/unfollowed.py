@@ -36,6 +36,13 @@ def forget_unfollowed(env: dict[str, Feat], stmt: cst.CSTNode) -> None:
                 env[name] = Feat.unknown(_NOT_FOLLOWED)
 
 
+def forget_test_bindings(env: dict[str, Feat], test: cst.BaseExpression) -> None:
+    """A name an ``if`` test binds (``if (x := x[:, None]) is not None:``) becomes unknown in ``env``:
+    the flow does not read tests, so it would keep the value (and rank) from before."""
+    for name in bound_otherwise(test):
+        env[name] = Feat.unknown(_NOT_FOLLOWED)
+
+
 def _unfollowed_parts(stmt: cst.CSTNode) -> list[cst.CSTNode]:
     if isinstance(stmt, cst.Match):
         return list(stmt.cases)
