@@ -187,3 +187,21 @@ def test_a_lifted_call_of_another_file_is_not_probed(tmp_path):
         f.message for f in result.findings if f.path.endswith("model.py") and f.severity.value == "manual"
     ]
     assert len(manual) == 1 and "Model.head" in manual[0], manual
+
+
+def test_only_a_file_another_file_imports_probes_for_its_summary(tmp_path):
+    """The rank probe for the summary costs a walk of each class: a file no other file of the run
+    imports skips it (nobody reads its summaries); a file another imports carries the result."""
+    encoder = (
+        "import flax.linen as nn\n\n\nclass {name}(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, x):\n        return nn.LayerNorm()(x)\n"
+    )
+    (tmp_path / "encoder.py").write_text(encoder.format(name="Encoder"))
+    (tmp_path / "lonely.py").write_text(encoder.format(name="Lonely"))
+    (tmp_path / "model.py").write_text(
+        "import flax.linen as nn\nimport jax.numpy as jnp\n\nfrom encoder import Encoder\n" + CALLER
+    )
+    result = migrate_paths([tmp_path], Mode.DIFF)
+    summaries = {k: v for f in result.files for k, v in (f.summaries or {}).items()}
+    assert [rank for rank, _ in summaries["encoder.Encoder"].out_ranks] == [3]
+    assert summaries["lonely.Lonely"].out_ranks == ()

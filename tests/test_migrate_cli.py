@@ -152,6 +152,7 @@ def test_unknown_rule_prefix_is_a_usage_error(cnn, capsys, flag):
 
 def test_unsafe_fixes_and_selection_reach_migrate_source(cnn, monkeypatch):
     from linen2nnx.migrate import engine
+    from linen2nnx.migrate.file_state import IMPORTED_KEY
 
     seen = []
     real = engine.migrate_source
@@ -180,7 +181,7 @@ def test_unsafe_fixes_and_selection_reach_migrate_source(cnn, monkeypatch):
             "ignore": ("L2N-MOD-004",),
             "unsafe_fixes": True,
             "external": {},
-            "factories": {},
+            "factories": {IMPORTED_KEY: frozenset()},  # a lone file: no other file reads its summaries
         }
     ]
 

@@ -11,10 +11,11 @@ position; a leaf whose kind differs between them keeps its unknown rank.
 
 Only classes of the file (whose methods the module pass holds), defined once in it with one
 ``__call__``, are probed. A class of another file answers from its summary: the file that plans it
-probes it for a sequence's rank (``SUMMARY_RANKS``: each rank probed walks every class with a sized
-result once more, about 3% of a run) and the summary carries what the probe found (scenic's ViT
-applies ``attention_layers.Add1DPositionEmbedding`` of another file in one branch; without it the
-rank 3 of every branch is lost at the merge). Other ranks of another file's class stay unknown.
+probes it for a sequence's rank (``SUMMARY_RANKS``; each rank probed walks every class with a sized
+result once more, so only a file another file of the run imports does it) and the summary carries
+what the probe found (scenic's ViT applies ``attention_layers.Add1DPositionEmbedding`` of another
+file in one branch; without it the rank 3 of every branch is lost at the merge). Other ranks of
+another file's class stay unknown.
 Cells, scanned ``__call__``s (a carry), a ``__call__`` with a decorator other than ``nn.compact`` (a
 lift such as ``nn.vmap`` moves axes) and positional-only parameters are not probed.
 """
@@ -64,8 +65,11 @@ def output_at_rank(sizer: Any, plan: ClassPlan, rank: int) -> Feat | None:
 def with_out_ranks(sizer: Any, plan: ClassPlan, summary: ClassSummary) -> ClassSummary:
     """``summary`` carrying what ``plan``'s ``__call__`` returns for inputs of ``SUMMARY_RANKS``, when
     its result is sized and a probe finds a rank (for the files that apply it)."""
+    imported = sizer.state.imported_modules  # None: not known (one file's text), so probe
     if plan.out is None or plan.out.kind not in (*SIZED, *COMPOUND):
         return summary
+    if imported is not None and sizer.state.module_name not in imported:
+        return summary  # no file of the run imports this one: nobody reads the summary
     found = tuple((r, out) for r in SUMMARY_RANKS if (out := output_at_rank(sizer, plan, r)) is not None)
     ranked = tuple((r, out) for r, out in found if _ranked(out))
     return dataclasses.replace(summary, out_ranks=ranked) if ranked else summary

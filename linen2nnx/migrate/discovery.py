@@ -193,10 +193,12 @@ def _dependencies(work: list[tuple[Path, str, str]]) -> list[set[int]]:
     return deps
 
 
-def import_levels_with_cycles(work: list[tuple[Path, str, str]]) -> list[tuple[list[int], list[int]]]:
+def import_graph(work: list[tuple[Path, str, str]]) -> tuple[list[tuple[list[int], list[int]]], set[int]]:
     """:func:`import_levels`, each level with its files that import another file of the same level
-    (a cycle): those see none of their level's classes on a first pass, so the engine runs them twice."""
-    return [(level, cyclic) for level, cyclic in _levels(_dependencies(work))]
+    (a cycle): those see none of their level's classes on a first pass, so the engine runs them twice;
+    and the files another file of the run imports (only theirs are summaries anyone reads)."""
+    deps = _dependencies(work)
+    return _levels(deps), set().union(*deps)
 
 
 def _levels(deps: list[set[int]]) -> list[tuple[list[int], list[int]]]:

@@ -33,13 +33,14 @@ from linen2nnx.migrate.axes_params import migrate_restated
 from linen2nnx.migrate.cst_meta import forget_syntax_children, parse_module
 from linen2nnx.migrate.discovery import (
     discover,
-    import_levels_with_cycles,
+    import_graph,
     module_name_for,
     namespace_names,
     read_run,
     reexported,
 )
 from linen2nnx.migrate.file_errors import internal_error, syntax_error
+from linen2nnx.migrate.file_state import IMPORTED_KEY
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
@@ -469,7 +470,9 @@ def _run(
         factories[TABLE_CHANGES_KEY] = run_changes(run)
         factories[SHARED_HELPERS_KEY] = run_shared_helpers(run)  # kept from replay
     aliases = [namespace_names(path) if module else () for path, _, module in work]
-    for level, cyclic in import_levels_with_cycles(work):
+    levels, imported = import_graph(work)
+    factories[IMPORTED_KEY] = frozenset(work[i][2] for i in imported)  # whose summaries are read
+    for level, cyclic in levels:
         classes, functions = dict(external), dict(factories)  # what this level sees, shared by its files
         items = [(*work[i], classes, functions) for i in level]
         for i, r in zip(level, _run_level(items, jobs, options)):

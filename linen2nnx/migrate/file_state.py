@@ -32,6 +32,8 @@ from linen2nnx.migrate.trace import Trace
 from linen2nnx.migrate.tuple_flow import RecordClass
 from linen2nnx.namemap import NameMap
 
+IMPORTED_KEY = "run:imported_modules"  # a run's fact: the modules some other file of it imports
+
 
 @dataclasses.dataclass(eq=False)
 class FileState:
@@ -40,6 +42,7 @@ class FileState:
     # ---- inputs: the run's options for this file --------------------------------------------
     path: str  # the file, as findings report it
     module_name: str  # its dotted module name (for relative imports and name-map keys)
+    imported_modules: frozenset[str] | None = None  # the run's modules another file imports; None: unknown
     trace: Trace | None = None  # recorded input shapes, the sizer's second source of evidence
     rule_enabled: Callable[[str], bool] = lambda rule_id: True  # --select / --ignore
     unsafe_fixes: bool = False  # apply fixes that rest on a stated assumption
@@ -244,5 +247,6 @@ class FileState:
                 k: v for k, v in (factories or {}).items() if k.startswith(FUNCTION_OUT_KEY)
             },
             run_changes=(factories or {}).get(RUN_CHANGES_KEY),
+            imported_modules=(factories or {}).get(IMPORTED_KEY),
             external_records=external_records(factories or {}),
         )
