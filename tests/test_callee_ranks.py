@@ -140,6 +140,21 @@ def test_two_classes_of_one_name_are_not_probed_as_one():
     assert len(found) == 1, found  # which Block the name means is not one class: no rank from a probe
 
 
+def _with_encoder_file(tmp_path, encoder: str):
+    """``Model`` (CALLER) in model.py, applying ``Encoder`` imported from encoder.py (``encoder``):
+    the run's result, model.py's output and its manual findings' messages."""
+    (tmp_path / "encoder.py").write_text(encoder)
+    (tmp_path / "model.py").write_text(
+        "import flax.linen as nn\nimport jax.numpy as jnp\n\nfrom encoder import Encoder\n" + CALLER
+    )
+    result = migrate_paths([tmp_path], Mode.DIFF)
+    out = next(f.output for f in result.files if f.path.name == "model.py")
+    manual = [
+        f.message for f in result.findings if f.path.endswith("model.py") and f.severity.value == "manual"
+    ]
+    return result, out, manual
+
+
 @pytest.mark.parametrize(
     ("body", "sized"),
     [
@@ -151,18 +166,11 @@ def test_a_class_of_another_file_answers_for_its_rank_from_its_summary(tmp_path,
     """``Encoder`` lives in another file: its file probes it for the common ranks and the summary
     carries what they found, so the caller's ``x[:, 0]`` is sized when the callee keeps the rank, and
     stays a finding when it does not (callee_ranks.with_out_ranks)."""
-    (tmp_path / "encoder.py").write_text(
+    _, out, manual = _with_encoder_file(
+        tmp_path,
         "import flax.linen as nn\nimport jax.numpy as jnp\n\n\nclass Encoder(nn.Module):\n"
-        "    @nn.compact\n    def __call__(self, x):\n" + textwrap.indent(body, " " * 8) + "\n"
+        "    @nn.compact\n    def __call__(self, x):\n" + textwrap.indent(body, " " * 8) + "\n",
     )
-    (tmp_path / "model.py").write_text(
-        "import flax.linen as nn\nimport jax.numpy as jnp\n\nfrom encoder import Encoder\n" + CALLER
-    )
-    result = migrate_paths([tmp_path], Mode.DIFF)
-    out = next(f.output for f in result.files if f.path.name == "model.py")
-    manual = [
-        f.message for f in result.findings if f.path.endswith("model.py") and f.severity.value == "manual"
-    ]
     if sized:
         assert manual == [] and "nnx.Linear(6, 3, rngs=rngs)" in out
     else:
@@ -173,19 +181,13 @@ def test_a_lifted_call_of_another_file_is_not_probed(tmp_path):
     """``nn.vmap`` on ``__call__`` moves the feature axis (``out_axes=2``): the walk of the method body
     would say the rank and the last axis are kept, so such a class is not probed and the caller's
     ``x[:, 0]`` stays a located finding."""
-    (tmp_path / "encoder.py").write_text(
+    _, _, manual = _with_encoder_file(
+        tmp_path,
         "import functools\n\nimport flax.linen as nn\n\n\nclass Encoder(nn.Module):\n"
         "    @functools.partial(nn.vmap, in_axes=1, out_axes=2, variable_axes={'params': None},"
         " split_rngs={'params': False})\n"
-        "    @nn.compact\n    def __call__(self, x):\n        return nn.LayerNorm()(x)\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.LayerNorm()(x)\n",
     )
-    (tmp_path / "model.py").write_text(
-        "import flax.linen as nn\nimport jax.numpy as jnp\n\nfrom encoder import Encoder\n" + CALLER
-    )
-    result = migrate_paths([tmp_path], Mode.DIFF)
-    manual = [
-        f.message for f in result.findings if f.path.endswith("model.py") and f.severity.value == "manual"
-    ]
     assert len(manual) == 1 and "Model.head" in manual[0], manual
 
 
@@ -196,12 +198,8 @@ def test_only_a_file_another_file_imports_probes_for_its_summary(tmp_path):
         "import flax.linen as nn\n\n\nclass {name}(nn.Module):\n    @nn.compact\n"
         "    def __call__(self, x):\n        return nn.LayerNorm()(x)\n"
     )
-    (tmp_path / "encoder.py").write_text(encoder.format(name="Encoder"))
     (tmp_path / "lonely.py").write_text(encoder.format(name="Lonely"))
-    (tmp_path / "model.py").write_text(
-        "import flax.linen as nn\nimport jax.numpy as jnp\n\nfrom encoder import Encoder\n" + CALLER
-    )
-    result = migrate_paths([tmp_path], Mode.DIFF)
+    result, _, _ = _with_encoder_file(tmp_path, encoder.format(name="Encoder"))
     summaries = {k: v for f in result.files for k, v in (f.summaries or {}).items()}
     assert [rank for rank, _ in summaries["encoder.Encoder"].out_ranks] == [3]
     assert summaries["lonely.Lonely"].out_ranks == ()

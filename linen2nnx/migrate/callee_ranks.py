@@ -29,7 +29,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.dataflow import Feat
-from linen2nnx.migrate.sites import LINEN_COMPACT, ClassPlan, ClassSummary
+from linen2nnx.migrate.sites import ClassPlan, ClassSummary, compact_only
 from linen2nnx.migrate.tuple_flow import COMPOUND, SIZED
 
 _DEPTH_LIMIT = 4  # classes probing the classes they apply, at most this deep
@@ -65,9 +65,9 @@ def output_at_rank(sizer: Any, plan: ClassPlan, rank: int) -> Feat | None:
 def with_out_ranks(sizer: Any, plan: ClassPlan, summary: ClassSummary) -> ClassSummary:
     """``summary`` carrying what ``plan``'s ``__call__`` returns for inputs of ``SUMMARY_RANKS``, when
     its result is sized and a probe finds a rank (for the files that apply it)."""
-    imported = sizer.state.imported_modules  # None: not known (one file's text), so probe
     if plan.out is None or plan.out.kind not in (*SIZED, *COMPOUND):
         return summary
+    imported = sizer.state.imported_modules  # None: not known (one file's text), so probe
     if imported is not None and sizer.state.module_name not in imported:
         return summary  # no file of the run imports this one: nobody reads the summary
     found = tuple((r, out) for r in SUMMARY_RANKS if (out := output_at_rank(sizer, plan, r)) is not None)
@@ -91,8 +91,7 @@ def _walked_call(sizer: Any, plan: ClassPlan) -> tuple[cst.FunctionDef, list[str
         or not _defined_once(sizer.state.tree, plan.name)
         or plan.is_cell
         or "__call__" in plan.scanned_methods
-        # a lift on the method (`@partial(nn.vmap, in_axes=1, out_axes=2)`) moves axes the walk never sees
-        or any(not sizer.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in calls[0].decorators)
+        or not compact_only(calls[0], sizer.ctx.qualnames)
     ):
         return None
     params = [p.name.value for p in (*calls[0].params.params, *calls[0].params.kwonly_params)][1:]

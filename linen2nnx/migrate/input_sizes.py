@@ -25,6 +25,7 @@ from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import code, name_counts, names_in
 from linen2nnx.migrate.dataflow_types import Feat
+from linen2nnx.migrate.rank_guards import rank_read
 from linen2nnx.migrate.rules import SHAPE_002
 from linen2nnx.migrate.sites import ClassPlan, Site
 from linen2nnx.migrate.variable_planning import shape_kept_until
@@ -209,23 +210,11 @@ def reads_rank_only(nodes: list[cst.CSTNode], name: str) -> bool:
     rank_reads = 0
 
     class RankReads(FastVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> None:
+        def on_node(self, node: cst.BaseExpression) -> None:
             nonlocal rank_reads
-            if isinstance(node.value, cst.Name) and node.value.value == name and node.attr.value == "ndim":
-                rank_reads += 1
+            rank_reads += rank_read(node) == name
 
-        def visit_Call(self, node: cst.Call) -> None:
-            nonlocal rank_reads
-            arg = node.args[0].value if len(node.args) == 1 else None
-            if (
-                isinstance(node.func, cst.Name)
-                and node.func.value == "len"
-                and isinstance(arg, cst.Attribute)
-                and arg.attr.value == "shape"
-                and isinstance(arg.value, cst.Name)
-                and arg.value.value == name
-            ):
-                rank_reads += 1
+        visit_Attribute = visit_Call = on_node  # type: ignore[assignment]
 
     reads = 0
     for node in nodes:

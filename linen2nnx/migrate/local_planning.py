@@ -48,7 +48,7 @@ from linen2nnx.migrate.rebound_locals import (
 )
 from linen2nnx.migrate.rules import LAYER_003, MOD_004, SHAPE_002
 from linen2nnx.migrate.site_planning import SitePlanner
-from linen2nnx.migrate.sites import LINEN_COMPACT, ClassPlan, nest_fors, shape_last_refs
+from linen2nnx.migrate.sites import ClassPlan, compact_only, nest_fors, shape_last_refs
 from linen2nnx.migrate.static_locals import StaticLocals
 from linen2nnx.migrate.variable_planning import shape_kept_until
 
@@ -389,11 +389,7 @@ class LocalPlanner:
         """Whether the stand-in's input is what a caller passes: the compact method is ``__call__``
         itself, under no decorator but ``nn.compact`` (a lift such as ``nn.vmap`` changes its rank)."""
         fn = plan.compact
-        return (
-            fn is not None
-            and fn.name.value == "__call__"
-            and all(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators)
-        )
+        return fn is not None and fn.name.value == "__call__" and compact_only(fn, self.ctx.qualnames)
 
 
 def condition_names(plan: ClassPlan) -> set[str]:

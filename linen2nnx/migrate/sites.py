@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import libcst as cst
@@ -28,6 +28,14 @@ LINEN_BASES = {
 """Linen base classes a module class may derive from -> the NNX base that replaces it."""
 LINEN_MODULE = frozenset(LINEN_BASES)
 LINEN_COMPACT = frozenset({"flax.linen.compact", "flax.linen.module.compact"})
+
+
+def compact_only(fn: cst.FunctionDef, qualnames: Callable[[cst.BaseExpression], set[str]]) -> bool:
+    """Whether ``fn`` carries no decorator but ``nn.compact``: a walk of its body sees the axes its
+    callers pass (a lift such as ``@partial(nn.vmap, in_axes=1, out_axes=2)`` moves them)."""
+    return all(qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators)
+
+
 MARKER = "# TODO(linen2nnx):"
 
 
