@@ -238,6 +238,15 @@ CASES = {
     "reduction_table_token": ("Pool", {"classifier": "token"}, (2, 3, 4)),
     "method_jit": ("Model", {}, (2, 5)),  # nn.jit on methods -> nnx.jit, self dropped from static args
     "method_jit_scaled": ("Scaled", {"features": 3}, (2, 4)),
+    "branch_static_local": ("Heads", {}, (2, 6)),  # head_dim replayed from `qkv // num_heads` in __init__
+    "branch_static_local_dim": ("Heads", {"head_dim": 3, "rescale_logits": True}, (2, 6)),  # the others
+    "loop_over_input_axis": ("PerToken", {}, (2, 3, 4)),  # `for i in range(x.shape[1])`: x_shape
+    "early_return": ("Guard", {}, (2, 5)),  # layers after `if not self.use_head: return x`
+    "early_return_off": ("Guard", {"use_head": False}, (2, 5)),  # ... not built
+    "early_return_names": ("Head2", {}, (2, 5)),  # auto-names counted from the branch that goes on
+    "early_return_names_small": ("Head2", {"small": True}, (2, 5)),
+    "early_return_sized": ("Early", {}, (2, 5)),  # the branch that returns does not size the head
+    "early_return_sized_rep": ("Early", {"rep": 3}, (2, 5)),
     "setup_none_first": ("Head", {"classes": 3}, (2, 5)),  # self.norm = None, then the layer: nnx.data(None)
     "setup_none_first_plain": ("Head", {"classes": 3, "use_norm": False, "gate": True}, (2, 5)),
     "setup_none_first_tower": ("Tower", {"features": 4, "deep": True}, (2, 5)),  # annotated, unpacked
@@ -319,6 +328,8 @@ CASES = {
     "init_restated_tests_splat": ("Splat", {}, (2, 5)),  # dense(**options) of partial(nn.Dense, 4)
 }
 SOURCES = {
+    **{f"early_return_{k}": "early_return" for k in ("off", "names", "names_small", "sized", "sized_rep")},
+    "branch_static_local_dim": "branch_static_local",
     "splat_locals_compact": "splat_locals",
     "traced_nest_deep": "traced_nest",
     "flatten_input_steps": "flatten_input",

@@ -108,6 +108,8 @@ NOT_RUNNABLE = {
     "class_value": "manual finding: a module built at call time is left to a person",
     "loop_names_not_index": "manual finding: loop names that are no list index are left to a person",
     "compact_alias_kept": "manual findings: class-holding locals and loop names the codemod cannot follow",
+    "complementary_ifs": "manual finding: auto-named modules under two ifs whose tests read as opposites",
+    "branch_local_call_time": "manual finding: a local one branch of a config test binds from a call-time value",
     "submodule_shape_local_size": "manual finding: a block's output size read from its input's shape",
     "param_override_other": "manual findings: layer subclasses that do more than transform a parameter",
     "shape_unpack_call_time": "manual findings: layers sized by a batch axis or a starred unpacking",

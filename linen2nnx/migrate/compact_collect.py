@@ -19,6 +19,7 @@ from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, keyword_arg, names_in
 from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
+from linen2nnx.migrate.guard_conditions import Guard, early_return, guards
 from linen2nnx.migrate.rules import MOD_004, MOD_009
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in, loop_name_prefix
 
@@ -38,22 +39,36 @@ class Built(NamedTuple):
 
 
 class _Branches:
-    """An ``if`` with an ``else`` being walked: the auto-name counts before it and after its body."""
+    """An ``if`` with an ``else`` (or an early return) being walked: the auto-name counts before it and
+    after its body."""
 
-    def __init__(self, node: cst.If, outer: list[str] | None, before: dict[str, int | None]) -> None:
-        self.node, self.outer, self.before = node, outer, before
+    def __init__(
+        self, node: cst.If, outer: list[str] | None, before: dict[str, int | None], guard: Guard | None
+    ) -> None:
+        self.node, self.outer, self.before, self.guard = node, outer, before, guard
         self.after_body: dict[str, int | None] | None = None
 
 
-def _exclusive(earlier: list[str], conditions: list[str]) -> bool:
+class _Record(NamedTuple):
+    """An auto-named module of a class: the conditions it is built under, and the ``if`` (with an
+    ``else``, or an early return) whose branches the walk counted from one start that decides the
+    last of them (None: another ``if``, or none)."""
+
+    conditions: list[str]
+    deciding: cst.If | None
+
+
+def _exclusive(earlier: _Record, conditions: list[str], deciding: cst.If | None) -> bool:
     """Built in the other branch of the same ``if`` as a module under ``conditions`` (the same outer
     conditions, the last one negated): the two never run together, the walk counted this branch from
     the counts before the ``if``, and the planner gives both one attribute. Deeper or ``elif`` branches
-    are not (a finding, as before)."""
-    if len(earlier) != len(conditions) or not earlier or earlier[:-1] != conditions[:-1]:
+    are not (a finding, as before), and neither are two ``if`` statements whose tests read alike (the
+    walk counted the second after the first)."""
+    before = earlier.conditions
+    if len(before) != len(conditions) or not before or before[:-1] != conditions[:-1]:
         return False
-    a, b = earlier[-1], conditions[-1]
-    return b == f"not ({a})" or a == f"not ({b})"
+    a, b = before[-1], conditions[-1]
+    return deciding is not None and earlier.deciding is deciding and (b == f"not ({a})" or a == f"not ({b})")
 
 
 def same_name_sites(plan: ClassPlan) -> list[Site]:
@@ -96,7 +111,8 @@ class CompactCollector(FastVisitor):
         self.jump_flags: list[bool] = []  # per blocked `for`: whether it has break / continue
         self.loops: list[LoopInfo] = []
         self.nest: list[tuple[set[str], dict[str, cst.SimpleStatementLine]]] = []  # per enclosing `for`
-        self.branch_conditions: dict[str, list[list[str]]] = {}  # class -> conditions of its auto-named ones
+        self.branch_conditions: dict[str, list[_Record]] = {}  # class -> its auto-named ones
+        self.reset_ifs: set[cst.If] = set()  # whose branches the walk counts from the counts before them
         self.branches: list[_Branches] = []  # per enclosing `if` with an `else`
 
     def _block(self, node: cst.CSTNode) -> bool:
@@ -119,10 +135,13 @@ class CompactCollector(FastVisitor):
 
     def visit_If(self, node: cst.If) -> bool:
         """An ``if`` on config with an ``else``: each branch counts auto-names from the counts before the
-        ``if``, as Linen does (only one branch runs)."""
-        if isinstance(node.orelse, cst.Else) and not self.blocked and not self.loops:
+        ``if``, as Linen does (only one branch runs). After an early return (guard_conditions.py), the
+        code that goes on counts from the branch that did not return."""
+        guard = early_return(node)
+        if (isinstance(node.orelse, cst.Else) or guard) and not self.blocked and not self.loops:
             outer = self.planner.conditions_of(node, self.fn, self.local_names)
-            self.branches.append(_Branches(node, outer, dict(self.counters)))
+            self.branches.append(_Branches(node, outer, dict(self.counters), guard))
+            self.reset_ifs.add(node)
         return True
 
     def visit_Else(self, node: cst.Else) -> bool:
@@ -142,6 +161,11 @@ class CompactCollector(FastVisitor):
             return
         self.branches.pop()
         after_body, after_else = top.after_body or {}, dict(self.counters)
+        if top.guard is not None:  # one branch returned: the other's counts go on
+            going = after_body if top.guard.holds else after_else if top.node.orelse else top.before
+            self.counters.clear()
+            self.counters.update(going)
+            return
         for name in set(after_body) | set(after_else):
             body_n, else_n = after_body.get(name, 0), after_else.get(name, 0)
             if body_n != else_n:  # a later one is named by the branch that ran: its records stay
@@ -149,10 +173,12 @@ class CompactCollector(FastVisitor):
                 continue
             if top.outer is None or name not in self.branch_conditions:
                 continue
-            depth = len(top.outer)
+            depth, deciding = len(top.outer), self._deciding(top.node, top.outer)
             self.branch_conditions[name] = [
-                c if c[:depth] != top.outer or len(c) == depth else list(top.outer)
-                for c in self.branch_conditions[name]
+                r
+                if r.conditions[:depth] != top.outer or len(r.conditions) == depth
+                else _Record(top.outer, deciding)
+                for r in self.branch_conditions[name]
             ]
 
     def visit_For(self, node: cst.For) -> bool:
@@ -258,7 +284,7 @@ class CompactCollector(FastVisitor):
         if not n:
             return True  # none before, or after a loop (the planner's finding)
         earlier = self.branch_conditions.get(name, [])
-        if len(earlier) == n and all(c == conditions[: len(c)] for c in earlier):
+        if len(earlier) == n and all(r.conditions == conditions[: len(r.conditions)] for r in earlier):
             return True
         self.state.handled.add(built.target.func)  # this finding says it all
         self.ctx.report(
@@ -270,6 +296,15 @@ class CompactCollector(FastVisitor):
         )
         self._uncount(built)
         return False
+
+    def _deciding(self, node: cst.CSTNode, conditions: list[str]) -> cst.If | None:
+        """The ``if`` the walk counted both branches of from one start that gives the last of
+        ``conditions`` around ``node`` (an early return's, or a branch's), else None."""
+        for guard in guards(node, self.fn, self.ctx.parent_of) if conditions else ():
+            test = code(guard.node.test)
+            if conditions[-1] in (test, f"not ({test})"):
+                return guard.node if guard.node in self.reset_ifs else None  # type: ignore[return-value]
+        return None
 
     def _name_depends_on_branch(self, node: cst.Call, built: Built, conditions: list[str]) -> bool:
         """An auto-named module after one of its class built only under a condition this one is not
@@ -284,16 +319,22 @@ class CompactCollector(FastVisitor):
         if self.counters.get(name, 0) is None:
             return False  # after a loop of its class: that finding says it already
         earlier = self.branch_conditions.setdefault(name, [])
+        deciding = self._deciding(node, conditions)
         other = next(
-            (c for c in earlier if c != conditions[: len(c)] and not _exclusive(c, conditions)), None
+            (
+                r
+                for r in earlier
+                if r.conditions != conditions[: len(r.conditions)] and not _exclusive(r, conditions, deciding)
+            ),
+            None,
         )
         if other is None:
-            earlier.append(list(conditions))
+            earlier.append(_Record(list(conditions), deciding))
             return False
         self.ctx.report(
             MOD_004,
             node,
-            f"auto-named {built.what} after a {name} built only when {' and '.join(other)}: "
+            f"auto-named {built.what} after a {name} built only when {' and '.join(other.conditions)}: "
             "Linen counts only the modules that ran, so its name depends on that condition",
             "give the modules explicit name= (one attribute each), or build both in __init__",
         )

@@ -534,3 +534,17 @@ def name_reads(node: cst.CSTNode, name: str) -> list[cst.Name]:
 
     node.visit(V())
     return found
+
+
+def leaves_function(
+    suite: cst.BaseSuite | cst.BaseStatement | None, exits: tuple[type, ...] = (cst.Return, cst.Raise)
+) -> bool:
+    """Whether a branch ends in ``return`` or ``raise`` (``exits``): the code after its ``if`` sees only
+    the other branches' values (a ``break`` / ``continue`` does not count: its values reach the loop's
+    next turn). An ``elif`` is no branch that ends so."""
+    if isinstance(suite, cst.Else):
+        suite = suite.body
+    if isinstance(suite, cst.IndentedBlock):  # `if c: return x` on one line is a statement suite
+        suite = suite.body[-1] if suite.body else None  # type: ignore[assignment]
+    small = suite.body if isinstance(suite, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else ()
+    return bool(small) and isinstance(small[-1], exits)

@@ -135,8 +135,7 @@ class FeatureFlow:
             if stmt.orelse is not None:
                 with self._within(stmt, 1):
                     self.statement(stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else stmt.orelse)
-            # a test of the config alone (`if not self.teacher_force:`) is decided in __init__ too
-            self.env = _merge(after_then, self.env, config_test(stmt.test), self.unsure)
+            self.env = tuple_flow.after_if(stmt, after_then, self.env, self.unsure)
             rank_guards.ranked(self.env, rank_guards.raised_unless_rank(stmt))
         elif isinstance(stmt, cst.IndentedBlock):
             self.run(stmt.body)
@@ -569,21 +568,6 @@ def value_method(func: cst.Attribute, qualnames: set[str]) -> bool:
     if type(func.value) in (cst.Call, cst.Subscript):  # the method of a call's or an index's result
         return True
     return not any(q.startswith(("jax.", "numpy.", "flax.")) for q in qualnames)
-
-
-def _merge(a: dict[str, Feat], b: dict[str, Feat], test: str | None, unsure: Callable) -> dict:
-    """Values after an ``if`` (``a``: the then branch). Where they differ: a ``choice`` on a config
-    test when both sides are sized, else unknown; a name one side leaves unbound has the other's value
-    unless ``unsure()`` holds it (FeatureFlow.unsure)."""
-    out = {}
-    for k in a.keys() | b.keys():
-        va, vb = a.get(k), b.get(k)
-        if va is not None and vb is not None:
-            out[k] = tuple_flow.merge_value(va, vb, test)
-        else:
-            names = unsure()
-            out[k] = Feat.unknown("differs between branches") if names is None or k in names else va or vb
-    return out
 
 
 def transfer(out: Feat, params: list[str], args: list[Feat]) -> Feat:

@@ -151,10 +151,16 @@ class LocalPlanner:
         config, a name rebound at call time later): see static_locals.py. A binding in ``dead`` is none
         (nothing reads it): it never stands in for the live one."""
         flow = StaticLocals(
-            fn, counts, self.site_planner.has_side_effects, params | set(self.state.lift_aliases), dead
+            fn,
+            counts,
+            # in a lambda, a call of a field (`lambda *a: self.kernel_init(*a) / scale`) runs later
+            lambda value: self.site_planner.has_side_effects(value, plan.field_names),
+            params | set(self.state.lift_aliases),
+            dead,
         )
-        special = set(plan.mode_partials) | set(plan.shape_locals)
-        extended = flow.extend(pure, set(pure) - special)
+        # a shape local (`qkv = self.qkv or x.shape[-1]`) replays with the input's size, or gives a
+        # finding where the flow cannot tell it: a static statement may read it
+        extended = flow.extend(pure, set(pure) - set(plan.mode_partials))
         plan.static_flow = flow
         plan.static_statements = [stmt for name, stmt in extended.items() if name not in pure]
         return extended
@@ -347,6 +353,7 @@ class LocalPlanner:
             else s.ctor
             for s in plan.hoisted_order
         ]
+        ctors += [parse_expression(s.loop.range_src) for s in plan.hoisted_order if s.loop is not None]
         for nest in plan.nests.values():  # the loops' iterables and body locals read config locals too
             ctors += [f.iter for f in nest_fors(nest.outer)]
             ctors += [stmt.body[0].value for stmt in nest.local_stmts.values()]  # type: ignore[attr-defined]

@@ -29,6 +29,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.foreign_locals import local_value, plain_foreign
+from linen2nnx.migrate.guard_conditions import guards
 from linen2nnx.migrate.input_sizes import input_size_arg
 from linen2nnx.migrate.key_chains import call_time_message
 from linen2nnx.migrate.local_sites import held_submodule
@@ -186,35 +187,28 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         plan: ClassPlan | None = None,
         skipped: frozenset[str] = frozenset(),
     ) -> list[str] | None:
-        """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches); None when a test
+        """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches) and of the early
+        returns before it (guard_conditions.py); None when a test
         uses a call-time value, so the construction cannot be decided in __init__ -- but for a shape
         test (``if residual.shape != y.shape``), restated once the dataflow has run (shape_tests.py).
         A test whose locals are all ``skipped`` (a loop's own names) is left out: see LayerRule.no_variables."""
         conditions: list[str] = []
-        prev, cur = node, self.ctx.parent_of(node)
-        while cur is not None and cur is not fn:
+        for guard in guards(node, fn, self.ctx.parent_of):
+            cur, call_time = guard.node, bool((names_in(guard.node.test) - NOT_LOCAL) & local_names)
             if type(cur) is cst.If and reads_only(cur.test, local_names, skipped):
-                pass  # built every iteration, used where Linen built it
-            elif type(cur) is cst.If:
-                if (names_in(cur.test) - NOT_LOCAL) & local_names:
-                    shape = None if plan is None else self._shape_test(plan, cur, fn, local_names)
-                    if shape is None:
-                        return None
-                    test = shape.token
-                else:
-                    test = code(cur.test)
-                if prev is cur.body:
-                    conditions.insert(0, test)
-                elif prev is cur.orelse:
-                    conditions.insert(0, f"not ({test})")
-            elif type(cur) is cst.IfExp and prev is not cur.test:  # `nn.Dense(n)(x) if flag else x`
-                if (names_in(cur.test) - NOT_LOCAL) & local_names:
-                    return None  # a call-time test of an expression: no shape test to restate it by
-                if calls_in(cur.orelse if prev is cur.body else cur.body):
-                    return None  # the other branch may build too: its auto-names count from the same start
-                test = code(cur.test)
-                conditions.insert(0, test if prev is cur.body else f"not ({test})")
-            prev, cur = cur, self.ctx.parent_of(cur)
+                continue  # built every iteration, used where Linen built it
+            if guard.early and call_time:
+                continue  # `if decode and cached: return cache`: Linen's init takes the whole path
+            if type(cur) is cst.IfExp and (call_time or calls_in(cur.orelse if guard.holds else cur.body)):
+                return None  # a call-time test of an expression (no shape test restates it), or the other
+                # branch may build too: its auto-names count from the same start
+            test = code(cur.test)
+            if call_time and type(cur) is cst.If:
+                shape = None if plan is None else self._shape_test(plan, cur, fn, local_names)
+                if shape is None:
+                    return None
+                test = shape.token
+            conditions.insert(0, test if guard.holds else f"not ({test})")
         return conditions
 
     def _shape_test(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Iterable
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, comprehension_names, names_in
-from linen2nnx.migrate.rebound_locals import add_binding, exclusive_bindings
+from linen2nnx.migrate.rebound_locals import add_binding, earlier_keys, exclusive_bindings
 
 
 class StaticLocals:
@@ -65,6 +65,7 @@ class StaticLocals:
                 before = set(added)
                 self.exclusive = exclusive_bindings(stmt, self.counts)
                 self._conditional(stmt, current, [], added, known)
+                self._drop_partial_exclusive(added, before)
                 for k, inner in enumerate(s for s in added.values() if id(s) not in position):
                     position[id(inner)] = index + (k + 1) / (k + 2)  # after the top statement, in order
                 targets -= set(added) - before  # bound once, to a static value: static wherever read
@@ -112,6 +113,17 @@ class StaticLocals:
                     inner -= bound_by(child)
                 else:
                     inner -= bound_by(child)
+
+    def _drop_partial_exclusive(self, added: dict[str, cst.BaseStatement], before: set[str]) -> None:
+        """A name each branch of the ``if`` binds (``self.exclusive``) is static after it only when
+        every one of those bindings is: with one branch's ``k = x.shape[1]`` left out, ``__init__``
+        would replay the other branch alone and have no ``k`` when the first runs. Then nothing the
+        ``if`` binds replays (a later binding there may read ``k``)."""
+        new = set(added) - before
+        if all(len(earlier_keys(added, n)) + 1 == self.counts.get(n) for n in self.exclusive & new):
+            return
+        for name in new:
+            self.replay_tests.pop(added.pop(name), None)
 
     def _static(self, stmt: cst.BaseStatement, current: set[str]) -> bool:
         """Does ``stmt`` only bind names to static values (``current`` are static before it)?"""

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 import libcst as cst
 
 from linen2nnx.migrate import mapping_flow, output_values
-from linen2nnx.migrate.cst_utils import absolute_qualname
+from linen2nnx.migrate.cst_utils import absolute_qualname, config_test, leaves_function
 from linen2nnx.migrate.dataflow_types import DISAGREEING, Feat
 
 SIZED = ("expr", "input")
@@ -436,6 +436,26 @@ def merge_value(va: Feat, vb: Feat, config_test: str | None = None) -> Feat:
     unknown = [v for v in (va, vb) if v.kind == "unknown" and not v.reason.startswith(DISAGREEING)]
     reason = unknown[0].reason if len(unknown) == 1 and unknown[0].reason else "differs between branches"
     return Feat.unknown(reason)
+
+
+def after_if(stmt: cst.If, then: dict[str, Feat], other: dict[str, Feat], unsure: Callable) -> dict:
+    """The values after ``stmt`` (``then``: its body's; ``other``: its ``else``'s, or those before it).
+    A branch that ends in ``return`` / ``raise`` reaches nothing after the ``if``: the other's values
+    hold as they are. Else, where they differ: a ``choice`` on a test of the config (decided in
+    ``__init__`` too) when both sides are sized, else unknown; a name one side leaves unbound has the
+    other's value unless ``unsure()`` holds it (FeatureFlow.unsure)."""
+    exits = leaves_function(stmt.body), leaves_function(stmt.orelse)
+    if exits[0] != exits[1]:
+        return other if exits[0] else then
+    test, out = config_test(stmt.test), {}
+    for k in then.keys() | other.keys():
+        va, vb = then.get(k), other.get(k)
+        if va is not None and vb is not None:
+            out[k] = merge_value(va, vb, test)
+        else:
+            names = unsure()
+            out[k] = Feat.unknown("differs between branches") if names is None or k in names else va or vb
+    return out
 
 
 def agreed_return(returns: Sequence[Feat]) -> Feat | None:

@@ -1,0 +1,62 @@
+"""The tests an ``@nn.compact`` construction runs under: the ``if``s around it, and the early returns
+before it.
+
+Linen builds a submodule only on the path that reaches it, so ``__init__`` builds it under the same
+tests. Beside the ``if`` (or conditional expression) branches around it, an ``if`` before it whose one
+branch ends in ``return`` is a test too: ``if not self.num_classes: return x`` before the head means
+the head exists only where ``self.num_classes`` holds. A branch that ends in ``raise`` is none (no
+path through it builds anything), and neither is one inside a loop around the construction (the
+iteration it returns from is not known in ``__init__``; the sites of a loop are planned on their own).
+An early return on a call-time value (``if decode and self.has_variable('cache', 'k'): return k``) is
+left out by the caller: Linen's init takes the path that builds everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import leaves_function
+
+
+class Guard(NamedTuple):
+    """A test a construction runs under."""
+
+    node: cst.If | cst.IfExp  # the statement or expression that holds the test
+    holds: bool  # the construction runs where the test holds (False: where it fails)
+    early: bool  # an early return before the construction, not a branch around it
+
+
+def guards(
+    node: cst.CSTNode, fn: cst.FunctionDef, parent_of: Callable[[cst.CSTNode], cst.CSTNode | None]
+) -> list[Guard]:
+    """The tests ``node`` (inside ``fn``) runs under, innermost first."""
+    found: list[Guard] = []
+    prev, cur = node, parent_of(node)
+    while cur is not None and cur is not fn:
+        if type(cur) is cst.If and (prev is cur.body or prev is cur.orelse):
+            found.append(Guard(cur, prev is cur.body, early=False))
+        elif type(cur) is cst.IfExp and prev is not cur.test:
+            found.append(Guard(cur, prev is cur.body, early=False))
+        elif isinstance(
+            cur, (cst.For, cst.While)
+        ):  # returns inside it: from an iteration __init__ cannot name
+            found = [g for g in found if not g.early]
+        elif isinstance(cur, cst.IndentedBlock):
+            at = next((i for i, stmt in enumerate(cur.body) if stmt is prev), 0)
+            found.extend(g for stmt in reversed(cur.body[:at]) if (g := early_return(stmt)) is not None)
+        prev, cur = cur, parent_of(cur)
+    return found
+
+
+def early_return(stmt: cst.CSTNode) -> Guard | None:
+    """``if test: ... return`` (the code after it runs where ``test`` fails), or an ``else`` that
+    returns while the body goes on; an ``elif`` chain is none."""
+    if type(stmt) is not cst.If or not (stmt.orelse is None or isinstance(stmt.orelse, cst.Else)):
+        return None
+    returns = leaves_function(stmt.body, (cst.Return,)), leaves_function(stmt.orelse, (cst.Return,))
+    if returns[0] == returns[1] or (leaves_function(stmt.body) and leaves_function(stmt.orelse)):
+        return None
+    return Guard(stmt, holds=returns[1], early=True)
