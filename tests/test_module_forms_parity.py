@@ -241,6 +241,14 @@ CASES = {
     "branch_static_local": ("Heads", {}, (2, 6)),  # head_dim replayed from `qkv // num_heads` in __init__
     "branch_static_local_dim": ("Heads", {"head_dim": 3, "rescale_logits": True}, (2, 6)),  # the others
     "loop_over_input_axis": ("PerToken", {}, (2, 3, 4)),  # `for i in range(x.shape[1])`: x_shape
+    "stateless_call_time": ("Net", {}, (2, 5)),  # IdentityLayer / Dropout under `if train:`: built always
+    "branch_pairs": ("Pair", {}, (2, 5)),  # two modules in each branch: both built in each
+    "branch_pairs_c": ("Pair", {"c": True}, (2, 5)),
+    "branch_pairs_guard": ("GuardPair", {}, (2, 5)),
+    "branch_pairs_guard_c": ("GuardPair", {"c": True}, (2, 5)),
+    "branch_pairs_nested": ("NestedPair", {}, (2, 5)),
+    "branch_pairs_nested_c": ("NestedPair", {"c": True}, (2, 5)),
+    "branch_pairs_nested_off": ("NestedPair", {"a": False}, (2, 5)),
     "early_return": ("Guard", {}, (2, 5)),  # layers after `if not self.use_head: return x`
     "early_return_off": ("Guard", {"use_head": False}, (2, 5)),  # ... not built
     "early_return_names": ("Head2", {}, (2, 5)),  # auto-names counted from the branch that goes on
@@ -328,6 +336,10 @@ CASES = {
     "init_restated_tests_splat": ("Splat", {}, (2, 5)),  # dense(**options) of partial(nn.Dense, 4)
 }
 SOURCES = {
+    **{
+        f"branch_pairs_{k}": "branch_pairs"
+        for k in ("c", "guard", "guard_c", "nested", "nested_c", "nested_off")
+    },
     **{f"early_return_{k}": "early_return" for k in ("off", "names", "names_small", "sized", "sized_rep")},
     "branch_static_local_dim": "branch_static_local",
     "splat_locals_compact": "splat_locals",

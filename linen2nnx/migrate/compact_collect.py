@@ -254,6 +254,8 @@ class CompactCollector(FastVisitor):
             return
         if conditions is None and not in_nest and loop is None and self._built_in_trace(node, built):
             conditions = []  # built always, as the traced call built it; still used under its condition
+        if conditions is None and not in_nest and loop is None and self._holds_nothing(built):
+            conditions = []  # built always: holding nothing, it adds no weight (stateless_classes.py)
         if conditions is None:
             self.state.handled.add(node)  # this finding says it all
             ctx.report(
@@ -339,6 +341,17 @@ class CompactCollector(FastVisitor):
             "give the modules explicit name= (one attribute each), or build both in __init__",
         )
         return True  # every later auto-named one of the class is a finding too (the record stays)
+
+    @staticmethod
+    def _holds_nothing(built: Built) -> bool:
+        """A built-in layer or a class of the run that holds no variable, whatever its config."""
+        if built.variable or built.factory is not None:
+            return False
+        return (
+            built.rule.no_variables
+            if built.rule is not None
+            else bool(built.user and built.user.holds_nothing)
+        )
 
     def _built_in_trace(self, node: cst.Call, built: Built) -> bool:
         """A submodule built under a call-time condition that the traced call built (its Linen name is in

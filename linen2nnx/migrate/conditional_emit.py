@@ -58,11 +58,30 @@ def conditional(
 
 def other_branch(site: Site, block: cst.If, assign: cst.SimpleStatementLine) -> cst.If | cst.Else:
     """The ``else`` building the other branch's module of a one-condition switch; under outer
-    conditions too, an ``elif`` on the branch's own conditions, the ``else`` left as it was."""
-    if len(site.conditions) == 1 or not isinstance(block.orelse, cst.Else):
-        return cst.Else(body=cst.IndentedBlock(body=[assign]))
+    conditions too, an ``elif`` on the branch's own conditions, the ``else`` left as it was. A later
+    module of the same branch joins what an earlier one built there (in place of its attribute's
+    ``= None``), never replaces it."""
+    orelse = block.orelse
     test = " and ".join(f"({c})" for c in site.conditions)
-    return cst.If(test=parse_expression(test), body=cst.IndentedBlock(body=[assign]), orelse=block.orelse)
+    if isinstance(orelse, cst.If) and code(orelse.test) == test:  # this branch's elif, built before
+        return orelse.with_changes(body=orelse.body.with_changes(body=[*orelse.body.body, assign]))
+    if isinstance(orelse, cst.Else) and (len(site.conditions) == 1 or _built_in(orelse)):
+        reset = f"self.{site.attr} = None\n"
+        body = list(orelse.body.body)
+        at = next(
+            (i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and code(s) == reset),
+            None,
+        )
+        body[at if at is not None else len(body) : at + 1 if at is not None else len(body)] = [assign]
+        return orelse.with_changes(body=orelse.body.with_changes(body=body))
+    if len(site.conditions) == 1 or not isinstance(orelse, cst.Else):
+        return cst.Else(body=cst.IndentedBlock(body=[assign]))
+    return cst.If(test=parse_expression(test), body=cst.IndentedBlock(body=[assign]), orelse=orelse)
+
+
+def _built_in(orelse: cst.Else) -> bool:
+    """Whether an ``else`` builds something already (not only resets attributes to ``None``)."""
+    return any(not code(s).endswith("= None\n") for s in orelse.body.body)
 
 
 def nested_in_else(block: cst.BaseStatement, site: Site, assign: cst.SimpleStatementLine) -> cst.If | None:

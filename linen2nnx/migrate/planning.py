@@ -68,6 +68,7 @@ from linen2nnx.migrate.sites import (
     static_everywhere,
 )
 from linen2nnx.migrate.sizing import Sizer
+from linen2nnx.migrate.stateless_classes import holds_nothing
 
 
 class ClassPlanner:
@@ -115,6 +116,7 @@ class ClassPlanner:
         """The plan of Linen class ``node``: fields, factories, scans, ``setup`` and ``@nn.compact`` sites,
         then the feature sizes of every site and what ``__init__`` replays."""
         plan = ClassPlan(name=node.name.value, fields=class_fields(self.ctx, node))
+        plan.holds_nothing = holds_nothing(self.ctx, node)
         plan_field_kinds(self.ctx, plan, node)
         plan.call_flags = merge_flags(self.ctx, plan, node)
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]

@@ -329,6 +329,7 @@ class ClassPlan:
     input_shape_locals: set[str] = dataclasses.field(default_factory=set)  # pure but for `x.shape` / `x.ndim`
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
     shape_rank_only: bool = False  # ... for its rank alone (input_sizes.reads_rank_only)
+    holds_nothing: bool = False  # creates no variable and no submodule (stateless_classes.py)
     input_sizes: list[Any] = dataclasses.field(default_factory=list)  # input_sizes.InputSize, to finish
     input_shape_params: list[Any] = dataclasses.field(default_factory=list)  # variables sized by its shape
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
@@ -382,19 +383,11 @@ class ClassPlan:
 
     def summary(self) -> ClassSummary:
         return ClassSummary(
-            self.key,
-            self.name,
-            list(self.fields),
-            dict(self.new_args),
-            self.out,
-            self.first_input,
-            self.state_when,
-            self.call_flags,
-            self.builders,
-            bool(self.blocking),
-            self.call_inputs,
+            *(self.key, self.name, list(self.fields), dict(self.new_args), self.out, self.first_input),
+            *(self.state_when, self.call_flags, self.builders, bool(self.blocking), self.call_inputs),
             self.scope_names(),
             shape_rank_only=self.shape_rank_only,
+            holds_nothing=self.holds_nothing,
         )
 
 
@@ -416,6 +409,7 @@ class ClassSummary:
     scope_names: tuple[str, ...] | None = None
     out_ranks: tuple[tuple[int, Feat], ...] = ()  # __call__'s result per input rank (callee_ranks.py)
     shape_rank_only: bool = False
+    holds_nothing: bool = False
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
@@ -434,6 +428,7 @@ class ClassSummary:
             known_scope_names=self.scope_names,
             known_out_ranks=dict(self.out_ranks),
             shape_rank_only=self.shape_rank_only,
+            holds_nothing=self.holds_nothing,
         )
 
 

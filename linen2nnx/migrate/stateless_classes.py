@@ -1,0 +1,39 @@
+"""Linen classes that hold no state whatever their config (scenic's ``IdentityLayer``: ``return x``).
+
+Linen builds a submodule only on the path that reaches it; ``__init__`` cannot build one under a test
+of a call-time value (``if not train: x = IdentityLayer(name='representation')(x)``). For a class that
+creates no variable and no submodule, building it always changes no weight and no name of the name
+map, so the call keeps its test and the class is built in ``__init__`` like a built-in layer that
+holds no variables (``LayerRule.no_variables``). The fact is read from the source and travels to other
+files with the class's summary.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_meta import calls_in
+
+if TYPE_CHECKING:
+    from linen2nnx.migrate.context import FileContext
+
+MODULE_BASES = frozenset({"flax.linen.Module", "flax.linen.module.Module"})
+PURE_LIBRARIES = ("jax.", "numpy.", "math.")
+"""Modules whose functions a stateless class may call (array code, no Linen scope)."""
+
+
+def holds_nothing(ctx: FileContext, node: cst.ClassDef) -> bool:
+    """Whether Linen class ``node`` creates nothing: its one base is ``nn.Module`` itself, it has no
+    decorator, and its body calls only functions of ``PURE_LIBRARIES`` (no ``self.param``, no helper
+    method, no layer, no call of a call)."""
+    if node.decorators or len(node.bases) != 1 or node.keywords:
+        return False
+    if not ctx.qualnames(node.bases[0].value) & MODULE_BASES:
+        return False
+    for call in calls_in(node.body):
+        names = ctx.qualnames(call.func)
+        if not names or not all(name.startswith(PURE_LIBRARIES) for name in names):
+            return False
+    return True
