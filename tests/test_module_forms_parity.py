@@ -134,6 +134,7 @@ CASES = {
     "compact_dense_nobias": ("MyDense", {"features": 3, "use_bias": False}, (2, 5)),
     "compact_loop_tail": ("MLP", {}, (2, 5)),
     "compact_loop_tail_short": ("MLP", {"widths": (3,), "depth": 1}, (2, 5)),
+    "compact_loop_tail_empty": ("MLP", {"depth": 0}, (2, 5)),  # Block(7) reads the last Dense's width
     "compact_matmul": ("Proj", {}, (2, 5)),
     "compact_matmul_setup": ("SetupProj", {}, (2, 5)),
     "custom_cell": ("Encoder", {}, (2, 6, 3)),  # an nn.RNNCellBase subclass inside nn.RNN
@@ -189,6 +190,11 @@ CASES = {
     "lifted_auto_names": ("Lifted", {}, (2, 6)),  # CheckpointBlock_0, ScanStep_0 beside Block_0
     "compact_loop_chain": ("Stages", {}, (2, 5)),  # later loops extend the first loop's list of Blocks
     "compact_loop_chain_short": ("Stages", {"depths": (0, 1, 2)}, (2, 5)),  # an empty first loop
+    "compact_loop_chain_gap": (
+        "Stages",
+        {"depths": (2, 0, 1)},
+        (2, 5),
+    ),  # Block(12) reads the first loop's width
     "compact_loop_chain_field": ("Net", {}, (2, 5)),  # a factory field's blocks in two loops
     "compact_loop_chain_wide": (
         "Net",
@@ -249,6 +255,10 @@ CASES = {
     "branch_pairs_nested": ("NestedPair", {}, (2, 5)),
     "branch_pairs_nested_c": ("NestedPair", {"c": True}, (2, 5)),
     "branch_pairs_nested_off": ("NestedPair", {"a": False}, (2, 5)),
+    "loop_may_not_run": ("Tower", {}, (2, 5)),  # the head after a loop of layers reads their width ...
+    "loop_may_not_run_empty": ("Tower", {"depth": 0}, (2, 5)),  # ... or, with no layer, the stem's
+    "loop_may_not_run_widths": ("Widths", {}, (2, 5)),  # enumerate(self.widths): self.widths[-1] ...
+    "loop_may_not_run_no_widths": ("Widths", {"widths": ()}, (2, 5)),  # ... or the stem's width
     "early_return": ("Guard", {}, (2, 5)),  # layers after `if not self.use_head: return x`
     "early_return_off": ("Guard", {"use_head": False}, (2, 5)),  # ... not built
     "early_return_names": ("Head2", {}, (2, 5)),  # auto-names counted from the branch that goes on
@@ -336,6 +346,9 @@ CASES = {
     "init_restated_tests_splat": ("Splat", {}, (2, 5)),  # dense(**options) of partial(nn.Dense, 4)
 }
 SOURCES = {
+    "compact_loop_chain_gap": "compact_loop_chain",
+    "compact_loop_tail_empty": "compact_loop_tail",
+    **{f"loop_may_not_run_{k}": "loop_may_not_run" for k in ("empty", "widths", "no_widths")},
     **{
         f"branch_pairs_{k}": "branch_pairs"
         for k in ("c", "guard", "guard_c", "nested", "nested_c", "nested_off")

@@ -56,6 +56,7 @@ from linen2nnx.migrate.dataflow_types import Feat, LayerInfo
 from linen2nnx.migrate.handed_modules import handed_output
 from linen2nnx.migrate.last_axis_ops import is_number as numeric
 from linen2nnx.migrate.linen_api import feature_preserving_functions
+from linen2nnx.migrate.loop_runs import last_values
 from linen2nnx.migrate.weights_dict import applied_weights
 
 
@@ -171,9 +172,8 @@ class FeatureFlow:
             for name, feat in list(self.env.items()):  # the loop may not run: a rank it changes is unsure
                 if feat.rank and name in before and before[name].rank != feat.rank:
                     self.env[name] = feat.rankless()
-            if isinstance(stmt, cst.For) and isinstance(stmt.target, cst.Name):
+            if isinstance(stmt, cst.For):  # the loop variable's last value, then the hook's (loop_runs.py)
                 self._leave_loop(stmt, before)
-            if isinstance(stmt, cst.For):
                 self.after_loop(stmt, before, self.env)
             unfollowed.forget_unfollowed(self.env, stmt)  # its `else:`
         elif isinstance(stmt, (cst.With, cst.Try, cst.TryStar, cst.Match)):
@@ -204,39 +204,30 @@ class FeatureFlow:
     def _leave_loop(self, stmt: cst.For, before: dict[str, Feat]) -> None:
         """After ``for v in seq``, a size written with ``v`` means the last element's: ``seq[-1]`` -- or,
         when the loop may not run, the size from before it (kind ``choice``: ``elements`` are the
-        two, ``expr`` the test that the loop ran)."""
-        var = stmt.target.value  # type: ignore[attr-defined]
-        it = stmt.iter
-        if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range":
-            bounds = [code(a.value) for a in it.args]
-            last = f"({bounds[-1]} - 1)" if len(bounds) in (1, 2) else None
-            ran = (
-                f"{bounds[0]} > 0"
-                if len(bounds) == 1
-                else f"{bounds[1]} > {bounds[0]}"
-                if len(bounds) == 2
-                else ""
-            )
-        elif isinstance(it, cst.Call):
-            last, ran = None, ""
-        else:
-            last, ran = f"{code(it)}[-1]", f"len({code(it)}) > 0"
+        two, ``expr`` the test that the loop ran). A size written with a loop name the source does
+        not pin down after the loop (``zip``) is unknown."""
+        lasts, ran = last_values(stmt)
+        targets = names_in(stmt.target)
         for name, feat in list(self.env.items()):
-            if feat.kind == "expr" and var in names_in(parse_expression(feat.expr)):
-                if not last:
-                    self.env[name] = Feat.unknown(f"a size that depends on the loop variable {var}")
-                    continue
-                after = Feat("expr", expr=replace_name(feat.expr, var, last))
-                previous = before.get(name)
-                if previous is None or previous == after:
-                    self.env[name] = after  # only bound by the loop: used after it, the loop ran
-                else:
-                    self.env[name] = Feat(
-                        "choice",
-                        expr=ran,
-                        elements=(after, previous),
-                        reason=f"a size that depends on whether the loop over {var} ran",
-                    )
+            read = names_in(parse_expression(feat.expr)) & targets if feat.kind == "expr" else set()
+            if not read:
+                continue
+            if not read <= set(lasts):
+                self.env[name] = Feat.unknown(f"a size that depends on the loop variable {min(read)}")
+                continue
+            expr = feat.expr
+            for var in sorted(read):
+                expr = replace_name(expr, var, lasts[var])
+            after, previous = Feat("expr", expr=expr), before.get(name)
+            if previous is None or previous == after:
+                self.env[name] = after  # only bound by the loop: used after it, the loop ran
+            else:
+                self.env[name] = Feat(
+                    "choice",
+                    expr=ran,
+                    elements=(after, previous),
+                    reason=f"a size that depends on whether the loop over {min(read)} ran",
+                )
 
     def small_statement(self, small: cst.BaseSmallStatement) -> None:
         if isinstance(small, cst.Assign):

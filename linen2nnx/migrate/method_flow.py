@@ -41,6 +41,7 @@ from linen2nnx.migrate.function_outs import imported_function_out
 from linen2nnx.migrate.input_dtypes import check_cast_inputs
 from linen2nnx.migrate.leading_setup import leading_setup_sizes, leading_setup_values
 from linen2nnx.migrate.local_functions import local_function_out
+from linen2nnx.migrate.loop_runs import unrun_choices
 from linen2nnx.migrate.setup_branches import setup_alternatives, setup_branch_info
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
 from linen2nnx.migrate.tuple_flow import agreed_return
@@ -474,7 +475,12 @@ class MethodFlow:
 
     def after_loop(self, loop: cst.For, before: dict[str, Feat], env: dict[str, Feat]) -> None:
         """After a loop nest, a size read from its last element (``self.block[-1].out_features``)
-        holds only if the loops built one: else it is the size from before them."""
+        holds only if the loops built one: else it is the size from before them. Then any other size
+        the loop changed, where a field of the config decides whether it runs (loop_runs.py)."""
+        self._after_nest(loop, before, env)
+        unrun_choices(loop, before, env, self.plan.field_names)
+
+    def _after_nest(self, loop: cst.For, before: dict[str, Feat], env: dict[str, Feat]) -> None:
         nest = self.plan.nests.get(loop)
         for site in nest.sites if nest is not None else ():
             last = f"self.{site.attr}[-1]."

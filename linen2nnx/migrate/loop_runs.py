@@ -1,0 +1,71 @@
+"""Whether a ``for`` loop of a method ran: the sizes after a loop that may run zero times.
+
+``for i in range(self.depth): x = nn.Dense(3)(x)`` leaves ``x`` 3 wide only where ``self.depth > 0``;
+with ``depth=0`` it keeps its width from before the loop. A size the loop changes is then a choice on
+the test that the loop ran, which ``__init__`` decides as the call does -- when the iterable reads the
+config alone (a count, a sequence, ``enumerate`` of one, read from the class's fields).
+``FeatureFlow._leave_loop`` rewrites the sizes that read the loop variable (``seq[-1]``);
+:func:`unrun_choices`, called by ``MethodFlow.after_loop``, the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import libcst as cst
+import libcst.matchers as m
+
+from linen2nnx.migrate import tuple_flow
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
+from linen2nnx.migrate.dataflow_types import Feat
+
+
+def ran_test(it: cst.BaseExpression) -> str:
+    """The source of a test that a loop over ``it`` runs at least once: ``n > 0`` of ``range(n)``,
+    ``b > a`` of ``range(a, b)``, ``len(s) > 0`` of a sequence ``s`` or ``enumerate(s)``; "" for
+    another call (``zip``, a step) or anything else."""
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and not any(a.keyword for a in it.args):
+        bounds = [code(a.value) for a in it.args]
+        if it.func.value == "range" and len(bounds) in (1, 2):
+            return f"{bounds[0]} > 0" if len(bounds) == 1 else f"{bounds[1]} > {bounds[0]}"
+        if it.func.value == "enumerate" and len(bounds) == 1:
+            return f"len({bounds[0]}) > 0"
+        return ""
+    return "" if isinstance(it, cst.Call) else f"len({code(it)}) > 0"
+
+
+def last_values(loop: cst.For) -> tuple[dict[str, str], str]:
+    """What each name the loop's target binds holds after the loop ran (``range(n)``: ``(n - 1)``;
+    ``for v in s``: ``s[-1]``; ``for i, v in enumerate(s)``: ``(len(s) - 1)`` and ``s[-1]``), and the
+    test that it ran; no names where the source does not say (``zip``, a step, other targets)."""
+    it, target, ran = loop.iter, loop.target, ran_test(loop.iter)
+    func = it.func.value if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) else ""
+    if not ran:
+        return {}, ""
+    if isinstance(target, cst.Name) and func != "enumerate":
+        last = f"({code(it.args[-1].value)} - 1)" if func == "range" else f"{code(it)}[-1]"  # type: ignore[attr-defined]
+        return {target.value: last}, ran
+    pair = target.elements if isinstance(target, (cst.Tuple, cst.List)) else ()
+    if func == "enumerate" and len(pair) == 2 and all(isinstance(e.value, cst.Name) for e in pair):
+        seq = code(it.args[0].value)  # type: ignore[attr-defined]
+        return {pair[0].value.value: f"(len({seq}) - 1)", pair[1].value.value: f"{seq}[-1]"}, ran  # type: ignore[attr-defined]
+    return {}, ran
+
+
+def unrun_choices(
+    loop: cst.For, before: dict[str, Feat], env: dict[str, Feat], fields: Collection[str]
+) -> None:
+    """In ``env`` after ``loop``: each size the loop changed, of a value sized before it too, becomes a
+    choice between the two on whether the loop ran, where ``fields`` of the config decide that (a
+    loop over a list ``setup()`` builds, or over a call-time value, keeps the size its body gives)."""
+    test = ran_test(loop.iter)
+    tree = cst.parse_expression(test) if test else None
+    if tree is None or not names_in(tree) - NOT_LOCAL - {"len"} <= {"self"}:
+        return  # a loop over a call-time value: __init__ cannot tell whether it runs
+    read = {a.attr.value for a in m.findall(tree, m.Attribute(value=m.Name("self")))}  # type: ignore[union-attr]
+    if not read or not read <= set(fields):
+        return
+    for name, feat in list(env.items()):
+        previous = before.get(name)
+        if previous is not None and feat != previous and {feat.kind, previous.kind} <= set(tuple_flow.SIZED):
+            env[name] = Feat("choice", expr=test, elements=(feat, previous))
