@@ -24,7 +24,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
-from linen2nnx.migrate.cst_utils import code, keyword_arg, names_in, single_assign
+from linen2nnx.migrate.cst_utils import code, keyword_arg, names_in, negated, single_assign
 
 
 @dataclasses.dataclass
@@ -74,7 +74,7 @@ def _choice(
         return None  # a method call in the condition: not known to be a static config
     for remat, plain, condition in (
         (value.body, value.orelse, code(value.test)),
-        (value.orelse, value.body, f"not ({code(value.test)})"),
+        (value.orelse, value.body, negated(code(value.test))),
     ):
         if (
             isinstance(plain, (cst.Name, cst.Attribute))

@@ -15,7 +15,7 @@ import libcst.matchers as m
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, keyword_arg, names_in
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, keyword_arg, names_in, negated, opposite
 from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
@@ -68,7 +68,7 @@ def _exclusive(earlier: _Record, conditions: list[str], deciding: cst.If | None)
     if len(before) != len(conditions) or not before or before[:-1] != conditions[:-1]:
         return False
     a, b = before[-1], conditions[-1]
-    return deciding is not None and earlier.deciding is deciding and (b == f"not ({a})" or a == f"not ({b})")
+    return deciding is not None and earlier.deciding is deciding and opposite(a, b)
 
 
 def same_name_sites(plan: ClassPlan) -> list[Site]:
@@ -304,7 +304,7 @@ class CompactCollector(FastVisitor):
         ``conditions`` around ``node`` (an early return's, or a branch's), else None."""
         for guard in guards(node, self.fn, self.ctx.parent_of) if conditions else ():
             test = code(guard.node.test)
-            if conditions[-1] in (test, f"not ({test})"):
+            if conditions[-1] in (test, negated(test)):
                 return guard.node if guard.node in self.reset_ifs else None  # type: ignore[return-value]
         return None
 

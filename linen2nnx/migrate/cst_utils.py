@@ -101,6 +101,20 @@ def config_test(test: cst.BaseExpression) -> str | None:
     return code(test) if names_in(test) - NOT_LOCAL <= {"self"} else None
 
 
+def negated(test: str) -> str:
+    """The source of the test that holds where ``test`` fails: ``x`` of ``not x`` (``not (not x)``
+    reads badly in ``__init__``), else ``not (test)``."""
+    node = parse_expression(test)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not) and not node.lpar:
+        return code(node.expression.with_changes(lpar=[], rpar=[]))
+    return f"not ({test})"
+
+
+def opposite(a: str, b: str) -> bool:
+    """Whether tests ``a`` and ``b`` read as each other's negation (:func:`negated`)."""
+    return b == negated(a) or a == negated(b)
+
+
 def reads_only(node: cst.CSTNode, local_names: Collection[str], names: Collection[str]) -> bool:
     """Does ``node`` read locals (of ``local_names``), all of them among ``names``?"""
     read = (names_in(node) - NOT_LOCAL) & set(local_names)

@@ -13,7 +13,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
-from linen2nnx.migrate.cst_utils import assigned_names, code, name_counts, self_attr, single_assign
+from linen2nnx.migrate.cst_utils import assigned_names, code, name_counts, negated, self_attr, single_assign
 from linen2nnx.migrate.handed_modules import built_alone
 from linen2nnx.migrate.sites import BranchLocal, ClassPlan
 
@@ -53,7 +53,7 @@ def _plan_branch_local(plan: ClassPlan, stmt: cst.If, counts: dict[str, int]) ->
     if then is None or orelse is None or then[0] != orelse[0] or counts.get(then[0]) != 2:
         return
     test = code(stmt.test)
-    for (own, other), own_test in (((then[1], orelse[1]), test), ((orelse[1], then[1]), f"not ({test})")):
+    for (own, other), own_test in (((then[1], orelse[1]), test), ((orelse[1], then[1]), negated(test))):
         site = plan.sites.get(own) if isinstance(own, cst.Call) else None
         field = self_attr(other)
         if (

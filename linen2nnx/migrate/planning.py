@@ -26,6 +26,7 @@ from linen2nnx.migrate.cst_utils import (
     code,
     literal_name,
     names_in,
+    opposite,
     parse_expression,
 )
 from linen2nnx.migrate.factories import (
@@ -517,9 +518,7 @@ class ClassPlanner:
                     site.attr = other.attr
                     site.exclusive_with = other
                 continue
-            if other.conditions == [f"not ({site.conditions[0]})"] or site.conditions == [
-                f"not ({other.conditions[0]})" if other.conditions else ""
-            ]:
+            if len(other.conditions) == 1 and opposite(other.conditions[0], site.conditions[0]):
                 site.attr = other.attr
                 site.exclusive_with = other
 
@@ -597,4 +596,4 @@ def _complementary(a: list[str], b: list[str]) -> bool:
     """Conditions of the two branches of one ``if``: the same outer ones, the last one negated."""
     if len(a) != len(b) or not a or a[:-1] != b[:-1]:
         return False
-    return b[-1] == f"not ({a[-1]})" or a[-1] == f"not ({b[-1]})"
+    return opposite(a[-1], b[-1])

@@ -23,6 +23,7 @@ from linen2nnx.migrate.cst_utils import (
     bind_args,
     code,
     names_in,
+    negated,
     reads_only,
     self_attr,
     snake_case,
@@ -208,7 +209,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 if shape is None:
                     return None
                 test = shape.token
-            conditions.insert(0, test if guard.holds else f"not ({test})")
+            conditions.insert(0, test if guard.holds else negated(test))
         return conditions
 
     def _shape_test(

@@ -18,6 +18,7 @@ from linen2nnx.migrate.cst_utils import (
     assigned_in,
     code,
     names_in,
+    negated,
     only_shape_uses,
     self_attr,
     snake_case,
@@ -106,7 +107,7 @@ class VariablePlanning:
                 if prev is cur.body:
                     tests.insert(0, code(cur.test))
                 elif prev is cur.orelse:
-                    tests.insert(0, f"not ({code(cur.test)})")
+                    tests.insert(0, negated(code(cur.test)))
             prev, cur = cur, self.ctx.parent_of(cur)
         if not tests:
             return "True"
