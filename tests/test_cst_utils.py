@@ -1,8 +1,9 @@
 """Small node helpers of the codemod: what they build, and how it reads."""
 
 import libcst as cst
+import pytest
 
-from linen2nnx.migrate.cst_utils import kwarg, with_args
+from linen2nnx.migrate.cst_utils import kwarg, leaves_function, negated, opposite, with_args
 
 
 # ---- with_args: added keywords keep the call's layout --------------------------------------------
@@ -36,3 +37,42 @@ def test_a_rebuilt_layer_call_keeps_one_argument_per_line():
         "nnx.Linear(\n            in_features,\n            3,\n            use_bias=False,\n"
         "            rngs=rngs,\n        )" in out
     )
+
+
+@pytest.mark.parametrize(
+    ("test", "expected"),
+    [
+        ("not self.use_head", "self.use_head"),
+        ("not (self.a and self.b)", "self.a and self.b"),
+        ("self.small", "not (self.small)"),
+        ("not self.a or self.b", "not (not self.a or self.b)"),  # the `not` is no outer operator
+        ("(not self.a)", "not ((not self.a))"),  # bracketed: left as a whole
+    ],
+)
+def test_a_negated_test_drops_an_outer_not(test, expected):
+    assert negated(test) == expected
+    assert opposite(test, expected) and opposite(expected, test)
+
+
+def test_tests_that_are_not_each_others_negation():
+    assert not opposite("self.a", "self.b")
+    assert not opposite("self.a", "self.a")
+
+
+@pytest.mark.parametrize(
+    ("source", "leaves"),
+    [
+        ("if c:\n    return x\n", (True, False)),
+        ("if c:\n    x = 1\nelse:\n    raise ValueError\n", (False, True)),
+        ("if c: return x\n", (True, False)),  # a statement suite on one line
+        ("if c:\n    x = 1\nelif d:\n    return x\n", (False, False)),  # an elif is no branch that ends so
+        ("for i in y:\n    if c:\n        break\n", None),  # break / continue reach the loop's next turn
+    ],
+)
+def test_a_branch_leaves_the_function_by_return_or_raise(source, leaves):
+    stmt = cst.parse_statement(source)
+    if leaves is None:
+        inner = stmt.body.body[0]
+        assert not leaves_function(inner.body)
+        return
+    assert (leaves_function(stmt.body), leaves_function(stmt.orelse)) == leaves
