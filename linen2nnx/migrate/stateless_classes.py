@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import calls_in
+from linen2nnx.migrate.cst_meta import syntax_children
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.context import FileContext
@@ -32,8 +32,12 @@ def holds_nothing(ctx: FileContext, node: cst.ClassDef) -> bool:
         return False
     if not ctx.qualnames(node.bases[0].value) & MODULE_BASES:
         return False
-    for call in calls_in(node.body):
-        names = ctx.qualnames(call.func)
-        if not names or not all(name.startswith(PURE_LIBRARIES) for name in names):
-            return False
+    stack: list[cst.CSTNode] = [node.body]
+    while stack:  # source order, stopping at the first call that may create something (most classes)
+        cur = stack.pop()
+        if type(cur) is cst.Call:
+            names = ctx.qualnames(cur.func)
+            if not names or not all(name.startswith(PURE_LIBRARIES) for name in names):
+                return False
+        stack.extend(reversed(syntax_children(cur)))
     return True
