@@ -247,6 +247,8 @@ CASES = {
     "branch_static_local": ("Heads", {}, (2, 6)),  # head_dim replayed from `qkv // num_heads` in __init__
     "branch_static_local_dim": ("Heads", {"head_dim": 3, "rescale_logits": True}, (2, 6)),  # the others
     "loop_over_input_axis": ("PerToken", {}, (2, 3, 4)),  # `for i in range(x.shape[1])`: x_shape
+    "stateless_call_time_scaled": ("Scaled", {}, (2, 5)),  # the config part of a test kept
+    "stateless_call_time_scaled_on": ("Scaled", {"scale": 2.0}, (2, 5)),
     "stateless_call_time": ("Net", {}, (2, 5)),  # IdentityLayer / Dropout under `if train:`: built always
     "branch_pairs": ("Pair", {}, (2, 5)),  # two modules in each branch: both built in each
     "branch_pairs_c": ("Pair", {"c": True}, (2, 5)),
@@ -259,6 +261,9 @@ CASES = {
     "loop_may_not_run_empty": ("Tower", {"depth": 0}, (2, 5)),  # ... or, with no layer, the stem's
     "loop_may_not_run_widths": ("Widths", {}, (2, 5)),  # enumerate(self.widths): self.widths[-1] ...
     "loop_may_not_run_no_widths": ("Widths", {"widths": ()}, (2, 5)),  # ... or the stem's width
+    "loop_may_not_run_proj": ("ProjThenLoop", {"depth": 0}, (2, 5)),  # a choice of choices
+    "loop_may_not_run_proj_plain": ("ProjThenLoop", {"depth": 0, "proj": False}, (2, 5)),
+    "loop_may_not_run_proj_deep": ("ProjThenLoop", {}, (2, 5)),
     "early_return": ("Guard", {}, (2, 5)),  # layers after `if not self.use_head: return x`
     "early_return_off": ("Guard", {"use_head": False}, (2, 5)),  # ... not built
     "early_return_names": ("Head2", {}, (2, 5)),  # auto-names counted from the branch that goes on
@@ -346,9 +351,13 @@ CASES = {
     "init_restated_tests_splat": ("Splat", {}, (2, 5)),  # dense(**options) of partial(nn.Dense, 4)
 }
 SOURCES = {
+    **{f"stateless_call_time_{k}": "stateless_call_time" for k in ("scaled", "scaled_on")},
     "compact_loop_chain_gap": "compact_loop_chain",
     "compact_loop_tail_empty": "compact_loop_tail",
-    **{f"loop_may_not_run_{k}": "loop_may_not_run" for k in ("empty", "widths", "no_widths")},
+    **{
+        f"loop_may_not_run_{k}": "loop_may_not_run"
+        for k in ("empty", "widths", "no_widths", "proj", "proj_plain", "proj_deep")
+    },
     **{
         f"branch_pairs_{k}": "branch_pairs"
         for k in ("c", "guard", "guard_c", "nested", "nested_c", "nested_off")

@@ -255,7 +255,8 @@ class CompactCollector(FastVisitor):
         if conditions is None and not in_nest and loop is None and self._built_in_trace(node, built):
             conditions = []  # built always, as the traced call built it; still used under its condition
         if conditions is None and not in_nest and loop is None and self._holds_nothing(built):
-            conditions = []  # built always: holding nothing, it adds no weight (stateless_classes.py)
+            # built whatever the call-time tests say: holding nothing, it adds no weight (stateless_classes.py)
+            conditions = self.planner.conditions_of(node, self.fn, self.local_names, plan, stateless=True)
         if conditions is None:
             self.state.handled.add(node)  # this finding says it all
             ctx.report(

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import leaves_function
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, leaves_function, names_in
 
 
 class Guard(NamedTuple):
@@ -60,3 +60,31 @@ def early_return(stmt: cst.CSTNode) -> Guard | None:
     if returns[0] == returns[1] or (leaves_function(stmt.body) and leaves_function(stmt.orelse)):
         return None
     return Guard(stmt, holds=returns[1], early=True)
+
+
+def config_part(test: cst.BaseExpression, holds: bool, call_time: set[str]) -> str | None:
+    """For a module that holds nothing, built whatever the call-time part of ``test`` says
+    (stateless_classes.py): the part of the test the config decides, "" for none -- the whole of a
+    test that reads no call-time local, nothing of one that reads no ``self``, the conjuncts of an
+    ``and`` that read no call-time local where the test holds (``if train and self.scale is not None:``
+    keeps ``self.scale is not None``: the module's arguments may need it); None where no part can
+    be kept apart (``not (train and self.flag)``)."""
+    if not (names_in(test) - NOT_LOCAL) & call_time:
+        return code(test)
+    if "self" not in names_in(test):
+        return ""
+    if not holds:
+        return None
+    parts: list[cst.BaseExpression] = []
+    pending = [test]
+    while pending:
+        cur = pending.pop()
+        if isinstance(cur, cst.BooleanOperation) and isinstance(cur.operator, cst.And) and not cur.lpar:
+            pending += [cur.right, cur.left]
+        elif isinstance(cur, cst.BooleanOperation) or (
+            "self" in names_in(cur) and (names_in(cur) - NOT_LOCAL) & call_time
+        ):
+            return None  # `self.a or train`, or one conjunct reading both: nothing to keep apart
+        elif not (names_in(cur) - NOT_LOCAL) & call_time:
+            parts.append(cur)
+    return " and ".join(f"({code(p)})" if len(parts) > 1 else code(p) for p in parts)

@@ -19,6 +19,13 @@ from linen2nnx.migrate import tuple_flow
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
 from linen2nnx.migrate.dataflow_types import Feat
 
+SIZED_OR_CHOICE = frozenset({*tuple_flow.SIZED, "choice"})
+"""Sizes a choice can hold: each side a config expression, an input's size, or a choice itself."""
+
+
+NUMBER_LITERALS = ("Integer", "Float")
+"""The reasons the flow gives a number literal's unknown size (the literal's node type)."""
+
 
 def ran_test(it: cst.BaseExpression) -> str:
     """The source of a test that a loop over ``it`` runs at least once: ``n > 0`` of ``range(n)``,
@@ -67,5 +74,13 @@ def unrun_choices(
         return
     for name, feat in list(env.items()):
         previous = before.get(name)
-        if previous is not None and feat != previous and {feat.kind, previous.kind} <= set(tuple_flow.SIZED):
+        if previous is None or feat == previous or {feat.kind, previous.kind} & set(tuple_flow.COMPOUND):
+            continue  # bound by the loop alone, unchanged, or a tuple / object (element-wise elsewhere)
+        if feat.kind == "choice" and feat.elements[1:] == (previous,):
+            continue  # already the size from before where the loop did not run (`seq[-1]` or before)
+        if previous.kind == "unknown" and previous.reason in NUMBER_LITERALS:
+            continue  # `out = 1.0`, then `out = out * h`: a number has no axis to size a layer (nor in Linen)
+        if {feat.kind, previous.kind} <= SIZED_OR_CHOICE:
             env[name] = Feat("choice", expr=test, elements=(feat, previous))
+        else:  # `x` of unknown size before the loop: with no iteration it keeps that size
+            env[name] = Feat.unknown(f"a size from before a loop that may not run ({test})")

@@ -136,3 +136,17 @@ def restated(test: ShapeTest, width_a: str, width_b: str, stride_tests: list[str
         return "False" if test.equal else "True"
     text = " or ".join([f"{width_a} != {width_b}", *(t for t in stride_tests if t != "False")])
     return f"not ({text})" if test.equal else text
+
+
+def shape_test_of(
+    ctx: Any, plan: Any, node: cst.If, fn: cst.FunctionDef, local_names: set[str]
+) -> ShapeTest | None:
+    """The shape test of ``node`` in ``plan`` (recorded on first use, numbered in order), or None when
+    its test is none the codemod restates."""
+    if node not in plan.shape_tests:
+        index = len(plan.shape_tests)
+        test = parse_shape_test(node.test, node, index) or last_axis_test(ctx, node, fn, index, local_names)
+        if test is None:
+            return None
+        plan.shape_tests[node] = (test, fn)
+    return plan.shape_tests[node][0]

@@ -30,7 +30,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.foreign_locals import local_value, plain_foreign
-from linen2nnx.migrate.guard_conditions import guards
+from linen2nnx.migrate.guard_conditions import config_part, guards
 from linen2nnx.migrate.input_sizes import input_size_arg
 from linen2nnx.migrate.key_chains import call_time_message
 from linen2nnx.migrate.local_sites import held_submodule
@@ -53,10 +53,9 @@ from linen2nnx.migrate.shape_tests import (
     SPATIAL_ARGS_UNDECIDED,
     SPATIAL_LAYERS,
     ShapeTest,
-    last_axis_test,
-    parse_shape_test,
     restated,
     restated_last_axes,
+    shape_test_of,
     strided,
 )
 from linen2nnx.migrate.side_effects import has_side_effects
@@ -187,12 +186,14 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         local_names: set[str],
         plan: ClassPlan | None = None,
         skipped: frozenset[str] = frozenset(),
+        stateless: bool = False,
     ) -> list[str] | None:
         """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches) and of the early
-        returns before it (guard_conditions.py); None when a test
-        uses a call-time value, so the construction cannot be decided in __init__ -- but for a shape
+        returns before it (guard_conditions.py); None when a test uses a call-time value, so the
+        construction cannot be decided in __init__ -- but for a shape
         test (``if residual.shape != y.shape``), restated once the dataflow has run (shape_tests.py).
-        A test whose locals are all ``skipped`` (a loop's own names) is left out: see LayerRule.no_variables."""
+        A test whose locals are all ``skipped`` (a loop's own names) is left out: see LayerRule.no_variables;
+        for a ``stateless`` module, so is a test's call-time part (guard_conditions.config_part)."""
         conditions: list[str] = []
         for guard in guards(node, fn, self.ctx.parent_of):
             cur, call_time = guard.node, bool((names_in(guard.node.test) - NOT_LOCAL) & local_names)
@@ -200,30 +201,23 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 continue  # built every iteration, used where Linen built it
             if guard.early and call_time:
                 continue  # `if decode and cached: return cache`: Linen's init takes the whole path
+            if stateless and call_time:  # holding nothing, built whatever the call-time part says
+                part = config_part(cur.test, guard.holds, local_names)
+                if part is None:
+                    return None
+                conditions[:0] = [part] if part else []
+                continue
             if type(cur) is cst.IfExp and (call_time or calls_in(cur.orelse if guard.holds else cur.body)):
                 return None  # a call-time test of an expression (no shape test restates it), or the other
                 # branch may build too: its auto-names count from the same start
             test = code(cur.test)
             if call_time and type(cur) is cst.If:
-                shape = None if plan is None else self._shape_test(plan, cur, fn, local_names)
+                shape = None if plan is None else shape_test_of(self.ctx, plan, cur, fn, local_names)
                 if shape is None:
                     return None
                 test = shape.token
             conditions.insert(0, test if guard.holds else negated(test))
         return conditions
-
-    def _shape_test(
-        self, plan: ClassPlan, node: cst.If, fn: cst.FunctionDef, local_names: set[str]
-    ) -> ShapeTest | None:
-        if node not in plan.shape_tests:
-            index = len(plan.shape_tests)
-            test = parse_shape_test(node.test, node, index) or last_axis_test(
-                self.ctx, node, fn, index, local_names
-            )
-            if test is None:
-                return None
-            plan.shape_tests[node] = (test, fn)
-        return plan.shape_tests[node][0]
 
     def restate_shape_tests(self, plan: ClassPlan) -> None:
         """Each shape test in ``__init__`` terms (see shape_tests.py), or a manual finding on what it builds."""

@@ -21,17 +21,21 @@ if TYPE_CHECKING:
 
 MODULE_BASES = frozenset({"flax.linen.Module", "flax.linen.module.Module"})
 PURE_LIBRARIES = ("jax.", "numpy.", "math.")
+COMPACT = frozenset({"flax.linen.compact", "flax.linen.module.compact"})
 """Modules whose functions a stateless class may call (array code, no Linen scope)."""
 
 
 def holds_nothing(ctx: FileContext, node: cst.ClassDef) -> bool:
-    """Whether Linen class ``node`` creates nothing: its one base is ``nn.Module`` itself, it has no
-    decorator, and its body calls only functions of ``PURE_LIBRARIES`` (no ``self.param``, no helper
-    method, no layer, no call of a call)."""
+    """Whether Linen class ``node`` creates nothing: its one base is ``nn.Module`` itself, neither it nor
+    a method has a decorator (but ``nn.compact``), and its body calls only functions of
+    ``PURE_LIBRARIES`` (no ``self.param``, no helper method, no layer, no call of a call)."""
     if node.decorators or len(node.bases) != 1 or node.keywords:
         return False
     if not ctx.qualnames(node.bases[0].value) & MODULE_BASES:
         return False
+    for method in (s for s in node.body.body if isinstance(s, cst.FunctionDef)):
+        if any(not ctx.qualnames(d.decorator) & COMPACT for d in method.decorators):
+            return False  # a decorator may wrap the method in one that creates parameters
     stack: list[cst.CSTNode] = [node.body]
     while stack:  # source order, stopping at the first call that may create something (most classes)
         cur = stack.pop()

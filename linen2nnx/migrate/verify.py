@@ -56,6 +56,7 @@ from linen2nnx.migrate.verify_syntax import (
     handed_self,
     imported_helper,
     linen_args,
+    linen_decorators,
     linen_helpers,
     linen_module_copy,
     linen_partial,
@@ -166,6 +167,7 @@ class _Verifier:
         self.linen_classes: set[str] = set()  # Linen classes of this file (kept ones included)
         self.defs = {c.name.value: c for c in top_classes(module)}
         self._helpers: dict[str, tuple[list[str], dict[str, str]]] | None = None  # see _linen_helpers
+        self._decorators: dict[str, str] | None = None  # see _check_decorator
         self._partials = module_partials(module)  # `Dense = partial(nn.Dense, ...)`: see linen_partial
         self._signatures: dict[str, Signature | None] = {}
         self.notes: list[tuple[Rule, cst.CSTNode, cst.CSTNode, str]] = []
@@ -222,6 +224,7 @@ class _Verifier:
                 self._check_container(node, stmt)  # type: ignore[arg-type]
             elif kind is cst.Decorator:
                 self._check_linen_reference(node.decorator, node, stmt)  # type: ignore[attr-defined]
+                self._check_decorator(node, stmt)  # type: ignore[arg-type]
         entry = CHILDREN_MEMO.get(id(node))  # syntax_children(node), its memo read inline
         for child in entry[1] if entry is not None and entry[0] is node else syntax_children(node):
             self._walk(child, stmt)
@@ -413,6 +416,18 @@ class _Verifier:
                 stmt,
                 f"{code(func)}(...) is handed self and calls {use}(...): Linen Module API an NNX module "
                 "does not have; create the variable in __init__",
+            )
+
+    def _check_decorator(self, node: cst.Decorator, stmt: cst.CSTNode | None) -> None:
+        """``@add_bias`` on a method, ``add_bias`` a function of the file whose wrapper calls Linen
+        Module API on the module (verify_syntax.linen_decorators)."""
+        if self._decorators is None:
+            self._decorators = linen_decorators(self.module)
+        name = node.decorator.value if isinstance(node.decorator, cst.Name) else ""
+        if name in self._decorators:
+            why = f"@{name} wraps the method in a function that calls self.{self._decorators[name]}(...)"
+            self._report(
+                verify_rules.VERIFY_004, node, stmt, why + ": Linen Module API an NNX module does not have"
             )
 
     def _check_linen_reference(

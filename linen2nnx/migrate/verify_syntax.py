@@ -23,6 +23,20 @@ def linen_helpers(module: cst.Module) -> dict[str, tuple[list[str], dict[str, st
     return _helpers([fn for fn in module.body if isinstance(fn, cst.FunctionDef)], skip=0)
 
 
+def linen_decorators(module: cst.Module) -> dict[str, str]:
+    """Module-level functions that return a wrapper calling Linen Module API on its first parameter
+    (``def add_bias(f): def wrapped(self, x): return f(self, x) + self.param(...)``): name -> that
+    method. A method they decorate runs the wrapper with the NNX module as ``self``."""
+    out: dict[str, str] = {}
+    for fn in module.body:
+        if isinstance(fn, cst.FunctionDef):
+            nested = [s for s in fn.body.body if isinstance(s, cst.FunctionDef)]
+            for params, api in _helpers(nested, skip=0).values():
+                if params and params[0] in api:
+                    out.setdefault(fn.name.value, api[params[0]])
+    return out
+
+
 def method_helpers(cls: cst.ClassDef) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Methods of ``cls`` that call Linen Module API on a parameter other than ``self`` (flax's LayerNorm
     style: ``self._normalize(self, x, ...)`` whose ``mdl.param(...)`` creates the scale): name ->
