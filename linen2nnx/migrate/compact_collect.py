@@ -20,6 +20,7 @@ from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.guard_conditions import Guard, early_return, guards
+from linen2nnx.migrate.loop_runs import rebound_names
 from linen2nnx.migrate.rules import MOD_004, MOD_009
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in, loop_name_prefix
 
@@ -183,7 +184,7 @@ class CompactCollector(FastVisitor):
 
     def visit_For(self, node: cst.For) -> bool:
         self._read_at(node)
-        loop = range_loop(node, self.local_names)
+        loop = None if self._over_mapping(node.iter) else range_loop(node, self.local_names)
         outer = set().union(*(names for names, _ in self.nest))
         jumps = jumps_in(node)
         nestable = (
@@ -199,6 +200,13 @@ class CompactCollector(FastVisitor):
             self.loops.append(loop if loop is not None and not self.loops else LoopInfo("", "", node=node))
             self.nest.append(nestable)
         return True
+
+    def _over_mapping(self, it: cst.BaseExpression) -> bool:
+        """``for k in self.dims`` over a field that holds a dict (its annotation or default says so): its
+        keys are no list index, and ``self.dims[i]`` in ``__init__`` would look up a key."""
+        field = next((f for f in self.plan.fields if code(it) == f"self.{f.name}"), None)
+        text = f"{field.annotation} {field.default or ''}" if field is not None else ""
+        return any(word in text for word in ("dict", "Dict", "Mapping", "{"))
 
     def leave_For(self, node: cst.For) -> None:
         loop = self.loops.pop()
@@ -532,6 +540,8 @@ def range_loop(node: cst.For, local_names: set[str]) -> LoopInfo | None:
     """``for i in range(<config expr>)``, ``for i in range(<start>, <stop>)``, ``for v in <config
     sequence>`` or ``for i, v in enumerate(<config sequence>)`` -> LoopInfo; else None."""
     it = node.iter
+    if names_in(node.target) & rebound_names(node.body):
+        return None  # `for w in self.widths: w = w * 2`: the body's value, not the element, is read
     counted = _enumerated(node, local_names)
     if counted is not None:  # `i` counts the elements from 0: the index a rewritten loop would add
         return LoopInfo(counted[1], code(counted[2]), index=counted[0], node=node)

@@ -16,6 +16,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from linen2nnx.migrate import tuple_flow
+from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
 from linen2nnx.migrate.dataflow_types import Feat
 
@@ -25,6 +26,33 @@ SIZED_OR_CHOICE = frozenset({*tuple_flow.SIZED, "choice"})
 
 NUMBER_LITERALS = ("Integer", "Float")
 """The reasons the flow gives a number literal's unknown size (the literal's node type)."""
+
+
+def rebound_names(node: cst.CSTNode) -> set[str]:
+    """The names a statement under ``node`` binds anew (``w = ...``, ``w += ...``, ``for w in ...``,
+    ``(w := ...)``, ``with ... as w``); a name read in a target (``out[i] = ...``) is not bound."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        targets = [t.target for t in cur.targets] if isinstance(cur, cst.Assign) else []
+        if isinstance(cur, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
+            targets.append(cur.target)
+        if isinstance(cur, cst.AsName):
+            targets.append(cur.name)
+        found.update(n for t in targets for n in _plain_names(t))
+        stack.extend(syntax_children(cur))
+    return found
+
+
+def _plain_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, cst.StarredElement):
+        return _plain_names(target.value)
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for e in target.elements for n in _plain_names(e.value)}
+    return set()
 
 
 def ran_test(it: cst.BaseExpression) -> str:
@@ -49,6 +77,8 @@ def last_values(loop: cst.For) -> tuple[dict[str, str], str]:
     func = it.func.value if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) else ""
     if not ran:
         return {}, ""
+    if names_in(target) & rebound_names(loop.body):
+        return {}, ran  # `for w in s: w = w * 2`: after the loop `w` is the body's value
     if isinstance(target, cst.Name) and func != "enumerate":
         last = f"({code(it.args[-1].value)} - 1)" if func == "range" else f"{code(it)}[-1]"  # type: ignore[attr-defined]
         return {target.value: last}, ran

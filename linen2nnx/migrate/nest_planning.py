@@ -33,6 +33,7 @@ from linen2nnx.migrate.loop_names import (
     pattern_attr,
     single_name,
 )
+from linen2nnx.migrate.loop_runs import rebound_names
 from linen2nnx.migrate.rules import LAYER_003, MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopNest, Site, root_site, shape_last_refs, static_everywhere
 
@@ -139,6 +140,8 @@ class NestPlanning:
         targets = names_in(node.target)
         if not isinstance(node.target, (cst.Name, cst.Tuple)) or node.orelse is not None or node.asynchronous:
             return None
+        if targets & rebound_names(node.body):
+            return None  # `for w in s: w = w * 2`: a constructor reading `w` reads the body's value
         if (names_in(node.iter) - NOT_LOCAL) & call_time or self.has_side_effects(node.iter):
             return None
         names, stmts = set(targets), {}
