@@ -248,6 +248,7 @@ CASES = {
     "branch_static_local_dim": ("Heads", {"head_dim": 3, "rescale_logits": True}, (2, 6)),  # the others
     "loop_over_input_axis": ("PerToken", {}, (2, 3, 4)),  # `for i in range(x.shape[1])`: x_shape
     "stateless_call_time_scaled": ("Scaled", {}, (2, 5)),  # the config part of a test kept
+    "stateless_call_time_tagged": ("Tagged", {}, (2, 5)),  # one attribute for one name on two paths
     "stateless_call_time_scaled_on": ("Scaled", {"scale": 2.0}, (2, 5)),
     "stateless_call_time": ("Net", {}, (2, 5)),  # IdentityLayer / Dropout under `if train:`: built always
     "branch_pairs": ("Pair", {}, (2, 5)),  # two modules in each branch: both built in each
@@ -351,7 +352,7 @@ CASES = {
     "init_restated_tests_splat": ("Splat", {}, (2, 5)),  # dense(**options) of partial(nn.Dense, 4)
 }
 SOURCES = {
-    **{f"stateless_call_time_{k}": "stateless_call_time" for k in ("scaled", "scaled_on")},
+    **{f"stateless_call_time_{k}": "stateless_call_time" for k in ("scaled", "scaled_on", "tagged")},
     "compact_loop_chain_gap": "compact_loop_chain",
     "compact_loop_tail_empty": "compact_loop_tail",
     **{

@@ -440,7 +440,7 @@ class Emitter:
             elif site.conditions:  # created only when Linen would create it; absent -> None
                 conditional(site, assign, stmts, bare=earlier)
                 emitted_if[site.attr] = len(stmts) - 1
-            else:
+            elif not (earlier and isinstance(statement, cst.Assign)):  # a shared stateless one: built once
                 stmts.append(assign)
 
     @staticmethod

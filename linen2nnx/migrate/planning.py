@@ -69,7 +69,7 @@ from linen2nnx.migrate.sites import (
     static_everywhere,
 )
 from linen2nnx.migrate.sizing import Sizer
-from linen2nnx.migrate.stateless_classes import holds_nothing
+from linen2nnx.migrate.stateless_classes import holds_nothing, interchangeable
 
 
 class ClassPlanner:
@@ -504,13 +504,14 @@ class ClassPlanner:
 
     @staticmethod
     def _share_exclusive_attrs(plan: ClassPlan) -> None:
-        """``if cfg.scan: layers = <stack>`` / ``else: layers_i = ...``: one attribute for both (the
-        MaxText ``scan_layers`` switch), built by an if / else in ``__init__``; so too the two branches
-        of an ``if`` under the same outer conditions (``if self.down:`` then ``if w is None: Norm(...)
-        else: Norm(...)``), built by an ``elif``."""
+        """``if cfg.scan: layers = <stack>`` / ``else: layers_i = ...``: one attribute for both (MaxText's
+        ``scan_layers``), built by an if / else in ``__init__``; so too the branches of an ``if`` under the
+        same outer conditions (built by an ``elif``), and a module holding nothing built alike twice."""
         by_attr = {s.attr: s for s in plan.hoisted_order}
         for site in plan.hoisted_order:
             other = by_attr.get(site.attr[:-1]) if site.attr.endswith("_") else None
+            if other is not None and interchangeable(other, site):  # one stateless module on two paths
+                site.attr = other.attr
             if other is None or other.exclusive_with is not None or not site.conditions:
                 continue
             if len(site.conditions) > 1:

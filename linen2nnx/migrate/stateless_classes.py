@@ -10,11 +10,12 @@ files with the class's summary.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
+from linen2nnx.migrate.cst_utils import code
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.context import FileContext
@@ -45,3 +46,12 @@ def holds_nothing(ctx: FileContext, node: cst.ClassDef) -> bool:
                 return False
         stack.extend(reversed(syntax_children(cur)))
     return True
+
+
+def interchangeable(a: Any, b: Any) -> bool:
+    """Two sites (``sites.Site``) that build the same module holding nothing, by the same constructor
+    text, each under no config test: the branches of a call-time ``if`` naming it alike
+    (``IdentityLayer(name='mlp1')`` in both) can share one attribute."""
+    same = not a.conditions and not b.conditions and code(a.ctor) == code(b.ctor)
+    holds = (a.user is not None and a.user.holds_nothing) or (a.rule is not None and a.rule.no_variables)
+    return same and holds and a.linen_name == b.linen_name
