@@ -72,7 +72,10 @@ def other_branch(site: Site, block: cst.If, assign: cst.SimpleStatementLine) -> 
             (i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and code(s) == reset),
             None,
         )
-        body[at if at is not None else len(body) : at + 1 if at is not None else len(body)] = [assign]
+        if at is None:
+            body.append(assign)
+        else:
+            body[at] = assign
         return orelse.with_changes(body=orelse.body.with_changes(body=body))
     if len(site.conditions) == 1 or not isinstance(orelse, cst.Else):
         return cst.Else(body=cst.IndentedBlock(body=[assign]))

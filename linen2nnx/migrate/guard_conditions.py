@@ -40,10 +40,8 @@ def guards(
             found.append(Guard(cur, prev is cur.body, early=False))
         elif type(cur) is cst.IfExp and prev is not cur.test:
             found.append(Guard(cur, prev is cur.body, early=False))
-        elif isinstance(
-            cur, (cst.For, cst.While)
-        ):  # returns inside it: from an iteration __init__ cannot name
-            found = [g for g in found if not g.early]
+        elif isinstance(cur, (cst.For, cst.While)):
+            found = [g for g in found if not g.early]  # returns inside it: from an iteration of its own
         elif isinstance(cur, cst.IndentedBlock):
             at = next((i for i, stmt in enumerate(cur.body) if stmt is prev), 0)
             found.extend(g for stmt in reversed(cur.body[:at]) if (g := early_return(stmt)) is not None)
