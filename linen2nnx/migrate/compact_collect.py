@@ -15,12 +15,19 @@ import libcst.matchers as m
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, keyword_arg, names_in, negated, opposite
+from linen2nnx.migrate.cst_utils import (
+    NOT_LOCAL,
+    code,
+    keyword_arg,
+    names_in,
+    negated,
+    opposite,
+    rebound_names,
+)
 from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.guard_conditions import Guard, early_return, guards
-from linen2nnx.migrate.loop_runs import rebound_names
 from linen2nnx.migrate.rules import MOD_004, MOD_009
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in, loop_name_prefix
 

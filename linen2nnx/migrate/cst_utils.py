@@ -192,6 +192,35 @@ def _assigned_names(fn: cst.FunctionDef) -> dict[str, int]:
     return counts
 
 
+def rebound_names(node: cst.CSTNode) -> set[str]:
+    """The names a statement under ``node`` binds anew (``w = ...``, ``w += ...``, ``for w in ...``,
+    ``(w := ...)``, ``with ... as w``); a name read in a target (``out[i] = ...``) is not bound, as it is
+    for :func:`assigned_in`."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        targets = [t.target for t in cur.targets] if isinstance(cur, cst.Assign) else []
+        if isinstance(cur, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
+            targets.append(cur.target)
+        if isinstance(cur, cst.AsName):
+            targets.append(cur.name)
+        found.update(n for t in targets for n in _plain_names(t))
+        stack.extend(syntax_children(cur))
+    return found
+
+
+def _plain_names(target: cst.BaseExpression) -> set[str]:
+    """The names a target binds itself: ``w``, or those of ``a, *b`` / ``[a, b]``."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, cst.StarredElement):
+        return _plain_names(target.value)
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for e in target.elements for n in _plain_names(e.value)}
+    return set()
+
+
 def is_docstring(stmt: cst.BaseStatement) -> bool:
     return (
         isinstance(stmt, cst.SimpleStatementLine)

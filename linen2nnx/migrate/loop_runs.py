@@ -16,8 +16,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from linen2nnx.migrate import tuple_flow
-from linen2nnx.migrate.cst_meta import syntax_children
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, rebound_names
 from linen2nnx.migrate.dataflow_types import Feat
 
 SIZED_OR_CHOICE = frozenset({*tuple_flow.SIZED, "choice"})
@@ -26,33 +25,6 @@ SIZED_OR_CHOICE = frozenset({*tuple_flow.SIZED, "choice"})
 
 NUMBER_LITERALS = ("Integer", "Float")
 """The reasons the flow gives a number literal's unknown size (the literal's node type)."""
-
-
-def rebound_names(node: cst.CSTNode) -> set[str]:
-    """The names a statement under ``node`` binds anew (``w = ...``, ``w += ...``, ``for w in ...``,
-    ``(w := ...)``, ``with ... as w``); a name read in a target (``out[i] = ...``) is not bound."""
-    found: set[str] = set()
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        targets = [t.target for t in cur.targets] if isinstance(cur, cst.Assign) else []
-        if isinstance(cur, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
-            targets.append(cur.target)
-        if isinstance(cur, cst.AsName):
-            targets.append(cur.name)
-        found.update(n for t in targets for n in _plain_names(t))
-        stack.extend(syntax_children(cur))
-    return found
-
-
-def _plain_names(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, cst.StarredElement):
-        return _plain_names(target.value)
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return {n for e in target.elements for n in _plain_names(e.value)}
-    return set()
 
 
 def ran_test(it: cst.BaseExpression) -> str:

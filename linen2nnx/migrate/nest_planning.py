@@ -21,6 +21,7 @@ from linen2nnx.migrate.cst_utils import (
     code,
     names_in,
     parse_statement,
+    rebound_names,
     single_assign,
     snake_case,
 )
@@ -33,7 +34,6 @@ from linen2nnx.migrate.loop_names import (
     pattern_attr,
     single_name,
 )
-from linen2nnx.migrate.loop_runs import rebound_names
 from linen2nnx.migrate.rules import LAYER_003, MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopNest, Site, root_site, shape_last_refs, static_everywhere
 

@@ -16,13 +16,14 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.sites import compact_only
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.context import FileContext
 
 MODULE_BASES = frozenset({"flax.linen.Module", "flax.linen.module.Module"})
+"""The one base a stateless class has (not ``nn.RNNCellBase``, which ``LINEN_MODULE`` also holds)."""
 PURE_LIBRARIES = ("jax.", "numpy.", "math.")
-COMPACT = frozenset({"flax.linen.compact", "flax.linen.module.compact"})
 """Modules whose functions a stateless class may call (array code, no Linen scope)."""
 
 
@@ -35,7 +36,7 @@ def holds_nothing(ctx: FileContext, node: cst.ClassDef) -> bool:
     if not ctx.qualnames(node.bases[0].value) & MODULE_BASES:
         return False
     for method in (s for s in node.body.body if isinstance(s, cst.FunctionDef)):
-        if any(not ctx.qualnames(d.decorator) & COMPACT for d in method.decorators):
+        if not compact_only(method, ctx.qualnames):
             return False  # a decorator may wrap the method in one that creates parameters
     stack: list[cst.CSTNode] = [node.body]
     while stack:  # source order, stopping at the first call that may create something (most classes)

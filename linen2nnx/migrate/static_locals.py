@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Iterable
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, comprehension_names, names_in
-from linen2nnx.migrate.rebound_locals import add_binding, earlier_keys, exclusive_bindings
+from linen2nnx.migrate.rebound_locals import add_binding, exclusive_bindings, incomplete_chains
 
 
 class StaticLocals:
@@ -120,7 +120,7 @@ class StaticLocals:
         would replay the other branch alone and have no ``k`` when the first runs. Then nothing the
         ``if`` binds replays (a later binding there may read ``k``)."""
         new = set(added) - before
-        if all(len(earlier_keys(added, n)) + 1 == self.counts.get(n) for n in self.exclusive & new):
+        if not incomplete_chains(added, self.exclusive & new, self.counts, set()):
             return
         for name in new:
             self.replay_tests.pop(added.pop(name), None)
