@@ -258,6 +258,15 @@ CASES = {
     "branch_pairs_nested": ("NestedPair", {}, (2, 5)),
     "branch_pairs_nested_c": ("NestedPair", {"c": True}, (2, 5)),
     "branch_pairs_nested_off": ("NestedPair", {"a": False}, (2, 5)),
+    "loop_growing_shape_arg": ("Keeping", {}, (2, 5)),
+    "branch_shape_unpack": ("ViT", {}, (2, 4, 4, 3)),  # (1, 1, c) of the second `n, h, w, c = x.shape`
+    "branch_shape_unpack_pooled": ("ViT", {"use_tokens": False}, (2, 4, 4, 3)),
+    "stateless_other_build": ("Head", {}, (2, 3, 5)),  # pre_logits: IdentityLayer, no weights ...
+    "stateless_other_build_dense": (
+        "Head",
+        {"representation_size": 4},
+        (2, 3, 5),
+    ),  # ... or a Dense  # Dense(x.shape[-1]) in a loop that keeps x's width
     "loop_may_not_run": ("Tower", {}, (2, 5)),  # the head after a loop of layers reads their width ...
     "loop_may_not_run_empty": ("Tower", {"depth": 0}, (2, 5)),  # ... or, with no layer, the stem's
     "loop_may_not_run_widths": ("Widths", {}, (2, 5)),  # enumerate(self.widths): self.widths[-1] ...
@@ -289,6 +298,7 @@ CASES = {
     "kw_only_class_keyword": ("Big", {"depth": 2, "extra": 3}, (2, 5)),  # class Big(Base, kw_only=True)
     "rank_guard": ("SqueezeAndExcite", {}, (2, 3, 3, 4)),  # if inputs.ndim != 4: raise -> mean keeps features
     "rank_guard_pool": ("Pool", {}, (2, 3, 5)),  # assert tokens.ndim == 3
+    "rank_guard_unpacked": ("Stem", {}, (2, 4, 4, 3)),  # n, h, w, c = images.shape
     "layer_dtype_param_after_stem": ("HybridViT", {}, (2, 8, 8, 3)),  # embedding after a stem: float32
     "rebound_shape_unpack": ("ViT", {}, (2, 4, 4, 3)),  # n, h, w, c = x.shape twice: the second c
     "setup_param_declared_field": ("Classifier", {}, (2, 3, 5)),  # embedding: field(init=False)
@@ -386,6 +396,9 @@ SOURCES = {
     "setup_helpers_gated": "setup_helpers",
     "setup_helpers_plain": "setup_helpers",
     "rank_guard_pool": "rank_guard",
+    "rank_guard_unpacked": "rank_guard",
+    "stateless_other_build_dense": "stateless_other_build",
+    "branch_shape_unpack_pooled": "branch_shape_unpack",
     "reduction_axis_range_max": "reduction_axis_range",
     "rebound_shape_unpack_config": "rebound_shape_unpack",
     "setup_none_first_plain": "setup_none_first",

@@ -3,7 +3,7 @@
 import libcst as cst
 import pytest
 
-from linen2nnx.migrate.rank_guards import asserted_rank, raised_unless_rank
+from linen2nnx.migrate.rank_guards import asserted_rank, raised_unless_rank, unpacked_rank
 
 
 @pytest.mark.parametrize(
@@ -37,3 +37,22 @@ def test_raised_unless_rank(source, expected):
     node = cst.parse_statement(source)
     assert isinstance(node, cst.If)
     assert raised_unless_rank(node) == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("n, h, w, c = x.shape", ("x", 4)),
+        ("[b, l] = x.shape", ("x", 2)),
+        ("n, *rest = x.shape", None),  # starred: any rank of at least one
+        ("x, c = x.shape", None),  # x bound anew by the unpacking
+        ("n, c = self.x.shape", None),  # only a local or parameter
+        ("s = x.shape", None),
+        ("a = b = x.shape", None),
+        ("n, c = x.shape[:2]", None),  # a slice of the shape: no rank
+    ],
+)
+def test_unpacked_rank(source, expected):
+    line = cst.parse_statement(source)
+    assert isinstance(line, cst.SimpleStatementLine)
+    assert unpacked_rank(line.body[0]) == expected

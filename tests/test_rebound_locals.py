@@ -63,3 +63,59 @@ def test_a_binding_of_config_nothing_reads_is_dead_too():
     counts, dead = _dead("def f(self, x):\n    c = self.a\n    x = dense(x)\n    c = self.b\n    return c\n")
     assert dead == [("c", 0)]
     assert counts["c"] == 1
+
+
+def test_a_binding_every_branch_of_the_next_if_binds_again_is_dead():
+    counts, dead = _dead(
+        "def f(self, x):\n"
+        "    n, h, w, c = x.shape\n"
+        "    x = conv(x)\n"
+        "    if self.tokens:\n"
+        "        n, h, w, c = x.shape\n"
+        "        x = x + param((1, 1, c))\n"
+        "    else:\n"
+        "        x = x.mean(1)\n"
+        "    return x\n"
+    )
+    assert dead == [("c", 0)]
+    assert counts["c"] == 1
+
+
+def test_a_binding_read_after_the_if_stays():
+    counts, dead = _dead(
+        "def f(self, x):\n"
+        "    n, h, w, c = x.shape\n"
+        "    x = conv(x)\n"
+        "    if self.tokens:\n"
+        "        n, h, w, c = x.shape\n"
+        "    return param((c,))\n"  # either binding reaches this read
+    )
+    assert dead == []
+    assert counts["c"] == 2
+
+
+def test_a_binding_a_branch_reads_before_binding_again_stays():
+    counts, dead = _dead(
+        "def f(self, x):\n"
+        "    n, h, w, c = x.shape\n"
+        "    x = conv(x)\n"
+        "    if self.tokens:\n"
+        "        y = param((c,))\n"
+        "        n, h, w, c = x.shape\n"
+        "    return x\n"
+    )
+    assert dead == []
+    assert counts["c"] == 2
+
+
+def test_a_binding_read_in_the_if_test_stays():
+    counts, dead = _dead(
+        "def f(self, x):\n"
+        "    c = x.shape[-1]\n"
+        "    if c > 4:\n"
+        "        c = x.shape[-1]\n"
+        "        y = param((c,))\n"
+        "    return x\n"
+    )
+    assert dead == []
+    assert counts["c"] == 2

@@ -233,6 +233,7 @@ class FeatureFlow:
         if isinstance(small, cst.Assign):
             self.on_assign(small)
             self.dims.note(small, self.env)
+            rank_guards.ranked(self.env, rank_guards.unpacked_rank(small))
             value = self.expr_of(small.value)
             for target in small.targets:
                 self.bind(target.target, value, small.value)

@@ -92,6 +92,8 @@ def reaching_binding(ctx: FileContext, node: cst.Name) -> cst.CSTNode | None:
     lines = [_top_line(ctx, fn, b) for b in bindings]  # type: ignore[arg-type]
     if read_line is None or None in lines:
         return None
+    if type(fn.body.body[read_line]) is not cst.SimpleStatementLine:
+        return _reaching_in_block(ctx, fn, node, bindings)  # type: ignore[arg-type]
     if any(type(fn.body.body[line]) is not cst.SimpleStatementLine for line in lines):  # type: ignore[index]
         return None
     if read_line in lines:
@@ -100,6 +102,60 @@ def reaching_binding(ctx: FileContext, node: cst.Name) -> cst.CSTNode | None:
     last = max((line for line, _ in before), default=None)
     reaching = [b for line, b in before if line == last]
     return reaching[0] if len(reaching) == 1 else None
+
+
+def _reaching_in_block(
+    ctx: FileContext, fn: cst.FunctionDef, node: cst.Name, bindings: list[cst.CSTNode]
+) -> cst.CSTNode | None:
+    """For a read inside a block (an ``if``'s branch): the binding on the nearest line before it in the
+    same block, or in a block around it, every statement between them binding the name nowhere. None
+    when a compound statement before the read, or a loop / try / with around it, binds it, or no line
+    before it does (``if self.transformer: n, h, w, c = x.shape`` ... ``(1, 1, c)`` in that branch)."""
+    lines: dict[int, list[cst.CSTNode]] = {}
+    for binding in bindings:
+        line = _line_of(ctx, binding)
+        if line is None:
+            return None
+        lines.setdefault(id(line), []).append(binding)
+    child: cst.CSTNode = node
+    cur = ctx.parent_of(node)
+    while cur is not None and cur is not fn:
+        if type(cur) is cst.Lambda:
+            return None
+        if not isinstance(cur, (cst.IndentedBlock, cst.If, cst.Else)):
+            if any(_inside(ctx, b, cur) for b in bindings):
+                return None  # a loop's earlier pass, a try's body, a with's target: not straight-line
+            child, cur = cur, ctx.parent_of(cur)
+            continue
+        if not isinstance(cur, cst.IndentedBlock):  # another branch of an if does not reach this one
+            child, cur = cur, ctx.parent_of(cur)
+            continue
+        statements = cur.body
+        index = next((i for i, stmt in enumerate(statements) if stmt is child), None)
+        for stmt in reversed(statements[:index] if index is not None else ()):
+            found = lines.get(id(stmt))
+            if found is not None:
+                return found[0] if len(found) == 1 else None
+            if type(stmt) is not cst.SimpleStatementLine and any(_inside(ctx, b, stmt) for b in bindings):
+                return None
+        child, cur = cur, ctx.parent_of(cur)
+    return None
+
+
+def _line_of(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode | None:
+    cur: cst.CSTNode | None = node
+    while cur is not None and type(cur) is not cst.SimpleStatementLine:
+        cur = ctx.parent_of(cur)
+    return cur
+
+
+def _inside(ctx: FileContext, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+    cur: cst.CSTNode | None = node
+    while cur is not None:
+        if cur is outer:
+            return True
+        cur = ctx.parent_of(cur)
+    return False
 
 
 def _top_line(ctx: FileContext, fn: cst.FunctionDef, node: cst.CSTNode) -> int | None:

@@ -161,8 +161,13 @@ class LocalPlanner:
         # a shape local (`qkv = self.qkv or x.shape[-1]`) replays with the input's size, or gives a
         # finding where the flow cannot tell it: a static statement may read it
         extended = flow.extend(pure, set(pure) - set(plan.mode_partials))
+        for name, refs in flow.shape_refs.items():  # a shape local of a branch: sized as one of the body
+            if name in extended and name not in pure:
+                plan.shape_locals[name] = refs
         plan.static_flow = flow
-        plan.static_statements = [stmt for name, stmt in extended.items() if name not in pure]
+        plan.static_statements = [  # a shape local's line reads the input: the method keeps it
+            stmt for name, stmt in extended.items() if name not in pure and name not in flow.shape_refs
+        ]
         return extended
 
     def _mode_partial(self, value: cst.BaseExpression, call_time: set[str]) -> dict[str, str] | None:

@@ -74,6 +74,9 @@ class MethodFlow:
         self.setup_locals = set(assigned_names(plan.setup)) if plan.setup is not None else set()
         self.probing = False  # a first pass over a step function (see carry_fixpoint): no side effects
         self.depth = 0  # helper methods inlined around the current call (at most 3 deep)
+        self.shape_reads: dict[
+            tuple[int, str], tuple[str | Feat, ...]
+        ] = {}  # what each shape argument read first
         self.flow: FeatureFlow  # the flow over fn, set by run()
         self.size_fields = frozenset(plan.field_names) | leading_setup_sizes(  # (last_axis_ops)
             plan.setup, self.methods.values()
@@ -290,10 +293,25 @@ class MethodFlow:
         return agreed_return(probe.returns)
 
     def _resolve_shapes(self, site: Site) -> None:
-        """Resolve the shape arguments of ``site`` that read an input's shape (not while probing)."""
+        """Resolve the shape arguments of ``site`` that read an input's shape (not while probing). Inside
+        a loop the first pass resolves them; a later pass that reads another size (``Dense(x.shape[-1]
+        * 2)`` on an ``x`` that widens each pass) means one size cannot build every element."""
+        if not self.resolve or self.probing:
+            return
         for arg_name, refs in site.shape_refs.items():
-            if self.resolve and not self.probing and arg_name not in site.arg_sources:
+            key = (id(site), arg_name)
+            seen = tuple(self._size_read(site, self.flow.env.get(name, Feat.unknown(name))) for name in refs)
+            if arg_name not in site.arg_sources:
                 self.sizer.resolve_shape_arg(self.plan, site, arg_name, refs, self.flow, self.params)
+                self.shape_reads[key] = seen
+            elif self.shape_reads.get(key, seen) != seen and site.shape_sizes.get(arg_name):
+                self.sizer.refuse_shape_arg(site, arg_name, refs)
+
+    def _size_read(self, site: Site, feat: Feat) -> str | Feat:
+        """What a shape argument reads of ``feat``: its static size as __init__ writes it (an input's
+        and the config expression it equals read alike), else the value itself."""
+        static = self.sizer.static_size(self.plan, feat, self.params, site.ctor)
+        return static if static is not None else feat.rankless()
 
     def layer_of(self, call: cst.Call) -> LayerInfo | None:
         """The layer ``call`` applies (a site of the plan, a setup() submodule, a local or branch site)."""

@@ -14,6 +14,7 @@ from linen2nnx.migrate.kw_only import bound_fields
 from linen2nnx.migrate.lifted import param_axis
 from linen2nnx.migrate.rules import MOD_013
 from linen2nnx.migrate.sites import ClassPlan, Site, root_site
+from linen2nnx.migrate.stateless_classes import site_holds_nothing
 from linen2nnx.namemap import Child, ClassEntry
 
 
@@ -41,6 +42,8 @@ def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
             for name in site.scope_names:
                 entry.children[name] = Child(site.attr, linen_class, shared=True)
         elif site.container is None:
+            if site.linen_name in entry.children and site_holds_nothing(site):
+                continue  # `Dense(name='pre_logits')` or `IdentityLayer(name='pre_logits')`: the weights
             tied = True if site.attr in plan.other_weights else None
             stack = param_axis(stacked) if stacked else None
             entry.children[site.linen_name] = Child(
@@ -84,13 +87,16 @@ def report_other_builds(ctx: FileContext, plan: ClassPlan) -> None:
     depends on the config, so a checkpoint of the other would convert under the wrong names
     (``L2N-MOD-013``, reported while the class is planned, so the marker lands on the build). None
     where both map their weights alike: one class handed the same modules, or built-in layers that
-    rename nothing."""
+    rename nothing; nor where one build holds no weights (``IdentityLayer(name='pre_logits')`` for
+    ``Dense(..., name='pre_logits')``): the map names the other's, and that config has none."""
     first: dict[str, tuple[str, dict[str, str] | None]] = {}
     for site in plan.sites.values():
         if site.kind in ("param", "variable") or site.parent is not None or site.scope_names:
             continue
         if site.container is not None or site.loop is not None or site.nest is not None:
             continue
+        if site_holds_nothing(site):
+            continue  # no weights under the name when it runs: the map names the other build's
         build = (_linen_class(ctx, site), _handed(ctx, site))
         before = first.setdefault(site.linen_name, build)
         if before == build or all(

@@ -1,7 +1,8 @@
 """Rank guards: a method that checks the rank of a value before using it has told the dataflow that rank.
 
 Real code guards its inputs: ``assert inputs.ndim == 3`` (a ViT encoder block), ``if inputs.ndim != 4:
-raise ValueError(...)`` (a squeeze-and-excite layer). Past the guard the value has that rank, so a
+raise ValueError(...)`` (a squeeze-and-excite layer), ``n, h, w, c = x.shape`` (a ViT stem: the
+unpacking raises unless x has four axes). Past the guard the value has that rank, so a
 reduction over leading axes (``jnp.mean(inputs, axis=(1, 2))``) keeps its last axis, and the layer
 after it is sized by it instead of needing a size argument. A guard that does not hold raises, so
 whatever runs after it sees the rank it states.
@@ -36,6 +37,30 @@ def raised_unless_rank(node: cst.If) -> tuple[str, int] | None:
     if node.orelse is not None or not _only_raises(node.body):
         return None
     return _compared_rank(node.test, cst.NotEqual)
+
+
+def unpacked_rank(assign: cst.Assign) -> tuple[str, int] | None:
+    """``n, h, w, c = x.shape``: an unpacking with no starred target raises unless ``x`` has exactly
+    that many axes, so past it ``x`` has that rank (``("x", 4)``); None for anything else, or when the
+    unpacking binds ``x`` itself anew."""
+    if len(assign.targets) != 1:
+        return None
+    target, value = assign.targets[0].target, assign.value
+    if not (
+        isinstance(target, (cst.Tuple, cst.List))
+        and target.elements
+        and isinstance(value, cst.Attribute)
+        and value.attr.value == "shape"
+        and isinstance(value.value, cst.Name)
+    ):
+        return None
+    name = value.value.value
+    for element in target.elements:
+        if isinstance(element, cst.StarredElement):
+            return None
+        if isinstance(element.value, cst.Name) and element.value.value == name:
+            return None
+    return name, len(target.elements)
 
 
 def _compared_rank(test: cst.BaseExpression, operator: type) -> tuple[str, int] | None:

@@ -19,12 +19,14 @@ self.n`` and ``nout = nout * 2``) would see the last value there: such a chain i
 A binding nothing reads before the next one (:func:`dead_bindings`: ViT code unpacks ``n, h, w, c =
 x.shape`` of the images for ``h`` and ``w``, then again of the patch embedding, and only the second
 ``c`` is read) is not a binding any reader sees: it is left out of the count, so the name is bound
-once, by its live line, for the planner.
+once, by its live line, for the planner. So too when the second unpacking sits in an ``if`` on config
+whose branches bind the name before they read it, and nothing after the ``if`` reads it.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import libcst as cst
 
@@ -46,8 +48,9 @@ def rebinding_chains(fn: cst.FunctionDef, counts: dict[str, int], params: set[st
 def dead_bindings(fn: cst.FunctionDef, counts: dict[str, int]) -> tuple[dict[str, int], set[tuple[str, int]]]:
     """``counts`` less the top-level replayable bindings of a name that no statement reads before the
     name's next top-level replayable binding, and those bindings as ``(name, id(statement))``. Only
-    names every binding of which is such a line are counted so (a binding inside a block is not
-    followed). The static-locals pass is told too (a dead ``c = self.a`` must never be replayed in
+    names every binding of which is such a line are counted so, or whose last such line an ``if``
+    right after binds anew in its branches (:func:`_branch_rebindings`); a binding inside any other
+    block is not followed. The static-locals pass is told too (a dead ``c = self.a`` must never be replayed in
     place of the live binding)."""
     lines: dict[str, list[int]] = {}
     body = fn.body.body
@@ -58,7 +61,8 @@ def dead_bindings(fn: cst.FunctionDef, counts: dict[str, int]) -> tuple[dict[str
     live = dict(counts)
     dead: set[tuple[str, int]] = set()
     for name, at in lines.items():
-        if len(at) < 2 or counts.get(name) != len(at):
+        shadow = _branch_rebindings(body, at[-1], name) if counts.get(name, 0) > len(at) else 0
+        if counts.get(name) != len(at) + shadow or len(at) + shadow < 2:
             continue
         for here, following in itertools.pairwise(at):
             between = [*body[here + 1 : following], replayed_assign(body[following])[1]]  # type: ignore[index]
@@ -66,7 +70,40 @@ def dead_bindings(fn: cst.FunctionDef, counts: dict[str, int]) -> tuple[dict[str
             if unread:
                 dead.add((name, id(body[here])))
                 live[name] -= 1
+        if shadow:
+            dead.add((name, id(body[at[-1]])))
+            live[name] -= 1
     return live, dead
+
+
+def _branch_rebindings(body: Sequence[cst.BaseStatement], at: int, name: str) -> int:
+    """How many times an ``if`` right after the top-level binding of ``name`` at ``body[at]`` binds it
+    anew so that no statement reads that binding (0 when none does): the next statement that mentions
+    the name is an ``if`` whose branches each bind it (a replayable line, once) before reading it, or
+    never mention it, and nothing after that ``if`` mentions it (ViT code unpacks ``n, h, w, c =
+    x.shape`` of the images, then again under ``if self.transformer is not None:``)."""
+    rest = body[at + 1 :]
+    index = next((i for i, stmt in enumerate(rest) if name in names_in(stmt)), None)
+    if index is None or not isinstance(rest[index], cst.If):
+        return 0
+    if any(name in names_in(stmt) for stmt in rest[index + 1 :]):
+        return 0
+    bindings = 0
+    branch: cst.If | cst.Else | None = rest[index]  # type: ignore[assignment]
+    while branch is not None:
+        if isinstance(branch, cst.If) and name in names_in(branch.test):
+            return 0
+        statements = branch.body.body
+        first = next((stmt for stmt in statements if name in names_in(stmt)), None)
+        if first is not None:
+            assign = replayed_assign(first)
+            if assign is None or assign[0] != name or name in names_in(assign[1]):
+                return 0
+            if sum(name in assigned_in(stmt) for stmt in statements) != 1:
+                return 0
+            bindings += 1
+        branch = branch.orelse if isinstance(branch, cst.If) else None
+    return bindings
 
 
 def earlier_key(name: str, index: int) -> str:

@@ -97,6 +97,19 @@ class Sizer(TraceEvidence):
         site.arg_sources[arg_name] = replace_shape_last(site.args[arg_name].value, replacements)
         site.shape_sizes[arg_name] = replacements
 
+    def refuse_shape_arg(self, site: Site, arg_name: str, refs: list[str]) -> None:
+        """A shape argument a later pass of a loop reads with another size than the first: no one size
+        builds every element in ``__init__``, so it stays as written, with a finding that blocks it."""
+        self.ctx.report(
+            MOD_004,
+            site.args[arg_name],
+            f"argument {arg_name}= uses {', '.join(f'{n}.shape[-1]' for n in refs)}, whose size changes "
+            "from one pass of the loop to the next",
+            "compute each pass's size from constructor arguments / config",
+        )
+        site.arg_sources[arg_name] = code(site.args[arg_name].value)
+        site.shape_sizes[arg_name] = {}  # kept as the rewrite wrote it
+
     def layer_info(self, site: Site) -> LayerInfo:
         """What the flow needs of one application of ``site``. A factory field bound to several classes
         gives what they agree on; a submodule of a loop nest whose output size reads the loops' names

@@ -49,10 +49,20 @@ def holds_nothing(ctx: FileContext, node: cst.ClassDef) -> bool:
     return True
 
 
+def site_holds_nothing(site: Any) -> bool:
+    """Whether a site (``sites.Site``) builds a module holding no variable whatever its config: a
+    built-in layer with none (``nn.Dropout``) or a class of the run that creates none."""
+    if site.factory is not None or site.kind not in ("layer", "module"):
+        return False
+    return bool(
+        (site.user is not None and site.user.holds_nothing)
+        or (site.rule is not None and site.rule.no_variables)
+    )
+
+
 def interchangeable(a: Any, b: Any) -> bool:
     """Two sites (``sites.Site``) that build the same module holding nothing, by the same constructor
     text, each under no config test: the branches of a call-time ``if`` naming it alike
     (``IdentityLayer(name='mlp1')`` in both) can share one attribute."""
     same = not a.conditions and not b.conditions and code(a.ctor) == code(b.ctor)
-    holds = (a.user is not None and a.user.holds_nothing) or (a.rule is not None and a.rule.no_variables)
-    return same and holds and a.linen_name == b.linen_name
+    return same and site_holds_nothing(a) and a.linen_name == b.linen_name

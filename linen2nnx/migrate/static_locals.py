@@ -18,8 +18,16 @@ from collections.abc import Callable, Collection, Iterable
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, comprehension_names, names_in
+from linen2nnx.migrate.cst_utils import (
+    NOT_LOCAL,
+    assigned_in,
+    code,
+    comprehension_names,
+    names_in,
+    replayed_assign,
+)
 from linen2nnx.migrate.rebound_locals import add_binding, exclusive_bindings, incomplete_chains
+from linen2nnx.migrate.sites import shape_last_refs
 
 
 class StaticLocals:
@@ -42,6 +50,9 @@ class StaticLocals:
         self.rebound: set[str] = set()  # static names the method rebinds at call time later
         self.replay_tests: dict[cst.BaseStatement, list[cst.BaseExpression]] = {}  # under `if`s on config
         self.exclusive: set[str] = set()  # bound once in each of several branches of the current `if`
+        self.shape_refs: dict[
+            str, list[str]
+        ] = {}  # a branch's shape local -> the locals it reads the size of
 
     def extend(self, pure: dict[str, cst.BaseStatement], plain: set[str]) -> dict[str, cst.BaseStatement]:
         """``pure`` (name -> the statement binding it) with the static statements added, in source
@@ -108,11 +119,33 @@ class StaticLocals:
                         add_binding(added, name, child)
                     self.replay_tests[child] = branch_tests
                     inner |= targets
+                elif (shape := self._shape_local(child, inner, known)) is not None:
+                    name, refs = shape  # `n, h, w, c = x.shape`: c replays as x's size, under the tests
+                    add_binding(added, name, child)
+                    self.replay_tests[child] = branch_tests
+                    self.shape_refs[name] = refs
+                    inner = (inner - bound_by(child)) | {name}
                 elif isinstance(child, cst.If):
                     self._conditional(child, inner, branch_tests, added, known)
                     inner -= bound_by(child)
                 else:
                     inner -= bound_by(child)
+
+    def _shape_local(
+        self, child: cst.BaseStatement, inner: set[str], known: set[int]
+    ) -> tuple[str, list[str]] | None:
+        """``c = x.shape[-1]`` / ``n, h, w, c = x.shape`` in a branch, bound once there (or once in
+        each branch): the name and the call-time locals whose last axis it reads, which the dataflow
+        sizes; None for anything else."""
+        assign = replayed_assign(child)
+        if assign is None or id(child) in known:
+            return None
+        name, value = assign
+        if not (self.counts.get(name) == 1 or name in self.exclusive) or name in self.excluded:
+            return None
+        call_time = {n for n in names_in(value) - NOT_LOCAL if n in self.counts and n not in inner}
+        refs = shape_last_refs(value, call_time) if call_time else None
+        return None if refs is None or self.side_effects(value) else (name, refs)
 
     def _drop_partial_exclusive(self, added: dict[str, cst.BaseStatement], before: set[str]) -> None:
         """A name each branch of the ``if`` binds (``self.exclusive``) is static after it only when
