@@ -3,7 +3,7 @@
 import libcst as cst
 import pytest
 
-from linen2nnx.migrate.cst_utils import kwarg, leaves_function, negated, opposite, with_args
+from linen2nnx.migrate.cst_utils import kwarg, leaves_function, negated, opposite, subscriptable, with_args
 
 
 # ---- with_args: added keywords keep the call's layout --------------------------------------------
@@ -76,3 +76,19 @@ def test_a_branch_leaves_the_function_by_return_or_raise(source, leaves):
         assert not leaves_function(inner.body)
         return
     assert (leaves_function(stmt.body), leaves_function(stmt.orelse)) == leaves
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("self.widths", "self.widths"),
+        ("self.a + self.b", "(self.a + self.b)"),
+        ("(4,) * self.depth", "((4,) * self.depth)"),
+        ("(self.a + self.b)", "(self.a + self.b)"),  # bracketed already
+        ("range(self.n)", "range(self.n)"),
+        ("self.a if self.c else self.b", "(self.a if self.c else self.b)"),
+        ("[1, 2]", "[1, 2]"),
+    ],
+)
+def test_subscriptable(source, expected):
+    assert subscriptable(source) == expected

@@ -258,15 +258,14 @@ CASES = {
     "branch_pairs_nested": ("NestedPair", {}, (2, 5)),
     "branch_pairs_nested_c": ("NestedPair", {"c": True}, (2, 5)),
     "branch_pairs_nested_off": ("NestedPair", {"a": False}, (2, 5)),
-    "loop_growing_shape_arg": ("Keeping", {}, (2, 5)),
+    "loop_growing_shape_arg": ("Keeping", {}, (2, 5)),  # Dense(x.shape[-1]) in a loop keeping x's width
     "branch_shape_unpack": ("ViT", {}, (2, 4, 4, 3)),  # (1, 1, c) of the second `n, h, w, c = x.shape`
     "branch_shape_unpack_pooled": ("ViT", {"use_tokens": False}, (2, 4, 4, 3)),
     "stateless_other_build": ("Head", {}, (2, 3, 5)),  # pre_logits: IdentityLayer, no weights ...
-    "stateless_other_build_dense": (
-        "Head",
-        {"representation_size": 4},
-        (2, 3, 5),
-    ),  # ... or a Dense  # Dense(x.shape[-1]) in a loop that keeps x's width
+    "loop_over_sum": ("Joined", {}, (2, 5)),  # (self.widths + self.extra)[i - 1]
+    "loop_over_sum_repeated": ("Repeated", {}, (2, 5)),  # ((4,) * self.depth)[-1] ...
+    "loop_over_sum_empty": ("Repeated", {"depth": 0}, (2, 5)),  # ... or the input's, with no element
+    "stateless_other_build_dense": ("Head", {"representation_size": 4}, (2, 3, 5)),  # ... or a Dense
     "loop_may_not_run": ("Tower", {}, (2, 5)),  # the head after a loop of layers reads their width ...
     "loop_may_not_run_empty": ("Tower", {"depth": 0}, (2, 5)),  # ... or, with no layer, the stem's
     "loop_may_not_run_widths": ("Widths", {}, (2, 5)),  # enumerate(self.widths): self.widths[-1] ...
@@ -399,6 +398,8 @@ SOURCES = {
     "rank_guard_unpacked": "rank_guard",
     "stateless_other_build_dense": "stateless_other_build",
     "branch_shape_unpack_pooled": "branch_shape_unpack",
+    "loop_over_sum_repeated": "loop_over_sum",
+    "loop_over_sum_empty": "loop_over_sum",
     "reduction_axis_range_max": "reduction_axis_range",
     "rebound_shape_unpack_config": "rebound_shape_unpack",
     "setup_none_first_plain": "setup_none_first",

@@ -116,6 +116,8 @@ NOT_RUNNABLE = {
     "param_override_other": "manual findings: layer subclasses that do more than transform a parameter",
     "shape_unpack_call_time": "manual findings: layers sized by a batch axis or a starred unpacking",
     "loop_jumps": "manual finding: modules built on some iterations of a loop are left to a person",
+    "local_changed_in_place": "manual findings: a local list or iterator changed in place sizes the layers",
+    "nest_inner_loop_may_not_run": "manual finding: a stage's norm reads a Dense an inner loop may not build",
     "setup_comprehension_offset": "manual finding: element names that are no list index stay Linen",
     "setup_loop_unfollowed": "manual findings: lists a setup() loop fills off its index stay Linen",
     "init_value_reads_input": "manual finding: a parameter's initial value reads the input's shape",

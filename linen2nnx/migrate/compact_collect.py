@@ -28,6 +28,7 @@ from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.guard_conditions import Guard, early_return, guards
+from linen2nnx.migrate.nest_runs import in_inner_loop
 from linen2nnx.migrate.rules import MOD_004, MOD_009
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in, loop_name_prefix
 
@@ -229,6 +230,9 @@ class CompactCollector(FastVisitor):
             return False
         if len(self.loops) > 1 or not self.loops[0].var:
             return True
+        nest = self.plan.nests.get(self.loops[0].node)
+        if nest is not None and any(in_inner_loop(nest, site, self.ctx.parent_of) for site in nest.sites):
+            return True  # after an inner loop's modules (a norm after each stage): built between them
         body_locals = set().union(*(stmts for _, stmts in self.nest))
         return any(names_in(a) & body_locals for a in args)  # `for i in range(n): f = 2 * i`
 
@@ -246,7 +250,7 @@ class CompactCollector(FastVisitor):
             ctx.report(
                 MOD_004,
                 node,
-                f"{what} created inside a loop with break / continue in @nn.compact (Linen builds "
+                f"{what} created inside a loop with break / continue / return in @nn.compact (Linen builds "
                 "it on some iterations only) is not hoisted yet"
                 if any(self.jump_flags)
                 else f"{what} created inside a while loop, comprehension, lambda "
@@ -292,17 +296,19 @@ class CompactCollector(FastVisitor):
         from how many ran before it, a static count only when each of those ran whenever the loop runs
         (built under a prefix of the loop's conditions, each counted once). Otherwise a finding (False):
         the loop's names depend on a condition (flaxmodels' ``MappingNetwork``: a label layer built only
-        when ``c_dim_ > 0``, then ``fc{i}`` layers)."""
+        when ``c_dim_ > 0``, then ``fc{i}`` layers), or the loop's first names are those of modules a
+        branch that returns built (``if not self.widths: return nn.Dense(2)(x)``: ``Dense_0`` either way,
+        which one name map entry cannot tell apart)."""
         if built.variable or built.factory is not None or keyword_arg(built.target, "name") is not None:
             return True
         if built.rule is None and built.user is None:
             return True
         name = self._class_name(built)
         n = self.counters.get(name, 0)
-        if not n:
-            return True  # none before, or after a loop (the planner's finding)
         earlier = self.branch_conditions.get(name, [])
-        if len(earlier) == n and all(r.conditions == conditions[: len(r.conditions)] for r in earlier):
+        if n is None or (not n and not earlier):
+            return True  # none before, or after a loop (the planner's finding)
+        if n and len(earlier) == n and all(r.conditions == conditions[: len(r.conditions)] for r in earlier):
             return True
         self.state.handled.add(built.target.func)  # this finding says it all
         self.ctx.report(

@@ -95,6 +95,13 @@ def bracketed(source: str) -> str:
     return f"({source})" if loose else source
 
 
+def subscriptable(source: str) -> str:
+    """``source`` as the value of a subscript: ``(self.a + self.b)[i]``, not ``self.a + self.b[i]``."""
+    node = parse_expression(source)
+    atom = isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Tuple, cst.List))
+    return source if atom or node.lpar else f"({source})"
+
+
 def config_test(test: cst.BaseExpression) -> str | None:
     """The source of ``test`` when it reads the config alone (``self`` and the constants ``None``,
     ``True``, ``False``): a test ``__init__`` decides too; else None."""

@@ -37,6 +37,7 @@ from linen2nnx.migrate.factories import (
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_aliases import plain_assign, reads_linen, sole_binding
 from linen2nnx.migrate.input_sizes import reads_rank_only
+from linen2nnx.migrate.mutation import mutated_locals
 from linen2nnx.migrate.rebound_locals import (
     dead_bindings,
     earlier_keys,
@@ -68,6 +69,7 @@ class LocalPlanner:
         params = {
             p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)
         }
+        params |= mutated_locals(fn)  # `last = widths.pop()`: changed in place, never replayed
         chains = rebinding_chains(fn, counts, params)
         saved = (
             dict(plan.mode_partials),

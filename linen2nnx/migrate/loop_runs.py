@@ -16,7 +16,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from linen2nnx.migrate import tuple_flow
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, rebound_names
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, rebound_names, subscriptable
 from linen2nnx.migrate.dataflow_types import Feat
 
 SIZED_OR_CHOICE = frozenset({*tuple_flow.SIZED, "choice"})
@@ -52,12 +52,15 @@ def last_values(loop: cst.For) -> tuple[dict[str, str], str]:
     if names_in(target) & rebound_names(loop.body):
         return {}, ran  # `for w in s: w = w * 2`: after the loop `w` is the body's value
     if isinstance(target, cst.Name) and func != "enumerate":
-        last = f"({code(it.args[-1].value)} - 1)" if func == "range" else f"{code(it)}[-1]"  # type: ignore[attr-defined]
+        last = f"({code(it.args[-1].value)} - 1)" if func == "range" else f"{subscriptable(code(it))}[-1]"  # type: ignore[attr-defined]
         return {target.value: last}, ran
     pair = target.elements if isinstance(target, (cst.Tuple, cst.List)) else ()
     if func == "enumerate" and len(pair) == 2 and all(isinstance(e.value, cst.Name) for e in pair):
         seq = code(it.args[0].value)  # type: ignore[attr-defined]
-        return {pair[0].value.value: f"(len({seq}) - 1)", pair[1].value.value: f"{seq}[-1]"}, ran  # type: ignore[attr-defined]
+        return {
+            pair[0].value.value: f"(len({seq}) - 1)",
+            pair[1].value.value: f"{subscriptable(seq)}[-1]",
+        }, ran  # type: ignore[attr-defined]
     return {}, ran
 
 

@@ -42,6 +42,7 @@ from linen2nnx.migrate.input_dtypes import check_cast_inputs
 from linen2nnx.migrate.leading_setup import leading_setup_sizes, leading_setup_values
 from linen2nnx.migrate.local_functions import local_function_out
 from linen2nnx.migrate.loop_runs import unrun_choices
+from linen2nnx.migrate.nest_runs import after_inner_loop, after_nest
 from linen2nnx.migrate.setup_branches import setup_alternatives, setup_branch_info
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
 from linen2nnx.migrate.tuple_flow import agreed_return
@@ -492,30 +493,12 @@ class MethodFlow:
             plan.shape_local_sizes[name] = sizes
 
     def after_loop(self, loop: cst.For, before: dict[str, Feat], env: dict[str, Feat]) -> None:
-        """After a loop nest, a size read from its last element (``self.block[-1].out_features``)
-        holds only if the loops built one: else it is the size from before them. Then any other size
-        the loop changed, where a field of the config decides whether it runs (loop_runs.py)."""
-        self._after_nest(loop, before, env)
+        """After a loop nest, or an inner loop of one, the sizes read from the last element it built
+        (nest_runs.py); then any other size the loop changed, where a field of the config decides
+        whether it runs (loop_runs.py)."""
+        after_nest(self.plan, loop, before, env)
+        after_inner_loop(self.plan, loop, before, env, self.ctx.parent_of)
         unrun_choices(loop, before, env, self.plan.field_names)
-
-    def _after_nest(self, loop: cst.For, before: dict[str, Feat], env: dict[str, Feat]) -> None:
-        nest = self.plan.nests.get(loop)
-        for site in nest.sites if nest is not None else ():
-            last = f"self.{site.attr}[-1]."
-            for name, feat in list(env.items()):
-                previous = before.get(name)
-                if (
-                    feat.kind == "expr"
-                    and feat.expr.startswith(last)
-                    and previous is not None
-                    and previous != feat
-                ):
-                    env[name] = Feat(
-                        "choice",
-                        expr=f"len(self.{site.attr}) > 0",
-                        elements=(feat, previous),
-                        reason=f"a size that depends on whether the loops built a {site.attr}",
-                    )
 
 
 def read_by_sites(plan: ClassPlan) -> set[str]:

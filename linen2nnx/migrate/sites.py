@@ -15,6 +15,7 @@ from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children
 from linen2nnx.migrate.cst_utils import (
     code,
     parse_expression,
+    subscriptable,
 )
 from linen2nnx.migrate.dataflow import Feat
 from linen2nnx.namemap import is_field_name
@@ -160,7 +161,7 @@ class LoopInfo:
 
     def previous(self) -> str:
         """The loop variable's value one iteration earlier."""
-        return f"{self.range_src}[{self.index} - 1]" if self.index else f"({self.var} - 1)"
+        return f"{subscriptable(self.range_src)}[{self.index} - 1]" if self.index else f"({self.var} - 1)"
 
 
 @dataclasses.dataclass
@@ -453,7 +454,7 @@ def nest_fors(outer: cst.For) -> list[cst.For]:
 
 
 def jumps_in(loop: cst.For) -> bool:
-    """Whether ``loop`` holds a ``break`` or ``continue`` (outside nested functions): then Linen builds
+    """Whether ``loop`` holds a ``break``, ``continue`` or ``return`` (outside nested functions): then Linen builds
     a module on only some iterations, and a list built by replaying the loop's ranges would have
     elements Linen never built, or number them differently (``continue`` at ``i == 1``: the module
     used at ``i == 2`` is Linen's ``Dense_1``)."""
@@ -465,6 +466,9 @@ def jumps_in(loop: cst.For) -> bool:
 
         def visit_Continue(self, node: cst.Continue) -> None:
             found.append(node)
+
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)  # `if i == self.exit_at: return x`: the later elements are never built
 
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return False

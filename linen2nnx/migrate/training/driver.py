@@ -5,6 +5,7 @@ Runs after the module pass, on its output; findings carry the line numbers of th
 
 from __future__ import annotations
 
+import ast
 import difflib
 from collections.abc import Callable, Mapping
 
@@ -93,10 +94,35 @@ def _report(
 
 def line_map(new: str, old: str) -> Callable[[int], int]:
     """Map 1-based line numbers of ``new`` back to ``old`` (unchanged lines exactly; a changed block to
-    the start of the block it replaced)."""
+    the start of the block it replaced). A line of a top-level class maps into the class of the same
+    name in ``old``, or to its ``class`` line: the diff may pair a rewritten ``__init__`` with a line
+    another class repeats (``stages: tuple = (2, 1)``), and a finding must name its own class."""
     a, b = old.splitlines(), new.splitlines()
     table: dict[int, int] = {}
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         for j in range(j1, j2):
             table[j + 1] = (i1 + (j - j1) if tag == "equal" else min(i1 + (j - j1), max(i2 - 1, i1))) + 1
-    return lambda line: table.get(line, line)
+    new_classes, old_classes = _class_lines(new), _class_lines(old)
+
+    def to_old(line: int) -> int:
+        mapped = table.get(line, line)
+        name = next((n for n, (start, end) in new_classes.items() if start <= line <= end), None)
+        if name is None or name not in old_classes:
+            return mapped
+        start, end = old_classes[name]
+        return mapped if start <= mapped <= end else start
+
+    return to_old
+
+
+def _class_lines(text: str) -> dict[str, tuple[int, int]]:
+    """The first and last line of each top-level class of ``text`` (none when it does not parse)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return {}
+    return {
+        node.name: (node.lineno, node.end_lineno or node.lineno)
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+    }
