@@ -131,6 +131,9 @@ def _linen_arg_order(name: str) -> tuple[str, ...]:
 
 
 _NORM_UNSUPPORTED = frozenset({"force_float32_reductions"})
+_LAST_AXIS = ("-1", "(-1,)", "[-1]")
+"""The feature axis of a norm whose size the rewrite passes as ``num_features``: another axis (``axis=1``,
+``feature_axes=(-2, -1)``) would give its parameters the last axis's size instead."""
 
 LAYER_RULES: tuple[LayerRule, ...] = (
     LayerRule(
@@ -177,6 +180,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "LayerNorm",
         "LayerNorm",
         in_arg="num_features",
+        only_values={"feature_axes": _LAST_AXIS},  # num_features is the last axis's size
         unsupported_args=_NORM_UNSUPPORTED,
         keeps_shape=True,
         output_dtype=True,
@@ -186,6 +190,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "RMSNorm",
         "RMSNorm",
         in_arg="num_features",
+        only_values={"feature_axes": _LAST_AXIS},  # num_features is the last axis's size
         unsupported_args=_NORM_UNSUPPORTED,
         keeps_shape=True,
         output_dtype=True,
@@ -204,6 +209,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "BatchNorm",
         "BatchNorm",
         in_arg="num_features",
+        only_values={"axis": _LAST_AXIS},  # num_features is the last axis's size
         call_args=frozenset({"use_running_average"}),
         unsupported_args=_NORM_UNSUPPORTED,
         keeps_shape=True,

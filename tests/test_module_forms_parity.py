@@ -263,6 +263,10 @@ CASES = {
     "branch_shape_unpack_pooled": ("ViT", {"use_tokens": False}, (2, 4, 4, 3)),
     "stateless_other_build": ("Head", {}, (2, 3, 5)),  # pre_logits: IdentityLayer, no weights ...
     "loop_over_sum": ("Joined", {}, (2, 5)),  # (self.widths + self.extra)[i - 1]
+    "layer_attribute_renamed": ("Widen", {}, (2, 3)),  # self.proj.features -> self.proj.out_features
+    "layer_attribute_renamed_halves": ("Halves", {}, (2, 3)),
+    "sequential_of_blocks": ("Stack", {}, (2, 5)),  # Lin(2) sized by Lin(self.hidden)'s output
+    "stack_size_call_time": ("Ensemble", {}, (2, 5)),  # axis_size=self.members converts
     "loop_over_sum_repeated": ("Repeated", {}, (2, 5)),  # ((4,) * self.depth)[-1] ...
     "loop_over_sum_empty": ("Repeated", {"depth": 0}, (2, 5)),  # ... or the input's, with no element
     "stateless_other_build_dense": ("Head", {"representation_size": 4}, (2, 3, 5)),  # ... or a Dense
@@ -399,6 +403,7 @@ SOURCES = {
     "stateless_other_build_dense": "stateless_other_build",
     "branch_shape_unpack_pooled": "branch_shape_unpack",
     "loop_over_sum_repeated": "loop_over_sum",
+    "layer_attribute_renamed_halves": "layer_attribute_renamed",
     "loop_over_sum_empty": "loop_over_sum",
     "reduction_axis_range_max": "reduction_axis_range",
     "rebound_shape_unpack_config": "rebound_shape_unpack",

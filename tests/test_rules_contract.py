@@ -117,6 +117,8 @@ NOT_RUNNABLE = {
     "shape_unpack_call_time": "manual findings: layers sized by a batch axis or a starred unpacking",
     "loop_jumps": "manual finding: modules built on some iterations of a loop are left to a person",
     "local_changed_in_place": "manual findings: a local list or iterator changed in place sizes the layers",
+    "norm_feature_axis": "manual findings: norms whose feature axis is not the last stay Linen",
+    "rngs_field": "manual finding: a Linen field named rngs keeps the class Linen",
     "nest_inner_loop_may_not_run": "manual finding: a stage's norm reads a Dense an inner loop may not build",
     "setup_comprehension_offset": "manual finding: element names that are no list index stay Linen",
     "setup_loop_unfollowed": "manual findings: lists a setup() loop fills off its index stay Linen",

@@ -64,7 +64,8 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
     if not keyword_only:
         params.append("*")
     params += [f"{arg}: object = None" for arg in plan.new_args]
-    params.append("rngs: nnx.Rngs")
+    rngs = "nnx_rngs" if "rngs" in plan.field_names else "rngs"  # a Linen field named rngs keeps its name
+    params.append(f"{rngs}: nnx.Rngs")
     fields = ", ".join(
         f"{f.name}={_linen_value(f.name)}" if _may_hold_class(f.annotation) else f"{f.name}={f.name}"
         for f in plan.fields
@@ -76,7 +77,7 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
         'TODO(linen2nnx) markers."""\n\n'
         f"    {LINEN_CLASS_ATTR} = {linen_name(plan.name)}\n\n"
         f"    def __init__({', '.join(params)}):\n"
-        f"        self.{BRIDGE_ATTR} = nnx.bridge.ToNNX({linen_name(plan.name)}({fields}), rngs=rngs)\n\n"
+        f"        self.{BRIDGE_ATTR} = nnx.bridge.ToNNX({linen_name(plan.name)}({fields}), rngs={rngs})\n\n"
         "    def __call__(self, *args, **kwargs):\n"
         + (
             f"        return self.{BRIDGE_ATTR}(*args, mutable={collections!r}, **kwargs)  # updated in place\n"

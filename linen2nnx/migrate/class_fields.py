@@ -134,9 +134,18 @@ def plan_field_kinds(ctx: FileContext, plan: ClassPlan, node: cst.ClassDef) -> N
         ):
             plan.activation_fields.add(f.name)
     if "rngs" in plan.field_names:
+        field = next(
+            (
+                stmt
+                for stmt in node.body.body
+                if isinstance(stmt, cst.SimpleStatementLine)
+                and any(isinstance(s, cst.AnnAssign) and code(s.target) == "rngs" for s in stmt.body)
+            ),
+            node,
+        )
         ctx.report(
             MOD_004,
-            node,
+            field,  # on the field's line, where its marker goes
             f"{plan.name} has a field named `rngs`, which NNX constructors reserve for the nnx.Rngs",
             "rename the field before migrating",
         )

@@ -316,7 +316,7 @@ class FileContext:
             return None
         aliases = [n for n in names_in(node.func) if n in self.state.lift_aliases]
         try:
-            validate(chain, self.is_broadcast)
+            validate(chain, self.is_broadcast, self.enclosing_function(node))
         except LiftError as err:
             for alias in aliases:
                 self.state.alias_use[alias] = False

@@ -25,7 +25,8 @@ import dataclasses
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.cst_meta import syntax_children
+from linen2nnx.migrate.cst_utils import assigned_in, code, names_in
 
 TRANSFORMS = {"scan": "scan", "remat": "remat", "checkpoint": "remat", "vmap": "vmap"}
 # Linen names a lifted class after its core transform (``type(transform.__name__.capitalize() + name)``):
@@ -128,8 +129,16 @@ def partition_name(lift: Lift) -> str | None:
     return None if value is None else code(value)
 
 
-def validate(chain: LiftChain, is_broadcast: callable) -> None:
-    """Raise LiftError for what the emitters below do not cover."""
+def validate(chain: LiftChain, is_broadcast: callable, fn: cst.FunctionDef | None = None) -> None:
+    """Raise LiftError for what the emitters below do not cover. ``fn``: the method the chain is built
+    in, whose parameters and locals (but ``setup()``'s, replayed as they are) ``__init__`` does not have:
+    a stack size read from one (``axis_size=x.shape[1]``) cannot size the stack there."""
+    call_time = _call_time_names(fn)
+    for lift in chain.lifts:
+        size = lift.kwargs.get("length" if lift.kind == "scan" else "axis_size")
+        if size is not None and names_in(size) & call_time:
+            key = "length" if lift.kind == "scan" else "axis_size"
+            raise LiftError(f"nn.{lift.kind}({key}={code(size)}) reads a call-time value")
     for lift in chain.lifts:
         extra = set(lift.kwargs) - SUPPORTED_KWARGS[lift.kind]
         if extra:
@@ -157,6 +166,36 @@ def validate(chain: LiftChain, is_broadcast: callable) -> None:
         raise LiftError(
             "nested nn.scan / nn.vmap are converted only when every one is an nn.vmap that stacks params"
         )
+
+
+def _call_time_names(fn: cst.FunctionDef | None) -> set[str]:
+    """The parameters of ``fn`` (not ``setup()``) but ``self``, and the locals bound from them."""
+    if fn is None or fn.name.value == "setup":
+        return set()
+    params = fn.params
+    names = {p.name.value for p in (*params.params, *params.kwonly_params, *params.posonly_params)} - {"self"}
+    bindings = [
+        (assigned_in(node), names_in(node.value if isinstance(node, cst.Assign) else node.iter))
+        for node in _bindings(fn.body)
+    ]
+    grown = True
+    while grown:  # `n = x.shape[1]`, then `m = n * 2`
+        grown = False
+        for targets, read in bindings:
+            if read & names and not targets <= names:
+                names |= targets
+                grown = True
+    return names
+
+
+def _bindings(node: cst.CSTNode) -> list[cst.Assign | cst.For]:
+    stack, found = [node], []
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, (cst.Assign, cst.For)):
+            found.append(cur)
+        stack.extend(syntax_children(cur))
+    return found
 
 
 def in_axes_list(node: cst.BaseExpression | None, is_broadcast: callable) -> list[str] | str | None:

@@ -87,9 +87,32 @@ class AttributeRewriter:
             )
             if repointed is not None:
                 return repointed
-        return displayed_variables(self.ctx, original, parent) or self._variable_read(
-            original, updated, parent
+        return (
+            self._layer_attribute(original, updated, holder)
+            or displayed_variables(self.ctx, original, parent)
+            or self._variable_read(original, updated, parent)
         )
+
+    def _layer_attribute(
+        self, original: cst.Attribute, updated: cst.Attribute, holder: ClassPlan | None
+    ) -> cst.Attribute | None:
+        """``self.proj.features`` / ``d.features`` of a built-in layer the class builds: the NNX layer
+        keeps a renamed constructor argument under its new name (``out_features``)."""
+        if holder is None or holder.blocking:
+            return None
+        value, attr = original.value, original.attr.value
+        site = None
+        if self_attr(value) is not None:
+            site = next(
+                (s for s in holder.sites.values() if s.attr == self_attr(value) and s.container is None),
+                None,
+            )
+        elif isinstance(value, cst.Name):
+            site = holder.local_sites.get(value.value)
+        rule = site.rule if site is not None and site.kind == "layer" else None
+        if rule is None or attr not in rule.rename_args:
+            return None
+        return updated.with_changes(attr=cst.Name(rule.rename_args[attr]))
 
     def _annotated_layer(self, original: cst.Attribute, holder: ClassPlan | None) -> LayerRule | None:
         """The built-in layer an annotation in a class the run converts names (a field ``embed:

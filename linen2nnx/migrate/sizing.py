@@ -312,9 +312,10 @@ class Sizer(TraceEvidence):
             self._propagate_nested(inner, current)
             if inner.element >= 0:
                 info = self.layer_info(inner)
-                if info.out_unknown:
-                    break
-                current = info.out_expr or current
+                out = info.output(Feat("expr", expr=current)) if info.out_fn is not None else None
+                if info.out_unknown or (out is not None and out.kind != "expr"):
+                    break  # a class of the run whose output size the flow cannot tell: no later size
+                current = out.expr if out is not None else info.out_expr or current
 
     def _needs_input(self, site: Site) -> bool:
         if (
