@@ -226,3 +226,12 @@ def reads_rank_only(nodes: list[cst.CSTNode], name: str) -> bool:
 def ones(rank: int) -> str:
     """A shape of ``rank`` axes of size 1, as source: ``(1, 1, 1)``, ``(1,)``."""
     return f"({', '.join(['1'] * rank)}{',' if rank == 1 else ''})"
+
+
+def input_arg_name(plan: ClassPlan, input_name: str, params: list[str]) -> str:
+    """The constructor argument that carries the last-axis size of the ``__call__`` input ``input_name``
+    (``in_features`` for the first; a config field may already be called so)."""
+    arg = "in_features" if input_name == params[0] else f"{input_name}_features"
+    while arg in plan.field_names:
+        arg += "_"
+    return arg

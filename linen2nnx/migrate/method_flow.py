@@ -39,6 +39,7 @@ from linen2nnx.migrate.function_aliases import (
 )
 from linen2nnx.migrate.function_outs import imported_function_out
 from linen2nnx.migrate.input_dtypes import check_cast_inputs
+from linen2nnx.migrate.input_sizes import input_arg_name
 from linen2nnx.migrate.leading_setup import leading_setup_sizes, leading_setup_values
 from linen2nnx.migrate.local_functions import local_function_out
 from linen2nnx.migrate.loop_runs import unrun_choices
@@ -301,18 +302,22 @@ class MethodFlow:
             return
         for arg_name, refs in site.shape_refs.items():
             key = (id(site), arg_name)
-            seen = tuple(self._size_read(site, self.flow.env.get(name, Feat.unknown(name))) for name in refs)
+            seen = tuple(self._size_read(self.flow.env.get(name, Feat.unknown(name))) for name in refs)
             if arg_name not in site.arg_sources:
                 self.sizer.resolve_shape_arg(self.plan, site, arg_name, refs, self.flow, self.params)
                 self.shape_reads[key] = seen
             elif self.shape_reads.get(key, seen) != seen and site.shape_sizes.get(arg_name):
                 self.sizer.refuse_shape_arg(site, arg_name, refs)
 
-    def _size_read(self, site: Site, feat: Feat) -> str | Feat:
-        """What a shape argument reads of ``feat``: its static size as __init__ writes it (an input's
-        and the config expression it equals read alike), else the value itself."""
-        static = self.sizer.static_size(self.plan, feat, self.params, site.ctor)
-        return static if static is not None else feat.rankless()
+    def _size_read(self, feat: Feat) -> str | Feat:
+        """What a shape argument reads of ``feat``, compared between passes: a config expression, or
+        the argument an input's size becomes (``in_features``, also what a layer that keeps it gives);
+        else the value itself."""
+        if feat.kind == "expr":
+            return feat.expr
+        if feat.kind == "input" and self.state.flow_method == "__call__" and feat.input_name in self.params:
+            return input_arg_name(self.plan, feat.input_name, self.params)
+        return feat.rankless()
 
     def layer_of(self, call: cst.Call) -> LayerInfo | None:
         """The layer ``call`` applies (a site of the plan, a setup() submodule, a local or branch site)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.layers import LayerRule
+from linen2nnx.layers import LAYER_RULES, LayerRule
 from linen2nnx.migrate.api_findings import no_counterpart_finding, unbox_if_boxed
 from linen2nnx.migrate.axes_params import kept_alias
 from linen2nnx.migrate.box_tests import strips_box_only
@@ -57,6 +57,11 @@ from linen2nnx.migrate.variable_reads import displayed_variables
 AXES_API_NAMES = frozenset({"partitioning.param_with_axes", "partitioning.variable_with_axes"})
 
 
+RENAMED_ARGS = frozenset(name for rule in LAYER_RULES for name in rule.rename_args)
+"""Constructor arguments some NNX layer renames (``features``): the only attributes of a built layer
+the rewrite renames."""
+
+
 class AttributeRewriter:
     """Rewrites one attribute of a Linen class or of module-level code."""
 
@@ -98,9 +103,9 @@ class AttributeRewriter:
     ) -> cst.Attribute | None:
         """``self.proj.features`` / ``d.features`` of a built-in layer the class builds: the NNX layer
         keeps a renamed constructor argument under its new name (``out_features``)."""
-        if holder is None or holder.blocking:
-            return None
         value, attr = original.value, original.attr.value
+        if attr not in RENAMED_ARGS or holder is None or holder.blocking:
+            return None
         site = None
         if self_attr(value) is not None:
             site = next(

@@ -30,7 +30,7 @@ from linen2nnx.migrate.element_loops import later_size_holds
 from linen2nnx.migrate.extra_inputs import invariant_input, kv_size
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.handed_modules import HANDED, handed_kind, handed_size
-from linen2nnx.migrate.input_sizes import flat_input
+from linen2nnx.migrate.input_sizes import flat_input, input_arg_name
 from linen2nnx.migrate.loop_chains import chain_label
 from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import MOD_004, SHAPE_002, SHAPE_003
@@ -451,9 +451,7 @@ class Sizer(TraceEvidence):
             return self._leaf_argument(plan, params.index(feat.input_name), feat.input_name, feat.expr, node)
         if feat.kind != "input" or self.state.flow_method != "__call__":
             return None  # only __call__'s inputs are the module's inputs; a helper's argument may be anything
-        arg = "in_features" if feat.input_name == params[0] else f"{feat.input_name}_features"
-        while arg in plan.field_names:  # a config field may already be called in_features
-            arg += "_"
+        arg = input_arg_name(plan, feat.input_name, params)
         if arg not in plan.new_args:
             plan.new_args[arg] = f"input:{params.index(feat.input_name)}"
             self.ctx.report(
