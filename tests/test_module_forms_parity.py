@@ -302,6 +302,7 @@ CASES = {
     "rank_guard": ("SqueezeAndExcite", {}, (2, 3, 3, 4)),  # if inputs.ndim != 4: raise -> mean keeps features
     "rank_guard_pool": ("Pool", {}, (2, 3, 5)),  # assert tokens.ndim == 3
     "rank_guard_unpacked": ("Stem", {}, (2, 4, 4, 3)),  # n, h, w, c = images.shape
+    "rank_guard_squeezed": ("Squeezed", {}, (2, 5)),  # h.squeeze(-2) keeps the features
     "layer_dtype_param_after_stem": ("HybridViT", {}, (2, 8, 8, 3)),  # embedding after a stem: float32
     "rebound_shape_unpack": ("ViT", {}, (2, 4, 4, 3)),  # n, h, w, c = x.shape twice: the second c
     "setup_param_declared_field": ("Classifier", {}, (2, 3, 5)),  # embedding: field(init=False)
@@ -400,6 +401,7 @@ SOURCES = {
     "setup_helpers_plain": "setup_helpers",
     "rank_guard_pool": "rank_guard",
     "rank_guard_unpacked": "rank_guard",
+    "rank_guard_squeezed": "rank_guard",
     "stateless_other_build_dense": "stateless_other_build",
     "branch_shape_unpack_pooled": "branch_shape_unpack",
     "loop_over_sum_repeated": "loop_over_sum",

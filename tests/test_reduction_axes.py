@@ -5,7 +5,7 @@ import libcst as cst
 import pytest
 
 from linen2nnx.migrate.dataflow_types import Feat
-from linen2nnx.migrate.last_axis_ops import reduced
+from linen2nnx.migrate.last_axis_ops import reduced, squeezed
 
 HIDDEN = Feat("expr", expr="self.hidden")
 
@@ -52,3 +52,25 @@ def test_range_of_axes_left_unknown(call, why):
     result = _reduce(call, 4)
     assert result.kind == "unknown"
     assert result.reason == why
+
+
+@pytest.mark.parametrize(
+    ("call", "rank", "expected"),
+    [
+        ("x.squeeze(-2)", 0, 0),  # any rank: the last axis stays, its rank unknown
+        ("x.squeeze(axis=(-3, -2))", 5, 3),
+        ("x.squeeze(1)", 3, 2),  # from the front of a value of known rank
+        ("x.squeeze(1)", 0, None),  # rank unknown: axis 1 may be the last
+        ("x.squeeze(-1)", 4, None),  # the last axis itself
+        ("x.squeeze()", 4, None),  # every axis of size 1: the shape decides
+        ("x.squeeze(self.axis)", 4, None),
+    ],
+)
+def test_squeezed_keeps_the_last_axis_only_when_its_axes_are_others(call, rank, expected):
+    node = cst.parse_expression(call)
+    assert isinstance(node, cst.Call)
+    out = squeezed(Feat("expr", expr="self.hidden", rank=rank), node)
+    if expected is None:
+        assert out is None
+    else:
+        assert out == Feat("expr", expr="self.hidden", rank=expected)

@@ -499,6 +499,9 @@ class FeatureFlow:
         if method == "reshape":
             return last_axis_ops.reshaped(receiver, node, func.value, self.size_fields, self.axis_size)
         if method == "squeeze":  # keeps the last axis or drops it, by the shape: only a trace tells
+            kept = last_axis_ops.squeezed(receiver, node)  # ... unless its literal axes are others
+            if kept is not None:
+                return kept
             known = receiver if receiver.kind in ("input", "expr") else receiver.candidate
             return Feat("unknown", reason="a squeeze", candidate=known)
         return None

@@ -409,3 +409,23 @@ def is_number(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.UnaryOperation):
         node = node.expression
     return isinstance(node, (cst.Integer, cst.Float))
+
+
+def squeezed(receiver: Feat, node: cst.Call) -> Feat | None:
+    """``x.squeeze(-2)`` / ``x.squeeze(axis=(1, 2))``: the last axis stays when every literal axis is
+    another one (counted from the end, or from the front of a value of known rank); None otherwise
+    (no axis given, or one that may be the last: a squeeze that may drop it)."""
+    if receiver.kind not in ("input", "expr") or len(node.args) != 1 or node.args[0].star:
+        return None
+    arg = node.args[0]
+    if arg.keyword is not None and arg.keyword.value != "axis":
+        return None
+    items = arg.value.elements if isinstance(arg.value, cst.Tuple) else [arg.value]
+    axes = [literal_axis(item.value if isinstance(item, cst.Element) else item) for item in items]
+    if not axes or any(a is None for a in axes):
+        return None
+    rank = receiver.rank
+    last_kept = all(a <= -2 or (rank and 0 <= a < rank - 1) for a in axes)  # type: ignore[operator]
+    if not last_kept:
+        return None
+    return dataclasses.replace(receiver, rank=rank - len(axes) if rank else 0)
