@@ -638,6 +638,34 @@ def test_params_mutable_question_reads_false(cls, train_kwargs, eval_kwargs, tmp
     assert parity.by_check()["batch_stats"], "the train call's statistics are compared"
 
 
+def test_batch_stat_sized_by_the_input_is_built_in_init(tmp_path):
+    """A running statistic sized by the input is created in ``__init__``: the converted checkpoint has
+    its home before any call, and train and eval calls match Linen's, statistics included."""
+    src = fixture("batch_stat_from_input_in.py").read_text()
+    result = migrate_source(src, "batch_stat_from_input.py", module_name="batch_stat_from_input")
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").RunningCentre
+    nnx_cls = import_file(tmp_path / "nnx_src.py").RunningCentre
+    side = LinenSide(
+        model=linen_cls(),
+        batch={"x": np.random.default_rng(4).normal(size=(5, 4)).astype(np.float32)},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={"train": True},
+        eval_kwargs={"train": False},
+        mutable=("batch_stats",),
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=4, rngs=rngs), name_map=map_path
+    )
+    assert "mean" in nnx.state(nnx_cls(in_features=4, rngs=nnx.Rngs(0)), nnx.BatchStat)
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert parity.by_check()["batch_stats"], "the train call's statistics are compared"
+
+
 def test_merged_mode_flag_moves_to_the_call(tmp_path):
     """A class of the run that merges its mode flag with ``merge_param`` is built without it in
     ``__init__`` and given it at the call: the same forward, loss, gradients and running statistics in

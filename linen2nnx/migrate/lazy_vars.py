@@ -12,7 +12,10 @@ module may gain a Variable on any eager call, so the same protocol holds one to 
 ``self.has_variable('cache', 'cached_key')`` becomes ``hasattr(self, 'cached_key')`` and
 ``self.get_variable(...)`` reads ``self.cached_key[...]``. As docs/nnx_facts.md#variables-created-inside-a-scan notes: under ``nnx.scan`` a
 Variable created in the body comes out stacked, like Linen's ``variable_axes={'cache': 0}``.
-Parameters are never created this way: an optimizer must see every Param after ``__init__``.
+Parameters are never created this way: an optimizer must see every Param after ``__init__``. Nor
+is a running statistic sized by the input and created on every call (``self.variable('batch_stats',
+'mean', jnp.zeros, (x.shape[-1],))``): ``__init__`` sizes it as it does a parameter, so a converted
+checkpoint has its home before the model ever ran.
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ class VariablePlanning:
         call_time = any((names_in(a.value) - NOT_LOCAL) & local_names for a in args[2:])
         if collection == "params" or not (conditions is None or call_time or collection == "cache"):
             return False
+        if call_time and conditions == [] and collection != "cache":
+            return False  # batch stats sized by the input, built on every call: __init__ sizes them
         statement = self.ctx.statement_of(node)
         if not isinstance(statement, cst.SimpleStatementLine):
             return False
