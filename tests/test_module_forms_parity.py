@@ -263,6 +263,7 @@ CASES = {
     "branch_shape_unpack_pooled": ("ViT", {"use_tokens": False}, (2, 4, 4, 3)),
     "stateless_other_build": ("Head", {}, (2, 3, 5)),  # pre_logits: IdentityLayer, no weights ...
     "loop_over_sum": ("Joined", {}, (2, 5)),  # (self.widths + self.extra)[i - 1]
+    "setup_frozen_values": ("Fine", {}, (2, 5)),  # a tuple of parameters, a value of the config
     "layer_attribute_renamed": ("Widen", {}, (2, 3)),  # self.proj.features -> self.proj.out_features
     "layer_attribute_renamed_halves": ("Halves", {}, (2, 3)),
     "sequential_of_blocks": ("Stack", {}, (2, 5)),  # Lin(2) sized by Lin(self.hidden)'s output

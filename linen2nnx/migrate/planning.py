@@ -1,10 +1,9 @@
 """The *analyse* part of the module pass: a :class:`ClassPlan` for each Linen class.
 
 :class:`ClassPlanner` reads the original tree only: what becomes a field, a submodule, a variable,
-and where it is built. It asks the :class:`~linen2nnx.migrate.sizing.Sizer` for feature sizes and
-the :class:`~linen2nnx.migrate.context.FileContext` for names and findings; where each submodule
-and variable of a method is built is the :class:`~linen2nnx.migrate.site_planning.SitePlanner`'s job,
-which of its locals ``__init__`` replays the :class:`~linen2nnx.migrate.local_planning.LocalPlanner`'s.
+and where it is built. It asks the ``Sizer`` (sizing.py) for feature sizes, the ``FileContext`` for
+names and findings; where a method builds its modules is the ``SitePlanner``'s job, which locals
+``__init__`` replays the ``LocalPlanner``'s.
 """
 
 from __future__ import annotations
@@ -60,6 +59,7 @@ from linen2nnx.migrate.setup_lists import (
 )
 from linen2nnx.migrate.setup_loop_lists import loop_lists
 from linen2nnx.migrate.setup_partials import add_partial_site, attribute_values, setup_partials
+from linen2nnx.migrate.setup_values import report_frozen_values
 from linen2nnx.migrate.shared_scope import plan_shared_scopes
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
@@ -133,6 +133,7 @@ class ClassPlanner:
             elif any(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators):
                 self._plan_compact(plan, fn, counters)
         plan_put_variables(self, plan, node, plan.put_calls)
+        report_frozen_values(self.ctx, plan)  # `self.scale = jnp.exp(self.log_scale)` in setup()
         self._size_and_finish(plan, methods)
         plan_inherited_build(plan, node, methods, self.ctx.user_class_of, self.ctx.report)
         return plan
@@ -267,8 +268,7 @@ class ClassPlanner:
             self.state.dropped_statements.add(local.statement)
 
     def _plan_setup_block(self, plan: ClassPlan, body: Any) -> None:
-        """setup() statements, including those under ``if`` and ``match`` (conditional submodules keep
-        their condition)."""
+        """setup() statements, also under ``if`` / ``match`` (a conditional submodule keeps its test)."""
         self._plan_setup_loops(plan, body)
         for k, stmt in enumerate(body):
             if isinstance(stmt, cst.If) and self._plan_remat_branches(plan, stmt, list(body[k + 1 :])):
