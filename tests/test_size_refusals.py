@@ -28,7 +28,8 @@ def test_an_own_variable_whose_attribute_setup_reassigns_is_not_read_through_the
                 return x * self.w + x * self.variables['params']['w']
         """
     )
-    assert "L2N-VERIFY-003" in manual
+    # `self.w * 2.0` computed in setup() from the parameter: the class stays Linen (setup_values.py)
+    assert {"L2N-MOD-004", "L2N-MOD-007"} <= manual
 
 
 def test_a_submodule_local_rebound_under_a_condition_is_not_its_callers_size():
