@@ -203,6 +203,28 @@ def contains(node: cst.CSTNode, kinds: tuple[type, ...], opaque: tuple[type, ...
     return False
 
 
+def nodes_of(node: cst.CSTNode, kinds: tuple[type, ...], opaque: tuple[type, ...] = ()) -> list[cst.CSTNode]:
+    """The nodes of ``kinds`` under ``node`` (itself included), in source order, not looking inside
+    nodes of ``opaque`` (a nested function's assignments are not the method's own)."""
+    found: list[cst.CSTNode] = []
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, kinds):
+            found.append(cur)
+        if cur is node or not isinstance(cur, opaque):
+            stack.extend(reversed(syntax_children(cur)))
+    return found
+
+
+def inside(node: cst.CSTNode, outer: cst.CSTNode, parent_of: Callable[[cst.CSTNode], Any]) -> bool:
+    """Whether ``node`` lies under ``outer`` (or is it), by the parent links ``parent_of`` gives."""
+    cur: cst.CSTNode | None = node
+    while cur is not None and cur is not outer:
+        cur = parent_of(cur)
+    return cur is outer
+
+
 def _field_kind(hint: Any) -> str:
     """What a field annotated ``hint`` may hold: ``"none"`` never a node (a string, a flag, None,
     ``MaybeSentinel``), ``"seq"`` a sequence of nodes, ``"node"`` a node or nothing, ``"any"`` unknown."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from linen2nnx.migrate.array_functions import numpy_reduction
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import FastVisitor, inside
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def _reaching_in_block(
         if type(cur) is cst.Lambda:
             return None
         if not isinstance(cur, (cst.IndentedBlock, cst.If, cst.Else)):
-            if any(_inside(ctx, b, cur) for b in bindings):
+            if any(inside(b, cur, ctx.parent_of) for b in bindings):
                 return None  # a loop's earlier pass, a try's body, a with's target: not straight-line
             child, cur = cur, ctx.parent_of(cur)
             continue
@@ -136,7 +136,9 @@ def _reaching_in_block(
             found = lines.get(id(stmt))
             if found is not None:
                 return found[0] if len(found) == 1 else None
-            if type(stmt) is not cst.SimpleStatementLine and any(_inside(ctx, b, stmt) for b in bindings):
+            if type(stmt) is not cst.SimpleStatementLine and any(
+                inside(b, stmt, ctx.parent_of) for b in bindings
+            ):
                 return None
         child, cur = cur, ctx.parent_of(cur)
     return None
@@ -147,15 +149,6 @@ def _line_of(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode | None:
     while cur is not None and type(cur) is not cst.SimpleStatementLine:
         cur = ctx.parent_of(cur)
     return cur
-
-
-def _inside(ctx: FileContext, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
-    cur: cst.CSTNode | None = node
-    while cur is not None:
-        if cur is outer:
-            return True
-        cur = ctx.parent_of(cur)
-    return False
 
 
 def _top_line(ctx: FileContext, fn: cst.FunctionDef, node: cst.CSTNode) -> int | None:

@@ -25,7 +25,7 @@ import dataclasses
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import syntax_children
+from linen2nnx.migrate.cst_meta import nodes_of
 from linen2nnx.migrate.cst_utils import assigned_in, code, names_in
 
 TRANSFORMS = {"scan": "scan", "remat": "remat", "checkpoint": "remat", "vmap": "vmap"}
@@ -176,7 +176,7 @@ def _call_time_names(fn: cst.FunctionDef | None) -> set[str]:
     names = {p.name.value for p in (*params.params, *params.kwonly_params, *params.posonly_params)} - {"self"}
     bindings = [
         (assigned_in(node), names_in(node.value if isinstance(node, cst.Assign) else node.iter))
-        for node in _bindings(fn.body)
+        for node in nodes_of(fn.body, (cst.Assign, cst.For))
     ]
     grown = True
     while grown:  # `n = x.shape[1]`, then `m = n * 2`
@@ -186,16 +186,6 @@ def _call_time_names(fn: cst.FunctionDef | None) -> set[str]:
                 names |= targets
                 grown = True
     return names
-
-
-def _bindings(node: cst.CSTNode) -> list[cst.Assign | cst.For]:
-    stack, found = [node], []
-    while stack:
-        cur = stack.pop()
-        if isinstance(cur, (cst.Assign, cst.For)):
-            found.append(cur)
-        stack.extend(syntax_children(cur))
-    return found
 
 
 def in_axes_list(node: cst.BaseExpression | None, is_broadcast: callable) -> list[str] | str | None:

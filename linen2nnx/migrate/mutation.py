@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import libcst as cst
 
 from linen2nnx.migrate import mapping_flow
-from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST, FastVisitor, syntax_children
+from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST, FastVisitor, nodes_of
 from linen2nnx.migrate.dataflow_types import Feat
 from linen2nnx.migrate.tuple_flow import COMPOUND, SIZED
 
@@ -182,27 +182,28 @@ MUTATING_METHODS = frozenset(
 def mutated_locals(fn: cst.FunctionDef) -> set[str]:
     """The names ``fn`` changes in place as Python containers: ``widths.pop()``, ``widths.append(w)``,
     ``widths[0] = w``, ``del widths[0]``, ``next(it)`` (``widths += [w]`` binds the name again: a
-    second binding, which keeps it from being replayed as one value). Such a local is no value ``__init__`` can
-    replay from its binding alone (``widths = list(self.widths)`` holds one element fewer once
+    second binding, which keeps it from being replayed as one value). Such a local is no value
+    ``__init__`` can replay from its binding alone (``widths = list(self.widths)`` holds one element fewer once
     ``last = widths.pop()`` ran), nor may the method drop the line that changes it."""
     changed: set[str] = set()
-    stack: list[cst.CSTNode] = [fn.body]
-    while stack:
-        node = stack.pop()
-        stack.extend(syntax_children(node))
-        kind = type(node)
-        if kind is cst.Call and type(node.func) is cst.Attribute:  # type: ignore[attr-defined]
-            func = node.func  # type: ignore[attr-defined]
-            if type(func.value) is cst.Name and func.attr.value in MUTATING_METHODS:
-                changed.add(func.value.value)
-        elif kind is cst.Call and type(node.func) is cst.Name and node.func.value == "next" and node.args:  # type: ignore[attr-defined]
-            if type(node.args[0].value) is cst.Name:  # type: ignore[attr-defined]
-                changed.add(node.args[0].value.value)  # type: ignore[attr-defined]  # an iterator advanced
-        elif kind in (cst.Assign, cst.AugAssign, cst.Del):
-            targets = [t.target for t in node.targets] if kind is cst.Assign else [node.target]  # type: ignore[attr-defined]
-            for target in targets:
-                if type(target) in _SUBSCRIPT_OR_ATTRIBUTE and type(target.value) is cst.Name:
-                    changed.add(target.value.value)
+    for node in nodes_of(fn.body, (cst.Call, cst.Assign, cst.AugAssign, cst.Del)):
+        if isinstance(node, cst.Call):
+            func, args = node.func, node.args
+            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+                if func.attr.value in MUTATING_METHODS:
+                    changed.add(func.value.value)
+            elif (
+                isinstance(func, cst.Name)
+                and func.value == "next"
+                and args
+                and isinstance(args[0].value, cst.Name)
+            ):
+                changed.add(args[0].value.value)  # an iterator advanced
+            continue
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]  # type: ignore[attr-defined]
+        for target in targets:
+            if type(target) in _SUBSCRIPT_OR_ATTRIBUTE and isinstance(target.value, cst.Name):  # type: ignore[attr-defined]
+                changed.add(target.value.value)  # type: ignore[attr-defined]
     return changed - {"self"}
 
 

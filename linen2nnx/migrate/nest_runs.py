@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import inside
 from linen2nnx.migrate.dataflow_types import Feat
 from linen2nnx.migrate.loop_runs import ran_test
 from linen2nnx.migrate.sites import ClassPlan, LoopNest, Site
@@ -51,12 +52,12 @@ def after_inner_loop(
     """After an inner loop of a nest whose other modules are built outside it: a size read from the
     last element the inner loop builds is unknown (it may not have run this time)."""
     nest = next(
-        (n for n in plan.nests.values() if n.outer is not loop and holds(n.outer, loop, parent_of)), None
+        (n for n in plan.nests.values() if n.outer is not loop and inside(loop, n.outer, parent_of)), None
     )
-    if nest is None or all(holds(loop, nest.statements[id(s)], parent_of) for s in nest.sites):
+    if nest is None or all(inside(nest.statements[id(s)], loop, parent_of) for s in nest.sites):
         return  # only this loop's modules read their list's last element
     for site in nest.sites:
-        if not holds(loop, nest.statements[id(site)], parent_of):
+        if not inside(nest.statements[id(site)], loop, parent_of):
             continue
         last = f"self.{site.attr}[-1]."
         for name, feat in list(env.items()):
@@ -74,13 +75,3 @@ def in_inner_loop(nest: LoopNest, site: Site, parent_of: Callable[[cst.CSTNode],
             return True
         cur = parent_of(cur)
     return False
-
-
-def holds(
-    outer: cst.CSTNode, node: cst.CSTNode, parent_of: Callable[[cst.CSTNode], cst.CSTNode | None]
-) -> bool:
-    """Whether ``node`` lies inside ``outer`` (or is it)."""
-    cur: cst.CSTNode | None = node
-    while cur is not None and cur is not outer:
-        cur = parent_of(cur)
-    return cur is outer

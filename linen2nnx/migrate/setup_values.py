@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import syntax_children
+from linen2nnx.migrate.cst_meta import nodes_of, syntax_children
 from linen2nnx.migrate.cst_utils import self_attr, self_targets
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan
@@ -33,7 +33,8 @@ def report_frozen_values(ctx: FileContext, plan: ClassPlan) -> None:
     variable_calls = {id(c) for c, s in plan.sites.items() if s.kind in VARIABLE_KINDS}
     variable_attrs = {s.attr for s in plan.sites.values() if s.kind in VARIABLE_KINDS}
     variable_locals: set[str] = set()
-    for node in _assignments(setup.body):
+    for node in nodes_of(setup.body, (cst.Assign,), opaque=(cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+        assert isinstance(node, cst.Assign)
         value = node.value
         parts = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
         created = bool(parts) and all(id(part) in variable_calls for part in parts)  # `a, b = (p, p)`
@@ -67,12 +68,3 @@ def _reads(value: cst.BaseExpression, calls: set[int], attrs: set[str], names: s
             continue  # runs later, when called
         stack.extend(syntax_children(node))
     return None
-
-
-def _assignments(node: cst.CSTNode) -> list[cst.Assign]:
-    """The assignments under ``node``, in source order (not inside nested functions or classes)."""
-    if isinstance(node, cst.Assign):
-        return [node]
-    if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-        return []
-    return [a for child in syntax_children(node) for a in _assignments(child)]

@@ -84,14 +84,8 @@ class Sizer(TraceEvidence):
         for name in refs:
             feat = flow.env.get(name, Feat.unknown(name))
             if feat.kind not in ("expr", "input"):
-                self.ctx.report(
-                    MOD_004,
-                    site.args[arg_name],
-                    f"argument {arg_name}= uses {name}.shape[-1], whose size the dataflow cannot tell",
-                    "compute it from constructor arguments / config",
-                )
-                site.arg_sources[arg_name] = code(site.args[arg_name].value)
-                site.shape_sizes[arg_name] = {}  # kept as the rewrite wrote it
+                why = f"uses {name}.shape[-1], whose size the dataflow cannot tell"
+                self._keep_shape_arg(site, arg_name, why, "compute it from constructor arguments / config")
                 return
             replacements[name] = self._resolve_in(plan, site, feat, params, site.ctor)
         site.arg_sources[arg_name] = replace_shape_last(site.args[arg_name].value, replacements)
@@ -99,14 +93,15 @@ class Sizer(TraceEvidence):
 
     def refuse_shape_arg(self, site: Site, arg_name: str, refs: list[str]) -> None:
         """A shape argument a later pass of a loop reads with another size than the first: no one size
-        builds every element in ``__init__``, so it stays as written, with a finding that blocks it."""
-        self.ctx.report(
-            MOD_004,
-            site.args[arg_name],
-            f"argument {arg_name}= uses {', '.join(f'{n}.shape[-1]' for n in refs)}, whose size changes "
-            "from one pass of the loop to the next",
-            "compute each pass's size from constructor arguments / config",
+        builds every element in ``__init__``."""
+        why = f"uses {', '.join(f'{n}.shape[-1]' for n in refs)}, whose size changes from one pass of the loop to the next"
+        self._keep_shape_arg(
+            site, arg_name, why, "compute each pass's size from constructor arguments / config"
         )
+
+    def _keep_shape_arg(self, site: Site, arg_name: str, why: str, hint: str) -> None:
+        """A shape argument no static size replaces: it stays as written, with a finding that blocks it."""
+        self.ctx.report(MOD_004, site.args[arg_name], f"argument {arg_name}= {why}", hint)
         site.arg_sources[arg_name] = code(site.args[arg_name].value)
         site.shape_sizes[arg_name] = {}  # kept as the rewrite wrote it
 
