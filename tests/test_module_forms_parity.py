@@ -604,6 +604,31 @@ def test_init_only_dummy_inputs_read_false(with_targets, tmp_path):
     assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"]))
 
 
+def _stats_parity(tmp_path, stem, cls, linen_kwargs, nnx_kwargs, x, **modes):
+    """Migrate fixture ``stem``, then run the parity check of its class ``cls`` with a mutable
+    ``batch_stats`` (``modes``: the train / eval call arguments): the migration's result, the NNX class
+    and the parity result."""
+    src = fixture(f"{stem}_in.py").read_text()
+    result = migrate_source(src, f"{stem}.py", module_name=stem)
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls)
+    nnx_cls = getattr(import_file(tmp_path / "nnx_src.py"), cls)
+    side = LinenSide(
+        model=linen_cls(**linen_kwargs),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        mutable=("batch_stats",),
+        **modes,
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_cls(**nnx_kwargs, rngs=rngs), name_map=map_path)
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    return result, nnx_cls, parity
+
+
 @pytest.mark.parametrize(
     ("cls", "train_kwargs", "eval_kwargs"),
     [
@@ -615,55 +640,36 @@ def test_params_mutable_question_reads_false(cls, train_kwargs, eval_kwargs, tmp
     """``self.is_mutable_collection('params')`` skipping the running-statistics update during init reads
     False: NNX's __init__ holds Linen's init values, and a train call updates the statistics as Linen's
     apply with a mutable ``batch_stats`` does."""
-    src = fixture("params_mutable_stats_in.py").read_text()
-    result = migrate_source(src, "params_mutable_stats.py", module_name="params_mutable_stats")
-    assert [f.rule for f in result.findings if f.rule == "L2N-API-007"] == ["L2N-API-007"] * 2
-    (tmp_path / "linen_src.py").write_text(src)
-    (tmp_path / "nnx_src.py").write_text(result.output)
-    linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls)
-    nnx_cls = getattr(import_file(tmp_path / "nnx_src.py"), cls)
-    side = LinenSide(
-        model=linen_cls(features=4),
-        batch={"x": np.random.default_rng(2).normal(size=(5, 4)).astype(np.float32)},
-        loss=lambda out, b: jnp.mean(out**2),
+    x = np.random.default_rng(2).normal(size=(5, 4)).astype(np.float32)
+    result, _, parity = _stats_parity(
+        tmp_path,
+        "params_mutable_stats",
+        cls,
+        {"features": 4},
+        {"features": 4},
+        x,
         train_kwargs=train_kwargs,
         eval_kwargs=eval_kwargs,
-        mutable=("batch_stats",),
     )
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_cls(features=4, rngs=rngs), name_map=map_path)
-    variables = perturbed(side.init_variables())
-    parity = check(pair, variables)
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert [f.rule for f in result.findings if f.rule == "L2N-API-007"] == ["L2N-API-007"] * 2
     assert parity.by_check()["batch_stats"], "the train call's statistics are compared"
 
 
 def test_batch_stat_sized_by_the_input_is_built_in_init(tmp_path):
     """A running statistic sized by the input is created in ``__init__``: the converted checkpoint has
     its home before any call, and train and eval calls match Linen's, statistics included."""
-    src = fixture("batch_stat_from_input_in.py").read_text()
-    result = migrate_source(src, "batch_stat_from_input.py", module_name="batch_stat_from_input")
-    (tmp_path / "linen_src.py").write_text(src)
-    (tmp_path / "nnx_src.py").write_text(result.output)
-    linen_cls = import_file(tmp_path / "linen_src.py").RunningCentre
-    nnx_cls = import_file(tmp_path / "nnx_src.py").RunningCentre
-    side = LinenSide(
-        model=linen_cls(),
-        batch={"x": np.random.default_rng(4).normal(size=(5, 4)).astype(np.float32)},
-        loss=lambda out, b: jnp.mean(out**2),
+    x = np.random.default_rng(4).normal(size=(5, 4)).astype(np.float32)
+    _, nnx_cls, parity = _stats_parity(
+        tmp_path,
+        "batch_stat_from_input",
+        "RunningCentre",
+        {},
+        {"in_features": 4},
+        x,
         train_kwargs={"train": True},
         eval_kwargs={"train": False},
-        mutable=("batch_stats",),
-    )
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
-    pair = ModelPair(
-        linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=4, rngs=rngs), name_map=map_path
     )
     assert "mean" in nnx.state(nnx_cls(in_features=4, rngs=nnx.Rngs(0)), nnx.BatchStat)
-    parity = check(pair, perturbed(side.init_variables()))
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert parity.by_check()["batch_stats"], "the train call's statistics are compared"
 
 
@@ -671,26 +677,9 @@ def test_merged_mode_flag_moves_to_the_call(tmp_path):
     """A class of the run that merges its mode flag with ``merge_param`` is built without it in
     ``__init__`` and given it at the call: the same forward, loss, gradients and running statistics in
     train and eval mode."""
-    src = fixture("merged_flag_in.py").read_text()
-    result = migrate_source(src, "merged_flag.py", module_name="merged_flag")
+    x = np.random.default_rng(3).normal(size=(5, 3)).astype(np.float32)
+    result, _, parity = _stats_parity(tmp_path, "merged_flag", "Net", {}, {"in_features": 3}, x)
     assert "L2N-LAYER-003" in {f.rule for f in result.findings}
-    (tmp_path / "linen_src.py").write_text(src)
-    (tmp_path / "nnx_src.py").write_text(result.output)
-    linen_cls = import_file(tmp_path / "linen_src.py").Net
-    nnx_cls = import_file(tmp_path / "nnx_src.py").Net
-    side = LinenSide(
-        model=linen_cls(),
-        batch={"x": np.random.default_rng(3).normal(size=(5, 3)).astype(np.float32)},
-        loss=lambda out, b: jnp.mean(out**2),
-        mutable=("batch_stats",),
-    )
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
-    pair = ModelPair(
-        linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=3, rngs=rngs), name_map=map_path
-    )
-    parity = check(pair, perturbed(side.init_variables()))
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert parity.by_check()["batch_stats"] and parity.by_check()["forward/eval"]
 
 
