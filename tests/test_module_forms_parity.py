@@ -264,6 +264,8 @@ CASES = {
     "stateless_other_build": ("Head", {}, (2, 3, 5)),  # pre_logits: IdentityLayer, no weights ...
     "loop_over_sum": ("Joined", {}, (2, 5)),  # (self.widths + self.extra)[i - 1]
     "setup_frozen_values": ("Fine", {}, (2, 5)),  # a tuple of parameters, a value of the config
+    "setup_array_property": ("RotaryAttention", {}, (2, 5, 8)),  # built under eval_shape: no tracer leak
+    "setup_array_property_tables": ("AddPositions", {}, (2, 7, 3)),  # a table from a function, a numpy grid
     "layer_attribute_renamed": ("Widen", {}, (2, 3)),  # self.proj.features -> self.proj.out_features
     "layer_attribute_renamed_halves": ("Halves", {}, (2, 3)),
     "sequential_of_blocks": ("Stack", {}, (2, 5)),  # Lin(2) sized by Lin(self.hidden)'s output
@@ -367,6 +369,7 @@ CASES = {
     "init_restated_tests_splat": ("Splat", {}, (2, 5)),  # dense(**options) of partial(nn.Dense, 4)
 }
 SOURCES = {
+    "setup_array_property_tables": "setup_array_property",
     **{f"stateless_call_time_{k}": "stateless_call_time" for k in ("scaled", "scaled_on", "tagged")},
     "compact_loop_chain_gap": "compact_loop_chain",
     "compact_loop_tail_empty": "compact_loop_tail",

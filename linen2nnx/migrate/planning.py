@@ -59,7 +59,7 @@ from linen2nnx.migrate.setup_lists import (
 )
 from linen2nnx.migrate.setup_loop_lists import loop_lists
 from linen2nnx.migrate.setup_partials import add_partial_site, attribute_values, setup_partials
-from linen2nnx.migrate.setup_values import report_frozen_values
+from linen2nnx.migrate.setup_values import plan_setup_values
 from linen2nnx.migrate.shared_scope import plan_shared_scopes
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import (
@@ -133,7 +133,7 @@ class ClassPlanner:
             elif any(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators):
                 self._plan_compact(plan, fn, counters)
         plan_put_variables(self, plan, node, plan.put_calls)
-        report_frozen_values(self.ctx, plan)  # `self.scale = jnp.exp(self.log_scale)` in setup()
+        plan_setup_values(self.ctx, plan)  # `self.scale = jnp.exp(self.log_scale)`, arrays of setup()
         self._size_and_finish(plan, methods)
         plan_inherited_build(plan, node, methods, self.ctx.user_class_of, self.ctx.report)
         return plan

@@ -51,6 +51,7 @@ from linen2nnx.migrate.rules import (
     MOD_012,
     XFORM_001,
 )
+from linen2nnx.migrate.setup_arrays import split_properties
 from linen2nnx.migrate.sites import (
     LINEN_BASES,
     LINEN_COMPACT,
@@ -184,17 +185,18 @@ class ClassRewriter:
         init_index = max(init_index, _after_attributes_read(body, plan))
         if plan.setup is not None:
             self.ctx.report(MOD_002, plan.setup, f"{plan.name}.setup() moved into __init__")
+        setup_body, properties = split_properties(plan, setup_body)
         init = self.emitter.build_init(plan, setup_body)
         init = init.with_changes(
             leading_lines=[*([cst.EmptyLine(indent=False)] if init_index > 0 else []), *field_markers]
         )
-        body.insert(init_index, init)
-        following = body[init_index + 1] if init_index + 1 < len(body) else None
+        body[init_index:init_index] = [init, *properties]
+        following = body[after] if (after := init_index + 1 + len(properties)) < len(body) else None
         if (
             isinstance(following, (cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine))
             and not following.leading_lines
         ):
-            body[init_index + 1] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+            body[after] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         self.ctx.report(MOD_001, original, f"{plan.name} -> nnx.Module")
         self.state.converted[plan.name] = original
         record_name_map(self.ctx, self.state, plan)

@@ -306,6 +306,7 @@ class ClassPlan:
     )  # local -> {v: size}
     needed_locals: list[str] = dataclasses.field(default_factory=list)
     setup_vars: dict[str, str] = dataclasses.field(default_factory=dict)  # setup attr -> param | variable
+    setup_properties: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # setup_arrays.py
     out: Feat | None = None  # feature size of ``__call__``'s result
     first_input: str = "x"
     call_inputs: tuple[str, ...] = ()  # __call__'s parameters in order, for inputs given by keyword

@@ -105,6 +105,15 @@ MOD_013 = Rule(
     "if self.plain:\n    self.norm = Affine()\nelse:\n    self.norm = Swapped()",
     "# TODO(linen2nnx): L2N-MOD-013 norm is built as Affine or as Swapped depending on the config ...",
 )
+MOD_014 = Rule(
+    "L2N-MOD-014",
+    C,
+    "An array setup() computes from the configuration (a rotary frequency table, a causal mask) becomes a "
+    "@property: recomputed where it is read, as Linen's setup() recomputed it on every apply, instead of module "
+    "state that nnx.eval_shape / nnx.jit cannot build and no Linen checkpoint holds.",
+    "def setup(self):\n    self.inv_freq = 1.0 / (self.base ** (jnp.arange(0, self.dim, 2) / self.dim))",
+    "@property\ndef inv_freq(self):\n    return 1.0 / (self.base ** (jnp.arange(0, self.dim, 2) / self.dim))",
+)
 LAYER_001 = Rule(
     "L2N-LAYER-001",
     C,
@@ -253,6 +262,7 @@ RULES = (
     MOD_011,
     MOD_012,
     MOD_013,
+    MOD_014,
     LAYER_001,
     LAYER_002,
     LAYER_003,
