@@ -47,30 +47,35 @@ def plan_setup_arrays(ctx: FileContext, plan: ClassPlan) -> None:
     site_calls = {id(c) for c in plan.sites} | {id(c) for c in plan.lazy_vars}
     local_reads: dict[str, list[str]] = {}  # replayable local -> the locals it needs, in order
     fields = set(plan.field_names)
-    for stmt in setup.body.body:
+    for stmt in setup.body.body:  # an array bound under a config test stays (a helper's replay binds some)
         if any(id(c) in site_calls for c in calls_in(stmt)):
             continue
         local = single_assign(stmt)
-        if local is not None and bound.get(local[0]) == 1 and local[0] not in changed:
+        if local is not None:
             needs = _needs(local[1], fields | set(plan.setup_properties), bound, local_reads)
-            if needs is not None:
+            if needs is not None and bound.get(local[0]) == 1 and local[0] not in changed:
                 local_reads[local[0]] = needs
             continue
         target = _self_assign(stmt)
-        if target is None or attrs_bound.get(target[0]) != 1 or not _computes_array(ctx, target[1]):
+        if target is None or not _computes_array(ctx, target[1]):
             continue
         needs = _needs(target[1], fields | set(plan.setup_properties), bound, local_reads)
-        if needs is not None:
+        if needs is not None and attrs_bound.get(target[0]) == 1:
             plan.setup_properties[target[0]] = needs
             ctx.report(
                 MOD_014, stmt, f"setup()'s array self.{target[0]} -> a property computed where it is read"
             )
-        elif not self_reads(target[1]) - fields - set(plan.setup_properties):
+        elif not self_reads(target[1]) - fields - set(plan.setup_properties):  # else a variable or a method
+            where = (
+                "bound more than once"
+                if attrs_bound.get(target[0]) != 1
+                else "from locals it cannot compute again"
+            )
             ctx.report(
                 MOD_004,
                 stmt,
-                f"setup() stores the array self.{target[0]} computed from locals it cannot compute again: "
-                "kept in NNX's __init__ it is module state, which nnx.eval_shape / nnx.jit cannot build",
+                f"setup() stores the array self.{target[0]} {where}: kept in NNX's __init__ it is module "
+                "state, which nnx.eval_shape / nnx.jit cannot build",
                 f"compute self.{target[0]} where it is used, or in a property from the class's fields",
             )
 
