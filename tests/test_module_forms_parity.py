@@ -265,7 +265,10 @@ CASES = {
     "loop_over_sum": ("Joined", {}, (2, 5)),  # (self.widths + self.extra)[i - 1]
     "setup_frozen_values": ("Fine", {}, (2, 5)),  # a tuple of parameters, a value of the config
     "setup_array_property": ("RotaryAttention", {}, (2, 5, 8)),  # built under eval_shape: no tracer leak
-    "setup_array_property_tables": ("AddPositions", {}, (2, 7, 3)),  # a table from a function, a numpy grid
+    "setup_array_property_tables": ("AddPositions", {}, (2, 7, 3)),
+    "shape_test_list_strides": ("Shortcut", {"strides": [1, 1]}, (2, 6, 6, 3)),  # a list: no shortcut
+    "shape_test_list_strides_two": ("Shortcut", {"strides": [2, 2]}, (2, 6, 6, 3)),  # ... or one
+    # a table from a function, a numpy grid
     "layer_attribute_renamed": ("Widen", {}, (2, 3)),  # self.proj.features -> self.proj.out_features
     "layer_attribute_renamed_halves": ("Halves", {}, (2, 3)),
     "sequential_of_blocks": ("Stack", {}, (2, 5)),  # Lin(2) sized by Lin(self.hidden)'s output
@@ -370,6 +373,7 @@ CASES = {
 }
 SOURCES = {
     "setup_array_property_tables": "setup_array_property",
+    "shape_test_list_strides_two": "shape_test_list_strides",
     **{f"stateless_call_time_{k}": "stateless_call_time" for k in ("scaled", "scaled_on", "tagged")},
     "compact_loop_chain_gap": "compact_loop_chain",
     "compact_loop_tail_empty": "compact_loop_tail",

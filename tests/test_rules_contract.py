@@ -116,6 +116,7 @@ NOT_RUNNABLE = {
     "param_override_other": "manual findings: layer subclasses that do more than transform a parameter",
     "shape_unpack_call_time": "manual findings: layers sized by a batch axis or a starred unpacking",
     "loop_jumps": "manual finding: modules built on some iterations of a loop are left to a person",
+    "shape_test_other_axes": "manual findings: a shape test past a block, a slice or a transposed convolution",
     "setup_array_from_loop": "manual finding: an array setup() builds from a list a loop filled",
     "local_changed_in_place": "manual findings: a local list or iterator changed in place sizes the layers",
     "norm_feature_axis": "manual findings: norms whose feature axis is not the last stay Linen",

@@ -17,11 +17,16 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
+from linen2nnx.migrate.array_functions import SHAPE_KEEPING_FUNCTIONS, SHAPE_KEEPING_METHODS
+from linen2nnx.migrate.cst_meta import calls_in, inside, nodes_of
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, self_attr
+from linen2nnx.migrate.elementwise import is_elementwise
 from linen2nnx.migrate.sites import replace_shape_last, shape_last_refs
 from linen2nnx.migrate.variable_planning import shape_kept_until
 
 SPATIAL_LAYERS = frozenset({"Conv", "ConvTranspose"})
+KEEPING_LAYERS = frozenset({"Dense", "LayerNorm", "RMSNorm", "BatchNorm", "GroupNorm", "Dropout", "Conv"})
+"""Built-in layers whose output has their input's axes but the last (Conv: but for its strides)."""
 SPATIAL_ARGS_UNDECIDED = ("input_dilation", "kernel_dilation")
 POOLING = frozenset(
     {
@@ -126,8 +131,42 @@ def strided(strides: cst.BaseExpression, kernel_size: cst.BaseExpression | None)
             + ("," if len(kernel_size.elements) == 1 else "")
             + ")"
         )
-        return f"{code(strides)} not in (None, 1, {ones})"
+        return f"{code(strides)} not in (None, 1, {ones}, [{ones[1:-1].rstrip(',')}])"  # a config's list too
     return None
+
+
+def keeps_other_axes(ctx: Any, plan: Any, fn: cst.FunctionDef, node: cst.If) -> bool:
+    """Whether every call of ``fn`` before the ``if`` keeps the axes of its input but the last (a
+    convolution but for its strides, which the test restates): a built-in layer that does, an
+    elementwise function, a shape-keeping array function or method. A block of the run, a
+    ``Sequential``, a setup() submodule, a transposed convolution that strides, a resize, a pool or a
+    slice may change the others in ways the restated test would not say."""
+    built: list[cst.Call] = []  # the layers' constructor calls: what their arguments call is no array op
+    for call in calls_in(fn.body):
+        if inside(call, node, ctx.parent_of):
+            break
+        site = plan.sites.get(call) or plan.sites.get(call.func)
+        if site is not None:
+            rule = site.rule
+            if rule is None or rule.linen not in KEEPING_LAYERS | SPATIAL_LAYERS:
+                return False
+            if rule.linen == "ConvTranspose" and "strides" in site.args:
+                return False
+            built.append(site.ctor)
+            continue
+        if any(inside(call, ctor, ctx.parent_of) for ctor in built):
+            continue
+        func = call.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        if not (
+            is_elementwise(ctx, func)
+            or self_attr(func) in plan.activation_fields
+            or ctx.qualnames(func) & SHAPE_KEEPING_FUNCTIONS
+            or (method in SHAPE_KEEPING_METHODS and not ctx.qualnames(func))
+        ):
+            return False
+    slices = [s for s in nodes_of(fn.body, (cst.Subscript,)) if not inside(s, node, ctx.parent_of)]
+    return all(isinstance(s.value, cst.Attribute) and s.value.attr.value == "shape" for s in slices)
 
 
 def restated(test: ShapeTest, width_a: str, width_b: str, stride_tests: list[str]) -> str:

@@ -53,6 +53,7 @@ from linen2nnx.migrate.shape_tests import (
     SPATIAL_ARGS_UNDECIDED,
     SPATIAL_LAYERS,
     ShapeTest,
+    keeps_other_axes,
     restated,
     restated_last_axes,
     shape_test_of,
@@ -253,6 +254,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         if None in widths:
             return None
         if any(self.ctx.qualnames(c.func) & POOLING for c in calls_in(fn)):
+            return None
+        if not keeps_other_axes(self.ctx, plan, fn, test.node):
             return None
         strides = []
         first = plan.hoisted_order.index(under[0])
