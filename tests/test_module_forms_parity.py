@@ -266,6 +266,8 @@ CASES = {
     "setup_frozen_values": ("Fine", {}, (2, 5)),  # a tuple of parameters, a value of the config
     "setup_array_property": ("RotaryAttention", {}, (2, 5, 8)),  # built under eval_shape: no tracer leak
     "setup_array_property_tables": ("AddPositions", {}, (2, 7, 3)),
+    "setup_array_property_causal": ("CausalMixer", {}, (2, 5, 4)),  # a mask under a config test ...
+    "setup_array_property_open": ("CausalMixer", {"causal": False}, (2, 5, 4)),  # ... not taken
     "shape_test_list_strides": ("Shortcut", {"strides": [1, 1]}, (2, 6, 6, 3)),  # a list: no shortcut
     "shape_test_list_strides_two": ("Shortcut", {"strides": [2, 2]}, (2, 6, 6, 3)),  # ... or one
     # a table from a function, a numpy grid
@@ -373,6 +375,8 @@ CASES = {
 }
 SOURCES = {
     "setup_array_property_tables": "setup_array_property",
+    "setup_array_property_causal": "setup_array_property",
+    "setup_array_property_open": "setup_array_property",
     "shape_test_list_strides_two": "shape_test_list_strides",
     **{f"stateless_call_time_{k}": "stateless_call_time" for k in ("scaled", "scaled_on", "tagged")},
     "compact_loop_chain_gap": "compact_loop_chain",

@@ -7,9 +7,13 @@ builds it) a jax array is a leaked tracer and a numpy one an abstract shape, and
 the entry. A ``@property`` computes it where it is read, as Linen did (MaxText's own NNX
 ``RotaryEmbedding.timescale`` is one).
 
-A value qualifies when it is a top-level ``self.X = value`` of ``setup()``, ``X`` bound once there, the
+A value qualifies when it is bound by a top-level ``self.X = value`` of ``setup()`` (or one element of
+``self.a, self.b = va, vb``), ``X`` bound nowhere else, or in the branches of a top-level config test
+that binds nothing but such arrays (``if self.causal: self.mask = make_causal_mask(...)``: the property
+takes the test, and raises ``AttributeError`` where no branch binds it, as reading it in Linen did); the
 value calls into jax or numpy (or a function of the file that does) and reads nothing but fields,
-earlier such properties, names of the module and ``setup()`` locals of the same kind, which the property
+attributes ``setup()`` bound before to plain values, earlier such properties, methods of the class
+that read only those, names of the module and ``setup()`` locals of the same kind, which the property
 computes again. An array value that reads other locals stays in ``__init__`` with a finding.
 """
 
@@ -20,7 +24,14 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import calls_in, nodes_of
-from linen2nnx.migrate.cst_utils import assigned_names, names_in, self_attr, self_targets, single_assign
+from linen2nnx.migrate.cst_utils import (
+    assigned_names,
+    names_in,
+    parse_statement,
+    self_attr,
+    self_targets,
+    single_assign,
+)
 from linen2nnx.migrate.mutation import mutated_locals
 from linen2nnx.migrate.rules import MOD_004, MOD_014
 from linen2nnx.migrate.sites import ClassPlan
@@ -30,6 +41,7 @@ if TYPE_CHECKING:
 
 PYTHON_VALUES = frozenset({"int", "float", "bool", "complex", "str", "len", "tuple", "list", "round"})
 ARRAY_LIBRARIES = ("jax.", "numpy.", "flax.linen.make_", "flax.linen.attention.make_")  # and Linen's masks
+Binding = tuple[str, cst.BaseExpression]
 
 
 def plan_setup_arrays(ctx: FileContext, plan: ClassPlan) -> None:
@@ -46,71 +58,131 @@ def plan_setup_arrays(ctx: FileContext, plan: ClassPlan) -> None:
             attrs_bound[name] = attrs_bound.get(name, 0) + 1
     site_calls = {id(c) for c in plan.sites} | {id(c) for c in plan.lazy_vars}
     local_reads: dict[str, list[str]] = {}  # replayable local -> the locals it needs, in order
-    fields = set(plan.field_names)
+    readable = set(plan.field_names)  # what a property may read of self
+    array_locals: set[str] = set()
     for stmt in setup.body.body:  # an array bound under a config test stays (a helper's replay binds some)
         if any(id(c) in site_calls for c in calls_in(stmt)):
             continue
+        readable |= _helper_methods(ctx, plan, readable)
         local = single_assign(stmt)
         if local is not None:
-            needs = _needs(local[1], fields | set(plan.setup_properties), bound, local_reads)
+            if _computes_array(ctx, plan, local[1], array_locals):
+                array_locals.add(local[0])
+            needs = _needs(local[1], readable, bound, local_reads)
             if needs is not None and bound.get(local[0]) == 1 and local[0] not in changed:
                 local_reads[local[0]] = needs
             continue
-        target = _self_assign(stmt)
-        if target is None or not _computes_array(ctx, target[1]):
+        branches = _config_branches(stmt)
+        pairs = _self_assigns(stmt) if branches is None else [p for _, ps in branches for p in ps]
+        if not pairs or not all(_computes_array(ctx, plan, v, array_locals) for _, v in pairs):
+            readable |= {n for n, _ in pairs or ()}  # a plain value, set in __init__ before any read
             continue
-        needs = _needs(target[1], fields | set(plan.setup_properties), bound, local_reads)
-        if needs is not None and attrs_bound.get(target[0]) == 1:
-            plan.setup_properties[target[0]] = needs
-            ctx.report(
-                MOD_014, stmt, f"setup()'s array self.{target[0]} -> a property computed where it is read"
-            )
-        elif not self_reads(target[1]) - fields - set(plan.setup_properties):  # else a variable or a method
-            where = (
-                "bound more than once"
-                if attrs_bound.get(target[0]) != 1
-                else "from locals it cannot compute again"
-            )
-            ctx.report(
-                MOD_004,
-                stmt,
-                f"setup() stores the array self.{target[0]} {where}: kept in NNX's __init__ it is module "
-                "state, which nnx.eval_shape / nnx.jit cannot build",
-                f"compute self.{target[0]} where it is used, or in a property from the class's fields",
-            )
+        tests = [t for t, _ in branches or () if t is not None]
+        needs = _all_needs([*tests, *(v for _, v in pairs)], readable, bound, local_reads)
+        counts = {n: sum(1 for m, _ in pairs if m == n) for n, _ in pairs}
+        once = all(attrs_bound.get(n) == c for n, c in counts.items())
+        if branches is not None and any(len({n for n, _ in ps}) < len(ps) for _, ps in branches):
+            once = False  # a branch binds it twice
+        if needs is not None and once:
+            for name in counts:
+                plan.setup_properties[name] = needs
+                ctx.report(
+                    MOD_014, stmt, f"setup()'s array self.{name} -> a property computed where it is read"
+                )
+            readable |= set(counts)
+        elif branches is None and not set().union(*(self_reads(v) for _, v in pairs)) - readable:
+            where = "bound more than once" if not once else "from locals it cannot compute again"
+            for name in counts:  # else it reads a variable (setup_values.py) or a method
+                ctx.report(
+                    MOD_004,
+                    stmt,
+                    f"setup() stores the array self.{name} {where}: kept in NNX's __init__ it is module "
+                    "state, which nnx.eval_shape / nnx.jit cannot build",
+                    f"compute self.{name} where it is used, or in a property from the class's fields",
+                )
 
 
-def _self_assign(stmt: cst.BaseStatement) -> tuple[str, cst.BaseExpression] | None:
-    """``self.X = value`` on a line of its own -> ``("X", value)``."""
-    if (
+def _self_assigns(stmt: cst.CSTNode) -> list[Binding] | None:
+    """``self.X = value`` on a line of its own -> ``[("X", value)]``; ``self.a, self.b = va, vb`` ->
+    both; None for any other statement."""
+    if not (
         type(stmt) is cst.SimpleStatementLine
         and len(stmt.body) == 1
         and type(stmt.body[0]) is cst.Assign
         and len(stmt.body[0].targets) == 1
     ):
-        name = self_attr(stmt.body[0].targets[0].target)
-        return None if name is None else (name, stmt.body[0].value)
-    return None
+        return None
+    target, value = stmt.body[0].targets[0].target, stmt.body[0].value
+    if type(target) is cst.Tuple and type(value) is cst.Tuple and len(target.elements) == len(value.elements):
+        pairs = [(self_attr(t.value), v.value) for t, v in zip(target.elements, value.elements)]
+        starred = any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements))
+        return None if starred or any(n is None for n, _ in pairs) else pairs  # type: ignore[return-value]
+    name = self_attr(target)
+    return None if name is None else [(name, value)]
 
 
-def _computes_array(ctx: FileContext, value: cst.BaseExpression) -> bool:
-    """Whether ``value`` calls into jax or numpy, directly or through a function of the file, for an
-    array (not ``int(2 ** np.ceil(...))``, ``x.item()``: a Python value, static as any field)."""
+def _config_branches(stmt: cst.CSTNode) -> list[tuple[cst.BaseExpression | None, list[Binding]]] | None:
+    """A top-level ``if`` / ``elif`` / ``else`` whose branches bind only ``self.X = value`` lines: each
+    branch's test (None: the ``else``) and bindings; None for any other statement."""
+    branches: list[tuple[cst.BaseExpression | None, list[Binding]]] = []
+    node: cst.CSTNode | None = stmt
+    while type(node) is cst.If:
+        pairs = [_self_assigns(s) for s in node.body.body]
+        if any(p is None for p in pairs):
+            return None
+        branches.append((node.test, [p for ps in pairs for p in ps]))  # type: ignore[union-attr]
+        node = node.orelse
+    if type(node) is cst.Else:
+        pairs = [_self_assigns(s) for s in node.body.body]
+        if any(p is None for p in pairs):
+            return None
+        branches.append((None, [p for ps in pairs for p in ps]))  # type: ignore[union-attr]
+    return branches or None
+
+
+def _helper_methods(ctx: FileContext, plan: ClassPlan, readable: set[str]) -> set[str]:
+    """The plain methods of the class that read nothing of ``self`` but ``readable`` (a property may
+    call them)."""
+    methods = ctx.state.methods.get(plan.name, [])
+    return {
+        m.name.value
+        for m in methods
+        if m.name.value not in ("setup", "__call__")
+        and not m.decorators
+        and not self_reads(m.body) - readable
+        and not any(c in plan.sites for c in calls_in(m.body))
+    }
+
+
+def _computes_array(
+    ctx: FileContext, plan: ClassPlan, value: cst.BaseExpression, array_locals: set[str] = frozenset()
+) -> bool:
+    """Whether ``value`` calls into jax or numpy, directly or through a function of the file or a method
+    of the class, or reads a local that does, for an array (not ``int(2 ** np.ceil(...))``,
+    ``x.item()``: a Python value, static as any field)."""
     if type(value) is cst.Call and (
         (type(value.func) is cst.Name and value.func.value in PYTHON_VALUES)
         or (type(value.func) is cst.Attribute and value.func.attr.value in ("item", "tolist"))
     ):
         return False
+    if names_in(value) & array_locals:
+        return True
+    methods = {m.name.value: m for m in ctx.state.methods.get(plan.name, [])}
     for call in calls_in(value):
-        names = ctx.qualnames(call.func)
-        if any(n.startswith(ARRAY_LIBRARIES) for n in names):
+        if _calls_library(ctx, call):
             return True
-        helper = ctx.state.module_functions.get(call.func.value) if type(call.func) is cst.Name else None
-        if helper is not None and any(
-            any(n.startswith(ARRAY_LIBRARIES) for n in ctx.qualnames(c.func)) for c in calls_in(helper)
-        ):
+        func, helper = call.func, None
+        if type(func) is cst.Name:
+            helper = ctx.state.module_functions.get(func.value)
+        elif self_attr(func) is not None:
+            helper = methods.get(self_attr(func) or "")
+        if helper is not None and any(_calls_library(ctx, c) for c in calls_in(helper)):
             return True
     return False
+
+
+def _calls_library(ctx: FileContext, call: cst.Call) -> bool:
+    return any(n.startswith(ARRAY_LIBRARIES) for n in ctx.qualnames(call.func))
 
 
 def self_reads(value: cst.BaseExpression) -> set[str]:
@@ -119,6 +191,22 @@ def self_reads(value: cst.BaseExpression) -> set[str]:
     found = {self_attr(a) or "" for a in attrs}
     uses = sum(1 for n in nodes_of(value, (cst.Name,)) if n.value == "self")  # type: ignore[attr-defined]
     return found | ({"self"} if uses > len(attrs) else set())
+
+
+def _all_needs(
+    values: list[cst.BaseExpression],
+    attrs: set[str],
+    bound: dict[str, int],
+    local_reads: dict[str, list[str]],
+) -> list[str] | None:
+    """:func:`_needs` of several values, joined in order; None when one reads what a property cannot."""
+    needs: list[str] = []
+    for value in values:
+        more = _needs(value, attrs, bound, local_reads)
+        if more is None:
+            return None
+        needs.extend(n for n in more if n not in needs)
+    return needs
 
 
 def _needs(
@@ -145,17 +233,20 @@ def split_properties(
     (after ``__init__``, with the statements' comments); a local only they read leaves ``__init__`` too,
     its comments going with its first copy."""
     locals_by_name = {a[0]: s for s in setup_body if (a := single_assign(s)) is not None}
-    moved = {
-        id(s): (t[0], t[1])
-        for s in setup_body
-        if (t := _self_assign(s)) is not None
-        and t[0] in plan.setup_properties
-        and all(n in locals_by_name for n in plan.setup_properties[t[0]])  # else rewritten: stays
-    }
+    moved: dict[int, list[str]] = {}  # statement -> the properties it gives, in order
+    for stmt in setup_body:
+        branches = _config_branches(stmt)
+        pairs = _self_assigns(stmt) if branches is None else [p for _, ps in branches for p in ps]
+        names = list(dict.fromkeys(n for n, _ in pairs or ()))
+        if names and all(
+            n in plan.setup_properties and all(local in locals_by_name for local in plan.setup_properties[n])
+            for n in names
+        ):  # else rewritten into something else: it stays
+            moved[id(stmt)] = names
     if not moved:
         return setup_body, []
     kept = [s for s in setup_body if id(s) not in moved]
-    dropped = {n for name, _ in moved.values() for n in plan.setup_properties[name]}
+    dropped = {n for names in moved.values() for name in names for n in plan.setup_properties[name]}
     while True:  # a local that a statement left in __init__ reads stays, and so do those it reads
         read = set().union(
             *(names_in(s) for s in kept if (a := single_assign(s)) is None or a[0] not in dropped)
@@ -165,24 +256,58 @@ def split_properties(
         dropped -= read
     properties: list[cst.FunctionDef] = []
     for stmt in setup_body:
-        if id(stmt) not in moved:
-            continue
-        name, value = moved[id(stmt)]
-        replayed = []
-        for local in plan.setup_properties[name]:
-            lines = _comments(locals_by_name[local]) if local in dropped else []
-            replayed.append(locals_by_name[local].with_changes(leading_lines=lines))
-            locals_by_name[local] = locals_by_name[local].with_changes(leading_lines=())  # comments once
-        properties.append(
-            cst.FunctionDef(
-                name=cst.Name(name),
-                params=cst.Parameters([cst.Param(cst.Name("self"))]),
-                body=cst.IndentedBlock([*replayed, cst.SimpleStatementLine([cst.Return(value)])]),
-                decorators=[cst.Decorator(cst.Name("property"))],
-                leading_lines=[cst.EmptyLine(indent=False), *_comments(stmt)],
+        for name in moved.get(id(stmt), ()):
+            replayed = []
+            for local in plan.setup_properties[name]:
+                lines = _comments(locals_by_name[local]) if local in dropped else []
+                replayed.append(locals_by_name[local].with_changes(leading_lines=lines))
+                locals_by_name[local] = locals_by_name[local].with_changes(leading_lines=())  # comments once
+            properties.append(
+                cst.FunctionDef(
+                    name=cst.Name(name),
+                    params=cst.Parameters([cst.Param(cst.Name("self"))]),
+                    body=cst.IndentedBlock([*replayed, *_returns(stmt, name)]),
+                    decorators=[cst.Decorator(cst.Name("property"))],
+                    leading_lines=[cst.EmptyLine(indent=False), *_comments(stmt)],
+                )
             )
-        )
+            stmt = stmt.with_changes(leading_lines=())  # its comments go with the first property
     return [s for s in kept if (a := single_assign(s)) is None or a[0] not in dropped], properties
+
+
+def _returns(stmt: cst.BaseStatement, name: str) -> list[cst.BaseStatement]:
+    """The body that gives ``name``'s value from the statement binding it: ``return value``, or the
+    config test with a ``return`` where a branch binds it (``pass`` where one does not) and, unless every
+    branch does, ``raise AttributeError`` after it, as reading the unbound attribute in Linen does."""
+    if type(stmt) is not cst.If:
+        return [cst.SimpleStatementLine([cst.Return(v) for n, v in _self_assigns(stmt) or () if n == name])]
+    exhaustive = True
+
+    def branch(block: cst.BaseSuite) -> cst.IndentedBlock:
+        nonlocal exhaustive
+        values = [v for s in block.body for n, v in _self_assigns(s) or () if n == name]  # type: ignore[attr-defined]
+        exhaustive = exhaustive and bool(values)
+        small = cst.Return(values[0]) if values else cst.Pass()
+        return cst.IndentedBlock([cst.SimpleStatementLine([small])])
+
+    def rebuilt(node: cst.If) -> cst.If:
+        orelse = node.orelse
+        if type(orelse) is cst.If:
+            orelse = rebuilt(orelse)
+        elif type(orelse) is cst.Else:
+            orelse = orelse.with_changes(body=branch(orelse.body))
+        return node.with_changes(body=branch(node.body), orelse=orelse, leading_lines=())
+
+    test = rebuilt(stmt)
+    last = test
+    while type(last.orelse) is cst.If:
+        last = last.orelse
+    if exhaustive and type(last.orelse) is cst.Else:
+        return [test]
+    return [
+        test,
+        parse_statement(f'raise AttributeError("{name}: setup() binds it only under the test above")\n'),
+    ]
 
 
 def _comments(stmt: cst.BaseStatement) -> list[cst.EmptyLine]:
