@@ -349,6 +349,23 @@ def test_a_class_kept_as_linen_builds_linen_copies(tmp_path):
     assert {lf.path for lf in parity.by_check()["grad"]} >= {"linen/Block_2/Conv_0/kernel"}
 
 
+def test_a_kept_class_is_handed_the_linen_layer_its_caller_wrote(tmp_path):
+    """``Shortcut(conv=partial(nn.Conv, strides=2))`` of a class kept as Linen: the converted caller
+    hands it the Linen layer, and the model computes what Linen computes (the strided path and the
+    projected shortcut)."""
+    linen_mod, nnx_mod, result, map_path = build("bridged_handed_layer", tmp_path)
+    assert {k for k, c in result.name_map.classes.items() if c.bridge} == {"bridged_handed_layer.Shortcut"}
+    x = np.random.default_rng(3).normal(size=(2, 6, 6, 4)).astype(np.float32)
+
+    def make(rngs):
+        model = nnx_mod.Strided(in_features=4, rngs=rngs)
+        nnx.bridge.lazy_init(model, x)
+        return model
+
+    parity = assert_parity(linen_mod.Strided(), make, x, map_path)
+    assert {lf.path for lf in parity.by_check()["grad"]} >= {"shortcut_0/linen/proj/kernel"}
+
+
 def test_a_kept_class_whose_helper_creates_a_computed_param_name_has_parity(tmp_path):
     """A helper creating ``self.param(name, ...)`` with a computed name keeps the class Linen behind the
     bridge, its helper call as written: the wrapper computes what Linen computes, under Linen's names."""

@@ -541,7 +541,7 @@ class CompactCollector(FastVisitor):
             if not handled:
                 self.state.handled.discard(target.func)  # the field's default / a binding
             if factory.rule is not None:  # `nn.Conv` bound to it becomes `nnx.Conv` where written
-                self.state.binding_values.update(dict.fromkeys(factory.values, factory.rule))
+                self.state.binding_values.update(dict.fromkeys(factory.values, (factory.rule, plan)))
         if factory is not None and plan.sites.get(target) is not None:
             site = plan.sites.pop(target)  # keyed by the call of the helper, which is what the
             site.ctor, site.factory = node, factory  # rewrite meets; built from the helper later

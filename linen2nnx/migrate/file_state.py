@@ -178,7 +178,9 @@ class FileState:
     )  # `return nn.Dense(...)` of factories
     partial_calls: dict[cst.Call, Any] = dataclasses.field(default_factory=dict)  # `partial(nn.Dense, ...)`
     dropped_statements: set[cst.CSTNode] = dataclasses.field(default_factory=set)  # ... their assignments
-    binding_values: dict[cst.CSTNode, LayerRule] = dataclasses.field(default_factory=dict)  # `nn.Conv` bound
+    binding_values: dict[cst.CSTNode, tuple[LayerRule, Any]] = dataclasses.field(
+        default_factory=dict
+    )  # `nn.Conv` bound to a factory field, with the plan of the field's class
     stmt_prefix: dict[cst.CSTNode, list[cst.BaseStatement]] = dataclasses.field(
         default_factory=dict
     )  # added lines
