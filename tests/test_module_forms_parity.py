@@ -268,6 +268,8 @@ CASES = {
     "setup_array_property_tables": ("AddPositions", {}, (2, 7, 3)),
     "setup_array_property_causal": ("CausalMixer", {}, (2, 5, 4)),  # a mask under a config test ...
     "setup_array_property_open": ("CausalMixer", {"causal": False}, (2, 5, 4)),  # ... not taken
+    "factory_field_other_binding": ("Net", {}, (2, 5)),  # the default class: BlockA_0 ...
+    "factory_field_other_binding_b": ("Net", {"block_cls": Own("BlockB")}, (2, 5)),  # ... or BlockB_0
     "shape_test_list_strides": ("Shortcut", {"strides": [1, 1]}, (2, 6, 6, 3)),  # a list: no shortcut
     "shape_test_list_strides_two": ("Shortcut", {"strides": [2, 2]}, (2, 6, 6, 3)),  # ... or one
     # a table from a function, a numpy grid
@@ -378,6 +380,7 @@ SOURCES = {
     "setup_array_property_causal": "setup_array_property",
     "setup_array_property_open": "setup_array_property",
     "shape_test_list_strides_two": "shape_test_list_strides",
+    "factory_field_other_binding_b": "factory_field_other_binding",
     **{f"stateless_call_time_{k}": "stateless_call_time" for k in ("scaled", "scaled_on", "tagged")},
     "compact_loop_chain_gap": "compact_loop_chain",
     "compact_loop_tail_empty": "compact_loop_tail",

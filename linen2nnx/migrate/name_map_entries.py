@@ -25,6 +25,20 @@ def _linen_class(ctx: FileContext, site: Site) -> str:
     return site.user.key or ctx.class_key(site.user.name)  # type: ignore[union-attr]
 
 
+def _bound_classes(ctx: FileContext, site: Site) -> list[tuple[str, str]]:
+    """The Linen names of a factory field's other bindings (``block_cls=BlockB`` besides the default
+    ``BlockA``): Linen auto-names the child after the class the field builds (``BlockB_0``), so each
+    binding maps that name to the same attribute."""
+    factory = site.factory
+    if not isinstance(factory, FieldFactory) or len(factory.classes) < 2:
+        return []
+    first = factory.classes[0]
+    if not site.linen_name.startswith(f"{first}_"):
+        return []  # named by `name=`: one name whatever the class
+    suffix = site.linen_name[len(first) :]
+    return [(f"{name}{suffix}", ctx.class_key(name)) for name in factory.classes[1:]]
+
+
 def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
     """Put ``plan``'s class in the file's name map: its variables and children, by Linen name."""
     key = ctx.class_key(plan.name)
@@ -49,6 +63,8 @@ def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
             entry.children[site.linen_name] = Child(
                 site.attr, linen_class, stack=stack, other_weights=tied, handed=_handed(ctx, site)
             )
+            for name, built in _bound_classes(ctx, site):  # `block_cls=BlockB` builds `BlockB_0`
+                entry.children.setdefault(name, Child(site.attr, built, stack=stack, other_weights=tied))
         elif site.elements is not None:  # a setup() comprehension: `blocks_{i}`, `block.{i}`
             entry.children[site.elements] = Child(attr=site.attr, linen_class=linen_class, container="list")
         elif site.extends is not None:
