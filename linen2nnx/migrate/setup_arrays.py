@@ -26,6 +26,7 @@ import libcst as cst
 from linen2nnx.migrate.cst_meta import calls_in, nodes_of
 from linen2nnx.migrate.cst_utils import (
     assigned_names,
+    code,
     names_in,
     parse_statement,
     self_attr,
@@ -102,6 +103,24 @@ def plan_setup_arrays(ctx: FileContext, plan: ClassPlan) -> None:
                 )
 
 
+def report_handed_arrays(ctx: FileContext, plan: ClassPlan) -> None:
+    """A finding for each class of the run built with an array argument (``Table(jnp.arange(8) / 8)``,
+    ``Child(self.table)`` of a property): the child keeps it as a field, which NNX counts as module
+    state that ``nnx.eval_shape`` / ``nnx.jit`` cannot build and no Linen checkpoint holds."""
+    for site in plan.sites.values():
+        if site.user is None:
+            continue
+        for arg in site.ctor.args:
+            if _computes_array(ctx, plan, arg.value) or self_reads(arg.value) & set(plan.setup_properties):
+                ctx.report(
+                    MOD_004,
+                    arg,
+                    f"{site.user.name} is handed an array ({code(arg.value)}): NNX keeps it as module state of "
+                    "the child, which nnx.eval_shape / nnx.jit cannot build and no Linen checkpoint holds",
+                    f"hand {site.user.name} the configuration and compute the array in it (a property)",
+                )
+
+
 def _self_assigns(stmt: cst.CSTNode) -> list[Binding] | None:
     """``self.X = value`` on a line of its own -> ``[("X", value)]``; ``self.a, self.b = va, vb`` ->
     both; None for any other statement."""
@@ -165,10 +184,13 @@ def _computes_array(
         or (type(value.func) is cst.Attribute and value.func.attr.value in ("item", "tolist"))
     ):
         return False
+    if type(value) is cst.Lambda:
+        return False  # a function (an initializer): it runs when called
     if names_in(value) & array_locals:
         return True
     methods = {m.name.value: m for m in ctx.state.methods.get(plan.name, [])}
-    for call in calls_in(value):
+    for call in nodes_of(value, (cst.Call,), opaque=(cst.Lambda,)):  # a lambda's run when it is called
+        assert isinstance(call, cst.Call)
         if _calls_library(ctx, call):
             return True
         func, helper = call.func, None

@@ -16,7 +16,7 @@ import libcst as cst
 from linen2nnx.migrate.cst_meta import nodes_of, syntax_children
 from linen2nnx.migrate.cst_utils import self_attr, self_targets
 from linen2nnx.migrate.rules import MOD_004
-from linen2nnx.migrate.setup_arrays import plan_setup_arrays
+from linen2nnx.migrate.setup_arrays import plan_setup_arrays, report_handed_arrays
 from linen2nnx.migrate.sites import ClassPlan
 
 if TYPE_CHECKING:
@@ -26,10 +26,11 @@ VARIABLE_KINDS = ("param", "variable")
 
 
 def plan_setup_values(ctx: FileContext, plan: ClassPlan) -> None:
-    """Findings for the values ``setup()`` computes from parameters, and the arrays it computes from
-    the configuration that become properties (setup_arrays.py)."""
+    """Findings for the values ``setup()`` computes from parameters, the arrays it computes from the
+    configuration that become properties, and arrays handed to classes of the run (setup_arrays.py)."""
     report_frozen_values(ctx, plan)
     plan_setup_arrays(ctx, plan)
+    report_handed_arrays(ctx, plan)
 
 
 def report_frozen_values(ctx: FileContext, plan: ClassPlan) -> None:
