@@ -270,6 +270,8 @@ CASES = {
     "setup_array_property_open": ("CausalMixer", {"causal": False}, (2, 5, 4)),  # ... not taken
     "factory_field_other_binding": ("Net", {}, (2, 5)),  # the default class: BlockA_0 ...
     "factory_field_other_binding_b": ("Net", {"block_cls": Own("BlockB")}, (2, 5)),  # ... or BlockB_0
+    "cell_carry_bound": ("StepLSTM", {}, (2, 5, 3)),  # cell.initialize_carry(rng, shape) of its own cell
+    "cell_carry_bound_own": ("StepOwnCell", {}, (2, 5, 3)),  # ... of a cell class of the run
     "shape_test_list_strides": ("Shortcut", {"strides": [1, 1]}, (2, 6, 6, 3)),  # a list: no shortcut
     "shape_test_list_strides_two": ("Shortcut", {"strides": [2, 2]}, (2, 6, 6, 3)),  # ... or one
     # a table from a function, a numpy grid
@@ -380,6 +382,7 @@ SOURCES = {
     "setup_array_property_causal": "setup_array_property",
     "setup_array_property_open": "setup_array_property",
     "shape_test_list_strides_two": "shape_test_list_strides",
+    "cell_carry_bound_own": "cell_carry_bound",
     "factory_field_other_binding_b": "factory_field_other_binding",
     **{f"stateless_call_time_{k}": "stateless_call_time" for k in ("scaled", "scaled_on", "tagged")},
     "compact_loop_chain_gap": "compact_loop_chain",

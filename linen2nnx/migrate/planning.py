@@ -13,15 +13,15 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.callee_ranks import with_out_ranks
+from linen2nnx.migrate.carry_inits import plan_carry_inits
 from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
 from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
 from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
+from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_names,
-    bind_args,
     code,
     literal_name,
     names_in,
@@ -47,7 +47,7 @@ from linen2nnx.migrate.local_sites import plan_local_sites
 from linen2nnx.migrate.merge_flags import merge_flags
 from linen2nnx.migrate.name_map_entries import report_other_builds
 from linen2nnx.migrate.named_variables import plan_put_variables
-from linen2nnx.migrate.rules import API_002, MOD_004, MOD_006, XFORM_002
+from linen2nnx.migrate.rules import MOD_004, MOD_006, XFORM_002
 from linen2nnx.migrate.setup_foreign import flag_foreign_setup
 from linen2nnx.migrate.setup_lists import (
     ClassAlias,
@@ -166,7 +166,7 @@ class ClassPlanner:
         self.sizer.resolve_unused(plan)
         self.site_planner.restate_shape_tests(plan)
         for fn in methods:
-            self._plan_carry_inits(plan, fn)
+            plan_carry_inits(self.ctx, plan, fn)
         self.locals.collect_needed_locals(plan)
         finish_input_sizes(self.ctx, plan)
         for site in plan.sites.values():
@@ -201,57 +201,6 @@ class ClassPlanner:
                     f"{plan.name}.{fn.name.value}: {err}",
                     "rewrite with nnx.scan over a step method by hand (see docs/nnx_facts.md, Lifted transforms)",
                 )
-
-    def _plan_carry_inits(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
-        """``nn.OptimizedLSTMCell(h, parent=None).initialize_carry(rng, shape)``: a detached cell built
-        only for its carry. It is the class's own cell's carry when that cell has the same arguments
-        (and the default, zero ``carry_init``: NNX draws keys differently); else a finding."""
-        for node in calls_in(fn):  # in source order, as a visitor meets them
-            func = node.func
-            if (
-                isinstance(func, cst.Attribute)
-                and func.attr.value == "initialize_carry"
-                and isinstance(func.value, cst.Call)
-            ):
-                self._plan_carry_init(plan, node, func.value)
-
-    def _plan_carry_init(self, plan: ClassPlan, node: cst.Call, ctor: cst.Call) -> None:
-        """One ``<cell>(...).initialize_carry(...)`` call ``node`` of a cell constructor ``ctor``."""
-        func = node.func
-        rule = self.ctx.layer_rule_of(ctor.func)
-        if rule is None or not rule.carry_init or ctor in plan.sites:
-            return
-        self.state.handled.update({ctor.func, func})
-        args = {k: code(a.value) for k, a in bind_args(rule.linen_arg_order(), ctor)[0].items()}
-        parent = args.pop("parent", None)
-        same = [
-            s
-            for s in plan.sites.values()
-            if s.rule is rule and s.kind == "layer" and {k: code(a.value) for k, a in s.args.items()} == args
-        ]
-        positional = [a for a in node.args if a.keyword is None and not a.star]
-        why = ""
-        if parent != "None":
-            why = "a cell bound to this module (no parent=None) would be a submodule"
-        elif "carry_init" in args:
-            why = "its carry_init draws from the key, which NNX splits differently"
-        elif len(same) != 1:
-            why = (
-                f"no nn.{rule.linen} of this class has the same arguments"
-                if not same
-                else f"{len(same)} nn.{rule.linen}s of this class have the same arguments"
-            )
-        elif len(positional) != 2 or len(node.args) != 2:
-            why = "initialize_carry is not called as (rng, input_shape)"
-        if why:
-            self.ctx.report(
-                API_002,
-                node,
-                f"nn.{rule.linen}(...).initialize_carry: {why}",
-                f"call initialize_carry(input_shape, rngs=...) on an nnx.{rule.nnx} by hand",
-            )
-            return
-        plan.carry_inits[node] = same[0]
 
     def _plan_setup(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
         self.setup_partials = setup_partials(self.locals, plan, fn)  # `dense = partial(nn.Dense, ...)`

@@ -195,14 +195,13 @@ class CallRewriter:
             )
             return parse_expression(f"self.{lazy.attr}")
         cell = plan.carry_inits.get(original)
-        if cell is not None:  # the detached Linen cell's carry is the built cell's
+        if cell is not None:  # a detached Linen cell's carry is the built cell's; a built cell's its own
             rng, shape = (code(a.value) for a in updated.args)
             self.state.uses_nnx = True
             self.ctx.report(
                 LAYER_001,
                 original,
-                f"nn.{cell.rule.linen}(..., parent=None).initialize_carry(rng, "  # type: ignore[union-attr]
-                f"shape) -> self.{cell.attr}.initialize_carry(shape, rngs=...)",
+                f"{code(original.func)}(rng, shape) -> self.{cell.attr}.initialize_carry(shape, rngs=...)",
             )
             return parse_expression(f"self.{cell.attr}.initialize_carry({shape}, rngs=nnx.Rngs(carry={rng}))")
         site = plan.sites.get(original)
