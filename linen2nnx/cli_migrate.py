@@ -240,10 +240,17 @@ def _migrate_tree(args: argparse.Namespace, settings: dict, trace):
         from linen2nnx.migrate.engine import rule_selector
         from linen2nnx.migrate.spec_writer import write_pair_spec
         from linen2nnx.migrate.verify_build import check_spec_builds
+        from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 
-        spec_path = write_pair_spec(Path(args.out_dir), trace, result)
+        name_map = Path(args.map) if args.map else Path(args.out_dir) / NAME_MAP_FILENAME
+        spec_path = write_pair_spec(Path(args.out_dir), trace, result, name_map)
         # exit 0 means the output builds and runs: a failure is an L2N-VERIFY-010 finding
         check_spec_builds(spec_path, trace, result, rule_selector(settings["select"], settings["ignore"]))
+    elif trace is not None and not args.quiet:
+        err_console.print(  # a pair needs the Linen original beside the output: only --out-dir keeps both
+            "note: --trace sized the layers, but no pair spec is written without --out-dir "
+            "(convert / check need the Linen original and the NNX output side by side)"
+        )
     if mode is Mode.DIFF:
         for r in result.files:
             if r.changed:

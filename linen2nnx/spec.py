@@ -163,8 +163,15 @@ def input_leaf(value: Any, accessor: str) -> Any:
     raise SpecError(f"the example input has no leaf {accessor!r}")
 
 
+WRITTEN_SPEC = "linen2nnx_spec.py"  # the pair spec `migrate --trace --out-dir` writes (spec_writer.py)
+
+
 def import_file(path: str | Path, name: str | None = None) -> Any:
-    """Import a Python file as a uniquely named module (its folder goes on ``sys.path``)."""
+    """Import a Python file as a uniquely named module (its folder goes on ``sys.path``, unless it is
+    a migrated tree: the packages there would shadow the Linen originals a pair spec also loads, and
+    the spec ``migrate`` writes imports the migrated modules by their paths)."""
+    from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
+
     path = Path(path).resolve()
     if not path.is_file():
         raise SpecError(f"{path}: no such file")
@@ -172,7 +179,8 @@ def import_file(path: str | Path, name: str | None = None) -> Any:
     name = name or f"_linen2nnx_{path.stem}_{digest}"
     if name in sys.modules:
         return sys.modules[name]
-    if str(path.parent) not in sys.path:
+    migrated_tree = path.name == WRITTEN_SPEC or (path.parent / NAME_MAP_FILENAME).is_file()
+    if str(path.parent) not in sys.path and not migrated_tree:
         sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

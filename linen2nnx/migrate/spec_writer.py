@@ -7,6 +7,7 @@ migration added (input feature sizes) from the example batch.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from linen2nnx.errors import L2NError
@@ -15,8 +16,9 @@ from linen2nnx.migrate.discovery import module_name_for
 from linen2nnx.migrate.engine import MigrationResult
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
+from linen2nnx.spec import WRITTEN_SPEC
 
-SPEC_FILENAME = "linen2nnx_spec.py"
+SPEC_FILENAME = WRITTEN_SPEC
 
 TEMPLATE = '''"""Model pair spec written by `linen2nnx migrate --trace`: {root} (Linen) and its migrated NNX twin.
 
@@ -85,7 +87,11 @@ def pair() -> ModelPair:
 '''
 
 
-def write_pair_spec(out_dir: Path, trace: Trace, result: MigrationResult) -> Path:
+def write_pair_spec(
+    out_dir: Path, trace: Trace, result: MigrationResult, name_map: Path | None = None
+) -> Path:
+    """``linen2nnx_spec.py`` in ``out_dir``: the traced Linen side paired with its migrated class, the
+    name map read from ``name_map`` (default: beside the spec), named relative to the spec."""
     key = result.name_map.find_class(trace.root_class, trace.root_module)
     if key is None:
         raise L2NError(f"--trace: class {trace.root_class} of {trace.spec_ref} was not migrated by this run")
@@ -129,7 +135,7 @@ def write_pair_spec(out_dir: Path, trace: Trace, result: MigrationResult) -> Pat
         shape_args=shape_args,
         leaf_args=leaf_args,
         lazy_init=any(c.bridge for c in result.name_map.classes.values()),
-        name_map=NAME_MAP_FILENAME,
+        name_map=os.path.relpath(name_map, out_dir) if name_map is not None else NAME_MAP_FILENAME,
     )
     atomic_write_text(spec_path, text)
     result.extra_outputs.append(spec_path)

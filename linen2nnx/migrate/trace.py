@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 
+from linen2nnx.errors import L2NError, ModelBuildError
 from linen2nnx.spec import LinenSide, linen_ctor_kwargs
 
 
@@ -86,8 +87,16 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
         with nn.intercept_methods(recorder.intercept):
             return side.model.init(side.init_rngs(), *args, **kwargs)
 
-    jax.eval_shape(init)
     model_type = type(side.model)
+    try:
+        jax.eval_shape(init)
+    except L2NError:
+        raise
+    except Exception as e:  # the user's model or batch: a message naming the spec, not a traceback
+        raise ModelBuildError(
+            f"spec {spec_ref or '(trace)'}: the Linen model {model_type.__name__} fails on its example batch: "
+            f"{type(e).__name__}: {e}"
+        ) from e
     dims_read = {key: _dims_read(*probe) for key, probe in recorder.probes.items()}
     return Trace(
         child_inputs=dict(recorder.child_inputs),

@@ -1,0 +1,97 @@
+"""The pair spec ``migrate --trace --out-dir`` writes, loaded the way a user runs the next stage: in a
+fresh process, from a ``src/`` layout whose migrated copy has the same package name, with the name map
+written elsewhere (``--map``); and a trace whose Linen model fails is a named error, not a traceback."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+MODEL = """\
+import flax.linen as nn
+
+
+class Model(nn.Module):
+    width: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.width)(x)
+"""
+SPECS = """\
+import jax.numpy as jnp
+from linen2nnx.spec import LinenSide
+from mypkg.model import Model
+
+
+def linen_side():
+    return LinenSide(model=Model(WIDTH), batch={"x": jnp.ones((2, 3))}, loss=lambda o, b: (o**2).sum(),
+                     train_kwargs={}, eval_kwargs={})
+"""
+
+
+def _package(root: Path, width: str = "4") -> dict[str, str]:
+    (root / "src" / "mypkg").mkdir(parents=True)
+    (root / "src" / "mypkg" / "__init__.py").write_text("")
+    (root / "src" / "mypkg" / "model.py").write_text(MODEL)
+    (root / "specs.py").write_text(SPECS.replace("WIDTH", width))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+
+
+def _cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "linen2nnx", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_a_src_layout_spec_loads_the_linen_package_beside_its_migrated_copy(tmp_path):
+    env = _package(tmp_path)
+    done = _cli(tmp_path, env, "migrate", "src/", "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "nnx_src" / "mypkg" / "model.py").is_file()  # the same package name as the Linen one
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")  # a fresh process
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+    assert "PASS" in checked.stdout + checked.stderr
+
+
+def test_the_written_spec_reads_the_name_map_where_map_put_it(tmp_path):
+    env = _package(tmp_path)
+    args = (
+        "migrate",
+        "src/mypkg/",
+        "--out-dir",
+        "nnx/",
+        "--trace",
+        "specs:linen_side",
+        "--map",
+        "maps/m.json",
+    )
+    done = _cli(tmp_path, env, *args)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "maps" / "m.json").is_file() and not (tmp_path / "nnx" / "linen2nnx-map.json").exists()
+    assert "'../maps/m.json'" in (tmp_path / "nnx" / "linen2nnx_spec.py").read_text()
+    checked = _cli(tmp_path, env, "check", "nnx/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
+def test_a_trace_whose_linen_model_fails_is_a_named_error(tmp_path):
+    env = _package(tmp_path, width='"four"')  # nn.Dense("four"): Linen fails on the example batch
+    done = _cli(tmp_path, env, "migrate", "src/mypkg/", "--out-dir", "nnx/", "--trace", "specs:linen_side")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "specs:linen_side" in done.stderr and "Model fails on its example batch" in done.stderr
+    assert not (tmp_path / "nnx").exists()
+
+
+def test_write_with_a_trace_says_no_spec_is_written(tmp_path):
+    env = _package(tmp_path)
+    done = _cli(tmp_path, env, "migrate", "src/mypkg/", "--write", "--trace", "specs:linen_side")
+    assert done.returncode == 0, done.stderr
+    assert "no pair spec is written without --out-dir" in textwrap.dedent(done.stderr).replace("\n", " ")
+    assert not list(tmp_path.rglob("linen2nnx_spec.py"))
