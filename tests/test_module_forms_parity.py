@@ -587,6 +587,42 @@ def test_custom_collection_has_parity_and_converts(tmp_path):
     )
 
 
+def test_same_name_in_two_collections_stays_two_variables(tmp_path):
+    """``self.param('w')`` and ``self.variable('ema', 'w')``: two NNX attributes (``w``, ``w_ema``), so
+    three calls update the average, not the weight, and give Linen's outputs and averages."""
+    from linen2nnx.checkpoint_convert.api import convert_state
+
+    src = fixture("same_name_collections_in.py").read_text()
+    result = migrate_source(src, "same_name_collections.py", module_name="same_name_collections")
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").AveragedWeight
+    nnx_cls = import_file(tmp_path / "nnx_src.py").AveragedWeight
+    x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
+    side = LinenSide(
+        model=linen_cls(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+        mutable=("ema",),
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=3, rngs=rngs), name_map=map_path
+    )
+    variables = perturbed(side.init_variables())
+    model, _ = convert_state(variables, pair, map_path)
+    assert type(model.w_ema).__name__ == "Ema"
+    for _ in range(3):
+        out_l, updates = side.model.apply(variables, x, mutable=["ema"])
+        variables = {**variables, **updates}
+        np.testing.assert_allclose(model(x), out_l, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(model.w_ema[...], variables["ema"]["w"], rtol=1e-6)
+        np.testing.assert_array_equal(model.w[...], variables["params"]["w"])
+
+
 @pytest.mark.parametrize("with_targets", [False, True])
 def test_init_only_dummy_inputs_read_false(with_targets, tmp_path):
     """``if self.is_initializing() and ...:`` inventing targets for init reads False: Linen's init

@@ -1,5 +1,5 @@
 """Variables reached by their Linen name: ``self.put_variable`` writes, ``self.get_variable`` /
-``self.has_variable`` reads.
+``self.has_variable`` reads, ``self.sow`` (into the NNX attribute of the sown name).
 
 ``self.put_variable(collection, name, value)`` is a variable written, and created by its first write.
 
@@ -28,8 +28,8 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_utils import code, parse_expression, parse_statement, snake_case
 from linen2nnx.migrate.lazy_vars import LazyVar
-from linen2nnx.migrate.rules import VAR_004
-from linen2nnx.migrate.sites import ClassPlan
+from linen2nnx.migrate.rules import API_002, VAR_002, VAR_004
+from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan
 
 
 def literal_put(call: cst.Call) -> tuple[str, str, cst.BaseExpression] | None:
@@ -169,3 +169,31 @@ def variable_query(
             return choice
         return choice.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # `get(...) + 1`
     return read
+
+
+def rewrite_sow(ctx: Any, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+    """``self.sow("intermediates", ...)`` -> ``self.sow(nnx.Intermediate, ...)``; a finding where NNX's
+    attribute of that name is already something else (a field, a variable, a submodule)."""
+    collection = original.args[0].value.evaluated_value
+    var_type = COLLECTION_TYPES.get(collection)
+    ctx.state.handled.add(original)
+    name_arg = original.args[1].value if len(original.args) > 1 else None
+    name = name_arg.evaluated_value if isinstance(name_arg, cst.SimpleString) else None
+    taken = {*plan.field_names, *(s.attr for s in plan.sites.values()), *plan.setup_properties}
+    if var_type is None or name in taken:
+        ctx.report(
+            API_002,
+            original,
+            f"self.sow into the custom collection {collection!r}"
+            if var_type is None
+            else f"self.sow({collection!r}, {name!r}, ...): NNX sows into the attribute {name}, which is "
+            "already a field, a variable or a submodule of the class",
+            "define a registered nnx.Variable subclass and sow into it"
+            if var_type is None
+            else "sow under a name of its own (and read the intermediates under it)",
+        )
+        return updated
+    ctx.report(VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)")
+    ctx.state.uses_nnx = True
+    first = updated.args[0].with_changes(value=parse_expression(f"nnx.{var_type}"))
+    return updated.with_changes(args=[first, *updated.args[1:]])

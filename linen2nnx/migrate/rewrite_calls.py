@@ -31,7 +31,7 @@ from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
 )
 from linen2nnx.migrate.merge_flags import moved_flag_args
-from linen2nnx.migrate.named_variables import rewrite_put, variable_query
+from linen2nnx.migrate.named_variables import rewrite_put, rewrite_sow, variable_query
 from linen2nnx.migrate.rules import (
     API_002,
     API_003,
@@ -41,13 +41,12 @@ from linen2nnx.migrate.rules import (
     LAYER_002,
     PART_004,
     VAR_001,
-    VAR_002,
     VAR_003,
     VAR_004,
     XFORM_001,
     XFORM_002,
 )
-from linen2nnx.migrate.sites import COLLECTION_TYPES, MERGE_PARAM, ClassPlan, Site, linen_name_text
+from linen2nnx.migrate.sites import MERGE_PARAM, ClassPlan, Site, linen_name_text
 from linen2nnx.migrate.variable_args import canonical_variable_call
 from linen2nnx.migrate.variable_locals import with_locals
 
@@ -395,7 +394,7 @@ class CallRewriter:
         if api is None or api in plan.field_names:
             return None
         if api == "sow" and original.args and isinstance(original.args[0].value, cst.SimpleString):
-            return self._rewrite_sow(original, updated)
+            return rewrite_sow(self.ctx, plan, original, updated)
         if (
             api == "make_rng"
             and len(original.args) == 1
@@ -416,24 +415,6 @@ class CallRewriter:
         if api == "is_mutable_collection" and _only_string_arg(original) == "params":
             return self._rewrite_params_mutable(original)
         return None
-
-    def _rewrite_sow(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        """``self.sow("intermediates", ...)`` -> ``self.sow(nnx.Intermediate, ...)``."""
-        collection = original.args[0].value.evaluated_value
-        var_type = COLLECTION_TYPES.get(collection)
-        self.state.handled.add(original)
-        if var_type is None:
-            self.ctx.report(
-                API_002,
-                original,
-                f"self.sow into the custom collection {collection!r}",
-                "define a registered nnx.Variable subclass and sow into it",
-            )
-            return updated
-        self.ctx.report(VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)")
-        self.state.uses_nnx = True
-        first = updated.args[0].with_changes(value=parse_expression(f"nnx.{var_type}"))
-        return updated.with_changes(args=[first, *updated.args[1:]])
 
     def _rewrite_make_rng(self, plan: ClassPlan, original: cst.Call) -> cst.BaseExpression:
         """``self.make_rng("dropout")`` (or ``self.scope.make_rng("dropout")``, which Linen's

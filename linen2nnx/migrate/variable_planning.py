@@ -158,8 +158,8 @@ class VariablePlanning:
                 API_002, call, "a Linen decode cache created at call time", "use NNX's init_cache pattern"
             )
             return None
-        attr = _variable_attr(plan, name, attr)
-        attr = _clear_of_field_named(plan, name, attr)
+        attr = _clear_of_field_named(plan, name, _variable_attr(plan, name, attr))
+        attr = _clear_of_other_collections(plan, collection, attr)
         site = Site(
             kind="param" if kind == "param" else "variable",
             attr=attr,
@@ -370,6 +370,20 @@ def _clear_of_field_named(plan: ClassPlan, name: str, attr: str) -> str:
         and s.linen_name != name
         and (is_field_name(s.linen_name) or is_field_name(name))
     }
+    while attr in taken:
+        attr += "_"
+    return attr
+
+
+def _clear_of_other_collections(plan: ClassPlan, collection: str, attr: str) -> str:
+    """``attr``, or ``<attr>_<collection>`` when a variable of another collection already has it
+    (``self.param('w', ...)`` and ``self.variable('ema', 'w', ...)``: two variables, two attributes)."""
+    taken = {
+        s.attr for s in plan.sites.values() if s.kind in ("param", "variable") and s.collection != collection
+    } | {v.attr for v in plan.lazy_vars.values() if v.collection != collection}
+    if attr not in taken:
+        return attr
+    attr = f"{attr}_{snake_case(collection)}"
     while attr in taken:
         attr += "_"
     return attr
