@@ -25,6 +25,7 @@ output differs while its inputs agree.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -109,6 +110,8 @@ def check(
             if mesh_mod is not None and hasattr(mesh_mod, "place_sides"):
                 sides = mesh_mod.place_sides(pair, sides, active)
         module_map = make_module_map(pair, sides, name_map)
+        if tols.compute_dtype is None:  # a bfloat16 layer makes every downstream value that coarse
+            tols = dataclasses.replace(tols, compute_dtype=_compute_dtype(pair, sides))
         leaves = run_checks(pair, sides, tols, timings, jit=jit, module_map=module_map, long_batch=long_batch)
         if mesh_mod is not None:
             with _timed(timings, "partition_spec"):
@@ -212,3 +215,14 @@ def _localise(
         return Divergence(
             mode="", modules=[], culprit=None, note=f"localisation failed: {type(e).__name__}: {e}"
         )
+
+
+def _compute_dtype(pair: Any, sides: Any) -> str | None:
+    """:func:`.precision.linen_compute_dtype`, or None where the program cannot be traced abstractly
+    (the checks that run it then report why)."""
+    from linen2nnx.equivalence.precision import linen_compute_dtype
+
+    try:
+        return linen_compute_dtype(pair, sides.linen_variables)
+    except Exception:
+        return None

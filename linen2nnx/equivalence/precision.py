@@ -6,7 +6,9 @@ passes or TF32. Comparing numbers on CPU cannot catch it, so this check compares
 eval forwards are traced to jaxprs with every module call wrapped in a ``jax.named_scope`` naming
 the module, and each ``dot_general`` / ``conv_general_dilated`` is attributed to the innermost
 module scope around it (sub-jaxprs of scans, remat and jit included). For each NNX module the
-multiset of ``(primitive, precision, preferred_element_type)`` must equal the Linen module's.
+multiset of ``(primitive, operand dtypes, precision, preferred_element_type)`` must equal the Linen
+module's: a dropped ``dtype=jnp.bfloat16`` shows as float32 operands where Linen's were bfloat16, which
+the numbers alone cannot tell apart once the tolerance is bfloat16's (:func:`linen_compute_dtype`).
 """
 
 from __future__ import annotations
@@ -69,8 +71,9 @@ def module_dots(jaxpr: Any) -> dict[PathT, list[str]]:
                 pet = eqn.params.get("preferred_element_type")
                 if pet is not None and all(getattr(v.aval, "dtype", None) == pet for v in eqn.invars[:2]):
                     pet = None  # accumulating float32 operands in float32 is the default, spelled or not
+                operands = ",".join(str(getattr(v.aval, "dtype", "?")) for v in eqn.invars[:2])
                 out[path].append(
-                    f"{eqn.primitive.name}(precision={_precision_name(eqn.params.get('precision'))}, "
+                    f"{eqn.primitive.name}({operands}, precision={_precision_name(eqn.params.get('precision'))}, "
                     f"preferred={getattr(pet, 'name', pet)})"
                 )
             for sub in _sub_jaxprs(eqn.params):
@@ -78,6 +81,31 @@ def module_dots(jaxpr: Any) -> dict[PathT, list[str]]:
 
     walk(jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr, "")
     return dict(out)
+
+
+COARSE_FLOATS = ("float16", "bfloat16")
+
+
+def linen_compute_dtype(pair: Any, variables: Any) -> str | None:
+    """The 16-bit float dtype the Linen eval forward computes in (an operation's result in it,
+    sub-jaxprs included), the coarser one when it uses both; None for a program in float32 or wider.
+    Shapes only: nothing runs."""
+    side = pair.linen
+    args, kwargs = side.call_args(False)
+    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
+    jaxpr = jax.make_jaxpr(lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=False))(
+        variables
+    )
+    seen: set[str] = set()
+
+    def walk(jx: Any) -> None:
+        for eqn in jx.eqns:
+            seen.update(str(getattr(v.aval, "dtype", "")) for v in eqn.outvars)
+            for sub in _sub_jaxprs(eqn.params):
+                walk(sub)
+
+    walk(jaxpr.jaxpr)
+    return next((d for d in reversed(COARSE_FLOATS) if d in seen), None)
 
 
 def linen_dots(pair: Any, variables: Any) -> dict[PathT, list[str]]:

@@ -17,6 +17,11 @@ A leaf passes iff ``max|Δ| <= tol`` with
   (``depth_exponent = 0.5``): a 0-layer value gets the bare base, a 24-layer model's logits 5x it.
 - ``overrides`` replace ``base`` for leaves whose ``check:path`` (or just ``path``) matches a glob
   pattern, first match wins: ``{"grad:*/embedding": 1e-4, "forward/*:*": 5e-5}``.
+- ``compute_dtype``: the least precise float dtype the Linen program computes in (a ``Dense(dtype=
+  jnp.bfloat16)`` in a float32 model; :func:`.check.check` reads it off the traced program). A float
+  leaf gets the base of that dtype when it is the less precise: a float32 gradient that went through
+  a bfloat16 layer is as exact as bfloat16 arithmetic, and two faithful programs (or one program,
+  jitted and not) differ by a few of its ulps.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class Tolerances:
     base: Mapping[str, float] = dataclasses.field(default_factory=lambda: dict(DEFAULT_BASE))
     depth_exponent: float = DEFAULT_DEPTH_EXPONENT
     overrides: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    compute_dtype: str | None = None
 
     @classmethod
     def coerce(cls, value: Tolerances | float | Mapping[str, Any] | None) -> Tolerances:
@@ -67,6 +73,8 @@ class Tolerances:
         for pattern, factor in self.overrides.items():
             if fnmatch.fnmatchcase(f"{check}:{path}", pattern) or fnmatch.fnmatchcase(path, pattern):
                 return float(factor)
+        if self.compute_dtype and dtype in DEFAULT_BASE and dtype != self.compute_dtype:
+            dtype = less_precise(dtype, self.compute_dtype)  # a float leaf computed in a coarser dtype
         if dtype in self.base:
             return float(self.base[dtype])
         try:
@@ -92,6 +100,7 @@ class Tolerances:
             "base": {k: float(v) for k, v in sorted(self.base.items())},
             "depth_exponent": self.depth_exponent,
             "overrides": {k: float(v) for k, v in self.overrides.items()},
+            **({"compute_dtype": self.compute_dtype} if self.compute_dtype else {}),
         }
 
 

@@ -1,0 +1,67 @@
+"""Mixed precision: a float32 model with a bfloat16 layer is compared at bfloat16's tolerance (its
+float32 gradients went through bfloat16 arithmetic, so a faithful migration differs from Linen by a
+few bfloat16 ulps), and a ``dtype=`` the migration dropped is still a failure: the precision check
+compares each module's dot operand dtypes, which the numbers at that tolerance no longer could."""
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from linen2nnx.equivalence import check, perturbed
+from linen2nnx.migrate import migrate_source
+from linen2nnx.spec import LinenSide, ModelPair, import_file
+
+SOURCE = """\
+import jax.numpy as jnp
+from flax import linen as nn
+
+
+class Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Dense(16, dtype=jnp.bfloat16)(x)
+        x = nn.LayerNorm()(x)
+        return nn.Dense(4)(x)
+"""
+
+
+def _pair(tmp_path, nnx_source: str):
+    result = migrate_source(SOURCE, "mixed.py", module_name="mixed")
+    nnx_file = tmp_path / ("nnx_mutated.py" if nnx_source else "nnx_src.py")  # import_file caches by path
+    (tmp_path / "linen_src.py").write_text(SOURCE)
+    nnx_file.write_text(nnx_source or result.output)
+    linen_mod, nnx_mod = import_file(tmp_path / "linen_src.py"), import_file(nnx_file)
+    x = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
+    side = LinenSide(
+        model=linen_mod.Net(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+        optimizer=optax.adam(1e-2),
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_mod.Net(in_features=8, rngs=rngs), name_map=map_path
+    )
+    return result, pair, perturbed(side.init_variables())
+
+
+def test_a_faithful_mixed_precision_migration_passes_at_bfloat16_tolerance(tmp_path):
+    result, pair, variables = _pair(tmp_path, "")
+    assert "dtype=jnp.bfloat16" in result.output
+    parity = check(pair, variables, steps=2)
+    assert parity.tolerances.compute_dtype == "bfloat16"
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+
+
+def test_a_dropped_bfloat16_dtype_still_fails(tmp_path):
+    result, _, _ = _pair(tmp_path, "")
+    dropped = result.output.replace(", dtype=jnp.bfloat16", "")
+    assert dropped != result.output
+    _, pair, variables = _pair(tmp_path, dropped)
+    parity = check(pair, variables)
+    assert not parity.passed
+    failed = {(lf.check, lf.path) for lf in parity.failures}
+    assert ("precision", "dense_0") in failed, failed
