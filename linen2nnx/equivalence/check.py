@@ -110,8 +110,7 @@ def check(
             if mesh_mod is not None and hasattr(mesh_mod, "place_sides"):
                 sides = mesh_mod.place_sides(pair, sides, active)
         module_map = make_module_map(pair, sides, name_map)
-        if tols.compute_dtype is None:  # a bfloat16 layer makes every downstream value that coarse
-            tols = dataclasses.replace(tols, compute_dtype=_compute_dtype(pair, sides))
+        tols = _with_compute_dtype(tols, pair, sides)
         leaves = run_checks(pair, sides, tols, timings, jit=jit, module_map=module_map, long_batch=long_batch)
         if mesh_mod is not None:
             with _timed(timings, "partition_spec"):
@@ -217,12 +216,16 @@ def _localise(
         )
 
 
-def _compute_dtype(pair: Any, sides: Any) -> str | None:
-    """:func:`.precision.linen_compute_dtype`, or None where the program cannot be traced abstractly
-    (the checks that run it then report why)."""
+def _with_compute_dtype(tols: Tolerances, pair: Any, sides: Any) -> Tolerances:
+    """``tols`` with the compute dtype of :func:`.precision.linen_compute_dtype` unless it names one (a
+    bfloat16 layer makes every value downstream of it that coarse); as they are where the program
+    cannot be traced abstractly (the checks that run it say why)."""
     from linen2nnx.equivalence.precision import linen_compute_dtype
 
+    if tols.compute_dtype:
+        return tols
     try:
-        return linen_compute_dtype(pair, sides.linen_variables)
+        found = linen_compute_dtype(pair, sides.linen_variables)
     except Exception:
-        return None
+        return tols
+    return dataclasses.replace(tols, compute_dtype=found)
