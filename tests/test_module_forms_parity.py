@@ -272,6 +272,7 @@ CASES = {
     "factory_field_other_binding_b": ("Net", {"block_cls": Own("BlockB")}, (2, 5)),  # ... or BlockB_0
     "cell_carry_bound": ("StepLSTM", {}, (2, 5, 3)),  # cell.initialize_carry(rng, shape) of its own cell
     "cell_carry_bound_own": ("StepOwnCell", {}, (2, 5, 3)),  # ... of a cell class of the run
+    "handed_array": ("HandsInitializer", {}, (2, 5)),  # an initializer and a dtype handed on: no arrays
     "shape_test_list_strides": ("Shortcut", {"strides": [1, 1]}, (2, 6, 6, 3)),  # a list: no shortcut
     "shape_test_list_strides_two": ("Shortcut", {"strides": [2, 2]}, (2, 6, 6, 3)),  # ... or one
     # a table from a function, a numpy grid

@@ -111,7 +111,7 @@ def report_handed_arrays(ctx: FileContext, plan: ClassPlan) -> None:
         if site.user is None:
             continue
         for arg in site.ctor.args:
-            if _computes_array(ctx, plan, arg.value) or self_reads(arg.value) & set(plan.setup_properties):
+            if _array_expression(ctx, arg.value) or self_reads(arg.value) & set(plan.setup_properties):
                 ctx.report(
                     MOD_004,
                     arg,
@@ -119,6 +119,31 @@ def report_handed_arrays(ctx: FileContext, plan: ClassPlan) -> None:
                     "the child, which nnx.eval_shape / nnx.jit cannot build and no Linen checkpoint holds",
                     f"hand {site.user.name} the configuration and compute the array in it (a property)",
                 )
+
+
+NOT_ARRAYS = frozenset(
+    {"dtype", "finfo", "iinfo", "issubdtype", "result_type", "promote_types", "ndim", "shape"}
+)
+
+
+def _array_expression(ctx: FileContext, value: cst.BaseExpression) -> bool:
+    """Whether ``value`` itself is an array: a jax.numpy / numpy function's result (not a dtype or its
+    limits), arithmetic, an index or a tuple of one. Narrower than :func:`_computes_array`: an argument
+    ``kernel_init=jax.nn.initializers.normal(0.02)`` or ``dtype=jnp.dtype('bfloat16')`` is no array."""
+    if isinstance(value, cst.BinaryOperation):
+        return _array_expression(ctx, value.left) or _array_expression(ctx, value.right)
+    if isinstance(value, (cst.Tuple, cst.List)):  # a tuple holding one: the child holds it too
+        return any(_array_expression(ctx, e.value) for e in value.elements)
+    if isinstance(value, (cst.UnaryOperation, cst.Subscript)):
+        return _array_expression(
+            ctx, value.expression if isinstance(value, cst.UnaryOperation) else value.value
+        )
+    if not isinstance(value, cst.Call):
+        return False
+    names = ctx.qualnames(value.func)
+    return any(
+        n.startswith(("jax.numpy.", "numpy.")) and n.rsplit(".", 1)[-1] not in NOT_ARRAYS for n in names
+    )
 
 
 def _self_assigns(stmt: cst.CSTNode) -> list[Binding] | None:
