@@ -117,6 +117,8 @@ NOT_RUNNABLE = {
     "shape_unpack_call_time": "manual findings: layers sized by a batch axis or a starred unpacking",
     "loop_jumps": "manual finding: modules built on some iterations of a loop are left to a person",
     "shape_test_other_axes": "manual findings: a shape test past a block, a slice or a transposed convolution",
+    "decay_mask": "manual finding: an optimizer mask written for Linen's params tree",
+    "auto_name_key": "manual finding: a loss reading a weight by its Linen auto-name",
     "sow_name_taken": "manual finding: sown under the name of a field",
     "setup_array_from_loop": "manual finding: an array setup() builds from a list a loop filled",
     "local_changed_in_place": "manual findings: a local list or iterator changed in place sizes the layers",

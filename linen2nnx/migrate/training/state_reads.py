@@ -7,6 +7,8 @@ the value would silently be the model: that blocks the file's rewrite (TRAIN_008
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from linen2nnx.migrate.cst_utils import code
@@ -15,9 +17,22 @@ from linen2nnx.migrate.training.planner import STATE_TYPES, Edit, TrainPlanner
 from linen2nnx.migrate.training.sharding import partition_spec_key
 from linen2nnx.migrate.training.values import string_index
 
+AUTO_NAME = re.compile(r"[A-Z][A-Za-z0-9]*_[0-9]+")  # Linen's `Dense_0`: NNX's attribute is `dense_0`
+
 
 def plan_subscript(plan: TrainPlanner, node: cst.Subscript) -> None:
-    """``variables[<collection>]`` of an initialised model -> ``nnx.state(model, nnx.<Type>)``."""
+    """``variables[<collection>]`` of an initialised model -> ``nnx.state(model, nnx.<Type>)``; a key that
+    is a Linen auto-name (``params['Dense_0']``) blocks: the NNX state names the module ``dense_0``."""
+    key = string_index(node)
+    if key is not None and AUTO_NAME.fullmatch(key):
+        plan.block(
+            TRAIN_008,
+            node,
+            f"[{key!r}] reads a variable tree by a Linen auto-name: the NNX state names that module in "
+            "snake_case (see the name map)",
+            "read the NNX attribute (model.<attr>.kernel) or its snake_case key",
+        )
+        return
     value = plan.values.value_of(node)
     if value is None or value.kind != "coll":
         return
