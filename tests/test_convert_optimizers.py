@@ -103,3 +103,14 @@ def test_optax_state_that_does_not_fit_names_its_leaves(tmp_path):
     with pytest.raises(ConversionError, match=r"opt_state/0/mu/dense1/kernel"):
         convert(tmp_path / "linen", tmp_path / "nnx", pair, optimizer=True)
     assert not (tmp_path / "nnx").exists()
+
+
+def test_a_pair_without_an_optimizer_names_the_state_it_leaves_out(tmp_path):
+    """A TrainState checkpoint converted with a pair that has no optimizer: the optax state and the step
+    are not in the NNX checkpoint, and the report says so (it said nothing)."""
+    _save(optax.adam(1e-3), tmp_path / "linen")
+    report = convert(tmp_path / "linen", tmp_path / "nnx", _pair(None))
+    assert report.optimizer is None
+    assert "LinenSide.optimizer" in report.ignored["opt_state"]
+    assert "step" in report.ignored
+    assert "ignored 2" in report.summary()

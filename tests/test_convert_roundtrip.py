@@ -98,6 +98,23 @@ def test_linen_code_restores_the_round_trip_with_boxes_and_names(linen_root, tmp
     assert int(restored.step) == 1000
 
 
+def test_a_python_int_step_comes_back_as_the_int64_it_was_saved_as(tmp_path):
+    """``TrainState.create`` + ``apply_gradients`` outside jit keep the step a Python int, which Orbax
+    saves as int64: the round trip writes it back as int64 (a device array would be int32 without x64)."""
+    pair = boxed_pair()
+    state = _state(pair).replace(step=1000)
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(tmp_path / "linen", state)
+        ckptr.wait_until_finished()
+    report = convert(tmp_path / "linen", tmp_path / "nnx", pair)
+    assert report.step_dtype == "int64"
+    convert_to_linen(tmp_path / "nnx", tmp_path / "back", pair)
+    with ocp.StandardCheckpointer() as ckptr:
+        want, got = ckptr.restore(tmp_path / "linen"), ckptr.restore(tmp_path / "back")
+    assert np.asarray(got["step"]).dtype == np.asarray(want["step"]).dtype == np.int64
+    assert int(got["step"]) == 1000
+
+
 def test_cli_to_linen_and_refusals(tmp_path, capsys):
     twins = import_file(TWINS_FILE)
     twins.save_orbax(twins.trained_state("cnn"), tmp_path / "linen")

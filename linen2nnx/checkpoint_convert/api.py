@@ -219,6 +219,13 @@ def _optimizer_state(
     if optimizer is None:
         optimizer = tx is not None and ckpt.opt_state is not None
     if not optimizer:
+        if ckpt.opt_state is not None:  # never silent: what the checkpoint holds and the output lacks
+            why = "the pair has no optimizer (LinenSide.optimizer)" if tx is None else "not asked for"
+            report.ignored["opt_state"] = f"not converted: {why}"
+        if ckpt.step is not None:
+            report.ignored["step"] = (
+                "not converted: the NNX checkpoint keeps the step in nnx.Optimizer's state"
+            )
         return None
     if tx is None or ckpt.opt_state is None:
         missing = "the pair has no optimizer" if tx is None else f"{ckpt.source} has no opt_state"

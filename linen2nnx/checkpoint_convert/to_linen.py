@@ -158,7 +158,10 @@ def _fill(target: Any, by_linen: dict, leaves: dict, shardings: dict) -> tuple[d
         leaf = lazy_sharded.LazyShardedLeaf(source, raw, tuple(meta.shape), np.dtype(meta.dtype), sharding)
         dtype = np.dtype(hit[1] or abstract.dtype)
         if leaf.dtype != dtype:  # the step (NNX uint32, Linen int32): a scalar, read now
-            return jax.device_put(np.asarray(leaf.load(), dtype=dtype), sharding)
+            value = np.asarray(leaf.load(), dtype=dtype)
+            if dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+                return value  # a Python int's int64 step: a device array would be int32 without x64
+            return jax.device_put(value, sharding)
         return leaf
 
     tree = jax.tree_util.tree_map_with_path(fill, target)
