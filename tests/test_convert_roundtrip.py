@@ -115,6 +115,28 @@ def test_a_python_int_step_comes_back_as_the_int64_it_was_saved_as(tmp_path):
     assert int(got["step"]) == 1000
 
 
+def test_a_state_saved_unboxed_comes_back_unboxed(tmp_path):
+    """Params unboxed before ``TrainState.create`` (``nn.meta.unbox``), a common loop: the round trip
+    writes them unboxed too, so the loop restores it with its own abstract state (it wrote boxes,
+    which that restore rejects)."""
+    pair = boxed_pair()
+    boxed = _state(pair)
+    state = boxed.replace(params=nn.meta.unbox(boxed.params), opt_state=nn.meta.unbox(boxed.opt_state))
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(tmp_path / "linen", state)
+        ckptr.wait_until_finished()
+    assert convert(tmp_path / "linen", tmp_path / "nnx", pair).unboxed == []
+    convert_to_linen(tmp_path / "nnx", tmp_path / "back", pair)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+    with ocp.StandardCheckpointer() as ckptr:
+        restored = ckptr.restore(tmp_path / "back", abstract)
+    kernel = restored.params["blocks"]["up"]["kernel"]
+    assert not isinstance(kernel, nn.LogicallyPartitioned)
+    np.testing.assert_array_equal(kernel, state.params["blocks"]["up"]["kernel"])
+    for got, want in zip(jax.tree.leaves(restored.opt_state), jax.tree.leaves(state.opt_state)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_cli_to_linen_and_refusals(tmp_path, capsys):
     twins = import_file(TWINS_FILE)
     twins.save_orbax(twins.trained_state("cnn"), tmp_path / "linen")

@@ -50,7 +50,8 @@ def convert_to_linen(
     by_linen = _linen_sources(report)
     with _mesh_scope(pair, mesh) as active:
         target = _linen_target(pair, with_optimizer=bool(report.get("optimizer")))
-        tree, missing = _fill(target, by_linen, leaves, _shardings(target, pair, active))
+        shardings = _shardings(target, pair, active)  # from the boxes' logical names, before unboxing
+        tree, missing = _fill(_boxed_as_saved(target, report.get("unboxed")), by_linen, leaves, shardings)
         if missing:
             raise ConversionError(
                 f"cannot write {dst}: {len(missing)} Linen leaf(s) have no value in {src}\n"
@@ -79,6 +80,25 @@ def _nnx_leaves(item_dir: Path, budget: int | None) -> dict[tuple[str, ...], tup
         key = tuple(map(str, path))
         out[key[:-1] if key and key[-1] == "value" else key] = (source, path, meta)
     return out
+
+
+def _boxed_as_saved(target: Any, boxed: list[str] | None) -> Any:
+    """``target`` with only the leaves the source checkpoint held boxed (the report's ``unboxed``) left
+    in their partitioning boxes: a training loop that unboxed its params before ``TrainState.create``
+    restores its own tree. An older report without the list: every box kept."""
+    import jax
+    from flax.core.meta import AxisMetadata
+
+    if boxed is None:
+        return target
+    keep = set(boxed)
+
+    def unbox(kp: Any, leaf: Any) -> Any:
+        if isinstance(leaf, AxisMetadata) and "/".join(_linen_path(kp)) not in keep:
+            return leaf.unbox()
+        return leaf
+
+    return jax.tree_util.tree_map_with_path(unbox, target, is_leaf=lambda x: isinstance(x, AxisMetadata))
 
 
 def _shardings(target: Any, pair: Any, mesh: Any) -> dict[tuple[str, ...], Any]:
