@@ -114,3 +114,15 @@ def test_a_pair_without_an_optimizer_names_the_state_it_leaves_out(tmp_path):
     assert "LinenSide.optimizer" in report.ignored["opt_state"]
     assert "step" in report.ignored
     assert "ignored 2" in report.summary()
+
+
+def test_a_step_nnx_cannot_hold_is_an_error(tmp_path):
+    """NNX counts steps in uint32: a negative step would wrap to 4294967295, so it is a problem named
+    with the step, and nothing is written."""
+    state = _save(optax.adam(1e-3), tmp_path / "src")
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(tmp_path / "linen", state.replace(step=jax.numpy.asarray(-1, np.int32)))
+        ckptr.wait_until_finished()
+    with pytest.raises(ConversionError, match="step out of range"):
+        convert(tmp_path / "linen", tmp_path / "nnx", _pair(optax.adam(1e-3)), optimizer=True)
+    assert not (tmp_path / "nnx").exists()

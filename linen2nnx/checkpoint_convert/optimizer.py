@@ -74,6 +74,7 @@ def plan_opt_state(
     step_path = by_str.get(("step",))
     if step_path is not None and step is not None:
         want = slots[step_path].get_value()
+        problems += _step_range(step, want.dtype, join(step_path))
         sources[step_path] = np.asarray(step)  # Linen int32 -> NNX uint32, cast when filled
         mapped.append(
             MappedLeaf(
@@ -90,6 +91,14 @@ def plan_opt_state(
         else:
             problems.append(Problem("not filled", None, join(path), "no Linen optimizer leaf maps to it"))
     return slots, sources, mapped, problems
+
+
+def _step_range(step: int, dtype: Any, nnx_path: str) -> list[Problem]:
+    """A problem when ``step`` does not fit NNX's counter (``-1`` would wrap to 4294967295 in uint32)."""
+    info = np.iinfo(dtype) if np.issubdtype(dtype, np.integer) else None
+    if info is None or info.min <= int(step) <= info.max:
+        return []
+    return [Problem("step out of range", "step", nnx_path, f"{int(step)} does not fit {dtype}")]
 
 
 def convert_opt_state(
