@@ -268,6 +268,7 @@ CASES = {
     "setup_array_property_tables": ("AddPositions", {}, (2, 7, 3)),
     "setup_array_property_causal": ("CausalMixer", {}, (2, 5, 4)),  # a mask under a config test ...
     "setup_array_property_open": ("CausalMixer", {"causal": False}, (2, 5, 4)),  # ... not taken
+    "setup_array_property_declared": ("DeclaredTable", {}, (2, 3)),  # an init=False field's own name
     "factory_field_other_binding": ("Net", {}, (2, 5)),  # the default class: BlockA_0 ...
     "factory_field_other_binding_b": ("Net", {"block_cls": Own("BlockB")}, (2, 5)),  # ... or BlockB_0
     "cell_carry_bound": ("StepLSTM", {}, (2, 5, 3)),  # cell.initialize_carry(rng, shape) of its own cell
@@ -382,6 +383,7 @@ SOURCES = {
     "setup_array_property_tables": "setup_array_property",
     "setup_array_property_causal": "setup_array_property",
     "setup_array_property_open": "setup_array_property",
+    "setup_array_property_declared": "setup_array_property",
     "shape_test_list_strides_two": "shape_test_list_strides",
     "cell_carry_bound_own": "cell_carry_bound",
     "factory_field_other_binding_b": "factory_field_other_binding",

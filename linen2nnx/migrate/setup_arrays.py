@@ -84,7 +84,9 @@ def plan_setup_arrays(ctx: FileContext, plan: ClassPlan) -> None:
         once = all(attrs_bound.get(n) == c for n, c in counts.items())
         if branches is not None and any(len({n for n, _ in ps}) < len(ps) for _, ps in branches):
             once = False  # a branch binds it twice
-        if needs is not None and once:
+        set_fields = {f.name for f in plan.fields if f.init or f.default is not None}  # what __init__ sets
+        field = bool(set(counts) & set_fields)  # no property of that name then
+        if needs is not None and once and not field:
             for name in counts:
                 plan.setup_properties[name] = needs
                 ctx.report(
@@ -92,15 +94,21 @@ def plan_setup_arrays(ctx: FileContext, plan: ClassPlan) -> None:
                 )
             readable |= set(counts)
         elif branches is None and not set().union(*(self_reads(v) for _, v in pairs)) - readable:
-            where = "bound more than once" if not once else "from locals it cannot compute again"
-            for name in counts:  # else it reads a variable (setup_values.py) or a method
-                ctx.report(
-                    MOD_004,
-                    stmt,
-                    f"setup() stores the array self.{name} {where}: kept in NNX's __init__ it is module "
-                    "state, which nnx.eval_shape / nnx.jit cannot build",
-                    f"compute self.{name} where it is used, or in a property from the class's fields",
-                )
+            why = "that is also a field" if field else "bound more than once" if not once else None
+            _report_kept(ctx, stmt, list(counts), why or "from locals it cannot compute again")
+
+
+def _report_kept(ctx: FileContext, stmt: cst.BaseStatement, names: list[str], why: str) -> None:
+    """The finding for arrays of ``setup()`` no property can compute (one that reads a variable is
+    setup_values.py's, one that reads a method of another kind stays as it was)."""
+    for name in names:
+        ctx.report(
+            MOD_004,
+            stmt,
+            f"setup() stores the array self.{name} {why}: kept in NNX's __init__ it is module "
+            "state, which nnx.eval_shape / nnx.jit cannot build",
+            f"compute self.{name} where it is used, or in a property from the class's fields",
+        )
 
 
 def report_handed_arrays(ctx: FileContext, plan: ClassPlan) -> None:
