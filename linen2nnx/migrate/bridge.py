@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import parse_statement, self_attr
+from linen2nnx.migrate.cst_utils import parse_statement, self_attr, single_assign
 from linen2nnx.migrate.kw_only import init_fields
 from linen2nnx.migrate.sites import ClassPlan, Field
 
@@ -101,6 +101,13 @@ def _default(plan: ClassPlan, field: Field) -> str | None:
     if field.default is not None and "with_partitioning(" in field.default:
         return f"{linen_name(plan.name)}.{field.name}"
     return field.default
+
+
+def is_bridge_wrapper(cls: cst.ClassDef) -> bool:
+    """Whether ``cls`` is the NNX wrapper :func:`bridge_wrapper` writes (its body binds ``linen_class``)."""
+    return any(
+        (bound := single_assign(s)) is not None and bound[0] == LINEN_CLASS_ATTR for s in cls.body.body
+    )
 
 
 def linen_class_name(name: str) -> cst.BaseStatement:

@@ -18,6 +18,7 @@ import libcst as cst
 from linen2nnx.layers import LayerRule, layer_rule
 from linen2nnx.migrate.annotation_names import module_names
 from linen2nnx.migrate.box_tests import unboxes_its_argument
+from linen2nnx.migrate.bridge import is_bridge_wrapper
 from linen2nnx.migrate.cst_meta import (
     NAME_OR_ATTRIBUTE,
     FastVisitor,
@@ -399,34 +400,33 @@ class FileContext:
             return True
         return False
 
-    def enclosing_statement(self, node: cst.CSTNode) -> cst.CSTNode:
+    def _enclosing(self, node: cst.CSTNode, kind: type) -> Any:
+        """The nearest node of ``kind`` at or above ``node`` in the original tree; None when none is."""
         cur: cst.CSTNode | None = node
-        while cur is not None and not isinstance(cur, cst.SimpleStatementLine):
+        while cur is not None and not isinstance(cur, kind):
             cur = self.parent_of(cur)
-        assert cur is not None
         return cur
+
+    def enclosing_statement(self, node: cst.CSTNode) -> cst.CSTNode:
+        statement = self._enclosing(node, cst.SimpleStatementLine)
+        assert statement is not None
+        return statement
 
     def in_setup(self, node: cst.CSTNode) -> bool:
         fn = self.enclosing_function(node)
         return fn is not None and fn.name.value == "setup"
 
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
-        cur: cst.CSTNode | None = node
-        while cur is not None and type(cur) is not cst.FunctionDef:
-            cur = self.parent_of(cur)
-        return cur
+        return self._enclosing(node, cst.FunctionDef)
 
     def in_marked_class(self, node: cst.CSTNode) -> bool:
-        """Is ``node`` in a class an earlier run wrote (it carries linen2nnx markers)? That run reported
-        its Linen leftovers where they stopped the rewrite; reporting them again is not idempotent."""
-        cur: cst.CSTNode | None = node
-        while cur is not None and type(cur) is not cst.ClassDef:
-            cur = self.parent_of(cur)
-        if cur is None:
-            return False
-        if cur not in self.state.marked_classes:
-            self.state.marked_classes[cur] = MARKER in code_of(cur)  # type: ignore[index]
-        return self.state.marked_classes[cur]  # type: ignore[index]
+        """Is ``node`` in a class an earlier run wrote (with linen2nnx markers, or the NNX wrapper of a
+        class kept as Linen)? It reported its Linen leftovers where they stopped the rewrite (a wrapper
+        hands its class Linen layers as written); reporting them again is not idempotent."""
+        cls = self._enclosing(node, cst.ClassDef)
+        if cls is not None and cls not in self.state.marked_classes:
+            self.state.marked_classes[cls] = MARKER in code_of(cls) or is_bridge_wrapper(cls)
+        return cls is not None and self.state.marked_classes[cls]
 
     def enclosing_class_plan(self, node: cst.CSTNode) -> ClassPlan | None:
         """The plan of the class ``node`` is a method of (not of a function nested in one)."""

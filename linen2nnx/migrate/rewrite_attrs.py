@@ -16,7 +16,6 @@ from linen2nnx.migrate.cst_utils import (
     parse_expression,
     root_name,
     self_attr,
-    single_assign,
 )
 from linen2nnx.migrate.jit_methods import jit_decorator, unsupported_setting
 from linen2nnx.migrate.lifted import (
@@ -289,23 +288,9 @@ class AttributeRewriter:
                 return
             if short in AXES_API_NAMES and kept_alias(original, self.state.tree):
                 return  # its calls are reported where they are made
-            if self.ctx.current_plan() is None and (
-                self.ctx.in_marked_class(original) or self._in_bridge_wrapper(original)
-            ):
-                return  # an earlier run's output: what stops the layer is marked where it is used, and
-                # a bridge wrapper hands its Linen class the Linen layers it was given (`conv=nn.Conv`)
+            if self.ctx.current_plan() is None and self.ctx.in_marked_class(original):
+                return  # an earlier run's output: what stops the layer is marked where it is used
             self.ctx.report(API_002, original, *self._unconverted(original, short))
-
-    def _in_bridge_wrapper(self, node: cst.CSTNode) -> bool:
-        """Is ``node`` in the NNX wrapper an earlier run wrote for a class kept as Linen (its body binds
-        ``linen_class``)?"""
-        cur: cst.CSTNode | None = node
-        while cur is not None and type(cur) is not cst.ClassDef:
-            cur = self.ctx.parent_of(cur)
-        return cur is not None and any(
-            (bound := single_assign(s)) is not None and bound[0] == "linen_class"
-            for s in cur.body.body  # type: ignore[attr-defined]
-        )
 
     def _unconverted(self, original: cst.Attribute, short: str) -> tuple[str, str]:
         """Why a Linen name stays, and the hint: a layer NNX has is left where it cannot be built in
