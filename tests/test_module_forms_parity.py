@@ -595,12 +595,8 @@ def test_same_name_in_two_collections_stays_two_variables(tmp_path):
     three calls update the average, not the weight, and give Linen's outputs and averages."""
     from linen2nnx.checkpoint_convert.api import convert_state
 
-    src = fixture("same_name_collections_in.py").read_text()
-    result = migrate_source(src, "same_name_collections.py", module_name="same_name_collections")
-    (tmp_path / "linen_src.py").write_text(src)
-    (tmp_path / "nnx_src.py").write_text(result.output)
-    linen_cls = import_file(tmp_path / "linen_src.py").AveragedWeight
-    nnx_cls = import_file(tmp_path / "nnx_src.py").AveragedWeight
+    linen_mod, nnx_mod, _, map_path = build("same_name_collections", tmp_path)
+    linen_cls, nnx_cls = linen_mod.AveragedWeight, nnx_mod.AveragedWeight
     x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
     side = LinenSide(
         model=linen_cls(),
@@ -610,8 +606,6 @@ def test_same_name_in_two_collections_stays_two_variables(tmp_path):
         eval_kwargs={},
         mutable=("ema",),
     )
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
     pair = ModelPair(
         linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=3, rngs=rngs), name_map=map_path
     )

@@ -61,10 +61,11 @@ def plan_setup_arrays(ctx: FileContext, plan: ClassPlan) -> None:
     local_reads: dict[str, list[str]] = {}  # replayable local -> the locals it needs, in order
     readable = set(plan.field_names)  # what a property may read of self
     array_locals: set[str] = set()
+    method_reads = _method_reads(ctx, plan)  # read once; which are callable grows with `readable`
     for stmt in setup.body.body:  # an array bound under a config test stays (a helper's replay binds some)
         if any(id(c) in site_calls for c in calls_in(stmt)):
             continue
-        readable |= _helper_methods(ctx, plan, readable)
+        readable |= {name for name, reads in method_reads.items() if not reads - readable}
         local = single_assign(stmt)
         if local is not None:
             if _computes_array(ctx, plan, local[1], array_locals):
@@ -192,16 +193,14 @@ def _config_branches(stmt: cst.CSTNode) -> list[tuple[cst.BaseExpression | None,
     return branches or None
 
 
-def _helper_methods(ctx: FileContext, plan: ClassPlan, readable: set[str]) -> set[str]:
-    """The plain methods of the class that read nothing of ``self`` but ``readable`` (a property may
-    call them)."""
-    methods = ctx.state.methods.get(plan.name, [])
+def _method_reads(ctx: FileContext, plan: ClassPlan) -> dict[str, set[str]]:
+    """What of ``self`` each plain method of the class reads (one that builds nothing, undecorated):
+    a property may call it once every name it reads is readable."""
     return {
-        m.name.value
-        for m in methods
+        m.name.value: self_reads(m.body)
+        for m in ctx.state.methods.get(plan.name, [])
         if m.name.value not in ("setup", "__call__")
         and not m.decorators
-        and not self_reads(m.body) - readable
         and not any(c in plan.sites for c in calls_in(m.body))
     }
 
