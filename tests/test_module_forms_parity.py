@@ -273,6 +273,9 @@ CASES = {
     "factory_field_other_binding_b": ("Net", {"block_cls": Own("BlockB")}, (2, 5)),  # ... or BlockB_0
     "cell_carry_bound": ("StepLSTM", {}, (2, 5, 3)),  # cell.initialize_carry(rng, shape) of its own cell
     "cell_carry_bound_own": ("StepOwnCell", {}, (2, 5, 3)),  # ... of a cell class of the run
+    "nested_layer_locals": ("Encoder", {}, (2, 5, 3)),  # cell = nn.LSTMCell(h); nn.RNN(cell)
+    "nested_layer_locals_bi": ("BiEncoder", {}, (2, 5, 3)),  # ... a chain into nn.Bidirectional
+    "nested_layer_locals_seq": ("Head", {}, (2, 3)),  # ... an element of nn.Sequential's list
     "handed_array": ("HandsInitializer", {}, (2, 5)),  # an initializer and a dtype handed on: no arrays
     "shape_test_list_strides": ("Shortcut", {"strides": [1, 1]}, (2, 6, 6, 3)),  # a list: no shortcut
     "shape_test_list_strides_two": ("Shortcut", {"strides": [2, 2]}, (2, 6, 6, 3)),  # ... or one
@@ -386,6 +389,8 @@ SOURCES = {
     "setup_array_property_declared": "setup_array_property",
     "shape_test_list_strides_two": "shape_test_list_strides",
     "cell_carry_bound_own": "cell_carry_bound",
+    "nested_layer_locals_bi": "nested_layer_locals",
+    "nested_layer_locals_seq": "nested_layer_locals",
     "factory_field_other_binding_b": "factory_field_other_binding",
     **{f"stateless_call_time_{k}": "stateless_call_time" for k in ("scaled", "scaled_on", "tagged")},
     "compact_loop_chain_gap": "compact_loop_chain",

@@ -42,7 +42,7 @@ from linen2nnx.migrate.discovery import (
 from linen2nnx.migrate.file_errors import internal_error, syntax_error
 from linen2nnx.migrate.file_state import IMPORTED_KEY
 from linen2nnx.migrate.findings import Finding, Severity
-from linen2nnx.migrate.helper_calls import replay_helper_calls, replayed_result
+from linen2nnx.migrate.helper_calls import kept_after_replay, replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import IO_002, IO_003
 from linen2nnx.migrate.shared_helpers import KEY as SHARED_HELPERS_KEY
@@ -281,14 +281,20 @@ def _migrate_replayed(
     names: Callable[[], NameResolver] | None = None,
 ) -> FileResult | None:
     """The file migrated with its helper methods' calls replayed in place (helper_calls.py); None when
-    there is nothing to replay or a replayed class is still kept as Linen (then the original is)."""
-    replayed = replay_helper_calls(tree, source, module_name, options.get("factories"), names)
-    if replayed is None:
-        return None
-    result = unsettled(
-        replayed.source, path, module_name, trace, **options, replay_helpers=False, restate_axes=False
-    )
-    return replayed_result(result, replayed, source)
+    there is nothing to replay. A replayed class the module pass still keeps as Linen is replayed no
+    more and the file migrated again, so it keeps its author's code and the others their replay."""
+    skip: frozenset[str] = frozenset()
+    while True:
+        replayed = replay_helper_calls(tree, source, module_name, options.get("factories"), names, skip)
+        if replayed is None:
+            return None
+        result = unsettled(
+            replayed.source, path, module_name, trace, **options, replay_helpers=False, restate_axes=False
+        )
+        kept = kept_after_replay(result, replayed)
+        if result.failed or not kept:
+            return replayed_result(result, replayed, source)
+        skip |= kept
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,6 +51,7 @@ from linen2nnx.migrate.function_replay import (
 )
 from linen2nnx.migrate.helper_replay import Replayer, ReplayError
 from linen2nnx.migrate.names import NameResolver
+from linen2nnx.migrate.nested_locals import inline_nested_locals, may_inline
 from linen2nnx.migrate.param_helpers import KEY_PREFIX as PARAM_HELPER_KEY
 from linen2nnx.migrate.param_helpers import (
     missing_imports,
@@ -237,26 +238,34 @@ def replay_helper_calls(
     module_name: str = "",
     functions: Mapping[str, Any] | None = None,
     names: Callable[[], NameResolver] | None = None,
+    skip: frozenset[str] = frozenset(),
 ) -> Replayed | None:
     """The file with every qualifying helper call replayed in place (see the module docstring), and every
     call statement of a replayable module-level function (function_replay.py; ``functions``: those of
     the files this one imports, by their ``replay:`` keys), and every ``target = f(self, ...)`` of a
     function that creates a parameter on the module it is handed (param_helpers.py, ``param_helper:``
     keys), in ``setup`` too; None when no class has one. ``names``: the resolver of ``tree``, built on first
-    use (the module pass reads the same one when nothing is replayed)."""
+    use (the module pass reads the same one when nothing is replayed); the classes in ``skip`` stay as
+    written (the module pass kept them as Linen after a replay: kept_after_replay)."""
     names = names or functools.cache(lambda: NameResolver(tree))
     run_facts = dict(functions or {})
     functions = {**(functions or {}), **replayable_functions(tree, module_name)}
     new_body, replayed = with_param_helpers_replayed(
-        tree, module_name, {**functions, **param_helper_functions(tree, module_name)}
+        tree, module_name, {**functions, **param_helper_functions(tree, module_name)}, skip
     )
     if "compact" not in source and "def setup" not in source and not replayed:
         return None
+    if may_inline(source):
+        replayed += _with_nested_locals_inlined(new_body, names, skip)
     functions = {k: v for k, v in functions.items() if not k.startswith(PARAM_HELPER_KEY)}
     resolver: NameResolver | None = None
     classes = {s.name.value for s in tree.body if isinstance(s, cst.ClassDef)}
     for index, stmt in enumerate(new_body):
-        if not isinstance(stmt, cst.ClassDef) or not _may_replay(stmt, bool(functions)):
+        if (
+            not isinstance(stmt, cst.ClassDef)
+            or not _may_replay(stmt, bool(functions))
+            or stmt.name.value in skip
+        ):
             continue
         resolver = resolver or names()  # for a class calling its own helpers
         callers, helpers = _helpers_of(stmt, resolver, classes)
@@ -284,8 +293,30 @@ def replay_helper_calls(
     return Replayed(new_source, replayed, line_map, moved, source)
 
 
+def _with_nested_locals_inlined(
+    body: list[cst.BaseStatement], names: Callable[[], NameResolver], skip: frozenset[str]
+) -> list[str]:
+    """Write in place, in ``body``, each local of a compact method that only carries a layer into the
+    next statement's layer (nested_locals.py); the names of the classes changed. Not in ``setup``,
+    where the module pass builds no layer inside another's arguments (a finding either way)."""
+    changed = []
+    for index, stmt in enumerate(body):
+        if not isinstance(stmt, cst.ClassDef) or stmt.name.value in skip:
+            continue
+        members = [
+            inline_nested_locals(m, names())
+            if isinstance(m, cst.FunctionDef) and _is_compact(m, names())
+            else m
+            for m in stmt.body.body
+        ]
+        if any(new is not old for new, old in zip(members, stmt.body.body)):
+            body[index] = stmt.with_changes(body=stmt.body.with_changes(body=members))
+            changed.append(stmt.name.value)
+    return changed
+
+
 def with_param_helpers_replayed(
-    tree: cst.Module, module_name: str, functions: Mapping[str, Any]
+    tree: cst.Module, module_name: str, functions: Mapping[str, Any], skip: frozenset[str] = frozenset()
 ) -> tuple[list[cst.BaseStatement], list[str]]:
     """The file's statements with each class's parameter-helper assignments replayed in its ``setup``
     and compact methods (param_helpers.py), and the names of the classes that had one."""
@@ -299,7 +330,7 @@ def with_param_helpers_replayed(
     replayed = []
     linen = _linen_classes(tree, resolver)
     for index, stmt in enumerate(body):
-        if not isinstance(stmt, cst.ClassDef) or stmt.name.value not in linen:
+        if not isinstance(stmt, cst.ClassDef) or stmt.name.value not in linen or stmt.name.value in skip:
             continue
         members = []
         for member in stmt.body.body:
@@ -468,15 +499,23 @@ def _line_map(old: str, new: str) -> tuple[list[int], set[int]]:
     return out, moved
 
 
+def kept_after_replay(result: Any, replayed: Replayed) -> frozenset[str]:
+    """The replayed classes the module pass still keeps as Linen in ``result``: written as their
+    author wrote them instead, a bridged class keeps its author's code."""
+    # an earlier run's Linen copy (`BlockLinen`) is reported by the name of its NNX wrapper (`Block`)
+    kept = set()
+    for name in replayed.classes:
+        heads = tuple(f"{n} kept as Linen" for n in {name, name.removesuffix("Linen")})
+        if any(f.rule == MOD_007.id and f.message.startswith(heads) for f in result.findings):
+            kept.add(name)
+    return frozenset(kept)
+
+
 def replayed_result(result: Any, replayed: Replayed, source: str) -> Any:
     """The module pass's ``result`` on the replayed text, told in terms of the original ``source`` (its
     findings on the original's lines); None when a replayed class is still kept as Linen or the file
     failed (then the original is migrated instead, so a bridged class keeps its author's code)."""
-    # an earlier run's Linen copy (`BlockLinen`) is reported by the name of its NNX wrapper (`Block`)
-    kept = tuple(
-        f"{n} kept as Linen" for name in replayed.classes for n in {name, name.removesuffix("Linen")}
-    )
-    if result.failed or any(f.rule == MOD_007.id and f.message.startswith(kept) for f in result.findings):
+    if result.failed or kept_after_replay(result, replayed):
         return None
     findings = [replayed.place(f) for f in result.findings]
     return dataclasses.replace(

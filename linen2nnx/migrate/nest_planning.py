@@ -68,6 +68,31 @@ class NestPlanning:
             return outer, arg_name, index
         return None
 
+    def flag_handed_locals(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
+        """``cell = nn.LSTMCell(4)`` then ``nn.RNN(cell)`` where the local could not be written in place
+        (nested_locals.py: it is read twice, or a module of its class is built before the read): the
+        argument names a module the method builds, or another call-time value, which ``__init__`` does
+        not have. A finding, never a constructor that reads an unbound name."""
+        static = static_everywhere(plan)
+        bound = assigned_names(fn)
+        for site in list(plan.sites.values()):
+            rule = site.rule
+            if rule is None or not (rule.nested or rule.varargs_list):
+                continue
+            for arg_name, arg in site.args.items():
+                if arg_name not in rule.nested and arg_name != rule.varargs_list:
+                    continue
+                values = arg.value.elements if isinstance(arg.value, (cst.List, cst.Tuple)) else [arg]
+                for value in (v.value for v in values):
+                    if isinstance(value, cst.Name) and value.value in bound and value.value not in static:
+                        self.ctx.report(
+                            MOD_004,
+                            value,
+                            f"{value.value}, handed to {code(site.ctor.func)} as {arg_name}, is a local "
+                            "__init__ cannot replay (a module the method builds, or a call-time value)",
+                            "build the module in the argument itself",
+                        )
+
     def plan_nested(
         self,
         plan: ClassPlan,

@@ -418,6 +418,7 @@ class ClassPlanner:
                 MOD_004, site.ctor, f"{site.linen_name} built in two places that share no attribute"
             )
         plan_local_sites(plan, fn.body.body, counts)
+        self.site_planner.flag_handed_locals(plan, fn)
         plan_shared_scopes(self.ctx, self.state, plan, fn)
 
     def _site_state_when(self, plan: ClassPlan, site: Site) -> str | None:
