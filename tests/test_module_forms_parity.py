@@ -1078,3 +1078,33 @@ def test_input_dict_entry_sizes_are_constructor_arguments(tmp_path):
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert len(parity.by_check()["grad"]) == 6
+
+
+def test_growing_cache_store_replaces_the_array(tmp_path):
+    """``keys.value = jnp.concatenate([keys.value, k], 1)``: NNX's ``keys[...] = ...`` would write into
+    the empty array (no key kept, a NaN mean); ``set_value`` grows it as Linen does, call after call,
+    while the counter and the update slice keep their index stores."""
+    from linen2nnx.checkpoint_convert.api import convert_tree
+
+    linen_module, nnx_module, _, map_path = build("variable_store_shape", tmp_path)
+    x = jnp.arange(12.0).reshape(2, 2, 3) / 7
+    linen_model = linen_module.GrowingCache()
+    variables = perturbed(dict(linen_model.init(jax.random.key(0), x)))
+    side = LinenSide(model=linen_model, batch={"x": x}, loss=lambda out, b: jnp.mean(out**2))
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_module.GrowingCache(in_features=3, rngs=rngs),
+        name_map=map_path,
+    )
+    nnx_model = pair.make_nnx()
+    nnx.update(nnx_model, convert_tree({"params": variables["params"]}, pair).state)
+    state = {"params": variables["params"]}
+    for step in range(4):
+        linen_out, updates = linen_model.apply(state, x + step, decode=True, mutable=["cache"])
+        state = {**state, **updates}
+        nnx_out = nnx_model(x + step, decode=True)
+        assert np.isfinite(np.asarray(linen_out)).all()
+        np.testing.assert_allclose(
+            np.asarray(nnx_out), np.asarray(linen_out), rtol=1e-6, err_msg=f"call {step}"
+        )
+    assert nnx_model.keys[...].shape == state["cache"]["keys"].shape == (2, 6, 4)

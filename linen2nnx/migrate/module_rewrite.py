@@ -96,6 +96,7 @@ from linen2nnx.migrate.sizing import Sizer
 from linen2nnx.migrate.trace import Trace
 from linen2nnx.migrate.traverse import transform
 from linen2nnx.migrate.variable_reads import variables_read
+from linen2nnx.migrate.variable_stores import variable_store
 from linen2nnx.migrate.weights_apply import weights_apply
 from linen2nnx.namemap import NameMap
 
@@ -285,6 +286,12 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
     def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
         return variables_read(self.ctx, original) or updated
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.BaseSmallStatement:
+        target = original.targets[0].target
+        if type(target) is cst.Attribute and target.attr.value == "value":  # `v.value = x` (cheap test first)
+            return variable_store(original, updated)
+        return updated
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         factory = self.state.function_factories.get(original.name.value)
