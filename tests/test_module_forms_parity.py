@@ -1108,3 +1108,34 @@ def test_growing_cache_store_replaces_the_array(tmp_path):
             np.asarray(nnx_out), np.asarray(linen_out), rtol=1e-6, err_msg=f"call {step}"
         )
     assert nnx_model.keys[...].shape == state["cache"]["keys"].shape == (2, 6, 4)
+
+
+@pytest.mark.parametrize("cls", ["ScannedLM", "RematLM"])
+def test_attention_cache_under_scan_and_remat_decodes_as_linen(cls, tmp_path):
+    """``nn.SelfAttention(decode=...)`` inside a scanned / rematerialised block creates its cache on
+    the first (fresh) call; with ``graph_updates=False`` NNX dropped it, so every decode step attended
+    to itself alone. Prefill call, then one token at a time: the same logits as Linen's."""
+    from linen2nnx.checkpoint_convert.api import convert_tree
+
+    linen_module, nnx_module, _, map_path = build("scan_attention_cache", tmp_path)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 11, (2, 5)), jnp.int32)
+    linen_model = getattr(linen_module, cls)(use_cache=True)
+    variables = dict(linen_model.init(jax.random.key(0), tokens))
+    params = perturbed({"params": variables["params"]})["params"]
+    side = LinenSide(model=linen_model, batch={"x": tokens}, loss=lambda out, b: jnp.mean(out**2))
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: getattr(nnx_module, cls)(use_cache=True, rngs=rngs),
+        name_map=map_path,
+    )
+    nnx_model = pair.make_nnx()
+    nnx.update(nnx_model, convert_tree({"params": params}, pair).state)
+    nnx_model(tokens)  # the fresh call creates the cache, as Linen's init did
+    state = {"params": params, "cache": variables["cache"]}
+    for t in range(tokens.shape[1]):
+        step = tokens[:, t : t + 1]
+        linen_out, updates = linen_model.apply(state, step, mutable=["cache"])
+        state = {**state, **updates}
+        np.testing.assert_allclose(
+            np.asarray(nnx_model(step)), np.asarray(linen_out), atol=1e-5, err_msg=f"step {t}"
+        )
