@@ -29,17 +29,34 @@ class LNet(nn.Module):
 
 
 class Net(nnx.Module):
-    def __init__(self, rngs, *, rate=0.1, momentum=0.9, ln_eps=1e-6, pass_train=True, deterministic=False):
+    def __init__(
+        self,
+        rngs,
+        *,
+        rate=0.1,
+        momentum=0.9,
+        ln_eps=1e-6,
+        pass_train=True,
+        deterministic=False,
+        order="as Linen",
+    ):
         self.dense = nnx.Linear(3, D, rngs=rngs)
         self.drop = nnx.Dropout(rate, broadcast_dims=(0,), deterministic=deterministic, rngs=rngs)
         self.bn = nnx.BatchNorm(D, momentum=momentum, epsilon=1e-5, rngs=rngs)
         self.ln = nnx.LayerNorm(D, epsilon=ln_eps, rngs=rngs)
         self.pass_train = pass_train
+        self.order = order
 
     def __call__(self, x, train: bool = False):
         x = self.dense(x)
-        x = self.drop(x, deterministic=not train) if self.pass_train else self.drop(x)
-        x = self.bn(x, use_running_average=not train)
+        if self.order == "norm first":  # the dropout moved after the BatchNorm it came before
+            x = self.bn(x, use_running_average=not train)
+        if self.order != "no dropout":
+            x = self.drop(x, deterministic=not train) if self.pass_train else self.drop(x)
+        if self.order == "second call deterministic":  # one module called twice, off the second time
+            x = self.drop(x, deterministic=True)
+        if self.order != "norm first":
+            x = self.bn(x, use_running_average=not train)
         return self.ln(x)
 
 
@@ -110,3 +127,45 @@ def test_the_name_table_and_unset_settings():
     assert differ == [] and len(agree) == 2  # Linen leaves group_size to be derived: not compared
     agree, differ = compare_settings((("rate", "p"),), {"rate": 0.1}, {"p": 0.2})
     assert differ == ["rate (NNX p): Linen 0.1, NNX 0.2"]
+
+
+@pytest.mark.parametrize(
+    "order, path, words",
+    [
+        ("no dropout", "drop", "called in Linen's train forward, never in NNX's"),
+        ("norm first", "(call order)", "call 1 is drop in Linen, bn in NNX"),
+        ("second call deterministic", "drop", "deterministic in train: Linen False, NNX True"),
+    ],
+)
+def test_a_dropout_the_numbers_cannot_see_fails_config(order, path, words):
+    """Dropout is off in every forward check runs, so a call left out, moved, or made deterministic on
+    a second call changes no number; the recorded calls tell."""
+    r = check(_pair(order=order), jit=False, long_batch=False)
+    assert not r.passed and {lf.check for lf in r.failures} == {"config"}, r.failure_table()
+    failed = {lf.path: lf.note for lf in r.failures}
+    assert path in failed and words in failed[path], failed
+
+
+class Renamed(Net):
+    """The dropout under another attribute name: no name map places it, so no setting of it would be
+    compared (a rate changed with the rename passed before)."""
+
+    def __init__(self, rngs):
+        super().__init__(rngs, rate=0.5)
+        self.dropout = self.drop
+        del self.drop
+
+    def __call__(self, x, train: bool = False):
+        x = self.dropout(self.dense(x), deterministic=not train)
+        return self.ln(self.bn(x, use_running_average=not train))
+
+
+def test_a_linen_layer_placed_nowhere_fails_config():
+    pair = _pair()
+    pair = ModelPair(linen=pair.linen, nnx_factory=lambda rngs: Renamed(rngs))
+    r = check(pair, jit=False, long_batch=False)
+    failed = {lf.path: lf.note for lf in r.failures if lf.check == "config"}
+    assert (
+        "(unplaced) drop" in failed
+        and "no NNX module the module map pairs it with" in failed["(unplaced) drop"]
+    )

@@ -6,7 +6,10 @@ only after many steps, an attention ``decode`` flag, or a ``deterministic`` defa
 matters when the caller omits it. So this check reads the settings themselves: both eval and
 train forwards are traced (shapes only, nothing runs) with every module call recorded, and each
 Linen layer's dataclass fields are compared with the instance attributes of the NNX module the
-module map pairs it with, through the name table :data:`FIELDS`.
+module map pairs it with, through the name table :data:`FIELDS`, call by call: a partner the NNX
+forward never calls, a call that sees other settings, the layers' calls in another order
+(their first calls, by NNX module), or a Linen layer the module map places nowhere in a model with no
+bridged Linen part fails too, since the numbers never see a dropout that is off.
 
 A setting a call may override (``deterministic=``, ``use_running_average=``, ``decode=``, as
 ``nn.merge_param`` does) is compared as the call sees it, mode by mode: Linen's
@@ -65,8 +68,9 @@ CALL_TIME = frozenset({"deterministic", "use_running_average", "decode"})
 #: Settings Linen may leave as ``None`` for the module to derive: compared only when Linen sets them.
 DERIVED = frozenset({"num_groups", "group_size"})
 
-#: ``{path: (class name, name pairs, {setting: value as the call sees it})}``, first call of each path.
-Seen = dict[PathT, tuple[str, tuple[tuple[str, str], ...], dict[str, Any]]]
+#: ``[(path, class name, name pairs, {setting: value as the call sees it})]``, every call in order.
+Call = tuple[PathT, str, tuple[tuple[str, str], ...], dict[str, Any]]
+Seen = list[Call]
 _MISSING = object()
 
 
@@ -119,12 +123,9 @@ def _record(
     args: tuple,
     kwargs: dict,
 ) -> None:
-    if pairs and path not in seen:
-        seen[path] = (
-            type(module).__name__,
-            pairs,
-            settings(module, tuple(p[side] for p in pairs), args, kwargs),
-        )
+    if pairs:
+        names = tuple(p[side] for p in pairs)
+        seen.append((path, type(module).__name__, pairs, settings(module, names, args, kwargs)))
 
 
 # ---- one traced forward per side and mode ----------------------------------------------------------
@@ -136,7 +137,7 @@ def linen_settings(pair: Any, variables: Any, train: bool) -> Seen:
     args, kwargs = side.call_args(train)
     rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
     mutable = list(side.mutable) if train and side.mutable else False
-    seen: Seen = {}
+    seen: Seen = []
 
     def interceptor(next_fun: Callable[..., Any], a: tuple, kw: dict, context: Any) -> Any:
         module = context.module
@@ -157,7 +158,7 @@ def nnx_settings(pair: Any, model: Any, train: bool) -> Seen:
     tag_modules(clone)
     modules = {tuple(map(str, p)): m for p, m in nnx.iter_modules(clone)}
     args, kwargs = pair.linen.call_args(train)
-    seen: Seen = {}
+    seen: Seen = []
 
     def hook(path: PathT, kind: str, has_params: bool, fn: Callable[..., Any], a: tuple, kw: dict) -> Any:
         module = bound_module(fn)
@@ -204,25 +205,56 @@ def compare_settings(
 
 
 def config_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafResult]:
-    """One ``config`` leaf per NNX module paired with a tabled Linen layer; a differing setting fails it.
+    """One ``config`` leaf per NNX module paired with a tabled Linen layer; a differing setting fails it
+    (on any call: one module called twice, deterministic the second time), and so does a tabled Linen
+    layer whose partner the NNX forward never calls (a dropout call left out, or another module called
+    in its place), the layers' calls in another order (a dropout moved before the norm it followed), or
+    a Linen layer the module map cannot place in an NNX model with no bridged Linen part (a renamed
+    module: otherwise no setting of it would be compared).
 
     The leaf's path is the NNX module path; its note names the Linen path and both values.
     """
     by_module: dict[str, tuple[str, list[str], list[str]]] = {}
+    bridged = _has_bridge(sides.nnx_model)
     for mode, train in (("eval", False), ("train", True)):
         linen = linen_settings(pair, sides.linen_variables, train)
-        nnx_seen = nnx_settings(pair, sides.nnx_model, train)
-        for lpath, (cls, pairs, values) in sorted(linen.items()):
+        nnx_calls = nnx_settings(pair, sides.nnx_model, train)
+        by_target: dict[PathT, list[Call]] = {}
+        for call in nnx_calls:
+            by_target.setdefault(call[0], []).append(call)
+        linen_by_path: dict[PathT, list[Call]] = {}
+        for call in linen:
+            linen_by_path.setdefault(call[0], []).append(call)
+        for lpath, calls in sorted(linen_by_path.items()):
+            cls, pairs = calls[0][1], calls[0][2]
             target = module_map(lpath)
-            if target is None or target not in nnx_seen:
-                continue  # not placed, or not called on the NNX side: the numbers judge it
-            agree, differ = compare_settings(pairs, values, nnx_seen[target][2], mode)
+            if target is None:
+                if not bridged:  # placed nowhere: a renamed or dropped module would go unchecked
+                    where = f"{cls} Linen {join(lpath) or '(root)'}"
+                    note = f"no NNX module the module map pairs it with ({mode} forward)"
+                    by_module.setdefault(f"(unplaced) {join(lpath)}", (where, [], []))[2].append(note)
+                continue
             npath = join(target)
             where, ok, bad = by_module.setdefault(
                 npath, (f"{cls} Linen {join(lpath) or '(root)'} / NNX {npath or '(root)'}", [], [])
             )
+            theirs = by_target.get(target, [])
+            if not theirs:
+                bad.append(f"called in Linen's {mode} forward, never in NNX's")
+                continue
+            mine, other = _distinct(pairs, calls, 0), _distinct(pairs, theirs, 1)
+            lonely_l = [c for c in mine if not any(_agree(pairs, c, o) for o in other)]
+            lonely_n = [o for o in other if not any(_agree(pairs, c, o) for c in mine)]
+            agree, differ = compare_settings(pairs, (lonely_l or mine)[0], (lonely_n or other)[0], mode)
             ok += [a for a in agree if a not in ok]
             bad += [d for d in differ if d not in bad]
+            if (lonely_l or lonely_n) and not differ:  # the settings of some calls differ (another call's)
+                bad.append(f"{mode} calls see settings {mine} in Linen, {other} in NNX")
+        order = _order_difference(linen, nnx_calls, module_map)
+        if order:
+            by_module.setdefault("(call order)", ("stochastic and mode-dependent layers", [], []))[2].append(
+                f"{mode} forward: {order}"
+            )
     out = []
     for npath, (where, ok, bad) in sorted(by_module.items()):
         if bad:
@@ -234,3 +266,48 @@ def config_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafResu
                 )
             )
     return out
+
+
+def _distinct(pairs: tuple[tuple[str, str], ...], calls: list[Call], side: int) -> list[dict[str, Any]]:
+    """The settings a module's calls see, each distinct combination once, in the order first seen (a
+    transform may trace a call twice, a subclass's ``__call__`` reach its base's: the count says
+    nothing, what each call sees does)."""
+    out: list[dict[str, Any]] = []
+    for call in calls:
+        values = call[3]
+        names = [p[side] for p in pairs if p[side] in values]
+        if not any(all(n in seen and _same(seen[n], values[n]) for n in names) for seen in out):
+            out.append(values)
+    return out
+
+
+def _agree(pairs: tuple[tuple[str, str], ...], linen: dict[str, Any], nnx_: dict[str, Any]) -> bool:
+    return not compare_settings(pairs, linen, nnx_)[1]
+
+
+def _order_difference(linen: Seen, nnx_calls: Seen, module_map: ModuleMap) -> str:
+    """How the order of the tabled layers' calls differs between the sides ('' when it does not), over
+    the NNX modules both sides call: Linen's calls by their NNX partner, each module at its first call."""
+    linen_order = _first_calls(tuple(module_map(c[0]) or ()) for c in linen)
+    called = set(linen_order)
+    nnx_order = [p for p in _first_calls(c[0] for c in nnx_calls) if p in called]
+    linen_order = [p for p in linen_order if p in set(nnx_order)]
+    if linen_order == nnx_order:
+        return ""
+    first = next(i for i, (a, b) in enumerate(zip(linen_order, nnx_order)) if a != b)
+    return f"call {first + 1} is {join(linen_order[first])} in Linen, {join(nnx_order[first])} in NNX"
+
+
+def _first_calls(paths: Any) -> list[PathT]:
+    seen: dict[PathT, None] = {}
+    for path in paths:
+        if path:
+            seen.setdefault(path, None)
+    return list(seen)
+
+
+def _has_bridge(model: Any) -> bool:
+    """Whether the NNX model runs a Linen part through ``nnx.bridge`` (its layers have no NNX path)."""
+    from flax import nnx
+
+    return any(isinstance(m, nnx.bridge.ToNNX) for _, m in nnx.iter_modules(model))
