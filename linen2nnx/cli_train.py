@@ -34,7 +34,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--steps", type=non_negative_int, default=10, help="steps to train (default: 10)")
     t.add_argument("--batch-size", type=_positive_int, help="global batch size (default: the spec's)")
     t.add_argument("--mesh", type=mesh_arg, metavar="AXIS=SIZE,...", help="e.g. data=2,fsdp=2,tensor=2")
-    t.add_argument("--grad-accum", type=_positive_int, default=1, metavar="K", help="micro-batches per step")
+    t.add_argument(
+        "--grad-accum", type=_positive_int, metavar="K", help="micro-batches per step (default: 1)"
+    )
     t.add_argument(
         "--remat",
         choices=("none", "minimal", "full"),
@@ -44,12 +46,18 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         "--save-every", type=non_negative_int, default=0, metavar="K", help="checkpoint every K steps"
     )
     t.add_argument("--keep", type=_positive_int, default=3, metavar="N", help="checkpoints kept (default: 3)")
-    t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in OUT")
-    t.add_argument("--data", default="synthetic", help="'synthetic' (default) or a .npy token file")
-    t.add_argument("--seed", type=int, default=0, help="data and init seed (default: 0)")
+    t.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the latest checkpoint in OUT, with the seed, --deterministic, batch size, "
+        "--grad-accum and --data it was trained with",
+    )
+    t.add_argument("--data", help="'synthetic' (default) or a .npy token file")
+    t.add_argument("--seed", type=int, help="data and init seed (default: 0)")
     t.add_argument(
         "--deterministic",
         action="store_true",
+        default=None,
         help="dropout off, so the losses can be compared step by step with a Linen run",
     )
     t.add_argument("--compile-only", action="store_true", help="compile the step, print memory and FLOPs")
@@ -81,26 +89,30 @@ def cmd_train(args: argparse.Namespace) -> int:
     from linen2nnx.spec import load_pair
     from linen2nnx.train import TrainConfig, run_training
     from linen2nnx.train.loop import compile_only
+    from linen2nnx.train.run_settings import SETTINGS
 
     if args.resume and args.init_from:
         raise L2NError("--resume continues OUT's own checkpoints; it cannot be combined with --init-from")
     _distributed(args)
     pair = load_pair(args.spec)
+    # left out, a setting a resumed run recorded comes from its checkpoint (train/run_settings.py)
+    given = frozenset(name for name in SETTINGS if getattr(args, name) is not None)
     cfg = TrainConfig(
         out=Path(args.out),
         steps=args.steps,
         batch_size=args.batch_size,
         mesh=args.mesh,
-        grad_accum=args.grad_accum,
+        grad_accum=args.grad_accum if args.grad_accum is not None else 1,
         remat=args.remat,
         save_every=args.save_every,
         keep=args.keep,
         resume=args.resume,
-        data=args.data,
-        seed=args.seed,
+        data=args.data if args.data is not None else "synthetic",
+        seed=args.seed if args.seed is not None else 0,
         init_from=Path(args.init_from) if args.init_from else None,
-        deterministic=args.deterministic,
+        deterministic=bool(args.deterministic),
         profile=args.profile,
+        given=given,
     )
     if args.compile_only:
         report = compile_only(pair, cfg)

@@ -148,6 +148,28 @@ def test_killed_run_resumes_with_an_identical_loss_curve(mlp_converted, tmp_path
     assert kept == [LINEN_STEPS + 4, LINEN_STEPS + 6, LINEN_STEPS + 8]  # --keep 3 (the default)
 
 
+def test_resume_continues_with_the_settings_the_run_was_trained_with(mlp_converted, tmp_path, capsys):
+    """A run with --seed 5 --deterministic, extended by a bare --resume: the losses of the uninterrupted
+    run (the seed and dropout-off come from the checkpoint), and a resume giving another seed is refused.
+    Before, the resume drew its batches with seed 0 and dropout on, and exited 0."""
+    _, _, spec_path, _, nnx_ckpt = mlp_converted
+    flags = ["--seed", "5", "--deterministic", "--batch-size", "6", "--save-every", "2"]
+    full, part = str(tmp_path / "full"), str(tmp_path / "part")
+    assert (
+        main(["train", str(spec_path), "--out", full, "--steps", "6", "--init-from", str(nnx_ckpt), *flags])
+        == 0
+    )
+    assert (
+        main(["train", str(spec_path), "--out", part, "--steps", "3", "--init-from", str(nnx_ckpt), *flags])
+        == 0
+    )
+    assert main(["train", str(spec_path), "--out", part, "--steps", "6", "--resume"]) == 0
+    assert [r["loss"] for r in read_metrics(Path(part))] == [r["loss"] for r in read_metrics(Path(full))]
+    capsys.readouterr()
+    assert main(["train", str(spec_path), "--out", part, "--steps", "8", "--resume", "--seed", "6"]) == 2
+    assert "trained with --seed 5" in capsys.readouterr().err
+
+
 def test_usage_errors_exit_2_and_write_nothing(mlp_converted, tmp_path, capsys):
     _, root, spec_path, _, _ = mlp_converted
     out = tmp_path / "run"

@@ -7,7 +7,8 @@ previous step as the latest):
 - ``state``: the whole ``nnx.State`` of ``(model, optimizer)``: params, every other model variable
   (BatchNorm statistics, the RNG key and counter of every stream, so dropout continues), the
   optimizer state and its step;
-- ``meta``: JSON: the data iterator's position, the run's start step and its seed.
+- ``meta``: JSON: the data iterator's position, the run's start step, and the settings a resume must
+  repeat (seed, ``--deterministic``, batch size, micro-batches, data source: run_settings.py).
 
 Saves are asynchronous: the train loop continues while the arrays are written.
 """
@@ -72,6 +73,18 @@ class RunCheckpoints:
         except Exception as e:
             raise CheckpointError(f"{where}: cannot restore the checkpoint: {type(e).__name__}: {e}") from e
         return restored["state"], dict(restored["meta"])
+
+    def read_meta(self, step: int) -> dict[str, Any]:
+        """The JSON ``meta`` item of ``step`` alone (the run's settings, before a state to restore onto exists)."""
+        import orbax.checkpoint as ocp
+
+        try:
+            restored = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        except Exception as e:
+            raise CheckpointError(
+                f"{self.root / str(step)}: cannot read the run's meta: {type(e).__name__}: {e}"
+            ) from e
+        return dict(restored["meta"])
 
     def wait(self) -> None:
         self.manager.wait_until_finished()

@@ -18,6 +18,7 @@ from typing import Any
 from linen2nnx.errors import L2NError
 from linen2nnx.train.checkpointing import RunCheckpoints
 from linen2nnx.train.metrics import MetricsLog, Progress, step_record
+from linen2nnx.train.run_settings import recorded, resumed
 from linen2nnx.train.state import TrainState
 
 CHECKPOINT_DIR = "checkpoints"
@@ -42,6 +43,7 @@ class TrainConfig:
     deterministic: bool = False  # dropout off: step-by-step comparable with a Linen run
     tensorboard: bool = True
     profile: bool = False  # a jax.profiler trace of the steps in OUT/profile
+    given: frozenset[str] | None = None  # the run_settings fields the command set (None: all, see there)
 
 
 @dataclasses.dataclass
@@ -142,6 +144,19 @@ def _prepare(pair: Any, cfg: TrainConfig) -> tuple[Any, Any, Any, Any]:
     return ts, data, JittedStep(step, ts.state, ts.shardings, sharding), sharding
 
 
+def _resumed_config(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with the settings the run in ``cfg.out`` was trained with (run_settings.py)."""
+    ckpt_root = Path(cfg.out) / CHECKPOINT_DIR
+    if not ckpt_root.exists():
+        return cfg  # _open_run says there is nothing to resume
+    ckpts = RunCheckpoints(ckpt_root, save_every=cfg.save_every, keep=cfg.keep)
+    try:
+        step = ckpts.latest_step()
+        return cfg if step is None else resumed(cfg, ckpts.read_meta(step), str(ckpt_root / str(step)))
+    finally:
+        ckpts.close()
+
+
 def _open_run(cfg: TrainConfig, ts: TrainState, data: Any) -> tuple[RunCheckpoints, Any, int, int | None]:
     """The checkpoint manager; on ``resume`` the restored state, the run's start step and the step."""
     out = Path(cfg.out)
@@ -170,6 +185,8 @@ def run_training(
     on_step: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> TrainResult:
     """Train ``pair``'s NNX model per ``cfg``; ``on_step(step, record)`` after each step."""
+    if cfg.resume:
+        cfg = _resumed_config(cfg)
     with _mesh_context(pair, cfg.mesh):
         ts, data, step_fn, sharding = _prepare(pair, cfg)
         ckpts, state, start, resumed = _open_run(cfg, ts, data)
@@ -222,6 +239,7 @@ def _loop(
     )
     records: list[dict[str, Any]] = []
     global_batch = data.batch_size
+    settings = recorded(cfg, global_batch)  # what a --resume of this run must repeat (run_settings.py)
     leaves = step_fn.flatten(state)
     try:
         for step, progress in _steps(first, end, console):
@@ -235,7 +253,7 @@ def _loop(
             if progress is not None:
                 progress.update(record)
             if ckpts.due(step + 1, final=step + 1 == end):
-                meta = {"data": data.state(), "start_step": start, "seed": cfg.seed}
+                meta = {"data": data.state(), "start_step": start, "seed": cfg.seed, "settings": settings}
                 ckpts.save(step + 1, step_fn.unflatten(leaves), meta)
             if on_step is not None:
                 on_step(step + 1, record)
