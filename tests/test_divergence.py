@@ -177,9 +177,50 @@ def test_weights_agree_however_they_are_laid_out():
 
 def test_dropped_sow_fails_only_the_sown_values_and_names_the_module(weights):
     r = _check(weights, sow=False)
-    assert {lf.check for lf in r.failures} == {"intermediates@eager"}
-    assert r.failures[0].note == "missing on the NNX side"
+    assert {lf.check for lf in r.failures} == {"intermediates@eager", "intermediates/train@eager"}
+    assert {lf.note for lf in r.failures} == {"missing on the NNX side"}
     assert (r.divergence.culprit.nnx_path, r.divergence.culprit.check) == ("blocks", "intermediates@eager")
+
+
+class LRouter(nn.Module):
+    """A load-balancing loss sown in train mode only, as MoE layers do."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        probs = jax.nn.softmax(nn.Dense(D, name="gate")(x))
+        if train:
+            self.sow("intermediates", "aux_loss", jnp.mean(probs.mean(0) ** 2) * D)
+        return nn.Dense(2, name="head")(probs)
+
+
+class Router(nnx.Module):
+    def __init__(self, rngs, *, aux_scale=float(D)):
+        self.gate = nnx.Linear(3, D, rngs=rngs)
+        self.head = nnx.Linear(D, 2, rngs=rngs)
+        self.aux_scale = aux_scale
+
+    def __call__(self, x, train: bool = False):
+        probs = jax.nn.softmax(self.gate(x))
+        if train and self.aux_scale:
+            self.sow(nnx.Intermediate, "aux_loss", jnp.mean(probs.mean(0) ** 2) * self.aux_scale)
+        return self.head(probs)
+
+
+@pytest.mark.parametrize("aux_scale, note", [(float(D), None), (0.0, "missing on the NNX side"), (1.0, "")])
+def test_values_sown_in_train_mode_only_are_compared(aux_scale, note):
+    """An aux loss sown under ``if train:`` never reaches the eval forward: dropped or mis-scaled, it
+    passed before (the train forward's sown values were thrown away)."""
+    batch = {"x": jax.random.normal(jax.random.key(1), (6, 3))}
+    side = LinenSide(model=LRouter(), batch=batch, loss=lambda out, b: jnp.mean(out**2))
+    r = check(ModelPair(linen=side, nnx_factory=lambda rngs: Router(rngs, aux_scale=aux_scale)), jit=False)
+    sown = [lf for lf in r.leaves if lf.check.startswith("intermediates/train")]
+    assert [lf.path for lf in sown] == ["aux_loss/0"]
+    if note is None:
+        assert r.passed, r.failure_table()
+    else:
+        assert {lf.check.split("@")[0] for lf in r.failures} == {"intermediates/train"} and r.failures[
+            0
+        ].note == note
 
 
 def test_a_twin_that_raises_is_a_failed_leaf_and_the_raising_module_is_named(weights):

@@ -33,7 +33,7 @@ from linen2nnx.checkpoint_convert import (
     read_linen_checkpoint,
 )
 from linen2nnx.equivalence.jitting import fast_jit, maybe_jit, memoized
-from linen2nnx.equivalence.sown import call_capturing, flat_sown, quiet_sow
+from linen2nnx.equivalence.sown import call_capturing, flat_sown
 from linen2nnx.errors import L2NError, ModelBuildError
 from linen2nnx.namemap import NameMap
 
@@ -190,7 +190,8 @@ def linen_fns(pair: Any, jit: bool = True) -> tuple[Callable[[Any], Any], Callab
     """``(eval_fn, train_fn)`` for the Linen side, inputs bound; jitted unless ``jit=False``.
 
     ``eval_fn(variables) -> (outputs, loss, sown intermediates)``;
-    ``train_fn(variables) -> (outputs, loss, grads, updated collections)`` (dropout off).
+    ``train_fn(variables) -> (outputs, loss, grads, updated collections)`` (dropout off; the values
+    sown in train mode under ``intermediates``).
     The jitted pair is reused by later checks of the same Linen model on inputs of the same structure.
     """
     side = pair.linen
@@ -214,7 +215,9 @@ def _linen_compile(
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     import jax
 
-    mutable = list(mutable_colls) if mutable_colls else False
+    # train mode sows too (an MoE's load-balancing loss under `if train:`): its values come back with
+    # the updated collections, under "intermediates"
+    mutable = [*mutable_colls, "intermediates"]
 
     def eval_fn(variables: Any, rngs: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_e.rebuild(dynamic)
@@ -229,7 +232,7 @@ def _linen_compile(
                 res = model.apply(
                     {**variables, "params": params}, *args, **kwargs, mutable=mutable, rngs=rngs
                 )
-            out, updates = res if mutable else (res, {})
+            out, updates = res
             return loss(out, batch), (out, updates)
 
         (value, (out, updates)), grads = jax.value_and_grad(f, has_aux=True)(variables["params"])
@@ -242,8 +245,8 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
     """``(eval_fn, train_fn)`` for the NNX side (split/merge + ``jax.jit``), model and inputs bound.
 
     ``eval_fn() -> (outputs, loss, sown values)`` runs ``model`` as is under ``nnx.capture``;
-    ``train_fn() -> (outputs, loss, grads, non-param state after the call)`` runs the dropout-free
-    clone; grads, state and sown values come back as ``{'a/b': array}`` dicts. ``model`` is never
+    ``train_fn() -> (outputs, loss, grads, non-param state after the call, sown values)`` runs the
+    dropout-free clone; grads, state and sown values come back as ``{'a/b': array}`` dicts. ``model`` is never
     mutated.
     """
     import jax
@@ -269,20 +272,26 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
 
         def f(p: Any) -> Any:
             # copy=True: fresh Variables at this trace level, so BatchNorm may update its stats
-            m = nnx.merge(gdef_train, p, r0, copy=True)
-            with quiet_sow():
-                out = m(*args, **kwargs)
+            called = [nnx.merge(gdef_train, p, r0, copy=True)]
+
+            def fresh() -> Any:  # call_capturing's second try: the model it calls is the one read below
+                called[0] = nnx.merge(gdef_train, p, r0, copy=True)
+                return called[0]
+
+            # under nnx.capture, as in eval: a sow inside a transform with graph_updates off still counts
+            out, sown = call_capturing(called[0], fresh, args, kwargs)
+            m = called[0]
             after = {
                 _flat_key(k): v.get_value()
-                for k, v in nnx.to_flat_state(nnx.state(m, nnx.Not(nnx.Param)))
+                for k, v in nnx.to_flat_state(nnx.state(m, nnx.Not(nnx.Any(nnx.Param, nnx.Intermediate))))
                 if isinstance(v, nnx.Variable)
                 and not isinstance(v, nnx.RngState)  # not a plain array attribute
             }
-            return side.loss(out, batch), (out, after)
+            return side.loss(out, batch), (out, after, flat_sown(sown))
 
-        (loss, (out, after)), grads = jax.value_and_grad(f, has_aux=True)(p0)
+        (loss, (out, after, sown)), grads = jax.value_and_grad(f, has_aux=True)(p0)
         flat_grads = {_flat_key(k): v.get_value() for k, v in nnx.to_flat_state(grads)}
-        return out, loss, flat_grads, after
+        return out, loss, flat_grads, after, sown
 
     eval_c, train_c = maybe_jit(eval_fn, jit), maybe_jit(train_fn, jit)
     return (lambda: eval_c(state_eval, ins_e.dynamic), lambda: train_c(params, rest, ins_t.dynamic))

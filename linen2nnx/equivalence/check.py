@@ -9,7 +9,7 @@ Compared, each leaf against the tolerance table of :mod:`.tolerances`:
   the converter's own mapping (a param missing on either side fails), with the norm ratio;
 - ``batch_stats`` (any collection in ``pair.linen.mutable``): the Linen updated collections vs the NNX
   state after the same train-mode forward;
-- ``intermediates``: sown values (Linen ``mutable=['intermediates']`` vs ``nnx.capture``);
+- ``intermediates`` (eval) and ``intermediates/train``: sown values (Linen ``mutable=['intermediates']`` vs ``nnx.capture``);
 - ``forward/long``, ``loss/long``: eval mode on ``pair.linen.long_batch`` when the spec gives one
   (a longer sequence: position-dependent slips such as a RoPE base grow with the position);
 - ``precision``: matmul precision / accumulation dtype per module (:mod:`.precision`);

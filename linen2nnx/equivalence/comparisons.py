@@ -142,7 +142,7 @@ def _run_pair(
         if ref_sown or n_sown:
             results += compare_trees("intermediates" + suffix, ref_sown, n_sown, tols, depth=depth)
     try:
-        n_out_t, n_loss_t, n_grads, n_after = jax.block_until_ready(n_train())
+        n_out_t, n_loss_t, n_grads, n_after, n_sown_t = jax.block_until_ready(n_train())
     except Exception as e:
         note = f"NNX side raised {type(e).__name__}: {e}"
         results += [
@@ -161,6 +161,9 @@ def _run_pair(
             wanted = _paths_of_type(sides, _variable_type(coll))
             got = {p: v for p, v in n_after.items() if p in wanted}
             results += compare_trees(coll + suffix, ref, got, tols, depth=depth)
+        ref_sown_t = linen_sown_to_nnx(l_updates.get("intermediates", {}), module_map)
+        if ref_sown_t or n_sown_t:  # sown in train mode only (`if train: self.sow(...)`): aux losses
+            results += compare_trees("intermediates/train" + suffix, ref_sown_t, n_sown_t, tols, depth=depth)
     timings["nnx" + suffix] = time.perf_counter() - t0
     return results
 

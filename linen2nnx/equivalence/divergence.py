@@ -283,7 +283,7 @@ def _state_culprit(
         order.setdefault(d.nnx_path, d.order)
         linen_of.setdefault(d.nnx_path, d.linen_path)
     for check in STATE_CHECKS:
-        leaves = [lf for lf in failed if _base(lf.check) == check]
+        leaves = [lf for lf in failed if _base(lf.check).split("/", 1)[0] == check]  # intermediates/train too
         if not leaves:
             continue
         owned = []

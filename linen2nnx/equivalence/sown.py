@@ -53,8 +53,8 @@ def _key(k: Any) -> str:
 
 @contextlib.contextmanager
 def quiet_sow() -> Iterator[None]:
-    """Silence flax's warning for ``sow`` outside ``nnx.capture``: train-mode runs call the model
-    plainly (sown values are compared in eval mode, under ``capture``)."""
+    """Silence flax's warning for ``sow`` outside ``nnx.capture``: a model ``capture`` cannot wrap
+    (:func:`call_capturing`'s second try) and the forwards that compare no sown value call it plainly."""
     import warnings
 
     with warnings.catch_warnings():
