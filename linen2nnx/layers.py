@@ -48,6 +48,10 @@ class LayerRule:
     """Call-time keyword renames (Linen -> NNX)."""
     unsupported_call_args: frozenset[str] = frozenset()
     """Call-time keywords with no NNX equivalent: a ``manual`` finding when given."""
+    function_args: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Constructor arguments that take a function the NNX layer calls with its own signature
+    (``attention_fn``: NNX passes ``is_causal=``) -> the Linen functions that are Linen's default there
+    (dropped: NNX's default is their counterpart); any other function is a ``manual`` finding."""
     nested: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Constructor arguments that take a module (``RNN(cell)``) -> the NNX attribute holding it."""
     nested_input: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -309,6 +313,12 @@ LAYER_RULES: tuple[LayerRule, ...] = (
             call_renames={"inputs_kv": "inputs_k"},
             unsupported_call_args=frozenset({"dropout_rng"}),
             call_keywords=call_keywords,
+            function_args={
+                "attention_fn": (
+                    "flax.linen.dot_product_attention",
+                    "flax.linen.attention.dot_product_attention",
+                )
+            },
             unsupported_args=frozenset(
                 {"force_fp32_for_softmax", "qk_attn_weights_einsum_cls", "attn_weights_value_einsum_cls"}
             ),

@@ -274,6 +274,7 @@ CASES = {
     "cell_carry_bound": ("StepLSTM", {}, (2, 5, 3)),  # cell.initialize_carry(rng, shape) of its own cell
     "cell_carry_bound_own": ("StepOwnCell", {}, (2, 5, 3)),  # ... of a cell class of the run
     "nested_layer_locals": ("Encoder", {}, (2, 5, 3)),  # cell = nn.LSTMCell(h); nn.RNN(cell)
+    "attention_fn_default": ("Encoder", {}, (2, 5, 4)),  # attention_fn=nn.dot_product_attention dropped
     "nested_layer_locals_bi": ("BiEncoder", {}, (2, 5, 3)),  # ... a chain into nn.Bidirectional
     "nested_layer_locals_seq": ("Head", {}, (2, 3)),  # ... an element of nn.Sequential's list
     "handed_array": ("HandsInitializer", {}, (2, 5)),  # an initializer and a dtype handed on: no arrays

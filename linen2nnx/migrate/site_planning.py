@@ -14,7 +14,7 @@ from collections.abc import Collection
 
 import libcst as cst
 
-from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
+from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import (
@@ -33,6 +33,7 @@ from linen2nnx.migrate.foreign_locals import local_value, plain_foreign
 from linen2nnx.migrate.guard_conditions import config_part, guards
 from linen2nnx.migrate.input_sizes import input_size_arg
 from linen2nnx.migrate.key_chains import call_time_message
+from linen2nnx.migrate.layer_args import check_layer_args
 from linen2nnx.migrate.local_sites import held_submodule
 from linen2nnx.migrate.loop_chains import LoopChains, names_of, offset_of
 from linen2nnx.migrate.loop_locals import loop_local_value
@@ -41,7 +42,6 @@ from linen2nnx.migrate.merge_flags import moved_flag
 from linen2nnx.migrate.nest_planning import NestPlanning, list_attr
 from linen2nnx.migrate.rules import (
     API_002,
-    LAYER_001,
     LAYER_002,
     LAYER_003,
     MOD_004,
@@ -553,40 +553,5 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 "give nnx.Einsum its bias_shape by hand",
             )
         if rule is not None:
-            self._check_layer_args(rule, site, bound)
+            check_layer_args(self.ctx, rule, site, bound)
         return site
-
-    def _check_layer_args(self, rule: LayerRule, site: Site, bound: dict[str, cst.Arg]) -> None:
-        """Each argument of a built-in layer against its NNX counterpart: dropped when it is a no-op
-        there, else a finding when NNX has no equivalent or only some of its values are converted."""
-        for arg_name, arg in bound.items():
-            nnx_name = rule.nnx_arg(arg_name)
-            if arg_name == rule.varargs_list:
-                continue
-            if arg_name in rule.dropped_when:
-                check = ARG_CHECKS[rule.dropped_when[arg_name]]
-                if check.passes(code(arg.value)):
-                    site.dropped_args += (arg_name,)
-                    self.ctx.report(LAYER_001, arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}")
-                else:
-                    self.ctx.report(
-                        LAYER_002,
-                        arg,
-                        f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no nnx.{rule.nnx} equivalent",
-                        f"see the nnx.{rule.nnx} signature; re-express it",
-                    )
-            elif arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
-                self.ctx.report(
-                    LAYER_002,
-                    arg,
-                    f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} equivalent",
-                    f"see the nnx.{rule.nnx} signature; drop or re-express it",
-                )
-            elif arg_name in rule.only_values and code(arg.value) not in rule.only_values[arg_name]:
-                self.ctx.report(
-                    LAYER_002,
-                    arg,
-                    f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
-                    f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
-                    f"rewrite this nnx.{rule.nnx} by hand",
-                )

@@ -1,0 +1,76 @@
+"""The constructor arguments of a built-in layer, each against its NNX counterpart.
+
+Part of the *analyse* step (:class:`~linen2nnx.migrate.site_planning.SitePlanner` calls it for every
+built-in layer it plans): an argument NNX already honours is dropped (a ``split_rngs`` that is what
+``nnx.RNN`` does, an ``attention_fn`` that is Linen's default), one NNX has no equivalent for, or
+only for some values, is a finding.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
+from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.rules import LAYER_001, LAYER_002
+from linen2nnx.migrate.sites import Site
+
+
+def check_layer_args(ctx: FileContext, rule: LayerRule, site: Site, bound: dict[str, cst.Arg]) -> None:
+    """Each argument of a built-in layer against its NNX counterpart: dropped when it is a no-op
+    there, else a finding when NNX has no equivalent or only some of its values are converted."""
+    for arg_name, arg in bound.items():
+        nnx_name = rule.nnx_arg(arg_name)
+        if arg_name == rule.varargs_list:
+            continue
+        if arg_name in rule.dropped_when:
+            check = ARG_CHECKS[rule.dropped_when[arg_name]]
+            if check.passes(code(arg.value)):
+                site.dropped_args += (arg_name,)
+                ctx.report(LAYER_001, arg, f"nn.{rule.linen}({arg_name}=...) dropped: {check.note}")
+            else:
+                ctx.report(
+                    LAYER_002,
+                    arg,
+                    f"nn.{rule.linen}({arg_name}={code(arg.value)}) has no nnx.{rule.nnx} equivalent",
+                    f"see the nnx.{rule.nnx} signature; re-express it",
+                )
+        elif arg_name in rule.function_args:
+            _check_function_arg(ctx, rule, site, arg_name, arg)
+        elif arg_name in rule.unsupported_args or nnx_name not in nnx_ctor_params(rule.nnx):
+            ctx.report(
+                LAYER_002,
+                arg,
+                f"nn.{rule.linen}({arg_name}=...) has no nnx.{rule.nnx} equivalent",
+                f"see the nnx.{rule.nnx} signature; drop or re-express it",
+            )
+        elif arg_name in rule.only_values and code(arg.value) not in rule.only_values[arg_name]:
+            ctx.report(
+                LAYER_002,
+                arg,
+                f"nn.{rule.linen}({arg_name}={code(arg.value)}) is not "
+                f"converted yet (only {arg_name}={' / '.join(rule.only_values[arg_name])})",
+                f"rewrite this nnx.{rule.nnx} by hand",
+            )
+
+
+def _check_function_arg(ctx: FileContext, rule: LayerRule, site: Site, arg_name: str, arg: cst.Arg) -> None:
+    """``attention_fn=nn.dot_product_attention``: Linen's default, dropped (NNX's default is its
+    counterpart); any other function NNX would call with arguments a Linen-style one does not take."""
+    if ctx.qualnames(arg.value) & set(rule.function_args[arg_name]):
+        site.dropped_args += (arg_name,)
+        ctx.report(
+            LAYER_001,
+            arg,
+            f"nn.{rule.linen}({arg_name}={code(arg.value)}) dropped: Linen's default, "
+            f"whose counterpart is nnx.{rule.nnx}'s default",
+        )
+        return
+    ctx.report(
+        LAYER_002,
+        arg,
+        f"nn.{rule.linen}({arg_name}={code(arg.value)}): nnx.{rule.nnx} calls it with its own arguments "
+        "(is_causal=, an NNX module=), which a function written for Linen's call does not take (TypeError)",
+        f"give it NNX's signature (see nnx.dot_product_attention), then pass it to nnx.{rule.nnx}",
+    )
