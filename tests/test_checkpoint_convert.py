@@ -403,3 +403,43 @@ def test_a_shared_variable_is_filled_through_any_of_its_paths():
     good, kept, problems = validate(leaves, matches, [], target, ["params"])
     assert problems == [] and kept == []
     assert {m.nnx_path for m in good} == set(target.slots)
+
+
+class _LFlat(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(2, name="classifier")(nn.Dense(3)(x))  # Linen sorts Dense_0 first
+
+
+class _NFlat(nnx.Module):
+    def __init__(self, rngs):
+        self.dense_0 = nnx.Linear(4, 3, rngs=rngs)  # NNX sorts classifier first
+        self.classifier = nnx.Linear(3, 2, rngs=rngs)
+
+    def __call__(self, x):
+        return self.classifier(self.dense_0(x))
+
+
+def test_a_flattened_optimizer_state_in_another_parameter_order_is_refused():
+    """optax.flatten keeps one vector of every parameter value, in path order: Linen puts Dense_0
+    before classifier, NNX dense_0 after it, so the vector copied as is gave each moment to another
+    parameter (exit 0, a diverging run). It is a problem now, the only one reported."""
+    import optax
+    from flax.training.train_state import TrainState
+
+    tx = optax.flatten(optax.sgd(0.1, momentum=0.9))
+    x = jnp.ones((2, 4))
+    side = LinenSide(
+        model=_LFlat(),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        optimizer=tx,
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: _NFlat(rngs))
+    params = side.init_variables()["params"]
+    state = TrainState.create(apply_fn=None, params=params, tx=tx)
+    with pytest.raises(ConversionError) as err:
+        convert_tree(state, pair, optimizer=True)
+    assert "parameter order differs" in str(err.value) and "1 problem" in str(err.value)

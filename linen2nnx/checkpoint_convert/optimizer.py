@@ -8,6 +8,7 @@ their paths get the same rename as the params. ``step`` becomes the NNX ``uint32
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +54,8 @@ def plan_opt_state(
     sources: dict[PathT, Any] = {}
     mapped: list[MappedLeaf] = []
     problems: list[Problem] = []
+    refused: set[PathT] = set()
+    flat = functools.cache(lambda: _flat_vector(make_nnx, table))  # asked only of an unmapped vector
     for lpath, leaf in _flatten(opt_state):
         npath = ("opt_state", *map_opt_state_path(lpath, table))
         hit = by_str.get(tuple(map(str, npath)))
@@ -62,6 +65,12 @@ def plan_opt_state(
             continue
         want = slots[hit].get_value()
         shape, dtype = _shape_dtype(leaf)
+        if npath[1:] == tuple(lpath) and len(shape) == 1 and shape == (flat()[0],) and not flat()[1]:
+            problems.append(
+                Problem("parameter order differs", lname, join(hit), _FLAT_NOTE.format(n=shape[0]))
+            )
+            refused.add(hit)  # its slot is this problem, not also "not filled"
+            continue
         if tuple(want.shape) != shape or np.dtype(want.dtype) != dtype:
             got = f"got {shape} {dtype_name(dtype)}"
             expected = f"expected {tuple(want.shape)} {dtype_name(want.dtype)}"
@@ -82,7 +91,7 @@ def plan_opt_state(
             )
         )
     for path in sorted(slots, key=join):
-        if path in sources:
+        if path in sources or path in refused:
             continue
         if not hasattr(slots[path].get_value(), "shape"):  # optax.MaskedNode (masked / multi_transform)
             sources[path] = slots[path].get_value()
@@ -91,6 +100,27 @@ def plan_opt_state(
         else:
             problems.append(Problem("not filled", None, join(path), "no Linen optimizer leaf maps to it"))
     return slots, sources, mapped, problems
+
+
+_FLAT_NOTE = (
+    "one vector of all {n} parameter values (optax.flatten), in the order of the parameters' paths, "
+    "which Linen and NNX sort differently ('Dense_0' before 'classifier', 'layers_10' before 'layers_2'): "
+    "copied as it is, each moment would land on another parameter"
+)
+
+
+def _flat_vector(make_nnx: Any, table: Mapping[tuple[str, ...], PathT]) -> tuple[int, bool]:
+    """``(n, same)``: the number of values of all NNX parameters, and whether a flat vector of them
+    (optax.flatten's state) lists them in the same order on both sides: Linen's params in sorted path
+    order, each moved to its NNX path, against the order of the NNX model's own parameter state."""
+    from flax import nnx
+
+    state = nnx.state(nnx.eval_shape(make_nnx), nnx.Param)
+    nnx_params = [(tuple(p), v.get_value()) for p, v in nnx.to_flat_state(state)]
+    size = sum(int(np.prod(value.shape)) for _, value in nnx_params)
+    linen_order = [tuple(map(str, table[k])) for k in sorted(table)]
+    nnx_order = [tuple(map(str, p)) for p, _ in nnx_params]
+    return size, linen_order == nnx_order
 
 
 def _step_range(step: int, dtype: Any, nnx_path: str) -> list[Problem]:
