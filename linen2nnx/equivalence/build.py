@@ -241,10 +241,24 @@ def _linen_compile(
     return maybe_jit(eval_fn, jit), maybe_jit(train_fn, jit)
 
 
+def model_state(model: Any) -> dict[str, Any]:
+    """``{'a/b/name': value}`` of every variable of ``model`` but its params, sown values and RNG
+    state (a plain array attribute is no variable): what a forward may update."""
+    from flax import nnx
+
+    kinds = nnx.Not(nnx.Any(nnx.Param, nnx.Intermediate, nnx.RngState))
+    return {
+        _flat_key(k): v.get_value()
+        for k, v in nnx.to_flat_state(nnx.state(model, kinds))
+        if isinstance(v, nnx.Variable)
+    }
+
+
 def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """``(eval_fn, train_fn)`` for the NNX side (split/merge + ``jax.jit``), model and inputs bound.
 
-    ``eval_fn() -> (outputs, loss, sown values)`` runs ``model`` as is under ``nnx.capture``;
+    ``eval_fn() -> (outputs, loss, sown values, state after the call)`` runs ``model`` as is under
+    ``nnx.capture``;
     ``train_fn() -> (outputs, loss, grads, non-param state after the call, sown values)`` runs the
     dropout-free clone; grads, state and sown values come back as ``{'a/b': array}`` dicts. ``model`` is never
     mutated.
@@ -259,13 +273,14 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
 
     def eval_fn(state: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_e.rebuild(dynamic)
-        out, sown = call_capturing(
-            nnx.merge(gdef_eval, state, copy=True),
-            lambda: nnx.merge(gdef_eval, state, copy=True),
-            args,
-            kwargs,
-        )
-        return out, side.loss(out, batch), flat_sown(sown)
+        called = [nnx.merge(gdef_eval, state, copy=True)]
+
+        def fresh() -> Any:  # call_capturing's second try: the model it calls is the one read below
+            called[0] = nnx.merge(gdef_eval, state, copy=True)
+            return called[0]
+
+        out, sown = call_capturing(called[0], fresh, args, kwargs)
+        return out, side.loss(out, batch), flat_sown(sown), model_state(called[0])
 
     def train_fn(p0: Any, r0: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_t.rebuild(dynamic)
@@ -280,14 +295,7 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
 
             # under nnx.capture, as in eval: a sow inside a transform with graph_updates off still counts
             out, sown = call_capturing(called[0], fresh, args, kwargs)
-            m = called[0]
-            after = {
-                _flat_key(k): v.get_value()
-                for k, v in nnx.to_flat_state(nnx.state(m, nnx.Not(nnx.Any(nnx.Param, nnx.Intermediate))))
-                if isinstance(v, nnx.Variable)
-                and not isinstance(v, nnx.RngState)  # not a plain array attribute
-            }
-            return side.loss(out, batch), (out, after, flat_sown(sown))
+            return side.loss(out, batch), (out, model_state(called[0]), flat_sown(sown))
 
         (loss, (out, after, sown)), grads = jax.value_and_grad(f, has_aux=True)(p0)
         flat_grads = {_flat_key(k): v.get_value() for k, v in nnx.to_flat_state(grads)}

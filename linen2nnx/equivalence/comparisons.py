@@ -12,6 +12,7 @@ localisation) so that :mod:`.mesh` and :mod:`.training` can use it without impor
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from linen2nnx.equivalence.build import Sides, linen_fns, nnx_fns, with_batch
+from linen2nnx.equivalence.build import Sides, linen_fns, model_state, nnx_fns, with_batch
 from linen2nnx.equivalence.compare import GRAD, LOGITS, LeafResult, compare_leaf, compare_trees, missing
 from linen2nnx.equivalence.layer_config import config_leaves
 from linen2nnx.equivalence.modmap import ModuleMap, nnx_module_paths
@@ -127,8 +128,9 @@ def _run_pair(
     t0 = time.perf_counter()
     results: list[LeafResult] = []
     n_eval, n_train = nnx_fns(pair, sides.nnx_model, jit=jitted)
+    before = model_state(sides.nnx_model)
     try:
-        n_out_e, n_loss_e, n_sown = jax.block_until_ready(n_eval())
+        n_out_e, n_loss_e, n_sown, n_after_e = jax.block_until_ready(n_eval())
     except Exception as e:
         note = f"NNX side raised {type(e).__name__}: {e}"
         results += [
@@ -141,8 +143,11 @@ def _run_pair(
         ref_sown = linen_sown_to_nnx(l_sown, module_map)
         if ref_sown or n_sown:
             results += compare_trees("intermediates" + suffix, ref_sown, n_sown, tols, depth=depth)
+        # Linen's eval apply may change nothing but sown values: neither may NNX's eval forward
+        results += _unchanged("state/eval" + suffix, before, n_after_e, set(), tols, depth)
     try:
         n_out_t, n_loss_t, n_grads, n_after, n_sown_t = jax.block_until_ready(n_train())
+        updated: set[str] = set()
     except Exception as e:
         note = f"NNX side raised {type(e).__name__}: {e}"
         results += [
@@ -159,13 +164,49 @@ def _run_pair(
         for coll in sorted(pair.linen.mutable):
             ref = to_nnx_paths(sides, coll, l_updates.get(coll, {}))
             wanted = _paths_of_type(sides, _variable_type(coll))
+            updated |= wanted
             got = {p: v for p, v in n_after.items() if p in wanted}
             results += compare_trees(coll + suffix, ref, got, tols, depth=depth)
+        # a collection the Linen train apply may not change (not in pair.linen.mutable) stays too
+        results += _unchanged("state/train" + suffix, before, n_after, updated, tols, depth)
         ref_sown_t = linen_sown_to_nnx(l_updates.get("intermediates", {}), module_map)
         if ref_sown_t or n_sown_t:  # sown in train mode only (`if train: self.sow(...)`): aux losses
             results += compare_trees("intermediates/train" + suffix, ref_sown_t, n_sown_t, tols, depth=depth)
     timings["nnx" + suffix] = time.perf_counter() - t0
     return results
+
+
+def _unchanged(
+    check_name: str,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    updated: set[str],
+    tols: Tolerances,
+    depth: int,
+) -> list[LeafResult]:
+    """Leaves of ``check_name`` for the NNX variables a forward changed where Linen's may not (every one
+    but ``updated``): a running statistic updated in eval mode corrupts every later call, though the
+    call itself still returns what Linen's does. Variables the forward creates (a lazy cache) are not
+    compared; unchanged ones give no leaf."""
+    import numpy as np
+
+    changed = {
+        path
+        for path, value in after.items()
+        if path in before
+        and path not in updated
+        and (
+            np.shape(value) != np.shape(before[path])
+            or not np.array_equal(np.asarray(value), np.asarray(before[path]))
+        )
+    }
+    if not changed:
+        return []
+    ref = {p: before[p] for p in sorted(changed)}
+    return [
+        dataclasses.replace(leaf, note=leaf.note or "changed by the NNX forward; Linen's may not change it")
+        for leaf in compare_trees(check_name, ref, {p: after[p] for p in ref}, tols, depth=depth)
+    ]
 
 
 def _run_eval_only(
@@ -175,7 +216,7 @@ def _run_eval_only(
     t0 = time.perf_counter()
     l_out, l_loss, _ = _linen(pair, linen_fns(pair)[0], sides.linen_variables)
     try:
-        n_out, n_loss, _ = jax.block_until_ready(nnx_fns(pair, sides.nnx_model)[0]())
+        n_out, n_loss, _, _ = jax.block_until_ready(nnx_fns(pair, sides.nnx_model)[0]())
     except Exception as e:
         note = f"NNX side raised {type(e).__name__}: {e}"
         return [missing(f"forward/{name}", "out", (), note), missing(f"loss/{name}", "loss", (), note)]
