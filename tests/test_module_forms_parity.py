@@ -1140,3 +1140,30 @@ def test_attention_cache_under_scan_and_remat_decodes_as_linen(cls, tmp_path):
         np.testing.assert_allclose(
             np.asarray(nnx_model(step)), np.asarray(linen_out), atol=1e-5, err_msg=f"step {t}"
         )
+
+
+@pytest.mark.parametrize(
+    "cls, shapes", [("ResetCore", [(2, 8), (2, 5), (2, 1)]), ("GatedFusion", [(2, 5), (2, 1)])]
+)
+def test_a_side_input_of_width_one_does_not_size_a_product(cls, shapes, tmp_path):
+    """``(1.0 - done) * h`` with ``done`` of width 1: the product has h's width (the kernel of the
+    Dense it feeds was built of width 1 before, exit 0); ``sigmoid(ctx) * dense(x)``: the Dense's."""
+    linen_module, nnx_module, result, map_path = build("gated_products", tmp_path)
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=shape).astype(np.float32) for shape in shapes]
+    entry = result.name_map.classes[f"gated_products.{cls}"]
+    extra = {name: xs[int(how.split(":")[1])].shape[-1] for name, how in entry.new_args.items()}
+    assert all(how.startswith("input:") for how in entry.new_args.values()), entry.new_args
+    side = LinenSide(
+        model=getattr(linen_module, cls)(),
+        batch={f"x{i}": x for i, x in enumerate(xs)},
+        inputs=lambda b: (tuple(b[f"x{i}"] for i in range(len(b))), {}),
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: getattr(nnx_module, cls)(**extra, rngs=rngs), name_map=map_path
+    )
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.note) for lf in parity.failures]

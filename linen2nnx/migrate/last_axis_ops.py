@@ -385,11 +385,18 @@ def broadcast_call(node: cst.Call, qualnames: set[str], arg_feats: Sequence[Feat
     return result
 
 
-def broadcast(left: Feat, right: Feat, scalar: tuple[bool, bool] = (False, False)) -> Feat:
+def broadcast(
+    left: Feat, right: Feat, scalar: tuple[bool, bool] = (False, False), *, gated: str | None = None
+) -> Feat:
     """What an elementwise operation of two values gives: the sized one's last axis (broadcasting keeps
     it; ``x / 255.0`` with ``x`` unknown keeps ``x``'s reason, not the literal's), with a rank only when
     the other operand proves it: a number literal (``scalar``: which operand is one), or a value of
-    known rank (broadcasting may add axes: the larger rank)."""
+    known rank (broadcasting may add axes: the larger rank). ``gated``: a product, where one operand
+    is often a gate or mask of width 1, with the name of the method's first input: of two sizes the
+    text does not prove equal, the one that is not another input's (``(1.0 - done) * h``,
+    ``sigmoid(ctx) * dense(x)``: the mask or gate is the side input); of two config sizes, none, since
+    either may be the 1 (``gate * dense(x)`` with ``gate_features = 1``). A sum keeps the left one: a
+    residual adds equals."""
     swap = left.kind == "unknown" and right.kind != "unknown"
     (result, other), other_scalar = ((right, left), scalar[0]) if swap else ((left, right), scalar[1])
     if not other_scalar and other != result:
@@ -397,11 +404,28 @@ def broadcast(left: Feat, right: Feat, scalar: tuple[bool, bool] = (False, False
             if other.kind not in ("expr", "input"):
                 return Feat.unknown("a broadcast of a size-1 axis")
             result, other = other, result
+        elif (
+            gated is not None
+            and _sized(result)
+            and _sized(other)
+            and not (other.kind == "expr" and other.expr == "1")
+        ):
+            # two sizes the text does not prove equal: either may be 1 at run time (`(1.0 - done) * h`
+            # with done of width 1), and the result is the other one
+            side = [f for f in (result, other) if f.kind == "input" and f.input_name != gated]
+            if len(side) == 1 and side[0] is result:  # a side input (a mask, a gate): the other one
+                result, other = other, result
+            elif result.kind == other.kind == "expr" and result.expr != other.expr:
+                return Feat.unknown("a product of two last axes that may differ (either may be 1)")
         if result.handed:  # only the handed module's output itself is the size its builder knows
             result = dataclasses.replace(result, handed="")
     if not result.rank or other_scalar or other.rank == result.rank:
         return result
     return dataclasses.replace(result, rank=max(result.rank, other.rank)) if other.rank else result.rankless()
+
+
+def _sized(feat: Feat) -> bool:
+    return feat.kind in ("expr", "input")
 
 
 def is_number(node: cst.BaseExpression) -> bool:
