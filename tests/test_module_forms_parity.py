@@ -275,6 +275,8 @@ CASES = {
     "cell_carry_bound_own": ("StepOwnCell", {}, (2, 5, 3)),  # ... of a cell class of the run
     "nested_layer_locals": ("Encoder", {}, (2, 5, 3)),  # cell = nn.LSTMCell(h); nn.RNN(cell)
     "attention_fn_default": ("Encoder", {}, (2, 5, 4)),  # attention_fn=nn.dot_product_attention dropped
+    "setup_head_under_test": ("Head", {}, (2, 4, 4, 4)),  # sigma_head never created: kept from init
+    "setup_head_under_test_on": ("Head", {"learn_sigma": True}, (2, 4, 4, 4)),  # ... or converted
     "nested_layer_locals_bi": ("BiEncoder", {}, (2, 5, 3)),  # ... a chain into nn.Bidirectional
     "nested_layer_locals_seq": ("Head", {}, (2, 3)),  # ... an element of nn.Sequential's list
     "handed_array": ("HandsInitializer", {}, (2, 5)),  # an initializer and a dtype handed on: no arrays
@@ -391,6 +393,7 @@ SOURCES = {
     "shape_test_list_strides_two": "shape_test_list_strides",
     "cell_carry_bound_own": "cell_carry_bound",
     "nested_layer_locals_bi": "nested_layer_locals",
+    "setup_head_under_test_on": "setup_head_under_test",
     "nested_layer_locals_seq": "nested_layer_locals",
     "factory_field_other_binding_b": "factory_field_other_binding",
     **{f"stateless_call_time_{k}": "stateless_call_time" for k in ("scaled", "scaled_on", "tagged")},
@@ -487,6 +490,7 @@ UNUSED_BY_LINEN = {
     "tied_embedding_chain": 1,
     "tied_apply": 1,
     "tied_embedding": 1,
+    "setup_head_under_test": 2,  # sigma_head's kernel and bias, applied only if learn_sigma
 }  # the tied head's own kernel: NNX builds it, Linen never does
 INT_INPUTS = {
     "handed_module",
@@ -1167,3 +1171,34 @@ def test_a_side_input_of_width_one_does_not_size_a_product(cls, shapes, tmp_path
     )
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.note) for lf in parity.failures]
+
+
+def test_a_head_applied_only_under_a_test_is_kept_from_init_with_the_reason(tmp_path):
+    """sigma_head, built by setup() and applied only if learn_sigma: with it off, Linen never creates
+    its weights and NNX builds them; convert keeps them from init and says why (before: "not filled",
+    while migrate reported the class clean). A weight the Linen init does create stays a problem."""
+    from linen2nnx.checkpoint_convert.api import convert_tree
+    from linen2nnx.checkpoint_convert.linen_unused import NEVER_APPLIED
+    from linen2nnx.errors import ConversionError
+
+    linen_module, nnx_module, _, map_path = build("setup_head_under_test", tmp_path)
+    x = np.zeros((2, 4, 4, 4), np.float32)
+    side = LinenSide(
+        model=linen_module.Head(),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_module.Head(in_features=4, rngs=rngs), name_map=map_path
+    )
+    variables = side.init_variables()
+    report = convert_tree(variables, pair).report
+    assert sorted((k.nnx, k.why) for k in report.kept_from_init) == [
+        ("sigma_head/bias", NEVER_APPLIED),
+        ("sigma_head/kernel", NEVER_APPLIED),
+    ]
+    lacking = {"params": {k: v for k, v in variables["params"].items() if k != "mean_head"}}
+    with pytest.raises(ConversionError, match="not filled: NNX mean_head"):
+        convert_tree(lacking, pair)

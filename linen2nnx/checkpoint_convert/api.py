@@ -16,7 +16,7 @@ from typing import Any
 
 from linen2nnx.checkpoint_convert import memory
 from linen2nnx.checkpoint_convert.commit import recover_all
-from linen2nnx.checkpoint_convert.linen_unused import NEVER_CREATED, never_created
+from linen2nnx.checkpoint_convert.linen_unused import never_created, why_never_created
 from linen2nnx.checkpoint_convert.mapping import (
     Leaf,
     Match,
@@ -50,8 +50,8 @@ class Plan:
     kept: list[Any]  # list[Slot]
     strategy: str
     checkpoint: LinenCheckpoint
-    never_in_linen: set[str] = dataclasses.field(default_factory=set)
-    """Kept slots the Linen model never creates (linen_unused.py): kept with that reason."""
+    never_in_linen: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Kept slots the Linen model never creates (linen_unused.py) -> the reason, for the report."""
 
 
 @dataclasses.dataclass
@@ -124,7 +124,8 @@ def plan_with_problems(
     good, kept, problems = validate(leaves, matches, problems, target, ckpt.collections)
     unused, problems = never_created(problems, pair, nmap, root, target.aliases)
     kept += [slot for path, slot in target.slots.items() if join(path) in unused]
-    return Plan(target, good, kept, strategy, ckpt, {join(s.path) for s in kept} & unused), problems
+    reasons = {path: why_never_created(nmap, root, path) for path in {join(s.path) for s in kept} & unused}
+    return Plan(target, good, kept, strategy, ckpt, reasons), problems
 
 
 def convert_tree(
@@ -159,7 +160,7 @@ def convert_tree(
                 s.type_name,
                 tuple(s.shape),
                 dtype_name(s.dtype),
-                NEVER_CREATED if join(s.path) in plan.never_in_linen else "",
+                plan.never_in_linen.get(join(s.path), ""),
             )
             for s in plan.kept
         ],

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from linen2nnx.checkpoint_convert.api import plan_with_problems
-from linen2nnx.checkpoint_convert.linen_unused import NEVER_CREATED
 from linen2nnx.checkpoint_convert.mapping import Problem, join
 from linen2nnx.checkpoint_convert.read import LinenCheckpoint, read_linen_checkpoint
 from linen2nnx.checkpoint_convert.validate import dtype_name
@@ -81,7 +80,8 @@ def dry_run(
         ckpt.step,
         rows + opt_rows,
         [
-            join(s.path) + (f" ({NEVER_CREATED})" if join(s.path) in plan.never_in_linen else "")
+            join(s.path)
+            + (f" ({plan.never_in_linen[join(s.path)]})" if join(s.path) in plan.never_in_linen else "")
             for s in plan.kept
         ],
         dict(ckpt.ignored),

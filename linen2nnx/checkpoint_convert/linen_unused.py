@@ -5,9 +5,11 @@ only applied with other weights (a tied head: ``self.lm_head.apply({'params': {'
 h)``) has none in any Linen checkpoint, while its NNX twin, built in ``__init__``, holds a kernel of
 its own that nothing reads. Such a slot is kept from init only on positive evidence: it lies under a
 layer the name map marks as applied with other weights (migrate writes that mark where it converts
-such a call), and the Linen model's own ``init`` on the pair's example batch, in eval and in train
-mode, does not create it either. Each is kept with that reason in the report; any other slot the
-checkpoint lacks stays a "not filled" problem.
+such a call), or under one the Linen model applies only under a test that is off for the pair's
+configuration (a ``setup()`` head used only ``if self.learn_sigma:``, which ``__init__`` builds
+anyway), and the Linen model's own ``init`` on the pair's example batch, in eval and in train mode,
+does not create it. Each is kept with its reason in the report; any other slot the checkpoint lacks
+(one the Linen init creates) stays a "not filled" problem.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from linen2nnx.checkpoint_convert.read import parse_tree
 from linen2nnx.namemap import applied_with_other_weights, attr_path
 
 NEVER_CREATED = "a layer Linen applies with other weights: the Linen model's own init never creates it"
+NEVER_APPLIED = (
+    "the Linen model's own init (eval and train mode, on the pair's example batch) never creates it: "
+    "a layer applied only under a test that is off in this configuration, or by another method"
+)
 
 
 def never_created(
@@ -28,13 +34,7 @@ def never_created(
     problems). Without a name map root, or when the Linen init cannot be traced, nothing moves."""
     if root is None:
         return set(), problems
-    marked = {
-        p.nnx
-        for p in problems
-        if p.kind == "not filled"
-        and p.nnx
-        and applied_with_other_weights(name_map, root, tuple(attr_path(p.nnx)))
-    }
+    marked = {p.nnx for p in problems if p.kind == "not filled" and p.nnx}
     if not marked:
         return set(), problems
     created = _created_by_linen(pair, name_map, root, aliases)
@@ -42,6 +42,13 @@ def never_created(
         return set(), problems
     unused = marked - created
     return unused, [p for p in problems if not (p.kind == "not filled" and p.nnx in unused)]
+
+
+def why_never_created(name_map: Any, root: str | None, nnx_path: str) -> str:
+    """The reason a slot :func:`never_created` kept is kept, for the report."""
+    if root is not None and applied_with_other_weights(name_map, root, tuple(attr_path(nnx_path))):
+        return NEVER_CREATED
+    return NEVER_APPLIED
 
 
 def _created_by_linen(pair: Any, name_map: Any, root: str, aliases: dict) -> set[str] | None:
