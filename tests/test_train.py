@@ -376,3 +376,34 @@ def test_data_sources_are_deterministic_resumable_and_sharded_per_process(tmp_pa
         make_data(str(tokens), example, 4, seed=0)
     with pytest.raises(DataError, match="does not divide over 3 processes"):
         make_data("synthetic", example, 8, 0, process_count=3)
+
+
+def test_a_masked_optimizer_state_fits_its_checkpoint(tmp_path):
+    """optax.multi_transform / masked keep optax.MaskedNode leaves, which hold no data: fit_problems
+    neither reads their shape (an AttributeError traceback, exit 1, before) nor counts what a
+    checkpoint stores for them as unexpected; a really missing leaf is still named."""
+    import optax
+    from flax import nnx
+
+    from linen2nnx.train.state import CheckpointError, fit_problems
+
+    model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+
+    def labels(params):
+        return jax.tree.map(lambda x: "w" if x.ndim == 2 else "b", params)
+
+    tx = optax.multi_transform({"w": optax.adam(1e-2), "b": optax.sgd(1e-1, momentum=0.9)}, labels)
+    state = nnx.state(nnx.Optimizer(model, tx, wrt=nnx.Param))
+    meta: dict = {}  # what the checkpoint's metadata holds: a shape per leaf, () for a masked node
+    for path, var in nnx.to_flat_state(state):
+        node = meta
+        for key in map(str, path[:-1]):
+            node = node.setdefault(key, {})
+        node[str(path[-1])] = jax.ShapeDtypeStruct(getattr(var.get_value(), "shape", ()), np.float32)
+    assert any(not hasattr(v.get_value(), "shape") for _, v in nnx.to_flat_state(state))  # masked nodes
+    fit_problems(meta, state, tmp_path / "opt", "optimizer state")  # fits: no error
+    smaller = nnx.state(
+        nnx.Optimizer(nnx.Linear(3, 2, use_bias=False, rngs=nnx.Rngs(0)), optax.adam(1e-2), wrt=nnx.Param)
+    )
+    with pytest.raises(CheckpointError, match="does not fit"):
+        fit_problems(meta, smaller, tmp_path / "opt", "optimizer state")

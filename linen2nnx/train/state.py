@@ -146,15 +146,18 @@ def fit_problems(meta: Any, abstract: Any, path: Path, what: str) -> None:
 
     have = _meta_shapes(getattr(meta, "tree", meta))
     want = {}
-    keys = set()
+    keys, masked = set(), set()
     for p, var in nnx.to_flat_state(abstract):
         name = "/".join(map(str, p))
         value = var.get_value() if hasattr(var, "get_value") else var
+        if not hasattr(value, "shape"):  # optax.MaskedNode (masked / multi_transform): no data
+            masked.add(name)
+            continue
         want[name] = tuple(value.shape)
         if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
             keys.add(name)
     problems = [f"missing {p} {s}" for p, s in want.items() if p not in have]
-    problems += [f"unexpected {p} {s}" for p, s in have.items() if p not in want]
+    problems += [f"unexpected {p} {s}" for p, s in have.items() if p not in want and p not in masked]
     problems += [
         f"{p}: checkpoint {have[p]} vs model {s}"
         for p, s in want.items()
