@@ -108,6 +108,40 @@ def linen_compute_dtype(pair: Any, variables: Any) -> str | None:
     return next((d for d in reversed(COARSE_FLOATS) if d in seen), None)
 
 
+def linen_exact_outputs(pair: Any, variables: Any) -> frozenset[str]:
+    """The eval output leaves (``out[0]``, as :func:`.comparisons.compare_outputs` names them) that
+    no 16-bit float operation feeds: the backward slice of each in the traced eval program, an
+    operation with a sub-program counted as coarse when anything inside it is. Shapes only."""
+    from jax.extend import core as jcore
+
+    side = pair.linen
+    args, kwargs = side.call_args(False)
+    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
+    closed, out_shape = jax.make_jaxpr(
+        lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=False), return_shape=True
+    )(variables)
+    jx = closed.jaxpr
+    coarse_of: dict[Any, bool] = {}  # var -> whether a 16-bit op is in its backward slice
+    for eqn in jx.eqns:
+        here = any(str(getattr(v.aval, "dtype", "")) in COARSE_FLOATS for v in eqn.outvars)
+        here = here or any(_has_coarse(sub) for sub in _sub_jaxprs(eqn.params))
+        fed = any(coarse_of.get(v, False) for v in eqn.invars if not isinstance(v, jcore.Literal))
+        for v in eqn.outvars:
+            coarse_of[v] = here or fed
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(out_shape)[0]]
+    return frozenset(
+        "out" + path
+        for path, var in zip(paths, jx.outvars)
+        if not isinstance(var, jcore.Literal) and not coarse_of.get(var, False)
+    )
+
+
+def _has_coarse(jx: Any) -> bool:
+    return any(str(getattr(v.aval, "dtype", "")) in COARSE_FLOATS for e in jx.eqns for v in e.outvars) or any(
+        _has_coarse(sub) for e in jx.eqns for sub in _sub_jaxprs(e.params)
+    )
+
+
 def linen_dots(pair: Any, variables: Any) -> dict[PathT, list[str]]:
     """Dots of the Linen eval forward by Linen module path (shapes only: nothing runs)."""
     side = pair.linen
