@@ -1147,19 +1147,30 @@ def test_attention_cache_under_scan_and_remat_decodes_as_linen(cls, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "cls, shapes", [("ResetCore", [(2, 8), (2, 5), (2, 1)]), ("GatedFusion", [(2, 5), (2, 1)])]
+    "cls, ctor, shapes, by_hand",
+    [
+        ("ResetCore", {}, [(2, 8), (2, 5), (2, 1)], {"hh_in_features": 8}),  # a finding: given by hand
+        ("GatedFusion", {}, [(2, 5), (2, 1)], {}),
+        ("ScalarGate", {}, [(2, 5)], {}),  # max(gate_features, features), gate_features = 1
+        ("ScalarGate", {"gate_features": 8}, [(2, 5)], {}),  # ... equal to features
+    ],
 )
-def test_a_side_input_of_width_one_does_not_size_a_product(cls, shapes, tmp_path):
-    """``(1.0 - done) * h`` with ``done`` of width 1: the product has h's width (the kernel of the
-    Dense it feeds was built of width 1 before, exit 0); ``sigmoid(ctx) * dense(x)``: the Dense's."""
+def test_a_side_input_of_width_one_does_not_size_a_product(cls, ctor, shapes, by_hand, tmp_path):
+    """``(1.0 - done) * h`` with ``done`` of width 1: which input is the 1 is not known, a finding (the
+    Dense it feeds was built of done's width 1 before, exit 0); ``sigmoid(ctx) * dense(x)``: the
+    Dense's width; two config sizes: their max."""
     linen_module, nnx_module, result, map_path = build("gated_products", tmp_path)
     rng = np.random.default_rng(0)
     xs = [rng.normal(size=shape).astype(np.float32) for shape in shapes]
     entry = result.name_map.classes[f"gated_products.{cls}"]
-    extra = {name: xs[int(how.split(":")[1])].shape[-1] for name, how in entry.new_args.items()}
-    assert all(how.startswith("input:") for how in entry.new_args.values()), entry.new_args
+    extra = {
+        n: xs[int(how.split(":")[1])].shape[-1]
+        for n, how in entry.new_args.items()
+        if how.startswith("input:")
+    }
+    assert set(entry.new_args) == set(extra) | set(by_hand), entry.new_args
     side = LinenSide(
-        model=getattr(linen_module, cls)(),
+        model=getattr(linen_module, cls)(**ctor),
         batch={f"x{i}": x for i, x in enumerate(xs)},
         inputs=lambda b: (tuple(b[f"x{i}"] for i in range(len(b))), {}),
         loss=lambda out, b: jnp.mean(out**2),
@@ -1167,7 +1178,9 @@ def test_a_side_input_of_width_one_does_not_size_a_product(cls, shapes, tmp_path
         eval_kwargs={},
     )
     pair = ModelPair(
-        linen=side, nnx_factory=lambda rngs: getattr(nnx_module, cls)(**extra, rngs=rngs), name_map=map_path
+        linen=side,
+        nnx_factory=lambda rngs: getattr(nnx_module, cls)(**ctor, **extra, **by_hand, rngs=rngs),
+        name_map=map_path,
     )
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.note) for lf in parity.failures]

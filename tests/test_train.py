@@ -168,6 +168,10 @@ def test_resume_continues_with_the_settings_the_run_was_trained_with(mlp_convert
     capsys.readouterr()
     assert main(["train", str(spec_path), "--out", part, "--steps", "8", "--resume", "--seed", "6"]) == 2
     assert "trained with --seed 5" in capsys.readouterr().err
+    # the Python API: a setting left None (the batch size) is the run's, the others as given
+    pair = load_pair(str(spec_path))
+    cfg = TrainConfig(out=Path(part), steps=7, resume=True, seed=5, deterministic=True)
+    assert run_training(pair, cfg).end_step == LINEN_STEPS + 7
 
 
 def test_usage_errors_exit_2_and_write_nothing(mlp_converted, tmp_path, capsys):

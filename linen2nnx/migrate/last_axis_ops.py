@@ -392,11 +392,11 @@ def broadcast(
     it; ``x / 255.0`` with ``x`` unknown keeps ``x``'s reason, not the literal's), with a rank only when
     the other operand proves it: a number literal (``scalar``: which operand is one), or a value of
     known rank (broadcasting may add axes: the larger rank). ``gated``: a product, where one operand
-    is often a gate or mask of width 1, with the name of the method's first input: of two sizes the
-    text does not prove equal, the one that is not another input's (``(1.0 - done) * h``,
-    ``sigmoid(ctx) * dense(x)``: the mask or gate is the side input); of two config sizes, none, since
-    either may be the 1 (``gate * dense(x)`` with ``gate_features = 1``). A sum keeps the left one: a
-    residual adds equals."""
+    is often a gate or mask of width 1 (anything but None turns it on): of two config sizes the text
+    does not prove equal, their ``max`` (exact: they are equal or one is 1, ``gate * dense(x)`` with
+    ``gate_features = 1``); of a config size and an input's, the config size (``sigmoid(ctx) *
+    dense(x)``: the input is the gate); of two inputs' (``(1.0 - done) * h``), none, since either may
+    be the 1. A sum keeps the left one: a residual adds equals."""
     swap = left.kind == "unknown" and right.kind != "unknown"
     (result, other), other_scalar = ((right, left), scalar[0]) if swap else ((left, right), scalar[1])
     if not other_scalar and other != result:
@@ -409,14 +409,16 @@ def broadcast(
             and _sized(result)
             and _sized(other)
             and not (other.kind == "expr" and other.expr == "1")
+            and (result.kind, result.expr, result.input_name) != (other.kind, other.expr, other.input_name)
         ):
             # two sizes the text does not prove equal: either may be 1 at run time (`(1.0 - done) * h`
             # with done of width 1), and the result is the other one
-            side = [f for f in (result, other) if f.kind == "input" and f.input_name != gated]
-            if len(side) == 1 and side[0] is result:  # a side input (a mask, a gate): the other one
+            if result.kind == other.kind == "expr":  # two config sizes: equal, or one is 1
+                result = dataclasses.replace(result, expr=f"max({result.expr}, {other.expr})")
+            elif result.kind == other.kind == "input":  # which input is the 1 (a mask) is not known
+                return Feat.unknown("a product of two inputs whose last axes may differ (either may be 1)")
+            elif other.kind == "expr":  # a config size and an input's: the input is the mask or gate
                 result, other = other, result
-            elif result.kind == other.kind == "expr" and result.expr != other.expr:
-                return Feat.unknown("a product of two last axes that may differ (either may be 1)")
         if result.handed:  # only the handed module's output itself is the size its builder knows
             result = dataclasses.replace(result, handed="")
     if not result.rank or other_scalar or other.rank == result.rank:

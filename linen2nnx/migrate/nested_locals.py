@@ -34,7 +34,21 @@ from linen2nnx.migrate.names import NameResolver
 Takers = dict[str, LayerRule]  # callee text -> built-in layer whose arguments take modules
 _MARKERS = ("RNN(", "Bidirectional(", "Sequential(")  # the layers whose arguments take a module
 # constructs under which a read may not happen, or not in the order the text shows
-_NOT_IN_ORDER = (cst.IfExp, cst.BooleanOperation, cst.Lambda, cst.ListComp, cst.GeneratorExp, cst.DictComp)
+# (and statements: a read in a loop body would build one module per pass where Linen shares one)
+_NOT_IN_ORDER = (
+    cst.IfExp,
+    cst.BooleanOperation,
+    cst.Lambda,
+    cst.ListComp,
+    cst.SetComp,
+    cst.GeneratorExp,
+    cst.DictComp,
+    cst.For,
+    cst.While,
+    cst.If,
+    cst.Try,
+    cst.Match,
+)
 
 
 def may_inline(source: str) -> bool:

@@ -7,7 +7,7 @@ its dtype. Linen's ``v.value = x`` replaces the array, so a cache that grows by 
 (``ck.value = jnp.concatenate([ck.value, k], 1)``) stays empty in NNX, or fails, and a value of
 another dtype is cast. ``v.set_value(x)`` replaces the array as Linen does; the index store is kept
 where the new value has the old one's shape and dtype by construction: an update slice or ``.at``
-update of ``v`` itself, and ``v`` plus or minus a number.
+update of ``v`` itself, ``v`` plus or minus a number, and a number (a reset, ``v.value = 0``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,13 @@ def variable_store(original: cst.Assign, updated: cst.Assign) -> cst.BaseSmallSt
 
 
 def _keeps_array(value: cst.BaseExpression, read: str) -> bool:
-    """Does ``value`` have the shape and dtype of the variable read as ``read`` (``ck.value``)?"""
+    """Does ``value`` have the shape and dtype of the variable read as ``read`` (``ck.value``)? A number
+    counts: written into the array it is what Linen's stored number reads as (``v.value = 0`` resets),
+    where ``set_value(0)`` would leave a Python int that ``v[...]`` cannot read."""
+    if isinstance(value, cst.UnaryOperation):
+        value = value.expression
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
     if isinstance(value, cst.Call):
         func = value.func
         leaf = (

@@ -46,7 +46,7 @@ def resumed(cfg: Any, meta: dict[str, Any], where: str) -> Any:
         if name not in saved or saved[name] is None:
             continue
         value = getattr(cfg, name)
-        if name in given and value != saved[name]:
+        if name in given and value is not None and value != saved[name]:  # None: left to the default
             raise L2NError(
                 f"{where}: the run was trained with {flag} {saved[name]!r}, this command gives {value!r}; "
                 f"--resume continues the same run: leave {flag} out (or start a new run with another --out)"
