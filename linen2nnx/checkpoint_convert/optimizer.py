@@ -90,6 +90,17 @@ def plan_opt_state(
                 "step", (), step_path, type(slots[step_path]).__name__, (), dtype_name(want.dtype), "cast"
             )
         )
+    problems += _fill_the_rest(slots, sources, refused, kept_params)
+    return slots, sources, mapped, problems
+
+
+def _fill_the_rest(
+    slots: Mapping[PathT, Any], sources: dict[PathT, Any], refused: set[PathT], kept_params: frozenset[str]
+) -> list[Problem]:
+    """The slots no Linen leaf filled: a masked node's own value, ``tx.init``'s for a parameter Linen
+    never creates (:data:`FROM_INIT`), a "not filled" problem for any other (one refused already is
+    its own problem)."""
+    problems = []
     for path in sorted(slots, key=join):
         if path in sources or path in refused:
             continue
@@ -99,7 +110,7 @@ def plan_opt_state(
             sources[path] = FROM_INIT  # the optax state of a parameter Linen never creates
         else:
             problems.append(Problem("not filled", None, join(path), "no Linen optimizer leaf maps to it"))
-    return slots, sources, mapped, problems
+    return problems
 
 
 _FLAT_NOTE = (

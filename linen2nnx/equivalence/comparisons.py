@@ -147,7 +147,6 @@ def _run_pair(
         results += _unchanged("state/eval" + suffix, before, n_after_e, set(), tols, depth)
     try:
         n_out_t, n_loss_t, n_grads, n_after, n_sown_t = jax.block_until_ready(n_train())
-        updated: set[str] = set()
     except Exception as e:
         note = f"NNX side raised {type(e).__name__}: {e}"
         results += [
@@ -161,18 +160,42 @@ def _run_pair(
         results += compare_trees(
             "grad" + suffix, _grad_reference(sides, l_grads, n_grads), n_grads, tols, depth=depth, kind=GRAD
         )
-        for coll in sorted(pair.linen.mutable):
-            ref = to_nnx_paths(sides, coll, l_updates.get(coll, {}))
-            wanted = _paths_of_type(sides, _variable_type(coll))
-            updated |= wanted
-            got = {p: v for p, v in n_after.items() if p in wanted}
-            results += compare_trees(coll + suffix, ref, got, tols, depth=depth)
-        # a collection the Linen train apply may not change (not in pair.linen.mutable) stays too
-        results += _unchanged("state/train" + suffix, before, n_after, updated, tols, depth)
-        ref_sown_t = linen_sown_to_nnx(l_updates.get("intermediates", {}), module_map)
-        if ref_sown_t or n_sown_t:  # sown in train mode only (`if train: self.sow(...)`): aux losses
-            results += compare_trees("intermediates/train" + suffix, ref_sown_t, n_sown_t, tols, depth=depth)
+        results += _train_state(
+            pair, sides, l_updates, (before, n_after, n_sown_t), tols, suffix, depth, module_map
+        )
     timings["nnx" + suffix] = time.perf_counter() - t0
+    return results
+
+
+def _train_state(
+    pair: Any,
+    sides: Sides,
+    l_updates: dict[str, Any],
+    nnx_side: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+    tols: Tolerances,
+    suffix: str,
+    depth: int,
+    module_map: ModuleMap,
+) -> list[LeafResult]:
+    """The state the train forward leaves: each collection of ``pair.linen.mutable`` against Linen's
+    update, every other NNX variable unchanged, and the values sown in train mode (an aux loss under
+    ``if train:``). ``nnx_side``: the NNX state before, after, and its sown values."""
+    from linen2nnx.equivalence.sown import linen_sown_to_nnx
+
+    before, n_after, n_sown_t = nnx_side
+    results: list[LeafResult] = []
+    updated: set[str] = set()
+    for coll in sorted(pair.linen.mutable):
+        ref = to_nnx_paths(sides, coll, l_updates.get(coll, {}))
+        wanted = _paths_of_type(sides, _variable_type(coll))
+        updated |= wanted
+        got = {p: v for p, v in n_after.items() if p in wanted}
+        results += compare_trees(coll + suffix, ref, got, tols, depth=depth)
+    # a collection the Linen train apply may not change (not in pair.linen.mutable) stays too
+    results += _unchanged("state/train" + suffix, before, n_after, updated, tols, depth)
+    ref_sown_t = linen_sown_to_nnx(l_updates.get("intermediates", {}), module_map)
+    if ref_sown_t or n_sown_t:
+        results += compare_trees("intermediates/train" + suffix, ref_sown_t, n_sown_t, tols, depth=depth)
     return results
 
 
