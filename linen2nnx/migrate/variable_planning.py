@@ -26,6 +26,7 @@ from linen2nnx.migrate.cst_utils import (
 from linen2nnx.migrate.custom_vars import variable_type_ref
 from linen2nnx.migrate.input_dtypes import give_dtype_argument, input_dtype_args
 from linen2nnx.migrate.lazy_vars import LazyVar
+from linen2nnx.migrate.pytree_inits import pytree_init
 from linen2nnx.migrate.rules import API_002, MOD_004
 from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, shape_last_refs
 from linen2nnx.migrate.variable_args import canonical_variable_call, wrapped_field_keywords
@@ -73,6 +74,24 @@ class VariablePlanning:
             collection, name, attr, self.variable_type(collection), statement, self._call_time_when(node)
         )
         return True
+
+    def _pytree_param(self, call: cst.Call, name: str, args: list[cst.Arg]) -> bool:
+        """``self.param('wb', two, ...)`` whose initializer returns several arrays: a finding (pytree_inits.py)."""
+        init = args[1].value if len(args) > 1 else None
+        returns = (
+            pytree_init(self.state.tree, self.ctx.enclosing_function(call), init)
+            if init is not None
+            else None
+        )
+        if returns is not None:
+            self.ctx.report(
+                MOD_004,
+                call,
+                f"self.param({name!r}, ...): its initializer returns {returns} of arrays, which Linen stores "
+                "as one parameter; an nnx.Param holds one array",
+                "create one self.param per array",
+            )
+        return returns is not None
 
     def with_known_locals(self, call: cst.Call, kind: str | None) -> cst.Call:
         """``call`` with the locals of its method whose value at the call is known spelled out (see
@@ -216,6 +235,8 @@ class VariablePlanning:
             return None
         collection = "params" if kind == "param" else literal[0].evaluated_value  # type: ignore[union-attr]
         name = literal[-1].evaluated_value  # type: ignore[union-attr]
+        if kind == "param" and self._pytree_param(call, name, args):
+            return None
         return collection, name, self.variable_type(collection)
 
     def _field_named_attr(self, plan: ClassPlan, call: cst.Call, name: str) -> str | None:
