@@ -575,3 +575,23 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
         _CALLS.clear()
     _CALLS[id(node)] = (node, tuple(found))
     return found
+
+
+_SCOPES = frozenset({cst.FunctionDef, cst.Lambda, cst.ClassDef})  # exact types: no ABC check
+
+
+def returned_values(body: cst.CSTNode) -> list[cst.BaseExpression | None]:
+    """The values of the ``return`` statements of a function body (not of functions nested in it)."""
+    found: list[cst.BaseExpression | None] = []
+
+    def visit(node: cst.CSTNode) -> None:
+        if type(node) in _SCOPES:
+            return
+        if type(node) is cst.Return:
+            found.append(node.value)
+            return
+        for child in syntax_children(node):
+            visit(child)
+
+    visit(body)
+    return found

@@ -99,7 +99,6 @@ class FeatureFlow:
         self.value_of = value_of  # a parameter of the class (its creation, or its setup() attribute)
         self.on_assign = on_assign
         self.env: dict[str, Feat] = {p: Feat("input", input_name=p) for p in params}
-        self.first_input = params[0] if params else ""  # the data a gate multiplies (last_axis_ops.broadcast)
         self.layer_of = layer_of
         self.qualnames_of = qualnames_of
         self.uses: list[LayerUse] = []
@@ -314,7 +313,7 @@ class FeatureFlow:
             if left.kind in tuple_flow.COMPOUND:  # (h,) + array broadcasts: no tuple, nor a size
                 return Feat.unknown("a tuple and an array")
             # elementwise: broadcasting keeps it (x / 255.0 with x unknown: x's reason, not the literal's)
-            gated = self.first_input if isinstance(node.operator, cst.Multiply) else None
+            gated = isinstance(node.operator, cst.Multiply)
             return last_axis_ops.broadcast(
                 left, right, (numeric(node.left), numeric(node.right)), gated=gated
             )

@@ -25,12 +25,11 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 
 from linen2nnx.layers import LayerRule, layer_rule
-from linen2nnx.migrate.cst_meta import syntax_children
+from linen2nnx.migrate.cst_meta import returned_values, syntax_children
 from linen2nnx.migrate.cst_utils import bind_args, code, parse_expression
 from linen2nnx.migrate.factories import substitute
 
 LINEN_ONLY_ARGS = frozenset({"name", "parent"})
-_SCOPES = frozenset({cst.FunctionDef, cst.Lambda, cst.ClassDef})  # exact types: no ABC check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +80,7 @@ def find_function_factory(
         return None
     plain = [*params.posonly_params, *params.params, *params.kwonly_params]
     names = [p.name.value for p in plain]
-    returns = _returns(fn.body)
+    returns = returned_values(fn.body)
     if not returns or any(not isinstance(r, cst.Call) for r in returns):
         return None
     ctors: list[cst.Call] = returns  # type: ignore[assignment]
@@ -207,20 +206,3 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     yield node
     for child in syntax_children(node):
         yield from _walk(child)
-
-
-def _returns(body: cst.BaseSuite) -> list[cst.BaseExpression | None]:
-    """The values of the ``return`` statements of a function body (not of functions nested in it)."""
-    found: list[cst.BaseExpression | None] = []
-
-    def visit(node: cst.CSTNode) -> None:
-        if type(node) in _SCOPES:
-            return
-        if type(node) is cst.Return:
-            found.append(node.value)
-            return
-        for child in syntax_children(node):
-            visit(child)
-
-    visit(body)
-    return found

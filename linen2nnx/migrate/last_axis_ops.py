@@ -386,15 +386,14 @@ def broadcast_call(node: cst.Call, qualnames: set[str], arg_feats: Sequence[Feat
 
 
 def broadcast(
-    left: Feat, right: Feat, scalar: tuple[bool, bool] = (False, False), *, gated: str | None = None
+    left: Feat, right: Feat, scalar: tuple[bool, bool] = (False, False), *, gated: bool = False
 ) -> Feat:
     """What an elementwise operation of two values gives: the sized one's last axis (broadcasting keeps
     it; ``x / 255.0`` with ``x`` unknown keeps ``x``'s reason, not the literal's), with a rank only when
     the other operand proves it: a number literal (``scalar``: which operand is one), or a value of
     known rank (broadcasting may add axes: the larger rank). ``gated``: a product, where one operand
-    is often a gate or mask of width 1 (anything but None turns it on): of two config sizes the text
-    does not prove equal, their ``max`` (exact: they are equal or one is 1, ``gate * dense(x)`` with
-    ``gate_features = 1``); of a config size and an input's, the config size (``sigmoid(ctx) *
+    is often a gate or mask of width 1: of two config sizes the text does not prove equal, their
+    ``max`` (exact: they are equal or one is 1, ``gate * dense(x)`` with ``gate_features = 1``); of a config size and an input's, the config size (``sigmoid(ctx) *
     dense(x)``: the input is the gate); of two inputs' (``(1.0 - done) * h``), none, since either may
     be the 1. A sum keeps the left one: a residual adds equals."""
     swap = left.kind == "unknown" and right.kind != "unknown"
@@ -405,14 +404,13 @@ def broadcast(
                 return Feat.unknown("a broadcast of a size-1 axis")
             result, other = other, result
         elif (
-            gated is not None
+            gated
             and _sized(result)
             and _sized(other)
             and not (other.kind == "expr" and other.expr == "1")
             and (result.kind, result.expr, result.input_name) != (other.kind, other.expr, other.input_name)
         ):
-            # two sizes the text does not prove equal: either may be 1 at run time (`(1.0 - done) * h`
-            # with done of width 1), and the result is the other one
+            # two sizes the text does not prove equal: either may be the 1 that broadcasts
             if result.kind == other.kind == "expr":  # two config sizes: equal, or one is 1
                 result = dataclasses.replace(result, expr=f"max({result.expr}, {other.expr})")
             elif result.kind == other.kind == "input":  # which input is the 1 (a mask) is not known

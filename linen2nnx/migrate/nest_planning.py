@@ -70,7 +70,7 @@ class NestPlanning:
 
     def flag_handed_locals(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
         """``cell = nn.LSTMCell(4)`` then ``nn.RNN(cell)`` where the local could not be written in place
-        (nested_locals.py: it is read twice, or a module of its class is built before the read): the
+        (nested_locals.py: it is read twice or in a loop, or a module of its class is built before the read): the
         argument names a module the method builds, or another call-time value, which ``__init__`` does
         not have. A finding, never a constructor that reads an unbound name."""
         static = static_everywhere(plan)

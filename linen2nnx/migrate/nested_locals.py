@@ -13,8 +13,8 @@ the local is written in place first, as one more text pass beside the helper rep
 
 Only when it is the same program: the local is bound once and read once, by the next statement of the
 same block, as a nested argument of a built-in layer (``cell`` of ``nn.RNN``, the RNNs of
-``nn.Bidirectional``, an element of ``nn.Sequential``'s list), not under a condition, a lambda or a
-comprehension, and nothing that the next statement runs before that read builds a module of the same
+``nn.Bidirectional``, an element of ``nn.Sequential``'s list), not under a condition, a lambda, a
+comprehension or a loop (one cell would become one per pass), and nothing that the next statement runs before that read builds a module of the same
 class as the local's value (which would take the auto-name the value had). A chain of such locals
 (``cell = ...; fwd = nn.RNN(cell); bwd = ...; nn.Bidirectional(fwd, bwd)``) is written in place from
 the last one up.
@@ -27,8 +27,8 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.layers import LayerRule, layer_rule
-from linen2nnx.migrate.cst_meta import syntax_children
-from linen2nnx.migrate.cst_utils import bind_args, code, name_counts, single_assign
+from linen2nnx.migrate.cst_meta import calls_in, syntax_children
+from linen2nnx.migrate.cst_utils import bind_args, callee_name, code, name_counts, single_assign
 from linen2nnx.migrate.names import NameResolver
 
 Takers = dict[str, LayerRule]  # callee text -> built-in layer whose arguments take modules
@@ -62,7 +62,7 @@ def inline_nested_locals(fn: cst.FunctionDef, resolver: NameResolver) -> cst.Fun
     if not _any_pair(fn.body):
         return fn
     takers = {}  # callee text -> the built-in layer it names, when its arguments take modules
-    for call in _calls(fn.body):  # resolved on the original nodes: a rewritten statement has new ones
+    for call in calls_in(fn.body):  # resolved on the original nodes: a rewritten statement has new ones
         rule = next((r for q in resolver.qualnames(call.func) if (r := layer_rule(q)) is not None), None)
         if rule is not None and (rule.nested or rule.varargs_list):
             takers[code(call.func)] = rule
@@ -109,7 +109,8 @@ def _inlined(
     if assign is None or not isinstance(assign[1], cst.Call) or counts.get(assign[0]) != 2:
         return None
     assert isinstance(stmt, cst.SimpleStatementLine)
-    if stmt.trailing_whitespace.comment is not None or not _builds_module(assign[1]):
+    # a class built (a Linen layer, a module class of the run), with no comment of its own to lose
+    if stmt.trailing_whitespace.comment is not None or not callee_name(assign[1])[:1].isupper():
         return None
     name, value = assign
     read = _nested_read(nxt, name, takers)
@@ -118,19 +119,6 @@ def _inlined(
     merged = nxt.deep_replace(read, value)
     assert isinstance(merged, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
     return merged.with_changes(leading_lines=[*stmt.leading_lines, *nxt.leading_lines])
-
-
-def _builds_module(value: cst.Call) -> bool:
-    """A constructor call: of a Linen class, or of a class-like name (a module class of the run)."""
-    func = value.func
-    leaf = (
-        func.value
-        if isinstance(func, cst.Name)
-        else func.attr.value
-        if isinstance(func, cst.Attribute)
-        else ""
-    )
-    return leaf[:1].isupper()
 
 
 def _nested_read(stmt: cst.BaseStatement, name: str, takers: Takers) -> cst.Name | None:
@@ -192,7 +180,7 @@ def _same_class_first(stmt: cst.BaseStatement, read: cst.Name, value: cst.Call) 
     """Does ``stmt`` build a module of a class ``value`` builds (its own or nested constructors) before
     it reaches ``read``? Python evaluates a call's callee, then its arguments in order, then calls it:
     the order of the walk below."""
-    classes = {code(c.func) for c in _calls(value)}
+    classes = {code(c.func) for c in calls_in(value)}
     before: list[str] = []
 
     def walk(node: Any) -> bool:
@@ -207,10 +195,3 @@ def _same_class_first(stmt: cst.BaseStatement, read: cst.Name, value: cst.Call) 
 
     walk(stmt)
     return bool(classes.intersection(before))
-
-
-def _calls(node: Any) -> list[cst.Call]:
-    found = [node] if type(node) is cst.Call else []
-    for child in syntax_children(node):
-        found += _calls(child)
-    return found

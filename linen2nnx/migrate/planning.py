@@ -427,7 +427,11 @@ class ClassPlanner:
         with its parameters replaced by the call's arguments (the parent call of a compact ctor)."""
         if site.rule is not None and site.rule.init_call_cache:  # a built-in layer's decode cache
             flag = site.args.get(site.rule.init_call_cache)  # (rewrite_calls: created on a fresh call)
-            return None if flag is None or code(flag.value) == "False" else self._state_flag(plan, flag.value)
+            return (
+                None
+                if flag is None or code(flag.value) == "False"
+                else self._call_time_condition(plan, flag, flag.value)
+            )
         when = site.user.state_when if site.user is not None else None
         if when is None or when == "True":
             return when
@@ -448,10 +452,6 @@ class ClassPlanner:
                 if p.default is None:
                     return "True"
                 values[p.name.value] = code(p.default)
-        caller = self.ctx.enclosing_function(app)
-        mine = (
-            {p.name.value for p in (*caller.params.params, *caller.params.kwonly_params)} if caller else set()
-        )
         # the callee's fields in the caller's terms: the arguments it is built with, else their defaults
         fields = {f.name: f.default for f in getattr(site.user, "fields", ()) if f.default is not None}
         fields.update({name: code(arg.value) for name, arg in site.args.items()})
@@ -459,19 +459,18 @@ class ClassPlanner:
         if marked is None:  # reads the callee's self otherwise
             return "True"
         values.update({f"_l2n_field_{f}": value for f, value in fields.items()})  # one substitution for both
-        result = code(substitute(parse_expression(marked), values))
-        ok = names_in(parse_expression(result)) - NOT_LOCAL - {"self"} <= mine | static_everywhere(plan)
-        return result if ok else "True"
+        result = parse_expression(code(substitute(parse_expression(marked), values)))
+        return self._call_time_condition(plan, app, result)
 
-    def _state_flag(self, plan: ClassPlan, flag: cst.BaseExpression) -> str:
-        """A layer's cache flag (``decode=self.decode``) as the condition its call creates variables
-        under, when it reads only config and the applying method's parameters; "True" otherwise."""
-        fn = self.ctx.enclosing_function(flag)
+    def _call_time_condition(self, plan: ClassPlan, at: cst.CSTNode, condition: cst.BaseExpression) -> str:
+        """``condition`` (written at ``at``'s method, ``decode=self.decode``) as the class's call-time
+        condition, when it reads only config and that method's parameters; "True" otherwise."""
+        fn = self.ctx.enclosing_function(at)
         mine = (
             {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)} if fn is not None else set()
         )
-        ok = names_in(flag) - NOT_LOCAL - {"self"} <= mine | static_everywhere(plan)
-        return code(flag) if ok else "True"
+        ok = names_in(condition) - NOT_LOCAL - {"self"} <= mine | static_everywhere(plan)
+        return code(condition) if ok else "True"
 
     @staticmethod
     def _share_exclusive_attrs(plan: ClassPlan) -> None:

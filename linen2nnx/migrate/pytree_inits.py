@@ -10,11 +10,9 @@ statements returns a tuple, list or dict display, the parameter is a finding.
 
 from __future__ import annotations
 
-from typing import Any
-
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import syntax_children
+from linen2nnx.migrate.cst_meta import returned_values
 
 _DISPLAYS = (cst.Tuple, cst.List, cst.Dict)
 
@@ -31,16 +29,7 @@ def pytree_init(module: cst.Module, method: cst.FunctionDef | None, init: cst.Ba
     )
     if fn is None:
         return None
-    for value in _returned(fn.body):
+    for value in returned_values(fn.body):
         if isinstance(value, _DISPLAYS):
             return {cst.Tuple: "a tuple", cst.List: "a list", cst.Dict: "a dict"}[type(value)]
     return None
-
-
-def _returned(node: Any) -> list[cst.BaseExpression]:
-    """The values of the ``return`` statements under ``node``, not those of functions nested in it."""
-    if isinstance(node, cst.Return):
-        return [node.value] if node.value is not None else []
-    if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-        return []
-    return [v for child in syntax_children(node) for v in _returned(child)]

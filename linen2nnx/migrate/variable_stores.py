@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.cst_utils import callee_name, code
+from linen2nnx.migrate.last_axis_ops import is_number
 
 _SLICE_UPDATES = frozenset(
     {"dynamic_update_slice", "dynamic_update_slice_in_dim", "dynamic_update_index_in_dim"}
@@ -46,29 +47,18 @@ def _keeps_array(value: cst.BaseExpression, read: str) -> bool:
     """Does ``value`` have the shape and dtype of the variable read as ``read`` (``ck.value``)? A number
     counts: written into the array it is what Linen's stored number reads as (``v.value = 0`` resets),
     where ``set_value(0)`` would leave a Python int that ``v[...]`` cannot read."""
-    if isinstance(value, cst.UnaryOperation):
-        value = value.expression
-    if isinstance(value, (cst.Integer, cst.Float)):
+    if is_number(value):
         return True
     if isinstance(value, cst.Call):
-        func = value.func
-        leaf = (
-            func.attr.value
-            if isinstance(func, cst.Attribute)
-            else func.value
-            if isinstance(func, cst.Name)
-            else ""
-        )
-        if leaf in _SLICE_UPDATES:
+        if callee_name(value) in _SLICE_UPDATES:
             return bool(value.args) and code(value.args[0].value) == read
         # v.value.at[i].set(u): an update of v itself
+        func = value.func
         target = func.value if isinstance(func, cst.Attribute) else None
         if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Attribute):
             return target.value.attr.value == "at" and code(target.value.value) == read
         return False
     if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Add, cst.Subtract)):
         sides = (value.left, value.right)
-        return any(code(s) == read for s in sides) and any(
-            isinstance(s, (cst.Integer, cst.Float)) for s in sides
-        )
+        return any(code(s) == read for s in sides) and any(is_number(s) for s in sides)
     return False
