@@ -273,29 +273,17 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
 
     def eval_fn(state: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_e.rebuild(dynamic)
-        called = [nnx.merge(gdef_eval, state, copy=True)]
-
-        def fresh() -> Any:  # call_capturing's second try: the model it calls is the one read below
-            called[0] = nnx.merge(gdef_eval, state, copy=True)
-            return called[0]
-
-        out, sown = call_capturing(called[0], fresh, args, kwargs)
-        return out, side.loss(out, batch), flat_sown(sown), model_state(called[0])
+        out, sown, called = call_capturing(lambda: nnx.merge(gdef_eval, state, copy=True), args, kwargs)
+        return out, side.loss(out, batch), flat_sown(sown), model_state(called)
 
     def train_fn(p0: Any, r0: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_t.rebuild(dynamic)
 
         def f(p: Any) -> Any:
             # copy=True: fresh Variables at this trace level, so BatchNorm may update its stats
-            called = [nnx.merge(gdef_train, p, r0, copy=True)]
-
-            def fresh() -> Any:  # call_capturing's second try: the model it calls is the one read below
-                called[0] = nnx.merge(gdef_train, p, r0, copy=True)
-                return called[0]
-
             # under nnx.capture, as in eval: a sow inside a transform with graph_updates off still counts
-            out, sown = call_capturing(called[0], fresh, args, kwargs)
-            return side.loss(out, batch), (out, model_state(called[0]), flat_sown(sown))
+            out, sown, called = call_capturing(lambda: nnx.merge(gdef_train, p, r0, copy=True), args, kwargs)
+            return side.loss(out, batch), (out, model_state(called), flat_sown(sown))
 
         (loss, (out, after, sown)), grads = jax.value_and_grad(f, has_aux=True)(p0)
         flat_grads = {_flat_key(k): v.get_value() for k, v in nnx.to_flat_state(grads)}

@@ -219,18 +219,14 @@ def _localise(
 def _with_compute_dtype(tols: Tolerances, pair: Any, sides: Any) -> Tolerances:
     """``tols`` with the compute dtype of :func:`.precision.linen_compute_dtype` unless it names one (a
     bfloat16 layer makes every value downstream of it that coarse), and the output leaves no coarse
-    operation feeds (:func:`.precision.linen_exact_outputs`); as they are where the program cannot be
-    traced abstractly (the checks that run it say why)."""
-    from linen2nnx.equivalence.precision import linen_compute_dtype, linen_exact_outputs
+    operation feeds (read off the same trace); as they are where the program cannot be traced
+    abstractly (the checks that run it say why)."""
+    from linen2nnx.equivalence.precision import linen_compute_dtype
 
     if tols.compute_dtype:
         return tols
     try:
-        found = linen_compute_dtype(pair, sides.linen_variables)
+        found, exact = linen_compute_dtype(pair, sides.linen_variables)
     except Exception:
         return tols
-    try:  # an allowance: without it every float leaf gets the coarse base
-        exact = linen_exact_outputs(pair, sides.linen_variables) if found else frozenset()
-    except Exception:
-        exact = frozenset()
     return dataclasses.replace(tols, compute_dtype=found, exact_outputs=exact)

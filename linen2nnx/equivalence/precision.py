@@ -86,32 +86,13 @@ def module_dots(jaxpr: Any) -> dict[PathT, list[str]]:
 COARSE_FLOATS = ("float16", "bfloat16")
 
 
-def linen_compute_dtype(pair: Any, variables: Any) -> str | None:
-    """The 16-bit float dtype the Linen eval forward computes in (an operation's result in it,
+def linen_compute_dtype(pair: Any, variables: Any) -> tuple[str | None, frozenset[str]]:
+    """``(compute dtype, exact outputs)`` of the Linen eval forward, traced once (shapes only: nothing
+    runs). The compute dtype is the 16-bit float it computes in (an operation's result in it,
     sub-jaxprs included), the coarser one when it uses both; None for a program in float32 or wider.
-    Shapes only: nothing runs."""
-    side = pair.linen
-    args, kwargs = side.call_args(False)
-    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
-    jaxpr = jax.make_jaxpr(lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=False))(
-        variables
-    )
-    seen: set[str] = set()
-
-    def walk(jx: Any) -> None:
-        for eqn in jx.eqns:
-            seen.update(str(getattr(v.aval, "dtype", "")) for v in eqn.outvars)
-            for sub in _sub_jaxprs(eqn.params):
-                walk(sub)
-
-    walk(jaxpr.jaxpr)
-    return next((d for d in reversed(COARSE_FLOATS) if d in seen), None)
-
-
-def linen_exact_outputs(pair: Any, variables: Any) -> frozenset[str]:
-    """The eval output leaves (``out[0]``, as :func:`.comparisons.compare_outputs` names them) that
-    no 16-bit float operation feeds: the backward slice of each in the traced eval program, an
-    operation with a sub-program counted as coarse when anything inside it is. Shapes only."""
+    The exact outputs are the output leaves (``out[0]``, as :func:`.comparisons.compare_outputs` names
+    them) that no 16-bit operation feeds: the backward slice of each, an operation with a sub-program
+    counted as coarse when anything inside it is; empty when the program has no 16-bit operation."""
     from jax.extend import core as jcore
 
     side = pair.linen
@@ -121,25 +102,33 @@ def linen_exact_outputs(pair: Any, variables: Any) -> frozenset[str]:
         lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=False), return_shape=True
     )(variables)
     jx = closed.jaxpr
+    found = next((d for d in reversed(COARSE_FLOATS) if d in _dtypes(jx)), None)
+    if found is None:
+        return None, frozenset()
     coarse_of: dict[Any, bool] = {}  # var -> whether a 16-bit op is in its backward slice
     for eqn in jx.eqns:
         here = any(str(getattr(v.aval, "dtype", "")) in COARSE_FLOATS for v in eqn.outvars)
-        here = here or any(_has_coarse(sub) for sub in _sub_jaxprs(eqn.params))
+        here = here or any(_dtypes(sub) & set(COARSE_FLOATS) for sub in _sub_jaxprs(eqn.params))
         fed = any(coarse_of.get(v, False) for v in eqn.invars if not isinstance(v, jcore.Literal))
         for v in eqn.outvars:
             coarse_of[v] = here or fed
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(out_shape)[0]]
-    return frozenset(
+    exact = frozenset(
         "out" + path
         for path, var in zip(paths, jx.outvars)
         if not isinstance(var, jcore.Literal) and not coarse_of.get(var, False)
     )
+    return found, exact
 
 
-def _has_coarse(jx: Any) -> bool:
-    return any(str(getattr(v.aval, "dtype", "")) in COARSE_FLOATS for e in jx.eqns for v in e.outvars) or any(
-        _has_coarse(sub) for e in jx.eqns for sub in _sub_jaxprs(e.params)
-    )
+def _dtypes(jx: Any) -> set[str]:
+    """The dtypes of every operation's results in ``jx``, sub-jaxprs included."""
+    seen: set[str] = set()
+    for eqn in jx.eqns:
+        seen.update(str(getattr(v.aval, "dtype", "")) for v in eqn.outvars)
+        for sub in _sub_jaxprs(eqn.params):
+            seen |= _dtypes(sub)
+    return seen
 
 
 def linen_dots(pair: Any, variables: Any) -> dict[PathT, list[str]]:

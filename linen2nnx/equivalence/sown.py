@@ -74,22 +74,25 @@ def flat_sown(state: Any) -> dict[str, Any]:
     return {"/".join(_key(k) for k in path): v for path, v in leaves}
 
 
-def call_capturing(model: Any, fresh: Callable[[], Any], args: tuple, kwargs: dict) -> tuple[Any, Any]:
-    """``model(*args, **kwargs)`` and its sown ``nnx.Intermediate`` values.
+def call_capturing(fresh: Callable[[], Any], args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
+    """``(outputs, sown nnx.Intermediate values, the model called)`` of ``fresh()(*args, **kwargs)``.
 
     ``nnx.capture`` is the flax 0.12 API, but it stores a ``__captures__`` attribute on every module,
     which ``nnx.view`` of an ``nnx.Sequential`` cannot clone (its int and str keys do not sort).
     Nor can it name the collections of an ``nnx.bridge.ToNNX`` (a class the codemod kept as Linen).
-    Then the call is repeated on ``fresh()`` without it: ``sow`` outside ``capture`` (deprecated,
-    silenced here) stores the same tuples as ``Intermediate`` attributes, read back with ``nnx.state``.
+    Then the call is repeated on another ``fresh()`` model without it: ``sow`` outside ``capture``
+    (deprecated, silenced here) stores the same tuples as ``Intermediate`` attributes, read back with
+    ``nnx.state``. The model returned is the one whose call counted, for the state it left.
     """
     from flax import nnx
 
+    model = fresh()
     try:
-        return nnx.capture(model, nnx.Intermediate)(*args, **kwargs)
+        out, sown = nnx.capture(model, nnx.Intermediate)(*args, **kwargs)
+        return out, sown, model
     except (TypeError, ValueError):  # also nnx.bridge.ToNNX (a class kept as Linen), whose collections
         # capture cannot name; a genuine error of the model raises again from the plain call below
         model = fresh()
         with quiet_sow():
             out = model(*args, **kwargs)
-        return out, nnx.state(model, nnx.Intermediate)
+        return out, nnx.state(model, nnx.Intermediate), model

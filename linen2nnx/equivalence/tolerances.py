@@ -52,7 +52,7 @@ class Tolerances:
     exact_outputs: frozenset[str] = frozenset()
     """Output leaves (``out[0]``) whose whole computation stays in float32 or wider though the program
     has a coarser ``compute_dtype`` elsewhere (an fp32 head beside a bfloat16 one): their
-    ``forward/*`` leaves keep their own dtype's base (:func:`.precision.linen_exact_outputs`)."""
+    ``forward/*`` leaves keep their own dtype's base (:func:`.precision.linen_compute_dtype`)."""
 
     @classmethod
     def coerce(cls, value: Tolerances | float | Mapping[str, Any] | None) -> Tolerances:
