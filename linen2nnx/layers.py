@@ -52,6 +52,11 @@ class LayerRule:
     """Constructor arguments that take a function the NNX layer calls with its own signature
     (``attention_fn``: NNX passes ``is_causal=``) -> the Linen functions that are Linen's default there
     (dropped: NNX's default is their counterpart); any other function is a ``manual`` finding."""
+    data_args: frozenset[str] = frozenset()
+    """Array arguments the NNX layer keeps as a plain attribute (``Conv``'s ``mask``): passed as
+    ``nnx.data(...)``, so the array is the module's pytree data. Else an array computed in ``__init__`` is
+    static under ``nnx.eval_shape`` / ``nnx.jit``, where it is a tracer that leaks out of the trace
+    (docs/nnx_facts.md#array-attributes)."""
     nested: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Constructor arguments that take a module (``RNN(cell)``) -> the NNX attribute holding it."""
     nested_input: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -155,6 +160,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "Conv",
         "Conv",
         positional=("features", "kernel_size"),
+        data_args=frozenset({"mask"}),
         out_arg="features",
         rename_args={"features": "out_features"},
         out_attr="out_features",
@@ -166,6 +172,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "ConvTranspose",
         "ConvTranspose",
         positional=("features", "kernel_size"),
+        data_args=frozenset({"mask"}),
         out_arg="features",
         rename_args={"features": "out_features"},
         out_attr="out_features",

@@ -275,6 +275,8 @@ CASES = {
     "cell_carry_bound_own": ("StepOwnCell", {}, (2, 5, 3)),  # ... of a cell class of the run
     "nested_layer_locals": ("Encoder", {}, (2, 5, 3)),  # cell = nn.LSTMCell(h); nn.RNN(cell)
     "attention_fn_default": ("Encoder", {}, (2, 5, 4)),  # attention_fn=nn.dot_product_attention dropped
+    "conv_mask_array": ("CausalConv", {}, (2, 6, 6, 3)),  # mask=nnx.data(taps): data, never a leaked tracer
+    "conv_mask_array_stem": ("MaskedStem", {}, (2, 6, 6, 3)),
     "setup_head_under_test": ("Head", {}, (2, 4, 4, 4)),  # sigma_head never created: kept from init
     "setup_head_under_test_on": ("Head", {"learn_sigma": True}, (2, 4, 4, 4)),  # ... or converted
     "nested_layer_locals_bi": ("BiEncoder", {}, (2, 5, 3)),  # ... a chain into nn.Bidirectional
@@ -386,6 +388,7 @@ CASES = {
     "init_restated_tests_splat": ("Splat", {}, (2, 5)),  # dense(**options) of partial(nn.Dense, 4)
 }
 SOURCES = {
+    "conv_mask_array_stem": "conv_mask_array",
     "setup_array_property_tables": "setup_array_property",
     "setup_array_property_causal": "setup_array_property",
     "setup_array_property_open": "setup_array_property",

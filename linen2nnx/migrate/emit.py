@@ -90,7 +90,9 @@ class Emitter:
                 and name not in site.dropped_args
                 and name != rule.varargs_list
             ):
-                args.append(kwarg(rule.nnx_arg(name), arg.value))
+                args.append(
+                    kwarg(rule.nnx_arg(name), _as_data(arg.value) if name in rule.data_args else arg.value)
+                )
         if rule.linen == "Einsum":
             bias = einsum_bias_shape(upd_bound)
             use_bias = upd_bound.get("use_bias")
@@ -554,3 +556,11 @@ class Emitter:
             value = cst.Call(parse_expression("nnx.List"), [cst.Arg(assign.value)])
             return stmt.with_changes(body=[assign.with_changes(value=value)])
         return stmt
+
+
+def _as_data(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``nnx.data(value)`` for an array argument the NNX layer keeps as an attribute (a literal None
+    stays as is)."""
+    if isinstance(value, cst.Name) and value.value == "None":
+        return value
+    return cst.Call(cst.Attribute(cst.Name("nnx"), cst.Name("data")), [cst.Arg(value)])
