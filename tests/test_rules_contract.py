@@ -49,6 +49,7 @@ PARITY_TESTS = (
 
 # Fixture cases with no numeric parity test, and why none can be written.
 NOT_RUNNABLE = {
+    "stack_axes": "manual findings: stacks NNX cannot lay out as Linen, and keywords Linen ignores at a scan's call",
     "pytree_param": "manual findings: parameters whose initializer returns several arrays",
     "attention_fn_custom": "manual findings: attention functions written for Linen's call",
     "handed_layer_local": "manual findings: a layer handed on through a local that cannot be written in place",

@@ -150,6 +150,8 @@ def validate(chain: LiftChain, is_broadcast: callable, fn: cst.FunctionDef | Non
             axes = in_axes_list(lift.kwargs.get("in_axes"), is_broadcast)
             if axes is None:
                 raise LiftError(f"in_axes={code(lift.kwargs['in_axes'])} is not a literal")
+        if lift.kind in ("scan", "vmap"):
+            _one_stack_axis(lift)
         if lift.kind == "scan":
             broadcast = lift.kwargs.get("variable_broadcast")
             stacked = param_axis(lift) is not None
@@ -166,6 +168,38 @@ def validate(chain: LiftChain, is_broadcast: callable, fn: cst.FunctionDef | Non
         raise LiftError(
             "nested nn.scan / nn.vmap are converted only when every one is an nn.vmap that stacks params"
         )
+
+
+def _one_stack_axis(lift: Lift) -> None:
+    """NNX stacks all of a layer's state on one axis: the params' (``out_axes`` of the ``nnx.vmap`` that
+    builds the stack, the layer's ``in_axes`` in ``nnx.scan``). Linen's ``variable_axes`` may put each
+    collection on its own (flaxformer: params on 1, cache on 0, intermediates on 2): a cache or sown value
+    would land on the params' axis, a scalar cache index fail to build. A params axis other than 0 also
+    stacks the state NNX alone has (a Dropout's RNG key and count, one scalar per layer) on it: the stack
+    does not build (``axis 1 is out of bounds``)."""
+    axes = literal_dict(lift.kwargs.get("variable_axes"))
+    stack = param_axis(lift)
+    if stack is None:
+        if set(axes) - {
+            "params"
+        }:  # the layer is handed to nnx.scan unmapped (None): what it creates is carry
+            raise LiftError(
+                f"nn.{lift.kind} stacks {', '.join(repr(k) for k in sorted(set(axes) - {'params'}))} of a layer "
+                "whose params it shares: NNX maps a layer's state as one (the layer's axis, None), so a value "
+                "it sows or creates would be carry, which nnx.capture cannot collect"
+            )
+        return
+    if stack != "0":
+        raise LiftError(
+            f"nn.{lift.kind} stacks 'params' on axis {stack}: NNX stacks all of a layer's state on that axis, "
+            f"also the RNG state only NNX has (one scalar per layer), which has no axis {stack}"
+        )
+    for name, value in axes.items():
+        if name != "params" and code(value) != stack:
+            raise LiftError(
+                f"nn.{lift.kind} stacks {name!r} on axis {code(value)} and 'params' on axis {stack}: NNX "
+                "stacks all of a layer's state on the params' axis"
+            )
 
 
 def _call_time_names(fn: cst.FunctionDef | None) -> set[str]:
@@ -254,6 +288,13 @@ def lifted_call(
     for a in args:
         if a.star:
             raise LiftError("*args / **kwargs at the call of a lifted module")
+    keywords = [a.keyword.value for a in args if a.keyword is not None]
+    kind = next((lift.kind for lift in chain.lifts if lift.kind in ("scan", "vmap")), None)
+    if keywords and kind is not None:  # flax.core.lift packs them with enable_kwargs=False
+        raise LiftError(
+            f"{', '.join(k + '=' for k in keywords)} at the call of an nn.{kind} module: Linen ignores keyword "
+            "arguments there (a RuntimeWarning; the layer runs with its defaults), NNX would apply them"
+        )
     remat = chain.of("remat")
     remat_kwargs = None
     updates = {None: ", graph_updates=False", "True": ""}.get(
