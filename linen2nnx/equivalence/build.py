@@ -13,7 +13,9 @@ but nothing is random (Linen and NNX derive dropout masks differently, docs/nnx_
   returns its input when ``rate == 0`` whatever ``deterministic`` says) and whose attention
   modules have ``dropout_rate=0.0``.
 
-Eval mode is run as is: a twin that forgets ``deterministic=not train`` must fail the check.
+Eval mode is run as is: a twin that forgets ``deterministic=not train`` must fail the check. Random
+numbers a model draws itself (stochastic depth, sampling) come from one fixed key on both sides in
+either mode (:mod:`.randomness`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from linen2nnx.checkpoint_convert import (
     read_linen_checkpoint,
 )
 from linen2nnx.equivalence.jitting import fast_jit, maybe_jit, memoized
+from linen2nnx.equivalence.randomness import same_keys
 from linen2nnx.equivalence.sown import call_capturing, flat_sown
 from linen2nnx.errors import L2NError, ModelBuildError
 from linen2nnx.namemap import NameMap
@@ -221,14 +224,15 @@ def _linen_compile(
 
     def eval_fn(variables: Any, rngs: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_e.rebuild(dynamic)
-        out, sown = model.apply(variables, *args, **kwargs, rngs=rngs, mutable=["intermediates"])
+        with same_keys():
+            out, sown = model.apply(variables, *args, **kwargs, rngs=rngs, mutable=["intermediates"])
         return out, loss(out, batch), sown.get("intermediates", {})
 
     def train_fn(variables: Any, rngs: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_t.rebuild(dynamic)
 
         def f(params: Any) -> Any:
-            with linen_dropout_off():
+            with linen_dropout_off(), same_keys():
                 res = model.apply(
                     {**variables, "params": params}, *args, **kwargs, mutable=mutable, rngs=rngs
                 )
@@ -273,7 +277,8 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
 
     def eval_fn(state: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_e.rebuild(dynamic)
-        out, sown, called = call_capturing(lambda: nnx.merge(gdef_eval, state, copy=True), args, kwargs)
+        with same_keys():
+            out, sown, called = call_capturing(lambda: nnx.merge(gdef_eval, state, copy=True), args, kwargs)
         return out, side.loss(out, batch), flat_sown(sown), model_state(called)
 
     def train_fn(p0: Any, r0: Any, dynamic: list[Any]) -> Any:
@@ -282,7 +287,10 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
         def f(p: Any) -> Any:
             # copy=True: fresh Variables at this trace level, so BatchNorm may update its stats
             # under nnx.capture, as in eval: a sow inside a transform with graph_updates off still counts
-            out, sown, called = call_capturing(lambda: nnx.merge(gdef_train, p, r0, copy=True), args, kwargs)
+            with same_keys():
+                out, sown, called = call_capturing(
+                    lambda: nnx.merge(gdef_train, p, r0, copy=True), args, kwargs
+                )
             return side.loss(out, batch), (out, model_state(called), flat_sown(sown))
 
         (loss, (out, after, sown)), grads = jax.value_and_grad(f, has_aux=True)(p0)

@@ -249,6 +249,7 @@ def capture_linen(pair: Any, variables: Any, train: bool) -> tuple[list[Call], s
     Train mode runs with dropout off and the pair's mutable collections, like :mod:`.build`.
     """
     from linen2nnx.equivalence.build import linen_dropout_off
+    from linen2nnx.equivalence.randomness import same_keys
 
     side = pair.linen
     args, kwargs = side.call_args(train)
@@ -256,7 +257,7 @@ def capture_linen(pair: Any, variables: Any, train: bool) -> tuple[list[Call], s
     mutable = list(side.mutable) if train and side.mutable else False
     rec = Recorder()
     error = ""
-    with linen_hooked(rec.hook), linen_dropout_off() if train else contextlib.nullcontext():
+    with linen_hooked(rec.hook), linen_dropout_off() if train else contextlib.nullcontext(), same_keys():
         try:
             side.model.apply(variables, *args, **kwargs, rngs=rngs, mutable=mutable)
         except Exception as e:
@@ -269,6 +270,7 @@ def capture_nnx(pair: Any, model: Any, train: bool) -> tuple[list[Call], str]:
     from flax import nnx
 
     from linen2nnx.equivalence.build import nnx_dropout_off
+    from linen2nnx.equivalence.randomness import same_keys
     from linen2nnx.equivalence.sown import quiet_sow
 
     clone = nnx_dropout_off(model) if train else nnx.clone(model)
@@ -276,7 +278,7 @@ def capture_nnx(pair: Any, model: Any, train: bool) -> tuple[list[Call], str]:
     args, kwargs = pair.linen.call_args(train)
     rec = Recorder()
     error = ""
-    with nnx_hooked(clone, rec.hook), quiet_sow():
+    with nnx_hooked(clone, rec.hook), quiet_sow(), same_keys():
         try:
             clone(*args, **kwargs)
         except Exception as e:

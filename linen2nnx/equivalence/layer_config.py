@@ -30,6 +30,7 @@ import jax
 from linen2nnx.equivalence.capture import PathT, bound_module, nnx_hooked, tag_modules
 from linen2nnx.equivalence.compare import LeafResult, missing
 from linen2nnx.equivalence.modmap import ModuleMap, join
+from linen2nnx.equivalence.randomness import same_keys
 from linen2nnx.equivalence.sown import quiet_sow
 
 CHECK = "config"
@@ -145,7 +146,7 @@ def linen_settings(pair: Any, variables: Any, train: bool) -> Seen:
             _record(seen, tuple(map(str, module.path)), module, _table(type(module)), 0, a, kw)
         return next_fun(*a, **kw)
 
-    with nn.intercept_methods(interceptor):
+    with nn.intercept_methods(interceptor), same_keys():
         jax.eval_shape(lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=mutable), variables)
     return seen
 

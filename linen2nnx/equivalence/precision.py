@@ -23,6 +23,7 @@ import jax
 from linen2nnx.equivalence.capture import PathT, linen_hooked, nnx_hooked, tag_modules
 from linen2nnx.equivalence.compare import LeafResult, missing
 from linen2nnx.equivalence.modmap import ModuleMap, join
+from linen2nnx.equivalence.randomness import same_keys
 from linen2nnx.equivalence.sown import quiet_sow
 
 CHECK = "precision"
@@ -98,9 +99,10 @@ def linen_compute_dtype(pair: Any, variables: Any) -> tuple[str | None, frozense
     side = pair.linen
     args, kwargs = side.call_args(False)
     rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
-    closed, out_shape = jax.make_jaxpr(
-        lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=False), return_shape=True
-    )(variables)
+    with same_keys():
+        closed, out_shape = jax.make_jaxpr(
+            lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=False), return_shape=True
+        )(variables)
     jx = closed.jaxpr
     found = next((d for d in reversed(COARSE_FLOATS) if d in _dtypes(jx)), None)
     if found is None:
@@ -138,7 +140,7 @@ def linen_dots(pair: Any, variables: Any) -> dict[PathT, list[str]]:
     rngs = {
         k: v for k, v in side.init_rngs().items() if k != "params"
     }  # a model that draws (make_rng) at eval
-    with linen_hooked(_scope_hook):
+    with linen_hooked(_scope_hook), same_keys():
         jaxpr = jax.make_jaxpr(lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs))(variables)
     return module_dots(jaxpr)
 

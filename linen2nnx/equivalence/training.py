@@ -200,6 +200,7 @@ def _linen_step(pair: Any, tx: Any, first: Any) -> Any:
 
     from linen2nnx.equivalence.build import linen_dropout_off
     from linen2nnx.equivalence.jitting import fast_jit
+    from linen2nnx.equivalence.randomness import same_keys
 
     side = pair.linen
     model = side.model
@@ -211,7 +212,7 @@ def _linen_step(pair: Any, tx: Any, first: Any) -> Any:
         args, kwargs, batch = first.rebuild(dynamic)  # every batch has the same structure
 
         def f(p: Any) -> Any:
-            with linen_dropout_off():
+            with linen_dropout_off(), same_keys():
                 res = model.apply({**rest, "params": p}, *args, **kwargs, mutable=mutable, rngs=rngs)
             out, updates = res if mutable else (res, {})
             return side.loss(out, batch), updates
@@ -229,6 +230,7 @@ def _nnx_step(pair: Any, sides: Any, tx: Any, first: Any) -> tuple[Any, Any]:
 
     from linen2nnx.equivalence.build import nnx_dropout_off
     from linen2nnx.equivalence.jitting import fast_jit
+    from linen2nnx.equivalence.randomness import same_keys
     from linen2nnx.equivalence.sown import quiet_sow
 
     side = pair.linen
@@ -240,7 +242,7 @@ def _nnx_step(pair: Any, sides: Any, tx: Any, first: Any) -> tuple[Any, Any]:
     def nnx_step(state: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = first.rebuild(dynamic)
         m, o = nnx.merge(gdef, state)
-        with quiet_sow():
+        with quiet_sow(), same_keys():
             loss, grads = nnx.value_and_grad(lambda mm: side.loss(mm(*args, **kwargs), batch))(m)
         o.update(m, grads)
         # values sown outside nnx.capture become new attributes: keep the state's structure fixed
