@@ -277,6 +277,7 @@ CASES = {
     "attention_fn_default": ("Encoder", {}, (2, 5, 4)),  # attention_fn=nn.dot_product_attention dropped
     "conv_mask_array": ("CausalConv", {}, (2, 6, 6, 3)),  # mask=nnx.data(taps): data, never a leaked tracer
     "conv_mask_array_stem": ("MaskedStem", {}, (2, 6, 6, 3)),
+    "stack_last_axis": ("LastAxisScan", {}, (2, 8)),  # params (and the Dropout's RNG scalars) on axis -1
     "setup_head_under_test": ("Head", {}, (2, 4, 4, 4)),  # sigma_head never created: kept from init
     "setup_head_under_test_on": ("Head", {"learn_sigma": True}, (2, 4, 4, 4)),  # ... or converted
     "nested_layer_locals_bi": ("BiEncoder", {}, (2, 5, 3)),  # ... a chain into nn.Bidirectional

@@ -174,8 +174,8 @@ def _one_stack_axis(lift: Lift) -> None:
     """NNX stacks all of a layer's state on one axis: the params' (``out_axes`` of the ``nnx.vmap`` that
     builds the stack, the layer's ``in_axes`` in ``nnx.scan``). Linen's ``variable_axes`` may put each
     collection on its own (flaxformer: params on 1, cache on 0, intermediates on 2): a cache or sown value
-    would land on the params' axis, a scalar cache index fail to build. A params axis other than 0 also
-    stacks the state NNX alone has (a Dropout's RNG key and count, one scalar per layer) on it: the stack
+    would land on the params' axis, a scalar cache index fail to build. A params axis other than 0 or -1
+    also stacks the state NNX alone has (a Dropout's RNG key and count, one scalar per layer) on it: the stack
     does not build (``axis 1 is out of bounds``)."""
     axes = literal_dict(lift.kwargs.get("variable_axes"))
     stack = param_axis(lift)
@@ -189,7 +189,7 @@ def _one_stack_axis(lift: Lift) -> None:
                 "it sows or creates would be carry, which nnx.capture cannot collect"
             )
         return
-    if stack != "0":
+    if stack not in ("0", "-1"):  # axis 0 and the last axis exist on a stack of scalars too
         raise LiftError(
             f"nn.{lift.kind} stacks 'params' on axis {stack}: NNX stacks all of a layer's state on that axis, "
             f"also the RNG state only NNX has (one scalar per layer), which has no axis {stack}"

@@ -93,6 +93,32 @@ class NestPlanning:
                             "build the module in the argument itself",
                         )
 
+    def _nested_name(
+        self, node: cst.Call, rule: LayerRule | None, user: ClassPlan | None, class_name: str, counters: dict
+    ) -> str:
+        """Linen's name of a layer built in another's argument: its ``name=``, which consumes no
+        counter, else the next auto-name of its class in the method."""
+        _, name_arg = bind_args(self._arg_order(rule, user), node)
+        if name_arg is not None and isinstance(name_arg.value, cst.SimpleString):
+            return name_arg.value.evaluated_value
+        n = counters.get(class_name, 0) or 0
+        counters[class_name] = n + 1
+        return f"{class_name}_{n}"
+
+    def _flag_in_loop(self, root: Site, node: cst.Call, class_name: str, where: str, subpath: str) -> None:
+        """A layer built in another layer's argument in a loop (``nn.RNN(nn.LSTMCell(d))`` per
+        iteration): Linen names each ``LSTMCell_<k>`` in the method's scope, beside the list of outer
+        layers, and the name map has no entry for ``rnn[k].cell``: a finding, never a silent map."""
+        if root.loop is None and root.nest is None:
+            return
+        self.ctx.report(
+            MOD_004,
+            node,
+            f"{class_name} is built inside {where} in a loop: Linen names each one {class_name}_<k> beside "
+            f"the list, which the name map cannot pair with the element's {subpath}",
+            "write the loop by hand: an nnx.List of the outer layers, each built around its own",
+        )
+
     def plan_nested(
         self,
         plan: ClassPlan,
@@ -107,17 +133,12 @@ class NestPlanning:
         outer, arg_name, index = nesting
         subpath = f"{outer.rule.varargs_list}/{index}" if index >= 0 else outer.rule.nested[arg_name]  # type: ignore[union-attr]
         class_name = rule.auto_name if rule else user.name  # type: ignore[union-attr]
-        _, name_arg = bind_args(self._arg_order(rule, user), node)
-        if name_arg is not None and isinstance(name_arg.value, cst.SimpleString):
-            linen_name = name_arg.value.evaluated_value  # explicit names consume no counter
-        else:
-            n = counters.get(class_name, 0) or 0
-            counters[class_name] = n + 1
-            linen_name = f"{class_name}_{n}"
+        linen_name = self._nested_name(node, rule, user, class_name, counters)
         site = self.add_site(plan, node, attr=f"{outer.attr}/{subpath}", linen_name=linen_name, hoisted=False)
         site.parent, site.nested_arg, site.element = outer, arg_name, index
         outer.nested.append(site)
         root = root_site(site)
+        self._flag_in_loop(root, node, class_name, f"nn.{outer.rule.linen}'s {arg_name}", subpath)  # type: ignore[union-attr]
         local_names = set(assigned_names(self.ctx.enclosing_function(node))) - static_everywhere(plan)
         moved = []
         for name, arg in site.args.items():
