@@ -58,6 +58,13 @@ class LinenSide:
     # slips (a RoPE base, a positional table) grow with the position and short inputs hide them.
     long_batch: Mapping[str, Any] | None = None
 
+    @property
+    def state_collections(self) -> tuple[str, ...]:
+        """``mutable`` but ``intermediates``: the collections of variables a train apply updates. Sown
+        values are compared as such (``nnx.capture``), never as variables an NNX twin holds; fed back to
+        the next step, Linen would append to them."""
+        return tuple(c for c in self.mutable if c != "intermediates")
+
     def call_args(self, train: bool) -> tuple[tuple, dict]:
         args, kwargs = self.inputs(self.batch)
         mode = self.train_kwargs if train else self.eval_kwargs

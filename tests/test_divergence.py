@@ -206,12 +206,15 @@ class Router(nnx.Module):
         return self.head(probs)
 
 
+@pytest.mark.parametrize("mutable", [(), ("intermediates",)])
 @pytest.mark.parametrize("aux_scale, note", [(float(D), None), (0.0, "missing on the NNX side"), (1.0, "")])
-def test_values_sown_in_train_mode_only_are_compared(aux_scale, note):
+def test_values_sown_in_train_mode_only_are_compared(aux_scale, note, mutable):
     """An aux loss sown under ``if train:`` never reaches the eval forward: dropped or mis-scaled, it
-    passed before (the train forward's sown values were thrown away)."""
+    passed before (the train forward's sown values were thrown away). A spec that lists
+    ``intermediates`` among its mutable collections gets the same leaves: the sown values are compared
+    as such, never again as a collection of variables (there, nothing on the NNX side matched them)."""
     batch = {"x": jax.random.normal(jax.random.key(1), (6, 3))}
-    side = LinenSide(model=LRouter(), batch=batch, loss=lambda out, b: jnp.mean(out**2))
+    side = LinenSide(model=LRouter(), batch=batch, loss=lambda out, b: jnp.mean(out**2), mutable=mutable)
     r = check(ModelPair(linen=side, nnx_factory=lambda rngs: Router(rngs, aux_scale=aux_scale)), jit=False)
     sown = [lf for lf in r.leaves if lf.check.startswith("intermediates/train")]
     assert [lf.path for lf in sown] == ["aux_loss/0"]

@@ -185,7 +185,7 @@ def _train_state(
     before, n_after, n_sown_t = nnx_side
     results: list[LeafResult] = []
     updated: set[str] = set()
-    for coll in sorted(pair.linen.mutable):
+    for coll in sorted(pair.linen.state_collections):  # sown values: compared below
         ref = to_nnx_paths(sides, coll, l_updates.get(coll, {}))
         wanted = _paths_of_type(sides, _variable_type(coll))
         updated |= wanted

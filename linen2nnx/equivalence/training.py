@@ -204,7 +204,7 @@ def _linen_step(pair: Any, tx: Any, first: Any) -> Any:
 
     side = pair.linen
     model = side.model
-    mutable = list(side.mutable) if side.mutable else False
+    mutable = list(side.state_collections) or False
     rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
 
     @fast_jit
@@ -266,7 +266,7 @@ def _state_leaves(
     leaves = compare_trees(
         "train/params", to_nnx_paths(sides, "params", l_params), flat_params, tols, depth=depth
     )
-    for coll in sorted(pair.linen.mutable):
+    for coll in sorted(pair.linen.state_collections):
         ref = to_nnx_paths(sides, coll, l_rest.get(coll, {}))
         got = {p: flat_model[p].get_value() for p in ref if p in flat_model}
         leaves += compare_trees("train/state", ref, got, tols, depth=depth)

@@ -29,7 +29,7 @@ def linen_loss(pair: Any, linen_ckpt: str | Path, batch: Mapping[str, Any]) -> f
         args, kwargs = side.inputs(batch)
         with linen_dropout_off():
             out = side.model.apply(
-                variables, *args, **kwargs, **side.train_kwargs, mutable=list(side.mutable), rngs={}
+                variables, *args, **kwargs, **side.train_kwargs, mutable=list(side.state_collections), rngs={}
             )
         return side.loss(out[0], batch)
 
