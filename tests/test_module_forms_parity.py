@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from fixture_parity import build
+from fixture_parity import assert_parity, build
 from fixture_paths import all_cases, fixture
 from flax import nnx
 from migrate_fixtures import case_trace
@@ -1219,3 +1219,16 @@ def test_a_head_applied_only_under_a_test_is_kept_from_init_with_the_reason(tmp_
     lacking = {"params": {k: v for k, v in variables["params"].items() if k != "mean_head"}}
     with pytest.raises(ConversionError, match="not filled: NNX mean_head"):
         convert_tree(lacking, pair)
+
+
+def test_scanned_function_with_a_default_argument(tmp_path):
+    """nnx.scan gets one axis per input the call passes (``in_axes=(1,)``), not one per parameter of the
+    function: its defaulted ``scale`` is not passed, and an axis for it made the call raise."""
+    linen_module, nnx_module, _, map_path = build("scan_function_default_arg", tmp_path)
+    x = np.random.default_rng(0).normal(size=(2, 5, 4)).astype(np.float32)
+    assert_parity(
+        linen_module.Recurrence(),
+        lambda rngs: nnx_module.Recurrence(cell_in_features=4, rngs=rngs),
+        x,
+        map_path,
+    )

@@ -49,6 +49,7 @@ PARITY_TESTS = (
 
 # Fixture cases with no numeric parity test, and why none can be written.
 NOT_RUNNABLE = {
+    "scan_function_default_axis": "manual finding: a scanned function with a default and one in_axes for all",
     "nested_layer_in_loop": "manual findings: a layer built in another's argument in a loop (names the map cannot pair)",
     "stack_axes": "manual findings: stacks NNX cannot lay out as Linen, and keywords Linen ignores at a scan's call",
     "pytree_param": "manual findings: parameters whose initializer returns several arrays",

@@ -77,16 +77,9 @@ def scan_of_function(
     # metadata_params reaches only the variables scanned over an axis (flax.core.lift.scan's
     # variable_axes groups); with the params broadcast and nothing stacked it changes nothing
     dropped = "; metadata_params= dropped (nothing is stacked)" if "metadata_params" in kwargs else ""
-    n_params = parameter_count(ctx, original, fn)
-    if isinstance(n_params, str):
-        return n_params
-    n_xs = n_params - 2
-    per_x = in_axes_list(orig_kwargs.get("in_axes"), ctx.is_broadcast)
-    if per_x is None or n_xs < 0:
-        return "in_axes is not a literal"
-    per_x = per_x if isinstance(per_x, list) else [per_x] * n_xs
-    if len(per_x) != n_xs:
-        return f"in_axes has {len(per_x)} entries for {n_xs} scanned inputs"
+    per_x = _scanned_axes(ctx, original, fn, orig_kwargs.get("in_axes"))
+    if isinstance(per_x, str):
+        return per_x
     out_axes = code(orig_kwargs["out_axes"]) if "out_axes" in orig_kwargs else "0"
     rest = "".join(f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs)
     streams = split_streams(orig_kwargs.get("split_rngs"))
@@ -172,12 +165,35 @@ def _scan_carrying_rngs(
     return parse_expression(name)
 
 
-def parameter_count(ctx: FileContext, node: cst.Call, fn: str) -> int | str:
-    """How many parameters the function ``fn`` (transformed at ``node``) takes; why not known, as a
-    string."""
+def _scanned_axes(
+    ctx: FileContext, node: cst.Call, fn: str, in_axes: cst.BaseExpression | None
+) -> list[str] | str:
+    """NNX's axis of each input ``fn`` scans (its parameters after the module and the carry); why not
+    known, as a string. A parameter with a default may or may not be passed at the call, which Linen's
+    ``in_axes`` then counts or not: a tuple says how many, one axis for all does not. nnx.scan binds
+    the defaults of those not passed as inputs too, so they get ``None`` (broadcast)."""
+    counted = parameter_count(ctx, node, fn)
+    if isinstance(counted, str):
+        return counted
+    required, total = counted
+    per_x = in_axes_list(in_axes, ctx.is_broadcast)
+    if per_x is None or total < 2:
+        return "in_axes is not a literal"
+    if not isinstance(per_x, list):
+        if required != total:
+            return f"{fn} has parameters with defaults: how many inputs the scan's call passes is not known"
+        return [per_x] * (total - 2)
+    if not max(required, 2) - 2 <= len(per_x) <= total - 2:
+        return f"in_axes has {len(per_x)} entries for {total - 2} scanned inputs"
+    return per_x + ["None"] * (total - 2 - len(per_x))  # nnx.scan binds the defaults too: broadcast
+
+
+def parameter_count(ctx: FileContext, node: cst.Call, fn: str) -> tuple[int, int] | str:
+    """How many parameters the function ``fn`` (transformed at ``node``) takes: ``(without a default,
+    all)``; why not known, as a string."""
     func_def = ctx.state.module_functions.get(fn)
     if func_def is not None:
-        return len(func_def.params.params)
+        return _arity(func_def)
     utility = ctx.enclosing_function(node)
     if utility is None or ctx.state.module_functions.get(utility.name.value) is not utility:
         return "the function is not defined in this file, so its inputs cannot be counted"
@@ -190,10 +206,15 @@ def parameter_count(ctx: FileContext, node: cst.Call, fn: str) -> int | str:
         defined = _function_def(ctx, call, passed) if isinstance(passed, cst.Name) else None
         if defined is None:
             return f"a call of {utility.name.value} passes {fn} a function that is not defined beside it"
-        counts.add(len(defined.params.params))
+        counts.add(_arity(defined))
     if len(counts) != 1:
         return f"the calls of {utility.name.value} pass {fn} functions of different arities (or none)"
     return counts.pop()
+
+
+def _arity(func_def: cst.FunctionDef) -> tuple[int, int]:
+    params = func_def.params.params
+    return sum(p.default is None for p in params), len(params)
 
 
 def _calls_of(tree: cst.Module, name: str) -> Iterable[cst.Call]:
