@@ -159,6 +159,47 @@ def test_a_caller_that_casts_the_input_is_told_which_argument_to_pass():
     assert found[0].line == src.splitlines().index("        return Affine()(h)") + 1
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return Affine()(nn.Dense(3, dtype=jnp.bfloat16)(x))",
+        "h = nn.LayerNorm(dtype=jnp.bfloat16)(x)\n                return Affine()(h)",
+    ],
+    ids=["layer_inline", "layer_local"],
+)
+def test_a_caller_that_hands_on_a_layer_output_in_its_dtype_is_told_too(body):
+    """A built-in layer given ``dtype=`` outputs in it (mixed precision: big_vision's ``dtype_mm``), so
+    Linen's init creates the callee's ``x.dtype`` variable in bfloat16; NNX in float32 unless told."""
+    src = SRC + textwrap.dedent(
+        f"""\
+
+
+        class Half(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                {body}
+        """
+    )
+    result = migrate_source(src, "affine.py", module_name="affine")
+    found = [f for f in result.findings if f.rule == "L2N-VAR-008"]
+    assert len(found) == 1 and "scale_dtype" in found[0].hint, [f.message for f in result.findings]
+
+
+def test_a_layer_given_no_dtype_is_no_cast():
+    src = SRC + textwrap.dedent(
+        """\
+
+
+        class Full(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return Affine()(nn.Dense(3, dtype=None)(x))
+        """
+    )
+    result = migrate_source(src, "affine.py", module_name="affine")
+    assert not [f for f in result.findings if f.rule == "L2N-VAR-008"]
+
+
 LAYER_DTYPE = textwrap.dedent(
     """\
     import flax.linen as nn

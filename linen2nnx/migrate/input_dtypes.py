@@ -26,7 +26,7 @@ import libcst as cst
 from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, names_in
 from linen2nnx.migrate.rules import VAR_007, VAR_008
-from linen2nnx.migrate.sites import ClassPlan, Field, Site
+from linen2nnx.migrate.sites import ClassPlan, Field, Site, one_line
 from linen2nnx.migrate.value_dtypes import INPUT, traced_dtype
 
 DTYPE_ANNOTATION = "jax.typing.DTypeLike"
@@ -155,7 +155,8 @@ def check_cast_inputs(
 
 def check_cast_input(ctx: Any, call: cst.CSTNode, user: Any, fn: cst.FunctionDef) -> None:
     """A manual finding when ``call`` applies ``user``, a class with :func:`dtype_fields`, to a value
-    it casts: directly, or through a local of ``fn`` that any binding casts."""
+    it casts (or a built-in layer given ``dtype=`` outputs): directly, or through a local of ``fn`` that
+    any binding casts."""
     fields = dtype_fields(user)
     args = getattr(call, "args", ())
     if not fields or not args or args[0].keyword is not None:
@@ -164,16 +165,33 @@ def check_cast_input(ctx: Any, call: cst.CSTNode, user: Any, fn: cst.FunctionDef
     sources = [value]
     if isinstance(value, cst.Name):
         sources += _bound_values(fn, value.value)
-    cast = next((c for c in sources if _casts(c)), None)
+    cast = next((c for c in sources if _casts(c) or _layer_in_dtype(ctx, c)), None)
     if cast is None:
         return
     given = ", ".join(f"{f}=<that dtype>" for f in fields)
     ctx.report(
         VAR_008,
         call,
-        f"{user.name} is applied to a value cast at call time ({code(cast)}): Linen's init creates its "
+        f"{user.name} is applied to a value whose dtype the call sets ({one_line(code(cast))}): Linen's init creates its "
         f"variables in that dtype, NNX in {', '.join(fields)} (float32 unless given)",
         f"pass {given} where {user.name} is built",
+    )
+
+
+def _layer_in_dtype(ctx: Any, node: cst.CSTNode) -> bool:
+    """``nn.Dense(..., dtype=self.dtype_mm)(x)``: a built-in layer given a computation ``dtype`` outputs
+    in it (Flax's ``promote_dtype``; ``LayerRule.output_dtype``), as a cast does: big_vision's mixed
+    precision hands a bfloat16 value on so."""
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Call)):
+        return False
+    rule = ctx.layer_rule_of(node.func.func)
+    return bool(
+        rule is not None
+        and rule.output_dtype
+        and any(
+            a.keyword is not None and a.keyword.value == "dtype" and code(a.value) != "None"
+            for a in node.func.args
+        )
     )
 
 

@@ -243,8 +243,9 @@ VAR_007 = Rule(
 VAR_008 = Rule(
     "L2N-VAR-008",
     M,
-    "A class whose variables take its input's dtype (L2N-VAR-007) applied to a value cast at call time: Linen's "
-    "init creates them in the cast dtype, NNX in the class's <attr>_dtype argument, float32 unless it is given.",
+    "A class whose variables take its input's dtype (L2N-VAR-007) applied to a value cast at call time, or output "
+    "by a built-in layer given dtype= (mixed precision): Linen's init creates them in that dtype, NNX in the class's "
+    "<attr>_dtype argument, float32 unless it is given.",
     "y = Head()(x.astype(jnp.bfloat16))",
     "self.head = Head(probe_dtype=jnp.bfloat16, ...)  # by hand: the TODO names the argument",
 )
