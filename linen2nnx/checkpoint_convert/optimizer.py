@@ -65,10 +65,11 @@ def plan_opt_state(
             continue
         want = slots[hit].get_value()
         shape, dtype = _shape_dtype(leaf)
-        if npath[1:] == tuple(lpath) and len(shape) == 1 and shape == (flat()[0],) and not flat()[1]:
-            problems.append(
-                Problem("parameter order differs", lname, join(hit), _FLAT_NOTE.format(n=shape[0]))
+        if npath[1:] == tuple(lpath) and _flat_shape(shape, flat()[0]) and not flat()[1]:
+            note = _FLAT_NOTE.format(n=shape[0]) + (
+                "" if shape == (flat()[0],) else _SUBSET_NOTE.format(n=flat()[0])
             )
+            problems.append(Problem("parameter order differs", lname, join(hit), note))
             refused.add(hit)  # its slot is this problem, not also "not filled"
             continue
         if tuple(want.shape) != shape or np.dtype(want.dtype) != dtype:
@@ -113,8 +114,20 @@ def _fill_the_rest(
     return problems
 
 
+def _flat_shape(shape: tuple[int, ...], n_params: int) -> bool:
+    """A 1-D leaf on no parameter's path, of all parameter values or fewer: optax.flatten's state, of all
+    parameters or of those a mask or a multi_transform label hands it (no other optax state is a vector
+    outside a parameter's path)."""
+    return len(shape) == 1 and 1 < shape[0] <= n_params
+
+
+_SUBSET_NOTE = (
+    " (here of {n} parameter values in all: a flatten under optax.masked / multi_transform, which keeps a "
+    "subset in the same order)"
+)
+
 _FLAT_NOTE = (
-    "one vector of all {n} parameter values (optax.flatten), in the order of the parameters' paths, "
+    "one vector of {n} parameter values (optax.flatten), in the order of the parameters' paths, "
     "which Linen and NNX sort differently ('Dense_0' before 'classifier', 'layers_10' before 'layers_2'): "
     "copied as it is, each moment would land on another parameter"
 )
