@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from linen2nnx.errors import SpecError
+from linen2nnx.errors import L2NError, SpecError
 
 DEFAULT_FUNCTION = "pair"
 
@@ -106,6 +106,28 @@ class ModelPair:
         no_mesh = jax.sharding.get_abstract_mesh().empty
         with nnx.use_eager_sharding(False) if no_mesh else contextlib.nullcontext():
             return self.nnx_factory(nnx.Rngs(seed, **streams))
+
+
+def nnx_optimizer(model: Any, tx: Any) -> Any:
+    """``nnx.Optimizer(model, tx, wrt=nnx.Param)`` for the spec's (Linen) optimizer.
+
+    ``tx.init`` runs on NNX's parameter tree: an ``nnx.State`` named by the NNX attributes
+    (``layer_norm_0``), not Linen's dict of module names (``LayerNorm_0``). A mask or label function
+    written for Linen's tree fails there (``MaskedNode`` has no ``shape``, "expected (frozen)dict"): a
+    SpecError that says so, never a traceback."""
+    from flax import nnx
+
+    try:
+        return nnx.Optimizer(model, tx, wrt=nnx.Param)
+    except L2NError:
+        raise
+    except Exception as e:  # whatever the optax transform raises
+        raise SpecError(
+            f"the spec's optimizer fails on the NNX model's parameters ({type(e).__name__}: {e}): a mask or "
+            "label function (optax.masked, multi_transform, adamw(mask=...)) written for Linen's parameter tree "
+            "(a dict of Linen module names) meets NNX's (an nnx.State of the NNX attribute names); write it "
+            "for the NNX tree"
+        ) from e
 
 
 def linen_ctor_kwargs(module: Any) -> dict[str, Any]:

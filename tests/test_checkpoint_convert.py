@@ -432,7 +432,10 @@ def _flattened(kind: str):
         return optax.flatten(inner)
     if kind == "masked":
         return optax.chain(optax.masked(optax.flatten(inner), _kernels_only), optax.sgd(0.1))
-    labels = lambda params: jax.tree_util.tree_map(lambda p: "flat" if p.ndim > 1 else "plain", params)  # noqa: E731
+
+    def labels(params):
+        return jax.tree_util.tree_map(lambda p: "flat" if p.ndim > 1 else "plain", params)
+
     return optax.multi_transform({"flat": optax.flatten(inner), "plain": optax.sgd(0.1)}, labels)
 
 
@@ -460,3 +463,35 @@ def test_a_flattened_optimizer_state_in_another_parameter_order_is_refused(kind)
     with pytest.raises(ConversionError) as err:
         convert_tree(state, pair, optimizer=True)
     assert "parameter order differs" in str(err.value) and "1 problem" in str(err.value)
+
+
+@pytest.mark.parametrize("where", ["convert", "train_state"])
+def test_an_optimizer_written_for_linen_names_is_a_spec_error(where):
+    """Labels written for Linen's parameter dict (``path_aware_map`` over ``Dense_0`` / ``classifier``)
+    fail on NNX's nnx.State: a SpecError that names the cause, never an AssertionError traceback."""
+    import optax
+    from flax.training.train_state import TrainState
+    from flax.traverse_util import path_aware_map
+
+    from linen2nnx.errors import SpecError
+    from linen2nnx.train.state import abstract_state
+
+    def labels(params):
+        return path_aware_map(lambda path, _: "head" if path[0] == "classifier" else "body", params)
+
+    tx = optax.multi_transform({"head": optax.sgd(0.1), "body": optax.adam(0.1)}, labels)
+    side = LinenSide(
+        model=_LFlat(),
+        batch={"x": jnp.ones((2, 4))},
+        loss=lambda out, b: jnp.mean(out**2),
+        optimizer=tx,
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: _NFlat(rngs))
+    with pytest.raises(SpecError, match="written for Linen's parameter tree"):
+        if where == "convert":
+            params = side.init_variables()["params"]
+            convert_tree(TrainState.create(apply_fn=None, params=params, tx=tx), pair, optimizer=True)
+        else:
+            abstract_state(pair, tx)

@@ -17,6 +17,7 @@ import numpy as np
 from linen2nnx.checkpoint_convert.mapping import PathT, Problem, join, map_opt_state_path
 from linen2nnx.checkpoint_convert.report import MappedLeaf
 from linen2nnx.checkpoint_convert.validate import dtype_name, fresh_leaves, raise_problems
+from linen2nnx.spec import nnx_optimizer
 
 FROM_INIT = object()  # the source of an optimizer slot that tx.init fills
 
@@ -25,7 +26,7 @@ def abstract_optimizer(make_nnx: Any, tx: Any) -> tuple[Any, Any]:
     """``(graphdef, abstract state)`` of ``nnx.Optimizer(make_nnx(), tx, wrt=nnx.Param)``."""
     from flax import nnx
 
-    abstract = nnx.eval_shape(lambda: nnx.Optimizer(make_nnx(), tx, wrt=nnx.Param))
+    abstract = nnx.eval_shape(lambda: nnx_optimizer(make_nnx(), tx))
     return nnx.graphdef(abstract), nnx.state(abstract)
 
 
@@ -174,7 +175,7 @@ def convert_opt_state(
 
     fresh_paths = {p for p, v in sources.items() if v is FROM_INIT}
     if fresh_paths:
-        fresh = fresh_leaves(lambda: nnx.Optimizer(make_nnx(), tx, wrt=nnx.Param), fresh_paths)
+        fresh = fresh_leaves(lambda: nnx_optimizer(make_nnx(), tx), fresh_paths)
         sources.update({p: var.get_value() for p, var in fresh.items()})
 
     filled = {
@@ -198,7 +199,7 @@ def restore_optimizer(model: Any, tx: Any, state: Any) -> Any:
     """An ``nnx.Optimizer`` over ``model`` carrying a converted (or restored) optimizer state."""
     from flax import nnx
 
-    opt = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    opt = nnx_optimizer(model, tx)
     nnx.update(opt, state)
     return opt
 

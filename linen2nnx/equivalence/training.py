@@ -30,6 +30,7 @@ import numpy as np
 
 from linen2nnx.equivalence.compare import LeafResult, compare_leaf, compare_trees, json_num
 from linen2nnx.equivalence.tolerances import Tolerances
+from linen2nnx.spec import nnx_optimizer
 
 
 @dataclasses.dataclass
@@ -235,7 +236,7 @@ def _nnx_step(pair: Any, sides: Any, tx: Any, first: Any) -> tuple[Any, Any]:
 
     side = pair.linen
     n_model = nnx_dropout_off(sides.nnx_model)
-    n_opt = nnx.Optimizer(n_model, tx, wrt=nnx.Param)
+    n_opt = nnx_optimizer(n_model, tx)
     gdef, n_state = nnx.split((n_model, n_opt))
 
     @fast_jit

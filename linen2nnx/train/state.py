@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from linen2nnx.errors import L2NError
+from linen2nnx.spec import nnx_optimizer
 
 
 class CheckpointError(L2NError):
@@ -60,7 +61,7 @@ def abstract_state(pair: Any, tx: Any, *, seed: int = 0, deterministic: bool = F
 
     def build() -> Any:
         model = _model(pair, seed, deterministic)
-        return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
+        return model, nnx_optimizer(model, tx)
 
     graphdef, abstract = nnx.split(nnx.eval_shape(build))
     mesh = jax.sharding.get_mesh()
@@ -77,7 +78,7 @@ def init_state(pair: Any, tx: Any, *, seed: int = 0, deterministic: bool = False
 
     def build() -> Any:
         model = _model(pair, seed, deterministic)
-        return nnx.state((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
+        return nnx.state((model, nnx_optimizer(model, tx)))
 
     state = jax.jit(build, out_shardings=target.shardings)()
     return dataclasses.replace(target, state=canonical(target.graphdef, state))
@@ -189,7 +190,7 @@ def state_from_converted(
         model_gdef = nnx.graphdef(nnx.eval_shape(lambda: pair.make_nnx(seed)))
 
         def fresh(ms: Any) -> Any:
-            return nnx.state(nnx.Optimizer(nnx.merge(model_gdef, ms), tx, wrt=nnx.Param))
+            return nnx.state(nnx_optimizer(nnx.merge(model_gdef, ms), tx))
 
         opt_state = jax.jit(fresh, out_shardings=shards[1])(model_state)
     return dataclasses.replace(
