@@ -495,3 +495,40 @@ def test_an_optimizer_written_for_linen_names_is_a_spec_error(where):
             convert_tree(TrainState.create(apply_fn=None, params=params, tx=tx), pair, optimizer=True)
         else:
             abstract_state(pair, tx)
+
+
+def _decay_named(names: str):
+    """adamw whose weight-decay mask reads the parameter paths for ``names``."""
+    import optax
+
+    def mask(params):
+        return jax.tree_util.tree_map_with_path(lambda path, _: any(names in str(k) for k in path), params)
+
+    return optax.adamw(0.1, weight_decay=0.5, mask=mask)
+
+
+@pytest.mark.parametrize("names, problem", [("Dense", True), ("kernel", False)])
+def test_a_mask_that_reads_linen_module_names_is_a_problem(names, problem):
+    """A weight-decay mask on Linen's module names (``Dense_0``) runs on NNX's tree too, where it finds
+    ``dense_0``: NNX decayed other parameters than Linen, the state converted leaf for leaf, and training
+    drifted with exit 0. One probe update on both trees now tells; a mask on the parameters' own names,
+    which both sides share (``kernel``), converts."""
+    from flax.training.train_state import TrainState
+
+    tx = _decay_named(names)
+    side = LinenSide(
+        model=_LFlat(),
+        batch={"x": jnp.ones((2, 4))},
+        loss=lambda out, b: jnp.mean(out**2),
+        optimizer=tx,
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: _NFlat(rngs))
+    state = TrainState.create(apply_fn=None, params=side.init_variables()["params"], tx=tx)
+    if not problem:
+        convert_tree(state, pair, optimizer=True)
+        return
+    with pytest.raises(ConversionError) as err:
+        convert_tree(state, pair, optimizer=True)
+    assert "optimizer differs on NNX names" in str(err.value) and "Dense_0/kernel" in str(err.value)

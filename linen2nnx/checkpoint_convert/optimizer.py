@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from linen2nnx.checkpoint_convert.mapping import PathT, Problem, join, map_opt_state_path
+from linen2nnx.checkpoint_convert.optimizer_probe import probe_problems
 from linen2nnx.checkpoint_convert.report import MappedLeaf
 from linen2nnx.checkpoint_convert.validate import dtype_name, fresh_leaves, raise_problems
 from linen2nnx.spec import nnx_optimizer
@@ -66,7 +67,7 @@ def plan_opt_state(
             continue
         want = slots[hit].get_value()
         shape, dtype = _shape_dtype(leaf)
-        if npath[1:] == tuple(lpath) and _flat_shape(shape, flat()[0]) and not flat()[1]:
+        if not _on_param_path(lpath, table) and _flat_shape(shape, flat()[0]) and not flat()[1]:
             note = _FLAT_NOTE.format(n=shape[0]) + (
                 "" if shape == (flat()[0],) else _SUBSET_NOTE.format(n=flat()[0])
             )
@@ -93,6 +94,7 @@ def plan_opt_state(
             )
         )
     problems += _fill_the_rest(slots, sources, refused, kept_params)
+    problems += probe_problems(tx, make_nnx, table)
     return slots, sources, mapped, problems
 
 
@@ -113,6 +115,12 @@ def _fill_the_rest(
         else:
             problems.append(Problem("not filled", None, join(path), "no Linen optimizer leaf maps to it"))
     return problems
+
+
+def _on_param_path(lpath: PathT, table: Mapping[tuple[str, ...], PathT]) -> bool:
+    """Whether an optax leaf's path ends in a Linen parameter's (``0/mu/norm/bias``): per-parameter state."""
+    keys = tuple(map(str, lpath))
+    return any(keys[i:] in table for i in range(len(keys)))
 
 
 def _flat_shape(shape: tuple[int, ...], n_params: int) -> bool:
