@@ -99,6 +99,8 @@ class CallRewriter:
         kind = self.function_lift_kind(original)
         if kind is None or original in self.state.relocated_calls:  # applied elsewhere by its plan
             return None
+        if self.ctx.current_plan() is None and self.ctx.in_marked_class(original):
+            return None  # an earlier run's leftover, reported where it stopped the rewrite
         if kind == "remat" and self._scanned_as_a_call(original):
             return updated  # left with the scan, which reports the nest
         fn = code(updated.args[0].value)
