@@ -91,3 +91,49 @@ def test_the_keys_are_fixed_only_inside_the_context():
     assert jnp.array_equal(a, b)  # one key for every draw
     assert not jnp.array_equal(model(x), model(x))  # the stream counts on again outside
     assert not jnp.array_equal(model(x), a)
+
+
+ATTENTION = """
+import flax.linen as nn
+
+
+class Block(nn.Module):
+    train: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        y = nn.MultiHeadDotProductAttention(num_heads=2, dropout_rate=0.3, deterministic=not self.train)(x, x)
+        return nn.Dense(3)(y)
+"""
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_attention_given_deterministic_in_its_constructor_is_checked(train, tmp_path):
+    """The train forward turns attention dropout off by its rate, as on the NNX side: a
+    ``deterministic=True`` keyword clashed with the constructor's (Linen raised "passed to the
+    constructor and at call time"). With the constructor's dropout on, the eval forwards draw the
+    same fixed key on both sides and agree."""
+    from linen2nnx.equivalence import perturbed
+    from linen2nnx.migrate import migrate_source
+    from linen2nnx.spec import import_file
+
+    result = migrate_source(ATTENTION, "attn.py", module_name="attn")
+    (tmp_path / "linen_src.py").write_text(ATTENTION)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    result.name_map.save(tmp_path / "map.json")
+    linen_module, nnx_module = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    x = jax.random.normal(jax.random.key(0), (2, 5, 4))
+    side = LinenSide(
+        model=linen_module.Block(train=train),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_module.Block(train=train, in_features=4, rngs=rngs),
+        name_map=tmp_path / "map.json",
+    )
+    r = check(pair, perturbed(side.init_variables()), jit=False, long_batch=False)
+    assert r.passed, r.failure_table()

@@ -8,7 +8,7 @@ Dropout is disabled in train mode on *both* sides so that BatchNorm still uses b
 but nothing is random (Linen and NNX derive dropout masks differently, docs/nnx_facts.md#seeds-dropout-and-rng-state):
 
 - Linen: an ``nn.intercept_methods`` interceptor returns the input of every ``nn.Dropout`` call and
-  forces ``deterministic=True`` on attention modules (their dropout is internal);
+  runs attention modules with ``dropout_rate=0`` (their dropout is internal);
 - NNX: a clone of the model whose ``nnx.Dropout`` modules have ``rate=0.0`` (``Dropout.__call__``
   returns its input when ``rate == 0`` whatever ``deterministic`` says) and whose attention
   modules have ``dropout_rate=0.0``.
@@ -101,7 +101,14 @@ def _linen_no_dropout(next_fun: Callable[..., Any], args: tuple, kwargs: dict, c
         if isinstance(module, nn.Dropout):
             return args[0] if args else kwargs["inputs"]
         if isinstance(module, nn.MultiHeadDotProductAttention):
-            kwargs = {**kwargs, "deterministic": True}
+            # its rate set to 0 for this call, as the NNX clone's: a `deterministic=True` keyword would
+            # clash with one the constructor was given ("passed ... at call time")
+            saved = module.dropout_rate
+            object.__setattr__(module, "dropout_rate", 0.0)
+            try:
+                return next_fun(*args, **kwargs)
+            finally:
+                object.__setattr__(module, "dropout_rate", saved)
     return next_fun(*args, **kwargs)
 
 
