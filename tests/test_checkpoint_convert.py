@@ -497,25 +497,30 @@ def test_an_optimizer_written_for_linen_names_is_a_spec_error(where):
             abstract_state(pair, tx)
 
 
-def _decay_named(names: str):
-    """adamw whose weight-decay mask reads the parameter paths for ``names``."""
+def _decay_named(names: str, warmup: bool):
+    """adamw whose weight-decay mask reads the parameter paths for ``names``; with ``warmup``, its
+    learning rate rises from 0, so the first update is zero."""
     import optax
 
     def mask(params):
         return jax.tree_util.tree_map_with_path(lambda path, _: any(names in str(k) for k in path), params)
 
-    return optax.adamw(0.1, weight_decay=0.5, mask=mask)
+    lr = optax.linear_schedule(0.0, 0.1, 10) if warmup else 0.1
+    return optax.adamw(lr, weight_decay=0.5, mask=mask)
 
 
-@pytest.mark.parametrize("names, problem", [("Dense", True), ("kernel", False)])
-def test_a_mask_that_reads_linen_module_names_is_a_problem(names, problem):
+@pytest.mark.parametrize(
+    "names, problem, warmup", [("Dense", True, False), ("Dense", True, True), ("kernel", False, False)]
+)
+def test_a_mask_that_reads_linen_module_names_is_a_problem(names, problem, warmup):
     """A weight-decay mask on Linen's module names (``Dense_0``) runs on NNX's tree too, where it finds
     ``dense_0``: NNX decayed other parameters than Linen, the state converted leaf for leaf, and training
-    drifted with exit 0. One probe update on both trees now tells; a mask on the parameters' own names,
-    which both sides share (``kernel``), converts."""
+    drifted with exit 0. A few probe updates on both trees now tell (also under a warmup from 0, whose
+    first update is zero); a mask on the parameters' own names, which both sides share (``kernel``),
+    converts."""
     from flax.training.train_state import TrainState
 
-    tx = _decay_named(names)
+    tx = _decay_named(names, warmup)
     side = LinenSide(
         model=_LFlat(),
         batch={"x": jnp.ones((2, 4))},
@@ -532,3 +537,24 @@ def test_a_mask_that_reads_linen_module_names_is_a_problem(names, problem):
     with pytest.raises(ConversionError) as err:
         convert_tree(state, pair, optimizer=True)
     assert "optimizer differs on NNX names" in str(err.value) and "Dense_0/kernel" in str(err.value)
+
+
+def test_a_fixed_length_optimizer_buffer_is_no_flattened_vector():
+    """``contrib.mechanize`` keeps six betas' statistics in vectors of length 6, on no parameter's path:
+    their length does not follow the parameters' sizes, so they convert even where Linen and NNX order
+    the parameters differently (they were refused as 'parameter order differs')."""
+    import optax
+    from flax.training.train_state import TrainState
+
+    tx = optax.contrib.mechanize(optax.adam(0.1))
+    side = LinenSide(
+        model=_LFlat(),
+        batch={"x": jnp.ones((2, 4))},
+        loss=lambda out, b: jnp.mean(out**2),
+        optimizer=tx,
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: _NFlat(rngs))
+    state = TrainState.create(apply_fn=None, params=side.init_variables()["params"], tx=tx)
+    convert_tree(state, pair, optimizer=True)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from linen2nnx.checkpoint_convert.mapping import PathT, Problem, join, map_opt_state_path
-from linen2nnx.checkpoint_convert.optimizer_probe import probe_problems
+from linen2nnx.checkpoint_convert.optimizer_probe import param_sized_vectors, probe_problems
 from linen2nnx.checkpoint_convert.report import MappedLeaf
 from linen2nnx.checkpoint_convert.validate import dtype_name, fresh_leaves, raise_problems
 from linen2nnx.spec import nnx_optimizer
@@ -58,6 +58,7 @@ def plan_opt_state(
     problems: list[Problem] = []
     refused: set[PathT] = set()
     flat = functools.cache(lambda: _flat_vector(make_nnx, table))  # asked only of an unmapped vector
+    sized = functools.cache(lambda: param_sized_vectors(tx, make_nnx))
     for lpath, leaf in _flatten(opt_state):
         npath = ("opt_state", *map_opt_state_path(lpath, table))
         hit = by_str.get(tuple(map(str, npath)))
@@ -67,7 +68,7 @@ def plan_opt_state(
             continue
         want = slots[hit].get_value()
         shape, dtype = _shape_dtype(leaf)
-        if not _on_param_path(lpath, table) and _flat_shape(shape, flat()[0]) and not flat()[1]:
+        if _reordered_vector(lpath, shape, table, flat, sized):
             note = _FLAT_NOTE.format(n=shape[0]) + (
                 "" if shape == (flat()[0],) else _SUBSET_NOTE.format(n=flat()[0])
             )
@@ -117,6 +118,15 @@ def _fill_the_rest(
     return problems
 
 
+def _reordered_vector(lpath: PathT, shape: tuple[int, ...], table: Any, flat: Any, sized: Any) -> bool:
+    """An optax.flatten vector (:func:`_flat_shape`) where Linen and NNX order the parameters
+    differently (``flat()``: ``(number of parameter values, same order)``; ``sized()``: the paths of
+    vectors whose length follows the parameters' sizes, asked only of a shorter vector)."""
+    if _on_param_path(lpath, table) or not _flat_shape(shape, flat()[0]) or flat()[1]:
+        return False
+    return shape == (flat()[0],) or tuple(map(str, lpath)) in sized()
+
+
 def _on_param_path(lpath: PathT, table: Mapping[tuple[str, ...], PathT]) -> bool:
     """Whether an optax leaf's path ends in a Linen parameter's (``0/mu/norm/bias``): per-parameter state."""
     keys = tuple(map(str, lpath))
@@ -124,9 +134,9 @@ def _on_param_path(lpath: PathT, table: Mapping[tuple[str, ...], PathT]) -> bool
 
 
 def _flat_shape(shape: tuple[int, ...], n_params: int) -> bool:
-    """A 1-D leaf on no parameter's path, of all parameter values or fewer: optax.flatten's state, of all
-    parameters or of those a mask or a multi_transform label hands it (no other optax state is a vector
-    outside a parameter's path)."""
+    """A 1-D leaf of all parameter values or fewer: optax.flatten's state, of all parameters or of those
+    a mask or a multi_transform label hands it, when it is on no parameter's path and its length follows
+    the parameters' sizes (:func:`param_sized_vectors`)."""
     return len(shape) == 1 and 1 < shape[0] <= n_params
 
 

@@ -6,8 +6,9 @@ an ``nnx.State`` whose names are the NNX attributes (``layer_norm_0``), not Line
 (``'Norm' in str(path)``) runs on both trees and gives another answer on NNX's: the norm layers get
 weight decay, the state converts leaf for leaf, and training drifts with exit 0.
 
-One ``tx.init`` + ``tx.update`` on tiny stand-ins of both trees tells: every mapped parameter as ones
-of its rank with every axis 2, every gradient a half, the same on both sides. A transform that treats
+A few ``tx.update`` steps on tiny stand-ins of both trees tell: every mapped parameter as ones of its
+rank with every axis 2, every gradient half the parameter, the same on both sides (several steps: the
+first is zero under a warmup from 0 or ``MultiSteps``). A transform that treats
 leaves alike by name, rank or position gives each the same update on both; one that reads Linen's
 names gives a parameter another update on NNX's. Only parameters on both sides take part, so a
 global-norm clip sees the same leaves.
@@ -44,8 +45,8 @@ def probe_problems(tx: Any, make_nnx: Any, param_table: Mapping[tuple[str, ...],
         ]
     )
     try:
-        l_upd = _one_update(tx, linen)
-        n_upd = _one_update(tx, nnx_tree)
+        l_upd = _updated(tx, linen)
+        n_upd = _updated(tx, nnx_tree)
     except Exception:  # a failure on NNX's tree is reported where the optimizer is built (spec.nnx_optimizer)
         return []
     l_flat, n_flat = _flat(l_upd, variables=False), _flat(n_upd, variables=True)
@@ -61,30 +62,61 @@ def probe_problems(tx: Any, make_nnx: Any, param_table: Mapping[tuple[str, ...],
             "optimizer differs on NNX names",
             join(("params", *lpath)),
             join(npath),
-            "one probe update of the pair's optimizer gives this parameter another value on NNX's tree than "
-            "on Linen's: a mask or label function (adamw(mask=...), optax.masked, multi_transform) reads "
-            "Linen's names; write it for NNX's",
+            f"{STEPS} probe updates of the pair's optimizer give this parameter another value on NNX's tree "
+            "than on Linen's: a mask or label function (adamw(mask=...), optax.masked, multi_transform) reads "
+            "the names; it must pick the same parameters on both trees (Linen's LayerNorm_0 is NNX's "
+            "layer_norm_0): match both spellings, or the parameters' own names and ranks",
         )
         for lpath, npath in differ[:5]
     ]
 
 
-def _one_update(tx: Any, params: Any) -> Any:
+def param_sized_vectors(tx: Any, make_nnx: Any) -> set[tuple[str, ...]]:
+    """The paths of ``tx.init``'s 1-D leaves whose length follows the parameters' sizes: optax.flatten's
+    vectors (of all parameters or of a masked subset). A fixed-length buffer (``contrib.mechanize``'s
+    six betas, L-BFGS's memory weights) keeps its length whatever the parameters are: told apart by
+    ``tx.init`` on two stand-in trees, every axis 2 in one and 3 in the other (shapes only)."""
     import jax
+    from flax import nnx
 
-    grads = jax.tree.map(lambda p: p * 0.5, params)
-    updates, _ = tx.update(grads, tx.init(params), params)
-    return updates
+    abstract = nnx.state(nnx.eval_shape(make_nnx), nnx.Param)
+
+    def shapes(n: int) -> dict[tuple[str, ...], tuple[int, ...]]:
+        tree = jax.tree.map(lambda a: jax.ShapeDtypeStruct((n,) * len(a.shape), a.dtype), abstract)
+        out = jax.eval_shape(tx.init, tree)
+        return {p: tuple(v.shape) for p, v in _flat(out, variables=True, arrays=False).items()}
+
+    two, three = shapes(2), shapes(3)
+    return {p for p, shape in two.items() if len(shape) == 1 and three.get(p) != shape}
 
 
-def _flat(tree: Any, variables: bool) -> dict[tuple[str, ...], np.ndarray]:
-    """``{path: array}``; with ``variables``, an NNX Variable's own ``value`` step left out of the path."""
+STEPS = 3
+"""Updates the probe runs: the first is zero under a warmup from 0, ``MultiSteps`` or ``apply_every``."""
+
+
+def _updated(tx: Any, params: Any) -> Any:
+    """``params`` after :data:`STEPS` updates, each with the gradient half the parameters."""
+    import jax
+    import optax
+
+    state = tx.init(params)
+    for _ in range(STEPS):
+        updates, state = tx.update(jax.tree.map(lambda p: p * 0.5, params), state, params)
+        params = optax.apply_updates(params, updates)
+    return params
+
+
+def _flat(tree: Any, variables: bool, arrays: bool = True) -> dict[tuple[str, ...], Any]:
+    """``{path: leaf}`` (as a numpy array unless not ``arrays``); with ``variables``, an NNX Variable's
+    own ``value`` step left out of the path."""
     import jax
 
     out = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
         keys = tuple(map(_key, path))
-        out[keys[:-1] if variables and keys and keys[-1] == "value" else keys] = np.asarray(leaf)
+        out[keys[:-1] if variables and keys and keys[-1] == "value" else keys] = (
+            np.asarray(leaf) if arrays else leaf
+        )
     return out
 
 
