@@ -1221,14 +1221,16 @@ def test_a_head_applied_only_under_a_test_is_kept_from_init_with_the_reason(tmp_
         convert_tree(lacking, pair)
 
 
-def test_scanned_function_with_a_default_argument(tmp_path):
-    """nnx.scan gets one axis per input the call passes (``in_axes=(1,)``), not one per parameter of the
-    function: its defaulted ``scale`` is not passed, and an axis for it made the call raise."""
+@pytest.mark.parametrize("cls", ["Recurrence", "RecurrenceOneAxis"])
+def test_scanned_function_with_a_default_argument(cls, tmp_path):
+    """nnx.scan gets one axis per input the call passes (``in_axes=(1,)``, or one axis and a call that
+    passes one input), then None for the defaulted ``scale``, which nnx.scan binds too: an axis for it
+    made the call raise."""
     linen_module, nnx_module, _, map_path = build("scan_function_default_arg", tmp_path)
     x = np.random.default_rng(0).normal(size=(2, 5, 4)).astype(np.float32)
     assert_parity(
-        linen_module.Recurrence(),
-        lambda rngs: nnx_module.Recurrence(cell_in_features=4, rngs=rngs),
+        getattr(linen_module, cls)(),
+        lambda rngs: getattr(nnx_module, cls)(cell_in_features=4, rngs=rngs),
         x,
         map_path,
     )

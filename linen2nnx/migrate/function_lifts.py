@@ -170,8 +170,8 @@ def _scanned_axes(
 ) -> list[str] | str:
     """NNX's axis of each input ``fn`` scans (its parameters after the module and the carry); why not
     known, as a string. A parameter with a default may or may not be passed at the call, which Linen's
-    ``in_axes`` then counts or not: a tuple says how many, one axis for all does not. nnx.scan binds
-    the defaults of those not passed as inputs too, so they get ``None`` (broadcast)."""
+    ``in_axes`` then counts or not: a tuple says how many; for one axis for all, the scan's calls do. nnx.scan
+    binds the defaults of those not passed as inputs too, so they get ``None`` (broadcast)."""
     counted = parameter_count(ctx, node, fn)
     if isinstance(counted, str):
         return counted
@@ -180,12 +180,40 @@ def _scanned_axes(
     if per_x is None or total < 2:
         return "in_axes is not a literal"
     if not isinstance(per_x, list):
-        if required != total:
+        passed = total if required == total else _passed_at_calls(ctx, node)
+        if passed is None or not max(required, 2) <= passed <= total:
             return f"{fn} has parameters with defaults: how many inputs the scan's call passes is not known"
-        return [per_x] * (total - 2)
+        per_x = [per_x] * (passed - 2)
     if not max(required, 2) - 2 <= len(per_x) <= total - 2:
         return f"in_axes has {len(per_x)} entries for {total - 2} scanned inputs"
     return per_x + ["None"] * (total - 2 - len(per_x))  # nnx.scan binds the defaults too: broadcast
+
+
+def _passed_at_calls(ctx: FileContext, node: cst.Call) -> int | None:
+    """How many positional arguments every call of the scan built at ``node`` passes: the call of it
+    (``nn.scan(body, ...)(cell, c, xs)``) or of the local it is bound to (``run = nn.scan(...)``, then
+    ``run(cell, c, xs)`` in the same function); None when they differ, unpack, or none is found."""
+    parent = ctx.parent_of(node)
+    if isinstance(parent, cst.Call) and parent.func is node:
+        calls = [parent]
+    elif (
+        isinstance(parent, cst.Assign)
+        and len(parent.targets) == 1
+        and isinstance(parent.targets[0].target, cst.Name)
+    ):
+        name = parent.targets[0].target.value
+        scope = ctx.enclosing_function(node)
+        calls = (
+            [c for c in calls_in(scope) if isinstance(c.func, cst.Name) and c.func.value == name]
+            if scope
+            else []
+        )
+    else:
+        return None
+    if any(a.star for c in calls for a in c.args):
+        return None
+    counts = {sum(a.keyword is None for a in c.args) for c in calls}
+    return counts.pop() if len(counts) == 1 else None
 
 
 def parameter_count(ctx: FileContext, node: cst.Call, fn: str) -> tuple[int, int] | str:
