@@ -185,15 +185,16 @@ def test_a_caller_that_hands_on_a_layer_output_in_its_dtype_is_told_too(body):
     assert len(found) == 1 and "scale_dtype" in found[0].hint, [f.message for f in result.findings]
 
 
-def test_a_layer_given_no_dtype_is_no_cast():
+@pytest.mark.parametrize("dtype", ["None", "jnp.float32"])
+def test_a_layer_given_no_dtype_or_float32_is_no_cast(dtype):
     src = SRC + textwrap.dedent(
-        """\
+        f"""\
 
 
         class Full(nn.Module):
             @nn.compact
             def __call__(self, x):
-                return Affine()(nn.Dense(3, dtype=None)(x))
+                return Affine()(nn.Dense(3, dtype={dtype})(x))
         """
     )
     result = migrate_source(src, "affine.py", module_name="affine")

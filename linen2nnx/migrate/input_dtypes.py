@@ -178,6 +178,13 @@ def check_cast_input(ctx: Any, call: cst.CSTNode, user: Any, fn: cst.FunctionDef
     )
 
 
+_NOT_A_CAST = frozenset(
+    {"None", "jnp.float32", "jax.numpy.float32", "np.float32", "numpy.float32", "'float32'", '"float32"'}
+)
+"""A layer's ``dtype=`` that leaves its output in float32 (or its input's dtype): the callee's variable
+is float32, as NNX creates it by default."""
+
+
 def _layer_in_dtype(ctx: Any, node: cst.CSTNode) -> bool:
     """``nn.Dense(..., dtype=self.dtype_mm)(x)``: a built-in layer given a computation ``dtype`` outputs
     in it (Flax's ``promote_dtype``; ``LayerRule.output_dtype``), as a cast does: big_vision's mixed
@@ -189,7 +196,7 @@ def _layer_in_dtype(ctx: Any, node: cst.CSTNode) -> bool:
         rule is not None
         and rule.output_dtype
         and any(
-            a.keyword is not None and a.keyword.value == "dtype" and code(a.value) != "None"
+            a.keyword is not None and a.keyword.value == "dtype" and code(a.value) not in _NOT_A_CAST
             for a in node.func.args
         )
     )
