@@ -37,3 +37,11 @@ def dtype_name(dtype: Any, missing: str = "") -> str:
         return np.dtype(dtype).name
     except TypeError:
         return str(dtype)
+
+
+def key_name(k: Any) -> str:
+    """One step of a jax key path as a string: a dict key, a sequence index or an attribute name."""
+    for attr in ("key", "idx", "name"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)

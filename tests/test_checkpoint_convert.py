@@ -420,6 +420,23 @@ class _NFlat(nnx.Module):
         return self.classifier(self.dense_0(x))
 
 
+def _flat_pair_and_state(tx):
+    """The Dense_0 / classifier pair (whose two trees order the parameters differently) with ``tx``, and
+    a Linen TrainState of it."""
+    from flax.training.train_state import TrainState
+
+    side = LinenSide(
+        model=_LFlat(),
+        batch={"x": jnp.ones((2, 4))},
+        loss=lambda out, b: jnp.mean(out**2),
+        optimizer=tx,
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: _NFlat(rngs))
+    return pair, TrainState.create(apply_fn=None, params=side.init_variables()["params"], tx=tx)
+
+
 def _kernels_only(params):
     return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
 
@@ -445,21 +462,7 @@ def test_a_flattened_optimizer_state_in_another_parameter_order_is_refused(kind)
     before classifier, NNX dense_0 after it, so the vector copied as is gave each moment to another
     parameter (exit 0, a diverging run). It is a problem now, the only one reported; also for the
     shorter vector of a flatten under a mask or a multi_transform label (the kernels only)."""
-    from flax.training.train_state import TrainState
-
-    tx = _flattened(kind)
-    x = jnp.ones((2, 4))
-    side = LinenSide(
-        model=_LFlat(),
-        batch={"x": x},
-        loss=lambda out, b: jnp.mean(out**2),
-        optimizer=tx,
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: _NFlat(rngs))
-    params = side.init_variables()["params"]
-    state = TrainState.create(apply_fn=None, params=params, tx=tx)
+    pair, state = _flat_pair_and_state(_flattened(kind))
     with pytest.raises(ConversionError) as err:
         convert_tree(state, pair, optimizer=True)
     assert "parameter order differs" in str(err.value) and "1 problem" in str(err.value)
@@ -470,7 +473,6 @@ def test_an_optimizer_written_for_linen_names_is_a_spec_error(where):
     """Labels written for Linen's parameter dict (``path_aware_map`` over ``Dense_0`` / ``classifier``)
     fail on NNX's nnx.State: a SpecError that names the cause, never an AssertionError traceback."""
     import optax
-    from flax.training.train_state import TrainState
     from flax.traverse_util import path_aware_map
 
     from linen2nnx.errors import SpecError
@@ -480,19 +482,10 @@ def test_an_optimizer_written_for_linen_names_is_a_spec_error(where):
         return path_aware_map(lambda path, _: "head" if path[0] == "classifier" else "body", params)
 
     tx = optax.multi_transform({"head": optax.sgd(0.1), "body": optax.adam(0.1)}, labels)
-    side = LinenSide(
-        model=_LFlat(),
-        batch={"x": jnp.ones((2, 4))},
-        loss=lambda out, b: jnp.mean(out**2),
-        optimizer=tx,
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: _NFlat(rngs))
+    pair, state = _flat_pair_and_state(tx)
     with pytest.raises(SpecError, match="written for Linen's parameter tree"):
         if where == "convert":
-            params = side.init_variables()["params"]
-            convert_tree(TrainState.create(apply_fn=None, params=params, tx=tx), pair, optimizer=True)
+            convert_tree(state, pair, optimizer=True)
         else:
             abstract_state(pair, tx)
 
@@ -518,19 +511,9 @@ def test_a_mask_that_reads_linen_module_names_is_a_problem(names, problem, warmu
     drifted with exit 0. A few probe updates on both trees now tell (also under a warmup from 0, whose
     first update is zero); a mask on the parameters' own names, which both sides share (``kernel``),
     converts."""
-    from flax.training.train_state import TrainState
 
     tx = _decay_named(names, warmup)
-    side = LinenSide(
-        model=_LFlat(),
-        batch={"x": jnp.ones((2, 4))},
-        loss=lambda out, b: jnp.mean(out**2),
-        optimizer=tx,
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: _NFlat(rngs))
-    state = TrainState.create(apply_fn=None, params=side.init_variables()["params"], tx=tx)
+    pair, state = _flat_pair_and_state(tx)
     if not problem:
         convert_tree(state, pair, optimizer=True)
         return
@@ -544,17 +527,7 @@ def test_a_fixed_length_optimizer_buffer_is_no_flattened_vector():
     their length does not follow the parameters' sizes, so they convert even where Linen and NNX order
     the parameters differently (they were refused as 'parameter order differs')."""
     import optax
-    from flax.training.train_state import TrainState
 
     tx = optax.contrib.mechanize(optax.adam(0.1))
-    side = LinenSide(
-        model=_LFlat(),
-        batch={"x": jnp.ones((2, 4))},
-        loss=lambda out, b: jnp.mean(out**2),
-        optimizer=tx,
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    pair = ModelPair(linen=side, nnx_factory=lambda rngs: _NFlat(rngs))
-    state = TrainState.create(apply_fn=None, params=side.init_variables()["params"], tx=tx)
+    pair, state = _flat_pair_and_state(tx)
     convert_tree(state, pair, optimizer=True)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from linen2nnx.checkpoint_convert.mapping import PathT, Problem, join
+from linen2nnx.trees import key_name
 
 
 def probe_problems(tx: Any, make_nnx: Any, param_table: Mapping[tuple[str, ...], PathT]) -> list[Problem]:
@@ -113,7 +114,7 @@ def _flat(tree: Any, variables: bool, arrays: bool = True) -> dict[tuple[str, ..
 
     out = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
-        keys = tuple(map(_key, path))
+        keys = tuple(map(key_name, path))
         out[keys[:-1] if variables and keys and keys[-1] == "value" else keys] = (
             np.asarray(leaf) if arrays else leaf
         )
@@ -128,10 +129,3 @@ def _nested(flat: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[path[-1]] = value
     return out
-
-
-def _key(k: Any) -> str:
-    for attr in ("key", "name", "idx"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)

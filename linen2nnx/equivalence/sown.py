@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from linen2nnx.equivalence.modmap import ModuleMap, join
-from linen2nnx.trees import plain_dicts
+from linen2nnx.trees import key_name, plain_dicts
 
 CHECK = "intermediates"
 
@@ -31,7 +31,7 @@ def linen_sown_to_nnx(tree: Mapping[str, Any], module_map: ModuleMap) -> dict[st
 
     out: dict[str, Any] = {}
     for key_path, leaf in jax.tree_util.tree_flatten_with_path(plain_dicts(tree, str_keys=True))[0]:
-        path = tuple(_key(k) for k in key_path)
+        path = tuple(key_name(k) for k in key_path)
         # the sow name and anything after it (tuple index) stay as they are
         owner = None
         for cut in range(len(path) - 1, -1, -1):
@@ -42,13 +42,6 @@ def linen_sown_to_nnx(tree: Mapping[str, Any], module_map: ModuleMap) -> dict[st
         if owner is None:
             out["linen:" + join((CHECK, *path))] = leaf
     return out
-
-
-def _key(k: Any) -> str:
-    for attr in ("key", "idx", "name"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
 
 
 @contextlib.contextmanager
@@ -71,7 +64,7 @@ def flat_sown(state: Any) -> dict[str, Any]:
 
     pure = nnx.to_pure_dict(state)
     leaves = jax.tree_util.tree_flatten_with_path(pure)[0]
-    return {"/".join(_key(k) for k in path): v for path, v in leaves}
+    return {"/".join(key_name(k) for k in path): v for path, v in leaves}
 
 
 def call_capturing(fresh: Callable[[], Any], args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
