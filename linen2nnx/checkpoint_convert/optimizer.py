@@ -57,8 +57,10 @@ def plan_opt_state(
     mapped: list[MappedLeaf] = []
     problems: list[Problem] = []
     refused: set[PathT] = set()
-    flat = functools.cache(lambda: _flat_vector(make_nnx, table))  # asked only of an unmapped vector
-    sized = functools.cache(lambda: param_sized_vectors(tx, make_nnx))
+    # the abstract NNX parameters, traced once for the flatten checks and the probe
+    params = nnx.state(nnx.eval_shape(make_nnx), nnx.Param)
+    flat = functools.cache(lambda: _flat_vector(params, table))  # asked only of an unmapped vector
+    sized = functools.cache(lambda: param_sized_vectors(tx, params))
     for lpath, leaf in _flatten(opt_state):
         npath = ("opt_state", *map_opt_state_path(lpath, table))
         hit = by_str.get(tuple(map(str, npath)))
@@ -95,7 +97,7 @@ def plan_opt_state(
             )
         )
     problems += _fill_the_rest(slots, sources, refused, kept_params)
-    problems += probe_problems(tx, make_nnx, table)
+    problems += probe_problems(tx, params, table)
     return slots, sources, mapped, problems
 
 
@@ -152,14 +154,14 @@ _FLAT_NOTE = (
 )
 
 
-def _flat_vector(make_nnx: Any, table: Mapping[tuple[str, ...], PathT]) -> tuple[int, bool]:
+def _flat_vector(params: Any, table: Mapping[tuple[str, ...], PathT]) -> tuple[int, bool]:
     """``(n, same)``: the number of values of all NNX parameters, and whether a flat vector of them
     (optax.flatten's state) lists them in the same order on both sides: Linen's params in sorted path
-    order, each moved to its NNX path, against the order of the NNX model's own parameter state."""
+    order, each moved to its NNX path, against the order of the NNX model's own (abstract) parameter
+    state ``params``."""
     from flax import nnx
 
-    state = nnx.state(nnx.eval_shape(make_nnx), nnx.Param)
-    nnx_params = [(tuple(p), v.get_value()) for p, v in nnx.to_flat_state(state)]
+    nnx_params = [(tuple(p), v.get_value()) for p, v in nnx.to_flat_state(params)]
     size = sum(int(np.prod(value.shape)) for _, value in nnx_params)
     linen_order = [tuple(map(str, table[k])) for k in sorted(table)]
     nnx_order = [tuple(map(str, p)) for p, _ in nnx_params]

@@ -25,11 +25,11 @@ from linen2nnx.checkpoint_convert.mapping import PathT, Problem, join
 from linen2nnx.trees import key_name
 
 
-def probe_problems(tx: Any, make_nnx: Any, param_table: Mapping[tuple[str, ...], PathT]) -> list[Problem]:
-    """A problem per parameter whose probe update differs between the two trees (at most 5 named)."""
+def probe_problems(tx: Any, abstract: Any, param_table: Mapping[tuple[str, ...], PathT]) -> list[Problem]:
+    """A problem per parameter whose probe update differs between the two trees (at most 5 named);
+    ``abstract``: the NNX model's abstract parameter state."""
     from flax import nnx
 
-    abstract = nnx.state(nnx.eval_shape(make_nnx), nnx.Param)
     ranks = {tuple(map(str, p)): len(v.get_value().shape) for p, v in nnx.to_flat_state(abstract)}
     pairs = [(lpath, tuple(map(str, npath))) for lpath, npath in param_table.items()]
     pairs = [(lpath, npath) for lpath, npath in pairs if npath in ranks]
@@ -72,15 +72,13 @@ def probe_problems(tx: Any, make_nnx: Any, param_table: Mapping[tuple[str, ...],
     ]
 
 
-def param_sized_vectors(tx: Any, make_nnx: Any) -> set[tuple[str, ...]]:
+def param_sized_vectors(tx: Any, abstract: Any) -> set[tuple[str, ...]]:
     """The paths of ``tx.init``'s 1-D leaves whose length follows the parameters' sizes: optax.flatten's
     vectors (of all parameters or of a masked subset). A fixed-length buffer (``contrib.mechanize``'s
     six betas, L-BFGS's memory weights) keeps its length whatever the parameters are: told apart by
-    ``tx.init`` on two stand-in trees, every axis 2 in one and 3 in the other (shapes only)."""
+    ``tx.init`` on two stand-in trees of the abstract parameter state, every axis 2 in one and 3 in the
+    other (shapes only)."""
     import jax
-    from flax import nnx
-
-    abstract = nnx.state(nnx.eval_shape(make_nnx), nnx.Param)
 
     def shapes(n: int) -> dict[tuple[str, ...], tuple[int, ...]]:
         tree = jax.tree.map(lambda a: jax.ShapeDtypeStruct((n,) * len(a.shape), a.dtype), abstract)

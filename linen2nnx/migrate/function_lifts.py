@@ -201,13 +201,8 @@ def _passed_at_calls(ctx: FileContext, node: cst.Call) -> int | None:
         and len(parent.targets) == 1
         and isinstance(parent.targets[0].target, cst.Name)
     ):
-        name = parent.targets[0].target.value
         scope = ctx.enclosing_function(node)
-        calls = (
-            [c for c in calls_in(scope) if isinstance(c.func, cst.Name) and c.func.value == name]
-            if scope
-            else []
-        )
+        calls = list(_calls_of(scope, parent.targets[0].target.value)) if scope else []
     else:
         return None
     if any(a.star for c in calls for a in c.args):
@@ -245,7 +240,7 @@ def _arity(func_def: cst.FunctionDef) -> tuple[int, int]:
     return sum(p.default is None for p in params), len(params)
 
 
-def _calls_of(tree: cst.Module, name: str) -> Iterable[cst.Call]:
+def _calls_of(tree: cst.CSTNode, name: str) -> Iterable[cst.Call]:
     return (c for c in calls_in(tree) if isinstance(c.func, cst.Name) and c.func.value == name)
 
 

@@ -179,12 +179,11 @@ def _one_stack_axis(lift: Lift) -> None:
     does not build (``axis 1 is out of bounds``)."""
     axes = literal_dict(lift.kwargs.get("variable_axes"))
     stack = param_axis(lift)
+    others = sorted(set(axes) - {"params"})
     if stack is None:
-        if set(axes) - {
-            "params"
-        }:  # the layer is handed to nnx.scan unmapped (None): what it creates is carry
+        if others:  # the layer is handed to nnx.scan unmapped (None): what it creates is carry
             raise LiftError(
-                f"nn.{lift.kind} stacks {', '.join(repr(k) for k in sorted(set(axes) - {'params'}))} of a layer "
+                f"nn.{lift.kind} stacks {', '.join(map(repr, others))} of a layer "
                 "whose params it shares: NNX maps a layer's state as one (the layer's axis, None), so a value "
                 "it sows or creates would be carry, which nnx.capture cannot collect"
             )
@@ -194,8 +193,9 @@ def _one_stack_axis(lift: Lift) -> None:
             f"nn.{lift.kind} stacks 'params' on axis {stack}: NNX stacks all of a layer's state on that axis, "
             f"also the RNG state only NNX has (one scalar per layer), which has no axis {stack}"
         )
-    for name, value in axes.items():
-        if name != "params" and code(value) != stack:
+    for name in others:
+        value = axes[name]
+        if code(value) != stack:
             raise LiftError(
                 f"nn.{lift.kind} stacks {name!r} on axis {code(value)} and 'params' on axis {stack}: NNX "
                 "stacks all of a layer's state on the params' axis"
