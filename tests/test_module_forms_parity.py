@@ -223,6 +223,10 @@ CASES = {
     "init_value_input_shape_inline": ("ConvIn", {"features": 4}, (2, 5, 5, 3)),  # (3, 3, x.shape[3], f)
     "helper_blocks": ("Tower", {}, (2, 5)),  # self._stage(x, features=6, depth=2, ...) replayed in place
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
+    "broadcast_experts": ("MoE", {}, (6, 3)),  # the experts' width: the broadcast input's, not num_experts
+    "helper_tuple_returns": ("Router", {}, (4, 5)),  # gates, aux = self._gates(...): the guard's return
+    "helper_tuple_returns_noisy": ("Router", {"deterministic": False}, (4, 5)),  # the final if / else
+    "helper_tuple_returns_two": ("Router", {"deterministic": False, "num_experts": 2}, (4, 5)),
     "setup_helpers": ("Block", {"features": 3}, (2, 5)),  # self._setup_dense() replayed in __init__
     "setup_helpers_gated": ("Block", {"features": 3, "gated": True}, (2, 5)),  # the other helper's layers
     "setup_helpers_plain": ("Block", {"features": 3, "post_norm": False}, (2, 5)),  # no norm bound
@@ -431,6 +435,8 @@ SOURCES = {
     "init_value_input_shape_nobias": "init_value_input_shape",
     "init_value_input_shape_inline": "init_value_input_shape",
     "helper_blocks_deep": "helper_blocks",
+    "helper_tuple_returns_noisy": "helper_tuple_returns",
+    "helper_tuple_returns_two": "helper_tuple_returns",
     "setup_helpers_gated": "setup_helpers",
     "setup_helpers_plain": "setup_helpers",
     "rank_guard_pool": "rank_guard",

@@ -514,6 +514,17 @@ class FeatureFlow:
     ) -> Feat:
         """Reshapes, shape-keeping methods, arrays built from a config shape (a carry), ``one_hot`` and
         concatenations; unknown for any other call."""
+        if (
+            qualnames & {"jax.numpy.broadcast_to", "numpy.broadcast_to"} and len(node.args) == 2
+        ):  # broadcast_to(x[:, None], (t, e, x.shape[-1])): the last axis is the one written there
+            written = last_axis_ops.reshaped(
+                first,
+                cst.Call(func=node.func, args=node.args[1:]),
+                node.args[0].value,
+                self.size_fields,
+                self.axis_size,
+            )
+            return written if written.kind in ("expr", "input") else Feat.unknown("broadcast_to")
         if qualnames & {"jax.numpy.reshape", "numpy.reshape"} and node.args:  # a function, not x.reshape
             return last_axis_ops.reshaped(
                 first,

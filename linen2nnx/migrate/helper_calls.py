@@ -49,7 +49,7 @@ from linen2nnx.migrate.function_replay import (
     replayable_functions,
     top_level_imports,
 )
-from linen2nnx.migrate.helper_replay import Replayer, ReplayError
+from linen2nnx.migrate.helper_replay import Replayer, ReplayError, result_names
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.nested_locals import inline_nested_locals, may_inline
 from linen2nnx.migrate.param_helpers import KEY_PREFIX as PARAM_HELPER_KEY
@@ -121,17 +121,33 @@ class _Refs(FastVisitor):
 
 
 def _statement_call(small: cst.BaseSmallStatement) -> cst.Call | None:
-    """The call of ``x = self.h(...)`` (one plain name target) or of ``self.h(...)``."""
+    """The call of ``x = self.h(...)`` (one plain name target, or a tuple of them: ``x, aux =
+    self.h(...)``) or of ``self.h(...)``."""
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
         return small.value
     if (
         isinstance(small, cst.Assign)
         and len(small.targets) == 1
-        and isinstance(small.targets[0].target, cst.Name)
+        and result_names(small.targets[0].target) is not None
         and isinstance(small.value, cst.Call)
     ):
         return small.value
     return None
+
+
+def _plain_method(fn: cst.FunctionDef, resolver: NameResolver | None = None) -> bool:
+    """A method with no decorator but ``@nn.nowrap``, which only keeps Linen from wrapping it: called
+    from a compact method, what it builds is the caller's either way. Without ``resolver`` (the cheap
+    test before names are resolved) any decorator spelled ``nowrap`` passes."""
+    return all(
+        _NOWRAP & resolver.qualnames(d.decorator)
+        if resolver is not None
+        else code(d.decorator).rsplit(".", 1)[-1] == "nowrap"
+        for d in fn.decorators
+    )
+
+
+_NOWRAP = {"flax.linen.nowrap", "flax.linen.module.nowrap"}
 
 
 class _Builds(FastVisitor):
@@ -193,7 +209,7 @@ def _helpers_of(cls: cst.ClassDef, resolver: NameResolver, classes: set[str]) ->
         return callers, set()
     candidates = set()
     for m in methods:
-        if m.name.value in ("setup", "__call__") or m.decorators or m.name.value in compact:
+        if m.name.value in ("setup", "__call__") or not _plain_method(m, resolver) or m.name.value in compact:
             continue
         builds = _Builds(resolver, classes)
         builds.walk(m.body)
@@ -458,7 +474,7 @@ def _may_replay(cls: cst.ClassDef, functions: bool = False) -> bool:
         return False
     if functions and compact:
         return True
-    plain = {m.name.value for m in methods if not m.decorators} - {"setup", "__call__"}
+    plain = {m.name.value for m in methods if _plain_method(m)} - {"setup", "__call__"}
     if not plain:
         return False
     refs = _Refs(plain)

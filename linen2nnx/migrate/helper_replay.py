@@ -328,17 +328,20 @@ class Replayer:
         assert name is not None
         if name in self.expanding:
             raise ReplayError(f"{name} calls itself")
-        target = None
+        target: cst.BaseAssignTargetExpression | None = None
         if isinstance(small, cst.Assign):
-            if len(small.targets) != 1 or not isinstance(small.targets[0].target, cst.Name):
-                raise ReplayError("the result of a helper call is unpacked")
-            target = small.targets[0].target.value
+            if len(small.targets) != 1 or result_names(small.targets[0].target) is None:
+                raise ReplayError("the result of a helper call is unpacked into more than names")
+            target = small.targets[0].target
         helper = self.helpers[name]
         values, renames = self._bind(helper, call, target, name in self.functions)
         local_names = bound_names(helper.body) - set(values) - set(renames)
         self.all_locals |= local_names
-        if local_names & caller_names:
-            raise ReplayError(f"{name}'s locals {sorted(local_names & caller_names)} are the caller's names")
+        # a local named as the result may overwrite it early: the result is assigned last, and no
+        # argument reads it (_bind), so nothing of the caller's reads the value it had before
+        clash = local_names & caller_names - set(result_names(target) or () if target is not None else ())
+        if clash:
+            raise ReplayError(f"{name}'s locals {sorted(clash)} are the caller's names")
         params = {p.name.value for p in (*helper.params.params, *helper.params.kwonly_params)}
         free = names_in(helper.body) - bound_names(helper.body) - params
         if free & (self.caller_bound - params):  # `init` of the module, shadowed by a local of the caller
@@ -360,9 +363,15 @@ class Replayer:
         return stmts
 
     def _bind(
-        self, helper: cst.FunctionDef, call: cst.Call, target: str | None, function: bool = False
+        self,
+        helper: cst.FunctionDef,
+        call: cst.Call,
+        target: cst.BaseAssignTargetExpression | None,
+        function: bool = False,
     ) -> tuple[dict[str, cst.BaseExpression], dict[str, str]]:
-        """(values of the parameters the helper only reads, caller names of those it rebinds)."""
+        """(values of the parameters the helper only reads, caller names of those it rebinds: each
+        must be passed by a name the result goes to)."""
+        targets = set(result_names(target) or ()) if target is not None else set()
         params = helper.params
         if isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None:
             raise ReplayError("a helper with *args / **kwargs")
@@ -398,38 +407,112 @@ class Replayer:
         renames: dict[str, str] = {}
         for pname, value in given.items():
             if pname in rebound:
-                if not (isinstance(value, cst.Name) and value.value == target):
+                if not (isinstance(value, cst.Name) and value.value in targets):
                     raise ReplayError(f"{pname} is rebound but not passed as the result's name")
-                renames[pname] = target  # type: ignore[assignment]
+                renames[pname] = value.value
             elif not pure(value):
                 raise ReplayError(f"{pname}: an argument with a call")
             else:
                 values[pname] = value
-        if len(renames) > 1 or any(target in names_in(v) for v in values.values()):
+        if len(renames) > 1 or any(targets & names_in(v) for v in values.values()):
             raise ReplayError("the result's name is read by another argument")
         return values, renames
 
     def _body(
-        self, helper: cst.FunctionDef, target: str | None, renames: dict[str, str]
+        self,
+        helper: cst.FunctionDef,
+        target: cst.BaseAssignTargetExpression | None,
+        renames: dict[str, str],
     ) -> list[cst.BaseStatement]:
-        """The helper's statements, its final ``return`` turned into the assignment of the result."""
+        """The helper's statements, each ``return`` that ends it turned into the assignment of the
+        result: its final one, or one at the end of every path of a final ``if`` / ``else``
+        (``if self.deterministic: return a`` / ``else: return b``)."""
         body = [s for i, s in enumerate(statements(helper.body)) if not (i == 0 and is_docstring(s))]
-        last = body[-1] if body else None
-        ret = None
-        if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return):
-            ret = last.body[-1].value
-            rest = list(last.body[:-1])
-            body = body[:-1] + ([last.with_changes(body=rest)] if rest else [])
+
+        def result(ret: cst.BaseExpression | None) -> list[cst.BaseSmallStatement]:
+            value = substitute(ret, {}, renames) if ret is not None else cst.Name("None")
+            if target is not None:
+                if (
+                    isinstance(value, cst.Name)
+                    and isinstance(target, cst.Name)
+                    and value.value == target.value
+                ):
+                    return []
+                return [cst.Assign(targets=[cst.AssignTarget(target)], value=value)]
+            return [cst.Expr(ret)] if ret is not None and not pure(ret) else []
+
+        body = _guards_to_else(body)
+        if body:
+            body[-1:] = _ending(body[-1], result)
         if _returns(body):
             raise ReplayError("a return before the helper's end")
-        result = substitute(ret, {}, renames) if ret is not None else cst.Name("None")
-        if target is not None:
-            if not (isinstance(result, cst.Name) and result.value == target):
-                assign = cst.Assign(targets=[cst.AssignTarget(cst.Name(target))], value=result)
-                body.append(cst.SimpleStatementLine(body=[assign]))
-        elif ret is not None and not pure(ret):
-            body.append(cst.SimpleStatementLine(body=[cst.Expr(ret)]))
         return body
+
+
+def result_names(target: cst.BaseExpression) -> list[str] | None:
+    """The names a call's result goes to: ``x`` or ``x, aux`` (no starred or nested target); else None."""
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
+        names = [
+            e.value.value
+            for e in target.elements
+            if isinstance(e, cst.Element) and isinstance(e.value, cst.Name)
+        ]
+        return names if len(names) == len(target.elements) else None
+    return None
+
+
+def _ending(stmt: cst.BaseStatement, result: Any) -> list[cst.BaseStatement]:
+    """``stmt``, the helper's last, with the ``return`` that ends it replaced by ``result(value)``
+    (small statements): a ``return`` line, or an ``if`` whose every path (``else`` included) ends in
+    one. Anything else is kept as it is (a helper that falls off its end returns None)."""
+    if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[-1], cst.Return):
+        small = [*stmt.body[:-1], *result(stmt.body[-1].value)]
+        return [stmt.with_changes(body=small)] if small else []
+    if isinstance(stmt, cst.If) and stmt.orelse is not None and _ends_in_return(stmt):
+        orelse = stmt.orelse
+        if isinstance(orelse, cst.If):
+            orelse = _ending(orelse, result)[0]
+        else:
+            orelse = orelse.with_changes(body=_ended_block(orelse.body, result))
+        return [stmt.with_changes(body=_ended_block(stmt.body, result), orelse=orelse)]
+    return [stmt]
+
+
+def _guards_to_else(stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """``if c: ...; return a`` followed by more statements (a guard) -> ``if c: ...; return a`` /
+    ``else:`` the rest, which is the same program, so that every return of the helper ends it."""
+    for index, stmt in enumerate(stmts[:-1]):
+        if isinstance(stmt, cst.If) and stmt.orelse is None and _ends_in_return(statements(stmt.body)[-1]):
+            rest = cst.IndentedBlock(body=_guards_to_else(stmts[index + 1 :]))
+            return [*stmts[:index], stmt.with_changes(orelse=cst.Else(body=rest))]
+    return stmts
+
+
+def _ended_block(block: cst.BaseSuite, result: Any) -> cst.BaseSuite:
+    stmts = statements(block)
+    stmts[-1:] = _ending(stmts[-1], result)
+    if not stmts:
+        stmts = [cst.SimpleStatementLine(body=[cst.Pass()])]
+    return (
+        cst.IndentedBlock(body=stmts)
+        if isinstance(block, cst.SimpleStatementSuite)
+        else block.with_changes(body=stmts)
+    )
+
+
+def _ends_in_return(stmt: cst.BaseStatement) -> bool:
+    """Every path through ``stmt`` ends in a ``return`` statement it holds last."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return isinstance(stmt.body[-1], cst.Return)
+    if isinstance(stmt, cst.If):
+        if stmt.orelse is None:
+            return False
+        last = statements(stmt.body)[-1:]
+        other = stmt.orelse if isinstance(stmt.orelse, cst.If) else statements(stmt.orelse.body)[-1]
+        return bool(last) and _ends_in_return(last[0]) and _ends_in_return(other)
+    return False
 
 
 def _lines(node: cst.CSTNode) -> list[cst.SimpleStatementLine]:
