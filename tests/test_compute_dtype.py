@@ -110,3 +110,109 @@ def test_a_bfloat16_head_does_not_loosen_a_float32_one(tmp_path):
     parity = check(pair, variables)
     failed = {(lf.check.split("@")[0], lf.path) for lf in parity.failures}
     assert ("forward/eval", "out[0]") in failed and ("forward/eval", "out[1]") not in failed
+
+
+SOWN_AUX = """\
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+
+class Experts(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        probs = jax.nn.softmax(nn.Dense(3)(x))
+        self.sow("intermediates", "aux", jnp.sum(jnp.mean(probs, axis=0) ** 2))
+        return nn.Dense(4, dtype=jnp.bfloat16)(x).astype(jnp.float32) * probs[:, :1]
+"""
+
+
+def _sown_pair(tmp_path, change=lambda s: s):
+    result = migrate_source(SOWN_AUX, "sown_aux.py", module_name="sown_aux")
+    nnx_source = change(result.output)
+    nnx_file = tmp_path / ("nnx_changed.py" if nnx_source != result.output else "nnx_src.py")
+    (tmp_path / "linen_src.py").write_text(SOWN_AUX)
+    nnx_file.write_text(nnx_source)
+    linen_mod, nnx_mod = import_file(tmp_path / "linen_src.py"), import_file(nnx_file)
+    x = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
+    side = LinenSide(
+        model=linen_mod.Experts(),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_mod.Experts(in_features=8, rngs=rngs), name_map=map_path
+    )
+    return pair, perturbed(side.init_variables())
+
+
+def test_a_float32_sown_loss_beside_bfloat16_layers_keeps_float32_tolerance(tmp_path):
+    """An auxiliary loss computed in float32 is judged at float32 though the experts compute in
+    bfloat16: 2% off passes at bfloat16's base (2e-2 x (1 + |aux|)), and must fail."""
+    pair, variables = _sown_pair(tmp_path)
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert parity.tolerances.compute_dtype == "bfloat16"
+    assert parity.tolerances.exact_outputs == {"aux/0"}  # the output went through bfloat16
+
+    def scaled(source):
+        changed = source.replace("** 2))", "** 2) * 1.02)")
+        assert changed != source
+        return changed
+
+    pair, variables = _sown_pair(tmp_path, scaled)
+    failed = {(lf.check.split("@")[0], lf.path) for lf in check(pair, variables).failures}
+    assert ("intermediates", "aux/0") in failed, failed
+
+
+PRECISE = """\
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+class Mix(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        w = self.param("w", nn.initializers.normal(), (x.shape[-1], 4))
+        v = self.param("v", nn.initializers.normal(), (4, 4))
+        h = jnp.einsum("bd,df->bf", x, w, precision=HIGHEST)
+        h = jnp.einsum("bf,fg->bg", h, v, precision=HIGHEST)
+        return jnp.einsum("bg,gh->bh", h, v)
+"""
+
+
+def test_one_of_two_highest_precision_dots_dropped_fails(tmp_path):
+    """The module still runs a HIGHEST and a DEFAULT dot after the slip, so the sets agree; as many
+    dots run on both sides, so their multisets are compared and differ."""
+    result = migrate_source(PRECISE, "precise.py", module_name="precise")
+    dropped = result.output.replace("h, v, precision=HIGHEST)", "h, v)", 1)
+    assert dropped != result.output
+    (tmp_path / "linen_src.py").write_text(PRECISE)
+    x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
+    verdicts = {}
+    for name, source in (("nnx_src.py", result.output), ("nnx_dropped.py", dropped)):
+        (tmp_path / name).write_text(source)
+        linen_mod, nnx_mod = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / name)
+        side = LinenSide(
+            model=linen_mod.Mix(),
+            batch={"x": x},
+            loss=lambda out, b: jnp.mean(out**2),
+            train_kwargs={},
+            eval_kwargs={},
+        )
+        map_path = tmp_path / "map.json"
+        result.name_map.save(map_path)
+        pair = ModelPair(
+            linen=side, nnx_factory=lambda rngs, m=nnx_mod: m.Mix(in_features=3, rngs=rngs), name_map=map_path
+        )
+        parity = check(pair, perturbed(side.init_variables()))
+        verdicts[name] = {(lf.check.split("@")[0], lf.path) for lf in parity.failures}
+    assert verdicts["nnx_src.py"] == set()
+    assert ("precision", "") in verdicts["nnx_dropped.py"], verdicts

@@ -122,7 +122,9 @@ def linen_dropout_off() -> Iterator[None]:
 
 
 def nnx_dropout_off(model: Any) -> Any:
-    """A clone of ``model`` with every NNX dropout rate set to 0 (the original is untouched)."""
+    """A clone of ``model`` with every NNX dropout rate set to 0 (the original is untouched). A Linen
+    module inside it (``nnx.bridge.ToNNX``) builds its dropout at call time: call the clone inside
+    :func:`linen_dropout_off` too."""
     from flax import nnx
 
     clone = nnx.clone(model)
@@ -293,8 +295,9 @@ def nnx_fns(pair: Any, model: Any, jit: bool = True) -> tuple[Callable[[], Any],
 
         def f(p: Any) -> Any:
             # copy=True: fresh Variables at this trace level, so BatchNorm may update its stats
-            # under nnx.capture, as in eval: a sow inside a transform with graph_updates off still counts
-            with same_keys():
+            # under nnx.capture, as in eval: a sow inside a transform with graph_updates off still counts;
+            # a class kept as Linen behind nnx.bridge.ToNNX runs its own nn.Dropout: off as Linen's
+            with same_keys(), linen_dropout_off():
                 out, sown, called = call_capturing(
                     lambda: nnx.merge(gdef_train, p, r0, copy=True), args, kwargs
                 )

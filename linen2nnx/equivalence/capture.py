@@ -269,7 +269,7 @@ def capture_nnx(pair: Any, model: Any, train: bool) -> tuple[list[Call], str]:
     """Eager NNX forward (on a clone; dropout off in train mode) with every call recorded."""
     from flax import nnx
 
-    from linen2nnx.equivalence.build import nnx_dropout_off
+    from linen2nnx.equivalence.build import linen_dropout_off, nnx_dropout_off
     from linen2nnx.equivalence.randomness import same_keys
     from linen2nnx.equivalence.sown import quiet_sow
 
@@ -278,7 +278,8 @@ def capture_nnx(pair: Any, model: Any, train: bool) -> tuple[list[Call], str]:
     args, kwargs = pair.linen.call_args(train)
     rec = Recorder()
     error = ""
-    with nnx_hooked(clone, rec.hook), quiet_sow(), same_keys():
+    no_linen_dropout = linen_dropout_off() if train else contextlib.nullcontext()
+    with nnx_hooked(clone, rec.hook), quiet_sow(), same_keys(), no_linen_dropout:
         try:
             clone(*args, **kwargs)
         except Exception as e:

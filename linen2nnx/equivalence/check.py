@@ -110,7 +110,7 @@ def check(
             if mesh_mod is not None and hasattr(mesh_mod, "place_sides"):
                 sides = mesh_mod.place_sides(pair, sides, active)
         module_map = make_module_map(pair, sides, name_map)
-        tols = _with_compute_dtype(tols, pair, sides)
+        tols = _with_compute_dtype(tols, pair, sides, module_map)
         leaves = run_checks(pair, sides, tols, timings, jit=jit, module_map=module_map, long_batch=long_batch)
         if mesh_mod is not None:
             with _timed(timings, "partition_spec"):
@@ -216,17 +216,17 @@ def _localise(
         )
 
 
-def _with_compute_dtype(tols: Tolerances, pair: Any, sides: Any) -> Tolerances:
+def _with_compute_dtype(tols: Tolerances, pair: Any, sides: Any, module_map: ModuleMap) -> Tolerances:
     """``tols`` with the compute dtype of :func:`.precision.linen_compute_dtype` unless it names one (a
     bfloat16 layer makes every value downstream of it that coarse), and the output leaves no coarse
-    operation feeds (read off the same trace); as they are where the program cannot be traced
+    operation feeds, and the sown values none feeds (read off the same trace); as they are where the program cannot be traced
     abstractly (the checks that run it say why)."""
     from linen2nnx.equivalence.precision import linen_compute_dtype
 
     if tols.compute_dtype:
         return tols
     try:
-        found, exact = linen_compute_dtype(pair, sides.linen_variables)
+        found, exact = linen_compute_dtype(pair, sides.linen_variables, module_map)
     except Exception:
         return tols
     return dataclasses.replace(tols, compute_dtype=found, exact_outputs=exact)

@@ -24,7 +24,7 @@ from linen2nnx.equivalence.capture import PathT, linen_hooked, nnx_hooked, tag_m
 from linen2nnx.equivalence.compare import LeafResult, missing
 from linen2nnx.equivalence.modmap import ModuleMap, join
 from linen2nnx.equivalence.randomness import same_keys
-from linen2nnx.equivalence.sown import quiet_sow
+from linen2nnx.equivalence.sown import linen_sown_to_nnx, quiet_sow
 
 CHECK = "precision"
 DOT_PRIMITIVES = ("dot_general", "conv_general_dilated", "ragged_dot_general")
@@ -87,21 +87,27 @@ def module_dots(jaxpr: Any) -> dict[PathT, list[str]]:
 COARSE_FLOATS = ("float16", "bfloat16")
 
 
-def linen_compute_dtype(pair: Any, variables: Any) -> tuple[str | None, frozenset[str]]:
+def linen_compute_dtype(
+    pair: Any, variables: Any, module_map: ModuleMap | None = None
+) -> tuple[str | None, frozenset[str]]:
     """``(compute dtype, exact outputs)`` of the Linen eval forward, traced once (shapes only: nothing
     runs). The compute dtype is the 16-bit float it computes in (an operation's result in it,
     sub-jaxprs included), the coarser one when it uses both; None for a program in float32 or wider.
     The exact outputs are the output leaves (``out[0]``, as :func:`.comparisons.compare_outputs` names
     them) that no 16-bit operation feeds: the backward slice of each, an operation with a sub-program
-    counted as coarse when anything inside it is; empty when the program has no 16-bit operation."""
+    counted as coarse when anything inside it is; empty when the program has no 16-bit operation.
+    With ``module_map``, the sown values no 16-bit operation feeds too, under the NNX paths the
+    ``intermediates`` check names them by: a float32 auxiliary loss beside bfloat16 experts is
+    judged at float32."""
     from jax.extend import core as jcore
 
     side = pair.linen
     args, kwargs = side.call_args(False)
     rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
     with same_keys():
-        closed, out_shape = jax.make_jaxpr(
-            lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=False), return_shape=True
+        closed, (out_shape, updates) = jax.make_jaxpr(
+            lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=["intermediates"]),
+            return_shape=True,
         )(variables)
     jx = closed.jaxpr
     found = next((d for d in reversed(COARSE_FLOATS) if d in _dtypes(jx)), None)
@@ -114,13 +120,15 @@ def linen_compute_dtype(pair: Any, variables: Any) -> tuple[str | None, frozense
         fed = any(coarse_of.get(v, False) for v in eqn.invars if not isinstance(v, jcore.Literal))
         for v in eqn.outvars:
             coarse_of[v] = here or fed
+    exact_vars = [not isinstance(v, jcore.Literal) and not coarse_of.get(v, False) for v in jx.outvars]
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(out_shape)[0]]
-    exact = frozenset(
-        "out" + path
-        for path, var in zip(paths, jx.outvars)
-        if not isinstance(var, jcore.Literal) and not coarse_of.get(var, False)
-    )
-    return found, exact
+    exact = {"out" + path for path, ok in zip(paths, exact_vars) if ok}
+    sown = updates.get("intermediates", {}) if module_map is not None else {}
+    if sown:  # each sown leaf numbered by its place among the program's outputs, then placed
+        numbered = jax.tree.unflatten(jax.tree.structure(sown), range(len(paths), len(exact_vars)))
+        placed = linen_sown_to_nnx(numbered, module_map)
+        exact |= {path for path, index in placed.items() if exact_vars[index]}
+    return found, frozenset(exact)
 
 
 def _dtypes(jx: Any) -> set[str]:
@@ -161,8 +169,10 @@ def nnx_dots(pair: Any, model: Any) -> dict[PathT, list[str]]:
 def precision_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafResult]:
     """One ``precision`` leaf per NNX module whose dots can be compared with its Linen module's.
 
-    The *set* of dot signatures is compared (not their number: Linen's ``OptimizedLSTMCell`` runs
-    one fused dot where ``nnx.LSTMCell`` runs eight). A module compares its own dots when both sides
+    A module that runs as many dots on both sides compares their multisets: one of two
+    ``precision=HIGHEST`` einsums dropped fails though both sides still run some HIGHEST and some
+    DEFAULT dot. Where the numbers differ, the *sets* of dot signatures are compared (Linen's
+    ``OptimizedLSTMCell`` runs one fused dot where ``nnx.LSTMCell`` runs eight). A module compares its own dots when both sides
     run some; when only one side does (a fused computation on one side, children's dots on the
     other), that side's own dots meet the other side's whole subtree; a module with no dots of its
     own on either side gives no leaf, so a precision slip fails the module it is in, not its parents.
@@ -177,8 +187,11 @@ def precision_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafR
     }
     results = []
     for path in sorted(set(linen_own) | set(nnx_own)):
-        mine_l, mine_n = set(linen_own.get(path, ())), set(nnx_own.get(path, ()))
-        if mine_l and mine_n:
+        count_l, count_n = linen_own.get(path, Counter()), nnx_own.get(path, Counter())
+        mine_l, mine_n = set(count_l), set(count_n)
+        if mine_l and mine_n and count_l.total() == count_n.total():
+            ref, got = count_l, count_n  # as many dots: each signature as often
+        elif mine_l and mine_n:
             ref, got = mine_l, mine_n
         elif mine_l:
             ref, got = mine_l, _subtree(nnx_own, path)
@@ -200,5 +213,8 @@ def _subtree(own: dict[str, Counter[str]], path: str) -> set[str]:
     return {sig for p, dots in own.items() if p == path or p.startswith(prefix) for sig in dots}
 
 
-def _fmt(signatures: set[str]) -> str:
+def _fmt(signatures: set[str] | Counter[str]) -> str:
+    """The signatures, sorted; a multiset's with their counts where a signature repeats (``2x ...``)."""
+    if isinstance(signatures, Counter):
+        return ", ".join(f"{n}x {sig}" if n > 1 else sig for sig, n in sorted(signatures.items()))
     return ", ".join(sorted(signatures))

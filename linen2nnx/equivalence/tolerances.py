@@ -22,7 +22,8 @@ A leaf passes iff ``max|Δ| <= tol`` with
   leaf gets the base of that dtype when it is the less precise: a float32 gradient that went through
   a bfloat16 layer is as exact as bfloat16 arithmetic, and two faithful programs (or one program,
   jitted and not) differ by a few of its ulps. An output leaf none of whose operations is in it
-  (``exact_outputs``) keeps its own dtype's base: one bfloat16 head does not loosen a float32 one.
+  or sown value (``exact_outputs``) keeps its own dtype's base: one bfloat16 head does not loosen a
+  float32 one.
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ class Tolerances:
     overrides: Mapping[str, float] = dataclasses.field(default_factory=dict)
     compute_dtype: str | None = None
     exact_outputs: frozenset[str] = frozenset()
-    """Output leaves (``out[0]``) whose whole computation stays in float32 or wider though the program
-    has a coarser ``compute_dtype`` elsewhere (an fp32 head beside a bfloat16 one): their
-    ``forward/*`` leaves keep their own dtype's base (:func:`.precision.linen_compute_dtype`)."""
+    """Output leaves (``out[0]``) and sown values (their NNX paths) whose whole computation stays in
+    float32 or wider though the program has a coarser ``compute_dtype`` elsewhere (an fp32 head or
+    auxiliary loss beside bfloat16 layers): their ``forward/*`` and ``intermediates*`` leaves keep
+    their own dtype's base (:func:`.precision.linen_compute_dtype`)."""
 
     @classmethod
     def coerce(cls, value: Tolerances | float | Mapping[str, Any] | None) -> Tolerances:
@@ -78,7 +80,7 @@ class Tolerances:
         for pattern, factor in self.overrides.items():
             if fnmatch.fnmatchcase(f"{check}:{path}", pattern) or fnmatch.fnmatchcase(path, pattern):
                 return float(factor)
-        exact = check.startswith("forward/") and path in self.exact_outputs
+        exact = check.startswith(("forward/", "intermediates")) and path in self.exact_outputs
         if self.compute_dtype and not exact and dtype in DEFAULT_BASE and dtype != self.compute_dtype:
             dtype = less_precise(dtype, self.compute_dtype)  # a float leaf computed in a coarser dtype
         if dtype in self.base:

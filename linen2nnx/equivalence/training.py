@@ -229,7 +229,7 @@ def _nnx_step(pair: Any, sides: Any, tx: Any, first: Any) -> tuple[Any, Any]:
     """The jitted NNX train step over the split ``(model, optimizer)`` state, and that first state."""
     from flax import nnx
 
-    from linen2nnx.equivalence.build import nnx_dropout_off
+    from linen2nnx.equivalence.build import linen_dropout_off, nnx_dropout_off
     from linen2nnx.equivalence.jitting import fast_jit
     from linen2nnx.equivalence.randomness import same_keys
     from linen2nnx.equivalence.sown import quiet_sow
@@ -243,7 +243,7 @@ def _nnx_step(pair: Any, sides: Any, tx: Any, first: Any) -> tuple[Any, Any]:
     def nnx_step(state: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = first.rebuild(dynamic)
         m, o = nnx.merge(gdef, state)
-        with quiet_sow(), same_keys():
+        with quiet_sow(), same_keys(), linen_dropout_off():  # also a ToNNX-bridged class's dropout
             loss, grads = nnx.value_and_grad(lambda mm: side.loss(mm(*args, **kwargs), batch))(m)
         o.update(m, grads)
         # values sown outside nnx.capture become new attributes: keep the state's structure fixed
