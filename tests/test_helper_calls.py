@@ -198,3 +198,57 @@ def test_a_helper_the_class_reaches_by_a_computed_name_is_not_replayed():
         "        self._setup_mlp()\n", "        self._setup_mlp()\n        getattr(self, '_setup_' + 'x')\n"
     )
     assert replayed(source) is None
+
+
+UNPACKED = """
+class Router(nn.Module):
+    noisy: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        probs, aux = self._gates(x)
+        return probs * aux
+
+    @nn.nowrap
+    def _gates(self, h):
+        logits = nn.Dense(3, name="router")(h)
+        if not self.noisy:
+            return logits, logits.sum()
+        probs = logits * 2.0
+        aux = probs.mean()
+        return probs, aux
+"""
+
+
+def test_an_unpacked_nowrap_helper_with_a_guard_is_replayed():
+    """``@nn.nowrap`` helper, a tuple of names, a guard's return and locals named as the results: the
+    rest after the guard becomes its else, each return the assignment of the names."""
+    result = replayed(UNPACKED)
+    assert result is not None and result.classes == ["Router"]
+    assert "def _gates" not in result.source
+    assert "probs, aux = logits, logits.sum()" in result.source and "else:" in result.source
+
+
+def test_a_local_named_as_the_result_a_rebound_parameter_takes_is_not_replayed():
+    """``x = self._h(x)`` where ``_h(self, h)`` rebinds ``h`` (renamed ``x``) and also has a local
+    ``x``: replayed, the two would be one variable (``x = x + x`` for ``h + x``)."""
+    source = """
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x, y = self._h(x)
+            return x + y
+
+        @nn.nowrap
+        def _h(self, h):
+            x = nn.Dense(4, name="inner")(h)
+            h = h * 2.0
+            return h + x, x
+    """
+    assert replayed(source) is None
+    assert (
+        replayed(
+            source.replace("x, y = self._h(x)", "x = self._h(x)").replace("return h + x, x", "return h + x")
+        )
+        is None
+    )

@@ -59,7 +59,7 @@ from linen2nnx.migrate.param_helpers import (
     replay_param_helpers,
     with_imports,
 )
-from linen2nnx.migrate.rules import MOD_007
+from linen2nnx.migrate.rules import MOD_001, MOD_007
 from linen2nnx.migrate.shared_helpers import is_shared
 
 
@@ -516,13 +516,16 @@ def _line_map(old: str, new: str) -> tuple[list[int], set[int]]:
 
 
 def kept_after_replay(result: Any, replayed: Replayed) -> frozenset[str]:
-    """The replayed classes the module pass still keeps as Linen in ``result``: written as their
-    author wrote them instead, a bridged class keeps its author's code."""
+    """The replayed classes the module pass still keeps as Linen in ``result``, or does not rewrite at
+    all (a base it cannot tell is a Linen module): written as their author wrote them instead, such a
+    class keeps its author's code."""
     # an earlier run's Linen copy (`BlockLinen`) is reported by the name of its NNX wrapper (`Block`)
     kept = set()
     for name in replayed.classes:
         heads = tuple(f"{n} kept as Linen" for n in {name, name.removesuffix("Linen")})
         if any(f.rule == MOD_007.id and f.message.startswith(heads) for f in result.findings):
+            kept.add(name)
+        elif not any(f.rule == MOD_001.id and f.message.startswith(f"{name} -> ") for f in result.findings):
             kept.add(name)
     return frozenset(kept)
 

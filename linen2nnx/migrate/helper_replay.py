@@ -338,8 +338,10 @@ class Replayer:
         local_names = bound_names(helper.body) - set(values) - set(renames)
         self.all_locals |= local_names
         # a local named as the result may overwrite it early: the result is assigned last, and no
-        # argument reads it (_bind), so nothing of the caller's reads the value it had before
-        clash = local_names & caller_names - set(result_names(target) or () if target is not None else ())
+        # argument reads it (_bind), so nothing of the caller's reads the value it had before; not a
+        # name a rebound parameter takes (the local and the parameter would be one variable)
+        results = set(result_names(target) or () if target is not None else ())
+        clash = local_names & caller_names - (results - set(renames.values()))
         if clash:
             raise ReplayError(f"{name}'s locals {sorted(clash)} are the caller's names")
         params = {p.name.value for p in (*helper.params.params, *helper.params.kwonly_params)}
