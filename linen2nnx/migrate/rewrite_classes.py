@@ -231,6 +231,7 @@ class ClassRewriter:
     def _bridged(self, plan: ClassPlan, original: cst.ClassDef, updated: cst.ClassDef) -> cst.FlattenSentinel:
         """The Linen class renamed ``<Name>Linen``, and an NNX ``<Name>`` that wraps it with
         ``nnx.bridge.ToNNX`` (after the Linen copies of the classes it builds through factory fields)."""
+        plan.bridged = True  # its users planned after it hand it no input sizes: its Linen copy reads none
         batch_norm = any(
             site.rule is not None and site.rule.linen == "BatchNorm" for site in plan.sites.values()
         ) or "BatchNorm" in code(original)  # also through partial(nn.BatchNorm, ...)

@@ -346,6 +346,8 @@ class Sizer(TraceEvidence):
                         inner.user_in[arg] = self._traced_arg(plan, inner, arg, how, node)
         elif site.kind == "module":
             assert site.user is not None
+            if site.user.bridged or site.user.kept_linen:
+                return  # its wrapper accepts the sizes and ignores them: its Linen copy infers its own
             for arg, how in site.user.new_args.items():
                 index = int(how.split(":")[1]) if how.startswith("input:") else -1
                 if index == 0:  # the size of the first input, which is what the flow follows
@@ -565,7 +567,13 @@ class Sizer(TraceEvidence):
                 if site.rule.in_arg is not None:  # type: ignore[union-attr]
                     site.in_expr = expr
                 self._propagate_nested(site, expr)
-            elif site.kind == "module" and site.user and site.user.new_args and not site.user_in:
+            elif (
+                site.kind == "module"
+                and site.user
+                and site.user.new_args
+                and not site.user_in
+                and not (site.user.bridged or site.user.kept_linen)  # a wrapper that ignores sizes
+            ):
                 for arg, how in site.user.new_args.items():
                     traced = (  # a module the flow never saw applied, as the trace saw it called
                         self._from_trace(plan, site, Feat.unknown("a module applied elsewhere"), site.ctor)
