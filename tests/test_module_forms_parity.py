@@ -1240,3 +1240,26 @@ def test_scanned_function_with_a_default_argument(cls, tmp_path):
         x,
         map_path,
     )
+
+
+def test_make_rng_handed_on_as_a_value_draws_where_linen_draws(tmp_path):
+    """``stochastic_depth(y, rate, not train, self.make_rng)``: in train mode the helper draws with the
+    function the migration hands it, from the module's ``nnx.Rngs``; the check's fixed key makes both
+    sides' draws the same, so the train forward and gradients agree only if NNX draws where Linen does."""
+    linen_module, nnx_module, result, map_path = build("make_rng_value", tmp_path)
+    assert "self.make_rng)" not in result.output and "self.rngs[name]()" in result.output
+    x = np.random.default_rng(5).normal(size=(16, 4)).astype(np.float32)
+    side = LinenSide(
+        model=linen_module.Block(),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={"train": True},
+        eval_kwargs={"train": False},
+    )
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_module.Block(in_features=4, rngs=rngs), name_map=map_path
+    )
+    variables = perturbed(side.init_variables())
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+    assert parity.by_check()["forward/train"] and len(parity.by_check()["grad"]) == 4

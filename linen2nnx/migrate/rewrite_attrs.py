@@ -40,6 +40,7 @@ from linen2nnx.migrate.rules import (
     PART_001,
     PART_002,
     PART_003,
+    VAR_003,
     XFORM_001,
     XFORM_002,
     XFORM_003,
@@ -96,10 +97,33 @@ class AttributeRewriter:
             if repointed is not None:
                 return repointed
         return (
-            self._layer_attribute(original, updated, holder)
+            self._make_rng_value(original, parent, holder)
+            or self._layer_attribute(original, updated, holder)
             or displayed_variables(self.ctx, original, parent)
             or self._variable_read(original, updated, parent)
         )
+
+    def _make_rng_value(
+        self, original: cst.Attribute, parent: cst.CSTNode | None, holder: ClassPlan | None
+    ) -> cst.BaseExpression | None:
+        """``self.make_rng`` handed on as a value (``stochastic_depth(x, rate, self.make_rng)``, which
+        calls it with a stream name): a function drawing from the module's ``nnx.Rngs`` by that name,
+        with Linen's default stream."""
+        if (
+            holder is None
+            or holder.blocking
+            or self_attr(original) != "make_rng"
+            or "make_rng" in holder.field_names
+            or (type(parent) is cst.Call and parent.func is original)
+        ):
+            return None
+        holder.uses_rngs = True
+        self.ctx.report(
+            VAR_003,
+            original,
+            "self.make_rng handed on as a value -> a function drawing from the module's nnx.Rngs by name",
+        )
+        return parse_expression('lambda name="params": self.rngs[name]()')
 
     def _layer_attribute(
         self, original: cst.Attribute, updated: cst.Attribute, holder: ClassPlan | None
