@@ -216,3 +216,23 @@ def test_one_of_two_highest_precision_dots_dropped_fails(tmp_path):
         verdicts[name] = {(lf.check.split("@")[0], lf.path) for lf in parity.failures}
     assert verdicts["nnx_src.py"] == set()
     assert ("precision", "") in verdicts["nnx_dropped.py"], verdicts
+
+
+def test_a_scan_is_followed_inside_output_by_output():
+    """A bfloat16 operation in a scan's body makes only the outputs it feeds coarse: the carry and a
+    float32 per-step value computed beside it stay exact (a sown auxiliary loss in a scanned layer)."""
+    import jax
+
+    from linen2nnx.equivalence.precision import _coarse_outputs
+
+    def body(c, x):
+        aux = jnp.sum(c * x)  # float32 all along
+        head = (c.astype(jnp.bfloat16) * 2).astype(jnp.float32)  # through bfloat16
+        return c * 2.0, (aux, head)
+
+    closed = jax.make_jaxpr(lambda c, xs: jax.lax.scan(body, c, xs))(jnp.ones(3), jnp.ones((4, 3)))
+    jx = closed.jaxpr
+    assert _coarse_outputs(jx, [False, False]) == [False, False, True]  # carry, aux, head
+    assert _coarse_outputs(jx, [True, False]) == [True, True, True]  # a coarse start taints all
+    jitted = jax.make_jaxpr(jax.jit(lambda c, xs: jax.lax.scan(body, c, xs)))(jnp.ones(3), jnp.ones((4, 3)))
+    assert _coarse_outputs(jitted.jaxpr, [False, False]) == [False, False, True]

@@ -99,8 +99,6 @@ def linen_compute_dtype(
     With ``module_map``, the sown values no 16-bit operation feeds too, under the NNX paths the
     ``intermediates`` check names them by: a float32 auxiliary loss beside bfloat16 experts is
     judged at float32."""
-    from jax.extend import core as jcore
-
     side = pair.linen
     args, kwargs = side.call_args(False)
     rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
@@ -113,14 +111,7 @@ def linen_compute_dtype(
     found = next((d for d in reversed(COARSE_FLOATS) if d in _dtypes(jx)), None)
     if found is None:
         return None, frozenset()
-    coarse_of: dict[Any, bool] = {}  # var -> whether a 16-bit op is in its backward slice
-    for eqn in jx.eqns:
-        here = any(str(getattr(v.aval, "dtype", "")) in COARSE_FLOATS for v in eqn.outvars)
-        here = here or any(_dtypes(sub) & set(COARSE_FLOATS) for sub in _sub_jaxprs(eqn.params))
-        fed = any(coarse_of.get(v, False) for v in eqn.invars if not isinstance(v, jcore.Literal))
-        for v in eqn.outvars:
-            coarse_of[v] = here or fed
-    exact_vars = [not isinstance(v, jcore.Literal) and not coarse_of.get(v, False) for v in jx.outvars]
+    exact_vars = [not coarse for coarse in _coarse_outputs(jx, [False] * len(jx.invars))]
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(out_shape)[0]]
     exact = {"out" + path for path, ok in zip(paths, exact_vars) if ok}
     sown = updates.get("intermediates", {}) if module_map is not None else {}
@@ -129,6 +120,54 @@ def linen_compute_dtype(
         placed = linen_sown_to_nnx(numbered, module_map)
         exact |= {path for path, index in placed.items() if exact_vars[index]}
     return found, frozenset(exact)
+
+
+def _coarse_outputs(jx: Any, coarse_in: list[bool]) -> list[bool]:
+    """For each output of ``jx``, whether a 16-bit operation is in its backward slice, given that of
+    each input. A scan, a jit or a remat is followed inside (per output: a float32 value sown in a
+    scanned layer beside a bfloat16 one stays exact); any other operation with a sub-program counts
+    as coarse for all its outputs when anything inside it is."""
+    from jax.extend import core as jcore
+
+    coarse_of: dict[Any, bool] = dict(zip(jx.invars, coarse_in))
+    coarse_of.update((v, _is_coarse(v)) for v in jx.constvars)
+    for eqn in jx.eqns:
+        ins = [not isinstance(v, jcore.Literal) and coarse_of.get(v, False) for v in eqn.invars]
+        outs = _followed(eqn, ins)
+        if outs is None:
+            here = any(_is_coarse(v) for v in eqn.outvars)
+            here = here or any(_dtypes(sub) & set(COARSE_FLOATS) for sub in _sub_jaxprs(eqn.params))
+            outs = [here or any(ins)] * len(eqn.outvars)
+        coarse_of.update(zip(eqn.outvars, outs))
+    return [not isinstance(v, jcore.Literal) and coarse_of.get(v, False) for v in jx.outvars]
+
+
+def _followed(eqn: Any, ins: list[bool]) -> list[bool] | None:
+    """:func:`_coarse_outputs` of a scan's body (its carries to a fixed point) or of a jit's or remat's
+    program, per output of ``eqn``; None for any other operation."""
+    params = eqn.params
+    sub = params.get("jaxpr")
+    sub = getattr(sub, "jaxpr", sub)
+    if sub is None or not hasattr(sub, "eqns") or len(sub.invars) != len(ins):
+        return None
+    if eqn.primitive.name == "scan":
+        consts, carries = params["num_consts"], params["num_carry"]
+        carry = ins[consts : consts + carries]
+        for _ in range(carries + 1):  # a carry once coarse stays so: at most one change per carry
+            outs = _coarse_outputs(sub, [*ins[:consts], *carry, *ins[consts + carries :]])
+            grown = [a or b for a, b in zip(carry, outs[:carries])]
+            if grown == carry:
+                break
+            carry = grown
+    elif eqn.primitive.name in ("pjit", "jit", "remat", "checkpoint", "closed_call", "core_call"):
+        outs = _coarse_outputs(sub, ins)
+    else:
+        return None
+    return [c or _is_coarse(v) for c, v in zip(outs, eqn.outvars)]
+
+
+def _is_coarse(var: Any) -> bool:
+    return str(getattr(getattr(var, "aval", None), "dtype", "")) in COARSE_FLOATS
 
 
 def _dtypes(jx: Any) -> set[str]:
