@@ -224,6 +224,7 @@ CASES = {
     "helper_blocks": ("Tower", {}, (2, 5)),  # self._stage(x, features=6, depth=2, ...) replayed in place
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
     "broadcast_experts": ("MoE", {}, (6, 3)),  # the experts' width: the broadcast input's, not num_experts
+    "kept_function_result_method": ("CausalMix", {}, (2, 5, 3)),  # make_causal_mask(...).squeeze(1) kept
     "helper_tuple_returns": ("Router", {}, (4, 5)),  # gates, aux = self._gates(...): the guard's return
     "helper_tuple_returns_noisy": ("Router", {"deterministic": False}, (4, 5)),  # the final if / else
     "helper_tuple_returns_two": ("Router", {"deterministic": False, "num_experts": 2}, (4, 5)),

@@ -44,7 +44,7 @@ from linen2nnx.migrate.verify_names import (
     Signature,
     applied_linen_module,
     flax_class_kind,
-    is_pure_linen,
+    impure_linen_name,
     looks_like_linen_module,
     signature_of,
 )
@@ -434,17 +434,14 @@ class _Verifier:
         self, func: cst.BaseExpression, node: cst.CSTNode, stmt: cst.CSTNode | None
     ) -> None:
         """``nn.<name>(...)`` (or a decorator) that is not a pure function of flax.linen."""
-        if type(func) not in NAME_OR_ATTRIBUTE:
-            return
-        for q in self.names.qualnames(func):
-            if q.startswith("flax.linen.") and flax_class_kind(q) is None and not is_pure_linen(q):
-                self._report(
-                    verify_rules.VERIFY_005,
-                    node,
-                    stmt,
-                    f"{code(func)} ({q}) is Linen API, not a pure function; it has no place in an NNX class",
-                )
-                return
+        q = impure_linen_name(self.names, func)
+        if q is not None:
+            self._report(
+                verify_rules.VERIFY_005,
+                node,
+                stmt,
+                f"{code(func)} ({q}) is Linen API, not a pure function; it has no place in an NNX class",
+            )
 
     def _alias_of(self, name: str) -> cst.BaseExpression | None:
         fn, aliases = self._methods[-1]

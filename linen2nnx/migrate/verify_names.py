@@ -14,7 +14,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import callee_name
+from linen2nnx.migrate.cst_utils import callee_name, root_name
 from linen2nnx.migrate.linen_api import KEPT_LINEN_FUNCTIONS, equivalent_in_nnx, same_in_nnx
 from linen2nnx.migrate.sites import ClassSummary
 
@@ -76,6 +76,22 @@ def flax_class_kind(qualname: str) -> str | None:
 
 
 @cache
+def impure_linen_name(names: Any, func: cst.BaseExpression) -> str | None:
+    """The ``flax.linen`` name ``func`` spells when it is neither a pure function nor a class (judged
+    elsewhere); None for anything else, a method of a call's result included
+    (``nn.make_causal_mask(m).squeeze``, which the resolver reads through the call)."""
+    if root_name(func) is None:
+        return None
+    return next(
+        (
+            q
+            for q in names.qualnames(func)
+            if q.startswith("flax.linen.") and flax_class_kind(q) is None and not is_pure_linen(q)
+        ),
+        None,
+    )
+
+
 def is_pure_linen(qualname: str) -> bool:
     """True for a flax.linen function that is fine in NNX code: shared with flax.nnx (the very object),
     an equivalent or kept function of :mod:`linen_api` (its ``KEPT_LINEN_FUNCTIONS``: one table for both passes)."""
