@@ -60,10 +60,14 @@ class LinenSide:
 
     @property
     def state_collections(self) -> tuple[str, ...]:
-        """``mutable`` but ``intermediates``: the collections of variables a train apply updates. Sown
+        """``mutable`` but the sown collections (``intermediates``, and those registered to an
+        ``nnx.Intermediate`` subclass): the collections of variables a train apply updates. Sown
         values are compared as such (``nnx.capture``), never as variables an NNX twin holds; fed back to
         the next step, Linen would append to them."""
-        return tuple(c for c in self.mutable if c != "intermediates")
+        from linen2nnx.equivalence.sown import sown_collections
+
+        sown = set(sown_collections())
+        return tuple(c for c in self.mutable if c not in sown)
 
     def call_args(self, train: bool) -> tuple[tuple, dict]:
         args, kwargs = self.inputs(self.batch)

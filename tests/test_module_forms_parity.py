@@ -224,6 +224,7 @@ CASES = {
     "helper_blocks": ("Tower", {}, (2, 5)),  # self._stage(x, features=6, depth=2, ...) replayed in place
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
     "broadcast_experts": ("MoE", {}, (6, 3)),  # the experts' width: the broadcast input's, not num_experts
+    "sow_own_collection": ("Router", {}, (6, 4)),  # a sown "losses" collection, compared as sown values
     "kept_function_result_method": ("CausalMix", {}, (2, 5, 3)),  # make_causal_mask(...).squeeze(1) kept
     "helper_tuple_returns": ("Router", {}, (4, 5)),  # gates, aux = self._gates(...): the guard's return
     "helper_tuple_returns_noisy": ("Router", {"deterministic": False}, (4, 5)),  # the final if / else
@@ -1264,3 +1265,85 @@ def test_make_rng_handed_on_as_a_value_draws_where_linen_draws(tmp_path):
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
     assert parity.by_check()["forward/train"] and len(parity.by_check()["grad"]) == 4
+
+
+def test_a_loss_sown_into_its_own_collection_is_compared_and_a_slip_fails(tmp_path):
+    """``self.sow("losses", ...)`` migrated to a registered ``nnx.Intermediate`` subclass: check compares
+    its values (eval and train) as sown values, so a load-balancing loss 10% off fails there."""
+    linen_module, nnx_module, result, map_path = build("sow_own_collection", tmp_path)
+    x = np.random.default_rng(6).normal(size=(6, 4)).astype(np.float32)
+    side = LinenSide(
+        model=linen_module.Router(),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    variables = perturbed(side.init_variables())
+    assert "losses" in variables  # Linen's init sows too: no state, and nothing to convert
+    slipped = result.output.replace("* self.experts)", "* self.experts * 1.1)")
+    assert slipped != result.output
+    (tmp_path / "nnx_slipped.py").write_text(slipped)
+    verdicts = {}
+    for name, module in (("as migrated", nnx_module), ("slipped", import_file(tmp_path / "nnx_slipped.py"))):
+        pair = ModelPair(
+            linen=side,
+            nnx_factory=lambda rngs, m=module: m.Router(in_features=4, rngs=rngs),
+            name_map=map_path,
+        )
+        parity = check(pair, variables)
+        sown = {(lf.check, lf.path) for lf in parity.leaves if lf.check.startswith("intermediates")}
+        assert ("intermediates", "load_balance/0") in sown and (
+            "intermediates/train",
+            "load_balance/0",
+        ) in sown
+        verdicts[name] = {(lf.check, lf.path) for lf in parity.failures}
+    assert verdicts["as migrated"] == set()
+    assert verdicts["slipped"] == {
+        ("intermediates", "load_balance/0"),
+        ("intermediates/train", "load_balance/0"),
+    }
+
+
+def test_a_collection_linen_sows_into_that_nothing_compares_fails_the_check(tmp_path):
+    """A twin with no NNX type for a collection Linen sows into (a hand-written one, or a class kept as
+    Linen behind the bridge): its values would be compared with nothing, so the check fails there."""
+    source = """\
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Scorer(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = nn.Dense(3)(x)
+        self.sow("aux_metrics_unregistered", "norm", jnp.sum(h**2))
+        return h
+"""
+    twin = """\
+from flax import nnx
+
+
+class Scorer(nnx.Module):
+    def __init__(self, *, rngs):
+        self.dense_0 = nnx.Linear(4, 3, rngs=rngs)
+
+    def __call__(self, x):
+        return self.dense_0(x)
+"""
+    (tmp_path / "linen_src.py").write_text(source)
+    (tmp_path / "nnx_src.py").write_text(twin)
+    linen_module, nnx_module = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    x = np.random.default_rng(7).normal(size=(5, 4)).astype(np.float32)
+    side = LinenSide(
+        model=linen_module.Scorer(),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_module.Scorer(rngs=rngs), name_map=None)
+    variables = {"params": perturbed(side.init_variables())["params"]}
+    parity = check(pair, variables)
+    failed = {(lf.check, lf.path) for lf in parity.failures}
+    assert failed == {("intermediates", "linen:aux_metrics_unregistered")}, failed

@@ -38,6 +38,25 @@ PathT = tuple[Any, ...]
 TRAIN_STATE_FIELDS = ("step", "opt_state")
 #: Collections that hold values produced by a call, not state: never converted.
 TRANSIENT_COLLECTIONS = ("intermediates",)
+
+
+def sown_collections() -> tuple[str, ...]:
+    """``intermediates`` and every Linen collection registered (``nnx.register_variable_name``) to an
+    ``nnx.Intermediate`` subclass: a collection only ever sown into (``self.sow('losses', ...)``, an
+    auxiliary loss, which migrate gives such a subclass). Never converted; ``check`` makes them all
+    mutable in Linen's forwards and compares their values as sown values, where NNX's ``capture`` of
+    ``Intermediate`` finds them."""
+    from flax import nnx
+    from flax.nnx import variablelib
+
+    own = [
+        name
+        for name, typ in variablelib.VariableTypeCache.items()
+        if name not in TRANSIENT_COLLECTIONS and isinstance(typ, type) and issubclass(typ, nnx.Intermediate)
+    ]
+    return (*TRANSIENT_COLLECTIONS, *sorted(own))
+
+
 _BOX_METADATA_KEYS = frozenset({"names", "mesh", "rules"})
 
 
@@ -113,7 +132,7 @@ def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -
         elif key == "step":
             step = _as_int(value)
             step_dtype = _dtype_of(value)
-        elif key in TRANSIENT_COLLECTIONS:
+        elif key in sown_collections():
             ignored[key] = "sown values are produced by a call, not state"
         elif isinstance(value, Mapping) and not value:
             ignored[key] = "empty"  # kept in the report: ``convert --to linen`` writes it back

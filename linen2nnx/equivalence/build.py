@@ -36,7 +36,7 @@ from linen2nnx.checkpoint_convert import (
 )
 from linen2nnx.equivalence.jitting import fast_jit, maybe_jit, memoized
 from linen2nnx.equivalence.randomness import same_keys
-from linen2nnx.equivalence.sown import call_capturing, flat_sown
+from linen2nnx.equivalence.sown import call_capturing, flat_sown, sown_collections, sown_tree
 from linen2nnx.errors import L2NError, ModelBuildError
 from linen2nnx.namemap import NameMap
 
@@ -228,14 +228,15 @@ def _linen_compile(
     import jax
 
     # train mode sows too (an MoE's load-balancing loss under `if train:`): its values come back with
-    # the updated collections, under "intermediates"
-    mutable = [*mutable_colls, "intermediates"]
+    # the updated collections, under "intermediates" (or a sown collection of its own, sown.py)
+    sown_colls = list(sown_collections())
+    mutable = [*mutable_colls, *(c for c in sown_colls if c not in mutable_colls)]
 
     def eval_fn(variables: Any, rngs: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_e.rebuild(dynamic)
         with same_keys():
-            out, sown = model.apply(variables, *args, **kwargs, rngs=rngs, mutable=["intermediates"])
-        return out, loss(out, batch), sown.get("intermediates", {})
+            out, sown = model.apply(variables, *args, **kwargs, rngs=rngs, mutable=sown_colls)
+        return out, loss(out, batch), sown_tree(sown)
 
     def train_fn(variables: Any, rngs: Any, dynamic: list[Any]) -> Any:
         args, kwargs, batch = ins_t.rebuild(dynamic)

@@ -24,7 +24,7 @@ from linen2nnx.equivalence.capture import PathT, linen_hooked, nnx_hooked, tag_m
 from linen2nnx.equivalence.compare import LeafResult, missing
 from linen2nnx.equivalence.modmap import ModuleMap, join
 from linen2nnx.equivalence.randomness import same_keys
-from linen2nnx.equivalence.sown import linen_sown_to_nnx, quiet_sow
+from linen2nnx.equivalence.sown import linen_sown_to_nnx, quiet_sow, sown_collections, sown_tree
 
 CHECK = "precision"
 DOT_PRIMITIVES = ("dot_general", "conv_general_dilated", "ragged_dot_general")
@@ -104,7 +104,7 @@ def linen_compute_dtype(
     rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
     with same_keys():
         closed, (out_shape, updates) = jax.make_jaxpr(
-            lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=["intermediates"]),
+            lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=list(sown_collections())),
             return_shape=True,
         )(variables)
     jx = closed.jaxpr
@@ -114,7 +114,7 @@ def linen_compute_dtype(
     exact_vars = [not coarse for coarse in _coarse_outputs(jx, [False] * len(jx.invars))]
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(out_shape)[0]]
     exact = {"out" + path for path, ok in zip(paths, exact_vars) if ok}
-    sown = updates.get("intermediates", {}) if module_map is not None else {}
+    sown = sown_tree(updates) if module_map is not None else {}
     if sown:  # each sown leaf numbered by its place among the program's outputs, then placed
         numbered = jax.tree.unflatten(jax.tree.structure(sown), range(len(paths), len(exact_vars)))
         placed = linen_sown_to_nnx(numbered, module_map)

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from linen2nnx.checkpoint_convert.read import sown_collections
 from linen2nnx.equivalence.modmap import ModuleMap, join
 from linen2nnx.trees import key_name, plain_dicts
 
@@ -42,6 +43,61 @@ def linen_sown_to_nnx(tree: Mapping[str, Any], module_map: ModuleMap) -> dict[st
         if owner is None:
             out["linen:" + join((CHECK, *path))] = leaf
     return out
+
+
+def uncompared_collections(pair: Any, variables: Mapping[str, Any]) -> list[str]:
+    """The collections Linen's eval or train forward writes when every collection is mutable (shapes
+    only: nothing runs) that no check compares: neither params, a state collection of
+    ``pair.linen.mutable`` nor a sown collection. A ``sow`` into a collection of its own no NNX type is
+    registered for (a class kept as Linen behind the bridge sowing an auxiliary loss) writes one: its
+    values would be compared with nothing, so the check must say so."""
+    import jax
+
+    from linen2nnx.equivalence.build import linen_dropout_off
+    from linen2nnx.equivalence.randomness import same_keys
+
+    side = pair.linen
+    compared = {"params", *side.state_collections, *sown_collections()}
+    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
+    found: set[str] = set()
+    for train in (False, True):
+        args, kwargs = side.call_args(train)
+        with same_keys(), linen_dropout_off():
+            _, updates = jax.eval_shape(
+                lambda v, a=args, k=kwargs: side.model.apply(v, *a, **k, rngs=rngs, mutable=True), variables
+            )
+        for collection, tree in updates.items():
+            before = variables.get(collection)
+            if collection not in compared and (
+                before is None or jax.tree.structure(before) != jax.tree.structure(tree)
+            ):
+                found.add(collection)
+    return sorted(found)
+
+
+def sown_types() -> tuple[type, ...]:
+    """The NNX Variable types of :func:`sown_collections`: ``nnx.Intermediate`` and its registered
+    subclasses."""
+    from flax import nnx
+
+    return tuple(dict.fromkeys(nnx.variable_type_from_name(c) for c in sown_collections()))
+
+
+def sown_tree(updates: Mapping[str, Any]) -> dict[str, Any]:
+    """The sown values of Linen's ``updates`` (a mutable apply's second result): those of every
+    collection of :func:`sown_collections` in one tree, by module path and sow name."""
+    merged: dict[str, Any] = {}
+    for collection in sown_collections():
+        _merge_into(merged, plain_dicts(updates.get(collection, {})))
+    return merged
+
+
+def _merge_into(into: dict[str, Any], tree: Mapping[str, Any]) -> None:
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge_into(into[key], value)
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
 
 
 @contextlib.contextmanager
@@ -80,8 +136,8 @@ def call_capturing(fresh: Callable[[], Any], args: tuple, kwargs: dict) -> tuple
     from flax import nnx
 
     model = fresh()
-    try:
-        out, sown = nnx.capture(model, nnx.Intermediate)(*args, **kwargs)
+    try:  # capture takes each type as such: a sown collection's own subclass is named too
+        out, sown = nnx.capture(model, *sown_types())(*args, **kwargs)
         return out, sown, model
     except (TypeError, ValueError):  # also nnx.bridge.ToNNX (a class kept as Linen), whose collections
         # capture cannot name; a genuine error of the model raises again from the plain call below

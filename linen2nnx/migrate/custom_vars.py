@@ -38,23 +38,30 @@ def variable_type_ref(collection: str, custom: dict[str, str], taken: set[str]) 
     return custom[collection]
 
 
-def _class_def(collection: str, name: str) -> cst.BaseStatement:
+def _class_def(collection: str, name: str, sown: bool) -> cst.BaseStatement:
     literal = json.dumps(collection)  # a Python string literal, in the double quotes of formatted code
+    doc = f"Values sown into Linen's {literal} collection." if sown else f"Linen's {literal} collection."
+    base = "nnx.Intermediate" if sown else "nnx.Variable"
     return parse_statement(
         f"\n\n@nnx.register_variable_name({literal}, overwrite=True)\n"
-        f"class {name}(nnx.Variable):\n"
-        f'    """Linen\'s {literal} collection."""\n'
+        f"class {name}({base}):\n"
+        f'    """{doc}"""\n'
     )
 
 
-def add_variable_classes(module: cst.Module, classes: dict[str, str]) -> cst.Module:
+def add_variable_classes(
+    module: cst.Module, classes: dict[str, str], sown: set[str] = frozenset()
+) -> cst.Module:
     """Define ``classes`` (collection -> class name) after the last top-level import line (the file
-    imports ``nnx`` by then), each two blank lines apart from its neighbours."""
+    imports ``nnx`` by then), each two blank lines apart from its neighbours. A collection in ``sown``
+    (only ever sown into: an auxiliary loss) gets an ``nnx.Intermediate`` subclass, so that what
+    captures sown values (``nnx.capture(model, nnx.Intermediate)``) and the checkpoint converter,
+    which converts no sown value, treat it as Linen treats ``intermediates``."""
     if not classes:
         return module
     body = list(module.body)
     at = max((i for i, s in enumerate(body) if is_import_line(s)), default=-1) + 1
-    defs = [_class_def(col, name) for col, name in classes.items()]
+    defs = [_class_def(col, name, col in sown) for col, name in classes.items()]
     if at < len(body):
         following = body[at]
         kept = list(following.leading_lines)

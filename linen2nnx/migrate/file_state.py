@@ -77,6 +77,9 @@ class FileState:
     variable_classes: dict[str, str] = dataclasses.field(
         default_factory=dict
     )  # custom collection -> its nnx.Variable subclass (variable planning; defined by leave_Module)
+    sown_collections: set[str] = dataclasses.field(
+        default_factory=set
+    )  # custom ones sown: nnx.Intermediate's
 
     # ---- the tree and its lazily built indices (resolver) -------------------------------------
     tree: cst.Module = dataclasses.field(default_factory=lambda: cst.Module([]))  # the original tree

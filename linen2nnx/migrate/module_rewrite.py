@@ -374,7 +374,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         if self.state.variable_classes:  # those the output uses (a class kept as Linen uses the string)
             used = names_in(updated)
             wanted = {c: n for c, n in self.state.variable_classes.items() if n in used}
-            updated = add_variable_classes(updated, wanted)
+            updated = add_variable_classes(updated, wanted, self.state.sown_collections)
         return updated
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:

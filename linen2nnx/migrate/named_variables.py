@@ -26,7 +26,8 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code, parse_expression, parse_statement, snake_case
+from linen2nnx.migrate.cst_utils import code, names_in, parse_expression, parse_statement, snake_case
+from linen2nnx.migrate.custom_vars import variable_type_ref
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.rules import API_002, VAR_002, VAR_004
 from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan
@@ -172,10 +173,14 @@ def variable_query(
 
 
 def rewrite_sow(ctx: Any, plan: ClassPlan, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-    """``self.sow("intermediates", ...)`` -> ``self.sow(nnx.Intermediate, ...)``; a finding where NNX's
-    attribute of that name is already something else (a field, a variable, a submodule)."""
+    """``self.sow("intermediates", ...)`` -> ``self.sow(nnx.Intermediate, ...)``; into a collection of
+    its own (``self.sow("losses", "aux", v)``, an auxiliary loss) -> ``self.sow(Losses, ...)``, the
+    file's registered ``nnx.Intermediate`` subclass for it (custom_vars.py); a finding where NNX's
+    attribute of that name is already something else (a field, a variable, a submodule), or where
+    the collection also holds the file's variables."""
     collection = original.args[0].value.evaluated_value
-    var_type = COLLECTION_TYPES.get(collection)
+    state_kind = collection in ctx.state.variable_classes and collection not in ctx.state.sown_collections
+    var_type = COLLECTION_TYPES.get(collection) or (None if state_kind else _sown_type(ctx, collection))
     ctx.state.handled.add(original)
     name_arg = original.args[1].value if len(original.args) > 1 else None
     name = name_arg.evaluated_value if isinstance(name_arg, cst.SimpleString) else None
@@ -184,16 +189,28 @@ def rewrite_sow(ctx: Any, plan: ClassPlan, original: cst.Call, updated: cst.Call
         ctx.report(
             API_002,
             original,
-            f"self.sow into the custom collection {collection!r}"
+            f"self.sow into the custom collection {collection!r}, which also holds variables"
             if var_type is None
             else f"self.sow({collection!r}, {name!r}, ...): NNX sows into the attribute {name}, which is "
             "already a field, a variable or a submodule of the class",
-            "define a registered nnx.Variable subclass and sow into it"
+            "sow into a collection of its own (an nnx.Intermediate subclass)"
             if var_type is None
             else "sow under a name of its own (and read the intermediates under it)",
         )
         return updated
-    ctx.report(VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow(nnx.{var_type}, ...)")
+    spelled = f"nnx.{var_type}" if collection in COLLECTION_TYPES else var_type
+    ctx.report(VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow({spelled}, ...)")
     ctx.state.uses_nnx = True
-    first = updated.args[0].with_changes(value=parse_expression(f"nnx.{var_type}"))
+    first = updated.args[0].with_changes(value=parse_expression(spelled))
     return updated.with_changes(args=[first, *updated.args[1:]])
+
+
+def _sown_type(ctx: Any, collection: str) -> str:
+    """The name of the file's ``nnx.Intermediate`` subclass for the custom collection ``collection``,
+    chosen on first use."""
+    ctx.state.sown_collections.add(collection)
+    if collection in ctx.state.variable_classes:
+        return ctx.state.variable_classes[collection]
+    state = ctx.state
+    taken = names_in(state.tree) | state.module_classes | set(state.module_functions)
+    return variable_type_ref(collection, state.variable_classes, taken)
