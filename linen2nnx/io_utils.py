@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -12,19 +13,36 @@ from linen2nnx.errors import L2NError
 
 
 def atomic_write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder and ``os.replace``."""
+    """Write ``text`` to ``path`` through a temp file in the same folder and ``os.replace``.
+
+    The file keeps what a plain write would keep: a symlink is written through (the link stays and
+    its target changes, never the link replaced by a copy), an existing file's mode stays, a new one
+    gets the umask's mode (not the temp file's 0600), and a file the process may not write is refused
+    (``PermissionError``) where the rename would get past its protection."""
     path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise PermissionError(errno.EACCES, "the file is read-only", str(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="") as f:
             f.write(text)
         if path.exists():
             shutil.copymode(path, tmp)
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # read by setting it: set back at once
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_dir(dst: Path, fill: Callable[[Path], None], overwrite: bool = False) -> None:

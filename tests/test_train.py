@@ -172,6 +172,10 @@ def test_resume_continues_with_the_settings_the_run_was_trained_with(mlp_convert
     pair = load_pair(str(spec_path))
     cfg = TrainConfig(out=Path(part), steps=7, resume=True, seed=5, deterministic=True)
     assert run_training(pair, cfg).end_step == LINEN_STEPS + 7
+    # a resume whose --steps end at or before the run's step trains nothing: an error that says so
+    capsys.readouterr()
+    assert main(["train", str(spec_path), "--out", part, "--steps", "4", "--resume"]) == 2
+    assert "nothing to train" in capsys.readouterr().err
 
 
 def test_usage_errors_exit_2_and_write_nothing(mlp_converted, tmp_path, capsys):

@@ -231,6 +231,11 @@ def _loop(
 
     first = start if resumed is None else resumed
     end = start + cfg.steps
+    if first >= end:  # a resumed run ends where the original would have: start + steps
+        raise L2NError(
+            f"{cfg.out}: the run is at step {first}, the end of --steps {cfg.steps} from its start step "
+            f"{start} or past it: nothing to train (pass --steps over {first - start} to go on)"
+        )
     log = MetricsLog(
         Path(cfg.out),
         resume_from=first if resumed is not None else None,

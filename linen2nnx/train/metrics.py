@@ -30,7 +30,7 @@ class MetricsLog:
         if not enabled:
             return
         if resume_from is not None and self.path.exists():
-            keep = [line for line in self._lines() if json.loads(line)["step"] < resume_from]
+            keep = [line for line in self._lines() if _step_of(line, resume_from) < resume_from]
             self.path.write_text("".join(keep), encoding="utf-8")
         elif self.path.exists():
             self.path.unlink()
@@ -57,6 +57,16 @@ class MetricsLog:
             self.file.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def _step_of(line: str, resume_from: int) -> int:
+    """The step a ``metrics.jsonl`` line records; ``resume_from`` (dropped) for a line a killed run
+    left torn or without a step: it belongs to no step the resumed run keeps."""
+    try:
+        step = json.loads(line).get("step")
+    except (json.JSONDecodeError, AttributeError):
+        return resume_from
+    return step if isinstance(step, int) else resume_from
 
 
 def _tensorboard(folder: Path) -> Any:
