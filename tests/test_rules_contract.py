@@ -117,6 +117,7 @@ NOT_RUNNABLE = {
     "complementary_ifs": "manual finding: auto-named modules under two ifs whose tests read as opposites",
     "stateless_decorated": "manual findings: a decorator that creates a parameter, a class built under a call-time test",
     "loop_may_not_run_unknown": "manual finding: the size before a loop that may not run is unknown",
+    "traced_coincidences": "manual findings: traced sizes two config explanations fit equally",
     "branch_local_call_time": "manual finding: a local one branch of a config test binds from a call-time value",
     "submodule_shape_local_size": "manual finding: a block's output size read from its input's shape",
     "param_override_other": "manual findings: layer subclasses that do more than transform a parameter",

@@ -175,7 +175,9 @@ class TraceEvidence:
         sizes = sorted({s[-1] for s in shapes if s})
         if not sizes:
             return None
-        configs = self.state.trace.instances.get(plan.name, [])
+        configs = (
+            self._site_configs(plan, site) if not listed else self.state.trace.instances.get(plan.name, [])
+        )
         scaled = self._scaled_base(plan, site, feat, shapes, configs, node) if not listed else None
         if scaled is not None:
             return scaled
@@ -205,6 +207,17 @@ class TraceEvidence:
             )
             return str(sizes[0])
         return None
+
+    def _site_configs(self, plan: ClassPlan, site: Site) -> list[dict]:
+        """The configs of the traced instances of the class that called ``site`` (a layer built under
+        `if self.add_downsample` exists in some blocks only: a field equal to its size in those is the
+        explanation, whatever the others hold); all of them where the trace does not tell."""
+        assert self.state.trace is not None
+        every = self.state.trace.instances.get(plan.name, [])
+        owners = self.state.trace.child_parents.get((plan.name, site.linen_name), [])
+        if not owners or any(i is None or not 0 <= i < len(every) for i in owners):
+            return every
+        return [every[i] for i in sorted(set(owners))]  # type: ignore[index]
 
     def _input_leaf(self, plan: ClassPlan, site: Site, node: cst.CSTNode) -> str | None:
         """A layer that every traced call fed one leaf of the module's own ``__call__`` arguments,
@@ -406,12 +419,17 @@ class TraceEvidence:
         if direct:
             return direct
         factors = sorted(e for e in common if all(values[e] > 1 for values in per_instance))
-        return [
+        products = [
             f"{a} * {b}"
             for i, a in enumerate(factors)
             for b in factors[i:]
             if all(values[a] * values[b] == sizes[0] for values in per_instance)
         ]
+        # an element of a tuple field (`self.block_out_channels[0]`) explains it as well as a product of
+        # two fields does: one of either kind is taken, two (of any kinds) are ambiguous
+        elements = [_int_elements(cfg, fields) for cfg in configs]
+        shared = set.intersection(*(set(values) for values in elements))
+        return products + sorted(e for e in shared if all(values[e] == sizes[0] for values in elements))
 
 
 # attributes, string keys and int indices (jax's keystr of NamedTuple fields, dicts, lists): an
@@ -458,6 +476,18 @@ def _int_config_values(cfg: dict, fields: set[str]) -> dict[str, int]:
             {e: int(v) for e, v in items if isinstance(v, numbers.Integral) and not isinstance(v, bool)}
         )
     return out
+
+
+def _int_elements(cfg: dict, fields: set[str]) -> dict[str, int]:
+    """``expression -> int`` of the integer elements of one traced instance's tuple and list fields
+    (``self.block_out_channels[0]``)."""
+    return {
+        f"self.{name}[{i}]": int(v)
+        for name, value in cfg.items()
+        if name in fields and isinstance(value, (tuple, list)) and not hasattr(value, "_fields")
+        for i, v in enumerate(value)
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool)
+    }
 
 
 def _config_items(prefix: str, value: Any) -> list[tuple[str, Any]]:
