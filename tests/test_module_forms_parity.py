@@ -1347,3 +1347,37 @@ class Scorer(nnx.Module):
     parity = check(pair, variables)
     failed = {(lf.check, lf.path) for lf in parity.failures}
     assert failed == {("intermediates", "linen:aux_metrics_unregistered")}, failed
+
+
+def test_a_model_sowing_into_its_own_collection_converts_both_ways(tmp_path):
+    """Linen's init sows into ``losses`` too: ``convert`` converts none of its values, and ``convert
+    --to linen`` leaves the collection out of the checkpoint it writes (a call makes its values)."""
+    import orbax.checkpoint as ocp
+
+    from linen2nnx.checkpoint_convert import convert
+    from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
+
+    linen_module, nnx_module, _, map_path = build("sow_own_collection", tmp_path)
+    x = np.random.default_rng(6).normal(size=(6, 4)).astype(np.float32)
+    side = LinenSide(
+        model=linen_module.Router(),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_module.Router(in_features=4, rngs=rngs), name_map=map_path
+    )
+    variables = perturbed(side.init_variables())
+    assert set(variables) == {"params", "losses"}
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(tmp_path / "linen", variables)
+        ckptr.wait_until_finished()
+    convert(tmp_path / "linen", tmp_path / "nnx", pair)
+    convert_to_linen(tmp_path / "nnx", tmp_path / "back", pair)
+    with ocp.StandardCheckpointer() as ckptr:
+        back = ckptr.restore(tmp_path / "back")
+    assert set(back) == {"params"}
+    for got, want in zip(jax.tree.leaves(back["params"]), jax.tree.leaves(variables["params"])):
+        np.testing.assert_array_equal(got, want)

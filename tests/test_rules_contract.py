@@ -126,7 +126,7 @@ NOT_RUNNABLE = {
     "shape_test_other_axes": "manual findings: a shape test past a block, a slice or a transposed convolution",
     "decay_mask": "manual finding: an optimizer mask written for Linen's params tree",
     "auto_name_key": "manual finding: a loss reading a weight by its Linen auto-name",
-    "sow_name_taken": "manual finding: sown under the name of a field",
+    "sow_name_taken": "manual findings: sown under the name of a field, one name sown into two collections",
     "setup_array_from_loop": "manual finding: an array setup() builds from a list a loop filled",
     "local_changed_in_place": "manual findings: a local list or iterator changed in place sizes the layers",
     "norm_feature_axis": "manual findings: norms whose feature axis is not the last stay Linen",

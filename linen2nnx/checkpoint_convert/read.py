@@ -52,7 +52,10 @@ def sown_collections() -> tuple[str, ...]:
     own = [
         name
         for name, typ in variablelib.VariableTypeCache.items()
-        if name not in TRANSIENT_COLLECTIONS and isinstance(typ, type) and issubclass(typ, nnx.Intermediate)
+        if name not in TRANSIENT_COLLECTIONS
+        and isinstance(typ, type)
+        and issubclass(typ, nnx.Intermediate)
+        and not issubclass(typ, nnx.Perturbation)  # flax's own: a perturb() point, no sown value
     ]
     return (*TRANSIENT_COLLECTIONS, *sorted(own))
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from linen2nnx.checkpoint_convert import arrays
 from linen2nnx.checkpoint_convert.commit import partial_dir, publish, recover
+from linen2nnx.checkpoint_convert.read import sown_collections
 from linen2nnx.checkpoint_convert.write import OPTIMIZER_DIR, read_report
 from linen2nnx.errors import ConversionError, L2NError
 
@@ -137,8 +138,10 @@ def _linen_target(pair: Any, *, with_optimizer: bool) -> dict[str, Any]:
     """The abstract Linen checkpoint: ``model.init`` variables (boxes kept) and ``tx.init`` state."""
     import jax
 
+    sown = set(sown_collections())  # values a call makes (Linen's init sows into `losses` too): no state
+
     def build() -> dict[str, Any]:
-        variables = dict(pair.linen.init_variables())
+        variables = {k: v for k, v in pair.linen.init_variables().items() if k not in sown}
         if with_optimizer:
             variables["opt_state"] = pair.linen.optimizer.init(variables["params"])
         return variables

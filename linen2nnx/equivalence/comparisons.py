@@ -97,13 +97,13 @@ def run_checks(
 
 
 def _uncompared(pair: Any, sides: Sides) -> list[LeafResult]:
-    """A failing ``intermediates`` leaf per collection Linen's forward writes that nothing compares
+    """A failing ``intermediates`` leaf per collection Linen's forward sows into that nothing compares
     (:func:`.sown.uncompared_collections`); none where the program cannot be traced abstractly (the
     forwards report why)."""
     from linen2nnx.equivalence.sown import uncompared_collections
 
     try:
-        written = uncompared_collections(pair, sides.linen_variables)
+        sown = uncompared_collections(pair, sides.linen_variables)
     except Exception:
         return []
     return [
@@ -111,11 +111,11 @@ def _uncompared(pair: Any, sides: Sides) -> list[LeafResult]:
             "intermediates",
             f"linen:{collection}",
             (),
-            f"Linen's forward writes the collection {collection!r} (a sow), which no check compares: no "
+            f"Linen's forward sows into the collection {collection!r}, which no check compares: no "
             f"NNX type is registered for it as an nnx.Intermediate subclass (migrate writes one for a "
             f"sow it converts; a class kept as Linen behind the bridge keeps its values to itself)",
         )
-        for collection in written
+        for collection in sown
     ]
 
 

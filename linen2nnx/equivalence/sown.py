@@ -46,33 +46,41 @@ def linen_sown_to_nnx(tree: Mapping[str, Any], module_map: ModuleMap) -> dict[st
 
 
 def uncompared_collections(pair: Any, variables: Mapping[str, Any]) -> list[str]:
-    """The collections Linen's eval or train forward writes when every collection is mutable (shapes
-    only: nothing runs) that no check compares: neither params, a state collection of
-    ``pair.linen.mutable`` nor a sown collection. A ``sow`` into a collection of its own no NNX type is
-    registered for (a class kept as Linen behind the bridge sowing an auxiliary loss) writes one: its
+    """The collections Linen's eval or train forward sows into (``Module.sow`` watched while both are
+    traced abstractly: nothing runs) that no check compares: neither a state collection of
+    ``pair.linen.mutable`` nor a sown collection. A sow into a collection of its own no NNX type is
+    registered for (a class kept as Linen behind the bridge sowing an auxiliary loss) is one: its
     values would be compared with nothing, so the check must say so."""
+    import flax.linen as nn
     import jax
 
-    from linen2nnx.equivalence.build import linen_dropout_off
     from linen2nnx.equivalence.randomness import same_keys
 
     side = pair.linen
     compared = {"params", *side.state_collections, *sown_collections()}
     rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
-    found: set[str] = set()
-    for train in (False, True):
-        args, kwargs = side.call_args(train)
-        with same_keys(), linen_dropout_off():
-            _, updates = jax.eval_shape(
-                lambda v, a=args, k=kwargs: side.model.apply(v, *a, **k, rngs=rngs, mutable=True), variables
-            )
-        for collection, tree in updates.items():
-            before = variables.get(collection)
-            if collection not in compared and (
-                before is None or jax.tree.structure(before) != jax.tree.structure(tree)
-            ):
-                found.add(collection)
-    return sorted(found)
+    mutable = [*side.state_collections, *sown_collections()]
+    sown: set[str] = set()
+    original = nn.Module.sow
+
+    def watched(module: Any, col: str, *args: Any, **kwargs: Any) -> Any:
+        sown.add(col)
+        return original(module, col, *args, **kwargs)
+
+    nn.Module.sow = watched  # type: ignore[method-assign]
+    try:
+        for train in (False, True):
+            args, kwargs = side.call_args(train)
+            with same_keys():
+                jax.eval_shape(
+                    lambda v, a=args, k=kwargs: side.model.apply(v, *a, **k, rngs=rngs, mutable=mutable),
+                    variables,
+                )
+    finally:
+        nn.Module.sow = original  # type: ignore[method-assign]
+    # `params_axes` & co.: the axis names partitioning.param_with_axes sows, metadata NNX keeps on the
+    # Variables themselves (checked by the partition_spec leaves under a mesh), not values
+    return sorted(c for c in sown - compared if not c.endswith("_axes"))
 
 
 def sown_types() -> tuple[type, ...]:

@@ -26,6 +26,7 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import code, names_in, parse_expression, parse_statement, snake_case
 from linen2nnx.migrate.custom_vars import variable_type_ref
 from linen2nnx.migrate.lazy_vars import LazyVar
@@ -185,24 +186,49 @@ def rewrite_sow(ctx: Any, plan: ClassPlan, original: cst.Call, updated: cst.Call
     name_arg = original.args[1].value if len(original.args) > 1 else None
     name = name_arg.evaluated_value if isinstance(name_arg, cst.SimpleString) else None
     taken = {*plan.field_names, *(s.attr for s in plan.sites.values()), *plan.setup_properties}
-    if var_type is None or name in taken:
-        ctx.report(
-            API_002,
-            original,
-            f"self.sow into the custom collection {collection!r}, which also holds variables"
-            if var_type is None
-            else f"self.sow({collection!r}, {name!r}, ...): NNX sows into the attribute {name}, which is "
-            "already a field, a variable or a submodule of the class",
-            "sow into a collection of its own (an nnx.Intermediate subclass)"
-            if var_type is None
-            else "sow under a name of its own (and read the intermediates under it)",
+    if var_type is None:
+        why = f"self.sow into the custom collection {collection!r}, which also holds variables"
+        hint = "sow into a collection of its own (an nnx.Intermediate subclass)"
+    elif name in taken:
+        why = (
+            f"self.sow({collection!r}, {name!r}, ...): NNX sows into the attribute {name}, which is "
+            "already a field, a variable or a submodule of the class"
         )
+        hint = "sow under a name of its own (and read the intermediates under it)"
+    elif name in _sown_elsewhere(ctx, original, collection):
+        why = (
+            f"self.sow({collection!r}, {name!r}, ...): the class sows {name!r} into another collection "
+            "too, and NNX sows a name into one attribute of one type"
+        )
+        hint = "sow under names of their own"
+    else:
+        why = hint = ""
+    if why:
+        ctx.report(API_002, original, why, hint)
         return updated
     spelled = f"nnx.{var_type}" if collection in COLLECTION_TYPES else var_type
     ctx.report(VAR_002, original, f"self.sow({collection!r}, ...) -> self.sow({spelled}, ...)")
     ctx.state.uses_nnx = True
     first = updated.args[0].with_changes(value=parse_expression(spelled))
     return updated.with_changes(args=[first, *updated.args[1:]])
+
+
+def _sown_elsewhere(ctx: Any, call: cst.Call, collection: str) -> set[str]:
+    """The literal names the class of ``call`` sows into collections other than ``collection``: NNX
+    sows each name into one attribute, whose type cannot be two (``Losses`` and ``Intermediate``)."""
+    cls = ctx._enclosing(call, cst.ClassDef)
+    names: set[str] = set()
+    for node in calls_in(cls) if cls is not None else ():
+        args = node.args
+        if (
+            ctx.self_call(node) == "sow"
+            and len(args) > 1
+            and isinstance(args[0].value, cst.SimpleString)
+            and isinstance(args[1].value, cst.SimpleString)
+            and args[0].value.evaluated_value != collection
+        ):
+            names.add(args[1].value.evaluated_value)
+    return names
 
 
 def _sown_type(ctx: Any, collection: str) -> str:

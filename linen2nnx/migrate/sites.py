@@ -356,9 +356,7 @@ class ClassPlan:
     super_init: ClassPlan | None = None  # the base whose __init__ its __init__ calls
     super_in_setup: bool = False  # ... where setup() called super().setup() (else first)
     kept_linen: bool = False  # (a class of another file) kept as Linen behind the bridge
-    bridged: bool = (
-        False  # (a class of this file, rewritten before its users) kept as Linen behind the bridge
-    )
+    bridged: bool = False  # (of this file, rewritten before its users) kept as Linen behind the bridge
     known_scope_names: tuple[str, ...] | None = None  # a stand-in's: see scope_names
     known_out_ranks: dict[int, Feat] = dataclasses.field(default_factory=dict)  # a stand-in's (callee_ranks)
 
