@@ -12,24 +12,26 @@ from pathlib import Path
 from linen2nnx.errors import L2NError
 
 
-def atomic_write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
+def atomic_write_text(path: Path, text: str, encoding: str = "utf-8", follow_symlinks: bool = True) -> None:
     """Write ``text`` to ``path`` through a temp file in the same folder and ``os.replace``.
 
     The file keeps what a plain write would keep: a symlink is written through (the link stays and
-    its target changes, never the link replaced by a copy), an existing file's mode stays, a new one
-    gets the umask's mode (not the temp file's 0600), and a file the process may not write is refused
-    (``PermissionError``) where the rename would get past its protection."""
+    its target changes, never the link replaced by a copy; with ``follow_symlinks=False`` the link
+    itself is replaced, for an output tree whose links may point into the sources), an existing
+    file's mode stays, a new one gets the umask's mode (not the temp file's 0600), and a file the
+    process may not write is refused (``PermissionError``) where the rename would get past its
+    protection."""
     path = Path(path)
-    if path.is_symlink():
+    if follow_symlinks and path.is_symlink():
         path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists() and not os.access(path, os.W_OK):
+    if path.exists() and not path.is_symlink() and not os.access(path, os.W_OK):
         raise PermissionError(errno.EACCES, "the file is read-only", str(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="") as f:
             f.write(text)
-        if path.exists():
+        if path.exists() and not path.is_symlink():
             shutil.copymode(path, tmp)
         else:
             os.chmod(tmp, 0o666 & ~_umask())

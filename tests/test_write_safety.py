@@ -72,3 +72,29 @@ def test_a_resumed_run_drops_a_torn_last_metrics_line(tmp_path):
     log.close()
     kept = (tmp_path / METRICS_FILE).read_text().splitlines()
     assert kept == ['{"step": 0, "loss": 1.0}', '{"step": 1, "loss": 0.9}', '{"step": 2, "loss": 0.7}']
+
+
+def test_out_dir_replaces_a_link_into_the_sources_instead_of_writing_through_it(tmp_path):
+    """An output tree holding a link back into the sources (``out/model.py -> ../src/model.py``): the
+    link is replaced by the migrated file and the Linen source stays as it was."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "model.py").write_text(LINEN)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "model.py").symlink_to("../src/model.py")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "linen2nnx",
+            "migrate",
+            str(tmp_path / "src"),
+            "--out-dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "src" / "model.py").read_text() == LINEN
+    assert not (tmp_path / "out" / "model.py").is_symlink()
+    assert "nnx.Module" in (tmp_path / "out" / "model.py").read_text()

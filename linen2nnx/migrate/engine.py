@@ -399,7 +399,7 @@ def migrate_paths(
     if mode is Mode.WRITE:
         for r in results:
             if r.changed and not r.failed:
-                _write(r, r.path, result)
+                _write(r, r.path, result, in_place=True)
     elif mode is Mode.OUT_DIR:
         assert out_dir is not None
         out_root = Path(out_dir)
@@ -544,10 +544,13 @@ def _run_level(work: list, jobs: int, options: _Options) -> Iterable[FileResult]
             yield _migrate_file(item, options)
 
 
-def _write(r: FileResult, target: Path, result: MigrationResult) -> None:
+def _write(r: FileResult, target: Path, result: MigrationResult, in_place: bool = False) -> None:
+    """Write ``r``'s output to ``target``: in place (``--write``) through a symlink to the file it
+    names; elsewhere (``--out-dir``) replacing a link that is there, never writing where it points
+    (into the sources)."""
     assert r.output is not None
     try:
-        atomic_write_text(target, r.output)
+        atomic_write_text(target, r.output, follow_symlinks=in_place)
         result.written.append(target)
         r.target = target
     except OSError as e:
