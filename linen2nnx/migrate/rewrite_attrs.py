@@ -106,16 +106,20 @@ class AttributeRewriter:
     def _make_rng_value(
         self, original: cst.Attribute, parent: cst.CSTNode | None, holder: ClassPlan | None
     ) -> cst.BaseExpression | None:
-        """``self.make_rng`` handed on as a value (``stochastic_depth(x, rate, self.make_rng)``, which
-        calls it with a stream name): a function drawing from the module's ``nnx.Rngs`` by that name,
-        with Linen's default stream."""
+        """``self.make_rng`` handed on as a call's argument (``stochastic_depth(x, rate, self.make_rng)``,
+        which calls it with a stream name) in a method that runs at call time: a function drawing from
+        the module's ``nnx.Rngs`` by that name, with Linen's default stream. Not one ``setup()`` stores:
+        built in ``__init__``, the function would hold the module of another trace under ``nnx.jit``."""
         if (
             holder is None
             or holder.blocking
             or self_attr(original) != "make_rng"
             or "make_rng" in holder.field_names
-            or (type(parent) is cst.Call and parent.func is original)
+            or type(parent) is not cst.Arg
         ):
+            return None
+        method = self.ctx.enclosing_function(original)
+        if method is None or method.name.value in ("setup", "__init__", "__post_init__"):
             return None
         holder.uses_rngs = True
         self.ctx.report(
