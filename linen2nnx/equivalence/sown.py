@@ -84,11 +84,18 @@ def uncompared_collections(pair: Any, variables: Mapping[str, Any]) -> list[str]
 
 
 def sown_types() -> tuple[type, ...]:
-    """The NNX Variable types of :func:`sown_collections`: ``nnx.Intermediate`` and its registered
-    subclasses."""
+    """``nnx.Intermediate`` and every subclass of it defined (but flax's ``Perturbation``): what
+    ``capture``, which takes each type as such, needs to find every sown value. Registered or not: two
+    migrated files each define their ``Losses`` for one collection, the registry names the last."""
     from flax import nnx
 
-    return tuple(dict.fromkeys(nnx.variable_type_from_name(c) for c in sown_collections()))
+    found, todo = [nnx.Intermediate], [nnx.Intermediate]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if not issubclass(sub, nnx.Perturbation) and sub not in found:
+                found.append(sub)
+                todo.append(sub)
+    return tuple(found)
 
 
 def sown_tree(updates: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,8 +151,9 @@ def call_capturing(fresh: Callable[[], Any], args: tuple, kwargs: dict) -> tuple
     from flax import nnx
 
     model = fresh()
-    try:  # capture takes each type as such: a sown collection's own subclass is named too
-        out, sown = nnx.capture(model, *sown_types())(*args, **kwargs)
+    try:  # capture takes each type as such (a sown collection's own subclass is named too), one
+        out, *states = nnx.capture(model, *sown_types())(*args, **kwargs)  # state each
+        sown = nnx.merge_state(*states) if len(states) > 1 else states[0]
         return out, sown, model
     except (TypeError, ValueError):  # also nnx.bridge.ToNNX (a class kept as Linen), whose collections
         # capture cannot name; a genuine error of the model raises again from the plain call below
