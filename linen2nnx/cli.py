@@ -104,7 +104,10 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from linen2nnx.library_logs import quiet_own_errors
+
     args = build_parser().parse_args(argv)
+    quiet_own_errors()
     try:
         return int(_COMMANDS[args.command](args))
     except L2NError as e:
