@@ -353,3 +353,22 @@ def test_a_streamed_source_chunk_cut_short_or_lost_names_the_leaf(tmp_path, stre
         assert msg.startswith(f"{root}: cannot read array params/dense/kernel"), msg
         assert "params.dense.kernel" in msg and len(msg.splitlines()) == 1
         assert not (tmp_path / f"{name}-nnx").exists()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Orbax's event loop, on error
+def test_a_missing_array_database_is_named_as_such(tmp_path):
+    """``_METADATA`` readable, the OCDBT manifest gone: the error says the array database is missing or
+    damaged and what the folder holds (it said ``'NoneType' object has no attribute 'tree'``)."""
+    root = tmp_path / "ckpt"
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(
+            root,
+            {"params": {"dense": {"kernel": np.ones((4, 4), np.float32)}, "bias": np.ones(3, np.float32)}},
+        )
+        ckptr.wait_until_finished()
+    (root / "manifest.ocdbt").unlink()
+    with pytest.raises(
+        L2NError, match=r"the array database .* is missing or damaged; the folder holds .*_METADATA"
+    ):
+        convert(root, tmp_path / "out", ModelPair(LinenSide(None, {}, None), _Big))
+    assert not (tmp_path / "out").exists()

@@ -46,9 +46,16 @@ def read_metadata(item_dir: Path) -> Any:
     try:
         with ocp.StandardCheckpointer() as ckptr:
             meta = ckptr.metadata(item_dir)
-        tree = meta.item_metadata.tree if hasattr(meta, "item_metadata") else meta
+        item = getattr(meta, "item_metadata", meta)
+        tree = item.tree if item is not None and hasattr(meta, "item_metadata") else item
     except Exception as e:
         raise L2NError(f"{item_dir}: unreadable Orbax metadata: {type(e).__name__}: {_short(e)}") from e
+    if item is None:  # _METADATA read, the array database under it not: a manifest missing or damaged
+        found = ", ".join(sorted(p.name for p in Path(item_dir).iterdir())) or "nothing"
+        raise L2NError(
+            f"{item_dir}: unreadable Orbax metadata: the array database (manifest.ocdbt and the d/ and "
+            f"ocdbt.process_*/ folders) is missing or damaged; the folder holds {found}"
+        )
     if tree is None:
         raise L2NError(f"{item_dir}: unreadable Orbax metadata (_METADATA holds no tree)")
     return tree
