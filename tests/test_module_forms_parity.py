@@ -1381,3 +1381,32 @@ def test_a_model_sowing_into_its_own_collection_converts_both_ways(tmp_path):
     assert set(back) == {"params"}
     for got, want in zip(jax.tree.leaves(back["params"]), jax.tree.leaves(variables["params"])):
         np.testing.assert_array_equal(got, want)
+
+
+def test_sows_are_recorded_only_in_the_context_that_watches_them():
+    """The watched ``Module.sow`` records into the watching context's set: a model sowing on another
+    thread meanwhile (another check) is not mistaken for the checked one."""
+    import threading
+
+    import flax.linen as nn
+
+    from linen2nnx.equivalence import sown
+
+    class Sows(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            self.sow("elsewhere", "v", x)
+            return x
+
+    sown._watch_sow()
+    mine: set[str] = set()
+    token = sown._SOWN.set(mine)
+    try:
+        other = threading.Thread(target=lambda: Sows().init(jax.random.key(0), jnp.ones(2)))
+        other.start()
+        other.join()
+        assert mine == set()
+        Sows().init(jax.random.key(0), jnp.ones(2))
+        assert mine == {"elsewhere"}
+    finally:
+        sown._SOWN.reset(token)

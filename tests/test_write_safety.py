@@ -98,3 +98,27 @@ def test_out_dir_replaces_a_link_into_the_sources_instead_of_writing_through_it(
     assert (tmp_path / "src" / "model.py").read_text() == LINEN
     assert not (tmp_path / "out" / "model.py").is_symlink()
     assert "nnx.Module" in (tmp_path / "out" / "model.py").read_text()
+
+
+def test_out_dir_never_writes_through_a_folder_that_links_into_the_sources(tmp_path):
+    """``out/pkg -> ../src/pkg``: writing ``out/pkg/model.py`` would land on the Linen source. The file
+    is refused (IO-003, exit 2) and the source stays as it was."""
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "model.py").write_text(LINEN)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "pkg").symlink_to("../src/pkg")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "linen2nnx",
+            "migrate",
+            str(tmp_path / "src"),
+            "--out-dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "links out of the output folder" in done.stdout + done.stderr
+    assert (tmp_path / "src" / "pkg" / "model.py").read_text() == LINEN

@@ -11,6 +11,9 @@ though no output changes.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -50,8 +53,8 @@ def uncompared_collections(pair: Any, variables: Mapping[str, Any]) -> list[str]
     traced abstractly: nothing runs) that no check compares: neither a state collection of
     ``pair.linen.mutable`` nor a sown collection. A sow into a collection of its own no NNX type is
     registered for (a class kept as Linen behind the bridge sowing an auxiliary loss) is one: its
-    values would be compared with nothing, so the check must say so."""
-    import flax.linen as nn
+    values would be compared with nothing, so the check must say so. A sow only a branch on
+    ``is_mutable_collection`` makes is not seen: the forwards as check runs them never take it."""
     import jax
 
     from linen2nnx.equivalence.randomness import same_keys
@@ -60,14 +63,9 @@ def uncompared_collections(pair: Any, variables: Mapping[str, Any]) -> list[str]
     compared = {"params", *side.state_collections, *sown_collections()}
     rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
     mutable = [*side.state_collections, *sown_collections()]
+    _watch_sow()
     sown: set[str] = set()
-    original = nn.Module.sow
-
-    def watched(module: Any, col: str, *args: Any, **kwargs: Any) -> Any:
-        sown.add(col)
-        return original(module, col, *args, **kwargs)
-
-    nn.Module.sow = watched  # type: ignore[method-assign]
+    token = _SOWN.set(sown)  # this thread's traces only: another check running beside it records its own
     try:
         for train in (False, True):
             args, kwargs = side.call_args(train)
@@ -77,10 +75,35 @@ def uncompared_collections(pair: Any, variables: Mapping[str, Any]) -> list[str]
                     variables,
                 )
     finally:
-        nn.Module.sow = original  # type: ignore[method-assign]
+        _SOWN.reset(token)
     # `params_axes` & co.: the axis names partitioning.param_with_axes sows, metadata NNX keeps on the
     # Variables themselves (checked by the partition_spec leaves under a mesh), not values
     return sorted(c for c in sown - compared if not c.endswith("_axes"))
+
+
+_SOWN: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("linen2nnx_sown", default=None)
+_WATCHING = threading.Lock()
+
+
+def _watch_sow() -> None:
+    """Wrap ``flax.linen.Module.sow`` once, for good: it records the collection of every call made
+    while :data:`_SOWN` holds a set (in that context only), and is the plain ``sow`` otherwise."""
+    import flax.linen as nn
+
+    with _WATCHING:
+        if getattr(nn.Module.sow, "_linen2nnx_watched", False):
+            return
+        original = nn.Module.sow
+
+        @functools.wraps(original)
+        def sow(module: Any, col: str, *args: Any, **kwargs: Any) -> Any:
+            found = _SOWN.get()
+            if found is not None:
+                found.add(col)
+            return original(module, col, *args, **kwargs)
+
+        sow._linen2nnx_watched = True  # type: ignore[attr-defined]
+        nn.Module.sow = sow  # type: ignore[method-assign]
 
 
 def sown_types() -> tuple[type, ...]:

@@ -405,7 +405,7 @@ def migrate_paths(
         out_root = Path(out_dir)
         for (f, root), r in zip(files, results):
             if r.output is not None and not r.failed:
-                _write(r, out_root / f.resolve().relative_to(root), result)
+                _write(r, out_root / f.resolve().relative_to(root), result, root=out_root)
     if mode in (Mode.WRITE, Mode.OUT_DIR) and name_map.classes:
         # default: at the root of the migrated tree (the out dir, or the root of the files rewritten in
         # place), where a spec or a later convert looks for it -- never wherever the command ran
@@ -544,12 +544,16 @@ def _run_level(work: list, jobs: int, options: _Options) -> Iterable[FileResult]
             yield _migrate_file(item, options)
 
 
-def _write(r: FileResult, target: Path, result: MigrationResult, in_place: bool = False) -> None:
+def _write(
+    r: FileResult, target: Path, result: MigrationResult, in_place: bool = False, root: Path | None = None
+) -> None:
     """Write ``r``'s output to ``target``: in place (``--write``) through a symlink to the file it
-    names; elsewhere (``--out-dir``) replacing a link that is there, never writing where it points
-    (into the sources)."""
+    names; elsewhere (``--out-dir`` ``root``) replacing a link that is there, never writing where it
+    points, nor into a folder of the tree that links out of it (into the sources)."""
     assert r.output is not None
     try:
+        if root is not None and not target.parent.resolve().is_relative_to(root.resolve()):
+            raise OSError(f"its folder {target.parent} links out of the output folder {root}")
         atomic_write_text(target, r.output, follow_symlinks=in_place)
         result.written.append(target)
         r.target = target
