@@ -75,7 +75,6 @@ def flax_class_kind(qualname: str) -> str | None:
     return None
 
 
-@cache
 def impure_linen_name(names: Any, func: cst.BaseExpression) -> str | None:
     """The ``flax.linen`` name ``func`` spells when it is neither a pure function nor a class (judged
     elsewhere); None for anything else, a method of a call's result included
@@ -92,6 +91,7 @@ def impure_linen_name(names: Any, func: cst.BaseExpression) -> str | None:
     )
 
 
+@cache
 def is_pure_linen(qualname: str) -> bool:
     """True for a flax.linen function that is fine in NNX code: shared with flax.nnx (the very object),
     an equivalent or kept function of :mod:`linen_api` (its ``KEPT_LINEN_FUNCTIONS``: one table for both passes)."""
