@@ -64,7 +64,7 @@ class LinenSide:
         ``nnx.Intermediate`` subclass): the collections of variables a train apply updates. Sown
         values are compared as such (``nnx.capture``), never as variables an NNX twin holds; fed back to
         the next step, Linen would append to them."""
-        from linen2nnx.equivalence.sown import sown_collections
+        from linen2nnx.checkpoint_convert.read import sown_collections
 
         sown = set(sown_collections())
         return tuple(c for c in self.mutable if c not in sown)
@@ -79,6 +79,11 @@ class LinenSide:
 
         keys = jax.random.split(jax.random.key(self.seed if seed is None else seed), len(self.rng_streams))
         return dict(zip(self.rng_streams, keys))
+
+    def apply_rngs(self) -> dict[str, Any]:
+        """The keys of :meth:`init_rngs` but ``params``: what an ``apply`` hands a model that draws
+        (``make_rng('dropout')``, a VAE's noise) in the check's forwards."""
+        return {k: v for k, v in self.init_rngs().items() if k != "params"}
 
     def init_variables(self, seed: int | None = None, *, train: bool = False) -> dict[str, Any]:
         """``model.init`` on the example batch, in eval mode unless ``train`` (the usual Linen init)."""

@@ -128,6 +128,7 @@ def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -
     ignored: dict[str, str] = {}
     opt_state = None
     step = step_dtype = None
+    sown = sown_collections()
     for key, value in tree.items():
         key = str(key)
         if key == "opt_state":
@@ -135,7 +136,7 @@ def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -
         elif key == "step":
             step = _as_int(value)
             step_dtype = _dtype_of(value)
-        elif key in sown_collections():
+        elif key in sown:
             ignored[key] = "sown values are produced by a call, not state"
         elif isinstance(value, Mapping) and not value:
             ignored[key] = "empty"  # kept in the report: ``convert --to linen`` writes it back

@@ -207,7 +207,7 @@ def linen_fns(pair: Any, jit: bool = True) -> tuple[Callable[[Any], Any], Callab
     The jitted pair is reused by later checks of the same Linen model on inputs of the same structure.
     """
     side = pair.linen
-    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
+    rngs = side.apply_rngs()
     ins_e, ins_t = Inputs.of(pair, False), Inputs.of(pair, True)
     build = functools.partial(_linen_compile, side.model, side.loss, tuple(side.mutable), ins_e, ins_t, jit)
     if jit:

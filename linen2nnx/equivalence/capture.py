@@ -253,7 +253,7 @@ def capture_linen(pair: Any, variables: Any, train: bool) -> tuple[list[Call], s
 
     side = pair.linen
     args, kwargs = side.call_args(train)
-    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
+    rngs = side.apply_rngs()
     mutable = list(side.mutable) if train and side.mutable else False
     rec = Recorder()
     error = ""

@@ -136,7 +136,7 @@ def linen_settings(pair: Any, variables: Any, train: bool) -> Seen:
 
     side = pair.linen
     args, kwargs = side.call_args(train)
-    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
+    rngs = side.apply_rngs()
     mutable = list(side.mutable) if train and side.mutable else False
     seen: Seen = []
 

@@ -101,7 +101,7 @@ def linen_compute_dtype(
     judged at float32."""
     side = pair.linen
     args, kwargs = side.call_args(False)
-    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
+    rngs = side.apply_rngs()
     with same_keys():
         closed, (out_shape, updates) = jax.make_jaxpr(
             lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs, mutable=list(sown_collections())),
@@ -184,9 +184,7 @@ def linen_dots(pair: Any, variables: Any) -> dict[PathT, list[str]]:
     """Dots of the Linen eval forward by Linen module path (shapes only: nothing runs)."""
     side = pair.linen
     args, kwargs = side.call_args(False)
-    rngs = {
-        k: v for k, v in side.init_rngs().items() if k != "params"
-    }  # a model that draws (make_rng) at eval
+    rngs = side.apply_rngs()  # a model that draws (make_rng) at eval
     with linen_hooked(_scope_hook), same_keys():
         jaxpr = jax.make_jaxpr(lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs))(variables)
     return module_dots(jaxpr)

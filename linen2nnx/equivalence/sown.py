@@ -60,9 +60,9 @@ def uncompared_collections(pair: Any, variables: Mapping[str, Any]) -> list[str]
     from linen2nnx.equivalence.randomness import same_keys
 
     side = pair.linen
-    compared = {"params", *side.state_collections, *sown_collections()}
-    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
     mutable = [*side.state_collections, *sown_collections()]
+    compared = {"params", *mutable}
+    rngs = side.apply_rngs()
     _watch_sow()
     sown: set[str] = set()
     token = _SOWN.set(sown)  # this thread's traces only: another check running beside it records its own

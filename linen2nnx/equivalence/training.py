@@ -206,7 +206,7 @@ def _linen_step(pair: Any, tx: Any, first: Any) -> Any:
     side = pair.linen
     model = side.model
     mutable = list(side.state_collections) or False
-    rngs = {k: v for k, v in side.init_rngs().items() if k != "params"}
+    rngs = side.apply_rngs()
 
     @fast_jit
     def linen_step(params: Any, rest: Any, opt_state: Any, dynamic: list[Any]) -> Any:
