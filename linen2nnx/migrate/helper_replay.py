@@ -329,18 +329,19 @@ class Replayer:
         if name in self.expanding:
             raise ReplayError(f"{name} calls itself")
         target: cst.BaseAssignTargetExpression | None = None
+        results: set[str] = set()  # the names the result goes to
         if isinstance(small, cst.Assign):
-            if len(small.targets) != 1 or result_names(small.targets[0].target) is None:
+            names = result_names(small.targets[0].target) if len(small.targets) == 1 else None
+            if names is None:
                 raise ReplayError("the result of a helper call is unpacked into more than names")
-            target = small.targets[0].target
+            target, results = small.targets[0].target, set(names)
         helper = self.helpers[name]
-        values, renames = self._bind(helper, call, target, name in self.functions)
+        values, renames = self._bind(helper, call, results, name in self.functions)
         local_names = bound_names(helper.body) - set(values) - set(renames)
         self.all_locals |= local_names
         # a local named as the result may overwrite it early: the result is assigned last, and no
         # argument reads it (_bind), so nothing of the caller's reads the value it had before; not a
         # name a rebound parameter takes (the local and the parameter would be one variable)
-        results = set(result_names(target) or () if target is not None else ())
         clash = local_names & caller_names - (results - set(renames.values()))
         if clash:
             raise ReplayError(f"{name}'s locals {sorted(clash)} are the caller's names")
@@ -368,12 +369,11 @@ class Replayer:
         self,
         helper: cst.FunctionDef,
         call: cst.Call,
-        target: cst.BaseAssignTargetExpression | None,
+        targets: set[str],
         function: bool = False,
     ) -> tuple[dict[str, cst.BaseExpression], dict[str, str]]:
         """(values of the parameters the helper only reads, caller names of those it rebinds: each
-        must be passed by a name the result goes to)."""
-        targets = set(result_names(target) or ()) if target is not None else set()
+        must be passed by a name the result goes to, one of ``targets``)."""
         params = helper.params
         if isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None:
             raise ReplayError("a helper with *args / **kwargs")

@@ -425,13 +425,14 @@ class TraceEvidence:
             for b in factors[i:]
             if all(values[a] * values[b] == sizes[0] for values in per_instance)
         ]
+        if not products:
+            return []
         # an element of a tuple field (`self.block_out_channels[0]`) explains it as well as a product of
         # two fields does, so it makes one ambiguous; alone it is never taken (tuples hold many numbers:
         # kernel sizes, strides, a list of widths, one of which a flattened input's size may equal)
         elements = [_int_elements(cfg, fields) for cfg in configs]
         shared = set.intersection(*(set(values) for values in elements))
-        matched = sorted(e for e in shared if all(values[e] == sizes[0] for values in elements))
-        return products + matched if products else []
+        return products + sorted(e for e in shared if all(values[e] == sizes[0] for values in elements))
 
 
 # attributes, string keys and int indices (jax's keystr of NamedTuple fields, dicts, lists): an
