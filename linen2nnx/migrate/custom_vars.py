@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import parse_statement
+from linen2nnx.migrate.cst_utils import names_in, parse_statement
 from linen2nnx.migrate.imports import is_import_line
 from linen2nnx.migrate.sites import COLLECTION_TYPES
 
@@ -36,6 +37,16 @@ def variable_type_ref(collection: str, custom: dict[str, str], taken: set[str]) 
             name += "Variable"
         custom[collection] = name
     return custom[collection]
+
+
+def file_variable_type(state: Any, collection: str) -> str:
+    """:func:`variable_type_ref` for the file of ``state`` (a ``FileState``): a new subclass's name
+    avoids every name the file binds (its tree's, its classes' and functions')."""
+    custom = state.variable_classes
+    if collection in COLLECTION_TYPES or collection in custom:
+        return variable_type_ref(collection, custom, set())
+    taken = names_in(state.tree) | state.module_classes | set(state.module_functions)
+    return variable_type_ref(collection, custom, taken)
 
 
 def _class_def(collection: str, name: str, sown: bool) -> cst.BaseStatement:

@@ -27,8 +27,8 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import calls_in
-from linen2nnx.migrate.cst_utils import code, names_in, parse_expression, parse_statement, snake_case
-from linen2nnx.migrate.custom_vars import variable_type_ref
+from linen2nnx.migrate.cst_utils import code, parse_expression, parse_statement, snake_case
+from linen2nnx.migrate.custom_vars import file_variable_type
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.rules import API_002, VAR_002, VAR_004
 from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan
@@ -235,8 +235,4 @@ def _sown_type(ctx: Any, collection: str) -> str:
     """The name of the file's ``nnx.Intermediate`` subclass for the custom collection ``collection``,
     chosen on first use."""
     ctx.state.sown_collections.add(collection)
-    if collection in ctx.state.variable_classes:
-        return ctx.state.variable_classes[collection]
-    state = ctx.state
-    taken = names_in(state.tree) | state.module_classes | set(state.module_functions)
-    return variable_type_ref(collection, state.variable_classes, taken)
+    return file_variable_type(ctx.state, collection)

@@ -23,12 +23,12 @@ from linen2nnx.migrate.cst_utils import (
     self_attr,
     snake_case,
 )
-from linen2nnx.migrate.custom_vars import variable_type_ref
+from linen2nnx.migrate.custom_vars import file_variable_type
 from linen2nnx.migrate.input_dtypes import give_dtype_argument, input_dtype_args
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.pytree_inits import pytree_init
 from linen2nnx.migrate.rules import API_002, MOD_004
-from linen2nnx.migrate.sites import COLLECTION_TYPES, ClassPlan, Site, shape_last_refs
+from linen2nnx.migrate.sites import ClassPlan, Site, shape_last_refs
 from linen2nnx.migrate.variable_args import canonical_variable_call, wrapped_field_keywords
 from linen2nnx.migrate.variable_locals import variable_locals, with_locals
 from linen2nnx.namemap import is_field_name
@@ -106,11 +106,7 @@ class VariablePlanning:
     def variable_type(self, collection: str) -> str:
         """The expression of the NNX Variable type of a Linen collection: ``nnx.BatchStat``, or the
         file's own subclass for a custom collection (defined once per file, see custom_vars.py)."""
-        custom = self.state.variable_classes
-        if collection in COLLECTION_TYPES or collection in custom:
-            return variable_type_ref(collection, custom, set())
-        taken = names_in(self.state.tree) | self.state.module_classes | set(self.state.module_functions)
-        return variable_type_ref(collection, custom, taken)
+        return file_variable_type(self.state, collection)
 
     def _call_time_when(self, node: cst.CSTNode) -> str:
         """The ``if`` tests around ``node`` in its method, when they only read the method's parameters
