@@ -25,27 +25,33 @@ class Net(nn.Module):
 """
 
 
-def _pair(tmp_path, nnx_source: str):
-    result = migrate_source(SOURCE, "mixed.py", module_name="mixed")
-    nnx_file = tmp_path / ("nnx_mutated.py" if nnx_source else "nnx_src.py")  # import_file caches by path
-    (tmp_path / "linen_src.py").write_text(SOURCE)
-    nnx_file.write_text(nnx_source or result.output)
+def _migrated_pair(tmp_path, source: str, cls: str, x, change=lambda s: s, **side):
+    """Linen ``source`` and its migration, changed by ``change`` (a slip to catch), as a pair on the
+    example batch ``x`` (the NNX class built for its width): (migration result, pair, perturbed
+    init variables)."""
+    result = migrate_source(source, f"{cls.lower()}.py", module_name=cls.lower())
+    nnx_source = change(result.output)
+    nnx_file = tmp_path / (
+        "nnx_changed.py" if nnx_source != result.output else "nnx_src.py"
+    )  # import_file caches by path
+    (tmp_path / "linen_src.py").write_text(source)
+    nnx_file.write_text(nnx_source)
     linen_mod, nnx_mod = import_file(tmp_path / "linen_src.py"), import_file(nnx_file)
-    x = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
-    side = LinenSide(
-        model=linen_mod.Net(),
-        batch={"x": x},
-        loss=lambda out, batch: jnp.mean(out**2),
-        train_kwargs={},
-        eval_kwargs={},
-        optimizer=optax.adam(1e-2),
-    )
+    side = {"loss": lambda out, batch: jnp.mean(out**2), "train_kwargs": {}, "eval_kwargs": {}, **side}
+    linen = LinenSide(model=getattr(linen_mod, cls)(), batch={"x": x}, **side)
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)
+    nnx_cls = getattr(nnx_mod, cls)
     pair = ModelPair(
-        linen=side, nnx_factory=lambda rngs: nnx_mod.Net(in_features=8, rngs=rngs), name_map=map_path
+        linen=linen, nnx_factory=lambda rngs: nnx_cls(in_features=x.shape[-1], rngs=rngs), name_map=map_path
     )
-    return result, pair, perturbed(side.init_variables())
+    return result, pair, perturbed(linen.init_variables())
+
+
+def _pair(tmp_path, nnx_source: str):
+    x = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
+    change = (lambda s: nnx_source) if nnx_source else (lambda s: s)
+    return _migrated_pair(tmp_path, SOURCE, "Net", x, change, optimizer=optax.adam(1e-2))
 
 
 def test_a_faithful_mixed_precision_migration_passes_at_bfloat16_tolerance(tmp_path):
@@ -86,26 +92,14 @@ def test_a_bfloat16_head_does_not_loosen_a_float32_one(tmp_path):
     (2e-4 off) fails forward/*:out[0], where the bfloat16 base (2e-2) let it pass before."""
     from linen2nnx.equivalence.precision import linen_compute_dtype
 
-    result = migrate_source(TWO_HEADS, "heads.py", module_name="heads")
-    approximate = result.output.replace("approximate=False", "approximate=True")
-    assert approximate != result.output
-    (tmp_path / "linen_src.py").write_text(TWO_HEADS)
-    (tmp_path / "nnx_src.py").write_text(approximate)
-    linen_mod, nnx_mod = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    def approximate(source):
+        changed = source.replace("approximate=False", "approximate=True")
+        assert changed != source
+        return changed
+
     x = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
-    side = LinenSide(
-        model=linen_mod.Heads(),
-        batch={"x": x},
-        loss=lambda out, b: jnp.mean(out[0] ** 2),
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
-    pair = ModelPair(
-        linen=side, nnx_factory=lambda rngs: nnx_mod.Heads(in_features=8, rngs=rngs), name_map=map_path
-    )
-    variables = perturbed(side.init_variables())
+    loss = lambda out, b: jnp.mean(out[0] ** 2)  # noqa: E731
+    _, pair, variables = _migrated_pair(tmp_path, TWO_HEADS, "Heads", x, approximate, loss=loss)
     assert linen_compute_dtype(pair, variables) == ("bfloat16", {"out[0]"})
     parity = check(pair, variables)
     failed = {(lf.check.split("@")[0], lf.path) for lf in parity.failures}
@@ -128,26 +122,8 @@ class Experts(nn.Module):
 
 
 def _sown_pair(tmp_path, change=lambda s: s):
-    result = migrate_source(SOWN_AUX, "sown_aux.py", module_name="sown_aux")
-    nnx_source = change(result.output)
-    nnx_file = tmp_path / ("nnx_changed.py" if nnx_source != result.output else "nnx_src.py")
-    (tmp_path / "linen_src.py").write_text(SOWN_AUX)
-    nnx_file.write_text(nnx_source)
-    linen_mod, nnx_mod = import_file(tmp_path / "linen_src.py"), import_file(nnx_file)
     x = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
-    side = LinenSide(
-        model=linen_mod.Experts(),
-        batch={"x": x},
-        loss=lambda out, b: jnp.mean(out**2),
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
-    pair = ModelPair(
-        linen=side, nnx_factory=lambda rngs: nnx_mod.Experts(in_features=8, rngs=rngs), name_map=map_path
-    )
-    return pair, perturbed(side.init_variables())
+    return _migrated_pair(tmp_path, SOWN_AUX, "Experts", x, change)[1:]
 
 
 def test_a_float32_sown_loss_beside_bfloat16_layers_keeps_float32_tolerance(tmp_path):
@@ -191,29 +167,17 @@ class Mix(nn.Module):
 def test_one_of_two_highest_precision_dots_dropped_fails(tmp_path):
     """The module still runs a HIGHEST and a DEFAULT dot after the slip, so the sets agree; as many
     dots run on both sides, so their multisets are compared and differ."""
-    result = migrate_source(PRECISE, "precise.py", module_name="precise")
-    dropped = result.output.replace("h, v, precision=HIGHEST)", "h, v)", 1)
-    assert dropped != result.output
-    (tmp_path / "linen_src.py").write_text(PRECISE)
+
+    def dropped(source):
+        changed = source.replace("h, v, precision=HIGHEST)", "h, v)", 1)
+        assert changed != source
+        return changed
+
     x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
     verdicts = {}
-    for name, source in (("nnx_src.py", result.output), ("nnx_dropped.py", dropped)):
-        (tmp_path / name).write_text(source)
-        linen_mod, nnx_mod = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / name)
-        side = LinenSide(
-            model=linen_mod.Mix(),
-            batch={"x": x},
-            loss=lambda out, b: jnp.mean(out**2),
-            train_kwargs={},
-            eval_kwargs={},
-        )
-        map_path = tmp_path / "map.json"
-        result.name_map.save(map_path)
-        pair = ModelPair(
-            linen=side, nnx_factory=lambda rngs, m=nnx_mod: m.Mix(in_features=3, rngs=rngs), name_map=map_path
-        )
-        parity = check(pair, perturbed(side.init_variables()))
-        verdicts[name] = {(lf.check.split("@")[0], lf.path) for lf in parity.failures}
+    for name, change in (("nnx_src.py", lambda s: s), ("nnx_dropped.py", dropped)):
+        _, pair, variables = _migrated_pair(tmp_path, PRECISE, "Mix", x, change)
+        verdicts[name] = {(lf.check.split("@")[0], lf.path) for lf in check(pair, variables).failures}
     assert verdicts["nnx_src.py"] == set()
     assert ("precision", "") in verdicts["nnx_dropped.py"], verdicts
 

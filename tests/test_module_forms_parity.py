@@ -1267,9 +1267,9 @@ def test_make_rng_handed_on_as_a_value_draws_where_linen_draws(tmp_path):
     assert parity.by_check()["forward/train"] and len(parity.by_check()["grad"]) == 4
 
 
-def test_a_loss_sown_into_its_own_collection_is_compared_and_a_slip_fails(tmp_path):
-    """``self.sow("losses", ...)`` migrated to a registered ``nnx.Intermediate`` subclass: check compares
-    its values (eval and train) as sown values, so a load-balancing loss 10% off fails there."""
+def _sown_router(tmp_path):
+    """The ``sow_own_collection`` fixture migrated: (its Linen side on an example batch, the NNX
+    module, the migration result, the name map's path)."""
     linen_module, nnx_module, result, map_path = build("sow_own_collection", tmp_path)
     x = np.random.default_rng(6).normal(size=(6, 4)).astype(np.float32)
     side = LinenSide(
@@ -1279,6 +1279,19 @@ def test_a_loss_sown_into_its_own_collection_is_compared_and_a_slip_fails(tmp_pa
         train_kwargs={},
         eval_kwargs={},
     )
+    return side, nnx_module, result, map_path
+
+
+def _router_pair(side, module, map_path):
+    return ModelPair(
+        linen=side, nnx_factory=lambda rngs: module.Router(in_features=4, rngs=rngs), name_map=map_path
+    )
+
+
+def test_a_loss_sown_into_its_own_collection_is_compared_and_a_slip_fails(tmp_path):
+    """``self.sow("losses", ...)`` migrated to a registered ``nnx.Intermediate`` subclass: check compares
+    its values (eval and train) as sown values, so a load-balancing loss 10% off fails there."""
+    side, nnx_module, result, map_path = _sown_router(tmp_path)
     variables = perturbed(side.init_variables())
     assert "losses" in variables  # Linen's init sows too: no state, and nothing to convert
     slipped = result.output.replace("* self.experts)", "* self.experts * 1.1)")
@@ -1286,12 +1299,7 @@ def test_a_loss_sown_into_its_own_collection_is_compared_and_a_slip_fails(tmp_pa
     (tmp_path / "nnx_slipped.py").write_text(slipped)
     verdicts = {}
     for name, module in (("as migrated", nnx_module), ("slipped", import_file(tmp_path / "nnx_slipped.py"))):
-        pair = ModelPair(
-            linen=side,
-            nnx_factory=lambda rngs, m=module: m.Router(in_features=4, rngs=rngs),
-            name_map=map_path,
-        )
-        parity = check(pair, variables)
+        parity = check(_router_pair(side, module, map_path), variables)
         sown = {(lf.check, lf.path) for lf in parity.leaves if lf.check.startswith("intermediates")}
         assert ("intermediates", "load_balance/0") in sown and (
             "intermediates/train",
@@ -1357,18 +1365,8 @@ def test_a_model_sowing_into_its_own_collection_converts_both_ways(tmp_path):
     from linen2nnx.checkpoint_convert import convert
     from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
 
-    linen_module, nnx_module, _, map_path = build("sow_own_collection", tmp_path)
-    x = np.random.default_rng(6).normal(size=(6, 4)).astype(np.float32)
-    side = LinenSide(
-        model=linen_module.Router(),
-        batch={"x": x},
-        loss=lambda out, b: jnp.mean(out**2),
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    pair = ModelPair(
-        linen=side, nnx_factory=lambda rngs: nnx_module.Router(in_features=4, rngs=rngs), name_map=map_path
-    )
+    side, nnx_module, _, map_path = _sown_router(tmp_path)
+    pair = _router_pair(side, nnx_module, map_path)
     variables = perturbed(side.init_variables())
     assert set(variables) == {"params", "losses"}
     with ocp.StandardCheckpointer() as ckptr:

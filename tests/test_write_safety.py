@@ -13,6 +13,12 @@ from linen2nnx.io_utils import atomic_write_text
 LINEN = "import flax.linen as nn\n\n\nclass A(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(2)(x)\n"
 
 
+def _migrate(*args: object) -> subprocess.CompletedProcess:
+    """``linen2nnx migrate ARGS`` in a process of its own, its output captured."""
+    command = [sys.executable, "-m", "linen2nnx", "migrate", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
 def test_a_symlink_is_written_through(tmp_path):
     target = tmp_path / "target.py"
     target.write_text("old\n")
@@ -50,11 +56,7 @@ def test_a_file_the_process_may_not_write_is_refused_and_left_alone(tmp_path, mo
 def test_migrate_write_through_a_symlink_keeps_the_link(tmp_path):
     (tmp_path / "model.py").write_text(LINEN)
     (tmp_path / "link.py").symlink_to("model.py")
-    done = subprocess.run(
-        [sys.executable, "-m", "linen2nnx", "migrate", "--write", str(tmp_path / "link.py")],
-        capture_output=True,
-        text=True,
-    )
+    done = _migrate("--write", tmp_path / "link.py")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "link.py").is_symlink()
     assert "nnx.Module" in (tmp_path / "model.py").read_text()
@@ -81,19 +83,7 @@ def test_out_dir_replaces_a_link_into_the_sources_instead_of_writing_through_it(
     (tmp_path / "src" / "model.py").write_text(LINEN)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "model.py").symlink_to("../src/model.py")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "linen2nnx",
-            "migrate",
-            str(tmp_path / "src"),
-            "--out-dir",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    done = _migrate(tmp_path / "src", "--out-dir", tmp_path / "out")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "src" / "model.py").read_text() == LINEN
     assert not (tmp_path / "out" / "model.py").is_symlink()
@@ -107,18 +97,6 @@ def test_out_dir_never_writes_through_a_folder_that_links_into_the_sources(tmp_p
     (tmp_path / "src" / "pkg" / "model.py").write_text(LINEN)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "pkg").symlink_to("../src/pkg")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "linen2nnx",
-            "migrate",
-            str(tmp_path / "src"),
-            "--out-dir",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    done = _migrate(tmp_path / "src", "--out-dir", tmp_path / "out")
     assert done.returncode == 2 and "links out of the output folder" in done.stdout + done.stderr
     assert (tmp_path / "src" / "pkg" / "model.py").read_text() == LINEN
