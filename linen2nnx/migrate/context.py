@@ -400,7 +400,7 @@ class FileContext:
             return True
         return False
 
-    def _enclosing(self, node: cst.CSTNode, kind: type) -> Any:
+    def enclosing(self, node: cst.CSTNode, kind: type) -> Any:
         """The nearest node of ``kind`` at or above ``node`` in the original tree; None when none is."""
         cur: cst.CSTNode | None = node
         while cur is not None and not isinstance(cur, kind):
@@ -408,7 +408,7 @@ class FileContext:
         return cur
 
     def enclosing_statement(self, node: cst.CSTNode) -> cst.CSTNode:
-        statement = self._enclosing(node, cst.SimpleStatementLine)
+        statement = self.enclosing(node, cst.SimpleStatementLine)
         assert statement is not None
         return statement
 
@@ -417,13 +417,13 @@ class FileContext:
         return fn is not None and fn.name.value == "setup"
 
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
-        return self._enclosing(node, cst.FunctionDef)
+        return self.enclosing(node, cst.FunctionDef)
 
     def in_marked_class(self, node: cst.CSTNode) -> bool:
         """Is ``node`` in a class an earlier run wrote (with linen2nnx markers, or the NNX wrapper of a
         class kept as Linen)? It reported its Linen leftovers where they stopped the rewrite (a wrapper
         hands its class Linen layers as written); reporting them again is not idempotent."""
-        cls = self._enclosing(node, cst.ClassDef)
+        cls = self.enclosing(node, cst.ClassDef)
         if cls is not None and cls not in self.state.marked_classes:
             self.state.marked_classes[cls] = MARKER in code_of(cls) or is_bridge_wrapper(cls)
         return cls is not None and self.state.marked_classes[cls]

@@ -216,7 +216,7 @@ def rewrite_sow(ctx: Any, plan: ClassPlan, original: cst.Call, updated: cst.Call
 def _sown_elsewhere(ctx: Any, call: cst.Call, collection: str) -> set[str]:
     """The literal names the class of ``call`` sows into collections other than ``collection``: NNX
     sows each name into one attribute, whose type cannot be two (``Losses`` and ``Intermediate``)."""
-    cls = ctx._enclosing(call, cst.ClassDef)
+    cls = ctx.enclosing(call, cst.ClassDef)
     names: set[str] = set()
     for node in calls_in(cls) if cls is not None else ():
         args = node.args
