@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from fixture_parity import assert_parity, build
+from fixture_parity import assert_parity, build, grad_paths
 from fixture_paths import all_cases, fixture
 from flax import nnx
 from migrate_fixtures import case_trace
@@ -156,6 +156,7 @@ CASES = {
     "setup_match": ("Block", {"features": 3}, (2, 5)),  # `match` in setup(): the first case
     "factory_function": ("MLP", {"hidden": 4}, (2, 3)),  # dense(...)(x), norm(...)(x): module-level factories
     "optional_input": ("Encoder", {}, (2, 5)),  # --unsafe-fixes: a layer built when an input is None
+    "optional_inputs": ("Model", {}, (2, 5, 4)),  # layers built only when an optional input is (not) given
     "einops_patterns": ("Tokens", {}, (2, 4, 4, 3)),  # einops.rearrange / reduce keep the last axis
     "axis_order": ("Mixer", {}, (2, 5, 6)),  # einsum / transpose / swapaxes keeping the last axis
     "axis_order_attention": ("Attention", {}, (2, 5, 8)),  # reshapes to leading setup() sizes
@@ -503,6 +504,7 @@ UNUSED_BY_LINEN = {
     "tied_apply": 1,
     "tied_embedding": 1,
     "setup_head_under_test": 2,  # sigma_head's kernel and bias, applied only if learn_sigma
+    "optional_inputs": 1,  # `given`'s token embedding: its embeddings are handed in
 }  # the tied head's own kernel: NNX builds it, Linen never does
 INT_INPUTS = {
     "handed_module",
@@ -1227,6 +1229,43 @@ def test_a_head_applied_only_under_a_test_is_kept_from_init_with_the_reason(tmp_
     lacking = {"params": {k: v for k, v in variables["params"].items() if k != "mean_head"}}
     with pytest.raises(ConversionError, match="not filled: NNX mean_head"):
         convert_tree(lacking, pair)
+
+
+def test_a_layer_built_only_with_an_optional_input_runs_both_ways_and_converts(tmp_path):
+    """Block's cross-attention, built by Linen only when a context is given: NNX builds it always.
+    With a context the pair agrees with every weight converted; from an init without one, convert
+    keeps its weights from init and says why, and the pair agrees without a context."""
+    from linen2nnx.checkpoint_convert.api import convert_tree
+    from linen2nnx.checkpoint_convert.linen_unused import NEVER_APPLIED
+
+    linen_module, nnx_module, _, map_path = build("optional_inputs", tmp_path)
+    rng = np.random.default_rng(0)
+    x, context = rng.normal(size=(2, 5, 4)).astype(np.float32), rng.normal(size=(2, 3, 6)).astype(np.float32)
+    nnx_block = lambda rngs: nnx_module.Block(in_features=4, context_features=6, rngs=rngs)  # noqa: E731
+
+    def side(batch: dict) -> LinenSide:
+        return LinenSide(
+            model=linen_module.Block(),
+            batch=batch,
+            loss=lambda out, b: jnp.mean(out**2),
+            train_kwargs={},
+            eval_kwargs={},
+            inputs=lambda b: ((b["x"],), {k: v for k, v in b.items() if k != "x"}),
+        )
+
+    with_context = side({"x": x, "context": context})
+    variables = perturbed(with_context.init_variables())
+    parity = check(ModelPair(linen=with_context, nnx_factory=nnx_block, name_map=map_path), variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    assert {p for p in grad_paths(parity) if p.startswith("cross/")}, "the cross-attention was not compared"
+
+    alone = side({"x": x})
+    pair = ModelPair(linen=alone, nnx_factory=nnx_block, name_map=map_path)
+    variables = perturbed(alone.init_variables())
+    kept = convert_tree(variables, pair).report.kept_from_init
+    assert kept and all(k.nnx.startswith("cross/") and k.why == NEVER_APPLIED for k in kept)
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
 
 
 @pytest.mark.parametrize("cls", ["Recurrence", "RecurrenceOneAxis"])

@@ -49,6 +49,7 @@ PARITY_TESTS = (
 
 # Fixture cases with no numeric parity test, and why none can be written.
 NOT_RUNNABLE = {
+    "optional_input_refused": "manual findings: both classes stay Linen behind the bridge, nothing is rewritten",
     "scan_function_default_axis": "manual finding: a scanned function with a default and one in_axes for all",
     "nested_layer_in_loop": "manual findings: a layer built in another's argument in a loop (names the map cannot pair)",
     "stack_axes": "manual findings: stacks NNX cannot lay out as Linen, and keywords Linen ignores at a scan's call",

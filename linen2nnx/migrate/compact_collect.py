@@ -14,6 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from linen2nnx.layers import LayerRule
+from linen2nnx.migrate.call_time_builds import built_for_optional_input, built_in_trace
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
@@ -29,7 +30,7 @@ from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.guard_conditions import Guard, early_return, guards
 from linen2nnx.migrate.nest_runs import in_inner_loop
-from linen2nnx.migrate.rules import MOD_004, MOD_009
+from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in, loop_name_prefix
 
 if TYPE_CHECKING:
@@ -271,11 +272,14 @@ class CompactCollector(FastVisitor):
         )
         if built.variable and self.planner.plan_lazy_variable(plan, node, conditions, self.local_names):
             return
-        if conditions is None and not in_nest and loop is None and self._built_in_trace(node, built):
+        if conditions is None and not in_nest and loop is None and built_in_trace(self, node, built):
             conditions = []  # built always, as the traced call built it; still used under its condition
         if conditions is None and not in_nest and loop is None and self._holds_nothing(built):
             # built whatever the call-time tests say: holding nothing, it adds no weight (stateless_classes.py)
             conditions = self.planner.conditions_of(node, self.fn, self.local_names, plan, stateless=True)
+        naming = conditions  # the tests Linen builds it under, for the auto-name checks
+        if conditions is None and not in_nest and loop is None and not built.variable:
+            naming, conditions = built_for_optional_input(self, node, built)
         if conditions is None:
             self.state.handled.add(node)  # this finding says it all
             ctx.report(
@@ -285,7 +289,7 @@ class CompactCollector(FastVisitor):
                 "create it in __init__ and decide at call time whether to use it",
             )
             return
-        if loop is None and not in_nest and self._name_depends_on_branch(node, built, conditions):
+        if loop is None and not in_nest and self._name_depends_on_branch(node, built, naming):
             return
         if loop is not None and not in_nest and not self._counted_before_loop(node, built, conditions):
             return
@@ -303,7 +307,7 @@ class CompactCollector(FastVisitor):
             return True
         if built.rule is None and built.user is None:
             return True
-        name = self._class_name(built)
+        name = self.class_name(built)
         n = self.counters.get(name, 0)
         earlier = self.branch_conditions.get(name, [])
         if n is None or (not n and not earlier):
@@ -339,7 +343,7 @@ class CompactCollector(FastVisitor):
             return False
         if built.rule is None and built.user is None:
             return False
-        name = self._class_name(built)
+        name = self.class_name(built)
         if self.counters.get(name, 0) is None:
             return False  # after a loop of its class: that finding says it already
         earlier = self.branch_conditions.setdefault(name, [])
@@ -375,36 +379,6 @@ class CompactCollector(FastVisitor):
             else bool(built.user and built.user.holds_nothing)
         )
 
-    def _built_in_trace(self, node: cst.Call, built: Built) -> bool:
-        """A submodule built under a call-time condition that the traced call built (its Linen name is in
-        the trace): with --unsafe-fixes it is built in __init__ always (L2N-MOD-009); the assumption is
-        that checkpoints come from an init that took the branch the traced call took, as Linen's names
-        of the modules built after it depend on it."""
-        trace = self.state.trace
-        if trace is None or built.variable or (built.rule is None and built.user is None):
-            return False
-        class_name = self._class_name(built)
-        explicit = keyword_arg(built.target, "name")
-        if explicit is not None:
-            if not isinstance(explicit.value, cst.SimpleString):
-                return False
-            name = str(explicit.value.evaluated_value)
-        else:
-            count = self.counters.get(class_name, 0)
-            if count is None:
-                return False
-            name = f"{class_name}_{count}"
-        if not trace.shapes_for(self.plan.name, name) or not self.state.unsafe_fixes:
-            return False
-        self.ctx.report(
-            MOD_009,
-            node,
-            f"{built.what} is built under a condition on a call-time value; the traced call built it "
-            f"({name}): built in __init__ always and used under the same condition",
-            "a checkpoint from an init that took the other branch names the modules after it differently",
-        )
-        return True
-
     def _uncount(self, built: Built) -> None:
         """An auto-named module left where it is, in a loop or a construct Linen may run any number of
         times: how many of its class Linen has built is unknown from here on, so a later auto-named
@@ -413,9 +387,9 @@ class CompactCollector(FastVisitor):
             return
         if keyword_arg(built.target, "name") is not None:
             return  # an explicit name consumes no counter
-        self.counters[self._class_name(built)] = None
+        self.counters[self.class_name(built)] = None
 
-    def _class_name(self, built: Built) -> str:
+    def class_name(self, built: Built) -> str:
         """The name Linen counts ``built``'s auto-names by (a lifted class's included)."""
         name = built.rule.auto_name if built.rule else built.user.name  # type: ignore[union-attr]
         return self.ctx.linen_class_name(built.target.func, name)

@@ -15,6 +15,7 @@ from collections.abc import Collection
 import libcst as cst
 
 from linen2nnx.layers import LayerRule
+from linen2nnx.migrate.call_time_builds import method_parameters, other_branch_builds, presence_part
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import (
@@ -188,14 +189,18 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         plan: ClassPlan | None = None,
         skipped: frozenset[str] = frozenset(),
         stateless: bool = False,
+        presence: dict[str, str] | None = None,
     ) -> list[str] | None:
         """Config tests of the ``if``s around ``node`` (``not (t)`` on else branches) and of the early
         returns before it (guard_conditions.py); None when a test uses a call-time value, so the
         construction cannot be decided in __init__ -- but for a shape
         test (``if residual.shape != y.shape``), restated once the dataflow has run (shape_tests.py).
         A test whose locals are all ``skipped`` (a loop's own names) is left out: see LayerRule.no_variables;
-        for a ``stateless`` module, so is a test's call-time part (guard_conditions.config_part)."""
+        for a ``stateless`` module, so is a test's call-time part (guard_conditions.config_part).
+        ``presence`` (a dict to fill): a test of whether an optional input of ``fn`` is given stays in
+        the list whole, and the dict maps it to its config part (optional_inputs.py)."""
         conditions: list[str] = []
+        optional = method_parameters(fn) if presence is not None else frozenset()
         for guard in guards(node, fn, self.ctx.parent_of):
             cur, call_time = guard.node, bool((names_in(guard.node.test) - NOT_LOCAL) & local_names)
             if type(cur) is cst.If and reads_only(cur.test, local_names, skipped):
@@ -207,6 +212,16 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 if part is None:
                     return None
                 conditions[:0] = [part] if part else []
+                continue
+            part = (
+                presence_part(cur.test, guard.holds, optional, local_names)
+                if optional and call_time
+                else None
+            )
+            if part is not None and type(cur) is cst.If and not other_branch_builds(cur, guard.holds):
+                test = code(cur.test)
+                conditions.insert(0, test if guard.holds else negated(test))
+                presence[conditions[0]] = part  # type: ignore[index]
                 continue
             if type(cur) is cst.IfExp and (call_time or calls_in(cur.orelse if guard.holds else cur.body)):
                 return None  # a call-time test of an expression (no shape test restates it), or the other

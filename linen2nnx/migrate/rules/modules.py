@@ -114,6 +114,17 @@ MOD_014 = Rule(
     "def setup(self):\n    self.inv_freq = 1.0 / (self.base ** (jnp.arange(0, self.dim, 2) / self.dim))",
     "@property\ndef inv_freq(self):\n    return 1.0 / (self.base ** (jnp.arange(0, self.dim, 2) / self.dim))",
 )
+MOD_015 = Rule(
+    "L2N-MOD-015",
+    C,
+    "Submodule Linen builds only when an optional input is given (`if context is not None:`): built in "
+    "__init__ always and used under the same test. A checkpoint from an init that skipped the branch has none "
+    "of its weights, which convert names; a later auto-named module of its class is a finding (its Linen name "
+    "depends on the test).",
+    "if context is not None:\n    x = x + nn.MultiHeadDotProductAttention(num_heads=2, name='cross')(x, context)",
+    "self.cross = nnx.MultiHeadAttention(2, in_features, in_kv_features=..., rngs=rngs)  # in __init__\n"
+    "if context is not None:\n    x = x + self.cross(x, context)",
+)
 LAYER_001 = Rule(
     "L2N-LAYER-001",
     C,
@@ -264,6 +275,7 @@ RULES = (
     MOD_012,
     MOD_013,
     MOD_014,
+    MOD_015,
     LAYER_001,
     LAYER_002,
     LAYER_003,
