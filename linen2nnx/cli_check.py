@@ -205,6 +205,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     options = _check_options(args)
     summary_path = _github_summary_path(args)
+    _check_targets(args, spec, summary_path)
     if args.html:
         from linen2nnx.reports.plots import require_matplotlib
 
@@ -216,11 +217,35 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     data = parity_data.parity_dict(result)
     render_parity(data, console=err_console, all_leaves=args.all_leaves)
-    for target, text in _rendered_reports(args, data):
+    reports = _rendered_reports(args, data)  # every report rendered before the first is written
+    for target, text in reports:
         _write_report(target, text)
     if summary_path is not None:
         _append_summary(summary_path, data)
     return EXIT_OK if data.get("passed") else EXIT_FINDINGS
+
+
+def _check_targets(args: argparse.Namespace, spec: str, summary_path: Path | None) -> None:
+    """Before the check runs: no report may replace the spec, a checkpoint or the name map, or share a
+    path with another report, and the step summary must take an append (report_targets.py)."""
+    from linen2nnx.report_targets import check_appendable, check_report_targets
+
+    spec_file = spec.rsplit(":", 1)[0] if spec.rsplit(":", 1)[0].endswith(".py") else None
+    taken: dict[str | Path, str] = {}
+    folders: dict[str | Path, str] = {}
+    for path, what in (
+        (spec_file, "the spec"),
+        (args.ckpt, "the Linen checkpoint"),
+        (args.map, "the name map"),
+    ):
+        if path:
+            (folders if Path(path).is_dir() else taken)[path] = what
+    if args.nnx_ckpt:
+        (folders if Path(args.nnx_ckpt).is_dir() else taken)[args.nnx_ckpt] = "the NNX checkpoint"
+    flags = {f"--{flag}": getattr(args, flag) for flag in ("json", "markdown", "junit", "html")}
+    check_report_targets(flags, taken, folders)
+    if summary_path is not None:
+        check_appendable(summary_path, "$GITHUB_STEP_SUMMARY")
 
 
 def _rendered_reports(args: argparse.Namespace, data: dict) -> list[tuple[str, str]]:
@@ -246,8 +271,9 @@ def _rendered_reports(args: argparse.Namespace, data: dict) -> list[tuple[str, s
 
 
 def _write_report(target: str, text: str) -> None:
-    from linen2nnx.io_utils import atomic_write_text
+    from linen2nnx.io_utils import atomic_write_text, encodable
 
+    text = encodable(text)
     if target == "-":
         sys.stdout.write(text)
         sys.stdout.flush()

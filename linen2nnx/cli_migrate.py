@@ -187,6 +187,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     stdin = "-" in args.paths
     _check_stdin_flags(args, stdin)
     settings = _migrate_settings(args, stdin)
+    _check_report_target(args, settings, stdin)
     trace = None
     if args.trace:
         from linen2nnx.migrate.trace import trace_linen
@@ -214,6 +215,32 @@ def _check_stdin_flags(args: argparse.Namespace, stdin: bool) -> None:
             + ("migrated source" if args.mode is None else "diff")
             + "; use --check or --report FILE"
         )
+
+
+def _check_report_target(args: argparse.Namespace, settings: dict, stdin: bool) -> None:
+    """Before anything runs: ``--report`` may not replace a source, an output, the name map or the
+    spec of this run (report_targets.py)."""
+    if not args.report or args.report == "-":
+        return
+    from linen2nnx.migrate.discovery import discover
+    from linen2nnx.migrate.spec_writer import SPEC_FILENAME
+    from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
+    from linen2nnx.report_targets import check_report_targets
+
+    taken: dict[str | Path, str] = {}
+    files = [] if stdin else discover(args.paths, settings["exclude"], settings["include"], settings["base"])
+    for f, root in files:
+        taken[f] = "a source file of this run"
+        if args.out_dir:
+            taken[Path(args.out_dir) / f.resolve().relative_to(root)] = "an output file of this run"
+    if args.map:
+        taken[args.map] = "the name map"
+    if args.out_dir:
+        taken[Path(args.out_dir) / NAME_MAP_FILENAME] = "the name map"
+        taken[Path(args.out_dir) / SPEC_FILENAME] = "the pair spec"
+    elif files and args.mode == "write":
+        taken[files[0][1] / NAME_MAP_FILENAME] = "the name map"
+    check_report_targets({"--report": args.report}, taken)
 
 
 def _migrate_tree(args: argparse.Namespace, settings: dict, trace):
@@ -317,18 +344,20 @@ def _migrate_stdin(args: argparse.Namespace, settings: dict, trace):
 
 
 def _emit_report(args: argparse.Namespace, result) -> None:
+    from linen2nnx.io_utils import atomic_write_text, encodable
     from linen2nnx.reports.migration import render, render_text
 
     if args.report == "-":
-        sys.stdout.write(render(result, args.format, verbose=args.verbose))
+        sys.stdout.write(encodable(render(result, args.format, verbose=args.verbose)))
         sys.stdout.flush()
     elif args.report:
-        from linen2nnx.io_utils import atomic_write_text
-
-        atomic_write_text(Path(args.report), render(result, args.format, verbose=args.verbose))
+        try:
+            atomic_write_text(Path(args.report), encodable(render(result, args.format, verbose=args.verbose)))
+        except OSError as e:
+            raise L2NError(f"{args.report}: cannot write the report: {e.strerror or e}") from e
     if args.quiet or (args.report == "-" and args.format == "text"):
         return
     text = render_text(result, verbose=args.verbose)
-    err_console.print(text.rstrip(), markup=False, highlight=False, soft_wrap=True)
+    err_console.print(encodable(text.rstrip()), markup=False, highlight=False, soft_wrap=True)
     for p in (*result.written, *result.extra_outputs):
-        err_console.print(f"wrote {p}", markup=False, soft_wrap=True)
+        err_console.print(encodable(f"wrote {p}"), markup=False, soft_wrap=True)

@@ -12,6 +12,12 @@ from pathlib import Path
 from linen2nnx.errors import L2NError
 
 
+def encodable(text: str) -> str:
+    """``text`` with each lone surrogate (the raw byte of a file name that is not UTF-8, as Python
+    decodes it) spelled ``\\udcff``: a report that names such a file can then be written as UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def atomic_write_text(path: Path, text: str, encoding: str = "utf-8", follow_symlinks: bool = True) -> None:
     """Write ``text`` to ``path`` through a temp file in the same folder and ``os.replace``.
 

@@ -8,6 +8,7 @@ stubs ``equivalence.check`` so option handling and rendering are tested in milli
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -439,3 +440,46 @@ def test_example_workflow_runs_a_check_command_this_cli_accepts(monkeypatch):
     assert all(Path(p).parent == Path(upload) for p in (args.json, args.markdown, args.junit, args.html))
     assert with_env(uses["mikepenz/action-junit-report"]["with"]["report_paths"]) == args.junit
     assert "!cancelled()" in uses["actions/upload-artifact"]["if"]  # evidence is kept when the gate fails
+
+
+@pytest.mark.parametrize(
+    "make_argv, message",
+    [
+        (lambda d: ["--json", str(d / "spec.py")], "--json .*spec.py: is the spec"),
+        (
+            lambda d: ["--ckpt", str(d / "ck.msgpack"), "--markdown", str(d / "ck.msgpack")],
+            "the Linen checkpoint",
+        ),
+        (
+            lambda d: ["--nnx-ckpt", str(d / "nnx"), "--junit", str(d / "nnx" / "j.xml")],
+            "lies inside the NNX",
+        ),
+        (lambda d: ["--json", str(d / "r"), "--html", str(d / "r")], "--json writes there too"),
+        (lambda d: ["--json", str(d)], "is a folder"),
+    ],
+)
+def test_a_report_that_would_replace_an_input_is_refused_before_the_run(
+    make_argv, message, monkeypatch, tmp_path, capsys
+):
+    """A report path that is the spec, a checkpoint (or inside one), another report's or a folder:
+    exit 2 before the check runs, every input as it was."""
+    ran = []
+    monkeypatch.setattr(linen2nnx.equivalence, "check", lambda *a, **k: ran.append(1) or _Result(_v2(True)))
+    (tmp_path / "spec.py").write_text("SPEC = 1\n")
+    (tmp_path / "ck.msgpack").write_bytes(b"\x80")
+    (tmp_path / "nnx").mkdir()
+    before = {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert main(["check", str(tmp_path / "spec.py"), *make_argv(tmp_path)]) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not ran and {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_a_step_summary_that_cannot_take_the_report_fails_before_any_report_is_written(
+    monkeypatch, tmp_path, capsys
+):
+    monkeypatch.setattr(linen2nnx.equivalence, "check", lambda *a, **k: _Result(_v2(passed=True)))
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path))  # a folder
+    assert main(["check", MLP, "--json", str(tmp_path / "p.json")]) == 2
+    assert "$GITHUB_STEP_SUMMARY" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()

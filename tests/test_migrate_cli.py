@@ -482,3 +482,45 @@ def test_stdin_undecodable_bytes_are_echoed(monkeypatch, capsys):
     assert main(["migrate", "-", "--isolated", "-q"]) == 2
     sys.stdout.flush()
     assert raw.getvalue() == b"import flax.linen as nn\n\xe9\n"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--check", "--report", "{src}/pkg/mlp.py"], "is a source file of this run"),
+        (["--write", "--report", "{src}/pkg/mlp.py", "--format", "markdown"], "is a source file of this run"),
+        (["--out-dir", "{tmp}/out", "--report", "{tmp}/out/pkg/mlp.py"], "is an output file of this run"),
+        (["--out-dir", "{tmp}/out", "--report", "{tmp}/out/linen2nnx-map.json"], "is the name map"),
+        (["--check", "--report", "{src}"], "is a folder"),
+    ],
+)
+def test_a_report_that_would_replace_a_file_of_the_run_is_refused_before_it(
+    argv, message, tree, tmp_path, capsys
+):
+    before = {p: p.read_bytes() for p in tree.rglob("*.py")}
+    filled = [a.format(src=tree, tmp=tmp_path) for a in argv]
+    assert main(["migrate", str(tree), *filled]) == 2
+    assert message in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in tree.rglob("*.py")} == before
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_report_that_cannot_be_written_is_an_error_not_findings(tree, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["migrate", str(tree), "--check", "--report", str(blocker / "r.json")]) == 2
+    assert "cannot write the report" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", ["json", "markdown", "sarif", "text"])
+def test_a_file_name_that_is_not_utf8_is_migrated_and_reported(fmt, tmp_path, capsys):
+    """A name Python can only decode with surrogates (byte 0xff): migrated like any file; every report
+    names it (a SARIF URI by its raw byte) instead of a traceback."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(fixture("class_value_in.py"), src / os.fsdecode(b"bad\xffname.py"))  # with findings
+    report = tmp_path / f"r.{fmt}"
+    assert main(["migrate", str(src), "--check", "--report", str(report), "--format", fmt]) == 1
+    text = report.read_text(encoding="utf-8")
+    assert ("bad%FFname.py" if fmt == "sarif" else "bad\\udcffname.py") in text
+    assert "Traceback" not in capsys.readouterr().err

@@ -321,3 +321,12 @@ def test_render_dispatches_and_rejects_unknown_formats(result):
     assert render(result, "text", verbose=True) == render_text(result, verbose=True)
     with pytest.raises(ValueError, match="unknown report format"):
         render(result, "xml")
+
+
+def test_sarif_says_the_run_failed_exactly_when_it_exits_2(result):
+    """An error finding (a file that does not parse) fails the run (exit 2): SARIF says so."""
+    assert result.exit_code() == 2
+    assert to_sarif(result)["runs"][0]["invocations"][0]["executionSuccessful"] is False
+    clean = MigrationResult([f for f in result.files if not f.failed], result.name_map, result.mode)
+    assert clean.exit_code() != 2
+    assert to_sarif(clean)["runs"][0]["invocations"][0]["executionSuccessful"] is True

@@ -595,3 +595,18 @@ def test_a_real_check_result_validates_and_renders_in_every_format(real, junit_s
     text = _console_text(real, all_leaves=True)
     assert "parity: mlp — PASS" in text and "dense1/kernel" in text and "timings:" in text
     assert parity_table(real).row_count == len(real["checks"])  # failures only: none
+
+
+@pytest.mark.parametrize(
+    "text", ["a``<img src=x onerror=alert(1)>``b", "`<b>x</b>`", "plain <i>", "x```y`z", "|pipe|`"]
+)
+def test_a_code_span_keeps_any_backticks_inside_it(text):
+    """Markdown ends an inline code span at a backtick run of the fence's length: a fence longer than
+    every run inside keeps the text one span, so none of it renders as HTML (CommonMark, as GitHub)."""
+    from markdown_it import MarkdownIt
+
+    from linen2nnx.reports.markdown_text import md_code
+
+    html = MarkdownIt("commonmark").renderInline(md_code(text))
+    assert html.startswith("<code>") and html.endswith("</code>") and html.count("<code>") == 1, html
+    assert "<img" not in html and "<b>" not in html and "<i>" not in html

@@ -167,7 +167,7 @@ def _dependencies(work: list[tuple[Path, str, str]]) -> list[set[int]]:
     """For each file, the files of the run it imports."""
     by_module = {module: i for i, (_, _, module) in enumerate(work) if module}
     by_module.update({alias: i for i, (path, _, _) in enumerate(work) for alias in namespace_names(path)})
-    last_parts = {module.rsplit(".", 1)[-1].encode() for module in by_module}
+    last_parts = {module.rsplit(".", 1)[-1].encode(errors="surrogateescape") for module in by_module}
     deps: list[set[int]] = []
     for path, _, module in work:
         wanted: set[str] = set()

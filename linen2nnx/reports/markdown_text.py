@@ -6,6 +6,8 @@ pull-request comment as written, not as emphasis, broken tables or raw HTML.
 
 from __future__ import annotations
 
+import re
+
 
 def md_text(text: str) -> str:
     """Plain text with Markdown and HTML metacharacters escaped."""
@@ -29,6 +31,7 @@ def md_cell(text: str) -> str:
 def md_code(text: str) -> str:
     """``text`` as an inline code span that survives backticks and pipes inside a table cell."""
     text = text.replace("\r", " ").replace("\n", " ").replace("|", "\\|")
-    fence = "``" if "`" in text else "`"
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)  # a run of backticks inside ends only a span of exactly its length
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"

@@ -104,7 +104,7 @@ def _artifact_uri(path: str) -> str:
     posix = PurePosixPath(path.replace("\\", "/"))
     if posix.is_absolute():
         return posix.as_uri()
-    return urllib.parse.quote(posix.as_posix())
+    return urllib.parse.quote(posix.as_posix(), errors="surrogateescape")  # a file name's raw bytes
 
 
 def sarif_rules() -> list[dict[str, Any]]:
@@ -172,7 +172,8 @@ def to_sarif(result: MigrationResult) -> dict[str, Any]:
                 },
                 "invocations": [
                     {
-                        "executionSuccessful": True,
+                        # an error finding (a file not parsed or not written) is a run that failed: exit 2
+                        "executionSuccessful": result.exit_code() != 2,
                         "properties": {"mode": result.mode.value, "summary": summary_line(result)},
                     }
                 ],

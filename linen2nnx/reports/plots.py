@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import warnings
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -51,7 +52,10 @@ def _svg(fig: Any, salt: str) -> str:
     import matplotlib
 
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": salt}):
+    # a glyph the font lacks (a CJK module name) or a layout a huge label defeats still draws; the
+    # report is the output, not matplotlib's warnings on the console
+    with warnings.catch_warnings(), matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": salt}):
+        warnings.simplefilter("ignore", UserWarning)
         fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
     text = buf.getvalue()
     text = text[text.index("<svg") :]  # drop the XML declaration and doctype: it is inlined in HTML
