@@ -98,6 +98,17 @@ def convert_on_mesh(work: Path, out: Path) -> None:
         back = ckptr.restore(work / "back")
     back_kernel = back["params"]["blocks"]["up"]["kernel"]["value"]
     back_spec = back_meta["params"]["blocks"]["up"]["kernel"]["value"].sharding.partition_spec
+    # a training loop that unboxed its params before TrainState.create saved no boxes: back onto the mesh
+    from linen2nnx.equivalence.mesh import strip_boxes
+
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(work / "linen_plain", strip_boxes(state))
+        ckptr.wait_until_finished()
+    convert(work / "linen_plain", work / "nnx_plain", pair, mesh=shape)
+    convert_to_linen(work / "nnx_plain", work / "back_plain", pair, mesh=shape)
+    with ocp.StandardCheckpointer() as ckptr:
+        plain_meta = ckptr.metadata(work / "back_plain").item_metadata.tree
+    plain_spec = plain_meta["params"]["blocks"]["up"]["kernel"].sharding.partition_spec
     with mesh_scope(pair, shape):
         model = load_nnx_checkpoint(work / "nnx", pair)
     kernel = model.blocks.up.kernel
@@ -117,6 +128,7 @@ def convert_on_mesh(work: Path, out: Path) -> None:
         ),
         "devices": len(jax.devices()),
         "back_spec": [None if a is None else a for a in back_spec],
+        "back_plain_spec": [None if a is None else a for a in plain_spec],
         "back_equal": bool(
             np.array_equal(np.asarray(back_kernel), np.asarray(state.params["blocks"]["up"]["kernel"].value))
         ),

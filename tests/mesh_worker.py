@@ -103,8 +103,20 @@ class LModel(nn.Module):
         return nn.Dense(VOCAB, kernel_init=WL(LECUN, ("embed", "vocab")), use_bias=False, name="head")(x)
 
 
+MLP_ACT = ("activation_batch", "activation_length", "activation_mlp")
+
+
 class NBlock(nnx.Module):
-    def __init__(self, d: int, h: int, *, up_axes: tuple[str, str] = ("embed", "mlp"), rngs: nnx.Rngs):
+    def __init__(
+        self,
+        d: int,
+        h: int,
+        *,
+        up_axes: tuple[str, str] = ("embed", "mlp"),
+        act_axes: tuple[str, ...] | None = MLP_ACT,
+        rngs: nnx.Rngs,
+    ):
+        self.act_axes = act_axes
         self.ln = nnx.LayerNorm(d, scale_init=WN(ONES, ("norm",)), bias_init=WN(ZEROS, ("norm",)), rngs=rngs)
         self.up = nnx.Linear(d, h, kernel_init=WN(LECUN, up_axes), bias_init=WN(ZEROS, ("mlp",)), rngs=rngs)
         self.down = nnx.Linear(
@@ -112,9 +124,9 @@ class NBlock(nnx.Module):
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = nn.with_logical_constraint(
-            nnx.gelu(self.up(self.ln(x))), ("activation_batch", "activation_length", "activation_mlp")
-        )
+        y = nnx.gelu(self.up(self.ln(x)))
+        if self.act_axes is not None:
+            y = nn.with_logical_constraint(y, self.act_axes)
         return x + self.down(y)
 
 
@@ -122,14 +134,19 @@ class NModel(nnx.Module):
     """The twin. ``up_axes`` and ``layers_axis=False`` make the deliberately wrong variants."""
 
     def __init__(
-        self, *, up_axes: tuple[str, str] = ("embed", "mlp"), layers_axis: bool = True, rngs: nnx.Rngs
+        self,
+        *,
+        up_axes: tuple[str, str] = ("embed", "mlp"),
+        layers_axis: bool = True,
+        act_axes: tuple[str, ...] | None = MLP_ACT,
+        rngs: nnx.Rngs,
     ):
         self.embed = nnx.Embed(
             VOCAB, D, embedding_init=WN(nnx.initializers.normal(1.0), ("vocab", "embed")), rngs=rngs
         )
 
         def block(rngs: nnx.Rngs) -> NBlock:
-            return NBlock(D, H, up_axes=up_axes, rngs=rngs)
+            return NBlock(D, H, up_axes=up_axes, act_axes=act_axes, rngs=rngs)
 
         if layers_axis:  # the NNX spelling of metadata_params={nn.PARTITION_NAME: 'layers'}
             block = nnx.transform_metadata(block, in_axes=0, out_axes=0, partition="layers")
@@ -209,6 +226,7 @@ def handwritten() -> dict[str, Any]:
     for name, twin in (
         ("wrong_name", {"up_axes": ("mlp", "embed")}),
         ("no_layers_axis", {"layers_axis": False}),
+        ("renamed", {"up_axes": ("embed", "vocab")}),  # `vocab` goes where `mlp` goes under these rules
     ):
         bad = handwritten_pair(**twin)
         bad_sides = build_sides(bad, variables)
@@ -216,6 +234,13 @@ def handwritten() -> dict[str, Any]:
             out[name] = leaves_json(
                 partition_spec_leaves(bad, bad_sides.nnx_model, bad_sides.report.param_table("params"))
             )
+    # activation constraints: dropped, or with two names swapped -- the numbers agree either way
+    for name, act_axes in (
+        ("no_constraint", None),
+        ("swapped_constraint", ("activation_batch", *MLP_ACT[:0:-1])),
+    ):
+        bad = handwritten_pair(act_axes=act_axes)
+        out[name] = [lf for lf in leaves_json(check_on_mesh(bad, MESH, variables).leaves) if not lf["passed"]]
     # a name the rules do not know: Linen replicates that axis, NNX takes it for a mesh axis
     unknown = handwritten_pair(up_axes=("embed", "hidden"))
     unknown_sides = build_sides(unknown, variables)

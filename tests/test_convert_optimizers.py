@@ -126,3 +126,27 @@ def test_a_step_nnx_cannot_hold_is_an_error(tmp_path):
     with pytest.raises(ConversionError, match="step out of range"):
         convert(tmp_path / "linen", tmp_path / "nnx", _pair(optax.adam(1e-3)), optimizer=True)
     assert not (tmp_path / "nnx").exists()
+
+
+def test_a_label_function_that_reads_linen_keys_is_a_named_problem(tmp_path):
+    """multi_transform labelling by the last path key ('kernel' on Linen's dicts, 'value' on NNX's
+    state): NNX's adam keeps no state where Linen's does. A named problem (exit 2), where it was an
+    AttributeError on optax's MaskedNode (a raw traceback, exit 1)."""
+
+    def last_key(p):
+        return str(getattr(p, "key", getattr(p, "name", p)))
+
+    def labels(params):
+        return jax.tree_util.tree_map_with_path(
+            lambda p, _: "a" if last_key(p[-1]) == "kernel" else "b", params
+        )
+
+    tx = optax.multi_transform({"a": optax.adam(1e-3), "b": optax.sgd(1e-2, momentum=0.9)}, labels)
+    _save(tx, tmp_path / "linen")
+    problems = [str(p) for p in dry_run(tmp_path / "linen", _pair(tx)).problems]
+    assert any(
+        "where the NNX optimizer holds none (MaskedNode)" in p and "dense1/kernel" in p for p in problems
+    )
+    with pytest.raises(ConversionError, match="MaskedNode"):
+        convert(tmp_path / "linen", tmp_path / "nnx", _pair(tx), optimizer=True)
+    assert not (tmp_path / "nnx").exists()

@@ -82,6 +82,8 @@ def test_mesh_output_is_written_with_the_nnx_shardings(tmp_path):
     assert got["equal"]
     # --to linen --mesh: the Linen stack written as its logical names ("layers", "embed", "mlp") say
     assert got["back_spec"] == [None, "fsdp", "tensor"] and got["back_equal"]
+    # ... from a source saved unboxed too (unboxing there applied a constraint to abstract values: a crash)
+    assert got["back_plain_spec"] == [None, "fsdp", "tensor"]
 
 
 def test_two_processes_convert_onto_one_mesh(tmp_path):

@@ -158,6 +158,15 @@ def test_handwritten_pair_sharded_parity_and_wrong_specs_caught(small_report):
     no_layers = {lf["path"]: lf["note"] for lf in report["no_layers_axis"] if not lf["passed"]}
     assert set(no_layers) == {p for p in HANDWRITTEN_PARAMS if p.startswith("blocks/")}
     assert "2 names for a rank-3 array" in no_layers["blocks/up/kernel"]
+    # another logical name that these rules happen to place alike still fails: other rules split it apart
+    renamed = [lf for lf in report["renamed"] if not lf["passed"]]
+    assert [lf["path"] for lf in renamed] == ["blocks/up/kernel"]
+    assert "the partition names differ" in renamed[0]["note"]
+    # an activation constraint dropped or with its names swapped: only the `sharding` leaf of that block fails
+    for name in ("no_constraint", "swapped_constraint"):
+        failed = report[name]
+        assert [(lf["check"], lf["path"]) for lf in failed] == [("sharding", "blocks")], failed
+    assert "NNX none" in report["no_constraint"][0]["note"]
     # placing a twin whose name the rules do not know is a named error, not an XLA traceback
     assert "NNX blocks/up/kernel (out_sharding ('layers', 'embed', 'hidden'))" in report["unknown_name_error"]
 

@@ -163,3 +163,105 @@ def test_kept_logical_to_mesh_maps_nnx_specs_as_linen_maps_its_boxes():
     assert nnx_mod.mesh_axes(nnx_specs, rules)["kernel"].get_value() == expected
     assert nnx_mod.mesh_axes_given(nnx_specs, rules)["kernel"].get_value() == expected
     assert linen_mod.mesh_axes_given({"kernel": linen_kernel}, rules)["kernel"] == expected
+
+
+def test_linen_partitions_read_each_form_and_map_each_its_own_way():
+    """Logical boxes map through the rules (their own rules when they carry them), mesh boxes are mesh
+    axes already, and T5X's params_axes names the parameter beside it: one reader for check,
+    convert and train, where a mesh name taken for a logical one placed a weight replicated."""
+    import jax
+    import jax.numpy as jnp
+    from flax.linen import partitioning
+    from jax.sharding import PartitionSpec as P
+
+    from linen2nnx.equivalence.linen_partitioning import LinenPartition, linen_partitions, mesh_spec
+
+    class Forms(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            k = partitioning.param_with_axes(
+                "kernel", nn.initializers.lecun_normal(), (x.shape[-1], 8), jnp.float32, axes=("embed", "mlp")
+            )
+            b = self.param("b", nn.with_partitioning(nn.initializers.zeros, ("fsdp",)), (8,))
+            own = nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",), rules=(("mlp", "tensor"),))
+            return x @ k + b + self.param("c", own, (8,))
+
+    parts = linen_partitions(jax.eval_shape(Forms().init, jax.random.key(0), jnp.ones((2, 4))))
+    assert parts == {
+        ("params", "kernel"): LinenPartition(("embed", "mlp"), True),
+        ("params", "b"): LinenPartition(("fsdp",), False),
+        ("params", "c"): LinenPartition(("mlp",), True, (("mlp", "tensor"),)),
+    }
+    rules = (("embed", "fsdp"), ("mlp", "data"), ("fsdp", "data"))
+    assert mesh_spec(parts["params", "kernel"], rules) == P("fsdp", "data")
+    assert mesh_spec(parts["params", "b"], rules) == P("fsdp")  # never through the rules
+    assert mesh_spec(parts["params", "c"], rules) == P("tensor")  # the box's rules replace the pair's
+    assert mesh_spec(None, rules) == P()
+
+
+def test_a_logical_box_with_its_own_rules_keeps_them_as_sharding_rules(tmp_path):
+    """``rules=`` of ``nn.with_logical_partitioning`` becomes NNX's ``sharding_rules=``: the NNX
+    weight maps through the box's rules to the mesh axes Linen places it on, and computes the same."""
+    from jax.sharding import PartitionSpec as P
+
+    from linen2nnx.equivalence.linen_partitioning import linen_partitions, mesh_spec
+
+    src = fixture("logical_box_rules_in.py").read_text()
+    result = migrate_source(src, "box.py", module_name="box")
+    assert result.output == fixture("logical_box_rules_out.py").read_text()
+    assert "sharding_rules=" in result.output and "rules=((" not in result.output.replace(
+        "sharding_rules=", ""
+    )
+    (tmp_path / "linen_box.py").write_text(src)
+    (tmp_path / "nnx_box.py").write_text(result.output)
+    linen_cls, nnx_cls = (
+        import_file(tmp_path / "linen_box.py").Scaled,
+        import_file(tmp_path / "nnx_box.py").Scaled,
+    )
+    x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
+    side = LinenSide(
+        model=linen_cls(), batch={"x": x}, loss=lambda o, b: jnp.mean(o**2), train_kwargs={}, eval_kwargs={}
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_cls(in_features=5, rngs=rngs), name_map=map_path
+    )
+    variables = side.init_variables()
+    parity = check(pair, perturbed(variables))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    # the box's rules place it on both sides (NNX refuses context rules that map `mlp` elsewhere)
+    context_rules = (("embed", "data"),)
+    linen_spec = mesh_spec(linen_partitions(variables)["params", "scale"], context_rules)
+    with nn.logical_axis_rules(context_rules):
+        nnx_spec = nnx.get_partition_spec(nnx.state(pair.make_nnx(), nnx.Param))["scale"].get_value()
+    assert linen_spec == nnx_spec == P("tensor")
+
+
+def test_param_with_axes_names_reach_the_mesh_check_and_their_records_are_no_arrays():
+    """T5X's params_axes records are metadata, not variables: the mesh check read one as an array and
+    crashed (`'AxisMetadata' object has no attribute 'shape'`); their names are the parameter's."""
+    import jax.numpy as jnp
+    from flax.linen import partitioning
+
+    from linen2nnx.equivalence.linen_partitioning import LinenPartition
+    from linen2nnx.equivalence.mesh import linen_logical_specs
+
+    class T5Dense(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            k = partitioning.param_with_axes(
+                "kernel", nn.initializers.lecun_normal(), (x.shape[-1], 8), jnp.float32, axes=("embed", "mlp")
+            )
+            return x @ k
+
+    side = LinenSide(
+        model=T5Dense(),
+        batch={"x": np.ones((2, 4), np.float32)},
+        loss=lambda o, b: jnp.mean(o**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    assert linen_logical_specs(ModelPair(linen=side, nnx_factory=None)) == {
+        ("params", "kernel"): (LinenPartition(("embed", "mlp"), True), (4, 8))
+    }

@@ -415,3 +415,40 @@ def test_a_masked_optimizer_state_fits_its_checkpoint(tmp_path):
     )
     with pytest.raises(CheckpointError, match="does not fit"):
         fit_problems(meta, smaller, tmp_path / "opt", "optimizer state")
+
+
+def test_seed_decides_the_rng_streams_of_a_run_from_a_converted_checkpoint(mlp_converted):
+    """A Linen checkpoint holds no RNG state: the converted one carries convert's init streams, which
+    --seed now replaces (before, every seed drew the same dropout masks); the weights stay converted."""
+    from flax import nnx
+
+    from linen2nnx.train.state import choose_tx, state_from_converted
+
+    _, _, spec_path, _, nnx_ckpt = mlp_converted
+    pair = load_pair(str(spec_path))
+    tx = choose_tx(pair)
+
+    def streams_and_weights(seed):
+        flat = dict(nnx.to_flat_state(state_from_converted(pair, tx, nnx_ckpt, seed=seed).state[0]))
+        keys = {
+            p: np.asarray(jax.random.key_data(v.get_value()))
+            for p, v in flat.items()
+            if isinstance(v, nnx.RngKey)
+        }
+        weights = {p: np.asarray(v.get_value()) for p, v in flat.items() if isinstance(v, nnx.Param)}
+        return keys, weights
+
+    (keys1, w1), (keys2, w2) = streams_and_weights(1), streams_and_weights(2)
+    assert keys1 and all(not np.array_equal(keys1[p], keys2[p]) for p in keys1)
+    assert w1.keys() == w2.keys() and all(np.array_equal(w1[p], w2[p]) for p in w1)
+
+
+def test_a_save_a_kill_left_unfinished_does_not_block_a_new_run(mlp_converted, tmp_path):
+    """A run killed while writing its first checkpoint leaves only Orbax's temporary folder: that is
+    no checkpoint, so a new run starts (and clears it) instead of refusing with 'pass --resume'."""
+    _, _, spec_path, _, nnx_ckpt = mlp_converted
+    out = tmp_path / "run"
+    (out / "checkpoints" / "10.orbax-checkpoint-tmp" / "state").mkdir(parents=True)
+    argv = ["train", str(spec_path), "--out", str(out), "--init-from", str(nnx_ckpt), "--steps", "2"]
+    assert main(argv) == 0
+    assert not list((out / "checkpoints").glob("*orbax-checkpoint-tmp*"))

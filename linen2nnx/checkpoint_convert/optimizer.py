@@ -70,6 +70,15 @@ def plan_opt_state(
             continue
         want = slots[hit].get_value()
         shape, dtype = _shape_dtype(leaf)
+        if not hasattr(want, "shape"):  # optax's MaskedNode: NNX's optimizer keeps no state here
+            note = (
+                f"Linen holds {shape} {dtype_name(dtype)} state where the NNX optimizer holds none "
+                f"({type(want).__name__}): a mask or multi_transform label function that reads the tree's "
+                "path keys labels NNX's state (keys end in 'value') otherwise than Linen's dicts"
+            )
+            problems.append(Problem("optimizer differs", lname, join(hit), note))
+            refused.add(hit)
+            continue
         if _reordered_vector(lpath, shape, table, flat, sized):
             note = _FLAT_NOTE.format(n=shape[0]) + (
                 "" if shape == (flat()[0],) else _SUBSET_NOTE.format(n=flat()[0])

@@ -96,28 +96,32 @@ def _boxed_as_saved(target: Any, boxed: list[str] | None) -> Any:
 
     def unbox(kp: Any, leaf: Any) -> Any:
         if isinstance(leaf, AxisMetadata) and "/".join(_linen_path(kp)) not in keep:
-            return leaf.unbox()
+            return leaf.unbox(apply_constraint=False)  # a constraint on abstract values fails under a mesh
         return leaf
 
     return jax.tree_util.tree_map_with_path(unbox, target, is_leaf=lambda x: isinstance(x, AxisMetadata))
 
 
 def _shardings(target: Any, pair: Any, mesh: Any) -> dict[tuple[str, ...], Any]:
-    """Linen path -> where its array goes: one device, or on ``mesh`` the sharding of its box's
-    logical names under the pair's rules (leaves without a box are replicated)."""
-    import flax.linen as nn
+    """Linen path -> where its array goes: one device, or on ``mesh`` the sharding its partitioning
+    metadata gives (equivalence/linen_partitioning.py: logical names through the pair's rules or
+    the box's own, mesh names as they are, T5X's params_axes); leaves without any are replicated."""
     import jax
+    from jax.sharding import NamedSharding
 
     if mesh is None:
         return {}
+    from linen2nnx.equivalence.linen_partitioning import is_box, linen_partitions, mesh_spec
     from linen2nnx.equivalence.mesh import logical_rules
 
-    specs = nn.get_partition_spec(target)
-    named = nn.logical_to_mesh_sharding(specs, mesh, logical_rules(pair))
-    flat = jax.tree_util.tree_flatten_with_path(
-        named, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding)
-    )[0]
-    return {_linen_path(kp): s for kp, s in flat}
+    rules = logical_rules(pair)
+    parts = linen_partitions(target, path_of=_linen_path)
+    out = {}
+    for kp, leaf in jax.tree_util.tree_flatten_with_path(target, is_leaf=is_box)[0]:
+        if hasattr(getattr(leaf, "value", leaf), "shape"):
+            key = _linen_path(kp)
+            out[key] = NamedSharding(mesh, mesh_spec(parts.get(key), rules))
+    return out
 
 
 def _linen_sources(report: dict[str, Any]) -> dict[tuple[str, ...], tuple[tuple[str, ...], str | None]]:

@@ -29,9 +29,9 @@ from linen2nnx.equivalence.tolerances import Tolerances
 
 CHECK = "divergence"
 #: state checks that can localise a bug no activation shows, most specific first
-STATE_CHECKS = ("config", "precision", "intermediates", "batch_stats", "grad")
+STATE_CHECKS = ("config", "precision", "sharding", "intermediates", "batch_stats", "grad")
 #: state checks whose leaves name their module outright: one owner needs no replay
-OWNED_CHECKS = STATE_CHECKS[:4]
+OWNED_CHECKS = STATE_CHECKS[:5]
 
 
 @dataclasses.dataclass

@@ -35,6 +35,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from linen2nnx.equivalence.compare import LeafResult, ParityResult, missing
+from linen2nnx.equivalence.linen_partitioning import (
+    LinenPartition,
+    is_array_leaf,
+    linen_partitions,
+    mesh_spec,
+)
 from linen2nnx.errors import L2NError
 from linen2nnx.trees import plain_dicts
 
@@ -226,43 +232,45 @@ def strip_boxes(tree: Any) -> Any:
     )
 
 
-def linen_logical_specs(pair: Any) -> dict[tuple[str, ...], tuple[Any, tuple[int, ...]]]:
-    """``{(collection, *path): (logical PartitionSpec, shape)}`` of the Linen model's variables.
+def linen_logical_specs(pair: Any) -> dict[tuple[str, ...], tuple[LinenPartition | None, tuple[int, ...]]]:
+    """``{(collection, *path): (partition names or None, shape)}`` of the Linen model's variables.
 
     From an abstract init (``jax.eval_shape``, nothing allocated), because checkpoints and most
-    variable trees carry no boxes any more: the names live only in the module code.
+    variable trees carry no boxes any more: the names live only in the module code
+    (linen_partitioning.py reads each form: logical boxes, mesh boxes, T5X's ``params_axes``).
     """
-    import flax.linen as nn
     import jax
 
     abstract = jax.eval_shape(_side(pair).init_variables)
-    specs = _flat(nn.get_partition_spec(abstract))
+    parts = linen_partitions(abstract)
     shapes = _flat(strip_boxes(abstract))
-    return {k: (specs[k], tuple(shapes[k].shape)) for k in shapes}
+    return {k: (parts.get(k), tuple(v.shape)) for k, v in shapes.items() if is_array_leaf(v)}
 
 
 def shard_linen_variables(pair: Any, variables: Any, mesh: Any = None) -> dict[str, Any]:
     """``variables`` unboxed and placed per their Linen partitioning metadata on ``mesh``.
 
-    Shardings come from the module's ``nn.with_logical_partitioning`` names through
-    ``nn.logical_to_mesh_sharding`` with the pair's rules (MaxText's recipe); leaves without
-    names (and leaves the abstract init does not know) are replicated.
+    Shardings come from the module's partitioning metadata (linen_partitioning.py) with the pair's
+    rules (MaxText's recipe); leaves without names (and leaves the abstract init does not know) are
+    replicated.
     """
-    import flax.linen as nn
     from flax.traverse_util import unflatten_dict
-    from jax.sharding import PartitionSpec
 
     mesh = _active_mesh(mesh)
     rules = logical_rules(pair)
-    logical = {k: spec for k, (spec, _) in linen_logical_specs(pair).items()}
+    parts = {k: part for k, (part, _) in linen_logical_specs(pair).items()}
     placed = {}
     for key, leaf in _flat(strip_boxes(variables)).items():
-        spec = logical.get(key, PartitionSpec())
-        mesh_spec = _fit(
-            nn.logical_to_mesh_axes(spec, rules) if rules else spec, len(getattr(leaf, "shape", ()))
-        )
-        placed[key] = _place(leaf, mesh, mesh_spec, f"Linen {'/'.join(key)} (logical {_fmt(spec)})")
+        part = parts.get(key)
+        mesh_spec_ = _fit(mesh_spec(part, rules), len(getattr(leaf, "shape", ())))
+        placed[key] = _place(leaf, mesh, mesh_spec_, f"Linen {'/'.join(key)} ({_described(part)})")
     return unflatten_dict(placed)
+
+
+def _described(part: LinenPartition | None) -> str:
+    if part is None:
+        return "no partition names"
+    return f"{'logical' if part.logical else 'mesh'} {_fmt(part.names)}"
 
 
 def _place(value: Any, mesh: Any, spec: Any, what: str) -> Any:
@@ -395,7 +403,7 @@ def partition_spec_leaves(
         nnx_specs = nnx_param_specs(nnx_model)
     results: list[LeafResult] = []
     seen: set[str] = set()
-    for lpath, (logical, shape) in sorted(linen.items()):
+    for lpath, (part, shape) in sorted(linen.items()):
         lname = "/".join(lpath)
         nnx_path = table.get(lpath)
         if nnx_path is None or nnx_path not in nnx_specs:
@@ -404,22 +412,27 @@ def partition_spec_leaves(
                     CHECK_NAME,
                     nnx_path or f"linen:params/{lname}",
                     shape,
-                    f"Linen params/{lname} {_fmt(logical)} has no NNX counterpart",
+                    f"Linen params/{lname} ({_described(part)}) has no NNX counterpart",
                 )
             )
             continue
         seen.add(nnx_path)
         names, nnx_mesh, nnx_shape = nnx_specs[nnx_path]
-        lin_mesh = _fit(nn.logical_to_mesh_axes(logical, rules) if rules else logical, len(shape))
+        lin_mesh = _fit(mesh_spec(part, rules), len(shape))
         got = _fit(nnx_mesh, len(nnx_shape))
         rank_ok = names is None or not names or len(tuple(names)) == len(nnx_shape)
-        passed = lin_mesh == got and rank_ok
+        # the names themselves too: two names these rules happen to map alike split differently under
+        # other rules (a pipeline's `layers` -> `stage`), where convert --mesh and train read them
+        same_names = _fit(part.names if part else (), len(shape)) == _fit(tuple(names or ()), len(shape))
+        passed = lin_mesh == got and rank_ok and same_names
         note = (
-            f"Linen {_fmt(lin_mesh)} (logical {_fmt(logical)}) vs NNX {_fmt(got)} "
+            f"Linen {_fmt(lin_mesh)} ({_described(part)}) vs NNX {_fmt(got)} "
             f"(out_sharding {tuple(names) if names else None})"
         )
         if not rank_ok:
             note += f"; out_sharding has {len(tuple(names))} names for a rank-{len(nnx_shape)} array"
+        elif not same_names:
+            note += "; the partition names differ"
         results.append(
             LeafResult(
                 CHECK_NAME,

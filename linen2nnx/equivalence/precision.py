@@ -27,6 +27,7 @@ from linen2nnx.equivalence.randomness import same_keys
 from linen2nnx.equivalence.sown import linen_sown_to_nnx, quiet_sow, sown_collections, sown_tree
 
 CHECK = "precision"
+SHARDING = "sharding"  # activation sharding constraints, compared the same way (under a mesh)
 DOT_PRIMITIVES = ("dot_general", "conv_general_dilated", "ragged_dot_general")
 _SCOPE = "l2n<"
 _SCOPE_RE = re.compile(r"l2n<([^>]*)>")
@@ -59,24 +60,44 @@ def _sub_jaxprs(params: dict[str, Any]) -> Iterator[Any]:
                 yield v
 
 
-def module_dots(jaxpr: Any) -> dict[PathT, list[str]]:
-    """``{module path: ['dot_general(precision=HIGHEST, preferred=None)', ...]}`` for a traced program."""
+def _dot_signature(eqn: Any) -> str | None:
+    """``dot_general(float32,float32, precision=HIGHEST, preferred=None)`` for a matmul or conv."""
+    if eqn.primitive.name not in DOT_PRIMITIVES:
+        return None
+    pet = eqn.params.get("preferred_element_type")
+    if pet is not None and all(getattr(v.aval, "dtype", None) == pet for v in eqn.invars[:2]):
+        pet = None  # accumulating float32 operands in float32 is the default, spelled or not
+    operands = ",".join(str(getattr(v.aval, "dtype", "?")) for v in eqn.invars[:2])
+    return (
+        f"{eqn.primitive.name}({operands}, precision={_precision_name(eqn.params.get('precision'))}, "
+        f"preferred={getattr(pet, 'name', pet)})"
+    )
+
+
+def constraint_signature(eqn: Any) -> str | None:
+    """``sharding_constraint(P('data', None, 'tensor'))`` for an activation sharding constraint (what
+    ``nn.with_logical_constraint`` becomes under a mesh: its names already mapped to mesh axes)."""
+    if eqn.primitive.name != "sharding_constraint":
+        return None
+    sharding = eqn.params.get("sharding")
+    spec = getattr(sharding, "spec", sharding)
+    return f"sharding_constraint(P({', '.join(repr(e) for e in tuple(spec or ()))}))"
+
+
+def module_dots(
+    jaxpr: Any, signature: Callable[[Any], str | None] = _dot_signature
+) -> dict[PathT, list[str]]:
+    """``{module path: ['dot_general(precision=HIGHEST, preferred=None)', ...]}`` for a traced program
+    (another ``signature`` picks other operations, e.g. :func:`constraint_signature`)."""
     out: dict[PathT, list[str]] = defaultdict(list)
 
     def walk(jx: Any, prefix: str) -> None:
         for eqn in jx.eqns:
             stack = f"{prefix}/{eqn.source_info.name_stack}"
-            if eqn.primitive.name in DOT_PRIMITIVES:
+            sig = signature(eqn)
+            if sig is not None:
                 scopes = _SCOPE_RE.findall(stack)
-                path = tuple(scopes[-1].split("|")) if scopes and scopes[-1] else ()
-                pet = eqn.params.get("preferred_element_type")
-                if pet is not None and all(getattr(v.aval, "dtype", None) == pet for v in eqn.invars[:2]):
-                    pet = None  # accumulating float32 operands in float32 is the default, spelled or not
-                operands = ",".join(str(getattr(v.aval, "dtype", "?")) for v in eqn.invars[:2])
-                out[path].append(
-                    f"{eqn.primitive.name}({operands}, precision={_precision_name(eqn.params.get('precision'))}, "
-                    f"preferred={getattr(pet, 'name', pet)})"
-                )
+                out[tuple(scopes[-1].split("|")) if scopes and scopes[-1] else ()].append(sig)
             for sub in _sub_jaxprs(eqn.params):
                 walk(sub, stack)
 
@@ -180,18 +201,17 @@ def _dtypes(jx: Any) -> set[str]:
     return seen
 
 
-def linen_dots(pair: Any, variables: Any) -> dict[PathT, list[str]]:
-    """Dots of the Linen eval forward by Linen module path (shapes only: nothing runs)."""
+def linen_program(pair: Any, variables: Any) -> Any:
+    """The Linen eval forward traced with every module call in a scope naming its path (nothing runs)."""
     side = pair.linen
     args, kwargs = side.call_args(False)
     rngs = side.apply_rngs()  # a model that draws (make_rng) at eval
     with linen_hooked(_scope_hook), same_keys():
-        jaxpr = jax.make_jaxpr(lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs))(variables)
-    return module_dots(jaxpr)
+        return jax.make_jaxpr(lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs))(variables)
 
 
-def nnx_dots(pair: Any, model: Any) -> dict[PathT, list[str]]:
-    """Dots of the NNX eval forward by NNX module path (on a tagged clone; nothing runs)."""
+def nnx_program(pair: Any, model: Any) -> Any:
+    """The NNX eval forward traced the same way, by NNX module path (on a tagged clone)."""
     from flax import nnx
 
     clone = nnx.clone(model)
@@ -199,8 +219,17 @@ def nnx_dots(pair: Any, model: Any) -> dict[PathT, list[str]]:
     gdef, state = nnx.split(clone)
     args, kwargs = pair.linen.call_args(False)
     with nnx_hooked(clone, _scope_hook), quiet_sow():
-        jaxpr = jax.make_jaxpr(lambda s: nnx.merge(gdef, s)(*args, **kwargs))(state)
-    return module_dots(jaxpr)
+        return jax.make_jaxpr(lambda s: nnx.merge(gdef, s)(*args, **kwargs))(state)
+
+
+def linen_dots(pair: Any, variables: Any) -> dict[PathT, list[str]]:
+    """Dots of the Linen eval forward by Linen module path."""
+    return module_dots(linen_program(pair, variables))
+
+
+def nnx_dots(pair: Any, model: Any) -> dict[PathT, list[str]]:
+    """Dots of the NNX eval forward by NNX module path."""
+    return module_dots(nnx_program(pair, model))
 
 
 def precision_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafResult]:
@@ -215,14 +244,9 @@ def precision_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafR
     own on either side gives no leaf, so a precision slip fails the module it is in, not its parents.
     A Linen module the module map cannot place gives its dots to its nearest mapped ancestor.
     """
-    linen_own: dict[str, Counter[str]] = defaultdict(Counter)
-    for lpath, dots in linen_dots(pair, sides.linen_variables).items():
-        target = module_map.owner(lpath)
-        linen_own[join(target) if target is not None else "linen:" + join(lpath)].update(dots)
-    nnx_own: dict[str, Counter[str]] = {
-        join(p): Counter(d) for p, d in nnx_dots(pair, sides.nnx_model).items()
-    }
-    results = []
+    programs = linen_program(pair, sides.linen_variables), nnx_program(pair, sides.nnx_model)
+    linen_own, nnx_own = _owned(programs, module_map, module_dots)
+    results = constraint_leaves(*_owned(programs, module_map, lambda j: module_dots(j, constraint_signature)))
     for path in sorted(set(linen_own) | set(nnx_own)):
         count_l, count_n = linen_own.get(path, Counter()), nnx_own.get(path, Counter())
         mine_l, mine_n = set(count_l), set(count_n)
@@ -242,6 +266,44 @@ def precision_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafR
         else:
             results.append(missing(CHECK, path, (n,), f"Linen {_fmt(ref)}; NNX {_fmt(got)}"))
     return results
+
+
+def _owned(
+    programs: tuple[Any, Any], module_map: ModuleMap, ops: Callable[[Any], dict[PathT, list[str]]]
+) -> tuple[dict[str, Counter[str]], dict[str, Counter[str]]]:
+    """The operations ``ops`` picks from each side's program, by NNX module path (a Linen module the
+    module map cannot place gives them to ``linen:<its path>``)."""
+    linen_own: dict[str, Counter[str]] = defaultdict(Counter)
+    for lpath, found in ops(programs[0]).items():
+        target = module_map.owner(lpath)
+        linen_own[join(target) if target is not None else "linen:" + join(lpath)].update(found)
+    return linen_own, {join(p): Counter(found) for p, found in ops(programs[1]).items()}
+
+
+def constraint_leaves(
+    linen_own: dict[str, Counter[str]], nnx_own: dict[str, Counter[str]]
+) -> list[LeafResult]:
+    """Activation sharding constraints (only a mesh makes them): one ``sharding`` leaf for the whole
+    forward when both sides constrain alike, else a failing leaf per module whose own constraints
+    differ (a dropped ``nn.with_logical_constraint``, or one with its names changed), which the
+    numbers never show: a constraint changes where values live, not what they are."""
+    total_l = sum(linen_own.values(), Counter())
+    total_n = sum(nnx_own.values(), Counter())
+    if not total_l and not total_n:
+        return []
+    n = max(total_l.total(), total_n.total())
+    if total_l == total_n:
+        return [LeafResult(SHARDING, "", (n,), 0.0, 0.0, 0.0, 1.0, 0.0, True, _fmt(total_l))]
+    differ = [p for p in sorted(set(linen_own) | set(nnx_own)) if linen_own.get(p) != nnx_own.get(p)]
+    return [
+        missing(
+            SHARDING,
+            path,
+            (n,),
+            f"Linen {_fmt(linen_own.get(path, Counter())) or 'none'}; NNX {_fmt(nnx_own.get(path, Counter())) or 'none'}",
+        )
+        for path in differ
+    ]
 
 
 def _subtree(own: dict[str, Counter[str]], path: str) -> set[str]:

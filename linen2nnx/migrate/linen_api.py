@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from functools import cache
 
+import libcst as cst
+
 LINEN_PREFIXES = ("flax.linen.", "flax.linen")
 
 # The jax.nn functions whose result has their first argument's shape: elementwise activations, and
@@ -170,6 +172,30 @@ RENAMED_IN_NNX = {
     "spmd.with_logical_partitioning": "with_partitioning",
     "partitioning.with_partitioning": "with_partitioning",
 }
+
+
+# Keywords of those flax.linen functions that NNX spells otherwise: a logical box's own rules are the
+# Variable's `sharding_rules` metadata (what LogicallyPartitioned.to_nnx_metadata writes); left as
+# `rules=` they would be dead metadata, and the weight placed by the context's rules instead.
+RENAMED_KEYWORDS = {"flax.linen.with_logical_partitioning": {"rules": "sharding_rules"}}
+RENAMED_KEYWORDS["flax.linen.spmd.with_logical_partitioning"] = RENAMED_KEYWORDS[
+    "flax.linen.with_logical_partitioning"
+]
+
+
+def renamed_keywords(qualnames: set[str], updated: cst.Call) -> cst.Call | None:
+    """``updated`` with the keywords NNX spells otherwise renamed (``rules=`` -> ``sharding_rules=``),
+    for a call of a function ``qualnames`` names; None when nothing changes."""
+    table = next((RENAMED_KEYWORDS[q] for q in qualnames if q in RENAMED_KEYWORDS), None)
+    if table is None or not any(a.keyword is not None and a.keyword.value in table for a in updated.args):
+        return None
+    args = [
+        a.with_changes(keyword=cst.Name(table[a.keyword.value]))
+        if a.keyword is not None and a.keyword.value in table
+        else a
+        for a in updated.args
+    ]
+    return updated.with_changes(args=args)
 
 
 # The functions of flax.linen.fp8_ops (flax/linen/fp8_ops.py); its Fp8DotGeneralBase subclasses and Fp8Einsum

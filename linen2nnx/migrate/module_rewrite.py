@@ -80,6 +80,7 @@ from linen2nnx.migrate.layer_subclass_uses import (
 )
 from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
+    renamed_keywords,
 )
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.planning import ClassPlanner
@@ -279,6 +280,9 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
     # ---- rewriting: dispatch to the rewriters ------------------------------------------------
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        renamed = renamed_keywords(self.ctx.qualnames(original.func), updated) if original.args else None
+        if renamed is not None:  # `rules=` of a partitioned initializer: NNX's `sharding_rules=`
+            updated = renamed
         return weights_apply(self.ctx, original, updated) or self.calls.leave_call(original, updated)
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:

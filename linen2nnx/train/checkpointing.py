@@ -20,6 +20,13 @@ from typing import Any
 
 from linen2nnx.train.state import CheckpointError, TrainState, _with_shardings, fit_problems
 
+UNFINISHED = ".orbax-checkpoint-tmp"  # the name part of a save that never finished (Orbax's)
+
+
+def finished_entries(root: Path) -> list[Path]:
+    """What ``root`` holds but the folders of saves a killed run left unfinished."""
+    return [p for p in root.iterdir() if UNFINISHED not in p.name]
+
 
 class RunCheckpoints:
     """Save every ``save_every`` steps (0: only the final step), keep the newest ``keep``."""
@@ -33,6 +40,7 @@ class RunCheckpoints:
             save_interval_steps=save_every or 1,
             enable_async_checkpointing=True,
             create=True,
+            cleanup_tmp_directories=True,  # a save a kill interrupted: never a step, removed on open
         )
         self.save_every = save_every
         handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from linen2nnx.errors import L2NError
-from linen2nnx.train.checkpointing import RunCheckpoints
+from linen2nnx.train.checkpointing import RunCheckpoints, finished_entries
 from linen2nnx.train.metrics import MetricsLog, Progress, step_record
 from linen2nnx.train.run_settings import recorded, resumed
 from linen2nnx.train.state import TrainState
@@ -161,7 +161,7 @@ def _open_run(cfg: TrainConfig, ts: TrainState, data: Any) -> tuple[RunCheckpoin
     """The checkpoint manager; on ``resume`` the restored state, the run's start step and the step."""
     out = Path(cfg.out)
     ckpt_root = out / CHECKPOINT_DIR
-    if not cfg.resume and ckpt_root.exists() and any(ckpt_root.iterdir()):
+    if not cfg.resume and ckpt_root.exists() and finished_entries(ckpt_root):
         raise L2NError(f"{ckpt_root}: holds checkpoints of an earlier run; pass --resume or another --out")
     if cfg.resume and not ckpt_root.exists():
         raise L2NError(f"{ckpt_root}: no checkpoints to --resume from")

@@ -183,6 +183,7 @@ def state_from_converted(
     target = abstract_state(pair, tx, seed=seed, deterministic=deterministic)
     shards = target.shardings if target.shardings is not None else (None, None)
     model_state = restore_tree(path, _with_shardings(target.state[0], shards[0]), "converted NNX checkpoint")
+    model_state = _seeded_streams(pair, model_state, seed, deterministic)
     if (path / OPTIMIZER_DIR).exists():
         opt_abstract = _with_shardings(target.state[1], shards[1])
         opt_state = restore_tree(path / OPTIMIZER_DIR, opt_abstract, "converted optimizer state")
@@ -196,3 +197,20 @@ def state_from_converted(
     return dataclasses.replace(
         target, state=canonical(target.graphdef, nnx.State({0: model_state, 1: opt_state}))
     )
+
+
+def _seeded_streams(pair: Any, model_state: Any, seed: int, deterministic: bool) -> Any:
+    """``model_state`` with its RNG streams those of ``--seed``: a Linen checkpoint holds no RNG state,
+    so the converted one carries the streams of convert's own init, which every run from it would
+    share (the same dropout masks whatever ``--seed``). Only the streams are built (jit drops the
+    weights' initializers, whose results nothing returns)."""
+    import jax
+    from flax import nnx
+
+    streams = jax.jit(lambda: nnx.state(_model(pair, seed, deterministic), nnx.RngState))()
+    flat = dict(nnx.to_flat_state(model_state))
+    fresh = dict(nnx.to_flat_state(streams))
+    if not fresh.keys() <= flat.keys():
+        return model_state  # a model whose streams the checkpoint does not hold: the restore decides
+    flat.update(fresh)
+    return nnx.from_flat_state(flat)
