@@ -262,3 +262,21 @@ def test_module_map_sources():
     assert m.owner(("LSTMCell_0", "if", "sown_name")) == ("lstm", "cell", "if_")
     nmap = NameMap(classes={"Root": ClassEntry("Root", children={"RoPE_0": Child("rotary", "RoPE")})})
     assert ModuleMap({}, modules, nmap, "Root")(("RoPE_0",)) == ("rotary",)  # the name map wins
+
+
+def test_weights_that_differ_where_the_activations_agree_name_that_module(weights):
+    """A wrong checkpoint: the embedding's input agrees, the kernel it reads does not. It is the
+    culprit, saying so; before, every module reading other weights counted as 'inputs differ' and the
+    root (no weights of its own) was blamed for computing differently."""
+    from linen2nnx.equivalence.build import build_sides
+    from linen2nnx.equivalence.compare import missing
+    from linen2nnx.equivalence.comparisons import make_module_map
+    from linen2nnx.equivalence.divergence import localise
+
+    pair = _pair()
+    sides = build_sides(pair, weights)
+    sides.nnx_model.embed.kernel[...] = sides.nnx_model.embed.kernel[...] * 1.5
+    div = localise(pair, sides, [missing("forward/eval", "out", (), "")], make_module_map(pair, sides))
+    c = div.culprit
+    assert (c.nnx_path, c.reads_other_weights, c.inputs_agree) == ("embed", True, False)
+    assert "the weights it reads differ from Linen's" in c.note

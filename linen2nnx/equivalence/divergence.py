@@ -53,6 +53,9 @@ class ModuleDiff:
     outputs: list[LeafResult] = dataclasses.field(default_factory=list)
     check: str = CHECK
     note: str = ""
+    reads_other_weights: bool = False
+    """Its activations going in agree, the weights it reads do not, and no other Linen invocation's
+    do either: a wrong checkpoint or name map entry, found at this module."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -194,6 +197,14 @@ def compare_calls(lin: Call, nnx_call: Call, order: int, depth: int, tols: Toler
         if margin > worst[0]:
             worst = (margin, ins, outs, None)
     _, ins, outs, bad = worst
+    acts = [lf for lf in ins if lf.path != "weights"]
+    weights_leaf = next((lf for lf in ins if lf.path == "weights"), None)
+    own_weights = (
+        weights_leaf is not None
+        and not weights_leaf.passed
+        and not weights_leaf.note.startswith("NNX invocation")  # another layer's slice: the stack's order
+        and all(lf.passed for lf in acts)
+    )
     if nnx_call.error and bad is None:
         i = len(nnx_call.outputs)
         ins = _compare_values(
@@ -226,6 +237,7 @@ def compare_calls(lin: Call, nnx_call: Call, order: int, depth: int, tols: Toler
         inputs=ins,
         outputs=outs,
         note=note,
+        reads_other_weights=own_weights and bool(failing),
     )
 
 
@@ -377,8 +389,18 @@ def localise(
     diffs, unaligned = align(linen_calls, nnx_calls, module_map, tols)
     for d in diffs:
         d.check = mode
-    culprit = next((d for d in diffs if not d.passed and d.inputs_agree), None)
-    if culprit is not None:
+    culprit = next((d for d in diffs if not d.passed and (d.inputs_agree or d.reads_other_weights)), None)
+    if culprit is not None and culprit.reads_other_weights:
+        culprit.note = "; ".join(
+            x
+            for x in (
+                culprit.note,
+                "the activations going in agree, the weights it reads differ from Linen's "
+                "(a wrong checkpoint, or a name map entry that points at another weight)",
+            )
+            if x
+        )
+    elif culprit is not None:
         culprit.note = "; ".join(x for x in (culprit.note, stack_order_note(culprit, diffs)) if x)
     note = "; ".join(
         x
