@@ -1268,6 +1268,20 @@ def test_a_layer_built_only_with_an_optional_input_runs_both_ways_and_converts(t
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
 
 
+def test_a_builder_passes_one_size_per_element_on_as_a_tuple(tmp_path):
+    """Top's new argument feeds Collection's per-element sizes: annotated as the tuple it is (an int,
+    as it was annotated, crashed in `sizes[i]`), and with one size per block the pair agrees."""
+    linen_module, nnx_module, result, map_path = build("setup_list_sizes_passed_on", tmp_path)
+    assert "collection_blocks_proj_in_features: tuple[int, ...]" in result.output
+    x = np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32)
+    assert_parity(
+        linen_module.Top(),
+        lambda rngs: nnx_module.Top(collection_blocks_proj_in_features=(4, 8), rngs=rngs),
+        x,
+        map_path,
+    )
+
+
 @pytest.mark.parametrize("cls", ["Recurrence", "RecurrenceOneAxis"])
 def test_scanned_function_with_a_default_argument(cls, tmp_path):
     """nnx.scan gets one axis per input the call passes (``in_axes=(1,)``, or one axis and a call that

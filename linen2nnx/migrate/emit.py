@@ -33,6 +33,7 @@ from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.inheritance import is_super_setup, super_init_statement
+from linen2nnx.migrate.input_sizes import tuple_valued
 from linen2nnx.migrate.kw_only import init_fields
 from linen2nnx.migrate.lazy_vars import init_call
 from linen2nnx.migrate.lifted import lifted_ctor
@@ -334,7 +335,7 @@ class Emitter:
             params.append("*")
         params.extend(
             f"{a}: tuple[int, ...]"
-            if how.startswith("input_shape:") or how in ("unresolved_each", "unresolved_shape")
+            if tuple_valued(how)
             else f"{a}: int | None = None"  # a size needed only when a config test builds its layer
             if how == "unresolved_if"
             else f"{a}: int"

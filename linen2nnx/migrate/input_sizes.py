@@ -235,3 +235,9 @@ def input_arg_name(plan: ClassPlan, input_name: str, params: list[str]) -> str:
     while arg in plan.field_names:
         arg += "_"
     return arg
+
+
+def tuple_valued(how: str) -> bool:
+    """A new constructor argument that takes a tuple (a whole input shape, or one size per element of
+    a setup() list): a builder that passes one on takes a tuple too, not the int a plain size is."""
+    return how.startswith("input_shape:") or how in ("unresolved_shape", "unresolved_each")

@@ -30,7 +30,7 @@ from linen2nnx.migrate.element_loops import later_size_holds
 from linen2nnx.migrate.extra_inputs import invariant_input, kv_size
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.handed_modules import HANDED, handed_kind, handed_size
-from linen2nnx.migrate.input_sizes import flat_input, input_arg_name
+from linen2nnx.migrate.input_sizes import flat_input, input_arg_name, tuple_valued
 from linen2nnx.migrate.loop_chains import chain_label
 from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import MOD_004, SHAPE_002, SHAPE_003
@@ -375,7 +375,7 @@ class Sizer(TraceEvidence):
                     site.user_in[arg] = handed  # the output size of a submodule it hands in
                 else:
                     site.user_in[arg] = self._required_arg(
-                        plan, site, f"{arg} of {site.user.name}", node, arg, shape=how == "unresolved_shape"
+                        plan, site, f"{arg} of {site.user.name}", node, arg, shape=tuple_valued(how)
                     )
 
     def _loop_expr(
@@ -588,7 +588,7 @@ class Sizer(TraceEvidence):
                         f"{arg} of {site.user.name}",
                         site.ctor,
                         arg,
-                        shape=how.startswith("input_shape:") or how == "unresolved_shape",
+                        shape=tuple_valued(how),
                     )
 
     def _resolved(self, site: Site) -> bool:
