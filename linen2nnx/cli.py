@@ -126,6 +126,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from linen2nnx.errors import EXIT_FINDINGS
     from linen2nnx.spec import load_pair
 
+    _check_convert_report(args)
     pair = load_pair(args.spec)
     if args.to == "linen":
         from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
@@ -171,6 +172,19 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
         write_json(report, args.json)
     return EXIT_OK
+
+
+def _check_convert_report(args: argparse.Namespace) -> None:
+    """``--json`` may not replace the source checkpoint, the spec or the name map, nor land inside the
+    checkpoint being written (report_targets.py)."""
+    from linen2nnx.report_targets import check_report_targets, spec_files
+
+    taken: dict[str | Path, str] = spec_files(args.spec)
+    folders: dict[str | Path, str] = {args.dst: "the checkpoint this run writes"}
+    (folders if Path(args.src).is_dir() else taken)[args.src] = "the source checkpoint"
+    if args.map:
+        taken[args.map] = "the name map"
+    check_report_targets({"--json": getattr(args, "json", None)}, taken, folders)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

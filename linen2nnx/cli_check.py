@@ -228,16 +228,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check_targets(args: argparse.Namespace, spec: str, summary_path: Path | None) -> None:
     """Before the check runs: no report may replace the spec, a checkpoint or the name map, or share a
     path with another report, and the step summary must take an append (report_targets.py)."""
-    from linen2nnx.report_targets import check_appendable, check_report_targets
+    from linen2nnx.report_targets import check_appendable, check_report_targets, spec_files
 
-    spec_file = spec.rsplit(":", 1)[0] if spec.rsplit(":", 1)[0].endswith(".py") else None
-    taken: dict[str | Path, str] = {}
+    taken: dict[str | Path, str] = spec_files(spec)
     folders: dict[str | Path, str] = {}
-    for path, what in (
-        (spec_file, "the spec"),
-        (args.ckpt, "the Linen checkpoint"),
-        (args.map, "the name map"),
-    ):
+    for path, what in ((args.ckpt, "the Linen checkpoint"), (args.map, "the name map")):
         if path:
             (folders if Path(path).is_dir() else taken)[path] = what
     if args.nnx_ckpt:

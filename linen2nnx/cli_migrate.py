@@ -225,15 +225,15 @@ def _check_report_target(args: argparse.Namespace, settings: dict, stdin: bool) 
     from linen2nnx.migrate.discovery import discover
     from linen2nnx.migrate.spec_writer import SPEC_FILENAME
     from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
-    from linen2nnx.report_targets import check_report_targets
+    from linen2nnx.report_targets import check_report_targets, spec_files
 
-    taken: dict[str | Path, str] = {}
+    taken: dict[str | Path, str] = spec_files(args.trace, "the --trace spec")
     files = [] if stdin else discover(args.paths, settings["exclude"], settings["include"], settings["base"])
     for f, root in files:
         taken[f] = "a source file of this run"
         if args.out_dir:
             taken[Path(args.out_dir) / f.resolve().relative_to(root)] = "an output file of this run"
-    if args.map:
+    if args.map and (args.out_dir or args.mode == "write" or stdin):  # the modes that write a name map
         taken[args.map] = "the name map"
     if args.out_dir:
         taken[Path(args.out_dir) / NAME_MAP_FILENAME] = "the name map"

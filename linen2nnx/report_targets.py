@@ -64,3 +64,27 @@ def check_appendable(path: Path, what: str) -> None:
 def paths_of(values: Iterable[str | Path | None], what: str) -> dict[str | Path, str]:
     """``{path: what}`` for the given paths that are set."""
     return {p: what for p in values if p}
+
+
+def spec_files(spec: str | None, what: str = "the spec") -> dict[str | Path, str]:
+    """The files a model pair spec names, for :func:`check_report_targets`: ``file.py[:fn]`` or
+    ``module[:fn]`` (found on the import path without importing it), and the name map a written spec
+    reads from its own folder (``linen2nnx-map.json``)."""
+    import importlib.util
+
+    from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
+
+    if not spec:
+        return {}
+    target = spec.rsplit(":", 1)[0] if ":" in spec and not spec.endswith(".py") else spec
+    if target.endswith(".py"):
+        path: Path | None = Path(target)
+    else:
+        try:
+            found = importlib.util.find_spec(target)
+        except (ImportError, ValueError):
+            found = None
+        path = Path(found.origin) if found is not None and found.origin else None
+    if path is None:
+        return {}
+    return {path: what, path.parent / NAME_MAP_FILENAME: "the name map beside the spec"}

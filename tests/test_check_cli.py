@@ -483,3 +483,17 @@ def test_a_step_summary_that_cannot_take_the_report_fails_before_any_report_is_w
     assert main(["check", MLP, "--json", str(tmp_path / "p.json")]) == 2
     assert "$GITHUB_STEP_SUMMARY" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_report_may_not_replace_a_spec_given_as_a_module_or_its_name_map(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(linen2nnx.equivalence, "check", lambda *a, **k: _Result(_v2(True)))
+    (tmp_path / "my_spec.py").write_text("PAIR = 1\n")
+    (tmp_path / "linen2nnx-map.json").write_text("{}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for target, what in (
+        ("my_spec.py", "is the spec"),
+        ("linen2nnx-map.json", "the name map beside the spec"),
+    ):
+        assert main(["check", "my_spec:pair", "--json", str(tmp_path / target)]) == 2
+        assert what in capsys.readouterr().err
+    assert (tmp_path / "my_spec.py").read_text() == "PAIR = 1\n"

@@ -333,3 +333,26 @@ def test_to_linen_reads_in_bounded_groups(linen_root, tmp_path):
     assert want_def == got_def
     for k, w in want.items():
         np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(w), err_msg=jax.tree_util.keystr(k))
+
+
+def test_convert_json_may_not_replace_the_source_the_spec_or_land_in_the_output(tmp_path, capsys):
+    from linen2nnx.cli import main
+
+    src, spec = tmp_path / "ck.msgpack", tmp_path / "spec.py"
+    src.write_bytes(b"\x80")
+    spec.write_text("PAIR = 1\n")
+    for target, what in (
+        (src, "the source checkpoint"),
+        (spec, "is the spec"),
+        (tmp_path / "out" / "r.json", "lies inside"),
+    ):
+        assert (
+            main(
+                ["convert", str(src), str(tmp_path / "out"), "--spec", f"{spec}:pair", "--json", str(target)]
+            )
+            == 2
+        )
+        assert what in capsys.readouterr().err
+    assert (
+        src.read_bytes() == b"\x80" and spec.read_text() == "PAIR = 1\n" and not (tmp_path / "out").exists()
+    )

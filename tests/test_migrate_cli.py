@@ -524,3 +524,17 @@ def test_a_file_name_that_is_not_utf8_is_migrated_and_reported(fmt, tmp_path, ca
     text = report.read_text(encoding="utf-8")
     assert ("bad%FFname.py" if fmt == "sarif" else "bad\\udcffname.py") in text
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_report_may_not_replace_the_trace_spec_but_may_share_a_map_path_no_mode_writes(
+    tree, tmp_path, capsys
+):
+    spec = tmp_path / "side.py"
+    spec.write_text("SIDE = 1\n")
+    assert main(["migrate", str(tree), "--check", "--trace", f"{spec}:side", "--report", str(spec)]) == 2
+    assert "is the --trace spec" in capsys.readouterr().err and spec.read_text() == "SIDE = 1\n"
+    m = tmp_path / "m.json"  # diff / check mode writes no name map: the report may go there
+    assert (
+        main(["migrate", str(tree), "--check", "--map", str(m), "--report", str(m), "--format", "json"]) == 1
+    )
+    assert json.loads(m.read_text())["schema"] == "linen2nnx-migration/1"

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, keyword_arg, names_in
 from linen2nnx.migrate.rules import MOD_009, MOD_015
 
@@ -83,8 +84,9 @@ def method_parameters(fn: cst.FunctionDef) -> frozenset[str]:
 
 def other_branch_builds(guard_if: cst.If, holds: bool) -> bool:
     """Does the branch of ``guard_if`` that the construction is not in apply a constructed module
-    (``Block(...)(x)``) or call anything that names a module class (``nn.Dense(...)``)? Conservative:
-    any applied call result, or a call of a capitalised name."""
+    (``Block(...)(x)``), call anything that names a module class (``nn.Dense(...)``) or call a method
+    of its own (``self.mlp(x)``: an ``@nn.compact`` helper builds modules too)? Conservative: any
+    applied call result, a call of a capitalised name, or any ``self.<name>(...)`` call."""
     other = guard_if.orelse if holds else guard_if.body
     if other is None:
         return False
@@ -95,11 +97,45 @@ def other_branch_builds(guard_if: cst.If, holds: bool) -> bool:
             nonlocal found
             func = node.func
             name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
-            if isinstance(func, cst.Call) or (isinstance(name, str) and name[:1].isupper()):
+            on_self = (
+                isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Name)
+                and func.value.value == "self"
+            )
+            if isinstance(func, cst.Call) or on_self or (isinstance(name, str) and name[:1].isupper()):
                 found = True
 
     other.visit(_Calls())
     return found
+
+
+def built_in_other_methods(collector: CompactCollector, built: Built) -> bool:
+    """Does another method of the class build an auto-named module Linen counts with ``built``'s
+    (``Dense_0`` / ``Dense_1``)? An ``@nn.compact`` helper's modules share the class's counters, and
+    the auto-name records see only this method: a module that runs only with an optional input would
+    swap the names of a helper's. Conservative: any construction of the same class without a literal
+    ``name=``, or any call through a partial, a factory or a module-valued field there."""
+    ctx, fn = collector.ctx, collector.fn
+    cls = ctx.enclosing(fn, cst.ClassDef)
+    if cls is None:
+        return True
+    wanted = collector.class_name(built)
+    for other in cls.body.body:
+        if not isinstance(other, cst.FunctionDef) or other is fn:
+            continue
+        for call in calls_in(other):
+            if keyword_arg(call, "name") is not None:
+                continue
+            rule = ctx.layer_rule_of(call.func)
+            user = None if rule is not None else ctx.user_class_of(call.func)
+            if rule is not None or user is not None:
+                name = rule.auto_name if rule is not None else user.name  # type: ignore[union-attr]
+                if ctx.linen_class_name(call.func, name) == wanted:
+                    return True
+            elif isinstance(call.func, cst.Call) and ctx.layer_rule_of(call.func.func) is None:
+                if ctx.user_class_of(call.func.func) is None:
+                    return True  # `dense(...)(x)`, `self.conv(...)(x)`: built through something unread
+    return False
 
 
 def built_for_optional_input(
@@ -113,6 +149,8 @@ def built_for_optional_input(
         node, collector.fn, collector.local_names, collector.plan, presence=presence
     )
     if naming is None or not presence:
+        return None, None
+    if keyword_arg(built.target, "name") is None and built_in_other_methods(collector, built):
         return None, None
     tests = [c for c in naming if c in presence]
     collector.ctx.report(

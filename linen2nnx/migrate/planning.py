@@ -16,7 +16,7 @@ from linen2nnx.migrate.callee_ranks import with_out_ranks
 from linen2nnx.migrate.carry_inits import plan_carry_inits
 from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
 from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
-from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
+from linen2nnx.migrate.compact_collect import CompactCollector, auto_names_across_methods, same_name_sites
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import (
@@ -127,12 +127,16 @@ class ClassPlanner:
         for fn in methods:
             self._plan_method_scan(plan, fn, {m.name.value for m in methods})
         counters: dict[str, int | None] = {}
+        by_method: list[list[Site]] = []  # the hoisted sites of each @nn.compact method
         for fn in methods:
             if fn.name.value == "setup":
                 plan.setup = fn
                 self._plan_setup(plan, fn)
             elif any(self.ctx.qualnames(d.decorator) & LINEN_COMPACT for d in fn.decorators):
+                before = len(plan.hoisted_order)
                 self._plan_compact(plan, fn, counters)
+                by_method.append(plan.hoisted_order[before:])
+        auto_names_across_methods(self.ctx, by_method)
         plan_put_variables(self, plan, node, plan.put_calls)
         plan_setup_values(self.ctx, plan)  # `self.scale = jnp.exp(self.log_scale)`, arrays of setup()
         self._size_and_finish(plan, methods)

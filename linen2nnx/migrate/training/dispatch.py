@@ -19,7 +19,7 @@ from linen2nnx.migrate.training.exprs import dict_items
 from linen2nnx.migrate.training.init import plan_attribute, plan_init, plan_partial
 from linen2nnx.migrate.training.planner import TrainPlanner
 from linen2nnx.migrate.training.sharding import PARTITION_SPEC, plan_partition_spec
-from linen2nnx.migrate.training.state_reads import plan_subscript, plan_variables_use
+from linen2nnx.migrate.training.state_reads import plan_module_use, plan_subscript, plan_variables_use
 from linen2nnx.migrate.training.train_state import plan_binding, plan_create
 
 
@@ -39,6 +39,7 @@ def plan_file(plan: TrainPlanner) -> None:
             plan_attribute(plan, node)
         elif node in values.access:
             plan_variables_use(plan, node)  # type: ignore[arg-type]
+            plan_module_use(plan, node)  # type: ignore[arg-type]
     for scope in {s for s in values.scopes.values() if s is not None}:
         for assignment in scope.assignments:
             if isinstance(assignment, Assignment) and not values.in_module_class(assignment.node):
