@@ -8,7 +8,6 @@ to the planner, which records a :class:`~linen2nnx.migrate.sites.Site` on the pl
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import libcst as cst
@@ -35,7 +34,6 @@ from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in, loop_name_prefix
 
 if TYPE_CHECKING:
-    from linen2nnx.migrate.context import FileContext
     from linen2nnx.migrate.site_planning import SitePlanner
 
 
@@ -94,36 +92,6 @@ def same_name_sites(plan: ClassPlan) -> list[Site]:
         if first.setdefault(site.linen_name, site.attr) != site.attr:
             found.append(site)
     return found
-
-
-def auto_names_across_methods(ctx: FileContext, by_method: list[list[Site]]) -> None:
-    """Auto-named modules of one class built by two ``@nn.compact`` methods: Linen numbers them in the
-    order the calls *run*, which a planner walking the methods as written cannot know. A finding on
-    each, where the map would swap the names (and weights) of a helper written before its caller."""
-    classes: list[dict[str, list[Site]]] = []
-    for sites in by_method:
-        found: dict[str, list[Site]] = {}
-        for site in sites:
-            auto = re.fullmatch(r"(\w+)_\d+", site.linen_name or "")
-            stateless = (site.rule is not None and site.rule.no_variables) or (
-                site.user is not None and site.user.holds_nothing
-            )  # a Dropout: its name holds no weight (and NNX's dropout streams differ anyway)
-            if auto and not stateless and site.container is None and keyword_arg(site.ctor, "name") is None:
-                found.setdefault(auto.group(1), []).append(site)
-        classes.append(found)
-    for name in {n for found in classes for n in found}:
-        if sum(name in found for found in classes) < 2:
-            continue
-        for found in classes:
-            for site in found.get(name, []):
-                ctx.state.handled.add(site.ctor)
-                ctx.report(
-                    MOD_004,
-                    site.ctor,
-                    f"auto-named {name} built in several @nn.compact methods: Linen numbers them in the order "
-                    "the methods run, not the order they are written",
-                    "give these modules explicit name= (one attribute each)",
-                )
 
 
 class CompactCollector(FastVisitor):

@@ -16,7 +16,7 @@ from linen2nnx.migrate.callee_ranks import with_out_ranks
 from linen2nnx.migrate.carry_inits import plan_carry_inits
 from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
 from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
-from linen2nnx.migrate.compact_collect import CompactCollector, auto_names_across_methods, same_name_sites
+from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import (
@@ -46,6 +46,7 @@ from linen2nnx.migrate.lifted import (
 from linen2nnx.migrate.local_planning import LocalPlanner
 from linen2nnx.migrate.local_sites import plan_local_sites
 from linen2nnx.migrate.merge_flags import merge_flags
+from linen2nnx.migrate.method_auto_names import auto_names_across_methods
 from linen2nnx.migrate.name_map_entries import report_other_builds
 from linen2nnx.migrate.named_variables import plan_put_variables
 from linen2nnx.migrate.rules import MOD_004, MOD_006, XFORM_002

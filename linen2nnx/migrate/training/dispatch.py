@@ -17,9 +17,10 @@ from linen2nnx.migrate.training.apply import plan_module_apply
 from linen2nnx.migrate.training.eval_shape import plan_eval_shape
 from linen2nnx.migrate.training.exprs import dict_items
 from linen2nnx.migrate.training.init import plan_attribute, plan_init, plan_partial
+from linen2nnx.migrate.training.module_values import plan_module_use
 from linen2nnx.migrate.training.planner import TrainPlanner
 from linen2nnx.migrate.training.sharding import PARTITION_SPEC, plan_partition_spec
-from linen2nnx.migrate.training.state_reads import plan_module_use, plan_subscript, plan_variables_use
+from linen2nnx.migrate.training.state_reads import plan_subscript, plan_variables_use
 from linen2nnx.migrate.training.train_state import plan_binding, plan_create
 
 
@@ -61,6 +62,7 @@ def streams(plan: TrainPlanner, calls: list[cst.Call]) -> set[str]:
 def route_call(plan: TrainPlanner, call: cst.Call) -> None:
     """A call outside module classes -> the handler of the construct it is, if any."""
     values = plan.values
+    plan_module_use(plan, call)  # `fit(MLP(8), x)`, `{"model": MLP(8)}`: a module handed on as it is built
     if values.user_class(call.func) is not None and not is_init_receiver(plan, call):
         plan_partial(plan, call)
         return

@@ -15,7 +15,7 @@ from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.rules.training import TRAIN_003, TRAIN_008
 from linen2nnx.migrate.training.planner import STATE_TYPES, Edit, TrainPlanner
 from linen2nnx.migrate.training.sharding import partition_spec_key
-from linen2nnx.migrate.training.values import annotation_parts, string_index
+from linen2nnx.migrate.training.values import string_index
 
 AUTO_NAME = re.compile(r"[A-Z][A-Za-z0-9]*_[0-9]+")  # Linen's `Dense_0`: NNX's attribute is `dense_0`
 
@@ -80,49 +80,4 @@ def plan_variables_use(plan: TrainPlanner, node: cst.BaseExpression) -> None:
         f"the variables `{code(node)}` of an initialised model used as a whole "
         "(in NNX they are the model itself)",
         "use nnx.state(model, nnx.Param) / nnx.split(model)",
-    )
-
-
-def plan_module_use(plan: TrainPlanner, node: cst.BaseExpression) -> None:
-    """A Linen module value (``network = QNet(4)``, rewritten as a partial constructor) read bare: as
-    the receiver of ``.init`` / ``.apply``, rebound, returned or in ``model or Default()`` (followed), fine; handed to a call,
-    a container or anything else, the receiver would get the partial and call ``.apply`` on it,
-    which the pass cannot see from here -- that blocks the file's rewrite (TRAIN_008)."""
-    value = plan.values.value_of(node)
-    if value is None or value.kind != "module":
-        return
-    parent = plan.parent(node)
-    if isinstance(parent, cst.Attribute) and parent.value is node:
-        return
-    if isinstance(parent, (cst.Return, cst.Assign, cst.AnnAssign)) and parent.value is node:
-        return
-    if isinstance(parent, cst.BooleanOperation):
-        return  # `model = model or Accumulator()`: the expression's value is followed like the name's
-    if isinstance(parent, cst.Arg) and _annotated_receiver(plan, parent):
-        return  # `init_cache(model, x)` with `def init_cache(model: Accumulator, ...)`: followed there
-    plan.block(
-        TRAIN_008,
-        node,
-        f"the Linen module `{code(node)}` is handed on as a value: its construction becomes a partial "
-        "constructor, and what the receiver does with it (`.apply`, `.init`) is not followed",
-        "call init / apply where the module is built, or hand on the NNX model built there",
-    )
-
-
-def _annotated_receiver(plan: TrainPlanner, arg: cst.Arg) -> bool:
-    """``arg`` binds a parameter of one of the file's functions annotated with a class of the run: the
-    pass follows the module value into that function, as it follows a local."""
-    call = plan.parent(arg)
-    fn = plan.values.function_of(call.func) if isinstance(call, cst.Call) else None
-    if fn is None or arg.star:
-        return False
-    params = [*fn.params.posonly_params, *fn.params.params]
-    if arg.keyword is not None:
-        params = [p for p in (*params, *fn.params.kwonly_params) if p.name.value == arg.keyword.value]
-    else:
-        position = [a for a in call.args if a.keyword is None and not a.star].index(arg)  # type: ignore[union-attr]
-        params = params[position : position + 1]
-    annotation = params[0].annotation if params else None
-    return annotation is not None and any(
-        plan.values.user_class(part) is not None for part in annotation_parts(annotation.annotation)
     )
