@@ -11,7 +11,7 @@ the flag. Checking first also means an error found here never leaves some report
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from linen2nnx.errors import L2NError
@@ -61,15 +61,10 @@ def check_appendable(path: Path, what: str) -> None:
         raise L2NError(f"{what} ({path}): cannot append: {e.strerror or e}") from e
 
 
-def paths_of(values: Iterable[str | Path | None], what: str) -> dict[str | Path, str]:
-    """``{path: what}`` for the given paths that are set."""
-    return {p: what for p in values if p}
-
-
 def spec_files(spec: str | None, what: str = "the spec") -> dict[str | Path, str]:
     """The files a model pair spec names, for :func:`check_report_targets`: ``file.py[:fn]`` or
-    ``module[:fn]`` (found on the import path without importing it), and the name map a written spec
-    reads from its own folder (``linen2nnx-map.json``)."""
+    ``module[:fn]`` (found on the import path; only its parent packages are imported), and the name
+    map a written spec reads from its own folder (``linen2nnx-map.json``)."""
     import importlib.util
 
     from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
