@@ -311,10 +311,9 @@ def _build(
         return "abstract", "an abstract base class (its subclasses are what gets built)"
     params = inspect.signature(cls.__init__).parameters
     required = _required(params)
-    known = (
-        [c for c in configs if set(required) <= {k for k, v in c.items() if not _unknown(v)}]
-        if required
-        else [{}]
+    # with nothing required, a traced config still comes first: defaults need not build (config=None)
+    known = [c for c in configs if set(required) <= {k for k, v in c.items() if not _unknown(v)}] or (
+        [] if required else [{}]
     )
     if not known:
         return "unchecked", "needs " + ", ".join(required)
@@ -332,7 +331,7 @@ def _build(
         if where is not None and where is not cls and where.__name__ not in clean_names:
             return "blocked", f"{where.__name__} (not clean) raised {type(e).__name__}: {first}"[:300]
         return "failed", f"{type(e).__name__}: {first}"[:300]
-    if not required:
+    if not config:
         return "built", "defaults"
     left = f" ({', '.join(defaulted)} left at the default: not rebuildable here)" if defaulted else ""
     return "built", "traced config" + left

@@ -70,20 +70,9 @@ def plan_opt_state(
             continue
         want = slots[hit].get_value()
         shape, dtype = _shape_dtype(leaf)
-        if not hasattr(want, "shape"):  # optax's MaskedNode: NNX's optimizer keeps no state here
-            note = (
-                f"Linen holds {shape} {dtype_name(dtype)} state where the NNX optimizer holds none "
-                f"({type(want).__name__}): a mask or multi_transform label function that reads the tree's "
-                "path keys labels NNX's state (keys end in 'value') otherwise than Linen's dicts"
-            )
-            problems.append(Problem("optimizer differs", lname, join(hit), note))
-            refused.add(hit)
-            continue
-        if _reordered_vector(lpath, shape, table, flat, sized):
-            note = _FLAT_NOTE.format(n=shape[0]) + (
-                "" if shape == (flat()[0],) else _SUBSET_NOTE.format(n=flat()[0])
-            )
-            problems.append(Problem("parameter order differs", lname, join(hit), note))
+        refusal = _refusal(want, lpath, shape, dtype, table, flat, sized)
+        if refusal is not None:
+            problems.append(Problem(refusal[0], lname, join(hit), refusal[1]))
             refused.add(hit)  # its slot is this problem, not also "not filled"
             continue
         if tuple(want.shape) != shape or np.dtype(want.dtype) != dtype:
@@ -108,6 +97,25 @@ def plan_opt_state(
     problems += _fill_the_rest(slots, sources, refused, kept_params)
     problems += probe_problems(tx, params, table)
     return slots, sources, mapped, problems
+
+
+def _refusal(
+    want: Any, lpath: PathT, shape: tuple, dtype: Any, table: Mapping, flat: Any, sized: Any
+) -> tuple[str, str] | None:
+    """(kind, note) of a Linen leaf its NNX slot cannot take whatever the values: Linen state where
+    NNX's optimizer keeps none (a ``MaskedNode``: a mask or label function that reads path keys labels
+    NNX's state, whose keys end in ``value``, otherwise than Linen's dicts), or a flattened vector of
+    every parameter in Linen's order (see :func:`_reordered_vector`)."""
+    if not hasattr(want, "shape"):
+        return "optimizer differs", (
+            f"Linen holds {shape} {dtype_name(dtype)} state where the NNX optimizer holds none "
+            f"({type(want).__name__}): a mask or multi_transform label function that reads the tree's "
+            "path keys labels NNX's state (keys end in 'value') otherwise than Linen's dicts"
+        )
+    if _reordered_vector(lpath, shape, table, flat, sized):
+        subset = "" if shape == (flat()[0],) else _SUBSET_NOTE.format(n=flat()[0])
+        return "parameter order differs", _FLAT_NOTE.format(n=shape[0]) + subset
+    return None
 
 
 def _fill_the_rest(

@@ -197,14 +197,7 @@ def compare_calls(lin: Call, nnx_call: Call, order: int, depth: int, tols: Toler
         if margin > worst[0]:
             worst = (margin, ins, outs, None)
     _, ins, outs, bad = worst
-    acts = [lf for lf in ins if lf.path != "weights"]
-    weights_leaf = next((lf for lf in ins if lf.path == "weights"), None)
-    own_weights = (
-        weights_leaf is not None
-        and not weights_leaf.passed
-        and not weights_leaf.note.startswith("NNX invocation")  # another layer's slice: the stack's order
-        and all(lf.passed for lf in acts)
-    )
+    own_weights = _own_weights_differ(ins)
     if nnx_call.error and bad is None:
         i = len(nnx_call.outputs)
         ins = _compare_values(
@@ -238,6 +231,18 @@ def compare_calls(lin: Call, nnx_call: Call, order: int, depth: int, tols: Toler
         outputs=outs,
         note=note,
         reads_other_weights=own_weights and bool(failing),
+    )
+
+
+def _own_weights_differ(ins: list[LeafResult]) -> bool:
+    """The activations going in agree and the ``weights`` input does not, matching no other Linen
+    invocation's (whose note would say so: a stack run in another order, the stack's own fault)."""
+    weights = next((lf for lf in ins if lf.path == "weights"), None)
+    return (
+        weights is not None
+        and not weights.passed
+        and not weights.note.startswith("NNX invocation")
+        and all(lf.passed for lf in ins if lf.path != "weights")
     )
 
 
@@ -349,6 +354,22 @@ def mode_for(failed: list[LeafResult]) -> tuple[str, bool, bool]:
     return "forward/eval", False, False
 
 
+def _activation_culprit(diffs: list[ModuleDiff]) -> ModuleDiff | None:
+    """The first failing call whose inputs agree, or whose activations agree while the weights it
+    reads are not Linen's (its note says which); None when there is none."""
+    culprit = next((d for d in diffs if not d.passed and (d.inputs_agree or d.reads_other_weights)), None)
+    if culprit is None:
+        return None
+    why = (
+        "the activations going in agree, the weights it reads differ from Linen's (a wrong checkpoint, "
+        "or a name map entry that points at another weight)"
+        if culprit.reads_other_weights
+        else stack_order_note(culprit, diffs)
+    )
+    culprit.note = "; ".join(x for x in (culprit.note, why) if x)
+    return culprit
+
+
 def localise(
     pair: Any,
     sides: Any,
@@ -389,19 +410,7 @@ def localise(
     diffs, unaligned = align(linen_calls, nnx_calls, module_map, tols)
     for d in diffs:
         d.check = mode
-    culprit = next((d for d in diffs if not d.passed and (d.inputs_agree or d.reads_other_weights)), None)
-    if culprit is not None and culprit.reads_other_weights:
-        culprit.note = "; ".join(
-            x
-            for x in (
-                culprit.note,
-                "the activations going in agree, the weights it reads differ from Linen's "
-                "(a wrong checkpoint, or a name map entry that points at another weight)",
-            )
-            if x
-        )
-    elif culprit is not None:
-        culprit.note = "; ".join(x for x in (culprit.note, stack_order_note(culprit, diffs)) if x)
+    culprit = _activation_culprit(diffs)
     note = "; ".join(
         x
         for x in (
