@@ -179,11 +179,10 @@ def _check_convert_report(args: argparse.Namespace) -> None:
     checkpoint being written (report_targets.py)."""
     from linen2nnx.report_targets import check_report_targets, spec_files
 
-    taken: dict[str | Path, str] = spec_files(args.spec)
-    folders: dict[str | Path, str] = {args.dst: "the checkpoint this run writes"}
-    (folders if Path(args.src).is_dir() else taken)[args.src] = "the source checkpoint"
+    taken: dict[str | Path, str] = {**spec_files(args.spec), args.src: "the source checkpoint"}
     if args.map:
         taken[args.map] = "the name map"
+    folders: dict[str | Path, str] = {args.dst: "the checkpoint this run writes"}
     check_report_targets({"--json": getattr(args, "json", None)}, taken, folders)
 
 

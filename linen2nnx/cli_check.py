@@ -231,14 +231,14 @@ def _check_targets(args: argparse.Namespace, spec: str, summary_path: Path | Non
     from linen2nnx.report_targets import check_appendable, check_report_targets, spec_files
 
     taken: dict[str | Path, str] = spec_files(spec)
-    folders: dict[str | Path, str] = {}
-    for path, what in ((args.ckpt, "the Linen checkpoint"), (args.map, "the name map")):
-        if path:
-            (folders if Path(path).is_dir() else taken)[path] = what
-    if args.nnx_ckpt:
-        (folders if Path(args.nnx_ckpt).is_dir() else taken)[args.nnx_ckpt] = "the NNX checkpoint"
+    inputs = (
+        (args.ckpt, "the Linen checkpoint"),
+        (args.nnx_ckpt, "the NNX checkpoint"),
+        (args.map, "the name map"),
+    )
+    taken.update({path: what for path, what in inputs if path})
     flags = {f"--{flag}": getattr(args, flag) for flag in ("json", "markdown", "junit", "html")}
-    check_report_targets(flags, taken, folders)
+    check_report_targets(flags, taken)
     if summary_path is not None:
         check_appendable(summary_path, "$GITHUB_STEP_SUMMARY")
 

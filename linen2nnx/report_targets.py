@@ -26,11 +26,13 @@ def check_report_targets(
     targets: Mapping[str, str | None], taken: Mapping[str | Path, str], folders: Mapping[str | Path, str] = {}
 ) -> None:
     """Refuse report ``targets`` (flag -> path; ``-`` and None are skipped) that are a folder, share a
-    path, are a ``taken`` path (path -> what it is, e.g. "the spec") or lie inside one of ``folders``
-    (a checkpoint folder, a migrated tree's file list is given in ``taken``)."""
+    path, are a ``taken`` path (path -> what it is, e.g. "the spec"; one that is a folder, a checkpoint
+    given as a directory, protects everything inside it) or lie inside one of ``folders`` (those that
+    need not exist yet: the checkpoint a run writes)."""
     seen: dict[str, str] = {}
     taken_keys = {_key(p): what for p, what in taken.items()}
-    folder_keys = {_key(p): what for p, what in folders.items()}
+    inside = {**{p: what for p, what in taken.items() if os.path.isdir(p)}, **folders}
+    folder_keys = {_key(p): what for p, what in inside.items()}
     for flag, target in targets.items():
         if not target or target == "-":
             continue

@@ -111,14 +111,14 @@ def _shardings(target: Any, pair: Any, mesh: Any) -> dict[tuple[str, ...], Any]:
 
     if mesh is None:
         return {}
-    from linen2nnx.equivalence.linen_partitioning import is_box, linen_partitions, mesh_spec
+    from linen2nnx.equivalence.linen_partitioning import is_array_leaf, is_box, linen_partitions, mesh_spec
     from linen2nnx.equivalence.mesh import logical_rules
 
     rules = logical_rules(pair)
     parts = linen_partitions(target, path_of=_linen_path)
     out = {}
     for kp, leaf in jax.tree_util.tree_flatten_with_path(target, is_leaf=is_box)[0]:
-        if hasattr(getattr(leaf, "value", leaf), "shape"):
+        if is_array_leaf(getattr(leaf, "value", leaf)):  # a box's value, or the array itself
             key = _linen_path(kp)
             out[key] = NamedSharding(mesh, mesh_spec(parts.get(key), rules))
     return out

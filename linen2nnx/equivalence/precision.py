@@ -84,11 +84,9 @@ def constraint_signature(eqn: Any) -> str | None:
     return f"sharding_constraint(P({', '.join(repr(e) for e in tuple(spec or ()))}))"
 
 
-def module_dots(
-    jaxpr: Any, signature: Callable[[Any], str | None] = _dot_signature
-) -> dict[PathT, list[str]]:
-    """``{module path: ['dot_general(precision=HIGHEST, preferred=None)', ...]}`` for a traced program
-    (another ``signature`` picks other operations, e.g. :func:`constraint_signature`)."""
+def module_ops(jaxpr: Any, signature: Callable[[Any], str | None] = _dot_signature) -> dict[PathT, list[str]]:
+    """``{module path: ['dot_general(precision=HIGHEST, preferred=None)', ...]}`` for a traced program:
+    the operations ``signature`` names (dots by default; :func:`constraint_signature` for constraints)."""
     out: dict[PathT, list[str]] = defaultdict(list)
 
     def walk(jx: Any, prefix: str) -> None:
@@ -222,16 +220,6 @@ def nnx_program(pair: Any, model: Any) -> Any:
         return jax.make_jaxpr(lambda s: nnx.merge(gdef, s)(*args, **kwargs))(state)
 
 
-def linen_dots(pair: Any, variables: Any) -> dict[PathT, list[str]]:
-    """Dots of the Linen eval forward by Linen module path."""
-    return module_dots(linen_program(pair, variables))
-
-
-def nnx_dots(pair: Any, model: Any) -> dict[PathT, list[str]]:
-    """Dots of the NNX eval forward by NNX module path."""
-    return module_dots(nnx_program(pair, model))
-
-
 def precision_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafResult]:
     """One ``precision`` leaf per NNX module whose dots can be compared with its Linen module's.
 
@@ -245,8 +233,8 @@ def precision_leaves(pair: Any, sides: Any, module_map: ModuleMap) -> list[LeafR
     A Linen module the module map cannot place gives its dots to its nearest mapped ancestor.
     """
     programs = linen_program(pair, sides.linen_variables), nnx_program(pair, sides.nnx_model)
-    linen_own, nnx_own = _owned(programs, module_map, module_dots)
-    results = constraint_leaves(*_owned(programs, module_map, lambda j: module_dots(j, constraint_signature)))
+    linen_own, nnx_own = _owned(programs, module_map, module_ops)
+    results = constraint_leaves(*_owned(programs, module_map, lambda j: module_ops(j, constraint_signature)))
     for path in sorted(set(linen_own) | set(nnx_own)):
         count_l, count_n = linen_own.get(path, Counter()), nnx_own.get(path, Counter())
         mine_l, mine_n = set(count_l), set(count_n)

@@ -16,7 +16,7 @@ Only a bare presence test of one of the method's parameters qualifies (``p is No
 only where the test's other branch builds no module: two builds sharing one Linen auto-name across
 branches would need one attribute each. Linen's auto-names count the modules that ran, so the
 record the naming checks keep says the module runs under the test (a later auto-named module of its
-class is a finding, see compact_collect.py)."""
+class is a finding, see compact_collect.py; one in another @nn.compact method, method_auto_names.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import calls_in
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, keyword_arg, names_in
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, keyword_arg, names_in
+from linen2nnx.migrate.guard_conditions import and_conjuncts, joined_conjuncts
 from linen2nnx.migrate.rules import MOD_009, MOD_015
 
 if TYPE_CHECKING:
@@ -59,20 +60,14 @@ def presence_part(
         return None
     parts: list[cst.BaseExpression] = []
     seen = False
-    pending = [test]
-    while pending:
-        cur = pending.pop()
-        if isinstance(cur, cst.BooleanOperation) and isinstance(cur.operator, cst.And) and not cur.lpar:
-            pending += [cur.right, cur.left]
-        elif presence_test(cur, optional):
+    for cur in and_conjuncts(test):
+        if presence_test(cur, optional):
             seen = True
         elif isinstance(cur, cst.BooleanOperation) or (names_in(cur) - NOT_LOCAL) & call_time:
             return None
         else:
             parts.append(cur)
-    if not seen:
-        return None
-    return " and ".join(f"({code(p)})" if len(parts) > 1 else code(p) for p in parts)
+    return joined_conjuncts(parts) if seen else None
 
 
 def method_parameters(fn: cst.FunctionDef) -> frozenset[str]:

@@ -74,15 +74,30 @@ def config_part(test: cst.BaseExpression, holds: bool, call_time: set[str]) -> s
     if not holds:
         return None
     parts: list[cst.BaseExpression] = []
+    for cur in and_conjuncts(test):
+        if isinstance(cur, cst.BooleanOperation) or (
+            "self" in names_in(cur) and (names_in(cur) - NOT_LOCAL) & call_time
+        ):
+            return None  # `self.a or train`, or one conjunct reading both: nothing to keep apart
+        if not (names_in(cur) - NOT_LOCAL) & call_time:
+            parts.append(cur)
+    return joined_conjuncts(parts)
+
+
+def and_conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The conjuncts of an unparenthesised ``a and b and c``, in source order (``[test]`` for any other
+    test; a parenthesised ``and`` is one conjunct)."""
+    parts: list[cst.BaseExpression] = []
     pending = [test]
     while pending:
         cur = pending.pop()
         if isinstance(cur, cst.BooleanOperation) and isinstance(cur.operator, cst.And) and not cur.lpar:
             pending += [cur.right, cur.left]
-        elif isinstance(cur, cst.BooleanOperation) or (
-            "self" in names_in(cur) and (names_in(cur) - NOT_LOCAL) & call_time
-        ):
-            return None  # `self.a or train`, or one conjunct reading both: nothing to keep apart
-        elif not (names_in(cur) - NOT_LOCAL) & call_time:
+        else:
             parts.append(cur)
+    return parts
+
+
+def joined_conjuncts(parts: list[cst.BaseExpression]) -> str:
+    """``parts`` as one ``and`` test, each parenthesised when there are several ("" for none)."""
     return " and ".join(f"({code(p)})" if len(parts) > 1 else code(p) for p in parts)

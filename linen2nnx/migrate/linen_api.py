@@ -6,6 +6,7 @@ Rather than a hand-kept list, the names that ``flax.nnx`` re-exports *as the sam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 import libcst as cst
@@ -177,17 +178,24 @@ RENAMED_IN_NNX = {
 # Keywords of those flax.linen functions that NNX spells otherwise: a logical box's own rules are the
 # Variable's `sharding_rules` metadata (what LogicallyPartitioned.to_nnx_metadata writes); left as
 # `rules=` they would be dead metadata, and the weight placed by the context's rules instead.
-RENAMED_KEYWORDS = {"flax.linen.with_logical_partitioning": {"rules": "sharding_rules"}}
-RENAMED_KEYWORDS["flax.linen.spmd.with_logical_partitioning"] = RENAMED_KEYWORDS[
-    "flax.linen.with_logical_partitioning"
-]
+_SHARDING_RULES = {"rules": "sharding_rules"}
+RENAMED_KEYWORDS = {
+    "flax.linen.with_logical_partitioning": _SHARDING_RULES,
+    "flax.linen.spmd.with_logical_partitioning": _SHARDING_RULES,
+}
+_RENAMED_NAMES = frozenset(k for table in RENAMED_KEYWORDS.values() for k in table)
 
 
-def renamed_keywords(qualnames: set[str], updated: cst.Call) -> cst.Call | None:
+def renamed_keywords(
+    qualnames: Callable[[cst.BaseExpression], set[str]], original: cst.Call, updated: cst.Call
+) -> cst.Call | None:
     """``updated`` with the keywords NNX spells otherwise renamed (``rules=`` -> ``sharding_rules=``),
-    for a call of a function ``qualnames`` names; None when nothing changes."""
-    table = next((RENAMED_KEYWORDS[q] for q in qualnames if q in RENAMED_KEYWORDS), None)
-    if table is None or not any(a.keyword is not None and a.keyword.value in table for a in updated.args):
+    for a call of a function ``qualnames(original.func)`` names; None when nothing changes. The
+    keywords are looked at first: every call of a file passes here, and few have one of them."""
+    if not any(a.keyword is not None and a.keyword.value in _RENAMED_NAMES for a in original.args):
+        return None
+    table = next((RENAMED_KEYWORDS[q] for q in qualnames(original.func) if q in RENAMED_KEYWORDS), None)
+    if table is None:
         return None
     args = [
         a.with_changes(keyword=cst.Name(table[a.keyword.value]))

@@ -280,7 +280,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
     # ---- rewriting: dispatch to the rewriters ------------------------------------------------
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        renamed = renamed_keywords(self.ctx.qualnames(original.func), updated) if original.args else None
+        renamed = renamed_keywords(self.ctx.qualnames, original, updated)
         if renamed is not None:  # `rules=` of a partitioned initializer: NNX's `sharding_rules=`
             updated = renamed
         return weights_apply(self.ctx, original, updated) or self.calls.leave_call(original, updated)

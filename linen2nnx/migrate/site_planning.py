@@ -198,7 +198,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         A test whose locals are all ``skipped`` (a loop's own names) is left out: see LayerRule.no_variables;
         for a ``stateless`` module, so is a test's call-time part (guard_conditions.config_part).
         ``presence`` (a dict to fill): a test of whether an optional input of ``fn`` is given stays in
-        the list whole, and the dict maps it to its config part (optional_inputs.py)."""
+        the list whole, and the dict maps it to its config part (call_time_builds.py)."""
         conditions: list[str] = []
         optional = method_parameters(fn) if presence is not None else frozenset()
         for guard in guards(node, fn, self.ctx.parent_of):

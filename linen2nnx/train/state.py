@@ -208,9 +208,6 @@ def _seeded_streams(pair: Any, model_state: Any, seed: int, deterministic: bool)
     from flax import nnx
 
     streams = jax.jit(lambda: nnx.state(_model(pair, seed, deterministic), nnx.RngState))()
-    flat = dict(nnx.to_flat_state(model_state))
-    fresh = dict(nnx.to_flat_state(streams))
-    if not fresh.keys() <= flat.keys():
-        return model_state  # a model whose streams the checkpoint does not hold: the restore decides
-    flat.update(fresh)
+    flat = dict(nnx.to_flat_state(model_state))  # restored into the same model's structure: same paths
+    flat.update(nnx.to_flat_state(streams))
     return nnx.from_flat_state(flat)
