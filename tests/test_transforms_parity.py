@@ -219,6 +219,23 @@ def test_bridge_fallback_runs_and_converts(tmp_path):
     assert {lf.path for lf in parity.by_check()["grad"]} >= {"tied/linen/Dense_0/kernel", "inp/kernel"}
 
 
+def test_bridged_class_is_not_handed_arguments_only_the_nnx_rewrite_has(tmp_path):
+    """A bridged class whose parameter is created in the input's dtype: the wrapper accepts the
+    ``cls_dtype`` the NNX rewrite would add but builds the Linen class without it (it has no such
+    field), and computes what Linen computes."""
+    linen_mod, nnx_mod, result, map_path = build("bridged_added_dtype", tmp_path)
+    assert result.name_map.classes["bridged_added_dtype.ViTHead"].bridge == "linen"
+    x = np.random.default_rng(3).normal(size=(2, 3, 4)).astype(np.float32)
+
+    def make(rngs):
+        model = nnx_mod.ViTHead(rngs=rngs)
+        nnx.bridge.lazy_init(model, x)
+        return model
+
+    parity = assert_parity(linen_mod.ViTHead(), make, x, map_path)
+    assert {lf.path for lf in parity.by_check()["grad"]} >= {"linen/cls", "linen/pos", "linen/Dense_0/kernel"}
+
+
 def test_layer_with_unpacked_arguments_stays_linen_and_keeps_them(tmp_path):
     """``nn.Dense(features, **OPTIONS)``: the unpacked Linen-named arguments (no bias, a wide kernel
     init) are neither dropped nor renamed by guess; the class runs as Linen behind the bridge and

@@ -69,7 +69,7 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
     fields = ", ".join(
         f"{f.name}={_linen_value(f.name)}" if _may_hold_class(f.annotation) else f"{f.name}={f.name}"
         for f in plan.fields
-        if f.init
+        if f.init and not f.added  # accepted like the new sizes, unused: the Linen class has no such field
     )
     source = (
         f"class {plan.name}(nnx.Module):\n"

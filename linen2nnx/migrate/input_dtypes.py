@@ -73,7 +73,7 @@ def give_dtype_argument(
         field = f"{site.attr}_dtype"
         while field in taken:
             field += "_"
-        plan.fields.append(Field(field, DTYPE_ANNOTATION, DTYPE_DEFAULT, kw_only=True))
+        plan.fields.append(Field(field, DTYPE_ANNOTATION, DTYPE_DEFAULT, kw_only=True, added=True))
         ctx.state.needs_jax_import = True  # the default and the annotation read jax
     for index, (name, dtype) in dtype_args.items():
         replaced = args[index].value.visit(_DtypeRead(name, dtype or f"self.{field}"))
