@@ -342,6 +342,7 @@ CASES = {
     "setup_branch_classes": ("Same", {}, (2, 4)),  # one class in both branches: no L2N-MOD-013
     "rank_through_blocks": ("ViT", {}, (2, 4, 4, 3)),  # act field, param shape in a local: x[:, 0] sized
     "rebound_shape_unpack_config": ("ConfigFirst", {}, (2, 4, 4, 3)),  # c = self.hidden // 2 unread
+    "rebound_shape_unpack_token": ("ClassToken", {}, (2, 4, 4, 3)),  # n, l, c = x.shape after, c unread
     "reduction_axis_range": ("GapHead", {"width": 4, "num_classes": 3}, (2, 4, 4, 3)),  # range(1, x.ndim - 1)
     "reduction_axis_range_max": ("MaxHead", {"width": 4}, (2, 3, 3, 2)),  # x.max(axis=...len(x.shape) - 1)
     "attention_kv_features_positional": ("CrossPositional", {}, (2, 3, 5)),  # from inputs_k= / inputs_v=
@@ -452,6 +453,7 @@ SOURCES = {
     "loop_over_sum_empty": "loop_over_sum",
     "reduction_axis_range_max": "reduction_axis_range",
     "rebound_shape_unpack_config": "rebound_shape_unpack",
+    "rebound_shape_unpack_token": "rebound_shape_unpack",
     "setup_none_first_plain": "setup_none_first",
     "setup_none_first_tower": "setup_none_first",
     "method_jit_scaled": "method_jit",

@@ -119,3 +119,26 @@ def test_a_binding_read_in_the_if_test_stays():
     )
     assert dead == []
     assert counts["c"] == 2
+
+
+def test_a_last_binding_nothing_reads_after_is_dead():
+    """ViT: the class token's width ``c`` comes from the patch embedding; ``n, l, c = x.shape`` after
+    the token is read only for ``n``: the earlier ``c`` is the one binding (fixture
+    L2N-SHAPE-002/rebound_shape_unpack, ClassToken)."""
+    counts, dead = _dead(
+        "def f(self, x):\n"
+        "    n, h, w, c = x.shape\n"
+        "    y = param((1, 1, c))\n"
+        "    n, l, c = x.shape\n"
+        "    return y * n\n"
+    )
+    assert dead == [("c", 2)]
+    assert counts["c"] == 1
+
+
+def test_a_last_binding_a_function_defined_before_may_read_stays():
+    counts, dead = _dead(
+        "def f(self, x):\n    c = self.a\n    scale = lambda v: v * c\n    c = self.b\n    return scale(x)\n"
+    )
+    assert dead == []
+    assert counts["c"] == 2

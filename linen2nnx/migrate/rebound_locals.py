@@ -18,9 +18,11 @@ self.n`` and ``nout = nout * 2``) would see the last value there: such a chain i
 
 A binding nothing reads before the next one (:func:`dead_bindings`: ViT code unpacks ``n, h, w, c =
 x.shape`` of the images for ``h`` and ``w``, then again of the patch embedding, and only the second
-``c`` is read) is not a binding any reader sees: it is left out of the count, so the name is bound
-once, by its live line, for the planner. So too when the second unpacking sits in an ``if`` on config
-whose branches bind the name before they read it, and nothing after the ``if`` reads it.
+``c`` is read), or after it when it is the last (ViT code unpacks ``n, l, c = x.shape`` once more
+after the class token and reads only ``n``), is not a binding any reader sees: it is left out of the
+count, so the name is bound once, by its live line, for the planner. So too when the second
+unpacking sits in an ``if`` on config whose branches bind the name before they read it, and nothing
+after the ``if`` reads it.
 """
 
 from __future__ import annotations
@@ -70,10 +72,37 @@ def dead_bindings(fn: cst.FunctionDef, counts: dict[str, int]) -> tuple[dict[str
             if unread:
                 dead.add((name, id(body[here])))
                 live[name] -= 1
-        if shadow:
+        if shadow or _unread_after(body, at[-1], name):
             dead.add((name, id(body[at[-1]])))
             live[name] -= 1
     return live, dead
+
+
+def _unread_after(body: Sequence[cst.BaseStatement], at: int, name: str) -> bool:
+    """Whether nothing reads the binding of ``name`` at ``body[at]``: no later statement mentions the
+    name and no function or lambda of the body does (one defined earlier may run later and read it).
+    ViT code unpacks ``n, l, c = x.shape`` once more after the class token, and never reads it."""
+    if any(name in names_in(stmt) for stmt in body[at + 1 :]):
+        return False
+    return not any(name in names_in(inner) for inner in _functions_in(body))
+
+
+def _functions_in(body: Sequence[cst.BaseStatement]) -> list[cst.CSTNode]:
+    """The functions and lambdas anywhere in ``body``."""
+    found: list[cst.CSTNode] = []
+
+    class Functions(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            found.append(node)
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            found.append(node)
+            return False
+
+    for stmt in body:
+        stmt.visit(Functions())
+    return found
 
 
 def _branch_rebindings(body: Sequence[cst.BaseStatement], at: int, name: str) -> int:
