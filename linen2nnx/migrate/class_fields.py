@@ -14,7 +14,7 @@ import libcst as cst
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.annotation_names import qualified_default
-from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.context import FIELD_FUNCTIONS, FileContext
 from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import code, names_in
 from linen2nnx.migrate.elementwise import setup_activations
@@ -51,13 +51,29 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
                     if is_kw_only_marker(small):
                         kw_only = True
                         continue
-                    field = dataclasses.replace(ctx.dataclass_field(small), kw_only=kw_only)
+                    own = _own_kw_only(ctx, small)  # `field(kw_only=True)` overrides the marker
+                    field = dataclasses.replace(
+                        ctx.dataclass_field(small), kw_only=kw_only if own is None else own
+                    )
                     at = next((i for i, f in enumerate(fields) if f.name == field.name), None)
                     if at is None:
                         fields.append(field)
                     else:  # a field declared again keeps its place, as a dataclass's does
                         fields[at] = field
     return fields
+
+
+def _own_kw_only(ctx: FileContext, small: cst.AnnAssign) -> bool | None:
+    """A field's own ``dataclasses.field(kw_only=...)`` when it says one, which the dataclass takes over
+    the class's ``KW_ONLY`` marker or keyword (``kw_only=True`` on one field makes just that one a
+    keyword-only argument, moved after the positional ones); None when it says none."""
+    value = small.value
+    if not isinstance(value, cst.Call) or not ctx.qualnames(value.func) & FIELD_FUNCTIONS:
+        return None
+    flag = next((a.value for a in value.args if a.keyword is not None and a.keyword.value == "kw_only"), None)
+    if isinstance(flag, cst.Name) and flag.value in ("True", "False"):
+        return flag.value == "True"
+    return None
 
 
 def _with_base_names(ctx: FileContext, base: cst.BaseExpression, field: Field) -> Field:
