@@ -108,6 +108,28 @@ def test_files_that_import_each_other_see_each_others_classes(tmp_path):
     assert not [f for f in model.findings if f.rule.startswith("L2N-VERIFY")]
 
 
+def test_a_cycle_is_migrated_again_until_its_classes_settle(tmp_path):
+    """``C2`` (one file) applies the other file's ``C1`` to its Dense: its first pass does not know
+    ``C1`` and its second gains ``in_features``, which ``D1``'s second pass (the other file) had not
+    seen; a third pass builds ``C2`` with it (it used to be built without, exit 0, TypeError)."""
+    pkg = tmp_path / "big"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "c1.py").write_text(
+        "import flax.linen as nn\nfrom big import c2\n\n\nclass C1(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, x):\n        return nn.Dense(3)(x)\n\n\nclass D1(nn.Module):\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return c2.C2()(x)\n"
+    )
+    (pkg / "c2.py").write_text(
+        "import flax.linen as nn\nfrom big import c1\n\n\nclass C2(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, x):\n        return c1.C1()(nn.Dense(5)(x))\n"
+    )
+    result = migrate_paths([pkg], Mode.CHECK)
+    c1 = next(r for r in result.files if r.rel.endswith("c1.py"))
+    assert "self.c2_0 = c2.C2(in_features=in_features, rngs=rngs)" in c1.output
+    assert not [f for f in result.findings if f.severity == "manual"]
+
+
 INHERITED = {
     "__init__.py": "",
     "encoder.py": (

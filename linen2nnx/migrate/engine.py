@@ -483,14 +483,8 @@ def _run(
         items = [(*work[i], classes, functions) for i in level]
         for i, r in zip(level, _run_level(items, jobs, options)):
             results[i] = r
-        if cyclic:  # files importing each other: once more, now that each knows the others' classes
-            for i in level:
-                classes.update(_aliased(results[i].summaries, work[i][2], aliases[i]))
-                functions.update(_aliased(results[i].factories, work[i][2], aliases[i]))
-            for i in level:
-                classes.update(_reexports(work[i], results[i], classes, aliases[i]))
-            again = [(*work[i], classes, functions) for i in cyclic]
-            results.update(zip(cyclic, _run_level(again, jobs, options)))
+        if cyclic:
+            _settle_cycle(work, level, cyclic, results, (classes, functions), aliases, jobs, options)
         for i in level:
             if on_file:
                 on_file(results[i])
@@ -499,6 +493,34 @@ def _run(
         for i in level:
             external.update(_reexports(work[i], results[i], external, aliases[i]))
     return [results[i] for i in range(len(work))]
+
+
+def _settle_cycle(
+    work: list,
+    level: list[int],
+    cyclic: list[int],
+    results: dict[int, FileResult],
+    seen: tuple[dict[str, Any], dict[str, Any]],
+    aliases: list[tuple[str, ...]],
+    jobs: int,
+    options: _Options,
+) -> None:
+    """Files importing each other: migrate them again, each seeing the others' classes (``seen``: what
+    the level sees, updated in place), until no file's summaries change. One round is not enough: a
+    class another file's first pass could not size (its callee unknown then) gains an argument in the
+    second, which the importer's second pass did not know yet and would build it without."""
+    classes, functions = seen
+    for _ in range(len(cyclic) + 1):
+        for i in level:
+            classes.update(_aliased(results[i].summaries, work[i][2], aliases[i]))
+            functions.update(_aliased(results[i].factories, work[i][2], aliases[i]))
+        for i in level:
+            classes.update(_reexports(work[i], results[i], classes, aliases[i]))
+        before = [(results[i].summaries, results[i].factories) for i in cyclic]
+        again = [(*work[i], classes, functions) for i in cyclic]
+        results.update(zip(cyclic, _run_level(again, jobs, options)))
+        if before == [(results[i].summaries, results[i].factories) for i in cyclic]:
+            return
 
 
 def _reexports(
