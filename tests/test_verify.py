@@ -171,6 +171,23 @@ def test_each_leftover_of_linen_is_reported():
     assert "(without rngs=)" in messages["L2N-VERIFY-001"]
 
 
+def test_a_linen_class_written_below_the_class_that_builds_it_is_reported():
+    """A Linen layer subclass the file defines *after* the class whose ``setup()`` builds it (vdm's
+    ``DenseMonotone``): the verifier knows it as Linen there too; the class is not reported clean."""
+    source = (
+        "import flax.linen as nn\nimport jax.numpy as jnp\n\n\nclass Schedule(nn.Module):\n"
+        "    def setup(self):\n        self.l2 = PositiveDense(4)\n\n"
+        "    def __call__(self, t):\n        return self.l2(t)\n\n\n"
+        "class PositiveDense(nn.Dense):\n    @nn.compact\n    def __call__(self, x):\n"
+        "        k = self.param('kernel', self.kernel_init, (x.shape[-1], self.features))\n"
+        "        return x @ jnp.abs(k)\n"
+    )
+    result = migrate_source(source, "schedule.py")
+    assert [(f.rule, f.line) for f in result.findings if f.rule.startswith("L2N-VERIFY")] == [
+        ("L2N-VERIFY-001", 7)
+    ]
+
+
 def _package(tmp_path: Path, ops: str, model: str) -> dict[str, object]:
     pkg = tmp_path / "pkg"
     pkg.mkdir()

@@ -183,6 +183,9 @@ class _Verifier:
         self.function_factories = {k: v for k, v in factories.items() if isinstance(v, FunctionFactory)}
 
     def run(self, outside_classes: bool = True) -> None:
+        for node in self.defs.values():  # a Linen class written below the NNX class that builds it counts too
+            if self._class_kind(node) == "linen":
+                self.linen_classes.add(node.name.value)
         self._walk(self.module, None)
         check_builds_outside(self, classes_only=not outside_classes)
 
