@@ -36,6 +36,7 @@ class Net(nnx.Module):
         rate=0.1,
         momentum=0.9,
         ln_eps=1e-6,
+        fast_variance=True,
         pass_train=True,
         deterministic=False,
         order="as Linen",
@@ -43,7 +44,7 @@ class Net(nnx.Module):
         self.dense = nnx.Linear(3, D, rngs=rngs)
         self.drop = nnx.Dropout(rate, broadcast_dims=(0,), deterministic=deterministic, rngs=rngs)
         self.bn = nnx.BatchNorm(D, momentum=momentum, epsilon=1e-5, rngs=rngs)
-        self.ln = nnx.LayerNorm(D, epsilon=ln_eps, rngs=rngs)
+        self.ln = nnx.LayerNorm(D, epsilon=ln_eps, use_fast_variance=fast_variance, rngs=rngs)
         self.pass_train = pass_train
         self.order = order
 
@@ -114,6 +115,17 @@ def test_momentum_epsilon_and_a_dropped_call_flag_fail():
     (bad,) = [lf for lf in r.failures if lf.check == "config"]
     assert bad.path == "drop" and "deterministic in train: Linen False, NNX True" in bad.note
     assert "in eval" not in bad.note  # eval mode agrees (True on both sides)
+
+
+def test_a_changed_variance_formula_fails_config():
+    """``use_fast_variance=False`` on one side: the same numbers on inputs near zero, far apart on
+    inputs far from it (E[x²] - E[x]² cancels in float32), which no forward of the check shows."""
+    r = check(_pair(fast_variance=False), jit=False, long_batch=False, divergence=False)
+    (bad,) = r.failures
+    assert (bad.check, bad.path) == (
+        "config",
+        "ln",
+    ) and "use_fast_variance: Linen True, NNX False" in bad.note
 
 
 def test_the_name_table_and_unset_settings():
