@@ -202,6 +202,48 @@ def test_bare_variables_with_partitioning_boxes_are_unboxed():
     np.testing.assert_array_equal(model.dense1.kernel[...], variables["params"]["dense1"]["kernel"])
 
 
+VALUE_PARAM = """
+import flax.linen as nn
+
+
+class Scale(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return x * self.param("value", nn.initializers.normal(1.0), (3,))
+
+
+class Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return Scale()(x) + Scale()(x)
+"""
+
+
+@pytest.mark.parametrize("root", ["Scale", "Net"])
+def test_a_parameter_named_value_is_not_read_as_a_partitioning_box(root, tmp_path):
+    """``{'params': {'value': w}}`` (a model whose one parameter is named ``value``) and
+    ``{'Scale_0': {'value': w}}`` below it look like restored boxes; the collection is never one, and
+    the name map puts an unboxed leaf back under ``value`` (convert used to crash on the first)."""
+    from linen2nnx.migrate import migrate_source
+
+    result = migrate_source(VALUE_PARAM, "value_param.py", "value_param_nnx")
+    (tmp_path / "value_param_nnx.py").write_text(result.output)
+    result.name_map.save(tmp_path / "map.json")
+    linen_mod = import_file(_write(tmp_path / "value_param.py", VALUE_PARAM))
+    nnx_mod = import_file(tmp_path / "value_param_nnx.py")
+    x = jnp.ones((2, 3))
+    side = LinenSide(getattr(linen_mod, root)(), {"x": x}, jnp.sum, train_kwargs={}, eval_kwargs={})
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: getattr(nnx_mod, root)(rngs=rngs))
+    variables = serialization.msgpack_restore(serialization.to_bytes(side.init_variables()))
+    model, _ = convert_state(variables, pair, tmp_path / "map.json")
+    np.testing.assert_allclose(model(x), side.model.apply(variables, x), rtol=1e-6)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
 def test_missing_or_unreadable_checkpoint_is_a_named_l2n_error(tmp_path):
     pair = twins.mlp_pair()
     missing = tmp_path / "nope"

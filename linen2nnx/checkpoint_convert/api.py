@@ -112,7 +112,7 @@ def plan_with_problems(
     root = root_class(pair, nmap)
     problems: list[Problem]
     if root is not None:
-        matches, problems = map_with_name_map(leaves, nmap, root)  # type: ignore[arg-type]
+        matches, problems = map_with_name_map(leaves, nmap, root, target.slots)  # type: ignore[arg-type]
         strategy = f"name map (root {root})"
     else:
         matches, problems = map_structurally(leaves, target.slots)

@@ -93,17 +93,31 @@ def variable_type(collection: str) -> type:
     return variablelib.variable_type_from_name(collection)
 
 
-def map_with_name_map(leaves: list[Leaf], name_map: NameMap, root: str) -> tuple[list[Match], list[Problem]]:
-    """Every leaf through the name map; a leaf the map cannot place is a problem."""
+def map_with_name_map(
+    leaves: list[Leaf], name_map: NameMap, root: str, slots: Mapping[PathT, Slot] | None = None
+) -> tuple[list[Match], list[Problem]]:
+    """Every leaf through the name map; a leaf the map cannot place is a problem.
+
+    A module whose one parameter is named ``value`` was read as a restored partitioning box
+    (``{'value': w}``, read.py): its leaf sits at the module's path, which maps to no state of the
+    target (``slots``), while the path with ``value`` does; that one is taken."""
     matches: list[Match] = []
     problems: list[Problem] = []
     for leaf in leaves:
         try:
-            nnx_path = name_map.to_nnx_path(root, leaf.collection, leaf.path)
+            nnx_path = tuple(name_map.to_nnx_path(root, leaf.collection, leaf.path))
         except KeyError as e:
-            problems.append(Problem("no NNX home", leaf.name, None, str(e.args[0] if e.args else e)))
+            nnx_path, error = None, str(e.args[0] if e.args else e)
+        if slots is not None and (nnx_path is None or nnx_path not in slots):
+            try:
+                boxed = tuple(name_map.to_nnx_path(root, leaf.collection, (*leaf.path, "value")))
+            except KeyError:
+                boxed = None
+            nnx_path = boxed if boxed in slots else nnx_path
+        if nnx_path is None:
+            problems.append(Problem("no NNX home", leaf.name, None, error))
             continue
-        matches.append(Match(leaf, tuple(nnx_path), NAME_MAP))
+        matches.append(Match(leaf, nnx_path, NAME_MAP))
     return matches, problems
 
 

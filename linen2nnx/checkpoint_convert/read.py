@@ -212,12 +212,21 @@ def _is_box(x: Any) -> bool:
 
 
 def _unbox(tree: Any, prefix: PathT, unboxed: list[str]) -> Any:
-    """Replace partitioning boxes (live objects or their restored ``{'value': array}`` form) by arrays."""
+    """Replace partitioning boxes (live objects or their restored ``{'value': array}`` form) by arrays.
+
+    A restored box is indistinguishable from a module whose one parameter is named ``value``: that
+    leaf is read unboxed here, and the name map places it back under ``value`` (``map_with_name_map``)."""
     if _is_box(tree):
         unboxed.append("/".join(map(str, prefix)))
         return tree.value if hasattr(tree, "value") else tree.unbox()
     if isinstance(tree, Mapping):
-        if "value" in tree and _is_array(tree["value"]) and set(tree) - {"value"} <= _BOX_METADATA_KEYS:
+        if (
+            len(prefix)
+            > 1  # a collection is no box: `{'params': {'value': w}}` holds a parameter named value
+            and "value" in tree
+            and _is_array(tree["value"])
+            and set(tree) - {"value"} <= _BOX_METADATA_KEYS
+        ):
             unboxed.append("/".join(map(str, prefix)))
             return tree["value"]
         return {k: _unbox(v, (*prefix, k), unboxed) for k, v in tree.items()}
