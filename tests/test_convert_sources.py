@@ -105,6 +105,45 @@ def test_leftovers_of_an_interrupted_run_are_removed_by_the_next(manager_root, t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_a_destination_named_with_glob_characters_cleans_only_its_own_leftovers(manager_root, tmp_path):
+    """``out?`` must not match another conversion's staging folder (``.outA.linen2nnx-partial``, a run
+    in flight): recovery removes the leftovers of this destination only."""
+    other = commit.partial_dir(tmp_path / "outA")
+    other.mkdir()
+    (other / "data").write_text("in flight")
+    commit.partial_dir(tmp_path / "out?").mkdir()
+    convert(manager_root, tmp_path / "out?", twins.mlp_pair(), step=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([other.name, "out?"])
+
+
+def test_a_symbolic_link_destination_is_refused(manager_root, tmp_path):
+    """``--force`` onto a link used to publish over it, crash, and leave the link where every later
+    run failed; the link and its folder are left as they are."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "latest").symlink_to("real")
+    with pytest.raises(L2NError, match="latest: is a symbolic link"):
+        convert(manager_root, tmp_path / "latest", twins.mlp_pair(), step=2, force=True)
+    assert (tmp_path / "latest").is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "latest",
+        "real",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("step", "words"), [(np.array([5, 6]), r"shape \(2,\)"), (np.float32(7.5), "not a whole")]
+)
+def test_a_step_that_is_not_one_whole_number_is_refused(step, words, tmp_path):
+    """A float step was truncated (7.9 -> 7) and a vector one crashed the Orbax reader."""
+    variables = twins.mlp_pair().linen.init_variables()
+    root = tmp_path / "ckpt"
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(root, {"params": variables["params"], "step": step})
+        ckptr.wait_until_finished()
+    with pytest.raises(L2NError, match=words):
+        convert(root, tmp_path / "out", twins.mlp_pair())
+    assert not (tmp_path / "out").exists()
+
+
 class _Killed(BaseException):
     """Stands in for SIGKILL: nothing after the abort point runs, no handler cleans up."""
 

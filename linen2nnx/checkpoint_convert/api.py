@@ -335,11 +335,13 @@ def _orbax_source(
 def _destination(src: Any, dst: str | Path, force: bool) -> Path:
     """``dst`` as an absolute path, after undoing an interrupted run; refused when it would clobber."""
     dst = Path(dst).expanduser().absolute()
+    if dst.is_symlink():  # replacing it would publish over the link and leave the link's target behind
+        raise L2NError(f"{dst}: is a symbolic link; give the folder it points to, or remove the link")
     recover_all(dst)
     if dst.exists() and not force:
         raise L2NError(f"{dst}: already exists (pass --force to replace it)")
     if isinstance(src, (str, Path)):
-        s = Path(src).expanduser().absolute()
-        if s == dst or dst in s.parents or s in dst.parents:
+        s, real = Path(src).expanduser().resolve(), dst.parent.resolve() / dst.name
+        if s == real or real in s.parents or s in real.parents:
             raise L2NError(f"{dst}: the destination must not contain or be inside the source {s}")
     return dst

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import glob
 import os
 import shutil
 import signal
@@ -85,15 +86,22 @@ def recover(dst: Path) -> list[str]:
         else:  # killed between the two renames: put the old checkpoint back
             os.replace(old, dst)
             done.append(f"restored {dst.name} from {old.name} (an interrupted --force)")
-    for part in sorted(
-        dst.parent.glob(f"{partial_dir(dst).name}*")
-    ):  # with Orbax's own *.orbax-checkpoint-tmp*
-        shutil.rmtree(part, ignore_errors=True)
+    # this destination's own leftovers only: a name with glob characters (`out?`) matches no other's
+    for part in sorted(dst.parent.glob(f"{glob.escape(partial_dir(dst).name)}*")):  # + Orbax's *-tmp*
+        _remove(part)
         done.append(f"removed {part.name} (an interrupted run's output)")
-    for legacy in dst.parent.glob(f".{dst.name}.*.partial"):  # older releases used random names
-        shutil.rmtree(legacy, ignore_errors=True)
+    for legacy in dst.parent.glob(f".{glob.escape(dst.name)}.*.partial"):  # older releases used random names
+        _remove(legacy)
         done.append(f"removed {legacy.name}")
     return done
+
+
+def _remove(path: Path) -> None:
+    """Delete a leftover folder, or the link a leftover is (``rmtree`` refuses links)."""
+    if path.is_symlink():
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def publish(staged: Path, dst: Path) -> None:

@@ -134,7 +134,7 @@ def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -
         if key == "opt_state":
             opt_state = _unbox(value, ("opt_state",), unboxed)
         elif key == "step":
-            step = _as_int(value)
+            step = step_number(value, source)
             step_dtype = _dtype_of(value)
         elif key in sown:
             ignored[key] = "sown values are produced by a call, not state"
@@ -256,10 +256,20 @@ def _dtype_of(value: Any) -> str | None:
     return np.dtype(dtype if dtype is not None else np.asarray(value).dtype).name
 
 
-def _as_int(value: Any) -> int | None:
+def step_number(value: Any, source: str) -> int | None:
+    """The training step a checkpoint holds, as an int; None where it holds none (or only its metadata).
+    A step that is not one whole number is refused, naming ``source``: truncating ``7.9`` to ``7``, or
+    reading one of several numbers, would resume training at a step nobody saved."""
     if value is None:
         return None
     try:
-        return int(np.asarray(value))
+        array = np.asarray(value)
     except (TypeError, ValueError):
         return None
+    if array.dtype == object or array.dtype.kind not in "iuf":
+        return None  # metadata (a shape and dtype), or no number at all
+    if array.shape != ():
+        raise L2NError(f"{source}: step has shape {array.shape}; a checkpoint's step is one number")
+    if array.dtype.kind == "f" and not float(array).is_integer():
+        raise L2NError(f"{source}: step is {float(array)}, not a whole number")
+    return int(array)

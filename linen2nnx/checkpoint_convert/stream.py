@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from linen2nnx.checkpoint_convert import arrays
-from linen2nnx.checkpoint_convert.read import LinenCheckpoint, parse_tree
+from linen2nnx.checkpoint_convert.read import LinenCheckpoint, parse_tree, step_number
 from linen2nnx.checkpoint_convert.source import Source, resolve_source
 
 #: Restore groups are at least this big, so tiny leaves are not fetched one call each.
@@ -116,7 +116,8 @@ def lazy_arrays(
     if ("step",) in needed:
         meta = needed[("step",)]
         wanted = {("step",): jax.ShapeDtypeStruct(tuple(meta.shape), meta.dtype)}
-        step = int(np.asarray(arrays.restore_group(opened.item_dir, opened.tree, wanted, names)[("step",)]))
+        stored = arrays.restore_group(opened.item_dir, opened.tree, wanted, names)[("step",)]
+        step = step_number(stored, opened.checkpoint.source)
 
     def value(kp: Any, meta: Any) -> Any:
         path = tuple(arrays._key(k) for k in kp)
