@@ -236,6 +236,26 @@ def test_bridged_class_is_not_handed_arguments_only_the_nnx_rewrite_has(tmp_path
     assert {lf.path for lf in parity.by_check()["grad"]} >= {"linen/cls", "linen/pos", "linen/Dense_0/kernel"}
 
 
+def test_bridged_class_forwards_its_methods_and_keeps_its_linen_layer_defaults(tmp_path):
+    """A parent calling a bridged class's ``encode`` / ``decode``, and a bridged class whose fields
+    default to Linen layers: both run and compute what Linen computes (the first raised
+    AttributeError, the second handed ``nnx.Linear`` to the Linen class)."""
+    linen_mod, nnx_mod, result, map_path = build("bridged_methods", tmp_path)
+    assert {result.name_map.classes[f"bridged_methods.{c}"].bridge for c in ("AE", "Block")} == {"linen"}
+    x = np.random.default_rng(4).normal(size=(2, 5)).astype(np.float32)
+
+    def make(rngs):
+        model = nnx_mod.Model(rngs=rngs)
+        nnx.bridge.lazy_init(model, x)
+        return model
+
+    parity = assert_parity(linen_mod.Model(), make, x, map_path)
+    assert {lf.path for lf in parity.by_check()["grad"]} >= {
+        "ae/linen/enc/kernel",
+        "block/linen/Dense_0/kernel",
+    }
+
+
 def test_layer_with_unpacked_arguments_stays_linen_and_keeps_them(tmp_path):
     """``nn.Dense(features, **OPTIONS)``: the unpacked Linen-named arguments (no bias, a wide kernel
     init) are neither dropped nor renamed by guess; the class runs as Linen behind the bridge and

@@ -48,10 +48,14 @@ def _linen_value(name: str) -> str:
     return f"getattr({name}, {LINEN_CLASS_ATTR!r}, {name})"
 
 
-def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.EmptyLine]) -> cst.ClassDef:
+def bridge_wrapper(
+    plan: ClassPlan, collections: list[str], markers: list[cst.EmptyLine], methods: tuple[str, ...] = ()
+) -> cst.ClassDef:
     """``class <Name>(nnx.Module)`` holding ``ToNNX(<Name>Linen(<fields>))``; arguments other
     classes were told the migrated class takes (new input sizes) are accepted and unused. The
-    fields' ``markers`` go on its ``__init__``, where a second run would put them."""
+    fields' ``markers`` go on its ``__init__``, where a second run would put them. Each of the Linen
+    class's other public ``methods`` (:func:`forwarded_methods`: ``model.encode(x)``) is forwarded
+    to the Linen method of that name."""
     params = ["self"]
     keyword_only = False
     for f, star in init_fields(plan.fields):
@@ -71,6 +75,12 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
         for f in plan.fields
         if f.init and not f.added  # accepted like the new sizes, unused: the Linen class has no such field
     )
+    mutable = f", mutable={collections!r}" if collections else ""
+    forwards = "".join(
+        f"\n    def {name}(self, *args, **kwargs):\n"
+        f"        return self.{BRIDGE_ATTR}(*args, method={name!r}{mutable}, **kwargs)\n"
+        for name in methods
+    )
     source = (
         f"class {plan.name}(nnx.Module):\n"
         f'    """{plan.name} still runs as Linen ({linen_name(plan.name)}) through nnx.bridge.ToNNX; see the '
@@ -84,6 +94,7 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
             if collections
             else f"        return self.{BRIDGE_ATTR}(*args, **kwargs)\n"
         )
+        + forwards
     )
     node = parse_statement(source)
     assert isinstance(node, cst.ClassDef)
@@ -95,12 +106,37 @@ def bridge_wrapper(plan: ClassPlan, collections: list[str], markers: list[cst.Em
 
 
 def _default(plan: ClassPlan, field: Field) -> str | None:
-    """The wrapper's default for ``field``: the field's own, except a partitioning wrapper, whose NNX
-    form (``nnx.with_partitioning``, a ``VariableMetadata`` maker) the Linen class cannot use: the Linen
-    class's own default (``<Name>Linen.<field>``, which the dataclass keeps as a class attribute)."""
-    if field.default is not None and "with_partitioning(" in field.default:
-        return f"{linen_name(plan.name)}.{field.name}"
-    return field.default
+    """The wrapper's default for ``field``: the field's own, except one the rewrite made NNX (a layer
+    class ``nnx.Linear``, a partial of one, ``nnx.with_partitioning``, a ``VariableMetadata`` maker),
+    which the Linen class cannot use: the Linen class's own default (``<Name>Linen.<field>``, which the
+    dataclass keeps as a class attribute; a factory's is not kept, so that one stays)."""
+    default = field.default
+    if default is not None and ("nnx." in default or "with_partitioning(" in default):
+        if not default.endswith(")()"):  # `(lambda: ...)()` of a default_factory
+            return f"{linen_name(plan.name)}.{field.name}"
+    return default
+
+
+_NOT_FORWARDED = frozenset({"setup", BRIDGE_ATTR, LINEN_CLASS_ATTR})
+
+
+def forwarded_methods(cls: cst.ClassDef) -> tuple[str, ...]:
+    """The public methods of a Linen class a caller may call on the module (``encode``, ``decode``):
+    plain ``def``s (or ``@nn.compact`` ones), not properties, static or class methods, nor ``setup``."""
+    found = []
+    for stmt in cls.body.body:
+        if not isinstance(stmt, cst.FunctionDef) or stmt.name.value.startswith("_"):
+            continue
+        decorators = {_decorator_name(d.decorator) for d in stmt.decorators}
+        if stmt.name.value not in _NOT_FORWARDED and decorators <= {"compact"}:
+            found.append(stmt.name.value)
+    return tuple(found)
+
+
+def _decorator_name(node: cst.BaseExpression) -> str:
+    while isinstance(node, cst.Call):
+        node = node.func
+    return node.attr.value if isinstance(node, cst.Attribute) else getattr(node, "value", "")
 
 
 def is_bridge_wrapper(cls: cst.ClassDef) -> bool:

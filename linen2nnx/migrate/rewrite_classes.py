@@ -14,6 +14,7 @@ from linen2nnx.migrate.bridge import (
     BRIDGE_ATTR,
     bridge_wrapper,
     can_bridge,
+    forwarded_methods,
     linen_class_name,
     linen_name,
     mutable_collections,
@@ -237,7 +238,8 @@ class ClassRewriter:
         ) or "BatchNorm" in code(original)  # also through partial(nn.BatchNorm, ...)
         # the wrapper's defaults as a second run would write them (nn.relu -> nnx.relu), with their markers
         field_markers = self._rewritten_field_defaults(plan, original, updated)
-        wrapper = bridge_wrapper(plan, mutable_collections(original, batch_norm), field_markers)
+        collections = mutable_collections(original, batch_norm)
+        wrapper = bridge_wrapper(plan, collections, field_markers, forwarded_methods(original))
         wrapper = wrapper.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
         return cst.FlattenSentinel(
             [
