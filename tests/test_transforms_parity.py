@@ -256,6 +256,21 @@ def test_bridged_class_forwards_its_methods_and_keeps_its_linen_layer_defaults(t
     }
 
 
+def test_a_class_with_a_field_named_rngs_is_built_with_nnx_rngs(tmp_path):
+    """Its wrapper takes NNX's Rngs as ``nnx_rngs``; every build passes it so, the field keeps its
+    value (``Block(rngs=5)``), and the model computes what Linen computes."""
+    linen_mod, nnx_mod, result, map_path = build("bridged_rngs_field", tmp_path)
+    assert "Block(rngs=5, nnx_rngs=rngs)" in result.output
+    x = np.random.default_rng(5).normal(size=(2, 3)).astype(np.float32)
+
+    def make(rngs):
+        model = nnx_mod.Model(rngs=rngs)
+        nnx.bridge.lazy_init(model, x)
+        return model
+
+    assert_parity(linen_mod.Model(), make, x, map_path)
+
+
 def test_layer_with_unpacked_arguments_stays_linen_and_keeps_them(tmp_path):
     """``nn.Dense(features, **OPTIONS)``: the unpacked Linen-named arguments (no bias, a wide kernel
     init) are neither dropped nor renamed by guess; the class runs as Linen behind the bridge and

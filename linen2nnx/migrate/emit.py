@@ -149,7 +149,9 @@ class Emitter:
                 for a in args
             ]
         added = [kwarg(name, parse_expression(expr)) for name, expr in site.user_in.items()]
-        added.append(kwarg("rngs", cst.Name("rngs")))
+        # a class with a field named rngs stays Linen, its wrapper taking NNX's as nnx_rngs (bridge.py)
+        own = site.user is not None and "rngs" in site.user.field_names
+        added.append(kwarg("nnx_rngs" if own else "rngs", cst.Name("rngs")))
         return with_args(updated, args, added)
 
     def _handed_instances(self, site: Site, updated: cst.Call) -> list[cst.Arg]:
