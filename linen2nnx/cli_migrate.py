@@ -222,7 +222,7 @@ def _check_report_target(args: argparse.Namespace, settings: dict, stdin: bool) 
     spec of this run (report_targets.py)."""
     if not args.report or args.report == "-":
         return
-    from linen2nnx.migrate.discovery import discover
+    from linen2nnx.migrate.discovery import discover, relative_to_root
     from linen2nnx.migrate.spec_writer import SPEC_FILENAME
     from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
     from linen2nnx.report_targets import check_report_targets, spec_files
@@ -232,7 +232,7 @@ def _check_report_target(args: argparse.Namespace, settings: dict, stdin: bool) 
     for f, root in files:
         taken[f] = "a source file of this run"
         if args.out_dir:
-            taken[Path(args.out_dir) / f.resolve().relative_to(root)] = "an output file of this run"
+            taken[Path(args.out_dir) / relative_to_root(f, root)] = "an output file of this run"
     if args.map and (args.out_dir or args.mode == "write" or stdin):  # the modes that write a name map
         taken[args.map] = "the name map"
     if args.out_dir:

@@ -98,6 +98,34 @@ def test_unwritable_output_is_named(tree, tmp_path, capsys):
     assert not list(out.rglob("*.tmp"))
 
 
+@pytest.mark.parametrize("out", [".", "pkg/.."])
+def test_an_out_dir_that_would_write_over_the_sources_is_refused(out, tree, capsys):
+    before = {f: f.read_bytes() for f in tree.rglob("*.py")}
+    assert main(["migrate", str(tree), "--out-dir", str(tree / out)]) == 2
+    assert "would write its output over it" in capsys.readouterr().err
+    assert {f: f.read_bytes() for f in tree.rglob("*.py")} == before
+
+
+def test_a_name_map_that_cannot_be_written_stops_write_before_any_source_changes(tree, capsys):
+    (tree / "linen2nnx-map.json").mkdir()
+    before = {f: f.read_bytes() for f in tree.rglob("*.py")}
+    assert main(["migrate", str(tree), "--write"]) == 2
+    assert "linen2nnx-map.json: is a folder; the name map is a file" in capsys.readouterr().err
+    assert {f: f.read_bytes() for f in tree.rglob("*.py")} == before
+
+
+def test_a_link_to_a_file_outside_the_tree_is_written_where_the_link_is(tree, tmp_path):
+    """It crashed (``relative_to`` of the link's target), leaving a half-written output folder."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shutil.copy(fixture("import_alias_in.py"), outside / "shared.py")
+    (tree / "pkg" / "shared.py").symlink_to(outside / "shared.py")
+    out = tmp_path / "out"
+    assert main(["migrate", str(tree), "--out-dir", str(out)]) == 0
+    assert (out / "pkg" / "shared.py").read_text() == fixture("import_alias_out.py").read_text()
+    assert (out / "linen2nnx-map.json").is_file()
+
+
 def test_missing_path_is_a_usage_error(tmp_path, capsys):
     assert main(["migrate", str(tmp_path / "nope")]) == 2
     assert "nope: no such file or directory" in capsys.readouterr().err

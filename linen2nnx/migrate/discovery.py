@@ -44,6 +44,19 @@ def is_excluded(path: Path, exclude: Sequence[str], base: Path | None) -> bool:
     return any(_matches(c, exclude) for c in candidates)
 
 
+def relative_to_root(f: Path, root: Path) -> Path:
+    """Where ``f`` (a file :func:`discover` found under ``root``) goes below an output folder: its
+    place in the tree given, also for a link to a file elsewhere (written where the link is)."""
+    try:
+        return f.resolve().relative_to(root)
+    except ValueError:
+        pass
+    try:
+        return (f.parent.resolve() / f.name).relative_to(root)
+    except ValueError:
+        raise L2NError(f"{f}: is not below {root}, the folder its output is placed from") from None
+
+
 def discover(
     paths: Sequence[str | Path],
     exclude: Sequence[str] = (),

@@ -38,6 +38,7 @@ from linen2nnx.migrate.discovery import (
     namespace_names,
     read_run,
     reexported,
+    relative_to_root,
 )
 from linen2nnx.migrate.file_errors import internal_error, syntax_error
 from linen2nnx.migrate.file_state import IMPORTED_KEY
@@ -383,6 +384,8 @@ def migrate_paths(
         raise L2NError("--out-dir needs a folder")
     jobs = resolve_jobs(jobs)
     files = discover(paths, exclude, include, base)
+    if mode is Mode.OUT_DIR:
+        _refuse_overwriting_sources(files, Path(out_dir))  # type: ignore[arg-type]
     if on_start:
         on_start(len(files))
     options = _Options(
@@ -396,6 +399,13 @@ def migrate_paths(
     for r in results:
         name_map.merge(r.name_map)
     result = MigrationResult(results, name_map, mode)
+    target = None
+    if mode in (Mode.WRITE, Mode.OUT_DIR) and name_map.classes:
+        # default: at the root of the migrated tree (the out dir, or the root of the files rewritten in
+        # place), where a spec or a later convert looks for it -- never wherever the command ran
+        root = Path(out_dir) if mode is Mode.OUT_DIR else files[0][1]
+        target = Path(name_map_path) if name_map_path else root / NAME_MAP_FILENAME
+        _check_writable(target, "the name map")  # before any source is rewritten
     if mode is Mode.WRITE:
         for r in results:
             if r.changed and not r.failed:
@@ -405,15 +415,38 @@ def migrate_paths(
         out_root = Path(out_dir)
         for (f, root), r in zip(files, results):
             if r.output is not None and not r.failed:
-                _write(r, out_root / f.resolve().relative_to(root), result, root=out_root)
-    if mode in (Mode.WRITE, Mode.OUT_DIR) and name_map.classes:
-        # default: at the root of the migrated tree (the out dir, or the root of the files rewritten in
-        # place), where a spec or a later convert looks for it -- never wherever the command ran
-        root = Path(out_dir) if mode is Mode.OUT_DIR else files[0][1]
-        target = Path(name_map_path) if name_map_path else root / NAME_MAP_FILENAME
-        name_map.save(target)
+                _write(r, out_root / relative_to_root(f, root), result, root=out_root)
+    if target is not None:
+        try:
+            name_map.save(target)
+        except OSError as e:
+            raise L2NError(f"{target}: cannot write the name map: {e.strerror or e}") from e
         result.extra_outputs.append(target)
     return result
+
+
+def _refuse_overwriting_sources(files: list[tuple[Path, Path]], out_root: Path) -> None:
+    """``--out-dir`` the folder of the sources (or one whose tree lands on them) would write each
+    output over its source: refused before anything runs (``--write`` is the way to rewrite in place)."""
+    out_root = out_root.resolve()
+    for f, root in files:
+        target = out_root / relative_to_root(f, root)
+        if target in (f.resolve(), f.parent.resolve() / f.name):
+            raise L2NError(
+                f"{f}: --out-dir {out_root} would write its output over it; give another folder, "
+                "or use --write to rewrite the sources in place"
+            )
+
+
+def _check_writable(target: Path, what: str) -> None:
+    """Refuse, naming ``target``, a place ``what`` cannot be written to: a folder, or under a file."""
+    if target.is_dir():
+        raise L2NError(f"{target}: is a folder; {what} is a file")
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise L2NError(f"{target}: cannot write {what}: {parent} is not a folder")
 
 
 def _display(path: Path) -> str:
