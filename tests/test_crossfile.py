@@ -866,3 +866,23 @@ def test_another_files_helper_that_keeps_the_last_axis_keeps_the_size(tmp_path):
     )
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+
+
+def test_a_helper_file_that_never_says_linen_still_tells_its_importers_what_it_keeps(tmp_path):
+    """``ops.py`` holds only ``def act(x): return jnp.tanh(x)``: it was skipped (no ``linen`` in it),
+    so the Dense after ``act(...)`` in another file needed a size argument; now the file's functions
+    are read for its importers and the file itself is left as it is."""
+    pkg = tmp_path / "src" / "q"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    ops = "import jax.numpy as jnp\n\n\ndef act(x):\n    return jnp.tanh(x)\n"
+    (pkg / "ops.py").write_text(ops)
+    (pkg / "m.py").write_text(
+        "import flax.linen as nn\n\nfrom q.ops import act\n\n\nclass Net(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, x):\n        return nn.Dense(3)(act(nn.Dense(16)(x)))\n"
+    )
+    out = tmp_path / "out"
+    result = migrate_paths([tmp_path / "src"], Mode.OUT_DIR, out_dir=out)
+    assert not [f for f in result.findings if f.severity.value == "manual"]
+    assert "nnx.Linear(16, 3, rngs=rngs)" in (out / "q" / "m.py").read_text()
+    assert (out / "q" / "ops.py").read_text() == ops

@@ -148,6 +148,14 @@ def uses_run_class(source: str, external: Mapping[str, Any] | None) -> bool:
 _WORD = re.compile(r"[A-Za-z_]\w*")
 
 
+def helpers_for_importers(source: str, module_name: str, factories: Mapping[str, Any] | None) -> bool:
+    """... or it defines module-level functions another file of the run imports (``ops.act(x)``, a
+    helper that keeps its argument's last axis): the pass records what they do for the importers,
+    whose dataflow would otherwise stop at the call. Its text is left as it is."""
+    imported = (factories or {}).get(IMPORTED_KEY) or ()
+    return module_name in imported and ("\ndef " in source or source.startswith("def "))
+
+
 def rule_selector(
     select: Sequence[str] | None = None, ignore: Sequence[str] | None = None
 ) -> Callable[[str], bool]:
@@ -191,7 +199,12 @@ def migrate_source(
     from linen2nnx.migrate.training import mentions_training
 
     file_path = Path(path)
-    if not (mentions_linen(source) or mentions_training(source) or uses_run_class(source, external)):
+    if not (
+        mentions_linen(source)
+        or mentions_training(source)
+        or uses_run_class(source, external)
+        or helpers_for_importers(source, module_name, factories)
+    ):
         facts = record_facts.of_source(source, module_name, path)  # its data classes for importers
         return FileResult(file_path, path, source, source, [], NameMap(), skipped=True, factories=facts)
     try:
