@@ -489,3 +489,39 @@ def n_params(x, flag):
     assert _run(result.output, "params_only_nnx")["n_params"](x, True) == _run(src, "params_only")[
         "n_params"
     ](x, True)
+
+
+_BRIDGED = """
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+
+class Head(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        if self.is_mutable_collection("stats"):  # no NNX counterpart: the class stays Linen
+            x = x + 1.0
+        return nn.Dense(3)(x)
+
+
+def init_model(x):
+    model = Head()
+    variables = model.init(jax.random.key(0), x)
+    return variables
+"""
+
+
+def test_a_model_kept_as_linen_is_initialised_through_the_bridge():
+    """The class stays Linen behind nnx.bridge.ToNNX, whose variables come on a first call: its
+    construction is followed by ``nnx.bridge.lazy_init`` with init's inputs (the optimizer used to be
+    built over a model with no parameters, failing at the first step with no finding)."""
+    result = migrate_source(_BRIDGED, "bridged_init.py")
+    assert "nnx.bridge.lazy_init(variables, x)" in result.output
+    x = np.ones((2, 4), np.float32)
+    linen, nnx_side = _run(_BRIDGED, "bridged_linen"), _run(result.output, "bridged_nnx")
+    from flax import nnx
+
+    params = nnx.state(nnx_side["init_model"](x), nnx.Param)
+    want = linen["init_model"](x)["params"]
+    assert jax.tree.map(np.shape, params.to_pure_dict()) == {"linen": jax.tree.map(np.shape, dict(want))}

@@ -48,6 +48,7 @@ findings' positions, a code generation of the module-level statements that hold 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -151,7 +152,14 @@ class MigrateModules(Codemod, cst.CSTTransformer):
 
     @property
     def summaries(self) -> dict[str, ClassSummary]:
-        return self.state.summaries
+        """The classes' summaries, each marked kept as Linen when its rewrite ended blocked (a blocking
+        finding may come after planning summarised it: training code must then build it through the
+        bridge, with ``nnx.bridge.lazy_init``)."""
+        blocked = {p.key for p in self.state.linen_classes.values() if p.blocking or p.bridged}
+        return {
+            key: dataclasses.replace(s, kept_linen=True) if key in blocked and not s.kept_linen else s
+            for key, s in self.state.summaries.items()
+        }
 
     @property
     def converted_classes(self) -> set[str]:

@@ -112,6 +112,7 @@ def plan_init(plan: TrainPlanner, call: cst.Call, receiver: Val) -> None:
     if creates is None:
         return
     stmt = plan.insertable(call)
+    creates = creates or summary.kept_linen  # behind nnx.bridge.ToNNX: its variables come on a first call
     if creates and not _call_after(plan, call, parent, stmt, summary, inputs, keywords):
         return
     if plan.sharding and stmt is not None:
@@ -209,20 +210,31 @@ def _call_after(
     keywords: dict[str, int],
 ) -> bool:
     """Linen's init call created call-time state: the NNX model makes that call once, right after it is
-    built. False (and blocked) where the init is not a ``name = ...`` statement of plain arguments."""
+    built (a class kept as Linen behind the bridge, which creates every variable so, through
+    ``nnx.bridge.lazy_init``). False (and blocked) where the init is not a ``name = ...`` statement of
+    plain arguments."""
     target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
     args = [call.args[i] for i in inputs] + [call.args[i] for k, i in keywords.items() if k != "rngs"]
     if stmt is None or not isinstance(target, cst.Name) or not all(pure_or_literal(a.value) for a in args):
         plan.block(
             TRAIN_015,
             call,
-            f"`{code(call.func)}(...)` creates {summary.name}'s call-time state "
-            "(e.g. a decode cache), which NNX creates on the first such call; the init is not a "
-            "`name = ...` statement of plain arguments to repeat that call after",
+            f"`{code(call.func)}(...)` creates {summary.name}'s "
+            + (
+                "variables, which its NNX wrapper (kept as Linen behind the bridge) creates on a first call"
+                if summary.kept_linen
+                else "call-time state (e.g. a decode cache), which NNX creates on the first such call"
+            )
+            + "; the init is not a `name = ...` statement of plain arguments to repeat that call after",
             "bind the init to a name: `variables = model.init(...)`",
         )
         return False
-    plan.after.setdefault(stmt, []).append(f"{target.value}({', '.join(code(bare(a)) for a in args)})")
+    listed = ", ".join(code(bare(a)) for a in args)
+    plan.after.setdefault(stmt, []).append(
+        f"nnx.bridge.lazy_init({target.value}, {listed})"
+        if summary.kept_linen
+        else f"{target.value}({listed})"
+    )
     return True
 
 
