@@ -271,6 +271,22 @@ def test_a_class_with_a_field_named_rngs_is_built_with_nnx_rngs(tmp_path):
     assert_parity(linen_mod.Model(), make, x, map_path)
 
 
+def test_a_linen_partial_handed_to_a_bridged_class_runs_and_stays(tmp_path):
+    """``partial(nn.LayerNorm, epsilon=1e-3)`` handed to a class kept as Linen: it stays Linen in the
+    converted parent (a second run leaves it too: fixture idempotency) and the model computes what
+    Linen computes."""
+    linen_mod, nnx_mod, result, map_path = build("bridged_handed_partial", tmp_path)
+    assert "partial(nn.LayerNorm, epsilon=1e-3)" in result.output
+    x = np.random.default_rng(8).normal(size=(2, 3)).astype(np.float32)
+
+    def make(rngs):
+        model = nnx_mod.Model(rngs=rngs)
+        nnx.bridge.lazy_init(model, x)
+        return model
+
+    assert_parity(linen_mod.Model(), make, x, map_path)
+
+
 def test_layer_with_unpacked_arguments_stays_linen_and_keeps_them(tmp_path):
     """``nn.Dense(features, **OPTIONS)``: the unpacked Linen-named arguments (no bias, a wide kernel
     init) are neither dropped nor renamed by guess; the class runs as Linen behind the bridge and

@@ -425,8 +425,19 @@ class FileContext:
         hands its class Linen layers as written); reporting them again is not idempotent."""
         cls = self.enclosing(node, cst.ClassDef)
         if cls is not None and cls not in self.state.marked_classes:
-            self.state.marked_classes[cls] = MARKER in code_of(cls) or is_bridge_wrapper(cls)
+            self.state.marked_classes[cls] = (
+                MARKER in code_of(cls) or is_bridge_wrapper(cls) or self._builds_bridge_wrapper(cls)
+            )
         return cls is not None and self.state.marked_classes[cls]
+
+    def _builds_bridge_wrapper(self, cls: cst.ClassDef) -> bool:
+        """An NNX class that names a wrapper of this file (``Block(4, norm, rngs=rngs)``): an earlier
+        run's output, handing the class kept as Linen the Linen layers it takes (``partial(nn.BatchNorm,
+        ...)``), which that run left on purpose."""
+        wrappers = {
+            c.name.value for c in self.state.tree.body if isinstance(c, cst.ClassDef) and is_bridge_wrapper(c)
+        }
+        return bool(wrappers) and bool(names_in(cls.body) & wrappers)
 
     def enclosing_class_plan(self, node: cst.CSTNode) -> ClassPlan | None:
         """The plan of the class ``node`` is a method of (not of a function nested in one)."""
