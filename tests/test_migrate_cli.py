@@ -566,3 +566,17 @@ def test_a_report_may_not_replace_the_trace_spec_but_may_share_a_map_path_no_mod
         main(["migrate", str(tree), "--check", "--map", str(m), "--report", str(m), "--format", "json"]) == 1
     )
     assert json.loads(m.read_text())["schema"] == "linen2nnx-migration/1"
+
+
+def test_a_link_to_another_file_of_the_tree_is_a_module_of_its_own_name(tree, tmp_path):
+    """``compat.py -> norms.py``: Python imports it as ``compat``; it was dropped from the output (the
+    same file as ``norms.py``), so a module importing from ``compat`` had nothing to import."""
+    (tree / "compat.py").symlink_to(tree / "norms.py")
+    out = tmp_path / "out"
+    assert main(["migrate", str(tree), "--out-dir", str(out)]) == 0
+    assert not (out / "compat.py").is_symlink()
+    assert (
+        (out / "compat.py").read_text()
+        == (out / "norms.py").read_text()
+        == fixture("import_alias_out.py").read_text()
+    )

@@ -47,14 +47,12 @@ def is_excluded(path: Path, exclude: Sequence[str], base: Path | None) -> bool:
 def relative_to_root(f: Path, root: Path) -> Path:
     """Where ``f`` (a file :func:`discover` found under ``root``) goes below an output folder: its
     place in the tree given, also for a link to a file elsewhere (written where the link is)."""
-    try:
-        return f.resolve().relative_to(root)
-    except ValueError:
-        pass
-    try:
-        return (f.parent.resolve() / f.name).relative_to(root)
-    except ValueError:
-        raise L2NError(f"{f}: is not below {root}, the folder its output is placed from") from None
+    for place in (f.parent.resolve() / f.name, f.resolve()):  # the link's own place first
+        try:
+            return place.relative_to(root)
+        except ValueError:
+            continue
+    raise L2NError(f"{f}: is not below {root}, the folder its output is placed from")
 
 
 def discover(
@@ -85,7 +83,9 @@ def discover(
     seen: set[Path] = set()
 
     def add(f: Path) -> None:
-        key = f.resolve()
+        # one file named twice (a folder and a file in it) once; a link to another file of the tree is a
+        # module of its own name (`compat.py -> layers.py` is imported as `pkg.compat`): kept
+        key = f.parent.resolve() / f.name
         if key not in seen:
             seen.add(key)
             out.append((f, root))
@@ -114,8 +114,9 @@ def discover(
 
 
 def module_name_for(path: Path) -> str:
-    """The dotted name Python would import ``path`` under: climb while folders are packages."""
-    path = path.resolve()
+    """The dotted name Python would import ``path`` under: climb while folders are packages (a link
+    is imported under its own name, wherever it points)."""
+    path = path.parent.resolve() / path.name
     parts = [] if path.stem == "__init__" else [path.stem]
     folder = path.parent
     while (folder / "__init__.py").is_file() and folder.name.isidentifier():
@@ -134,7 +135,7 @@ def namespace_names(path: Path) -> tuple[str, ...]:
     no ``research/__init__.py`` is ``t5gemma.modules`` to a script beside it, and
     ``gemma.research.t5gemma.modules`` to ``from gemma.research.t5gemma import modules``. At most
     :data:`NAMESPACE_GAP` such folders in a row: a stray ``__init__.py`` far above names nothing."""
-    path = path.resolve()
+    path = path.parent.resolve() / path.name
     parts = [] if path.stem == "__init__" else [path.stem]
     folder, gap, names = path.parent, [], []
     while folder.name.isidentifier() and len(gap) <= NAMESPACE_GAP:
