@@ -886,3 +886,23 @@ def test_a_helper_file_that_never_says_linen_still_tells_its_importers_what_it_k
     assert not [f for f in result.findings if f.severity.value == "manual"]
     assert "nnx.Linear(16, 3, rngs=rngs)" in (out / "q" / "m.py").read_text()
     assert (out / "q" / "ops.py").read_text() == ops
+
+
+def test_a_package_below_a_namespace_folder_is_found_by_its_longer_name(tmp_path):
+    """``src/ns/sub/layers.py`` with no ``ns/__init__.py``: ``from ns.sub.layers import Blk`` names a
+    class of the run (it was "not part of this run", and the class using it stayed Linen)."""
+    sub = tmp_path / "src" / "ns" / "sub"
+    sub.mkdir(parents=True)
+    (sub / "__init__.py").write_text("")
+    (sub / "layers.py").write_text(
+        "import flax.linen as nn\n\n\nclass Blk(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, x):\n        return nn.Dense(4)(x)\n"
+    )
+    (sub / "model.py").write_text(
+        "import flax.linen as nn\n\nfrom ns.sub.layers import Blk\n\n\nclass M(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, x):\n        return nn.Dense(2)(Blk()(x))\n"
+    )
+    result = migrate_paths([tmp_path / "src"], Mode.CHECK)
+    assert not [f.format_text() for f in result.findings if f.severity.value == "manual"]
+    model = next(r for r in result.files if r.rel.endswith("model.py"))
+    assert "self.blk_0 = Blk(in_features=in_features, rngs=rngs)" in model.output

@@ -134,7 +134,9 @@ def namespace_names(path: Path) -> tuple[str, ...]:
     ``__init__.py`` inside a package (namespace portions): ``gemma/research/t5gemma/modules.py`` with
     no ``research/__init__.py`` is ``t5gemma.modules`` to a script beside it, and
     ``gemma.research.t5gemma.modules`` to ``from gemma.research.t5gemma import modules``. At most
-    :data:`NAMESPACE_GAP` such folders in a row: a stray ``__init__.py`` far above names nothing."""
+    :data:`NAMESPACE_GAP` such folders in a row: a stray ``__init__.py`` far above names nothing. So
+    too the folders above the top package (``ns.sub.layers`` for ``ns/sub/layers.py``, ``ns`` with no
+    ``__init__.py``), and above a file in no package."""
     path = path.parent.resolve() / path.name
     parts = [] if path.stem == "__init__" else [path.stem]
     folder, gap, names = path.parent, [], []
@@ -145,6 +147,10 @@ def namespace_names(path: Path) -> tuple[str, ...]:
             if crossed:
                 names.append(".".join(parts))
         folder = folder.parent
+    # namespace folders above the top package (`src/ns/sub/layers.py`, `sub` a package, `ns` none):
+    # `from ns.sub.layers import Blk` with `src` on the path
+    for k in range(1, min(len(gap), NAMESPACE_GAP) + 1):
+        names.append(".".join([*reversed(gap[:k]), *parts]))
     return tuple(names)
 
 
