@@ -580,3 +580,18 @@ def test_a_link_to_another_file_of_the_tree_is_a_module_of_its_own_name(tree, tm
         == (out / "norms.py").read_text()
         == fixture("import_alias_out.py").read_text()
     )
+
+
+def test_a_coding_declaration_and_a_byte_order_mark_are_honoured(tmp_path):
+    """Python reads a file in its PEP 263 coding (or UTF-8 after a BOM): so does migrate, and it writes
+    the output back in it (a latin-1 file was refused with exit 2; a BOM was dropped)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    body = "import flax.linen as nn\n\n\nclass M(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(3)(x)\n"
+    (src / "lat.py").write_bytes(b"# -*- coding: latin-1 -*-\n# caf\xe9\n" + body.encode())
+    (src / "bom.py").write_bytes(b"\xef\xbb\xbf" + body.encode())
+    out = tmp_path / "out"
+    assert main(["migrate", str(src), "--out-dir", str(out)]) == 0
+    assert (out / "lat.py").read_bytes().startswith(b"# -*- coding: latin-1 -*-\n# caf\xe9\n")
+    assert b"nnx.Linear" in (out / "lat.py").read_bytes()
+    assert (out / "bom.py").read_bytes().startswith(b"\xef\xbb\xbffrom flax import nnx")

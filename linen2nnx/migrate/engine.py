@@ -11,11 +11,13 @@ import dataclasses
 import difflib
 import enum
 import functools
+import io
 import multiprocessing
 import os
 import re
 import sys
 import threading
+import tokenize
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -82,6 +84,7 @@ class FileResult:
     built: frozenset[str] = (
         frozenset()
     )  # keys of the run's classes its NNX classes build, every argument given
+    encoding: str = "utf-8"  # the file's own (a coding declaration, a byte-order mark): written back in it
 
     @property
     def failed(self) -> bool:
@@ -329,16 +332,20 @@ def _migrate_file(
 ) -> FileResult:
     path, rel, module_name, external, factories = args
     options = options or _WORKER_OPTIONS
+    encoding = "utf-8"
     try:
-        source = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
+        data = path.read_bytes()
+        encoding = source_encoding(data)
+        source = data.decode(encoding)
+    except (UnicodeDecodeError, SyntaxError, LookupError) as e:
+        where = f" at byte {e.start}" if isinstance(e, UnicodeDecodeError) else f": {e}"
         finding = Finding.of(
             IO_002,
             rel,
             1,
             1,
-            f"cannot decode as UTF-8 at byte {e.start}",
-            "re-encode the file as UTF-8; it was left untouched",
+            f"cannot decode as {encoding}{where}",
+            "re-encode the file as UTF-8 (or as its coding declaration says); it was left untouched",
         )
         return FileResult(path, rel, None, None, [finding], NameMap())
     except OSError as e:
@@ -356,8 +363,15 @@ def _migrate_file(
         factories=factories,
     )
     result.path = path
+    result.encoding = encoding
     gc_tuning.settle()  # what the file left joins the heap the collector skips
     return result
+
+
+def source_encoding(data: bytes) -> str:
+    """The encoding Python reads a source file in: its coding declaration (PEP 263), ``utf-8-sig``
+    when it starts with a byte-order mark (kept when the file is written back), else UTF-8."""
+    return tokenize.detect_encoding(io.BytesIO(data).readline)[0]
 
 
 def resolve_jobs(jobs: int | None) -> int:
@@ -622,7 +636,7 @@ def _write(
     try:
         if root is not None and not target.parent.resolve().is_relative_to(root.resolve()):
             raise OSError(f"its folder {target.parent} links out of the output folder {root}")
-        atomic_write_text(target, r.output, follow_symlinks=in_place)
+        atomic_write_text(target, r.output, encoding=r.encoding, follow_symlinks=in_place)
         result.written.append(target)
         r.target = target
     except OSError as e:
