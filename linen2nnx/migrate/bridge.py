@@ -49,7 +49,10 @@ def _linen_value(name: str) -> str:
 
 
 def bridge_wrapper(
-    plan: ClassPlan, collections: list[str], markers: list[cst.EmptyLine], methods: tuple[str, ...] = ()
+    plan: ClassPlan,
+    collections: list[str],
+    markers: list[cst.EmptyLine],
+    methods: tuple[tuple[str, str], ...] = (),
 ) -> cst.ClassDef:
     """``class <Name>(nnx.Module)`` holding ``ToNNX(<Name>Linen(<fields>))``; arguments other
     classes were told the migrated class takes (new input sizes) are accepted and unused. The
@@ -76,11 +79,7 @@ def bridge_wrapper(
         if f.init and not f.added  # accepted like the new sizes, unused: the Linen class has no such field
     )
     mutable = f", mutable={collections!r}" if collections else ""
-    forwards = "".join(
-        f"\n    def {name}(self, *args, **kwargs):\n"
-        f"        return self.{BRIDGE_ATTR}(*args, method={name!r}{mutable}, **kwargs)\n"
-        for name in methods
-    )
+    forwards = "".join(_forward(plan, name, kind, mutable) for name, kind in methods)
     source = (
         f"class {plan.name}(nnx.Module):\n"
         f'    """{plan.name} still runs as Linen ({linen_name(plan.name)}) through nnx.bridge.ToNNX; see the '
@@ -117,20 +116,43 @@ def _default(plan: ClassPlan, field: Field) -> str | None:
     return default
 
 
+#: Names the wrapper keeps (its own, and Linen's ``setup``). A Linen method named like ``nnx.Module``'s
+#: API (``train(self, x)``) is forwarded: the converted callers call it the Linen way.
 _NOT_FORWARDED = frozenset({"setup", BRIDGE_ATTR, LINEN_CLASS_ATTR})
 
 
-def forwarded_methods(cls: cst.ClassDef) -> tuple[str, ...]:
-    """The public methods of a Linen class a caller may call on the module (``encode``, ``decode``):
-    plain ``def``s (or ``@nn.compact`` ones), not properties, static or class methods, nor ``setup``."""
+def forwarded_methods(cls: cst.ClassDef) -> tuple[tuple[str, str], ...]:
+    """The public methods of a Linen class a caller may call on the module, each with how the wrapper
+    reaches it: ``"method"`` (a plain or ``@nn.compact`` ``def``, applied through the bridge),
+    ``"static"`` / ``"class"`` (the Linen class's own), ``"property"`` (read on the wrapped Linen
+    module, unbound: fields and what they compute)."""
     found = []
     for stmt in cls.body.body:
         if not isinstance(stmt, cst.FunctionDef) or stmt.name.value.startswith("_"):
             continue
         decorators = {_decorator_name(d.decorator) for d in stmt.decorators}
-        if stmt.name.value not in _NOT_FORWARDED and decorators <= {"compact"}:
-            found.append(stmt.name.value)
+        kind = (
+            "method"
+            if decorators <= {"compact"}
+            else next((k for k in ("staticmethod", "classmethod", "property") if {k} == decorators), None)
+        )
+        if stmt.name.value not in _NOT_FORWARDED and kind is not None:
+            found.append((stmt.name.value, kind))
     return tuple(found)
+
+
+def _forward(plan: ClassPlan, name: str, kind: str, mutable: str) -> str:
+    """The wrapper's line(s) reaching the Linen class's ``name`` (see :func:`forwarded_methods`)."""
+    if kind == "method":
+        return (
+            f"\n    def {name}(self, *args, **kwargs):\n"
+            f"        return self.{BRIDGE_ATTR}(*args, method={name!r}{mutable}, **kwargs)\n"
+        )
+    if kind == "property":
+        return f"\n    @property\n    def {name}(self):\n        return self.{BRIDGE_ATTR}.to_nnx__module.{name}\n"
+    if kind == "staticmethod":
+        return f"\n    {name} = staticmethod({linen_name(plan.name)}.{name})\n"
+    return f"\n    {name} = {linen_name(plan.name)}.{name}  # bound to the Linen class, as Linen's is\n"
 
 
 def _decorator_name(node: cst.BaseExpression) -> str:
