@@ -6,6 +6,7 @@ params, batch statistics and adam moments all differ from any init.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,9 +14,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import orbax.checkpoint as ocp
 import pytest
 from flax import nnx, serialization
+from flax.training import train_state
 
 from linen2nnx.checkpoint_convert import (
     REPORT_FILENAME,
@@ -237,6 +240,17 @@ def test_a_parameter_named_value_is_not_read_as_a_partitioning_box(root, tmp_pat
     variables = serialization.msgpack_restore(serialization.to_bytes(side.init_variables()))
     model, _ = convert_state(variables, pair, tmp_path / "map.json")
     np.testing.assert_allclose(model(x), side.model.apply(variables, x), rtol=1e-6)
+    # the optimizer's moments of a parameter named value are no boxes either
+    tx = optax.adam(1e-2)
+    state = train_state.TrainState.create(apply_fn=side.model.apply, params=variables["params"], tx=tx)
+    state = state.apply_gradients(grads=jax.tree.map(jnp.ones_like, state.params))
+    tree = serialization.msgpack_restore(serialization.to_bytes(state))
+    side = dataclasses.replace(side, optimizer=tx)
+    converted = convert_tree(
+        tree, dataclasses.replace(pair, linen=side), tmp_path / "map.json", optimizer=True
+    )
+    mu = [m for m in converted.report.optimizer if "mu" in map(str, m.linen_path)]
+    assert len(mu) == 2 if root == "Net" else len(mu) == 1
 
 
 def _write(path: Path, text: str) -> Path:

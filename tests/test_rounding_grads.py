@@ -41,3 +41,14 @@ def test_a_gradient_real_at_one_step_or_missing_on_one_side_is_not_excused():
     rounding = RoundingGradients(Tolerances())
     rounding.add({"w": REAL, "k": np.float32([1e-9])}, {"w": REAL, "k": np.float32([0.01])})  # NNX's is real
     assert not rounding.excuse([_failing("k")])[0].passed
+
+
+def test_a_parameter_one_side_never_trains_is_not_excused():
+    """Linen's gradient exactly zero at every step (a stop_gradient), NNX's small but real: NNX trains
+    the parameter and Linen never does, a difference of the models."""
+    rounding = RoundingGradients(Tolerances())
+    for _ in range(3):
+        rounding.add(
+            {"w": REAL, "b": np.zeros(3, np.float32)}, {"w": REAL, "b": np.full(3, 6.9e-7, np.float32)}
+        )
+    assert not rounding.excuse([_failing("b")])[0].passed

@@ -132,8 +132,8 @@ def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -
     for key, value in tree.items():
         key = str(key)
         if key == "opt_state":
-            opt_state = _unbox(value, ("opt_state",), unboxed)
-        elif key == "step":
+            continue  # after the parameters, whose tree its moments mirror
+        if key == "step":
             step = step_number(value, source)
             step_dtype = _dtype_of(value)
         elif key in sown:
@@ -146,7 +146,23 @@ def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -
             ignored[key] = AXES_IGNORED
         else:
             ignored[key] = "not a registered variable collection (TrainState field?)"
+    if "opt_state" in tree:
+        named_value = _value_leaves(collections.get("params", {}))
+        opt_state = _unbox(tree["opt_state"], ("opt_state",), unboxed, named_value)
     return LinenCheckpoint(collections, opt_state, step, ignored, unboxed, source, fmt, step_dtype)
+
+
+def _value_leaves(params: Any, prefix: PathT = ()) -> set[PathT]:
+    """The paths of the parameters named ``value`` (``Scale_0/value``): a moment of the optimizer
+    state at the same path is that parameter's, not a restored partitioning box."""
+    if not isinstance(params, Mapping):
+        return set()
+    found = set()
+    for k, v in params.items():
+        if k == "value" and not isinstance(v, Mapping):
+            found.add((*prefix, k))
+        found |= _value_leaves(v, (*prefix, k))
+    return found
 
 
 AXES_IGNORED = (
@@ -211,27 +227,30 @@ def _is_box(x: Any) -> bool:
     return isinstance(x, AxisMetadata)
 
 
-def _unbox(tree: Any, prefix: PathT, unboxed: list[str]) -> Any:
+def _unbox(tree: Any, prefix: PathT, unboxed: list[str], named_value: frozenset | set = frozenset()) -> Any:
     """Replace partitioning boxes (live objects or their restored ``{'value': array}`` form) by arrays.
 
-    A restored box is indistinguishable from a module whose one parameter is named ``value``: that
-    leaf is read unboxed here, and the name map places it back under ``value`` (``map_with_name_map``)."""
+    A restored box is indistinguishable from a module whose one parameter is named ``value``: below
+    the collection such a leaf is read unboxed here, and the name map places it back under ``value``
+    (``map_with_name_map``); the collection itself is never a box. ``named_value``: the paths of the
+    parameters named ``value``, whose optimizer moments (at the same path) are no boxes either."""
     if _is_box(tree):
         unboxed.append("/".join(map(str, prefix)))
         return tree.value if hasattr(tree, "value") else tree.unbox()
     if isinstance(tree, Mapping):
+        moment = any((*prefix, "value")[-len(p) :] == p for p in named_value)
         if (
-            len(prefix)
-            > 1  # a collection is no box: `{'params': {'value': w}}` holds a parameter named value
+            len(prefix) > 1
+            and not moment
             and "value" in tree
             and _is_array(tree["value"])
             and set(tree) - {"value"} <= _BOX_METADATA_KEYS
         ):
             unboxed.append("/".join(map(str, prefix)))
             return tree["value"]
-        return {k: _unbox(v, (*prefix, k), unboxed) for k, v in tree.items()}
+        return {k: _unbox(v, (*prefix, k), unboxed, named_value) for k, v in tree.items()}
     if isinstance(tree, list):
-        return [_unbox(v, (*prefix, i), unboxed) for i, v in enumerate(tree)]
+        return [_unbox(v, (*prefix, i), unboxed, named_value) for i, v in enumerate(tree)]
     return tree
 
 

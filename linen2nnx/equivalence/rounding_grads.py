@@ -10,7 +10,9 @@ migration of an attention layer with a key bias.
 
 So a ``train/params`` leaf that fails is excused when, at every step, its gradient on *both* sides
 stayed at rounding level next to the model's largest gradient (``base x max |g|``, the fp32 base of
-the tolerance table): the note says so and by how much. Its gradient itself is still compared by the
+the tolerance table), and neither side's was exactly zero at every step while the other's was not
+(a ``stop_gradient`` one side lost: one side trains the parameter, the other never does): the note
+says so and by how much. Its gradient itself is still compared by the
 ``grad`` check, and its optimizer moments (built from those gradients) by ``train/opt_state``.
 """
 
@@ -37,6 +39,7 @@ class RoundingGradients:
     def __init__(self, tols: Tolerances) -> None:
         self.tols = tols
         self.noise: dict[str, tuple[float, float]] | None = None  # path -> (its max |g|, the model's)
+        self.moved: dict[str, list[bool]] = {}  # path -> [a Linen gradient was not 0, an NNX one was not]
 
     def add(self, linen: Mapping[str, Any], nnx_grads: Mapping[str, Any]) -> None:
         """One step's gradients, by NNX path on both sides."""
@@ -48,9 +51,11 @@ class RoundingGradients:
                 continue
             dtype = str(np.asarray(linen[path]).dtype)
             bound = self.tols.base_for("grad", path, dtype) * scale
-            own = max(size, _max_abs(nnx_grads[path]))
-            if scale > 0 and own <= bound:
-                noise[path] = (own, scale)
+            other = _max_abs(nnx_grads[path])
+            moved = self.moved.setdefault(path, [False, False])
+            moved[0], moved[1] = moved[0] or size > 0, moved[1] or other > 0
+            if scale > 0 and max(size, other) <= bound:
+                noise[path] = (max(size, other), scale)
         if self.noise is None:
             self.noise = noise
             return
@@ -65,7 +70,8 @@ class RoundingGradients:
         out = []
         for lf in leaves:
             seen = (self.noise or {}).get(lf.path)
-            if lf.check == "train/params" and not lf.passed and seen is not None:
+            one_sided = self.moved.get(lf.path, [True, True]).count(True) == 1  # one side never trains it
+            if lf.check == "train/params" and not lf.passed and seen is not None and not one_sided:
                 note = (
                     f"its gradient stayed at rounding level at every step (max |g| {seen[0]:.2g}, the model's "
                     f"{seen[1]:.2g}): an optimizer that normalises updates turns that noise into steps of "
