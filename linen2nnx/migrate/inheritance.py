@@ -89,8 +89,9 @@ def plan_inherited_build(
         report(
             MOD_004,
             node,
-            f"{plan.name} inherits what {base_plan.name} builds, and {base_plan.name} stays Linen",
-            "resolve the findings that keep the base as Linen first",
+            f"{plan.name} inherits what {base_plan.name} builds, and manual findings block "
+            f"{base_plan.name}'s rewrite (it stays Linen, or keeps what the findings mark)",
+            "resolve the base's findings first",
         )
         return
     for arg, how in base_plan.new_args.items():
