@@ -287,6 +287,15 @@ def test_a_linen_partial_handed_to_a_bridged_class_runs_and_stays(tmp_path):
     assert_parity(linen_mod.Model(), make, x, map_path)
 
 
+def test_a_stack_leaving_a_stream_unsplit_converts_with_its_weights(tmp_path):
+    """split_rngs leaving 'dropout' (and 'params') unsplit: an unsafe finding, and with converted weights
+    the stacks compute what Linen computes."""
+    linen_mod, nnx_mod, result, map_path = build("split_rngs_unsplit", tmp_path)
+    assert sum(f.rule == "L2N-XFORM-004" for f in result.findings) == 2
+    x = np.random.default_rng(2).normal(size=(2, 4)).astype(np.float32)
+    assert_parity(linen_mod.Stack(), lambda rngs: nnx_mod.Stack(in_features=4, rngs=rngs), x, map_path)
+
+
 def test_layer_with_unpacked_arguments_stays_linen_and_keeps_them(tmp_path):
     """``nn.Dense(features, **OPTIONS)``: the unpacked Linen-named arguments (no bias, a wide kernel
     init) are neither dropped nor renamed by guess; the class runs as Linen behind the bridge and

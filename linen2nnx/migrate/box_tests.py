@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from linen2nnx.migrate.api_findings import unbox_if_boxed
+from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import name_reads
-from linen2nnx.migrate.linen_api import BOX_TYPES
+from linen2nnx.migrate.linen_api import BOX_TYPES, UNBOX_FUNCTIONS
+from linen2nnx.migrate.rules import PART_004
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.context import FileContext
@@ -353,3 +355,42 @@ def _all_params(params: cst.Parameters) -> list[cst.Param]:
     if params.star_kwarg is not None:
         found.append(params.star_kwarg)
     return found
+
+
+def is_unbox_helper(ctx: FileContext, fn: cst.FunctionDef) -> bool:
+    """A one-argument function whose body unboxes Linen partition metadata (MaxText's
+    ``unbox_logicallypartioned``, lm1b's ``unbox_logicallypartioned_trainstate``): a tree map of
+    unbox-or-identity over its argument (``box_tests.unboxes_its_argument``), so it gives a tree
+    with no box back; the boxes' names (marked handled here) need no other finding."""
+    params = fn.params.params
+    if (
+        len(params) != 1
+        or fn.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT)
+        or fn.params.kwonly_params
+    ):
+        return False
+    boxes: list[cst.Attribute] = []
+    unboxes = False
+
+    class V(FastVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            nonlocal unboxes
+            short = {
+                q.removeprefix("flax.linen.") for q in ctx.qualnames(node) if q.startswith("flax.linen.")
+            }
+            if short & BOX_TYPES:
+                boxes.append(node)
+            if node.attr.value == "unbox" or short & UNBOX_FUNCTIONS:
+                unboxes = True
+
+    V().walk(fn)
+    if boxes and unboxes and unboxes_its_argument(ctx, fn):
+        ctx.state.handled.update(boxes)
+        ctx.report(
+            PART_004,
+            fn,
+            f"{fn.name.value}() only unboxes Linen partition metadata: removable "
+            "(NNX values are never boxed); its calls become their argument",
+        )
+        return True
+    return False

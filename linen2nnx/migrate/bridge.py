@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import parse_statement, self_attr, single_assign
+from linen2nnx.migrate.cst_utils import names_in, parse_statement, self_attr, single_assign
 from linen2nnx.migrate.kw_only import init_fields
 from linen2nnx.migrate.sites import ClassPlan, Field
 
@@ -166,6 +166,14 @@ def is_bridge_wrapper(cls: cst.ClassDef) -> bool:
     return any(
         (bound := single_assign(s)) is not None and bound[0] == LINEN_CLASS_ATTR for s in cls.body.body
     )
+
+
+def builds_bridge_wrapper(cls: cst.ClassDef, module: cst.Module) -> bool:
+    """An NNX class that names a wrapper of ``module`` (``Block(4, norm, rngs=rngs)``): an earlier run's
+    output, handing the class kept as Linen the Linen layers it takes (``partial(nn.BatchNorm, ...)``),
+    which that run left on purpose."""
+    wrappers = {c.name.value for c in module.body if isinstance(c, cst.ClassDef) and is_bridge_wrapper(c)}
+    return bool(wrappers) and bool(names_in(cls.body) & wrappers)
 
 
 def linen_class_name(name: str) -> cst.BaseStatement:

@@ -17,8 +17,8 @@ import libcst as cst
 
 from linen2nnx.layers import LayerRule, layer_rule
 from linen2nnx.migrate.annotation_names import module_names
-from linen2nnx.migrate.box_tests import unboxes_its_argument
-from linen2nnx.migrate.bridge import is_bridge_wrapper
+from linen2nnx.migrate.box_tests import is_unbox_helper
+from linen2nnx.migrate.bridge import builds_bridge_wrapper, is_bridge_wrapper
 from linen2nnx.migrate.cst_meta import (
     NAME_OR_ATTRIBUTE,
     FastVisitor,
@@ -49,17 +49,13 @@ from linen2nnx.migrate.lifted import (
     Lift,
     LiftChain,
     LiftError,
+    report_unsplit_streams,
     validate,
-)
-from linen2nnx.migrate.linen_api import (
-    BOX_TYPES,
-    UNBOX_FUNCTIONS,
 )
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.positions import source_positions
 from linen2nnx.migrate.record_facts import folders_of, imported_records
 from linen2nnx.migrate.rules import (
-    PART_004,
     SHAPE_002,
     XFORM_002,
 )
@@ -333,6 +329,7 @@ class FileContext:
             return False
         for alias in aliases:
             self.state.alias_use.setdefault(alias, True)
+        report_unsplit_streams(self, chain, node if at is None or self.parent_of(node) is not None else at)
         for lift in chain.lifts:
             self.mark_transform_names(lift.node)
         self.state.handled.add(chain.base)  # nn.Dense in nn.vmap(nn.Dense, ...): built as nnx.Linear
@@ -358,47 +355,6 @@ class FileContext:
                     command.state.handled.add(attr)
 
         Mark().walk(node)
-
-    def is_unbox_helper(self, fn: cst.FunctionDef) -> bool:
-        """A one-argument function whose body unboxes Linen partition metadata (MaxText's
-        ``unbox_logicallypartioned``, lm1b's ``unbox_logicallypartioned_trainstate``): a tree map of
-        unbox-or-identity over its argument (``box_tests.unboxes_its_argument``), so it gives a tree
-        with no box back; the boxes' names (marked handled here) need no other finding."""
-        params = fn.params.params
-        if (
-            len(params) != 1
-            or fn.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT)
-            or fn.params.kwonly_params
-        ):
-            return False
-        boxes: list[cst.Attribute] = []
-        unboxes = False
-        command = self
-
-        class V(FastVisitor):
-            def visit_Attribute(self, node: cst.Attribute) -> None:
-                nonlocal unboxes
-                short = {
-                    q.removeprefix("flax.linen.")
-                    for q in command.qualnames(node)
-                    if q.startswith("flax.linen.")
-                }
-                if short & BOX_TYPES:
-                    boxes.append(node)
-                if node.attr.value == "unbox" or short & UNBOX_FUNCTIONS:
-                    unboxes = True
-
-        V().walk(fn)
-        if boxes and unboxes and unboxes_its_argument(self, fn):
-            self.state.handled.update(boxes)
-            self.report(
-                PART_004,
-                fn,
-                f"{fn.name.value}() only unboxes Linen partition metadata: removable "
-                "(NNX values are never boxed); its calls become their argument",
-            )
-            return True
-        return False
 
     def enclosing(self, node: cst.CSTNode, kind: type) -> Any:
         """The nearest node of ``kind`` at or above ``node`` in the original tree; None when none is."""
@@ -426,18 +382,11 @@ class FileContext:
         cls = self.enclosing(node, cst.ClassDef)
         if cls is not None and cls not in self.state.marked_classes:
             self.state.marked_classes[cls] = (
-                MARKER in code_of(cls) or is_bridge_wrapper(cls) or self._builds_bridge_wrapper(cls)
+                MARKER in code_of(cls)
+                or is_bridge_wrapper(cls)
+                or builds_bridge_wrapper(cls, self.state.tree)
             )
         return cls is not None and self.state.marked_classes[cls]
-
-    def _builds_bridge_wrapper(self, cls: cst.ClassDef) -> bool:
-        """An NNX class that names a wrapper of this file (``Block(4, norm, rngs=rngs)``): an earlier
-        run's output, handing the class kept as Linen the Linen layers it takes (``partial(nn.BatchNorm,
-        ...)``), which that run left on purpose."""
-        wrappers = {
-            c.name.value for c in self.state.tree.body if isinstance(c, cst.ClassDef) and is_bridge_wrapper(c)
-        }
-        return bool(wrappers) and bool(names_in(cls.body) & wrappers)
 
     def enclosing_class_plan(self, node: cst.CSTNode) -> ClassPlan | None:
         """The plan of the class ``node`` is a method of (not of a function nested in one)."""
@@ -570,7 +519,7 @@ class FileContext:
             **record_classes(node.body, self.qualnames, self.state.module_name, folders_of(self.state.path)),
         }
         self.state.unbox_helpers = {
-            name for name, fn in self.state.module_functions.items() if self.is_unbox_helper(fn)
+            name for name, fn in self.state.module_functions.items() if is_unbox_helper(self, fn)
         }
         self.state.bindings = None  # built on first use (see field_factory)
         self._find_function_factories()

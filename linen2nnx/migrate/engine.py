@@ -11,13 +11,10 @@ import dataclasses
 import difflib
 import enum
 import functools
-import io
 import multiprocessing
 import os
-import re
 import sys
 import threading
-import tokenize
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -47,13 +44,14 @@ from linen2nnx.migrate.file_state import IMPORTED_KEY
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.helper_calls import kept_after_replay, replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
+from linen2nnx.migrate.prefilter import read_by_module_pass
 from linen2nnx.migrate.rules import IO_002, IO_003
+from linen2nnx.migrate.run_io import check_writable, refuse_overwriting_sources, source_encoding
 from linen2nnx.migrate.shared_helpers import KEY as SHARED_HELPERS_KEY
 from linen2nnx.migrate.shared_helpers import run_shared_helpers
 from linen2nnx.migrate.table_changes import KEY as TABLE_CHANGES_KEY
 from linen2nnx.migrate.table_changes import run_changes
 from linen2nnx.migrate.trace import Trace
-from linen2nnx.migrate.verify_outside import run_class_names
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
 
@@ -131,34 +129,6 @@ class MigrationResult:
         return 0
 
 
-def mentions_linen(source: str) -> bool:
-    """Cheap pre-filter: a file that never says ``linen`` has nothing to migrate..."""
-    return "linen" in source
-
-
-def uses_run_class(source: str, external: Mapping[str, Any] | None) -> bool:
-    """... unless it names a class another file of the run defines. A preset that only overrides
-    field defaults (``class Gemma2_2B(_transformer.Transformer): config = ...``) never says
-    ``linen``, yet left as it is it sets a field of a class that is now NNX, which has no fields; a
-    script or config that builds the model (``gm.nn.Gemma3_4B(tokens=...)``) builds it without
-    ``rngs``. Cheap and conservative (any word that is such a class's name): the codemod resolves
-    the imports, and the verifier checks the calls (:mod:`.verify_outside`)."""
-    if not external:
-        return False
-    return not run_class_names(external).isdisjoint(_WORD.findall(source))
-
-
-_WORD = re.compile(r"[A-Za-z_]\w*")
-
-
-def helpers_for_importers(source: str, module_name: str, factories: Mapping[str, Any] | None) -> bool:
-    """... or it defines module-level functions another file of the run imports (``ops.act(x)``, a
-    helper that keeps its argument's last axis): the pass records what they do for the importers,
-    whose dataflow would otherwise stop at the call. Its text is left as it is."""
-    imported = (factories or {}).get(IMPORTED_KEY) or ()
-    return module_name in imported and ("\ndef " in source or source.startswith("def "))
-
-
 def rule_selector(
     select: Sequence[str] | None = None, ignore: Sequence[str] | None = None
 ) -> Callable[[str], bool]:
@@ -199,15 +169,9 @@ def migrate_source(
     ``settle_sizes``: the sizes classes of the file building a class pass it are settled (:mod:`.caller_sizes`;
     :func:`migrate_paths` settles those of other files). The text passes read the module pass's findings."""
     from linen2nnx.migrate.module_rewrite import MigrateModules
-    from linen2nnx.migrate.training import mentions_training
 
     file_path = Path(path)
-    if not (
-        mentions_linen(source)
-        or mentions_training(source)
-        or uses_run_class(source, external)
-        or helpers_for_importers(source, module_name, factories)
-    ):
+    if not read_by_module_pass(source, module_name, external, factories):
         facts = record_facts.of_source(source, module_name, path)  # its data classes for importers
         return FileResult(file_path, path, source, source, [], NameMap(), skipped=True, factories=facts)
     try:
@@ -368,12 +332,6 @@ def _migrate_file(
     return result
 
 
-def source_encoding(data: bytes) -> str:
-    """The encoding Python reads a source file in: its coding declaration (PEP 263), ``utf-8-sig``
-    when it starts with a byte-order mark (kept when the file is written back), else UTF-8."""
-    return tokenize.detect_encoding(io.BytesIO(data).readline)[0]
-
-
 def resolve_jobs(jobs: int | None) -> int:
     """``None`` -> 1; ``0`` -> one per CPU; a negative count is a usage error."""
     if jobs is None:
@@ -412,7 +370,7 @@ def migrate_paths(
     jobs = resolve_jobs(jobs)
     files = discover(paths, exclude, include, base)
     if mode is Mode.OUT_DIR:
-        _refuse_overwriting_sources(files, Path(out_dir))  # type: ignore[arg-type]
+        refuse_overwriting_sources(files, Path(out_dir))  # type: ignore[arg-type]
     if on_start:
         on_start(len(files))
     options = _Options(
@@ -432,7 +390,7 @@ def migrate_paths(
         # place), where a spec or a later convert looks for it -- never wherever the command ran
         root = Path(out_dir) if mode is Mode.OUT_DIR else files[0][1]
         target = Path(name_map_path) if name_map_path else root / NAME_MAP_FILENAME
-        _check_writable(target, "the name map")  # before any source is rewritten
+        check_writable(target, "the name map")  # before any source is rewritten
     if mode is Mode.WRITE:
         for r in results:
             if r.changed and not r.failed:
@@ -450,30 +408,6 @@ def migrate_paths(
             raise L2NError(f"{target}: cannot write the name map: {e.strerror or e}") from e
         result.extra_outputs.append(target)
     return result
-
-
-def _refuse_overwriting_sources(files: list[tuple[Path, Path]], out_root: Path) -> None:
-    """``--out-dir`` the folder of the sources (or one whose tree lands on them) would write each
-    output over its source: refused before anything runs (``--write`` is the way to rewrite in place)."""
-    out_root = out_root.resolve()
-    for f, root in files:
-        target = out_root / relative_to_root(f, root)
-        if target in (f.resolve(), f.parent.resolve() / f.name):
-            raise L2NError(
-                f"{f}: --out-dir {out_root} would write its output over it; give another folder, "
-                "or use --write to rewrite the sources in place"
-            )
-
-
-def _check_writable(target: Path, what: str) -> None:
-    """Refuse, naming ``target``, a place ``what`` cannot be written to: a folder, or under a file."""
-    if target.is_dir():
-        raise L2NError(f"{target}: is a folder; {what} is a file")
-    parent = target.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise L2NError(f"{target}: cannot write {what}: {parent} is not a folder")
 
 
 def _display(path: Path) -> str:

@@ -22,6 +22,7 @@ is a ``manual`` finding; nothing is emitted half-converted.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import libcst as cst
 
@@ -121,6 +122,39 @@ def param_axis(lift: Lift) -> str | None:
     if value is None or (isinstance(value, cst.Name) and value.value == "None"):
         return None
     return code(value)
+
+
+def unsplit_streams(lift: Lift, block: Any) -> list[str]:
+    """The RNG streams a stack (an ``nn.scan`` / ``nn.vmap`` that stacks params) leaves unsplit: those
+    ``split_rngs`` sets False, and ``dropout`` when it is not listed and the stacked class (``block``,
+    its plan, when of the run) builds a Dropout. Linen gives every layer the same key of such a stream;
+    NNX's stack (``rngs.split(n)``) splits every stream."""
+    if lift.kind not in ("scan", "vmap") or param_axis(lift) is None:
+        return []
+    split = {k: code(v) for k, v in literal_dict(lift.kwargs.get("split_rngs")).items()}
+    unsplit = sorted(k for k, v in split.items() if v == "False")
+    sites = getattr(block, "sites", {}).values()
+    if "dropout" not in split and any(s.rule is not None and s.rule.linen == "Dropout" for s in sites):
+        unsplit.append("dropout")
+    return unsplit
+
+
+def report_unsplit_streams(ctx: Any, chain: LiftChain, at: cst.CSTNode) -> None:
+    """L2N-XFORM-004 (unsafe: converted weights do not depend on it) for each stack of ``chain`` that
+    leaves a stream unsplit (:func:`unsplit_streams`)."""
+    from linen2nnx.migrate.rules import XFORM_004
+
+    for lift in chain.lifts:
+        unsplit = unsplit_streams(lift, ctx.user_class_of(chain.base))
+        if unsplit:
+            ctx.report(
+                XFORM_004,
+                at,
+                f"nn.{lift.kind} leaves {', '.join(map(repr, unsplit))} unsplit (split_rngs): Linen gives "
+                "every layer the same key of it, NNX's stack gives each layer its own",
+                "converted weights are unaffected; for training from scratch or with dropout, split the "
+                "stream in Linen too, or build the NNX stack with rngs.split({...: n, 'dropout': None})",
+            )
 
 
 def partition_name(lift: Lift) -> str | None:

@@ -137,9 +137,7 @@ class Field:
     markers: tuple[str, ...] = ()  # the TODO markers of its line (a subclass's __init__ repeats them)
     kw_only: bool = False  # after a ``_: dataclasses.KW_ONLY`` marker: a keyword-only constructor argument
     specifier: bool = False  # its default is another library's field specifier (see rules.MOD_012)
-    added: bool = (
-        False  # an argument the NNX class gains (``<attr>_dtype``): the Linen class has no such field
-    )
+    added: bool = False  # an argument the NNX class gains (``<attr>_dtype``): no field of the Linen class
 
 
 @dataclasses.dataclass

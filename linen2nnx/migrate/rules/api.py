@@ -123,6 +123,15 @@ XFORM_003 = Rule(
     "@functools.partial(nn.jit, static_argnames=('self', 'last_only'))\ndef __call__(self, x, last_only=False): ...",
     "@functools.partial(nnx.jit, static_argnames=('last_only',))\ndef __call__(self, x, last_only=False): ...",
 )
+XFORM_004 = Rule(
+    "L2N-XFORM-004",
+    U,
+    "A stack whose split_rngs leaves a stream unsplit (False, or 'dropout' not listed while the block drops "
+    "out): Linen gives every layer the same key of it, NNX's stack splits every stream. Weights converted "
+    "from a checkpoint are unaffected; initialising from scratch, or training with dropout, differs.",
+    "nn.scan(Block, variable_axes={'params': 0}, split_rngs={'params': True}, length=4)  # Block drops out",
+    "# TODO: NNX gives each layer its own dropout key; Linen gave all of them one",
+)
 
 RULES = (
     API_003,
@@ -133,6 +142,7 @@ RULES = (
     XFORM_001,
     XFORM_002,
     XFORM_003,
+    XFORM_004,
     PART_002,
     PART_003,
     PART_004,
