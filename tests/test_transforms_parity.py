@@ -615,3 +615,20 @@ def test_function_scan_drops_metadata_params_when_nothing_is_stacked(tmp_path):
     with nnx.use_eager_sharding(False):
         model = nnx_mod.Loop(rngs=nnx.Rngs(0))
     assert tuple(model.block.w.get_metadata()["out_sharding"]) == ("embed",)
+
+
+def test_a_class_scan_over_a_negative_axis_is_a_finding():
+    """``nn.scan(Cell, in_axes=-1)`` scans the last axis, the one the cell's input size was read from (it
+    was converted with the time axis's size as the cell's input size, and failed at convert)."""
+    from linen2nnx.migrate import migrate_source
+
+    src = (
+        "import flax.linen as nn\nimport jax.numpy as jnp\n\n\nclass Cell(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, h, x):\n        h = nn.Dense(4)(x) + h\n        return h, h\n\n\n"
+        "class Encoder(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
+        "        h0 = jnp.zeros((x.shape[0], 4))\n"
+        "        return nn.scan(Cell, variable_broadcast='params', split_rngs={'params': False}, in_axes=-1,"
+        " out_axes=-1)(name='cell')(h0, x)\n"
+    )
+    result = migrate_source(src, "negative_axis.py")
+    assert any(f.rule == "L2N-XFORM-002" and "negative axis" in f.message for f in result.findings)

@@ -184,6 +184,11 @@ def validate(chain: LiftChain, is_broadcast: callable, fn: cst.FunctionDef | Non
             axes = in_axes_list(lift.kwargs.get("in_axes"), is_broadcast)
             if axes is None:
                 raise LiftError(f"in_axes={code(lift.kwargs['in_axes'])} is not a literal")
+            if any(a.startswith("-") for a in axes):  # -1 scans the features the layers' sizes read
+                raise LiftError(
+                    f"in_axes={code(lift.kwargs['in_axes'])}: a negative axis may scan the feature axis, which "
+                    "the input sizes of the layers inside are read from"
+                )
         if lift.kind in ("scan", "vmap"):
             _one_stack_axis(lift)
         if lift.kind == "scan":
