@@ -632,3 +632,22 @@ def test_a_class_scan_over_a_negative_axis_is_a_finding():
     )
     result = migrate_source(src, "negative_axis.py")
     assert any(f.rule == "L2N-XFORM-002" and "negative axis" in f.message for f in result.findings)
+
+
+def test_a_python_flag_broadcast_into_a_scanned_function_is_a_finding():
+    """``nn.scan(step, in_axes=(0, nn.broadcast))(cell, h0, x, True)``: Linen's scan closes over the flag,
+    nnx.scan would trace it and the body's ``if use_tanh:`` fail (it was converted, exit 0)."""
+    from linen2nnx.migrate import migrate_source
+
+    src = (
+        "import flax.linen as nn\nimport jax.numpy as jnp\n\n\nclass Cell(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, h, x, use_tanh):\n        h = nn.Dense(4)(x) + h\n"
+        "        return (jnp.tanh(h) if use_tanh else h), h\n\n\ndef step(cell, h, x, use_tanh):\n"
+        "    return cell(h, x, use_tanh)\n\n\nclass Encoder(nn.Module):\n    @nn.compact\n"
+        "    def __call__(self, x, train: bool = False):\n        cell = Cell(name='cell')\n"
+        "        h0 = jnp.zeros((x.shape[1], 4))\n"
+        "        return nn.scan(step, variable_broadcast='params', split_rngs={'params': False},"
+        " in_axes=(0, nn.broadcast))(cell, h0, x, train)\n"
+    )
+    result = migrate_source(src, "broadcast_flag.py")
+    assert any(f.rule == "L2N-XFORM-002" and "Python value" in f.message for f in result.findings)

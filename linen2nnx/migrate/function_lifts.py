@@ -80,6 +80,9 @@ def scan_of_function(
     per_x = _scanned_axes(ctx, original, fn, orig_kwargs.get("in_axes"))
     if isinstance(per_x, str):
         return per_x
+    flag = _broadcast_flag(ctx, original, per_x)
+    if flag is not None:
+        return flag
     out_axes = code(orig_kwargs["out_axes"]) if "out_axes" in orig_kwargs else "0"
     rest = "".join(f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs)
     streams = split_streams(orig_kwargs.get("split_rngs"))
@@ -96,6 +99,35 @@ def scan_of_function(
         f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
         f"out_axes=(nnx.Carry, {out_axes}){rest})"
     )
+
+
+_PLAIN_ANNOTATIONS = frozenset({"bool", "str", "int", "float"})
+
+
+def _broadcast_flag(ctx: FileContext, node: cst.Call, per_x: list[str]) -> str | None:
+    """Why not, when the call of the scan built at ``node`` passes a Python value as a broadcast input
+    (``nn.scan(step, in_axes=(0, nn.broadcast))(cell, h, x, True)``, a ``deterministic: bool`` flag):
+    Linen's scan closes over it, ``nnx.scan`` traces it, and the body's ``if flag:`` then fails."""
+    parent = ctx.parent_of(node)
+    if not (isinstance(parent, cst.Call) and parent.func is node):
+        return None
+    scope = ctx.enclosing_function(node)
+    plain = {
+        p.name.value
+        for p in (scope.params.params if scope is not None else ())
+        if p.annotation is not None and code(p.annotation.annotation) in _PLAIN_ANNOTATIONS
+    }
+    inputs = [a.value for a in parent.args if a.keyword is None][2:]
+    for axis, value in zip(per_x, inputs):
+        literal = isinstance(value, (cst.SimpleString, cst.Integer, cst.Float)) or (
+            isinstance(value, cst.Name) and value.value in ("True", "False", "None")
+        )
+        if axis == "None" and (literal or (isinstance(value, cst.Name) and value.value in plain)):
+            return (
+                f"the broadcast input {code(value)} is a Python value: nnx.scan traces its inputs, Linen's "
+                "scan closes over broadcast ones (close over it in the scanned function)"
+            )
+    return None
 
 
 def split_streams(node: cst.BaseExpression | None) -> list[str] | str:
