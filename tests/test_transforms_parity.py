@@ -44,6 +44,18 @@ def test_scan_over_layers_with_remat(tmp_path, scan_layers):
     assert child["layers"].stack == "0" and child["layers_{i}"].container == "list"
 
 
+def lazily_built(factory, x):
+    """A factory of an NNX model holding classes kept as Linen behind the bridge, whose variables are
+    created on a first call (``nnx.bridge.lazy_init`` on the example input)."""
+
+    def make(rngs):
+        model = factory(rngs)
+        nnx.bridge.lazy_init(model, x)
+        return model
+
+    return make
+
+
 def test_scan_over_time(tmp_path):
     linen_mod, nnx_mod, _, map_path = build("transform_scan_time", tmp_path)
     x = np.random.default_rng(1).normal(size=(2, 7, 3)).astype(np.float32)
@@ -227,11 +239,7 @@ def test_bridged_class_is_not_handed_arguments_only_the_nnx_rewrite_has(tmp_path
     assert result.name_map.classes["bridged_added_dtype.ViTHead"].bridge == "linen"
     x = np.random.default_rng(3).normal(size=(2, 3, 4)).astype(np.float32)
 
-    def make(rngs):
-        model = nnx_mod.ViTHead(rngs=rngs)
-        nnx.bridge.lazy_init(model, x)
-        return model
-
+    make = lazily_built(lambda rngs: nnx_mod.ViTHead(rngs=rngs), x)
     parity = assert_parity(linen_mod.ViTHead(), make, x, map_path)
     assert {lf.path for lf in parity.by_check()["grad"]} >= {"linen/cls", "linen/pos", "linen/Dense_0/kernel"}
 
@@ -244,11 +252,7 @@ def test_bridged_class_forwards_its_methods_and_keeps_its_linen_layer_defaults(t
     assert {result.name_map.classes[f"bridged_methods.{c}"].bridge for c in ("AE", "Block")} == {"linen"}
     x = np.random.default_rng(4).normal(size=(2, 5)).astype(np.float32)
 
-    def make(rngs):
-        model = nnx_mod.Model(rngs=rngs)
-        nnx.bridge.lazy_init(model, x)
-        return model
-
+    make = lazily_built(lambda rngs: nnx_mod.Model(rngs=rngs), x)
     parity = assert_parity(linen_mod.Model(), make, x, map_path)
     assert {lf.path for lf in parity.by_check()["grad"]} >= {
         "ae/linen/enc/kernel",
@@ -263,11 +267,7 @@ def test_a_class_with_a_field_named_rngs_is_built_with_nnx_rngs(tmp_path):
     assert "Block(rngs=5, nnx_rngs=rngs)" in result.output
     x = np.random.default_rng(5).normal(size=(2, 3)).astype(np.float32)
 
-    def make(rngs):
-        model = nnx_mod.Model(rngs=rngs)
-        nnx.bridge.lazy_init(model, x)
-        return model
-
+    make = lazily_built(lambda rngs: nnx_mod.Model(rngs=rngs), x)
     assert_parity(linen_mod.Model(), make, x, map_path)
 
 
@@ -279,11 +279,7 @@ def test_a_linen_partial_handed_to_a_bridged_class_runs_and_stays(tmp_path):
     assert "partial(nn.LayerNorm, epsilon=1e-3)" in result.output
     x = np.random.default_rng(8).normal(size=(2, 3)).astype(np.float32)
 
-    def make(rngs):
-        model = nnx_mod.Model(rngs=rngs)
-        nnx.bridge.lazy_init(model, x)
-        return model
-
+    make = lazily_built(lambda rngs: nnx_mod.Model(rngs=rngs), x)
     assert_parity(linen_mod.Model(), make, x, map_path)
 
 
@@ -408,11 +404,7 @@ def test_a_class_kept_as_linen_builds_linen_copies(tmp_path):
     assert nnx_mod.Block.linen_class is nnx_mod.BlockLinen and nnx_mod.BlockLinen.__name__ == "Block"
     x = np.random.default_rng(8).normal(size=(2, 6, 6, 3)).astype(np.float32)
 
-    def make(rngs):
-        model = nnx_mod.SmallTower(rngs=rngs)
-        nnx.bridge.lazy_init(model, x)
-        return model
-
+    make = lazily_built(lambda rngs: nnx_mod.SmallTower(rngs=rngs), x)
     side = LinenSide(
         model=linen_mod.SmallTower(),
         batch={"x": x},
@@ -434,11 +426,7 @@ def test_a_kept_class_is_handed_the_linen_layer_its_caller_wrote(tmp_path):
     assert {k for k, c in result.name_map.classes.items() if c.bridge} == {"bridged_handed_layer.Shortcut"}
     x = np.random.default_rng(3).normal(size=(2, 6, 6, 4)).astype(np.float32)
 
-    def make(rngs):
-        model = nnx_mod.Strided(in_features=4, rngs=rngs)
-        nnx.bridge.lazy_init(model, x)
-        return model
-
+    make = lazily_built(lambda rngs: nnx_mod.Strided(in_features=4, rngs=rngs), x)
     parity = assert_parity(linen_mod.Strided(), make, x, map_path)
     assert {lf.path for lf in parity.by_check()["grad"]} >= {"shortcut_0/linen/proj/kernel"}
 
