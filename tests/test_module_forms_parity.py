@@ -60,6 +60,7 @@ CASES = {
     "compact_param": ("Scale", {"features": 3}, (2, 4)),
     "kw_only_fields": ("Model", {}, (2, 4)),  # `_: dataclasses.KW_ONLY`: keyword-only fields after `*`
     "kw_only_one_field": ("Model", {}, (2, 4)),  # field(kw_only=True) on one field: Block(4, 5.0) is shift
+    "field_hides_module_method": ("Model", {}, (2, 3)),  # train: bool hides nnx.Module.train(): MOD-016
     "setup_param": ("Affine", {"features": 4}, (2, 4)),
     "setup_mlp": ("MLP", {"hidden": 6}, (2, 4)),
     "setup_bound_later": ("Head", {"h": 3}, (2, 4)),  # a size setup() binds below the layer, spelled out

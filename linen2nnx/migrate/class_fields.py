@@ -20,7 +20,7 @@ from linen2nnx.migrate.cst_utils import code, names_in
 from linen2nnx.migrate.elementwise import setup_activations
 from linen2nnx.migrate.kw_only import is_kw_only_marker
 from linen2nnx.migrate.linen_api import feature_preserving_functions
-from linen2nnx.migrate.rules import MOD_004
+from linen2nnx.migrate.rules import MOD_004, MOD_016
 from linen2nnx.migrate.sites import LINEN_BASES, ClassPlan, Field
 
 
@@ -150,21 +150,39 @@ def plan_field_kinds(ctx: FileContext, plan: ClassPlan, node: cst.ClassDef) -> N
         ):
             plan.activation_fields.add(f.name)
     if "rngs" in plan.field_names:
-        field = next(
-            (
-                stmt
-                for stmt in node.body.body
-                if isinstance(stmt, cst.SimpleStatementLine)
-                and any(isinstance(s, cst.AnnAssign) and code(s.target) == "rngs" for s in stmt.body)
-            ),
-            node,
-        )
         ctx.report(
             MOD_004,
-            field,  # on the field's line, where its marker goes
+            _field_line(node, "rngs"),  # on the field's line, where its marker goes
             f"{plan.name} has a field named `rngs`, which NNX constructors reserve for the nnx.Rngs",
             "rename the field before migrating",
         )
+    for name in sorted(set(plan.field_names) & MODULE_METHODS):
+        ctx.report(
+            MOD_016,
+            _field_line(node, name),
+            f"{plan.name}'s field `{name}` becomes an attribute that hides nnx.Module.{name}() "
+            f"(model.{name}() raises TypeError)",
+            "rename the field; the model computes the same either way",
+        )
+
+
+#: Methods of ``nnx.Module`` a field of the same name would hide (the NNX class stores fields as attributes).
+MODULE_METHODS = frozenset(
+    {"train", "eval", "sow", "perturb", "iter_modules", "iter_children", "set_attributes"}
+)
+
+
+def _field_line(node: cst.ClassDef, name: str) -> cst.CSTNode:
+    """The statement of ``node``'s body that declares the field ``name`` (the class when none does)."""
+    return next(
+        (
+            stmt
+            for stmt in node.body.body
+            if isinstance(stmt, cst.SimpleStatementLine)
+            and any(isinstance(s, cst.AnnAssign) and code(s.target) == name for s in stmt.body)
+        ),
+        node,
+    )
 
 
 def read_at_class_creation(cls: cst.ClassDef) -> list[set[str]]:

@@ -125,6 +125,15 @@ MOD_015 = Rule(
     "self.cross = nnx.MultiHeadAttention(2, in_features, in_kv_features=..., rngs=rngs)  # in __init__\n"
     "if context is not None:\n    x = x + self.cross(x, context)",
 )
+MOD_016 = Rule(
+    "L2N-MOD-016",
+    U,
+    "A field named like a method of nnx.Module (train, eval, sow, perturb, iter_modules, iter_children, "
+    "set_attributes): the NNX class stores it as an attribute of that name, which hides the method "
+    "(model.train() raises TypeError); the model computes the same.",
+    "class Model(nn.Module):\n    train: bool = False",
+    "self.train = train  # TODO: hides nnx.Module.train(); rename the field",
+)
 LAYER_001 = Rule(
     "L2N-LAYER-001",
     C,
@@ -276,6 +285,7 @@ RULES = (
     MOD_013,
     MOD_014,
     MOD_015,
+    MOD_016,
     LAYER_001,
     LAYER_002,
     LAYER_003,
