@@ -260,27 +260,24 @@ def test_bridged_class_forwards_its_methods_and_keeps_its_linen_layer_defaults(t
     }
 
 
-def test_a_class_with_a_field_named_rngs_is_built_with_nnx_rngs(tmp_path):
-    """Its wrapper takes NNX's Rngs as ``nnx_rngs``; every build passes it so, the field keeps its
-    value (``Block(rngs=5)``), and the model computes what Linen computes."""
-    linen_mod, nnx_mod, result, map_path = build("bridged_rngs_field", tmp_path)
-    assert "Block(rngs=5, nnx_rngs=rngs)" in result.output
+@pytest.mark.parametrize(
+    ("case", "written"),
+    [
+        # a field named rngs: the wrapper takes NNX's Rngs as nnx_rngs, every build passes it so, and the
+        # field keeps its value
+        ("bridged_rngs_field", "Block(rngs=5, nnx_rngs=rngs)"),
+        # a Linen layer partial handed to a kept class stays Linen in the converted parent (a second run
+        # leaves it too: fixture idempotency)
+        ("bridged_handed_partial", "partial(nn.LayerNorm, epsilon=1e-3)"),
+    ],
+)
+def test_a_converted_parent_builds_its_kept_class_as_linen_does(case, written, tmp_path):
+    """The converted ``Model`` builds a class kept as Linen behind the bridge, and computes what Linen
+    computes."""
+    linen_mod, nnx_mod, result, map_path = build(case, tmp_path)
+    assert written in result.output
     x = np.random.default_rng(5).normal(size=(2, 3)).astype(np.float32)
-
-    make = lazily_built(lambda rngs: nnx_mod.Model(rngs=rngs), x)
-    assert_parity(linen_mod.Model(), make, x, map_path)
-
-
-def test_a_linen_partial_handed_to_a_bridged_class_runs_and_stays(tmp_path):
-    """``partial(nn.LayerNorm, epsilon=1e-3)`` handed to a class kept as Linen: it stays Linen in the
-    converted parent (a second run leaves it too: fixture idempotency) and the model computes what
-    Linen computes."""
-    linen_mod, nnx_mod, result, map_path = build("bridged_handed_partial", tmp_path)
-    assert "partial(nn.LayerNorm, epsilon=1e-3)" in result.output
-    x = np.random.default_rng(8).normal(size=(2, 3)).astype(np.float32)
-
-    make = lazily_built(lambda rngs: nnx_mod.Model(rngs=rngs), x)
-    assert_parity(linen_mod.Model(), make, x, map_path)
+    assert_parity(linen_mod.Model(), lazily_built(lambda rngs: nnx_mod.Model(rngs=rngs), x), x, map_path)
 
 
 def test_a_stack_leaving_a_stream_unsplit_converts_with_its_weights(tmp_path):
