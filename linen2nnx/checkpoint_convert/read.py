@@ -238,13 +238,12 @@ def _unbox(tree: Any, prefix: PathT, unboxed: list[str], named_value: frozenset 
         unboxed.append("/".join(map(str, prefix)))
         return tree.value if hasattr(tree, "value") else tree.unbox()
     if isinstance(tree, Mapping):
-        moment = any((*prefix, "value")[-len(p) :] == p for p in named_value)
         if (
             len(prefix) > 1
-            and not moment
             and "value" in tree
             and _is_array(tree["value"])
             and set(tree) - {"value"} <= _BOX_METADATA_KEYS
+            and not any((*prefix, "value")[-len(p) :] == p for p in named_value)  # a moment of such a param
         ):
             unboxed.append("/".join(map(str, prefix)))
             return tree["value"]

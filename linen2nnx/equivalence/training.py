@@ -136,6 +136,8 @@ def training_parity(
     ``batches``: one batch per step (default: the pair's example batch every step).
     ``sides``: what :func:`~linen2nnx.equivalence.build.build_sides` returned (neither side is mutated).
     """
+    from linen2nnx.equivalence.comparisons import to_nnx_paths
+
     tols = Tolerances.coerce(tolerances)
     tx, tx_name = _choose_tx(pair, tx)
     ins = _step_inputs(pair, batches, steps)
@@ -149,8 +151,6 @@ def training_parity(
     table = sides.report.param_table("params")  # Linen param path -> NNX path, for the optimizer state
     linen_loss: list[float] = []
     nnx_loss: list[float] = []
-    from linen2nnx.equivalence.comparisons import to_nnx_paths
-
     rounding = RoundingGradients(tols)
     for step in range(steps):
         dyn = ins[step].dynamic

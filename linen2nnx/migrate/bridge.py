@@ -124,8 +124,8 @@ _NOT_FORWARDED = frozenset({"setup", BRIDGE_ATTR, LINEN_CLASS_ATTR})
 def forwarded_methods(cls: cst.ClassDef) -> tuple[tuple[str, str], ...]:
     """The public methods of a Linen class a caller may call on the module, each with how the wrapper
     reaches it: ``"method"`` (a plain or ``@nn.compact`` ``def``, applied through the bridge),
-    ``"static"`` / ``"class"`` (the Linen class's own), ``"property"`` (read on the wrapped Linen
-    module, unbound: fields and what they compute)."""
+    ``"staticmethod"`` / ``"classmethod"`` (the Linen class's own), ``"property"`` (read on the wrapped
+    Linen module, unbound: fields and what they compute)."""
     found = []
     for stmt in cls.body.body:
         if not isinstance(stmt, cst.FunctionDef) or stmt.name.value.startswith("_"):

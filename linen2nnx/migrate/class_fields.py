@@ -114,6 +114,12 @@ def annotated_layer(ctx: FileContext, annotation: cst.BaseExpression) -> LayerRu
     return rule if rule is not None and not rule.manual_reason and not rule.nested else None
 
 
+#: Methods of ``nnx.Module`` a field of the same name would hide (the NNX class stores fields as attributes).
+MODULE_METHODS = frozenset(
+    {"train", "eval", "sow", "perturb", "iter_modules", "iter_children", "set_attributes"}
+)
+
+
 def plan_field_kinds(ctx: FileContext, plan: ClassPlan, node: cst.ClassDef) -> None:
     """Whether the class is an RNN cell; which fields are activations (keep the feature size)."""
     plan.is_cell = any(
@@ -164,12 +170,6 @@ def plan_field_kinds(ctx: FileContext, plan: ClassPlan, node: cst.ClassDef) -> N
             f"(model.{name}() raises TypeError)",
             "rename the field; the model computes the same either way",
         )
-
-
-#: Methods of ``nnx.Module`` a field of the same name would hide (the NNX class stores fields as attributes).
-MODULE_METHODS = frozenset(
-    {"train", "eval", "sow", "perturb", "iter_modules", "iter_children", "set_attributes"}
-)
 
 
 def _field_line(node: cst.ClassDef, name: str) -> cst.CSTNode:

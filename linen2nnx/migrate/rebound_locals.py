@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import nodes_of
 from linen2nnx.migrate.cst_utils import assigned_in, names_in, replayed_assign, single_assign
 
 SEPARATOR = "@"
@@ -62,6 +63,7 @@ def dead_bindings(fn: cst.FunctionDef, counts: dict[str, int]) -> tuple[dict[str
             lines.setdefault(assign[0], []).append(i)
     live = dict(counts)
     dead: set[tuple[str, int]] = set()
+    functions = None  # the body's functions and lambdas, found once when a last binding is asked about
     for name, at in lines.items():
         shadow = _branch_rebindings(body, at[-1], name) if counts.get(name, 0) > len(at) else 0
         if counts.get(name) != len(at) + shadow or len(at) + shadow < 2:
@@ -72,37 +74,21 @@ def dead_bindings(fn: cst.FunctionDef, counts: dict[str, int]) -> tuple[dict[str
             if unread:
                 dead.add((name, id(body[here])))
                 live[name] -= 1
-        if shadow or _unread_after(body, at[-1], name):
+        last_unread = (
+            False  # ViT unpacks `n, l, c = x.shape` once more after the class token, never reading c
+        )
+        if not shadow and not any(name in names_in(stmt) for stmt in body[at[-1] + 1 :]):
+            if functions is None:
+                functions = nodes_of(fn.body, _FUNCTIONS, opaque=_FUNCTIONS)
+            # unread after it, unless a function or lambda defined earlier may run later and read it
+            last_unread = not any(name in names_in(inner) for inner in functions)
+        if shadow or last_unread:
             dead.add((name, id(body[at[-1]])))
             live[name] -= 1
     return live, dead
 
 
-def _unread_after(body: Sequence[cst.BaseStatement], at: int, name: str) -> bool:
-    """Whether nothing reads the binding of ``name`` at ``body[at]``: no later statement mentions the
-    name and no function or lambda of the body does (one defined earlier may run later and read it).
-    ViT code unpacks ``n, l, c = x.shape`` once more after the class token, and never reads it."""
-    if any(name in names_in(stmt) for stmt in body[at + 1 :]):
-        return False
-    return not any(name in names_in(inner) for inner in _functions_in(body))
-
-
-def _functions_in(body: Sequence[cst.BaseStatement]) -> list[cst.CSTNode]:
-    """The functions and lambdas anywhere in ``body``."""
-    found: list[cst.CSTNode] = []
-
-    class Functions(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            found.append(node)
-            return False
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            found.append(node)
-            return False
-
-    for stmt in body:
-        stmt.visit(Functions())
-    return found
+_FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 
 
 def _branch_rebindings(body: Sequence[cst.BaseStatement], at: int, name: str) -> int:
