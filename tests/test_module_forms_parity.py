@@ -336,6 +336,7 @@ CASES = {
     "rank_guard_unpacked": ("Stem", {}, (2, 4, 4, 3)),  # n, h, w, c = images.shape
     "rank_guard_squeezed": ("Squeezed", {}, (2, 5)),  # h.squeeze(-2) keeps the features
     "layer_dtype_param_after_stem": ("HybridViT", {}, (2, 8, 8, 3)),  # embedding after a stem: float32
+    "position_embedding_unpack": ("AddPositionEmbs", {}, (2, 5, 4)),  # _, length, width = x.shape: x_shape
     "rebound_shape_unpack": ("ViT", {}, (2, 4, 4, 3)),  # n, h, w, c = x.shape twice: the second c
     "setup_param_declared_field": ("Classifier", {}, (2, 3, 5)),  # embedding: field(init=False)
     "param_named_by_field": ("Proj", {}, (2, 4)),  # self.param(self.weight_name, ...): map {weight_name}
@@ -1465,3 +1466,20 @@ def test_sows_are_recorded_only_in_the_context_that_watches_them():
         assert mine == {"elsewhere"}
     finally:
         sown._SOWN.reset(token)
+
+
+def test_a_position_embedding_sized_by_its_input_builds_from_the_traced_shape(tmp_path):
+    """``_, length, width = x.shape`` read by a position embedding's shape: the embedding gains ``x_shape``
+    and its parent the shape the trace saw; given it, the NNX model computes Linen's forward and
+    gradients."""
+    linen_module, nnx_module, result, map_path = build("position_embedding_unpack", tmp_path)
+    entry = result.name_map.classes["position_embedding_unpack.TinyViT"]
+    assert set(entry.new_args) == {"in_features", "posembed_x_shape"}
+    x = np.random.default_rng(3).normal(size=(2, 4, 4, 3)).astype(np.float32)
+    nnx_cls = nnx_module.TinyViT
+    assert_parity(
+        linen_module.TinyViT(),
+        lambda rngs: nnx_cls(in_features=3, posembed_x_shape=(2, 4, 6), rngs=rngs),
+        x,
+        map_path,
+    )

@@ -506,37 +506,6 @@ def single_assign(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
     return None
 
 
-def shape_unpack_last(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
-    """``n, l, d = x.shape`` on a line of its own -> ``("d", x.shape[-1])``: the last name of an unpacking
-    of an input's whole shape is its last axis, exactly as ``d = x.shape[-1]`` binds it (a starred or
-    non-name target, or any other value, gives None)."""
-    if not (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Assign)
-        and len(stmt.body[0].targets) == 1
-    ):
-        return None
-    target, value = stmt.body[0].targets[0].target, stmt.body[0].value
-    if not (
-        isinstance(target, (cst.Tuple, cst.List))
-        and target.elements
-        and all(isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements)
-        and isinstance(value, cst.Attribute)
-        and value.attr.value == "shape"
-        and isinstance(value.value, cst.Name)
-    ):
-        return None
-    last = target.elements[-1].value.value  # type: ignore[attr-defined]
-    return last, cst.parse_expression(f"{value.value.value}.shape[-1]")
-
-
-def replayed_assign(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
-    """The ``(name, value)`` a replayed local's line binds: :func:`single_assign`, else the last axis of
-    a shape unpacking (:func:`shape_unpack_last`)."""
-    return single_assign(stmt) or shape_unpack_last(stmt)
-
-
 def without_keywords(call: cst.Call, names: set[str]) -> cst.Call:
     """``call`` without its keyword arguments ``names``, every other argument laid out as written (the
     last one kept takes the dropped last one's comma, so a trailing comma and its newline stay)."""

@@ -21,7 +21,6 @@ from linen2nnx.migrate.cst_utils import (
     names_in,
     parse_expression,
     parse_statement,
-    replayed_assign,
     self_attr,
     strip_commas,
     with_args,
@@ -40,6 +39,7 @@ from linen2nnx.migrate.lifted import lifted_ctor
 from linen2nnx.migrate.loop_names import built_per_iteration
 from linen2nnx.migrate.merge_flags import with_moved_flags
 from linen2nnx.migrate.name_map_entries import handed_builds_convert
+from linen2nnx.migrate.replayed_lines import replayed_assign
 from linen2nnx.migrate.rules import LAYER_002, MOD_004
 from linen2nnx.migrate.sites import (
     ClassPlan,

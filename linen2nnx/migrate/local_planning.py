@@ -24,7 +24,6 @@ from linen2nnx.migrate.cst_utils import (
     names_in,
     only_shape_uses,
     parse_expression,
-    replayed_assign,
     self_attr,
 )
 from linen2nnx.migrate.factories import (
@@ -47,6 +46,7 @@ from linen2nnx.migrate.rebound_locals import (
     read_before_last,
     rebinding_chains,
 )
+from linen2nnx.migrate.replayed_lines import replayed_assign
 from linen2nnx.migrate.rules import LAYER_003, MOD_004, SHAPE_002
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import ClassPlan, compact_only, nest_fors, shape_last_refs

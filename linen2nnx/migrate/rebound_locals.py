@@ -33,7 +33,8 @@ from collections.abc import Sequence
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import nodes_of
-from linen2nnx.migrate.cst_utils import assigned_in, names_in, replayed_assign, single_assign
+from linen2nnx.migrate.cst_utils import assigned_in, names_in, single_assign
+from linen2nnx.migrate.replayed_lines import replayed_assign
 
 SEPARATOR = "@"
 

@@ -24,9 +24,9 @@ from linen2nnx.migrate.cst_utils import (
     code,
     comprehension_names,
     names_in,
-    replayed_assign,
 )
 from linen2nnx.migrate.rebound_locals import add_binding, exclusive_bindings, incomplete_chains
+from linen2nnx.migrate.replayed_lines import replayed_assign
 from linen2nnx.migrate.sites import shape_last_refs
 
 

@@ -16,6 +16,7 @@ from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_in,
+    assigned_names,
     code,
     names_in,
     negated,
@@ -27,6 +28,8 @@ from linen2nnx.migrate.custom_vars import file_variable_type
 from linen2nnx.migrate.input_dtypes import give_dtype_argument, input_dtype_args
 from linen2nnx.migrate.lazy_vars import LazyVar
 from linen2nnx.migrate.pytree_inits import pytree_init
+from linen2nnx.migrate.rebound_locals import in_source_order
+from linen2nnx.migrate.replayed_lines import shape_unpack
 from linen2nnx.migrate.rules import API_002, MOD_004
 from linen2nnx.migrate.sites import ClassPlan, Site, shape_last_refs
 from linen2nnx.migrate.variable_args import canonical_variable_call, wrapped_field_keywords
@@ -285,7 +288,10 @@ class VariablePlanning:
                 uses
                 and refs is None
                 and plan is not None
-                and self._input_shape_arg(plan, call, a.value, uses)
+                and (
+                    self._input_shape_arg(plan, call, a.value, uses)
+                    or unpacked_input_shape(self.ctx, plan, call, a.value, uses)
+                )
             ):
                 continue
             if uses and refs is None:
@@ -324,6 +330,38 @@ class VariablePlanning:
         plan.shape_input = first
         plan.input_shape_params.append(call)
         return True
+
+
+def unpacked_input_shape(
+    ctx: Any, plan: ClassPlan, call: cst.Call, value: cst.BaseExpression, uses: set[str]
+) -> bool:
+    """``value`` reads only names of ``n, l, d = x.shape`` lines of the compact method's input, unchanged
+    until there: ``__init__`` replays those lines whole on a stand-in of the shape the class gains as an
+    argument (``(1, l, d)`` of a position embedding), as it does ``l = x.shape[1]``. The line's last name
+    then reads the stand-in too, not the dataflow's size. (``x.shape`` read at the call is
+    :meth:`_input_shape_arg`'s: ``x`` may be rebound by then.)"""
+    fn = ctx.enclosing_function(call)
+    if fn is None or fn is not plan.compact or len(fn.params.params) < 2:
+        return False
+    first = fn.params.params[1].name.value
+    if plan.shape_input not in ("", first) or not uses or first in uses:
+        return False
+    counts = assigned_names(fn)
+    lines: dict[str, cst.BaseStatement] = {}
+    for stmt in fn.body.body:
+        unpack = shape_unpack(stmt)
+        if unpack is not None and unpack[1] == first:
+            lines.update({n: stmt for n in unpack[0] if counts.get(n) == 1})
+    if not uses <= set(lines) or not all(shape_kept_until(ctx, fn, lines[n], first) for n in uses):
+        return False
+    for stmt in {id(lines[n]): lines[n] for n in uses}.values():
+        for name in (n for n, s in lines.items() if s is stmt):
+            plan.pure_locals[name] = stmt
+            plan.input_shape_locals.add(name)
+            plan.shape_locals.pop(name, None)
+    plan.pure_locals = in_source_order(plan.pure_locals, fn)
+    plan.shape_input = first
+    return True
 
 
 def shape_kept_until(ctx: Any, fn: cst.FunctionDef, stop: cst.BaseStatement, name: str) -> bool:
