@@ -269,6 +269,9 @@ def test_bridged_class_forwards_its_methods_and_keeps_its_linen_layer_defaults(t
         # a Linen layer partial handed to a kept class stays Linen in the converted parent (a second run
         # leaves it too: fixture idempotency)
         ("bridged_handed_partial", "partial(nn.LayerNorm, epsilon=1e-3)"),
+        # a kept class taking parameters named like the bridge's own keywords (mutable=, rngs=, method=):
+        # the wrapper hands them over packed
+        ("bridged_bridge_keywords", "self.linen(args, kwargs, method=lambda module, args, kwargs: module("),
     ],
 )
 def test_a_converted_parent_builds_its_kept_class_as_linen_does(case, written, tmp_path):

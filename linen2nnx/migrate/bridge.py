@@ -53,12 +53,14 @@ def bridge_wrapper(
     collections: list[str],
     markers: list[cst.EmptyLine],
     methods: tuple[tuple[str, str], ...] = (),
+    packed: frozenset[str] = frozenset(),
 ) -> cst.ClassDef:
     """``class <Name>(nnx.Module)`` holding ``ToNNX(<Name>Linen(<fields>))``; arguments other
     classes were told the migrated class takes (new input sizes) are accepted and unused. The
     fields' ``markers`` go on its ``__init__``, where a second run would put them. Each of the Linen
     class's other public ``methods`` (:func:`forwarded_methods`: ``model.encode(x)``) is forwarded
-    to the Linen method of that name."""
+    to the Linen method of that name; those ``packed`` (:func:`packed_methods`) with their
+    arguments packed."""
     params = ["self"]
     keyword_only = False
     for f, star in init_fields(plan.fields):
@@ -79,7 +81,12 @@ def bridge_wrapper(
         if f.init and not f.added  # accepted like the new sizes, unused: the Linen class has no such field
     )
     mutable = f", mutable={collections!r}" if collections else ""
-    forwards = "".join(_forward(plan, name, kind, mutable) for name, kind in methods)
+    forwards = "".join(_forward(plan, name, kind, mutable, name in packed) for name, kind in methods)
+    call = (
+        f"self.{BRIDGE_ATTR}(args, kwargs, method={_PACKED_CALL}{mutable})"
+        if "__call__" in packed
+        else f"self.{BRIDGE_ATTR}(*args{mutable}, **kwargs)"
+    )
     source = (
         f"class {plan.name}(nnx.Module):\n"
         f'    """{plan.name} still runs as Linen ({linen_name(plan.name)}) through nnx.bridge.ToNNX; see the '
@@ -88,12 +95,7 @@ def bridge_wrapper(
         f"    def __init__({', '.join(params)}):\n"
         f"        self.{BRIDGE_ATTR} = nnx.bridge.ToNNX({linen_name(plan.name)}({fields}), rngs={rngs})\n\n"
         "    def __call__(self, *args, **kwargs):\n"
-        + (
-            f"        return self.{BRIDGE_ATTR}(*args, mutable={collections!r}, **kwargs)  # updated in place\n"
-            if collections
-            else f"        return self.{BRIDGE_ATTR}(*args, **kwargs)\n"
-        )
-        + forwards
+        f"        return {call}" + ("  # updated in place\n" if collections else "\n") + forwards
     )
     node = parse_statement(source)
     assert isinstance(node, cst.ClassDef)
@@ -141,8 +143,38 @@ def forwarded_methods(cls: cst.ClassDef) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-def _forward(plan: ClassPlan, name: str, kind: str, mutable: str) -> str:
+#: The keyword arguments ``ToNNX.__call__`` takes for itself: a Linen method with a parameter of one of
+#: these names would never receive it (``mutable=True`` would make the bridge return ``(out, updates)``).
+_BRIDGE_KEYWORDS = frozenset({"rngs", "method", "mutable"})
+
+#: The method the bridge applies for a packed call: the Linen method's arguments travel as two values.
+_PACKED_CALL = "lambda module, args, kwargs: module(*args, **kwargs)"
+
+
+def packed_methods(cls: cst.ClassDef) -> frozenset[str]:
+    """The methods of a Linen class (``__call__`` and public ones) with a parameter named like a keyword
+    ``ToNNX.__call__`` keeps (``def __call__(self, x, mutable=False)``): the wrapper hands their
+    arguments to the bridge packed, as ``(args, kwargs)``, and applies a function that unpacks them."""
+    return frozenset(
+        stmt.name.value
+        for stmt in cls.body.body
+        if isinstance(stmt, cst.FunctionDef)
+        and {
+            p.name.value
+            for p in (*stmt.params.posonly_params, *stmt.params.params, *stmt.params.kwonly_params)
+        }
+        & _BRIDGE_KEYWORDS
+    )
+
+
+def _forward(plan: ClassPlan, name: str, kind: str, mutable: str, packed: bool = False) -> str:
     """The wrapper's line(s) reaching the Linen class's ``name`` (see :func:`forwarded_methods`)."""
+    if kind == "method" and packed:
+        unpack = f"lambda module, args, kwargs: module.{name}(*args, **kwargs)"
+        return (
+            f"\n    def {name}(self, *args, **kwargs):\n"
+            f"        return self.{BRIDGE_ATTR}(args, kwargs, method={unpack}{mutable})\n"
+        )
     if kind == "method":
         return (
             f"\n    def {name}(self, *args, **kwargs):\n"

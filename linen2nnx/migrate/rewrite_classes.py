@@ -18,6 +18,7 @@ from linen2nnx.migrate.bridge import (
     linen_class_name,
     linen_name,
     mutable_collections,
+    packed_methods,
 )
 from linen2nnx.migrate.cells import CARRY_METHOD, nnx_initialize_carry
 from linen2nnx.migrate.class_fields import read_at_class_creation
@@ -239,7 +240,9 @@ class ClassRewriter:
         # the wrapper's defaults as a second run would write them (nn.relu -> nnx.relu), with their markers
         field_markers = self._rewritten_field_defaults(plan, original, updated)
         collections = mutable_collections(original, batch_norm)
-        wrapper = bridge_wrapper(plan, collections, field_markers, forwarded_methods(original))
+        wrapper = bridge_wrapper(
+            plan, collections, field_markers, forwarded_methods(original), packed_methods(original)
+        )
         wrapper = wrapper.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
         return cst.FlattenSentinel(
             [
