@@ -639,3 +639,17 @@ def test_a_python_flag_broadcast_into_a_scanned_function_is_a_finding():
     )
     result = migrate_source(src, "broadcast_flag.py")
     assert any(f.rule == "L2N-XFORM-002" and "Python value" in f.message for f in result.findings)
+
+
+def test_setup_calling_factory_fields_stays_linen_and_runs_with_linen_factories(tmp_path):
+    """``self.norm = self.norm_factory()`` in setup(): reported (L2N-MOD-008) and kept Linen behind the
+    bridge; handed Linen factories, the wrapper computes what Linen computes."""
+    from functools import partial
+
+    linen_mod, nnx_mod, result, map_path = build("setup_factory_field", tmp_path)
+    assert [f.line for f in result.findings if f.rule == "L2N-MOD-008"] == [17, 18]
+    assert result.name_map.classes["setup_factory_field.Layer"].bridge == "linen"
+    factories = {"norm_factory": nn.LayerNorm, "dropout_factory": partial(nn.Dropout, 0.1)}
+    x = np.random.default_rng(6).normal(size=(2, 5)).astype(np.float32)
+    make = lazily_built(lambda rngs: nnx_mod.Layer(**factories, rngs=rngs), x)
+    assert_parity(linen_mod.Layer(**factories), make, x, map_path)

@@ -9,6 +9,7 @@ clashes with NNX's constructor argument and is a finding.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import libcst as cst
 
@@ -214,3 +215,51 @@ def _creation_reads(stmt: cst.BaseStatement) -> set[str]:
             read |= names_in(small.value) if field and small.value else set() if field else names_in(small)
         return read
     return set() if isinstance(stmt, cst.ClassDef) else names_in(stmt)
+
+
+_CONTAINERS = frozenset(
+    {"Mapping", "MutableMapping", "Dict", "dict", "FrozenDict", "Sequence", "List", "list", "Tuple", "tuple"}
+    | {"Iterable", "Collection", "Set", "set", "frozenset"}
+)
+_PLAIN_ELEMENTS = frozenset(
+    {"int", "float", "str", "bool", "bytes", "complex", "None", "Any", "Optional", "Union", "Literal"}
+    | {
+        "Array",
+        "ArrayLike",
+        "ndarray",
+        "DType",
+        "DTypeLike",
+        "dtype",
+        "Shape",
+        "PRNGKey",
+        "Axes",
+        "Initializer",
+    }
+    | {
+        "Ellipsis",
+        "typing",
+        "jax",
+        "jnp",
+        "np",
+        "numpy",
+        "nn",
+        "linen",
+        "flax",
+        "collections",
+        "abc",
+        "Callable",
+    }
+)
+
+
+def holds_modules(annotation: str | None) -> bool:
+    """A field annotated as a container of modules (``Mapping[str, Embedder]``, ``Sequence[nn.Module]``):
+    its ``__init__`` keeps it as ``nnx.data(...)``. NNX treats any other attribute as static, and a
+    static dict or list holding NNX modules is refused when the class is built. A container of plain
+    values (``Sequence[int]``, ``Mapping[str, Any]``) is kept as it is."""
+    if not annotation:
+        return False
+    names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", annotation))
+    if not names & _CONTAINERS:
+        return False
+    return "Module" in annotation or bool(names - _CONTAINERS - _PLAIN_ELEMENTS)

@@ -27,6 +27,7 @@ from linen2nnx.migrate.cst_utils import (
     names_in,
     opposite,
     parse_expression,
+    self_attr,
     substitute_self_fields,
 )
 from linen2nnx.migrate.factories import (
@@ -50,7 +51,7 @@ from linen2nnx.migrate.method_auto_names import auto_names_across_methods
 from linen2nnx.migrate.name_map_entries import report_other_builds
 from linen2nnx.migrate.named_variables import plan_put_variables
 from linen2nnx.migrate.rules import MOD_004, MOD_006, XFORM_002
-from linen2nnx.migrate.setup_foreign import flag_foreign_setup
+from linen2nnx.migrate.setup_foreign import flag_foreign_setup, flag_setup_factory_field
 from linen2nnx.migrate.setup_lists import (
     ClassAlias,
     class_alias,
@@ -292,6 +293,8 @@ class ClassPlanner:
                 site.container = "list"
                 sites.append(site)
             plan.containers[attr] = sites
+        elif isinstance(value, cst.Call) and self_attr(value.func) in plan.field_names:
+            flag_setup_factory_field(self.ctx, plan, attr, value)  # `self.norm = self.norm_factory()`
         elif isinstance(value, cst.Call):  # `self.w = kd.nn.Identity()`, applied: from outside the run
             flag_foreign_setup(self.ctx, plan, attr, value)
 

@@ -26,7 +26,7 @@ from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import calls_in, syntax_children
 from linen2nnx.migrate.cst_utils import callee_name, code, root_name, self_attr
 from linen2nnx.migrate.file_state import FileState
-from linen2nnx.migrate.rules import MOD_006
+from linen2nnx.migrate.rules import MOD_006, MOD_008
 from linen2nnx.migrate.sites import ClassPlan
 from linen2nnx.migrate.verify_names import NOT_MODULE_PREFIXES, looks_like_linen_module
 
@@ -45,6 +45,29 @@ def flag_foreign_setup(ctx: FileContext, plan: ClassPlan, attr: str, value: cst.
     if found is not None:
         hint = "migrate the file that defines it in the same run, or convert it by hand"
         ctx.report(MOD_006, value, found, hint)
+
+
+def flag_setup_factory_field(ctx: FileContext, plan: ClassPlan, attr: str, value: cst.Call) -> None:
+    """``self.norm = self.norm_factory()`` in setup(), then ``self.norm(x)``: a submodule built by a
+    module-factory field (flaxformer's ``Callable[[], nn.Module]`` factories). Kept as written, the NNX
+    class would call the factory with no ``rngs`` and none of the sizes a migrated class takes, and build
+    nothing that runs: reported (``L2N-MOD-008``, which keeps the class Linen behind the bridge) where the
+    field's annotation names a module or its bindings are layers or classes of the run."""
+    field = self_attr(value.func)
+    if field is None or field in plan.factories:
+        return
+    annotation = next((f.annotation or "" for f in plan.fields if f.name == field), None)
+    if annotation is None or not ("Module" in annotation or ctx.field_factory(plan, field) is not None):
+        return
+    block = ctx.parent_of(ctx.parent_of(plan.setup) or plan.setup) if plan.setup is not None else None
+    if isinstance(block, cst.ClassDef) and _applied(block, attr):
+        ctx.report(
+            MOD_008,
+            value,
+            f"self.{attr} = self.{field}(...) in setup() builds a submodule from the module-factory field "
+            f"{field!r}, which NNX would call without rngs or the sizes a migrated class takes",
+            f"build it in __init__: self.{attr} = {field}(..., rngs=rngs), with an NNX class passed in",
+        )
 
 
 def foreign_setup_module(
