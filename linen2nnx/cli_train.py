@@ -43,9 +43,17 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         help="rematerialise the loss (on top of the model's own remat; default: the model's only)",
     )
     t.add_argument(
-        "--save-every", type=non_negative_int, default=0, metavar="K", help="checkpoint every K steps"
+        "--save-every",
+        type=non_negative_int,
+        metavar="K",
+        help="checkpoint every K steps (default: the final step only; a --resume keeps the run's)",
     )
-    t.add_argument("--keep", type=_positive_int, default=3, metavar="N", help="checkpoints kept (default: 3)")
+    t.add_argument(
+        "--keep",
+        type=_positive_int,
+        metavar="N",
+        help="checkpoints kept (default: 3; a --resume keeps the run's)",
+    )
     t.add_argument(
         "--resume",
         action="store_true",
@@ -89,14 +97,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from linen2nnx.spec import load_pair
     from linen2nnx.train import TrainConfig, run_training
     from linen2nnx.train.loop import compile_only
-    from linen2nnx.train.run_settings import SETTINGS
+    from linen2nnx.train.run_settings import CARRIED, SETTINGS
 
     if args.resume and args.init_from:
         raise L2NError("--resume continues OUT's own checkpoints; it cannot be combined with --init-from")
     _distributed(args)
     pair = load_pair(args.spec)
     # left out, a setting a resumed run recorded comes from its checkpoint (train/run_settings.py)
-    given = frozenset(name for name in SETTINGS if getattr(args, name) is not None)
+    given = frozenset(name for name in (*SETTINGS, *CARRIED) if getattr(args, name) is not None)
     cfg = TrainConfig(
         out=Path(args.out),
         steps=args.steps,
@@ -104,8 +112,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         mesh=args.mesh,
         grad_accum=args.grad_accum if args.grad_accum is not None else 1,
         remat=args.remat,
-        save_every=args.save_every,
-        keep=args.keep,
+        save_every=args.save_every if args.save_every is not None else 0,
+        keep=args.keep if args.keep is not None else 3,
         resume=args.resume,
         data=args.data if args.data is not None else "synthetic",
         seed=args.seed if args.seed is not None else 0,
@@ -122,6 +130,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         return EXIT_OK
     import jax
 
+    from linen2nnx.train.state import fresh_optimizer_note
+
+    note = fresh_optimizer_note(cfg.init_from) if cfg.init_from is not None else None
+    if note is not None and jax.process_index() == 0:
+        err_console.print(f"note: {note}", markup=False)
     result = run_training(pair, cfg, console=err_console if jax.process_index() == 0 else None)
     first = result.records[0] if result.records else None
     if first is not None:

@@ -906,3 +906,46 @@ def test_a_package_below_a_namespace_folder_is_found_by_its_longer_name(tmp_path
     assert not [f.format_text() for f in result.findings if f.severity.value == "manual"]
     model = next(r for r in result.files if r.rel.endswith("model.py"))
     assert "self.blk_0 = Blk(in_features=in_features, rngs=rngs)" in model.output
+
+
+def test_a_submodule_width_from_its_field_default_reads_as_the_caller_file_sees_it(tmp_path):
+    """``features: int = HIDDEN`` (a constant of the other file) and ``other: int = WIDTH`` (of the class
+    body): the caller's layer after the block is sized ``pkg.layers.HIDDEN`` / ``Block.WIDTH``, names
+    the caller's file can read (it wrote the bare names, a NameError at build), and reaches parity."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("")
+    (src / "pkg" / "layers.py").write_text(
+        "import flax.linen as nn\n\nHIDDEN = 6\n\n\n"
+        "class Block(nn.Module):\n    WIDTH = 5\n    features: int = HIDDEN\n\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(self.features)(x)\n\n\n"
+        "class Wide(nn.Module):\n    WIDTH = 5\n    features: int = WIDTH\n\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(self.features)(x)\n"
+    )
+    (src / "pkg" / "model.py").write_text(
+        "import flax.linen as nn\n\nfrom pkg.layers import Block, Wide\n\n\n"
+        "class Model(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
+        "        return nn.Dense(3)(Block()(x)) + nn.Dense(3)(Wide()(x))\n"
+    )
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    assert result.exit_code() == 0, [f.format_text() for f in result.findings]
+    migrated = (out / "pkg" / "model.py").read_text()
+    assert "nnx.Linear(pkg.layers.HIDDEN, 3" in migrated and "nnx.Linear(Wide.WIDTH, 3" in migrated
+
+    x = np.random.default_rng(1).normal(size=(2, 4)).astype(np.float32)
+    side = LinenSide(
+        model=_import_class(src, "model", "Model")(),
+        batch={"x": x},
+        loss=lambda o, b: jnp.mean(o**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    variables = perturbed(side.init_variables())
+    nnx_model = _import_class(out, "model", "Model")
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_model(in_features=4, rngs=rngs),
+        name_map=out / "linen2nnx-map.json",
+    )
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]

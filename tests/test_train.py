@@ -25,6 +25,7 @@ from linen2nnx.migrate.trace import trace_linen
 from linen2nnx.spec import load_linen_side, load_pair
 from linen2nnx.train import TrainConfig, read_metrics, run_training
 from linen2nnx.train.data import SyntheticData
+from linen2nnx.train.loop import CHECKPOINT_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 LINEN_STEPS = 4
@@ -165,6 +166,10 @@ def test_resume_continues_with_the_settings_the_run_was_trained_with(mlp_convert
     )
     assert main(["train", str(spec_path), "--out", part, "--steps", "6", "--resume"]) == 0
     assert [r["loss"] for r in read_metrics(Path(part))] == [r["loss"] for r in read_metrics(Path(full))]
+    # --save-every 2 carried over too: the resumed segment saved its step 8 as the whole run did (it
+    # saved its final step only), beside the first segment's final step 7
+    kept = [sorted(int(p.name) for p in (Path(run) / CHECKPOINT_DIR).iterdir()) for run in (part, full)]
+    assert kept == [[LINEN_STEPS + k for k in (3, 4, 6)], [LINEN_STEPS + k for k in (2, 4, 6)]]
     capsys.readouterr()
     assert main(["train", str(spec_path), "--out", part, "--steps", "8", "--resume", "--seed", "6"]) == 2
     assert "trained with --seed 5" in capsys.readouterr().err
@@ -452,3 +457,22 @@ def test_a_save_a_kill_left_unfinished_does_not_block_a_new_run(mlp_converted, t
     argv = ["train", str(spec_path), "--out", str(out), "--init-from", str(nnx_ckpt), "--steps", "2"]
     assert main(argv) == 0
     assert not list((out / "checkpoints").glob("*orbax-checkpoint-tmp*"))
+
+
+def test_a_converted_checkpoint_without_optimizer_state_says_the_optimizer_starts_fresh(
+    mlp_converted, tmp_path, capsys
+):
+    """convert's output of Linen step LINEN_STEPS with its optimizer/ left behind: train starts a fresh
+    optimizer at step 0 and says so (it said only "trained steps 0..1"); with the optimizer, no note."""
+    import shutil
+
+    _, _, spec_path, _, nnx_ckpt = mlp_converted
+    weights_only = tmp_path / "weights_only"
+    shutil.copytree(nnx_ckpt, weights_only, ignore=shutil.ignore_patterns("optimizer"))
+    capsys.readouterr()
+    args = ["train", str(spec_path), "--steps", "1", "--deterministic"]
+    assert main([*args, "--out", str(tmp_path / "fresh"), "--init-from", str(weights_only)]) == 0
+    err = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
+    assert f"Linen step {LINEN_STEPS} but no optimizer state" in err and "trained steps 0..0" in err
+    assert main([*args, "--out", str(tmp_path / "resumed"), "--init-from", str(nnx_ckpt)]) == 0
+    assert "no optimizer state" not in capsys.readouterr().err

@@ -17,12 +17,13 @@ from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.annotation_names import qualified_default
 from linen2nnx.migrate.context import FIELD_FUNCTIONS, FileContext
 from linen2nnx.migrate.cst_meta import calls_in
-from linen2nnx.migrate.cst_utils import code, names_in
+from linen2nnx.migrate.cst_utils import code, names_in, self_attr
 from linen2nnx.migrate.elementwise import setup_activations
 from linen2nnx.migrate.kw_only import is_kw_only_marker
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 from linen2nnx.migrate.rules import MOD_004, MOD_016
 from linen2nnx.migrate.sites import LINEN_BASES, ClassPlan, Field
+from linen2nnx.migrate.verify_syntax import class_body_names
 
 
 def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
@@ -43,6 +44,9 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
         k.keyword is not None and k.keyword.value == "kw_only" and code(k.value) == "True"
         for k in node.keywords
     )
+    indexed = {  # `self.embedders[k](v)`: fields whose elements the class applies
+        self_attr(call.func.value) for call in calls_in(node.body) if isinstance(call.func, cst.Subscript)
+    }
     for stmt in node.body.body:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
@@ -56,6 +60,11 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
                     field = dataclasses.replace(
                         ctx.dataclass_field(small), kw_only=kw_only if own is None else own
                     )
+                    if holds_modules(field.annotation, field.name in indexed):
+                        field = dataclasses.replace(field, holds_modules=True)
+                    if field.default is not None:  # `other: int = WIDTH`, a constant of the class body
+                        reads = names_in(cst.parse_expression(field.default)) & class_body_names(node)
+                        field = dataclasses.replace(field, class_names=frozenset(reads))
                     at = next((i for i, f in enumerate(fields) if f.name == field.name), None)
                     if at is None:
                         fields.append(field)
@@ -252,8 +261,9 @@ _PLAIN_ELEMENTS = frozenset(
 )
 
 
-def holds_modules(annotation: str | None) -> bool:
-    """A field annotated as a container of modules (``Mapping[str, Embedder]``, ``Sequence[nn.Module]``):
+def holds_modules(annotation: str | None, applied_by_index: bool) -> bool:
+    """A field annotated as a container of modules (``Sequence[nn.Module]``), or as a container of some
+    class whose elements the class applies (``Mapping[str, Embedder]`` and ``self.embedders[k](v)``):
     its ``__init__`` keeps it as ``nnx.data(...)``. NNX treats any other attribute as static, and a
     static dict or list holding NNX modules is refused when the class is built. A container of plain
     values (``Sequence[int]``, ``Mapping[str, Any]``) is kept as it is."""
@@ -262,4 +272,29 @@ def holds_modules(annotation: str | None) -> bool:
     names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", annotation))
     if not names & _CONTAINERS:
         return False
-    return "Module" in annotation or bool(names - _CONTAINERS - _PLAIN_ELEMENTS)
+    return "Module" in annotation or (applied_by_index and bool(names - _CONTAINERS - _PLAIN_ELEMENTS))
+
+
+def default_for_caller(
+    ctx: FileContext, callee: cst.BaseExpression, user: ClassPlan, field: Field
+) -> str | None:
+    """``field``'s default as the file building ``user`` through ``callee`` reads it (a submodule's
+    output size spelled out in its caller: ``nnx.Linear(HIDDEN, 3)``): a constant of the class body as
+    ``<callee>.WIDTH`` (the NNX class keeps it), a name of another file's module through that module;
+    None where that cannot be said (the default reads another field, or the callee is no plain name of
+    the class)."""
+    default = field.default
+    if default is None:
+        return None
+    named = ctx.user_class_of(callee) if type(callee) in (cst.Name, cst.Attribute) else None
+    plain = named is not None and named.name == user.name
+    if field.class_names:
+        if not plain or field.class_names & {f.name for f in user.fields}:
+            return None
+        others = frozenset(names_in(cst.parse_expression(default)) - field.class_names)
+        default = qualified_default(default, others, code(callee))
+    if ctx.state.linen_classes.get(user.name) is user:
+        return default  # of this file: its module-level names are this file's
+    if not plain:
+        return None
+    return _with_base_names(ctx, callee, dataclasses.replace(field, default=default)).default

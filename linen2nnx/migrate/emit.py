@@ -11,7 +11,6 @@ import libcst as cst
 
 from linen2nnx.layers import nnx_ctor_params
 from linen2nnx.migrate.annotation_names import written_annotation
-from linen2nnx.migrate.class_fields import holds_modules
 from linen2nnx.migrate.conditional_emit import conditional, nested_in_else, other_branch
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
@@ -35,6 +34,7 @@ from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.inheritance import is_super_setup, super_init_statement
 from linen2nnx.migrate.input_sizes import tuple_valued
 from linen2nnx.migrate.kw_only import init_fields
+from linen2nnx.migrate.layer_args import einsum_bias_shape
 from linen2nnx.migrate.lazy_vars import init_call
 from linen2nnx.migrate.lifted import lifted_ctor
 from linen2nnx.migrate.loop_names import built_per_iteration
@@ -46,7 +46,6 @@ from linen2nnx.migrate.sites import (
     ClassPlan,
     LoopNest,
     Site,
-    einsum_bias_shape,
     marker_line,
     nest_fors,
     replace_shape_last,
@@ -295,7 +294,7 @@ class Emitter:
         stmts: list[cst.BaseStatement] = [
             parse_statement(
                 f"self.{f.name} = nnx.data({f.name})\n"  # a dict or list of modules is data in NNX
-                if f.init and holds_modules(f.annotation)
+                if f.init and f.holds_modules
                 else f"self.{f.name} = {f.name if f.init else f.default}\n"
             )
             for f in plan.fields

@@ -74,3 +74,23 @@ def _check_function_arg(ctx: FileContext, rule: LayerRule, site: Site, arg_name:
         "(is_causal=, an NNX module=), which a function written for Linen's call does not take (TypeError)",
         f"give it NNX's signature (see nnx.dot_product_attention), then pass it to nnx.{rule.nnx}",
     )
+
+
+def einsum_bias_shape(bound: dict[str, cst.Arg]) -> str | None:
+    """Linen Einsum's inferred bias shape, as source: the kernel dims that survive into the result
+    (``flax.linen.Einsum._get_bias_shape``), when ``shape`` and ``einsum_str`` are literals."""
+    shape, eq = bound.get("shape"), bound.get("einsum_str")
+    if shape is None or eq is None or not isinstance(eq.value, cst.SimpleString):
+        return None
+    if not isinstance(shape.value, (cst.Tuple, cst.List)):
+        return None
+    text = eq.value.evaluated_value.replace(" ", "")
+    if "..." in text or "->" not in text or text.count(",") != 1:
+        return None
+    operands, result = text.split("->")
+    rhs = operands.split(",")[1]
+    dims = [code(e.value) for e in shape.value.elements]
+    if len(dims) != len(rhs):
+        return None
+    kept = [dims[rhs.index(c)] for c in result if c in rhs]
+    return f"({', '.join(kept)}{',' if len(kept) == 1 else ''})"

@@ -457,8 +457,12 @@ class MethodFlow:
             sub.iteration = self.flow.iteration
             sub.path = (*self.flow.path, (id(call), 0))  # its own returns end the helper, not the caller
             self.depth += 1
-            sub.run(callee.body.body)
-            self.depth -= 1
+            caller, self.flow = self.flow, sub  # the helper's sites read the helper's values (its `x`)
+            try:
+                sub.run(callee.body.body)
+            finally:
+                self.flow = caller
+                self.depth -= 1
             if not self.probing:
                 self.flow.uses.extend(sub.uses)
             out = agreed_return(sub.returns)

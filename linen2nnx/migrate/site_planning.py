@@ -34,7 +34,7 @@ from linen2nnx.migrate.foreign_locals import local_value, plain_foreign
 from linen2nnx.migrate.guard_conditions import config_part, guards
 from linen2nnx.migrate.input_sizes import input_size_arg
 from linen2nnx.migrate.key_chains import call_time_message
-from linen2nnx.migrate.layer_args import check_layer_args
+from linen2nnx.migrate.layer_args import check_layer_args, einsum_bias_shape
 from linen2nnx.migrate.local_sites import held_submodule
 from linen2nnx.migrate.loop_chains import LoopChains, names_of, offset_of
 from linen2nnx.migrate.loop_locals import loop_local_value
@@ -65,7 +65,6 @@ from linen2nnx.migrate.sites import (
     ClassPlan,
     LoopInfo,
     Site,
-    einsum_bias_shape,
     loop_name_prefix,
     shape_last_refs,
 )

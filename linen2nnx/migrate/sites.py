@@ -138,6 +138,8 @@ class Field:
     kw_only: bool = False  # after a ``_: dataclasses.KW_ONLY`` marker: a keyword-only constructor argument
     specifier: bool = False  # its default is another library's field specifier (see rules.MOD_012)
     added: bool = False  # an argument the NNX class gains (``<attr>_dtype``): no field of the Linen class
+    class_names: frozenset[str] = frozenset()  # names of the class body its default reads (``WIDTH``)
+    holds_modules: bool = False  # a container of modules (class_fields.holds_modules): nnx.data in NNX
 
 
 @dataclasses.dataclass
@@ -497,26 +499,6 @@ def loop_name_prefix(value: cst.BaseExpression, var: str) -> str | None:
         return None
     prefix = text.value[:-1]
     return prefix if prefix.isidentifier() else None
-
-
-def einsum_bias_shape(bound: dict[str, cst.Arg]) -> str | None:
-    """Linen Einsum's inferred bias shape, as source: the kernel dims that survive into the result
-    (``flax.linen.Einsum._get_bias_shape``), when ``shape`` and ``einsum_str`` are literals."""
-    shape, eq = bound.get("shape"), bound.get("einsum_str")
-    if shape is None or eq is None or not isinstance(eq.value, cst.SimpleString):
-        return None
-    if not isinstance(shape.value, (cst.Tuple, cst.List)):
-        return None
-    text = eq.value.evaluated_value.replace(" ", "")
-    if "..." in text or "->" not in text or text.count(",") != 1:
-        return None
-    operands, result = text.split("->")
-    rhs = operands.split(",")[1]
-    dims = [code(e.value) for e in shape.value.elements]
-    if len(dims) != len(rhs):
-        return None
-    kept = [dims[rhs.index(c)] for c in result if c in rhs]
-    return f"({', '.join(kept)}{',' if len(kept) == 1 else ''})"
 
 
 def is_shape_last(node: cst.CSTNode) -> str | None:

@@ -15,6 +15,7 @@ import libcst as cst
 from linen2nnx.migrate.call_inputs import passed_input
 from linen2nnx.migrate.callee_ranks import output_at_rank, with_ranks
 from linen2nnx.migrate.callee_terms import in_caller_terms
+from linen2nnx.migrate.class_fields import default_for_caller
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     bracketed,
@@ -217,8 +218,9 @@ class Sizer(TraceEvidence):
             return LayerInfo(site.flow_key, None, out_unknown=True)
         fields = {name: code(arg.value) for name, arg in site.args.items()}
         for f in user.fields:
-            if f.name not in fields and f.default is not None:
-                fields[f.name] = f.default
+            default = default_for_caller(self.ctx, site.ctor.func, user, f) if f.name not in fields else None
+            if default is not None:  # read as this file reads it (`Block.WIDTH`)
+                fields[f.name] = default
 
         def seen_by_caller(feat: Feat, first: Feat) -> Feat:
             """The submodule's result in the caller's terms: its input is the caller's value, its config

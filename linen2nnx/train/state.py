@@ -199,6 +199,32 @@ def state_from_converted(
     )
 
 
+def fresh_optimizer_note(path: str | Path) -> str | None:
+    """What a person resuming a Linen run should hear about ``convert``'s output at ``path``: it records a
+    Linen step past 0 but holds no optimizer state (converted with a spec naming no optimizer, or its
+    ``optimizer/`` left behind), so training starts a fresh optimizer at step 0 -- new moments, and a
+    learning-rate schedule from its start. Right for fine-tuning from converted weights; silently wrong
+    for continuing the Linen run. None when there is nothing to say."""
+    import json
+
+    from linen2nnx.checkpoint_convert.write import OPTIMIZER_DIR, REPORT_FILENAME
+
+    path = Path(path).expanduser()
+    if (path / OPTIMIZER_DIR).exists():
+        return None
+    try:
+        step = json.loads((path / REPORT_FILENAME).read_text()).get("step")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(step, int) or step <= 0:
+        return None
+    return (
+        f"{path} holds the weights of Linen step {step} but no optimizer state: training starts a fresh "
+        "optimizer at step 0 (new moments, the learning-rate schedule from its start); to continue the "
+        "Linen run, convert with a spec that names the optimizer (LinenSide.optimizer)"
+    )
+
+
 def _seeded_streams(pair: Any, model_state: Any, seed: int, deterministic: bool) -> Any:
     """``model_state`` with its RNG streams those of ``--seed``: a Linen checkpoint holds no RNG state,
     so the converted one carries the streams of convert's own init, which every run from it would
