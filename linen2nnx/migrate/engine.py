@@ -39,6 +39,7 @@ from linen2nnx.migrate.discovery import (
     reexported,
     relative_to_root,
 )
+from linen2nnx.migrate.earlier_markers import add_earlier_markers
 from linen2nnx.migrate.file_errors import internal_error, syntax_error
 from linen2nnx.migrate.file_state import IMPORTED_KEY
 from linen2nnx.migrate.findings import Finding, Severity
@@ -183,9 +184,9 @@ def migrate_source(
     )
     steps = (restate_axes, replay_helpers)
     names = functools.cache(lambda: NameResolver(tree))  # one resolver of `tree` for every step that reads it
-    if any(steps) and (kept := _prepassed(tree, source, path, module_name, trace, options, steps, names)):
-        return caller_sizes.settle_file(kept, kept.built) if settle_sizes else kept
     rule_enabled = rule_selector(select, ignore)
+    if any(steps) and (kept := _prepassed(tree, source, path, module_name, trace, options, steps, names)):
+        return _finished(kept, source, path, rule_enabled) if settle_sizes else kept
     kept_options = {k: v for k, v in options.items() if k not in ("select", "ignore")}
     context = CodemodContext(filename=path, full_module_name=module_name or None)
     command = MigrateModules(
@@ -210,7 +211,13 @@ def migrate_source(
     facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
     result = FileResult(file_path, path, source, output, findings, command.name_map, **facts)
     result.module, result.built = module_name, frozenset(built)
-    return _release(command, caller_sizes.settle_file(result, result.built) if settle_sizes else result)
+    return _release(command, _finished(result, source, path, rule_enabled) if settle_sizes else result)
+
+
+def _finished(result: FileResult, source: str, path: str, rule_enabled: Callable[[str], bool]) -> FileResult:
+    """An outer call's result: the sizes its own builders pass settled, and the work an earlier run's
+    markers still owe reported (earlier_markers.py)."""
+    return add_earlier_markers(caller_sizes.settle_file(result, result.built), source, path, rule_enabled)
 
 
 def _release(command: Any, result: FileResult) -> FileResult:
