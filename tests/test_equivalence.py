@@ -148,3 +148,50 @@ def test_compare_leaf_tolerance_and_edge_cases():
     assert not shape.passed and "shape differs" in shape.note
     assert compare_leaf("x", "p", [0.0], [0.0], 1e-5).cosine == 1.0
     assert json.dumps(shape.to_json(), allow_nan=False)  # inf spelled as a string
+
+
+_SINUS = """import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Sinus(nn.Module):
+    dim: int = 8
+
+    @nn.compact
+    def __call__(self, t):
+        f = jnp.exp(-jnp.arange(self.dim // 2) / self.dim)
+        a = t[:, None] * f[None]
+        return jnp.concatenate([jnp.sin(a), jnp.cos(a)], -1)
+"""
+
+
+def test_a_model_holding_no_variable_is_compared_by_its_outputs(tmp_path):
+    """A sinusoidal timestep embedding holds no variable: its Linen init is ``{}``, which check read as
+    "not a Linen checkpoint" (exit 2); now forward and loss are compared, and a slip fails."""
+    import jax.numpy as jnp
+
+    from linen2nnx.migrate import migrate_source
+    from linen2nnx.spec import LinenSide, ModelPair
+
+    result = migrate_source(_SINUS, "sinus.py", module_name="sinus")
+    (tmp_path / "linen_src.py").write_text(_SINUS)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    (tmp_path / "wrong_src.py").write_text(
+        result.output.replace("jnp.sin(a), jnp.cos(a)", "jnp.cos(a), jnp.sin(a)")
+    )
+    result.name_map.save(tmp_path / "map.json")
+    side = LinenSide(
+        model=import_file(tmp_path / "linen_src.py").Sinus(),
+        batch={"x": np.linspace(0.0, 3.0, 4).astype(np.float32)},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    assert side.init_variables() == {}
+    for stem, passes in (("nnx_src", True), ("wrong_src", False)):
+        nnx_cls = import_file(tmp_path / f"{stem}.py").Sinus
+        pair = ModelPair(
+            linen=side, nnx_factory=lambda rngs, c=nnx_cls: c(rngs=rngs), name_map=tmp_path / "map.json"
+        )
+        parity = check(pair, {})
+        assert parity.passed is passes and parity.by_check()["forward/eval"]

@@ -117,6 +117,8 @@ def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -
     if not isinstance(tree, Mapping):
         tree = _to_state_dict(tree, source)
     tree = _plain(tree)
+    if not tree and source == "<memory>":  # the init of a model holding no variable (a sinusoid embedding)
+        tree = {"params": {}}
     if "params" not in tree:
         keys = ", ".join(map(repr, sorted(map(str, tree)))) or "nothing"
         raise L2NError(

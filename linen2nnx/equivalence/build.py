@@ -249,7 +249,7 @@ def _linen_compile(
             out, updates = res
             return loss(out, batch), (out, updates)
 
-        (value, (out, updates)), grads = jax.value_and_grad(f, has_aux=True)(variables["params"])
+        (value, (out, updates)), grads = jax.value_and_grad(f, has_aux=True)(variables.get("params", {}))
         return out, value, grads, updates
 
     return maybe_jit(eval_fn, jit), maybe_jit(train_fn, jit)
