@@ -532,6 +532,16 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             self.ctx.report(
                 LAYER_003, site.ctor, f"{', '.join(moved)} of {what} moved to the call of self.{site.attr}"
             )
+        for arg in site.ctor.args if rule is None else ():  # a layer's unpacked arguments: L2N-LAYER-002
+            uses = (names_in(arg.value) - NOT_LOCAL) & (local_names - loop_names) if arg.star else set()
+            if uses:  # `kw = dict(self.block); kw['scale'] = 2.0; Block(**kw)`: kw never reaches __init__
+                self.ctx.report(
+                    MOD_004,
+                    arg,
+                    f"{arg.star}{code(arg.value)} of {what} unpacks the call-time value "
+                    f"{', '.join(sorted(uses))}, which __init__ cannot replay",
+                    "build the arguments in __init__ from constructor arguments and config, or pass them by name",
+                )
 
     def add_site(self, plan: ClassPlan, call: cst.Call, *, attr: str, linen_name: str, hoisted: bool) -> Site:
         rule = self.ctx.layer_rule_of(call.func)
