@@ -137,7 +137,10 @@ class NameMap:
             return qualname
         hits = [k for k, c in self.classes.items() if k.rsplit(".", 1)[-1] == qualname]
         if module is not None and len(hits) > 1:
-            hits = [k for k in hits if self.classes[k].module == module] or hits
+            exact = [k for k in hits if self.classes[k].module == module]
+            # a file in a folder with no __init__.py is recorded by a shorter name (`b` for `pc.sub.b`)
+            dotted = [k for k in hits if _same_module(self.classes[k].module, module)]
+            hits = exact or dotted or hits
         return hits[0] if len(hits) == 1 else None
 
     def to_nnx_path(self, root: str, collection: str, path: PathT) -> PathT:
@@ -308,3 +311,9 @@ def flatten(tree: Mapping[str, Any], prefix: PathT = ()) -> Iterable[tuple[PathT
             yield from flatten(v, (*prefix, k))
         elif v is not None:
             yield (*prefix, k), v
+
+
+def _same_module(recorded: str, module: str) -> bool:
+    """``recorded`` (a class entry's module) names ``module`` (``pc.sub.b``) by a dotted tail of it
+    (``b``, ``sub.b``), or the other way round."""
+    return bool(recorded) and (module.endswith(f".{recorded}") or recorded.endswith(f".{module}"))

@@ -81,3 +81,13 @@ def test_new_entries_round_trip_through_json():
     again = NameMap.from_json(_map(block).to_json())
     assert again.classes["m.Block"].children == block.children
     assert again.classes["m.Block"].variables == block.variables
+
+
+def test_same_named_classes_are_told_apart_by_a_dotted_tail_of_their_module():
+    """A file in a folder without ``__init__.py`` is recorded by its short module name (``b``); the
+    trace of its class names it ``pc.sub.b``: that class, not the other ``Model`` (before: no class,
+    and migrate --trace stopped with "was not migrated by this run")."""
+    names = _map(ClassEntry("pc.a.Model", module="pc.a"), ClassEntry("b.Model", module="b"))
+    assert names.find_class("Model", "pc.sub.b") == "b.Model"
+    assert names.find_class("Model", "pc.a") == "pc.a.Model"
+    assert names.find_class("Model", "other") is None  # neither: still ambiguous

@@ -95,3 +95,21 @@ def test_write_with_a_trace_says_no_spec_is_written(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "no pair spec is written without --out-dir" in textwrap.dedent(done.stderr).replace("\n", " ")
     assert not list(tmp_path.rglob("linen2nnx_spec.py"))
+
+
+def test_a_batch_that_does_not_give_the_inputs_is_a_named_error():
+    """A spec whose batch has no ``x`` and no ``inputs=``: an error naming the spec and what to set (it
+    was a KeyError traceback, exit 1, the exit of a run with findings)."""
+    import flax.linen as nn
+    import numpy as np
+    import pytest
+
+    from linen2nnx.errors import L2NError
+    from linen2nnx.migrate.trace import trace_linen
+    from linen2nnx.spec import LinenSide
+
+    side = LinenSide(
+        model=nn.Dense(3), batch={"inputs": np.ones((2, 4), np.float32)}, loss=lambda o, b: o.sum()
+    )
+    with pytest.raises(L2NError, match=r"spec specs:side: the example batch does not give Dense's inputs"):
+        trace_linen(side, "specs:side")

@@ -81,13 +81,21 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
     import jax
 
     recorder = _Recorder()
-    args, kwargs = side.call_args(train=False)
+    model_type = type(side.model)
+    try:
+        args, kwargs = side.call_args(train=False)
+    except L2NError:
+        raise
+    except Exception as e:  # `inputs=` left out and the batch has no "x": the spec's fault, said so
+        raise ModelBuildError(
+            f"spec {spec_ref or '(trace)'}: the example batch does not give {model_type.__name__}'s inputs "
+            f"({type(e).__name__}: {e}); set LinenSide(inputs=...) to say how a batch becomes its arguments"
+        ) from e
 
     def init():
         with nn.intercept_methods(recorder.intercept):
             return side.model.init(side.init_rngs(), *args, **kwargs)
 
-    model_type = type(side.model)
     try:
         jax.eval_shape(init)
     except L2NError:
