@@ -1486,3 +1486,20 @@ def test_a_position_embedding_sized_by_its_input_builds_from_the_traced_shape(tm
         x,
         map_path,
     )
+
+
+def test_a_key_size_the_trace_saw_on_one_side_of_a_test_is_given_by_hand(tmp_path):
+    """``context = x if context is None else context`` traced with a context: the key's size is a
+    constructor argument to give (not bound to ``context``'s width); given the traced width, the NNX
+    block computes Linen's forward and gradients."""
+    linen_module, nnx_module, result, map_path = build("traced_optional_context", tmp_path)
+    entry = result.name_map.classes["traced_optional_context.Block"]
+    assert set(entry.new_args) == {"views_x_features", "attn_k_in_features", "attn2_k_in_features"}
+    rng = np.random.default_rng(8)
+    views = {
+        "x": rng.normal(size=(2, 3, 6)).astype(np.float32),
+        "c": rng.normal(size=(2, 3, 5)).astype(np.float32),
+    }
+    sizes = {"views_x_features": 6, "attn_k_in_features": 5, "attn2_k_in_features": 5}
+    nnx_cls = nnx_module.Block
+    assert_parity(linen_module.Block(), lambda rngs: nnx_cls(**sizes, rngs=rngs), views, map_path)

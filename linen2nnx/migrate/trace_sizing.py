@@ -162,6 +162,10 @@ class TraceEvidence:
         return size
 
     def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
+        """The size of ``site``'s input from the trace (``feat``: what the dataflow made of it): a leaf of
+        the class's own inputs it was fed unchanged (unless the dataflow saw a value chosen on a test, of
+        which the trace saw one side: ``context = x if context is None else context``), the config value
+        its traced size matches, or (``--unsafe-fixes``) the traced literal."""
         if self.state.trace is None or site.tail_of is not None:
             return None  # the trace knows one Linen name; a list's extension moves with the loop's length
         listed = site.loop is not None or site.nest is not None  # Linen names its elements on: {Class}_{k}
@@ -169,7 +173,7 @@ class TraceEvidence:
             shapes = self._element_shapes(plan, site)
         else:
             shapes = self.state.trace.shapes_for(plan.name, site.linen_name)
-            leaf = self._input_leaf(plan, site, node)
+            leaf = self._input_leaf(plan, site, node) if feat.reason not in _BRANCHED else None
             if leaf is not None:
                 return leaf
         sizes = sorted({s[-1] for s in shapes if s})
@@ -437,6 +441,10 @@ class TraceEvidence:
 
 # attributes, string keys and int indices (jax's keystr of NamedTuple fields, dicts, lists): an
 # expression on the argument; other key kinds (a custom pytree's flat index) are no attribute path
+#: What the dataflow says of a value one test chooses between two others: the trace saw one side only.
+_BRANCHED = frozenset(
+    {"conditional expression", "differs between branches", "different objects on different paths"}
+)
 _PLAIN_ACCESSOR = re.compile(r"(\.[A-Za-z_]\w*|\['[A-Za-z_]\w*'\]|\[\d+\])*")
 
 
