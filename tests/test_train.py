@@ -217,6 +217,13 @@ def test_checkpoint_that_does_not_fit_or_is_corrupt_is_named(mlp_converted, tmp_
     assert main(["train", str(spec_path), "--out", str(out), "--init-from", str(tmp_path / "wide")]) == 2
     err = capsys.readouterr().err
     assert "does not fit the model" in err and "head/kernel: checkpoint (32, 5) vs model (32, 4)" in err
+    assert not out.exists() and "Linen checkpoint" not in err
+    # the Linen checkpoint itself, not convert's output: said so
+    linen_like = tmp_path / "linen_like"
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(str(linen_like), {"params": {"head": {"kernel": np.zeros((32, 4), np.float32)}}})
+    assert main(["train", str(spec_path), "--out", str(out), "--init-from", str(linen_like)]) == 2
+    assert "run `linen2nnx convert` on it first" in " ".join(capsys.readouterr().err.split())
     assert not out.exists()
 
     corrupt = tmp_path / "corrupt"
@@ -476,3 +483,18 @@ def test_a_converted_checkpoint_without_optimizer_state_says_the_optimizer_start
     assert f"Linen step {LINEN_STEPS} but no optimizer state" in err and "trained steps 0..0" in err
     assert main([*args, "--out", str(tmp_path / "resumed"), "--init-from", str(nnx_ckpt)]) == 0
     assert "no optimizer state" not in capsys.readouterr().err
+
+
+def test_a_state_restored_without_a_mesh_is_committed_to_the_device(mlp_converted):
+    """Restored without a mesh, the optimizer state came back as host numpy arrays and the RNG streams
+    uncommitted: the jitted step compiled once for them and again for its own device outputs. Every
+    leaf is now a device array committed as the step's outputs are."""
+    import jax
+
+    from linen2nnx.train.state import choose_tx, state_from_converted
+
+    _, _, spec_path, _, nnx_ckpt = mlp_converted
+    pair = load_pair(str(spec_path))
+    ts = state_from_converted(pair, choose_tx(pair), nnx_ckpt, seed=1, deterministic=True)
+    leaves = jax.tree.leaves(ts.state)
+    assert leaves and all(isinstance(a, jax.Array) and a.committed for a in leaves)

@@ -93,11 +93,14 @@ def canonical(graphdef: Any, state: Any) -> Any:
 
 
 def _with_shardings(abstract: Any, shardings: Any) -> Any:
-    """Abstract leaves carrying their target sharding: what a sharded Orbax restore needs."""
+    """Abstract leaves carrying their target sharding: what a sharded Orbax restore needs. Without a
+    mesh, this process's first device: restored without one, Orbax gives host numpy arrays, which the
+    jitted step then compiled for once, and again for the device arrays of its own output."""
     import jax
 
     if shardings is None:
-        return abstract
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), abstract)
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
 
 
@@ -166,7 +169,13 @@ def fit_problems(meta: Any, abstract: Any, path: Path, what: str) -> None:
     ]
     if problems:
         shown = "; ".join(problems[:8]) + (f"; ... ({len(problems)} in all)" if len(problems) > 8 else "")
-        raise CheckpointError(f"{path}: the {what} does not fit the model: {shown}")
+        tops = {p.split("/", 1)[0] for p in have}
+        linen = (
+            " (it looks like a Linen checkpoint: run `linen2nnx convert` on it first)"
+            if "params" in tops
+            else ""
+        )
+        raise CheckpointError(f"{path}: the {what} does not fit the model{linen}: {shown}")
 
 
 def state_from_converted(
@@ -194,9 +203,10 @@ def state_from_converted(
             return nnx.state(nnx_optimizer(nnx.merge(model_gdef, ms), tx))
 
         opt_state = jax.jit(fresh, out_shardings=shards[1])(model_state)
-    return dataclasses.replace(
-        target, state=canonical(target.graphdef, nnx.State({0: model_state, 1: opt_state}))
-    )
+    state = canonical(target.graphdef, nnx.State({0: model_state, 1: opt_state}))
+    if target.shardings is None:  # every leaf committed to the device, as the step's outputs are: one compile
+        state = jax.device_put(state, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
+    return dataclasses.replace(target, state=state)
 
 
 def fresh_optimizer_note(path: str | Path) -> str | None:
