@@ -538,7 +538,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 self.ctx.report(
                     MOD_004,
                     arg,
-                    f"{arg.star}{code(arg.value)} of {what} unpacks the call-time value "
+                    f"{arg.star}{' '.join(code(arg.value).split())} of {what} unpacks the call-time value "
                     f"{', '.join(sorted(uses))}, which __init__ cannot replay",
                     "build the arguments in __init__ from constructor arguments and config, or pass them by name",
                 )
