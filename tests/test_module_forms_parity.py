@@ -336,6 +336,8 @@ CASES = {
     "rank_guard_unpacked": ("Stem", {}, (2, 4, 4, 3)),  # n, h, w, c = images.shape
     "rank_guard_squeezed": ("Squeezed", {}, (2, 5)),  # h.squeeze(-2) keeps the features
     "layer_dtype_param_after_stem": ("HybridViT", {}, (2, 8, 8, 3)),  # embedding after a stem: float32
+    "helper_layer_chain": ("Model", {}, (2, 4)),  # w = Dense(3)(y); w = Dense(3)(w) in a tuple helper
+    "submodule_width_from_input": ("Model", {}, (2, 4)),  # Block(features=x.shape[-1] + 1), then its width
     "compact_method_own_input": ("Model", {}, (2, 4)),  # x.shape[-1] of the compact method's own x
     "field_holds_modules": ("Model", {}, (2, 3)),  # embedders: Mapping[str, nn.Module] kept as nnx.data
     "position_embedding_unpack": ("AddPositionEmbs", {}, (2, 5, 4)),  # _, length, width = x.shape: x_shape

@@ -16,7 +16,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor, contains
+from linen2nnx.migrate.cst_meta import FastVisitor, calls_in, contains
 from linen2nnx.migrate.cst_utils import code, is_docstring, name_counts, names_in, single_assign
 from linen2nnx.migrate.function_replay import free_names
 from linen2nnx.migrate.helper_fold import (
@@ -181,12 +181,20 @@ def _forward(stmts: list[cst.BaseStatement], local_names: set[str]) -> list[cst.
             or (
                 reads[0] != i + 1 and not pure(value)
             )  # a call is evaluated where it was, just before its use
+            or (_builds_applied(value) and _builds_applied(stmts[reads[0]]))
         ):
             i += 1
             continue
         stmts[reads[0]] = substitute(stmts[reads[0]], {name: value})
         del stmts[i]
     return stmts
+
+
+def _builds_applied(node: cst.CSTNode) -> bool:
+    """``node`` builds and applies a module (``nn.Dense(3)(y)``). Forwarded into a statement that builds
+    one too (``w = nn.Dense(3)(w)``), it would be built second (``nn.Dense(3)(nn.Dense(3)(y))`` builds
+    the outer layer first), and Linen's auto-names (``Dense_0``, ``Dense_1``) would swap weights."""
+    return any(isinstance(call.func, cst.Call) for call in calls_in(node))
 
 
 def _binds_self_attrs(stmts: list[cst.BaseStatement]) -> bool:

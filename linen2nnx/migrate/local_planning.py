@@ -123,6 +123,7 @@ class LocalPlanner:
                 first = fn.params.params[1].name.value if len(fn.params.params) > 1 else None
                 if (
                     first is None
+                    or fn.name.value != "__call__"  # `body(self, u)`: u is what __call__ made of its input
                     or call_time != {first}
                     or not only_shape_uses(value, first)
                     or not self._shape_kept_until(fn, stmt, first)

@@ -569,6 +569,15 @@ def resolved_arg(site: Site, name: str, updated: cst.BaseExpression) -> cst.Base
     return parse_expression(replace_shape_last(updated, sizes)) if sizes else updated
 
 
+def built_arg_text(site: Site, name: str, arg: cst.Arg) -> str:
+    """Argument ``name`` of a submodule's construction as ``__init__`` builds it: ``features=x.shape[-1]``
+    as the size the dataflow resolved (``in_features``), not the call-time ``x`` ``__init__`` never binds."""
+    sizes = site.shape_sizes.get(name)
+    if sizes:
+        return replace_shape_last(arg.value, sizes)
+    return site.arg_sources.get(name, code(arg.value))
+
+
 def root_site(site: Site) -> Site:
     """The outermost site a nested site is built inside (itself when not nested)."""
     while site.parent is not None:

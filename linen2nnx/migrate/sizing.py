@@ -39,6 +39,7 @@ from linen2nnx.migrate.setup_order import ready_at
 from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
+    built_arg_text,
     replace_shape_last,
 )
 from linen2nnx.migrate.trace_sizing import TraceEvidence
@@ -216,7 +217,7 @@ class Sizer(TraceEvidence):
         assert user is not None
         if user.out is None:
             return LayerInfo(site.flow_key, None, out_unknown=True)
-        fields = {name: code(arg.value) for name, arg in site.args.items()}
+        fields = {name: built_arg_text(site, name, arg) for name, arg in site.args.items()}
         for f in user.fields:
             default = default_for_caller(self.ctx, site.ctor.func, user, f) if f.name not in fields else None
             if default is not None:  # read as this file reads it (`Block.WIDTH`)

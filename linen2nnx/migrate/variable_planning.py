@@ -313,7 +313,7 @@ class VariablePlanning:
         """``value`` reads only the shape of the compact method's input, unchanged until ``call``'s line:
         ``__init__`` computes it on a stand-in of the shape the class gains as an argument."""
         fn = self.ctx.enclosing_function(call)
-        if fn is None or fn is not plan.compact or len(fn.params.params) < 2:
+        if not _stands_for_first_input(fn, plan):
             return False
         first = fn.params.params[1].name.value
         if uses != {first} or not only_shape_uses(value, first) or plan.shape_input not in ("", first):
@@ -341,7 +341,7 @@ def unpacked_input_shape(
     then reads the stand-in too, not the dataflow's size. (``x.shape`` read at the call is
     :meth:`_input_shape_arg`'s: ``x`` may be rebound by then.)"""
     fn = ctx.enclosing_function(call)
-    if fn is None or fn is not plan.compact or len(fn.params.params) < 2:
+    if not _stands_for_first_input(fn, plan):
         return False
     first = fn.params.params[1].name.value
     if plan.shape_input not in ("", first) or not uses or first in uses:
@@ -362,6 +362,12 @@ def unpacked_input_shape(
     plan.pure_locals = in_source_order(plan.pure_locals, fn)
     plan.shape_input = first
     return True
+
+
+def _stands_for_first_input(fn: cst.FunctionDef | None, plan: ClassPlan) -> bool:
+    """``fn`` is the class's compact ``__call__``, whose first parameter is the input a caller's
+    ``x_shape`` describes (a compact ``body(self, u)`` gets what ``__call__`` makes of its input)."""
+    return fn is not None and fn is plan.compact and fn.name.value == "__call__" and len(fn.params.params) > 1
 
 
 def shape_kept_until(ctx: Any, fn: cst.FunctionDef, stop: cst.BaseStatement, name: str) -> bool:
