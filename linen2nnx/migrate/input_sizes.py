@@ -241,3 +241,11 @@ def tuple_valued(how: str) -> bool:
     """A new constructor argument that takes a tuple (a whole input shape, or one size per element of
     a setup() list): a builder that passes one on takes a tuple too, not the int a plain size is."""
     return how.startswith("input_shape:") or how in ("unresolved_shape", "unresolved_each")
+
+
+def child_size_label(arg: str, child: str, how: str) -> str:
+    """How a finding names a class's size argument ``arg`` that its builder cannot give: a tuple one
+    takes says what the tuple holds (passing one int fails only where the class indexes it)."""
+    if how == "unresolved_each":
+        return f"{arg} of {child} (a tuple, one size per element of its list)"
+    return f"{arg} of {child} (a whole input shape)" if tuple_valued(how) else f"{arg} of {child}"

@@ -31,7 +31,7 @@ from linen2nnx.migrate.element_loops import later_size_holds
 from linen2nnx.migrate.extra_inputs import invariant_input, kv_size
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.handed_modules import HANDED, handed_kind, handed_size
-from linen2nnx.migrate.input_sizes import flat_input, input_arg_name, tuple_valued
+from linen2nnx.migrate.input_sizes import child_size_label, flat_input, input_arg_name, tuple_valued
 from linen2nnx.migrate.loop_chains import chain_label
 from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import MOD_004, SHAPE_002, SHAPE_003
@@ -377,8 +377,9 @@ class Sizer(TraceEvidence):
                 elif how.startswith(HANDED) and (handed := handed_size(self, plan, site, arg, how, node)):
                     site.user_in[arg] = handed  # the output size of a submodule it hands in
                 else:
+                    what = child_size_label(arg, site.user.name, how)
                     site.user_in[arg] = self._required_arg(
-                        plan, site, f"{arg} of {site.user.name}", node, arg, shape=tuple_valued(how)
+                        plan, site, what, node, arg, shape=tuple_valued(how)
                     )
 
     def _loop_expr(
@@ -585,13 +586,9 @@ class Sizer(TraceEvidence):
                     )
                     if not traced and how.startswith(HANDED):
                         traced = handed_size(self, plan, site, arg, how, site.ctor)
+                    what = child_size_label(arg, site.user.name, how)
                     site.user_in[arg] = traced or self._required_arg(
-                        plan,
-                        site,
-                        f"{arg} of {site.user.name}",
-                        site.ctor,
-                        arg,
-                        shape=tuple_valued(how),
+                        plan, site, what, site.ctor, arg, shape=tuple_valued(how)
                     )
 
     def _resolved(self, site: Site) -> bool:
