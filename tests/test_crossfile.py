@@ -911,7 +911,8 @@ def test_a_package_below_a_namespace_folder_is_found_by_its_longer_name(tmp_path
 def test_a_submodule_width_from_its_field_default_reads_as_the_caller_file_sees_it(tmp_path):
     """``features: int = HIDDEN`` (a constant of the other file) and ``other: int = WIDTH`` (of the class
     body): the caller's layer after the block is sized ``pkg.layers.HIDDEN`` / ``Block.WIDTH``, names
-    the caller's file can read (it wrote the bare names, a NameError at build), and reaches parity."""
+    the caller's file reads as the block's (it wrote the bare names: a NameError at build, or the
+    caller's own ``HIDDEN``, another value), and reaches parity."""
     src, out = tmp_path / "src", tmp_path / "out"
     (src / "pkg").mkdir(parents=True)
     (src / "pkg" / "__init__.py").write_text("")
@@ -923,7 +924,7 @@ def test_a_submodule_width_from_its_field_default_reads_as_the_caller_file_sees_
         "    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(self.features)(x)\n"
     )
     (src / "pkg" / "model.py").write_text(
-        "import flax.linen as nn\n\nfrom pkg.layers import Block, Wide\n\n\n"
+        "import flax.linen as nn\n\nfrom pkg.layers import Block, Wide\n\nHIDDEN = 2  # not the block's\n\n\n"
         "class Model(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
         "        return nn.Dense(3)(Block()(x)) + nn.Dense(3)(Wide()(x))\n"
     )

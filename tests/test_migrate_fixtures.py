@@ -69,3 +69,16 @@ def test_kept_linen_class_markers_are_not_reworded_by_a_second_run():
     once = migrate_source(src, "x.py").output
     assert "class HeadLinen(nn.Module)" in once and once.count("L2N-SHAPE-003") == 1
     assert migrate_source(once, "x.py").output == once
+
+
+def test_marker_text_in_a_string_is_no_marker():
+    """A docstring quoting a marker is no work an earlier run left: no finding (it failed --check)."""
+    src = (
+        '"""How to read the markers. A first run writes, above a layer:\n\n'
+        "    # TODO(linen2nnx): L2N-SHAPE-003 in_features of Block is unknown statically\n"
+        '"""\n\nfrom flax import nnx\n\n\nclass M(nnx.Module):\n'
+        "    def __init__(self, rngs: nnx.Rngs):\n        self.l = nnx.Linear(2, 2, rngs=rngs)\n"
+    )
+    assert migrate_source(src, "doc.py").findings == []
+    marked = src.replace("class M", "# TODO(linen2nnx): L2N-SHAPE-003 a size to give\nclass M")
+    assert [f.rule for f in migrate_source(marked, "doc.py").findings] == ["L2N-SHAPE-003"]

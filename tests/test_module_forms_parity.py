@@ -338,6 +338,11 @@ CASES = {
     "layer_dtype_param_after_stem": ("HybridViT", {}, (2, 8, 8, 3)),  # embedding after a stem: float32
     "helper_layer_chain": ("Model", {}, (2, 4)),  # w = Dense(3)(y); w = Dense(3)(w) in a tuple helper
     "submodule_width_from_input": ("Model", {}, (2, 4)),  # Block(features=x.shape[-1] + 1), then its width
+    "compact_method_same_input": (
+        "Model",
+        {},
+        (2, 3, 4),
+    ),  # body(self, u) fed __call__'s x unchanged: x_shape
     "compact_method_own_input": ("Model", {}, (2, 4)),  # x.shape[-1] of the compact method's own x
     "field_holds_modules": ("Model", {}, (2, 3)),  # embedders: Mapping[str, nn.Module] kept as nnx.data
     "position_embedding_unpack": ("AddPositionEmbs", {}, (2, 5, 4)),  # _, length, width = x.shape: x_shape
@@ -1496,12 +1501,24 @@ def test_a_key_size_the_trace_saw_on_one_side_of_a_test_is_given_by_hand(tmp_pat
     block computes Linen's forward and gradients."""
     linen_module, nnx_module, result, map_path = build("traced_optional_context", tmp_path)
     entry = result.name_map.classes["traced_optional_context.Block"]
-    assert set(entry.new_args) == {"views_x_features", "attn_k_in_features", "attn2_k_in_features"}
+    assert set(entry.new_args) == {"views_x_features", *(f"attn{k}_k_in_features" for k in ("", "2", "3"))}
     rng = np.random.default_rng(8)
     views = {
         "x": rng.normal(size=(2, 3, 6)).astype(np.float32),
         "c": rng.normal(size=(2, 3, 5)).astype(np.float32),
     }
-    sizes = {"views_x_features": 6, "attn_k_in_features": 5, "attn2_k_in_features": 5}
+    sizes = {"views_x_features": 6, **{f"attn{k}_k_in_features": 5 for k in ("", "2", "3")}}
     nnx_cls = nnx_module.Block
     assert_parity(linen_module.Block(), lambda rngs: nnx_cls(**sizes, rngs=rngs), views, map_path)
+
+
+def test_a_container_of_modules_looped_over_is_data_and_runs(tmp_path):
+    """``layers: Sequence[Embedder]`` looped over (``for layer in self.layers``): kept as ``nnx.data``, the
+    class builds with NNX layers and applies them in order (a plain attribute was refused at build)."""
+    _, nnx_module, _, _ = build("field_holds_modules", tmp_path)
+    rngs = nnx.Rngs(0)
+    up, down = nnx.Linear(4, 3, rngs=rngs), nnx.Linear(3, 2, rngs=rngs)
+    chain = nnx_module.Chain(layers=(up, down), rngs=rngs)
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(chain(x), down(up(x)))
+    assert len(jax.tree.leaves(nnx.state(chain, nnx.Param))) == 4

@@ -153,17 +153,21 @@ _PACKED_CALL = "lambda module, args, kwargs: module(*args, **kwargs)"
 
 def packed_methods(cls: cst.ClassDef) -> frozenset[str]:
     """The methods of a Linen class (``__call__`` and public ones) with a parameter named like a keyword
-    ``ToNNX.__call__`` keeps (``def __call__(self, x, mutable=False)``): the wrapper hands their
+    ``ToNNX.__call__`` keeps (``def __call__(self, x, mutable=False)``), or ``**kwargs`` that may hold
+    one: the wrapper hands their
     arguments to the bridge packed, as ``(args, kwargs)``, and applies a function that unpacks them."""
     return frozenset(
         stmt.name.value
         for stmt in cls.body.body
         if isinstance(stmt, cst.FunctionDef)
-        and {
-            p.name.value
-            for p in (*stmt.params.posonly_params, *stmt.params.params, *stmt.params.kwonly_params)
-        }
-        & _BRIDGE_KEYWORDS
+        and (
+            isinstance(stmt.params.star_kwarg, cst.Param)  # `**kwargs` may carry one of them
+            or {
+                p.name.value
+                for p in (*stmt.params.posonly_params, *stmt.params.params, *stmt.params.kwonly_params)
+            }
+            & _BRIDGE_KEYWORDS
+        )
     )
 
 

@@ -16,7 +16,7 @@ import libcst as cst
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.annotation_names import qualified_default
 from linen2nnx.migrate.context import FIELD_FUNCTIONS, FileContext
-from linen2nnx.migrate.cst_meta import calls_in
+from linen2nnx.migrate.cst_meta import calls_in, nodes_of
 from linen2nnx.migrate.cst_utils import code, names_in, self_attr
 from linen2nnx.migrate.elementwise import setup_activations
 from linen2nnx.migrate.kw_only import is_kw_only_marker
@@ -44,9 +44,7 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
         k.keyword is not None and k.keyword.value == "kw_only" and code(k.value) == "True"
         for k in node.keywords
     )
-    indexed = {  # `self.embedders[k](v)`: fields whose elements the class applies
-        self_attr(call.func.value) for call in calls_in(node.body) if isinstance(call.func, cst.Subscript)
-    }
+    indexed = _element_fields(node)
     for stmt in node.body.body:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
@@ -261,9 +259,26 @@ _PLAIN_ELEMENTS = frozenset(
 )
 
 
+def _element_fields(cls: cst.ClassDef) -> set[str]:
+    """Fields whose elements the class reaches one by one: applied by index (``self.embedders[k](v)``)
+    or looped over (``for b in self.blocks``, ``self.embedders.values()`` / ``.items()``)."""
+    found = {self_attr(c.func.value) for c in calls_in(cls.body) if isinstance(c.func, cst.Subscript)}
+    for loop in nodes_of(cls.body, (cst.For, cst.CompFor)):
+        it = loop.iter  # type: ignore[attr-defined]
+        if (
+            isinstance(it, cst.Call)
+            and isinstance(it.func, cst.Attribute)
+            and it.func.attr.value in ("values", "items")
+        ):
+            it = it.func.value
+        found.add(self_attr(it))
+    return {f for f in found if f is not None}
+
+
 def holds_modules(annotation: str | None, applied_by_index: bool) -> bool:
     """A field annotated as a container of modules (``Sequence[nn.Module]``), or as a container of some
-    class whose elements the class applies (``Mapping[str, Embedder]`` and ``self.embedders[k](v)``):
+    class whose elements the class reaches one by one (``Mapping[str, Embedder]`` and
+    ``self.embedders[k](v)``, ``for b in self.blocks``: ``applied_by_index``, :func:`_element_fields`):
     its ``__init__`` keeps it as ``nnx.data(...)``. NNX treats any other attribute as static, and a
     static dict or list holding NNX modules is refused when the class is built. A container of plain
     values (``Sequence[int]``, ``Mapping[str, Any]``) is kept as it is."""
@@ -295,6 +310,21 @@ def default_for_caller(
         default = qualified_default(default, others, code(callee))
     if ctx.state.linen_classes.get(user.name) is user:
         return default  # of this file: its module-level names are this file's
-    if not plain:
+    owner = _module_of(ctx, callee) if plain else None
+    if owner is None:
         return None
-    return _with_base_names(ctx, callee, dataclasses.replace(field, default=default)).default
+    # every name of the other file's module through it, even one this file binds too (another value)
+    theirs = names_in(cst.parse_expression(field.default)) - field.class_names
+    return qualified_default(default, frozenset(names_in(cst.parse_expression(default)) - theirs), owner)
+
+
+def _module_of(ctx: FileContext, callee: cst.BaseExpression) -> str | None:
+    """How this file reaches the module of the class of another file ``callee`` names: ``layers`` of
+    ``layers.Block``; for a class imported by name, its module's dotted name, imported plainly."""
+    if isinstance(callee, cst.Attribute):
+        return code(callee.value)
+    known = ctx.state.external
+    module = next((q.rsplit(".", 1)[0] for q in map(ctx.absolute, ctx.qualnames(callee)) if q in known), None)
+    if module is not None:
+        ctx.state.plain_imports.add(module)
+    return module

@@ -51,7 +51,7 @@ from linen2nnx.migrate.rules import LAYER_003, MOD_004, SHAPE_002
 from linen2nnx.migrate.site_planning import SitePlanner
 from linen2nnx.migrate.sites import ClassPlan, compact_only, nest_fors, shape_last_refs
 from linen2nnx.migrate.static_locals import StaticLocals
-from linen2nnx.migrate.variable_planning import shape_kept_until
+from linen2nnx.migrate.variable_planning import shape_kept_until, stands_for_first_input
 
 
 class LocalPlanner:
@@ -123,7 +123,7 @@ class LocalPlanner:
                 first = fn.params.params[1].name.value if len(fn.params.params) > 1 else None
                 if (
                     first is None
-                    or fn.name.value != "__call__"  # `body(self, u)`: u is what __call__ made of its input
+                    or not stands_for_first_input(self.ctx, fn, plan)  # `body(self, u)` of a changed x
                     or call_time != {first}
                     or not only_shape_uses(value, first)
                     or not self._shape_kept_until(fn, stmt, first)

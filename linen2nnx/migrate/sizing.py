@@ -218,7 +218,8 @@ class Sizer(TraceEvidence):
         if user.out is None:
             return LayerInfo(site.flow_key, None, out_unknown=True)
         fields = {name: built_arg_text(site, name, arg) for name, arg in site.args.items()}
-        for f in user.fields:
+        unpacked = any(a.star for a in site.ctor.args)  # Block(**kw): any field may be given there
+        for f in user.fields if not unpacked else ():
             default = default_for_caller(self.ctx, site.ctor.func, user, f) if f.name not in fields else None
             if default is not None:  # read as this file reads it (`Block.WIDTH`)
                 fields[f.name] = default

@@ -87,9 +87,14 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
     except L2NError:
         raise
     except Exception as e:  # `inputs=` left out and the batch has no "x": the spec's fault, said so
+        how = (
+            "LinenSide(inputs=...) fails on it"
+            if side.inputs is not None
+            else "set LinenSide(inputs=...) to say how a batch becomes its arguments"
+        )
         raise ModelBuildError(
             f"spec {spec_ref or '(trace)'}: the example batch does not give {model_type.__name__}'s inputs "
-            f"({type(e).__name__}: {e}); set LinenSide(inputs=...) to say how a batch becomes its arguments"
+            f"({type(e).__name__}: {e}); {how}"
         ) from e
 
     def init():

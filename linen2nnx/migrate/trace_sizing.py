@@ -237,6 +237,10 @@ class TraceEvidence:
         params = [p.name.value for p in call.params.params][1:]
         if int(index) >= len(params) or not _PLAIN_ACCESSOR.fullmatch(accessor):
             return None
+        if call.params.params[int(index) + 1].default is not None:
+            return (
+                None  # an optional input (`context=None`): the trace saw it given, a caller may not give it
+            )
         why = f", which the trace saw {plan.name}.{site.attr} read unchanged"
         return self._leaf_argument(plan, int(index), params[int(index)], accessor, node, why)
 

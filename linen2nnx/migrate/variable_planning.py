@@ -12,7 +12,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import syntax_children
+from linen2nnx.migrate.cst_meta import calls_in, syntax_children
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_in,
@@ -313,7 +313,7 @@ class VariablePlanning:
         """``value`` reads only the shape of the compact method's input, unchanged until ``call``'s line:
         ``__init__`` computes it on a stand-in of the shape the class gains as an argument."""
         fn = self.ctx.enclosing_function(call)
-        if not _stands_for_first_input(fn, plan):
+        if not stands_for_first_input(self.ctx, fn, plan):
             return False
         first = fn.params.params[1].name.value
         if uses != {first} or not only_shape_uses(value, first) or plan.shape_input not in ("", first):
@@ -341,7 +341,7 @@ def unpacked_input_shape(
     then reads the stand-in too, not the dataflow's size. (``x.shape`` read at the call is
     :meth:`_input_shape_arg`'s: ``x`` may be rebound by then.)"""
     fn = ctx.enclosing_function(call)
-    if not _stands_for_first_input(fn, plan):
+    if not stands_for_first_input(ctx, fn, plan):
         return False
     first = fn.params.params[1].name.value
     if plan.shape_input not in ("", first) or not uses or first in uses:
@@ -364,10 +364,28 @@ def unpacked_input_shape(
     return True
 
 
-def _stands_for_first_input(fn: cst.FunctionDef | None, plan: ClassPlan) -> bool:
-    """``fn`` is the class's compact ``__call__``, whose first parameter is the input a caller's
-    ``x_shape`` describes (a compact ``body(self, u)`` gets what ``__call__`` makes of its input)."""
-    return fn is not None and fn is plan.compact and fn.name.value == "__call__" and len(fn.params.params) > 1
+def stands_for_first_input(ctx: Any, fn: cst.FunctionDef | None, plan: ClassPlan) -> bool:
+    """``fn`` is the class's compact method, and its first parameter the input a caller's ``x_shape``
+    describes: ``__call__``'s own, or a compact ``body(self, u)`` that only ``__call__`` calls, with its
+    input unchanged (``self.body(x)``); one called with what ``__call__`` made of it is not."""
+    if fn is None or fn is not plan.compact or len(fn.params.params) < 2:
+        return False
+    if fn.name.value == "__call__":
+        return True
+    methods = ctx.state.methods.get(plan.name, [])
+    call = next((m for m in methods if m.name.value == "__call__"), None)
+    if call is None or len(call.params.params) < 2:
+        return False
+    first = call.params.params[1].name.value
+    uses = [(m, c) for m in methods for c in calls_in(m.body) if self_attr(c.func) == fn.name.value]
+    return (
+        bool(uses)
+        and first not in assigned_in(call.body)
+        and all(
+            m is call and c.args and c.args[0].keyword is None and code(c.args[0].value) == first
+            for m, c in uses
+        )
+    )
 
 
 def shape_kept_until(ctx: Any, fn: cst.FunctionDef, stop: cst.BaseStatement, name: str) -> bool:
