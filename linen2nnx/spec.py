@@ -162,13 +162,22 @@ def nnx_config_value(value: Any, nnx_module: Any) -> Any:
     """A Linen config value in NNX terms: a class the migration converted (``block_cls=ResNetBlock``)
     becomes the NNX class of the same name in ``nnx_module``; a Flax Linen layer (``conv=nn.Conv``)
     its NNX layer; a ``functools.partial`` of either keeps its arguments (Linen keyword names
-    renamed as the layer table says). Anything else is passed as is."""
+    renamed as the layer table says); a member of an enum a migrated file defines, the member of the
+    same name of that file's NNX copy (the two copies' enums never compare equal: every test of the
+    config would go the other way), also inside a dataclass config, a tuple, a list or a dict.
+    Anything else is passed as is."""
+    import enum
     import functools
 
     from flax import linen, nnx
 
     from linen2nnx.layers import layer_rule
 
+    if isinstance(value, enum.Enum):
+        twin = _twin_of(type(value), nnx_module)
+        return twin[value.name] if isinstance(twin, type) and issubclass(twin, enum.Enum) else value
+    if isinstance(value, (tuple, list, dict)) or _is_config_object(value):
+        return _config_with_twins(value, nnx_module)
     if isinstance(value, functools.partial):
         func = nnx_config_value(value.func, nnx_module)
         if func is value.func:
@@ -184,10 +193,63 @@ def nnx_config_value(value: Any, nnx_module: Any) -> Any:
         if value.__module__.startswith("flax.linen"):
             rule = layer_rule(f"flax.linen.{value.__name__}")
             return getattr(nnx, rule.nnx) if rule is not None else value
-        twin = getattr(nnx_module, value.__name__, None)
+        twin = getattr(nnx_module, value.__name__, None) or _twin_of(value, nnx_module)
         if isinstance(twin, type) and issubclass(twin, nnx.Module):
             return twin
     return value
+
+
+def _twin_of(obj: Any, nnx_module: Any) -> Any:
+    """The object of the same qualified name in the NNX copy of ``obj``'s module, where the migration
+    rewrote that module (imported beside its Linen original: isolated_import.py); None elsewhere."""
+    import sys
+
+    if getattr(obj, "__module__", None) == nnx_module.__name__:
+        module = nnx_module
+    else:
+        key = next(
+            (k for k, m in list(sys.modules.items()) if m is nnx_module and k != nnx_module.__name__), ""
+        )
+        alias = key[: -len(nnx_module.__name__) - 1] if key.endswith(f".{nnx_module.__name__}") else ""
+        module = sys.modules.get(f"{alias}.{obj.__module__}") if alias else None
+    twin: Any = module
+    for part in getattr(obj, "__qualname__", "").split("."):
+        twin = getattr(twin, part, None)
+    return twin if twin is not obj else None
+
+
+def _is_config_object(value: Any) -> bool:
+    import dataclasses
+
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _config_with_twins(value: Any, nnx_module: Any) -> Any:
+    """A tuple / list / dict / dataclass config with each element in NNX terms; itself when none changes."""
+    import copy
+    import dataclasses
+
+    if isinstance(value, (tuple, list)):
+        items = [nnx_config_value(v, nnx_module) for v in value]
+        changed = any(a is not b for a, b in zip(items, value))
+        return (
+            (type(value)(items) if not hasattr(value, "_fields") else type(value)(*items))
+            if changed
+            else value
+        )
+    if isinstance(value, dict):
+        entries = {k: nnx_config_value(v, nnx_module) for k, v in value.items()}
+        return entries if any(entries[k] is not v for k, v in value.items()) else value
+    if hasattr(value, "parent") or type(value).__module__.startswith(("flax.", "jax.")):
+        return value  # a Linen module or a library's own object: not a config of the run
+    fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if hasattr(value, f.name)}
+    changed = {k: t for k, v in fields.items() if (t := nnx_config_value(v, nnx_module)) is not v}
+    if not changed:
+        return value
+    out = copy.copy(value)
+    for k, v in changed.items():
+        object.__setattr__(out, k, v)  # a frozen dataclass too
+    return out
 
 
 def input_leaf(value: Any, accessor: str) -> Any:

@@ -113,3 +113,55 @@ def test_a_batch_that_does_not_give_the_inputs_is_a_named_error():
     )
     with pytest.raises(L2NError, match=r"spec specs:side: the example batch does not give Dense's inputs"):
         trace_linen(side, "specs:side")
+
+
+ENUM_MODEL = """\
+import dataclasses
+import enum
+
+import flax.linen as nn
+
+
+class Kind(enum.Enum):
+    LOCAL = enum.auto()
+    GLOBAL = enum.auto()
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    kinds: tuple = (Kind.LOCAL, Kind.GLOBAL)
+    features: int = 4
+
+
+class Layer(nn.Module):
+    kind: Kind
+    features: int
+
+    @nn.compact
+    def __call__(self, x):
+        scale = 10.0 if self.kind == Kind.LOCAL else 1.0
+        return nn.Dense(self.features)(x) * scale
+
+
+class Model(nn.Module):
+    config: Config = Config()
+
+    @nn.compact
+    def __call__(self, x):
+        for kind in self.config.kinds:
+            x = Layer(kind=kind, features=self.config.features)(x)
+        return x
+"""
+
+
+def test_an_enum_of_a_migrated_file_in_the_config_is_the_nnx_copys_member(tmp_path):
+    """A config (a dataclass holding a tuple of enum members) whose enum a migrated file defines: the
+    written spec hands the NNX twin the members of the migrated copy's enum, so its tests of the config
+    go as Linen's do (the Linen members never equal them: check failed a correct migration, 0.9 off)."""
+    env = _package(tmp_path)
+    (tmp_path / "src" / "mypkg" / "model.py").write_text(ENUM_MODEL)
+    (tmp_path / "specs.py").write_text(SPECS.replace("Model(WIDTH)", "Model()"))
+    done = _cli(tmp_path, env, "migrate", "src/", "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    assert done.returncode == 0, done.stderr
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
