@@ -950,3 +950,20 @@ def test_a_submodule_width_from_its_field_default_reads_as_the_caller_file_sees_
     )
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+
+
+def test_same_named_files_in_folders_without_init_keep_one_map_entry_each(tmp_path):
+    """``pkg/sub/a/_m.py`` and ``pkg/sub/b/_m.py`` (``sub``, ``a``, ``b`` without ``__init__.py``) are both
+    module ``_m`` to Python's climb: each keeps its own name in the map (``pkg.sub.a._m``), where one
+    class's entry silently overwrote the other's."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    for part in ("a", "b"):
+        (src / "pkg" / "sub" / part).mkdir(parents=True)
+        (src / "pkg" / "sub" / part / "_m.py").write_text(
+            "import flax.linen as nn\n\n\nclass Block(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
+            f"        return nn.Dense(4, name='proj_{part}')(x)\n"
+        )
+    (src / "pkg" / "__init__.py").write_text("")
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    entries = {k: set(c.children) for k, c in result.name_map.classes.items()}
+    assert entries == {"pkg.sub.a._m.Block": {"proj_a"}, "pkg.sub.b._m.Block": {"proj_b"}}

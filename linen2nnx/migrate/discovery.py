@@ -125,6 +125,33 @@ def module_name_for(path: Path) -> str:
     return ".".join(parts)
 
 
+def unique_module_names(work: list[tuple[Path, str, str]]) -> list[tuple[Path, str, str]]:
+    """``work`` (path, display, module name) with each module name that several files of the run share
+    (``_modules`` of ``gemma4/_modules.py`` and of ``gemma4/vision/_modules.py``, folders with no
+    ``__init__.py``) replaced by the shortest of the file's longer names no other file has
+    (``vision._modules``): one name, one file, or the name map's classes of one would silently
+    overwrite the other's."""
+    counts: dict[str, int] = {}
+    for _, _, module in work:
+        counts[module] = counts.get(module, 0) + 1
+    if all(n == 1 for m, n in counts.items() if m):
+        return work
+    longer = {
+        i: namespace_names(path) for i, (path, _, module) in enumerate(work) if counts.get(module, 0) > 1
+    }
+    others = {m for m, n in counts.items() if n == 1}
+    seen: dict[str, int] = {}
+    for names in longer.values():
+        for name in set(names):
+            seen[name] = seen.get(name, 0) + 1
+    out = list(work)
+    for i, names in longer.items():
+        free = [n for n in names if seen[n] == 1 and n not in others]
+        if free:
+            out[i] = (work[i][0], work[i][1], min(free, key=lambda n: (n.count("."), n)))
+    return out
+
+
 NAMESPACE_GAP = 2
 """How many folders without ``__init__.py`` in a row :func:`namespace_names` climbs between packages."""
 

@@ -38,6 +38,7 @@ from linen2nnx.migrate.discovery import (
     read_run,
     reexported,
     relative_to_root,
+    unique_module_names,
 )
 from linen2nnx.migrate.earlier_markers import add_earlier_markers
 from linen2nnx.migrate.file_errors import internal_error, syntax_error
@@ -383,7 +384,7 @@ def migrate_paths(
     options = _Options(
         trace, tuple(select) if select is not None else None, tuple(ignore or ()), unsafe_fixes
     )
-    work = [(f, _display(f), module_name_for(f)) for f, _ in files]
+    work = unique_module_names([(f, _display(f), module_name_for(f)) for f, _ in files])
     with gc_tuning.tuned():
         results = list(_run(work, jobs, on_file, options))
     caller_sizes.settle(results)  # sizes classes of other files pass

@@ -126,7 +126,7 @@ def write_pair_spec(
         root=trace.root_class,
         spec_name=SPEC_FILENAME,
         linen_spec=linen_spec,
-        module=module_name_for(file_result.path),
+        module=file_result.module or module_name_for(file_result.path),
         files=files,
         roots=roots,
         nnx_class=trace.root_class,
@@ -150,7 +150,7 @@ def _migrated_modules(out_dir: Path, result: MigrationResult) -> tuple[dict[str,
     for r in result.files:
         if r.target is None:
             continue
-        name = module_name_for(r.path)
+        name = r.module or module_name_for(r.path)  # a name several files share: the run's longer one
         if not name:
             continue
         try:
