@@ -338,6 +338,7 @@ CASES = {
     "layer_dtype_param_after_stem": ("HybridViT", {}, (2, 8, 8, 3)),  # embedding after a stem: float32
     "helper_layer_chain": ("Model", {}, (2, 4)),  # w = Dense(3)(y); w = Dense(3)(w) in a tuple helper
     "submodule_width_from_input": ("Model", {}, (2, 4)),  # Block(features=x.shape[-1] + 1), then its width
+    "setup_local_sizes": ("Late", {}, (2, 5)),  # the head built before `w = 6` reads the width as (6)
     "compact_method_same_input": (
         "Model",
         {},

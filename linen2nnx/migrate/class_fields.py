@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 import libcst as cst
 
@@ -315,16 +316,24 @@ def default_for_caller(
         return None
     # every name of the other file's module through it, even one this file binds too (another value)
     theirs = names_in(cst.parse_expression(field.default)) - field.class_names
-    return qualified_default(default, frozenset(names_in(cst.parse_expression(default)) - theirs), owner)
+    qualified = qualified_default(default, frozenset(names_in(cst.parse_expression(default)) - theirs), owner)
+    if qualified != default and not isinstance(callee, cst.Attribute):
+        ctx.state.pending_imports[qualified] = owner  # imported where the size is written (sizing.py)
+    return qualified
 
 
 def _module_of(ctx: FileContext, callee: cst.BaseExpression) -> str | None:
     """How this file reaches the module of the class of another file ``callee`` names: ``layers`` of
-    ``layers.Block``; for a class imported by name, its module's dotted name, imported plainly."""
+    ``layers.Block``; for a class imported by name, its module's dotted name (which the caller imports
+    plainly where the size it spells out is written: sizing._module_out)."""
     if isinstance(callee, cst.Attribute):
         return code(callee.value)
     known = ctx.state.external
-    module = next((q.rsplit(".", 1)[0] for q in map(ctx.absolute, ctx.qualnames(callee)) if q in known), None)
-    if module is not None:
-        ctx.state.plain_imports.add(module)
-    return module
+    return next((q.rsplit(".", 1)[0] for q in map(ctx.absolute, ctx.qualnames(callee)) if q in known), None)
+
+
+def note_default_imports(state: Any, expr: str | None) -> None:
+    """The modules a size spelled out in the caller reads defaults through (``pkg.layers.HIDDEN``, see
+    :func:`default_for_caller`): imported plainly by the caller's file."""
+    if expr is not None:
+        state.plain_imports.update(m for d, m in state.pending_imports.items() if d in expr)

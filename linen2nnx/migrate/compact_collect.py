@@ -28,7 +28,7 @@ from linen2nnx.migrate.cst_utils import (
 from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
-from linen2nnx.migrate.guard_conditions import Guard, early_return, guards
+from linen2nnx.migrate.guard_conditions import Guard, creation_context, early_return, guards
 from linen2nnx.migrate.nest_runs import in_inner_loop
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in, loop_name_prefix
@@ -293,7 +293,24 @@ class CompactCollector(FastVisitor):
             return
         if loop is not None and not in_nest and not self._counted_before_loop(node, built, conditions):
             return
-        self._plan_site(node, built, in_nest, loop, conditions)
+        if not self._created_in_context(node, what):
+            self._plan_site(node, built, in_nest, loop, conditions)
+
+    def _created_in_context(self, node: cst.Call, what: str) -> bool:
+        """``node`` is created inside a ``with`` whose effect on its creation ``__init__`` would not have
+        (``initialize_param_with_dtype(...)``: guard_conditions.creation_context): reported."""
+        context = creation_context(node, self.fn, self.ctx.parent_of, self.ctx.qualnames)
+        if context is None:
+            return False
+        self.state.handled.add(node)
+        self.ctx.report(
+            MOD_004,
+            node,
+            f"{what} is created inside `with {' '.join(context.split())}`, whose effect on its creation "
+            "(a dtype, a sharding, names) __init__ would not have",
+            "create it in __init__ under the same context, or give its effect as constructor arguments",
+        )
+        return True
 
     def _counted_before_loop(self, node: cst.Call, built: Built, conditions: list[str]) -> bool:
         """A loop's auto-named module after others of its class: Linen numbers the loop's modules on

@@ -128,16 +128,18 @@ def module_name_for(path: Path) -> str:
 def unique_module_names(work: list[tuple[Path, str, str]]) -> list[tuple[Path, str, str]]:
     """``work`` (path, display, module name) with each module name that several files of the run share
     (``_modules`` of ``gemma4/_modules.py`` and of ``gemma4/vision/_modules.py``, folders with no
-    ``__init__.py``) replaced by the shortest of the file's longer names no other file has
-    (``vision._modules``): one name, one file, or the name map's classes of one would silently
-    overwrite the other's."""
+    ``__init__.py`` inside the package ``gemma``) replaced by the shortest of the file's longer names
+    through the package no other file has (``gemma.gm.nn.gemma4.vision._modules``): one name, one file,
+    or the name map's classes of one would silently overwrite the other's."""
     counts: dict[str, int] = {}
     for _, _, module in work:
         counts[module] = counts.get(module, 0) + 1
     if all(n == 1 for m, n in counts.items() if m):
         return work
+    # only names through a package's own folders: scripts of sibling folders (`lm1b/models.py` and
+    # `wmt/models.py`, each imported as `models` by the script beside it) keep their one name
     longer = {
-        i: namespace_names(path) for i, (path, _, module) in enumerate(work) if counts.get(module, 0) > 1
+        i: _namespace_parts(path)[0] for i, (path, _, module) in enumerate(work) if counts.get(module, 0) > 1
     }
     others = {m for m, n in counts.items() if n == 1}
     seen: dict[str, int] = {}
@@ -164,6 +166,13 @@ def namespace_names(path: Path) -> tuple[str, ...]:
     :data:`NAMESPACE_GAP` such folders in a row: a stray ``__init__.py`` far above names nothing. So
     too the folders above the top package (``ns.sub.layers`` for ``ns/sub/layers.py``, ``ns`` with no
     ``__init__.py``), and above a file in no package."""
+    inside, above = _namespace_parts(path)
+    return (*inside, *above)
+
+
+def _namespace_parts(path: Path) -> tuple[list[str], list[str]]:
+    """:func:`namespace_names`, as the names through folders inside a package and those through the
+    folders above the top package (or above a file in no package: a script's)."""
     path = path.parent.resolve() / path.name
     parts = [] if path.stem == "__init__" else [path.stem]
     folder, gap, names = path.parent, [], []
@@ -176,9 +185,8 @@ def namespace_names(path: Path) -> tuple[str, ...]:
         folder = folder.parent
     # namespace folders above the top package (`src/ns/sub/layers.py`, `sub` a package, `ns` none):
     # `from ns.sub.layers import Blk` with `src` on the path
-    for k in range(1, min(len(gap), NAMESPACE_GAP) + 1):
-        names.append(".".join([*reversed(gap[:k]), *parts]))
-    return tuple(names)
+    above = [".".join([*reversed(gap[:k]), *parts]) for k in range(1, min(len(gap), NAMESPACE_GAP) + 1)]
+    return names, above
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +220,8 @@ def import_levels(work: list[tuple[Path, str, str]]) -> list[list[int]]:
 
 def _dependencies(work: list[tuple[Path, str, str]]) -> list[set[int]]:
     """For each file, the files of the run it imports."""
-    by_module = {module: i for i, (_, _, module) in enumerate(work) if module}
+    by_module = {module_name_for(path): i for i, (path, _, module) in enumerate(work) if module}
+    by_module.update({module: i for i, (_, _, module) in enumerate(work) if module})
     by_module.update({alias: i for i, (path, _, _) in enumerate(work) for alias in namespace_names(path)})
     last_parts = {module.rsplit(".", 1)[-1].encode(errors="surrogateescape") for module in by_module}
     deps: list[set[int]] = []

@@ -477,7 +477,9 @@ def _run(
         run = read_run(w[0] for w in work)  # every file read once for both scans
         factories[TABLE_CHANGES_KEY] = run_changes(run)
         factories[SHARED_HELPERS_KEY] = run_shared_helpers(run)  # kept from replay
-    aliases = [namespace_names(path) if module else () for path, _, module in work]
+    # a file known by a longer name for being one of several of one short name (unique_module_names)
+    # is still imported by that short name by a script beside it (`import models`)
+    aliases = [(*namespace_names(path), module_name_for(path)) if module else () for path, _, module in work]
     levels, imported = import_graph(work)
     factories[IMPORTED_KEY] = frozenset(work[i][2] for i in imported)  # whose summaries are read
     for level, cyclic in levels:

@@ -74,6 +74,9 @@ class FileState:
     plain_imports: set[str] = dataclasses.field(
         default_factory=set
     )  # `import <module>` lines the output needs
+    pending_imports: dict[str, str] = dataclasses.field(
+        default_factory=dict
+    )  # a default read through another file's module -> that module: imported where a size shows it
     variable_classes: dict[str, str] = dataclasses.field(
         default_factory=dict
     )  # custom collection -> its nnx.Variable subclass (variable planning; defined by leave_Module)

@@ -101,3 +101,39 @@ def and_conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
 def joined_conjuncts(parts: list[cst.BaseExpression]) -> str:
     """``parts`` as one ``and`` test, each parenthesised when there are several ("" for none)."""
     return " and ".join(f"({code(p)})" if len(parts) > 1 else code(p) for p in parts)
+
+
+#: Contexts that change nothing about how a module or variable is created (names for profiles, the
+#: precision of the computation, warnings): a construction inside one moves to ``__init__`` unchanged.
+HARMLESS_CONTEXTS = frozenset(
+    {
+        "jax.named_scope",
+        "jax.default_matmul_precision",
+        "jax.profiler.TraceAnnotation",
+        "jax.profiler.StepTraceAnnotation",
+        "jax.ensure_compile_time_eval",
+        "jax.numpy_rank_promotion",
+        "jax.numpy_dtype_promotion",
+        "contextlib.nullcontext",
+        "contextlib.suppress",
+        "warnings.catch_warnings",
+    }
+)
+
+
+def creation_context(
+    node: cst.CSTNode, fn: cst.FunctionDef, parent_of: Callable, qualnames: Callable
+) -> str | None:
+    """The context manager of a ``with`` around ``node`` in ``fn`` whose effect on a construction inside
+    it ``__init__`` would lose (gemma's ``initialize_param_with_dtype(...)`` patching ``param`` for the
+    dtype, a mesh or axis rules for the sharding): its source, or None when every ``with`` around it is
+    one of :data:`HARMLESS_CONTEXTS`."""
+    cur = parent_of(node)
+    while cur is not None and cur is not fn:
+        if isinstance(cur, cst.With):
+            for item in cur.items:
+                func = item.item.func if isinstance(item.item, cst.Call) else item.item
+                if not qualnames(func) & HARMLESS_CONTEXTS:
+                    return code(item.item)
+        cur = parent_of(cur)
+    return None

@@ -248,4 +248,6 @@ def child_size_label(arg: str, child: str, how: str) -> str:
     takes says what the tuple holds (passing one int fails only where the class indexes it)."""
     if how == "unresolved_each":
         return f"{arg} of {child} (a tuple, one size per element of its list)"
-    return f"{arg} of {child} (a whole input shape)" if tuple_valued(how) else f"{arg} of {child}"
+    if how.startswith("input_shape:"):
+        return f"{arg} of {child} (a whole input shape)"
+    return f"{arg} of {child} (a tuple)" if tuple_valued(how) else f"{arg} of {child}"

@@ -14,11 +14,13 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_meta import calls_in, syntax_children
 from linen2nnx.migrate.cst_utils import (
+    assigned_in,
     code,
     names_in,
     parse_expression,
     self_attr,
     self_targets,
+    single_assign,
     substitute_self_fields,
 )
 
@@ -30,7 +32,15 @@ def ready_at(setup: cst.FunctionDef | None, built: cst.CSTNode | None, expr: str
     itself when every ``self.X`` it reads is bound before that statement and never again (or is no
     attribute ``setup()`` binds: a field, a property), an attribute bound later spelled out from its
     single binding; None when one cannot be. ``expr`` as it is for a layer built outside ``setup()``."""
-    if setup is None or built is None or "self." not in expr:
+    if setup is None:
+        return expr
+    local = _local_bindings(setup)
+    reads = (names_in(parse_expression(expr)) - {"self"}) & local.keys() if local else set()
+    if reads:  # `w = 6` then `self.body = nn.Dense(w)`: the head before it reads the size as w
+        expr = _locals_spelled(expr, reads, local, _statement_of(setup, built) if built is not None else None)
+        if expr is None:
+            return None
+    if built is None or "self." not in expr:
         return expr
     bindings = _bindings(setup)
     if not _self_reads(parse_expression(expr)) & bindings.keys():  # most sizes read fields only
@@ -63,6 +73,48 @@ def _spelled(
     if whole in late:  # the whole size: no parentheses
         return late[whole]
     return substitute_self_fields(expr, late, others_kept=True)
+
+
+def _locals_spelled(
+    expr: str,
+    reads: set[str],
+    local: dict[str, list[tuple[int, cst.BaseExpression | None]]],
+    index: int | None,
+) -> str | None:
+    """``expr`` with the ``setup()`` locals it reads as ``__init__`` can read them at statement ``index``
+    (None: after the whole ``setup()``): a local bound once, before it, as it is; bound once, later, as
+    its value; bound several times, None (which binding the size meant is not followed: ``w = self.n``,
+    a layer of ``w``, then ``w = w - 1``). A local bound otherwise (a loop's variable, under an ``if``)
+    is left as it is, to what reads it where it is built."""
+    spelled: dict[str, str] = {}
+    for name in reads:
+        bound = local[name]
+        if any(value is None for _, value in bound):
+            continue  # a loop's variable, a binding under an `if`: followed where it is built, as before
+        if len(bound) != 1:
+            return None
+        at, value = bound[0]
+        assert value is not None
+        if index is not None and at >= index:
+            if calls_in(value) or (names_in(value) - {"self"}) & local.keys():
+                return None
+            spelled[name] = f"({code(value)})"
+    if not spelled:
+        return expr
+    from linen2nnx.migrate.helper_fold import substitute
+
+    return code(substitute(parse_expression(expr), {n: parse_expression(v) for n, v in spelled.items()}))
+
+
+def _local_bindings(setup: cst.FunctionDef) -> dict[str, list[tuple[int, cst.BaseExpression | None]]]:
+    """Each local ``setup()`` binds: the top-level statements that bind it, each with its value where
+    the statement is a plain ``name = value`` (None otherwise: unpacked, augmented, nested, a loop)."""
+    out: dict[str, list[tuple[int, cst.BaseExpression | None]]] = {}
+    for i, stmt in enumerate(setup.body.body):
+        plain = single_assign(stmt)
+        for name in assigned_in(stmt) - {"self"}:
+            out.setdefault(name, []).append((i, plain[1] if plain is not None and plain[0] == name else None))
+    return out
 
 
 def _self_reads(tree: cst.CSTNode) -> set[str]:

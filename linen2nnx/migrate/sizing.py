@@ -15,7 +15,7 @@ import libcst as cst
 from linen2nnx.migrate.call_inputs import passed_input
 from linen2nnx.migrate.callee_ranks import output_at_rank, with_ranks
 from linen2nnx.migrate.callee_terms import in_caller_terms
-from linen2nnx.migrate.class_fields import default_for_caller
+from linen2nnx.migrate.class_fields import default_for_caller, note_default_imports
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     bracketed,
@@ -218,8 +218,7 @@ class Sizer(TraceEvidence):
         if user.out is None:
             return LayerInfo(site.flow_key, None, out_unknown=True)
         fields = {name: built_arg_text(site, name, arg) for name, arg in site.args.items()}
-        unpacked = any(a.star for a in site.ctor.args)  # Block(**kw): any field may be given there
-        for f in user.fields if not unpacked else ():
+        for f in () if any(a.star for a in site.ctor.args) else user.fields:  # Block(**kw): any field
             default = default_for_caller(self.ctx, site.ctor.func, user, f) if f.name not in fields else None
             if default is not None:  # read as this file reads it (`Block.WIDTH`)
                 fields[f.name] = default
@@ -247,6 +246,7 @@ class Sizer(TraceEvidence):
                         first.expr if first.kind == "expr" else None,
                         feat.expr,
                     )
+                note_default_imports(self.state, expr)  # `pkg.layers.HIDDEN`: `import pkg.layers`
                 return Feat("expr", expr=expr) if expr is not None else Feat.unknown("submodule config")
             if feat.kind in COMPOUND:  # a tuple or output object: each element in the caller's terms
                 return mapped(feat, lambda e: seen_by_caller(e, first))
