@@ -411,3 +411,16 @@ def test_a_missing_array_database_is_named_as_such(tmp_path):
     ):
         convert(root, tmp_path / "out", ModelPair(LinenSide(None, {}, None), _Big))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_of_legacy_flax_checkpoints_names_the_file_to_pass(tmp_path):
+    """A ``flax.training.checkpoints`` folder (``ckpt_20``, ``ckpt_30``: one msgpack file per step) is no
+    Orbax checkpoint: the error says which files it holds and names the newest to pass."""
+    from flax.serialization import msgpack_serialize
+
+    folder = tmp_path / "legacy"
+    folder.mkdir()
+    for step in (20, 30):
+        (folder / f"ckpt_{step}").write_bytes(msgpack_serialize({"params": {"w": np.ones(2, np.float32)}}))
+    with pytest.raises(L2NError, match=r"flax.training.checkpoints files \(ckpt_20, ckpt_30\).*ckpt_30"):
+        resolve_source(folder)

@@ -100,12 +100,16 @@ def _from_step(step_dir: Path) -> Source:
         )
     items = _items(step_dir)
     if not items:
-        raise L2NError(f"{step_dir}: not an Orbax checkpoint directory (no _METADATA file)")
+        raise L2NError(
+            f"{step_dir}: not an Orbax checkpoint directory (no _METADATA file){_legacy_hint(step_dir)}"
+        )
     with_params = [p for p in items if _has_params(p)]
     if len(with_params) != 1:
         names = ", ".join(p.name for p in with_params or items)
+        pick = f"; pass the folder of the one to convert ({with_params[0]})" if with_params else ""
         raise L2NError(
-            f"{step_dir}: expected one Orbax item with a top-level 'params' tree, found {len(with_params)} ({names})"
+            f"{step_dir}: expected one Orbax item with a top-level 'params' tree, found {len(with_params)} "
+            f"({names}){pick}"
         )
     item = with_params[0]
     ignored = {f"item {p.name}": "extra CheckpointManager item, not converted" for p in items if p != item}
@@ -141,3 +145,19 @@ def _is_step_dir(path: Path) -> bool:
 
 def _step_of(step_dir: Path) -> int | None:
     return int(step_dir.name) if _STEP.fullmatch(step_dir.name) else None
+
+
+def _legacy_hint(folder: Path) -> str:
+    """What to pass instead of a folder of ``flax.training.checkpoints`` files (``ckpt_20``, ``ckpt_30``:
+    a prefix and a step), each a msgpack checkpoint of its own: the newest, named."""
+    try:
+        files = [p for p in folder.iterdir() if p.is_file() and re.fullmatch(r".*?\d+", p.name)]
+    except OSError:
+        return ""
+    if not files:
+        return ""
+    newest = max(files, key=lambda p: int(re.search(r"(\d+)$", p.name).group(1)))  # type: ignore[union-attr]
+    return (
+        f"; it holds flax.training.checkpoints files ({', '.join(sorted(p.name for p in files))}): "
+        f"pass one of them, e.g. {newest}"
+    )
