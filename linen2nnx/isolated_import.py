@@ -45,6 +45,23 @@ class _MigratedFinder(importlib.abc.MetaPathFinder):
         )
 
 
+_ALIAS_PREFIX = "_linen2nnx_nnx_"  # the private package the NNX copies stay under in sys.modules
+
+
+def migrated_sibling(module: ModuleType, name: str) -> ModuleType | None:
+    """The NNX copy of module ``name`` imported together with ``module`` (one :func:`import_migrated`
+    returned), under the same private alias; None where the run did not rewrite ``name``."""
+    alias = next(
+        (
+            key[: -len(module.__name__) - 1]
+            for key, loaded in list(sys.modules.items())
+            if loaded is module and key.startswith(_ALIAS_PREFIX)
+        ),
+        None,
+    )
+    return sys.modules.get(f"{alias}.{name}") if alias else None
+
+
 def import_migrated(
     module: str, files: Mapping[str, str | Path], *, search_paths: Sequence[str | Path] = ()
 ) -> ModuleType:
@@ -54,7 +71,7 @@ def import_migrated(
     resolved = {name: Path(path).resolve() for name, path in files.items()}
     if module not in resolved:
         raise SpecError(f"{module}: not a module of the migrated tree")
-    alias = "_linen2nnx_nnx_" + hashlib.sha1(repr(sorted(resolved.items())).encode()).hexdigest()[:10]
+    alias = _ALIAS_PREFIX + hashlib.sha1(repr(sorted(resolved.items())).encode()).hexdigest()[:10]
     if f"{alias}.{module}" in sys.modules:
         return sys.modules[f"{alias}.{module}"]
     saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k in resolved}

@@ -202,17 +202,10 @@ def nnx_config_value(value: Any, nnx_module: Any) -> Any:
 def _twin_of(obj: Any, nnx_module: Any) -> Any:
     """The object of the same qualified name in the NNX copy of ``obj``'s module, where the migration
     rewrote that module (imported beside its Linen original: isolated_import.py); None elsewhere."""
-    import sys
+    from linen2nnx.isolated_import import migrated_sibling
 
-    if getattr(obj, "__module__", None) == nnx_module.__name__:
-        module = nnx_module
-    else:
-        key = next(
-            (k for k, m in list(sys.modules.items()) if m is nnx_module and k != nnx_module.__name__), ""
-        )
-        alias = key[: -len(nnx_module.__name__) - 1] if key.endswith(f".{nnx_module.__name__}") else ""
-        module = sys.modules.get(f"{alias}.{obj.__module__}") if alias else None
-    twin: Any = module
+    owner = getattr(obj, "__module__", None)
+    twin: Any = nnx_module if owner == nnx_module.__name__ else migrated_sibling(nnx_module, str(owner))
     for part in getattr(obj, "__qualname__", "").split("."):
         twin = getattr(twin, part, None)
     return twin if twin is not obj else None

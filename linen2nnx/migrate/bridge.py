@@ -154,8 +154,8 @@ _PACKED_CALL = "lambda module, args, kwargs: module(*args, **kwargs)"
 def packed_methods(cls: cst.ClassDef) -> frozenset[str]:
     """The methods of a Linen class (``__call__`` and public ones) with a parameter named like a keyword
     ``ToNNX.__call__`` keeps (``def __call__(self, x, mutable=False)``), or ``**kwargs`` that may hold
-    one: the wrapper hands their
-    arguments to the bridge packed, as ``(args, kwargs)``, and applies a function that unpacks them."""
+    one: the wrapper hands their arguments to the bridge packed, as ``(args, kwargs)``, and applies a
+    function that unpacks them."""
     return frozenset(
         stmt.name.value
         for stmt in cls.body.body

@@ -75,9 +75,8 @@ def dead_bindings(fn: cst.FunctionDef, counts: dict[str, int]) -> tuple[dict[str
             if unread:
                 dead.add((name, id(body[here])))
                 live[name] -= 1
-        last_unread = (
-            False  # ViT unpacks `n, l, c = x.shape` once more after the class token, never reading c
-        )
+        # ViT unpacks `n, l, c = x.shape` once more after the class token, never reading c
+        last_unread = False
         if not shadow and not any(name in names_in(stmt) for stmt in body[at[-1] + 1 :]):
             if functions is None:
                 functions = nodes_of(fn.body, _FUNCTIONS, opaque=_FUNCTIONS)

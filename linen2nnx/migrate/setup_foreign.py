@@ -36,8 +36,8 @@ _NOT_FOREIGN_MODULE = (*NOT_MODULE_PREFIXES, "functools.", "flax.", "math.", "op
 def flag_foreign_setup(ctx: FileContext, plan: ClassPlan, attr: str, value: cst.Call) -> None:
     """Report ``self.<attr> = value`` of the planned class's setup() when it builds a Linen submodule
     from outside the run (L2N-MOD-006, which keeps the class Linen behind the bridge)."""
-    block = ctx.parent_of(ctx.parent_of(plan.setup) or plan.setup) if plan.setup is not None else None
-    if not isinstance(block, cst.ClassDef):
+    block = _setup_class(ctx, plan)
+    if block is None:
         return
     builds = lambda c: bool(ctx.layer_rule_of(c.func) or ctx.user_class_of(c.func))  # noqa: E731
     qualnames = ctx.qualnames(value.func)
@@ -59,8 +59,8 @@ def flag_setup_factory_field(ctx: FileContext, plan: ClassPlan, attr: str, value
     annotation = next((f.annotation or "" for f in plan.fields if f.name == field), None)
     if annotation is None or not ("Module" in annotation or ctx.field_factory(plan, field) is not None):
         return
-    block = ctx.parent_of(ctx.parent_of(plan.setup) or plan.setup) if plan.setup is not None else None
-    if isinstance(block, cst.ClassDef) and _applied(block, attr):
+    block = _setup_class(ctx, plan)
+    if block is not None and _applied(block, attr):
         ctx.report(
             MOD_008,
             value,
@@ -68,6 +68,12 @@ def flag_setup_factory_field(ctx: FileContext, plan: ClassPlan, attr: str, value
             f"{field!r}, which NNX would call without rngs or the sizes a migrated class takes",
             f"build it in __init__: self.{attr} = {field}(..., rngs=rngs), with an NNX class passed in",
         )
+
+
+def _setup_class(ctx: FileContext, plan: ClassPlan) -> cst.ClassDef | None:
+    """The class whose ``setup()`` is planned (None when it has none)."""
+    block = ctx.parent_of(ctx.parent_of(plan.setup) or plan.setup) if plan.setup is not None else None
+    return block if isinstance(block, cst.ClassDef) else None
 
 
 def foreign_setup_module(

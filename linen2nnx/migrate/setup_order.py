@@ -23,6 +23,7 @@ from linen2nnx.migrate.cst_utils import (
     single_assign,
     substitute_self_fields,
 )
+from linen2nnx.migrate.helper_fold import substitute
 
 MAX_DEPTH = 3  # attributes spelled out through attributes, as deep as a config chain goes
 
@@ -78,7 +79,7 @@ def _spelled(
 def _locals_spelled(
     expr: str,
     reads: set[str],
-    local: dict[str, list[tuple[int, cst.BaseExpression | None]]],
+    local: _Bindings,
     index: int | None,
 ) -> str | None:
     """``expr`` with the ``setup()`` locals it reads as ``__init__`` can read them at statement ``index``
@@ -101,20 +102,7 @@ def _locals_spelled(
             spelled[name] = f"({code(value)})"
     if not spelled:
         return expr
-    from linen2nnx.migrate.helper_fold import substitute
-
     return code(substitute(parse_expression(expr), {n: parse_expression(v) for n, v in spelled.items()}))
-
-
-def _local_bindings(setup: cst.FunctionDef) -> dict[str, list[tuple[int, cst.BaseExpression | None]]]:
-    """Each local ``setup()`` binds: the top-level statements that bind it, each with its value where
-    the statement is a plain ``name = value`` (None otherwise: unpacked, augmented, nested, a loop)."""
-    out: dict[str, list[tuple[int, cst.BaseExpression | None]]] = {}
-    for i, stmt in enumerate(setup.body.body):
-        plain = single_assign(stmt)
-        for name in assigned_in(stmt) - {"self"}:
-            out.setdefault(name, []).append((i, plain[1] if plain is not None and plain[0] == name else None))
-    return out
 
 
 def _self_reads(tree: cst.CSTNode) -> set[str]:
@@ -143,25 +131,45 @@ def _statement_of(setup: cst.FunctionDef, node: cst.CSTNode) -> int | None:
     return None
 
 
-_BINDINGS: dict[int, tuple[cst.FunctionDef, dict[str, list[tuple[int, cst.BaseExpression | None]]]]] = {}
+_Bindings = dict[str, list[tuple[int, cst.BaseExpression | None]]]
+_BINDINGS: dict[int, tuple[cst.FunctionDef, _Bindings, _Bindings]] = {}
 
 
-def _bindings(setup: cst.FunctionDef) -> dict[str, list[tuple[int, cst.BaseExpression | None]]]:
+def _bindings(setup: cst.FunctionDef) -> _Bindings:
     """Each attribute ``setup()`` binds: the statements that bind it, each with its value where the
     statement is a plain ``self.X = value`` (None for any other binding: augmented, unpacked, nested).
     Remembered per setup() (every size of its class asks)."""
+    return _setup_bindings(setup)[0]
+
+
+def _local_bindings(setup: cst.FunctionDef) -> _Bindings:
+    """Each local ``setup()`` binds: the top-level statements that bind it, each with its value where
+    the statement is a plain ``name = value`` (None otherwise: unpacked, augmented, nested, a loop)."""
+    return _setup_bindings(setup)[1]
+
+
+def _setup_bindings(setup: cst.FunctionDef) -> tuple[_Bindings, _Bindings]:
+    """:func:`_bindings` and :func:`_local_bindings`, found in one pass over ``setup()`` and remembered."""
     memo = _BINDINGS.get(id(setup))
     if memo is not None and memo[0] is setup:
-        return memo[1]
-    out: dict[str, list[tuple[int, cst.BaseExpression | None]]] = {}
+        return memo[1], memo[2]
+    attrs: _Bindings = {}
+    local: _Bindings = {}
     for i, stmt in enumerate(setup.body.body):
         plain = _plain_binding(stmt)
         for attr in _bound_attrs(stmt):
-            out.setdefault(attr, []).append((i, plain[1] if plain is not None and plain[0] == attr else None))
+            attrs.setdefault(attr, []).append(
+                (i, plain[1] if plain is not None and plain[0] == attr else None)
+            )
+        assign = single_assign(stmt)
+        for name in assigned_in(stmt) - {"self"}:
+            local.setdefault(name, []).append(
+                (i, assign[1] if assign is not None and assign[0] == name else None)
+            )
     if len(_BINDINGS) > 64:
         _BINDINGS.clear()
-    _BINDINGS[id(setup)] = (setup, out)
-    return out
+    _BINDINGS[id(setup)] = (setup, attrs, local)
+    return attrs, local
 
 
 def _plain_binding(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:

@@ -238,9 +238,8 @@ class TraceEvidence:
         if int(index) >= len(params) or not _PLAIN_ACCESSOR.fullmatch(accessor):
             return None
         if call.params.params[int(index) + 1].default is not None:
-            return (
-                None  # an optional input (`context=None`): the trace saw it given, a caller may not give it
-            )
+            # an optional input (`context=None`): the trace saw it given, a caller may not give it
+            return None
         why = f", which the trace saw {plan.name}.{site.attr} read unchanged"
         return self._leaf_argument(plan, int(index), params[int(index)], accessor, node, why)
 
@@ -443,12 +442,12 @@ class TraceEvidence:
         return products + sorted(e for e in shared if all(values[e] == sizes[0] for values in elements))
 
 
-# attributes, string keys and int indices (jax's keystr of NamedTuple fields, dicts, lists): an
-# expression on the argument; other key kinds (a custom pytree's flat index) are no attribute path
 #: What the dataflow says of a value one test chooses between two others: the trace saw one side only.
 _BRANCHED = frozenset(
     {"conditional expression", "differs between branches", "different objects on different paths"}
 )
+# attributes, string keys and int indices (jax's keystr of NamedTuple fields, dicts, lists): an
+# expression on the argument; other key kinds (a custom pytree's flat index) are no attribute path
 _PLAIN_ACCESSOR = re.compile(r"(\.[A-Za-z_]\w*|\['[A-Za-z_]\w*'\]|\[\d+\])*")
 
 

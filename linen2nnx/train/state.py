@@ -92,6 +92,13 @@ def canonical(graphdef: Any, state: Any) -> Any:
     return nnx.state(nnx.merge(graphdef, state), nnx.Not(nnx.Intermediate))
 
 
+def _this_device() -> Any:
+    """The sharding of a run without a mesh: this process's first device."""
+    import jax
+
+    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+
 def _with_shardings(abstract: Any, shardings: Any) -> Any:
     """Abstract leaves carrying their target sharding: what a sharded Orbax restore needs. Without a
     mesh, this process's first device: restored without one, Orbax gives host numpy arrays, which the
@@ -99,7 +106,7 @@ def _with_shardings(abstract: Any, shardings: Any) -> Any:
     import jax
 
     if shardings is None:
-        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        device = _this_device()
         return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), abstract)
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
 
@@ -205,7 +212,7 @@ def state_from_converted(
         opt_state = jax.jit(fresh, out_shardings=shards[1])(model_state)
     state = canonical(target.graphdef, nnx.State({0: model_state, 1: opt_state}))
     if target.shardings is None:  # every leaf committed to the device, as the step's outputs are: one compile
-        state = jax.device_put(state, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
+        state = jax.device_put(state, _this_device())
     return dataclasses.replace(target, state=state)
 
 
