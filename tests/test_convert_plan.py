@@ -224,3 +224,25 @@ def test_heap_modes_nest_and_set_back_what_they_found(monkeypatch):
         assert mmap_threshold() == memory.MMAP_BYTES and calls[-1][0] == "trim"
     assert mmap_threshold() == 32 << 20 and calls[-1][0] == "trim"
     assert memory._MODE == ["glibc"]
+
+
+def test_a_doubled_params_level_and_other_dtypes_are_named_once(tmp_path):
+    """Two mistakes that give a page of problems each get one line saying what they mean: a whole
+    variables dict saved as the params, and a bfloat16 checkpoint for a float32 model (never cast)."""
+    import jax
+    import jax.numpy as jnp
+
+    params = twins.trained_state("mlp").params
+    doubled, low = tmp_path / "doubled", tmp_path / "bf16"
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(doubled, {"params": {"params": params}})
+        checkpointer.save(low, {"params": jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)})
+    with pytest.raises(ConversionError) as doubled_error:
+        convert(doubled, tmp_path / "a", twins.mlp_pair())
+    assert "hint: every unplaced leaf is under params/params/" in str(doubled_error.value)
+    assert "does not cast" not in str(doubled_error.value)
+    with pytest.raises(ConversionError) as low_error:
+        convert(low, tmp_path / "b", twins.mlp_pair())
+    assert "dtype mismatch" in str(low_error.value) and "convert does not cast" in str(low_error.value)
+    assert "params/params" not in str(low_error.value)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -18,7 +18,7 @@ import numpy as np
 from linen2nnx.checkpoint_convert.api import plan_with_problems
 from linen2nnx.checkpoint_convert.mapping import Problem, join
 from linen2nnx.checkpoint_convert.read import LinenCheckpoint, read_linen_checkpoint
-from linen2nnx.checkpoint_convert.validate import dtype_name
+from linen2nnx.checkpoint_convert.validate import dtype_name, problem_hints
 from linen2nnx.namemap import NameMap
 
 HEADERS = ("Linen", "NNX", "shape", "dtype", "saved sharding", "bytes")
@@ -151,6 +151,7 @@ def render(dry: DryRun) -> str:
     lines += [f"ignored: {k}: {why}" for k, why in sorted(dry.ignored.items())]
     lines.append(f"{len(dry.rows)} leaves, {_bytes(dry.total_bytes)}; {len(dry.problems)} problem(s)")
     lines += [f"  - {p}" for p in sorted({str(p) for p in dry.problems})]
+    lines += [f"  hint: {hint}" for hint in problem_hints(dry.problems)]
     return "\n".join(lines) + "\n"
 
 

@@ -216,10 +216,32 @@ def raise_problems(problems: list[Problem], source: str, target: str) -> None:
     if not problems:
         return
     lines = sorted({str(p) for p in problems})
+    hints = "".join(f"\n  hint: {hint}" for hint in problem_hints(problems))
     raise ConversionError(
         f"cannot convert {source} into {target}: {len(lines)} problem(s), nothing written\n"
         + "\n".join(f"  - {line}" for line in lines)
+        + hints
     )
+
+
+def problem_hints(problems: list[Problem]) -> list[str]:
+    """What a whole class of problems usually means, said once: a variables dict saved where the
+    params go (every homeless leaf under ``params/params/``), or a checkpoint in another float dtype
+    than the model the spec builds (convert never casts: a silent cast would hide a lost precision)."""
+    hints = []
+    homeless = [p.linen for p in problems if p.kind == "no NNX home" and p.linen]
+    if homeless and all(name.startswith("params/params/") for name in homeless):
+        hints.append(
+            "every unplaced leaf is under params/params/: the checkpoint's 'params' holds a whole Linen "
+            "variables dict ({'params': {'params': ...}}, e.g. TrainState.create(params=model.init(...))); "
+            "save variables['params'] as the params, or re-save the checkpoint with that level removed"
+        )
+    if any(p.kind == "dtype mismatch" for p in problems):
+        hints.append(
+            "the checkpoint's dtypes differ from those of the NNX model the spec builds; convert does not "
+            "cast: build the model with the checkpoint's param_dtype in the spec, or cast the checkpoint first"
+        )
+    return hints
 
 
 def _fmt(x: Slot | Leaf) -> str:
