@@ -136,6 +136,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if note is not None and jax.process_index() == 0:
         err_console.print(f"note: {note}", markup=False)
     result = run_training(pair, cfg, console=err_console if jax.process_index() == 0 else None)
+    for line in result.notes if jax.process_index() == 0 else ():
+        err_console.print(f"note: {line}", markup=False)
     first = result.records[0] if result.records else None
     if first is not None:
         err_console.print(

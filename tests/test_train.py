@@ -498,3 +498,31 @@ def test_a_state_restored_without_a_mesh_is_committed_to_the_device(mlp_converte
     ts = state_from_converted(pair, choose_tx(pair), nnx_ckpt, seed=1, deterministic=True)
     leaves = jax.tree.leaves(ts.state)
     assert leaves and all(isinstance(a, jax.Array) and a.committed for a in leaves)
+
+
+def test_deterministic_names_random_draws_it_could_not_switch_off(mlp_converted, tmp_path):
+    """--deterministic zeroes every Dropout rate; a mask the model draws by hand from its own stream
+    stays on. The run says which stream still drew (it said nothing: steps silently not comparable),
+    and a model whose only randomness is Dropout layers gets no note."""
+    import dataclasses
+
+    import jax.numpy as jnp
+    from flax import nnx
+
+    class HandDropout(nnx.Module):
+        def __init__(self, inner, rngs):
+            self.inner, self.rngs = inner, rngs
+
+        def __call__(self, *args, **kwargs):
+            out = self.inner(*args, **kwargs)
+            return out * jax.random.bernoulli(self.rngs.dropout(), 0.9, out.shape).astype(jnp.float32)
+
+    spec_path = mlp_converted[2]
+    pair = load_pair(str(spec_path))
+    plain = run_training(pair, TrainConfig(out=tmp_path / "plain", steps=2, deterministic=True))
+    assert plain.notes == []
+    hand = dataclasses.replace(pair, nnx_factory=lambda rngs: HandDropout(pair.nnx_factory(rngs), rngs))
+    result = run_training(hand, TrainConfig(out=tmp_path / "hand", steps=2, deterministic=True))
+    assert len(result.notes) == 1 and "rngs/dropout (2 in 2 step(s))" in result.notes[0]
+    noisy = run_training(hand, TrainConfig(out=tmp_path / "noisy", steps=2))
+    assert noisy.notes == []  # not asked to be deterministic: nothing to say

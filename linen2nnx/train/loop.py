@@ -17,6 +17,7 @@ from typing import Any
 
 from linen2nnx.errors import L2NError
 from linen2nnx.train.checkpointing import RunCheckpoints, finished_entries
+from linen2nnx.train.determinism import draws_note, stream_counts
 from linen2nnx.train.metrics import MetricsLog, Progress, step_record
 from linen2nnx.train.run_settings import recorded, resumed
 from linen2nnx.train.state import TrainState
@@ -56,6 +57,7 @@ class TrainResult:
     records: list[dict[str, Any]]
     resumed_from: int | None = None
     state: Any = None  # the final nnx.State of (model, optimizer), placed as trained
+    notes: list[str] = dataclasses.field(default_factory=list)  # what the person running it should hear
 
 
 def _mesh_context(pair: Any, mesh: Mapping[str, int] | None) -> contextlib.AbstractContextManager:
@@ -246,6 +248,7 @@ def _loop(
     global_batch = data.batch_size
     settings = recorded(cfg, global_batch)  # what a --resume of this run must repeat (run_settings.py)
     leaves = step_fn.flatten(state)
+    counts_before = stream_counts(state) if cfg.deterministic else {}
     try:
         for step, progress in _steps(first, end, console):
             batch = next(data)
@@ -265,7 +268,9 @@ def _loop(
     finally:
         log.close()
     final = step_fn.unflatten(leaves)
-    return TrainResult(start, end, [r["loss"] for r in records], records, resumed, final)
+    note = draws_note(counts_before, stream_counts(final), len(records)) if cfg.deterministic else None
+    notes = [note] if note else []
+    return TrainResult(start, end, [r["loss"] for r in records], records, resumed, final, notes)
 
 
 def compile_only(pair: Any, cfg: TrainConfig) -> Any:
