@@ -105,22 +105,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     pair = load_pair(args.spec)
     # left out, a setting a resumed run recorded comes from its checkpoint (train/run_settings.py)
     given = frozenset(name for name in (*SETTINGS, *CARRIED) if getattr(args, name) is not None)
-    cfg = TrainConfig(
+    optional = {name: getattr(args, name) for name in ("grad_accum", "save_every", "keep", "data", "seed")}
+    cfg = TrainConfig(  # a flag left out keeps TrainConfig's default (a --resume then takes the run's)
         out=Path(args.out),
         steps=args.steps,
         batch_size=args.batch_size,
         mesh=args.mesh,
-        grad_accum=args.grad_accum if args.grad_accum is not None else 1,
         remat=args.remat,
-        save_every=args.save_every if args.save_every is not None else 0,
-        keep=args.keep if args.keep is not None else 3,
         resume=args.resume,
-        data=args.data if args.data is not None else "synthetic",
-        seed=args.seed if args.seed is not None else 0,
         init_from=Path(args.init_from) if args.init_from else None,
         deterministic=bool(args.deterministic),
         profile=args.profile,
         given=given,
+        **{name: value for name, value in optional.items() if value is not None},
     )
     if args.compile_only:
         report = compile_only(pair, cfg)

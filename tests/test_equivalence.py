@@ -47,8 +47,10 @@ def test_cnn_parity_from_trained_checkpoint(cnn_result):
     assert set(r.by_check()) == {
         "forward/eval",
         "forward/train",
+        "forward/dropout",  # the twin's dropout, on with the same masks on both sides
         "loss/eval",
         "loss/train",
+        "loss/dropout",
         "grad",
         "batch_stats",
         "precision",

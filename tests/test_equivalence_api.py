@@ -279,3 +279,25 @@ print(json.dumps(r.to_json()))
     assert modules["dense1"]["passed"] and not modules["dense2"]["passed"]  # dense2 gets relu(.), not gelu(.)
     assert modules["dense1"]["order"] < modules["dense2"]["order"] < modules[""]["order"]
     assert data["checks"]["partition_spec"]["leaves"] == 6 and data["checks"]["partition_spec"]["passed"]
+
+
+def test_perturbed_moves_floats_and_keeps_counters_and_flags():
+    """Noise on an int32 counter turned it into float32: check then refused the checkpoint its own
+    helper made ("dtype mismatch ... expected () int32, got () float32")."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from linen2nnx.equivalence.perturb import perturbed
+
+    tree = {
+        "params": {"w": jnp.zeros((3,)), "h": jnp.zeros((2,), jnp.bfloat16)},
+        "counter": {"n": jnp.asarray(4, jnp.int32), "on": jnp.asarray(True)},
+        "batch_stats": {"var": jnp.ones((2,))},
+    }
+    out = perturbed(tree)
+    assert out["counter"]["n"].dtype == jnp.int32 and int(out["counter"]["n"]) == 4
+    assert out["counter"]["on"].dtype == jnp.bool_ and bool(out["counter"]["on"])
+    assert out["params"]["h"].dtype == jnp.bfloat16 and np.any(
+        np.asarray(out["params"]["h"], np.float32) != 0
+    )
+    assert np.any(np.asarray(out["params"]["w"]) != 0) and np.all(np.asarray(out["batch_stats"]["var"]) > 0)

@@ -243,10 +243,11 @@ def bound_module(fn: Callable[..., Any]) -> Any:
 
 
 # ---- one forward pass per side -------------------------------------------------------------------
-def capture_linen(pair: Any, variables: Any, train: bool) -> tuple[list[Call], str]:
+def capture_linen(pair: Any, variables: Any, train: bool, dropout: bool = False) -> tuple[list[Call], str]:
     """Eager Linen forward on ``pair.linen.batch`` with every call recorded; ``(calls, error)``.
 
-    Train mode runs with dropout off and the pair's mutable collections, like :mod:`.build`.
+    Train mode runs with dropout off (unless ``dropout``: the fixed key's masks, :mod:`.dropout_on`) and
+    the pair's mutable collections, like :mod:`.build`.
     """
     from linen2nnx.equivalence.build import linen_dropout_off
     from linen2nnx.equivalence.randomness import same_keys
@@ -257,7 +258,8 @@ def capture_linen(pair: Any, variables: Any, train: bool) -> tuple[list[Call], s
     mutable = list(side.mutable) if train and side.mutable else False
     rec = Recorder()
     error = ""
-    with linen_hooked(rec.hook), linen_dropout_off() if train else contextlib.nullcontext(), same_keys():
+    no_dropout = linen_dropout_off() if train and not dropout else contextlib.nullcontext()
+    with linen_hooked(rec.hook), no_dropout, same_keys():
         try:
             side.model.apply(variables, *args, **kwargs, rngs=rngs, mutable=mutable)
         except Exception as e:
@@ -265,20 +267,21 @@ def capture_linen(pair: Any, variables: Any, train: bool) -> tuple[list[Call], s
     return rec.finished(), error
 
 
-def capture_nnx(pair: Any, model: Any, train: bool) -> tuple[list[Call], str]:
-    """Eager NNX forward (on a clone; dropout off in train mode) with every call recorded."""
+def capture_nnx(pair: Any, model: Any, train: bool, dropout: bool = False) -> tuple[list[Call], str]:
+    """Eager NNX forward (on a clone; dropout off in train mode unless ``dropout``) with every call
+    recorded."""
     from flax import nnx
 
     from linen2nnx.equivalence.build import linen_dropout_off, nnx_dropout_off
     from linen2nnx.equivalence.randomness import same_keys
     from linen2nnx.equivalence.sown import quiet_sow
 
-    clone = nnx_dropout_off(model) if train else nnx.clone(model)
+    clone = nnx_dropout_off(model) if train and not dropout else nnx.clone(model)
     tag_modules(clone)
     args, kwargs = pair.linen.call_args(train)
     rec = Recorder()
     error = ""
-    no_linen_dropout = linen_dropout_off() if train else contextlib.nullcontext()
+    no_linen_dropout = linen_dropout_off() if train and not dropout else contextlib.nullcontext()
     with nnx_hooked(clone, rec.hook), quiet_sow(), same_keys(), no_linen_dropout:
         try:
             clone(*args, **kwargs)

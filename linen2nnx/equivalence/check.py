@@ -4,6 +4,8 @@ Compared, each leaf against the tolerance table of :mod:`.tolerances`:
 
 - ``forward/eval``, ``forward/train``: every output leaf (train mode with dropout off on both
   sides), with KL / top-k agreement of the softmax over the last axis (the logits' class axis);
+- ``forward/dropout``, ``loss/dropout``: train mode with dropout on, the same masks on both sides
+  (:mod:`.dropout_on`: a dropout moved in the dataflow), for a model with an active dropout;
 - ``loss/eval``, ``loss/train``: ``pair.linen.loss(outputs, batch)``;
 - ``grad``: every loss gradient w.r.t. params in train mode, Linen grads moved to NNX paths through
   the converter's own mapping (a param missing on either side fails), with the norm ratio;

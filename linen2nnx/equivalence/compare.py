@@ -156,6 +156,23 @@ def compare_trees(
     return out
 
 
+def compare_outputs(
+    check_name: str, ref: Any, got: Any, tolerances: Tolerances | float | None = None, depth: int = 0
+) -> list[LeafResult]:
+    """Compare two output pytrees leaf by leaf (paths like ``out[0]['logits']``), as logits."""
+    import jax
+
+    ref_leaves = jax.tree_util.tree_flatten_with_path(ref)[0]
+    got_leaves, got_def = jax.tree_util.tree_flatten_with_path(got)
+    ref_def = jax.tree_util.tree_structure(ref)
+    if ref_def != got_def:
+        return [missing(check_name, "out", (), f"output structure differs: Linen {ref_def}, NNX {got_def}")]
+    return [
+        compare_leaf(check_name, "out" + jax.tree_util.keystr(rp), r, g, tolerances, depth=depth, kind=LOGITS)
+        for (rp, r), (_, g) in zip(ref_leaves, got_leaves)
+    ]
+
+
 def missing(check: str, path: str, shape: tuple[int, ...], note: str, *, dtype: str = "") -> LeafResult:
     """A leaf that failed without numbers (absent on one side, shape mismatch, a side that raised)."""
     return LeafResult(

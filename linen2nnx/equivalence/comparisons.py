@@ -22,7 +22,15 @@ import jax
 import numpy as np
 
 from linen2nnx.equivalence.build import Sides, linen_fns, model_state, nnx_fns, with_batch
-from linen2nnx.equivalence.compare import GRAD, LOGITS, LeafResult, compare_leaf, compare_trees, missing
+from linen2nnx.equivalence.compare import (
+    GRAD,
+    LeafResult,
+    compare_leaf,
+    compare_outputs,
+    compare_trees,
+    missing,
+)
+from linen2nnx.equivalence.dropout_on import dropout_leaves
 from linen2nnx.equivalence.layer_config import config_leaves
 from linen2nnx.equivalence.modmap import ModuleMap, nnx_module_paths
 from linen2nnx.equivalence.tolerances import Tolerances
@@ -70,6 +78,9 @@ def run_checks(
     modes = {True: [("", True)], False: [("@eager", False)], "both": [("", True), ("@eager", False)]}[jit]
     for suffix, jitted in modes:
         results += _run_pair(pair, sides, tols, timings, jitted, suffix, depth, module_map)
+    t0 = time.perf_counter()
+    results += dropout_leaves(pair, sides, tols, depth)  # a dropout moved in the dataflow
+    timings["dropout"] = time.perf_counter() - t0
     results += _uncompared(pair, sides)
     if long_batch is None or long_batch is True:
         long_batch = getattr(pair.linen, "long_batch", None)
@@ -272,21 +283,6 @@ def _run_eval_only(
     return [
         *compare_outputs(f"forward/{name}", l_out, n_out, tols, depth),
         compare_leaf(f"loss/{name}", "loss", l_loss, n_loss, tols, depth=depth),
-    ]
-
-
-def compare_outputs(
-    check_name: str, ref: Any, got: Any, tolerances: Tolerances | float | None = None, depth: int = 0
-) -> list[LeafResult]:
-    """Compare two output pytrees leaf by leaf (paths like ``out[0]['logits']``), as logits."""
-    ref_leaves = jax.tree_util.tree_flatten_with_path(ref)[0]
-    got_leaves, got_def = jax.tree_util.tree_flatten_with_path(got)
-    ref_def = jax.tree_util.tree_structure(ref)
-    if ref_def != got_def:
-        return [missing(check_name, "out", (), f"output structure differs: Linen {ref_def}, NNX {got_def}")]
-    return [
-        compare_leaf(check_name, "out" + jax.tree_util.keystr(rp), r, g, tolerances, depth=depth, kind=LOGITS)
-        for (rp, r), (_, g) in zip(ref_leaves, got_leaves)
     ]
 
 

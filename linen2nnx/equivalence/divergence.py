@@ -32,6 +32,8 @@ CHECK = "divergence"
 STATE_CHECKS = ("config", "precision", "sharding", "intermediates", "batch_stats", "grad")
 #: state checks whose leaves name their module outright: one owner needs no replay
 OWNED_CHECKS = STATE_CHECKS[:5]
+#: the train forward with dropout on (:mod:`.dropout_on`)
+DROPOUT_CHECKS = ("forward/dropout", "loss/dropout")
 
 
 @dataclasses.dataclass
@@ -94,6 +96,7 @@ class Divergence:
                 "check": c.check,
                 "max_abs": json_num(c.max_abs),
                 "tol": json_num(c.tol),
+                **({"note": c.note} if c.note else {}),
             }
         )
         return {
@@ -351,6 +354,8 @@ def mode_for(failed: list[LeafResult]) -> tuple[str, bool, bool]:
         return "forward/train", True, False
     if checks & {"forward/long", "loss/long"}:
         return "forward/long", False, True
+    if checks & set(DROPOUT_CHECKS):
+        return "forward/dropout", True, False
     return "forward/eval", False, False
 
 
@@ -368,6 +373,34 @@ def _activation_culprit(diffs: list[ModuleDiff]) -> ModuleDiff | None:
     )
     culprit.note = "; ".join(x for x in (culprit.note, why) if x)
     return culprit
+
+
+def _moved_dropout(diffs: list[ModuleDiff], culprit: ModuleDiff | None) -> ModuleDiff | None:
+    """Replayed with dropout on after every dropout-off forward agreed, ``culprit`` is the module whose
+    inputs agree and which computes differently: when it is no dropout itself (a dropout with a changed
+    rate is), the first dropout inside it whose input differs from Linen's is one the migration moved
+    there (the first: the others follow from it)."""
+    if culprit is not None and culprit.kind.endswith("Dropout"):
+        return None
+    inside = culprit.nnx_path + "/" if culprit is not None and culprit.nnx_path else ""
+    moved = next(
+        (
+            d
+            for d in diffs
+            if d.kind.endswith("Dropout")
+            and not d.passed
+            and not d.inputs_agree
+            and d.nnx_path.startswith(inside)
+        ),
+        None,
+    )
+    if moved is not None:
+        moved.note = (
+            "with dropout on, this dropout's input differs from Linen's while every forward with dropout off "
+            "agrees: it is applied at another place in the dataflow (before an activation it followed, "
+            "after a residual add it sat inside)"
+        )
+    return moved
 
 
 def localise(
@@ -388,10 +421,12 @@ def localise(
 
     tols = Tolerances.coerce(tolerances)
     nnx_modules = {join(p) for p in nnx_module_paths(sides.nnx_model)}
-    if all(_base(lf.check) in OWNED_CHECKS for lf in failed):
-        owners = {_owner(lf.path, nnx_modules) for lf in failed}
+    owned = [lf for lf in failed if _base(lf.check) in OWNED_CHECKS]
+    # a differing setting explains what the dropout-on forward shows (a changed rate): not replayed
+    if owned and all(_base(lf.check) in (*OWNED_CHECKS, *DROPOUT_CHECKS) for lf in failed):
+        owners = {_owner(lf.path, nnx_modules) for lf in owned}
         if len(owners) == 1:
-            culprit = _state_culprit(failed, [], nnx_modules)
+            culprit = _state_culprit(owned, [], nnx_modules)
             if culprit is not None:
                 linen = module_map.linen_of(tuple(culprit.nnx_path.split("/")) if culprit.nnx_path else ())
                 culprit.linen_path = join(linen) if linen is not None else ""
@@ -399,18 +434,22 @@ def localise(
                     mode=culprit.check,
                     modules=[],
                     culprit=culprit,
-                    note="only state checks failed, all in one module: not replayed",
+                    note=f"only state checks{' and the dropout-on forward' if len(owned) < len(failed) else ''} "
+                    "failed, the state checks all in one module: not replayed",
                 )
     mode, train, long = mode_for(failed)
     run_pair = pair
     if long and getattr(pair.linen, "long_batch", None) is not None:
         run_pair = dc.replace(pair, linen=dc.replace(pair.linen, batch=pair.linen.long_batch))
-    linen_calls, linen_error = capture_linen(run_pair, sides.linen_variables, train)
-    nnx_calls, nnx_error = capture_nnx(run_pair, sides.nnx_model, train)
+    dropout = mode == "forward/dropout"  # replayed with the dropout on, the same masks on both sides
+    linen_calls, linen_error = capture_linen(run_pair, sides.linen_variables, train, dropout=dropout)
+    nnx_calls, nnx_error = capture_nnx(run_pair, sides.nnx_model, train, dropout=dropout)
     diffs, unaligned = align(linen_calls, nnx_calls, module_map, tols)
     for d in diffs:
         d.check = mode
     culprit = _activation_culprit(diffs)
+    if dropout:
+        culprit = _moved_dropout(diffs, culprit) or culprit
     note = "; ".join(
         x
         for x in (

@@ -16,13 +16,18 @@ import numpy as np
 def perturbed(variables: Any, seed: int = 0, scale: float = 0.3) -> Any:
     """``variables`` plus ``scale``·N(0, 1) noise on every leaf (numpy: no XLA compiles).
 
-    BatchNorm running variances (``batch_stats/.../var``) stay positive.
+    BatchNorm running variances (``batch_stats/.../var``) stay positive; a leaf that is not floating
+    point (a step counter, an index, a flag) is left as it is: noise would change its dtype.
     """
     rng = np.random.default_rng(seed)
-    out = jax.tree.map(
-        lambda x: np.asarray(x) + scale * rng.standard_normal(np.shape(x)).astype(np.asarray(x).dtype),
-        variables,
-    )
+
+    def noisy(x: Any) -> Any:
+        x = np.asarray(x)
+        if not np.issubdtype(x.dtype, np.floating) and x.dtype.name not in ("bfloat16", "float16"):
+            return x
+        return x + (scale * rng.standard_normal(x.shape)).astype(x.dtype)
+
+    out = jax.tree.map(noisy, variables)
     if isinstance(out, dict) and "batch_stats" in out:
         out["batch_stats"] = jax.tree.map(np.abs, out["batch_stats"])
     return jax.device_put(out)

@@ -112,7 +112,7 @@ def linen_compute_dtype(
     """``(compute dtype, exact outputs)`` of the Linen eval forward, traced once (shapes only: nothing
     runs). The compute dtype is the 16-bit float it computes in (an operation's result in it,
     sub-jaxprs included), the coarser one when it uses both; None for a program in float32 or wider.
-    The exact outputs are the output leaves (``out[0]``, as :func:`.comparisons.compare_outputs` names
+    The exact outputs are the output leaves (``out[0]``, as :func:`.compare.compare_outputs` names
     them) that no 16-bit operation feeds: the backward slice of each, an operation with a sub-program
     counted as coarse when anything inside it is; empty when the program has no 16-bit operation.
     With ``module_map``, the sown values no 16-bit operation feeds too, under the NNX paths the

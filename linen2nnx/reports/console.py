@@ -118,7 +118,9 @@ def divergence_text(data: dict[str, Any]) -> str | None:
     return (
         f"divergence: first differing module [bold]{escape(pd.module_name(culprit.get('linen_path')))}[/bold] "
         f"(Linen) → [bold]{escape(pd.module_name(culprit.get('nnx_path')))}[/bold] (NNX) in {escape(str(culprit.get('check', '')))}: "
-        f"max|Δ| {pd.fmt(culprit.get('max_abs'))} > tol {pd.fmt(culprit.get('tol'))}" + where
+        f"max|Δ| {pd.fmt(culprit.get('max_abs'))} > tol {pd.fmt(culprit.get('tol'))}"
+        + where
+        + (f"\n  why: {escape(culprit['note'])}" if culprit.get("note") else "")
     )
 
 

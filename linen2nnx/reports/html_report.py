@@ -223,6 +223,8 @@ def _divergence(data: dict[str, Any]) -> str:
             if inputs
             else "<p>Inputs agree: <strong>no</strong> — the difference comes from upstream of this module.</p>"
         )
+    if culprit and culprit.get("note"):
+        head += f"<p>Why: {_e(culprit['note'])}</p>"
     rows = [
         (
             [

@@ -124,6 +124,8 @@ def divergence_lines(data: dict[str, Any], max_rows: int = 200) -> list[str]:
                 else "**no** — the difference comes from upstream of this module."
             )
         )
+    if culprit and culprit.get("note"):
+        lines += ["", f"Why: {culprit['note']}"]
     modules = div.get("modules") or []
     if modules:
         lines += [

@@ -12,20 +12,28 @@ from __future__ import annotations
 from typing import Any
 
 
-def stream_counts(state: Any) -> dict[str, int]:
-    """Every ``nnx.RngCount`` of the model part of a train state (``(model, optimizer)``): path -> count."""
+def stream_counts(state: Any) -> dict[str, Any]:
+    """Every ``nnx.RngCount`` of the model part of a train state (``(model, optimizer)``): path -> its
+    counter as a numpy array (one per layer in a stacked, scanned stack)."""
+    import numpy as np
     from flax import nnx
 
-    counts = {}
-    for path, variable in nnx.to_flat_state(state[0]):
-        if isinstance(variable, nnx.RngCount):
-            counts["/".join(map(str, path))] = int(variable.get_value())
-    return counts
+    return {
+        "/".join(map(str, path)): np.asarray(variable.get_value())
+        for path, variable in nnx.to_flat_state(state[0])
+        if isinstance(variable, nnx.RngCount)
+    }
 
 
-def draws_note(before: dict[str, int], after: dict[str, int], steps: int) -> str | None:
+def draws_note(before: dict[str, Any], after: dict[str, Any], steps: int) -> str | None:
     """A note naming the streams a deterministic run still drew from, None when there were none."""
-    drawn = {path: after[path] - count for path, count in before.items() if after.get(path, count) != count}
+    import numpy as np
+
+    drawn = {
+        path: int(np.max(after[path] - count))
+        for path, count in before.items()
+        if path in after and not np.array_equal(after[path], count)
+    }
     if not drawn:
         return None
     streams = ", ".join(
