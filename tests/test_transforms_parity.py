@@ -283,6 +283,16 @@ def test_a_converted_parent_builds_its_kept_class_as_linen_does(case, written, t
     assert_parity(linen_mod.Model(), lazily_built(lambda rngs: nnx_mod.Model(rngs=rngs), x), x, map_path)
 
 
+def test_a_kept_class_whose_default_reads_another_field_imports_and_runs(tmp_path):
+    """``out_features: int = features`` in a class kept as Linen: the wrapper's default reads the Linen
+    class's attribute (it read the bare name: a NameError at import, for every class of the file)."""
+    linen_mod, nnx_mod, result, map_path = build("bridged_default_reads_field", tmp_path)
+    assert "out_features: int = BlockLinen.features" in result.output
+    x = np.random.default_rng(5).normal(size=(2, 3)).astype(np.float32)
+    make = lazily_built(lambda rngs: nnx_mod.Model(in_features=3, rngs=rngs), x)
+    assert_parity(linen_mod.Model(), make, x, map_path)
+
+
 def test_a_stack_leaving_a_stream_unsplit_converts_with_its_weights(tmp_path):
     """split_rngs leaving 'dropout' (and 'params') unsplit: an unsafe finding, and with converted weights
     the stacks compute what Linen computes."""

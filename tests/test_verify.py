@@ -368,6 +368,22 @@ def test_an_init_default_reading_a_name_the_file_does_not_bind_is_reported():
     assert f"    {MARKER} L2N-VERIFY-008 the default of remat reads LayerRemat" in output
 
 
+def test_an_unbound_init_default_is_reported_in_a_class_the_run_did_not_rewrite():
+    """A bridge wrapper is no class the run converted, but its ``__init__`` defaults are evaluated at
+    import like any other: ``out_features: int = features`` (a Linen class-body name) took the file down
+    with no finding. Only that check reaches such classes: their other code is not the run's."""
+    _, findings = verify_output(
+        UNBOUND_DEFAULT,
+        UNBOUND_DEFAULT,
+        path="f.py",
+        module_name="f",
+        external={},
+        rule_enabled=lambda _: True,
+        converted=frozenset(),
+    )
+    assert [(f.rule, f.line) for f in findings] == [("L2N-VERIFY-008", 14)]
+
+
 UNBOUND_CLASS_ATTRIBUTE = """
 from flax import nnx
 

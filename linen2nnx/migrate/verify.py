@@ -208,9 +208,13 @@ class _Verifier:
         if kind is cst.Call and self.function_factories:
             self._check_factory_call(node, stmt)  # type: ignore[arg-type]
         if kind is cst.FunctionDef and self._class is not None:
-            if node.name.value in ("__init__", "__post_init__") and self._rewritten():  # type: ignore[attr-defined]
+            if node.name.value in ("__init__", "__post_init__"):  # type: ignore[attr-defined]
+                # a default reading a name the file does not bind fails the whole file at import: checked
+                # in every NNX class of the output (a bridge wrapper's too), the rest in the run's own
+                rewritten = self._rewritten()
                 for rule, at, where, message in method_notes(self._class, node, self.module):  # type: ignore[arg-type]
-                    self._report(rule, at, where, message)
+                    if rewritten or rule is verify_rules.VERIFY_008:
+                        self._report(rule, at, where, message)
             self._methods.append((node, None))  # type: ignore[arg-type]
             self._applied |= applied_locals(node)  # type: ignore[arg-type]
             for child in syntax_children(node):
