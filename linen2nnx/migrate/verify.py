@@ -472,6 +472,16 @@ class _Verifier:
     def _check_signature(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
         func = call.func
         alias = self._alias_of(func.value) if type(func) is cst.Name and self._methods else None
+        if isinstance(alias, cst.IfExp):  # `layer = A if cond else B`: built as either, checked as each
+            for branch in (alias.body, alias.orelse):
+                self._check_built_class(call, qualnames, stmt, branch)
+            return
+        self._check_built_class(call, qualnames, stmt, alias)
+
+    def _check_built_class(
+        self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None, alias: cst.BaseExpression | None
+    ) -> None:
+        func = call.func
         shown = code(func)
         if alias is not None:  # `block_class(...)`, a local holding a class of the run
             func = alias

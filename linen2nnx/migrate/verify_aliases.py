@@ -32,13 +32,23 @@ def _aliases_of(
         target, value = assign.targets[0].target, assign.value
         if not isinstance(target, cst.Name):
             continue
-        while isinstance(value, cst.Call) and value.args and not value.args[0].keyword:
-            value = value.args[0].value  # nnx.remat(Block, ...), partial(Block, ...): still Block
-        if isinstance(value, cst.Name) and value.value in aliases:
-            value = aliases[value.value]
+        if isinstance(value, cst.IfExp):  # `A if cond else B`: a class either way, each checked
+            body, orelse = _class_of(value.body, aliases), _class_of(value.orelse, aliases)
+            if names_a_class(body) and names_a_class(orelse):
+                aliases[target.value] = value.with_changes(body=body, orelse=orelse)
+            continue
+        value = _class_of(value, aliases)
         if names_a_class(value):
             aliases[target.value] = value
     return aliases
+
+
+def _class_of(value: cst.BaseExpression, aliases: dict[str, cst.BaseExpression]) -> cst.BaseExpression:
+    while isinstance(value, cst.Call) and value.args and not value.args[0].keyword:
+        value = value.args[0].value  # nnx.remat(Block, ...), partial(Block, ...): still Block
+    if isinstance(value, cst.Name) and value.value in aliases:
+        value = aliases[value.value]
+    return value
 
 
 def module_class_aliases(
