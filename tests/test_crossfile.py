@@ -967,3 +967,31 @@ def test_same_named_files_in_folders_without_init_keep_one_map_entry_each(tmp_pa
     result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
     entries = {k: set(c.children) for k, c in result.name_map.classes.items()}
     assert entries == {"pkg.sub.a._m.Block": {"proj_a"}, "pkg.sub.b._m.Block": {"proj_b"}}
+
+
+def test_a_linen_partial_of_a_third_file_handed_to_a_factory_field_is_reported(tmp_path):
+    """``Block(dense=DenseNB)`` with ``DenseNB = partial(nn.Dense, use_bias=False)`` in a third file: the
+    Block of another file builds its ``dense`` field the NNX way (``dense: Callable = nnx.Linear``), so
+    the Linen partial it is handed would fail there (``use_bias`` twice); the call is a finding (it was
+    silent, Model reported clean). A built-in Linen layer handed so is reported where it is written."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "common.py").write_text(
+        "from functools import partial\n\nimport flax.linen as nn\n\nDenseNB = partial(nn.Dense, use_bias=False)\n"
+    )
+    (pkg / "layers.py").write_text(
+        "from typing import Callable\n\nimport flax.linen as nn\n\n\nclass Block(nn.Module):\n"
+        "    dense: Callable = nn.Dense\n\n    @nn.compact\n    def __call__(self, x):\n"
+        "        return self.dense(4)(x)\n"
+    )
+    (pkg / "model.py").write_text(
+        "import flax.linen as nn\n\nfrom .common import DenseNB\nfrom .layers import Block\n\n\n"
+        "class Model(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n        return Block(dense=DenseNB)(x)\n\n\n"
+        "class Plain(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n        return Block()(x)\n"
+    )
+    result = migrate_paths([tmp_path], Mode.CHECK)
+    model = next(r for r in result.files if r.rel.endswith("model.py"))
+    manual = [(f.line, f.rule) for f in model.findings if f.severity.value == "manual"]
+    assert (10, "L2N-MOD-008") in manual and all(line < 13 for line, _ in manual), manual
+    assert "DenseNB is handed to the module-factory field 'dense' of Block" in model.output

@@ -62,6 +62,7 @@ CASES = {
     "kw_only_one_field": ("Model", {}, (2, 4)),  # field(kw_only=True) on one field: Block(4, 5.0) is shift
     "field_hides_module_method": ("Model", {}, (2, 3)),  # train: bool hides nnx.Module.train(): MOD-016
     "setup_param": ("Affine", {"features": 4}, (2, 4)),
+    "param_number_init": ("Model", {}, (2, 4)),  # lambda key: 2.0 -> an array NNX's [...] reads
     "setup_mlp": ("MLP", {"hidden": 6}, (2, 4)),
     "setup_bound_later": ("Head", {"h": 3}, (2, 4)),  # a size setup() binds below the layer, spelled out
     "concat_leading_axis": ("Tokens", {}, (2, 4)),  # a class token joined along axis 1 of rank-3 parts

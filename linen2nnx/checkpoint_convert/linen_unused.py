@@ -64,7 +64,7 @@ def _created_by_linen(pair: Any, name_map: Any, root: str, aliases: dict) -> set
             return None
         leaves = [
             Leaf(coll, path, tuple(getattr(a, "shape", ())), getattr(a, "dtype", None))
-            for coll, path, a in parse_tree(abstract, source="<Linen init>").leaves()
+            for coll, path, a in parse_tree(abstract, source="<Linen init>", live=True).leaves()
         ]
         matches, _ = map_with_name_map(leaves, name_map, root)
         created |= {join(aliases.get(m.nnx_path, m.nnx_path)) for m in matches}

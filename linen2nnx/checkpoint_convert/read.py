@@ -97,7 +97,7 @@ class LinenCheckpoint:
         return out
 
 
-def read_linen_checkpoint(src: Any) -> LinenCheckpoint:
+def read_linen_checkpoint(src: Any, *, live: bool = False) -> LinenCheckpoint:
     """Restore ``src`` (a path or an in-memory tree) into a :class:`LinenCheckpoint`.
 
     Raises :class:`L2NError` naming the path when it is missing or cannot be read, so the CLI
@@ -109,11 +109,16 @@ def read_linen_checkpoint(src: Any) -> LinenCheckpoint:
         path = Path(src).expanduser()
         tree, fmt = _restore_path(path)
         return tree if isinstance(tree, LinenCheckpoint) else parse_tree(tree, source=str(path), fmt=fmt)
-    return parse_tree(src, source="<memory>", fmt="variables")
+    return parse_tree(src, source="<memory>", fmt="variables", live=live)
 
 
-def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -> LinenCheckpoint:
-    """Split a restored tree into variable collections, optimizer state, step and ignored entries."""
+def parse_tree(
+    tree: Any, *, source: str = "<memory>", fmt: str = "variables", live: bool = False
+) -> LinenCheckpoint:
+    """Split a restored tree into variable collections, optimizer state, step and ignored entries.
+
+    ``live``: the tree is the Linen model's own init (its boxes are live objects), so a ``{'value':
+    array}`` dict is a module's parameter named ``value``, never a restored box."""
     if not isinstance(tree, Mapping):
         tree = _to_state_dict(tree, source)
     tree = _plain(tree)
@@ -143,7 +148,7 @@ def parse_tree(tree: Any, *, source: str = "<memory>", fmt: str = "variables") -
         elif isinstance(value, Mapping) and not value:
             ignored[key] = "empty"  # kept in the report: ``convert --to linen`` writes it back
         elif _is_collection(key) and isinstance(value, Mapping):
-            collections[key] = _unbox(value, (key,), unboxed)
+            collections[key] = _unbox(value, (key,), unboxed, live=live)
         elif _is_axes_collection(key, tree):
             ignored[key] = AXES_IGNORED
         else:
@@ -229,19 +234,27 @@ def _is_box(x: Any) -> bool:
     return isinstance(x, AxisMetadata)
 
 
-def _unbox(tree: Any, prefix: PathT, unboxed: list[str], named_value: frozenset | set = frozenset()) -> Any:
+def _unbox(
+    tree: Any,
+    prefix: PathT,
+    unboxed: list[str],
+    named_value: frozenset | set = frozenset(),
+    live: bool = False,
+) -> Any:
     """Replace partitioning boxes (live objects or their restored ``{'value': array}`` form) by arrays.
 
     A restored box is indistinguishable from a module whose one parameter is named ``value``: below
     the collection such a leaf is read unboxed here, and the name map places it back under ``value``
     (``map_with_name_map``); the collection itself is never a box. ``named_value``: the paths of the
-    parameters named ``value``, whose optimizer moments (at the same path) are no boxes either."""
+    parameters named ``value``, whose optimizer moments (at the same path) are no boxes either;
+    ``live``: only live box objects are boxes (the model's own init)."""
     if _is_box(tree):
         unboxed.append("/".join(map(str, prefix)))
         return tree.value if hasattr(tree, "value") else tree.unbox()
     if isinstance(tree, Mapping):
         if (
-            len(prefix) > 1
+            not live
+            and len(prefix) > 1
             and "value" in tree
             and _is_array(tree["value"])
             and set(tree) - {"value"} <= _BOX_METADATA_KEYS
@@ -249,9 +262,9 @@ def _unbox(tree: Any, prefix: PathT, unboxed: list[str], named_value: frozenset 
         ):
             unboxed.append("/".join(map(str, prefix)))
             return tree["value"]
-        return {k: _unbox(v, (*prefix, k), unboxed, named_value) for k, v in tree.items()}
+        return {k: _unbox(v, (*prefix, k), unboxed, named_value, live) for k, v in tree.items()}
     if isinstance(tree, list):
-        return [_unbox(v, (*prefix, i), unboxed, named_value) for i, v in enumerate(tree)]
+        return [_unbox(v, (*prefix, i), unboxed, named_value, live) for i, v in enumerate(tree)]
     return tree
 
 

@@ -74,7 +74,7 @@ def build_sides(
             raise ModelBuildError(
                 f"cannot build the Linen model {_name(pair)} on its example batch: {type(e).__name__}: {e}"
             ) from e
-        ckpt = read_linen_checkpoint(init)
+        ckpt = read_linen_checkpoint(init, live=True)  # its boxes are objects: {'value': x} is a param
         ckpt.source = "init_variables()"
     else:
         ckpt = read_linen_checkpoint(linen_ckpt)
@@ -85,7 +85,39 @@ def build_sides(
             raise ModelBuildError(str(e)) from e.__cause__
         raise
     model = load_nnx_checkpoint(nnx_ckpt, pair) if nnx_ckpt is not None else converted.model()
-    return Sides(ckpt.variables(), model, converted.report, ckpt)
+    return Sides(_linen_variables(pair, ckpt), model, converted.report, ckpt)
+
+
+def _linen_variables(pair: Any, ckpt: Any) -> dict[str, Any]:
+    """What the Linen model is applied with: the checkpoint's variables, where a ``{'value': array}``
+    read as a restored partitioning box is put back as it was when the Linen model's own init has a
+    parameter named ``value`` there (``self.param('value', ...)``: unboxed, the model found an array
+    where its submodule's parameters should be)."""
+    import jax
+
+    from linen2nnx.checkpoint_convert.read import parse_tree
+
+    variables = ckpt.variables()
+    if not ckpt.unboxed:
+        return variables
+    try:
+        abstract = jax.eval_shape(pair.linen.init_variables)
+    except Exception:  # the Linen model's own failure is reported where it is applied
+        return variables
+    named_value = {
+        "/".join((coll, *map(str, path)))
+        for coll, path, _ in parse_tree(abstract, source="<Linen init>", live=True).leaves()
+        if path and path[-1] == "value"
+    }
+    for unboxed in ckpt.unboxed:
+        if f"{unboxed}/value" in named_value:
+            *parents, last = unboxed.split("/")
+            node = variables = {**variables}
+            for key in parents:
+                node[key] = {**node[key]}
+                node = node[key]
+            node[last] = {"value": node[last]}
+    return variables
 
 
 def _name(pair: Any) -> str:

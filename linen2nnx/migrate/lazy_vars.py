@@ -58,7 +58,35 @@ def init_call(init: cst.BaseExpression, args: list[cst.Arg]) -> cst.BaseExpressi
 
 def initial_value(init: cst.BaseExpression, args: list[cst.Arg]) -> str:
     """``jnp.zeros, shape, dtype`` -> ``jnp.zeros(shape, dtype)``; ``lambda: v`` -> ``v``."""
-    return code(init_call(init, args))
+    return code(as_array(init, init_call(init, args)))
+
+
+def as_array(init: cst.BaseExpression, value: cst.BaseExpression) -> cst.BaseExpression:
+    """``value``, the variable's initial value, as an array where it may be a Python number: a lambda
+    init that gives a literal or a field (``lambda key: self.init_value``, ``lambda: 0``, arithmetic of
+    those) gives one, which Linen stores as it is and NNX's ``v[...]`` cannot read (TypeError: 'float'
+    object is not subscriptable): ``jax.numpy.asarray`` of it (the file imports ``jax``). Any other init
+    (``jnp.zeros``, an initializer, a local computed before) is left as it is."""
+    if needs_jax(init):
+        return cst.Call(cst.parse_expression("jax.numpy.asarray"), [cst.Arg(value)])
+    return value
+
+
+def needs_jax(init: cst.BaseExpression) -> bool:
+    """Whether :func:`as_array` wraps what ``init`` gives (the file must import ``jax``)."""
+    return isinstance(init, cst.Lambda) and _maybe_number(init.body)
+
+
+def _maybe_number(node: cst.BaseExpression) -> bool:
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.Attribute):  # a field: self.init_value
+        return isinstance(node.value, cst.Name) and node.value.value == "self"
+    if isinstance(node, cst.UnaryOperation):
+        return _maybe_number(node.expression)
+    if isinstance(node, cst.BinaryOperation):
+        return _maybe_number(node.left) and _maybe_number(node.right)
+    return False
 
 
 def creation(var: LazyVar, init: cst.BaseExpression, args: list[cst.Arg]) -> cst.If:

@@ -25,7 +25,7 @@ from linen2nnx.migrate.factories import PartialLocal
 from linen2nnx.migrate.function_lifts import remat_of_function, scan_of_function
 from linen2nnx.migrate.init_guards import init_only_guard, params_mutable_guard, scan_spec_choice
 from linen2nnx.migrate.init_hints import report_self_api, self_api_hint
-from linen2nnx.migrate.lazy_vars import creation
+from linen2nnx.migrate.lazy_vars import creation, needs_jax
 from linen2nnx.migrate.lifted import LiftError, lifted_call
 from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
@@ -188,6 +188,7 @@ class CallRewriter:
                 creation(lazy, args[2].value, args[3:])
             )
             self.state.uses_nnx = True
+            self.state.needs_jax_import |= needs_jax(args[2].value)
             self.ctx.report(
                 VAR_004,
                 original,

@@ -69,6 +69,7 @@ from linen2nnx.migrate.sites import (
     shape_last_refs,
 )
 from linen2nnx.migrate.sizing import Sizer
+from linen2nnx.migrate.unknown_builders import check_handed_factories, flag_unknown_builder
 from linen2nnx.migrate.variable_planning import VariablePlanning
 
 
@@ -103,7 +104,11 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             ctor, via = local_value(self.ctx, node, ctor.value), f" applied through the local {ctor.value}"
             if isinstance(ctor, cst.Call) and not plain_foreign(self.ctx, node, ctor):
                 return
-        if not isinstance(ctor, cst.Call) or not isinstance(ctor.func, (cst.Name, cst.Attribute)):
+        if not isinstance(ctor, cst.Call):
+            return
+        if flag_unknown_builder(self.ctx, plan, node, ctor):
+            return  # an element of a factory field, or what an outside function returns
+        if not isinstance(ctor.func, (cst.Name, cst.Attribute)):
             return
         if self.ctx.layer_rule_of(ctor.func) or self.ctx.user_class_of(ctor.func):
             return  # a known layer / class: planned on its own
@@ -578,4 +583,6 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             )
         if rule is not None:
             check_layer_args(self.ctx, rule, site, bound)
+        if user is not None and self.state.linen_classes.get(user.name) is not user:
+            check_handed_factories(self.ctx, plan, user, bound)
         return site

@@ -42,11 +42,10 @@ from linen2nnx.migrate.verify_names import (
     LINEN_TREE_PLACE,
     VARIABLE_METHODS,
     Signature,
-    applied_linen_module,
     flax_class_kind,
     impure_linen_name,
-    looks_like_linen_module,
     signature_of,
+    unresolved_build,
 )
 from linen2nnx.migrate.verify_outside import builds_run_class, check_builds_outside
 from linen2nnx.migrate.verify_syntax import (
@@ -58,7 +57,6 @@ from linen2nnx.migrate.verify_syntax import (
     linen_args,
     linen_decorators,
     linen_helpers,
-    linen_module_copy,
     linen_partial,
     marked_by_another_rule,
     method_helpers,
@@ -443,12 +441,8 @@ class _Verifier:
         """``nn.<name>(...)`` (or a decorator) that is not a pure function of flax.linen."""
         q = impure_linen_name(self.names, func)
         if q is not None:
-            self._report(
-                verify_rules.VERIFY_005,
-                node,
-                stmt,
-                f"{code(func)} ({q}) is Linen API, not a pure function; it has no place in an NNX class",
-            )
+            why = f"{code(func)} ({q}) is Linen API, not a pure function; it has no place in an NNX class"
+            self._report(verify_rules.VERIFY_005, node, stmt, why)
 
     def _alias_of(self, name: str) -> cst.BaseExpression | None:
         fn, aliases = self._methods[-1]
@@ -469,19 +463,16 @@ class _Verifier:
             return False
         return any(self._external(q) is not None for q in self.names.qualnames(node))
 
-    def _check_signature(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
-        func = call.func
-        alias = self._alias_of(func.value) if type(func) is cst.Name and self._methods else None
-        if isinstance(alias, cst.IfExp):  # `layer = A if cond else B`: built as either, checked as each
-            for branch in (alias.body, alias.orelse):
-                self._check_built_class(call, qualnames, stmt, branch)
-            return
-        self._check_built_class(call, qualnames, stmt, alias)
-
-    def _check_built_class(
-        self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None, alias: cst.BaseExpression | None
+    def _check_signature(
+        self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None, alias: Any = None
     ) -> None:
         func = call.func
+        if alias is None:
+            alias = self._alias_of(func.value) if type(func) is cst.Name and self._methods else None
+        if isinstance(alias, cst.IfExp):  # `layer = A if cond else B`: built as either, checked as each
+            for branch in (alias.body, alias.orelse):
+                self._check_signature(call, qualnames, stmt, branch)
+            return
         shown = code(func)
         if alias is not None:  # `block_class(...)`, a local holding a class of the run
             func = alias
@@ -508,25 +499,17 @@ class _Verifier:
             self.built.add(key)  # built with every argument its __init__ requires (see caller_sizes)
 
     def _check_unresolved(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
-        """A call nothing resolves that builds a module as Linen does: by a capitalised name, or built
-        with ``name=`` and applied at once (``factory(..., name="x")(y)``, a compact method's idiom)."""
-        owner = self._class.name.value if self._class is not None else "?"
-        shown = one_line(code(call.func))
-        if looks_like_linen_module(call, qualnames):
-            how = f"{shown}(...) takes name= and no rngs, as a Linen module does,"
-        elif id(call) in self._applied and applied_linen_module(call, qualnames):
-            how = f"{shown}(..., name=...) builds a module with name= and no rngs that this method applies, as a Linen compact method does,"
-        elif linen_module_copy(call):
-            how = f"{shown}(..., name=...) is Linen's Module.{call.func.attr.value} (an NNX module has none)"  # type: ignore[attr-defined]
-        else:
-            return
-        self._report(
-            verify_rules.VERIFY_001,
-            call,
-            stmt,
-            f"{how} inside NNX class {owner}, and this run cannot tell what it builds: build its NNX "
-            "counterpart with rngs=rngs (and no name=)",
-        )
+        """A call nothing resolves that builds a module as Linen does (:func:`.verify_names.unresolved_build`)."""
+        how = unresolved_build(call, qualnames, applied=id(call) in self._applied)
+        if how is not None:
+            owner = self._class.name.value if self._class is not None else "?"
+            self._report(
+                verify_rules.VERIFY_001,
+                call,
+                stmt,
+                f"{how} inside NNX class {owner}, and this run cannot tell what it builds: build its NNX "
+                "counterpart with rngs=rngs (and no name=)",
+            )
 
     def _signature(self, name: str) -> Signature | None:
         """The ``__init__`` signature of an NNX class of this file (inherited from its bases of the file)."""

@@ -14,9 +14,9 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import callee_name, root_name
+from linen2nnx.migrate.cst_utils import callee_name, code, root_name
 from linen2nnx.migrate.linen_api import KEPT_LINEN_FUNCTIONS, equivalent_in_nnx, same_in_nnx
-from linen2nnx.migrate.sites import ClassSummary
+from linen2nnx.migrate.sites import ClassSummary, one_line
 
 LINEN_TREE_PLACE = frozenset({"name", "parent", "path"})
 """The Linen module's name and place in its tree: an NNX module has neither (a hand-written NNX class
@@ -213,3 +213,20 @@ def applied_linen_module(call: cst.Call, qualnames: set[str]) -> bool:
         and "rngs" not in keywords
         and not any(q.startswith((*NOT_MODULE_PREFIXES, "functools.")) for q in qualnames)
     )
+
+
+def unresolved_build(call: cst.Call, qualnames: set[str], *, applied: bool) -> str | None:
+    """How a call nothing resolves builds a module as Linen does, for the finding: by a capitalised name
+    with ``name=`` and no ``rngs``, built with ``name=`` and applied at once (``applied``: the method
+    calls its result, ``factory(..., name="x")(y)``, a compact method's idiom), or Linen's
+    ``Module.clone`` / ``copy``; None when it does not."""
+    from linen2nnx.migrate.verify_syntax import linen_module_copy
+
+    shown = one_line(code(call.func))
+    if looks_like_linen_module(call, qualnames):
+        return f"{shown}(...) takes name= and no rngs, as a Linen module does,"
+    if applied and applied_linen_module(call, qualnames):
+        return f"{shown}(..., name=...) builds a module with name= and no rngs that this method applies, as a Linen compact method does,"
+    if linen_module_copy(call):
+        return f"{shown}(..., name=...) is Linen's Module.{call.func.attr.value} (an NNX module has none)"  # type: ignore[attr-defined]
+    return None
