@@ -246,3 +246,49 @@ def test_a_doubled_params_level_and_other_dtypes_are_named_once(tmp_path):
     assert "dtype mismatch" in str(low_error.value) and "convert does not cast" in str(low_error.value)
     assert "params/params" not in str(low_error.value)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_collection_a_bridged_linen_part_registers_is_converted(tmp_path):
+    """A Linen class kept behind ``nnx.bridge.ToNNX`` with a collection of its own (``stats``): its name
+    is registered only as the NNX model is built, after the checkpoint's metadata was read. It was
+    ignored there and then matched without its arrays (TypeError on ArrayMetadata, exit 1); ``check``
+    applied the Linen model without it. Now it is adopted once the model is built, and converted."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from linen2nnx.checkpoint_convert import load_nnx_checkpoint
+    from linen2nnx.equivalence import check
+    from linen2nnx.spec import LinenSide, ModelPair
+
+    class Noisy(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            u = self.variable("stats_of_bridge", "u", lambda: jnp.full((1, 3), 0.5))
+            return nn.Dense(3)(x) + u.value
+
+    x = np.ones((2, 4), np.float32)
+
+    def make(rngs):
+        model = nnx.bridge.ToNNX(Noisy(), rngs=rngs)
+        nnx.bridge.lazy_init(model, x)
+        return model
+
+    side = LinenSide(
+        model=Noisy(),
+        batch={"x": x},
+        loss=lambda out, b: jnp.mean(out**2),
+        mutable=("stats_of_bridge",),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    pair = ModelPair(linen=side, nnx_factory=make)
+    variables = jax.tree.map(lambda a: a + 1.0, side.init_variables())
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "linen", variables)
+    report = convert(tmp_path / "linen", tmp_path / "nnx", pair)
+    assert "stats_of_bridge" not in report.ignored
+    state = nnx.state(load_nnx_checkpoint(tmp_path / "nnx", pair))
+    np.testing.assert_allclose(state["u"].get_value(), 1.5)
+    assert check(pair, str(tmp_path / "linen")).passed

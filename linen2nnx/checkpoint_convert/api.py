@@ -105,6 +105,7 @@ def plan_with_problems(
     """
     nmap = resolve_name_map(pair, name_map)
     target = abstract_target(pair.make_nnx)
+    ckpt.adopt_registered()  # a collection the model registers as it is built (a bridged Linen part's)
     leaves = [
         Leaf(coll, path, tuple(getattr(a, "shape", ())), getattr(a, "dtype", None))
         for coll, path, a in ckpt.leaves()

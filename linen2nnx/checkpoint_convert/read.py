@@ -83,6 +83,19 @@ class LinenCheckpoint:
     format: str = "variables"
     step_dtype: str | None = None
     """The dtype the step was saved with (``int32`` after a jitted update), for ``--to linen``."""
+    unregistered: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    """The ignored top-level mappings whose name no Variable type was registered for when the checkpoint
+    was read: a collection the target model registers once built (a Linen class kept behind
+    ``nnx.bridge.ToNNX`` with its own collection) is adopted then (:meth:`adopt_registered`)."""
+
+    def adopt_registered(self) -> bool:
+        """Move the :attr:`unregistered` entries that now name a registered Variable type into the
+        collections (called once the target model is built); True when one moved."""
+        moved = [key for key in self.unregistered if _is_collection(key)]
+        for key in moved:
+            self.collections[key] = _unbox(self.unregistered.pop(key), (key,), self.unboxed)
+            self.ignored.pop(key, None)
+        return bool(moved)
 
     def variables(self) -> dict[str, Any]:
         """The Linen ``variables`` dict (what ``model.apply`` takes)."""
@@ -133,6 +146,7 @@ def parse_tree(
     unboxed: list[str] = []
     collections: dict[str, dict[str, Any]] = {}
     ignored: dict[str, str] = {}
+    unregistered: dict[str, Any] = {}
     opt_state = None
     step = step_dtype = None
     sown = sown_collections()
@@ -153,10 +167,14 @@ def parse_tree(
             ignored[key] = AXES_IGNORED
         else:
             ignored[key] = "not a registered variable collection (TrainState field?)"
+            if isinstance(value, Mapping):
+                unregistered[key] = value
     if "opt_state" in tree:
         named_value = _value_leaves(collections.get("params", {}))
         opt_state = _unbox(tree["opt_state"], ("opt_state",), unboxed, named_value)
-    return LinenCheckpoint(collections, opt_state, step, ignored, unboxed, source, fmt, step_dtype)
+    return LinenCheckpoint(
+        collections, opt_state, step, ignored, unboxed, source, fmt, step_dtype, unregistered
+    )
 
 
 def _value_leaves(params: Any, prefix: PathT = ()) -> set[PathT]:

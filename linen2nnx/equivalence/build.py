@@ -77,6 +77,8 @@ def build_sides(
         ckpt = read_linen_checkpoint(init, live=True)  # its boxes are objects: {'value': x} is a param
         ckpt.source = "init_variables()"
     else:
+        if isinstance(linen_ckpt, (str, Path)):  # its arrays are read now: of every collection the model
+            _register_collections(pair)  # registers too (a bridged Linen part's own), not only flax's
         ckpt = read_linen_checkpoint(linen_ckpt)
     try:
         converted = convert_tree(ckpt, pair, name_map, optimizer=False)
@@ -86,6 +88,19 @@ def build_sides(
         raise
     model = load_nnx_checkpoint(nnx_ckpt, pair) if nnx_ckpt is not None else converted.model()
     return Sides(_linen_variables(pair, ckpt), model, converted.report, ckpt)
+
+
+def _register_collections(pair: Any) -> None:
+    """Build the NNX model abstractly once, so the Variable types it registers as it is built (a Linen
+    class kept behind ``nnx.bridge.ToNNX`` with a collection of its own, ``stats``) are known when the
+    checkpoint is read: its collection is then read as one, not ignored. A model that fails to build
+    is reported by the conversion."""
+    from flax import nnx
+
+    try:
+        nnx.eval_shape(lambda: pair.make_nnx(0))
+    except Exception:
+        pass
 
 
 def _linen_variables(pair: Any, ckpt: Any) -> dict[str, Any]:

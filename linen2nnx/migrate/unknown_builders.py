@@ -4,8 +4,9 @@ Each is a located ``manual`` finding where it is built, never an NNX class that 
 
 - an element of a field holding module factories, called at call time (``self.heads[i]()(x)``, or
   ``make()(x)`` over ``for make in self.heads``): flaxformer / SAVi readout heads (``L2N-MOD-008``);
-- what a function of no file of the run returns, called and applied (``net = extlib.feature_layer(False)``
-  then ``net(features=16)(x)``): most likely a Linen layer or partial (``L2N-MOD-006``);
+- what an imported function of no library returns, called and applied in an NNX class the run wrote
+  (``net = networks.feature_layer(False)`` then ``net(features=16)(x)``): most likely a Linen layer or
+  partial (:func:`outside_maker`, read by the verifier: ``L2N-VERIFY-001``);
 - a value handed to a module-factory field that another file's class made NNX (``Block(dense=DenseNB)``
   with ``DenseNB`` a Linen partial of a third file): the NNX class builds it with ``rngs``
   (``L2N-MOD-008``).
@@ -13,14 +14,15 @@ Each is a located ``manual`` finding where it is built, never an NNX class that 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_utils import code, names_in, self_attr
-from linen2nnx.migrate.foreign_locals import local_value
-from linen2nnx.migrate.rules import MOD_006, MOD_008
+from linen2nnx.migrate.cst_meta import nodes_of
+from linen2nnx.migrate.cst_utils import assigned_names, code, names_in, self_attr, single_assign
+from linen2nnx.migrate.rules import MOD_008
 from linen2nnx.migrate.sites import ClassPlan
 
 #: Packages whose functions return no Linen module factory: ``jax.vmap(f)(a)(b)`` & co. are no submodule.
@@ -31,8 +33,8 @@ _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 
 
 def flag_unknown_builder(ctx: FileContext, plan: ClassPlan, node: cst.Call, ctor: cst.Call) -> bool:
-    """Report ``node`` (``ctor(...)`` applied at once) when ``ctor`` calls an element of a factory field
-    or what an outside function returned; True when it did."""
+    """Report ``node`` (``ctor(...)`` applied at once) when ``ctor`` calls an element of a factory field;
+    True when it did."""
     picked = field_element(ctx, ctor)
     if picked is not None and picked in plan.field_names:  # `self.heads[i]()(x)`, `make()(x)` over them
         ctx.report(
@@ -42,16 +44,6 @@ def flag_unknown_builder(ctx: FileContext, plan: ClassPlan, node: cst.Call, ctor
             f"{picked!r} (a sequence of module factories)",
             f"build the modules in __init__ (an nnx.List of them, one per element of {picked}), "
             "with NNX layer classes passed in",
-        )
-        return True
-    maker = outside_maker(ctx, node, ctor)
-    if maker is not None:  # `net = extlib.feature_layer(False)` then `net(features=16)(x)`
-        ctx.report(
-            MOD_006,
-            ctor,
-            f"{code(ctor.func)}(...)(...) builds a submodule at call time from what {maker}(...) returns "
-            "(a function this run does not migrate: most likely a Linen layer or partial)",
-            f"migrate the file that defines {maker} in the same run, or build the module in __init__ by hand",
         )
         return True
     return False
@@ -90,21 +82,34 @@ def _loops_at(node: cst.CSTNode) -> list[Any]:
     return loops
 
 
-def outside_maker(ctx: FileContext, node: cst.Call, ctor: cst.Call) -> str | None:
-    """``f`` when ``ctor`` calls what a call of ``f`` returned (``f(...)(...)``, or a local bound once to
-    ``f(...)``) and ``node`` applies that at once: a module factory made by a function this run does not
-    know (neither a layer factory function of the run nor a library function)."""
-    made = ctor.func
-    if isinstance(made, cst.Name):
-        made = local_value(ctx, node, made.value)
+def outside_maker(
+    fn: cst.FunctionDef | None, func: cst.BaseExpression, qualnames: Callable[[cst.CSTNode], set[str]]
+) -> str | None:
+    """How a call of ``func``, applied at once, builds a module (for the verifier's finding) when ``func``
+    is what an imported function of no library returned: ``f(...)`` itself (``f(...)(features=16)(x)``),
+    or a local of ``fn`` bound once to it (``net = networks.feature_layer(noisy)``, then
+    ``net(features=16)(x)``): most likely a Linen layer or partial. None otherwise."""
+    made: cst.BaseExpression | None = func
+    if isinstance(func, cst.Name):
+        made = _bound_once(fn, func.value) if fn is not None else None
     if not isinstance(made, cst.Call) or type(made.func) not in (cst.Name, cst.Attribute):
         return None
-    if ctx.function_factory_of(made.func) is not None or ctx.self_call(made) is not None:
-        return None
-    qualnames = ctx.qualnames(made.func)
-    if not qualnames or any(q.split(".")[0] in KNOWN_LIBRARIES or "." not in q for q in qualnames):
+    names = qualnames(made.func)
+    if not names or any(q.split(".")[0] in KNOWN_LIBRARIES or "." not in q for q in names):
         return None  # a library's, or a function of this file (its replay / the verifier follow it)
-    return code(made.func)
+    if isinstance(func, cst.Name):
+        return f"{func.value}(...) is applied at once, and {func.value} holds what {code(made.func)}(...) returns"
+    return f"what {code(made.func)}(...) returns is called and applied at once"
+
+
+def _bound_once(fn: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
+    if assigned_names(fn).get(name) != 1:
+        return None
+    for node in nodes_of(fn.body, (cst.SimpleStatementLine,), opaque=(cst.FunctionDef, cst.ClassDef)):
+        found = single_assign(node)
+        if found is not None and found[0] == name:
+            return found[1]
+    return None
 
 
 def check_handed_factories(ctx: FileContext, plan: ClassPlan, user: ClassPlan, bound: dict[str, Any]) -> None:

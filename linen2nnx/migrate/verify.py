@@ -35,6 +35,7 @@ from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, markers_of, one_line
 from linen2nnx.migrate.training.driver import line_map
+from linen2nnx.migrate.unknown_builders import outside_maker
 from linen2nnx.migrate.verify_aliases import class_aliases, module_class_aliases
 from linen2nnx.migrate.verify_methods import class_attribute_notes, method_notes
 from linen2nnx.migrate.verify_names import (
@@ -500,15 +501,15 @@ class _Verifier:
 
     def _check_unresolved(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
         """A call nothing resolves that builds a module as Linen does (:func:`.verify_names.unresolved_build`)."""
-        how = unresolved_build(call, qualnames, applied=id(call) in self._applied)
+        applied, method = id(call) in self._applied, self._methods[-1][0] if self._methods else None
+        how = unresolved_build(call, qualnames, applied=applied)
+        if how is None and applied:  # `net(...)(x)`, `f(...)(...)(x)`
+            how = outside_maker(method, call.func, self.names.qualnames)
         if how is not None:
             owner = self._class.name.value if self._class is not None else "?"
+            why = f"{how} inside NNX class {owner}, and this run cannot tell what it builds: build its NNX "
             self._report(
-                verify_rules.VERIFY_001,
-                call,
-                stmt,
-                f"{how} inside NNX class {owner}, and this run cannot tell what it builds: build its NNX "
-                "counterpart with rngs=rngs (and no name=)",
+                verify_rules.VERIFY_001, call, stmt, why + "counterpart with rngs=rngs (and no name=)"
             )
 
     def _signature(self, name: str) -> Signature | None:
