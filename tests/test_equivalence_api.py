@@ -301,3 +301,42 @@ def test_perturbed_moves_floats_and_keeps_counters_and_flags():
         np.asarray(out["params"]["h"], np.float32) != 0
     )
     assert np.any(np.asarray(out["params"]["w"]) != 0) and np.all(np.asarray(out["batch_stats"]["var"]) > 0)
+
+
+def test_an_output_namedtuple_of_the_migrated_copy_is_the_same_structure():
+    """The migrated package is imported beside the Linen one, so a NamedTuple the model returns is
+    another class object of the same name: the outputs still compare (every dopamine network failed
+    with "output structure differs" whose two sides printed the same)."""
+    from collections import namedtuple
+
+    import flax.linen as nn
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from linen2nnx.equivalence import check
+    from linen2nnx.spec import LinenSide, ModelPair
+
+    LinenOut, NNXOut = namedtuple("Out", ["q"]), namedtuple("Out", ["q"])
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return LinenOut(nn.Dense(3)(x))
+
+    class NetNNX(nnx.Module):
+        def __init__(self, rngs):
+            self.dense_0 = nnx.Linear(4, 3, rngs=rngs)
+
+        def __call__(self, x):
+            return NNXOut(self.dense_0(x))
+
+    side = LinenSide(
+        model=Net(),
+        batch={"x": jnp.ones((2, 4))},
+        loss=lambda out, b: jnp.mean(out.q**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    result = check(ModelPair(linen=side, nnx_factory=NetNNX), long_batch=False)
+    assert result.passed, result.failure_table()
+    assert {lf.path for lf in result.leaves if lf.check == "forward/eval"} == {"out.q"}

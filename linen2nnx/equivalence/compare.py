@@ -165,7 +165,9 @@ def compare_outputs(
     ref_leaves = jax.tree_util.tree_flatten_with_path(ref)[0]
     got_leaves, got_def = jax.tree_util.tree_flatten_with_path(got)
     ref_def = jax.tree_util.tree_structure(ref)
-    if ref_def != got_def:
+    # a NamedTuple / dataclass output of the migrated copy is another class object of the same name and
+    # fields (the Linen and NNX packages are imported side by side): the same structure as printed
+    if ref_def != got_def and str(ref_def) != str(got_def):
         return [missing(check_name, "out", (), f"output structure differs: Linen {ref_def}, NNX {got_def}")]
     return [
         compare_leaf(check_name, "out" + jax.tree_util.keystr(rp), r, g, tolerances, depth=depth, kind=LOGITS)
