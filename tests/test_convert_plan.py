@@ -292,3 +292,51 @@ def test_a_collection_a_bridged_linen_part_registers_is_converted(tmp_path):
     state = nnx.state(load_nnx_checkpoint(tmp_path / "nnx", pair))
     np.testing.assert_allclose(state["u"].get_value(), 1.5)
     assert check(pair, str(tmp_path / "linen")).passed
+
+
+def test_a_cache_the_nnx_model_creates_on_its_first_call_is_ignored_with_its_reason(tmp_path):
+    """``self.variable('cache', 'c', lambda: jnp.ones(h.shape))``: Linen's init creates it, so every Linen
+    checkpoint holds it; the migrated model creates it on its first call (L2N-VAR-004). The tool's own
+    spec failed check ("no NNX home: Linen cache/c"): now the entry is ignored with its reason, and the
+    cache the first call makes is compared after the train forward."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from linen2nnx.checkpoint_convert.first_call import FIRST_CALL
+    from linen2nnx.equivalence import check
+    from linen2nnx.spec import LinenSide, ModelPair
+
+    class Model(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            h = nn.Dense(4)(x)
+            c = self.variable("cache", "c", lambda: jnp.ones(h.shape, h.dtype))
+            if train:
+                c.value = c.value * 2.0
+            return h * c.value
+
+    class ModelNNX(nnx.Module):
+        def __init__(self, rngs):
+            self.dense_0 = nnx.Linear(3, 4, rngs=rngs)
+
+        def __call__(self, x, train: bool = False):
+            h = self.dense_0(x)
+            if not hasattr(self, "c"):
+                self.c = nnx.Cache(jnp.ones(h.shape, h.dtype))
+            if train:
+                self.c.set_value(self.c[...] * 2.0)
+            return h * self.c[...]
+
+    side = LinenSide(
+        model=Model(),
+        batch={"x": np.ones((2, 3), np.float32)},
+        loss=lambda out, b: jnp.mean(out**2),
+        mutable=("cache",),
+    )
+    pair = ModelPair(linen=side, nnx_factory=ModelNNX)
+    result = check(pair, long_batch=False)
+    assert result.passed, result.failure_table()
+    assert [lf.path for lf in result.leaves if lf.check == "cache"] == ["c"]
+    report = convert(side.init_variables(), tmp_path / "nnx", pair)
+    assert report.ignored["cache/c"] == FIRST_CALL

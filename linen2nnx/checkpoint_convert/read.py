@@ -83,6 +83,8 @@ class LinenCheckpoint:
     format: str = "variables"
     step_dtype: str | None = None
     """The dtype the step was saved with (``int32`` after a jitted update), for ``--to linen``."""
+    first_call: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Linen leaves (``cache/c``) the NNX model creates on its first call -> that NNX path (first_call.py)."""
     unregistered: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
     """The ignored top-level mappings whose name no Variable type was registered for when the checkpoint
     was read: a collection the target model registers once built (a Linen class kept behind
@@ -173,7 +175,7 @@ def parse_tree(
         named_value = _value_leaves(collections.get("params", {}))
         opt_state = _unbox(tree["opt_state"], ("opt_state",), unboxed, named_value)
     return LinenCheckpoint(
-        collections, opt_state, step, ignored, unboxed, source, fmt, step_dtype, unregistered
+        collections, opt_state, step, ignored, unboxed, source, fmt, step_dtype, unregistered=unregistered
     )
 
 

@@ -223,6 +223,7 @@ def _train_state(
     for coll in sorted(pair.linen.state_collections):  # sown values: compared below
         ref = to_nnx_paths(sides, coll, l_updates.get(coll, {}))
         wanted = _paths_of_type(sides, _variable_type(coll))
+        wanted |= {n for linen, n in sides.checkpoint.first_call.items() if linen.startswith(f"{coll}/")}
         updated |= wanted
         got = {p: v for p, v in n_after.items() if p in wanted}
         results += compare_trees(coll + suffix, ref, got, tols, depth=depth)
@@ -313,8 +314,11 @@ def to_nnx_paths(sides: Sides, collection: str, tree: Any) -> dict[str, Any]:
             "value",
         ):  # a parameter named value, read as a box (_linen_variables)
             nnx_path = table.get(key[:-1])
+        linen_name = "/".join((collection, *key))
         name = (
-            "/".join(map(str, nnx_path)) if nnx_path is not None else "linen:" + "/".join((collection, *key))
+            "/".join(map(str, nnx_path))
+            if nnx_path is not None
+            else sides.checkpoint.first_call.get(linen_name, "linen:" + linen_name)  # made by a first call
         )
         out[name] = leaf
     return out
