@@ -4,6 +4,7 @@ Each fixture input of tests/fixtures/migrate is a real Linen module; its migrate
 file) must compute the same function with the converted (perturbed) weights.
 """
 
+import collections
 import dataclasses
 
 import jax
@@ -38,6 +39,10 @@ def _own_values(ctor: dict, module) -> dict:
     return {k: v.of(module) if isinstance(v, Own) else v for k, v in ctor.items()}
 
 
+#: Another configuration of reshape_config_local's Attn: heads * hd (6) no longer equals d (5).
+OTHER_ATTN_CFG = collections.namedtuple("Cfg", "d heads hd")(5, 3, 2)
+
+
 @dataclasses.dataclass(frozen=True)
 class TowerConfig:
     width: int = 4
@@ -62,7 +67,8 @@ CASES = {
     "kw_only_one_field": ("Model", {}, (2, 4)),  # field(kw_only=True) on one field: Block(4, 5.0) is shift
     "field_hides_module_method": ("Model", {}, (2, 3)),  # train: bool hides nnx.Module.train(): MOD-016
     "setup_param": ("Affine", {"features": 4}, (2, 4)),
-    "param_number_init": ("Model", {}, (2, 4)),  # lambda key: 2.0 -> an array NNX's [...] reads
+    "param_number_init": ("Model", {}, (2, 4)),
+    "activation_submodule": ("Model", {}, (2, 4)),  # nn.activation.tanh -> nnx.tanh  # lambda key: 2.0 -> an array NNX's [...] reads
     "setup_mlp": ("MLP", {"hidden": 6}, (2, 4)),
     "setup_bound_later": ("Head", {"h": 3}, (2, 4)),  # a size setup() binds below the layer, spelled out
     "concat_leading_axis": ("Tokens", {}, (2, 4)),  # a class token joined along axis 1 of rank-3 parts
@@ -229,7 +235,7 @@ CASES = {
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
     "broadcast_experts": ("MoE", {}, (6, 3)),  # the experts' width: the broadcast input's, not num_experts
     "sow_own_collection": ("Router", {}, (6, 4)),  # a sown "losses" collection, compared as sown values
-    "kept_function_result_method": ("CausalMix", {}, (2, 5, 3)),  # make_causal_mask(...).squeeze(1) kept
+    "kept_function_result_method": ("CausalMix", {}, (2, 5, 3)),  # dot_product_attention_weights(...).squeeze(1)
     "helper_tuple_returns": ("Router", {}, (4, 5)),  # gates, aux = self._gates(...): the guard's return
     "helper_tuple_returns_noisy": ("Router", {"deterministic": False}, (4, 5)),  # the final if / else
     "helper_tuple_returns_two": ("Router", {"deterministic": False, "num_experts": 2}, (4, 5)),
@@ -325,6 +331,8 @@ CASES = {
     "setup_none_first_no_param": ("Affine", {"features": 3, "use_bias": False}, (2, 5)),  # ... or None
     "index_known_rank": ("Tokens", {}, (2, 4, 4, 3)),  # x[:, 0] of a value of rank 3: the hidden size
     "reshape_written_axis": ("Attn", {}, (2, 3, 4)),  # x.shape[:2] + (self.inner,): the written size
+    "reshape_config_local": ("Attn", {}, (2, 3, 4)),  # c = self.cfg; q.reshape(b, t, c.heads * c.hd) ...
+    "reshape_config_local_other": ("Attn", {"cfg": OTHER_ATTN_CFG}, (2, 3, 4)),  # ... in any config
     "input_keyword": ("Model", {}, (2, 5)),  # self.mix(x, other=..., scale=...): `other` sized by name
     "input_keyword_first": ("Model", {}, (2, 5)),  # self.mix(other=..., x=...): `x` sized by name too
     "attention_kv_features": ("CrossKeyword", {}, (2, 3, 5)),  # in_kv_features from inputs_kv=
@@ -411,6 +419,7 @@ CASES = {
     "init_restated_tests_splat": ("Splat", {}, (2, 5)),  # dense(**options) of partial(nn.Dense, 4)
 }
 SOURCES = {
+    "reshape_config_local_other": "reshape_config_local",
     "conv_mask_array_stem": "conv_mask_array",
     "setup_array_property_tables": "setup_array_property",
     "setup_array_property_causal": "setup_array_property",

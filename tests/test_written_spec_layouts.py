@@ -165,3 +165,34 @@ def test_an_enum_of_a_migrated_file_in_the_config_is_the_nnx_copys_member(tmp_pa
     assert done.returncode == 0, done.stderr
     checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+BRIDGED_MLP = """\
+import flax.linen as nn
+
+
+class Model(nn.Module):
+    sizes: tuple = (5, 3)
+    layer_norm: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        for i, size in enumerate(self.sizes):
+            x = nn.Dense(size, name=f"hidden_{i}")(x)
+            if i < len(self.sizes) - 1 and self.layer_norm:
+                x = nn.LayerNorm()(x)
+        return x
+"""
+
+
+def test_a_root_kept_as_linen_has_no_sizes_to_give(tmp_path):
+    """A root class kept behind the bridge gains size arguments its wrapper takes and ignores: the written
+    spec asked for them ("give values for ['hidden_in_features']") although check passes without them."""
+    env = _package(tmp_path)
+    (tmp_path / "src" / "mypkg" / "model.py").write_text(BRIDGED_MLP)
+    (tmp_path / "specs.py").write_text(SPECS.replace("Model(WIDTH)", "Model()"))
+    done = _cli(tmp_path, env, "migrate", "src/", "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    assert "L2N-MOD-007" in done.stdout + done.stderr
+    assert "UNRESOLVED_ARGS = []" in (tmp_path / "nnx_src" / "linen2nnx_spec.py").read_text()
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stderr + checked.stdout

@@ -66,7 +66,25 @@ class AxisSizes:
             target = self.sole_binding(node)
             held = self.held.get(target) if target is not None else None
             return held if held is not None and held.kind in SIZED else None
-        return None
+        spelled = self._through_config_locals(node)
+        return static_axis(spelled, fields) if spelled is not node else None
+
+    def _through_config_locals(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        """``node`` with each local bound once to a field chain (``c = self.cfg``) spelled as that chain:
+        ``c.heads * c.hd`` -> ``self.cfg.heads * self.cfg.hd``, a size ``__init__`` reads from its start
+        (the static dataflow left the reshape unknown, and a trace then took a config field that only
+        happened to be equal); ``node`` itself when no such local is read."""
+        if type(node) is cst.Name:
+            value = self.assigned(node) if node.value != "self" else None
+            return value if value is not None and _field_chain(value) else node
+        if type(node) is cst.Attribute:
+            value = self._through_config_locals(node.value)
+            return node if value is node.value else node.with_changes(value=value)
+        if type(node) is cst.BinaryOperation:
+            left, right = self._through_config_locals(node.left), self._through_config_locals(node.right)
+            same = left is node.left and right is node.right
+            return node if same else node.with_changes(left=left, right=right)
+        return node
 
     def literal(self, node: cst.BaseExpression) -> cst.BaseExpression:
         """``node``, or for a name bound once by ``name = value``, that value (``pad = ((0, 0), ...)``)."""
@@ -161,3 +179,12 @@ def _argument(node: cst.Call, index: int, keyword: str) -> cst.BaseExpression | 
     if len(positional) > index:
         return positional[index].value
     return next((a.value for a in node.args if a.keyword is not None and a.keyword.value == keyword), None)
+
+
+def _field_chain(node: cst.BaseExpression) -> bool:
+    """``self.cfg`` / ``self.config.model``: an attribute chain rooted at ``self``."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+        if isinstance(node, cst.Name):
+            return node.value == "self"
+    return False

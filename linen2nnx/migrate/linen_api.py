@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 import libcst as cst
 
@@ -131,6 +132,27 @@ def same_in_nnx(dotted: str) -> bool:
             return False
         a, b = getattr(a, part), getattr(b, part)
     return a is b and not inspect.isclass(a) and not inspect.ismodule(a)
+
+
+@cache
+def top_level_name(dotted: str) -> str | None:
+    """``relu`` for ``activation.relu``: a name of a flax.linen submodule that is the very object flax.linen
+    re-exports at its top level (``nn.activation.relu is nn.relu``), so it converts as ``nn.relu`` does;
+    None for any other name (a class included: layers are converted through their table)."""
+    import inspect
+
+    import flax.linen as nn
+
+    if "." not in dotted or dotted.startswith("initializers."):
+        return None
+    value: Any = nn
+    for part in dotted.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    last = dotted.rsplit(".", 1)[1]
+    same = getattr(nn, last, None) is value and not inspect.isclass(value) and not inspect.ismodule(value)
+    return last if same else None
 
 
 @cache

@@ -31,6 +31,7 @@ from linen2nnx.migrate.linen_api import (
     equivalent_in_nnx,
     initializer_in_nnx,
     same_in_nnx,
+    top_level_name,
 )
 from linen2nnx.migrate.rules import (
     API_001,
@@ -174,6 +175,9 @@ class AttributeRewriter:
     ) -> cst.BaseExpression | None:
         """``nn.<short>``: re-pointed to ``nnx`` (the same or a renamed function), kept, or reported;
         None when the name stays as it is."""
+        top = top_level_name(short)  # nn.activation.relu is nn.relu: converted as it
+        if top is not None:
+            return self._linen_name(original, updated, names, top, parent, rooted)
         if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
             return self._repoint(original, short, short, API_001, "")
         if rooted and (initializer := initializer_in_nnx(short)) is not None:  # nn.zeros: nnx.initializers'

@@ -114,6 +114,7 @@ def write_pair_spec(
         for a, how in entry.new_args.items()
         if not how.startswith(("input:", "input_shape:", "input_leaf:"))
         and how != "unresolved_if"  # None: not built
+        and not entry.bridge  # a class kept as Linen: its wrapper takes the sizes and ignores them
     )
     linen_spec = trace.spec_ref
     target_part, sep, func = linen_spec.rpartition(":")
