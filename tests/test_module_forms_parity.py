@@ -68,7 +68,11 @@ CASES = {
     "field_hides_module_method": ("Model", {}, (2, 3)),  # train: bool hides nnx.Module.train(): MOD-016
     "setup_param": ("Affine", {"features": 4}, (2, 4)),
     "param_number_init": ("Model", {}, (2, 4)),
-    "activation_submodule": ("Model", {}, (2, 4)),  # nn.activation.tanh -> nnx.tanh  # lambda key: 2.0 -> an array NNX's [...] reads
+    "activation_submodule": (
+        "Model",
+        {},
+        (2, 4),
+    ),  # nn.activation.tanh -> nnx.tanh  # lambda key: 2.0 -> an array NNX's [...] reads
     "setup_mlp": ("MLP", {"hidden": 6}, (2, 4)),
     "setup_bound_later": ("Head", {"h": 3}, (2, 4)),  # a size setup() binds below the layer, spelled out
     "concat_leading_axis": ("Tokens", {}, (2, 4)),  # a class token joined along axis 1 of rank-3 parts
@@ -235,7 +239,11 @@ CASES = {
     "helper_blocks_deep": ("Tower", {"deep": True, "scale": 0.5}, (2, 5)),  # the layers `if self.deep` adds
     "broadcast_experts": ("MoE", {}, (6, 3)),  # the experts' width: the broadcast input's, not num_experts
     "sow_own_collection": ("Router", {}, (6, 4)),  # a sown "losses" collection, compared as sown values
-    "kept_function_result_method": ("CausalMix", {}, (2, 5, 3)),  # dot_product_attention_weights(...).squeeze(1)
+    "kept_function_result_method": (
+        "CausalMix",
+        {},
+        (2, 5, 3),
+    ),  # dot_product_attention_weights(...).squeeze(1)
     "helper_tuple_returns": ("Router", {}, (4, 5)),  # gates, aux = self._gates(...): the guard's return
     "helper_tuple_returns_noisy": ("Router", {"deterministic": False}, (4, 5)),  # the final if / else
     "helper_tuple_returns_two": ("Router", {"deterministic": False, "num_experts": 2}, (4, 5)),
@@ -1533,3 +1541,31 @@ def test_a_container_of_modules_looped_over_is_data_and_runs(tmp_path):
     x = np.ones((2, 4), np.float32)
     np.testing.assert_allclose(chain(x), down(up(x)))
     assert len(jax.tree.leaves(nnx.state(chain, nnx.Param))) == 4
+
+
+def test_a_loop_whose_width_grows_takes_one_size_per_iteration(tmp_path):
+    """DenseNet-style growth (loop_growing_width): the layer's input size after the first iteration is a
+    tuple, one per iteration, and with the true sizes the NNX model computes what Linen computes (one
+    scalar, asked for before, fitted no iteration but one)."""
+    src = fixture("loop_growing_width_in.py").read_text()
+    result = migrate_source(src, "loop_growing_width.py", module_name="loop_growing_width")
+    assert "dense_in_features: tuple[int, ...]" in result.output
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").Dense3
+    nnx_cls = import_file(tmp_path / "nnx_src.py").Dense3
+    x = np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32)
+    side = LinenSide(
+        model=linen_cls(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    make = lambda rngs: nnx_cls(in_features=4, dense_in_features=(12, 20), rngs=rngs)  # noqa: E731
+    parity = check(
+        ModelPair(linen=side, nnx_factory=make, name_map=map_path), perturbed(side.init_variables())
+    )
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]

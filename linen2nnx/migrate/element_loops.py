@@ -22,6 +22,7 @@ is not taken -- a skipped element would see another element's size.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import libcst as cst
 
@@ -142,3 +143,40 @@ def _loop_over_lists(loop: cst.For) -> list[tuple[str, str]]:
         if len(set(names)) == len(names) and len(set(attrs)) == len(attrs):
             return list(zip(names, attrs))  # type: ignore[arg-type]
     return []
+
+
+def elements_expr(
+    sizer: Any, plan: Any, site: Site, first: Any, later: Any, params: list[str], node: cst.CSTNode
+) -> str:
+    """The input size of each element of a list a loop applies in order: the first element's, else
+    the size the previous element gives (``sizer``: the :class:`~.sizing.Sizer` asking)."""
+    rest = sizer._resolve_in(plan, site, later, params, node)
+    if not later_size_holds(site, rest, {"self", *plan.new_args}):
+        return sizer._required_arg(  # located at the list's construction, as an unsized element is
+            plan,
+            site,
+            f"input feature size of {plan.name}.{site.attr} after the first element",
+            site.ctor,
+        )
+    head = sizer._resolve_in(plan, site, first, params, node)
+    return head if head == rest else f"{head} if {site.elements_index} == 0 else {rest}"
+
+
+def per_iteration(ctx: Any, plan: Any, site: Site, arg: str, node: cst.CSTNode, position: str) -> str:
+    """``arg``, a size the loop's previous iteration leaves that nothing explains, asked for once per
+    iteration after the first (a tuple, read at ``position - 1``): the previous layer's output went
+    through something the flow cannot follow (``self.activation``, a field), so one number for every
+    later layer would fit equal widths only (a scalar argument was asked for: no value of it built an
+    MLP of widths 16, 8)."""
+    from linen2nnx.migrate.rules import SHAPE_003
+
+    plan.new_args[arg] = "unresolved_each"
+    ctx.report(
+        SHAPE_003,
+        node,
+        f"input feature size of {plan.name}.{site.attr} after the first iteration is unknown statically "
+        f"and may change with every iteration; required constructor argument {arg} (a tuple, one size per "
+        "iteration after the first) added",
+        "run `linen2nnx migrate --trace SPEC` or pass the sizes explicitly",
+    )
+    return f"{arg}[{position} - 1]"

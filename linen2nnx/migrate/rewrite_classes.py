@@ -170,12 +170,7 @@ class ClassRewriter:
             return self._keep_linen(
                 plan, original, original.name.value, remark=not markers_of(original, f"{MARKER} {MOD_007.id}")
             )
-        others = (set(self.state.linen_classes) | self.state.module_classes) - {plan.name}
-        if (
-            plan.blocking
-            and can_bridge(plan, any(self.ctx.user_class_of(b.value) for b in original.bases))
-            and not (names_in(original.body) & others)
-        ):
+        if plan.blocking and self._bridgeable(plan, original):
             self.on_kept_linen(original)
             return self._bridged(plan, original, updated)
         bases = self._nnx_bases(original, updated)
@@ -222,6 +217,15 @@ class ClassRewriter:
                 "reads a specifier as the field's default, a parameter default is the specifier object",
                 "write the value the specifier gives as the default (or None, built in __init__)",
             )
+
+    def _bridgeable(self, plan: ClassPlan, original: cst.ClassDef) -> bool:
+        """Whether a class whose rewrite is blocked can stay Linen behind the bridge: not when its body
+        uses the file's other classes (they may be NNX now); a NamedTuple / dataclass record (a scan's
+        ``Pair(a=state)``) is no module, and stays as it is."""
+        others = (set(self.state.linen_classes) | self.state.module_classes) - {plan.name}
+        others -= set(self.state.record_classes)
+        has_user_base = any(self.ctx.user_class_of(b.value) for b in original.bases)
+        return can_bridge(plan, has_user_base) and not (names_in(original.body) & others)
 
     def _has_sibling_class(self, original: cst.ClassDef, name: str) -> bool:
         """A class ``name`` beside ``original`` in the same block: the module, or the body of the function

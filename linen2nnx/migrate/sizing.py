@@ -27,7 +27,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo
 from linen2nnx.migrate.dataflow_types import DISAGREEING
-from linen2nnx.migrate.element_loops import later_size_holds
+from linen2nnx.migrate.element_loops import elements_expr, per_iteration
 from linen2nnx.migrate.extra_inputs import invariant_input, kv_size
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.handed_modules import HANDED, handed_kind, handed_size
@@ -53,6 +53,7 @@ class Sizer(TraceEvidence):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.state = ctx.state
+        self.per_iteration: str | None = None  # while a loop's later size is resolved: the loop's position
         self.applied: dict[int, tuple[Site, dict[int, Feat], str]] = {}  # id(site) -> (site, inputs, method)
 
     def run_flow(self, plan: ClassPlan, fn: cst.FunctionDef, resolve: bool) -> None:
@@ -393,7 +394,7 @@ class Sizer(TraceEvidence):
             and later != feats[0]
             and feats.get(2, later) == later
         ):
-            return self._elements_expr(plan, site, feats[0], later, params, node)
+            return elements_expr(self, plan, site, feats[0], later, params, node)
         first = self._resolve_in(plan, site, feats[0], params, node)
         if later is not None and feats.get(2, later) != later:  # the third iteration sees another size
             return self._required_arg(
@@ -415,25 +416,14 @@ class Sizer(TraceEvidence):
             return first if rest == first else f"{first} if len(self.{site.attr}) == 0 else {rest}"
         if site.loop is None or later is None or later == feats[0]:
             return first
-        rest = self._resolve_in(plan, site, later, params, node)
-        rest = replace_name(rest, site.loop.var, site.loop.previous())  # the previous element fed this one
+        self.per_iteration = site.loop.position  # a size nothing explains: one per iteration after the first
+        try:
+            rest = self._resolve_in(plan, site, later, params, node)
+        finally:
+            self.per_iteration = None
+        if not rest.endswith(f"[{site.loop.position} - 1]"):
+            rest = replace_name(rest, site.loop.var, site.loop.previous())  # the previous element fed it
         return first if rest == first else f"{first} if {site.loop.position} == 0 else {rest}"
-
-    def _elements_expr(
-        self, plan: ClassPlan, site: Site, first: Feat, later: Feat, params: list[str], node: cst.CSTNode
-    ) -> str:
-        """The input size of each element of a list a loop applies in order (element_loops.py): the
-        first element's, else the size the previous element gives."""
-        rest = self._resolve_in(plan, site, later, params, node)
-        if not later_size_holds(site, rest, {"self", *plan.new_args}):
-            return self._required_arg(  # located at the list's construction, as an unsized element is
-                plan,
-                site,
-                f"input feature size of {plan.name}.{site.attr} after the first element",
-                site.ctor,
-            )
-        head = self._resolve_in(plan, site, first, params, node)
-        return head if head == rest else f"{head} if {site.elements_index} == 0 else {rest}"
 
     def static_size(self, plan: ClassPlan, feat: Feat, params: list[str], node: cst.CSTNode) -> str | None:
         """A size known without a trace: a config expression, or a ``__call__`` input's last axis (which
@@ -519,6 +509,8 @@ class Sizer(TraceEvidence):
             arg = re.sub(r"\W+", "_", arg)
         while arg in plan.field_names:
             arg += "_"
+        if self.per_iteration is not None:  # what a loop's previous iteration left: no one size for all
+            return per_iteration(self.ctx, plan, site, arg, node, self.per_iteration)
         if site.elements is not None and not site.elements_index:  # a setup() loop with no index
             self.ctx.report(
                 MOD_004,
