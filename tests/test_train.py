@@ -526,3 +526,33 @@ def test_deterministic_names_random_draws_it_could_not_switch_off(mlp_converted,
     assert len(result.notes) == 1 and "rngs/dropout (2 in 2 step(s))" in result.notes[0]
     noisy = run_training(hand, TrainConfig(out=tmp_path / "noisy", steps=2))
     assert noisy.notes == []  # not asked to be deterministic: nothing to say
+
+
+def test_resume_with_no_finished_checkpoint_names_the_way_out_and_nothing_else(mlp_converted, tmp_path):
+    """A run killed before its first save leaves only an unfinished step: --resume is refused (exit 2)
+    saying to run without it, and the checkpoint manager is closed first (its background thread printed
+    a RuntimeError traceback under the real error)."""
+    spec_path = mlp_converted[2]
+    out = tmp_path / "killed"
+    (out / CHECKPOINT_DIR / "4.orbax-checkpoint-tmp-1700000000").mkdir(parents=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "linen2nnx",
+            "train",
+            str(spec_path),
+            "--out",
+            str(out),
+            "--resume",
+            "--steps",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 2, done.stderr
+    assert "run without --resume to start it anew" in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]

@@ -68,7 +68,10 @@ class RunCheckpoints:
 
         step = self.latest_step() if step is None else step
         if step is None:
-            raise CheckpointError(f"{self.root}: no checkpoint to resume from")
+            raise CheckpointError(
+                f"{self.root}: no finished checkpoint to resume from (a run stopped before its first save "
+                "leaves none); run without --resume to start it anew"
+            )
         where = self.root / str(step)
         try:
             meta = self.manager.item_metadata(step)

@@ -173,10 +173,14 @@ def _open_run(cfg: TrainConfig, ts: TrainState, data: Any) -> tuple[RunCheckpoin
         return ckpts, ts.state, ts.step, None
     from linen2nnx.train.state import canonical
 
-    state, meta = ckpts.restore(ts)
-    state = canonical(ts.graphdef, state)
-    data.restore(meta["data"])
-    return ckpts, state, int(meta["start_step"]), int(ckpts.latest_step())
+    try:
+        state, meta = ckpts.restore(ts)
+        state = canonical(ts.graphdef, state)
+        data.restore(meta["data"])
+        return ckpts, state, int(meta["start_step"]), int(ckpts.latest_step())
+    except BaseException:  # closed, or its background thread prints a traceback under the real error
+        ckpts.close()
+        raise
 
 
 def run_training(
