@@ -118,13 +118,15 @@ def check_handed_factories(ctx: FileContext, plan: ClassPlan, user: ClassPlan, b
     name imported from elsewhere (``DenseNB``, a Linen partial of another file) would reach NNX code
     that builds it with ``rngs`` (TypeError), so it is a finding at the call. Linen layers, classes of
     the run and the caller's own resolved factory fields are handled where they are."""
-    defaults = {f.name: f.default for f in user.fields if f.default and f.default.startswith("nnx.")}
+    defaults = {f.name: f.default for f in user.fields if f.default and _nnx_layer_class(f.default)}
     for name, arg in bound.items():
         value = arg.value if isinstance(arg, cst.Arg) else arg
         if name not in defaults or type(value) not in (cst.Name, cst.Attribute):
             continue
         if ctx.layer_rule_of(value) or ctx.user_class_of(value):
             continue
+        if any(q.split(".")[0] in KNOWN_LIBRARIES for q in ctx.qualnames(value)):
+            continue  # a library's function or class: converted (or reported) where it is written
         own = self_attr(value)
         if own is not None and ctx.field_factory(plan, own) is not None:
             continue
@@ -136,3 +138,10 @@ def check_handed_factories(ctx: FileContext, plan: ClassPlan, user: ClassPlan, b
             "it builds an NNX layer",
             f"pass an NNX layer class or a partial of one (partial(nnx.Linear, ...)) as {name}",
         )
+
+
+def _nnx_layer_class(default: str) -> bool:
+    """``nnx.Linear`` / ``nnx.Conv``: a field default naming an NNX layer class (what a module-factory
+    field the run converted defaults to), not an activation (``nnx.gelu``) or an initializer."""
+    head, _, rest = default.partition(".")
+    return head == "nnx" and rest[:1].isupper() and rest.replace("_", "").isalnum()
