@@ -1569,3 +1569,18 @@ def test_a_loop_whose_width_grows_takes_one_size_per_iteration(tmp_path):
         ModelPair(linen=side, nnx_factory=make, name_map=map_path), perturbed(side.init_variables())
     )
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+
+
+def test_a_lambda_init_is_an_array_only_where_it_is_surely_a_number():
+    """``lambda key: self.init_value`` of a field annotated ``float`` holds an array (``v[...]`` of a
+    Python float raised TypeError); a field that may hold ``None`` (``temp: Any = None``) or an array is
+    left as it is (``jax.numpy.asarray(None)`` raised ValueError at construction, reported clean)."""
+    src = (
+        "from typing import Any\n\nimport flax.linen as nn\n\n\nclass Model(nn.Module):\n"
+        "    temp: Any = None\n    scale: float = 2.0\n\n    @nn.compact\n    def __call__(self, x):\n"
+        '        t = self.variable("consts", "t", lambda: self.temp)\n'
+        '        s = self.variable("consts", "s", lambda: self.scale * 2)\n'
+        "        y = nn.Dense(2)(x) * s.value\n        return y if t.value is None else y / t.value\n"
+    )
+    output = migrate_source(src, "temp.py").output
+    assert "Consts(self.temp)" in output and "Consts(jax.numpy.asarray(self.scale * 2))" in output

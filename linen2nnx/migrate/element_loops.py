@@ -177,6 +177,6 @@ def per_iteration(ctx: Any, plan: Any, site: Site, arg: str, node: cst.CSTNode, 
         f"input feature size of {plan.name}.{site.attr} after the first iteration is unknown statically "
         f"and may change with every iteration; required constructor argument {arg} (a tuple, one size per "
         "iteration after the first) added",
-        "run `linen2nnx migrate --trace SPEC` or pass the sizes explicitly",
+        "pass the sizes explicitly, one per iteration after the first (a trace does not fill them)",
     )
     return f"{arg}[{position} - 1]"

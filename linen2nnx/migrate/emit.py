@@ -35,7 +35,7 @@ from linen2nnx.migrate.inheritance import is_super_setup, super_init_statement
 from linen2nnx.migrate.input_sizes import tuple_valued
 from linen2nnx.migrate.kw_only import init_fields
 from linen2nnx.migrate.layer_args import einsum_bias_shape
-from linen2nnx.migrate.lazy_vars import as_array, init_call, needs_jax
+from linen2nnx.migrate.lazy_vars import as_array, init_call, needs_jax, number_fields
 from linen2nnx.migrate.lifted import lifted_ctor
 from linen2nnx.migrate.loop_names import built_per_iteration
 from linen2nnx.migrate.merge_flags import with_moved_flags
@@ -198,8 +198,10 @@ class Emitter:
             value = init_call(init, [cst.Arg(parse_expression("rngs.params()")), *args[2:]])
         else:
             value = init_call(init, args[3:])
-        value = as_array(init, value)  # `lambda key: 2.0`: a Python number NNX's v[...] cannot read
-        self.state.needs_jax_import |= needs_jax(init)
+        plan = self.ctx.current_plan()
+        numbers = number_fields(plan.fields) if plan is not None else frozenset()
+        value = as_array(init, value, numbers)  # `lambda key: 2.0`: a Python number NNX's v[...] cannot read
+        self.state.needs_jax_import |= needs_jax(init, numbers)
         self.state.uses_nnx = True
         return cst.Call(parse_expression(site.var_type), [cst.Arg(value)])
 

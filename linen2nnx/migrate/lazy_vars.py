@@ -21,6 +21,7 @@ checkpoint has its home before the model ever ran.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import libcst as cst
 
@@ -56,44 +57,56 @@ def init_call(init: cst.BaseExpression, args: list[cst.Arg]) -> cst.BaseExpressi
     return cst.Call(init, strip_commas(flat))
 
 
-def initial_value(init: cst.BaseExpression, args: list[cst.Arg]) -> str:
+def initial_value(
+    init: cst.BaseExpression, args: list[cst.Arg], numbers: frozenset[str] = frozenset()
+) -> str:
     """``jnp.zeros, shape, dtype`` -> ``jnp.zeros(shape, dtype)``; ``lambda: v`` -> ``v``."""
-    return code(as_array(init, init_call(init, args)))
+    return code(as_array(init, init_call(init, args), numbers))
 
 
-def as_array(init: cst.BaseExpression, value: cst.BaseExpression) -> cst.BaseExpression:
-    """``value``, the variable's initial value, as an array where it may be a Python number: a lambda
-    init that gives a literal or a field (``lambda key: self.init_value``, ``lambda: 0``, arithmetic of
-    those) gives one, which Linen stores as it is and NNX's ``v[...]`` cannot read (TypeError: 'float'
-    object is not subscriptable): ``jax.numpy.asarray`` of it (the file imports ``jax``). Any other init
-    (``jnp.zeros``, an initializer, a local computed before) is left as it is."""
-    if needs_jax(init):
+def as_array(
+    init: cst.BaseExpression, value: cst.BaseExpression, numbers: frozenset[str] = frozenset()
+) -> cst.BaseExpression:
+    """``value``, the variable's initial value, as an array where it is a Python number: a lambda init
+    that gives a literal, a field ``numbers`` names (annotated ``float`` / ``int``: ``lambda key:
+    self.init_value``), or arithmetic of those, gives one, which Linen stores as it is and NNX's
+    ``v[...]`` cannot read (TypeError: 'float' object is not subscriptable): ``jax.numpy.asarray`` of
+    it (the file imports ``jax``). Any other init (``jnp.zeros``, an initializer, a field that may hold
+    ``None`` or an array) is left as it is."""
+    if needs_jax(init, numbers):
         return cst.Call(cst.parse_expression("jax.numpy.asarray"), [cst.Arg(value)])
     return value
 
 
-def needs_jax(init: cst.BaseExpression) -> bool:
+def needs_jax(init: cst.BaseExpression, numbers: frozenset[str] = frozenset()) -> bool:
     """Whether :func:`as_array` wraps what ``init`` gives (the file must import ``jax``)."""
-    return isinstance(init, cst.Lambda) and _maybe_number(init.body)
+    return isinstance(init, cst.Lambda) and _is_number(init.body, numbers)
 
 
-def _maybe_number(node: cst.BaseExpression) -> bool:
+def number_fields(fields: Any) -> frozenset[str]:
+    """The fields annotated as a plain number (``float``, ``int``): never None, never an array."""
+    return frozenset(f.name for f in fields if f.annotation in ("float", "int"))
+
+
+def _is_number(node: cst.BaseExpression, numbers: frozenset[str]) -> bool:
     if isinstance(node, (cst.Integer, cst.Float)):
         return True
-    if isinstance(node, cst.Attribute):  # a field: self.init_value
-        return isinstance(node.value, cst.Name) and node.value.value == "self"
+    if isinstance(node, cst.Attribute):  # a field annotated as a number: self.init_value
+        return isinstance(node.value, cst.Name) and node.value.value == "self" and node.attr.value in numbers
     if isinstance(node, cst.UnaryOperation):
-        return _maybe_number(node.expression)
+        return _is_number(node.expression, numbers)
     if isinstance(node, cst.BinaryOperation):
-        return _maybe_number(node.left) and _maybe_number(node.right)
+        return _is_number(node.left, numbers) and _is_number(node.right, numbers)
     return False
 
 
-def creation(var: LazyVar, init: cst.BaseExpression, args: list[cst.Arg]) -> cst.If:
+def creation(
+    var: LazyVar, init: cst.BaseExpression, args: list[cst.Arg], numbers: frozenset[str] = frozenset()
+) -> cst.If:
     """The ``if not hasattr(...)`` block that creates ``var`` on the first call."""
     block = parse_statement(
         f"if not hasattr(self, {var.attr!r}):\n"
-        f"    self.{var.attr} = {var.var_type}({initial_value(init, args)})\n"
+        f"    self.{var.attr} = {var.var_type}({initial_value(init, args, numbers)})\n"
     )
     assert isinstance(block, cst.If)
     return block

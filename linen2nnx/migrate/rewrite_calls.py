@@ -25,7 +25,7 @@ from linen2nnx.migrate.factories import PartialLocal
 from linen2nnx.migrate.function_lifts import remat_of_function, scan_of_function
 from linen2nnx.migrate.init_guards import init_only_guard, params_mutable_guard, scan_spec_choice
 from linen2nnx.migrate.init_hints import report_self_api, self_api_hint
-from linen2nnx.migrate.lazy_vars import creation, needs_jax
+from linen2nnx.migrate.lazy_vars import creation, needs_jax, number_fields
 from linen2nnx.migrate.lifted import LiftError, lifted_call
 from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
@@ -184,11 +184,12 @@ class CallRewriter:
             canonical = canonical_variable_call(with_locals(updated, found, 2), "variable")
             assert not isinstance(canonical, str)  # the planner saw the same arguments
             args = list(canonical.args)
+            numbers = number_fields(plan.fields)
             self.state.stmt_prefix.setdefault(lazy.statement, []).append(
-                creation(lazy, args[2].value, args[3:])
+                creation(lazy, args[2].value, args[3:], numbers)
             )
             self.state.uses_nnx = True
-            self.state.needs_jax_import |= needs_jax(args[2].value)
+            self.state.needs_jax_import |= needs_jax(args[2].value, numbers)
             self.ctx.report(
                 VAR_004,
                 original,

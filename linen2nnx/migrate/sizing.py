@@ -404,7 +404,11 @@ class Sizer(TraceEvidence):
                 node,
             )
         if site.nest is not None and later is not None and later != feats[0]:
-            rest = self._resolve_in(plan, site, later, params, node)
+            self.per_iteration = f"len(self.{site.attr})"  # unexplained: one size per element after the first
+            try:
+                rest = self._resolve_in(plan, site, later, params, node)
+            finally:
+                self.per_iteration = None
             if names_in(parse_expression(rest)) & site.nest.names:  # another iteration's size
                 return self._required_arg(
                     plan,

@@ -22,6 +22,7 @@ import libcst as cst
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import nodes_of
 from linen2nnx.migrate.cst_utils import assigned_names, code, names_in, self_attr, single_assign
+from linen2nnx.migrate.foreign_locals import local_value
 from linen2nnx.migrate.rules import MOD_008
 from linen2nnx.migrate.sites import ClassPlan
 
@@ -50,9 +51,15 @@ def flag_unknown_builder(ctx: FileContext, plan: ClassPlan, node: cst.Call, ctor
 
 
 def field_element(ctx: FileContext, ctor: cst.Call) -> str | None:
-    """The field an element of which ``ctor`` calls: ``self.heads[i](...)``, or ``make(...)`` with
-    ``make`` the target of a ``for`` (or comprehension) over ``self.heads`` (or its ``enumerate``)."""
+    """The field an element of which ``ctor`` calls: ``self.heads[i](...)`` (also through a local bound
+    once to it), or ``make(...)`` with ``make`` a target of a ``for`` (or comprehension) whose iterable
+    reads ``self.heads`` (``enumerate(self.heads)``, ``zip(self.names, self.heads)``,
+    ``self.heads.values()``)."""
     func = ctor.func
+    if isinstance(func, cst.Name):
+        bound = local_value(ctx, ctor, func.value)
+        if isinstance(bound, cst.Subscript):  # `h = self.heads[i]`, then `h()(x)`
+            func = bound
     if isinstance(func, cst.Subscript):
         return self_attr(func.value)
     if not isinstance(func, cst.Name):
@@ -60,14 +67,22 @@ def field_element(ctx: FileContext, ctor: cst.Call) -> str | None:
     node: cst.CSTNode | None = ctor
     while node is not None and not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
         for loop in _loops_at(node):
-            iterated = loop.iter
-            if isinstance(iterated, cst.Call) and code(iterated.func) in ("enumerate", "reversed"):
-                iterated = iterated.args[0].value if iterated.args else iterated
-            field = self_attr(iterated)
-            if field is not None and func.value in names_in(loop.target):
-                return field
+            if func.value in names_in(loop.target):
+                field = next((f for n in _expressions(loop.iter) if (f := self_attr(n)) is not None), None)
+                if field is not None:
+                    return field
         node = ctx.parent_of(node)
     return None
+
+
+def _expressions(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """``node`` and every node under it (a loop's iterable is small)."""
+    found, stack = [], [node]
+    while stack:
+        cur = stack.pop()
+        found.append(cur)
+        stack.extend(cur.children)
+    return found
 
 
 def _loops_at(node: cst.CSTNode) -> list[Any]:
@@ -85,7 +100,8 @@ def _loops_at(node: cst.CSTNode) -> list[Any]:
 def outside_maker(
     fn: cst.FunctionDef | None, func: cst.BaseExpression, qualnames: Callable[[cst.CSTNode], set[str]]
 ) -> str | None:
-    """How a call of ``func``, applied at once, builds a module (for the verifier's finding) when ``func``
+    """How a call of ``func`` with keyword arguments, applied at once, builds a module (for the verifier's
+    finding; a curried plain function called positionally, ``pick("square")(2)(x)``, is none) when ``func``
     is what an imported function of no library returned: ``f(...)`` itself (``f(...)(features=16)(x)``),
     or a local of ``fn`` bound once to it (``net = networks.feature_layer(noisy)``, then
     ``net(features=16)(x)``): most likely a Linen layer or partial. None otherwise."""

@@ -503,7 +503,7 @@ class _Verifier:
         """A call nothing resolves that builds a module as Linen does (:func:`.verify_names.unresolved_build`)."""
         applied, method = id(call) in self._applied, self._methods[-1][0] if self._methods else None
         how = unresolved_build(call, qualnames, applied=applied)
-        if how is None and applied:  # `net(...)(x)`, `f(...)(...)(x)`
+        if how is None and applied and any(a.keyword for a in call.args):  # `net(features=16)(x)`
             how = outside_maker(method, call.func, self.names.qualnames)
         if how is not None:
             owner = self._class.name.value if self._class is not None else "?"

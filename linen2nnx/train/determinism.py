@@ -21,8 +21,13 @@ def stream_counts(state: Any) -> dict[str, Any]:
     return {
         "/".join(map(str, path)): np.asarray(variable.get_value())
         for path, variable in nnx.to_flat_state(state[0])
-        if isinstance(variable, nnx.RngCount)
+        if isinstance(variable, nnx.RngCount) and BRIDGE_STREAMS not in map(str, path)
     }
+
+
+#: Where ``nnx.bridge.ToNNX`` keeps the streams it advances on every call, whether or not the Linen code
+#: draws (its Linen dropout is off under ``--deterministic``: loop.py)
+BRIDGE_STREAMS = "to_nnx__rngs"
 
 
 def draws_note(before: dict[str, Any], after: dict[str, Any], steps: int) -> str | None:

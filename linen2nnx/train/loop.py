@@ -198,10 +198,20 @@ def run_training(
         ckpts, state, start, resumed = _open_run(cfg, ts, data)
         profiling = _profiler(Path(cfg.out) / "profile") if cfg.profile else contextlib.nullcontext()
         try:
-            with profiling:
+            with profiling, _bridged_dropout_off(cfg.deterministic):
                 return _loop(cfg, ts, data, step_fn, sharding, ckpts, state, start, resumed, console, on_step)
         finally:
             ckpts.close()
+
+
+def _bridged_dropout_off(deterministic: bool) -> contextlib.AbstractContextManager:
+    """With ``--deterministic``, the ``nn.Dropout`` of a class kept as Linen behind the bridge is off too
+    (at trace time, as ``check`` does): its rate is no attribute of the NNX model to set to 0."""
+    if not deterministic:
+        return contextlib.nullcontext()
+    from linen2nnx.equivalence.build import linen_dropout_off
+
+    return linen_dropout_off()
 
 
 def _profiler(folder: Path) -> contextlib.AbstractContextManager:
