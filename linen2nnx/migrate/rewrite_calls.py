@@ -183,8 +183,7 @@ class CallRewriter:
             found = self.state.variable_locals.get(original, {})
             canonical = canonical_variable_call(with_locals(updated, found, 2), "variable")
             assert not isinstance(canonical, str)  # the planner saw the same arguments
-            args = list(canonical.args)
-            numbers = number_fields(plan.fields)
+            args, numbers = list(canonical.args), number_fields(plan.fields)
             self.state.stmt_prefix.setdefault(lazy.statement, []).append(
                 creation(lazy, args[2].value, args[3:], numbers)
             )
