@@ -312,6 +312,7 @@ CASES = {
     # a table from a function, a numpy grid
     "layer_attribute_renamed": ("Widen", {}, (2, 3)),  # self.proj.features -> self.proj.out_features
     "layer_attribute_renamed_halves": ("Halves", {}, (2, 3)),
+    "layer_attribute_renamed_alias": ("AliasHalves", {}, (2, 3)),  # m = self.proj; m.features
     "sequential_of_blocks": ("Stack", {}, (2, 5)),  # Lin(2) sized by Lin(self.hidden)'s output
     "stack_size_call_time": ("Ensemble", {}, (2, 5)),  # axis_size=self.members converts
     "loop_over_sum_repeated": ("Repeated", {}, (2, 5)),  # ((4,) * self.depth)[-1] ...
@@ -481,6 +482,7 @@ SOURCES = {
     "branch_shape_unpack_pooled": "branch_shape_unpack",
     "loop_over_sum_repeated": "loop_over_sum",
     "layer_attribute_renamed_halves": "layer_attribute_renamed",
+    "layer_attribute_renamed_alias": "layer_attribute_renamed",
     "loop_over_sum_empty": "loop_over_sum",
     "reduction_axis_range_max": "reduction_axis_range",
     "rebound_shape_unpack_config": "rebound_shape_unpack",

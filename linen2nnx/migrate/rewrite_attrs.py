@@ -17,6 +17,7 @@ from linen2nnx.migrate.cst_utils import (
     root_name,
     self_attr,
 )
+from linen2nnx.migrate.foreign_locals import local_value
 from linen2nnx.migrate.jit_methods import jit_decorator, unsupported_setting
 from linen2nnx.migrate.lifted import (
     TRANSFORMS,
@@ -139,6 +140,9 @@ class AttributeRewriter:
         if attr not in RENAMED_ARGS or holder is None or holder.blocking:
             return None
         site = None
+        if isinstance(value, cst.Name) and value.value not in holder.local_sites:
+            bound = local_value(self.ctx, original, value.value)  # `m = self.proj`, then `m.features`
+            value = bound if bound is not None and self_attr(bound) is not None else value
         if self_attr(value) is not None:
             site = next(
                 (s for s in holder.sites.values() if s.attr == self_attr(value) and s.container is None),
