@@ -1586,3 +1586,34 @@ def test_a_lambda_init_is_an_array_only_where_it_is_surely_a_number():
     )
     output = migrate_source(src, "temp.py").output
     assert "Consts(self.temp)" in output and "Consts(jax.numpy.asarray(self.scale * 2))" in output
+
+
+def test_a_loop_whose_first_size_is_unknown_too_takes_one_tuple_from_the_first(tmp_path):
+    """loop_sizes_each: the first block's input size is unknown (an activation field) and so are the
+    later ones (a growing concatenation): one tuple read at each block's position, the first included;
+    with the true sizes (3, 7) the NNX model computes what Linen computes."""
+    import flax.linen as nn
+    from flax import nnx
+
+    src = fixture("loop_sizes_each_in.py").read_text()
+    result = migrate_source(src, "loop_sizes_each.py", module_name="loop_sizes_each")
+    assert "in_features=stage_in_features[width_index]" in result.output
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_cls = import_file(tmp_path / "linen_src.py").Model
+    nnx_cls = import_file(tmp_path / "nnx_src.py").Model
+    x = np.random.default_rng(1).normal(size=(2, 3)).astype(np.float32)
+    side = LinenSide(
+        model=linen_cls(nn.tanh),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    make = lambda rngs: nnx_cls(nnx.tanh, stage_in_features=(3, 7), rngs=rngs)  # noqa: E731
+    parity = check(
+        ModelPair(linen=side, nnx_factory=make, name_map=map_path), perturbed(side.init_variables())
+    )
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]

@@ -175,8 +175,25 @@ def per_iteration(ctx: Any, plan: Any, site: Site, arg: str, node: cst.CSTNode, 
         SHAPE_003,
         node,
         f"input feature size of {plan.name}.{site.attr} after the first iteration is unknown statically "
-        f"and may change with every iteration; required constructor argument {arg} (a tuple, one size per "
-        "iteration after the first) added",
-        "pass the sizes explicitly, one per iteration after the first (a trace does not fill them)",
+        f"and may change with every iteration; required constructor argument {arg} (a tuple of sizes, which "
+        "the loop reads by its position) added",
+        "pass the sizes explicitly, one per iteration the loop reads it for (a trace does not fill them)",
     )
     return f"{arg}[{position} - 1]"
+
+
+def later_size(
+    sizer: Any, plan: Any, site: Site, later: Any, params: list[str], node: cst.CSTNode, at: tuple[str, str]
+) -> str:
+    """The input size of a loop's elements after the first (``at``: the first's size, the element's
+    position; ``sizer``: the :class:`~.sizing.Sizer` asking): one per iteration where nothing explains it
+    (:func:`per_iteration`), read at ``position - 1``, or at ``position`` when the first element's size
+    is that same argument (nothing explained it either: one tuple, the first included)."""
+    first, position = at
+    sizer.per_iteration = position
+    try:
+        rest = sizer._resolve_in(plan, site, later, params, node)
+    finally:
+        sizer.per_iteration = None
+    arg = rest.removesuffix(f"[{position} - 1]")
+    return f"{arg}[{position}]" if arg != rest and arg == first else rest

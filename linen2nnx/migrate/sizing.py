@@ -27,7 +27,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.dataflow import Feat, FeatureFlow, LayerInfo
 from linen2nnx.migrate.dataflow_types import DISAGREEING
-from linen2nnx.migrate.element_loops import elements_expr, per_iteration
+from linen2nnx.migrate.element_loops import elements_expr, later_size, per_iteration
 from linen2nnx.migrate.extra_inputs import invariant_input, kv_size
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.handed_modules import HANDED, handed_kind, handed_size
@@ -404,11 +404,9 @@ class Sizer(TraceEvidence):
                 node,
             )
         if site.nest is not None and later is not None and later != feats[0]:
-            self.per_iteration = f"len(self.{site.attr})"  # unexplained: one size per element after the first
-            try:
-                rest = self._resolve_in(plan, site, later, params, node)
-            finally:
-                self.per_iteration = None
+            rest = later_size(self, plan, site, later, params, node, (first, f"len(self.{site.attr})"))
+            if rest == f"{first}[len(self.{site.attr})]":
+                return rest  # the first size is that argument too: one per element, the first included
             if names_in(parse_expression(rest)) & site.nest.names:  # another iteration's size
                 return self._required_arg(
                     plan,
@@ -420,11 +418,9 @@ class Sizer(TraceEvidence):
             return first if rest == first else f"{first} if len(self.{site.attr}) == 0 else {rest}"
         if site.loop is None or later is None or later == feats[0]:
             return first
-        self.per_iteration = site.loop.position  # a size nothing explains: one per iteration after the first
-        try:
-            rest = self._resolve_in(plan, site, later, params, node)
-        finally:
-            self.per_iteration = None
+        rest = later_size(self, plan, site, later, params, node, (first, site.loop.position))
+        if rest == f"{first}[{site.loop.position}]":
+            return rest  # the first size is that argument too: one per iteration, the first included
         if not rest.endswith(f"[{site.loop.position} - 1]"):
             rest = replace_name(rest, site.loop.var, site.loop.previous())  # the previous element fed it
         return first if rest == first else f"{first} if {site.loop.position} == 0 else {rest}"
