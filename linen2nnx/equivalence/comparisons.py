@@ -310,10 +310,8 @@ def to_nnx_paths(sides: Sides, collection: str, tree: Any) -> dict[str, Any]:
     for path, leaf in flatten_dict(plain_dicts(tree)).items():
         key = tuple(map(str, path))
         nnx_path = table.get(key)
-        if nnx_path is None and key[-1:] == (
-            "value",
-        ):  # a parameter named value, read as a box (_linen_variables)
-            nnx_path = table.get(key[:-1])
+        if nnx_path is None and key[-1:] == ("value",):
+            nnx_path = table.get(key[:-1])  # a parameter named value, read as a box (_linen_variables)
         linen_name = "/".join((collection, *key))
         name = (
             "/".join(map(str, nnx_path))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_utils import root_name
 from linen2nnx.migrate.dataflow_types import Feat
 from linen2nnx.migrate.last_axis_ops import static_axis
 
@@ -76,7 +77,8 @@ class AxisSizes:
         happened to be equal); ``node`` itself when no such local is read."""
         if type(node) is cst.Name:
             value = self.assigned(node) if node.value != "self" else None
-            return value if value is not None and _field_chain(value) else node
+            root = root_name(value) if type(value) is cst.Attribute else None  # `c = self.cfg`
+            return value if root is not None and root.value == "self" else node
         if type(node) is cst.Attribute:
             value = self._through_config_locals(node.value)
             return node if value is node.value else node.with_changes(value=value)
@@ -179,12 +181,3 @@ def _argument(node: cst.Call, index: int, keyword: str) -> cst.BaseExpression | 
     if len(positional) > index:
         return positional[index].value
     return next((a.value for a in node.args if a.keyword is not None and a.keyword.value == keyword), None)
-
-
-def _field_chain(node: cst.BaseExpression) -> bool:
-    """``self.cfg`` / ``self.config.model``: an attribute chain rooted at ``self``."""
-    while isinstance(node, cst.Attribute):
-        node = node.value
-        if isinstance(node, cst.Name):
-            return node.value == "self"
-    return False

@@ -43,7 +43,13 @@ def local_value(ctx: FileContext, node: cst.CSTNode, name: str) -> cst.BaseExpre
     """The value of the one plain assignment to the local ``name`` of the method holding ``node``
     (in any block of it); None when it is bound otherwise or more than once."""
     fn = ctx.enclosing_function(node)
-    if fn is None or assigned_names(fn).get(name) != 1:
+    return bound_once(fn, name) if fn is not None else None
+
+
+def bound_once(fn: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
+    """The value of the one plain assignment to the local ``name`` of ``fn`` (in any block of it); None
+    when it is bound otherwise or more than once."""
+    if assigned_names(fn).get(name) != 1:
         return None
     for stmt in _statements(fn.body):
         assign = single_assign(stmt)

@@ -107,7 +107,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         if not isinstance(ctor, cst.Call):
             return
         if flag_unknown_builder(self.ctx, plan, node, ctor):
-            return  # an element of a factory field, or what an outside function returns
+            return  # an element of a field of module factories, called at call time
         if not isinstance(ctor.func, (cst.Name, cst.Attribute)):
             return
         if self.ctx.layer_rule_of(ctor.func) or self.ctx.user_class_of(ctor.func):

@@ -21,8 +21,8 @@ import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import nodes_of
-from linen2nnx.migrate.cst_utils import assigned_names, code, names_in, self_attr, single_assign
-from linen2nnx.migrate.foreign_locals import local_value
+from linen2nnx.migrate.cst_utils import code, names_in, self_attr
+from linen2nnx.migrate.foreign_locals import bound_once, local_value
 from linen2nnx.migrate.rules import MOD_008
 from linen2nnx.migrate.sites import ClassPlan
 
@@ -68,21 +68,12 @@ def field_element(ctx: FileContext, ctor: cst.Call) -> str | None:
     while node is not None and not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
         for loop in _loops_at(node):
             if func.value in names_in(loop.target):
-                field = next((f for n in _expressions(loop.iter) if (f := self_attr(n)) is not None), None)
+                reads = reversed(nodes_of(loop.iter, (cst.Attribute,)))  # the last: zip(names, heads)
+                field = next((f for n in reads if (f := self_attr(n)) is not None), None)
                 if field is not None:
                     return field
         node = ctx.parent_of(node)
     return None
-
-
-def _expressions(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """``node`` and every node under it (a loop's iterable is small)."""
-    found, stack = [], [node]
-    while stack:
-        cur = stack.pop()
-        found.append(cur)
-        stack.extend(cur.children)
-    return found
 
 
 def _loops_at(node: cst.CSTNode) -> list[Any]:
@@ -107,25 +98,15 @@ def outside_maker(
     ``net(features=16)(x)``): most likely a Linen layer or partial. None otherwise."""
     made: cst.BaseExpression | None = func
     if isinstance(func, cst.Name):
-        made = _bound_once(fn, func.value) if fn is not None else None
+        made = bound_once(fn, func.value) if fn is not None else None
     if not isinstance(made, cst.Call) or type(made.func) not in (cst.Name, cst.Attribute):
         return None
     names = qualnames(made.func)
-    if not names or any(q.split(".")[0] in KNOWN_LIBRARIES or "." not in q for q in names):
+    if not names or any(_of_library(q) or "." not in q for q in names):
         return None  # a library's, or a function of this file (its replay / the verifier follow it)
     if isinstance(func, cst.Name):
         return f"{func.value}(...) is applied at once, and {func.value} holds what {code(made.func)}(...) returns"
     return f"what {code(made.func)}(...) returns is called and applied at once"
-
-
-def _bound_once(fn: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
-    if assigned_names(fn).get(name) != 1:
-        return None
-    for node in nodes_of(fn.body, (cst.SimpleStatementLine,), opaque=(cst.FunctionDef, cst.ClassDef)):
-        found = single_assign(node)
-        if found is not None and found[0] == name:
-            return found[1]
-    return None
 
 
 def check_handed_factories(ctx: FileContext, plan: ClassPlan, user: ClassPlan, bound: dict[str, Any]) -> None:
@@ -141,7 +122,7 @@ def check_handed_factories(ctx: FileContext, plan: ClassPlan, user: ClassPlan, b
             continue
         if ctx.layer_rule_of(value) or ctx.user_class_of(value):
             continue
-        if any(q.split(".")[0] in KNOWN_LIBRARIES for q in ctx.qualnames(value)):
+        if any(_of_library(q) for q in ctx.qualnames(value)):
             continue  # a library's function or class: converted (or reported) where it is written
         own = self_attr(value)
         if own is not None and ctx.field_factory(plan, own) is not None:
@@ -161,3 +142,7 @@ def _nnx_layer_class(default: str) -> bool:
     field the run converted defaults to), not an activation (``nnx.gelu``) or an initializer."""
     head, _, rest = default.partition(".")
     return head == "nnx" and rest[:1].isupper() and rest.replace("_", "").isalnum()
+
+
+def _of_library(qualname: str) -> bool:
+    return qualname.split(".")[0] in KNOWN_LIBRARIES
