@@ -1545,20 +1545,19 @@ def test_a_container_of_modules_looped_over_is_data_and_runs(tmp_path):
     assert len(jax.tree.leaves(nnx.state(chain, nnx.Param))) == 4
 
 
-def test_a_loop_whose_width_grows_takes_one_size_per_iteration(tmp_path):
-    """DenseNet-style growth (loop_growing_width): the layer's input size after the first iteration is a
-    tuple, one per iteration, and with the true sizes the NNX model computes what Linen computes (one
-    scalar, asked for before, fitted no iteration but one)."""
-    src = fixture("loop_growing_width_in.py").read_text()
-    result = migrate_source(src, "loop_growing_width.py", module_name="loop_growing_width")
-    assert "dense_in_features: tuple[int, ...]" in result.output
+def _sized_by_hand(tmp_path, case, cls_name, expected, linen_args=(), nnx_args=(), **sizes):
+    """Migrate fixture ``case`` (its output must hold ``expected``), build its ``cls_name`` on both sides
+    with the sizes the migration asks for given by hand, and check parity on a (2, 3) or (2, 4) batch."""
+    src = fixture(f"{case}_in.py").read_text()
+    result = migrate_source(src, f"{case}.py", module_name=case)
+    assert expected in result.output
     (tmp_path / "linen_src.py").write_text(src)
     (tmp_path / "nnx_src.py").write_text(result.output)
-    linen_cls = import_file(tmp_path / "linen_src.py").Dense3
-    nnx_cls = import_file(tmp_path / "nnx_src.py").Dense3
-    x = np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32)
+    linen_cls = getattr(import_file(tmp_path / "linen_src.py"), cls_name)
+    nnx_cls = getattr(import_file(tmp_path / "nnx_src.py"), cls_name)
+    x = np.random.default_rng(1).normal(size=(2, sizes.pop("width"))).astype(np.float32)
     side = LinenSide(
-        model=linen_cls(),
+        model=linen_cls(*linen_args),
         batch={"x": x},
         loss=lambda out, batch: jnp.mean(out**2),
         train_kwargs={},
@@ -1566,11 +1565,26 @@ def test_a_loop_whose_width_grows_takes_one_size_per_iteration(tmp_path):
     )
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)
-    make = lambda rngs: nnx_cls(in_features=4, dense_in_features=(12, 20), rngs=rngs)  # noqa: E731
+    make = lambda rngs: nnx_cls(*nnx_args, **sizes, rngs=rngs)  # noqa: E731
     parity = check(
         ModelPair(linen=side, nnx_factory=make, name_map=map_path), perturbed(side.init_variables())
     )
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+
+
+def test_a_loop_whose_width_grows_takes_one_size_per_iteration(tmp_path):
+    """DenseNet-style growth (loop_growing_width): the layer's input size after the first iteration is a
+    tuple, one per iteration, and with the true sizes the NNX model computes what Linen computes (one
+    scalar, asked for before, fitted no iteration but one)."""
+    _sized_by_hand(
+        tmp_path,
+        "loop_growing_width",
+        "Dense3",
+        "dense_in_features: tuple[int, ...]",
+        width=4,
+        in_features=4,
+        dense_in_features=(12, 20),
+    )
 
 
 def test_a_lambda_init_is_an_array_only_where_it_is_surely_a_number():
@@ -1595,25 +1609,13 @@ def test_a_loop_whose_first_size_is_unknown_too_takes_one_tuple_from_the_first(t
     import flax.linen as nn
     from flax import nnx
 
-    src = fixture("loop_sizes_each_in.py").read_text()
-    result = migrate_source(src, "loop_sizes_each.py", module_name="loop_sizes_each")
-    assert "in_features=stage_in_features[width_index]" in result.output
-    (tmp_path / "linen_src.py").write_text(src)
-    (tmp_path / "nnx_src.py").write_text(result.output)
-    linen_cls = import_file(tmp_path / "linen_src.py").Model
-    nnx_cls = import_file(tmp_path / "nnx_src.py").Model
-    x = np.random.default_rng(1).normal(size=(2, 3)).astype(np.float32)
-    side = LinenSide(
-        model=linen_cls(nn.tanh),
-        batch={"x": x},
-        loss=lambda out, batch: jnp.mean(out**2),
-        train_kwargs={},
-        eval_kwargs={},
+    _sized_by_hand(
+        tmp_path,
+        "loop_sizes_each",
+        "Model",
+        "in_features=stage_in_features[width_index]",
+        linen_args=(nn.tanh,),
+        nnx_args=(nnx.tanh,),
+        width=3,
+        stage_in_features=(3, 7),
     )
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
-    make = lambda rngs: nnx_cls(nnx.tanh, stage_in_features=(3, 7), rngs=rngs)  # noqa: E731
-    parity = check(
-        ModelPair(linen=side, nnx_factory=make, name_map=map_path), perturbed(side.init_variables())
-    )
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
