@@ -32,6 +32,7 @@ from linen2nnx.checkpoint_convert import (
 )
 from linen2nnx.checkpoint_convert.mapping import normalise
 from linen2nnx.checkpoint_convert.optimizer import abstract_optimizer
+from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
 from linen2nnx.errors import ConversionError, L2NError
 from linen2nnx.spec import LinenSide, ModelPair, import_file, load_pair
 
@@ -251,6 +252,16 @@ def test_a_parameter_named_value_is_not_read_as_a_partitioning_box(root, tmp_pat
     )
     mu = [m for m in converted.report.optimizer if "mu" in map(str, m.linen_path)]
     assert len(mu) == 2 if root == "Net" else len(mu) == 1
+    # and back: `--to linen` puts the leaf convert read under its module's path back under `value`
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(tmp_path / "linen", variables)
+    convert(tmp_path / "linen", tmp_path / "nnx", pair, tmp_path / "map.json")
+    convert_to_linen(tmp_path / "nnx", tmp_path / "back", pair)
+    with ocp.StandardCheckpointer() as ckptr:
+        back = ckptr.restore(tmp_path / "back")
+    assert jax.tree.structure(back) == jax.tree.structure(variables)
+    for got, want in zip(jax.tree.leaves(back), jax.tree.leaves(variables)):
+        np.testing.assert_array_equal(got, want)
 
 
 def _write(path: Path, text: str) -> Path:

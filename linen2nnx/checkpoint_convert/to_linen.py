@@ -52,7 +52,8 @@ def convert_to_linen(
     with _mesh_scope(pair, mesh) as active:
         target = _linen_target(pair, with_optimizer=bool(report.get("optimizer")))
         shardings = _shardings(target, pair, active)  # from the boxes' logical names, before unboxing
-        tree, missing = _fill(_boxed_as_saved(target, report.get("unboxed")), by_linen, leaves, shardings)
+        boxed = report.get("unboxed")
+        tree, missing = _fill(_boxed_as_saved(target, boxed), by_linen, leaves, shardings, set(boxed or ()))
         if missing:
             raise ConversionError(
                 f"cannot write {dst}: {len(missing)} Linen leaf(s) have no value in {src}\n"
@@ -159,9 +160,15 @@ def _linen_target(pair: Any, *, with_optimizer: bool) -> dict[str, Any]:
     return target
 
 
-def _fill(target: Any, by_linen: dict, leaves: dict, shardings: dict) -> tuple[dict[str, Any], list[str]]:
+def _fill(
+    target: Any, by_linen: dict, leaves: dict, shardings: dict, unboxed: set[str]
+) -> tuple[dict[str, Any], list[str]]:
     """Every abstract leaf replaced by a placeholder of its NNX array (read while it is written,
-    saved as ``jax.Array`` like the original); the Linen paths that have none are returned."""
+    saved as ``jax.Array`` like the original); the Linen paths that have none are returned.
+
+    ``unboxed``: the Linen paths convert read as restored partitioning boxes; a parameter named
+    ``value`` (``Scale_0/value``) looks like one on disk and went under its module's path, which is
+    where it is looked up when the Linen init has it as a plain leaf."""
     import jax
 
     from linen2nnx.checkpoint_convert import lazy_sharded
@@ -174,6 +181,8 @@ def _fill(target: Any, by_linen: dict, leaves: dict, shardings: dict) -> tuple[d
 
     def fill(kp: Any, abstract: Any) -> Any:
         path = _linen_path(kp)
+        if path not in by_linen and path[-1:] == ("value",) and "/".join(path[:-1]) in unboxed:
+            path = path[:-1]
         visited.add(path)
         hit = by_linen.get(path)
         found = None if hit is None else leaves.get(hit[0])
