@@ -73,6 +73,8 @@ def plan_inherited_build(
     class's own. Reports what it cannot follow (``report(rule, node, message, hint)``)."""
     own = own_builders(plan, methods)
     runs = _bases_it_runs(plan, node, methods, own, base_plan_of, report)
+    if not runs:
+        _report_held_bases(plan, node, base_plan_of, report)
     plan.builders = own if not runs or runs[0][1] else (*own, *runs[0][0].builders)
     if not runs:
         return
@@ -107,6 +109,30 @@ def plan_inherited_build(
     plan.super_init, plan.super_in_setup = base_plan, in_setup
     where = "super().setup()" if in_setup else "the inherited " + " / ".join(base_plan.builders)
     report(MOD_010, node, f"{plan.name}: {where} -> super().__init__(...) of {base_plan.name}")
+
+
+def _report_held_bases(
+    plan: ClassPlan,
+    node: cst.ClassDef,
+    base_plan_of: Callable[[cst.BaseExpression], ClassPlan | None],
+    report: Callable[..., None],
+) -> None:
+    """A base of the run that manual findings keep from its rewrite: its NNX class is a wrapper around
+    the Linen copy (or keeps what the findings mark), with none of the base's methods or fields, so
+    a subclass that reads them (``self._make_bias(...)``, a helper of the base) or inherits its
+    ``__call__`` would not build or run; a finding, whatever the subclass itself reads."""
+    for base in node.bases:
+        base_plan = base_plan_of(base.value)
+        if base_plan is not None and (base_plan.kept_linen or base_plan.blocking):
+            report(
+                MOD_004,
+                node,
+                f"{plan.name} subclasses {base_plan.name}, which manual findings keep from its rewrite (it "
+                "stays Linen behind nnx.bridge, or keeps what the findings mark): the NNX base has none "
+                "of its methods or fields",
+                "resolve the base's findings first, then migrate again",
+            )
+            return
 
 
 def _bases_it_runs(
