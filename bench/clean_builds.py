@@ -321,7 +321,11 @@ def _build(
     kwargs = {k: _decode(v) for k, v in config.items() if k in params and k != "rngs" and not _unknown(v)}
     defaulted = sorted(k for k, v in config.items() if k in params and _unknown(v))
     try:
-        built = nnx.eval_shape(lambda: cls(**kwargs, **({"rngs": nnx.Rngs(0)} if "rngs" in params else {})))
+        # as the written spec builds with no mesh: sharding names stay metadata (eager sharding off)
+        with nnx.use_eager_sharding(False):
+            built = nnx.eval_shape(
+                lambda: cls(**kwargs, **({"rngs": nnx.Rngs(0)} if "rngs" in params else {}))
+            )
         for _, node in nnx.iter_graph(built):
             if isinstance(node, nnx.Module) and type(node) is not cls:
                 reached.setdefault(type(node), cls.__name__)

@@ -72,7 +72,9 @@ API_008 = Rule(
 PART_001 = Rule(
     "L2N-PART-001",
     C,
-    "nn.with_logical_partitioning / nn.with_partitioning -> nnx.with_partitioning.",
+    "nn.with_logical_partitioning / nn.with_partitioning -> nnx.with_partitioning. The names become Variable "
+    "metadata (out_sharding); with eager sharding (on by default) the NNX model is built under a mesh "
+    "(jax.set_mesh), or with no mesh under nnx.use_eager_sharding(False), as the written spec builds it.",
     "nn.with_logical_partitioning(init, ('embed', 'mlp'))",
     "nnx.with_partitioning(init, ('embed', 'mlp'))",
 )
