@@ -63,6 +63,7 @@ class ActConfig:
 CASES = {
     "compact_loop": ("Tower", {"config": TowerConfig()}, (2, 5)),
     "compact_param": ("Scale", {"features": 3}, (2, 4)),
+    "traced_named_loop": ("Transformer", {}, (2, 5)),  # `layers_{i}` fed a handed embedding: the trace
     "kw_only_fields": ("Model", {}, (2, 4)),  # `_: dataclasses.KW_ONLY`: keyword-only fields after `*`
     "kw_only_one_field": ("Model", {}, (2, 4)),  # field(kw_only=True) on one field: Block(4, 5.0) is shift
     "field_hides_module_method": ("Model", {}, (2, 3)),  # train: bool hides nnx.Module.train(): MOD-016
@@ -542,6 +543,7 @@ UNUSED_BY_LINEN = {
     "optional_inputs": 1,  # `given`'s token embedding: its embeddings are handed in
 }  # the tied head's own kernel: NNX builds it, Linen never does
 INT_INPUTS = {
+    "traced_named_loop",
     "field_holds_modules",
     "handed_module",
     "post_init_embedder",

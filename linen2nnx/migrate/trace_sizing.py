@@ -290,13 +290,12 @@ class TraceEvidence:
         or ``layer_0``, ... for ``name=f'layer_{i}'``): one size for all of them is a size of the
         list, which a config expression may explain as it explains a single module's."""
         assert self.state.trace is not None
-        built = site.rule.auto_name if site.rule else site.user.name if site.user else None
         if site.elements is not None:  # a setup() comprehension's names: `blocks_{i}`, `block.{i}`
             pattern = site.elements
         elif "{i" in site.linen_name:  # a loop's computed names: `EncDecBlock{i}`, `unit{i+2}`
             pattern = site.linen_name
-        else:
-            pattern = site.linen_name + ("_" if site.linen_name == built else "") + "{i}"
+        else:  # `Block_{i}` (auto-named), `layers_{i}` (`name=f'layers_{i}'`, whose prefix names the list)
+            pattern = site.linen_name + "_{i}"
         shapes: list[tuple[int, ...]] = []
         for k in range(10_000):
             found = self.state.trace.shapes_for(plan.name, element_key(pattern, k))
