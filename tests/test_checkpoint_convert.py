@@ -142,6 +142,19 @@ def test_load_nnx_checkpoint_round_trip(cnn_converted):
     )
 
 
+def test_an_opt_state_saved_without_its_step_is_refused_with_the_reason():
+    """``{'params', 'opt_state'}`` with no TrainState ``step``: the NNX optimizer's counter has no source,
+    and the problem says so (it read 'no Linen optimizer leaf maps to it'); the parameters alone convert."""
+    state = twins.trained_state("mlp")
+    tree = {"params": state.params, "opt_state": state.opt_state}
+    with pytest.raises(
+        ConversionError, match=r"not filled: NNX step: the checkpoint has no top-level 'step'"
+    ):
+        convert_tree(tree, twins.mlp_pair(), twins.mlp_name_map(), optimizer=True)
+    converted = convert_tree(tree, twins.mlp_pair(), twins.mlp_name_map(), optimizer=False)
+    assert converted.report.optimizer == [] or not converted.report.optimizer
+
+
 def test_optimizer_state_converts_and_next_step_matches_linen(ckpts, tmp_path):
     pair = twins.mlp_pair()
     state = twins.trained_state("mlp")

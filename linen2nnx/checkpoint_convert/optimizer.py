@@ -132,9 +132,17 @@ def _fill_the_rest(
             sources[path] = slots[path].get_value()
         elif any(join(path).endswith("/" + kept) for kept in kept_params):
             sources[path] = FROM_INIT  # the optax state of a parameter Linen never creates
+        elif path == ("step",):  # params and opt_state saved without a TrainState's step
+            problems.append(Problem("not filled", None, "step", _NO_STEP))
         else:
             problems.append(Problem("not filled", None, join(path), "no Linen optimizer leaf maps to it"))
     return problems
+
+
+_NO_STEP = (
+    "the checkpoint has no top-level 'step' beside its opt_state (a TrainState saves one); save the step "
+    "with the state, or convert the parameters alone (a spec without an optimizer)"
+)
 
 
 def _reordered_vector(lpath: PathT, shape: tuple[int, ...], table: Any, flat: Any, sized: Any) -> bool:
