@@ -200,3 +200,49 @@ def test_a_scan_is_followed_inside_output_by_output():
     assert _coarse_outputs(jx, [True, False]) == [True, True, True]  # a coarse start taints all
     jitted = jax.make_jaxpr(jax.jit(lambda c, xs: jax.lax.scan(body, c, xs)))(jnp.ones(3), jnp.ones((4, 3)))
     assert _coarse_outputs(jitted.jaxpr, [False, False]) == [False, False, True]
+
+
+BY_HAND_APPLY = """\
+import jax.numpy as jnp
+from flax import linen as nn
+
+
+class WeightNormConv(nn.Module):
+    def setup(self):
+        self.conv = nn.Conv(8, (3,), padding="VALID")
+        self.weight_v = self.param("weight_v", nn.initializers.normal(), (8, 4, 3))
+        self.weight_g = self.param("weight_g", nn.initializers.ones, (1, 1, 3))
+
+    def __call__(self, x):
+        v = self.weight_v
+        kernel = v / jnp.linalg.norm(v, axis=(0, 1))[None, None, :] * self.weight_g
+        return self.conv.apply({"params": {"kernel": kernel.T, "bias": jnp.zeros(8)}}, x)
+
+
+class Model(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(5)(WeightNormConv()(x))
+"""
+
+
+def test_a_submodule_applied_by_hand_keeps_its_dots_in_the_module_that_applies_it(tmp_path):
+    """``self.conv.apply({...}, x)`` runs an unbound clone whose Linen path is the root's: its conv was
+    counted at the root, where NNX (which runs the merged copy inside the block) has no dot of its own,
+    so the root met the whole NNX model's dots and failed (HF wav2vec2's weight-normed conv). A dropped
+    ``precision=`` there still fails, at the block."""
+    x = np.random.default_rng(0).normal(size=(2, 10, 4)).astype(np.float32)
+    _, pair, variables = _migrated_pair(tmp_path, BY_HAND_APPLY, "Model", x)
+    parity = check(pair, variables)
+    assert parity.passed, parity.failure_table()
+    leaves = {lf.path for lf in parity.leaves if lf.check == "precision"}
+    assert "weight_norm_conv_0" in leaves and "" not in leaves
+
+    def highest(source: str) -> str:
+        changed = source.replace('padding="VALID",', 'padding="VALID", precision=jax.lax.Precision.HIGHEST,')
+        assert changed != source
+        return changed.replace("import jax.numpy", "import jax\nimport jax.numpy")
+
+    _, pair, variables = _migrated_pair(tmp_path, BY_HAND_APPLY, "Model", x, highest)
+    failed = {lf.path for lf in check(pair, variables).failures if lf.check == "precision"}
+    assert failed == {"weight_norm_conv_0"}

@@ -40,6 +40,27 @@ def _scope_hook(
         return fn(*args, **kwargs)
 
 
+def _linen_scope_hook() -> Callable[..., Any]:
+    """:func:`_scope_hook` for Linen, where a submodule applied by hand inside another module's call
+    (``self.conv.apply({'params': {'kernel': w}}, x)``: weight norm, a tied head) runs as an unbound
+    clone whose path is the root's: its dots belong to the module whose call runs it (NNX runs the
+    merged copy there too), not to the root, which would then compare the whole model's dots."""
+    active: list[PathT] = []
+
+    def hook(
+        path: PathT, kind: str, has_params: bool, fn: Callable[..., Any], args: tuple, kwargs: dict
+    ) -> Any:
+        if not path and active:
+            path = active[-1]
+        active.append(path)
+        try:
+            return _scope_hook(path, kind, has_params, fn, args, kwargs)
+        finally:
+            active.pop()
+
+    return hook
+
+
 def _precision_name(p: Any) -> str:
     if p is None:
         return "DEFAULT"
@@ -204,7 +225,7 @@ def linen_program(pair: Any, variables: Any) -> Any:
     side = pair.linen
     args, kwargs = side.call_args(False)
     rngs = side.apply_rngs()  # a model that draws (make_rng) at eval
-    with linen_hooked(_scope_hook), same_keys():
+    with linen_hooked(_linen_scope_hook()), same_keys():
         return jax.make_jaxpr(lambda v: side.model.apply(v, *args, **kwargs, rngs=rngs))(variables)
 
 
