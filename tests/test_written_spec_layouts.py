@@ -196,3 +196,44 @@ def test_a_root_kept_as_linen_has_no_sizes_to_give(tmp_path):
     assert "UNRESOLVED_ARGS = []" in (tmp_path / "nnx_src" / "linen2nnx_spec.py").read_text()
     checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
     assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
+HEAD_AFTER_BLOCK = """\
+from typing import Sequence
+
+import flax.linen as nn
+
+
+class MLP(nn.Module):
+    widths: Sequence[int] = (5, 4)
+
+    @nn.compact
+    def __call__(self, x):
+        for w in self.widths:
+            x = nn.relu(nn.Dense(w)(x))
+        return x
+
+
+class Model(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3, name="head")(MLP()(x))
+"""
+
+
+def test_a_root_size_no_config_explains_is_given_as_traced_by_the_spec(tmp_path):
+    """The head's input width (the MLP's last width, unknown statically when `widths` may be empty) is a
+    required argument with its finding; no field of the root equals the traced 4, so the code keeps the
+    argument, but the written spec builds the traced model with it, and check passes with no hand edit
+    (the spec asked for it: "give values for ['head_in_features']")."""
+    env = _package(tmp_path)
+    (tmp_path / "src" / "mypkg" / "model.py").write_text(HEAD_AFTER_BLOCK)
+    (tmp_path / "specs.py").write_text(SPECS.replace("Model(WIDTH)", "Model()"))
+    done = _cli(tmp_path, env, "migrate", "src/", "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    said = done.stdout + done.stderr
+    assert "required constructor argument head_in_features added" in said, said
+    assert "gives the traced 4, right for the traced config only" in said
+    spec = (tmp_path / "nnx_src" / "linen2nnx_spec.py").read_text()
+    assert "TRACED_ARGS = {'head_in_features': 4}" in spec and "UNRESOLVED_ARGS = []" in spec
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stderr + checked.stdout

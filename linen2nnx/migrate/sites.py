@@ -335,6 +335,9 @@ class ClassPlan:
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
     shape_rank_only: bool = False  # ... for its rank alone (input_sizes.reads_rank_only)
     holds_nothing: bool = False  # creates no variable and no submodule (stateless_classes.py)
+    traced_sizes: dict[str, Any] = dataclasses.field(
+        default_factory=dict
+    )  # required arg -> the trace's value
     input_sizes: list[Any] = dataclasses.field(default_factory=list)  # input_sizes.InputSize, to finish
     input_shape_params: list[Any] = dataclasses.field(default_factory=list)  # variables sized by its shape
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
@@ -394,6 +397,7 @@ class ClassPlan:
             self.scope_names(),
             shape_rank_only=self.shape_rank_only,
             holds_nothing=self.holds_nothing,
+            traced_sizes=tuple(self.traced_sizes.items()),
         )
 
 
@@ -416,6 +420,7 @@ class ClassSummary:
     out_ranks: tuple[tuple[int, Feat], ...] = ()  # __call__'s result per input rank (callee_ranks.py)
     shape_rank_only: bool = False
     holds_nothing: bool = False
+    traced_sizes: tuple[tuple[str, Any], ...] = ()  # what the trace saw for required sizes (spec_writer)
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""

@@ -543,9 +543,8 @@ class Sizer(TraceEvidence):
         else:
             plan.new_args[arg] = "unresolved_shape" if shape else how
             message = f"{what} is unknown statically; required constructor argument {arg} added"
-        self.ctx.report(
-            SHAPE_003, node, message, "run `linen2nnx migrate --trace SPEC` or pass the size explicitly"
-        )
+            self.note_traced_value(plan, site, arg, child_arg, shape)
+        self.ctx.report(SHAPE_003, node, message, self.size_hint(plan, arg))
         return arg
 
     def resolve_unused(self, plan: ClassPlan) -> None:

@@ -45,6 +45,9 @@ INPUT_FEATURE_ARGS = {input_args!r}
 INPUT_SHAPE_ARGS = {shape_args!r}
 # ... and those that are the last axis of a leaf of an input (`.nodes` of a NamedTuple of arrays)
 INPUT_LEAF_ARGS = {leaf_args!r}
+# ... and those no config expression explains, as the trace saw them: right for the traced model's
+# config (the Linen side below), not for another one
+TRACED_ARGS = {traced!r}
 UNRESOLVED_ARGS = {unresolved!r}
 # classes kept as Linen behind nnx.bridge.ToNNX create their variables on a first call
 LAZY_INIT = {lazy_init!r}
@@ -68,6 +71,7 @@ def pair() -> ModelPair:
     kwargs.update({{name: tuple(args[index].shape) for name, index in INPUT_SHAPE_ARGS.items()}})
     for name, (index, accessor) in INPUT_LEAF_ARGS.items():
         kwargs[name] = int(input_leaf(args[index], accessor).shape[-1])
+    kwargs.update(TRACED_ARGS)
 
     def build(rngs):
         model = nnx_class(**kwargs, rngs=rngs)
@@ -109,13 +113,17 @@ def write_pair_spec(
         if how.startswith("input_leaf:")
         for index, _, accessor in [how.removeprefix("input_leaf:").partition(":")]
     }
+    summary = file_result.summaries.get(key)
+    traced = dict(summary.traced_sizes) if summary is not None and not entry.bridge else {}
     unresolved = sorted(
         a
         for a, how in entry.new_args.items()
         if not how.startswith(("input:", "input_shape:", "input_leaf:"))
         and how != "unresolved_if"  # None: not built
         and not entry.bridge  # a class kept as Linen: its wrapper takes the sizes and ignores them
+        and a not in traced
     )
+    traced = {a: v for a, v in traced.items() if a in entry.new_args}
     linen_spec = trace.spec_ref
     target_part, sep, func = linen_spec.rpartition(":")
     probe = target_part if sep else linen_spec
@@ -133,6 +141,7 @@ def write_pair_spec(
         nnx_class=trace.root_class,
         input_args=input_args,
         unresolved=unresolved,
+        traced=traced,
         shape_args=shape_args,
         leaf_args=leaf_args,
         lazy_init=any(c.bridge for c in result.name_map.classes.values()),

@@ -285,6 +285,39 @@ class TraceEvidence:
         )
         return arg
 
+    def note_traced_value(self, plan: ClassPlan, site: Site, arg: str, child_arg: str, shape: bool) -> None:
+        """Record in ``plan.traced_sizes`` what the trace saw for ``arg``, a size no config expression
+        explains, where the class was traced once and ``arg`` is the input size (or whole input shape)
+        of a layer it applies alone: the written pair spec builds the traced model with that value (the
+        code keeps the required argument and its finding: another config may need another size)."""
+        trace = self.state.trace
+        if (
+            trace is None
+            or len(trace.instances.get(plan.name, [])) != 1
+            or child_arg != "in_features"
+            or site.kind != "layer"
+            or site.parent is not None
+            or site.loop is not None
+            or site.nest is not None
+            or site.elements is not None
+            or site.tail_of is not None
+        ):
+            return
+        seen = {tuple(s) if shape else s[-1] for s in trace.shapes_for(plan.name, site.linen_name) if s}
+        if len(seen) == 1:
+            plan.traced_sizes[arg] = seen.pop()
+
+    def size_hint(self, plan: ClassPlan, arg: str) -> str:
+        """The hint of a required size: run a trace, or (one ran) what it left to do."""
+        if self.state.trace is None:
+            return "run `linen2nnx migrate --trace SPEC` or pass the size explicitly"
+        if arg in plan.traced_sizes:
+            return (
+                f"pass the size explicitly; the pair spec written with --out-dir gives the traced "
+                f"{plan.traced_sizes[arg]}, right for the traced config only"
+            )
+        return "pass the size explicitly: no config value explains what the trace saw, if it saw the layer"
+
     def _element_shapes(self, plan: ClassPlan, site: Site) -> list[tuple[int, ...]]:
         """The traced inputs of every element of a loop-built list (``GPT2Block_0``, ``GPT2Block_1``, ...
         or ``layer_0``, ... for ``name=f'layer_{i}'``): one size for all of them is a size of the
