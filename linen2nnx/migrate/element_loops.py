@@ -190,10 +190,6 @@ def later_size(
     (:func:`per_iteration`), read at ``position - 1``, or at ``position`` when the first element's size
     is that same argument (nothing explained it either: one tuple, the first included)."""
     first, position = at
-    sizer.per_iteration = position
-    try:
-        rest = sizer._resolve_in(plan, site, later, params, node)
-    finally:
-        sizer.per_iteration = None
+    rest = sizer._resolve_in(plan, site, later, params, node, each=position)
     arg = rest.removesuffix(f"[{position} - 1]")
     return f"{arg}[{position}]" if arg != rest and arg == first else rest

@@ -53,7 +53,6 @@ class Sizer(TraceEvidence):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.state = ctx.state
-        self.per_iteration: str | None = None  # while a loop's later size is resolved: the loop's position
         self.applied: dict[int, tuple[Site, dict[int, Feat], str]] = {}  # id(site) -> (site, inputs, method)
 
     def run_flow(self, plan: ClassPlan, fn: cst.FunctionDef, resolve: bool) -> None:
@@ -455,22 +454,32 @@ class Sizer(TraceEvidence):
         return arg
 
     def _resolve_in(
-        self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode
+        self,
+        plan: ClassPlan,
+        site: Site,
+        feat: Feat,
+        params: list[str],
+        node: cst.CSTNode,
+        each: str | None = None,
     ) -> str:
-        size = self._size_in(plan, site, feat, params, node)
+        """The input size of ``site`` in ``__init__``'s terms; ``each``: see :meth:`_required_arg`."""
+        size = self._size_in(plan, site, feat, params, node, each)
         ready = ready_at(plan.setup, site.ctor if not site.hoisted else None, size)
         if ready is not None:
             return ready
         why = "it reads an attribute setup() binds after building the layer"
-        return self._required_arg(plan, site, f"input feature size of {plan.name}.{site.attr} ({why})", node)
+        what = f"input feature size of {plan.name}.{site.attr} ({why})"
+        return self._required_arg(plan, site, what, node, each=each)
 
-    def _size_in(self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode) -> str:
+    def _size_in(
+        self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode, each: str | None
+    ) -> str:
         static = self.static_size(plan, feat, params, node)
         if static is not None:
             return static
         if feat.kind == "unknown" and feat.reason.startswith(DISAGREEING):
             return self._required_arg(
-                plan, site, f"input feature size of {plan.name}.{site.attr} ({feat.reason})", node
+                plan, site, f"input feature size of {plan.name}.{site.attr} ({feat.reason})", node, each=each
             )
         if feat.kind == "input":
             feat = Feat.unknown(f"argument `{feat.input_name}` of {plan.name}.{self.state.flow_method}")
@@ -487,7 +496,7 @@ class Sizer(TraceEvidence):
             feat.kind, feat.reason or "an unknown value"
         )
         what = f"input feature size of {plan.name}.{site.attr} (from {why})"
-        return self._required_arg(plan, site, what, node, how=handed_kind(feat) or "unresolved")
+        return self._required_arg(plan, site, what, node, how=handed_kind(feat) or "unresolved", each=each)
 
     def _required_arg(
         self,
@@ -498,19 +507,21 @@ class Sizer(TraceEvidence):
         child_arg: str = "in_features",
         shape: bool = False,
         how: str = "unresolved",
+        each: str | None = None,
     ) -> str:
         """A new constructor argument for a size nothing explains, named after the submodule and, for a
         class of the run with several unknown sizes, after the child's own argument (one argument each:
         a block's input width and its inner layer's are different sizes); ``shape``: a whole input
         shape the child takes (its ``x_shape``), a tuple; ``how``: the kind of a plain required size
-        (``handed:F``: a handed module's output, which a builder may know)."""
+        (``handed:F``: a handed module's output, which a builder may know); ``each``: the position of a
+        loop's element after the first, for a size its previous iteration left (one per iteration)."""
         arg = f"{chain_label(site)}_{child_arg}".replace("[", "_").replace("]", "").replace("/", "_")
         if not arg.isidentifier():  # a size named after an expression: any other character
             arg = re.sub(r"\W+", "_", arg)
         while arg in plan.field_names:
             arg += "_"
-        if self.per_iteration is not None:  # what a loop's previous iteration left: no one size for all
-            return per_iteration(self.ctx, plan, site, arg, node, self.per_iteration)
+        if each is not None:  # what a loop's previous iteration left: no one size for all
+            return per_iteration(self.ctx, plan, site, arg, node, each)
         if site.elements is not None and not site.elements_index:  # a setup() loop with no index
             self.ctx.report(
                 MOD_004,
