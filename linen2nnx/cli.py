@@ -165,7 +165,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     console = err_console
     if not console.is_terminal:  # a pipe or CI log: as wide as the table, so paths stay whole
         wide = console.options.update(max_width=1 << 16)
-        console = Console(stderr=True, highlight=False, width=Measurement.get(console, wide, table).maximum)
+        console = Console(
+            stderr=True, highlight=False, emoji=False, width=Measurement.get(console, wide, table).maximum
+        )
     console.print(table)
     if args.json:
         from linen2nnx.reports.json_report import write_json

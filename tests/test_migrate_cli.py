@@ -595,3 +595,13 @@ def test_a_coding_declaration_and_a_byte_order_mark_are_honoured(tmp_path):
     assert (out / "lat.py").read_bytes().startswith(b"# -*- coding: latin-1 -*-\n# caf\xe9\n")
     assert b"nnx.Linear" in (out / "lat.py").read_bytes()
     assert (out / "bom.py").read_bytes().startswith(b"\xef\xbb\xbffrom flax import nnx")
+
+
+def test_a_finding_on_line_100_prints_its_line_number(tmp_path, capsys):
+    """``file.py:100:13`` holds the emoji code ``:100:``, which the console used to print as one."""
+    source = "\n" * 93 + "import flax.linen as nn\n\n\nclass M(nn.Module):\n    @nn.compact\n"
+    source += "    def __call__(self, x):\n        return x * self.scope.path[0]\n"
+    (tmp_path / "far.py").write_text(source)
+    main(["migrate", str(tmp_path / "far.py")])
+    err = capsys.readouterr().err
+    assert "far.py:100:" in err and "\U0001f4af" not in err, err

@@ -21,7 +21,7 @@ from linen2nnx.reports import parity_data as pd
 def make_console(stderr: bool = True) -> Console:
     """A console for reports: the terminal's width, or 120 columns when output is a file or a CI log."""
     probe = Console(stderr=stderr)
-    return Console(stderr=stderr, highlight=False, width=None if probe.is_terminal else 120)
+    return Console(stderr=stderr, highlight=False, emoji=False, width=None if probe.is_terminal else 120)
 
 
 def _verdict(ok: bool) -> str:
