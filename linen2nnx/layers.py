@@ -90,6 +90,9 @@ class LayerRule:
     """NNX attribute of a built layer that holds its output feature size: read from a layer a caller
     hands in (``self.shared_embedding``) where the class builds this layer in the other branch, and
     from the last element a loop nest built (``self.conv[-1].out_features``)."""
+    setup_params: tuple[str, ...] = ()
+    """Parameters the Linen layer binds in ``setup()``, so that code reads them as attributes of a built
+    layer (``word.embedding``: an array); the NNX layer holds a Variable there, read with ``[...]``."""
     call_keywords: tuple[str, ...] = ()
     """Linen call signature; when set, positional call arguments after the first become these keywords
     (``SelfAttention(x, mask)``: NNX's second positional is ``inputs_k``)."""
@@ -186,6 +189,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         positional=("num_embeddings", "features"),
         out_arg="features",
         out_attr="features",
+        setup_params=("embedding",),
     ),
     LayerRule(
         "LayerNorm",

@@ -604,6 +604,31 @@ def test_migrated_fixture_has_parity(case, tmp_path):
     assert len(parity.by_check()["grad"]) == len(jax.tree.leaves(variables["params"])) + unused
 
 
+def test_a_layer_table_read_as_an_attribute_is_returned_as_the_array(tmp_path):
+    """``word.embedding`` of an ``nn.Embed`` is an array in Linen; returned as it was written, NNX's would
+    be the ``nnx.Param`` itself and the outputs' structures would differ (scenic's BERT stem)."""
+    src = fixture("embed_table_read_in.py").read_text()
+    result = migrate_source(src, "embed_table_read.py", module_name="embed_table_read")
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_module, nnx_module = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    ids = np.random.default_rng(0).integers(0, 11, (2, 5))
+    side = LinenSide(
+        model=linen_module.Tied(),
+        batch={"x": ids},
+        loss=lambda out, batch: sum(jnp.mean(o**2) for o in out),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    pair = ModelPair(linen=side, nnx_factory=lambda rngs: nnx_module.Tied(rngs=rngs), name_map=map_path)
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.note) for lf in parity.failures]
+    outputs = nnx_module.Tied(rngs=nnx.Rngs(0))(ids)
+    assert all(isinstance(o, jax.Array) for o in outputs)
+
+
 def test_custom_collection_has_parity_and_converts(tmp_path):
     """``moving_stats`` / ``noise_consts`` variables (custom_collection): the checkpoint's collections
     convert into the file's registered Variable subclasses, and one train-mode call gives the same

@@ -60,6 +60,7 @@ from linen2nnx.migrate.variable_reads import displayed_variables
 AXES_API_NAMES = frozenset({"partitioning.param_with_axes", "partitioning.variable_with_axes"})
 
 
+SETUP_PARAMS = frozenset(name for rule in LAYER_RULES for name in rule.setup_params)
 RENAMED_ARGS = frozenset(name for rule in LAYER_RULES for name in rule.rename_args)
 """Constructor arguments some NNX layer renames (``features``): the only attributes of a built layer
 the rewrite renames."""
@@ -133,11 +134,13 @@ class AttributeRewriter:
 
     def _layer_attribute(
         self, original: cst.Attribute, updated: cst.Attribute, holder: ClassPlan | None
-    ) -> cst.Attribute | None:
+    ) -> cst.BaseExpression | None:
         """``self.proj.features`` / ``d.features`` of a built-in layer the class builds: the NNX layer
-        keeps a renamed constructor argument under its new name (``out_features``)."""
+        keeps a renamed constructor argument under its new name (``out_features``); a parameter the Linen
+        layer binds in ``setup()`` (``word.embedding``, an array) is a Variable there, read with ``[...]``
+        (returned or stored as it is, the Variable object would escape)."""
         value, attr = original.value, original.attr.value
-        if attr not in RENAMED_ARGS or holder is None or holder.blocking:
+        if attr not in RENAMED_ARGS | SETUP_PARAMS or holder is None or holder.blocking:
             return None
         site = None
         if isinstance(value, cst.Name) and value.value not in holder.local_sites:
@@ -151,6 +154,12 @@ class AttributeRewriter:
         elif isinstance(value, cst.Name):
             site = holder.local_sites.get(value.value)
         rule = site.rule if site is not None and site.kind == "layer" else None
+        if (
+            rule is not None
+            and attr in rule.setup_params
+            and not _read_as_variable(self.ctx.parent_of(original))
+        ):
+            return cst.Subscript(updated, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
         if rule is None or attr not in rule.rename_args:
             return None
         return updated.with_changes(attr=cst.Name(rule.rename_args[attr]))
@@ -535,3 +544,10 @@ def _identity_test(node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
     if isinstance(parent, cst.Comparison) and parent.left is node:
         return isinstance(parent.comparisons[0].operator, identity)
     return isinstance(parent, cst.ComparisonTarget) and isinstance(parent.operator, identity)
+
+
+def _read_as_variable(parent: cst.CSTNode | None) -> bool:
+    """Already read through the Variable (``x.embedding[...]``, ``.value``, a second run's output)."""
+    if isinstance(parent, cst.Subscript):
+        return True
+    return isinstance(parent, cst.Attribute) and parent.attr.value in ("value", "get_value", "set_value")
