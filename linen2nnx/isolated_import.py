@@ -25,6 +25,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from linen2nnx.errors import SpecError
 
@@ -75,6 +76,7 @@ def import_migrated(
     if f"{alias}.{module}" in sys.modules:
         return sys.modules[f"{alias}.{module}"]
     saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k in resolved}
+    hidden = _hide_from_parents(resolved)  # `from pkg import layers` reads the parent's attribute first
     finder = _MigratedFinder(resolved)
     sys.meta_path.insert(0, finder)
     added = [str(p) for p in search_paths if str(p) not in sys.path]
@@ -97,4 +99,21 @@ def import_migrated(
                     setattr(sys.modules[parent], child, saved[k])
                 elif getattr(sys.modules[parent], child, None) is not None:
                     delattr(sys.modules[parent], child)
+        for parent_module, child, value in hidden:
+            if not hasattr(parent_module, child):
+                setattr(parent_module, child, value)
     return loaded
+
+
+def _hide_from_parents(resolved: Mapping[str, Path]) -> list[tuple[ModuleType, str, Any]]:
+    """Take the run's modules off the already-imported packages that hold them as attributes (a Linen
+    ``pkg`` whose ``__init__.py`` the run left alone, imported by the Linen side first): ``from pkg import
+    layers`` would find the Linen ``pkg.layers`` there and never ask the migrated files' finder."""
+    hidden = []
+    for name in resolved:
+        parent, _, child = name.rpartition(".")
+        parent_module = sys.modules.get(parent) if parent else None
+        if parent_module is not None and parent not in resolved and hasattr(parent_module, child):
+            hidden.append((parent_module, child, getattr(parent_module, child)))
+            delattr(parent_module, child)
+    return hidden

@@ -237,3 +237,47 @@ def test_a_root_size_no_config_explains_is_given_as_traced_by_the_spec(tmp_path)
     assert "TRACED_ARGS = {'head_in_features': 4}" in spec and "UNRESOLVED_ARGS = []" in spec
     checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
     assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
+SIBLING_LAYERS = """\
+import flax.linen as nn
+
+
+class Block(nn.Module):
+    width: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.width)(x)
+"""
+SIBLING_MODEL = """\
+import flax.linen as nn
+
+from mypkg import layers
+
+
+class Model(nn.Module):
+    width: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        return layers.Block(self.width)(x)
+"""
+
+
+def test_files_of_a_package_migrated_without_its_init_import_their_migrated_siblings(tmp_path):
+    """The run names the files, not the folder, so the package's ``__init__.py`` is not migrated: the
+    Linen side imports ``mypkg`` (and ``mypkg.layers`` with it) first, and the migrated model's ``from
+    mypkg import layers`` found the Linen module on the package (Block() got rngs=: a false
+    L2N-VERIFY-010, and convert / check failed with a TypeError)."""
+    env = _package(tmp_path)
+    (tmp_path / "src" / "mypkg" / "layers.py").write_text(SIBLING_LAYERS)
+    (tmp_path / "src" / "mypkg" / "model.py").write_text(SIBLING_MODEL)
+    (tmp_path / "specs.py").write_text(SPECS.replace("Model(WIDTH)", "Model()"))
+    files = ["src/mypkg/layers.py", "src/mypkg/model.py"]
+    done = _cli(tmp_path, env, "migrate", *files, "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    assert done.returncode == 0 and "L2N-VERIFY-010" not in done.stdout + done.stderr, (
+        done.stdout + done.stderr
+    )
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stderr + checked.stdout
