@@ -51,6 +51,7 @@ from linen2nnx.migrate.rules import (
     MOD_007,
     MOD_011,
     MOD_012,
+    MOD_017,
     XFORM_001,
 )
 from linen2nnx.migrate.setup_arrays import split_properties
@@ -176,6 +177,7 @@ class ClassRewriter:
         bases = self._nnx_bases(original, updated)
         field_markers = self._rewritten_field_defaults(plan, original, updated)
         self._report_field_specifiers(plan, original)
+        self._report_class_decorators(original)
         body, setup_body, init_index = self._nnx_body(plan, original, updated)
         if init_index is None:
             init_index = 1 if body and is_docstring(body[0]) else 0
@@ -216,6 +218,21 @@ class ClassRewriter:
                 f"{plan.name}.__init__ takes field defaults from field specifiers ({shown}): a dataclass "
                 "reads a specifier as the field's default, a parameter default is the specifier object",
                 "write the value the specifier gives as the default (or None, built in __init__)",
+            )
+
+    def _report_class_decorators(self, original: cst.ClassDef) -> None:
+        """A class decorator is written for a Linen dataclass (it may read ``dataclasses.fields``): kept on
+        the NNX class, a finding (rules.MOD_017), but for ``typing.final``, which reads nothing."""
+        for decorator in original.decorators:
+            if self.ctx.qualnames(decorator.decorator) & {"typing.final", "typing_extensions.final"}:
+                continue
+            self.ctx.report(
+                MOD_017,
+                decorator,
+                f"class decorator @{one_line(code(decorator.decorator))} kept on {original.name.value}, now an "
+                "nnx.Module: a Linen module is a dataclass, which the decorator may rely on "
+                "(dataclasses.fields, the dataclass __init__)",
+                "check that it works on the NNX class, or drop it",
             )
 
     def _bridgeable(self, plan: ClassPlan, original: cst.ClassDef) -> bool:

@@ -134,6 +134,15 @@ MOD_016 = Rule(
     "class Model(nn.Module):\n    train: bool = False",
     "self.train = train  # TODO: hides nnx.Module.train(); rename the field",
 )
+MOD_017 = Rule(
+    "L2N-MOD-017",
+    M,
+    "A class decorator the codemod does not know, kept on the NNX class: a Linen module is a dataclass (such a "
+    "decorator may read dataclasses.fields(self) or wrap the dataclass __init__, as diffusers' "
+    "flax_register_to_config does), an nnx.Module is not; check that it works there, or drop it.",
+    "@register_to_config\nclass UNet(nn.Module):\n    features: int = 4",
+    "# TODO(linen2nnx): L2N-MOD-017 ...\n@register_to_config\nclass UNet(nnx.Module):",
+)
 LAYER_001 = Rule(
     "L2N-LAYER-001",
     C,
@@ -286,6 +295,7 @@ RULES = (
     MOD_014,
     MOD_015,
     MOD_016,
+    MOD_017,
     LAYER_001,
     LAYER_002,
     LAYER_003,
