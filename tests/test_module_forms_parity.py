@@ -63,6 +63,7 @@ class ActConfig:
 CASES = {
     "compact_loop": ("Tower", {"config": TowerConfig()}, (2, 5)),
     "compact_param": ("Scale", {"features": 3}, (2, 4)),
+    "class_decorator": ("Model", {}, (2, 3)),  # a registry decorator kept (with its finding)
     "traced_named_loop": ("Transformer", {}, (2, 5)),  # `layers_{i}` fed a handed embedding: the trace
     "kw_only_fields": ("Model", {}, (2, 4)),  # `_: dataclasses.KW_ONLY`: keyword-only fields after `*`
     "kw_only_one_field": ("Model", {}, (2, 4)),  # field(kw_only=True) on one field: Block(4, 5.0) is shift
@@ -627,6 +628,36 @@ def test_a_layer_table_read_as_an_attribute_is_returned_as_the_array(tmp_path):
     assert parity.passed, [(lf.check, lf.path, lf.note) for lf in parity.failures]
     outputs = nnx_module.Tied(rngs=nnx.Rngs(0))(ids)
     assert all(isinstance(o, jax.Array) for o in outputs)
+
+
+def test_later_elements_no_traced_call_saw_take_one_size_each(tmp_path):
+    """Traced with one element per list, the sizes of the elements after the first were matched with the
+    first element's call (``self.in_channels``: wrong for every later element of a block that widens);
+    now a tuple, and with the true sizes a two-element block computes what Linen's computes."""
+    src = fixture("traced_one_element_in.py").read_text()
+    fx = all_cases()["traced_one_element"]
+    result = migrate_source(
+        src, "traced_one_element.py", module_name="traced_one_element", trace=case_trace(fx)
+    )
+    assert "in_features=resnets_in_features[i]" in result.output
+    (tmp_path / "linen_src.py").write_text(src)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen_module, nnx_module = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    x = np.random.default_rng(2).normal(size=(2, 4)).astype(np.float32)
+    side = LinenSide(
+        model=linen_module.Block(4, 6, 2),
+        batch={"x": x},
+        loss=lambda o, b: jnp.mean(o**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    map_path = tmp_path / "map.json"
+    result.name_map.save(map_path)
+    make = lambda rngs: nnx_module.Block(4, 6, 2, resnets_in_features=(4, 6), rngs=rngs)  # noqa: E731
+    parity = check(
+        ModelPair(linen=side, nnx_factory=make, name_map=map_path), perturbed(side.init_variables())
+    )
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
 
 
 def test_custom_collection_has_parity_and_converts(tmp_path):

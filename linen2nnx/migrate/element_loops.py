@@ -150,7 +150,7 @@ def elements_expr(
 ) -> str:
     """The input size of each element of a list a loop applies in order: the first element's, else
     the size the previous element gives (``sizer``: the :class:`~.sizing.Sizer` asking)."""
-    rest = sizer._resolve_in(plan, site, later, params, node)
+    rest = sizer._resolve_in(plan, site, later, params, node, each="")  # the trace of elements 1, 2, ...
     if not later_size_holds(site, rest, {"self", *plan.new_args}):
         return sizer._required_arg(  # located at the list's construction, as an unsized element is
             plan,

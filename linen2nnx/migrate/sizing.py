@@ -489,7 +489,7 @@ class Sizer(TraceEvidence):
         confirmed = self._confirmed_candidate(plan, site, feat, params, node)
         if confirmed is not None:
             return confirmed
-        traced = self._from_trace(plan, site, feat, node)
+        traced = self._from_trace(plan, site, feat, node, later=each is not None)
         if traced is not None:
             return traced
         why = {"flatten": "a flatten", "sliced": "an indexed value"}.get(
@@ -513,14 +513,14 @@ class Sizer(TraceEvidence):
         class of the run with several unknown sizes, after the child's own argument (one argument each:
         a block's input width and its inner layer's are different sizes); ``shape``: a whole input
         shape the child takes (its ``x_shape``), a tuple; ``how``: the kind of a plain required size
-        (``handed:F``: a handed module's output, which a builder may know); ``each``: the position of a
-        loop's element after the first, for a size its previous iteration left (one per iteration)."""
+        (``handed:F``: a handed module's output, which a builder may know); ``each``: for the elements of
+        a list after the first, ``""`` (one size for all) or a loop's position (one per iteration)."""
         arg = f"{chain_label(site)}_{child_arg}".replace("[", "_").replace("]", "").replace("/", "_")
         if not arg.isidentifier():  # a size named after an expression: any other character
             arg = re.sub(r"\W+", "_", arg)
         while arg in plan.field_names:
             arg += "_"
-        if each is not None:  # what a loop's previous iteration left: no one size for all
+        if each:  # what a loop's previous iteration left: no one size for all
             return per_iteration(self.ctx, plan, site, arg, node, each)
         if site.elements is not None and not site.elements_index:  # a setup() loop with no index
             self.ctx.report(

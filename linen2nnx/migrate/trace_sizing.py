@@ -161,16 +161,20 @@ class TraceEvidence:
             )
         return size
 
-    def _from_trace(self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode) -> str | None:
+    def _from_trace(
+        self, plan: ClassPlan, site: Site, feat: Feat, node: cst.CSTNode, later: bool = False
+    ) -> str | None:
         """The size of ``site``'s input from the trace (``feat``: what the dataflow made of it): a leaf of
         the class's own inputs it was fed unchanged (unless the dataflow saw a value chosen on a test, of
         which the trace saw one side: ``context = x if context is None else context``), the config value
-        its traced size matches, or (``--unsafe-fixes``) the traced literal."""
+        its traced size matches, or (``--unsafe-fixes``) the traced literal. ``later``: the size of a list's
+        elements after the first, which only the traced calls of those elements tell (a config that
+        builds one element says nothing of the others)."""
         if self.state.trace is None or site.tail_of is not None:
             return None  # the trace knows one Linen name; a list's extension moves with the loop's length
         listed = site.loop is not None or site.nest is not None  # Linen names its elements on: {Class}_{k}
         if listed or site.elements is not None:
-            shapes = self._element_shapes(plan, site)
+            shapes = self._element_shapes(plan, site, first=1 if later else 0)
         else:
             shapes = self.state.trace.shapes_for(plan.name, site.linen_name)
             leaf = self._input_leaf(plan, site, node) if feat.reason not in _BRANCHED else None
@@ -318,7 +322,7 @@ class TraceEvidence:
             )
         return "pass the size explicitly: no config value explains what the trace saw, if it saw the layer"
 
-    def _element_shapes(self, plan: ClassPlan, site: Site) -> list[tuple[int, ...]]:
+    def _element_shapes(self, plan: ClassPlan, site: Site, first: int = 0) -> list[tuple[int, ...]]:
         """The traced inputs of every element of a loop-built list (``GPT2Block_0``, ``GPT2Block_1``, ...
         or ``layer_0``, ... for ``name=f'layer_{i}'``): one size for all of them is a size of the
         list, which a config expression may explain as it explains a single module's."""
@@ -334,7 +338,7 @@ class TraceEvidence:
             found = self.state.trace.shapes_for(plan.name, element_key(pattern, k))
             if not found:
                 break
-            shapes += found
+            shapes += found if k >= first else []
         return shapes
 
     def _scaled_base(
