@@ -281,3 +281,37 @@ def test_files_of_a_package_migrated_without_its_init_import_their_migrated_sibl
     )
     checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
     assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
+PER_ELEMENT = """\
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+
+
+class Model(nn.Module):
+    widths: Sequence[int] = (5, 4)
+    act: Callable[..., Any] = nn.relu
+
+    def setup(self):
+        self.layers = [nn.Dense(w) for i, w in enumerate(self.widths)]
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = self.act(layer(x))
+        return x
+"""
+
+
+def test_one_traced_size_per_element_is_given_by_the_spec(tmp_path):
+    """An activation held in a field hides each layer's output size from the flow: one input size per
+    element of the setup() list is asked for (a tuple); the spec gives the traced (3, 5)."""
+    env = _package(tmp_path)
+    (tmp_path / "src" / "mypkg" / "model.py").write_text(PER_ELEMENT)
+    (tmp_path / "specs.py").write_text(SPECS.replace("Model(WIDTH)", "Model()"))
+    done = _cli(tmp_path, env, "migrate", "src/", "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    assert "gives the traced (3, 5), right for the traced config only" in done.stdout + done.stderr
+    spec = (tmp_path / "nnx_src" / "linen2nnx_spec.py").read_text()
+    assert "TRACED_ARGS = {'layers_in_features': (3, 5)}" in spec and "UNRESOLVED_ARGS = []" in spec
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stderr + checked.stdout

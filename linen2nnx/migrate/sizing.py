@@ -467,9 +467,8 @@ class Sizer(TraceEvidence):
         ready = ready_at(plan.setup, site.ctor if not site.hoisted else None, size)
         if ready is not None:
             return ready
-        why = "it reads an attribute setup() binds after building the layer"
-        what = f"input feature size of {plan.name}.{site.attr} ({why})"
-        return self._required_arg(plan, site, what, node, each=each)
+        why = f"{plan.name}.{site.attr} (it reads an attribute setup() binds after building the layer)"
+        return self._required_arg(plan, site, f"input feature size of {why}", node, each=each)
 
     def _size_in(
         self, plan: ClassPlan, site: Site, feat: Feat, params: list[str], node: cst.CSTNode, each: str | None
@@ -534,12 +533,13 @@ class Sizer(TraceEvidence):
         if site.elements is not None:  # each element of a setup() comprehension: one size per element
             node = site.ctor  # located where the tuple of sizes is read, whichever use asked
             plan.new_args[arg] = "unresolved_each"
+            self.note_traced_value(plan, site, arg, child_arg, shape)
             self.ctx.report(
                 SHAPE_003,
                 node,
                 f"{what} is unknown statically, for each element; required constructor argument {arg} "
                 "(a tuple, one size per element) added",
-                "run `linen2nnx migrate --trace SPEC` or pass the sizes explicitly",
+                self.size_hint(plan, arg, "sizes"),
             )
             return f"{arg}[{site.elements_index}]"
         conditions = site.conditions

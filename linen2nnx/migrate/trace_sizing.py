@@ -292,35 +292,45 @@ class TraceEvidence:
     def note_traced_value(self, plan: ClassPlan, site: Site, arg: str, child_arg: str, shape: bool) -> None:
         """Record in ``plan.traced_sizes`` what the trace saw for ``arg``, a size no config expression
         explains, where the class was traced once and ``arg`` is the input size (or whole input shape)
-        of a layer it applies alone: the written pair spec builds the traced model with that value (the
-        code keeps the required argument and its finding: another config may need another size)."""
+        of a layer or class of the run it applies alone, or one input size per element of a setup()
+        list (a tuple): the written pair spec builds the traced model with it (the code keeps the
+        required argument and its finding: another config may need other sizes)."""
         trace = self.state.trace
         if (
             trace is None
             or len(trace.instances.get(plan.name, [])) != 1
-            or child_arg != "in_features"
-            or site.kind != "layer"
+            or not _input_size_of(site, child_arg, shape)
             or site.parent is not None
             or site.loop is not None
             or site.nest is not None
-            or site.elements is not None
             or site.tail_of is not None
+            or (site.elements is not None and shape)
         ):
             return
-        seen = {tuple(s) if shape else s[-1] for s in trace.shapes_for(plan.name, site.linen_name) if s}
-        if len(seen) == 1:
-            plan.traced_sizes[arg] = seen.pop()
+        if site.elements is None:
+            seen = {tuple(s) if shape else s[-1] for s in trace.shapes_for(plan.name, site.linen_name) if s}
+            if len(seen) == 1:
+                plan.traced_sizes[arg] = seen.pop()
+            return
+        each = []
+        for k in range(10_000):
+            seen = {s[-1] for s in trace.shapes_for(plan.name, element_key(site.elements, k)) if s}
+            if len(seen) != 1:
+                break
+            each.append(seen.pop())
+        if each:
+            plan.traced_sizes[arg] = tuple(each)
 
-    def size_hint(self, plan: ClassPlan, arg: str) -> str:
-        """The hint of a required size: run a trace, or (one ran) what it left to do."""
+    def size_hint(self, plan: ClassPlan, arg: str, size: str = "size") -> str:
+        """The hint of a required size (``size``: or sizes): run a trace, or (one ran) what it left to do."""
         if self.state.trace is None:
-            return "run `linen2nnx migrate --trace SPEC` or pass the size explicitly"
+            return f"run `linen2nnx migrate --trace SPEC` or pass the {size} explicitly"
         if arg in plan.traced_sizes:
             return (
-                f"pass the size explicitly; the pair spec written with --out-dir gives the traced "
+                f"pass the {size} explicitly; the pair spec written with --out-dir gives the traced "
                 f"{plan.traced_sizes[arg]}, right for the traced config only"
             )
-        return "pass the size explicitly: no config value explains what the trace saw, if it saw the layer"
+        return f"pass the {size} explicitly: no config value explains what the trace saw, if it saw the layer"
 
     def _element_shapes(self, plan: ClassPlan, site: Site, first: int = 0) -> list[tuple[int, ...]]:
         """The traced inputs of every element of a loop-built list (``GPT2Block_0``, ``GPT2Block_1``, ...
@@ -556,3 +566,12 @@ def _config_items(prefix: str, value: Any) -> list[tuple[str, Any]]:
     if not isinstance(attrs, dict):
         return []
     return [(f"{prefix}.{k}", v) for k, v in attrs.items() if k.isidentifier() and not k.startswith("_")]
+
+
+def _input_size_of(site: Site, child_arg: str, shape: bool) -> bool:
+    """``child_arg`` of what ``site`` builds is its input's last axis (or, with ``shape``, its whole
+    shape): a built-in layer's ``in_features``, a class of the run's size of its first input."""
+    if site.kind == "layer":
+        return child_arg == "in_features"
+    how = site.user.new_args.get(child_arg) if site.user is not None else None
+    return how == ("input_shape:0" if shape else "input:0")
