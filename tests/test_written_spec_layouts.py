@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 MODEL = """\
 import flax.linen as nn
 
@@ -313,5 +315,48 @@ def test_one_traced_size_per_element_is_given_by_the_spec(tmp_path):
     assert "gives the traced (3, 5), right for the traced config only" in done.stdout + done.stderr
     spec = (tmp_path / "nnx_src" / "linen2nnx_spec.py").read_text()
     assert "TRACED_ARGS = {'layers_in_features': (3, 5)}" in spec and "UNRESOLVED_ARGS = []" in spec
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
+NESTED = (
+    PER_ELEMENT.replace("class Model(nn.Module):", "class Stack(nn.Module):")
+    + """
+
+class Model(nn.Module):
+    def setup(self):
+        self.stack = Stack()
+
+    def __call__(self, x):
+        return self.stack(x)
+"""
+)
+
+CELL_AFTER_BLOCK = HEAD_AFTER_BLOCK.replace(
+    '        return nn.Dense(3, name="head")(MLP()(x))',
+    "        h = MLP()(x)\n"
+    "        carry, y = nn.SimpleCell(6, name='cell')(jnp.zeros((x.shape[0], 6)), h)\n"
+    "        return y",
+).replace("import flax.linen as nn", "import flax.linen as nn\nimport jax.numpy as jnp")
+
+
+@pytest.mark.parametrize(
+    "source, traced",
+    [
+        # a class the root builds once asks its builder for its sizes: the root's spec gives its trace
+        (NESTED, "{'stack_layers_in_features': (3, 5)}"),
+        # a cell's call is (carry, x): its input size is x's (4), not the carry's (6), which the trace
+        # took for the input and matched to the cell's own features (wrong, with no finding under --write)
+        (CELL_AFTER_BLOCK, "{'cell_in_features': 4}"),
+    ],
+    ids=["nested", "cell"],
+)
+def test_traced_sizes_of_nested_classes_and_cells_are_given_by_the_spec(source, traced, tmp_path):
+    env = _package(tmp_path)
+    (tmp_path / "src" / "mypkg" / "model.py").write_text(source)
+    (tmp_path / "specs.py").write_text(SPECS.replace("Model(WIDTH)", "Model()"))
+    _cli(tmp_path, env, "migrate", "src/", "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    spec = (tmp_path / "nnx_src" / "linen2nnx_spec.py").read_text()
+    assert f"TRACED_ARGS = {traced}" in spec and "UNRESOLVED_ARGS = []" in spec, spec
     checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
     assert checked.returncode == 0, checked.stderr + checked.stdout

@@ -138,10 +138,14 @@ class AttributeRewriter:
         """``self.proj.features`` / ``d.features`` of a built-in layer the class builds: the NNX layer
         keeps a renamed constructor argument under its new name (``out_features``); a parameter the Linen
         layer binds in ``setup()`` (``word.embedding``, an array) is a Variable there, read with ``[...]``
-        (returned or stored as it is, the Variable object would escape)."""
+        where it is returned (the Variable object would leave the model; also from a layer the class is
+        handed, ``self.shared.embedding``). Stored or handed on, it stays the Variable: a copy of its value
+        taken in ``__init__`` would untie the weight."""
         value, attr = original.value, original.attr.value
         if attr not in RENAMED_ARGS | SETUP_PARAMS or holder is None or holder.blocking:
             return None
+        if attr in SETUP_PARAMS and _returned(self.ctx, original) and _handed_module(holder, value):
+            return cst.Subscript(updated, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
         site = None
         if isinstance(value, cst.Name) and value.value not in holder.local_sites:
             bound = local_value(self.ctx, original, value.value)  # `m = self.proj`, then `m.features`
@@ -154,11 +158,7 @@ class AttributeRewriter:
         elif isinstance(value, cst.Name):
             site = holder.local_sites.get(value.value)
         rule = site.rule if site is not None and site.kind == "layer" else None
-        if (
-            rule is not None
-            and attr in rule.setup_params
-            and not _read_as_variable(self.ctx.parent_of(original))
-        ):
+        if rule is not None and attr in rule.setup_params and _returned(self.ctx, original):
             return cst.Subscript(updated, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
         if rule is None or attr not in rule.rename_args:
             return None
@@ -546,8 +546,16 @@ def _identity_test(node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
     return isinstance(parent, cst.ComparisonTarget) and isinstance(parent.operator, identity)
 
 
-def _read_as_variable(parent: cst.CSTNode | None) -> bool:
-    """Already read through the Variable (``x.embedding[...]``, ``.value``, a second run's output)."""
-    if isinstance(parent, cst.Subscript):
-        return True
-    return isinstance(parent, cst.Attribute) and parent.attr.value in ("value", "get_value", "set_value")
+def _returned(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """``node`` is what a ``return`` gives, or an element of the tuple, list or dict it gives."""
+    parent = ctx.parent_of(node)
+    while isinstance(parent, (cst.Element, cst.DictElement, cst.Tuple, cst.List, cst.Dict)):
+        parent = ctx.parent_of(parent)
+    return isinstance(parent, cst.Return)
+
+
+def _handed_module(plan: ClassPlan, value: cst.BaseExpression) -> bool:
+    """``self.F`` where ``F`` is a field annotated as a module the class is handed (``shared: nn.Module``,
+    ``embed: nn.Embed``)."""
+    field = next((f for f in plan.fields if f.name == self_attr(value)), None)
+    return field is not None and any(hint in (field.annotation or "") for hint in ("Module", "Embed"))

@@ -440,6 +440,7 @@ class ClassSummary:
             known_out_ranks=dict(self.out_ranks),
             shape_rank_only=self.shape_rank_only,
             holds_nothing=self.holds_nothing,
+            traced_sizes=dict(self.traced_sizes),
         )
 
 

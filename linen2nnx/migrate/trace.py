@@ -227,18 +227,22 @@ class _Recorder:
             # inside a lifted transform (nn.scan, nn.remat, ...) the parent is a Scope: the module
             # that applies the transform is the innermost one still running
             parent = self.calling[-1] if self.calling else None
-        if isinstance(parent, nn.Module) and args and isinstance(args[0], (tuple, list)):
-            leaves = jax.tree.leaves(args[0])
+        # a cell's call is (carry, x): its input is x, its carry one array (GRU) or a tuple (LSTM)
+        cell = isinstance(module, nn.RNNCellBase) and len(args) >= 2
+        carry = args[0] if args and (cell or isinstance(args[0], (tuple, list))) else None
+        x = args[1] if cell else args[0] if args else None
+        if isinstance(parent, nn.Module) and carry is not None:
+            leaves = jax.tree.leaves(carry)
             if leaves and all(hasattr(leaf, "shape") and leaf.shape for leaf in leaves):
                 self.carries[(type(parent).__qualname__, module.name)].append(
                     tuple(leaf.shape[-1] for leaf in leaves)
                 )
-        if isinstance(parent, nn.Module) and args and hasattr(args[0], "shape"):
+        if isinstance(parent, nn.Module) and hasattr(x, "shape"):
             key = (type(parent).__qualname__, module.name)
-            self.child_inputs[key].append(tuple(args[0].shape))
+            self.child_inputs[key].append(tuple(x.shape))
             self.child_parents[key].append(self.instance_index.get(id(parent)))
             leaves = leaf_paths(self.call_args.get(id(parent), ()))
-            self.input_leaves[key].append(next((p for p, v in leaves.items() if v is args[0]), None))
+            self.input_leaves[key].append(next((p for p, v in leaves.items() if v is x), None))
             if key not in self.probes and _sizes_params_from_shape(type(module)):
                 self.probes[key] = (module.clone(parent=None, name=None), _abstract(args), _abstract(kwargs))
         if id(module) not in self.seen:

@@ -296,10 +296,18 @@ class TraceEvidence:
         list (a tuple): the written pair spec builds the traced model with it (the code keeps the
         required argument and its finding: another config may need other sizes)."""
         trace = self.state.trace
+        if trace is None or len(trace.instances.get(plan.name, [])) != 1:
+            return
+        child = site.user if site.kind == "module" and site.elements is None and site.loop is None else None
         if (
-            trace is None
-            or len(trace.instances.get(plan.name, [])) != 1
-            or not _input_size_of(site, child_arg, shape)
+            child is not None
+            and child_arg in child.traced_sizes
+            and len(trace.instances.get(child.name, [])) == 1
+        ):
+            plan.traced_sizes[arg] = child.traced_sizes[child_arg]  # a size the child asks its builder for
+            return
+        if (
+            not _input_size_of(site, child_arg, shape)
             or site.parent is not None
             or site.loop is not None
             or site.nest is not None
@@ -570,8 +578,9 @@ def _config_items(prefix: str, value: Any) -> list[tuple[str, Any]]:
 
 def _input_size_of(site: Site, child_arg: str, shape: bool) -> bool:
     """``child_arg`` of what ``site`` builds is its input's last axis (or, with ``shape``, its whole
-    shape): a built-in layer's ``in_features``, a class of the run's size of its first input."""
+    shape): a built-in layer's ``in_features`` (not one told which axis it reads: ``DenseGeneral(axis=-2)``,
+    ``BatchNorm(axis=1)``), a class of the run's size of its first input."""
     if site.kind == "layer":
-        return child_arg == "in_features"
+        return child_arg == "in_features" and "axis" not in site.args
     how = site.user.new_args.get(child_arg) if site.user is not None else None
     return how == ("input_shape:0" if shape else "input:0")
