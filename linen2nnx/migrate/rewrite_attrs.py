@@ -145,7 +145,7 @@ class AttributeRewriter:
         if attr not in RENAMED_ARGS | SETUP_PARAMS or holder is None or holder.blocking:
             return None
         if attr in SETUP_PARAMS and _returned(self.ctx, original) and _handed_module(holder, value):
-            return cst.Subscript(updated, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
+            return _whole_value(updated)
         site = None
         if isinstance(value, cst.Name) and value.value not in holder.local_sites:
             bound = local_value(self.ctx, original, value.value)  # `m = self.proj`, then `m.features`
@@ -159,7 +159,7 @@ class AttributeRewriter:
             site = holder.local_sites.get(value.value)
         rule = site.rule if site is not None and site.kind == "layer" else None
         if rule is not None and attr in rule.setup_params and _returned(self.ctx, original):
-            return cst.Subscript(updated, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
+            return _whole_value(updated)
         if rule is None or attr not in rule.rename_args:
             return None
         return updated.with_changes(attr=cst.Name(rule.rename_args[attr]))
@@ -491,14 +491,14 @@ class AttributeRewriter:
             and isinstance(original.value, cst.Name)
             and original.value.value in self._lazy_locals(plan)
         ):
-            return cst.Subscript(updated.value, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
+            return _whole_value(updated.value)
         if (
             plan is not None
             and original.attr.value == "value"
             and plan.setup_vars.get(self_attr(original.value) or "")
         ):
             if not self.ctx.in_setup(original):
-                return cst.Subscript(updated.value, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
+                return _whole_value(updated.value)
         return updated
 
     @staticmethod
@@ -544,6 +544,11 @@ def _identity_test(node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
     if isinstance(parent, cst.Comparison) and parent.left is node:
         return isinstance(parent.comparisons[0].operator, identity)
     return isinstance(parent, cst.ComparisonTarget) and isinstance(parent.operator, identity)
+
+
+def _whole_value(variable: cst.BaseExpression) -> cst.Subscript:
+    """``variable[...]``: the array an NNX Variable holds."""
+    return cst.Subscript(variable, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
 
 
 def _returned(ctx: FileContext, node: cst.CSTNode) -> bool:

@@ -114,7 +114,8 @@ def write_pair_spec(
         for index, _, accessor in [how.removeprefix("input_leaf:").partition(":")]
     }
     summary = file_result.summaries.get(key)
-    traced = dict(summary.traced_sizes) if summary is not None and not entry.bridge else {}
+    known = dict(summary.traced_sizes) if summary is not None and not entry.bridge else {}
+    traced = {a: v for a, v in known.items() if a in entry.new_args}
     unresolved = sorted(
         a
         for a, how in entry.new_args.items()
@@ -123,7 +124,6 @@ def write_pair_spec(
         and not entry.bridge  # a class kept as Linen: its wrapper takes the sizes and ignores them
         and a not in traced
     )
-    traced = {a: v for a, v in traced.items() if a in entry.new_args}
     linen_spec = trace.spec_ref
     target_part, sep, func = linen_spec.rpartition(":")
     probe = target_part if sep else linen_spec

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -321,8 +321,8 @@ class TraceEvidence:
                 plan.traced_sizes[arg] = seen.pop()
             return
         each = []
-        for k in range(10_000):
-            seen = {s[-1] for s in trace.shapes_for(plan.name, element_key(site.elements, k)) if s}
+        for found in self._each_element(plan, site.elements):
+            seen = {s[-1] for s in found if s}
             if len(seen) != 1:
                 break
             each.append(seen.pop())
@@ -351,13 +351,17 @@ class TraceEvidence:
             pattern = site.linen_name
         else:  # `Block_{i}` (auto-named), `layers_{i}` (`name=f'layers_{i}'`, whose prefix names the list)
             pattern = site.linen_name + "_{i}"
-        shapes: list[tuple[int, ...]] = []
+        return [shape for found in list(self._each_element(plan, pattern))[first:] for shape in found]
+
+    def _each_element(self, plan: ClassPlan, pattern: str) -> Iterator[list[tuple[int, ...]]]:
+        """The traced input shapes of element 0, 1, ... of a list whose Linen names follow ``pattern``,
+        up to the first element the trace did not see."""
+        assert self.state.trace is not None
         for k in range(10_000):
             found = self.state.trace.shapes_for(plan.name, element_key(pattern, k))
             if not found:
-                break
-            shapes += found if k >= first else []
-        return shapes
+                return
+            yield found
 
     def _scaled_base(
         self,
