@@ -634,30 +634,17 @@ def test_later_elements_no_traced_call_saw_take_one_size_each(tmp_path):
     """Traced with one element per list, the sizes of the elements after the first were matched with the
     first element's call (``self.in_channels``: wrong for every later element of a block that widens);
     now a tuple, and with the true sizes a two-element block computes what Linen's computes."""
-    src = fixture("traced_one_element_in.py").read_text()
-    fx = all_cases()["traced_one_element"]
-    result = migrate_source(
-        src, "traced_one_element.py", module_name="traced_one_element", trace=case_trace(fx)
+    _sized_by_hand(
+        tmp_path,
+        "traced_one_element",
+        "Block",
+        "in_features=resnets_in_features[i]",
+        linen_args=(4, 6, 2),
+        nnx_args=(4, 6, 2),
+        traced=True,
+        width=4,
+        resnets_in_features=(4, 6),
     )
-    assert "in_features=resnets_in_features[i]" in result.output
-    (tmp_path / "linen_src.py").write_text(src)
-    (tmp_path / "nnx_src.py").write_text(result.output)
-    linen_module, nnx_module = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
-    x = np.random.default_rng(2).normal(size=(2, 4)).astype(np.float32)
-    side = LinenSide(
-        model=linen_module.Block(4, 6, 2),
-        batch={"x": x},
-        loss=lambda o, b: jnp.mean(o**2),
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    map_path = tmp_path / "map.json"
-    result.name_map.save(map_path)
-    make = lambda rngs: nnx_module.Block(4, 6, 2, resnets_in_features=(4, 6), rngs=rngs)  # noqa: E731
-    parity = check(
-        ModelPair(linen=side, nnx_factory=make, name_map=map_path), perturbed(side.init_variables())
-    )
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
 
 
 def test_custom_collection_has_parity_and_converts(tmp_path):
@@ -1603,11 +1590,13 @@ def test_a_container_of_modules_looped_over_is_data_and_runs(tmp_path):
     assert len(jax.tree.leaves(nnx.state(chain, nnx.Param))) == 4
 
 
-def _sized_by_hand(tmp_path, case, cls_name, expected, linen_args=(), nnx_args=(), **sizes):
-    """Migrate fixture ``case`` (its output must hold ``expected``), build its ``cls_name`` on both sides
-    with the sizes the migration asks for given by hand, and check parity on a (2, 3) or (2, 4) batch."""
+def _sized_by_hand(tmp_path, case, cls_name, expected, linen_args=(), nnx_args=(), traced=False, **sizes):
+    """Migrate fixture ``case`` (with the trace its header names when ``traced``; its output must hold
+    ``expected``), build its ``cls_name`` on both sides with the sizes the migration asks for given by
+    hand, and check parity on a (2, 3) or (2, 4) batch."""
     src = fixture(f"{case}_in.py").read_text()
-    result = migrate_source(src, f"{case}.py", module_name=case)
+    trace = case_trace(all_cases()[case]) if traced else None
+    result = migrate_source(src, f"{case}.py", module_name=case, trace=trace)
     assert expected in result.output
     (tmp_path / "linen_src.py").write_text(src)
     (tmp_path / "nnx_src.py").write_text(result.output)
