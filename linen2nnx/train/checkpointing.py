@@ -28,6 +28,19 @@ def finished_entries(root: Path) -> list[Path]:
     return [p for p in root.iterdir() if UNFINISHED not in p.name]
 
 
+def has_finished_step(root: Path) -> bool:
+    """Whether ``root`` holds a step folder a save finished (Orbax renames ``<step>.orbax-checkpoint-tmp-*``
+    to ``<step>`` when it does): read from the folder names, without opening a checkpoint manager."""
+    return root.is_dir() and any(p.is_dir() and p.name.isdigit() for p in finished_entries(root))
+
+
+def nothing_to_resume(root: Path) -> CheckpointError:
+    return CheckpointError(
+        f"{root}: no finished checkpoint to resume from (a run stopped before its first save "
+        "leaves none); run without --resume to start it anew"
+    )
+
+
 class RunCheckpoints:
     """Save every ``save_every`` steps (0: only the final step), keep the newest ``keep``."""
 
@@ -68,10 +81,7 @@ class RunCheckpoints:
 
         step = self.latest_step() if step is None else step
         if step is None:
-            raise CheckpointError(
-                f"{self.root}: no finished checkpoint to resume from (a run stopped before its first save "
-                "leaves none); run without --resume to start it anew"
-            )
+            raise nothing_to_resume(self.root)
         where = self.root / str(step)
         try:
             meta = self.manager.item_metadata(step)

@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from linen2nnx.errors import L2NError
-from linen2nnx.train.checkpointing import RunCheckpoints, finished_entries
+from linen2nnx.train.checkpointing import (
+    RunCheckpoints,
+    finished_entries,
+    has_finished_step,
+    nothing_to_resume,
+)
 from linen2nnx.train.determinism import draws_note, stream_counts
 from linen2nnx.train.metrics import MetricsLog, Progress, step_record
 from linen2nnx.train.run_settings import recorded, resumed
@@ -149,7 +154,7 @@ def _prepare(pair: Any, cfg: TrainConfig) -> tuple[Any, Any, Any, Any]:
 def _resumed_config(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` with the settings the run in ``cfg.out`` was trained with (run_settings.py)."""
     ckpt_root = Path(cfg.out) / CHECKPOINT_DIR
-    if not ckpt_root.exists():
+    if not has_finished_step(ckpt_root):
         return cfg  # _open_run says there is nothing to resume
     ckpts = RunCheckpoints(ckpt_root, save_every=cfg.save_every, keep=cfg.keep)
     try:
@@ -167,6 +172,8 @@ def _open_run(cfg: TrainConfig, ts: TrainState, data: Any) -> tuple[RunCheckpoin
         raise L2NError(f"{ckpt_root}: holds checkpoints of an earlier run; pass --resume or another --out")
     if cfg.resume and not ckpt_root.exists():
         raise L2NError(f"{ckpt_root}: no checkpoints to --resume from")
+    if cfg.resume and not has_finished_step(ckpt_root):  # refused before a manager starts its threads
+        raise nothing_to_resume(ckpt_root)
     out.mkdir(parents=True, exist_ok=True)
     ckpts = RunCheckpoints(ckpt_root, save_every=cfg.save_every, keep=cfg.keep)
     if not cfg.resume:
