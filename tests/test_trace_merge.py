@@ -111,3 +111,24 @@ def test_merge_renumbers_parents_and_drops_axes_the_configs_disagree_on():
     assert merged.shapes_for("Block", "Norm_0") == [(2, 4)] * 3
     assert ("Block", "Norm_0") not in merged.dims_read  # (-1,) in two configs, (-2, -1) in the third
     assert merge_traces([trace([0], (-1,))] * 2).dims_read == {("Block", "Norm_0"): (-1,)}
+
+
+def test_merge_keeps_the_first_traces_module_paths_only():
+    """A size looked up by Linen path (trace_paths.py) must come from the model the spec builds, the
+    first trace's: the other configs' instances get no path, and their paths' inputs are dropped."""
+
+    def trace(width):
+        return Trace(
+            child_inputs={("Net", "block"): [(2, width)]},
+            instances={"Net": [{}], "Block": [{}]},
+            root_class="Net",
+            root_module="m",
+            root_inputs=[(2, 3)],
+            path_inputs={("block",): [(2, width)]},
+            instance_paths={"Net": [()], "Block": [("block",)]},
+        )
+
+    merged = merge_traces([trace(3), trace(5)])
+    assert merged.instance_paths == {"Net": [(), None], "Block": [("block",), None]}
+    assert merged.path_inputs == {("block",): [(2, 3)]}
+    assert merged.instances["Block"] == [{}, {}]

@@ -340,6 +340,46 @@ CELL_AFTER_BLOCK = HEAD_AFTER_BLOCK.replace(
 ).replace("import flax.linen as nn", "import flax.linen as nn\nimport jax.numpy as jnp")
 
 
+SHARED_CLASSES = """\
+import flax.linen as nn
+
+
+class Attention(nn.Module):
+    width: int = 8
+
+    def setup(self):
+        self.key = nn.Dense(self.width)
+
+    def __call__(self, h, kv=None):
+        return self.key(kv) if kv is not None else self.key(h)
+
+
+class Layer(nn.Module):
+    cross: bool = False
+
+    def setup(self):
+        self.attention = Attention()
+        if self.cross:
+            self.crossattention = Attention()
+
+    def __call__(self, h, enc=None):
+        h = self.attention(h)
+        return self.crossattention(h, enc) if enc is not None else h
+
+
+class Model(nn.Module):
+    def setup(self):
+        self.proj = nn.Dense(8)
+        self.layers = [Layer(name=str(i)) for i in range(2)]
+
+    def __call__(self, x):
+        x = self.proj(x)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+"""
+
+
 @pytest.mark.parametrize(
     "source, traced",
     [
@@ -348,8 +388,14 @@ CELL_AFTER_BLOCK = HEAD_AFTER_BLOCK.replace(
         # a cell's call is (carry, x): its input size is x's (4), not the carry's (6), which the trace
         # took for the input and matched to the cell's own features (wrong, with no finding under --write)
         (CELL_AFTER_BLOCK, "{'cell_in_features': 4}"),
+        # sizes of classes built several times (each element's), found by their layers' Linen paths
+        # ('0', 'attention', 'key'); None for a layer of a module the traced config never builds
+        (
+            SHARED_CLASSES,
+            "{'layers_attention_key_in_features': (8, 8), 'layers_crossattention_key_in_features': (None, None)}",
+        ),
     ],
-    ids=["nested", "cell"],
+    ids=["nested", "cell", "several-instances"],
 )
 def test_traced_sizes_of_nested_classes_and_cells_are_given_by_the_spec(source, traced, tmp_path):
     env = _package(tmp_path)

@@ -335,9 +335,8 @@ class ClassPlan:
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
     shape_rank_only: bool = False  # ... for its rank alone (input_sizes.reads_rank_only)
     holds_nothing: bool = False  # creates no variable and no submodule (stateless_classes.py)
-    traced_sizes: dict[str, Any] = dataclasses.field(
-        default_factory=dict
-    )  # required arg -> the trace's value
+    traced_sizes: dict[str, Any] = dataclasses.field(default_factory=dict)  # required arg -> traced value
+    size_paths: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # (trace_paths.py)
     input_sizes: list[Any] = dataclasses.field(default_factory=list)  # input_sizes.InputSize, to finish
     input_shape_params: list[Any] = dataclasses.field(default_factory=list)  # variables sized by its shape
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
@@ -398,6 +397,7 @@ class ClassPlan:
             shape_rank_only=self.shape_rank_only,
             holds_nothing=self.holds_nothing,
             traced_sizes=tuple(self.traced_sizes.items()),
+            size_paths=tuple(self.size_paths.items()),
         )
 
 
@@ -421,6 +421,7 @@ class ClassSummary:
     shape_rank_only: bool = False
     holds_nothing: bool = False
     traced_sizes: tuple[tuple[str, Any], ...] = ()  # what the trace saw for required sizes (spec_writer)
+    size_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()  # required arg -> its layer's path
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
@@ -441,6 +442,7 @@ class ClassSummary:
             shape_rank_only=self.shape_rank_only,
             holds_nothing=self.holds_nothing,
             traced_sizes=dict(self.traced_sizes),
+            size_paths=dict(self.size_paths),
         )
 
 

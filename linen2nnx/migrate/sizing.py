@@ -377,6 +377,8 @@ class Sizer(TraceEvidence):
                     site.user_in[arg] = self._traced_arg(plan, site, arg, how, node)
                 elif how.startswith(HANDED) and (handed := handed_size(self, plan, site, arg, how, node)):
                     site.user_in[arg] = handed  # the output size of a submodule it hands in
+                elif traced := self.traced_child_size(plan, site, arg, how, node):
+                    site.user_in[arg] = traced  # what the trace saw in each instance of this class
                 else:
                     what = child_size_label(arg, site.user.name, how)
                     site.user_in[arg] = self._required_arg(
@@ -582,13 +584,7 @@ class Sizer(TraceEvidence):
                 and not (site.user.bridged or site.user.kept_linen)  # a wrapper that ignores sizes
             ):
                 for arg, how in site.user.new_args.items():
-                    traced = (  # a module the flow never saw applied, as the trace saw it called
-                        self._from_trace(plan, site, Feat.unknown("a module applied elsewhere"), site.ctor)
-                        if how == "input:0"
-                        else None
-                    )
-                    if not traced and how.startswith(HANDED):
-                        traced = handed_size(self, plan, site, arg, how, site.ctor)
+                    traced = self.unapplied_child_size(plan, site, arg, how)
                     what = child_size_label(arg, site.user.name, how)
                     site.user_in[arg] = traced or self._required_arg(
                         plan, site, what, site.ctor, arg, shape=tuple_valued(how)

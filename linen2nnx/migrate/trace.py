@@ -58,6 +58,13 @@ class Trace:
     """class qualname -> the array leaves of its first call's arguments, spelled as ``root_leaves``:
     what a constructor size of a class built inside the model (``input_leaf:0:.nodes``) is read from."""
 
+    path_inputs: dict[tuple[str, ...], list[tuple[int, ...]]] = dataclasses.field(default_factory=dict)
+    """A module's Linen path (``('encoder', '0', 'attention', 'key')``) -> the shapes of its first input,
+    one per call: the size of one layer of one instance of a class that other instances share."""
+
+    instance_paths: dict[str, list[tuple[str, ...] | None]] = dataclasses.field(default_factory=dict)
+    """class qualname -> the Linen path of each traced instance, as ``instances`` lists them."""
+
     def shapes_for(self, class_qualname: str, child: str) -> list[tuple[int, ...]]:
         return self.child_inputs.get((class_qualname, child), [])
 
@@ -125,6 +132,8 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
         input_leaves=dict(recorder.input_leaves),
         own_leaves=dict(recorder.own_leaves),
         root_leaves={k: tuple(v.shape) for k, v in leaf_paths(args).items()},
+        path_inputs=dict(recorder.path_inputs),
+        instance_paths=dict(recorder.instance_paths),
     )
 
 
@@ -194,6 +203,8 @@ class _Recorder:
         self.input_leaves: dict[tuple[str, str], list[str | None]] = defaultdict(list)
         self.own_leaves: dict[str, dict[str, tuple[int, ...]]] = {}
         self.probes: dict[tuple[str, str], tuple[Any, tuple, dict]] = {}
+        self.path_inputs: dict[tuple[str, ...], list[tuple[int, ...]]] = defaultdict(list)
+        self.instance_paths: dict[str, list[tuple[str, ...] | None]] = defaultdict(list)
 
     def intercept(self, next_fun, args, kwargs, context):
         module = context.module
@@ -237,6 +248,10 @@ class _Recorder:
                 self.carries[(type(parent).__qualname__, module.name)].append(
                     tuple(leaf.shape[-1] for leaf in leaves)
                 )
+        path = _path_of(module)
+        first = x if args else _first_by_keyword(type(module), kwargs)  # `block(hidden_states=h)`
+        if path is not None and hasattr(first, "shape"):
+            self.path_inputs[path].append(tuple(first.shape))
         if isinstance(parent, nn.Module) and hasattr(x, "shape"):
             key = (type(parent).__qualname__, module.name)
             self.child_inputs[key].append(tuple(x.shape))
@@ -253,8 +268,28 @@ class _Recorder:
                 self.instance_index[id(module)] = len(found)
                 self.alive.append(module)
                 found.append(kwargs_of)
+                self.instance_paths[type(module).__qualname__].append(path)
             except TypeError:
                 pass
+
+
+def _path_of(module: Any) -> tuple[str, ...] | None:
+    """The module's Linen path (its scope's), None when it has none (an unbound clone)."""
+    try:
+        return tuple(str(part) for part in module.path)
+    except Exception:  # no scope: a module applied by hand, outside the traced tree
+        return None
+
+
+def _first_by_keyword(cls: type, kwargs: dict) -> Any:
+    """The value of ``cls.__call__``'s first parameter in a call that passes it by keyword, or None."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(cls.__call__).parameters)
+    except (TypeError, ValueError):
+        return None
+    return kwargs.get(params[1]) if len(params) > 1 else None
 
 
 def leaf_paths(args: tuple) -> dict[str, Any]:

@@ -8,7 +8,9 @@ every class, and for a class two configs build, more instances to match a config
 Per-call records are concatenated in order, with each call's parent instance renumbered past the
 parent class's instances of the traces before it; where one trace has a call record the other lacks
 (which parent instance made it, which input leaf it read), the missing entries are None, so the
-sizer treats those calls as unpaired. Axes a class's parameters read are kept only where every trace
+sizer treats those calls as unpaired. The Linen paths of modules (``path_inputs``) are the first
+trace's alone: the other traces' instances have no path (None), so no size is looked up by a path of
+another config's model. Axes a class's parameters read are kept only where every trace
 that saw the child agrees. The root (its class, inputs and leaves, what the written spec builds) is
 the first trace's.
 """
@@ -37,6 +39,7 @@ def merge_traces(traces: Sequence[Trace]) -> Trace:
     merged.input_leaves = _aligned(traces[0].input_leaves, traces[0].child_inputs)
     merged.own_leaves = dict(traces[0].own_leaves)
     merged.dims_read = dict(traces[0].dims_read)
+    merged.instance_paths = {k: list(v) for k, v in traces[0].instance_paths.items()}
     for other in traces[1:]:
         _add(merged, other)
     return merged
@@ -62,6 +65,9 @@ def _add(merged: Trace, other: Trace) -> None:
             merged.dims_read[key] = theirs  # type: ignore[assignment]  # only the other trace saw it
         elif theirs is not None or key in other.child_inputs:
             merged.dims_read.pop(key, None)  # the configs' parameters read different axes
+    for cls, found in other.instances.items():  # aligned with the instances, no path (module docstring)
+        paths = merged.instance_paths.setdefault(cls, [None] * before.get(cls, 0))
+        paths.extend([None] * len(found))
     _extend(merged.instances, other.instances)
     _extend(merged.own_inputs, other.own_inputs)
     _extend(merged.carries, other.carries)

@@ -11,21 +11,21 @@ static sizing so that each reads as one kind of evidence.
 
 from __future__ import annotations
 
-import dataclasses
-import numbers
 import re
-from collections.abc import Iterator, Mapping
-from types import SimpleNamespace
+from collections.abc import Iterator
 from typing import Any
 
 import libcst as cst
 
 from linen2nnx.migrate.call_inputs import passed_input
+from linen2nnx.migrate.config_match import config_values, confirmed_by_trace, match_config, match_each
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.dataflow import Feat
-from linen2nnx.migrate.input_sizes import ones
+from linen2nnx.migrate.handed_modules import HANDED, handed_size
+from linen2nnx.migrate.input_sizes import ones, tuple_valued
 from linen2nnx.migrate.rules import SHAPE_001, SHAPE_002, SHAPE_003, SHAPE_004
 from linen2nnx.migrate.sites import ClassPlan, Site
+from linen2nnx.migrate.trace_paths import MISSING, OPTIONAL, input_size_of, size_path, traced_at
 from linen2nnx.namemap import element_key
 
 
@@ -34,19 +34,10 @@ class TraceEvidence:
     sizer's ``ctx`` / ``state``, ``static_size`` (a candidate the trace confirms is sized statically)
     and ``_required_arg`` (the fallback when the trace does not decide)."""
 
-    @staticmethod
-    def _config_values(expr: str, configs: list[dict]) -> list[Any] | None:
-        """``expr`` (a config expression of ``self``) in each traced instance; None when it does not
-        evaluate in one of them."""
-        try:
-            return [eval(expr, {}, {"self": SimpleNamespace(**cfg)}) for cfg in configs]
-        except Exception:
-            return None
-
     def _traced_arg(self, plan: ClassPlan, site: Site, arg: str, how: str, node: cst.CSTNode) -> str:
         """A submodule's argument its own config could not express (``traced:6``): the caller's config
         expression with that traced value, when exactly one matches."""
-        matched = self._match_config(
+        matched = match_config(
             [int(how.split(":")[1])],
             self.state.trace.instances.get(plan.name, []) if self.state.trace is not None else [],
             plan,
@@ -76,13 +67,13 @@ class TraceEvidence:
             sizes[-1] for sizes in self.state.trace.carries.get((plan.name, site.linen_name), []) if sizes
         }
         features = code(site.args[site.rule.out_arg].value)
-        values = self._config_values(features, self.state.trace.instances.get(plan.name, []))
+        values = config_values(features, self.state.trace.instances.get(plan.name, []))
         if values is None:
             return
         declared = set(values)
         if not carried or not declared or carried == declared:
             return
-        matched = self._match_config(sorted(carried), self.state.trace.instances.get(plan.name, []), plan)
+        matched = match_config(sorted(carried), self.state.trace.instances.get(plan.name, []), plan)
         if len(matched) == 1:
             size = matched[0]
         elif len(carried) == 1:  # not this class's config: a constructor argument its caller fills
@@ -143,7 +134,7 @@ class TraceEvidence:
                     if index < len(call) and call[index]
                 }
             elif candidate.kind == "expr":
-                values = self._config_values(candidate.expr, self.state.trace.instances.get(plan.name, []))
+                values = config_values(candidate.expr, self.state.trace.instances.get(plan.name, []))
                 if values is None:
                     return None
                 seen = set(values)
@@ -189,7 +180,7 @@ class TraceEvidence:
         scaled = self._scaled_base(plan, site, feat, shapes, configs, node) if not listed else None
         if scaled is not None:
             return scaled
-        matched = self._match_config(sizes, configs, plan)
+        matched = match_config(sizes, configs, plan)
         if len(matched) == 1:
             self.ctx.report(
                 SHAPE_001,
@@ -289,45 +280,98 @@ class TraceEvidence:
         )
         return arg
 
+    def unapplied_child_size(self, plan: ClassPlan, site: Site, arg: str, how: str) -> str | None:
+        """A size ``arg`` of a module the flow never saw applied: its input as the trace saw it called,
+        the output size of a module it is handed, or what the trace saw at its layer's path."""
+        if how == "input:0":
+            traced = self._from_trace(plan, site, Feat.unknown("a module applied elsewhere"), site.ctor)
+            if traced:
+                return traced
+        if how.startswith(HANDED) and (handed := handed_size(self, plan, site, arg, how, site.ctor)):
+            return handed
+        return self.traced_child_size(plan, site, arg, how, site.ctor)
+
+    def traced_child_size(
+        self, plan: ClassPlan, site: Site, arg: str, how: str, node: cst.CSTNode
+    ) -> str | None:
+        """A size ``arg`` a class of the run asks its builder for, which the trace saw at its layer's
+        Linen path (:mod:`.trace_paths`) in every traced instance of this class: the one config
+        expression equal, in each instance, to what that instance's layer saw (Hugging Face's key
+        projection, applied to the layer's input or to a cross-attention's: the trace saw the first)."""
+        trace = self.state.trace
+        if trace is None or site.kind != "module" or site.user is None or tuple_valued(how):
+            return None
+        rel = size_path(site, arg, False, self.ctx.parent_of)
+        paths, configs = trace.instance_paths.get(plan.name, []), trace.instances.get(plan.name, [])
+        if rel is None or any("{i" in part for part in rel) or len(paths) != len(configs) or None in paths:
+            return None
+        sizes = [traced_at(trace, path, rel) for path in paths]
+        if not sizes or not all(type(size) is int for size in sizes):
+            return None
+        matched = match_each(sizes, configs, plan)
+        if len(matched) != 1:
+            return None  # none or several: the required argument, which the written spec fills
+        where = "/".join(part.lstrip(OPTIONAL) for part in rel)
+        self.ctx.report(
+            SHAPE_001,
+            node,
+            f"{arg} of {site.user.name} = {matched[0]} (traced at {where}: {sorted(set(sizes))}; the only "
+            "config value that matches in each instance)",
+        )
+        return matched[0]
+
     def note_traced_value(self, plan: ClassPlan, site: Site, arg: str, child_arg: str, shape: bool) -> None:
         """Record in ``plan.traced_sizes`` what the trace saw for ``arg``, a size no config expression
         explains, where the class was traced once and ``arg`` is the input size (or whole input shape)
         of a layer or class of the run it applies alone, or one input size per element of a setup()
-        list (a tuple): the written pair spec builds the traced model with it (the code keeps the
-        required argument and its finding: another config may need other sizes)."""
+        list (a tuple), or a size a child asks for, found by its layer's Linen path (``size_paths``,
+        :mod:`.trace_paths`): the written pair spec builds the traced model with it (the code keeps
+        the required argument and its finding: another config may need other sizes)."""
         trace = self.state.trace
-        if trace is None or len(trace.instances.get(plan.name, [])) != 1:
+        if trace is None:
             return
+        rel = size_path(site, child_arg, shape, self.ctx.parent_of)
+        if rel is not None:
+            plan.size_paths[arg] = rel  # what a builder of this class, built once, looks up
+        if len(trace.instances.get(plan.name, [])) != 1:
+            return
+        value = self._direct_traced_value(plan, site, child_arg, shape)
+        base = trace.instance_paths.get(plan.name, [None])[0]
+        if value is MISSING and rel is not None and base is not None:
+            value = traced_at(trace, base, rel)
+        if value is not MISSING:
+            plan.traced_sizes[arg] = value
+
+    def _direct_traced_value(self, plan: ClassPlan, site: Site, child_arg: str, shape: bool) -> Any:
+        """:meth:`note_traced_value`'s value from the class's own children, or :data:`MISSING`."""
+        trace = self.state.trace
+        assert trace is not None
         child = site.user if site.kind == "module" and site.elements is None and site.loop is None else None
         if (
             child is not None
             and child_arg in child.traced_sizes
             and len(trace.instances.get(child.name, [])) == 1
         ):
-            plan.traced_sizes[arg] = child.traced_sizes[child_arg]  # a size the child asks its builder for
-            return
+            return child.traced_sizes[child_arg]  # a size the child asks its builder for
         if (
-            not _input_size_of(site, child_arg, shape)
+            not input_size_of(site, child_arg, shape)
             or site.parent is not None
             or site.loop is not None
             or site.nest is not None
             or site.tail_of is not None
             or (site.elements is not None and shape)
         ):
-            return
+            return MISSING
         if site.elements is None:
             seen = {tuple(s) if shape else s[-1] for s in trace.shapes_for(plan.name, site.linen_name) if s}
-            if len(seen) == 1:
-                plan.traced_sizes[arg] = seen.pop()
-            return
+            return seen.pop() if len(seen) == 1 else MISSING
         each = []
         for found in self._each_element(plan, site.elements):
             seen = {s[-1] for s in found if s}
             if len(seen) != 1:
                 break
             each.append(seen.pop())
-        if each:
-            plan.traced_sizes[arg] = tuple(each)
+        return tuple(each) if each else MISSING
 
     def size_hint(self, plan: ClassPlan, arg: str, size: str = "size") -> str:
         """The hint of a required size (``size``: or sizes): run a trace, or (one ran) what it left to do."""
@@ -384,7 +428,7 @@ class TraceEvidence:
             return None
         base = feat.base.expr
         factors = set()
-        for shape, base_value in zip(shapes, self._config_values(base, configs) or []):
+        for shape, base_value in zip(shapes, config_values(base, configs) or []):
             if not isinstance(base_value, int) or base_value <= 0 or shape[-1] % base_value:
                 factors = set()
                 break
@@ -446,13 +490,11 @@ class TraceEvidence:
                 dims.append("1")
                 continue
             sizes = [shape[axis] for shape in calls] if paired else [shapes[0][axis]]
-            matched = (
-                _match_each(sizes, configs, plan) if paired else self._match_config(sizes, configs, plan)
-            )
+            matched = match_each(sizes, configs, plan) if paired else match_config(sizes, configs, plan)
             named = [m for m in matched if "." + m.rsplit(".", 1)[-1] in source]
             if len(matched) == 1 or len(named) == 1:
                 dims.append(matched[0] if len(matched) == 1 else named[0])
-            elif not matched and axis == len(shapes[0]) - 1 and _confirmed(static, sizes, configs):
+            elif not matched and axis == len(shapes[0]) - 1 and confirmed_by_trace(static, sizes, configs):
                 dims.append(static)  # type: ignore[arg-type]
             else:
                 traced = sizes[0] if len(set(sizes)) == 1 else sorted(set(sizes))
@@ -469,36 +511,6 @@ class TraceEvidence:
         self.ctx.report(SHAPE_001, node, f"{what} = {expr} (traced {shown}; axes not read are 1)")
         return expr
 
-    @staticmethod
-    def _match_config(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list[str]:
-        """Config expressions (``self.hidden``, ``self.config.emb_dim``) equal to the traced size in
-        every traced instance of the class; when none is, products of two of them
-        (``self.config.num_heads * self.config.head_dim``). The caller decides what one / several
-        matches mean (several: ambiguous, a finding)."""
-        if len(sizes) != 1 or not configs:
-            return []
-        fields = set(plan.field_names)
-        per_instance = [_int_config_values(cfg, fields) for cfg in configs]
-        common = set.intersection(*(set(values) for values in per_instance))
-        direct = sorted(e for e in common if all(values[e] == sizes[0] for values in per_instance))
-        if direct:
-            return direct
-        factors = sorted(e for e in common if all(values[e] > 1 for values in per_instance))
-        products = [
-            f"{a} * {b}"
-            for i, a in enumerate(factors)
-            for b in factors[i:]
-            if all(values[a] * values[b] == sizes[0] for values in per_instance)
-        ]
-        if not products:
-            return []
-        # an element of a tuple field (`self.block_out_channels[0]`) explains it as well as a product of
-        # two fields does, so it makes one ambiguous; alone it is never taken (tuples hold many numbers:
-        # kernel sizes, strides, a list of widths, one of which a flattened input's size may equal)
-        elements = [_int_elements(cfg, fields) for cfg in configs]
-        shared = set.intersection(*(set(values) for values in elements))
-        return products + sorted(e for e in shared if all(values[e] == sizes[0] for values in elements))
-
 
 #: What the dataflow says of a value one test chooses between two others: the trace saw one side only.
 _BRANCHED = frozenset(
@@ -507,84 +519,3 @@ _BRANCHED = frozenset(
 # attributes, string keys and int indices (jax's keystr of NamedTuple fields, dicts, lists): an
 # expression on the argument; other key kinds (a custom pytree's flat index) are no attribute path
 _PLAIN_ACCESSOR = re.compile(r"(\.[A-Za-z_]\w*|\['[A-Za-z_]\w*'\]|\[\d+\])*")
-
-
-def _match_each(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list[str]:
-    """Config expressions equal, in each traced instance of the class, to the size its own call saw
-    (``sizes[i]`` is the call of ``configs[i]``)."""
-    fields = set(plan.field_names)
-    per_instance = [_int_config_values(cfg, fields) for cfg in configs]
-    common = set.intersection(*(set(values) for values in per_instance)) if per_instance else set()
-    return sorted(e for e in common if all(v[e] == n for v, n in zip(per_instance, sizes)))
-
-
-def _confirmed(static: str | None, sizes: list[int], configs: list[dict]) -> bool:
-    """A size the dataflow gives that every traced call saw: an integer literal, or an expression of
-    the config (``self.features * self.expansion`` after ``nn.Conv(self.features * self.expansion,
-    ...)``) equal in each traced instance to the size its call saw (``sizes[i]`` the call of
-    ``configs[i]`` when there are as many; else one size, seen by every instance)."""
-    if static is None:
-        return False
-    if static.isdigit():
-        return all(int(static) == n for n in sizes)
-    values = TraceEvidence._config_values(static, configs) if configs else None
-    if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in values):
-        return False
-    if len(values) == len(sizes):
-        return all(int(v) == n for v, n in zip(values, sizes))
-    return len(set(sizes)) == 1 and all(int(v) == sizes[0] for v in values)
-
-
-def _int_config_values(cfg: dict, fields: set[str]) -> dict[str, int]:
-    """``expression -> int`` of one traced instance's fields and the entries of its config objects (a
-    numpy integer counts: StyleGAN's feature maps are an ``np.clip`` of config)."""
-    out: dict[str, int] = {}
-    for name, value in cfg.items():
-        if name not in fields:
-            continue
-        whole = isinstance(value, numbers.Integral)
-        items = [(f"self.{name}", value)] if whole else _config_items(f"self.{name}", value)
-        out.update(
-            {e: int(v) for e, v in items if isinstance(v, numbers.Integral) and not isinstance(v, bool)}
-        )
-    return out
-
-
-def _int_elements(cfg: dict, fields: set[str]) -> dict[str, int]:
-    """``expression -> int`` of the integer elements of one traced instance's tuple and list fields
-    (``self.block_out_channels[0]``)."""
-    return {
-        f"self.{name}[{i}]": int(v)
-        for name, value in cfg.items()
-        if name in fields and isinstance(value, (tuple, list)) and not hasattr(value, "_fields")
-        for i, v in enumerate(value)
-        if isinstance(v, numbers.Integral) and not isinstance(v, bool)
-    }
-
-
-def _config_items(prefix: str, value: Any) -> list[tuple[str, Any]]:
-    """``(expression, value)`` of each entry of a config object held in a field: a dataclass's or a
-    NamedTuple's fields, a mapping's string keys (``self.config['hidden']``), a plain object's public
-    attributes (a ``SimpleNamespace``, a ``PretrainedConfig``-style class)."""
-    if isinstance(value, type) or callable(value):
-        return []
-    if dataclasses.is_dataclass(value):
-        return [(f"{prefix}.{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value)]
-    if isinstance(value, Mapping):
-        return [(f"{prefix}[{k!r}]", v) for k, v in value.items() if isinstance(k, str)]
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple config
-        return [(f"{prefix}.{f}", getattr(value, f)) for f in value._fields]
-    attrs = getattr(value, "__dict__", None)
-    if not isinstance(attrs, dict):
-        return []
-    return [(f"{prefix}.{k}", v) for k, v in attrs.items() if k.isidentifier() and not k.startswith("_")]
-
-
-def _input_size_of(site: Site, child_arg: str, shape: bool) -> bool:
-    """``child_arg`` of what ``site`` builds is its input's last axis (or, with ``shape``, its whole
-    shape): a built-in layer's ``in_features`` (not one told which axis it reads: ``DenseGeneral(axis=-2)``,
-    ``BatchNorm(axis=1)``), a class of the run's size of its first input."""
-    if site.kind == "layer":
-        return child_arg == "in_features" and "axis" not in site.args
-    how = site.user.new_args.get(child_arg) if site.user is not None else None
-    return how == ("input_shape:0" if shape else "input:0")
