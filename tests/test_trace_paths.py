@@ -115,3 +115,11 @@ def test_a_size_each_instance_saw_at_its_layers_path_is_the_config_value_that_ma
     )
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs, lf.tol) for lf in parity.failures]
+
+
+def test_a_module_or_list_of_an_optional_holder_never_built_is_none():
+    """An adapter built only under a config test, which the traced config does not build: its own input
+    size and its list's element sizes are read by nobody (a tuple would not even know its length)."""
+    assert traced_at(TRACE, (), ("?adapter",)) is None
+    assert traced_at(TRACE, (), ("?adapter", "{i}", "dense")) is None
+    assert traced_at(TRACE, (), ("adapter", "{i}", "dense")) is MISSING  # built always in NNX: asked

@@ -380,6 +380,24 @@ class Model(nn.Module):
 """
 
 
+OPTIONAL_STACK = (
+    PER_ELEMENT.replace("class Model(nn.Module):", "class Stack(nn.Module):")
+    + """
+
+class Model(nn.Module):
+    adapter: bool = False
+
+    def setup(self):
+        self.proj = nn.Dense(3)
+        self.stack = Stack() if self.adapter else None
+
+    def __call__(self, x):
+        x = self.proj(x)
+        return self.stack(x) if self.stack is not None else x
+"""
+)
+
+
 @pytest.mark.parametrize(
     "source, traced",
     [
@@ -394,8 +412,11 @@ class Model(nn.Module):
             SHARED_CLASSES,
             "{'layers_attention_key_in_features': (8, 8), 'layers_crossattention_key_in_features': (None, None)}",
         ),
+        # a list of a holder built under a config test that the traced config does not build: its sizes
+        # are read by nobody, and the tuple's length is unknown
+        (OPTIONAL_STACK, "{'stack_layers_in_features': None}"),
     ],
-    ids=["nested", "cell", "several-instances"],
+    ids=["nested", "cell", "several-instances", "optional-list"],
 )
 def test_traced_sizes_of_nested_classes_and_cells_are_given_by_the_spec(source, traced, tmp_path):
     env = _package(tmp_path)

@@ -1,7 +1,7 @@
-"""Trace spec for flaxmodels 0.1.3 ``gpt2/gpt2.py``: ``GPT2LMHeadModel`` (the transformer and its
-language model head) with a tiny config (2 layers, width 12, 2 heads, vocabulary 11) on two sequences of
-5 token ids. The copied tree is imported as the package ``flaxmodels`` (its files import each other
-through it); download-only imports (h5py, requests, ...) are stubbed, and ``jnp.reshape(newshape=)``, which JAX has removed, is accepted while tracing."""
+"""Trace spec for flaxmodels 0.1.3 ``gpt2/gpt2.py``: ``GPT2Model`` with a tiny config (2 layers, width
+12, 2 heads, vocabulary 11) on two sequences of 5 token ids. The copied tree is imported as the package
+``flaxmodels`` (its files import each other through it); download-only imports (h5py, requests, ...)
+are stubbed, and ``jnp.reshape(newshape=)``, which JAX has removed, is accepted while tracing."""
 
 import importlib
 from pathlib import Path
@@ -29,10 +29,10 @@ def linen_side(example: Path) -> LinenSide:
     )  # fmt: skip
     ids = np.random.default_rng(0).integers(0, 11, size=(2, 5))
     return LinenSide(
-        model=gpt2.GPT2LMHeadModel(config=config),
+        model=gpt2.GPT2Model(config=config),
         batch={"x": ids},
-        loss=lambda out, batch: jnp.mean(out["logits"] ** 2),
+        loss=lambda out, batch: jnp.mean(out["last_hidden_state"] ** 2),
         train_kwargs={"training": True},
         eval_kwargs={"training": False},
-        name="flaxmodels/GPT2LMHeadModel",
+        name="flaxmodels/GPT2Model",
     )

@@ -55,13 +55,19 @@ def _at(trace: Trace, built: set[tuple[str, ...]], base: tuple[str, ...], rel: t
             if value is MISSING or isinstance(value, tuple):
                 return MISSING  # a list inside a list's elements: one tuple cannot say it
             each.append(value)
-        return tuple(each) if each else MISSING
+        return tuple(each) if each else _never_built(built, base, rel[:index])
     sizes = {shape[-1] for shape in trace.path_inputs.get((*base, *_names(rel)), []) if shape}
     if len(sizes) == 1:
         return sizes.pop()
-    for depth in range(len(rel) - 1 if not sizes else 0):  # the first holder on the way never built:
-        if (*base, *_names(rel[: depth + 1])) not in built:  # None where NNX builds it under a test too
-            return None if rel[depth].startswith(OPTIONAL) else MISSING
+    return _never_built(built, base, rel) if not sizes else MISSING
+
+
+def _never_built(built: set[tuple[str, ...]], base: tuple[str, ...], parts: tuple[str, ...]) -> Any:
+    """None where the first module on the way that the traced model never built is one NNX builds
+    under a config test too (nothing reads the size), else :data:`MISSING`."""
+    for depth in range(len(parts)):
+        if (*base, *_names(parts[: depth + 1])) not in built:
+            return None if parts[depth].startswith(OPTIONAL) else MISSING
     return MISSING
 
 
@@ -74,19 +80,21 @@ def size_path(
 ) -> tuple[str, ...] | None:
     """The Linen path, relative to the class that builds ``site``, of the layer whose input size
     ``child_arg`` of what ``site`` builds is (``{i}`` patterns for the elements of a setup() list,
-    :data:`OPTIONAL` for a part built under a test), or None where none is known. ``parent_of``: the
-    parents of the original tree's nodes."""
-    if shape or site.parent is not None or site.loop is not None or site.nest is not None:
+    :data:`OPTIONAL` for a part built under a test), or None where none is known. ``shape``: the
+    argument takes a tuple (a whole input shape, which has no path, or one size per element, which
+    has). ``parent_of``: the parents of the original tree's nodes."""
+    if site.parent is not None or site.loop is not None or site.nest is not None:
         return None
     if site.tail_of is not None or site.extends is not None:
         return None
     name = site.elements if site.elements is not None else site.linen_name
     name = OPTIONAL + name if site.conditions or _under_test(site.ctor, parent_of) else name
-    if input_size_of(site, child_arg, shape):
+    if not shape and input_size_of(site, child_arg, shape):
         return (name,)  # a layer's (or a class's) own input: what the trace records of each module
     below = dict(site.user.size_paths).get(child_arg) if site.kind == "module" and site.user else None
-    if below is None or (site.elements is not None and any("{i" in part for part in below)):
-        return None  # unknown, or a list inside a list's elements: one tuple cannot say it
+    per_element = below is not None and any("{i" in part for part in below)
+    if below is None or (shape and not per_element) or (site.elements is not None and per_element):
+        return None  # unknown, a whole input shape, or a list inside a list's elements
     return (name, *below)
 
 
