@@ -22,6 +22,7 @@ class Feat:
     reason: str = ""
     elements: tuple[Feat, ...] = ()  # compound kinds (tuple_flow.py): one Feat per element
     names: tuple[str, ...] = ()  # kinds "namedtuple" / "record": the field name of each element
+    tail: tuple[Feat, ...] = ()  # kind "prefix": its last elements, where every path ends alike
     rank: int = 0  # number of axes when known (a parameter of literal shape); 0: unknown
     leading: int = 0  # for a flatten: the leading axes it provably keeps (``x.reshape(x.shape[0], -1)``: 1)
     reduced: tuple[

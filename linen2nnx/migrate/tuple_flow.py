@@ -254,9 +254,12 @@ def _output_indexed(value: Feat, node: cst.Subscript) -> Feat:
 
 
 def element(value: Feat, i: int) -> Feat:
-    """The ``i``-th element of a sequence value (negative from the end only when its length is known)."""
+    """The ``i``-th element of a sequence value (negative from the end where its length is known, or
+    its last elements are: ``out[-1]`` of ``(h,)`` or ``(weights, h)``, whichever path ran)."""
     n = len(value.elements)
     if value.kind == "prefix":
+        if -len(value.tail) <= i < 0:
+            return value.tail[i]
         return value.elements[i] if 0 <= i < n else Feat.unknown("an element past the known ones")
     return value.elements[i] if -n <= i < n else Feat.unknown("an index out of range")
 
@@ -286,10 +289,12 @@ def joined(left: Feat, right: Feat) -> Feat:
     ``right``'s elements are not all known. Anything else is unknown (``(h,) + array`` broadcasts)."""
     if left.kind not in SEQUENCES or right.kind not in SEQUENCES:
         return Feat.unknown("a sum of a sequence and something else")
+    ends = right.elements if right.kind == "tuple" else right.tail  # what the sum ends with
     if left.kind == "prefix":
-        return Feat("prefix", elements=left.elements)
-    kind = "prefix" if right.kind == "prefix" else "tuple"
-    return Feat(kind, elements=left.elements + right.elements)
+        return Feat("prefix", elements=left.elements, tail=ends)
+    if right.kind == "prefix":
+        return Feat("prefix", elements=left.elements + right.elements, tail=ends)
+    return Feat("tuple", elements=left.elements + right.elements)
 
 
 def displayed(parts: Sequence[tuple[bool, Feat]]) -> Feat:
@@ -332,7 +337,11 @@ def merged(a: Feat, b: Feat, merge: Callable[[Feat, Feat], Feat]) -> Feat | None
     elements = tuple(merge(x, y) for x, y in zip(sa.elements, sb.elements))
     same_length = sa.kind == sb.kind == "tuple" and len(sa.elements) == len(sb.elements)
     named = NAMED if _may_have_fields(a) or _may_have_fields(b) else ""
-    return Feat("tuple" if same_length else "prefix", elements=elements, reason=named)
+    if same_length:
+        return Feat("tuple", elements=elements, reason=named)
+    ends = [s.elements if s.kind == "tuple" else s.tail for s in (sa, sb)]  # matched from the end
+    tail = tuple(merge(x, y) for x, y in zip(ends[0][::-1], ends[1][::-1]))[::-1]
+    return Feat("prefix", elements=elements, reason=named, tail=tail)
 
 
 NAMED = "some path gives an object with fields"
@@ -414,7 +423,9 @@ def mapped(value: Feat, each: Callable[[Feat], Feat]) -> Feat:
     """``value`` with ``each`` applied to every element of a compound value (its kind and names kept;
     an ``output`` value's None elements stay None, and its other path's value is mapped too)."""
     if value.kind != "output":
-        return dataclasses.replace(value, elements=tuple(each(e) for e in value.elements))
+        return dataclasses.replace(
+            value, elements=tuple(each(e) for e in value.elements), tail=tuple(each(e) for e in value.tail)
+        )
     elements = tuple(e if e == output_values.NONE else each(e) for e in value.elements)
     base = mapped(value.base, each) if value.base is not None and value.base.kind in COMPOUND else value.base
     return dataclasses.replace(value, elements=elements, base=base)
