@@ -119,9 +119,9 @@ def reshape_newshape() -> Iterator[None]:
 TRACES = Path(__file__).resolve().parent / "outside_traces"
 
 
-def spec_from_trace(trace_file: str, example: str) -> str:
-    """The Linen spec written beside the copied package: it builds the Linen side with the trace spec
-    ``bench/outside_traces/<trace_file>`` (one tiny config per model, shared with
+def spec_from_trace(trace_file: str, example: str, function: str = "linen_side") -> str:
+    """The Linen spec written beside the copied package: it builds the Linen side with ``function`` of
+    the trace spec ``bench/outside_traces/<trace_file>`` (one tiny config per model, shared with
     ``bench/outside_corpus.py``), given ``example``, the traced file's path below the spec's folder."""
     bench = TRACES.parent
     return f'''"""Linen side from bench/outside_traces/{trace_file}, written by bench/outside_packages.py."""
@@ -139,7 +139,7 @@ _loader.loader.exec_module(_trace_spec)
 
 
 def linen_side():
-    return _trace_spec.linen_side(HERE / {example!r})
+    return _trace_spec.{function}(HERE / {example!r})
 '''
 
 
@@ -148,7 +148,7 @@ class Package:
     name: str
     requirement: str  # what pip downloads: flaxmodels==0.1.3
     package: str  # the import package inside the sdist
-    migrate: str  # the folder of the package that is migrated (relative to the package's parent)
+    migrate: str | tuple[str, ...]  # what is migrated: folders / files (relative to the package's parent)
     spec: str
     stubs: tuple[str, ...] = ()  # download-only dependencies, stubbed for import
     shims: tuple[tuple[str, Callable[[], contextlib.AbstractContextManager[Any]]], ...] = ()
@@ -203,11 +203,14 @@ def sdist_package(requirement: str, package: str, scratch: Path, src: Path | Non
     one, else ``pip download``)."""
     name, _, version = requirement.partition("==")
     if src is not None:
-        for cand in sorted(src.glob(f"{name}-{version or '*'}/{package}")):
-            return cand
+        for pattern in (f"{name}-{version or '*'}/{package}", f"{name}-{version or '*'}/src/{package}"):
+            for cand in sorted(src.glob(pattern)):
+                return cand
     archive = pip_download_sdist(requirement, scratch / "download")
     _safe_extract(archive, scratch / "src", lambda member: True)
-    found = sorted((scratch / "src").glob(f"*/{package}"))
+    found = sorted((scratch / "src").glob(f"*/{package}")) or sorted(
+        (scratch / "src").glob(f"*/src/{package}")
+    )
     if not found:
         raise SourceUnavailable(f"{archive.name}: no {package}/ folder inside")
     return found[0]
@@ -246,8 +249,9 @@ def run_package(model: Package, src: Path | None, work: Path) -> ModelReport:
             stage = "migrate"
             out_dir = work / "nnx"
             report.out_dir = str(out_dir)
+            targets = (model.migrate,) if isinstance(model.migrate, str) else model.migrate
             result = migrate_paths(
-                [linen / model.migrate],
+                [linen / target for target in targets],
                 Mode.OUT_DIR,
                 out_dir=out_dir,
                 trace=trace,

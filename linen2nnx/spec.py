@@ -164,8 +164,10 @@ def nnx_config_value(value: Any, nnx_module: Any) -> Any:
     its NNX layer; a ``functools.partial`` of either keeps its arguments (Linen keyword names
     renamed as the layer table says); a member of an enum a migrated file defines, the member of the
     same name of that file's NNX copy (the two copies' enums never compare equal: every test of the
-    config would go the other way), also inside a dataclass config, a tuple, a list or a dict.
-    Anything else is passed as is."""
+    config would go the other way), also inside a dataclass config, a tuple, a list or a dict; and a
+    config object of a class such a file defines (a ``PretrainedConfig``), an object of the copy's
+    class with the same attributes: ``isinstance(self.config, CLIPTextConfig)`` in the NNX copy holds
+    for it, as the Linen original's test holds for the Linen object. Anything else is passed as is."""
     import enum
     import functools
 
@@ -178,6 +180,8 @@ def nnx_config_value(value: Any, nnx_module: Any) -> Any:
         return twin[value.name] if isinstance(twin, type) and issubclass(twin, enum.Enum) else value
     if isinstance(value, (tuple, list, dict)) or _is_config_object(value):
         return _config_with_twins(value, nnx_module)
+    if (twin_object := _object_twin(value, nnx_module)) is not None:
+        return twin_object
     if isinstance(value, functools.partial):
         func = nnx_config_value(value.func, nnx_module)
         if func is value.func:
@@ -209,6 +213,24 @@ def _twin_of(obj: Any, nnx_module: Any) -> Any:
     for part in getattr(obj, "__qualname__", "").split("."):
         twin = getattr(twin, part, None)
     return twin if twin is not obj else None
+
+
+def _object_twin(value: Any, nnx_module: Any, depth: int = 0) -> Any:
+    """``value`` as an object of its class's twin in the NNX copy (see :func:`nnx_config_value`), its
+    attributes translated too; None where its class has no twin or it is no plain object."""
+    from flax import linen
+
+    attrs = getattr(value, "__dict__", None)
+    if depth > 8 or isinstance(value, (type, linen.Module)) or callable(value) or not isinstance(attrs, dict):
+        return None
+    twin = _twin_of(type(value), nnx_module)
+    if not isinstance(twin, type) or twin is type(value):
+        return None
+    out = twin.__new__(twin)
+    for name, attr in attrs.items():
+        nested = _object_twin(attr, nnx_module, depth + 1)
+        out.__dict__[name] = nested if nested is not None else nnx_config_value(attr, nnx_module)
+    return out
 
 
 def _is_config_object(value: Any) -> bool:

@@ -552,6 +552,39 @@ def test_outside_packages_runs_a_package_end_to_end(tmp_path):
     assert "def linear(features, params=None, *, in_features: int, rngs: nnx.Rngs):" in migrated
 
 
+def test_outside_packages_reads_a_src_layout_and_migrates_several_paths(tmp_path):
+    """An sdist whose package sits under ``src/`` (as transformers' does), migrated as a list of files."""
+    bench = _load("outside_packages")
+    pkg = tmp_path / "src" / "tinypkg-0.1" / "src" / "tinypkg"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    (pkg / "models" / "ops.py").write_text(TINY_OPS)
+    (pkg / "models" / "model.py").write_text(TINY_MODEL)
+    (pkg / "models" / "unused.py").write_text(
+        "import flax.linen as nn\n\n\nclass Unused(nn.Module):\n    pass\n"
+    )
+    paths = ("tinypkg/models/model.py", "tinypkg/models/ops.py")
+    model = bench.Package("tiny", "tinypkg==0.1", "tinypkg", paths, TINY_SPEC)
+    report = bench.run_package(model, tmp_path / "src", tmp_path / "work")
+    assert report.error == "", report.error_trace
+    assert report.passed and report.leaves > 0 and report.failed_leaves == 0
+    assert not list((tmp_path / "work" / "nnx").rglob("unused.py"))  # only the paths named
+
+
+def test_outside_transformers_names_a_trace_function_for_every_model():
+    """Every model of the transformers bench has its folder and a function of the trace spec file."""
+    import ast
+
+    bench = _load("outside_transformers")
+    specs = ast.parse((ROOT / "bench" / "outside_traces" / "hf_transformers.py").read_text())
+    functions = {node.name for node in specs.body if isinstance(node, ast.FunctionDef)}
+    for name in bench.FOLDERS:
+        package = bench.package(name)
+        assert package.migrate[0] == f"transformers/models/{bench.FOLDERS[name]}"
+        assert f"_trace_spec.{name}(" in package.spec and name in functions
+
+
 # ---- train_step -------------------------------------------------------------------------------------
 def test_train_step_bench_reports_the_three_ratios(tmp_path):
     """Run as a script with LLVM's optimisations off (both sides alike): it compiles four programs."""

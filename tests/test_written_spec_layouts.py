@@ -169,6 +169,49 @@ def test_an_enum_of_a_migrated_file_in_the_config_is_the_nnx_copys_member(tmp_pa
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+CONFIG_CLASSES = """\
+class TextConfig:
+    def __init__(self, width=4):
+        self.width = width
+
+
+class ModelConfig:
+    def __init__(self):
+        self.text = TextConfig()
+"""
+
+CONFIG_CHECKED_MODEL = """\
+import flax.linen as nn
+
+from .config import ModelConfig, TextConfig
+
+
+class Model(nn.Module):
+    config: ModelConfig = ModelConfig()
+
+    @nn.compact
+    def __call__(self, x):
+        scale = 10.0 if isinstance(self.config.text, TextConfig) else 1.0  # a causal mask's test, say
+        return nn.Dense(self.config.text.width)(x) * scale
+"""
+
+
+def test_a_config_object_of_a_copied_file_is_an_object_of_the_nnx_copys_class(tmp_path):
+    """A package migrated whole copies its config module too (no Flax in it): the NNX copy's
+    ``isinstance(self.config.text, TextConfig)`` tests the copy's class, so the written spec hands the
+    NNX twin objects of that class (Hugging Face CLIP's text attention went non-causal: check failed a
+    correct migration)."""
+    env = _package(tmp_path)
+    (tmp_path / "src" / "mypkg" / "config.py").write_text(CONFIG_CLASSES)
+    (tmp_path / "src" / "mypkg" / "model.py").write_text(CONFIG_CHECKED_MODEL)
+    (tmp_path / "specs.py").write_text(SPECS.replace("Model(WIDTH)", "Model()"))
+    done = _cli(tmp_path, env, "migrate", "src/", "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "nnx_src" / "mypkg" / "config.py").read_text() == CONFIG_CLASSES  # copied as is
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 BRIDGED_MLP = """\
 import flax.linen as nn
 

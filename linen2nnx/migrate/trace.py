@@ -65,6 +65,10 @@ class Trace:
     instance_paths: dict[str, list[tuple[str, ...] | None]] = dataclasses.field(default_factory=dict)
     """class qualname -> the Linen path of each traced instance, as ``instances`` lists them."""
 
+    defined: dict[tuple[str, ...], tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """A called module's Linen path -> the names its scope holds once its call ran: the submodules
+    ``setup()`` defined (called or not; not one a config test left out) and its variables."""
+
     def shapes_for(self, class_qualname: str, child: str) -> list[tuple[int, ...]]:
         return self.child_inputs.get((class_qualname, child), [])
 
@@ -134,6 +138,7 @@ def trace_linen(side: LinenSide, spec_ref: str = "") -> Trace:
         root_leaves={k: tuple(v.shape) for k, v in leaf_paths(args).items()},
         path_inputs=dict(recorder.path_inputs),
         instance_paths=dict(recorder.instance_paths),
+        defined=dict(recorder.defined),
     )
 
 
@@ -205,6 +210,7 @@ class _Recorder:
         self.probes: dict[tuple[str, str], tuple[Any, tuple, dict]] = {}
         self.path_inputs: dict[tuple[str, ...], list[tuple[int, ...]]] = defaultdict(list)
         self.instance_paths: dict[str, list[tuple[str, ...] | None]] = defaultdict(list)
+        self.defined: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def intercept(self, next_fun, args, kwargs, context):
         module = context.module
@@ -215,7 +221,11 @@ class _Recorder:
         outer = self.call_args.get(id(module))
         self.call_args[id(module)] = args
         try:
-            return next_fun(*args, **kwargs)
+            out = next_fun(*args, **kwargs)
+            path = _path_of(module)
+            if path is not None:  # what its setup() defined, now that it ran
+                self.defined[path] = tuple(getattr(getattr(module, "_state", None), "children", {}))
+            return out
         finally:
             self.calling.pop()
             if outer is None:

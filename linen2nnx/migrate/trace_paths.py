@@ -55,19 +55,26 @@ def _at(trace: Trace, built: set[tuple[str, ...]], base: tuple[str, ...], rel: t
             if value is MISSING or isinstance(value, tuple):
                 return MISSING  # a list inside a list's elements: one tuple cannot say it
             each.append(value)
-        return tuple(each) if each else _never_built(built, base, rel[:index])
+        return tuple(each) if each else _never_built(trace, built, base, rel[:index])
     sizes = {shape[-1] for shape in trace.path_inputs.get((*base, *_names(rel)), []) if shape}
     if len(sizes) == 1:
         return sizes.pop()
-    return _never_built(built, base, rel) if not sizes else MISSING
+    return _never_built(trace, built, base, rel) if not sizes else MISSING
 
 
-def _never_built(built: set[tuple[str, ...]], base: tuple[str, ...], parts: tuple[str, ...]) -> Any:
-    """None where the first module on the way that the traced model never built is one NNX builds
-    under a config test too (nothing reads the size), else :data:`MISSING`."""
+def _never_built(
+    trace: Trace, built: set[tuple[str, ...]], base: tuple[str, ...], parts: tuple[str, ...]
+) -> Any:
+    """None where the first module on the way that the traced model never called is one NNX builds
+    under a config test too and its holder never defined it (the test was false: nothing reads the
+    size), else :data:`MISSING` (defined but never called: NNX builds it, and needs its size)."""
     for depth in range(len(parts)):
-        if (*base, *_names(parts[: depth + 1])) not in built:
-            return None if parts[depth].startswith(OPTIONAL) else MISSING
+        if (*base, *_names(parts[: depth + 1])) in built:
+            continue
+        defined = trace.defined.get((*base, *_names(parts[:depth])))
+        if parts[depth].startswith(OPTIONAL) and defined is not None:
+            return None if _names(parts[depth : depth + 1])[0] not in defined else MISSING
+        return MISSING
     return MISSING
 
 
@@ -88,7 +95,10 @@ def size_path(
     if site.tail_of is not None or site.extends is not None:
         return None
     name = site.elements if site.elements is not None else site.linen_name
-    name = OPTIONAL + name if site.conditions or _under_test(site.ctor, parent_of) else name
+    # built under a test in NNX: a hoisted site as its conditions say (a call-time test's module is built
+    # always), a setup() one as the `if` it stays under
+    tested = site.conditions if site.hoisted else _under_test(site.ctor, parent_of)
+    name = OPTIONAL + name if tested else name
     if not shape and input_size_of(site, child_arg, shape):
         return (name,)  # a layer's (or a class's) own input: what the trace records of each module
     below = dict(site.user.size_paths).get(child_arg) if site.kind == "module" and site.user else None

@@ -306,8 +306,11 @@ class TraceEvidence:
         if rel is None or any("{i" in part for part in rel) or len(paths) != len(configs) or None in paths:
             return None
         sizes = [traced_at(trace, path, rel) for path in paths]
-        if not sizes or not all(type(size) is int for size in sizes):
-            return None
+        if not sizes or not all(type(size) is int and size > 1 for size in sizes):
+            return None  # a 1 broadcasts against any width: a parameter of it would run, wrong
+        inputs = {shape[-1] for call in trace.own_inputs.get(plan.name, []) for shape in call if shape}
+        if set(sizes) <= inputs:
+            return None  # the width of an input of this class's own: the layer may read that input
         matched = match_each(sizes, configs, plan)
         if len(matched) != 1:
             return None  # none or several: the required argument, which the written spec fills
