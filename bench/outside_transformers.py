@@ -17,7 +17,8 @@ the model's folder and the two shared Flax files (``modeling_flax_utils.py``,
 ``check`` compares forward, gradients and loss in fp32 from the same (perturbed) weights. No size or
 value is given by hand: what the migration could not settle is the spec's to fill, or the model fails.
 
-Shim: ``jnp.clip(a_min=, a_max=)``, removed from JAX, accepted while the models run (both sides).
+Shims, for what JAX removed since (both sides, while the models run): ``jnp.clip(a_min=, a_max=)``; for
+RoFormer, the ``x.split(n, axis)`` array method.
 
 Exit status: 0, unless ``--require-pass`` is given and a model did not reach parity (then 1).
 """
@@ -97,6 +98,30 @@ def clip_a_min() -> Iterator[None]:
         jnp.clip = original
 
 
+@contextlib.contextmanager
+def array_split() -> Iterator[None]:
+    """``x.split(n, axis)`` on arrays and tracers (RoFormer's rotary embedding), a method JAX no
+    longer has, answered by ``jnp.split`` while active."""
+    import jax.numpy as jnp
+    from jax._src import array, core
+
+    def split(self: Any, sections: Any, axis: int = 0) -> Any:
+        return jnp.split(self, sections, axis)
+
+    owners = (core.ShapedArray, array.ArrayImpl)
+    before = [owner.__dict__.get("split") for owner in owners]
+    core.ShapedArray.split = core.aval_method(split)
+    array.ArrayImpl.split = split
+    try:
+        yield
+    finally:
+        for owner, old in zip(owners, before):
+            if old is None:
+                delattr(owner, "split")
+            else:
+                owner.split = old
+
+
 def package(name: str) -> Package:
     folder = f"transformers/models/{FOLDERS[name]}"
     return Package(
@@ -105,7 +130,10 @@ def package(name: str) -> Package:
         "transformers",
         (folder, *SHARED),
         spec_from_trace("hf_transformers.py", folder, function=name),
-        shims=(("jnp.clip(a_min=, a_max=)", clip_a_min),),
+        shims=(
+            ("jnp.clip(a_min=, a_max=)", clip_a_min),
+            *(("Array.split", array_split),) * (name == "roformer"),
+        ),
         requires=RUNTIME,
     )
 
