@@ -156,6 +156,21 @@ def test_a_conditional_tuple_keeps_what_both_sides_hold():
 
 
 @pytest.mark.parametrize(
+    "body, last",
+    [
+        ("t = (b,)\nif flag:\n    t = (x,) + t\ny = t[-1]", B),  # both paths end in b
+        ("t = (a, b) if flag else (b,)\ny = t[-1]", B),
+        ("t = (a, x) if flag else (b,)\ny = t[-1]", None),  # they end differently
+        ("t = (a, b) if flag else (b,)\ny = t[-2]", None),  # past the end they share
+    ],
+)
+def test_tuples_of_two_lengths_keep_the_end_they_share(body, last):
+    """HF DistilBERT's block returns ``(h,)`` or ``(weights, h)``: ``layer_outputs[-1]`` is ``h``."""
+    y = _flow(body).env["y"]
+    assert y == last if last is not None else y.kind == "unknown"
+
+
+@pytest.mark.parametrize(
     "body, known",
     [
         ("t = (a, *(x, b))\ny = t[2]", True),

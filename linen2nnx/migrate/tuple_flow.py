@@ -341,7 +341,8 @@ def merged(a: Feat, b: Feat, merge: Callable[[Feat, Feat], Feat]) -> Feat | None
         return Feat("tuple", elements=elements, reason=named)
     ends = [s.elements if s.kind == "tuple" else s.tail for s in (sa, sb)]  # matched from the end
     tail = tuple(merge(x, y) for x, y in zip(ends[0][::-1], ends[1][::-1]))[::-1]
-    return Feat("prefix", elements=elements, reason=named, tail=tail)
+    known_tail = tail if any(t.kind != "unknown" for t in tail) else ()  # nothing they end alike in
+    return Feat("prefix", elements=elements, reason=named, tail=known_tail)
 
 
 NAMED = "some path gives an object with fields"
