@@ -283,12 +283,16 @@ def run_package(model: Package, src: Path | None, work: Path) -> ModelReport:
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_cli(
+    argv: list[str] | None, description: str, models: dict[str, Package], title: str, prefix: str
+) -> int:
+    """The command line of a bench over ``models`` (this one's, bench/outside_transformers.py's): run
+    each chosen model's stages, print the table and notes, write ``--json``; the exit status."""
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--models", default=",".join(MODELS), help=f"comma-separated subset of {tuple(MODELS)}"
+        "--models", default=",".join(models), help=f"comma-separated subset of {tuple(models)}"
     )
     parser.add_argument("--src", type=Path, help="a folder of extracted sdists (default: pip download)")
     parser.add_argument("--json", type=Path, help="write the per-model results here")
@@ -298,22 +302,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="print findings and tracebacks")
     args = parser.parse_args(argv)
-    names = chosen_models(parser, args.models, tuple(MODELS))
+    names = chosen_models(parser, args.models, tuple(models))
 
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     with contextlib.ExitStack() as stack:
-        work = work_folder(stack, args.keep, "linen2nnx-packages-")
-        reports = [run_package(MODELS[n], args.src, work / n) for n in names]
-        console.print(
-            render_table(reports, "Linen packages from PyPI → NNX: migrate --trace + convert + check")
-        )
+        work = work_folder(stack, args.keep, prefix)
+        reports = [run_package(models[n], args.src, work / n) for n in names]
+        console.print(render_table(reports, title))
         print_notes(console, reports, args.verbose)
         if args.json:
             args.json.write_text(json.dumps({"models": [r.to_json() for r in reports]}, indent=2) + "\n")
     failed = [r.model for r in reports if not r.ok]
     return 1 if args.require_pass and failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    title = "Linen packages from PyPI → NNX: migrate --trace + convert + check"
+    return run_cli(argv, __doc__.split("\n\n")[0], MODELS, title, "linen2nnx-packages-")
 
 
 if __name__ == "__main__":

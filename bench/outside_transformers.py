@@ -25,9 +25,7 @@ Exit status: 0, unless ``--require-pass`` is given and a model did not reach par
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,8 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from outside_packages import Package, run_package, spec_from_trace
-from outside_parity import chosen_models, print_notes, render_table, work_folder
+from outside_packages import Package, run_cli, spec_from_trace
 
 REQUIREMENT = "transformers==4.46.3"
 # what importing a Flax model of it needs (none of it a dependency of this project)
@@ -139,34 +136,9 @@ def package(name: str) -> Package:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--models", default=",".join(FOLDERS), help=f"comma-separated subset of {tuple(FOLDERS)}"
-    )
-    parser.add_argument("--src", type=Path, help="a folder of extracted sdists (default: pip download)")
-    parser.add_argument("--json", type=Path, help="write the per-model results here")
-    parser.add_argument("--keep", type=Path, help="work in this folder (kept) instead of a temp dir")
-    parser.add_argument(
-        "--require-pass", action="store_true", help="exit 1 unless every model reaches parity"
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="print findings and tracebacks")
-    args = parser.parse_args(argv)
-    names = chosen_models(parser, args.models, tuple(FOLDERS))
-
-    from rich.console import Console
-
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    with contextlib.ExitStack() as stack:
-        work = work_folder(stack, args.keep, "linen2nnx-transformers-")
-        reports = [run_package(package(n), args.src, work / n) for n in names]
-        console.print(render_table(reports, f"{REQUIREMENT} Flax models → NNX: migrate --trace + check"))
-        print_notes(console, reports, args.verbose)
-        if args.json:
-            args.json.write_text(json.dumps({"models": [r.to_json() for r in reports]}, indent=2) + "\n")
-    failed = [r.model for r in reports if not r.ok]
-    return 1 if args.require_pass and failed else 0
+    title = f"{REQUIREMENT} Flax models → NNX: migrate --trace + check"
+    models = {name: package(name) for name in FOLDERS}
+    return run_cli(argv, __doc__.split("\n\n")[0], models, title, "linen2nnx-transformers-")
 
 
 if __name__ == "__main__":

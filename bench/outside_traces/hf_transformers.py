@@ -46,13 +46,14 @@ def _float_leaves_loss(out, batch) -> jnp.ndarray:
     )
 
 
-def _side(model, batch: dict, keys: str, name: str, long: dict | None = None, **call) -> LinenSide:
+def _side(model, batch: dict, name: str, long: dict | None = None, **call) -> LinenSide:
+    """The batch's entries ``"0"``, ``"1"``, ... are the model's positional arguments, in order."""
     kwargs = {"return_dict": False, **call}
     return LinenSide(
         model=model,
         batch=batch,
         long_batch=long,
-        inputs=lambda b: (tuple(b[k] for k in keys), dict(kwargs)),
+        inputs=lambda b: (tuple(b[str(i)] for i in range(len(b))), dict(kwargs)),
         loss=_float_leaves_loss,
         train_kwargs={"deterministic": False},
         eval_kwargs={"deterministic": True},
@@ -63,6 +64,13 @@ def _side(model, batch: dict, keys: str, name: str, long: dict | None = None, **
 def _text(length: int, *parts: str) -> dict:
     make = {"ids": _ids, "mask": _mask, "types": _ones, "pos": _positions}
     return {f"{i}": make[p](length) for i, p in enumerate(parts)}
+
+
+def _text_side(
+    model, name: str, parts: tuple[str, ...], length: int = 6, long: int = 12, **call
+) -> LinenSide:
+    """A text model called with ``parts`` (ids, mask, token types, positions) of two sequences."""
+    return _side(model, _text(length, *parts), name, _text(long, *parts), **call)
 
 
 def _seq2seq(length: int) -> dict:
@@ -92,15 +100,8 @@ def bert(example=None) -> LinenSide:
     from transformers.models.bert import modeling_flax_bert as m
 
     cfg = BertConfig(**ENCODER, max_position_embeddings=24, type_vocab_size=2)
-    parts = ("ids", "mask", "types", "pos")
-    return _side(
-        m.FlaxBertForPreTrainingModule(cfg),
-        _text(6, *parts),
-        "0123",
-        "hf/Bert",
-        _text(12, *parts),
-        head_mask=None,
-    )
+    module = m.FlaxBertForPreTrainingModule(cfg)
+    return _text_side(module, "hf/Bert", ("ids", "mask", "types", "pos"), head_mask=None)
 
 
 def roformer(example=None) -> LinenSide:
@@ -110,9 +111,8 @@ def roformer(example=None) -> LinenSide:
     cfg = RoFormerConfig(
         **ENCODER, embedding_size=32, max_position_embeddings=24, type_vocab_size=2, rotary_value=True
     )
-    parts = ("ids", "mask", "types")
     module = m.FlaxRoFormerForMaskedLMModule(cfg)
-    return _side(module, _text(6, *parts), "012", "hf/RoFormer", _text(12, *parts), head_mask=None)
+    return _text_side(module, "hf/RoFormer", ("ids", "mask", "types"), head_mask=None)
 
 
 def xlm_roberta(example=None) -> LinenSide:
@@ -125,7 +125,7 @@ def xlm_roberta(example=None) -> LinenSide:
         return {"0": _ids(length), "1": _mask(length), "2": 0 * _ones(length), "3": _positions(length) + 2}
 
     module = m.FlaxXLMRobertaForMaskedLMModule(cfg)
-    return _side(module, batch(6), "0123", "hf/XLMRoberta", batch(12), head_mask=None)
+    return _side(module, batch(6), "hf/XLMRoberta", batch(12), head_mask=None)
 
 
 def big_bird(example=None) -> LinenSide:
@@ -136,9 +136,8 @@ def big_bird(example=None) -> LinenSide:
         **ENCODER, max_position_embeddings=48, type_vocab_size=2, attention_type="block_sparse", block_size=2,
         num_random_blocks=1,
     )  # fmt: skip
-    parts = ("ids", "mask", "types", "pos")
     module = m.FlaxBigBirdForPreTrainingModule(cfg)
-    side = _side(module, _text(16, *parts), "0123", "hf/BigBird", _text(24, *parts), head_mask=None)
+    side = _text_side(module, "hf/BigBird", ("ids", "mask", "types", "pos"), 16, 24, head_mask=None)
     return dataclasses.replace(
         side, rng_streams=("params", "dropout", "indices")
     )  # random blocks' own stream
@@ -152,13 +151,7 @@ def distilbert(example=None) -> LinenSide:
         vocab_size=60, dim=32, n_layers=2, n_heads=4, hidden_dim=40, max_position_embeddings=24, dropout=0.0,
         attention_dropout=0.0, qa_dropout=0.0, seq_classif_dropout=0.0,
     )  # fmt: skip
-    return _side(
-        m.FlaxDistilBertForMaskedLMModule(cfg),
-        _text(6, "ids", "mask"),
-        "01",
-        "hf/DistilBert",
-        _text(12, "ids", "mask"),
-    )
+    return _text_side(m.FlaxDistilBertForMaskedLMModule(cfg), "hf/DistilBert", ("ids", "mask"))
 
 
 def gpt2(example=None) -> LinenSide:
@@ -169,8 +162,7 @@ def gpt2(example=None) -> LinenSide:
         vocab_size=60, n_positions=24, n_embd=32, n_layer=2, n_head=4, n_inner=40, resid_pdrop=0.0, embd_pdrop=0.0,
         attn_pdrop=0.0,
     )  # fmt: skip
-    parts = ("ids", "mask", "pos")
-    return _side(m.FlaxGPT2LMHeadModule(cfg), _text(6, *parts), "012", "hf/GPT2", _text(12, *parts))
+    return _text_side(m.FlaxGPT2LMHeadModule(cfg), "hf/GPT2", ("ids", "mask", "pos"))
 
 
 def gptj(example=None) -> LinenSide:
@@ -181,8 +173,7 @@ def gptj(example=None) -> LinenSide:
         vocab_size=60, n_positions=24, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_inner=40, resid_pdrop=0.0,
         embd_pdrop=0.0, attn_pdrop=0.0,
     )  # fmt: skip
-    parts = ("ids", "mask", "pos")
-    return _side(m.FlaxGPTJForCausalLMModule(cfg), _text(6, *parts), "012", "hf/GPTJ", _text(12, *parts))
+    return _text_side(m.FlaxGPTJForCausalLMModule(cfg), "hf/GPTJ", ("ids", "mask", "pos"))
 
 
 def llama(example=None) -> LinenSide:
@@ -193,8 +184,7 @@ def llama(example=None) -> LinenSide:
         vocab_size=60, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=24,
     )  # fmt: skip
-    parts = ("ids", "mask", "pos")
-    return _side(m.FlaxLlamaForCausalLMModule(cfg), _text(6, *parts), "012", "hf/Llama", _text(12, *parts))
+    return _text_side(m.FlaxLlamaForCausalLMModule(cfg), "hf/Llama", ("ids", "mask", "pos"))
 
 
 def xglm(example=None) -> LinenSide:
@@ -205,8 +195,7 @@ def xglm(example=None) -> LinenSide:
         vocab_size=60, max_position_embeddings=24, d_model=32, ffn_dim=40, num_layers=2, attention_heads=4,
         dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, layerdrop=0.0,
     )  # fmt: skip
-    parts = ("ids", "mask", "pos")
-    return _side(m.FlaxXGLMForCausalLMModule(cfg), _text(6, *parts), "012", "hf/XGLM", _text(12, *parts))
+    return _text_side(m.FlaxXGLMForCausalLMModule(cfg), "hf/XGLM", ("ids", "mask", "pos"))
 
 
 def pegasus(example=None) -> LinenSide:
@@ -214,7 +203,7 @@ def pegasus(example=None) -> LinenSide:
     from transformers.models.pegasus import modeling_flax_pegasus as m
 
     module = m.FlaxPegasusForConditionalGenerationModule(PegasusConfig(**SEQ2SEQ))
-    return _side(module, _seq2seq(7), "012345", "hf/Pegasus", _seq2seq(12))
+    return _side(module, _seq2seq(7), "hf/Pegasus", _seq2seq(12))
 
 
 def mbart(example=None) -> LinenSide:
@@ -222,16 +211,14 @@ def mbart(example=None) -> LinenSide:
     from transformers.models.mbart import modeling_flax_mbart as m
 
     module = m.FlaxMBartForConditionalGenerationModule(MBartConfig(**SEQ2SEQ))
-    return _side(module, _seq2seq(7), "012345", "hf/MBart", _seq2seq(12))
+    return _side(module, _seq2seq(7), "hf/MBart", _seq2seq(12))
 
 
 def marian(example=None) -> LinenSide:
     from transformers import MarianConfig
     from transformers.models.marian import modeling_flax_marian as m
 
-    return _side(
-        m.FlaxMarianMTModule(MarianConfig(**SEQ2SEQ)), _seq2seq(7), "012345", "hf/Marian", _seq2seq(12)
-    )
+    return _side(m.FlaxMarianMTModule(MarianConfig(**SEQ2SEQ)), _seq2seq(7), "hf/Marian", _seq2seq(12))
 
 
 def vit(example=None) -> LinenSide:
@@ -242,7 +229,7 @@ def vit(example=None) -> LinenSide:
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40, image_size=16, patch_size=4,
         num_channels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=5,
     )  # fmt: skip
-    return _side(m.FlaxViTForImageClassificationModule(cfg), {"0": _images(16)}, "0", "hf/ViT")
+    return _side(m.FlaxViTForImageClassificationModule(cfg), {"0": _images(16)}, "hf/ViT")
 
 
 def clip(example=None) -> LinenSide:
@@ -262,7 +249,7 @@ def clip(example=None) -> LinenSide:
     def batch(length: int) -> dict:
         return {"0": _ids(length), "1": _images(16), "2": _mask(length), "3": _positions(length)}
 
-    return _side(m.FlaxCLIPModule(cfg), batch(6), "0123", "hf/CLIP", batch(12))
+    return _side(m.FlaxCLIPModule(cfg), batch(6), "hf/CLIP", batch(12))
 
 
 def wav2vec2(example=None) -> LinenSide:
@@ -279,7 +266,7 @@ def wav2vec2(example=None) -> LinenSide:
     def waves(n: int) -> dict:
         return {"0": np.random.default_rng(n).standard_normal((2, n)).astype("float32")}
 
-    return _side(m.FlaxWav2Vec2ForCTCModule(cfg), waves(200), "0", "hf/Wav2Vec2", waves(400))
+    return _side(m.FlaxWav2Vec2ForCTCModule(cfg), waves(200), "hf/Wav2Vec2", waves(400))
 
 
 def longt5(example=None) -> LinenSide:
@@ -295,4 +282,4 @@ def longt5(example=None) -> LinenSide:
     def batch(length: int) -> dict:
         return {"0": _ids(length, 64), "1": _mask(length), "2": _ids(5, 64), "3": _ones(5)}
 
-    return _side(m.FlaxLongT5ForConditionalGenerationModule(cfg), batch(8), "0123", "hf/LongT5", batch(13))
+    return _side(m.FlaxLongT5ForConditionalGenerationModule(cfg), batch(8), "hf/LongT5", batch(13))
