@@ -8,6 +8,7 @@ abstract values and ``nn.intercept_methods`` records every submodule call.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 from collections import defaultdict
 from collections.abc import Mapping
@@ -68,6 +69,11 @@ class Trace:
     defined: dict[tuple[str, ...], tuple[str, ...]] = dataclasses.field(default_factory=dict)
     """A called module's Linen path -> the names its scope holds once its call ran: the submodules
     ``setup()`` defined (called or not; not one a config test left out) and its variables."""
+
+    @functools.cached_property
+    def built_paths(self) -> frozenset[tuple[str, ...]]:
+        """The Linen paths of the traced instances (``instance_paths``, read once all are known)."""
+        return frozenset(path for paths in self.instance_paths.values() for path in paths if path is not None)
 
     def shapes_for(self, class_qualname: str, child: str) -> list[tuple[int, ...]]:
         return self.child_inputs.get((class_qualname, child), [])
@@ -216,13 +222,13 @@ class _Recorder:
         module = context.module
         if context.method_name != "__call__":
             return next_fun(*args, **kwargs)
-        self._record(module, args, kwargs)
+        path = _path_of(module)
+        self._record(module, args, kwargs, path)
         self.calling.append(module)
         outer = self.call_args.get(id(module))
         self.call_args[id(module)] = args
         try:
             out = next_fun(*args, **kwargs)
-            path = _path_of(module)
             if path is not None:  # what its setup() defined, now that it ran
                 self.defined[path] = tuple(getattr(getattr(module, "_state", None), "children", {}))
             return out
@@ -233,7 +239,7 @@ class _Recorder:
             else:
                 self.call_args[id(module)] = outer
 
-    def _record(self, module: Any, args: tuple, kwargs: dict) -> None:
+    def _record(self, module: Any, args: tuple, kwargs: dict, path: tuple[str, ...] | None) -> None:
         import flax.linen as nn
         import jax
 
@@ -258,8 +264,7 @@ class _Recorder:
                 self.carries[(type(parent).__qualname__, module.name)].append(
                     tuple(leaf.shape[-1] for leaf in leaves)
                 )
-        path = _path_of(module)
-        first = x if args else _first_by_keyword(type(module), kwargs)  # `block(hidden_states=h)`
+        first = x if args else kwargs.get(_first_parameter(type(module)))  # `block(hidden_states=h)`
         if path is not None and hasattr(first, "shape"):
             self.path_inputs[path].append(tuple(first.shape))
         if isinstance(parent, nn.Module) and hasattr(x, "shape"):
@@ -291,15 +296,16 @@ def _path_of(module: Any) -> tuple[str, ...] | None:
         return None
 
 
-def _first_by_keyword(cls: type, kwargs: dict) -> Any:
-    """The value of ``cls.__call__``'s first parameter in a call that passes it by keyword, or None."""
+@functools.cache
+def _first_parameter(cls: type) -> str | None:
+    """The name of ``cls.__call__``'s first parameter after ``self`` (what a call may pass by keyword)."""
     import inspect
 
     try:
         params = list(inspect.signature(cls.__call__).parameters)
     except (TypeError, ValueError):
         return None
-    return kwargs.get(params[1]) if len(params) > 1 else None
+    return params[1] if len(params) > 1 else None
 
 
 def leaf_paths(args: tuple) -> dict[str, Any]:

@@ -37,15 +37,14 @@ def traced_at(trace: Trace, base: tuple[str, ...], rel: tuple[str, ...]) -> Any:
     test (:data:`OPTIONAL`: the NNX class builds nothing there either, so no size is read), else
     :data:`MISSING` (a holder built always in NNX, which Linen built only once called, needs a size
     the trace cannot tell)."""
-    built = {path for paths in trace.instance_paths.values() for path in paths if path is not None}
-    return _at(trace, built, base, rel)
+    return _at(trace, trace.built_paths, base, rel)
 
 
-def _at(trace: Trace, built: set[tuple[str, ...]], base: tuple[str, ...], rel: tuple[str, ...]) -> Any:
+def _at(trace: Trace, built: frozenset[tuple[str, ...]], base: tuple[str, ...], rel: tuple[str, ...]) -> Any:
     for index, part in enumerate(rel):
         if "{i" not in part:
             continue
-        prefix = (*base, *_names(rel[:index]))
+        prefix = (*base, *linen_names(rel[:index]))
         each = []
         for k in range(10_000):
             element = (*prefix, element_key(part.lstrip(OPTIONAL), k))
@@ -56,29 +55,30 @@ def _at(trace: Trace, built: set[tuple[str, ...]], base: tuple[str, ...], rel: t
                 return MISSING  # a list inside a list's elements: one tuple cannot say it
             each.append(value)
         return tuple(each) if each else _never_built(trace, built, base, rel[:index])
-    sizes = {shape[-1] for shape in trace.path_inputs.get((*base, *_names(rel)), []) if shape}
+    sizes = {shape[-1] for shape in trace.path_inputs.get((*base, *linen_names(rel)), []) if shape}
     if len(sizes) == 1:
         return sizes.pop()
     return _never_built(trace, built, base, rel) if not sizes else MISSING
 
 
 def _never_built(
-    trace: Trace, built: set[tuple[str, ...]], base: tuple[str, ...], parts: tuple[str, ...]
+    trace: Trace, built: frozenset[tuple[str, ...]], base: tuple[str, ...], parts: tuple[str, ...]
 ) -> Any:
     """None where the first module on the way that the traced model never called is one NNX builds
     under a config test too and its holder never defined it (the test was false: nothing reads the
     size), else :data:`MISSING` (defined but never called: NNX builds it, and needs its size)."""
     for depth in range(len(parts)):
-        if (*base, *_names(parts[: depth + 1])) in built:
+        if (*base, *linen_names(parts[: depth + 1])) in built:
             continue
-        defined = trace.defined.get((*base, *_names(parts[:depth])))
+        defined = trace.defined.get((*base, *linen_names(parts[:depth])))
         if parts[depth].startswith(OPTIONAL) and defined is not None:
-            return None if _names(parts[depth : depth + 1])[0] not in defined else MISSING
+            return None if parts[depth].lstrip(OPTIONAL) not in defined else MISSING
         return MISSING
     return MISSING
 
 
-def _names(parts: tuple[str, ...]) -> tuple[str, ...]:
+def linen_names(parts: tuple[str, ...]) -> tuple[str, ...]:
+    """A path as Linen names it (without the :data:`OPTIONAL` marks)."""
     return tuple(part.lstrip(OPTIONAL) for part in parts)
 
 

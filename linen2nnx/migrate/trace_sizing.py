@@ -25,7 +25,7 @@ from linen2nnx.migrate.handed_modules import HANDED, handed_size
 from linen2nnx.migrate.input_sizes import ones, tuple_valued
 from linen2nnx.migrate.rules import SHAPE_001, SHAPE_002, SHAPE_003, SHAPE_004
 from linen2nnx.migrate.sites import ClassPlan, Site
-from linen2nnx.migrate.trace_paths import MISSING, OPTIONAL, input_size_of, size_path, traced_at
+from linen2nnx.migrate.trace_paths import MISSING, input_size_of, linen_names, size_path, traced_at
 from linen2nnx.namemap import element_key
 
 
@@ -314,7 +314,7 @@ class TraceEvidence:
         matched = match_each(sizes, configs, plan)
         if len(matched) != 1:
             return None  # none or several: the required argument, which the written spec fills
-        where = "/".join(part.lstrip(OPTIONAL) for part in rel)
+        where = "/".join(linen_names(rel))
         self.ctx.report(
             SHAPE_001,
             node,
