@@ -121,17 +121,16 @@ def in_caller_terms(
             bound = single_assign(stmt) if stmt is not None else None
             if bound is None or bound[0] != name or bindings[name] > 1:
                 return None  # bound twice (`d = w`; `if c: d *= 2`): which binding holds is not known
-            value = code(bound[1])
+            value = substitute_self_fields(code(bound[1]), fields)  # the callee's fields, then its input
+            if value is None:
+                return None
             if name in user.shape_locals:  # `x.shape[-1]` of the submodule's input: the caller's size
                 input_sizes = user.shape_local_sizes.get(name) or {}
                 if first is None or set(input_sizes) != set(user.shape_locals[name]):
                     return None
                 if any(user.new_args.get(size) != "input:0" for size in input_sizes.values()):
                     return None
-                value = replace_shape_last(bound[1], dict.fromkeys(input_sizes, first))
-            value = substitute_self_fields(value, fields)
-            if value is None:
-                return None
+                value = replace_shape_last(parse_expression(value), dict.fromkeys(input_sizes, first))
             if name not in user.pure_locals and names_in(parse_expression(value)) - {"self"} - BUILTIN_NAMES:
                 return None  # a setup() local read through a name of the caller (a local of its own loop)
             expr = replace_name(expr, name, f"({value})")
