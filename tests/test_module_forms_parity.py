@@ -221,6 +221,11 @@ CASES = {
     "compact_loop_after_others": ("Stem", {}, (2, 5)),  # a loop's Dense_{k+2} after Dense_0, Dense_1
     "compact_loop_after_others_gated": ("Gated", {"depth": 3}, (2, 5)),  # both under `if self.embed`
     "compact_loop_after_others_empty": ("Gated", {"depth": 0}, (2, 5)),  # an empty loop after Dense_0
+    # a label layer under `if self.c_dim > 0` starts the loop's list: Dense_k is element k either way
+    "compact_loop_after_others_labelled": ("Labelled", {"c_dim": 3}, (2, 5)),
+    "compact_loop_after_others_unlabelled": ("Labelled", {"c_dim": 0}, (2, 5)),
+    "compact_loop_after_others_tagged": ("Tagged", {"tags": True, "depth": 3}, (2, 5)),
+    "compact_loop_after_others_untagged": ("Tagged", {"tags": False}, (2, 5)),
     # initial values computed from config in several statements (tuple unpacking, `if` on a field, ...)
     "static_init_locals": (
         "Mapping",
@@ -468,6 +473,10 @@ SOURCES = {
     "compact_loop_chain_mixed": "compact_loop_chain",
     "compact_loop_after_others_gated": "compact_loop_after_others",
     "compact_loop_after_others_empty": "compact_loop_after_others",
+    **{
+        f"compact_loop_after_others_{k}": "compact_loop_after_others"
+        for k in ("labelled", "unlabelled", "tagged", "untagged")
+    },
     "static_init_locals_hidden": "static_init_locals",
     "static_init_locals_gain": "static_init_locals",
     "init_value_input_shape_nobias": "init_value_input_shape",

@@ -291,7 +291,7 @@ class CompactCollector(FastVisitor):
             return
         if loop is None and not in_nest and self._name_depends_on_branch(node, built, naming):
             return
-        if loop is not None and not in_nest and not self._counted_before_loop(node, built, conditions):
+        if loop is not None and not in_nest and not self._counted_before_loop(node, built, conditions, loop):
             return
         if not self._created_in_context(node, what):
             self._plan_site(node, built, in_nest, loop, conditions)
@@ -312,7 +312,9 @@ class CompactCollector(FastVisitor):
         )
         return True
 
-    def _counted_before_loop(self, node: cst.Call, built: Built, conditions: list[str]) -> bool:
+    def _counted_before_loop(
+        self, node: cst.Call, built: Built, conditions: list[str], loop: LoopInfo
+    ) -> bool:
         """A loop's auto-named module after others of its class: Linen numbers the loop's modules on
         from how many ran before it, a static count only when each of those ran whenever the loop runs
         (built under a prefix of the loop's conditions, each counted once). Otherwise a finding (False):
@@ -331,6 +333,10 @@ class CompactCollector(FastVisitor):
             return True  # none before, or after a loop (the planner's finding)
         if n and len(earlier) == n and all(r.conditions == conditions[: len(r.conditions)] for r in earlier):
             return True
+        if built.factory is None and self.planner.conditional_prefix(
+            self.plan, name, loop, conditions, n, self.local_names
+        ):
+            return True  # the loop's list starts with them (loop_chains.py)
         self.state.handled.add(built.target.func)  # this finding says it all
         self.ctx.report(
             MOD_004,

@@ -287,6 +287,8 @@ class Emitter:
             ref = f"self.{site.attr}[{site.offset} + {site.loop.position}]"
         if site.tail_of is not None:
             ref = f"self.{site.attr}[{site.list_index}]"
+        if site.prefix_index:  # built before its class's first loop: among the list's first elements
+            ref = f"self.{site.attr}[{site.prefix_index}]"
         if site.kind == "param":
             ref += "[...]"
         return parse_expression(ref)
@@ -420,7 +422,11 @@ class Emitter:
             if built is None:
                 continue
             markers = [marker_line(m) for m in dict.fromkeys(self.state.init_markers.get(site.ctor, []))]
-            if site.tail_of is not None:  # the element after the loop's: Linen's {Class}_{loop length}
+            if site.prefix_index == "0" and site.attr not in assigned:  # the list its class's loop fills
+                stmts.append(parse_statement(f"self.{site.attr} = nnx.List()\n"))
+                assigned.add(site.attr)
+            if site.tail_of is not None or site.prefix_index:  # the element after the loop's: Linen's
+                # {Class}_{loop length}; or one before it, among the first elements
                 statement = cst.Expr(cst.Call(parse_expression(f"self.{site.attr}.append"), [cst.Arg(built)]))
             elif site.extends is not None and isinstance(built, cst.Call):  # a later loop's elements
                 extend = parse_expression(f"self.{site.attr}.extend")

@@ -10,6 +10,13 @@ elements before it (``self.block[len(range(n1)) + i]``), counted from the same c
 Only what keeps that count exact is followed: the first loop is a plain ``for`` over the config,
 nothing on the way is built under a condition, and no loop of the chain can stop early (``break``,
 ``continue``), which would make Linen's counter skip. Anything else stays a finding.
+
+Modules of the class built before the first loop, one of them under a config test the loop is not
+under (flaxmodels' ``MappingNetwork``: a label embedding when ``c_dim_ > 0``, then ``fc{i}`` layers),
+number the loop's modules on from how many of them ran, which the config decides. They become the
+first elements of the loop's list instead, each appended under its test, so ``{Class}_{k}`` is element
+``k`` whatever the config (one static name map entry), and each call indexes the list past those that
+ran before it (``self.dense[(1 if self.c_dim_ > 0 else 0) + i]``).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.layers import LayerRule
+from linen2nnx.migrate.cst_utils import names_in, parse_expression, snake_case
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in
 
@@ -106,6 +114,106 @@ class LoopChains:
             self.state.indexed_loops[loop.node] = loop  # type: ignore[attr-defined]
         self._plan_args_at_call(plan, site, rule, what, bound, local_names, {loop.var})  # type: ignore[attr-defined]
         plan.hoisted_order.append(site)
+
+    def conditional_prefix(
+        self,
+        plan: ClassPlan,
+        class_name: str,
+        loop: LoopInfo,
+        conditions: list[str] | None,
+        n: int | None,
+        local_names: set[str],
+    ) -> list[Site] | None:
+        """The ``n`` auto-named ``class_name`` modules built before this loop, its first of the class, when
+        one of them was built under a config test (see the module docstring); None where the count of
+        those that ran is not an expression ``__call__`` can evaluate at the loop: the loop under a test
+        of its own or able to stop early, a module of the class in both branches of an ``if``, in a loop
+        or built by a factory, or a test that reads a local of the method."""
+        if not n or conditions or loop.node is None or jumps_in(loop.node):
+            return None
+        names = [f"{class_name}_{k}" for k in range(n)]
+        prefix = [s for s in plan.hoisted_order if s.linen_name in names and not s.counted_as]
+        if [s.linen_name for s in prefix] != names or not any(s.conditions for s in prefix):
+            return None
+        if any(
+            s.kind not in ("layer", "module")
+            or s.container is not None
+            or s.loop is not None
+            or s.nest is not None
+            or s.factory is not None
+            or s.lifted is not None
+            or s.tail_of is not None
+            for s in prefix
+        ):
+            return None
+        if any(s.exclusive_with in prefix for s in plan.sites.values()):
+            return None  # the other branch builds one of the class too
+        tests = [c for s in prefix for c in s.conditions]
+        if any(names_in(parse_expression(t)) & local_names for t in tests):
+            return None
+        return prefix
+
+    def planned_prefixed(
+        self,
+        plan: ClassPlan,
+        node: cst.Call,
+        rule: LayerRule | None,
+        what: str,
+        class_name: str,
+        loop: LoopInfo,
+        conditions: list[str] | None,
+        counters: dict[str, int | None],
+        bound: dict[str, cst.Arg],
+        local_names: set[str],
+    ) -> bool:
+        """Plans the loop's auto-named modules after a :meth:`conditional_prefix` of their class, if there
+        is one (True), the loop's list starting with it; after the loop the count is unknown."""
+        prefix = self.conditional_prefix(
+            plan, class_name, loop, conditions, counters.get(class_name, 0), local_names
+        )
+        if prefix is None:
+            return False
+        self._plan_prefixed_loop(plan, node, rule, what, prefix, loop, bound, local_names)
+        counters[class_name] = None
+        return True
+
+    def _plan_prefixed_loop(
+        self,
+        plan: ClassPlan,
+        node: cst.Call,
+        rule: LayerRule | None,
+        what: str,
+        prefix: list[Site],
+        loop: LoopInfo,
+        bound: dict[str, cst.Arg],
+        local_names: set[str],
+    ) -> None:
+        """The modules of :meth:`conditional_prefix` as the first elements of this loop's list."""
+        class_name = prefix[0].linen_name.rpartition("_")[0]
+        attr = snake_case(class_name)
+        while any(s.attr == attr and s.hoisted for s in plan.sites.values() if s not in prefix) or (
+            attr in plan.field_names
+        ):
+            attr = f"{attr}_"
+        ran: list[str] = []  # for each module before, what it adds to the count: 1, or 1 when its test holds
+        for site in prefix:
+            site.attr, site.container, site.prefix_index = attr, "list", count_of(ran)
+            test = " and ".join(f"({c})" if len(site.conditions) > 1 else c for c in site.conditions)
+            ran.append(f"(1 if {test} else 0)" if test else "1")
+        site = self.add_site(plan, node, attr=attr, linen_name=class_name, hoisted=True)  # type: ignore[attr-defined]
+        site.container, site.loop, site.extends, site.offset = "list", loop, prefix[0], count_of(ran)
+        prefix[0].extensions.append(site)
+        if loop.index:
+            self.state.indexed_loops[loop.node] = loop  # type: ignore[attr-defined]
+        self._plan_args_at_call(plan, site, rule, what, bound, local_names, {loop.var})  # type: ignore[attr-defined]
+        plan.hoisted_order.append(site)
+
+
+def count_of(terms: list[str]) -> str:
+    """The sum of ``terms`` (``1`` or a conditional ``(1 if t else 0)``), its literal ones added up."""
+    ones = sum(1 for t in terms if t == "1")
+    rest = [t for t in terms if t != "1"]
+    return " + ".join([*([str(ones)] if ones or not rest else []), *rest])
 
 
 def offset_of(head: Site) -> str:

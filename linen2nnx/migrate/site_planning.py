@@ -332,6 +332,14 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
             if self.extends_list(plan, node, at, head, loop, names, conditions):
                 self.plan_loop_extension(plan, node, rule, what, head, loop, bound, local_names)
             return
+        elif (
+            loop is not None
+            and factory is None
+            and self.planned_prefixed(
+                plan, node, rule, what, class_name, loop, conditions, counters, bound, local_names
+            )
+        ):
+            return
         else:
             named = self._auto_name(
                 at, loop, counters, what, class_name, names, factory, list(plan.sites.values())

@@ -179,9 +179,8 @@ class LoopNest:
     names: set[str]  # loop targets and the loop bodies' locals the constructors may read
     local_stmts: dict[str, cst.SimpleStatementLine]  # body local -> its assignment (replayed in __init__)
     sites: list[Site] = dataclasses.field(default_factory=list)
-    statements: dict[int, cst.SimpleStatementLine] = dataclasses.field(
-        default_factory=dict
-    )  # id(site) -> its line
+    # id(site) -> its line
+    statements: dict[int, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)
     applied: dict[int, int] = dataclasses.field(
         default_factory=dict
     )  # id(site) -> when the dataflow applies it
@@ -239,6 +238,7 @@ class Site:
         default_factory=list
     )  # of that list: tails and loops, in order
     offset: str = ""  # of an extension: how many elements come before it (an expression of the config)
+    prefix_index: str = ""  # built before its class's first loop, in that loop's list: its index there
     counted_as: str = ""  # a loop's list of auto-named modules numbered on after others: their class
     nest: LoopNest | None = None  # built in nested loops (or a loop body with locals): see LoopNest
     elements: str | None = None  # of a setup() comprehension: its elements' Linen names, `blocks.{i}`
@@ -254,7 +254,8 @@ class Site:
             return f"{self.attr}#tail{self.tail_position()}"
         if self.extends is not None:
             return f"{self.attr}#from {self.offset}"  # distinct per loop, and kept by dataclasses.replace
-        return self.attr + ("#else" if self.exclusive_with is not None else "")
+        at = f"#at {self.prefix_index}" if self.prefix_index else ""  # one of a list's first elements
+        return self.attr + ("#else" if self.exclusive_with is not None else "") + at
 
     @property
     def list_index(self) -> str:
