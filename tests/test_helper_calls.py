@@ -252,3 +252,43 @@ def test_a_local_named_as_the_result_a_rebound_parameter_takes_is_not_replayed()
         )
         is None
     )
+
+
+ROUTER = """
+class Router(nn.Module):
+    experts: int = 4
+    dtype: object = None
+
+    @nn.compact
+    def __call__(self, x):
+        gates, aux = self._gates(x, self.experts)
+        return gates, aux
+
+    @nn.nowrap
+    def _gates(self, x, experts):
+        dtype = self.dtype or x.dtype
+        logits = nn.Dense(experts, dtype=dtype, name="dense")(x)
+        if self.experts > 2:
+            return logits, logits.sum()
+        else:
+            return logits, None
+"""
+
+
+def test_a_class_kept_linen_after_its_replay_says_what_kept_it():
+    """vmoe's routers: the helper call replays in place, then the layer's dtype read from the input keeps
+    the class Linen; the layer's finding (and its marker) name that reason, not the replay."""
+    source = HEADER + textwrap.dedent(ROUTER)
+    result = migrate_source(source, "router.py", module_name="router")
+    dense_line = (
+        source.splitlines().index('        logits = nn.Dense(experts, dtype=dtype, name="dense")(x)') + 1
+    )
+    (finding,) = [f for f in result.findings if f.rule == "L2N-API-002"]
+    assert finding.line == dense_line, result.findings
+    assert "could not be replayed" not in finding.message
+    assert "replay in place, but the class then still stays Linen: L2N-MOD-004 at line" in finding.message
+    assert "argument dtype= of nn.Dense uses the call-time value x" in finding.message
+    assert finding.message in result.output  # its marker says the same
+    assert "def _gates" in result.output  # the class keeps its author's code
+    again = migrate_source(result.output, "router.py", module_name="router")
+    assert again.output == result.output

@@ -44,9 +44,9 @@ from linen2nnx.migrate.earlier_markers import add_earlier_markers
 from linen2nnx.migrate.file_errors import internal_error, syntax_error
 from linen2nnx.migrate.file_state import IMPORTED_KEY
 from linen2nnx.migrate.findings import Finding, Severity
-from linen2nnx.migrate.helper_calls import kept_after_replay, replay_helper_calls, replayed_result
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.prefilter import read_by_module_pass
+from linen2nnx.migrate.replay_migration import explained, migrate_replayed
 from linen2nnx.migrate.rules import IO_002, IO_003
 from linen2nnx.migrate.run_io import check_writable, refuse_overwriting_sources, source_encoding
 from linen2nnx.migrate.shared_helpers import KEY as SHARED_HELPERS_KEY
@@ -169,7 +169,8 @@ def migrate_source(
     First, ``replay_helpers`` helper methods' calls in ``@nn.compact`` (helper_calls.py) and
     ``restate_axes`` restates ``param_with_axes`` calls as ``self.param`` (axes_params.py).
     ``settle_sizes``: the sizes classes of the file building a class pass it are settled (:mod:`.caller_sizes`;
-    :func:`migrate_paths` settles those of other files). The text passes read the module pass's findings."""
+    :func:`migrate_paths` settles those of other files). The text passes read the module pass's findings;
+    one resolver of the parsed tree serves every step that reads it."""
     from linen2nnx.migrate.module_rewrite import MigrateModules
 
     file_path = Path(path)
@@ -183,10 +184,11 @@ def migrate_source(
     options = dict(
         select=select, ignore=ignore, unsafe_fixes=unsafe_fixes, external=external, factories=factories
     )
-    steps = (restate_axes, replay_helpers)
-    names = functools.cache(lambda: NameResolver(tree))  # one resolver of `tree` for every step that reads it
-    rule_enabled = rule_selector(select, ignore)
-    if any(steps) and (kept := _prepassed(tree, source, path, module_name, trace, options, steps, names)):
+    steps, reasons = (restate_axes, replay_helpers), {}  # reasons: why a replay left a class Linen
+    names, rule_enabled = functools.cache(lambda: NameResolver(tree)), rule_selector(select, ignore)
+    if any(steps) and (
+        kept := _prepassed(tree, source, path, module_name, trace, options, steps, names, reasons)
+    ):
         return _finished(kept, source, path, rule_enabled) if settle_sizes else kept
     kept_options = {k: v for k, v in options.items() if k not in ("select", "ignore")}
     context = CodemodContext(filename=path, full_module_name=module_name or None)
@@ -211,6 +213,7 @@ def migrate_source(
     )
     facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
     result = FileResult(file_path, path, source, output, findings, command.name_map, **facts)
+    result = explained(result, reasons)  # replay_migration.py
     result.module, result.built = module_name, frozenset(built)
     return _release(command, _finished(result, source, path, rule_enabled) if settle_sizes else result)
 
@@ -246,6 +249,7 @@ def _prepassed(
     options: dict[str, Any],
     steps: tuple[bool, bool],
     names: Callable[[], NameResolver] | None = None,
+    reasons: dict[str, Finding] | None = None,
 ) -> FileResult | None:
     """The file migrated after the text passes ``steps`` asks for (restating ``param_with_axes``,
     replaying helper calls), in that order; None when neither applies. ``names``: the resolver of
@@ -256,34 +260,8 @@ def _prepassed(
     ):
         return kept
     if replay_helpers:
-        return _migrate_replayed(tree, source, path, module_name, trace, options, names)
+        return migrate_replayed(unsettled, tree, source, path, module_name, trace, options, names, reasons)
     return None
-
-
-def _migrate_replayed(
-    tree: cst.Module,
-    source: str,
-    path: str,
-    module_name: str,
-    trace: Trace | None,
-    options: dict[str, Any],
-    names: Callable[[], NameResolver] | None = None,
-) -> FileResult | None:
-    """The file migrated with its helper methods' calls replayed in place (helper_calls.py); None when
-    there is nothing to replay. A replayed class the module pass still keeps as Linen is replayed no
-    more and the file migrated again, so it keeps its author's code and the others their replay."""
-    skip: frozenset[str] = frozenset()
-    while True:
-        replayed = replay_helper_calls(tree, source, module_name, options.get("factories"), names, skip)
-        if replayed is None:
-            return None
-        result = unsettled(
-            replayed.source, path, module_name, trace, **options, replay_helpers=False, restate_axes=False
-        )
-        kept = kept_after_replay(result, replayed)
-        if result.failed or not kept:
-            return replayed_result(result, replayed, source)
-        skip |= kept
 
 
 @dataclasses.dataclass(frozen=True)
