@@ -78,3 +78,53 @@ def test_a_builder_in_another_file_settles_the_class(tmp_path):
     # the same files one at a time: the block's builder is not known, so it stays manual
     alone = migrate_source(MIXER, "blocks.py", module_name="pkg.blocks")
     assert _rules(alone, "manual") == ["L2N-SHAPE-003"]
+
+
+LABELLED = """
+import flax.linen as nn
+
+
+class Labelled(nn.Module):
+    c_dim: int = 0
+
+    @nn.compact
+    def __call__(self, z, c=None):
+        x = nn.Dense(4)(z)
+        if self.c_dim > 0:
+            x = x + nn.Dense(4)(c)
+        return x
+"""
+LABELS_USER = """
+import flax.linen as nn
+
+from pkg.blocks import Labelled
+
+
+class Plain(nn.Module):
+    @nn.compact
+    def __call__(self, z):
+        return Labelled()(nn.Dense(3)(z))
+
+
+class Tagged(nn.Module):
+    @nn.compact
+    def __call__(self, z, tags):
+        return Labelled(c_dim=2)(z, c=nn.Dense(5)(tags))
+"""
+
+
+def test_the_size_of_an_optional_input_is_passed_only_where_the_input_is(tmp_path):
+    """``c=None``: its size argument defaults to None, so a builder in another file that leaves ``c`` out
+    passes none (it was asked for: a manual size no config needs), and one that gives it passes its size."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "blocks.py").write_text(LABELLED)
+    (pkg / "model.py").write_text(LABELS_USER)
+    result = migrate_paths([pkg], Mode.CHECK, base=tmp_path)
+    by_file = {r.path.name: r for r in result.files}
+    blocks, model = by_file["blocks.py"], by_file["model.py"]
+    assert "c_features: int | None = None" in blocks.output
+    assert _rules(model, "manual") == [] and not [f for f in model.findings if "VERIFY" in f.rule]
+    assert "Labelled(in_features=3, rngs=rngs)" in model.output
+    assert "Labelled(c_dim=2, in_features=in_features, c_features=5, rngs=rngs)" in model.output

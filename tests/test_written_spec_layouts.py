@@ -470,3 +470,88 @@ def test_traced_sizes_of_nested_classes_and_cells_are_given_by_the_spec(source, 
     assert f"TRACED_ARGS = {traced}" in spec and "UNRESOLVED_ARGS = []" in spec, spec
     checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
     assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
+LABELLED = """\
+import flax.linen as nn
+
+
+class Model(nn.Module):
+    c_dim: int = 0
+    width: int = 4
+
+    @nn.compact
+    def __call__(self, z, c=None):
+        x = nn.Dense(self.width)(z)
+        if self.c_dim > 0:
+            x = x + nn.Dense(self.width)(c)
+        return x
+"""
+
+
+def test_an_optional_input_the_example_leaves_out_has_no_size_to_give(tmp_path):
+    """``c=None``, read only when ``c_dim > 0``: its size argument defaults to None (a config without
+    labels builds without it), and the spec of an example batch without ``c`` gives none (it indexed the
+    batch past its end)."""
+    env = _package(tmp_path)
+    (tmp_path / "src" / "mypkg" / "model.py").write_text(LABELLED)
+    (tmp_path / "specs.py").write_text(SPECS.replace("Model(WIDTH)", "Model()"))
+    done = _cli(tmp_path, env, "migrate", "src/", "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    assert done.returncode == 0, done.stdout + done.stderr
+    migrated = (tmp_path / "nnx_src" / "mypkg" / "model.py").read_text()
+    assert "c_features: int | None = None" in migrated
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
+CONV_BLOCK = """\
+import flax.linen as nn
+
+
+class ConvBlock(nn.Module):
+    n_filters: int
+    strides: tuple = (1, 1)
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.relu(nn.Conv(self.n_filters, (3, 3), self.strides)(x))
+"""
+STEM = """\
+from typing import Any, Callable
+
+import flax.linen as nn
+
+from .blocks import ConvBlock
+
+ModuleDef = Callable[..., Any]
+
+
+class Model(nn.Module):
+    conv_block_cls: ModuleDef = ConvBlock
+    width: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        x = self.conv_block_cls(self.width, strides=(2, 2))(x)
+        return self.conv_block_cls(self.width * 2)(x).mean(axis=(1, 2))
+"""
+
+
+def test_a_factory_field_bound_to_a_class_of_another_file_builds_it_in_init(tmp_path):
+    """jax-resnet's ``conv_block_cls: ModuleDef = ConvBlock`` after ``from .common import ConvBlock``: the
+    field builds that class of the run (it was L2N-MOD-008, the class kept as Linen), with its Linen
+    auto-names (``ConvBlock_0``), and the migrated pair checks out."""
+    env = _package(tmp_path)
+    (tmp_path / "src" / "mypkg" / "blocks.py").write_text(CONV_BLOCK)
+    (tmp_path / "src" / "mypkg" / "model.py").write_text(STEM)
+    specs = SPECS.replace("Model(WIDTH)", "Model()").replace("jnp.ones((2, 3))", "jnp.ones((2, 8, 8, 3))")
+    (tmp_path / "specs.py").write_text(specs)
+    done = _cli(tmp_path, env, "migrate", "src/", "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    assert done.returncode == 0, done.stdout + done.stderr
+    migrated = (tmp_path / "nnx_src" / "mypkg" / "model.py").read_text()
+    assert (
+        "self.conv_block_0 = self.conv_block_cls(self.width, strides=(2, 2), in_features=in_features"
+        in migrated
+    )
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stderr + checked.stdout

@@ -188,6 +188,11 @@ class FileContext:
         summary = self._from_other_file(node, self.state.external)
         return summary.as_plan() if summary is not None else None
 
+    def _imported_class(self, node: cst.BaseExpression) -> str | None:
+        """The name of the Linen module class another file of the run defines that ``node`` imports."""
+        summary = self._from_other_file(node, self.state.external)
+        return summary.name if summary is not None else None
+
     def imported_layer_subclass(self, node: cst.BaseExpression) -> LayerRule | None:
         """The built-in layer of the converted layer subclass of another file of the run ``node`` names
         (``StdConv`` after ``from pkg.convs import StdConv``), or None."""
@@ -229,7 +234,11 @@ class FileContext:
     def field_bindings(self) -> FieldBindings:
         if self.state.bindings is None:
             self.state.bindings = FieldBindings(
-                self.state.tree, self.is_linen_module, self.qualnames, self.layer_rule_of
+                self.state.tree,
+                self.is_linen_module,
+                self.qualnames,
+                self.layer_rule_of,
+                self._imported_class,
             )
         return self.state.bindings
 

@@ -567,3 +567,13 @@ def leaves_function(
         suite = suite.body[-1] if suite.body else None  # type: ignore[assignment]
     small = suite.body if isinstance(suite, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else ()
     return bool(small) and isinstance(small[-1], exits)
+
+
+def defaults_to_none(fn: cst.FunctionDef | None, name: str) -> bool:
+    """``fn``'s parameter ``name`` defaults to ``None``: an input its callers may leave out."""
+    if fn is None:
+        return False
+    params = (*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params)
+    return any(
+        p.name.value == name and isinstance(p.default, cst.Name) and p.default.value == "None" for p in params
+    )

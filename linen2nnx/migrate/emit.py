@@ -349,8 +349,8 @@ class Emitter:
         params.extend(
             f"{a}: tuple[int, ...]"
             if tuple_valued(how)
-            else f"{a}: int | None = None"  # a size needed only when a config test builds its layer
-            if how == "unresolved_if"
+            else f"{a}: int | None = None"  # a size needed only when a config test builds its layer,
+            if how == "unresolved_if" or a in plan.optional_inputs  # or of an input that may be None
             else f"{a}: int"
             for a, how in plan.new_args.items()
         )

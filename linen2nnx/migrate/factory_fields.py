@@ -14,7 +14,9 @@ the constructors callers bind to it:
 - followed through ``partial(...)``, locals assigned once, and the caller's own factory fields
   (``conv = partial(self.conv, use_bias=False)``).
 
-A field is convertible when every binding is the same built-in layer, or classes of the run. A
+A field is convertible when every binding is the same built-in layer, or classes of the file, or one
+class another file of the run defines (``conv_block_cls: ModuleDef = ConvBlock`` after ``from .common
+import ConvBlock``: what it builds is that class's own constructor, as if written there). A
 binding that is a Linen layer with no NNX counterpart (``nn.ConvLocal``) is reported where it is
 written and does not decide anything; anything the pass cannot follow leaves the field manual.
 """
@@ -35,7 +37,8 @@ from linen2nnx.migrate.linen_api import feature_preserving_functions
 
 @dataclasses.dataclass(frozen=True)
 class Base:
-    """What a binding builds: ``rule`` (a built-in layer), ``user`` (a class of the file), ``linen``
+    """What a binding builds: ``rule`` (a built-in layer), ``user`` (a class of the file), ``imported`` (a
+    class of the run another file defines), ``linen``
     (a Linen layer with no rule: reported at its own site), ``activation`` (a function that keeps
     the last axis, ``nn.relu``), or ``unknown``."""
 
@@ -98,9 +101,11 @@ class FieldBindings:
         is_linen_class: Callable[[cst.ClassDef], bool],
         qualnames: Callable[[cst.CSTNode], set[str]],
         layer_rule_of: Callable[[cst.BaseExpression], LayerRule | None],
+        other_file_class: Callable[[cst.BaseExpression], str | None] = lambda node: None,
     ) -> None:
         self._qualnames = qualnames
         self._rule_of = layer_rule_of
+        self._other_file_class = other_file_class  # the name of a class of the run another file defines
         self.fields: dict[str, list[str]] = {}
         self._defaults: dict[tuple[str, str], cst.BaseExpression] = {}
         classes = [s for s in tree.body if isinstance(s, cst.ClassDef) and is_linen_class(s)]
@@ -247,6 +252,9 @@ class FieldBindings:
         target = self._class_named(value)
         if target is not None:
             return [Base("user", target, value)]
+        imported = self._other_file_class(value) if type(value) in (cst.Name, cst.Attribute) else None
+        if imported is not None:
+            return [Base("imported", imported, value)]
         qualnames = self._qualnames(value)
         if qualnames & feature_preserving_functions():
             return [Base("activation", sorted(qualnames)[0], value)]
@@ -289,6 +297,8 @@ class FieldBindings:
                 tuple(b.node for b in bases if b.kind == "rule"),
                 given,
             )
+        if kinds == {"imported"} and len({b.name for b in bases}) == 1:  # planned as its constructor call
+            return FieldFactory(field, None, (bases[0].name,), bases[0].node, partial_keywords=given)  # type: ignore[arg-type]
         if kinds == {"user"}:
             return FieldFactory(
                 field,

@@ -181,9 +181,8 @@ class LoopNest:
     sites: list[Site] = dataclasses.field(default_factory=list)
     # id(site) -> its line
     statements: dict[int, cst.SimpleStatementLine] = dataclasses.field(default_factory=dict)
-    applied: dict[int, int] = dataclasses.field(
-        default_factory=dict
-    )  # id(site) -> when the dataflow applies it
+    # id(site) -> when the dataflow applies it
+    applied: dict[int, int] = dataclasses.field(default_factory=dict)
     # first (``norm(dense(x))`` builds the Dense first: the LayerNorm's size reads ``self.dense[-1]``)
 
     def iterator(self, site: Site) -> str:
@@ -305,9 +304,8 @@ class ClassPlan:
     static_flow: Any = None  # static_locals.StaticLocals: which locals are static where
     # local -> vars read as v.shape[-1]
     shape_locals: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    shape_local_sizes: dict[str, dict[str, str]] = dataclasses.field(
-        default_factory=dict
-    )  # local -> {v: size}
+    # local -> {v: size}
+    shape_local_sizes: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     needed_locals: list[str] = dataclasses.field(default_factory=list)
     setup_vars: dict[str, str] = dataclasses.field(default_factory=dict)  # setup attr -> param | variable
     setup_properties: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # setup_arrays.py
@@ -316,9 +314,8 @@ class ClassPlan:
     call_inputs: tuple[str, ...] = ()  # __call__'s parameters in order, for inputs given by keyword
     # compact local bound to a submodule
     local_sites: dict[str, Site] = dataclasses.field(default_factory=dict)
-    branch_sites: dict[str, BranchLocal] = dataclasses.field(
-        default_factory=dict
-    )  # local bound per `if` branch
+    # local bound per `if` branch
+    branch_sites: dict[str, BranchLocal] = dataclasses.field(default_factory=dict)
     uses_rngs: bool = False  # make_rng is used: the module keeps ``self.rngs``
     # method -> (params, result)
     method_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(default_factory=dict)
@@ -347,16 +344,14 @@ class ClassPlan:
     # its __call__ parameters ("True": possibly always); None: never (see lazy_vars.py)
     partial_classes: set[Any] = dataclasses.field(default_factory=set)  # classes of converted partial locals
     shape_tests: dict[Any, Any] = dataclasses.field(default_factory=dict)  # `if` -> (ShapeTest, method)
-    if_envs: dict[Any, Any] = dataclasses.field(
-        default_factory=dict
-    )  # `if` -> (values its test sees, params)
+    # `if` -> (values its test sees, params)
+    if_envs: dict[Any, Any] = dataclasses.field(default_factory=dict)
     is_cell: bool = False  # an nn.RNNCellBase subclass: __call__(carry, x) returns a carry of the same shape
     nests: dict[Any, LoopNest] = dataclasses.field(default_factory=dict)  # outermost `for` -> its LoopNest
     stopped_lists: set[str] = dataclasses.field(default_factory=set)  # loop lists a later loop of the
     # same class could not extend: what comes after is counted past elements the list does not hold
-    mode_partials: dict[str, dict[str, str]] = dataclasses.field(
-        default_factory=dict
-    )  # local -> {flag: source}
+    mode_partials: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # local -> {flag: src}
+    optional_inputs: set[str] = dataclasses.field(default_factory=set)  # sizes of an input that may be None
     call_flags: tuple[str, ...] = ()  # fields __call__ merges with a call argument (merge_flags.py)
     builders: tuple[str, ...] = ()  # methods that build it in Linen, its own and inherited (inheritance.py)
     super_init: ClassPlan | None = None  # the base whose __init__ its __init__ calls
@@ -397,6 +392,7 @@ class ClassPlan:
             self.scope_names(),
             shape_rank_only=self.shape_rank_only,
             holds_nothing=self.holds_nothing,
+            optional_inputs=frozenset(self.optional_inputs),
             traced_sizes=tuple(self.traced_sizes.items()),
             size_paths=tuple(self.size_paths.items()),
         )
@@ -421,6 +417,7 @@ class ClassSummary:
     out_ranks: tuple[tuple[int, Feat], ...] = ()  # __call__'s result per input rank (callee_ranks.py)
     shape_rank_only: bool = False
     holds_nothing: bool = False
+    optional_inputs: frozenset[str] = frozenset()  # size arguments that default to None (ClassPlan's)
     traced_sizes: tuple[tuple[str, Any], ...] = ()  # what the trace saw for required sizes (spec_writer)
     size_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()  # required arg -> its layer's path
 
@@ -442,6 +439,7 @@ class ClassSummary:
             known_out_ranks=dict(self.out_ranks),
             shape_rank_only=self.shape_rank_only,
             holds_nothing=self.holds_nothing,
+            optional_inputs=set(self.optional_inputs),
             traced_sizes=dict(self.traced_sizes),
             size_paths=dict(self.size_paths),
         )

@@ -20,6 +20,7 @@ from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     bracketed,
     code,
+    defaults_to_none,
     names_in,
     parse_expression,
     replace_name,
@@ -379,11 +380,9 @@ class Sizer(TraceEvidence):
                     site.user_in[arg] = handed  # the output size of a submodule it hands in
                 elif traced := self.traced_child_size(plan, site, arg, how, node):
                     site.user_in[arg] = traced  # what the trace saw in each instance of this class
-                else:
-                    what = child_size_label(arg, site.user.name, how)
-                    site.user_in[arg] = self._required_arg(
-                        plan, site, what, node, arg, shape=tuple_valued(how)
-                    )
+                elif arg not in site.user.optional_inputs or passed_input(node, args, index, arg) is not None:
+                    what = child_size_label(arg, site.user.name, how)  # (an optional input left out: none)
+                    site.user_in[arg] = self._required_arg(plan, site, what, node, arg, tuple_valued(how))
 
     def _loop_expr(
         self, plan: ClassPlan, site: Site, feats: dict[int, Feat], params: list[str], node: cst.CSTNode
@@ -447,6 +446,8 @@ class Sizer(TraceEvidence):
         arg = input_arg_name(plan, feat.input_name, params)
         if arg not in plan.new_args:
             plan.new_args[arg] = f"input:{params.index(feat.input_name)}"
+            if defaults_to_none(self.ctx.enclosing_function(node), feat.input_name):
+                plan.optional_inputs.add(arg)  # `c=None`: a config that never passes it needs no size
             self.ctx.report(
                 SHAPE_002,
                 node,

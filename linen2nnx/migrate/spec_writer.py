@@ -67,7 +67,11 @@ def pair() -> ModelPair:
     nnx_class = getattr(nnx_module, NNX_CLASS)
     args, _ = linen.call_args(train=False)
     kwargs = nnx_ctor_kwargs(linen.model, nnx_module)  # Linen classes in the config: their NNX twins
-    kwargs.update({{name: int(args[index].shape[-1]) for name, index in INPUT_FEATURE_ARGS.items()}})
+    kwargs.update({{  # an optional input the example leaves out has no size (its argument defaults to None)
+        name: int(args[index].shape[-1])
+        for name, index in INPUT_FEATURE_ARGS.items()
+        if index < len(args) and args[index] is not None
+    }})
     kwargs.update({{name: tuple(args[index].shape) for name, index in INPUT_SHAPE_ARGS.items()}})
     for name, (index, accessor) in INPUT_LEAF_ARGS.items():
         kwargs[name] = int(input_leaf(args[index], accessor).shape[-1])

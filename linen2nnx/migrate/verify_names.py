@@ -120,12 +120,15 @@ class Signature:
     def of_summary(cls, summary: ClassSummary) -> Signature:
         """A class another file of the run migrated: converted or bridged, its NNX constructor takes
         neither ``name`` nor ``parent`` and requires ``rngs``; a converted one also requires the size
-        arguments it gained (keyword-only; all but those needed only under a config test, which
-        default to None). Its fields are not checked here."""
+        arguments it gained (keyword-only; all but those needed only under a config test, and those of
+        an input that may be None, which default to None). Its fields are not checked here."""
         fields = {f.name for f in summary.fields}
         linen_only = frozenset({"name", "parent"} - fields)
+        optional = summary.optional_inputs  # the size of an input that may be None defaults to None too
         sizes = (
-            () if summary.kept_linen else (a for a, how in summary.new_args.items() if how != "unresolved_if")
+            ()
+            if summary.kept_linen
+            else (a for a, how in summary.new_args.items() if how != "unresolved_if" and a not in optional)
         )
         return cls((), frozenset({"rngs", *sizes}) - fields, frozenset(), True, True, linen_only)
 

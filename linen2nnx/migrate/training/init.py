@@ -185,7 +185,7 @@ def _sizes(
             sizes[arg] = (inputs[index], how)
         elif index == 0 and summary.first_input in keywords:
             sizes[arg] = (keywords[summary.first_input], how)
-        else:
+        elif arg not in summary.optional_inputs:  # an input init leaves out may be None: its size too
             note_unsized(plan, call, summary.name, arg)
     return sizes
 
