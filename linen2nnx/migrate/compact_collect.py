@@ -333,10 +333,17 @@ class CompactCollector(FastVisitor):
             return True  # none before, or after a loop (the planner's finding)
         if n and len(earlier) == n and all(r.conditions == conditions[: len(r.conditions)] for r in earlier):
             return True
-        if built.factory is None and self.planner.conditional_prefix(
-            self.plan, name, loop, conditions, n, self.local_names
+        prefix = (
+            None
+            if built.factory is not None
+            else self.planner.conditional_prefix(self.plan, name, loop, conditions, n, self.local_names)
+        )  # the loop's list starts with them (loop_chains.py), each counted where NNX builds it as Linen
+        if (
+            prefix
+            and len(earlier) == n
+            and all(r.conditions == s.conditions for r, s in zip(earlier, prefix))
         ):
-            return True  # the loop's list starts with them (loop_chains.py)
+            return True  # does (not one NNX builds always but Linen only when an optional input is given)
         self.state.handled.add(built.target.func)  # this finding says it all
         self.ctx.report(
             MOD_004,

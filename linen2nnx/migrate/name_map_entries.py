@@ -69,9 +69,7 @@ def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
             entry.children[site.elements] = Child(attr=site.attr, linen_class=linen_class, container="list")
         elif site.extends is not None or site.prefix_index not in ("", "0"):
             continue  # the elements after the first loop's: Linen counts on, {Class}_{k} is element k
-        elif (
-            site.prefix_index
-        ):  # the first of the modules before its class's first loop, which start its list
+        elif site.prefix_index:  # the first of the modules before its class's first loop: they start its list
             name = site.linen_name.rpartition("_")[0]
             entry.children[name] = Child(attr=site.attr, linen_class=linen_class, container="list")
         elif (
