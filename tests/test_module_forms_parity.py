@@ -222,6 +222,12 @@ CASES = {
     "compact_loop_after_others_gated": ("Gated", {"depth": 3}, (2, 5)),  # both under `if self.embed`
     "compact_loop_after_others_empty": ("Gated", {"depth": 0}, (2, 5)),  # an empty loop after Dense_0
     # a label layer under `if self.c_dim > 0` starts the loop's list: Dense_k is element k either way
+    # modules under an `if` on the loop's names: the loop replayed in __init__ with its `if`s
+    "loop_tested_modules": ("NormedMLP", {}, (2, 5)),
+    "loop_tested_modules_one": ("NormedMLP", {"depth": 1}, (2, 5)),  # no norm at all
+    "loop_tested_modules_stages": ("Stages", {}, (2, 8, 8, 3)),
+    "loop_tested_modules_stage": ("Stages", {"widths": (4,)}, (2, 8, 8, 3)),
+    "loop_tested_modules_alternating": ("Alternating", {"depth": 5}, (2, 5)),
     "compact_loop_after_others_labelled": ("Labelled", {"c_dim": 3}, (2, 5)),
     "compact_loop_after_others_unlabelled": ("Labelled", {"c_dim": 0}, (2, 5)),
     "compact_loop_after_others_tagged": ("Tagged", {"tags": True, "depth": 3}, (2, 5)),
@@ -473,6 +479,7 @@ SOURCES = {
     "compact_loop_chain_mixed": "compact_loop_chain",
     "compact_loop_after_others_gated": "compact_loop_after_others",
     "compact_loop_after_others_empty": "compact_loop_after_others",
+    **{f"loop_tested_modules_{k}": "loop_tested_modules" for k in ("one", "stages", "stage", "alternating")},
     **{
         f"compact_loop_after_others_{k}": "compact_loop_after_others"
         for k in ("labelled", "unlabelled", "tagged", "untagged")

@@ -29,6 +29,7 @@ from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.guard_conditions import Guard, creation_context, early_return, guards
+from linen2nnx.migrate.loop_tests import tested_in_loop
 from linen2nnx.migrate.nest_runs import in_inner_loop
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in, loop_name_prefix
@@ -225,8 +226,9 @@ class CompactCollector(FastVisitor):
         else:
             self.nest.pop()
 
-    def nest_site(self, node: cst.Call, args: list[cst.BaseExpression]) -> bool:
-        """Built inside loops that only a replayed nest expresses (see sites.LoopNest)?"""
+    def nest_site(self, node: cst.Call, args: list[cst.BaseExpression], stateless: bool = False) -> bool:
+        """Built inside loops that only a replayed nest expresses (see sites.LoopNest)? Not for a test of
+        the loop's names around a ``stateless`` module: built every iteration, it holds nothing."""
         if not self.loops:
             return False
         if len(self.loops) > 1 or not self.loops[0].var:
@@ -235,6 +237,8 @@ class CompactCollector(FastVisitor):
         if nest is not None and any(in_inner_loop(nest, site, self.ctx.parent_of) for site in nest.sites):
             return True  # after an inner loop's modules (a norm after each stage): built between them
         body_locals = set().union(*(stmts for _, stmts in self.nest))
+        if not stateless and tested_in_loop(node, self.loops[0].node, self.nest, self.ctx.parent_of):
+            return True  # `if i < self.n - 1: nn.LayerNorm()(x)` (loop_tests.py)
         return any(names_in(a) & body_locals for a in args)  # `for i in range(n): f = 2 * i`
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
@@ -260,11 +264,12 @@ class CompactCollector(FastVisitor):
             )
             self._uncount(built)
             return
-        in_nest = self.nest_site(node, [a.value for a in (*built.target.args, *node.args)])
+        stateless = built.rule is not None and built.rule.no_variables
+        in_nest = self.nest_site(node, [a.value for a in (*built.target.args, *node.args)], stateless)
         loop = None if in_nest else self.loops[-1] if self.loops else None
-        free = loop is not None and built.rule is not None and built.rule.no_variables
-        conditions = self.planner.conditions_of(
-            node,
+        free = loop is not None and stateless
+        conditions = self.planner.conditions_of(  # a nest's own `if`s: replayed with it (loop_tests.py)
+            self.loops[0].node if in_nest and self.loops[0].node is not None else node,
             self.fn,
             self.local_names,
             None if built.variable else plan,
@@ -333,11 +338,8 @@ class CompactCollector(FastVisitor):
             return True  # none before, or after a loop (the planner's finding)
         if n and len(earlier) == n and all(r.conditions == conditions[: len(r.conditions)] for r in earlier):
             return True
-        prefix = (
-            None
-            if built.factory is not None
-            else self.planner.conditional_prefix(self.plan, name, loop, conditions, n, self.local_names)
-        )  # the loop's list starts with them (loop_chains.py), each counted where NNX builds it as Linen
+        # the loop's list starts with them (loop_chains.py), each counted where NNX builds it as Linen
+        prefix = self.planner.conditional_prefix(self.plan, name, loop, conditions, n, self.local_names)
         if (
             prefix
             and len(earlier) == n

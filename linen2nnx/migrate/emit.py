@@ -38,6 +38,7 @@ from linen2nnx.migrate.layer_args import einsum_bias_shape
 from linen2nnx.migrate.lazy_vars import as_array, init_call, needs_jax, number_fields
 from linen2nnx.migrate.lifted import lifted_ctor
 from linen2nnx.migrate.loop_names import built_per_iteration
+from linen2nnx.migrate.loop_tests import replay_loops, test_names
 from linen2nnx.migrate.merge_flags import with_moved_flags
 from linen2nnx.migrate.name_map_entries import handed_builds_convert
 from linen2nnx.migrate.replayed_lines import replayed_assign
@@ -502,31 +503,13 @@ class Emitter:
             appends.setdefault(nest.statements[id(site)], []).append(line)
         for f in nest_fors(nest.outer):
             read |= names_in(f.iter)
+        read |= test_names(nest.outer)  # the `if`s around appends (loop_tests.py) read them too
         needed: set[cst.CSTNode] = set()
         for name, stmt in reversed(list(nest.local_stmts.items())):  # a local may read an earlier one
             if name in read:
                 needed.add(stmt)
                 read |= names_in(stmt.body[0].value)  # type: ignore[attr-defined]
-
-        def replay(loop: cst.For) -> cst.For | None:
-            body: list[cst.BaseStatement] = []
-            builds = False
-            for stmt in loop.body.body:
-                if isinstance(stmt, cst.For):
-                    inner = replay(stmt)
-                    if inner is not None:
-                        body.append(inner)
-                        builds = True
-                elif stmt in needed:
-                    body.append(stmt.with_changes(leading_lines=[]))
-                elif stmt in appends:
-                    body.extend(appends[stmt])
-                    builds = True
-            if not builds:
-                return None
-            return loop.with_changes(body=cst.IndentedBlock(body=body), leading_lines=[])
-
-        loops = replay(nest.outer)
+        loops = replay_loops(nest.outer, needed, appends)
         lists = [parse_statement(f"self.{site.attr} = nnx.List()\n") for site in in_order]
         self.state.uses_nnx = True
         return [*lists, *([loops] if loops is not None else [])]

@@ -34,6 +34,7 @@ from linen2nnx.migrate.loop_names import (
     pattern_attr,
     single_name,
 )
+from linen2nnx.migrate.loop_tests import replayable_test
 from linen2nnx.migrate.rules import LAYER_003, MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopNest, Site, root_site, shape_last_refs, static_everywhere
 
@@ -226,8 +227,9 @@ class NestPlanning:
         )
         bound, name_arg = bind_args(self._arg_order(rule, user), target)
         statement = self.ctx.enclosing_statement(node)
-        outer = self._outer_loop(statement, len(loops))
-        why, pattern = self._refusal(plan, outer, conditions, name_arg, len(loops), names, counters)
+        outer = self._outer_loop(statement, len(loops), local_names, set().union(*(n for n, _ in loops)))
+        tested = any(isinstance(p, cst.If) for p in self._between(statement, outer))  # loop_tests.py
+        why, pattern = self._refusal(plan, outer, conditions, name_arg, len(loops), names, counters, tested)
         single = single_name(self.ctx, name_arg.value) if name_arg is not None and pattern else None
         if why is not None:
             self.state.handled.add(target.func)
@@ -271,9 +273,13 @@ class NestPlanning:
         depth: int,
         names: tuple[str, ...],
         counters: dict[str, int | None],
+        tested: bool = False,
     ) -> tuple[str | None, str | None]:
         """Why a module of a loop nest is not hoisted (None: it is), and the pattern of its names when
-        it is built with ``name=`` in one loop (``block{i+2}``)."""
+        it is built with ``name=`` in one loop (``block{i+2}``). ``tested``: built under an ``if`` of the
+        loop body, on the iterations it holds only, so ``name=`` patterns (one per iteration) are not."""
+        if tested and name_arg is not None:
+            return "with name= under an if: its list skips the iterations the test fails", None
         pattern = None
         if name_arg is not None and depth == 1 and isinstance(outer, cst.For) and not conditions:
             value = loop_name_value(self.ctx, name_arg.value)  # `f'block{i + 1}'`, or a local bound to it
@@ -297,18 +303,31 @@ class NestPlanning:
         pattern = name_pattern(value, *counted) if counted is not None else None
         return pattern if pattern is not None and not clashes(pattern, list(plan.sites.values())) else None
 
-    def _outer_loop(self, statement: cst.CSTNode | None, depth: int) -> cst.CSTNode | None:
+    def _outer_loop(
+        self, statement: cst.CSTNode | None, depth: int, local_names: set[str], loop_names: set[str]
+    ) -> cst.CSTNode | None:
         """The ``for`` ``depth`` loops up from ``statement`` when only loop bodies lie between them (a
-        ``For``); else the first node that is neither."""
+        ``For``), or ``if`` statements whose tests read no local but the loops' names (loop_tests.py,
+        replayed by ``__init__``); else the first node that is neither."""
         outer = statement
         seen = 0
         while outer is not None and not (isinstance(outer, cst.For) and seen == depth):
             outer = self.ctx.parent_of(outer)
             if isinstance(outer, cst.For):
                 seen += 1
-            elif not isinstance(outer, (cst.IndentedBlock, cst.For)):
+            elif isinstance(outer, cst.If) and replayable_test(outer.test, local_names, loop_names):
+                continue
+            elif not isinstance(outer, (cst.IndentedBlock, cst.For, cst.Else)):
                 break
         return outer
+
+    def _between(self, statement: cst.CSTNode | None, outer: cst.CSTNode | None) -> list[cst.CSTNode]:
+        """The nodes from ``statement`` up to ``outer`` (excluded)."""
+        found, cur = [], statement
+        while cur is not None and cur is not outer:
+            found.append(cur)
+            cur = self.ctx.parent_of(cur)
+        return found
 
     @staticmethod
     def _loop_nest(outer: cst.For, loops: list[tuple[set[str], dict[str, Any]]]) -> LoopNest:
