@@ -224,7 +224,7 @@ class Model(nn.Module):
     def __call__(self, x):
         for i, size in enumerate(self.sizes):
             x = nn.Dense(size, name=f"hidden_{i}")(x)
-            if i < len(self.sizes) - 1 and self.layer_norm:
+            if i < len(self.sizes) - 1 and self.layer_norm and x.ndim > 1:  # a call-time test: kept
                 x = nn.LayerNorm()(x)
         return x
 """
@@ -552,6 +552,25 @@ def test_a_factory_field_bound_to_a_class_of_another_file_builds_it_in_init(tmp_
     assert (
         "self.conv_block_0 = self.conv_block_cls(self.width, strides=(2, 2), in_features=in_features"
         in migrated
+    )
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
+def test_a_norm_between_layers_converts_and_checks_out(tmp_path):
+    """The same MLP with a norm between its layers on a test of the loop's names and the config only
+    (``if i < len(self.sizes) - 1 and self.layer_norm``): the loop is replayed in ``__init__`` with that
+    test, and the pair checks out from a fresh process."""
+    env = _package(tmp_path)
+    model = BRIDGED_MLP.replace(" and x.ndim > 1:  # a call-time test: kept", ":")
+    (tmp_path / "src" / "mypkg" / "model.py").write_text(model)
+    (tmp_path / "specs.py").write_text(SPECS.replace("Model(WIDTH)", "Model(sizes=(5, 4, 3))"))
+    done = _cli(tmp_path, env, "migrate", "src/", "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    assert done.returncode == 0 and "L2N-MOD-007" not in done.stdout + done.stderr, done.stdout + done.stderr
+    migrated = (tmp_path / "nnx_src" / "mypkg" / "model.py").read_text()
+    assert (
+        "if i < len(self.sizes) - 1 and self.layer_norm:\n" in migrated
+        and "next(layer_norm__iter)" in migrated
     )
     checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
     assert checked.returncode == 0, checked.stderr + checked.stdout
