@@ -29,7 +29,7 @@ from linen2nnx.migrate.factories import call_site_ctor
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.function_factories import FunctionFactory
 from linen2nnx.migrate.guard_conditions import Guard, creation_context, early_return, guards
-from linen2nnx.migrate.loop_tests import tested_in_loop
+from linen2nnx.migrate.loop_tests import nest_conditions, tested_in_loop
 from linen2nnx.migrate.nest_runs import in_inner_loop
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in, loop_name_prefix
@@ -267,13 +267,12 @@ class CompactCollector(FastVisitor):
         stateless = built.rule is not None and built.rule.no_variables
         in_nest = self.nest_site(node, [a.value for a in (*built.target.args, *node.args)], stateless)
         loop = None if in_nest else self.loops[-1] if self.loops else None
-        free = loop is not None and stateless
-        conditions = self.planner.conditions_of(  # a nest's own `if`s: replayed with it (loop_tests.py)
-            self.loops[0].node if in_nest and self.loops[0].node is not None else node,
-            self.fn,
-            self.local_names,
-            None if built.variable else plan,
-            frozenset({loop.var, loop.index} - {""}) if free else frozenset(),  # type: ignore[union-attr]
+        skipped = frozenset({loop.var, loop.index} - {""}) if loop and stateless else frozenset()
+        args = (self.fn, self.local_names, None if built.variable else plan)
+        conditions = (  # a nest's own `if`s are replayed with it (loop_tests.py)
+            nest_conditions(self.planner, node, self.loops[0].node, *args, self.nest)
+            if in_nest and self.loops[0].node is not None
+            else self.planner.conditions_of(node, *args, skipped)
         )
         if built.variable and self.planner.plan_lazy_variable(plan, node, conditions, self.local_names):
             return

@@ -14,6 +14,7 @@ a local of the method bound outside the loops) leaves the module where it is, wi
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from typing import Any
 
 import libcst as cst
 
@@ -32,6 +33,25 @@ def tested_in_loop(node: cst.CSTNode, loop: cst.CSTNode | None, nest: list, pare
             return True
         cur = parent_of(cur)
     return False
+
+
+def nest_conditions(
+    planner: Any,
+    node: cst.CSTNode,
+    outer: cst.For,
+    fn: cst.FunctionDef,
+    local_names: set[str],
+    plan: Any,
+    nest: list,
+) -> list[str] | None:
+    """The config tests a module of the nest ``outer`` is built under: those around the nest (its own
+    ``if`` statements on the loops' names are replayed with it), or None where a test around the module
+    reads a call-time value -- also an ``x if t else y`` expression on the loops' names, which no replay
+    of statements takes."""
+    names = frozenset().union(*(loop_names for loop_names, _ in nest))
+    if planner.conditions_of(node, fn, local_names, plan, names) is None:
+        return None
+    return planner.conditions_of(outer, fn, local_names, plan)
 
 
 def replayable_test(
