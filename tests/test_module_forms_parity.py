@@ -228,6 +228,7 @@ CASES = {
     "loop_tested_modules_stages": ("Stages", {}, (2, 8, 8, 3)),
     "loop_tested_modules_stage": ("Stages", {"widths": (4,)}, (2, 8, 8, 3)),
     "loop_tested_modules_alternating": ("Alternating", {"depth": 5}, (2, 5)),
+    "loop_tested_modules_last": ("LastByLocal", {}, (2, 5)),  # the test reads a local of the method
     "compact_loop_after_others_labelled": ("Labelled", {"c_dim": 3}, (2, 5)),
     "compact_loop_after_others_unlabelled": ("Labelled", {"c_dim": 0}, (2, 5)),
     "compact_loop_after_others_tagged": ("Tagged", {"tags": True, "depth": 3}, (2, 5)),
@@ -479,7 +480,10 @@ SOURCES = {
     "compact_loop_chain_mixed": "compact_loop_chain",
     "compact_loop_after_others_gated": "compact_loop_after_others",
     "compact_loop_after_others_empty": "compact_loop_after_others",
-    **{f"loop_tested_modules_{k}": "loop_tested_modules" for k in ("one", "stages", "stage", "alternating")},
+    **{
+        f"loop_tested_modules_{k}": "loop_tested_modules"
+        for k in ("one", "stages", "stage", "alternating", "last")
+    },
     **{
         f"compact_loop_after_others_{k}": "compact_loop_after_others"
         for k in ("labelled", "unlabelled", "tagged", "untagged")

@@ -36,6 +36,7 @@ from linen2nnx.migrate.factories import (
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_aliases import plain_assign, reads_linen, sole_binding
 from linen2nnx.migrate.input_sizes import reads_rank_only
+from linen2nnx.migrate.loop_tests import test_names
 from linen2nnx.migrate.mutation import mutated_locals
 from linen2nnx.migrate.rebound_locals import (
     dead_bindings,
@@ -365,6 +366,7 @@ class LocalPlanner:
         for nest in plan.nests.values():  # the loops' iterables and body locals read config locals too
             ctors += [f.iter for f in nest_fors(nest.outer)]
             ctors += [stmt.body[0].value for stmt in nest.local_stmts.values()]  # type: ignore[attr-defined]
+            ctors += [cst.Name(n) for n in test_names(nest.outer)]  # its `if` tests (loop_tests.py)
         todo = [n for ctor in ctors for n in names_in(ctor) if n in plan.pure_locals]
         todo += [n for n in condition_names(plan) if n in plan.pure_locals]  # `if c != self.n:` reads c
         while todo:
