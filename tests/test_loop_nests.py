@@ -130,7 +130,7 @@ def test_a_loop_body_local_is_replayed(tmp_path):
             def __call__(self, x):
                 for i in range(2):
                     for j in range(2):
-                        if i == j:
+                        if x.shape[0] > i + j:  # a call-time test (one on i and j alone is replayed)
                             x = nn.Dense(3)(x)
                 return x
      """,
