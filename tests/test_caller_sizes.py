@@ -38,6 +38,17 @@ def _rules(result, severity=None):
     )
 
 
+def _migrated_package(tmp_path, blocks: str, model: str):
+    """The results for ``pkg/blocks.py`` and ``pkg/model.py`` (which imports it), migrated as one run."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "blocks.py").write_text(blocks)
+    (pkg / "model.py").write_text(model)
+    by_file = {r.path.name: r for r in migrate_paths([pkg], Mode.CHECK, base=tmp_path).files}
+    return by_file["blocks.py"], by_file["model.py"]
+
+
 def test_a_built_class_is_settled_and_computes_as_linen(tmp_path):
     linen_mod, nnx_mod, result, map_path = build("builder_passes", tmp_path)
     assert _rules(result) == ["L2N-SHAPE-002", "L2N-SHAPE-003", "L2N-SHAPE-005"]
@@ -64,14 +75,7 @@ def test_a_function_that_builds_the_class_does_not_settle_it():
 
 
 def test_a_builder_in_another_file_settles_the_class(tmp_path):
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "blocks.py").write_text(MIXER)
-    (pkg / "model.py").write_text(MODEL)
-    result = migrate_paths([pkg], Mode.CHECK, base=tmp_path)
-    by_file = {r.path.name: r for r in result.files}
-    blocks, model = by_file["blocks.py"], by_file["model.py"]
+    blocks, model = _migrated_package(tmp_path, MIXER, MODEL)
     assert _rules(blocks) == ["L2N-SHAPE-005"] and "TODO" not in blocks.output
     assert _rules(model, "manual") == ["L2N-SHAPE-003"]
     assert "mixer_0_dense_0_in_features" in model.output
@@ -116,14 +120,7 @@ class Tagged(nn.Module):
 def test_the_size_of_an_optional_input_is_passed_only_where_the_input_is(tmp_path):
     """``c=None``: its size argument defaults to None, so a builder in another file that leaves ``c`` out
     passes none (it was asked for: a manual size no config needs), and one that gives it passes its size."""
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "blocks.py").write_text(LABELLED)
-    (pkg / "model.py").write_text(LABELS_USER)
-    result = migrate_paths([pkg], Mode.CHECK, base=tmp_path)
-    by_file = {r.path.name: r for r in result.files}
-    blocks, model = by_file["blocks.py"], by_file["model.py"]
+    blocks, model = _migrated_package(tmp_path, LABELLED, LABELS_USER)
     assert "c_features: int | None = None" in blocks.output
     assert _rules(model, "manual") == [] and not [f for f in model.findings if "VERIFY" in f.rule]
     assert "Labelled(in_features=3, rngs=rngs)" in model.output

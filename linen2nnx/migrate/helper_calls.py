@@ -87,6 +87,22 @@ class Replayed:
         return dataclasses.replace(finding, line=new, col=len(text) - len(text.lstrip()) + 1)
 
 
+UNREPLAYED = "whose calls could not be replayed in place"
+
+
+def unreplayed_message(layer: str, helper: str) -> str:
+    """The finding of a layer a helper method (``Class.method``) builds whose calls were not replayed
+    (rewrite_attrs.py); :func:`unreplayed_class` reads the class back out of it (replay_migration.py)."""
+    return f"{layer} built in {helper}, a method that is neither setup nor @nn.compact, {UNREPLAYED}"
+
+
+def unreplayed_class(message: str) -> str | None:
+    """The class of the helper an :func:`unreplayed_message` names; None for any other message."""
+    if UNREPLAYED not in message:
+        return None
+    return message.split(" built in ", 1)[-1].split(",", 1)[0].partition(".")[0]
+
+
 def _is_compact(fn: cst.FunctionDef, resolver: NameResolver) -> bool:
     return any("flax.linen.compact" in resolver.qualnames(d.decorator) for d in fn.decorators)
 

@@ -25,6 +25,7 @@ import libcst as cst
 
 from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.cst_utils import names_in, parse_expression, snake_case
+from linen2nnx.migrate.loop_names import free_attribute
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site, jumps_in
 
@@ -190,11 +191,7 @@ class LoopChains:
     ) -> None:
         """The modules of :meth:`conditional_prefix` as the first elements of this loop's list."""
         class_name = prefix[0].linen_name.rpartition("_")[0]
-        attr = snake_case(class_name)
-        while any(s.attr == attr and s.hoisted for s in plan.sites.values() if s not in prefix) or (
-            attr in plan.field_names
-        ):
-            attr = f"{attr}_"
+        attr = free_attribute(plan, snake_case(class_name), prefix)
         ran: list[str] = []  # for each module before, what it adds to the count: 1, or 1 when its test holds
         for site in prefix:
             site.attr, site.container, site.prefix_index = attr, "list", count_of(ran)

@@ -29,7 +29,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.function_aliases import sole_assigned_value
 from linen2nnx.migrate.name_strings import as_fstring
-from linen2nnx.migrate.sites import LoopInfo, Site
+from linen2nnx.migrate.sites import ClassPlan, LoopInfo, Site
 from linen2nnx.namemap import split_pattern
 
 
@@ -157,6 +157,15 @@ def pattern_attr(pattern: str, class_name: str) -> str:
     before, _, after = split_pattern(pattern)
     text = (before + "_" + after).strip("_") if after else before.rstrip("_")
     return attribute_for(snake_case(text) if text else snake_case(class_name), class_name)
+
+
+def free_attribute(plan: ClassPlan, attr: str, ignore: list[Site] | tuple[Site, ...] = ()) -> str:
+    """``attr``, or with ``_`` appended until no hoisted module of ``plan`` (but those of ``ignore``, about
+    to take it) and no field holds it: a distinct attribute."""
+    taken = [s for s in plan.sites.values() if s.hoisted and not any(s is i for i in ignore)]
+    while any(s.attr == attr for s in taken) or attr in plan.field_names:
+        attr = f"{attr}_"
+    return attr
 
 
 def clashes(pattern: str, sites: list[Site]) -> bool:

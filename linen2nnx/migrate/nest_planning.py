@@ -29,6 +29,7 @@ from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.loop_names import (
     clashes,
     counting,
+    free_attribute,
     loop_name_value,
     name_pattern,
     pattern_attr,
@@ -250,9 +251,7 @@ class NestPlanning:
         if nest is None:
             nest = plan.nests[outer] = self._loop_nest(outer, loops)
         attr = snake_case(names[0]) if len(names) == 1 else list_attr(factory.name)
-        attr = pattern_attr(pattern, class_name) if pattern is not None else attr
-        while any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
-            attr = f"{attr}_"
+        attr = free_attribute(plan, pattern_attr(pattern, class_name) if pattern is not None else attr)
         site = self.add_site(plan, target, attr=attr, linen_name=names[0], hoisted=True)
         site.container, site.nest = "list", nest
         site.single_name = single or ""

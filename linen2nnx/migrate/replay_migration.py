@@ -23,12 +23,16 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.findings import Finding, Severity
-from linen2nnx.migrate.helper_calls import kept_after_replay, replay_helper_calls, replayed_result
+from linen2nnx.migrate.helper_calls import (
+    UNREPLAYED,
+    kept_after_replay,
+    replay_helper_calls,
+    replayed_result,
+    unreplayed_class,
+)
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.rules import API_002, MOD_007
 from linen2nnx.migrate.sites import MARKER, one_line
-
-UNREPLAYED = "whose calls could not be replayed in place"
 
 
 def migrate_replayed(
@@ -109,7 +113,5 @@ def explained(result: Any, reasons: dict[str, Finding]) -> Any:
 
 def _reason(finding: Finding, reasons: dict[str, Finding]) -> Finding | None:
     """The reason for ``finding`` when it is an unreplayed helper's of a class of ``reasons``."""
-    if finding.rule != API_002.id or UNREPLAYED not in finding.message:
-        return None
-    helper = finding.message.split(" built in ", 1)[-1].split(",", 1)[0]  # `Class.method`
-    return reasons.get(helper.partition(".")[0])
+    name = unreplayed_class(finding.message) if finding.rule == API_002.id else None
+    return reasons.get(name) if name is not None else None

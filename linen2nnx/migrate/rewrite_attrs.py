@@ -18,6 +18,7 @@ from linen2nnx.migrate.cst_utils import (
     self_attr,
 )
 from linen2nnx.migrate.foreign_locals import local_value
+from linen2nnx.migrate.helper_calls import unreplayed_message
 from linen2nnx.migrate.jit_methods import jit_decorator, unsupported_setting
 from linen2nnx.migrate.lifted import (
     TRANSFORMS,
@@ -325,8 +326,7 @@ class AttributeRewriter:
                 self.ctx.report(
                     API_002,
                     original,
-                    f"nn.{short} built in {helper}, a method that is neither setup nor @nn.compact, whose "
-                    "calls could not be replayed in place",
+                    unreplayed_message(f"nn.{short}", helper),
                     "call it as a statement (`x = self.block(x, ...)`) whose arguments fix its layers' number "
                     "and names, or build the layers in setup",
                 )

@@ -38,7 +38,7 @@ from linen2nnx.migrate.layer_args import check_layer_args, einsum_bias_shape
 from linen2nnx.migrate.local_sites import held_submodule
 from linen2nnx.migrate.loop_chains import LoopChains, names_of, offset_of
 from linen2nnx.migrate.loop_locals import loop_local_value
-from linen2nnx.migrate.loop_names import clashes, loop_name_pattern, pattern_attr
+from linen2nnx.migrate.loop_names import clashes, free_attribute, loop_name_pattern, pattern_attr
 from linen2nnx.migrate.merge_flags import moved_flag
 from linen2nnx.migrate.nest_planning import NestPlanning, list_attr
 from linen2nnx.migrate.rules import (
@@ -347,8 +347,7 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         if named is None:
             return
         linen_name, attr, container = named
-        while any(s.attr == attr and s.hoisted for s in plan.sites.values()) or attr in plan.field_names:
-            attr = f"{attr}_"  # taken by another module or a field: a distinct attribute
+        attr = free_attribute(plan, attr)  # taken by another module or a field: a distinct attribute
         site = self.add_site(plan, node, attr=attr, linen_name=linen_name, hoisted=True)
         site.container, site.loop = container, loop
         if name_arg is None and container == "list" and linen_name != class_name:
