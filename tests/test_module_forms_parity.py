@@ -229,6 +229,13 @@ CASES = {
     "loop_tested_modules_stage": ("Stages", {"widths": (4,)}, (2, 8, 8, 3)),
     "loop_tested_modules_alternating": ("Alternating", {"depth": 5}, (2, 5)),
     "loop_tested_modules_last": ("LastByLocal", {}, (2, 5)),  # the test reads a local of the method
+    # auto-named norms under tests in separate `if`s: a static name where the count before is static
+    "opposite_ifs": ("Block", {}, (2, 5)),
+    "opposite_ifs_post": ("Block", {"pre_norm": False}, (2, 5)),
+    "auto_names_apart": ("PrePost", {}, (2, 5)),
+    "auto_names_apart_post": ("PrePost", {"pre_norm": False}, (2, 5)),
+    "auto_names_apart_narrow": ("SwitchThenLoop", {}, (2, 5)),
+    "auto_names_apart_wide": ("SwitchThenLoop", {"wide": True, "depth": 3}, (2, 5)),
     "compact_loop_after_others_labelled": ("Labelled", {"c_dim": 3}, (2, 5)),
     "compact_loop_after_others_unlabelled": ("Labelled", {"c_dim": 0}, (2, 5)),
     "compact_loop_after_others_tagged": ("Tagged", {"tags": True, "depth": 3}, (2, 5)),
@@ -479,6 +486,8 @@ SOURCES = {
     "compact_loop_chain_wide": "compact_loop_chain",
     "compact_loop_chain_mixed": "compact_loop_chain",
     "compact_loop_after_others_gated": "compact_loop_after_others",
+    "opposite_ifs_post": "opposite_ifs",
+    **{f"auto_names_apart_{k}": "auto_names_apart" for k in ("post", "narrow", "wide")},
     "compact_loop_after_others_empty": "compact_loop_after_others",
     **{
         f"loop_tested_modules_{k}": "loop_tested_modules"

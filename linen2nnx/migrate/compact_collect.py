@@ -14,6 +14,13 @@ import libcst as cst
 import libcst.matchers as m
 
 from linen2nnx.layers import LayerRule
+from linen2nnx.migrate.auto_name_counts import (
+    Record,
+    exclusive_branch,
+    moved_off_record,
+    stable_tests,
+    static_count,
+)
 from linen2nnx.migrate.call_time_builds import built_for_optional_input, built_in_trace
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import (
@@ -22,7 +29,6 @@ from linen2nnx.migrate.cst_utils import (
     keyword_arg,
     names_in,
     negated,
-    opposite,
     rebound_names,
 )
 from linen2nnx.migrate.factories import call_site_ctor
@@ -57,29 +63,8 @@ class _Branches:
         self, node: cst.If, outer: list[str] | None, before: dict[str, int | None], guard: Guard | None
     ) -> None:
         self.node, self.outer, self.before, self.guard = node, outer, before, guard
+        self.records_at: dict[str, int] = {}  # class -> how many of its auto-named ones came before
         self.after_body: dict[str, int | None] | None = None
-
-
-class _Record(NamedTuple):
-    """An auto-named module of a class: the conditions it is built under, and the ``if`` (with an
-    ``else``, or an early return) whose branches the walk counted from one start that decides the
-    last of them (None: another ``if``, or none)."""
-
-    conditions: list[str]
-    deciding: cst.If | None
-
-
-def _exclusive(earlier: _Record, conditions: list[str], deciding: cst.If | None) -> bool:
-    """Built in the other branch of the same ``if`` as a module under ``conditions`` (the same outer
-    conditions, the last one negated): the two never run together, the walk counted this branch from
-    the counts before the ``if``, and the planner gives both one attribute. Deeper or ``elif`` branches
-    are not (a finding, as before), and neither are two ``if`` statements whose tests read alike (the
-    walk counted the second after the first)."""
-    before = earlier.conditions
-    if len(before) != len(conditions) or not before or before[:-1] != conditions[:-1]:
-        return False
-    a, b = before[-1], conditions[-1]
-    return deciding is not None and earlier.deciding is deciding and opposite(a, b)
 
 
 def same_name_sites(plan: ClassPlan) -> list[Site]:
@@ -122,9 +107,10 @@ class CompactCollector(FastVisitor):
         self.jump_flags: list[bool] = []  # per blocked `for`: whether it has break / continue
         self.loops: list[LoopInfo] = []
         self.nest: list[tuple[set[str], dict[str, cst.SimpleStatementLine]]] = []  # per enclosing `for`
-        self.branch_conditions: dict[str, list[_Record]] = {}  # class -> its auto-named ones
+        self.branch_conditions: dict[str, list[Record]] = {}  # class -> its auto-named ones
         self.reset_ifs: set[cst.If] = set()  # whose branches the walk counts from the counts before them
         self.branches: list[_Branches] = []  # per enclosing `if` with an `else`
+        self.off_record: set[str] = set()  # classes counted beside their records (moved_off_record)
 
     def _block(self, node: cst.CSTNode) -> bool:
         self.blocked += 1
@@ -152,6 +138,7 @@ class CompactCollector(FastVisitor):
         if (isinstance(node.orelse, cst.Else) or guard) and not self.blocked and not self.loops:
             outer = self.planner.conditions_of(node, self.fn, self.local_names)
             self.branches.append(_Branches(node, outer, dict(self.counters), guard))
+            self.branches[-1].records_at = {k: len(v) for k, v in self.branch_conditions.items()}
             self.reset_ifs.add(node)
         return True
 
@@ -184,13 +171,14 @@ class CompactCollector(FastVisitor):
                 continue
             if top.outer is None or name not in self.branch_conditions:
                 continue
+            # the branches' ones count as that many under the outer tests (never those before the if)
             depth, deciding = len(top.outer), self._deciding(top.node, top.outer)
-            self.branch_conditions[name] = [
-                r
-                if r.conditions[:depth] != top.outer or len(r.conditions) == depth
-                else _Record(top.outer, deciding)
-                for r in self.branch_conditions[name]
+            records, start = self.branch_conditions[name], top.records_at.get(name, 0)
+            kept = [
+                r for r in records[start:] if r.conditions[:depth] != top.outer or len(r.conditions) == depth
             ]
+            built = (body_n or 0) - (top.before.get(name) or 0)
+            self.branch_conditions[name] = [*records[:start], *kept, *[Record(top.outer, deciding)] * built]
 
     def visit_For(self, node: cst.For) -> bool:
         self._read_at(node)
@@ -298,7 +286,12 @@ class CompactCollector(FastVisitor):
         if loop is not None and not in_nest and not self._counted_before_loop(node, built, conditions, loop):
             return
         if not self._created_in_context(node, what):
+            before = dict(self.counters)
             self._plan_site(node, built, in_nest, loop, conditions)
+            counted = not (loop or in_nest or built.variable) and (built.rule or built.user)
+            self.off_record |= moved_off_record(
+                before, self.counters, self.class_name(built) if counted else None
+            )
 
     def _created_in_context(self, node: cst.Call, what: str) -> bool:
         """``node`` is created inside a ``with`` whose effect on its creation ``__init__`` would not have
@@ -383,12 +376,17 @@ class CompactCollector(FastVisitor):
             (
                 r
                 for r in earlier
-                if r.conditions != conditions[: len(r.conditions)] and not _exclusive(r, conditions, deciding)
+                if r.conditions != conditions[: len(r.conditions)]
+                and not exclusive_branch(r, conditions, deciding)
             ),
             None,
         )
+        if other is not None and name not in self.off_record:  # one count wherever it runs?
+            n = static_count([r.conditions for r in earlier], conditions, stable_tests(self.counts))
+            if n is not None:  # Linen's count before it, one number wherever it runs
+                other, self.counters[name] = None, n
         if other is None:
-            earlier.append(_Record(list(conditions), deciding))
+            earlier.append(Record(list(conditions), deciding))
             return False
         self.ctx.report(
             MOD_004,

@@ -12,6 +12,7 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.auto_name_counts import never_together
 from linen2nnx.migrate.callee_ranks import with_out_ranks
 from linen2nnx.migrate.carry_inits import plan_carry_inits
 from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
@@ -492,14 +493,21 @@ class ClassPlanner:
                 site.attr = other.attr
             if other is None or other.exclusive_with is not None or not site.conditions:
                 continue
-            if len(site.conditions) > 1:
-                if other.linen_name == site.linen_name and _complementary(other.conditions, site.conditions):
-                    site.attr = other.attr
-                    site.exclusive_with = other
-                continue
-            if len(other.conditions) == 1 and opposite(other.conditions[0], site.conditions[0]):
+            same_name = other.linen_name == site.linen_name
+            if len(site.conditions) > 1 and same_name and _complementary(other.conditions, site.conditions):
                 site.attr = other.attr
                 site.exclusive_with = other
+            elif (
+                len(site.conditions) == 1
+                and len(other.conditions) == 1
+                and opposite(*other.conditions, *site.conditions)
+            ):
+                site.attr = other.attr
+                site.exclusive_with = other
+            elif same_name and never_together(other.conditions, site.conditions, lambda _: True):
+                site.attr = (
+                    other.attr
+                )  # `if not self.pre_norm:` apart from `if self.pre_norm:` (auto_name_counts.py)
 
     def _class_aliases(self, fn: cst.FunctionDef, counts: dict[str, int]) -> list[CompactAlias]:
         """``block = Block`` / ``block = nn.remat(Block, ...) if self.remat else Block`` in @nn.compact
