@@ -171,13 +171,16 @@ class CompactCollector(FastVisitor):
                 continue
             if top.outer is None or name not in self.branch_conditions:
                 continue
-            # the branches' ones count as that many under the outer tests (never those before the if)
+            # each branch's ones under its test alone are that many under the outer tests (static_count)
             depth, deciding = len(top.outer), self._deciding(top.node, top.outer)
             records, start = self.branch_conditions[name], top.records_at.get(name, 0)
-            kept = [
-                r for r in records[start:] if r.conditions[:depth] != top.outer or len(r.conditions) == depth
+            deeper = [
+                r for r in records[start:] if r.conditions[:depth] == top.outer and len(r.conditions) > depth
             ]
             built = (body_n or 0) - (top.before.get(name) or 0)
+            if len(deeper) != 2 * built or any(len(r.conditions) != depth + 1 for r in deeper):
+                continue
+            kept = [r for r in records[start:] if r not in deeper]
             self.branch_conditions[name] = [*records[:start], *kept, *[Record(top.outer, deciding)] * built]
 
     def visit_For(self, node: cst.For) -> bool:
