@@ -65,8 +65,8 @@ class LayerRule:
     varargs_list: str | None = None
     """Linen list argument that NNX takes as ``*args`` (``Sequential(layers)``); element i lives at ``<it>/i``."""
     out_from: str | None = None
-    """Where the output size comes from when not ``out_arg``: a nested argument name, ``last`` element, or
-    ``unknown``."""
+    """Where the output size comes from when not ``out_arg``: a nested argument name, ``last`` element,
+    ``einsum`` (the output subscripts of its einsum string), or ``unknown``."""
     keeps_shape: bool = False
     """The output has the input's whole shape (a normalisation, dropout), so the same rank too."""
     keeps_rank: bool = False
@@ -277,6 +277,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         in_arg=None,
         positional=("einsum_str", "shape"),
         rename_args={"shape": "kernel_shape"},
+        out_from="einsum",
         output_dtype=True,
     ),
     LayerRule(

@@ -171,6 +171,7 @@ CASES = {
     "setup_match": ("Block", {"features": 3}, (2, 5)),  # `match` in setup(): the first case
     "factory_function": ("MLP", {"hidden": 4}, (2, 3)),  # dense(...)(x), norm(...)(x): module-level factories
     "optional_input": ("Encoder", {}, (2, 5)),  # --unsafe-fixes: a layer built when an input is None
+    "optional_input_sized": ("Context", {}, (2, 5)),  # no context, no context size: its Dense is None
     "optional_inputs": ("Model", {}, (2, 5, 4)),  # layers built only when an optional input is (not) given
     "einops_patterns": ("Tokens", {}, (2, 4, 4, 3)),  # einops.rearrange / reduce keep the last axis
     "axis_order": ("Mixer", {}, (2, 5, 6)),  # einsum / transpose / swapaxes keeping the last axis
@@ -334,6 +335,18 @@ CASES = {
     "layer_attribute_renamed": ("Widen", {}, (2, 3)),  # self.proj.features -> self.proj.out_features
     "layer_attribute_renamed_halves": ("Halves", {}, (2, 3)),
     "layer_attribute_renamed_alias": ("AliasHalves", {}, (2, 3)),  # m = self.proj; m.features
+    "branch_shape_first": ("Hidden", {}, (2, 5)),  # h = 4 * x.shape[-1] when hidden is None
+    "branch_shape_first_given": ("Hidden", {"hidden": 7}, (2, 5)),
+    "branch_shape_first_scale": ("Scale", {}, (2, 5)),
+    "branch_shape_first_shared": ("Scale", {"per_channel": False}, (2, 5)),
+    "setup_list_may_be_empty": ("Tower", {}, (2, 5)),
+    "setup_list_may_be_empty_none": ("Tower", {"n": 0}, (2, 5)),  # the head sees inp's 3
+    "setup_list_may_be_empty_pair": ("Pair", {}, (2, 5)),
+    "loop_tested_first": ("OddNorms", {}, (2, 5)),  # LayerNorm_0 is 4 wide: built at i = 1
+    "loop_tested_first_later": ("LaterNorms", {}, (2, 5)),
+    "einsum_output": ("KernelAxis", {}, (2, 5)),  # the kernel's h after 'bd,dh->bh'
+    "einsum_output_starred": ("StarredZeros", {}, (2, 5)),  # zeros((b, *self.shape)) is shape[-1] wide
+    "sequential_elementwise": ("ReluInside", {}, (2, 5)),  # relu / gelu between the layers keep the width
     "sequential_of_blocks": ("Stack", {}, (2, 5)),  # Lin(2) sized by Lin(self.hidden)'s output
     "stack_size_call_time": ("Ensemble", {}, (2, 5)),  # axis_size=self.members converts
     "loop_over_sum_repeated": ("Repeated", {}, (2, 5)),  # ((4,) * self.depth)[-1] ...
@@ -487,6 +500,10 @@ SOURCES = {
     "compact_loop_chain_mixed": "compact_loop_chain",
     "compact_loop_after_others_gated": "compact_loop_after_others",
     "opposite_ifs_post": "opposite_ifs",
+    "einsum_output_starred": "einsum_output",
+    **{f"setup_list_may_be_empty_{k}": "setup_list_may_be_empty" for k in ("none", "pair")},
+    "loop_tested_first_later": "loop_tested_first",
+    **{f"branch_shape_first_{k}": "branch_shape_first" for k in ("given", "scale", "shared")},
     **{f"auto_names_apart_{k}": "auto_names_apart" for k in ("post", "narrow", "wide")},
     "compact_loop_after_others_empty": "compact_loop_after_others",
     **{
@@ -620,6 +637,9 @@ def test_migrated_fixture_has_parity(case, tmp_path):
     extra = {name: x.shape[-1] for name, how in entry.new_args.items() if how == "input:0"}
     extra.update({name: x.shape for name, how in entry.new_args.items() if how == "input_shape:0"})
     optional = {name for name, how in entry.new_args.items() if how == "unresolved_if"}  # layers not built
+    optional |= {  # the sizes of inputs other than x, which the batch leaves out: built without them
+        name for name, how in entry.new_args.items() if how.startswith("input:") and how != "input:0"
+    }
     assert set(extra) == set(entry.new_args) - optional, entry.new_args
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)

@@ -124,6 +124,8 @@ NOT_RUNNABLE = {
     "class_value": "manual finding: a module built at call time is left to a person",
     "loop_names_not_index": "manual finding: loop names that are no list index are left to a person",
     "compact_alias_kept": "manual findings: class-holding locals and loop names the codemod cannot follow",
+    "one_hot_axis": "manual finding: a layer after one_hot on another axis",
+    "sequential_callable": "manual findings: layers after a plain callable that may change the last axis",
     "auto_name_after_switch": "manual finding: an auto-name that counts a module built under another test",
     "stateless_decorated": "manual findings: a decorator that creates a parameter, a class built under a call-time test",
     "loop_may_not_run_unknown": "manual finding: the size before a loop that may not run is unknown",

@@ -2,6 +2,13 @@
 their first argument's shape, which contract or reduce its last axis, which build a new array.
 """
 
+from __future__ import annotations
+
+import libcst as cst
+
+from linen2nnx.migrate.cst_utils import code, names_in
+from linen2nnx.migrate.dataflow_types import Feat
+
 ARRAY_CONSTRUCTORS = frozenset(
     {"jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full", "numpy.zeros", "numpy.ones"}
 )
@@ -78,3 +85,17 @@ BROADCASTING_FUNCTIONS = {
 }
 """Elementwise functions of this many arrays, all positional: the result broadcasts them, as ``a + b``
 does (``jnp.maximum(0, x)``, ``jnp.where(mask, x, 0.0)``)."""
+
+
+def one_hot_size(node: cst.Call, positional: list[cst.Arg]) -> Feat | None:
+    """``one_hot(x, n)``: n classes on the last axis, where ``n`` reads config; unknown for a call-time
+    ``n``, and for ``axis=`` anything but -1 (``one_hot(ids, n, axis=0)``: the last axis is the ids'
+    own); None when the call gives no class count."""
+    axis = next((a.value for a in node.args if a.keyword and a.keyword.value == "axis"), None)
+    if axis is not None and code(axis) != "-1":
+        return Feat.unknown("one_hot on another axis")
+    if len(positional) < 2:
+        return None
+    if names_in(positional[1].value) <= {"self"}:
+        return Feat("expr", expr=code(positional[1].value))
+    return Feat.unknown("one_hot of a call-time size")

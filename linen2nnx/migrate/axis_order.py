@@ -22,10 +22,11 @@ Anything else (subscripts, a permutation or axes not written as literals, an imp
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_utils import code, names_in
 from linen2nnx.migrate.dataflow_types import Feat
 
 EINSUM_FUNCTIONS = frozenset({"jax.numpy.einsum", "numpy.einsum"})
@@ -194,3 +195,30 @@ def _string(node: cst.BaseExpression) -> str | None:
 
 def _keyword(node: cst.Call, name: str) -> cst.BaseExpression | None:
     return next((a.value for a in node.args if a.keyword is not None and a.keyword.value == name), None)
+
+
+def einsum_layer(args: Mapping[str, cst.Arg]) -> Callable[[Feat], Feat]:
+    """What ``nn.Einsum(shape, 'bd,dh->bh')`` (its arguments ``args``) gives for an input: the output's last subscript is an axis
+    of the kernel (``shape``'s element there, when it reads config alone) or the input's own last
+    axis; anything else (both hold it, an ellipsis, a shape the text does not spell) is unknown, never
+    the input's width taken for granted."""
+    spec, shape = args.get("einsum_str"), args.get("shape")
+    text = _string(spec.value) if spec is not None else None
+    terms = _numpy_terms(text) if text is not None else None
+    dims = shape.value if shape is not None else None
+
+    def out(first: Feat) -> Feat:
+        if terms is None or len(terms[0]) != 2 or not terms[1] or not isinstance(dims, (cst.Tuple, cst.List)):
+            return Feat.unknown("an Einsum's output")
+        (operand, kernel), last = terms[0], terms[1][-1]
+        if "..." in kernel or len(kernel) != len(dims.elements) or last == "...":
+            return Feat.unknown("an Einsum's output")
+        if kernel.count(last) == 1 and last not in operand:
+            size = dims.elements[kernel.index(last)].value
+            if not isinstance(size, cst.StarredElement) and names_in(size) <= {"self"}:
+                return Feat("expr", expr=code(size))
+        if operand.count(last) == 1 and last not in kernel and operand[-1] == last:
+            return first.rankless()
+        return Feat.unknown("an Einsum's output")
+
+    return out

@@ -31,6 +31,7 @@ from linen2nnx.migrate.rules import MOD_009, MOD_015
 
 if TYPE_CHECKING:
     from linen2nnx.migrate.compact_collect import Built, CompactCollector
+    from linen2nnx.migrate.sites import ClassPlan
 
 
 def presence_test(expr: cst.BaseExpression, optional: frozenset[str]) -> bool:
@@ -187,3 +188,24 @@ def built_in_trace(collector: CompactCollector, node: cst.Call, built: Built) ->
         "a checkpoint from an init that took the other branch names the modules after it differently",
     )
     return True
+
+
+def built_when_sized(plan: ClassPlan) -> None:
+    """A module sized by an optional input's size argument (``context_features: int | None = None``,
+    ``nn.Dense(6)(context)`` under ``if context is not None``) is built only when that size is given:
+    a builder that never passes the input passes no size, and ``nnx.Linear(None, 6)`` cannot be
+    built. The call stays under the method's own test, so the attribute is never read as None there.
+    A site that shares its attribute with another, or is an element of a list, is left as it is."""
+    optional = plan.optional_inputs
+    shared = {s.attr for s in plan.hoisted_order if s.exclusive_with is not None}
+    for site in plan.hoisted_order if optional else ():
+        if (
+            site.attr in shared
+            or site.loop is not None
+            or site.nest is not None
+            or site.container is not None
+        ):
+            continue
+        sizes = [site.in_expr, site.in_kv_expr, *site.user_in.values()]
+        read = set().union(*(names_in(cst.parse_expression(e)) for e in sizes if e)) & optional
+        site.conditions = [*site.conditions, *(f"{arg} is not None" for arg in sorted(read))]

@@ -12,6 +12,7 @@ and otherwise the size is unknown to the caller (a finding there, never a stray 
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 
 import libcst as cst
 
@@ -25,6 +26,7 @@ from linen2nnx.migrate.cst_utils import (
     single_assign,
     substitute_self_fields,
 )
+from linen2nnx.migrate.dataflow_types import Feat
 from linen2nnx.migrate.sites import ClassPlan, replace_shape_last
 
 BUILTIN_NAMES = frozenset(dir(builtins))
@@ -185,3 +187,22 @@ def _nonlocal_names(fn: cst.FunctionDef) -> set[str]:
 
     walk(fn.body)
     return found
+
+
+def choice_seen(feat: Feat, fields: dict[str, str], seen: Callable[[Feat], Feat]) -> Feat:
+    """A block's size that depends on whether a loop of it ran (``(self.width if self.depth > 0 else
+    <its input>)``: a list ``setup()`` builds over ``range(self.depth)``), in its caller's terms: the
+    test with the caller's values for the fields, decided where those are literals, and each side as
+    ``seen`` by the caller; unknown where the test reads anything but the block's fields."""
+    test = substitute_self_fields(feat.expr, fields)
+    sides = [seen(element) for element in feat.elements]
+    if test is None or len(sides) != 2 or any(side.kind not in ("expr", "input") for side in sides):
+        return Feat.unknown("a size of the block that depends on whether its loop ran")
+    if sides[0] == sides[1]:
+        return sides[0]
+    if not names_in(parse_expression(test)):  # `2 > 0`: the caller's literal config decides it
+        try:
+            return sides[0] if eval(test, {"__builtins__": {}}) else sides[1]  # literals only, no names
+        except Exception:
+            pass
+    return Feat("choice", expr=test, elements=tuple(sides))

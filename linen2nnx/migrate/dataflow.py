@@ -48,6 +48,7 @@ from linen2nnx.migrate.array_functions import (
     SHAPE_KEEPING_FUNCTIONS,
     SHAPE_KEEPING_METHODS,
     numpy_reduction,
+    one_hot_size,
 )
 from linen2nnx.migrate.call_inputs import input_fed
 from linen2nnx.migrate.cst_meta import TUPLE_OR_LIST
@@ -543,19 +544,15 @@ class FeatureFlow:
             and isinstance(node.args[0].value, (cst.Tuple, cst.List))
             and node.args[0].value.elements
         ):
-            last = node.args[0].value.elements[-1].value  # jnp.zeros((batch, self.hidden)): a carry
+            element = node.args[0].value.elements[-1]  # jnp.zeros((batch, self.hidden)): a carry
+            last, starred = element.value, isinstance(element, cst.StarredElement)  # (b, *self.shape)
             if names_in(last) <= {"self"} and not isinstance(last, cst.Name):
-                return Feat("expr", expr=code(last))
+                return Feat("expr", expr=f"{code(last)}[-1]" if starred else code(last))
             if isinstance(last, cst.Integer):
                 return Feat("expr", expr=code(last))
-        if (
-            qualnames & ONE_HOT_FUNCTIONS and len(positional) >= 2
-        ):  # one_hot(x, n): n classes on the last axis
-            return (
-                Feat("expr", expr=code(positional[1].value))
-                if names_in(positional[1].value) <= {"self"}
-                else (Feat.unknown("one_hot of a call-time size"))
-            )
+        hot = one_hot_size(node, positional) if qualnames & ONE_HOT_FUNCTIONS else None
+        if hot is not None:
+            return hot
         placed = axis_sizes.placed(node, qualnames, first, self.axis_size, self.dims.literal)
         if placed is not None:  # tile / pad / resize
             return placed

@@ -16,7 +16,15 @@ import libcst as cst
 import libcst.matchers as m
 
 from linen2nnx.migrate import tuple_flow
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in, rebound_names, subscriptable
+from linen2nnx.migrate.cst_utils import (
+    NOT_LOCAL,
+    code,
+    names_in,
+    rebound_names,
+    self_attr,
+    self_targets,
+    subscriptable,
+)
 from linen2nnx.migrate.dataflow_types import Feat
 
 SIZED_OR_CHOICE = frozenset({*tuple_flow.SIZED, "choice"})
@@ -65,17 +73,25 @@ def last_values(loop: cst.For) -> tuple[dict[str, str], str]:
 
 
 def unrun_choices(
-    loop: cst.For, before: dict[str, Feat], env: dict[str, Feat], fields: Collection[str]
+    loop: cst.For,
+    before: dict[str, Feat],
+    env: dict[str, Feat],
+    fields: Collection[str],
+    setup: cst.FunctionDef | None = None,
 ) -> None:
     """In ``env`` after ``loop``: each size the loop changed, of a value sized before it too, becomes a
-    choice between the two on whether the loop ran, where ``fields`` of the config decide that (a
-    loop over a list ``setup()`` builds, or over a call-time value, keeps the size its body gives)."""
-    test = ran_test(loop.iter)
+    choice between the two on whether the loop ran, where ``fields`` of the config, or a list
+    ``setup()`` builds from them (``for layer in self.layers``, of ``[nn.Dense(4) for _ in
+    range(self.n)]``, which is empty where n is 0), decide that; a loop over a call-time value keeps
+    the size its body gives. The test on a setup list reads it in ``__init__`` where built before the
+    layer the size is for (setup_order.py), and a caller never reads it (no field of its own)."""
+    test = setup_list_test(setup, loop.iter)
+    test = ran_test(loop.iter) if test is None else test  # "": a setup list that is never empty
     tree = cst.parse_expression(test) if test else None
     if tree is None or not names_in(tree) - NOT_LOCAL - {"len"} <= {"self"}:
         return  # a loop over a call-time value: __init__ cannot tell whether it runs
     read = {a.attr.value for a in m.findall(tree, m.Attribute(value=m.Name("self")))}  # type: ignore[union-attr]
-    if not read or not read <= set(fields):
+    if not read or not read <= set(fields) | setup_bound(setup):
         return
     for name, feat in list(env.items()):
         previous = before.get(name)
@@ -89,3 +105,39 @@ def unrun_choices(
             env[name] = Feat("choice", expr=test, elements=(feat, previous))
         else:  # `x` of unknown size before the loop: with no iteration it keeps that size
             env[name] = Feat.unknown(f"a size from before a loop that may not run ({test})")
+
+
+def setup_bound(setup: cst.FunctionDef | None) -> set[str]:
+    """The attributes the top-level lines of ``setup()`` bind."""
+    lines = [stmt for stmt in setup.body.body if isinstance(stmt, cst.SimpleStatementLine)] if setup else []
+    return {name for stmt in lines for small in stmt.body for _, name in self_targets(small)}
+
+
+def setup_list_test(setup: cst.FunctionDef | None, it: cst.BaseExpression) -> str | None:
+    """Whether a loop over a list ``setup()`` binds once runs, in config terms: "" (it always does) for
+    a display with elements or a comprehension over ``range`` of a positive literal, the range's test
+    (``self.n > 0``) for a comprehension over ``range`` of config; None for anything else (the loop's
+    own test, ``len(self.layers) > 0``, stands)."""
+    name = self_attr(it)
+    lines = [s for s in setup.body.body if isinstance(s, cst.SimpleStatementLine)] if setup and name else []
+    values = [
+        getattr(small, "value", None)
+        for stmt in lines
+        for small in stmt.body
+        if name in {bound for _, bound in self_targets(small)}
+    ]
+    value = values[0] if len(values) == 1 else None
+    if isinstance(value, (cst.List, cst.Tuple)) and value.elements:
+        return None if any(isinstance(e, cst.StarredElement) for e in value.elements) else ""
+    if not isinstance(value, cst.ListComp) or value.for_in.inner_for_in or value.for_in.ifs:
+        return None
+    it = value.for_in.iter
+    ranged = isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"
+    test = ran_test(it) if ranged else ""
+    if not test:
+        return None
+    bounds = [a.value for a in it.args]  # type: ignore[union-attr]
+    ints = [int(b.value) for b in bounds if isinstance(b, cst.Integer)]
+    if len(ints) != len(bounds):
+        return test  # `self.n > 0`
+    return "" if (ints[0] > 0 if len(ints) == 1 else ints[1] > ints[0]) else None

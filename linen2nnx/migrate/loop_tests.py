@@ -18,7 +18,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, names_in
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, code, names_in
 
 ParentOf = Callable[[cst.CSTNode], cst.CSTNode | None]
 
@@ -123,3 +123,27 @@ def _replayed_if(stmt: cst.If, needed: Collection[cst.CSTNode], appends: dict) -
         return None
     filler = [cst.SimpleStatementLine([cst.Pass()])]
     return stmt.with_changes(body=cst.IndentedBlock(body=body or filler), orelse=orelse, leading_lines=[])
+
+
+def first_built_test(site: Any, parent_of: ParentOf) -> str | None:
+    """The test that a nest module is built where the nest's first iteration runs, as ``__init__``'s
+    replay of the loops reads it: ``len(self.<list>) == 0`` when the module is built on every
+    iteration (its first element is the first iteration's); under an ``if`` on the loops' names
+    (``if i % 2 == 1: nn.LayerNorm()``) the first element is built later, and the test is the loop's
+    own first index (``i == 0``) for a lone ``for i in range(...)`` around it; None otherwise (the
+    size is then asked for)."""
+    nest, cur, tested, loops = site.nest, parent_of(site.ctor), False, 0
+    while cur is not None and cur is not nest.outer:
+        tested = tested or (isinstance(cur, cst.If) and bool(names_in(cur.test) & nest.names))
+        loops += isinstance(cur, cst.For)
+        cur = parent_of(cur)
+    if not tested:
+        return f"len(self.{site.attr}) == 0"
+    it, target = nest.outer.iter, nest.outer.target
+    if loops or not isinstance(target, cst.Name) or not isinstance(it, cst.Call) or it.args[-1:] == []:
+        return None
+    ranged = isinstance(it.func, cst.Name) and it.func.value == "range" and len(it.args) in (1, 2)
+    if not ranged or any(a.keyword or a.star for a in it.args):
+        return None
+    start = code(it.args[0].value) if len(it.args) == 2 else "0"
+    return f"{target.value} == {start}"

@@ -44,6 +44,7 @@ from linen2nnx.migrate.leading_setup import leading_setup_sizes, leading_setup_v
 from linen2nnx.migrate.local_functions import local_function_out
 from linen2nnx.migrate.loop_runs import unrun_choices
 from linen2nnx.migrate.nest_runs import after_inner_loop, after_nest
+from linen2nnx.migrate.rebound_locals import SEPARATOR
 from linen2nnx.migrate.setup_branches import setup_alternatives, setup_branch_info
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
 from linen2nnx.migrate.tuple_flow import agreed_return
@@ -484,6 +485,14 @@ class MethodFlow:
         name = target.value if isinstance(target, cst.Name) else None
         if unpacked and name not in read_by_sites(plan):
             return
+        name = next(  # a binding kept under its own key (`h@0`: rebound_locals.py)
+            (
+                k
+                for k in plan.shape_locals
+                if k.split(SEPARATOR)[0] == name and assign in plan.pure_locals[k].body
+            ),
+            name,
+        )
         if (
             self.resolve
             and name in plan.shape_locals
@@ -507,7 +516,7 @@ class MethodFlow:
         whether it runs (loop_runs.py)."""
         after_nest(self.plan, loop, before, env)
         after_inner_loop(self.plan, loop, before, env, self.ctx.parent_of)
-        unrun_choices(loop, before, env, self.plan.field_names)
+        unrun_choices(loop, before, env, self.plan.field_names, self.plan.setup)
 
 
 def read_by_sites(plan: ClassPlan) -> set[str]:

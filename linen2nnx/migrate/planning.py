@@ -13,6 +13,7 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.auto_name_counts import never_together
+from linen2nnx.migrate.call_time_builds import built_when_sized
 from linen2nnx.migrate.callee_ranks import with_out_ranks
 from linen2nnx.migrate.carry_inits import plan_carry_inits
 from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
@@ -172,6 +173,7 @@ class ClassPlanner:
         for fn in [*calls, *others]:
             self.sizer.run_flow(plan, fn, resolve=True)
         self.sizer.resolve_unused(plan)
+        built_when_sized(plan)  # a module sized by an optional input's size: built when it is given
         self.site_planner.restate_shape_tests(plan)
         for fn in methods:
             plan_carry_inits(self.ctx, plan, fn)

@@ -12,9 +12,10 @@ import re
 
 import libcst as cst
 
+from linen2nnx.migrate.axis_order import einsum_layer
 from linen2nnx.migrate.call_inputs import passed_input
 from linen2nnx.migrate.callee_ranks import output_at_rank, with_ranks
-from linen2nnx.migrate.callee_terms import in_caller_terms
+from linen2nnx.migrate.callee_terms import choice_seen, in_caller_terms
 from linen2nnx.migrate.class_fields import default_for_caller, note_default_imports
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
@@ -34,8 +35,10 @@ from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.handed_modules import HANDED, handed_kind, handed_size
 from linen2nnx.migrate.input_sizes import child_size_label, flat_input, input_arg_name, tuple_valued
 from linen2nnx.migrate.loop_chains import chain_label
+from linen2nnx.migrate.loop_tests import first_built_test
 from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import MOD_004, SHAPE_002, SHAPE_003
+from linen2nnx.migrate.sequence_layers import through_list, unfollowed_elements
 from linen2nnx.migrate.setup_order import ready_at
 from linen2nnx.migrate.sites import (
     ClassPlan,
@@ -249,6 +252,8 @@ class Sizer(TraceEvidence):
                     )
                 note_default_imports(self.state, expr)  # `pkg.layers.HIDDEN`: `import pkg.layers`
                 return Feat("expr", expr=expr) if expr is not None else Feat.unknown("submodule config")
+            if feat.kind == "choice":  # whether a loop of the block ran (callee_terms.py)
+                return choice_seen(feat, fields, lambda e: seen_by_caller(e, first))
             if feat.kind in COMPOUND:  # a tuple or output object: each element in the caller's terms
                 return mapped(feat, lambda e: seen_by_caller(e, first))
             if feat.kind == "unknown" and feat.candidate is not None:
@@ -271,14 +276,12 @@ class Sizer(TraceEvidence):
     def _nested_out(self, site: Site) -> LayerInfo:
         rule = site.rule
         assert rule is not None
+        if rule.out_from == "einsum":
+            return LayerInfo(site.flow_key, None, out_fn=einsum_layer(site.args))
         if rule.out_from == "last":
-            elements = sorted((n for n in site.nested if n.element >= 0), key=lambda n: n.element)
-            if not elements:
-                return LayerInfo(site.flow_key, None, out_unknown=True)
-            info = self.layer_info(elements[-1])
-            return LayerInfo(
-                site.flow_key, info.out_expr, out_unknown=info.out_unknown or info.out_expr is None
-            )
+            count, unfollowed = unfollowed_elements(self.ctx, site)
+            infos = {n.element: self.layer_info(n) for n in site.nested if n.element >= 0}
+            return through_list(site, count, unfollowed, infos)
         inner = next((n for n in site.nested if n.nested_arg == rule.out_from), None)
         if inner is None:
             return LayerInfo(site.flow_key, None, out_unknown=True)
@@ -300,8 +303,10 @@ class Sizer(TraceEvidence):
     def _propagate_nested(self, site: Site, in_expr: str) -> None:
         """Give the layers built inside ``site`` their input sizes: RNN cells see the RNN's input;
         Sequential elements see the previous element's output."""
-        current = in_expr
+        current, (_, unfollowed) = in_expr, unfollowed_elements(self.ctx, site)
         for inner in sorted(site.nested, key=lambda n: n.element):
+            if any(i < inner.element for i in unfollowed):
+                break  # after a plain callable that may change the last axis (elementwise.py)
             if inner.rule is not None and inner.rule.in_arg is not None and inner.in_expr is None:
                 inner.in_expr = current
             if inner.kind == "module" and inner.user is not None:  # a class of the run: its input-sized args
@@ -407,15 +412,12 @@ class Sizer(TraceEvidence):
             rest = later_size(self, plan, site, later, params, node, (first, f"len(self.{site.attr})"))
             if rest == f"{first}[len(self.{site.attr})]":
                 return rest  # the first size is that argument too: one per element, the first included
-            if names_in(parse_expression(rest)) & site.nest.names:  # another iteration's size
-                return self._required_arg(
-                    plan,
-                    site,
-                    f"input feature size of {plan.name}.{site.attr} after the "
-                    "first element (it reads the loops' names)",
-                    node,
-                )
-            return first if rest == first else f"{first} if len(self.{site.attr}) == 0 else {rest}"
+            test = first_built_test(site, self.ctx.parent_of)  # `i == 0` under `if i % 2 == 1:`
+            if test is None or names_in(parse_expression(rest)) & site.nest.names:  # another iteration's size
+                why = "it reads the loops' names" if test else "it is built on some iterations only"
+                what = f"input feature size of {plan.name}.{site.attr} after the first element ({why})"
+                return self._required_arg(plan, site, what, node)
+            return first if rest == first else f"{first} if {test} else {rest}"
         if site.loop is None or later is None or later == feats[0]:
             return first
         rest = later_size(self, plan, site, later, params, node, (first, site.loop.position))

@@ -116,12 +116,12 @@ class StaticLocals:
                     and self._static(child, inner)
                 ):
                     for name in sorted(targets):
-                        add_binding(added, name, child)
+                        self._bind(added, name, child)
                     self.replay_tests[child] = branch_tests
                     inner |= targets
                 elif (shape := self._shape_local(child, inner, known)) is not None:
                     name, refs = shape  # `n, h, w, c = x.shape`: c replays as x's size, under the tests
-                    add_binding(added, name, child)
+                    self._bind(added, name, child)
                     self.replay_tests[child] = branch_tests
                     self.shape_refs[name] = refs
                     inner = (inner - bound_by(child)) | {name}
@@ -130,6 +130,15 @@ class StaticLocals:
                     inner -= bound_by(child)
                 else:
                     inner -= bound_by(child)
+
+    def _bind(self, added: dict[str, cst.BaseStatement], name: str, child: cst.BaseStatement) -> None:
+        """:func:`add_binding`, a shape local's sizes following its binding to the key it moves to
+        (``if self.hidden is None: h = x.shape[-1]`` / ``else: h = self.hidden``: the first is ``h@0``)."""
+        earlier = added.get(name)
+        add_binding(added, name, child)
+        if earlier is not None and name in self.shape_refs:
+            key = next(k for k, stmt in added.items() if stmt is earlier and k != name)
+            self.shape_refs[key] = self.shape_refs.pop(name)
 
     def _shape_local(
         self, child: cst.BaseStatement, inner: set[str], known: set[int]
