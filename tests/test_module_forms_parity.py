@@ -344,6 +344,9 @@ CASES = {
     "setup_list_may_be_empty_pair": ("Pair", {}, (2, 5)),
     "loop_tested_first": ("OddNorms", {}, (2, 5)),  # LayerNorm_0 is 4 wide: built at i = 1
     "loop_tested_first_later": ("LaterNorms", {}, (2, 5)),
+    "attribute_clashes": ("ParamLikeChild", {}, (2, 5)),
+    "attribute_clashes_method": ("ChildLikeMethod", {}, (2, 5)),  # the method normalises the child's output
+    "attribute_clashes_api": ("ModuleApiNames", {}, (2, 5)),
     "einsum_output": ("KernelAxis", {}, (2, 5)),  # the kernel's h after 'bd,dh->bh'
     "einsum_output_starred": ("StarredZeros", {}, (2, 5)),  # zeros((b, *self.shape)) is shape[-1] wide
     "sequential_elementwise": ("ReluInside", {}, (2, 5)),  # relu / gelu between the layers keep the width
@@ -501,6 +504,7 @@ SOURCES = {
     "compact_loop_after_others_gated": "compact_loop_after_others",
     "opposite_ifs_post": "opposite_ifs",
     "einsum_output_starred": "einsum_output",
+    **{f"attribute_clashes_{k}": "attribute_clashes" for k in ("method", "api")},
     **{f"setup_list_may_be_empty_{k}": "setup_list_may_be_empty" for k in ("none", "pair")},
     "loop_tested_first_later": "loop_tested_first",
     **{f"branch_shape_first_{k}": "branch_shape_first" for k in ("given", "scale", "shared")},

@@ -124,6 +124,7 @@ NOT_RUNNABLE = {
     "class_value": "manual finding: a module built at call time is left to a person",
     "loop_names_not_index": "manual finding: loop names that are no list index are left to a person",
     "compact_alias_kept": "manual findings: class-holding locals and loop names the codemod cannot follow",
+    "local_child_variables": "manual finding: .variables of a child read through a local",
     "one_hot_axis": "manual finding: a layer after one_hot on another axis",
     "sequential_callable": "manual findings: layers after a plain callable that may change the last axis",
     "auto_name_after_switch": "manual finding: an auto-name that counts a module built under another test",

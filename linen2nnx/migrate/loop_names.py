@@ -159,11 +159,24 @@ def pattern_attr(pattern: str, class_name: str) -> str:
     return attribute_for(snake_case(text) if text else snake_case(class_name), class_name)
 
 
+NNX_MODULE_NAMES = frozenset(
+    {"eval", "iter_children", "iter_modules", "perturb", "set_attributes", "sow", "train"}
+)
+"""The public attributes of ``nnx.Module`` (flax 0.12): a child or variable of that name would hide them."""
+
+
+def reserved(plan: ClassPlan, attr: str) -> bool:
+    """An attribute no child or variable of the NNX class may take: one of the class's methods (a child
+    named ``norm`` beside ``def norm(self, x)`` would be called where the method was), a name of
+    ``nnx.Module``'s API (``eval``, ``sow``), or ``rngs`` (the class's own key streams)."""
+    return attr in plan.method_names or attr in NNX_MODULE_NAMES or attr == "rngs"
+
+
 def free_attribute(plan: ClassPlan, attr: str, ignore: list[Site] | tuple[Site, ...] = ()) -> str:
-    """``attr``, or with ``_`` appended until no hoisted module of ``plan`` (but those of ``ignore``, about
-    to take it) and no field holds it: a distinct attribute."""
+    """``attr``, or with ``_`` appended until no hoisted module or variable of ``plan`` (but those of
+    ``ignore``, about to take it), no field and no :func:`reserved` name holds it: a distinct attribute."""
     taken = [s for s in plan.sites.values() if s.hoisted and not any(s is i for i in ignore)]
-    while any(s.attr == attr for s in taken) or attr in plan.field_names:
+    while any(s.attr == attr for s in taken) or attr in plan.field_names or reserved(plan, attr):
         attr = f"{attr}_"
     return attr
 

@@ -127,6 +127,7 @@ class ClassPlanner:
         plan.call_flags = merge_flags(self.ctx, plan, node)
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
         self.state.methods[plan.name] = methods
+        plan.method_names = frozenset(m.name.value for m in methods)
         self._plan_factories(plan, methods)
         for fn in methods:
             self._plan_method_scan(plan, fn, {m.name.value for m in methods})

@@ -339,6 +339,7 @@ class ClassPlan:
     input_shape_params: list[Any] = dataclasses.field(default_factory=list)  # variables sized by its shape
     blocking: list[str] = dataclasses.field(default_factory=list)  # manual findings that stop the rewrite
     scanned_methods: dict[str, Any] = dataclasses.field(default_factory=dict)  # method -> lifted.MethodScan
+    method_names: frozenset[str] = frozenset()  # the class's own methods: no child or variable takes one
     carry_inits: dict[cst.Call, Site] = dataclasses.field(default_factory=dict)  # Linen cell.initialize_carry
     state_when: str | None = None  # when it (or a submodule) creates variables at call time, in terms of
     # its __call__ parameters ("True": possibly always); None: never (see lazy_vars.py)

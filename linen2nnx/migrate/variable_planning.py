@@ -17,6 +17,7 @@ from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
     assigned_in,
     assigned_names,
+    attribute_for,
     code,
     names_in,
     negated,
@@ -27,6 +28,7 @@ from linen2nnx.migrate.cst_utils import (
 from linen2nnx.migrate.custom_vars import file_variable_type
 from linen2nnx.migrate.input_dtypes import give_dtype_argument, input_dtype_args
 from linen2nnx.migrate.lazy_vars import LazyVar
+from linen2nnx.migrate.loop_names import reserved
 from linen2nnx.migrate.pytree_inits import pytree_init
 from linen2nnx.migrate.rebound_locals import in_source_order
 from linen2nnx.migrate.replayed_lines import shape_unpack
@@ -177,7 +179,7 @@ class VariablePlanning:
             )
             return None
         attr = _clear_of_field_named(plan, name, _variable_attr(plan, name, attr))
-        attr = _clear_of_other_collections(plan, collection, attr)
+        attr = _clear_of_modules(plan, _clear_of_other_collections(plan, collection, attr))
         site = Site(
             kind="param" if kind == "param" else "variable",
             attr=attr,
@@ -454,6 +456,17 @@ def _clear_of_field_named(plan: ClassPlan, name: str, attr: str) -> str:
     return attr
 
 
+MODULES = ("layer", "module")  # the kinds of site that hold a child, not a variable
+
+
+def _clear_of_modules(plan: ClassPlan, attr: str) -> str:
+    """``attr``, with ``_`` added while a child of the class holds it (``self.param('dense_0')`` beside
+    ``Dense_0``'s ``dense_0``) or it is :func:`reserved` (``self.param('norm')`` beside ``def norm``)."""
+    while reserved(plan, attr) or any(s.attr == attr and s.kind in MODULES for s in plan.sites.values()):
+        attr += "_"
+    return attr
+
+
 def _clear_of_other_collections(plan: ClassPlan, collection: str, attr: str) -> str:
     """``attr``, or ``<attr>_<collection>`` when a variable of another collection already has it
     (``self.param('w', ...)`` and ``self.variable('ema', 'w', ...)``: two variables, two attributes)."""
@@ -481,5 +494,5 @@ def _variable_attr(plan: ClassPlan, name: str, attr: str | None) -> str:
     declared = {f.name for f in plan.fields if not f.init}
     if attr is not None and attr in declared:
         return attr
-    attr = attr or (name if name.isidentifier() else snake_case(name))
+    attr = attr or attribute_for(name, "param")  # `self.param('w-1')`: w_1
     return f"{attr}_" if attr in plan.field_names else attr

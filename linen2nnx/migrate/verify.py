@@ -36,7 +36,7 @@ from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, markers_of, one_line
 from linen2nnx.migrate.training.driver import line_map
 from linen2nnx.migrate.unknown_builders import outside_maker
-from linen2nnx.migrate.verify_aliases import class_aliases, module_class_aliases
+from linen2nnx.migrate.verify_aliases import child_alias, class_aliases, module_class_aliases
 from linen2nnx.migrate.verify_methods import class_attribute_notes, method_notes
 from linen2nnx.migrate.verify_names import (
     LINEN_SELF_ONLY,
@@ -571,7 +571,7 @@ class _Verifier:
 
     def _check_attribute(self, node: cst.Attribute, stmt: cst.CSTNode | None) -> None:
         attr = node.attr.value
-        if attr == "variables" and self_chain(node.value):
+        if attr == "variables" and (self_chain(node.value) or child_alias(self._methods, node.value)):
             if self._rewritten() and not (isinstance(node.value, cst.Name) and attr in self._own_names()):
                 self._report(
                     verify_rules.VERIFY_003,

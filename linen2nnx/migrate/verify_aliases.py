@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.verify_syntax import assignments
+from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.verify_syntax import assignments, self_chain
 
 
 def class_aliases(
@@ -59,3 +61,12 @@ def module_class_aliases(
     found = assignments(module)
     bound = Counter(a.targets[0].target.value for a in found if isinstance(a.targets[0].target, cst.Name))
     return {n: v for n, v in _aliases_of(found, names_a_class).items() if bound[n] == 1}
+
+
+def child_alias(methods: list[tuple[cst.FunctionDef, Any]], value: cst.BaseExpression) -> bool:
+    """Is ``value`` a local of the method being checked (the last of ``methods``) bound to a child of
+    ``self`` (``d = self.dense_0``, what ``d = nn.Dense(4)`` became): its ``.variables`` is Linen API."""
+    if type(value) is not cst.Name or not methods:
+        return False
+    bound = [a.value for a in assignments(methods[-1][0].body) if code(a.targets[0].target) == value.value]
+    return bool(bound) and all(self_chain(v) for v in bound)
