@@ -344,6 +344,7 @@ CASES = {
     "setup_list_may_be_empty_pair": ("Pair", {}, (2, 5)),
     "loop_tested_first": ("OddNorms", {}, (2, 5)),  # LayerNorm_0 is 4 wide: built at i = 1
     "loop_tested_first_later": ("LaterNorms", {}, (2, 5)),
+    "partial_input_size": ("Heads", {}, (2, 6)),  # a partial of DenseGeneral sized by x.shape[-1]
     "attribute_clashes": ("ParamLikeChild", {}, (2, 5)),
     "attribute_clashes_method": ("ChildLikeMethod", {}, (2, 5)),  # the method normalises the child's output
     "attribute_clashes_api": ("ModuleApiNames", {}, (2, 5)),

@@ -489,7 +489,7 @@ class MethodFlow:
             (
                 k
                 for k in plan.shape_locals
-                if k.split(SEPARATOR)[0] == name and assign in plan.pure_locals[k].body
+                if k.split(SEPARATOR)[0] == name and assign in getattr(plan.pure_locals.get(k), "body", ())
             ),
             name,
         )
