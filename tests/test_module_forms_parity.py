@@ -344,6 +344,7 @@ CASES = {
     "setup_list_may_be_empty_pair": ("Pair", {}, (2, 5)),
     "loop_tested_first": ("OddNorms", {}, (2, 5)),  # LayerNorm_0 is 4 wide: built at i = 1
     "loop_tested_first_later": ("LaterNorms", {}, (2, 5)),
+    "caller_after_loop": ("Model", {}, (2, 6)),  # head sized (5, 4)[-1] if len((5, 4)) > 0 else in_features
     "partial_input_size": ("Heads", {}, (2, 6)),  # a partial of DenseGeneral sized by x.shape[-1]
     "attribute_clashes": ("ParamLikeChild", {}, (2, 5)),
     "attribute_clashes_method": ("ChildLikeMethod", {}, (2, 5)),  # the method normalises the child's output

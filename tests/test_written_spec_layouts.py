@@ -254,7 +254,7 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        for w in self.widths:
+        for w in sorted(self.widths, reverse=True):  # the last width of a call's result: unknown statically
             x = nn.relu(nn.Dense(w)(x))
         return x
 
@@ -267,8 +267,8 @@ class Model(nn.Module):
 
 
 def test_a_root_size_no_config_explains_is_given_as_traced_by_the_spec(tmp_path):
-    """The head's input width (the MLP's last width, unknown statically when `widths` may be empty) is a
-    required argument with its finding; no field of the root equals the traced 4, so the code keeps the
+    """The head's input width (the MLP's last width, the last of a loop over a call's result, unknown
+    statically) is a required argument with its finding; no field of the root equals the traced 4, so the code keeps the
     argument, but the written spec builds the traced model with it, and check passes with no hand edit
     (the spec asked for it: "give values for ['head_in_features']")."""
     env = _package(tmp_path)
