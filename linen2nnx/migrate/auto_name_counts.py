@@ -142,6 +142,6 @@ def moved_off_record(
     moved = set()
     for name in set(before) | set(after):
         if before.get(name, 0) != after.get(name, 0):
-            if not (name == recorded and after[name] == (before.get(name) or 0) + 1):
+            if not (name == recorded and after.get(name) == (before.get(name) or 0) + 1):
                 moved.add(name)
     return moved

@@ -41,7 +41,7 @@ from linen2nnx.migrate.loop_names import built_per_iteration
 from linen2nnx.migrate.loop_tests import replay_loops, test_names
 from linen2nnx.migrate.merge_flags import with_moved_flags
 from linen2nnx.migrate.name_map_entries import handed_builds_convert
-from linen2nnx.migrate.rebound_locals import SEPARATOR
+from linen2nnx.migrate.rebound_locals import bound_name
 from linen2nnx.migrate.replayed_lines import replayed_assign
 from linen2nnx.migrate.rules import LAYER_002, MOD_004
 from linen2nnx.migrate.sites import (
@@ -395,7 +395,7 @@ class Emitter:
                     )
                     continue
                 value = replayed_assign(stmt)[1]  # type: ignore[index]  # `n, l, d = x.shape`: x.shape[-1]
-                stmt = parse_statement(f"{name.split(SEPARATOR)[0]} = {replace_shape_last(value, sizes)}\n")
+                stmt = parse_statement(f"{bound_name(name)} = {replace_shape_last(value, sizes)}\n")
             tests = plan.static_flow.replay_tests.get(plan.pure_locals[name]) if plan.static_flow else None
             if tests:  # bound under `if`s on config in the method: under the same tests here
                 test = " and ".join(code(t) if len(tests) == 1 else f"({code(t)})" for t in tests)

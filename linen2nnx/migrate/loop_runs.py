@@ -107,10 +107,15 @@ def unrun_choices(
             env[name] = Feat.unknown(f"a size from before a loop that may not run ({test})")
 
 
+def _setup_bindings(setup: cst.FunctionDef | None) -> list[tuple[str, cst.BaseSmallStatement]]:
+    """Each attribute a top-level line of ``setup()`` binds, with the statement binding it."""
+    lines = [stmt for stmt in setup.body.body if isinstance(stmt, cst.SimpleStatementLine)] if setup else []
+    return [(name, small) for stmt in lines for small in stmt.body for _, name in self_targets(small)]
+
+
 def setup_bound(setup: cst.FunctionDef | None) -> set[str]:
     """The attributes the top-level lines of ``setup()`` bind."""
-    lines = [stmt for stmt in setup.body.body if isinstance(stmt, cst.SimpleStatementLine)] if setup else []
-    return {name for stmt in lines for small in stmt.body for _, name in self_targets(small)}
+    return {name for name, _ in _setup_bindings(setup)}
 
 
 def setup_list_test(setup: cst.FunctionDef | None, it: cst.BaseExpression) -> str | None:
@@ -119,12 +124,8 @@ def setup_list_test(setup: cst.FunctionDef | None, it: cst.BaseExpression) -> st
     (``self.n > 0``) for a comprehension over ``range`` of config; None for anything else (the loop's
     own test, ``len(self.layers) > 0``, stands)."""
     name = self_attr(it)
-    lines = [s for s in setup.body.body if isinstance(s, cst.SimpleStatementLine)] if setup and name else []
     values = [
-        getattr(small, "value", None)
-        for stmt in lines
-        for small in stmt.body
-        if name in {bound for _, bound in self_targets(small)}
+        getattr(small, "value", None) for bound, small in _setup_bindings(setup) if name and bound == name
     ]
     value = values[0] if len(values) == 1 else None
     if isinstance(value, (cst.List, cst.Tuple)) and value.elements:

@@ -44,7 +44,7 @@ from linen2nnx.migrate.leading_setup import leading_setup_sizes, leading_setup_v
 from linen2nnx.migrate.local_functions import local_function_out
 from linen2nnx.migrate.loop_runs import unrun_choices
 from linen2nnx.migrate.nest_runs import after_inner_loop, after_nest
-from linen2nnx.migrate.rebound_locals import SEPARATOR
+from linen2nnx.migrate.rebound_locals import bound_name
 from linen2nnx.migrate.setup_branches import setup_alternatives, setup_branch_info
 from linen2nnx.migrate.sites import ClassPlan, Site, is_shape_last
 from linen2nnx.migrate.tuple_flow import agreed_return
@@ -489,7 +489,7 @@ class MethodFlow:
             (
                 k
                 for k in plan.shape_locals
-                if k.split(SEPARATOR)[0] == name and assign in getattr(plan.pure_locals.get(k), "body", ())
+                if bound_name(k) == name and assign in getattr(plan.pure_locals.get(k), "body", ())
             ),
             name,
         )

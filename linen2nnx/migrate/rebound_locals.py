@@ -126,6 +126,11 @@ def earlier_key(name: str, index: int) -> str:
     return f"{name}{SEPARATOR}{index}"
 
 
+def bound_name(key: str) -> str:
+    """The local a key of :func:`earlier_key` binds (``h@0`` -> ``h``; a plain name is itself)."""
+    return key.split(SEPARATOR)[0]
+
+
 def earlier_keys(pure: dict[str, cst.BaseStatement], name: str) -> list[str]:
     """The keys of the earlier bindings of ``name`` in ``pure``."""
     return [k for k in pure if k.startswith(name + SEPARATOR)]
