@@ -455,6 +455,8 @@ CASES = {
     "output_objects": ("Model", {}, (2, 5)),  # sizes read through out.field of a dataclass / NamedTuple
     "param_helper": ("Decoder", {}, (2, 6, 4)),  # make_pos(self, ...) replayed: a param, a fixed array
     "param_helper_setup": ("Encoder", {}, (2, 6, 4)),
+    "param_helper_expression": ("Encoder", {}, (2, 4, 5)),  # x + get_posemb(self, ...) hoisted, replayed
+    "param_helper_expression_zeros": ("Encoder", {"posemb": "zeros"}, (2, 4, 5)),  # the fixed branch
     "last_axis_test": ("Unit", {}, (2, 6, 6, 4)),  # 4 == nout, strides 1: no projection
     "last_axis_test_wide": ("Unit", {"nmid": 3}, (2, 6, 6, 4)),  # 4 != 6: the projection is built
     "last_axis_test_strided": (
@@ -571,6 +573,7 @@ SOURCES = {
     "shape_unpack_scaled": "shape_unpack",
     "loop_local_alias_scan": "loop_local_alias",
     "param_helper_setup": "param_helper",
+    "param_helper_expression_zeros": "param_helper_expression",
     "last_axis_test_wide": "last_axis_test",
     "last_axis_test_strided": "last_axis_test",
     "init_restated_tests_same": "init_restated_tests",

@@ -1,7 +1,8 @@
 """Module-level functions handed the module that create a parameter on it (``pos.make(self, ...)``),
 defined in another file of the run: each ``target = f(self, ...)`` in ``setup`` or a compact method is
-replayed (param_helpers.py) and the package reaches parity; a call that cannot be replayed (an
-expression, or a caller lacking the function's imports) stays a located VERIFY-004, never silence."""
+replayed (param_helpers.py), a call inside an expression that always runs first moved into a local,
+and the package reaches parity; a call that cannot be replayed (one that may not run, or a caller
+lacking the function's imports) stays a located VERIFY-004, never silence."""
 
 import sys
 from pathlib import Path
@@ -119,14 +120,74 @@ def test_imported_param_helper_is_replayed_and_reaches_parity(tmp_path):
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
 
 
-def test_param_helper_call_in_an_expression_stays_a_located_finding(tmp_path):
+def test_param_helper_call_in_an_expression_is_hoisted_and_reaches_parity(tmp_path):
+    """``return x + pos.make(self, ...)``: the call runs whenever the statement does, so it moves into a
+    local named after the parameter (``p = ...``, replayed) and the statement reads the local; the
+    parameter's shape reads the input, which ``__init__`` takes as ``x_shape``."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    _package(src)
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    head = next(r for r in result.files if r.rel.endswith("head.py"))
+    assert not [f for f in head.findings if f.severity.value != "converted"], head.findings
+    migrated = (out / "ppkg" / "head.py").read_text()
+    assert "pos.make(" not in migrated and "return x + p\n" in migrated
+    assert "nnx.initializers.normal(" in migrated and "nn.initializers" not in migrated
+    again = migrate_paths([out], Mode.CHECK)
+    assert not any(r.changed for r in again.files)  # a fixed point
+
+    x = np.random.default_rng(1).normal(size=(2, 3, 4)).astype(np.float32)
+    side = LinenSide(
+        model=_import(src, "head").Head(),
+        batch={"x": x},
+        loss=lambda out, batch: jnp.mean(out**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    variables = perturbed(side.init_variables())
+    head_class = _import(out, "head").Head
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: head_class(in_features=4, x_shape=x.shape, rngs=rngs),
+        name_map=out / "linen2nnx-map.json",
+    )
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+
+
+CONDITIONAL = """import flax.linen as nn
+
+from . import pos
+
+
+class Gated(nn.Module):
+    use_pos: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        return x + (pos.make(self, "learn", 3, 4, "p") if self.use_pos else 0.0)
+
+
+class Twice(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return x + pos.make(self, "learn", 3, 4, "a") * pos.make(self, "learn", 3, 4, "b")
+"""
+
+
+def test_param_helper_call_that_may_not_run_stays_a_located_finding(tmp_path):
+    """A call under a conditional expression runs only when its test holds: moving it before the
+    statement would create the parameter when Linen does not. Two calls in one statement are left too.
+    Each stays a located VERIFY-004, the call as written."""
     src = tmp_path / "src"
     _package(src)
+    (src / "ppkg" / "gated.py").write_text(CONDITIONAL)
     result = migrate_paths([src], Mode.CHECK)
-    head = next(r for r in result.files if r.rel.endswith("head.py"))
-    assert 'pos.make(self, "learn"' in head.output
-    assert [(f.rule, f.line) for f in head.findings if f.rule.startswith("L2N-VERIFY")] == [
-        ("L2N-VERIFY-004", 11)
+    gated = next(r for r in result.files if r.rel.endswith("gated.py"))
+    assert gated.output.count("pos.make(self") == 3
+    assert [(f.rule, f.line) for f in gated.findings if f.rule.startswith("L2N-VERIFY")] == [
+        ("L2N-VERIFY-004", 11),
+        ("L2N-VERIFY-004", 17),
+        ("L2N-VERIFY-004", 17),
     ]
 
 

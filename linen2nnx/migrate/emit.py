@@ -189,10 +189,8 @@ class Emitter:
         )
         assert not isinstance(canonical, str)  # the planner saw the same arguments
         args = list(canonical.args)
-        args = [
-            a.with_changes(value=parse_expression(site.arg_sources[str(i)]))
-            if str(i) in site.arg_sources
-            else a
+        args = [  # the resolved sizes in the rewritten value: `nnx.initializers`, not Linen's
+            a.with_changes(value=resolved_arg(site, str(i), a.value)) if str(i) in site.arg_sources else a
             for i, a in enumerate(args)
         ]
         init = args[1 if site.kind == "param" else 2].value

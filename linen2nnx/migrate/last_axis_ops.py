@@ -53,7 +53,12 @@ def concatenated(parts: Feat, axis: cst.BaseExpression | None) -> Feat:
     if number != -1 and not (rank and number % rank == rank - 1):  # not the last axis, if rank says so
         same = dataclasses.replace(parts.elements[0], rank=rank)
         if any(dataclasses.replace(e, rank=rank) != same for e in parts.elements):  # (a rank one shows)
-            return Feat.unknown("a concatenation of unequal parts")
+            sized = next((e for e in parts.elements if e.kind in ("expr", "input")), None)
+            if sized is None or not (number < 0 or rank):
+                return Feat.unknown("a concatenation of unequal parts")
+            # along another axis every part has one last axis (concatenate requires it): a part whose
+            # size is known tells it, whatever the text of the others (a token tiled from a param)
+            return dataclasses.replace(sized, rank=rank)
         if number < 0 or rank:
             return same
         # `concatenate([a, b], axis=1)` keeps the last axis of 3-d parts and adds up that of 2-d ones:

@@ -36,6 +36,7 @@ The facts travel like :mod:`~linen2nnx.migrate.function_replay`'s, under a ``par
 from __future__ import annotations
 
 import builtins
+import keyword
 from collections.abc import Mapping
 from typing import Any
 
@@ -293,7 +294,7 @@ def replay_param_helpers(
         if not (
             isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.value, cst.Call)
         ):
-            return [stmt]
+            return [stmt] if setup else _hoisted(stmt)
         target = small.targets[0].target
         attr_target = (
             isinstance(target, cst.Attribute)
@@ -301,28 +302,127 @@ def replay_param_helpers(
             and target.value.value == "self"
         )
         if not (attr_target if setup else isinstance(target, cst.Name)):
-            return [stmt]
+            return [stmt] if setup else _hoisted(stmt)
         fact = helper_of(small.value, resolver, module_name, facts)
-        if fact is None:
+        new = None if fact is None else _replay(target, small.value, fact)
+        if new is None:
             return [stmt]
-        try:
-            new = replay_assignment(target, small.value, fact, caller_imports, module_name)
-        except ReplayError:
-            return [stmt]
-        if not _literal_names(new):
-            return [stmt]  # a name made at call time: kept, so the other calls still replay
-        helper = cst.ensure_type(cst.parse_statement(fact.source), cst.FunctionDef)
-        if free_names(helper) & caller_bound:
-            return [stmt]  # the body would read the caller's local, not its module's name
-        own = bound_names(helper.body)
-        if own & (caller_names | names_in(small.value) | replayed_bound):
-            return [stmt]  # a local of the body would clobber the caller's or an earlier replay's
-        replayed_bound.update(own)
         if new:
             new[0] = new[0].with_changes(leading_lines=stmt.leading_lines)
         return new
 
+    def _replay(
+        target: cst.BaseAssignTargetExpression, call: cst.Call, fact: ReplayableFunction
+    ) -> list[cst.BaseStatement] | None:
+        """``target = call`` replayed, or None where that is not exact."""
+        try:
+            new = replay_assignment(target, call, fact, caller_imports, module_name)
+        except ReplayError:
+            return None
+        if not _literal_names(new):
+            return None  # a name made at call time: kept, so the other calls still replay
+        helper = fact_function(fact)
+        if free_names(helper) & caller_bound:
+            return None  # the body would read the caller's local, not its module's name
+        own = bound_names(helper.body)
+        if own & (caller_names | names_in(call) | replayed_bound | names_in(target)):
+            return None  # a local of the body would clobber the caller's or an earlier replay's
+        replayed_bound.update(own)
+        return new
+
+    def _hoisted(stmt: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+        """A compact method's statement that reads ``helper(self, ...)`` inside an expression
+        (``x = x + get_posemb(self, ...)``): the call first, into a local of its own, then the
+        statement reading that local. Exact where the call runs whenever the statement does (not under
+        a conditional expression, a short-circuit or a lambda) and its arguments are pure, so reading
+        them before the rest of the statement gives the same values; the helper only creates a
+        parameter, which names it, so the order of creation changes no name."""
+        small = stmt.body[0]
+        if not isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Expr, cst.Return)):
+            return [stmt]
+        calls: list[tuple[cst.Call, ReplayableFunction]] = []
+        _run_once_calls(small, calls, lambda c: helper_of(c, resolver, module_name, facts))
+        if len(calls) != 1 or contains(small, (cst.NamedExpr,)):
+            return [stmt]
+        call, fact = calls[0]
+        taken = caller_names | replayed_bound | free_names(fact_function(fact))
+        try:  # the local is named after the parameter the helper creates, where it creates one
+            probe = replay_assignment(cst.Name("_"), call, fact, caller_imports, module_name)
+        except ReplayError:
+            return [stmt]
+        local = _fresh_local(call, _param_names(probe), taken)
+        new = _replay(cst.Name(local), call, fact)
+        if new is None:
+            return [stmt]
+        caller_names.add(local)
+        caller_bound.add(local)
+        rest = stmt.deep_replace(call, cst.Name(local))
+        if new:
+            new[0] = new[0].with_changes(leading_lines=stmt.leading_lines)
+        return [*new, cst.ensure_type(rest, cst.SimpleStatementLine).with_changes(leading_lines=())]
+
     return fn.visit(T())  # type: ignore[return-value]
+
+
+_DEFERRED = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def _run_once_calls(node: cst.CSTNode, found: list, helper: Any) -> None:
+    """The calls under ``node`` that ``helper`` knows (with its fact) and that run exactly once
+    whenever ``node`` runs: none under a lambda or comprehension, a conditional expression's branches
+    or a short-circuit's right side."""
+    if isinstance(node, _DEFERRED):
+        return
+    if isinstance(node, cst.IfExp):
+        _run_once_calls(node.test, found, helper)
+        return
+    if isinstance(node, cst.BooleanOperation):
+        _run_once_calls(node.left, found, helper)
+        return
+    if isinstance(node, cst.Call) and (fact := helper(node)) is not None:
+        found.append((node, fact))
+        return
+    for child in node.children:
+        _run_once_calls(child, found, helper)
+
+
+def fact_function(fact: ReplayableFunction) -> cst.FunctionDef:
+    return cst.ensure_type(cst.parse_statement(fact.source), cst.FunctionDef)
+
+
+def _param_names(stmts: list[cst.BaseStatement]) -> set[str]:
+    """The literal names of the ``self.param(...)`` calls of a replayed body."""
+    found: set[str] = set()
+
+    class V(FastVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if (
+                code(node.func) == "self.param"
+                and node.args
+                and isinstance(node.args[0].value, cst.SimpleString)
+            ):
+                found.add(str(node.args[0].value.evaluated_value))
+
+    for stmt in stmts:
+        V().walk(stmt)
+    return found
+
+
+def _fresh_local(call: cst.Call, params: set[str], taken: set[str]) -> str:
+    """A local for the value of ``get_posemb(self, ..., "pos_embedding")``: the parameter's name where
+    the helper creates one (``pos_embedding``), else the helper's name less a ``get_`` / ``make_`` /
+    ``_`` prefix (``posemb``); with ``_value`` or a number where that is taken."""
+    func = call.func
+    name = func.value if isinstance(func, cst.Name) else cst.ensure_type(func, cst.Attribute).attr.value
+    for prefix in ("_", "get_", "make_", "create_", "init_"):
+        if name.startswith(prefix) and name[len(prefix) :].isidentifier():
+            name = name[len(prefix) :]
+    if len(params) == 1 and (only := next(iter(params))).isidentifier():
+        name = only
+    if keyword.iskeyword(name) or name in _BUILTINS or name == "self":
+        name = f"{name}_value"
+    candidates = [name, f"{name}_value", *(f"{name}_{i}" for i in range(1, 100))]
+    return next(c for c in candidates if c not in taken)
 
 
 def _literal_names(stmts: list[cst.BaseStatement]) -> bool:
