@@ -143,6 +143,8 @@ def plan_apply(
         _block_no_merge_site(plan, call, name)
         return False
     fn = plan.function_of(call)
+    if not copy:
+        plan.direct_calls.add(fn)
     applied = Applied(
         model,
         plan.fresh(fn, "applied") if copy else model,

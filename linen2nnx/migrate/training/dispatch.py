@@ -29,6 +29,7 @@ def plan_file(plan: TrainPlanner) -> None:
     values = plan.values
     nodes = values.nodes
     plan.streams = streams(plan, [n for n in nodes if isinstance(n, cst.Call)])
+    plan_state_methods(plan)
     for node in nodes:
         if values.in_module_class(node):
             continue
@@ -45,6 +46,24 @@ def plan_file(plan: TrainPlanner) -> None:
         for assignment in scope.assignments:
             if isinstance(assignment, Assignment) and not values.in_module_class(assignment.node):
                 plan_binding(plan, assignment, scope)
+
+
+def plan_state_methods(plan: TrainPlanner) -> None:
+    """A TrainState subclass of the file that defines methods (``apply_gradients`` clipping the
+    gradients, a ``create`` of its own, a helper): the rewrite turns the state into a model and an
+    ``nnx.Optimizer``, which have none of them, so what they do would be lost without a word."""
+    for stmt in plan.values.module.body:
+        if not (isinstance(stmt, cst.ClassDef) and stmt.name.value in plan.values.ts_classes):
+            continue
+        methods = [m.name.value for m in stmt.body.body if isinstance(m, cst.FunctionDef)]
+        if methods:
+            plan.block(
+                TRAIN_009,
+                stmt,
+                f"TrainState subclass {stmt.name.value} defines {', '.join(methods)}, which the model and "
+                "nnx.Optimizer the rewrite makes of it would not have",
+                "move what the methods do into the train step (or an nnx.Optimizer subclass), then migrate again",
+            )
 
 
 def streams(plan: TrainPlanner, calls: list[cst.Call]) -> set[str]:

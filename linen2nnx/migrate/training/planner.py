@@ -83,6 +83,7 @@ class TrainPlanner:
         self.wrap: dict[cst.CSTNode, list[str]] = {}  # statement -> context managers it now runs under
         self.after: dict[cst.CSTNode, list[str]] = {}  # statement -> statements that follow it
         self.handled: set[cst.CSTNode] = set()  # `model.init` attributes a rewrite of their call consumed
+        self.direct_calls: set[cst.CSTNode | None] = set()  # functions that call a model itself, not a copy
         self.notes: list[Note] = []
         self.uses_partial = False
         self.streams: set[str] = {"dropout"}  # RNG streams the file's apply calls seed (set before planning)

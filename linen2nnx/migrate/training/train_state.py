@@ -26,7 +26,6 @@ from linen2nnx.migrate.cst_utils import code, is_docstring, names_in
 from linen2nnx.migrate.rules.training import TRAIN_004, TRAIN_006, TRAIN_007, TRAIN_008
 from linen2nnx.migrate.training.apply import plan_apply
 from linen2nnx.migrate.training.planner import STATE_TYPES, Edit, Owner, TrainPlanner
-from linen2nnx.migrate.training.values import ValueAnalysis
 
 _CREATE_HINT = "build the model, then nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))"
 
@@ -63,22 +62,38 @@ def _masked_by_path(plan: TrainPlanner, tx: cst.Arg) -> bool:
         values += [
             v for r in plan.values.referents(tx.value) if (v := plan.values.binding_value(r)) is not None
         ]
-    for value in values:
-        for node in nodes_of(value, (cst.Call,)):
-            assert isinstance(node, cst.Call)
-            masked = any(a.keyword is not None and a.keyword.value == "mask" for a in node.args)
-            if masked or plan.values.qualnames(node.func) & MASKING:
-                plan.block(
-                    TRAIN_008,
-                    node,
-                    f"{code(node.func)}(...) masks or labels parameters by a function of the params tree: NNX "
-                    "hands it an nnx.State, whose paths differ (module names in snake_case, a `value` at each "
-                    "leaf), so a mask written for Linen's tree matches other leaves or fails",
-                    "write the mask over nnx.State paths (or filter with nnx.Param subsets) and build the "
-                    "optimizer by hand",
-                )
-                return True
+    # a mask may reach the optimizer through a helper that builds it, or a name inside optax.chain:
+    # any masking optax call of the file's training code counts
+    calls = [n for n in plan.values.nodes if isinstance(n, cst.Call) and not plan.values.in_module_class(n)]
+    for node in [*(n for v in values for n in nodes_of(v, (cst.Call,))), *calls]:
+        assert isinstance(node, cst.Call)
+        if _masks(plan, node):
+            plan.block(
+                TRAIN_008,
+                node,
+                f"{code(node.func)}(...) masks or labels parameters by a function of the params tree: NNX "
+                "hands it an nnx.State, whose paths differ (module names in snake_case, a `value` at each "
+                "leaf), so a mask written for Linen's tree matches other leaves or fails",
+                "write the mask over nnx.State paths (or filter with nnx.Param subsets) and build the "
+                "optimizer by hand",
+            )
+            return True
     return False
+
+
+def _masks(plan: TrainPlanner, call: cst.Call) -> bool:
+    """``f(..., mask=m)``, ``optax.masked`` / ``multi_transform``, or ``optax.add_decayed_weights(wd, m)``
+    (its mask given by position)."""
+    if any(a.keyword is not None and a.keyword.value == "mask" for a in call.args):
+        return True
+    qualnames = plan.values.qualnames(call.func)
+    if qualnames & MASKING:
+        return True
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return bool(qualnames & DECAY) and len(positional) >= 2
+
+
+DECAY = frozenset({"optax.add_decayed_weights", "optax.transforms.add_decayed_weights"})
 
 
 def _params_holder(plan: TrainPlanner, call: cst.Call, params: cst.Arg) -> Assignment | None:
@@ -213,7 +228,9 @@ def local_state(plan: TrainPlanner, name: str, group: list[Assignment]) -> None:
         needs_optimizer = needs_model = False
         for attr in attrs:
             if attr.attr.value == "apply_fn":
-                if not plan_apply(plan, plan.parent(attr), owner.model, state_own(group, plan.values)):  # type: ignore[arg-type]
+                if not plan_apply(
+                    plan, plan.parent(attr), owner.model, state_own(group, plan, plan.parent(attr))
+                ):  # type: ignore[arg-type]
                     return
                 needs_model = True
             else:
@@ -265,11 +282,10 @@ def plan_owner(plan: TrainPlanner, fn: cst.FunctionDef, param: Assignment, scope
     owner.rebinds = bool(rebinding)
     if owner.rebinds:
         owner.uses_optimizer = True
-        resplit = f"({param.name}[0], nnx.state(({owner.model}, {owner.optimizer})))"
         receivers = {c.func.value for c in rebinding.values()}  # type: ignore[attr-defined]
         for use in accesses:
             if use not in attribute_uses and use not in receivers and not plan.is_target(use):
-                plan.edits[use] = Edit(lambda updated, r=resplit: cst.parse_expression(r))
+                plan.edits[use] = Edit(lambda updated: cst.parse_expression(resplit(plan, owner)))
     _merge_prelude(plan, fn, body, owner, names)
 
 
@@ -324,7 +340,7 @@ def _plan_uses(
         call = plan.parent(attr)
         is_call = isinstance(call, cst.Call) and call.func is attr
         if field == "apply_fn" and is_call:
-            if not plan_apply(plan, call, owner.model, state_own(group, plan.values)):  # type: ignore[arg-type]
+            if not plan_apply(plan, call, owner.model, state_own(group, plan, call)):  # type: ignore[arg-type]
                 return False
         elif field in ("apply_gradients", "replace") and is_call:
             stmt = plan.statement_of(call)  # type: ignore[arg-type]
@@ -361,12 +377,13 @@ def _merge_prelude(
     targets = f"{owner.model}, {owner.optimizer}" if owner.uses_optimizer else f"{owner.model}, _"
     if not owner.uses_optimizer and "_" in names_in(fn):
         targets = owner.model
-    merge = f"nnx.merge(*{owner.param})" + ("[0]" if targets == owner.model else "")
+    # copy=True: merge hands back the state's own Variables, which an update or a train-mode call
+    # then changes in place, where Linen's state stays what it was for whoever else holds it
+    # (`init_state` kept for an eval, a step run outside jax.jit)
+    merge = f"nnx.merge(*{owner.param}, copy=True)" + ("[0]" if targets == owner.model else "")
     plan.prelude.setdefault(first, []).insert(0, cst.parse_statement(f"{targets} = {merge}\n"))
     plan.note(
-        TRAIN_007,
-        fn,
-        f"{fn.name.value}: train state `{owner.param}` read through `{targets} = nnx.merge(*{owner.param})`",
+        TRAIN_007, fn, f"{fn.name.value}: train state `{owner.param}` read through `{targets} = {merge}`"
     )
 
 
@@ -479,7 +496,6 @@ def plan_rebind(plan: TrainPlanner, stmt: cst.CSTNode, call: cst.Call, owner: Ow
         plan.block(TRAIN_008, call, "apply_gradients without grads=", "optimizer.update(model, grads)")
         return False
     returned = returned_update(call, stmt)
-    resplit = f"({owner.param}[0], nnx.state(({owner.model}, {owner.optimizer})))"
     plan.note(
         TRAIN_006,
         call,
@@ -496,13 +512,24 @@ def plan_rebind(plan: TrainPlanner, stmt: cst.CSTNode, call: cst.Call, owner: Ow
             for template, i in effects
         ]
         if returned:
-            lines.append(f"return {resplit}")
+            lines.append(f"return {resplit(plan, owner)}")
         out = [cst.parse_statement(line + "\n") for line in lines]
         out[0] = out[0].with_changes(leading_lines=updated.leading_lines)
         return out
 
     plan.replace_stmt[stmt] = replace
     return True
+
+
+def resplit(plan: TrainPlanner, owner: Owner) -> str:
+    """The train state again after an update: ``(state[0], nnx.state((model, optimizer)))``. Where the
+    function calls the model itself (not a copy), what the call sows stays on it, where Linen's apply
+    without ``mutable`` drops it: those Intermediates are left out, so the state keeps the leaves of
+    the graphdef it is merged with."""
+    state = f"nnx.state(({owner.model}, {owner.optimizer}))"
+    if owner.fn in plan.direct_calls:
+        state = f"nnx.state(({owner.model}, {owner.optimizer}), nnx.Not(nnx.Intermediate))"
+    return f"({owner.param}[0], {state})"
 
 
 def field_read(plan: TrainPlanner, attr: cst.Attribute, owner: Owner) -> bool:
@@ -514,24 +541,59 @@ def field_read(plan: TrainPlanner, attr: cst.Attribute, owner: Owner) -> bool:
     elif field in STATE_TYPES:
         expr = f"nnx.state({owner.model}, nnx.{STATE_TYPES[field]})"
     elif field == "step":
-        expr, owner.uses_optimizer = f"{owner.optimizer}.step[...]", True
+        # nnx.Optimizer counts in uint32: `state.step - warmup` would wrap below 0 where Linen's int32 goes negative
+        expr, owner.uses_optimizer = f'{owner.optimizer}.step[...].astype("int32")', True
+        if _python_number(plan, attr):  # `int(state.step)`: the same number either way
+            expr = f"{owner.optimizer}.step[...]"
     elif field == "tx":
         expr, owner.uses_optimizer = f"{owner.optimizer}.tx", True
     else:
         return False
     if plan.is_target(attr) or isinstance(plan.parent(attr), (cst.AugAssign, cst.Del)):
         return False
-    extra = " (an unsigned uint32, where Linen's is int32)" if field == "step" else ""
+    if field != "step" and _kept(plan, attr):
+        # nnx.state hands back the model's own Variables, which an update changes in place; Linen's
+        # field is a value, so what is kept under a name (`old_params = state.params`) is a copy
+        expr = f"nnx.clone({expr})"
+    extra = " (read as int32, Linen's type: the optimizer's own count is uint32)" if field == "step" else ""
     plan.note(TRAIN_007, attr, f"{owner.param}.{field} -> {expr}{extra}")
     plan.edits[attr] = Edit(lambda updated, e=expr: cst.parse_expression(e))
     return True
 
 
-def state_own(group: list[Assignment], values: ValueAnalysis) -> Callable[[str, cst.BaseExpression], bool]:
-    """For ``state.apply_fn``: a collection is the state's own when the dict passes ``state.<field>``."""
+def _python_number(plan: TrainPlanner, attr: cst.Attribute) -> bool:
+    """``attr`` is the one argument of ``int(...)`` / ``float(...)``."""
+    arg = plan.parent(attr)
+    call = plan.parent(arg) if isinstance(arg, cst.Arg) else None
+    return (
+        isinstance(call, cst.Call)
+        and len(call.args) == 1
+        and isinstance(call.func, cst.Name)
+        and call.func.value in ("int", "float")
+    )
+
+
+def _kept(plan: TrainPlanner, attr: cst.Attribute) -> bool:
+    """``attr`` is assigned to a name, as it is or as an element of a dict, tuple or list display."""
+    cur, parent = attr, plan.parent(attr)
+    if isinstance(parent, (cst.DictElement, cst.Element)) and parent.value is attr:
+        cur = plan.parent(parent)
+        parent = plan.parent(cur) if cur is not None else None
+    return isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is cur
+
+
+def state_own(
+    group: list[Assignment], plan: TrainPlanner, call: cst.CSTNode
+) -> Callable[[str, cst.BaseExpression], bool]:
+    """For ``state.apply_fn``: a collection is the state's own when the dict of the apply ``call``
+    passes ``state.<field>`` in the call itself. A dict bound earlier holds the field as it was then
+    (``variables = {'params': state.params}``, an update, then the apply): an override of its own."""
+    values = plan.values
 
     def own(key: str, value: cst.BaseExpression) -> bool:
         if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name)):
+            return False
+        if plan.statement_of(value) is not plan.statement_of(call):
             return False
         refs = values.referents(value.value)
         return value.attr.value == key and bool(refs) and all(r in group for r in refs)

@@ -165,10 +165,37 @@ class ValueAnalysis:
 
     # ---- bindings ----------------------------------------------------------------------------
     def referents(self, name: cst.Name) -> list[Assignment]:
+        """The bindings a read of ``name`` may see: libcst's (those before it), and, for a read inside a
+        loop, every binding of the name in that loop, since a later iteration reads what a binding
+        after the read left (``y = apply(params)`` then ``params = update(params)``)."""
         access = self.access.get(name)
         if access is None:
             return []
-        return [r for r in access.referents if isinstance(r, Assignment)]
+        found = [r for r in access.referents if isinstance(r, Assignment)]
+        loops = self._loops_around(name)
+        if loops:
+            for other in access.scope.assignments[name.value]:
+                if isinstance(other, Assignment) and other not in found and self._inside(other.node, loops):
+                    found.append(other)
+        return found
+
+    def _loops_around(self, node: cst.CSTNode) -> set[cst.CSTNode]:
+        """The ``for`` / ``while`` statements around ``node`` within its function (or module)."""
+        loops: set[cst.CSTNode] = set()
+        cur = self.parent(node)
+        while cur is not None and not isinstance(cur, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            if isinstance(cur, (cst.For, cst.While)):
+                loops.add(cur)
+            cur = self.parent(cur)
+        return loops
+
+    def _inside(self, node: cst.CSTNode, loops: set[cst.CSTNode]) -> bool:
+        cur = self.parent(node)
+        while cur is not None:
+            if cur in loops:
+                return True
+            cur = self.parent(cur)
+        return False
 
     def binding_value(self, assignment: Assignment) -> cst.BaseExpression | None:
         """The expression a ``name = value`` / ``name: T = value`` binding assigns (None for other bindings)."""
@@ -176,8 +203,8 @@ class ValueAnalysis:
         target_parent = self.parent(node)
         if isinstance(target_parent, cst.AssignTarget):
             stmt = self.parent(target_parent)
-            if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and stmt.targets[0].target is node:
-                return stmt.value
+            if isinstance(stmt, cst.Assign) and any(t.target is node for t in stmt.targets):
+                return stmt.value  # `init_state = state = create_train_state(x)`: each name holds it
         if isinstance(target_parent, cst.AnnAssign) and target_parent.target is node:
             return target_parent.value
         return None
@@ -339,7 +366,57 @@ class ValueAnalysis:
                 and attr.attr.value in STATE_METHODS
             ):
                 return Val("ts")
+            if self._replaces_state_field(attr, access.node):
+                return Val("ts")
         return None
+
+    def _replaces_state_field(self, attr: cst.CSTNode | None, name: cst.CSTNode) -> bool:
+        """``state.replace(batch_stats=...)``: a train state's own way to change a field (a flax struct
+        with the fields a TrainState has, or one of the file's TrainState classes adds)."""
+        if not (isinstance(attr, cst.Attribute) and attr.value is name and attr.attr.value == "replace"):
+            return False
+        call = self.parent(attr)
+        if not (isinstance(call, cst.Call) and call.func is attr and call.args):
+            return False
+        fields = {"params", "batch_stats", "opt_state", "step", "tx"}
+        fields |= {f for extra in self.ts_classes.values() for f in extra}
+        return all(a.keyword is not None and a.keyword.value in fields for a in call.args)
+
+    def _replaces_state_field(self, attr: cst.CSTNode | None, name: cst.CSTNode) -> bool:
+        """``state.replace(batch_stats=...)``: a train state's own way to change a field (a flax struct
+        with the fields a TrainState has, or one of the file's TrainState classes adds)."""
+        if not (isinstance(attr, cst.Attribute) and attr.value is name and attr.attr.value == "replace"):
+            return False
+        call = self.parent(attr)
+        if not (isinstance(call, cst.Call) and call.func is attr and call.args):
+            return False
+        fields = {"params", "batch_stats", "opt_state", "step", "tx"}
+        fields |= {f for extra in self.ts_classes.values() for f in extra}
+        return all(a.keyword is not None and a.keyword.value in fields for a in call.args)
+
+    def _passed_state(self, param: cst.Param) -> Val | None:
+        """``Val("ts")`` where every call of the parameter's function (a module-level function called
+        by its name) passes a train state in its place (``state = sync_batch_stats(state)``)."""
+        fn = self.parent(self.parent(param)) if isinstance(self.parent(param), cst.Parameters) else None
+        if not isinstance(fn, cst.FunctionDef) or not isinstance(self.parent(self.parent(fn)), cst.Module):
+            return None
+        if param not in fn.params.params:
+            return None
+        index = fn.params.params.index(param)
+        found = False
+        for node in self.nodes:
+            if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)):
+                continue
+            if node.func.value != fn.name.value or self.function_of(node.func) is not fn:
+                continue
+            positional = [a for a in node.args if a.keyword is None]
+            if any(a.star for a in node.args) or index >= len(positional):
+                return None
+            value = self.value_of(positional[index].value)
+            if value is None or value.kind != "ts":
+                return None
+            found = True
+        return Val("ts") if found else None
 
     def uses(self, assignment: Assignment) -> list[cst.Name]:
         """The reads of ``assignment`` in source order (libcst keeps them in a set, whose order changes

@@ -1,0 +1,324 @@
+"""Migrated training code keeps Linen's value semantics: a train state, its ``params`` and a variables
+dict are values, never views of a model an update later changes in place. Each case runs a small Linen
+training script and its migration (deterministic ramp weights on both sides) and compares what both
+return; a state the rewrite cannot carry over (a TrainState subclass with methods) is a located
+finding, never silence."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from linen2nnx.migrate import migrate_source
+
+PRELUDE = """import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax.training import train_state
+
+
+def ramp(key, shape, dtype=jnp.float32):
+    size = 1
+    for d in shape:
+        size *= d
+    return jnp.linspace(-0.5, 0.5, size, dtype=dtype).reshape(shape)
+
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(1, kernel_init=ramp)(nn.tanh(nn.Dense(5, kernel_init=ramp)(x)))
+
+
+def create_train_state(x):
+    model = MLP()
+    variables = model.init(jax.random.key(0), x)
+    return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=optax.sgd(0.5))
+
+
+def data():
+    return jnp.linspace(-1.0, 1.0, 24).reshape(8, 3), jnp.sin(jnp.arange(8.0))
+
+
+def loss_of(state, params, x, y):
+    out = state.apply_fn({"params": params}, x)
+    return jnp.mean((out[:, 0] - y) ** 2)
+"""
+
+CASES = {
+    # a step run outside jax.jit: the state the caller kept is still the initial one
+    "unjitted_step": """
+def train_step(state, x, y):
+    loss, grads = jax.value_and_grad(lambda p: loss_of(state, p, x, y))(state.params)
+    state = state.apply_gradients(grads=grads)
+    return state, loss
+
+
+def train():
+    x, y = data()
+    init_state = state = create_train_state(x)
+    for _ in range(3):
+        state, loss = train_step(state, x, y)
+    return float(loss), float(loss_of(init_state, init_state.params, x, y))
+""",
+    # params kept under a name before the update: the old values, not the updated ones
+    "old_params": """
+@jax.jit
+def train_step(state, x, y):
+    loss, grads = jax.value_and_grad(lambda p: loss_of(state, p, x, y))(state.params)
+    old_params = state.params
+    state = state.apply_gradients(grads=grads)
+    delta = jax.tree_util.tree_map(lambda a, b: a - b, state.params, old_params)
+    return state, optax.global_norm(delta), state.apply_fn({"params": old_params}, x).sum()
+
+
+def train():
+    x, y = data()
+    state = create_train_state(x)
+    out = []
+    for _ in range(2):
+        state, norm, old = train_step(state, x, y)
+        out += [float(norm), float(old)]
+    return out
+""",
+    # a variables dict built before the update, applied after it
+    "dict_before_update": """
+@jax.jit
+def train_step(state, x, y):
+    variables = {"params": state.params}
+    loss, grads = jax.value_and_grad(lambda p: loss_of(state, p, x, y))(state.params)
+    state = state.apply_gradients(grads=grads)
+    before = state.apply_fn(variables, x)
+    after = state.apply_fn({"params": state.params}, x)
+    return state, jnp.sum(before - after)
+
+
+def train():
+    x, y = data()
+    state = create_train_state(x)
+    state, change = train_step(state, x, y)
+    return float(change)
+""",
+    # the step read in arithmetic that goes below zero (a warm-up ramp)
+    "step_arithmetic": """
+@jax.jit
+def train_step(state, x, y):
+    weight = jnp.clip((state.step - 2) / 2, 0.0, 1.0)
+    loss, grads = jax.value_and_grad(lambda p: weight * loss_of(state, p, x, y))(state.params)
+    state = state.apply_gradients(grads=grads)
+    return state, weight
+
+
+def train():
+    x, y = data()
+    state = create_train_state(x)
+    weights = []
+    for _ in range(4):
+        state, weight = train_step(state, x, y)
+        weights.append(float(weight))
+    return weights
+""",
+}
+
+LOOP_CACHE = """import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+class Acc(nn.Module):
+    @nn.compact
+    def __call__(self, x, decode: bool = False):
+        h = nn.Dense(4, kernel_init=nn.initializers.ones)(x)
+        if decode:
+            is_initialized = self.has_variable("cache", "total")
+            total = self.variable("cache", "total", jnp.zeros, h.shape, h.dtype)
+            if is_initialized:
+                total.value = total.value + h
+                h = total.value
+        return h
+
+
+def train():
+    x = jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)
+    model = Acc()
+    variables = model.init(jax.random.key(0), x, decode=True)
+    params, cache = variables["params"], variables["cache"]
+    outs = []
+    for i in range(3):
+        out, mutated = model.apply({"params": params, "cache": cache}, x * (i + 1), decode=True, mutable=["cache"])
+        cache = mutated["cache"]  # read by the next iteration's apply, above
+        outs.append(float(jnp.sum(out)))
+    return outs
+"""
+
+
+def _load(tmp_path: Path, source: str, tag: str):
+    name = f"train_values_{tag}_{uuid.uuid4().hex[:8]}"
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[name]
+    return module
+
+
+def _migrated_matches(tmp_path: Path, source: str) -> None:
+    result = migrate_source(source, "train.py", module_name="train")
+    manual = [f for f in result.findings if f.severity.value != "converted"]
+    assert not manual, manual
+    assert result.output != source
+    linen = _load(tmp_path, source, "linen").train()
+    nnx = _load(tmp_path, result.output, "nnx").train()
+    assert nnx == pytest.approx(linen, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_state_values_survive_the_rewrite(tmp_path, case):
+    _migrated_matches(tmp_path, PRELUDE + CASES[case])
+
+
+def test_a_name_rebound_later_in_a_loop_is_read_as_the_last_iteration_left_it(tmp_path):
+    _migrated_matches(tmp_path, LOOP_CACHE)
+
+
+def test_a_train_state_subclass_with_methods_leaves_the_training_code_located():
+    source = (
+        PRELUDE
+        + """
+
+class ClippedState(train_state.TrainState):
+    def apply_gradients(self, *, grads, **kwargs):
+        return super().apply_gradients(grads=jax.tree_util.tree_map(lambda g: jnp.clip(g, -0.1, 0.1), grads), **kwargs)
+
+
+@jax.jit
+def train_step(state, x, y):
+    loss, grads = jax.value_and_grad(lambda p: loss_of(state, p, x, y))(state.params)
+    return state.apply_gradients(grads=grads), loss
+"""
+    )
+    result = migrate_source(source, "train.py", module_name="train")
+    line = source.splitlines().index("class ClippedState(train_state.TrainState):") + 1
+    assert [(f.rule, f.line) for f in result.findings if f.rule == "L2N-TRAIN-009"] == [
+        ("L2N-TRAIN-009", line)
+    ]
+    assert "def train_step(state, x, y):\n    loss, grads" in result.output  # the training code as written
+
+
+MASKED = {
+    # the optimizer built by a helper of the file, its mask a keyword there
+    "helper": '''
+def decay_mask(params):
+    return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
+
+
+def make_optimizer():
+    return optax.adamw(0.1, weight_decay=0.5, mask=decay_mask)
+
+
+def create_masked_state(x):
+    model = MLP()
+    variables = model.init(jax.random.key(0), x)
+    tx = make_optimizer()
+    return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
+''',
+    # the mask given by position, on a transformation named inside optax.chain
+    "positional": '''
+def decay_mask(params):
+    return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
+
+
+def create_masked_state(x):
+    model = MLP()
+    variables = model.init(jax.random.key(0), x)
+    decay = optax.add_decayed_weights(0.5, decay_mask)
+    tx = optax.chain(decay, optax.sgd(0.1))
+    return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
+''',
+}
+
+
+@pytest.mark.parametrize("case", sorted(MASKED))
+def test_an_optimizer_mask_over_linen_paths_is_located_wherever_it_is_built(case):
+    """A mask written for Linen's params tree would meet NNX's paths (snake_case names, a ``value`` at
+    each leaf) and decay what Linen does not: the training code stays as written, at a located finding."""
+    source = PRELUDE + MASKED[case]
+    result = migrate_source(source, "train.py", module_name="train")
+    masking = "optax.adamw(0.1" if case == "helper" else "optax.add_decayed_weights(0.5"
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if masking in text)
+    assert ("L2N-TRAIN-008", line) in [(f.rule, f.line) for f in result.findings]
+    assert "TrainState.create(apply_fn=model.apply" in result.output
+
+
+SOWS = PRELUDE.replace(
+    "        return nn.Dense(1, kernel_init=ramp)(nn.tanh(nn.Dense(5, kernel_init=ramp)(x)))",
+    "        h = nn.tanh(nn.Dense(5, kernel_init=ramp)(x))\n"
+    '        self.sow("intermediates", "hidden", h)\n'
+    "        return nn.Dense(1, kernel_init=ramp)(h)",
+) + '''
+
+@jax.jit
+def train_step(state, x, y):
+    loss, grads = jax.value_and_grad(lambda p: loss_of(state, p, x, y))(state.params)
+    state = state.apply_gradients(grads=grads)
+    after = state.apply_fn({"params": state.params}, x)
+    return state, loss, jnp.mean(after)
+
+
+def train():
+    x, y = data()
+    state = create_train_state(x)
+    out = []
+    for _ in range(3):
+        state, loss, after = train_step(state, x, y)
+        out += [float(loss), float(after)]
+    return out
+'''
+
+
+def test_what_a_model_sows_in_a_train_step_stays_out_of_the_state(tmp_path):
+    """Linen's apply without ``mutable`` drops sown values; the NNX model keeps them, so the state
+    re-split after a direct call leaves the Intermediates out (the next step merges it with the same
+    graphdef)."""
+    _migrated_matches(tmp_path, SOWS)
+
+
+REPLACED = PRELUDE + '''
+
+def shrink(state):  # unannotated: a train state by its `.replace(params=...)`
+    return state.replace(params=jax.tree_util.tree_map(lambda p: 0.5 * p, state.params))
+
+
+@jax.jit
+def train_step(state, x, y):
+    loss, grads = jax.value_and_grad(lambda p: loss_of(state, p, x, y))(state.params)
+    state = state.apply_gradients(grads=grads)
+    return state, loss
+
+
+def train():
+    x, y = data()
+    state = create_train_state(x)
+    out = []
+    for _ in range(2):
+        state, loss = train_step(state, x, y)
+        state = shrink(state)
+        out.append(float(loss))
+    return out + [float(loss_of(state, state.params, x, y))]
+'''
+
+
+def test_a_helper_that_replaces_a_state_field_is_rewritten_with_the_train_step(tmp_path):
+    """An unannotated helper is a train state's by ``state.replace(params=...)``: left in its Linen
+    form it would call ``.replace`` on the NNX (graphdef, state) pair."""
+    _migrated_matches(tmp_path, REPLACED)
