@@ -485,6 +485,32 @@ def test_a_shared_variable_is_filled_through_any_of_its_paths():
     assert {m.nnx_path for m in good} == set(target.slots)
 
 
+class _Ema(nnx.Variable):
+    """A custom collection's Variable type (what migrate generates for ``self.variable('ema', ...)``)."""
+
+
+class _NEma(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.dense = nnx.Linear(2, 2, rngs=rngs)
+        self.ema = _Ema(jnp.zeros((2,)))
+        self.cache = nnx.Cache(jnp.zeros((2,)))
+
+
+def test_a_custom_collection_the_checkpoint_lacks_is_a_problem_not_an_init_value():
+    """A custom collection holds trained state (an EMA): a checkpoint without it would leave the init
+    value, computing something else, so the slot is "not filled". A decode cache is made at run
+    time: kept from init."""
+    from linen2nnx.checkpoint_convert.mapping import Leaf, Match
+    from linen2nnx.checkpoint_convert.validate import abstract_target, validate
+
+    target = abstract_target(lambda: _NEma(rngs=nnx.Rngs(0)))
+    leaves = [Leaf("params", ("dense", n), s, np.float32) for n, s in (("kernel", (2, 2)), ("bias", (2,)))]
+    matches = [Match(leaf, leaf.path, "name map") for leaf in leaves]
+    _, kept, problems = validate(leaves, matches, [], target, ["params"])
+    assert [s.path for s in kept] == [("cache",)]
+    assert [(p.kind, p.nnx) for p in problems] == [("not filled", "ema")]
+
+
 class _LFlat(nn.Module):
     @nn.compact
     def __call__(self, x):

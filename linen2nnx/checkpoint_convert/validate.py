@@ -197,7 +197,7 @@ def _unfilled_slots(
     for path, slot in sorted(target.slots.items(), key=lambda kv: join(kv[0])):
         if path in by_slot:
             continue
-        if not issubclass(slot.var_type, required):
+        if not issubclass(slot.var_type, required) and issubclass(slot.var_type, _runtime_types()):
             kept.append(slot)
         elif join(path) not in named_nnx:
             problems.append(
@@ -209,6 +209,16 @@ def _unfilled_slots(
                 )
             )
     return kept, problems
+
+
+def _runtime_types() -> tuple[type, ...]:
+    """Variable types a model makes afresh at run time (RNG streams, a decode cache, sown values and
+    perturbations): a checkpoint without them loses nothing. Any other Variable (a custom collection
+    such as an EMA) holds trained state, so one the checkpoint does not fill is a problem, not a silent
+    init value (unless Linen's init never creates it, :mod:`.linen_unused`)."""
+    from flax import nnx
+
+    return (nnx.RngState, nnx.Cache, nnx.Intermediate, nnx.Perturbation)
 
 
 def raise_problems(problems: list[Problem], source: str, target: str) -> None:
