@@ -57,9 +57,10 @@ TRAIN_006 = Rule(
 TRAIN_007 = Rule(
     "L2N-TRAIN-007",
     C,
-    "Train-state fields (params, batch_stats, step, tx) -> read from `model, optimizer = nnx.merge(*state)`.",
+    "Train-state fields (params, batch_stats, step, tx) -> read from `model, optimizer = nnx.merge(*state, "
+    "copy=True)` (a copy: Linen's state is a value an update never changes); the step as int32, Linen's type.",
     "step = state.step",
-    "model, optimizer = nnx.merge(*state)\nstep = optimizer.step[...]",
+    'model, optimizer = nnx.merge(*state, copy=True)\nstep = optimizer.step[...].astype("int32")',
 )
 TRAIN_008 = Rule(
     "L2N-TRAIN-008",
