@@ -143,6 +143,9 @@ def _linen_arg_order(name: str) -> tuple[str, ...]:
 
 
 _NORM_UNSUPPORTED = frozenset({"force_float32_reductions"})
+_PROMOTE = {"promote_dtype": ("flax.linen.dtypes.promote_dtype",)}
+"""Linen calls ``promote_dtype(*arrays, dtype=)``, NNX ``promote_dtype((arrays,), dtype=)``: only Linen's
+own function is dropped (NNX's default is its counterpart); another one would be called wrongly."""
 _LAST_AXIS = ("-1", "(-1,)", "[-1]")
 """The feature axis of a norm whose size the rewrite passes as ``num_features``: another axis (``axis=1``,
 ``feature_axes=(-2, -1)``) would give its parameters the last axis's size instead."""
@@ -156,6 +159,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         out_attr="out_features",
         rename_args={"features": "out_features"},
         unsupported_args=frozenset({"dot_general_cls"}),
+        function_args=_PROMOTE,
         keeps_rank=True,
         output_dtype=True,
     ),
@@ -168,6 +172,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         rename_args={"features": "out_features"},
         out_attr="out_features",
         unsupported_args=frozenset({"conv_general_dilated_cls"}),
+        function_args=_PROMOTE,
         keeps_rank=True,
         output_dtype=True,
     ),
@@ -179,6 +184,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         out_arg="features",
         rename_args={"features": "out_features"},
         out_attr="out_features",
+        function_args=_PROMOTE,
         keeps_rank=True,
         output_dtype=True,
     ),
@@ -189,6 +195,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         positional=("num_embeddings", "features"),
         out_arg="features",
         out_attr="features",
+        function_args=_PROMOTE,
         setup_params=("embedding",),
     ),
     LayerRule(
@@ -215,6 +222,8 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "GroupNorm",
         "GroupNorm",
         in_arg="num_features",
+        # nnx.GroupNorm repeats the group statistics along axis 1, right only when it reduces every axis
+        only_values={"reduction_axes": ("None",)},
         unsupported_args=_NORM_UNSUPPORTED,
         keeps_shape=True,
         output_dtype=True,
@@ -253,12 +262,14 @@ LAYER_RULES: tuple[LayerRule, ...] = (
             param_renames=renames,
             input_index=1,
             carry_init=True,
+            extra_kwargs=extra,
         )
-        for linen, nnx_name, renames in (
-            ("LSTMCell", "LSTMCell", {"if": "if_"}),
+        for linen, nnx_name, renames, extra in (
+            ("LSTMCell", "LSTMCell", {"if": "if_"}, {}),
             # Same equations as LSTMCell; Linen keeps the per-gate layout, so the unfused NNX cell is exact.
-            ("OptimizedLSTMCell", "LSTMCell", {"if": "if_"}),
-            ("SimpleCell", "SimpleCell", {"i": "dense_i", "h": "dense_h"}),
+            ("OptimizedLSTMCell", "LSTMCell", {"if": "if_"}, {}),
+            # nnx.SimpleCell computes in float32 unless told; Linen's dtype=None keeps the inputs' dtype
+            ("SimpleCell", "SimpleCell", {"i": "dense_i", "h": "dense_h"}, {"dtype": "None"}),
         )
     ),
     LayerRule(
@@ -278,6 +289,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         positional=("einsum_str", "shape"),
         rename_args={"shape": "kernel_shape"},
         out_from="einsum",
+        function_args=_PROMOTE,
         output_dtype=True,
     ),
     LayerRule(
@@ -310,6 +322,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         rename_args={"features": "out_features"},
         only_values={"axis": ("-1",)},
         unsupported_args=frozenset({"batch_dims", "dot_general_cls"}),
+        function_args=_PROMOTE,
         output_dtype=True,
     ),
     *(
@@ -334,6 +347,9 @@ LAYER_RULES: tuple[LayerRule, ...] = (
             unsupported_args=frozenset(
                 {"force_fp32_for_softmax", "qk_attn_weights_einsum_cls", "attn_weights_value_einsum_cls"}
             ),
+            # nnx.dot_product_attention takes jax.nn.dot_product_attention's path when dropout is off,
+            # which ignores precision=: the attention matmuls would run at the default precision
+            only_values={"precision": ("None",)},
             nnx_only_state=("rngs",),
             keeps_rank=True,  # (..., length, out_features): the rank of inputs_q
         )

@@ -83,6 +83,8 @@ BRANCH, LOOP = (1, 0), (2, 0)
         ([(A, ()), (OTHER, (BRANCH,))], A),  # the unknown one inside a branch the known one encloses
         ([(X, (LOOP,)), (OTHER, (LOOP, BRANCH))], X),
         ([(A, ()), (A, ()), (OTHER, ())], A),
+        ([(A, ()), (B, ())], A),  # two known sizes: the second runs only where it equals the first
+        ([(A, ()), (X, (BRANCH,))], A),
     ],
 )
 def test_a_known_size_that_ran_first_is_the_modules(applied, expected):
@@ -95,8 +97,8 @@ def test_a_known_size_that_ran_first_is_the_modules(applied, expected):
         [(OTHER, ()), (A, ())],  # the unknown one first: an early return may skip the known one
         [(A, (BRANCH,)), (OTHER, ())],  # the known one in a branch that may not run
         [(A, ((1, 0),)), (OTHER, ((1, 1),))],  # if / else: either may be the only one to run
-        [(A, ()), (B, ())],  # two known sizes that differ
-        [(A, ()), (X, ())],
+        [(OTHER, ()), (A, ()), (B, ())],  # two known sizes after an unknown first one
+        [(A, (BRANCH,)), (X, ())],  # the first known in a branch that may not run
         [(A, ()), (Feat.unknown("applications disagree: elsewhere"), ())],
     ],
 )

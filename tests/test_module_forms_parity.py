@@ -457,6 +457,8 @@ CASES = {
     "param_helper_setup": ("Encoder", {}, (2, 6, 4)),
     "param_helper_expression": ("Encoder", {}, (2, 4, 5)),  # x + get_posemb(self, ...) hoisted, replayed
     "param_helper_expression_zeros": ("Encoder", {"posemb": "zeros"}, (2, 4, 5)),  # the fixed branch
+    "simple_cell_dtype": ("Recurrent", {}, (2, 3, 4)),  # nnx.SimpleCell(dtype=None): bfloat16 kept
+    "shared_first_known": ("Twice", {"dim": 4}, (2, 4)),  # one Dense on x, then on its own output
     "last_axis_test": ("Unit", {}, (2, 6, 6, 4)),  # 4 == nout, strides 1: no projection
     "last_axis_test_wide": ("Unit", {"nmid": 3}, (2, 6, 6, 4)),  # 4 != 6: the projection is built
     "last_axis_test_strided": (

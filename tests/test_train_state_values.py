@@ -217,7 +217,7 @@ def train_step(state, x, y):
 
 MASKED = {
     # the optimizer built by a helper of the file, its mask a keyword there
-    "helper": '''
+    "helper": """
 def decay_mask(params):
     return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
 
@@ -231,9 +231,9 @@ def create_masked_state(x):
     variables = model.init(jax.random.key(0), x)
     tx = make_optimizer()
     return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
-''',
+""",
     # the mask given by position, on a transformation named inside optax.chain
-    "positional": '''
+    "positional": """
 def decay_mask(params):
     return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
 
@@ -244,7 +244,7 @@ def create_masked_state(x):
     decay = optax.add_decayed_weights(0.5, decay_mask)
     tx = optax.chain(decay, optax.sgd(0.1))
     return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
-''',
+""",
 }
 
 
@@ -260,12 +260,14 @@ def test_an_optimizer_mask_over_linen_paths_is_located_wherever_it_is_built(case
     assert "TrainState.create(apply_fn=model.apply" in result.output
 
 
-SOWS = PRELUDE.replace(
-    "        return nn.Dense(1, kernel_init=ramp)(nn.tanh(nn.Dense(5, kernel_init=ramp)(x)))",
-    "        h = nn.tanh(nn.Dense(5, kernel_init=ramp)(x))\n"
-    '        self.sow("intermediates", "hidden", h)\n'
-    "        return nn.Dense(1, kernel_init=ramp)(h)",
-) + '''
+SOWS = (
+    PRELUDE.replace(
+        "        return nn.Dense(1, kernel_init=ramp)(nn.tanh(nn.Dense(5, kernel_init=ramp)(x)))",
+        "        h = nn.tanh(nn.Dense(5, kernel_init=ramp)(x))\n"
+        '        self.sow("intermediates", "hidden", h)\n'
+        "        return nn.Dense(1, kernel_init=ramp)(h)",
+    )
+    + """
 
 @jax.jit
 def train_step(state, x, y):
@@ -283,7 +285,8 @@ def train():
         state, loss, after = train_step(state, x, y)
         out += [float(loss), float(after)]
     return out
-'''
+"""
+)
 
 
 def test_what_a_model_sows_in_a_train_step_stays_out_of_the_state(tmp_path):
@@ -293,7 +296,9 @@ def test_what_a_model_sows_in_a_train_step_stays_out_of_the_state(tmp_path):
     _migrated_matches(tmp_path, SOWS)
 
 
-REPLACED = PRELUDE + '''
+REPLACED = (
+    PRELUDE
+    + """
 
 def shrink(state):  # unannotated: a train state by its `.replace(params=...)`
     return state.replace(params=jax.tree_util.tree_map(lambda p: 0.5 * p, state.params))
@@ -315,7 +320,8 @@ def train():
         state = shrink(state)
         out.append(float(loss))
     return out + [float(loss_of(state, state.params, x, y))]
-'''
+"""
+)
 
 
 def test_a_helper_that_replaces_a_state_field_is_rewritten_with_the_train_step(tmp_path):

@@ -23,7 +23,8 @@ def one_size(applied: list[tuple[Feat, tuple]]) -> Feat:
     every application of unknown size (it comes first, in branches and loops that enclose theirs), the
     known size is the module's; where none is known, the size is still one, which a trace shows. Anything
     else that differs disagrees (never taken from a trace, which sees one config): two known sizes, or a
-    known one on another path (``if flag: norm(x)`` / ``else: norm(h)`` may each be the only one to run)."""
+    known one on another path (``if flag: norm(x)`` / ``else: norm(h)`` may each be the only one to run).
+    Two known sizes agree with the first where it surely runs first: any other size fails there."""
     feats = [f for f, _ in applied]
     if all(f == feats[0] for f in feats):
         return feats[0]
@@ -43,6 +44,11 @@ def one_size(applied: list[tuple[Feat, tuple]]) -> Feat:
             i > first and p[: len(path)] == path for i, (f, p) in enumerate(applied) if f.kind not in SIZED
         ):
             return feats[first]
+        if first == 0 and all(p[: len(path)] == path for _, p in applied[1:]):
+            # the first application runs before every other whenever they run, and its size is known:
+            # Linen builds the parameters from it, and any later size must match it to run at all
+            # (`shared(x)` then `shared(relu(shared(x)))`: in_features, which must equal the features)
+            return feats[0]
     return Feat.unknown(DISAGREEING + " two apply it to inputs of different sizes")
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
-from linen2nnx.layers import LayerRule
+from linen2nnx.layers import LayerRule, nnx_ctor_params
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import single_assign
 from linen2nnx.migrate.factories import PartialLocal
@@ -263,10 +263,10 @@ class FieldBindings:
             return [Base("linen", linen[0], value)]
         if isinstance(value, cst.Call) and self._is_partial(value.func) and value.args:
             given = frozenset(a.keyword.value for a in value.args if a.keyword is not None)
-            return [
-                dataclasses.replace(b, keywords=b.keywords | given)
-                for b in self._resolve(value.args[0].value, owner, fn, depth + 1)
-            ]
+            bases = self._resolve(value.args[0].value, owner, fn, depth + 1)
+            if any(b.kind == "rule" and not _kept_as_written(self._rule_of(b.node), value) for b in bases):
+                return [Base("unknown")]
+            return [dataclasses.replace(b, keywords=b.keywords | given) for b in bases]
         if isinstance(value, cst.Name) and fn is not None:
             assigned = [v for name, v in _assignments(fn) if name == value.value]
             if len(assigned) == 1:
@@ -342,3 +342,21 @@ def _assignments(fn: cst.FunctionDef) -> Iterator[tuple[str, cst.BaseExpression]
 
     Assigns().walk(fn)
     return iter(found)
+
+
+def _kept_as_written(rule: LayerRule | None, partial: cst.Call) -> bool:
+    """``partial(nn.Dense, use_bias=False)`` bound to a field stays as written with the NNX class in it,
+    which is right only where every argument means the same there: keywords NNX takes under the same
+    name, with no value the layer table restricts, and nothing positional (NNX puts the input size
+    first: ``partial(nn.DenseGeneral, (2, 4))`` would hand (2, 4) to ``in_features``)."""
+    if rule is None:
+        return False
+    for arg in partial.args[1:]:
+        if arg.keyword is None or arg.star:
+            return False
+        name = arg.keyword.value
+        if name in rule.rename_args or name in rule.unsupported_args or name in rule.only_values:
+            return False
+        if name in rule.function_args or name not in nnx_ctor_params(rule.nnx):
+            return False
+    return True

@@ -55,6 +55,12 @@ def check_layer_args(ctx: FileContext, rule: LayerRule, site: Site, bound: dict[
             )
 
 
+_CALLED_WITH = {
+    "attention_fn": "its own arguments (is_causal=, an NNX module=)",
+    "promote_dtype": "one tuple of the arrays (promote_dtype((x, kernel), dtype=)), where Linen passes them one by one",
+}
+
+
 def _check_function_arg(ctx: FileContext, rule: LayerRule, site: Site, arg_name: str, arg: cst.Arg) -> None:
     """``attention_fn=nn.dot_product_attention``: Linen's default, dropped (NNX's default is its
     counterpart); any other function NNX would call with arguments a Linen-style one does not take."""
@@ -67,12 +73,13 @@ def _check_function_arg(ctx: FileContext, rule: LayerRule, site: Site, arg_name:
             f"whose counterpart is nnx.{rule.nnx}'s default",
         )
         return
+    how = _CALLED_WITH.get(arg_name, "its own arguments")
     ctx.report(
         LAYER_002,
         arg,
-        f"nn.{rule.linen}({arg_name}={code(arg.value)}): nnx.{rule.nnx} calls it with its own arguments "
-        "(is_causal=, an NNX module=), which a function written for Linen's call does not take (TypeError)",
-        f"give it NNX's signature (see nnx.dot_product_attention), then pass it to nnx.{rule.nnx}",
+        f"nn.{rule.linen}({arg_name}={code(arg.value)}): nnx.{rule.nnx} calls it with {how}, which a "
+        "function written for Linen's call does not take (TypeError)",
+        f"give it the signature nnx.{rule.nnx} calls it with, then pass it",
     )
 
 

@@ -475,12 +475,18 @@ class CallRewriter:
         rule = site.rule
         assert rule is not None
         args = list(updated.args)
+        plain = [a for a in original.args if a.keyword is None and not a.star]
         for o in original.args:
-            if o.keyword is not None and o.keyword.value in rule.unsupported_call_args:
+            # a positional argument names its keyword by position (`Dropout()(x, not train, key)`: rng)
+            keyword = o.keyword.value if o.keyword is not None else None
+            if keyword is None and not o.star and rule.call_keywords and o in plain:
+                at = plain.index(o)
+                keyword = rule.call_keywords[at] if at < len(rule.call_keywords) else None
+            if keyword in rule.unsupported_call_args:
                 self.ctx.report(
                     LAYER_002,
                     o,
-                    f"{o.keyword.value}= of nn.{rule.linen}.__call__ has no nnx.{rule.nnx} equivalent",
+                    f"{keyword}= of nn.{rule.linen}.__call__ has no nnx.{rule.nnx} equivalent",
                     "NNX layers draw randomness from their own rngs",
                 )
         args = [

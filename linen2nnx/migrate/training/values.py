@@ -23,6 +23,7 @@ analysis is flow-insensitive and conservative: a name bound to values of differe
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping
 
 import libcst as cst
@@ -378,45 +379,20 @@ class ValueAnalysis:
         call = self.parent(attr)
         if not (isinstance(call, cst.Call) and call.func is attr and call.args):
             return False
+        if isinstance(name, cst.Name) and name.value == "self":
+            return False  # a struct's own method
+        if not self.uses_flax_train_state:
+            return False  # another library's train state (its own fields and methods)
         fields = {"params", "batch_stats", "opt_state", "step", "tx"}
         fields |= {f for extra in self.ts_classes.values() for f in extra}
         return all(a.keyword is not None and a.keyword.value in fields for a in call.args)
 
-    def _replaces_state_field(self, attr: cst.CSTNode | None, name: cst.CSTNode) -> bool:
-        """``state.replace(batch_stats=...)``: a train state's own way to change a field (a flax struct
-        with the fields a TrainState has, or one of the file's TrainState classes adds)."""
-        if not (isinstance(attr, cst.Attribute) and attr.value is name and attr.attr.value == "replace"):
-            return False
-        call = self.parent(attr)
-        if not (isinstance(call, cst.Call) and call.func is attr and call.args):
-            return False
-        fields = {"params", "batch_stats", "opt_state", "step", "tx"}
-        fields |= {f for extra in self.ts_classes.values() for f in extra}
-        return all(a.keyword is not None and a.keyword.value in fields for a in call.args)
-
-    def _passed_state(self, param: cst.Param) -> Val | None:
-        """``Val("ts")`` where every call of the parameter's function (a module-level function called
-        by its name) passes a train state in its place (``state = sync_batch_stats(state)``)."""
-        fn = self.parent(self.parent(param)) if isinstance(self.parent(param), cst.Parameters) else None
-        if not isinstance(fn, cst.FunctionDef) or not isinstance(self.parent(self.parent(fn)), cst.Module):
-            return None
-        if param not in fn.params.params:
-            return None
-        index = fn.params.params.index(param)
-        found = False
-        for node in self.nodes:
-            if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)):
-                continue
-            if node.func.value != fn.name.value or self.function_of(node.func) is not fn:
-                continue
-            positional = [a for a in node.args if a.keyword is None]
-            if any(a.star for a in node.args) or index >= len(positional):
-                return None
-            value = self.value_of(positional[index].value)
-            if value is None or value.kind != "ts":
-                return None
-            found = True
-        return Val("ts") if found else None
+    @functools.cached_property
+    def uses_flax_train_state(self) -> bool:
+        """The file names flax's TrainState (or a class of its own built on it)."""
+        return bool(self.ts_classes) or any(
+            isinstance(n, (cst.Name, cst.Attribute)) and self.qualnames(n) & TRAIN_STATE for n in self.nodes
+        )
 
     def uses(self, assignment: Assignment) -> list[cst.Name]:
         """The reads of ``assignment`` in source order (libcst keeps them in a set, whose order changes
