@@ -35,6 +35,7 @@ from linen2nnx.checkpoint_convert import (
     read_linen_checkpoint,
 )
 from linen2nnx.equivalence.jitting import fast_jit, maybe_jit, memoized
+from linen2nnx.equivalence.perturb import perturbed
 from linen2nnx.equivalence.randomness import same_keys
 from linen2nnx.equivalence.sown import call_capturing, flat_sown, sown_collections, sown_tree
 from linen2nnx.errors import L2NError, ModelBuildError
@@ -74,8 +75,11 @@ def build_sides(
             raise ModelBuildError(
                 f"cannot build the Linen model {_name(pair)} on its example batch: {type(e).__name__}: {e}"
             ) from e
+        # init's zero biases and unit scales hide a dropped bias or a swapped scale: with no checkpoint
+        # the weights are init plus noise (perturb.py), fixed by its seed
+        init = perturbed(init)
         ckpt = read_linen_checkpoint(init, live=True)  # its boxes are objects: {'value': x} is a param
-        ckpt.source = "init_variables()"
+        ckpt.source = "perturbed init_variables()"
     else:
         if isinstance(linen_ckpt, (str, Path)):  # its arrays are read now: of every collection the model
             _register_collections(pair)  # registers too (a bridged Linen part's own), not only flax's

@@ -1,0 +1,89 @@
+"""``check`` passes only on evidence: weights that can tell a dropped bias from a kept one, values that
+are numbers, every part of a complex output, and gradients that reach the parameters they should.
+Each case is a deliberately wrong NNX twin that a weaker check passed."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from linen2nnx.equivalence import check
+from linen2nnx.equivalence.compare import GRAD, compare_leaf
+from linen2nnx.spec import LinenSide, ModelPair
+
+
+def _mse(out, batch):
+    return jnp.mean(out**2)
+
+
+class _Norm(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],))
+        bias = self.param("bias", nn.initializers.zeros, (x.shape[-1],))
+        centred = (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-6)
+        return centred * scale + bias
+
+
+class _Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3, name="head")(_Norm(name="norm")(nn.Dense(6, name="dense")(x)))
+
+
+class _BiasFirstNorm(nnx.Module):
+    """Adds the bias before the scale: the same numbers only while the scale is 1 or the bias 0."""
+
+    def __init__(self, width: int):
+        self.scale = nnx.Param(jnp.ones(width))
+        self.bias = nnx.Param(jnp.zeros(width))
+
+    def __call__(self, x):
+        centred = (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-6)
+        return (centred + self.bias[...]) * self.scale[...]
+
+
+class _Twin(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.dense = nnx.Linear(4, 6, rngs=rngs)
+        self.norm = _BiasFirstNorm(6)
+        self.head = nnx.Linear(6, 3, rngs=rngs)
+
+    def __call__(self, x):
+        return self.head(self.norm(self.dense(x)))
+
+
+def test_with_no_checkpoint_the_weights_are_perturbed_so_a_reordered_norm_fails():
+    """A fresh init has zero biases and unit scales, under which the twin computes Linen's numbers
+    exactly, gradients included: the check then runs on init plus noise instead."""
+    x = jax.random.normal(jax.random.key(1), (4, 4))
+    side = LinenSide(model=_Net(), batch={"x": x}, loss=_mse, train_kwargs={}, eval_kwargs={})
+    result = check(ModelPair(linen=side, nnx_factory=lambda rngs: _Twin(rngs)))
+    assert not result.passed
+    assert any(f.check.startswith("forward") for f in result.failures)
+
+
+def test_a_nan_reference_is_no_evidence():
+    nan = np.array([np.nan, 1.0], np.float32)
+    leaf = compare_leaf("forward/eval", "out", nan, nan.copy())
+    assert not leaf.passed and "NaN" in leaf.note
+
+
+def test_a_complex_output_compares_its_imaginary_part():
+    z = np.array([1 + 2j, 3 - 1j], np.complex64)
+    assert compare_leaf("forward/eval", "out", z, z.copy()).passed
+    leaf = compare_leaf("forward/eval", "out", z, np.conj(z))
+    assert not leaf.passed and leaf.max_abs == 4.0
+
+
+def test_a_gradient_that_never_reaches_the_nnx_parameter_fails():
+    """A stop_gradient or a frozen part: NNX's gradient is zero where Linen's is well above the
+    tolerance. A Linen gradient that is only noise (an analytically zero one) may meet an exact 0."""
+    linen = np.full((3,), 0.5, np.float32)
+    leaf = compare_leaf("grad", "enc/kernel", linen, np.zeros(3, np.float32), kind=GRAD)
+    assert not leaf.passed and "zero" in leaf.note
+    noise = np.full((3,), 1e-9, np.float32)
+    assert compare_leaf("grad", "key/bias", noise, np.zeros(3, np.float32), kind=GRAD).passed
