@@ -104,6 +104,30 @@ def train():
     state, change = train_step(state, x, y)
     return float(change)
 """,
+    # the tutorials' init: the params subscripted off the call, no name for the variables
+    "init_subscript": """
+def create_direct(x):
+    model = MLP()
+    params = model.init(jax.random.key(0), x)["params"]
+    return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(0.5))
+
+
+@jax.jit
+def train_step(state, x, y):
+    loss, grads = jax.value_and_grad(lambda p: loss_of(state, p, x, y))(state.params)
+    state = state.apply_gradients(grads=grads)
+    return state, loss
+
+
+def train():
+    x, y = data()
+    state = create_direct(x)
+    losses = []
+    for _ in range(3):
+        state, loss = train_step(state, x, y)
+        losses.append(float(loss))
+    return losses
+""",
     # the step read in arithmetic that goes below zero (a warm-up ramp)
     "step_arithmetic": """
 @jax.jit
@@ -213,6 +237,24 @@ def train_step(state, x, y):
         ("L2N-TRAIN-009", line)
     ]
     assert "def train_step(state, x, y):\n    loss, grads" in result.output  # the training code as written
+
+
+def test_training_code_left_as_written_keeps_its_init_subscript():
+    """The split of ``model.init(...)['params']`` serves the rewrite only: a file whose training code
+    stays Linen keeps the statement its author wrote."""
+    source = (
+        PRELUDE
+        + CASES["init_subscript"]
+        + """
+
+class ClippedState(train_state.TrainState):
+    def apply_gradients(self, *, grads, **kwargs):
+        return super().apply_gradients(grads=grads, **kwargs)
+"""
+    )
+    result = migrate_source(source, "train.py", module_name="train")
+    assert any(f.rule == "L2N-TRAIN-009" for f in result.findings)
+    assert '    params = model.init(jax.random.key(0), x)["params"]\n' in result.output
 
 
 MASKED = {

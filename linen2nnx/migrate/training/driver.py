@@ -17,6 +17,7 @@ from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.rules import training as training_rules
 from linen2nnx.migrate.sites import MARKER, ClassSummary
 from linen2nnx.migrate.training.dispatch import plan_file
+from linen2nnx.migrate.training.init_subscripts import split_init_subscripts
 from linen2nnx.migrate.training.planner import TrainPlanner
 from linen2nnx.migrate.training.rewrite import TrainRewriter, finish_imports
 from linen2nnx.migrate.training.sharding import uses_sharding
@@ -51,10 +52,13 @@ def migrate_training(
         return code_text, []  # NNX code already (flax.training's TrainState works with NNX states too)
     if any(f"{MARKER} {rule}" in original for rule in BLOCKING):
         return code_text, []  # left to a person by an earlier run: its markers say why (delete them to retry)
-    wrapper = MetadataWrapper(cst.parse_module(code_text), unsafe_skip_copy=True)
-    values = ValueAnalysis(wrapper, local, external, module_name)
-    planner = TrainPlanner(wrapper, values, sharding=uses_sharding(original))
-    plan_file(planner)
+    tree = cst.parse_module(code_text)
+    planner, wrapper = _planned(tree, local, external, module_name, original)
+    split = split_init_subscripts(tree) if planner.blocked else None
+    if split is not None:  # `params = model.init(...)['params']` as two statements may convert
+        retried = _planned(split, local, external, module_name, original)
+        if not retried[0].blocked:
+            (planner, wrapper), code_text = retried, code_of(split)
     blocked = planner.blocked
     findings, markers = _report(planner, wrapper.module, path, line_map(code_text, original), rule_enabled)
     rewrites = planner.edits or planner.replace_stmt or planner.wrap or planner.after
@@ -64,6 +68,20 @@ def migrate_training(
     if not blocked and rewrites:
         module = finish_imports(module, planner)
     return code_of(module), findings
+
+
+def _planned(
+    tree: cst.Module,
+    local: Mapping[str, ClassSummary],
+    external: Mapping[str, ClassSummary],
+    module_name: str,
+    original: str,
+) -> tuple[TrainPlanner, MetadataWrapper]:
+    wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+    values = ValueAnalysis(wrapper, local, external, module_name)
+    planner = TrainPlanner(wrapper, values, sharding=uses_sharding(original))
+    plan_file(planner)
+    return planner, wrapper
 
 
 def _report(
