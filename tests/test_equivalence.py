@@ -144,7 +144,8 @@ def test_compare_leaf_tolerance_and_edge_cases():
     ok = compare_leaf("x", "p", ref, ref + 2.9e-5, 1e-5)  # tol = 1e-5 * (1 + 2) = 3e-5
     bad = compare_leaf("x", "p", ref, ref + 3.1e-5, 1e-5)
     assert ok.passed and not bad.passed and math.isclose(ok.tol, 3e-5)
-    assert compare_leaf("x", "p", [np.nan, 1.0], [np.nan, 1.0], 1e-5).passed
+    nan = compare_leaf("x", "p", [np.nan, 1.0], [np.nan, 1.0], 1e-5)  # NaN on both sides proves nothing
+    assert not nan.passed and "NaN" in nan.note
     assert not compare_leaf("x", "p", [np.nan, 1.0], [0.0, 1.0], 1e-5).passed
     shape = compare_leaf("x", "p", np.zeros(3), np.zeros(4), 1e-5)
     assert not shape.passed and "shape differs" in shape.note

@@ -35,7 +35,7 @@ from linen2nnx.checkpoint_convert import (
     read_linen_checkpoint,
 )
 from linen2nnx.equivalence.jitting import fast_jit, maybe_jit, memoized
-from linen2nnx.equivalence.perturb import perturbed
+from linen2nnx.equivalence.noise import perturbed
 from linen2nnx.equivalence.randomness import same_keys
 from linen2nnx.equivalence.sown import call_capturing, flat_sown, sown_collections, sown_tree
 from linen2nnx.errors import L2NError, ModelBuildError

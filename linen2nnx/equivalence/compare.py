@@ -113,14 +113,7 @@ def compare_leaf(
         extra = logit_metrics(r, g)
     elif kind == GRAD:
         extra = norm_ratio(r, g)
-    note = ""
-    passed = bool(max_abs <= tol)
-    if ref_dtype != got_dtype:
-        note, passed = f"dtype differs: Linen {ref_dtype}, NNX {got_dtype}", False
-    elif np.isnan(r).any():  # NaN on both sides matches whatever each computes: no evidence
-        note, passed = "Linen's own value is NaN here: nothing is compared (change the example batch)", False
-    elif kind == GRAD and ref_max > tol and not np.any(g != 0):  # Linen's beyond noise, NNX's none
-        note, passed = "the NNX gradient is zero where Linen's is not (a stop_gradient, a frozen part)", False
+    passed, note = _verdict(max_abs <= tol, ref_dtype, got_dtype, r, g, kind == GRAD and ref_max > tol)
     return LeafResult(
         check,
         path,
@@ -136,6 +129,19 @@ def compare_leaf(
         mean_abs,
         extra,
     )
+
+
+def _verdict(
+    within: bool, ref_dtype: str, got_dtype: str, r: np.ndarray, g: np.ndarray, real_gradient: bool
+) -> tuple[bool, str]:
+    """Whether a leaf passes, and why not where its numbers alone would say it does."""
+    if ref_dtype != got_dtype:
+        return False, f"dtype differs: Linen {ref_dtype}, NNX {got_dtype}"
+    if np.isnan(r).any():  # NaN on both sides matches whatever each computes: no evidence
+        return False, "Linen's own value is NaN here: nothing is compared (change the example batch)"
+    if real_gradient and not np.any(g != 0):  # Linen's beyond noise, NNX's none at all
+        return False, "the NNX gradient is zero where Linen's is not (a stop_gradient, a frozen part)"
+    return bool(within), ""
 
 
 def _as_float64(x: np.ndarray) -> np.ndarray:

@@ -271,10 +271,7 @@ def replay_param_helpers(
 ) -> cst.FunctionDef:
     """``fn`` (a ``setup`` or compact method) with each ``target = helper(self, ...)`` statement
     replayed; an assignment that cannot be replayed exactly is left as written."""
-    setup = fn.name.value == "setup"
-    caller_bound = bound_names(fn.body) | {p.name.value for p in fn.params.params}
-    caller_names = names_in(fn) | caller_bound
-    replayed_bound: set[str] = set()  # the locals earlier replays bind: one more would rebind them
+    replay = _MethodReplay(fn, resolver, module_name, facts, caller_imports)
 
     class T(cst.CSTTransformer):
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
@@ -284,53 +281,83 @@ def replay_param_helpers(
             body: list[cst.BaseStatement] = []
             for before, stmt in zip(original.body, updated.body):
                 # a statement line holds no block: the original, whose names the resolver knows
-                body.extend(_replayed(before) if isinstance(before, cst.SimpleStatementLine) else [stmt])
+                body.extend(
+                    replay.statement(before) if isinstance(before, cst.SimpleStatementLine) else [stmt]
+                )
             return updated.with_changes(body=body)
 
-    def _replayed(stmt: cst.BaseStatement) -> list[cst.BaseStatement]:
+    return fn.visit(T())  # type: ignore[return-value]
+
+
+class _MethodReplay:
+    """The replays of one method's statements, and the names they must keep clear of."""
+
+    def __init__(
+        self,
+        fn: cst.FunctionDef,
+        resolver: NameResolver,
+        module_name: str,
+        facts: Mapping[str, Any],
+        caller_imports: Mapping[str, str],
+    ) -> None:
+        self.setup = fn.name.value == "setup"
+        self.resolver, self.module_name, self.facts, self.imports = (
+            resolver,
+            module_name,
+            facts,
+            caller_imports,
+        )
+        self.caller_bound = bound_names(fn.body) | {p.name.value for p in fn.params.params}
+        self.caller_names = names_in(fn) | self.caller_bound
+        self.replayed_bound: set[str] = set()  # the locals earlier replays bind: one more would rebind them
+
+    def helper(self, call: cst.Call) -> Any:
+        return helper_of(call, self.resolver, self.module_name, self.facts)
+
+    def statement(self, stmt: cst.BaseStatement) -> list[cst.BaseStatement]:
         if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
             return [stmt]
         small = stmt.body[0]
         if not (
             isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.value, cst.Call)
         ):
-            return [stmt] if setup else _hoisted(stmt)
+            return [stmt] if self.setup else self.hoisted(stmt)
         target = small.targets[0].target
         attr_target = (
             isinstance(target, cst.Attribute)
             and isinstance(target.value, cst.Name)
             and target.value.value == "self"
         )
-        if not (attr_target if setup else isinstance(target, cst.Name)):
-            return [stmt] if setup else _hoisted(stmt)
-        fact = helper_of(small.value, resolver, module_name, facts)
-        new = None if fact is None else _replay(target, small.value, fact)
+        if not (attr_target if self.setup else isinstance(target, cst.Name)):
+            return [stmt] if self.setup else self.hoisted(stmt)
+        fact = self.helper(small.value)
+        new = None if fact is None else self.replay(target, small.value, fact)
         if new is None:
             return [stmt]
         if new:
             new[0] = new[0].with_changes(leading_lines=stmt.leading_lines)
         return new
 
-    def _replay(
-        target: cst.BaseAssignTargetExpression, call: cst.Call, fact: ReplayableFunction
+    def replay(
+        self, target: cst.BaseAssignTargetExpression, call: cst.Call, fact: ReplayableFunction
     ) -> list[cst.BaseStatement] | None:
         """``target = call`` replayed, or None where that is not exact."""
         try:
-            new = replay_assignment(target, call, fact, caller_imports, module_name)
+            new = replay_assignment(target, call, fact, self.imports, self.module_name)
         except ReplayError:
             return None
         if not _literal_names(new):
             return None  # a name made at call time: kept, so the other calls still replay
         helper = fact_function(fact)
-        if free_names(helper) & caller_bound:
+        if free_names(helper) & self.caller_bound:
             return None  # the body would read the caller's local, not its module's name
         own = bound_names(helper.body)
-        if own & (caller_names | names_in(call) | replayed_bound | names_in(target)):
+        if own & (self.caller_names | names_in(call) | self.replayed_bound | names_in(target)):
             return None  # a local of the body would clobber the caller's or an earlier replay's
-        replayed_bound.update(own)
+        self.replayed_bound.update(own)
         return new
 
-    def _hoisted(stmt: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+    def hoisted(self, stmt: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
         """A compact method's statement that reads ``helper(self, ...)`` inside an expression
         (``x = x + get_posemb(self, ...)``): the call first, into a local of its own, then the
         statement reading that local. Exact where the call runs whenever the statement does (not under
@@ -341,27 +368,25 @@ def replay_param_helpers(
         if not isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Expr, cst.Return)):
             return [stmt]
         calls: list[tuple[cst.Call, ReplayableFunction]] = []
-        _run_once_calls(small, calls, lambda c: helper_of(c, resolver, module_name, facts))
+        _run_once_calls(small, calls, self.helper)
         if len(calls) != 1 or contains(small, (cst.NamedExpr,)):
             return [stmt]
         call, fact = calls[0]
-        taken = caller_names | replayed_bound | free_names(fact_function(fact))
+        taken = self.caller_names | self.replayed_bound | free_names(fact_function(fact))
         try:  # the local is named after the parameter the helper creates, where it creates one
-            probe = replay_assignment(cst.Name("_"), call, fact, caller_imports, module_name)
+            probe = replay_assignment(cst.Name("_"), call, fact, self.imports, self.module_name)
         except ReplayError:
             return [stmt]
         local = _fresh_local(call, _param_names(probe), taken)
-        new = _replay(cst.Name(local), call, fact)
+        new = self.replay(cst.Name(local), call, fact)
         if new is None:
             return [stmt]
-        caller_names.add(local)
-        caller_bound.add(local)
+        self.caller_names.add(local)
+        self.caller_bound.add(local)
         rest = stmt.deep_replace(call, cst.Name(local))
         if new:
             new[0] = new[0].with_changes(leading_lines=stmt.leading_lines)
         return [*new, cst.ensure_type(rest, cst.SimpleStatementLine).with_changes(leading_lines=())]
-
-    return fn.visit(T())  # type: ignore[return-value]
 
 
 _DEFERRED = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)

@@ -20,7 +20,8 @@ Modules, in the order the data flows:
 - :mod:`.dispatch` -- one walk over the tree routes each node to its construct's handler:
   :mod:`.init` (module values, ``model.init``), :mod:`.eval_shape` (``jax.eval_shape`` of an init),
   :mod:`.state_reads` (``variables['params']``), :mod:`.apply` (``apply`` / ``apply_fn``),
-  :mod:`.train_state` (``TrainState.create``, fields, ``apply_gradients`` / ``replace``),
+  :mod:`.train_state` (``TrainState.create``, fields, ``apply_gradients`` / ``replace``; an optimizer
+  that masks by the params tree blocks it, :mod:`.optimizer_masks`),
   :mod:`.sharding` (partition specs; eager sharding and call-time state facts). Handlers are functions
   ``(plan, node, ...)`` that only read the analysis and write the plan.
 - :mod:`.rewrite` -- :class:`TrainRewriter` applies the plan bottom-up, then the import edits.

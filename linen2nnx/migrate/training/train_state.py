@@ -21,10 +21,10 @@ from collections.abc import Callable
 import libcst as cst
 from libcst.metadata import Assignment, FunctionScope
 
-from linen2nnx.migrate.cst_meta import nodes_of
 from linen2nnx.migrate.cst_utils import code, is_docstring, names_in
 from linen2nnx.migrate.rules.training import TRAIN_004, TRAIN_006, TRAIN_007, TRAIN_008
 from linen2nnx.migrate.training.apply import plan_apply
+from linen2nnx.migrate.training.optimizer_masks import masked_by_path
 from linen2nnx.migrate.training.planner import STATE_TYPES, Edit, Owner, TrainPlanner
 
 _CREATE_HINT = "build the model, then nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))"
@@ -38,7 +38,7 @@ def plan_create(plan: TrainPlanner, call: cst.Call) -> None:
         plan.block(TRAIN_008, call, "TrainState.create without params= and tx= keywords", _CREATE_HINT)
         return
     holder = _params_holder(plan, call, args["params"])
-    if holder is None or not _fields_convert(plan, call, args, holder) or _masked_by_path(plan, args["tx"]):
+    if holder is None or not _fields_convert(plan, call, args, holder) or masked_by_path(plan, args["tx"]):
         return
     plan.note(
         TRAIN_004,
@@ -47,53 +47,6 @@ def plan_create(plan: TrainPlanner, call: cst.Call) -> None:
         "wrt=nnx.Param))): the train state is the (graphdef, state) pair",
     )
     plan.edits[call] = Edit(_split_model_and_optimizer(holder.name))
-
-
-MASKING = frozenset({"optax.masked", "optax.multi_transform", "optax.transforms.masked"})
-
-
-def _masked_by_path(plan: TrainPlanner, tx: cst.Arg) -> bool:
-    """Blocked where the optimizer masks or labels parameters by a function of the params tree
-    (``optax.adamw(..., mask=decay_mask_fn)``, ``optax.masked``, ``optax.multi_transform``): NNX hands it
-    an ``nnx.State``, whose paths differ (snake_case module names, a ``value`` at each leaf), so a mask
-    written for Linen's tree fails or, worse, matches nothing and decays every parameter."""
-    values: list[cst.BaseExpression] = [tx.value]
-    if isinstance(tx.value, cst.Name):
-        values += [
-            v for r in plan.values.referents(tx.value) if (v := plan.values.binding_value(r)) is not None
-        ]
-    # a mask may reach the optimizer through a helper that builds it, or a name inside optax.chain:
-    # any masking optax call of the file's training code counts
-    calls = [n for n in plan.values.nodes if isinstance(n, cst.Call) and not plan.values.in_module_class(n)]
-    for node in [*(n for v in values for n in nodes_of(v, (cst.Call,))), *calls]:
-        assert isinstance(node, cst.Call)
-        if _masks(plan, node):
-            plan.block(
-                TRAIN_008,
-                node,
-                f"{code(node.func)}(...) masks or labels parameters by a function of the params tree: NNX "
-                "hands it an nnx.State, whose paths differ (module names in snake_case, a `value` at each "
-                "leaf), so a mask written for Linen's tree matches other leaves or fails",
-                "write the mask over nnx.State paths (or filter with nnx.Param subsets) and build the "
-                "optimizer by hand",
-            )
-            return True
-    return False
-
-
-def _masks(plan: TrainPlanner, call: cst.Call) -> bool:
-    """``f(..., mask=m)``, ``optax.masked`` / ``multi_transform``, or ``optax.add_decayed_weights(wd, m)``
-    (its mask given by position)."""
-    if any(a.keyword is not None and a.keyword.value == "mask" for a in call.args):
-        return True
-    qualnames = plan.values.qualnames(call.func)
-    if qualnames & MASKING:
-        return True
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    return bool(qualnames & DECAY) and len(positional) >= 2
-
-
-DECAY = frozenset({"optax.add_decayed_weights", "optax.transforms.add_decayed_weights"})
 
 
 def _params_holder(plan: TrainPlanner, call: cst.Call, params: cst.Arg) -> Assignment | None:
