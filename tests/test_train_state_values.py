@@ -128,6 +128,23 @@ def train():
         losses.append(float(loss))
     return losses
 """,
+    # the update returned beside the loss, the usual train step
+    "returned_update": """
+@jax.jit
+def train_step(state, x, y):
+    loss, grads = jax.value_and_grad(lambda p: loss_of(state, p, x, y))(state.params)
+    return state.apply_gradients(grads=grads), loss
+
+
+def train():
+    x, y = data()
+    state = create_train_state(x)
+    losses = []
+    for _ in range(3):
+        state, loss = train_step(state, x, y)
+        losses.append(float(loss))
+    return losses + [float(loss_of(state, state.params, x, y))]
+""",
     # the step read in arithmetic that goes below zero (a warm-up ramp)
     "step_arithmetic": """
 @jax.jit
@@ -370,3 +387,21 @@ def test_a_helper_that_replaces_a_state_field_is_rewritten_with_the_train_step(t
     """An unannotated helper is a train state's by ``state.replace(params=...)``: left in its Linen
     form it would call ``.replace`` on the NNX (graphdef, state) pair."""
     _migrated_matches(tmp_path, REPLACED)
+
+
+def test_a_returned_update_beside_a_read_of_the_old_state_is_left_as_written():
+    """``return state.apply_gradients(...), state.step``: the step is the old state's, so the update
+    cannot move before the return; the training code stays as written, located."""
+    source = (
+        PRELUDE
+        + """
+
+@jax.jit
+def train_step(state, x, y):
+    loss, grads = jax.value_and_grad(lambda p: loss_of(state, p, x, y))(state.params)
+    return state.apply_gradients(grads=grads), state.step
+"""
+    )
+    result = migrate_source(source, "train.py", module_name="train")
+    assert any(f.rule == "L2N-TRAIN-008" for f in result.findings)
+    assert "    return state.apply_gradients(grads=grads), state.step\n" in result.output

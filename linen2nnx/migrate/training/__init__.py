@@ -11,7 +11,8 @@ Modules, in the order the data flows:
 
 - :mod:`.driver` -- the entry point (:func:`migrate_training`): parse, analyse, plan, report, rewrite.
   Where the training code would stay as written, it tries once more on the text :mod:`.init_subscripts`
-  gives (``params = model.init(...)['params']`` as two statements).
+  and :mod:`.returned_updates` give (``params = model.init(...)['params']`` and
+  ``return state.apply_gradients(...), loss`` as two statements each).
 - :mod:`.values` -- :class:`ValueAnalysis`: what each expression is (a Linen module value, the variables
   ``init`` returned, a collection of them, a train state), through names, closures and the file's
   functions. Built on libcst's scope analysis and the module pass's name resolver.

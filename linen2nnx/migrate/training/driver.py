@@ -19,6 +19,7 @@ from linen2nnx.migrate.sites import MARKER, ClassSummary
 from linen2nnx.migrate.training.dispatch import plan_file
 from linen2nnx.migrate.training.init_subscripts import split_init_subscripts
 from linen2nnx.migrate.training.planner import TrainPlanner
+from linen2nnx.migrate.training.returned_updates import split_returned_updates
 from linen2nnx.migrate.training.rewrite import TrainRewriter, finish_imports
 from linen2nnx.migrate.training.sharding import uses_sharding
 from linen2nnx.migrate.training.values import ValueAnalysis
@@ -54,7 +55,7 @@ def migrate_training(
         return code_text, []  # left to a person by an earlier run: its markers say why (delete them to retry)
     tree = cst.parse_module(code_text)
     planner, wrapper = _planned(tree, local, external, module_name, original)
-    split = split_init_subscripts(tree) if planner.blocked else None
+    split = _split(tree) if planner.blocked else None
     if split is not None:  # `params = model.init(...)['params']` as two statements may convert
         retried = _planned(split, local, external, module_name, original)
         if not retried[0].blocked:
@@ -68,6 +69,14 @@ def migrate_training(
     if not blocked and rewrites:
         module = finish_imports(module, planner)
     return code_of(module), findings
+
+
+def _split(tree: cst.Module) -> cst.Module | None:
+    """``tree`` in the forms the pass reads (an init's subscript, a returned update as statements of
+    their own), or None where it has none of the others."""
+    inits = split_init_subscripts(tree)
+    updates = split_returned_updates(inits or tree)
+    return updates or inits
 
 
 def _planned(
