@@ -405,3 +405,20 @@ def train_step(state, x, y):
     result = migrate_source(source, "train.py", module_name="train")
     assert any(f.rule == "L2N-TRAIN-008" for f in result.findings)
     assert "    return state.apply_gradients(grads=grads), state.step\n" in result.output
+
+
+def test_a_state_replaced_from_an_unpacked_dict_is_located():
+    """``state.replace(**new_vars)``: a train state's (flax's TrainState is in use), whose fields the
+    rewrite cannot tell; left in its Linen form it would call ``.replace`` on the NNX pair."""
+    source = (
+        PRELUDE
+        + """
+
+def refresh(state, new_vars):
+    state = state.replace(**new_vars)
+    return state
+"""
+    )
+    result = migrate_source(source, "train.py", module_name="train")
+    found = [f for f in result.findings if f.rule == "L2N-TRAIN-008"]
+    assert found and "state.replace(**...)" in found[0].message

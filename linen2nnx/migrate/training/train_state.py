@@ -437,7 +437,15 @@ def plan_rebind(plan: TrainPlanner, stmt: cst.CSTNode, call: cst.Call, owner: Ow
         elif key in STATE_TYPES and (key != "params" or field == "replace"):
             effects.append(("nnx.update({model}, {value})", i))
         else:
-            what = f"{key}=" if key else "a positional argument"
+            what = (
+                f"{key}="
+                if key
+                else "**"
+                if arg.star == "**"
+                else "*"
+                if arg.star
+                else "a positional argument"
+            )
             plan.block(
                 TRAIN_008,
                 arg,
