@@ -33,8 +33,7 @@ def perturbed(variables: Any, seed: int = 0, scale: float = 0.3) -> Any:
         return x + (scale * rng.standard_normal(x.shape)).astype(x.dtype)
 
     if isinstance(variables, dict) and any(c in variables for c in RUNTIME_COLLECTIONS):
-        kept = {c: v for c, v in variables.items() if c in RUNTIME_COLLECTIONS}
-        out = {c: (kept[c] if c in kept else jax.tree.map(noisy, v)) for c, v in variables.items()}
+        out = {c: v if c in RUNTIME_COLLECTIONS else jax.tree.map(noisy, v) for c, v in variables.items()}
     else:
         out = jax.tree.map(noisy, variables)
     if isinstance(out, dict) and "batch_stats" in out:

@@ -81,6 +81,14 @@ def attribute_for(linen_name: str, class_name: str) -> str:
     return f"{attr}_" if keyword.iskeyword(attr) else attr
 
 
+def numbered_name(base: str, taken: set[str]) -> str:
+    """``base``, else ``base_1``, ``base_2``, ...: the first not in ``taken``."""
+    name, i = base, 1
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    return name
+
+
 def names_in(node: cst.CSTNode) -> set[str]:
     """Free-looking names used in ``node`` (attribute names and keywords excluded)."""
     return set(name_counts(node))

@@ -36,6 +36,7 @@ The facts travel like :mod:`~linen2nnx.migrate.function_replay`'s, under a ``par
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 from collections.abc import Mapping
 from typing import Any
@@ -412,7 +413,13 @@ def _run_once_calls(node: cst.CSTNode, found: list, helper: Any) -> None:
 
 
 def fact_function(fact: ReplayableFunction) -> cst.FunctionDef:
-    return cst.ensure_type(cst.parse_statement(fact.source), cst.FunctionDef)
+    """The helper's definition, parsed once per text (a hoisted call reads it twice)."""
+    return _parsed_function(fact.source)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_function(source: str) -> cst.FunctionDef:
+    return cst.ensure_type(cst.parse_statement(source), cst.FunctionDef)
 
 
 def _param_names(stmts: list[cst.BaseStatement]) -> set[str]:

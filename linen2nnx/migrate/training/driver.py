@@ -72,8 +72,8 @@ def migrate_training(
 
 
 def _split(tree: cst.Module) -> cst.Module | None:
-    """``tree`` in the forms the pass reads (an init's subscript, a returned update as statements of
-    their own), or None where it has none of the others."""
+    """``tree`` with an init's subscript and a returned update each written as statements of their
+    own, the forms the pass reads; None where it has neither."""
     inits = split_init_subscripts(tree)
     updates = split_returned_updates(inits or tree)
     return updates or inits

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import names_in
+from linen2nnx.migrate.cst_utils import names_in, numbered_name
 
 
 def split_init_subscripts(module: cst.Module) -> cst.Module | None:
@@ -31,7 +31,7 @@ def split_init_subscripts(module: cst.Module) -> cst.Module | None:
             if found is None:
                 return updated
             call, subscript = found
-            name = _fresh("variables", taken)
+            name = numbered_name("variables", taken)
             taken.add(name)
             changed = True
             first = updated.with_changes(
@@ -65,10 +65,3 @@ def _init_subscript(line: cst.SimpleStatementLine) -> tuple[cst.Call, cst.Subscr
     ):
         return None
     return call, value
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, i = base, 1
-    while name in taken:
-        name, i = f"{base}_{i}", i + 1
-    return name

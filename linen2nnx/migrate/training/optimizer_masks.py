@@ -18,6 +18,7 @@ from linen2nnx.migrate.rules.training import TRAIN_008
 from linen2nnx.migrate.training.planner import TrainPlanner
 
 MASKING = frozenset({"optax.masked", "optax.multi_transform", "optax.transforms.masked"})
+DECAY = frozenset({"optax.add_decayed_weights", "optax.transforms.add_decayed_weights"})
 
 
 def masked_by_path(plan: TrainPlanner, tx: cst.Arg) -> bool:
@@ -25,15 +26,11 @@ def masked_by_path(plan: TrainPlanner, tx: cst.Arg) -> bool:
     (``optax.adamw(..., mask=decay_mask_fn)``, ``optax.masked``, ``optax.multi_transform``): NNX hands it
     an ``nnx.State``, whose paths differ (snake_case module names, a ``value`` at each leaf), so a mask
     written for Linen's tree fails or, worse, matches nothing and decays every parameter."""
-    values: list[cst.BaseExpression] = [tx.value]
-    if isinstance(tx.value, cst.Name):
-        values += [
-            v for r in plan.values.referents(tx.value) if (v := plan.values.binding_value(r)) is not None
-        ]
-    # a mask may reach the optimizer through a helper that builds it, or a name inside optax.chain:
-    # any masking optax call of the file's training code counts
+    # the tx expression's own calls first (the finding points there); then, since a mask may reach the
+    # optimizer through its binding, a helper that builds it or a name inside optax.chain, any masking
+    # optax call of the file's training code
     calls = [n for n in plan.values.nodes if isinstance(n, cst.Call) and not plan.values.in_module_class(n)]
-    for node in [*(n for v in values for n in nodes_of(v, (cst.Call,))), *calls]:
+    for node in [*nodes_of(tx.value, (cst.Call,)), *calls]:
         assert isinstance(node, cst.Call)
         if _masks(plan, node):
             plan.block(
@@ -59,6 +56,3 @@ def _masks(plan: TrainPlanner, call: cst.Call) -> bool:
         return True
     positional = [a for a in call.args if a.keyword is None and not a.star]
     return bool(qualnames & DECAY) and len(positional) >= 2
-
-
-DECAY = frozenset({"optax.add_decayed_weights", "optax.transforms.add_decayed_weights"})

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
-from linen2nnx.migrate.cst_utils import names_in
+from linen2nnx.migrate.cst_utils import names_in, numbered_name
 from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import COLLECTION_TYPES
 from linen2nnx.migrate.training.exprs import dict_items
@@ -153,10 +153,7 @@ class TrainPlanner:
         key = scope_node if scope_node is not None else self.values.module
         if key not in self._taken:
             self._taken[key] = names_in(key)
-        taken = self._taken[key] | self._reserved.setdefault(key, set())
-        name, i = base, 1
-        while name in taken:
-            name, i = f"{base}_{i}", i + 1
+        name = numbered_name(base, self._taken[key] | self._reserved.setdefault(key, set()))
         self._reserved[key].add(name)
         return name
 

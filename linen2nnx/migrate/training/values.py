@@ -35,6 +35,8 @@ from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.sites import ClassSummary
 
 TRAIN_STATE = frozenset({"flax.training.train_state.TrainState"})
+TRAIN_STATE_FIELDS = frozenset({"step", "params", "tx", "opt_state", "batch_stats"})
+"""Fields a flax TrainState has, and the batch statistics its usual subclass adds."""
 JIT = frozenset({"jax.jit", "jax.api.jit", "jax._src.api.jit"})
 EVAL_SHAPE = frozenset({"jax.eval_shape", "jax.api.eval_shape", "jax._src.api.eval_shape"})
 PARTIAL = frozenset({"functools.partial"})
@@ -173,12 +175,11 @@ class ValueAnalysis:
         if access is None:
             return []
         found = [r for r in access.referents if isinstance(r, Assignment)]
-        loops = self._loops_around(name)
-        if loops:
-            for other in access.scope.assignments[name.value]:
-                if isinstance(other, Assignment) and other not in found and self._inside(other.node, loops):
-                    found.append(other)
-        return found
+        others = [
+            a for a in access.scope.assignments[name.value] if isinstance(a, Assignment) and a not in found
+        ]
+        loops = self._loops_around(name) if others else set()
+        return found + [a for a in others if loops and self._inside(a.node, loops)]
 
     def _loops_around(self, node: cst.CSTNode) -> set[cst.CSTNode]:
         """The ``for`` / ``while`` statements around ``node`` within its function (or module)."""
@@ -383,8 +384,7 @@ class ValueAnalysis:
             return False  # a struct's own method
         if not self.uses_flax_train_state:
             return False  # another library's train state (its own fields and methods)
-        fields = {"params", "batch_stats", "opt_state", "step", "tx"}
-        fields |= {f for extra in self.ts_classes.values() for f in extra}
+        fields = TRAIN_STATE_FIELDS | {f for extra in self.ts_classes.values() for f in extra}
         # `state.replace(**new_vars)`: a train state's too, whose fields the rewrite cannot tell (a finding)
         return all(a.star == "**" or (a.keyword is not None and a.keyword.value in fields) for a in call.args)
 
