@@ -141,7 +141,7 @@ def plan_binding(plan: TrainPlanner, assignment: Assignment, scope: object) -> N
     if value is None or value.kind != "ts" or key in plan.locals_done:
         return
     plan.locals_done.add(key)
-    group = [a for a in scope.assignments[assignment.name] if isinstance(a, Assignment)]  # type: ignore[attr-defined]
+    group = plan.values.bindings(scope, assignment.name)  # type: ignore[attr-defined]
     local_state(plan, assignment.name, group)
 
 
@@ -264,8 +264,8 @@ def _group(
                 names.add(target)
                 changed = True
         for name in sorted(names):
-            for a in scope.assignments[name]:
-                if not isinstance(a, Assignment) or a in group:
+            for a in plan.values.bindings(scope, name):
+                if a in group:
                     continue
                 found = rebinding_statement(plan, a.node, names)
                 if found is None:

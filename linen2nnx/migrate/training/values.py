@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import libcst as cst
 from libcst.metadata import Access, Assignment, ScopeProvider
@@ -175,9 +176,7 @@ class ValueAnalysis:
         if access is None:
             return []
         found = [r for r in access.referents if isinstance(r, Assignment)]
-        others = [
-            a for a in access.scope.assignments[name.value] if isinstance(a, Assignment) and a not in found
-        ]
+        others = [a for a in self.bindings(access.scope, name.value) if a not in found]
         loops = self._loops_around(name) if others else set()
         return found + [a for a in others if loops and self._inside(a.node, loops)]
 
@@ -399,10 +398,20 @@ class ValueAnalysis:
         """The reads of ``assignment`` in source order (libcst keeps them in a set, whose order changes
         from run to run: findings placed by the first read would move)."""
         names = [a.node for a in assignment.references if isinstance(a.node, cst.Name)]
+        order = self._order()
+        return sorted(names, key=lambda n: order.get(n, len(order)))
+
+    def bindings(self, scope: Any, name: str) -> list[Assignment]:
+        """The bindings of ``name`` in ``scope`` in source order (libcst's set, like the reads': which
+        rebinding a finding names must not change from run to run)."""
+        order = self._order()
+        found = [a for a in scope.assignments[name] if isinstance(a, Assignment)]
+        return sorted(found, key=lambda a: order.get(a.node, len(order)))
+
+    def _order(self) -> dict[cst.CSTNode, int]:
         if self._name_order is None:
             self._name_order = {n: i for i, n in enumerate(n for n in self.nodes if type(n) is cst.Name)}
-        order = self._name_order
-        return sorted(names, key=lambda n: order.get(n, len(order)))
+        return self._name_order
 
     def _index(self) -> None:
         """One walk over the file's syntax nodes (libcst's visit order: pre-order) for the parent map and
