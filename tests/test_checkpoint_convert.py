@@ -596,27 +596,43 @@ def test_an_optimizer_written_for_linen_names_is_a_spec_error(where):
             abstract_state(pair, tx)
 
 
-def _decay_named(names: str, warmup: bool):
-    """adamw whose weight-decay mask reads the parameter paths for ``names``; with ``warmup``, its
-    learning rate rises from 0, so the first update is zero."""
+def _decay_named(names: str, warmup: str):
+    """adamw whose weight-decay mask reads the parameter paths for ``names``. ``warmup``: ``"short"``, a
+    learning rate rising from 0 in 10 steps (the first update is zero); ``"long"``, over 4000 steps, whose
+    first steps move a parameter by far less than any tolerance; ``"every_4"``, ``MultiSteps`` updating
+    every 4th step; ``"sized"``, the mask also reads each parameter's size (``x.size >= 8``: the 4 x 3 kernel); else none."""
     import optax
 
     def mask(params):
-        return jax.tree_util.tree_map_with_path(lambda path, _: any(names in str(k) for k in path), params)
+        def decayed(path, x):
+            return any(names in str(k) for k in path) and (x.size >= 8 if warmup == "sized" else True)
 
-    lr = optax.linear_schedule(0.0, 0.1, 10) if warmup else 0.1
-    return optax.adamw(lr, weight_decay=0.5, mask=mask)
+        return jax.tree_util.tree_map_with_path(decayed, params)
+
+    lr = {"short": optax.linear_schedule(0.0, 0.1, 10), "long": optax.linear_schedule(0.0, 0.01, 4000)}
+    tx = optax.adamw(lr.get(warmup, 0.1), weight_decay=0.5, mask=mask)
+    return optax.MultiSteps(tx, every_k_schedule=4) if warmup == "every_4" else tx
 
 
 @pytest.mark.parametrize(
-    "names, problem, warmup", [("Dense", True, False), ("Dense", True, True), ("kernel", False, False)]
+    "names, problem, warmup",
+    [
+        ("Dense", True, ""),
+        ("Dense", True, "short"),
+        ("Dense", True, "long"),
+        ("Dense", True, "every_4"),
+        ("Dense", True, "sized"),
+        ("kernel", False, ""),
+        ("kernel", False, "every_4"),
+    ],
 )
 def test_a_mask_that_reads_linen_module_names_is_a_problem(names, problem, warmup):
     """A weight-decay mask on Linen's module names (``Dense_0``) runs on NNX's tree too, where it finds
     ``dense_0``: NNX decayed other parameters than Linen, the state converted leaf for leaf, and training
-    drifted with exit 0. A few probe updates on both trees now tell (also under a warmup from 0, whose
-    first update is zero); a mask on the parameters' own names, which both sides share (``kernel``),
-    converts."""
+    drifted with exit 0. Probe updates on both trees now tell: each step's updates are compared (under a
+    long warmup from 0 the parameters barely move), the probe steps until parameters move (MultiSteps
+    updates every k-th step only), on stand-ins of the parameters' own shapes (a mask that reads a size);
+    a mask on the parameters' own names, which both sides share (``kernel``), converts."""
 
     tx = _decay_named(names, warmup)
     pair, state = _flat_pair_and_state(tx)

@@ -6,12 +6,15 @@ an ``nnx.State`` whose names are the NNX attributes (``layer_norm_0``), not Line
 (``'Norm' in str(path)``) runs on both trees and gives another answer on NNX's: the norm layers get
 weight decay, the state converts leaf for leaf, and training drifts with exit 0.
 
-A few ``tx.update`` steps on tiny stand-ins of both trees tell: every mapped parameter as ones of its
-rank with every axis 2, every gradient half the parameter, the same on both sides (several steps: the
-first is zero under a warmup from 0 or ``MultiSteps``). A transform that treats
-leaves alike by name, rank or position gives each the same update on both; one that reads Linen's
-names gives a parameter another update on NNX's. Only parameters on both sides take part, so a
-global-norm clip sees the same leaves.
+``tx.update`` steps on stand-ins of both trees tell: every mapped parameter as ones of its own shape
+(of its rank with every axis 2 where the parameters are too many to copy: :data:`REAL_SHAPES_UP_TO`), every
+gradient half the parameter, the same on both sides. The probe steps until :data:`MOVING_STEPS` steps have
+moved a parameter (at most :data:`MAX_STEPS`: ``MultiSteps`` and ``apply_every`` give zero updates until
+their k-th step) and compares each step's updates, not the parameters they leave: under a warmup from 0 a
+weight decay applied to the wrong leaves changes the parameters by less than any tolerance, the updates by
+as much as the decay is to the step. A transform that treats leaves alike by name, shape or position
+gives each the same update on both; one that reads Linen's names gives a parameter another update on
+NNX's. Only parameters on both sides take part, so a global-norm clip sees the same leaves.
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ def probe_problems(tx: Any, abstract: Any, param_table: Mapping[tuple[str, ...],
     ``abstract``: the NNX model's abstract parameter state."""
     from flax import nnx
 
-    ranks = {tuple(map(str, p)): len(v.get_value().shape) for p, v in nnx.to_flat_state(abstract)}
+    shapes = {tuple(map(str, p)): tuple(v.get_value().shape) for p, v in nnx.to_flat_state(abstract)}
     pairs = [(lpath, tuple(map(str, npath))) for lpath, npath in param_table.items()]
-    pairs = [(lpath, npath) for lpath, npath in pairs if npath in ranks]
+    pairs = [(lpath, npath) for lpath, npath in pairs if npath in shapes]
     if not pairs:
         return []
-    ones = {npath: np.ones((2,) * ranks[npath], np.float32) for _, npath in pairs}
+    real = sum(int(np.prod(shapes[npath])) for _, npath in pairs) <= REAL_SHAPES_UP_TO
+    ones = {
+        npath: np.ones(shapes[npath] if real else (2,) * len(shapes[npath]), np.float32) for _, npath in pairs
+    }
     linen = _nested({lpath: ones[npath] for lpath, npath in pairs})
     by_path = {tuple(p): v for p, v in nnx.to_flat_state(abstract)}
     nnx_tree = nnx.from_flat_state(
@@ -46,24 +52,17 @@ def probe_problems(tx: Any, abstract: Any, param_table: Mapping[tuple[str, ...],
         ]
     )
     try:
-        l_upd = _updated(tx, linen)
-        n_upd = _updated(tx, nnx_tree)
+        l_steps = _updates(tx, linen, variables=False)
+        n_steps = _updates(tx, nnx_tree, variables=True)
     except Exception:  # a failure on NNX's tree is reported where the optimizer is built (spec.nnx_optimizer)
         return []
-    l_flat, n_flat = _flat(l_upd, variables=False), _flat(n_upd, variables=True)
-    differ = [
-        (lpath, npath)
-        for lpath, npath in pairs
-        if lpath in l_flat
-        and npath in n_flat
-        and not np.allclose(l_flat[lpath], n_flat[npath], rtol=1e-5, atol=0)
-    ]
+    differ = [(lpath, npath) for lpath, npath in pairs if _differs(l_steps, n_steps, lpath, npath)]
     return [
         Problem(
             "optimizer differs on NNX names",
             join(("params", *lpath)),
             join(npath),
-            f"{STEPS} probe updates of the pair's optimizer give this parameter another value on NNX's tree "
+            "probe updates of the pair's optimizer give this parameter another update on NNX's tree "
             "than on Linen's: a mask or label function (adamw(mask=...), optax.masked, multi_transform) reads "
             "the names; it must pick the same parameters on both trees (Linen's LayerNorm_0 is NNX's "
             "layer_norm_0): match both spellings, or the parameters' own names and ranks",
@@ -89,20 +88,43 @@ def param_sized_vectors(tx: Any, abstract: Any) -> set[tuple[str, ...]]:
     return {p for p, shape in two.items() if len(shape) == 1 and three.get(p) != shape}
 
 
-STEPS = 3
-"""Updates the probe runs: the first is zero under a warmup from 0, ``MultiSteps`` or ``apply_every``."""
+REAL_SHAPES_UP_TO = 1 << 22
+"""Parameters (elements, all together) up to which the stand-ins have the parameters' own shapes: a mask
+that reads a size (``x.size >= 16``) answers as on the real tree."""
+MOVING_STEPS = 3
+"""Steps that move a parameter, compared (a schedule may give the first a learning rate of 0)."""
+MAX_STEPS = 64
+"""Steps the probe runs at most, waiting for :data:`MOVING_STEPS` that move a parameter."""
 
 
-def _updated(tx: Any, params: Any) -> Any:
-    """``params`` after :data:`STEPS` updates, each with the gradient half the parameters."""
+def _updates(tx: Any, params: Any, variables: bool) -> list[dict[tuple[str, ...], np.ndarray]]:
+    """Each step's updates (flat), the gradient half the parameters, until :data:`MOVING_STEPS` steps
+    have moved a parameter or :data:`MAX_STEPS` have run."""
     import jax
     import optax
 
-    state = tx.init(params)
-    for _ in range(STEPS):
+    state, steps, moving = tx.init(params), [], 0
+    while moving < MOVING_STEPS and len(steps) < MAX_STEPS:
         updates, state = tx.update(jax.tree.map(lambda p: p * 0.5, params), state, params)
         params = optax.apply_updates(params, updates)
-    return params
+        flat = _flat(updates, variables=variables)
+        steps.append(flat)
+        moving += any(np.any(u != 0) for u in flat.values())
+    return steps
+
+
+def _differs(
+    l_steps: list[dict], n_steps: list[dict], lpath: tuple[str, ...], npath: tuple[str, ...]
+) -> bool:
+    """Whether some step updates the parameter otherwise on the two trees, beyond the rounding that
+    another order of the leaves gives a sum over all of them (a global-norm clip)."""
+    for l_flat, n_flat in zip(l_steps, n_steps):
+        if lpath in l_flat and npath in n_flat:
+            a, b = l_flat[lpath], n_flat[npath]
+            scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+            if not np.allclose(a, b, rtol=1e-5, atol=1e-5 * scale):
+                return True
+    return len(l_steps) != len(n_steps)
 
 
 def _flat(tree: Any, variables: bool, arrays: bool = True) -> dict[tuple[str, ...], Any]:
