@@ -87,3 +87,41 @@ def test_a_gradient_that_never_reaches_the_nnx_parameter_fails():
     assert not leaf.passed and "zero" in leaf.note
     noise = np.full((3,), 1e-9, np.float32)
     assert compare_leaf("grad", "key/bias", noise, np.zeros(3, np.float32), kind=GRAD).passed
+
+
+GATED = """
+import flax.linen as nn
+
+
+class Gated(nn.Module):
+    use_proj: bool = False
+
+    def setup(self):
+        self.proj = nn.Dense(4)
+
+    def __call__(self, x):
+        return self.proj(nn.relu(x)) if self.use_proj else nn.relu(x)
+"""
+
+
+def test_a_linen_model_that_creates_no_parameter_gets_a_verdict(tmp_path):
+    """Its one layer off by a field, the Linen init holds no 'params' collection: check raised 'not a
+    Linen checkpoint' instead of comparing. The layer NNX builds anyway is one Linen never reads."""
+    from linen2nnx.migrate import migrate_source
+    from linen2nnx.spec import import_file
+
+    result = migrate_source(GATED, "gated.py", module_name="gated")
+    (tmp_path / "linen_gated.py").write_text(GATED)
+    (tmp_path / "nnx_gated.py").write_text(result.output)
+    result.name_map.save(tmp_path / "map.json")
+    linen_mod, nnx_mod = import_file(tmp_path / "linen_gated.py"), import_file(tmp_path / "nnx_gated.py")
+    x = np.linspace(-1.0, 1.0, 6, dtype=np.float32).reshape(2, 3)
+    side = LinenSide(model=linen_mod.Gated(), batch={"x": x}, loss=_mse, train_kwargs={}, eval_kwargs={})
+    assert "params" not in side.init_variables()
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_mod.Gated(in_features=3, rngs=rngs),
+        name_map=tmp_path / "map.json",
+    )
+    parity = check(pair, divergence=False)
+    assert parity.passed, [(lf.check, lf.path, lf.note) for lf in parity.failures]

@@ -137,8 +137,9 @@ def parse_tree(
     if not isinstance(tree, Mapping):
         tree = _to_state_dict(tree, source)
     tree = _plain(tree)
-    if not tree and source == "<memory>":  # the init of a model holding no variable (a sinusoid embedding)
-        tree = {"params": {}}
+    if "params" not in tree and (live or (not tree and source == "<memory>")):
+        # the init of a model creating no parameter (a sinusoid embedding; its one layer off by a field)
+        tree = {**tree, "params": {}}
     if "params" not in tree:
         keys = ", ".join(map(repr, sorted(map(str, tree)))) or "nothing"
         raise L2NError(
