@@ -15,6 +15,7 @@ import types
 import numpy as np
 import pytest
 from fixture_parity import assert_parity, build, grad_paths
+from fixture_paths import fixture
 
 
 class ModelOutput(collections.OrderedDict):
@@ -35,10 +36,21 @@ class ModelOutput(collections.OrderedDict):
         return tuple(self[k] for k in self.keys())
 
 
+def add_start_docstrings(*docstr):
+    """Hugging Face's class decorator: prepends text to ``__doc__`` and returns the class itself."""
+
+    def decorate(fn):
+        fn.__doc__ = "".join(docstr) + (fn.__doc__ or "")
+        return fn
+
+    return decorate
+
+
 @pytest.fixture
 def model_output(monkeypatch):
     package, utils = types.ModuleType("transformers"), types.ModuleType("transformers.utils")
     utils.ModelOutput = ModelOutput
+    utils.add_start_docstrings = add_start_docstrings
     package.utils = utils
     monkeypatch.setitem(sys.modules, "transformers", package)
     monkeypatch.setitem(sys.modules, "transformers.utils", utils)
@@ -124,3 +136,22 @@ def test_sum_of_block_outputs_read_by_index(tmp_path, model_output, return_dict)
         )
     )
     assert {"lm_head/kernel", "model/decoder/dense_0/kernel", "model/encoder/dense_0/kernel"} <= grads
+
+
+def test_docstring_decorator_kept_without_finding(tmp_path, model_output):
+    """``@add_start_docstrings(...)`` (fixture ``docstring_decorator``) stays on the NNX class with no
+    finding, imported absolutely or relatively, and the class computes the same with its docstring."""
+    from linen2nnx.migrate import migrate_source
+
+    linen_mod, nnx_mod, _, map_path = build("docstring_decorator", tmp_path)
+    assert nnx_mod.Head.__doc__.startswith("The head, without anything on top.A classification head.")
+    x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
+    assert_parity(linen_mod.Head(), lambda rngs: nnx_mod.Head(in_features=5, rngs=rngs), x, map_path)
+    relative = (
+        fixture("docstring_decorator_in.py").read_text().replace("from transformers.utils", "from ...utils")
+    )
+    rules = {f.rule for f in migrate_source(relative, "m.py", module_name="transformers.models.m.m").findings}
+    assert "L2N-MOD-017" not in rules
+    unknown = relative.replace("from ...utils import", "from ...other import")
+    rules = {f.rule for f in migrate_source(unknown, "m.py", module_name="transformers.models.m.m").findings}
+    assert "L2N-MOD-017" in rules

@@ -265,3 +265,15 @@ def test_param_with_axes_names_reach_the_mesh_check_and_their_records_are_no_arr
     assert linen_logical_specs(ModelPair(linen=side, nnx_factory=None)) == {
         ("params", "kernel"): (LinenPartition(("embed", "mlp"), True), (4, 8))
     }
+
+
+def test_names_in_a_list_become_a_tuple():
+    """Linen's boxes take sharding names in a list as in a tuple; NNX places a Variable only by a tuple or
+    a PartitionSpec, and left a list's weight replicated with no error. The migration of the list form
+    is the migration of the tuple form."""
+    src = FIXTURE.read_text()
+    listed = src.replace('("embed",)', '["embed"]').replace('("embed", "mlp")', '["embed", "mlp"]')
+    assert listed.count("[") == src.count("[") + 2
+    assert migrate_source(listed, "proj.py").output == migrate_source(src, "proj.py").output
+    names = 'nn.with_partitioning(init, names=["data"])'
+    assert '("data",)' in migrate_source(f"import flax.linen as nn\nf = {names}\n", "m.py").output

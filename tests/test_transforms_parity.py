@@ -16,6 +16,7 @@ from flax import nnx
 
 from linen2nnx.checkpoint_convert.api import convert_state
 from linen2nnx.equivalence import check, perturbed
+from linen2nnx.migrate import migrate_source
 from linen2nnx.spec import LinenSide, ModelPair
 
 
@@ -42,6 +43,21 @@ def test_scan_over_layers_with_remat(tmp_path, scan_layers):
         assert linen_vars["params"]["layers"]["up"]["kernel"].names == ("layers", "embed", "mlp")
     child = result.name_map.classes["transform_scan_layers.Stack"].children
     assert child["layers"].stack == "0" and child["layers_{i}"].container == "list"
+
+
+def test_partition_name_spelled_as_its_string_key():
+    """``metadata_params={'partition_name': ...}`` is ``nn.PARTITION_NAME``'s own value: the stack keeps the
+    name as with the attribute (it was dropped, and the layer axis lost its name); another key is refused."""
+    src = fixture("transform_scan_layers_in.py").read_text()
+    assert "{nn.PARTITION_NAME: " in src
+    spelled = migrate_source(
+        src.replace("{nn.PARTITION_NAME: ", "{'partition_name': "), "transform_scan_layers.py"
+    )
+    assert spelled.output == migrate_source(src, "transform_scan_layers.py").output
+    other = migrate_source(src.replace("{nn.PARTITION_NAME: ", "{'axis_name': "), "transform_scan_layers.py")
+    assert any(
+        "metadata_params key 'axis_name'" in f.message for f in other.findings if f.rule == "L2N-XFORM-002"
+    )
 
 
 def lazily_built(factory, x):
@@ -300,6 +316,29 @@ def test_a_stack_leaving_a_stream_unsplit_converts_with_its_weights(tmp_path):
     assert sum(f.rule == "L2N-XFORM-004" for f in result.findings) == 2
     x = np.random.default_rng(2).normal(size=(2, 4)).astype(np.float32)
     assert_parity(linen_mod.Stack(), lambda rngs: nnx_mod.Stack(in_features=4, rngs=rngs), x, map_path)
+
+
+def test_a_shared_layer_s_scan_or_vmap_drawing_keys_otherwise_converts_with_its_weights(tmp_path):
+    """A shared layer's scan with a stream set False (class and method form) and its vmap with a stream
+    set True: an unsafe finding each (NNX draws that stream's keys otherwise), and with converted weights
+    the model computes what Linen computes."""
+    linen_mod, nnx_mod, result, map_path = build("shared_layer_streams", tmp_path)
+    assert [f.line for f in result.findings if f.rule == "L2N-XFORM-004"] == [23, 37, 42]
+    x = np.random.default_rng(2).normal(size=(2, 4, 3)).astype(np.float32)
+    assert_parity(linen_mod.Model(), lambda rngs: nnx_mod.Model(in_features=3, rngs=rngs), x, map_path)
+
+
+def test_a_class_a_transform_decorates_stays_linen_under_its_lifted_name(tmp_path):
+    """``@functools.partial(nn.remat, ...)`` on a class: kept Linen behind the bridge, marked once (a second
+    run changes nothing), named ``CheckpointBlock`` as Linen names it, and computes what Linen computes."""
+    linen_mod, nnx_mod, result, map_path = build("class_decorated_remat", tmp_path)
+    assert result.output.count("TODO(linen2nnx): L2N-XFORM-002") == 1
+    again = migrate_source(result.output, "class_decorated_remat.py", module_name="class_decorated_remat")
+    assert again.output == result.output
+    assert set(result.name_map.classes["class_decorated_remat.Model"].children) == {"CheckpointBlock_0"}
+    x = np.random.default_rng(2).normal(size=(2, 4)).astype(np.float32)
+    make = lazily_built(lambda rngs: nnx_mod.Model(rngs=rngs), x)
+    assert_parity(linen_mod.Model(), make, x, map_path)
 
 
 def test_layer_with_unpacked_arguments_stays_linen_and_keeps_them(tmp_path):

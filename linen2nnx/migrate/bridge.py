@@ -217,11 +217,12 @@ def builds_bridge_wrapper(cls: cst.ClassDef, module: cst.Module) -> bool:
     return bool(wrappers) and bool(names_in(cls.body) & wrappers)
 
 
-def linen_class_name(name: str) -> cst.BaseStatement:
+def linen_class_name(name: str, prefix: str = "") -> cst.BaseStatement:
     """``<Name>Linen.__name__ = "<Name>"``: Linen auto-names a submodule after its class
-    (``Block_0``), so the kept class must keep its name or every checkpoint path under it moves."""
+    (``Block_0``), so the kept class must keep its name or every checkpoint path under it moves; a class
+    a lifted transform decorates keeps the transform's ``prefix`` too (``CheckpointBlock_0``)."""
     line = parse_statement(
-        f'{linen_name(name)}.__name__ = "{name}"  # keeps Linen\'s auto-names ({name}_0, ...)\n'
+        f'{linen_name(name)}.__name__ = "{prefix}{name}"  # keeps Linen\'s auto-names ({prefix}{name}_0, ...)\n'
     )
     return line.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
 

@@ -263,8 +263,25 @@ class FileContext:
         ``ScanCheckpointBlock``)."""
         chain = self.lift_chain(func)
         if chain is None:
-            return name
+            plan = self.state.linen_classes.get(name)
+            return (plan.linen_prefix if plan is not None else "") + name
         return "".join(LIFTED_CLASS_PREFIX[lift.kind] for lift in chain.lifts) + name
+
+    def decorator_prefix(self, cls: cst.ClassDef) -> str:
+        """The prefixes Linen's lifted transforms give a class they decorate (``@nn.remat`` or
+        ``@functools.partial(nn.remat, ...)``: ``CheckpointBlock``), outermost (topmost) first."""
+        prefix = ""
+        for decorator in cls.decorators:
+            applied = decorator.decorator
+            if (
+                type(applied) is cst.Call
+                and self.qualnames(applied.func) & {"functools.partial"}
+                and applied.args
+            ):
+                applied = applied.args[0].value
+            kind = self.transform_kind(applied)
+            prefix += LIFTED_CLASS_PREFIX.get(kind, "") if kind else ""
+        return prefix
 
     def lift_chain(self, node: cst.BaseExpression) -> LiftChain | None:
         """``nn.scan(nn.remat(Block), ...)`` or an alias of one -> the chain; None for anything else."""

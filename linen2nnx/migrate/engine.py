@@ -54,6 +54,7 @@ from linen2nnx.migrate.shared_helpers import run_shared_helpers
 from linen2nnx.migrate.table_changes import KEY as TABLE_CHANGES_KEY
 from linen2nnx.migrate.table_changes import run_changes
 from linen2nnx.migrate.trace import Trace
+from linen2nnx.migrate.training.sharding import gives_sharding_names
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
 
@@ -211,11 +212,20 @@ def migrate_source(
     findings = sorted(
         [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
     )
-    facts = {"summaries": command.summaries, "factories": own_factories}  # what importing files see
+    facts = {"summaries": _partitioned(command.summaries, source), "factories": own_factories}
     result = FileResult(file_path, path, source, output, findings, command.name_map, **facts)
     result = explained(result, reasons)  # replay_migration.py
     result.module, result.built = module_name, frozenset(built)
     return _release(command, _finished(result, source, path, rule_enabled) if settle_sizes else result)
+
+
+def _partitioned(summaries: dict[str, Any], source: str) -> dict[str, Any]:
+    """``summaries`` (what importing files see), each marked partitioned where its file gives weights
+    sharding names."""
+    if gives_sharding_names(source):
+        for summary in summaries.values():
+            summary.partitioned = True
+    return summaries
 
 
 def _finished(result: FileResult, source: str, path: str, rule_enabled: Callable[[str], bool]) -> FileResult:

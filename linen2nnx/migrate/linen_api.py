@@ -228,6 +228,37 @@ def renamed_keywords(
     return updated.with_changes(args=args)
 
 
+_BOXING = frozenset({"with_logical_partitioning", "with_partitioning"})
+
+
+def names_as_tuple(
+    qualnames: Callable[[cst.BaseExpression], set[str]], original: cst.Call, updated: cst.Call
+) -> cst.Call | None:
+    """``updated`` with a list display of sharding names (``nn.with_partitioning(init, ['embed', 'mlp'])``)
+    as a tuple; None when there is none. Linen's boxes take a list as they take a tuple, NNX places a
+    Variable only by a tuple or a PartitionSpec: with a list its weight is replicated, with no error."""
+    names = original.args[1] if len(original.args) > 1 and original.args[1].keyword is None else None
+    names = names or next(
+        (a for a in original.args if a.keyword is not None and a.keyword.value == "names"), None
+    )
+    if names is None or type(names.value) is not cst.List:
+        return None
+    if not any(
+        q.startswith("flax.linen.") and q.rsplit(".", 1)[-1] in _BOXING for q in qualnames(original.func)
+    ):
+        return None
+    index = original.args.index(names)
+    listed = updated.args[index].value
+    if type(listed) is not cst.List:
+        return None
+    as_tuple = cst.Tuple(elements=listed.elements, lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    if len(listed.elements) == 1:  # ('embed',): the one element keeps its comma
+        as_tuple = as_tuple.with_changes(elements=[listed.elements[0].with_changes(comma=cst.Comma())])
+    args = list(updated.args)
+    args[index] = args[index].with_changes(value=as_tuple)
+    return updated.with_changes(args=args)
+
+
 # The functions of flax.linen.fp8_ops (flax/linen/fp8_ops.py); its Fp8DotGeneralBase subclasses and Fp8Einsum
 # are Linen modules (with variables), NNX has none of them.
 FP8_FUNCTIONS = (

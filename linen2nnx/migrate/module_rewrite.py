@@ -81,6 +81,7 @@ from linen2nnx.migrate.layer_subclass_uses import (
 )
 from linen2nnx.migrate.linen_api import (
     UNBOX_FUNCTIONS,
+    names_as_tuple,
     renamed_keywords,
 )
 from linen2nnx.migrate.names import NameResolver
@@ -291,6 +292,9 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         renamed = renamed_keywords(self.ctx.qualnames, original, updated)
         if renamed is not None:  # `rules=` of a partitioned initializer: NNX's `sharding_rules=`
             updated = renamed
+        named = names_as_tuple(self.ctx.qualnames, original, updated)
+        if named is not None:  # sharding names in a list: NNX places by a tuple only
+            updated = named
         return weights_apply(self.ctx, original, updated) or self.calls.leave_call(original, updated)
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:

@@ -45,6 +45,7 @@ from linen2nnx.migrate.lifted import (
     SCAN_DECORATORS,
     LiftError,
     method_scan,
+    report_method_scan_streams,
 )
 from linen2nnx.migrate.local_planning import LocalPlanner
 from linen2nnx.migrate.local_sites import plan_local_sites
@@ -122,6 +123,7 @@ class ClassPlanner:
         """The plan of Linen class ``node``: fields, factories, scans, ``setup`` and ``@nn.compact`` sites,
         then the feature sizes of every site and what ``__init__`` replays."""
         plan = ClassPlan(name=node.name.value, fields=class_fields(self.ctx, node))
+        plan.linen_prefix = self.ctx.decorator_prefix(node)
         plan.holds_nothing = holds_nothing(self.ctx, node)
         plan_field_kinds(self.ctx, plan, node)
         plan.call_flags = merge_flags(self.ctx, plan, node)
@@ -205,6 +207,7 @@ class ClassPlanner:
                     raise LiftError("positional nn.scan arguments are not converted")
                 kwargs = {a.keyword.value: a.value for a in call.args[1:]}  # type: ignore[union-attr]
                 plan.scanned_methods[fn.name.value] = method_scan(kwargs, fn, taken, self.ctx.is_broadcast)
+                report_method_scan_streams(self.ctx, call, f"{plan.name}.{fn.name.value}", kwargs)
             except LiftError as err:
                 self.ctx.report(
                     XFORM_002,

@@ -72,6 +72,18 @@ from linen2nnx.migrate.static_locals import (
 from linen2nnx.migrate.verify_syntax import bound_by
 from linen2nnx.namemap import ClassEntry
 
+DATACLASS_BLIND = frozenset({"typing.final", "typing_extensions.final"})
+"""Class decorators that read nothing of the class: kept on the NNX class with no finding."""
+DATACLASS_BLIND_FACTORIES = frozenset(
+    {
+        "transformers.utils.add_start_docstrings",
+        "transformers.utils.doc.add_start_docstrings",
+        "transformers.file_utils.add_start_docstrings",
+    }
+)
+"""Decorator factories whose decorator only prepends text to the class's ``__doc__`` and returns the
+class (Hugging Face's model classes carry one each): the NNX class keeps it with no finding."""
+
 
 class ClassRewriter:
     """Assembles the NNX class (or keeps the Linen one behind the bridge) from its plan."""
@@ -222,9 +234,14 @@ class ClassRewriter:
 
     def _report_class_decorators(self, original: cst.ClassDef) -> None:
         """A class decorator is written for a Linen dataclass (it may read ``dataclasses.fields``): kept on
-        the NNX class, a finding (rules.MOD_017), but for ``typing.final``, which reads nothing."""
+        the NNX class, a finding (rules.MOD_017), but for those that read no field (DATACLASS_BLIND)."""
         for decorator in original.decorators:
-            if self.ctx.qualnames(decorator.decorator) & {"typing.final", "typing_extensions.final"}:
+            applied = decorator.decorator
+            maker = applied.func if isinstance(applied, cst.Call) else None
+            if self.ctx.qualnames(applied) & DATACLASS_BLIND or (
+                maker is not None
+                and {self.ctx.absolute(q) for q in self.ctx.qualnames(maker)} & DATACLASS_BLIND_FACTORIES
+            ):
                 continue
             self.ctx.report(
                 MOD_017,
@@ -269,7 +286,7 @@ class ClassRewriter:
             [
                 *self._linen_copies(plan),
                 self._keep_linen(plan, original, linen_name(plan.name)),
-                linen_class_name(plan.name),
+                linen_class_name(plan.name, plan.linen_prefix),
                 wrapper,
             ]
         )
@@ -465,14 +482,16 @@ class ClassRewriter:
         if not remark:
             return original
         marker = f"{MARKER} {MOD_007.id} {wrapper} kept as Linen behind nnx.bridge.ToNNX ({rules})"
-        lines = [
+        placed = self.state.placed_markers
+        own = self.state.markers.pop(original, None)  # a finding on a decorator: the class's own marker
+        if own:
+            placed.setdefault(original, []).extend(own)
+        kept = original.visit(StatementMarker(placed))  # the findings' markers, on their Linen statements
+        lines = [  # the class's own (a finding on a decorator) with the earlier MOD-007 marker left out
             line
-            for line in original.leading_lines
+            for line in kept.leading_lines
             if not (line.comment is not None and line.comment.value.startswith(f"{MARKER} {MOD_007.id}"))
         ]
-        placed = self.state.placed_markers
-
-        kept = original.visit(StatementMarker(placed))  # the findings' markers, on their Linen statements
         return kept.with_changes(name=cst.Name(name), leading_lines=[*lines, marker_line(marker)])
 
     def with_out_features(self, stmt: cst.BaseStatement) -> cst.BaseStatement:

@@ -292,9 +292,7 @@ class ClassPlan:
     sites: dict[cst.Call, Site] = dataclasses.field(default_factory=dict)
     new_args: dict[str, str] = dataclasses.field(default_factory=dict)  # kw-only arg -> how obtained
     setup: cst.FunctionDef | None = None
-    compact: cst.FunctionDef | None = (
-        None  # the @nn.compact method (its pure locals are replayed in __init__)
-    )
+    compact: cst.FunctionDef | None = None  # the @nn.compact method (pure locals replayed in __init__)
     hoisted_order: list[Site] = dataclasses.field(default_factory=list)
     containers: dict[str, list[Site]] = dataclasses.field(default_factory=dict)
     pure_locals: dict[str, cst.BaseStatement] = dataclasses.field(default_factory=dict)
@@ -321,6 +319,7 @@ class ClassPlan:
     method_out: dict[str, tuple[list[str], Feat]] = dataclasses.field(default_factory=dict)
 
     key: str = ""  # name-map key (module.Class)
+    linen_prefix: str = ""  # ``@partial(nn.remat, ...)`` on the class: Linen names it ``CheckpointBlock``
     activation_fields: set[str] = dataclasses.field(default_factory=set)  # fields defaulting to nn.relu & co.
     layer_fields: dict[str, Any] = dataclasses.field(default_factory=dict)  # `embed: nn.Embed`: its rule
     factories: dict[str, Any] = dataclasses.field(default_factory=dict)  # helper method -> factories.Factory
@@ -421,6 +420,7 @@ class ClassSummary:
     optional_inputs: frozenset[str] = frozenset()  # size arguments that default to None (ClassPlan's)
     traced_sizes: tuple[tuple[str, Any], ...] = ()  # what the trace saw for required sizes (spec_writer)
     size_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()  # required arg -> its layer's path
+    partitioned: bool = False  # its file gives weights sharding names: a training file builds it guarded
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""

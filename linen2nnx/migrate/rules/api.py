@@ -128,9 +128,12 @@ XFORM_003 = Rule(
 XFORM_004 = Rule(
     "L2N-XFORM-004",
     U,
-    "A stack whose split_rngs leaves a stream unsplit (False, or 'dropout' not listed while the block drops "
-    "out): Linen gives every layer the same key of it, NNX's stack splits every stream. Weights converted "
-    "from a checkpoint are unaffected; initialising from scratch, or training with dropout, differs.",
+    "A scan or vmap whose split_rngs NNX cannot follow: a stack leaving a stream unsplit (False: Linen gives "
+    "every layer the same key of it; 'dropout' not listed while the block drops out: Linen's train step "
+    "raises), where NNX's stack splits every stream; a shared layer's scan with a stream set False (Linen: "
+    "one key for every step, NNX: a new key each step) or vmap with a stream set True (Linen: a key per "
+    "element, NNX: the layer's one key for all). Weights converted from a checkpoint are unaffected; "
+    "initialising from scratch, or training with dropout, differs.",
     "nn.scan(Block, variable_axes={'params': 0}, split_rngs={'params': True}, length=4)  # Block drops out",
     "# TODO: NNX gives each layer its own dropout key; Linen gave all of them one",
 )

@@ -114,11 +114,12 @@ TRAIN_013 = Rule(
 TRAIN_014 = Rule(
     "L2N-TRAIN-014",
     C,
-    "An NNX model built by training code of a file that deals in sharding is built under "
-    "nnx.use_eager_sharding(<a mesh is active>): sharded under jax.set_mesh, metadata only without a mesh (like "
-    "Linen's boxes).",
+    "An NNX model built by training code of a file that deals in sharding, or of a model from a file that "
+    "names partitions, is built under nnx.use_eager_sharding(<a mesh and logical axis rules are active>): "
+    "sharded under jax.set_mesh and the rules, metadata only otherwise (like Linen's boxes, which the code's "
+    "own out_shardings place).",
     "variables = model.init(key, x)",
-    "with nnx.use_eager_sharding(<a mesh is active>):\n    model = model(rngs=nnx.Rngs(key))",
+    "with nnx.use_eager_sharding(<a mesh and rules are active>):\n    model = model(rngs=nnx.Rngs(key))",
 )
 TRAIN_015 = Rule(
     "L2N-TRAIN-015",

@@ -295,7 +295,11 @@ def _note(
             "(nnx.eval_shape) updated with the given " + given + " States, then called",
         )
         if plan.sharding:
-            plan.note(TRAIN_014, call, "the abstract model is built with eager sharding only under a mesh")
+            plan.note(
+                TRAIN_014,
+                call,
+                "the abstract model is built with eager sharding only under a mesh and logical axis rules",
+            )
     else:
         plan.note(
             TRAIN_005,

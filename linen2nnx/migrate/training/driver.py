@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 from collections.abc import Callable, Mapping
 
 import libcst as cst
@@ -88,7 +89,9 @@ def _planned(
 ) -> tuple[TrainPlanner, MetadataWrapper]:
     wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
     values = ValueAnalysis(wrapper, local, external, module_name)
-    planner = TrainPlanner(wrapper, values, sharding=uses_sharding(original))
+    planner = TrainPlanner(
+        wrapper, values, sharding=uses_sharding(original) or _names_partitioned(external, original)
+    )
     plan_file(planner)
     return planner, wrapper
 
@@ -153,3 +156,10 @@ def _class_lines(text: str) -> dict[str, tuple[int, int]]:
         for node in tree.body
         if isinstance(node, ast.ClassDef)
     }
+
+
+def _names_partitioned(external: Mapping[str, ClassSummary], source: str) -> bool:
+    """Whether ``source`` names a class of another file that gives its weights sharding names (which the
+    training code may build: under the eager guard, as a file that deals in sharding builds them)."""
+    names = {summary.name for summary in external.values() if summary.partitioned}
+    return bool(names) and bool(set(re.findall(r"\b[A-Za-z_]\w*\b", source)) & names)

@@ -126,7 +126,7 @@ def _note(plan: TrainPlanner, call: cst.Call, name: str, model: InitModel, summa
         plan.note(
             TRAIN_014,
             call,
-            f"the NNX {summary.name} is built with eager sharding only under a mesh "
+            f"the NNX {summary.name} is built with eager sharding only under a mesh and logical axis rules "
             "(Linen's partition boxes are metadata until a mesh and rules make them shardings)",
         )
 

@@ -257,15 +257,16 @@ def _construction(
 
 
 def eager(plan: TrainPlanner, stmt: cst.CSTNode, node: cst.CSTNode, name: str) -> None:
-    """Build under ``nnx.use_eager_sharding(<a mesh is active>)``: partition metadata would otherwise
-    raise with no mesh, where Linen's boxes stay metadata."""
+    """Build under ``nnx.use_eager_sharding(<a mesh and logical axis rules are active>)``: partition
+    metadata would otherwise raise with no mesh, or read logical names as mesh axes with no rules, where
+    Linen's boxes stay metadata."""
     guards = plan.wrap.setdefault(stmt, [])
     if EAGER_GUARD not in guards:
         guards.append(EAGER_GUARD)
     plan.note(
         TRAIN_014,
         node,
-        f"the NNX {name} is built with eager sharding only under a mesh (Linen's "
+        f"the NNX {name} is built with eager sharding only under a mesh and logical axis rules (Linen's "
         "partition boxes are metadata until a mesh and rules make them shardings)",
     )
 

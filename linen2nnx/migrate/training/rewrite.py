@@ -20,6 +20,7 @@ from linen2nnx.migrate.imports import (
 )
 from linen2nnx.migrate.sites import marker_line, one_line
 from linen2nnx.migrate.training.planner import TrainPlanner
+from linen2nnx.migrate.training.sharding import ACTIVE_RULES
 
 _STATEMENT = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
@@ -127,8 +128,11 @@ def finish_imports(module: cst.Module, planner: TrainPlanner) -> cst.Module:
     module = ensure_nnx_import(module)
     if planner.uses_partial:
         module = ensure_plain_import(module, "functools", blank_line_after=False)
-    if "jax.sharding.get_abstract_mesh()" in code_of(module):
+    text = code_of(module)
+    if "jax.sharding.get_abstract_mesh()" in text:
         module = ensure_plain_import(module, "jax", blank_line_after=False)
+    if ACTIVE_RULES in text:
+        module = ensure_plain_import(module, "flax.core.spmd", blank_line_after=False)
     return drop_unused_train_state_import(module)
 
 

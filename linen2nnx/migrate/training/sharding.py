@@ -5,10 +5,12 @@ Why each piece exists (each verified against the Linen numerics and shardings on
 
 - **Eager sharding.** A Linen init returns partition *boxes*: metadata only, made real under a mesh
   by ``out_shardings`` / ``nn.unbox``. An NNX Variable with ``out_sharding`` metadata is sharded when
-  it is created and raises with no mesh active. So where the training code builds an NNX model whose
-  file deals in sharding, it builds it under ``nnx.use_eager_sharding(<a mesh is active>)``: under
-  ``jax.set_mesh`` the params come out sharded (optimizer state included), with no mesh they stay
-  metadata, like Linen's boxes.
+  it is created and raises with no mesh active, or with logical names and no rules to map them (training
+  code that hands its rules to ``nn.logical_to_mesh_sharding`` and never activates them). So where the
+  training code builds an NNX model whose file (or whose model's file) deals in sharding, it builds it
+  under ``nnx.use_eager_sharding(<a mesh and logical axis rules are active>)``: under ``jax.set_mesh`` and
+  the rules the params come out sharded (optimizer state included), otherwise they stay metadata, like
+  Linen's boxes, until the code's own ``out_shardings`` place them.
 - **Partition specs.** ``nn.get_partition_spec`` returns the logical names whatever rules are active;
   ``nnx.get_partition_spec`` maps them through the active ``nnx.logical_axis_rules``. Fed to
   ``nn.logical_to_mesh_sharding(specs, mesh, rules)`` inside the rules, the names would be mapped twice
@@ -45,7 +47,10 @@ SHARDING_HINTS = (
     "PartitionSpec",
     "unbox",
 )
-EAGER_GUARD = "nnx.use_eager_sharding(not jax.sharding.get_abstract_mesh().empty)"
+# a model file that mentions any of these may give its weights sharding names (partition metadata)
+METADATA_HINTS = ("partitioning", "PARTITION_NAME", "with_axes", "Partitioned")
+ACTIVE_RULES = "flax.core.spmd.get_logical_axis_rules()"
+EAGER_GUARD = f"nnx.use_eager_sharding(not jax.sharding.get_abstract_mesh().empty and bool({ACTIVE_RULES}))"
 NO_RULES = "nnx.logical_axis_rules(())"
 # readers of the active logical axis rules (one function under several names)
 RULES_READERS = frozenset(
@@ -69,6 +74,12 @@ PARTITION_SPEC = frozenset({"flax.nnx.get_partition_spec", "flax.nnx.spmd.get_pa
 def uses_sharding(source: str) -> bool:
     """The file deals in sharding (see ``SHARDING_HINTS``)."""
     return any(h in source for h in SHARDING_HINTS)
+
+
+def gives_sharding_names(source: str) -> bool:
+    """The file's modules may carry partition metadata (see ``METADATA_HINTS``): a training file of another
+    file that builds one builds it under the eager guard too, though its own text names no sharding."""
+    return any(h in source for h in METADATA_HINTS)
 
 
 def decide(condition: str, known: dict[str, object]) -> bool | None:
