@@ -16,6 +16,10 @@ LINEN = "flax.linen"
 NNX = "flax.nnx"
 
 
+KEEP_DTYPES = "lambda args, dtype=None, inexact=True: args"
+"""The ``promote_dtype`` a norm given a ``dtype`` gets (see ``LayerRule.keeps_dtypes``): the values as they are."""
+
+
 @dataclasses.dataclass(frozen=True)
 class LayerRule:
     linen: str
@@ -77,6 +81,11 @@ class LayerRule:
     the parameters (Flax's ``promote_dtype``): what a variable created in ``y.dtype`` of it reads
     (:mod:`linen2nnx.migrate.value_dtypes`). Not ``Embed``: without ``dtype`` its output is in its
     ``param_dtype``, whatever the (integer) input."""
+    keeps_dtypes: bool = False
+    """A norm: given a ``dtype`` (not None), the NNX layer gets ``promote_dtype=`` :data:`KEEP_DTYPES`. NNX's
+    norms cast the input, scale, bias and running statistics to ``dtype`` before the statistics; Linen's
+    compute them from the input as it is (in float32 at least) and cast only the output. A bfloat16
+    LayerNorm of inputs near 300 differed by 1.5; with the input kept, the two are bit-identical."""
     param_switches: tuple[str, ...] = ()
     """Constructor flags that each turn a parameter off (a norm's ``use_scale`` / ``use_bias``): with all
     of them False the layer has no parameter, and its output, without ``dtype``, is in its input's dtype."""
@@ -202,6 +211,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "LayerNorm",
         "LayerNorm",
         in_arg="num_features",
+        keeps_dtypes=True,
         only_values={"feature_axes": _LAST_AXIS},  # num_features is the last axis's size
         unsupported_args=_NORM_UNSUPPORTED,
         keeps_shape=True,
@@ -212,6 +222,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "RMSNorm",
         "RMSNorm",
         in_arg="num_features",
+        keeps_dtypes=True,
         only_values={"feature_axes": _LAST_AXIS},  # num_features is the last axis's size
         unsupported_args=_NORM_UNSUPPORTED,
         keeps_shape=True,
@@ -222,6 +233,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "GroupNorm",
         "GroupNorm",
         in_arg="num_features",
+        keeps_dtypes=True,
         # nnx.GroupNorm repeats the group statistics along axis 1, right only when it reduces every axis
         only_values={"reduction_axes": ("None",)},
         unsupported_args=_NORM_UNSUPPORTED,
@@ -233,6 +245,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "BatchNorm",
         "BatchNorm",
         in_arg="num_features",
+        keeps_dtypes=True,
         only_values={"axis": _LAST_AXIS},  # num_features is the last axis's size
         call_args=frozenset({"use_running_average"}),
         unsupported_args=_NORM_UNSUPPORTED,

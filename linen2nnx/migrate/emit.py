@@ -9,7 +9,7 @@ from collections.abc import Collection
 
 import libcst as cst
 
-from linen2nnx.layers import nnx_ctor_params
+from linen2nnx.layers import KEEP_DTYPES, nnx_ctor_params
 from linen2nnx.migrate.annotation_names import written_annotation
 from linen2nnx.migrate.conditional_emit import conditional, nested_in_else, other_branch
 from linen2nnx.migrate.context import FileContext
@@ -104,6 +104,14 @@ class Emitter:
                 args.insert(2, cst.Arg(parse_expression(bias)))
         given = {rule.nnx_arg(name) for name in upd_bound}
         args += [kwarg(k, parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
+        dtype = upd_bound.get("dtype")
+        if (
+            rule.keeps_dtypes
+            and dtype is not None
+            and code(dtype.value) != "None"
+            and "promote_dtype" not in given
+        ):
+            args.append(kwarg("promote_dtype", parse_expression(KEEP_DTYPES)))
         if site.in_kv_expr is not None:  # attention keys / values of another size than the queries
             args.append(kwarg("in_kv_features", parse_expression(site.in_kv_expr)))
         args += self._unpacked(site, updated, checked)

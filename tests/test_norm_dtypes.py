@@ -1,0 +1,83 @@
+"""Norms given a narrower ``dtype`` compute as Linen's: bit-identical outputs and batch statistics.
+
+NNX's norms cast the input, scale, bias and running statistics to ``dtype`` before they compute the
+statistics; Linen's compute them from the input as it is (in float32 at least) and cast only the output.
+A bfloat16 LayerNorm of inputs near 300 differed by 1.5 (and a float16 one of inputs near 1e5 gave NaN),
+while ``check`` passed on unit-scale batches. The migration hands each such norm ``promote_dtype=`` that
+keeps the values as they are (``linen2nnx.layers.KEEP_DTYPES``)."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from linen2nnx.checkpoint_convert.api import convert_state
+from linen2nnx.migrate import Severity, migrate_source
+from linen2nnx.spec import LinenSide, ModelPair, import_file
+
+SRC = """
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Norms(nn.Module):
+    dtype: jnp.dtype = jnp.bfloat16
+    training: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        outs = [
+            nn.LayerNorm(dtype=self.dtype)(x),
+            nn.RMSNorm(dtype=self.dtype)(x),
+            nn.GroupNorm(num_groups=2, dtype=self.dtype)(x),
+            nn.BatchNorm(use_running_average=not self.training, dtype=self.dtype)(x),
+        ]
+        return [o.astype(jnp.float32) for o in outs]
+"""
+
+
+@pytest.fixture(scope="module")
+def sides(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("norms")
+    result = migrate_source(SRC, "norms.py", module_name="norms")
+    assert not [f for f in result.findings if f.severity is not Severity.CONVERTED]
+    assert result.output.count("promote_dtype=") == 4
+    (tmp / "linen_norms.py").write_text(SRC)
+    (tmp / "nnx_norms.py").write_text(result.output)
+    result.name_map.save(tmp / "map.json")
+    return import_file(tmp / "linen_norms.py"), import_file(tmp / "nnx_norms.py"), tmp / "map.json"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("train", [False, True])
+def test_narrow_norms_compute_as_linen(sides, dtype, train):
+    linen_mod, nnx_mod, map_path = sides
+    dt = jnp.dtype(dtype)
+    x = (300.0 + np.random.default_rng(0).normal(size=(4, 8))).astype(np.float32)
+    model = linen_mod.Norms(dtype=dt, training=train)
+    variables = model.init(jax.random.key(0), x)
+    params = jax.tree.map(lambda p: p * 1.5 + 0.25, variables["params"])  # scale and bias that matter
+    stats = jax.tree.map(lambda s: s + 299.0, variables["batch_stats"])  # running mean near the input's
+    side = LinenSide(model=model, batch={"x": x}, loss=lambda out, b: sum(jnp.mean(o) for o in out))
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_mod.Norms(dtype=dt, training=train, in_features=8, rngs=rngs),
+        name_map=map_path,
+    )
+    nnx_model, _ = convert_state({"params": params, "batch_stats": stats}, pair, map_path)
+    want, updated = model.apply({"params": params, "batch_stats": stats}, x, mutable=["batch_stats"])
+    got = nnx_model(x)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    if train:
+        bn = nnx_model.batch_norm_0
+        np.testing.assert_array_equal(bn.mean[...], updated["batch_stats"]["BatchNorm_0"]["mean"])
+        np.testing.assert_array_equal(bn.var[...], updated["batch_stats"]["BatchNorm_0"]["var"])
+
+
+def test_a_norm_without_dtype_gets_no_promote_argument():
+    out = migrate_source(SRC.replace("dtype=self.dtype", "dtype=None"), "norms.py").output
+    assert "promote_dtype" not in out and nn.LayerNorm  # dtype=None: NNX promotes as Linen computes
