@@ -702,3 +702,28 @@ def test_setup_calling_factory_fields_stays_linen_and_runs_with_linen_factories(
     x = np.random.default_rng(6).normal(size=(2, 5)).astype(np.float32)
     make = lazily_built(lambda rngs: nnx_mod.Layer(**factories, rngs=rngs), x)
     assert_parity(linen_mod.Layer(**factories), make, x, map_path)
+
+
+def test_a_scanned_function_defined_in_the_method_is_named_as_such():
+    """``def body(mdl, c, x)`` inside ``__call__`` handed to ``nn.scan``: the finding says the function is
+    local to the method (it said the function is not defined in this file)."""
+    src = """import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Model(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        cell = nn.Dense(4, name="cell")
+
+        def body(mdl, c, xt):
+            c = jnp.tanh(cell(jnp.concatenate([c, xt], -1)))
+            return c, c
+
+        c, ys = nn.scan(body, variable_broadcast="params", split_rngs={"params": False})(self, x[0] * 0, x)
+        return ys
+"""
+    found = [f.message for f in migrate_source(src, "local_body.py").findings if f.rule == "L2N-XFORM-002"]
+    assert found == [
+        "nn.scan(body, ...): the function is defined inside a method; only a module-level function is converted"
+    ]

@@ -251,6 +251,10 @@ def parameter_count(ctx: FileContext, node: cst.Call, fn: str) -> tuple[int, int
         return _arity(func_def)
     utility = ctx.enclosing_function(node)
     if utility is None or ctx.state.module_functions.get(utility.name.value) is not utility:
+        if utility is not None and any(  # `def body(...)` inside the method
+            isinstance(s, cst.FunctionDef) and s.name.value == fn for s in utility.body.body
+        ):
+            return "the function is defined inside a method; only a module-level function is converted"
         return "the function is not defined in this file, so its inputs cannot be counted"
     names = [p.name.value for p in utility.params.params]
     if fn not in names:

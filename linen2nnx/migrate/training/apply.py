@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Callable
 
 import libcst as cst
+from libcst.metadata import Assignment
 
 from linen2nnx.migrate.cst_utils import code, needs_parens
 from linen2nnx.migrate.rules.training import TRAIN_005, TRAIN_008, TRAIN_009, TRAIN_010, TRAIN_012, TRAIN_014
@@ -71,7 +72,9 @@ def plan_module_apply(plan: TrainPlanner, call: cst.Call, receiver: Val) -> None
     whole = plan.values.value_of(first)
     scope = plan.values.scopes.get(call)
     if whole is not None and whole.kind == "vars" and isinstance(first, cst.Name):
-        plan_apply(plan, call, first.value, lambda key, value: True, receiver.summary)
+        bindings = plan.values.referents(first)
+        if not _applies_another_model(plan, call, bindings[0] if len(bindings) == 1 else None):
+            plan_apply(plan, call, first.value, lambda key, value: True, receiver.summary)
         return
     entries = plan.variables_dict(first)
     params = next((e.value for e in entries or () if e.key == "params"), None)
@@ -97,12 +100,30 @@ def plan_module_apply(plan: TrainPlanner, call: cst.Call, receiver: Val) -> None
         )
         return
     holder = held.holder
+    if _applies_another_model(plan, call, holder):
+        return
 
     def own(key: str, value: cst.BaseExpression) -> bool:
         v = plan.values.value_of(value)
         return v is not None and v.kind == "coll" and v.holder is holder and v.collection == key
 
     plan_apply(plan, call, holder.name, own, receiver.summary)
+
+
+def _applies_another_model(plan: TrainPlanner, call: cst.Call, holder: Assignment | None) -> bool:
+    """Blocks (and says True) where ``call``'s module may be another instance than the one whose init
+    made the variables (:meth:`~.values.ValueAnalysis.another_model`)."""
+    assert isinstance(call.func, cst.Attribute)
+    if not plan.values.another_model(holder, call.func.value):
+        return False
+    plan.block(
+        TRAIN_009,
+        call,
+        f"`{code(call.func)}(...)` applies the variables of another module instance than the one their init "
+        "built: NNX calls the model init built, so this instance's constructor arguments would be lost",
+        "build the NNX model with these arguments and nnx.update it with the state of the model init built",
+    )
+    return True
 
 
 def plan_apply(

@@ -11,8 +11,9 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import Assignment
 
+from linen2nnx.migrate.cst_meta import nodes_of
 from linen2nnx.migrate.cst_utils import code
-from linen2nnx.migrate.rules.training import TRAIN_009
+from linen2nnx.migrate.rules.training import TRAIN_008, TRAIN_009
 from linen2nnx.migrate.training.apply import plan_module_apply
 from linen2nnx.migrate.training.eval_shape import plan_eval_shape
 from linen2nnx.migrate.training.exprs import dict_items
@@ -46,6 +47,53 @@ def plan_file(plan: TrainPlanner) -> None:
         for assignment in scope.assignments:
             if isinstance(assignment, Assignment) and not values.in_module_class(assignment.node):
                 plan_binding(plan, assignment, scope)
+    plan_path_reads(plan)
+
+
+# functions that hand a tree's key paths to code written for Linen's params tree (or return them)
+PATH_AWARE = frozenset(
+    {
+        "jax.tree_util.tree_map_with_path",
+        "jax.tree_util.tree_flatten_with_path",
+        "jax.tree_util.tree_leaves_with_path",
+        "jax.tree_util.keystr",
+        "jax.tree.map_with_path",
+        "jax.tree.flatten_with_path",
+        "jax.tree.leaves_with_path",
+        "flax.traverse_util.flatten_dict",
+        "flax.traverse_util.path_aware_map",
+    }
+)
+CONVERTED_KINDS = frozenset({"vars", "coll", "ts"})
+"""What the rewrite turns into NNX objects: a model's variables, one collection of them, a train state."""
+
+
+def plan_path_reads(plan: TrainPlanner) -> None:
+    """Training code the rewrite converts that reads key paths (``tree_map_with_path`` testing
+    ``keystr(path).endswith("['kernel']")``, ``flatten_dict(params)``): the params and gradients it gets
+    become ``nnx.State``s, whose paths differ (snake_case module names, a ``value`` at each leaf) and which
+    ``flatten_dict`` refuses, so a test written for Linen's tree matches nothing (a weight decay dropped),
+    with no error. Blocked at the first such call; a file the rewrite leaves alone (or that another finding
+    blocks already) gets no finding."""
+    if plan.blocked or not (plan.edits or plan.replace_stmt or plan.wrap or plan.after):
+        return
+    values = plan.values
+    for node in values.nodes:
+        if (
+            isinstance(node, cst.Call)
+            and not values.in_module_class(node)
+            and values.qualnames(node.func) & PATH_AWARE
+            and _reads_converted(plan, node)
+        ):
+            plan.block(
+                TRAIN_008,
+                node,
+                f"{code(node.func)}(...) reads key paths, which differ in the nnx.State the rewritten params and "
+                "gradients are (snake_case module names, a `value` at each leaf): a test written for Linen's tree "
+                "would match other leaves or none",
+                "rewrite the test over nnx.State paths (or select leaves with nnx filters), then migrate again",
+            )
+            return
 
 
 def plan_state_methods(plan: TrainPlanner) -> None:
@@ -125,3 +173,16 @@ def is_init_receiver(plan: TrainPlanner, call: cst.Call) -> bool:
         and attr.attr.value == "init"
         and isinstance(plan.parent(attr), cst.Call)
     )
+
+
+def _reads_converted(plan: TrainPlanner, call: cst.Call) -> bool:
+    """Whether an argument of ``call`` reads what the rewrite converts (``params``, ``variables``,
+    ``state.params``); the paths of other trees (a restored checkpoint, a batch) stay as they are."""
+    values = plan.values
+    for arg in call.args:
+        for node in nodes_of(arg.value, (cst.Name, cst.Attribute, cst.Subscript)):
+            base = node.value if isinstance(node, cst.Attribute) else node
+            value = values.value_of(base)  # type: ignore[arg-type]
+            if value is not None and value.kind in CONVERTED_KINDS:
+                return True
+    return False

@@ -91,6 +91,16 @@ def _fields_convert(plan: TrainPlanner, call: cst.Call, args: dict[str, cst.Arg]
                     "call the NNX model (or a function of it) in the train step",
                 )
                 return False
+            if plan.values.another_model(holder, arg.value.value):
+                plan.block(
+                    TRAIN_008,
+                    arg,
+                    f"TrainState.create(apply_fn={code(arg.value)}) applies another module instance than the one "
+                    "whose init made params=: the NNX state holds the model init built, without this one's "
+                    "constructor arguments",
+                    "build the NNX model with these arguments and nnx.update it with the state of the one init built",
+                )
+                return False
             continue
         value = plan.values.value_of(arg.value)
         if not (

@@ -210,6 +210,25 @@ class ValueAnalysis:
             return target_parent.value
         return None
 
+    def another_model(self, holder: Assignment | None, receiver: cst.BaseExpression) -> bool:
+        """Whether ``receiver`` (the module of an ``.apply``) may be another instance than the one whose
+        ``init`` bound ``holder``: NNX calls the model ``init`` built, so another instance's constructor
+        arguments (``Model(train=True).apply(variables, x)``) would be lost. Only the same name with the
+        same bindings is the same model; a holder bound otherwise (a function's result) is not told."""
+        init = self.binding_value(holder) if holder is not None else None
+        if not (
+            isinstance(init, cst.Call)
+            and isinstance(init.func, cst.Attribute)
+            and init.func.attr.value == "init"
+        ):
+            return False
+        built = init.func.value
+        if not (
+            isinstance(built, cst.Name) and isinstance(receiver, cst.Name) and built.value == receiver.value
+        ):
+            return True
+        return set(self.referents(built)) != set(self.referents(receiver))
+
     def function_of(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
         """The file's function a call target names, through ``jax.jit(f, ...)``."""
         if (
