@@ -73,7 +73,8 @@ TRAIN_008 = Rule(
 TRAIN_009 = Rule(
     "L2N-TRAIN-009",
     M,
-    "Linen init / apply on a model this run does not migrate, or whose variables are not in scope.",
+    "Linen init / apply on a model this run does not migrate, whose variables are not in scope, or that is "
+    "another instance than the one whose init made them (its constructor arguments would be lost).",
     "y = other_model.apply({'params': p}, x)",
     "# TODO(linen2nnx): L2N-TRAIN-009 a Linen apply on params of unknown origin",
     blocks_rewrite=True,
