@@ -424,17 +424,18 @@ def refresh(state, new_vars):
     assert found and "state.replace(**...)" in found[0].message
 
 
-ANOTHER_INSTANCE = {
-    # an .apply through another instance, whose constructor arguments differ from the init'd one's
-    "apply": """
+SCALED = """
 class Scaled(nn.Module):
     scale: float = 1.0
 
     @nn.compact
     def __call__(self, x):
         return nn.Dense(2, kernel_init=ramp)(x) * self.scale
+"""
 
-
+ANOTHER_INSTANCE = {
+    # an .apply through another instance, whose constructor arguments differ from the init'd one's
+    "apply": """
 def evaluate(x):
     model = Scaled(scale=1.0)
     variables = model.init(jax.random.key(0), x)
@@ -442,14 +443,6 @@ def evaluate(x):
 """,
     # a train state whose apply_fn is another instance's apply
     "apply_fn": """
-class Scaled(nn.Module):
-    scale: float = 1.0
-
-    @nn.compact
-    def __call__(self, x):
-        return nn.Dense(2, kernel_init=ramp)(x) * self.scale
-
-
 def create(x):
     model = Scaled(scale=1.0)
     variables = model.init(jax.random.key(0), x)
@@ -464,7 +457,7 @@ def test_applying_another_instance_than_the_initialised_one_is_located(case):
     """NNX calls the model init built: another instance's constructor arguments (``scale=2.0``, a train
     flag) were dropped with no word (the output was half Linen's). A located finding now; the same
     instance converts (the other cases of this file)."""
-    source = PRELUDE + ANOTHER_INSTANCE[case]
+    source = PRELUDE + SCALED + ANOTHER_INSTANCE[case]
     result = migrate_source(source, "train.py", module_name="train")
     found = [f for f in result.findings if f.rule in ("L2N-TRAIN-008", "L2N-TRAIN-009")]
     assert len(found) == 1 and "another module instance" in found[0].message, found

@@ -111,7 +111,7 @@ def literal_dict(node: cst.BaseExpression | None) -> dict[str, cst.BaseExpressio
         if isinstance(key, cst.SimpleString):
             out[key.evaluated_value] = el.value
         elif isinstance(key, cst.Attribute) and key.attr.value == "PARTITION_NAME":
-            out["PARTITION_NAME"] = el.value
+            out[PARTITION_NAME_KEY] = el.value  # the key nn.PARTITION_NAME is: one spelling for both
         else:
             raise LiftError(f"key `{code(key)}` is not a literal")
     return out
@@ -134,7 +134,7 @@ def unsplit_streams(lift: Lift, block: Any) -> list[str]:
     NNX's stack (``rngs.split(n)``) splits every stream."""
     if lift.kind not in ("scan", "vmap") or param_axis(lift) is None:
         return []
-    split = _split_rngs(lift)
+    split = split_rngs_of(lift.kwargs)
     unsplit = sorted(k for k, v in split.items() if v == "False")
     sites = getattr(block, "sites", {}).values()
     if "dropout" not in split and any(s.rule is not None and s.rule.linen == "Dropout" for s in sites):
@@ -142,8 +142,9 @@ def unsplit_streams(lift: Lift, block: Any) -> list[str]:
     return unsplit
 
 
-def _split_rngs(lift: Lift) -> dict[str, str]:
-    return {k: code(v) for k, v in literal_dict(lift.kwargs.get("split_rngs")).items()}
+def split_rngs_of(kwargs: dict[str, cst.BaseExpression]) -> dict[str, str]:
+    """A transform's ``split_rngs={...}`` as ``{stream: source}`` (``{'dropout': 'False'}``)."""
+    return {k: code(v) for k, v in literal_dict(kwargs.get("split_rngs")).items()}
 
 
 def shared_layer_streams(kind: str, split_rngs: dict[str, str]) -> tuple[list[str], str]:
@@ -181,7 +182,7 @@ def report_unsplit_streams(ctx: Any, chain: LiftChain, at: cst.CSTNode) -> None:
                 "step raises), NNX's stack gives each layer its own",
             )
         elif lift.kind in ("scan", "vmap") and param_axis(lift) is None:
-            split = _split_rngs(lift)
+            split = split_rngs_of(lift.kwargs)
             streams, how = shared_layer_streams(lift.kind, split)
             if streams:
                 report_stream_keys(
@@ -191,7 +192,7 @@ def report_unsplit_streams(ctx: Any, chain: LiftChain, at: cst.CSTNode) -> None:
 
 def report_method_scan_streams(ctx: Any, at: cst.CSTNode, method: str, kwargs: dict[str, Any]) -> None:
     """:func:`report_unsplit_streams` for ``@partial(nn.scan, ...)`` on ``method``: the layer is shared."""
-    split = {k: code(v) for k, v in literal_dict(kwargs.get("split_rngs")).items()}
+    split = split_rngs_of(kwargs)
     streams, how = shared_layer_streams("scan", split)
     if streams:
         report_stream_keys(ctx, at, f"nn.scan of {method}, {split_text(split, streams)}: {how}")
@@ -216,7 +217,7 @@ def report_stream_keys(ctx: Any, at: cst.CSTNode, message: str) -> None:
 
 def partition_name(lift: Lift) -> str | None:
     meta = literal_dict(lift.kwargs.get("metadata_params"))
-    value = meta.get("PARTITION_NAME", meta.get(PARTITION_NAME_KEY))
+    value = meta.get(PARTITION_NAME_KEY)
     return None if value is None else code(value)
 
 
@@ -237,10 +238,7 @@ def validate(chain: LiftChain, is_broadcast: callable, fn: cst.FunctionDef | Non
         if lift.kind in ("scan", "vmap"):
             literal_dict(lift.kwargs.get("variable_axes"))
             literal_dict(lift.kwargs.get("split_rngs"))
-            unknown = set(literal_dict(lift.kwargs.get("metadata_params"))) - {
-                "PARTITION_NAME",
-                PARTITION_NAME_KEY,
-            }
+            unknown = set(literal_dict(lift.kwargs.get("metadata_params"))) - {PARTITION_NAME_KEY}
             if unknown:
                 raise LiftError(f"metadata_params key {sorted(unknown)[0]!r} is not converted")
             axes = in_axes_list(lift.kwargs.get("in_axes"), is_broadcast)
