@@ -355,6 +355,42 @@ def test_what_a_model_sows_in_a_train_step_stays_out_of_the_state(tmp_path):
     _migrated_matches(tmp_path, SOWS)
 
 
+DIRECT_SOWS = """import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+class Probe(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = nn.Dense(4, kernel_init=nn.initializers.ones)(x)
+        self.sow("intermediates", "h", h)
+        return jnp.tanh(h)
+
+
+def train():
+    x = jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)
+    model = Probe()
+    variables = model.init(jax.random.key(0), x)
+    eager = model.apply(variables, x)
+
+    @jax.jit
+    def forward(x):
+        return model.apply(variables, x)
+
+    return [float(jnp.sum(eager))] + [float(jnp.sum(forward(x * i))) for i in range(3)]
+"""
+
+
+def test_a_plain_apply_of_a_sowing_model_runs_on_a_copy(tmp_path):
+    """Linen's apply without ``mutable`` drops what the model sows; NNX's sow would keep it in the model
+    (growing with every call) and raise a TraceContextError under a jit that closes over the model, so
+    the call runs on a copy."""
+    result = migrate_source(DIRECT_SOWS, "train.py", module_name="train")
+    assert result.output.count("nnx.merge(*nnx.split(variables), copy=True)") == 2
+    _migrated_matches(tmp_path, DIRECT_SOWS)
+
+
 REPLACED = (
     PRELUDE
     + """

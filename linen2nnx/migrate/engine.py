@@ -54,6 +54,8 @@ from linen2nnx.migrate.shared_helpers import run_shared_helpers
 from linen2nnx.migrate.table_changes import KEY as TABLE_CHANGES_KEY
 from linen2nnx.migrate.table_changes import run_changes
 from linen2nnx.migrate.trace import Trace
+from linen2nnx.migrate.training.driver import names_flagged
+from linen2nnx.migrate.training.planner import sows_values
 from linen2nnx.migrate.training.sharding import gives_sharding_names
 from linen2nnx.namemap import FILENAME as NAME_MAP_FILENAME
 from linen2nnx.namemap import NameMap
@@ -212,19 +214,21 @@ def migrate_source(
     findings = sorted(
         [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
     )
-    facts = {"summaries": _partitioned(command.summaries, source), "factories": own_factories}
+    facts = {"summaries": _flagged(command.summaries, source, external), "factories": own_factories}
     result = FileResult(file_path, path, source, output, findings, command.name_map, **facts)
     result = explained(result, reasons)  # replay_migration.py
     result.module, result.built = module_name, frozenset(built)
     return _release(command, _finished(result, source, path, rule_enabled) if settle_sizes else result)
 
 
-def _partitioned(summaries: dict[str, Any], source: str) -> dict[str, Any]:
-    """``summaries`` (what importing files see), each marked partitioned where its file gives weights
-    sharding names."""
-    if gives_sharding_names(source):
-        for summary in summaries.values():
-            summary.partitioned = True
+def _flagged(summaries: dict[str, Any], source: str, external: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``summaries`` (what importing files see), each marked ``partitioned`` where its file gives weights
+    sharding names, and ``sows`` where its file sows or names a class of another file that does."""
+    partitioned = gives_sharding_names(source)
+    sows = sows_values(source) or names_flagged(external or {}, source, "sows")
+    for summary in summaries.values():
+        summary.partitioned = summary.partitioned or partitioned
+        summary.sows = summary.sows or sows
     return summaries
 
 

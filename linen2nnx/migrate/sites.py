@@ -421,6 +421,7 @@ class ClassSummary:
     traced_sizes: tuple[tuple[str, Any], ...] = ()  # what the trace saw for required sizes (spec_writer)
     size_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()  # required arg -> its layer's path
     partitioned: bool = False  # its file gives weights sharding names: a training file builds it guarded
+    sows: bool = False  # its file sows (or names a class of a file that does): applies run on a copy
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""

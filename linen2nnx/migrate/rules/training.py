@@ -41,8 +41,9 @@ TRAIN_004 = Rule(
 TRAIN_005 = Rule(
     "L2N-TRAIN-005",
     C,
-    "state.apply_fn / module.apply -> a call of the NNX model (a merged copy for given params; rngs= -> "
-    "nnx.reseed, mutable= -> nnx.state).",
+    "state.apply_fn / module.apply -> a call of the NNX model (a merged copy for given params, and for a "
+    "model that may sow, whose NNX sow would keep the values Linen drops; rngs= -> nnx.reseed, mutable= -> "
+    "nnx.state).",
     "logits = state.apply_fn({'params': params}, x)",
     "logits = model(x)",
 )

@@ -158,7 +158,9 @@ def plan_apply(
         )
         return False
     sizes = _sizes(plan, call, summary) if constructor and summary is not None else []
-    copy = bool(overrides or options.streams or options.mutable or constructor)
+    # Linen's apply without `mutable=` drops what the model sows; NNX's sow keeps it in the model (and
+    # raises under a jit that closes over it), so a model that may sow runs on a copy
+    copy = bool(overrides or options.streams or options.mutable or constructor or plan.sows)
     stmt = plan.insertable(call) if copy else None
     if copy and stmt is None:
         _block_no_merge_site(plan, call, name)

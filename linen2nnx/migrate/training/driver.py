@@ -19,7 +19,7 @@ from linen2nnx.migrate.rules import training as training_rules
 from linen2nnx.migrate.sites import MARKER, ClassSummary
 from linen2nnx.migrate.training.dispatch import plan_file
 from linen2nnx.migrate.training.init_subscripts import split_init_subscripts
-from linen2nnx.migrate.training.planner import TrainPlanner
+from linen2nnx.migrate.training.planner import TrainPlanner, sows_values
 from linen2nnx.migrate.training.returned_updates import split_returned_updates
 from linen2nnx.migrate.training.rewrite import TrainRewriter, finish_imports
 from linen2nnx.migrate.training.sharding import uses_sharding
@@ -90,7 +90,10 @@ def _planned(
     wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
     values = ValueAnalysis(wrapper, local, external, module_name)
     planner = TrainPlanner(
-        wrapper, values, sharding=uses_sharding(original) or _names_partitioned(external, original)
+        wrapper,
+        values,
+        sharding=uses_sharding(original) or names_flagged(external, original, "partitioned"),
+        sows=sows_values(original) or names_flagged(external, original, "sows"),
     )
     plan_file(planner)
     return planner, wrapper
@@ -158,8 +161,9 @@ def _class_lines(text: str) -> dict[str, tuple[int, int]]:
     }
 
 
-def _names_partitioned(external: Mapping[str, ClassSummary], source: str) -> bool:
-    """Whether ``source`` names a class of another file that gives its weights sharding names (which the
-    training code may build: under the eager guard, as a file that deals in sharding builds them)."""
-    names = {summary.name for summary in external.values() if summary.partitioned}
+def names_flagged(external: Mapping[str, ClassSummary], source: str, flag: str) -> bool:
+    """Whether ``source`` names a class of another file whose summary has ``flag`` set: ``partitioned``
+    (its weights carry sharding names, so the training code builds it under the eager guard, as a file
+    that deals in sharding does) or ``sows`` (a plain apply runs on a copy)."""
+    names = {summary.name for summary in external.values() if getattr(summary, flag)}
     return bool(names) and bool(set(re.findall(r"\b[A-Za-z_]\w*\b", source)) & names)

@@ -32,6 +32,12 @@ INIT_ONLY_KWARGS = ("method", "mutable", "capture_intermediates")
 FILE_HINT = "the file's training code is left in its Linen form"
 
 
+def sows_values(source: str) -> bool:
+    """The file's modules may sow (``self.sow`` / ``self.perturb``): Linen keeps the values only where the
+    apply makes the collection mutable, NNX in the module that sows them."""
+    return ".sow(" in source or ".perturb(" in source
+
+
 @dataclasses.dataclass
 class Edit:
     """Replace ``node`` with ``build(updated)``; ``before(updated)`` statements go before ``stmt``."""
@@ -73,9 +79,12 @@ class Owner:
 class TrainPlanner:
     """The findings and planned rewrites of one file's training code (see the module docstring)."""
 
-    def __init__(self, wrapper: MetadataWrapper, values: ValueAnalysis, sharding: bool = False):
+    def __init__(
+        self, wrapper: MetadataWrapper, values: ValueAnalysis, sharding: bool = False, sows: bool = False
+    ):
         self.values = values
         self.sharding = sharding  # the file deals in sharding: NNX models are built under the eager guard
+        self.sows = sows  # its models may sow: a plain apply runs on a copy (the sown values go with it)
         self.edits: dict[cst.CSTNode, Edit] = {}
         self.replace_stmt: dict[cst.CSTNode, Callable[[cst.CSTNode], list[cst.BaseStatement]]] = {}
         self.prelude: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
