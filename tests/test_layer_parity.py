@@ -101,10 +101,34 @@ def test_inexact_layer_is_a_manual_finding(layer):
 @pytest.mark.parametrize("layer", sorted(CASES))
 def test_layer_parity(layer, tmp_path):
     expr, shape, dtype, mutable = CASES[layer]
-    src = TEMPLATE.format(expr=expr)
+    result = _parity(TEMPLATE.format(expr=expr), shape, dtype, mutable, tmp_path)
+    assert f"nnx.{next(r.nnx for r in LAYER_RULES if r.linen == layer)}(" in result.output
+
+
+RNN_CELL_READS = """import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Layer(nn.Module):
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        rnn = nn.RNN(nn.LSTMCell(4, carry_init=nn.initializers.ones))
+        h0 = jnp.full((x.shape[0], rnn.cell.features), 0.5)  # the cell's field, read through its RNN
+        return rnn(x) + rnn(x, initial_carry=(h0, h0 * rnn.cell.features))
+"""
+
+
+def test_a_cell_built_in_an_rnn_keeps_its_fields_and_keyless_carry(tmp_path):
+    """``rnn.cell.features`` is NNX's ``hidden_features``; a carry_init that ignores its key (ones)
+    gives both sides the same initial carry."""
+    result = _parity(RNN_CELL_READS, (2, 5, 3), "float32", (), tmp_path)
+    assert result.output.count(".cell.hidden_features") == 2
+
+
+def _parity(src: str, shape: tuple, dtype: str, mutable: tuple, tmp_path):
+    """Migrate ``src`` (its class ``Layer``), convert perturbed Linen weights and check parity."""
     result = migrate_source(src, "layer.py", module_name="layer")
     assert not [f for f in result.findings if f.severity in (Severity.MANUAL, Severity.ERROR)]
-    assert f"nnx.{next(r.nnx for r in LAYER_RULES if r.linen == layer)}(" in result.output
     (tmp_path / "linen_layer.py").write_text(src)
     (tmp_path / "nnx_layer.py").write_text(result.output)
     linen_cls = import_file(tmp_path / "linen_layer.py").Layer
@@ -128,3 +152,4 @@ def test_layer_parity(layer, tmp_path):
     assert {"forward/eval", "forward/train", "grad"} <= set(parity.by_check())
     if mutable:
         assert "batch_stats" in parity.by_check()
+    return result

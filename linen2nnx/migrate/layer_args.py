@@ -55,6 +55,34 @@ def check_layer_args(ctx: FileContext, rule: LayerRule, site: Site, bound: dict[
             )
 
 
+# initializers that ignore their key: the carry a cell starts from is the same on both sides
+_KEYLESS_CARRY_INITS = frozenset(
+    f"{module}.{name}"
+    for module in ("flax.linen.initializers", "jax.nn.initializers", "flax.nnx.initializers")
+    for name in ("zeros", "zeros_init", "ones", "ones_init", "constant")
+)
+
+
+def check_rnn_carry_init(ctx: FileContext, cell: Site, rule: LayerRule, outer: Site) -> None:
+    """A cell built in ``nn.RNN``'s arguments whose ``carry_init`` draws from its key: Linen's RNN draws
+    the initial carry from ``init_key`` (``jax.random.key(0)`` unless given: the same every call),
+    ``nnx.RNN`` from its ``carry`` stream (a new key every call)."""
+    arg = cell.args.get("carry_init")
+    if not rule.carry_init or arg is None or outer.rule is None or outer.rule.linen != "RNN":
+        return
+    value = arg.value.func if isinstance(arg.value, cst.Call) else arg.value
+    if ctx.qualnames(value) & _KEYLESS_CARRY_INITS:
+        return
+    ctx.report(
+        LAYER_002,
+        arg,
+        f"nn.{rule.linen}(carry_init={code(arg.value)}) in nn.RNN: Linen draws the initial carry from init_key "
+        "(jax.random.key(0) unless given, the same every call), nnx.RNN from its rngs' carry stream (a new "
+        "key every call)",
+        "pass initial_carry= to the RNN call, built from a key of your own",
+    )
+
+
 _CALLED_WITH = {
     "attention_fn": "its own arguments (is_causal=, an NNX module=)",
     "promote_dtype": "one tuple of the arrays (promote_dtype((x, kernel), dtype=)), where Linen passes them one by one",

@@ -26,6 +26,7 @@ from linen2nnx.migrate.cst_utils import (
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
+from linen2nnx.migrate.layer_args import check_rnn_carry_init
 from linen2nnx.migrate.loop_names import (
     clashes,
     counting,
@@ -139,6 +140,8 @@ class NestPlanning:
         site = self.add_site(plan, node, attr=f"{outer.attr}/{subpath}", linen_name=linen_name, hoisted=False)
         site.parent, site.nested_arg, site.element = outer, arg_name, index
         outer.nested.append(site)
+        if rule is not None:
+            check_rnn_carry_init(self.ctx, site, rule, outer)
         root = root_site(site)
         self._flag_in_loop(root, node, class_name, f"nn.{outer.rule.linen}'s {arg_name}", subpath)  # type: ignore[union-attr]
         local_names = set(assigned_names(self.ctx.enclosing_function(node))) - static_everywhere(plan)

@@ -55,6 +55,7 @@ from linen2nnx.migrate.sites import (
     LINEN_SELF_API,
     MERGE_PARAM,
     ClassPlan,
+    Site,
 )
 from linen2nnx.migrate.variable_reads import displayed_variables
 
@@ -147,23 +148,36 @@ class AttributeRewriter:
             return None
         if attr in SETUP_PARAMS and _returned(self.ctx, original) and _handed_module(holder, value):
             return _whole_value(updated)
-        site = None
-        if isinstance(value, cst.Name) and value.value not in holder.local_sites:
-            bound = local_value(self.ctx, original, value.value)  # `m = self.proj`, then `m.features`
-            value = bound if bound is not None and self_attr(bound) is not None else value
-        if self_attr(value) is not None:
-            site = next(
-                (s for s in holder.sites.values() if s.attr == self_attr(value) and s.container is None),
-                None,
-            )
-        elif isinstance(value, cst.Name):
-            site = holder.local_sites.get(value.value)
+        site = self._built_site(original, value, holder)
         rule = site.rule if site is not None and site.kind == "layer" else None
         if rule is not None and attr in rule.setup_params and _returned(self.ctx, original):
             return _whole_value(updated)
         if rule is None or attr not in rule.rename_args:
             return None
         return updated.with_changes(attr=cst.Name(rule.rename_args[attr]))
+
+    def _built_site(
+        self, original: cst.Attribute, value: cst.BaseExpression, holder: ClassPlan
+    ) -> Site | None:
+        """The layer ``value`` reads: ``self.proj``, a local bound to it (``m = self.proj``), a local the
+        method builds, or a layer built in another's arguments (``self.rnn.cell``, the RNN's cell)."""
+        if isinstance(value, cst.Attribute) and self_attr(value) is None:
+            outer = self._built_site(original, value.value, holder)
+            arg = value.attr.value
+            return (
+                next((s for s in outer.nested if s.nested_arg == arg and s.element < 0), None)
+                if outer
+                else None
+            )
+        if isinstance(value, cst.Name) and value.value not in holder.local_sites:
+            bound = local_value(self.ctx, original, value.value)  # `m = self.proj`, then `m.features`
+            value = bound if bound is not None and self_attr(bound) is not None else value
+        if self_attr(value) is not None:
+            return next(
+                (s for s in holder.sites.values() if s.attr == self_attr(value) and s.container is None),
+                None,
+            )
+        return holder.local_sites.get(value.value) if isinstance(value, cst.Name) else None
 
     def _annotated_layer(self, original: cst.Attribute, holder: ClassPlan | None) -> LayerRule | None:
         """The built-in layer an annotation in a class the run converts names (a field ``embed:
