@@ -69,7 +69,12 @@ CASES = {
     "kw_only_one_field": ("Model", {}, (2, 4)),  # field(kw_only=True) on one field: Block(4, 5.0) is shift
     "field_hides_module_method": ("Model", {}, (2, 3)),  # train: bool hides nnx.Module.train(): MOD-016
     "setup_param": ("Affine", {"features": 4}, (2, 4)),
-    "rnn_drawn_carry": ("OnesStart", {}, (2, 5, 3)),  # the keyless carry_init converts; the others are located
+    "view_reaches_fixed_flags": ("SameFlag", {}, (2, 4)),  # one call-time flag for the whole nest: converts
+    "rnn_drawn_carry": (
+        "OnesStart",
+        {},
+        (2, 5, 3),
+    ),  # the keyless carry_init converts; the others are located
     "param_number_init": ("Model", {}, (2, 4)),
     "activation_submodule": (
         "Model",

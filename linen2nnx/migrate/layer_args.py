@@ -14,7 +14,7 @@ from linen2nnx.layers import ARG_CHECKS, LayerRule, nnx_ctor_params
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.rules import LAYER_001, LAYER_002
-from linen2nnx.migrate.sites import Site
+from linen2nnx.migrate.sites import ClassPlan, Site
 
 
 def check_layer_args(ctx: FileContext, rule: LayerRule, site: Site, bound: dict[str, cst.Arg]) -> None:
@@ -81,6 +81,23 @@ def check_rnn_carry_init(ctx: FileContext, cell: Site, rule: LayerRule, outer: S
         "key every call)",
         "pass initial_carry= to the RNN call, built from a key of your own",
     )
+
+
+def builds_mode_layers(plan: ClassPlan, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether ``plan``'s class, or any class of the run below it, builds a layer with a mode flag
+    (``use_running_average``, ``deterministic``): an ``nnx.view`` of it with that flag sets them all."""
+    if plan.name in seen:
+        return False
+    for site in plan.sites.values():
+        if site.rule is not None and site.rule.call_args:
+            return True
+        if (
+            site.kind == "module"
+            and site.user is not None
+            and builds_mode_layers(site.user, seen | {plan.name})
+        ):
+            return True
+    return False
 
 
 _CALLED_WITH = {

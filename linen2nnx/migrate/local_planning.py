@@ -36,6 +36,7 @@ from linen2nnx.migrate.factories import (
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_aliases import plain_assign, reads_linen, sole_binding
 from linen2nnx.migrate.input_sizes import reads_rank_only
+from linen2nnx.migrate.layer_args import builds_mode_layers
 from linen2nnx.migrate.loop_tests import test_names
 from linen2nnx.migrate.mutation import mutated_locals
 from linen2nnx.migrate.rebound_locals import (
@@ -253,11 +254,7 @@ class LocalPlanner:
                 if not (isinstance(site.factory, FieldFactory) and site.factory.name == field):
                     return None
                 unconditional |= not site.conditions and site.exclusive_with is None
-            elif (
-                site.kind == "module"
-                and site.user is not None
-                and any(s.rule is not None and s.rule.call_args for s in site.user.sites.values())
-            ):
+            elif site.kind == "module" and site.user is not None and builds_mode_layers(site.user):
                 return None
         return unconditional
 

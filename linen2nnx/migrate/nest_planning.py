@@ -26,7 +26,7 @@ from linen2nnx.migrate.cst_utils import (
     snake_case,
 )
 from linen2nnx.migrate.factory_fields import FieldFactory
-from linen2nnx.migrate.layer_args import check_rnn_carry_init
+from linen2nnx.migrate.layer_args import builds_mode_layers, check_rnn_carry_init
 from linen2nnx.migrate.loop_names import (
     clashes,
     counting,
@@ -145,34 +145,8 @@ class NestPlanning:
         root = root_site(site)
         self._flag_in_loop(root, node, class_name, f"nn.{outer.rule.linen}'s {arg_name}", subpath)  # type: ignore[union-attr]
         local_names = set(assigned_names(self.ctx.enclosing_function(node))) - static_everywhere(plan)
-        moved = []
-        for name, arg in site.args.items():
-            uses = (names_in(arg.value) - NOT_LOCAL) & local_names
-            if not uses or (rule is not None and (name in rule.nested or name == rule.varargs_list)):
-                continue
-            value = code(arg.value)
-            shape_locals = shape_last_refs(arg.value, uses)
-            if shape_locals is not None and not (rule is not None and name in rule.call_args):
-                site.shape_refs[name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
-            elif rule is None:
-                self.ctx.report(
-                    MOD_004,
-                    arg,
-                    f"argument {name}= of {class_name} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
-                    f"uses the call-time value {', '.join(sorted(uses))}",
-                    "build this module by hand",
-                )
-            elif name in rule.call_args and root.hoisted and root.view_kwargs.get(name, value) == value:
-                root.view_kwargs[name] = value  # the call becomes nnx.view(layer, deterministic=...)(x)
-                moved.append(name)
-            else:
-                self.ctx.report(
-                    MOD_004,
-                    arg,
-                    f"argument {name}= of nn.{rule.linen} (inside nn.{outer.rule.linen}) "  # type: ignore[union-attr]
-                    f"uses the call-time value {', '.join(sorted(uses))}",
-                    "build this layer by hand",
-                )
+        self._view_conflicts(root, site, rule, class_name, outer, local_names)
+        moved = self._nested_call_time_args(site, rule, root, outer, class_name, local_names)
         site.moved_args = tuple(moved)
         if moved and rule is not None:
             self.ctx.report(
@@ -181,6 +155,92 @@ class NestPlanning:
                 f"{', '.join(moved)} of nn.{rule.linen} applied at the call of "
                 f"self.{root.attr} through nnx.view",
             )
+
+    def _nested_call_time_args(
+        self,
+        site: Site,
+        rule: LayerRule | None,
+        root: Site,
+        outer: Site,
+        class_name: str,
+        local_names: set[str],
+    ) -> list[str]:
+        """The nested layer's arguments that read call-time values: a size the dataflow knows, a mode flag
+        the nest's ``nnx.view`` sets at the call (returned), or a finding."""
+        moved: list[str] = []
+        for name, arg in site.args.items():
+            uses = (names_in(arg.value) - NOT_LOCAL) & local_names
+            if not uses or (rule is not None and (name in rule.nested or name == rule.varargs_list)):
+                continue
+            value = code(arg.value)
+            shape_locals = shape_last_refs(arg.value, uses)
+            if shape_locals is not None and not (rule is not None and name in rule.call_args):
+                site.shape_refs[name] = shape_locals  # `x.shape[-1]`: the dataflow knows x's size
+            elif (
+                rule is not None
+                and name in rule.call_args
+                and root.hoisted
+                and _set_otherwise(root, site, name, value)
+            ):
+                self.ctx.report(
+                    MOD_004,
+                    arg,
+                    f"{name}={value} of nn.{rule.linen} (inside nn.{outer.rule.linen}) would reach, through the "  # type: ignore[union-attr]
+                    f"nnx.view setting it at the call of self.{root.attr}, layers of the nest that set it otherwise",
+                    "pass the flag to each layer's call by hand",
+                )
+            elif (
+                rule is not None
+                and name in rule.call_args
+                and root.hoisted
+                and root.view_kwargs.get(name, value) == value
+            ):
+                root.view_kwargs[name] = value  # the call becomes nnx.view(layer, deterministic=...)(x)
+                moved.append(name)
+            else:
+                self.ctx.report(
+                    MOD_004,
+                    arg,
+                    f"argument {name}= of {class_name if rule is None else f'nn.{rule.linen}'} (inside "
+                    f"nn.{outer.rule.linen}) uses the call-time value {', '.join(sorted(uses))}",  # type: ignore[union-attr]
+                    f"build this {'module' if rule is None else 'layer'} by hand",
+                )
+        return moved
+
+    def _view_conflicts(
+        self,
+        root: Site,
+        site: Site,
+        rule: LayerRule | None,
+        class_name: str,
+        outer: Site,
+        call_time: set[str],
+    ) -> None:
+        """A layer of the nest that fixes a mode flag the nest's ``nnx.view`` sets from a call-time value
+        (``nn.BatchNorm(use_running_average=True)`` beside ``...=not train``), or a class of the run
+        with such layers inside: the view would set theirs too."""
+        where = f"inside nn.{outer.rule.linen}" if outer.rule is not None else "in the nest"
+        if rule is None:
+            if root.view_kwargs and site.user is not None and builds_mode_layers(site.user):
+                self.ctx.report(
+                    MOD_004,
+                    site.ctor,
+                    f"{class_name} ({where}) builds layers with mode flags, which the nnx.view setting "
+                    f"{', '.join(root.view_kwargs)} at the call of self.{root.attr} would set too",
+                    "pass the flag to each layer's call by hand",
+                )
+            return
+        for name, arg in site.args.items():
+            value = code(arg.value)
+            fixed = not ((names_in(arg.value) - NOT_LOCAL) & call_time)  # a call-time one: the caller's loop
+            if fixed and name in rule.call_args and root.view_kwargs.get(name, value) != value:
+                self.ctx.report(
+                    MOD_004,
+                    arg,
+                    f"{name}={value} of nn.{rule.linen} ({where}) would be overridden by the nnx.view "
+                    f"setting {name}={root.view_kwargs[name]} at the call of self.{root.attr}",
+                    "build this layer by hand",
+                )
 
     def nest_loop(
         self, node: cst.For, call_time: set[str], counts: dict[str, int], plan: ClassPlan
@@ -348,3 +408,25 @@ def list_attr(field: str) -> str:
         if field.endswith(suffix) and len(field) > len(suffix):
             return field.removesuffix(suffix)
     return f"{field}_modules"
+
+
+def _set_otherwise(root: Site, site: Site, name: str, value: str) -> bool:
+    """Whether a layer of ``root``'s nest planned before ``site`` gives mode flag ``name`` another value
+    than ``value``, or a class of the run in it builds layers with mode flags (the view would set them)."""
+    pending = list(root.nested)
+    while pending:
+        other = pending.pop()
+        pending.extend(other.nested)
+        if other is site:
+            continue
+        if other.rule is None and other.user is not None and builds_mode_layers(other.user):
+            return True
+        arg = other.args.get(name)
+        if (
+            other.rule is not None
+            and name in other.rule.call_args
+            and arg is not None
+            and code(arg.value) != value
+        ):
+            return True
+    return False
