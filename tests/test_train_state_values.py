@@ -522,3 +522,45 @@ def decayed(x):
     assert "batch = {'w': x}" in other
     result = migrate_source(PRELUDE + other, "train.py", module_name="train")
     assert not [f for f in result.findings if f.rule == "L2N-TRAIN-008"]
+
+
+def test_a_helper_that_reads_key_paths_of_the_params_it_is_handed_is_located():
+    """``l2(params)`` flattening its argument with ``flatten_dict``, called from a loss function whose
+    ``params`` a rewritten apply takes (``{'params': params}``): in NNX it is handed the params State,
+    which ``flatten_dict`` refuses (AssertionError at the first step; migrate said 0 manual). Located at
+    the helper's call, on the plan that converts the init subscript as a statement of its own; the same
+    helper over a tree the rewrite does not convert is left alone."""
+    step = """
+from flax.traverse_util import flatten_dict
+
+
+def l2_of_kernels(tree):
+    return sum(jnp.sum(v**2) for k, v in flatten_dict(tree).items() if k[-1] == "kernel")
+
+
+def penalised(tree):
+    return 0.1 * l2_of_kernels(tree)
+
+
+@jax.jit
+def train_step(state, x, y):
+    def loss_fn(params):
+        out = state.apply_fn({"params": params}, x)
+        return jnp.mean((out - y) ** 2) + penalised(params)
+
+    loss, grads = jax.value_and_grad(loss_fn)(state.params)
+    return state.apply_gradients(grads=grads), loss
+
+
+def train():
+    x, y = data()
+    state = create_train_state(x)
+    state, loss = train_step(state, x, y)
+    return [float(loss)]
+"""
+    result = migrate_source(PRELUDE + step, "train.py", module_name="train")
+    found = [f for f in result.findings if f.severity.value != "converted"]
+    assert [f.rule for f in found] == ["L2N-TRAIN-008"] and "penalised(...)" in found[0].message, found
+    other = step.replace("penalised(params)", "penalised({'kernel': x})")
+    result = migrate_source(PRELUDE + other, "train.py", module_name="train")
+    assert not [f for f in result.findings if f.severity.value != "converted"]

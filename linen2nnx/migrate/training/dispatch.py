@@ -8,6 +8,8 @@ then planned from the scope analysis, without another walk.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 from libcst.metadata import Assignment
 
@@ -47,7 +49,6 @@ def plan_file(plan: TrainPlanner) -> None:
         for assignment in scope.assignments:
             if isinstance(assignment, Assignment) and not values.in_module_class(assignment.node):
                 plan_binding(plan, assignment, scope)
-    plan_path_reads(plan)
 
 
 # functions that hand a tree's key paths to code written for Linen's params tree (or return them)
@@ -69,7 +70,9 @@ CONVERTED_KINDS = frozenset({"vars", "coll", "ts"})
 
 
 def plan_path_reads(plan: TrainPlanner) -> None:
-    """Training code the rewrite converts that reads key paths (``tree_map_with_path`` testing
+    """Run on the plan the driver keeps (after :func:`plan_file`, and after the retry of an init's
+    subscript as a statement of its own, so that this finding does not send the driver back to a plan
+    blocked for another reason). Training code the rewrite converts that reads key paths (``tree_map_with_path`` testing
     ``keystr(path).endswith("['kernel']")``, ``flatten_dict(params)``): the params and gradients it gets
     become ``nnx.State``s, whose paths differ (snake_case module names, a ``value`` at each leaf) and which
     ``flatten_dict`` refuses, so a test written for Linen's tree matches nothing (a weight decay dropped),
@@ -78,22 +81,66 @@ def plan_path_reads(plan: TrainPlanner) -> None:
     if plan.blocked or not (plan.edits or plan.replace_stmt or plan.wrap or plan.after):
         return
     values = plan.values
+    readers = _path_reading_functions(plan)
+    defs = {s.name.value: s for s in values.module.body if isinstance(s, cst.FunctionDef)}
     for node in values.nodes:
-        if (
-            isinstance(node, cst.Call)
-            and not values.in_module_class(node)
-            and values.qualnames(node.func) & PATH_AWARE
-            and _reads_converted(plan, node)
+        if not isinstance(node, cst.Call) or values.in_module_class(node):
+            continue
+        helper = _read_args(node, readers, defs)
+        if (values.qualnames(node.func) & PATH_AWARE and _reads_converted(plan, node.args)) or (
+            helper and _reads_converted(plan, helper)
         ):
             plan.block(
                 TRAIN_008,
                 node,
-                f"{code(node.func)}(...) reads key paths, which differ in the nnx.State the rewritten params and "
-                "gradients are (snake_case module names, a `value` at each leaf): a test written for Linen's tree "
-                "would match other leaves or none",
+                f"{code(node.func)}(...) reads key paths"
+                + (" of what it is handed" if helper else "")
+                + ", which differ in the nnx.State the rewritten params and gradients are (snake_case module "
+                "names, a `value` at each leaf): a test written for Linen's tree would match other leaves or none",
                 "rewrite the test over nnx.State paths (or select leaves with nnx filters), then migrate again",
             )
             return
+
+
+def _path_reading_functions(plan: TrainPlanner) -> dict[str, set[str]]:
+    """The file's module-level functions that hand a parameter to a key-path reader, each with those
+    parameters, directly or through another such function (``def l2(params): flatten_dict(params)``): a
+    converted params State handed to one is read by paths as much as one handed to ``flatten_dict``."""
+    defs = {s.name.value: s for s in plan.values.module.body if isinstance(s, cst.FunctionDef)}
+    found: dict[str, set[str]] = {}
+    grew = True
+    while grew:
+        grew = False
+        for name, fn in defs.items():
+            params = {p.name.value for p in _parameters(fn)}
+            for call in nodes_of(fn.body, (cst.Call,)):
+                path_aware = bool(plan.values.qualnames(call.func) & PATH_AWARE)
+                for arg in call.args if path_aware else _read_args(call, found, defs):
+                    read = {n.value for n in nodes_of(arg.value, (cst.Name,))} & params  # type: ignore[attr-defined]
+                    if read - found.get(name, set()):
+                        found.setdefault(name, set()).update(read)
+                        grew = True
+    return found
+
+
+def _parameters(fn: cst.FunctionDef) -> list[cst.Param]:
+    return [*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params]
+
+
+def _read_args(
+    call: cst.Call, readers: dict[str, set[str]], defs: dict[str, cst.FunctionDef]
+) -> list[cst.Arg]:
+    """The arguments of ``call`` (a call of one of ``readers``) that land on a parameter it reads paths of."""
+    if not isinstance(call.func, cst.Name) or call.func.value not in readers:
+        return []
+    params = [p.name.value for p in _parameters(defs[call.func.value])]
+    read = readers[call.func.value]
+    out = []
+    for i, arg in enumerate(call.args):
+        target = arg.keyword.value if arg.keyword is not None else (params[i] if i < len(params) else None)
+        if arg.star or target in read:
+            out.append(arg)
+    return out
 
 
 def plan_state_methods(plan: TrainPlanner) -> None:
@@ -175,14 +222,31 @@ def is_init_receiver(plan: TrainPlanner, call: cst.Call) -> bool:
     )
 
 
-def _reads_converted(plan: TrainPlanner, call: cst.Call) -> bool:
-    """Whether an argument of ``call`` reads what the rewrite converts (``params``, ``variables``,
-    ``state.params``); the paths of other trees (a restored checkpoint, a batch) stay as they are."""
+def _reads_converted(plan: TrainPlanner, args: Sequence[cst.Arg]) -> bool:
+    """Whether one of ``args`` (of a call) reads what the rewrite converts (``params``, ``variables``,
+    ``state.params``, or a name the function hands a rewritten apply as a collection: ``loss_fn(params)``
+    applying ``{'params': params}`` gets the params State); the paths of other trees (a restored
+    checkpoint, a batch) stay as they are."""
     values = plan.values
-    for arg in call.args:
+    applied = _applied_names(plan)
+    for arg in args:
         for node in nodes_of(arg.value, (cst.Name, cst.Attribute, cst.Subscript)):
             base = node.value if isinstance(node, cst.Attribute) else node
             value = values.value_of(base)  # type: ignore[arg-type]
             if value is not None and value.kind in CONVERTED_KINDS:
                 return True
+            if isinstance(base, cst.Name) and (plan.function_of(base), base.value) in applied:
+                return True
     return False
+
+
+def _applied_names(plan: TrainPlanner) -> set[tuple[cst.FunctionDef | None, str]]:
+    """(function, name) of each name a rewritten apply takes as a collection (``{'params': params}``):
+    in NNX the State that function is handed."""
+    found: set[tuple[cst.FunctionDef | None, str]] = set()
+    for call in plan.edits:
+        first = call.args[0].value if isinstance(call, cst.Call) and call.args else None
+        for entry in (plan.variables_dict(first) or ()) if first is not None else ():
+            if isinstance(entry.value, cst.Name):
+                found.add((plan.function_of(call), entry.value.value))
+    return found

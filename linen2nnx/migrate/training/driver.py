@@ -17,7 +17,7 @@ from linen2nnx.migrate.cst_meta import code_of, start_positions
 from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.rules import training as training_rules
 from linen2nnx.migrate.sites import MARKER, ClassSummary
-from linen2nnx.migrate.training.dispatch import plan_file
+from linen2nnx.migrate.training.dispatch import plan_file, plan_path_reads
 from linen2nnx.migrate.training.init_subscripts import split_init_subscripts
 from linen2nnx.migrate.training.planner import TrainPlanner, sows_values
 from linen2nnx.migrate.training.returned_updates import split_returned_updates
@@ -61,6 +61,7 @@ def migrate_training(
         retried = _planned(split, local, external, module_name, original)
         if not retried[0].blocked:
             (planner, wrapper), code_text = retried, code_of(split)
+    plan_path_reads(planner)
     blocked = planner.blocked
     findings, markers = _report(planner, wrapper.module, path, line_map(code_text, original), rule_enabled)
     rewrites = planner.edits or planner.replace_stmt or planner.wrap or planner.after
