@@ -314,6 +314,9 @@ KEPT_LINEN_FUNCTIONS = frozenset(
         "normalization._abs_sq",
         "normalization._compute_stats",
         "normalization._l2_normalize",
+        # the reversal a Linen RNN applies to padded sequences: a function of its arguments (nnx.RNN
+        # has its own copy in another module), which custom bidirectional layers call
+        "recurrent.flip_sequences",
         # the Linen layers' default initialisers: plain initialiser functions (jax.nn.initializers'),
         # which a field default or a parameter keeps (NNX's namesakes are other objects, made alike)
         "linear.default_kernel_init",

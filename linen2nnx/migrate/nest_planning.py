@@ -38,7 +38,8 @@ from linen2nnx.migrate.loop_names import (
 )
 from linen2nnx.migrate.loop_tests import replayable_test
 from linen2nnx.migrate.rules import LAYER_003, MOD_004
-from linen2nnx.migrate.sites import ClassPlan, LoopNest, Site, root_site, shape_last_refs, static_everywhere
+from linen2nnx.migrate.sites import ClassPlan, LoopNest, Site, root_site, shape_last_refs
+from linen2nnx.migrate.static_locals import static_everywhere
 
 
 class NestPlanning:

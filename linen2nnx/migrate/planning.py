@@ -68,14 +68,10 @@ from linen2nnx.migrate.setup_partials import add_partial_site, attribute_values,
 from linen2nnx.migrate.setup_values import plan_setup_values
 from linen2nnx.migrate.shared_scope import plan_shared_scopes
 from linen2nnx.migrate.site_planning import SitePlanner
-from linen2nnx.migrate.sites import (
-    LINEN_COMPACT,
-    ClassPlan,
-    Site,
-    static_everywhere,
-)
+from linen2nnx.migrate.sites import LINEN_COMPACT, ClassPlan, Site
 from linen2nnx.migrate.sizing import Sizer
-from linen2nnx.migrate.stateless_classes import holds_nothing, interchangeable
+from linen2nnx.migrate.stateless_classes import holds_bridged, holds_nothing, interchangeable
+from linen2nnx.migrate.static_locals import static_everywhere
 
 
 class ClassPlanner:
@@ -116,7 +112,9 @@ class ClassPlanner:
         report_other_builds(self.ctx, plan)
         self.state.plans[node] = plan
         self.state.linen_classes[plan.name] = plan
-        self.state.summaries[plan.key] = with_out_ranks(self.sizer, plan, plan.summary())
+        summary = with_out_ranks(self.sizer, plan, plan.summary())
+        summary.bridged_inside = holds_bridged(plan)
+        self.state.summaries[plan.key] = summary
         return plan
 
     def plan_class(self, node: cst.ClassDef) -> ClassPlan:

@@ -422,6 +422,7 @@ class ClassSummary:
     size_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()  # required arg -> its layer's path
     partitioned: bool = False  # its file gives weights sharding names: a training file builds it guarded
     sows: bool = False  # its file sows (or names a class of a file that does): applies run on a copy
+    bridged_inside: bool = False  # builds a class kept as Linen (at any depth): training code lazy-inits it
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
@@ -592,9 +593,3 @@ def root_site(site: Site) -> Site:
     while site.parent is not None:
         site = site.parent
     return site
-
-
-def static_everywhere(plan: ClassPlan) -> set[str]:
-    """The replayable locals of ``plan`` that no statement rebinds at call time: static wherever read."""
-    rebound = plan.static_flow.rebound if plan.static_flow is not None else set()
-    return set(plan.pure_locals) - rebound

@@ -66,3 +66,16 @@ def interchangeable(a: Any, b: Any) -> bool:
     (``IdentityLayer(name='mlp1')`` in both) can share one attribute."""
     same = not a.conditions and not b.conditions and code(a.ctor) == code(b.ctor)
     return same and site_holds_nothing(a) and a.linen_name == b.linen_name
+
+
+def holds_bridged(plan: Any, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether ``plan``'s class builds, at any depth, a class of the run whose rewrite is blocked (kept as
+    Linen behind ``nnx.bridge.ToNNX``): its variables come on a first call, so training code that builds
+    the model calls ``nnx.bridge.lazy_init`` on it as on the kept class itself."""
+    if plan.name in seen:
+        return False
+    for site in plan.sites.values():
+        user = site.user if site.kind == "module" else None
+        if user is not None and (user.blocking or user.kept_linen or holds_bridged(user, seen | {plan.name})):
+            return True
+    return False

@@ -27,7 +27,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.rebound_locals import add_binding, exclusive_bindings, incomplete_chains
 from linen2nnx.migrate.replayed_lines import replayed_assign
-from linen2nnx.migrate.sites import shape_last_refs
+from linen2nnx.migrate.sites import ClassPlan, shape_last_refs
 
 
 class StaticLocals:
@@ -311,3 +311,9 @@ def without_dead_statements(fn: cst.FunctionDef, statements: list[cst.BaseStatem
         return fn
     kept = [stmt for i, stmt in enumerate(body) if i not in dead]
     return fn.with_changes(body=fn.body.with_changes(body=kept))
+
+
+def static_everywhere(plan: ClassPlan) -> set[str]:
+    """The replayable locals of ``plan`` that no statement rebinds at call time: static wherever read."""
+    rebound = plan.static_flow.rebound if plan.static_flow is not None else set()
+    return set(plan.pure_locals) - rebound

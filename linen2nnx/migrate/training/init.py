@@ -112,7 +112,7 @@ def plan_init(plan: TrainPlanner, call: cst.Call, receiver: Val) -> None:
     if creates is None:
         return
     stmt = plan.insertable(call)
-    creates = creates or summary.kept_linen  # behind nnx.bridge.ToNNX: its variables come on a first call
+    creates = creates or summary.kept_linen or summary.bridged_inside  # behind nnx.bridge.ToNNX: first call
     if creates and not _call_after(plan, call, parent, stmt, summary, inputs, keywords):
         return
     if plan.sharding and stmt is not None:
@@ -232,7 +232,7 @@ def _call_after(
     listed = ", ".join(code(bare(a)) for a in args)
     plan.after.setdefault(stmt, []).append(
         f"nnx.bridge.lazy_init({target.value}, {listed})"
-        if summary.kept_linen
+        if summary.kept_linen or summary.bridged_inside
         else f"{target.value}({listed})"
     )
     return True
