@@ -20,6 +20,7 @@ from linen2nnx.migrate.cst_utils import (
     self_attr,
     strip_commas,
 )
+from linen2nnx.migrate.decode_cache import init_call_cache
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.factories import PartialLocal
 from linen2nnx.migrate.function_lifts import remat_of_function, scan_of_function
@@ -506,7 +507,18 @@ class CallRewriter:
         args += [kwarg(a.keyword.value, a.value) if a.keyword else a for a in moved]
         flag = site.args.get(rule.init_call_cache) if rule.init_call_cache else None
         if flag is not None and code(flag.value) != "False":
-            args.append(self._init_call_cache(site, original, updated, code(self._built_arg(site, flag))))
+            dtypes = tuple(
+                code(self._built_arg(site, site.args[n])) if n in site.args else "None"
+                for n in ("dtype", "param_dtype")
+            )
+            args = init_call_cache(
+                self.ctx,
+                site,
+                original,
+                args,
+                code(self._built_arg(site, flag)),
+                dtypes,  # type: ignore[arg-type]
+            )
         func = updated.func
         if site.view_kwargs:
             self.state.uses_nnx = True
@@ -523,49 +535,6 @@ class CallRewriter:
             if name is not None and name in bound:
                 return bound[name].value
         return arg.value
-
-    def _init_call_cache(self, site: Site, original: cst.Call, updated: cst.Call, flag: str) -> cst.Arg:
-        """Linen's init-call cache protocol at an NNX call site (see ``LayerRule.init_call_cache``):
-
-        fresh = decode and self.attn.cached_key is None  # Linen creates the cache on the init call
-        if fresh:
-            self.attn.init_cache(x.shape, dtype=...)     # the key's shape and dtype, as Linen's
-        y = self.attn(x, ..., decode=decode and not fresh)
-        """
-        assert site.rule is not None
-        fresh = f"{site.attr}_fresh_cache"
-        keyed = {a.keyword.value: a.value for a in updated.args if a.keyword is not None}
-        positional = [a.value for a in updated.args if a.keyword is None and not a.star]
-        kv = keyed.get("inputs_kv", keyed.get("inputs_k", positional[1] if len(positional) > 1 else None))
-        shape_of = code(kv if kv is not None else positional[0] if positional else keyed["inputs_q"])
-        flag, shape_of = (
-            src if src.replace(".", "").replace("_", "").isalnum() else f"({src})" for src in (flag, shape_of)
-        )  # parentheses only where needed
-        dtype = site.args.get("dtype")
-        if dtype is not None:
-            dtype_src = code(self._built_arg(site, dtype))
-        else:  # Linen's key is promote_dtype(input, param): its param_dtype defaults to float32
-            param = site.args.get("param_dtype")
-            self.state.needs_jax_import = True
-            dtype_src = (
-                f"jax.numpy.promote_types({shape_of}.dtype, "
-                f"{code(self._built_arg(site, param)) if param is not None else 'jax.numpy.float32'})"
-            )
-        statement = self.ctx.enclosing_statement(original)
-        prefix = cst.parse_module(
-            f"{fresh} = {flag} and self.{site.attr}.cached_key is None  # Linen creates the cache on the init "
-            "call, which does not decode\n"
-            f"if {fresh}:\n"
-            f"    self.{site.attr}.init_cache({shape_of}.shape, dtype={dtype_src})\n"
-        ).body
-        self.state.stmt_prefix.setdefault(statement, []).extend(prefix)
-        self.ctx.report(
-            LAYER_001,
-            original,
-            f"nn.{site.rule.linen}(decode={flag}): the first decode call creates "
-            f"the cache with self.{site.attr}.init_cache and does not decode, as Linen's init call",
-        )
-        return kwarg("decode", parse_expression(f"{flag} and not {fresh}"))
 
 
 def _only_string_arg(call: cst.Call) -> str | None:
