@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from fixture_parity import build
+from fixture_parity import assert_parity, build
 from flax import nnx
 
 from linen2nnx.checkpoint_convert.api import convert_state
@@ -63,3 +63,11 @@ def test_decode_cache_sized_from_the_call_decodes_as_linen(cls, tmp_path):
             atol=1e-6,
             err_msg=path,
         )
+
+
+def test_attention_built_by_a_field_has_linen_default_decode(tmp_path):
+    """``self.attn_cls(num_heads=2)`` with the field defaulting to ``nn.MultiHeadDotProductAttention``:
+    built with ``decode=False`` as the layer written there (every call raised "No `decode` argument")."""
+    linen_mod, nnx_mod, _, map_path = build("attention_field_default", tmp_path)
+    x = np.random.default_rng(1).normal(size=(2, 5, 6)).astype(np.float32)
+    assert_parity(linen_mod.Stack(), lambda rngs: nnx_mod.Stack(in_features=6, rngs=rngs), x, map_path)

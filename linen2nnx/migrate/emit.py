@@ -239,7 +239,13 @@ class Emitter:
             built = self.build(site, merged, in_loop=False)  # the loop's list: below
             assert isinstance(built, cst.Call)
             given = {a.keyword.value for a in merged.args if a.keyword is not None}
-            extra = set(site.rule.extra_kwargs) - given if site.rule is not None else set()
+            # NNX's differing defaults (`decode=False`) are passed as for the layer written there, but for
+            # those a binding's partial gives (`partial(nn.MultiHeadDotProductAttention, decode=True)`)
+            extra = (
+                (set(site.rule.extra_kwargs) & site.factory.partial_keywords) - given
+                if site.rule is not None
+                else set()
+            )
             args = [a for a in built.args if a.keyword is None or a.keyword.value not in extra]
             func = f"self.{site.factory.name}"
             if (
