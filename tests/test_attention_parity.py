@@ -71,3 +71,22 @@ def test_attention_built_by_a_field_has_linen_default_decode(tmp_path):
     linen_mod, nnx_mod, _, map_path = build("attention_field_default", tmp_path)
     x = np.random.default_rng(1).normal(size=(2, 5, 6)).astype(np.float32)
     assert_parity(linen_mod.Stack(), lambda rngs: nnx_mod.Stack(in_features=6, rngs=rngs), x, map_path)
+
+
+def test_normalized_qk_in_bfloat16_is_bit_identical(tmp_path):
+    """``normalize_qk=True, dtype=bfloat16``: the query / key norms keep their values' dtypes, as Linen's
+    LayerNorm: the outputs are bit-identical (1560 of 2048 differed, by up to 0.039)."""
+    linen_mod, nnx_mod, _, map_path = build("attention_qk_norm_dtype", tmp_path)
+    x = (np.random.default_rng(0).normal(size=(4, 16, 32)) * 2).astype(np.float32)
+    linen_model = linen_mod.QKNorm()
+    variables = linen_model.init(jax.random.key(0), x)
+    key = jax.random.key(1)  # scales that are not bfloat16 numbers
+    variables = jax.tree.map(lambda a: a * (1 + 0.3 * jax.random.uniform(key, a.shape)), variables)
+    side = LinenSide(model=linen_model, batch={"x": x}, loss=lambda out, batch: jnp.mean(out**2))
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_mod.QKNorm(in_features=32, rngs=rngs), name_map=map_path
+    )
+    model, _ = convert_state(variables, pair, map_path)
+    np.testing.assert_array_equal(
+        np.asarray(model(x), np.float32), np.asarray(linen_model.apply(variables, x), np.float32)
+    )

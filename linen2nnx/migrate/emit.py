@@ -9,7 +9,7 @@ from collections.abc import Collection
 
 import libcst as cst
 
-from linen2nnx.layers import KEEP_DTYPES, nnx_ctor_params
+from linen2nnx.layers import KEEP_DTYPES, LayerRule, nnx_ctor_params
 from linen2nnx.migrate.annotation_names import written_annotation
 from linen2nnx.migrate.conditional_emit import conditional, nested_in_else, other_branch
 from linen2nnx.migrate.context import FileContext
@@ -104,14 +104,7 @@ class Emitter:
                 args.insert(2, cst.Arg(parse_expression(bias)))
         given = {rule.nnx_arg(name) for name in upd_bound}
         args += [kwarg(k, parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
-        dtype = upd_bound.get("dtype")
-        if (
-            rule.keeps_dtypes
-            and dtype is not None
-            and code(dtype.value) != "None"
-            and "promote_dtype" not in given
-        ):
-            args.append(kwarg("promote_dtype", parse_expression(KEEP_DTYPES)))
+        args += _kept_dtypes(rule, upd_bound, given)
         if site.in_kv_expr is not None:  # attention keys / values of another size than the queries
             args.append(kwarg("in_kv_features", parse_expression(site.in_kv_expr)))
         args += self._unpacked(site, updated, checked)
@@ -578,3 +571,18 @@ def _as_data(value: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(value, cst.Name) and value.value == "None":
         return value
     return cst.Call(cst.Attribute(cst.Name("nnx"), cst.Name("data")), [cst.Arg(value)])
+
+
+def _kept_dtypes(rule: LayerRule, bound: dict[str, cst.Arg], given: set[str]) -> list[cst.Arg]:
+    """``promote_dtype=`` of a norm given a ``dtype`` (``LayerRule.keeps_dtypes``), and
+    ``ln_promote_dtype=`` of a layer whose own norms it builds in its ``dtype`` (``LayerRule.norms_flag``):
+    the values as they are, as Linen's norms take them."""
+    dtype = bound.get("dtype")
+    if dtype is None or code(dtype.value) == "None":
+        return []
+    if rule.keeps_dtypes and "promote_dtype" not in given:
+        return [kwarg("promote_dtype", parse_expression(KEEP_DTYPES))]
+    norms = bound.get(rule.norms_flag) if rule.norms_flag else None
+    if norms is not None and code(norms.value) != "False":
+        return [kwarg("ln_promote_dtype", parse_expression(KEEP_DTYPES))]
+    return []
