@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from linen2nnx.migrate.bridge import can_bridge
 from linen2nnx.migrate.cst_meta import syntax_children
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.sites import compact_only
@@ -76,6 +77,9 @@ def holds_bridged(plan: Any, seen: frozenset[str] = frozenset()) -> bool:
         return False
     for site in plan.sites.values():
         user = site.user if site.kind == "module" else None
-        if user is not None and (user.blocking or user.kept_linen or holds_bridged(user, seen | {plan.name})):
+        if user is None:
+            continue
+        kept = user.kept_linen or (user.blocking and can_bridge(user, user.super_init is not None))
+        if kept or holds_bridged(user, seen | {plan.name}):
             return True
     return False

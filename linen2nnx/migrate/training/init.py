@@ -223,6 +223,8 @@ def _call_after(
             + (
                 "variables, which its NNX wrapper (kept as Linen behind the bridge) creates on a first call"
                 if summary.kept_linen
+                else "variables of the classes it builds kept as Linen behind the bridge, created on a first call"
+                if summary.bridged_inside
                 else "call-time state (e.g. a decode cache), which NNX creates on the first such call"
             )
             + "; the init is not a `name = ...` statement of plain arguments to repeat that call after",
