@@ -70,6 +70,7 @@ CASES = {
     "field_hides_module_method": ("Model", {}, (2, 3)),  # train: bool hides nnx.Module.train(): MOD-016
     "setup_param": ("Affine", {"features": 4}, (2, 4)),
     "view_reaches_fixed_flags": ("SameFlag", {}, (2, 4)),  # one call-time flag for the whole nest: converts
+    "setup_local_kwargs": ("FieldStack", {}, (2, 4)),  # a scan in setup() reading fields: converts
     "rnn_drawn_carry": (
         "OnesStart",
         {},

@@ -24,13 +24,13 @@ written and does not decide anything; anything the pass cannot follow leaves the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import libcst as cst
 
-from linen2nnx.layers import LayerRule, nnx_ctor_params
+from linen2nnx.layers import KEEP_DTYPES, LayerRule, nnx_ctor_params
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import single_assign
+from linen2nnx.migrate.cst_utils import kwarg, parse_expression, single_assign
 from linen2nnx.migrate.factories import PartialLocal
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 
@@ -360,3 +360,24 @@ def _kept_as_written(rule: LayerRule | None, partial: cst.Call) -> bool:
         if name in rule.function_args or name not in nnx_ctor_params(rule.nnx):
             return False
     return True
+
+
+def bound_partial_dtypes(
+    qualnames: Callable[[cst.CSTNode], set[str]],
+    bindings: Mapping[cst.CSTNode, tuple[LayerRule, object]],
+    original: cst.Call,
+    updated: cst.Call,
+) -> cst.Call | None:
+    """``partial(nn.LayerNorm, dtype=...)`` bound to a converted factory field: the norm the field builds
+    takes its ``dtype`` as a directly built one does, with the promote that keeps the values as they are
+    (``LayerRule.keeps_dtypes``), or NNX casts them before the statistics. None for any other call."""
+    if not original.args or "functools.partial" not in qualnames(original.func):
+        return None
+    bound = bindings.get(original.args[0].value)
+    given = {a.keyword.value: a for a in original.args if a.keyword is not None}
+    dtype = given.get("dtype")
+    if bound is None or not bound[0].keeps_dtypes or dtype is None or "promote_dtype" in given:
+        return None
+    if isinstance(dtype.value, cst.Name) and dtype.value.value == "None":
+        return None
+    return updated.with_changes(args=[*updated.args, kwarg("promote_dtype", parse_expression(KEEP_DTYPES))])

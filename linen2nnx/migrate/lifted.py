@@ -226,7 +226,12 @@ def validate(chain: LiftChain, is_broadcast: callable, fn: cst.FunctionDef | Non
     in, whose parameters and locals (but ``setup()``'s, replayed as they are) ``__init__`` does not have:
     a stack size read from one (``axis_size=x.shape[1]``) cannot size the stack there."""
     call_time = _call_time_names(fn)
+    setup_locals = _setup_locals(fn)
     for lift in chain.lifts:
+        for key, value in lift.kwargs.items():
+            if names_in(value) & setup_locals:  # the NNX call in __call__ would not have it (NameError)
+                local = sorted(names_in(value) & setup_locals)[0]
+                raise LiftError(f"nn.{lift.kind}({key}={code(value)}) reads {local}, a local of setup()")
         size = lift.kwargs.get("length" if lift.kind == "scan" else "axis_size")
         if size is not None and names_in(size) & call_time:
             key = "length" if lift.kind == "scan" else "axis_size"
@@ -299,6 +304,14 @@ def _one_stack_axis(lift: Lift) -> None:
                 f"nn.{lift.kind} stacks {name!r} on axis {code(value)} and 'params' on axis {stack}: NNX "
                 "stacks all of a layer's state on the params' axis"
             )
+
+
+def _setup_locals(fn: cst.FunctionDef | None) -> set[str]:
+    """The names ``setup()`` binds: a transform's keyword reading one is written where the lifted call
+    runs, in ``__call__``, which does not have them (``self`` is the module, not a local)."""
+    if fn is None or fn.name.value != "setup":
+        return set()
+    return assigned_in(fn.body) - {"self"}
 
 
 def _call_time_names(fn: cst.FunctionDef | None) -> set[str]:

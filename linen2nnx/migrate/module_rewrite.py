@@ -67,6 +67,7 @@ from linen2nnx.migrate.cst_utils import (
 from linen2nnx.migrate.custom_vars import add_variable_classes
 from linen2nnx.migrate.elementwise import ElementwiseTable, table_facts
 from linen2nnx.migrate.emit import Emitter
+from linen2nnx.migrate.factory_fields import bound_partial_dtypes
 from linen2nnx.migrate.file_state import FileState
 from linen2nnx.migrate.findings import Finding
 from linen2nnx.migrate.function_factories import FunctionFactory, with_factory_params
@@ -295,6 +296,9 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         named = names_as_tuple(self.ctx.qualnames, original, updated)
         if named is not None:  # sharding names in a list: NNX places by a tuple only
             updated = named
+        typed = bound_partial_dtypes(self.ctx.qualnames, self.state.binding_values, original, updated)
+        if typed is not None:  # `partial(nn.LayerNorm, dtype=...)` a factory field builds
+            updated = typed
         return weights_apply(self.ctx, original, updated) or self.calls.leave_call(original, updated)
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:

@@ -106,6 +106,7 @@ class ClassPlanner:
             return None
         self.state.planning, self.state.pending_blocking = True, []
         plan = self.plan_class(node)
+        plan.user_base = any(self.ctx.user_class_of(b.value) for b in node.bases)
         self.state.planning = False
         plan.blocking = self.state.pending_blocking
         plan.key = self.ctx.class_key(plan.name)

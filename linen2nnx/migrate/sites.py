@@ -332,6 +332,7 @@ class ClassPlan:
     shape_input: str = ""  # the call input whose shape those read (stood in for in __init__)
     shape_rank_only: bool = False  # ... for its rank alone (input_sizes.reads_rank_only)
     holds_nothing: bool = False  # creates no variable and no submodule (stateless_classes.py)
+    user_base: bool = False  # derives from a class of the run (it cannot stay Linen behind the bridge)
     traced_sizes: dict[str, Any] = dataclasses.field(default_factory=dict)  # required arg -> traced value
     size_paths: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # (trace_paths.py)
     input_sizes: list[Any] = dataclasses.field(default_factory=list)  # input_sizes.InputSize, to finish

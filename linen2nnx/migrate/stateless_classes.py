@@ -79,7 +79,7 @@ def holds_bridged(plan: Any, seen: frozenset[str] = frozenset()) -> bool:
         user = site.user if site.kind == "module" else None
         if user is None:
             continue
-        kept = user.kept_linen or (user.blocking and can_bridge(user, user.super_init is not None))
+        kept = user.kept_linen or (user.blocking and can_bridge(user, user.user_base))
         if kept or holds_bridged(user, seen | {plan.name}):
             return True
     return False
