@@ -71,6 +71,7 @@ NOT_RUNNABLE = {
     "handed_layer_local": "manual findings: a layer handed on through a local that cannot be written in place",
     "module_alias_build": "manual findings: a class of the run built through a module-level alias without rngs",
     "module_copy": "manual findings: a handed module copied with Linen's Module.copy(name=...)",
+    "module_clone": "manual findings: submodules and the class copied with Linen's Module.clone / copy",
     "between_two_loops": "manual findings: input widths a person fills (one is named after its place between loops)",
     "handwritten_bridge_of_converted": "manual findings: a hand-written wrapper applies a converted module the Linen way",
     "partial_left_at_unhoisted_sites": "manual findings: a layer partial stays Linen at sites under a call-time condition",
