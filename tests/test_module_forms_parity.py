@@ -95,6 +95,9 @@ CASES = {
     "inherited_build": ("WithHead", {"width": 4}, (2, 5)),
     "inherited_build_scaled": ("Scaled", {"width": 4}, (2, 5)),
     "inherited_build_tempered": ("Tempered", {"width": 5}, (2, 5)),
+    "inherited_sizes_changed": ("Scaled", {}, (2, 5)),  # overrides that keep the inherited layers' inputs
+    "inherited_sizes_changed_proj_only": ("ProjOnly", {}, (2, 5)),
+    "inherited_sizes_changed_tanh": ("TanhHooked", {}, (2, 5)),
     "compact_tied": ("Tied", {"vocab": 11, "dim": 4}, (2, 5)),
     "tied_head": ("TiedLM", {}, (2, 5)),  # encoder.variables['params']['tok']['embedding'] -> attributes
     "setup_conditional": ("Head", {"classes": 3}, (2, 5)),
@@ -575,6 +578,8 @@ SOURCES = {
     "loop_local_arg_scales": "loop_local_arg",
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
+    "inherited_sizes_changed_proj_only": "inherited_sizes_changed",
+    "inherited_sizes_changed_tanh": "inherited_sizes_changed",
     "local_dict_kwargs_plain": "local_dict_kwargs",
     "written_axes_pool": "written_axes",
     "axis_order_attention": "axis_order",
@@ -605,6 +610,7 @@ UNUSED_BY_LINEN = {
     "tied_apply": 1,
     "tied_embedding": 1,
     "setup_head_under_test": 2,  # sigma_head's kernel and bias, applied only if learn_sigma
+    "inherited_sizes_changed_proj_only": 2,  # the inherited norm's scale and bias, which ProjOnly never applies
     "optional_inputs": 1,  # `given`'s token embedding: its embeddings are handed in
 }  # the tied head's own kernel: NNX builds it, Linen never does
 INT_INPUTS = {

@@ -449,31 +449,35 @@ class MethodFlow:
             return local
         callee = self.methods.get(name or "")
         if callee is not None and self.depth < 3 and name not in ("__call__", "setup"):
-            # inline the helper with the caller's values, so layers it applies are sized in context
-            callee_params = [p.name.value for p in callee.params.params][1:]
-            sub = self._flow_over(callee_params)
-            sub.unsure_of = callee
-            sub.env.update(helper_arguments(call, args, callee_params))
-            sub.builtin_dict = self.flow.builtin_dict
-            sub.iteration = self.flow.iteration
-            sub.path = (*self.flow.path, (id(call), 0))  # its own returns end the helper, not the caller
-            self.depth += 1
-            caller, self.flow = self.flow, sub  # the helper's sites read the helper's values (its `x`)
-            try:
-                sub.run(callee.body.body)
-            finally:
-                self.flow = caller
-                self.depth -= 1
-            if not self.probing:
-                self.flow.uses.extend(sub.uses)
-            out = agreed_return(sub.returns)
-            return out if out is not None else Feat.unknown(name or "")
+            return self.inlined(callee, call, args)
         known = plan.method_out.get(name or "")
         if known is None and isinstance(call.func, cst.Name):
             known = self.ctx.function_out(call.func.value)
         if known is None:  # `base_networks.preprocess_atari_inputs(x)`: another file's helper
             known = imported_function_out(self.ctx, call.func)
         return None if known is None else transfer(known[1], known[0], args)
+
+    def inlined(self, callee: cst.FunctionDef, call: cst.Call, args: list[Feat]) -> Feat:
+        """What helper ``callee`` returns, inlined with the caller's values, so that the layers it
+        applies are sized in context."""
+        callee_params = [p.name.value for p in callee.params.params][1:]
+        sub = self._flow_over(callee_params)
+        sub.unsure_of = callee
+        sub.env.update(helper_arguments(call, args, callee_params))
+        sub.builtin_dict = self.flow.builtin_dict
+        sub.iteration = self.flow.iteration
+        sub.path = (*self.flow.path, (id(call), 0))  # its own returns end the helper, not the caller
+        self.depth += 1
+        caller, self.flow = self.flow, sub  # the helper's sites read the helper's values (its `x`)
+        try:
+            sub.run(callee.body.body)
+        finally:
+            self.flow = caller
+            self.depth -= 1
+        if not self.probing:
+            self.flow.uses.extend(sub.uses)
+        out = agreed_return(sub.returns)
+        return out if out is not None else Feat.unknown(callee.name.value)
 
     def on_assign(self, assign: cst.Assign) -> None:
         """A replayed shape local (``n = x.shape[-1]``) gets the static size of what it reads."""

@@ -39,6 +39,7 @@ from linen2nnx.migrate.factories import (
 )
 from linen2nnx.migrate.factory_fields import FieldPartial
 from linen2nnx.migrate.inheritance import plan_inherited_build
+from linen2nnx.migrate.inherited_sizes import check_inherited_sizes
 from linen2nnx.migrate.input_sizes import finish_input_sizes
 from linen2nnx.migrate.lazy_vars import either
 from linen2nnx.migrate.lifted import (
@@ -148,6 +149,7 @@ class ClassPlanner:
         plan_setup_values(self.ctx, plan)  # `self.scale = jnp.exp(self.log_scale)`, arrays of setup()
         self._size_and_finish(plan, methods)
         plan_inherited_build(plan, node, methods, self.ctx.user_class_of, self.ctx.report)
+        check_inherited_sizes(self.sizer, plan, node)
         report_module_copies(self.ctx.report, plan, methods)
         return plan
 
