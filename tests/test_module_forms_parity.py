@@ -95,6 +95,8 @@ CASES = {
     "inherited_build": ("WithHead", {"width": 4}, (2, 5)),
     "inherited_build_scaled": ("Scaled", {"width": 4}, (2, 5)),
     "inherited_build_tempered": ("Tempered", {"width": 5}, (2, 5)),
+    "subclass_factory_default": ("WideNet", {}, (2, 5)),  # the subclass's default block sizes the head
+    "subclass_factory_default_base": ("Net", {}, (2, 5)),
     "inherited_sizes_changed": ("Scaled", {}, (2, 5)),  # overrides that keep the inherited layers' inputs
     "inherited_sizes_changed_proj_only": ("ProjOnly", {}, (2, 5)),
     "inherited_sizes_changed_tanh": ("TanhHooked", {}, (2, 5)),
@@ -578,6 +580,7 @@ SOURCES = {
     "loop_local_arg_scales": "loop_local_arg",
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
+    "subclass_factory_default_base": "subclass_factory_default",
     "inherited_sizes_changed_proj_only": "inherited_sizes_changed",
     "inherited_sizes_changed_tanh": "inherited_sizes_changed",
     "local_dict_kwargs_plain": "local_dict_kwargs",

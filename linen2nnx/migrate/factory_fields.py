@@ -8,6 +8,8 @@ built class (``Conv_0``). This pre-pass finds, for every field of every Linen cl
 the constructors callers bind to it:
 
 - the field's default (``conv: ModuleDef = nn.Conv``);
+- a subclass's default of it (``class WideNet(Net): block_cls: Any = WideBlock``), which runs the
+  base's build with that class;
 - arguments of calls that build the class, directly, through ``functools.partial`` (``ResNet18 =
   partial(ResNet, block_cls=ResNetBlock)``), through a module-level alias of such a partial, or
   through another factory field bound to the class (``self.block_cls(..., conv=conv)``);
@@ -108,12 +110,20 @@ class FieldBindings:
         self._other_file_class = other_file_class  # the name of a class of the run another file defines
         self.fields: dict[str, list[str]] = {}
         self._defaults: dict[tuple[str, str], cst.BaseExpression] = {}
-        classes = [s for s in tree.body if isinstance(s, cst.ClassDef) and is_linen_class(s)]
-        for cls in classes:
+        self._subclasses: dict[str, list[str]] = {}  # a class of the file -> its subclasses of the file
+        classes: list[cst.ClassDef] = []
+        for cls in (s for s in tree.body if isinstance(s, cst.ClassDef)):
+            # a subclass of a class of the file counts though that base is not planned yet
+            if not is_linen_class(cls) and not any(
+                isinstance(b.value, cst.Name) and b.value.value in self.fields for b in cls.bases
+            ):
+                continue
+            classes.append(cls)
             names: list[str] = []
             for base in cls.bases:  # a base class of the file contributes its fields first
                 if isinstance(base.value, cst.Name) and base.value.value in self.fields:
                     names.extend(self.fields[base.value.value])
+                    self._subclasses.setdefault(base.value.value, []).append(cls.name.value)
             for stmt in cls.body.body:
                 for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
                     if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
@@ -208,6 +218,10 @@ class FieldBindings:
         default = self._defaults.get((cls, field))
         if default is not None:
             found.append(_Binding(default, cls, None))
+        for sub in self._subclasses.get(cls, ()):
+            # `class WideNet(Net): block_cls = WideBlock` runs Net's build with its own default: a
+            # binding of Net's field, as a caller's `Net(block_cls=WideBlock)` is
+            found.extend(self._bindings_of(sub, field))
         order = self.fields.get(cls, [])
         for call, owner, fn in self._calls:
             for target, args, offset in self._targets(call, owner):
