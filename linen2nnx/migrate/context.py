@@ -42,6 +42,7 @@ from linen2nnx.migrate.findings import Finding, Severity
 from linen2nnx.migrate.function_aliases import reads_linen
 from linen2nnx.migrate.function_factories import FunctionFactory, find_function_factory
 from linen2nnx.migrate.layer_subclasses import layer_subclass
+from linen2nnx.migrate.lift_streams import report_unsplit_streams
 from linen2nnx.migrate.lifted import (
     LIFTED_CLASS_PREFIX,
     LINEN_MARKERS,
@@ -49,7 +50,6 @@ from linen2nnx.migrate.lifted import (
     Lift,
     LiftChain,
     LiftError,
-    report_unsplit_streams,
     validate,
 )
 from linen2nnx.migrate.names import NameResolver

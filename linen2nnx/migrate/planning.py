@@ -42,12 +42,8 @@ from linen2nnx.migrate.inheritance import plan_inherited_build
 from linen2nnx.migrate.inherited_sizes import check_inherited_sizes
 from linen2nnx.migrate.input_sizes import finish_input_sizes
 from linen2nnx.migrate.lazy_vars import either
-from linen2nnx.migrate.lifted import (
-    SCAN_DECORATORS,
-    LiftError,
-    method_scan,
-    report_method_scan_streams,
-)
+from linen2nnx.migrate.lift_streams import report_method_scan_streams
+from linen2nnx.migrate.lifted import SCAN_DECORATORS, LiftError, method_scan
 from linen2nnx.migrate.local_planning import LocalPlanner
 from linen2nnx.migrate.local_sites import plan_local_sites
 from linen2nnx.migrate.merge_flags import merge_flags
