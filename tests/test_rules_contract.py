@@ -50,6 +50,7 @@ PARITY_TESTS = (
 
 # Fixture cases with no numeric parity test, and why none can be written.
 NOT_RUNNABLE = {
+    "deleted_field": "manual finding: the class stays Linen behind the bridge (each apply a fresh copy, as in Linen)",
     "attention_decode_unpacked": "manual findings: the classes stay Linen behind the bridge, nothing is rewritten",
     "bridged_scan_record": "manual findings: the class stays Linen behind the bridge, nothing is rewritten",
     "subclass_of_held_base": "manual findings: the base stays Linen behind the bridge; the subclass does not build",

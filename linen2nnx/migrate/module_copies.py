@@ -7,6 +7,10 @@ the class. An NNX module has neither method: kept as written, the NNX class rais
 converts such a copy, so each is a blocking ``L2N-MOD-004`` where it stands, whether or not it
 passes ``name=`` / ``parent=`` (the verifier's ``L2N-VERIFY-001`` sees only those, and only after
 the rewrite). A field handed a module (``norm: nn.Module``) is the verifier's when it passes them.
+
+The same per-apply copy makes ``del self.model_name`` at call time harmless in Linen (a mark that the
+field is unused: each apply binds a fresh copy); the NNX module lives on, so its second call would
+not find the attribute. Also a blocking finding (:func:`report_field_deletions`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import calls_in
+from linen2nnx.migrate.cst_meta import calls_in, nodes_of
 from linen2nnx.migrate.cst_utils import self_attr
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan
@@ -73,3 +77,25 @@ def report_module_copies(
                 "build the copy as a submodule of its own in setup (the class with the fields it "
                 "changes), or copy it with nnx.clone after __init__",
             )
+
+
+def report_field_deletions(
+    report: Callable[..., None], plan: ClassPlan, methods: list[cst.FunctionDef]
+) -> None:
+    """A blocking ``L2N-MOD-004`` for each ``del self.<attr>`` in a method that runs at call time."""
+    for fn in methods:
+        if fn.name.value in ("setup", "__init__", "__post_init__"):
+            continue
+        for node in nodes_of(fn.body, (cst.Del,)):
+            target = node.target  # type: ignore[attr-defined]
+            targets = [e.value for e in target.elements] if isinstance(target, cst.Tuple) else [target]
+            attrs = [a for a in map(self_attr, targets) if a is not None]
+            if attrs:
+                report(
+                    MOD_004,
+                    node,
+                    f"{plan.name}.{fn.name.value}: del self.{attrs[0]} at call time: Linen deletes it from the "
+                    "copy of the module each apply binds; the NNX module lives on, and its next call would "
+                    "not find it",
+                    "remove the del (it only marks the field unused), then migrate again",
+                )

@@ -48,7 +48,7 @@ from linen2nnx.migrate.local_planning import LocalPlanner
 from linen2nnx.migrate.local_sites import plan_local_sites
 from linen2nnx.migrate.merge_flags import merge_flags
 from linen2nnx.migrate.method_auto_names import auto_names_across_methods
-from linen2nnx.migrate.module_copies import report_module_copies
+from linen2nnx.migrate.module_copies import report_field_deletions, report_module_copies
 from linen2nnx.migrate.name_map_entries import report_other_builds
 from linen2nnx.migrate.named_variables import plan_put_variables
 from linen2nnx.migrate.rules import MOD_004, MOD_006, XFORM_002
@@ -147,6 +147,7 @@ class ClassPlanner:
         plan_inherited_build(plan, node, methods, self.ctx.user_class_of, self.ctx.report)
         check_inherited_sizes(self.sizer, plan, node)
         report_module_copies(self.ctx.report, plan, methods)
+        report_field_deletions(self.ctx.report, plan, methods)
         return plan
 
     def _plan_factories(self, plan: ClassPlan, methods: list[cst.FunctionDef]) -> None:
