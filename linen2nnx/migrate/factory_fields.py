@@ -385,12 +385,12 @@ def bound_partial_dtypes(
     """``partial(nn.LayerNorm, dtype=...)`` bound to a converted factory field: the norm the field builds
     takes its ``dtype`` as a directly built one does, with the promote that keeps the values as they are
     (``LayerRule.keeps_dtypes``), or NNX casts them before the statistics. None for any other call."""
-    if not original.args or "functools.partial" not in qualnames(original.func):
-        return None
-    bound = bindings.get(original.args[0].value)
+    bound = bindings.get(original.args[0].value) if original.args and bindings else None
+    if bound is None or not bound[0].keeps_dtypes or "functools.partial" not in qualnames(original.func):
+        return None  # (the dict lookup first: this runs for every call of the file)
     given = {a.keyword.value: a for a in original.args if a.keyword is not None}
     dtype = given.get("dtype")
-    if bound is None or not bound[0].keeps_dtypes or dtype is None or "promote_dtype" in given:
+    if dtype is None or "promote_dtype" in given:
         return None
     if isinstance(dtype.value, cst.Name) and dtype.value.value == "None":
         return None
