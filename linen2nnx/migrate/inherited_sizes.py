@@ -160,9 +160,16 @@ def _changed_reads(sizer: Sizer, plan: ClassPlan, base: ClassPlan, chain: list[d
     merged = dataclasses.replace(base, sites={**base.sites, **plan.sites})
     before = _walk(sizer, merged, chain[1:], base_call[0], base_call[1] - 1)
     after = _walk(sizer, merged, chain, call[0], call[1])
-    return [
-        key for key, feats in before.items() if key in after and after[key] != feats
-    ]  # (one not applied holds nothing)
+    params = call[0].params
+    starred = isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None
+    return [  # (one not applied holds nothing; an unknown size where the walk cannot bind the arguments
+        # the override hands on, `super().__call__(x, *args, **kwargs)`, keeps the base's sizes)
+        key
+        for key, feats in before.items()
+        if key in after
+        and after[key] != feats
+        and not (starred and all(f.kind == "unknown" for f in after[key]))
+    ]
 
 
 def _walk(

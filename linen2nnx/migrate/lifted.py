@@ -34,6 +34,12 @@ TRANSFORMS = {"scan": "scan", "remat": "remat", "checkpoint": "remat", "vmap": "
 LIFTED_CLASS_PREFIX = {"scan": "Scan", "remat": "Checkpoint", "vmap": "Vmap"}
 """Linen transform name -> the kind handled here (``nn.checkpoint`` is ``nn.remat``)."""
 PARTITION_NAME_KEY = "partition_name"
+# keywords written where the lifted call runs (lifted_call), not where __init__ builds the stack
+CALL_SITE_KWARGS = {
+    "remat": frozenset({"policy", "prevent_cse"}),
+    "scan": frozenset({"out_axes", "length", "reverse", "unroll"}),
+    "vmap": frozenset({"out_axes", "axis_name", "spmd_axis_name"}),
+}
 """``nn.PARTITION_NAME``'s value: ``metadata_params={'partition_name': 'layers'}`` spells the same key."""
 LINEN_MARKERS = frozenset({"broadcast", "PARTITION_NAME", *TRANSFORMS})
 """``flax.linen`` names consumed by a converted transform (no 'no conversion' finding for them)."""
@@ -139,7 +145,9 @@ def validate(chain: LiftChain, is_broadcast: callable, fn: cst.FunctionDef | Non
     setup_locals = _setup_locals(fn)
     for lift in chain.lifts:
         for key, value in lift.kwargs.items():
-            if names_in(value) & setup_locals:  # the NNX call in __call__ would not have it (NameError)
+            if (
+                key in CALL_SITE_KWARGS.get(lift.kind, ()) and names_in(value) & setup_locals
+            ):  # NameError there
                 local = sorted(names_in(value) & setup_locals)[0]
                 raise LiftError(f"nn.{lift.kind}({key}={code(value)}) reads {local}, a local of setup()")
         size = lift.kwargs.get("length" if lift.kind == "scan" else "axis_size")
