@@ -15,6 +15,7 @@ from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.rules import LAYER_001, LAYER_002
 from linen2nnx.migrate.sites import ClassPlan, Site
+from linen2nnx.migrate.stateless_classes import any_class_below
 
 
 def check_layer_args(ctx: FileContext, rule: LayerRule, site: Site, bound: dict[str, cst.Arg]) -> None:
@@ -83,21 +84,10 @@ def check_rnn_carry_init(ctx: FileContext, cell: Site, rule: LayerRule, outer: S
     )
 
 
-def builds_mode_layers(plan: ClassPlan, seen: frozenset[str] = frozenset()) -> bool:
+def builds_mode_layers(plan: ClassPlan) -> bool:
     """Whether ``plan``'s class, or any class of the run below it, builds a layer with a mode flag
     (``use_running_average``, ``deterministic``): an ``nnx.view`` of it with that flag sets them all."""
-    if plan.name in seen:
-        return False
-    for site in plan.sites.values():
-        if site.rule is not None and site.rule.call_args:
-            return True
-        if (
-            site.kind == "module"
-            and site.user is not None
-            and builds_mode_layers(site.user, seen | {plan.name})
-        ):
-            return True
-    return False
+    return any_class_below(plan, lambda site: site.rule is not None and bool(site.rule.call_args))
 
 
 _CALLED_WITH = {

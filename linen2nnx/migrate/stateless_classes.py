@@ -10,6 +10,7 @@ files with the class's summary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
@@ -69,17 +70,27 @@ def interchangeable(a: Any, b: Any) -> bool:
     return same and site_holds_nothing(a) and a.linen_name == b.linen_name
 
 
-def holds_bridged(plan: Any, seen: frozenset[str] = frozenset()) -> bool:
-    """Whether ``plan``'s class builds, at any depth, a class of the run whose rewrite is blocked (kept as
-    Linen behind ``nnx.bridge.ToNNX``): its variables come on a first call, so training code that builds
-    the model calls ``nnx.bridge.lazy_init`` on it as on the kept class itself."""
+def any_class_below(plan: Any, test: Callable[[Any], bool], seen: frozenset[str] = frozenset()) -> bool:
+    """Whether ``test`` holds for a site of ``plan``'s class or of a class of the run it builds, at any
+    depth (``test`` sees each site; a class met again on the way down is not walked twice)."""
     if plan.name in seen:
         return False
     for site in plan.sites.values():
         user = site.user if site.kind == "module" else None
-        if user is None:
-            continue
-        kept = user.kept_linen or (user.blocking and can_bridge(user, user.user_base))
-        if kept or holds_bridged(user, seen | {plan.name}):
+        if test(site) or (user is not None and any_class_below(user, test, seen | {plan.name})):
             return True
     return False
+
+
+def holds_bridged(plan: Any) -> bool:
+    """Whether ``plan``'s class builds, at any depth, a class of the run whose rewrite is blocked (kept as
+    Linen behind ``nnx.bridge.ToNNX``): its variables come on a first call, so training code that builds
+    the model calls ``nnx.bridge.lazy_init`` on it as on the kept class itself."""
+
+    def bridged(site: Any) -> bool:
+        user = site.user if site.kind == "module" else None
+        return user is not None and bool(
+            user.kept_linen or (user.blocking and can_bridge(user, user.user_base))
+        )
+
+    return any_class_below(plan, bridged)

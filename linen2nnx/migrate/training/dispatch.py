@@ -81,14 +81,15 @@ def plan_path_reads(plan: TrainPlanner) -> None:
     if plan.blocked or not (plan.edits or plan.replace_stmt or plan.wrap or plan.after):
         return
     values = plan.values
-    readers = _path_reading_functions(plan)
     defs = {s.name.value: s for s in values.module.body if isinstance(s, cst.FunctionDef)}
+    readers = _path_reading_functions(plan, defs)
+    applied = _applied_names(plan)
     for node in values.nodes:
         if not isinstance(node, cst.Call) or values.in_module_class(node):
             continue
         helper = _read_args(node, readers, defs)
-        if (values.qualnames(node.func) & PATH_AWARE and _reads_converted(plan, node.args)) or (
-            helper and _reads_converted(plan, helper)
+        if (values.qualnames(node.func) & PATH_AWARE and _reads_converted(plan, node.args, applied)) or (
+            helper and _reads_converted(plan, helper, applied)
         ):
             plan.block(
                 TRAIN_008,
@@ -102,11 +103,11 @@ def plan_path_reads(plan: TrainPlanner) -> None:
             return
 
 
-def _path_reading_functions(plan: TrainPlanner) -> dict[str, set[str]]:
+def _path_reading_functions(plan: TrainPlanner, defs: dict[str, cst.FunctionDef]) -> dict[str, set[str]]:
     """The file's module-level functions that hand a parameter to a key-path reader, each with those
     parameters, directly or through another such function (``def l2(params): flatten_dict(params)``): a
-    converted params State handed to one is read by paths as much as one handed to ``flatten_dict``."""
-    defs = {s.name.value: s for s in plan.values.module.body if isinstance(s, cst.FunctionDef)}
+    converted params State handed to one is read by paths as much as one handed to ``flatten_dict``.
+    ``defs``: the file's module-level functions by name."""
     found: dict[str, set[str]] = {}
     grew = True
     while grew:
@@ -222,13 +223,14 @@ def is_init_receiver(plan: TrainPlanner, call: cst.Call) -> bool:
     )
 
 
-def _reads_converted(plan: TrainPlanner, args: Sequence[cst.Arg]) -> bool:
+def _reads_converted(
+    plan: TrainPlanner, args: Sequence[cst.Arg], applied: set[tuple[cst.FunctionDef | None, str]]
+) -> bool:
     """Whether one of ``args`` (of a call) reads what the rewrite converts (``params``, ``variables``,
     ``state.params``, or a name the function hands a rewritten apply as a collection: ``loss_fn(params)``
     applying ``{'params': params}`` gets the params State); the paths of other trees (a restored
-    checkpoint, a batch) stay as they are."""
+    checkpoint, a batch) stay as they are. ``applied``: :func:`_applied_names`, computed once per file."""
     values = plan.values
-    applied = _applied_names(plan)
     for arg in args:
         for node in nodes_of(arg.value, (cst.Name, cst.Attribute, cst.Subscript)):
             base = node.value if isinstance(node, cst.Attribute) else node
