@@ -46,6 +46,7 @@ PARITY_TESTS = (
     "test_param_with_axes_parity.py",
     "test_model_output_parity.py",
     "test_attention_parity.py",
+    "test_gin_configurable.py",
 )
 
 # Fixture cases with no numeric parity test, and why none can be written.

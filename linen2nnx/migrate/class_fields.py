@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Collection
 from typing import Any
 
 import libcst as cst
@@ -26,9 +27,29 @@ from linen2nnx.migrate.rules import MOD_004, MOD_016
 from linen2nnx.migrate.sites import LINEN_BASES, ClassPlan, Field
 from linen2nnx.migrate.verify_syntax import class_body_names
 
+CONFIGURING_DECORATORS = frozenset(
+    {"gin.configurable", "gin.register", "gin.config.configurable", "gin.config.register"}
+)
+"""Class decorators (bare, or called with a name / ``denylist=``) that fill constructor parameters a
+configuration binds, by name: they wrap ``__init__`` and read only its parameters, which the NNX
+``__init__`` keeps (the Linen fields, by name), so they stay on the NNX class with no finding. A field
+default of such a class is whatever the configuration binds, not a constant: a caller never spells it
+out as the size of what it builds (:func:`default_for_caller`)."""
+
+
+def configured_by_name(ctx: FileContext, node: cst.ClassDef) -> bool:
+    """Whether a decorator of ``node`` is one of :data:`CONFIGURING_DECORATORS`."""
+    for decorator in node.decorators:
+        applied = decorator.decorator
+        target = applied.func if isinstance(applied, cst.Call) else applied
+        if {ctx.absolute(q) for q in ctx.qualnames(target)} & CONFIGURING_DECORATORS:
+            return True
+    return False
+
 
 def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
-    """The dataclass fields of ``node``, after those of its Linen base classes."""
+    """The dataclass fields of ``node``, after those of its Linen base classes (every one of them
+    ``configured`` when a decorator fills them from a configuration: :func:`configured_by_name`)."""
     fields: list[Field] = []
     for base in node.bases:  # Linen base classes (this file's or another's) contribute their fields first
         base_plan = ctx.user_class_of(base.value)
@@ -69,6 +90,8 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
                         fields.append(field)
                     else:  # a field declared again keeps its place, as a dataclass's does
                         fields[at] = field
+    if configured_by_name(ctx, node):
+        fields = [dataclasses.replace(f, configured=True) for f in fields]
     return fields
 
 
@@ -297,10 +320,10 @@ def default_for_caller(
     """``field``'s default as the file building ``user`` through ``callee`` reads it (a submodule's
     output size spelled out in its caller: ``nnx.Linear(HIDDEN, 3)``): a constant of the class body as
     ``<callee>.WIDTH`` (the NNX class keeps it), a name of another file's module through that module;
-    None where that cannot be said (the default reads another field, or the callee is no plain name of
-    the class)."""
+    None where that cannot be said (the default reads another field, the callee is no plain name of
+    the class, or a configuration may bind another value: ``Field.configured``)."""
     default = field.default
-    if default is None:
+    if default is None or field.configured:
         return None
     named = ctx.user_class_of(callee) if type(callee) in (cst.Name, cst.Attribute) else None
     plain = named is not None and named.name == user.name
@@ -320,6 +343,14 @@ def default_for_caller(
     if qualified != default and not isinstance(callee, cst.Attribute):
         ctx.state.pending_imports[qualified] = owner  # imported where the size is written (sizing.py)
     return qualified
+
+
+def unspelled_reason(user: ClassPlan, given: Collection[str]) -> str:
+    """Why a caller cannot spell out a size of ``user`` that reads its fields: a default left to a
+    configuration (``Field.configured``), or a field it cannot say."""
+    if any(f.configured and f.name not in given for f in user.fields):
+        return f"a default of {user.name}'s fields, which a configuration may bind"
+    return "submodule config"
 
 
 def _module_of(ctx: FileContext, callee: cst.BaseExpression) -> str | None:

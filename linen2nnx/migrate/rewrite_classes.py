@@ -21,7 +21,7 @@ from linen2nnx.migrate.bridge import (
     packed_methods,
 )
 from linen2nnx.migrate.cells import CARRY_METHOD, nnx_initialize_carry
-from linen2nnx.migrate.class_fields import read_at_class_creation
+from linen2nnx.migrate.class_fields import configured_by_name, read_at_class_creation
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     code,
@@ -73,7 +73,8 @@ from linen2nnx.migrate.verify_syntax import bound_by
 from linen2nnx.namemap import ClassEntry
 
 DATACLASS_BLIND = frozenset({"typing.final", "typing_extensions.final"})
-"""Class decorators that read nothing of the class: kept on the NNX class with no finding."""
+"""Class decorators that read nothing of the class: kept on the NNX class with no finding (so are those
+that fill ``__init__``'s parameters from a configuration: class_fields.CONFIGURING_DECORATORS)."""
 DATACLASS_BLIND_FACTORIES = frozenset(
     {
         "transformers.utils.add_start_docstrings",
@@ -242,6 +243,8 @@ class ClassRewriter:
                 maker is not None
                 and {self.ctx.absolute(q) for q in self.ctx.qualnames(maker)} & DATACLASS_BLIND_FACTORIES
             ):
+                continue
+            if configured_by_name(self.ctx, original.with_changes(decorators=[decorator])):
                 continue
             self.ctx.report(
                 MOD_017,

@@ -140,6 +140,7 @@ class Field:
     added: bool = False  # an argument the NNX class gains (``<attr>_dtype``): no field of the Linen class
     class_names: frozenset[str] = frozenset()  # names of the class body its default reads (``WIDTH``)
     holds_modules: bool = False  # a container of modules (class_fields.holds_modules): nnx.data in NNX
+    configured: bool = False  # its class takes defaults from a configuration (gin): no constant default
 
 
 @dataclasses.dataclass

@@ -16,7 +16,7 @@ from linen2nnx.migrate.axis_order import einsum_layer
 from linen2nnx.migrate.call_inputs import passed_input
 from linen2nnx.migrate.callee_ranks import output_at_rank, with_ranks
 from linen2nnx.migrate.callee_terms import choice_seen, in_caller_terms
-from linen2nnx.migrate.class_fields import default_for_caller, note_default_imports
+from linen2nnx.migrate.class_fields import default_for_caller, note_default_imports, unspelled_reason
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     bracketed,
@@ -226,6 +226,7 @@ class Sizer(TraceEvidence):
             default = default_for_caller(self.ctx, site.ctor.func, user, f) if f.name not in fields else None
             if default is not None:  # read as this file reads it (`Block.WIDTH`)
                 fields[f.name] = default
+        unbound = unspelled_reason(user, fields)
 
         def seen_by_caller(feat: Feat, first: Feat) -> Feat:
             """The submodule's result in the caller's terms: its input is the caller's value, its config
@@ -251,7 +252,7 @@ class Sizer(TraceEvidence):
                         feat.expr,
                     )
                 note_default_imports(self.state, expr)  # `pkg.layers.HIDDEN`: `import pkg.layers`
-                return Feat("expr", expr=expr) if expr is not None else Feat.unknown("submodule config")
+                return Feat("expr", expr=expr) if expr is not None else Feat.unknown(unbound)
             if feat.kind == "choice":  # whether a loop of the block ran (callee_terms.py)
                 return choice_seen(feat, fields, lambda e: seen_by_caller(e, first))
             if feat.kind in COMPOUND:  # a tuple or output object: each element in the caller's terms
