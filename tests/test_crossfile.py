@@ -995,3 +995,30 @@ def test_a_linen_partial_of_a_third_file_handed_to_a_factory_field_is_reported(t
     manual = [(f.line, f.rule) for f in model.findings if f.severity.value == "manual"]
     assert (10, "L2N-MOD-008") in manual and all(line < 13 for line, _ in manual), manual
     assert "DenseNB is handed to the module-factory field 'dense' of Block" in model.output
+
+
+def test_a_module_imported_from_a_package_folder_on_the_path_is_found_by_its_shorter_name(tmp_path):
+    """A project whose root and folders are all packages (``proj/__init__.py``,
+    ``proj/transformer/__init__.py``) imports ``from transformer import blocks`` when run from the
+    project's root: the run finds ``proj.transformer.blocks`` by that shorter name too (it was "not part of
+    this run", and the class using it stayed Linen). A shorter name two files share names neither."""
+    proj = tmp_path / "proj"
+    for name, text in {
+        "__init__.py": "",
+        "transformer/__init__.py": "",
+        "transformer/blocks.py": NAMESPACE_BLOCKS,
+        "transformer/memory/model.py": NAMESPACE_MODEL.format(imported="transformer"),
+    }.items():
+        (proj / name).parent.mkdir(parents=True, exist_ok=True)
+        (proj / name).write_text(text)
+    result = migrate_paths([proj], mode=Mode.CHECK)
+    model = next(r for r in result.files if r.path.name == "model.py")
+    assert [f.rule for f in model.findings if f.severity.value == "manual"] == []
+    assert "self.block = blocks.Block(3, in_features=in_features, rngs=rngs)" in model.output
+    (proj / "other" / "transformer").mkdir(parents=True)
+    for name in ("other/__init__.py", "other/transformer/__init__.py"):
+        (proj / name).write_text("")
+    (proj / "other" / "transformer" / "blocks.py").write_text(NAMESPACE_BLOCKS)
+    result = migrate_paths([proj], mode=Mode.CHECK)
+    model = next(r for r in result.files if r.path.name == "model.py")
+    assert "L2N-MOD-006" in {f.rule for f in model.findings}  # two files answer: neither is assumed

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
+import importlib.metadata
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -189,6 +191,44 @@ def _namespace_parts(path: Path) -> tuple[list[str], list[str]]:
     return names, above
 
 
+def package_suffixes(work: list[tuple[Path, str, str]]) -> list[tuple[str, ...]]:
+    """For each file of ``work`` (path, display, module name), the shorter names it may be imported
+    under when a folder inside its top package is the one on the path: a research project whose every
+    folder is a package (its root too, for a monorepo) imports ``from transformer import position``
+    when run from the project's root, which Python resolves to ``<root>.transformer.position``. Each
+    dotted suffix of at least two parts of the file's names (:func:`module_name_for`, its run name,
+    :func:`namespace_names`), kept only where no other file of the run has it, as a suffix or as one of
+    its names (an import that two files could answer resolves to neither), and never one under the
+    package of an installed distribution (a vendored ``flax/linen/...`` does not answer ``flax.linen``)."""
+    names = [
+        {n for n in (module_name_for(path), module, *namespace_names(path)) if n} if module else set()
+        for path, _, module in work
+    ]
+    suffixes = [
+        {".".join(p[k:]) for n in own for p in [n.split(".")] for k in range(1, len(p) - 1)} for own in names
+    ]
+    counts: dict[str, int] = {}
+    for found in suffixes:
+        for suffix in found:
+            counts[suffix] = counts.get(suffix, 0) + 1
+    taken = set().union(*names) if names else set()
+    if not any(suffixes):
+        return [() for _ in work]
+    installed = _installed_top_level()  # `flax.linen.x` of a vendored copy stays the installed flax's
+    return [
+        tuple(
+            sorted(s for s in found if counts[s] == 1 and s not in taken and s.split(".")[0] not in installed)
+        )
+        for found in suffixes
+    ]
+
+
+@functools.cache
+def _installed_top_level() -> frozenset[str]:
+    """The top-level import names of the installed distributions (not the folders of the run)."""
+    return frozenset(importlib.metadata.packages_distributions())
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSources:
     """The bytes of every file of a run, read once for the scans that look at the whole run before any
@@ -223,6 +263,7 @@ def _dependencies(work: list[tuple[Path, str, str]]) -> list[set[int]]:
     by_module = {module_name_for(path): i for i, (path, _, module) in enumerate(work) if module}
     by_module.update({module: i for i, (_, _, module) in enumerate(work) if module})
     by_module.update({alias: i for i, (path, _, _) in enumerate(work) for alias in namespace_names(path)})
+    by_module.update({alias: i for i, found in enumerate(package_suffixes(work)) for alias in found})
     last_parts = {module.rsplit(".", 1)[-1].encode(errors="surrogateescape") for module in by_module}
     deps: list[set[int]] = []
     for path, _, module in work:

@@ -35,6 +35,7 @@ from linen2nnx.migrate.discovery import (
     import_graph,
     module_name_for,
     namespace_names,
+    package_suffixes,
     read_run,
     reexported,
     relative_to_root,
@@ -471,7 +472,10 @@ def _run(
         factories[SHARED_HELPERS_KEY] = run_shared_helpers(run)  # kept from replay
     # a file known by a longer name for being one of several of one short name (unique_module_names)
     # is still imported by that short name by a script beside it (`import models`)
-    aliases = [(*namespace_names(path), module_name_for(path)) if module else () for path, _, module in work]
+    aliases = [
+        (*namespace_names(path), module_name_for(path), *suffixes) if module else ()
+        for (path, _, module), suffixes in zip(work, package_suffixes(work))
+    ]  # and by a shorter name through a package folder on the path (package_suffixes)
     levels, imported = import_graph(work)
     factories[IMPORTED_KEY] = frozenset(work[i][2] for i in imported)  # whose summaries are read
     for level, cyclic in levels:
