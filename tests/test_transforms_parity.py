@@ -614,6 +614,21 @@ def test_scan_decorated_method_with_carry_from_a_detached_cell(tmp_path):
     assert manual and all("Noisy" in f.message for f in manual)  # per-step dropout keys stay manual
 
 
+def test_scan_decorated_method_closes_over_a_broadcast_flag(tmp_path):
+    """A Python bool handed to a scanned method as a broadcast input (``if residual:`` in the body): Linen
+    closes over it, and so does the NNX step (traced by nnx.scan, every call raised), both branches."""
+    linen_mod, nnx_mod, _, map_path = build("scan_method_broadcast_flag", tmp_path)
+    x = np.random.default_rng(3).normal(size=(2, 5, 3)).astype(np.float32)
+    assert_parity(
+        linen_mod.Model(),
+        lambda rngs: nnx_mod.Model(in_features=3, rngs=rngs),
+        x,
+        map_path,
+        train_kwargs={"residual": True},
+        eval_kwargs={"residual": False},
+    )
+
+
 def test_pipeline_stages_vmapped_twice_and_scanned_through_a_utility(tmp_path):
     """Stages vmapped over (repeats, stages) in setup() and an nn.scan / nn.remat of a closure built by
     a utility: the same values and gradients (dropout off), the weights in Linen's (repeats, stages,

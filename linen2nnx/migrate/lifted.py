@@ -500,16 +500,18 @@ def method_scan(
 
 def method_scan_call(scan: MethodScan, fn: cst.FunctionDef, state_when: str | None) -> str:
     """The body of the decorated method: ``nnx.scan`` of its step, the module broadcast first.
-    ``graph_updates=False`` as for scans of classes (see :func:`lifted_call`)."""
+    ``graph_updates=False`` as for scans of classes (see :func:`lifted_call`). A broadcast input
+    (``nn.broadcast``) is closed over, not handed to ``nnx.scan``: Linen's scan closes over it, so a
+    Python flag stays Python (``if residual:``), where ``nnx.scan`` would trace it."""
     carry, *xs = [p.name.value for p in fn.params.params[1:]]
     updates = {None: ", graph_updates=False", "True": ""}.get(
         state_when, f", graph_updates=bool({state_when})"
     )
-    args = ", ".join([carry, *xs])
-    in_axes = ", ".join(["None", "nnx.Carry", *scan.in_axes])
+    scanned = ", ".join([carry, *(x for x, axis in zip(xs, scan.in_axes) if axis != "None")])
+    in_axes = ", ".join(["None", "nnx.Carry", *(axis for axis in scan.in_axes if axis != "None")])
     return (
-        f"nnx.scan(lambda _module, {args}: _module.{scan.step}({args}), in_axes=({in_axes}), "
-        f"out_axes=(nnx.Carry, {scan.out_axes}){scan.extra}{updates})(self, {args})"
+        f"nnx.scan(lambda _module, {scanned}: _module.{scan.step}({', '.join([carry, *xs])}), "
+        f"in_axes=({in_axes}), out_axes=(nnx.Carry, {scan.out_axes}){scan.extra}{updates})(self, {scanned})"
     )
 
 
