@@ -14,6 +14,7 @@ Each function returns the NNX expression, or the reason it cannot (the caller re
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import libcst as cst
@@ -77,57 +78,45 @@ def scan_of_function(
     # metadata_params reaches only the variables scanned over an axis (flax.core.lift.scan's
     # variable_axes groups); with the params broadcast and nothing stacked it changes nothing
     dropped = "; metadata_params= dropped (nothing is stacked)" if "metadata_params" in kwargs else ""
-    per_x = _scanned_axes(ctx, original, fn, orig_kwargs.get("in_axes"))
-    if isinstance(per_x, str):
-        return per_x
-    flag = _broadcast_flag(ctx, original, per_x)
-    if flag is not None:
-        return flag
+    counted = _scanned_axes(ctx, original, fn, orig_kwargs.get("in_axes"))
+    if isinstance(counted, str):
+        return counted
+    per_x, inputs = counted
+    if fn in WRAPPER_LOCALS or re.fullmatch(r"_x\d+", fn):
+        return f"the scanned function's name {fn} is one the conversion uses"
     out_axes = code(orig_kwargs["out_axes"]) if "out_axes" in orig_kwargs else "0"
     rest = "".join(f", {k}={code(kwargs[k].value)}" for k in ("length", "reverse", "unroll") if k in kwargs)
     streams = split_streams(orig_kwargs.get("split_rngs"))
     if isinstance(streams, str):
         return streams
     if streams:
-        return _scan_carrying_rngs(ctx, original, fn, per_x, out_axes, rest, streams, dropped)
+        return _scan_carrying_rngs(
+            ctx, original, fn, per_x + ["None"] * (inputs - len(per_x)), out_axes, rest, streams, dropped
+        )
     ctx.report(
         XFORM_001,
         original,
         f"nn.scan({fn}) -> nnx.scan({fn}) with the module broadcast (None) before the carry{dropped}",
     )
-    return parse_expression(
-        f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), "
-        f"out_axes=(nnx.Carry, {out_axes}){rest})"
-    )
+    return parse_expression(_closing_scan(fn, per_x, inputs, out_axes, rest))
 
 
-_PLAIN_ANNOTATIONS = frozenset({"bool", "str", "int", "float"})
-
-
-def _broadcast_flag(ctx: FileContext, node: cst.Call, per_x: list[str]) -> str | None:
-    """Why not, when the call of the scan built at ``node`` passes a Python value as a broadcast input
-    (``nn.scan(step, in_axes=(0, nn.broadcast))(cell, h, x, True)``, a ``deterministic: bool`` flag):
-    Linen's scan closes over it, ``nnx.scan`` traces it, and the body's ``if flag:`` then fails."""
-    parent = ctx.parent_of(node)
-    if not (isinstance(parent, cst.Call) and parent.func is node):
-        return None
-    scope = ctx.enclosing_function(node)
-    plain = {
-        p.name.value
-        for p in (scope.params.params if scope is not None else ())
-        if p.annotation is not None and code(p.annotation.annotation) in _PLAIN_ANNOTATIONS
-    }
-    inputs = [a.value for a in parent.args if a.keyword is None][2:]
-    for axis, value in zip(per_x, inputs):
-        literal = isinstance(value, (cst.SimpleString, cst.Integer, cst.Float)) or (
-            isinstance(value, cst.Name) and value.value in ("True", "False", "None")
-        )
-        if axis == "None" and (literal or (isinstance(value, cst.Name) and value.value in plain)):
-            return (
-                f"the broadcast input {code(value)} is a Python value: nnx.scan traces its inputs, Linen's "
-                "scan closes over broadcast ones (close over it in the scanned function)"
-            )
-    return None
+def _closing_scan(fn: str, per_x: list[str], inputs: int, out_axes: str, rest: str) -> str:
+    """``nnx.scan`` of ``fn`` over the inputs the call passes (``per_x``, their axes; ``inputs``: how many
+    ``fn`` takes after the module and the carry). Linen's scan closes over a broadcast input (``nn.broadcast``)
+    and binds no default of an input not passed; ``nnx.scan`` traces both (axis ``None``), so a Python flag
+    in the body's ``if`` fails. So a lambda takes only the scanned inputs, closes over the broadcast ones,
+    and calls ``fn`` with the inputs passed, its defaults its own."""
+    if "None" not in per_x and len(per_x) == inputs:
+        return f"nnx.scan({fn}, in_axes=({', '.join(['None', 'nnx.Carry', *per_x])}), out_axes=(nnx.Carry, {out_axes}){rest})"
+    xs = [f"_x{i}" for i in range(len(per_x))]
+    scanned = ["_module", "_carry", *(x for x, axis in zip(xs, per_x) if axis != "None")]
+    in_axes = ", ".join(["None", "nnx.Carry", *(axis for axis in per_x if axis != "None")])
+    body = f"lambda {', '.join(scanned)}: {fn}({', '.join(['_module', '_carry', *xs])})"
+    scan = f"nnx.scan({body}, in_axes=({in_axes}), out_axes=(nnx.Carry, {out_axes}){rest})"
+    if len(scanned) == len(xs) + 2:
+        return scan
+    return f"(lambda {', '.join(['_module', '_carry', *xs])}: {scan}({', '.join(scanned)}))"
 
 
 def split_streams(node: cst.BaseExpression | None) -> list[str] | str:
@@ -162,8 +151,6 @@ def _scan_carrying_rngs(
     (params included) and writes the advanced RNG state back."""
     scope = ctx.enclosing_function(original)
     taken = names_in(scope if scope is not None else ctx.state.tree)
-    if fn in WRAPPER_LOCALS:
-        return f"the scanned function's name {fn} is one the conversion uses"
     name = f"{fn.lstrip('_')}_scan"
     while name in taken:
         name += "_"
@@ -199,11 +186,11 @@ def _scan_carrying_rngs(
 
 def _scanned_axes(
     ctx: FileContext, node: cst.Call, fn: str, in_axes: cst.BaseExpression | None
-) -> list[str] | str:
-    """NNX's axis of each input ``fn`` scans (its parameters after the module and the carry); why not
-    known, as a string. A parameter with a default may or may not be passed at the call, which Linen's
-    ``in_axes`` then counts or not: a tuple says how many; for one axis for all, the scan's calls do. nnx.scan
-    binds the defaults of those not passed as inputs too, so they get ``None`` (broadcast)."""
+) -> tuple[list[str], int] | str:
+    """NNX's axis of each input the call passes ``fn`` (its parameters after the module and the carry),
+    and how many inputs ``fn`` takes; why not known, as a string. A parameter with a default may or may not
+    be passed at the call, which Linen's ``in_axes`` then counts or not: a tuple says how many; for one axis
+    for all, the scan's calls do."""
     counted = parameter_count(ctx, node, fn)
     if isinstance(counted, str):
         return counted
@@ -218,7 +205,7 @@ def _scanned_axes(
         per_x = [per_x] * (passed - 2)
     if not max(required, 2) - 2 <= len(per_x) <= total - 2:
         return f"in_axes has {len(per_x)} entries for {total - 2} scanned inputs"
-    return per_x + ["None"] * (total - 2 - len(per_x))  # nnx.scan binds the defaults too: broadcast
+    return per_x, total - 2
 
 
 def _passed_at_calls(ctx: FileContext, node: cst.Call) -> int | None:
