@@ -703,6 +703,25 @@ def test_a_python_flag_broadcast_into_a_scanned_function_is_closed_over(tmp_path
     )
 
 
+def test_scanned_function_carrying_rngs_with_a_flag_and_an_unpassed_default(tmp_path):
+    """Per-step dropout keys carried round the loop, a broadcast ``train`` flag and a default the call
+    does not pass: the wrapper took one input per parameter (``missing 1 required positional argument``);
+    now the same values and gradients (dropout off), and with dropout on new masks each call."""
+    linen_mod, nnx_mod, _, map_path = build("scan_function_rngs_default", tmp_path)
+    x = np.random.default_rng(8).normal(size=(2, 5, 4)).astype(np.float32)
+    assert_parity(
+        linen_mod.Model(),
+        lambda rngs: nnx_mod.Model(rngs=rngs),
+        x,
+        map_path,
+        train_kwargs={"train": True},
+        eval_kwargs={"train": False},
+    )
+    model = nnx_mod.Model(rngs=nnx.Rngs(0))
+    assert not np.allclose(model(x, train=True), model(x, train=True))  # the RNG state advanced
+    np.testing.assert_array_equal(model(x), model(x))
+
+
 def test_setup_calling_factory_fields_stays_linen_and_runs_with_linen_factories(tmp_path):
     """``self.norm = self.norm_factory()`` in setup(): reported (L2N-MOD-008) and kept Linen behind the
     bridge; handed Linen factories, the wrapper computes what Linen computes."""

@@ -90,9 +90,7 @@ def scan_of_function(
     if isinstance(streams, str):
         return streams
     if streams:
-        return _scan_carrying_rngs(
-            ctx, original, fn, per_x + ["None"] * (inputs - len(per_x)), out_axes, rest, streams, dropped
-        )
+        return _scan_carrying_rngs(ctx, original, fn, per_x, out_axes, rest, streams, dropped)
     ctx.report(
         XFORM_001,
         original,
@@ -148,16 +146,19 @@ def _scan_carrying_rngs(
     draws new keys. A broadcast module's RNG counts updated inside ``nnx.scan`` would be dropped (the
     same keys at every iteration and every call), so a function defined just before the statement
     splits the module, carries its RNG state round the loop beside the carry, broadcasts the rest
-    (params included) and writes the advanced RNG state back."""
+    (params included) and writes the advanced RNG state back. It takes the inputs the call passes
+    (``per_x``), closes over the broadcast ones as :func:`_closing_scan` does, and leaves ``fn`` its
+    defaults."""
     scope = ctx.enclosing_function(original)
     taken = names_in(scope if scope is not None else ctx.state.tree)
     name = f"{fn.lstrip('_')}_scan"
     while name in taken:
         name += "_"
     xs = [f"_x{i}" for i in range(len(per_x))]
+    scanned = [x for x, axis in zip(xs, per_x) if axis != "None"]  # broadcast ones: closed over
     params = ", ".join(["_module", "_carry", *xs])
-    inner = ", ".join(["_state", "_rest", *xs])
-    in_axes = ", ".join(["nnx.Carry", "None", *per_x])
+    inner = ", ".join(["_state", "_rest", *scanned])
+    in_axes = ", ".join(["nnx.Carry", "None", *(axis for axis in per_x if axis != "None")])
     source = (
         f"def {name}({params}):\n"
         f"    # split_rngs={{{', '.join(repr(s) + ': True' for s in streams)}}}: the RNG state goes round the loop\n"
@@ -167,7 +168,7 @@ def _scan_carrying_rngs(
         f"        _carry, _ys = {fn}(_m, {', '.join(['_state[1]', *xs])})\n"
         "        return (nnx.state(_m, nnx.RngState), _carry), _ys\n\n"
         f"    (_rngs, _carry), _ys = nnx.scan(_step, in_axes=({in_axes}), out_axes=(nnx.Carry, {out_axes}){rest})(\n"
-        f"        {', '.join(['(_rngs, _carry)', '_rest', *xs])}\n"
+        f"        {', '.join(['(_rngs, _carry)', '_rest', *scanned])}\n"
         "    )\n"
         "    nnx.update(_module, _rngs)\n"
         "    return _carry, _ys\n"
