@@ -328,6 +328,22 @@ def test_a_shared_layer_s_scan_or_vmap_drawing_keys_otherwise_converts_with_its_
     assert_parity(linen_mod.Model(), lambda rngs: nnx_mod.Model(in_features=3, rngs=rngs), x, map_path)
 
 
+def test_a_scanned_function_leaving_dropout_unsplit_converts_with_a_finding(tmp_path):
+    """``nn.scan(step, split_rngs={'dropout': False})`` of a shared layer: Linen draws a new mask at each
+    call, the plain nnx.scan the same one at every call. It converted with no finding; now L2N-XFORM-004
+    (as a scanned method gets), and with converted weights the model computes what Linen computes. Beside
+    a stream set True the RNG state is carried: the finding says NNX draws a new key each step."""
+    linen_mod, nnx_mod, result, map_path = build("scan_function_unsplit", tmp_path)
+    (finding,) = [f for f in result.findings if f.rule == "L2N-XFORM-004"]
+    assert finding.line == 31 and "every step and every call" in finding.message
+    x = np.random.default_rng(2).normal(size=(2, 5, 4)).astype(np.float32)
+    assert_parity(linen_mod.Model(), lambda rngs: nnx_mod.Model(rngs=rngs), x, map_path)
+    src = fixture("scan_function_unsplit_in.py").read_text()
+    mixed = migrate_source(src.replace('"dropout": False', '"dropout": True, "noise": False'), "mixed.py")
+    (finding,) = [f for f in mixed.findings if f.rule == "L2N-XFORM-004"]
+    assert "split_rngs={'noise': False}" in finding.message and "a new key each step" in finding.message
+
+
 def test_a_class_a_transform_decorates_stays_linen_under_its_lifted_name(tmp_path):
     """``@functools.partial(nn.remat, ...)`` on a class: kept Linen behind the bridge, marked once (a second
     run changes nothing), named ``CheckpointBlock`` as Linen names it, and computes what Linen computes."""

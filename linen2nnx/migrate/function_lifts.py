@@ -22,6 +22,7 @@ import libcst as cst
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import code, names_in, parse_expression, parse_statement, strip_commas
+from linen2nnx.migrate.lift_streams import report_stream_keys, split_rngs_of, split_text
 from linen2nnx.migrate.lifted import STEP_SCAN_KWARGS, LiftError, in_axes_list, literal_dict
 from linen2nnx.migrate.rules import XFORM_001
 
@@ -89,6 +90,7 @@ def scan_of_function(
     streams = split_streams(orig_kwargs.get("split_rngs"))
     if isinstance(streams, str):
         return streams
+    _report_unsplit(ctx, original, fn, orig_kwargs.get("split_rngs"), carried=bool(streams))
     if streams:
         return _scan_carrying_rngs(ctx, original, fn, per_x, out_axes, rest, streams, dropped)
     ctx.report(
@@ -125,6 +127,31 @@ def split_streams(node: cst.BaseExpression | None) -> list[str] | str:
     except LiftError as err:
         return f"split_rngs: {err}"
     return [name for name, value in streams.items() if name != "params" and code(value) != "False"]
+
+
+def _report_unsplit(
+    ctx: FileContext, original: cst.Call, fn: str, split_rngs: cst.BaseExpression | None, carried: bool
+) -> None:
+    """L2N-XFORM-004 for the streams ``split_rngs`` sets False (as for a scanned method): Linen draws the
+    same key of one at every step, and a new one at each call. NNX cannot follow: the plain ``nnx.scan``
+    drops the count the layer advances inside it (the same key at every step and every call: one dropout
+    mask for the whole of training), and the scan that carries the RNG state round the loop (a stream set
+    True beside it) draws a new key at each step."""
+    split = split_rngs_of({"split_rngs": split_rngs})
+    false = sorted(k for k, v in split.items() if k != "params" and v == "False")
+    if not false:
+        return
+    how = (
+        "NNX carries the layer's RNG state round the loop, a new key each step"
+        if carried
+        else "NNX's scan drops the count the layer advances inside it: the same key at every step and every call"
+    )
+    report_stream_keys(
+        ctx,
+        original,
+        f"nn.scan({fn}) of a shared layer, {split_text(split, false)}: Linen draws the same key of it at "
+        f"every step and a new one at each call; {how}",
+    )
 
 
 WRAPPER_LOCALS = frozenset(
