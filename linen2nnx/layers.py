@@ -54,7 +54,8 @@ class LayerRule:
     """Call-time keywords with no NNX equivalent: a ``manual`` finding when given."""
     function_args: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     """Constructor arguments that take a function the NNX layer calls with its own signature
-    (``attention_fn``: NNX passes ``is_causal=``) -> the Linen functions that are Linen's default there
+    (``attention_fn``: NNX passes ``is_causal=``; ``dot_general``: NNX passes ``out_sharding=``) -> the
+    functions that are Linen's default there, or the literal ``None`` where that is Linen's default
     (dropped: NNX's default is their counterpart); any other function is a ``manual`` finding."""
     data_args: frozenset[str] = frozenset()
     """Array arguments the NNX layer keeps as a plain attribute (``Conv``'s ``mask``): passed as
@@ -160,6 +161,11 @@ _NORM_UNSUPPORTED = frozenset({"force_float32_reductions"})
 _PROMOTE = {"promote_dtype": ("flax.linen.dtypes.promote_dtype",)}
 """Linen calls ``promote_dtype(*arrays, dtype=)``, NNX ``promote_dtype((arrays,), dtype=)``: only Linen's
 own function is dropped (NNX's default is its counterpart); another one would be called wrongly."""
+_DOT = ("jax.lax.dot_general", "None")
+_CONV = ("jax.lax.conv_general_dilated", "None")
+"""Linen calls a ``dot_general`` / ``conv_general_dilated`` with the arrays and ``precision=``; NNX passes
+``out_sharding=`` too (and ``preferred_element_type=`` when set), which a function written for Linen does
+not take: only jax's own function, or Linen's default ``None``, is dropped."""
 _LAST_AXIS = ("-1", "(-1,)", "[-1]")
 """The feature axis of a norm whose size the rewrite passes as ``num_features``: another axis (``axis=1``,
 ``feature_axes=(-2, -1)``) would give its parameters the last axis's size instead."""
@@ -173,7 +179,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         out_attr="out_features",
         rename_args={"features": "out_features"},
         unsupported_args=frozenset({"dot_general_cls"}),
-        function_args=_PROMOTE,
+        function_args={**_PROMOTE, "dot_general": _DOT},
         keeps_rank=True,
         output_dtype=True,
     ),
@@ -186,7 +192,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         rename_args={"features": "out_features"},
         out_attr="out_features",
         unsupported_args=frozenset({"conv_general_dilated_cls"}),
-        function_args=_PROMOTE,
+        function_args={**_PROMOTE, "conv_general_dilated": _CONV},
         keeps_rank=True,
         output_dtype=True,
     ),
@@ -342,7 +348,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         rename_args={"features": "out_features"},
         only_values={"axis": ("-1",)},
         unsupported_args=frozenset({"batch_dims", "dot_general_cls"}),
-        function_args=_PROMOTE,
+        function_args={**_PROMOTE, "dot_general": _DOT},
         output_dtype=True,
     ),
     *(
@@ -363,7 +369,11 @@ LAYER_RULES: tuple[LayerRule, ...] = (
                 "attention_fn": (
                     "flax.linen.dot_product_attention",
                     "flax.linen.attention.dot_product_attention",
-                )
+                ),
+                "qkv_dot_general": _DOT,
+                "out_dot_general": _DOT,
+                "qkv_dot_general_cls": ("None",),  # NNX calls its instance as a dot_general
+                "out_dot_general_cls": ("None",),
             },
             unsupported_args=frozenset(
                 {"force_fp32_for_softmax", "qk_attn_weights_einsum_cls", "attn_weights_value_einsum_cls"}

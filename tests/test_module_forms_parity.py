@@ -333,6 +333,7 @@ CASES = {
     "cell_carry_bound_own": ("StepOwnCell", {}, (2, 5, 3)),  # ... of a cell class of the run
     "nested_layer_locals": ("Encoder", {}, (2, 5, 3)),  # cell = nn.LSTMCell(h); nn.RNN(cell)
     "attention_fn_default": ("Encoder", {}, (2, 5, 4)),  # attention_fn=nn.dot_product_attention dropped
+    "dot_general_default": ("Block", {}, (2, 5, 3)),  # jax's dot_general / conv, or None: dropped
     "conv_mask_array": ("CausalConv", {}, (2, 6, 6, 3)),  # mask=nnx.data(taps): data, never a leaked tracer
     "conv_mask_array_stem": ("MaskedStem", {}, (2, 6, 6, 3)),
     "stack_last_axis": ("LastAxisScan", {}, (2, 8)),  # params (and the Dropout's RNG scalars) on axis -1

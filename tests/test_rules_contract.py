@@ -69,6 +69,7 @@ NOT_RUNNABLE = {
     "stack_axes": "manual findings: stacks NNX cannot lay out as Linen, and keywords Linen ignores at a scan's call",
     "pytree_param": "manual findings: parameters whose initializer returns several arrays",
     "attention_fn_custom": "manual findings: attention functions written for Linen's call",
+    "dot_general_custom": "manual findings: dot_general / conv functions written for Linen's call",
     "nnx_differs": "manual findings: arguments whose literal NNX counterpart computes something else",
     "handed_layer_local": "manual findings: a layer handed on through a local that cannot be written in place",
     "module_alias_build": "manual findings: a class of the run built through a module-level alias without rngs",

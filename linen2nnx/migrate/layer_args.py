@@ -93,13 +93,23 @@ def builds_mode_layers(plan: ClassPlan) -> bool:
 _CALLED_WITH = {
     "attention_fn": "its own arguments (is_causal=, an NNX module=)",
     "promote_dtype": "one tuple of the arrays (promote_dtype((x, kernel), dtype=)), where Linen passes them one by one",
+    **dict.fromkeys(
+        ("dot_general", "qkv_dot_general", "out_dot_general", "conv_general_dilated"),
+        "out_sharding= (and preferred_element_type= when set)",
+    ),
+    **dict.fromkeys(
+        ("qkv_dot_general_cls", "out_dot_general_cls"),
+        "out_sharding= (the instance it builds)",
+    ),
 }
 
 
 def _check_function_arg(ctx: FileContext, rule: LayerRule, site: Site, arg_name: str, arg: cst.Arg) -> None:
-    """``attention_fn=nn.dot_product_attention``: Linen's default, dropped (NNX's default is its
-    counterpart); any other function NNX would call with arguments a Linen-style one does not take."""
-    if ctx.qualnames(arg.value) & set(rule.function_args[arg_name]):
+    """``attention_fn=nn.dot_product_attention``, ``dot_general=jax.lax.dot_general`` or ``None``: Linen's
+    default, dropped (NNX's default is its counterpart); any other function NNX would call with arguments
+    a Linen-style one does not take."""
+    defaults = rule.function_args[arg_name]
+    if code(arg.value) in defaults or ctx.qualnames(arg.value) & set(defaults):
         site.dropped_args += (arg_name,)
         ctx.report(
             LAYER_001,
