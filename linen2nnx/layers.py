@@ -83,10 +83,19 @@ class LayerRule:
     (:mod:`linen2nnx.migrate.value_dtypes`). Not ``Embed``: without ``dtype`` its output is in its
     ``param_dtype``, whatever the (integer) input."""
     keeps_dtypes: bool = False
-    """A norm: given a ``dtype`` (not None), the NNX layer gets ``promote_dtype=`` :data:`KEEP_DTYPES`. NNX's
+    """A norm: given a ``dtype`` (not None), the NNX layer gets ``promote_dtype=`` :data:`KEEP_DTYPES`
+    (also without one for ``stats_promoted``). NNX's
     norms cast the input, scale, bias and running statistics to ``dtype`` before the statistics; Linen's
     compute them from the input as it is (in float32 at least) and cast only the output. A bfloat16
     LayerNorm of inputs near 300 differed by 1.5; with the input kept, the two are bit-identical."""
+    stats_promoted: bool = False
+    """A norm whose NNX promotion also takes its float32 running statistics (``BatchNorm``'s ``mean`` /
+    ``var``): without a ``dtype`` NNX computes and returns the promotion of the input, the parameters and
+    the statistics, float32, where Linen's output is the promotion of the input and the parameters alone.
+    A bfloat16 input with bfloat16 parameters, or with none, differed by up to 0.06 (float32 output where
+    Linen gives bfloat16). So it gets :data:`KEEP_DTYPES` without a ``dtype`` too, unless it has a
+    parameter in float32 (:func:`gets_kept_dtypes`); with it every case of input, parameter dtype,
+    ``use_scale`` / ``use_bias`` and mode is bit-identical (``tests/test_norm_dtypes.py``)."""
     norms_flag: str | None = None
     """Constructor flag under which the layer builds norms of its own in its ``dtype`` (attention's
     ``normalize_qk``: ``query_ln`` / ``key_ln``): given it (not False) and a ``dtype`` (not None), the NNX
@@ -257,6 +266,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "BatchNorm",
         in_arg="num_features",
         keeps_dtypes=True,
+        stats_promoted=True,
         only_values={"axis": _LAST_AXIS},  # num_features is the last axis's size
         call_args=frozenset({"use_running_average"}),
         unsupported_args=_NORM_UNSUPPORTED,
@@ -423,6 +433,28 @@ ARG_CHECKS: Mapping[str, ArgCheck] = {
     ),
 }
 """Named checks of ``LayerRule.dropped_when`` (the table stays data)."""
+
+_FLOAT32 = frozenset(
+    {"jnp.float32", "jax.numpy.float32", "np.float32", "numpy.float32", "'float32'", '"float32"'}
+)
+
+
+def gets_kept_dtypes(rule: LayerRule, given: Mapping[str, str]) -> bool:
+    """Whether a norm built with ``given`` (Linen argument -> its source) gets ``promote_dtype=``
+    :data:`KEEP_DTYPES`: given a ``dtype`` (``LayerRule.keeps_dtypes``), or, for a norm whose statistics
+    NNX promotes with the input (``LayerRule.stats_promoted``), unless it provably has a float32
+    parameter (then both sides compute and return float32; anything else keeps the values, which is
+    exact in every case)."""
+    if not rule.keeps_dtypes:
+        return False
+    dtype = given.get("dtype")
+    if dtype is not None and dtype != "None":
+        return True
+    if not rule.stats_promoted:
+        return False
+    has_param = any(given.get(switch, "True") == "True" for switch in rule.param_switches)
+    return not has_param or given.get("param_dtype", "jnp.float32") not in _FLOAT32
+
 
 LAYERS_BY_LINEN: Mapping[str, LayerRule] = {r.linen_qualname: r for r in LAYER_RULES}
 LAYERS_BY_NNX: Mapping[str, LayerRule] = {r.nnx_qualname: r for r in LAYER_RULES}

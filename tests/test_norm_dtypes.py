@@ -131,3 +131,77 @@ def test_a_norm_built_through_a_partial_handed_to_a_field_computes_as_linen(tmp_
     )
     nnx_model, _ = convert_state({"params": params}, pair, tmp_path / "map.json")
     np.testing.assert_array_equal(np.asarray(nnx_model(x)), np.asarray(model.apply({"params": params}, x)))
+
+
+BATCH_NORMS = """
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Stats(nn.Module):
+    param_dtype: Any = jnp.float32
+    use_scale: bool = True
+    use_bias: bool = True
+    training: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        mode = not self.training
+        return [
+            nn.BatchNorm(
+                use_running_average=mode, param_dtype=self.param_dtype, use_scale=self.use_scale, use_bias=self.use_bias
+            )(x),
+            nn.BatchNorm(use_running_average=mode, param_dtype=jnp.bfloat16)(x),
+            nn.BatchNorm(use_running_average=mode, use_scale=False, use_bias=False)(x),
+            nn.BatchNorm(use_running_average=mode)(x),  # float32 parameters: float32 on both sides
+        ]
+"""
+
+
+@pytest.fixture(scope="module")
+def batch_norms(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("batch_norms")
+    result = migrate_source(BATCH_NORMS, "stats.py", module_name="stats")
+    assert not [f for f in result.findings if f.severity is not Severity.CONVERTED]
+    assert result.output.count("promote_dtype=") == 3  # all but the one with float32 parameters
+    (tmp / "linen_stats.py").write_text(BATCH_NORMS)
+    (tmp / "nnx_stats.py").write_text(result.output)
+    result.name_map.save(tmp / "map.json")
+    return import_file(tmp / "linen_stats.py"), import_file(tmp / "nnx_stats.py"), tmp / "map.json"
+
+
+@pytest.mark.parametrize("x_dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("param_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("switches", [(True, True), (True, False), (False, False)])
+@pytest.mark.parametrize("train", [False, True])
+def test_batch_norm_without_dtype_computes_as_linen(batch_norms, x_dtype, param_dtype, switches, train):
+    """Without ``dtype`` NNX's BatchNorm promotes the input with its float32 running statistics, so a
+    bfloat16 input with bfloat16 parameters (or none) gave float32, 0.0033 off in train mode, where Linen
+    gives bfloat16: the kept values are exact for every input, parameter dtype, switch and mode."""
+    linen_mod, nnx_mod, map_path = batch_norms
+    config = dict(
+        param_dtype=jnp.dtype(param_dtype), use_scale=switches[0], use_bias=switches[1], training=train
+    )
+    x = (5.0 + 3.0 * np.random.default_rng(0).normal(size=(4, 8))).astype(x_dtype)
+    model = linen_mod.Stats(**config)
+    variables = model.init(jax.random.key(0), x)
+    params = jax.tree.map(lambda p: p * 1.5 + 0.25, variables.get("params", {}))
+    stats = jax.tree.map(lambda s: s + 4.0, variables["batch_stats"])
+    side = LinenSide(model=model, batch={"x": x}, loss=lambda out, b: sum(jnp.mean(o) for o in out))
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_mod.Stats(**config, in_features=8, rngs=rngs),
+        name_map=map_path,
+    )
+    nnx_model, _ = convert_state({"params": params, "batch_stats": stats}, pair, map_path)
+    want, updated = model.apply({"params": params, "batch_stats": stats}, x, mutable=["batch_stats"])
+    got = nnx_model(x)
+    for w, g in zip(want, got, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
+    for i in range(4) if train else ():
+        bn = getattr(nnx_model, f"batch_norm_{i}")
+        np.testing.assert_array_equal(bn.mean[...], updated["batch_stats"][f"BatchNorm_{i}"]["mean"])
+        np.testing.assert_array_equal(bn.var[...], updated["batch_stats"][f"BatchNorm_{i}"]["var"])

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator, Mapping
 
 import libcst as cst
 
-from linen2nnx.layers import KEEP_DTYPES, LayerRule, nnx_ctor_params
+from linen2nnx.layers import KEEP_DTYPES, LayerRule, gets_kept_dtypes, nnx_ctor_params
 from linen2nnx.migrate.cst_meta import FastVisitor
-from linen2nnx.migrate.cst_utils import kwarg, parse_expression, single_assign
+from linen2nnx.migrate.cst_utils import code, kwarg, parse_expression, single_assign
 from linen2nnx.migrate.factories import PartialLocal
 from linen2nnx.migrate.linen_api import feature_preserving_functions
 
@@ -384,14 +384,11 @@ def bound_partial_dtypes(
 ) -> cst.Call | None:
     """``partial(nn.LayerNorm, dtype=...)`` bound to a converted factory field: the norm the field builds
     takes its ``dtype`` as a directly built one does, with the promote that keeps the values as they are
-    (``LayerRule.keeps_dtypes``), or NNX casts them before the statistics. None for any other call."""
+    (``layers.gets_kept_dtypes``), or NNX casts them before the statistics. None for any other call."""
     bound = bindings.get(original.args[0].value) if original.args and bindings else None
     if bound is None or not bound[0].keeps_dtypes or "functools.partial" not in qualnames(original.func):
         return None  # (the dict lookup first: this runs for every call of the file)
-    given = {a.keyword.value: a for a in original.args if a.keyword is not None}
-    dtype = given.get("dtype")
-    if dtype is None or "promote_dtype" in given:
-        return None
-    if isinstance(dtype.value, cst.Name) and dtype.value.value == "None":
+    given = {a.keyword.value: code(a.value) for a in original.args if a.keyword is not None}
+    if "promote_dtype" in given or not gets_kept_dtypes(bound[0], given):
         return None
     return updated.with_changes(args=[*updated.args, kwarg("promote_dtype", parse_expression(KEEP_DTYPES))])
