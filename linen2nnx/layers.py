@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from functools import cache
 
@@ -96,6 +97,12 @@ class LayerRule:
     Linen gives bfloat16). So it gets :data:`KEEP_DTYPES` without a ``dtype`` too, unless it has a
     parameter in float32 (:func:`gets_kept_dtypes`); with it every case of input, parameter dtype,
     ``use_scale`` / ``use_bias`` and mode is bit-identical (``tests/test_norm_dtypes.py``)."""
+    query_promoted: bool = False
+    """``Embed``: ``nnx.Embed`` sets ``self.dtype = dtype or`` the table's dtype, so without a ``dtype`` its
+    ``attend`` casts the query to ``param_dtype``, where Linen's (``dtype=None``) promotes the query and
+    the table together (a float32 query of a bfloat16 table: bfloat16 logits, 0.0024 off, where Linen gives
+    float32). Unless ``param_dtype`` is float32 it gets the promote of :func:`kept_promote`, which promotes
+    with Linen's ``dtype``; lookups are unchanged (the table alone, in its own dtype)."""
     norms_flag: str | None = None
     """Constructor flag under which the layer builds norms of its own in its ``dtype`` (attention's
     ``normalize_qk``: ``query_ln`` / ``key_ln``): given it (not False) and a ``dtype`` (not None), the NNX
@@ -225,6 +232,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         out_arg="features",
         out_attr="features",
         function_args=_PROMOTE,
+        query_promoted=True,
         setup_params=("embedding",),
     ),
     LayerRule(
@@ -454,6 +462,26 @@ def gets_kept_dtypes(rule: LayerRule, given: Mapping[str, str]) -> bool:
         return False
     has_param = any(given.get(switch, "True") == "True" for switch in rule.param_switches)
     return not has_param or given.get("param_dtype", "jnp.float32") not in _FLOAT32
+
+
+EMBED_PROMOTE = "lambda args, dtype=None, inexact=True{bound}: nnx.nn.dtypes.promote_dtype(args, dtype={dtype}, inexact=inexact)"
+"""The ``promote_dtype`` of an ``Embed`` (``LayerRule.query_promoted``): NNX's own, with Linen's ``dtype``
+in place of the one NNX hands it (bound as a default where it is an expression, evaluated where Linen's is)."""
+_DTYPE_NAME = re.compile(r"(jnp|jax\.numpy|np|numpy)\.\w+|'\w+'|\"\w+\"")
+
+
+def kept_promote(rule: LayerRule, given: Mapping[str, str]) -> str | None:
+    """The ``promote_dtype=`` source a layer built with ``given`` (Linen argument -> its source) gets, or
+    None: :data:`KEEP_DTYPES` for a norm (:func:`gets_kept_dtypes`), :data:`EMBED_PROMOTE` for an ``Embed``
+    whose ``param_dtype`` may not be float32 and whose ``dtype`` may be None (both then promote alike)."""
+    if not rule.query_promoted:
+        return KEEP_DTYPES if gets_kept_dtypes(rule, given) else None
+    dtype = given.get("dtype", "None")
+    if given.get("param_dtype", "jnp.float32") in _FLOAT32 or _DTYPE_NAME.fullmatch(dtype):
+        return None
+    if dtype == "None":
+        return EMBED_PROMOTE.format(bound="", dtype="None")
+    return EMBED_PROMOTE.format(bound=f", linen_dtype={dtype}", dtype="linen_dtype")
 
 
 LAYERS_BY_LINEN: Mapping[str, LayerRule] = {r.linen_qualname: r for r in LAYER_RULES}

@@ -4,10 +4,12 @@ Weights are perturbed away from their init values so a swapped or dropped leaf c
 ones/zeros initialisers.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from linen2nnx.checkpoint_convert.api import convert_state
 from linen2nnx.equivalence import check, perturbed
 from linen2nnx.layers import LAYER_RULES
 from linen2nnx.migrate import Severity, migrate_source
@@ -123,6 +125,57 @@ def test_a_cell_built_in_an_rnn_keeps_its_fields_and_keyless_carry(tmp_path):
     gives both sides the same initial carry."""
     result = _parity(RNN_CELL_READS, (2, 5, 3), "float32", (), tmp_path)
     assert result.output.count(".cell.hidden_features") == 2
+
+
+TIED = """
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Layer(nn.Module):
+    dtype: Any = None
+    param_dtype: Any = jnp.bfloat16
+
+    @nn.compact
+    def __call__(self, ids, h):
+        fixed = nn.Embed(11, 4, param_dtype=jnp.bfloat16)
+        free = nn.Embed(11, 4, param_dtype=self.param_dtype, dtype=self.dtype)
+        plain = nn.Embed(11, 4)  # float32 table: both sides promote alike
+        return [fixed(ids), fixed.attend(h), free(ids), free.attend(h), plain(ids), plain.attend(h)]
+"""
+
+
+@pytest.mark.parametrize("query", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("dtype", [None, "bfloat16", "float32"])
+@pytest.mark.parametrize("param_dtype", ["bfloat16", "float16", "float32"])
+def test_embed_attend_promotes_query_and_table_as_linen(query, dtype, param_dtype, tmp_path):
+    """``nnx.Embed`` without ``dtype`` takes its table's dtype as its own, so ``attend`` cast a float32
+    query to a bfloat16 table's dtype (bfloat16 logits, 0.0024 off) where Linen promotes the two together:
+    the same values and dtypes, lookups and attends, for every table, query and ``dtype``."""
+    result = migrate_source(TIED, "tied.py", module_name="tied")
+    assert not [f for f in result.findings if f.severity in (Severity.MANUAL, Severity.ERROR)]
+    assert result.output.count("promote_dtype=") == 2  # not the float32 table
+    (tmp_path / "linen_tied.py").write_text(TIED)
+    (tmp_path / "nnx_tied.py").write_text(result.output)
+    result.name_map.save(tmp_path / "map.json")
+    linen_mod, nnx_mod = import_file(tmp_path / "linen_tied.py"), import_file(tmp_path / "nnx_tied.py")
+    config = {"dtype": dtype and jnp.dtype(dtype), "param_dtype": jnp.dtype(param_dtype)}
+    rng = np.random.default_rng(0)
+    ids, h = rng.integers(0, 11, (2, 5)), rng.normal(size=(2, 5, 4)).astype(query)
+    model = linen_mod.Layer(**config)
+    params = perturbed(model.init(jax.random.key(0), ids, h))["params"]
+    side = LinenSide(model=model, batch={"ids": ids, "h": h}, loss=lambda out, b: jnp.mean(out[1]))
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_mod.Layer(**config, rngs=rngs),
+        name_map=tmp_path / "map.json",
+    )
+    nnx_model, _ = convert_state({"params": params}, pair, tmp_path / "map.json")
+    for want, got in zip(model.apply({"params": params}, ids, h), nnx_model(ids, h), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
 
 
 def _parity(src: str, shape: tuple, dtype: str, mutable: tuple, tmp_path):

@@ -9,7 +9,7 @@ from collections.abc import Collection
 
 import libcst as cst
 
-from linen2nnx.layers import KEEP_DTYPES, LayerRule, gets_kept_dtypes, nnx_ctor_params
+from linen2nnx.layers import KEEP_DTYPES, LayerRule, kept_promote, nnx_ctor_params
 from linen2nnx.migrate.annotation_names import written_annotation
 from linen2nnx.migrate.conditional_emit import conditional, nested_in_else, other_branch
 from linen2nnx.migrate.context import FileContext
@@ -574,13 +574,12 @@ def _as_data(value: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def _kept_dtypes(rule: LayerRule, bound: dict[str, cst.Arg], given: set[str]) -> list[cst.Arg]:
-    """``promote_dtype=`` of a norm given a ``dtype``, or a BatchNorm (``layers.gets_kept_dtypes``), and
+    """``promote_dtype=`` of a norm given a ``dtype``, a BatchNorm, or an Embed (``layers.kept_promote``), and
     ``ln_promote_dtype=`` of a layer whose own norms it builds in its ``dtype`` (``LayerRule.norms_flag``):
     the values as they are, as Linen's norms take them."""
-    if rule.keeps_dtypes and "promote_dtype" not in given:
-        if gets_kept_dtypes(rule, {name: code(arg.value) for name, arg in bound.items()}):
-            return [kwarg("promote_dtype", parse_expression(KEEP_DTYPES))]
-        return []
+    if (rule.keeps_dtypes or rule.query_promoted) and "promote_dtype" not in given:
+        promote = kept_promote(rule, {name: code(arg.value) for name, arg in bound.items()})
+        return [kwarg("promote_dtype", parse_expression(promote))] if promote else []
     dtype = bound.get("dtype")
     if dtype is None or code(dtype.value) == "None":
         return []

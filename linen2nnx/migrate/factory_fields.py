@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import libcst as cst
 
-from linen2nnx.layers import KEEP_DTYPES, LayerRule, gets_kept_dtypes, nnx_ctor_params
+from linen2nnx.layers import LayerRule, kept_promote, nnx_ctor_params
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import code, kwarg, parse_expression, single_assign
 from linen2nnx.migrate.factories import PartialLocal
@@ -384,11 +384,18 @@ def bound_partial_dtypes(
 ) -> cst.Call | None:
     """``partial(nn.LayerNorm, dtype=...)`` bound to a converted factory field: the norm the field builds
     takes its ``dtype`` as a directly built one does, with the promote that keeps the values as they are
-    (``layers.gets_kept_dtypes``), or NNX casts them before the statistics. None for any other call."""
+    (``layers.kept_promote``), or NNX casts them before the statistics; ``partial(nn.Embed, ...)`` gets
+    the promote whose ``attend`` computes as Linen's. None for any other call."""
     bound = bindings.get(original.args[0].value) if original.args and bindings else None
-    if bound is None or not bound[0].keeps_dtypes or "functools.partial" not in qualnames(original.func):
+    rule = bound[0] if bound is not None else None
+    if rule is None or not (rule.keeps_dtypes or rule.query_promoted):
         return None  # (the dict lookup first: this runs for every call of the file)
-    given = {a.keyword.value: code(a.value) for a in original.args if a.keyword is not None}
-    if "promote_dtype" in given or not gets_kept_dtypes(bound[0], given):
+    if "functools.partial" not in qualnames(original.func):
         return None
-    return updated.with_changes(args=[*updated.args, kwarg("promote_dtype", parse_expression(KEEP_DTYPES))])
+    given = {a.keyword.value: code(a.value) for a in original.args if a.keyword is not None}
+    promote = None if "promote_dtype" in given else kept_promote(rule, given)
+    return (
+        updated.with_changes(args=[*updated.args, kwarg("promote_dtype", parse_expression(promote))])
+        if promote
+        else None
+    )
