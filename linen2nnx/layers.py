@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import cache
 
 LINEN = "flax.linen"
@@ -107,7 +107,15 @@ class LayerRule:
     """Constructor flag under which the layer builds norms of its own in its ``dtype`` (attention's
     ``normalize_qk``: ``query_ln`` / ``key_ln``): given it (not False) and a ``dtype`` (not None), the NNX
     layer gets ``ln_promote_dtype=`` :data:`KEEP_DTYPES`, as a norm (``keeps_dtypes``). A bfloat16
-    attention differed in 1560 of 2048 outputs (by up to 0.039); with it, bit-identical."""
+    attention differed in 1560 of 2048 outputs (by up to 0.039); with it, and the attention of
+    ``einsum_attention`` (else the attention core alone differs), bit-identical."""
+    einsum_attention: bool = False
+    """Attention whose NNX default ``attention_fn`` (``nnx.dot_product_attention``) takes
+    ``jax.nn.dot_product_attention`` when its dropout rate is 0 and it sows nothing: float32 logits and
+    softmax, where Linen's computes them in the layer's dtype. Identical in float32; a bfloat16 attention
+    differed in 1439 of 2048 outputs (by up to 0.0625). Where ``dtype`` or ``param_dtype`` may be narrower
+    than float32 the layer gets :data:`EINSUM_ATTENTION`, NNX's other path, Linen's computation
+    (bit-identical for every dtype, parameter and input dtype, rate, mask and ``normalize_qk``)."""
     param_switches: tuple[str, ...] = ()
     """Constructor flags that each turn a parameter off (a norm's ``use_scale`` / ``use_bias``): with all
     of them False the layer has no parameter, and its output, without ``dtype``, is in its input's dtype."""
@@ -379,6 +387,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
             extra_kwargs={"decode": "False"},
             init_call_cache="decode",
             norms_flag="normalize_qk",
+            einsum_attention=True,
             call_args=frozenset({"deterministic"}),
             call_renames={"inputs_kv": "inputs_k"},
             unsupported_call_args=frozenset({"dropout_rng"}),
@@ -482,6 +491,43 @@ def kept_promote(rule: LayerRule, given: Mapping[str, str]) -> str | None:
     if dtype == "None":
         return EMBED_PROMOTE.format(bound="", dtype="None")
     return EMBED_PROMOTE.format(bound=f", linen_dtype={dtype}", dtype="linen_dtype")
+
+
+EINSUM_ATTENTION = (
+    "lambda *args, dropout_rate, deterministic, **kwargs: nnx.dot_product_attention("
+    "*args, dropout_rate=dropout_rate or 1.0, deterministic=deterministic or not dropout_rate, **kwargs)"
+)
+"""The ``attention_fn`` of ``LayerRule.einsum_attention``: ``nnx.dot_product_attention`` on its einsum path,
+which it takes for a dropout rate other than 0. At rate 0 it is given rate 1.0 under ``deterministic``,
+so it drops nothing; any other rate goes through as it is."""
+
+
+def _dropping(given: Mapping[str, str]) -> bool:
+    """A literal dropout rate above 0: ``nnx.dot_product_attention`` takes its einsum path already."""
+    try:
+        return float(given.get("dropout_rate", "0")) > 0
+    except ValueError:
+        return False
+
+
+def dtype_kwargs(rule: LayerRule, given: Mapping[str, str], taken: Collection[str]) -> list[tuple[str, str]]:
+    """The NNX keywords (-> their source) a layer built with ``given`` (Linen argument -> its source) gets
+    so that it computes in Linen's dtypes, but for those in ``taken`` (already passed): the promote of
+    :func:`kept_promote`, the ``attention_fn`` of ``einsum_attention``, the norms' promote of ``norms_flag``."""
+    found = []
+    promote = kept_promote(rule, given)
+    if promote is not None and "promote_dtype" not in taken:
+        found.append(("promote_dtype", promote))
+    dtype = given.get("dtype", "None")
+    narrow = dtype not in _FLOAT32 and (
+        dtype != "None" or given.get("param_dtype", "jnp.float32") not in _FLOAT32
+    )
+    if rule.einsum_attention and narrow and not _dropping(given) and "attention_fn" not in taken:
+        found.append(("attention_fn", EINSUM_ATTENTION))
+    norms = given.get(rule.norms_flag, "False") if rule.norms_flag else "False"
+    if norms != "False" and dtype != "None" and "ln_promote_dtype" not in taken:
+        found.append(("ln_promote_dtype", KEEP_DTYPES))
+    return found
 
 
 LAYERS_BY_LINEN: Mapping[str, LayerRule] = {r.linen_qualname: r for r in LAYER_RULES}

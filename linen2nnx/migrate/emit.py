@@ -9,7 +9,7 @@ from collections.abc import Collection
 
 import libcst as cst
 
-from linen2nnx.layers import KEEP_DTYPES, LayerRule, kept_promote, nnx_ctor_params
+from linen2nnx.layers import dtype_kwargs, nnx_ctor_params
 from linen2nnx.migrate.annotation_names import written_annotation
 from linen2nnx.migrate.conditional_emit import conditional, nested_in_else, other_branch
 from linen2nnx.migrate.context import FileContext
@@ -104,7 +104,11 @@ class Emitter:
                 args.insert(2, cst.Arg(parse_expression(bias)))
         given = {rule.nnx_arg(name) for name in upd_bound}
         args += [kwarg(k, parse_expression(v)) for k, v in rule.extra_kwargs.items() if k not in given]
-        args += _kept_dtypes(rule, upd_bound, given)
+        sources = {name: code(arg.value) for name, arg in upd_bound.items()}
+        args += [
+            kwarg(k, parse_expression(v))
+            for k, v in dtype_kwargs(rule, sources, given - set(site.dropped_args))
+        ]
         if site.in_kv_expr is not None:  # attention keys / values of another size than the queries
             args.append(kwarg("in_kv_features", parse_expression(site.in_kv_expr)))
         args += self._unpacked(site, updated, checked)
@@ -571,19 +575,3 @@ def _as_data(value: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(value, cst.Name) and value.value == "None":
         return value
     return cst.Call(cst.Attribute(cst.Name("nnx"), cst.Name("data")), [cst.Arg(value)])
-
-
-def _kept_dtypes(rule: LayerRule, bound: dict[str, cst.Arg], given: set[str]) -> list[cst.Arg]:
-    """``promote_dtype=`` of a norm given a ``dtype``, a BatchNorm, or an Embed (``layers.kept_promote``), and
-    ``ln_promote_dtype=`` of a layer whose own norms it builds in its ``dtype`` (``LayerRule.norms_flag``):
-    the values as they are, as Linen's norms take them."""
-    if (rule.keeps_dtypes or rule.query_promoted) and "promote_dtype" not in given:
-        promote = kept_promote(rule, {name: code(arg.value) for name, arg in bound.items()})
-        return [kwarg("promote_dtype", parse_expression(promote))] if promote else []
-    dtype = bound.get("dtype")
-    if dtype is None or code(dtype.value) == "None":
-        return []
-    norms = bound.get(rule.norms_flag) if rule.norms_flag else None
-    if norms is not None and code(norms.value) != "False":
-        return [kwarg("ln_promote_dtype", parse_expression(KEEP_DTYPES))]
-    return []

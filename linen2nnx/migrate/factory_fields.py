@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import libcst as cst
 
-from linen2nnx.layers import LayerRule, kept_promote, nnx_ctor_params
+from linen2nnx.layers import LayerRule, dtype_kwargs, nnx_ctor_params
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import code, kwarg, parse_expression, single_assign
 from linen2nnx.migrate.factories import PartialLocal
@@ -385,17 +385,11 @@ def bound_partial_dtypes(
     """``partial(nn.LayerNorm, dtype=...)`` bound to a converted factory field: the norm the field builds
     takes its ``dtype`` as a directly built one does, with the promote that keeps the values as they are
     (``layers.kept_promote``), or NNX casts them before the statistics; ``partial(nn.Embed, ...)`` gets
-    the promote whose ``attend`` computes as Linen's. None for any other call."""
+    the promote whose ``attend`` computes as Linen's, an attention the norms' promote and the attention
+    that compute as Linen's (``layers.dtype_kwargs``). None for any other call."""
     bound = bindings.get(original.args[0].value) if original.args and bindings else None
-    rule = bound[0] if bound is not None else None
-    if rule is None or not (rule.keeps_dtypes or rule.query_promoted):
+    if bound is None or "functools.partial" not in qualnames(original.func):
         return None  # (the dict lookup first: this runs for every call of the file)
-    if "functools.partial" not in qualnames(original.func):
-        return None
     given = {a.keyword.value: code(a.value) for a in original.args if a.keyword is not None}
-    promote = None if "promote_dtype" in given else kept_promote(rule, given)
-    return (
-        updated.with_changes(args=[*updated.args, kwarg("promote_dtype", parse_expression(promote))])
-        if promote
-        else None
-    )
+    added = [kwarg(k, parse_expression(v)) for k, v in dtype_kwargs(bound[0], given, given)]
+    return updated.with_changes(args=[*updated.args, *added]) if added else None
