@@ -44,6 +44,7 @@ class Options:
     streams: list[Entry] = dataclasses.field(default_factory=list)  # rngs={...}
     mutable: list[str] = dataclasses.field(default_factory=list)
     method: str = "__call__"
+    method_class: str = ""  # method=Base.m of another class of the run: called as Base.m(model, ...)
 
 
 @dataclasses.dataclass
@@ -149,7 +150,7 @@ def plan_apply(
         )
         return False
     overrides = _overrides(plan, call, name, entries, own)
-    options = _options(plan, call, name) if overrides is not None else None
+    options = _options(plan, call, name, summary) if overrides is not None else None
     if overrides is None or options is None:
         return False
     if constructor and entries is None:
@@ -246,7 +247,7 @@ def _overrides(
     return overrides
 
 
-def _options(plan: TrainPlanner, call: cst.Call, name: str) -> Options | None:
+def _options(plan: TrainPlanner, call: cst.Call, name: str, summary: ClassSummary | None) -> Options | None:
     """``rngs=`` / ``mutable=`` / ``method=`` of the apply; None (and blocked) for any the NNX call
     cannot take."""
     options = Options()
@@ -278,14 +279,46 @@ def _options(plan: TrainPlanner, call: cst.Call, name: str) -> Options | None:
                 return None
             options.mutable = cols
         elif key == "method":
-            options.method = method_name(arg.value) or ""
-            if not options.method:
-                plan.block(TRAIN_008, arg, f"method={code(arg.value)}", "call that method of the NNX model")
+            if not _method(plan, call, arg, summary, options):
                 return None
         elif key in ("capture_intermediates",):
             plan.block(TRAIN_008, arg, f"{key}=", "use nnx.capture(model, nnx.Intermediate)")
             return None
     return options
+
+
+def _method(
+    plan: TrainPlanner, call: cst.Call, arg: cst.Arg, summary: ClassSummary | None, options: Options
+) -> bool:
+    """``method=``: Linen runs the function it names on the module. ``'m'``, ``Model.m`` of the model's
+    own class and ``model.m`` of the applied model itself are the NNX model's ``m``; ``Base.m`` of another
+    class of the run converted to NNX stays that function, ``Base.m(model, ...)`` (the model's class may
+    override ``m``). Anything else (a function of a class outside the run) blocks: the model's own ``m``
+    would compute something else."""
+    node = arg.value
+    method = method_name(node)
+    if method and isinstance(node, cst.Attribute):
+        owner = plan.values.user_class(node.value)
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        if summary is not None and (
+            (owner is not None and owner.key == summary.key)
+            or (receiver is not None and code(node.value) == code(receiver))
+        ):
+            pass  # the model's own method
+        elif owner is not None and not owner.kept_linen:
+            options.method_class = code(node.value)
+        else:
+            method = None
+    if not method:
+        plan.block(
+            TRAIN_008,
+            arg,
+            f"method={code(arg.value)}: not a method of the applied model's class, nor of a class of the run",
+            "call the function on the NNX model (`Base.encode(model, x)`)",
+        )
+        return False
+    options.method = method
+    return True
 
 
 def _sizes(plan: TrainPlanner, call: cst.Call, summary: ClassSummary) -> list[tuple[str, int, str]]:
@@ -385,7 +418,11 @@ def _build(a: Applied) -> Callable[[cst.CSTNode], cst.CSTNode]:
             if x.keyword is None or x.keyword.value not in ("rngs", "mutable", "method")
         ]
         method = a.options.method
-        func = cst.parse_expression(a.applied if method == "__call__" else f"{a.applied}.{method}")
+        if a.options.method_class:  # Base.m(model, ...): the model goes first
+            func = cst.parse_expression(f"{a.options.method_class}.{method}")
+            args.insert(0, cst.Arg(cst.Name(a.applied)))
+        else:
+            func = cst.parse_expression(a.applied if method == "__call__" else f"{a.applied}.{method}")
         result: cst.BaseExpression = with_args(updated, args, func=func)
         if a.options.mutable:
             state = ", ".join(
