@@ -273,6 +273,16 @@ def test_apply_with_a_base_class_method_runs_that_function():
     np.testing.assert_allclose(nnx_side.run(x), linen.run(x), rtol=RTOL, atol=1e-6)
 
 
+def test_train_states_returned_in_a_tuple_train_like_linen():
+    """``g_state, d_state = create(z, x)`` and ``state, rng = create_one(x)``: the unpacked train states
+    are merged where their fields are read (they stayed Linen: AttributeError on the split pair)."""
+    linen, nnx_side = _load("state_in_tuple", "in"), _load("state_in_tuple", "out")
+    (l_losses, l_out, l_feat), (n_losses, n_out, n_feat) = linen.train(steps=3), nnx_side.train(steps=3)
+    np.testing.assert_allclose(n_losses, l_losses, rtol=RTOL)
+    np.testing.assert_allclose(n_out, l_out, rtol=RTOL, atol=1e-6)
+    np.testing.assert_allclose(n_feat, l_feat, rtol=RTOL, atol=1e-6)
+
+
 def test_findings_point_at_the_input_lines():
     src = fixture("train_state_in.py").read_text()
     result = migrate_source(src, "train.py")

@@ -366,7 +366,48 @@ class ValueAnalysis:
         node = assignment.node
         if isinstance(node, cst.Param):
             return self.param_value(node, assignment)
+        unpacked = self._unpacked(node)
+        if unpacked is not None:  # `state, rng = create(x)`: what that element holds
+            return self.element_of(*unpacked)
         return self.value_of(self.binding_value(assignment))
+
+    def _unpacked(self, node: cst.CSTNode) -> tuple[cst.BaseExpression, int, int] | None:
+        """``a, b = value`` (no starred target) -> (value, the index of ``node`` among the targets, their
+        number); None for any other binding."""
+        element = self.parent(node)
+        targets = self.parent(element) if element is not None else None
+        target = self.parent(targets) if targets is not None else None
+        stmt = self.parent(target) if target is not None else None
+        if not (
+            isinstance(element, cst.Element)
+            and element.value is node
+            and isinstance(targets, (cst.Tuple, cst.List))
+            and isinstance(target, cst.AssignTarget)
+            and target.target is targets
+            and isinstance(stmt, cst.Assign)
+            and all(type(e) is cst.Element for e in targets.elements)
+        ):
+            return None
+        return stmt.value, list(targets.elements).index(element), len(targets.elements)
+
+    def element_of(self, node: cst.BaseExpression | None, index: int, length: int) -> Val | None:
+        """What element ``index`` of ``node`` unpacked into ``length`` names is: an element of a tuple
+        display, or of the tuple displays every return of a function of the file gives (a train state
+        its creator returns with a key: ``return state, rng``). Returns that disagree give no kind."""
+        if isinstance(node, (cst.Tuple, cst.List)):
+            elements = node.elements
+            if len(elements) != length or any(type(e) is not cst.Element for e in elements):
+                return None
+            return self.value_of(elements[index].value)
+        fn = self.function_of(node.func) if isinstance(node, cst.Call) else None
+        if fn is None or fn in self._busy:
+            return None
+        self._busy.add(fn)
+        try:
+            values = [self.element_of(r.value, index, length) for r in self.returns(fn)]
+        finally:
+            self._busy.discard(fn)
+        return values[0] if values and all(v is not None and v == values[0] for v in values) else None
 
     def param_value(self, param: cst.Param, assignment: Assignment) -> Val | None:
         """A parameter annotated with a migrated Linen class or a TrainState class, or one the function
