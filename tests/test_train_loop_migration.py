@@ -283,6 +283,15 @@ def test_train_states_returned_in_a_tuple_train_like_linen():
     np.testing.assert_allclose(n_feat, l_feat, rtol=RTOL, atol=1e-6)
 
 
+def test_two_train_states_read_by_one_statement_are_two_models():
+    """Each local train state is merged into a model of its own (one shared ``model`` ran the second
+    state's model for both applies)."""
+    linen, nnx_side = _load("two_local_states", "in"), _load("two_local_states", "out")
+    x = np.linspace(-1.0, 1.0, 8, dtype=np.float32).reshape(2, 4)
+    for got, want in zip(nnx_side.run(x), linen.run(x), strict=True):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-6)
+
+
 def test_findings_point_at_the_input_lines():
     src = fixture("train_state_in.py").read_text()
     result = migrate_source(src, "train.py")

@@ -98,7 +98,7 @@ class TrainPlanner:
         self.streams: set[str] = {"dropout"}  # RNG streams the file's apply calls seed (set before planning)
         self._wrapper = wrapper
         self.locals_done: set[tuple[object, str]] = set()  # (scope, name) of train-state locals planned
-        self.local_owner: dict[cst.CSTNode | None, Owner] = {}
+        self.local_owner: dict[tuple[cst.CSTNode | None, str], Owner] = {}  # (function, state local) -> names
         self._reserved: dict[cst.CSTNode, set[str]] = {}  # function -> names this pass introduced
         self._taken: dict[cst.CSTNode, set[str]] = {}  # function -> names it uses (the tree does not change)
 

@@ -181,13 +181,13 @@ def local_state(plan: TrainPlanner, name: str, group: list[Assignment]) -> None:
         reads.setdefault(stmt, []).append(attr)
     for stmt, attrs in reads.items():
         fn = plan.function_of(stmt)
-        owner = plan.local_owner.get(fn) or Owner(
+        owner = plan.local_owner.get((fn, name)) or Owner(
             fn,
             name,
             plan.fresh(fn, "model"),  # type: ignore[arg-type]
             plan.fresh(fn, "optimizer"),
         )
-        plan.local_owner[fn] = owner
+        plan.local_owner[(fn, name)] = owner
         needs_optimizer = needs_model = False
         for attr in attrs:
             if attr.attr.value == "apply_fn":
