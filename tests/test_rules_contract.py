@@ -101,6 +101,7 @@ NOT_RUNNABLE = {
     "super_setup_nested": "manual finding: super().setup() under a condition (Linen builds the base only then)",
     "unresolved_named_ctor": "manual finding: a submodule class imported by a computed path",
     "partial_name": "manual finding: a module built outside a module with a Linen name=",
+    "classmethod_cls": "manual finding: a classmethod builds the class without the arguments NNX requires",
     "method_handed_self": "manual finding: a method creates a parameter through the module it is handed",
     "setup_external": "imports packages that are not part of the run (text_tools, vision_blocks)",
     "applied_named_factory": "manual findings: submodules built by unseen factories and applied at once",

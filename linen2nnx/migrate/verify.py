@@ -36,7 +36,7 @@ from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, markers_of, one_line
 from linen2nnx.migrate.training.driver import line_map
 from linen2nnx.migrate.unknown_builders import outside_maker
-from linen2nnx.migrate.verify_aliases import child_alias, class_aliases, module_class_aliases
+from linen2nnx.migrate.verify_aliases import child_alias, method_aliases, module_class_aliases
 from linen2nnx.migrate.verify_methods import class_attribute_notes, method_notes
 from linen2nnx.migrate.verify_names import (
     LINEN_SELF_ONLY,
@@ -448,7 +448,7 @@ class _Verifier:
     def _alias_of(self, name: str) -> cst.BaseExpression | None:
         fn, aliases = self._methods[-1]
         if aliases is None:  # most methods never call a local: found on first need
-            aliases = class_aliases(fn.body, self._names_a_class)
+            aliases = method_aliases(fn, self._class, self._names_a_class)
             self._methods[-1] = (fn, aliases)
         found = aliases.get(name)
         if found is None and name not in assigned_names(fn):  # a module-level `N2 = Norm`, bound once

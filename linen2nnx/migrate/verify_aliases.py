@@ -2,8 +2,9 @@
 build of that class, checked against its NNX ``__init__``.
 
 A method's locals (``block = modules.Block``; ``block = nnx.remat(block, ...)``; ``partial(block,
-...)``) and the module's own names bound once (``N2 = Norm``, ``NormF = functools.partial(Norm,
-False)`` at module level, read in a method that does not bind the name itself).
+...)``), the module's own names bound once (``N2 = Norm``, ``NormF = functools.partial(Norm,
+False)`` at module level, read in a method that does not bind the name itself), and a classmethod's
+``cls``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.cst_utils import assigned_names, code
 from linen2nnx.migrate.verify_syntax import assignments, self_chain
 
 
@@ -70,3 +71,18 @@ def child_alias(methods: list[tuple[cst.FunctionDef, Any]], value: cst.BaseExpre
         return False
     bound = [a.value for a in assignments(methods[-1][0].body) if code(a.targets[0].target) == value.value]
     return bool(bound) and all(self_chain(v) for v in bound)
+
+
+def method_aliases(
+    fn: cst.FunctionDef, owner: cst.ClassDef | None, names_a_class: Callable[[cst.BaseExpression], bool]
+) -> dict[str, cst.BaseExpression]:
+    """:func:`class_aliases` of a method of ``owner``, and the ``cls`` of a ``@classmethod`` that never
+    binds it again: ``cls(width=3)`` builds ``owner`` (a subclass at most), so it is checked against
+    ``owner``'s NNX ``__init__`` as ``Owner(width=3)`` is (it was not checked: TypeError at the call)."""
+    aliases = class_aliases(fn.body, names_a_class)
+    params = fn.params.posonly_params or fn.params.params
+    if owner is not None and params and any(code(d.decorator) == "classmethod" for d in fn.decorators):
+        name = params[0].name.value
+        if assigned_names(fn).get(name) == 1:
+            aliases[name] = cst.Name(owner.name.value)
+    return aliases
