@@ -69,3 +69,68 @@ def test_a_module_value_the_pass_follows_converts(case):
 def test_a_module_value_handed_where_the_pass_cannot_follow_blocks(case):
     found = _train_findings(HANDED_ON[case])
     assert found and all("handed on as a value" in f.message for f in found), found
+
+
+RECEIVERS = """
+import sys
+import jax
+import optax
+import flax.linen as nn
+from elsewhere import load_model
+
+REG = {}
+NAMED = {}
+
+
+class MLP(nn.Module):
+    width: int = 4
+
+    @classmethod
+    def tiny(cls):
+        return cls(width=2)
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.width)(x)
+
+
+REG["mlp"] = MLP
+
+
+def build(model_cls):
+    return model_cls(width=4)
+
+
+def make():
+    return MLP.tiny()
+"""
+UNFOLLOWED = {
+    "classmethod": "model = MLP.tiny()\n    return model.init(rng, x)",
+    "registry": 'return REG["mlp"](width=3).init(rng, x)',
+    "getattr": 'cls = getattr(sys.modules[__name__], "MLP")\n    return cls(width=8).init(rng, x)',
+    "builder handed the class": "model = build(MLP)\n    return model.init(rng, x)",
+    "function returning a classmethod build": "model = make()\n    return model.init(rng, x)",
+}
+NOT_A_RUN_MODEL = {
+    "optax": "tx = optax.adam(1e-3)\n    return tx.init({'w': x})",
+    "parameter": "return x.apply(rng)",
+    "imported builder": "model = load_model()\n    return model.init(rng, x)",
+}
+
+
+def _receiver_findings(body: str) -> list:
+    src = RECEIVERS + "\n\ndef train(rng, x):\n    " + body + "\n"
+    result = migrate_source(textwrap.dedent(src), "train.py")
+    return [f for f in result.findings if f.rule == "L2N-TRAIN-008"]
+
+
+@pytest.mark.parametrize("case", sorted(UNFOLLOWED))
+def test_init_on_a_receiver_a_class_of_the_run_may_have_built_is_located(case):
+    """The class is NNX after the migration, with no init / apply: left as written, the call failed."""
+    found = _receiver_findings(UNFOLLOWED[case])
+    assert found and all("does not follow" in f.message for f in found), found
+
+
+@pytest.mark.parametrize("case", sorted(NOT_A_RUN_MODEL))
+def test_init_on_a_receiver_no_class_of_the_run_builds_is_not(case):
+    assert _receiver_findings(NOT_A_RUN_MODEL[case]) == []

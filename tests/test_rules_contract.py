@@ -65,6 +65,7 @@ NOT_RUNNABLE = {
     "auto_names_across_methods": "manual findings: the class stays Linen behind the bridge, nothing is rewritten",
     "module_handed_on": "manual findings: the training code stays in its Linen form",
     "apply_foreign_method": "manual finding: apply's method is a function of a class outside the run",
+    "unfollowed_receiver": "manual findings: Linen init / apply on models built where the rewrite cannot follow",
     "scan_function_default_axis": "manual finding: a scanned function with a default and one in_axes for all",
     "nested_layer_in_loop": "manual findings: a layer built in another's argument in a loop (names the map cannot pair)",
     "stack_axes": "manual findings: stacks NNX cannot lay out as Linen, and keywords Linen ignores at a scan's call",

@@ -23,7 +23,8 @@ Modules, in the order the data flows:
   :mod:`.state_reads` (``variables['params']``), :mod:`.apply` (``apply`` / ``apply_fn``),
   :mod:`.train_state` (``TrainState.create``, fields, ``apply_gradients`` / ``replace``; an optimizer
   that masks by the params tree blocks it, :mod:`.optimizer_masks`),
-  :mod:`.sharding` (partition specs; eager sharding and call-time state facts). Handlers are functions
+  :mod:`.sharding` (partition specs; eager sharding and call-time state facts), :mod:`.receivers` (an
+  ``init`` / ``apply`` on a receiver the analysis does not follow). Handlers are functions
   ``(plan, node, ...)`` that only read the analysis and write the plan.
 - :mod:`.rewrite` -- :class:`TrainRewriter` applies the plan bottom-up, then the import edits.
 

@@ -22,6 +22,7 @@ from linen2nnx.migrate.training.exprs import dict_items
 from linen2nnx.migrate.training.init import plan_attribute, plan_init, plan_partial
 from linen2nnx.migrate.training.module_values import plan_module_use
 from linen2nnx.migrate.training.planner import TrainPlanner
+from linen2nnx.migrate.training.receivers import plan_unfollowed
 from linen2nnx.migrate.training.sharding import PARTITION_SPEC, plan_partition_spec
 from linen2nnx.migrate.training.state_reads import plan_subscript, plan_variables_use
 from linen2nnx.migrate.training.train_state import plan_binding, plan_create
@@ -211,6 +212,8 @@ def route_call(plan: TrainPlanner, call: cst.Call) -> None:
         )
     elif attr == "create" and values.is_ts_class(call.func.value):
         plan_create(plan, call)
+    elif attr in ("init", "apply") and receiver is None:
+        plan_unfollowed(plan, call)  # `MLP.tiny().init(...)`: may be a class of the run, NNX now
 
 
 def is_init_receiver(plan: TrainPlanner, call: cst.Call) -> bool:
