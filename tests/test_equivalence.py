@@ -198,3 +198,34 @@ def test_a_model_holding_no_variable_is_compared_by_its_outputs(tmp_path):
         )
         parity = check(pair, {})
         assert parity.passed is passes and parity.by_check()["forward/eval"]
+
+
+def test_a_model_whose_call_fails_under_capture_is_not_called_plainly_instead():
+    """A ``sow`` inside a scanned step (the module broadcast into ``nnx.scan``) works in a plain call but
+    changes the scan's carry under ``nnx.capture``, NNX's way to collect sown values: a TypeError. The
+    check fell back to a plain call and passed; that error is raised now (other limits of capture, a class
+    kept as Linen behind ``nnx.bridge.ToNNX``, still fall back), so the failure is the NNX side's, as for its
+    users."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from linen2nnx.equivalence.sown import call_capturing
+
+    class Cell(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs):
+            self.dense = nnx.Linear(3, 4, rngs=rngs)
+
+        def __call__(self, c, x):
+            step = lambda m, c, x: m.step(c, x)  # noqa: E731
+            return nnx.scan(step, in_axes=(None, nnx.Carry, 1), out_axes=(nnx.Carry, 1), graph_updates=False)(
+                self, c, x
+            )
+
+        def step(self, c, x):
+            h = jnp.tanh(self.dense(x) + c)
+            self.sow(nnx.Intermediate, "h", h)
+            return h, h
+
+    x, c0 = jnp.ones((2, 5, 3)), jnp.zeros((2, 4))
+    with pytest.raises(TypeError, match="carry"):
+        call_capturing(lambda: Cell(nnx.Rngs(0)), (c0, x), {})

@@ -161,6 +161,10 @@ def flat_sown(state: Any) -> dict[str, Any]:
     return {"/".join(key_name(k) for k in path): v for path, v in leaves}
 
 
+_CARRY_CHANGED = "carry input and carry output must have the same pytree structure"
+"""jax's error for a scan whose step changes its carry: under ``nnx.capture`` a sow inside the step does."""
+
+
 def call_capturing(fresh: Callable[[], Any], args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
     """``(outputs, sown nnx.Intermediate values, the model called)`` of ``fresh()(*args, **kwargs)``.
 
@@ -170,6 +174,9 @@ def call_capturing(fresh: Callable[[], Any], args: tuple, kwargs: dict) -> tuple
     Then the call is repeated on another ``fresh()`` model without it: ``sow`` outside ``capture``
     (deprecated, silenced here) stores the same tuples as ``Intermediate`` attributes, read back with
     ``nnx.state``. The model returned is the one whose call counted, for the state it left.
+    A ``sow`` inside a scanned step (the module broadcast into ``nnx.scan``) is no such limit: under
+    ``capture`` it changes the scan's carry, which fails for the model's users too, so that error is
+    raised, not hidden behind a plain call that works.
     """
     from flax import nnx
 
@@ -178,8 +185,10 @@ def call_capturing(fresh: Callable[[], Any], args: tuple, kwargs: dict) -> tuple
         out, *states = nnx.capture(model, *sown_types())(*args, **kwargs)  # state each
         sown = nnx.merge_state(*states) if len(states) > 1 else states[0]
         return out, sown, model
-    except (TypeError, ValueError):  # also nnx.bridge.ToNNX (a class kept as Linen), whose collections
-        # capture cannot name; a genuine error of the model raises again from the plain call below
+    except (TypeError, ValueError) as err:  # also nnx.bridge.ToNNX (a class kept as Linen), whose
+        # collections capture cannot name; a genuine error of the model raises again from the plain call below
+        if _CARRY_CHANGED in str(err):
+            raise
         model = fresh()
         with quiet_sow():
             out = model(*args, **kwargs)
