@@ -190,9 +190,10 @@ def _traced_product(tmp_path, heads: int, dim: int):
 
 
 def test_a_traced_size_is_named_by_a_product_of_two_config_values_only_when_one_product_fits(tmp_path):
-    """2 heads x 3: only num_heads * head_dim makes 6, so the constructor computes it; 3 heads x 4
-    makes 12, which mlp_ratio * num_heads makes too: ambiguous, a manual finding, never a guess."""
-    fits = _traced_product(tmp_path, 2, 3)
+    """5 heads x 7: only num_heads * head_dim makes 35 (no field, nor 2, 3 or 4 times one), so the
+    constructor computes it; 3 heads x 4 makes 12, which mlp_ratio * num_heads makes too (and 3 *
+    head_dim): ambiguous, a manual finding, never a guess."""
+    fits = _traced_product(tmp_path, 5, 7)
     assert "nnx.Linear(self.head_dim * self.num_heads, 2" in fits.output
     assert not [f for f in fits.findings if f.severity is Severity.MANUAL]
     ambiguous = _traced_product(tmp_path, 3, 4)
@@ -208,7 +209,8 @@ STYLED = Path(__file__).parent / "fixtures" / "traced" / "styled_pair.py"
 def test_a_trace_sizes_a_layer_beside_a_second_input_from_numpy_config(tmp_path):
     """The second input shares the first one's batch, so the batch axis grows in both when the trace
     asks which axes size the parameter; the width the caller's numpy-integer field holds matches. The
-    caller passes the shape from its config, and the result has parity."""
+    length axis is the input's token count, which the `length` field equals by chance (the class never
+    reads it): a required argument listing both, never the field. Given it, the result has parity."""
     (tmp_path / "linen_src.py").write_text(STYLED.read_text())
     linen_mod = import_file(tmp_path / "linen_src.py")
     rng = np.random.default_rng(6)
@@ -224,14 +226,18 @@ def test_a_trace_sizes_a_layer_beside_a_second_input_from_numpy_config(tmp_path)
     result = migrate_source(
         STYLED.read_text(), "styled_pair.py", module_name="styled_pair", trace=trace_linen(side)
     )
-    assert not [f for f in result.findings if f.severity is Severity.MANUAL], result.findings
-    assert "x_shape=(1, self.length, self.width)" in result.output
+    (manual,) = [f for f in result.findings if f.severity is Severity.MANUAL]
+    assert "axis 1, traced 3, matches: self.length" in manual.message
+    assert "axis 1 of a traced input of shape (2, 3, 4)" in manual.message
+    assert "x_shape=mix_0_x_shape" in result.output
     (tmp_path / "nnx_src.py").write_text(result.output)
     nnx_mod = import_file(tmp_path / "nnx_src.py")
     map_path = tmp_path / "map.json"
     result.name_map.save(map_path)
     pair = ModelPair(
-        linen=side, name_map=map_path, nnx_factory=lambda rngs: nnx_mod.Styled(in_features=4, rngs=rngs)
+        linen=side,
+        name_map=map_path,
+        nnx_factory=lambda rngs: nnx_mod.Styled(in_features=4, mix_0_x_shape=(1, 3, 5), rngs=rngs),
     )
     parity = check(pair, perturbed(side.init_variables()))
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,26 +25,36 @@ def config_values(expr: str, configs: list[dict]) -> list[Any] | None:
         return None
 
 
-def match_config(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list[str]:
+def match_config(
+    sizes: list[int], configs: list[dict], plan: ClassPlan, inputs: Sequence[tuple[int, ...]] = ()
+) -> list[str]:
     """Config expressions (``self.hidden``, ``self.config.emb_dim``) equal to the traced size in
     every traced instance of the class; when none is, products of two of them
     (``self.config.num_heads * self.config.head_dim``). The caller decides what one / several
-    matches mean (several: ambiguous, a finding)."""
+    matches mean (several: ambiguous, a finding), so every other explanation of the number that one
+    trace cannot rule out is listed beside a match, never dropped: a small literal multiple of a
+    field beside a product (``2 * self.d``, a concatenation, is ``self.d * self.n`` where ``n`` is
+    2), and an axis other than the last of a traced input (``inputs``: a token count or a resolution
+    the data sets, which a field may equal by chance). None matching, nothing is listed: the rivals
+    alone explain no expression. A field equal to the size is taken over products (a transformer's
+    ``emb_dim`` is ``num_heads * head_dim`` in most configs, the zoo decoder's included)."""
     if len(sizes) != 1 or not configs:
         return []
+    size = sizes[0]
     fields = set(plan.field_names)
     per_instance = [_int_config_values(cfg, fields) for cfg in configs]
     common = set.intersection(*(set(values) for values in per_instance))
-    direct = sorted(e for e in common if all(values[e] == sizes[0] for values in per_instance))
-    if direct:
-        return direct
+    direct = sorted(e for e in common if all(values[e] == size for values in per_instance))
     factors = sorted(e for e in common if all(values[e] > 1 for values in per_instance))
     products = [
         f"{a} * {b}"
         for i, a in enumerate(factors)
-        for b in factors[i:]
-        if all(values[a] * values[b] == sizes[0] for values in per_instance)
+        for b in factors[i + 1 :]  # two fields: a square (`num_classes ** 2`) sizes no feature axis
+        if all(values[a] * values[b] == size for values in per_instance)
     ]
+    rivals = [_input_axis(size, shape, axis) for shape in inputs for axis in _leading_axes(shape, size)]
+    if direct:  # a field equal to the size outranks a product (see the branch strict-trace-ambiguity)
+        return direct + sorted(set(rivals))
     if not products:
         return []
     # an element of a tuple field (`self.block_out_channels[0]`) explains it as well as a product of
@@ -52,7 +62,28 @@ def match_config(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list
     # kernel sizes, strides, a list of widths, one of which a flattened input's size may equal)
     elements = [_int_elements(cfg, fields) for cfg in configs]
     shared = set.intersection(*(set(values) for values in elements))
-    return products + sorted(e for e in shared if all(values[e] == sizes[0] for values in elements))
+    rivals += [e for e in shared if all(values[e] == size for values in elements)]
+    rivals += [
+        f"{k} * {e}" for e in factors for k in SMALL_MULTIPLES if all(k * v[e] == size for v in per_instance)
+    ]
+    return direct + products + sorted(set(rivals))
+
+
+#: The literal multiples of one field a value may be made of without any field of the factor (a
+#: concatenation of two or three copies, an MLP's ratio of 4), which a product of two fields equals
+#: whenever one of them holds the factor in the traced config.
+SMALL_MULTIPLES = (2, 3, 4)
+
+
+def _leading_axes(shape: tuple[int, ...], size: int) -> list[int]:
+    """The axes of ``shape`` before its last (batch, tokens, pixels) that hold ``size``; a 1 is no
+    evidence of anything, nor is a size below 2."""
+    return [axis for axis, n in enumerate(shape[:-1]) if n == size and size > 1]
+
+
+def _input_axis(size: int, shape: tuple[int, ...], axis: int) -> str:
+    """How a rival input axis reads in a finding's list of candidates."""
+    return f"axis {axis} of a traced input of shape {tuple(shape)} ({size}, set by the data)"
 
 
 def match_each(sizes: list[int], configs: list[dict], plan: ClassPlan) -> list[str]:
@@ -79,6 +110,34 @@ def confirmed_by_trace(static: str | None, sizes: list[int], configs: list[dict]
     if len(values) == len(sizes):
         return all(int(v) == n for v, n in zip(values, sizes))
     return len(set(sizes)) == 1 and all(int(v) == sizes[0] for v in values)
+
+
+def traced_inputs(trace: Any, cls: str) -> list[tuple[int, ...]]:
+    """The shapes of the arrays the trace saw enter the model and the class ``cls`` (each call's
+    positional arguments, the leaves of its first call's and of the model's): their axes before the
+    last are sizes the data sets (tokens, pixels), which :func:`match_config` lists beside a field
+    that equals one by chance."""
+    if trace is None:
+        return []
+    own = [shape for call in trace.own_inputs.get(cls, []) for shape in call if shape]
+    leaves = [*trace.own_leaves.get(cls, {}).values(), *trace.root_leaves.values()]
+    return sorted({tuple(s) for s in [*own, *leaves, *trace.root_inputs] if s})
+
+
+def base_factors(
+    base: Any, shapes: list[tuple[int, ...]], configs: list[dict]
+) -> tuple[str, set[int]] | None:
+    """The config base of a flattened or sliced value (``base``: its last axis before, a ``Feat`` of
+    ``self.ch``) and the whole factors each traced call's size is of it; None where the base is no
+    config expression or a size is no whole multiple of it."""
+    if base is None or base.kind != "expr" or not configs:
+        return None
+    factors = set()
+    for shape, value in zip(shapes, config_values(base.expr, configs) or []):
+        if not isinstance(value, int) or value <= 0 or not shape or shape[-1] % value:
+            return None
+        factors.add(shape[-1] // value)
+    return (base.expr, factors) if factors else None
 
 
 def _int_config_values(cfg: dict, fields: set[str]) -> dict[str, int]:

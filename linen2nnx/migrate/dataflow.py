@@ -346,7 +346,9 @@ class FeatureFlow:
             test = config_test(node.test)  # sides sized differently: a choice on it, as after an `if`
             if a != b and both is None and test is not None and {a.kind, b.kind} <= set(tuple_flow.SIZED):
                 return Feat("choice", expr=test, elements=(a, b))
-            return a if a == b else both if both is not None else Feat.unknown("conditional expression")
+            if a == b or both is not None:
+                return a if a == b else both
+            return Feat.unknown("conditional expression" + (tuple_flow.ONE_SIDE if test is not None else ""))
         return Feat.unknown(type(node).__name__)
 
     def _subscript(self, node: cst.Subscript) -> Feat:

@@ -18,7 +18,14 @@ from typing import Any
 import libcst as cst
 
 from linen2nnx.migrate.call_inputs import passed_input
-from linen2nnx.migrate.config_match import config_values, confirmed_by_trace, match_config, match_each
+from linen2nnx.migrate.config_match import (
+    base_factors,
+    config_values,
+    confirmed_by_trace,
+    match_config,
+    match_each,
+    traced_inputs,
+)
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.dataflow import Feat
 from linen2nnx.migrate.handed_modules import HANDED, handed_size
@@ -26,6 +33,7 @@ from linen2nnx.migrate.input_sizes import ones, tuple_valued
 from linen2nnx.migrate.rules import SHAPE_001, SHAPE_002, SHAPE_003, SHAPE_004
 from linen2nnx.migrate.sites import ClassPlan, Site
 from linen2nnx.migrate.trace_paths import MISSING, input_size_of, linen_names, size_path, traced_at
+from linen2nnx.migrate.tuple_flow import ONE_SIDE
 from linen2nnx.namemap import element_key
 
 
@@ -41,6 +49,7 @@ class TraceEvidence:
             [int(how.split(":")[1])],
             self.state.trace.instances.get(plan.name, []) if self.state.trace is not None else [],
             plan,
+            traced_inputs(self.state.trace, plan.name),
         )
         if len(matched) == 1:
             self.ctx.report(
@@ -73,7 +82,12 @@ class TraceEvidence:
         declared = set(values)
         if not carried or not declared or carried == declared:
             return
-        matched = match_config(sorted(carried), self.state.trace.instances.get(plan.name, []), plan)
+        matched = match_config(
+            sorted(carried),
+            self.state.trace.instances.get(plan.name, []),
+            plan,
+            traced_inputs(self.state.trace, plan.name),
+        )
         if len(matched) == 1:
             size = matched[0]
         elif len(carried) == 1:  # not this class's config: a constructor argument its caller fills
@@ -168,19 +182,24 @@ class TraceEvidence:
             shapes = self._element_shapes(plan, site, first=1 if later else 0)
         else:
             shapes = self.state.trace.shapes_for(plan.name, site.linen_name)
-            leaf = self._input_leaf(plan, site, node) if feat.reason not in _BRANCHED else None
+            leaf = self._input_leaf(plan, site, node) if not _branched(feat) else None
             if leaf is not None:
                 return leaf
         sizes = sorted({s[-1] for s in shapes if s})
-        if not sizes:
-            return None
+        if not sizes or feat.reason.endswith(ONE_SIDE):  # the traced config's side of a test of the config
+            return self._traced_literal(plan, site, sizes, node)
         configs = (
             self._site_configs(plan, site) if not listed else self.state.trace.instances.get(plan.name, [])
         )
-        scaled = self._scaled_base(plan, site, feat, shapes, configs, node) if not listed else None
+        flat = self._flattened(plan, site, feat, shapes, configs, node) if not listed else None
+        if flat is not None:  # "": ambiguous, reported
+            return flat or self._traced_literal(plan, site, sizes, node)
+        scaled = (
+            self._sliced_base(f"{plan.name}.{site.attr}", feat, shapes, configs, node) if not listed else None
+        )
         if scaled is not None:
             return scaled
-        matched = match_config(sizes, configs, plan)
+        matched = match_config(sizes, configs, plan, traced_inputs(self.state.trace, plan.name))
         if len(matched) == 1:
             self.ctx.report(
                 SHAPE_001,
@@ -197,6 +216,11 @@ class TraceEvidence:
                 f"traced {sizes[0]} equals {', '.join(matched)}",
                 "pass the size explicitly, or trace with a config where these differ",
             )
+        return self._traced_literal(plan, site, sizes, node)
+
+    def _traced_literal(self, plan: ClassPlan, site: Site, sizes: list[int], node: cst.CSTNode) -> str | None:
+        """With ``--unsafe-fixes``, the one size the trace saw, as a literal (``L2N-SHAPE-004``): right
+        for the traced config only, which the finding says; else None (a required argument)."""
         if len(sizes) == 1 and self.state.unsafe_fixes:
             self.ctx.report(
                 SHAPE_004,
@@ -410,7 +434,19 @@ class TraceEvidence:
                 return
             yield found
 
-    def _scaled_base(
+    def _sliced_base(
+        self, label: str, feat: Feat, shapes: list[tuple[int, ...]], configs: list[dict], node: cst.CSTNode
+    ) -> str | None:
+        """An indexed config-sized value (``x[:, 0]``) the trace saw keep its whole base size: that
+        base, when every traced instance agrees (``label``: the site, ``Class.attr``)."""
+        found = base_factors(feat.base, shapes, configs) if feat.kind == "sliced" else None
+        if found is None or found[1] != {1}:
+            return None
+        traced = min(s[-1] for s in shapes if s)
+        self.ctx.report(SHAPE_001, node, f"input feature size of {label} = {found[0]} (traced: {traced})")
+        return found[0]
+
+    def _flattened(
         self,
         plan: ClassPlan,
         site: Site,
@@ -419,40 +455,65 @@ class TraceEvidence:
         configs: list[dict],
         node: cst.CSTNode,
     ) -> str | None:
-        """A flattened or sliced config-sized value: the traced size as the config's base size (or a
-        whole multiple of it, for a flatten), when every traced instance agrees."""
-        sizes = sorted({s[-1] for s in shapes if s})
-        if not (
-            feat.kind in ("flatten", "sliced")
-            and feat.base is not None
-            and feat.base.kind == "expr"
-            and configs
-        ):
+        """A flatten's size (``x.reshape((x.shape[0], -1))`` after a conv of ``self.ch``) is its base
+        times the axes it merges: pixels, whose number the traced input's resolution sets, written as
+        that factor with a finding that says so (also a factor of 1, a 1 x 1 image); or config (heads),
+        which a field equal to the factor may be, as a field equal to the whole size may explain it:
+        then ``""``, an ``L2N-SHAPE-003`` listing them. None: no config base, or factors that differ."""
+        found = base_factors(feat.base, shapes, configs) if feat.kind == "flatten" else None
+        if found is None or len(found[1]) != 1:
             return None
-        base = feat.base.expr
-        factors = set()
-        for shape, base_value in zip(shapes, config_values(base, configs) or []):
-            if not isinstance(base_value, int) or base_value <= 0 or shape[-1] % base_value:
-                factors = set()
-                break
-            factors.add(shape[-1] // base_value)
-        if factors == {1}:
+        (base, (factor,)), sizes = found, sorted({s[-1] for s in shapes if s})
+        scaled = base if factor == 1 else f"{factor} * {base}"
+        rivals = [f"{e} * {base}" for e in match_config([factor], configs, plan) if factor > 1]
+        rivals += [
+            m
+            for m in match_config(sizes, configs, plan, traced_inputs(self.state.trace, plan.name))
+            if m != scaled
+        ]
+        if rivals:
             self.ctx.report(
-                SHAPE_001,
+                SHAPE_003,
                 node,
-                f"input feature size of {plan.name}.{site.attr} = {base} (traced: {sizes[0]})",
+                f"input feature size of {plan.name}.{site.attr} is ambiguous: the traced {sizes[0]} is "
+                f"{scaled} (for the traced input resolution only), {', '.join(rivals)}",
+                "pass the size explicitly, or trace with a config where these differ",
             )
-            return base
-        if len(factors) == 1 and feat.kind == "flatten":
-            factor = factors.pop()
-            self.ctx.report(
-                SHAPE_001,
-                node,
-                f"input feature size of {plan.name}.{site.attr} = {factor} * {base} (traced: {sizes[0]})",
-                "the factor holds for the traced input resolution only",
-            )
-            return f"{factor} * {base}"
-        return None
+            return ""
+        self.ctx.report(
+            SHAPE_001,
+            node,
+            f"input feature size of {plan.name}.{site.attr} = {scaled} (traced: {sizes[0]})",
+            "the factor holds for the traced input resolution only",
+        )
+        return scaled
+
+    def _axis_matches(
+        self,
+        plan: ClassPlan,
+        sizes: list[int],
+        configs: list[dict],
+        shape: tuple[int, ...],
+        axis: int,
+        paired: bool,
+    ) -> list[str]:
+        """The config expressions an axis of an input shape a parameter reads may be, with its rivals:
+        before the last, an axis of the traced inputs or another axis of ``shape`` holding the same
+        number (16 patches of an 8 x 8 image beside a width of 16), each no evidence. Of equal fields
+        the caller takes the one the class names (see the branch strict-trace-ambiguity), never one
+        beside a rival that is no field."""
+        if paired:
+            return match_each(sizes, configs, plan)
+        last = axis == len(shape) - 1
+        matched = match_config(
+            sizes, configs, plan, [] if last else traced_inputs(self.state.trace, plan.name)
+        )
+        if matched and not last:
+            same = [
+                f"axis {j} of the input itself" for j, n in enumerate(shape) if n == sizes[0] and j != axis
+            ]
+            matched += same
+        return matched
 
     def _input_shape(
         self,
@@ -487,24 +548,25 @@ class TraceEvidence:
                 return ones(rank)
             return self._required_arg(plan, site, what, node, arg, shape=True)
         source = " ".join(code(m) for m in self.state.methods.get(plan.name, []))
-        dims = []
+        dims, last = [], len(shapes[0]) - 1
         for axis in range(len(shapes[0])):
             if axis - len(shapes[0]) not in read:
                 dims.append("1")
                 continue
             sizes = [shape[axis] for shape in calls] if paired else [shapes[0][axis]]
-            matched = match_each(sizes, configs, plan) if paired else match_config(sizes, configs, plan)
-            named = [m for m in matched if "." + m.rsplit(".", 1)[-1] in source]
+            matched = self._axis_matches(plan, sizes, configs, shapes[0], axis, paired)
+            named = [m for m in matched if "." + m.rsplit(".", 1)[-1] in source and m.startswith("self.")]
+            named = named if all(m.startswith("self.") for m in matched) else []
             if len(matched) == 1 or len(named) == 1:
                 dims.append(matched[0] if len(matched) == 1 else named[0])
-            elif not matched and axis == len(shapes[0]) - 1 and confirmed_by_trace(static, sizes, configs):
+            elif not matched and axis == last and confirmed_by_trace(static, sizes, configs):
                 dims.append(static)  # type: ignore[arg-type]
             else:
                 traced = sizes[0] if len(set(sizes)) == 1 else sorted(set(sizes))
                 return self._required_arg(
                     plan,
                     site,
-                    f"{what}: axis {axis} (traced {traced}) matches {', '.join(matched) or 'no config value'}",
+                    f"{what} (axis {axis}, traced {traced}, matches: {', '.join(matched) or 'no config value'})",
                     node,
                     arg,
                     shape=True,
@@ -519,6 +581,15 @@ class TraceEvidence:
 _BRANCHED = frozenset(
     {"conditional expression", "differs between branches", "different objects on different paths"}
 )
+
+
+def _branched(feat: Feat) -> bool:
+    """The value depends on which way a branch went (also one on a test of the config,
+    :data:`~.tuple_flow.ONE_SIDE`, which alone rules out a config field equal to the traced size): the
+    trace saw one side, so an input leaf it equals is no evidence of the other side."""
+    return feat.reason in _BRANCHED or feat.reason.endswith(ONE_SIDE)
+
+
 # attributes, string keys and int indices (jax's keystr of NamedTuple fields, dicts, lists): an
 # expression on the argument; other key kinds (a custom pytree's flat index) are no attribute path
 _PLAIN_ACCESSOR = re.compile(r"(\.[A-Za-z_]\w*|\['[A-Za-z_]\w*'\]|\[\d+\])*")

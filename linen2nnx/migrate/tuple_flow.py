@@ -444,10 +444,18 @@ def merge_value(va: Feat, vb: Feat, config_test: str | None = None) -> Feat:
     both = merged(va, vb, lambda x, y: merge_value(x, y, config_test))
     if both is not None:
         return both
-    # unknown on one path only: that path's reason is the one to fix (`from call`, `from reshape`)
+    # unknown on one path only: that path's reason is the one to fix (`from call`, `from reshape`);
+    # after a test of the config, marked: a trace sees one side's size only (ONE_SIDE)
     unknown = [v for v in (va, vb) if v.kind == "unknown" and not v.reason.startswith(DISAGREEING)]
     reason = unknown[0].reason if len(unknown) == 1 and unknown[0].reason else "differs between branches"
-    return Feat.unknown(reason)
+    number = reason in ("Integer", "Float")  # a number has no axis to size a layer: no side to mark
+    return Feat.unknown(reason + (ONE_SIDE if config_test is not None and not number else ""))
+
+
+#: The end of an unknown value's reason where the paths of a test of the config disagree (`if
+#: self.double: x = f(x)`): the size depends on which way the test went, and a trace of one config
+#: saw one way, so a field equal to its size is no evidence of the other.
+ONE_SIDE = ", on one side of a config test"
 
 
 def after_if(stmt: cst.If, then: dict[str, Feat], other: dict[str, Feat], unsure: Callable) -> dict:
