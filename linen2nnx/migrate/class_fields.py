@@ -37,14 +37,16 @@ default of such a class is whatever the configuration binds, not a constant: a c
 out as the size of what it builds (:func:`default_for_caller`)."""
 
 
+def configuring(ctx: FileContext, decorator: cst.Decorator) -> bool:
+    """Whether ``decorator`` is one of :data:`CONFIGURING_DECORATORS`, bare or called."""
+    applied = decorator.decorator
+    target = applied.func if isinstance(applied, cst.Call) else applied
+    return bool({ctx.absolute(q) for q in ctx.qualnames(target)} & CONFIGURING_DECORATORS)
+
+
 def configured_by_name(ctx: FileContext, node: cst.ClassDef) -> bool:
-    """Whether a decorator of ``node`` is one of :data:`CONFIGURING_DECORATORS`."""
-    for decorator in node.decorators:
-        applied = decorator.decorator
-        target = applied.func if isinstance(applied, cst.Call) else applied
-        if {ctx.absolute(q) for q in ctx.qualnames(target)} & CONFIGURING_DECORATORS:
-            return True
-    return False
+    """Whether a decorator of ``node`` fills its fields from a configuration (:func:`configuring`)."""
+    return any(configuring(ctx, d) for d in node.decorators)
 
 
 def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:

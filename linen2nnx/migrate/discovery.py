@@ -207,13 +207,13 @@ def package_suffixes(work: list[tuple[Path, str, str]]) -> list[tuple[str, ...]]
     suffixes = [
         {".".join(p[k:]) for n in own for p in [n.split(".")] for k in range(1, len(p) - 1)} for own in names
     ]
+    if not any(suffixes):
+        return [() for _ in work]
     counts: dict[str, int] = {}
     for found in suffixes:
         for suffix in found:
             counts[suffix] = counts.get(suffix, 0) + 1
-    taken = set().union(*names) if names else set()
-    if not any(suffixes):
-        return [() for _ in work]
+    taken = set().union(*names)
     installed = _installed_top_level()  # `flax.linen.x` of a vendored copy stays the installed flax's
     return [
         tuple(

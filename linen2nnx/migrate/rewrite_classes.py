@@ -21,7 +21,7 @@ from linen2nnx.migrate.bridge import (
     packed_methods,
 )
 from linen2nnx.migrate.cells import CARRY_METHOD, nnx_initialize_carry
-from linen2nnx.migrate.class_fields import configured_by_name, read_at_class_creation
+from linen2nnx.migrate.class_fields import configuring, read_at_class_creation
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
     code,
@@ -244,7 +244,7 @@ class ClassRewriter:
                 and {self.ctx.absolute(q) for q in self.ctx.qualnames(maker)} & DATACLASS_BLIND_FACTORIES
             ):
                 continue
-            if configured_by_name(self.ctx, original.with_changes(decorators=[decorator])):
+            if configuring(self.ctx, decorator):
                 continue
             self.ctx.report(
                 MOD_017,
