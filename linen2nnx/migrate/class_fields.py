@@ -84,6 +84,8 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
                     )
                     if holds_modules(field.annotation, field.name in indexed):
                         field = dataclasses.replace(field, holds_modules=True)
+                    elif sequence_field(field.annotation, field.default):
+                        field = dataclasses.replace(field, as_tuple=True)
                     if field.default is not None:  # `other: int = WIDTH`, a constant of the class body
                         reads = names_in(cst.parse_expression(field.default)) & class_body_names(node)
                         field = dataclasses.replace(field, class_names=frozenset(reads))
@@ -314,6 +316,35 @@ def holds_modules(annotation: str | None, applied_by_index: bool) -> bool:
     if not names & _CONTAINERS:
         return False
     return "Module" in annotation or (applied_by_index and bool(names - _CONTAINERS - _PLAIN_ELEMENTS))
+
+
+_SEQUENCES = frozenset(
+    {"Sequence", "MutableSequence", "List", "list", "Tuple", "tuple", "Iterable", "Collection"}
+)
+
+
+def sequence_field(annotation: str | None, default: str | None) -> bool:
+    """A field annotated as a sequence (``Sequence[int]``, ``Optional[Tuple[int, int]]``), or with a tuple
+    default: Linen freezes what a caller hands it (``flax.linen.module._freeze_attr``: a list becomes a
+    tuple), so ``self.strides == (1, 1)`` and ``self.widths + (out,)`` hold for ``strides=[1, 1]`` too. The
+    NNX ``__init__`` stores such a list as a tuple as well; a field of any other type keeps what it is
+    handed (a config object or a number is not frozen by Linen either)."""
+    names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", annotation or ""))
+    if names & _SEQUENCES and not names & {"Mapping", "MutableMapping", "Dict", "dict", "FrozenDict"}:
+        return True
+    return default is not None and default.startswith("(") and default.endswith(")") and "," in default
+
+
+def field_value(field: Field) -> str:
+    """What the NNX ``__init__`` stores for ``field``: the argument (``nnx.data`` for modules, a list made
+    a tuple for a sequence, as Linen does), or the default of a field that is no argument."""
+    if not field.init:
+        return str(field.default)
+    if field.holds_modules:
+        return f"nnx.data({field.name})"  # a dict or list of modules is data in NNX
+    if field.as_tuple:
+        return f"tuple({field.name}) if isinstance({field.name}, list) else {field.name}"
+    return field.name
 
 
 def default_for_caller(

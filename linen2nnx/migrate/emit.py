@@ -11,6 +11,7 @@ import libcst as cst
 
 from linen2nnx.layers import dtype_kwargs, nnx_ctor_params
 from linen2nnx.migrate.annotation_names import written_annotation
+from linen2nnx.migrate.class_fields import field_value
 from linen2nnx.migrate.conditional_emit import conditional, nested_in_else, other_branch
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import (
@@ -310,11 +311,7 @@ class Emitter:
         names = self.state.module_names  # and `jax`, which the output imports when it needs it
         fn = self._init_header(plan, names | {"jax"} if names and self.state.needs_jax_import else names)
         stmts: list[cst.BaseStatement] = [
-            parse_statement(
-                f"self.{f.name} = nnx.data({f.name})\n"  # a dict or list of modules is data in NNX
-                if f.init and f.holds_modules
-                else f"self.{f.name} = {f.name if f.init else f.default}\n"
-            )
+            parse_statement(f"self.{f.name} = {field_value(f)}\n")
             for f in plan.fields
             if f.init or f.default is not None  # init=False: its default, set here
         ]

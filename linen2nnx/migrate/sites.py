@@ -141,6 +141,7 @@ class Field:
     class_names: frozenset[str] = frozenset()  # names of the class body its default reads (``WIDTH``)
     holds_modules: bool = False  # a container of modules (class_fields.holds_modules): nnx.data in NNX
     configured: bool = False  # its class takes defaults from a configuration (gin): no constant default
+    as_tuple: bool = False  # a sequence field: a list handed to it is a tuple, as in Linen (sequence_field)
 
 
 @dataclasses.dataclass
