@@ -17,6 +17,9 @@ LINEN = "flax.linen"
 NNX = "flax.nnx"
 
 
+_MASK = frozenset({"mask"})
+"""A norm's call-time ``mask=`` (see ``LayerRule.bool_call_args``)."""
+
 KEEP_DTYPES = "lambda args, dtype=None, inexact=True: args"
 """The ``promote_dtype`` a norm given a ``dtype`` gets (see ``LayerRule.keeps_dtypes``): the values as they are."""
 
@@ -132,6 +135,10 @@ class LayerRule:
     setup_params: tuple[str, ...] = ()
     """Parameters the Linen layer binds in ``setup()``, so that code reads them as attributes of a built
     layer (``word.embedding``: an array); the NNX layer holds a Variable there, read with ``[...]``."""
+    bool_call_args: frozenset[str] = frozenset()
+    """Call-time keywords Linen casts to bool and NNX hands on as given (a norm's ``mask=``: Linen's
+    statistics take ``jnp.asarray(mask, dtype=bool)``, NNX's ``jnp.mean(where=mask)`` refuses an int or
+    float padding mask): written as that cast."""
     call_keywords: tuple[str, ...] = ()
     """Linen call signature; when set, positional call arguments after the first become these keywords
     (``SelfAttention(x, mask)``: NNX's second positional is ``inputs_k``)."""
@@ -247,6 +254,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "LayerNorm",
         "LayerNorm",
         in_arg="num_features",
+        bool_call_args=_MASK,
         keeps_dtypes=True,
         only_values={"feature_axes": _LAST_AXIS},  # num_features is the last axis's size
         unsupported_args=_NORM_UNSUPPORTED,
@@ -258,6 +266,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "RMSNorm",
         "RMSNorm",
         in_arg="num_features",
+        bool_call_args=_MASK,
         keeps_dtypes=True,
         only_values={"feature_axes": _LAST_AXIS},  # num_features is the last axis's size
         unsupported_args=_NORM_UNSUPPORTED,
@@ -269,6 +278,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "GroupNorm",
         "GroupNorm",
         in_arg="num_features",
+        bool_call_args=_MASK,
         keeps_dtypes=True,
         # nnx.GroupNorm repeats the group statistics along axis 1, right only when it reduces every axis
         only_values={"reduction_axes": ("None",)},
@@ -281,6 +291,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "BatchNorm",
         "BatchNorm",
         in_arg="num_features",
+        bool_call_args=_MASK,
         keeps_dtypes=True,
         stats_promoted=True,
         only_values={"axis": _LAST_AXIS},  # num_features is the last axis's size

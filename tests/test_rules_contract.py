@@ -36,6 +36,7 @@ EXEMPT = {
 # Test files whose numeric parity tests run fixtures: a case counts as covered when one of them names it.
 PARITY_TESTS = (
     "test_module_forms_parity.py",
+    "test_norm_masks.py",
     "test_sequence_fields.py",
     "test_caller_sizes.py",
     "test_transforms_parity.py",

@@ -471,6 +471,18 @@ class CallRewriter:
         )
         return cst.Name("False")
 
+    def _as_bool(self, arg: cst.Arg) -> cst.Arg:
+        """``mask=m`` -> ``mask=jax.numpy.asarray(m, dtype=bool)``, the cast Linen makes (``LayerRule.
+        bool_call_args``); a name or attribute, which may hold None (no mask), only when it is not None."""
+        value = arg.value
+        if isinstance(value, cst.Comparison) or (isinstance(value, cst.Name) and value.value == "None"):
+            return arg  # a comparison is a bool array already
+        self.state.needs_jax_import = True
+        cast = f"jax.numpy.asarray({code(value)}, dtype=bool)"
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            cast = f"None if {code(value)} is None else {cast}"
+        return arg.with_changes(value=parse_expression(cast))
+
     def _rewrite_layer_call(self, site: Site, original: cst.Call, updated: cst.Call) -> cst.Call:
         """Apply the call-time differences of a layer: moved mode args, renamed / unsupported keywords."""
         rule = site.rule
@@ -496,6 +508,7 @@ class CallRewriter:
             else a
             for a in args
         ]
+        args = [self._as_bool(a) if a.keyword and a.keyword.value in rule.bool_call_args else a for a in args]
         if rule.call_keywords:
             positional = [a for a in args if a.keyword is None and not a.star]
             args = (
