@@ -423,6 +423,14 @@ CASES = {
     "share_scope": ("Block", {}, (2, 4)),  # nn.share_scope(self, child): the child's names at this level
     "setup_handed_instance": ("Block", {}, (2, 3)),  # AltUp(norm=Norm()) in setup: adopted as altup/norm
     "setup_branch_classes": ("Same", {}, (2, 4)),  # one class in both branches: no L2N-MOD-013
+    "compact_class_choice": (
+        "Encoder",
+        {},
+        (2, 3),
+    ),  # block = BlockA under `if self.kind == 'a'`, else BlockB
+    "compact_class_choice_b": ("Encoder", {"kind": "b"}, (2, 3)),  # ... the other branch: BlockB's weights
+    "compact_class_choice_stack": ("Stack", {}, (2, 4)),  # auto-named: BlockB_0, BlockB_1
+    "compact_class_choice_wide": ("Stack", {"wide": True}, (2, 3)),  # Wide_0, Wide_1: out_features read
     "rank_through_blocks": ("ViT", {}, (2, 4, 4, 3)),  # act field, param shape in a local: x[:, 0] sized
     "rebound_shape_unpack_config": ("ConfigFirst", {}, (2, 4, 4, 3)),  # c = self.hidden // 2 unread
     "rebound_shape_unpack_token": ("ClassToken", {}, (2, 4, 4, 3)),  # n, l, c = x.shape after, c unread
@@ -608,6 +616,9 @@ SOURCES = {
     "post_init_embedder": "post_init",
     "setup_comprehension_zip_short": "setup_comprehension_zip",
     "setup_lists_zipped_deep": "setup_lists_zipped",
+    "compact_class_choice_b": "compact_class_choice",
+    "compact_class_choice_stack": "compact_class_choice",
+    "compact_class_choice_wide": "compact_class_choice",
 }
 UNUSED_BY_LINEN = {
     "tied_embedding_chain": 1,

@@ -60,6 +60,7 @@ NOT_RUNNABLE = {
     "factory_list_elements": "manual findings: the classes stay Linen behind the bridge, nothing is rewritten",
     "outside_factory_function": "imports a package that is not there (dopamine_like); manual findings",
     "class_chosen_by_condition": "manual findings: the blocks are built the Linen way (the verifier's markers)",
+    "compact_class_choice_kept": "manual findings: the blocks are built the Linen way (the verifier's markers)",
     "with_context_creation": "manual findings: the class stays Linen behind the bridge, nothing is rewritten",
     "compact_method_input_shape": "manual findings: the class stays Linen behind the bridge, nothing is rewritten",
     "unpacked_changed_dict": "manual finding: a dict changed at call time, unpacked into a class of the run",

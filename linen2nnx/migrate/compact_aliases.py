@@ -13,7 +13,8 @@ call's arguments closed over, so what ``static_argnums`` kept static stays a Pyt
 local's statement goes. Only a local bound once, by a top-level statement, and read only as the
 callee of a constructor call after it, is taken; under the remat every call must give ``name=``,
 since Linen's auto-names follow the wrapped class (``CheckpointBlock_0``) and would depend on the
-condition. When a use is not planned the statement stays and the class read is a finding.
+condition. When a use is not planned the statement stays and the class read is a finding. A local
+chosen among several classes on the config is planned as its first class (class_choices.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
+from linen2nnx.migrate.class_choices import auto_names_exact, class_choice
 from linen2nnx.migrate.cst_meta import FastVisitor, calls_in
 from linen2nnx.migrate.cst_utils import code, keyword_arg, names_in, negated, single_assign
 
@@ -30,11 +32,15 @@ from linen2nnx.migrate.cst_utils import code, keyword_arg, names_in, negated, si
 @dataclasses.dataclass
 class CompactAlias:
     name: str
-    stmt: cst.SimpleStatementLine
-    cls: cst.BaseExpression  # the class every use builds
+    stmt: cst.BaseStatement
+    cls: cst.BaseExpression  # the class every use builds (of a choice: the first, planned for all)
     uses: list[cst.Name]  # the local at each constructor call
     remat: cst.Call | None = None  # `nn.remat(Block, ...)`, applied when `condition` holds
     condition: str | None = None
+    classes: list[cst.BaseExpression] = dataclasses.field(
+        default_factory=list
+    )  # of a choice (class_choices.py)
+    choice: cst.BaseExpression | None = None  # ... `BlockA if self.kind == 'a' else BlockB`, for __init__
 
 
 def _reads(nodes: list[cst.BaseStatement], name: str) -> list[cst.Name]:
@@ -103,12 +109,13 @@ def compact_aliases(
     params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)}
     found: list[CompactAlias] = []
     for at, stmt in enumerate(body):
-        assign = single_assign(stmt)
-        if assign is None or counts.get(assign[0]) != 1 or assign[0] in params:
+        among = class_choice(stmt, counts, is_class)  # `block = A if self.a else B`, or an `if` of them
+        assign = single_assign(stmt) if among is None else (among[0], among[1][0])
+        if assign is None or (among is None and counts.get(assign[0]) != 1):
             continue
         name, value = assign
         choice = _choice(value, is_class, is_remat)
-        if choice is None or _reads(body[:at], name):
+        if choice is None or name in params or _reads(body[:at], name):
             continue
         uses = _reads(body[at + 1 :], name)
         calls = [parent_of(use) for use in uses]
@@ -116,8 +123,12 @@ def compact_aliases(
             continue
         if choice[1] is not None and not all(keyword_arg(c, "name") is not None for c in calls):  # type: ignore[arg-type]
             continue  # auto-names under the remat would be CheckpointBlock_k
-        assert isinstance(stmt, cst.SimpleStatementLine)
-        found.append(CompactAlias(name, stmt, choice[0], uses, choice[1], choice[2]))
+        if among is not None and not auto_names_exact(fn, stmt, among[1], calls):  # type: ignore[arg-type]
+            continue  # BlockA_k or BlockB_j: Linen counts each class apart
+        alias = CompactAlias(name, stmt, choice[0], uses, choice[1], choice[2])
+        if among is not None:
+            alias.classes, alias.choice = among[1], among[2]
+        found.append(alias)
     return found
 
 

@@ -142,9 +142,11 @@ class Emitter:
         if site.lifted is not None:  # nn.scan(Block, ...)(cfg): the class itself, lifted in _build
             updated = updated.with_changes(func=parse_expression(code(site.lifted.base)))
         elif site.ctor.func in self.state.hoisted_aliases:  # `block(...)` of `block = Block`, which goes
-            updated = updated.with_changes(
-                func=parse_expression(code(self.state.alias_classes[site.ctor.func]))
+            chosen = self.state.alias_choices.get(site.ctor.func)  # `(BlockA if self.a else BlockB)(...)`
+            func = (
+                f"({code(chosen)})" if chosen is not None else code(self.state.alias_classes[site.ctor.func])
             )
+            updated = updated.with_changes(func=parse_expression(func))
         args = self._handed_instances(site, updated)
         args = [a for a in args if not (a.keyword is not None and a.keyword.value == "name")]
         args = with_moved_flags(site, args)  # merged mode flags: given at the call

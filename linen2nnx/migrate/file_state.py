@@ -129,6 +129,9 @@ class FileState:
     hoisted_aliases: set[cst.CSTNode] = dataclasses.field(
         default_factory=set
     )  # ... of those, a @nn.compact local whose statement goes: __init__ builds the class (compact_aliases.py)
+    alias_choices: dict[cst.CSTNode, cst.BaseExpression] = dataclasses.field(
+        default_factory=dict
+    )  # ... of those, a local chosen among classes on the config -> the choice `__init__` makes (class_choices.py)
     factory_layers: dict[cst.CSTNode, LayerRule] = dataclasses.field(
         default_factory=dict
     )  # the constructor each call of one stands for (its callee: a node built from text) -> its layer

@@ -9,6 +9,7 @@ import libcst as cst
 
 from linen2nnx.layers import LAYERS_BY_LINEN
 from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.cst_utils import code, keyword_arg, literal_name
 from linen2nnx.migrate.factory_fields import FieldFactory
 from linen2nnx.migrate.kw_only import bound_fields
 from linen2nnx.migrate.lifted import param_axis
@@ -29,14 +30,25 @@ def _bound_classes(ctx: FileContext, site: Site) -> list[tuple[str, str]]:
     """The Linen names of a factory field's other bindings (``block_cls=BlockB`` besides the default
     ``BlockA``): Linen auto-names the child after the class the field builds (``BlockB_0``), so each
     binding maps that name to the same attribute."""
-    factory = site.factory
-    if not isinstance(factory, FieldFactory) or len(factory.classes) < 2:
+    keys = _choice_keys(ctx, site)
+    if len(keys) < 2:
         return []
-    first = factory.classes[0]
+    first = keys[0].rpartition(".")[2]
     if not site.linen_name.startswith(f"{first}_"):
         return []  # named by `name=`: one name whatever the class
     suffix = site.linen_name[len(first) :]
-    return [(f"{name}{suffix}", ctx.class_key(name)) for name in factory.classes[1:]]
+    return [(f"{key.rpartition('.')[2]}{suffix}", key) for key in keys[1:]]
+
+
+def _choice_keys(ctx: FileContext, site: Site) -> list[str]:
+    """The keys of the classes a site may build, by the binding of a factory field or by a local of
+    ``@nn.compact`` chosen on the config (class_choices.py); fewer than two for one class."""
+    if site.choice_plans:
+        return [p.key or ctx.class_key(p.name) for p in site.choice_plans]
+    factory = site.factory
+    if not isinstance(factory, FieldFactory):
+        return []
+    return [ctx.class_key(name) for name in factory.classes]
 
 
 def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
@@ -72,11 +84,9 @@ def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
         elif site.prefix_index:  # the first of the modules before its class's first loop: they start its list
             name = site.linen_name.rpartition("_")[0]
             entry.children[name] = Child(attr=site.attr, linen_class=linen_class, container="list")
-        elif (
-            site.loop is not None and isinstance(site.factory, FieldFactory) and len(site.factory.classes) > 1
-        ):
-            for name in site.factory.classes:  # named after whichever class the field builds
-                built_key = ctx.class_key(name)
+        elif site.loop is not None and len(keys := _choice_keys(ctx, site)) > 1 and not _chosen_by_name(site):
+            for built_key in keys:  # named after whichever class the field / the local builds
+                name = built_key.rpartition(".")[2]
                 entry.children[name] = Child(attr=site.attr, linen_class=built_key, container="list")
         elif site.loop is not None:
             child_key = (
@@ -84,13 +94,9 @@ def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
             )
             entry.children[child_key] = Child(attr=site.attr, linen_class=linen_class, container="list")
         elif site.nest is not None:  # Linen counts on across the loops: {Class}_{k} is element k
-            classes = (
-                site.factory.classes
-                if isinstance(site.factory, FieldFactory) and site.factory.classes
-                else ()
-            )
-            for name in classes or (site.linen_name,):
-                key_of = linen_class if not classes else ctx.class_key(name)
+            keys = [] if _chosen_by_name(site) else _choice_keys(ctx, site)
+            for key_of in keys or (linen_class,):
+                name = key_of.rpartition(".")[2] if keys else site.linen_name
                 entry.children[name] = Child(attr=site.attr, linen_class=key_of, container="list")
             if site.single_name:  # `'wi' if len(self.activations) == 1 else f'wi_{idx}'`
                 entry.children[site.single_name] = Child(attr=f"{site.attr}/0", linen_class=linen_class)
@@ -126,13 +132,38 @@ def report_other_builds(ctx: FileContext, plan: ClassPlan) -> None:
         texts = [_build_text(*before), _build_text(*build)]
         if texts[0] == texts[1]:  # flax's DenseGeneral and a library's own: the full names
             texts = [_build_text(*before, full=True), _build_text(*build, full=True)]
-        ctx.report(
-            MOD_013,
-            site.ctor,
-            f"{site.linen_name} is built as {texts[0]} or as {texts[1]} depending on the config: the name map "
-            "names one build's weights only",
-            "build one class under each name (two attributes), or convert the checkpoint with a map written by hand",
-        )
+        _report_builds(ctx, site, site.linen_name, texts)
+
+
+def report_class_choice(ctx: FileContext, site: Site, keys: list[str]) -> None:
+    """A use named by ``name=`` of a local holding one of several classes chosen on the config
+    (class_choices.py): one Linen name for each class's weights, as ``report_other_builds`` says."""
+    texts = [_build_text(key, None) for key in keys]
+    if len(set(texts)) < len(texts):
+        texts = [_build_text(key, None, full=True) for key in keys]
+    name = keyword_arg(site.ctor, "name")
+    assert name is not None
+    shown = code(name.value)  # `f'block_{i}'` is shown as the names it gives, `block_{i}`
+    if isinstance(name.value, cst.FormattedString) and not name.value.start.endswith('"""'):
+        shown = shown[len(name.value.start) : -len(name.value.end)]
+    _report_builds(ctx, site, literal_name(site.ctor) or shown, texts)
+
+
+def _report_builds(ctx: FileContext, site: Site, name: str, texts: list[str]) -> None:
+    """L2N-MOD-013 on ``site``: ``name`` is built as each of ``texts`` depending on the config."""
+    shown = ", as ".join(texts[:-1]) + f" or as {texts[-1]}"
+    ctx.report(
+        MOD_013,
+        site.ctor,
+        f"{name} is built as {shown} depending on the config: the name map names one build's weights only",
+        "build one class under each name (two attributes), or convert the checkpoint with a map written by hand",
+    )
+
+
+def _chosen_by_name(site: Site) -> bool:
+    """A use of a class chosen on the config that gives ``name=``: one Linen name whichever class
+    builds it, not one per class."""
+    return bool(site.choice_plans) and keyword_arg(site.ctor, "name") is not None
 
 
 def _build_text(linen_class: str, handed: dict[str, str] | None, full: bool = False) -> str:

@@ -16,6 +16,7 @@ from linen2nnx.migrate.auto_name_counts import never_together
 from linen2nnx.migrate.call_time_builds import built_when_sized
 from linen2nnx.migrate.callee_ranks import with_out_ranks
 from linen2nnx.migrate.carry_inits import plan_carry_inits
+from linen2nnx.migrate.class_choices import alike_candidates, finish_choice
 from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
 from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
 from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
@@ -528,9 +529,12 @@ class ClassPlanner:
             ),
             lambda call: self.ctx.transform_kind(call.func) == "remat",
         )
+        found = [a for a in found if alike_candidates(self.ctx, a.classes)]  # class_choices.py
         for alias in found:
             for use in alias.uses:
                 self.state.alias_classes[use] = alias.cls
+                if alias.choice is not None:  # built as the class the config chooses (class_choices.py)
+                    self.state.alias_choices[use] = alias.choice
         return found
 
     def _hoist_alias(self, plan: ClassPlan, alias: CompactAlias) -> None:
@@ -542,7 +546,8 @@ class ClassPlanner:
         self.state.dropped_statements.add(alias.stmt)
         self.state.hoisted_aliases.update(alias.uses)
         plan.pure_locals.pop(alias.name, None)
-        plan.partial_classes.add(alias.cls)  # read as a value only to build these
+        plan.partial_classes.update(alias.classes or [alias.cls])  # read as a value only to build these
+        finish_choice(self.ctx, sites, alias.classes)
         if alias.remat is None:
             return
         plan.partial_classes.add(alias.remat.args[0].value)

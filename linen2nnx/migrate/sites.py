@@ -246,6 +246,7 @@ class Site:
     elements_index: str = ""  # ... and the comprehension's index variable
     single_name: str = ""  # of a loop's list: element 0's Linen name where the loop builds it alone (`wi`)
     scope_names: tuple[str, ...] = ()  # built into the parent's scope (nn.share_scope): its names there
+    choice_plans: tuple[Any, ...] = ()  # the classes a config-chosen local builds (class_choices.py)
 
     @property
     def flow_key(self) -> str:

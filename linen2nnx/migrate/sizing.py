@@ -113,13 +113,13 @@ class Sizer(TraceEvidence):
 
     def layer_info(self, site: Site) -> LayerInfo:
         """What the flow needs of one application of ``site``. A factory field bound to several classes
-        gives what they agree on; a submodule of a loop nest whose output size reads the loops' names
-        gives the built element's own attribute (``self.block[-1].out_features``), which __init__ reads
-        right after appending it -- or unknown when the class has none."""
-        classes = site.factory.classes if isinstance(site.factory, FieldFactory) else ()
+        (or a config-chosen local, class_choices.py) gives what they agree on; a submodule of a loop nest
+        whose output size reads the loops' names gives the built element's own attribute
+        (``self.block[-1].out_features``), read right after appending it -- or unknown without one."""
+        classes = site.factory.classes if isinstance(site.factory, FieldFactory) else site.choice_plans
         if len(classes) < 2 and site.nest is None:
             return self._single_layer_info(site)
-        plans = [self.state.linen_classes.get(c) for c in classes]
+        plans = [c if isinstance(c, ClassPlan) else self.state.linen_classes.get(c) for c in classes]
         infos = (
             [
                 self._single_layer_info(site if p is site.user else dataclasses.replace(site, user=p))
