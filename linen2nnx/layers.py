@@ -156,13 +156,17 @@ class LayerRule:
     where Linen did."""
     callee: str | None = None
     """The constructor emitted instead of ``nnx.<nnx>``: a subclass of it the file defines (a layer
-    subclass that transforms a parameter, :mod:`linen2nnx.migrate.layer_subclasses`)."""
+    subclass that transforms a parameter, :mod:`linen2nnx.migrate.layer_subclasses`), as the call writes
+    it (``convs.StdConv``, an alias ``SC``)."""
+    subclass: str | None = None
+    """That subclass's own class name: Linen counts auto-names by ``type(self).__name__`` (``StdConv_0``),
+    whatever module attribute or alias the call reaches it through."""
 
     @property
     def auto_name(self) -> str:
         """The class name Linen counts this layer's auto-names by (``Conv_0``; ``StdConv_0`` built as a
         subclass)."""
-        return self.callee or self.linen
+        return self.subclass or self.linen
 
     @property
     def linen_qualname(self) -> str:

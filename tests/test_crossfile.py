@@ -475,6 +475,12 @@ def test_another_files_layer_subclass_built_by_a_class_of_the_run_reaches_parity
     assert "convs.StdConv(in_features, self.width, (3, 3), use_bias=False, rngs=rngs)" in migrated
     assert "StdConv(self.width, 3, (1, 1), rngs=rngs)" in migrated
 
+    parity = _std_root_parity(src, out)
+    assert {leaf.path for leaf in parity.by_check()["grad"]} >= {"conv_root/kernel", "std_conv_0/kernel"}
+
+
+def _std_root_parity(src: Path, out: Path):
+    """Linen ``pkg.net.Root`` of ``src`` against its migration in ``out``, through the written name map."""
     x = np.random.default_rng(0).normal(size=(2, 6, 6, 3)).astype(np.float32)
     side = LinenSide(
         model=_import_class(src, "net", "Root")(),
@@ -492,7 +498,34 @@ def test_another_files_layer_subclass_built_by_a_class_of_the_run_reaches_parity
     )
     parity = check(pair, variables)
     assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
-    assert {leaf.path for leaf in parity.by_check()["grad"]} >= {"conv_root/kernel", "std_conv_0/kernel"}
+    return parity
+
+
+STD_BY_ATTRIBUTE = (
+    "import flax.linen as nn\n\nfrom pkg import convs\nimport pkg.convs\nfrom pkg.convs import StdConv as SC\n\n\n"
+    "class Root(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
+    "        x = convs.StdConv(4, (3, 3))(x)\n"
+    "        x = pkg.convs.StdConv(4, (3, 3))(nn.relu(x))\n"
+    "        return SC(3, (1, 1))(nn.relu(x))\n"
+)
+
+
+def test_another_files_layer_subclass_is_auto_named_by_its_own_class_name(tmp_path):
+    """Linen names an unnamed ``convs.StdConv(...)`` / ``pkg.convs.StdConv(...)`` / ``SC(...)`` (an alias)
+    ``StdConv_<n>``, by ``type(self).__name__``: the attribute is ``std_conv_<n>``, not ``self.convs.…``
+    (which did not build: AttributeError) nor ``sc_0`` (whose weights had no NNX home)."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    (src / "pkg").mkdir(parents=True)
+    for name, text in {**LAYER_SUBCLASS, "net.py": STD_BY_ATTRIBUTE}.items():
+        (src / "pkg" / name).write_text(text)
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    assert result.exit_code() == 0, [f.format_text() for f in result.findings]
+    migrated = (out / "pkg" / "net.py").read_text()
+    assert "self.std_conv_0 = convs.StdConv(in_features, 4, (3, 3), rngs=rngs)" in migrated
+    assert "self.std_conv_1 = pkg.convs.StdConv(4, 4, (3, 3), rngs=rngs)" in migrated
+    assert "self.std_conv_2 = SC(4, 3, (1, 1), rngs=rngs)" in migrated
+    parity = _std_root_parity(src, out)
+    assert {leaf.path for leaf in parity.by_check()["grad"]} >= {f"std_conv_{i}/kernel" for i in range(3)}
 
 
 STD_KEPT = (

@@ -68,7 +68,9 @@ def layer_subclass(cls: cst.ClassDef, base_rule: LayerRule | None, is_linen: obj
     found = _override(body[0], TRANSFORMED[base_rule.linen])
     if found is None or any(is_linen(n) for _, stmts in found[1] for s in stmts for n in _names(s)):
         return None
-    return LayerSubclass(dataclasses.replace(base_rule, callee=cls.name.value), found[0], found[1])
+    return LayerSubclass(
+        dataclasses.replace(base_rule, callee=cls.name.value, subclass=cls.name.value), found[0], found[1]
+    )
 
 
 def _override(fn: cst.FunctionDef, params: tuple[str, ...]) -> tuple[str, tuple] | None:
