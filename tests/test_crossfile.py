@@ -528,6 +528,60 @@ def test_another_files_layer_subclass_is_auto_named_by_its_own_class_name(tmp_pa
     assert {leaf.path for leaf in parity.by_check()["grad"]} >= {f"std_conv_{i}/kernel" for i in range(3)}
 
 
+FIELD_BLOCKS = (
+    "import flax.linen as nn\n\n\n"
+    "class Block(nn.Module):\n    width: int\n\n    @nn.compact\n    def __call__(self, x):\n"
+    "        return nn.relu(nn.Dense(self.width)(x))\n"
+)
+FIELD_NETS = (
+    "from typing import Any\n\nimport flax.linen as nn\n\n{imported}\n\n\n"
+    "class Net(nn.Module):\n    stages: Any = (1, 2)\n    block_cls: Any = {default}\n\n"
+    "    @nn.compact\n    def __call__(self, x):\n"
+    "        for i, n in enumerate(self.stages):\n            for j in range(n):\n"
+    "                x = self.block_cls(8)(x)\n"
+    "        return nn.Dense(3)(x)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "imported, default",
+    [("from pkg import blocks", "blocks.Block"), ("from pkg.blocks import Block as B", "B")],
+)
+def test_a_factory_field_of_another_files_class_built_in_a_loop_nest_maps_that_class(
+    tmp_path, imported, default
+):
+    """``block_cls: Any = blocks.Block`` built in a loop nest: the map's list child names the class
+    where it is defined (``pkg.blocks.Block``); it named ``pkg.nets.Block``, which no class is, so no
+    weight of the blocks converted ("no NNX home")."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    (src / "pkg").mkdir(parents=True)
+    nets = FIELD_NETS.format(imported=imported, default=default)
+    for name, text in {"__init__.py": "", "blocks.py": FIELD_BLOCKS, "nets.py": nets}.items():
+        (src / "pkg" / name).write_text(text)
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    assert result.exit_code() == 0, [f.format_text() for f in result.findings]
+    assert not [f for f in result.findings if f.severity.value == "manual"]
+    x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
+    side = LinenSide(
+        model=_import_class(src, "nets", "Net")(),
+        batch={"x": x},
+        loss=lambda o, b: jnp.mean(o**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    nnx_net = _import_class(out, "nets", "Net")
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_net(in_features=5, rngs=rngs),
+        name_map=out / "linen2nnx-map.json",
+    )
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    assert {leaf.path for leaf in parity.by_check()["grad"]} >= {
+        f"block/{i}/dense_0/kernel" for i in range(3)
+    }
+
+
 STD_KEPT = (
     "import flax.linen as nn\n\nfrom pkg import convs\n\n\n"
     "class Root(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"

@@ -26,6 +26,16 @@ def _linen_class(ctx: FileContext, site: Site) -> str:
     return site.user.key or ctx.class_key(site.user.name)  # type: ignore[union-attr]
 
 
+def _built_class_key(ctx: FileContext, site: Site, name: str) -> str:
+    """The name-map key of class ``name`` a factory field of ``site`` builds: where that class is
+    defined (``mypkg.blocks.Block`` for a default of another file, which the site's plan carries), not
+    this file's ``mypkg.nets.Block``, which no class has and so converts none of its weights."""
+    user = site.user
+    if user is not None and user.name == name and user.key:
+        return user.key
+    return ctx.class_key(name)
+
+
 def _bound_classes(ctx: FileContext, site: Site) -> list[tuple[str, str]]:
     """The Linen names of a factory field's other bindings (``block_cls=BlockB`` besides the default
     ``BlockA``): Linen auto-names the child after the class the field builds (``BlockB_0``), so each
@@ -48,7 +58,7 @@ def _choice_keys(ctx: FileContext, site: Site) -> list[str]:
     factory = site.factory
     if not isinstance(factory, FieldFactory):
         return []
-    return [ctx.class_key(name) for name in factory.classes]
+    return [_built_class_key(ctx, site, name) for name in factory.classes]
 
 
 def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
