@@ -47,11 +47,13 @@ class _MigratedFinder(importlib.abc.MetaPathFinder):
 
 
 _ALIAS_PREFIX = "_linen2nnx_nnx_"  # the private package the NNX copies stay under in sys.modules
+_RUNS: dict[str, tuple[dict[str, Path], tuple[str | Path, ...]]] = {}  # alias -> its files, search paths
 
 
 def migrated_sibling(module: ModuleType, name: str) -> ModuleType | None:
     """The NNX copy of module ``name`` imported together with ``module`` (one :func:`import_migrated`
-    returned), under the same private alias; None where the run did not rewrite ``name``."""
+    returned), under the same private alias, imported now if nothing imported it yet (``Net(block_cls=
+    a.Block)`` where the NNX ``nets`` never imports ``a``); None where the run did not rewrite ``name``."""
     alias = next(
         (
             key[: -len(module.__name__) - 1]
@@ -60,7 +62,10 @@ def migrated_sibling(module: ModuleType, name: str) -> ModuleType | None:
         ),
         None,
     )
-    return sys.modules.get(f"{alias}.{name}") if alias else None
+    if alias is None or alias not in _RUNS or name not in _RUNS[alias][0]:
+        return sys.modules.get(f"{alias}.{name}") if alias else None
+    files, search_paths = _RUNS[alias]
+    return import_migrated(name, files, search_paths=search_paths)
 
 
 def import_migrated(
@@ -75,7 +80,9 @@ def import_migrated(
     alias = _ALIAS_PREFIX + hashlib.sha1(repr(sorted(resolved.items())).encode()).hexdigest()[:10]
     if f"{alias}.{module}" in sys.modules:
         return sys.modules[f"{alias}.{module}"]
+    _RUNS[alias] = (resolved, tuple(search_paths))
     saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k in resolved}
+    sys.modules.update({k: sys.modules[f"{alias}.{k}"] for k in resolved if f"{alias}.{k}" in sys.modules})
     hidden = _hide_from_parents(resolved)  # `from pkg import layers` reads the parent's attribute first
     finder = _MigratedFinder(resolved)
     sys.meta_path.insert(0, finder)

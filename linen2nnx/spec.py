@@ -197,10 +197,28 @@ def nnx_config_value(value: Any, nnx_module: Any) -> Any:
         if value.__module__.startswith("flax.linen"):
             rule = layer_rule(f"flax.linen.{value.__name__}")
             return getattr(nnx, rule.nnx) if rule is not None else value
-        twin = getattr(nnx_module, value.__name__, None) or _twin_of(value, nnx_module)
+        twin = _class_twin(value, nnx_module)
         if isinstance(twin, type) and issubclass(twin, nnx.Module):
             return twin
     return value
+
+
+def _class_twin(cls: type, nnx_module: Any) -> Any:
+    """The NNX class of Linen ``cls``: the one of its module and qualified name in the NNX copy first
+    (``Net(block_cls=a.Block)`` is NNX ``a.Block`` though ``nets.py`` imports another ``Block`` from
+    ``b``: by bare name check built the wrong twin and failed a correct migration); else the class of
+    the same name in ``nnx_module`` (an NNX copy loaded on its own), unless the Linen module of that
+    name binds the name to another class."""
+    import sys
+
+    twin = _twin_of(cls, nnx_module)
+    if twin is not None:
+        return twin
+    linen_home = sys.modules.get(nnx_module.__name__)
+    if linen_home is not None and linen_home is not nnx_module:
+        if getattr(linen_home, cls.__name__, cls) is not cls:
+            return None  # the name is another class there: its twin is not cls's
+    return getattr(nnx_module, cls.__name__, None)
 
 
 def _twin_of(obj: Any, nnx_module: Any) -> Any:

@@ -38,7 +38,8 @@ def _package(root: Path, width: str = "4") -> dict[str, str]:
     (root / "src" / "mypkg" / "__init__.py").write_text("")
     (root / "src" / "mypkg" / "model.py").write_text(MODEL)
     (root / "specs.py").write_text(SPECS.replace("WIDTH", width))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+    paths = [root / "src", root, Path(__file__).parents[1]]  # the linen2nnx under test, not an installed one
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
 
 
 def _cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -328,6 +329,53 @@ def test_files_of_a_package_migrated_without_its_init_import_their_migrated_sibl
     assert checked.returncode == 0, checked.stderr + checked.stdout
 
 
+TWIN_BLOCK = """\
+import flax.linen as nn
+
+
+class Block(nn.Module):
+    width: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.width)(x) * SCALE
+"""
+TWIN_NETS = """\
+from typing import Any
+
+import flax.linen as nn
+
+from mypkg.b import Block
+
+
+class Net(nn.Module):
+    block_cls: Any = Block
+
+    @nn.compact
+    def __call__(self, x):
+        return self.block_cls(4)(x)
+"""
+
+
+def test_a_class_in_the_config_is_its_own_twin_not_one_of_the_same_name(tmp_path):
+    """``Net(block_cls=a.Block)`` while ``nets.py`` imports another ``Block`` (``from mypkg.b import
+    Block``), and the NNX ``nets`` never imports ``a``: the written spec hands NNX ``a.Block`` (its module
+    and qualified name, the copy of ``a`` imported then), not ``b.Block`` found by the bare name in
+    ``nets`` (check failed a correct migration, forward 1.58 off)."""
+    env = _package(tmp_path)
+    for name, scale in (("a", "2.0"), ("b", "1.0")):
+        (tmp_path / "src" / "mypkg" / f"{name}.py").write_text(TWIN_BLOCK.replace("SCALE", scale))
+    (tmp_path / "src" / "mypkg" / "nets.py").write_text(TWIN_NETS)
+    specs = SPECS.replace("from mypkg.model import Model", "from mypkg import a\nfrom mypkg.nets import Net")
+    (tmp_path / "specs.py").write_text(specs.replace("Model(WIDTH)", "Net(block_cls=a.Block)"))
+    done = _cli(tmp_path, env, "migrate", "src/", "--out-dir", "nnx_src/", "--trace", "specs:linen_side")
+    assert done.returncode == 0 and "L2N-VERIFY-010" not in done.stdout + done.stderr, (
+        done.stdout + done.stderr
+    )
+    checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 PER_ELEMENT = """\
 from typing import Any, Callable, Sequence
 
@@ -574,3 +622,28 @@ def test_a_norm_between_layers_converts_and_checks_out(tmp_path):
     )
     checked = _cli(tmp_path, env, "check", "nnx_src/linen2nnx_spec.py")
     assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
+def test_a_bare_name_is_a_twin_only_where_the_linen_module_binds_it_to_that_class(monkeypatch):
+    """Where the class's own module has no NNX copy (an NNX module loaded on its own), the class of
+    the same name in the NNX module is its twin only if the Linen module of that name binds the name
+    to this very class: another ``Block`` there is another class, whose twin would compute otherwise."""
+    import types
+
+    import flax.linen as nn
+    from flax import nnx
+
+    from linen2nnx.spec import nnx_config_value
+
+    def linen_block(module: str) -> type:
+        return type("Block", (nn.Module,), {"__module__": module, "__call__": lambda self, x: x})
+
+    ours, other = linen_block("l2n_test_elsewhere"), linen_block("l2n_test_home")
+    nnx_home = types.ModuleType("l2n_test_home")
+    nnx_home.Block = type("Block", (nnx.Module,), {})
+    linen_home = types.ModuleType("l2n_test_home")
+    monkeypatch.setitem(sys.modules, "l2n_test_home", linen_home)
+    linen_home.Block = other
+    assert nnx_config_value(ours, nnx_home) is ours  # not the NNX twin of `other`
+    linen_home.Block = ours
+    assert nnx_config_value(ours, nnx_home) is nnx_home.Block
