@@ -1754,3 +1754,34 @@ def test_a_loop_whose_first_size_is_unknown_too_takes_one_tuple_from_the_first(t
         width=3,
         stage_in_features=(3, 7),
     )
+
+
+@pytest.mark.parametrize(
+    ("cls_name", "norm"),
+    [
+        ("NormTable", "ln"),
+        ("NormTable", "rms"),
+        ("NormHelper", "ln"),
+        ("NormHelper", "rms"),
+        ("NormLocal", "rms"),
+        ("NormSetup", "ln"),
+    ],
+)
+def test_a_module_class_chosen_from_a_table_stays_linen_and_runs(tmp_path, cls_name, norm):
+    """``NORMS[self.norm](epsilon=1e-3)(x)`` / ``get_norm(self.norm)(...)(x)``: the class was rewritten as
+    NNX without the norm's parameters and failed at its call (CallCompactUnboundModuleError), reported
+    converted. Now each construction is a located L2N-MOD-004 and the class runs as Linen behind the
+    bridge, at parity (the norm's parameters included)."""
+    linen_mod, nnx_mod, result, map_path = build("class_table", tmp_path)
+    lines = {f.line for f in result.findings if f.rule == "L2N-MOD-004"}
+    assert len(lines) == 4, result.findings
+    x = np.random.default_rng(3).normal(size=(2, 5)).astype(np.float32)
+
+    def make(rngs):
+        model = getattr(nnx_mod, cls_name)(norm=norm, rngs=rngs)
+        nnx.bridge.lazy_init(model, x)
+        return model
+
+    parity = assert_parity(getattr(linen_mod, cls_name)(norm=norm), make, x, map_path)
+    norm_name = "LayerNorm_0" if norm == "ln" else "RMSNorm_0"
+    assert any(norm_name in path or "norm_layer" in path for path in grad_paths(parity)), grad_paths(parity)

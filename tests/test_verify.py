@@ -415,3 +415,26 @@ def test_a_class_attribute_reading_a_name_the_file_does_not_bind_is_reported():
     ]
     assert f"    {MARKER} L2N-VERIFY-008 the class attribute table reads heads" in output
     assert _verify(output)[0] == output  # marked once: a second run adds nothing
+
+
+def test_a_linen_class_picked_from_another_files_table_is_reported(tmp_path):
+    """``ops.NORMS[self.norm](...)(x)`` and ``ops.pick(self.norm)(...)(x)`` in NNX classes, ``NORMS`` a table
+    of Linen classes and ``pick`` a function returning one, in another file of the run: the class was
+    reported converted and built a Linen module at call time (CallCompactUnboundModuleError). The
+    importing file learns of both through the run and reports each call."""
+    ops = (
+        "import flax.linen as nn\n\nNORMS = {'ln': nn.LayerNorm, 'rms': nn.RMSNorm}\n\n\n"
+        "def pick(name):\n    return NORMS[name]\n"
+    )
+    model = MODEL.replace("ops.linear(x, 3)", "ops.NORMS[self.norm](epsilon=1e-3)(x)")
+    model += (
+        "\n\nclass Picked(nn.Module):\n    @nn.compact\n    def __call__(self, x):\n"
+        "        return ops.pick(self.norm)(epsilon=1e-3)(x)\n"
+    )
+    found = _package(tmp_path, ops, model)["model.py"].findings
+    messages = {f.line: f.message for f in found if f.rule == "L2N-VERIFY-001"}
+    assert "chosen from the table pkg.ops.NORMS inside NNX class Head" in messages[9]
+    assert (
+        "ops.pick(self.norm) gives a Linen class (flax.linen.LayerNorm) inside NNX class Picked"
+        in messages[15]
+    )

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import calls_in
+from linen2nnx.migrate.cst_meta import calls_in, syntax_children
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.verify_names import flax_class_kind
 
@@ -22,6 +22,20 @@ class LinenFactory:
     key: str  # absolute dotted name: pkg.ops.linear
     builds: str  # the Linen class it constructs (the first found): flax.linen.Dense
     nnx: bool = False  # ... or an NNX class of the run, built without the rngs its __init__ requires
+    gives: str = ""  # "class": returns the Linen class; "table": a module-level table of Linen classes
+
+    def message(self, call: str, owner: str) -> str:
+        """The finding of ``call``, which builds (or picks) the Linen class inside NNX class ``owner``."""
+        if self.gives == "table":
+            return (
+                f"{call}(...) builds a Linen module ({self.builds} among them) chosen from the table "
+                f"{self.key} inside NNX class {owner}: build the NNX counterpart in __init__ (with rngs)"
+            )
+        does = "gives a Linen class" if self.gives == "class" else "builds a Linen module"
+        return (
+            f"{call} {does} ({self.builds}) inside NNX class {owner}: "
+            f"make {self.key} build the NNX counterpart (with rngs), or build the layer here"
+        )
 
 
 def linen_factories(
@@ -35,14 +49,25 @@ def linen_factories(
     absolute name: what an NNX class of this file or of a file importing it must not call.
     ``names`` (or ``names_of``, which gives it when needed) is ``module``'s resolver."""
     functions = [s for s in module.body if isinstance(s, cst.FunctionDef)]
-    if not functions:
+    tables = _tables(module)
+    if not functions and not tables:
         return {}
     names = names or (names_of() if names_of is not None else NameResolver(module))
     classes = [s for s in module.body if isinstance(s, cst.ClassDef)]
     linen_classes = {c.name.value for c in classes if _linen_bases(c, names)}
     needs_rngs = {c.name.value for c in classes if _needs_rngs(c, names)}
     found: dict[str, LinenFactory] = {}
+    prefix = f"{module_name}." if module_name else ""
+    for name, values in tables.items():
+        builds = _linen_class(values, names, linen_classes, tables)
+        if builds:
+            found[prefix + name] = LinenFactory(prefix + name, builds, gives="table")
     for fn in functions:
+        returned = [r.value for r in _returns(fn.body) if r.value is not None]
+        builds = _linen_class(returned, names, linen_classes, tables)
+        if builds:  # `return nn.LayerNorm if name == "ln" else nn.RMSNorm`: called, then built
+            found[prefix + fn.name.value] = LinenFactory(prefix + fn.name.value, builds, gives="class")
+            continue
         for call in calls_in(fn.body):
             func = call.func
             if isinstance(func, cst.Name) and func.value in linen_classes:
@@ -85,3 +110,62 @@ def _linen_bases(cls: cst.ClassDef, names: NameResolver) -> bool:
         if b.keyword is None
         for q in names.qualnames(b.value)
     )
+
+
+def _tables(module: cst.Module) -> dict[str, list[cst.BaseExpression]]:
+    """The values of the dict, list and tuple displays module-level names are bound to, by name."""
+    found: dict[str, list[cst.BaseExpression]] = {}
+    for stmt in module.body:
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target, values = small.targets[0].target, _display_values(small.value)
+                if isinstance(target, cst.Name) and values:
+                    found.setdefault(target.value, []).extend(values)
+    return found
+
+
+def _display_values(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(value, cst.Dict):
+        return [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return [e.value for e in value.elements if isinstance(e, cst.Element)]
+    return []
+
+
+def _linen_class(
+    values: list[cst.BaseExpression],
+    names: NameResolver,
+    linen_classes: set[str],
+    tables: dict[str, list[cst.BaseExpression]],
+) -> str:
+    """The first Linen class ``values`` name, not called (through conditional expressions, lookups of
+    displays or of the module's ``tables``, and ``functools.partial``); "" when none does."""
+    todo = list(reversed(values))
+    while todo:
+        value = todo.pop()
+        if isinstance(value, cst.IfExp):
+            todo += [value.orelse, value.body]
+        elif isinstance(value, cst.Subscript):
+            table = value.value
+            looked_up = tables.get(table.value, []) if isinstance(table, cst.Name) else []
+            todo += reversed(_display_values(table) or looked_up)
+        elif (
+            isinstance(value, cst.Call) and "functools.partial" in names.qualnames(value.func) and value.args
+        ):
+            todo.append(value.args[0].value)
+        elif isinstance(value, cst.Name) and value.value in linen_classes:
+            return value.value
+        elif isinstance(value, (cst.Name, cst.Attribute)):
+            q = next((q for q in names.qualnames(value) if flax_class_kind(q) == "linen"), "")
+            if q:
+                return q
+    return ""
+
+
+def _returns(node: cst.CSTNode) -> list[cst.Return]:
+    """The ``return`` statements of a function body (not of functions or classes inside it)."""
+    if isinstance(node, cst.Return):
+        return [node]
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        return []
+    return [r for child in syntax_children(node) for r in _returns(child)]

@@ -18,6 +18,7 @@ from linen2nnx.migrate.callee_ranks import with_out_ranks
 from linen2nnx.migrate.carry_inits import plan_carry_inits
 from linen2nnx.migrate.class_choices import alike_candidates, finish_choice
 from linen2nnx.migrate.class_fields import class_fields, plan_field_kinds
+from linen2nnx.migrate.class_tables import report_class_choices
 from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
 from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
 from linen2nnx.migrate.context import FileContext
@@ -149,6 +150,7 @@ class ClassPlanner:
         check_inherited_sizes(self.sizer, plan, node)
         report_module_copies(self.ctx.report, plan, methods)
         report_field_deletions(self.ctx.report, plan, methods)
+        report_class_choices(self.ctx, methods)  # `NORMS[self.norm](...)`: a class picked at call time
         return plan
 
     def _plan_factories(self, plan: ClassPlan, methods: list[cst.FunctionDef]) -> None:

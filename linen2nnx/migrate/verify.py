@@ -348,14 +348,9 @@ class _Verifier:
                 f"without the rngs its __init__ requires ({factory.key} builds it): build it in __init__",
             )
             return False
-        if factory is not None:
-            self._report(
-                verify_rules.VERIFY_001,
-                call,
-                stmt,
-                f"{one_line(code(call))} builds a Linen module ({factory.builds}) inside NNX class {owner}: "
-                f"make {factory.key} build the NNX counterpart (with rngs), or build the layer here",
-            )
+        if factory is not None and (factory.gives == "table") == (type(func) is cst.Subscript):
+            shown = one_line(code(func if factory.gives == "table" else call))
+            self._report(verify_rules.VERIFY_001, call, stmt, factory.message(shown, owner))
             return False
         self._check_linen_reference(func, call, stmt)
         self._check_signature(call, qualnames, stmt)
@@ -366,6 +361,8 @@ class _Verifier:
         """The Linen factory function ``func`` names: one of this file, or of a file the run migrated."""
         if self._factories is None:  # found on first need
             self._factories = linen_factories(self.module, self.module_name, self.names)
+        if type(func) is cst.Subscript and type(func.value) in NAME_OR_ATTRIBUTE:  # `NORMS[self.norm]`
+            func, qualnames = func.value, self.names.qualnames(func.value)
         local = func.value if type(func) is cst.Name else None
         key = f"{self.module_name}.{local}" if self.module_name and local else local
         if key in self._factories:
