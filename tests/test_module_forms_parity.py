@@ -1785,3 +1785,35 @@ def test_a_module_class_chosen_from_a_table_stays_linen_and_runs(tmp_path, cls_n
     parity = assert_parity(getattr(linen_mod, cls_name)(norm=norm), make, x, map_path)
     norm_name = "LayerNorm_0" if norm == "ln" else "RMSNorm_0"
     assert any(norm_name in path or "norm_layer" in path for path in grad_paths(parity)), grad_paths(parity)
+
+
+@pytest.mark.parametrize(
+    ("cls_name", "ctor", "each"),
+    [
+        ("Widths", {}, (5, 8)),
+        ("Widths", {"widths": (3,)}, (5,)),
+        ("Widths", {"widths": ()}, ()),
+        ("Growing", {}, (5, 4, 8)),
+        ("Growing", {"n": 0}, ()),
+        ("Appended", {}, (5, 4, 8)),
+        ("Appended", {"n": 1}, (5,)),
+    ],
+)
+def test_the_layer_after_a_setup_list_reads_its_last_element(tmp_path, cls_name, ctor, each):
+    """``[nn.Dense(w) for i, w in enumerate(cfg.widths)]`` (or ``self.hidden * (i + 1)`` over
+    ``range(self.n)``, or a loop appending them), then a layer after the loop over the list: its size
+    was written with the comprehension's own ``w`` / ``i`` (NameError at construction); it reads their
+    last values now, and is the input's size where the list is empty."""
+    linen_mod, nnx_mod, _, map_path = build("setup_list_last_element", tmp_path)
+    x = np.random.default_rng(4).normal(size=(2, 5)).astype(np.float32)
+    if cls_name == "Widths":
+        linen_kw = {"cfg": linen_mod.Cfg(**ctor)}
+        nnx_kw = {"cfg": nnx_mod.Cfg(**ctor)}
+    else:
+        linen_kw = nnx_kw = ctor
+    assert_parity(
+        getattr(linen_mod, cls_name)(**linen_kw),
+        lambda rngs: getattr(nnx_mod, cls_name)(**nnx_kw, denses_in_features=each, in_features=5, rngs=rngs),
+        x,
+        map_path,
+    )

@@ -10,22 +10,27 @@ config alone (a count, a sequence, ``enumerate`` of one, read from the class's f
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 
 import libcst as cst
 import libcst.matchers as m
 
 from linen2nnx.migrate import tuple_flow
+from linen2nnx.migrate.cst_meta import calls_in
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
+    assigned_in,
     code,
     names_in,
     rebound_names,
+    replace_name,
     self_attr,
     self_targets,
     subscriptable,
 )
 from linen2nnx.migrate.dataflow_types import Feat
+from linen2nnx.migrate.setup_loop_lists import loop_lists
 
 SIZED_OR_CHOICE = frozenset({*tuple_flow.SIZED, "choice"})
 """Sizes a choice can hold: each side a config expression, an input's size, or a choice itself."""
@@ -49,15 +54,18 @@ def ran_test(it: cst.BaseExpression) -> str:
     return "" if isinstance(it, cst.Call) else f"len({code(it)}) > 0"
 
 
-def last_values(loop: cst.For) -> tuple[dict[str, str], str]:
+def last_values(loop: cst.For | cst.CompFor) -> tuple[dict[str, str], str]:
     """What each name the loop's target binds holds after the loop ran (``range(n)``: ``(n - 1)``;
     ``for v in s``: ``s[-1]``; ``for i, v in enumerate(s)``: ``(len(s) - 1)`` and ``s[-1]``), and the
-    test that it ran; no names where the source does not say (``zip``, a step, other targets)."""
+    test that it ran; no names where the source does not say (``zip``, a step, other targets). For a
+    comprehension's ``for`` (its last element's names), none where it filters or nests."""
     it, target, ran = loop.iter, loop.target, ran_test(loop.iter)
     func = it.func.value if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) else ""
     if not ran:
         return {}, ""
-    if names_in(target) & rebound_names(loop.body):
+    if isinstance(loop, cst.CompFor) and (loop.ifs or loop.inner_for_in or loop.asynchronous):
+        return {}, ran  # the last element is not the last value's
+    if isinstance(loop, cst.For) and names_in(target) & rebound_names(loop.body):
         return {}, ran  # `for w in s: w = w * 2`: after the loop `w` is the body's value
     if isinstance(target, cst.Name) and func != "enumerate":
         last = f"({code(it.args[-1].value)} - 1)" if func == "range" else f"{subscriptable(code(it))}[-1]"  # type: ignore[attr-defined]
@@ -85,6 +93,7 @@ def unrun_choices(
     range(self.n)]``, which is empty where n is 0), decide that; a loop over a call-time value keeps
     the size its body gives. The test on a setup list reads it in ``__init__`` where built before the
     layer the size is for (setup_order.py), and a caller never reads it (no field of its own)."""
+    setup_list_lasts(loop, before, env, setup)
     test = setup_list_test(setup, loop.iter)
     test = ran_test(loop.iter) if test is None else test  # "": a setup list that is never empty
     tree = cst.parse_expression(test) if test else None
@@ -105,6 +114,66 @@ def unrun_choices(
             env[name] = Feat("choice", expr=test, elements=(feat, previous))
         else:  # `x` of unknown size before the loop: with no iteration it keeps that size
             env[name] = Feat.unknown(f"a size from before a loop that may not run ({test})")
+
+
+def setup_list_lasts(
+    loop: cst.For, before: dict[str, Feat], env: dict[str, Feat], setup: cst.FunctionDef | None
+) -> None:
+    """In ``env`` after ``for d in self.denses: x = d(x)``, of ``self.denses = [nn.Dense(w) for i, w in
+    enumerate(self.widths)]`` in setup(): a size the loop changed that reads the comprehension's own
+    names (``w``, the last element's width) reads their last values (``self.widths[-1]``), as after a
+    ``for`` loop; unknown where the comprehension does not say. Left as ``w`` it named nothing outside
+    the comprehension (NameError in ``__init__``), or another ``w``."""
+    name = self_attr(loop.iter)
+    values = [getattr(small, "value", None) for bound, small in _setup_bindings(setup) if bound == name]
+    comp = values[0] if name and len(values) == 1 else None
+    if isinstance(comp, cst.ListComp):
+        own, lasts = names_in(comp.for_in.target), last_values(comp.for_in)[0]
+    elif setup is not None and isinstance(
+        comp, cst.Name
+    ):  # `blocks = []`, a loop appends, `self.blocks = blocks`
+        filled = _filling_loop(setup, name or "")
+        if filled is None:
+            return
+        own = names_in(filled[0].target) | set(assigned_in(filled[0].body))  # the body's locals: unknown
+        lasts = {} if filled[1] else last_values(filled[0])[0]  # modules before the loop: maybe the last
+    else:
+        return
+    for key, feat in list(env.items()):
+        if feat != before.get(key):
+            env[key] = _at_last(feat, own, lasts)
+
+
+def _filling_loop(setup: cst.FunctionDef, attr: str) -> tuple[cst.For, bool] | None:
+    """The top-level ``for`` loop of ``setup()`` that fills the list bound to ``self.<attr>``
+    (setup_loop_lists.py), and whether modules start the list before it."""
+    body = setup.body.body
+    for found in loop_lists(body, setup, lambda node: isinstance(node, cst.Call))[0]:
+        loop = next(
+            (s for s in body if isinstance(s, cst.For) and any(c is found.ctor for c in calls_in(s.body))),
+            None,
+        )
+        if found.attr == attr and loop is not None:
+            return loop, bool(found.seeds)
+    return None
+
+
+def _at_last(feat: Feat, own: set[str], lasts: dict[str, str]) -> Feat:
+    """``feat`` with the names ``own`` replaced by their ``lasts`` (unknown where one has none)."""
+    if feat.kind in ("expr", "choice") and feat.expr:
+        read = names_in(cst.parse_expression(feat.expr)) & own
+        if read - set(lasts):
+            return Feat.unknown(f"a size that depends on a comprehension's variable {min(read)}")
+        expr = feat.expr
+        for var in sorted(read):
+            expr = replace_name(expr, var, lasts[var])
+        feat = dataclasses.replace(feat, expr=expr)
+    parts = {
+        "elements": tuple(_at_last(e, own, lasts) for e in feat.elements),
+        "tail": tuple(_at_last(e, own, lasts) for e in feat.tail),
+        "base": feat.base and _at_last(feat.base, own, lasts),
+    }
+    return dataclasses.replace(feat, **parts)  # type: ignore[arg-type]
 
 
 def _setup_bindings(setup: cst.FunctionDef | None) -> list[tuple[str, cst.BaseSmallStatement]]:
