@@ -468,6 +468,11 @@ CASES = {
     "branch_local_size_narrow": ("Head", {"preset": "narrow"}, (2, 5)),
     "loop_local_arg": ("Tower", {}, (2, 5)),  # a loop local from the index and config: in the list
     "loop_local_arg_scales": ("Tower", {"scales": (0.5, 0.25, 0.125, 1.0)}, (2, 5)),
+    "loop_carried_local": ("Disc", {}, (2, 6, 6, 3)),  # filters after the loop: its last value
+    "loop_carried_local_unrun": ("Disc", {"mults": ()}, (2, 6, 6, 3)),  # no block: the value before
+    "loop_carried_local_halves": ("Disc", {"mults": (1.5, 0.5)}, (2, 6, 6, 3)),  # int() of the last
+    "loop_carried_local_widths": ("Widths", {}, (2, 5)),  # over the sequence, a local reading it
+    "loop_carried_local_widths_unrun": ("Widths", {"mults": ()}, (2, 5)),
     "local_dict_kwargs": ("MlpBlock", {}, (2, 5)),  # nn.Dense(d, **inits) of a local dict(...): kept
     "local_dict_kwargs_plain": ("MlpBlock", {"zero_head": False}, (2, 5)),  # the empty dict's branch
     "loop_local_alias": ("Encoder", {}, (2, 3, 5)),  # block = Block(name=f"block_{i}"); x, aux = block(x)
@@ -587,6 +592,10 @@ SOURCES = {
     "branch_local_size_wide": "branch_local_size",
     "branch_local_size_narrow": "branch_local_size",
     "loop_local_arg_scales": "loop_local_arg",
+    "loop_carried_local_unrun": "loop_carried_local",
+    "loop_carried_local_halves": "loop_carried_local",
+    "loop_carried_local_widths": "loop_carried_local",
+    "loop_carried_local_widths_unrun": "loop_carried_local",
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
     "subclass_factory_default_base": "subclass_factory_default",

@@ -131,6 +131,7 @@ NOT_RUNNABLE = {
     "rebound_read_early": "manual findings: a local read before it is bound again, partials that cannot merge",
     "setup_partial_unmerged": "manual findings: setup() partials that cannot be merged into their calls",
     "loop_local_kept": "manual finding: a loop local read before the loop binds it",
+    "loop_carried_local_kept": "manual findings: a loop's local read after it where its value there is not replayable",
     "merged_flag_kept": "manual findings: mode flags that cannot move to the call stay call-time values",
     "params_mutable_kept": "manual findings: the params-mutability question decides more than init-only work",
     "gru_cell": "manual finding: nnx.GRUCell computes another function than nn.GRUCell",

@@ -35,6 +35,7 @@ from linen2nnx.migrate.factories import (
 )
 from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_aliases import plain_assign, reads_linen, sole_binding
+from linen2nnx.migrate.init_guards import creates_nothing
 from linen2nnx.migrate.input_sizes import reads_rank_only
 from linen2nnx.migrate.layer_args import builds_mode_layers
 from linen2nnx.migrate.loop_tests import test_names
@@ -162,6 +163,7 @@ class LocalPlanner:
             lambda value: self.site_planner.has_side_effects(value, plan.field_names),
             params | set(self.state.lift_aliases),
             dead,
+            lambda value: creates_nothing(self.ctx, value),
         )
         # a shape local (`qkv = self.qkv or x.shape[-1]`) replays with the input's size, or gives a
         # finding where the flow cannot tell it: a static statement may read it

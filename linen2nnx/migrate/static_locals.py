@@ -25,6 +25,7 @@ from linen2nnx.migrate.cst_utils import (
     comprehension_names,
     names_in,
 )
+from linen2nnx.migrate.loop_carry import carried_binding, read_before
 from linen2nnx.migrate.rebound_locals import add_binding, exclusive_bindings, incomplete_chains
 from linen2nnx.migrate.replayed_lines import replayed_assign
 from linen2nnx.migrate.sites import ClassPlan, shape_last_refs
@@ -40,8 +41,10 @@ class StaticLocals:
         side_effects: Callable[[cst.BaseExpression], bool],
         excluded: set[str],
         dead: Collection[tuple[str, int]] = (),
+        pure: Callable[[cst.BaseExpression], bool] | None = None,
     ) -> None:
         self.fn = fn
+        self.pure = pure  # a value calls nothing but pure functions (a loop's carried local: loop_carry.py)
         self.dead = set(dead)  # (name, id(top statement)): a binding nothing reads (rebound_locals.py)
         self.counts = counts  # local name -> how many times the method binds it (parameters once)
         self.side_effects = side_effects
@@ -80,12 +83,40 @@ class StaticLocals:
                 for k, inner in enumerate(s for s in added.values() if id(s) not in position):
                     position[id(inner)] = index + (k + 1) / (k + 2)  # after the top statement, in order
                 targets -= set(added) - before  # bound once, to a static value: static wherever read
+            carried = self._carried(stmt, index, targets & current & set(added), current, known, added)
+            for name, line in carried.items():  # `filters` after a loop that rebinds it: its last value
+                add_binding(added, name, line)
+                position[id(line)] = index + 0.5
             self.rebound |= targets & set(added)
-            current -= targets
+            current = (current - targets) | set(carried)
             dynamic |= targets
         if not added:
             return pure
         return dict(sorted({**pure, **added}.items(), key=lambda item: position.get(id(item[1]), -1.0)))
+
+    def _carried(
+        self,
+        stmt: cst.BaseStatement,
+        index: int,
+        names: set[str],
+        current: set[str],
+        known: set[int],
+        added: dict[str, cst.BaseStatement],
+    ) -> dict[str, cst.SimpleStatementLine]:
+        """The names static before the ``for`` loop ``stmt`` that it rebinds from config and its own
+        variable, with the line ``__init__`` replays after it for their last value (loop_carry.py)."""
+        if not isinstance(stmt, cst.For) or self.pure is None:
+            return {}
+        replayed = known | {id(s) for s in added.values()}
+        body = self.fn.body.body
+        pure, side_effects = self.pure, self.side_effects
+        quiet = lambda value: pure(value) and not side_effects(value)  # noqa: E731
+        found = {}
+        for name in sorted(names):
+            line = carried_binding(stmt, name, current, self.counts, quiet)
+            if line is not None and not read_before(body, index, name, replayed):
+                found[name] = line
+        return found
 
     def _conditional(
         self,
