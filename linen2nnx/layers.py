@@ -352,6 +352,7 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "Einsum",
         in_arg=None,
         positional=("einsum_str", "shape"),
+        dropped_when={"use_bias": "literal_bool"},  # nnx.Einsum has a bias when given bias_shape
         rename_args={"shape": "kernel_shape"},
         out_from="einsum",
         function_args=_PROMOTE,
@@ -458,6 +459,11 @@ class ArgCheck:
 
 
 ARG_CHECKS: Mapping[str, ArgCheck] = {
+    "literal_bool": ArgCheck(
+        lambda source: source in ("True", "False"),
+        "nnx.Einsum has a bias exactly when it is given bias_shape: the shape Linen infers for True, "
+        "none for False",
+    ),
     "fresh_keys_per_step": ArgCheck(
         _fresh_keys_per_step,
         "one params key, a fresh key per step for every other "

@@ -77,6 +77,8 @@ CASES = {
         (2, 5, 3),
     ),  # the keyless carry_init converts; the others are located
     "param_number_init": ("Model", {}, (2, 4)),
+    "pooling_submodule": ("Model", {}, (2, 6, 3)),  # nn.pooling.min_pool is nnx.min_pool
+    "einsum_no_bias": ("Model", {}, (2, 3, 4)),  # use_bias=False / True literals dropped
     "activation_submodule": (
         "Model",
         {},

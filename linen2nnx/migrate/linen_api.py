@@ -156,6 +156,28 @@ def top_level_name(dotted: str) -> str | None:
 
 
 @cache
+def nnx_top_level_name(dotted: str) -> str | None:
+    """``min_pool`` for ``pooling.min_pool``: a function of a flax.linen submodule that flax.linen does not
+    re-export but flax.nnx does at its top level, the very same object (``nnx.min_pool``); None for any
+    other name."""
+    import inspect
+
+    import flax.linen as nn
+    from flax import nnx
+
+    if "." not in dotted or dotted.startswith("initializers."):
+        return None
+    value: Any = nn
+    for part in dotted.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    last = dotted.rsplit(".", 1)[1]
+    same = getattr(nnx, last, None) is value and not inspect.isclass(value) and not inspect.ismodule(value)
+    return last if same else None
+
+
+@cache
 def initializer_in_nnx(dotted: str) -> str | None:
     """``initializers.<dotted>`` for a name Linen re-exports at its top level (``nn.zeros``, ``nn.ones``)
     that NNX keeps under ``nnx.initializers`` only, the very same object; None for any other name."""

@@ -32,6 +32,7 @@ from linen2nnx.migrate.linen_api import (
     RENAMED_IN_NNX,
     equivalent_in_nnx,
     initializer_in_nnx,
+    nnx_top_level_name,
     same_in_nnx,
     top_level_name,
 )
@@ -208,6 +209,8 @@ class AttributeRewriter:
             return self._linen_name(original, updated, names, top, parent, rooted)
         if (same_in_nnx(short) or equivalent_in_nnx(short)) and rooted:
             return self._repoint(original, short, short, API_001, "")
+        if rooted and (nnx_top := nnx_top_level_name(short)) is not None:  # nn.pooling.min_pool: nnx.min_pool
+            return self._repoint(original, short, nnx_top, API_001, "")
         if rooted and (initializer := initializer_in_nnx(short)) is not None:  # nn.zeros: nnx.initializers'
             return self._repoint(original, short, initializer, API_001, "")
         is_callee = isinstance(parent, cst.Call) and parent.func is original

@@ -580,7 +580,8 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
                 f"nn.{rule.linen}: {rule.manual_reason}",
                 "see docs/nnx_facts.md#layers-and-parameter-layouts (the layer table: linen2nnx/layers.py)",
             )
-        if rule is not None and rule.linen == "Einsum" and einsum_bias_shape(bound) is None:
+        no_bias = "use_bias" in bound and code(bound["use_bias"].value) == "False"
+        if rule is not None and rule.linen == "Einsum" and not no_bias and einsum_bias_shape(bound) is None:
             self.ctx.report(
                 LAYER_002,
                 call,
