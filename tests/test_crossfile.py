@@ -1109,3 +1109,95 @@ def test_a_module_imported_from_a_package_folder_on_the_path_is_found_by_its_sho
     result = migrate_paths([proj], mode=Mode.CHECK)
     model = next(r for r in result.files if r.path.name == "model.py")
     assert "L2N-MOD-006" in {f.rule for f in model.findings}  # two files answer: neither is assumed
+
+
+_STAR_LAYERS = """import flax.linen as nn
+
+__all__ = ["Block", "_Gate"]
+
+
+class Block(nn.Module):
+    width: int
+
+    @nn.compact
+    def __call__(self, x):
+        return x + nn.Dense(self.width)(x)
+
+
+class _Gate(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return x * nn.sigmoid(nn.Dense(x.shape[-1])(x))
+"""
+_STAR_MODEL = """import flax.linen as nn
+{imp}
+
+
+class Tower(nn.Module):
+    def setup(self):
+        self.b = Block(5)
+        self.g = _Gate()
+        self.seq = nn.Sequential([Block(5)])
+
+    def __call__(self, x):
+        return self.seq(self.g(self.b(x)))
+
+
+class Stack(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return Block(5)(x)
+"""
+
+
+@pytest.mark.parametrize("imp", ["from pkg.layers import *", "from .layers import *"])
+def test_classes_a_star_import_of_the_run_binds_are_the_run_s(tmp_path, imp):
+    """``from pkg.layers import *`` binds the names ``pkg/layers.py`` exports (its literal ``__all__``,
+    else its public module-level names): ``Block`` and ``_Gate`` are its classes, so ``setup()``
+    builds them with their sizes and rngs, and ``nn.Sequential([Block(5)])`` is reported as it is for
+    an explicit import. Before, the names resolved to nothing: ``self.b = Block(5)`` stayed as written,
+    no finding, and the NNX class did not build (TypeError: missing in_features, rngs)."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("")
+    (src / "pkg" / "layers.py").write_text(_STAR_LAYERS)
+    (src / "pkg" / "model.py").write_text(_STAR_MODEL.format(imp=imp))
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    manual = sorted((f.rule, f.line) for f in result.findings if f.severity.value == "manual")
+    assert manual == [("L2N-VERIFY-002", 9)], [f.format_text() for f in result.findings]
+    migrated = (out / "pkg" / "model.py").read_text()
+    assert "self.b = Block(5, in_features=in_features, rngs=rngs)" in migrated
+    assert "self.g = _Gate(in_features=in_features, rngs=rngs)" in migrated  # `__all__` names it
+    assert "Block(5, in_features=in_features, rngs=rngs)(x)" not in migrated  # Stack's is hoisted
+    assert "self.block_0 = Block(5, in_features=in_features, rngs=rngs)" in migrated
+    again = migrate_paths([out], Mode.DIFF)
+    assert all(r.output in (None, r.source) for r in again.files)  # idempotent
+    for name in [m for m in sys.modules if m == "pkg" or m.startswith("pkg.")]:
+        del sys.modules[name]
+    sys.path.insert(0, str(out))
+    try:
+        import pkg.model
+        from flax import nnx
+
+        stack = pkg.model.Stack(in_features=5, rngs=nnx.Rngs(0))
+        assert stack(jnp.ones((2, 5))).shape == (2, 5)
+    finally:
+        sys.path.remove(str(out))
+
+
+def test_a_class_a_star_import_outside_the_run_may_bind_is_reported(tmp_path):
+    """``from pkg.layers import *`` of a file outside the run: what ``Block`` is cannot be told, so
+    its build in a converted class without rngs is a finding, not silence (before: none, and the
+    NNX class did not build when ``Block`` is a class the other run made NNX)."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "layers.py").write_text(_STAR_LAYERS)
+    model = tmp_path / "pkg" / "model.py"
+    model.write_text(
+        "import flax.linen as nn\nfrom pkg.layers import *\n\n\nclass Tower(nn.Module):\n"
+        "    def setup(self):\n        self.b = Block(5)\n        self.d = nn.Dense(3)\n\n"
+        "    def __call__(self, x):\n        return self.d(self.b(x))\n"
+    )
+    result = migrate_paths([model], Mode.DIFF)
+    manual = [(f.rule, f.line, f.message) for f in result.findings if f.rule.startswith("L2N-VERIFY")]
+    assert [(r, line) for r, line, _ in manual] == [("L2N-VERIFY-001", 7)], manual
+    assert "`from pkg.layers import *` may bind" in manual[0][2]

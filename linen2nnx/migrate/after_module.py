@@ -20,6 +20,7 @@ from linen2nnx.migrate.function_outs import function_out_facts
 from linen2nnx.migrate.function_replay import replayable_functions
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.param_helpers import param_helper_functions
+from linen2nnx.migrate.star_imports import star_names
 from linen2nnx.migrate.verify_syntax import helper_facts
 
 
@@ -54,7 +55,9 @@ def after_module_pass(
     """The module pass's code, then the file's own factory functions, the training pass and the
     verifier: the output, the factories importing files see, and the two passes' findings."""
     module_output = code_of(out_tree)  # = .code, without libcst's per-node context managers
-    names_of_output = functools.cache(lambda: NameResolver(out_tree))  # one resolver for both readers
+    names_of_output = functools.cache(
+        lambda: NameResolver(out_tree, star_names(factories, module_name))
+    )  # one resolver for both readers
     own_factories = _factories_of(command, out_tree, module_output, module_name, names_of_output)
     known = {**(factories or {}), **command.function_factories}  # the verifier checks their calls too
     output, train_findings, verify_findings = training_and_verify(

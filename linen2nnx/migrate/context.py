@@ -81,7 +81,7 @@ class FileContext:
         """What ``node`` of the original tree may name (``nn.Dense`` -> ``{"flax.linen.Dense"}``); see
         :mod:`~linen2nnx.migrate.names`. Empty for a node the codemod built."""
         if self.state.resolver is None:
-            self.state.resolver = NameResolver(self.state.tree)
+            self.state.resolver = NameResolver(self.state.tree, self.state.stars)
         found = set(self.state.resolver.qualnames(node))
         alias = self.state.transform_aliases.get(node.value) if type(node) is cst.Name else None
         if alias is not None and node is not alias[0] and found == {node.value}:

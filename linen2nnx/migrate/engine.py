@@ -52,6 +52,8 @@ from linen2nnx.migrate.rules import IO_002, IO_003
 from linen2nnx.migrate.run_io import check_writable, refuse_overwriting_sources, source_encoding
 from linen2nnx.migrate.shared_helpers import KEY as SHARED_HELPERS_KEY
 from linen2nnx.migrate.shared_helpers import run_shared_helpers
+from linen2nnx.migrate.star_imports import KEY as STARS_KEY
+from linen2nnx.migrate.star_imports import lazy_resolver, run_star_exports
 from linen2nnx.migrate.table_changes import KEY as TABLE_CHANGES_KEY
 from linen2nnx.migrate.table_changes import run_changes
 from linen2nnx.migrate.trace import Trace
@@ -189,7 +191,7 @@ def migrate_source(
         select=select, ignore=ignore, unsafe_fixes=unsafe_fixes, external=external, factories=factories
     )
     steps, reasons = (restate_axes, replay_helpers), {}  # reasons: why a replay left a class Linen
-    names, rule_enabled = functools.cache(lambda: NameResolver(tree)), rule_selector(select, ignore)
+    names, rule_enabled = lazy_resolver(tree, factories, module_name), rule_selector(select, ignore)
     if any(steps) and (
         kept := _prepassed(tree, source, path, module_name, trace, options, steps, names, reasons)
     ):
@@ -476,6 +478,8 @@ def _run(
         (*namespace_names(path), module_name_for(path), *suffixes) if module else ()
         for (path, _, module), suffixes in zip(work, package_suffixes(work))
     ]  # and by a shorter name through a package folder on the path (package_suffixes)
+    if len(work) > 1 and run.complete:  # what `from <file of the run> import *` binds
+        factories[STARS_KEY] = run_star_exports(work, run.sources, aliases)
     levels, imported = import_graph(work)
     factories[IMPORTED_KEY] = frozenset(work[i][2] for i in imported)  # whose summaries are read
     for level, cyclic in levels:

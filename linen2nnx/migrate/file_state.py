@@ -10,7 +10,7 @@ tree bottom-up.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import libcst as cst
@@ -26,6 +26,7 @@ from linen2nnx.migrate.layer_subclass_uses import LayerSubclassFact
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.record_facts import external_records
 from linen2nnx.migrate.sites import ClassPlan, ClassSummary
+from linen2nnx.migrate.star_imports import star_names
 from linen2nnx.migrate.table_changes import KEY as RUN_CHANGES_KEY
 from linen2nnx.migrate.table_changes import RunChanges
 from linen2nnx.migrate.trace import Trace
@@ -61,6 +62,7 @@ class FileState:
     external_records: dict[str, RecordClass] = dataclasses.field(
         default_factory=dict
     )  # other files' plain data classes, by dotted name (record_facts.py)
+    stars: Callable[[str], Collection[str]] | None = None  # what a star import binds (star_imports.py)
 
     # ---- outputs (read by engine.migrate_source) ------------------------------------------------
     findings: list[Finding] = dataclasses.field(default_factory=list)
@@ -260,4 +262,5 @@ class FileState:
             run_changes=(factories or {}).get(RUN_CHANGES_KEY),
             imported_modules=(factories or {}).get(IMPORTED_KEY),
             external_records=external_records(factories or {}),
+            stars=star_names(factories, module_name),
         )

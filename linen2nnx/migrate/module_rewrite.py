@@ -241,7 +241,7 @@ class MigrateModules(Codemod, cst.CSTTransformer):
         keeps them as parsed instead of rebuilding them."""
         state = self.state
         if state.resolver is None:
-            state.resolver = NameResolver(state.tree)
+            state.resolver = NameResolver(state.tree, state.stars)
         # the classes other files of the run define, one a line: a module or a class of theirs is found by
         # one substring search, not a loop over thousands of classes for each import
         external = "\n" + "\n".join(state.external) + "\n" if state.external else ""

@@ -190,6 +190,17 @@ class _ImportBinding(_Binding):
         return results
 
 
+class _StarBinding(_ImportBinding):
+    """A name ``from module import *`` binds, for a module whose names the run knows (star_imports.py):
+    ``Block`` -> ``module.Block``, as ``from module import Block`` gives."""
+
+    def qualnames(self, full_name: str) -> set[str]:
+        node = self.node
+        assert type(node) is cst.ImportFrom
+        module = "." * len(node.relative) + (node_full_name(node.module) or "" if node.module else "")
+        return {f"{module}{full_name}" if module.endswith(".") else f"{module}.{full_name}"}
+
+
 @dataclasses.dataclass(eq=False)
 class _Read:
     """A name read: where, after how many assignments of its scope, inside which attribute chain."""
@@ -221,7 +232,8 @@ def _dotted(node: cst.Attribute | cst.Name) -> Iterator[tuple[str, cst.CSTNode]]
 class _Walk:
     """Records scopes, bindings and reads; ``store`` marks an assignment target being walked."""
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, stars: Callable[[str], Collection[str]] | None = None) -> None:
+        self.stars = stars  # module spelled as imported -> the names its star import binds
         self.scope = _Scope("global", _Scope("builtins", None))
         self.scopes = [self.scope, self.scope.parent]  # every scope entered (NameResolver.release)
         self.scope_of: dict[cst.CSTNode, _Scope] = {}
@@ -287,6 +299,10 @@ class _Walk:
     def import_(self, node: cst.Import | cst.ImportFrom, store: bool) -> None:
         self.top_binders.add(self._top)
         if isinstance(node.names, cst.ImportStar):
+            if self.stars is not None and type(node) is cst.ImportFrom:
+                module = node_full_name(node.module) or "" if node.module is not None else ""
+                for name in self.stars("." * len(node.relative) + module):
+                    self.scope.bind(_StarBinding(name, node))
             return
         for alias in node.names:
             bound = alias.asname.name if alias.asname is not None else alias.name
@@ -433,8 +449,10 @@ class NameResolver:
     """The qualified names of a module's nodes, as ``QualifiedNameProvider`` gives them (see the
     module docstring); each node is resolved on first request and remembered."""
 
-    def __init__(self, module: cst.Module) -> None:
-        walk = _Walk(module)
+    def __init__(self, module: cst.Module, stars: Callable[[str], Collection[str]] | None = None) -> None:
+        """``stars``: the names ``from <module spelled as imported> import *`` binds (star_imports.py);
+        without it a star import binds nothing."""
+        walk = _Walk(module, stars)
         self._globals = walk.scope
         self._scopes = walk.scopes
         self._top_reads, self._top_binders = walk.top_reads, walk.top_binders

@@ -34,6 +34,7 @@ from linen2nnx.migrate.param_helpers import helper_of
 from linen2nnx.migrate.rules import verify as verify_rules
 from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import MARKER, ClassSummary, StatementMarker, markers_of, one_line
+from linen2nnx.migrate.star_imports import star_names
 from linen2nnx.migrate.training.driver import line_map
 from linen2nnx.migrate.unknown_builders import outside_maker
 from linen2nnx.migrate.verify_aliases import child_alias, method_aliases, module_class_aliases
@@ -46,6 +47,7 @@ from linen2nnx.migrate.verify_names import (
     flax_class_kind,
     impure_linen_name,
     signature_of,
+    star_imports,
     unresolved_build,
 )
 from linen2nnx.migrate.verify_outside import builds_run_class, check_builds_outside
@@ -161,7 +163,8 @@ class _Verifier:
         self._marked: dict[cst.ClassDef, bool] = {}  # class -> carries linen2nnx markers (see _rewritten)
         self.module_name = module_name
         self.external = external
-        self.names = names if names is not None else NameResolver(module)
+        self.names = names if names is not None else NameResolver(module, star_names(factories, module_name))
+        self._stars = star_imports(module)  # modules whose names a bare unresolved name may be
         self.nnx_classes: dict[str, cst.ClassDef] = {}  # NNX classes of this file, by name
         self.linen_classes: set[str] = set()  # Linen classes of this file (kept ones included)
         self.defs = {c.name.value: c for c in top_classes(module)}
@@ -499,7 +502,7 @@ class _Verifier:
     def _check_unresolved(self, call: cst.Call, qualnames: set[str], stmt: cst.CSTNode | None) -> None:
         """A call nothing resolves that builds a module as Linen does (:func:`.verify_names.unresolved_build`)."""
         applied, method = id(call) in self._applied, self._methods[-1][0] if self._methods else None
-        how = unresolved_build(call, qualnames, applied=applied)
+        how = unresolved_build(call, qualnames, applied=applied, stars=self._stars)
         if how is None and applied and any(a.keyword for a in call.args):  # `net(features=16)(x)`
             how = outside_maker(method, call.func, self.names.qualnames)
         if how is not None:

@@ -218,14 +218,38 @@ def applied_linen_module(call: cst.Call, qualnames: set[str]) -> bool:
     )
 
 
-def unresolved_build(call: cst.Call, qualnames: set[str], *, applied: bool) -> str | None:
+def star_imports(module: cst.Module) -> list[str]:
+    """The modules ``module`` star-imports at its top level (``from .layers import *`` -> ``.layers``)."""
+    return [
+        "." * len(s.relative) + (code(s.module) if s.module is not None else "")
+        for line in module.body
+        if isinstance(line, cst.SimpleStatementLine)
+        for s in line.body
+        if isinstance(s, cst.ImportFrom) and isinstance(s.names, cst.ImportStar)
+    ]
+
+
+def unresolved_build(call: cst.Call, qualnames: set[str], *, applied: bool, stars: list[str]) -> str | None:
     """How a call nothing resolves builds a module as Linen does, for the finding: by a capitalised name
     with ``name=`` and no ``rngs``, built with ``name=`` and applied at once (``applied``: the method
     calls its result, ``factory(..., name="x")(y)``, a compact method's idiom), or Linen's
-    ``Module.clone`` / ``copy``; None when it does not."""
+    ``Module.clone`` / ``copy``; or a capitalised bare name that one of the file's star imports
+    (``stars``) may bind, built without ``rngs`` (its class is unknown here: a Linen module, or a class
+    of the run whose NNX ``__init__`` requires them); None when it does not."""
     from linen2nnx.migrate.verify_syntax import linen_module_copy
 
     shown = one_line(code(call.func))
+    keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+    if (
+        stars
+        and type(call.func) is cst.Name
+        and not qualnames
+        and shown[:1].isupper()
+        and "rngs" not in keywords
+        and not any(a.star == "**" for a in call.args)
+    ):
+        imports = ", ".join(f"from {m} import *" for m in stars)
+        return f"{shown}(...) names a class that `{imports}` may bind, built without rngs,"
     if looks_like_linen_module(call, qualnames):
         return f"{shown}(...) takes name= and no rngs, as a Linen module does,"
     if applied and applied_linen_module(call, qualnames):
