@@ -1201,3 +1201,30 @@ def test_a_class_a_star_import_outside_the_run_may_bind_is_reported(tmp_path):
     manual = [(f.rule, f.line, f.message) for f in result.findings if f.rule.startswith("L2N-VERIFY")]
     assert [(r, line) for r, line, _ in manual] == [("L2N-VERIFY-001", 7)], manual
     assert "`from pkg.layers import *` may bind" in manual[0][2]
+
+
+def test_builds_of_the_run_s_classes_through_a_table_partial_getattr_or_splat_are_reported(tmp_path):
+    """``REGISTRY[name]()``, ``functools.partial(Net, depth=3)()``, ``getattr(nets, name)()`` and
+    ``nets.Net(**kw)`` of ``kw = dict(depth=1)`` build an NNX class without its sizes and rngs
+    (TypeError); before, none was reported. A mapping that may hold rngs, or a call passing them, is not."""
+    (tmp_path / "nets.py").write_text(
+        "import flax.linen as nn\n\n\nclass Net(nn.Module):\n    depth: int = 2\n\n"
+        "    @nn.compact\n    def __call__(self, x):\n        return nn.Dense(4)(x)\n"
+    )
+    (tmp_path / "factory.py").write_text(
+        "import functools\nimport nets\nfrom nets import Net\n\nREGISTRY = {'net': Net}\n\n\n"
+        "def a(name):\n    return REGISTRY[name]()\n\n\n"  # 9
+        "def b():\n    return functools.partial(Net, depth=3)()\n\n\n"  # 13
+        "def c(name):\n    return getattr(nets, name)()\n\n\n"  # 17
+        "def d():\n    kw = dict(depth=1)\n    return nets.Net(**kw)\n\n\n"  # 22
+        "def fine(cfg, rngs):\n    return nets.Net(**cfg), REGISTRY['net'](rngs=rngs), "
+        "functools.partial(Net, rngs=rngs)(in_features=3)\n"
+    )
+    result = migrate_paths([tmp_path], Mode.CHECK)
+    found = sorted((f.rule, f.line) for f in result.findings if f.severity.value == "manual")
+    assert found == [
+        ("L2N-VERIFY-002", 9),
+        ("L2N-VERIFY-002", 13),
+        ("L2N-VERIFY-002", 17),
+        ("L2N-VERIFY-002", 22),
+    ]

@@ -154,6 +154,10 @@ def check_builds_outside(verifier: Any, classes_only: bool = False) -> None:
             qualnames = qualnames | _assigned_value_names(verifier.names, call.func, aliases[call.func.value])
         if any(verifier._external(q) is not None for q in qualnames):
             verifier._check_signature(call, qualnames, stmt)
+    if not classes_only:
+        from linen2nnx.migrate.verify_builders import check_indirect_builds
+
+        check_indirect_builds(verifier)
 
 
 def _assigned_value_names(
