@@ -1228,3 +1228,67 @@ def test_builds_of_the_run_s_classes_through_a_table_partial_getattr_or_splat_ar
         ("L2N-VERIFY-002", 17),
         ("L2N-VERIFY-002", 22),
     ]
+
+
+_BOUND_BLOCKS = """
+import flax.linen as nn
+class Small(nn.Module):
+    width: int
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.width)(x)
+class Big(nn.Module):
+    width: int
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.width * 2)(x)
+"""
+_BOUND_BASE = """
+from typing import Any
+import flax.linen as nn
+from pkg import blocks
+
+class Base(nn.Module):
+    block_cls: Any = blocks.Small
+    width: int = 4
+    @nn.compact
+    def __call__(self, x):
+        x = self.block_cls(self.width)(x)
+        return nn.Dense(2)(x)
+"""
+_BOUND_DERIVED = """
+import functools
+from typing import Any
+from pkg import blocks
+from pkg.base import Base
+from pkg.blocks import Big
+
+class BigNet(Base):
+    block_cls: Any = Big
+    width: int = 5
+
+BaseBig = functools.partial(Base, block_cls=Big)
+Narrow = functools.partial(Base, width=3)
+Same = functools.partial(Base, block_cls=blocks.Small)
+"""
+
+
+def test_a_factory_field_bound_in_another_file_is_reported(tmp_path):
+    """``block_cls: Any = blocks.Small`` in base.py, bound to ``Big`` by a subclass's default and by a
+    partial in derived.py: base.py's build, sizes and name map follow only its own file's bindings
+    (``Small_0``; the Dense after it sized from Small's width), so each binding is a located
+    L2N-MOD-008. Before: no finding (exit 0), the map had no ``Big_0`` and the NNX BigNet raised at
+    its first call (10 vs 5). A partial that leaves the field alone or binds its default is silent."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("")
+    (src / "pkg" / "blocks.py").write_text(_BOUND_BLOCKS)
+    (src / "pkg" / "base.py").write_text(_BOUND_BASE)
+    (src / "pkg" / "derived.py").write_text(_BOUND_DERIVED)
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    manual = sorted(
+        (f.rule, Path(f.path).name, f.line) for f in result.findings if f.severity.value == "manual"
+    )
+    assert manual == [("L2N-MOD-008", "derived.py", 9), ("L2N-MOD-008", "derived.py", 12)], manual
+    again = migrate_paths([out], Mode.DIFF)
+    assert all(r.output in (None, r.source) for r in again.files)  # idempotent

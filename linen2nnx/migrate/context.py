@@ -19,6 +19,7 @@ from linen2nnx.layers import LayerRule, layer_rule
 from linen2nnx.migrate.annotation_names import module_names
 from linen2nnx.migrate.box_tests import is_unbox_helper
 from linen2nnx.migrate.bridge import builds_bridge_wrapper, is_bridge_wrapper
+from linen2nnx.migrate.crossfile_bindings import report_crossfile_bindings
 from linen2nnx.migrate.cst_meta import (
     NAME_OR_ATTRIBUTE,
     FastVisitor,
@@ -550,6 +551,7 @@ class FileContext:
         self.state.bindings = None  # built on first use (see field_factory)
         self._find_function_factories()
         self._find_layer_subclasses(node)
+        report_crossfile_bindings(self, node)
         self.state.module_lines = {
             code(s).strip()
             for s in node.body

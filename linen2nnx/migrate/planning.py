@@ -22,6 +22,7 @@ from linen2nnx.migrate.class_tables import report_class_choices
 from linen2nnx.migrate.compact_aliases import CompactAlias, branch_assignments, compact_aliases
 from linen2nnx.migrate.compact_collect import CompactCollector, same_name_sites
 from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.crossfile_bindings import factory_fields
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import (
     NOT_LOCAL,
@@ -114,7 +115,7 @@ class ClassPlanner:
         self.state.plans[node] = plan
         self.state.linen_classes[plan.name] = plan
         summary = with_out_ranks(self.sizer, plan, plan.summary())
-        summary.bridged_inside = holds_bridged(plan)
+        summary.bridged_inside, summary.factory_fields = holds_bridged(plan), factory_fields(self.ctx, plan)
         self.state.summaries[plan.key] = summary
         return plan
 
