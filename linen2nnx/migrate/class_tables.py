@@ -13,14 +13,13 @@ behind the bridge, which runs as written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_meta import calls_in, syntax_children
+from linen2nnx.migrate.cst_meta import calls_in, returned_values
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.function_aliases import assigned_values
+from linen2nnx.migrate.linen_factories import display_values
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.verify_names import flax_class_kind
 
@@ -57,7 +56,8 @@ def _chosen_class(ctx: FileContext, func: cst.BaseExpression, depth: int) -> str
         fn = ctx.state.module_functions.get(func.func.value)
         if fn is None or ctx.qualnames(func.func) != {func.func.value}:
             return None
-        return _first_class(ctx, [r.value for r in _returns(fn) if r.value is not None], depth)
+        returned = [v for v in returned_values(fn.body) if v is not None]
+        return _first_class(ctx, returned[::-1], depth)  # the finding names the last return's class
     if isinstance(func, cst.Name):
         values = assigned_values(ctx, func) or []
         return next((f for v in values if (f := _chosen_class(ctx, v, depth + 1)) is not None), None)
@@ -70,16 +70,8 @@ def _table_values(ctx: FileContext, table: cst.BaseExpression) -> list[cst.BaseE
         return [table] if isinstance(table, (cst.Dict, cst.List, cst.Tuple)) else []
     found: list[cst.BaseExpression] = []
     for value in assigned_values(ctx, table) or []:
-        found += _display_values(value)
+        found += display_values(value)
     return found
-
-
-def _display_values(value: cst.BaseExpression) -> list[cst.BaseExpression]:
-    if isinstance(value, cst.Dict):
-        return [e.value for e in value.elements if isinstance(e, cst.DictElement)]
-    if isinstance(value, (cst.List, cst.Tuple)):
-        return [e.value for e in value.elements if isinstance(e, cst.Element)]
-    return []
 
 
 def _first_class(ctx: FileContext, values: list[cst.BaseExpression], depth: int) -> str | None:
@@ -89,7 +81,7 @@ def _first_class(ctx: FileContext, values: list[cst.BaseExpression], depth: int)
         if isinstance(value, cst.IfExp):
             found = _first_class(ctx, [value.body, value.orelse], depth)
         elif isinstance(value, cst.Subscript):
-            found = _first_class(ctx, _display_values(value.value) or _table_values(ctx, value.value), depth)
+            found = _first_class(ctx, display_values(value.value) or _table_values(ctx, value.value), depth)
         elif isinstance(value, cst.Call) and ctx.qualnames(value.func) & _PARTIALS and value.args:
             found = _first_class(ctx, [value.args[0].value], depth)
         elif isinstance(value, (cst.Name, cst.Attribute)):
@@ -111,14 +103,3 @@ def _module_class(ctx: FileContext, node: cst.Name | cst.Attribute) -> str | Non
     if ctx.user_class_of(node) is not None:
         return code(node)
     return next((q for q in ctx.qualnames(node) if flax_class_kind(q) == "linen"), None)
-
-
-def _returns(fn: cst.FunctionDef) -> Iterator[cst.Return]:
-    """The ``return`` statements of ``fn``'s own body (not of functions or classes inside it)."""
-    stack: list[cst.CSTNode] = [fn.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Return):
-            yield node
-        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            stack.extend(syntax_children(node))

@@ -14,7 +14,7 @@ from typing import Any
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import FastVisitor
+from linen2nnx.migrate.cst_meta import nodes_of
 from linen2nnx.migrate.cst_utils import code
 from linen2nnx.migrate.rules import MOD_008
 
@@ -63,20 +63,11 @@ def report_crossfile_bindings(ctx: Any, tree: cst.Module) -> None:
     """Each binding in ``tree`` of a factory field of a class another file of the run defines."""
     if not any(getattr(s, "factory_fields", ()) for s in ctx.state.external.values()):
         return
-    found: list[cst.Call] = []
-    classes: list[cst.ClassDef] = []
-
-    class Walk(FastVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            found.append(node)
-
-        def visit_ClassDef(self, node: cst.ClassDef) -> None:
-            classes.append(node)
-
-    Walk().walk(tree)
-    for cls in classes:
-        report_overridden_defaults(ctx, cls)
-    report_bound_keywords(ctx, found)
+    nodes = nodes_of(tree, (cst.Call, cst.ClassDef))  # one walk, in source order
+    for node in nodes:
+        if isinstance(node, cst.ClassDef):
+            report_overridden_defaults(ctx, node)
+    report_bound_keywords(ctx, [n for n in nodes if isinstance(n, cst.Call)])
 
 
 def report_bound_keywords(ctx: Any, found: list[cst.Call]) -> None:

@@ -134,11 +134,9 @@ def same_in_nnx(dotted: str) -> bool:
     return a is b and not inspect.isclass(a) and not inspect.ismodule(a)
 
 
-@cache
-def top_level_name(dotted: str) -> str | None:
-    """``relu`` for ``activation.relu``: a name of a flax.linen submodule that is the very object flax.linen
-    re-exports at its top level (``nn.activation.relu is nn.relu``), so it converts as ``nn.relu`` does;
-    None for any other name (a class included: layers are converted through their table)."""
+def _reexported(dotted: str, package: Any) -> str | None:
+    """The last name of ``dotted`` (a flax.linen submodule's name) where ``package`` binds the very same
+    object at its top level under that name; None for a class or module, or where it does not."""
     import inspect
 
     import flax.linen as nn
@@ -151,8 +149,20 @@ def top_level_name(dotted: str) -> str | None:
         if value is None:
             return None
     last = dotted.rsplit(".", 1)[1]
-    same = getattr(nn, last, None) is value and not inspect.isclass(value) and not inspect.ismodule(value)
+    same = (
+        getattr(package, last, None) is value and not inspect.isclass(value) and not inspect.ismodule(value)
+    )
     return last if same else None
+
+
+@cache
+def top_level_name(dotted: str) -> str | None:
+    """``relu`` for ``activation.relu``: a name of a flax.linen submodule that is the very object flax.linen
+    re-exports at its top level (``nn.activation.relu is nn.relu``), so it converts as ``nn.relu`` does;
+    None for any other name (a class included: layers are converted through their table)."""
+    import flax.linen as nn
+
+    return _reexported(dotted, nn)
 
 
 @cache
@@ -160,21 +170,9 @@ def nnx_top_level_name(dotted: str) -> str | None:
     """``min_pool`` for ``pooling.min_pool``: a function of a flax.linen submodule that flax.linen does not
     re-export but flax.nnx does at its top level, the very same object (``nnx.min_pool``); None for any
     other name."""
-    import inspect
-
-    import flax.linen as nn
     from flax import nnx
 
-    if "." not in dotted or dotted.startswith("initializers."):
-        return None
-    value: Any = nn
-    for part in dotted.split("."):
-        value = getattr(value, part, None)
-        if value is None:
-            return None
-    last = dotted.rsplit(".", 1)[1]
-    same = getattr(nnx, last, None) is value and not inspect.isclass(value) and not inspect.ismodule(value)
-    return last if same else None
+    return _reexported(dotted, nnx)
 
 
 @cache

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import calls_in, syntax_children
+from linen2nnx.migrate.cst_meta import calls_in, returned_values
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.verify_names import flax_class_kind
 
@@ -63,7 +63,7 @@ def linen_factories(
         if builds:
             found[prefix + name] = LinenFactory(prefix + name, builds, gives="table")
     for fn in functions:
-        returned = [r.value for r in _returns(fn.body) if r.value is not None]
+        returned = [v for v in returned_values(fn.body) if v is not None]
         builds = _linen_class(returned, names, linen_classes, tables)
         if builds:  # `return nn.LayerNorm if name == "ln" else nn.RMSNorm`: called, then built
             found[prefix + fn.name.value] = LinenFactory(prefix + fn.name.value, builds, gives="class")
@@ -118,13 +118,14 @@ def _tables(module: cst.Module) -> dict[str, list[cst.BaseExpression]]:
     for stmt in module.body:
         for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                target, values = small.targets[0].target, _display_values(small.value)
+                target, values = small.targets[0].target, display_values(small.value)
                 if isinstance(target, cst.Name) and values:
                     found.setdefault(target.value, []).extend(values)
     return found
 
 
-def _display_values(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+def display_values(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values of a dict, list or tuple display; none for any other expression."""
     if isinstance(value, cst.Dict):
         return [e.value for e in value.elements if isinstance(e, cst.DictElement)]
     if isinstance(value, (cst.List, cst.Tuple)):
@@ -148,7 +149,7 @@ def _linen_class(
         elif isinstance(value, cst.Subscript):
             table = value.value
             looked_up = tables.get(table.value, []) if isinstance(table, cst.Name) else []
-            todo += reversed(_display_values(table) or looked_up)
+            todo += reversed(display_values(table) or looked_up)
         elif (
             isinstance(value, cst.Call) and "functools.partial" in names.qualnames(value.func) and value.args
         ):
@@ -160,12 +161,3 @@ def _linen_class(
             if q:
                 return q
     return ""
-
-
-def _returns(node: cst.CSTNode) -> list[cst.Return]:
-    """The ``return`` statements of a function body (not of functions or classes inside it)."""
-    if isinstance(node, cst.Return):
-        return [node]
-    if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-        return []
-    return [r for child in syntax_children(node) for r in _returns(child)]
