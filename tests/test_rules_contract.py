@@ -49,6 +49,7 @@ PARITY_TESTS = (
     "test_model_output_parity.py",
     "test_attention_parity.py",
     "test_gin_configurable.py",
+    "test_key_replay.py",
 )
 
 # Fixture cases with no numeric parity test, and why none can be written.
@@ -98,7 +99,7 @@ NOT_RUNNABLE = {
     "loop_kv_varying": "manual findings: blocks of a loop attend to values whose size the iteration changes",
     "nested_kept_class": "imports a package that does not exist (a class from outside the run)",
     "inherited_field_marker": "manual findings: a metadata box as a field default, a subclass of a kept base",
-    "key_split_chain": "manual finding: submodules built with the keys of a split chain",
+    "key_split_chain": "manual findings: submodules built with the keys of split chains __init__ cannot replay",
     "input_axis_rebound": "manual findings: submodule sizes read from a rebound value and a call-time index",
     "linen_tree_place": "manual findings: __post_init__, self.name and self.parent have no NNX meaning",
     "inherited_build_kept": "manual finding: a subclass running what a base kept as Linen builds",

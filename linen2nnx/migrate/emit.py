@@ -337,6 +337,8 @@ class Emitter:
             )
             self.state.needs_jax_import = True
         stmts.extend(self._replayed_locals(plan))
+        if plan.key_replay is not None:  # the split chain of keys the builds read (key_replay.py)
+            stmts.extend(cst.parse_module("\n".join([*plan.key_replay.source_lines(), ""])).body)
         self._hoisted(plan, stmts)
         if not stmts:
             stmts.append(parse_statement("pass\n"))

@@ -2,9 +2,9 @@
 
 ``init_rng, init_key = random.split(init_rng)`` before each submodule, starting from a key field
 (``init_rng = self.rng``), hands every submodule its own key as a constructor field (StyleGAN2's
-layers draw their initial weights from it). The keys depend on config alone, but the chain rebinds
-one local at every split (often across loops), which ``__init__`` does not replay; the finding then
-names the chain, so whoever ports it by hand replays the same splits in the same order.
+layers draw their initial weights from it). ``__init__`` replays such a chain where it provably
+gives every submodule the same key (key_replay.py); where not, the finding names the chain and why,
+so whoever ports it by hand replays the same splits in the same order.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import libcst as cst
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import FastVisitor
 from linen2nnx.migrate.cst_utils import code
+from linen2nnx.migrate.key_replay import refusal
 
 SPLIT = {"jax.random.split"}
 
@@ -57,9 +58,10 @@ def call_time_message(
             f"{', '.join(sorted(uses))} and cannot move to __init__",
             "compute it from constructor arguments / config",
         )
+    why = refusal(fn, code(arg.value))  # key_replay.py: what keeps __init__ from replaying it
     return (
         f"argument {arg_name}= of {what} is {code(arg.value)}, a key of the split chain `{chain}`, which "
-        "rebinds its key at every split; __init__ does not replay such a chain",
+        + (f"__init__ does not replay: {why}" if why else "__init__ does not replay"),
         "the keys depend only on where the chain starts: build the modules in __init__ by hand, "
         "splitting in the same order",
     )

@@ -37,10 +37,12 @@ from linen2nnx.migrate.factory_fields import FieldFactory, FieldPartial
 from linen2nnx.migrate.function_aliases import plain_assign, reads_linen, sole_binding
 from linen2nnx.migrate.init_guards import creates_nothing
 from linen2nnx.migrate.input_sizes import reads_rank_only
+from linen2nnx.migrate.key_replay import check_key_replay
 from linen2nnx.migrate.layer_args import builds_mode_layers
 from linen2nnx.migrate.loop_tests import test_names
 from linen2nnx.migrate.mutation import mutated_locals
 from linen2nnx.migrate.rebound_locals import (
+    bound_name,
     dead_bindings,
     earlier_keys,
     in_source_order,
@@ -367,6 +369,8 @@ class LocalPlanner:
             ctors += [stmt.body[0].value for stmt in nest.local_stmts.values()]  # type: ignore[attr-defined]
             ctors += [cst.Name(n) for n in test_names(nest.outer)]  # its `if` tests (loop_tests.py)
         todo = [n for ctor in ctors for n in names_in(ctor) if n in plan.pure_locals]
+        chained, reads = check_key_replay(self.ctx, plan)  # key_replay.py: the config locals it reads first
+        todo = [n for n in todo if bound_name(n) not in chained] + [n for n in reads if n in plan.pure_locals]
         todo += [n for n in condition_names(plan) if n in plan.pure_locals]  # `if c != self.n:` reads c
         while todo:
             name = todo.pop()

@@ -44,6 +44,7 @@ from linen2nnx.migrate.factory_fields import FieldPartial
 from linen2nnx.migrate.inheritance import plan_inherited_build
 from linen2nnx.migrate.inherited_sizes import check_inherited_sizes
 from linen2nnx.migrate.input_sizes import finish_input_sizes
+from linen2nnx.migrate.key_replay import plan_key_replay
 from linen2nnx.migrate.lazy_vars import either
 from linen2nnx.migrate.lift_streams import report_method_scan_streams
 from linen2nnx.migrate.lifted import SCAN_DECORATORS, LiftError, method_scan
@@ -414,6 +415,7 @@ class ClassPlanner:
         # ^ built at each use, never replayed in __init__ as a config local -- unless also used otherwise
 
         aliases = self._class_aliases(fn, counts)
+        plan.key_replay = plan.key_replay or plan_key_replay(self.ctx, plan, fn, self.site_planner)
         CompactCollector(self.site_planner, plan, fn, counts, local_names, partials, counters).walk(fn)
         for alias in aliases:
             self._hoist_alias(plan, alias)
@@ -426,10 +428,8 @@ class ClassPlanner:
                 plan.partial_classes.add(local.ctor.func)
             elif local.name in replayable:  # also handed on (`block(norm=norm)`): a config local of __init__
                 plan.pure_locals[local.name] = replayable[local.name]
-            if built and isinstance(factory, FieldPartial):
-                self.state.partial_calls[local.partial] = (
-                    local  # its uses are built from the rewritten partial
-                )
+            if built and isinstance(factory, FieldPartial):  # its uses are built from the rewritten partial
+                self.state.partial_calls[local.partial] = local
         self._flag_class_values(plan, fn)
         self.locals.view_handed_modes(plan)
         self._share_exclusive_attrs(plan)

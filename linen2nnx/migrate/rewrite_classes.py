@@ -33,6 +33,7 @@ from linen2nnx.migrate.cst_utils import (
 )
 from linen2nnx.migrate.emit import Emitter
 from linen2nnx.migrate.jit_methods import nnx_jit_decorator
+from linen2nnx.migrate.key_replay import without_chains
 from linen2nnx.migrate.kw_only import is_kw_only_marker
 from linen2nnx.migrate.layer_subclasses import nnx_layer_subclass
 from linen2nnx.migrate.lifted import (
@@ -101,6 +102,8 @@ class ClassRewriter:
         plan = self.ctx.current_plan()
         if plan is None:
             return updated
+        if plan.key_replay is not None and original is plan.key_replay.fn:  # the key chain __init__ replays
+            updated = without_chains(updated, plan.key_replay.names())
         if original is plan.compact:  # lines __init__ replays that the method no longer reads go
             candidates = {
                 *plan.needed_locals,

@@ -525,6 +525,9 @@ class SitePlanner(NestPlanning, LoopChains, VariablePlanning):
         for arg_name, arg in bound.items():
             if rule is not None and (arg_name in rule.nested or arg_name == rule.varargs_list):
                 continue  # layers built in this argument are checked on their own
+            if plan.key_replay is not None and (key := plan.key_replay.source(arg)) is not None:
+                site.arg_sources[arg_name] = key  # a key of a split chain __init__ replays
+                continue
             uses = (names_in(arg.value) - NOT_LOCAL) & (local_names - loop_names)
             if uses:
                 shape_locals = shape_last_refs(arg.value, uses)

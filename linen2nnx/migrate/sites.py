@@ -299,9 +299,8 @@ class ClassPlan:
     hoisted_order: list[Site] = dataclasses.field(default_factory=list)
     containers: dict[str, list[Site]] = dataclasses.field(default_factory=dict)
     pure_locals: dict[str, cst.BaseStatement] = dataclasses.field(default_factory=dict)
-    static_statements: list[cst.BaseStatement] = dataclasses.field(
-        default_factory=list
-    )  # pure statements other than `name = expr` bound once (static_locals.py)
+    static_statements: list[cst.BaseStatement] = dataclasses.field(default_factory=list)  # static_locals.py
+    key_replay: Any = None  # key_replay.KeyReplay: the split chain of keys __init__ replays for its builds
     static_flow: Any = None  # static_locals.StaticLocals: which locals are static where
     # local -> vars read as v.shape[-1]
     shape_locals: dict[str, list[str]] = dataclasses.field(default_factory=dict)
