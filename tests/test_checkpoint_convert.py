@@ -34,6 +34,7 @@ from linen2nnx.checkpoint_convert.mapping import normalise
 from linen2nnx.checkpoint_convert.optimizer import abstract_optimizer
 from linen2nnx.checkpoint_convert.to_linen import convert_to_linen
 from linen2nnx.errors import ConversionError, L2NError
+from linen2nnx.namemap import Child, ClassEntry, NameMap
 from linen2nnx.spec import LinenSide, ModelPair, import_file, load_pair
 
 TWINS_FILE = Path(__file__).parent / "fixtures" / "twins" / "zoo_twins.py"
@@ -509,6 +510,57 @@ def test_a_custom_collection_the_checkpoint_lacks_is_a_problem_not_an_init_value
     _, kept, problems = validate(leaves, matches, [], target, ["params"])
     assert [s.path for s in kept] == [("cache",)]
     assert [(p.kind, p.nnx) for p in problems] == [("not filled", "ema")]
+
+
+class _LStats(nn.Module):
+    """Running statistics in a collection of its own name (``self.variable('running', ...)``)."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        h = nn.Dense(2)(x)
+        mean = self.variable("running", "mean", lambda: jnp.zeros((2,)))
+        if train:
+            mean.value = 0.9 * mean.value + 0.1 * h.mean(0)
+        return h - mean.value
+
+
+class _NStats(nnx.Module):
+    """Its NNX twin, written with ``nnx.BatchStat``: no Variable type is registered for ``running``."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.dense_0 = nnx.Linear(3, 2, rngs=rngs)
+        self.mean = nnx.BatchStat(jnp.zeros((2,)))
+
+    def __call__(self, x, train: bool = False):
+        return self.dense_0(x) - self.mean[...]
+
+
+@pytest.mark.parametrize("mapped", [True, False], ids=["name map", "structural"])
+def test_a_collection_of_an_unregistered_name_is_never_left_at_its_init_value(mapped):
+    """The checkpoint's ``running/mean`` was ignored (no Variable type is registered for ``running``)
+    and, through a name map, the NNX ``mean`` it belongs to was kept at its init value (zeros for
+    [1, 2]), exit 0, with the reason that Linen's own init never creates it, which it does: the
+    Linen init's leaves of such a collection were not counted. Now a "not filled" problem that names
+    the checkpoint's leaf and the registration it lacks."""
+    batch = {"x": jnp.ones((2, 3)), "y": jnp.zeros((2,), jnp.int32)}
+    side = LinenSide(model=_LStats(), batch=batch, loss=lambda o, b: o.sum(), mutable=("running",))
+    pair = ModelPair(side, lambda rngs: _NStats(rngs))
+    variables = side.init_variables()
+    tree = {"params": variables["params"], "running": {"mean": jnp.asarray([1.0, 2.0])}}
+    name_map = NameMap(
+        classes={
+            "_LStats": ClassEntry(
+                name="_LStats",
+                module=__name__,
+                children={"Dense_0": Child(attr="dense_0", linen_class="flax.linen.Dense")},
+                variables={"running": {"mean": "mean"}},
+            )
+        }
+    )
+    with pytest.raises(ConversionError) as err:
+        convert_tree(tree, pair, name_map if mapped else None)
+    assert "not filled: Linen running/mean -> NNX mean" in str(err.value)
+    assert "nnx.register_variable_name('running', ...)" in str(err.value)
 
 
 class _LFlat(nn.Module):

@@ -14,11 +14,12 @@ does not create it. Each is kept with its reason in the report; any other slot t
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from linen2nnx.checkpoint_convert.mapping import Leaf, Problem, join, map_with_name_map
 from linen2nnx.checkpoint_convert.read import parse_tree
-from linen2nnx.namemap import applied_with_other_weights, attr_path
+from linen2nnx.namemap import applied_with_other_weights, attr_path, flatten
 
 NEVER_CREATED = "a layer Linen applies with other weights: the Linen model's own init never creates it"
 NEVER_APPLIED = (
@@ -62,10 +63,51 @@ def _created_by_linen(pair: Any, name_map: Any, root: str, aliases: dict) -> set
             abstract = jax.eval_shape(lambda train=train: pair.linen.init_variables(train=train))
         except Exception:  # the check is an allowance: without it the problems stay as they are
             return None
-        leaves = [
-            Leaf(coll, path, tuple(getattr(a, "shape", ())), getattr(a, "dtype", None))
-            for coll, path, a in parse_tree(abstract, source="<Linen init>", live=True).leaves()
-        ]
-        matches, _ = map_with_name_map(leaves, name_map, root)
+        matches, _ = map_with_name_map(_created_leaves(abstract), name_map, root)
         created |= {join(aliases.get(m.nnx_path, m.nnx_path)) for m in matches}
     return created
+
+
+def _created_leaves(variables: Any) -> list[Leaf]:
+    """Every leaf of the Linen init ``variables``, those of a collection no NNX Variable type is
+    registered for (``self.variable('stats', ...)`` beside an NNX twin holding ``nnx.BatchStat``) too:
+    Linen creates them, so the slot they map to is not one Linen never creates."""
+    ckpt = parse_tree(variables, source="<Linen init>", live=True)
+    found = [(coll, path, a) for coll, path, a in ckpt.leaves()]
+    found += [(coll, path, a) for coll, tree in ckpt.unregistered.items() for path, a in flatten(tree)]
+    return [
+        Leaf(coll, path, tuple(getattr(a, "shape", ())), getattr(a, "dtype", None)) for coll, path, a in found
+    ]
+
+
+def name_unregistered(
+    problems: list[Problem], unregistered: dict[str, Any], name_map: Any, root: str | None, aliases: dict
+) -> list[Problem]:
+    """The "not filled" problems of slots that a leaf of an ignored checkpoint entry would fill (a
+    collection no NNX Variable type is registered for: ``stats`` beside an NNX twin holding
+    ``nnx.BatchStat``), said so: the entry was read as no collection, so nothing filled the slot.
+    Placed through the name map, or (without a root) by its own or its normalised path."""
+    from linen2nnx.checkpoint_convert.mapping import normalise
+
+    leaves = [Leaf(c, path, (), None) for c, tree in unregistered.items() for path, _ in flatten(tree)]
+    if not leaves or not any(p.kind == "not filled" for p in problems):
+        return problems
+    if root is not None:
+        matches, _ = map_with_name_map(leaves, name_map, root)
+        homes = {join(aliases.get(m.nnx_path, m.nnx_path)): m.leaf for m in matches}
+    else:
+        homes = {join(normalise(leaf.path)): leaf for leaf in leaves}
+    out = []
+    for p in problems:
+        key = p.nnx if root is not None else join(normalise(p.nnx.split("/"))) if p.nnx else None
+        leaf = homes.get(key) if p.kind == "not filled" and p.linen is None else None
+        if leaf is None:
+            out.append(p)
+            continue
+        detail = (
+            f"the checkpoint holds it as {leaf.name}, but {leaf.collection!r} is no registered NNX Variable "
+            "collection, so that entry was ignored: register the slot's Variable type under that name "
+            f"(nnx.register_variable_name({leaf.collection!r}, ...))"
+        )
+        out.append(dataclasses.replace(p, linen=leaf.name, detail=detail))
+    return out
