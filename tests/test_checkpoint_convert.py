@@ -563,6 +563,47 @@ def test_a_collection_of_an_unregistered_name_is_never_left_at_its_init_value(ma
     assert "nnx.register_variable_name('running', ...)" in str(err.value)
 
 
+class _LScaled(nn.Module):
+    """A collection of the model's own (``spectral``), and a sown value (``losses``)."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        h = nn.Dense(2)(x)
+        self.sow("losses", "l2", (h**2).mean())
+        return h / self.variable("spectral", "sigma", lambda: jnp.ones((2,))).value
+
+
+class _NScaled(nnx.Module):
+    """An NNX twin without the ``spectral`` state (and no Variable type registered for it)."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.dense_0 = nnx.Linear(3, 2, rngs=rngs)
+
+    def __call__(self, x, train: bool = False):
+        return self.dense_0(x)
+
+
+def test_a_collection_the_linen_model_creates_is_never_dropped_as_a_train_state_field(tmp_path):
+    """``spectral/sigma = [3, 5]``, a collection the Linen model's own init creates, converted with exit
+    0 into a twin that has no place for it: the entry was ignored as "not a registered variable
+    collection (TrainState field?)" and the NNX model computed h instead of h / [3, 5] (-1.22 against
+    -0.41). A "no NNX home" problem now, nothing written; a sown collection (``losses``) and a
+    TrainState field (``ema_params``) are still ignored with their reasons."""
+    batch = {"x": jnp.ones((2, 3)), "y": jnp.zeros((2,), jnp.int32)}
+    pair = ModelPair(LinenSide(model=_LScaled(), batch=batch, loss=lambda o, b: o.sum()), _NScaled)
+    params = pair.linen.init_variables()["params"]
+    tree = {"params": params, "spectral": {"sigma": jnp.asarray([3.0, 5.0])}, "ema_params": params}
+    tree["losses"] = {"l2": (jnp.asarray(0.5),)}
+    with pytest.raises(
+        ConversionError, match=r"no NNX home: Linen spectral/sigma: the Linen model's own init"
+    ):
+        convert(tree, tmp_path / "nnx", pair)
+    assert not (tmp_path / "nnx").exists()
+    del tree["spectral"]
+    report = convert(tree, tmp_path / "nnx", pair)
+    assert set(report.ignored) == {"losses", "ema_params"}
+
+
 class _LFlat(nn.Module):
     @nn.compact
     def __call__(self, x):

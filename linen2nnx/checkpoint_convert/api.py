@@ -17,7 +17,13 @@ from typing import Any
 from linen2nnx.checkpoint_convert import memory
 from linen2nnx.checkpoint_convert.commit import recover_all
 from linen2nnx.checkpoint_convert.first_call import FIRST_CALL, created_on_first_call
-from linen2nnx.checkpoint_convert.linen_unused import name_unregistered, never_created, why_never_created
+from linen2nnx.checkpoint_convert.linen_unused import (
+    LinenInit,
+    dropped_collections,
+    name_unregistered,
+    never_created,
+    why_never_created,
+)
 from linen2nnx.checkpoint_convert.mapping import (
     Leaf,
     Match,
@@ -127,8 +133,10 @@ def plan_with_problems(
     first_call, problems = created_on_first_call(problems, pair)
     ckpt.first_call.update(first_call)
     ckpt.ignored.update(dict.fromkeys(first_call, FIRST_CALL))
-    unused, problems = never_created(problems, pair, nmap, root, target.aliases)
+    init = LinenInit(pair)
+    unused, problems = never_created(problems, init, nmap, root, target.aliases)
     problems = name_unregistered(problems, ckpt.unregistered, nmap, root, target.aliases)
+    problems += dropped_collections(problems, ckpt, init)
     kept += [slot for path, slot in target.slots.items() if join(path) in unused]
     reasons = {path: why_never_created(nmap, root, path) for path in {join(s.path) for s in kept} & unused}
     return Plan(target, good, kept, strategy, ckpt, reasons), problems

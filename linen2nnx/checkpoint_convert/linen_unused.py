@@ -15,6 +15,7 @@ does not create it. Each is kept with its reason in the report; any other slot t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from linen2nnx.checkpoint_convert.mapping import Leaf, Problem, join, map_with_name_map
@@ -28,8 +29,32 @@ NEVER_APPLIED = (
 )
 
 
+class LinenInit:
+    """The Linen model's own init on the pair's example batch, in eval and in train mode, traced
+    abstractly the first time it is asked for (once per plan); None when either cannot be traced."""
+
+    def __init__(self, pair: Any) -> None:
+        self.pair = pair
+        self._trees: list[Any] | None = None
+        self._traced = False
+
+    def trees(self) -> list[Any] | None:
+        import jax
+
+        if not self._traced:
+            self._traced = True
+            try:
+                self._trees = [
+                    jax.eval_shape(lambda train=train: self.pair.linen.init_variables(train=train))
+                    for train in (False, True)
+                ]
+            except Exception:  # the checks are allowances and hints: without them problems stay as they are
+                self._trees = None
+        return self._trees
+
+
 def never_created(
-    problems: list[Problem], pair: Any, name_map: Any, root: str | None, aliases: dict
+    problems: list[Problem], init: LinenInit, name_map: Any, root: str | None, aliases: dict
 ) -> tuple[set[str], list[Problem]]:
     """(the NNX paths of "not filled" problems that the Linen model never creates, the other
     problems). Without a name map root, or when the Linen init cannot be traced, nothing moves."""
@@ -38,7 +63,7 @@ def never_created(
     marked = {p.nnx for p in problems if p.kind == "not filled" and p.nnx}
     if not marked:
         return set(), problems
-    created = _created_by_linen(pair, name_map, root, aliases)
+    created = _created_by_linen(init, name_map, root, aliases)
     if created is None:
         return set(), problems
     unused = marked - created
@@ -52,17 +77,14 @@ def why_never_created(name_map: Any, root: str | None, nnx_path: str) -> str:
     return NEVER_APPLIED
 
 
-def _created_by_linen(pair: Any, name_map: Any, root: str, aliases: dict) -> set[str] | None:
+def _created_by_linen(init: LinenInit, name_map: Any, root: str, aliases: dict) -> set[str] | None:
     """The NNX paths the Linen model's own (abstract) init fills through the name map, in eval mode
     and in train mode; None when either cannot be traced (then nothing is kept)."""
-    import jax
-
+    trees = init.trees()
+    if trees is None:
+        return None
     created: set[str] = set()
-    for train in (False, True):
-        try:
-            abstract = jax.eval_shape(lambda train=train: pair.linen.init_variables(train=train))
-        except Exception:  # the check is an allowance: without it the problems stay as they are
-            return None
+    for abstract in trees:
         matches, _ = map_with_name_map(_created_leaves(abstract), name_map, root)
         created |= {join(aliases.get(m.nnx_path, m.nnx_path)) for m in matches}
     return created
@@ -111,3 +133,38 @@ def name_unregistered(
         )
         out.append(dataclasses.replace(p, linen=leaf.name, detail=detail))
     return out
+
+
+def dropped_collections(problems: list[Problem], ckpt: Any, init: LinenInit) -> list[Problem]:
+    """A "no NNX home" problem for every leaf of an ignored checkpoint entry that is no TrainState field
+    but a collection the Linen model's own init creates (``self.variable('spectral', ...)``), not sown:
+    no NNX Variable type is registered for it, so nothing of the NNX model would hold it (its state was
+    dropped, the entry "ignored"). A leaf a problem names already (:func:`name_unregistered`) is left to
+    it. The entry is no longer listed as ignored."""
+    if not ckpt.unregistered:
+        return []
+    trees = init.trees()
+    if trees is None:
+        return []
+    created = {str(k) for tree in trees for k, v in tree.items() if isinstance(v, Mapping) and not _sown(v)}
+    named = {n for p in problems if p.linen for n in p.linen.split(", ")}
+    out = []
+    for coll in sorted(set(ckpt.unregistered) & created):
+        ckpt.ignored.pop(coll, None)
+        detail = (
+            f"the Linen model's own init creates the collection {coll!r}, but no NNX Variable type is "
+            f"registered for it, so the NNX model holds nothing of it: give the NNX model its Variables, of "
+            f"a type registered under that name (nnx.register_variable_name({coll!r}, ...))"
+        )
+        for path, a in flatten(ckpt.unregistered[coll]):
+            leaf = Leaf(coll, path, tuple(getattr(a, "shape", ())), getattr(a, "dtype", None))
+            if leaf.name not in named:
+                out.append(Problem("no NNX home", leaf.name, None, detail))
+    return out
+
+
+def _sown(tree: Any) -> bool:
+    """Whether a collection of the Linen init holds sown values: ``self.sow`` keeps them in tuples."""
+    if isinstance(tree, tuple):
+        return True
+    return isinstance(tree, Mapping) and any(_sown(v) for v in tree.values())
