@@ -424,3 +424,17 @@ def test_a_folder_of_legacy_flax_checkpoints_names_the_file_to_pass(tmp_path):
         (folder / f"ckpt_{step}").write_bytes(msgpack_serialize({"params": {"w": np.ones(2, np.float32)}}))
     with pytest.raises(L2NError, match=r"flax.training.checkpoints files \(ckpt_20, ckpt_30\).*ckpt_30"):
         resolve_source(folder)
+
+
+def test_a_folder_of_orbax_checkpoint_items_names_the_newest_by_its_number(tmp_path):
+    """``flax.training.checkpoints`` with Orbax writes ``checkpoint_3``, ``checkpoint_40``, ... items into
+    one folder: the error points at the newest by number, not the first in alphabetical order."""
+    folder = tmp_path / "ckpts"
+    with ocp.StandardCheckpointer() as ckptr:
+        for step in (3, 40, 100):
+            ckptr.save(folder / f"checkpoint_{step}", {"params": {"w": np.full(2, step, np.float32)}})
+    with pytest.raises(
+        L2NError,
+        match=r"\(checkpoint_3, checkpoint_40, checkpoint_100\); pass the folder .* \(newest: .*checkpoint_100\)",
+    ):
+        resolve_source(folder)

@@ -106,7 +106,7 @@ def _from_step(step_dir: Path) -> Source:
     with_params = [p for p in items if _has_params(p)]
     if len(with_params) != 1:
         names = ", ".join(p.name for p in with_params or items)
-        pick = f"; pass the folder of the one to convert ({with_params[0]})" if with_params else ""
+        pick = f"; pass the folder of the one to convert (newest: {with_params[-1]})" if with_params else ""
         raise L2NError(
             f"{step_dir}: expected one Orbax item with a top-level 'params' tree, found {len(with_params)} "
             f"({names}){pick}"
@@ -120,7 +120,16 @@ def _from_step(step_dir: Path) -> Source:
 
 
 def _items(step_dir: Path) -> list[Path]:
-    return sorted(p for p in step_dir.iterdir() if p.is_dir() and (p / ITEM_MARKER).exists())
+    """The folder's Orbax items in natural order (``checkpoint_3`` before ``checkpoint_40``), so the
+    last is the newest of a ``flax.training.checkpoints`` series."""
+    items = [p for p in step_dir.iterdir() if p.is_dir() and (p / ITEM_MARKER).exists()]
+    return sorted(items, key=_natural_key)
+
+
+def _natural_key(path: Path) -> tuple[str, int, str]:
+    """``checkpoint_40`` -> ``("checkpoint_", 40, ...)``: a trailing number compares as a number."""
+    m = re.fullmatch(r"(.*?)(\d+)", path.name)
+    return (m.group(1), int(m.group(2)), path.name) if m else (path.name, -1, path.name)
 
 
 def _has_params(item_dir: Path) -> bool:
