@@ -299,15 +299,34 @@ def test_a_layer_with_float32_parameters_outputs_float32_whatever_its_input(tmp_
     assert variables["params"]["scale"].dtype == model.scale[...].dtype == jnp.float32
 
 
-def test_a_layer_dtype_field_that_defaults_to_none_counts_as_no_dtype():
-    """dtype=self.dtype of a field defaulting to None: Linen promotes the input with the parameters, so
-    the variable takes the input's dtype argument (float32), never `self.dtype` (None)."""
-    src = (
-        "import flax.linen as nn\nimport jax.numpy as jnp\nfrom typing import Any\n\n\nclass Head(nn.Module):\n"
-        "    dtype: Any = None\n\n    @nn.compact\n    def __call__(self, x):\n"
-        "        x = nn.Dense(4, dtype=self.dtype, name='proj')(x)\n"
-        "        tok = self.param('tok', nn.initializers.zeros, (1, 4), x.dtype)\n        return x + tok\n"
-    )
-    result = migrate_source(src, "head.py", module_name="head")
+NONE_FIELD = (
+    "import flax.linen as nn\nimport jax.numpy as jnp\nfrom typing import Any\n\n\nclass Head(nn.Module):\n"
+    "    dtype: Any = None\n\n    @nn.compact\n    def __call__(self, x):\n"
+    "        x = nn.Dense(4, dtype=self.dtype, name='proj')(x)\n"
+    "        tok = self.param('tok', nn.initializers.normal(1.0), (1, 4), x.dtype)\n        return x + tok\n"
+)
+
+
+@pytest.mark.parametrize("dtype", [None, jnp.bfloat16, jnp.float16])
+def test_a_layer_dtype_field_that_defaults_to_none_gives_the_variable_its_dtype_when_set(tmp_path, dtype):
+    """dtype=self.dtype of a field defaulting to None (Flax's own convention): left None, Linen promotes
+    the input with the parameters, so the variable takes the input's dtype argument (float32); set, the
+    layer outputs in it and Linen's init creates the variable in it. A Head(dtype=bfloat16) built from
+    scratch had a float32 token in NNX where Linen's is bfloat16."""
+    result = migrate_source(NONE_FIELD, "head.py", module_name="head")
     assert not [f for f in result.findings if f.severity.value == "manual"]
-    assert "(1, 4), self.tok_dtype)" in result.output
+    assert "tok_dtype: jax.typing.DTypeLike = jax.numpy.float32" in result.output
+    (tmp_path / "linen_src.py").write_text(NONE_FIELD)
+    (tmp_path / "nnx_src.py").write_text(result.output)
+    linen, nnx_side = import_file(tmp_path / "linen_src.py"), import_file(tmp_path / "nnx_src.py")
+    from flax import nnx
+
+    x = jnp.ones((2, 3), jnp.float32)
+    variables = linen.Head(dtype=dtype).init(jax.random.key(0), x)
+    model = nnx_side.Head(dtype=dtype, in_features=3, rngs=nnx.Rngs(0))
+    expected = jnp.float32 if dtype is None else dtype
+    assert variables["params"]["tok"].dtype == model.tok[...].dtype == expected
+    assert jax.tree.map(lambda v: (v.shape, v.dtype), variables["params"]) == {
+        "proj": {"kernel": ((3, 4), jnp.float32), "bias": ((4,), jnp.float32)},
+        "tok": ((1, 4), expected),
+    }

@@ -56,6 +56,11 @@ def input_dtype_args(
     return found
 
 
+def _needs_input_dtype(dtype: str | None) -> bool:
+    """The dtype is (or, where a field may be None, falls back to) the input's: read from the argument."""
+    return dtype is None or INPUT in dtype
+
+
 def give_dtype_argument(
     ctx: Any,
     plan: ClassPlan,
@@ -68,7 +73,7 @@ def give_dtype_argument(
     it to, or the keyword argument ``<attr>_dtype`` the class gains (a field with a float32 default)
     for the input's; and report it (``what``: the variable call, as the finding names it)."""
     field = None
-    if any(dtype is None for _, dtype in dtype_args.values()):
+    if any(_needs_input_dtype(dtype) for _, dtype in dtype_args.values()):
         taken = set(plan.field_names) | {s.attr for s in plan.sites.values()} | _class_names(ctx, site.ctor)
         field = f"{site.attr}_dtype"
         while field in taken:
@@ -76,11 +81,14 @@ def give_dtype_argument(
         plan.fields.append(Field(field, DTYPE_ANNOTATION, DTYPE_DEFAULT, kw_only=True, added=True))
         ctx.state.needs_jax_import = True  # the default and the annotation read jax
     for index, (name, dtype) in dtype_args.items():
-        replaced = args[index].value.visit(_DtypeRead(name, dtype or f"self.{field}"))
+        read = f"self.{field}" if dtype is None else dtype.replace(INPUT, f"self.{field}")
+        replaced = args[index].value.visit(_DtypeRead(name, read))
         site.arg_sources[str(index)] = code(replaced)  # type: ignore[arg-type]
     name, dtype = next(iter(dtype_args.values()))
     if field is not None:
         where = f"in NNX in {field}, a keyword argument of {plan.name} defaulting to float32"
+        if dtype is not None:  # a dtype field that may be None: it when set, else the argument
+            where = f"in NNX in {dtype.replace(INPUT, 'self.' + field)}, {field} a keyword argument of {plan.name} defaulting to float32"
     else:
         where = f"{dtype}, the dtype the code gives {name}, in NNX too"
     ctx.report(VAR_007, site.ctor, f"{what} is created in {name}.dtype at Linen's init: {where}")

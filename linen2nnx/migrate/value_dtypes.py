@@ -12,7 +12,8 @@ that made ``x``. Followed, through the one plain assignment that reaches the rea
 
 - a built-in layer applied with ``dtype=E`` (``LayerRule.output_dtype``): its output is in ``E``, as
   Flax's ``promote_dtype`` casts inputs and parameters to it. ``E`` a field whose default is None
-  (``maybe_none``) counts as no ``dtype=``;
+  (``maybe_none``, Flax's own convention) is that field where it is set and no ``dtype=`` where it is
+  not: ``(self.dtype if self.dtype is not None else <the dtype without it>)``;
 - such a layer without ``dtype=``: its output is the promotion of its input and its parameters,
   float32 for the float32 inputs Linen's init is given, as the input itself is: the class gets the
   same keyword argument as for a variable in its input's dtype. With the default float32 parameters
@@ -38,7 +39,9 @@ from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_in, code, names_in, 
 from linen2nnx.migrate.dataflow import value_method
 from linen2nnx.migrate.unfollowed import bound_otherwise
 
-INPUT = "<input>"  # the compact method's first input's dtype, through promoting layers
+INPUT = "<input>"  # the compact method's first input's dtype, through promoting layers; in a dtype
+# expression (a field that may be None: ``(self.dtype if self.dtype is not None else <input>)``), a
+# placeholder for the argument that holds it
 _KEEPING_FUNCTIONS = frozenset(
     f"{module}.{name}"
     for module in ("jax.numpy", "numpy")
@@ -113,6 +116,16 @@ def _layer_output_dtype(
     if dtype is not None and not (field in maybe_none or (type(dtype) is cst.Name and dtype.value == "None")):
         reads_local = (names_in(dtype) - NOT_LOCAL) & local_names
         return None if reads_local or bound_otherwise(dtype) else code(dtype)
+    unset = _unset_dtype(ctx, fn, rule, given, inputs, names, steps)
+    if field in maybe_none and unset is not None:  # the field's dtype when set, else as without dtype=
+        return f"(self.{field} if self.{field} is not None else {unset})"
+    return unset
+
+
+def _unset_dtype(
+    ctx: Any, fn: cst.FunctionDef, rule: Any, given: dict, inputs: list[cst.Arg], names: Names, steps: int
+) -> str | None:
+    """The output dtype of a layer built with ``given`` and no ``dtype`` (see :func:`_layer_output_dtype`)."""
     if not inputs:
         return None
     has_params = not rule.param_switches or any(

@@ -265,7 +265,8 @@ VAR_007 = Rule(
     "A variable created in its input's dtype (x.dtype, the dtype of the inputs Linen's init saw) -> created in "
     "<attr>_dtype, a keyword constructor argument defaulting to float32; a checkpoint in another dtype fails "
     "conversion naming the leaf until it is given. In the dtype= of the built-in layer that made a local "
-    "(x = nn.Conv(..., dtype=self.dtype)(x), then reshapes) -> created in that dtype.",
+    "(x = nn.Conv(..., dtype=self.dtype)(x), then reshapes) -> created in that dtype; in a dtype field that "
+    "defaults to None, in it when set, else as without dtype=.",
     "probe = self.param('probe', init, (1, 1, d), x.dtype)",
     "self.probe = nnx.Param(init(rngs.params(), (1, 1, d), self.probe_dtype))  # probe_dtype=jax.numpy.float32",
 )
