@@ -1660,6 +1660,30 @@ def test_a_position_embedding_sized_by_its_input_builds_from_the_traced_shape(tm
     )
 
 
+def test_shape_locals_computed_from_the_input_shape_build_as_linen(tmp_path):
+    """The embedding gains ``x_shape`` and its parent the shape the trace saw; given it, the NNX model
+    computes Linen's forward and gradients, and the embedding's own variables have Linen's shapes and
+    dtypes (a bfloat16 input's dtype through the ``<attr>_dtype`` arguments)."""
+    linen_module, nnx_module, result, map_path = build("position_embedding_derived_shape", tmp_path)
+    blocking = [f.rule for f in result.findings if f.severity in ("manual", "error") and f.line < 41]
+    assert blocking == ["L2N-SHAPE-003"]  # posembed_x_shape, to pass
+    entry = result.name_map.classes["position_embedding_derived_shape.Video"]
+    assert set(entry.new_args) == {"in_features", "posembed_x_shape"}
+    x = np.random.default_rng(5).normal(size=(2, 3, 4, 5)).astype(np.float32)
+    nnx_cls = nnx_module.Video
+    sizes = {"in_features": 5, "posembed_x_shape": (2, 3, 4, 6)}
+    assert_parity(linen_module.Video(), lambda rngs: nnx_cls(**sizes, rngs=rngs), x, map_path)
+
+    for dtype in (jnp.float32, jnp.bfloat16):
+        u = jnp.ones((2, 3, 4, 6), dtype)
+        linen_vars = linen_module.AddSpaceTimeEmbs().init(jax.random.key(0), u)["params"]
+        dtypes = {f"{n}_dtype": dtype for n in ("pos_embedding_space", "pos_embedding_time")}
+        model = nnx_module.AddSpaceTimeEmbs(x_shape=u.shape, **dtypes, rngs=nnx.Rngs(0))
+        got = {k: (v.shape, v.dtype) for k, v in nnx.to_pure_dict(nnx.state(model, nnx.Param)).items()}
+        assert got == {k: (v.shape, v.dtype) for k, v in linen_vars.items()}
+        assert got["pos_embedding_space"] == ((1, 1, 4, 6), jnp.dtype(dtype))
+
+
 def test_a_key_size_the_trace_saw_on_one_side_of_a_test_is_given_by_hand(tmp_path):
     """``context = x if context is None else context`` traced with a context: the key's size is a
     constructor argument to give (not bound to ``context``'s width); given the traced width, the NNX

@@ -19,10 +19,12 @@ from linen2nnx.migrate.cst_utils import (
     assigned_names,
     attribute_for,
     code,
+    comprehension_names,
     names_in,
     negated,
     only_shape_uses,
     self_attr,
+    single_assign,
     snake_case,
 )
 from linen2nnx.migrate.custom_vars import file_variable_type
@@ -33,6 +35,7 @@ from linen2nnx.migrate.pytree_inits import pytree_init
 from linen2nnx.migrate.rebound_locals import in_source_order
 from linen2nnx.migrate.replayed_lines import shape_unpack
 from linen2nnx.migrate.rules import API_002, MOD_004
+from linen2nnx.migrate.side_effects import has_side_effects
 from linen2nnx.migrate.sites import ClassPlan, Site, shape_last_refs
 from linen2nnx.migrate.variable_args import canonical_variable_call, wrapped_field_keywords
 from linen2nnx.migrate.variable_locals import variable_locals, with_locals
@@ -354,16 +357,64 @@ def unpacked_input_shape(
         unpack = shape_unpack(stmt)
         if unpack is not None and unpack[1] == first:
             lines.update({n: stmt for n in unpack[0] if counts.get(n) == 1})
-    if not uses <= set(lines) or not all(shape_kept_until(ctx, fn, lines[n], first) for n in uses):
+    top: Any = call
+    while top is not None and ctx.parent_of(top) is not fn.body:
+        top = ctx.parent_of(top)
+    derived = _derived_locals(ctx, plan, fn, uses, lines, counts, top)
+    if derived is None:
         return False
-    for stmt in {id(lines[n]): lines[n] for n in uses}.values():
+    unpacked = {n for n in lines if any(n in names_in(s) for s in derived.values())} | (uses & set(lines))
+    if not unpacked or not all(shape_kept_until(ctx, fn, lines[n], first) for n in unpacked):
+        return False
+    for stmt in {id(lines[n]): lines[n] for n in unpacked}.values():
         for name in (n for n, s in lines.items() if s is stmt):
             plan.pure_locals[name] = stmt
             plan.input_shape_locals.add(name)
             plan.shape_locals.pop(name, None)
+    plan.pure_locals.update(derived)
     plan.pure_locals = in_source_order(plan.pure_locals, fn)
     plan.shape_input = first
     return True
+
+
+def _derived_locals(
+    ctx: Any,
+    plan: ClassPlan,
+    fn: cst.FunctionDef,
+    uses: set[str],
+    lines: dict[str, cst.BaseStatement],
+    counts: dict[str, int],
+    site: cst.CSTNode | None,
+) -> dict[str, cst.BaseStatement] | None:
+    """The top-level ``name = value`` lines that the names of ``uses`` outside the ``n, h, w, c = x.shape``
+    unpackings (``lines``) are bound by, and the lines those read in turn (``shape = (1, 1, w, c)``): each
+    name bound once in the method, by that line only, whose value reads only unpacked names, locals
+    ``__init__`` already replays, each other and globals, and has no side effects. None when a name is
+    bound otherwise, after the statement of the variable (``site``), or reads anything else (the input
+    itself included)."""
+    top = {}
+    for stmt in fn.body.body:
+        if stmt is site:
+            break
+        assign = single_assign(stmt)
+        if assign is not None:
+            top[assign[0]] = (stmt, assign[1])
+    first = fn.params.params[1].name.value
+    found: dict[str, cst.BaseStatement] = {}
+    todo = [n for n in uses if n not in lines]
+    while todo:
+        name = todo.pop()
+        if name in found or name in lines or name in plan.pure_locals:
+            continue
+        if counts.get(name) != 1 or name not in top or name in plan.mode_partials:
+            return None
+        stmt, value = top[name]
+        reads = (names_in(value) - NOT_LOCAL - comprehension_names(value)) & set(counts)
+        if first in reads or has_side_effects(ctx, value, plan.field_names):
+            return None
+        found[name] = stmt
+        todo.extend(reads)
+    return found
 
 
 def stands_for_first_input(ctx: Any, fn: cst.FunctionDef | None, plan: ClassPlan) -> bool:
