@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from linen2nnx.checkpoint_convert import memory
+from linen2nnx.checkpoint_convert import keys, memory
 from linen2nnx.checkpoint_convert.commit import recover_all
 from linen2nnx.checkpoint_convert.first_call import FIRST_CALL, created_on_first_call
 from linen2nnx.checkpoint_convert.linen_unused import (
@@ -200,8 +200,11 @@ def _assemble(plan: Plan, ckpt: Any, pair: Any) -> tuple[Any, list[MappedLeaf]]:
     mapped: list[MappedLeaf] = []
     for m in plan.matches:
         var = flat_abstract[m.nnx_path]
-        filled[m.nnx_path] = var.replace(value=_as_value(arrays[(m.leaf.collection, m.leaf.path)], jnp))
         slot = plan.target.slots[m.nnx_path]
+        value = arrays[(m.leaf.collection, m.leaf.path)]
+        if m.how in (keys.WRAPPED, keys.UNWRAPPED):
+            value = keys.as_slot_value(value, tuple(slot.shape), slot.dtype)
+        filled[m.nnx_path] = var.replace(value=_as_value(value, jnp))
         mapped.append(
             MappedLeaf(
                 m.leaf.collection,

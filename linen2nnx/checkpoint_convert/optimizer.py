@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from linen2nnx.checkpoint_convert.keys import as_slot_value, is_key, key_fit, same_dtype
 from linen2nnx.checkpoint_convert.mapping import PathT, Problem, join, map_opt_state_path
 from linen2nnx.checkpoint_convert.optimizer_probe import param_sized_vectors, probe_problems
 from linen2nnx.checkpoint_convert.report import MappedLeaf
@@ -75,14 +76,15 @@ def plan_opt_state(
             problems.append(Problem(refusal[0], lname, join(hit), refusal[1]))
             refused.add(hit)  # its slot is this problem, not also "not filled"
             continue
-        if tuple(want.shape) != shape or np.dtype(want.dtype) != dtype:
-            got = f"got {shape} {dtype_name(dtype)}"
-            expected = f"expected {tuple(want.shape)} {dtype_name(want.dtype)}"
-            problems.append(Problem("shape/dtype mismatch", lname, join(hit), f"{expected}, {got}"))
+        how = _fit(want, shape, dtype)
+        if how is None:
+            problems.append(_mismatch(want, shape, dtype, lname, join(hit)))
+            refused.add(hit)
             continue
         sources[hit] = leaf
+        vtype = type(slots[hit]).__name__
         mapped.append(
-            MappedLeaf("opt_state", lpath, hit, type(slots[hit]).__name__, shape, dtype_name(dtype), "optax")
+            MappedLeaf("opt_state", lpath, hit, vtype, tuple(want.shape), dtype_name(want.dtype), how)
         )
     step_path = by_str.get(("step",))
     if step_path is not None and step is not None:
@@ -97,6 +99,19 @@ def plan_opt_state(
     problems += _fill_the_rest(slots, sources, refused, kept_params)
     problems += probe_problems(tx, params, table)
     return slots, sources, mapped, problems
+
+
+def _fit(want: Any, shape: tuple, dtype: Any) -> str | None:
+    """How a Linen leaf of ``shape`` / ``dtype`` fills the slot ``want``: ``optax`` as it is, its PRNG key
+    data wrapped into a typed key (or the reverse, :mod:`.keys`), or None: a mismatch."""
+    if tuple(want.shape) == shape and same_dtype(want.dtype, dtype):
+        return "optax"
+    return key_fit(want.shape, want.dtype, shape, dtype)
+
+
+def _mismatch(want: Any, shape: tuple, dtype: Any, lname: str, nnx_name: str) -> Problem:
+    expected = f"expected {tuple(want.shape)} {dtype_name(want.dtype)}"
+    return Problem("shape/dtype mismatch", lname, nnx_name, f"{expected}, got {shape} {dtype_name(dtype)}")
 
 
 def _refusal(
@@ -223,19 +238,24 @@ def convert_opt_state(
         fresh = fresh_leaves(lambda: nnx_optimizer(make_nnx(), tx), fresh_paths)
         sources.update({p: var.get_value() for p, var in fresh.items()})
 
-    filled = {
-        p: v
-        if is_deferred(v) or not hasattr(v, "shape")
-        else jnp.asarray(v, dtype=slots[p].get_value().dtype)
-        for p, v in sources.items()
-    }
+    filled = {p: _filled(v, slots[p].get_value(), is_deferred, jnp) for p, v in sources.items()}
     state = nnx.from_flat_state([(p, slots[p].replace(value=filled[p])) for p in slots])
     return state, mapped
 
 
+def _filled(value: Any, want: Any, is_deferred: Any, jnp: Any) -> Any:
+    """One slot's value: a placeholder read while written, a masked node as it is, key data wrapped into
+    a typed key slot (or the reverse, :mod:`.keys`), else the array in the slot's dtype."""
+    if is_key(getattr(want, "dtype", None)) or is_key(getattr(value, "dtype", None)):
+        return as_slot_value(value, tuple(want.shape), want.dtype)
+    if is_deferred(value) or not hasattr(value, "shape"):
+        return value
+    return jnp.asarray(value, dtype=want.dtype)
+
+
 def _shape_dtype(leaf: Any) -> tuple[tuple[int, ...], Any]:
     if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
-        return tuple(leaf.shape), np.dtype(leaf.dtype)
+        return tuple(leaf.shape), leaf.dtype if is_key(leaf.dtype) else np.dtype(leaf.dtype)
     arr = np.asarray(leaf)
     return tuple(arr.shape), arr.dtype
 

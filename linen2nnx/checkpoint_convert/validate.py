@@ -16,9 +16,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
 from linen2nnx import trees
+from linen2nnx.checkpoint_convert.keys import key_fit, same_dtype
 from linen2nnx.checkpoint_convert.mapping import Leaf, Match, PathT, Problem, Slot, join, variable_type
 from linen2nnx.errors import ConversionError, L2NError
 
@@ -129,7 +128,7 @@ def validate(
         if problem is not None:
             problems.append(problem)
         else:
-            good.append(m)
+            good.append(_key_noted(m, target))
     problems += _filled_twice(by_slot)
     dup = {p for p, ms in by_slot.items() if len(ms) > 1}
     good = [m for m in good if m.nnx_path not in dup]
@@ -159,11 +158,20 @@ def _match_problem(m: Match, target: Target) -> Problem | None:
             nnx_name,
             f"expected a {want.__name__} slot, the target has a {slot.type_name}",
         )
+    if key_fit(slot.shape, slot.dtype, leaf.shape, leaf.dtype) is not None:
+        return None  # a PRNG key's raw data into a typed key slot, or the reverse (keys.py)
     if tuple(slot.shape) != tuple(leaf.shape):
         return Problem("shape mismatch", leaf.name, nnx_name, f"expected {_fmt(slot)}, got {_fmt(leaf)}")
-    if np.dtype(slot.dtype) != np.dtype(leaf.dtype):
+    if not same_dtype(slot.dtype, leaf.dtype):
         return Problem("dtype mismatch", leaf.name, nnx_name, f"expected {_fmt(slot)}, got {_fmt(leaf)}")
     return None
+
+
+def _key_noted(m: Match, target: Target) -> Match:
+    """``m`` with ``how`` saying its key data is wrapped (or unwrapped) when filled, else as it is."""
+    slot = target.slots[m.nnx_path]
+    how = key_fit(slot.shape, slot.dtype, m.leaf.shape, m.leaf.dtype)
+    return m if how is None else dataclasses.replace(m, how=how)
 
 
 def _filled_twice(by_slot: dict[PathT, list[Match]]) -> list[Problem]:
