@@ -86,44 +86,39 @@ def _fields(node_type: type) -> tuple[str, ...]:
 
 # children that are only punctuation, whitespace or comments
 _LEXICAL_FIELDS = frozenset(
-    {
-        "lpar",
-        "rpar",
-        "comma",
-        "semicolon",
-        "leading_lines",
-        "lines_after_decorators",
-        "header",
-        "footer",
-        "newline",
-        "trailing_whitespace",
-        "equal",
-        "colon",
-        "dot",
-        "operator",
-        "lbracket",
-        "rbracket",
-        "lbrace",
-        "rbrace",
-        "asynchronous",
-        "first_colon",
-        "second_colon",
-        "posonly_ind",
-    }
+    "lpar rpar comma semicolon leading_lines lines_after_decorators header footer newline "
+    "trailing_whitespace equal colon dot operator lbracket rbracket lbrace rbrace asynchronous "
+    "first_colon second_colon posonly_ind".split()
 )
 STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
 
-class _IsStatement(dict):
-    """type -> whether it is a statement (:data:`STATEMENT_TYPES`): a dict lookup instead of an ABC
-    ``isinstance`` for each of the ~2,000 nodes of a file."""
+class _TypeTest(dict):
+    """type -> whether it is a subclass of ``kinds``: ``test[type(node)]`` is ``isinstance(node, kinds)``
+    without the ABC ``__instancecheck__`` call (libcst's node classes are ABCs), for the walks that
+    test every node they pass."""
+
+    def __init__(self, kinds: tuple[type, ...]) -> None:
+        super().__init__()
+        self.kinds = kinds
 
     def __missing__(self, kind: type) -> bool:
-        self[kind] = found = issubclass(kind, STATEMENT_TYPES)
+        self[kind] = found = issubclass(kind, self.kinds)
         return found
 
 
-IS_STATEMENT: dict[type, bool] = _IsStatement()
+_TYPE_TESTS: dict[tuple[type, ...], _TypeTest] = {}
+
+
+def type_test(kinds: tuple[type, ...]) -> dict[type, bool]:
+    """The :class:`_TypeTest` of ``kinds``, one a tuple of types for the process."""
+    test = _TYPE_TESTS.get(kinds)
+    if test is None:
+        test = _TYPE_TESTS[kinds] = _TypeTest(kinds)
+    return test
+
+
+IS_STATEMENT: dict[type, bool] = type_test(STATEMENT_TYPES)
 """``IS_STATEMENT[type(node)]``: is ``node`` a statement (the walks that mark statements read it)."""
 
 # node types whose children libcst visits in another order than their fields'
@@ -153,17 +148,9 @@ def syntax_fields(node_type: type) -> tuple[str, ...]:
     )
 
 
-class _IsNode(dict):
-    """type -> whether it is a ``cst.CSTNode`` subclass: a dict lookup instead of an ABC ``isinstance``
-    (``CSTNode`` is an ABC, and its ``__instancecheck__`` was a tenth of a migration's time)."""
-
-    def __missing__(self, kind: type) -> bool:
-        self[kind] = found = issubclass(kind, cst.CSTNode)
-        return found
-
-
-IS_NODE: dict[type, bool] = _IsNode()
-"""``IS_NODE[type(value)]``: is ``value`` a libcst node."""
+IS_NODE: dict[type, bool] = type_test((cst.CSTNode,))
+"""``IS_NODE[type(value)]``: is ``value`` a libcst node (``CSTNode`` is an ABC, and its
+``__instancecheck__`` was a tenth of a migration's time)."""
 
 
 # node id -> (node, its syntax children): the walks of one file (the resolver, the planner's many
@@ -192,14 +179,15 @@ def syntax_children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
 def contains(node: cst.CSTNode, kinds: tuple[type, ...], opaque: tuple[type, ...] = ()) -> bool:
     """Whether a node of ``kinds`` lies under ``node`` (itself included), not looking inside nodes of
     ``opaque`` (a nested function's ``return`` is not the body's own)."""
-    if isinstance(node, opaque):
-        return isinstance(node, kinds)
+    is_kind, is_opaque = type_test(kinds), type_test(opaque)
+    if is_opaque[type(node)]:
+        return is_kind[type(node)]
     stack = [node]
     while stack:
         cur = stack.pop()
-        if isinstance(cur, kinds):
+        if is_kind[type(cur)]:
             return True
-        stack.extend(c for c in syntax_children(cur) if not isinstance(c, opaque))
+        stack.extend(c for c in syntax_children(cur) if not is_opaque[type(c)])
     return False
 
 
@@ -207,13 +195,18 @@ def nodes_of(node: cst.CSTNode, kinds: tuple[type, ...], opaque: tuple[type, ...
     """The nodes of ``kinds`` under ``node`` (itself included), in source order, not looking inside
     nodes of ``opaque`` (a nested function's assignments are not the method's own)."""
     found: list[cst.CSTNode] = []
+    is_kind, is_opaque, memo_get = type_test(kinds), type_test(opaque), _CHILDREN.get
     stack = [node]
     while stack:
         cur = stack.pop()
-        if isinstance(cur, kinds):
+        kind = type(cur)
+        if is_kind[kind]:
             found.append(cur)
-        if cur is node or not isinstance(cur, opaque):
-            stack.extend(reversed(syntax_children(cur)))
+        if cur is node or not is_opaque[kind]:
+            entry = memo_get(id(cur))  # syntax_children(cur), its memo read here: one call less a node
+            kids = entry[1] if entry is not None and entry[0] is cur else syntax_children(cur)
+            if kids:
+                stack.extend(reversed(kids))
     return found
 
 
@@ -556,15 +549,20 @@ def line_columns(tokens: list[str], indices: list[int]) -> list[tuple[int, int]]
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """Every call under ``node``, in source order (the order a visitor meets them: a stack of the
     children still to read, the first on top, not a visitor class built for each question);
-    remembered for the file (the verifier and the file's factory functions ask about the same bodies)."""
+    remembered for the file (the verifier and the file's factory functions ask about the same bodies;
+    a part asked about before, a method's body inside its class, is taken from the memo, not walked)."""
     entry = _CALLS.get(id(node))
     if entry is not None and entry[0] is node:
         return list(entry[1])
     found: list[cst.Call] = []
     stack = [node]
-    call, children, memo_get = cst.Call, syntax_children, _CHILDREN.get
+    call, children, memo_get, calls_get = cst.Call, syntax_children, _CHILDREN.get, _CALLS.get
     while stack:
         cur = stack.pop()
+        entry = calls_get(id(cur))
+        if entry is not None and entry[0] is cur:  # its calls, in the same order, known already
+            found.extend(entry[1])
+            continue
         if type(cur) is call:
             found.append(cur)
         entry = memo_get(id(cur))  # syntax_children(cur), its memo read here: one call less a node

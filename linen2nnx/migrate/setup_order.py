@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_meta import calls_in, syntax_children
+from linen2nnx.migrate.cst_meta import calls_in, nodes_of, syntax_children
 from linen2nnx.migrate.cst_utils import (
     assigned_in,
     code,
@@ -108,14 +108,10 @@ def _locals_spelled(
 def _self_reads(tree: cst.CSTNode) -> set[str]:
     """The attributes ``self.X`` an expression reads (``self.a.b`` reads ``a``)."""
     found: set[str] = set()
-
-    class Reads(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> None:
-            attr = self_attr(node)
-            if attr is not None:
-                found.add(attr)
-
-    tree.visit(Reads())
+    for node in nodes_of(tree, (cst.Attribute,)):  # the visitor's order, without rebuilding each node
+        attr = self_attr(node)
+        if attr is not None:
+            found.add(attr)
     return found
 
 
