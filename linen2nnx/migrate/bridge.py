@@ -22,7 +22,7 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.annotation_names import qualified_default
-from linen2nnx.migrate.cst_utils import names_in, parse_statement, self_attr, single_assign
+from linen2nnx.migrate.cst_utils import names_in, parse_expression, parse_statement, self_attr, single_assign
 from linen2nnx.migrate.kw_only import init_fields
 from linen2nnx.migrate.sites import ClassPlan, Field
 
@@ -118,7 +118,7 @@ def _default(plan: ClassPlan, field: Field) -> str | None:
             return f"{linen_name(plan.name)}.{field.name}"
     if default is not None and field.class_names:  # `out: int = features`: a name of the class body,
         # which the wrapper's signature cannot see: the Linen class keeps it as a class attribute
-        others = frozenset(names_in(cst.parse_expression(default)) - field.class_names)
+        others = frozenset(names_in(parse_expression(default)) - field.class_names)
         return qualified_default(default, others, linen_name(plan.name))
     return default
 

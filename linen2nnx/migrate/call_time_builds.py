@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import calls_in
-from linen2nnx.migrate.cst_utils import NOT_LOCAL, keyword_arg, names_in
+from linen2nnx.migrate.cst_utils import NOT_LOCAL, keyword_arg, names_in, parse_expression
 from linen2nnx.migrate.guard_conditions import and_conjuncts, joined_conjuncts
 from linen2nnx.migrate.rules import MOD_009, MOD_015
 
@@ -207,5 +207,5 @@ def built_when_sized(plan: ClassPlan) -> None:
         ):
             continue
         sizes = [site.in_expr, site.in_kv_expr, *site.user_in.values()]
-        read = set().union(*(names_in(cst.parse_expression(e)) for e in sizes if e)) & optional
+        read = set().union(*(names_in(parse_expression(e)) for e in sizes if e)) & optional
         site.conditions = [*site.conditions, *(f"{arg} is not None" for arg in sorted(read))]

@@ -19,7 +19,7 @@ from linen2nnx.layers import LayerRule
 from linen2nnx.migrate.annotation_names import qualified_default
 from linen2nnx.migrate.context import FIELD_FUNCTIONS, FileContext
 from linen2nnx.migrate.cst_meta import calls_in, nodes_of
-from linen2nnx.migrate.cst_utils import code, names_in, self_attr
+from linen2nnx.migrate.cst_utils import code, names_in, parse_expression, self_attr
 from linen2nnx.migrate.elementwise import setup_activations
 from linen2nnx.migrate.kw_only import is_kw_only_marker
 from linen2nnx.migrate.linen_api import feature_preserving_functions
@@ -87,7 +87,7 @@ def class_fields(ctx: FileContext, node: cst.ClassDef) -> list[Field]:
                     elif sequence_field(field.annotation, field.default):
                         field = dataclasses.replace(field, as_tuple=True)
                     if field.default is not None:  # `other: int = WIDTH`, a constant of the class body
-                        reads = names_in(cst.parse_expression(field.default)) & class_body_names(node)
+                        reads = names_in(parse_expression(field.default)) & class_body_names(node)
                         field = dataclasses.replace(field, class_names=frozenset(reads))
                     at = next((i for i, f in enumerate(fields) if f.name == field.name), None)
                     if at is None:
@@ -363,7 +363,7 @@ def default_for_caller(
     if field.class_names:
         if not plain or field.class_names & {f.name for f in user.fields}:
             return None
-        others = frozenset(names_in(cst.parse_expression(default)) - field.class_names)
+        others = frozenset(names_in(parse_expression(default)) - field.class_names)
         default = qualified_default(default, others, code(callee))
     if ctx.state.linen_classes.get(user.name) is user:
         return default  # of this file: its module-level names are this file's
@@ -371,8 +371,8 @@ def default_for_caller(
     if owner is None:
         return None
     # every name of the other file's module through it, even one this file binds too (another value)
-    theirs = names_in(cst.parse_expression(field.default)) - field.class_names
-    qualified = qualified_default(default, frozenset(names_in(cst.parse_expression(default)) - theirs), owner)
+    theirs = names_in(parse_expression(field.default)) - field.class_names
+    qualified = qualified_default(default, frozenset(names_in(parse_expression(default)) - theirs), owner)
     if qualified != default and not isinstance(callee, cst.Attribute):
         ctx.state.pending_imports[qualified] = owner  # imported where the size is written (sizing.py)
     return qualified

@@ -10,6 +10,7 @@ from collections.abc import Collection, Sequence
 import libcst as cst
 
 from linen2nnx.migrate.cst_meta import CHILDREN_MEMO, FastVisitor, code_of, file_memo, syntax_children
+from linen2nnx.migrate.traverse import copy_node
 
 _EMPTY = cst.Module([])
 NOT_LOCAL = frozenset({"self", "True", "False", "None"})
@@ -284,7 +285,8 @@ def literal_name(call: cst.Call) -> str | None:
 
 
 def strip_commas(args: list[cst.Arg]) -> list[cst.Arg]:
-    return [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
+    """``args`` without their separators (the code generation writes the default ``, ``)."""
+    return [copy_node(a, {"comma": cst.MaybeSentinel.DEFAULT}) for a in args]  # type: ignore[misc]
 
 
 def with_args(call: cst.Call, kept: list[cst.Arg], added: list[cst.Arg]) -> cst.Call:
@@ -307,10 +309,18 @@ def laid_out_as(template: Sequence[cst.Arg], args: list[cst.Arg]) -> list[cst.Ar
     if not args:
         return []
     if separator is None:  # what followed the last argument (a newline before `)`) would split new ones
-        return strip_commas([a.with_changes(whitespace_after_arg=cst.SimpleWhitespace("")) for a in args])
+        return [  # separators only: no check of an Arg reads them, so no constructor's validation
+            copy_node(
+                a, {"comma": cst.MaybeSentinel.DEFAULT, "whitespace_after_arg": cst.SimpleWhitespace("")}
+            )
+            for a in args
+        ]  # type: ignore[misc]
     closing = {"comma": template[-1].comma, "whitespace_after_arg": template[-1].whitespace_after_arg}
-    out = [a.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace("")) for a in args[:-1]]
-    return [*out, args[-1].with_changes(**closing)]
+    out = [
+        copy_node(a, {"comma": separator, "whitespace_after_arg": cst.SimpleWhitespace("")})
+        for a in args[:-1]
+    ]
+    return [*out, copy_node(args[-1], closing)]  # type: ignore[list-item]
 
 
 def self_attr(node: cst.CSTNode) -> str | None:

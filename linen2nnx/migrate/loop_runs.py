@@ -23,6 +23,7 @@ from linen2nnx.migrate.cst_utils import (
     assigned_in,
     code,
     names_in,
+    parse_expression,
     rebound_names,
     replace_name,
     self_attr,
@@ -161,7 +162,7 @@ def _filling_loop(setup: cst.FunctionDef, attr: str) -> tuple[cst.For, bool] | N
 def _at_last(feat: Feat, own: set[str], lasts: dict[str, str]) -> Feat:
     """``feat`` with the names ``own`` replaced by their ``lasts`` (unknown where one has none)."""
     if feat.kind in ("expr", "choice") and feat.expr:
-        read = names_in(cst.parse_expression(feat.expr)) & own
+        read = names_in(parse_expression(feat.expr)) & own
         if read - set(lasts):
             return Feat.unknown(f"a size that depends on a comprehension's variable {min(read)}")
         expr = feat.expr

@@ -69,8 +69,9 @@ def _all_fields(kind: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any,
     return names, lambda node: tuple(getattr(node, name) for name in names)  # attrgetter gives no tuple
 
 
-def _copy(node: cst.CSTNode, changes: dict[str, Any]) -> cst.CSTNode:
-    """A new node of ``node``'s type with its fields, ``changes`` applied, not validated again."""
+def copy_node(node: cst.CSTNode, changes: dict[str, Any]) -> cst.CSTNode:
+    """A new node of ``node``'s type with its fields, ``changes`` applied, not validated again (for
+    changes that no check of the node reads)."""
     new = object.__new__(type(node))
     names, read = _all_fields(type(node))
     set_field, changed = object.__setattr__, changes.get
@@ -130,8 +131,8 @@ class _Traversal:
             same = same and self.same
         self.same = same
         if same:
-            return _copy(node, changes)
-        updated = _copy(node, changes)  # = dataclasses.replace(node, **changes), without its field loop
+            return copy_node(node, changes)
+        updated = copy_node(node, changes)  # = dataclasses.replace(node, **changes), without its field loop
         updated.__post_init__()  # the constructor's validation
         return updated
 
