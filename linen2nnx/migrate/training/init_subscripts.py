@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import nodes_of
 from linen2nnx.migrate.cst_utils import names_in, numbered_name
 
 
 def split_init_subscripts(module: cst.Module) -> cst.Module | None:
     """``module`` with each ``name = <receiver>.init(...)[<string>]`` statement split in two; None
     when it has none."""
+    if not any(_init_subscript(line) for line in nodes_of(module, (cst.SimpleStatementLine,))):
+        return None  # nothing to split: no transformer pass over the whole tree
     taken = names_in(module)
     changed = False
 

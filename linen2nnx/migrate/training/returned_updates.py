@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from linen2nnx.migrate.cst_meta import nodes_of
 from linen2nnx.migrate.cst_utils import names_in
 
 UPDATES = ("apply_gradients", "replace")
@@ -21,6 +22,8 @@ UPDATES = ("apply_gradients", "replace")
 def split_returned_updates(module: cst.Module) -> cst.Module | None:
     """``module`` with each ``return <param>.apply_gradients(...), ...`` split in two; None when it
     has none."""
+    if not any(_update_returned(line) for line in nodes_of(module, (cst.SimpleStatementLine,))):
+        return None  # nothing to split: no transformer pass over the whole tree
     changed = False
 
     class Split(cst.CSTTransformer):
@@ -60,6 +63,19 @@ def split_returned_updates(module: cst.Module) -> cst.Module | None:
 
 def _returned_update(line: cst.SimpleStatementLine, params: set[str]) -> str | None:
     """The state's name where ``line`` is ``return <name>.<update>(...), <values not reading it>``."""
+    value = _update_returned(line)
+    if value is None:
+        return None
+    receiver = value.elements[0].value.func.value  # type: ignore[attr-defined]
+    if not (isinstance(receiver, cst.Name) and receiver.value in params):
+        return None
+    if any(receiver.value in names_in(e.value) for e in value.elements[1:]):
+        return None
+    return receiver.value
+
+
+def _update_returned(line: cst.SimpleStatementLine) -> cst.Tuple | None:
+    """The tuple ``line`` returns where it is ``return <expr>.<update>(...), ...`` (no starred element)."""
     if len(line.body) != 1 or not isinstance(line.body[0], cst.Return):
         return None
     value = line.body[0].value
@@ -74,9 +90,4 @@ def _returned_update(line: cst.SimpleStatementLine, params: set[str]) -> str | N
         and call.func.attr.value in UPDATES
     ):
         return None
-    receiver = call.func.value
-    if not (isinstance(receiver, cst.Name) and receiver.value in params):
-        return None
-    if any(receiver.value in names_in(e.value) for e in value.elements[1:]):
-        return None
-    return receiver.value
+    return value
