@@ -61,13 +61,20 @@ def node_full_name(node: str | cst.CSTNode) -> str | None:
 
 def parse_module(source: str) -> cst.Module:
     """``cst.parse_module(source)``, without libcst's check of each node the parser builds (a third of
-    the parse's Python side): the parser only builds valid nodes. Only while this is the process's
-    one thread (the check is switched off for the class, so any node built meanwhile skips it too)."""
+    the parse's Python side): the parser only builds valid nodes (see :func:`unchecked`)."""
+    return unchecked(cst.parse_module, source)
+
+
+def unchecked(build: Callable[..., Any], *args: Any) -> Any:
+    """``build(*args)`` without libcst's check of each node it builds, for work whose nodes are valid by
+    construction: the parser's, or a metadata visitor's pass (libcst's visit rebuilds every node it
+    enters from the same children, and the visitor throws the copies away). Only while this is the
+    process's one thread (the check is switched off for the class: any node built meanwhile skips it)."""
     if threading.active_count() != 1:
-        return cst.parse_module(source)
+        return build(*args)
     try:
         cst.CSTNode.__post_init__ = _unchecked  # type: ignore[method-assign]
-        return cst.parse_module(source)
+        return build(*args)
     finally:
         cst.CSTNode.__post_init__ = _CHECKED  # type: ignore[method-assign]
 
@@ -305,9 +312,7 @@ class FastVisitor:
     """
 
     def walk(self, node: cst.CSTNode) -> None:
-        if (
-            type(self).walk is not FastVisitor.walk
-        ):  # a subclass that hooks walk() sees it called for each node
+        if type(self).walk is not FastVisitor.walk:  # a subclass hooking walk() sees it for each node
             self._walk_each(node)
             return
         handlers: dict[type, tuple] = {}  # node type -> (visit_<Type>, leave_<Type>), looked up once a walk

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from linen2nnx.migrate.cst_meta import unchecked
 from linen2nnx.migrate.cst_utils import names_in, numbered_name
 from linen2nnx.migrate.rules.base import Rule
 from linen2nnx.migrate.sites import COLLECTION_TYPES
@@ -106,7 +107,7 @@ class TrainPlanner:
     def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         """libcst's positions (start and end) of every node: resolved only when an update's order
         against later reads must be checked (findings take their starts from one cheap code generation)."""
-        return self._wrapper.resolve(PositionProvider)
+        return unchecked(self._wrapper.resolve, PositionProvider)  # its visit's copies skip libcst's check
 
     # ---- reporting -----------------------------------------------------------------------------
     def note(self, rule: Rule, node: cst.CSTNode, message: str, hint: str = "") -> None:

@@ -30,7 +30,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import Access, Assignment, ScopeProvider
 
-from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children
+from linen2nnx.migrate.cst_meta import FastVisitor, syntax_children, unchecked
 from linen2nnx.migrate.cst_utils import absolute_qualname
 from linen2nnx.migrate.names import NameResolver
 from linen2nnx.migrate.sites import ClassSummary
@@ -82,7 +82,7 @@ class ValueAnalysis:
         self.nodes: list[cst.CSTNode] = []  # the calls, subscripts, attributes and names, in visit order
         self._index()
         self.names = NameResolver(wrapper.module)  # the module pass's resolver: libcst's qualified names
-        self.scopes = wrapper.resolve(ScopeProvider)
+        self.scopes = unchecked(wrapper.resolve, ScopeProvider)  # = wrapper.resolve(ScopeProvider), cheaper
         self.module_name = module_name
         self.classes = dict(external)
         self.local_classes = {s.name: s for s in local.values()}  # this file's classes, by name
