@@ -51,7 +51,8 @@ def element_calls(fn: cst.FunctionDef, sites: Iterable[Site]) -> dict[cst.Call, 
 
 
 _EXITS = (cst.Break, cst.Continue, cst.Return, cst.Raise, cst.Yield, cst.Await)
-_GUARDS = (
+# expressions whose parts may run zero times, or apart from the statement that holds them
+MAYBE_SKIPPED = (
     cst.IfExp,
     cst.BooleanOperation,
     cst.Lambda,
@@ -75,7 +76,7 @@ def _one_plain_call(loop: cst.For, var: str) -> cst.Call | None:
         if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and calls[0] in calls_in(
             stmt
         ):
-            guarded = (g for g in _nodes(stmt) if isinstance(g, _GUARDS))
+            guarded = (g for g in _nodes(stmt) if isinstance(g, MAYBE_SKIPPED))
             return None if any(calls[0] in calls_in(g) for g in guarded) else calls[0]
     return None
 

@@ -30,6 +30,7 @@ import libcst as cst
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_meta import file_memo, nodes_of
 from linen2nnx.migrate.cst_utils import NOT_LOCAL, assigned_names, code, name_counts, names_in, rebound_names
+from linen2nnx.migrate.element_loops import MAYBE_SKIPPED
 from linen2nnx.migrate.rebound_locals import SEPARATOR
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan, compact_only
@@ -44,15 +45,6 @@ KEY_FUNCTIONS = CHAIN_FUNCTIONS | {
     "jax.random.wrap_key_data",
 }
 _OPAQUE = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_CONDITIONAL = (  # between a build and its statement: it may not run, or run apart
-    cst.IfExp,
-    cst.BooleanOperation,
-    cst.Lambda,
-    cst.ListComp,
-    cst.SetComp,
-    cst.DictComp,
-    cst.GeneratorExp,
-)
 _BLOCKS = {
     cst.If: "an `if`",
     cst.While: "a `while`",
@@ -315,7 +307,7 @@ class _Chains:
     def _value_problem(self, value: cst.BaseExpression, indices: set[str], calls: bool) -> str | None:
         """Why ``__init__`` cannot compute ``value`` where the method does (None: it can): a local not
         static there, a call of anything but a key function (``calls``), ``self`` other than a field."""
-        if nodes_of(value, (cst.NamedExpr, cst.Yield, cst.Await, *_CONDITIONAL)):
+        if nodes_of(value, (cst.NamedExpr, cst.Yield, cst.Await, *MAYBE_SKIPPED)):
             return f"`{code(value)}` holds a conditional, a function or an assignment"
         for call in nodes_of(value, (cst.Call,)) if calls else ():
             if not self.ctx.qualnames(call.func) & KEY_FUNCTIONS:  # type: ignore[attr-defined]
@@ -369,7 +361,7 @@ class _Chains:
     def _conditional_between(self, node: cst.CSTNode, stmt: cst.CSTNode) -> bool:
         cur = self.ctx.parent_of(node)
         while cur is not None and cur is not stmt:
-            if isinstance(cur, _CONDITIONAL):
+            if isinstance(cur, MAYBE_SKIPPED):
                 return True
             cur = self.ctx.parent_of(cur)
         return False
