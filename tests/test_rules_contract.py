@@ -50,6 +50,7 @@ PARITY_TESTS = (
     "test_attention_parity.py",
     "test_gin_configurable.py",
     "test_key_replay.py",
+    "test_init_writes.py",
 )
 
 # Fixture cases with no numeric parity test, and why none can be written.

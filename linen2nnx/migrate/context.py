@@ -58,6 +58,7 @@ from linen2nnx.migrate.positions import source_positions
 from linen2nnx.migrate.record_facts import folders_of, imported_records
 from linen2nnx.migrate.rules import (
     SHAPE_002,
+    VAR_009,
     XFORM_002,
 )
 from linen2nnx.migrate.rules.base import Rule
@@ -70,6 +71,10 @@ from linen2nnx.migrate.sites import (
 from linen2nnx.migrate.tuple_flow import agreed_return, record_classes
 
 FIELD_FUNCTIONS = frozenset({"dataclasses.field", "flax.struct.field"})  # dataclasses.field, under a name
+
+
+# manual findings true only of the NNX rewrite (a kept class initialises as Linen does): rules.VAR_009
+NNX_ONLY_RULES = frozenset({VAR_009.id})
 
 
 class FileContext:
@@ -447,14 +452,17 @@ class FileContext:
         """``converted`` / ``unsafe`` findings on nodes inside a class kept as Linen (a hoisted layer, a
         re-pointed function) describe rewrites of a body that was thrown away for the original; only its
         field lines (their defaults move into the bridge wrapper's ``__init__``) and the input sizes the
-        wrapper accepts (``SHAPE_002``) were rewritten."""
+        wrapper accepts (``SHAPE_002``) were rewritten. Findings of :data:`NNX_ONLY_RULES` describe how the
+        NNX class would differ from Linen: behind the bridge it does not."""
         state = self.state
         if not state.kept_linen:
             return
         drop = set()
         for index, node in state.unplaced:
             finding = state.findings[index]
-            if finding.severity in (Severity.CONVERTED, Severity.UNSAFE) and finding.rule != SHAPE_002.id:
+            if (
+                finding.severity in (Severity.CONVERTED, Severity.UNSAFE) and finding.rule != SHAPE_002.id
+            ) or finding.rule in NNX_ONLY_RULES:
                 if self._inside_kept_body(node):
                     drop.add(index)
         if not drop:

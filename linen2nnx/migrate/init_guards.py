@@ -8,10 +8,13 @@ counterpart unless ``__init__`` builds them. MaxText's models branch only to inv
 given them; an NNX ``__init__`` builds every submodule the class declares, whatever ``init`` reaches.
 
 So the call becomes ``False`` only when it is the test of an ``if`` (or one operand of an ``and``
-test) with no ``else``, in a method other than ``setup`` (there it *is* the initialisation), and the
-test and the branch can create nothing: no ``self`` method or submodule call, no Linen name, no
-function defined nearby (it may close over ``self``) -- only assignments to names, nested ``if``\\ s
-and ``pass``, calling jax, numpy and pure builtins. Anything else stays a finding.
+test, also through ``not``) with no ``else``, in a method other than ``setup`` (there it *is* the
+initialisation), and the test and the branch can create nothing: no ``self`` method or submodule call,
+no Linen name, no function defined nearby (it may close over ``self``) -- only assignments to names,
+nested ``if``\\ s and ``pass``, calling jax, numpy and pure builtins. Anything else stays a finding. A
+branch under ``not self.is_initializing()`` runs only at apply, so it may also store ``.value`` (Flax's
+own ``BatchNorm`` updates its running statistics so): NNX's ``__init__`` skips that update as Linen's
+``init`` does.
 
 ``self.is_mutable_collection('params')`` is the same question asked another way (True while Linen
 initialises, False in an ``apply`` that does not update parameters), and real normalisation layers ask
@@ -19,7 +22,8 @@ it to skip updating their running statistics during ``init``: ``initializing = .
 ``if not initializing: ra_mean.value = ...``. It reads ``False`` when every use of it (directly, or
 through a local bound to it once) is in an ``if`` test without ``else``, through ``not`` and ``and``,
 and the branch creates nothing; a branch that runs only when the value is False may also store
-``local.value`` (the updates ``init`` skips, which NNX's ``__init__`` never makes either).
+``local.value`` / ``self.attr.value`` (``=`` or ``+=``: the updates ``init`` skips, which NNX's
+``__init__`` never makes either).
 """
 
 from __future__ import annotations
@@ -58,17 +62,8 @@ PURE_BUILTINS = frozenset(
 def init_only_guard(ctx: FileContext, call: cst.Call) -> bool:
     """``call`` (a ``self.is_initializing()``) guards a branch that creates nothing (see the module
     docstring), so it reads as ``False`` in NNX with no change in behaviour."""
-    node: cst.CSTNode = call
-    parent = ctx.parent_of(node)
-    while isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And):
-        node, parent = parent, ctx.parent_of(parent)
-    if not (isinstance(parent, cst.If) and parent.test is node and parent.orelse is None):
-        return False
-    method = _enclosing_method(ctx, parent)
-    if method is None or method.name.value == "setup":
-        return False
-    others = _operands(parent.test, call)
-    return all(_creates_nothing(ctx, e) for e in others) and _block_creates_nothing(ctx, parent.body)
+    method = _enclosing_method(ctx, call)
+    return method is not None and method.name.value != "setup" and _flag_guard(ctx, call)
 
 
 def params_mutable_guard(ctx: FileContext, call: cst.Call) -> bool:
@@ -211,22 +206,6 @@ def _enclosing_method(ctx: FileContext, node: cst.CSTNode) -> cst.FunctionDef | 
     return method if cur is not None else None
 
 
-def _operands(test: cst.BaseExpression, call: cst.Call) -> list[cst.BaseExpression]:
-    """The operands of an ``and`` test besides ``call``."""
-    if test is call:
-        return []
-    assert isinstance(test, cst.BooleanOperation)
-    return [*_operands_of(test.left, call), *_operands_of(test.right, call)]
-
-
-def _operands_of(node: cst.BaseExpression, call: cst.Call) -> list[cst.BaseExpression]:
-    if node is call:
-        return []
-    if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
-        return _operands(node, call)
-    return [node]
-
-
 def _block_creates_nothing(ctx: FileContext, block: cst.BaseSuite, value_stores: bool = False) -> bool:
     """Only ``name = value`` statements (``local.value = value`` too with ``value_stores``), nested
     ``if``\\ s and ``pass``, with values that create nothing."""
@@ -261,6 +240,8 @@ def _small(ctx: FileContext, statement: cst.BaseSmallStatement, value_stores: bo
         return all(
             _plain_target(t.target) or (value_stores and _value_store(t.target)) for t in statement.targets
         ) and _creates_nothing(ctx, statement.value)
+    if isinstance(statement, cst.AugAssign):  # `count.value += 1`
+        return value_stores and _value_store(statement.target) and _creates_nothing(ctx, statement.value)
     if isinstance(statement, cst.AnnAssign):
         return (
             statement.value is not None
@@ -271,13 +252,14 @@ def _small(ctx: FileContext, statement: cst.BaseSmallStatement, value_stores: bo
 
 
 def _value_store(target: cst.BaseExpression) -> bool:
-    """``local.value``: an update of a variable the method holds, which creates nothing."""
-    return (
-        isinstance(target, cst.Attribute)
-        and isinstance(target.value, cst.Name)
-        and target.attr.value == "value"
-        and target.value.value != "self"
-    )
+    """``local.value`` / ``self.attr.value``: an update of a variable the method or the class holds,
+    which creates nothing."""
+    if not (isinstance(target, cst.Attribute) and target.attr.value == "value"):
+        return False
+    holder = target.value
+    if isinstance(holder, cst.Attribute) and isinstance(holder.value, cst.Name):
+        return holder.value.value == "self"
+    return isinstance(holder, cst.Name) and holder.value != "self"
 
 
 def _plain_target(target: cst.BaseExpression) -> bool:

@@ -43,6 +43,7 @@ from linen2nnx.migrate.factories import (
 from linen2nnx.migrate.factory_fields import FieldPartial
 from linen2nnx.migrate.inheritance import plan_inherited_build
 from linen2nnx.migrate.inherited_sizes import check_inherited_sizes
+from linen2nnx.migrate.init_writes import report_init_writes
 from linen2nnx.migrate.input_sizes import finish_input_sizes
 from linen2nnx.migrate.key_replay import plan_key_replay
 from linen2nnx.migrate.lazy_vars import either
@@ -153,6 +154,7 @@ class ClassPlanner:
         report_module_copies(self.ctx.report, plan, methods)
         report_field_deletions(self.ctx.report, plan, methods)
         report_class_choices(self.ctx, methods)  # `NORMS[self.norm](...)`: a class picked at call time
+        report_init_writes(self.ctx, plan, methods)  # `count.value += 1` unguarded: Linen's init writes it
         return plan
 
     def _plan_factories(self, plan: ClassPlan, methods: list[cst.FunctionDef]) -> None:
@@ -485,9 +487,7 @@ class ClassPlanner:
         """``condition`` (written at ``at``'s method, ``decode=self.decode``) as the class's call-time
         condition, when it reads only config and that method's parameters; "True" otherwise."""
         fn = self.ctx.enclosing_function(at)
-        mine = (
-            {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)} if fn is not None else set()
-        )
+        mine = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)} if fn else set()
         ok = names_in(condition) - NOT_LOCAL - {"self"} <= mine | static_everywhere(plan)
         return code(condition) if ok else "True"
 

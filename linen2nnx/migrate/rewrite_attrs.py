@@ -58,6 +58,7 @@ from linen2nnx.migrate.sites import (
     ClassPlan,
     Site,
 )
+from linen2nnx.migrate.variable_handles import compact_variable_locals
 from linen2nnx.migrate.variable_reads import displayed_variables
 
 AXES_API_NAMES = frozenset({"partitioning.param_with_axes", "partitioning.variable_with_axes"})
@@ -506,7 +507,11 @@ class AttributeRewriter:
             plan is not None
             and original.attr.value == "value"
             and isinstance(original.value, cst.Name)
-            and original.value.value in self._lazy_locals(plan)
+            and (
+                original.value.value in self._lazy_locals(plan)
+                or original.value.value
+                in compact_variable_locals(plan, self.ctx.enclosing_function(original))
+            )
         ):
             return _whole_value(updated.value)
         if (

@@ -22,7 +22,7 @@ from linen2nnx.migrate.bridge import (
 )
 from linen2nnx.migrate.cells import CARRY_METHOD, nnx_initialize_carry
 from linen2nnx.migrate.class_fields import configuring, read_at_class_creation
-from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.context import NNX_ONLY_RULES, FileContext
 from linen2nnx.migrate.cst_utils import (
     code,
     is_docstring,
@@ -492,6 +492,8 @@ class ClassRewriter:
         own = self.state.markers.pop(original, None)  # a finding on a decorator: the class's own marker
         if own:
             placed.setdefault(original, []).extend(own)
+        nnx_only = tuple(f"{MARKER} {rule_id}" for rule_id in NNX_ONLY_RULES)  # dropped with their findings
+        placed = {stmt: [m for m in notes if not m.startswith(nnx_only)] for stmt, notes in placed.items()}
         kept = original.visit(StatementMarker(placed))  # the findings' markers, on their Linen statements
         lines = [  # the class's own (a finding on a decorator) with the earlier MOD-007 marker left out
             line

@@ -279,6 +279,16 @@ VAR_008 = Rule(
     "y = Head()(x.astype(jnp.bfloat16))",
     "self.head = Head(probe_dtype=jnp.bfloat16, ...)  # by hand: the TODO names the argument",
 )
+VAR_009 = Rule(
+    "L2N-VAR-009",
+    M,
+    "A variable written at call time with no test of initialisation (self.is_initializing(), "
+    "self.has_variable(...)): Linen's init runs the call and returns the written value, the NNX constructor "
+    "the initial one, so a model built from scratch starts from other state. Applies and converted "
+    "checkpoints are exact; the rewrite goes on.",
+    "count = self.variable('stats', 'count', jnp.zeros, ())\ncount.value += 1",
+    "# TODO(linen2nnx): L2N-VAR-009 ...\nself.count.value += 1  # Linen's init returns count == 1",
+)
 
 RULES = (
     MOD_001,
@@ -314,4 +324,5 @@ RULES = (
     VAR_006,
     VAR_007,
     VAR_008,
+    VAR_009,
 )
