@@ -155,8 +155,9 @@ def _exits_before(block: cst.IndentedBlock | cst.Module, stmt: cst.CSTNode, test
         if earlier is stmt:
             return False
         if isinstance(earlier, cst.If) and _tells_init(earlier.test, tests):
-            last = earlier.body.body[-1] if earlier.body.body else None
-            small = last.body if isinstance(last, cst.SimpleStatementLine) else []
+            suite = earlier.body  # `if initializing: return x` on one line is a SimpleStatementSuite
+            last = suite.body[-1] if suite.body else None
+            small = suite.body if isinstance(suite, cst.SimpleStatementSuite) else getattr(last, "body", [])
             if any(isinstance(s, (cst.Return, cst.Raise)) for s in small):
                 return True
     return False
