@@ -42,6 +42,7 @@ def _rules(body: str, method: str = "__call__") -> set[str]:
         "if len(x.shape) > 1 and self.is_initializing():\n    if t is None:\n        a, t = 1, jnp.zeros(3)\n"
         "return self.head(x)\n",
         "if self.is_initializing():\n    pass\nreturn self.head(x)\n",
+        "if not self.is_initializing():\n    t = 1\nreturn self.head(x)\n",  # runs at apply only, as in NNX
     ],
 )
 def test_a_branch_that_creates_nothing_reads_false(body):
@@ -53,7 +54,7 @@ def test_a_branch_that_creates_nothing_reads_false(body):
     [
         "if self.is_initializing():\n    _ = self.head(x)\nreturn x\n",  # creates the head's params
         "if self.is_initializing():\n    t = 1\nelse:\n    t = 2\nreturn self.head(x) * t\n",  # an else
-        "if not self.is_initializing():\n    t = 1\nreturn self.head(x)\n",  # not a plain guard
+        "if not self.is_initializing():\n    t = self.head(x)\nreturn x\n",  # applies a submodule
         "if self.is_initializing() or t is None:\n    t = 1\nreturn self.head(x)\n",  # or
         "flag = self.is_initializing()\nreturn self.head(x)\n",  # a value
         "def make():\n    return self.head(x)\nif self.is_initializing():\n    t = make()\nreturn x\n",  # closure
