@@ -106,3 +106,26 @@ class Counter(nn.Module):
     result = migrate_source(src, "kept.py", module_name="kept")
     assert "L2N-MOD-007" in {f.rule for f in result.findings}
     assert "L2N-VAR-009" not in {f.rule for f in result.findings} and "L2N-VAR-009" not in result.output
+
+
+def test_an_init_test_whose_body_ends_in_a_compound_statement_is_read():
+    """``if self.is_initializing():`` whose last line is itself an ``if`` is no early exit: the write after
+    it is still reported, and the file is not lost to an internal error."""
+    src = """
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Counter(nn.Module):
+    @nn.compact
+    def __call__(self, x, train: bool = True):
+        count = self.variable("stats", "count", jnp.zeros, ())
+        y = nn.Dense(3)(x)
+        if self.is_initializing():
+            if train:
+                y = y * 1.0
+        count.value += 1
+        return y
+"""
+    result = migrate_source(src, "nested.py", module_name="nested")
+    assert "L2N-IO-004" not in {f.rule for f in result.findings}, result.findings

@@ -157,7 +157,10 @@ def _exits_before(block: cst.IndentedBlock | cst.Module, stmt: cst.CSTNode, test
         if isinstance(earlier, cst.If) and _tells_init(earlier.test, tests):
             suite = earlier.body  # `if initializing: return x` on one line is a SimpleStatementSuite
             last = suite.body[-1] if suite.body else None
-            small = suite.body if isinstance(suite, cst.SimpleStatementSuite) else getattr(last, "body", [])
+            if isinstance(suite, cst.SimpleStatementSuite):
+                small = suite.body
+            else:  # the body's last line; a compound one (a nested `if`) is no exit
+                small = last.body if isinstance(last, cst.SimpleStatementLine) else ()
             if any(isinstance(s, (cst.Return, cst.Raise)) for s in small):
                 return True
     return False
