@@ -43,6 +43,9 @@ def _rules(body: str, method: str = "__call__") -> set[str]:
         "return self.head(x)\n",
         "if self.is_initializing():\n    pass\nreturn self.head(x)\n",
         "if not self.is_initializing():\n    t = 1\nreturn self.head(x)\n",  # runs at apply only, as in NNX
+        # applied only so that init creates the head's params, which NNX's __init__ builds anyway
+        "if self.is_initializing():\n    _ = self.head(x)\nreturn x\n",
+        "if self.is_initializing() and t is None:\n    self.head(x)\nreturn x\n",
     ],
 )
 def test_a_branch_that_creates_nothing_reads_false(body):
@@ -52,7 +55,10 @@ def test_a_branch_that_creates_nothing_reads_false(body):
 @pytest.mark.parametrize(
     "body",
     [
-        "if self.is_initializing():\n    _ = self.head(x)\nreturn x\n",  # creates the head's params
+        "if self.is_initializing():\n    _ = nn.Dense(3)(x)\nreturn x\n",  # a layer no __init__ builds
+        "if self.is_initializing():\n    _ = self.param('w', nn.initializers.ones, (3,))\nreturn x\n",
+        "if self.is_initializing():\n    y = self.head(x)\nreturn x\n",  # its result is kept
+        "if self.is_initializing():\n    self.head(make(x))\nreturn x\n",  # an input that may create
         "if self.is_initializing():\n    t = 1\nelse:\n    t = 2\nreturn self.head(x) * t\n",  # an else
         "if not self.is_initializing():\n    t = self.head(x)\nreturn x\n",  # applies a submodule
         "if self.is_initializing() or t is None:\n    t = 1\nreturn self.head(x)\n",  # or

@@ -62,6 +62,8 @@ class ActConfig:
 # case -> (class name, constructor kwargs, input shape, extra NNX kwargs from the input)
 CASES = {
     "compact_loop": ("Tower", {"config": TowerConfig()}, (2, 5)),
+    "stack_keeps_width": ("Model", {"config": TowerConfig()}, (2, 5)),  # the head reads width, loop or not
+    "init_applies_head": ("Decoder", {}, (2, 5)),  # the head applied at init only: NNX builds it
     "compact_param": ("Scale", {"features": 3}, (2, 4)),
     "class_decorator": ("Model", {}, (2, 3)),  # a registry decorator kept (with its finding)
     "traced_named_loop": ("Transformer", {}, (2, 5)),  # `layers_{i}` fed a handed embedding: the trace
@@ -641,6 +643,7 @@ UNUSED_BY_LINEN = {
 }  # the tied head's own kernel: NNX builds it, Linen never does
 INT_INPUTS = {
     "traced_named_loop",
+    "stack_keeps_width",
     "field_holds_modules",
     "handed_module",
     "post_init_embedder",

@@ -193,13 +193,16 @@ def choice_seen(feat: Feat, fields: dict[str, str], seen: Callable[[Feat], Feat]
     """A block's size that depends on whether a loop of it ran (``(self.width if self.depth > 0 else
     <its input>)``: a list ``setup()`` builds over ``range(self.depth)``), in its caller's terms: the
     test with the caller's values for the fields, decided where those are literals, and each side as
-    ``seen`` by the caller; unknown where the test reads anything but the block's fields."""
-    test = substitute_self_fields(feat.expr, fields)
+    ``seen`` by the caller; unknown where the test reads anything but the block's fields and the two
+    sides differ."""
     sides = [seen(element) for element in feat.elements]
-    if test is None or len(sides) != 2 or any(side.kind not in ("expr", "input") for side in sides):
+    if len(sides) != 2 or any(side.kind not in ("expr", "input") for side in sides):
         return Feat.unknown("a size of the block that depends on whether its loop ran")
-    if sides[0] == sides[1]:
+    if sides[0] == sides[1]:  # the same size either way: what the test reads does not matter
         return sides[0]
+    test = substitute_self_fields(feat.expr, fields)
+    if test is None:
+        return Feat.unknown("a size of the block that depends on whether its loop ran")
     if not names_in(parse_expression(test)):  # `2 > 0`: the caller's literal config decides it
         try:
             return sides[0] if eval(test, {"__builtins__": {}}) else sides[1]  # literals only, no names

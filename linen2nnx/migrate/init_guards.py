@@ -15,6 +15,9 @@ nested ``if``\\ s and ``pass``, calling jax, numpy and pure builtins. Anything e
 branch under ``not self.is_initializing()`` runs only at apply, so it may also store ``.value`` (Flax's
 own ``BatchNorm`` updates its running statistics so): NNX's ``__init__`` skips that update as Linen's
 ``init`` does.
+A branch that runs only at init (the test not negated) may also apply a submodule ``setup()`` assigns
+or a method the class defines and drop the result (``_ = self.output_head(h)``): it only makes ``init``
+create what NNX's ``__init__`` builds anyway.
 
 ``self.is_mutable_collection('params')`` is the same question asked another way (True while Linen
 initialises, False in an ``apply`` that does not update parameters), and real normalisation layers ask
@@ -31,7 +34,8 @@ from __future__ import annotations
 import libcst as cst
 
 from linen2nnx.migrate.context import FileContext
-from linen2nnx.migrate.cst_utils import name_reads
+from linen2nnx.migrate.cst_meta import nodes_of
+from linen2nnx.migrate.cst_utils import name_reads, self_attr
 
 PURE_CALL_PREFIXES = ("jax.numpy.", "jax.lax.", "jax.random.", "numpy.", "math.")
 PURE_BUILTINS = frozenset(
@@ -136,7 +140,7 @@ def _flag_guard(ctx: FileContext, flag: cst.BaseExpression) -> bool:
     others = [e for e in _and_terms(parent.test) if not any(x is flag for x in _and_terms_deep(e))]
     if not all(_creates_nothing(ctx, e) for e in others):
         return False
-    return _block_creates_nothing(ctx, parent.body, value_stores=negated)
+    return _block_creates_nothing(ctx, parent.body, value_stores=negated, init_calls=not negated)
 
 
 def _and_terms(test: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -206,26 +210,31 @@ def _enclosing_method(ctx: FileContext, node: cst.CSTNode) -> cst.FunctionDef | 
     return method if cur is not None else None
 
 
-def _block_creates_nothing(ctx: FileContext, block: cst.BaseSuite, value_stores: bool = False) -> bool:
-    """Only ``name = value`` statements (``local.value = value`` too with ``value_stores``), nested
-    ``if``\\ s and ``pass``, with values that create nothing."""
+def _block_creates_nothing(
+    ctx: FileContext, block: cst.BaseSuite, value_stores: bool = False, init_calls: bool = False
+) -> bool:
+    """Only ``name = value`` statements (``local.value = value`` too with ``value_stores``, and the
+    dropped ``self.<own>(...)`` calls of :func:`_init_call` with ``init_calls``), nested ``if``\\ s and
+    ``pass``, with values that create nothing."""
     if not isinstance(block, cst.IndentedBlock):
         return False
     for statement in block.body:
         if isinstance(statement, cst.If):
             if not (
                 _creates_nothing(ctx, statement.test)
-                and _block_creates_nothing(ctx, statement.body, value_stores)
+                and _block_creates_nothing(ctx, statement.body, value_stores, init_calls)
             ):
                 return False
             if statement.orelse is not None and not (
                 isinstance(statement.orelse, cst.Else)
-                and _block_creates_nothing(ctx, statement.orelse.body, value_stores)
+                and _block_creates_nothing(ctx, statement.orelse.body, value_stores, init_calls)
             ):
                 return False
         elif not (
             isinstance(statement, cst.SimpleStatementLine)
-            and all(_small(ctx, s, value_stores) for s in statement.body)
+            and all(
+                _small(ctx, s, value_stores) or (init_calls and _init_call(ctx, s)) for s in statement.body
+            )
         ):
             return False
     return True
@@ -249,6 +258,42 @@ def _small(ctx: FileContext, statement: cst.BaseSmallStatement, value_stores: bo
             and _creates_nothing(ctx, statement.value)
         )
     return False
+
+
+def _init_call(ctx: FileContext, statement: cst.BaseSmallStatement) -> bool:
+    """``self.head(x)`` / ``_ = self.method(x)`` on values that create nothing, its result dropped, where
+    ``head`` is a submodule ``setup()`` assigns and ``method`` one the class defines: a call made only so
+    that Linen's ``init`` reaches the variables behind it (MaxText runs its output head so), which an
+    NNX ``__init__`` builds with the class whatever a call reaches. Writes the method makes are
+    ``init_writes``' findings."""
+    if isinstance(statement, cst.Assign):
+        if not all(isinstance(t.target, cst.Name) and t.target.value == "_" for t in statement.targets):
+            return False
+    elif not isinstance(statement, cst.Expr):
+        return False
+    call = statement.value
+    if not isinstance(call, cst.Call) or any(a.star for a in call.args):
+        return False
+    name = self_attr(call.func)
+    return name in _own_members(ctx, call) and all(_creates_nothing(ctx, a.value) for a in call.args)
+
+
+def _own_members(ctx: FileContext, node: cst.CSTNode) -> set[str]:
+    """The methods the class holding ``node`` defines and the attributes its ``setup()`` assigns."""
+    cls = ctx.parent_of(node)
+    while cls is not None and not isinstance(cls, cst.ClassDef):
+        cls = ctx.parent_of(cls)
+    if cls is None or not isinstance(cls.body, cst.IndentedBlock):
+        return set()
+    methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
+    members = {m.name.value for m in methods}
+    for setup in (m for m in methods if m.name.value == "setup"):
+        members |= {
+            name
+            for target in nodes_of(setup.body, (cst.AssignTarget,))
+            if (name := self_attr(target.target)) is not None
+        }
+    return members
 
 
 def _value_store(target: cst.BaseExpression) -> bool:

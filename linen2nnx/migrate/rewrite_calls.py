@@ -440,7 +440,8 @@ class CallRewriter:
                 API_007,
                 original,
                 "self.is_initializing() -> False: the branch it guards only makes values for Linen's init "
-                "and creates nothing (NNX's __init__ builds every submodule; a call is Linen's apply)",
+                "or applies what the class builds, and creates nothing (NNX's __init__ builds every submodule; "
+                "a call is Linen's apply)",
             )
             return cst.Name("False")
         if not self.state.unsafe_fixes:

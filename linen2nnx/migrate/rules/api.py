@@ -54,9 +54,9 @@ API_006 = Rule(
 API_007 = Rule(
     "L2N-API-007",
     C,
-    "self.is_initializing() at call time guarding a branch that creates nothing (dummy inputs for init) -> False, "
-    "as in Linen's apply; so does self.is_mutable_collection('params') whose if tests only skip updates during "
-    "init (running statistics).",
+    "self.is_initializing() at call time guarding a branch that creates nothing (dummy inputs for init, or a "
+    "submodule applied only so that init creates its parameters) -> False, as in Linen's apply; so does "
+    "self.is_mutable_collection('params') whose if tests only skip updates during init (running statistics).",
     "if self.is_initializing() and targets is None:\n    targets = jnp.zeros(shape)",
     "if False and targets is None:\n    targets = jnp.zeros(shape)",
 )
