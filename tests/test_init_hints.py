@@ -11,13 +11,13 @@ from flax.linen import partitioning as nn_partitioning
 class Head(nn.Module):
     @nn.compact
     def out(self, x):
-        return nn.Dense(3)(x)
+        return nn.Dense(3, name="out")(x)
 
     @nn.compact
     def __call__(self, x, tiled: bool = False):
         y = nn.Dense(4)(x)
         if self.is_initializing() and tiled:
-            _ = self.out(y)
+            _ = self.out(dummy(y))
         return y
 
 
@@ -41,6 +41,10 @@ class Other(nn.Module):
         if self.is_initializing():
             x = nn.Dense(2)(x)
         return x
+
+
+def dummy(y):
+    return y
 """
 
 
@@ -63,3 +67,12 @@ def test_each_use_gets_its_hint_and_stays_a_finding():
     assert hints[28].startswith("it sets the 'is_initializing' metadata entry")
     assert hints[36].startswith("build in __init__ what the init-only branch creates")
     assert len(hints) == 5
+
+
+def test_a_branch_applying_only_what_the_class_builds_converts():
+    """Without the helper call (which may create anything), the branch applies only the class's own
+    method on a local: NNX's __init__ builds what it reaches, so the test reads False."""
+    result = migrate_source(SOURCE.replace("self.out(dummy(y))", "self.out(y)"), "hints.py")
+    assert [(f.line, f.rule) for f in result.findings if f.line == 14 and f.rule.startswith("L2N-API")] == [
+        (14, "L2N-API-007")
+    ]
