@@ -195,14 +195,15 @@ def choice_seen(feat: Feat, fields: dict[str, str], seen: Callable[[Feat], Feat]
     test with the caller's values for the fields, decided where those are literals, and each side as
     ``seen`` by the caller; unknown where the test reads anything but the block's fields and the two
     sides differ."""
+    undecided = Feat.unknown("a size of the block that depends on whether its loop ran")
     sides = [seen(element) for element in feat.elements]
     if len(sides) != 2 or any(side.kind not in ("expr", "input") for side in sides):
-        return Feat.unknown("a size of the block that depends on whether its loop ran")
+        return undecided
     if sides[0] == sides[1]:  # the same size either way: what the test reads does not matter
         return sides[0]
     test = substitute_self_fields(feat.expr, fields)
     if test is None:
-        return Feat.unknown("a size of the block that depends on whether its loop ran")
+        return undecided
     if not names_in(parse_expression(test)):  # `2 > 0`: the caller's literal config decides it
         try:
             return sides[0] if eval(test, {"__builtins__": {}}) else sides[1]  # literals only, no names

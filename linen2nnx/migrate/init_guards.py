@@ -266,23 +266,27 @@ def _init_call(ctx: FileContext, statement: cst.BaseSmallStatement) -> bool:
     that Linen's ``init`` reaches the variables behind it (MaxText runs its output head so), which an
     NNX ``__init__`` builds with the class whatever a call reaches. Writes the method makes are
     ``init_writes``' findings."""
-    if isinstance(statement, cst.Assign):
-        if not all(isinstance(t.target, cst.Name) and t.target.value == "_" for t in statement.targets):
-            return False
-    elif not isinstance(statement, cst.Expr):
-        return False
-    call = statement.value
+    call = dropped_value(statement)
     if not isinstance(call, cst.Call) or any(a.star for a in call.args):
         return False
     name = self_attr(call.func)
     return name in _own_members(ctx, call) and all(_creates_nothing(ctx, a.value) for a in call.args)
 
 
+def dropped_value(statement: cst.BaseSmallStatement) -> cst.BaseExpression | None:
+    """The value of ``expr`` / ``_ = expr``: a statement that computes a value and keeps none of it."""
+    if isinstance(statement, cst.Expr):
+        return statement.value
+    if isinstance(statement, cst.Assign) and all(
+        isinstance(t.target, cst.Name) and t.target.value == "_" for t in statement.targets
+    ):
+        return statement.value
+    return None
+
+
 def _own_members(ctx: FileContext, node: cst.CSTNode) -> set[str]:
     """The methods the class holding ``node`` defines and the attributes its ``setup()`` assigns."""
-    cls = ctx.parent_of(node)
-    while cls is not None and not isinstance(cls, cst.ClassDef):
-        cls = ctx.parent_of(cls)
+    cls = ctx.enclosing(node, cst.ClassDef)
     if cls is None or not isinstance(cls.body, cst.IndentedBlock):
         return set()
     methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]

@@ -22,6 +22,8 @@ import libcst as cst
 
 from linen2nnx.migrate.api_findings import self_api_finding, string_args
 from linen2nnx.migrate.context import FileContext
+from linen2nnx.migrate.cst_utils import self_attr
+from linen2nnx.migrate.init_guards import dropped_value
 from linen2nnx.migrate.rules import API_002
 
 _XFORMS = "docs/nnx_facts.md#lifted-transforms"
@@ -92,28 +94,9 @@ def _guarded_methods(ctx: FileContext, call: cst.Call) -> list[str]:
     for statement in parent.body.body:
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return []
-        small = statement.body[0]
-        if isinstance(small, cst.Assign) and all(
-            isinstance(t.target, cst.Name) and t.target.value == "_" for t in small.targets
-        ):
-            value = small.value
-        elif isinstance(small, cst.Expr):
-            value = small.value
-        else:
-            return []
-        method = _self_method(value)
+        value = dropped_value(statement.body[0])
+        method = self_attr(value.func) if isinstance(value, cst.Call) else None
         if method is None:
             return []
         found.append(f"self.{method}(...)")
     return found
-
-
-def _self_method(expr: cst.BaseExpression) -> str | None:
-    if (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and isinstance(expr.func.value, cst.Name)
-        and expr.func.value.value == "self"
-    ):
-        return expr.func.attr.value
-    return None
