@@ -43,7 +43,13 @@ def case_trace(case: Case) -> Trace | None:
 
 def migrate_case(case: Case, source: str | None = None) -> FileResult:
     """Migrate a case's input (or ``source``) with the options and trace its header names."""
-    text = case.input.read_text() if source is None else source
+    return _migrated(case, case.input.read_text() if source is None else source)
+
+
+@cache
+def _migrated(case: Case, text: str) -> FileResult:
+    """One migration per case and text in a test process: the output, idempotency and rules-contract
+    tests all read the same result (keyed by the text, so an edited input is migrated again)."""
     return migrate_source(
         text, case.input.name, trace=case_trace(case), unsafe_fixes="unsafe-fixes" in case.options()
     )

@@ -1292,3 +1292,44 @@ def test_a_factory_field_bound_in_another_file_is_reported(tmp_path):
     assert manual == [("L2N-MOD-008", "derived.py", 9), ("L2N-MOD-008", "derived.py", 12)], manual
     again = migrate_paths([out], Mode.DIFF)
     assert all(r.output in (None, r.source) for r in again.files)  # idempotent
+
+
+def test_a_subclass_handing_its_input_to_another_files_base_twice_is_sized_from_it(tmp_path):
+    """A self-attention subclass (``return super().__call__(x, x, mask)``) of a query / key-value
+    attention of another file, whose methods this file cannot walk: its size arguments are the base's,
+    renumbered (key / value from its input 0), and it gives back the base's output. Before: a blocking
+    L2N-MOD-004 on every such subclass of another file's base (t5x's and flaxformer's tests)."""
+    text = (
+        Path(__file__).parent / "fixtures" / "migrate" / "L2N-MOD-010" / "inherited_passthrough_in.py"
+    ).read_text()
+    head, rest = text.split("\nclass CrossAttention", 1)
+    base, derived = rest.split("\nclass SelfAttention", 1)
+    src, out = tmp_path / "src", tmp_path / "out"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("")
+    (src / "pkg" / "attention.py").write_text(f"{head}\nclass CrossAttention{base}")
+    (src / "pkg" / "model.py").write_text(
+        f"{head}\nfrom pkg.attention import CrossAttention\n\n\nclass SelfAttention{derived}"
+    )
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    assert result.exit_code() == 0, [f.format_text() for f in result.findings]
+    migrated = (out / "pkg" / "model.py").read_text()
+    assert "SelfAttention(in_features=5, inputs_kv_features=5, rngs=rngs)" in migrated
+    assert "CrossAttention(features=4, in_features=6, inputs_kv_features=5, rngs=rngs)" in migrated
+
+    ids = np.random.default_rng(0).integers(0, 11, (2, 3))
+    side = LinenSide(
+        model=_import_class(src, "model", "Model")(),
+        batch={"x": ids},
+        loss=lambda o, b: jnp.mean(o**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    variables = perturbed(side.init_variables())
+    nnx_model = _import_class(out, "model", "Model")
+    pair = ModelPair(
+        linen=side, nnx_factory=lambda rngs: nnx_model(rngs=rngs), name_map=out / "linen2nnx-map.json"
+    )
+    parity = check(pair, variables)
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    assert len(parity.by_check()["grad"]) == 17  # embedding + 2 attentions x 4 Dense x (kernel, bias)

@@ -99,6 +99,8 @@ CASES = {
     "inherited_build": ("WithHead", {"width": 4}, (2, 5)),
     "inherited_build_scaled": ("Scaled", {"width": 4}, (2, 5)),
     "inherited_build_tempered": ("Tempered", {"width": 5}, (2, 5)),
+    "inherited_passthrough": ("Model", {}, (2, 3)),
+    "inherited_passthrough_self": ("SelfAttention", {}, (2, 3, 5)),
     "subclass_factory_default": ("WideNet", {}, (2, 5)),  # the subclass's default block sizes the head
     "subclass_factory_default_base": ("Net", {}, (2, 5)),
     "inherited_sizes_changed": ("Scaled", {}, (2, 5)),  # overrides that keep the inherited layers' inputs
@@ -602,6 +604,7 @@ SOURCES = {
     "loop_carried_local_widths_unrun": "loop_carried_local",
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
+    "inherited_passthrough_self": "inherited_passthrough",
     "subclass_factory_default_base": "subclass_factory_default",
     "inherited_sizes_changed_proj_only": "inherited_sizes_changed",
     "inherited_sizes_changed_tanh": "inherited_sizes_changed",
@@ -642,6 +645,7 @@ UNUSED_BY_LINEN = {
     "optional_inputs": 1,  # `given`'s token embedding: its embeddings are handed in
 }  # the tied head's own kernel: NNX builds it, Linen never does
 INT_INPUTS = {
+    "inherited_passthrough",
     "traced_named_loop",
     "stack_keeps_width",
     "field_holds_modules",

@@ -14,6 +14,12 @@ So when a subclass overrides ``__call__`` or a method of its base, the dataflow 
 subclass's method where it has one, ``super().<m>(...)`` the base's, inlined), and the size each
 inherited layer reads is compared with the base's own walk, each input named by its position. Where
 any differs, the base's size arguments do not hold for the subclass: a blocking ``L2N-MOD-004``.
+
+One override is read without a walk, so a base of another file (whose methods are not at hand) is
+covered too: a ``__call__`` whose one statement is ``return super().__call__(q, q, mask)``, each
+positional argument one of its own parameters, as is. The base's layers then read exactly what the
+base's inputs read, renumbered: a size argument the base takes from its input 1 is the subclass's
+input 0 (:func:`_passed_through`; a self-attention subclass of a query/key-value attention).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from linen2nnx.migrate.cst_utils import is_super_call
+from linen2nnx.migrate.cst_utils import is_docstring, is_super_call
 from linen2nnx.migrate.dataflow import Feat
 from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import MOD_004
@@ -89,21 +95,21 @@ def _defined(chain: list[dict], start: int, name: str) -> tuple[cst.FunctionDef,
     return None
 
 
-def _by_position(feat: Feat, positions: dict[str, str]) -> Feat:
-    """``feat`` with each input named by its position among the walked method's parameters, and no
-    reason on an unknown size (two walks that both cannot tell agree)."""
+def _by_position(feat: Feat, positions: dict[str, str], forget: bool = True) -> Feat:
+    """``feat`` with each input renamed (by its position among the walked method's parameters), and,
+    with ``forget``, no reason on an unknown size (two walks that both cannot tell agree)."""
     changes: dict = {}
-    if feat.kind == "input":
+    if feat.kind == "input" or (feat.kind == "leaf" and not forget):
         changes["input_name"] = positions.get(feat.input_name, feat.input_name)
-    if feat.kind == "unknown":
+    if feat.kind == "unknown" and forget:
         changes.update(reason="", candidate=None, handed="")
     if feat.base is not None:
-        changes["base"] = _by_position(feat.base, positions)
+        changes["base"] = _by_position(feat.base, positions, forget)
     if feat.candidate is not None and "candidate" not in changes:
-        changes["candidate"] = _by_position(feat.candidate, positions)
+        changes["candidate"] = _by_position(feat.candidate, positions, forget)
     for part in ("elements", "tail"):
         if getattr(feat, part):
-            changes[part] = tuple(_by_position(f, positions) for f in getattr(feat, part))
+            changes[part] = tuple(_by_position(f, positions, forget) for f in getattr(feat, part))
     return dataclasses.replace(feat, **changes) if changes else feat
 
 
@@ -129,6 +135,19 @@ def check_inherited_sizes(sizer: Sizer, plan: ClassPlan, node: cst.ClassDef) -> 
     if base is None:
         return
     chain = _chain(sizer, plan)
+    own = {fn.name.value: fn for fn in sizer.state.methods.get(plan.name, [])}
+    inherited = set().union(*chain[1:]) | {"__call__"} if chain is not None else {"__call__"}
+    if [m for m in own if m in inherited and m != "setup"] == ["__call__"]:
+        handed = _passed_through(own["__call__"], base.new_args)
+        if handed is not None:
+            positions, renumbered = handed
+            plan.new_args.update(renumbered)
+            names = {
+                p: plan.call_inputs[positions[i]] for i, p in enumerate(base.call_inputs) if i in positions
+            }
+            if base.out is not None and _inputs_of(base.out) <= set(names):  # what the base gives back
+                plan.out = _by_position(base.out, names, forget=False)
+            return
     if chain is None:
         overrides: list[str] = ["__call__"] if "__call__" in plan.method_names else []
         call_time = any(how.startswith(("input", "traced:")) for how in base.new_args.values())
@@ -149,6 +168,65 @@ def check_inherited_sizes(sizer: Sizer, plan: ClassPlan, node: cst.ClassDef) -> 
         f"build these layers in {plan.name}'s own setup with the sizes its inputs give, or call "
         f"{base.name}.__init__ with the sizes by hand",
     )
+
+
+INPUT_HOWS = ("input:", "input_shape:")
+"""The kinds of size argument read from one positional input of ``__call__`` (``input:1``: the last
+axis of its input 1; ``input_shape:1``: its whole shape), renumbered through a pass-through call."""
+
+
+def _passed_through(
+    call: cst.FunctionDef, base_args: dict[str, str]
+) -> tuple[dict[int, int], dict[str, str]] | None:
+    """When ``call`` only hands its own parameters on to the base's ``__call__`` (``return
+    super().__call__(inputs_q, inputs_q, mask)``): the position among ``call``'s parameters of what it
+    passes at each position, and the base's size arguments in the subclass's terms (each one read from
+    the base's input k read from the parameter the call passes at position k). None when
+    ``call`` does anything else, or when a size argument reads an input the call does not pass
+    positionally (by keyword, a default, a computed value) or in a form not renumbered here."""
+    body = (
+        [s for s in call.body.body if not is_docstring(s)] if isinstance(call.body, cst.IndentedBlock) else []
+    )
+    stmt = body[0] if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else None
+    ret = stmt.body[0] if stmt is not None and len(stmt.body) == 1 else None
+    sup = ret.value if isinstance(ret, cst.Return) else None
+    if not (
+        isinstance(sup, cst.Call)
+        and isinstance(sup.func, cst.Attribute)
+        and sup.func.attr.value == "__call__"
+    ):
+        return None
+    if not is_super_call(sup.func.value) or sup.func.value.args:  # type: ignore[attr-defined]
+        return None
+    params = [p.name.value for p in call.params.params][1:]
+    positions: dict[int, int] = {}
+    for k, arg in enumerate(sup.args):
+        if arg.keyword is not None or arg.star:
+            break
+        if not (isinstance(arg.value, cst.Name) and arg.value.value in params):
+            return None  # a computed value: its size is not the parameter's
+        positions[k] = params.index(arg.value.value)
+    out: dict[str, str] = {}
+    for name, how in base_args.items():
+        kind = next((k for k in INPUT_HOWS if how.startswith(k)), None)
+        if kind is None:
+            if how.startswith(("input", "traced:")):
+                return None  # read from the inputs in another form
+            continue
+        index = how[len(kind) :]
+        if not index.isdigit() or int(index) not in positions:
+            return None
+        out[name] = f"{kind}{positions[int(index)]}"
+    return positions, out
+
+
+def _inputs_of(feat: Feat) -> set[str]:
+    """The method inputs ``feat`` reads."""
+    found = {feat.input_name} if feat.kind in ("input", "leaf") else set()
+    for part in (feat.base, feat.candidate, *feat.elements, *feat.tail):
+        if part is not None:
+            found |= _inputs_of(part)
+    return found
 
 
 def _changed_reads(sizer: Sizer, plan: ClassPlan, base: ClassPlan, chain: list[dict]) -> list[str]:
