@@ -100,6 +100,9 @@ CASES = {
     "inherited_build_scaled": ("Scaled", {"width": 4}, (2, 5)),
     "inherited_build_tempered": ("Tempered", {"width": 5}, (2, 5)),
     "inherited_passthrough": ("Model", {}, (2, 3)),
+    "setup_class_local": ("Stage", {}, (2, 8)),
+    "setup_class_local_mixer": ("Mixer", {}, (2, 3, 5)),
+    "setup_class_local_clipped": ("Mixer", {"clipped": True}, (2, 3, 5)),
     "inherited_passthrough_self": ("SelfAttention", {}, (2, 3, 5)),
     "subclass_factory_default": ("WideNet", {}, (2, 5)),  # the subclass's default block sizes the head
     "subclass_factory_default_base": ("Net", {}, (2, 5)),
@@ -605,6 +608,8 @@ SOURCES = {
     "inherited_build_scaled": "inherited_build",
     "inherited_build_tempered": "inherited_build",
     "inherited_passthrough_self": "inherited_passthrough",
+    "setup_class_local_mixer": "setup_class_local",
+    "setup_class_local_clipped": "setup_class_local",
     "subclass_factory_default_base": "subclass_factory_default",
     "inherited_sizes_changed_proj_only": "inherited_sizes_changed",
     "inherited_sizes_changed_tanh": "inherited_sizes_changed",

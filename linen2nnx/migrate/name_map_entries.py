@@ -146,13 +146,16 @@ def report_other_builds(ctx: FileContext, plan: ClassPlan) -> None:
 
 
 def report_class_choice(ctx: FileContext, site: Site, keys: list[str]) -> None:
-    """A use named by ``name=`` of a local holding one of several classes chosen on the config
-    (class_choices.py): one Linen name for each class's weights, as ``report_other_builds`` says."""
+    """A use named by ``name=`` (or, in ``setup()``, by its attribute) of a local holding one of several
+    classes chosen on the config (class_choices.py, setup_aliases.py): one Linen name for each class's
+    weights, as ``report_other_builds`` says."""
     texts = [_build_text(key, None) for key in keys]
     if len(set(texts)) < len(texts):
         texts = [_build_text(key, None, full=True) for key in keys]
     name = keyword_arg(site.ctor, "name")
-    assert name is not None
+    if name is None:  # a setup() attribute
+        _report_builds(ctx, site, site.linen_name, texts)
+        return
     shown = code(name.value)  # `f'block_{i}'` is shown as the names it gives, `block_{i}`
     if isinstance(name.value, cst.FormattedString) and not name.value.start.endswith('"""'):
         shown = shown[len(name.value.start) : -len(name.value.end)]

@@ -35,11 +35,7 @@ from linen2nnx.migrate.cst_utils import (
     self_attr,
     substitute_self_fields,
 )
-from linen2nnx.migrate.factories import (
-    PartialLocal,
-    find_factory,
-    substitute,
-)
+from linen2nnx.migrate.factories import PartialLocal, find_factory, substitute
 from linen2nnx.migrate.factory_fields import FieldPartial
 from linen2nnx.migrate.inheritance import plan_inherited_build
 from linen2nnx.migrate.inherited_sizes import check_inherited_sizes
@@ -57,6 +53,7 @@ from linen2nnx.migrate.module_copies import report_field_deletions, report_modul
 from linen2nnx.migrate.name_map_entries import report_other_builds
 from linen2nnx.migrate.named_variables import plan_put_variables
 from linen2nnx.migrate.rules import MOD_004, MOD_006, XFORM_002
+from linen2nnx.migrate.setup_aliases import finish_setup_aliases
 from linen2nnx.migrate.setup_foreign import flag_foreign_setup, flag_setup_factory_field
 from linen2nnx.migrate.setup_lists import (
     ClassAlias,
@@ -225,7 +222,9 @@ class ClassPlanner:
 
     def _plan_setup(self, plan: ClassPlan, fn: cst.FunctionDef) -> None:
         self.setup_partials = setup_partials(self.locals, plan, fn)  # `dense = partial(nn.Dense, ...)`
+        aliases = self._class_aliases(fn, assigned_names(fn), setup=True)  # `layer = A if self.a else B`
         self._plan_setup_block(plan, fn.body.body)
+        finish_setup_aliases(self.ctx, plan, aliases)
         for local in self.setup_partials.values():  # each use builds from the rewritten partial
             self._drop_partial(local)
         self.setup_partials = {}
@@ -519,9 +518,10 @@ class ClassPlanner:
                     other.attr
                 )  # `if not self.pre_norm:` apart from `if self.pre_norm:` (auto_name_counts.py)
 
-    def _class_aliases(self, fn: cst.FunctionDef, counts: dict[str, int]) -> list[CompactAlias]:
+    def _class_aliases(self, fn: cst.FunctionDef, counts: dict[str, int], setup: bool = False) -> list:
         """``block = Block`` / ``block = nn.remat(Block, ...) if self.remat else Block`` in @nn.compact
-        (compact_aliases.py): each ``block(...)`` is planned as the class it builds."""
+        (compact_aliases.py), or in ``setup()`` with no remat (setup_aliases.py): each ``block(...)`` is
+        planned as the class it builds."""
         found = compact_aliases(
             fn,
             counts,
@@ -532,7 +532,7 @@ class ClassPlanner:
             ),
             lambda call: self.ctx.transform_kind(call.func) == "remat",
         )
-        found = [a for a in found if alike_candidates(self.ctx, a.classes)]  # class_choices.py
+        found = [a for a in found if alike_candidates(self.ctx, a.classes) and not (setup and a.remat)]
         for alias in found:
             for use in alias.uses:
                 self.state.alias_classes[use] = alias.cls
