@@ -155,6 +155,27 @@ def _import_class(root: Path, module: str, name: str):
         sys.path.remove(str(root))
 
 
+def _class_parity(src: Path, out: Path, module: str, name: str, x: np.ndarray, **nnx_kwargs: int):
+    """Linen ``pkg.<module>.<name>`` of ``src``, built with its defaults, against its migration in ``out``
+    (given ``nnx_kwargs``), through the written name map: the check, asserted to pass."""
+    side = LinenSide(
+        model=_import_class(src, module, name)(),
+        batch={"x": x},
+        loss=lambda o, b: jnp.mean(o**2),
+        train_kwargs={},
+        eval_kwargs={},
+    )
+    nnx_class = _import_class(out, module, name)
+    pair = ModelPair(
+        linen=side,
+        nnx_factory=lambda rngs: nnx_class(**nnx_kwargs, rngs=rngs),
+        name_map=out / "linen2nnx-map.json",
+    )
+    parity = check(pair, perturbed(side.init_variables()))
+    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    return parity
+
+
 def test_subclass_of_another_files_class_builds_what_the_base_builds(tmp_path):
     """Linen runs the base's setup for a subclass that does not override it; the NNX subclass's
     __init__ calls the base's, and its weights convert through the base's entry of the name map."""
@@ -168,20 +189,7 @@ def test_subclass_of_another_files_class_builds_what_the_base_builds(tmp_path):
     assert "super().__init__(vocab=vocab, width=width, rngs=rngs)" in (out / "pkg" / "model.py").read_text()
 
     ids = np.random.default_rng(0).integers(0, 11, (2, 5))
-    side = LinenSide(
-        model=_import_class(src, "model", "Scaled")(),
-        batch={"x": ids},
-        loss=lambda o, b: jnp.mean(o**2),
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    variables = perturbed(side.init_variables())
-    nnx_scaled = _import_class(out, "model", "Scaled")
-    pair = ModelPair(
-        linen=side, nnx_factory=lambda rngs: nnx_scaled(rngs=rngs), name_map=out / "linen2nnx-map.json"
-    )
-    parity = check(pair, variables)
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    parity = _class_parity(src, out, "model", "Scaled", ids)
     assert len(parity.by_check()["grad"]) == 3  # embedding, norm scale and bias
 
 
@@ -482,23 +490,7 @@ def test_another_files_layer_subclass_built_by_a_class_of_the_run_reaches_parity
 def _std_root_parity(src: Path, out: Path):
     """Linen ``pkg.net.Root`` of ``src`` against its migration in ``out``, through the written name map."""
     x = np.random.default_rng(0).normal(size=(2, 6, 6, 3)).astype(np.float32)
-    side = LinenSide(
-        model=_import_class(src, "net", "Root")(),
-        batch={"x": x},
-        loss=lambda o, b: jnp.mean(o**2),
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    variables = perturbed(side.init_variables())
-    nnx_root = _import_class(out, "net", "Root")
-    pair = ModelPair(
-        linen=side,
-        nnx_factory=lambda rngs: nnx_root(in_features=3, rngs=rngs),
-        name_map=out / "linen2nnx-map.json",
-    )
-    parity = check(pair, variables)
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
-    return parity
+    return _class_parity(src, out, "net", "Root", x, in_features=3)
 
 
 STD_BY_ATTRIBUTE = (
@@ -562,21 +554,7 @@ def test_a_factory_field_of_another_files_class_built_in_a_loop_nest_maps_that_c
     assert result.exit_code() == 0, [f.format_text() for f in result.findings]
     assert not [f for f in result.findings if f.severity.value == "manual"]
     x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
-    side = LinenSide(
-        model=_import_class(src, "nets", "Net")(),
-        batch={"x": x},
-        loss=lambda o, b: jnp.mean(o**2),
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    nnx_net = _import_class(out, "nets", "Net")
-    pair = ModelPair(
-        linen=side,
-        nnx_factory=lambda rngs: nnx_net(in_features=5, rngs=rngs),
-        name_map=out / "linen2nnx-map.json",
-    )
-    parity = check(pair, perturbed(side.init_variables()))
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    parity = _class_parity(src, out, "nets", "Net", x, in_features=5)
     assert {leaf.path for leaf in parity.by_check()["grad"]} >= {
         f"block/{i}/dense_0/kernel" for i in range(3)
     }
@@ -640,22 +618,7 @@ def test_input_passed_by_keyword_to_another_files_class_is_sized(tmp_path):
     ]
     assert "Attn(self.width, in_features=in_features, rngs=rngs)" in (out / "pkg" / "model.py").read_text()
     x = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
-    side = LinenSide(
-        model=_import_class(src, "model", "Model")(),
-        batch={"x": x},
-        loss=lambda o, b: jnp.mean(o**2),
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    variables = perturbed(side.init_variables())
-    nnx_model = _import_class(out, "model", "Model")
-    pair = ModelPair(
-        linen=side,
-        nnx_factory=lambda rngs: nnx_model(in_features=5, rngs=rngs),
-        name_map=out / "linen2nnx-map.json",
-    )
-    parity = check(pair, variables)
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    _class_parity(src, out, "model", "Model", x, in_features=5)
 
 
 DOTTED_USES = (
@@ -938,21 +901,7 @@ def test_another_files_helper_that_keeps_the_last_axis_keeps_the_size(tmp_path):
     assert "nnx.Linear(in_features, 8, rngs=rngs)" in (out / "pkg" / "nets.py").read_text()
 
     x = np.random.default_rng(0).uniform(0, 255, (2, 5)).astype(np.float32)
-    side = LinenSide(
-        model=_import_class(src, "nets", "Net")(),
-        batch={"x": x},
-        loss=lambda o, b: jnp.mean(o**2),
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    nnx_net = _import_class(out, "nets", "Net")
-    pair = ModelPair(
-        linen=side,
-        nnx_factory=lambda rngs: nnx_net(in_features=5, rngs=rngs),
-        name_map=out / "linen2nnx-map.json",
-    )
-    parity = check(pair, perturbed(side.init_variables()))
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    _class_parity(src, out, "nets", "Net", x, in_features=5)
 
 
 def test_a_helper_file_that_never_says_linen_still_tells_its_importers_what_it_keeps(tmp_path):
@@ -1021,22 +970,7 @@ def test_a_submodule_width_from_its_field_default_reads_as_the_caller_file_sees_
     assert "nnx.Linear(pkg.layers.HIDDEN, 3" in migrated and "nnx.Linear(Wide.WIDTH, 3" in migrated
 
     x = np.random.default_rng(1).normal(size=(2, 4)).astype(np.float32)
-    side = LinenSide(
-        model=_import_class(src, "model", "Model")(),
-        batch={"x": x},
-        loss=lambda o, b: jnp.mean(o**2),
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    variables = perturbed(side.init_variables())
-    nnx_model = _import_class(out, "model", "Model")
-    pair = ModelPair(
-        linen=side,
-        nnx_factory=lambda rngs: nnx_model(in_features=4, rngs=rngs),
-        name_map=out / "linen2nnx-map.json",
-    )
-    parity = check(pair, variables)
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    _class_parity(src, out, "model", "Model", x, in_features=4)
 
 
 def test_same_named_files_in_folders_without_init_keep_one_map_entry_each(tmp_path):
@@ -1318,18 +1252,5 @@ def test_a_subclass_handing_its_input_to_another_files_base_twice_is_sized_from_
     assert "CrossAttention(features=4, in_features=6, inputs_kv_features=5, rngs=rngs)" in migrated
 
     ids = np.random.default_rng(0).integers(0, 11, (2, 3))
-    side = LinenSide(
-        model=_import_class(src, "model", "Model")(),
-        batch={"x": ids},
-        loss=lambda o, b: jnp.mean(o**2),
-        train_kwargs={},
-        eval_kwargs={},
-    )
-    variables = perturbed(side.init_variables())
-    nnx_model = _import_class(out, "model", "Model")
-    pair = ModelPair(
-        linen=side, nnx_factory=lambda rngs: nnx_model(rngs=rngs), name_map=out / "linen2nnx-map.json"
-    )
-    parity = check(pair, variables)
-    assert parity.passed, [(lf.check, lf.path, lf.max_abs) for lf in parity.failures]
+    parity = _class_parity(src, out, "model", "Model", ids)
     assert len(parity.by_check()["grad"]) == 17  # embedding + 2 attentions x 4 Dense x (kernel, bias)

@@ -100,10 +100,10 @@ CASES = {
     "inherited_build_scaled": ("Scaled", {"width": 4}, (2, 5)),
     "inherited_build_tempered": ("Tempered", {"width": 5}, (2, 5)),
     "inherited_passthrough": ("Model", {}, (2, 3)),
+    "inherited_passthrough_self": ("SelfAttention", {}, (2, 3, 5)),
     "setup_class_local": ("Stage", {}, (2, 8)),
     "setup_class_local_mixer": ("Mixer", {}, (2, 3, 5)),
     "setup_class_local_clipped": ("Mixer", {"clipped": True}, (2, 3, 5)),
-    "inherited_passthrough_self": ("SelfAttention", {}, (2, 3, 5)),
     "subclass_factory_default": ("WideNet", {}, (2, 5)),  # the subclass's default block sizes the head
     "subclass_factory_default_base": ("Net", {}, (2, 5)),
     "inherited_sizes_changed": ("Scaled", {}, (2, 5)),  # overrides that keep the inherited layers' inputs

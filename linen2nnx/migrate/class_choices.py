@@ -167,12 +167,14 @@ def _class_reads(node: cst.CSTNode) -> list[str]:
     return found
 
 
-def finish_choice(ctx: Any, sites: list[Any], classes: list[cst.BaseExpression]) -> None:
-    """Each hoisted use names the classes it may build (its output size is theirs where they agree,
-    and the name map lists each class's auto-name); one named by ``name=`` gets the name map's
-    caveat (L2N-MOD-013)."""
+def finish_choice(
+    ctx: Any, sites: list[Any], classes: list[cst.BaseExpression], all_named: bool = False
+) -> None:
+    """Each use names the classes it may build (its output size is theirs where they agree, and the
+    name map lists each class's auto-name); one named by ``name=`` gets the name map's caveat
+    (L2N-MOD-013), as does every use where ``all_named`` (``setup()``: the attribute names it)."""
     plans = tuple(ctx.user_class_of(cls) for cls in classes)
     for site in sites if plans else ():
         site.choice_plans = plans
-        if keyword_arg(site.ctor, "name") is not None:
+        if all_named or keyword_arg(site.ctor, "name") is not None:
             report_class_choice(ctx, site, [p.key or ctx.class_key(p.name) for p in plans])

@@ -31,6 +31,7 @@ import libcst as cst
 
 from linen2nnx.migrate.cst_utils import is_docstring, is_super_call
 from linen2nnx.migrate.dataflow import Feat
+from linen2nnx.migrate.inheritance import super_method
 from linen2nnx.migrate.method_flow import MethodFlow
 from linen2nnx.migrate.rules import MOD_004
 from linen2nnx.migrate.sites import ClassPlan
@@ -137,28 +138,17 @@ def check_inherited_sizes(sizer: Sizer, plan: ClassPlan, node: cst.ClassDef) -> 
     chain = _chain(sizer, plan)
     own = {fn.name.value: fn for fn in sizer.state.methods.get(plan.name, [])}
     inherited = set().union(*chain[1:]) | {"__call__"} if chain is not None else {"__call__"}
-    if [m for m in own if m in inherited and m != "setup"] == ["__call__"]:
-        handed = _passed_through(own["__call__"], base.new_args)
-        if handed is not None:
-            positions, renumbered = handed
-            plan.new_args.update(renumbered)
-            names = {
-                p: plan.call_inputs[positions[i]] for i, p in enumerate(base.call_inputs) if i in positions
-            }
-            if base.out is not None and _inputs_of(base.out) <= set(names):  # what the base gives back
-                plan.out = _by_position(base.out, names, forget=False)
-            return
-    if chain is None:
-        overrides: list[str] = ["__call__"] if "__call__" in plan.method_names else []
+    overrides = [m for m in own if m in inherited and m != "setup"]
+    if overrides == ["__call__"] and _hand_on(plan, base, own["__call__"]):
+        return
+    if chain is None:  # a base of another file: its methods are not at hand to walk
         call_time = any(how.startswith(("input", "traced:")) for how in base.new_args.values())
         changed = ["the layers"] if overrides and call_time else []
     else:
-        inherited = set().union(*chain[1:]) | {"__call__"}
-        overrides = [m for m in chain[0] if m in inherited and m != "setup"]
         changed = _changed_reads(sizer, plan, base, chain) if overrides else []
     if not changed:
         return
-    where = chain[0][overrides[0]] if chain is not None else node  # (a base of another file)
+    where = own[overrides[0]] if chain is not None else node  # (a base of another file)
     sizer.ctx.report(
         MOD_004,
         where,
@@ -168,6 +158,20 @@ def check_inherited_sizes(sizer: Sizer, plan: ClassPlan, node: cst.ClassDef) -> 
         f"build these layers in {plan.name}'s own setup with the sizes its inputs give, or call "
         f"{base.name}.__init__ with the sizes by hand",
     )
+
+
+def _hand_on(plan: ClassPlan, base: ClassPlan, call: cst.FunctionDef) -> bool:
+    """Whether ``call`` only hands its own inputs on to the base's ``__call__`` (:func:`_passed_through`);
+    if so, ``plan`` takes the base's size arguments renumbered and gives back what the base gives."""
+    handed = _passed_through(call, base.new_args)
+    if handed is None:
+        return False
+    positions, renumbered = handed
+    plan.new_args.update(renumbered)
+    names = {p: plan.call_inputs[positions[i]] for i, p in enumerate(base.call_inputs) if i in positions}
+    if base.out is not None and _inputs_of(base.out) <= set(names):  # what the base gives back
+        plan.out = _by_position(base.out, names, forget=False)
+    return True
 
 
 INPUT_HOWS = ("input:", "input_shape:")
@@ -190,13 +194,7 @@ def _passed_through(
     stmt = body[0] if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else None
     ret = stmt.body[0] if stmt is not None and len(stmt.body) == 1 else None
     sup = ret.value if isinstance(ret, cst.Return) else None
-    if not (
-        isinstance(sup, cst.Call)
-        and isinstance(sup.func, cst.Attribute)
-        and sup.func.attr.value == "__call__"
-    ):
-        return None
-    if not is_super_call(sup.func.value) or sup.func.value.args:  # type: ignore[attr-defined]
+    if not isinstance(sup, cst.Call) or super_method(sup) != "__call__" or sup.func.value.args:  # type: ignore[attr-defined]
         return None
     params = [p.name.value for p in call.params.params][1:]
     positions: dict[int, int] = {}

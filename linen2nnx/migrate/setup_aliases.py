@@ -25,8 +25,8 @@ from typing import Any
 
 import libcst as cst
 
+from linen2nnx.migrate.class_choices import finish_choice
 from linen2nnx.migrate.compact_aliases import CompactAlias
-from linen2nnx.migrate.name_map_entries import report_class_choice
 from linen2nnx.migrate.sites import ClassPlan
 
 
@@ -34,11 +34,5 @@ def finish_setup_aliases(ctx: Any, plan: ClassPlan, aliases: list[CompactAlias])
     """Each use of a local chosen among several classes names the classes it may build (what its
     builder reads of its output is what they agree on), and gets the name map's caveat."""
     for alias in aliases:
-        if not alias.classes:
-            continue
-        plans = tuple(ctx.user_class_of(cls) for cls in alias.classes)
-        keys = [p.key or ctx.class_key(p.name) for p in plans]
-        for site in plan.sites.values():
-            if isinstance(site.ctor, cst.Call) and site.ctor.func in alias.uses:
-                site.choice_plans = plans
-                report_class_choice(ctx, site, keys)
+        uses = [s for s in plan.sites.values() if isinstance(s.ctor, cst.Call) and s.ctor.func in alias.uses]
+        finish_choice(ctx, uses, alias.classes, all_named=True)
