@@ -45,6 +45,10 @@ class Child:
     shared: bool | None = None
     """The layer shares the class's scope (``nn.share_scope``): the key is one of the names it creates
     at the class's level, and the layer's own entry maps that same key."""
+    alternatives: list[str] | None = None
+    """Other classes the config may build under the same name (``if cfg.gated: self.ff = GatedFF()
+    else: self.ff = PlainFF()``): a path below the child is walked through each class, and one NNX
+    path must come out (migrate records alternatives only where no name maps two ways)."""
 
 
 @dataclasses.dataclass
@@ -180,6 +184,8 @@ class NameMap:
             if key in entry.children and entry.children[key].container is None:
                 child = entry.children[key]
                 out.extend(attr_path(child.attr))
+                if child.alternatives and not handed and not child.shared:
+                    return (*out, *self._one_of(child, collection, path[: i + 1], path[i + 1 :]))
                 handed = dict(child.handed or {})
                 if child.linen_class == cls:
                     raise KeyError(f"{'/'.join(map(str, path[: i + 1]))}: class {cls} shares its own scope")
@@ -190,6 +196,8 @@ class NameMap:
             if container_hit is not None:
                 child, index = container_hit
                 out.extend([child.attr, index])
+                if child.alternatives:
+                    return (*out, *self._one_of(child, collection, path[: i + 1], path[i + 1 :]))
                 cls = child.linen_class
                 i += 1
                 continue
@@ -198,6 +206,27 @@ class NameMap:
                 return (*out, *found)
             raise KeyError(f"{'/'.join(map(str, path[: i + 1]))}: not in the name map for class {cls}")
         return tuple(out)
+
+    def _one_of(self, child: Child, collection: str, above: PathT, rest: PathT) -> PathT:
+        """``rest`` below a child the config builds as one of several classes: the one NNX path the
+        classes that place it agree on. A KeyError when none places it, or two place it apart (the
+        map cannot tell which class built the checkpoint)."""
+        classes = [child.linen_class, *(child.alternatives or ())]
+        found: dict[PathT, str] = {}
+        for cls in classes:
+            try:
+                found.setdefault(self.to_nnx_path(cls, collection, rest), cls)
+            except KeyError:
+                continue
+        where = "/".join(map(str, (*above, *rest)))
+        if len(found) == 1:
+            return next(iter(found))
+        if not found:
+            raise KeyError(f"{where}: not in the name map for any of the classes {', '.join(classes)}")
+        raise KeyError(
+            f"{where}: the classes {', '.join(found.values())}, which the config chooses between, "
+            f"place it at different NNX paths"
+        )
 
     def _variable_path(self, entry: ClassEntry, collection: str, rest: PathT) -> PathT | None:
         """Where a class's own variable ``rest[0]`` (or one its bases build) lives: by its name, then

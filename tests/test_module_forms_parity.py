@@ -432,6 +432,8 @@ CASES = {
     "share_scope": ("Block", {}, (2, 4)),  # nn.share_scope(self, child): the child's names at this level
     "setup_handed_instance": ("Block", {}, (2, 3)),  # AltUp(norm=Norm()) in setup: adopted as altup/norm
     "setup_branch_classes": ("Same", {}, (2, 4)),  # one class in both branches: no L2N-MOD-013
+    "setup_branch_classes_gated": ("FeedForward", {}, (2, 4)),  # classes alike: the map lists both
+    "setup_branch_classes_plain": ("FeedForward", {"gated": False}, (2, 4)),  # ... through the alternative
     "compact_class_choice": (
         "Encoder",
         {},
@@ -609,6 +611,8 @@ SOURCES = {
     "inherited_build_tempered": "inherited_build",
     "inherited_passthrough_self": "inherited_passthrough",
     "setup_class_local_mixer": "setup_class_local",
+    "setup_branch_classes_gated": "setup_branch_classes",
+    "setup_branch_classes_plain": "setup_branch_classes",
     "setup_class_local_clipped": "setup_class_local",
     "subclass_factory_default_base": "subclass_factory_default",
     "inherited_sizes_changed_proj_only": "inherited_sizes_changed",

@@ -91,3 +91,40 @@ def test_same_named_classes_are_told_apart_by_a_dotted_tail_of_their_module():
     assert names.find_class("Model", "pc.sub.b") == "b.Model"
     assert names.find_class("Model", "pc.a") == "pc.a.Model"
     assert names.find_class("Model", "other") is None  # neither: still ambiguous
+
+
+def _choice_map(plain_wo: str = "wo") -> NameMap:
+    """T5's feed-forward: ``ff`` built as the gated or the plain class on the config."""
+    gated = ClassEntry(
+        "m.Gated",
+        children={n: Child(n, "flax.linen.Dense") for n in ("wi_0", "wi_1", "wo")},
+    )
+    plain = ClassEntry(
+        "m.Plain", children={"wi": Child("wi", "flax.linen.Dense"), "wo": Child(plain_wo, "flax.linen.Dense")}
+    )
+    layer = ClassEntry("m.Layer", children={"ff": Child("ff", "m.Gated", alternatives=["m.Plain"])})
+    return _map(gated, plain, layer)
+
+
+def test_a_child_the_config_builds_as_one_of_several_classes_walks_each():
+    names = _choice_map()
+    assert names.to_nnx_path("m.Layer", "params", ("ff", "wi_0", "kernel")) == ("ff", "wi_0", "kernel")
+    assert names.to_nnx_path("m.Layer", "params", ("ff", "wi", "kernel")) == ("ff", "wi", "kernel")
+    assert names.to_nnx_path("m.Layer", "params", ("ff", "wo", "bias")) == ("ff", "wo", "bias")
+    with pytest.raises(
+        KeyError, match=r"ff/gate: not in the name map for any of the classes m\.Gated, m\.Plain"
+    ):
+        names.to_nnx_path("m.Layer", "params", ("ff", "gate"))
+
+
+def test_classes_that_place_a_shared_name_apart_are_an_error_not_a_guess():
+    names = _choice_map(plain_wo="out")
+    with pytest.raises(KeyError, match=r"ff/wo/kernel: the classes m\.Gated, m\.Plain, which the config"):
+        names.to_nnx_path("m.Layer", "params", ("ff", "wo", "kernel"))
+
+
+def test_alternatives_survive_the_json_round_trip():
+    names = _choice_map()
+    again = NameMap.from_json(names.to_json())
+    assert again.classes["m.Layer"].children["ff"].alternatives == ["m.Plain"]
+    assert "alternatives" not in names.to_json()["classes"]["m.Gated"]["children"]["wo"]

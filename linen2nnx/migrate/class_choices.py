@@ -46,7 +46,7 @@ from linen2nnx.migrate.cst_utils import (
     parse_expression,
     single_assign,
 )
-from linen2nnx.migrate.name_map_entries import report_class_choice
+from linen2nnx.migrate.name_map_entries import alike_all, report_class_choice
 
 Choice = tuple[str, list[cst.BaseExpression], cst.BaseExpression]  # local, classes, the choice in __init__
 
@@ -176,5 +176,6 @@ def finish_choice(
     plans = tuple(ctx.user_class_of(cls) for cls in classes)
     for site in sites if plans else ():
         site.choice_plans = plans
-        if all_named or keyword_arg(site.ctor, "name") is not None:
-            report_class_choice(ctx, site, [p.key or ctx.class_key(p.name) for p in plans])
+        keys = [p.key or ctx.class_key(p.name) for p in plans]
+        if (all_named or keyword_arg(site.ctor, "name") is not None) and not alike_all(ctx, keys):
+            report_class_choice(ctx, site, keys)

@@ -3,11 +3,13 @@ child name of the class and the NNX attribute it becomes, from the plan alone.""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import libcst as cst
 
 from linen2nnx.layers import LAYERS_BY_LINEN
+from linen2nnx.migrate.alike_builds import alike
 from linen2nnx.migrate.context import FileContext
 from linen2nnx.migrate.cst_utils import code, keyword_arg, literal_name
 from linen2nnx.migrate.factory_fields import FieldFactory
@@ -82,8 +84,9 @@ def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
                 continue  # `Dense(name='pre_logits')` or `IdentityLayer(name='pre_logits')`: the weights
             tied = True if site.attr in plan.other_weights else None
             stack = param_axis(stacked) if stacked else None
-            entry.children[site.linen_name] = Child(
-                site.attr, linen_class, stack=stack, other_weights=tied, handed=_handed(ctx, site)
+            child = Child(site.attr, linen_class, stack=stack, other_weights=tied, handed=_handed(ctx, site))
+            entry.children[site.linen_name] = _with_alternatives(
+                ctx, site, entry.children.get(site.linen_name), child
             )
             for name, built in _bound_classes(ctx, site):  # `block_cls=BlockB` builds `BlockB_0`
                 entry.children.setdefault(name, Child(site.attr, built, stack=stack, other_weights=tied))
@@ -102,18 +105,44 @@ def record_name_map(ctx: FileContext, state: Any, plan: ClassPlan) -> None:
             child_key = (
                 site.linen_name if site.linen_name not in entry.children else f"{site.linen_name}_{{i}}"
             )
-            entry.children[child_key] = Child(attr=site.attr, linen_class=linen_class, container="list")
+            child = Child(attr=site.attr, linen_class=linen_class, container="list")
+            entry.children[child_key] = _with_alternatives(ctx, site, None, child)
         elif site.nest is not None:  # Linen counts on across the loops: {Class}_{k} is element k
             keys = [] if _chosen_by_name(site) else _choice_keys(ctx, site)
             for key_of in keys or (linen_class,):
                 name = key_of.rpartition(".")[2] if keys else site.linen_name
                 entry.children[name] = Child(attr=site.attr, linen_class=key_of, container="list")
+            if not keys:  # one name whichever class builds it
+                entry.children[site.linen_name] = _with_alternatives(
+                    ctx, site, None, entry.children[site.linen_name]
+                )
             if site.single_name:  # `'wi' if len(self.activations) == 1 else f'wi_{idx}'`
                 entry.children[site.single_name] = Child(attr=f"{site.attr}/0", linen_class=linen_class)
     for var in plan.lazy_vars.values():
         entry.variables.setdefault(var.collection, {})[var.name] = var.attr
     _record_containers(ctx, entry, plan)
     state.name_map.classes[key] = entry
+
+
+def _with_alternatives(ctx: FileContext, site: Site, before: Child | None, child: Child) -> Child:
+    """``child``, or the child an earlier build of the same name recorded, listing each class the
+    config may build under the name as an alternative where they all name their weights alike
+    (alike_builds.py; else L2N-MOD-013 was reported and the map names the last build's)."""
+    keys = [] if _bound_classes(ctx, site) else _choice_keys(ctx, site)  # a local chosen on the config
+    if len(keys) > 1 and child.handed is None and alike_all(ctx, keys):
+        return dataclasses.replace(child, linen_class=keys[0], alternatives=keys[1:])
+    if before is None or before.linen_class == child.linen_class or before.attr != child.attr:
+        return child
+    if before.handed or child.handed or before.shared or before.stack != child.stack:
+        return child
+    classes = [before.linen_class, *(before.alternatives or ())]
+    if all(c in LAYERS_BY_LINEN for c in (*classes, child.linen_class)):
+        return child  # built-in layers: where they rename alike the last one's entry maps both
+    if child.linen_class in classes or not all(
+        alike(ctx.state.name_map, c, child.linen_class) for c in classes
+    ):
+        return child if child.linen_class not in classes else before
+    return dataclasses.replace(before, alternatives=[*classes[1:], child.linen_class])
 
 
 def report_other_builds(ctx: FileContext, plan: ClassPlan) -> None:
@@ -139,10 +168,17 @@ def report_other_builds(ctx: FileContext, plan: ClassPlan) -> None:
             for c in (before[0], build[0])
         ):
             continue
+        if before[1] is None and build[1] is None and alike(ctx.state.name_map, before[0], build[0]):
+            continue  # the map lists both classes under the name (Child.alternatives)
         texts = [_build_text(*before), _build_text(*build)]
         if texts[0] == texts[1]:  # flax's DenseGeneral and a library's own: the full names
             texts = [_build_text(*before, full=True), _build_text(*build, full=True)]
         _report_builds(ctx, site, site.linen_name, texts)
+
+
+def alike_all(ctx: FileContext, keys: list[str]) -> bool:
+    """Whether every class of ``keys`` names its weights as the first does (alike_builds.py)."""
+    return all(alike(ctx.state.name_map, keys[0], key) for key in keys[1:])
 
 
 def report_class_choice(ctx: FileContext, site: Site, keys: list[str]) -> None:

@@ -100,8 +100,10 @@ MOD_012 = Rule(
 MOD_013 = Rule(
     "L2N-MOD-013",
     M,
-    "One Linen name built as two different modules, one per branch of a config test: the name map of a class "
-    "names one build's weights, so a checkpoint of the other configuration would convert under the wrong names.",
+    "One Linen name built as two different modules, one per branch of a config test, that place a name they "
+    "share apart (or whose names this file's map cannot tell): the name map of a class names one build's weights, "
+    "so a checkpoint of the other configuration would convert under the wrong names. Modules that name their "
+    "weights alike are listed as alternatives under the name instead.",
     "if self.plain:\n    self.norm = Affine()\nelse:\n    self.norm = Swapped()",
     "# TODO(linen2nnx): L2N-MOD-013 norm is built as Affine or as Swapped depending on the config ...",
 )
