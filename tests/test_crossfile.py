@@ -12,6 +12,7 @@ import pytest
 from linen2nnx.equivalence import check, perturbed
 from linen2nnx.migrate.discovery import import_levels, module_name_for
 from linen2nnx.migrate.engine import Mode, migrate_paths
+from linen2nnx.namemap import NameMap
 from linen2nnx.spec import LinenSide, ModelPair
 
 FIXTURE = Path(__file__).parent / "fixtures" / "crossfile"
@@ -1254,3 +1255,72 @@ def test_a_subclass_handing_its_input_to_another_files_base_twice_is_sized_from_
     ids = np.random.default_rng(0).integers(0, 11, (2, 3))
     parity = _class_parity(src, out, "model", "Model", ids)
     assert len(parity.by_check()["grad"]) == 17  # embedding + 2 attentions x 4 Dense x (kernel, bias)
+
+
+FEED_FORWARDS = {
+    "__init__.py": "",
+    "ffn.py": """import flax.linen as nn
+
+
+class Gated(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        gate = nn.sigmoid(nn.Dense(4, name="wi_1")(x))
+        return nn.Dense(4, name="wo")(nn.Dense(4, name="wi_0")(x) * gate)
+
+
+class Plain(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(4, name="wo")(nn.relu(nn.Dense(4, name="wi")(x)))
+""",
+    "layer.py": """import flax.linen as nn
+
+from pkg.ffn import Gated, Plain
+
+
+class Layer(nn.Module):
+    gated: bool = False
+
+    def setup(self):
+        if self.gated:
+            self.ff = Gated()
+        else:
+            self.ff = Plain()
+
+    def __call__(self, x):
+        return self.ff(x)
+""",
+}
+
+
+def test_classes_of_another_file_a_config_chooses_between_are_alternatives_in_the_map(tmp_path):
+    """The imported file's summaries carry its name-map entries: ``Gated`` and ``Plain`` hold ``wo``
+    under the same attribute, so the map lists both under ``ff`` (no L2N-MOD-013), and a checkpoint of
+    the second branch converts through the alternative."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    (src / "pkg").mkdir(parents=True)
+    for name, text in FEED_FORWARDS.items():
+        (src / "pkg" / name).write_text(text)
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    assert "L2N-MOD-013" not in {f.rule for f in result.findings}, [f.format_text() for f in result.findings]
+    child = NameMap.load(out / "linen2nnx-map.json").classes["pkg.layer.Layer"].children["ff"]
+    assert (child.linen_class, child.alternatives) == ("pkg.ffn.Gated", ["pkg.ffn.Plain"])
+    parity = _class_parity(src, out, "layer", "Layer", np.ones((2, 4), np.float32), in_features=4)
+    assert len(parity.by_check()["grad"]) == 4  # wi and wo, kernel and bias
+
+
+def test_a_candidate_class_with_blocking_findings_keeps_the_caveat(tmp_path):
+    """``Plain`` builds a layer under a condition on a call-time value (a blocking L2N-MOD-004): what it
+    names there is in no entry, so its entry cannot show it alike to ``Gated``; L2N-MOD-013 stays."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    (src / "pkg").mkdir(parents=True)
+    blocked = FEED_FORWARDS["ffn.py"].replace(
+        'return nn.Dense(4, name="wo")(nn.relu(nn.Dense(4, name="wi")(x)))',
+        'h = nn.Dense(4, name="wi")(x)\n        return nn.Dense(4, name="wo")(h) if h.sum() > 0 else h',
+    )
+    for name, text in {**FEED_FORWARDS, "ffn.py": blocked}.items():
+        (src / "pkg" / name).write_text(text)
+    result = migrate_paths([src], Mode.OUT_DIR, out_dir=out)
+    rules = {(f.path.rpartition("/")[2], f.rule) for f in result.findings}
+    assert ("ffn.py", "L2N-MOD-004") in rules and ("layer.py", "L2N-MOD-013") in rules, rules

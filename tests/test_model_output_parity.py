@@ -72,6 +72,24 @@ def test_outputs_read_by_index_field_and_slice(tmp_path, model_output, return_di
     assert {"classifier/kernel", "first_head/kernel", "backbone/pooler/dense_0/kernel"} <= grads
 
 
+@pytest.mark.parametrize("return_dict", [True, False])
+def test_an_output_handed_on_in_another_object_keeps_its_elements(tmp_path, model_output, return_dict):
+    """``DualOutput(..., backbone_output=outputs)`` builds a data class of the run from the backbone's
+    output: it changes nothing of it, so ``outputs[0]`` still sizes the projection."""
+    linen_mod, nnx_mod, result, map_path = build("model_outputs", tmp_path)
+    assert "self.projection = nnx.Linear(self.hidden, self.labels" in result.output
+    x = np.random.default_rng(1).normal(size=(2, 3, 5)).astype(np.float32)
+    grads = grad_paths(
+        assert_parity(
+            linen_mod.Dual(return_dict=return_dict),
+            lambda rngs: nnx_mod.Dual(return_dict=return_dict, in_features=5, rngs=rngs),
+            x,
+            map_path,
+        )
+    )
+    assert "projection/kernel" in grads
+
+
 def test_model_output_stand_in_indexes_fields_not_none(model_output):
     import flax
     import jax.numpy as jnp
@@ -155,3 +173,20 @@ def test_docstring_decorator_kept_without_finding(tmp_path, model_output):
     unknown = relative.replace("from ...utils import", "from ...other import")
     rules = {f.rule for f in migrate_source(unknown, "m.py", module_name="transformers.models.m.m").findings}
     assert "L2N-MOD-017" in rules
+
+
+def test_docstring_decorator_of_a_namespace_package_kept_without_finding(tmp_path):
+    """A copy of Hugging Face's model files without ``__init__.py`` (a namespace package): the module's
+    own name is ``m``, and ``from ...utils import add_start_docstrings`` is read from the folders it
+    climbs, ``transformers.utils``. Climbing folders of another name is still a finding."""
+    from linen2nnx.migrate.engine import Mode, migrate_paths
+
+    relative = (
+        fixture("docstring_decorator_in.py").read_text().replace("from transformers.utils", "from ...utils")
+    )
+    for root, expected in (("transformers", False), ("mylib", True)):
+        folder = tmp_path / root / "models" / "m"
+        folder.mkdir(parents=True)
+        (folder / "m.py").write_text(relative)
+        rules = {f.rule for f in migrate_paths([tmp_path / root], Mode.CHECK, jobs=1).findings}
+        assert ("L2N-MOD-017" in rules) is expected, (root, rules)

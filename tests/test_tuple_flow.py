@@ -211,6 +211,8 @@ def test_starred_elements_of_a_display(body, known):
         "outs = [x]\npair = (outs, x)\npair[0].append(a)\ny = outs[-1]",
         "o = Out(hidden=x)\no.hidden = a\ny = o.hidden",  # a field of an object replaced
         "o = Out(hidden=x)\no.update()\ny = o.hidden",
+        "outs = [x]\no = Out(hidden=outs)\no.hidden.append(a)\ny = outs[-1]",  # through the object holding it
+        "outs = [x]\no = Out(hidden=outs)\nfill(o)\ny = outs[0]",
     ],
 )
 def test_lists_and_objects_changed_in_place_stay_unknown(body):
@@ -225,6 +227,8 @@ def test_lists_and_objects_changed_in_place_stay_unknown(body):
         ("o = Out(a, b)\nh = o.hidden\nh = h.astype(1)\ny = o.extra", B),
         ("o = Out(a, b)\nz = f(o.hidden)\ny = o.extra", B),  # an element passed on: a size, no list
         ("outs = [a, b]\nz = len(outs)\ny = outs[1]", B),
+        ("outs = (a, b)\no = Out(hidden=outs)\ny = outs[1]", B),  # a data class holds it, as a tuple does
+        ("outs = [a, b]\no = Out(hidden=outs, extra=x)\ny = (outs[1], o)[0]", B),
     ],
 )
 def test_reads_of_unchanged_lists_and_objects_stay_known(body, expected):

@@ -6,8 +6,9 @@ keeps one name for it, ``ff``, and a checkpoint holds whichever build ran. The n
 convert both when every name the two builds share goes to the same NNX attribute: it lists the other
 classes as the child's alternatives (:attr:`linen2nnx.namemap.Child.alternatives`) and walks a path
 through each. Where a shared name goes to two places (a class whose ``scale`` is the other's ``bias``),
-or where this file's map does not say what a class names (a class of another file, one kept as Linen,
-a base's build), they are not alike and the caveat L2N-MOD-013 stands.
+or where the map does not say what a class names (a class outside the run, one kept as Linen, a base's
+build, a parameter named by a field), they are not alike and the caveat L2N-MOD-013 stands. The map is
+the file's own entries with those of the classes of the files it imports (their summaries carry them).
 
 Built-in layers name their parameters as the layer table says: two alike when they rename the same
 names the same way; a built-in and a class of the run when each name the class gives is the one the

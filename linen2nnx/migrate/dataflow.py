@@ -118,7 +118,7 @@ class FeatureFlow:
     # ---- statements --------------------------------------------------------------------------
     def run(self, body: Sequence[Any]) -> None:
         if self.in_place is None:  # the first run is over the method's whole body
-            self.in_place = mutation.method_changes(body, self.qualnames_of)
+            self.in_place = mutation.method_changes(body, self.qualnames_of, self.records)
         for stmt in body:
             self.statement(stmt)
 

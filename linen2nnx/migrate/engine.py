@@ -217,22 +217,24 @@ def migrate_source(
     findings = sorted(
         [*command.findings, *train_findings, *verify_findings], key=lambda f: (f.line, f.col, f.rule)
     )
-    facts = {"summaries": _flagged(command.summaries, source, external), "factories": own_factories}
+    facts = {"summaries": _flagged(command, source, external), "factories": own_factories}
     result = FileResult(file_path, path, source, output, findings, command.name_map, **facts)
     result = explained(result, reasons)  # replay_migration.py
     result.module, result.built = module_name, frozenset(built)
     return _release(command, _finished(result, source, path, rule_enabled) if settle_sizes else result)
 
 
-def _flagged(summaries: dict[str, Any], source: str, external: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``summaries`` (what importing files see), each marked ``partitioned`` where its file gives weights
-    sharding names, and ``sows`` where its file sows or names a class of another file that does."""
+def _flagged(command: Any, source: str, external: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``command``'s summaries (what importing files see), each marked ``partitioned`` where its file
+    gives weights sharding names, and ``sows`` where its file sows or names a class of another file that
+    does, with its class's name-map entry (what a choice between classes compares: alike_builds.py)."""
     partitioned = gives_sharding_names(source)
     sows = sows_values(source) or names_flagged(external or {}, source, "sows")
-    for summary in summaries.values():
+    for summary in command.summaries.values():
         summary.partitioned = summary.partitioned or partitioned
         summary.sows = summary.sows or sows
-    return summaries
+        summary.entry = command.name_map.classes.get(summary.key)
+    return command.summaries
 
 
 def _finished(result: FileResult, source: str, path: str, rule_enabled: Callable[[str], bool]) -> FileResult:

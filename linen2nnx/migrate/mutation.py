@@ -6,12 +6,15 @@ or per field of an output object. That is only right while nothing changes the v
 ``outs[0] = h``, ``outs.append(h)``, ``del outs[0]``, ``out.h = h``, or a call that receives it and may
 do any of these. The rule is deliberately simple: a name the method (nested functions and lambdas
 included) ever stores into, deletes from, calls a method on, or passes to a function that is not known
-to leave its arguments alone, loses its per-element knowledge for the whole method.
+to leave its arguments alone, loses its per-element knowledge for the whole method. The constructor
+of a plain data class of the run (a ``ModelOutput``: ``Output(vision_model_output=vision_outputs)``)
+is known to: it holds what it is given, as a tuple display does, and a change made through the object
+later is a change of the object's name, which the rule follows to what it was built from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import libcst as cst
 
@@ -42,10 +45,15 @@ def chain_root(node: cst.BaseExpression) -> str | None:
     return node.value if isinstance(node, cst.Name) else None
 
 
-def method_changes(body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode], set[str]]) -> InPlace:
+def method_changes(
+    body: Sequence[cst.CSTNode], qualnames: Callable[[cst.CSTNode], set[str]], records: Collection[str] = ()
+) -> InPlace:
     """What ``body`` may change in place (see the module docstring; over-approximate on purpose), read in
-    one walk: the names it may change, and whether it stores items only into dicts it builds itself."""
-    collector = _Mutations(qualnames)
+    one walk: the names it may change, and whether it stores items only into dicts it builds itself.
+    ``records``: the plain data classes the method may build (tuple_flow.RecordClass: no method of
+    their own), whose construction only holds what it is given, as a tuple display does
+    (``Output(vision_model_output=vision_outputs)``)."""
+    collector = _Mutations(qualnames, frozenset(records))
     for stmt in body:
         collector.walk(stmt)
     names = collector.names
@@ -64,8 +72,9 @@ class _Mutations(FastVisitor):
     local only when the part is itself a list or object: the dataflow decides that where the call runs
     (:meth:`InPlace.called`). Inside a nested function or lambda it may run anywhere: the local is marked."""
 
-    def __init__(self, qualnames: Callable[[cst.CSTNode], set[str]]) -> None:
+    def __init__(self, qualnames: Callable[[cst.CSTNode], set[str]], records: frozenset[str]) -> None:
         self.qualnames = qualnames
+        self.records = records
         self.names: set[str] = set()
         self.nested = 0
         self.bound_outside_flow: list[tuple[set[str], set[str]]] = []
@@ -167,7 +176,8 @@ class _Mutations(FastVisitor):
             name = chain_root(receiver)
             if name is not None and (isinstance(receiver, cst.Name) or self.nested):
                 self.names.add(name)
-        if not pure_call(node.func, self.qualnames):
+        record = type(node.func) is cst.Name and node.func.value in self.records
+        if not record and not pure_call(node.func, self.qualnames):
             for arg in node.args:
                 self._escapes(arg.value)
 

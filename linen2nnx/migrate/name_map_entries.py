@@ -18,7 +18,7 @@ from linen2nnx.migrate.lifted import param_axis
 from linen2nnx.migrate.rules import MOD_013
 from linen2nnx.migrate.sites import ClassPlan, Site, root_site
 from linen2nnx.migrate.stateless_classes import site_holds_nothing
-from linen2nnx.namemap import Child, ClassEntry
+from linen2nnx.namemap import Child, ClassEntry, NameMap
 
 
 def _linen_class(ctx: FileContext, site: Site) -> str:
@@ -139,7 +139,7 @@ def _with_alternatives(ctx: FileContext, site: Site, before: Child | None, child
     if all(c in LAYERS_BY_LINEN for c in (*classes, child.linen_class)):
         return child  # built-in layers: where they rename alike the last one's entry maps both
     if child.linen_class in classes or not all(
-        alike(ctx.state.name_map, c, child.linen_class) for c in classes
+        alike(known_entries(ctx), c, child.linen_class) for c in classes
     ):
         return child if child.linen_class not in classes else before
     return dataclasses.replace(before, alternatives=[*classes[1:], child.linen_class])
@@ -168,7 +168,7 @@ def report_other_builds(ctx: FileContext, plan: ClassPlan) -> None:
             for c in (before[0], build[0])
         ):
             continue
-        if before[1] is None and build[1] is None and alike(ctx.state.name_map, before[0], build[0]):
+        if before[1] is None and build[1] is None and alike(known_entries(ctx), before[0], build[0]):
             continue  # the map lists both classes under the name (Child.alternatives)
         texts = [_build_text(*before), _build_text(*build)]
         if texts[0] == texts[1]:  # flax's DenseGeneral and a library's own: the full names
@@ -178,7 +178,21 @@ def report_other_builds(ctx: FileContext, plan: ClassPlan) -> None:
 
 def alike_all(ctx: FileContext, keys: list[str]) -> bool:
     """Whether every class of ``keys`` names its weights as the first does (alike_builds.py)."""
-    return all(alike(ctx.state.name_map, keys[0], key) for key in keys[1:])
+    entries = known_entries(ctx)
+    return all(alike(entries, keys[0], key) for key in keys[1:])
+
+
+def known_entries(ctx: FileContext) -> NameMap:
+    """The name-map entries this file knows: its own classes' so far, and those of the classes of the
+    files it imports (their summaries carry them). Not of a class with manual findings that block its
+    rewrite: what it builds where the findings stand is in no entry, which would look like names it
+    does not have."""
+    external = {
+        s.key: s.entry for s in ctx.state.external.values() if s.entry is not None and not s.kept_linen
+    }
+    blocked = {p.key for p in ctx.state.linen_classes.values() if p.blocking or p.kept_linen}
+    own = {key: entry for key, entry in ctx.state.name_map.classes.items() if key not in blocked}
+    return NameMap({**external, **own})
 
 
 def report_class_choice(ctx: FileContext, site: Site, keys: list[str]) -> None:

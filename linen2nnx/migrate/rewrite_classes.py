@@ -42,6 +42,7 @@ from linen2nnx.migrate.lifted import (
 )
 from linen2nnx.migrate.name_map_entries import record_name_map
 from linen2nnx.migrate.post_init import can_move, hook_statements, is_post_init
+from linen2nnx.migrate.record_facts import folders_of
 from linen2nnx.migrate.rules import (
     API_002,
     API_006,
@@ -70,6 +71,7 @@ from linen2nnx.migrate.sites import (
 from linen2nnx.migrate.static_locals import (
     without_dead_statements,
 )
+from linen2nnx.migrate.tuple_flow import climbed_qualname
 from linen2nnx.migrate.verify_syntax import bound_by
 from linen2nnx.namemap import ClassEntry
 
@@ -236,6 +238,14 @@ class ClassRewriter:
                 "write the value the specifier gives as the default (or None, built in __init__)",
             )
 
+    def _absolute_names(self, node: cst.BaseExpression) -> set[str]:
+        """The absolute names ``node`` may stand for: by the file's module name, and for a relative
+        import that climbs the folders the file sits in, from the outermost of them (a namespace
+        package: ``from ...utils import x`` in ``transformers/models/t5/`` is ``transformers.utils.x``)."""
+        folders = folders_of(self.state.path)
+        names = self.ctx.qualnames(node)
+        return ({self.ctx.absolute(q) for q in names} | {climbed_qualname(q, folders) for q in names}) - {""}
+
     def _report_class_decorators(self, original: cst.ClassDef) -> None:
         """A class decorator is written for a Linen dataclass (it may read ``dataclasses.fields``): kept on
         the NNX class, a finding (rules.MOD_017), but for those that read no field (DATACLASS_BLIND)."""
@@ -243,8 +253,7 @@ class ClassRewriter:
             applied = decorator.decorator
             maker = applied.func if isinstance(applied, cst.Call) else None
             if self.ctx.qualnames(applied) & DATACLASS_BLIND or (
-                maker is not None
-                and {self.ctx.absolute(q) for q in self.ctx.qualnames(maker)} & DATACLASS_BLIND_FACTORIES
+                maker is not None and self._absolute_names(maker) & DATACLASS_BLIND_FACTORIES
             ):
                 continue
             if configuring(self.ctx, decorator):

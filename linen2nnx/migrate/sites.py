@@ -427,6 +427,7 @@ class ClassSummary:
     sows: bool = False  # its file sows (or names a class of a file that does): applies run on a copy
     bridged_inside: bool = False  # builds a class kept as Linen (at any depth): training code lazy-inits it
     factory_fields: frozenset[str] = frozenset()  # fields it builds from (crossfile_bindings.py)
+    entry: Any = None  # its name-map entry once its file is rewritten (what alike_builds.py reads)
 
     def as_plan(self) -> ClassPlan:
         """A plan stand-in for a class planned in another file (only its interface is used)."""
