@@ -138,10 +138,10 @@ def _with_alternatives(ctx: FileContext, site: Site, before: Child | None, child
     classes = [before.linen_class, *(before.alternatives or ())]
     if all(c in LAYERS_BY_LINEN for c in (*classes, child.linen_class)):
         return child  # built-in layers: where they rename alike the last one's entry maps both
-    if child.linen_class in classes or not all(
-        alike(known_entries(ctx), c, child.linen_class) for c in classes
-    ):
-        return child if child.linen_class not in classes else before
+    if child.linen_class in classes:
+        return before
+    if not alike_all(ctx, [child.linen_class, *classes]):
+        return child
     return dataclasses.replace(before, alternatives=[*classes[1:], child.linen_class])
 
 
@@ -168,7 +168,7 @@ def report_other_builds(ctx: FileContext, plan: ClassPlan) -> None:
             for c in (before[0], build[0])
         ):
             continue
-        if before[1] is None and build[1] is None and alike(known_entries(ctx), before[0], build[0]):
+        if before[1] is None and build[1] is None and alike_all(ctx, [before[0], build[0]]):
             continue  # the map lists both classes under the name (Child.alternatives)
         texts = [_build_text(*before), _build_text(*build)]
         if texts[0] == texts[1]:  # flax's DenseGeneral and a library's own: the full names
